@@ -1,0 +1,3 @@
+"""edged: the edgefleet device daemon."""
+
+__version__ = "0.1.0"
