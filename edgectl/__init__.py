@@ -1,0 +1,1 @@
+"""edgectl: the operator's command line."""

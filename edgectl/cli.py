@@ -1,0 +1,31 @@
+"""The ``edgectl`` command. For now: ``edgectl quickstart`` (the hub is not built yet)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="edgectl", description="edgefleet operator command line")
+    sub = p.add_subparsers(dest="command")
+    qs = sub.add_parser(
+        "quickstart",
+        help="run edged on the example ModelDeployment and send it an inference request",
+    )
+    qs.add_argument("--dir", type=Path, default=Path("quickstart-data"), help="working directory")
+    qs.add_argument(
+        "--example",
+        type=Path,
+        default=Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "deployment.yaml",
+        help="the ModelDeployment to run",
+    )
+    qs.add_argument("--keep-running", action="store_true", help="leave edged running at the end")
+    args = p.parse_args(argv)
+    if args.command == "quickstart":
+        from edgectl.quickstart import run_quickstart
+
+        return run_quickstart(args.dir, args.example, keep_running=args.keep_running)
+    p.print_help()
+    return 0 if argv is None and len(sys.argv) == 1 else 2

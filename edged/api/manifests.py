@@ -1,0 +1,774 @@
+"""Typed manifests: the ``ModelDeployment`` kind, read from untyped documents and written back.
+
+:func:`parse_manifest` turns a YAML/JSON document into frozen dataclasses and reports every
+problem at once, each with its full field path; unknown fields are always problems, and null
+for an optional field means its default. ``to_dict()`` renders the canonical document (every
+default spelled out, quantities in canonical form) that parses back to an equal object; it is
+deterministic, so it serves to persist state and to hash revisions.
+"""
+
+from __future__ import annotations
+
+import itertools
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from datetime import time
+from enum import StrEnum
+from typing import Any, ClassVar, TypeAlias
+
+from edged.api.quantities import (
+    IntOrPercent,
+    describe,
+    format_cpu,
+    format_duration,
+    format_memory,
+    parse_cpu,
+    parse_duration,
+    parse_int_or_percent,
+    parse_memory,
+    parse_percent,
+)
+from edged.api.validating import (
+    Problems,
+    Reader,
+    as_str,
+    int_in,
+    matching,
+    non_empty_str,
+    number_in,
+    one_of,
+    within,
+)
+from edged.errors import ValidationError
+
+API_VERSION = "edgefleet.io/v1"
+
+# ---------------------------------------------------------------------------------------------
+# Types
+
+
+class Precision(StrEnum):
+    FP32 = "fp32"
+    FP16 = "fp16"
+    INT8 = "int8"
+
+
+class TolerationOperator(StrEnum):
+    EXISTS = "Exists"
+    EQUAL = "Equal"
+
+
+class TaintEffect(StrEnum):
+    NO_SCHEDULE = "NoSchedule"
+    PREFER_NO_SCHEDULE = "PreferNoSchedule"
+    NO_EXECUTE = "NoExecute"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ObjectMeta:
+    """``metadata``: the object's name and labels. Treat the mappings as read-only."""
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    annotations: Mapping[str, str] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name}
+        if self.labels:
+            out["labels"] = dict(sorted(self.labels.items()))
+        if self.annotations:
+            out["annotations"] = dict(sorted(self.annotations.items()))
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelRef:
+    """``spec.model``: which artifact. ``path`` is kept raw (relative to the manifest's folder)."""
+
+    name: str
+    version: str
+    path: str | None = None
+    sha256: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"name": self.name, "version": self.version}
+        if self.path is not None:
+            out["path"] = self.path
+        if self.sha256 is not None:
+            out["sha256"] = self.sha256
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class RuntimeSpec:
+    """``spec.runtime``: how ONNX Runtime serves the model. Delays are in seconds."""
+
+    max_batch_size: int = 1
+    max_queue_delay: float = 0.0
+    precision: Precision | None = None
+    execution_providers: tuple[str, ...] = ("CPUExecutionProvider",)
+    intra_op_threads: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "maxBatchSize": self.max_batch_size,
+            "maxQueueDelay": format_duration(self.max_queue_delay),
+        }
+        if self.precision is not None:
+            out["precision"] = self.precision.value
+        out["executionProviders"] = list(self.execution_providers)
+        if self.intra_op_threads is not None:
+            out["intraOpThreads"] = self.intra_op_threads
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Replicas:
+    """``spec.replicas``: exactly one of ``per_device`` and ``total`` is set."""
+
+    per_device: int | None = 1
+    total: int | None = None
+
+    def count_on_device(self) -> int:
+        """Replicas to run on one device: ``per_device`` if set, else ``total``."""
+        if self.per_device is not None:
+            return self.per_device
+        return self.total or 0
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.per_device is not None:
+            return {"perDevice": self.per_device}
+        return {"total": self.total or 0}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Resources:
+    """``spec.resources`` per replica: CPU in millicores, memory in bytes."""
+
+    cpu_millis: int | None = None
+    memory_bytes: int | None = None
+    accelerator: str | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.cpu_millis is not None:
+            out["cpu"] = format_cpu(self.cpu_millis)
+        if self.memory_bytes is not None:
+            out["memory"] = format_memory(self.memory_bytes)
+        if self.accelerator is not None:
+            out["accelerator"] = self.accelerator
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Toleration:
+    """Tolerates device taints, as in Kubernetes. An empty key with Exists tolerates all."""
+
+    key: str = ""
+    operator: TolerationOperator = TolerationOperator.EQUAL
+    value: str = ""
+    effect: TaintEffect | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.key:
+            out["key"] = self.key
+        out["operator"] = self.operator.value
+        if self.value:
+            out["value"] = self.value
+        if self.effect is not None:
+            out["effect"] = self.effect.value
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TopologySpread:
+    """Spread replicas over the values of the device label ``key``."""
+
+    key: str
+    min_per_domain: int = 1
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"key": self.key, "minPerDomain": self.min_per_domain}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Placement:
+    """``spec.placement``: which devices may run the model (used by the hub's scheduler)."""
+
+    node_selector: Mapping[str, str] = field(default_factory=dict)
+    tolerations: tuple[Toleration, ...] = ()
+    regions: tuple[str, ...] = ()
+    topology_spread: TopologySpread | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.node_selector:
+            out["nodeSelector"] = dict(sorted(self.node_selector.items()))
+        if self.tolerations:
+            out["tolerations"] = [t.to_dict() for t in self.tolerations]
+        if self.regions:
+            out["regions"] = list(self.regions)
+        if self.topology_spread is not None:
+            out["topologySpread"] = self.topology_spread.to_dict()
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probe:
+    """A health probe; times in seconds."""
+
+    timeout_s: float
+    period_s: float
+    failure_threshold: int = 3
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "timeoutSeconds": _plain_number(self.timeout_s),
+            "periodSeconds": _plain_number(self.period_s),
+            "failureThreshold": self.failure_threshold,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Probes:
+    """``spec.probes``: startup, readiness and liveness of each worker."""
+
+    startup: Probe = Probe(timeout_s=60.0, period_s=1.0)
+    readiness: Probe = Probe(timeout_s=1.0, period_s=5.0)
+    liveness: Probe = Probe(timeout_s=5.0, period_s=10.0)
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "startup": self.startup.to_dict(),
+            "readiness": self.readiness.to_dict(),
+            "liveness": self.liveness.to_dict(),
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CanaryAnalysis:
+    """When a canary step fails: accuracy below, or error rate up by more than, a bound."""
+
+    min_accuracy: float | None = None
+    max_error_rate_increase: float | None = None
+    window_s: float = 60.0
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.min_accuracy is not None:
+            out["minAccuracy"] = self.min_accuracy
+        if self.max_error_rate_increase is not None:
+            out["maxErrorRateIncrease"] = self.max_error_rate_increase
+        out["window"] = format_duration(self.window_s)
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Canary:
+    """Canary steps, as percentages of the fleet, strictly increasing."""
+
+    steps: tuple[int, ...]
+    analysis: CanaryAnalysis | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"steps": [f"{step}%" for step in self.steps]}
+        if self.analysis is not None:
+            out["analysis"] = self.analysis.to_dict()
+        return out
+
+
+_QUARTER = IntOrPercent(25, percent=True)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Rollout:
+    """``spec.rollout``: how a new revision replaces the old one."""
+
+    max_unavailable: IntOrPercent = _QUARTER
+    max_surge: IntOrPercent = _QUARTER
+    canary: Canary | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "maxUnavailable": self.max_unavailable.to_yaml(),
+            "maxSurge": self.max_surge.to_yaml(),
+        }
+        if self.canary is not None:
+            out["canary"] = self.canary.to_dict()
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Scaling:
+    """``spec.scaling``: autoscaling bounds and triggers."""
+
+    max_replicas: int
+    min_replicas: int = 1
+    queue_depth_up: int | None = None
+    cpu_down_below: int | None = None  # percent
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "minReplicas": self.min_replicas,
+            "maxReplicas": self.max_replicas,
+        }
+        if self.queue_depth_up is not None:
+            out["queueDepthUp"] = self.queue_depth_up
+        if self.cpu_down_below is not None:
+            out["cpuDownBelow"] = f"{self.cpu_down_below}%"
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PowerWindow:
+    """From ``start`` to ``end`` (local time; may wrap past midnight) serve at ``precision``."""
+
+    start: time
+    end: time
+    precision: Precision
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "from": self.start.strftime("%H:%M"),
+            "to": self.end.strftime("%H:%M"),
+            "precision": self.precision.value,
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Power:
+    """``spec.power``: a schedule of reduced-power windows."""
+
+    schedule: tuple[PowerWindow, ...] = ()
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"schedule": [w.to_dict() for w in self.schedule]}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelDeploymentSpec:
+    """``spec`` of a ModelDeployment."""
+
+    model: ModelRef
+    runtime: RuntimeSpec = RuntimeSpec()
+    replicas: Replicas = Replicas()
+    resources: Resources = Resources()
+    placement: Placement = field(default_factory=Placement)
+    probes: Probes = Probes()
+    rollout: Rollout = Rollout()
+    scaling: Scaling | None = None
+    power: Power | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {
+            "model": self.model.to_dict(),
+            "runtime": self.runtime.to_dict(),
+            "replicas": self.replicas.to_dict(),
+            "resources": self.resources.to_dict(),
+            "placement": self.placement.to_dict(),
+            "probes": self.probes.to_dict(),
+            "rollout": self.rollout.to_dict(),
+        }
+        if self.scaling is not None:
+            out["scaling"] = self.scaling.to_dict()
+        if self.power is not None:
+            out["power"] = self.power.to_dict()
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ModelDeployment:
+    """Run a model on the devices that match, kept so by the hub and by edged."""
+
+    KIND: ClassVar[str] = "ModelDeployment"
+
+    metadata: ObjectMeta
+    spec: ModelDeploymentSpec
+
+    @property
+    def kind(self) -> str:
+        return self.KIND
+
+    @property
+    def api_version(self) -> str:
+        return API_VERSION
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def to_dict(self) -> dict[str, Any]:
+        """The canonical camelCase document; :func:`parse_manifest` reads it back equal."""
+        return {
+            "apiVersion": API_VERSION,
+            "kind": self.KIND,
+            "metadata": self.metadata.to_dict(),
+            "spec": self.spec.to_dict(),
+        }
+
+
+Manifest: TypeAlias = ModelDeployment
+"""Any manifest kind (a union as kinds are added)."""
+
+
+def _plain_number(value: float) -> int | float:
+    return int(value) if float(value).is_integer() else value
+
+
+# ---------------------------------------------------------------------------------------------
+# Field syntax
+
+_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
+_DNS_SUBDOMAIN = rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*"
+_LABEL_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
+
+dns_label = matching(
+    _DNS_LABEL,
+    'a DNS label: lowercase letters, digits and "-", starting and ending with a letter or digit',
+    max_length=63,
+)
+
+
+def label_key(value: object) -> str:
+    """A Kubernetes label key: ``name`` or ``prefix/name`` (prefix a DNS subdomain)."""
+    if not isinstance(value, str):
+        raise ValueError(f"must be a label key (a string), got {describe(value)}")
+    prefix, slash, name = value.rpartition("/")
+    if slash and (len(prefix) > 253 or not re.fullmatch(_DNS_SUBDOMAIN, prefix)):
+        raise ValueError(f"must have a DNS subdomain as its prefix, got {describe(value)}")
+    if len(name) > 63 or not re.fullmatch(_LABEL_NAME, name):
+        raise ValueError(
+            "must be a label key: at most 63 letters, digits, '-', '_' or '.', starting and ending "
+            f"with a letter or digit, optionally after a prefix and '/', got {describe(value)}"
+        )
+    return value
+
+
+def label_value(value: object) -> str:
+    """A Kubernetes label value: empty, or up to 63 letters, digits, ``-_.``."""
+    if not isinstance(value, str):
+        hint = " (write it in quotes)" if isinstance(value, int | float) else ""
+        raise ValueError(f"must be a string{hint}, got {describe(value)}")
+    if len(value) > 63 or (value and not re.fullmatch(_LABEL_NAME, value)):
+        raise ValueError(
+            "must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and "
+            f"ending with a letter or digit, got {describe(value)}"
+        )
+    return value
+
+
+_version_text = matching(
+    r"[A-Za-z0-9][A-Za-z0-9._+-]*",
+    'a version such as "2.4.1": letters, digits, ".", "_", "+" and "-"',
+    max_length=128,
+)
+
+
+def _version(value: object) -> str:
+    if isinstance(value, int | float) and not isinstance(value, bool):
+        raise ValueError(
+            f'must be a string, got the number {value!r}: write it in quotes (version: "{value}"); '
+            "YAML reads unquoted numbers as numbers, so 2.40 would become 2.4"
+        )
+    return _version_text(value)
+
+
+_sha256_text = matching(r"[0-9a-fA-F]{64}", "a SHA-256 digest: 64 hexadecimal digits")
+
+
+def _sha256(value: object) -> str:
+    return _sha256_text(value).lower()
+
+
+def _toleration_key(value: object) -> str:
+    return "" if value == "" else label_key(value)
+
+
+_execution_provider = matching(
+    r"[A-Za-z][A-Za-z0-9_]*ExecutionProvider",
+    'an ONNX Runtime execution provider such as "CUDAExecutionProvider"',
+)
+
+
+def _at_most(limit: float, text: str) -> Callable[[float], str | None]:
+    return lambda v: f"must be at most {text}, got {format_duration(v)}" if v > limit else None
+
+
+def _positive(text: str) -> Callable[[float], str | None]:
+    return lambda v: f"must be more than {text}" if v <= 0 else None
+
+
+_clock_text = matching(r"(?:[01]\d|2[0-3]):[0-5]\d", 'a time of day "HH:MM" (00:00 to 23:59)')
+
+
+def _clock_time(value: object) -> time:
+    if isinstance(value, int) and not isinstance(value, bool):
+        raise ValueError(
+            f'must be a time "HH:MM" in quotes, got the number {value}: YAML reads an unquoted '
+            "time such as 06:00 as a number of minutes"
+        )
+    text = _clock_text(value)
+    return time(int(text[:2]), int(text[3:]))
+
+
+_seconds = number_in(above=0, high=86400)
+_fraction = number_in(0, 1)
+_step_percent = within(parse_percent, lambda v: "must be more than 0%" if v == 0 else None)
+
+
+# ---------------------------------------------------------------------------------------------
+# Reading
+
+
+def _read_metadata(r: Reader | None) -> ObjectMeta:
+    if r is None:
+        return ObjectMeta(name="")
+    return ObjectMeta(
+        name=r.required("name", dns_label, ""),
+        labels=r.string_map("labels", label_key, label_value) or {},
+        annotations=r.string_map("annotations", label_key, as_str) or {},
+    )
+
+
+def _read_model(r: Reader | None) -> ModelRef:
+    if r is None:
+        return ModelRef(name="", version="")
+    return ModelRef(
+        name=r.required("name", dns_label, ""),
+        version=r.required("version", _version, ""),
+        path=r.optional("path", non_empty_str, None),
+        sha256=r.optional("sha256", _sha256, None),
+    )
+
+
+def _read_runtime(r: Reader | None) -> RuntimeSpec:
+    default = RuntimeSpec()
+    if r is None:
+        return default
+    providers = r.list_of("executionProviders", _execution_provider, unique=True)
+    if providers is not None and not providers and r.raw("executionProviders") == []:
+        r.problems.add(r.at("executionProviders"), "must list at least one execution provider")
+    return RuntimeSpec(
+        max_batch_size=r.optional("maxBatchSize", int_in(1, 1024), default.max_batch_size),
+        max_queue_delay=r.optional(
+            "maxQueueDelay", within(parse_duration, _at_most(1.0, "1s")), default.max_queue_delay
+        ),
+        precision=r.optional("precision", one_of(Precision), default.precision),
+        execution_providers=tuple(providers) if providers else default.execution_providers,
+        intra_op_threads=r.optional("intraOpThreads", int_in(1, 256), default.intra_op_threads),
+    )
+
+
+def _read_replicas(r: Reader | None) -> Replicas:
+    if r is None:
+        return Replicas()
+    per_device = r.optional("perDevice", int_in(0, 64), None)
+    total = r.optional("total", int_in(0, 100_000), None)
+    if r.has("perDevice") and r.has("total"):
+        r.problems.add(r.path, "set exactly one of perDevice and total, not both")
+    elif not r.has("perDevice") and not r.has("total"):
+        r.problems.add(r.path, "set one of perDevice and total")
+    return Replicas(per_device=per_device, total=total)
+
+
+def _read_resources(r: Reader | None) -> Resources:
+    if r is None:
+        return Resources()
+    return Resources(
+        cpu_millis=r.optional("cpu", parse_cpu, None),
+        memory_bytes=r.optional("memory", parse_memory, None),
+        accelerator=r.optional("accelerator", label_value, None),
+    )
+
+
+def _read_toleration(r: Reader) -> Toleration:
+    key = r.optional("key", _toleration_key, "")
+    operator = r.optional("operator", one_of(TolerationOperator), TolerationOperator.EQUAL)
+    value = r.optional("value", label_value, "")
+    if operator is TolerationOperator.EXISTS and value:
+        r.problems.add(r.at("value"), "must be empty when operator is Exists")
+    if operator is TolerationOperator.EQUAL and key == "" and r.raw("key") in (None, ""):
+        r.problems.add(r.at("key"), "required when operator is Equal")
+    return Toleration(
+        key=key,
+        operator=operator,
+        value=value,
+        effect=r.optional("effect", one_of(TaintEffect), None),
+    )
+
+
+def _read_placement(r: Reader | None) -> Placement:
+    if r is None:
+        return Placement()
+    tolerations = []
+    for path, item in r.items("tolerations"):
+        item_reader = r.problems.reader(item, path)
+        if item_reader is not None:
+            tolerations.append(_read_toleration(item_reader))
+    spread = r.section("topologySpread")
+    return Placement(
+        node_selector=r.string_map("nodeSelector", label_key, label_value) or {},
+        tolerations=tuple(tolerations),
+        regions=tuple(r.list_of("regions", dns_label, unique=True) or ()),
+        topology_spread=None
+        if spread is None
+        else TopologySpread(
+            key=spread.required("key", label_key, ""),
+            min_per_domain=spread.optional("minPerDomain", int_in(1, None), 1),
+        ),
+    )
+
+
+def _read_probe(r: Reader | None, default: Probe) -> Probe:
+    if r is None:
+        return default
+    return Probe(
+        timeout_s=r.optional("timeoutSeconds", _seconds, default.timeout_s),
+        period_s=r.optional("periodSeconds", _seconds, default.period_s),
+        failure_threshold=r.optional(
+            "failureThreshold", int_in(1, 1000), default.failure_threshold
+        ),
+    )
+
+
+def _read_probes(r: Reader | None) -> Probes:
+    default = Probes()
+    if r is None:
+        return default
+    return Probes(
+        startup=_read_probe(r.section("startup"), default.startup),
+        readiness=_read_probe(r.section("readiness"), default.readiness),
+        liveness=_read_probe(r.section("liveness"), default.liveness),
+    )
+
+
+def _read_canary(r: Reader) -> Canary:
+    steps = tuple(r.list_of("steps", _step_percent) or ())
+    if not r.has("steps"):
+        r.problems.add(r.at("steps"), "required field is missing")
+    elif r.raw("steps") == []:
+        r.problems.add(r.at("steps"), "must list at least one step")
+    if any(later <= earlier for earlier, later in itertools.pairwise(steps)):
+        r.problems.add(r.at("steps"), "must be strictly increasing percentages")
+    analysis = None
+    a = r.section("analysis")
+    if a is not None:
+        analysis = CanaryAnalysis(
+            min_accuracy=a.optional("minAccuracy", _fraction, None),
+            max_error_rate_increase=a.optional("maxErrorRateIncrease", _fraction, None),
+            window_s=a.optional(
+                "window", within(parse_duration, _positive("0s")), CanaryAnalysis().window_s
+            ),
+        )
+    return Canary(steps=steps, analysis=analysis)
+
+
+def _read_rollout(r: Reader | None) -> Rollout:
+    default = Rollout()
+    if r is None:
+        return default
+    canary = r.section("canary")
+    rollout = Rollout(
+        max_unavailable=r.optional("maxUnavailable", parse_int_or_percent, default.max_unavailable),
+        max_surge=r.optional("maxSurge", parse_int_or_percent, default.max_surge),
+        canary=None if canary is None else _read_canary(canary),
+    )
+    if rollout.max_unavailable.value == 0 and rollout.max_surge.value == 0:
+        r.problems.add(r.at("maxUnavailable"), "must not be 0 when maxSurge is 0")
+    return rollout
+
+
+def _read_scaling(r: Reader | None) -> Scaling | None:
+    if r is None:
+        return None
+    min_replicas = r.optional("minReplicas", int_in(0, 100_000), 1)
+    max_replicas = r.required("maxReplicas", int_in(1, 100_000), None)
+    if max_replicas is not None and min_replicas > max_replicas:
+        r.problems.add(r.at("minReplicas"), f"must not exceed maxReplicas ({max_replicas})")
+    return Scaling(
+        min_replicas=min_replicas,
+        max_replicas=max_replicas or 1,
+        queue_depth_up=r.optional("queueDepthUp", int_in(1, None), None),
+        cpu_down_below=r.optional("cpuDownBelow", _step_percent, None),
+    )
+
+
+def _read_power(r: Reader | None) -> Power | None:
+    if r is None:
+        return None
+    windows = []
+    for path, item in r.items("schedule"):
+        w = r.problems.reader(item, path)
+        if w is None:
+            continue
+        start = w.required("from", _clock_time, None)
+        end = w.required("to", _clock_time, None)
+        if start is not None and start == end:
+            w.problems.add(w.at("to"), 'must differ from "from"')
+        precision = w.required("precision", one_of(Precision), Precision.FP32)
+        windows.append(PowerWindow(start=start or time(0), end=end or time(0), precision=precision))
+    return Power(schedule=tuple(windows))
+
+
+def _read_model_deployment(metadata: ObjectMeta, r: Reader | None) -> ModelDeployment:
+    if r is None:
+        spec = ModelDeploymentSpec(model=ModelRef(name="", version=""))
+    else:
+        spec = ModelDeploymentSpec(
+            model=_read_model(r.required_section("model")),
+            runtime=_read_runtime(r.section("runtime")),
+            replicas=_read_replicas(r.section("replicas")),
+            resources=_read_resources(r.section("resources")),
+            placement=_read_placement(r.section("placement")),
+            probes=_read_probes(r.section("probes")),
+            rollout=_read_rollout(r.section("rollout")),
+            scaling=_read_scaling(r.section("scaling")),
+            power=_read_power(r.section("power")),
+        )
+    return ModelDeployment(metadata=metadata, spec=spec)
+
+
+_KINDS: dict[str, Callable[[ObjectMeta, Reader | None], Manifest]] = {
+    ModelDeployment.KIND: _read_model_deployment,
+}
+SUPPORTED_KINDS: tuple[str, ...] = tuple(_KINDS)
+
+
+def _kind(value: object) -> str:
+    if not isinstance(value, str) or value not in _KINDS:
+        raise ValueError(
+            f"must be a supported kind ({', '.join(SUPPORTED_KINDS)}), got {describe(value)}"
+        )
+    return value
+
+
+def _api_version(value: object) -> str:
+    if value != API_VERSION:
+        raise ValueError(f'must be "{API_VERSION}", got {describe(value)}')
+    return API_VERSION
+
+
+def read_manifest(problems: Problems, doc: object) -> Manifest | None:
+    """Read ``doc`` into ``problems``; the manifest, or ``None`` if its kind is unknown."""
+    r = problems.reader(doc)
+    if r is None:
+        return None
+    r.required("apiVersion", _api_version, API_VERSION)
+    kind = r.required("kind", _kind, None)
+    r.ignore("status")  # added by the hub; not part of the desired state
+    metadata = _read_metadata(r.required_section("metadata"))
+    if kind is None:
+        r.ignore("spec")
+        return None
+    return _KINDS[kind](metadata, r.required_section("spec"))
+
+
+def parse_manifest(doc: object, *, source: str = "") -> Manifest:
+    """A typed manifest from a decoded document; :class:`ValidationError` lists every problem."""
+    problems = Problems()
+    manifest = read_manifest(problems, doc)
+    problems.raise_if_any(ValidationError, source=source)
+    assert manifest is not None  # every path that returns None records a problem
+    return manifest

@@ -1,0 +1,169 @@
+"""The content-addressed artifact store: ``<data-dir>/artifacts/sha256/<hex>``.
+
+Models are loaded only from here, never from where they came from. Getting an artifact in is
+one pipeline, :meth:`ArtifactStore.ingest`:
+
+1. *stage*: copy the bytes into ``staging/`` while hashing, stopping at the size limit
+   (a signed length once signatures exist);
+2. *verify*: every :class:`Verifier` in the chain sees the staged file, its digest and length,
+   and may refuse it (``ArtifactError`` with a reason). Signature checks (the trust issue) are
+   one more verifier here, so nothing unverified can ever reach the store;
+3. *commit*: fsync, make read-only, rename into place, fsync the directory.
+
+A crash at any point leaves either no blob or a complete one; stale staging files are
+removed at start. Workers check the digest again when they read a blob.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import BinaryIO, Protocol
+
+from edged.errors import ArtifactError
+from edged.logs import get_logger
+from edged.state.persisting import fsync_dir
+
+log = get_logger(__name__)
+
+CHUNK = 1 << 20
+DEFAULT_MAX_BYTES = 4 << 30
+
+
+@dataclass(frozen=True, slots=True)
+class StagedArtifact:
+    """Bytes staged for verification; ``path`` is private to the store until committed."""
+
+    path: Path
+    sha256: str
+    length: int
+    origin: str  # where the bytes came from, for messages
+    name: str  # the model name the artifact is for
+    version: str
+
+
+class Verifier(Protocol):
+    def verify(self, staged: StagedArtifact) -> None:
+        """Raise ArtifactError to refuse the artifact."""
+
+
+class PinnedDigest:
+    """Refuses an artifact whose digest is not the one the manifest pinned (if it pinned one)."""
+
+    def __init__(self, sha256: str | None) -> None:
+        self._sha256 = sha256
+
+    def verify(self, staged: StagedArtifact) -> None:
+        if self._sha256 is not None and staged.sha256 != self._sha256:
+            raise ArtifactError(
+                "DigestMismatch",
+                f"{staged.origin} has sha256 {staged.sha256}, the manifest pins {self._sha256}",
+            )
+
+
+class LooksLikeOnnx:
+    """A cheap sniff: an ONNX ModelProto starts with field 1 (ir_version, a varint)."""
+
+    def verify(self, staged: StagedArtifact) -> None:
+        with open(staged.path, "rb") as f:
+            head = f.read(2)
+        if len(head) < 2 or head[0] != 0x08:
+            raise ArtifactError("NotAnOnnxModel", f"{staged.origin} is not an ONNX model file")
+
+
+class ArtifactStore:
+    def __init__(self, root: Path) -> None:
+        self.root = root
+        self._blobs = root / "sha256"
+        self._staging = root / "staging"
+        for d in (root, self._blobs, self._staging):
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+        for stale in self._staging.iterdir():
+            stale.unlink(missing_ok=True)
+
+    def path_for(self, sha256: str) -> Path:
+        return self._blobs / sha256
+
+    def has(self, sha256: str) -> bool:
+        return self.path_for(sha256).is_file()
+
+    def digests(self) -> set[str]:
+        return {p.name for p in self._blobs.iterdir() if not p.name.startswith(".")}
+
+    def ingest_file(
+        self,
+        source: Path,
+        *,
+        name: str,
+        version: str,
+        verifiers: list[Verifier],
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> str:
+        """Stage, verify and commit a local file; return its sha256."""
+        try:
+            f = open(source, "rb")  # noqa: SIM115 - closed in finally below
+        except FileNotFoundError:
+            raise ArtifactError("ArtifactNotFound", f"model file {source} does not exist") from None
+        except OSError as exc:
+            raise ArtifactError("ArtifactUnreadable", f"cannot read {source}: {exc.strerror}") from None
+        try:
+            return self.ingest_stream(
+                f, origin=str(source), name=name, version=version, verifiers=verifiers,
+                max_bytes=max_bytes,
+            )
+        finally:
+            f.close()
+
+    def ingest_stream(
+        self,
+        stream: BinaryIO,
+        *,
+        origin: str,
+        name: str,
+        version: str,
+        verifiers: list[Verifier],
+        max_bytes: int = DEFAULT_MAX_BYTES,
+    ) -> str:
+        tmp = self._staging / f"{os.getpid()}-{os.urandom(6).hex()}"
+        digest = hashlib.sha256()
+        length = 0
+        try:
+            with open(tmp, "wb") as out:
+                while True:
+                    chunk = stream.read(CHUNK)
+                    if not chunk:
+                        break
+                    length += len(chunk)
+                    if length > max_bytes:
+                        raise ArtifactError(
+                            "ArtifactTooLarge", f"{origin} is larger than {max_bytes} bytes"
+                        )
+                    digest.update(chunk)
+                    out.write(chunk)
+                out.flush()
+                os.fsync(out.fileno())
+            staged = StagedArtifact(tmp, digest.hexdigest(), length, origin, name, version)
+            for verifier in verifiers:
+                verifier.verify(staged)
+            final = self.path_for(staged.sha256)
+            if final.is_file():
+                tmp.unlink()
+            else:
+                os.chmod(tmp, 0o444)
+                os.replace(tmp, final)
+                fsync_dir(self._blobs)
+                log.info("artifact stored", sha256=staged.sha256, bytes=length, origin=origin)
+            return staged.sha256
+        finally:
+            tmp.unlink(missing_ok=True)
+
+    def collect_garbage(self, keep: set[str]) -> list[str]:
+        removed = []
+        for digest in self.digests() - keep:
+            self.path_for(digest).unlink(missing_ok=True)
+            removed.append(digest)
+        if removed:
+            log.info("artifacts removed", count=len(removed))
+        return removed

@@ -1,0 +1,170 @@
+"""The ``edged`` command: run, status, --version."""
+
+from __future__ import annotations
+
+import argparse
+import http.client
+import socket
+import sys
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from edged import __version__
+
+DEFAULT_DATA_DIR = "/var/lib/edged"
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over a Unix socket (for ``edged status`` and tests)."""
+
+    def __init__(self, path: str, timeout: float = 5.0) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def _version_text() -> str:
+    lines = [f"edged {__version__}"]
+    try:
+        import onnxruntime as ort
+
+        lines.append(
+            f"onnxruntime {ort.__version__} ({', '.join(ort.get_available_providers())})"
+        )
+    except ImportError:
+        lines.append("onnxruntime: not installed")
+    return "\n".join(lines)
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="edged", description="edgefleet device daemon: runs models by declared intent"
+    )
+    p.add_argument("--version", action="store_true", help="print versions and exit")
+    sub = p.add_subparsers(dest="command")
+    run = sub.add_parser("run", help="run the daemon")
+    run.add_argument("--data-dir", help=f"state directory (default {DEFAULT_DATA_DIR})")
+    run.add_argument("--config", type=Path, help="edged.toml")
+    run.add_argument("--manifests", type=Path, help="directory of static ModelDeployment files")
+    run.add_argument("--log-level", help="debug|info|warning|error (overrides the config)")
+    st = sub.add_parser("status", help="what the running daemon says")
+    st.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    st.add_argument("--socket", help="status socket path (default DATA_DIR/edged.sock)")
+    st.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _parser().parse_args(argv)
+    if args.version:
+        print(_version_text())
+        return 0
+    if args.command == "run":
+        return _run(args)
+    if args.command == "status":
+        return _status(args)
+    _parser().print_help()
+    return 2
+
+
+def _run(args: argparse.Namespace) -> int:
+    from edged.config import load_config
+    from edged.errors import ConfigError
+    from edged.logs import configure_logging
+
+    data_dir = Path(args.data_dir) if args.data_dir else None
+    try:
+        config = load_config(args.config, data_dir=data_dir)
+    except ConfigError as exc:
+        print(f"edged: invalid config: {exc}", file=sys.stderr)
+        return 2
+    configure_logging(args.log_level or config.log_level)
+    if args.manifests is not None and not args.manifests.is_dir():
+        print(f"edged: --manifests {args.manifests} is not a directory", file=sys.stderr)
+        return 2
+    from edged.daemon import Daemon
+
+    async def _main() -> int:
+        daemon = Daemon(config, manifests=args.manifests.resolve() if args.manifests else None)
+        return await daemon.run()
+
+    try:
+        import uvloop
+
+        return int(uvloop.run(_main()))
+    except ImportError:  # pragma: no cover - non-Linux
+        import asyncio
+
+        return asyncio.run(_main())
+
+
+def fetch_status(sock_path: str) -> dict[str, Any]:
+    conn = UnixHTTPConnection(sock_path)
+    try:
+        conn.request("GET", "/v1/status")
+        resp = conn.getresponse()
+        doc: dict[str, Any] = orjson.loads(resp.read())
+        return doc
+    finally:
+        conn.close()
+
+
+def _status(args: argparse.Namespace) -> int:
+    sock = args.socket or str(Path(args.data_dir) / "edged.sock")
+    try:
+        doc = fetch_status(sock)
+    except OSError as exc:
+        print(f"edged: cannot reach the status socket {sock}: {exc}", file=sys.stderr)
+        return 1
+    if args.output == "json":
+        sys.stdout.write(orjson.dumps(doc, option=orjson.OPT_INDENT_2).decode() + "\n")
+        return 0
+    print(render_status(doc))
+    return 0
+
+
+def render_status(doc: dict[str, Any]) -> str:
+    dev = doc.get("device", {})
+    out = [
+        f"device {dev.get('name')}  edged {dev.get('edgedVersion')}  pid {dev.get('pid')}  "
+        f"up {dev.get('uptimeSeconds', 0):.0f}s  generation {doc.get('generation')}  "
+        f"ready {'yes' if doc.get('ready') else 'no'}  limits {dev.get('limitsMode')}",
+    ]
+    if dev.get("trust", {}).get("allowUnsigned"):
+        out.append("WARNING: trust.allowUnsigned is on: unsigned artifacts are accepted")
+    rows = [("WORKLOAD", "MODEL", "VERSION", "PHASE", "READY", "RESTARTS", "PROVIDERS")]
+    for w in doc.get("workloads", []):
+        reps = w.get("replicas", [])
+        providers = sorted({p for r in reps for p in r.get("providers", [])})
+        rows.append(
+            (
+                w["name"],
+                w.get("model", {}).get("name", "-"),
+                w.get("model", {}).get("version", "-"),
+                w.get("phase", "-"),
+                f"{w.get('readyReplicas', 0)}/{w.get('desiredReplicas', 0)}",
+                str(sum(r.get("restarts", 0) for r in reps)),
+                ",".join(p.replace("ExecutionProvider", "") for p in providers) or "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out += ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    for w in doc.get("workloads", []):
+        for c in w.get("conditions", []):
+            if c["type"] != "Ready" or c["status"] != "True":
+                out.append(f"  {w['name']}: {c['type']}={c['status']} {c['reason']}: {c['message']}")
+    for p in doc.get("source", {}).get("problems", []):
+        where = p["file"] + (f" ({p['workload']})" if p["workload"] else "")
+        out.append(f"  manifest {where}: {p['reason']}: {p['message']}")
+    return "\n".join(out)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,323 @@
+"""edged's own config file (``edged.toml``), read into frozen dataclasses.
+
+Every key is optional; :func:`default_config_text` is the file with every default spelled out.
+Every problem is reported at once in a :class:`~edged.errors.ConfigError`, each with its key
+path (``reconcile.resyncPerod: unknown field (did you mean "resyncPeriod"?)``). Durations are
+float seconds, sizes int bytes.
+"""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from enum import StrEnum
+from pathlib import Path
+from typing import Any, Literal
+
+from edged.api.quantities import describe, format_duration, parse_duration, parse_memory
+from edged.api.validating import Problems, Reader, as_bool, as_str, int_in, one_of, within
+from edged.errors import ConfigError, Problem
+
+DEFAULT_DATA_DIR = Path("/var/lib/edged")
+STATUS_SOCKET_NAME = "edged.sock"
+INFERENCE_SOCKET_NAME = "infer.sock"
+MAX_SOCKET_PATH_BYTES = 107  # sun_path holds 108 bytes with the terminating NUL (Linux)
+
+_MAX_REQUEST_TEXT = "64Mi"
+_RESYNC_TEXT = "60s"
+_BACKOFF_BASE_TEXT = "50ms"
+_BACKOFF_MAX_TEXT = "5m"
+
+
+class LogLevel(StrEnum):
+    DEBUG = "debug"
+    INFO = "info"
+    WARNING = "warning"
+    ERROR = "error"
+
+
+CgroupRoot = Path | Literal["auto", "off"]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PathsConfig:
+    """``[paths]``: where edged keeps state and its sockets (always resolved, never empty)."""
+
+    data_dir: Path = DEFAULT_DATA_DIR
+    status_socket: Path = DEFAULT_DATA_DIR / STATUS_SOCKET_NAME
+    inference_socket: Path = DEFAULT_DATA_DIR / INFERENCE_SOCKET_NAME
+
+
+@dataclass(frozen=True, slots=True)
+class TcpAddress:
+    """A loopback TCP address to listen on. Port 0 picks a free port."""
+
+    host: str
+    port: int
+
+    def __str__(self) -> str:
+        return f"[{self.host}]:{self.port}" if ":" in self.host else f"{self.host}:{self.port}"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class InferenceConfig:
+    """``[inference]``: the local inference API."""
+
+    listen_tcp: TcpAddress | None = None
+    max_request_bytes: int = parse_memory(_MAX_REQUEST_TEXT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ReconcileConfig:
+    """``[reconcile]``: the control loop. Times in seconds."""
+
+    resync_period_s: float = parse_duration(_RESYNC_TEXT)
+    backoff_base_s: float = parse_duration(_BACKOFF_BASE_TEXT)
+    backoff_max_s: float = parse_duration(_BACKOFF_MAX_TEXT)
+    workers: int = 4
+
+
+def _running_python() -> Path:
+    return Path(sys.executable)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class WorkersConfig:
+    """``[workers]``: inference worker processes."""
+
+    cgroup_root: CgroupRoot = "auto"
+    python_executable: Path = field(default_factory=_running_python)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TrustConfig:
+    """``[trust]``: artifact verification."""
+
+    allow_unsigned: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EdgedConfig:
+    """The whole edged config."""
+
+    log_level: LogLevel = LogLevel.INFO
+    paths: PathsConfig = PathsConfig()
+    inference: InferenceConfig = InferenceConfig()
+    reconcile: ReconcileConfig = ReconcileConfig()
+    workers: WorkersConfig = field(default_factory=WorkersConfig)
+    trust: TrustConfig = TrustConfig()
+
+
+# Converters
+
+
+def _absolute_path(value: object) -> Path:
+    text = as_str(value)
+    if not text or not os.path.isabs(text):
+        raise ValueError(f"must be an absolute path, got {describe(value)}")
+    return Path(text)
+
+
+def _cgroup_root(value: object) -> CgroupRoot:
+    if value == "auto":
+        return "auto"
+    if value == "off":
+        return "off"
+    if isinstance(value, str) and os.path.isabs(value):
+        return Path(value)
+    raise ValueError(
+        f'must be "auto", "off" or the absolute path of a cgroup v2 directory, '
+        f"got {describe(value)}"
+    )
+
+
+def _listen_tcp(value: object) -> TcpAddress | None:
+    text = as_str(value).strip()
+    if not text:
+        return None
+    expected = f'must be HOST:PORT such as "127.0.0.1:8080", got {describe(value)}'
+    host, colon, port_text = text.rpartition(":")
+    if not colon or not port_text.isdigit() or not host:
+        raise ValueError(expected)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    port = int(port_text)
+    if port > 65535:
+        raise ValueError(f"must have a port from 0 to 65535, got {describe(value)}")
+    if host != "localhost":
+        try:
+            loopback = ipaddress.ip_address(host).is_loopback
+        except ValueError:
+            loopback = False
+        if not loopback:
+            raise ValueError(
+                "must be a loopback address (127.0.0.0/8, ::1 or localhost): inference is "
+                f"served only to applications on this device, got {describe(value)}"
+            )
+    return TcpAddress(host, port)
+
+
+_duration = within(parse_duration, lambda v: "must be more than 0s" if v <= 0 else None)
+_size = within(parse_memory, lambda v: "must be more than 0 bytes" if v <= 0 else None)
+
+
+# Reading
+
+
+def _socket_path(r: Reader, name: str, data_dir: Path, default_name: str) -> Path:
+    text = r.optional(name, as_str, "")
+    path = data_dir / (text or default_name)  # an absolute ``text`` replaces data_dir
+    size = len(os.fsencode(path))
+    if size > MAX_SOCKET_PATH_BYTES:
+        r.problems.add(
+            r.at(name),
+            f"{path} is {size} bytes long; a Unix socket path can have at most "
+            f"{MAX_SOCKET_PATH_BYTES} (choose a shorter path or data directory)",
+        )
+    return path
+
+
+def _read_paths(problems: Problems, r: Reader | None, data_dir: Path | None) -> PathsConfig:
+    r = r or problems.empty_reader("paths")
+    configured = r.optional("dataDir", _absolute_path, DEFAULT_DATA_DIR)
+    base = data_dir if data_dir is not None else configured
+    return PathsConfig(
+        data_dir=base,
+        status_socket=_socket_path(r, "statusSocket", base, STATUS_SOCKET_NAME),
+        inference_socket=_socket_path(r, "inferenceSocket", base, INFERENCE_SOCKET_NAME),
+    )
+
+
+def _read_inference(r: Reader | None) -> InferenceConfig:
+    default = InferenceConfig()
+    if r is None:
+        return default
+    return InferenceConfig(
+        listen_tcp=r.optional("listenTcp", _listen_tcp, default.listen_tcp),
+        max_request_bytes=r.optional("maxRequestBytes", _size, default.max_request_bytes),
+    )
+
+
+def _read_reconcile(r: Reader | None) -> ReconcileConfig:
+    default = ReconcileConfig()
+    if r is None:
+        return default
+    config = ReconcileConfig(
+        resync_period_s=r.optional("resyncPeriod", _duration, default.resync_period_s),
+        backoff_base_s=r.optional("backoffBase", _duration, default.backoff_base_s),
+        backoff_max_s=r.optional("backoffMax", _duration, default.backoff_max_s),
+        workers=r.optional("workers", int_in(1, 64), default.workers),
+    )
+    if config.backoff_base_s > config.backoff_max_s:
+        r.problems.add(
+            r.at("backoffBase"),
+            f"must not exceed backoffMax ({format_duration(config.backoff_max_s)})",
+        )
+    return config
+
+
+def _read_workers(r: Reader | None) -> WorkersConfig:
+    if r is None:
+        return WorkersConfig()
+    default = WorkersConfig()
+    python = r.optional("pythonExecutable", as_str, "")
+    return WorkersConfig(
+        cgroup_root=r.optional("cgroupRoot", _cgroup_root, default.cgroup_root),
+        python_executable=r.problems.convert(
+            r.at("pythonExecutable"), python, _absolute_path, default.python_executable
+        )
+        if python
+        else default.python_executable,
+    )
+
+
+def _read_trust(r: Reader | None) -> TrustConfig:
+    if r is None:
+        return TrustConfig()
+    return TrustConfig(allow_unsigned=r.optional("allowUnsigned", as_bool, False))
+
+
+def parse_config(
+    doc: Mapping[str, Any], *, source: str = "", data_dir: Path | None = None
+) -> EdgedConfig:
+    """The config of a decoded TOML document; ``data_dir`` overrides ``paths.dataDir``."""
+    problems = Problems()
+    r = problems.reader(doc) or problems.empty_reader("")
+    config = EdgedConfig(
+        log_level=r.optional("logLevel", one_of(LogLevel), LogLevel.INFO),
+        paths=_read_paths(problems, r.section("paths"), data_dir),
+        inference=_read_inference(r.section("inference")),
+        reconcile=_read_reconcile(r.section("reconcile")),
+        workers=_read_workers(r.section("workers")),
+        trust=_read_trust(r.section("trust")),
+    )
+    problems.raise_if_any(ConfigError, source=source)
+    return config
+
+
+def load_config(path: Path | None, *, data_dir: Path | None = None) -> EdgedConfig:
+    """The config in ``path`` (defaults when ``None``); ``data_dir`` overrides ``paths.dataDir``."""
+    if path is None:
+        return parse_config({}, source="defaults", data_dir=data_dir)
+    source = str(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        reason = exc.strerror or str(exc)
+        raise ConfigError([Problem("", f"cannot read: {reason}")], source=source) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError([Problem("", "is not UTF-8 text")], source=source) from exc
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([Problem("", f"invalid TOML: {exc}")], source=source) from exc
+    return parse_config(doc, source=source, data_dir=data_dir)
+
+
+def default_config_text() -> str:
+    """A commented ``edged.toml`` that sets every key to its default."""
+    return f"""\
+# edged.toml: the configuration of edged, the edgefleet device daemon.
+# Every key is optional; the values below are the defaults.
+
+# debug | info | warning | error
+logLevel = "{LogLevel.INFO.value}"
+
+[paths]
+# State, verified artifacts and sockets. `edged run --data-dir` overrides it.
+dataDir = "{DEFAULT_DATA_DIR}"
+# The status socket (HTTP). Empty: <dataDir>/{STATUS_SOCKET_NAME}; relative paths are under dataDir.
+statusSocket = ""
+# The inference socket (Open Inference Protocol). Empty: <dataDir>/{INFERENCE_SOCKET_NAME}.
+inferenceSocket = ""
+
+[inference]
+# Also serve inference over TCP, e.g. "127.0.0.1:8080". Loopback addresses only. Empty: off.
+listenTcp = ""
+# The largest request body accepted: a size such as "64Mi", "1G" or a number of bytes.
+maxRequestBytes = "{_MAX_REQUEST_TEXT}"
+
+[reconcile]
+# Check everything this often, even when no event says something changed.
+resyncPeriod = "{_RESYNC_TEXT}"
+# A failed action is retried after backoffBase, doubling each time up to backoffMax.
+backoffBase = "{_BACKOFF_BASE_TEXT}"
+backoffMax = "{_BACKOFF_MAX_TEXT}"
+# Deployments reconciled at the same time (1 to 64).
+workers = {ReconcileConfig().workers}
+
+[workers]
+# Resource limits of inference workers: "auto" (use the cgroup v2 subtree delegated to edged,
+# if any), "off", or the absolute path of a delegated cgroup v2 directory.
+cgroupRoot = "auto"
+# The Python interpreter that runs inference workers. Empty: the one running edged.
+pythonExecutable = ""
+
+[trust]
+# Accept model artifacts without a publisher's signature. For development only.
+allowUnsigned = false
+"""

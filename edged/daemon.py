@@ -1,0 +1,321 @@
+"""edged run: wires the parts together and owns start-up and shutdown order.
+
+Start-up: validate config -> load the persisted desired state -> open the status and
+inference sockets -> start replicas for the persisted workloads (no manifest read, no hub
+needed) -> then read the manifests directory. Shutdown (SIGTERM/SIGINT): become unready ->
+stop accepting inference connections -> drain in-flight requests -> stop the controllers ->
+drain and stop workers -> persist status -> exit 0.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import time
+from pathlib import Path
+
+from edged.artifacts.storing import ArtifactStore
+from edged.config import EdgedConfig
+from edged.errors import StateError, TemporaryError
+from edged.logs import get_logger
+from edged.metrics import CounterChild, HistogramChild, Registry
+from edged.reconcile.applying import Applier
+from edged.reconcile.model import ObservedWorkload, WorkloadName
+from edged.reconcile.planning import plan
+from edged.reconcile.queueing import WorkQueue
+from edged.reconcile.running import Result, Runner
+from edged.reporting import StatusBoard
+from edged.runtime.limiting import detect_cgroup_root
+from edged.runtime.processes import Replica, WorkerPool
+from edged.serving.http import HttpServer
+from edged.serving.inference import InferenceRouter
+from edged.serving.status import StatusHandler
+from edged.sources.static import StaticManifests
+from edged.sources.watching import DirectoryWatcher
+from edged.state.desired import DesiredState
+from edged.supervising import supervise
+
+log = get_logger(__name__)
+
+SOURCE_KEY = "static"
+DRAIN_TIMEOUT_S = 20.0
+LATENCY_BUCKETS = (
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+)
+
+
+class WorkloadReconciler:
+    """Reconciles one workload: observe, plan (pure), apply, record status."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self._d = daemon
+
+    async def reconcile(self, key: WorkloadName) -> Result:
+        d = self._d
+        desired = d.desired.get(key)
+        observed = ObservedWorkload(
+            replicas=d.pool.observe(key),
+            artifact_present=d.store.has(desired.sha256) if desired is not None else True,
+        )
+        p = plan(key, desired, observed, time.monotonic())
+        d.board.set_workload(key, p.status)
+        await d.applier.apply(desired, p.actions)
+        return Result(requeue_after=p.requeue_after)
+
+
+class SourceReconciler:
+    """Reads the manifests directory into the accepted desired state."""
+
+    def __init__(self, daemon: Daemon, source: StaticManifests) -> None:
+        self._d = daemon
+        self._source = source
+
+    async def reconcile(self, key: str) -> Result:
+        d = self._d
+        result = await asyncio.to_thread(self._source.sync, dict(d.desired.workloads))
+        changed = d.desired.replace(result.workloads)
+        d.board.set_source(result.problems, result.files)
+        if changed:
+            log.info(
+                "desired state accepted",
+                generation=d.desired.generation,
+                changed=",".join(sorted(changed)),
+            )
+            d.refresh_routes()
+            for name in changed:
+                d.workload_queue.add(name)
+        d.collect_garbage()
+        if result.retryable:
+            raise TemporaryError("some manifests refer to model files that cannot be read yet")
+        return Result()
+
+
+class Resync:
+    """The safety net of level-triggered control: every key is looked at periodically."""
+
+    name = "resync"
+
+    def __init__(self, daemon: Daemon, period: float) -> None:
+        self._d = daemon
+        self._period = period
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self._period)
+            except TimeoutError:
+                self._d.enqueue_all()
+
+
+class Daemon:
+    def __init__(self, config: EdgedConfig, *, manifests: Path | None) -> None:
+        self.config = config
+        data = Path(config.paths.data_dir)
+        self.data_dir = data
+        data.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.registry = Registry()
+        self.store = ArtifactStore(data / "artifacts")
+        self.desired = DesiredState(data / "state" / "desired.json")
+        self.router = InferenceRouter()
+        self.cgroup_root = detect_cgroup_root(config.workers.cgroup_root)
+        self.limits_mode = "cgroup" if self.cgroup_root is not None else "rlimit"
+        self.workload_queue: WorkQueue[WorkloadName] = WorkQueue(
+            "workloads",
+            base_delay=config.reconcile.backoff_base_s,
+            max_delay=config.reconcile.backoff_max_s,
+        )
+        self.source_queue: WorkQueue[str] = WorkQueue(
+            "source", base_delay=config.reconcile.backoff_base_s, max_delay=config.reconcile.backoff_max_s
+        )
+        self.pool = WorkerPool(
+            notify=self.workload_queue.add,
+            on_serving_change=self._on_serving_change,
+            on_result=self._on_result,
+            python=str(config.workers.python_executable),
+        )
+        self.applier = Applier(
+            self.pool,
+            artifact_path=self.store.path_for,
+            request_refetch=lambda: self.source_queue.add(SOURCE_KEY),
+            cgroup_root=self.cgroup_root,
+            log_level=config.log_level,
+        )
+        self.manifests = manifests
+        self.board = StatusBoard(
+            data / "state" / "status.json",
+            desired=self.desired,
+            pool=self.pool,
+            limits_mode=self.limits_mode,
+            allow_unsigned=config.trust.allow_unsigned,
+            manifests_dir=manifests,
+        )
+        self.source = (
+            StaticManifests(manifests, self.store, max_artifact_bytes=4 << 30)
+            if manifests is not None
+            else None
+        )
+        self.stop_event = asyncio.Event()
+        self._init_metrics()
+
+    # -- metrics --------------------------------------------------------------------------
+    def _init_metrics(self) -> None:
+        r = self.registry
+        self._m_requests = r.counter(
+            "edged_inference_requests_total", "Inference requests answered by workers",
+            ("model", "code"),
+        )
+        self._m_latency = r.histogram(
+            "edged_inference_request_duration_seconds",
+            "Time from forwarding a request to a worker to its answer",
+            ("model",),
+            buckets=LATENCY_BUCKETS,
+        )
+        self._req_children: dict[tuple[str, int], CounterChild] = {}
+        self._lat_children: dict[str, HistogramChild] = {}
+        restarts = r.gauge("edged_replica_restarts", "Restarts of replica slots", ("workload",))
+        ready = r.gauge("edged_replicas_ready", "Ready replicas", ("workload",))
+        self._m_restarts, self._m_ready = restarts, ready
+        r.gauge("edged_desired_generation", "Generation of the accepted desired state").set_function(
+            lambda: float(self.desired.generation)
+        )
+        r.gauge("edged_workloads", "Workloads in the desired state").set_function(
+            lambda: float(len(self.desired.workloads))
+        )
+
+    def _on_result(self, rep: Replica, status: int, seconds: float) -> None:
+        model = rep.spec.model_name
+        key = (model, status)
+        c = self._req_children.get(key)
+        if c is None:
+            c = self._req_children[key] = self._m_requests.labels(model=model, code=str(status))
+        c.inc()
+        h = self._lat_children.get(model)
+        if h is None:
+            h = self._lat_children[model] = self._m_latency.labels(model=model)
+        h.observe(seconds)
+
+    def _on_serving_change(self, rep: Replica, ready: bool) -> None:
+        self.router.replica_ready(rep, ready)
+        self._m_ready.labels(workload=rep.workload).set(
+            sum(1 for r in self.pool.replicas(rep.workload) if r.phase.value == "Ready")
+        )
+        self._m_restarts.labels(workload=rep.workload).set(
+            sum(r.restarts for r in self.pool.replicas(rep.workload))
+        )
+
+    # -- helpers used by reconcilers ------------------------------------------------------
+    def refresh_routes(self) -> None:
+        self.router.set_models(
+            {
+                w.deployment.spec.model.name: (w.name, w.deployment.spec.model.version)
+                for w in self.desired.workloads.values()
+            }
+        )
+
+    def enqueue_all(self) -> None:
+        for name in set(self.desired.workloads) | self.pool.workloads():
+            self.workload_queue.add(name)
+        if self.source is not None:
+            self.source_queue.add(SOURCE_KEY)
+
+    def collect_garbage(self) -> None:
+        keep = {w.sha256 for w in self.desired.workloads.values()}
+        keep |= {r.spec.artifact_sha256 for r in self.pool.replicas()}
+        self.store.collect_garbage(keep)
+
+    # -- lifecycle ------------------------------------------------------------------------
+    async def run(self) -> int:
+        loop = asyncio.get_running_loop()
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            loop.add_signal_handler(sig, self._request_stop, sig)
+        try:
+            self.desired.load()
+        except StateError as exc:
+            # Atomic writes make this unexpected (disk corruption, hand edits): say so loudly
+            # and start empty rather than not at all; the source will provide state again.
+            log.error("persisted desired state unreadable, starting empty", error=str(exc))
+        self.board.loaded = True
+        self.refresh_routes()
+        cfg = self.config
+        status_server = HttpServer(
+            StatusHandler(self.board, self.registry, alive=lambda: True).handle, max_body=1 << 16
+        )
+        await status_server.listen_unix(cfg.paths.status_socket)
+        infer_server = HttpServer(self.router.handle, max_body=cfg.inference.max_request_bytes)
+        await infer_server.listen_unix(cfg.paths.inference_socket)
+        if cfg.inference.listen_tcp is not None:
+            await infer_server.listen_tcp(cfg.inference.listen_tcp.host, cfg.inference.listen_tcp.port)
+        log.info(
+            "edged started",
+            data_dir=str(self.data_dir),
+            generation=self.desired.generation,
+            workloads=len(self.desired.workloads),
+            limits=self.limits_mode,
+            status_socket=str(cfg.paths.status_socket),
+            inference_socket=str(cfg.paths.inference_socket),
+        )
+        if cfg.trust.allow_unsigned:
+            log.warning("trust.allowUnsigned is set: unsigned artifacts are accepted (development only)")
+        for name in self.desired.workloads:
+            self.workload_queue.add(name)
+
+        components_stop = asyncio.Event()
+        components: list[object] = [
+            Runner(
+                "workloads", WorkloadReconciler(self), self.workload_queue,
+                workers=cfg.reconcile.workers, metrics=self.registry,
+            ),
+            Resync(self, cfg.reconcile.resync_period_s),
+        ]
+        watcher = None
+        if self.source is not None:
+            components.append(
+                Runner("source", SourceReconciler(self, self.source), self.source_queue, workers=1,
+                       metrics=self.registry)
+            )
+            self.source_queue.add(SOURCE_KEY)
+            watcher = DirectoryWatcher(
+                self.source.directory, lambda: self.source_queue.add_after(SOURCE_KEY, 0.2)
+            )
+            if not watcher.start():
+                log.warning("no inotify: manifest changes are seen at the next resync",
+                            period=cfg.reconcile.resync_period_s)
+        supervisor = asyncio.ensure_future(
+            supervise(
+                components,  # type: ignore[arg-type]
+                components_stop,
+                critical={"workloads", "source"} & {c.name for c in components},  # type: ignore[attr-defined]
+            )
+        )
+        stop_wait = asyncio.ensure_future(self.stop_event.wait())
+        await asyncio.wait([supervisor, stop_wait], return_when=asyncio.FIRST_COMPLETED)
+        code = 0
+        if supervisor.done() and supervisor.exception() is not None:
+            log.error("a critical component failed", error=str(supervisor.exception()))
+            code = 1
+
+        # -- shutdown, in order --------------------------------------------------------------
+        log.info("edged stopping")
+        self.board.draining = True
+        self.router.start_draining()
+        infer_server.stop_accepting()
+        drained = await infer_server.drain(DRAIN_TIMEOUT_S)
+        if not drained:
+            log.warning("in-flight requests did not finish in time", timeout=DRAIN_TIMEOUT_S)
+        if watcher is not None:
+            watcher.stop()
+        components_stop.set()
+        if not supervisor.done():
+            await supervisor
+        stop_wait.cancel()
+        await self.pool.shutdown()
+        self.board.persist()
+        status_server.stop_accepting()
+        await status_server.drain(1.0)
+        log.info("edged stopped")
+        return code
+
+    def _request_stop(self, sig: signal.Signals) -> None:
+        if not self.stop_event.is_set():
+            log.info("signal received", signal=sig.name)
+            self.stop_event.set()

@@ -1,0 +1,118 @@
+"""The applier: performs a plan's actions on the worker pool. All effects live here."""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Callable
+from pathlib import Path
+
+from edged.errors import TemporaryError
+from edged.reconcile.model import (
+    Action,
+    DesiredWorkload,
+    ForgetReplica,
+    KillReplica,
+    RefetchArtifact,
+    StartReplica,
+    StopReplica,
+    WorkloadName,
+)
+from edged.runtime.launching import LaunchSpec
+from edged.runtime.limiting import choose_limits
+from edged.runtime.processes import WorkerPool
+
+
+def build_launch_spec(
+    desired: DesiredWorkload,
+    action: StartReplica,
+    *,
+    artifact_path: Path,
+    cgroup_root: Path | None,
+    cpu_count: int,
+    log_level: str = "info",
+) -> LaunchSpec:
+    """Pure: what a replica's worker process is told at launch.
+
+    Intra-op threads: ``runtime.intraOpThreads`` if set, else one per whole core of the cpu
+    request (at least one), else one: a guest on a small device does not take every core.
+    """
+    spec = desired.deployment.spec
+    cpu = spec.resources.cpu_millis
+    threads = spec.runtime.intra_op_threads or (
+        max(1, min(cpu_count, math.ceil(cpu / 1000))) if cpu else 1
+    )
+    limits = choose_limits(
+        replica_id=action.replica_id,
+        slot=action.slot,
+        cpu_millis=cpu,
+        memory_bytes=spec.resources.memory_bytes,
+        cgroup_root=cgroup_root,
+        cpu_count=cpu_count,
+    )
+    return LaunchSpec(
+        replica_id=action.replica_id,
+        workload=desired.name,
+        model_name=spec.model.name,
+        model_version=spec.model.version,
+        artifact_path=str(artifact_path),
+        artifact_sha256=desired.sha256,
+        providers=tuple(spec.runtime.execution_providers),
+        intra_op_threads=threads,
+        max_batch_size=spec.runtime.max_batch_size,
+        max_queue_delay_s=spec.runtime.max_queue_delay,
+        limits=limits,
+        log_level=log_level,
+    )
+
+
+class Applier:
+    def __init__(
+        self,
+        pool: WorkerPool,
+        *,
+        artifact_path: Callable[[str], Path],
+        request_refetch: Callable[[], None],
+        cgroup_root: Path | None,
+        log_level: str = "info",
+    ) -> None:
+        self._pool = pool
+        self._artifact_path = artifact_path
+        self._request_refetch = request_refetch
+        self._cgroup_root = cgroup_root
+        self._cpu_count = len(os.sched_getaffinity(0))
+        self._log_level = log_level
+
+    async def apply(self, desired: DesiredWorkload | None, actions: tuple[Action, ...]) -> None:
+        failures: list[str] = []
+        for action in actions:
+            if isinstance(action, StartReplica):
+                assert desired is not None
+                spec = build_launch_spec(
+                    desired,
+                    action,
+                    artifact_path=self._artifact_path(desired.sha256),
+                    cgroup_root=self._cgroup_root,
+                    cpu_count=self._cpu_count,
+                    log_level=self._log_level,
+                )
+                try:
+                    await self._pool.start(
+                        spec, action.workload, action.revision, action.slot,
+                        desired.deployment.spec.probes,
+                    )
+                except OSError as exc:
+                    failures.append(f"{action.replica_id}: {exc}")
+            elif isinstance(action, StopReplica):
+                self._pool.stop(action.replica_id)
+            elif isinstance(action, KillReplica):
+                self._pool.kill(action.replica_id, action.reason, action.message)
+            elif isinstance(action, ForgetReplica):
+                self._pool.forget(action.replica_id)
+            elif isinstance(action, RefetchArtifact):
+                self._request_refetch()
+        if failures:
+            raise TemporaryError("cannot start replicas: " + "; ".join(failures))
+
+
+__all__ = ["Applier", "WorkloadName", "build_launch_spec"]

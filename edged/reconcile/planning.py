@@ -1,0 +1,231 @@
+"""The pure planner: ``plan(desired, observed, now) -> Plan``.
+
+No I/O, no clock (``now`` is passed in, monotonic seconds), no randomness: the same inputs
+always give the same plan, so it is tested as a table. The applier performs the actions; the
+runner requeues the key after ``Plan.requeue_after``.
+
+Rules, for one workload:
+
+* Replicas are slots ``0..n-1`` of the current revision. A missing slot is started; an
+  exited one is restarted after a crash-loop backoff (1 s doubling to 5 min, by the slot's
+  crash streak); one that has not passed its startup probe within ``startup.timeoutSeconds``
+  or that fails liveness is killed (and then restarted with backoff). Slots beyond ``n`` stop.
+* Zero-downtime switch: replicas of older revisions keep serving until every slot of the
+  current revision is ready, then they are drained and stopped. A new revision that never
+  becomes ready therefore never takes the old one down (``Progressing`` says why).
+* A workload no longer desired has all its replicas stopped.
+* Status (phase, ready count, conditions) is derived here too, so it always matches the plan.
+"""
+
+from __future__ import annotations
+
+from edged.reconcile.model import (
+    Action,
+    Condition,
+    ConditionStatus,
+    DesiredWorkload,
+    ForgetReplica,
+    KillReplica,
+    ObservedWorkload,
+    Phase,
+    Plan,
+    RefetchArtifact,
+    ReplicaId,
+    ReplicaObservation,
+    StartReplica,
+    StopReplica,
+    WorkloadName,
+    WorkloadStatus,
+)
+
+RESTART_BASE_S = 1.0
+RESTART_MAX_S = 300.0
+TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
+
+
+def restart_delay(crash_streak: int) -> float:
+    """Crash-loop backoff before restarting a slot that failed ``crash_streak`` times in a row."""
+    if crash_streak <= 0:
+        return 0.0
+    return min(RESTART_BASE_S * 2 ** (crash_streak - 1), RESTART_MAX_S)
+
+
+def replica_id(workload: str, revision: str, slot: int) -> ReplicaId:
+    return ReplicaId(f"{workload}-{revision}-{slot}")
+
+
+def plan(
+    name: WorkloadName, desired: DesiredWorkload | None, observed: ObservedWorkload, now: float
+) -> Plan:
+    if desired is None:
+        return _plan_removal(name, observed)
+    actions: list[Action] = []
+    waits: list[float] = []
+    conditions: list[Condition] = []
+    revision = desired.revision
+    want = desired.deployment.spec.replicas.count_on_device()
+    startup_timeout = desired.deployment.spec.probes.startup.timeout_s
+
+    current = {r.slot: r for r in observed.replicas if r.revision == revision}
+    old = [r for r in observed.replicas if r.revision != revision]
+
+    if not observed.artifact_present:
+        actions.append(RefetchArtifact(name))
+        conditions.append(
+            Condition(
+                "ArtifactAvailable",
+                FALSE,
+                "ArtifactMissing",
+                f"sha256:{desired.sha256} is not in the artifact store; fetching it again",
+            )
+        )
+
+    crashlooping: list[ReplicaObservation] = []
+    for slot in range(want):
+        rep = current.get(slot)
+        rid = replica_id(name, revision, slot)
+        if rep is None:
+            if observed.artifact_present:
+                actions.append(StartReplica(name, rid, revision, slot))
+            continue
+        if rep.phase is Phase.EXITED:
+            if rep.crash_streak >= 2:
+                crashlooping.append(rep)
+            due = (rep.exited_at or now) + restart_delay(rep.crash_streak)
+            if now >= due and observed.artifact_present:
+                actions.append(StartReplica(name, rid, revision, slot))
+            elif now < due:
+                waits.append(due - now)
+        elif rep.phase is Phase.STARTING:
+            deadline = rep.started_at + startup_timeout
+            if now >= deadline:
+                actions.append(
+                    KillReplica(
+                        name,
+                        rid,
+                        "StartupTimeout",
+                        f"model not loaded and warmed up within {startup_timeout:g}s",
+                    )
+                )
+            else:
+                waits.append(deadline - now)
+        elif rep.phase in (Phase.READY, Phase.UNREADY) and not rep.live:
+            actions.append(
+                KillReplica(name, rid, "LivenessFailed", "the worker stopped answering probes")
+            )
+
+    for slot, rep in sorted(current.items()):
+        if slot >= want:
+            actions.append(_retire(name, rep, "ScaledDown"))
+
+    ready_current = [
+        r for s, r in current.items() if s < want and r.phase is Phase.READY and r.live
+    ]
+    switch_done = len(ready_current) >= want
+    for rep in old:
+        if rep.phase is Phase.EXITED:
+            actions.append(ForgetReplica(name, rep.replica_id))
+        elif switch_done and rep.phase is not Phase.STOPPING:
+            actions.append(StopReplica(name, rep.replica_id, "Superseded"))
+
+    old_serving = [r for r in old if r.phase is Phase.READY]
+    conditions += _conditions(
+        want, ready_current, old_serving, crashlooping, list(current.values()), switch_done
+    )
+    ready_total = len(ready_current) + (0 if switch_done else len(old_serving))
+    status = WorkloadStatus(
+        phase=_phase(want, len(ready_current), old_serving, crashlooping, switch_done),
+        ready_replicas=ready_total,
+        desired_replicas=want,
+        revision=revision,
+        conditions=tuple(conditions),
+    )
+    return Plan(tuple(actions), status, min(waits) if waits else None)
+
+
+def _retire(name: WorkloadName, rep: ReplicaObservation, reason: str) -> Action:
+    if rep.phase is Phase.EXITED:
+        return ForgetReplica(name, rep.replica_id)
+    return StopReplica(name, rep.replica_id, reason)
+
+
+def _plan_removal(name: WorkloadName, observed: ObservedWorkload) -> Plan:
+    actions = tuple(
+        _retire(name, r, "NoLongerDesired") for r in observed.replicas if r.phase is not Phase.STOPPING
+    )
+    status = None
+    if observed.replicas:
+        status = WorkloadStatus("Terminating", 0, 0, "", ())
+    return Plan(actions, status, None)
+
+
+def _phase(
+    want: int,
+    ready: int,
+    old_serving: list[ReplicaObservation],
+    crashlooping: list[ReplicaObservation],
+    switch_done: bool,
+) -> str:
+    if want == 0 or (ready >= want and switch_done):
+        return "Running"
+    if old_serving:
+        return "Progressing"
+    if crashlooping and ready == 0:
+        return "Failed"
+    if ready > 0:
+        return "Degraded"
+    return "Pending"
+
+
+def _conditions(
+    want: int,
+    ready_current: list[ReplicaObservation],
+    old_serving: list[ReplicaObservation],
+    crashlooping: list[ReplicaObservation],
+    current: list[ReplicaObservation],
+    switch_done: bool,
+) -> list[Condition]:
+    out: list[Condition] = []
+    serving = len(ready_current) + (0 if switch_done else len(old_serving))
+    if want == 0:
+        out.append(Condition("Ready", TRUE, "ScaledToZero", "no replicas wanted"))
+    elif len(ready_current) >= want:
+        out.append(Condition("Ready", TRUE, "AllReplicasReady", f"{want}/{want} replicas ready"))
+    elif serving > 0:
+        out.append(
+            Condition(
+                "Ready",
+                TRUE,
+                "Serving",
+                f"{serving} replica(s) serving; {len(ready_current)}/{want} of the current revision ready",
+            )
+        )
+    else:
+        out.append(Condition("Ready", FALSE, "NoReplicaReady", f"0/{want} replicas ready"))
+    if old_serving and not switch_done:
+        out.append(
+            Condition(
+                "Progressing",
+                TRUE,
+                "NewRevisionStarting",
+                f"previous revision keeps serving until {want} new replica(s) are ready",
+            )
+        )
+    if crashlooping:
+        worst = max(crashlooping, key=lambda r: r.crash_streak)
+        detail = f": {worst.exit_reason}: {worst.exit_message}" if worst.exit_reason else ""
+        out.append(
+            Condition(
+                "CrashLoopBackOff",
+                TRUE,
+                worst.exit_reason or "ReplicaCrashed",
+                f"{worst.replica_id} failed {worst.crash_streak} times in a row{detail}",
+            )
+        )
+    seen: set[tuple[str, str]] = set()
+    for rep in current:
+        for cond in rep.conditions:
+            if (cond.type, cond.reason) not in seen:
+                seen.add((cond.type, cond.reason))
+                out.append(cond)
+    return out

@@ -1,0 +1,173 @@
+"""What edged reports about itself: the status document, persisted and served on edged.sock.
+
+The reconciler writes each workload's planned status here; the source writes its problems.
+``document()`` renders the live view (with replica pids and probe results) for
+``GET /v1/status``. The last document is persisted atomically to ``state/status.json``
+(debounced, so a burst of changes is one write) so that a person can see what edged last did
+even when it is not running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import time
+from pathlib import Path
+from typing import Any
+
+from edged import __version__
+from edged.logs import get_logger
+from edged.reconcile.model import Phase, WorkloadName, WorkloadStatus
+from edged.runtime.processes import WorkerPool
+from edged.sources.static import SourceProblem
+from edged.state.desired import DesiredState
+from edged.state.persisting import write_json_atomic
+
+log = get_logger(__name__)
+
+PERSIST_DELAY_S = 1.0
+
+
+class StatusBoard:
+    def __init__(
+        self,
+        path: Path,
+        *,
+        desired: DesiredState,
+        pool: WorkerPool,
+        limits_mode: str,
+        allow_unsigned: bool,
+        manifests_dir: Path | None,
+    ) -> None:
+        self._path = path
+        self._desired = desired
+        self._pool = pool
+        self._limits_mode = limits_mode
+        self._allow_unsigned = allow_unsigned
+        self._manifests_dir = manifests_dir
+        self._workloads: dict[WorkloadName, WorkloadStatus] = {}
+        self._problems: tuple[SourceProblem, ...] = ()
+        self._files: tuple[str, ...] = ()
+        self._started = time.time()
+        self._persist_handle: asyncio.TimerHandle | None = None
+        self.draining = False
+        self.loaded = False
+
+    def set_workload(self, name: WorkloadName, status: WorkloadStatus | None) -> None:
+        if status is None:
+            if self._workloads.pop(name, None) is not None:
+                self._schedule_persist()
+            return
+        if self._workloads.get(name) != status:
+            self._workloads[name] = status
+            self._schedule_persist()
+
+    def set_source(self, problems: tuple[SourceProblem, ...], files: tuple[str, ...]) -> None:
+        for p in problems:
+            if p not in self._problems:
+                log.error(
+                    "manifest problem", file=p.file, workload=p.workload, reason=p.reason,
+                    message=p.message,
+                )
+        if (problems, files) != (self._problems, self._files):
+            self._problems, self._files = problems, files
+            self._schedule_persist()
+
+    def workload_status(self, name: WorkloadName) -> WorkloadStatus | None:
+        return self._workloads.get(name)
+
+    def ready(self) -> bool:
+        """Every desired workload has at least one ready replica (or wants none)."""
+        if self.draining or not self.loaded:
+            return False
+        for name, w in self._desired.workloads.items():
+            if w.deployment.spec.replicas.count_on_device() == 0:
+                continue
+            st = self._workloads.get(name)
+            if st is None or st.ready_replicas == 0:
+                return False
+        return True
+
+    def document(self) -> dict[str, Any]:
+        workloads = []
+        names = sorted(set(self._desired.workloads) | set(self._workloads) | self._pool.workloads())
+        for name in names:
+            desired = self._desired.get(name)
+            st = self._workloads.get(name)
+            item: dict[str, Any] = {"name": name}
+            if desired is not None:
+                model = desired.deployment.spec.model
+                item["model"] = {"name": model.name, "version": model.version, "sha256": desired.sha256}
+                item["source"] = desired.source
+            if st is not None:
+                item.update(
+                    phase=st.phase,
+                    revision=st.revision,
+                    readyReplicas=st.ready_replicas,
+                    desiredReplicas=st.desired_replicas,
+                    conditions=[c.to_json() for c in st.conditions],
+                )
+            item["replicas"] = [
+                {
+                    "id": r.id,
+                    "revision": r.revision,
+                    "slot": r.slot,
+                    "version": r.spec.model_version,
+                    "pid": r.pid,
+                    "phase": r.phase.value,
+                    "ready": r.phase is Phase.READY,
+                    "restarts": r.restarts,
+                    "providers": r.metadata.get("providers", []),
+                    "limits": {
+                        "mode": r.spec.limits.mode,
+                        "cpuMillis": r.spec.limits.cpu_millis,
+                        "memoryBytes": r.spec.limits.memory_bytes,
+                        "cpus": list(r.spec.limits.cpus),
+                    },
+                    "lastExit": (
+                        {"reason": r.exit_reason, "message": r.exit_message}
+                        if r.exit_reason
+                        else None
+                    ),
+                }
+                for r in sorted(self._pool.replicas(name), key=lambda r: (r.revision, r.slot))
+            ]
+            workloads.append(item)
+        return {
+            "device": {
+                "name": socket.gethostname(),
+                "edgedVersion": __version__,
+                "pid": os.getpid(),
+                "startedAt": self._started,
+                "uptimeSeconds": round(time.time() - self._started, 3),
+                "limitsMode": self._limits_mode,
+                "trust": {"allowUnsigned": self._allow_unsigned},
+            },
+            "ready": self.ready(),
+            "generation": self._desired.generation,
+            "source": {
+                "kind": "static" if self._manifests_dir else "none",
+                "directory": str(self._manifests_dir) if self._manifests_dir else None,
+                "files": list(self._files),
+                "problems": [p.to_json() for p in self._problems],
+            },
+            "workloads": workloads,
+        }
+
+    def _schedule_persist(self) -> None:
+        if self._persist_handle is None:
+            try:
+                loop = asyncio.get_running_loop()
+            except RuntimeError:
+                return
+            self._persist_handle = loop.call_later(PERSIST_DELAY_S, self.persist)
+
+    def persist(self) -> None:
+        if self._persist_handle is not None:
+            self._persist_handle.cancel()
+            self._persist_handle = None
+        try:
+            write_json_atomic(self._path, self.document())
+        except OSError as exc:
+            log.error("cannot persist status", path=str(self._path), error=str(exc))

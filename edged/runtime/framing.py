@@ -1,0 +1,84 @@
+"""The frame codec between edged and its inference workers (a Unix socket pair).
+
+A frame is a 9-byte header, ``!IBI`` = payload length, frame type, request id, then the
+payload. The same codec runs on both ends; it is deliberately tiny because every inference
+request crosses it twice.
+
+edged -> worker
+    INFER  payload = ``!I`` inference-header length (``NO_HEADER_LENGTH`` when the body is all
+           JSON) + the HTTP request body, forwarded untouched (the worker parses it).
+    PING   liveness/readiness probe; answered with PONG.
+    DRAIN  stop taking requests, finish those in flight, exit 0.
+worker -> edged
+    RESULT payload = ``!HI`` HTTP status, inference-header length (``NO_HEADER_LENGTH`` for a
+           plain JSON body) + the response body.
+    PONG   payload = JSON ``{"inflight": n, "busy_s": seconds the current batch has run}``.
+    READY  payload = JSON model metadata (see ``worker.py``), sent once after warm-up.
+    FAILED payload = JSON ``{"reason": ..., "message": ...}``, sent before exiting on a load error.
+"""
+
+from __future__ import annotations
+
+import struct
+from collections.abc import Callable
+from enum import IntEnum
+
+HEADER = struct.Struct("!IBI")
+HEADER_SIZE = HEADER.size
+U32 = struct.Struct("!I")
+RESULT_PREFIX = struct.Struct("!HI")
+NO_HEADER_LENGTH = 0xFFFFFFFF
+MAX_FRAME = 1 << 30
+
+
+class FrameType(IntEnum):
+    INFER = 1
+    PING = 2
+    DRAIN = 3
+    RESULT = 10
+    PONG = 11
+    READY = 12
+    FAILED = 13
+
+
+def encode_frame(ftype: int, req_id: int, payload: bytes = b"") -> bytes:
+    return HEADER.pack(len(payload), ftype, req_id) + payload
+
+
+class FrameError(Exception):
+    """The peer sent a frame that cannot be valid; the channel must be closed."""
+
+
+class FrameReader:
+    """Incremental decoder: feed bytes, get ``(type, req_id, payload)`` callbacks."""
+
+    __slots__ = ("_buf", "_on_frame")
+
+    def __init__(self, on_frame: Callable[[int, int, bytes], None]) -> None:
+        self._buf = bytearray()
+        self._on_frame = on_frame
+
+    def feed(self, data: bytes) -> None:
+        buf = self._buf
+        if not buf and len(data) >= HEADER_SIZE:
+            # Fast path: the whole frame usually arrives in one read.
+            length, ftype, req_id = HEADER.unpack_from(data, 0)
+            end = HEADER_SIZE + length
+            if len(data) == end:
+                self._on_frame(ftype, req_id, data[HEADER_SIZE:])
+                return
+        buf += data
+        offset = 0
+        n = len(buf)
+        while n - offset >= HEADER_SIZE:
+            length, ftype, req_id = HEADER.unpack_from(buf, offset)
+            if length > MAX_FRAME:
+                raise FrameError(f"frame of {length} bytes exceeds the limit")
+            end = offset + HEADER_SIZE + length
+            if end > n:
+                break
+            payload = bytes(buf[offset + HEADER_SIZE : end])
+            offset = end
+            self._on_frame(ftype, req_id, payload)
+        if offset:
+            del buf[:offset]

@@ -1,0 +1,520 @@
+"""Worker processes: start, probe, route to, drain and stop them (the runtime's applier side).
+
+:class:`WorkerPool` owns one :class:`Replica` record per replica slot. Records outlive the
+processes they run, so restarts and crash streaks are counted per slot. Every state change
+(ready, unready, exit) only calls ``notify(workload)``: the reconciler decides what to do.
+
+Probes, per replica, on one timer (no task): a PING every ``readiness.periodSeconds``; no PONG
+within ``readiness.timeoutSeconds`` for ``failureThreshold`` pings in a row takes the replica
+out of serving (readiness). Liveness fails when no PONG came for ``liveness.periodSeconds *
+failureThreshold`` seconds, or when one batch has been running longer than
+``liveness.timeoutSeconds * failureThreshold``: the planner then kills and restarts it.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from edged.api import Probes
+from edged.logs import get_logger
+from edged.reconcile.model import (
+    Condition,
+    ConditionStatus,
+    Phase,
+    ReplicaId,
+    ReplicaObservation,
+    WorkloadName,
+)
+from edged.runtime.framing import (
+    HEADER,
+    NO_HEADER_LENGTH,
+    RESULT_PREFIX,
+    U32,
+    FrameReader,
+    FrameType,
+    encode_frame,
+)
+from edged.runtime.launching import LaunchSpec
+from edged.runtime.limiting import prepare_cgroup, remove_cgroup
+
+if TYPE_CHECKING:
+    from edged.serving.http import Request, Response
+
+log = get_logger(__name__)
+
+STABLE_AFTER_S = 60.0  # a replica ready this long before exiting starts a new crash streak
+DRAIN_TIMEOUT_S = 30.0
+TERM_TIMEOUT_S = 5.0
+
+_JSON = b"application/json"
+_BINARY = b"application/octet-stream"
+
+
+class ReplicaChannel(asyncio.Protocol):
+    """edged's end of the socket pair to one worker."""
+
+    def __init__(self, replica: Replica) -> None:
+        self._replica = replica
+        self._reader = FrameReader(self._on_frame)
+        self.transport: asyncio.Transport | None = None
+        self.pending: dict[int, tuple[Response, float]] = {}
+        self._next_id = 1
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self.transport = transport  # type: ignore[assignment]
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._reader.feed(data)
+        except Exception as exc:
+            log.error("bad frame from worker", replica=self._replica.id, error=str(exc))
+            if self.transport is not None:
+                self.transport.close()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.transport = None
+        pending, self.pending = self.pending, {}
+        for resp, _ in pending.values():
+            resp.send_error(503, "the model replica exited while serving this request")
+        self._replica.on_channel_lost()
+
+    def send(self, ftype: int, payload: bytes = b"") -> int:
+        req_id = self._next_id
+        self._next_id = (req_id + 1) & 0xFFFFFFFF or 1
+        if self.transport is not None:
+            self.transport.write(encode_frame(ftype, req_id, payload))
+        return req_id
+
+    def forward(self, req: Request, resp: Response) -> None:
+        hdr = req.headers.get("inference-header-content-length")
+        hlen = NO_HEADER_LENGTH
+        if hdr is not None:
+            if not hdr.isdigit():
+                resp.send_error(400, "Inference-Header-Content-Length must be an integer")
+                return
+            hlen = int(hdr)
+        req_id = self._next_id
+        self._next_id = (req_id + 1) & 0xFFFFFFFF or 1
+        transport = self.transport
+        if transport is None:
+            resp.send_error(503, "the model replica is not connected")
+            return
+        body = req.body
+        transport.write(
+            b"".join((HEADER.pack(len(body) + 4, FrameType.INFER, req_id), U32.pack(hlen), body))
+        )
+        self.pending[req_id] = (resp, time.perf_counter())
+
+    def _on_frame(self, ftype: int, req_id: int, payload: bytes) -> None:
+        if ftype == FrameType.RESULT:
+            item = self.pending.pop(req_id, None)
+            if item is None:
+                return
+            resp, t0 = item
+            status, hlen = RESULT_PREFIX.unpack_from(payload, 0)
+            body = payload[RESULT_PREFIX.size :]
+            if hlen == NO_HEADER_LENGTH:
+                resp.send(status, body, _JSON)
+            else:
+                resp.send(
+                    status, body, _BINARY, b"Inference-Header-Content-Length: %d\r\n" % hlen
+                )
+            self._replica.on_result(status, time.perf_counter() - t0)
+        elif ftype == FrameType.PONG:
+            self._replica.on_pong(orjson.loads(payload))
+        elif ftype == FrameType.READY:
+            self._replica.on_ready(orjson.loads(payload))
+        elif ftype == FrameType.FAILED:
+            doc = orjson.loads(payload)
+            self._replica.on_failed(str(doc.get("reason", "")), str(doc.get("message", "")))
+
+
+class Replica:
+    """One replica slot and its current process."""
+
+    def __init__(
+        self,
+        pool: WorkerPool,
+        spec: LaunchSpec,
+        workload: WorkloadName,
+        revision: str,
+        slot: int,
+        probes: Probes,
+    ) -> None:
+        self.pool = pool
+        self.id = ReplicaId(spec.replica_id)
+        self.workload = workload
+        self.revision = revision
+        self.slot = slot
+        self.spec = spec
+        self.probes = probes
+        self.phase = Phase.STARTING
+        self.pid: int | None = None
+        self.proc: asyncio.subprocess.Process | None = None
+        self.channel: ReplicaChannel | None = None
+        self.started_at = time.monotonic()
+        self.ready_since: float | None = None
+        self.exited_at: float | None = None
+        self.exit_reason = ""
+        self.exit_message = ""
+        self.restarts = 0
+        self.crash_streak = 0
+        self.live = True
+        self.conditions: tuple[Condition, ...] = ()
+        self.metadata: dict[str, Any] = {}
+        self._failed: tuple[str, str] | None = None
+        self._killed: tuple[str, str] | None = None
+        self._probe_timer: asyncio.TimerHandle | None = None
+        self._ping_sent_at: float | None = None
+        self._last_pong = time.monotonic()
+        self._probe_failures = 0
+        self.stopping_task: asyncio.Task[None] | None = None
+
+    # -- observation --------------------------------------------------------------------------
+    def observation(self) -> ReplicaObservation:
+        return ReplicaObservation(
+            replica_id=self.id,
+            revision=self.revision,
+            slot=self.slot,
+            phase=self.phase,
+            pid=self.pid,
+            started_at=self.started_at,
+            ready_since=self.ready_since,
+            exited_at=self.exited_at,
+            exit_reason=self.exit_reason,
+            exit_message=self.exit_message,
+            restarts=self.restarts,
+            crash_streak=self.crash_streak,
+            live=self.live,
+            conditions=self.conditions,
+        )
+
+    @property
+    def inflight(self) -> int:
+        return len(self.channel.pending) if self.channel is not None else 0
+
+    def forward(self, req: Request, resp: Response) -> None:
+        assert self.channel is not None
+        self.channel.forward(req, resp)
+
+    # -- events from the channel --------------------------------------------------------------
+    def on_ready(self, meta: dict[str, Any]) -> None:
+        self.metadata = meta
+        self.conditions = tuple(
+            Condition(c["type"], ConditionStatus.TRUE, c["reason"], c.get("message", ""))
+            for c in meta.get("conditions", [])
+        )
+        for cond in self.conditions:
+            log.warning("worker condition", replica=self.id, type=cond.type, message=cond.message)
+        if self.phase is Phase.STARTING:
+            self._set_phase(Phase.READY)
+            log.info(
+                "replica ready",
+                replica=self.id,
+                pid=self.pid,
+                providers=",".join(meta.get("providers", [])),
+                startup_s=round(time.monotonic() - self.started_at, 3),
+            )
+        self._schedule_probe()
+
+    def on_failed(self, reason: str, message: str) -> None:
+        self._failed = (reason, message)
+        log.error("worker failed to start", replica=self.id, reason=reason, message=message)
+
+    def on_result(self, status: int, seconds: float) -> None:
+        self.pool.record_result(self, status, seconds)
+
+    def on_pong(self, doc: dict[str, Any]) -> None:
+        now = time.monotonic()
+        self._ping_sent_at = None
+        self._probe_failures = 0
+        busy = float(doc.get("busy_s", 0.0))
+        stuck_after = self.probes.liveness.timeout_s * self.probes.liveness.failure_threshold
+        if busy > stuck_after:
+            self._set_live(False, f"one batch has been running for {busy:.1f}s")
+            return
+        self._last_pong = now
+        if self.phase is Phase.UNREADY:
+            self._set_phase(Phase.READY)
+
+    def on_channel_lost(self) -> None:
+        self._cancel_probe()
+        if self.phase in (Phase.READY, Phase.UNREADY):
+            self.pool.serving_changed(self, ready=False)
+
+    # -- probes -------------------------------------------------------------------------------
+    def _schedule_probe(self) -> None:
+        self._cancel_probe()
+        loop = asyncio.get_running_loop()
+        self._probe_timer = loop.call_later(self.probes.readiness.period_s, self._probe)
+
+    def _cancel_probe(self) -> None:
+        if self._probe_timer is not None:
+            self._probe_timer.cancel()
+            self._probe_timer = None
+
+    def _probe(self) -> None:
+        self._probe_timer = None
+        if self.phase not in (Phase.READY, Phase.UNREADY) or self.channel is None:
+            return
+        now = time.monotonic()
+        rp, lp = self.probes.readiness, self.probes.liveness
+        if self._ping_sent_at is not None and now - self._ping_sent_at >= rp.timeout_s:
+            self._probe_failures += 1
+            self._ping_sent_at = None
+            if self._probe_failures >= rp.failure_threshold and self.phase is Phase.READY:
+                log.warning("replica not ready", replica=self.id, failures=self._probe_failures)
+                self._set_phase(Phase.UNREADY)
+        if now - self._last_pong > lp.period_s * lp.failure_threshold + lp.timeout_s:
+            self._set_live(False, f"no answer to probes for {now - self._last_pong:.1f}s")
+            return
+        if self._ping_sent_at is None:
+            self._ping_sent_at = now
+            self.channel.send(FrameType.PING)
+        self._schedule_probe()
+
+    def _set_live(self, live: bool, why: str) -> None:
+        if self.live != live:
+            self.live = live
+            if not live:
+                log.warning("replica liveness failed", replica=self.id, reason=why)
+            self.pool.notify(self.workload)
+
+    def _set_phase(self, phase: Phase) -> None:
+        old = self.phase
+        self.phase = phase
+        if phase is Phase.READY and self.ready_since is None:
+            self.ready_since = time.monotonic()
+        if (phase is Phase.READY) != (old is Phase.READY):
+            self.pool.serving_changed(self, ready=phase is Phase.READY)
+        self.pool.notify(self.workload)
+
+    # -- process lifecycle --------------------------------------------------------------------
+    async def launch(self, python: str) -> None:
+        """Start a process for this slot (first start or restart)."""
+        if self.exited_at is not None:
+            self.restarts += 1
+        self.phase = Phase.STARTING
+        self.started_at = time.monotonic()
+        self.ready_since = None
+        self.exited_at = None
+        self.live = True
+        self._failed = self._killed = None
+        self._ping_sent_at = None
+        self._probe_failures = 0
+        self._last_pong = time.monotonic()
+        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            prepare_cgroup(self.spec.limits)
+            self.proc = await asyncio.create_subprocess_exec(
+                python,
+                "-m",
+                "edged.runtime.worker",
+                str(child.fileno()),
+                orjson.dumps(self.spec.to_json()).decode(),
+                pass_fds=(child.fileno(),),
+                stdin=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
+                env=_worker_env(),
+            )
+        except Exception:
+            parent.close()
+            raise
+        finally:
+            child.close()
+        self.pid = self.proc.pid
+        loop = asyncio.get_running_loop()
+        parent.setblocking(False)
+        _, channel = await loop.connect_accepted_socket(lambda: ReplicaChannel(self), sock=parent)
+        self.channel = channel
+        log.info("replica starting", replica=self.id, pid=self.pid, restarts=self.restarts)
+        self.pool.track(asyncio.ensure_future(self._wait()))
+
+    async def _wait(self) -> None:
+        assert self.proc is not None
+        code = await self.proc.wait()
+        now = time.monotonic()
+        self._cancel_probe()
+        if self.channel is not None and self.channel.transport is not None:
+            self.channel.transport.close()
+        was_ready = self.phase in (Phase.READY, Phase.UNREADY)
+        stable = self.ready_since is not None and now - self.ready_since >= STABLE_AFTER_S
+        remove_cgroup(self.spec.limits)
+        self.pid = None
+        self.exited_at = now
+        if self.phase is Phase.STOPPING:
+            log.info("replica stopped", replica=self.id, code=code)
+            self.pool.remove(self)
+            return
+        if self._killed is not None:
+            self.exit_reason, self.exit_message = self._killed
+        elif self._failed is not None:
+            self.exit_reason, self.exit_message = self._failed
+        elif code < 0:
+            sig = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else code
+            self.exit_reason = "OOMKilled" if code == -signal.SIGKILL else "Signaled"
+            self.exit_message = f"worker killed by {sig}"
+        else:
+            self.exit_reason = "Error" if code else "Completed"
+            self.exit_message = f"worker exited with code {code}"
+        self.crash_streak = 1 if stable else self.crash_streak + 1
+        self.phase = Phase.EXITED
+        if was_ready:
+            self.pool.serving_changed(self, ready=False)
+        log.warning(
+            "replica exited",
+            replica=self.id,
+            code=code,
+            reason=self.exit_reason,
+            message=self.exit_message,
+            crash_streak=self.crash_streak,
+        )
+        self.pool.notify(self.workload)
+
+    def kill(self, reason: str, message: str) -> None:
+        self._killed = (reason, message)
+        if self.proc is not None and self.proc.returncode is None:
+            self.proc.kill()
+
+    async def stop(self) -> None:
+        """Out of serving, DRAIN, wait; then SIGTERM, then SIGKILL."""
+        if self.phase is Phase.READY:
+            self.pool.serving_changed(self, ready=False)
+        self.phase = Phase.STOPPING
+        self._cancel_probe()
+        proc = self.proc
+        if proc is None or proc.returncode is not None:
+            self.pool.remove(self)
+            return
+        if self.channel is not None:
+            self.channel.send(FrameType.DRAIN)
+        for sig, timeout in ((None, DRAIN_TIMEOUT_S), (signal.SIGTERM, TERM_TIMEOUT_S)):
+            if sig is not None:
+                proc.send_signal(sig)
+            try:
+                await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)
+                return
+            except TimeoutError:
+                log.warning("replica did not stop in time", replica=self.id, timeout=timeout)
+        proc.kill()
+
+
+def _worker_env() -> dict[str, str]:
+    env = dict(os.environ)
+    # The worker's own thread pools come from SessionOptions; keep BLAS/OpenMP from
+    # spawning one thread per core behind the limits' back.
+    env.setdefault("OMP_NUM_THREADS", "1")
+    env["PYTHONPATH"] = os.pathsep.join(
+        p for p in [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")] if p
+    )
+    return env
+
+
+class WorkerPool:
+    """All replicas of all workloads on this device."""
+
+    def __init__(
+        self,
+        *,
+        notify: Callable[[WorkloadName], None],
+        on_serving_change: Callable[[Replica, bool], None],
+        on_result: Callable[[Replica, int, float], None],
+        python: str = "",
+    ) -> None:
+        self.notify = notify
+        self._on_serving_change = on_serving_change
+        self._on_result = on_result
+        self._python = python or sys.executable
+        self._replicas: dict[ReplicaId, Replica] = {}
+        self._tasks: set[asyncio.Future[Any]] = set()
+
+    def track(self, task: asyncio.Future[Any]) -> None:
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    def get(self, replica_id: ReplicaId) -> Replica | None:
+        return self._replicas.get(replica_id)
+
+    def replicas(self, workload: WorkloadName | None = None) -> list[Replica]:
+        return [r for r in self._replicas.values() if workload is None or r.workload == workload]
+
+    def workloads(self) -> set[WorkloadName]:
+        return {r.workload for r in self._replicas.values()}
+
+    def observe(self, workload: WorkloadName) -> tuple[ReplicaObservation, ...]:
+        return tuple(r.observation() for r in self.replicas(workload))
+
+    async def start(
+        self,
+        spec: LaunchSpec,
+        workload: WorkloadName,
+        revision: str,
+        slot: int,
+        probes: Probes,
+    ) -> None:
+        rep = self._replicas.get(ReplicaId(spec.replica_id))
+        if rep is None:
+            rep = Replica(self, spec, workload, revision, slot, probes)
+            self._replicas[rep.id] = rep
+        elif rep.phase is not Phase.EXITED:
+            return  # already running: starting twice is a no-op
+        else:
+            rep.spec, rep.probes = spec, probes
+        try:
+            await rep.launch(self._python)
+        except OSError as exc:
+            rep.phase = Phase.EXITED
+            rep.exited_at = time.monotonic()
+            rep.exit_reason, rep.exit_message = "LaunchFailed", str(exc)
+            rep.crash_streak += 1
+            raise
+
+    def stop(self, replica_id: ReplicaId) -> None:
+        rep = self._replicas.get(replica_id)
+        if rep is not None and rep.phase is not Phase.STOPPING:
+            rep.stopping_task = asyncio.ensure_future(rep.stop())
+            self.track(rep.stopping_task)
+
+    def kill(self, replica_id: ReplicaId, reason: str, message: str) -> None:
+        rep = self._replicas.get(replica_id)
+        if rep is not None:
+            log.warning("killing replica", replica=replica_id, reason=reason, message=message)
+            rep.kill(reason, message)
+
+    def forget(self, replica_id: ReplicaId) -> None:
+        rep = self._replicas.get(replica_id)
+        if rep is not None and rep.phase is Phase.EXITED:
+            del self._replicas[replica_id]
+
+    def remove(self, rep: Replica) -> None:
+        if self._replicas.get(rep.id) is rep:
+            del self._replicas[rep.id]
+        self.notify(rep.workload)
+
+    def serving_changed(self, rep: Replica, *, ready: bool) -> None:
+        self._on_serving_change(rep, ready)
+
+    def record_result(self, rep: Replica, status: int, seconds: float) -> None:
+        self._on_result(rep, status, seconds)
+
+    async def shutdown(self, timeout: float = DRAIN_TIMEOUT_S) -> None:
+        """Drain and stop every replica (edged is stopping)."""
+        for rep in list(self._replicas.values()):
+            if rep.phase is Phase.EXITED:
+                continue
+            self.stop(rep.id)
+        if self._tasks:
+            await asyncio.wait(list(self._tasks), timeout=timeout + TERM_TIMEOUT_S + 1)
+        for rep in list(self._replicas.values()):
+            if rep.proc is not None and rep.proc.returncode is None:
+                rep.proc.kill()

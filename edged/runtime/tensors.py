@@ -1,0 +1,271 @@
+"""Open Inference Protocol (KServe v2) tensors: decode requests, check them, encode responses.
+
+Runs inside the worker process (it imports numpy). Every problem with a request becomes an
+:class:`InferenceRequestError` whose message names the input and the reason; the worker answers
+it with HTTP 400 and keeps running.
+
+The binary tensor data extension is supported both ways: a request whose body starts with
+``Inference-Header-Content-Length`` bytes of JSON followed by raw tensor bytes (inputs carry
+``parameters.binary_data_size``), and binary outputs when the request asks for them with
+``parameters.binary_data_output`` (all outputs) or per output ``parameters.binary_data``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import orjson
+
+# OIP datatype <-> numpy dtype <-> ONNX Runtime type string
+_OIP_TO_NUMPY: dict[str, Any] = {
+    "BOOL": np.bool_,
+    "UINT8": np.uint8,
+    "UINT16": np.uint16,
+    "UINT32": np.uint32,
+    "UINT64": np.uint64,
+    "INT8": np.int8,
+    "INT16": np.int16,
+    "INT32": np.int32,
+    "INT64": np.int64,
+    "FP16": np.float16,
+    "FP32": np.float32,
+    "FP64": np.float64,
+}
+_ORT_TO_OIP = {
+    "tensor(bool)": "BOOL",
+    "tensor(uint8)": "UINT8",
+    "tensor(uint16)": "UINT16",
+    "tensor(uint32)": "UINT32",
+    "tensor(uint64)": "UINT64",
+    "tensor(int8)": "INT8",
+    "tensor(int16)": "INT16",
+    "tensor(int32)": "INT32",
+    "tensor(int64)": "INT64",
+    "tensor(float16)": "FP16",
+    "tensor(float)": "FP32",
+    "tensor(double)": "FP64",
+    "tensor(string)": "BYTES",
+}
+_NUMPY_TO_OIP = {np.dtype(v).str: k for k, v in _OIP_TO_NUMPY.items()}
+
+
+class InferenceRequestError(Exception):
+    """The request is wrong (HTTP 400); the message says what and where."""
+
+
+@dataclass(frozen=True, slots=True)
+class TensorSpec:
+    name: str
+    datatype: str  # OIP datatype, e.g. FP32
+    shape: tuple[int, ...]  # -1 for a dimension of any size
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "datatype": self.datatype, "shape": list(self.shape)}
+
+
+def spec_from_ort(node: Any) -> TensorSpec:
+    """A TensorSpec from an ``onnxruntime.NodeArg``."""
+    dims = tuple(d if isinstance(d, int) and d >= 0 else -1 for d in node.shape)
+    return TensorSpec(node.name, _ORT_TO_OIP.get(node.type, node.type), dims)
+
+
+@dataclass(slots=True)
+class DecodedRequest:
+    """One inference request, checked against the model's signature."""
+
+    request_id: str | None
+    feeds: dict[str, np.ndarray]
+    rows: int  # size of the batch dimension (1 when the model does not batch)
+    outputs: tuple[str, ...]
+    binary_outputs: frozenset[str]
+    batch_key: tuple[Any, ...] = field(default=())
+
+
+def _as_array(name: str, spec: TensorSpec, tensor: dict[str, Any], binary: memoryview | None) -> np.ndarray:
+    datatype = tensor.get("datatype")
+    shape = tensor.get("shape")
+    if not isinstance(datatype, str):
+        raise InferenceRequestError(f"input {name!r}: 'datatype' must be a string")
+    if datatype != spec.datatype:
+        raise InferenceRequestError(
+            f"input {name!r}: datatype {datatype} does not match the model's {spec.datatype}"
+        )
+    if not isinstance(shape, list) or not all(
+        isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
+    ):
+        raise InferenceRequestError(f"input {name!r}: 'shape' must be a list of non-negative integers")
+    if len(shape) != len(spec.shape) or any(
+        want not in (-1, got) for want, got in zip(spec.shape, shape, strict=True)
+    ):
+        raise InferenceRequestError(
+            f"input {name!r}: shape {shape} does not match the model's {list(spec.shape)} "
+            "(-1 is any size)"
+        )
+    dtype = _OIP_TO_NUMPY.get(datatype)
+    if dtype is None:
+        raise InferenceRequestError(f"input {name!r}: datatype {datatype} is not supported")
+    count = 1
+    for d in shape:
+        count *= d
+    if binary is not None:
+        expected = count * np.dtype(dtype).itemsize
+        if len(binary) != expected:
+            raise InferenceRequestError(
+                f"input {name!r}: binary_data_size is {len(binary)} bytes, shape {shape} of "
+                f"{datatype} needs {expected}"
+            )
+        return np.frombuffer(binary, dtype=dtype).reshape(shape)
+    data = tensor.get("data")
+    if data is None:
+        raise InferenceRequestError(f"input {name!r}: 'data' is missing")
+    try:
+        arr = np.asarray(data, dtype=dtype)
+    except (ValueError, TypeError, OverflowError) as exc:
+        raise InferenceRequestError(f"input {name!r}: 'data' is not a tensor of {datatype}: {exc}") from None
+    if arr.size != count:
+        raise InferenceRequestError(
+            f"input {name!r}: 'data' has {arr.size} elements, shape {shape} needs {count}"
+        )
+    return arr.reshape(shape)
+
+
+def decode_request(
+    body: bytes,
+    header_length: int | None,
+    inputs: dict[str, TensorSpec],
+    outputs: tuple[str, ...],
+    *,
+    batchable: bool,
+) -> DecodedRequest:
+    """Parse and check a v2 infer request body against the model's inputs and outputs."""
+    if header_length is not None:
+        if header_length > len(body):
+            raise InferenceRequestError(
+                "Inference-Header-Content-Length is larger than the request body"
+            )
+        json_part: bytes | memoryview = memoryview(body)[:header_length]
+        binary_part: memoryview | None = memoryview(body)[header_length:]
+    else:
+        json_part, binary_part = body, None
+    try:
+        doc = orjson.loads(json_part)
+    except orjson.JSONDecodeError as exc:
+        raise InferenceRequestError(f"request body is not valid JSON: {exc}") from None
+    if not isinstance(doc, dict):
+        raise InferenceRequestError("request body must be a JSON object")
+    tensors = doc.get("inputs")
+    if not isinstance(tensors, list) or not tensors:
+        raise InferenceRequestError("'inputs' must be a non-empty list")
+    params = doc.get("parameters") or {}
+    if not isinstance(params, dict):
+        raise InferenceRequestError("'parameters' must be an object")
+    feeds: dict[str, np.ndarray] = {}
+    offset = 0
+    for i, tensor in enumerate(tensors):
+        if not isinstance(tensor, dict):
+            raise InferenceRequestError(f"inputs[{i}] must be an object")
+        name = tensor.get("name")
+        if not isinstance(name, str):
+            raise InferenceRequestError(f"inputs[{i}]: 'name' must be a string")
+        spec = inputs.get(name)
+        if spec is None:
+            raise InferenceRequestError(
+                f"input {name!r} is not an input of this model (inputs: {', '.join(inputs)})"
+            )
+        if name in feeds:
+            raise InferenceRequestError(f"input {name!r} is given twice")
+        tparams = tensor.get("parameters") or {}
+        size = tparams.get("binary_data_size") if isinstance(tparams, dict) else None
+        chunk = None
+        if size is not None:
+            if binary_part is None:
+                raise InferenceRequestError(
+                    f"input {name!r} has binary_data_size but the request has no "
+                    "Inference-Header-Content-Length"
+                )
+            if not isinstance(size, int) or size < 0 or offset + size > len(binary_part):
+                raise InferenceRequestError(f"input {name!r}: bad binary_data_size {size!r}")
+            chunk = binary_part[offset : offset + size]
+            offset += size
+        feeds[name] = _as_array(name, spec, tensor, chunk)
+    missing = [n for n in inputs if n not in feeds]
+    if missing:
+        raise InferenceRequestError(f"missing input(s): {', '.join(missing)}")
+    wanted, binary_outputs = _requested_outputs(doc, params, outputs)
+    rows = 1
+    if batchable:
+        firsts = {a.shape[0] for a in feeds.values()}
+        if len(firsts) != 1:
+            raise InferenceRequestError("all inputs must have the same batch size (first dimension)")
+        rows = firsts.pop()
+    request_id = doc.get("id")
+    key = (
+        tuple((n, a.dtype.str, a.shape[1:]) for n, a in feeds.items()),
+        wanted,
+    )
+    return DecodedRequest(
+        request_id if isinstance(request_id, str) else None,
+        feeds,
+        rows,
+        wanted,
+        binary_outputs,
+        key,
+    )
+
+
+def _requested_outputs(
+    doc: dict[str, Any], params: dict[str, Any], outputs: tuple[str, ...]
+) -> tuple[tuple[str, ...], frozenset[str]]:
+    all_binary = bool(params.get("binary_data_output", False))
+    requested = doc.get("outputs")
+    if requested is None:
+        return outputs, frozenset(outputs) if all_binary else frozenset()
+    if not isinstance(requested, list):
+        raise InferenceRequestError("'outputs' must be a list")
+    names: list[str] = []
+    binary: set[str] = set()
+    for i, out in enumerate(requested):
+        name = out.get("name") if isinstance(out, dict) else None
+        if not isinstance(name, str) or name not in outputs:
+            raise InferenceRequestError(
+                f"outputs[{i}]: {name!r} is not an output of this model (outputs: {', '.join(outputs)})"
+            )
+        names.append(name)
+        oparams = out.get("parameters") or {}
+        if all_binary or (isinstance(oparams, dict) and oparams.get("binary_data")):
+            binary.add(name)
+    return tuple(names), frozenset(binary)
+
+
+def encode_response(
+    model_name: str,
+    model_version: str,
+    request: DecodedRequest,
+    results: list[np.ndarray],
+) -> tuple[bytes, int | None]:
+    """The response body, and the JSON header length when binary outputs follow it."""
+    outs: list[dict[str, Any]] = []
+    blobs: list[bytes] = []
+    for name, arr in zip(request.outputs, results, strict=True):
+        datatype = _NUMPY_TO_OIP.get(arr.dtype.str, "BYTES")
+        entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(arr.shape)}
+        if name in request.binary_outputs:
+            blob = np.ascontiguousarray(arr).tobytes()
+            entry["parameters"] = {"binary_data_size": len(blob)}
+            blobs.append(blob)
+        else:
+            entry["data"] = arr.ravel()
+        outs.append(entry)
+    doc: dict[str, Any] = {"model_name": model_name, "model_version": model_version, "outputs": outs}
+    if request.request_id is not None:
+        doc["id"] = request.request_id
+    head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
+    if not blobs:
+        return head, None
+    return head + b"".join(blobs), len(head)
+
+
+def error_body(message: str) -> bytes:
+    return orjson.dumps({"error": message})

@@ -1,0 +1,421 @@
+"""The inference worker: one process per replica, one ONNX Runtime session.
+
+Started by edged as ``python -m edged.runtime.worker FD SPEC_JSON``; FD is its end of a Unix
+socket pair to edged (see ``framing.py``). It:
+
+1. dies with edged (PR_SET_PDEATHSIG) and applies its resource limits before anything else;
+2. reads the artifact from the content-addressed store, checks its sha256 *again* (so a file
+   swapped on disk after verification is never loaded) and builds the session from those bytes;
+3. picks execution providers: the requested ones that this onnxruntime build offers, falling
+   back to CPU with a condition that edged shows in status;
+4. runs a warm-up inference (the startup probe passes only after it) and sends READY;
+5. serves INFER frames with dynamic batching: requests that arrive while a batch runs are
+   merged (up to ``max_batch_size`` rows) into the next one; an optional queue delay waits a
+   little for more. Fast models run inline on the event loop (no thread hop); slower ones run
+   in one executor thread so decoding and encoding overlap with ONNX Runtime.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import ctypes
+import hashlib
+import os
+import signal
+import socket
+import sys
+import time
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import orjson
+
+from edged.runtime.framing import (
+    NO_HEADER_LENGTH,
+    RESULT_PREFIX,
+    U32,
+    FrameReader,
+    FrameType,
+    encode_frame,
+)
+from edged.runtime.launching import LaunchSpec
+from edged.runtime.limiting import apply_limits
+
+EXIT_LOAD_FAILED = 3
+INLINE_BELOW_S = 0.0002  # run batches on the event loop when one takes less than this
+WARMUP_RUNS = 5
+
+
+class LoadError(Exception):
+    def __init__(self, reason: str, message: str) -> None:
+        self.reason = reason
+        super().__init__(message)
+
+
+def _die_with_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _read_verified(path: str, sha256: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            data = f.read()
+    except OSError as exc:
+        raise LoadError("ArtifactUnreadable", f"cannot read {path}: {exc.strerror}") from None
+    digest = hashlib.sha256(data).hexdigest()
+    if digest != sha256:
+        raise LoadError(
+            "ArtifactDigestMismatch",
+            f"{path} has sha256 {digest}, expected {sha256}: refusing to load it",
+        )
+    return data
+
+
+class Model:
+    """An ONNX Runtime session plus what the protocol needs to know about it."""
+
+    def __init__(self, spec: LaunchSpec, data: bytes) -> None:
+        try:
+            import onnxruntime as ort
+        except ImportError as exc:  # pragma: no cover - packaging error
+            raise LoadError("RuntimeMissing", f"onnxruntime cannot be imported: {exc}") from None
+        from edged.runtime.tensors import spec_from_ort
+
+        available = ort.get_available_providers()
+        providers = [p for p in spec.providers if p in available]
+        self.conditions: list[dict[str, str]] = []
+        missing = [p for p in spec.providers if p not in available]
+        if missing:
+            self.conditions.append(
+                {
+                    "type": "ProviderFallback",
+                    "reason": "ProviderUnavailable",
+                    "message": f"{', '.join(missing)} not available in this onnxruntime build "
+                    f"(available: {', '.join(available)}); "
+                    + ("using " + ", ".join(providers) if providers else "falling back to CPU"),
+                }
+            )
+        if "CPUExecutionProvider" not in providers:
+            providers.append("CPUExecutionProvider")
+        opts = ort.SessionOptions()
+        opts.intra_op_num_threads = spec.intra_op_threads
+        opts.inter_op_num_threads = 1
+        opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+        opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
+        opts.log_severity_level = 3
+        try:
+            self.session = ort.InferenceSession(data, sess_options=opts, providers=providers)
+        except MemoryError:
+            raise LoadError(
+                "MemoryLimitTooLow", "the model does not fit in the worker's memory limit"
+            ) from None
+        except Exception as exc:  # onnxruntime raises its own exception types
+            raise LoadError("ModelLoadFailed", f"onnxruntime cannot load the model: {exc}") from None
+        self.providers = self.session.get_providers()
+        self.inputs = {n.name: spec_from_ort(n) for n in self.session.get_inputs()}
+        self.outputs = tuple(n.name for n in self.session.get_outputs())
+        self.output_specs = [spec_from_ort(n) for n in self.session.get_outputs()]
+        unsupported = [s.name for s in self.inputs.values() if s.datatype == "BYTES"]
+        if unsupported:
+            raise LoadError(
+                "UnsupportedModel", f"string (BYTES) inputs are not supported: {unsupported}"
+            )
+        self.batchable = spec.max_batch_size > 1 and all(
+            s.shape and s.shape[0] == -1 for s in self.inputs.values()
+        )
+        self.max_batch = spec.max_batch_size if self.batchable else 1
+        self.run_s = self._warm_up()
+
+    def _warm_up(self) -> float:
+        import numpy as np
+
+        from edged.runtime.tensors import _OIP_TO_NUMPY
+
+        feeds = {
+            s.name: np.zeros([1 if d < 0 else d for d in s.shape], dtype=_OIP_TO_NUMPY[s.datatype])
+            for s in self.inputs.values()
+        }
+        times = []
+        for _ in range(WARMUP_RUNS):
+            t0 = time.perf_counter()
+            try:
+                self.session.run(None, feeds)
+            except Exception as exc:
+                raise LoadError("WarmupFailed", f"warm-up inference failed: {exc}") from None
+            times.append(time.perf_counter() - t0)
+        return sorted(times)[len(times) // 2]
+
+    def metadata(self, spec: LaunchSpec) -> dict[str, Any]:
+        return {
+            "name": spec.model_name,
+            "versions": [spec.model_version],
+            "platform": "onnxruntime_onnx",
+            "inputs": [s.to_json() for s in self.inputs.values()],
+            "outputs": [s.to_json() for s in self.output_specs],
+            "providers": self.providers,
+            "conditions": self.conditions,
+            "batching": {"maxBatchSize": self.max_batch, "batchable": self.batchable},
+            "warmupSeconds": self.run_s,
+            "pid": os.getpid(),
+        }
+
+
+class _Pending:
+    __slots__ = ("decoded", "enqueued", "req_id")
+
+    def __init__(self, req_id: int, decoded: Any, enqueued: float) -> None:
+        self.req_id = req_id
+        self.decoded = decoded
+        self.enqueued = enqueued
+
+
+class WorkerProtocol(asyncio.Protocol):
+    """Serves frames from edged; owns the batch queue."""
+
+    def __init__(self, spec: LaunchSpec, model: Model, done: asyncio.Future[int]) -> None:
+        from edged.runtime import tensors
+
+        self._tensors = tensors
+        self._spec = spec
+        self._model = model
+        self._done = done
+        self._loop = asyncio.get_running_loop()
+        self._reader = FrameReader(self._on_frame)
+        self._transport: asyncio.Transport | None = None
+        self._queue: collections.deque[_Pending] = collections.deque()
+        self._running_since: float | None = None
+        self._inline = model.run_s < INLINE_BELOW_S
+        self._executor = None if self._inline else ThreadPoolExecutor(1, "ort")
+        self._delay_handle: asyncio.TimerHandle | None = None
+        self._draining = False
+        self._inflight = 0
+
+    # -- connection ---------------------------------------------------------------------------
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        self._transport = transport  # type: ignore[assignment]
+        meta = self._model.metadata(self._spec)
+        transport.write(encode_frame(FrameType.READY, 0, orjson.dumps(meta)))
+
+    def data_received(self, data: bytes) -> None:
+        try:
+            self._reader.feed(data)
+        except Exception as exc:
+            print(f"worker: bad frame from edged: {exc}", file=sys.stderr)
+            self._finish(2)
+            return
+        self._maybe_run()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        # edged went away (or closed us): nobody is left to answer.
+        self._finish(0)
+
+    def _finish(self, code: int) -> None:
+        if not self._done.done():
+            self._done.set_result(code)
+
+    # -- frames ---------------------------------------------------------------------------------
+    def _on_frame(self, ftype: int, req_id: int, payload: bytes) -> None:
+        if ftype == FrameType.INFER:
+            self._inflight += 1
+            (hlen,) = U32.unpack_from(payload, 0)
+            body = payload[4:]
+            try:
+                decoded = self._tensors.decode_request(
+                    body,
+                    None if hlen == NO_HEADER_LENGTH else hlen,
+                    self._model.inputs,
+                    self._model.outputs,
+                    batchable=self._model.batchable,
+                )
+            except self._tensors.InferenceRequestError as exc:
+                self._reply(req_id, 400, self._tensors.error_body(str(exc)), None)
+                return
+            if decoded.rows > self._model.max_batch and self._model.batchable:
+                self._reply(
+                    req_id,
+                    400,
+                    self._tensors.error_body(
+                        f"batch of {decoded.rows} rows exceeds maxBatchSize {self._model.max_batch}"
+                    ),
+                    None,
+                )
+                return
+            self._queue.append(_Pending(req_id, decoded, time.monotonic()))
+        elif ftype == FrameType.PING:
+            busy = 0.0 if self._running_since is None else time.monotonic() - self._running_since
+            pong = orjson.dumps({"inflight": self._inflight, "busy_s": busy})
+            self._write(encode_frame(FrameType.PONG, req_id, pong))
+        elif ftype == FrameType.DRAIN:
+            self._draining = True
+            self._maybe_exit()
+
+    def _write(self, data: bytes) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.write(data)
+
+    def _reply(self, req_id: int, status: int, body: bytes, header_len: int | None) -> None:
+        self._inflight -= 1
+        prefix = RESULT_PREFIX.pack(status, NO_HEADER_LENGTH if header_len is None else header_len)
+        self._write(encode_frame(FrameType.RESULT, req_id, prefix + body))
+        if self._draining:
+            self._maybe_exit()
+
+    def _maybe_exit(self) -> None:
+        if self._draining and self._inflight == 0:
+            self._finish(0)
+
+    # -- batching -------------------------------------------------------------------------------
+    def _maybe_run(self) -> None:
+        if self._running_since is not None or not self._queue:
+            return
+        delay = self._spec.max_queue_delay_s
+        if delay > 0 and self._queued_rows() < self._model.max_batch:
+            wait = self._queue[0].enqueued + delay - time.monotonic()
+            if wait > 0:
+                if self._delay_handle is None:
+                    self._delay_handle = self._loop.call_later(wait, self._on_delay)
+                return
+        self._start_batch()
+
+    def _on_delay(self) -> None:
+        self._delay_handle = None
+        if self._running_since is None and self._queue:
+            self._start_batch()
+
+    def _queued_rows(self) -> int:
+        return sum(p.decoded.rows for p in self._queue)
+
+    def _take_batch(self) -> list[_Pending]:
+        first = self._queue.popleft()
+        batch = [first]
+        rows = first.decoded.rows
+        if not self._model.batchable:
+            return batch
+        key = first.decoded.batch_key
+        skipped: list[_Pending] = []
+        while self._queue and rows < self._model.max_batch:
+            p = self._queue.popleft()
+            if p.decoded.batch_key == key and rows + p.decoded.rows <= self._model.max_batch:
+                batch.append(p)
+                rows += p.decoded.rows
+            else:
+                skipped.append(p)
+        self._queue.extendleft(reversed(skipped))
+        return batch
+
+    def _start_batch(self) -> None:
+        if self._delay_handle is not None:
+            self._delay_handle.cancel()
+            self._delay_handle = None
+        batch = self._take_batch()
+        self._running_since = time.monotonic()
+        if self._executor is None:
+            try:
+                results = self._run(batch)
+            except Exception as exc:
+                self._batch_done(batch, None, exc)
+            else:
+                self._batch_done(batch, results, None)
+            return
+        fut = self._executor.submit(self._run, batch)
+        fut.add_done_callback(lambda f: self._loop.call_soon_threadsafe(self._on_future, batch, f))
+
+    def _on_future(self, batch: list[_Pending], fut: Future[list[Any]]) -> None:
+        exc = fut.exception()
+        self._batch_done(batch, None if exc else fut.result(), exc)
+
+    def _run(self, batch: list[_Pending]) -> list[Any]:
+        import numpy as np
+
+        first = batch[0].decoded
+        if len(batch) == 1:
+            feeds = first.feeds
+        else:
+            feeds = {
+                name: np.concatenate([p.decoded.feeds[name] for p in batch]) for name in first.feeds
+            }
+        return list(self._model.session.run(list(first.outputs), feeds))
+
+    def _batch_done(
+        self, batch: list[_Pending], results: list[Any] | None, exc: BaseException | None
+    ) -> None:
+        self._running_since = None
+        tensors = self._tensors
+        if exc is not None or results is None:
+            body = tensors.error_body(f"inference failed: {exc}")
+            for p in batch:
+                self._reply(p.req_id, 500, body, None)
+        elif len(batch) == 1:
+            p = batch[0]
+            out, hlen = tensors.encode_response(
+                self._spec.model_name, self._spec.model_version, p.decoded, results
+            )
+            self._reply(p.req_id, 200, out, hlen)
+        else:
+            start = 0
+            for p in batch:
+                stop = start + p.decoded.rows
+                part = [r[start:stop] for r in results]
+                start = stop
+                out, hlen = tensors.encode_response(
+                    self._spec.model_name, self._spec.model_version, p.decoded, part
+                )
+                self._reply(p.req_id, 200, out, hlen)
+        self._maybe_run()
+
+
+def _send_failure(sock: socket.socket, reason: str, message: str) -> None:
+    payload = orjson.dumps({"reason": reason, "message": message})
+    try:
+        sock.sendall(encode_frame(FrameType.FAILED, 0, payload))
+    except OSError:
+        pass
+
+
+async def _serve(sock: socket.socket, spec: LaunchSpec, model: Model) -> int:
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[int] = loop.create_future()
+    loop.add_signal_handler(signal.SIGTERM, lambda: done.done() or done.set_result(0))
+    transport, _ = await loop.connect_accepted_socket(
+        lambda: WorkerProtocol(spec, model, done), sock=sock
+    )
+    code = await done
+    transport.close()
+    return code
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    _die_with_parent()
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # edged decides when a worker stops
+    fd = int(argv[0])
+    spec = LaunchSpec.from_json(orjson.loads(argv[1]))
+    sock = socket.socket(fileno=fd)
+    try:
+        apply_limits(spec.limits)
+        data = _read_verified(spec.artifact_path, spec.artifact_sha256)
+        model = Model(spec, data)
+        del data
+    except LoadError as exc:
+        _send_failure(sock, exc.reason, str(exc))
+        return EXIT_LOAD_FAILED
+    except OSError as exc:
+        _send_failure(sock, "LimitsFailed", f"cannot apply resource limits: {exc}")
+        return EXIT_LOAD_FAILED
+    sock.setblocking(False)
+    try:
+        import uvloop
+
+        runner: Any = uvloop.run
+    except ImportError:  # pragma: no cover - non-Linux
+        runner = asyncio.run
+    return int(runner(_serve(sock, spec, model)))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,156 @@
+"""Open Inference Protocol v2 (REST) for applications on the device.
+
+The router keeps, per model name, the replicas that are ready; a request goes to the one with
+the fewest requests in flight. Request bodies are not parsed here: the worker decodes them
+(``runtime/tensors.py``), so the control process stays small and its per-request cost is
+one HTTP parse, one frame write and one frame read.
+
+Routes: ``GET /v2``, ``GET /v2/health/live``, ``GET /v2/health/ready``,
+``GET /v2/models/{name}[/versions/{v}]``, ``GET /v2/models/{name}[/versions/{v}]/ready``,
+``POST /v2/models/{name}[/versions/{v}]/infer``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from edged import __version__
+
+if TYPE_CHECKING:
+    from edged.runtime.processes import Replica
+    from edged.serving.http import Request, Response
+
+
+@dataclass
+class ModelEntry:
+    """A model name this device is meant to serve."""
+
+    name: str
+    workload: str
+    version: str
+    replicas: list[Replica] = field(default_factory=list)
+
+
+class InferenceRouter:
+    def __init__(self) -> None:
+        self._models: dict[str, ModelEntry] = {}
+        self._draining = False
+
+    # -- kept current by the daemon -----------------------------------------------------------
+    def set_models(self, entries: dict[str, tuple[str, str]]) -> None:
+        """Known models: name -> (workload, version). Ready replicas of kept names stay."""
+        new: dict[str, ModelEntry] = {}
+        for name, (workload, version) in entries.items():
+            old = self._models.get(name)
+            entry = ModelEntry(name, workload, version)
+            if old is not None and old.workload == workload:
+                entry.replicas = old.replicas
+            new[name] = entry
+        self._models = new
+
+    def replica_ready(self, rep: Replica, ready: bool) -> None:
+        name = rep.spec.model_name
+        entry = self._models.get(name)
+        if entry is None:
+            if not ready:
+                return
+            entry = self._models[name] = ModelEntry(name, rep.workload, rep.spec.model_version)
+        if ready and rep not in entry.replicas:
+            entry.replicas.append(rep)
+        elif not ready and rep in entry.replicas:
+            entry.replicas.remove(rep)
+
+    def start_draining(self) -> None:
+        self._draining = True
+
+    def is_ready(self) -> bool:
+        return not self._draining and all(e.replicas for e in self._models.values())
+
+    # -- the handler --------------------------------------------------------------------------
+    def handle(self, req: Request, resp: Response) -> None:
+        path = req.path
+        if path.startswith("/v2/models/"):
+            parts = path[11:].split("/")
+            name = parts[0]
+            rest = parts[1:]
+            version = None
+            if len(rest) >= 2 and rest[0] == "versions":
+                version, rest = rest[1], rest[2:]
+            entry = self._models.get(name)
+            if entry is None:
+                resp.send_error(404, f"model {name!r} is not served on this device")
+                return
+            action = rest[0] if rest else ""
+            if len(rest) > 1 or action not in ("", "ready", "infer"):
+                resp.send_error(404, f"no such endpoint: {path}")
+                return
+            if version is not None and version != entry.version and not any(
+                r.spec.model_version == version for r in entry.replicas
+            ):
+                resp.send_error(404, f"model {name!r} has no version {version!r} on this device")
+                return
+            if action == "infer":
+                if req.method != "POST":
+                    resp.send_error(405, "use POST for infer")
+                    return
+                self._infer(entry, version, req, resp)
+            elif req.method != "GET":
+                resp.send_error(405, "use GET")
+            elif action == "ready":
+                ready = bool(self._candidates(entry, version))
+                resp.send_json(200 if ready else 503, {"name": name, "ready": ready})
+            else:
+                self._metadata(entry, version, resp)
+            return
+        if req.method != "GET":
+            resp.send_error(405, "use GET")
+        elif path == "/v2/health/live":
+            resp.send_json(200, {"live": True})
+        elif path == "/v2/health/ready":
+            ready = self.is_ready()
+            resp.send_json(200 if ready else 503, {"ready": ready})
+        elif path in ("/v2", "/v2/"):
+            resp.send_json(
+                200,
+                {"name": "edged", "version": __version__, "extensions": ["binary_tensor_data"]},
+            )
+        else:
+            resp.send_error(404, f"no such endpoint: {path}")
+
+    def _candidates(self, entry: ModelEntry, version: str | None) -> list[Replica]:
+        if version is None:
+            return entry.replicas
+        return [r for r in entry.replicas if r.spec.model_version == version]
+
+    def _infer(self, entry: ModelEntry, version: str | None, req: Request, resp: Response) -> None:
+        reps = self._candidates(entry, version)
+        if not reps:
+            resp.send_error(503, f"model {entry.name!r} has no ready replica")
+            return
+        best = reps[0]
+        if len(reps) > 1:
+            best = min(reps, key=_inflight)
+        best.forward(req, resp)
+
+    def _metadata(self, entry: ModelEntry, version: str | None, resp: Response) -> None:
+        reps = self._candidates(entry, version)
+        if not reps:
+            resp.send_error(503, f"model {entry.name!r} has no ready replica yet")
+            return
+        meta: dict[str, Any] = reps[0].metadata
+        versions = sorted({r.spec.model_version for r in entry.replicas})
+        resp.send_json(
+            200,
+            {
+                "name": entry.name,
+                "versions": versions,
+                "platform": meta.get("platform", "onnxruntime_onnx"),
+                "inputs": meta.get("inputs", []),
+                "outputs": meta.get("outputs", []),
+            },
+        )
+
+
+def _inflight(rep: Replica) -> int:
+    return rep.inflight

@@ -1,0 +1,172 @@
+"""Static desired state from a directory of manifests (``edged run --manifests DIR``).
+
+Like kubelet's static pods: every ``*.yaml``, ``*.yml`` and ``*.json`` file in DIR (not hidden,
+not in subdirectories) holds ModelDeployment documents whose ``spec.model.path`` names a local
+``.onnx`` file, relative to the manifest's directory. :meth:`StaticManifests.sync` turns the
+directory into desired workloads, ingesting artifacts into the store on the way.
+
+A file that is invalid, or whose model cannot be ingested, does not take anything down: the
+workloads it defined in the last accepted state are kept, and the problem is reported with the
+file name and field path. A file that is deleted removes its workloads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edged.api import ModelDeployment, load_manifest_file
+from edged.artifacts.storing import ArtifactStore, LooksLikeOnnx, PinnedDigest
+from edged.errors import ArtifactError, ValidationError
+from edged.logs import get_logger
+from edged.reconcile.model import DesiredWorkload, WorkloadName
+
+log = get_logger(__name__)
+
+SUFFIXES = (".yaml", ".yml", ".json")
+RETRYABLE = frozenset({"ArtifactNotFound", "ArtifactUnreadable"})
+
+
+@dataclass(frozen=True, slots=True)
+class SourceProblem:
+    file: str
+    workload: str  # "" when the whole file is rejected
+    reason: str
+    message: str
+
+    def to_json(self) -> dict[str, str]:
+        return {
+            "file": self.file,
+            "workload": self.workload,
+            "reason": self.reason,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class SyncResult:
+    workloads: dict[WorkloadName, DesiredWorkload]
+    problems: tuple[SourceProblem, ...] = ()
+    retryable: bool = False
+    files: tuple[str, ...] = field(default=())
+
+
+class StaticManifests:
+    def __init__(self, directory: Path, store: ArtifactStore, *, max_artifact_bytes: int) -> None:
+        self.directory = directory
+        self._store = store
+        self._max_bytes = max_artifact_bytes
+        self._by_file: dict[str, set[WorkloadName]] = {}
+        self._ingested: dict[tuple[str, int, int, int], str] = {}
+
+    def list_files(self) -> list[Path]:
+        try:
+            entries = sorted(self.directory.iterdir())
+        except FileNotFoundError:
+            return []
+        return [
+            p for p in entries
+            if p.suffix in SUFFIXES and not p.name.startswith(".") and p.is_file()
+        ]
+
+    def sync(self, current: dict[WorkloadName, DesiredWorkload]) -> SyncResult:
+        """Read the directory; return the workloads to accept and every problem found."""
+        out: dict[WorkloadName, DesiredWorkload] = {}
+        owner: dict[WorkloadName, str] = {}
+        problems: list[SourceProblem] = []
+        by_file: dict[str, set[WorkloadName]] = {}
+        retryable = False
+        files = self.list_files()
+        for path in files:
+            fname = path.name
+            names: set[WorkloadName] = set()
+            by_file[fname] = names
+            try:
+                deployments = load_manifest_file(path)
+            except ValidationError as exc:
+                problems.append(SourceProblem(fname, "", "InvalidManifest", str(exc)))
+                for name in self._by_file.get(fname, set()):
+                    if name in current and name not in out:
+                        out[name] = current[name]
+                        owner[name] = fname
+                        names.add(name)
+                continue
+            except OSError as exc:
+                problems.append(SourceProblem(fname, "", "Unreadable", str(exc)))
+                retryable = True
+                continue
+            for dep in deployments:
+                name = WorkloadName(dep.metadata.name)
+                if name in owner:
+                    problems.append(
+                        SourceProblem(
+                            fname, name, "DuplicateName",
+                            f"metadata.name: {name!r} is already defined in {owner[name]}",
+                        )
+                    )
+                    continue
+                owner[name] = fname
+                names.add(name)
+                try:
+                    sha = self._ingest(path, dep)
+                except ArtifactError as exc:
+                    problems.append(SourceProblem(fname, name, exc.reason, str(exc)))
+                    retryable = retryable or exc.reason in RETRYABLE
+                    if name in current:
+                        out[name] = current[name]
+                    continue
+                out[name] = DesiredWorkload(dep, sha, fname)
+        self._by_file = by_file
+        problems += self._check_model_names(out)
+        return SyncResult(out, tuple(problems), retryable, tuple(p.name for p in files))
+
+    def _ingest(self, manifest_path: Path, dep: ModelDeployment) -> str:
+        model = dep.spec.model
+        if not model.path:
+            raise ArtifactError(
+                "ModelPathMissing",
+                "spec.model.path: required for a static manifest (a local .onnx file)",
+            )
+        path = Path(model.path)
+        if not path.is_absolute():
+            path = manifest_path.parent / path
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            raise ArtifactError(
+                "ArtifactNotFound", f"spec.model.path: model file {path} does not exist"
+            ) from None
+        except OSError as exc:
+            raise ArtifactError("ArtifactUnreadable", f"spec.model.path: {path}: {exc}") from None
+        key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+        sha = self._ingested.get(key)
+        if sha is not None and self._store.has(sha) and model.sha256 in (None, sha):
+            return sha
+        sha = self._store.ingest_file(
+            path,
+            name=model.name,
+            version=model.version,
+            verifiers=[PinnedDigest(model.sha256), LooksLikeOnnx()],
+            max_bytes=self._max_bytes,
+        )
+        self._ingested[key] = sha
+        return sha
+
+    @staticmethod
+    def _check_model_names(out: dict[WorkloadName, DesiredWorkload]) -> list[SourceProblem]:
+        """Two workloads may not serve the same model name: the second (by name) is dropped."""
+        seen: dict[str, WorkloadName] = {}
+        problems = []
+        for name in sorted(out):
+            model = out[name].deployment.spec.model.name
+            if model in seen:
+                problems.append(
+                    SourceProblem(
+                        out[name].source, name, "DuplicateModelName",
+                        f"spec.model.name: {model!r} is already served by {seen[model]!r}",
+                    )
+                )
+                del out[name]
+            else:
+                seen[model] = name
+        return problems

@@ -1,0 +1,81 @@
+"""The accepted desired state, persisted in ``<data-dir>/state/desired.json``.
+
+Accepted means validated and with every artifact in the store. edged loads it before anything
+else at start, so after kill -9 or a reboot it serves the same workloads before it reads a
+manifest or talks to a hub. Each change bumps ``generation``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edged.api import parse_manifest
+from edged.errors import EdgedError, StateError
+from edged.reconcile.model import DesiredWorkload, WorkloadName
+from edged.state.persisting import read_json, write_json_atomic
+
+FORMAT = 1
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredSnapshot:
+    generation: int
+    workloads: dict[WorkloadName, DesiredWorkload]
+
+
+def _encode(w: DesiredWorkload) -> dict[str, Any]:
+    return {"manifest": w.deployment.to_dict(), "sha256": w.sha256, "source": w.source}
+
+
+class DesiredState:
+    def __init__(self, path: Path) -> None:
+        self._path = path
+        self.generation = 0
+        self.workloads: dict[WorkloadName, DesiredWorkload] = {}
+
+    def load(self) -> None:
+        doc = read_json(self._path)
+        if doc is None:
+            return
+        try:
+            if doc.get("format") != FORMAT:
+                raise StateError(f"{self._path}: unknown format {doc.get('format')!r}")
+            workloads = {}
+            for item in doc["workloads"]:
+                dep = parse_manifest(item["manifest"], source=str(self._path))
+                w = DesiredWorkload(dep, str(item["sha256"]), str(item.get("source", "")))
+                workloads[w.name] = w
+            self.generation = int(doc["generation"])
+        except (KeyError, TypeError, AttributeError, ValueError, EdgedError) as exc:
+            raise StateError(f"{self._path} is not a valid desired state: {exc}") from None
+        self.workloads = workloads
+
+    def get(self, name: WorkloadName) -> DesiredWorkload | None:
+        return self.workloads.get(name)
+
+    def snapshot(self) -> DesiredSnapshot:
+        return DesiredSnapshot(self.generation, dict(self.workloads))
+
+    def replace(self, workloads: dict[WorkloadName, DesiredWorkload]) -> set[WorkloadName]:
+        """Accept a new desired state; persist it first; return the names that changed."""
+        changed = {
+            n
+            for n in set(workloads) | set(self.workloads)
+            if workloads.get(n) != self.workloads.get(n)
+        }
+        if not changed:
+            return set()
+        generation = self.generation + 1
+        write_json_atomic(
+            self._path,
+            {
+                "format": FORMAT,
+                "generation": generation,
+                "workloads": [_encode(workloads[n]) for n in sorted(workloads)],
+            },
+        )
+        self.generation = generation
+        self.workloads = dict(workloads)
+        return changed

@@ -1,0 +1,1 @@
+"""hub: the edgefleet regional control plane (not built yet: see docs/architecture.md)."""
