@@ -62,8 +62,16 @@ def run_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) 
     log_path = workdir / "edged.log"
     with open(log_path, "ab") as log:
         proc = subprocess.Popen(
-            [sys.executable, "-m", "edged", "run", "--data-dir", str(data),
-             "--manifests", str(manifests)],
+            [
+                sys.executable,
+                "-m",
+                "edged",
+                "run",
+                "--data-dir",
+                str(data),
+                "--manifests",
+                str(manifests),
+            ],
             stdout=log,
             stderr=log,
         )
@@ -77,8 +85,16 @@ def run_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) 
         print(f"4. model metadata ({status}): {meta.decode()}")
         x = np.random.default_rng(0).standard_normal((1, TINY_MLP[0])).astype(np.float32)
         body = orjson.dumps(
-            {"inputs": [{"name": "input", "datatype": "FP32", "shape": [1, TINY_MLP[0]],
-                         "data": x.ravel().tolist()}]}
+            {
+                "inputs": [
+                    {
+                        "name": "input",
+                        "datatype": "FP32",
+                        "shape": [1, TINY_MLP[0]],
+                        "data": x.ravel().tolist(),
+                    }
+                ]
+            }
         )
         status, out = _request(infer, "POST", "/v2/models/demo-classifier/infer", body)
         if status != 200:

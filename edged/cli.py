@@ -35,9 +35,7 @@ def _version_text() -> str:
     try:
         import onnxruntime as ort
 
-        lines.append(
-            f"onnxruntime {ort.__version__} ({', '.join(ort.get_available_providers())})"
-        )
+        lines.append(f"onnxruntime {ort.__version__} ({', '.join(ort.get_available_providers())})")
     except ImportError:
         lines.append("onnxruntime: not installed")
     return "\n".join(lines)
@@ -159,7 +157,9 @@ def render_status(doc: dict[str, Any]) -> str:
     for w in doc.get("workloads", []):
         for c in w.get("conditions", []):
             if c["type"] != "Ready" or c["status"] != "True":
-                out.append(f"  {w['name']}: {c['type']}={c['status']} {c['reason']}: {c['message']}")
+                out.append(
+                    f"  {w['name']}: {c['type']}={c['status']} {c['reason']}: {c['message']}"
+                )
     for p in doc.get("source", {}).get("problems", []):
         where = p["file"] + (f" ({p['workload']})" if p["workload"] else "")
         out.append(f"  manifest {where}: {p['reason']}: {p['message']}")

@@ -40,7 +40,20 @@ log = get_logger(__name__)
 SOURCE_KEY = "static"
 DRAIN_TIMEOUT_S = 20.0
 LATENCY_BUCKETS = (
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5,
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
 )
 
 
@@ -117,7 +130,7 @@ class Daemon:
         self.store = ArtifactStore(data / "artifacts")
         self.desired = DesiredState(data / "state" / "desired.json")
         self.router = InferenceRouter()
-        self.cgroup_root = detect_cgroup_root(config.workers.cgroup_root)
+        self.cgroup_root = detect_cgroup_root(str(config.workers.cgroup_root))
         self.limits_mode = "cgroup" if self.cgroup_root is not None else "rlimit"
         self.workload_queue: WorkQueue[WorkloadName] = WorkQueue(
             "workloads",
@@ -125,7 +138,9 @@ class Daemon:
             max_delay=config.reconcile.backoff_max_s,
         )
         self.source_queue: WorkQueue[str] = WorkQueue(
-            "source", base_delay=config.reconcile.backoff_base_s, max_delay=config.reconcile.backoff_max_s
+            "source",
+            base_delay=config.reconcile.backoff_base_s,
+            max_delay=config.reconcile.backoff_max_s,
         )
         self.pool = WorkerPool(
             notify=self.workload_queue.add,
@@ -161,7 +176,8 @@ class Daemon:
     def _init_metrics(self) -> None:
         r = self.registry
         self._m_requests = r.counter(
-            "edged_inference_requests_total", "Inference requests answered by workers",
+            "edged_inference_requests_total",
+            "Inference requests answered by workers",
             ("model", "code"),
         )
         self._m_latency = r.histogram(
@@ -175,9 +191,9 @@ class Daemon:
         restarts = r.gauge("edged_replica_restarts", "Restarts of replica slots", ("workload",))
         ready = r.gauge("edged_replicas_ready", "Ready replicas", ("workload",))
         self._m_restarts, self._m_ready = restarts, ready
-        r.gauge("edged_desired_generation", "Generation of the accepted desired state").set_function(
-            lambda: float(self.desired.generation)
-        )
+        r.gauge(
+            "edged_desired_generation", "Generation of the accepted desired state"
+        ).set_function(lambda: float(self.desired.generation))
         r.gauge("edged_workloads", "Workloads in the desired state").set_function(
             lambda: float(len(self.desired.workloads))
         )
@@ -244,7 +260,9 @@ class Daemon:
         infer_server = HttpServer(self.router.handle, max_body=cfg.inference.max_request_bytes)
         await infer_server.listen_unix(cfg.paths.inference_socket)
         if cfg.inference.listen_tcp is not None:
-            await infer_server.listen_tcp(cfg.inference.listen_tcp.host, cfg.inference.listen_tcp.port)
+            await infer_server.listen_tcp(
+                cfg.inference.listen_tcp.host, cfg.inference.listen_tcp.port
+            )
         log.info(
             "edged started",
             data_dir=str(self.data_dir),
@@ -255,31 +273,43 @@ class Daemon:
             inference_socket=str(cfg.paths.inference_socket),
         )
         if cfg.trust.allow_unsigned:
-            log.warning("trust.allowUnsigned is set: unsigned artifacts are accepted (development only)")
+            log.warning(
+                "trust.allowUnsigned is set: unsigned artifacts are accepted (development only)"
+            )
         for name in self.desired.workloads:
             self.workload_queue.add(name)
 
         components_stop = asyncio.Event()
         components: list[object] = [
             Runner(
-                "workloads", WorkloadReconciler(self), self.workload_queue,
-                workers=cfg.reconcile.workers, metrics=self.registry,
+                "workloads",
+                WorkloadReconciler(self),
+                self.workload_queue,
+                workers=cfg.reconcile.workers,
+                metrics=self.registry,
             ),
             Resync(self, cfg.reconcile.resync_period_s),
         ]
         watcher = None
         if self.source is not None:
             components.append(
-                Runner("source", SourceReconciler(self, self.source), self.source_queue, workers=1,
-                       metrics=self.registry)
+                Runner(
+                    "source",
+                    SourceReconciler(self, self.source),
+                    self.source_queue,
+                    workers=1,
+                    metrics=self.registry,
+                )
             )
             self.source_queue.add(SOURCE_KEY)
             watcher = DirectoryWatcher(
                 self.source.directory, lambda: self.source_queue.add_after(SOURCE_KEY, 0.2)
             )
             if not watcher.start():
-                log.warning("no inotify: manifest changes are seen at the next resync",
-                            period=cfg.reconcile.resync_period_s)
+                log.warning(
+                    "no inotify: manifest changes are seen at the next resync",
+                    period=cfg.reconcile.resync_period_s,
+                )
         supervisor = asyncio.ensure_future(
             supervise(
                 components,  # type: ignore[arg-type]

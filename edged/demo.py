@@ -5,6 +5,7 @@ Used by ``edgectl quickstart``, the tests and the benchmarks. Never imported by 
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -35,7 +36,7 @@ def build_mlp(
     nodes = []
     inits = []
     prev = input_name
-    for i, (n_in, n_out) in enumerate(zip(sizes[:-1], sizes[1:], strict=True)):
+    for i, (n_in, n_out) in enumerate(itertools.pairwise(sizes)):
         w = (rng.standard_normal((n_in, n_out)) * scale / np.sqrt(n_in)).astype(np.float32)
         b = (rng.standard_normal(n_out) * 0.01).astype(np.float32)
         inits += [numpy_helper.from_array(w, f"w{i}"), numpy_helper.from_array(b, f"b{i}")]
@@ -63,4 +64,3 @@ def build_mlp(
     tmp.write_bytes(model.SerializeToString())
     tmp.replace(path)
     return path
-

@@ -35,7 +35,7 @@ class Problem:
 
 
 class _ProblemsError(EdgedError):
-    """An error that carries every problem found, not just the first."""
+    """Carries every problem found, not just the first."""
 
     def __init__(self, problems: Iterable[Problem], *, source: str = "") -> None:
         self.problems: tuple[Problem, ...] = tuple(problems)
@@ -58,7 +58,7 @@ class ValidationError(_ProblemsError):
 
 
 class ArtifactError(EdgedError):
-    """An artifact could not be fetched, verified or stored. ``reason`` is a stable CamelCase word."""
+    """An artifact could not be fetched, verified or stored; ``reason`` is a CamelCase word."""
 
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason

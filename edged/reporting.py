@@ -67,7 +67,10 @@ class StatusBoard:
         for p in problems:
             if p not in self._problems:
                 log.error(
-                    "manifest problem", file=p.file, workload=p.workload, reason=p.reason,
+                    "manifest problem",
+                    file=p.file,
+                    workload=p.workload,
+                    reason=p.reason,
                     message=p.message,
                 )
         if (problems, files) != (self._problems, self._files):
@@ -98,7 +101,11 @@ class StatusBoard:
             item: dict[str, Any] = {"name": name}
             if desired is not None:
                 model = desired.deployment.spec.model
-                item["model"] = {"name": model.name, "version": model.version, "sha256": desired.sha256}
+                item["model"] = {
+                    "name": model.name,
+                    "version": model.version,
+                    "sha256": desired.sha256,
+                }
                 item["source"] = desired.source
             if st is not None:
                 item.update(

@@ -107,10 +107,16 @@ class ArtifactStore:
         except FileNotFoundError:
             raise ArtifactError("ArtifactNotFound", f"model file {source} does not exist") from None
         except OSError as exc:
-            raise ArtifactError("ArtifactUnreadable", f"cannot read {source}: {exc.strerror}") from None
+            raise ArtifactError(
+                "ArtifactUnreadable", f"cannot read {source}: {exc.strerror}"
+            ) from None
         try:
             return self.ingest_stream(
-                f, origin=str(source), name=name, version=version, verifiers=verifiers,
+                f,
+                origin=str(source),
+                name=name,
+                version=version,
+                verifiers=verifiers,
                 max_bytes=max_bytes,
             )
         finally:

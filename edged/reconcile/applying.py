@@ -98,7 +98,10 @@ class Applier:
                 )
                 try:
                     await self._pool.start(
-                        spec, action.workload, action.revision, action.slot,
+                        spec,
+                        action.workload,
+                        action.revision,
+                        action.slot,
                         desired.deployment.spec.probes,
                     )
                 except OSError as exc:

@@ -47,7 +47,7 @@ def restart_delay(crash_streak: int) -> float:
     """Crash-loop backoff before restarting a slot that failed ``crash_streak`` times in a row."""
     if crash_streak <= 0:
         return 0.0
-    return min(RESTART_BASE_S * 2 ** (crash_streak - 1), RESTART_MAX_S)
+    return float(min(RESTART_BASE_S * 2.0 ** (crash_streak - 1), RESTART_MAX_S))
 
 
 def replica_id(workload: str, revision: str, slot: int) -> ReplicaId:
@@ -151,7 +151,9 @@ def _retire(name: WorkloadName, rep: ReplicaObservation, reason: str) -> Action:
 
 def _plan_removal(name: WorkloadName, observed: ObservedWorkload) -> Plan:
     actions = tuple(
-        _retire(name, r, "NoLongerDesired") for r in observed.replicas if r.phase is not Phase.STOPPING
+        _retire(name, r, "NoLongerDesired")
+        for r in observed.replicas
+        if r.phase is not Phase.STOPPING
     )
     status = None
     if observed.replicas:
@@ -197,7 +199,8 @@ def _conditions(
                 "Ready",
                 TRUE,
                 "Serving",
-                f"{serving} replica(s) serving; {len(ready_current)}/{want} of the current revision ready",
+                f"{serving} replica(s) serving; "
+                f"{len(ready_current)}/{want} of the current revision ready",
             )
         )
     else:

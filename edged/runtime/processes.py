@@ -126,9 +126,7 @@ class ReplicaChannel(asyncio.Protocol):
             if hlen == NO_HEADER_LENGTH:
                 resp.send(status, body, _JSON)
             else:
-                resp.send(
-                    status, body, _BINARY, b"Inference-Header-Content-Length: %d\r\n" % hlen
-                )
+                resp.send(status, body, _BINARY, b"Inference-Header-Content-Length: %d\r\n" % hlen)
             self._replica.on_result(status, time.perf_counter() - t0)
         elif ftype == FrameType.PONG:
             self._replica.on_pong(orjson.loads(payload))

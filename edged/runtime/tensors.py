@@ -83,7 +83,9 @@ class DecodedRequest:
     batch_key: tuple[Any, ...] = field(default=())
 
 
-def _as_array(name: str, spec: TensorSpec, tensor: dict[str, Any], binary: memoryview | None) -> np.ndarray:
+def _as_array(
+    name: str, spec: TensorSpec, tensor: dict[str, Any], binary: memoryview | None
+) -> np.ndarray:
     datatype = tensor.get("datatype")
     shape = tensor.get("shape")
     if not isinstance(datatype, str):
@@ -95,7 +97,9 @@ def _as_array(name: str, spec: TensorSpec, tensor: dict[str, Any], binary: memor
     if not isinstance(shape, list) or not all(
         isinstance(d, int) and not isinstance(d, bool) and d >= 0 for d in shape
     ):
-        raise InferenceRequestError(f"input {name!r}: 'shape' must be a list of non-negative integers")
+        raise InferenceRequestError(
+            f"input {name!r}: 'shape' must be a list of non-negative integers"
+        )
     if len(shape) != len(spec.shape) or any(
         want not in (-1, got) for want, got in zip(spec.shape, shape, strict=True)
     ):
@@ -123,7 +127,9 @@ def _as_array(name: str, spec: TensorSpec, tensor: dict[str, Any], binary: memor
     try:
         arr = np.asarray(data, dtype=dtype)
     except (ValueError, TypeError, OverflowError) as exc:
-        raise InferenceRequestError(f"input {name!r}: 'data' is not a tensor of {datatype}: {exc}") from None
+        raise InferenceRequestError(
+            f"input {name!r}: 'data' is not a tensor of {datatype}: {exc}"
+        ) from None
     if arr.size != count:
         raise InferenceRequestError(
             f"input {name!r}: 'data' has {arr.size} elements, shape {shape} needs {count}"
@@ -198,7 +204,9 @@ def decode_request(
     if batchable:
         firsts = {a.shape[0] for a in feeds.values()}
         if len(firsts) != 1:
-            raise InferenceRequestError("all inputs must have the same batch size (first dimension)")
+            raise InferenceRequestError(
+                "all inputs must have the same batch size (first dimension)"
+            )
         rows = firsts.pop()
     request_id = doc.get("id")
     key = (
@@ -230,7 +238,8 @@ def _requested_outputs(
         name = out.get("name") if isinstance(out, dict) else None
         if not isinstance(name, str) or name not in outputs:
             raise InferenceRequestError(
-                f"outputs[{i}]: {name!r} is not an output of this model (outputs: {', '.join(outputs)})"
+                f"outputs[{i}]: {name!r} is not an output of this model "
+                f"(outputs: {', '.join(outputs)})"
             )
         names.append(name)
         oparams = out.get("parameters") or {}
@@ -258,7 +267,11 @@ def encode_response(
         else:
             entry["data"] = arr.ravel()
         outs.append(entry)
-    doc: dict[str, Any] = {"model_name": model_name, "model_version": model_version, "outputs": outs}
+    doc: dict[str, Any] = {
+        "model_name": model_name,
+        "model_version": model_version,
+        "outputs": outs,
+    }
     if request.request_id is not None:
         doc["id"] = request.request_id
     head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)

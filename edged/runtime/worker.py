@@ -115,7 +115,9 @@ class Model:
                 "MemoryLimitTooLow", "the model does not fit in the worker's memory limit"
             ) from None
         except Exception as exc:  # onnxruntime raises its own exception types
-            raise LoadError("ModelLoadFailed", f"onnxruntime cannot load the model: {exc}") from None
+            raise LoadError(
+                "ModelLoadFailed", f"onnxruntime cannot load the model: {exc}"
+            ) from None
         self.providers = self.session.get_providers()
         self.inputs = {n.name: spec_from_ort(n) for n in self.session.get_inputs()}
         self.outputs = tuple(n.name for n in self.session.get_outputs())
@@ -199,7 +201,7 @@ class WorkerProtocol(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
         meta = self._model.metadata(self._spec)
-        transport.write(encode_frame(FrameType.READY, 0, orjson.dumps(meta)))
+        self._write(encode_frame(FrameType.READY, 0, orjson.dumps(meta)))
 
     def data_received(self, data: bytes) -> None:
         try:
@@ -380,7 +382,12 @@ def _send_failure(sock: socket.socket, reason: str, message: str) -> None:
 async def _serve(sock: socket.socket, spec: LaunchSpec, model: Model) -> int:
     loop = asyncio.get_running_loop()
     done: asyncio.Future[int] = loop.create_future()
-    loop.add_signal_handler(signal.SIGTERM, lambda: done.done() or done.set_result(0))
+
+    def on_term() -> None:
+        if not done.done():
+            done.set_result(0)
+
+    loop.add_signal_handler(signal.SIGTERM, on_term)
     transport, _ = await loop.connect_accepted_socket(
         lambda: WorkerProtocol(spec, model, done), sock=sock
     )

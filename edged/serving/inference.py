@@ -85,8 +85,10 @@ class InferenceRouter:
             if len(rest) > 1 or action not in ("", "ready", "infer"):
                 resp.send_error(404, f"no such endpoint: {path}")
                 return
-            if version is not None and version != entry.version and not any(
-                r.spec.model_version == version for r in entry.replicas
+            if (
+                version is not None
+                and version != entry.version
+                and not any(r.spec.model_version == version for r in entry.replicas)
             ):
                 resp.send_error(404, f"model {name!r} has no version {version!r} on this device")
                 return

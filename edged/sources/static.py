@@ -65,7 +65,8 @@ class StaticManifests:
         except FileNotFoundError:
             return []
         return [
-            p for p in entries
+            p
+            for p in entries
             if p.suffix in SUFFIXES and not p.name.startswith(".") and p.is_file()
         ]
 
@@ -100,7 +101,9 @@ class StaticManifests:
                 if name in owner:
                     problems.append(
                         SourceProblem(
-                            fname, name, "DuplicateName",
+                            fname,
+                            name,
+                            "DuplicateName",
                             f"metadata.name: {name!r} is already defined in {owner[name]}",
                         )
                     )
@@ -162,7 +165,9 @@ class StaticManifests:
             if model in seen:
                 problems.append(
                     SourceProblem(
-                        out[name].source, name, "DuplicateModelName",
+                        out[name].source,
+                        name,
+                        "DuplicateModelName",
                         f"spec.model.name: {model!r} is already served by {seen[model]!r}",
                     )
                 )
