@@ -88,6 +88,7 @@ class SourceReconciler:
         result = await asyncio.to_thread(self._source.sync, dict(d.desired.workloads))
         changed = d.desired.replace(result.workloads)
         d.board.set_source(result.problems, result.files)
+        d.board.source_synced = True
         if changed:
             log.info(
                 "desired state accepted",
@@ -129,7 +130,7 @@ class Daemon:
         self.registry = Registry()
         self.store = ArtifactStore(data / "artifacts")
         self.desired = DesiredState(data / "state" / "desired.json")
-        self.router = InferenceRouter()
+        self.router = InferenceRouter(ready=self._ready)
         self.cgroup_root = detect_cgroup_root(str(config.workers.cgroup_root))
         self.limits_mode = "cgroup" if self.cgroup_root is not None else "rlimit"
         self.workload_queue: WorkQueue[WorkloadName] = WorkQueue(
@@ -164,6 +165,7 @@ class Daemon:
             allow_unsigned=config.trust.allow_unsigned,
             manifests_dir=manifests,
         )
+        self.board.source_synced = manifests is None
         self.source = (
             StaticManifests(manifests, self.store, max_artifact_bytes=4 << 30)
             if manifests is not None
@@ -327,7 +329,6 @@ class Daemon:
         # -- shutdown, in order --------------------------------------------------------------
         log.info("edged stopping")
         self.board.draining = True
-        self.router.start_draining()
         infer_server.stop_accepting()
         drained = await infer_server.drain(DRAIN_TIMEOUT_S)
         if not drained:
@@ -344,6 +345,9 @@ class Daemon:
         await status_server.drain(1.0)
         log.info("edged stopped")
         return code
+
+    def _ready(self) -> bool:
+        return self.board.ready()
 
     def _request_stop(self, sig: signal.Signals) -> None:
         if not self.stop_event.is_set():

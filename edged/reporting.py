@@ -53,6 +53,7 @@ class StatusBoard:
         self._persist_handle: asyncio.TimerHandle | None = None
         self.draining = False
         self.loaded = False
+        self.source_synced = False  # the desired-state source has been read once
 
     def set_workload(self, name: WorkloadName, status: WorkloadStatus | None) -> None:
         if status is None:
@@ -81,8 +82,12 @@ class StatusBoard:
         return self._workloads.get(name)
 
     def ready(self) -> bool:
-        """Every desired workload has at least one ready replica (or wants none)."""
-        if self.draining or not self.loaded:
+        """Every desired workload has at least one ready replica (or wants none).
+
+        Not before the persisted state is loaded and the source has been read once, and not
+        while draining, so that "ready" never means "ready with nothing to serve yet".
+        """
+        if self.draining or not self.loaded or not self.source_synced:
             return False
         for name, w in self._desired.workloads.items():
             if w.deployment.spec.replicas.count_on_device() == 0:

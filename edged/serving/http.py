@@ -235,6 +235,7 @@ class HttpServer:
     def __init__(self, handler: Handler, *, max_body: int = 64 << 20) -> None:
         self._state = HttpServerState(handler, max_body=max_body)
         self._servers: list[asyncio.AbstractServer] = []
+        self._unix_paths: list[Path] = []
 
     async def listen_unix(self, path: Path, *, mode: int = 0o660) -> None:
         loop = asyncio.get_running_loop()
@@ -243,6 +244,7 @@ class HttpServer:
         server = await loop.create_unix_server(lambda: HttpConnection(self._state), str(path))
         os.chmod(path, mode)
         self._servers.append(server)
+        self._unix_paths.append(path)
 
     async def listen_tcp(self, host: str, port: int) -> None:
         loop = asyncio.get_running_loop()
@@ -262,6 +264,8 @@ class HttpServer:
         self._state.closing = True
         for server in self._servers:
             server.close()
+        for path in self._unix_paths:
+            path.unlink(missing_ok=True)
         for conn in list(self._state.connections):
             conn.close_if_idle()
 

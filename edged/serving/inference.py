@@ -12,6 +12,7 @@ Routes: ``GET /v2``, ``GET /v2/health/live``, ``GET /v2/health/ready``,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -33,9 +34,9 @@ class ModelEntry:
 
 
 class InferenceRouter:
-    def __init__(self) -> None:
+    def __init__(self, ready: Callable[[], bool]) -> None:
         self._models: dict[str, ModelEntry] = {}
-        self._draining = False
+        self._ready = ready
 
     # -- kept current by the daemon -----------------------------------------------------------
     def set_models(self, entries: dict[str, tuple[str, str]]) -> None:
@@ -60,12 +61,6 @@ class InferenceRouter:
             entry.replicas.append(rep)
         elif not ready and rep in entry.replicas:
             entry.replicas.remove(rep)
-
-    def start_draining(self) -> None:
-        self._draining = True
-
-    def is_ready(self) -> bool:
-        return not self._draining and all(e.replicas for e in self._models.values())
 
     # -- the handler --------------------------------------------------------------------------
     def handle(self, req: Request, resp: Response) -> None:
@@ -110,7 +105,7 @@ class InferenceRouter:
         elif path == "/v2/health/live":
             resp.send_json(200, {"live": True})
         elif path == "/v2/health/ready":
-            ready = self.is_ready()
+            ready = self._ready()
             resp.send_json(200 if ready else 503, {"ready": ready})
         elif path in ("/v2", "/v2/"):
             resp.send_json(

@@ -1,0 +1,69 @@
+"""End-to-end scenarios: real ``edged run`` processes, real ONNX Runtime workers, real sockets.
+
+Nothing is faked. Models are tiny MLPs built with ``onnx`` in a temp dir. Every test here is
+marked ``scenario``; ``pytest -m scenario`` runs only these, ``-m "not scenario"`` skips them.
+The ``edged_factory`` fixture fails the test if an edged or worker process it started is still
+alive afterwards.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import psutil
+import pytest
+from harness import Edged, wait_for
+
+from edged.demo import TINY_MLP, build_mlp
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
+    for item in items:
+        if here in Path(str(item.fspath)).parents:
+            item.add_marker(pytest.mark.scenario)
+
+
+@pytest.fixture
+def model_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "manifests"
+    d.mkdir()
+    build_mlp(d / "mlp.onnx", TINY_MLP, seed=1)
+    return d
+
+
+@pytest.fixture
+def edged_factory(tmp_path: Path) -> Iterator[Callable[..., Edged]]:
+    started: list[Edged] = []
+
+    def make(manifests: Path | None, data: Path | None = None) -> Edged:
+        e = Edged(data or tmp_path / "data", manifests, tmp_path / f"edged-{len(started)}.log")
+        started.append(e)
+        return e
+
+    yield make
+    leaked = []
+    for e in started:
+        if e.proc is not None and e.proc.poll() is None:
+            e.proc.kill()
+            e.proc.wait(10)
+            leaked.append(f"edged {e.proc.pid}")
+    for e in started:
+        for pid in e.all_pids:
+
+            def gone(pid: int = pid) -> bool:
+                try:
+                    p = psutil.Process(pid)
+                    return p.status() == psutil.STATUS_ZOMBIE
+                except psutil.NoSuchProcess:
+                    return True
+
+            try:
+                wait_for(gone, 10, f"process {pid} to exit")
+            except AssertionError:
+                os.kill(pid, signal.SIGKILL)
+                leaked.append(f"pid {pid}")
+    assert not leaked, f"processes left running: {leaked}"
