@@ -66,6 +66,10 @@ class Response:
     ) -> None:
         if self.data is not None:
             return
+        if self.keep_alive and self._conn.owes_last_answer(self):
+            # The server is shutting down and no other answer is owed on this connection:
+            # say so, so that the client sends its next request on a new connection.
+            self.keep_alive = False
         parts = [
             _status_line(status),
             b"Content-Type: ",
@@ -129,14 +133,18 @@ class HttpConnection(asyncio.Protocol):
         self._transport = None
 
     def data_received(self, data: bytes) -> None:
+        if self._close_after:
+            return  # requests after one that closes the connection are not served
         try:
             self._parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(400, "protocol upgrades are not supported")
         except httptools.HttpParserError as exc:
-            self._fail(400, f"malformed HTTP request: {exc}")
-        except _TooLarge as exc:
-            self._fail(exc.status, str(exc))
+            cause = exc.__context__  # httptools wraps what a callback raises
+            if isinstance(cause, _TooLarge):
+                self._fail(cause.status, str(cause))
+            else:
+                self._fail(400, f"malformed HTTP request: {exc}")
 
     # -- httptools callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
@@ -164,6 +172,9 @@ class HttpConnection(asyncio.Protocol):
         cl = req.headers.get("content-length")
         if cl is not None and cl.isdigit() and int(cl) > self._state.max_body:
             raise _TooLarge(413, f"request body larger than {self._state.max_body} bytes")
+        if req.headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
+            # curl sends this for bodies over 1 KiB and would otherwise wait a second.
+            self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         path = req.path
         q = path.find("?")
         if q >= 0:
@@ -176,6 +187,8 @@ class HttpConnection(asyncio.Protocol):
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        if self._close_after:
+            return  # pipelined after a request that closes the connection: not served
         req = self._req
         body = self._body
         req.body = body[0] if len(body) == 1 else b"".join(body)
@@ -213,6 +226,14 @@ class HttpConnection(asyncio.Protocol):
     def idle(self) -> bool:
         return not self._pending
 
+    def owes_last_answer(self, resp: Response) -> bool:
+        """Whether the server is closing and ``resp`` is the last answer owed here; if so, the
+        connection takes no more requests."""
+        if self._state.closing and self._pending and self._pending[-1] is resp:
+            self._close_after = True
+            return True
+        return False
+
     def close_if_idle(self) -> None:
         if not self._pending and self._transport is not None:
             self._transport.close()
@@ -220,6 +241,7 @@ class HttpConnection(asyncio.Protocol):
     def _fail(self, status: int, message: str) -> None:
         resp = Response(self, keep_alive=False)
         self._pending.append(resp)
+        self._close_after = True
         resp.send_error(status, message)
 
 
