@@ -105,7 +105,7 @@ class RuntimeSpec:
     """``spec.runtime``: how ONNX Runtime serves the model. Delays are in seconds."""
 
     max_batch_size: int = 1
-    max_queue_delay: float = 0.0
+    max_queue_delay: float = 0.002
     precision: Precision | None = None
     execution_providers: tuple[str, ...] = ("CPUExecutionProvider",)
     intra_op_threads: int | None = None

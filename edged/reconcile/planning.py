@@ -47,7 +47,8 @@ def restart_delay(crash_streak: int) -> float:
     """Crash-loop backoff before restarting a slot that failed ``crash_streak`` times in a row."""
     if crash_streak <= 0:
         return 0.0
-    return float(min(RESTART_BASE_S * 2.0 ** (crash_streak - 1), RESTART_MAX_S))
+    # The exponent is capped: 2.0 ** 1024 overflows, and a slot may crash for days.
+    return float(min(RESTART_BASE_S * 2.0 ** min(crash_streak - 1, 32), RESTART_MAX_S))
 
 
 def replica_id(workload: str, revision: str, slot: int) -> ReplicaId:
@@ -91,7 +92,8 @@ def plan(
         if rep.phase is Phase.EXITED:
             if rep.crash_streak >= 2:
                 crashlooping.append(rep)
-            due = (rep.exited_at or now) + restart_delay(rep.crash_streak)
+            exited_at = now if rep.exited_at is None else rep.exited_at
+            due = exited_at + restart_delay(rep.crash_streak)
             if now >= due and observed.artifact_present:
                 actions.append(StartReplica(name, rid, revision, slot))
             elif now < due:
@@ -115,7 +117,7 @@ def plan(
             )
 
     for slot, rep in sorted(current.items()):
-        if slot >= want:
+        if slot >= want and rep.phase is not Phase.STOPPING:
             actions.append(_retire(name, rep, "ScaledDown"))
 
     ready_current = [

@@ -94,7 +94,8 @@ def prepare_cgroup(limits: LimitsSpec) -> None:
     path.mkdir(exist_ok=True)
     if limits.cpu_millis is not None:
         period = 100_000
-        (path / "cpu.max").write_text(f"{limits.cpu_millis * period // 1000} {period}")
+        quota = max(1000, limits.cpu_millis * period // 1000)  # the kernel refuses < 1 ms
+        (path / "cpu.max").write_text(f"{quota} {period}")
     if limits.memory_bytes is not None:
         (path / "memory.max").write_text(str(limits.memory_bytes))
 

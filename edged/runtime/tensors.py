@@ -49,6 +49,21 @@ _ORT_TO_OIP = {
     "tensor(string)": "BYTES",
 }
 _NUMPY_TO_OIP = {np.dtype(v).str: k for k, v in _OIP_TO_NUMPY.items()}
+# numpy kind of a tensor -> (what JSON data it takes, kinds numpy infers for such data)
+_JSON_KINDS = {
+    "b": ("booleans", "b"),
+    "i": ("integers", "iu"),
+    "u": ("integers", "iu"),
+    "f": ("numbers", "iuf"),
+}
+_KIND_NAMES = {
+    "b": "booleans",
+    "i": "integers",
+    "u": "integers",
+    "f": "numbers with fractions",
+    "U": "strings",
+    "O": "nulls, objects or integers out of range",
+}
 
 
 class InferenceRequestError(Exception):
@@ -125,6 +140,16 @@ def _as_array(
     if data is None:
         raise InferenceRequestError(f"input {name!r}: 'data' is missing")
     try:
+        # JSON values must be of the tensor's kind: numpy alone would truncate 2.5 to an
+        # integer, read "1.5" or null as a float, or 2 as a bool, and answer wrong silently.
+        inferred = np.asarray(data)
+        found = inferred.dtype.kind
+        expected, kinds = _JSON_KINDS[np.dtype(dtype).kind]
+        if found not in kinds and inferred.size > 0:
+            raise InferenceRequestError(
+                f"input {name!r}: 'data' is not a tensor of {datatype}: it takes {expected}, "
+                f"got {_KIND_NAMES.get(found, 'other values')}"
+            )
         arr = np.asarray(data, dtype=dtype)
     except (ValueError, TypeError, OverflowError) as exc:
         raise InferenceRequestError(

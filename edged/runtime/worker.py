@@ -9,10 +9,13 @@ socket pair to edged (see ``framing.py``). It:
 3. picks execution providers: the requested ones that this onnxruntime build offers, falling
    back to CPU with a condition that edged shows in status;
 4. runs a warm-up inference (the startup probe passes only after it) and sends READY;
-5. serves INFER frames with dynamic batching: requests that arrive while a batch runs are
-   merged (up to ``max_batch_size`` rows) into the next one; an optional queue delay waits a
-   little for more. Fast models run inline on the event loop (no thread hop); slower ones run
-   in one executor thread so decoding and encoding overlap with ONNX Runtime.
+5. serves INFER frames with adaptive dynamic batching: requests that arrive while a batch runs
+   are merged (up to ``max_batch_size`` rows) into the next one. When fewer requests are queued
+   than were recently in flight at once (the clients of the last batch are about to come back),
+   the worker waits for them, at most ``max_queue_delay`` and at most half a batch's run time;
+   with a single client it never waits. Fast models run inline on the event loop (no thread
+   hop); slower ones run in one executor thread so decoding and encoding overlap with ONNX
+   Runtime.
 """
 
 from __future__ import annotations
@@ -45,6 +48,7 @@ from edged.runtime.limiting import apply_limits
 EXIT_LOAD_FAILED = 3
 INLINE_BELOW_S = 0.0002  # run batches on the event loop when one takes less than this
 WARMUP_RUNS = 5
+PEAK_WINDOW = 8  # batches over which the recent peak of requests in flight is remembered
 
 
 class LoadError(Exception):
@@ -108,6 +112,9 @@ class Model:
         opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
         opts.graph_optimization_level = ort.GraphOptimizationLevel.ORT_ENABLE_ALL
         opts.log_severity_level = 3
+        # No busy-waiting thread pools: edged is a guest on small devices.
+        opts.add_session_config_entry("session.intra_op.allow_spinning", "0")
+        opts.add_session_config_entry("session.inter_op.allow_spinning", "0")
         try:
             self.session = ort.InferenceSession(data, sess_options=opts, providers=providers)
         except MemoryError:
@@ -196,6 +203,10 @@ class WorkerProtocol(asyncio.Protocol):
         self._delay_handle: asyncio.TimerHandle | None = None
         self._draining = False
         self._inflight = 0
+        self._peaks: collections.deque[int] = collections.deque([1], maxlen=PEAK_WINDOW)
+        self._peak_now = 0  # most requests in flight at once since the last batch started
+        self._last_run_s = model.run_s
+        self._idle_since = 0.0
 
     # -- connection ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -224,6 +235,7 @@ class WorkerProtocol(asyncio.Protocol):
     def _on_frame(self, ftype: int, req_id: int, payload: bytes) -> None:
         if ftype == FrameType.INFER:
             self._inflight += 1
+            self._peak_now = max(self._peak_now, self._inflight)
             (hlen,) = U32.unpack_from(payload, 0)
             body = payload[4:]
             try:
@@ -275,14 +287,27 @@ class WorkerProtocol(asyncio.Protocol):
     def _maybe_run(self) -> None:
         if self._running_since is not None or not self._queue:
             return
-        delay = self._spec.max_queue_delay_s
-        if delay > 0 and self._queued_rows() < self._model.max_batch:
-            wait = self._queue[0].enqueued + delay - time.monotonic()
+        if self._model.batchable and not self._draining:
+            wait = self._batch_wait()
             if wait > 0:
                 if self._delay_handle is None:
                     self._delay_handle = self._loop.call_later(wait, self._on_delay)
                 return
         self._start_batch()
+
+    def _batch_wait(self) -> float:
+        """How much longer to hold the queue for more requests (0: run now)."""
+        delay = min(self._spec.max_queue_delay_s, self._last_run_s / 2)
+        if delay <= 0:
+            return 0.0
+        queued = len(self._queue)
+        expected = min(max(self._peaks), self._model.max_batch)
+        if queued >= expected or self._queued_rows() >= self._model.max_batch:
+            return 0.0
+        # Count from when the worker could first have run the oldest request: requests queued
+        # behind a running batch get the same chance to be joined as ones that found it idle.
+        start = max(self._queue[0].enqueued, self._idle_since)
+        return start + delay - time.monotonic()
 
     def _on_delay(self) -> None:
         self._delay_handle = None
@@ -315,6 +340,8 @@ class WorkerProtocol(asyncio.Protocol):
             self._delay_handle.cancel()
             self._delay_handle = None
         batch = self._take_batch()
+        self._peaks.append(self._peak_now)
+        self._peak_now = self._inflight
         self._running_since = time.monotonic()
         if self._executor is None:
             try:
@@ -346,7 +373,11 @@ class WorkerProtocol(asyncio.Protocol):
     def _batch_done(
         self, batch: list[_Pending], results: list[Any] | None, exc: BaseException | None
     ) -> None:
+        now = time.monotonic()
+        if self._running_since is not None:
+            self._last_run_s = now - self._running_since
         self._running_since = None
+        self._idle_since = now
         tensors = self._tensors
         if exc is not None or results is None:
             body = tensors.error_body(f"inference failed: {exc}")

@@ -172,7 +172,11 @@ class HttpConnection(asyncio.Protocol):
         cl = req.headers.get("content-length")
         if cl is not None and cl.isdigit() and int(cl) > self._state.max_body:
             raise _TooLarge(413, f"request body larger than {self._state.max_body} bytes")
-        if req.headers.get("expect", "").lower() == "100-continue" and self._transport is not None:
+        if (
+            req.headers.get("expect", "").lower() == "100-continue"
+            and self._transport is not None
+            and not self._pending  # else it would go out ahead of an earlier answer
+        ):
             # curl sends this for bodies over 1 KiB and would otherwise wait a second.
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
         path = req.path

@@ -110,7 +110,7 @@ def test_minimal_manifest_takes_defaults() -> None:
     m = parse_manifest(minimal())
     assert m.spec == ModelDeploymentSpec(model=ModelRef(name="mnist", version="1.0"))
     assert m.spec.runtime == RuntimeSpec(
-        max_batch_size=1, max_queue_delay=0.0, execution_providers=("CPUExecutionProvider",)
+        max_batch_size=1, max_queue_delay=0.002, execution_providers=("CPUExecutionProvider",)
     )
     assert m.spec.replicas.count_on_device() == 1
     assert m.spec.scaling is None

@@ -1,0 +1,444 @@
+"""Shared pieces of edged's benchmarks (see /work/shared/BENCHMARKS.md for the method).
+
+- :class:`Edged`: run ``edged run`` on a temporary data dir with generated ModelDeployment
+  manifests, wait for readiness with a deadline, stop it with SIGTERM (SIGKILL if it hangs).
+- :class:`RawClient`: a sequential HTTP/1.1 keep-alive client over a Unix socket that sends a
+  pre-encoded request (bytes built once) and reads the reply by parsing ``Content-Length`` only
+  (no JSON parsing), so the client's own cost stays at a few tens of microseconds.
+- :func:`bare_loop`: the baseline, a bare ``InferenceSession.run`` loop, batch 1,
+  ``intra_op_num_threads = 1``, same input.
+
+This module imports only the standard library at the top: benchmark client processes are
+started with ``spawn`` and should come up fast and small.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parent.parent
+if str(REPO) not in sys.path:  # so ``edged.demo`` imports when run as ``python bench/x.py``
+    sys.path.insert(0, str(REPO))
+
+
+# -- statistics ---------------------------------------------------------------------------------
+def percentile(values: Sequence[float], q: float) -> float:
+    """Percentile q (0..100) with linear interpolation between ranks; nan when empty."""
+    s = sorted(values)
+    if not s:
+        return float("nan")
+    pos = (len(s) - 1) * q / 100.0
+    lo = int(pos)
+    hi = min(lo + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
+
+
+def median(values: Iterable[float]) -> float:
+    return statistics.median(list(values))
+
+
+# -- models and requests --------------------------------------------------------------------------
+@dataclass(frozen=True)
+class ModelDef:
+    """A model to deploy: its name, MLP layer sizes and deployment settings."""
+
+    name: str
+    sizes: tuple[int, ...]
+    max_batch_size: int = 1
+    cpu: str | None = None  # resources.cpu, e.g. "1" or "500m"; None: no resources section
+    seed: int = 0
+
+
+def manifest_yaml(m: ModelDef, model_file: str) -> str:
+    lines = [
+        "apiVersion: edgefleet.io/v1",
+        "kind: ModelDeployment",
+        "metadata:",
+        f"  name: {m.name}",
+        "spec:",
+        "  model:",
+        f"    name: {m.name}",
+        '    version: "1.0.0"',
+        f"    path: {model_file}",
+        "  runtime:",
+        f"    maxBatchSize: {m.max_batch_size}",
+        "    maxQueueDelay: 2ms",
+        "    executionProviders: [CPUExecutionProvider]",
+        "  replicas: {perDevice: 1}",
+    ]
+    if m.cpu is not None:
+        lines.append(f'  resources: {{cpu: "{m.cpu}"}}')
+    return "\n".join(lines) + "\n"
+
+
+def make_input(n_in: int, seed: int = 0) -> Any:
+    """A (1, n_in) float32 array, the same one for the bare loop and the edged path."""
+    import numpy as np
+
+    return np.random.default_rng(seed).standard_normal((1, n_in)).astype(np.float32)
+
+
+def infer_request(model: str, x: Any) -> bytes:
+    """The whole HTTP/1.1 request (headers and JSON body) for one inference, encoded once."""
+    import orjson
+
+    body = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "datatype": "FP32",
+                    "shape": list(x.shape),
+                    "data": x.ravel().tolist(),
+                }
+            ]
+        }
+    )
+    head = (
+        f"POST /v2/models/{model}/infer HTTP/1.1\r\n"
+        "Host: localhost\r\n"
+        "Content-Type: application/json\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
+def get_request(path: str) -> bytes:
+    return f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
+
+
+# -- the raw client -------------------------------------------------------------------------------
+class RawClient:
+    """Sequential keep-alive HTTP/1.1 over a Unix socket; replies framed by Content-Length."""
+
+    def __init__(self, path: str, timeout: float = 30.0) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(timeout)
+        self.sock.connect(path)
+        self._buf = b""
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self) -> RawClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def call(self, request: bytes) -> tuple[int, int]:
+        """Send one pre-encoded request, read its reply; returns (status, body length)."""
+        self.sock.sendall(request)
+        status, length, _ = self._read_reply(keep_body=False)
+        return status, length
+
+    def get(self, path: str) -> tuple[int, bytes]:
+        """A GET whose body is wanted (readiness and status, not timed)."""
+        self.sock.sendall(get_request(path))
+        status, _, body = self._read_reply(keep_body=True)
+        return status, body
+
+    def _read_reply(self, *, keep_body: bool) -> tuple[int, int, bytes]:
+        sock = self.sock
+        buf = self._buf
+        while True:
+            end = buf.find(b"\r\n\r\n")
+            if end >= 0:
+                break
+            chunk = sock.recv(262144)
+            if not chunk:
+                raise ConnectionError("edged closed the connection")
+            buf += chunk
+        i = buf.find(b"Content-Length: ", 0, end)
+        if i < 0:  # not how edged writes it: fall back to a case-insensitive search
+            i = buf.lower().find(b"content-length:", 0, end)
+            if i < 0:
+                raise ValueError("reply without Content-Length")
+            i += 15
+        else:
+            i += 16
+        j = buf.find(b"\r\n", i)
+        length = int(buf[i:j])
+        total = end + 4 + length
+        while len(buf) < total:
+            chunk = sock.recv(max(262144, total - len(buf)))
+            if not chunk:
+                raise ConnectionError("edged closed the connection")
+            buf += chunk
+        status = int(buf[9:12])
+        body = buf[end + 4 : total] if keep_body else b""
+        self._buf = buf[total:]
+        return status, length, body
+
+
+def timed_calls(client: RawClient, request: bytes, n: int) -> list[float]:
+    """n sequential calls; per-call seconds (perf_counter). Raises on a non-200 reply."""
+    out = [0.0] * n
+    call = client.call
+    pc = time.perf_counter
+    for k in range(n):
+        t0 = pc()
+        status, _ = call(request)
+        out[k] = pc() - t0
+        if status != 200:
+            raise RuntimeError(f"edged answered {status}")
+    return out
+
+
+# -- the baseline ---------------------------------------------------------------------------------
+def bare_session(model_path: str | Path) -> Any:
+    import onnxruntime as ort
+
+    opts = ort.SessionOptions()
+    opts.intra_op_num_threads = 1
+    opts.inter_op_num_threads = 1
+    opts.execution_mode = ort.ExecutionMode.ORT_SEQUENTIAL
+    opts.log_severity_level = 3
+    return ort.InferenceSession(
+        str(model_path), sess_options=opts, providers=["CPUExecutionProvider"]
+    )
+
+
+def bare_loop(
+    session: Any, x: Any, *, n: int | None = None, duration: float | None = None, warmup: int = 50
+) -> list[float]:
+    """Per-call seconds of ``session.run`` on ``x`` (batch 1 for the baseline): n calls, or as
+    many as fit in ``duration`` seconds."""
+    feeds = {"input": x}
+    run = session.run
+    pc = time.perf_counter
+    for _ in range(warmup):
+        run(None, feeds)
+    out: list[float] = []
+    append = out.append
+    if n is not None:
+        for _ in range(n):
+            t0 = pc()
+            run(None, feeds)
+            append(pc() - t0)
+        return out
+    assert duration is not None
+    end = pc() + duration
+    while True:
+        t0 = pc()
+        run(None, feeds)
+        t1 = pc()
+        append(t1 - t0)
+        if t1 >= end:
+            return out
+
+
+# -- edged ----------------------------------------------------------------------------------------
+@dataclass
+class Edged:
+    """An ``edged run`` process on a temporary directory, serving ``models``.
+
+    Use as a context manager: the process is always stopped (SIGTERM, then SIGKILL) and the
+    temporary directory removed, also on errors.
+    """
+
+    models: Sequence[ModelDef] = ()
+    ready_timeout: float = 120.0
+    config_text: str | None = None  # an edged.toml to pass with --config
+    keep_dir: bool = False
+    root: Path = field(init=False)
+    proc: subprocess.Popen[bytes] | None = field(init=False, default=None)
+
+    def __post_init__(self) -> None:
+        self.root = Path(tempfile.mkdtemp(prefix="edged-bench-"))
+        self.manifests = self.root / "manifests"
+        self.data = self.root / "data"
+        self.log_path = self.root / "edged.log"
+        self.manifests.mkdir()
+
+    @property
+    def infer_sock(self) -> str:
+        return str(self.data / "infer.sock")
+
+    @property
+    def status_sock(self) -> str:
+        return str(self.data / "edged.sock")
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    def model_path(self, m: ModelDef) -> Path:
+        return self.manifests / f"{m.name}.onnx"
+
+    def start(self) -> Edged:
+        from edged.demo import build_mlp
+
+        for m in self.models:
+            build_mlp(self.model_path(m), m.sizes, seed=m.seed)
+            (self.manifests / f"{m.name}.yaml").write_text(
+                manifest_yaml(m, self.model_path(m).name)
+            )
+        cmd = [
+            sys.executable,
+            "-m",
+            "edged",
+            "run",
+            "--data-dir",
+            str(self.data),
+            "--manifests",
+            str(self.manifests),
+            "--log-level",
+            "warning",
+        ]
+        if self.config_text is not None:
+            cfg = self.root / "edged.toml"
+            cfg.write_text(self.config_text)
+            cmd += ["--config", str(cfg)]
+        with open(self.log_path, "ab") as log:
+            self.proc = subprocess.Popen(
+                cmd,
+                stdout=log,
+                stderr=log,
+                cwd=str(REPO),
+            )
+        self.wait_ready()
+        return self
+
+    def wait_ready(self) -> float:
+        """Wait until the server is ready and every model answers ready; returns seconds."""
+        t0 = time.monotonic()
+        deadline = t0 + self.ready_timeout
+        paths = ["/v2/health/ready"] + [f"/v2/models/{m.name}/ready" for m in self.models]
+        todo = list(paths)
+        while todo:
+            assert self.proc is not None
+            if self.proc.poll() is not None:
+                code = self.proc.returncode
+                raise RuntimeError(f"edged exited ({code}) before ready:\n{self.log_tail()}")
+            if time.monotonic() > deadline:
+                raise TimeoutError(
+                    f"edged not ready after {self.ready_timeout:.0f}s "
+                    f"({todo[0]}):\n{self.log_tail()}"
+                )
+            try:
+                with RawClient(self.infer_sock, timeout=5) as c:
+                    while todo and c.get(todo[0])[0] == 200:
+                        todo.pop(0)
+            except OSError:
+                pass
+            if todo:
+                time.sleep(0.05)
+        return time.monotonic() - t0
+
+    def status(self) -> dict[str, Any]:
+        """``GET /v1/status`` on the status socket."""
+        with RawClient(self.status_sock, timeout=5) as c:
+            code, body = c.get("/v1/status")
+        if code != 200:
+            raise RuntimeError(f"GET /v1/status answered {code}")
+        doc: dict[str, Any] = json.loads(body)
+        return doc
+
+    def worker_pids(self) -> dict[str, list[int]]:
+        """workload name -> replica pids, from ``GET /v1/status``."""
+        out: dict[str, list[int]] = {}
+        for w in self.status().get("workloads", []):
+            name = w.get("name") or w.get("workload") or "?"
+            out[name] = [r["pid"] for r in w.get("replicas", []) if r.get("pid")]
+        return out
+
+    def log_tail(self, n: int = 30) -> str:
+        try:
+            return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-n:])
+        except OSError:
+            return ""
+
+    def stop(self, timeout: float = 30.0) -> int | None:
+        proc = self.proc
+        code = None
+        if proc is not None and proc.poll() is None:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                code = proc.wait(timeout)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait()
+        elif proc is not None:
+            code = proc.returncode
+        if not self.keep_dir:
+            shutil.rmtree(self.root, ignore_errors=True)
+        return code
+
+    def __enter__(self) -> Edged:
+        try:
+            return self.start()
+        except BaseException:
+            self.stop()
+            raise
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def cpu_seconds(pid: int) -> float:
+    """user + system CPU seconds of one process (0 if it is gone)."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+        tick = os.sysconf("SC_CLK_TCK")
+        return (int(fields[11]) + int(fields[12])) / tick
+    except (OSError, IndexError, ValueError):
+        return 0.0
+
+
+def fmt_ms(s: float) -> str:
+    return f"{s * 1e3:.3f}"
+
+
+# -- concurrent clients (one process each) -------------------------------------------------------
+def window_client(
+    sock_path: str, request: bytes, t_start: float, t_end: float
+) -> tuple[int, float, list[float], float]:
+    """One benchmark client process: warm up until ``t_start``, then measure until ``t_end``.
+
+    ``t_start``/``t_end`` are ``time.monotonic()`` values (CLOCK_MONOTONIC, the same in every
+    process). Returns (requests completed in the window, seconds from the window's start to the
+    last completion, per-request seconds measured with perf_counter, this client's own CPU
+    seconds in the window).
+    """
+    off = time.monotonic() - time.perf_counter()
+    start = t_start - off
+    end = t_end - off
+    pc = time.perf_counter
+    lat: list[float] = []
+    with RawClient(sock_path) as c:
+        call = c.call
+        while pc() < start:
+            if call(request)[0] != 200:
+                raise RuntimeError("edged answered an error during warm-up")
+        t_first = pc()
+        cpu0 = time.process_time()
+        t1 = t_first
+        while t1 < end:
+            t0 = pc()
+            status, _ = call(request)
+            t1 = pc()
+            if status != 200:
+                raise RuntimeError(f"edged answered {status}")
+            lat.append(t1 - t0)
+        cpu = time.process_time() - cpu0
+    return len(lat), t1 - t_first, lat, cpu
+
+
+def _noop(_: int) -> int:
+    return os.getpid()

@@ -1,0 +1,324 @@
+"""edged's inference path against a bare ONNX Runtime loop, measured in the same run.
+
+    .venv/bin/python bench/inference.py [--quick] [--json PATH]
+
+Latency: tiny MLP, concurrency 1, raw keep-alive HTTP client on infer.sock; p50/p99 of the
+edged path minus the bare ``InferenceSession.run`` loop's (batch 1, one thread, same input).
+Throughput: medium MLP, 8 client processes (one connection each) for a fixed window, rates
+added, maxBatchSize 8, divided by the bare batch-1 loop's rate; client p99 against the bare call.
+Each measurement is repeated (3 times, once with --quick) and medians are quoted.
+See bench/README.md and /work/shared/BENCHMARKS.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import multiprocessing
+import os
+import platform
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    Edged,
+    ModelDef,
+    RawClient,
+    _noop,
+    bare_loop,
+    bare_session,
+    cpu_seconds,
+    get_request,
+    infer_request,
+    make_input,
+    median,
+    percentile,
+    timed_calls,
+    window_client,
+)
+
+TARGET_ADDED_P50_MS = 0.3
+TARGET_THROUGHPUT_RATIO = 2.0
+TARGET_P99_RATIO = 4.0
+
+
+def ms(s: float) -> float:
+    return s * 1e3
+
+
+def latency(args: argparse.Namespace) -> dict[str, Any]:
+    from edged.demo import TINY_MLP
+
+    model = ModelDef("tiny", TINY_MLP, max_batch_size=args.max_batch, cpu=args.cpu)
+    x = make_input(TINY_MLP[0], seed=1)
+    req = infer_request(model.name, x)
+    live = get_request("/v2/health/live")
+    reps: list[dict[str, float]] = []
+    t = time.perf_counter()
+    with Edged([model]) as edged:
+        ready_s = time.perf_counter() - t
+        sess = bare_session(edged.model_path(model))
+        with RawClient(edged.infer_sock) as client:
+            timed_calls(client, req, args.lat_warmup)
+            for _ in range(args.reps):
+                bare = bare_loop(sess, x, n=args.lat_n, warmup=200)
+                path = timed_calls(client, req, args.lat_n)
+                # The HTTP layer alone (no worker hop): how much of the added time it is.
+                http = timed_calls(client, live, args.lat_n)
+                r = {
+                    "bare_p50_ms": ms(percentile(bare, 50)),
+                    "bare_p99_ms": ms(percentile(bare, 99)),
+                    "edged_p50_ms": ms(percentile(path, 50)),
+                    "edged_p99_ms": ms(percentile(path, 99)),
+                    "http_only_p50_ms": ms(percentile(http, 50)),
+                }
+                r["added_p50_ms"] = r["edged_p50_ms"] - r["bare_p50_ms"]
+                r["added_p99_ms"] = r["edged_p99_ms"] - r["bare_p99_ms"]
+                reps.append(r)
+    return {
+        "model": "tiny",
+        "sizes": list(TINY_MLP),
+        "n": args.lat_n,
+        "ready_s": ready_s,
+        "reps": reps,
+        "median": {k: median(r[k] for r in reps) for k in reps[0]},
+    }
+
+
+def throughput(args: argparse.Namespace) -> dict[str, Any]:
+    from edged.demo import MEDIUM_MLP
+
+    model = ModelDef("medium", MEDIUM_MLP, max_batch_size=args.max_batch, cpu=args.cpu)
+    x = make_input(MEDIUM_MLP[0], seed=2)
+    req = infer_request(model.name, x)
+    x8 = x.repeat(args.max_batch, axis=0)
+    n = args.clients
+    ctx = multiprocessing.get_context("spawn")
+    reps: list[dict[str, float]] = []
+    pool = ctx.Pool(n)
+    try:
+        pool.map(_noop, range(n), chunksize=1)  # all client processes up before timing
+        t = time.perf_counter()
+        with Edged([model]) as edged:
+            ready_s = time.perf_counter() - t
+            pids = edged.worker_pids().get("medium", [])
+            worker = pids[0] if pids else None
+            sess = bare_session(edged.model_path(model))
+            for _ in range(args.reps):
+                bare = bare_loop(sess, x, duration=args.bare_s, warmup=50)
+                # the ceiling for batching: bare loop at batch maxBatchSize, same thread count
+                big = bare_loop(sess, x8, duration=args.bare8_s, warmup=20)
+                # concurrency 1 on the same model, for context (per-request cost, big payload)
+                with RawClient(edged.infer_sock) as c:
+                    timed_calls(c, req, 50)
+                    one = timed_calls(c, req, args.c1_n)
+                t_start = time.monotonic() + args.warm_s
+                t_end = t_start + args.dur_s
+                res = pool.starmap_async(
+                    window_client, [(edged.infer_sock, req, t_start, t_end)] * n, chunksize=1
+                )
+                time.sleep(max(0.0, t_start - time.monotonic()))
+                cpu0 = (cpu_seconds(edged.pid), cpu_seconds(worker) if worker else 0.0)
+                time.sleep(max(0.0, t_end - time.monotonic()))
+                cpu1 = (cpu_seconds(edged.pid), cpu_seconds(worker) if worker else 0.0)
+                out = res.get(args.dur_s + args.warm_s + 60)
+                rate = sum(cnt / el for cnt, el, _, _ in out if el > 0)
+                lat = [v for _, _, ls, _ in out for v in ls]
+                client_cpu = sum(c for _, _, _, c in out)
+                bare_rate = len(bare) / sum(bare)
+                r = {
+                    "bare_rate_rps": bare_rate,
+                    "bare_p50_ms": ms(percentile(bare, 50)),
+                    "bare_p99_ms": ms(percentile(bare, 99)),
+                    "bare_batch_ms": ms(percentile(big, 50)),
+                    "bare_batch_rows_per_s": args.max_batch * len(big) / sum(big),
+                    "c1_p50_ms": ms(percentile(one, 50)),
+                    "edged_rate_rps": rate,
+                    "edged_p50_ms": ms(percentile(lat, 50)),
+                    "edged_p99_ms": ms(percentile(lat, 99)),
+                    "requests": float(len(lat)),
+                    "control_cpu_pct": 100 * (cpu1[0] - cpu0[0]) / args.dur_s,
+                    "worker_cpu_pct": 100 * (cpu1[1] - cpu0[1]) / args.dur_s,
+                }
+                r["ratio"] = rate / bare_rate
+                r["p99_vs_bare_p50"] = r["edged_p99_ms"] / r["bare_p50_ms"]
+                r["p99_vs_bare_p99"] = r["edged_p99_ms"] / r["bare_p99_ms"]
+                r["clients_cpu_pct"] = 100 * client_cpu / args.dur_s
+                r["clients_us_per_req"] = 1e6 * client_cpu / max(1.0, rate * args.dur_s)
+                r["control_us_per_req"] = 1e6 * (cpu1[0] - cpu0[0]) / max(1.0, rate * args.dur_s)
+                r["worker_us_per_req"] = 1e6 * (cpu1[1] - cpu0[1]) / max(1.0, rate * args.dur_s)
+                reps.append(r)
+    finally:
+        pool.terminate()
+        pool.join()
+    return {
+        "model": "medium",
+        "sizes": list(MEDIUM_MLP),
+        "clients": n,
+        "duration_s": args.dur_s,
+        "max_batch": args.max_batch,
+        "ready_s": ready_s,
+        "reps": reps,
+        "median": {k: median(r[k] for r in reps) for k in reps[0]},
+    }
+
+
+def print_table(title: str, rows: list[dict[str, float]], cols: list[tuple[str, str, str]]) -> None:
+    print(f"\n{title}")
+    head = f"{'':>8}" + "".join(f"{h:>{max(len(h), 8) + 2}}" for _, h, _ in cols)
+    print(head)
+    labels = [f"rep {i + 1}" for i in range(len(rows) - 1)] + ["median"]
+    for label, r in zip(labels, rows, strict=True):
+        line = f"{label:>8}"
+        for key, h, fmt in cols:
+            line += f"{format(r[key], fmt):>{max(len(h), 8) + 2}}"
+        print(line)
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="one repetition, shorter windows")
+    p.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    p.add_argument("--reps", type=int, help="repetitions (default 3, 1 with --quick)")
+    p.add_argument("--clients", type=int, default=8, help="concurrent client processes")
+    p.add_argument("--max-batch", type=int, default=8, help="spec.runtime.maxBatchSize")
+    p.add_argument("--cpu", help='resources.cpu of the deployments (default: none, e.g. "1")')
+    p.add_argument("--only", choices=("latency", "throughput"))
+    args = p.parse_args()
+    if args.reps is None:
+        args.reps = 1 if args.quick else 3
+    args.lat_n = 1000 if args.quick else 3000
+    args.lat_warmup = 300
+    args.bare_s = 1.5 if args.quick else 3.0
+    args.c1_n = 300 if args.quick else 800
+    args.bare8_s = 0.75 if args.quick else 1.5
+    args.warm_s = 1.0
+    args.dur_s = 2.5 if args.quick else 5.0
+
+    t0 = time.perf_counter()
+    result: dict[str, Any] = {
+        "machine": {
+            "cpus": os.cpu_count(),
+            "python": platform.python_version(),
+            "platform": platform.platform(),
+        },
+        "config": {k: v for k, v in vars(args).items() if k != "json"},
+    }
+    import onnxruntime
+
+    result["machine"]["onnxruntime"] = onnxruntime.__version__
+    print(
+        f"edged inference benchmark: {args.reps} repetition(s), {os.cpu_count()} CPUs, "
+        f"onnxruntime {onnxruntime.__version__}, maxBatchSize {args.max_batch}, "
+        f"resources.cpu {args.cpu or '(none)'}"
+    )
+
+    if args.only in (None, "latency"):
+        lat = latency(args)
+        result["latency"] = lat
+        print_table(
+            f"Latency: tiny MLP {lat['sizes']}, concurrency 1, {lat['n']} requests per rep (ms)",
+            lat["reps"] + [lat["median"]],
+            [
+                ("bare_p50_ms", "bare p50", ".4f"),
+                ("bare_p99_ms", "bare p99", ".4f"),
+                ("edged_p50_ms", "edged p50", ".4f"),
+                ("edged_p99_ms", "edged p99", ".4f"),
+                ("added_p50_ms", "added p50", ".4f"),
+                ("added_p99_ms", "added p99", ".4f"),
+                ("http_only_p50_ms", "HTTP-only p50", ".4f"),
+            ],
+        )
+    if args.only in (None, "throughput"):
+        thr = throughput(args)
+        result["throughput"] = thr
+        print_table(
+            f"Throughput: medium MLP {thr['sizes']}, {thr['clients']} client processes, "
+            f"{thr['duration_s']:.1f} s window, maxBatchSize {thr['max_batch']}",
+            thr["reps"] + [thr["median"]],
+            [
+                ("bare_rate_rps", "bare req/s", ".0f"),
+                ("bare_p50_ms", "bare p50 ms", ".3f"),
+                ("bare_p99_ms", "bare p99 ms", ".3f"),
+                ("edged_rate_rps", "edged req/s", ".0f"),
+                ("ratio", "ratio", ".2f"),
+                ("edged_p50_ms", "c8 p50 ms", ".3f"),
+                ("edged_p99_ms", "c8 p99 ms", ".3f"),
+                ("p99_vs_bare_p50", "p99/bare", ".2f"),
+                ("c1_p50_ms", "c1 p50 ms", ".3f"),
+            ],
+        )
+        print_table(
+            "  Where the time goes during the window: CPU (% of one core, microseconds per request)"
+            f" and, for scale, the bare loop at batch {args.max_batch}",
+            thr["reps"] + [thr["median"]],
+            [
+                ("control_cpu_pct", "control %", ".0f"),
+                ("worker_cpu_pct", "worker %", ".0f"),
+                ("clients_cpu_pct", "clients %", ".0f"),
+                ("control_us_per_req", "control us/req", ".1f"),
+                ("worker_us_per_req", "worker us/req", ".1f"),
+                ("clients_us_per_req", "clients us/req", ".1f"),
+                ("bare_batch_ms", f"bare b{args.max_batch} ms", ".3f"),
+                ("bare_batch_rows_per_s", f"bare b{args.max_batch} rows/s", ".0f"),
+            ],
+        )
+
+    summary: dict[str, Any] = {}
+    print(f"\n==== summary (medians of {args.reps} repetition{'s' * (args.reps > 1)}) ====")
+    if "latency" in result:
+        m = result["latency"]["median"]
+        ok = m["added_p50_ms"] <= TARGET_ADDED_P50_MS
+        summary["added_p50_ms"] = m["added_p50_ms"]
+        summary["latency_ok"] = ok
+        print(
+            f"latency    tiny, c=1: edged p50 {m['edged_p50_ms']:.3f} ms, p99 "
+            f"{m['edged_p99_ms']:.3f} ms; bare p50 {m['bare_p50_ms']:.3f} ms, p99 "
+            f"{m['bare_p99_ms']:.3f} ms"
+        )
+        print(
+            f"           added p50 {m['added_p50_ms']:.3f} ms (target <= "
+            f"{TARGET_ADDED_P50_MS} ms) {'OK' if ok else 'MISSED'}; added p99 "
+            f"{m['added_p99_ms']:.3f} ms; HTTP layer alone p50 {m['http_only_p50_ms']:.3f} ms"
+        )
+    if "throughput" in result:
+        m = result["throughput"]["median"]
+        ok_r = m["ratio"] >= TARGET_THROUGHPUT_RATIO
+        ok_p = m["p99_vs_bare_p50"] <= TARGET_P99_RATIO
+        summary.update(
+            throughput_ratio=m["ratio"],
+            p99_vs_bare=m["p99_vs_bare_p50"],
+            throughput_ok=ok_r,
+            p99_ok=ok_p,
+        )
+        print(
+            f"throughput medium, c=8: edged {m['edged_rate_rps']:.0f} req/s vs bare batch-1 "
+            f"loop {m['bare_rate_rps']:.0f} req/s = {m['ratio']:.2f}x (target >= "
+            f"{TARGET_THROUGHPUT_RATIO}x) {'OK' if ok_r else 'MISSED'}"
+        )
+        print(
+            f"           client p99 {m['edged_p99_ms']:.3f} ms = {m['p99_vs_bare_p50']:.2f}x "
+            f"the bare call ({m['bare_p50_ms']:.3f} ms p50) (target <= {TARGET_P99_RATIO}x) "
+            f"{'OK' if ok_p else 'MISSED'}; {m['p99_vs_bare_p99']:.2f}x the bare p99 "
+            f"({m['bare_p99_ms']:.3f} ms)"
+        )
+    print(f"(took {time.perf_counter() - t0:.0f} s)")
+    result["summary"] = summary
+    result["targets"] = {
+        "added_p50_ms": TARGET_ADDED_P50_MS,
+        "throughput_ratio": TARGET_THROUGHPUT_RATIO,
+        "p99_vs_bare": TARGET_P99_RATIO,
+    }
+    if args.json:
+        args.json.parent.mkdir(parents=True, exist_ok=True)
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
+        print(f"figures written to {args.json}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

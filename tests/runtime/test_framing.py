@@ -1,0 +1,110 @@
+"""The frame codec between edged and its workers: any split of the byte stream decodes the same."""
+
+from __future__ import annotations
+
+import pytest
+
+from edged.runtime.framing import (
+    HEADER,
+    HEADER_SIZE,
+    MAX_FRAME,
+    FrameError,
+    FrameReader,
+    FrameType,
+    encode_frame,
+)
+
+Frame = tuple[int, int, bytes]
+
+FRAMES: list[Frame] = [
+    (FrameType.INFER, 1, b"\x00\x00\x00\x05hello"),
+    (FrameType.PING, 2, b""),
+    (FrameType.RESULT, 1, b"x" * 300),
+    (FrameType.DRAIN, 0xFFFFFFFF, b""),
+    (FrameType.READY, 0, b'{"inputs": []}'),
+]
+STREAM = b"".join(encode_frame(*f) for f in FRAMES)
+
+
+def reader() -> tuple[FrameReader, list[Frame]]:
+    got: list[Frame] = []
+    return FrameReader(lambda t, r, p: got.append((t, r, bytes(p)))), got
+
+
+def test_encode_frame_layout() -> None:
+    data = encode_frame(FrameType.PONG, 7, b"abc")
+    assert data == HEADER.pack(3, FrameType.PONG, 7) + b"abc"
+    assert len(data) == HEADER_SIZE + 3
+
+
+def test_one_frame_per_chunk() -> None:
+    r, got = reader()
+    for frame in FRAMES:
+        r.feed(encode_frame(*frame))
+    assert got == FRAMES
+
+
+def test_all_frames_in_one_chunk() -> None:
+    r, got = reader()
+    r.feed(STREAM)
+    assert got == FRAMES
+
+
+def test_stream_split_at_every_byte() -> None:
+    for cut in range(1, len(STREAM)):
+        r, got = reader()
+        r.feed(STREAM[:cut])
+        r.feed(STREAM[cut:])
+        assert got == FRAMES, f"split at byte {cut}"
+
+
+def test_stream_split_in_three_anywhere_in_the_first_frames() -> None:
+    head = _frame_ends()[1] + HEADER_SIZE + 1  # into the third frame
+    for a in range(1, head):
+        for b in range(a, head + 1):
+            r, got = reader()
+            for piece in (STREAM[:a], STREAM[a:b], STREAM[b:]):
+                r.feed(piece)
+            assert got == FRAMES, f"split at bytes {a} and {b}"
+
+
+def test_stream_fed_one_byte_at_a_time() -> None:
+    r, got = reader()
+    for i in range(len(STREAM)):
+        r.feed(STREAM[i : i + 1])
+        done = sum(1 for end in _frame_ends() if end <= i + 1)
+        assert len(got) == done  # a frame is delivered as soon as its last byte arrives
+    assert got == FRAMES
+
+
+def test_empty_feed_is_harmless() -> None:
+    r, got = reader()
+    r.feed(b"")
+    r.feed(STREAM[:5])
+    r.feed(b"")
+    r.feed(STREAM[5:])
+    assert got == FRAMES
+
+
+def test_oversized_frame_is_refused() -> None:
+    r, got = reader()
+    r.feed(encode_frame(FrameType.PING, 1))
+    with pytest.raises(FrameError, match="exceeds the limit"):
+        r.feed(HEADER.pack(MAX_FRAME + 1, FrameType.INFER, 2) + b"x" * 10)
+    assert got == [(FrameType.PING, 1, b"")]
+
+
+def test_oversized_frame_is_refused_when_its_header_arrives_in_pieces() -> None:
+    r, _ = reader()
+    header = HEADER.pack(MAX_FRAME + 1, FrameType.INFER, 2)
+    r.feed(header[:4])
+    with pytest.raises(FrameError):
+        r.feed(header[4:])
+
+
+def _frame_ends() -> list[int]:
+    ends, pos = [], 0
+    for _, _, payload in FRAMES:
+        pos += HEADER_SIZE + len(payload)
+        ends.append(pos)
+    return ends

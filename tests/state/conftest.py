@@ -1,0 +1,4 @@
+"""Persisted desired state in real files under ``tmp_path``; manifests parsed for real.
+
+Nothing is faked: atomic writes, reads and corrupt files are plain files on disk.
+"""
