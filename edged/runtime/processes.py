@@ -360,8 +360,12 @@ class Replica:
             self.exit_reason, self.exit_message = self._failed
         elif code < 0:
             sig = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else code
-            self.exit_reason = "OOMKilled" if code == -signal.SIGKILL else "Signaled"
-            self.exit_message = f"worker killed by {sig}"
+            if code == -signal.SIGKILL:
+                self.exit_reason = "Killed"
+                self.exit_message = "worker killed by SIGKILL (out of memory, or from outside)"
+            else:
+                self.exit_reason = "Signaled"
+                self.exit_message = f"worker killed by {sig}"
         else:
             self.exit_reason = "Error" if code else "Completed"
             self.exit_message = f"worker exited with code {code}"
