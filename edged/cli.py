@@ -87,10 +87,14 @@ def _run(args: argparse.Namespace) -> int:
     if args.manifests is not None and not args.manifests.is_dir():
         print(f"edged: --manifests {args.manifests} is not a directory", file=sys.stderr)
         return 2
-    from edged.daemon import Daemon
+    from edged.daemon import AlreadyRunning, Daemon
 
     async def _main() -> int:
-        daemon = Daemon(config, manifests=args.manifests.resolve() if args.manifests else None)
+        try:
+            daemon = Daemon(config, manifests=args.manifests.resolve() if args.manifests else None)
+        except AlreadyRunning as exc:
+            print(f"edged: {exc}", file=sys.stderr)
+            return 1
         return await daemon.run()
 
     try:

@@ -10,13 +10,15 @@ drain and stop workers -> persist status -> exit 0.
 from __future__ import annotations
 
 import asyncio
+import fcntl
+import os
 import signal
 import time
 from pathlib import Path
 
 from edged.artifacts.storing import ArtifactStore
 from edged.config import EdgedConfig
-from edged.errors import StateError, TemporaryError
+from edged.errors import EdgedError, StateError, TemporaryError
 from edged.logs import get_logger
 from edged.metrics import CounterChild, HistogramChild, Registry
 from edged.reconcile.applying import Applier
@@ -121,12 +123,28 @@ class Resync:
                 self._d.enqueue_all()
 
 
+class AlreadyRunning(EdgedError):
+    """Another edged holds the data directory."""
+
+
+def _lock_data_dir(data: Path) -> int:
+    """One edged per data directory: an exclusive flock held for the process's lifetime."""
+    fd = os.open(data / "edged.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise AlreadyRunning(f"another edged is running on {data}") from None
+    return fd
+
+
 class Daemon:
     def __init__(self, config: EdgedConfig, *, manifests: Path | None) -> None:
         self.config = config
         data = Path(config.paths.data_dir)
         self.data_dir = data
         data.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._lock = _lock_data_dir(data)
         self.registry = Registry()
         self.store = ArtifactStore(data / "artifacts")
         self.desired = DesiredState(data / "state" / "desired.json")
@@ -258,13 +276,19 @@ class Daemon:
         status_server = HttpServer(
             StatusHandler(self.board, self.registry, alive=lambda: True).handle, max_body=1 << 16
         )
-        await status_server.listen_unix(cfg.paths.status_socket)
         infer_server = HttpServer(self.router.handle, max_body=cfg.inference.max_request_bytes)
-        await infer_server.listen_unix(cfg.paths.inference_socket)
-        if cfg.inference.listen_tcp is not None:
-            await infer_server.listen_tcp(
-                cfg.inference.listen_tcp.host, cfg.inference.listen_tcp.port
-            )
+        try:
+            await status_server.listen_unix(cfg.paths.status_socket)
+            await infer_server.listen_unix(cfg.paths.inference_socket)
+            if cfg.inference.listen_tcp is not None:
+                tcp = cfg.inference.listen_tcp
+                await infer_server.listen_tcp(tcp.host, tcp.port)
+        except OSError as exc:
+            # Typically another edged on the same data dir: say so, leave its sockets, exit.
+            log.error("cannot open sockets", error=str(exc))
+            status_server.stop_accepting()
+            infer_server.stop_accepting()
+            return 1
         log.info(
             "edged started",
             data_dir=str(self.data_dir),

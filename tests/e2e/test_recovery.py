@@ -136,3 +136,16 @@ def _read_response(sock: socket.socket) -> int:
     while len(rest) < length:
         rest += sock.recv(65536)
     return int(head.split(b" ")[1])
+
+
+def test_second_edged_on_the_same_data_dir_refuses(model_dir: Path, edged_factory) -> None:
+    write_manifest(model_dir)
+    e: Edged = edged_factory(model_dir).start()
+    e.wait_ready()
+    second: Edged = edged_factory(model_dir, data=e.data).start()
+    assert second.proc is not None
+    assert second.proc.wait(30) == 1
+    assert "another edged is running" in second.logs()
+    assert e.infer("mlp", X)[0] == 200
+    assert os.path.exists(e.infer_sock)
+    assert e.terminate() == 0
