@@ -6,41 +6,13 @@ Each test runs in its own event loop (``async_test``) and fails if it leaves a t
 from __future__ import annotations
 
 import asyncio
-import functools
 import random
 import time
-from collections.abc import Callable, Coroutine
-from typing import Any
 
 import pytest
+from asynctesting import async_test, eventually
 
 from edged.reconcile.queueing import QueueShutDown, WorkQueue
-
-TEST_TIMEOUT = 5.0
-
-
-def async_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
-    """Run an async test in a fresh loop, with a timeout, failing on leaked tasks."""
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> None:
-        async def main() -> None:
-            await asyncio.wait_for(fn(*args, **kwargs), TEST_TIMEOUT)
-            leaked = asyncio.all_tasks() - {asyncio.current_task()}
-            assert not leaked, f"leaked tasks: {leaked}"
-
-        asyncio.run(main())
-
-    return wrapper
-
-
-async def eventually(predicate: Callable[[], bool], within: float = 2.0) -> None:
-    """Poll ``predicate`` until it holds or the deadline passes."""
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.001)
 
 
 class FakeClock:
