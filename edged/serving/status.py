@@ -5,13 +5,13 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from edged.metrics import Registry
+from edged.metrics import CONTENT_TYPE, Registry
 from edged.reporting import StatusBoard
 
 if TYPE_CHECKING:
     from edged.serving.http import Request, Response
 
-PROMETHEUS = b"text/plain; version=0.0.4; charset=utf-8"
+PROMETHEUS = CONTENT_TYPE.encode()
 
 
 class StatusHandler:
