@@ -1,0 +1,149 @@
+"""The hub's records of devices, as pure data: what a device is, what it reported, what it is owed.
+
+Frozen dataclasses with ``to_json``/``from_json`` (the Store holds them as JSON bytes under
+``/devices/NAME``). Decisions about devices live in :mod:`hub.placing` (pure functions of these
+records); effects live in the controllers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+from edged.api import TaintEffect
+
+
+class DevicePhase(StrEnum):
+    PENDING = "Pending"  # enrolled, never connected
+    READY = "Ready"  # heartbeats arrive
+    NOT_READY = "NotReady"  # heartbeats missed for longer than the grace period
+
+
+class TrustState(StrEnum):
+    UNKNOWN = "Unknown"  # not attested yet
+    TRUSTED = "Trusted"  # the last evidence verified against the reference policy
+    UNTRUSTED = "Untrusted"  # evidence failed, or the device stopped answering challenges
+
+
+@dataclass(frozen=True, slots=True)
+class Taint:
+    """As in Kubernetes: NoSchedule keeps new workloads off, NoExecute removes existing ones."""
+
+    key: str
+    effect: TaintEffect
+    value: str = ""
+    reason: str = ""
+
+    def to_json(self) -> dict[str, str]:
+        out = {"key": self.key, "effect": self.effect.value}
+        if self.value:
+            out["value"] = self.value
+        if self.reason:
+            out["reason"] = self.reason
+        return out
+
+
+@dataclass(frozen=True, slots=True)
+class Health:
+    """What the device reports from its own ``DeviceHealthPolicy``."""
+
+    schedulable: bool = True
+    reasons: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"schedulable": self.schedulable, "reasons": list(self.reasons)}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Health:
+        return cls(bool(doc.get("schedulable", True)), tuple(doc.get("reasons", ())))
+
+
+@dataclass(frozen=True, slots=True)
+class Attestation:
+    state: TrustState = TrustState.UNKNOWN
+    reasons: tuple[str, ...] = ()
+    verified_at: float | None = None  # wall-clock seconds of the last verdict
+    challenged_at: float | None = None  # wall-clock seconds of the outstanding challenge
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "state": self.state.value,
+            "reasons": list(self.reasons),
+            "verifiedAt": self.verified_at,
+            "challengedAt": self.challenged_at,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Attestation:
+        return cls(
+            TrustState(doc.get("state", TrustState.UNKNOWN.value)),
+            tuple(doc.get("reasons", ())),
+            doc.get("verifiedAt"),
+            doc.get("challengedAt"),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class Device:
+    """One enrolled device.
+
+    ``labels`` are the operator's (set at enrollment or with ``edgectl``) and win over
+    ``reported_labels`` (what the device discovered: ``arch``, ``accelerator``...) on conflict.
+    """
+
+    name: str
+    labels: Mapping[str, str] = field(default_factory=dict)
+    reported_labels: Mapping[str, str] = field(default_factory=dict)
+    cordoned: bool = False
+    revoked: bool = False
+    phase: DevicePhase = DevicePhase.PENDING
+    last_heartbeat: float | None = None  # wall-clock seconds
+    health: Health = Health()
+    attestation: Attestation = Attestation()
+    facts: Mapping[str, Any] = field(default_factory=dict)
+    generation_acked: int = 0
+    certificate_serial: str = ""
+    enrolled_at: float | None = None
+
+    def all_labels(self) -> dict[str, str]:
+        return {**self.reported_labels, **self.labels}
+
+    def with_(self, **changes: Any) -> Device:
+        return replace(self, **changes)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "labels": dict(sorted(self.labels.items())),
+            "reportedLabels": dict(sorted(self.reported_labels.items())),
+            "cordoned": self.cordoned,
+            "revoked": self.revoked,
+            "phase": self.phase.value,
+            "lastHeartbeat": self.last_heartbeat,
+            "health": self.health.to_json(),
+            "attestation": self.attestation.to_json(),
+            "facts": dict(self.facts),
+            "generationAcked": self.generation_acked,
+            "certificateSerial": self.certificate_serial,
+            "enrolledAt": self.enrolled_at,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Device:
+        return cls(
+            name=str(doc["name"]),
+            labels=dict(doc.get("labels", {})),
+            reported_labels=dict(doc.get("reportedLabels", {})),
+            cordoned=bool(doc.get("cordoned", False)),
+            revoked=bool(doc.get("revoked", False)),
+            phase=DevicePhase(doc.get("phase", DevicePhase.PENDING.value)),
+            last_heartbeat=doc.get("lastHeartbeat"),
+            health=Health.from_json(doc.get("health", {})),
+            attestation=Attestation.from_json(doc.get("attestation", {})),
+            facts=dict(doc.get("facts", {})),
+            generation_acked=int(doc.get("generationAcked", 0)),
+            certificate_serial=str(doc.get("certificateSerial", "")),
+            enrolled_at=doc.get("enrolledAt"),
+        )

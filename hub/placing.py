@@ -1,0 +1,138 @@
+"""Which deployments a device should run: pure functions of device records and manifests.
+
+No I/O, no clock (``now`` is passed in): tested as tables in ``tests/hub/test_hub_placing.py``.
+Kubernetes' taints and tolerations are the model. The hub derives taints from what it knows
+about a device (:func:`taints_for`); a deployment runs on a device when its ``nodeSelector``
+matches the device's labels, its ``regions`` include the hub's region, and it tolerates every
+taint. ``NoSchedule`` taints (cordoned, not ready) keep *new* deployments off but let those
+already assigned stay; ``NoExecute`` taints (unhealthy, untrusted under a baseline that
+requires attestation, revoked) take everything off.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+
+from edged.api import ModelDeployment, TaintEffect, Toleration, TolerationOperator
+from hub.model import Device, DevicePhase, Taint, TrustState
+
+TAINT_UNSCHEDULABLE = "node.edgefleet.io/unschedulable"
+TAINT_NOT_READY = "node.edgefleet.io/not-ready"
+TAINT_UNHEALTHY = "node.edgefleet.io/unhealthy"
+TAINT_UNTRUSTED = "node.edgefleet.io/untrusted"
+TAINT_REVOKED = "node.edgefleet.io/revoked"
+
+
+@dataclass(frozen=True, slots=True)
+class SecurityPolicy:
+    """The fleet's ``SecurityBaseline`` as far as placement is concerned."""
+
+    require_attestation: bool = False
+
+
+def taints_for(device: Device, policy: SecurityPolicy) -> tuple[Taint, ...]:
+    """The taints the hub puts on ``device`` from its state (pure)."""
+    out: list[Taint] = []
+    if device.revoked:
+        out.append(Taint(TAINT_REVOKED, TaintEffect.NO_EXECUTE, reason="certificate revoked"))
+    if device.cordoned:
+        out.append(Taint(TAINT_UNSCHEDULABLE, TaintEffect.NO_SCHEDULE, reason="cordoned"))
+    if device.phase is not DevicePhase.READY:
+        out.append(
+            Taint(TAINT_NOT_READY, TaintEffect.NO_SCHEDULE, reason=f"device is {device.phase}")
+        )
+    if not device.health.schedulable:
+        why = "; ".join(device.health.reasons) or "device health policy not met"
+        out.append(Taint(TAINT_UNHEALTHY, TaintEffect.NO_EXECUTE, reason=why))
+    if policy.require_attestation and device.attestation.state is not TrustState.TRUSTED:
+        why = "; ".join(device.attestation.reasons) or f"attestation {device.attestation.state}"
+        out.append(Taint(TAINT_UNTRUSTED, TaintEffect.NO_EXECUTE, reason=why))
+    return tuple(out)
+
+
+def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
+    """Kubernetes semantics: an empty key with Exists tolerates everything; no effect = any."""
+    for t in tolerations:
+        if t.effect is not None and t.effect.value != taint.effect.value:
+            continue
+        if t.operator is TolerationOperator.EXISTS:
+            if t.key in ("", taint.key):
+                return True
+        elif t.key == taint.key and t.value == taint.value:
+            return True
+    return False
+
+
+def selector_mismatch(selector: Mapping[str, str], labels: Mapping[str, str]) -> str | None:
+    """``None`` when every selector label matches; otherwise the first mismatch, for a reason."""
+    for key, want in sorted(selector.items()):
+        have = labels.get(key)
+        if have != want:
+            got = "missing" if have is None else f"{have!r}"
+            return f"nodeSelector {key}={want!r} does not match (device label {got})"
+    return None
+
+
+@dataclass(frozen=True, slots=True)
+class Projection:
+    """The deployments a device should run, and why each of the others does not."""
+
+    names: tuple[str, ...]
+    excluded: Mapping[str, str] = field(default_factory=dict)
+
+
+def project(
+    device: Device,
+    deployments: Iterable[ModelDeployment],
+    *,
+    previous: frozenset[str],
+    policy: SecurityPolicy,
+    region: str = "",
+) -> Projection:
+    """Which of ``deployments`` ``device`` should run (pure).
+
+    ``previous`` is what the device was last given: a deployment it already has survives
+    NoSchedule taints (cordon, not ready), as a Kubernetes pod survives a cordon.
+    """
+    taints = taints_for(device, policy)
+    labels = device.all_labels()
+    names: list[str] = []
+    excluded: dict[str, str] = {}
+    for dep in sorted(deployments, key=lambda d: d.metadata.name):
+        name = dep.metadata.name
+        placement = dep.spec.placement
+        if dep.spec.replicas.per_device is None:
+            excluded[name] = "replicas.total needs the scheduler (not built yet)"
+            continue
+        if dep.spec.replicas.per_device == 0:
+            excluded[name] = "replicas.perDevice is 0"
+            continue
+        if placement.regions and region not in placement.regions:
+            excluded[name] = f"placement.regions does not include this hub's region {region!r}"
+            continue
+        mismatch = selector_mismatch(placement.node_selector, labels)
+        if mismatch is not None:
+            excluded[name] = mismatch
+            continue
+        blocking = [
+            t
+            for t in taints
+            if not tolerates(placement.tolerations, t)
+            and (t.effect is TaintEffect.NO_EXECUTE or name not in previous)
+        ]
+        if blocking:
+            excluded[name] = "; ".join(f"taint {t.key} ({t.reason})" for t in blocking)
+            continue
+        names.append(name)
+    return Projection(tuple(names), excluded)
+
+
+def lifecycle_phase(device: Device, *, now: float, grace_s: float) -> tuple[DevicePhase, float]:
+    """The phase ``device`` should be in at ``now``, and seconds until it could next change."""
+    if device.last_heartbeat is None:
+        return DevicePhase.PENDING, grace_s
+    silent = now - device.last_heartbeat
+    if silent > grace_s:
+        return DevicePhase.NOT_READY, grace_s
+    return DevicePhase.READY, max(grace_s - silent, 0.0) + 0.001

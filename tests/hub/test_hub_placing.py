@@ -1,0 +1,200 @@
+"""Placement decisions as tables: pure functions, no hub, no store."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from edged.api import ModelDeployment, parse_manifest
+from hub.model import Attestation, Device, DevicePhase, Health, TrustState
+from hub.placing import (
+    TAINT_NOT_READY,
+    TAINT_UNHEALTHY,
+    TAINT_UNSCHEDULABLE,
+    TAINT_UNTRUSTED,
+    SecurityPolicy,
+    lifecycle_phase,
+    project,
+    taints_for,
+)
+
+
+def deployment(name: str, **spec: Any) -> ModelDeployment:
+    doc = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": name},
+        "spec": {"model": {"name": name, "version": "1.0.0"}, **spec},
+    }
+    dep = parse_manifest(doc)
+    assert isinstance(dep, ModelDeployment)
+    return dep
+
+
+READY = Device("d1", labels={"site": "retail"}, phase=DevicePhase.READY, last_heartbeat=100.0)
+PLAIN = deployment("plain")
+RETAIL = deployment("retail", placement={"nodeSelector": {"site": "retail"}})
+FACTORY = deployment("factory", placement={"nodeSelector": {"site": "factory"}})
+NPU = deployment("npu", placement={"nodeSelector": {"accelerator": "npu"}})
+TOLERANT = deployment(
+    "tolerant", placement={"tolerations": [{"key": TAINT_UNHEALTHY, "operator": "Exists"}]}
+)
+ANYTHING = deployment("anything", placement={"tolerations": [{"operator": "Exists"}]})
+EU = deployment("eu", placement={"regions": ["eu-frankfurt"]})
+TOTAL = deployment("total", replicas={"total": 3})
+ALL = [PLAIN, RETAIL, FACTORY, NPU, TOLERANT, ANYTHING, EU, TOTAL]
+NONE: frozenset[str] = frozenset()
+
+
+@pytest.mark.parametrize(
+    ("device", "previous", "policy", "region", "expected"),
+    [
+        pytest.param(
+            READY,
+            NONE,
+            SecurityPolicy(),
+            "",
+            {"plain", "retail", "tolerant", "anything"},
+            id="ready",
+        ),
+        pytest.param(
+            READY,
+            NONE,
+            SecurityPolicy(),
+            "eu-frankfurt",
+            {"plain", "retail", "tolerant", "anything", "eu"},
+            id="region",
+        ),
+        pytest.param(
+            READY.with_(reported_labels={"accelerator": "npu", "site": "factory"}),
+            NONE,
+            SecurityPolicy(),
+            "",
+            {"plain", "retail", "npu", "tolerant", "anything"},
+            id="operator-labels-win-over-reported",
+        ),
+        pytest.param(
+            READY.with_(cordoned=True), NONE, SecurityPolicy(), "", {"anything"}, id="cordoned-new"
+        ),
+        pytest.param(
+            READY.with_(cordoned=True),
+            frozenset({"plain", "retail"}),
+            SecurityPolicy(),
+            "",
+            {"plain", "retail", "anything"},
+            id="cordoned-keeps-existing",
+        ),
+        pytest.param(
+            READY.with_(phase=DevicePhase.NOT_READY),
+            frozenset({"plain"}),
+            SecurityPolicy(),
+            "",
+            {"plain", "anything"},
+            id="not-ready-keeps",
+        ),
+        pytest.param(
+            READY.with_(health=Health(False, ("cpu temperature 91C > 85C",))),
+            frozenset({"plain"}),
+            SecurityPolicy(),
+            "",
+            {"tolerant", "anything"},
+            id="unhealthy-evicts",
+        ),
+        pytest.param(
+            READY,
+            frozenset({"plain"}),
+            SecurityPolicy(require_attestation=True),
+            "",
+            {"anything"},
+            id="unattested-under-baseline",
+        ),
+        pytest.param(
+            READY.with_(attestation=Attestation(TrustState.TRUSTED)),
+            NONE,
+            SecurityPolicy(require_attestation=True),
+            "",
+            {"plain", "retail", "tolerant", "anything"},
+            id="trusted-under-baseline",
+        ),
+        pytest.param(
+            READY.with_(attestation=Attestation(TrustState.UNTRUSTED, ("measurement changed",))),
+            NONE,
+            SecurityPolicy(),
+            "",
+            {"plain", "retail", "tolerant", "anything"},
+            id="untrusted-without-baseline",
+        ),
+        pytest.param(
+            READY.with_(revoked=True),
+            frozenset({"plain"}),
+            SecurityPolicy(),
+            "",
+            {"anything"},
+            id="revoked",
+        ),
+    ],
+)
+def test_project(
+    device: Device,
+    previous: frozenset[str],
+    policy: SecurityPolicy,
+    region: str,
+    expected: set[str],
+) -> None:
+    got = project(device, ALL, previous=previous, policy=policy, region=region)
+    assert set(got.names) == expected
+    assert list(got.names) == sorted(got.names)
+    assert set(got.excluded) | set(got.names) == {d.metadata.name for d in ALL}
+
+
+def test_reasons_name_the_cause() -> None:
+    got = project(
+        READY.with_(attestation=Attestation(TrustState.UNTRUSTED, ("nonce is stale",))),
+        ALL,
+        previous=NONE,
+        policy=SecurityPolicy(require_attestation=True),
+    )
+    assert "site='factory'" in got.excluded["factory"] and "'retail'" in got.excluded["factory"]
+    assert "accelerator" in got.excluded["npu"] and "missing" in got.excluded["npu"]
+    assert TAINT_UNTRUSTED in got.excluded["plain"] and "nonce is stale" in got.excluded["plain"]
+    assert "scheduler" in got.excluded["total"]
+
+
+@pytest.mark.parametrize(
+    ("device", "policy", "keys"),
+    [
+        (READY, SecurityPolicy(), []),
+        (Device("new"), SecurityPolicy(), [TAINT_NOT_READY]),
+        (READY.with_(cordoned=True), SecurityPolicy(), [TAINT_UNSCHEDULABLE]),
+        (READY.with_(health=Health(False, ())), SecurityPolicy(), [TAINT_UNHEALTHY]),
+        (READY, SecurityPolicy(require_attestation=True), [TAINT_UNTRUSTED]),
+    ],
+)
+def test_taints(device: Device, policy: SecurityPolicy, keys: list[str]) -> None:
+    assert [t.key for t in taints_for(device, policy)] == keys
+
+
+@pytest.mark.parametrize(
+    ("last", "now", "phase"),
+    [
+        (None, 50.0, DevicePhase.PENDING),
+        (100.0, 100.0, DevicePhase.READY),
+        (100.0, 140.0, DevicePhase.READY),
+        (100.0, 140.1, DevicePhase.NOT_READY),
+    ],
+)
+def test_lifecycle(last: float | None, now: float, phase: DevicePhase) -> None:
+    got, again = lifecycle_phase(Device("d", last_heartbeat=last), now=now, grace_s=40.0)
+    assert got is phase
+    assert again > 0
+
+
+def test_device_json_round_trip() -> None:
+    d = READY.with_(
+        health=Health(False, ("x",)),
+        attestation=Attestation(TrustState.TRUSTED, (), 5.0, None),
+        facts={"arch": "arm64"},
+        generation_acked=7,
+    )
+    assert Device.from_json(d.to_json()) == d
