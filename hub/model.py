@@ -86,6 +86,43 @@ class Attestation:
 
 
 @dataclass(frozen=True, slots=True)
+class WorkloadReport:
+    """What a device last said about one of its workloads."""
+
+    model_version: str
+    revision: str = ""
+    desired_replicas: int = 0
+    ready_replicas: int = 0
+    phase: str = ""
+    conditions: tuple[Mapping[str, str], ...] = ()
+
+    @property
+    def ready(self) -> bool:
+        return self.desired_replicas > 0 and self.ready_replicas >= self.desired_replicas
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "modelVersion": self.model_version,
+            "revision": self.revision,
+            "desiredReplicas": self.desired_replicas,
+            "readyReplicas": self.ready_replicas,
+            "phase": self.phase,
+            "conditions": [dict(c) for c in self.conditions],
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> WorkloadReport:
+        return cls(
+            str(doc.get("modelVersion", "")),
+            str(doc.get("revision", "")),
+            int(doc.get("desiredReplicas", 0)),
+            int(doc.get("readyReplicas", 0)),
+            str(doc.get("phase", "")),
+            tuple(dict(c) for c in doc.get("conditions", ())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class Device:
     """One enrolled device.
 
@@ -104,6 +141,7 @@ class Device:
     attestation: Attestation = Attestation()
     facts: Mapping[str, Any] = field(default_factory=dict)
     generation_acked: int = 0
+    workloads: Mapping[str, WorkloadReport] = field(default_factory=dict)
     certificate_serial: str = ""
     enrolled_at: float | None = None
 
@@ -126,6 +164,7 @@ class Device:
             "attestation": self.attestation.to_json(),
             "facts": dict(self.facts),
             "generationAcked": self.generation_acked,
+            "workloads": {k: v.to_json() for k, v in sorted(self.workloads.items())},
             "certificateSerial": self.certificate_serial,
             "enrolledAt": self.enrolled_at,
         }
@@ -144,6 +183,9 @@ class Device:
             attestation=Attestation.from_json(doc.get("attestation", {})),
             facts=dict(doc.get("facts", {})),
             generation_acked=int(doc.get("generationAcked", 0)),
+            workloads={
+                str(k): WorkloadReport.from_json(v) for k, v in doc.get("workloads", {}).items()
+            },
             certificate_serial=str(doc.get("certificateSerial", "")),
             enrolled_at=doc.get("enrolledAt"),
         )
