@@ -95,10 +95,10 @@ def _rss_kib() -> int:
 
 
 # -- simulated devices ---------------------------------------------------------------------------
-def _client_main(port: int, certs: dict[str, Path], count: int, ready: Any, go: Any) -> None:
+def _client_main(port: int, certs: dict[str, Path], count: int) -> None:
     import grpc
 
-    async def one(creds: grpc.ChannelCredentials, connected: list[int]) -> None:
+    async def one(creds: grpc.ChannelCredentials) -> None:
         async with grpc.aio.secure_channel(
             f"localhost:{port}", creds, options=[("grpc.use_local_subchannel_pool", 1)]
         ) as channel:
@@ -106,7 +106,6 @@ def _client_main(port: int, certs: dict[str, Path], count: int, ready: Any, go: 
             await call.write(b"hello")
             first = await call.read()  # the server's welcome: the stream is registered
             assert first == b"welcome"
-            connected[0] += 1
             msg = await call.read()
             if msg is not grpc.aio.EOF:
                 await call.write(b"ack")
@@ -119,12 +118,7 @@ def _client_main(port: int, certs: dict[str, Path], count: int, ready: Any, go: 
             certs["client.key"].read_bytes(),
             certs["client.crt"].read_bytes(),
         )
-        connected = [0]
-        tasks = [asyncio.create_task(one(creds, connected)) for _ in range(count)]
-        while connected[0] < count:
-            await asyncio.sleep(0.05)
-        ready.release()
-        await asyncio.gather(*tasks)
+        await asyncio.gather(*(one(creds) for _ in range(count)))
 
     asyncio.run(run())
 
@@ -190,12 +184,8 @@ def measure_raw(n: int, clients: int, certs: dict[str, Path]) -> dict[str, float
     server = ctx.Process(target=_raw_server_main, args=(certs, n, child))
     server.start()
     port = parent.recv()
-    ready = ctx.Semaphore(0)
-    go = ctx.Event()
     per = [n // clients + (1 if i < n % clients else 0) for i in range(clients)]
-    procs = [
-        ctx.Process(target=_client_main, args=(port, certs, c, ready, go)) for c in per if c
-    ]
+    procs = [ctx.Process(target=_client_main, args=(port, certs, c)) for c in per if c]
     for p in procs:
         p.start()
     result: dict[str, float] = parent.recv()
