@@ -1,16 +1,157 @@
-"""The ``hub`` command. The hub is not built yet; this prints what is planned."""
+"""The ``hub`` command: ``hub init`` and ``hub token create|list``.
+
+``hub serve`` (the gRPC services) comes next; see docs/architecture.md.
+"""
 
 from __future__ import annotations
 
 import argparse
+import asyncio
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+
+from edged.api.quantities import parse_duration
+from edged.errors import ConfigError
+from edged.logs import configure_logging
+from hub import pki, tokens
+from hub.config import DEFAULT_PORT, DEFAULT_REGION, HubConfig, load_config, parse_host_port
+from hub.errors import HubDirError, HubError
+from hub.initializing import HubPaths, init_hub
+from hub.store import Store, open_store
+
+
+def _duration(text: str) -> float:
+    try:
+        seconds = parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    if seconds <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0s, got {text!r}")
+    return seconds
+
+
+def _address(text: str) -> str:
+    try:
+        parse_host_port(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+    return text
+
+
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(
+        prog="hub", description="edgefleet hub: the regional control plane of a device fleet."
+    )
+    sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
+
+    init = sub.add_parser(
+        "init", help="create a hub: CA, serving and admin credentials, first bootstrap token"
+    )
+    init.add_argument("--data-dir", type=Path, required=True, help="a new or empty directory")
+    init.add_argument("--region", default=DEFAULT_REGION, help="the region (a DNS label)")
+    init.add_argument(
+        "--hub-address",
+        default=f"localhost:{DEFAULT_PORT}",
+        type=_address,
+        help="HOST:PORT devices and edgectl use to reach this hub",
+    )
+    init.add_argument(
+        "--san",
+        action="append",
+        default=[],
+        metavar="NAME_OR_IP",
+        help="another DNS name or IP address for the serving certificate (repeatable)",
+    )
+
+    token = sub.add_parser("token", help="bootstrap tokens for enrolling devices")
+    tsub = token.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
+    create = tsub.add_parser("create", help="a new bootstrap token")
+    create.add_argument("--data-dir", type=Path, required=True)
+    create.add_argument("--ttl", type=_duration, help='e.g. "24h" (default: tokens.defaultTtl)')
+    create.add_argument("--single-use", action="store_true", help="valid for one enrollment")
+    create.add_argument("--description", default="")
+    listing = tsub.add_parser("list", help="the bootstrap tokens (ids only, never secrets)")
+    listing.add_argument("--data-dir", type=Path, required=True)
+    return p
+
+
+def _config(data_dir: Path) -> HubConfig:
+    paths = HubPaths.of(data_dir)
+    if not paths.config.exists():
+        raise HubDirError(f"{data_dir} is not a hub data directory (no hub.toml): run hub init")
+    return load_config(paths.config)
+
+
+async def _open(data_dir: Path, config: HubConfig) -> Store:
+    return await open_store(config.store or None, data_dir=HubPaths.of(data_dir).data_dir)
+
+
+async def _init(args: argparse.Namespace) -> int:
+    result = await init_hub(
+        args.data_dir, region=args.region, hub_address=args.hub_address, sans=args.san
+    )
+    print(f"hub initialised in {result.paths.data_dir} (region {result.region})")
+    print(f"  edgectl config:   {result.paths.admin_config}")
+    print(f"  CA hash (pin):    {result.ca_pin}")
+    print(f"  bootstrap token:  {result.token}  (expires in 24h)")
+    print()
+    print("Enroll a device with:")
+    print(f"  {result.enroll_command}")
+    return 0
+
+
+async def _token_create(args: argparse.Namespace) -> int:
+    config = _config(args.data_dir)
+    paths = HubPaths.of(args.data_dir)
+    pin = pki.ca_pin(pki.load_certificate(paths.ca_certificate.read_bytes()))
+    store = await _open(args.data_dir, config)
+    try:
+        token, record = await tokens.create_token(
+            store,
+            now=time.time(),
+            ttl=args.ttl or config.tokens.default_ttl_s,
+            single_use=args.single_use or config.tokens.single_use,
+            description=args.description,
+        )
+    finally:
+        await store.close()
+    expires = datetime.fromtimestamp(record.expires, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    print(token)
+    print(f"expires {expires}; CA hash {pin}", file=sys.stderr)
+    return 0
+
+
+async def _token_list(args: argparse.Namespace) -> int:
+    config = _config(args.data_dir)
+    store = await _open(args.data_dir, config)
+    try:
+        records = await tokens.list_tokens(store)
+    finally:
+        await store.close()
+    now = time.time()
+    print(f"{'ID':8} {'EXPIRES':22} {'USAGE':12} DESCRIPTION")
+    for r in records:
+        expires = datetime.fromtimestamp(r.expires, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        if r.expires <= now:
+            expires += " (expired)"
+        usage = ("used" if r.used is not None else "single-use") if r.single_use else "reusable"
+        print(f"{r.id:8} {expires:22} {usage:12} {r.description}")
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(
-        prog="hub",
-        description="edgefleet hub: regional control plane (enrollment, desired state, rollouts). "
-        "Not implemented yet: devices run standalone with `edged run --manifests DIR`.",
-    )
-    p.parse_args(argv)
-    p.print_help()
-    return 0
+    args = _parser().parse_args(argv)
+    configure_logging("warning")
+    if args.command == "init":
+        action = _init
+    else:
+        action = _token_create if args.token_command == "create" else _token_list
+    try:
+        return asyncio.run(action(args))
+    except (HubError, ConfigError) as exc:
+        print(f"hub: {exc}", file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        return 130

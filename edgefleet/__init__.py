@@ -1,0 +1,1 @@
+"""edgefleet's gRPC APIs: the stubs generated from proto/ (see scripts/gen-proto)."""

@@ -1,0 +1,204 @@
+import datetime
+
+from edgefleet.v1 import common_pb2 as _common_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class ApplyRequest(_message.Message):
+    __slots__ = ("documents", "dry_run")
+    DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
+    DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    documents: _containers.RepeatedScalarFieldContainer[bytes]
+    dry_run: bool
+    def __init__(self, documents: _Optional[_Iterable[bytes]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+
+class ApplyResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[ApplyResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[ApplyResult, _Mapping]]] = ...) -> None: ...
+
+class ApplyResult(_message.Message):
+    __slots__ = ("kind", "name", "outcome", "resource_version")
+    class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        OUTCOME_UNSPECIFIED: _ClassVar[ApplyResult.Outcome]
+        CREATED: _ClassVar[ApplyResult.Outcome]
+        CONFIGURED: _ClassVar[ApplyResult.Outcome]
+        UNCHANGED: _ClassVar[ApplyResult.Outcome]
+    OUTCOME_UNSPECIFIED: ApplyResult.Outcome
+    CREATED: ApplyResult.Outcome
+    CONFIGURED: ApplyResult.Outcome
+    UNCHANGED: ApplyResult.Outcome
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    outcome: ApplyResult.Outcome
+    resource_version: int
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., outcome: _Optional[_Union[ApplyResult.Outcome, str]] = ..., resource_version: _Optional[int] = ...) -> None: ...
+
+class GetRequest(_message.Message):
+    __slots__ = ("kind", "name")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class ListRequest(_message.Message):
+    __slots__ = ("kind", "label_selector")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    label_selector: str
+    def __init__(self, kind: _Optional[str] = ..., label_selector: _Optional[str] = ...) -> None: ...
+
+class ListResponse(_message.Message):
+    __slots__ = ("items", "resource_version")
+    ITEMS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    items: _containers.RepeatedCompositeFieldContainer[_common_pb2.Object]
+    resource_version: int
+    def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.Object, _Mapping]]] = ..., resource_version: _Optional[int] = ...) -> None: ...
+
+class DeleteRequest(_message.Message):
+    __slots__ = ("kind", "name")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+
+class DeleteResponse(_message.Message):
+    __slots__ = ("deleted",)
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    deleted: bool
+    def __init__(self, deleted: _Optional[bool] = ...) -> None: ...
+
+class CordonRequest(_message.Message):
+    __slots__ = ("device_name",)
+    DEVICE_NAME_FIELD_NUMBER: _ClassVar[int]
+    device_name: str
+    def __init__(self, device_name: _Optional[str] = ...) -> None: ...
+
+class CordonResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class RevokeDeviceRequest(_message.Message):
+    __slots__ = ("device_name",)
+    DEVICE_NAME_FIELD_NUMBER: _ClassVar[int]
+    device_name: str
+    def __init__(self, device_name: _Optional[str] = ...) -> None: ...
+
+class RevokeDeviceResponse(_message.Message):
+    __slots__ = ("serials",)
+    SERIALS_FIELD_NUMBER: _ClassVar[int]
+    serials: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, serials: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListEventsRequest(_message.Message):
+    __slots__ = ("kind", "name", "limit")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    name: str
+    limit: int
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListEventsResponse(_message.Message):
+    __slots__ = ("events",)
+    EVENTS_FIELD_NUMBER: _ClassVar[int]
+    events: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, events: _Optional[_Iterable[bytes]] = ...) -> None: ...
+
+class WatchRequest(_message.Message):
+    __slots__ = ("kind", "resource_version")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    resource_version: int
+    def __init__(self, kind: _Optional[str] = ..., resource_version: _Optional[int] = ...) -> None: ...
+
+class WatchEvent(_message.Message):
+    __slots__ = ("type", "object")
+    class Type(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        TYPE_UNSPECIFIED: _ClassVar[WatchEvent.Type]
+        ADDED: _ClassVar[WatchEvent.Type]
+        MODIFIED: _ClassVar[WatchEvent.Type]
+        DELETED: _ClassVar[WatchEvent.Type]
+    TYPE_UNSPECIFIED: WatchEvent.Type
+    ADDED: WatchEvent.Type
+    MODIFIED: WatchEvent.Type
+    DELETED: WatchEvent.Type
+    TYPE_FIELD_NUMBER: _ClassVar[int]
+    OBJECT_FIELD_NUMBER: _ClassVar[int]
+    type: WatchEvent.Type
+    object: _common_pb2.Object
+    def __init__(self, type: _Optional[_Union[WatchEvent.Type, str]] = ..., object: _Optional[_Union[_common_pb2.Object, _Mapping]] = ...) -> None: ...
+
+class PushArtifactRequest(_message.Message):
+    __slots__ = ("header", "chunk")
+    HEADER_FIELD_NUMBER: _ClassVar[int]
+    CHUNK_FIELD_NUMBER: _ClassVar[int]
+    header: ArtifactHeader
+    chunk: bytes
+    def __init__(self, header: _Optional[_Union[ArtifactHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+
+class ArtifactHeader(_message.Message):
+    __slots__ = ("signed_metadata",)
+    SIGNED_METADATA_FIELD_NUMBER: _ClassVar[int]
+    signed_metadata: bytes
+    def __init__(self, signed_metadata: _Optional[bytes] = ...) -> None: ...
+
+class PushArtifactResponse(_message.Message):
+    __slots__ = ("sha256", "length", "stored")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    length: int
+    stored: bool
+    def __init__(self, sha256: _Optional[str] = ..., length: _Optional[int] = ..., stored: _Optional[bool] = ...) -> None: ...
+
+class CreateTokenRequest(_message.Message):
+    __slots__ = ("ttl", "single_use", "description", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    SINGLE_USE_FIELD_NUMBER: _ClassVar[int]
+    DESCRIPTION_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    ttl: _duration_pb2.Duration
+    single_use: bool
+    description: str
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., single_use: _Optional[bool] = ..., description: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class CreateTokenResponse(_message.Message):
+    __slots__ = ("token", "expires", "ca_hash")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_FIELD_NUMBER: _ClassVar[int]
+    CA_HASH_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    expires: _timestamp_pb2.Timestamp
+    ca_hash: str
+    def __init__(self, token: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ca_hash: _Optional[str] = ...) -> None: ...

@@ -1,0 +1,159 @@
+import datetime
+
+from edgefleet.v1 import common_pb2 as _common_pb2
+from google.protobuf import duration_pb2 as _duration_pb2
+from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class DeviceMessage(_message.Message):
+    __slots__ = ("hello", "status", "ack", "heartbeat", "attestation_evidence")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    STATUS_FIELD_NUMBER: _ClassVar[int]
+    ACK_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    ATTESTATION_EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    hello: Hello
+    status: Status
+    ack: Ack
+    heartbeat: Heartbeat
+    attestation_evidence: AttestationEvidence
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., status: _Optional[_Union[Status, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., attestation_evidence: _Optional[_Union[AttestationEvidence, _Mapping]] = ...) -> None: ...
+
+class Hello(_message.Message):
+    __slots__ = ("device_name", "inventory", "labels", "health", "applied_generation", "edged_version")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    DEVICE_NAME_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    EDGED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    device_name: str
+    inventory: _struct_pb2.Struct
+    labels: _containers.ScalarMap[str, str]
+    health: _common_pb2.Health
+    applied_generation: int
+    edged_version: str
+    def __init__(self, device_name: _Optional[str] = ..., inventory: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., applied_generation: _Optional[int] = ..., edged_version: _Optional[str] = ...) -> None: ...
+
+class Status(_message.Message):
+    __slots__ = ("workloads", "health", "observed_generation")
+    WORKLOADS_FIELD_NUMBER: _ClassVar[int]
+    HEALTH_FIELD_NUMBER: _ClassVar[int]
+    OBSERVED_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    workloads: _containers.RepeatedCompositeFieldContainer[WorkloadStatus]
+    health: _common_pb2.Health
+    observed_generation: int
+    def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadStatus, _Mapping]]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., observed_generation: _Optional[int] = ...) -> None: ...
+
+class WorkloadStatus(_message.Message):
+    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    READY_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    DESIRED_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    CONDITIONS_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    revision: str
+    ready_replicas: int
+    desired_replicas: int
+    conditions: _containers.RepeatedCompositeFieldContainer[_common_pb2.Condition]
+    model_version: str
+    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ...) -> None: ...
+
+class Ack(_message.Message):
+    __slots__ = ("generation",)
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    def __init__(self, generation: _Optional[int] = ...) -> None: ...
+
+class Heartbeat(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AttestationEvidence(_message.Message):
+    __slots__ = ("nonce", "evidence")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    nonce: bytes
+    evidence: bytes
+    def __init__(self, nonce: _Optional[bytes] = ..., evidence: _Optional[bytes] = ...) -> None: ...
+
+class HubMessage(_message.Message):
+    __slots__ = ("desired_state", "attestation_challenge", "heartbeat_ack")
+    DESIRED_STATE_FIELD_NUMBER: _ClassVar[int]
+    ATTESTATION_CHALLENGE_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
+    desired_state: DesiredState
+    attestation_challenge: AttestationChallenge
+    heartbeat_ack: HeartbeatAck
+    def __init__(self, desired_state: _Optional[_Union[DesiredState, _Mapping]] = ..., attestation_challenge: _Optional[_Union[AttestationChallenge, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ...) -> None: ...
+
+class DesiredState(_message.Message):
+    __slots__ = ("generation", "manifests", "artifact_metadata", "rollback_allowances", "heartbeat_interval")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    MANIFESTS_FIELD_NUMBER: _ClassVar[int]
+    ARTIFACT_METADATA_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_ALLOWANCES_FIELD_NUMBER: _ClassVar[int]
+    HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    manifests: _containers.RepeatedScalarFieldContainer[bytes]
+    artifact_metadata: _containers.RepeatedScalarFieldContainer[bytes]
+    rollback_allowances: _containers.RepeatedScalarFieldContainer[bytes]
+    heartbeat_interval: _duration_pb2.Duration
+    def __init__(self, generation: _Optional[int] = ..., manifests: _Optional[_Iterable[bytes]] = ..., artifact_metadata: _Optional[_Iterable[bytes]] = ..., rollback_allowances: _Optional[_Iterable[bytes]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class AttestationChallenge(_message.Message):
+    __slots__ = ("nonce", "pcr_selection")
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    PCR_SELECTION_FIELD_NUMBER: _ClassVar[int]
+    nonce: bytes
+    pcr_selection: _containers.RepeatedScalarFieldContainer[int]
+    def __init__(self, nonce: _Optional[bytes] = ..., pcr_selection: _Optional[_Iterable[int]] = ...) -> None: ...
+
+class HeartbeatAck(_message.Message):
+    __slots__ = ("heartbeat_interval",)
+    HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    heartbeat_interval: _duration_pb2.Duration
+    def __init__(self, heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class RenewCertificateRequest(_message.Message):
+    __slots__ = ("csr_pem",)
+    CSR_PEM_FIELD_NUMBER: _ClassVar[int]
+    csr_pem: bytes
+    def __init__(self, csr_pem: _Optional[bytes] = ...) -> None: ...
+
+class RenewCertificateResponse(_message.Message):
+    __slots__ = ("certificate_chain_pem",)
+    CERTIFICATE_CHAIN_PEM_FIELD_NUMBER: _ClassVar[int]
+    certificate_chain_pem: bytes
+    def __init__(self, certificate_chain_pem: _Optional[bytes] = ...) -> None: ...
+
+class FetchArtifactRequest(_message.Message):
+    __slots__ = ("sha256", "offset")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    offset: int
+    def __init__(self, sha256: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class ArtifactChunk(_message.Message):
+    __slots__ = ("offset", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...

@@ -1,0 +1,38 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EnrollRequest(_message.Message):
+    __slots__ = ("token", "csr_pem", "name", "labels")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CSR_PEM_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    csr_pem: bytes
+    name: str
+    labels: _containers.ScalarMap[str, str]
+    def __init__(self, token: _Optional[str] = ..., csr_pem: _Optional[bytes] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+
+class EnrollResponse(_message.Message):
+    __slots__ = ("certificate_chain_pem", "ca_certificate_pem", "trust_root", "device_name")
+    CERTIFICATE_CHAIN_PEM_FIELD_NUMBER: _ClassVar[int]
+    CA_CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
+    TRUST_ROOT_FIELD_NUMBER: _ClassVar[int]
+    DEVICE_NAME_FIELD_NUMBER: _ClassVar[int]
+    certificate_chain_pem: bytes
+    ca_certificate_pem: bytes
+    trust_root: bytes
+    device_name: str
+    def __init__(self, certificate_chain_pem: _Optional[bytes] = ..., ca_certificate_pem: _Optional[bytes] = ..., trust_root: _Optional[bytes] = ..., device_name: _Optional[str] = ...) -> None: ...

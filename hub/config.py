@@ -1,0 +1,199 @@
+"""The hub's config file (``D/hub.toml``), read into frozen dataclasses.
+
+Like edged's config: every key optional, every problem reported at once with its key path
+(:class:`~edged.errors.ConfigError`), durations as float seconds. ``hub init`` writes the file
+with every default spelled out (:func:`default_config_text`).
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edged.api.manifests import dns_label
+from edged.api.quantities import describe, format_duration, parse_duration
+from edged.api.validating import Problems, Reader, as_bool, as_str, within
+from edged.errors import ConfigError, Problem
+from hub.errors import StoreError
+from hub.store import parse_store_url
+
+CONFIG_FILE_NAME = "hub.toml"
+DEFAULT_REGION = "default"
+DEFAULT_LISTEN = "0.0.0.0:7443"
+DEFAULT_PORT = 7443
+
+_positive_duration = within(parse_duration, lambda v: "must be more than 0s" if v <= 0 else None)
+
+
+def parse_host_port(value: object) -> tuple[str, int]:
+    """``HOST:PORT`` (``[::1]:7443`` for IPv6) -> (host, port); ValueError says what is wrong."""
+    text = as_str(value).strip()
+    expected = f'must be HOST:PORT such as "0.0.0.0:7443", got {describe(value)}'
+    host, colon, port_text = text.rpartition(":")
+    if not colon or not host or not port_text.isdigit():
+        raise ValueError(expected)
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    port = int(port_text)
+    if port > 65535:
+        raise ValueError(f"must have a port from 0 to 65535, got {describe(value)}")
+    return host, port
+
+
+def _address(value: object) -> str:
+    parse_host_port(value)
+    return as_str(value).strip()
+
+
+def _store_url(value: object) -> str:
+    text = as_str(value).strip()
+    if text:
+        try:
+            parse_store_url(text)
+        except StoreError as exc:
+            raise ValueError(str(exc)) from None
+    return text
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class CertificatesConfig:
+    """``[certificates]``: lifetimes of what the hub CA signs, in seconds."""
+
+    device_lifetime_s: float = 7 * 24 * 3600.0
+    admin_lifetime_s: float = 365 * 24 * 3600.0
+    serving_lifetime_s: float = 365 * 24 * 3600.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokensConfig:
+    """``[tokens]``: bootstrap token defaults."""
+
+    default_ttl_s: float = 24 * 3600.0
+    single_use: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DevicesConfig:
+    """``[devices]``: the device link."""
+
+    heartbeat_interval_s: float = 30.0
+    heartbeat_grace_s: float = 90.0
+    """No heartbeat for this long: the device becomes NotReady."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class HubConfig:
+    region: str = DEFAULT_REGION
+    listen: str = DEFAULT_LISTEN
+    store: str = ""
+    """A store URL; empty: ``sqlite:///<data dir>/hub.db``."""
+    certificates: CertificatesConfig = CertificatesConfig()
+    tokens: TokensConfig = TokensConfig()
+    devices: DevicesConfig = DevicesConfig()
+
+
+def _read_certificates(r: Reader | None) -> CertificatesConfig:
+    d = CertificatesConfig()
+    if r is None:
+        return d
+    return CertificatesConfig(
+        device_lifetime_s=r.optional("deviceLifetime", _positive_duration, d.device_lifetime_s),
+        admin_lifetime_s=r.optional("adminLifetime", _positive_duration, d.admin_lifetime_s),
+        serving_lifetime_s=r.optional("servingLifetime", _positive_duration, d.serving_lifetime_s),
+    )
+
+
+def _read_tokens(r: Reader | None) -> TokensConfig:
+    d = TokensConfig()
+    if r is None:
+        return d
+    return TokensConfig(
+        default_ttl_s=r.optional("defaultTtl", _positive_duration, d.default_ttl_s),
+        single_use=r.optional("singleUse", as_bool, d.single_use),
+    )
+
+
+def _read_devices(r: Reader | None) -> DevicesConfig:
+    d = DevicesConfig()
+    if r is None:
+        return d
+    config = DevicesConfig(
+        heartbeat_interval_s=r.optional(
+            "heartbeatInterval", _positive_duration, d.heartbeat_interval_s
+        ),
+        heartbeat_grace_s=r.optional("heartbeatGrace", _positive_duration, d.heartbeat_grace_s),
+    )
+    if config.heartbeat_grace_s <= config.heartbeat_interval_s:
+        r.problems.add(
+            r.at("heartbeatGrace"),
+            "must be longer than heartbeatInterval "
+            f"({format_duration(config.heartbeat_interval_s)})",
+        )
+    return config
+
+
+def parse_config(doc: Mapping[str, Any], *, source: str = "") -> HubConfig:
+    problems = Problems()
+    r = problems.reader(doc) or problems.empty_reader("")
+    config = HubConfig(
+        region=r.optional("region", dns_label, DEFAULT_REGION),
+        listen=r.optional("listen", _address, DEFAULT_LISTEN),
+        store=r.optional("store", _store_url, ""),
+        certificates=_read_certificates(r.section("certificates")),
+        tokens=_read_tokens(r.section("tokens")),
+        devices=_read_devices(r.section("devices")),
+    )
+    problems.raise_if_any(ConfigError, source=source)
+    return config
+
+
+def load_config(path: Path) -> HubConfig:
+    source = str(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError([Problem("", f"cannot read: {exc.strerror}")], source=source) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError([Problem("", "is not UTF-8 text")], source=source) from exc
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([Problem("", f"invalid TOML: {exc}")], source=source) from exc
+    return parse_config(doc, source=source)
+
+
+def default_config_text(*, region: str = DEFAULT_REGION, listen: str = DEFAULT_LISTEN) -> str:
+    """A commented ``hub.toml`` with every key at its default (and the given region)."""
+    c, t, d = CertificatesConfig(), TokensConfig(), DevicesConfig()
+    return f"""\
+# hub.toml: the configuration of this edgefleet hub. Every key is optional.
+
+# The region this hub serves (a DNS label); it is part of every certificate identity.
+region = "{region}"
+# Where `hub serve` listens unless --listen is given.
+listen = "{listen}"
+# The store: sqlite:///ABSOLUTE/PATH (empty: hub.db in the data directory) or
+# etcd://HOST:PORT,HOST:PORT (not built yet).
+store = ""
+
+[certificates]
+# How long certificates signed by the hub CA are valid. Devices renew theirs at 70-90%.
+deviceLifetime = "{format_duration(c.device_lifetime_s)}"
+adminLifetime = "{format_duration(c.admin_lifetime_s)}"
+servingLifetime = "{format_duration(c.serving_lifetime_s)}"
+
+[tokens]
+# Bootstrap tokens made without --ttl expire after this long.
+defaultTtl = "{format_duration(t.default_ttl_s)}"
+# Whether tokens made without --single-use are single-use anyway.
+singleUse = {str(t.single_use).lower()}
+
+[devices]
+# How often devices send a heartbeat.
+heartbeatInterval = "{format_duration(d.heartbeat_interval_s)}"
+# No heartbeat for this long: the device becomes NotReady.
+heartbeatGrace = "{format_duration(d.heartbeat_grace_s)}"
+"""

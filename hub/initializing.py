@@ -1,0 +1,229 @@
+"""``hub init``: a new hub data directory.
+
+    D/ca.crt, D/ca.key          the hub CA (key 0600)
+    D/hub.crt, D/hub.key        the hub's serving certificate (SANs: localhost, 127.0.0.1, the
+                                host name, the host of --hub-address, and every --san)
+    D/admin.crt, D/admin.key    the first admin's client credentials
+    D/admin.toml                what edgectl reads (like a kubeconfig): hub address + paths
+    D/hub.toml                  the hub's config, every default spelled out
+    D/hub.db                    the store, holding the first bootstrap token
+
+The fleet's trust root and the quickstart publisher key are made by a :data:`TrustSetup`
+passed in by the caller (the trust package provides it); without one none are made.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+from edged.logs import get_logger
+from edged.state.persisting import write_atomic
+from hub import pki, tokens
+from hub.config import (
+    CONFIG_FILE_NAME,
+    DEFAULT_PORT,
+    CertificatesConfig,
+    TokensConfig,
+    default_config_text,
+    parse_host_port,
+)
+from hub.errors import HubDirError
+from hub.store import default_store_url, open_store
+
+log = get_logger(__name__)
+
+ADMIN_CONFIG_NAME = "admin.toml"
+ADMIN_NAME = "admin"
+HUB_NAME = "hub"
+
+
+@dataclass(frozen=True, slots=True)
+class HubPaths:
+    """Where a hub keeps its files."""
+
+    data_dir: Path
+
+    @classmethod
+    def of(cls, data_dir: Path) -> HubPaths:
+        return cls(Path(os.path.abspath(data_dir)))
+
+    @property
+    def ca_certificate(self) -> Path:
+        return self.data_dir / "ca.crt"
+
+    @property
+    def ca_key(self) -> Path:
+        return self.data_dir / "ca.key"
+
+    @property
+    def hub_certificate(self) -> Path:
+        return self.data_dir / "hub.crt"
+
+    @property
+    def hub_key(self) -> Path:
+        return self.data_dir / "hub.key"
+
+    @property
+    def admin_certificate(self) -> Path:
+        return self.data_dir / "admin.crt"
+
+    @property
+    def admin_key(self) -> Path:
+        return self.data_dir / "admin.key"
+
+    @property
+    def admin_config(self) -> Path:
+        return self.data_dir / ADMIN_CONFIG_NAME
+
+    @property
+    def config(self) -> Path:
+        return self.data_dir / CONFIG_FILE_NAME
+
+    def created_by_init(self) -> list[Path]:
+        return [
+            self.ca_certificate,
+            self.ca_key,
+            self.hub_certificate,
+            self.hub_key,
+            self.admin_certificate,
+            self.admin_key,
+            self.admin_config,
+            self.config,
+        ]
+
+
+TrustSetup = Callable[[HubPaths, pki.CertifiedKey], Awaitable[None]]
+"""Makes the fleet trust root and the quickstart publisher key in the hub's data directory.
+
+Called by :func:`init_hub` once the CA exists and before anything is printed. Provided by the
+trust package (``edged/trust``); production keeps publisher keys offline."""
+
+
+@dataclass(frozen=True, slots=True)
+class InitResult:
+    paths: HubPaths
+    region: str
+    hub_address: str
+    token: str
+    ca_pin: str
+
+    @property
+    def enroll_command(self) -> str:
+        return (
+            f"edged enroll --hub {self.hub_address} --token {self.token} "
+            f"--ca-hash {self.ca_pin} --data-dir /var/lib/edged"
+        )
+
+
+def default_sans(hub_address: str) -> list[str]:
+    host, _ = parse_host_port(hub_address)
+    names = ["localhost", "127.0.0.1", socket.gethostname()]
+    if host not in ("0.0.0.0", "::"):
+        names.append(host)
+    return list(dict.fromkeys(names))
+
+
+def _admin_toml(paths: HubPaths, hub_address: str) -> str:
+    def quoted(path: Path) -> str:
+        return '"' + str(path.absolute()).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    return f"""\
+# admin.toml: how edgectl reaches this hub (like a kubeconfig). Keep it private: it points
+# at the admin key.
+hub = "{hub_address}"
+caCertificate = {quoted(paths.ca_certificate)}
+certificate = {quoted(paths.admin_certificate)}
+key = {quoted(paths.admin_key)}
+"""
+
+
+def _check_empty(data_dir: Path) -> None:
+    if data_dir.exists() and not data_dir.is_dir():
+        raise HubDirError(f"{data_dir} exists and is not a directory")
+    if data_dir.is_dir() and any(data_dir.iterdir()):
+        raise HubDirError(
+            f"{data_dir} is not empty: refusing to overwrite a hub (or anything else) there; "
+            "choose a new directory"
+        )
+
+
+def _write_credentials(
+    paths: HubPaths, region: str, hub_address: str, sans: list[str], now: datetime
+) -> pki.CertifiedKey:
+    """The CA, serving and admin credentials and both config files; returns the CA."""
+    paths.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    lifetimes = CertificatesConfig()
+    ca = pki.create_ca(region, now=now)
+    served = pki.issue_serving_certificate(
+        ca,
+        pki.Identity(pki.Role.HUB, HUB_NAME, region),
+        [*default_sans(hub_address), *sans],
+        now=now,
+        lifetime=timedelta(seconds=lifetimes.serving_lifetime_s),
+    )
+    admin = pki.issue_client_certificate(
+        ca,
+        pki.Identity(pki.Role.ADMIN, ADMIN_NAME, region),
+        now=now,
+        lifetime=timedelta(seconds=lifetimes.admin_lifetime_s),
+    )
+    pki.write_private_key(paths.ca_key, ca.key)
+    pki.write_certificate(paths.ca_certificate, ca.certificate)
+    pki.write_private_key(paths.hub_key, served.key)
+    pki.write_certificate(paths.hub_certificate, served.certificate, ca.certificate)
+    pki.write_private_key(paths.admin_key, admin.key)
+    pki.write_certificate(paths.admin_certificate, admin.certificate)
+    write_atomic(paths.admin_config, _admin_toml(paths, hub_address).encode(), mode=0o600)
+    write_atomic(paths.config, default_config_text(region=region).encode(), mode=0o644)
+    return ca
+
+
+def _remove_files(data_dir: Path) -> None:
+    """Leave the directory as empty as ``hub init`` found it."""
+    if data_dir.is_dir():
+        for entry in os.scandir(data_dir):
+            if not entry.is_dir():
+                os.unlink(entry.path)
+
+
+async def init_hub(
+    data_dir: Path,
+    *,
+    region: str,
+    hub_address: str = f"localhost:{DEFAULT_PORT}",
+    sans: list[str] | None = None,
+    now: datetime | None = None,
+    trust_setup: TrustSetup | None = None,
+) -> InitResult:
+    """Create a hub in ``data_dir``, which must not exist or be empty (HubDirError otherwise).
+    On any failure the files written so far are removed again."""
+    _check_empty(data_dir)
+    now = now or datetime.now(UTC)
+    paths = HubPaths.of(data_dir)
+    try:
+        ca = await asyncio.to_thread(
+            _write_credentials, paths, region, hub_address, sans or [], now
+        )
+        if trust_setup is not None:
+            await trust_setup(paths, ca)
+        store = await open_store(default_store_url(paths.data_dir), data_dir=paths.data_dir)
+        try:
+            token, _ = await tokens.create_token(
+                store,
+                now=now.timestamp(),
+                ttl=TokensConfig().default_ttl_s,
+                description="created by hub init",
+            )
+        finally:
+            await store.close()
+    except BaseException:
+        await asyncio.to_thread(_remove_files, paths.data_dir)
+        raise
+    log.info("hub initialised", data_dir=str(paths.data_dir), region=region)
+    return InitResult(paths, region, hub_address, token, pki.ca_pin(ca.certificate))

@@ -1,0 +1,185 @@
+"""Bootstrap tokens: how a device proves it may enroll. kubeadm's shape, ``ID.SECRET`` with a
+6-character id and a 16-character secret of ``[a-z0-9]``, made with :mod:`secrets`.
+
+Stored in the Store at ``/bootstraptokens/<id>`` as JSON, **hashed**: the record keeps
+SHA-256 of the secret, never the secret. A plain hash is enough (and a slow KDF like scrypt
+would only add CPU per enrollment, a denial-of-service lever): the secret is 16 random
+characters from 36, about 83 bits of entropy, so guessing it from the hash is as hopeless as
+guessing it outright; secrets are random and unique, so no salt is needed. The secret is
+compared in constant time. A single-use token is consumed with compare-and-swap on the
+record's revision, so of two concurrent enrollments exactly one succeeds.
+
+``now`` is wall-clock seconds (``time.time()``), passed in by the caller.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import re
+import secrets
+import string
+from collections.abc import Mapping
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+import orjson
+
+from hub.errors import CompareFailed, TokenError, TokenRefusal
+from hub.store import Store
+
+PREFIX = "/bootstraptokens/"
+_ALPHABET = string.ascii_lowercase + string.digits
+_ID_LENGTH = 6
+_SECRET_LENGTH = 16
+TOKEN_PATTERN = re.compile(rf"([a-z0-9]{{{_ID_LENGTH}}})\.([a-z0-9]{{{_SECRET_LENGTH}}})")
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TokenRecord:
+    """What the store keeps about a token (never its secret)."""
+
+    id: str
+    secret_sha256: str
+    created: float
+    expires: float
+    single_use: bool = False
+    used: float | None = None
+    """When a single-use token was consumed."""
+    description: str = ""
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def to_json(self) -> bytes:
+        return orjson.dumps(
+            {
+                "id": self.id,
+                "secretSha256": self.secret_sha256,
+                "created": self.created,
+                "expires": self.expires,
+                "singleUse": self.single_use,
+                "used": self.used,
+                "description": self.description,
+                "labels": dict(self.labels),
+            },
+            option=orjson.OPT_SORT_KEYS,
+        )
+
+    @classmethod
+    def from_json(cls, data: bytes) -> TokenRecord:
+        doc: dict[str, Any] = orjson.loads(data)
+        return cls(
+            id=doc["id"],
+            secret_sha256=doc["secretSha256"],
+            created=doc["created"],
+            expires=doc["expires"],
+            single_use=doc["singleUse"],
+            used=doc["used"],
+            description=doc["description"],
+            labels=doc["labels"],
+        )
+
+
+def _random(length: int) -> str:
+    return "".join(secrets.choice(_ALPHABET) for _ in range(length))
+
+
+def _hash(secret: str) -> str:
+    return hashlib.sha256(secret.encode()).hexdigest()
+
+
+def _key(token_id: str) -> str:
+    return PREFIX + token_id
+
+
+def token_id_of(token: str) -> str:
+    """The id part of a well-formed token (TokenError MALFORMED otherwise); safe to log."""
+    match = TOKEN_PATTERN.fullmatch(token) if isinstance(token, str) else None
+    if match is None:
+        raise TokenError(
+            TokenRefusal.MALFORMED,
+            "a bootstrap token must look like abcdef.0123456789abcdef "
+            "(6 and 16 lowercase letters or digits, joined by a dot)",
+        )
+    return match.group(1)
+
+
+async def create_token(
+    store: Store,
+    *,
+    now: float,
+    ttl: float,
+    single_use: bool = False,
+    description: str = "",
+    labels: Mapping[str, str] | None = None,
+) -> tuple[str, TokenRecord]:
+    """A new token (the only time its secret is seen) and the record stored for it."""
+    if ttl <= 0:
+        raise ValueError(f"a token's TTL must be more than 0 seconds, got {ttl}")
+    while True:
+        token_id, secret = _random(_ID_LENGTH), _random(_SECRET_LENGTH)
+        record = TokenRecord(
+            id=token_id,
+            secret_sha256=_hash(secret),
+            created=now,
+            expires=now + ttl,
+            single_use=single_use,
+            description=description,
+            labels=dict(labels or {}),
+        )
+        try:
+            await store.put(_key(token_id), record.to_json(), expect_mod_revision=0)
+        except CompareFailed:
+            continue  # that id exists (1 in 2 billion): draw again
+        return f"{token_id}.{secret}", record
+
+
+async def _check(store: Store, token: str, now: float) -> tuple[TokenRecord, int]:
+    token_id = token_id_of(token)
+    secret = token.partition(".")[2]
+    kv = await store.get(_key(token_id))
+    if kv is None:
+        raise TokenError(TokenRefusal.UNKNOWN, f"bootstrap token {token_id} does not exist")
+    record = TokenRecord.from_json(kv.value)
+    if not hmac.compare_digest(_hash(secret), record.secret_sha256):
+        raise TokenError(
+            TokenRefusal.WRONG_SECRET, f"bootstrap token {token_id}: the secret is wrong"
+        )
+    if now >= record.expires:
+        raise TokenError(TokenRefusal.EXPIRED, f"bootstrap token {token_id} has expired")
+    if record.used is not None:
+        raise TokenError(
+            TokenRefusal.ALREADY_USED,
+            f"bootstrap token {token_id} was for a single use and has been used",
+        )
+    return record, kv.mod_revision
+
+
+async def validate(store: Store, token: str, *, now: float) -> TokenRecord:
+    """The token's record if it may be used now; TokenError with the reason otherwise."""
+    record, _ = await _check(store, token, now)
+    return record
+
+
+async def consume(store: Store, token: str, *, now: float) -> TokenRecord:
+    """Validate, and mark a single-use token used, atomically (compare-and-swap)."""
+    record, revision = await _check(store, token, now)
+    if not record.single_use:
+        return record
+    used = replace(record, used=now)
+    try:
+        await store.put(_key(record.id), used.to_json(), expect_mod_revision=revision)
+    except CompareFailed:
+        await _check(store, token, now)  # raises: used (or deleted) meanwhile
+        raise TokenError(
+            TokenRefusal.ALREADY_USED, f"bootstrap token {record.id} changed while being used"
+        ) from None
+    return used
+
+
+async def list_tokens(store: Store) -> list[TokenRecord]:
+    return [TokenRecord.from_json(kv.value) for kv in (await store.range(PREFIX)).kvs]
+
+
+async def delete_token(store: Store, token_id: str) -> bool:
+    """Whether a token with that id existed (and now does not)."""
+    return await store.delete(_key(token_id)) is not None

@@ -1,0 +1,112 @@
+"""``hub init`` and ``hub token``, run as the real console command on real files."""
+
+from __future__ import annotations
+
+import asyncio
+import re
+import stat
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+
+from edged.errors import ConfigError
+from hub import pki, tokens
+from hub.config import default_config_text, load_config, parse_config
+from hub.store import SqliteStore
+
+HUB = [sys.executable, "-c", "import sys; from hub.cli import main; sys.exit(main())"]
+
+
+def _hub(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*HUB, *args], capture_output=True, text=True, timeout=60, check=False)
+
+
+def test_init_creates_a_working_hub_and_refuses_to_overwrite_it(tmp_path: Path) -> None:
+    d = tmp_path / "hub"
+    result = _hub("init", "--data-dir", str(d), "--region", "eu-dublin", "--san", "hub.example")
+    assert result.returncode == 0, result.stderr
+    for name in ("ca", "hub", "admin"):
+        assert stat.S_IMODE((d / f"{name}.key").stat().st_mode) == 0o600
+    ca = pki.load_certified_key(d / "ca.crt", d / "ca.key")
+    served = pki.load_certified_key(d / "hub.crt", d / "hub.key").certificate
+    served.verify_directly_issued_by(ca.certificate)
+    assert "hub.example" in served.extensions.get_extension_for_class(
+        pki.x509.SubjectAlternativeName
+    ).value.get_values_for_type(pki.x509.DNSName)
+    admin = pki.load_certified_key(d / "admin.crt", d / "admin.key").certificate
+    assert pki.identity_from_certificate(admin) == pki.Identity(
+        pki.Role.ADMIN, "admin", "eu-dublin"
+    )
+    admin_toml = tomllib.loads((d / "admin.toml").read_text())
+    assert admin_toml == {
+        "hub": "localhost:7443",
+        "caCertificate": str(d / "ca.crt"),
+        "certificate": str(d / "admin.crt"),
+        "key": str(d / "admin.key"),
+    }
+    assert load_config(d / "hub.toml").region == "eu-dublin"
+    pin = pki.ca_pin(ca.certificate)
+    token = re.search(r"--token (\S+)", result.stdout)
+    assert token and f"--ca-hash {pin}" in result.stdout
+    assert "edged enroll --hub localhost:7443" in result.stdout
+
+    async def check() -> None:
+        store = await SqliteStore.open(d / "hub.db")
+        try:
+            await tokens.validate(store, token.group(1), now=time.time())
+        finally:
+            await store.close()
+
+    asyncio.run(check())
+
+    again = _hub("init", "--data-dir", str(d))
+    assert again.returncode == 1
+    assert "not empty: refusing to overwrite" in again.stderr
+    assert pki.load_certified_key(d / "ca.crt", d / "ca.key").certificate == ca.certificate
+
+
+def test_token_create_and_list(tmp_path: Path) -> None:
+    d = tmp_path / "hub"
+    assert _hub("init", "--data-dir", str(d)).returncode == 0
+    created = _hub(
+        "token", "create", "--data-dir", str(d), "--ttl", "1h", "--single-use",
+        "--description", "line 3",
+    )  # fmt: skip
+    assert created.returncode == 0, created.stderr
+    token = created.stdout.strip()
+    assert tokens.TOKEN_PATTERN.fullmatch(token)
+    assert "CA hash sha256:" in created.stderr
+    listed = _hub("token", "list", "--data-dir", str(d))
+    assert listed.returncode == 0
+    assert token.split(".")[0] in listed.stdout and "single-use" in listed.stdout
+    assert token.split(".")[1] not in listed.stdout
+    assert "line 3" in listed.stdout
+
+
+def test_clear_errors(tmp_path: Path) -> None:
+    missing = _hub("token", "list", "--data-dir", str(tmp_path / "nothing"))
+    assert missing.returncode == 1 and "not a hub data directory" in missing.stderr
+    bad_ttl = _hub("token", "create", "--data-dir", str(tmp_path), "--ttl", "soon")
+    assert bad_ttl.returncode == 2 and "must be a duration" in bad_ttl.stderr
+    bad_region = _hub("init", "--data-dir", str(tmp_path / "h"), "--region", "EU_1")
+    assert bad_region.returncode == 1 and "region" in bad_region.stderr
+    assert list((tmp_path / "h").iterdir()) == []  # nothing left behind
+    d = tmp_path / "h2"
+    assert _hub("init", "--data-dir", str(d)).returncode == 0
+    (d / "hub.toml").write_text('region = "x"\nlisten = 7\n')
+    broken = _hub("token", "list", "--data-dir", str(d))
+    assert broken.returncode == 1 and "listen: must be a string" in broken.stderr
+
+
+def test_config_defaults_round_trip_and_problems_have_paths() -> None:
+    assert parse_config(tomllib.loads(default_config_text())) == parse_config({})
+    with pytest.raises(ConfigError) as info:
+        parse_config({"regoin": "x", "devices": {"heartbeatGrace": "1s"}, "store": "etcd://"})
+    text = str(info.value)
+    assert 'regoin: unknown field (did you mean "region"?)' in text
+    assert "devices.heartbeatGrace: must be longer than heartbeatInterval (30s)" in text
+    assert "store: store URL" in text

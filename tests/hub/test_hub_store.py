@@ -1,0 +1,295 @@
+"""The Store contract (etcd semantics), run against the in-memory and the SQLite store."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+
+import pytest
+from asynctesting import async_test, eventually
+from conftest import FakeClock, MakeStore
+
+from hub.errors import Compacted, CompareFailed, LeaseNotFound, StoreError, StoreUnavailable
+from hub.store import (
+    Compare,
+    Delete,
+    Event,
+    EventType,
+    Put,
+    SqliteStore,
+    Store,
+    open_store,
+    parse_store_url,
+)
+
+
+async def _take(it: object, n: int) -> list[Event]:
+    assert hasattr(it, "__anext__")
+    return [await asyncio.wait_for(it.__anext__(), 2) for _ in range(n)]
+
+
+@async_test
+async def test_put_get_and_revisions(make_store: MakeStore) -> None:
+    store = await make_store()
+    try:
+        assert await store.get("/devices/a") is None
+        assert await store.put("/devices/a", b"1") == 1
+        assert await store.put("/devices/b", b"x") == 2
+        assert await store.put("/devices/a", b"2") == 3
+        kv = await store.get("/devices/a")
+        assert kv is not None
+        assert (kv.value, kv.create_revision, kv.mod_revision, kv.version) == (b"2", 1, 3, 2)
+    finally:
+        await store.close()
+
+
+@async_test
+async def test_range_is_sorted_bounded_by_the_prefix_and_says_its_revision(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store()
+    try:
+        for key in (
+            "/devices/b",
+            "/devices/a",
+            "/devicesx",
+            "/deployments/a",
+            "/devices/\U0010ffff",
+        ):
+            await store.put(key, key.encode())
+        result = await store.range("/devices/")
+        assert [kv.key for kv in result.kvs] == ["/devices/a", "/devices/b", "/devices/\U0010ffff"]
+        assert result.revision == 5
+        assert len((await store.range("")).kvs) == 5
+        assert (await store.range("/nothing/")).kvs == ()
+    finally:
+        await store.close()
+
+
+@async_test
+async def test_compare_and_swap(make_store: MakeStore) -> None:
+    store = await make_store()
+    try:
+        assert await store.put("/k", b"1", expect_mod_revision=0) == 1
+        with pytest.raises(CompareFailed) as info:
+            await store.put("/k", b"2", expect_mod_revision=0)
+        assert (info.value.key, info.value.expected, info.value.actual) == ("/k", 0, 1)
+        assert "expected it not to exist, but it is at mod revision 1" in str(info.value)
+        with pytest.raises(CompareFailed):
+            await store.put("/k", b"2", expect_mod_revision=7)
+        assert await store.put("/k", b"2", expect_mod_revision=1) == 2
+        with pytest.raises(CompareFailed):
+            await store.put("/other", b"", expect_mod_revision=2)
+        assert (await store.range("")).revision == 2  # failures wrote nothing
+        kv = await store.get("/k")
+        assert kv is not None and kv.value == b"2"
+    finally:
+        await store.close()
+
+
+@async_test
+async def test_only_one_of_many_concurrent_creators_wins(make_store: MakeStore) -> None:
+    store = await make_store()
+    try:
+        results = await asyncio.gather(
+            *(store.put("/lock", str(i).encode(), expect_mod_revision=0) for i in range(20)),
+            return_exceptions=True,
+        )
+        assert sum(isinstance(r, int) for r in results) == 1
+        assert sum(isinstance(r, CompareFailed) for r in results) == 19
+    finally:
+        await store.close()
+
+
+@async_test
+async def test_delete(make_store: MakeStore) -> None:
+    store = await make_store()
+    try:
+        assert await store.delete("/k") is None
+        await store.put("/k", b"1")
+        with pytest.raises(CompareFailed):
+            await store.delete("/k", expect_mod_revision=5)
+        assert await store.delete("/k", expect_mod_revision=1) == 2
+        assert await store.get("/k") is None
+        assert await store.put("/k", b"again") == 3
+        kv = await store.get("/k")
+        assert kv is not None and (kv.create_revision, kv.version) == (3, 1)
+    finally:
+        await store.close()
+
+
+@async_test
+async def test_txn_is_atomic_and_one_revision(make_store: MakeStore) -> None:
+    store = await make_store()
+    try:
+        await store.put("/a", b"1")
+        await store.put("/b", b"1")
+        revision = await store.txn(
+            [Compare("/a", 1), Compare("/new", 0)],
+            [Put("/a", b"2"), Put("/new", b"n"), Delete("/b"), Delete("/absent")],
+        )
+        assert revision == 3
+        assert [kv.mod_revision for kv in (await store.range("")).kvs] == [3, 3]
+        with pytest.raises(CompareFailed) as info:
+            await store.txn([Compare("/a", 3), Compare("/new", 0)], [Put("/a", b"3")])
+        assert info.value.key == "/new"
+        a = await store.get("/a")
+        assert a is not None and a.value == b"2"
+        assert await store.txn([], [Delete("/absent")]) == 3  # nothing changed, no revision
+        with pytest.raises(StoreError, match="appears twice"):
+            await store.txn([], [Put("/a", b""), Delete("/a")])
+        with pytest.raises(StoreError, match="non-empty"):
+            await store.put("", b"")
+    finally:
+        await store.close()
+
+
+@async_test
+async def test_watch_follows_live_changes_under_its_prefix(make_store: MakeStore) -> None:
+    store = await make_store()
+    try:
+        await store.put("/devices/a", b"old")
+        watch = store.watch("/devices/")
+        first = asyncio.ensure_future(watch.__anext__())
+        await eventually(lambda: store.watching == 1)  # subscribed: from now on
+        await store.put("/deployments/x", b"ignored")
+        await store.put("/devices/a", b"new")
+        await store.delete("/devices/a")
+        put = await asyncio.wait_for(first, 2)
+        assert put.type is EventType.PUT and put.kv.value == b"new" and put.revision == 3
+        assert put.prev_kv is not None and put.prev_kv.value == b"old"
+        (gone,) = await _take(watch, 1)
+        assert gone.type is EventType.DELETE and gone.revision == 4
+        assert gone.kv.key == "/devices/a" and gone.prev_kv is not None
+        assert gone.prev_kv.value == b"new"
+        await watch.aclose()
+    finally:
+        await store.close()
+
+
+@async_test
+async def test_watch_from_a_past_revision_replays_then_follows_without_gap(
+    make_store: MakeStore,
+) -> None:
+    store = await make_store()
+    try:
+        for i in range(5):
+            await store.put(f"/k/{i}", b"v")
+        watch = store.watch("/k/", start_revision=3)
+        writer = asyncio.ensure_future(
+            asyncio.gather(*(store.put(f"/k/{i}", b"w") for i in range(5, 10)))
+        )
+        events = await _take(watch, 7)
+        await writer
+        assert [e.revision for e in events] == list(range(3, 10))
+        await watch.aclose()
+    finally:
+        await store.close()
+
+
+@async_test
+async def test_watch_below_the_compaction_point_is_refused(make_store: MakeStore) -> None:
+    store = await make_store()
+    try:
+        for i in range(5):
+            await store.put("/k", str(i).encode())
+        await store.compact(4)
+        with pytest.raises(Compacted) as info:
+            await store.watch("/k", start_revision=2).__anext__()
+        assert info.value.compact_revision == 4
+        watch = store.watch("/k", start_revision=4)
+        assert [e.kv.value for e in await _take(watch, 2)] == [b"3", b"4"]
+        await watch.aclose()
+        with pytest.raises(StoreError, match="cannot compact"):
+            await store.compact(99)
+    finally:
+        await store.close()
+
+
+@async_test
+async def test_leases_expire_by_the_clock_and_delete_their_keys(
+    make_store: MakeStore, clock: FakeClock
+) -> None:
+    store = await make_store()
+    try:
+        lease = await store.grant(10)
+        await store.put("/heartbeats/a", b"", lease=lease)
+        await store.put("/devices/a", b"kept")
+        clock.advance(9)
+        assert await store.expire_leases() == []
+        await store.keepalive(lease)
+        clock.advance(9)
+        assert await store.expire_leases() == []
+        watch = store.watch("/heartbeats/", start_revision=3)
+        clock.advance(2)
+        assert await store.expire_leases() == [lease]
+        (gone,) = await _take(watch, 1)
+        assert gone.type is EventType.DELETE and gone.kv.key == "/heartbeats/a"
+        await watch.aclose()
+        assert await store.get("/heartbeats/a") is None
+        assert await store.get("/devices/a") is not None
+        with pytest.raises(LeaseNotFound):
+            await store.keepalive(lease)
+        with pytest.raises(LeaseNotFound):
+            await store.put("/x", b"", lease=lease)
+    finally:
+        await store.close()
+
+
+@async_test
+async def test_revoke_and_detaching_a_key_from_its_lease(make_store: MakeStore) -> None:
+    store = await make_store()
+    try:
+        lease = await store.grant(60)
+        await store.put("/a", b"", lease=lease)
+        await store.put("/b", b"", lease=lease)
+        await store.put("/b", b"no lease now")  # a put without lease detaches the key
+        revision = await store.revoke(lease)
+        assert revision == 4
+        assert [kv.key for kv in (await store.range("")).kvs] == ["/b"]
+        with pytest.raises(LeaseNotFound):
+            await store.revoke(lease)
+        with pytest.raises(StoreError, match="TTL"):
+            await store.grant(0)
+    finally:
+        await store.close()
+
+
+@async_test
+async def test_sqlite_keeps_everything_across_reopen(tmp_path: Path, clock: FakeClock) -> None:
+    path = tmp_path / "hub.db"
+    store = await SqliteStore.open(path, clock=clock)
+    lease = await store.grant(30)
+    await store.put("/a", b"1", lease=lease)
+    await store.put("/a", b"2", lease=lease)
+    await store.close()
+    store = await SqliteStore.open(path, clock=clock)
+    try:
+        kv = await store.get("/a")
+        assert kv is not None and (kv.value, kv.version, kv.lease) == (b"2", 2, lease)
+        assert await store.put("/b", b"") == 3
+        watch = store.watch("/a", start_revision=1)
+        assert [e.kv.value for e in await _take(watch, 2)] == [b"1", b"2"]
+        await watch.aclose()
+        clock.advance(31)
+        assert await store.expire_leases() == [lease]
+    finally:
+        await store.close()
+
+
+def test_store_urls(tmp_path: Path) -> None:
+    assert parse_store_url("sqlite:///var/lib/hub/hub.db").path == Path("/var/lib/hub/hub.db")
+    assert parse_store_url("etcd://a:2379,b:2379").endpoints == ("a:2379", "b:2379")
+    for bad in ("sqlite://relative/hub.db", "sqlite:///", "etcd://", "redis://x", "hub.db"):
+        with pytest.raises(StoreError):
+            parse_store_url(bad)
+
+
+@async_test
+async def test_open_store_defaults_to_sqlite_in_the_data_dir(tmp_path: Path) -> None:
+    store: Store = await open_store(None, data_dir=tmp_path)
+    await store.put("/k", b"v")
+    await store.close()
+    assert (tmp_path / "hub.db").exists()
+    with pytest.raises(StoreUnavailable, match="not built yet"):
+        await open_store("etcd://127.0.0.1:2379", data_dir=tmp_path)
