@@ -1,0 +1,126 @@
+"""Where the hub keeps each kind of object in the Store, and how it encodes them.
+
+Keys (values are JSON unless said otherwise)::
+
+    /tokens/ID                      bootstrap tokens (hub.tokens)
+    /devices/NAME                   hub.model.Device
+    /objects/KIND/NAME              operator objects (ModelDeployment, DeviceHealthPolicy,
+                                    SecurityBaseline): {"manifest": canonical doc, "status": ...}
+    /models/NAME/VERSION            a pushed artifact: signed metadata envelope (as signed),
+                                    sha256, length, pushed time
+    /desired/NAME                   what a device is owed: generation, deployment names, digest
+    /revoked/SERIAL                 revoked certificate serials (hex) -> device name
+    /events/REVISION-SEQ            events (type, reason, message, object, time), bounded
+
+Objects are stored canonically (``to_dict()`` of the typed manifest), so applying the same
+document twice compares equal and is "unchanged".
+"""
+
+from __future__ import annotations
+
+import base64
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+
+DEVICES = "/devices/"
+OBJECTS = "/objects/"
+MODELS = "/models/"
+DESIRED = "/desired/"
+REVOKED = "/revoked/"
+EVENTS = "/events/"
+
+KIND_DEVICE = "Device"
+KIND_MODEL = "Model"
+
+
+def device_key(name: str) -> str:
+    return f"{DEVICES}{name}"
+
+
+def object_prefix(kind: str) -> str:
+    return f"{OBJECTS}{kind}/"
+
+
+def object_key(kind: str, name: str) -> str:
+    return f"{OBJECTS}{kind}/{name}"
+
+
+def model_key(name: str, version: str) -> str:
+    return f"{MODELS}{name}/{version}"
+
+
+def desired_key(device: str) -> str:
+    return f"{DESIRED}{device}"
+
+
+def revoked_key(serial_hex: str) -> str:
+    return f"{REVOKED}{serial_hex}"
+
+
+def dumps(doc: Any) -> bytes:
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+
+
+def loads(data: bytes) -> Any:
+    return orjson.loads(data)
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRecord:
+    """An artifact pushed with ``edgectl models push``; the hub never re-signs it."""
+
+    name: str
+    version: str
+    sha256: str
+    length: int
+    envelope: bytes  # the publisher-signed metadata, exactly as signed
+    pushed_at: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": KIND_MODEL,
+            "metadata": {"name": f"{self.name}-{self.version}"},
+            "spec": {"name": self.name, "version": self.version},
+            "status": {
+                "sha256": self.sha256,
+                "length": self.length,
+                "pushedAt": self.pushed_at,
+                "signedMetadata": base64.b64encode(self.envelope).decode(),
+            },
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ModelRecord:
+        status = doc["status"]
+        return cls(
+            name=doc["spec"]["name"],
+            version=doc["spec"]["version"],
+            sha256=status["sha256"],
+            length=int(status["length"]),
+            envelope=base64.b64decode(status["signedMetadata"]),
+            pushed_at=float(status["pushedAt"]),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredRecord:
+    """What a device is owed. ``generation`` only ever grows; ``digest`` detects changes."""
+
+    generation: int
+    deployments: tuple[str, ...]
+    digest: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "deployments": list(self.deployments),
+            "digest": self.digest,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> DesiredRecord:
+        return cls(int(doc["generation"]), tuple(doc["deployments"]), str(doc["digest"]))
