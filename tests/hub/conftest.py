@@ -5,29 +5,13 @@ the in-memory store runs the same store suite as the SQLite one."""
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import pytest
+from hubtesting import FakeClock, MakeStore
 
 from hub.store import MemoryStore, SqliteStore
 from hub.store.protocol import Clock
-
-
-class FakeClock:
-    """Wall-clock seconds that move only when the test says so."""
-
-    def __init__(self, now: float = 1_700_000_000.0) -> None:
-        self.now = now
-
-    def __call__(self) -> float:
-        return self.now
-
-    def advance(self, seconds: float) -> None:
-        self.now += seconds
-
-
-MakeStore = Callable[..., Awaitable[MemoryStore | SqliteStore]]
 
 
 @pytest.fixture

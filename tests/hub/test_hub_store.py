@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 from asynctesting import async_test, eventually
-from conftest import FakeClock, MakeStore
+from hubtesting import FakeClock, MakeStore
 
 from hub.errors import Compacted, CompareFailed, LeaseNotFound, StoreError, StoreUnavailable
 from hub.store import (

@@ -7,7 +7,7 @@ import hashlib
 
 import pytest
 from asynctesting import async_test
-from conftest import FakeClock, MakeStore
+from hubtesting import FakeClock, MakeStore
 
 from hub import tokens
 from hub.errors import TokenError, TokenRefusal
