@@ -55,7 +55,7 @@ class Cache:
     """Everything the hub knows, as last written to the store."""
 
     devices: dict[str, Device] = field(default_factory=dict)
-    objects: dict[tuple[str, str], StoredObject] = field(default_factory=dict)
+    stored: dict[tuple[str, str], StoredObject] = field(default_factory=dict)
     deployments: dict[str, ModelDeployment] = field(default_factory=dict)
     models: dict[tuple[str, str], objects.ModelRecord] = field(default_factory=dict)
     desired: dict[str, objects.DesiredRecord] = field(default_factory=dict)
@@ -85,19 +85,19 @@ class Cache:
 
     def put_object(self, manifest: Mapping[str, Any], revision: int) -> None:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
-        self.objects[(kind, name)] = StoredObject(kind, name, manifest, revision)
+        self.stored[(kind, name)] = StoredObject(kind, name, manifest, revision)
         if kind == "ModelDeployment":
             dep = parse_manifest(dict(manifest))
             assert isinstance(dep, ModelDeployment)
             self.deployments[name] = dep
 
     def drop_object(self, kind: str, name: str) -> None:
-        self.objects.pop((kind, name), None)
+        self.stored.pop((kind, name), None)
         if kind == "ModelDeployment":
             self.deployments.pop(name, None)
 
     def objects_of(self, kind: str) -> list[StoredObject]:
-        return sorted((o for (k, _), o in self.objects.items() if k == kind), key=lambda o: o.name)
+        return sorted((o for (k, _), o in self.stored.items() if k == kind), key=lambda o: o.name)
 
     def security_policy(self) -> SecurityPolicy:
         """Every SecurityBaseline applies fleet-wide; any one requiring attestation wins."""
@@ -147,7 +147,7 @@ def build_desired(
             )
             continue
         names.append(name)
-        manifests.append(objects.dumps(cache.objects[("ModelDeployment", name)].manifest))
+        manifests.append(objects.dumps(cache.stored[("ModelDeployment", name)].manifest))
         metadata.append(model.envelope)
         artifacts.add(model.sha256)
     for policy in cache.objects_of("DeviceHealthPolicy"):
@@ -168,11 +168,11 @@ def build_desired(
     )
 
 
-# -- sessions ----------------------------------------------------------------------------------------
+# -- sessions --------------------------------------------------------------------------------------
 class Session:
     """One connected device's stream: the newest unsent desired state, challenges, a close flag."""
 
-    __slots__ = ("_wake", "challenges", "closed", "close_reason", "desired", "device", "serial")
+    __slots__ = ("_wake", "challenges", "close_reason", "closed", "desired", "device", "serial")
 
     def __init__(self, device: str, serial: str) -> None:
         self.device = device
@@ -227,7 +227,7 @@ class Sessions:
         return list(self._by_device)
 
 
-# -- writing -----------------------------------------------------------------------------------------
+# -- writing ---------------------------------------------------------------------------------------
 class DeviceWriter:
     """Coalesces device record updates and events; flushes them in one transaction."""
 

@@ -1,0 +1,43 @@
+"""What every hub service and controller shares: one object, passed in (no globals).
+
+Built by :mod:`hub.server` at start: config and paths, the CA, the store and the in-memory
+cache over it, the coalescing device writer, the projector, the device sessions and the
+content-addressed blob store for artifacts.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from edged.artifacts.storing import ArtifactStore
+from hub.config import HubConfig
+from hub.core import Cache, DeviceWriter, Projector, Sessions
+from hub.initializing import HubPaths
+from hub.pki import CertifiedKey
+from hub.store import Store
+
+
+@dataclass(slots=True)
+class HubContext:
+    paths: HubPaths
+    config: HubConfig
+    ca: CertifiedKey
+    store: Store
+    cache: Cache
+    writer: DeviceWriter
+    projector: Projector
+    sessions: Sessions
+    blobs: ArtifactStore
+    trust_root: bytes = b""  # the fleet trust root as signed (D/trust-root.json), if any
+    clock: Callable[[], float] = field(default=time.time)
+
+    @property
+    def region(self) -> str:
+        return self.config.region
+
+    @property
+    def blob_dir(self) -> Path:
+        return self.paths.data_dir / "blobs"
