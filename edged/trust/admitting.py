@@ -25,7 +25,13 @@ from edged.errors import ArtifactError, StateError, TrustError
 from edged.logs import get_logger
 from edged.state.persisting import read_json, write_atomic, write_json_atomic
 from edged.trust.documents import ArtifactMetadata, FileInfo, Root, format_time, parse_root
-from edged.trust.envelopes import ROOT_TYPE, Envelope, decode_payload, parse_envelope, parse_envelope_bytes
+from edged.trust.envelopes import (
+    ROOT_TYPE,
+    Envelope,
+    decode_payload,
+    parse_envelope,
+    parse_envelope_bytes,
+)
 from edged.trust.verifying import (
     SignedFile,
     TrustState,
@@ -169,7 +175,9 @@ class ArtifactGate:
         log.info("trust root accepted", version=root.version, expires=format_time(root.expires))
         return root
 
-    def admit(self, req: ArtifactRequest, store: ArtifactStore, *, now: float, max_bytes: int) -> str:
+    def admit(
+        self, req: ArtifactRequest, store: ArtifactStore, *, now: float, max_bytes: int
+    ) -> str:
         """Verify and store the model of ``req``; return its sha256 (raise ArtifactError)."""
         try:
             sha = self._admit(req, store, now=now, max_bytes=max_bytes)
@@ -178,7 +186,9 @@ class ArtifactGate:
             raise
         return sha
 
-    def _admit(self, req: ArtifactRequest, store: ArtifactStore, *, now: float, max_bytes: int) -> str:
+    def _admit(
+        self, req: ArtifactRequest, store: ArtifactStore, *, now: float, max_bytes: int
+    ) -> str:
         what = f"{req.name} {req.version}"
         try:
             env_bytes = req.metadata_path.read_bytes()
@@ -211,7 +221,13 @@ class ArtifactGate:
         root = check_root_usable(self.root, now)
         check_model_version(meta, state=self.state, root=root, allowance=allowance, now=now)
         self._check_extras(meta, req.model_path.parent, what)
-        sha = self._ingest(req, store, info, [SignedFile(info, what), PinnedDigest(req.pinned_sha256), LooksLikeOnnx()], what)
+        sha = self._ingest(
+            req,
+            store,
+            info,
+            [SignedFile(info, what), PinnedDigest(req.pinned_sha256), LooksLikeOnnx()],
+            what,
+        )
         self._save_state(self.state.accept(meta))
         self.unsigned.discard(req.name)
         self._on_result("accepted", "Verified")
@@ -311,7 +327,9 @@ class ArtifactGate:
                     "LengthMismatch", f"{what}: {fname} is {n} bytes, signed {info.length}"
                 )
             if h.hexdigest() != info.sha256:
-                raise TrustError("DigestMismatch", f"{what}: {fname} differs from its signed digest")
+                raise TrustError(
+                    "DigestMismatch", f"{what}: {fname} differs from its signed digest"
+                )
 
     # -- status ---------------------------------------------------------------------------
     def status(self) -> dict[str, Any]:

@@ -39,7 +39,9 @@ def parse_time(value: object, field: str, what: str) -> float:
             return datetime.strptime(value, "%Y-%m-%dT%H:%M:%SZ").replace(tzinfo=UTC).timestamp()
         except ValueError:
             pass
-    raise _bad(what, field, f"must be an RFC 3339 UTC time such as 2030-01-01T00:00:00Z, got {value!r}")
+    raise _bad(
+        what, field, f"must be an RFC 3339 UTC time such as 2030-01-01T00:00:00Z, got {value!r}"
+    )
 
 
 def _bad(what: str, field: str, msg: str) -> TrustError:
@@ -185,7 +187,9 @@ class RollbackAllowance:
     expires: float
 
 
-def parse_rollback(doc: Mapping[str, Any], *, what: str = "rollback allowance") -> RollbackAllowance:
+def parse_rollback(
+    doc: Mapping[str, Any], *, what: str = "rollback allowance"
+) -> RollbackAllowance:
     _type(doc, "rollback", what)
     return RollbackAllowance(
         name=_str(doc, "name", what),

@@ -119,7 +119,9 @@ def decode_payload(env: Envelope, *, expected_type: str, what: str) -> dict[str,
     return doc
 
 
-def sign_envelope(payload_type: str, doc: Mapping[str, Any], private_keys: Iterable[Any]) -> Envelope:
+def sign_envelope(
+    payload_type: str, doc: Mapping[str, Any], private_keys: Iterable[Any]
+) -> Envelope:
     """An envelope over the canonical JSON of ``doc``, signed by each Ed25519 private key."""
     env = Envelope(payload_type, canonical_json(doc), ())
     for key in private_keys:

@@ -183,12 +183,20 @@ def sign_artifact(
 
 
 def sign_rollback_allowance(
-    *, name: str, version: str, keys: Iterable[Path], expires_in_s: float = 7 * DAY,
+    *,
+    name: str,
+    version: str,
+    keys: Iterable[Path],
+    expires_in_s: float = 7 * DAY,
     now: float | None = None,
 ) -> Envelope:
     now = time.time() if now is None else now
-    doc = {"_type": "rollback", "name": name, "version": version,
-           "expires": format_time(now + expires_in_s)}
+    doc = {
+        "_type": "rollback",
+        "name": name,
+        "version": version,
+        "expires": format_time(now + expires_in_s),
+    }
     return sign_envelope(ROLLBACK_TYPE, doc, [load_private_key(k) for k in keys])
 
 
@@ -208,18 +216,24 @@ def build_root(
     """A root payload from raw public keys; ``threshold`` applies to artifacts (and to root
     unless ``root_threshold`` is given). Validated by parsing it back."""
     now = time.time() if now is None else now
-    keys = {key_id(k): {"keytype": "ed25519", "scheme": "ed25519", "public": k.hex()}
-            for k in (*root_keys, *artifact_keys)}
+    keys = {
+        key_id(k): {"keytype": "ed25519", "scheme": "ed25519", "public": k.hex()}
+        for k in (*root_keys, *artifact_keys)
+    }
     doc = {
         "_type": "root",
         "version": version,
         "expires": format_time(now + expires_in_s),
         "keys": keys,
         "roles": {
-            ROLE_ROOT: {"keyids": sorted({key_id(k) for k in root_keys}),
-                        "threshold": root_threshold or threshold},
-            ROLE_ARTIFACTS: {"keyids": sorted({key_id(k) for k in artifact_keys}),
-                             "threshold": threshold},
+            ROLE_ROOT: {
+                "keyids": sorted({key_id(k) for k in root_keys}),
+                "threshold": root_threshold or threshold,
+            },
+            ROLE_ARTIFACTS: {
+                "keyids": sorted({key_id(k) for k in artifact_keys}),
+                "threshold": threshold,
+            },
         },
     }
     parse_root(doc)

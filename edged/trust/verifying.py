@@ -77,7 +77,11 @@ class TrustState:
     def accept(self, meta: ArtifactMetadata) -> TrustState:
         """The state after accepting ``meta``: highest versions only ever go up."""
         old = self.artifacts.get(meta.name)
-        mv = meta.metadata_version if old is None else max(old.metadata_version, meta.metadata_version)
+        mv = (
+            meta.metadata_version
+            if old is None
+            else max(old.metadata_version, meta.metadata_version)
+        )
         model = meta.version
         if old is not None and compare_versions(old.model_version, meta.version) > 0:
             model = old.model_version
@@ -95,7 +99,8 @@ def check_root_usable(root: Root | None, now: float) -> Root:
         )
     if now >= root.expires:
         raise TrustError(
-            "RootExpired", f"trust root version {root.version} expired at {format_time(root.expires)}"
+            "RootExpired",
+            f"trust root version {root.version} expired at {format_time(root.expires)}",
         )
     return root
 
@@ -125,7 +130,11 @@ def verify_root_update(current: Root, env: Envelope, *, what: str = "new trust r
         )
     old_role = current.role(ROLE_ROOT)
     require_threshold(
-        env, current.keys, old_role.keyids, old_role.threshold, what=f"{what} (by the old root keys)"
+        env,
+        current.keys,
+        old_role.keyids,
+        old_role.threshold,
+        what=f"{what} (by the old root keys)",
     )
     new_role = new.role(ROLE_ROOT)
     require_threshold(
