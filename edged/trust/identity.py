@@ -83,12 +83,12 @@ def _tlv(tag: int, body: bytes) -> bytes:
 def _oid(dotted: str) -> bytes:
     parts = [int(p) for p in dotted.split(".")]
     body = bytearray([40 * parts[0] + parts[1]])
-    for p in parts[2:]:
-        chunk = [p & 0x7F]
-        p >>= 7
-        while p:
-            chunk.append(0x80 | (p & 0x7F))
-            p >>= 7
+    for part in parts[2:]:
+        chunk = [part & 0x7F]
+        rest = part >> 7
+        while rest:
+            chunk.append(0x80 | (rest & 0x7F))
+            rest >>= 7
         body += bytes(reversed(chunk))
     return _tlv(0x06, bytes(body))
 
