@@ -1,7 +1,7 @@
 """Static desired state from a directory of manifests (``edged run --manifests DIR``).
 
 Like kubelet's static pods: every ``*.yaml``, ``*.yml`` and ``*.json`` file in DIR (not hidden,
-not in subdirectories) holds ModelDeployment documents whose ``spec.model.path`` names a local
+not in subdirectories, not ``*.metadata.json`` or ``*.rollback.json``, which are signed documents) holds ModelDeployment documents whose ``spec.model.path`` names a local
 ``.onnx`` file, relative to the manifest's directory. :meth:`StaticManifests.sync` turns the
 directory into desired workloads, ingesting artifacts into the store on the way — through the
 :class:`~edged.trust.admitting.ArtifactGate`, which verifies the signed metadata
@@ -27,6 +27,8 @@ from edged.trust.admitting import METADATA_SUFFIX, ArtifactGate, ArtifactRequest
 log = get_logger(__name__)
 
 SUFFIXES = (".yaml", ".yml", ".json")
+# Signed documents that live next to models and manifests, not manifests themselves.
+SIGNED_SUFFIXES = (METADATA_SUFFIX, ".rollback.json")
 RETRYABLE = frozenset({"ArtifactNotFound", "ArtifactUnreadable"})
 
 
@@ -77,7 +79,10 @@ class StaticManifests:
         return [
             p
             for p in entries
-            if p.suffix in SUFFIXES and not p.name.startswith(".") and p.is_file()
+            if p.suffix in SUFFIXES
+            and not p.name.startswith(".")
+            and not p.name.endswith(SIGNED_SUFFIXES)
+            and p.is_file()
         ]
 
     def sync(self, current: dict[WorkloadName, DesiredWorkload]) -> SyncResult:

@@ -40,9 +40,7 @@ class Dir:
         self.store = ArtifactStore(root / "artifacts")
         # Not about trust (tests/trust is): unsigned artifacts allowed, no trust root.
         gate = ArtifactGate(root / "data", root_file=None, allow_unsigned=True)
-        self.source = StaticManifests(
-            self.path, self.store, max_artifact_bytes=1 << 20, gate=gate
-        )
+        self.source = StaticManifests(self.path, self.store, max_artifact_bytes=1 << 20, gate=gate)
         self.current: dict[WorkloadName, DesiredWorkload] = {}
 
     def model(self, name: str, which: int = 0) -> str:
