@@ -2,9 +2,10 @@
 
 Builds a small model, makes a publisher key and a trust root, signs the model, lays out a
 manifests directory with the example ModelDeployment, starts ``edged run`` on it (with
-``trust.rootFile`` set, so the model is verified before it is used), waits until the model is ready, sends an Open Inference Protocol request
-over ``infer.sock`` and checks the answer against ONNX Runtime called directly, shows
-``edged status``, then stops edged with SIGTERM (graceful drain).
+``trust.rootFile`` set, so the model is verified before it is used), waits until the model is
+ready, sends an Open Inference Protocol request over ``infer.sock`` and checks the answer
+against ONNX Runtime called directly, shows ``edged status``, then stops edged with SIGTERM
+(graceful drain).
 """
 
 from __future__ import annotations

@@ -147,7 +147,8 @@ def render_status(doc: dict[str, Any]) -> str:
                 "WARNING: unsigned artifacts in use: " + ", ".join(trust["unsignedArtifacts"])
             )
     if trust.get("rootVersion") is not None:
-        out.append(f"trust root version {trust['rootVersion']}, expires {trust.get('rootExpires')}")
+        version, expires = trust["rootVersion"], trust.get("rootExpires")
+        out.append(f"trust root version {version}, expires {expires}")
     if trust.get("rootProblem"):
         out.append(f"trust root refused: {trust['rootProblem'].get('message')}")
     rows = [("WORKLOAD", "MODEL", "VERSION", "PHASE", "READY", "RESTARTS", "PROVIDERS")]

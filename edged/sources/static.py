@@ -1,9 +1,10 @@
 """Static desired state from a directory of manifests (``edged run --manifests DIR``).
 
 Like kubelet's static pods: every ``*.yaml``, ``*.yml`` and ``*.json`` file in DIR (not hidden,
-not in subdirectories, not ``*.metadata.json`` or ``*.rollback.json``, which are signed documents) holds ModelDeployment documents whose ``spec.model.path`` names a local
-``.onnx`` file, relative to the manifest's directory. :meth:`StaticManifests.sync` turns the
-directory into desired workloads, ingesting artifacts into the store on the way — through the
+not in subdirectories, not ``*.metadata.json`` or ``*.rollback.json``, which are signed
+documents) holds ModelDeployment documents whose ``spec.model.path`` names a local ``.onnx``
+file, relative to the manifest's directory. :meth:`StaticManifests.sync` turns the directory
+into desired workloads, ingesting artifacts into the store on the way — through the
 :class:`~edged.trust.admitting.ArtifactGate`, which verifies the signed metadata
 (``spec.model.metadata``, default ``<path>.metadata.json``) against the trust root first.
 
