@@ -1,4 +1,5 @@
-"""The ``edgectl`` command. For now: ``edgectl quickstart`` (the hub is not built yet)."""
+"""The ``edgectl`` command: ``quickstart``, and the publisher's trust commands (``keys``,
+``models sign``, ``trust root``, ``rollback allow``; see ``edgectl/trusting.py``)."""
 
 from __future__ import annotations
 
@@ -22,7 +23,13 @@ def main(argv: list[str] | None = None) -> int:
         help="the ModelDeployment to run",
     )
     qs.add_argument("--keep-running", action="store_true", help="leave edged running at the end")
+    from edgectl import trusting
+
+    trusting.add_commands(sub)
     args = p.parse_args(argv)
+    code = trusting.run(args)
+    if code is not None:
+        return code
     if args.command == "quickstart":
         from edgectl.quickstart import run_quickstart
 

@@ -139,8 +139,18 @@ def render_status(doc: dict[str, Any]) -> str:
         f"up {dev.get('uptimeSeconds', 0):.0f}s  generation {doc.get('generation')}  "
         f"ready {'yes' if doc.get('ready') else 'no'}  limits {dev.get('limitsMode')}",
     ]
-    if dev.get("trust", {}).get("allowUnsigned"):
+    trust = dev.get("trust", {})
+    if trust.get("allowUnsigned"):
         out.append("WARNING: trust.allowUnsigned is on: unsigned artifacts are accepted")
+        if trust.get("unsignedArtifacts"):
+            out.append(
+                "WARNING: unsigned artifacts in use: " + ", ".join(trust["unsignedArtifacts"])
+            )
+    if trust.get("rootVersion") is not None:
+        version, expires = trust["rootVersion"], trust.get("rootExpires")
+        out.append(f"trust root version {version}, expires {expires}")
+    if trust.get("rootProblem"):
+        out.append(f"trust root refused: {trust['rootProblem'].get('message')}")
     rows = [("WORKLOAD", "MODEL", "VERSION", "PHASE", "READY", "RESTARTS", "PROVIDERS")]
     for w in doc.get("workloads", []):
         reps = w.get("replicas", [])

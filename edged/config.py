@@ -23,6 +23,7 @@ from edged.api.validating import Problems, Reader, as_bool, as_str, int_in, one_
 from edged.errors import ConfigError, Problem
 
 DEFAULT_DATA_DIR = Path("/var/lib/edged")
+DEFAULT_TRUST_ROOT = Path("/etc/edged/trust-root.json")
 STATUS_SOCKET_NAME = "edged.sock"
 INFERENCE_SOCKET_NAME = "infer.sock"
 MAX_SOCKET_PATH_BYTES = 107  # sun_path holds 108 bytes with the terminating NUL (Linux)
@@ -95,9 +96,11 @@ class WorkersConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrustConfig:
-    """``[trust]``: artifact verification."""
+    """``[trust]``: artifact verification and device identity (docs/trust.md)."""
 
     allow_unsigned: bool = False
+    root_file: Path = DEFAULT_TRUST_ROOT
+    tpm: str = "auto"  # "auto" | "off" | a TCTI string such as "device:/dev/tpmrm0"
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -235,10 +238,22 @@ def _read_workers(r: Reader | None) -> WorkersConfig:
     )
 
 
+def _tpm(value: object) -> str:
+    text = as_str(value).strip()
+    if not text:
+        raise ValueError('must be "auto", "off" or a TCTI string such as "device:/dev/tpmrm0"')
+    return text
+
+
 def _read_trust(r: Reader | None) -> TrustConfig:
     if r is None:
         return TrustConfig()
-    return TrustConfig(allow_unsigned=r.optional("allowUnsigned", as_bool, False))
+    default = TrustConfig()
+    return TrustConfig(
+        allow_unsigned=r.optional("allowUnsigned", as_bool, False),
+        root_file=r.optional("rootFile", _absolute_path, default.root_file),
+        tpm=r.optional("tpm", _tpm, default.tpm),
+    )
 
 
 def parse_config(
@@ -318,6 +333,14 @@ cgroupRoot = "auto"
 pythonExecutable = ""
 
 [trust]
-# Accept model artifacts without a publisher's signature. For development only.
+# Accept model artifacts without signed metadata. For development only: loud in status and logs.
 allowUnsigned = false
+# The fleet trust root from the device image (or enrollment). The accepted root is kept in
+# <dataDir>/trust/root.json; a newer root here is accepted only if the accepted root's keys
+# signed it (rotation). See docs/trust.md.
+rootFile = "{DEFAULT_TRUST_ROOT}"
+# The device identity key: "auto" (the TPM at /dev/tpmrm0 if present and accessible, else a
+# key file <dataDir>/identity/key.pem), "off" (always the key file), or a TCTI string
+# such as "device:/dev/tpmrm0" or "swtpm:host=127.0.0.1,port=2321".
+tpm = "auto"
 """

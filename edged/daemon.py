@@ -36,6 +36,7 @@ from edged.sources.static import StaticManifests
 from edged.sources.watching import DirectoryWatcher
 from edged.state.desired import DesiredState
 from edged.supervising import supervise
+from edged.trust.admitting import ArtifactGate
 
 log = get_logger(__name__)
 
@@ -184,13 +185,28 @@ class Daemon:
             manifests_dir=manifests,
         )
         self.board.source_synced = manifests is None
+        self.stop_event = asyncio.Event()
+        self._init_metrics()
+        # -- trust (docs/trust.md): every artifact passes the gate before the store ----------
+        verifications = self.registry.counter(
+            "edged_artifact_verifications_total",
+            "Artifact verifications by result (accepted, unsigned, refused) and reason",
+            ("result", "reason"),
+        )
+        self.gate = ArtifactGate(
+            data,
+            root_file=config.trust.root_file,
+            allow_unsigned=config.trust.allow_unsigned,
+            on_result=lambda result, reason: verifications.labels(
+                result=result, reason=reason
+            ).inc(),
+        )
+        self.board.trust_status = self.gate.status
         self.source = (
-            StaticManifests(manifests, self.store, max_artifact_bytes=4 << 30)
+            StaticManifests(manifests, self.store, max_artifact_bytes=4 << 30, gate=self.gate)
             if manifests is not None
             else None
         )
-        self.stop_event = asyncio.Event()
-        self._init_metrics()
 
     # -- metrics --------------------------------------------------------------------------
     def _init_metrics(self) -> None:

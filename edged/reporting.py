@@ -13,6 +13,7 @@ import asyncio
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,7 @@ class StatusBoard:
         self.draining = False
         self.loaded = False
         self.source_synced = False  # the desired-state source has been read once
+        self.trust_status: Callable[[], dict[str, Any]] | None = None  # the trust gate's view
 
     def set_workload(self, name: WorkloadName, status: WorkloadStatus | None) -> None:
         if status is None:
@@ -154,7 +156,11 @@ class StatusBoard:
                 "startedAt": self._started,
                 "uptimeSeconds": round(time.time() - self._started, 3),
                 "limitsMode": self._limits_mode,
-                "trust": {"allowUnsigned": self._allow_unsigned},
+                "trust": (
+                    self.trust_status()
+                    if self.trust_status is not None
+                    else {"allowUnsigned": self._allow_unsigned}
+                ),
             },
             "ready": self.ready(),
             "generation": self._desired.generation,

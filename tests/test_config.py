@@ -170,6 +170,8 @@ def test_non_loopback_or_bad_tcp_addresses(address: str, message: str) -> None:
         ({"workers": {"cgroupRoot": "on"}}, "workers.cgroupRoot", '"auto", "off" or'),
         ({"workers": {"pythonExecutable": "python3"}}, "workers.pythonExecutable", "absolute"),
         ({"trust": {"allowUnsigned": "yes"}}, "trust.allowUnsigned", "true or false"),
+        ({"trust": {"rootFile": "root.json"}}, "trust.rootFile", "absolute path"),
+        ({"trust": {"tpm": ""}}, "trust.tpm", "TCTI"),
     ],
 )
 def test_bad_values(doc: dict[str, Any], path: str, message: str) -> None:

@@ -90,6 +90,10 @@ class ModelRef:
     version: str
     path: str | None = None
     sha256: str | None = None
+    # Static manifests: the signed metadata (default ``<path>.metadata.json``) and an optional
+    # signed rollback allowance, both relative to the manifest's folder (see docs/trust.md).
+    metadata: str | None = None
+    rollback_allowance: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "version": self.version}
@@ -97,6 +101,10 @@ class ModelRef:
             out["path"] = self.path
         if self.sha256 is not None:
             out["sha256"] = self.sha256
+        if self.metadata is not None:
+            out["metadata"] = self.metadata
+        if self.rollback_allowance is not None:
+            out["rollbackAllowance"] = self.rollback_allowance
         return out
 
 
@@ -540,6 +548,8 @@ def _read_model(r: Reader | None) -> ModelRef:
         version=r.required("version", _version, ""),
         path=r.optional("path", non_empty_str, None),
         sha256=r.optional("sha256", _sha256, None),
+        metadata=r.optional("metadata", non_empty_str, None),
+        rollback_allowance=r.optional("rollbackAllowance", non_empty_str, None),
     )
 
 

@@ -1,9 +1,12 @@
 """Static desired state from a directory of manifests (``edged run --manifests DIR``).
 
 Like kubelet's static pods: every ``*.yaml``, ``*.yml`` and ``*.json`` file in DIR (not hidden,
-not in subdirectories) holds ModelDeployment documents whose ``spec.model.path`` names a local
-``.onnx`` file, relative to the manifest's directory. :meth:`StaticManifests.sync` turns the
-directory into desired workloads, ingesting artifacts into the store on the way.
+not in subdirectories, not ``*.metadata.json`` or ``*.rollback.json``, which are signed
+documents) holds ModelDeployment documents whose ``spec.model.path`` names a local ``.onnx``
+file, relative to the manifest's directory. :meth:`StaticManifests.sync` turns the directory
+into desired workloads, ingesting artifacts into the store on the way — through the
+:class:`~edged.trust.admitting.ArtifactGate`, which verifies the signed metadata
+(``spec.model.metadata``, default ``<path>.metadata.json``) against the trust root first.
 
 A file that is invalid, or whose model cannot be ingested, does not take anything down: the
 workloads it defined in the last accepted state are kept, and the problem is reported with the
@@ -16,14 +19,17 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edged.api import ModelDeployment, load_manifest_file
-from edged.artifacts.storing import ArtifactStore, LooksLikeOnnx, PinnedDigest
+from edged.artifacts.storing import ArtifactStore
 from edged.errors import ArtifactError, ValidationError
 from edged.logs import get_logger
 from edged.reconcile.model import DesiredWorkload, WorkloadName
+from edged.trust.admitting import METADATA_SUFFIX, ArtifactGate, ArtifactRequest
 
 log = get_logger(__name__)
 
 SUFFIXES = (".yaml", ".yml", ".json")
+# Signed documents that live next to models and manifests, not manifests themselves.
+SIGNED_SUFFIXES = (METADATA_SUFFIX, ".rollback.json")
 RETRYABLE = frozenset({"ArtifactNotFound", "ArtifactUnreadable"})
 
 
@@ -52,12 +58,19 @@ class SyncResult:
 
 
 class StaticManifests:
-    def __init__(self, directory: Path, store: ArtifactStore, *, max_artifact_bytes: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        store: ArtifactStore,
+        *,
+        max_artifact_bytes: int,
+        gate: ArtifactGate,
+    ) -> None:
         self.directory = directory
         self._store = store
         self._max_bytes = max_artifact_bytes
+        self._gate = gate
         self._by_file: dict[str, set[WorkloadName]] = {}
-        self._ingested: dict[tuple[str, int, int, int], str] = {}
 
     def list_files(self) -> list[Path]:
         try:
@@ -67,7 +80,10 @@ class StaticManifests:
         return [
             p
             for p in entries
-            if p.suffix in SUFFIXES and not p.name.startswith(".") and p.is_file()
+            if p.suffix in SUFFIXES
+            and not p.name.startswith(".")
+            and not p.name.endswith(SIGNED_SUFFIXES)
+            and p.is_file()
         ]
 
     def sync(self, current: dict[WorkloadName, DesiredWorkload]) -> SyncResult:
@@ -77,6 +93,7 @@ class StaticManifests:
         problems: list[SourceProblem] = []
         by_file: dict[str, set[WorkloadName]] = {}
         retryable = False
+        now = self._gate.begin()  # one time for every check of this update
         files = self.list_files()
         for path in files:
             fname = path.name
@@ -111,7 +128,7 @@ class StaticManifests:
                 owner[name] = fname
                 names.add(name)
                 try:
-                    sha = self._ingest(path, dep)
+                    sha = self._ingest(path, dep, now)
                 except ArtifactError as exc:
                     problems.append(SourceProblem(fname, name, exc.reason, str(exc)))
                     retryable = retryable or exc.reason in RETRYABLE
@@ -123,37 +140,32 @@ class StaticManifests:
         problems += self._check_model_names(out)
         return SyncResult(out, tuple(problems), retryable, tuple(p.name for p in files))
 
-    def _ingest(self, manifest_path: Path, dep: ModelDeployment) -> str:
+    def _ingest(self, manifest_path: Path, dep: ModelDeployment, now: float) -> str:
         model = dep.spec.model
         if not model.path:
             raise ArtifactError(
                 "ModelPathMissing",
                 "spec.model.path: required for a static manifest (a local .onnx file)",
             )
-        path = Path(model.path)
-        if not path.is_absolute():
-            path = manifest_path.parent / path
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            raise ArtifactError(
-                "ArtifactNotFound", f"spec.model.path: model file {path} does not exist"
-            ) from None
-        except OSError as exc:
-            raise ArtifactError("ArtifactUnreadable", f"spec.model.path: {path}: {exc}") from None
-        key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
-        sha = self._ingested.get(key)
-        if sha is not None and self._store.has(sha) and model.sha256 in (None, sha):
-            return sha
-        sha = self._store.ingest_file(
-            path,
+
+        def local(p: str) -> Path:
+            path = Path(p)
+            return path if path.is_absolute() else manifest_path.parent / path
+
+        path = local(model.path)
+        request = ArtifactRequest(
             name=model.name,
             version=model.version,
-            verifiers=[PinnedDigest(model.sha256), LooksLikeOnnx()],
-            max_bytes=self._max_bytes,
+            model_path=path,
+            metadata_path=(
+                local(model.metadata)
+                if model.metadata
+                else path.with_name(path.name + METADATA_SUFFIX)
+            ),
+            allowance_path=local(model.rollback_allowance) if model.rollback_allowance else None,
+            pinned_sha256=model.sha256,
         )
-        self._ingested[key] = sha
-        return sha
+        return self._gate.admit(request, self._store, now=now, max_bytes=self._max_bytes)
 
     @staticmethod
     def _check_model_names(out: dict[WorkloadName, DesiredWorkload]) -> list[SourceProblem]:
