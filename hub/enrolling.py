@@ -103,6 +103,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             name,
             labels={**record.labels, **dict(request.labels)},
             certificate_serial=format(certificate.serial_number, "x"),
+            public_key_pem=pki.public_key_pem(certificate),
             enrolled_at=now,
         )
         try:

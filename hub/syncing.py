@@ -217,7 +217,9 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
             raise AssertionError("unreachable") from None
         serial = format(certificate.serial_number, "x")
-        ctx.writer.update(device.with_(certificate_serial=serial))
+        ctx.writer.update(
+            device.with_(certificate_serial=serial, public_key_pem=pki.public_key_pem(certificate))
+        )
         await ctx.writer.flush()
         log.info("certificate-renewed", device=caller.name, serial=serial)
         return device_pb2.RenewCertificateResponse(
