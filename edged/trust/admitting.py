@@ -332,6 +332,71 @@ class ArtifactGate:
                 )
 
     # -- status ---------------------------------------------------------------------------
+    # -- artifacts from the hub: verify first, download within the signed length, then store --
+    def verify_remote(
+        self, envelope: bytes, *, name: str, version: str, allowance: bytes | None, now: float
+    ) -> tuple[ArtifactMetadata, FileInfo]:
+        """Check signed metadata that came with the hub's desired state, before any download:
+        root valid, threshold met, not expired, no metadata or model-version rollback, and it
+        names this model and version. Returns the metadata and the signed model file."""
+        what = f"{name} {version}"
+        try:
+            env = parse_envelope_bytes(envelope, what=f"{what}: signed metadata")
+            if self.root is None and self.root_problem is not None:
+                reason, message = self.root_problem
+                raise TrustError(reason, f"{what}: {message}")
+            meta = verify_artifact_metadata(
+                self.root, env, now=now, state=self.state, what=f"{what}: signed metadata"
+            )
+            if meta.name != name or meta.version != version:
+                raise TrustError(
+                    "MetadataMismatch",
+                    f"the signed metadata is for {meta.name} {meta.version}, "
+                    f"the deployment asks for {name} {version}",
+                )
+            allowance_env = (
+                parse_envelope_bytes(allowance, what=f"{what}: rollback allowance")
+                if allowance
+                else None
+            )
+            root = check_root_usable(self.root, now)
+            check_model_version(meta, state=self.state, root=root, allowance=allowance_env, now=now)
+        except ArtifactError as exc:
+            self._on_result("refused", exc.reason)
+            raise
+        _, info = meta.model_file()
+        return meta, info
+
+    def store_downloaded(
+        self, meta: ArtifactMetadata, info: FileInfo, part: Path, store: ArtifactStore
+    ) -> str:
+        """Move a completed download into the store, checked against the signed length and
+        digest on the way (the bytes are hashed again while copied); then record the accepted
+        versions. The worker hashes the stored blob once more before loading it."""
+        what = f"{meta.name} {meta.version}"
+        try:
+            sha = store.ingest_file(
+                part,
+                name=meta.name,
+                version=meta.version,
+                verifiers=[SignedFile(info, what), LooksLikeOnnx()],
+                max_bytes=info.length,
+            )
+        except ArtifactError as exc:
+            if exc.reason == "ArtifactTooLarge":
+                exc = TrustError(
+                    "LengthExceeded", f"{what}: longer than its signed length ({info.length})"
+                )
+            self._on_result("refused", exc.reason)
+            raise exc from None
+        self.accept(meta)
+        return sha
+
+    def accept(self, meta: ArtifactMetadata) -> None:
+        """Record ``meta`` as accepted (its artifact is in the store, digest checked)."""
+        self._save_state(self.state.accept(meta))
+        self._on_result("accepted", "Verified")
+
     def status(self) -> dict[str, Any]:
         return {
             "allowUnsigned": self.allow_unsigned,
