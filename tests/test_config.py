@@ -60,7 +60,17 @@ def test_default_text_parses_to_the_defaults(tmp_path: Path) -> None:
 
 def test_default_text_names_every_key() -> None:
     doc = tomllib.loads(default_config_text())
-    assert set(doc) == {"logLevel", "paths", "inference", "reconcile", "workers", "trust"}
+    assert set(doc) == {
+        "logLevel",
+        "paths",
+        "inference",
+        "reconcile",
+        "workers",
+        "trust",
+        "discovery",
+        "device",
+    }
+    assert set(doc["discovery"]) == {"enabled", "healthPeriod", "executionProviders"}
     assert set(doc["reconcile"]) == {"resyncPeriod", "backoffBase", "backoffMax", "workers"}
 
 

@@ -85,7 +85,7 @@ def _candidate(device: Any) -> bool:
     if sub == "pci":
         vendor = _hex(props.get("PCI_ID", ":").split(":")[0])
         cls = (_hex(props.get("PCI_CLASS")) or 0) >> 16
-        return vendor in PCI_VENDORS and (cls in (0x03, 0x12) or vendor in (0x1E60, 0x1AC1)) or (
+        return (vendor in PCI_VENDORS and (cls in (0x03, 0x12) or vendor in (0x1E60, 0x1AC1))) or (
             vendor == 0x17CB and cls == 0x12
         )
     if sub == "usb":
@@ -93,10 +93,17 @@ def _candidate(device: Any) -> bool:
         return props.get("DEVTYPE") == "usb_device" and _hex(product.split("/")[0]) in _USB_VENDORS
     if sub == "platform":
         driver = props.get("DRIVER", "")
-        return driver in JETSON_DRIVERS or driver == "rknpu" or "OF_COMPATIBLE_0" in props and any(
-            ("gpu" in v or "rknpu" in v or v.startswith("nvidia,g"))
-            for k, v in props.items()
-            if k.startswith("OF_COMPATIBLE_") and k != "OF_COMPATIBLE_N"
+        return (
+            driver in JETSON_DRIVERS
+            or driver == "rknpu"
+            or (
+                "OF_COMPATIBLE_0" in props
+                and any(
+                    ("gpu" in v or "rknpu" in v or v.startswith("nvidia,g"))
+                    for k, v in props.items()
+                    if k.startswith("OF_COMPATIBLE_") and k != "OF_COMPATIBLE_N"
+                )
+            )
         )
     return False
 
@@ -185,7 +192,9 @@ def read_records(context: Any = None) -> list[DeviceRecord]:
 class UdevWatch:
     """A udev monitor on the asyncio loop; calls ``on_event(action, sys_path)`` per event."""
 
-    def __init__(self, on_event: Callable[[str, str], None], subsystems: Iterable[str] = SUBSYSTEMS):
+    def __init__(
+        self, on_event: Callable[[str, str], None], subsystems: Iterable[str] = SUBSYSTEMS
+    ):
         self._on_event = on_event
         self._subsystems = tuple(subsystems)
         self._monitor: Any = None

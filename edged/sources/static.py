@@ -2,8 +2,10 @@
 
 Like kubelet's static pods: every ``*.yaml``, ``*.yml`` and ``*.json`` file in DIR (not hidden,
 not in subdirectories) holds ModelDeployment documents whose ``spec.model.path`` names a local
-``.onnx`` file, relative to the manifest's directory. :meth:`StaticManifests.sync` turns the
-directory into desired workloads, ingesting artifacts into the store on the way.
+``.onnx`` file, relative to the manifest's directory, and/or DeviceHealthPolicy documents
+(returned in ``SyncResult.policies``; an invalid file keeps the policies it had).
+:meth:`StaticManifests.sync` turns the directory into desired workloads, ingesting artifacts
+into the store on the way.
 
 A file that is invalid, or whose model cannot be ingested, does not take anything down: the
 workloads it defined in the last accepted state are kept, and the problem is reported with the
@@ -15,7 +17,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edged.api import ModelDeployment, load_manifest_file
+from edged.api import DeviceHealthPolicy, ModelDeployment, load_manifest_file
 from edged.artifacts.storing import ArtifactStore, LooksLikeOnnx, PinnedDigest
 from edged.errors import ArtifactError, ValidationError
 from edged.logs import get_logger
@@ -49,6 +51,7 @@ class SyncResult:
     problems: tuple[SourceProblem, ...] = ()
     retryable: bool = False
     files: tuple[str, ...] = field(default=())
+    policies: tuple[DeviceHealthPolicy, ...] = ()
 
 
 class StaticManifests:
@@ -58,6 +61,7 @@ class StaticManifests:
         self._max_bytes = max_artifact_bytes
         self._by_file: dict[str, set[WorkloadName]] = {}
         self._ingested: dict[tuple[str, int, int, int], str] = {}
+        self._policies_by_file: dict[str, tuple[DeviceHealthPolicy, ...]] = {}
 
     def list_files(self) -> list[Path]:
         try:
@@ -76,6 +80,7 @@ class StaticManifests:
         owner: dict[WorkloadName, str] = {}
         problems: list[SourceProblem] = []
         by_file: dict[str, set[WorkloadName]] = {}
+        policies_by_file: dict[str, tuple[DeviceHealthPolicy, ...]] = {}
         retryable = False
         files = self.list_files()
         for path in files:
@@ -83,9 +88,10 @@ class StaticManifests:
             names: set[WorkloadName] = set()
             by_file[fname] = names
             try:
-                deployments = load_manifest_file(path)
+                manifests = load_manifest_file(path)
             except ValidationError as exc:
                 problems.append(SourceProblem(fname, "", "InvalidManifest", str(exc)))
+                policies_by_file[fname] = self._policies_by_file.get(fname, ())
                 for name in self._by_file.get(fname, set()):
                     if name in current and name not in out:
                         out[name] = current[name]
@@ -96,6 +102,10 @@ class StaticManifests:
                 problems.append(SourceProblem(fname, "", "Unreadable", str(exc)))
                 retryable = True
                 continue
+            policies_by_file[fname] = tuple(
+                m for m in manifests if isinstance(m, DeviceHealthPolicy)
+            )
+            deployments = [m for m in manifests if isinstance(m, ModelDeployment)]
             for dep in deployments:
                 name = WorkloadName(dep.metadata.name)
                 if name in owner:
@@ -120,8 +130,10 @@ class StaticManifests:
                     continue
                 out[name] = DesiredWorkload(dep, sha, fname)
         self._by_file = by_file
+        self._policies_by_file = policies_by_file
         problems += self._check_model_names(out)
-        return SyncResult(out, tuple(problems), retryable, tuple(p.name for p in files))
+        policies = tuple(p for f in sorted(policies_by_file) for p in policies_by_file[f])
+        return SyncResult(out, tuple(problems), retryable, tuple(p.name for p in files), policies)
 
     def _ingest(self, manifest_path: Path, dep: ModelDeployment) -> str:
         model = dep.spec.model
