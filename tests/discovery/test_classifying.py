@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from conftest import discover
+from umockdevs import discover
 
 from edged.discovery.classifying import merge
 from edged.discovery.hardware import DeviceRecord

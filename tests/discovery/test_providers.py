@@ -141,7 +141,7 @@ SELECT = [
         ["CoreMLExecutionProvider", CPU],
         None,
         [],
-        ALL + ("CoreMLExecutionProvider",),
+        (*ALL, "CoreMLExecutionProvider"),
         [CPU],
         True,
         "does not run on Linux",

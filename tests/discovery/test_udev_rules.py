@@ -51,8 +51,8 @@ PAIR = re.compile(r'\s*([A-Z_]+)(?:\{([^}]+)\})?\s*(==|!=|\+=|-=|:=|=)\s*"([^"]*
 
 def parse(text: str) -> list[list[tuple[str, str | None, str, str]]]:
     rules = []
-    for number, line in enumerate(text.splitlines(), 1):
-        line = line.strip()
+    for number, raw in enumerate(text.splitlines(), 1):
+        line = raw.strip()
         if not line or line.startswith("#"):
             continue
         pairs, pos = [], 0

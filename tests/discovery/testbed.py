@@ -27,13 +27,15 @@ gi.require_version("UMockdev", "1.0")
 from gi.repository import UMockdev  # noqa: E402
 
 
-def blocks(path: str) -> list[tuple[str, str]]:
-    """(sysfs path, record text) of each device in a umockdev record file."""
+def blocks(path: str) -> list[tuple[str, str, str]]:
+    """(sysfs path, record text, device node or "") of each device in a umockdev record file."""
     out = []
-    for chunk in open(path).read().split("\n\n"):
-        chunk = chunk.strip()
-        if chunk:
-            out.append(("/sys" + chunk.splitlines()[0][3:].strip(), chunk + "\n"))
+    with open(path) as f:
+        chunks = [c.strip() for c in f.read().split("\n\n")]
+    for chunk in filter(None, chunks):
+        lines = chunk.splitlines()
+        node = next((line[3:].strip() for line in lines if line.startswith("N: ")), "")
+        out.append(("/sys" + lines[0][3:].strip(), chunk + "\n", node))
     return out
 
 
@@ -46,22 +48,37 @@ def main() -> int:
     root = bed.get_root_dir()
     for f in files:
         bed.add_from_file(f)
-    child = subprocess.Popen(command)
+    removed_nodes: set[str] = set()
+    child = subprocess.Popen(command, stdout=sys.stderr)  # our stdout answers commands
     print(f"pid {child.pid}", flush=True)
     for line in sys.stdin:
         verb, _, arg = line.strip().partition(" ")
         try:
             if verb == "add":
-                for sys_path, text in blocks(arg):
-                    if not os.path.exists(root + sys_path):
-                        bed.add_from_string(text)
-                        bed.uevent(sys_path, "add")
+                for sys_path, record, node in blocks(arg):
+                    if os.path.exists(root + sys_path):
+                        continue
+                    text = record
+                    if node in removed_nodes:
+                        # umockdev 0.17 cannot create a node twice: drop "N:", make the file
+                        text = "".join(
+                            line for line in record.splitlines(True) if not line.startswith("N: ")
+                        )
+                        with open(f"{root}/dev/{node}", "w"):
+                            pass
+                    bed.add_from_string(text)
+                    bed.uevent(sys_path, "add")
             elif verb == "remove":
-                paths = [p for p, _ in blocks(arg)]
-                leaves = [p for p in paths if not any(q.startswith(p + "/") for q in paths)]
-                for sys_path in leaves:
+                found = blocks(arg)
+                paths = [p for p, _, _ in found]
+                for sys_path, _, node in found:
+                    if any(q.startswith(sys_path + "/") for q in paths):
+                        continue  # not a leaf: the parent (PCI device) stays
                     bed.uevent(sys_path, "remove")
                     bed.remove_device(sys_path)
+                    if node and os.path.lexists(f"{root}/dev/{node}"):
+                        os.unlink(f"{root}/dev/{node}")  # as devtmpfs does
+                        removed_nodes.add(node)
             elif verb == "quit":
                 break
             else:
