@@ -186,7 +186,10 @@ class Discovery:
         self._rescan = None
         if self.scan():
             self._on_accelerators_changed()
-            self._on_status_changed()
+            if self.facts is not None:
+                self.sample_health()  # required accelerators may have come or gone
+            else:
+                self._on_status_changed()
 
     async def run(self, stop: asyncio.Event) -> None:
         if self.facts is None:
