@@ -162,6 +162,17 @@ def render_status(doc: dict[str, Any]) -> str:
         f"up {dev.get('uptimeSeconds', 0):.0f}s  generation {doc.get('generation')}  "
         f"ready {'yes' if doc.get('ready') else 'no'}  limits {dev.get('limitsMode')}",
     ]
+    health = dev.get("health")
+    if health is not None:  # discovery is on
+        accs = ", ".join(
+            f"{a['vendor']}-{a['class']} {a['id']}" + ("" if a["usable"] else " (not usable)")
+            for a in dev.get("accelerators", [])
+        )
+        out.append(
+            f"schedulable {'yes' if health.get('schedulable') else 'no'}  "
+            f"accelerators {accs or 'none'}"
+        )
+        out += [f"  unschedulable: {r}" for r in health.get("reasons", [])]
     if dev.get("trust", {}).get("allowUnsigned"):
         out.append("WARNING: trust.allowUnsigned is on: unsigned artifacts are accepted")
     rows = [("WORKLOAD", "MODEL", "VERSION", "PHASE", "READY", "RESTARTS", "PROVIDERS")]

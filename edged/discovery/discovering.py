@@ -140,6 +140,10 @@ class Discovery:
         verdict = evaluate_health(
             policies, self.sample, self.accelerators, self.labels, self.verdict
         )
+        changed = self.verdict is None or (verdict.schedulable, verdict.reasons) != (
+            self.verdict.schedulable,
+            self.verdict.reasons,
+        )
         if self.verdict is None or verdict.schedulable != self.verdict.schedulable:
             log.info(
                 "device health",
@@ -147,7 +151,8 @@ class Discovery:
                 reasons="; ".join(verdict.reasons) or "-",
             )
         self.verdict = verdict
-        self._on_status_changed()
+        if changed:  # not every sample: the persisted status is not rewritten every period
+            self._on_status_changed()
 
     def set_policies(self, policies: Sequence[DeviceHealthPolicy]) -> None:
         if tuple(policies) != self.policies:
@@ -186,10 +191,9 @@ class Discovery:
         self._rescan = None
         if self.scan():
             self._on_accelerators_changed()
+            self._on_status_changed()
             if self.facts is not None:
                 self.sample_health()  # required accelerators may have come or gone
-            else:
-                self._on_status_changed()
 
     async def run(self, stop: asyncio.Event) -> None:
         if self.facts is None:

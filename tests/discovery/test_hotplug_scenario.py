@@ -21,6 +21,7 @@ import pytest
 from e2e.harness import Edged, wait_for
 from umockdevs import DEVICES, HERE, SYSTEM_PYTHON
 
+from edged.cli import render_status
 from edged.demo import TINY_MLP, build_mlp
 
 pytestmark = [pytest.mark.scenario, pytest.mark.usefixtures("umockdev")]
@@ -164,6 +165,9 @@ def test_accelerator_goes_and_comes_back(edged: EdgedOnTestbed) -> None:
     )
     assert dev["health"]["reasons"] == ["needs-npu: no usable 'npu' accelerator"]
     assert "accelerator" not in dev["labels"]
+    text = render_status(e.status())
+    assert "schedulable no  accelerators intel-npu 0000:00:0b.0 (not usable)" in text
+    assert "det: AcceleratorUnavailable=True FellBack: running on CPUExecutionProvider" in text
 
     e.plug("add", NPU)
     w = wait_for(lambda: _serving_with(e, [OV, CPU]), 60, "det to move back")
