@@ -18,8 +18,18 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
+from edged.api.manifests import label_key, label_value
 from edged.api.quantities import describe, format_duration, parse_duration, parse_memory
-from edged.api.validating import Problems, Reader, as_bool, as_str, int_in, one_of, within
+from edged.api.validating import (
+    Problems,
+    Reader,
+    as_bool,
+    as_str,
+    int_in,
+    matching,
+    one_of,
+    within,
+)
 from edged.errors import ConfigError, Problem
 
 DEFAULT_DATA_DIR = Path("/var/lib/edged")
@@ -32,6 +42,7 @@ _MAX_REQUEST_TEXT = "64Mi"
 _RESYNC_TEXT = "60s"
 _BACKOFF_BASE_TEXT = "50ms"
 _BACKOFF_MAX_TEXT = "5m"
+_HEALTH_PERIOD_TEXT = "30s"
 
 
 class LogLevel(StrEnum):
@@ -104,6 +115,22 @@ class TrustConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class DiscoveryConfig:
+    """``[discovery]``: accelerators (udev), health sampling, onnxruntime's providers."""
+
+    enabled: bool = True
+    health_period_s: float = parse_duration(_HEALTH_PERIOD_TEXT)
+    execution_providers: tuple[str, ...] = ()  # empty: ask the workers' onnxruntime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceConfig:
+    """``[device]``: labels the operator sets on this device (merged with discovered ones)."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EdgedConfig:
     """The whole edged config."""
 
@@ -113,6 +140,8 @@ class EdgedConfig:
     reconcile: ReconcileConfig = ReconcileConfig()
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     trust: TrustConfig = TrustConfig()
+    discovery: DiscoveryConfig = DiscoveryConfig()
+    device: DeviceConfig = field(default_factory=DeviceConfig)
 
 
 # Converters
@@ -256,6 +285,31 @@ def _read_trust(r: Reader | None) -> TrustConfig:
     )
 
 
+_provider_name = matching(
+    r"[A-Za-z][A-Za-z0-9_]*ExecutionProvider",
+    'an ONNX Runtime execution provider such as "CUDAExecutionProvider"',
+)
+
+
+def _read_discovery(r: Reader | None) -> DiscoveryConfig:
+    default = DiscoveryConfig()
+    if r is None:
+        return default
+    return DiscoveryConfig(
+        enabled=r.optional("enabled", as_bool, default.enabled),
+        health_period_s=r.optional("healthPeriod", _duration, default.health_period_s),
+        execution_providers=tuple(
+            r.list_of("executionProviders", _provider_name, unique=True) or ()
+        ),
+    )
+
+
+def _read_device(r: Reader | None) -> DeviceConfig:
+    if r is None:
+        return DeviceConfig()
+    return DeviceConfig(labels=r.string_map("labels", label_key, label_value) or {})
+
+
 def parse_config(
     doc: Mapping[str, Any], *, source: str = "", data_dir: Path | None = None
 ) -> EdgedConfig:
@@ -269,6 +323,8 @@ def parse_config(
         reconcile=_read_reconcile(r.section("reconcile")),
         workers=_read_workers(r.section("workers")),
         trust=_read_trust(r.section("trust")),
+        discovery=_read_discovery(r.section("discovery")),
+        device=_read_device(r.section("device")),
     )
     problems.raise_if_any(ConfigError, source=source)
     return config
@@ -343,4 +399,20 @@ rootFile = "{DEFAULT_TRUST_ROOT}"
 # key file <dataDir>/identity/key.pem), "off" (always the key file), or a TCTI string
 # such as "device:/dev/tpmrm0" or "swtpm:host=127.0.0.1,port=2321".
 tpm = "auto"
+
+[discovery]
+# Find accelerators through udev (and follow hotplug), sample health, publish device labels.
+# Off: workloads get the execution providers their spec lists, unchecked.
+enabled = true
+# Sample health (RAM, CPU temperature, disk, uptime) this often; DeviceHealthPolicy documents
+# in the manifests directory say when the device is schedulable.
+healthPeriod = "{_HEALTH_PERIOD_TEXT}"
+# The execution providers the workers' onnxruntime build offers, e.g.
+# ["OpenVINOExecutionProvider", "CPUExecutionProvider"]. Empty: ask it once at start.
+# A provider listed here that the build lacks makes workers fall back to CPU (they say so).
+executionProviders = []
+
+[device.labels]
+# Labels of this device, merged over the discovered ones (arch, accelerator...), e.g.
+# site = "retail-042". Labels set at enrollment (<dataDir>/labels.json) win over these.
 """

@@ -18,11 +18,12 @@ from pathlib import Path
 
 from edged.artifacts.storing import ArtifactStore
 from edged.config import EdgedConfig
+from edged.discovery.discovering import Discovery
 from edged.errors import EdgedError, StateError, TemporaryError
 from edged.logs import get_logger
 from edged.metrics import CounterChild, HistogramChild, Registry
 from edged.reconcile.applying import Applier
-from edged.reconcile.model import ObservedWorkload, WorkloadName
+from edged.reconcile.model import DesiredWorkload, ObservedWorkload, ProviderChoice, WorkloadName
 from edged.reconcile.planning import plan
 from edged.reconcile.queueing import WorkQueue
 from edged.reconcile.running import Result, Runner
@@ -72,6 +73,7 @@ class WorkloadReconciler:
         observed = ObservedWorkload(
             replicas=d.pool.observe(key),
             artifact_present=d.store.has(desired.sha256) if desired is not None else True,
+            providers=d.choose_providers(desired),
         )
         p = plan(key, desired, observed, time.monotonic())
         d.board.set_workload(key, p.status)
@@ -91,6 +93,8 @@ class SourceReconciler:
         result = await asyncio.to_thread(self._source.sync, dict(d.desired.workloads))
         changed = d.desired.replace(result.workloads)
         d.board.set_source(result.problems, result.files)
+        if d.discovery is not None:
+            d.discovery.set_policies(result.policies)
         d.board.source_synced = True
         if changed:
             log.info(
@@ -207,6 +211,20 @@ class Daemon:
             if manifests is not None
             else None
         )
+        # -- discovery (accelerators, health, labels) --
+        self.discovery: Discovery | None = None
+        if config.discovery.enabled:
+            self.discovery = Discovery(
+                data_dir=data,
+                python=str(config.workers.python_executable),
+                health_period_s=config.discovery.health_period_s,
+                configured_providers=config.discovery.execution_providers,
+                config_labels=config.device.labels,
+                on_accelerators_changed=self.enqueue_workloads,
+                on_status_changed=self.board.device_changed,
+            )
+            self.board.device_status = self.discovery.status
+        # -- end discovery --
 
     # -- metrics --------------------------------------------------------------------------
     def _init_metrics(self) -> None:
@@ -264,6 +282,19 @@ class Daemon:
             }
         )
 
+    def choose_providers(self, desired: DesiredWorkload | None) -> ProviderChoice | None:
+        """The execution providers discovery allows for ``desired`` (``None``: discovery off)."""
+        if self.discovery is None or desired is None:
+            return None
+        spec = desired.deployment.spec
+        sel = self.discovery.select(spec.runtime.execution_providers, spec.resources.accelerator)
+        return ProviderChoice(sel.providers, sel.fell_back, sel.message)
+
+    def enqueue_workloads(self) -> None:
+        """Accelerators changed: every workload looks again (events only enqueue keys)."""
+        for name in set(self.desired.workloads) | self.pool.workloads():
+            self.workload_queue.add(name)
+
     def enqueue_all(self) -> None:
         for name in set(self.desired.workloads) | self.pool.workloads():
             self.workload_queue.add(name)
@@ -318,6 +349,8 @@ class Daemon:
             log.warning(
                 "trust.allowUnsigned is set: unsigned artifacts are accepted (development only)"
             )
+        if self.discovery is not None:
+            await self.discovery.prepare()  # before the first plan: providers are in revisions
         for name in self.desired.workloads:
             self.workload_queue.add(name)
 
@@ -332,6 +365,8 @@ class Daemon:
             ),
             Resync(self, cfg.reconcile.resync_period_s),
         ]
+        if self.discovery is not None:
+            components.append(self.discovery)
         watcher = None
         if self.source is not None:
             components.append(

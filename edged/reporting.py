@@ -56,6 +56,12 @@ class StatusBoard:
         self.loaded = False
         self.source_synced = False  # the desired-state source has been read once
         self.trust_status: Callable[[], dict[str, Any]] | None = None  # the trust gate's view
+        # discovery: facts, accelerators, labels, health (None: discovery is off)
+        self.device_status: Callable[[], dict[str, Any]] | None = None
+
+    def device_changed(self) -> None:
+        """Discovery saw a change (accelerators, health verdict): persist the status soon."""
+        self._schedule_persist()
 
     def set_workload(self, name: WorkloadName, status: WorkloadStatus | None) -> None:
         if status is None:
@@ -122,6 +128,18 @@ class StatusBoard:
                     desiredReplicas=st.desired_replicas,
                     conditions=[c.to_json() for c in st.conditions],
                 )
+            reps = self._pool.replicas(name)
+            item["providers"] = {
+                "planned": list(st.providers) if st is not None and st.providers else None,
+                "actual": sorted(
+                    {
+                        p
+                        for r in reps
+                        if r.revision == item.get("revision")
+                        for p in r.metadata.get("providers", [])
+                    }
+                ),
+            }
             item["replicas"] = [
                 {
                     "id": r.id,
@@ -161,6 +179,7 @@ class StatusBoard:
                     if self.trust_status is not None
                     else {"allowUnsigned": self._allow_unsigned}
                 ),
+                **(self.device_status() if self.device_status is not None else {}),
             },
             "ready": self.ready(),
             "generation": self._desired.generation,

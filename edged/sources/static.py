@@ -7,6 +7,8 @@ file, relative to the manifest's directory. :meth:`StaticManifests.sync` turns t
 into desired workloads, ingesting artifacts into the store on the way — through the
 :class:`~edged.trust.admitting.ArtifactGate`, which verifies the signed metadata
 (``spec.model.metadata``, default ``<path>.metadata.json``) against the trust root first.
+Files may also hold DeviceHealthPolicy documents (returned in ``SyncResult.policies``; an
+invalid file keeps the policies it had).
 
 A file that is invalid, or whose model cannot be ingested, does not take anything down: the
 workloads it defined in the last accepted state are kept, and the problem is reported with the
@@ -18,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edged.api import ModelDeployment, load_manifest_file
+from edged.api import DeviceHealthPolicy, ModelDeployment, load_manifest_file
 from edged.artifacts.storing import ArtifactStore
 from edged.errors import ArtifactError, ValidationError
 from edged.logs import get_logger
@@ -55,6 +57,7 @@ class SyncResult:
     problems: tuple[SourceProblem, ...] = ()
     retryable: bool = False
     files: tuple[str, ...] = field(default=())
+    policies: tuple[DeviceHealthPolicy, ...] = ()
 
 
 class StaticManifests:
@@ -71,6 +74,7 @@ class StaticManifests:
         self._max_bytes = max_artifact_bytes
         self._gate = gate
         self._by_file: dict[str, set[WorkloadName]] = {}
+        self._policies_by_file: dict[str, tuple[DeviceHealthPolicy, ...]] = {}
 
     def list_files(self) -> list[Path]:
         try:
@@ -92,6 +96,7 @@ class StaticManifests:
         owner: dict[WorkloadName, str] = {}
         problems: list[SourceProblem] = []
         by_file: dict[str, set[WorkloadName]] = {}
+        policies_by_file: dict[str, tuple[DeviceHealthPolicy, ...]] = {}
         retryable = False
         now = self._gate.begin()  # one time for every check of this update
         files = self.list_files()
@@ -100,9 +105,10 @@ class StaticManifests:
             names: set[WorkloadName] = set()
             by_file[fname] = names
             try:
-                deployments = load_manifest_file(path)
+                manifests = load_manifest_file(path)
             except ValidationError as exc:
                 problems.append(SourceProblem(fname, "", "InvalidManifest", str(exc)))
+                policies_by_file[fname] = self._policies_by_file.get(fname, ())
                 for name in self._by_file.get(fname, set()):
                     if name in current and name not in out:
                         out[name] = current[name]
@@ -113,6 +119,10 @@ class StaticManifests:
                 problems.append(SourceProblem(fname, "", "Unreadable", str(exc)))
                 retryable = True
                 continue
+            policies_by_file[fname] = tuple(
+                m for m in manifests if isinstance(m, DeviceHealthPolicy)
+            )
+            deployments = [m for m in manifests if isinstance(m, ModelDeployment)]
             for dep in deployments:
                 name = WorkloadName(dep.metadata.name)
                 if name in owner:
@@ -137,8 +147,10 @@ class StaticManifests:
                     continue
                 out[name] = DesiredWorkload(dep, sha, fname)
         self._by_file = by_file
+        self._policies_by_file = policies_by_file
         problems += self._check_model_names(out)
-        return SyncResult(out, tuple(problems), retryable, tuple(p.name for p in files))
+        policies = tuple(p for f in sorted(policies_by_file) for p in policies_by_file[f])
+        return SyncResult(out, tuple(problems), retryable, tuple(p.name for p in files), policies)
 
     def _ingest(self, manifest_path: Path, dep: ModelDeployment, now: float) -> str:
         model = dep.spec.model
