@@ -47,6 +47,11 @@ CONFIG = f"""\
 [discovery]
 executionProviders = ["{OV}", "{CPU}"]
 healthPeriod = "1s"
+
+# Not a trust test: the model is unsigned (tests/e2e/test_trust.py runs signed).
+[trust]
+allowUnsigned = true
+rootFile = "/nonexistent/trust-root.json"
 """
 
 

@@ -18,6 +18,7 @@ from edged.demo import TINY_MLP, build_mlp
 from edged.discovery.doctor import read_policies
 from edged.errors import ValidationError
 from edged.sources.static import StaticManifests
+from edged.trust.admitting import ArtifactGate
 
 POLICY = f"""\
 apiVersion: {API_VERSION}
@@ -90,7 +91,10 @@ spec:
   replicas: {{perDevice: 1}}
 """
     )
-    source = StaticManifests(d, ArtifactStore(tmp_path / "a"), max_artifact_bytes=1 << 20)
+    gate = ArtifactGate(tmp_path / "data", root_file=None, allow_unsigned=True)
+    source = StaticManifests(
+        d, ArtifactStore(tmp_path / "a"), max_artifact_bytes=1 << 20, gate=gate
+    )
     result = source.sync({})
     assert result.problems == ()
     assert list(result.workloads) == ["mlp"]
