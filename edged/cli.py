@@ -62,6 +62,17 @@ def _parser() -> argparse.ArgumentParser:
     doc.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     doc.add_argument("--manifests", type=Path, help="static manifests (DeviceHealthPolicy)")
     doc.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    en = sub.add_parser("enroll", help="join a hub with a bootstrap token")
+    en.add_argument("--hub", required=True, help="the hub's HOST:PORT")
+    en.add_argument("--token", required=True, help="a bootstrap token (hub token create)")
+    en.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    en.add_argument(
+        "--ca-hash", required=True, help="sha256:<hex>, the hub CA pin printed with the token"
+    )
+    en.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+    en.add_argument("--name", default="", help="the device name (default: the hub picks)")
+    en.add_argument("--enroll-address", help="HOST:PORT of enrollment (default: hub port + 1)")
+    en.add_argument("--force", action="store_true", help="enroll again, replacing the link")
     return p
 
 
@@ -76,8 +87,51 @@ def main(argv: list[str] | None = None) -> int:
         return _status(args)
     if args.command == "doctor":
         return _doctor(args)
+    if args.command == "enroll":
+        return _enroll(args)
     _parser().print_help()
     return 2
+
+
+def _enroll(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from edged.api.manifests import label_key, label_value
+    from edged.errors import EdgedError
+    from edged.hublink.enrolling import enroll
+    from edged.logs import configure_logging
+
+    configure_logging("warning")
+    labels: dict[str, str] = {}
+    for item in args.label:
+        key, sep, value = item.partition("=")
+        try:
+            if not sep:
+                raise ValueError("must be KEY=VALUE")
+            labels[label_key(key)] = label_value(value)
+        except ValueError as exc:
+            print(f"edged: --label {item!r}: {exc}", file=sys.stderr)
+            return 2
+    data_dir = Path(args.data_dir)
+    data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    try:
+        result = asyncio.run(
+            enroll(
+                data_dir,
+                hub=args.hub,
+                token=args.token,
+                labels=labels,
+                name=args.name,
+                ca_hash=args.ca_hash,
+                enroll_address=args.enroll_address,
+                force=args.force,
+            )
+        )
+    except (EdgedError, ValueError) as exc:
+        print(f"edged: enroll: {exc}", file=sys.stderr)
+        return 1
+    print(f"enrolled as {result.device_name}; start edged with: edged run --data-dir {data_dir}")
+    return 0
 
 
 def _run(args: argparse.Namespace) -> int:
@@ -97,9 +151,15 @@ def _run(args: argparse.Namespace) -> int:
         return 2
     from edged.daemon import AlreadyRunning, Daemon
 
+    config_path = Path(args.config).resolve() if args.config else None
+
     async def _main() -> int:
         try:
-            daemon = Daemon(config, manifests=args.manifests.resolve() if args.manifests else None)
+            daemon = Daemon(
+                config,
+                manifests=args.manifests.resolve() if args.manifests else None,
+                config_path=config_path,
+            )
         except AlreadyRunning as exc:
             print(f"edged: {exc}", file=sys.stderr)
             return 1

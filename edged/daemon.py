@@ -15,11 +15,16 @@ import os
 import signal
 import time
 from pathlib import Path
+from typing import Any
 
+import orjson
+
+from edged.api import DeviceHealthPolicy
 from edged.artifacts.storing import ArtifactStore
 from edged.config import EdgedConfig
 from edged.discovery.discovering import Discovery
 from edged.errors import EdgedError, StateError, TemporaryError
+from edged.hublink.files import LinkFiles
 from edged.logs import get_logger
 from edged.metrics import CounterChild, HistogramChild, Registry
 from edged.reconcile.applying import Applier
@@ -33,6 +38,7 @@ from edged.runtime.processes import Replica, WorkerPool
 from edged.serving.http import HttpServer
 from edged.serving.inference import InferenceRouter
 from edged.serving.status import StatusHandler
+from edged.sources.hub import HUB_SOURCE, HubSource
 from edged.sources.static import StaticManifests
 from edged.sources.watching import DirectoryWatcher
 from edged.state.desired import DesiredState
@@ -90,22 +96,13 @@ class SourceReconciler:
 
     async def reconcile(self, key: str) -> Result:
         d = self._d
-        result = await asyncio.to_thread(self._source.sync, dict(d.desired.workloads))
-        changed = d.desired.replace(result.workloads)
+        current = {n: w for n, w in d.desired.workloads.items() if w.source != HUB_SOURCE}
+        result = await asyncio.to_thread(self._source.sync, current)
+        d.static_workloads = result.workloads
+        d.static_policies = result.policies
         d.board.set_source(result.problems, result.files)
-        if d.discovery is not None:
-            d.discovery.set_policies(result.policies)
         d.board.source_synced = True
-        if changed:
-            log.info(
-                "desired state accepted",
-                generation=d.desired.generation,
-                changed=",".join(sorted(changed)),
-            )
-            d.refresh_routes()
-            for name in changed:
-                d.workload_queue.add(name)
-        d.collect_garbage()
+        d.accept_desired()
         if result.retryable:
             raise TemporaryError("some manifests refer to model files that cannot be read yet")
         return Result()
@@ -144,7 +141,10 @@ def _lock_data_dir(data: Path) -> int:
 
 
 class Daemon:
-    def __init__(self, config: EdgedConfig, *, manifests: Path | None) -> None:
+    def __init__(
+        self, config: EdgedConfig, *, manifests: Path | None, config_path: Path | None = None
+    ) -> None:
+        self.config_path = config_path
         self.config = config
         data = Path(config.paths.data_dir)
         self.data_dir = data
@@ -211,6 +211,17 @@ class Daemon:
             if manifests is not None
             else None
         )
+        # -- the hub (enrolled devices: D/hub/link.json) --
+        self.static_workloads: dict[WorkloadName, DesiredWorkload] | None = (
+            None if manifests is not None else {}
+        )
+        self.static_policies: tuple[DeviceHealthPolicy, ...] = ()
+        self.link_files = LinkFiles(data)
+        self.hub_source: HubSource | None = None
+        self.hub_link: Any = None
+        self._attester: Any = None
+        if self.link_files.enrolled():
+            self.hub_source = HubSource(data, self.store, self.gate)
         # -- discovery (accelerators, health, labels) --
         self.discovery: Discovery | None = None
         if config.discovery.enabled:
@@ -290,6 +301,118 @@ class Daemon:
         sel = self.discovery.select(spec.runtime.execution_providers, spec.resources.accelerator)
         return ProviderChoice(sel.providers, sel.fell_back, sel.message)
 
+    def accept_desired(self) -> None:
+        """Merge the sources into the desired state and enqueue what changed.
+
+        Static manifests (local, like kubelet's static pods) win a name conflict with the
+        hub. Until the static source has read its directory once, the static workloads of the
+        persisted state stand in for it, so a restart drops nothing."""
+        static = self.static_workloads
+        if static is None:
+            static = {n: w for n, w in self.desired.workloads.items() if w.source != HUB_SOURCE}
+        merged = dict(self.hub_source.workloads) if self.hub_source is not None else {}
+        merged.update(static)
+        changed = self.desired.replace(merged)
+        if self.discovery is not None:
+            hub_policies = self.hub_source.policies if self.hub_source is not None else ()
+            self.discovery.set_policies([*self.static_policies, *hub_policies])
+        if changed:
+            log.info(
+                "desired state accepted",
+                generation=self.desired.generation,
+                changed=",".join(sorted(changed)),
+            )
+            self.refresh_routes()
+            for name in changed:
+                self.workload_queue.add(name)
+        self.collect_garbage()
+
+    async def apply_hub_state(self, state: Any, fetch: Any) -> Any:
+        """Apply a DesiredState from the hub (the hub link calls this); see sources/hub.py."""
+        from edged.hublink.linking import Applied
+
+        assert self.hub_source is not None
+        result = await self.hub_source.apply(
+            state.generation,
+            list(state.manifests),
+            list(state.artifact_metadata),
+            list(state.rollback_allowances),
+            fetch,
+        )
+        if not result.stale and not result.retry:
+            self.accept_desired()
+        return Applied(self.hub_source.generation, retry=result.retry)
+
+    def hub_report(self) -> Any:
+        """What the hub link tells the hub about this device (Hello and Status)."""
+        from edged.hublink.linking import DeviceReport
+        from edgefleet.v1 import common_pb2, device_pb2
+
+        dev = self.discovery.status() if self.discovery is not None else {}
+        health = dev.get("health") or {}
+        workloads = []
+        for name, w in sorted(self.desired.workloads.items()):
+            if w.source != HUB_SOURCE:
+                continue
+            st = self.board.workload_status(name)
+            workloads.append(
+                device_pb2.WorkloadStatus(
+                    name=name,
+                    revision=st.revision if st else "",
+                    ready_replicas=st.ready_replicas if st else 0,
+                    desired_replicas=st.desired_replicas if st else 0,
+                    model_version=w.deployment.spec.model.version,
+                    conditions=[
+                        common_pb2.Condition(
+                            type=c.type, status=c.status.value, reason=c.reason, message=c.message
+                        )
+                        for c in (st.conditions if st else ())
+                    ],
+                )
+            )
+        for p in self.hub_source.problems if self.hub_source is not None else ():
+            if p.workload and not any(x.name == p.workload for x in workloads):
+                workloads.append(
+                    device_pb2.WorkloadStatus(
+                        name=p.workload,
+                        conditions=[
+                            common_pb2.Condition(
+                                type="Ready", status="False", reason=p.reason, message=p.message
+                            )
+                        ],
+                    )
+                )
+        return DeviceReport(
+            inventory={
+                "facts": dev.get("facts"),
+                "accelerators": dev.get("accelerators", []),
+                "executionProviders": dev.get("executionProviders"),
+            },
+            labels=dict(dev.get("labels") or {}),
+            schedulable=bool(health.get("schedulable", True)),
+            reasons=tuple(health.get("reasons", ())),
+            workloads=tuple(workloads),
+        )
+
+    async def answer_challenge(self, nonce: bytes) -> bytes:
+        """Signed evidence of what this device runs, for the hub's attestation controller."""
+        from edged.trust.attesting import Attester
+        from edged.trust.identity import load_or_create_identity
+
+        def answer() -> bytes:
+            if self._attester is None:
+                self._attester = Attester(load_or_create_identity(self.data_dir, tpm="off"))
+            evidence = self._attester.answer(
+                nonce,
+                now=time.time(),
+                config_path=self.config_path,
+                trust_root_path=self.gate.root_path if self.gate.root_path.exists() else None,
+                model_digests=sorted({w.sha256 for w in self.desired.workloads.values()}),
+            )
+            return orjson.dumps(evidence)
+
+        return await asyncio.to_thread(answer)
+
     def enqueue_workloads(self) -> None:
         """Accelerators changed: every workload looks again (events only enqueue keys)."""
         for name in set(self.desired.workloads) | self.pool.workloads():
@@ -367,6 +490,21 @@ class Daemon:
         ]
         if self.discovery is not None:
             components.append(self.discovery)
+        if self.hub_source is not None:
+            from edged.hublink.linking import HubLink
+
+            hub_source = self.hub_source
+            self.accept_desired()  # hub.json may be newer than desired.json after a crash
+            link = HubLink(
+                self.link_files,
+                apply_state=self.apply_hub_state,
+                report=self.hub_report,
+                generation=lambda: hub_source.generation,
+                answer_challenge=self.answer_challenge,
+            )
+            self.hub_link = link
+            self.board.hub_status = lambda: {**link.status(), **hub_source.status()}
+            components.append(link)
         watcher = None
         if self.source is not None:
             components.append(

@@ -56,6 +56,7 @@ class StatusBoard:
         self.loaded = False
         self.source_synced = False  # the desired-state source has been read once
         self.trust_status: Callable[[], dict[str, Any]] | None = None  # the trust gate's view
+        self.hub_status: Callable[[], dict[str, Any]] | None = None  # the hub link's view
         # discovery: facts, accelerators, labels, health (None: discovery is off)
         self.device_status: Callable[[], dict[str, Any]] | None = None
 
@@ -189,6 +190,7 @@ class StatusBoard:
                 "files": list(self._files),
                 "problems": [p.to_json() for p in self._problems],
             },
+            "hub": self.hub_status() if self.hub_status is not None else None,
             "workloads": workloads,
         }
 

@@ -87,8 +87,11 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
 
 
 def _server_credentials(paths: HubPaths, *, mutual: bool) -> grpc.ServerCredentials:
+    # The chain includes the CA: a device that enrolls reads it from the handshake and accepts
+    # it only if it matches the pin printed with the token.
+    chain = paths.hub_certificate.read_bytes() + paths.ca_certificate.read_bytes()
     return grpc.ssl_server_credentials(
-        [(paths.hub_key.read_bytes(), paths.hub_certificate.read_bytes())],
+        [(paths.hub_key.read_bytes(), chain)],
         root_certificates=paths.ca_certificate.read_bytes() if mutual else None,
         require_client_auth=mutual,
     )

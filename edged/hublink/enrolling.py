@@ -1,0 +1,161 @@
+"""``edged enroll``: join a hub with a bootstrap token.
+
+1. The hub's CA is fetched from its enrollment port over TLS *without* verification, and
+   accepted only if it matches the pin printed with the token (``--ca-hash sha256:<hex of the
+   CA certificate's SubjectPublicKeyInfo>``, as kubeadm does). From then on every connection
+   verifies the hub against that CA.
+2. The device identity key (``D/identity/key.pem``, mode 0600; see edged.trust.identity) signs
+   a CSR; the hub answers with a short-lived certificate, its CA and the fleet's trust root.
+3. Written atomically under ``D/hub/``: ``ca.crt``, ``device.crt``, ``link.json`` (hub
+   address, device name); the trust root goes through the trust gate (``D/trust/root.json``);
+   the operator's ``--label``s go to ``D/labels.json`` (published by discovery).
+
+The private key never leaves the device. A TPM-held identity key cannot be the TLS client key
+of grpc's Python API, so enrollment needs the file key (``trust.tpm = "off"``) for now.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import socket
+import ssl
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edged.errors import EdgedError, TrustError
+from edged.hublink.files import LinkFiles, parse_address
+from edged.logs import get_logger
+from edged.state.persisting import write_atomic, write_json_atomic
+
+log = get_logger(__name__)
+
+
+class EnrollError(EdgedError):
+    """Enrollment failed; the message says why and what to do."""
+
+
+def spki_pin(der_certificate: bytes) -> str:
+    from cryptography import x509
+    from cryptography.hazmat.primitives import serialization
+
+    cert = x509.load_der_x509_certificate(der_certificate)
+    spki = cert.public_key().public_bytes(
+        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return "sha256:" + hashlib.sha256(spki).hexdigest()
+
+
+def fetch_presented_chain(host: str, port: int, *, timeout: float = 10.0) -> list[bytes]:
+    """The certificates (DER) the server presents, read without verifying them."""
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["h2"])
+    try:
+        with (
+            socket.create_connection((host, port), timeout=timeout) as raw,
+            ctx.wrap_socket(raw, server_hostname=host) as tls,
+        ):
+            # Public from Python 3.13; the same method of the underlying object before.
+            getter: Any = getattr(tls, "get_unverified_chain", None)
+            if getter is None:
+                getter = getattr(tls, "_sslobj").get_unverified_chain  # noqa: B009
+            der = getattr(getattr(ssl, "_ssl", None), "ENCODING_DER", 2)
+            return [c if isinstance(c, bytes) else c.public_bytes(der) for c in getter() or []]
+    except OSError as exc:
+        raise EnrollError(f"cannot reach the hub's enrollment port {host}:{port}: {exc}") from None
+
+
+def pinned_ca(chain: list[bytes], pin: str) -> bytes:
+    """The presented CA certificate matching ``pin``, as PEM; EnrollError if none does."""
+    if not pin.startswith("sha256:") or len(pin) != 7 + 64:
+        raise EnrollError(f"--ca-hash must look like sha256:<64 hex digits>, got {pin!r}")
+    for der in chain:
+        if spki_pin(der) == pin.lower():
+            return ssl.DER_cert_to_PEM_cert(der).encode()
+    raise EnrollError(
+        "the hub presented no CA certificate matching --ca-hash "
+        f"({len(chain)} certificates presented): wrong hub, or a machine in the middle"
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class Enrolled:
+    device_name: str
+    certificate_not_after: float
+
+
+async def enroll(
+    data_dir: Path,
+    *,
+    hub: str,
+    token: str,
+    labels: Mapping[str, str],
+    name: str = "",
+    ca_hash: str | None,
+    enroll_address: str | None = None,
+    tpm: str = "off",
+    force: bool = False,
+) -> Enrolled:
+    import grpc
+
+    from edged.trust.admitting import ArtifactGate
+    from edged.trust.identity import FileIdentity, load_or_create_identity
+    from edgefleet.v1 import enrollment_pb2, enrollment_pb2_grpc
+
+    files = LinkFiles(data_dir)
+    if files.link.exists() and not force:
+        raise EnrollError(
+            f"{data_dir} is already enrolled ({files.link}); use --force to enroll again"
+        )
+    host, port = parse_address(hub)
+    ehost, eport = parse_address(enroll_address) if enroll_address else (host, port + 1)
+    chain = await asyncio.to_thread(fetch_presented_chain, ehost, eport)
+    if ca_hash is None:
+        raise EnrollError("--ca-hash is required (printed with the token by `hub token create`)")
+    ca_pem = pinned_ca(chain, ca_hash)
+    identity = load_or_create_identity(data_dir, tpm=tpm)
+    try:
+        if not isinstance(identity, FileIdentity):
+            raise EnrollError(
+                "the identity key is in the TPM, which grpc cannot use as a TLS client key yet; "
+                'set trust.tpm = "off" in edged.toml to enroll with the key file'
+            )
+        csr = identity.build_csr(name or "edgefleet-device")
+    finally:
+        identity.close()
+    creds = grpc.ssl_channel_credentials(root_certificates=ca_pem)
+    async with grpc.aio.secure_channel(f"{ehost}:{eport}", creds) as channel:
+        stub = enrollment_pb2_grpc.EnrollmentServiceStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            resp = await stub.Enroll(
+                enrollment_pb2.EnrollRequest(
+                    token=token, csr_pem=csr, name=name, labels=dict(labels)
+                ),
+                timeout=30,
+            )
+        except grpc.aio.AioRpcError as exc:
+            raise EnrollError(
+                f"the hub refused enrollment: {exc.code().name}: {exc.details()}"
+            ) from None
+    gate = ArtifactGate(data_dir, root_file=None, allow_unsigned=False)
+    if resp.trust_root:
+        try:
+            gate.accept_roots(bytes(resp.trust_root), time.time(), origin="the hub's trust root")
+        except TrustError as exc:
+            raise EnrollError(f"the hub's trust root was refused: {exc}") from None
+    files.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(files.ca, bytes(resp.ca_certificate_pem), mode=0o644)
+    write_atomic(files.certificate, bytes(resp.certificate_chain_pem), mode=0o644)
+    write_json_atomic(data_dir / "labels.json", dict(sorted(labels.items())))
+    not_after = files.certificate_not_after()
+    write_json_atomic(
+        files.link,
+        {"hub": f"{host}:{port}", "deviceName": resp.device_name, "enrolledAt": time.time()},
+    )
+    log.info("enrolled", hub=f"{host}:{port}", device=resp.device_name)
+    return Enrolled(resp.device_name, not_after)

@@ -1,0 +1,65 @@
+"""Where an enrolled device keeps its hub link (``D/hub/``), and reading it back.
+
+D/hub/link.json     {"hub": "HOST:PORT", "deviceName": ..., "enrolledAt": ...}
+D/hub/ca.crt        the hub CA (pinned at enrollment): the only CA trusted for the hub
+D/hub/device.crt    this device's certificate (renewed before expiry)
+D/identity/key.pem  the identity key (edged.trust.identity), the TLS client key
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import orjson
+
+from edged.errors import StateError
+
+
+def parse_address(text: str) -> tuple[str, int]:
+    """``HOST:PORT`` (``[v6]:PORT`` too); ValueError saying what is wrong."""
+    host, sep, port = text.rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"must be HOST:PORT, got {text!r}")
+    return host, int(port)
+
+
+@dataclass(frozen=True, slots=True)
+class Link:
+    hub: str
+    device_name: str
+
+
+class LinkFiles:
+    def __init__(self, data_dir: Path) -> None:
+        self.data_dir = data_dir
+        self.dir = data_dir / "hub"
+        self.link = self.dir / "link.json"
+        self.ca = self.dir / "ca.crt"
+        self.certificate = self.dir / "device.crt"
+        self.key = data_dir / "identity" / "key.pem"
+
+    def enrolled(self) -> bool:
+        return self.link.exists()
+
+    def load(self) -> Link:
+        try:
+            doc = orjson.loads(self.link.read_bytes())
+            link = Link(str(doc["hub"]), str(doc["deviceName"]))
+            parse_address(link.hub)
+        except (OSError, ValueError, KeyError, TypeError) as exc:
+            raise StateError(f"{self.link}: not a hub link: {exc}") from None
+        return link
+
+    def certificate_not_after(self) -> float:
+        from cryptography import x509
+
+        cert = x509.load_pem_x509_certificate(self.certificate.read_bytes())
+        return cert.not_valid_after_utc.timestamp()
+
+    def certificate_validity(self) -> tuple[float, float]:
+        from cryptography import x509
+
+        cert = x509.load_pem_x509_certificate(self.certificate.read_bytes())
+        return cert.not_valid_before_utc.timestamp(), cert.not_valid_after_utc.timestamp()

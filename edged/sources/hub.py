@@ -1,0 +1,298 @@
+"""Desired state from the hub: accept a ``DesiredState`` message into verified workloads.
+
+The hub sends the device's complete desired state with a generation. :meth:`HubSource.apply`
+
+1. ignores a generation not newer than the one accepted (stale or repeated: harmless);
+2. parses every manifest (ModelDeployment, DeviceHealthPolicy) with the same validation as
+   everywhere; an invalid one is a problem and keeps what that name had;
+3. for each deployment, finds the publisher-signed metadata that came with the state and has
+   the trust gate verify it **before** any byte is fetched (root, threshold, expiry, no
+   rollback); then fetches the artifact from the hub into ``D/downloads/<sha256>.part``,
+   resuming from the bytes already there (after a broken stream or a restart of edged), never
+   past the signed length; then the gate moves it into the content-addressed store, checking
+   length and digest again on the way. An artifact already in the store is not fetched;
+4. persists what it accepted (``D/state/hub.json``, atomically): generation, manifests and the
+   signed metadata, so a restart serves the same state without the hub.
+
+A refusal (bad signature, tampered bytes...) keeps the previous workload of that name serving
+and is reported as a problem; a transient failure (the hub went away mid-download) asks to be
+retried. Either way the rest of the state is applied.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from edged.api import DeviceHealthPolicy, ModelDeployment, parse_manifest
+from edged.artifacts.storing import ArtifactStore
+from edged.errors import ArtifactError, StateError, TemporaryError, ValidationError
+from edged.logs import get_logger
+from edged.reconcile.model import DesiredWorkload, WorkloadName
+from edged.sources.static import SourceProblem
+from edged.state.persisting import read_json, write_json_atomic
+from edged.trust.admitting import ArtifactGate
+
+log = get_logger(__name__)
+
+HUB_SOURCE = "hub"
+SYNC_EVERY_BYTES = 8 << 20  # fsync a download this often: a power cut loses at most this
+
+Fetch = Callable[[str, int], AsyncIterator[tuple[int, bytes]]]
+"""``fetch(sha256, offset)`` yields ``(offset, data)`` chunks of an artifact from the hub."""
+
+
+@dataclass(frozen=True, slots=True)
+class HubApplyResult:
+    workloads: dict[WorkloadName, DesiredWorkload]
+    policies: tuple[DeviceHealthPolicy, ...]
+    problems: tuple[SourceProblem, ...]
+    generation: int
+    retry: bool = False  # something transient failed: apply the same state again later
+    stale: bool = False
+
+
+@dataclass(slots=True)
+class _Accepted:
+    generation: int = 0
+    manifests: list[bytes] = field(default_factory=list)
+    metadata: list[bytes] = field(default_factory=list)
+    workloads: dict[WorkloadName, DesiredWorkload] = field(default_factory=dict)
+    policies: tuple[DeviceHealthPolicy, ...] = ()
+
+
+def _envelope_subject(envelope: bytes) -> tuple[str, str] | None:
+    """The (name, version) an artifact metadata envelope claims, read without trusting it."""
+    import base64
+
+    try:
+        doc = orjson.loads(envelope)
+        payload = orjson.loads(base64.b64decode(doc["payload"]))
+        return str(payload["name"]), str(payload["version"])
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
+def _resume_offset(part: Path, length: int) -> int:
+    """How much of a download is already there; a part longer than signed is started over."""
+    try:
+        have = part.stat().st_size
+    except FileNotFoundError:
+        return 0
+    if have > length:
+        part.unlink()
+        return 0
+    return have
+
+
+class HubSource:
+    def __init__(self, data_dir: Path, store: ArtifactStore, gate: ArtifactGate) -> None:
+        self._state_path = data_dir / "state" / "hub.json"
+        self._downloads = data_dir / "downloads"
+        self._downloads.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self._store = store
+        self._gate = gate
+        self._accepted = _Accepted()
+        self.problems: tuple[SourceProblem, ...] = ()
+        self._load()
+
+    @property
+    def generation(self) -> int:
+        return self._accepted.generation
+
+    @property
+    def workloads(self) -> dict[WorkloadName, DesiredWorkload]:
+        return dict(self._accepted.workloads)
+
+    @property
+    def policies(self) -> tuple[DeviceHealthPolicy, ...]:
+        return self._accepted.policies
+
+    # -- persisted state -----------------------------------------------------------------
+    def _load(self) -> None:
+        doc = read_json(self._state_path)
+        if doc is None:
+            return
+        try:
+            workloads = {}
+            for item in doc["workloads"]:
+                dep = parse_manifest(item["deployment"])
+                assert isinstance(dep, ModelDeployment)
+                workloads[WorkloadName(dep.metadata.name)] = DesiredWorkload(
+                    dep, str(item["sha256"]), HUB_SOURCE
+                )
+            policies = []
+            for item in doc.get("policies", []):
+                pol = parse_manifest(item)
+                assert isinstance(pol, DeviceHealthPolicy)
+                policies.append(pol)
+            self._accepted = _Accepted(
+                int(doc["generation"]),
+                [m.encode() for m in doc.get("manifests", [])],
+                [m.encode() for m in doc.get("metadata", [])],
+                workloads,
+                tuple(policies),
+            )
+        except (KeyError, TypeError, ValueError, AssertionError, ValidationError) as exc:
+            raise StateError(f"{self._state_path} is not a hub state: {exc}") from None
+
+    def _save(self, acc: _Accepted) -> None:
+        write_json_atomic(
+            self._state_path,
+            {
+                "generation": acc.generation,
+                "manifests": [m.decode() for m in acc.manifests],
+                "metadata": [m.decode() for m in acc.metadata],
+                "workloads": [
+                    {"deployment": w.deployment.to_dict(), "sha256": w.sha256}
+                    for _, w in sorted(acc.workloads.items())
+                ],
+                "policies": [p.to_dict() for p in acc.policies],
+            },
+        )
+
+    # -- one desired state ---------------------------------------------------------------
+    async def apply(
+        self,
+        generation: int,
+        manifests: list[bytes],
+        metadata: list[bytes],
+        allowances: list[bytes],
+        fetch: Fetch,
+    ) -> HubApplyResult:
+        acc = self._accepted
+        if generation <= acc.generation:
+            return HubApplyResult(
+                acc.workloads, acc.policies, self.problems, acc.generation, stale=True
+            )
+        problems: list[SourceProblem] = []
+        envelopes: dict[tuple[str, str], bytes] = {}
+        for env in metadata:
+            subject = _envelope_subject(env)
+            if subject is not None:
+                envelopes[subject] = env
+        allow: dict[tuple[str, str], bytes] = {}
+        for env in allowances:
+            subject = _envelope_subject(env)
+            if subject is not None:
+                allow[subject] = env
+        workloads: dict[WorkloadName, DesiredWorkload] = {}
+        policies: list[DeviceHealthPolicy] = []
+        retry = False
+        now = self._gate.begin()
+        for i, raw in enumerate(manifests):
+            try:
+                manifest = parse_manifest(orjson.loads(raw), source=f"manifests[{i}]")
+            except (ValueError, ValidationError) as exc:
+                problems.append(SourceProblem(HUB_SOURCE, "", "InvalidManifest", str(exc)))
+                continue
+            if isinstance(manifest, DeviceHealthPolicy):
+                policies.append(manifest)
+                continue
+            assert isinstance(manifest, ModelDeployment)
+            name = WorkloadName(manifest.metadata.name)
+            model = manifest.spec.model
+            try:
+                sha = await self._admit(
+                    model.name,
+                    model.version,
+                    envelopes.get((model.name, model.version)),
+                    allow.get((model.name, model.version)),
+                    fetch,
+                    now,
+                )
+            except ArtifactError as exc:
+                problems.append(SourceProblem(HUB_SOURCE, name, exc.reason, str(exc)))
+                if name in acc.workloads:
+                    workloads[name] = acc.workloads[name]  # the previous good version serves
+                continue
+            except TemporaryError as exc:
+                retry = True
+                problems.append(SourceProblem(HUB_SOURCE, name, "ArtifactFetchFailed", str(exc)))
+                if name in acc.workloads:
+                    workloads[name] = acc.workloads[name]
+                continue
+            workloads[name] = DesiredWorkload(manifest, sha, HUB_SOURCE)
+        self.problems = tuple(problems)
+        if retry:
+            # Not accepted yet: the same generation is applied again when the fetch can go on.
+            return HubApplyResult(
+                workloads, tuple(policies), self.problems, acc.generation, retry=True
+            )
+        new = _Accepted(generation, list(manifests), list(metadata), workloads, tuple(policies))
+        await asyncio.to_thread(self._save, new)
+        self._accepted = new
+        self._clean_downloads({w.sha256 for w in workloads.values()})
+        return HubApplyResult(workloads, new.policies, self.problems, generation)
+
+    async def _admit(
+        self,
+        name: str,
+        version: str,
+        envelope: bytes | None,
+        allowance: bytes | None,
+        fetch: Fetch,
+        now: float,
+    ) -> str:
+        if envelope is None:
+            raise ArtifactError(
+                "UnsignedArtifact",
+                f"{name} {version}: the hub sent no signed metadata for this model",
+            )
+        meta, info = self._gate.verify_remote(
+            envelope, name=name, version=version, allowance=allowance, now=now
+        )
+        if self._store.has(info.sha256):
+            self._gate.accept(meta)
+            return info.sha256
+        part = self._downloads / f"{info.sha256}.part"
+        await self._download(info.sha256, info.length, part, fetch)
+        return await asyncio.to_thread(self._gate.store_downloaded, meta, info, part, self._store)
+
+    async def _download(self, sha: str, length: int, part: Path, fetch: Fetch) -> None:
+        """Fetch into ``part``, resuming after what it holds; never past ``length`` bytes."""
+        have = _resume_offset(part, length)
+        if have == length:
+            return
+        fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+        unsynced = 0
+        try:
+            async for offset, data in fetch(sha, have):
+                if offset != have:
+                    raise TemporaryError(f"artifact {sha[:12]}: chunk at {offset}, expected {have}")
+                if have + len(data) > length:
+                    os.ftruncate(fd, have)
+                    raise ArtifactError(
+                        "LengthExceeded",
+                        f"artifact {sha[:12]}: the hub sent more than the signed length "
+                        f"({length} bytes); stopped at the limit",
+                    )
+                os.write(fd, data)
+                have += len(data)
+                unsynced += len(data)
+                if unsynced >= SYNC_EVERY_BYTES:
+                    os.fsync(fd)
+                    unsynced = 0
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        if have < length:
+            raise TemporaryError(f"artifact {sha[:12]}: stream ended at {have} of {length} bytes")
+        log.info("artifact downloaded", sha256=sha, bytes=length)
+
+    def _clean_downloads(self, keep: set[str]) -> None:
+        for p in self._downloads.iterdir():
+            if p.name.removesuffix(".part") not in keep:
+                p.unlink(missing_ok=True)
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "generation": self.generation,
+            "problems": [p.to_json() for p in self.problems],
+        }
