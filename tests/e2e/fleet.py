@@ -1,0 +1,220 @@
+"""A real hub process, enrolled edged devices and a loopback TCP proxy that can be cut.
+
+Used by the hub scenarios: ``hub init`` and ``hub serve`` run as real processes on free
+loopback ports with real certificates; ``edgectl`` runs as a real process against them.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import socket
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+from harness import wait_for
+
+SIGNED_DEVICE_CONFIG = """\
+[trust]
+rootFile = "{absent}"
+
+[discovery]
+healthPeriod = "2s"
+"""
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def free_port_pair() -> int:
+    """A port P with P+1 free too (the hub's enrollment port)."""
+    for _ in range(50):
+        p = free_port()
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", p + 1))
+            return p
+        except OSError:
+            continue
+    raise RuntimeError("no free port pair")
+
+
+class HubProcess:
+    def __init__(self, data: Path, log: Path, *, port: int | None = None) -> None:
+        self.data = data
+        self.log = log
+        self.port = port or free_port_pair()
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    @property
+    def admin_config(self) -> Path:
+        return self.data / "admin.toml"
+
+    def init(self) -> HubProcess:
+        out = subprocess.run(
+            [sys.executable, "-m", "hub", "init", "--data-dir", str(self.data),
+             "--hub-address", self.address],
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        assert "bootstrap token" in out.stdout, out.stdout + out.stderr
+        return self
+
+    def start(self) -> HubProcess:
+        with open(self.log, "ab") as log:
+            self.proc = subprocess.Popen(
+                [sys.executable, "-m", "hub", "serve", "--data-dir", str(self.data),
+                 "--listen", self.address],
+                stdout=log, stderr=log,
+            )  # fmt: skip
+        wait_for(self._listening, 30, "the hub to listen")
+        return self
+
+    def _listening(self) -> bool:
+        assert self.proc is not None
+        if self.proc.poll() is not None:
+            raise AssertionError(f"hub exited: {self.log.read_text()[-2000:]}")
+        try:
+            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
+                return True
+        except OSError:
+            return False
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc is not None and self.proc.poll() is None:
+            self.proc.terminate()
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def token(self, *extra: str) -> tuple[str, str]:
+        """A new bootstrap token and the CA pin."""
+        out = subprocess.run(
+            [sys.executable, "-m", "hub", "token", "create", "--data-dir", str(self.data),
+             *extra],
+            capture_output=True, text=True, check=True, timeout=60,
+        )  # fmt: skip
+        pin = out.stderr.split("CA hash ")[1].strip()
+        return out.stdout.strip(), pin
+
+    def edgectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(
+            [sys.executable, "-m", "edgectl", "--config", str(self.admin_config), *args],
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        if check and out.returncode != 0:
+            raise AssertionError(f"edgectl {' '.join(args)}: {out.stdout}{out.stderr}")
+        return out
+
+
+def enroll(
+    hub: HubProcess, data: Path, name: str, labels: dict[str, str], *, via: str | None = None
+) -> subprocess.CompletedProcess[str]:
+    token, pin = hub.token()
+    cmd = [sys.executable, "-m", "edged", "enroll", "--hub", via or hub.address,
+           "--token", token, "--ca-hash", pin, "--data-dir", str(data), "--name", name,
+           "--enroll-address", f"127.0.0.1:{hub.port + 1}"]  # fmt: skip
+    for k, v in labels.items():
+        cmd += ["--label", f"{k}={v}"]
+    return subprocess.run(cmd, capture_output=True, text=True, timeout=60)
+
+
+class TcpProxy:
+    """Forwards 127.0.0.1:port to a target; ``cut()`` drops every connection and refuses new
+    ones (a network partition), ``heal()`` accepts again on the same port."""
+
+    def __init__(self, target: tuple[str, int]) -> None:
+        self.target = target
+        self.port = free_port()
+        self._conns: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._listener: socket.socket | None = None
+        self._open()
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def _open(self) -> None:
+        ls = socket.socket()
+        ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        ls.bind(("127.0.0.1", self.port))
+        ls.listen(64)
+        self._listener = ls
+        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
+
+    def _accept(self, ls: socket.socket) -> None:
+        while True:
+            try:
+                client, _ = ls.accept()
+            except OSError:
+                return
+            try:
+                upstream = socket.create_connection(self.target, timeout=5)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._conns += [client, upstream]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pump(src: socket.socket, dst: socket.socket) -> None:
+        try:
+            while data := src.recv(65536):
+                dst.sendall(data)
+        except OSError:
+            pass
+        for s in (src, dst):
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+    def cut(self) -> None:
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        with self._lock:
+            conns, self._conns = self._conns, []
+        for s in conns:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            s.close()
+
+    def heal(self) -> None:
+        if self._listener is None:
+            self._open()
+
+    def close(self) -> None:
+        self.cut()
+
+
+def pids_of_workers(edged_pid: int) -> set[int]:
+    import psutil
+
+    try:
+        return {c.pid for c in psutil.Process(edged_pid).children(recursive=True)}
+    except psutil.NoSuchProcess:
+        return set()
+
+
+__all__ = ["SIGNED_DEVICE_CONFIG", "HubProcess", "TcpProxy", "enroll", "os", "pids_of_workers"]
