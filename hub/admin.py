@@ -247,13 +247,29 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     @_rpc
     async def Get(self, request: admin_pb2.GetRequest, context: Any) -> common_pb2.Object:
         self._check_kind(request.kind)
-        if not request.name:
+        kind, name = request.kind, request.name
+        if not name:
             raise _invalid("name: required (an object name)")
-        items, _ = await self._all_of(request.kind)
-        for item in items:
-            if objects.loads(item.json)["metadata"]["name"] == request.name:
-                return item
-        raise _not_found(request.kind, request.name)
+        cache = self._ctx.cache
+        doc: dict[str, Any] | None = None
+        if kind == objects.KIND_DEVICE:
+            device = cache.devices.get(name)
+            if device is not None:
+                doc, key = self._device_json(device), objects.device_key(name)
+        elif kind == objects.KIND_MODEL:
+            model = self._model_records().get(name)
+            if model is not None:
+                doc, key = model.to_json(), objects.model_key(model.name, model.version)
+        else:
+            stored = cache.stored.get((kind, name))
+            if stored is not None:
+                doc, key = self._object_json(kind, stored.manifest), objects.object_key(kind, name)
+        if doc is None:
+            raise _not_found(kind, name)
+        kv = await self._ctx.store.get(key)
+        return common_pb2.Object(
+            json=objects.dumps(doc), resource_version=kv.mod_revision if kv is not None else 0
+        )
 
     @_rpc
     async def List(self, request: admin_pb2.ListRequest, context: Any) -> admin_pb2.ListResponse:

@@ -523,3 +523,21 @@ async def test_push_artifact_is_not_built_yet(tmp_path: Path) -> None:
         code, details = await code_of(hub.stub(channel).PushArtifact(requests()))
         assert code is grpc.StatusCode.UNIMPLEMENTED
         assert "needs the trust package" in details
+
+
+@async_test
+async def test_models_are_listed_got_and_deleted_by_name_and_version(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        model = objects.ModelRecord("fraud", "2.4.1", "ab" * 32, 1234, b"{signed}", 1.0)
+        await hub.ctx.store.put(objects.model_key("fraud", "2.4.1"), objects.dumps(model.to_json()))
+        hub.ctx.cache.models[("fraud", "2.4.1")] = model
+        listed = await stub.List(admin_pb2.ListRequest(kind="Model"))
+        assert [orjson.loads(i.json)["spec"] for i in listed.items] == [
+            {"name": "fraud", "version": "2.4.1"}
+        ]
+        got = await stub.Get(admin_pb2.GetRequest(kind="Model", name="fraud-2.4.1"))
+        assert orjson.loads(got.json)["status"]["length"] == 1234 and got.resource_version > 0
+        deleted = await stub.Delete(admin_pb2.DeleteRequest(kind="Model", name="fraud-2.4.1"))
+        assert deleted.deleted and hub.ctx.cache.models == {}
+        assert await hub.ctx.store.get(objects.model_key("fraud", "2.4.1")) is None
