@@ -282,9 +282,21 @@ class Edged:
 
     def start(self) -> Edged:
         from edged.demo import build_mlp
+        from edged.trust.signing import create_root, generate_key_pair, sign_artifact
 
+        # Fully signed, as on a device: a publisher key, a trust root, signed metadata.
+        key = self.root / "publisher"
+        generate_key_pair(key)
+        create_root(
+            root_keys=[key.with_suffix(".key")],
+            artifact_keys=[key.with_suffix(".pub")],
+            out=self.root / "trust-root.json",
+        )
         for m in self.models:
             build_mlp(self.model_path(m), m.sizes, seed=m.seed)
+            sign_artifact(
+                self.model_path(m), name=m.name, version="1.0.0", keys=[key.with_suffix(".key")]
+            )
             (self.manifests / f"{m.name}.yaml").write_text(
                 manifest_yaml(m, self.model_path(m).name)
             )
@@ -300,10 +312,10 @@ class Edged:
             "--log-level",
             "warning",
         ]
-        if self.config_text is not None:
-            cfg = self.root / "edged.toml"
-            cfg.write_text(self.config_text)
-            cmd += ["--config", str(cfg)]
+        cfg = self.root / "edged.toml"
+        trust = f'\n[trust]\nrootFile = "{self.root / "trust-root.json"}"\n'
+        cfg.write_text((self.config_text or "") + trust)
+        cmd += ["--config", str(cfg)]
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(
                 cmd,

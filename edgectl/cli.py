@@ -1,9 +1,11 @@
 """The ``edgectl`` command: the operator's command line.
 
 * ``edgectl quickstart``: the whole main job on one machine.
+* The publisher's trust commands (``keys``, ``models sign``, ``trust root``, ``rollback
+  allow``): :mod:`edgectl.trusting`.
 * Hub commands (``apply``, ``get``, ``describe``, ``delete``, ``devices``, ``tokens``) talk
   to a hub's AdminService with the credentials ``--config`` names (default
-  ``$EDGECTL_CONFIG``, else ``./admin.toml``); they live in :mod:`edgectl.commands`.
+  ``$EDGECTL_CONFIG``, else ``./admin.toml``): :mod:`edgectl.commands`.
 """
 
 from __future__ import annotations
@@ -31,6 +33,8 @@ def _add_quickstart(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
 
 
 def _parser() -> argparse.ArgumentParser:
+    from edgectl import trusting
+
     p = argparse.ArgumentParser(prog="edgectl", description="edgefleet operator command line")
     p.add_argument(
         "--config",
@@ -41,13 +45,19 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command")
     _add_quickstart(sub)
+    trusting.add_commands(sub)
     add_admin_commands(sub)
     return p
 
 
 def main(argv: list[str] | None = None) -> int:
+    from edgectl import trusting
+
     p = _parser()
     args = p.parse_args(argv)
+    code = trusting.run(args)
+    if code is not None:
+        return code
     if args.command == "quickstart":
         from edgectl.quickstart import run_quickstart
 

@@ -1,9 +1,11 @@
 """``edgectl quickstart``: the main job on one machine, end to end.
 
-Builds a small model, lays out a manifests directory with the example ModelDeployment, starts
-``edged run`` on it, waits until the model is ready, sends an Open Inference Protocol request
-over ``infer.sock`` and checks the answer against ONNX Runtime called directly, shows
-``edged status``, then stops edged with SIGTERM (graceful drain).
+Builds a small model, makes a publisher key and a trust root, signs the model, lays out a
+manifests directory with the example ModelDeployment, starts ``edged run`` on it (with
+``trust.rootFile`` set, so the model is verified before it is used), waits until the model is
+ready, sends an Open Inference Protocol request over ``infer.sock`` and checks the answer
+against ONNX Runtime called directly, shows ``edged status``, then stops edged with SIGTERM
+(graceful drain).
 """
 
 from __future__ import annotations
@@ -46,6 +48,27 @@ def _wait_ready(sock: str, proc: subprocess.Popen[bytes], timeout: float) -> boo
     return False
 
 
+def _sign_demo(workdir: Path, model: Path) -> Path:
+    """A publisher key, a trust root listing it, signed metadata for the model, and an
+    edged.toml pointing at the root: the demo runs fully signed (docs/trust.md)."""
+    from edged.trust.signing import create_root, generate_key_pair, sign_artifact
+
+    keys = workdir / "keys"
+    keys.mkdir(exist_ok=True, mode=0o700)
+    kid = generate_key_pair(keys / "publisher")
+    root = workdir / "trust-root.json"
+    create_root(
+        root_keys=[keys / "publisher.key"], artifact_keys=[keys / "publisher.pub"], out=root
+    )
+    metadata, _ = sign_artifact(
+        model, name="demo-classifier", version="1.0.0", keys=[keys / "publisher.key"]
+    )
+    config = workdir / "edged.toml"
+    config.write_text(f'[trust]\nrootFile = "{root}"\n')
+    print(f"   signed it with publisher key {kid[:16]}: {metadata.name}; trust root: {root}")
+    return config
+
+
 def run_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) -> int:
     import numpy as np
 
@@ -58,6 +81,7 @@ def run_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) 
     shutil.copy(example, manifests / "deployment.yaml")
     model = build_mlp(manifests / "model.onnx", TINY_MLP, seed=7)
     print(f"1. built a {'-'.join(map(str, TINY_MLP))} MLP: {model}")
+    config = _sign_demo(workdir, model)
     print(f"2. manifests directory: {manifests}")
     log_path = workdir / "edged.log"
     with open(log_path, "ab") as log:
@@ -71,6 +95,8 @@ def run_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) 
                 str(data),
                 "--manifests",
                 str(manifests),
+                "--config",
+                str(config),
             ],
             stdout=log,
             stderr=log,

@@ -1,4 +1,4 @@
-"""The ``edged`` command: run, status, --version."""
+"""The ``edged`` command: run, status, doctor, --version."""
 
 from __future__ import annotations
 
@@ -56,6 +56,12 @@ def _parser() -> argparse.ArgumentParser:
     st.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     st.add_argument("--socket", help="status socket path (default DATA_DIR/edged.sock)")
     st.add_argument("-o", "--output", choices=("table", "json"), default="table")
+    doc = sub.add_parser(
+        "doctor", help="what hardware, execution providers and health this device has"
+    )
+    doc.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    doc.add_argument("--manifests", type=Path, help="static manifests (DeviceHealthPolicy)")
+    doc.add_argument("-o", "--output", choices=("table", "json"), default="table")
     return p
 
 
@@ -68,6 +74,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     if args.command == "status":
         return _status(args)
+    if args.command == "doctor":
+        return _doctor(args)
     _parser().print_help()
     return 2
 
@@ -107,6 +115,21 @@ def _run(args: argparse.Namespace) -> int:
         return asyncio.run(_main())
 
 
+def _doctor(args: argparse.Namespace) -> int:
+    """Exit 0 when nothing is missing, 1 otherwise (so image builds can check it)."""
+    from edged.discovery.doctor import gather, render_report
+
+    if args.manifests is not None and not args.manifests.is_dir():
+        print(f"edged: --manifests {args.manifests} is not a directory", file=sys.stderr)
+        return 2
+    report = gather(Path(args.data_dir), args.manifests)
+    if args.output == "json":
+        sys.stdout.write(orjson.dumps(report, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        print(render_report(report))
+    return 1 if report["missing"] else 0
+
+
 def fetch_status(sock_path: str) -> dict[str, Any]:
     conn = UnixHTTPConnection(sock_path)
     try:
@@ -139,8 +162,29 @@ def render_status(doc: dict[str, Any]) -> str:
         f"up {dev.get('uptimeSeconds', 0):.0f}s  generation {doc.get('generation')}  "
         f"ready {'yes' if doc.get('ready') else 'no'}  limits {dev.get('limitsMode')}",
     ]
-    if dev.get("trust", {}).get("allowUnsigned"):
+    health = dev.get("health")
+    if health is not None:  # discovery is on
+        accs = ", ".join(
+            f"{a['vendor']}-{a['class']} {a['id']}" + ("" if a["usable"] else " (not usable)")
+            for a in dev.get("accelerators", [])
+        )
+        out.append(
+            f"schedulable {'yes' if health.get('schedulable') else 'no'}  "
+            f"accelerators {accs or 'none'}"
+        )
+        out += [f"  unschedulable: {r}" for r in health.get("reasons", [])]
+    trust = dev.get("trust", {})
+    if trust.get("allowUnsigned"):
         out.append("WARNING: trust.allowUnsigned is on: unsigned artifacts are accepted")
+        if trust.get("unsignedArtifacts"):
+            out.append(
+                "WARNING: unsigned artifacts in use: " + ", ".join(trust["unsignedArtifacts"])
+            )
+    if trust.get("rootVersion") is not None:
+        version, expires = trust["rootVersion"], trust.get("rootExpires")
+        out.append(f"trust root version {version}, expires {expires}")
+    if trust.get("rootProblem"):
+        out.append(f"trust root refused: {trust['rootProblem'].get('message')}")
     rows = [("WORKLOAD", "MODEL", "VERSION", "PHASE", "READY", "RESTARTS", "PROVIDERS")]
     for w in doc.get("workloads", []):
         reps = w.get("replicas", [])

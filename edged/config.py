@@ -18,11 +18,22 @@ from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
+from edged.api.manifests import label_key, label_value
 from edged.api.quantities import describe, format_duration, parse_duration, parse_memory
-from edged.api.validating import Problems, Reader, as_bool, as_str, int_in, one_of, within
+from edged.api.validating import (
+    Problems,
+    Reader,
+    as_bool,
+    as_str,
+    int_in,
+    matching,
+    one_of,
+    within,
+)
 from edged.errors import ConfigError, Problem
 
 DEFAULT_DATA_DIR = Path("/var/lib/edged")
+DEFAULT_TRUST_ROOT = Path("/etc/edged/trust-root.json")
 STATUS_SOCKET_NAME = "edged.sock"
 INFERENCE_SOCKET_NAME = "infer.sock"
 MAX_SOCKET_PATH_BYTES = 107  # sun_path holds 108 bytes with the terminating NUL (Linux)
@@ -31,6 +42,7 @@ _MAX_REQUEST_TEXT = "64Mi"
 _RESYNC_TEXT = "60s"
 _BACKOFF_BASE_TEXT = "50ms"
 _BACKOFF_MAX_TEXT = "5m"
+_HEALTH_PERIOD_TEXT = "30s"
 
 
 class LogLevel(StrEnum):
@@ -95,9 +107,27 @@ class WorkersConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TrustConfig:
-    """``[trust]``: artifact verification."""
+    """``[trust]``: artifact verification and device identity (docs/trust.md)."""
 
     allow_unsigned: bool = False
+    root_file: Path = DEFAULT_TRUST_ROOT
+    tpm: str = "auto"  # "auto" | "off" | a TCTI string such as "device:/dev/tpmrm0"
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DiscoveryConfig:
+    """``[discovery]``: accelerators (udev), health sampling, onnxruntime's providers."""
+
+    enabled: bool = True
+    health_period_s: float = parse_duration(_HEALTH_PERIOD_TEXT)
+    execution_providers: tuple[str, ...] = ()  # empty: ask the workers' onnxruntime
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceConfig:
+    """``[device]``: labels the operator sets on this device (merged with discovered ones)."""
+
+    labels: Mapping[str, str] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -110,6 +140,8 @@ class EdgedConfig:
     reconcile: ReconcileConfig = ReconcileConfig()
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     trust: TrustConfig = TrustConfig()
+    discovery: DiscoveryConfig = DiscoveryConfig()
+    device: DeviceConfig = field(default_factory=DeviceConfig)
 
 
 # Converters
@@ -235,10 +267,47 @@ def _read_workers(r: Reader | None) -> WorkersConfig:
     )
 
 
+def _tpm(value: object) -> str:
+    text = as_str(value).strip()
+    if not text:
+        raise ValueError('must be "auto", "off" or a TCTI string such as "device:/dev/tpmrm0"')
+    return text
+
+
 def _read_trust(r: Reader | None) -> TrustConfig:
     if r is None:
         return TrustConfig()
-    return TrustConfig(allow_unsigned=r.optional("allowUnsigned", as_bool, False))
+    default = TrustConfig()
+    return TrustConfig(
+        allow_unsigned=r.optional("allowUnsigned", as_bool, False),
+        root_file=r.optional("rootFile", _absolute_path, default.root_file),
+        tpm=r.optional("tpm", _tpm, default.tpm),
+    )
+
+
+_provider_name = matching(
+    r"[A-Za-z][A-Za-z0-9_]*ExecutionProvider",
+    'an ONNX Runtime execution provider such as "CUDAExecutionProvider"',
+)
+
+
+def _read_discovery(r: Reader | None) -> DiscoveryConfig:
+    default = DiscoveryConfig()
+    if r is None:
+        return default
+    return DiscoveryConfig(
+        enabled=r.optional("enabled", as_bool, default.enabled),
+        health_period_s=r.optional("healthPeriod", _duration, default.health_period_s),
+        execution_providers=tuple(
+            r.list_of("executionProviders", _provider_name, unique=True) or ()
+        ),
+    )
+
+
+def _read_device(r: Reader | None) -> DeviceConfig:
+    if r is None:
+        return DeviceConfig()
+    return DeviceConfig(labels=r.string_map("labels", label_key, label_value) or {})
 
 
 def parse_config(
@@ -254,6 +323,8 @@ def parse_config(
         reconcile=_read_reconcile(r.section("reconcile")),
         workers=_read_workers(r.section("workers")),
         trust=_read_trust(r.section("trust")),
+        discovery=_read_discovery(r.section("discovery")),
+        device=_read_device(r.section("device")),
     )
     problems.raise_if_any(ConfigError, source=source)
     return config
@@ -318,6 +389,30 @@ cgroupRoot = "auto"
 pythonExecutable = ""
 
 [trust]
-# Accept model artifacts without a publisher's signature. For development only.
+# Accept model artifacts without signed metadata. For development only: loud in status and logs.
 allowUnsigned = false
+# The fleet trust root from the device image (or enrollment). The accepted root is kept in
+# <dataDir>/trust/root.json; a newer root here is accepted only if the accepted root's keys
+# signed it (rotation). See docs/trust.md.
+rootFile = "{DEFAULT_TRUST_ROOT}"
+# The device identity key: "auto" (the TPM at /dev/tpmrm0 if present and accessible, else a
+# key file <dataDir>/identity/key.pem), "off" (always the key file), or a TCTI string
+# such as "device:/dev/tpmrm0" or "swtpm:host=127.0.0.1,port=2321".
+tpm = "auto"
+
+[discovery]
+# Find accelerators through udev (and follow hotplug), sample health, publish device labels.
+# Off: workloads get the execution providers their spec lists, unchecked.
+enabled = true
+# Sample health (RAM, CPU temperature, disk, uptime) this often; DeviceHealthPolicy documents
+# in the manifests directory say when the device is schedulable.
+healthPeriod = "{_HEALTH_PERIOD_TEXT}"
+# The execution providers the workers' onnxruntime build offers, e.g.
+# ["OpenVINOExecutionProvider", "CPUExecutionProvider"]. Empty: ask it once at start.
+# A provider listed here that the build lacks makes workers fall back to CPU (they say so).
+executionProviders = []
+
+[device.labels]
+# Labels of this device, merged over the discovered ones (arch, accelerator...), e.g.
+# site = "retail-042". Labels set at enrollment (<dataDir>/labels.json) win over these.
 """

@@ -18,11 +18,12 @@ from pathlib import Path
 
 from edged.artifacts.storing import ArtifactStore
 from edged.config import EdgedConfig
+from edged.discovery.discovering import Discovery
 from edged.errors import EdgedError, StateError, TemporaryError
 from edged.logs import get_logger
 from edged.metrics import CounterChild, HistogramChild, Registry
 from edged.reconcile.applying import Applier
-from edged.reconcile.model import ObservedWorkload, WorkloadName
+from edged.reconcile.model import DesiredWorkload, ObservedWorkload, ProviderChoice, WorkloadName
 from edged.reconcile.planning import plan
 from edged.reconcile.queueing import WorkQueue
 from edged.reconcile.running import Result, Runner
@@ -36,6 +37,7 @@ from edged.sources.static import StaticManifests
 from edged.sources.watching import DirectoryWatcher
 from edged.state.desired import DesiredState
 from edged.supervising import supervise
+from edged.trust.admitting import ArtifactGate
 
 log = get_logger(__name__)
 
@@ -71,6 +73,7 @@ class WorkloadReconciler:
         observed = ObservedWorkload(
             replicas=d.pool.observe(key),
             artifact_present=d.store.has(desired.sha256) if desired is not None else True,
+            providers=d.choose_providers(desired),
         )
         p = plan(key, desired, observed, time.monotonic())
         d.board.set_workload(key, p.status)
@@ -90,6 +93,8 @@ class SourceReconciler:
         result = await asyncio.to_thread(self._source.sync, dict(d.desired.workloads))
         changed = d.desired.replace(result.workloads)
         d.board.set_source(result.problems, result.files)
+        if d.discovery is not None:
+            d.discovery.set_policies(result.policies)
         d.board.source_synced = True
         if changed:
             log.info(
@@ -184,13 +189,42 @@ class Daemon:
             manifests_dir=manifests,
         )
         self.board.source_synced = manifests is None
+        self.stop_event = asyncio.Event()
+        self._init_metrics()
+        # -- trust (docs/trust.md): every artifact passes the gate before the store ----------
+        verifications = self.registry.counter(
+            "edged_artifact_verifications_total",
+            "Artifact verifications by result (accepted, unsigned, refused) and reason",
+            ("result", "reason"),
+        )
+        self.gate = ArtifactGate(
+            data,
+            root_file=config.trust.root_file,
+            allow_unsigned=config.trust.allow_unsigned,
+            on_result=lambda result, reason: verifications.labels(
+                result=result, reason=reason
+            ).inc(),
+        )
+        self.board.trust_status = self.gate.status
         self.source = (
-            StaticManifests(manifests, self.store, max_artifact_bytes=4 << 30)
+            StaticManifests(manifests, self.store, max_artifact_bytes=4 << 30, gate=self.gate)
             if manifests is not None
             else None
         )
-        self.stop_event = asyncio.Event()
-        self._init_metrics()
+        # -- discovery (accelerators, health, labels) --
+        self.discovery: Discovery | None = None
+        if config.discovery.enabled:
+            self.discovery = Discovery(
+                data_dir=data,
+                python=str(config.workers.python_executable),
+                health_period_s=config.discovery.health_period_s,
+                configured_providers=config.discovery.execution_providers,
+                config_labels=config.device.labels,
+                on_accelerators_changed=self.enqueue_workloads,
+                on_status_changed=self.board.device_changed,
+            )
+            self.board.device_status = self.discovery.status
+        # -- end discovery --
 
     # -- metrics --------------------------------------------------------------------------
     def _init_metrics(self) -> None:
@@ -248,6 +282,19 @@ class Daemon:
             }
         )
 
+    def choose_providers(self, desired: DesiredWorkload | None) -> ProviderChoice | None:
+        """The execution providers discovery allows for ``desired`` (``None``: discovery off)."""
+        if self.discovery is None or desired is None:
+            return None
+        spec = desired.deployment.spec
+        sel = self.discovery.select(spec.runtime.execution_providers, spec.resources.accelerator)
+        return ProviderChoice(sel.providers, sel.fell_back, sel.message)
+
+    def enqueue_workloads(self) -> None:
+        """Accelerators changed: every workload looks again (events only enqueue keys)."""
+        for name in set(self.desired.workloads) | self.pool.workloads():
+            self.workload_queue.add(name)
+
     def enqueue_all(self) -> None:
         for name in set(self.desired.workloads) | self.pool.workloads():
             self.workload_queue.add(name)
@@ -302,6 +349,8 @@ class Daemon:
             log.warning(
                 "trust.allowUnsigned is set: unsigned artifacts are accepted (development only)"
             )
+        if self.discovery is not None:
+            await self.discovery.prepare()  # before the first plan: providers are in revisions
         for name in self.desired.workloads:
             self.workload_queue.add(name)
 
@@ -316,6 +365,8 @@ class Daemon:
             ),
             Resync(self, cfg.reconcile.resync_period_s),
         ]
+        if self.discovery is not None:
+            components.append(self.discovery)
         watcher = None
         if self.source is not None:
             components.append(

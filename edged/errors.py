@@ -7,6 +7,7 @@ Every error edged raises on purpose derives from :class:`EdgedError`. Errors of 
     ├── ConfigError            the edged config file is invalid (every problem listed)
     ├── ValidationError        a manifest is invalid (every problem listed, with field paths)
     ├── ArtifactError          an artifact could not be fetched, verified or stored
+    │   └── TrustError         signed metadata, a trust root or an allowance was refused
     ├── StateError             persisted state is unreadable
     └── ReconcileError         raised by reconcilers; tells the runner how to retry
         ├── TemporaryError     retry with per-key exponential backoff
@@ -63,6 +64,11 @@ class ArtifactError(EdgedError):
     def __init__(self, reason: str, message: str) -> None:
         self.reason = reason
         super().__init__(message)
+
+
+class TrustError(ArtifactError):
+    """Signed metadata, a trust root or a rollback allowance was refused (``reason`` says why:
+    ``SignatureThresholdNotMet``, ``MetadataExpired``, ``RootExpired``...; see docs/trust.md)."""
 
 
 class StateError(EdgedError):

@@ -13,6 +13,7 @@ import asyncio
 import os
 import socket
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -54,6 +55,13 @@ class StatusBoard:
         self.draining = False
         self.loaded = False
         self.source_synced = False  # the desired-state source has been read once
+        self.trust_status: Callable[[], dict[str, Any]] | None = None  # the trust gate's view
+        # discovery: facts, accelerators, labels, health (None: discovery is off)
+        self.device_status: Callable[[], dict[str, Any]] | None = None
+
+    def device_changed(self) -> None:
+        """Discovery saw a change (accelerators, health verdict): persist the status soon."""
+        self._schedule_persist()
 
     def set_workload(self, name: WorkloadName, status: WorkloadStatus | None) -> None:
         if status is None:
@@ -120,6 +128,18 @@ class StatusBoard:
                     desiredReplicas=st.desired_replicas,
                     conditions=[c.to_json() for c in st.conditions],
                 )
+            reps = self._pool.replicas(name)
+            item["providers"] = {
+                "planned": list(st.providers) if st is not None and st.providers else None,
+                "actual": sorted(
+                    {
+                        p
+                        for r in reps
+                        if r.revision == item.get("revision")
+                        for p in r.metadata.get("providers", [])
+                    }
+                ),
+            }
             item["replicas"] = [
                 {
                     "id": r.id,
@@ -154,7 +174,12 @@ class StatusBoard:
                 "startedAt": self._started,
                 "uptimeSeconds": round(time.time() - self._started, 3),
                 "limitsMode": self._limits_mode,
-                "trust": {"allowUnsigned": self._allow_unsigned},
+                "trust": (
+                    self.trust_status()
+                    if self.trust_status is not None
+                    else {"allowUnsigned": self._allow_unsigned}
+                ),
+                **(self.device_status() if self.device_status is not None else {}),
             },
             "ready": self.ready(),
             "generation": self._desired.generation,

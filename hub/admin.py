@@ -46,15 +46,6 @@ from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
 
 log = get_logger(__name__)
 
-MAX_RECEIVE_MESSAGE_BYTES = 4 << 20
-"""The largest message the hub accepts (Apply requests, artifact chunks): larger ones are
-refused by gRPC with RESOURCE_EXHAUSTED before any handler runs."""
-
-SERVER_OPTIONS: tuple[tuple[str, int], ...] = (
-    ("grpc.max_receive_message_length", MAX_RECEIVE_MESSAGE_BYTES),
-)
-"""Options for ``grpc.aio.server(options=...)`` of a server that hosts AdminService."""
-
 DEFAULT_EVENTS_LIMIT = 500
 MAX_TOKEN_DESCRIPTION = 256
 

@@ -1,7 +1,4 @@
-"""The ``hub`` command: ``hub init`` and ``hub token create|list``.
-
-``hub serve`` (the gRPC services) comes next; see docs/architecture.md.
-"""
+"""The ``hub`` command: ``hub init``, ``hub serve`` and ``hub token create|list``."""
 
 from __future__ import annotations
 
@@ -64,6 +61,17 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME_OR_IP",
         help="another DNS name or IP address for the serving certificate (repeatable)",
     )
+
+    serve = sub.add_parser("serve", help="run the hub's gRPC services and controllers")
+    serve.add_argument("--data-dir", type=Path, required=True, help="made by hub init")
+    serve.add_argument(
+        "--listen", type=_address, help="HOST:PORT for mutual TLS (default: hub.toml listen)"
+    )
+    serve.add_argument(
+        "--enroll-listen", type=_address, help="HOST:PORT for enrollment (default: port + 1)"
+    )
+    serve.add_argument("--store", help="store URL (default: hub.toml store, else D/hub.db)")
+    serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
 
     token = sub.add_parser("token", help="bootstrap tokens for enrolling devices")
     tsub = token.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
@@ -141,11 +149,21 @@ async def _token_list(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _serve(args: argparse.Namespace) -> int:
+    from hub.server import serve
+
+    return await serve(
+        args.data_dir, listen=args.listen, enroll_listen=args.enroll_listen, store_url=args.store
+    )
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
-    configure_logging("warning")
+    configure_logging(getattr(args, "log_level", "warning"))
     if args.command == "init":
         action = _init
+    elif args.command == "serve":
+        action = _serve
     else:
         action = _token_create if args.token_command == "create" else _token_list
     try:

@@ -143,6 +143,7 @@ class Device:
     generation_acked: int = 0
     workloads: Mapping[str, WorkloadReport] = field(default_factory=dict)
     certificate_serial: str = ""
+    public_key_pem: str = ""  # the device identity key (from its CSR): verifies attestation
     enrolled_at: float | None = None
 
     def all_labels(self) -> dict[str, str]:
@@ -166,6 +167,7 @@ class Device:
             "generationAcked": self.generation_acked,
             "workloads": {k: v.to_json() for k, v in sorted(self.workloads.items())},
             "certificateSerial": self.certificate_serial,
+            "publicKeyPem": self.public_key_pem,
             "enrolledAt": self.enrolled_at,
         }
 
@@ -187,5 +189,6 @@ class Device:
                 str(k): WorkloadReport.from_json(v) for k, v in doc.get("workloads", {}).items()
             },
             certificate_serial=str(doc.get("certificateSerial", "")),
+            public_key_pem=str(doc.get("publicKeyPem", "")),
             enrolled_at=doc.get("enrolledAt"),
         )

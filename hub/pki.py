@@ -293,6 +293,15 @@ def sign_device_csr(
     return _client_certificate(ca, identity, public_key, now or now_utc(), lifetime)
 
 
+def public_key_pem(certificate: x509.Certificate) -> str:
+    """The certificate's public key as PEM (SubjectPublicKeyInfo)."""
+    return (
+        certificate.public_key()
+        .public_bytes(serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo)
+        .decode()
+    )
+
+
 def identity_from_certificate(certificate: x509.Certificate | bytes) -> Identity:
     """The identity in a client certificate (DER or PEM bytes, or parsed).
 

@@ -1,10 +1,7 @@
 """A real hub serving AdminService for tests: a data directory made by ``hub init``, a SQLite
-store in it, the cache/writer/projector loops running, and a grpc.aio server on loopback with
-mutual TLS and the hub's real certificates.
-
-``hub/server.py`` (``build_context``) is not in main yet, so the context is put together here
-the way the hub will; replace :func:`build_context` with it once it lands.
-"""
+store in it (``hub.server.build_context``), the writer and projector loops running, and the
+hub's gRPC server (``hub.server.start_server``) on loopback with mutual TLS and the hub's
+real certificates."""
 
 from __future__ import annotations
 
@@ -17,15 +14,10 @@ from types import TracebackType
 
 import grpc
 
-from edged.artifacts.storing import ArtifactStore
 from edgefleet.v1 import admin_pb2_grpc
 from hub import pki
-from hub.admin import SERVER_OPTIONS, AdminServicer
-from hub.config import load_config
-from hub.context import HubContext
-from hub.core import Cache, DeviceWriter, Projector, Sessions
 from hub.initializing import HubPaths, init_hub
-from hub.store import SqliteStore
+from hub.server import build_context, start_server
 
 REGION = "eu-frankfurt"
 
@@ -33,24 +25,6 @@ REGION = "eu-frankfurt"
 async def make_hub_dir(data_dir: Path) -> HubPaths:
     result = await init_hub(data_dir, region=REGION, hub_address="127.0.0.1:7443")
     return result.paths
-
-
-async def build_context(paths: HubPaths) -> HubContext:
-    config = load_config(paths.config)
-    store = await SqliteStore.open(paths.data_dir / "hub.db")
-    cache = await Cache.load(store)
-    sessions = Sessions()
-    return HubContext(
-        paths=paths,
-        config=config,
-        ca=pki.load_certified_key(paths.ca_certificate, paths.ca_key),
-        store=store,
-        cache=cache,
-        writer=DeviceWriter(store, cache, period=0.01),
-        projector=Projector(store, cache, sessions, region=config.region),
-        sessions=sessions,
-        blobs=ArtifactStore(paths.data_dir / "blobs"),
-    )
 
 
 def client_credentials(paths: HubPaths, client: pki.CertifiedKey | None) -> grpc.ChannelCredentials:
@@ -71,20 +45,13 @@ class AdminHub:
         self._tasks: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> AdminHub:
-        self.ctx = await build_context(self.paths)
+        self.ctx = await build_context(self.paths.data_dir)
         self._tasks = [
             asyncio.create_task(self.ctx.writer.run(self._stop)),
             asyncio.create_task(self.ctx.projector.run(self._stop)),
         ]
-        credentials = grpc.ssl_server_credentials(
-            [(self.paths.hub_key.read_bytes(), self.paths.hub_certificate.read_bytes())],
-            root_certificates=self.paths.ca_certificate.read_bytes(),
-            require_client_auth=True,
-        )
-        self.server = grpc.aio.server(options=list(SERVER_OPTIONS))
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(self.ctx), self.server)
-        self.port = self.server.add_secure_port("127.0.0.1:0", credentials)
-        await self.server.start()
+        running = await start_server(self.ctx, listen="127.0.0.1:0", enroll_listen="127.0.0.1:0")
+        self.server, self.port = running.server, running.port
         return self
 
     async def __aexit__(

@@ -60,7 +60,17 @@ def test_default_text_parses_to_the_defaults(tmp_path: Path) -> None:
 
 def test_default_text_names_every_key() -> None:
     doc = tomllib.loads(default_config_text())
-    assert set(doc) == {"logLevel", "paths", "inference", "reconcile", "workers", "trust"}
+    assert set(doc) == {
+        "logLevel",
+        "paths",
+        "inference",
+        "reconcile",
+        "workers",
+        "trust",
+        "discovery",
+        "device",
+    }
+    assert set(doc["discovery"]) == {"enabled", "healthPeriod", "executionProviders"}
     assert set(doc["reconcile"]) == {"resyncPeriod", "backoffBase", "backoffMax", "workers"}
 
 
@@ -170,6 +180,8 @@ def test_non_loopback_or_bad_tcp_addresses(address: str, message: str) -> None:
         ({"workers": {"cgroupRoot": "on"}}, "workers.cgroupRoot", '"auto", "off" or'),
         ({"workers": {"pythonExecutable": "python3"}}, "workers.pythonExecutable", "absolute"),
         ({"trust": {"allowUnsigned": "yes"}}, "trust.allowUnsigned", "true or false"),
+        ({"trust": {"rootFile": "root.json"}}, "trust.rootFile", "absolute path"),
+        ({"trust": {"tpm": ""}}, "trust.tpm", "TCTI"),
     ],
 )
 def test_bad_values(doc: dict[str, Any], path: str, message: str) -> None:
@@ -230,3 +242,40 @@ def test_unreadable_config(tmp_path: Path) -> None:
     (tmp_path / "bad.toml").write_bytes(b'logLevel = "\xff"\n')
     with pytest.raises(ConfigError, match="not UTF-8"):
         load_config(tmp_path / "bad.toml")
+
+
+def test_discovery_and_device_sections() -> None:
+    config = parse_config(
+        {
+            "discovery": {
+                "enabled": False,
+                "healthPeriod": "5s",
+                "executionProviders": ["OpenVINOExecutionProvider", "CPUExecutionProvider"],
+            },
+            "device": {"labels": {"site": "retail-042"}},
+        }
+    )
+    assert config.discovery.enabled is False
+    assert config.discovery.health_period_s == 5.0
+    assert config.discovery.execution_providers == (
+        "OpenVINOExecutionProvider",
+        "CPUExecutionProvider",
+    )
+    assert dict(config.device.labels) == {"site": "retail-042"}
+
+
+def test_discovery_problems_have_paths() -> None:
+    with pytest.raises(ConfigError) as exc:
+        parse_config(
+            {
+                "discovery": {"healthPeriod": "0s", "executionProviders": ["Cuda"], "enable": 1},
+                "device": {"labels": {"bad key!": "x"}},
+            }
+        )
+    paths = sorted(p.path for p in exc.value.problems)
+    assert paths == [
+        'device.labels["bad key!"]',
+        "discovery.enable",
+        "discovery.executionProviders[0]",
+        "discovery.healthPeriod",
+    ]

@@ -90,6 +90,10 @@ class ModelRef:
     version: str
     path: str | None = None
     sha256: str | None = None
+    # Static manifests: the signed metadata (default ``<path>.metadata.json``) and an optional
+    # signed rollback allowance, both relative to the manifest's folder (see docs/trust.md).
+    metadata: str | None = None
+    rollback_allowance: str | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {"name": self.name, "version": self.version}
@@ -97,6 +101,10 @@ class ModelRef:
             out["path"] = self.path
         if self.sha256 is not None:
             out["sha256"] = self.sha256
+        if self.metadata is not None:
+            out["metadata"] = self.metadata
+        if self.rollback_allowance is not None:
+            out["rollbackAllowance"] = self.rollback_allowance
         return out
 
 
@@ -409,8 +417,75 @@ class ModelDeployment:
         }
 
 
-Manifest: TypeAlias = ModelDeployment
-"""Any manifest kind (a union as kinds are added)."""
+# -- DeviceHealthPolicy (discovery) ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceHealthPolicySpec:
+    """``spec`` of a DeviceHealthPolicy: when the device is fit to take workloads.
+
+    Unset bounds are not checked. ``hysteresis_percent`` widens a bound once the device is out
+    of it: it is back only past the bound by that share (85 °C, 5%: back at 80.75 °C or less).
+    """
+
+    min_uptime_s: float | None = None
+    min_available_memory_bytes: int | None = None
+    max_cpu_temperature_c: float | None = None
+    min_disk_free_bytes: int | None = None
+    required_accelerators: tuple[str, ...] = ()
+    required_labels: Mapping[str, str] = field(default_factory=dict)
+    hysteresis_percent: int = 5
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if self.min_uptime_s is not None:
+            out["minUptime"] = format_duration(self.min_uptime_s)
+        if self.min_available_memory_bytes is not None:
+            out["minAvailableMemory"] = format_memory(self.min_available_memory_bytes)
+        if self.max_cpu_temperature_c is not None:
+            out["maxCpuTemperature"] = _plain_number(self.max_cpu_temperature_c)
+        if self.min_disk_free_bytes is not None:
+            out["minDiskFree"] = format_memory(self.min_disk_free_bytes)
+        if self.required_accelerators:
+            out["requiredAccelerators"] = list(self.required_accelerators)
+        if self.required_labels:
+            out["requiredLabels"] = dict(sorted(self.required_labels.items()))
+        out["hysteresis"] = f"{self.hysteresis_percent}%"
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DeviceHealthPolicy:
+    """When this device reports itself schedulable (evaluated by edged; nothing is killed)."""
+
+    KIND: ClassVar[str] = "DeviceHealthPolicy"
+
+    metadata: ObjectMeta
+    spec: DeviceHealthPolicySpec
+
+    @property
+    def kind(self) -> str:
+        return self.KIND
+
+    @property
+    def api_version(self) -> str:
+        return API_VERSION
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": self.KIND,
+            "metadata": self.metadata.to_dict(),
+            "spec": self.spec.to_dict(),
+        }
+
+
+Manifest: TypeAlias = ModelDeployment | DeviceHealthPolicy
+"""Any manifest kind."""
 
 
 def _plain_number(value: float) -> int | float:
@@ -540,6 +615,8 @@ def _read_model(r: Reader | None) -> ModelRef:
         version=r.required("version", _version, ""),
         path=r.optional("path", non_empty_str, None),
         sha256=r.optional("sha256", _sha256, None),
+        metadata=r.optional("metadata", non_empty_str, None),
+        rollback_allowance=r.optional("rollbackAllowance", non_empty_str, None),
     )
 
 
@@ -730,8 +807,30 @@ def _read_model_deployment(metadata: ObjectMeta, r: Reader | None) -> ModelDeplo
     return ModelDeployment(metadata=metadata, spec=spec)
 
 
+_celsius = number_in(-50, 200)
+_hysteresis = within(parse_percent, lambda v: "must be at most 50%" if v > 50 else None)
+
+
+def _read_device_health_policy(metadata: ObjectMeta, r: Reader | None) -> DeviceHealthPolicy:
+    if r is None:
+        return DeviceHealthPolicy(metadata=metadata, spec=DeviceHealthPolicySpec())
+    spec = DeviceHealthPolicySpec(
+        min_uptime_s=r.optional("minUptime", parse_duration, None),
+        min_available_memory_bytes=r.optional("minAvailableMemory", parse_memory, None),
+        max_cpu_temperature_c=r.optional("maxCpuTemperature", _celsius, None),
+        min_disk_free_bytes=r.optional("minDiskFree", parse_memory, None),
+        required_accelerators=tuple(
+            r.list_of("requiredAccelerators", label_value, unique=True) or ()
+        ),
+        required_labels=r.string_map("requiredLabels", label_key, label_value) or {},
+        hysteresis_percent=r.optional("hysteresis", _hysteresis, 5),
+    )
+    return DeviceHealthPolicy(metadata=metadata, spec=spec)
+
+
 _KINDS: dict[str, Callable[[ObjectMeta, Reader | None], Manifest]] = {
     ModelDeployment.KIND: _read_model_deployment,
+    DeviceHealthPolicy.KIND: _read_device_health_policy,
 }
 SUPPORTED_KINDS: tuple[str, ...] = tuple(_KINDS)
 

@@ -57,7 +57,7 @@ def build_launch_spec(
         model_version=spec.model.version,
         artifact_path=str(artifact_path),
         artifact_sha256=desired.sha256,
-        providers=tuple(spec.runtime.execution_providers),
+        providers=action.providers or tuple(spec.runtime.execution_providers),
         intra_op_threads=threads,
         max_batch_size=spec.runtime.max_batch_size,
         max_queue_delay_s=spec.runtime.max_queue_delay,

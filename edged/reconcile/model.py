@@ -45,6 +45,17 @@ class DesiredWorkload:
         }
         return hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()[:10]
 
+    def revision_with(self, providers: tuple[str, ...] | None) -> str:
+        """The revision when running with ``providers`` (chosen by discovery).
+
+        Equal to :attr:`revision` when ``providers`` is ``None`` or the spec's own list, so a
+        fallback (and the way back) is a new revision: a zero-downtime switch.
+        """
+        if providers is None or providers == self.deployment.spec.runtime.execution_providers:
+            return self.revision
+        material = {"base": self.revision, "providers": list(providers)}
+        return hashlib.sha256(orjson.dumps(material)).hexdigest()[:10]
+
 
 class Phase(StrEnum):
     STARTING = "Starting"  # process started, model not loaded/warmed up yet
@@ -73,9 +84,23 @@ class ReplicaObservation:
 
 
 @dataclass(frozen=True, slots=True)
+class ProviderChoice:
+    """The execution providers discovery chose for a workload (see discovery/providers.py).
+
+    ``providers`` empty: no allowed provider is usable here, so no replica may run.
+    ``fell_back``: the first preference is not usable; ``message`` says why.
+    """
+
+    providers: tuple[str, ...]
+    fell_back: bool = False
+    message: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class ObservedWorkload:
     replicas: tuple[ReplicaObservation, ...] = ()
     artifact_present: bool = True
+    providers: ProviderChoice | None = None  # None: discovery off, the spec's list as is
 
 
 class ConditionStatus(StrEnum):
@@ -110,6 +135,7 @@ class StartReplica:
     replica_id: ReplicaId
     revision: str
     slot: int
+    providers: tuple[str, ...] = ()  # chosen by discovery; empty: the spec's list
 
 
 @dataclass(frozen=True, slots=True)
@@ -156,6 +182,7 @@ class WorkloadStatus:
     desired_replicas: int
     revision: str
     conditions: tuple[Condition, ...] = ()
+    providers: tuple[str, ...] = ()  # the planned execution providers (empty: discovery off)
 
 
 @dataclass(frozen=True, slots=True)

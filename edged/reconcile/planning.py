@@ -14,6 +14,9 @@ Rules, for one workload:
   current revision is ready, then they are drained and stopped. A new revision that never
   becomes ready therefore never takes the old one down (``Progressing`` says why).
 * A workload no longer desired has all its replicas stopped.
+* Execution providers (``observed.providers``, chosen by discovery) are part of the revision:
+  a fallback to a later provider, and the way back, is a zero-downtime switch. When no allowed
+  provider is usable, every replica stops and ``AcceleratorUnavailable`` says why.
 * Status (phase, ready count, conditions) is derived here too, so it always matches the plan.
 """
 
@@ -29,6 +32,7 @@ from edged.reconcile.model import (
     ObservedWorkload,
     Phase,
     Plan,
+    ProviderChoice,
     RefetchArtifact,
     ReplicaId,
     ReplicaObservation,
@@ -60,10 +64,14 @@ def plan(
 ) -> Plan:
     if desired is None:
         return _plan_removal(name, observed)
+    choice = observed.providers
+    if choice is not None and not choice.providers:
+        return _plan_unrunnable(name, desired, observed, choice)
     actions: list[Action] = []
     waits: list[float] = []
     conditions: list[Condition] = []
-    revision = desired.revision
+    providers = choice.providers if choice is not None else ()
+    revision = desired.revision_with(providers if choice is not None else None)
     want = desired.deployment.spec.replicas.count_on_device()
     startup_timeout = desired.deployment.spec.probes.startup.timeout_s
 
@@ -87,7 +95,7 @@ def plan(
         rid = replica_id(name, revision, slot)
         if rep is None:
             if observed.artifact_present:
-                actions.append(StartReplica(name, rid, revision, slot))
+                actions.append(StartReplica(name, rid, revision, slot, providers))
             continue
         if rep.phase is Phase.EXITED:
             if rep.crash_streak >= 2:
@@ -95,7 +103,7 @@ def plan(
             exited_at = now if rep.exited_at is None else rep.exited_at
             due = exited_at + restart_delay(rep.crash_streak)
             if now >= due and observed.artifact_present:
-                actions.append(StartReplica(name, rid, revision, slot))
+                actions.append(StartReplica(name, rid, revision, slot, providers))
             elif now < due:
                 waits.append(due - now)
         elif rep.phase is Phase.STARTING:
@@ -134,6 +142,15 @@ def plan(
     conditions += _conditions(
         want, ready_current, old_serving, crashlooping, list(current.values()), switch_done
     )
+    if choice is not None and choice.fell_back:
+        conditions.append(
+            Condition(
+                "AcceleratorUnavailable",
+                TRUE,
+                "FellBack",
+                f"running on {', '.join(providers)}: {choice.message}",
+            )
+        )
     ready_total = len(ready_current) + (0 if switch_done else len(old_serving))
     status = WorkloadStatus(
         phase=_phase(want, len(ready_current), old_serving, crashlooping, switch_done),
@@ -141,8 +158,32 @@ def plan(
         desired_replicas=want,
         revision=revision,
         conditions=tuple(conditions),
+        providers=providers,
     )
     return Plan(tuple(actions), status, min(waits) if waits else None)
+
+
+def _plan_unrunnable(
+    name: WorkloadName, desired: DesiredWorkload, observed: ObservedWorkload, choice: ProviderChoice
+) -> Plan:
+    """No allowed execution provider is usable: stop every replica and say why."""
+    actions = tuple(
+        _retire(name, r, "AcceleratorUnavailable")
+        for r in observed.replicas
+        if r.phase is not Phase.STOPPING
+    )
+    want = desired.deployment.spec.replicas.count_on_device()
+    status = WorkloadStatus(
+        phase="Pending",
+        ready_replicas=0,
+        desired_replicas=want,
+        revision=desired.revision,
+        conditions=(
+            Condition("Ready", FALSE, "AcceleratorUnavailable", "no allowed provider is usable"),
+            Condition("AcceleratorUnavailable", TRUE, "NoUsableProvider", choice.message),
+        ),
+    )
+    return Plan(actions, status, None)
 
 
 def _retire(name: WorkloadName, rep: ReplicaObservation, reason: str) -> Action:

@@ -1,9 +1,14 @@
 """Static desired state from a directory of manifests (``edged run --manifests DIR``).
 
 Like kubelet's static pods: every ``*.yaml``, ``*.yml`` and ``*.json`` file in DIR (not hidden,
-not in subdirectories) holds ModelDeployment documents whose ``spec.model.path`` names a local
-``.onnx`` file, relative to the manifest's directory. :meth:`StaticManifests.sync` turns the
-directory into desired workloads, ingesting artifacts into the store on the way.
+not in subdirectories, not ``*.metadata.json`` or ``*.rollback.json``, which are signed
+documents) holds ModelDeployment documents whose ``spec.model.path`` names a local ``.onnx``
+file, relative to the manifest's directory. :meth:`StaticManifests.sync` turns the directory
+into desired workloads, ingesting artifacts into the store on the way — through the
+:class:`~edged.trust.admitting.ArtifactGate`, which verifies the signed metadata
+(``spec.model.metadata``, default ``<path>.metadata.json``) against the trust root first.
+Files may also hold DeviceHealthPolicy documents (returned in ``SyncResult.policies``; an
+invalid file keeps the policies it had).
 
 A file that is invalid, or whose model cannot be ingested, does not take anything down: the
 workloads it defined in the last accepted state are kept, and the problem is reported with the
@@ -15,15 +20,18 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edged.api import ModelDeployment, load_manifest_file
-from edged.artifacts.storing import ArtifactStore, LooksLikeOnnx, PinnedDigest
+from edged.api import DeviceHealthPolicy, ModelDeployment, load_manifest_file
+from edged.artifacts.storing import ArtifactStore
 from edged.errors import ArtifactError, ValidationError
 from edged.logs import get_logger
 from edged.reconcile.model import DesiredWorkload, WorkloadName
+from edged.trust.admitting import METADATA_SUFFIX, ArtifactGate, ArtifactRequest
 
 log = get_logger(__name__)
 
 SUFFIXES = (".yaml", ".yml", ".json")
+# Signed documents that live next to models and manifests, not manifests themselves.
+SIGNED_SUFFIXES = (METADATA_SUFFIX, ".rollback.json")
 RETRYABLE = frozenset({"ArtifactNotFound", "ArtifactUnreadable"})
 
 
@@ -49,15 +57,24 @@ class SyncResult:
     problems: tuple[SourceProblem, ...] = ()
     retryable: bool = False
     files: tuple[str, ...] = field(default=())
+    policies: tuple[DeviceHealthPolicy, ...] = ()
 
 
 class StaticManifests:
-    def __init__(self, directory: Path, store: ArtifactStore, *, max_artifact_bytes: int) -> None:
+    def __init__(
+        self,
+        directory: Path,
+        store: ArtifactStore,
+        *,
+        max_artifact_bytes: int,
+        gate: ArtifactGate,
+    ) -> None:
         self.directory = directory
         self._store = store
         self._max_bytes = max_artifact_bytes
+        self._gate = gate
         self._by_file: dict[str, set[WorkloadName]] = {}
-        self._ingested: dict[tuple[str, int, int, int], str] = {}
+        self._policies_by_file: dict[str, tuple[DeviceHealthPolicy, ...]] = {}
 
     def list_files(self) -> list[Path]:
         try:
@@ -67,7 +84,10 @@ class StaticManifests:
         return [
             p
             for p in entries
-            if p.suffix in SUFFIXES and not p.name.startswith(".") and p.is_file()
+            if p.suffix in SUFFIXES
+            and not p.name.startswith(".")
+            and not p.name.endswith(SIGNED_SUFFIXES)
+            and p.is_file()
         ]
 
     def sync(self, current: dict[WorkloadName, DesiredWorkload]) -> SyncResult:
@@ -76,16 +96,19 @@ class StaticManifests:
         owner: dict[WorkloadName, str] = {}
         problems: list[SourceProblem] = []
         by_file: dict[str, set[WorkloadName]] = {}
+        policies_by_file: dict[str, tuple[DeviceHealthPolicy, ...]] = {}
         retryable = False
+        now = self._gate.begin()  # one time for every check of this update
         files = self.list_files()
         for path in files:
             fname = path.name
             names: set[WorkloadName] = set()
             by_file[fname] = names
             try:
-                deployments = load_manifest_file(path)
+                manifests = load_manifest_file(path)
             except ValidationError as exc:
                 problems.append(SourceProblem(fname, "", "InvalidManifest", str(exc)))
+                policies_by_file[fname] = self._policies_by_file.get(fname, ())
                 for name in self._by_file.get(fname, set()):
                     if name in current and name not in out:
                         out[name] = current[name]
@@ -96,6 +119,10 @@ class StaticManifests:
                 problems.append(SourceProblem(fname, "", "Unreadable", str(exc)))
                 retryable = True
                 continue
+            policies_by_file[fname] = tuple(
+                m for m in manifests if isinstance(m, DeviceHealthPolicy)
+            )
+            deployments = [m for m in manifests if isinstance(m, ModelDeployment)]
             for dep in deployments:
                 name = WorkloadName(dep.metadata.name)
                 if name in owner:
@@ -111,7 +138,7 @@ class StaticManifests:
                 owner[name] = fname
                 names.add(name)
                 try:
-                    sha = self._ingest(path, dep)
+                    sha = self._ingest(path, dep, now)
                 except ArtifactError as exc:
                     problems.append(SourceProblem(fname, name, exc.reason, str(exc)))
                     retryable = retryable or exc.reason in RETRYABLE
@@ -120,40 +147,37 @@ class StaticManifests:
                     continue
                 out[name] = DesiredWorkload(dep, sha, fname)
         self._by_file = by_file
+        self._policies_by_file = policies_by_file
         problems += self._check_model_names(out)
-        return SyncResult(out, tuple(problems), retryable, tuple(p.name for p in files))
+        policies = tuple(p for f in sorted(policies_by_file) for p in policies_by_file[f])
+        return SyncResult(out, tuple(problems), retryable, tuple(p.name for p in files), policies)
 
-    def _ingest(self, manifest_path: Path, dep: ModelDeployment) -> str:
+    def _ingest(self, manifest_path: Path, dep: ModelDeployment, now: float) -> str:
         model = dep.spec.model
         if not model.path:
             raise ArtifactError(
                 "ModelPathMissing",
                 "spec.model.path: required for a static manifest (a local .onnx file)",
             )
-        path = Path(model.path)
-        if not path.is_absolute():
-            path = manifest_path.parent / path
-        try:
-            st = path.stat()
-        except FileNotFoundError:
-            raise ArtifactError(
-                "ArtifactNotFound", f"spec.model.path: model file {path} does not exist"
-            ) from None
-        except OSError as exc:
-            raise ArtifactError("ArtifactUnreadable", f"spec.model.path: {path}: {exc}") from None
-        key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
-        sha = self._ingested.get(key)
-        if sha is not None and self._store.has(sha) and model.sha256 in (None, sha):
-            return sha
-        sha = self._store.ingest_file(
-            path,
+
+        def local(p: str) -> Path:
+            path = Path(p)
+            return path if path.is_absolute() else manifest_path.parent / path
+
+        path = local(model.path)
+        request = ArtifactRequest(
             name=model.name,
             version=model.version,
-            verifiers=[PinnedDigest(model.sha256), LooksLikeOnnx()],
-            max_bytes=self._max_bytes,
+            model_path=path,
+            metadata_path=(
+                local(model.metadata)
+                if model.metadata
+                else path.with_name(path.name + METADATA_SUFFIX)
+            ),
+            allowance_path=local(model.rollback_allowance) if model.rollback_allowance else None,
+            pinned_sha256=model.sha256,
         )
-        self._ingested[key] = sha
-        return sha
+        return self._gate.admit(request, self._store, now=now, max_bytes=self._max_bytes)
 
     @staticmethod
     def _check_model_names(out: dict[WorkloadName, DesiredWorkload]) -> list[SourceProblem]:

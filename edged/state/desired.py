@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edged.api import parse_manifest
+from edged.api import ModelDeployment, parse_manifest
 from edged.errors import EdgedError, StateError
 from edged.reconcile.model import DesiredWorkload, WorkloadName
 from edged.state.persisting import read_json, write_json_atomic
@@ -45,6 +45,8 @@ class DesiredState:
             workloads = {}
             for item in doc["workloads"]:
                 dep = parse_manifest(item["manifest"], source=str(self._path))
+                if not isinstance(dep, ModelDeployment):
+                    raise StateError(f"{self._path}: a {dep.kind} is not a workload")
                 w = DesiredWorkload(dep, str(item["sha256"]), str(item.get("source", "")))
                 workloads[w.name] = w
             self.generation = int(doc["generation"])

@@ -39,8 +39,13 @@ def model_dir(tmp_path: Path) -> Path:
 def edged_factory(tmp_path: Path) -> Iterator[Callable[..., Edged]]:
     started: list[Edged] = []
 
-    def make(manifests: Path | None, data: Path | None = None) -> Edged:
-        e = Edged(data or tmp_path / "data", manifests, tmp_path / f"edged-{len(started)}.log")
+    def make(manifests: Path | None, data: Path | None = None, config: str | None = None) -> Edged:
+        e = Edged(
+            data or tmp_path / "data",
+            manifests,
+            tmp_path / f"edged-{len(started)}.log",
+            config=config,
+        )
         started.append(e)
         return e
 

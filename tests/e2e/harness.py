@@ -74,13 +74,26 @@ def write_manifest(
     return target
 
 
+# Tests that are not about trust run with unsigned models allowed and no trust root (the
+# machine's /etc/edged/trust-root.json must not leak in); tests/e2e/test_trust.py and the
+# quickstart run fully signed.
+UNSIGNED_CONFIG = '[trust]\nallowUnsigned = true\nrootFile = "{absent}"\n'
+
+
 class Edged:
     """One ``edged run`` process and a small client for its two sockets."""
 
-    def __init__(self, data: Path, manifests: Path | None, log: Path) -> None:
+    def __init__(
+        self, data: Path, manifests: Path | None, log: Path, config: str | None = None
+    ) -> None:
         self.data = data
         self.manifests = manifests
         self.log_path = log
+        self.config_text = (
+            config
+            if config is not None
+            else UNSIGNED_CONFIG.format(absent=log.parent / "no-trust-root.json")
+        )
         self.proc: subprocess.Popen[bytes] | None = None
         self.all_pids: set[int] = set()
 
@@ -88,6 +101,10 @@ class Edged:
         cmd = [sys.executable, "-m", "edged", "run", "--data-dir", str(self.data)]
         if self.manifests is not None:
             cmd += ["--manifests", str(self.manifests)]
+        if "--config" not in extra:
+            config = self.log_path.with_suffix(".toml")
+            config.write_text(self.config_text)
+            cmd += ["--config", str(config)]
         cmd += list(extra)
         with open(self.log_path, "ab") as log:
             self.proc = subprocess.Popen(cmd, stdout=log, stderr=log)

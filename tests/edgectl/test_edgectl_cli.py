@@ -35,6 +35,11 @@ apiVersion: edgefleet.io/v1
 kind: SecurityBaseline
 metadata: {name: fleet}
 spec: {requireAttestation: false}
+---
+apiVersion: edgefleet.io/v1
+kind: DeviceHealthPolicy
+metadata: {name: needs-gpu}
+spec: {requiredAccelerators: [gpu]}
 """
 
 
@@ -92,16 +97,21 @@ def test_apply_is_idempotent_and_reports_each_object(config: Path, tmp_path: Pat
     assert first.stdout.splitlines() == [
         "modeldeployment/fraud created",
         "securitybaseline/fleet created",
+        "devicehealthpolicy/needs-gpu created",
     ]
     again = edgectl(config, "apply", "-f", str(manifests))
     assert again.stdout.splitlines() == [
         "modeldeployment/fraud unchanged",
         "securitybaseline/fleet unchanged",
+        "devicehealthpolicy/needs-gpu unchanged",
     ]
+    policies = orjson.loads(edgectl(config, "get", "policies", "-o", "json").stdout)
+    assert [i["metadata"]["name"] for i in policies["items"]] == ["needs-gpu"]
     changed = edgectl(config, "apply", "-f", "-", stdin=MANIFESTS.replace("false", "true"))
     assert changed.stdout.splitlines() == [
         "modeldeployment/fraud unchanged",
         "securitybaseline/fleet configured",
+        "devicehealthpolicy/needs-gpu unchanged",
     ]
     dry = edgectl(config, "apply", "--dry-run", "-f", "-", stdin=MANIFESTS.replace("2.4.1", "3"))
     assert dry.stdout.splitlines()[0] == "modeldeployment/fraud configured (dry run)"

@@ -151,7 +151,8 @@ async def test_duplicates_unknown_kinds_and_empty_requests_are_refused(tmp_path:
                 deployment(),
                 deployment(version="3.0.0"),
             ],
-            "documents[0].kind: must be one of ModelDeployment, SecurityBaseline": [unknown],
+            "documents[0].kind: must be one of ModelDeployment, DeviceHealthPolicy, "
+            "SecurityBaseline": [unknown],
             "documents: no documents": [],
         }
         for expected, documents in cases.items():
@@ -348,7 +349,8 @@ async def test_unknown_kinds_and_names(tmp_path: Path) -> None:
         code, details = await code_of(stub.List(admin_pb2.ListRequest(kind="Pod")))
         assert code is grpc.StatusCode.INVALID_ARGUMENT
         assert details == (
-            "unknown kind 'Pod': must be one of Device, Model, ModelDeployment, SecurityBaseline"
+            "unknown kind 'Pod': must be one of Device, Model, ModelDeployment, "
+            "DeviceHealthPolicy, SecurityBaseline"
         )
         code, details = await code_of(stub.Get(admin_pb2.GetRequest(kind="Device", name="nope")))
         assert code is grpc.StatusCode.NOT_FOUND

@@ -14,6 +14,7 @@ from edged.api import API_VERSION
 from edged.artifacts.storing import ArtifactStore
 from edged.reconcile.model import DesiredWorkload, WorkloadName
 from edged.sources.static import SourceProblem, StaticManifests, SyncResult
+from edged.trust.admitting import ArtifactGate
 
 
 def doc(name: str, model: str | None = None, **model_fields: Any) -> dict[str, Any]:
@@ -37,7 +38,9 @@ class Dir:
         self.path.mkdir()
         self.models = models
         self.store = ArtifactStore(root / "artifacts")
-        self.source = StaticManifests(self.path, self.store, max_artifact_bytes=1 << 20)
+        # Not about trust (tests/trust is): unsigned artifacts allowed, no trust root.
+        gate = ArtifactGate(root / "data", root_file=None, allow_unsigned=True)
+        self.source = StaticManifests(self.path, self.store, max_artifact_bytes=1 << 20, gate=gate)
         self.current: dict[WorkloadName, DesiredWorkload] = {}
 
     def model(self, name: str, which: int = 0) -> str:
@@ -114,7 +117,10 @@ def test_only_manifest_files_are_read(d: Dir) -> None:
 
 def test_missing_directory_is_empty(tmp_path: Path, models: tuple[bytes, bytes]) -> None:
     store = ArtifactStore(tmp_path / "artifacts")
-    result = StaticManifests(tmp_path / "absent", store, max_artifact_bytes=1 << 20).sync({})
+    gate = ArtifactGate(tmp_path / "data", root_file=None, allow_unsigned=True)
+    result = StaticManifests(
+        tmp_path / "absent", store, max_artifact_bytes=1 << 20, gate=gate
+    ).sync({})
     assert (result.workloads, result.problems, result.files) == ({}, (), ())
 
 

@@ -1,0 +1,412 @@
+"""The artifact gate: the effects around the pure checks of :mod:`edged.trust.verifying`.
+
+``ArtifactGate`` owns ``D/trust/``: the accepted trust root (``root.json``, the envelope as
+received) and the trust state (``state.json``: accepted root version, highest metadata and
+model version per artifact name), both written atomically. One update (a sync of the desired
+state) calls :meth:`begin` once — which fixes ``now`` and picks up a newer root from
+``trust.rootFile`` — and then :meth:`admit` for each artifact: read the signed metadata,
+verify it, stream the model into the store with the signed length as the limit and the signed
+digest as a verifier, verify the extras the same way, and only then raise the persisted
+highest versions. Every outcome is counted (``on_result(result, reason)``) and every refusal
+is a ``TrustError`` naming the artifact and the reason.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from edged.artifacts.storing import ArtifactStore, LooksLikeOnnx, PinnedDigest, Verifier
+from edged.errors import ArtifactError, StateError, TrustError
+from edged.logs import get_logger
+from edged.state.persisting import read_json, write_atomic, write_json_atomic
+from edged.trust.documents import ArtifactMetadata, FileInfo, Root, format_time, parse_root
+from edged.trust.envelopes import (
+    ROOT_TYPE,
+    Envelope,
+    decode_payload,
+    parse_envelope,
+    parse_envelope_bytes,
+)
+from edged.trust.verifying import (
+    SignedFile,
+    TrustState,
+    check_matches,
+    check_model_version,
+    check_root_usable,
+    update_root,
+    verify_artifact_metadata,
+    verify_initial_root,
+)
+
+log = get_logger(__name__)
+
+CHUNK = 1 << 20
+METADATA_SUFFIX = ".metadata.json"
+
+
+@dataclass(frozen=True, slots=True)
+class ArtifactRequest:
+    """One artifact a desired workload needs, as the source found it on disk."""
+
+    name: str
+    version: str
+    model_path: Path
+    metadata_path: Path  # default: <model path>.metadata.json
+    allowance_path: Path | None = None  # a signed rollback allowance, if the state carries one
+    pinned_sha256: str | None = None
+
+
+OnResult = Callable[[str, str], None]
+
+
+class ArtifactGate:
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        root_file: Path | None,
+        allow_unsigned: bool,
+        on_result: OnResult | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self._dir = Path(data_dir) / "trust"
+        self._root_file = root_file
+        self.allow_unsigned = allow_unsigned
+        self._on_result = on_result or (lambda result, reason: None)
+        self._clock = clock
+        self.root: Root | None = None
+        self.root_problem: tuple[str, str] | None = None
+        self.state = TrustState()
+        self.unsigned: set[str] = set()
+        self._root_file_seen: tuple[int, int] | None = None
+        self._stat_cache: dict[tuple[str, int, int, int], str] = {}
+        self._load()
+
+    # -- persisted state ----------------------------------------------------------------
+    @property
+    def root_path(self) -> Path:
+        return self._dir / "root.json"
+
+    @property
+    def state_path(self) -> Path:
+        return self._dir / "state.json"
+
+    def _load(self) -> None:
+        doc = read_json(self.state_path)
+        if doc is not None:
+            try:
+                self.state = TrustState.from_json(doc)
+            except (ValueError, KeyError, TypeError) as exc:
+                raise StateError(f"{self.state_path} is not a trust state: {exc}") from None
+        if self.root_path.exists():
+            env = parse_envelope_bytes(self.root_path.read_bytes(), what=str(self.root_path))
+            # Verified when it was accepted; parsed again, not re-verified against time.
+            self.root = parse_root(decode_payload(env, expected_type=ROOT_TYPE, what="root"))
+
+    def _save_state(self, state: TrustState) -> None:
+        if state != self.state:
+            write_json_atomic(self.state_path, state.to_json())
+            self.state = state
+
+    # -- one update ---------------------------------------------------------------------
+    def begin(self) -> float:
+        """Fix ``now`` for one update and pick up a newer root from ``trust.rootFile``."""
+        now = self._clock()
+        self.refresh_root(now)
+        return now
+
+    def refresh_root(self, now: float) -> None:
+        path = self._root_file
+        if path is None:
+            return
+        try:
+            st = path.stat()
+            if (st.st_mtime_ns, st.st_size) == self._root_file_seen:
+                return
+            data = path.read_bytes()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            self.root_problem = ("RootUnreadable", f"{path}: {exc.strerror}")
+            return
+        self._root_file_seen = (st.st_mtime_ns, st.st_size)
+        try:
+            self.accept_roots(data, now, origin=str(path))
+            self.root_problem = None
+        except TrustError as exc:
+            self.root_problem = (exc.reason, str(exc))
+            log.error("trust root refused", file=str(path), reason=exc.reason, message=str(exc))
+
+    def accept_roots(self, data: bytes, now: float, *, origin: str) -> Root | None:
+        """Accept the root(s) in ``data`` — one envelope, or a JSON list of envelopes (a chain
+        of rotations, oldest first). A root not newer than the accepted one is ignored."""
+        import orjson
+
+        try:
+            doc: Any = orjson.loads(data)
+        except orjson.JSONDecodeError:
+            raise TrustError("MalformedEnvelope", f"{origin}: is not valid JSON") from None
+        envs = [parse_envelope(d, what=origin) for d in (doc if isinstance(doc, list) else [doc])]
+        if self.root is None:
+            first, *rest = envs
+            root = verify_initial_root(first, now, what=origin)
+            chain_start = 1
+        else:
+            root, rest, chain_start = self.root, envs, 0
+        newer = [
+            e
+            for e in rest
+            if parse_root(decode_payload(e, expected_type=ROOT_TYPE, what=origin)).version
+            > root.version
+        ]
+        if not newer and chain_start == 0:
+            return None
+        if newer:
+            root = update_root(root, newer, now)
+        last: Envelope = newer[-1] if newer else envs[0]
+        write_atomic(self.root_path, last.to_bytes(), mode=0o644)
+        self.root = root
+        self._save_state(TrustState(root.version, self.state.artifacts))
+        log.info("trust root accepted", version=root.version, expires=format_time(root.expires))
+        return root
+
+    def admit(
+        self, req: ArtifactRequest, store: ArtifactStore, *, now: float, max_bytes: int
+    ) -> str:
+        """Verify and store the model of ``req``; return its sha256 (raise ArtifactError)."""
+        try:
+            sha = self._admit(req, store, now=now, max_bytes=max_bytes)
+        except ArtifactError as exc:
+            self._on_result("refused", exc.reason)
+            raise
+        return sha
+
+    def _admit(
+        self, req: ArtifactRequest, store: ArtifactStore, *, now: float, max_bytes: int
+    ) -> str:
+        what = f"{req.name} {req.version}"
+        try:
+            env_bytes = req.metadata_path.read_bytes()
+        except FileNotFoundError:
+            return self._admit_unsigned(req, store, max_bytes=max_bytes)
+        except OSError as exc:
+            raise ArtifactError(
+                "ArtifactUnreadable", f"{what}: cannot read {req.metadata_path}: {exc.strerror}"
+            ) from None
+        env = parse_envelope_bytes(env_bytes, what=f"{what}: {req.metadata_path.name}")
+        if self.root is None and self.root_problem is not None:
+            reason, message = self.root_problem
+            raise TrustError(reason, f"{what}: {message}")
+        meta = verify_artifact_metadata(
+            self.root, env, now=now, state=self.state, what=f"{what}: signed metadata"
+        )
+        info = check_matches(
+            meta, name=req.name, version=req.version, model_file=req.model_path.name
+        )
+        allowance = None
+        if req.allowance_path is not None:
+            try:
+                allowance = parse_envelope_bytes(
+                    req.allowance_path.read_bytes(), what=str(req.allowance_path)
+                )
+            except OSError as exc:
+                raise ArtifactError(
+                    "ArtifactUnreadable", f"{what}: rollback allowance: {exc}"
+                ) from None
+        root = check_root_usable(self.root, now)
+        check_model_version(meta, state=self.state, root=root, allowance=allowance, now=now)
+        self._check_extras(meta, req.model_path.parent, what)
+        sha = self._ingest(
+            req,
+            store,
+            info,
+            [SignedFile(info, what), PinnedDigest(req.pinned_sha256), LooksLikeOnnx()],
+            what,
+        )
+        self._save_state(self.state.accept(meta))
+        self.unsigned.discard(req.name)
+        self._on_result("accepted", "Verified")
+        return sha
+
+    def _admit_unsigned(self, req: ArtifactRequest, store: ArtifactStore, *, max_bytes: int) -> str:
+        what = f"{req.name} {req.version}"
+        if not self.allow_unsigned:
+            raise TrustError(
+                "UnsignedArtifact",
+                f"{what}: no signed metadata at {req.metadata_path} "
+                "(sign it with `edgectl models sign`; trust.allowUnsigned is off)",
+            )
+        verifiers: list[Verifier] = [PinnedDigest(req.pinned_sha256), LooksLikeOnnx()]
+        sha = self._ingest(req, store, None, verifiers, what, max_bytes=max_bytes)
+        if req.name not in self.unsigned:
+            log.warning(
+                "unsigned artifact accepted (trust.allowUnsigned)",
+                model=req.name,
+                version=req.version,
+                sha256=sha,
+            )
+            self.unsigned.add(req.name)
+        self._on_result("unsigned", "UnsignedArtifact")
+        return sha
+
+    def _ingest(
+        self,
+        req: ArtifactRequest,
+        store: ArtifactStore,
+        info: FileInfo | None,
+        verifiers: list[Verifier],
+        what: str,
+        *,
+        max_bytes: int = 0,
+    ) -> str:
+        path = req.model_path
+        try:
+            st = path.stat()
+        except FileNotFoundError:
+            raise ArtifactError(
+                "ArtifactNotFound", f"spec.model.path: model file {path} does not exist"
+            ) from None
+        except OSError as exc:
+            raise ArtifactError("ArtifactUnreadable", f"spec.model.path: {path}: {exc}") from None
+        key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+        cached = self._stat_cache.get(key)
+        want = info.sha256 if info is not None else req.pinned_sha256
+        if cached is not None and store.has(cached) and want in (None, cached):
+            return cached
+        try:
+            sha = store.ingest_file(
+                path,
+                name=req.name,
+                version=req.version,
+                verifiers=verifiers,
+                max_bytes=info.length if info is not None else max_bytes,
+            )
+        except ArtifactError as exc:
+            if exc.reason == "ArtifactTooLarge" and info is not None:
+                raise TrustError(
+                    "LengthExceeded",
+                    f"{what}: {path} is longer than its signed length ({info.length} bytes); "
+                    "stopped reading at the limit",
+                ) from None
+            raise
+        self._stat_cache[key] = sha
+        return sha
+
+    @staticmethod
+    def _check_extras(meta: ArtifactMetadata, folder: Path, what: str) -> None:
+        """Every signed extra is present next to the model, with its signed length and digest
+        (hashed in a stream, stopping at the signed length). Extras are not stored: edged does
+        not use them yet."""
+        for fname, info in sorted(meta.files.items()):
+            if info.role != "extra":
+                continue
+            path = folder / fname
+            try:
+                f = open(path, "rb")  # noqa: SIM115 - closed below
+            except FileNotFoundError:
+                raise TrustError(
+                    "FileMissing", f"{what}: signed file {fname} is missing ({path})"
+                ) from None
+            with f:
+                h, n = hashlib.sha256(), 0
+                while chunk := f.read(CHUNK):
+                    n += len(chunk)
+                    if n > info.length:
+                        raise TrustError(
+                            "LengthExceeded",
+                            f"{what}: {fname} is longer than its signed length ({info.length})",
+                        )
+                    h.update(chunk)
+            if n != info.length:
+                raise TrustError(
+                    "LengthMismatch", f"{what}: {fname} is {n} bytes, signed {info.length}"
+                )
+            if h.hexdigest() != info.sha256:
+                raise TrustError(
+                    "DigestMismatch", f"{what}: {fname} differs from its signed digest"
+                )
+
+    # -- status ---------------------------------------------------------------------------
+    # -- artifacts from the hub: verify first, download within the signed length, then store --
+    def verify_remote(
+        self, envelope: bytes, *, name: str, version: str, allowance: bytes | None, now: float
+    ) -> tuple[ArtifactMetadata, FileInfo]:
+        """Check signed metadata that came with the hub's desired state, before any download:
+        root valid, threshold met, not expired, no metadata or model-version rollback, and it
+        names this model and version. Returns the metadata and the signed model file."""
+        what = f"{name} {version}"
+        try:
+            env = parse_envelope_bytes(envelope, what=f"{what}: signed metadata")
+            if self.root is None and self.root_problem is not None:
+                reason, message = self.root_problem
+                raise TrustError(reason, f"{what}: {message}")
+            meta = verify_artifact_metadata(
+                self.root, env, now=now, state=self.state, what=f"{what}: signed metadata"
+            )
+            if meta.name != name or meta.version != version:
+                raise TrustError(
+                    "MetadataMismatch",
+                    f"the signed metadata is for {meta.name} {meta.version}, "
+                    f"the deployment asks for {name} {version}",
+                )
+            allowance_env = (
+                parse_envelope_bytes(allowance, what=f"{what}: rollback allowance")
+                if allowance
+                else None
+            )
+            root = check_root_usable(self.root, now)
+            check_model_version(meta, state=self.state, root=root, allowance=allowance_env, now=now)
+        except ArtifactError as exc:
+            self._on_result("refused", exc.reason)
+            raise
+        _, info = meta.model_file()
+        return meta, info
+
+    def store_downloaded(
+        self, meta: ArtifactMetadata, info: FileInfo, part: Path, store: ArtifactStore
+    ) -> str:
+        """Move a completed download into the store, checked against the signed length and
+        digest on the way (the bytes are hashed again while copied); then record the accepted
+        versions. The worker hashes the stored blob once more before loading it."""
+        what = f"{meta.name} {meta.version}"
+        try:
+            sha = store.ingest_file(
+                part,
+                name=meta.name,
+                version=meta.version,
+                verifiers=[SignedFile(info, what), LooksLikeOnnx()],
+                max_bytes=info.length,
+            )
+        except ArtifactError as exc:
+            if exc.reason == "ArtifactTooLarge":
+                exc = TrustError(
+                    "LengthExceeded", f"{what}: longer than its signed length ({info.length})"
+                )
+            self._on_result("refused", exc.reason)
+            raise exc from None
+        self.accept(meta)
+        return sha
+
+    def accept(self, meta: ArtifactMetadata) -> None:
+        """Record ``meta`` as accepted (its artifact is in the store, digest checked)."""
+        self._save_state(self.state.accept(meta))
+        self._on_result("accepted", "Verified")
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "allowUnsigned": self.allow_unsigned,
+            "rootFile": str(self._root_file) if self._root_file else None,
+            "rootVersion": self.root.version if self.root else None,
+            "rootExpires": format_time(self.root.expires) if self.root else None,
+            "rootProblem": (
+                {"reason": self.root_problem[0], "message": self.root_problem[1]}
+                if self.root_problem
+                else None
+            ),
+            "unsignedArtifacts": sorted(self.unsigned),
+        }

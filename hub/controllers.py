@@ -1,0 +1,67 @@
+"""Controllers of the hub that run on a clock: device lifecycle (and, with trust, attestation).
+
+Lifecycle: a device whose last message is older than ``devices.heartbeatGrace`` becomes
+NotReady (an event, and its desired state is projected again: NoSchedule taint); a message
+brings it back to Ready. The decision is :func:`hub.placing.lifecycle_phase` (pure); this loop
+only applies it. It scans every device once per ``grace / 4`` (a scan of 2,000 devices costs
+about a millisecond), so no per-device timers exist.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Mapping
+
+from edged.logs import get_logger
+from hub.context import HubContext
+from hub.model import DevicePhase
+from hub.placing import lifecycle_phase
+
+log = get_logger(__name__)
+
+
+class Lifecycle:
+    name = "lifecycle"
+
+    def __init__(self, ctx: HubContext, last_seen: Mapping[str, float]) -> None:
+        self.ctx = ctx
+        self.last_seen = last_seen
+
+    def scan(self) -> list[str]:
+        """Apply phase changes; the names of the devices that changed."""
+        ctx = self.ctx
+        now = ctx.clock()
+        grace = ctx.config.devices.heartbeat_grace_s
+        changed = []
+        for name, stored in list(ctx.cache.devices.items()):
+            seen = self.last_seen.get(name)
+            device = stored
+            if seen is not None and (stored.last_heartbeat or 0) < seen:
+                device = stored.with_(last_heartbeat=seen)
+            phase, _ = lifecycle_phase(device, now=now, grace_s=grace)
+            if phase is device.phase:
+                if (
+                    seen is not None
+                    and device.last_heartbeat != ctx.cache.devices[name].last_heartbeat
+                ):
+                    ctx.cache.devices[name] = device  # keep the time; written with the next change
+                continue
+            changed.append(name)
+            ctx.writer.update(device.with_(phase=phase))
+            if phase is DevicePhase.NOT_READY:
+                ctx.writer.event(
+                    "Device", name, "Warning", "NotReady", f"no message for more than {grace:g} s"
+                )
+            elif phase is DevicePhase.READY:
+                ctx.writer.event("Device", name, "Normal", "Ready", "messages arrive again")
+        if changed:
+            ctx.projector.mark(changed)
+        return changed
+
+    async def run(self, stop: asyncio.Event) -> None:
+        period = max(self.ctx.config.devices.heartbeat_grace_s / 4, 0.05)
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), period)
+            except TimeoutError:
+                self.scan()

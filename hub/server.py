@@ -1,0 +1,199 @@
+"""``hub serve``: the hub's gRPC services and controllers, wired together.
+
+One grpc.aio server, two ports:
+
+* ``listen`` (default ``0.0.0.0:7443``): mutual TLS. DeviceService for device certificates,
+  AdminService for admin certificates (authorization in :mod:`hub.auth`).
+* the enrollment port, ``listen``'s port + 1 unless configured: server-authenticated TLS only,
+  because a device that enrolls has no certificate yet (it pins the CA by hash). grpc's
+  Python API cannot ask for a client certificate without requiring one, hence two ports.
+  Every service is registered on both ports, but without a client certificate only
+  EnrollmentService answers (the others refuse: UNAUTHENTICATED).
+
+Components (each ``name`` + ``async run(stop)``, supervised with restart backoff like edged's):
+the device writer, the projector, the lifecycle controller, the attestation controller (when
+the trust package provides a verifier) and lease expiry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from edged.artifacts.storing import ArtifactStore
+from edged.logs import get_logger
+from edged.supervising import Component, supervise
+from edgefleet.v1 import admin_pb2_grpc, device_pb2_grpc, enrollment_pb2_grpc
+from hub import pki
+from hub.admin import AdminServicer
+from hub.config import HubConfig, load_config, parse_host_port
+from hub.context import HubContext
+from hub.controllers import Lifecycle
+from hub.core import Cache, DeviceWriter, Projector, Sessions
+from hub.enrolling import EnrollmentServicer
+from hub.errors import HubDirError
+from hub.initializing import HubPaths
+from hub.store import Store, open_store
+from hub.syncing import DeviceServicer
+
+log = get_logger(__name__)
+
+MAX_MESSAGE_BYTES = 4 * 1024 * 1024
+TRUST_ROOT_FILE = "trust-root.json"
+
+SERVER_OPTIONS = [
+    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+    ("grpc.max_concurrent_streams", 100_000),
+    # Find dead devices (power cut, network gone) without application traffic.
+    ("grpc.keepalive_time_ms", 60_000),
+    ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+def enrollment_address(listen: str) -> str:
+    host, port = parse_host_port(listen)
+    return f"{host}:{port + 1}"
+
+
+async def build_context(data_dir: Path, *, store: Store | None = None) -> HubContext:
+    """Load a hub data directory (made by ``hub init``) into a context; opens the store."""
+    paths = HubPaths.of(data_dir)
+    if not paths.config.exists():
+        raise HubDirError(f"{data_dir} is not a hub data directory (no hub.toml): run hub init")
+    config = load_config(paths.config)
+    ca = pki.load_certified_key(paths.ca_certificate, paths.ca_key)
+    store = store or await open_store(config.store or None, data_dir=paths.data_dir)
+    cache = await Cache.load(store)
+    sessions = Sessions()
+    root = paths.data_dir / TRUST_ROOT_FILE
+    return HubContext(
+        paths=paths,
+        config=config,
+        ca=ca,
+        store=store,
+        cache=cache,
+        writer=DeviceWriter(store, cache),
+        projector=Projector(store, cache, sessions, region=config.region),
+        sessions=sessions,
+        blobs=ArtifactStore(paths.data_dir / "blobs"),
+        trust_root=root.read_bytes() if root.exists() else b"",
+    )
+
+
+def _server_credentials(paths: HubPaths, *, mutual: bool) -> grpc.ServerCredentials:
+    return grpc.ssl_server_credentials(
+        [(paths.hub_key.read_bytes(), paths.hub_certificate.read_bytes())],
+        root_certificates=paths.ca_certificate.read_bytes() if mutual else None,
+        require_client_auth=mutual,
+    )
+
+
+@dataclass
+class RunningHub:
+    ctx: HubContext
+    server: grpc.aio.Server
+    port: int
+    enroll_port: int
+    devices: DeviceServicer
+
+
+async def start_server(
+    ctx: HubContext, *, listen: str | None = None, enroll_listen: str | None = None
+) -> RunningHub:
+    """Start the gRPC server (not the controllers); ports 0 pick free ones."""
+    listen = listen or ctx.config.listen
+    enroll_listen = enroll_listen or enrollment_address(listen)
+    server = grpc.aio.server(options=SERVER_OPTIONS)
+    devices = DeviceServicer(ctx)
+    # The generated *_pb2_grpc modules carry no type hints.
+    device_pb2_grpc.add_DeviceServiceServicer_to_server(devices, server)  # type: ignore[no-untyped-call]
+    enrollment_pb2_grpc.add_EnrollmentServiceServicer_to_server(  # type: ignore[no-untyped-call]
+        EnrollmentServicer(ctx), server
+    )
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(ctx), server)  # type: ignore[no-untyped-call]
+    port = server.add_secure_port(listen, _server_credentials(ctx.paths, mutual=True))
+    enroll_port = server.add_secure_port(
+        enroll_listen, _server_credentials(ctx.paths, mutual=False)
+    )
+    await server.start()
+    log.info("hub-serving", listen=listen, port=port, enroll_port=enroll_port, region=ctx.region)
+    return RunningHub(ctx, server, port, enroll_port, devices)
+
+
+class LeaseExpiry:
+    name = "lease-expiry"
+
+    def __init__(self, store: Store, period: float = 1.0) -> None:
+        self.store = store
+        self.period = period
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await asyncio.wait_for(stop.wait(), self.period)
+            except TimeoutError:
+                await self.store.expire_leases()
+
+
+class _Named:
+    def __init__(self, name: str, target: DeviceWriter | Projector) -> None:
+        self.name = name
+        self.target = target
+
+    async def run(self, stop: asyncio.Event) -> None:
+        await self.target.run(stop)
+
+
+async def serve(
+    data_dir: Path,
+    *,
+    listen: str | None = None,
+    enroll_listen: str | None = None,
+    store_url: str | None = None,
+    ready: asyncio.Event | None = None,
+) -> int:
+    """Run the hub until SIGTERM/SIGINT."""
+    ctx = await build_context(
+        data_dir,
+        store=await open_store(store_url, data_dir=HubPaths.of(data_dir).data_dir)
+        if store_url
+        else None,
+    )
+    running = await start_server(ctx, listen=listen, enroll_listen=enroll_listen)
+    print(
+        f"hub serving region {ctx.region} on port {running.port} "
+        f"(enrollment on port {running.enroll_port}); {len(ctx.cache.devices)} devices known",
+        flush=True,
+    )
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    ctx.projector.mark_all()
+    components: list[Component] = [
+        _Named("device-writer", ctx.writer),
+        _Named("projector", ctx.projector),
+        Lifecycle(ctx, running.devices.last_seen),
+        LeaseExpiry(ctx.store),
+    ]
+    if ready is not None:
+        ready.set()
+    try:
+        await supervise(components, stop, critical={"device-writer"})
+    finally:
+        await running.server.stop(grace=2.0)
+        await ctx.writer.flush()
+        await ctx.store.close()
+        log.info("hub-stopped")
+    return 0
+
+
+def config_of(data_dir: Path) -> HubConfig:
+    return load_config(HubPaths.of(data_dir).config)

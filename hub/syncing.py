@@ -1,0 +1,270 @@
+"""DeviceService: the one long-lived Sync stream per device, certificate renewal, artifact fetch.
+
+Sync, from the hub's side:
+
+1. The caller must hold a device certificate of this hub's region, not revoked, for a device
+   that exists and is not revoked; its first message must be a Hello naming that same device.
+2. The Hello's labels, inventory and health go into the device record; the device is Ready.
+3. The hub sends the device's complete desired state now, and again whenever it changes
+   (level-based: always the whole state; a slow device only ever gets the newest).
+4. Status, Ack and Heartbeat messages update the record through the coalescing writer;
+   heartbeats only touch an in-memory last-seen time (the lifecycle controller judges it).
+5. Attestation challenges queued on the session are sent; evidence is handed to the
+   attestation controller.
+
+A second stream from the same device replaces the first. Revocation closes the stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Callable
+from datetime import timedelta
+from typing import Any
+
+import grpc
+from google.protobuf import json_format
+
+from edged.logs import get_logger
+from edgefleet.v1 import device_pb2, device_pb2_grpc
+from hub import pki
+from hub.auth import Caller, authorize
+from hub.context import HubContext
+from hub.core import Session
+from hub.errors import CsrRejected, PkiError
+from hub.model import Device, DevicePhase, Health, WorkloadReport
+from hub.pki import Role
+
+log = get_logger(__name__)
+
+HELLO_TIMEOUT_S = 30.0
+CHUNK = 256 * 1024
+MAX_REPORTED_WORKLOADS = 256
+
+EvidenceHandler = Callable[[str, bytes, bytes], None]
+
+
+def _health(msg: Any) -> Health:
+    return Health(bool(msg.schedulable), tuple(msg.reasons))
+
+
+def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
+    return WorkloadReport(
+        model_version=w.model_version,
+        revision=w.revision,
+        desired_replicas=w.desired_replicas,
+        ready_replicas=w.ready_replicas,
+        phase="",
+        conditions=tuple(
+            {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message}
+            for c in w.conditions
+        ),
+    )
+
+
+class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
+    def __init__(self, ctx: HubContext, *, on_evidence: EvidenceHandler | None = None) -> None:
+        self.ctx = ctx
+        self.last_seen: dict[str, float] = {}
+        self.on_evidence = on_evidence
+
+    async def _caller(self, context: grpc.aio.ServicerContext) -> tuple[Caller, Device]:
+        caller = await authorize(
+            context, region=self.ctx.region, revoked=self.ctx.cache.revoked, roles={Role.DEVICE}
+        )
+        device = self.ctx.cache.devices.get(caller.name)
+        if device is None:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED, f"device {caller.name} is not enrolled here"
+            )
+            raise AssertionError("unreachable")
+        if device.revoked:
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED, f"device {caller.name} has been revoked"
+            )
+        return caller, device
+
+    # -- Sync -------------------------------------------------------------------------------------
+    async def Sync(
+        self,
+        request_iterator: AsyncIterator[device_pb2.DeviceMessage],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[device_pb2.HubMessage]:
+        caller, device = await self._caller(context)
+        ctx = self.ctx
+        it = request_iterator.__aiter__()
+        try:
+            first = await asyncio.wait_for(it.__anext__(), HELLO_TIMEOUT_S)
+        except (TimeoutError, StopAsyncIteration):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the stream must open with Hello")
+            return
+        if first.WhichOneof("message") != "hello":
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the first message must be hello, got {first.WhichOneof('message')}",
+            )
+        hello = first.hello
+        if hello.device_name and hello.device_name != caller.name:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"device {caller.name} may not speak for device {hello.device_name}",
+            )
+        now = ctx.clock()
+        device = device.with_(
+            reported_labels=dict(hello.labels),
+            facts=json_format.MessageToDict(hello.inventory),
+            health=_health(hello.health) if hello.HasField("health") else device.health,
+            phase=DevicePhase.READY,
+            last_heartbeat=now,
+            generation_acked=max(device.generation_acked, hello.applied_generation),
+        )
+        if device.phase is not ctx.cache.devices[caller.name].phase:
+            ctx.writer.event("Device", caller.name, "Normal", "Connected", "the device connected")
+        ctx.writer.update(device)
+        self.last_seen[caller.name] = now
+        session = ctx.sessions.open(caller.name, caller.serial)
+        log.info("device-connected", device=caller.name, generation=hello.applied_generation)
+        reader = asyncio.ensure_future(self._read(caller.name, it, session))
+        try:
+            await ctx.projector.project([caller.name])
+            content = ctx.projector.content_for(caller.name)
+            if content is not None:
+                session.offer(content)
+            sent = 0
+            while not session.closed and not reader.done():
+                if session.desired is not None:
+                    record = ctx.cache.desired.get(caller.name)
+                    content, session.desired = session.desired, None
+                    if record is not None and record.generation > sent:
+                        sent = record.generation
+                        yield device_pb2.HubMessage(
+                            desired_state=device_pb2.DesiredState(
+                                generation=record.generation,
+                                manifests=list(content.manifests),
+                                artifact_metadata=list(content.artifact_metadata),
+                                rollback_allowances=list(content.rollback_allowances),
+                                heartbeat_interval=_duration(
+                                    ctx.config.devices.heartbeat_interval_s
+                                ),
+                            )
+                        )
+                while session.challenges:
+                    nonce = session.challenges.pop(0)
+                    yield device_pb2.HubMessage(
+                        attestation_challenge=device_pb2.AttestationChallenge(nonce=nonce)
+                    )
+                waiter = asyncio.ensure_future(session.wait())
+                await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                waiter.cancel()
+            if session.closed:
+                await context.abort(grpc.StatusCode.UNAVAILABLE, session.close_reason)
+        finally:
+            reader.cancel()
+            ctx.sessions.release(session)
+            log.info("device-disconnected", device=caller.name)
+
+    async def _read(
+        self, name: str, it: AsyncIterator[device_pb2.DeviceMessage], session: Session
+    ) -> None:
+        ctx = self.ctx
+        async for msg in it:
+            now = ctx.clock()
+            self.last_seen[name] = now
+            kind = msg.WhichOneof("message")
+            device = ctx.cache.devices.get(name)
+            if device is None or session.closed:
+                return
+            if kind == "ack":
+                if msg.ack.generation > device.generation_acked:
+                    ctx.writer.update(device.with_(generation_acked=msg.ack.generation))
+            elif kind == "status":
+                workloads = {
+                    w.name: _workload(w) for w in msg.status.workloads[:MAX_REPORTED_WORKLOADS]
+                }
+                health = _health(msg.status.health) if msg.status.HasField("health") else None
+                changed = device.with_(
+                    workloads=workloads, health=health or device.health, last_heartbeat=now
+                )
+                if changed.health != device.health:
+                    ctx.projector.mark([name])
+                    ctx.writer.event(
+                        "Device",
+                        name,
+                        "Normal" if changed.health.schedulable else "Warning",
+                        "Schedulable" if changed.health.schedulable else "Unschedulable",
+                        "; ".join(changed.health.reasons) or "health policy met",
+                    )
+                ctx.writer.update(changed)
+            elif kind == "attestation_evidence" and self.on_evidence is not None:
+                ev = msg.attestation_evidence
+                self.on_evidence(name, bytes(ev.nonce), bytes(ev.evidence))
+            # heartbeat: last_seen above is all it does
+
+    # -- certificates -----------------------------------------------------------------------------
+    async def RenewCertificate(
+        self, request: device_pb2.RenewCertificateRequest, context: grpc.aio.ServicerContext
+    ) -> device_pb2.RenewCertificateResponse:
+        caller, device = await self._caller(context)
+        ctx = self.ctx
+        try:
+            certificate = pki.sign_device_csr(
+                ctx.ca,
+                request.csr_pem,
+                caller.identity,
+                lifetime=timedelta(seconds=ctx.config.certificates.device_lifetime_s),
+            )
+        except (CsrRejected, PkiError) as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
+            raise AssertionError("unreachable") from None
+        serial = format(certificate.serial_number, "x")
+        ctx.writer.update(
+            device.with_(certificate_serial=serial, public_key_pem=pki.public_key_pem(certificate))
+        )
+        await ctx.writer.flush()
+        log.info("certificate-renewed", device=caller.name, serial=serial)
+        return device_pb2.RenewCertificateResponse(
+            certificate_chain_pem=pki.certificate_pem(certificate)
+        )
+
+    # -- artifacts --------------------------------------------------------------------------------
+    async def FetchArtifact(
+        self, request: device_pb2.FetchArtifactRequest, context: grpc.aio.ServicerContext
+    ) -> AsyncIterator[device_pb2.ArtifactChunk]:
+        caller, _ = await self._caller(context)
+        content = self.ctx.projector.content_for(caller.name)
+        if content is None or request.sha256 not in content.artifacts:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"artifact {request.sha256[:16]} is not in device {caller.name}'s desired state",
+            )
+        path = self.ctx.blobs.path_for(request.sha256)
+        try:
+            # A local file in the page cache: reads of 256 KiB do not stall the loop noticeably.
+            f = open(path, "rb")  # noqa: SIM115, ASYNC230 - closed below
+        except FileNotFoundError:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"artifact {request.sha256} is not stored"
+            )
+            return
+        with f:
+            size = f.seek(0, 2)
+            if request.offset > size:
+                await context.abort(
+                    grpc.StatusCode.OUT_OF_RANGE,
+                    f"offset {request.offset} is past the artifact's end ({size} bytes)",
+                )
+            offset = f.seek(request.offset)
+            while True:
+                data = f.read(CHUNK)
+                if not data:
+                    return
+                yield device_pb2.ArtifactChunk(offset=offset, data=data)
+                offset += len(data)
+
+
+def _duration(seconds: float) -> Any:
+    from google.protobuf.duration_pb2 import Duration
+
+    d = Duration()
+    d.FromTimedelta(timedelta(seconds=seconds))
+    return d
