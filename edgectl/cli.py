@@ -1,5 +1,12 @@
-"""The ``edgectl`` command: ``quickstart``, and the publisher's trust commands (``keys``,
-``models sign``, ``trust root``, ``rollback allow``; see ``edgectl/trusting.py``)."""
+"""The ``edgectl`` command: the operator's command line.
+
+* ``edgectl quickstart``: the whole main job on one machine.
+* The publisher's trust commands (``keys``, ``models sign``, ``trust root``, ``rollback
+  allow``): :mod:`edgectl.trusting`.
+* Hub commands (``apply``, ``get``, ``describe``, ``delete``, ``devices``, ``tokens``) talk
+  to a hub's AdminService with the credentials ``--config`` names (default
+  ``$EDGECTL_CONFIG``, else ``./admin.toml``): :mod:`edgectl.commands`.
+"""
 
 from __future__ import annotations
 
@@ -7,10 +14,10 @@ import argparse
 import sys
 from pathlib import Path
 
+from edgectl.commands import ADMIN_COMMANDS, add_admin_commands, run_admin_command
 
-def main(argv: list[str] | None = None) -> int:
-    p = argparse.ArgumentParser(prog="edgectl", description="edgefleet operator command line")
-    sub = p.add_subparsers(dest="command")
+
+def _add_quickstart(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
     qs = sub.add_parser(
         "quickstart",
         help="run edged on the example ModelDeployment and send it an inference request",
@@ -23,9 +30,30 @@ def main(argv: list[str] | None = None) -> int:
         help="the ModelDeployment to run",
     )
     qs.add_argument("--keep-running", action="store_true", help="leave edged running at the end")
+
+
+def _parser() -> argparse.ArgumentParser:
     from edgectl import trusting
 
+    p = argparse.ArgumentParser(prog="edgectl", description="edgefleet operator command line")
+    p.add_argument(
+        "--config",
+        type=Path,
+        default=None,
+        metavar="PATH",
+        help="admin.toml of the hub to talk to (default: $EDGECTL_CONFIG, else ./admin.toml)",
+    )
+    sub = p.add_subparsers(dest="command")
+    _add_quickstart(sub)
     trusting.add_commands(sub)
+    add_admin_commands(sub)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    from edgectl import trusting
+
+    p = _parser()
     args = p.parse_args(argv)
     code = trusting.run(args)
     if code is not None:
@@ -34,5 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         from edgectl.quickstart import run_quickstart
 
         return run_quickstart(args.dir, args.example, keep_running=args.keep_running)
+    if args.command in ADMIN_COMMANDS:
+        return run_admin_command(args)
     p.print_help()
     return 0 if argv is None and len(sys.argv) == 1 else 2

@@ -69,8 +69,7 @@ class Cache:
             device = Device.from_json(objects.loads(kv.value))
             cache.devices[device.name] = device
         for kv in (await store.range(objects.OBJECTS)).kvs:
-            doc = objects.loads(kv.value)
-            cache.put_object(doc, kv.mod_revision)
+            cache.put_object(objects.manifest_of(kv.value), kv.mod_revision)
         for kv in (await store.range(objects.MODELS)).kvs:
             model = objects.ModelRecord.from_json(objects.loads(kv.value))
             cache.models[(model.name, model.version)] = model

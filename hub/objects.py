@@ -5,7 +5,8 @@ Keys (values are JSON unless said otherwise)::
     /tokens/ID                      bootstrap tokens (hub.tokens)
     /devices/NAME                   hub.model.Device
     /objects/KIND/NAME              operator objects (ModelDeployment, DeviceHealthPolicy,
-                                    SecurityBaseline): {"manifest": canonical doc, "status": ...}
+                                    SecurityBaseline): {"manifest": canonical doc}; status is
+                                    computed when read (hub.presenting), never stored
     /models/NAME/VERSION            a pushed artifact: signed metadata envelope (as signed),
                                     sha256, length, pushed time
     /desired/NAME                   what a device is owed: generation, deployment names, digest
@@ -58,6 +59,17 @@ def desired_key(device: str) -> str:
 
 def revoked_key(serial_hex: str) -> str:
     return f"{REVOKED}{serial_hex}"
+
+
+def object_value(manifest: Mapping[str, Any]) -> bytes:
+    """What is stored under :func:`object_key` for a canonical manifest."""
+    return dumps({"manifest": manifest})
+
+
+def manifest_of(value: bytes) -> dict[str, Any]:
+    """The canonical manifest stored under an :func:`object_key` (see :func:`object_value`)."""
+    manifest: dict[str, Any] = loads(value)["manifest"]
+    return manifest
 
 
 def dumps(doc: Any) -> bytes:

@@ -27,8 +27,9 @@ import grpc
 from edged.artifacts.storing import ArtifactStore
 from edged.logs import get_logger
 from edged.supervising import Component, supervise
-from edgefleet.v1 import device_pb2_grpc, enrollment_pb2_grpc
+from edgefleet.v1 import admin_pb2_grpc, device_pb2_grpc, enrollment_pb2_grpc
 from hub import pki
+from hub.admin import AdminServicer
 from hub.config import HubConfig, load_config, parse_host_port
 from hub.context import HubContext
 from hub.controllers import Lifecycle
@@ -119,6 +120,7 @@ async def start_server(
     enrollment_pb2_grpc.add_EnrollmentServiceServicer_to_server(  # type: ignore[no-untyped-call]
         EnrollmentServicer(ctx), server
     )
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(ctx), server)  # type: ignore[no-untyped-call]
     port = server.add_secure_port(listen, _server_credentials(ctx.paths, mutual=True))
     enroll_port = server.add_secure_port(
         enroll_listen, _server_credentials(ctx.paths, mutual=False)

@@ -1,0 +1,204 @@
+"""edgectl's connection to a hub: ``admin.toml`` (as ``hub init`` writes it) and a thin,
+synchronous AdminService client over mutual TLS.
+
+``admin.toml``::
+
+    hub = "hub.example:7443"                 # HOST:PORT
+    caCertificate = "/var/lib/hub/ca.crt"    # relative paths: relative to admin.toml
+    certificate = "/var/lib/hub/admin.crt"
+    key = "/var/lib/hub/admin.key"
+
+Every gRPC failure becomes a :class:`ClientError` carrying the status code's name and the hub's
+message, printed by the CLI as one line (``error: INVALID_ARGUMENT: documents[0].spec...``).
+
+Exit codes of edgectl: 0 done; 1 the hub refused (or the input is invalid); 2 usage or
+config errors; 3 the hub cannot be reached.
+"""
+
+from __future__ import annotations
+
+import tomllib
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+
+from edged.api.validating import Problems, non_empty_str
+from edged.errors import ConfigError, Problem
+from edgefleet.v1 import admin_pb2, admin_pb2_grpc
+from hub.config import parse_host_port
+
+EXIT_REFUSED = 1
+EXIT_USAGE = 2
+EXIT_UNREACHABLE = 3
+
+DEFAULT_TIMEOUT_S = 30.0
+
+_UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig:
+    hub: str
+    ca_certificate: Path
+    certificate: Path
+    key: Path
+
+
+def _address(value: object) -> str:
+    parse_host_port(value)
+    assert isinstance(value, str)
+    return value
+
+
+def parse_admin_config(doc: Mapping[str, Any], *, source: str, base: Path) -> AdminConfig:
+    """Validate an admin.toml document; ConfigError lists every problem with its field."""
+    problems = Problems()
+    r = problems.reader(doc) or problems.empty_reader("")
+
+    def path(name: str) -> Path:
+        text = r.required(name, non_empty_str, "")
+        return base / text if text else Path()
+
+    config = AdminConfig(
+        hub=r.required("hub", _address, ""),
+        ca_certificate=path("caCertificate"),
+        certificate=path("certificate"),
+        key=path("key"),
+    )
+    problems.raise_if_any(ConfigError, source=source)
+    return config
+
+
+def load_admin_config(path: Path) -> AdminConfig:
+    source = str(path)
+    try:
+        text = path.read_bytes().decode("utf-8")
+    except OSError as exc:
+        raise ConfigError(
+            [Problem("", f"cannot read: {exc.strerror} (pass --config or set EDGECTL_CONFIG)")],
+            source=source,
+        ) from exc
+    except UnicodeDecodeError as exc:
+        raise ConfigError([Problem("", "is not UTF-8 text")], source=source) from exc
+    try:
+        doc = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError([Problem("", f"invalid TOML: {exc}")], source=source) from exc
+    return parse_admin_config(doc, source=source, base=path.absolute().parent)
+
+
+class ClientError(Exception):
+    """A call failed: ``code`` is the gRPC status name (``INVALID_ARGUMENT``...)."""
+
+    def __init__(self, code: str, message: str, exit_code: int = EXIT_REFUSED) -> None:
+        self.code = code
+        self.message = message
+        self.exit_code = exit_code
+        super().__init__(f"{code}: {message}")
+
+
+def _translated(exc: grpc.RpcError, hub: str) -> ClientError:
+    code = exc.code()
+    details = exc.details() or ""
+    if code in _UNREACHABLE:
+        return ClientError(code.name, f"cannot reach the hub at {hub}: {details}", EXIT_UNREACHABLE)
+    return ClientError(code.name, details)
+
+
+def _read(path: Path, what: str) -> bytes:
+    try:
+        return path.read_bytes()
+    except OSError as exc:
+        message = f"{what}: cannot read {path}: {exc.strerror}"
+        raise ClientError("CONFIG", message, EXIT_USAGE) from None
+
+
+class AdminClient:
+    """AdminService calls; every method raises ClientError on failure."""
+
+    def __init__(self, config: AdminConfig, *, timeout: float = DEFAULT_TIMEOUT_S) -> None:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=_read(config.ca_certificate, "caCertificate"),
+            private_key=_read(config.key, "key"),
+            certificate_chain=_read(config.certificate, "certificate"),
+        )
+        self._hub = config.hub
+        self._timeout = timeout
+        self._channel = grpc.secure_channel(config.hub, credentials)
+        self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)  # type: ignore[no-untyped-call]
+
+    def close(self) -> None:
+        self._channel.close()
+
+    def __enter__(self) -> AdminClient:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _call(self, method: str, request: Any) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=self._timeout)
+        except grpc.RpcError as exc:
+            raise _translated(exc, self._hub) from None
+
+    def apply(self, documents: list[bytes], *, dry_run: bool = False) -> list[Any]:
+        request = admin_pb2.ApplyRequest(documents=documents, dry_run=dry_run)
+        return list(self._call("Apply", request).results)
+
+    def get(self, kind: str, name: str) -> dict[str, Any]:
+        item = self._call("Get", admin_pb2.GetRequest(kind=kind, name=name))
+        doc: dict[str, Any] = orjson.loads(item.json)
+        return doc
+
+    def list_objects(self, kind: str, selector: str = "") -> tuple[list[dict[str, Any]], int]:
+        response = self._call("List", admin_pb2.ListRequest(kind=kind, label_selector=selector))
+        return [orjson.loads(i.json) for i in response.items], int(response.resource_version)
+
+    def delete(self, kind: str, name: str) -> bool:
+        return bool(self._call("Delete", admin_pb2.DeleteRequest(kind=kind, name=name)).deleted)
+
+    def cordon(self, name: str, *, cordoned: bool = True) -> None:
+        self._call("Cordon" if cordoned else "Uncordon", admin_pb2.CordonRequest(device_name=name))
+
+    def revoke(self, name: str) -> list[str]:
+        response = self._call("RevokeDevice", admin_pb2.RevokeDeviceRequest(device_name=name))
+        return list(response.serials)
+
+    def events(self, kind: str = "", name: str = "", limit: int = 0) -> list[dict[str, Any]]:
+        request = admin_pb2.ListEventsRequest(kind=kind, name=name, limit=limit)
+        return [orjson.loads(e) for e in self._call("ListEvents", request).events]
+
+    def watch(self, kind: str, resource_version: int = 0) -> Iterator[tuple[str, dict[str, Any]]]:
+        """``(ADDED|MODIFIED|DELETED, object)`` until the caller stops iterating."""
+        call = self._stub.Watch(
+            admin_pb2.WatchRequest(kind=kind, resource_version=resource_version)
+        )
+        try:
+            for event in call:
+                yield admin_pb2.WatchEvent.Type.Name(event.type), orjson.loads(event.object.json)
+        except grpc.RpcError as exc:
+            if exc.code() is not grpc.StatusCode.CANCELLED:
+                raise _translated(exc, self._hub) from None
+        finally:
+            call.cancel()
+
+    def create_token(
+        self,
+        *,
+        ttl_s: float = 0,
+        single_use: bool = False,
+        description: str = "",
+        labels: Mapping[str, str] | None = None,
+    ) -> Any:
+        request = admin_pb2.CreateTokenRequest(
+            single_use=single_use, description=description, labels=dict(labels or {})
+        )
+        if ttl_s:
+            request.ttl.FromTimedelta(timedelta(seconds=ttl_s))
+        return self._call("CreateToken", request)

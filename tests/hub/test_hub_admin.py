@@ -1,0 +1,545 @@
+"""AdminService over real gRPC: a hub data directory from ``hub init``, a SQLite store, the
+servicer on a grpc.aio server on loopback with mutual TLS; assertions on the resulting store
+and cache state."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+import pytest
+from asynctesting import async_test, eventually
+from hubserving import REGION, AdminHub, make_hub_dir
+
+from edgefleet.v1 import admin_pb2
+from hub import objects, pki, tokens
+from hub.core import Cache
+from hub.model import Device, DevicePhase, WorkloadReport
+from hub.objects import DesiredRecord
+
+DIGEST = "sha256:" + "ab" * 32
+
+
+def deployment(name: str = "fraud", *, version: str = "2.4.1", **spec: Any) -> bytes:
+    doc = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": name, "labels": {"team": "risk"}},
+        "spec": {"model": {"name": name, "version": version}, "replicas": {"perDevice": 1}, **spec},
+    }
+    return orjson.dumps(doc)
+
+
+def baseline(name: str = "fleet", **spec: Any) -> bytes:
+    return orjson.dumps(
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "SecurityBaseline",
+            "metadata": {"name": name},
+            "spec": spec,
+        }
+    )
+
+
+async def code_of(call: Any) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    return info.value.code(), info.value.details() or ""
+
+
+async def served(tmp_path: Path) -> AdminHub:
+    return AdminHub(await make_hub_dir(tmp_path / "hub"))
+
+
+async def seed_devices(hub: AdminHub) -> None:
+    hub.ctx.writer.update(
+        Device(
+            name="cam-1",
+            labels={"site": "retail"},
+            reported_labels={"accelerator": "npu", "arch": "arm64"},
+            phase=DevicePhase.READY,
+            certificate_serial="1f2e",
+            workloads={"fraud": WorkloadReport("2.4.1", desired_replicas=1, ready_replicas=1)},
+        )
+    )
+    hub.ctx.writer.update(Device(name="cam-2", labels={"site": "depot"}))
+    await hub.ctx.writer.flush()
+
+
+# -- Apply --------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_apply_creates_then_is_unchanged_then_configures(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        first = await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment(), baseline()]))
+        assert [(r.kind, r.outcome) for r in first.results] == [
+            ("ModelDeployment", admin_pb2.ApplyResult.CREATED),
+            ("SecurityBaseline", admin_pb2.ApplyResult.CREATED),
+        ]
+        revision = first.results[0].resource_version
+        assert revision > 0 and first.results[1].resource_version == revision  # one txn
+
+        await hub.ctx.writer.flush()  # the events
+        before = (await hub.ctx.store.range("")).revision
+        again = await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment(), baseline()]))
+        assert [r.outcome for r in again.results] == [admin_pb2.ApplyResult.UNCHANGED] * 2
+        assert [r.resource_version for r in again.results] == [revision, revision]
+        await hub.ctx.writer.flush()
+        assert (await hub.ctx.store.range("")).revision == before  # nothing written
+
+        changed = await stub.Apply(
+            admin_pb2.ApplyRequest(documents=[deployment(version="2.5.0"), baseline()])
+        )
+        assert [r.outcome for r in changed.results] == [
+            admin_pb2.ApplyResult.CONFIGURED,
+            admin_pb2.ApplyResult.UNCHANGED,
+        ]
+        assert hub.ctx.cache.deployments["fraud"].spec.model.version == "2.5.0"
+        kv = await hub.ctx.store.get(objects.object_key("ModelDeployment", "fraud"))
+        assert kv is not None
+        assert objects.manifest_of(kv.value)["spec"]["model"]["version"] == "2.5.0"
+        assert kv.mod_revision == changed.results[0].resource_version
+        reasons = [e["reason"] for e in hub.ctx.cache.events]
+        assert reasons == ["Created", "Created", "Configured"]
+
+        # what was stored loads back into an equal cache (hub restart)
+        reloaded = await Cache.load(hub.ctx.store)
+        assert reloaded.stored == hub.ctx.cache.stored
+        assert reloaded.security_policy().require_attestation is False
+
+
+@async_test
+async def test_an_invalid_document_among_valid_ones_writes_nothing_and_names_every_field(
+    tmp_path: Path,
+) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        before = (await hub.ctx.store.range("")).revision
+        bad = deployment("other", replicas={"perDevice": -1})
+        bad_baseline = baseline(requireAttestation="yes", allowedCodeDigests=["md5:x"], extra=1)
+        code, details = await code_of(
+            stub.Apply(
+                admin_pb2.ApplyRequest(
+                    documents=[deployment(), bad, b"{not json", bad_baseline, b"[]"]
+                )
+            )
+        )
+        assert code is grpc.StatusCode.INVALID_ARGUMENT
+        assert "documents[1].spec.replicas.perDevice: " in details
+        assert "documents[2]: invalid JSON at line 1" in details
+        assert "documents[3].spec.requireAttestation: must be true or false" in details
+        assert "documents[3].spec.allowedCodeDigests[0]: " in details
+        assert "documents[3].spec.extra: unknown field" in details
+        assert "documents[4]: must be a JSON object" in details
+        assert (await hub.ctx.store.range("")).revision == before
+        assert hub.ctx.cache.stored == {}
+
+
+@async_test
+async def test_duplicates_unknown_kinds_and_empty_requests_are_refused(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        unknown = orjson.dumps({"apiVersion": "edgefleet.io/v1", "kind": "Pod", "metadata": {}})
+        cases = {
+            'documents[1].metadata.name: ModelDeployment "fraud" is already in documents[0]': [
+                deployment(),
+                deployment(version="3.0.0"),
+            ],
+            "documents[0].kind: must be one of ModelDeployment, DeviceHealthPolicy, "
+            "SecurityBaseline": [unknown],
+            "documents: no documents": [],
+        }
+        for expected, documents in cases.items():
+            code, details = await code_of(stub.Apply(admin_pb2.ApplyRequest(documents=documents)))
+            assert code is grpc.StatusCode.INVALID_ARGUMENT
+            assert expected in details
+        assert hub.ctx.cache.stored == {}
+
+
+@async_test
+async def test_dry_run_validates_and_reports_but_writes_nothing(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        result = await hub.stub(channel).Apply(
+            admin_pb2.ApplyRequest(documents=[deployment()], dry_run=True)
+        )
+        assert result.results[0].outcome == admin_pb2.ApplyResult.CREATED
+        assert (await hub.ctx.store.range(objects.OBJECTS)).kvs == ()
+
+
+class RacingStore:
+    """The hub's store, with another writer changing each key just after the hub reads it."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def get(self, key: str) -> Any:
+        kv = await self._store.get(key)
+        await self._store.put(key, objects.object_value({"raced": True}))
+        return kv
+
+
+@async_test
+async def test_a_concurrent_change_aborts_the_whole_apply(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        store = hub.ctx.store
+        hub.ctx.store = RacingStore(store)
+        code, details = await code_of(
+            hub.stub(channel).Apply(admin_pb2.ApplyRequest(documents=[deployment(), baseline()]))
+        )
+        hub.ctx.store = store
+        assert code is grpc.StatusCode.ABORTED
+        assert "nothing was written; try again" in details
+        for kind, name in (("ModelDeployment", "fraud"), ("SecurityBaseline", "fleet")):
+            kv = await store.get(objects.object_key(kind, name))
+            assert kv is not None and objects.manifest_of(kv.value) == {"raced": True}
+        assert hub.ctx.cache.stored == {}
+
+
+@async_test
+async def test_oversized_requests_are_refused(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        huge = b'{"pad": "' + b"x" * (5 << 20) + b'"}'
+        code, _ = await code_of(stub.Apply(admin_pb2.ApplyRequest(documents=[huge])))
+        assert code is grpc.StatusCode.RESOURCE_EXHAUSTED
+        large = b'{"pad": "' + b"x" * (1 << 20) + b'"}'
+        code, details = await code_of(stub.Apply(admin_pb2.ApplyRequest(documents=[large])))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT
+        assert "documents[0]: is larger than 1048576 bytes" in details
+        # the hub keeps serving
+        ok = await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment()]))
+        assert ok.results[0].outcome == admin_pb2.ApplyResult.CREATED
+
+
+# -- authorization -------------------------------------------------------------------------------
+
+
+@async_test
+async def test_a_device_certificate_may_not_call_admin_service(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub:
+        device = pki.issue_client_certificate(
+            hub.ctx.ca, pki.Identity(pki.Role.DEVICE, "cam-1", REGION)
+        )
+        async with hub.channel(device) as channel:
+            stub = hub.stub(channel)
+            for call in (
+                stub.Apply(admin_pb2.ApplyRequest(documents=[deployment()])),
+                stub.List(admin_pb2.ListRequest(kind="Device")),
+                stub.RevokeDevice(admin_pb2.RevokeDeviceRequest(device_name="cam-1")),
+            ):
+                code, details = await code_of(call)
+                assert code is grpc.StatusCode.PERMISSION_DENIED
+                assert "a device certificate may not call this service" in details
+            watch = stub.Watch(admin_pb2.WatchRequest(kind="Device"))
+            code, _ = await code_of(watch.read())
+            assert code is grpc.StatusCode.PERMISSION_DENIED
+        assert hub.ctx.cache.stored == {}
+
+
+@async_test
+async def test_a_certificate_from_another_ca_is_refused_at_the_handshake(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub:
+        foreign_ca = pki.create_ca(REGION)
+        foreign = pki.issue_client_certificate(
+            foreign_ca, pki.Identity(pki.Role.ADMIN, "admin", REGION)
+        )
+        async with hub.channel(foreign) as channel:
+            code, _ = await code_of(hub.stub(channel).List(admin_pb2.ListRequest(kind="Device")))
+            assert code is grpc.StatusCode.UNAVAILABLE
+
+
+@async_test
+async def test_a_revoked_admin_certificate_is_refused(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub:
+        admin = hub.admin()
+        hub.ctx.cache.revoked[format(admin.certificate.serial_number, "x")] = "admin"
+        async with hub.channel() as channel:
+            code, details = await code_of(
+                hub.stub(channel).List(admin_pb2.ListRequest(kind="Device"))
+            )
+        assert code is grpc.StatusCode.UNAUTHENTICATED
+        assert "has been revoked" in details
+
+
+# -- reading -------------------------------------------------------------------------------------
+
+
+@async_test
+async def test_get_and_list_show_kubernetes_shaped_objects(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+        hub.ctx.cache.desired["cam-1"] = DesiredRecord(7, ("fraud",), "d")
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment()]))
+
+        got = await stub.Get(admin_pb2.GetRequest(kind="Device", name="cam-1"))
+        doc = orjson.loads(got.json)
+        assert got.resource_version > 0
+        assert doc["kind"] == "Device" and doc["apiVersion"] == "edgefleet.io/v1"
+        assert doc["metadata"] == {
+            "name": "cam-1",
+            "labels": {"accelerator": "npu", "arch": "arm64", "site": "retail"},
+        }
+        assert doc["spec"] == {"labels": {"site": "retail"}, "cordoned": False}
+        status = doc["status"]
+        assert status["phase"] == "Ready"
+        assert status["generationDesired"] == 7 and status["deployments"] == ["fraud"]
+        assert status["workloads"]["fraud"]["readyReplicas"] == 1
+        assert {"health", "attestation", "facts", "generationAcked", "taints"} <= set(status)
+        cam2 = orjson.loads(
+            (await stub.Get(admin_pb2.GetRequest(kind="Device", name="cam-2"))).json
+        )
+        assert [t["key"] for t in cam2["status"]["taints"]] == ["node.edgefleet.io/not-ready"]
+
+        dep = orjson.loads(
+            (await stub.Get(admin_pb2.GetRequest(kind="ModelDeployment", name="fraud"))).json
+        )
+        assert dep["spec"]["model"] == {"name": "fraud", "version": "2.4.1"}
+        assert dep["status"]["desiredDevices"] == 1
+        assert dep["status"]["readyDevices"] == 1
+        assert dep["status"]["versions"] == {"2.4.1": {"devices": 1, "ready": 1}}
+
+        listed = await stub.List(admin_pb2.ListRequest(kind="Device"))
+        assert [orjson.loads(i.json)["metadata"]["name"] for i in listed.items] == [
+            "cam-1",
+            "cam-2",
+        ]
+        assert listed.resource_version >= max(i.resource_version for i in listed.items)
+        assert (await stub.List(admin_pb2.ListRequest(kind="Model"))).items == []
+
+
+@async_test
+async def test_label_selectors(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+
+        async def names(selector: str) -> list[str]:
+            listed = await stub.List(admin_pb2.ListRequest(kind="Device", label_selector=selector))
+            return [orjson.loads(i.json)["metadata"]["name"] for i in listed.items]
+
+        assert await names("") == ["cam-1", "cam-2"]
+        assert await names("site=retail") == ["cam-1"]
+        assert await names("site==depot") == ["cam-2"]
+        assert await names("site!=retail") == ["cam-2"]
+        assert await names("accelerator") == ["cam-1"]
+        assert await names("!accelerator") == ["cam-2"]
+        assert await names("accelerator=npu, site=depot") == []
+        for bad in ("site=a=b", "site in (a,b)", "a,,b", "Bad Key=x"):
+            code, details = await code_of(
+                stub.List(admin_pb2.ListRequest(kind="Device", label_selector=bad))
+            )
+            assert code is grpc.StatusCode.INVALID_ARGUMENT
+            assert details.startswith("label_selector: ")
+
+
+@async_test
+async def test_unknown_kinds_and_names(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        code, details = await code_of(stub.List(admin_pb2.ListRequest(kind="Pod")))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT
+        assert details == (
+            "unknown kind 'Pod': must be one of Device, Model, ModelDeployment, "
+            "DeviceHealthPolicy, SecurityBaseline"
+        )
+        code, details = await code_of(stub.Get(admin_pb2.GetRequest(kind="Device", name="nope")))
+        assert code is grpc.StatusCode.NOT_FOUND
+        assert details == 'Device "nope" not found'
+
+
+# -- changing devices and objects ----------------------------------------------------------------
+
+
+@async_test
+async def test_delete_objects_and_devices(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment()]))
+        session = hub.ctx.sessions.open("cam-2", "aa")
+
+        gone = await stub.Delete(admin_pb2.DeleteRequest(kind="ModelDeployment", name="fraud"))
+        assert gone.deleted
+        assert "fraud" not in hub.ctx.cache.deployments
+        assert await hub.ctx.store.get(objects.object_key("ModelDeployment", "fraud")) is None
+        again = await stub.Delete(admin_pb2.DeleteRequest(kind="ModelDeployment", name="fraud"))
+        assert not again.deleted
+
+        assert (await stub.Delete(admin_pb2.DeleteRequest(kind="Device", name="cam-2"))).deleted
+        assert "cam-2" not in hub.ctx.cache.devices
+        assert session.closed and session.close_reason == "device deleted"
+        await hub.ctx.writer.flush()
+        assert await hub.ctx.store.get(objects.device_key("cam-2")) is None
+        assert [e["reason"] for e in hub.ctx.cache.events][-2:] == ["Deleted", "Deleted"]
+
+
+@async_test
+async def test_cordon_and_uncordon(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+        await stub.Cordon(admin_pb2.CordonRequest(device_name="cam-1"))
+        assert hub.ctx.cache.devices["cam-1"].cordoned
+        kv = await hub.ctx.store.get(objects.device_key("cam-1"))
+        assert kv is not None and orjson.loads(kv.value)["cordoned"] is True  # persisted
+        doc = orjson.loads((await stub.Get(admin_pb2.GetRequest(kind="Device", name="cam-1"))).json)
+        assert "node.edgefleet.io/unschedulable" in [t["key"] for t in doc["status"]["taints"]]
+
+        await stub.Uncordon(admin_pb2.CordonRequest(device_name="cam-1"))
+        assert not hub.ctx.cache.devices["cam-1"].cordoned
+        kv = await hub.ctx.store.get(objects.device_key("cam-1"))
+        assert kv is not None and orjson.loads(kv.value)["cordoned"] is False
+        reasons = [e["reason"] for e in hub.ctx.cache.events]
+        assert reasons == ["Cordoned", "Uncordoned"]
+        code, _ = await code_of(stub.Cordon(admin_pb2.CordonRequest(device_name="nope")))
+        assert code is grpc.StatusCode.NOT_FOUND
+
+
+@async_test
+async def test_revoke_writes_the_serial_and_closes_the_session(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        await seed_devices(hub)
+        session = hub.ctx.sessions.open("cam-1", "1f2e")
+        response = await hub.stub(channel).RevokeDevice(
+            admin_pb2.RevokeDeviceRequest(device_name="cam-1")
+        )
+        assert list(response.serials) == ["1f2e"]
+        kv = await hub.ctx.store.get(objects.revoked_key("1f2e"))
+        assert kv is not None and kv.value == b"cam-1"
+        assert hub.ctx.cache.revoked["1f2e"] == "cam-1"
+        assert hub.ctx.cache.devices["cam-1"].revoked
+        assert session.closed and session.close_reason == "certificate revoked"
+        assert (await Cache.load(hub.ctx.store)).revoked == {"1f2e": "cam-1"}
+        assert hub.ctx.cache.events[-1]["type"] == "Warning"
+
+
+@async_test
+async def test_events_newest_last_filtered_and_limited(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment()]))
+        await stub.Cordon(admin_pb2.CordonRequest(device_name="cam-1"))
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment(version="9")]))
+
+        def parse(r: admin_pb2.ListEventsResponse) -> list[tuple[str, str]]:
+            return [(e["object"]["name"], e["reason"]) for e in map(orjson.loads, r.events)]
+
+        every = parse(await stub.ListEvents(admin_pb2.ListEventsRequest()))
+        assert every == [("fraud", "Created"), ("cam-1", "Cordoned"), ("fraud", "Configured")]
+        of_fraud = await stub.ListEvents(
+            admin_pb2.ListEventsRequest(kind="ModelDeployment", name="fraud", limit=1)
+        )
+        assert parse(of_fraud) == [("fraud", "Configured")]
+
+
+# -- watch ---------------------------------------------------------------------------------------
+
+
+async def next_event(stream: AsyncIterator[admin_pb2.WatchEvent]) -> tuple[int, dict[str, Any]]:
+    event = await asyncio.wait_for(anext(stream), 3)
+    return event.type, orjson.loads(event.object.json)
+
+
+@async_test
+async def test_watch_lists_current_objects_then_sees_applies_and_deletes(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment("a")]))
+        call = stub.Watch(admin_pb2.WatchRequest(kind="ModelDeployment"))
+        stream = call.__aiter__()
+        kind, doc = await next_event(stream)
+        assert (kind, doc["metadata"]["name"]) == (admin_pb2.WatchEvent.ADDED, "a")
+        assert "status" in doc
+
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment("b")]))
+        kind, doc = await next_event(stream)
+        assert (kind, doc["metadata"]["name"]) == (admin_pb2.WatchEvent.ADDED, "b")
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment("a", version="3")]))
+        kind, doc = await next_event(stream)
+        assert kind == admin_pb2.WatchEvent.MODIFIED
+        assert doc["spec"]["model"]["version"] == "3"
+        await stub.Delete(admin_pb2.DeleteRequest(kind="ModelDeployment", name="b"))
+        kind, doc = await next_event(stream)
+        assert (kind, doc["metadata"]["name"]) == (admin_pb2.WatchEvent.DELETED, "b")
+
+        call.cancel()
+        await eventually(lambda: hub.ctx.store.watching == 0)  # type: ignore[attr-defined]
+
+
+@async_test
+async def test_watch_from_a_listed_revision_misses_nothing(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+        listed = await stub.List(admin_pb2.ListRequest(kind="Device"))
+        await stub.Cordon(admin_pb2.CordonRequest(device_name="cam-2"))
+        call = stub.Watch(
+            admin_pb2.WatchRequest(kind="Device", resource_version=listed.resource_version)
+        )
+        kind, doc = await next_event(call.__aiter__())
+        assert kind == admin_pb2.WatchEvent.MODIFIED
+        assert doc["metadata"]["name"] == "cam-2" and doc["spec"]["cordoned"] is True
+        call.cancel()
+
+
+# -- tokens and artifacts ------------------------------------------------------------------------
+
+
+@async_test
+async def test_create_token(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        response = await stub.CreateToken(
+            admin_pb2.CreateTokenRequest(
+                single_use=True, description="line 3", labels={"site": "retail"}
+            )
+        )
+        assert response.ca_hash == pki.ca_pin(hub.ctx.ca.certificate)
+        record = await tokens.validate(hub.ctx.store, response.token, now=hub.ctx.clock())
+        assert record.single_use and record.labels == {"site": "retail"}
+        assert abs(response.expires.ToSeconds() - record.expires) < 1
+        code, details = await code_of(
+            stub.CreateToken(admin_pb2.CreateTokenRequest(labels={"bad key!": "x"}))
+        )
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and details.startswith("labels[")
+
+
+@async_test
+async def test_push_artifact_is_not_built_yet(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+
+        async def requests() -> AsyncIterator[admin_pb2.PushArtifactRequest]:
+            yield admin_pb2.PushArtifactRequest(chunk=b"x")
+
+        code, details = await code_of(hub.stub(channel).PushArtifact(requests()))
+        assert code is grpc.StatusCode.UNIMPLEMENTED
+        assert "needs the trust package" in details
+
+
+@async_test
+async def test_models_are_listed_got_and_deleted_by_name_and_version(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        model = objects.ModelRecord("fraud", "2.4.1", "ab" * 32, 1234, b"{signed}", 1.0)
+        await hub.ctx.store.put(objects.model_key("fraud", "2.4.1"), objects.dumps(model.to_json()))
+        hub.ctx.cache.models[("fraud", "2.4.1")] = model
+        listed = await stub.List(admin_pb2.ListRequest(kind="Model"))
+        assert [orjson.loads(i.json)["spec"] for i in listed.items] == [
+            {"name": "fraud", "version": "2.4.1"}
+        ]
+        got = await stub.Get(admin_pb2.GetRequest(kind="Model", name="fraud-2.4.1"))
+        assert orjson.loads(got.json)["status"]["length"] == 1234 and got.resource_version > 0
+        deleted = await stub.Delete(admin_pb2.DeleteRequest(kind="Model", name="fraud-2.4.1"))
+        assert deleted.deleted and hub.ctx.cache.models == {}
+        assert await hub.ctx.store.get(objects.model_key("fraud", "2.4.1")) is None

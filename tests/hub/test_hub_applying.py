@@ -1,0 +1,108 @@
+"""The pure parts of AdminService, as tables: label selectors, SecurityBaseline validation,
+apply document parsing and outcomes."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+import pytest
+
+from edged.errors import ValidationError
+from hub import applying, baselines
+from hub.selecting import parse_selector
+
+LABELS = {"site": "retail", "accelerator": "npu"}
+
+
+@pytest.mark.parametrize(
+    ("selector", "matches"),
+    [
+        ("", True),
+        ("site=retail", True),
+        ("site==retail", True),
+        ("site=depot", False),
+        ("site!=depot", True),
+        ("zone!=a", True),  # absent labels match !=, as in Kubernetes
+        ("accelerator", True),
+        ("!accelerator", False),
+        ("!zone", True),
+        (" site = retail , accelerator ", True),
+        ("site=retail,zone", False),
+        ("example.com/tier=", False),
+    ],
+)
+def test_selector_matches(selector: str, matches: bool) -> None:
+    assert parse_selector(selector).matches(LABELS) is matches
+
+
+@pytest.mark.parametrize(
+    ("selector", "message"),
+    [
+        ("a=b=c", "more than one operator"),
+        ("a,,b", "requirement 2 is empty"),
+        ("site in (a,b)", "set-based requirements"),
+        ("Bad Key", "must be a label key"),
+        ("a=b c", "must be a label value"),
+    ],
+)
+def test_selector_errors(selector: str, message: str) -> None:
+    with pytest.raises(ValueError, match=message):
+        parse_selector(selector)
+
+
+def _baseline(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "SecurityBaseline",
+        "metadata": {"name": "fleet"},
+        "spec": spec,
+    }
+
+
+DIGEST = "sha256:" + "AB" * 32
+
+
+def test_baseline_is_canonical() -> None:
+    parsed = baselines.parse_security_baseline(
+        _baseline(requireAttestation=True, allowedModelDigests=[DIGEST])
+    )
+    assert parsed.to_dict()["spec"] == {
+        "requireAttestation": True,
+        "allowedCodeDigests": [],
+        "allowedConfigDigests": [],
+        "allowedModelDigests": [DIGEST.lower()],
+    }
+    assert baselines.parse_security_baseline(parsed.to_dict()) == parsed
+    assert baselines.requires_attestation(parsed.to_dict())
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({"requireAttestation": 1}, "spec.requireAttestation: must be true or false"),
+        ({"allowedCodeDigests": "sha256:x"}, "spec.allowedCodeDigests: must be a list"),
+        ({"allowedConfigDigests": ["md5:00"]}, "spec.allowedConfigDigests[0]: must be"),
+        ({"allowedModelDigests": [DIGEST, DIGEST]}, "spec.allowedModelDigests[1]: duplicates"),
+        ({"requireAtestation": True}, "spec.requireAtestation: unknown field (did you mean"),
+    ],
+)
+def test_baseline_problems(spec: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        baselines.parse_security_baseline(_baseline(**spec))
+    assert any(str(p).startswith(problem) for p in info.value.problems), info.value.problems
+
+
+def test_documents_are_numbered_and_outcomes_compare_canonical_forms() -> None:
+    doc = _baseline(requireAttestation=False)
+    [parsed] = applying.parse_documents([orjson.dumps(doc)])
+    assert applying.outcome_of(parsed.manifest, None) is applying.Outcome.CREATED
+    assert applying.outcome_of(parsed.manifest, parsed.manifest) is applying.Outcome.UNCHANGED
+    changed = {**parsed.manifest, "spec": {**parsed.manifest["spec"], "requireAttestation": True}}
+    assert applying.outcome_of(parsed.manifest, changed) is applying.Outcome.CONFIGURED
+    with pytest.raises(ValidationError) as info:
+        applying.parse_documents([orjson.dumps(doc), b'{"a": 1, "a": 2}', b"\xff"])
+    assert [str(p) for p in info.value.problems] == [
+        "documents[1]: invalid JSON: duplicate key 'a'",
+        "documents[2]: is not UTF-8 text (byte 0)",
+    ]
