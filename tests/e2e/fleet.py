@@ -214,4 +214,3 @@ def pids_of_workers(edged_pid: int) -> set[int]:
         return {c.pid for c in psutil.Process(edged_pid).children(recursive=True)}
     except psutil.NoSuchProcess:
         return set()
-

@@ -1,0 +1,5 @@
+import sys
+
+from edgectl.cli import main
+
+sys.exit(main())

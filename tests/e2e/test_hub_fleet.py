@@ -1,0 +1,271 @@
+"""The fleet, end to end: a real hub, real enrolled edged daemons, real certificates, loopback.
+
+Each test starts ``hub serve`` and one or two ``edged run`` processes, pushes a signed model
+with ``edgectl models push`` and applies a ModelDeployment with ``edgectl apply``.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import numpy as np
+import pytest
+from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll
+from harness import Edged, wait_for
+
+from edged.demo import MEDIUM_MLP, TINY_MLP, build_mlp
+
+DEPLOYMENT = """\
+apiVersion: edgefleet.io/v1
+kind: ModelDeployment
+metadata: {{name: {name}}}
+spec:
+  model: {{name: {model}, version: "{version}"}}
+  runtime: {{executionProviders: [CPUExecutionProvider]}}
+  replicas: {{perDevice: 1}}
+  placement: {{nodeSelector: {{site: {site}}}}}
+  probes:
+    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
+"""
+
+
+@pytest.fixture
+def hub(tmp_path: Path) -> Iterator[HubProcess]:
+    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init().start()
+    yield h
+    h.stop()
+
+
+@pytest.fixture
+def device(
+    hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
+) -> Iterator[Callable[..., Edged]]:
+    started: list[Edged] = []
+
+    def make(name: str, labels: dict[str, str], *, via: str | None = None) -> Edged:
+        data = tmp_path / name
+        out = enroll(hub, data, name, labels, via=via)
+        assert out.returncode == 0, out.stdout + out.stderr
+        if via is not None:  # talk to the hub through the proxy from now on
+            link = data / "hub" / "link.json"
+            doc = json.loads(link.read_text())
+            doc["hub"] = via
+            link.write_text(json.dumps(doc))
+        e = edged_factory(
+            None, data=data, config=SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "no-root")
+        )
+        started.append(e)
+        return e.start()
+
+    yield make
+    for e in started:
+        if e.proc is not None and e.proc.poll() is None:
+            e.terminate()
+
+
+def push(hub: HubProcess, tmp_path: Path, model: str, version: str, seed: int = 1) -> Path:
+    path = tmp_path / f"{model}-{version}.onnx"
+    build_mlp(path, TINY_MLP, seed=seed)
+    out = hub.edgectl("models", "push", str(path), "--name", model, "--version", version)
+    assert "pushed" in out.stdout or "unchanged" in out.stdout, out.stdout
+    return path
+
+
+def apply(hub: HubProcess, tmp_path: Path, **fields: str) -> str:
+    doc = tmp_path / f"{fields['name']}.yaml"
+    doc.write_text(DEPLOYMENT.format(**fields))
+    return hub.edgectl("apply", "-f", str(doc)).stdout
+
+
+def serving(e: Edged, model: str, version: str) -> bool:
+    try:
+        w = e.workload(model)
+    except (KeyError, StopIteration):
+        return False
+    return w.get("model", {}).get("version") == version and w.get("readyReplicas") == 1
+
+
+def get_json(hub: HubProcess, *args: str) -> Any:
+    return json.loads(hub.edgectl("get", *args, "-o", "json").stdout)
+
+
+X = np.ones((1, 64), dtype=np.float32)
+
+
+def test_enroll_apply_serve_and_apply_again_changes_nothing(
+    hub: HubProcess, device: Callable[..., Edged], tmp_path: Path
+) -> None:
+    a = device("dev-a", {"site": "a"})
+    b = device("dev-b", {"site": "b"})
+    push(hub, tmp_path, "det", "1.0.0")
+    first = apply(hub, tmp_path, name="det", model="det", version="1.0.0", site="a")
+    assert "created" in first
+    wait_for(lambda: serving(a, "det", "1.0.0"), 60, "dev-a to serve det 1.0.0")
+    code, out = a.infer("det", X)
+    assert code == 200, out
+    assert b.status()["workloads"] == []  # site b is not selected
+    again = apply(hub, tmp_path, name="det", model="det", version="1.0.0", site="a")
+    assert "unchanged" in again
+    pids = a.worker_pids("det")
+    dep = wait_for(
+        lambda: (d := get_json(hub, "deployments", "det"))["status"]["readyDevices"] == 1 and d,
+        30,
+        "the hub to see dev-a ready",
+    )
+    assert dep["status"]["desiredDevices"] == 1
+    devices = get_json(hub, "devices")
+    assert {d["metadata"]["name"] for d in devices["items"]} == {"dev-a", "dev-b"}
+    assert a.worker_pids("det") == pids  # nothing restarted
+
+
+def test_a_device_certificate_reads_only_its_own_state(
+    hub: HubProcess, device: Callable[..., Edged], tmp_path: Path
+) -> None:
+    from edgefleet.v1 import admin_pb2, admin_pb2_grpc, device_pb2, device_pb2_grpc
+
+    a = device("dev-a", {"site": "a"})
+    device("dev-b", {"site": "b"})
+    wait_for(lambda: a.status()["hub"]["connected"], 30, "dev-a connected")
+    creds = grpc.ssl_channel_credentials(
+        (a.data / "hub" / "ca.crt").read_bytes(),
+        (a.data / "identity" / "key.pem").read_bytes(),
+        (a.data / "hub" / "device.crt").read_bytes(),
+    )
+    with grpc.secure_channel(hub.address, creds) as ch:
+        stub = device_pb2_grpc.DeviceServiceStub(ch)
+        hello = device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name="dev-b"))
+        with pytest.raises(grpc.RpcError) as err:
+            list(stub.Sync(iter([hello]), timeout=10))
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+        assert "dev-b" in (err.value.details() or "")
+        admin = admin_pb2_grpc.AdminServiceStub(ch)
+        with pytest.raises(grpc.RpcError) as err:
+            admin.List(admin_pb2.ListRequest(kind="Device"), timeout=10)
+        assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+
+
+def test_expired_and_reused_tokens_are_refused(hub: HubProcess, tmp_path: Path) -> None:
+    token, pin = hub.token("--single-use")
+
+    def run(data: str, tok: str, ca_hash: str = pin) -> Any:
+        import subprocess
+        import sys
+
+        return subprocess.run(
+            [sys.executable, "-m", "edged", "enroll", "--hub", hub.address, "--ca-hash", ca_hash,
+             "--token", tok, "--data-dir", str(tmp_path / data), "--name", data],
+            check=False, capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+
+    assert run("one", token).returncode == 0
+    reused = run("two", token)
+    assert reused.returncode == 1 and "PERMISSION_DENIED" in reused.stderr, reused.stderr
+    assert "used" in reused.stderr
+    short, _ = hub.token("--ttl", "1s")
+    time.sleep(1.2)
+    expired = run("three", short)
+    assert expired.returncode == 1 and "expired" in expired.stderr, expired.stderr
+    wrong_pin = run("four", hub.token()[0], "sha256:" + "0" * 64)
+    assert wrong_pin.returncode == 1 and "--ca-hash" in wrong_pin.stderr, wrong_pin.stderr
+    assert not (tmp_path / "four" / "hub").exists()  # nothing written
+    bad = run("five", "abcdef.0123456789abcdef")
+    assert bad.returncode == 1 and "UNAUTHENTICATED" in bad.stderr
+
+
+def test_a_revoked_device_is_refused_and_keeps_serving(
+    hub: HubProcess, device: Callable[..., Edged], tmp_path: Path
+) -> None:
+    a = device("dev-a", {"site": "a"})
+    push(hub, tmp_path, "det", "1.0.0")
+    apply(hub, tmp_path, name="det", model="det", version="1.0.0", site="a")
+    wait_for(lambda: serving(a, "det", "1.0.0"), 60, "dev-a to serve")
+    out = hub.edgectl("devices", "revoke", "dev-a")
+    assert "revoked" in out.stdout
+    wait_for(
+        lambda: not a.status()["hub"]["connected"] and "revoked" in a.status()["hub"]["lastError"],
+        30,
+        "dev-a to be refused",
+    )
+    assert a.infer("det", X)[0] == 200  # the last verified state still serves
+
+
+def test_hub_kill9_devices_keep_serving_then_reconverge_without_restarts(
+    hub: HubProcess, device: Callable[..., Edged], tmp_path: Path
+) -> None:
+    a = device("dev-a", {"site": "a"})
+    push(hub, tmp_path, "det", "1.0.0")
+    apply(hub, tmp_path, name="det", model="det", version="1.0.0", site="a")
+    wait_for(lambda: serving(a, "det", "1.0.0"), 60, "dev-a to serve")
+    pids = a.worker_pids("det")
+    hub.kill9()
+    wait_for(lambda: not a.status()["hub"]["connected"], 30, "dev-a to notice")
+    assert a.infer("det", X)[0] == 200
+    a.terminate()  # and across a restart of edged itself, offline
+    a.start()
+    a.wait_ready(60)
+    assert a.infer("det", X)[0] == 200
+    pids = a.worker_pids("det")
+    hub.start()
+    wait_for(lambda: a.status()["hub"]["connected"], 90, "dev-a to reconnect")
+    push(hub, tmp_path, "det", "1.0.0")  # unchanged: versions are immutable
+    time.sleep(1.5)
+    assert a.worker_pids("det") == pids  # already right: nothing restarted
+    apply(hub, tmp_path, name="det", model="det", version="1.0.0", site="a")
+    assert serving(a, "det", "1.0.0")
+
+
+def test_a_partitioned_device_converges_to_the_newest_state(
+    hub: HubProcess, device: Callable[..., Edged], tmp_path: Path
+) -> None:
+    host, port = hub.address.split(":")
+    proxy = TcpProxy((host, int(port)))
+    try:
+        a = device("dev-a", {"site": "a"}, via=proxy.address)
+        push(hub, tmp_path, "det", "1.0.0")
+        apply(hub, tmp_path, name="det", model="det", version="1.0.0", site="a")
+        wait_for(lambda: serving(a, "det", "1.0.0"), 60, "dev-a to serve 1.0.0")
+        proxy.cut()
+        wait_for(lambda: not a.status()["hub"]["connected"], 90, "dev-a to lose the hub")
+        push(hub, tmp_path, "det", "1.1.0", seed=2)
+        apply(hub, tmp_path, name="det", model="det", version="1.1.0", site="a")
+        push(hub, tmp_path, "det", "1.2.0", seed=3)
+        apply(hub, tmp_path, name="det", model="det", version="1.2.0", site="a")
+        assert serving(a, "det", "1.0.0")  # cut off: keeps what it had
+        assert a.infer("det", X)[0] == 200
+        proxy.heal()
+        wait_for(lambda: serving(a, "det", "1.2.0"), 120, "dev-a to converge to 1.2.0")
+    finally:
+        proxy.close()
+
+
+def test_kill9_edged_during_a_download_resumes_and_the_old_version_serves(
+    hub: HubProcess, device: Callable[..., Edged], tmp_path: Path
+) -> None:
+    a = device("dev-a", {"site": "a"})
+    push(hub, tmp_path, "det", "1.0.0")
+    apply(hub, tmp_path, name="det", model="det", version="1.0.0", site="a")
+    wait_for(lambda: serving(a, "det", "1.0.0"), 60, "dev-a to serve 1.0.0")
+    big = tmp_path / "det-2.onnx"
+    build_mlp(big, MEDIUM_MLP, seed=5)  # about 25 MB: a download that takes a moment
+    hub.edgectl("models", "push", str(big), "--name", "det", "--version", "2.0.0")
+    apply(hub, tmp_path, name="det", model="det", version="2.0.0", site="a")
+    downloads = a.data / "downloads"
+
+    def partial() -> bool:
+        return any(p.stat().st_size > 0 for p in downloads.glob("*.part"))
+
+    wait_for(partial, 60, "the download to start")
+    a.kill9()
+    part_size = max(p.stat().st_size for p in downloads.glob("*.part"))
+    a.start()
+    a.wait_ready(60)
+    assert a.infer("det", X)[0] == 200  # 1.0.0 serves while 2.0.0 downloads
+    wait_for(lambda: serving(a, "det", "2.0.0"), 120, "dev-a to serve 2.0.0")
+    assert part_size > 0
+    assert not list(downloads.glob("*.part"))
+    assert "artifact downloaded" in a.logs()
