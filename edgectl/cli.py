@@ -18,18 +18,26 @@ from edgectl.commands import ADMIN_COMMANDS, add_admin_commands, run_admin_comma
 
 
 def _add_quickstart(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    examples = Path(__file__).resolve().parents[1] / "examples" / "quickstart"
     qs = sub.add_parser(
         "quickstart",
-        help="run edged on the example ModelDeployment and send it an inference request",
+        help="the whole main job on this machine: a hub, three devices, a signed model, "
+        "a deployment, an inference",
     )
     qs.add_argument("--dir", type=Path, default=Path("quickstart-data"), help="working directory")
     qs.add_argument(
         "--example",
         type=Path,
-        default=Path(__file__).resolve().parents[1] / "examples" / "quickstart" / "deployment.yaml",
-        help="the ModelDeployment to run",
+        help="the ModelDeployment to apply (default: examples/quickstart/fleet-deployment.yaml; "
+        "with --standalone, examples/quickstart/deployment.yaml)",
     )
-    qs.add_argument("--keep-running", action="store_true", help="leave edged running at the end")
+    qs.add_argument(
+        "--standalone",
+        action="store_true",
+        help="one edged on a static manifests directory, no hub",
+    )
+    qs.add_argument("--keep-running", action="store_true", help="leave everything running")
+    qs.set_defaults(examples=examples)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -59,9 +67,15 @@ def main(argv: list[str] | None = None) -> int:
     if code is not None:
         return code
     if args.command == "quickstart":
-        from edgectl.quickstart import run_quickstart
+        if args.standalone:
+            from edgectl.quickstart import run_quickstart
 
-        return run_quickstart(args.dir, args.example, keep_running=args.keep_running)
+            example = args.example or args.examples / "deployment.yaml"
+            return run_quickstart(args.dir, example, keep_running=args.keep_running)
+        from edgectl.fleetdemo import run_fleet_quickstart
+
+        example = args.example or args.examples / "fleet-deployment.yaml"
+        return run_fleet_quickstart(args.dir, example, keep_running=args.keep_running)
     if args.command in ADMIN_COMMANDS:
         return run_admin_command(args)
     p.print_help()

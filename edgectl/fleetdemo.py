@@ -1,0 +1,265 @@
+"""``edgectl quickstart``: the whole main job on one machine, with no setup.
+
+1. ``hub init`` + ``hub serve`` (SQLite store, a CA, a trust root and a quickstart publisher
+   key in the hub's directory) on free loopback ports;
+2. three devices enrolled with bootstrap tokens (``edged enroll``, CA pinned by hash), with
+   different labels (two ``site=retail``, one ``site=factory``), each an ``edged run``;
+3. a small model built, signed with the publisher key and pushed (``edgectl models push``);
+4. a ModelDeployment for ``site=retail`` applied (``edgectl apply``), convergence shown live;
+5. an inference request through one retail device's socket, checked against ONNX Runtime
+   called directly; ``edgectl get devices`` and ``get deployments``;
+6. everything stopped with SIGTERM (or left running with ``--keep-running``).
+
+Every step is the real command a user would type; their output is in ``DIR/*.log``.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import orjson
+
+from edged.cli import UnixHTTPConnection
+
+DEVICES = (("retail-1", "retail"), ("retail-2", "retail"), ("factory-1", "factory"))
+EDGED_CONFIG = """\
+# Written by edgectl quickstart. The trust root comes from enrollment (D/trust/root.json).
+[trust]
+rootFile = "{root}"
+"""
+
+
+def _free_port_pair() -> int:
+    for _ in range(100):
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = int(s.getsockname()[1])
+        try:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", port + 1))
+            return port
+        except OSError:
+            continue
+    raise RuntimeError("no two free consecutive ports on 127.0.0.1")
+
+
+class Demo:
+    def __init__(self, workdir: Path) -> None:
+        self.dir = workdir
+        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.port = _free_port_pair()
+        self.hub_dir = workdir / "hub"
+        self.admin = self.hub_dir / "admin.toml"
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
+        out = subprocess.run(
+            [sys.executable, "-m", *cmd], check=False, capture_output=True, text=True, timeout=120
+        )
+        if check and out.returncode != 0:
+            raise RuntimeError(f"{' '.join(cmd[:3])} failed:\n{out.stdout}{out.stderr}")
+        return out
+
+    def start(self, name: str, *cmd: str) -> subprocess.Popen[bytes]:
+        log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - the child holds it
+        proc = subprocess.Popen([sys.executable, "-m", *cmd], stdout=log, stderr=log)
+        log.close()
+        self.procs.append((name, proc))
+        return proc
+
+    def edgectl(self, *args: str) -> subprocess.CompletedProcess[str]:
+        return self.run("edgectl", "--config", str(self.admin), *args)
+
+    def stop_all(self) -> None:
+        for _, proc in reversed(self.procs):
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        for name, proc in reversed(self.procs):
+            try:
+                code = proc.wait(40)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                code = proc.wait(5)
+            print(f"   stopped {name} (exit code {code})")
+
+
+def _connectable(port: int) -> bool:
+    with socket.create_connection(("127.0.0.1", port), timeout=1):
+        return True
+
+
+def _wait(cond: Any, timeout: float, what: str) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            value = cond()
+        except (OSError, ValueError, KeyError, RuntimeError):
+            value = None
+        if value:
+            return value
+        time.sleep(0.2)
+    raise RuntimeError(f"timed out waiting for {what}")
+
+
+def _infer(sock: str, x: Any) -> tuple[int, Any]:
+    body = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "datatype": "FP32",
+                    "shape": list(x.shape),
+                    "data": x.ravel().tolist(),
+                }
+            ]
+        }
+    )
+    conn = UnixHTTPConnection(sock, timeout=10)
+    try:
+        conn.request(
+            "POST",
+            "/v2/models/demo-classifier/infer",
+            body=body,
+            headers={"Content-Type": "application/json"},
+        )
+        resp = conn.getresponse()
+        return resp.status, orjson.loads(resp.read())
+    finally:
+        conn.close()
+
+
+def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) -> int:
+    import numpy as np
+
+    from edged.demo import TINY_MLP, build_mlp
+
+    started = time.monotonic()
+    workdir = workdir.resolve()
+    if workdir.exists() and any(workdir.iterdir()):
+        print(f"edgectl quickstart: {workdir} is not empty; pass --dir NEW", file=sys.stderr)
+        return 2
+    workdir.mkdir(parents=True, exist_ok=True)
+    demo = Demo(workdir)
+    ok = False
+    try:
+        out = demo.run(
+            "hub", "init", "--data-dir", str(demo.hub_dir), "--hub-address", demo.address
+        )
+        print(f"1. hub init: CA, admin credentials, trust root and publisher key in {demo.hub_dir}")
+        demo.start("hub", "hub", "serve", "--data-dir", str(demo.hub_dir), "--listen", demo.address)
+        _wait(lambda: _connectable(demo.port), 30, "the hub to listen")
+        print(f"2. hub serve: mTLS on {demo.address}, enrollment on port {demo.port + 1}")
+        for name, site in DEVICES:
+            token = demo.run(
+                "hub", "token", "create", "--data-dir", str(demo.hub_dir), "--ttl", "10m"
+            )
+            pin = token.stderr.split("CA hash ")[1].strip()
+            data = workdir / name
+            demo.run("edged", "enroll", "--hub", demo.address, "--token", token.stdout.strip(),
+                     "--ca-hash", pin, "--data-dir", str(data), "--name", name,
+                     "--label", f"site={site}")  # fmt: skip
+            config = workdir / f"{name}.toml"
+            config.write_text(EDGED_CONFIG.format(root=workdir / "no-image-root.json"))
+            demo.start(name, "edged", "run", "--data-dir", str(data), "--config", str(config))
+            print(f"3. enrolled {name} (site={site}) with a bootstrap token; edged running")
+        _wait(
+            lambda: (
+                sum(
+                    d["status"]["phase"] == "Ready"
+                    for d in json.loads(demo.edgectl("get", "devices", "-o", "json").stdout)[
+                        "items"
+                    ]
+                )
+                == len(DEVICES)
+            ),
+            60,
+            "every device to connect",
+        )
+        print("4. " + demo.edgectl("get", "devices").stdout.rstrip().replace("\n", "\n   "))
+        model = build_mlp(workdir / "model.onnx", TINY_MLP, seed=7)
+        pushed = demo.edgectl(
+            "models", "push", str(model), "--name", "demo-classifier", "--version", "1.0.0"
+        )
+        print(f"5. signed with the publisher key and pushed: {pushed.stdout.strip()}")
+        applied = demo.edgectl("apply", "-f", str(example))
+        print(f"6. edgectl apply -f {example.name}: {applied.stdout.strip()}")
+        last = ""
+
+        def converged() -> bool:
+            nonlocal last
+            dep = json.loads(
+                demo.edgectl("get", "deployments", "demo-classifier", "-o", "json").stdout
+            )
+            st = dep.get("status", {})
+            line = (
+                f"   devices desired {st.get('desiredDevices', 0)}, updated "
+                f"{st.get('updatedDevices', 0)}, ready {st.get('readyDevices', 0)}, "
+                f"available {st.get('availableDevices', 0)}"
+            )
+            if line != last:
+                print(line, flush=True)
+                last = line
+            return bool(st.get("desiredDevices")) and st.get("availableDevices") == st.get(
+                "desiredDevices"
+            )
+
+        _wait(converged, 60, "the deployment to converge")
+        print("7. " + demo.edgectl("get", "deployments").stdout.rstrip().replace("\n", "\n   "))
+        x = np.random.default_rng(0).standard_normal((1, TINY_MLP[0])).astype(np.float32)
+        sock = str(workdir / "retail-1" / "infer.sock")
+        code, reply = _infer(sock, x)
+        if code != 200:
+            print(f"inference failed ({code}): {reply}", file=sys.stderr)
+            return 1
+        got = np.asarray(reply["outputs"][0]["data"], dtype=np.float32)
+        import onnxruntime as ort
+
+        want = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"]).run(
+            None, {"input": x}
+        )[0]
+        ok = bool(np.allclose(got, want.ravel(), rtol=1e-5, atol=1e-5))
+        print(f"8. POST /v2/models/demo-classifier/infer on retail-1 ({sock}) -> {code}")
+        print(f"   logits {np.round(got, 3)}; class {int(got.argmax())}")
+        print(f"   matches ONNX Runtime called directly: {ok}")
+        factory = json.loads(
+            UnixHTTPStatus(str(workdir / "factory-1" / "edged.sock")).get("/v1/status")
+        )
+        print(f"   factory-1 runs {len(factory['workloads'])} workloads (nodeSelector site=retail)")
+        print(f"done in {time.monotonic() - started:.1f} s; logs and state in {workdir}")
+        if keep_running:
+            print(
+                f"left running: hub on {demo.address} (edgectl --config {demo.admin} get devices)"
+                "; stop with: kill " + " ".join(str(p.pid) for _, p in demo.procs)
+            )
+        del out
+        return 0 if ok else 1
+    except RuntimeError as exc:
+        print(f"edgectl quickstart: {exc}; see the logs in {workdir}", file=sys.stderr)
+        return 1
+    finally:
+        if not keep_running or not ok:
+            print("9. stopping (SIGTERM):")
+            demo.stop_all()
+
+
+class UnixHTTPStatus:
+    def __init__(self, sock: str) -> None:
+        self.sock = sock
+
+    def get(self, path: str) -> bytes:
+        conn = UnixHTTPConnection(self.sock, timeout=10)
+        try:
+            conn.request("GET", path)
+            return conn.getresponse().read()
+        finally:
+            conn.close()
