@@ -25,9 +25,11 @@ def main(argv: list[str] | None = None) -> int:
     qs.add_argument("--keep-running", action="store_true", help="leave edged running at the end")
     from edgectl import trusting
 
-    trusting.add_commands(sub)
+    _add_push_command(trusting.add_commands(sub))
     args = p.parse_args(argv)
     code = trusting.run(args)
+    if code is None:
+        code = _run_push_command(args)
     if code is not None:
         return code
     if args.command == "quickstart":
@@ -36,3 +38,16 @@ def main(argv: list[str] | None = None) -> int:
         return run_quickstart(args.dir, args.example, keep_running=args.keep_running)
     p.print_help()
     return 0 if argv is None and len(sys.argv) == 1 else 2
+
+
+# -- edgectl models push (edgectl/pushing.py) ------------------------------------------------
+def _add_push_command(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from edgectl import pushing
+
+    pushing.add_command(models)
+
+
+def _run_push_command(args: argparse.Namespace) -> int | None:
+    from edgectl import pushing
+
+    return pushing.run(args)
