@@ -53,7 +53,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     sub = p.add_subparsers(dest="command")
     _add_quickstart(sub)
-    trusting.add_commands(sub)
+    _add_push_command(trusting.add_commands(sub))
     add_admin_commands(sub)
     return p
 
@@ -64,6 +64,8 @@ def main(argv: list[str] | None = None) -> int:
     p = _parser()
     args = p.parse_args(argv)
     code = trusting.run(args)
+    if code is None:
+        code = _run_push_command(args)
     if code is not None:
         return code
     if args.command == "quickstart":
@@ -80,3 +82,16 @@ def main(argv: list[str] | None = None) -> int:
         return run_admin_command(args)
     p.print_help()
     return 0 if argv is None and len(sys.argv) == 1 else 2
+
+
+# -- edgectl models push (edgectl/pushing.py) ------------------------------------------------
+def _add_push_command(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    from edgectl import pushing
+
+    pushing.add_command(models)
+
+
+def _run_push_command(args: argparse.Namespace) -> int | None:
+    from edgectl import pushing
+
+    return pushing.run(args)

@@ -11,7 +11,10 @@ from edged.errors import TrustError
 from edged.trust import signing
 
 
-def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+def add_commands(
+    sub: argparse._SubParsersAction[argparse.ArgumentParser],
+) -> argparse._SubParsersAction[argparse.ArgumentParser]:
+    """Add the trust commands; returns the ``models`` sub-commands (``push`` joins them)."""
     keys = sub.add_parser("keys", help="publisher signing keys").add_subparsers(dest="keys_cmd")
     gen = keys.add_parser("generate", help="a new Ed25519 key pair: PREFIX.key (0600), PREFIX.pub")
     gen.add_argument("--out", type=Path, required=True, metavar="PREFIX")
@@ -99,6 +102,7 @@ def add_commands(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> No
     allow.add_argument("--key", type=Path, action="append", required=True)
     allow.add_argument("--expires", default="7d")
     allow.add_argument("--out", type=Path, required=True)
+    return models
 
 
 def run(args: argparse.Namespace) -> int | None:

@@ -468,12 +468,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request_iterator: AsyncIterator[admin_pb2.PushArtifactRequest], context: Any
     ) -> admin_pb2.PushArtifactResponse:
         await self.authorize(context)
-        await context.abort(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "PushArtifact needs the trust package (publisher-signed artifact metadata); "
-            "it is not built yet",
-        )
-        raise AssertionError("unreachable: context.abort raises")
+        from hub.pushing import PushRefused, receive_artifact
+
+        try:
+            return await receive_artifact(self._ctx, request_iterator, now=self._ctx.clock())
+        except PushRefused as exc:
+            await context.abort(exc.code, str(exc))
+            raise AssertionError("unreachable: context.abort raises") from None
 
 
 def _watch_event(

@@ -61,6 +61,19 @@ def _parser() -> argparse.ArgumentParser:
         metavar="NAME_OR_IP",
         help="another DNS name or IP address for the serving certificate (repeatable)",
     )
+    trust = init.add_mutually_exclusive_group()
+    trust.add_argument(
+        "--trust-root",
+        type=Path,
+        metavar="FILE",
+        help="use this operator-made fleet trust root (keys kept offline) instead of making "
+        "a quickstart root and publisher key in the data directory",
+    )
+    trust.add_argument(
+        "--no-trust-root",
+        action="store_true",
+        help="make no trust root (the hub then refuses every artifact push)",
+    )
 
     serve = sub.add_parser("serve", help="run the hub's gRPC services and controllers")
     serve.add_argument("--data-dir", type=Path, required=True, help="made by hub init")
@@ -97,13 +110,23 @@ async def _open(data_dir: Path, config: HubConfig) -> Store:
 
 
 async def _init(args: argparse.Namespace) -> int:
+    from hub.trustsetup import choose_trust_setup, describe_trust
+
     result = await init_hub(
-        args.data_dir, region=args.region, hub_address=args.hub_address, sans=args.san
+        args.data_dir,
+        region=args.region,
+        hub_address=args.hub_address,
+        sans=args.san,
+        trust_setup=choose_trust_setup(
+            no_trust_root=args.no_trust_root, trust_root=args.trust_root
+        ),
     )
     print(f"hub initialised in {result.paths.data_dir} (region {result.region})")
     print(f"  edgectl config:   {result.paths.admin_config}")
     print(f"  CA hash (pin):    {result.ca_pin}")
     print(f"  bootstrap token:  {result.token}  (expires in 24h)")
+    for line in describe_trust(result.paths):
+        print(f"  {line}")
     print()
     print("Enroll a device with:")
     print(f"  {result.enroll_command}")

@@ -15,7 +15,7 @@ from typing import Any
 
 from edged.api.manifests import dns_label
 from edged.api.quantities import describe, format_duration, parse_duration
-from edged.api.validating import Problems, Reader, as_bool, as_str, within
+from edged.api.validating import Problems, Reader, as_bool, as_str, int_in, within
 from edged.errors import ConfigError, Problem
 from hub.errors import StoreError
 from hub.store import parse_store_url
@@ -85,6 +85,18 @@ class DevicesConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class AttestationConfig:
+    """``[attestation]``: how the hub challenges connected devices (hub/attesting.py)."""
+
+    period_s: float = 300.0
+    """How often each connected device is challenged (and a new one at once)."""
+    timeout_s: float = 30.0
+    """No evidence this long after a challenge: the device becomes Untrusted (NoAnswer)."""
+    pcrs: tuple[int, ...] = (23,)
+    """The TPM PCRs devices with a TPM quote (edged uses the resettable PCR 23)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HubConfig:
     region: str = DEFAULT_REGION
     listen: str = DEFAULT_LISTEN
@@ -93,6 +105,7 @@ class HubConfig:
     certificates: CertificatesConfig = CertificatesConfig()
     tokens: TokensConfig = TokensConfig()
     devices: DevicesConfig = DevicesConfig()
+    attestation: AttestationConfig = AttestationConfig()
 
 
 def _read_certificates(r: Reader | None) -> CertificatesConfig:
@@ -135,6 +148,24 @@ def _read_devices(r: Reader | None) -> DevicesConfig:
     return config
 
 
+def _read_attestation(r: Reader | None) -> AttestationConfig:
+    d = AttestationConfig()
+    if r is None:
+        return d
+    pcrs = r.list_of("pcrs", int_in(0, 23), unique=True)
+    config = AttestationConfig(
+        period_s=r.optional("period", _positive_duration, d.period_s),
+        timeout_s=r.optional("timeout", _positive_duration, d.timeout_s),
+        pcrs=tuple(pcrs) if pcrs is not None else d.pcrs,
+    )
+    if config.timeout_s >= config.period_s:
+        r.problems.add(
+            r.at("timeout"),
+            f"must be shorter than period ({format_duration(config.period_s)})",
+        )
+    return config
+
+
 def parse_config(doc: Mapping[str, Any], *, source: str = "") -> HubConfig:
     problems = Problems()
     r = problems.reader(doc) or problems.empty_reader("")
@@ -145,6 +176,7 @@ def parse_config(doc: Mapping[str, Any], *, source: str = "") -> HubConfig:
         certificates=_read_certificates(r.section("certificates")),
         tokens=_read_tokens(r.section("tokens")),
         devices=_read_devices(r.section("devices")),
+        attestation=_read_attestation(r.section("attestation")),
     )
     problems.raise_if_any(ConfigError, source=source)
     return config
@@ -167,7 +199,7 @@ def load_config(path: Path) -> HubConfig:
 
 def default_config_text(*, region: str = DEFAULT_REGION, listen: str = DEFAULT_LISTEN) -> str:
     """A commented ``hub.toml`` with every key at its default (and the given region)."""
-    c, t, d = CertificatesConfig(), TokensConfig(), DevicesConfig()
+    c, t, d, a = CertificatesConfig(), TokensConfig(), DevicesConfig(), AttestationConfig()
     return f"""\
 # hub.toml: the configuration of this edgefleet hub. Every key is optional.
 
@@ -196,4 +228,12 @@ singleUse = {str(t.single_use).lower()}
 heartbeatInterval = "{format_duration(d.heartbeat_interval_s)}"
 # No heartbeat for this long: the device becomes NotReady.
 heartbeatGrace = "{format_duration(d.heartbeat_grace_s)}"
+
+[attestation]
+# How often the hub challenges each connected device for signed measurements.
+period = "{format_duration(a.period_s)}"
+# No answer this long after a challenge: the device becomes Untrusted (NoAnswer).
+timeout = "{format_duration(a.timeout_s)}"
+# TPM PCRs a device with a TPM quotes.
+pcrs = [{", ".join(str(p) for p in a.pcrs)}]
 """

@@ -175,6 +175,10 @@ async def serve(
         f"(enrollment on port {running.enroll_port}); {len(ctx.cache.devices)} devices known",
         flush=True,
     )
+    from hub.attesting import AttestationController
+
+    attestation = AttestationController(ctx)
+    running.devices.on_evidence = attestation.on_evidence
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
@@ -185,6 +189,7 @@ async def serve(
         _Named("projector", ctx.projector),
         Lifecycle(ctx, running.devices.last_seen),
         LeaseExpiry(ctx.store),
+        attestation,
     ]
     if ready is not None:
         ready.set()

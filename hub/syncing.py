@@ -151,7 +151,9 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 while session.challenges:
                     nonce = session.challenges.pop(0)
                     yield device_pb2.HubMessage(
-                        attestation_challenge=device_pb2.AttestationChallenge(nonce=nonce)
+                        attestation_challenge=device_pb2.AttestationChallenge(
+                            nonce=nonce, pcr_selection=list(ctx.config.attestation.pcrs)
+                        )
                     )
                 waiter = asyncio.ensure_future(session.wait())
                 await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)

@@ -129,15 +129,18 @@ class Attester:
 
 @dataclass(frozen=True, slots=True)
 class Policy:
-    """Reference values. An empty ``allowed_*`` set allows nothing."""
+    """Reference values. An empty ``allowed_*`` set allows nothing; ``None`` does not check
+    that measurement (the hub's baseline left it open). ``trust_root`` is checked only when
+    ``check_trust_root`` (``None`` then means the device must report no root)."""
 
-    allowed_code: frozenset[str]
-    allowed_config: frozenset[str]
+    allowed_code: frozenset[str] | None
+    allowed_config: frozenset[str] | None
     trust_root: str | None
-    allowed_models: frozenset[str]
+    allowed_models: frozenset[str] | None
     max_age_s: float = 60.0
     max_clock_skew_s: float = 5.0
     require_tpm: bool = False
+    check_trust_root: bool = True
 
 
 @dataclass(frozen=True, slots=True)
@@ -282,13 +285,13 @@ def verify_evidence(
         reasons += _check_tpm(tpm, expected_nonce, m, public)
     elif policy.require_tpm:
         reasons.append("NoTpmQuote: policy requires a TPM quote")
-    if m.get("code") not in policy.allowed_code:
+    if policy.allowed_code is not None and m.get("code") not in policy.allowed_code:
         reasons.append(f"CodeNotAllowed: edged code digest {m.get('code')}")
-    if m.get("config") not in policy.allowed_config:
+    if policy.allowed_config is not None and m.get("config") not in policy.allowed_config:
         reasons.append(f"ConfigNotAllowed: config digest {m.get('config')}")
-    if m.get("trustRoot") != policy.trust_root:
+    if policy.check_trust_root and m.get("trustRoot") != policy.trust_root:
         reasons.append(f"TrustRootMismatch: trust root digest {m.get('trustRoot')}")
     for digest in models:
-        if digest not in policy.allowed_models:
+        if policy.allowed_models is not None and digest not in policy.allowed_models:
             reasons.append(f"ModelNotAllowed: model digest {digest}")
     return Verdict(not reasons, tuple(reasons))

@@ -516,15 +516,16 @@ async def test_create_token(tmp_path: Path) -> None:
 
 
 @async_test
-async def test_push_artifact_is_not_built_yet(tmp_path: Path) -> None:
+async def test_push_artifact_needs_a_header_first(tmp_path: Path) -> None:
     async with await served(tmp_path) as hub, hub.channel() as channel:
 
         async def requests() -> AsyncIterator[admin_pb2.PushArtifactRequest]:
             yield admin_pb2.PushArtifactRequest(chunk=b"x")
 
         code, details = await code_of(hub.stub(channel).PushArtifact(requests()))
-        assert code is grpc.StatusCode.UNIMPLEMENTED
-        assert "needs the trust package" in details
+        assert code is not grpc.StatusCode.OK
+        assert hub.ctx.cache.models == {}  # nothing stored
+        assert details
 
 
 @async_test

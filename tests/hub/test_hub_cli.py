@@ -47,6 +47,7 @@ def test_init_creates_a_working_hub_and_refuses_to_overwrite_it(tmp_path: Path) 
         "caCertificate": str(d / "ca.crt"),
         "certificate": str(d / "admin.crt"),
         "key": str(d / "admin.key"),
+        "publisher": {"key": str(d / "publisher.key")},  # the quickstart trust setup's
     }
     assert load_config(d / "hub.toml").region == "eu-dublin"
     pin = pki.ca_pin(ca.certificate)

@@ -1,0 +1,193 @@
+"""``edgectl models push FILE --name N --version V [--key K]... [--metadata ENVELOPE]``.
+
+Signs the model with the publisher key(s) (:func:`edged.trust.signing.sign_artifact`; by
+default the ``[publisher] key`` of admin.toml, which ``hub init`` writes for a quickstart), or
+takes a pre-signed metadata envelope (``--metadata``: signed elsewhere, offline), and uploads
+it with AdminService ``PushArtifact`` over mutual TLS: a header with the envelope exactly as
+signed, then the file in chunks. The hub verifies the signatures against the fleet's trust
+root and stores the bytes; it never re-signs anything.
+
+The admin.toml reader here is deliberately minimal (hub address, CA, certificate, key,
+publisher key); ``edgectl/client.py`` (the shared client of the other edgectl commands) is
+being written in parallel and should replace it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import sys
+import tomllib
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+
+from edged.errors import TrustError
+from edged.trust import signing
+from edged.trust.documents import parse_artifact
+from edged.trust.envelopes import ARTIFACT_TYPE, decode_payload, parse_envelope_bytes
+from edgefleet.v1 import admin_pb2, admin_pb2_grpc
+
+CHUNK = 256 * 1024
+DEFAULT_CONFIG = "admin.toml"
+CONFIG_ENV = "EDGECTL_CONFIG"
+
+
+class PushError(Exception):
+    """The push could not be made or was refused; the message says why."""
+
+
+@dataclass(frozen=True, slots=True)
+class AdminConfig:
+    """What ``hub init`` writes to ``admin.toml`` (paths relative to the file's directory)."""
+
+    hub: str
+    ca_certificate: Path
+    certificate: Path
+    key: Path
+    publisher_key: Path | None = None
+
+    @classmethod
+    def load(cls, path: Path) -> AdminConfig:
+        try:
+            doc = tomllib.loads(Path(path).read_text())
+        except OSError as exc:
+            raise PushError(f"{path}: cannot read: {exc.strerror}") from None
+        except tomllib.TOMLDecodeError as exc:
+            raise PushError(f"{path}: invalid TOML: {exc}") from None
+        base = Path(path).parent
+
+        def need(key: str) -> str:
+            value = doc.get(key)
+            if not isinstance(value, str) or not value:
+                raise PushError(f"{path}: {key}: must be a non-empty string")
+            return value
+
+        publisher = doc.get("publisher", {})
+        pkey = publisher.get("key") if isinstance(publisher, dict) else None
+        return cls(
+            hub=need("hub"),
+            ca_certificate=base / need("caCertificate"),
+            certificate=base / need("certificate"),
+            key=base / need("key"),
+            publisher_key=base / pkey if isinstance(pkey, str) and pkey else None,
+        )
+
+    def channel(self) -> grpc.aio.Channel:
+        try:
+            credentials = grpc.ssl_channel_credentials(
+                root_certificates=self.ca_certificate.read_bytes(),
+                private_key=self.key.read_bytes(),
+                certificate_chain=self.certificate.read_bytes(),
+            )
+        except OSError as exc:
+            raise PushError(f"cannot read credentials: {exc}") from None
+        return grpc.aio.secure_channel(self.hub, credentials)
+
+
+def config_path(explicit: Path | None) -> Path:
+    return explicit or Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
+
+
+def add_command(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
+    push = models.add_parser("push", help="sign (or take signed metadata) and upload to the hub")
+    push.add_argument("file", type=Path, help="the model file (.onnx)")
+    push.add_argument("--name", required=True)
+    push.add_argument("--version", required=True)
+    push.add_argument(
+        "--key",
+        type=Path,
+        action="append",
+        default=[],
+        help="a publisher private key (repeat for a threshold; default: admin.toml "
+        "[publisher] key)",
+    )
+    push.add_argument(
+        "--metadata",
+        type=Path,
+        help="an envelope signed elsewhere (edgectl models sign); uploaded exactly as it is",
+    )
+    push.add_argument("--expires", default="90d", help="validity when signing here (default 90d)")
+    push.add_argument(
+        "--config",
+        dest="push_config",
+        type=Path,
+        metavar="FILE",
+        help=f"admin.toml (default: --config of edgectl, ${CONFIG_ENV}, ./{DEFAULT_CONFIG})",
+    )
+
+
+def run(args: argparse.Namespace) -> int | None:
+    """Run ``models push``; None when ``args`` is not that command."""
+    if args.command != "models" or getattr(args, "models_cmd", None) != "push":
+        return None
+    try:
+        config = AdminConfig.load(config_path(args.push_config or getattr(args, "config", None)))
+        if not args.file.is_file():
+            raise PushError(f"{args.file}: no such file")
+        envelope = _envelope(args, config)
+        response = asyncio.run(push(config, args.file, envelope))
+    except (PushError, TrustError, OSError, ValueError) as exc:
+        print(f"edgectl: models push: {exc}", file=sys.stderr)
+        return 1
+    what = f"model/{args.name} {args.version}"
+    if response.stored:
+        print(f"{what} pushed (sha256 {response.sha256}, {response.length} bytes)")
+    else:
+        print(f"{what} unchanged (sha256 {response.sha256}, {response.length} bytes)")
+    return 0
+
+
+def _envelope(args: argparse.Namespace, config: AdminConfig) -> bytes:
+    if args.metadata is not None:
+        if args.key:
+            raise PushError("give --metadata (signed elsewhere) or --key, not both")
+        data: bytes = args.metadata.read_bytes()
+        env = parse_envelope_bytes(data, what=str(args.metadata))
+        meta = parse_artifact(
+            decode_payload(env, expected_type=ARTIFACT_TYPE, what=str(args.metadata)),
+            what=str(args.metadata),
+        )
+        if (meta.name, meta.version) != (args.name, args.version):
+            raise PushError(
+                f"{args.metadata} is signed for {meta.name} {meta.version}, "
+                f"not {args.name} {args.version}"
+            )
+        return data
+    keys = list(args.key) or ([config.publisher_key] if config.publisher_key else [])
+    if not keys:
+        raise PushError("no publisher key: give --key KEY (or [publisher] key in admin.toml)")
+    _, env = signing.sign_artifact(
+        args.file,
+        name=args.name,
+        version=args.version,
+        keys=keys,
+        expires_in_s=signing.parse_duration_days(args.expires),
+    )
+    return env.to_bytes()
+
+
+async def _requests(model: Path, envelope: bytes) -> AsyncIterator[admin_pb2.PushArtifactRequest]:
+    yield admin_pb2.PushArtifactRequest(header=admin_pb2.ArtifactHeader(signed_metadata=envelope))
+    with open(model, "rb") as f:  # noqa: ASYNC230 - a CLI with nothing else to do meanwhile
+        while chunk := f.read(CHUNK):
+            yield admin_pb2.PushArtifactRequest(chunk=chunk)
+
+
+async def push(
+    config: AdminConfig, model: Path, envelope: bytes, *, timeout: float = 600.0
+) -> admin_pb2.PushArtifactResponse:
+    """Upload ``model`` with its signed metadata; the hub's PushArtifactResponse."""
+    async with config.channel() as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            response: admin_pb2.PushArtifactResponse = await stub.PushArtifact(
+                _requests(model, envelope), timeout=timeout
+            )
+            return response
+        except grpc.aio.AioRpcError as exc:
+            code = exc.code().name if exc.code() else "UNKNOWN"
+            raise PushError(f"the hub refused it ({code}): {exc.details()}") from None

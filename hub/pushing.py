@@ -1,0 +1,276 @@
+"""Receiving a pushed artifact (AdminService ``PushArtifact``): verify, store, record.
+
+The hub is not trusted to author models and never re-signs anything. It checks what a device
+would check, so that junk is refused at the door rather than on every device:
+
+1. the first message is a header carrying the publisher-signed metadata envelope;
+2. the hub has a trust root (``D/trust-root.json``; FAILED_PRECONDITION otherwise) and the
+   envelope verifies against it with the devices' own code (:mod:`edged.trust.verifying`):
+   well-formed, a threshold of artifacts-role signatures, not expired;
+3. versions are immutable: a (name, version) already pushed with other bytes is
+   ALREADY_EXISTS, decided before any byte is read;
+4. the chunks stream into the content-addressed blob store with the **signed length as a hard
+   limit** (reading stops there) and the signed sha256 and exact length as verifiers, so a
+   refused push leaves no blob; a model record is written only after the blob is committed;
+5. the record (``/models/NAME/VERSION``: the envelope exactly as signed, sha256, length) goes
+   to the store and the cache, an event is recorded and every device is projected again.
+
+The same bytes and metadata again are ``stored=False``. The same bytes with newer signed
+metadata (a higher ``metadataVersion``, e.g. re-signed to extend its expiry) replace the
+record's envelope; older or equal metadata leaves it as it is.
+
+:func:`receive_artifact` raises :class:`PushRefused` (a gRPC status code and a message); the
+AdminService method translates it with ``context.abort``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+from collections.abc import AsyncIterator
+from typing import Any, BinaryIO, cast
+
+import grpc
+
+from edged.errors import ArtifactError, TrustError
+from edged.logs import get_logger
+from edged.trust.documents import ArtifactMetadata, FileInfo, Root, parse_artifact
+from edged.trust.envelopes import ARTIFACT_TYPE, decode_payload, parse_envelope_bytes
+from edged.trust.verifying import (
+    SignedFile,
+    TrustState,
+    verify_artifact_metadata,
+    verify_initial_root,
+)
+from edgefleet.v1 import admin_pb2
+from hub import objects
+from hub.context import HubContext
+from hub.errors import CompareFailed, HubError
+
+log = get_logger(__name__)
+
+READ_SIZE = 1 << 20
+CHUNK_TIMEOUT_S = 60.0  # the longest wait for the next chunk before the push is given up
+
+# Trust refusal reasons -> status codes. Anything else from the trust code (malformed
+# envelopes or metadata, wrong payload type) is INVALID_ARGUMENT.
+_TRUST_CODES = {
+    "UnknownKey": grpc.StatusCode.PERMISSION_DENIED,
+    "SignatureThresholdNotMet": grpc.StatusCode.PERMISSION_DENIED,
+    "MetadataExpired": grpc.StatusCode.FAILED_PRECONDITION,
+}
+
+
+class PushRefused(HubError):
+    """A push was refused; ``code`` is the gRPC status to answer with, ``reason`` a CamelCase
+    word (``UnknownKey``, ``LengthExceeded``, ``VersionExists``...). Nothing was stored."""
+
+    def __init__(self, code: grpc.StatusCode, reason: str, message: str) -> None:
+        self.code = code
+        self.reason = reason
+        super().__init__(f"{reason}: {message}")
+
+
+async def receive_artifact(
+    ctx: HubContext,
+    requests: AsyncIterator[admin_pb2.PushArtifactRequest],
+    *,
+    now: float,
+) -> admin_pb2.PushArtifactResponse:
+    """Verify and store one pushed artifact (see the module doc); ``now`` fixes every time
+    check of this push."""
+    it = requests.__aiter__()
+    try:
+        first = await it.__anext__()
+    except StopAsyncIteration:
+        raise PushRefused(
+            grpc.StatusCode.INVALID_ARGUMENT, "NoHeader", "the stream is empty: send a header first"
+        ) from None
+    if first.WhichOneof("message") != "header":
+        raise PushRefused(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "NoHeader",
+            f"the first message must be a header, got {first.WhichOneof('message') or 'nothing'}",
+        )
+    envelope_bytes = bytes(first.header.signed_metadata)
+    meta, model_file, info = _verify_header(ctx, envelope_bytes, now)
+    what = f"{meta.name} {meta.version}"
+    existing = ctx.cache.models.get((meta.name, meta.version))
+    if existing is not None and existing.sha256 != info.sha256:
+        raise _exists(what, existing.sha256, info.sha256)
+
+    had_blob = ctx.blobs.has(info.sha256)
+    reader = _ChunkReader(it, asyncio.get_running_loop())
+    try:
+        sha256 = await asyncio.to_thread(
+            ctx.blobs.ingest_stream,
+            cast("BinaryIO", reader),  # it only calls read(size)
+            origin=f"pushed {model_file}",
+            name=meta.name,
+            version=meta.version,
+            verifiers=[SignedFile(info, what)],
+            max_bytes=info.length,
+        )
+    except PushRefused:
+        raise
+    except ArtifactError as exc:
+        reason = "LengthExceeded" if exc.reason == "ArtifactTooLarge" else exc.reason
+        message = (
+            f"{what}: the pushed bytes are longer than the signed length {info.length}"
+            if reason == "LengthExceeded"
+            else str(exc)
+        )
+        raise PushRefused(grpc.StatusCode.INVALID_ARGUMENT, reason, message) from None
+    try:
+        return await _record(ctx, meta, envelope_bytes, info, sha256, now, stored=not had_blob)
+    except BaseException:
+        if not had_blob:
+            _drop_unreferenced(ctx, sha256)
+        raise
+
+
+def _verify_header(
+    ctx: HubContext, envelope_bytes: bytes, now: float
+) -> tuple[ArtifactMetadata, str, FileInfo]:
+    if not ctx.trust_root:
+        raise PushRefused(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "NoTrustRoot",
+            "this hub has no trust root (D/trust-root.json), so it cannot check who signed "
+            "the artifact: create one (hub init does by default) and restart the hub",
+        )
+    try:
+        root: Root = verify_initial_root(
+            parse_envelope_bytes(ctx.trust_root, what="the hub's trust root"),
+            now,
+            what="the hub's trust root",
+        )
+    except TrustError as exc:
+        raise PushRefused(grpc.StatusCode.FAILED_PRECONDITION, exc.reason, str(exc)) from None
+    try:
+        env = parse_envelope_bytes(envelope_bytes, what="header.signed_metadata")
+        meta = verify_artifact_metadata(
+            root, env, now=now, state=TrustState(), what="header.signed_metadata"
+        )
+    except TrustError as exc:
+        code = _TRUST_CODES.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT)
+        raise PushRefused(code, exc.reason, str(exc)) from None
+    model_file, info = meta.model_file()
+    extras = sorted(n for n, f in meta.files.items() if f.role != "model")
+    if extras:
+        raise PushRefused(
+            grpc.StatusCode.UNIMPLEMENTED,
+            "ExtrasNotSupported",
+            f"{meta.name} {meta.version}: the metadata lists extra files ({', '.join(extras)}); "
+            "the hub carries only the model file so far",
+        )
+    return meta, model_file, info
+
+
+def _exists(what: str, have: str, pushed: str) -> PushRefused:
+    return PushRefused(
+        grpc.StatusCode.ALREADY_EXISTS,
+        "VersionExists",
+        f"{what} was already pushed with sha256 {have}; these bytes have sha256 {pushed}. "
+        "Versions are immutable: push a new version",
+    )
+
+
+def _metadata_version(envelope: bytes) -> int:
+    env = parse_envelope_bytes(envelope, what="stored metadata")
+    doc = decode_payload(env, expected_type=ARTIFACT_TYPE, what="stored metadata")
+    return parse_artifact(doc).metadata_version
+
+
+async def _record(
+    ctx: HubContext,
+    meta: ArtifactMetadata,
+    envelope: bytes,
+    info: FileInfo,
+    sha256: str,
+    now: float,
+    *,
+    stored: bool,
+) -> admin_pb2.PushArtifactResponse:
+    what = f"{meta.name} {meta.version}"
+    key = objects.model_key(meta.name, meta.version)
+    record = objects.ModelRecord(meta.name, meta.version, sha256, info.length, envelope, now)
+    current = await ctx.store.get(key)
+    if current is not None:
+        old = objects.ModelRecord.from_json(objects.loads(current.value))
+        if old.sha256 != sha256:
+            raise _exists(what, old.sha256, sha256)
+        if old.envelope == envelope or meta.metadata_version <= _metadata_version(old.envelope):
+            ctx.cache.models[(meta.name, meta.version)] = old
+            log.info("artifact-unchanged", model=meta.name, version=meta.version)
+            return admin_pb2.PushArtifactResponse(sha256=sha256, length=info.length, stored=False)
+        reason, message = "MetadataUpdated", f"{what}: newer signed metadata (same bytes)"
+    else:
+        reason, message = "Pushed", f"{what} pushed (sha256 {sha256}, {info.length} bytes)"
+    try:
+        await ctx.store.put(
+            key,
+            objects.dumps(record.to_json()),
+            expect_mod_revision=current.mod_revision if current is not None else 0,
+        )
+    except CompareFailed:
+        raise PushRefused(
+            grpc.StatusCode.ABORTED,
+            "ConcurrentPush",
+            f"{what} was pushed by someone else at the same time; push again",
+        ) from None
+    ctx.cache.models[(meta.name, meta.version)] = record
+    ctx.writer.event(objects.KIND_MODEL, f"{meta.name}-{meta.version}", "Normal", reason, message)
+    ctx.projector.mark_all()
+    log.info("artifact-pushed", model=meta.name, version=meta.version, sha256=sha256)
+    return admin_pb2.PushArtifactResponse(sha256=sha256, length=info.length, stored=stored)
+
+
+def _drop_unreferenced(ctx: HubContext, sha256: str) -> None:
+    if all(m.sha256 != sha256 for m in ctx.cache.models.values()):
+        ctx.blobs.path_for(sha256).unlink(missing_ok=True)
+
+
+class _ChunkReader:
+    """A blocking ``read()`` over the request stream, for the store's ingest in a thread: each
+    call fetches the next message on the event loop. Every message after the header must be
+    a chunk."""
+
+    def __init__(
+        self, it: AsyncIterator[admin_pb2.PushArtifactRequest], loop: asyncio.AbstractEventLoop
+    ) -> None:
+        self._it = it
+        self._loop = loop
+        self._buffer = b""
+        self._done = False
+
+    async def _next(self) -> Any:
+        try:
+            return await self._it.__anext__()
+        except StopAsyncIteration:
+            return None
+
+    def read(self, size: int = READ_SIZE) -> bytes:
+        while not self._buffer and not self._done:
+            future = asyncio.run_coroutine_threadsafe(self._next(), self._loop)
+            try:
+                msg = future.result(timeout=CHUNK_TIMEOUT_S)
+            except concurrent.futures.TimeoutError:
+                future.cancel()
+                raise PushRefused(
+                    grpc.StatusCode.DEADLINE_EXCEEDED,
+                    "PushStalled",
+                    f"no chunk for {CHUNK_TIMEOUT_S:g} s",
+                ) from None
+            if msg is None:
+                self._done = True
+            elif msg.WhichOneof("message") != "chunk":
+                raise PushRefused(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "UnexpectedMessage",
+                    f"only chunks may follow the header, got {msg.WhichOneof('message')}",
+                )
+            else:
+                self._buffer = bytes(msg.chunk)
+        out, self._buffer = self._buffer[:size], self._buffer[size:]
+        return out

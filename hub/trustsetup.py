@@ -1,0 +1,134 @@
+"""The trust part of ``hub init``: the fleet trust root, and a publisher key for the quickstart.
+
+:func:`quickstart_trust` (the default of ``hub init``) writes::
+
+    D/publisher.key, D/publisher.pub   an Ed25519 publisher key pair (the key 0600)
+    D/root.key, D/root.pub             an Ed25519 root key pair (the key 0600)
+    D/trust-root.json                  the fleet trust root, version 1, valid for a year:
+                                       root role = the root key, artifacts role = the
+                                       publisher key, threshold 1, signed by the root key
+
+and adds ``[publisher] key = "D/publisher.key"`` to ``D/admin.toml`` so that
+``edgectl models push`` signs with it by default.
+
+**This is for a quickstart or a lab.** Keys that sign models and roots belong offline (an
+HSM, a signing service, a laptop that never talks to the fleet): the hub is not trusted to
+author models, and a hub that holds the publisher key could. In production make the keys and
+the root elsewhere (``edgectl keys generate``, ``edgectl trust root create``) and give the hub
+only the signed root: ``hub init --trust-root FILE`` (:func:`operator_trust`), which checks
+that the root is well-formed, signed by a threshold of its own root keys and not expired, and
+copies it. ``hub init --no-trust-root`` makes none; such a hub refuses every push.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+import tomllib
+from pathlib import Path
+
+from edged.errors import TrustError
+from edged.state.persisting import write_atomic
+from edged.trust import signing
+from edged.trust.envelopes import parse_envelope_bytes
+from edged.trust.verifying import verify_initial_root
+from hub import pki
+from hub.errors import HubDirError
+from hub.initializing import HubPaths, TrustSetup
+
+TRUST_ROOT_FILE = "trust-root.json"  # the same name hub.server reads
+PUBLISHER_PREFIX = "publisher"
+ROOT_PREFIX = "root"
+ROOT_LIFETIME_S = 365 * signing.DAY
+
+
+def trust_root_path(paths: HubPaths) -> Path:
+    return paths.data_dir / TRUST_ROOT_FILE
+
+
+def publisher_key_path(paths: HubPaths) -> Path:
+    return paths.data_dir / f"{PUBLISHER_PREFIX}.key"
+
+
+def _quoted(path: Path) -> str:
+    return '"' + str(path).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+
+def add_publisher_to_admin_config(paths: HubPaths, key: Path) -> None:
+    """Add ``[publisher] key = ...`` to admin.toml unless it has a publisher already."""
+    text = paths.admin_config.read_text()
+    if "publisher" in tomllib.loads(text):
+        return
+    text += (
+        "\n# The publisher key edgectl models push signs with by default. Made by hub init for a\n"
+        "# quickstart: production keeps publisher keys offline, not next to the hub.\n"
+        f"[publisher]\nkey = {_quoted(key.absolute())}\n"
+    )
+    write_atomic(paths.admin_config, text.encode(), mode=0o600)
+
+
+def make_quickstart_trust(paths: HubPaths, *, now: float | None = None) -> None:
+    """Write the publisher and root key pairs and a trust root listing them (module doc)."""
+    d = paths.data_dir
+    signing.generate_key_pair(d / PUBLISHER_PREFIX)
+    signing.generate_key_pair(d / ROOT_PREFIX)
+    signing.create_root(
+        root_keys=[d / f"{ROOT_PREFIX}.key"],
+        artifact_keys=[d / f"{PUBLISHER_PREFIX}.pub"],
+        threshold=1,
+        expires_in_s=ROOT_LIFETIME_S,
+        out=trust_root_path(paths),
+        now=now,
+    )
+    add_publisher_to_admin_config(paths, publisher_key_path(paths))
+
+
+async def quickstart_trust(paths: HubPaths, ca: pki.CertifiedKey) -> None:
+    """The default :data:`~hub.initializing.TrustSetup` of ``hub init`` (see module doc)."""
+    await asyncio.to_thread(make_quickstart_trust, paths)
+
+
+def install_operator_root(paths: HubPaths, source: Path, *, now: float) -> None:
+    """Check an operator-made root and copy it to ``D/trust-root.json`` (HubDirError if bad)."""
+    try:
+        data = Path(source).read_bytes()
+    except OSError as exc:
+        raise HubDirError(f"--trust-root {source}: cannot read: {exc.strerror}") from None
+    try:
+        verify_initial_root(parse_envelope_bytes(data, what=str(source)), now)
+    except TrustError as exc:
+        raise HubDirError(f"--trust-root {source}: {exc.reason}: {exc}") from None
+    write_atomic(trust_root_path(paths), data, mode=0o644)
+
+
+def operator_trust(source: Path) -> TrustSetup:
+    """A TrustSetup that installs ``source`` (``hub init --trust-root FILE``)."""
+
+    async def setup(paths: HubPaths, ca: pki.CertifiedKey) -> None:
+        install_operator_root(paths, source, now=time.time())
+
+    return setup
+
+
+def choose_trust_setup(*, no_trust_root: bool, trust_root: Path | None) -> TrustSetup | None:
+    """What ``hub init`` does about trust, from its options."""
+    if no_trust_root:
+        return None
+    if trust_root is not None:
+        return operator_trust(trust_root)
+    return quickstart_trust
+
+
+def describe_trust(paths: HubPaths) -> list[str]:
+    """Lines for ``hub init``'s output about the trust files it made."""
+    root = trust_root_path(paths)
+    if not root.exists():
+        return ["trust root:       none (artifact pushes will be refused)"]
+    lines = [f"trust root:       {root}"]
+    publisher = publisher_key_path(paths)
+    if publisher.exists():
+        lines.append(
+            f"publisher key:    {publisher}  (quickstart only: keep publisher and root keys "
+            "offline in production)"
+        )
+    return lines

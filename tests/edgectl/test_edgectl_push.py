@@ -1,0 +1,167 @@
+"""``edgectl models push``, run as the real console command (a subprocess) against a real
+grpc.aio server with mutual TLS on loopback: a hub data directory made by ``hub init`` (its
+admin.toml, admin certificate and quickstart publisher key), real SQLite, a real blob store.
+The AdminService here is a minimal one of this test's own around ``hub.pushing`` (the real one
+is built apart)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import grpc
+import pytest
+from asynctesting import async_test
+
+from edged.trust import signing
+from edgefleet.v1 import admin_pb2, admin_pb2_grpc
+from hub.context import HubContext
+from hub.initializing import init_hub
+from hub.pushing import PushRefused, receive_artifact
+from hub.server import build_context
+from hub.trustsetup import quickstart_trust
+
+EDGECTL = [sys.executable, "-c", "import sys; from edgectl.cli import main; sys.exit(main())"]
+
+
+class _Servicer(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, ctx: HubContext) -> None:
+        self.ctx = ctx
+
+    async def PushArtifact(
+        self,
+        request_iterator: AsyncIterator[admin_pb2.PushArtifactRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> admin_pb2.PushArtifactResponse:
+        try:
+            return await receive_artifact(self.ctx, request_iterator, now=time.time())
+        except PushRefused as exc:
+            await context.abort(exc.code, str(exc))
+            raise AssertionError("unreachable") from None
+
+
+@pytest.fixture
+def hub_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "hub"
+    asyncio.run(init_hub(d, region="eu-dublin", trust_setup=quickstart_trust))
+    return d
+
+
+@asynccontextmanager
+async def _serve(d: Path) -> AsyncIterator[tuple[HubContext, Path]]:
+    """The hub's AdminService on a free port; yields the context and an admin.toml for it."""
+    ctx = await build_context(d)
+    paths = ctx.paths
+    server = grpc.aio.server()
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(_Servicer(ctx), server)
+    port = server.add_secure_port(
+        "127.0.0.1:0",
+        grpc.ssl_server_credentials(
+            [(paths.hub_key.read_bytes(), paths.hub_certificate.read_bytes())],
+            root_certificates=paths.ca_certificate.read_bytes(),
+            require_client_auth=True,
+        ),
+    )
+    await server.start()
+    admin = d / "admin-test.toml"
+    admin.write_text(
+        paths.admin_config.read_text().replace('"localhost:7443"', f'"localhost:{port}"')
+    )
+    try:
+        yield ctx, admin
+    finally:
+        await server.stop(None)
+        await ctx.writer.flush()
+        await ctx.store.close()
+
+
+async def _edgectl(*args: str | Path) -> tuple[int, str, str]:
+    proc = await asyncio.create_subprocess_exec(
+        *EDGECTL,
+        *map(str, args),
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    out, err = await proc.communicate()
+    assert proc.returncode is not None
+    return proc.returncode, out.decode(), err.decode()
+
+
+def _model(tmp: Path, name: str = "mlp.onnx", size: int = 700_000) -> Path:
+    path = tmp / name
+    path.write_bytes(os.urandom(size))
+    return path
+
+
+@async_test
+async def test_push_signs_with_the_publisher_key_of_admin_toml_then_is_unchanged(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    model = _model(tmp_path)
+    sha = signing.describe_file(model, "model")["sha256"]
+    async with _serve(hub_dir) as (ctx, admin):
+        push = ("models", "push", model, "--name", "mlp", "--version", "1.0", "--config", admin)
+        code, out, err = await _edgectl(*push)
+        assert code == 0, err
+        assert out == f"model/mlp 1.0 pushed (sha256 {sha}, 700000 bytes)\n"
+        assert ctx.blobs.path_for(sha).read_bytes() == model.read_bytes()
+        assert ctx.cache.models[("mlp", "1.0")].sha256 == sha
+        code, out, err = await _edgectl(*push)
+        assert code == 0, err
+        assert out == f"model/mlp 1.0 unchanged (sha256 {sha}, 700000 bytes)\n"
+
+
+@async_test
+async def test_push_of_metadata_signed_elsewhere_and_refusals(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    model = _model(tmp_path, size=1000)
+    signing.generate_key_pair(tmp_path / "stranger")
+    _, env = signing.sign_artifact(
+        model,
+        name="mlp",
+        version="2.0",
+        keys=[hub_dir / "publisher.key"],
+        out=tmp_path / "signed.json",
+    )
+    async with _serve(hub_dir) as (ctx, admin):
+        base = ("models", "push", model, "--config", admin, "--name", "mlp")
+        code, out, err = await _edgectl(
+            *base, "--version", "2.0", "--metadata", tmp_path / "signed.json"
+        )
+        assert code == 0, err
+        assert out.startswith("model/mlp 2.0 pushed")
+        assert ctx.cache.models[("mlp", "2.0")].envelope == env.to_bytes()
+
+        code, _, err = await _edgectl(
+            *base, "--version", "3.0", "--metadata", tmp_path / "signed.json"
+        )
+        assert code == 1
+        assert "signed.json is signed for mlp 2.0, not mlp 3.0" in err
+
+        code, _, err = await _edgectl(*base, "--version", "3.0", "--key", tmp_path / "stranger.key")
+        assert code == 1
+        assert "the hub refused it (PERMISSION_DENIED): UnknownKey:" in err
+        assert ("mlp", "3.0") not in ctx.cache.models
+
+
+@async_test
+async def test_push_without_a_key_or_a_hub_says_what_is_missing(tmp_path: Path) -> None:
+    model = _model(tmp_path, size=10)
+    admin = tmp_path / "admin.toml"
+    admin.write_text(
+        'hub = "localhost:1"\ncaCertificate = "ca.crt"\ncertificate = "a.crt"\nkey = "a.key"\n'
+    )
+    code, _, err = await _edgectl(
+        "models", "push", model, "--name", "m", "--version", "1", "--config", admin
+    )
+    assert code == 1 and "no publisher key: give --key KEY" in err
+    code, _, err = await _edgectl(
+        "models", "push", model, "--name", "m", "--version", "1", "--config", tmp_path / "none"
+    )
+    assert code == 1 and "none: cannot read" in err

@@ -1,0 +1,261 @@
+"""``receive_artifact`` (AdminService PushArtifact) through a real grpc.aio server with mutual
+TLS on loopback, a real hub data directory made by ``hub init`` (CA, admin certificate, the
+quickstart trust root and publisher key), real SQLite and a real blob store. The servicer is a
+minimal one of this test's own (the real AdminService authorizes the admin, then calls the
+same function)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+import pytest
+from asynctesting import async_test
+
+from edged.trust import signing
+from edgefleet.v1 import admin_pb2, admin_pb2_grpc
+from hub import objects
+from hub.context import HubContext
+from hub.initializing import HubPaths, init_hub
+from hub.pushing import PushRefused, receive_artifact
+from hub.server import build_context
+from hub.trustsetup import quickstart_trust
+
+CHUNK = 64 * 1024
+
+
+class _Servicer(admin_pb2_grpc.AdminServiceServicer):
+    def __init__(self, ctx: HubContext) -> None:
+        self.ctx = ctx
+
+    async def PushArtifact(
+        self,
+        request_iterator: AsyncIterator[admin_pb2.PushArtifactRequest],
+        context: grpc.aio.ServicerContext,
+    ) -> admin_pb2.PushArtifactResponse:
+        try:
+            return await receive_artifact(self.ctx, request_iterator, now=time.time())
+        except PushRefused as exc:
+            await context.abort(exc.code, str(exc))
+            raise AssertionError("unreachable") from None
+
+
+@dataclass
+class Hub:
+    ctx: HubContext
+    stub: admin_pb2_grpc.AdminServiceStub
+
+
+@pytest.fixture
+def hub_dir(tmp_path: Path) -> Path:
+    d = tmp_path / "hub"
+    asyncio.run(init_hub(d, region="eu-dublin", trust_setup=quickstart_trust))
+    return d
+
+
+@asynccontextmanager
+async def _serve(d: Path, *, trust_root: bool = True) -> AsyncIterator[Hub]:
+    ctx = await build_context(d)
+    if not trust_root:
+        ctx.trust_root = b""
+    paths = ctx.paths
+    server = grpc.aio.server()
+    admin_pb2_grpc.add_AdminServiceServicer_to_server(_Servicer(ctx), server)
+    credentials = grpc.ssl_server_credentials(
+        [(paths.hub_key.read_bytes(), paths.hub_certificate.read_bytes())],
+        root_certificates=paths.ca_certificate.read_bytes(),
+        require_client_auth=True,
+    )
+    port = server.add_secure_port("127.0.0.1:0", credentials)
+    await server.start()
+    client = grpc.ssl_channel_credentials(
+        root_certificates=paths.ca_certificate.read_bytes(),
+        private_key=paths.admin_key.read_bytes(),
+        certificate_chain=paths.admin_certificate.read_bytes(),
+    )
+    try:
+        async with grpc.aio.secure_channel(f"localhost:{port}", client) as channel:
+            yield Hub(ctx, admin_pb2_grpc.AdminServiceStub(channel))
+    finally:
+        await server.stop(None)
+        await ctx.writer.flush()
+        await ctx.store.close()
+
+
+def _requests(envelope: bytes, data: bytes) -> Iterator[admin_pb2.PushArtifactRequest]:
+    yield admin_pb2.PushArtifactRequest(header=admin_pb2.ArtifactHeader(signed_metadata=envelope))
+    for i in range(0, len(data), CHUNK):
+        yield admin_pb2.PushArtifactRequest(chunk=data[i : i + CHUNK])
+
+
+async def _push(hub: Hub, envelope: bytes, data: bytes) -> admin_pb2.PushArtifactResponse:
+    response: admin_pb2.PushArtifactResponse = await hub.stub.PushArtifact(
+        _requests(envelope, data), timeout=5
+    )
+    return response
+
+
+def _model(tmp: Path, name: str = "model.onnx", size: int = 200_000) -> Path:
+    path = tmp / name
+    path.write_bytes(os.urandom(size))
+    return path
+
+
+def _sign(path: Path, key: Path, *, version: str = "1.0.0", **kw: float) -> bytes:
+    _, env = signing.sign_artifact(
+        path, name="mlp", version=version, keys=[key], out=path.with_suffix(".meta"), **kw
+    )
+    return env.to_bytes()
+
+
+async def _assert_nothing_stored(hub: Hub) -> None:
+    assert hub.ctx.blobs.digests() == set()
+    assert list((hub.ctx.blobs.root / "staging").iterdir()) == []
+    assert not (await hub.ctx.store.range(objects.MODELS)).kvs
+    assert hub.ctx.cache.models == {}
+
+
+async def _refused(hub: Hub, envelope: bytes, data: bytes) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await _push(hub, envelope, data)
+    return info.value
+
+
+@async_test
+async def test_push_is_verified_stored_recorded_and_idempotent(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    model = _model(tmp_path)
+    envelope = _sign(model, HubPaths.of(hub_dir).data_dir / "publisher.key")
+    data = model.read_bytes()
+    async with _serve(hub_dir) as hub:
+        first = await _push(hub, envelope, data)
+        sha = signing.describe_file(model, "model")["sha256"]
+        assert (first.sha256, first.length, first.stored) == (sha, len(data), True)
+        assert hub.ctx.blobs.path_for(sha).read_bytes() == data
+        kv = await hub.ctx.store.get(objects.model_key("mlp", "1.0.0"))
+        assert kv is not None
+        record = objects.ModelRecord.from_json(objects.loads(kv.value))
+        assert (record.sha256, record.length, record.envelope) == (sha, len(data), envelope)
+        assert hub.ctx.cache.models[("mlp", "1.0.0")] == record
+        assert [e["reason"] for e in hub.ctx.cache.events] == ["Pushed"]
+
+        again = await _push(hub, envelope, data)
+        assert (again.sha256, again.stored) == (sha, False)
+        assert [e["reason"] for e in hub.ctx.cache.events] == ["Pushed"]
+
+        other = _model(tmp_path, "other.onnx")
+        different = _sign(other, hub.ctx.paths.data_dir / "publisher.key")
+        err = await _refused(hub, different, other.read_bytes())
+        assert err.code() is grpc.StatusCode.ALREADY_EXISTS
+        assert "VersionExists: mlp 1.0.0 was already pushed" in (err.details() or "")
+        assert hub.ctx.blobs.digests() == {sha}
+        assert hub.ctx.cache.models[("mlp", "1.0.0")] == record
+    # the record survives a restart of the hub (real SQLite)
+    async with _serve(hub_dir) as hub:
+        assert hub.ctx.cache.models[("mlp", "1.0.0")].sha256 == sha
+
+
+@async_test
+async def test_newer_metadata_for_the_same_bytes_replaces_the_envelope(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    model = _model(tmp_path, size=1000)
+    key = hub_dir / "publisher.key"
+    old = _sign(model, key, metadata_version=1)
+    new = _sign(model, key, metadata_version=2)
+    async with _serve(hub_dir) as hub:
+        await _push(hub, old, model.read_bytes())
+        response = await _push(hub, new, model.read_bytes())
+        assert not response.stored
+        assert hub.ctx.cache.models[("mlp", "1.0.0")].envelope == new
+        await _push(hub, old, model.read_bytes())  # older metadata: kept as it is
+        assert hub.ctx.cache.models[("mlp", "1.0.0")].envelope == new
+        assert [e["reason"] for e in hub.ctx.cache.events] == ["Pushed", "MetadataUpdated"]
+
+
+@async_test
+async def test_signed_by_a_key_the_root_does_not_list_is_refused(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    signing.generate_key_pair(tmp_path / "stranger")
+    model = _model(tmp_path)
+    envelope = _sign(model, tmp_path / "stranger.key")
+    async with _serve(hub_dir) as hub:
+        err = await _refused(hub, envelope, model.read_bytes())
+        assert err.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert (err.details() or "").startswith("UnknownKey: header.signed_metadata: signed only")
+        await _assert_nothing_stored(hub)
+
+
+@async_test
+async def test_expired_metadata_is_refused(hub_dir: Path, tmp_path: Path) -> None:
+    model = _model(tmp_path)
+    envelope = _sign(
+        model, hub_dir / "publisher.key", now=time.time() - 10 * 86400, expires_in_s=86400
+    )
+    async with _serve(hub_dir) as hub:
+        err = await _refused(hub, envelope, model.read_bytes())
+        assert err.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert (err.details() or "").startswith("MetadataExpired: header.signed_metadata of mlp")
+        await _assert_nothing_stored(hub)
+
+
+@pytest.mark.parametrize(
+    ("change", "reason"),
+    [
+        (lambda b: b + b"x" * (3 * CHUNK), "LengthExceeded"),
+        (lambda b: b[:-1], "LengthMismatch"),
+        (lambda b: bytes([b[0] ^ 1]) + b[1:], "DigestMismatch"),
+    ],
+    ids=["longer", "shorter", "other-bytes"],
+)
+def test_bytes_that_are_not_the_signed_ones_are_refused_and_nothing_is_stored(
+    hub_dir: Path, tmp_path: Path, change: object, reason: str
+) -> None:
+    @async_test
+    async def run() -> None:
+        model = _model(tmp_path)
+        envelope = _sign(model, hub_dir / "publisher.key")
+        assert callable(change)
+        async with _serve(hub_dir) as hub:
+            err = await _refused(hub, envelope, change(model.read_bytes()))
+            assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert (err.details() or "").startswith(f"{reason}: ")
+            await _assert_nothing_stored(hub)
+
+    run()
+
+
+@async_test
+async def test_malformed_header_and_missing_header_are_refused(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    async with _serve(hub_dir) as hub:
+        err = await _refused(hub, b"{not json", b"abc")
+        assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert (err.details() or "").startswith("MalformedEnvelope: header.signed_metadata")
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await hub.stub.PushArtifact(
+                iter([admin_pb2.PushArtifactRequest(chunk=b"abc")]), timeout=5
+            )
+        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "first message must be a header, got chunk" in (info.value.details() or "")
+        await _assert_nothing_stored(hub)
+
+
+@async_test
+async def test_a_hub_without_a_trust_root_refuses_every_push(hub_dir: Path, tmp_path: Path) -> None:
+    model = _model(tmp_path)
+    envelope = _sign(model, hub_dir / "publisher.key")
+    async with _serve(hub_dir, trust_root=False) as hub:
+        err = await _refused(hub, envelope, model.read_bytes())
+        assert err.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert (err.details() or "").startswith("NoTrustRoot: this hub has no trust root")
+        await _assert_nothing_stored(hub)
