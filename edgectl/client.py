@@ -47,6 +47,7 @@ class AdminConfig:
     ca_certificate: Path
     certificate: Path
     key: Path
+    publisher_key: Path | None = None  # [publisher] key: what `edgectl models push` signs with
 
 
 def _address(value: object) -> str:
@@ -70,6 +71,16 @@ def parse_admin_config(doc: Mapping[str, Any], *, source: str, base: Path) -> Ad
         certificate=path("certificate"),
         key=path("key"),
     )
+    publisher = r.section("publisher")
+    if publisher is not None:
+        key = publisher.optional("key", non_empty_str, "")
+        config = AdminConfig(
+            config.hub,
+            config.ca_certificate,
+            config.certificate,
+            config.key,
+            base / key if key else None,
+        )
     problems.raise_if_any(ConfigError, source=source)
     return config
 

@@ -253,13 +253,17 @@ class HubSource:
             return info.sha256
         part = self._downloads / f"{info.sha256}.part"
         await self._download(info.sha256, info.length, part, fetch)
-        return await asyncio.to_thread(self._gate.store_downloaded, meta, info, part, self._store)
+        sha = await asyncio.to_thread(self._gate.store_downloaded, meta, info, part, self._store)
+        part.unlink(missing_ok=True)
+        return sha
 
     async def _download(self, sha: str, length: int, part: Path, fetch: Fetch) -> None:
         """Fetch into ``part``, resuming after what it holds; never past ``length`` bytes."""
         have = _resume_offset(part, length)
         if have == length:
             return
+        if have:
+            log.info("artifact download resuming", sha256=sha, offset=have, length=length)
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         unsynced = 0
         try:

@@ -188,6 +188,10 @@ class TcpProxy:
 
     def cut(self) -> None:
         if self._listener is not None:
+            try:  # wakes the thread blocked in accept(), which then lets go of the port
+                self._listener.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
             self._listener.close()
             self._listener = None
         with self._lock:
