@@ -16,6 +16,7 @@ Every step is the real command a user would type; their output is in ``DIR/*.log
 from __future__ import annotations
 
 import json
+import shutil
 import signal
 import socket
 import subprocess
@@ -28,6 +29,7 @@ import orjson
 
 from edged.cli import UnixHTTPConnection
 
+MARKER = ".edgefleet-quickstart"
 DEVICES = (("retail-1", "retail"), ("retail-2", "retail"), ("factory-1", "factory"))
 EDGED_CONFIG = """\
 # Written by edgectl quickstart. The trust root comes from enrollment (D/trust/root.json).
@@ -145,10 +147,18 @@ def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = F
 
     started = time.monotonic()
     workdir = workdir.resolve()
+    marker = workdir / MARKER
     if workdir.exists() and any(workdir.iterdir()):
-        print(f"edgectl quickstart: {workdir} is not empty; pass --dir NEW", file=sys.stderr)
-        return 2
+        if not marker.exists():
+            print(
+                f"edgectl quickstart: {workdir} is not empty and not from a quickstart; "
+                "pass --dir NEW",
+                file=sys.stderr,
+            )
+            return 2
+        shutil.rmtree(workdir)  # a previous quickstart's state: start over
     workdir.mkdir(parents=True, exist_ok=True)
+    marker.write_text("made by edgectl quickstart; removed by the next one\n")
     demo = Demo(workdir)
     ok = False
     try:

@@ -187,7 +187,7 @@ def test_a_revoked_device_is_refused_and_keeps_serving(
     out = hub.edgectl("devices", "revoke", "dev-a")
     assert "revoked" in out.stdout
     wait_for(
-        lambda: not a.status()["hub"]["connected"] and "revoked" in a.status()["hub"]["lastError"],
+        lambda: "revoked" in (a.status()["hub"]["lastError"] or ""),
         30,
         "dev-a to be refused",
     )
