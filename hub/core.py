@@ -171,12 +171,22 @@ def build_desired(
 class Session:
     """One connected device's stream: the newest unsent desired state, challenges, a close flag."""
 
-    __slots__ = ("_wake", "challenges", "close_reason", "closed", "desired", "device", "serial")
+    __slots__ = (
+        "_wake",
+        "challenges",
+        "close_reason",
+        "closed",
+        "desired",
+        "device",
+        "sent_any",
+        "serial",
+    )
 
     def __init__(self, device: str, serial: str) -> None:
         self.device = device
         self.serial = serial
         self.desired: DesiredContent | None = None
+        self.sent_any = False  # set by the stream once a desired state went out
         self.challenges: list[bytes] = []
         self.closed = False
         self.close_reason = ""
@@ -353,6 +363,10 @@ class Projector:
             self.contents[name] = content
             if previous is None or previous.digest != content.digest:
                 changed[name] = (content, previous)
+            else:
+                session = self._sessions.get(name)
+                if session is not None and not session.sent_any and session.desired is None:
+                    session.offer(content)  # connected before this hub had projected it
         if not changed:
             return
         current = (await self._store.range(objects.DESIRED + "\x00")).revision  # cheap read

@@ -126,10 +126,14 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         log.info("device-connected", device=caller.name, generation=hello.applied_generation)
         reader = asyncio.ensure_future(self._read(caller.name, it, session))
         try:
-            await ctx.projector.project([caller.name])
+            # What the device is owed now goes out at once; the batched projector looks at
+            # the device again (its labels and phase may have changed) and offers any newer
+            # state to the session. Projecting inline here would cost one transaction per
+            # connecting device: thousands when a hub restarts.
             content = ctx.projector.content_for(caller.name)
-            if content is not None:
+            if content is not None and caller.name in ctx.cache.desired:
                 session.offer(content)
+            ctx.projector.mark([caller.name])
             sent = 0
             while not session.closed and not reader.done():
                 if session.desired is not None:
@@ -137,6 +141,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                     content, session.desired = session.desired, None
                     if record is not None and record.generation > sent:
                         sent = record.generation
+                        session.sent_any = True
                         yield device_pb2.HubMessage(
                             desired_state=device_pb2.DesiredState(
                                 generation=record.generation,
@@ -156,8 +161,10 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         )
                     )
                 waiter = asyncio.ensure_future(session.wait())
-                await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
-                waiter.cancel()
+                try:
+                    await asyncio.wait({waiter, reader}, return_when=asyncio.FIRST_COMPLETED)
+                finally:  # also when the call is cancelled while waiting
+                    waiter.cancel()
             if session.closed:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, session.close_reason)
         finally:
