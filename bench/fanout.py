@@ -230,8 +230,7 @@ def _device_client_main(
 
     from edgefleet.v1 import device_pb2, device_pb2_grpc
 
-    async def one(name: str, key: bytes, cert: bytes, seen: dict[str, Any]) -> None:
-        creds = grpc.ssl_channel_credentials(ca, key, cert)
+    async def session(name: str, creds: Any, seen: dict[str, Any]) -> None:
         async with grpc.aio.secure_channel(
             f"127.0.0.1:{port}",
             creds,
@@ -251,11 +250,13 @@ def _device_client_main(
                     async with lock:
                         await call.write(device_pb2.DeviceMessage(heartbeat=device_pb2.Heartbeat()))
 
-            while True:
-                msg = await call.read()
-                if msg is grpc.aio.EOF:
-                    return
-                if msg.WhichOneof("message") == "desired_state":
+            try:
+                while True:
+                    msg = await call.read()
+                    if msg is grpc.aio.EOF:
+                        return
+                    if msg.WhichOneof("message") != "desired_state":
+                        continue
                     ds = msg.desired_state
                     now = time.time()
                     versions = [
@@ -272,21 +273,52 @@ def _device_client_main(
                         beat = asyncio.ensure_future(heartbeats(interval))
                     seen["events"].append((name, now, versions[0] if versions else ""))
                     seen["wake"].set()
+            finally:
+                if beat is not None:
+                    beat.cancel()
+
+    async def one(name: str, key: bytes, cert: bytes, seen: dict[str, Any]) -> None:
+        """One device: reconnects with jittered backoff like edged; counts why it had to."""
+        import random
+
+        creds = grpc.ssl_channel_credentials(ca, key, cert)
+        attempt = 0
+        while True:
+            try:
+                await session(name, creds, seen)
+                reason = "EOF"
+            except grpc.aio.AioRpcError as exc:
+                reason = f"{exc.code().name}: {exc.details()}"
+            seen["reconnects"][reason] = seen["reconnects"].get(reason, 0) + 1
+            await asyncio.sleep(random.uniform(0, min(10.0, 0.5 * 2.0**attempt)))
+            attempt += 1
 
     async def run() -> None:
-        seen: dict[str, Any] = {"events": [], "wake": asyncio.Event()}
+        seen: dict[str, Any] = {"events": [], "wake": asyncio.Event(), "reconnects": {}}
         tasks = [asyncio.ensure_future(one(n, k, c, seen)) for n, k, c in devices]
         while True:  # forward receive events to the controller in batches
-            await seen["wake"].wait()
+            try:
+                await asyncio.wait_for(seen["wake"].wait(), 1.0)
+            except TimeoutError:
+                pass
             seen["wake"].clear()
             await asyncio.sleep(0.05)
             events, seen["events"] = seen["events"], []
-            conn.send(events)
-            if any(t.done() and t.exception() for t in tasks):
-                conn.send(("error", str([t.exception() for t in tasks if t.done()][:1])))
+            conn.send((events, dict(seen["reconnects"])))
+            if any(t.done() for t in tasks):
+                failed = [t for t in tasks if t.done()]
+                conn.send(("error", repr(failed[0].exception())))
                 return
 
     asyncio.run(run())
+
+
+def _merge(counts: Any) -> dict[str, int]:
+    out: dict[str, int] = {}
+    for c in counts:
+        for k, v in c.items():
+            out[k] = out.get(k, 0) + v
+    return out
 
 
 def _proc_io(pid: int) -> int:
@@ -295,7 +327,7 @@ def _proc_io(pid: int) -> int:
     return int(fields["rchar"]) + int(fields["wchar"])
 
 
-def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -> dict[str, float]:
+def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -> dict[str, Any]:
     import subprocess
 
     import psutil
@@ -362,6 +394,7 @@ def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -
             pipes.append(parent)
             procs.append(p)
         got: dict[str, tuple[float, str]] = {}
+        reconnects: dict[int, dict[str, int]] = {}
 
         def collect(until: Callable[[], bool], timeout: float) -> None:
             deadline = time.monotonic() + timeout
@@ -369,9 +402,11 @@ def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -
                 for pipe in pipes:
                     while pipe.poll(0.01):
                         item = pipe.recv()
-                        if isinstance(item, tuple):
+                        if item[0] == "error":
                             raise RuntimeError(f"client failed: {item}")
-                        for name, t, version in item:
+                        events, reasons = item
+                        reconnects[id(pipe)] = reasons
+                        for name, t, version in events:
                             got[name] = (t, version)
             if not until():
                 raise RuntimeError(f"timed out: {sum(1 for v in got.values())} of {n} devices")
@@ -396,6 +431,7 @@ def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -
             "rss_per_device_kib": (rss1 - rss0) / 1024 / n,
             "steady_kbit_s_per_device_at_interval": bits_per_s_per_device / 1000,
             "heartbeat_interval_s": heartbeat_s,
+            "reconnects": _merge(reconnects.values()),
             "steady_kbit_s_per_device_at_30s": bits_per_s_per_device / 1000 * heartbeat_s / 30.0,
         }
     finally:

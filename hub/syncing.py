@@ -95,9 +95,13 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         it = request_iterator.__aiter__()
         try:
             first = await asyncio.wait_for(it.__anext__(), HELLO_TIMEOUT_S)
-        except (TimeoutError, StopAsyncIteration):
+        except (TimeoutError, StopAsyncIteration) as exc:
+            log.warning("sync-without-hello", device=caller.name, error=type(exc).__name__)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the stream must open with Hello")
             return
+        except asyncio.CancelledError:
+            log.warning("sync-cancelled-before-hello", device=caller.name)
+            raise
         if first.WhichOneof("message") != "hello":
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,
