@@ -49,7 +49,7 @@ if mode != "hashlib":
     store = ArtifactStore(data / "artifacts")
     now = gate.begin()
     req = ArtifactRequest("big", "1.0.0", model, work / "model.onnx.metadata.json")
-    env = read_envelope(req.metadata_path)
+    env = read_envelope(work / "with-extras.metadata.json")
     meta = parse_artifact(decode_payload(env, expected_type=ARTIFACT_TYPE, what="m"))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
 t = time.perf_counter()
@@ -87,12 +87,16 @@ def prepare(work: Path, mb: int) -> None:
     create_root(
         root_keys=[work / "pub.key"], artifact_keys=[work / "pub.pub"], out=work / "root.json"
     )
-    sign_artifact(
+    sign_artifact(  # the model alone: what `verify` measures
+        work / "model.onnx", name="big", version="1.0.0", keys=[work / "pub.key"]
+    )
+    sign_artifact(  # with an extra file: what `extras` measures
         work / "model.onnx",
         name="big",
         version="1.0.0",
         keys=[work / "pub.key"],
         extras=[work / "extra.bin"],
+        out=work / "with-extras.metadata.json",
     )
 
 

@@ -73,6 +73,51 @@ class LooksLikeOnnx:
             raise ArtifactError("NotAnOnnxModel", f"{staged.origin} is not an ONNX model file")
 
 
+QUEUED = 4
+
+
+class _Writer:
+    """Writes chunks to a file in a thread; ``finish`` waits for all and re-raises its error."""
+
+    def __init__(self, out: BinaryIO) -> None:
+        import queue
+        import threading
+
+        self._out = out
+        self._queue: queue.Queue[bytes | None] = queue.Queue(QUEUED)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="artifact-writer", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while (chunk := self._queue.get()) is not None:
+            if self._error is None:
+                try:
+                    self._out.write(chunk)
+                except BaseException as exc:  # handed to the reading thread
+                    self._error = exc
+
+    def put(self, chunk: bytes) -> None:
+        if self._error is not None:
+            raise self._error
+        self._queue.put(chunk)
+
+    def finish(self) -> None:
+        self._queue.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+        self._out.flush()
+
+    def __enter__(self) -> _Writer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self._thread.is_alive():  # an error while reading: stop the writer, then go on
+            self._queue.put(None)
+            self._thread.join()
+
+
 class ArtifactStore:
     def __init__(self, root: Path) -> None:
         self.root = root
@@ -136,7 +181,10 @@ class ArtifactStore:
         digest = hashlib.sha256()
         length = 0
         try:
-            with open(tmp, "wb") as out:
+            with open(tmp, "wb") as out, _Writer(out) as writer:
+                # Hash here while a thread writes the previous chunks: hashlib and file
+                # writes both release the GIL, so a large artifact costs about the slower
+                # of the two instead of their sum. At most QUEUED chunks are in memory.
                 while True:
                     chunk = stream.read(CHUNK)
                     if not chunk:
@@ -147,8 +195,8 @@ class ArtifactStore:
                             "ArtifactTooLarge", f"{origin} is larger than {max_bytes} bytes"
                         )
                     digest.update(chunk)
-                    out.write(chunk)
-                out.flush()
+                    writer.put(chunk)
+                writer.finish()
                 os.fsync(out.fileno())
             staged = StagedArtifact(tmp, digest.hexdigest(), length, origin, name, version)
             for verifier in verifiers:
