@@ -9,7 +9,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import DAY, NOW, Device, Key, make_root
+from trusttesting import DAY, NOW, Device, Key, make_root
 
 from edged.artifacts.storing import ArtifactStore
 from edged.errors import ArtifactError, TrustError

@@ -6,7 +6,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from conftest import DAY, NOW, Key, make_metadata, make_root
+from trusttesting import DAY, NOW, Key, make_metadata, make_root
 
 from edged.errors import TrustError
 from edged.trust.documents import parse_root
