@@ -8,6 +8,7 @@ D/identity/key.pem  the identity key (edged.trust.identity), the TLS client key
 
 from __future__ import annotations
 
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -59,7 +60,12 @@ class LinkFiles:
         return cert.not_valid_after_utc.timestamp()
 
     def certificate_validity(self) -> tuple[float, float]:
+        """(start, end) of the certificate's life as this device sees it. The start is when
+        the device received it (the file's time) unless ``notBefore`` is later: the hub
+        backdates ``notBefore`` a little for clock skew, which must not count as life used."""
         from cryptography import x509
 
         cert = x509.load_pem_x509_certificate(self.certificate.read_bytes())
-        return cert.not_valid_before_utc.timestamp(), cert.not_valid_after_utc.timestamp()
+        received = self.certificate.stat().st_mtime
+        start = max(cert.not_valid_before_utc.timestamp(), min(received, time.time()))
+        return start, cert.not_valid_after_utc.timestamp()

@@ -269,3 +269,51 @@ def test_kill9_edged_during_a_download_resumes_and_the_old_version_serves(
     assert part_size > 0
     assert not list(downloads.glob("*.part"))
     assert "artifact download resuming" in a.logs()
+
+
+def test_certificate_renewal_and_device_lifecycle(
+    tmp_path: Path, edged_factory: Callable[..., Edged]
+) -> None:
+    """Short-lived certificates are renewed at 70-90 % of their life over the mTLS channel; a
+    device that stops talking becomes NotReady after the grace period, and Ready again."""
+    hub = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init()
+    toml = hub.data / "hub.toml"
+    text = toml.read_text()
+    for key, value in (
+        ("deviceLifetime", "12s"),
+        ("heartbeatInterval", "1s"),
+        ("heartbeatGrace", "3s"),
+    ):
+        text = "\n".join(
+            f'{key} = "{value}"' if line.startswith(f"{key} =") else line
+            for line in text.splitlines()
+        )
+    toml.write_text(text + "\n")
+    hub.start()
+    try:
+        data = tmp_path / "dev-a"
+        assert enroll(hub, data, "dev-a", {"site": "a"}).returncode == 0
+        first = (data / "hub" / "device.crt").read_bytes()
+        a = edged_factory(
+            None, data=data, config=SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "no-root")
+        ).start()
+
+        def phase() -> str:
+            return str(get_json(hub, "devices", "dev-a")["status"]["phase"])
+
+        wait_for(lambda: phase() == "Ready", 30, "dev-a Ready")
+        wait_for(
+            lambda: (data / "hub" / "device.crt").read_bytes() != first,
+            20,
+            "the certificate to be renewed",
+        )
+        assert "certificate renewed" in a.logs()
+        a.kill9()
+        wait_for(lambda: phase() == "NotReady", 20, "dev-a NotReady")
+        a.start()  # connects with the renewed certificate
+        wait_for(lambda: phase() == "Ready", 30, "dev-a Ready again")
+        events = hub.edgectl("get", "events", "--for", "device/dev-a").stdout
+        assert "NotReady" in events and "Ready" in events
+        a.terminate()
+    finally:
+        hub.stop()
