@@ -27,7 +27,7 @@ import grpc
 from edged.artifacts.storing import ArtifactStore
 from edged.logs import get_logger
 from edged.supervising import Component, supervise
-from edgefleet.v1 import admin_pb2_grpc, device_pb2_grpc, enrollment_pb2_grpc
+from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2
 from hub import pki
 from hub.admin import AdminServicer
 from hub.config import HubConfig, load_config, parse_host_port
@@ -37,6 +37,7 @@ from hub.core import Cache, DeviceWriter, Projector, Sessions
 from hub.enrolling import EnrollmentServicer
 from hub.errors import HubDirError
 from hub.initializing import HubPaths
+from hub.registering import add_servicer
 from hub.store import Store, open_store
 from hub.syncing import DeviceServicer
 
@@ -115,12 +116,14 @@ async def start_server(
     enroll_listen = enroll_listen or enrollment_address(listen)
     server = grpc.aio.server(options=SERVER_OPTIONS)
     devices = DeviceServicer(ctx)
-    # The generated *_pb2_grpc modules carry no type hints.
-    device_pb2_grpc.add_DeviceServiceServicer_to_server(devices, server)  # type: ignore[no-untyped-call]
-    enrollment_pb2_grpc.add_EnrollmentServiceServicer_to_server(  # type: ignore[no-untyped-call]
-        EnrollmentServicer(ctx), server
+    # Not the generated add_*_to_server: malformed messages must get INVALID_ARGUMENT.
+    add_servicer(server, devices, device_pb2.DESCRIPTOR.services_by_name["DeviceService"])
+    add_servicer(
+        server,
+        EnrollmentServicer(ctx),
+        enrollment_pb2.DESCRIPTOR.services_by_name["EnrollmentService"],
     )
-    admin_pb2_grpc.add_AdminServiceServicer_to_server(AdminServicer(ctx), server)  # type: ignore[no-untyped-call]
+    add_servicer(server, AdminServicer(ctx), admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
     port = server.add_secure_port(listen, _server_credentials(ctx.paths, mutual=True))
     enroll_port = server.add_secure_port(
         enroll_listen, _server_credentials(ctx.paths, mutual=False)

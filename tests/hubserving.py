@@ -52,6 +52,7 @@ class AdminHub:
         ]
         running = await start_server(self.ctx, listen="127.0.0.1:0", enroll_listen="127.0.0.1:0")
         self.server, self.port = running.server, running.port
+        self.enroll_port = running.enroll_port
         return self
 
     async def __aexit__(
