@@ -171,6 +171,8 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                     waiter.cancel()
             if session.closed:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, session.close_reason)
+            if reader.done() and not reader.cancelled() and reader.exception() is not None:
+                raise reader.exception()  # type: ignore[misc]  # e.g. a malformed message's abort
         finally:
             reader.cancel()
             ctx.sessions.release(session)

@@ -1,0 +1,91 @@
+"""DeviceService over real mutual TLS: a device enrolled through the real Enroll RPC talks Sync
+with its own certificate and identity key; bad streams get precise statuses."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import grpc
+from asynctesting import async_test
+from hubserving import AdminHub, make_hub_dir
+
+from edged.trust.identity import load_or_create_identity
+from edgefleet.v1 import device_pb2, device_pb2_grpc, enrollment_pb2, enrollment_pb2_grpc
+from hub import tokens
+
+
+async def _enrolled(hub: AdminHub, tmp_path: Path, name: str) -> grpc.ChannelCredentials:
+    identity = load_or_create_identity(tmp_path / name, tpm="off")
+    try:
+        csr = identity.build_csr(name)
+    finally:
+        identity.close()
+    token, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
+    ca = hub.paths.ca_certificate.read_bytes()
+    async with grpc.aio.secure_channel(
+        f"127.0.0.1:{hub.enroll_port}", grpc.ssl_channel_credentials(ca)
+    ) as ch:
+        resp = await enrollment_pb2_grpc.EnrollmentServiceStub(ch).Enroll(
+            enrollment_pb2.EnrollRequest(token=token, csr_pem=csr, name=name), timeout=10
+        )
+    key = (tmp_path / name / "identity" / "key.pem").read_bytes()
+    return grpc.ssl_channel_credentials(ca, key, bytes(resp.certificate_chain_pem))
+
+
+@async_test
+async def test_sync_sends_the_whole_state_and_refuses_bad_streams(tmp_path: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub:
+        creds = await _enrolled(hub, tmp_path, "cam-1")
+        async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
+            stub = device_pb2_grpc.DeviceServiceStub(ch)
+            call = stub.Sync()
+            await call.write(
+                device_pb2.DeviceMessage(
+                    hello=device_pb2.Hello(device_name="cam-1", labels={"arch": "arm64"})
+                )
+            )
+            msg = await call.read()
+            assert msg.WhichOneof("message") == "desired_state"
+            assert msg.desired_state.generation >= 1
+            assert list(msg.desired_state.manifests) == []
+            await call.write(
+                device_pb2.DeviceMessage(
+                    ack=device_pb2.Ack(generation=msg.desired_state.generation)
+                )
+            )
+            await call.done_writing()
+
+            # the first message must be Hello
+            call = stub.Sync()
+            await call.write(device_pb2.DeviceMessage(heartbeat=device_pb2.Heartbeat()))
+            await call.done_writing()
+            assert await call.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert "hello" in (await call.details())
+
+            # bytes that are not a DeviceMessage, after a good Hello
+            raw = ch.stream_stream(
+                "/edgefleet.v1.DeviceService/Sync",
+                request_serializer=lambda b: b,
+                response_deserializer=lambda b: b,
+            )()
+            hello = device_pb2.DeviceMessage(
+                hello=device_pb2.Hello(device_name="cam-1", labels={"arch": "arm64"})
+            )
+            await raw.write(hello.SerializeToString())
+            await raw.read()  # the desired state
+            await raw.write(b"\xff\xff\xff\xff")
+            assert await raw.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert "malformed edgefleet.v1.DeviceMessage" in (await raw.details())
+
+            # an artifact that is not in this device's desired state
+            fetch = stub.FetchArtifact(device_pb2.FetchArtifactRequest(sha256="0" * 64))
+            try:
+                async for _ in fetch:
+                    raise AssertionError("no bytes expected")
+            except grpc.aio.AioRpcError as exc:
+                assert exc.code() is grpc.StatusCode.PERMISSION_DENIED
+        device = hub.ctx.cache.devices["cam-1"]
+        assert device.reported_labels == {"arch": "arm64"}
+        assert device.generation_acked >= 1
