@@ -97,7 +97,11 @@ class SourceReconciler:
     async def reconcile(self, key: str) -> Result:
         d = self._d
         current = {n: w for n, w in d.desired.workloads.items() if w.source != HUB_SOURCE}
-        result = await asyncio.to_thread(self._source.sync, current)
+        d.syncing += 1
+        try:
+            result = await asyncio.to_thread(self._source.sync, current)
+        finally:
+            d.syncing -= 1
         d.static_workloads = result.workloads
         d.static_policies = result.policies
         d.board.set_source(result.problems, result.files)
@@ -175,7 +179,7 @@ class Daemon:
         self.applier = Applier(
             self.pool,
             artifact_path=self.store.path_for,
-            request_refetch=lambda: self.source_queue.add(SOURCE_KEY),
+            request_refetch=self.request_refetch,
             cgroup_root=self.cgroup_root,
             log_level=config.log_level,
         )
@@ -220,6 +224,7 @@ class Daemon:
         self.hub_source: HubSource | None = None
         self.hub_link: Any = None
         self._attester: Any = None
+        self.syncing = 0  # sources in the middle of a sync: no garbage collection meanwhile
         if self.link_files.enrolled():
             self.hub_source = HubSource(data, self.store, self.gate)
         # -- discovery (accelerators, health, labels) --
@@ -332,13 +337,17 @@ class Daemon:
         from edged.hublink.linking import Applied
 
         assert self.hub_source is not None
-        result = await self.hub_source.apply(
-            state.generation,
-            list(state.manifests),
-            list(state.artifact_metadata),
-            list(state.rollback_allowances),
-            fetch,
-        )
+        self.syncing += 1
+        try:
+            result = await self.hub_source.apply(
+                state.generation,
+                list(state.manifests),
+                list(state.artifact_metadata),
+                list(state.rollback_allowances),
+                fetch,
+            )
+        finally:
+            self.syncing -= 1
         if not result.stale and not result.retry:
             self.accept_desired()
         return Applied(self.hub_source.generation, retry=result.retry)
@@ -425,9 +434,19 @@ class Daemon:
             self.source_queue.add(SOURCE_KEY)
 
     def collect_garbage(self) -> None:
+        if self.syncing:  # a source may have stored an artifact it has not handed over yet
+            return
         keep = {w.sha256 for w in self.desired.workloads.values()}
         keep |= {r.spec.artifact_sha256 for r in self.pool.replicas()}
         self.store.collect_garbage(keep)
+
+    def request_refetch(self) -> None:
+        """An artifact of the desired state is missing from the store: ask its source again."""
+        if self.source is not None:
+            self.source_queue.add(SOURCE_KEY)
+        if self.hub_source is not None and self.hub_link is not None:
+            self.hub_source.refetch_requested = True
+            self.hub_link.reapply()
 
     # -- lifecycle ------------------------------------------------------------------------
     async def run(self) -> int:

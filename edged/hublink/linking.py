@@ -124,6 +124,16 @@ class HubLink:
         self.last_error = ""
         self.heartbeat_interval = 30.0
         self.renewed_at: float | None = None
+        self._last_state: device_pb2.DesiredState | None = None
+        self._pending: list[device_pb2.DesiredState] | None = None
+        self._wake: asyncio.Event | None = None
+
+    def reapply(self) -> None:
+        """Apply the last desired state again (an artifact of it went missing locally)."""
+        if self._last_state is not None and self._pending is not None and self._wake:
+            if not self._pending:
+                self._pending.append(self._last_state)
+            self._wake.set()
 
     def status(self) -> dict[str, Any]:
         return {
@@ -195,6 +205,7 @@ class HubLink:
             log.info("hub link up", hub=self.link.hub, device=self.link.device_name)
             pending: list[device_pb2.DesiredState] = []
             wake = asyncio.Event()
+            self._pending, self._wake = pending, wake
             tasks = [
                 asyncio.ensure_future(self._read(call, pending, wake, outbox)),
                 asyncio.ensure_future(self._write(call, outbox)),
@@ -233,6 +244,7 @@ class HubLink:
                         state.heartbeat_interval.ToTimedelta().total_seconds(), 1.0
                     )
                 pending[:] = [state]  # only the newest matters (level-based)
+                self._last_state = state
                 wake.set()
             elif kind == "attestation_challenge" and self._answer is not None:
                 nonce = bytes(msg.attestation_challenge.nonce)

@@ -100,6 +100,7 @@ class HubSource:
         self._gate = gate
         self._accepted = _Accepted()
         self.problems: tuple[SourceProblem, ...] = ()
+        self.refetch_requested = False  # an artifact went missing: apply the same state again
         self._load()
 
     @property
@@ -167,7 +168,8 @@ class HubSource:
         fetch: Fetch,
     ) -> HubApplyResult:
         acc = self._accepted
-        if generation <= acc.generation:
+        refetch, self.refetch_requested = self.refetch_requested, False
+        if generation < acc.generation or (generation == acc.generation and not refetch):
             return HubApplyResult(
                 acc.workloads, acc.policies, self.problems, acc.generation, stale=True
             )

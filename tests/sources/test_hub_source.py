@@ -1,0 +1,165 @@
+"""The hub source: desired states from the hub, verified before download, resumable.
+
+Real keys, trust root, signed metadata, gate and store on disk; only the network is replaced by
+an async generator over the artifact's bytes (the fleet scenarios in tests/e2e use the real
+FetchArtifact stream).
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import orjson
+import pytest
+
+from edged.api import parse_manifest
+from edged.artifacts.storing import ArtifactStore
+from edged.demo import TINY_MLP, build_mlp
+from edged.errors import TemporaryError
+from edged.sources.hub import HubSource
+from edged.trust.admitting import ArtifactGate
+from edged.trust.signing import create_root, generate_key_pair, sign_artifact
+
+
+def deployment(version: str) -> bytes:
+    doc = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "det"},
+        "spec": {"model": {"name": "det", "version": version}},
+    }
+    return orjson.dumps(parse_manifest(doc).to_dict())
+
+
+class Hub:
+    """A publisher key, a trust root, and signed models served by ``fetch``."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        generate_key_pair(tmp / "pub")
+        generate_key_pair(tmp / "stranger")
+        create_root(
+            root_keys=[tmp / "pub.key"], artifact_keys=[tmp / "pub.pub"], out=tmp / "root.json"
+        )
+        self.blobs: dict[str, bytes] = {}
+        self.calls: list[tuple[str, int]] = []
+        self.break_after: int | None = None
+        self.extra = b""
+
+    def model(self, version: str, *, key: str = "pub", seed: int = 1) -> tuple[bytes, str]:
+        path = self.tmp / f"det-{version}-{key}.onnx"
+        build_mlp(path, TINY_MLP, seed=seed)
+        _, env = sign_artifact(
+            path,
+            name="det",
+            version=version,
+            keys=[self.tmp / f"{key}.key"],
+            out=path.with_suffix(".meta"),
+        )
+        data = path.read_bytes()
+        import hashlib
+
+        sha = hashlib.sha256(data).hexdigest()
+        self.blobs[sha] = data
+        return env.to_bytes(), sha
+
+    async def fetch(self, sha: str, offset: int) -> AsyncIterator[tuple[int, bytes]]:
+        self.calls.append((sha, offset))
+        data = self.blobs[sha] + self.extra
+        pos = offset
+        while pos < len(data):
+            if self.break_after is not None and pos >= self.break_after:
+                self.break_after = None
+                raise TemporaryError("the stream broke")
+            chunk = data[pos : pos + 4096]
+            yield pos, chunk
+            pos += len(chunk)
+
+
+@pytest.fixture
+def env(tmp_path: Path) -> tuple[Hub, HubSource, Path]:
+    hub = Hub(tmp_path)
+    data = tmp_path / "device"
+    gate = ArtifactGate(data, root_file=tmp_path / "root.json", allow_unsigned=False)
+    return hub, HubSource(data, ArtifactStore(data / "artifacts"), gate), data
+
+
+def apply(source: HubSource, hub: Hub, gen: int, manifests: list[bytes], meta: list[bytes]):  # type: ignore[no-untyped-def]
+    return asyncio.run(source.apply(gen, manifests, meta, [], hub.fetch))
+
+
+def test_accepts_persists_and_ignores_stale(env: tuple[Hub, HubSource, Path]) -> None:
+    hub, source, data = env
+    meta, sha = hub.model("1.0.0")
+    r = apply(source, hub, 5, [deployment("1.0.0")], [meta])
+    assert r.problems == () and not r.retry and r.generation == 5
+    assert r.workloads["det"].sha256 == sha
+    stale = apply(source, hub, 4, [], [])
+    assert stale.stale and "det" in stale.workloads
+    again = HubSource(
+        data,
+        ArtifactStore(data / "artifacts"),
+        ArtifactGate(data, root_file=None, allow_unsigned=False),
+    )
+    assert again.generation == 5 and again.workloads["det"].sha256 == sha
+
+
+def test_unknown_key_refused_before_download_and_previous_version_kept(
+    env: tuple[Hub, HubSource, Path],
+) -> None:
+    hub, source, _ = env
+    meta1, sha1 = hub.model("1.0.0")
+    apply(source, hub, 1, [deployment("1.0.0")], [meta1])
+    meta2, _ = hub.model("2.0.0", key="stranger", seed=2)
+    hub.calls.clear()
+    r = apply(source, hub, 2, [deployment("2.0.0")], [meta2])
+    assert [p.reason for p in r.problems] == ["UnknownKey"], r.problems
+    assert hub.calls == []  # nothing fetched
+    assert r.workloads["det"].sha256 == sha1  # 1.0.0 keeps serving
+
+
+def test_a_broken_download_is_retried_and_resumes(env: tuple[Hub, HubSource, Path]) -> None:
+    hub, source, data = env
+    meta, sha = hub.model("1.0.0")
+    hub.break_after = 20_000
+    r = apply(source, hub, 1, [deployment("1.0.0")], [meta])
+    assert r.retry and source.generation == 0  # not accepted yet
+    assert (data / "downloads" / f"{sha}.part").stat().st_size >= 20_000
+    r = apply(source, hub, 1, [deployment("1.0.0")], [meta])
+    assert not r.retry and r.workloads["det"].sha256 == sha
+    assert hub.calls[-1][1] >= 20_000  # resumed, not restarted
+    assert not (data / "downloads" / f"{sha}.part").exists()
+
+
+def test_more_bytes_than_signed_stop_at_the_limit(env: tuple[Hub, HubSource, Path]) -> None:
+    hub, source, data = env
+    meta, sha = hub.model("1.0.0")
+    hub.extra = b"\0" * 100_000
+    r = apply(source, hub, 1, [deployment("1.0.0")], [meta])
+    assert [p.reason for p in r.problems] == ["LengthExceeded"]
+    assert "det" not in r.workloads
+    assert not ArtifactStore(data / "artifacts").has(sha)
+
+
+def test_tampered_bytes_are_refused(env: tuple[Hub, HubSource, Path]) -> None:
+    hub, source, data = env
+    meta, sha = hub.model("1.0.0")
+    good = hub.blobs[sha]
+    hub.blobs[sha] = good[:-1] + bytes([good[-1] ^ 1])
+    r = apply(source, hub, 1, [deployment("1.0.0")], [meta])
+    assert [p.reason for p in r.problems] == ["DigestMismatch"]
+    assert not ArtifactStore(data / "artifacts").has(sha)
+
+
+def test_a_missing_artifact_is_fetched_again_on_request(env: tuple[Hub, HubSource, Path]) -> None:
+    hub, source, data = env
+    meta, sha = hub.model("1.0.0")
+    apply(source, hub, 1, [deployment("1.0.0")], [meta])
+    store = ArtifactStore(data / "artifacts")
+    store.collect_garbage(set())  # the blob is gone (disk trouble, a hand)
+    assert apply(source, hub, 1, [deployment("1.0.0")], [meta]).stale  # same state: nothing
+    source.refetch_requested = True
+    r = apply(source, hub, 1, [deployment("1.0.0")], [meta])
+    assert not r.stale and store.has(sha)
