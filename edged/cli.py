@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import http.client
+import os
 import socket
 import sys
 from pathlib import Path
@@ -14,6 +15,8 @@ import orjson
 from edged import __version__
 
 DEFAULT_DATA_DIR = "/var/lib/edged"
+DEFAULT_RUNTIME_DIR = Path("/run/edged")  # edged.service: RuntimeDirectory=edged
+STATUS_SOCKET_NAME = "edged.sock"
 
 
 class UnixHTTPConnection(http.client.HTTPConnection):
@@ -135,13 +138,15 @@ def _enroll(args: argparse.Namespace) -> int:
 
 
 def _run(args: argparse.Namespace) -> int:
-    from edged.config import load_config
+    from edged.config import ServiceDirs, load_config
     from edged.errors import ConfigError
     from edged.logs import configure_logging
 
     data_dir = Path(args.data_dir) if args.data_dir else None
     try:
-        config = load_config(args.config, data_dir=data_dir)
+        config = load_config(
+            args.config, data_dir=data_dir, service=ServiceDirs.from_environ(os.environ)
+        )
     except ConfigError as exc:
         print(f"edged: invalid config: {exc}", file=sys.stderr)
         return 2
@@ -202,7 +207,10 @@ def fetch_status(sock_path: str) -> dict[str, Any]:
 
 
 def _status(args: argparse.Namespace) -> int:
-    sock = args.socket or str(Path(args.data_dir) / "edged.sock")
+    sock = args.socket or str(Path(args.data_dir) / STATUS_SOCKET_NAME)
+    service_sock = DEFAULT_RUNTIME_DIR / STATUS_SOCKET_NAME  # edged.service puts it there
+    if args.socket is None and not Path(sock).exists() and service_sock.exists():
+        sock = str(service_sock)
     try:
         doc = fetch_status(sock)
     except OSError as exc:

@@ -33,6 +33,7 @@ from edged.api.validating import (
 from edged.errors import ConfigError, Problem
 
 DEFAULT_DATA_DIR = Path("/var/lib/edged")
+DEFAULT_RUNTIME_DIR = Path("/run/edged")  # the sockets' home under systemd (RuntimeDirectory=)
 DEFAULT_TRUST_ROOT = Path("/etc/edged/trust-root.json")
 STATUS_SOCKET_NAME = "edged.sock"
 INFERENCE_SOCKET_NAME = "infer.sock"
@@ -62,6 +63,25 @@ class PathsConfig:
     data_dir: Path = DEFAULT_DATA_DIR
     status_socket: Path = DEFAULT_DATA_DIR / STATUS_SOCKET_NAME
     inference_socket: Path = DEFAULT_DATA_DIR / INFERENCE_SOCKET_NAME
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServiceDirs:
+    """The directories systemd made for the unit (``StateDirectory=``, ``RuntimeDirectory=``).
+
+    Under systemd they are the defaults: state in ``$STATE_DIRECTORY`` (``/var/lib/edged``),
+    sockets in ``$RUNTIME_DIRECTORY`` (``/run/edged``). Explicit config and flags win."""
+
+    state: Path | None = None
+    runtime: Path | None = None
+
+    @classmethod
+    def from_environ(cls, env: Mapping[str, str]) -> ServiceDirs:
+        def first(name: str) -> Path | None:
+            value = env.get(name, "").split(":")[0]  # several directories: colon-separated
+            return Path(value) if value.startswith("/") else None
+
+        return cls(state=first("STATE_DIRECTORY"), runtime=first("RUNTIME_DIRECTORY"))
 
 
 @dataclass(frozen=True, slots=True)
@@ -200,9 +220,12 @@ _size = within(parse_memory, lambda v: "must be more than 0 bytes" if v <= 0 els
 # Reading
 
 
-def _socket_path(r: Reader, name: str, data_dir: Path, default_name: str) -> Path:
+def _socket_path(
+    r: Reader, name: str, data_dir: Path, runtime_dir: Path | None, default_name: str
+) -> Path:
     text = r.optional(name, as_str, "")
-    path = data_dir / (text or default_name)  # an absolute ``text`` replaces data_dir
+    # an absolute ``text`` replaces data_dir; no ``text``: the runtime directory if any
+    path = data_dir / text if text else (runtime_dir or data_dir) / default_name
     size = len(os.fsencode(path))
     if size > MAX_SOCKET_PATH_BYTES:
         r.problems.add(
@@ -213,14 +236,17 @@ def _socket_path(r: Reader, name: str, data_dir: Path, default_name: str) -> Pat
     return path
 
 
-def _read_paths(problems: Problems, r: Reader | None, data_dir: Path | None) -> PathsConfig:
+def _read_paths(
+    problems: Problems, r: Reader | None, data_dir: Path | None, service: ServiceDirs
+) -> PathsConfig:
     r = r or problems.empty_reader("paths")
-    configured = r.optional("dataDir", _absolute_path, DEFAULT_DATA_DIR)
+    configured = r.optional("dataDir", _absolute_path, service.state or DEFAULT_DATA_DIR)
     base = data_dir if data_dir is not None else configured
+    run = service.runtime
     return PathsConfig(
         data_dir=base,
-        status_socket=_socket_path(r, "statusSocket", base, STATUS_SOCKET_NAME),
-        inference_socket=_socket_path(r, "inferenceSocket", base, INFERENCE_SOCKET_NAME),
+        status_socket=_socket_path(r, "statusSocket", base, run, STATUS_SOCKET_NAME),
+        inference_socket=_socket_path(r, "inferenceSocket", base, run, INFERENCE_SOCKET_NAME),
     )
 
 
@@ -311,14 +337,19 @@ def _read_device(r: Reader | None) -> DeviceConfig:
 
 
 def parse_config(
-    doc: Mapping[str, Any], *, source: str = "", data_dir: Path | None = None
+    doc: Mapping[str, Any],
+    *,
+    source: str = "",
+    data_dir: Path | None = None,
+    service: ServiceDirs = ServiceDirs(),
 ) -> EdgedConfig:
-    """The config of a decoded TOML document; ``data_dir`` overrides ``paths.dataDir``."""
+    """The config of a decoded TOML document; ``data_dir`` overrides ``paths.dataDir``;
+    ``service`` (systemd's directories) supplies the path defaults when set."""
     problems = Problems()
     r = problems.reader(doc) or problems.empty_reader("")
     config = EdgedConfig(
         log_level=r.optional("logLevel", one_of(LogLevel), LogLevel.INFO),
-        paths=_read_paths(problems, r.section("paths"), data_dir),
+        paths=_read_paths(problems, r.section("paths"), data_dir, service),
         inference=_read_inference(r.section("inference")),
         reconcile=_read_reconcile(r.section("reconcile")),
         workers=_read_workers(r.section("workers")),
@@ -330,10 +361,12 @@ def parse_config(
     return config
 
 
-def load_config(path: Path | None, *, data_dir: Path | None = None) -> EdgedConfig:
+def load_config(
+    path: Path | None, *, data_dir: Path | None = None, service: ServiceDirs = ServiceDirs()
+) -> EdgedConfig:
     """The config in ``path`` (defaults when ``None``); ``data_dir`` overrides ``paths.dataDir``."""
     if path is None:
-        return parse_config({}, source="defaults", data_dir=data_dir)
+        return parse_config({}, source="defaults", data_dir=data_dir, service=service)
     source = str(path)
     try:
         text = path.read_bytes().decode("utf-8")
@@ -346,7 +379,7 @@ def load_config(path: Path | None, *, data_dir: Path | None = None) -> EdgedConf
         doc = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([Problem("", f"invalid TOML: {exc}")], source=source) from exc
-    return parse_config(doc, source=source, data_dir=data_dir)
+    return parse_config(doc, source=source, data_dir=data_dir, service=service)
 
 
 def default_config_text() -> str:
@@ -359,11 +392,15 @@ def default_config_text() -> str:
 logLevel = "{LogLevel.INFO.value}"
 
 [paths]
-# State, verified artifacts and sockets. `edged run --data-dir` overrides it.
+# State and verified artifacts. `edged run --data-dir` overrides it. Under systemd the
+# default is $STATE_DIRECTORY (StateDirectory=edged: {DEFAULT_DATA_DIR}).
 dataDir = "{DEFAULT_DATA_DIR}"
-# The status socket (HTTP). Empty: <dataDir>/{STATUS_SOCKET_NAME}; relative paths are under dataDir.
+# The status socket (HTTP). Empty: <dataDir>/{STATUS_SOCKET_NAME}, or under systemd
+# $RUNTIME_DIRECTORY/{STATUS_SOCKET_NAME} (RuntimeDirectory=edged: {DEFAULT_RUNTIME_DIR}).
+# Relative paths are under dataDir.
 statusSocket = ""
-# The inference socket (Open Inference Protocol). Empty: <dataDir>/{INFERENCE_SOCKET_NAME}.
+# The inference socket (Open Inference Protocol). Empty: <dataDir>/{INFERENCE_SOCKET_NAME},
+# or under systemd $RUNTIME_DIRECTORY/{INFERENCE_SOCKET_NAME}.
 inferenceSocket = ""
 
 [inference]

@@ -1,10 +1,11 @@
 """edged run: wires the parts together and owns start-up and shutdown order.
 
 Start-up: validate config -> load the persisted desired state -> open the status and
-inference sockets -> start replicas for the persisted workloads (no manifest read, no hub
-needed) -> then read the manifests directory. Shutdown (SIGTERM/SIGINT): become unready ->
-stop accepting inference connections -> drain in-flight requests -> stop the controllers ->
-drain and stop workers -> persist status -> exit 0.
+inference sockets -> tell systemd READY=1 (and ping its watchdog from the main loop, see
+edged/notifying.py) -> start replicas for the persisted workloads (no manifest read, no hub
+needed) -> then read the manifests directory. Shutdown (SIGTERM/SIGINT): STOPPING=1 to
+systemd -> become unready -> stop accepting inference connections -> drain in-flight requests
+-> stop the controllers -> drain and stop workers -> persist status -> exit 0.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from edged.errors import EdgedError, StateError, TemporaryError
 from edged.hublink.files import LinkFiles
 from edged.logs import get_logger
 from edged.metrics import CounterChild, HistogramChild, Registry
+from edged.notifying import Notifier, WatchdogPinger
 from edged.reconcile.applying import Applier
 from edged.reconcile.model import DesiredWorkload, ObservedWorkload, ProviderChoice, WorkloadName
 from edged.reconcile.planning import plan
@@ -146,9 +148,15 @@ def _lock_data_dir(data: Path) -> int:
 
 class Daemon:
     def __init__(
-        self, config: EdgedConfig, *, manifests: Path | None, config_path: Path | None = None
+        self,
+        config: EdgedConfig,
+        *,
+        manifests: Path | None,
+        config_path: Path | None = None,
+        notifier: Notifier | None = None,
     ) -> None:
         self.config_path = config_path
+        self.notifier = notifier if notifier is not None else Notifier.from_environ()
         self.config = config
         data = Path(config.paths.data_dir)
         self.data_dir = data
@@ -330,6 +338,7 @@ class Daemon:
             self.refresh_routes()
             for name in changed:
                 self.workload_queue.add(name)
+            self.notifier.status(self._status_line())
         self.collect_garbage()
 
     async def apply_hub_state(self, state: Any, fetch: Any) -> Any:
@@ -487,6 +496,11 @@ class Daemon:
             status_socket=str(cfg.paths.status_socket),
             inference_socket=str(cfg.paths.inference_socket),
         )
+        # systemd (Type=notify): ready once persisted state is loaded and the status socket is
+        # up; the watchdog pings come from this loop, so a stuck loop gets the service restarted
+        self.notifier.ready(self._status_line())
+        watchdog_stop = asyncio.Event()
+        watchdog = asyncio.ensure_future(WatchdogPinger(self.notifier).run(watchdog_stop))
         if cfg.trust.allow_unsigned:
             log.warning(
                 "trust.allowUnsigned is set: unsigned artifacts are accepted (development only)"
@@ -560,6 +574,7 @@ class Daemon:
 
         # -- shutdown, in order --------------------------------------------------------------
         log.info("edged stopping")
+        self.notifier.stopping("stopping: draining inference requests")
         self.board.draining = True
         infer_server.stop_accepting()
         drained = await infer_server.drain(DRAIN_TIMEOUT_S)
@@ -575,8 +590,14 @@ class Daemon:
         self.board.persist()
         status_server.stop_accepting()
         await status_server.drain(1.0)
+        watchdog_stop.set()
+        await watchdog
         log.info("edged stopped")
         return code
+
+    def _status_line(self) -> str:
+        """The one line ``systemctl status`` shows (sd_notify ``STATUS=``)."""
+        return f"generation {self.desired.generation}, {len(self.desired.workloads)} workloads"
 
     def _ready(self) -> bool:
         return self.board.ready()

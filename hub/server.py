@@ -26,6 +26,7 @@ import grpc
 
 from edged.artifacts.storing import ArtifactStore
 from edged.logs import get_logger
+from edged.notifying import Notifier, WatchdogPinger
 from edged.supervising import Component, supervise
 from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2
 from hub import pki
@@ -196,12 +197,20 @@ async def serve(
     ]
     if ready is not None:
         ready.set()
+    # systemd (Type=notify): ready once the gRPC server listens; watchdog pings from this loop
+    notifier = Notifier.from_environ()
+    notifier.ready(f"serving region {ctx.region} on port {running.port}")
+    watchdog_stop = asyncio.Event()
+    watchdog = asyncio.ensure_future(WatchdogPinger(notifier).run(watchdog_stop))
     try:
         await supervise(components, stop, critical={"device-writer"})
     finally:
+        notifier.stopping()
         await running.server.stop(grace=2.0)
         await ctx.writer.flush()
         await ctx.store.close()
+        watchdog_stop.set()
+        await watchdog
         log.info("hub-stopped")
     return 0
 

@@ -1,0 +1,31 @@
+SUMMARY = "edgefleet: run ONNX models on fleets of edge devices (Python package)"
+DESCRIPTION = "The edgefleet Python distribution: edged (device daemon), hub and edgectl."
+HOMEPAGE = "https://github.com/edgefleet/edgefleet"
+SECTION = "devel/python"
+LICENSE = "Apache-2.0"
+LIC_FILES_CHKSUM = "file://${COMMON_LICENSE_DIR}/Apache-2.0;md5=89aea4e17d99a7cacdbeed46a0096b10"
+
+SRC_URI = "git://github.com/edgefleet/edgefleet.git;protocol=https;branch=main"
+SRCREV = "${AUTOREV}"
+
+S = "${UNPACKDIR}/git"
+
+inherit python_setuptools_build_meta
+
+# Keep in step with pyproject.toml [project] dependencies (tests/packaging/test_yocto.py).
+# onnxruntime comes from a layer that provides it (see README.md).
+RDEPENDS:${PN} += "\
+    python3-asyncio \
+    python3-core \
+    python3-cryptography \
+    python3-grpcio \
+    python3-httptools \
+    python3-numpy \
+    python3-onnxruntime \
+    python3-orjson \
+    python3-protobuf \
+    python3-psutil \
+    python3-pyudev \
+    python3-pyyaml \
+    python3-uvloop \
+"
