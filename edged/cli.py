@@ -67,7 +67,11 @@ def _parser() -> argparse.ArgumentParser:
     doc.add_argument("-o", "--output", choices=("table", "json"), default="table")
     en = sub.add_parser("enroll", help="join a hub with a bootstrap token")
     en.add_argument("--hub", required=True, help="the hub's HOST:PORT")
-    en.add_argument("--token", required=True, help="a bootstrap token (hub token create)")
+    en.add_argument(
+        "--token",
+        help="a bootstrap token (hub token create); default: $EDGED_TOKEN, which keeps it "
+        "out of the process list",
+    )
     en.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     en.add_argument(
         "--ca-hash", required=True, help="sha256:<hex>, the hub CA pin printed with the token"
@@ -115,6 +119,10 @@ def _enroll(args: argparse.Namespace) -> int:
         except ValueError as exc:
             print(f"edged: --label {item!r}: {exc}", file=sys.stderr)
             return 2
+    token = args.token or os.environ.get("EDGED_TOKEN", "")
+    if not token:
+        print("edged: enroll: give --token or set EDGED_TOKEN", file=sys.stderr)
+        return 2
     data_dir = Path(args.data_dir)
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
@@ -122,7 +130,7 @@ def _enroll(args: argparse.Namespace) -> int:
             enroll(
                 data_dir,
                 hub=args.hub,
-                token=args.token,
+                token=token,
                 labels=labels,
                 name=args.name,
                 ca_hash=args.ca_hash,

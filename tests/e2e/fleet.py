@@ -6,6 +6,7 @@ loopback ports with real certificates; ``edgectl`` runs as a real process agains
 
 from __future__ import annotations
 
+import os
 import signal
 import socket
 import subprocess
@@ -126,11 +127,12 @@ def enroll(
 ) -> subprocess.CompletedProcess[str]:
     token, pin = hub.token()
     cmd = [sys.executable, "-m", "edged", "enroll", "--hub", via or hub.address,
-           "--token", token, "--ca-hash", pin, "--data-dir", str(data), "--name", name,
+           "--ca-hash", pin, "--data-dir", str(data), "--name", name,
            "--enroll-address", f"127.0.0.1:{hub.port + 1}"]  # fmt: skip
     for k, v in labels.items():
         cmd += ["--label", f"{k}={v}"]
-    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60)
+    env = {**os.environ, "EDGED_TOKEN": token}  # as edged-enroll.service passes it
+    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60, env=env)
 
 
 class TcpProxy:

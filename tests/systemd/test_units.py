@@ -107,6 +107,7 @@ def test_enroll_service_runs_once_before_edged() -> None:
     assert s[("Unit", "Before")] == ["edged.service"]
     assert s[("Service", "Type")] == ["oneshot"]
     assert "edged enroll" in s[("Service", "ExecStart")][0]
+    assert "--token" not in s[("Service", "ExecStart")][0]  # $EDGED_TOKEN: not in `ps`
     assert s[("Service", "ExecStartPost")] == ["+/bin/rm -f /etc/edged/enroll.token"]
 
 
