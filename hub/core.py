@@ -48,6 +48,11 @@ class StoredObject:
     name: str
     manifest: Mapping[str, Any]
     revision: int
+    encoded: bytes = b""  # the manifest as sent to devices: encoded once, shared by all
+
+    def __post_init__(self) -> None:
+        if not self.encoded:
+            object.__setattr__(self, "encoded", objects.dumps(self.manifest))
 
 
 @dataclass(slots=True)
@@ -146,11 +151,11 @@ def build_desired(
             )
             continue
         names.append(name)
-        manifests.append(objects.dumps(cache.stored[("ModelDeployment", name)].manifest))
+        manifests.append(cache.stored[("ModelDeployment", name)].encoded)
         metadata.append(model.envelope)
         artifacts.add(model.sha256)
     for policy in cache.objects_of("DeviceHealthPolicy"):
-        manifests.append(objects.dumps(policy.manifest))
+        manifests.append(policy.encoded)
     allowances: list[bytes] = []
     h = hashlib.sha256()
     for part in (*manifests, b"--", *metadata, b"--", *allowances):
