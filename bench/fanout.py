@@ -377,7 +377,7 @@ def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -
          f"127.0.0.1:{port}", "--log-level", "warning"], stdout=log, stderr=log,
     )  # fmt: skip
     try:
-        time.sleep(2.0)
+        _wait_listening(port, hub)
         proc = psutil.Process(hub.pid)
         rss0 = proc.memory_info().rss
         _push_and_apply(data, port, "1.0.0", first=True)
@@ -438,6 +438,22 @@ def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -
         hub.terminate()
         hub.wait(30)
         log.close()
+
+
+def _wait_listening(port: int, proc: Any, timeout: float = 60.0) -> None:
+    import socket
+
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError("the hub exited")
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                time.sleep(0.5)  # its controllers start right after the port opens
+                return
+        except OSError:
+            time.sleep(0.1)
+    raise RuntimeError("the hub did not listen")
 
 
 def _free_pair() -> int:
