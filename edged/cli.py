@@ -261,6 +261,18 @@ def render_status(doc: dict[str, Any]) -> str:
         out.append(f"trust root version {version}, expires {expires}")
     if trust.get("rootProblem"):
         out.append(f"trust root refused: {trust['rootProblem'].get('message')}")
+    hub = doc.get("hub")
+    if hub:
+        state = "connected" if hub.get("connected") else "not connected"
+        line = f"hub {hub.get('hub')} as {hub.get('deviceName')}: {state}"
+        line += f", generation {hub.get('generation', 0)}"
+        if hub.get("lastError") and not hub.get("connected"):
+            line += f" (last error: {hub['lastError']})"
+        out.append(line)
+        out += [
+            f"  hub state refused for {p['workload'] or 'all'}: {p['reason']}: {p['message']}"
+            for p in hub.get("problems", [])
+        ]
     rows = [("WORKLOAD", "MODEL", "VERSION", "PHASE", "READY", "RESTARTS", "PROVIDERS")]
     for w in doc.get("workloads", []):
         reps = w.get("replicas", [])

@@ -157,6 +157,8 @@ class Daemon:
     ) -> None:
         self.config_path = config_path
         self.notifier = notifier if notifier is not None else Notifier.from_environ()
+        # Only edged talks to systemd: worker processes must not inherit the socket.
+        os.environ.pop("NOTIFY_SOCKET", None)
         self.config = config
         data = Path(config.paths.data_dir)
         self.data_dir = data

@@ -121,6 +121,14 @@ def test_enroll_apply_serve_and_apply_again_changes_nothing(
     devices = get_json(hub, "devices")
     assert {d["metadata"]["name"] for d in devices["items"]} == {"dev-a", "dev-b"}
     assert a.worker_pids("det") == pids  # nothing restarted
+    import subprocess
+    import sys
+
+    shown = subprocess.run(
+        [sys.executable, "-m", "edged", "status", "--data-dir", str(a.data)],
+        check=True, capture_output=True, text=True, timeout=30,
+    ).stdout  # fmt: skip
+    assert f"hub {hub.address} as dev-a: connected, generation" in shown, shown
 
 
 def test_a_device_certificate_reads_only_its_own_state(
