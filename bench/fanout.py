@@ -337,7 +337,9 @@ def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -
     from hub.store import Put, open_store
 
     data = workdir / f"hub-{n}"
-    port = _free_pair()
+    from hub.config import free_port_pair
+
+    port = free_port_pair()
     subprocess.run(
         [sys.executable, "-m", "hub", "init", "--data-dir", str(data), "--hub-address",
          f"127.0.0.1:{port}"], check=True, capture_output=True, timeout=120,
@@ -454,22 +456,6 @@ def _wait_listening(port: int, proc: Any, timeout: float = 60.0) -> None:
         except OSError:
             time.sleep(0.1)
     raise RuntimeError("the hub did not listen")
-
-
-def _free_pair() -> int:
-    import socket
-
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair")
 
 
 def _push_and_apply(data: Path, port: int, version: str, *, first: bool = False) -> float:

@@ -25,9 +25,9 @@ import time
 from pathlib import Path
 from typing import Any
 
-import orjson
-
-from edged.cli import UnixHTTPConnection
+from edgectl.quickstart import infer_request
+from edged.cli import fetch_status
+from hub.config import free_port_pair
 
 MARKER = ".edgefleet-quickstart"
 DEVICES = (("retail-1", "retail"), ("retail-2", "retail"), ("factory-1", "factory"))
@@ -38,25 +38,11 @@ rootFile = "{root}"
 """
 
 
-def _free_port_pair() -> int:
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = int(s.getsockname()[1])
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", port + 1))
-            return port
-        except OSError:
-            continue
-    raise RuntimeError("no two free consecutive ports on 127.0.0.1")
-
-
 class Demo:
     def __init__(self, workdir: Path) -> None:
         self.dir = workdir
         self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
-        self.port = _free_port_pair()
+        self.port = free_port_pair()
         self.hub_dir = workdir / "hub"
         self.admin = self.hub_dir / "admin.toml"
 
@@ -113,33 +99,6 @@ def _wait(cond: Any, timeout: float, what: str) -> Any:
     raise RuntimeError(f"timed out waiting for {what}")
 
 
-def _infer(sock: str, x: Any) -> tuple[int, Any]:
-    body = orjson.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "input",
-                    "datatype": "FP32",
-                    "shape": list(x.shape),
-                    "data": x.ravel().tolist(),
-                }
-            ]
-        }
-    )
-    conn = UnixHTTPConnection(sock, timeout=10)
-    try:
-        conn.request(
-            "POST",
-            "/v2/models/demo-classifier/infer",
-            body=body,
-            headers={"Content-Type": "application/json"},
-        )
-        resp = conn.getresponse()
-        return resp.status, orjson.loads(resp.read())
-    finally:
-        conn.close()
-
-
 def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) -> int:
     import numpy as np
 
@@ -162,9 +121,7 @@ def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = F
     demo = Demo(workdir)
     ok = False
     try:
-        out = demo.run(
-            "hub", "init", "--data-dir", str(demo.hub_dir), "--hub-address", demo.address
-        )
+        demo.run("hub", "init", "--data-dir", str(demo.hub_dir), "--hub-address", demo.address)
         print(f"1. hub init: CA, admin credentials, trust root and publisher key in {demo.hub_dir}")
         demo.start("hub", "hub", "serve", "--data-dir", str(demo.hub_dir), "--listen", demo.address)
         _wait(lambda: _connectable(demo.port), 30, "the hub to listen")
@@ -227,7 +184,7 @@ def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = F
         print("7. " + demo.edgectl("get", "deployments").stdout.rstrip().replace("\n", "\n   "))
         x = np.random.default_rng(0).standard_normal((1, TINY_MLP[0])).astype(np.float32)
         sock = str(workdir / "retail-1" / "infer.sock")
-        code, reply = _infer(sock, x)
+        code, reply = infer_request(sock, "demo-classifier", x)
         if code != 200:
             print(f"inference failed ({code}): {reply}", file=sys.stderr)
             return 1
@@ -241,9 +198,7 @@ def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = F
         print(f"8. POST /v2/models/demo-classifier/infer on retail-1 ({sock}) -> {code}")
         print(f"   logits {np.round(got, 3)}; class {int(got.argmax())}")
         print(f"   matches ONNX Runtime called directly: {ok}")
-        factory = json.loads(
-            UnixHTTPStatus(str(workdir / "factory-1" / "edged.sock")).get("/v1/status")
-        )
+        factory = fetch_status(str(workdir / "factory-1" / "edged.sock"))
         print(f"   factory-1 runs {len(factory['workloads'])} workloads (nodeSelector site=retail)")
         print(f"done in {time.monotonic() - started:.1f} s; logs and state in {workdir}")
         if keep_running:
@@ -251,7 +206,6 @@ def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = F
                 f"left running: hub on {demo.address} (edgectl --config {demo.admin} get devices)"
                 "; stop with: kill " + " ".join(str(p.pid) for _, p in demo.procs)
             )
-        del out
         return 0 if ok else 1
     except RuntimeError as exc:
         print(f"edgectl quickstart: {exc}; see the logs in {workdir}", file=sys.stderr)
@@ -260,16 +214,3 @@ def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = F
         if not keep_running or not ok:
             print("9. stopping (SIGTERM):")
             demo.stop_all()
-
-
-class UnixHTTPStatus:
-    def __init__(self, sock: str) -> None:
-        self.sock = sock
-
-    def get(self, path: str) -> bytes:
-        conn = UnixHTTPConnection(self.sock, timeout=10)
-        try:
-            conn.request("GET", path)
-            return conn.getresponse().read()
-        finally:
-            conn.close()

@@ -5,91 +5,45 @@ default the ``[publisher] key`` of admin.toml, which ``hub init`` writes for a q
 takes a pre-signed metadata envelope (``--metadata``: signed elsewhere, offline), and uploads
 it with AdminService ``PushArtifact`` over mutual TLS: a header with the envelope exactly as
 signed, then the file in chunks. The hub verifies the signatures against the fleet's trust
-root and stores the bytes; it never re-signs anything.
-
-The admin.toml reader here is deliberately minimal (hub address, CA, certificate, key,
-publisher key); ``edgectl/client.py`` (the shared client of the other edgectl commands) is
-being written in parallel and should replace it.
+root and stores the bytes; it never re-signs anything. admin.toml is read by
+:func:`edgectl.client.load_admin_config`, like every edgectl command.
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import sys
-import tomllib
 from collections.abc import AsyncIterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 
-from edged.errors import TrustError
+from edgectl.client import AdminConfig, load_admin_config
+from edgectl.commands import CONFIG_ENV, default_config
+from edged.errors import ConfigError, TrustError
 from edged.trust import signing
 from edged.trust.documents import parse_artifact
 from edged.trust.envelopes import ARTIFACT_TYPE, decode_payload, parse_envelope_bytes
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 
 CHUNK = 256 * 1024
-DEFAULT_CONFIG = "admin.toml"
-CONFIG_ENV = "EDGECTL_CONFIG"
 
 
 class PushError(Exception):
     """The push could not be made or was refused; the message says why."""
 
 
-@dataclass(frozen=True, slots=True)
-class AdminConfig:
-    """What ``hub init`` writes to ``admin.toml`` (paths relative to the file's directory)."""
-
-    hub: str
-    ca_certificate: Path
-    certificate: Path
-    key: Path
-    publisher_key: Path | None = None
-
-    @classmethod
-    def load(cls, path: Path) -> AdminConfig:
-        try:
-            doc = tomllib.loads(Path(path).read_text())
-        except OSError as exc:
-            raise PushError(f"{path}: cannot read: {exc.strerror}") from None
-        except tomllib.TOMLDecodeError as exc:
-            raise PushError(f"{path}: invalid TOML: {exc}") from None
-        base = Path(path).parent
-
-        def need(key: str) -> str:
-            value = doc.get(key)
-            if not isinstance(value, str) or not value:
-                raise PushError(f"{path}: {key}: must be a non-empty string")
-            return value
-
-        publisher = doc.get("publisher", {})
-        pkey = publisher.get("key") if isinstance(publisher, dict) else None
-        return cls(
-            hub=need("hub"),
-            ca_certificate=base / need("caCertificate"),
-            certificate=base / need("certificate"),
-            key=base / need("key"),
-            publisher_key=base / pkey if isinstance(pkey, str) and pkey else None,
+def _channel(config: AdminConfig) -> grpc.aio.Channel:
+    try:
+        credentials = grpc.ssl_channel_credentials(
+            root_certificates=config.ca_certificate.read_bytes(),
+            private_key=config.key.read_bytes(),
+            certificate_chain=config.certificate.read_bytes(),
         )
-
-    def channel(self) -> grpc.aio.Channel:
-        try:
-            credentials = grpc.ssl_channel_credentials(
-                root_certificates=self.ca_certificate.read_bytes(),
-                private_key=self.key.read_bytes(),
-                certificate_chain=self.certificate.read_bytes(),
-            )
-        except OSError as exc:
-            raise PushError(f"cannot read credentials: {exc}") from None
-        return grpc.aio.secure_channel(self.hub, credentials)
-
-
-def config_path(explicit: Path | None) -> Path:
-    return explicit or Path(os.environ.get(CONFIG_ENV) or DEFAULT_CONFIG)
+    except OSError as exc:
+        raise PushError(f"cannot read credentials: {exc}") from None
+    return grpc.aio.secure_channel(config.hub, credentials)
 
 
 def add_command(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -116,7 +70,7 @@ def add_command(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         dest="push_config",
         type=Path,
         metavar="FILE",
-        help=f"admin.toml (default: --config of edgectl, ${CONFIG_ENV}, ./{DEFAULT_CONFIG})",
+        help=f"admin.toml (default: --config of edgectl, ${CONFIG_ENV}, ./admin.toml)",
     )
 
 
@@ -125,12 +79,14 @@ def run(args: argparse.Namespace) -> int | None:
     if args.command != "models" or getattr(args, "models_cmd", None) != "push":
         return None
     try:
-        config = AdminConfig.load(config_path(args.push_config or getattr(args, "config", None)))
+        config = load_admin_config(
+            args.push_config or getattr(args, "config", None) or default_config()
+        )
         if not args.file.is_file():
             raise PushError(f"{args.file}: no such file")
         envelope = _envelope(args, config)
         response = asyncio.run(push(config, args.file, envelope))
-    except (PushError, TrustError, OSError, ValueError) as exc:
+    except (PushError, TrustError, ConfigError, OSError, ValueError) as exc:
         print(f"edgectl: models push: {exc}", file=sys.stderr)
         return 1
     what = f"model/{args.name} {args.version}"
@@ -181,7 +137,7 @@ async def push(
     config: AdminConfig, model: Path, envelope: bytes, *, timeout: float = 600.0
 ) -> admin_pb2.PushArtifactResponse:
     """Upload ``model`` with its signed metadata; the hub's PushArtifactResponse."""
-    async with config.channel() as channel:
+    async with _channel(config) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)  # type: ignore[no-untyped-call]
         try:
             response: admin_pb2.PushArtifactResponse = await stub.PushArtifact(

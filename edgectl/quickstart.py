@@ -16,6 +16,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 import orjson
 
@@ -31,6 +32,24 @@ def _request(sock: str, method: str, path: str, body: bytes | None = None) -> tu
         return resp.status, resp.read()
     finally:
         conn.close()
+
+
+def infer_request(sock: str, model: str, x: Any) -> tuple[int, Any]:
+    """POST an Open Inference Protocol request with input ``x`` (float32) to ``model``."""
+    body = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "datatype": "FP32",
+                    "shape": list(x.shape),
+                    "data": x.ravel().tolist(),
+                }
+            ]
+        }
+    )
+    status, out = _request(sock, "POST", f"/v2/models/{model}/infer", body)
+    return status, orjson.loads(out)
 
 
 def _wait_ready(sock: str, proc: subprocess.Popen[bytes], timeout: float) -> bool:
@@ -110,23 +129,11 @@ def run_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) 
         status, meta = _request(infer, "GET", "/v2/models/demo-classifier")
         print(f"4. model metadata ({status}): {meta.decode()}")
         x = np.random.default_rng(0).standard_normal((1, TINY_MLP[0])).astype(np.float32)
-        body = orjson.dumps(
-            {
-                "inputs": [
-                    {
-                        "name": "input",
-                        "datatype": "FP32",
-                        "shape": [1, TINY_MLP[0]],
-                        "data": x.ravel().tolist(),
-                    }
-                ]
-            }
-        )
-        status, out = _request(infer, "POST", "/v2/models/demo-classifier/infer", body)
+        status, reply = infer_request(infer, "demo-classifier", x)
         if status != 200:
-            print(f"inference failed ({status}): {out.decode()}", file=sys.stderr)
+            print(f"inference failed ({status}): {reply}", file=sys.stderr)
             return 1
-        got = np.asarray(orjson.loads(out)["outputs"][0]["data"], dtype=np.float32)
+        got = np.asarray(reply["outputs"][0]["data"], dtype=np.float32)
         import onnxruntime as ort
 
         direct = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])

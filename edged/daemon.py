@@ -44,7 +44,7 @@ from edged.sources.hub import HUB_SOURCE, HubSource
 from edged.sources.static import StaticManifests
 from edged.sources.watching import DirectoryWatcher
 from edged.state.desired import DesiredState
-from edged.supervising import supervise
+from edged.supervising import supervise, wait_for_stop
 from edged.trust.admitting import ArtifactGate
 
 log = get_logger(__name__)
@@ -125,9 +125,7 @@ class Resync:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), self._period)
-            except TimeoutError:
+            if not await wait_for_stop(stop, self._period):
                 self._d.enqueue_all()
 
 

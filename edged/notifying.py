@@ -22,6 +22,7 @@ import socket
 from collections.abc import Mapping
 
 from edged.logs import get_logger
+from edged.supervising import wait_for_stop
 
 log = get_logger(__name__)
 
@@ -116,7 +117,4 @@ class WatchdogPinger:
             return
         while not stop.is_set():
             self._notifier.watchdog()
-            try:
-                await asyncio.wait_for(stop.wait(), interval)
-            except TimeoutError:
-                pass
+            await wait_for_stop(stop, interval)

@@ -147,7 +147,7 @@ async def _keep_running(
             )
             stop.set()
             raise CriticalComponentError(name, restarts.failures, failure_window) from error
-        if await _wait_for_stop(stop, delay):
+        if await wait_for_stop(stop, delay):
             break
     log.info("component stopped", component=name)
 
@@ -176,8 +176,11 @@ class _Restarts:
         return min(self._base * 2.0 ** min(len(self._times) - 1, 62), self._cap)
 
 
-async def _wait_for_stop(stop: asyncio.Event, seconds: float) -> bool:
-    """Wait up to ``seconds`` for ``stop`` (not a bare sleep); True if it was set."""
+async def wait_for_stop(stop: asyncio.Event, seconds: float) -> bool:
+    """Wait up to ``seconds`` for ``stop`` (not a bare sleep); True if it was set.
+
+    What every periodic loop of a component waits with, so that stopping never waits out a
+    period."""
     try:
         async with asyncio.timeout(seconds):
             await stop.wait()

@@ -39,6 +39,7 @@ from typing import Any
 import orjson
 
 from edged.logs import get_logger
+from edged.supervising import wait_for_stop
 from edged.trust.attesting import Policy, verify_evidence
 from hub.context import HubContext
 from hub.model import Attestation, Device, TrustState
@@ -264,7 +265,4 @@ class AttestationController:
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
             self.scan()
-            try:
-                await asyncio.wait_for(stop.wait(), self.tick_s())
-            except TimeoutError:
-                pass
+            await wait_for_stop(stop, self.tick_s())

@@ -13,6 +13,7 @@ import asyncio
 from collections.abc import Mapping
 
 from edged.logs import get_logger
+from edged.supervising import wait_for_stop
 from hub.context import HubContext
 from hub.model import DevicePhase
 from hub.placing import lifecycle_phase
@@ -61,7 +62,5 @@ class Lifecycle:
     async def run(self, stop: asyncio.Event) -> None:
         period = max(self.ctx.config.devices.heartbeat_grace_s / 4, 0.05)
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), period)
-            except TimeoutError:
+            if not await wait_for_stop(stop, period):
                 self.scan()

@@ -172,6 +172,19 @@ def build_desired(
     )
 
 
+async def wake_or_stop(wake: asyncio.Event, stop: asyncio.Event) -> None:
+    """Wait until ``wake`` or ``stop`` is set; clears ``wake`` (the loops here are level-based:
+    one wake-up handles everything marked so far)."""
+    waiter = asyncio.ensure_future(wake.wait())
+    stopper = asyncio.ensure_future(stop.wait())
+    try:
+        await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        waiter.cancel()
+        stopper.cancel()
+    wake.clear()
+
+
 # -- sessions --------------------------------------------------------------------------------------
 class Session:
     """One connected device's stream: the newest unsent desired state, challenges, a close flag."""
@@ -304,12 +317,7 @@ class DeviceWriter:
     async def run(self, stop: asyncio.Event) -> None:
         backoff = self._period
         while not stop.is_set():
-            waiter = asyncio.ensure_future(self._wake.wait())
-            stopper = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            stopper.cancel()
-            self._wake.clear()
+            await wake_or_stop(self._wake, stop)
             if not stop.is_set():
                 await asyncio.sleep(self._period)  # let a burst of updates gather
             try:
@@ -405,12 +413,7 @@ class Projector:
     async def run(self, stop: asyncio.Event) -> None:
         backoff = 0.05
         while not stop.is_set():
-            waiter = asyncio.ensure_future(self._wake.wait())
-            stopper = asyncio.ensure_future(stop.wait())
-            await asyncio.wait({waiter, stopper}, return_when=asyncio.FIRST_COMPLETED)
-            waiter.cancel()
-            stopper.cancel()
-            self._wake.clear()
+            await wake_or_stop(self._wake, stop)
             if stop.is_set():
                 break
             await asyncio.sleep(0.01)  # gather a burst (an apply marks every device at once)

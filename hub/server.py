@@ -27,7 +27,7 @@ import grpc
 from edged.artifacts.storing import ArtifactStore
 from edged.logs import get_logger
 from edged.notifying import Notifier, WatchdogPinger
-from edged.supervising import Component, supervise
+from edged.supervising import Component, supervise, wait_for_stop
 from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2
 from hub import pki
 from hub.admin import AdminServicer
@@ -143,9 +143,7 @@ class LeaseExpiry:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), self.period)
-            except TimeoutError:
+            if not await wait_for_stop(stop, self.period):
                 await self.store.expire_leases()
 
 

@@ -26,6 +26,7 @@ from edged.discovery.labelling import discovered_labels, merge_labels
 from edged.discovery.providers import ProviderSelection, providers_for, select_providers
 from edged.discovery.udev import UdevError, UdevWatch, read_records
 from edged.logs import get_logger
+from edged.supervising import wait_for_stop
 
 log = get_logger(__name__)
 
@@ -209,9 +210,7 @@ class Discovery:
                 )
         try:
             while not stop.is_set():
-                try:
-                    await asyncio.wait_for(stop.wait(), self._period)
-                except TimeoutError:
+                if not await wait_for_stop(stop, self._period):
                     if self._watch is None and self._follow:
                         self._rescan_now()
                     self.sample_health()

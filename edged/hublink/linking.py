@@ -32,6 +32,7 @@ from edged import __version__
 from edged.hublink.files import Link, LinkFiles
 from edged.logs import get_logger
 from edged.state.persisting import write_atomic
+from edged.supervising import wait_for_stop
 from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
 
 log = get_logger(__name__)
@@ -164,10 +165,7 @@ class HubLink:
                     break
                 attempt = 0 if time.monotonic() - started > STABLE_AFTER_S else attempt + 1
                 delay = full_jitter(attempt, self._rng)
-                try:
-                    await asyncio.wait_for(stop.wait(), delay)
-                except TimeoutError:
-                    pass
+                await wait_for_stop(stop, delay)
         finally:
             renewer.cancel()
 
@@ -324,11 +322,8 @@ class HubLink:
         attempt = 0
         due = self.renewal_due()
         while not stop.is_set():
-            try:
-                await asyncio.wait_for(stop.wait(), max(due - time.time(), 0.0))
+            if await wait_for_stop(stop, max(due - time.time(), 0.0)):
                 return
-            except TimeoutError:
-                pass
             try:
                 await self.renew()
                 attempt = 0

@@ -16,6 +16,8 @@ from pathlib import Path
 
 from harness import wait_for
 
+from hub.config import free_port_pair
+
 SIGNED_DEVICE_CONFIG = """\
 [trust]
 rootFile = "{absent}"
@@ -29,19 +31,6 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
-
-
-def free_port_pair() -> int:
-    """A port P with P+1 free too (the hub's enrollment port)."""
-    for _ in range(50):
-        p = free_port()
-        try:
-            with socket.socket() as s:
-                s.bind(("127.0.0.1", p + 1))
-            return p
-        except OSError:
-            continue
-    raise RuntimeError("no free port pair")
 
 
 class HubProcess:

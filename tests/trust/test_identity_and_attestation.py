@@ -25,25 +25,11 @@ from edged.trust.attesting import (
     verify_evidence,
 )
 from edged.trust.identity import FileIdentity, TpmIdentity, load_or_create_identity
+from hub.config import free_port_pair
 
 NOW = 1_900_000_000.0
 NONCE = b"n" * 32
 MODEL = "ab" * 32
-
-
-def free_port_pair() -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        if port < 65000:
-            try:
-                with socket.socket() as s2:
-                    s2.bind(("127.0.0.1", port + 1))
-                return int(port)
-            except OSError:
-                continue
-    raise RuntimeError("no two free ports")
 
 
 @pytest.fixture
