@@ -17,7 +17,6 @@ config errors; 3 the hub cannot be reached.
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
@@ -28,7 +27,8 @@ import grpc
 import orjson
 
 from edged.api.validating import Problems, non_empty_str
-from edged.errors import ConfigError, Problem
+from edged.config import read_toml_file
+from edged.errors import ConfigError
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 from hub.config import parse_host_port
 
@@ -86,21 +86,8 @@ def parse_admin_config(doc: Mapping[str, Any], *, source: str, base: Path) -> Ad
 
 
 def load_admin_config(path: Path) -> AdminConfig:
-    source = str(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ConfigError(
-            [Problem("", f"cannot read: {exc.strerror} (pass --config or set EDGECTL_CONFIG)")],
-            source=source,
-        ) from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError([Problem("", "is not UTF-8 text")], source=source) from exc
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([Problem("", f"invalid TOML: {exc}")], source=source) from exc
-    return parse_admin_config(doc, source=source, base=path.absolute().parent)
+    doc = read_toml_file(path, hint=" (pass --config or set EDGECTL_CONFIG)")
+    return parse_admin_config(doc, source=str(path), base=path.absolute().parent)
 
 
 class ClientError(Exception):

@@ -213,7 +213,8 @@ def _listen_tcp(value: object) -> TcpAddress | None:
     return TcpAddress(host, port)
 
 
-_duration = within(parse_duration, lambda v: "must be more than 0s" if v <= 0 else None)
+positive_duration = within(parse_duration, lambda v: "must be more than 0s" if v <= 0 else None)
+_duration = positive_duration
 _size = within(parse_memory, lambda v: "must be more than 0 bytes" if v <= 0 else None)
 
 
@@ -367,19 +368,25 @@ def load_config(
     """The config in ``path`` (defaults when ``None``); ``data_dir`` overrides ``paths.dataDir``."""
     if path is None:
         return parse_config({}, source="defaults", data_dir=data_dir, service=service)
+    doc = read_toml_file(path)
+    return parse_config(doc, source=str(path), data_dir=data_dir, service=service)
+
+
+def read_toml_file(path: Path, *, hint: str = "") -> dict[str, Any]:
+    """A TOML file as a document; ConfigError (unreadable, not UTF-8, invalid TOML) otherwise.
+    Shared by every config file of the project (edged.toml, hub.toml, admin.toml)."""
     source = str(path)
     try:
         text = path.read_bytes().decode("utf-8")
     except OSError as exc:
         reason = exc.strerror or str(exc)
-        raise ConfigError([Problem("", f"cannot read: {reason}")], source=source) from exc
+        raise ConfigError([Problem("", f"cannot read: {reason}{hint}")], source=source) from exc
     except UnicodeDecodeError as exc:
         raise ConfigError([Problem("", "is not UTF-8 text")], source=source) from exc
     try:
-        doc = tomllib.loads(text)
+        return tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
         raise ConfigError([Problem("", f"invalid TOML: {exc}")], source=source) from exc
-    return parse_config(doc, source=source, data_dir=data_dir, service=service)
 
 
 def default_config_text() -> str:

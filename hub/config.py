@@ -7,16 +7,16 @@ with every default spelled out (:func:`default_config_text`).
 
 from __future__ import annotations
 
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from edged.api.manifests import dns_label
-from edged.api.quantities import describe, format_duration, parse_duration
-from edged.api.validating import Problems, Reader, as_bool, as_str, int_in, within
-from edged.errors import ConfigError, Problem
+from edged.api.quantities import describe, format_duration
+from edged.api.validating import Problems, Reader, as_bool, as_str, int_in
+from edged.config import positive_duration, read_toml_file
+from edged.errors import ConfigError
 from hub.errors import StoreError
 from hub.store import parse_store_url
 
@@ -25,7 +25,7 @@ DEFAULT_REGION = "default"
 DEFAULT_LISTEN = "0.0.0.0:7443"
 DEFAULT_PORT = 7443
 
-_positive_duration = within(parse_duration, lambda v: "must be more than 0s" if v <= 0 else None)
+_positive_duration = positive_duration
 
 
 def parse_host_port(value: object) -> tuple[str, int]:
@@ -183,18 +183,7 @@ def parse_config(doc: Mapping[str, Any], *, source: str = "") -> HubConfig:
 
 
 def load_config(path: Path) -> HubConfig:
-    source = str(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        raise ConfigError([Problem("", f"cannot read: {exc.strerror}")], source=source) from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError([Problem("", "is not UTF-8 text")], source=source) from exc
-    try:
-        doc = tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([Problem("", f"invalid TOML: {exc}")], source=source) from exc
-    return parse_config(doc, source=source)
+    return parse_config(read_toml_file(path), source=str(path))
 
 
 def default_config_text(*, region: str = DEFAULT_REGION, listen: str = DEFAULT_LISTEN) -> str:
