@@ -112,6 +112,21 @@ class Cache:
         return SecurityPolicy(require_attestation=require)
 
 
+@dataclass(frozen=True, slots=True)
+class FleetPolicies:
+    """What every device gets alike: the SecurityBaseline verdict, the DeviceHealthPolicies."""
+
+    security: SecurityPolicy
+    health_policies: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, cache: Cache) -> FleetPolicies:
+        return cls(
+            cache.security_policy(),
+            tuple(o.encoded for o in cache.objects_of("DeviceHealthPolicy")),
+        )
+
+
 # -- what a device is sent -------------------------------------------------------------------------
 @dataclass(frozen=True, slots=True)
 class DesiredContent:
@@ -127,14 +142,21 @@ class DesiredContent:
 
 
 def build_desired(
-    device: Device, cache: Cache, *, previous: frozenset[str], region: str
+    device: Device,
+    cache: Cache,
+    *,
+    previous: frozenset[str],
+    region: str,
+    fleet: FleetPolicies | None = None,
 ) -> DesiredContent:
-    """What ``device`` should be sent (pure over the cache)."""
+    """What ``device`` should be sent (pure over the cache). ``fleet``: what applies to every
+    device, read from the cache once per batch (read here when not given)."""
+    fleet = fleet or FleetPolicies.of(cache)
     projection: Projection = project(
         device,
         cache.deployments.values(),
         previous=previous,
-        policy=cache.security_policy(),
+        policy=fleet.security,
         region=region,
     )
     excluded = dict(projection.excluded)
@@ -154,8 +176,7 @@ def build_desired(
         manifests.append(cache.stored[("ModelDeployment", name)].encoded)
         metadata.append(model.envelope)
         artifacts.add(model.sha256)
-    for policy in cache.objects_of("DeviceHealthPolicy"):
-        manifests.append(policy.encoded)
+    manifests.extend(fleet.health_policies)
     allowances: list[bytes] = []
     h = hashlib.sha256()
     for part in (*manifests, b"--", *metadata, b"--", *allowances):
@@ -258,6 +279,8 @@ class Sessions:
 class DeviceWriter:
     """Coalesces device record updates and events; flushes them in one transaction."""
 
+    name = "device-writer"
+
     def __init__(self, store: Store, cache: Cache, *, period: float = 0.2) -> None:
         self._store = store
         self._cache = cache
@@ -334,6 +357,8 @@ class DeviceWriter:
 class Projector:
     """Batched, level-based projection of desired state onto devices (see module doc)."""
 
+    name = "projector"
+
     def __init__(
         self,
         store: Store,
@@ -361,6 +386,7 @@ class Projector:
 
     async def project(self, names: Iterable[str]) -> None:
         changed: dict[str, tuple[DesiredContent, objects.DesiredRecord | None]] = {}
+        fleet = FleetPolicies.of(self._cache)
         for name in sorted(set(names)):
             device = self._cache.devices.get(name)
             if device is None:
@@ -372,6 +398,7 @@ class Projector:
                 self._cache,
                 previous=frozenset(previous.deployments) if previous else frozenset(),
                 region=self._region,
+                fleet=fleet,
             )
             self.contents[name] = content
             if previous is None or previous.digest != content.digest:

@@ -147,15 +147,6 @@ class LeaseExpiry:
                 await self.store.expire_leases()
 
 
-class _Named:
-    def __init__(self, name: str, target: DeviceWriter | Projector) -> None:
-        self.name = name
-        self.target = target
-
-    async def run(self, stop: asyncio.Event) -> None:
-        await self.target.run(stop)
-
-
 async def serve(
     data_dir: Path,
     *,
@@ -187,8 +178,8 @@ async def serve(
         loop.add_signal_handler(sig, stop.set)
     ctx.projector.mark_all()
     components: list[Component] = [
-        _Named("device-writer", ctx.writer),
-        _Named("projector", ctx.projector),
+        ctx.writer,
+        ctx.projector,
         Lifecycle(ctx, running.devices.last_seen),
         LeaseExpiry(ctx.store),
         attestation,
