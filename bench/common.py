@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
-if str(REPO) not in sys.path:  # so ``edged.demo`` imports when run as ``python bench/x.py``
+if str(REPO) not in sys.path:  # so ``edgefleet.demo`` imports when run as ``python bench/x.py``
     sys.path.insert(0, str(REPO))
 
 
@@ -281,8 +281,8 @@ class Edged:
         return self.manifests / f"{m.name}.onnx"
 
     def start(self) -> Edged:
-        from edged.demo import build_mlp
-        from edged.trust.signing import create_root, generate_key_pair, sign_artifact
+        from edgefleet.demo import build_mlp
+        from edgefleet.trust.signing import create_root, generate_key_pair, sign_artifact
 
         # Fully signed, as on a device: a publisher key, a trust root, signed metadata.
         key = self.root / "publisher"

@@ -337,7 +337,7 @@ def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -
     from hub.store import Put, open_store
 
     data = workdir / f"hub-{n}"
-    from hub.config import free_port_pair
+    from edgefleet.launching import free_port_pair
 
     port = free_port_pair()
     subprocess.run(
@@ -465,7 +465,7 @@ def _push_and_apply(data: Path, port: int, version: str, *, first: bool = False)
 
     import grpc
 
-    from edged.demo import TINY_MLP, build_mlp
+    from edgefleet.demo import TINY_MLP, build_mlp
     from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 
     model = data / f"bench-{version}.onnx"

@@ -107,7 +107,7 @@ def main() -> int:
     )
     row("", f"(CPU time is counted in 10 ms ticks: resolution {1 / idle['seconds']:.2f} %)")
 
-    from edged.demo import MEDIUM_MLP, TINY_MLP
+    from edgefleet.demo import MEDIUM_MLP, TINY_MLP
 
     tiny = ModelDef("tiny", TINY_MLP, max_batch_size=8)
     medium = ModelDef("medium", MEDIUM_MLP, max_batch_size=8)

@@ -51,7 +51,7 @@ def ms(s: float) -> float:
 
 
 def latency(args: argparse.Namespace) -> dict[str, Any]:
-    from edged.demo import TINY_MLP
+    from edgefleet.demo import TINY_MLP
 
     model = ModelDef("tiny", TINY_MLP, max_batch_size=args.max_batch, cpu=args.cpu)
     x = make_input(TINY_MLP[0], seed=1)
@@ -90,7 +90,7 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def throughput(args: argparse.Namespace) -> dict[str, Any]:
-    from edged.demo import MEDIUM_MLP
+    from edgefleet.demo import MEDIUM_MLP
 
     model = ModelDef("medium", MEDIUM_MLP, max_batch_size=args.max_batch, cpu=args.cpu)
     x = make_input(MEDIUM_MLP[0], seed=2)

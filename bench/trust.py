@@ -37,11 +37,11 @@ from pathlib import Path
 mode, work = sys.argv[1], Path(sys.argv[2])
 model = work / "model.onnx"
 if mode != "hashlib":
-    from edged.artifacts.storing import ArtifactStore
+    from edgefleet.artifacts.storing import ArtifactStore
     from edged.trust.admitting import ArtifactGate, ArtifactRequest
-    from edged.trust.signing import read_envelope  # noqa: F401  (imports cryptography now)
-    from edged.trust.documents import parse_artifact
-    from edged.trust.envelopes import ARTIFACT_TYPE, decode_payload
+    from edgefleet.trust.signing import read_envelope  # noqa: F401  (imports cryptography now)
+    from edgefleet.trust.documents import parse_artifact
+    from edgefleet.trust.envelopes import ARTIFACT_TYPE, decode_payload
     import shutil
     data = work / "data"
     shutil.rmtree(data, ignore_errors=True)
@@ -75,7 +75,7 @@ print(elapsed, (after - before) * 1024, after * 1024)
 
 
 def prepare(work: Path, mb: int) -> None:
-    from edged.trust.signing import create_root, generate_key_pair, sign_artifact
+    from edgefleet.trust.signing import create_root, generate_key_pair, sign_artifact
 
     block = os.urandom(1 << 20)
     with open(work / "model.onnx", "wb") as f:

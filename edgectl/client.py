@@ -26,11 +26,10 @@ from typing import Any
 import grpc
 import orjson
 
-from edged.api.validating import Problems, non_empty_str
-from edged.config import read_toml_file
-from edged.errors import ConfigError
+from edgefleet.api.validating import Problems, non_empty_str
+from edgefleet.configfiles import parse_host_port, read_toml_file
+from edgefleet.errors import ConfigError
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
-from hub.config import parse_host_port
 
 EXIT_REFUSED = 1
 EXIT_USAGE = 2

@@ -24,9 +24,9 @@ from edgectl.client import (
     ClientError,
     load_admin_config,
 )
-from edged.api import load_documents
-from edged.api.quantities import parse_duration
-from edged.errors import ConfigError, ValidationError
+from edgefleet.api import load_documents
+from edgefleet.api.quantities import parse_duration
+from edgefleet.errors import ConfigError, ValidationError
 from edgefleet.v1 import admin_pb2
 
 CONFIG_ENV = "EDGECTL_CONFIG"

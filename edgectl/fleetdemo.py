@@ -26,8 +26,8 @@ from pathlib import Path
 from typing import Any
 
 from edgectl.quickstart import infer_request
-from edged.cli import fetch_status
-from hub.config import free_port_pair
+from edgefleet.devicestatus import fetch_status
+from edgefleet.launching import free_port_pair
 
 MARKER = ".edgefleet-quickstart"
 DEVICES = (("retail-1", "retail"), ("retail-2", "retail"), ("factory-1", "factory"))
@@ -102,7 +102,7 @@ def _wait(cond: Any, timeout: float, what: str) -> Any:
 def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) -> int:
     import numpy as np
 
-    from edged.demo import TINY_MLP, build_mlp
+    from edgefleet.demo import TINY_MLP, build_mlp
 
     started = time.monotonic()
     workdir = workdir.resolve()

@@ -1,6 +1,6 @@
 """``edgectl models push FILE --name N --version V [--key K]... [--metadata ENVELOPE]``.
 
-Signs the model with the publisher key(s) (:func:`edged.trust.signing.sign_artifact`; by
+Signs the model with the publisher key(s) (:func:`edgefleet.trust.signing.sign_artifact`; by
 default the ``[publisher] key`` of admin.toml, which ``hub init`` writes for a quickstart), or
 takes a pre-signed metadata envelope (``--metadata``: signed elsewhere, offline), and uploads
 it with AdminService ``PushArtifact`` over mutual TLS: a header with the envelope exactly as
@@ -21,10 +21,10 @@ import grpc
 
 from edgectl.client import AdminConfig, load_admin_config
 from edgectl.commands import CONFIG_ENV, default_config
-from edged.errors import ConfigError, TrustError
-from edged.trust import signing
-from edged.trust.documents import parse_artifact
-from edged.trust.envelopes import ARTIFACT_TYPE, decode_payload, parse_envelope_bytes
+from edgefleet.errors import ConfigError, TrustError
+from edgefleet.trust import signing
+from edgefleet.trust.documents import parse_artifact
+from edgefleet.trust.envelopes import ARTIFACT_TYPE, decode_payload, parse_envelope_bytes
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 
 CHUNK = 256 * 1024

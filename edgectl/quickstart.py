@@ -20,7 +20,7 @@ from typing import Any
 
 import orjson
 
-from edged.cli import UnixHTTPConnection, fetch_status, render_status
+from edgefleet.devicestatus import UnixHTTPConnection, fetch_status, render_status
 
 
 def _request(sock: str, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
@@ -70,7 +70,7 @@ def _wait_ready(sock: str, proc: subprocess.Popen[bytes], timeout: float) -> boo
 def _sign_demo(workdir: Path, model: Path) -> Path:
     """A publisher key, a trust root listing it, signed metadata for the model, and an
     edged.toml pointing at the root: the demo runs fully signed (docs/trust.md)."""
-    from edged.trust.signing import create_root, generate_key_pair, sign_artifact
+    from edgefleet.trust.signing import create_root, generate_key_pair, sign_artifact
 
     keys = workdir / "keys"
     keys.mkdir(exist_ok=True, mode=0o700)
@@ -91,7 +91,7 @@ def _sign_demo(workdir: Path, model: Path) -> Path:
 def run_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) -> int:
     import numpy as np
 
-    from edged.demo import TINY_MLP, build_mlp
+    from edgefleet.demo import TINY_MLP, build_mlp
 
     workdir = workdir.resolve()
     manifests = workdir / "manifests"

@@ -1,5 +1,5 @@
 """``edgectl keys``, ``edgectl models sign``, ``edgectl trust root ...``, ``edgectl rollback
-allow``: thin command-line wrappers over :mod:`edged.trust.signing` (see docs/trust.md)."""
+allow``: thin command-line wrappers over :mod:`edgefleet.trust.signing` (see docs/trust.md)."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ import argparse
 import sys
 from pathlib import Path
 
-from edged.errors import TrustError
-from edged.trust import signing
+from edgefleet.errors import TrustError
+from edgefleet.trust import signing
 
 
 def add_commands(

@@ -3,34 +3,18 @@
 from __future__ import annotations
 
 import argparse
-import http.client
 import os
-import socket
 import sys
 from pathlib import Path
-from typing import Any
 
 import orjson
 
 from edged import __version__
+from edgefleet.devicestatus import fetch_status, render_status
 
 DEFAULT_DATA_DIR = "/var/lib/edged"
 DEFAULT_RUNTIME_DIR = Path("/run/edged")  # edged.service: RuntimeDirectory=edged
 STATUS_SOCKET_NAME = "edged.sock"
-
-
-class UnixHTTPConnection(http.client.HTTPConnection):
-    """http.client over a Unix socket (for ``edged status`` and tests)."""
-
-    def __init__(self, path: str, timeout: float = 5.0) -> None:
-        super().__init__("localhost", timeout=timeout)
-        self._path = path
-
-    def connect(self) -> None:
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        sock.settimeout(self.timeout)
-        sock.connect(self._path)
-        self.sock = sock
 
 
 def _version_text() -> str:
@@ -103,10 +87,10 @@ def main(argv: list[str] | None = None) -> int:
 def _enroll(args: argparse.Namespace) -> int:
     import asyncio
 
-    from edged.api.manifests import label_key, label_value
-    from edged.errors import EdgedError
     from edged.hublink.enrolling import enroll
-    from edged.logs import configure_logging
+    from edgefleet.api.meta import label_key, label_value
+    from edgefleet.errors import EdgefleetError
+    from edgefleet.logs import configure_logging
 
     configure_logging("warning")
     labels: dict[str, str] = {}
@@ -138,7 +122,7 @@ def _enroll(args: argparse.Namespace) -> int:
                 force=args.force,
             )
         )
-    except (EdgedError, ValueError) as exc:
+    except (EdgefleetError, ValueError) as exc:
         print(f"edged: enroll: {exc}", file=sys.stderr)
         return 1
     print(f"enrolled as {result.device_name}; start edged with: edged run --data-dir {data_dir}")
@@ -147,8 +131,8 @@ def _enroll(args: argparse.Namespace) -> int:
 
 def _run(args: argparse.Namespace) -> int:
     from edged.config import ServiceDirs, load_config
-    from edged.errors import ConfigError
-    from edged.logs import configure_logging
+    from edgefleet.errors import ConfigError
+    from edgefleet.logs import configure_logging
 
     data_dir = Path(args.data_dir) if args.data_dir else None
     try:
@@ -203,17 +187,6 @@ def _doctor(args: argparse.Namespace) -> int:
     return 1 if report["missing"] else 0
 
 
-def fetch_status(sock_path: str) -> dict[str, Any]:
-    conn = UnixHTTPConnection(sock_path)
-    try:
-        conn.request("GET", "/v1/status")
-        resp = conn.getresponse()
-        doc: dict[str, Any] = orjson.loads(resp.read())
-        return doc
-    finally:
-        conn.close()
-
-
 def _status(args: argparse.Namespace) -> int:
     sock = args.socket or str(Path(args.data_dir) / STATUS_SOCKET_NAME)
     service_sock = DEFAULT_RUNTIME_DIR / STATUS_SOCKET_NAME  # edged.service puts it there
@@ -229,77 +202,6 @@ def _status(args: argparse.Namespace) -> int:
         return 0
     print(render_status(doc))
     return 0
-
-
-def render_status(doc: dict[str, Any]) -> str:
-    dev = doc.get("device", {})
-    out = [
-        f"device {dev.get('name')}  edged {dev.get('edgedVersion')}  pid {dev.get('pid')}  "
-        f"up {dev.get('uptimeSeconds', 0):.0f}s  generation {doc.get('generation')}  "
-        f"ready {'yes' if doc.get('ready') else 'no'}  limits {dev.get('limitsMode')}",
-    ]
-    health = dev.get("health")
-    if health is not None:  # discovery is on
-        accs = ", ".join(
-            f"{a['vendor']}-{a['class']} {a['id']}" + ("" if a["usable"] else " (not usable)")
-            for a in dev.get("accelerators", [])
-        )
-        out.append(
-            f"schedulable {'yes' if health.get('schedulable') else 'no'}  "
-            f"accelerators {accs or 'none'}"
-        )
-        out += [f"  unschedulable: {r}" for r in health.get("reasons", [])]
-    trust = dev.get("trust", {})
-    if trust.get("allowUnsigned"):
-        out.append("WARNING: trust.allowUnsigned is on: unsigned artifacts are accepted")
-        if trust.get("unsignedArtifacts"):
-            out.append(
-                "WARNING: unsigned artifacts in use: " + ", ".join(trust["unsignedArtifacts"])
-            )
-    if trust.get("rootVersion") is not None:
-        version, expires = trust["rootVersion"], trust.get("rootExpires")
-        out.append(f"trust root version {version}, expires {expires}")
-    if trust.get("rootProblem"):
-        out.append(f"trust root refused: {trust['rootProblem'].get('message')}")
-    hub = doc.get("hub")
-    if hub:
-        state = "connected" if hub.get("connected") else "not connected"
-        line = f"hub {hub.get('hub')} as {hub.get('deviceName')}: {state}"
-        line += f", generation {hub.get('generation', 0)}"
-        if hub.get("lastError") and not hub.get("connected"):
-            line += f" (last error: {hub['lastError']})"
-        out.append(line)
-        out += [
-            f"  hub state refused for {p['workload'] or 'all'}: {p['reason']}: {p['message']}"
-            for p in hub.get("problems", [])
-        ]
-    rows = [("WORKLOAD", "MODEL", "VERSION", "PHASE", "READY", "RESTARTS", "PROVIDERS")]
-    for w in doc.get("workloads", []):
-        reps = w.get("replicas", [])
-        providers = sorted({p for r in reps for p in r.get("providers", [])})
-        rows.append(
-            (
-                w["name"],
-                w.get("model", {}).get("name", "-"),
-                w.get("model", {}).get("version", "-"),
-                w.get("phase", "-"),
-                f"{w.get('readyReplicas', 0)}/{w.get('desiredReplicas', 0)}",
-                str(sum(r.get("restarts", 0) for r in reps)),
-                ",".join(p.replace("ExecutionProvider", "") for p in providers) or "-",
-            )
-        )
-    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
-    out += ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
-    for w in doc.get("workloads", []):
-        for c in w.get("conditions", []):
-            if c["type"] != "Ready" or c["status"] != "True":
-                out.append(
-                    f"  {w['name']}: {c['type']}={c['status']} {c['reason']}: {c['message']}"
-                )
-    for p in doc.get("source", {}).get("problems", []):
-        where = p["file"] + (f" ({p['workload']})" if p["workload"] else "")
-        out.append(f"  manifest {where}: {p['reason']}: {p['message']}")
-    return "\n".join(out)
 
 
 if __name__ == "__main__":

@@ -1,7 +1,7 @@
 """edged's own config file (``edged.toml``), read into frozen dataclasses.
 
 Every key is optional; :func:`default_config_text` is the file with every default spelled out.
-Every problem is reported at once in a :class:`~edged.errors.ConfigError`, each with its key
+Every problem is reported at once in a :class:`~edgefleet.errors.ConfigError`, each with its key
 path (``reconcile.resyncPerod: unknown field (did you mean "resyncPeriod"?)``). Durations are
 float seconds, sizes int bytes.
 """
@@ -11,16 +11,15 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
-import tomllib
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
 
-from edged.api.manifests import label_key, label_value
-from edged.api.quantities import describe, format_duration, parse_duration, parse_memory
-from edged.api.validating import (
+from edgefleet.api.meta import label_key, label_value
+from edgefleet.api.quantities import describe, format_duration, parse_duration, parse_memory
+from edgefleet.api.validating import (
     Problems,
     Reader,
     as_bool,
@@ -30,7 +29,8 @@ from edged.api.validating import (
     one_of,
     within,
 )
-from edged.errors import ConfigError, Problem
+from edgefleet.configfiles import positive_duration, read_toml_file
+from edgefleet.errors import ConfigError
 
 DEFAULT_DATA_DIR = Path("/var/lib/edged")
 DEFAULT_RUNTIME_DIR = Path("/run/edged")  # the sockets' home under systemd (RuntimeDirectory=)
@@ -213,7 +213,6 @@ def _listen_tcp(value: object) -> TcpAddress | None:
     return TcpAddress(host, port)
 
 
-positive_duration = within(parse_duration, lambda v: "must be more than 0s" if v <= 0 else None)
 _duration = positive_duration
 _size = within(parse_memory, lambda v: "must be more than 0 bytes" if v <= 0 else None)
 
@@ -370,23 +369,6 @@ def load_config(
         return parse_config({}, source="defaults", data_dir=data_dir, service=service)
     doc = read_toml_file(path)
     return parse_config(doc, source=str(path), data_dir=data_dir, service=service)
-
-
-def read_toml_file(path: Path, *, hint: str = "") -> dict[str, Any]:
-    """A TOML file as a document; ConfigError (unreadable, not UTF-8, invalid TOML) otherwise.
-    Shared by every config file of the project (edged.toml, hub.toml, admin.toml)."""
-    source = str(path)
-    try:
-        text = path.read_bytes().decode("utf-8")
-    except OSError as exc:
-        reason = exc.strerror or str(exc)
-        raise ConfigError([Problem("", f"cannot read: {reason}{hint}")], source=source) from exc
-    except UnicodeDecodeError as exc:
-        raise ConfigError([Problem("", "is not UTF-8 text")], source=source) from exc
-    try:
-        return tomllib.loads(text)
-    except tomllib.TOMLDecodeError as exc:
-        raise ConfigError([Problem("", f"invalid TOML: {exc}")], source=source) from exc
 
 
 def default_config_text() -> str:

@@ -20,15 +20,9 @@ from typing import Any
 
 import orjson
 
-from edged.api import DeviceHealthPolicy
-from edged.artifacts.storing import ArtifactStore
 from edged.config import EdgedConfig
 from edged.discovery.discovering import Discovery
-from edged.errors import EdgedError, StateError, TemporaryError
 from edged.hublink.files import LinkFiles
-from edged.logs import get_logger
-from edged.metrics import CounterChild, HistogramChild, Registry
-from edged.notifying import Notifier, WatchdogPinger
 from edged.reconcile.applying import Applier
 from edged.reconcile.model import DesiredWorkload, ObservedWorkload, ProviderChoice, WorkloadName
 from edged.reconcile.planning import plan
@@ -44,8 +38,14 @@ from edged.sources.hub import HUB_SOURCE, HubSource
 from edged.sources.static import StaticManifests
 from edged.sources.watching import DirectoryWatcher
 from edged.state.desired import DesiredState
-from edged.supervising import supervise, wait_for_stop
 from edged.trust.admitting import ArtifactGate
+from edgefleet.api import DeviceHealthPolicy
+from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.errors import EdgefleetError, StateError, TemporaryError
+from edgefleet.logs import get_logger
+from edgefleet.metrics import CounterChild, HistogramChild, Registry
+from edgefleet.notifying import Notifier, WatchdogPinger
+from edgefleet.supervising import supervise, wait_for_stop
 
 log = get_logger(__name__)
 
@@ -129,7 +129,7 @@ class Resync:
                 self._d.enqueue_all()
 
 
-class AlreadyRunning(EdgedError):
+class AlreadyRunning(EdgefleetError):
     """Another edged holds the data directory."""
 
 

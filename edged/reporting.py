@@ -18,12 +18,12 @@ from pathlib import Path
 from typing import Any
 
 from edged import __version__
-from edged.logs import get_logger
 from edged.reconcile.model import Phase, WorkloadName, WorkloadStatus
 from edged.runtime.processes import WorkerPool
 from edged.sources.static import SourceProblem
 from edged.state.desired import DesiredState
-from edged.state.persisting import write_json_atomic
+from edgefleet.logs import get_logger
+from edgefleet.persisting import write_json_atomic
 
 log = get_logger(__name__)
 

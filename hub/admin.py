@@ -30,14 +30,13 @@ from typing import Any, TypeVar
 
 import grpc
 
-from edged.api.manifests import label_key, label_value
-from edged.errors import ValidationError
-from edged.logs import get_logger
+from edgefleet.api.meta import label_key, label_value
+from edgefleet.errors import Compacted, CompareFailed, StoreError, ValidationError
+from edgefleet.logs import get_logger
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from hub import applying, objects, pki, tokens
 from hub.auth import Caller, authorize
 from hub.context import HubContext
-from hub.errors import Compacted, CompareFailed, StoreError
 from hub.model import Device
 from hub.pki import Role
 from hub.presenting import deployment_object, device_object, object_labels

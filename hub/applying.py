@@ -1,7 +1,7 @@
 """What an ``Apply`` means, decided before anything is written: pure functions.
 
 :func:`parse_documents` turns the JSON documents of one request into canonical objects or
-raises :class:`~edged.errors.ValidationError` with *every* problem, each path starting with
+raises :class:`~edgefleet.errors.ValidationError` with *every* problem, each path starting with
 ``documents[i]`` (the document's index in the request). :func:`outcome_of` compares a
 canonical object with what is stored. The servicer (:mod:`hub.admin`) does the I/O.
 """
@@ -14,13 +14,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from edged.api import SUPPORTED_KINDS, parse_manifest
-from edged.api.quantities import describe
-from edged.api.validating import Problems
-from edged.errors import ValidationError
-from hub import baselines
+from edgefleet.api import SUPPORTED_KINDS, parse_manifest
+from edgefleet.api.quantities import describe
+from edgefleet.api.validating import Problems
+from edgefleet.errors import ValidationError
 
-OBJECT_KINDS: tuple[str, ...] = (*SUPPORTED_KINDS, baselines.KIND)
+OBJECT_KINDS: tuple[str, ...] = SUPPORTED_KINDS
 """The kinds an operator applies (stored under ``/objects/KIND/NAME``)."""
 
 MAX_DOCUMENT_BYTES = 1 << 20
@@ -80,9 +79,6 @@ def parse_object(doc: object) -> ParsedObject:
         problems = Problems()
         problems.add("kind", f"must be one of {', '.join(OBJECT_KINDS)}, got {describe(kind)}")
         problems.raise_if_any(ValidationError)
-    if kind == baselines.KIND:
-        baseline = baselines.parse_security_baseline(doc)
-        return ParsedObject(baseline.kind, baseline.name, baseline.to_dict())
     manifest = parse_manifest(doc)
     return ParsedObject(manifest.kind, manifest.name, manifest.to_dict())
 

@@ -8,7 +8,7 @@ JSON bytes), which :class:`DeviceServicer` hands to :meth:`Attestation.on_eviden
 
 The decisions are pure functions, tested as tables:
 
-* :func:`reference_policy` — the reference :class:`~edged.trust.attesting.Policy` from the
+* :func:`reference_policy` — the reference :class:`~edgefleet.trust.evidence.Policy` from the
   fleet's ``SecurityBaseline`` objects (``spec.allowedCodeDigests``,
   ``spec.allowedConfigDigests``, ``spec.allowedModelDigests``: lists of ``sha256:<hex>``; a
   list that no baseline fills is not checked; several baselines allow the union), the digest
@@ -16,7 +16,7 @@ The decisions are pure functions, tested as tables:
   (always allowed, so a device is not Untrusted for running what the hub sent it);
 * :func:`assess` — given the device, its outstanding challenge, the evidence that arrived (if
   any) and ``now``: the device's new :class:`~hub.model.Attestation`. Evidence is verified by
-  the pure :func:`~edged.trust.attesting.verify_evidence` against the outstanding nonce (an
+  the pure :func:`~edgefleet.trust.evidence.verify_evidence` against the outstanding nonce (an
   answer to an older or unknown nonce fails with ``NonceMismatch``); no evidence within
   ``attestation.timeout`` is ``NoAnswer``.
 
@@ -38,9 +38,9 @@ from typing import Any
 
 import orjson
 
-from edged.logs import get_logger
-from edged.supervising import wait_for_stop
-from edged.trust.attesting import Policy, verify_evidence
+from edgefleet.logs import get_logger
+from edgefleet.supervising import wait_for_stop
+from edgefleet.trust.evidence import Policy, verify_evidence
 from hub.context import HubContext
 from hub.model import Attestation, Device, TrustState
 

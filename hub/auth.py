@@ -14,8 +14,8 @@ from dataclasses import dataclass
 
 import grpc
 
+from edgefleet.errors import IdentityError
 from hub import pki
-from hub.errors import IdentityError
 from hub.pki import Identity, Role
 
 

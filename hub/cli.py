@@ -9,12 +9,12 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from edged.api.quantities import parse_duration
-from edged.errors import ConfigError
-from edged.logs import configure_logging
+from edgefleet.api.quantities import parse_duration
+from edgefleet.configfiles import parse_host_port
+from edgefleet.errors import ConfigError, EdgefleetError, HubDirError
+from edgefleet.logs import configure_logging
 from hub import pki, tokens
-from hub.config import DEFAULT_PORT, DEFAULT_REGION, HubConfig, load_config, parse_host_port
-from hub.errors import HubDirError, HubError
+from hub.config import DEFAULT_PORT, DEFAULT_REGION, HubConfig, load_config
 from hub.initializing import HubPaths, init_hub
 from hub.store import Store, open_store
 
@@ -191,7 +191,7 @@ def main(argv: list[str] | None = None) -> int:
         action = _token_create if args.token_command == "create" else _token_list
     try:
         return asyncio.run(action(args))
-    except (HubError, ConfigError) as exc:
+    except (EdgefleetError, ConfigError) as exc:
         print(f"hub: {exc}", file=sys.stderr)
         return 1
     except KeyboardInterrupt:

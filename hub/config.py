@@ -1,7 +1,7 @@
 """The hub's config file (``D/hub.toml``), read into frozen dataclasses.
 
 Like edged's config: every key optional, every problem reported at once with its key path
-(:class:`~edged.errors.ConfigError`), durations as float seconds. ``hub init`` writes the file
+(:class:`~edgefleet.errors.ConfigError`), durations as float seconds. ``hub init`` writes the file
 with every default spelled out (:func:`default_config_text`).
 """
 
@@ -12,12 +12,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edged.api.manifests import dns_label
-from edged.api.quantities import describe, format_duration
-from edged.api.validating import Problems, Reader, as_bool, as_str, int_in
-from edged.config import positive_duration, read_toml_file
-from edged.errors import ConfigError
-from hub.errors import StoreError
+from edgefleet.api.meta import dns_label
+from edgefleet.api.quantities import format_duration
+from edgefleet.api.validating import Problems, Reader, as_bool, as_str, int_in
+from edgefleet.configfiles import parse_host_port, positive_duration, read_toml_file
+from edgefleet.errors import ConfigError, StoreError
 from hub.store import parse_store_url
 
 CONFIG_FILE_NAME = "hub.toml"
@@ -26,21 +25,6 @@ DEFAULT_LISTEN = "0.0.0.0:7443"
 DEFAULT_PORT = 7443
 
 _positive_duration = positive_duration
-
-
-def parse_host_port(value: object) -> tuple[str, int]:
-    """``HOST:PORT`` (``[::1]:7443`` for IPv6) -> (host, port); ValueError says what is wrong."""
-    text = as_str(value).strip()
-    expected = f'must be HOST:PORT such as "0.0.0.0:7443", got {describe(value)}'
-    host, colon, port_text = text.rpartition(":")
-    if not colon or not host or not port_text.isdigit():
-        raise ValueError(expected)
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    port = int(port_text)
-    if port > 65535:
-        raise ValueError(f"must have a port from 0 to 65535, got {describe(value)}")
-    return host, port
 
 
 def _address(value: object) -> str:
@@ -226,24 +210,3 @@ timeout = "{format_duration(a.timeout_s)}"
 # TPM PCRs a device with a TPM quotes.
 pcrs = [{", ".join(str(p) for p in a.pcrs)}]
 """
-
-
-def free_port_pair(host: str = "127.0.0.1") -> int:
-    """A free port P on ``host`` with P + 1 free too: a hub's mTLS port and its enrollment port
-    (the quickstart, benchmarks and tests run hubs on loopback). A later bind may still lose a
-    race for them; callers start the hub right away."""
-    import socket
-
-    for _ in range(100):
-        with socket.socket() as s:
-            s.bind((host, 0))
-            port = int(s.getsockname()[1])
-        if port >= 65535:
-            continue
-        try:
-            with socket.socket() as s:
-                s.bind((host, port + 1))
-        except OSError:
-            continue
-        return port
-    raise RuntimeError(f"no two free consecutive ports on {host}")

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edged.artifacts.storing import ArtifactStore
+from edgefleet.artifacts.storing import ArtifactStore
 from hub.config import HubConfig
 from hub.core import Cache, DeviceWriter, Projector, Sessions
 from hub.initializing import HubPaths

@@ -12,8 +12,8 @@ from __future__ import annotations
 import asyncio
 from collections.abc import Mapping
 
-from edged.logs import get_logger
-from edged.supervising import wait_for_stop
+from edgefleet.logs import get_logger
+from edgefleet.supervising import wait_for_stop
 from hub.context import HubContext
 from hub.model import DevicePhase
 from hub.placing import lifecycle_phase

@@ -28,8 +28,8 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from edged.api import ModelDeployment, parse_manifest
-from edged.logs import get_logger
+from edgefleet.api import ModelDeployment, parse_manifest
+from edgefleet.logs import get_logger
 from hub import objects
 from hub.model import Device
 from hub.placing import Projection, SecurityPolicy, project

@@ -15,12 +15,12 @@ from datetime import timedelta
 
 import grpc
 
-from edged.api.manifests import label_key, label_value
-from edged.logs import get_logger
+from edgefleet.api.meta import label_key, label_value
+from edgefleet.errors import CompareFailed, CsrRejected, PkiError, TokenError, TokenRefusal
+from edgefleet.logs import get_logger
 from edgefleet.v1 import enrollment_pb2, enrollment_pb2_grpc
 from hub import objects, pki, tokens
 from hub.context import HubContext
-from hub.errors import CompareFailed, CsrRejected, PkiError, TokenError, TokenRefusal
 from hub.model import Device
 
 log = get_logger(__name__)

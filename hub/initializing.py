@@ -22,8 +22,10 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
-from edged.logs import get_logger
-from edged.state.persisting import write_atomic
+from edgefleet.configfiles import parse_host_port
+from edgefleet.errors import HubDirError
+from edgefleet.logs import get_logger
+from edgefleet.persisting import write_atomic
 from hub import pki, tokens
 from hub.config import (
     CONFIG_FILE_NAME,
@@ -31,9 +33,7 @@ from hub.config import (
     CertificatesConfig,
     TokensConfig,
     default_config_text,
-    parse_host_port,
 )
-from hub.errors import HubDirError
 from hub.store import default_store_url, open_store
 
 log = get_logger(__name__)

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from edged.api import TaintEffect
+from edgefleet.api import TaintEffect
 
 
 class DevicePhase(StrEnum):

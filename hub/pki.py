@@ -18,8 +18,6 @@ are random (160 bits). Functions take ``now`` so tests choose the time.
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import ipaddress
 import re
 import secrets
@@ -35,9 +33,10 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
-from edged.api.manifests import dns_label
-from edged.state.persisting import write_atomic
-from hub.errors import CaPinMismatch, CsrRejected, IdentityError, PkiError
+from edgefleet import pinning
+from edgefleet.api.meta import dns_label
+from edgefleet.errors import CsrRejected, IdentityError, PkiError
+from edgefleet.persisting import write_atomic
 
 CA_LIFETIME = timedelta(days=3650)
 SERVING_LIFETIME = timedelta(days=365)
@@ -47,7 +46,6 @@ CLOCK_SKEW = timedelta(minutes=5)
 """Certificates are valid from this long before ``now``: device clocks drift."""
 
 SPIFFE_TRUST_DOMAIN = "edgefleet"
-PIN_PREFIX = "sha256:"
 
 PrivateKey = ec.EllipticCurvePrivateKey
 CsrPublicKey = ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey
@@ -362,30 +360,13 @@ def private_key_pem(key: PrivateKey) -> bytes:
 
 
 def ca_pin(ca_certificate: x509.Certificate) -> str:
-    """``sha256:<hex>`` of the CA's SubjectPublicKeyInfo, like kubeadm's CA cert hash."""
-    spki = ca_certificate.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    return PIN_PREFIX + hashlib.sha256(spki).hexdigest()
-
-
-def parse_pin(pin: str) -> str:
-    """The pin normalised to lower case; PkiError when it is not ``sha256:`` + 64 hex digits."""
-    text = pin.strip().lower()
-    if not re.fullmatch(r"sha256:[0-9a-f]{64}", text):
-        raise PkiError(f"a CA hash must be sha256: followed by 64 hex digits, got {pin!r}")
-    return text
+    """``sha256:<hex>`` of the CA's SubjectPublicKeyInfo (:mod:`edgefleet.pinning`)."""
+    return pinning.spki_pin(ca_certificate.public_bytes(serialization.Encoding.DER))
 
 
 def verify_ca_pin(ca_certificate: x509.Certificate, pin: str) -> None:
     """Raise CaPinMismatch unless the CA's public key hashes to ``pin``."""
-    expected = parse_pin(pin)
-    actual = ca_pin(ca_certificate)
-    if not hmac.compare_digest(actual, expected):
-        raise CaPinMismatch(
-            f"the hub presented a CA whose hash is {actual}, not the pinned {expected}: "
-            "wrong hub, or someone in between"
-        )
+    pinning.verify_pin(ca_certificate.public_bytes(serialization.Encoding.DER), pin)
 
 
 # Files

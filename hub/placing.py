@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from edged.api import ModelDeployment, TaintEffect, Toleration, TolerationOperator
+from edgefleet.api import ModelDeployment, TaintEffect, Toleration, TolerationOperator
 from hub.model import Device, DevicePhase, Taint, TrustState
 
 TAINT_UNSCHEDULABLE = "node.edgefleet.io/unschedulable"

@@ -14,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from edged.api import API_VERSION, ModelDeployment, parse_manifest
+from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
 from hub import objects
 from hub.model import Device
 from hub.placing import SecurityPolicy, taints_for

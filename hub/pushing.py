@@ -5,7 +5,7 @@ would check, so that junk is refused at the door rather than on every device:
 
 1. the first message is a header carrying the publisher-signed metadata envelope;
 2. the hub has a trust root (``D/trust-root.json``; FAILED_PRECONDITION otherwise) and the
-   envelope verifies against it with the devices' own code (:mod:`edged.trust.verifying`):
+   envelope verifies against it with the devices' own code (:mod:`edgefleet.trust.verifying`):
    well-formed, a threshold of artifacts-role signatures, not expired;
 3. versions are immutable: a (name, version) already pushed with other bytes is
    ALREADY_EXISTS, decided before any byte is read;
@@ -32,11 +32,11 @@ from typing import Any, BinaryIO, cast
 
 import grpc
 
-from edged.errors import ArtifactError, TrustError
-from edged.logs import get_logger
-from edged.trust.documents import ArtifactMetadata, FileInfo, Root, parse_artifact
-from edged.trust.envelopes import ARTIFACT_TYPE, decode_payload, parse_envelope_bytes
-from edged.trust.verifying import (
+from edgefleet.errors import ArtifactError, CompareFailed, EdgefleetError, TrustError
+from edgefleet.logs import get_logger
+from edgefleet.trust.documents import ArtifactMetadata, FileInfo, Root, parse_artifact
+from edgefleet.trust.envelopes import ARTIFACT_TYPE, decode_payload, parse_envelope_bytes
+from edgefleet.trust.verifying import (
     SignedFile,
     TrustState,
     verify_artifact_metadata,
@@ -45,7 +45,6 @@ from edged.trust.verifying import (
 from edgefleet.v1 import admin_pb2
 from hub import objects
 from hub.context import HubContext
-from hub.errors import CompareFailed, HubError
 
 log = get_logger(__name__)
 
@@ -61,7 +60,7 @@ _TRUST_CODES = {
 }
 
 
-class PushRefused(HubError):
+class PushRefused(EdgefleetError):
     """A push was refused; ``code`` is the gRPC status to answer with, ``reason`` a CamelCase
     word (``UnknownKey``, ``LengthExceeded``, ``VersionExists``...). Nothing was stored."""
 

@@ -19,7 +19,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 from google.protobuf.message import DecodeError
 
-from edged.logs import get_logger
+from edgefleet.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -11,7 +11,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 
-from edged.api.manifests import label_key, label_value
+from edgefleet.api.meta import label_key, label_value
 
 
 class Operator(StrEnum):

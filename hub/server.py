@@ -24,19 +24,20 @@ from pathlib import Path
 
 import grpc
 
-from edged.artifacts.storing import ArtifactStore
-from edged.logs import get_logger
-from edged.notifying import Notifier, WatchdogPinger
-from edged.supervising import Component, supervise, wait_for_stop
+from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.configfiles import parse_host_port
+from edgefleet.errors import HubDirError
+from edgefleet.logs import get_logger
+from edgefleet.notifying import Notifier, WatchdogPinger
+from edgefleet.supervising import Component, supervise, wait_for_stop
 from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2
 from hub import pki
 from hub.admin import AdminServicer
-from hub.config import HubConfig, load_config, parse_host_port
+from hub.config import HubConfig, load_config
 from hub.context import HubContext
 from hub.controllers import Lifecycle
 from hub.core import Cache, DeviceWriter, Projector, Sessions
 from hub.enrolling import EnrollmentServicer
-from hub.errors import HubDirError
 from hub.initializing import HubPaths
 from hub.registering import add_servicer
 from hub.store import Store, open_store

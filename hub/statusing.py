@@ -13,7 +13,8 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from edged.api import ModelDeployment
+from edgefleet.api import ModelDeployment
+from edgefleet.api.conditions import Condition, ConditionStatus
 from hub.model import Device, DevicePhase
 
 
@@ -24,22 +25,6 @@ class VersionCounts:
 
     def to_json(self) -> dict[str, int]:
         return {"devices": self.devices, "ready": self.ready}
-
-
-@dataclass(frozen=True, slots=True)
-class Condition:
-    type: str
-    status: bool
-    reason: str
-    message: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return {
-            "type": self.type,
-            "status": "True" if self.status else "False",
-            "reason": self.reason,
-            "message": self.message,
-        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,13 +83,13 @@ def deployment_status(
     conditions = (
         Condition(
             "Available",
-            desired > 0 and available == desired,
+            ConditionStatus.of(desired > 0 and available == desired),
             "AllDevicesAvailable" if available == desired else "DevicesUnavailable",
             f"{available} of {desired} devices available",
         ),
         Condition(
             "Progressing",
-            updated < desired,
+            ConditionStatus.of(updated < desired),
             "RolloutComplete" if updated == desired else "RollingOut",
             f"{updated} of {desired} devices run version {want}",
         ),

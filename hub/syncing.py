@@ -25,13 +25,13 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from edged.logs import get_logger
+from edgefleet.errors import CsrRejected, PkiError
+from edgefleet.logs import get_logger
 from edgefleet.v1 import device_pb2, device_pb2_grpc
 from hub import pki
 from hub.auth import Caller, authorize
 from hub.context import HubContext
 from hub.core import Session
-from hub.errors import CsrRejected, PkiError
 from hub.model import Device, DevicePhase, Health, WorkloadReport
 from hub.pki import Role
 

@@ -25,7 +25,7 @@ from typing import Any
 
 import orjson
 
-from hub.errors import CompareFailed, TokenError, TokenRefusal
+from edgefleet.errors import CompareFailed, TokenError, TokenRefusal
 from hub.store import Store
 
 PREFIX = "/bootstraptokens/"

@@ -27,13 +27,12 @@ import time
 import tomllib
 from pathlib import Path
 
-from edged.errors import TrustError
-from edged.state.persisting import write_atomic
-from edged.trust import signing
-from edged.trust.envelopes import parse_envelope_bytes
-from edged.trust.verifying import verify_initial_root
+from edgefleet.errors import HubDirError, TrustError
+from edgefleet.persisting import write_atomic
+from edgefleet.trust import signing
+from edgefleet.trust.envelopes import parse_envelope_bytes
+from edgefleet.trust.verifying import verify_initial_root
 from hub import pki
-from hub.errors import HubDirError
 from hub.initializing import HubPaths, TrustSetup
 
 TRUST_ROOT_FILE = "trust-root.json"  # the same name hub.server reads

@@ -21,7 +21,7 @@ from edged.config import (
     load_config,
     parse_config,
 )
-from edged.errors import ConfigError
+from edgefleet.errors import ConfigError
 
 
 def problems_of(doc: dict[str, Any], **kwargs: Any) -> dict[str, str]:

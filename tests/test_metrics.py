@@ -1,4 +1,4 @@
-"""Prometheus text rendering of edged.metrics, checked byte for byte (nothing faked)."""
+"""Prometheus text rendering of edgefleet.metrics, checked byte for byte (nothing faked)."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from edged.metrics import CONTENT_TYPE, Registry, format_value
+from edgefleet.metrics import CONTENT_TYPE, Registry, format_value
 
 
 def test_render_small_registry_exactly() -> None:

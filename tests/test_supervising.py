@@ -11,7 +11,7 @@ import time
 import pytest
 from asynctesting import async_test, eventually
 
-from edged.supervising import Component, CriticalComponentError, supervise
+from edgefleet.supervising import Component, CriticalComponentError, supervise
 
 
 class Flaky:

@@ -13,11 +13,11 @@ from typing import Any
 
 import pytest
 
-from edged.artifacts.storing import ArtifactStore
-from edged.demo import build_mlp
 from edged.trust.admitting import ArtifactGate, ArtifactRequest
-from edged.trust.envelopes import ARTIFACT_TYPE, ROOT_TYPE, Envelope, sign_envelope
-from edged.trust.signing import (
+from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.demo import build_mlp
+from edgefleet.trust.envelopes import ARTIFACT_TYPE, ROOT_TYPE, Envelope, sign_envelope
+from edgefleet.trust.signing import (
     build_artifact_metadata,
     build_root,
     generate_key_pair,

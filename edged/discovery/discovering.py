@@ -17,7 +17,6 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from edged.api import DeviceHealthPolicy
 from edged.discovery.classifying import merge
 from edged.discovery.hardware import Accelerator, DeviceFacts, HealthSample
 from edged.discovery.health import DEFAULT_POLICY, HealthVerdict, evaluate_health
@@ -25,8 +24,9 @@ from edged.discovery.inventory import read_facts, read_sample
 from edged.discovery.labelling import discovered_labels, merge_labels
 from edged.discovery.providers import ProviderSelection, providers_for, select_providers
 from edged.discovery.udev import UdevError, UdevWatch, read_records
-from edged.logs import get_logger
-from edged.supervising import wait_for_stop
+from edgefleet.api import DeviceHealthPolicy
+from edgefleet.logs import get_logger
+from edgefleet.supervising import wait_for_stop
 
 log = get_logger(__name__)
 

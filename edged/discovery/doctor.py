@@ -11,12 +11,12 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from edged.api import DeviceHealthPolicy, load_manifest_file
 from edged.discovery.hardware import Accelerator, DeviceFacts, HealthSample
 from edged.discovery.health import DEFAULT_POLICY, evaluate_health
 from edged.discovery.labelling import discovered_labels, merge_labels
 from edged.discovery.providers import VENDOR_RUNTIME_ONLY, providers_for
-from edged.errors import ValidationError
+from edgefleet.api import DeviceHealthPolicy, load_manifest_file
+from edgefleet.errors import ValidationError
 
 
 def build_report(

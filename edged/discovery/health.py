@@ -12,9 +12,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from edged.api import DeviceHealthPolicy, DeviceHealthPolicySpec, ObjectMeta, format_memory
 from edged.discovery.hardware import Accelerator, HealthSample
 from edged.discovery.providers import matches_accelerator
+from edgefleet.api import DeviceHealthPolicy, DeviceHealthPolicySpec, ObjectMeta, format_memory
 
 DEFAULT_POLICY = DeviceHealthPolicy(
     metadata=ObjectMeta(name="default"),

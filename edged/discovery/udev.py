@@ -15,8 +15,8 @@ from typing import Any
 
 from edged.discovery.classifying import JETSON_DRIVERS, PCI_VENDORS, USB_IDS
 from edged.discovery.hardware import DeviceRecord
-from edged.errors import EdgedError
-from edged.logs import get_logger
+from edgefleet.errors import EdgefleetError
+from edgefleet.logs import get_logger
 
 log = get_logger(__name__)
 
@@ -25,7 +25,7 @@ _USB_VENDORS = {v for v, _ in USB_IDS}
 _JETSON_NODES = ("/dev/nvhost-ctrl-gpu", "/dev/nvhost-gpu", "/dev/nvmap")
 
 
-class UdevError(EdgedError):
+class UdevError(EdgefleetError):
     """udev cannot be read or followed (no /sys, no netlink socket in this container...)."""
 
 

@@ -17,7 +17,6 @@ of grpc's Python API, so enrollment needs the file key (``trust.tpm = "off"``) f
 from __future__ import annotations
 
 import asyncio
-import hashlib
 import socket
 import ssl
 import time
@@ -26,27 +25,17 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edged.errors import EdgedError, TrustError
 from edged.hublink.files import LinkFiles, parse_address
-from edged.logs import get_logger
-from edged.state.persisting import write_atomic, write_json_atomic
+from edgefleet.errors import EdgefleetError, PkiError, TrustError
+from edgefleet.logs import get_logger
+from edgefleet.persisting import write_atomic, write_json_atomic
+from edgefleet.pinning import parse_pin, pin_matches
 
 log = get_logger(__name__)
 
 
-class EnrollError(EdgedError):
+class EnrollError(EdgefleetError):
     """Enrollment failed; the message says why and what to do."""
-
-
-def spki_pin(der_certificate: bytes) -> str:
-    from cryptography import x509
-    from cryptography.hazmat.primitives import serialization
-
-    cert = x509.load_der_x509_certificate(der_certificate)
-    spki = cert.public_key().public_bytes(
-        serialization.Encoding.DER, serialization.PublicFormat.SubjectPublicKeyInfo
-    )
-    return "sha256:" + hashlib.sha256(spki).hexdigest()
 
 
 def fetch_presented_chain(host: str, port: int, *, timeout: float = 10.0) -> list[bytes]:
@@ -72,10 +61,12 @@ def fetch_presented_chain(host: str, port: int, *, timeout: float = 10.0) -> lis
 
 def pinned_ca(chain: list[bytes], pin: str) -> bytes:
     """The presented CA certificate matching ``pin``, as PEM; EnrollError if none does."""
-    if not pin.startswith("sha256:") or len(pin) != 7 + 64:
-        raise EnrollError(f"--ca-hash must look like sha256:<64 hex digits>, got {pin!r}")
+    try:
+        expected = parse_pin(pin)
+    except PkiError:
+        raise EnrollError(f"--ca-hash must look like sha256:<64 hex digits>, got {pin!r}") from None
     for der in chain:
-        if spki_pin(der) == pin.lower():
+        if pin_matches(der, expected):
             return ssl.DER_cert_to_PEM_cert(der).encode()
     raise EnrollError(
         "the hub presented no CA certificate matching --ca-hash "

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import orjson
 
-from edged.errors import StateError
+from edgefleet.errors import StateError
 
 
 def parse_address(text: str) -> tuple[str, int]:

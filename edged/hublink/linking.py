@@ -30,9 +30,9 @@ from google.protobuf import struct_pb2
 
 from edged import __version__
 from edged.hublink.files import Link, LinkFiles
-from edged.logs import get_logger
-from edged.state.persisting import write_atomic
-from edged.supervising import wait_for_stop
+from edgefleet.logs import get_logger
+from edgefleet.persisting import write_atomic
+from edgefleet.supervising import wait_for_stop
 from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
 
 log = get_logger(__name__)
@@ -78,7 +78,7 @@ class Fetcher:
         self._stub = stub
 
     async def __call__(self, sha256: str, offset: int) -> AsyncIterator[tuple[int, bytes]]:
-        from edged.errors import TemporaryError
+        from edgefleet.errors import TemporaryError
 
         call = self._stub.FetchArtifact(
             device_pb2.FetchArtifactRequest(sha256=sha256, offset=offset)
@@ -88,7 +88,7 @@ class Fetcher:
                 yield chunk.offset, bytes(chunk.data)
         except grpc.aio.AioRpcError as exc:
             if exc.code() in (grpc.StatusCode.PERMISSION_DENIED, grpc.StatusCode.NOT_FOUND):
-                from edged.errors import ArtifactError
+                from edgefleet.errors import ArtifactError
 
                 raise ArtifactError("ArtifactFetchRefused", f"the hub: {exc.details()}") from None
             raise TemporaryError(f"artifact download broke: {exc.code().name}") from None

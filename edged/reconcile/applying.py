@@ -7,7 +7,6 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from edged.errors import TemporaryError
 from edged.reconcile.model import (
     Action,
     DesiredWorkload,
@@ -21,6 +20,7 @@ from edged.reconcile.model import (
 from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import choose_limits
 from edged.runtime.processes import WorkerPool
+from edgefleet.errors import TemporaryError
 
 
 def build_launch_spec(

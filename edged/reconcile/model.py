@@ -15,7 +15,8 @@ from typing import NewType
 
 import orjson
 
-from edged.api import ModelDeployment
+from edgefleet.api import ModelDeployment
+from edgefleet.api.conditions import Condition
 
 WorkloadName = NewType("WorkloadName", str)
 ReplicaId = NewType("ReplicaId", str)
@@ -101,27 +102,6 @@ class ObservedWorkload:
     replicas: tuple[ReplicaObservation, ...] = ()
     artifact_present: bool = True
     providers: ProviderChoice | None = None  # None: discovery off, the spec's list as is
-
-
-class ConditionStatus(StrEnum):
-    TRUE = "True"
-    FALSE = "False"
-
-
-@dataclass(frozen=True, slots=True)
-class Condition:
-    type: str
-    status: ConditionStatus
-    reason: str
-    message: str = ""
-
-    def to_json(self) -> dict[str, str]:
-        return {
-            "type": self.type,
-            "status": self.status.value,
-            "reason": self.reason,
-            "message": self.message,
-        }
 
 
 # -- actions ---------------------------------------------------------------------------------

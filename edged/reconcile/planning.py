@@ -24,8 +24,6 @@ from __future__ import annotations
 
 from edged.reconcile.model import (
     Action,
-    Condition,
-    ConditionStatus,
     DesiredWorkload,
     ForgetReplica,
     KillReplica,
@@ -41,6 +39,7 @@ from edged.reconcile.model import (
     WorkloadName,
     WorkloadStatus,
 )
+from edgefleet.api.conditions import Condition, ConditionStatus
 
 RESTART_BASE_S = 1.0
 RESTART_MAX_S = 300.0

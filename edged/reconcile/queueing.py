@@ -51,7 +51,7 @@ class QueueShutDown(Exception):
     """Raised by :meth:`WorkQueue.get` once the queue is shut down.
 
     Control flow, not an error (named like Python 3.13's ``asyncio.QueueShutDown``), hence not
-    an :class:`~edged.errors.EdgedError`.
+    an :class:`~edgefleet.errors.EdgefleetError`.
     """
 
 

@@ -25,11 +25,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from edged.api import Probes
-from edged.logs import get_logger
 from edged.reconcile.model import (
-    Condition,
-    ConditionStatus,
     Phase,
     ReplicaId,
     ReplicaObservation,
@@ -46,6 +42,9 @@ from edged.runtime.framing import (
 )
 from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import prepare_cgroup, remove_cgroup
+from edgefleet.api import Probes
+from edgefleet.api.conditions import Condition, ConditionStatus
+from edgefleet.logs import get_logger
 
 if TYPE_CHECKING:
     from edged.serving.http import Request, Response

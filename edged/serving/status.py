@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from edged.metrics import CONTENT_TYPE, Registry
 from edged.reporting import StatusBoard
+from edgefleet.metrics import CONTENT_TYPE, Registry
 
 if TYPE_CHECKING:
     from edged.serving.http import Request, Response

@@ -30,14 +30,14 @@ from typing import Any
 
 import orjson
 
-from edged.api import DeviceHealthPolicy, ModelDeployment, parse_manifest
-from edged.artifacts.storing import ArtifactStore
-from edged.errors import ArtifactError, StateError, TemporaryError, ValidationError
-from edged.logs import get_logger
 from edged.reconcile.model import DesiredWorkload, WorkloadName
 from edged.sources.static import SourceProblem
-from edged.state.persisting import read_json, write_json_atomic
 from edged.trust.admitting import ArtifactGate
+from edgefleet.api import DeviceHealthPolicy, ModelDeployment, parse_manifest
+from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.errors import ArtifactError, StateError, TemporaryError, ValidationError
+from edgefleet.logs import get_logger
+from edgefleet.persisting import read_json, write_json_atomic
 
 log = get_logger(__name__)
 
@@ -197,7 +197,17 @@ class HubSource:
             if isinstance(manifest, DeviceHealthPolicy):
                 policies.append(manifest)
                 continue
-            assert isinstance(manifest, ModelDeployment)
+            if not isinstance(manifest, ModelDeployment):
+                problems.append(
+                    SourceProblem(
+                        HUB_SOURCE,
+                        "",
+                        "UnsupportedKind",
+                        f"manifests[{i}]: a {manifest.kind} is not part of a device's desired "
+                        "state",
+                    )
+                )
+                continue
             name = WorkloadName(manifest.metadata.name)
             model = manifest.spec.model
             try:

@@ -20,12 +20,12 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edged.api import DeviceHealthPolicy, ModelDeployment, load_manifest_file
-from edged.artifacts.storing import ArtifactStore
-from edged.errors import ArtifactError, ValidationError
-from edged.logs import get_logger
 from edged.reconcile.model import DesiredWorkload, WorkloadName
 from edged.trust.admitting import METADATA_SUFFIX, ArtifactGate, ArtifactRequest
+from edgefleet.api import DeviceHealthPolicy, ModelDeployment, load_manifest_file
+from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.errors import ArtifactError, ValidationError
+from edgefleet.logs import get_logger
 
 log = get_logger(__name__)
 
@@ -122,6 +122,17 @@ class StaticManifests:
             policies_by_file[fname] = tuple(
                 m for m in manifests if isinstance(m, DeviceHealthPolicy)
             )
+            problems += [
+                SourceProblem(
+                    fname,
+                    "",
+                    "UnsupportedKind",
+                    f"{m.kind} {m.name!r} is applied at the hub (edgectl apply), not in a "
+                    "device's static manifests: ignored",
+                )
+                for m in manifests
+                if not isinstance(m, DeviceHealthPolicy | ModelDeployment)
+            ]
             deployments = [m for m in manifests if isinstance(m, ModelDeployment)]
             for dep in deployments:
                 name = WorkloadName(dep.metadata.name)

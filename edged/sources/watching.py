@@ -14,7 +14,7 @@ import os
 from collections.abc import Callable
 from pathlib import Path
 
-from edged.logs import get_logger
+from edgefleet.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -11,10 +11,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edged.api import ModelDeployment, parse_manifest
-from edged.errors import EdgedError, StateError
 from edged.reconcile.model import DesiredWorkload, WorkloadName
-from edged.state.persisting import read_json, write_json_atomic
+from edgefleet.api import ModelDeployment, parse_manifest
+from edgefleet.errors import EdgefleetError, StateError
+from edgefleet.persisting import read_json, write_json_atomic
 
 FORMAT = 1
 
@@ -50,7 +50,7 @@ class DesiredState:
                 w = DesiredWorkload(dep, str(item["sha256"]), str(item.get("source", "")))
                 workloads[w.name] = w
             self.generation = int(doc["generation"])
-        except (KeyError, TypeError, AttributeError, ValueError, EdgedError) as exc:
+        except (KeyError, TypeError, AttributeError, ValueError, EdgefleetError) as exc:
             raise StateError(f"{self._path} is not a valid desired state: {exc}") from None
         self.workloads = workloads
 

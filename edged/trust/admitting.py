@@ -1,4 +1,4 @@
-"""The artifact gate: the effects around the pure checks of :mod:`edged.trust.verifying`.
+"""The artifact gate: the effects around the pure checks of :mod:`edgefleet.trust.verifying`.
 
 ``ArtifactGate`` owns ``D/trust/``: the accepted trust root (``root.json``, the envelope as
 received) and the trust state (``state.json``: accepted root version, highest metadata and
@@ -20,19 +20,19 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edged.artifacts.storing import ArtifactStore, LooksLikeOnnx, PinnedDigest, Verifier
-from edged.errors import ArtifactError, StateError, TrustError
-from edged.logs import get_logger
-from edged.state.persisting import read_json, write_atomic, write_json_atomic
-from edged.trust.documents import ArtifactMetadata, FileInfo, Root, format_time, parse_root
-from edged.trust.envelopes import (
+from edgefleet.artifacts.storing import ArtifactStore, LooksLikeOnnx, PinnedDigest, Verifier
+from edgefleet.errors import ArtifactError, StateError, TrustError
+from edgefleet.logs import get_logger
+from edgefleet.persisting import read_json, write_atomic, write_json_atomic
+from edgefleet.trust.documents import ArtifactMetadata, FileInfo, Root, format_time, parse_root
+from edgefleet.trust.envelopes import (
     ROOT_TYPE,
     Envelope,
     decode_payload,
     parse_envelope,
     parse_envelope_bytes,
 )
-from edged.trust.verifying import (
+from edgefleet.trust.verifying import (
     SignedFile,
     TrustState,
     check_matches,

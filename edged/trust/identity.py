@@ -21,9 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from edged.errors import EdgedError
-from edged.logs import get_logger
-from edged.state.persisting import write_atomic
+from edgefleet.errors import EdgefleetError
+from edgefleet.logs import get_logger
+from edgefleet.persisting import write_atomic
 
 log = get_logger(__name__)
 
@@ -35,7 +35,7 @@ TPM_ATTRIBUTES = "userwithauth|sign|fixedtpm|fixedparent|sensitivedataorigin|nod
 ATTEST_PCR = 23  # resettable (debug) PCR that evidence measurements are extended into
 
 
-class IdentityError(EdgedError):
+class DeviceKeyError(EdgefleetError):
     """The device identity key cannot be created or used."""
 
 
@@ -181,10 +181,10 @@ def _load_or_create_file_key(path: Path) -> FileIdentity:
 
     if path.exists():
         if path.stat().st_mode & 0o077:
-            raise IdentityError(f"{path} is readable by others: chmod 600 it")
+            raise DeviceKeyError(f"{path} is readable by others: chmod 600 it")
         key = load_pem_private_key(path.read_bytes(), password=None)
         if not isinstance(key, ec.EllipticCurvePrivateKey) or key.curve.name != "secp256r1":
-            raise IdentityError(f"{path} is not an ECDSA P-256 key")
+            raise DeviceKeyError(f"{path} is not an ECDSA P-256 key")
         return FileIdentity(key, path)
     key = ec.generate_private_key(ec.SECP256R1())
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -216,7 +216,7 @@ class TpmIdentity:
             template = TPM2B_PUBLIC.parse(TPM_TEMPLATE, objectAttributes=TPM_ATTRIBUTES)
             self._handle, public, *_ = self._esapi.create_primary(None, template)
         except Exception as exc:  # tpm2-pytss raises TSS2_Exception and friends
-            raise IdentityError(f"TPM ({tcti}): {exc}") from exc
+            raise DeviceKeyError(f"TPM ({tcti}): {exc}") from exc
         self._public_pem: bytes = public.to_pem()
 
     def public_key_pem(self) -> bytes:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from hub.errors import StoreError, StoreUnavailable
+from edgefleet.errors import StoreError, StoreUnavailable
 from hub.store.memory import MemoryStore
 from hub.store.protocol import (
     NO_LEASE,

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
-from hub.errors import Compacted, CompareFailed, LeaseNotFound, StoreError
+from edgefleet.errors import Compacted, CompareFailed, LeaseNotFound, StoreError
 from hub.store.protocol import (
     NO_LEASE,
     Clock,

@@ -6,10 +6,10 @@
 * Each key has ``create_revision`` (when it was last created), ``mod_revision`` (last change)
   and ``version`` (changes since creation, 1 after create); deleting resets it.
 * **Compare-and-swap**: ``expect_mod_revision=N`` writes only if the key's ``mod_revision`` is
-  N; ``0`` means "must not exist". A mismatch raises :class:`~hub.errors.CompareFailed` and
+  N; ``0`` means "must not exist". A mismatch raises :class:`~edgefleet.errors.CompareFailed` and
   writes nothing.
 * **Watch** from a revision replays the event log, then follows live changes, with no gap and
-  no duplicate. Below the compaction point it raises :class:`~hub.errors.Compacted`.
+  no duplicate. Below the compaction point it raises :class:`~edgefleet.errors.Compacted`.
 * **Leases**: keys put with a lease are deleted when the lease is revoked or expires.
   Expiry is judged by an injected wall clock (``Clock``) when :meth:`Store.expire_leases` runs
   (a component calls it periodically; tests call it after moving a fake clock).
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NewType, Protocol
 
-from hub.errors import StoreError
+from edgefleet.errors import StoreError
 
 LeaseId = NewType("LeaseId", int)
 """A lease, as granted by :meth:`Store.grant`; ``0`` is never a lease."""

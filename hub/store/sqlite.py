@@ -18,8 +18,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import TypeVar
 
-from edged.logs import get_logger
-from hub.errors import Compacted, CompareFailed, LeaseNotFound, StoreError
+from edgefleet.errors import Compacted, CompareFailed, LeaseNotFound, StoreError
+from edgefleet.logs import get_logger
 from hub.store.protocol import (
     NO_LEASE,
     Clock,

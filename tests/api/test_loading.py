@@ -10,14 +10,14 @@ from pathlib import Path
 
 import pytest
 
-from edged.api import (
+from edgefleet.api import (
     MAX_FILE_BYTES,
     ModelDeployment,
     load_documents,
     load_manifest_file,
     load_manifests,
 )
-from edged.errors import ValidationError
+from edgefleet.errors import ValidationError
 
 
 def deployment_yaml(name: str, version: str = '"1.0"') -> str:

@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 import yaml
 
-from edged.api import (
+from edgefleet.api import (
     API_VERSION,
     SUPPORTED_KINDS,
     IntOrPercent,
@@ -27,7 +27,7 @@ from edged.api import (
     TolerationOperator,
     parse_manifest,
 )
-from edged.errors import ValidationError
+from edgefleet.errors import ValidationError
 
 DESIGN_EXAMPLE = """
 apiVersion: edgefleet.io/v1

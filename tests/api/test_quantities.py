@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from edged.api.quantities import (
+from edgefleet.api.quantities import (
     IntOrPercent,
     format_cpu,
     format_duration,

@@ -1,7 +1,7 @@
 """The content-addressed artifact store on a real directory under ``tmp_path``.
 
 Real: files, hashing, permissions, renames; the ONNX model is a real (tiny) file written by
-``edged.demo.build_mlp``. In-test stand-ins: byte streams that never end, verifiers that record.
+``edgefleet.demo.build_mlp``. In-test stand-ins: byte streams that never end, verifiers that record.
 """
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edged.demo import build_mlp
+from edgefleet.demo import build_mlp
 
 
 @pytest.fixture(scope="session")

@@ -10,14 +10,14 @@ from typing import BinaryIO, cast
 
 import pytest
 
-from edged.artifacts.storing import (
+from edgefleet.artifacts.storing import (
     ArtifactStore,
     LooksLikeOnnx,
     PinnedDigest,
     StagedArtifact,
     Verifier,
 )
-from edged.errors import ArtifactError
+from edgefleet.errors import ArtifactError
 
 ONNX_CHECKS: list[Verifier] = [LooksLikeOnnx()]
 

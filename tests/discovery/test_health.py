@@ -6,7 +6,6 @@ from typing import Any
 
 import pytest
 
-from edged.api import DeviceHealthPolicy, DeviceHealthPolicySpec, ObjectMeta
 from edged.discovery.hardware import (
     Accelerator,
     AcceleratorClass,
@@ -16,6 +15,7 @@ from edged.discovery.hardware import (
 )
 from edged.discovery.health import HealthVerdict, evaluate_health
 from edged.discovery.labelling import discovered_labels, merge_labels
+from edgefleet.api import DeviceHealthPolicy, DeviceHealthPolicySpec, ObjectMeta
 
 MiB = 1 << 20
 

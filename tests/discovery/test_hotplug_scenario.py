@@ -21,8 +21,8 @@ import pytest
 from e2e.harness import Edged, wait_for
 from umockdevs import DEVICES, HERE, SYSTEM_PYTHON
 
-from edged.cli import render_status
-from edged.demo import TINY_MLP, build_mlp
+from edgefleet.demo import TINY_MLP, build_mlp
+from edgefleet.devicestatus import render_status
 
 pytestmark = [pytest.mark.scenario, pytest.mark.usefixtures("umockdev")]
 

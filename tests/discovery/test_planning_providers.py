@@ -8,7 +8,6 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from edged.api import API_VERSION, ModelDeployment, parse_manifest
 from edged.reconcile.applying import build_launch_spec
 from edged.reconcile.model import (
     DesiredWorkload,
@@ -21,6 +20,7 @@ from edged.reconcile.model import (
     WorkloadName,
 )
 from edged.reconcile.planning import plan, replica_id
+from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
 
 NAME = WorkloadName("det")
 CPU, OV = "CPUExecutionProvider", "OpenVINOExecutionProvider"

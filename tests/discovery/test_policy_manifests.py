@@ -6,19 +6,19 @@ from pathlib import Path
 
 import pytest
 
-from edged.api import (
+from edged.discovery.doctor import read_policies
+from edged.sources.static import StaticManifests
+from edged.trust.admitting import ArtifactGate
+from edgefleet.api import (
     API_VERSION,
     DeviceHealthPolicy,
     ModelDeployment,
     load_manifests,
     parse_manifest,
 )
-from edged.artifacts.storing import ArtifactStore
-from edged.demo import TINY_MLP, build_mlp
-from edged.discovery.doctor import read_policies
-from edged.errors import ValidationError
-from edged.sources.static import StaticManifests
-from edged.trust.admitting import ArtifactGate
+from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.demo import TINY_MLP, build_mlp
+from edgefleet.errors import ValidationError
 
 POLICY = f"""\
 apiVersion: {API_VERSION}

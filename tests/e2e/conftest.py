@@ -17,7 +17,7 @@ import psutil
 import pytest
 from harness import Edged, wait_for
 
-from edged.demo import TINY_MLP, build_mlp
+from edgefleet.demo import TINY_MLP, build_mlp
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

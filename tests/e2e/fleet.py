@@ -16,7 +16,7 @@ from pathlib import Path
 
 from harness import wait_for
 
-from hub.config import free_port_pair
+from edgefleet.launching import free_port_pair
 
 SIGNED_DEVICE_CONFIG = """\
 [trust]

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from edged.cli import UnixHTTPConnection
+from edgefleet.devicestatus import UnixHTTPConnection
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:

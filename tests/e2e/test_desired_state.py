@@ -8,7 +8,7 @@ from pathlib import Path
 import numpy as np
 from harness import Edged, wait_for, write_manifest
 
-from edged.demo import TINY_MLP, build_mlp
+from edgefleet.demo import TINY_MLP, build_mlp
 
 X = np.ones((1, 64), dtype=np.float32)
 

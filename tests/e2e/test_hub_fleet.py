@@ -18,7 +18,7 @@ import pytest
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll
 from harness import Edged, wait_for
 
-from edged.demo import MEDIUM_MLP, TINY_MLP, build_mlp
+from edgefleet.demo import MEDIUM_MLP, TINY_MLP, build_mlp
 
 DEPLOYMENT = """\
 apiVersion: edgefleet.io/v1

@@ -11,7 +11,7 @@ import numpy as np
 import orjson
 from harness import Edged, wait_for, write_manifest
 
-from edged.demo import build_mlp
+from edgefleet.demo import build_mlp
 
 X = np.zeros((1, 64), dtype=np.float32)
 

@@ -220,7 +220,7 @@ def test_dynamic_batching_merges_concurrent_requests(tmp_path: Path, edged_facto
     """Concurrent clients on a slow-ish model are answered correctly out of merged batches."""
     from concurrent.futures import ThreadPoolExecutor
 
-    from edged.demo import build_mlp
+    from edgefleet.demo import build_mlp
 
     d = tmp_path / "m"
     d.mkdir()

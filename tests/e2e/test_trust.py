@@ -14,8 +14,8 @@ import numpy as np
 import orjson
 from harness import Edged, wait_for, write_manifest
 
-from edged.demo import TINY_MLP, build_mlp
-from edged.trust.signing import create_root, generate_key_pair, sign_artifact
+from edgefleet.demo import TINY_MLP, build_mlp
+from edgefleet.trust.signing import create_root, generate_key_pair, sign_artifact
 
 X = np.linspace(-1, 1, TINY_MLP[0], dtype=np.float32).reshape(1, -1)
 

@@ -17,7 +17,7 @@ import yaml
 from hubserving import AdminHub, ThreadedHub, make_hub_dir
 
 from edgectl.client import ClientError, load_admin_config
-from edged.errors import ConfigError
+from edgefleet.errors import ConfigError
 from hub.model import Device, DevicePhase, WorkloadReport
 
 EDGECTL = str(Path(sys.executable).with_name("edgectl"))

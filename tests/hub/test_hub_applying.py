@@ -8,8 +8,9 @@ from typing import Any
 import orjson
 import pytest
 
-from edged.errors import ValidationError
-from hub import applying, baselines
+from edgefleet.api import baselines
+from edgefleet.errors import ValidationError
+from hub import applying
 from hub.selecting import parse_selector
 
 LABELS = {"site": "retail", "accelerator": "npu"}

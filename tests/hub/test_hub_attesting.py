@@ -17,8 +17,9 @@ import pytest
 from asynctesting import async_test
 from hubtesting import FakeClock
 
-from edged.trust.attesting import Attester, Policy
+from edged.trust.attesting import Attester
 from edged.trust.identity import load_or_create_identity
+from edgefleet.trust.evidence import Policy
 from hub import objects
 from hub.attesting import (
     AttestationController,

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from edged.errors import ConfigError
+from edgefleet.errors import ConfigError
 from hub import pki, tokens
 from hub.config import default_config_text, load_config, parse_config
 from hub.store import SqliteStore

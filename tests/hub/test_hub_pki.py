@@ -12,8 +12,8 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec, ed25519, rsa
 from cryptography.x509.oid import NameOID
 
+from edgefleet.errors import CaPinMismatch, CsrRejected, IdentityError, PkiError
 from hub import pki
-from hub.errors import CaPinMismatch, CsrRejected, IdentityError, PkiError
 
 NOW = datetime(2030, 1, 2, 3, 4, 5, tzinfo=UTC)
 

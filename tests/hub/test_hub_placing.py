@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from edged.api import ModelDeployment, parse_manifest
+from edgefleet.api import ModelDeployment, parse_manifest
 from hub.model import Attestation, Device, DevicePhase, Health, TrustState
 from hub.placing import (
     TAINT_NOT_READY,

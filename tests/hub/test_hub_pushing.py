@@ -18,7 +18,7 @@ import grpc
 import pytest
 from asynctesting import async_test
 
-from edged.trust import signing
+from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 from hub import objects
 from hub.context import HubContext

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from edged.api import ModelDeployment, parse_manifest
+from edgefleet.api import ModelDeployment, parse_manifest
 from hub.model import Device, DevicePhase, WorkloadReport
 from hub.statusing import deployment_status
 
@@ -50,7 +50,7 @@ def test_complete() -> None:
     devices = [device("a", "2.0.0"), device("b", "2.0.0")]
     s = deployment_status(dep("2.0.0"), devices, {"a": ["m"], "b": ["m"]})
     assert (s.desired, s.updated, s.ready, s.available) == (2, 2, 2, 2)
-    assert [c.status for c in s.conditions] == [True, False]
+    assert [bool(c.status) for c in s.conditions] == [True, False]
     assert s.to_json()["conditions"][1]["reason"] == "RolloutComplete"
 
 

@@ -9,7 +9,7 @@ import pytest
 from asynctesting import async_test, eventually
 from hubtesting import FakeClock, MakeStore
 
-from hub.errors import Compacted, CompareFailed, LeaseNotFound, StoreError, StoreUnavailable
+from edgefleet.errors import Compacted, CompareFailed, LeaseNotFound, StoreError, StoreUnavailable
 from hub.store import (
     Compare,
     Delete,

@@ -9,8 +9,8 @@ import pytest
 from asynctesting import async_test
 from hubtesting import FakeClock, MakeStore
 
+from edgefleet.errors import TokenError, TokenRefusal
 from hub import tokens
-from hub.errors import TokenError, TokenRefusal
 
 
 @async_test

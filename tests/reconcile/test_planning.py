@@ -11,11 +11,8 @@ from typing import Any
 
 import pytest
 
-from edged.api import API_VERSION, ModelDeployment, parse_manifest
 from edged.reconcile.model import (
     Action,
-    Condition,
-    ConditionStatus,
     DesiredWorkload,
     ForgetReplica,
     KillReplica,
@@ -28,6 +25,8 @@ from edged.reconcile.model import (
     WorkloadName,
 )
 from edged.reconcile.planning import RESTART_MAX_S, plan, replica_id, restart_delay
+from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
+from edgefleet.api.conditions import Condition, ConditionStatus
 
 NAME = WorkloadName("mnist")
 SHA = "a" * 64

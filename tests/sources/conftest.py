@@ -1,12 +1,12 @@
 """Static manifests: a real directory of YAML/JSON files under ``tmp_path``, real (tiny) ONNX
-models written by ``edged.demo.build_mlp``, and a real ArtifactStore. Nothing is faked.
+models written by ``edgefleet.demo.build_mlp``, and a real ArtifactStore. Nothing is faked.
 """
 
 from __future__ import annotations
 
 import pytest
 
-from edged.demo import build_mlp
+from edgefleet.demo import build_mlp
 
 
 @pytest.fixture(scope="session")

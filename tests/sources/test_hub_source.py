@@ -14,13 +14,13 @@ from pathlib import Path
 import orjson
 import pytest
 
-from edged.api import parse_manifest
-from edged.artifacts.storing import ArtifactStore
-from edged.demo import TINY_MLP, build_mlp
-from edged.errors import TemporaryError
 from edged.sources.hub import HubSource
 from edged.trust.admitting import ArtifactGate
-from edged.trust.signing import create_root, generate_key_pair, sign_artifact
+from edgefleet.api import parse_manifest
+from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.demo import TINY_MLP, build_mlp
+from edgefleet.errors import TemporaryError
+from edgefleet.trust.signing import create_root, generate_key_pair, sign_artifact
 
 
 def deployment(version: str) -> bytes:

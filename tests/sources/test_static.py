@@ -10,11 +10,11 @@ import orjson
 import pytest
 import yaml
 
-from edged.api import API_VERSION
-from edged.artifacts.storing import ArtifactStore
 from edged.reconcile.model import DesiredWorkload, WorkloadName
 from edged.sources.static import SourceProblem, StaticManifests, SyncResult
 from edged.trust.admitting import ArtifactGate
+from edgefleet.api import API_VERSION
+from edgefleet.artifacts.storing import ArtifactStore
 
 
 def doc(name: str, model: str | None = None, **model_fields: Any) -> dict[str, Any]:

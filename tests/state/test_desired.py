@@ -9,11 +9,11 @@ from typing import Any
 import orjson
 import pytest
 
-from edged.api import API_VERSION, parse_manifest
-from edged.errors import StateError
 from edged.reconcile.model import DesiredWorkload, WorkloadName
 from edged.state.desired import FORMAT, DesiredState
-from edged.state.persisting import read_json, write_atomic, write_json_atomic
+from edgefleet.api import API_VERSION, parse_manifest
+from edgefleet.errors import StateError
+from edgefleet.persisting import read_json, write_atomic, write_json_atomic
 
 
 def manifest(name: str = "mnist", **spec: Any) -> dict[str, Any]:

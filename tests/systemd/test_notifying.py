@@ -18,8 +18,8 @@ from pathlib import Path
 from asynctesting import async_test, eventually
 from systemdtesting import NotifySocket
 
-from edged.notifying import Notifier, WatchdogPinger, socket_address, watchdog_interval
 from edged.state.desired import FORMAT
+from edgefleet.notifying import Notifier, WatchdogPinger, socket_address, watchdog_interval
 
 
 def test_socket_address_abstract_and_path() -> None:

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from trusttesting import DAY, NOW, Device, Key, make_root
 
-from edged.artifacts.storing import ArtifactStore
-from edged.errors import ArtifactError, TrustError
 from edged.runtime.worker import LoadError, _read_verified
 from edged.trust.admitting import ArtifactRequest
-from edged.trust.documents import FileInfo, format_time
-from edged.trust.envelopes import ROLLBACK_TYPE, sign_envelope
-from edged.trust.verifying import SignedFile
+from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.errors import ArtifactError, TrustError
+from edgefleet.trust.documents import FileInfo, format_time
+from edgefleet.trust.envelopes import ROLLBACK_TYPE, sign_envelope
+from edgefleet.trust.verifying import SignedFile
 
 
 def refused(device: Device, req: ArtifactRequest, **kw: int) -> TrustError:
@@ -139,8 +139,8 @@ def test_endless_pipe_as_the_model_file(
     # Metadata that signs the pipe's name with the small model's digest and length.
     import orjson
 
-    from edged.trust.envelopes import ARTIFACT_TYPE
-    from edged.trust.signing import build_artifact_metadata
+    from edgefleet.trust.envelopes import ARTIFACT_TYPE
+    from edgefleet.trust.signing import build_artifact_metadata
 
     doc = build_artifact_metadata(req.model_path, name="mlp", version="1.0.0", now=NOW - DAY)
     doc["files"] = {"pipe.onnx": doc["files"]["pipe-src.onnx"]}

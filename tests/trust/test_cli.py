@@ -7,9 +7,9 @@ from pathlib import Path
 import pytest
 
 from edgectl.cli import main
-from edged.artifacts.storing import ArtifactStore
-from edged.errors import TrustError
 from edged.trust.admitting import ArtifactGate, ArtifactRequest
+from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.errors import TrustError
 
 
 def test_keys_sign_root_rotate_and_verify(

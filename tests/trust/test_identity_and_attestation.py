@@ -17,15 +17,10 @@ from typing import Any
 import pytest
 from cryptography import x509
 
-from edged.trust.attesting import (
-    Attester,
-    Policy,
-    digest_file,
-    parse_quote,
-    verify_evidence,
-)
+from edged.trust.attesting import Attester, digest_file
 from edged.trust.identity import FileIdentity, TpmIdentity, load_or_create_identity
-from hub.config import free_port_pair
+from edgefleet.launching import free_port_pair
+from edgefleet.trust.evidence import Policy, parse_quote, verify_evidence
 
 NOW = 1_900_000_000.0
 NONCE = b"n" * 32
@@ -97,11 +92,11 @@ def test_file_identity_is_created_once_with_mode_0600(tmp_path: Path) -> None:
 
 
 def test_identity_key_readable_by_others_is_refused(tmp_path: Path) -> None:
-    from edged.trust.identity import IdentityError
+    from edged.trust.identity import DeviceKeyError
 
     load_or_create_identity(tmp_path, tpm="off")
     (tmp_path / "identity" / "key.pem").chmod(0o644)
-    with pytest.raises(IdentityError, match="chmod 600"):
+    with pytest.raises(DeviceKeyError, match="chmod 600"):
         load_or_create_identity(tmp_path, tpm="off")
 
 

@@ -1,4 +1,4 @@
-"""The pure checks of edged.trust.verifying, as tables: documents + state + now -> verdict."""
+"""The pure checks of edgefleet.trust.verifying, as tables: documents + state + now -> verdict."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 from trusttesting import DAY, NOW, Key, make_metadata, make_root
 
-from edged.errors import TrustError
-from edged.trust.documents import parse_root
-from edged.trust.envelopes import (
+from edgefleet.errors import TrustError
+from edgefleet.trust.documents import parse_root
+from edgefleet.trust.envelopes import (
     ROLLBACK_TYPE,
     ROOT_TYPE,
     Envelope,
@@ -18,7 +18,7 @@ from edged.trust.envelopes import (
     key_id,
     sign_envelope,
 )
-from edged.trust.verifying import (
+from edgefleet.trust.verifying import (
     Accepted,
     TrustState,
     check_model_version,
@@ -144,7 +144,7 @@ def test_tampered_payload_fails_signature(keys: dict[str, Key], model: Path) -> 
 def allowance(
     keys: dict[str, Key], signer: str = "pub1", version: str = "1.0.0", expires: float = NOW + DAY
 ) -> Envelope:
-    from edged.trust.documents import format_time
+    from edgefleet.trust.documents import format_time
 
     doc = {"_type": "rollback", "name": "mlp", "version": version, "expires": format_time(expires)}
     return sign_envelope(ROLLBACK_TYPE, doc, [keys[signer].private])

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from edged.trust.versions import compare_versions
+from edgefleet.trust.versions import compare_versions
 
 
 @pytest.mark.parametrize(

@@ -23,8 +23,8 @@ from collections import deque
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
-from edged.errors import EdgedError
-from edged.logs import get_logger
+from edgefleet.errors import EdgefleetError
+from edgefleet.logs import get_logger
 
 log = get_logger(__name__)
 
@@ -38,7 +38,7 @@ class Component(Protocol):
     async def run(self, stop: asyncio.Event) -> None: ...
 
 
-class CriticalComponentError(EdgedError):
+class CriticalComponentError(EdgefleetError):
     """A critical component kept failing; the daemon must exit (and be restarted).
 
     ``__cause__`` is the component's last exception, if it raised one.

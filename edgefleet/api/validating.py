@@ -2,7 +2,7 @@
 
 A :class:`Problems` collector hands out :class:`Reader` views onto mappings. Readers convert
 fields with small converter functions (``object -> T`` raising :class:`ValueError` with a
-message), record a :class:`~edged.errors.Problem` at the field's full path for every bad value,
+message), record a :class:`~edgefleet.errors.Problem` at the field's full path for every bad value,
 and never raise. Any field a reader was not asked about is reported as unknown, with the closest
 known name suggested. At the end the caller calls :meth:`Problems.raise_if_any`::
 
@@ -26,8 +26,8 @@ from collections.abc import Callable, Iterable, Mapping
 from enum import Enum
 from typing import TypeVar
 
-from edged.api.quantities import describe
-from edged.errors import ConfigError, Problem, ValidationError
+from edgefleet.api.quantities import describe
+from edgefleet.errors import ConfigError, Problem, ValidationError
 
 T = TypeVar("T")
 D = TypeVar("D")

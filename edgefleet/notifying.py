@@ -21,8 +21,8 @@ import os
 import socket
 from collections.abc import Mapping
 
-from edged.logs import get_logger
-from edged.supervising import wait_for_stop
+from edgefleet.logs import get_logger
+from edgefleet.supervising import wait_for_stop
 
 log = get_logger(__name__)
 

@@ -20,8 +20,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any
 
-from edged.errors import TrustError
-from edged.trust.envelopes import KeyId
+from edgefleet.errors import TrustError
+from edgefleet.trust.envelopes import KeyId
 
 ROLE_ROOT = "root"
 ROLE_ARTIFACTS = "artifacts"
@@ -92,7 +92,7 @@ def parse_root(doc: Mapping[str, Any], *, what: str = "trust root") -> Root:
     if not isinstance(raw_keys, dict):
         raise _bad(what, "keys", "must be an object of key id -> key")
     keys: dict[KeyId, bytes] = {}
-    from edged.trust.envelopes import key_id
+    from edgefleet.trust.envelopes import key_id
 
     for kid, k in raw_keys.items():
         if not isinstance(k, dict) or k.get("keytype") != "ed25519":

@@ -16,10 +16,10 @@ from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Any
 
-from edged.errors import TrustError
-from edged.state.persisting import write_atomic
-from edged.trust.documents import ROLE_ARTIFACTS, ROLE_ROOT, format_time, parse_root
-from edged.trust.envelopes import (
+from edgefleet.errors import TrustError
+from edgefleet.persisting import write_atomic
+from edgefleet.trust.documents import ROLE_ARTIFACTS, ROLE_ROOT, format_time, parse_root
+from edgefleet.trust.envelopes import (
     ARTIFACT_TYPE,
     ROLLBACK_TYPE,
     ROOT_TYPE,

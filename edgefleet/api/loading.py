@@ -13,10 +13,10 @@ from typing import TYPE_CHECKING, Any
 
 import yaml
 
-from edged.api.manifests import Manifest, parse_manifest
-from edged.api.quantities import describe
-from edged.api.validating import Problems, join_paths
-from edged.errors import Problem, ValidationError
+from edgefleet.api.manifests import Manifest, parse_manifest
+from edgefleet.api.quantities import describe
+from edgefleet.api.validating import Problems, join_paths
+from edgefleet.errors import Problem, ValidationError
 
 MAX_FILE_BYTES = 1 << 20  # 1 MiB
 

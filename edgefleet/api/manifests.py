@@ -10,14 +10,22 @@ deterministic, so it serves to persist state and to hash revisions.
 from __future__ import annotations
 
 import itertools
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import time
 from enum import StrEnum
 from typing import Any, ClassVar, TypeAlias
 
-from edged.api.quantities import (
+from edgefleet.api.baselines import SecurityBaseline, read_security_baseline
+from edgefleet.api.meta import (
+    API_VERSION,
+    ObjectMeta,
+    dns_label,
+    label_key,
+    label_value,
+    read_metadata,
+)
+from edgefleet.api.quantities import (
     IntOrPercent,
     describe,
     format_cpu,
@@ -29,10 +37,9 @@ from edged.api.quantities import (
     parse_memory,
     parse_percent,
 )
-from edged.api.validating import (
+from edgefleet.api.validating import (
     Problems,
     Reader,
-    as_str,
     int_in,
     matching,
     non_empty_str,
@@ -40,9 +47,7 @@ from edged.api.validating import (
     one_of,
     within,
 )
-from edged.errors import ValidationError
-
-API_VERSION = "edgefleet.io/v1"
+from edgefleet.errors import ValidationError
 
 # ---------------------------------------------------------------------------------------------
 # Types
@@ -63,23 +68,6 @@ class TaintEffect(StrEnum):
     NO_SCHEDULE = "NoSchedule"
     PREFER_NO_SCHEDULE = "PreferNoSchedule"
     NO_EXECUTE = "NoExecute"
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class ObjectMeta:
-    """``metadata``: the object's name and labels. Treat the mappings as read-only."""
-
-    name: str
-    labels: Mapping[str, str] = field(default_factory=dict)
-    annotations: Mapping[str, str] = field(default_factory=dict)
-
-    def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"name": self.name}
-        if self.labels:
-            out["labels"] = dict(sorted(self.labels.items()))
-        if self.annotations:
-            out["annotations"] = dict(sorted(self.annotations.items()))
-        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -484,7 +472,7 @@ class DeviceHealthPolicy:
         }
 
 
-Manifest: TypeAlias = ModelDeployment | DeviceHealthPolicy
+Manifest: TypeAlias = ModelDeployment | DeviceHealthPolicy | SecurityBaseline
 """Any manifest kind."""
 
 
@@ -494,45 +482,6 @@ def _plain_number(value: float) -> int | float:
 
 # ---------------------------------------------------------------------------------------------
 # Field syntax
-
-_DNS_LABEL = r"[a-z0-9](?:[-a-z0-9]*[a-z0-9])?"
-_DNS_SUBDOMAIN = rf"{_DNS_LABEL}(?:\.{_DNS_LABEL})*"
-_LABEL_NAME = r"[A-Za-z0-9](?:[-A-Za-z0-9_.]*[A-Za-z0-9])?"
-
-dns_label = matching(
-    _DNS_LABEL,
-    'a DNS label: lowercase letters, digits and "-", starting and ending with a letter or digit',
-    max_length=63,
-)
-
-
-def label_key(value: object) -> str:
-    """A Kubernetes label key: ``name`` or ``prefix/name`` (prefix a DNS subdomain)."""
-    if not isinstance(value, str):
-        raise ValueError(f"must be a label key (a string), got {describe(value)}")
-    prefix, slash, name = value.rpartition("/")
-    if slash and (len(prefix) > 253 or not re.fullmatch(_DNS_SUBDOMAIN, prefix)):
-        raise ValueError(f"must have a DNS subdomain as its prefix, got {describe(value)}")
-    if len(name) > 63 or not re.fullmatch(_LABEL_NAME, name):
-        raise ValueError(
-            "must be a label key: at most 63 letters, digits, '-', '_' or '.', starting and ending "
-            f"with a letter or digit, optionally after a prefix and '/', got {describe(value)}"
-        )
-    return value
-
-
-def label_value(value: object) -> str:
-    """A Kubernetes label value: empty, or up to 63 letters, digits, ``-_.``."""
-    if not isinstance(value, str):
-        hint = " (write it in quotes)" if isinstance(value, int | float) else ""
-        raise ValueError(f"must be a string{hint}, got {describe(value)}")
-    if len(value) > 63 or (value and not re.fullmatch(_LABEL_NAME, value)):
-        raise ValueError(
-            "must be a label value: at most 63 letters, digits, '-', '_' or '.', starting and "
-            f"ending with a letter or digit, got {describe(value)}"
-        )
-    return value
-
 
 _version_text = matching(
     r"[A-Za-z0-9][A-Za-z0-9._+-]*",
@@ -595,16 +544,6 @@ _step_percent = within(parse_percent, lambda v: "must be more than 0%" if v == 0
 
 # ---------------------------------------------------------------------------------------------
 # Reading
-
-
-def _read_metadata(r: Reader | None) -> ObjectMeta:
-    if r is None:
-        return ObjectMeta(name="")
-    return ObjectMeta(
-        name=r.required("name", dns_label, ""),
-        labels=r.string_map("labels", label_key, label_value) or {},
-        annotations=r.string_map("annotations", label_key, as_str) or {},
-    )
 
 
 def _read_model(r: Reader | None) -> ModelRef:
@@ -831,6 +770,7 @@ def _read_device_health_policy(metadata: ObjectMeta, r: Reader | None) -> Device
 _KINDS: dict[str, Callable[[ObjectMeta, Reader | None], Manifest]] = {
     ModelDeployment.KIND: _read_model_deployment,
     DeviceHealthPolicy.KIND: _read_device_health_policy,
+    SecurityBaseline.KIND: read_security_baseline,
 }
 SUPPORTED_KINDS: tuple[str, ...] = tuple(_KINDS)
 
@@ -857,11 +797,13 @@ def read_manifest(problems: Problems, doc: object) -> Manifest | None:
     r.required("apiVersion", _api_version, API_VERSION)
     kind = r.required("kind", _kind, None)
     r.ignore("status")  # added by the hub; not part of the desired state
-    metadata = _read_metadata(r.required_section("metadata"))
+    metadata = read_metadata(r.required_section("metadata"))
     if kind is None:
         r.ignore("spec")
         return None
-    return _KINDS[kind](metadata, r.required_section("spec"))
+    # a SecurityBaseline may leave out its spec (every default); the other kinds need one
+    spec = r.section("spec") if kind == SecurityBaseline.KIND else r.required_section("spec")
+    return _KINDS[kind](metadata, spec)
 
 
 def parse_manifest(doc: object, *, source: str = "") -> Manifest:

@@ -1,18 +1,19 @@
 """The edgefleet API objects: manifests (typed, validated) and the quantities in them.
 
 ``load_manifest_file(path)`` or ``parse_manifest(doc)`` give frozen dataclasses, or raise
-:class:`edged.errors.ValidationError` listing every problem with its field path.
+:class:`edgefleet.errors.ValidationError` listing every problem with its field path.
 """
 
-from edged.api.loading import (
+from edgefleet.api.baselines import SecurityBaseline, SecurityBaselineSpec
+from edgefleet.api.conditions import Condition, ConditionStatus
+from edgefleet.api.loading import (
     MAX_FILE_BYTES,
     load_documents,
     load_manifest_file,
     load_manifests,
     parse_documents,
 )
-from edged.api.manifests import (
-    API_VERSION,
+from edgefleet.api.manifests import (
     SUPPORTED_KINDS,
     Canary,
     CanaryAnalysis,
@@ -22,7 +23,6 @@ from edged.api.manifests import (
     ModelDeployment,
     ModelDeploymentSpec,
     ModelRef,
-    ObjectMeta,
     Placement,
     Power,
     PowerWindow,
@@ -41,7 +41,8 @@ from edged.api.manifests import (
     parse_manifest,
     read_manifest,
 )
-from edged.api.quantities import (
+from edgefleet.api.meta import API_VERSION, ObjectMeta
+from edgefleet.api.quantities import (
     IntOrPercent,
     format_cpu,
     format_duration,
@@ -59,6 +60,8 @@ __all__ = [
     "SUPPORTED_KINDS",
     "Canary",
     "CanaryAnalysis",
+    "Condition",
+    "ConditionStatus",
     "DeviceHealthPolicy",
     "DeviceHealthPolicySpec",
     "IntOrPercent",
@@ -78,6 +81,8 @@ __all__ = [
     "Rollout",
     "RuntimeSpec",
     "Scaling",
+    "SecurityBaseline",
+    "SecurityBaselineSpec",
     "TaintEffect",
     "Toleration",
     "TolerationOperator",

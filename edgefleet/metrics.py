@@ -21,7 +21,7 @@ import re
 from collections.abc import Callable, Iterator, Sequence
 from typing import Generic, TypeVar
 
-from edged.logs import get_logger
+from edgefleet.logs import get_logger
 
 log = get_logger(__name__)
 

@@ -22,9 +22,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
 
-from edged.errors import ArtifactError
-from edged.logs import get_logger
-from edged.state.persisting import fsync_dir
+from edgefleet.errors import ArtifactError
+from edgefleet.logs import get_logger
+from edgefleet.persisting import fsync_dir
 
 log = get_logger(__name__)
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 
-from edged.errors import TrustError
+from edgefleet.errors import TrustError
 
 KeyId = str
 

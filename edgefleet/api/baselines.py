@@ -13,7 +13,7 @@ sorted), so applying the same baseline twice is "unchanged"::
       allowedConfigDigests: []
       allowedModelDigests: []
 
-Every baseline applies fleet-wide (:meth:`hub.core.Cache.security_policy`). The digest lists
+Every baseline applies fleet-wide (the hub's cache reads them together). The digest lists
 are for the attestation controller; an empty list allows any digest.
 """
 
@@ -23,11 +23,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from edged.api import API_VERSION, ObjectMeta
-from edged.api.manifests import dns_label, label_key, label_value
-from edged.api.quantities import describe
-from edged.api.validating import Problems, Reader, as_bool, as_str, matching
-from edged.errors import ValidationError
+from edgefleet.api.meta import API_VERSION, ObjectMeta
+from edgefleet.api.validating import Reader, as_bool, matching
+from edgefleet.errors import Problem, ValidationError
 
 KIND = "SecurityBaseline"
 
@@ -78,16 +76,6 @@ class SecurityBaseline:
         }
 
 
-def _read_metadata(r: Reader | None) -> ObjectMeta:
-    if r is None:
-        return ObjectMeta(name="")
-    return ObjectMeta(
-        name=r.required("name", dns_label, ""),
-        labels=r.string_map("labels", label_key, label_value) or {},
-        annotations=r.string_map("annotations", label_key, as_str) or {},
-    )
-
-
 def _read_spec(r: Reader | None) -> SecurityBaselineSpec:
     if r is None:
         return SecurityBaselineSpec()
@@ -99,26 +87,24 @@ def _read_spec(r: Reader | None) -> SecurityBaselineSpec:
     )
 
 
-def parse_security_baseline(doc: object, *, source: str = "") -> SecurityBaseline:
-    """A typed baseline; :class:`ValidationError` lists every problem with its field path."""
-    problems = Problems()
-    r = problems.reader(doc)
-    if r is None:
-        problems.raise_if_any(ValidationError, source=source)
-        raise AssertionError("unreachable")
-    if r.raw("apiVersion") != API_VERSION:
-        problems.add(
-            r.at("apiVersion"), f'must be "{API_VERSION}", got {describe(r.raw("apiVersion"))}'
-        )
-    if r.raw("kind") != KIND:
-        problems.add(r.at("kind"), f'must be "{KIND}", got {describe(r.raw("kind"))}')
-    r.ignore("status")
-    metadata = _read_metadata(r.required_section("metadata"))
-    spec = _read_spec(r.section("spec"))
-    problems.raise_if_any(ValidationError, source=source)
-    return SecurityBaseline(metadata=metadata, spec=spec)
+def read_security_baseline(metadata: ObjectMeta, r: Reader | None) -> SecurityBaseline:
+    """The kind's reader for :func:`edgefleet.api.manifests.read_manifest`."""
+    return SecurityBaseline(metadata=metadata, spec=_read_spec(r))
 
 
 def requires_attestation(manifest: Mapping[str, Any]) -> bool:
     """Whether a stored (canonical) baseline document requires attestation."""
     return bool(manifest.get("spec", {}).get("requireAttestation"))
+
+
+def parse_security_baseline(doc: object, *, source: str = "") -> SecurityBaseline:
+    """A typed baseline (through :func:`edgefleet.api.manifests.parse_manifest`, like every
+    kind); :class:`ValidationError` lists every problem with its field path."""
+    from edgefleet.api.manifests import parse_manifest
+
+    manifest = parse_manifest(doc, source=source)
+    if not isinstance(manifest, SecurityBaseline):
+        raise ValidationError(
+            [Problem("kind", f'must be "{KIND}", got "{manifest.kind}"')], source=source
+        )
+    return manifest

@@ -16,9 +16,9 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from edged.artifacts.storing import StagedArtifact
-from edged.errors import TrustError
-from edged.trust.documents import (
+from edgefleet.artifacts.storing import StagedArtifact
+from edgefleet.errors import TrustError
+from edgefleet.trust.documents import (
     ROLE_ARTIFACTS,
     ROLE_ROOT,
     ArtifactMetadata,
@@ -29,7 +29,7 @@ from edged.trust.documents import (
     parse_rollback,
     parse_root,
 )
-from edged.trust.envelopes import (
+from edgefleet.trust.envelopes import (
     ARTIFACT_TYPE,
     ROLLBACK_TYPE,
     ROOT_TYPE,
@@ -37,7 +37,7 @@ from edged.trust.envelopes import (
     decode_payload,
     require_threshold,
 )
-from edged.trust.versions import compare_versions
+from edgefleet.trust.versions import compare_versions
 
 
 @dataclass(frozen=True, slots=True)

@@ -12,7 +12,7 @@ from typing import Any
 
 import orjson
 
-from edged.errors import StateError
+from edgefleet.errors import StateError
 
 
 def fsync_dir(path: Path) -> None:

@@ -1,0 +1,106 @@
+"""The device's status socket from the outside: an HTTP client over its Unix socket, and the
+status document rendered for a person (``edged status``, the quickstart, tests)."""
+
+from __future__ import annotations
+
+import http.client
+import socket
+from typing import Any
+
+import orjson
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """http.client over a Unix socket (for ``edged status`` and tests)."""
+
+    def __init__(self, path: str, timeout: float = 5.0) -> None:
+        super().__init__("localhost", timeout=timeout)
+        self._path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        sock.connect(self._path)
+        self.sock = sock
+
+
+def fetch_status(sock_path: str) -> dict[str, Any]:
+    conn = UnixHTTPConnection(sock_path)
+    try:
+        conn.request("GET", "/v1/status")
+        resp = conn.getresponse()
+        doc: dict[str, Any] = orjson.loads(resp.read())
+        return doc
+    finally:
+        conn.close()
+
+
+def render_status(doc: dict[str, Any]) -> str:
+    dev = doc.get("device", {})
+    out = [
+        f"device {dev.get('name')}  edged {dev.get('edgedVersion')}  pid {dev.get('pid')}  "
+        f"up {dev.get('uptimeSeconds', 0):.0f}s  generation {doc.get('generation')}  "
+        f"ready {'yes' if doc.get('ready') else 'no'}  limits {dev.get('limitsMode')}",
+    ]
+    health = dev.get("health")
+    if health is not None:  # discovery is on
+        accs = ", ".join(
+            f"{a['vendor']}-{a['class']} {a['id']}" + ("" if a["usable"] else " (not usable)")
+            for a in dev.get("accelerators", [])
+        )
+        out.append(
+            f"schedulable {'yes' if health.get('schedulable') else 'no'}  "
+            f"accelerators {accs or 'none'}"
+        )
+        out += [f"  unschedulable: {r}" for r in health.get("reasons", [])]
+    trust = dev.get("trust", {})
+    if trust.get("allowUnsigned"):
+        out.append("WARNING: trust.allowUnsigned is on: unsigned artifacts are accepted")
+        if trust.get("unsignedArtifacts"):
+            out.append(
+                "WARNING: unsigned artifacts in use: " + ", ".join(trust["unsignedArtifacts"])
+            )
+    if trust.get("rootVersion") is not None:
+        version, expires = trust["rootVersion"], trust.get("rootExpires")
+        out.append(f"trust root version {version}, expires {expires}")
+    if trust.get("rootProblem"):
+        out.append(f"trust root refused: {trust['rootProblem'].get('message')}")
+    hub = doc.get("hub")
+    if hub:
+        state = "connected" if hub.get("connected") else "not connected"
+        line = f"hub {hub.get('hub')} as {hub.get('deviceName')}: {state}"
+        line += f", generation {hub.get('generation', 0)}"
+        if hub.get("lastError") and not hub.get("connected"):
+            line += f" (last error: {hub['lastError']})"
+        out.append(line)
+        out += [
+            f"  hub state refused for {p['workload'] or 'all'}: {p['reason']}: {p['message']}"
+            for p in hub.get("problems", [])
+        ]
+    rows = [("WORKLOAD", "MODEL", "VERSION", "PHASE", "READY", "RESTARTS", "PROVIDERS")]
+    for w in doc.get("workloads", []):
+        reps = w.get("replicas", [])
+        providers = sorted({p for r in reps for p in r.get("providers", [])})
+        rows.append(
+            (
+                w["name"],
+                w.get("model", {}).get("name", "-"),
+                w.get("model", {}).get("version", "-"),
+                w.get("phase", "-"),
+                f"{w.get('readyReplicas', 0)}/{w.get('desiredReplicas', 0)}",
+                str(sum(r.get("restarts", 0) for r in reps)),
+                ",".join(p.replace("ExecutionProvider", "") for p in providers) or "-",
+            )
+        )
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    out += ["  ".join(c.ljust(widths[i]) for i, c in enumerate(r)).rstrip() for r in rows]
+    for w in doc.get("workloads", []):
+        for c in w.get("conditions", []):
+            if c["type"] != "Ready" or c["status"] != "True":
+                out.append(
+                    f"  {w['name']}: {c['type']}={c['status']} {c['reason']}: {c['message']}"
+                )
+    for p in doc.get("source", {}).get("problems", []):
+        where = p["file"] + (f" ({p['workload']})" if p["workload"] else "")
+        out.append(f"  manifest {where}: {p['reason']}: {p['message']}")
+    return "\n".join(out)

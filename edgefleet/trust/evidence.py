@@ -1,0 +1,219 @@
+"""Attestation evidence: its format and the pure verifier the hub uses (the device's side,
+which makes evidence, is ``edged.trust.attesting``).
+
+Evidence (a JSON-able dict; the hub carries it as bytes):
+
+```
+{"format": "edgefleet-evidence/v1",
+ "statement": {"nonce": B64, "time": EPOCH, "identityKind": "tpm"|"file",
+               "measurements": {"code": HEX, "config": HEX|null, "trustRoot": HEX|null,
+                                "models": [HEX, ...]}},
+ "signature": B64,            # ECDSA P-256/SHA-256 by the identity key over
+                              # PAE(EVIDENCE_TYPE, canonical_json(statement))
+ "tpm": {"pcr": 23, "pcrValue": HEX, "attest": B64, "r": HEX, "s": HEX}}   # TPM only
+```
+
+With a TPM, PCR 23 is reset and extended with ``sha256(canonical_json(measurements))`` and
+quoted with the nonce as qualifying data, so the quote binds the same measurements.
+:func:`verify_evidence` is pure (no I/O, no clock: ``now`` is passed in) and returns a
+:class:`Verdict` with a reason for every failed check.
+"""
+
+from __future__ import annotations
+
+import base64
+import hashlib
+import hmac
+import struct
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from edgefleet.trust.envelopes import EVIDENCE_TYPE, canonical_json, pae
+
+FORMAT = "edgefleet-evidence/v1"
+TPM_GENERATED_VALUE = 0xFF544347
+TPM_ST_ATTEST_QUOTE = 0x8018
+TPM_ALG_SHA256 = 0x000B
+
+
+def measurement_digest(m: Mapping[str, Any]) -> bytes:
+    return hashlib.sha256(canonical_json(m)).digest()
+
+
+def expected_pcr(measurement: bytes) -> bytes:
+    """PCR value after a reset (zeros) and one SHA-256 extend with ``measurement``."""
+    return hashlib.sha256(b"\x00" * 32 + measurement).digest()
+
+
+# -- the verifier (hub side, pure) ---------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class Policy:
+    """Reference values. An empty ``allowed_*`` set allows nothing; ``None`` does not check
+    that measurement (the hub's baseline left it open). ``trust_root`` is checked only when
+    ``check_trust_root`` (``None`` then means the device must report no root)."""
+
+    allowed_code: frozenset[str] | None
+    allowed_config: frozenset[str] | None
+    trust_root: str | None
+    allowed_models: frozenset[str] | None
+    max_age_s: float = 60.0
+    max_clock_skew_s: float = 5.0
+    require_tpm: bool = False
+    check_trust_root: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Verdict:
+    trusted: bool
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class ParsedQuote:
+    magic: int
+    type: int
+    extra_data: bytes
+    pcr_selection: tuple[tuple[int, tuple[int, ...]], ...]  # (hash alg, pcr indices)
+    pcr_digest: bytes
+
+
+def parse_quote(attest: bytes) -> ParsedQuote:
+    """TPMS_ATTEST (TPM 2.0 Part 2, 10.12.12) for a quote; ValueError when malformed."""
+    try:
+        magic, typ = struct.unpack_from(">IH", attest, 0)
+        off = 6
+        (n,) = struct.unpack_from(">H", attest, off)  # qualifiedSigner
+        off += 2 + n
+        (n,) = struct.unpack_from(">H", attest, off)  # extraData
+        extra = attest[off + 2 : off + 2 + n]
+        off += 2 + n
+        off += 8 + 4 + 4 + 1 + 8  # clockInfo, firmwareVersion
+        (count,) = struct.unpack_from(">I", attest, off)
+        off += 4
+        selection = []
+        for _ in range(count):
+            alg, size = struct.unpack_from(">HB", attest, off)
+            off += 3
+            bits = attest[off : off + size]
+            off += size
+            pcrs = tuple(
+                i * 8 + b for i, byte in enumerate(bits) for b in range(8) if byte >> b & 1
+            )
+            selection.append((alg, pcrs))
+        (n,) = struct.unpack_from(">H", attest, off)
+        digest = attest[off + 2 : off + 2 + n]
+        if len(digest) != n:
+            raise ValueError("truncated")
+    except struct.error as exc:
+        raise ValueError(f"malformed TPMS_ATTEST: {exc}") from None
+    return ParsedQuote(magic, typ, extra, tuple(selection), digest)
+
+
+def _load_public(identity_public_key: Any) -> Any:
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    if isinstance(identity_public_key, bytes | str):
+        data = (
+            identity_public_key.encode()
+            if isinstance(identity_public_key, str)
+            else identity_public_key
+        )
+        return load_pem_public_key(data)
+    return identity_public_key
+
+
+def _ecdsa_ok(public: Any, signature_der: bytes, message: bytes) -> bool:
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+
+    try:
+        public.verify(signature_der, message, ec.ECDSA(hashes.SHA256()))
+    except (InvalidSignature, ValueError, TypeError, AttributeError):
+        return False
+    return True
+
+
+def _check_tpm(tpm: Any, nonce: bytes, m: Mapping[str, Any], public: Any) -> list[str]:
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+
+    try:
+        attest = base64.b64decode(tpm["attest"], validate=True)
+        pcr = int(tpm["pcr"])
+        value = bytes.fromhex(tpm["pcrValue"])
+        sig = encode_dss_signature(int(tpm["r"], 16), int(tpm["s"], 16))
+        q = parse_quote(attest)
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"QuoteMalformed: {exc}"]
+    reasons = []
+    if q.magic != TPM_GENERATED_VALUE:
+        reasons.append("QuoteMagicInvalid: not generated by a TPM")
+    if q.type != TPM_ST_ATTEST_QUOTE:
+        reasons.append(f"QuoteTypeInvalid: type {q.type:#x} is not TPM_ST_ATTEST_QUOTE")
+    if not hmac.compare_digest(q.extra_data, nonce):
+        reasons.append("QuoteNonceMismatch: the quote's qualifying data is not the nonce")
+    if q.pcr_selection != ((TPM_ALG_SHA256, (pcr,)),):
+        reasons.append(f"QuotePcrSelectionMismatch: quote selects {q.pcr_selection}")
+    if q.pcr_digest != hashlib.sha256(value).digest():
+        reasons.append("QuotePcrDigestMismatch: the quoted PCR digest is not the claimed value")
+    if value != expected_pcr(measurement_digest(m)):
+        reasons.append(f"PcrMeasurementMismatch: PCR {pcr} does not bind the measurements")
+    if not _ecdsa_ok(public, sig, attest):
+        reasons.append("QuoteSignatureInvalid: the quote is not signed by the identity key")
+    return reasons
+
+
+def verify_evidence(
+    evidence: Mapping[str, Any],
+    *,
+    expected_nonce: bytes,
+    identity_public_key: Any,
+    policy: Policy,
+    now: float,
+) -> Verdict:
+    """Is this device's answer to ``expected_nonce`` trustworthy under ``policy``? Pure.
+
+    ``identity_public_key``: the device's P-256 public key (PEM bytes/str or a key object),
+    taken from its certificate. Every failed check adds a reason (``Reason: detail``)."""
+    reasons: list[str] = []
+    try:
+        if evidence.get("format") != FORMAT:
+            return Verdict(False, (f"UnknownFormat: {evidence.get('format')!r}",))
+        st = evidence["statement"]
+        nonce = base64.b64decode(st["nonce"], validate=True)
+        when = float(st["time"])
+        m = st["measurements"]
+        sig = base64.b64decode(evidence["signature"], validate=True)
+        models = list(m["models"])
+    except (KeyError, TypeError, ValueError) as exc:
+        return Verdict(False, (f"EvidenceMalformed: {exc}",))
+    try:
+        public = _load_public(identity_public_key)
+    except ValueError as exc:
+        return Verdict(False, (f"BadIdentityKey: {exc}",))
+    if not _ecdsa_ok(public, sig, pae(EVIDENCE_TYPE, canonical_json(st))):
+        reasons.append("BadSignature: the evidence is not signed by the device identity key")
+    if not hmac.compare_digest(nonce, expected_nonce):
+        reasons.append("NonceMismatch: the evidence answers another (stale or replayed) nonce")
+    if now - when > policy.max_age_s:
+        reasons.append(f"EvidenceStale: made {now - when:.0f}s ago, limit {policy.max_age_s:.0f}s")
+    elif when - now > policy.max_clock_skew_s:
+        reasons.append(f"EvidenceFromTheFuture: made {when - now:.0f}s after now")
+    tpm = evidence.get("tpm")
+    if tpm is not None:
+        reasons += _check_tpm(tpm, expected_nonce, m, public)
+    elif policy.require_tpm:
+        reasons.append("NoTpmQuote: policy requires a TPM quote")
+    if policy.allowed_code is not None and m.get("code") not in policy.allowed_code:
+        reasons.append(f"CodeNotAllowed: edged code digest {m.get('code')}")
+    if policy.allowed_config is not None and m.get("config") not in policy.allowed_config:
+        reasons.append(f"ConfigNotAllowed: config digest {m.get('config')}")
+    if policy.check_trust_root and m.get("trustRoot") != policy.trust_root:
+        reasons.append(f"TrustRootMismatch: trust root digest {m.get('trustRoot')}")
+    for digest in models:
+        if policy.allowed_models is not None and digest not in policy.allowed_models:
+            reasons.append(f"ModelNotAllowed: model digest {digest}")
+    return Verdict(not reasons, tuple(reasons))
