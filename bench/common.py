@@ -1,7 +1,8 @@
 """Shared pieces of edged's benchmarks (see /work/shared/BENCHMARKS.md for the method).
 
 - :class:`Edged`: run ``edged run`` on a temporary data dir with generated ModelDeployment
-  manifests, wait for readiness with a deadline, stop it with SIGTERM (SIGKILL if it hangs).
+  manifests, wait for readiness with a deadline, stop it with SIGTERM (SIGKILL if it hangs):
+  :mod:`edgefleet.launching`, the helper the quickstart and the tests use too.
 - :class:`RawClient`: a sequential HTTP/1.1 keep-alive client over a Unix socket that sends a
   pre-encoded request (bytes built once) and reads the reply by parsing ``Content-Length`` only
   (no JSON parsing), so the client's own cost stays at a few tens of microseconds.
@@ -17,17 +18,18 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from edgefleet.launching import LaunchedEdged
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # so ``edgefleet.demo`` imports when run as ``python bench/x.py``
@@ -93,22 +95,11 @@ def make_input(n_in: int, seed: int = 0) -> Any:
 
 def infer_request(model: str, x: Any) -> bytes:
     """The whole HTTP/1.1 request (headers and JSON body) for one inference, encoded once."""
-    import orjson
+    from edgefleet.inference import infer_path, infer_request_body
 
-    body = orjson.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "input",
-                    "datatype": "FP32",
-                    "shape": list(x.shape),
-                    "data": x.ravel().tolist(),
-                }
-            ]
-        }
-    )
+    body = infer_request_body({"input": x})
     head = (
-        f"POST /v2/models/{model}/infer HTTP/1.1\r\n"
+        f"POST {infer_path(model)} HTTP/1.1\r\n"
         "Host: localhost\r\n"
         "Content-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
@@ -255,7 +246,7 @@ class Edged:
     config_text: str | None = None  # an edged.toml to pass with --config
     keep_dir: bool = False
     root: Path = field(init=False)
-    proc: subprocess.Popen[bytes] | None = field(init=False, default=None)
+    launched: LaunchedEdged | None = field(init=False, default=None)
 
     def __post_init__(self) -> None:
         self.root = Path(tempfile.mkdtemp(prefix="edged-bench-"))
@@ -274,14 +265,15 @@ class Edged:
 
     @property
     def pid(self) -> int:
-        assert self.proc is not None
-        return self.proc.pid
+        assert self.launched is not None
+        return self.launched.pid
 
     def model_path(self, m: ModelDef) -> Path:
         return self.manifests / f"{m.name}.onnx"
 
     def start(self) -> Edged:
         from edgefleet.demo import build_mlp
+        from edgefleet.launching import start_edged
         from edgefleet.trust.signing import create_root, generate_key_pair, sign_artifact
 
         # Fully signed, as on a device: a publisher key, a trust root, signed metadata.
@@ -300,57 +292,26 @@ class Edged:
             (self.manifests / f"{m.name}.yaml").write_text(
                 manifest_yaml(m, self.model_path(m).name)
             )
-        cmd = [
-            sys.executable,
-            "-m",
-            "edged",
-            "run",
-            "--data-dir",
-            str(self.data),
-            "--manifests",
-            str(self.manifests),
-            "--log-level",
-            "warning",
-        ]
         cfg = self.root / "edged.toml"
         trust = f'\n[trust]\nrootFile = "{self.root / "trust-root.json"}"\n'
         cfg.write_text((self.config_text or "") + trust)
-        cmd += ["--config", str(cfg)]
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
-                cmd,
-                stdout=log,
-                stderr=log,
-                cwd=str(REPO),
-            )
+        self.launched = start_edged(
+            self.data,
+            manifests=self.manifests,
+            config=cfg,
+            log=self.log_path,
+            args=["--log-level", "warning"],
+            cwd=REPO,
+        )
         self.wait_ready()
         return self
 
     def wait_ready(self) -> float:
-        """Wait until the server is ready and every model answers ready; returns seconds."""
-        t0 = time.monotonic()
-        deadline = t0 + self.ready_timeout
-        paths = ["/v2/health/ready"] + [f"/v2/models/{m.name}/ready" for m in self.models]
-        todo = list(paths)
-        while todo:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                code = self.proc.returncode
-                raise RuntimeError(f"edged exited ({code}) before ready:\n{self.log_tail()}")
-            if time.monotonic() > deadline:
-                raise TimeoutError(
-                    f"edged not ready after {self.ready_timeout:.0f}s "
-                    f"({todo[0]}):\n{self.log_tail()}"
-                )
-            try:
-                with RawClient(self.infer_sock, timeout=5) as c:
-                    while todo and c.get(todo[0])[0] == 200:
-                        todo.pop(0)
-            except OSError:
-                pass
-            if todo:
-                time.sleep(0.05)
-        return time.monotonic() - t0
+        """Wait until edged is ready and every model answers ready; returns seconds.
+        ``edgefleet.launching.LaunchError`` (with the log's tail) when it exits or times out."""
+        assert self.launched is not None
+        names = [m.name for m in self.models]
+        return self.launched.wait_ready(self.ready_timeout, models=names)
 
     def status(self) -> dict[str, Any]:
         """``GET /v1/status`` on the status socket."""
@@ -376,17 +337,7 @@ class Edged:
             return ""
 
     def stop(self, timeout: float = 30.0) -> int | None:
-        proc = self.proc
-        code = None
-        if proc is not None and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                code = proc.wait(timeout)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait()
-        elif proc is not None:
-            code = proc.returncode
+        code = self.launched.stop(timeout) if self.launched is not None else None
         if not self.keep_dir:
             shutil.rmtree(self.root, ignore_errors=True)
         return code

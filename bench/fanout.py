@@ -332,17 +332,18 @@ def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -
 
     import psutil
 
-    from hub import objects, pki
-    from hub.model import Device
+    from edgefleet.launching import free_port_pair, program_command, start_hub
+    from hub import pki
+    from hub import storekeys as objects
+    from hub.devices import Device
     from hub.store import Put, open_store
 
     data = workdir / f"hub-{n}"
-    from edgefleet.launching import free_port_pair
-
     port = free_port_pair()
+    address = f"127.0.0.1:{port}"
     subprocess.run(
-        [sys.executable, "-m", "hub", "init", "--data-dir", str(data), "--hub-address",
-         f"127.0.0.1:{port}"], check=True, capture_output=True, timeout=120,
+        program_command("hub", "init", "--data-dir", data, "--hub-address", address),
+        check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     toml = data / "hub.toml"
     toml.write_text(
@@ -373,13 +374,12 @@ def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -
         await store.close()
 
     asyncio.run(seed())
-    log = open(workdir / f"hub-{n}.log", "wb")  # noqa: SIM115
-    hub = subprocess.Popen(
-        [sys.executable, "-m", "hub", "serve", "--data-dir", str(data), "--listen",
-         f"127.0.0.1:{port}", "--log-level", "warning"], stdout=log, stderr=log,
-    )  # fmt: skip
+    hub = start_hub(
+        data, listen=address, log=workdir / f"hub-{n}.log", args=["--log-level", "warning"]
+    )
     try:
-        _wait_listening(port, hub)
+        hub.wait_listening(60)
+        time.sleep(0.5)  # its controllers start right after the port opens
         proc = psutil.Process(hub.pid)
         rss0 = proc.memory_info().rss
         _push_and_apply(data, port, "1.0.0", first=True)
@@ -437,25 +437,7 @@ def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -
             "steady_kbit_s_per_device_at_30s": bits_per_s_per_device / 1000 * heartbeat_s / 30.0,
         }
     finally:
-        hub.terminate()
-        hub.wait(30)
-        log.close()
-
-
-def _wait_listening(port: int, proc: Any, timeout: float = 60.0) -> None:
-    import socket
-
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError("the hub exited")
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                time.sleep(0.5)  # its controllers start right after the port opens
-                return
-        except OSError:
-            time.sleep(0.1)
-    raise RuntimeError("the hub did not listen")
+        hub.stop(30)
 
 
 def _push_and_apply(data: Path, port: int, version: str, *, first: bool = False) -> float:
@@ -466,13 +448,14 @@ def _push_and_apply(data: Path, port: int, version: str, *, first: bool = False)
     import grpc
 
     from edgefleet.demo import TINY_MLP, build_mlp
+    from edgefleet.launching import program_command
     from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 
     model = data / f"bench-{version}.onnx"
     build_mlp(model, TINY_MLP, seed=len(version) + int(version.replace(".", "")))
     subprocess.run(
-        [sys.executable, "-m", "edgectl", "--config", str(data / "admin.toml"), "models", "push",
-         str(model), "--name", "bench", "--version", version],
+        program_command("edgectl", "--config", data / "admin.toml", "models", "push", model,
+                        "--name", "bench", "--version", version),
         check=True, capture_output=True, timeout=120,
     )  # fmt: skip
     doc = json.loads(json.dumps(DEPLOYMENT))

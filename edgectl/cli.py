@@ -12,13 +12,14 @@ from __future__ import annotations
 
 import argparse
 import sys
+from importlib.resources.abc import Traversable
 from pathlib import Path
 
 from edgectl.commands import ADMIN_COMMANDS, add_admin_commands, run_admin_command
+from edgefleet.versioning import version_text
 
 
 def _add_quickstart(sub: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
-    examples = Path(__file__).resolve().parents[1] / "examples" / "quickstart"
     qs = sub.add_parser(
         "quickstart",
         help="the whole main job on this machine: a hub, three devices, a signed model, "
@@ -28,8 +29,8 @@ def _add_quickstart(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
     qs.add_argument(
         "--example",
         type=Path,
-        help="the ModelDeployment to apply (default: examples/quickstart/fleet-deployment.yaml; "
-        "with --standalone, examples/quickstart/deployment.yaml)",
+        help="the ModelDeployment to apply (default: edgectl's fleet-deployment.yaml, shipped "
+        "with it; with --standalone, deployment.yaml)",
     )
     qs.add_argument(
         "--standalone",
@@ -37,13 +38,13 @@ def _add_quickstart(sub: argparse._SubParsersAction[argparse.ArgumentParser]) ->
         help="one edged on a static manifests directory, no hub",
     )
     qs.add_argument("--keep-running", action="store_true", help="leave everything running")
-    qs.set_defaults(examples=examples)
 
 
 def _parser() -> argparse.ArgumentParser:
     from edgectl import trusting
 
     p = argparse.ArgumentParser(prog="edgectl", description="edgefleet operator command line")
+    p.add_argument("--version", action="version", version=version_text("edgectl"))
     p.add_argument(
         "--config",
         type=Path,
@@ -69,14 +70,17 @@ def main(argv: list[str] | None = None) -> int:
     if code is not None:
         return code
     if args.command == "quickstart":
+        from edgectl.quickstart import packaged_example
+
+        example: Traversable
         if args.standalone:
             from edgectl.quickstart import run_quickstart
 
-            example = args.example or args.examples / "deployment.yaml"
+            example = args.example or packaged_example("deployment.yaml")
             return run_quickstart(args.dir, example, keep_running=args.keep_running)
         from edgectl.fleetdemo import run_fleet_quickstart
 
-        example = args.example or args.examples / "fleet-deployment.yaml"
+        example = args.example or packaged_example("fleet-deployment.yaml")
         return run_fleet_quickstart(args.dir, example, keep_running=args.keep_running)
     if args.command in ADMIN_COMMANDS:
         return run_admin_command(args)

@@ -17,7 +17,7 @@ config errors; 3 the hub cannot be reached.
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
@@ -26,9 +26,8 @@ from typing import Any
 import grpc
 import orjson
 
-from edgefleet.api.validating import Problems, non_empty_str
-from edgefleet.configfiles import parse_host_port, read_toml_file
-from edgefleet.errors import ConfigError
+from edgefleet.api.validating import Reader, non_empty_str
+from edgefleet.configfiles import host_port, load_config_file, parse_config_document, table
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 
 EXIT_REFUSED = 1
@@ -49,44 +48,34 @@ class AdminConfig:
     publisher_key: Path | None = None  # [publisher] key: what `edgectl models push` signs with
 
 
-def _address(value: object) -> str:
-    parse_host_port(value)
-    assert isinstance(value, str)
-    return value
+def _admin_reader(base: Path) -> Callable[[Reader], AdminConfig]:
+    """Reads admin.toml; relative paths are relative to ``base`` (the file's directory)."""
+
+    def read(r: Reader) -> AdminConfig:
+        def path(name: str) -> Path:
+            text = r.required(name, non_empty_str, "")
+            return base / text if text else Path()
+
+        publisher_key = table(r, "publisher").optional("key", non_empty_str, "")
+        return AdminConfig(
+            hub=r.required("hub", host_port, ""),
+            ca_certificate=path("caCertificate"),
+            certificate=path("certificate"),
+            key=path("key"),
+            publisher_key=base / publisher_key if publisher_key else None,
+        )
+
+    return read
 
 
 def parse_admin_config(doc: Mapping[str, Any], *, source: str, base: Path) -> AdminConfig:
     """Validate an admin.toml document; ConfigError lists every problem with its field."""
-    problems = Problems()
-    r = problems.reader(doc) or problems.empty_reader("")
-
-    def path(name: str) -> Path:
-        text = r.required(name, non_empty_str, "")
-        return base / text if text else Path()
-
-    config = AdminConfig(
-        hub=r.required("hub", _address, ""),
-        ca_certificate=path("caCertificate"),
-        certificate=path("certificate"),
-        key=path("key"),
-    )
-    publisher = r.section("publisher")
-    if publisher is not None:
-        key = publisher.optional("key", non_empty_str, "")
-        config = AdminConfig(
-            config.hub,
-            config.ca_certificate,
-            config.certificate,
-            config.key,
-            base / key if key else None,
-        )
-    problems.raise_if_any(ConfigError, source=source)
-    return config
+    return parse_config_document(doc, _admin_reader(base), source=source)
 
 
 def load_admin_config(path: Path) -> AdminConfig:
-    doc = read_toml_file(path, hint=" (pass --config or set EDGECTL_CONFIG)")
-    return parse_admin_config(doc, source=str(path), base=path.absolute().parent)
+    hint = " (pass --config or set EDGECTL_CONFIG)"
+    return load_config_file(path, _admin_reader(path.absolute().parent), hint=hint)
 
 
 class ClientError(Exception):

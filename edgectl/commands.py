@@ -25,7 +25,7 @@ from edgectl.client import (
     load_admin_config,
 )
 from edgefleet.api import load_documents
-from edgefleet.api.quantities import parse_duration
+from edgefleet.configfiles import duration_option
 from edgefleet.errors import ConfigError, ValidationError
 from edgefleet.v1 import admin_pb2
 
@@ -64,16 +64,6 @@ def _label(text: str) -> tuple[str, str]:
     if not eq or not key:
         raise argparse.ArgumentTypeError(f"must be KEY=VALUE, got {text!r}")
     return key, value
-
-
-def _ttl(text: str) -> float:
-    try:
-        seconds = parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0s, got {text!r}")
-    return seconds
 
 
 def add_admin_commands(sub: Any) -> None:
@@ -118,7 +108,9 @@ def add_admin_commands(sub: Any) -> None:
     tokens = sub.add_parser("tokens", help="bootstrap tokens for enrolling devices")
     tsub = tokens.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
     create = tsub.add_parser("create", help="a new bootstrap token (printed once)")
-    create.add_argument("--ttl", type=_ttl, default=0.0, help='e.g. "24h" (default: the hub\'s)')
+    create.add_argument(
+        "--ttl", type=duration_option, default=0.0, help='e.g. "24h" (default: the hub\'s)'
+    )
     create.add_argument("--single-use", action="store_true")
     create.add_argument("--description", default="")
     create.add_argument(

@@ -17,17 +17,24 @@ from __future__ import annotations
 
 import json
 import shutil
-import signal
-import socket
 import subprocess
 import sys
 import time
+from importlib.resources import as_file
+from importlib.resources.abc import Traversable
 from pathlib import Path
 from typing import Any
 
-from edgectl.quickstart import infer_request
 from edgefleet.devicestatus import fetch_status
-from edgefleet.launching import free_port_pair
+from edgefleet.inference import infer
+from edgefleet.launching import (
+    Launched,
+    LaunchError,
+    free_port_pair,
+    program_command,
+    start_edged,
+    start_hub,
+)
 
 MARKER = ".edgefleet-quickstart"
 DEVICES = (("retail-1", "retail"), ("retail-2", "retail"), ("factory-1", "factory"))
@@ -41,7 +48,7 @@ rootFile = "{root}"
 class Demo:
     def __init__(self, workdir: Path) -> None:
         self.dir = workdir
-        self.procs: list[tuple[str, subprocess.Popen[bytes]]] = []
+        self.procs: list[tuple[str, Launched]] = []
         self.port = free_port_pair()
         self.hub_dir = workdir / "hub"
         self.admin = self.hub_dir / "admin.toml"
@@ -52,38 +59,28 @@ class Demo:
 
     def run(self, *cmd: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         out = subprocess.run(
-            [sys.executable, "-m", *cmd], check=False, capture_output=True, text=True, timeout=120
+            program_command(*cmd), check=False, capture_output=True, text=True, timeout=120
         )
         if check and out.returncode != 0:
             raise RuntimeError(f"{' '.join(cmd[:3])} failed:\n{out.stdout}{out.stderr}")
         return out
 
-    def start(self, name: str, *cmd: str) -> subprocess.Popen[bytes]:
-        log = open(self.dir / f"{name}.log", "ab")  # noqa: SIM115 - the child holds it
-        proc = subprocess.Popen([sys.executable, "-m", *cmd], stdout=log, stderr=log)
-        log.close()
-        self.procs.append((name, proc))
-        return proc
+    def log(self, name: str) -> Path:
+        return self.dir / f"{name}.log"
+
+    def track(self, name: str, launched: Launched) -> Launched:
+        self.procs.append((name, launched))
+        return launched
 
     def edgectl(self, *args: str) -> subprocess.CompletedProcess[str]:
         return self.run("edgectl", "--config", str(self.admin), *args)
 
     def stop_all(self) -> None:
-        for _, proc in reversed(self.procs):
-            if proc.poll() is None:
-                proc.send_signal(signal.SIGTERM)
-        for name, proc in reversed(self.procs):
-            try:
-                code = proc.wait(40)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                code = proc.wait(5)
+        for _, launched in reversed(self.procs):
+            launched.terminate()
+        for name, launched in reversed(self.procs):
+            code = launched.stop(40)
             print(f"   stopped {name} (exit code {code})")
-
-
-def _connectable(port: int) -> bool:
-    with socket.create_connection(("127.0.0.1", port), timeout=1):
-        return True
 
 
 def _wait(cond: Any, timeout: float, what: str) -> Any:
@@ -99,7 +96,7 @@ def _wait(cond: Any, timeout: float, what: str) -> Any:
     raise RuntimeError(f"timed out waiting for {what}")
 
 
-def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) -> int:
+def run_fleet_quickstart(workdir: Path, example: Traversable, *, keep_running: bool = False) -> int:
     import numpy as np
 
     from edgefleet.demo import TINY_MLP, build_mlp
@@ -123,8 +120,9 @@ def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = F
     try:
         demo.run("hub", "init", "--data-dir", str(demo.hub_dir), "--hub-address", demo.address)
         print(f"1. hub init: CA, admin credentials, trust root and publisher key in {demo.hub_dir}")
-        demo.start("hub", "hub", "serve", "--data-dir", str(demo.hub_dir), "--listen", demo.address)
-        _wait(lambda: _connectable(demo.port), 30, "the hub to listen")
+        hub = start_hub(demo.hub_dir, listen=demo.address, log=demo.log("hub"))
+        demo.track("hub", hub)
+        hub.wait_listening(30)
         print(f"2. hub serve: mTLS on {demo.address}, enrollment on port {demo.port + 1}")
         for name, site in DEVICES:
             token = demo.run(
@@ -137,7 +135,7 @@ def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = F
                      "--label", f"site={site}")  # fmt: skip
             config = workdir / f"{name}.toml"
             config.write_text(EDGED_CONFIG.format(root=workdir / "no-image-root.json"))
-            demo.start(name, "edged", "run", "--data-dir", str(data), "--config", str(config))
+            demo.track(name, start_edged(data, config=config, log=demo.log(name)))
             print(f"3. enrolled {name} (site={site}) with a bootstrap token; edged running")
         _wait(
             lambda: (
@@ -158,7 +156,8 @@ def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = F
             "models", "push", str(model), "--name", "demo-classifier", "--version", "1.0.0"
         )
         print(f"5. signed with the publisher key and pushed: {pushed.stdout.strip()}")
-        applied = demo.edgectl("apply", "-f", str(example))
+        with as_file(example) as manifest:  # package data: a file, unless zipped
+            applied = demo.edgectl("apply", "-f", str(manifest))
         print(f"6. edgectl apply -f {example.name}: {applied.stdout.strip()}")
         last = ""
 
@@ -184,7 +183,7 @@ def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = F
         print("7. " + demo.edgectl("get", "deployments").stdout.rstrip().replace("\n", "\n   "))
         x = np.random.default_rng(0).standard_normal((1, TINY_MLP[0])).astype(np.float32)
         sock = str(workdir / "retail-1" / "infer.sock")
-        code, reply = infer_request(sock, "demo-classifier", x)
+        code, reply = infer(sock, "demo-classifier", {"input": x})
         if code != 200:
             print(f"inference failed ({code}): {reply}", file=sys.stderr)
             return 1
@@ -207,7 +206,7 @@ def run_fleet_quickstart(workdir: Path, example: Path, *, keep_running: bool = F
                 "; stop with: kill " + " ".join(str(p.pid) for _, p in demo.procs)
             )
         return 0 if ok else 1
-    except RuntimeError as exc:
+    except (RuntimeError, LaunchError) as exc:
         print(f"edgectl quickstart: {exc}; see the logs in {workdir}", file=sys.stderr)
         return 1
     finally:

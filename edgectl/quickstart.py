@@ -10,61 +10,23 @@ against ONNX Runtime called directly, shows ``edged status``, then stops edged w
 
 from __future__ import annotations
 
-import shutil
-import signal
-import subprocess
 import sys
-import time
+from importlib.resources import files
+from importlib.resources.abc import Traversable
 from pathlib import Path
-from typing import Any
 
-import orjson
+from edgefleet.devicestatus import fetch_status, render_status, send_request
+from edgefleet.inference import infer
+from edgefleet.launching import LaunchError, start_edged
 
-from edgefleet.devicestatus import UnixHTTPConnection, fetch_status, render_status
-
-
-def _request(sock: str, method: str, path: str, body: bytes | None = None) -> tuple[int, bytes]:
-    conn = UnixHTTPConnection(sock, timeout=10)
-    try:
-        headers = {"Content-Type": "application/json"} if body is not None else {}
-        conn.request(method, path, body=body, headers=headers)
-        resp = conn.getresponse()
-        return resp.status, resp.read()
-    finally:
-        conn.close()
+EXAMPLES = "examples"
+"""edgectl's package data: the quickstart's ModelDeployments."""
 
 
-def infer_request(sock: str, model: str, x: Any) -> tuple[int, Any]:
-    """POST an Open Inference Protocol request with input ``x`` (float32) to ``model``."""
-    body = orjson.dumps(
-        {
-            "inputs": [
-                {
-                    "name": "input",
-                    "datatype": "FP32",
-                    "shape": list(x.shape),
-                    "data": x.ravel().tolist(),
-                }
-            ]
-        }
-    )
-    status, out = _request(sock, "POST", f"/v2/models/{model}/infer", body)
-    return status, orjson.loads(out)
-
-
-def _wait_ready(sock: str, proc: subprocess.Popen[bytes], timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            return False
-        try:
-            status, _ = _request(sock, "GET", "/v2/health/ready")
-            if status == 200:
-                return True
-        except OSError:
-            pass
-        time.sleep(0.2)
-    return False
+def packaged_example(name: str) -> Traversable:
+    """A manifest shipped with edgectl (``deployment.yaml``, ``fleet-deployment.yaml``): found
+    in the installed package as well as in a checkout."""
+    return files("edgectl") / EXAMPLES / name
 
 
 def _sign_demo(workdir: Path, model: Path) -> Path:
@@ -88,7 +50,7 @@ def _sign_demo(workdir: Path, model: Path) -> Path:
     return config
 
 
-def run_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) -> int:
+def run_quickstart(workdir: Path, example: Traversable, *, keep_running: bool = False) -> int:
     import numpy as np
 
     from edgefleet.demo import TINY_MLP, build_mlp
@@ -97,39 +59,25 @@ def run_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) 
     manifests = workdir / "manifests"
     data = workdir / "edged"
     manifests.mkdir(parents=True, exist_ok=True)
-    shutil.copy(example, manifests / "deployment.yaml")
+    (manifests / "deployment.yaml").write_bytes(example.read_bytes())
     model = build_mlp(manifests / "model.onnx", TINY_MLP, seed=7)
     print(f"1. built a {'-'.join(map(str, TINY_MLP))} MLP: {model}")
     config = _sign_demo(workdir, model)
     print(f"2. manifests directory: {manifests}")
     log_path = workdir / "edged.log"
-    with open(log_path, "ab") as log:
-        proc = subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "edged",
-                "run",
-                "--data-dir",
-                str(data),
-                "--manifests",
-                str(manifests),
-                "--config",
-                str(config),
-            ],
-            stdout=log,
-            stderr=log,
-        )
-    print(f"3. started edged (pid {proc.pid}), log: {log_path}")
-    infer = str(data / "infer.sock")
+    edged = start_edged(data, manifests=manifests, config=config, log=log_path)
+    print(f"3. started edged (pid {edged.pid}), log: {log_path}")
     try:
-        if not _wait_ready(infer, proc, 90):
+        try:
+            edged.wait_ready(90)
+        except LaunchError:
             print(f"edged did not become ready; see {log_path}", file=sys.stderr)
             return 1
-        status, meta = _request(infer, "GET", "/v2/models/demo-classifier")
+        infer_sock = edged.inference_socket
+        status, meta, _ = send_request(infer_sock, "GET", "/v2/models/demo-classifier")
         print(f"4. model metadata ({status}): {meta.decode()}")
         x = np.random.default_rng(0).standard_normal((1, TINY_MLP[0])).astype(np.float32)
-        status, reply = infer_request(infer, "demo-classifier", x)
+        status, reply = infer(infer_sock, "demo-classifier", {"input": x})
         if status != 200:
             print(f"inference failed ({status}): {reply}", file=sys.stderr)
             return 1
@@ -142,16 +90,12 @@ def run_quickstart(workdir: Path, example: Path, *, keep_running: bool = False) 
         print(f"5. POST /v2/models/demo-classifier/infer -> {status}, logits {np.round(got, 3)}")
         print(f"   class {int(got.argmax())}; matches ONNX Runtime called directly: {ok}")
         print("6. edged status:")
-        print("   " + render_status(fetch_status(str(data / "edged.sock"))).replace("\n", "\n   "))
+        print("   " + render_status(fetch_status(edged.status_socket)).replace("\n", "\n   "))
         if keep_running:
-            print(f"edged keeps running (pid {proc.pid}); stop it with: kill {proc.pid}")
-            return 0 if ok else 1
+            print(f"edged keeps running (pid {edged.pid}); stop it with: kill {edged.pid}")
         return 0 if ok else 1
     finally:
-        if not keep_running and proc.poll() is None:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                code = proc.wait(30)
-                print(f"7. edged stopped on SIGTERM (exit code {code})")
-            except subprocess.TimeoutExpired:
-                proc.kill()
+        if not keep_running and edged.running():
+            code = edged.stop(30)
+            how = "on SIGTERM" if code >= 0 else "by SIGKILL: it did not stop on SIGTERM in 30 s"
+            print(f"7. edged stopped {how} (exit code {code})")

@@ -1,3 +1,5 @@
 """edged: the edgefleet device daemon."""
 
-__version__ = "0.1.0"
+from edgefleet.versioning import installed_version
+
+__version__ = installed_version()

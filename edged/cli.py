@@ -9,8 +9,8 @@ from pathlib import Path
 
 import orjson
 
-from edged import __version__
 from edgefleet.devicestatus import fetch_status, render_status
+from edgefleet.versioning import version_text
 
 DEFAULT_DATA_DIR = "/var/lib/edged"
 DEFAULT_RUNTIME_DIR = Path("/run/edged")  # edged.service: RuntimeDirectory=edged
@@ -18,7 +18,7 @@ STATUS_SOCKET_NAME = "edged.sock"
 
 
 def _version_text() -> str:
-    lines = [f"edged {__version__}"]
+    lines = [version_text("edged")]
     try:
         import onnxruntime as ort
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import ipaddress
 import os
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
@@ -19,18 +19,14 @@ from typing import Any, Literal
 
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.api.quantities import describe, format_duration, parse_duration, parse_memory
-from edgefleet.api.validating import (
-    Problems,
-    Reader,
-    as_bool,
-    as_str,
-    int_in,
-    matching,
-    one_of,
-    within,
+from edgefleet.api.validating import Reader, as_bool, as_str, int_in, matching, one_of, within
+from edgefleet.configfiles import (
+    load_config_file,
+    parse_config_document,
+    parse_host_port,
+    positive_duration,
+    table,
 )
-from edgefleet.configfiles import positive_duration, read_toml_file
-from edgefleet.errors import ConfigError
 
 DEFAULT_DATA_DIR = Path("/var/lib/edged")
 DEFAULT_RUNTIME_DIR = Path("/run/edged")  # the sockets' home under systemd (RuntimeDirectory=)
@@ -188,18 +184,9 @@ def _cgroup_root(value: object) -> CgroupRoot:
 
 
 def _listen_tcp(value: object) -> TcpAddress | None:
-    text = as_str(value).strip()
-    if not text:
+    if not as_str(value).strip():
         return None
-    expected = f'must be HOST:PORT such as "127.0.0.1:8080", got {describe(value)}'
-    host, colon, port_text = text.rpartition(":")
-    if not colon or not port_text.isdigit() or not host:
-        raise ValueError(expected)
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    port = int(port_text)
-    if port > 65535:
-        raise ValueError(f"must have a port from 0 to 65535, got {describe(value)}")
+    host, port = parse_host_port(value, example="127.0.0.1:8080")
     if host != "localhost":
         try:
             loopback = ipaddress.ip_address(host).is_loopback
@@ -213,7 +200,6 @@ def _listen_tcp(value: object) -> TcpAddress | None:
     return TcpAddress(host, port)
 
 
-_duration = positive_duration
 _size = within(parse_memory, lambda v: "must be more than 0 bytes" if v <= 0 else None)
 
 
@@ -236,10 +222,7 @@ def _socket_path(
     return path
 
 
-def _read_paths(
-    problems: Problems, r: Reader | None, data_dir: Path | None, service: ServiceDirs
-) -> PathsConfig:
-    r = r or problems.empty_reader("paths")
+def _read_paths(r: Reader, data_dir: Path | None, service: ServiceDirs) -> PathsConfig:
     configured = r.optional("dataDir", _absolute_path, service.state or DEFAULT_DATA_DIR)
     base = data_dir if data_dir is not None else configured
     run = service.runtime
@@ -250,24 +233,20 @@ def _read_paths(
     )
 
 
-def _read_inference(r: Reader | None) -> InferenceConfig:
+def _read_inference(r: Reader) -> InferenceConfig:
     default = InferenceConfig()
-    if r is None:
-        return default
     return InferenceConfig(
         listen_tcp=r.optional("listenTcp", _listen_tcp, default.listen_tcp),
         max_request_bytes=r.optional("maxRequestBytes", _size, default.max_request_bytes),
     )
 
 
-def _read_reconcile(r: Reader | None) -> ReconcileConfig:
+def _read_reconcile(r: Reader) -> ReconcileConfig:
     default = ReconcileConfig()
-    if r is None:
-        return default
     config = ReconcileConfig(
-        resync_period_s=r.optional("resyncPeriod", _duration, default.resync_period_s),
-        backoff_base_s=r.optional("backoffBase", _duration, default.backoff_base_s),
-        backoff_max_s=r.optional("backoffMax", _duration, default.backoff_max_s),
+        resync_period_s=r.optional("resyncPeriod", positive_duration, default.resync_period_s),
+        backoff_base_s=r.optional("backoffBase", positive_duration, default.backoff_base_s),
+        backoff_max_s=r.optional("backoffMax", positive_duration, default.backoff_max_s),
         workers=r.optional("workers", int_in(1, 64), default.workers),
     )
     if config.backoff_base_s > config.backoff_max_s:
@@ -278,9 +257,7 @@ def _read_reconcile(r: Reader | None) -> ReconcileConfig:
     return config
 
 
-def _read_workers(r: Reader | None) -> WorkersConfig:
-    if r is None:
-        return WorkersConfig()
+def _read_workers(r: Reader) -> WorkersConfig:
     default = WorkersConfig()
     python = r.optional("pythonExecutable", as_str, "")
     return WorkersConfig(
@@ -300,9 +277,7 @@ def _tpm(value: object) -> str:
     return text
 
 
-def _read_trust(r: Reader | None) -> TrustConfig:
-    if r is None:
-        return TrustConfig()
+def _read_trust(r: Reader) -> TrustConfig:
     default = TrustConfig()
     return TrustConfig(
         allow_unsigned=r.optional("allowUnsigned", as_bool, False),
@@ -317,23 +292,38 @@ _provider_name = matching(
 )
 
 
-def _read_discovery(r: Reader | None) -> DiscoveryConfig:
+def _read_discovery(r: Reader) -> DiscoveryConfig:
     default = DiscoveryConfig()
-    if r is None:
-        return default
     return DiscoveryConfig(
         enabled=r.optional("enabled", as_bool, default.enabled),
-        health_period_s=r.optional("healthPeriod", _duration, default.health_period_s),
+        health_period_s=r.optional("healthPeriod", positive_duration, default.health_period_s),
         execution_providers=tuple(
             r.list_of("executionProviders", _provider_name, unique=True) or ()
         ),
     )
 
 
-def _read_device(r: Reader | None) -> DeviceConfig:
-    if r is None:
-        return DeviceConfig()
+def _read_device(r: Reader) -> DeviceConfig:
     return DeviceConfig(labels=r.string_map("labels", label_key, label_value) or {})
+
+
+def _reader(data_dir: Path | None, service: ServiceDirs) -> Callable[[Reader], EdgedConfig]:
+    """Reads the whole file (every table through :func:`~edgefleet.configfiles.table`: an
+    absent one takes every default)."""
+
+    def read(r: Reader) -> EdgedConfig:
+        return EdgedConfig(
+            log_level=r.optional("logLevel", one_of(LogLevel), LogLevel.INFO),
+            paths=_read_paths(table(r, "paths"), data_dir, service),
+            inference=_read_inference(table(r, "inference")),
+            reconcile=_read_reconcile(table(r, "reconcile")),
+            workers=_read_workers(table(r, "workers")),
+            trust=_read_trust(table(r, "trust")),
+            discovery=_read_discovery(table(r, "discovery")),
+            device=_read_device(table(r, "device")),
+        )
+
+    return read
 
 
 def parse_config(
@@ -345,20 +335,7 @@ def parse_config(
 ) -> EdgedConfig:
     """The config of a decoded TOML document; ``data_dir`` overrides ``paths.dataDir``;
     ``service`` (systemd's directories) supplies the path defaults when set."""
-    problems = Problems()
-    r = problems.reader(doc) or problems.empty_reader("")
-    config = EdgedConfig(
-        log_level=r.optional("logLevel", one_of(LogLevel), LogLevel.INFO),
-        paths=_read_paths(problems, r.section("paths"), data_dir, service),
-        inference=_read_inference(r.section("inference")),
-        reconcile=_read_reconcile(r.section("reconcile")),
-        workers=_read_workers(r.section("workers")),
-        trust=_read_trust(r.section("trust")),
-        discovery=_read_discovery(r.section("discovery")),
-        device=_read_device(r.section("device")),
-    )
-    problems.raise_if_any(ConfigError, source=source)
-    return config
+    return parse_config_document(doc, _reader(data_dir, service), source=source)
 
 
 def load_config(
@@ -367,8 +344,7 @@ def load_config(
     """The config in ``path`` (defaults when ``None``); ``data_dir`` overrides ``paths.dataDir``."""
     if path is None:
         return parse_config({}, source="defaults", data_dir=data_dir, service=service)
-    doc = read_toml_file(path)
-    return parse_config(doc, source=str(path), data_dir=data_dir, service=service)
+    return load_config_file(path, _reader(data_dir, service))
 
 
 def default_config_text() -> str:

@@ -1,8 +1,11 @@
-"""edged run: wires the parts together and owns start-up and shutdown order.
+"""edged run: builds the parts, connects them, and owns start-up and shutdown order.
+
+Each part gets what it needs from the others as explicit arguments (functions, mostly);
+the connections that take more than one line are the ``_on_*`` methods here.
 
 Start-up: validate config -> load the persisted desired state -> open the status and
 inference sockets -> tell systemd READY=1 (and ping its watchdog from the main loop, see
-edged/notifying.py) -> start replicas for the persisted workloads (no manifest read, no hub
+edgefleet/notifying.py) -> start replicas for the persisted workloads (no manifest read, no hub
 needed) -> then read the manifests directory. Shutdown (SIGTERM/SIGINT): STOPPING=1 to
 systemd -> become unready -> stop accepting inference connections -> drain in-flight requests
 -> stop the controllers -> drain and stop workers -> persist status -> exit 0.
@@ -14,119 +17,51 @@ import asyncio
 import fcntl
 import os
 import signal
-import time
 from pathlib import Path
-from typing import Any
-
-import orjson
+from typing import TYPE_CHECKING
 
 from edged.config import EdgedConfig
 from edged.discovery.discovering import Discovery
 from edged.hublink.files import LinkFiles
+from edged.hublink.reporting import DeviceReport, build_device_report
 from edged.reconcile.applying import Applier
-from edged.reconcile.model import DesiredWorkload, ObservedWorkload, ProviderChoice, WorkloadName
-from edged.reconcile.planning import plan
 from edged.reconcile.queueing import WorkQueue
-from edged.reconcile.running import Result, Runner
+from edged.reconcile.reconciling import (
+    STATIC_KEY,
+    Resync,
+    StaticSourceReconciler,
+    WorkloadReconciler,
+)
+from edged.reconcile.running import Runner
 from edged.reporting import StatusBoard
 from edged.runtime.limiting import detect_cgroup_root
 from edged.runtime.processes import Replica, WorkerPool
 from edged.serving.http import HttpServer
-from edged.serving.inference import InferenceRouter
+from edged.serving.inference import InferenceMetrics, InferenceRouter
 from edged.serving.status import StatusHandler
-from edged.sources.hub import HUB_SOURCE, HubSource
-from edged.sources.static import StaticManifests
+from edged.sources.hub import HubSource
+from edged.sources.static import StaticManifests, SyncResult
 from edged.sources.watching import DirectoryWatcher
+from edged.state.accepting import Acceptor
+from edged.state.collecting import ArtifactCollector
 from edged.state.desired import DesiredState
+from edged.state.merging import MergedState, SourceState, static_workloads
 from edged.trust.admitting import ArtifactGate
-from edgefleet.api import DeviceHealthPolicy
+from edged.trust.attesting import ChallengeAnswerer
+from edged.workloads import WorkloadName
 from edgefleet.artifacts.storing import ArtifactStore
-from edgefleet.errors import EdgefleetError, StateError, TemporaryError
+from edgefleet.errors import EdgefleetError, StateError
 from edgefleet.logs import get_logger
-from edgefleet.metrics import CounterChild, HistogramChild, Registry
+from edgefleet.metrics import Registry
 from edgefleet.notifying import Notifier, WatchdogPinger
-from edgefleet.supervising import supervise, wait_for_stop
+from edgefleet.supervising import supervise
+
+if TYPE_CHECKING:
+    from edged.hublink.linking import HubLink
 
 log = get_logger(__name__)
 
-SOURCE_KEY = "static"
 DRAIN_TIMEOUT_S = 20.0
-LATENCY_BUCKETS = (
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-)
-
-
-class WorkloadReconciler:
-    """Reconciles one workload: observe, plan (pure), apply, record status."""
-
-    def __init__(self, daemon: Daemon) -> None:
-        self._d = daemon
-
-    async def reconcile(self, key: WorkloadName) -> Result:
-        d = self._d
-        desired = d.desired.get(key)
-        observed = ObservedWorkload(
-            replicas=d.pool.observe(key),
-            artifact_present=d.store.has(desired.sha256) if desired is not None else True,
-            providers=d.choose_providers(desired),
-        )
-        p = plan(key, desired, observed, time.monotonic())
-        d.board.set_workload(key, p.status)
-        await d.applier.apply(desired, p.actions)
-        return Result(requeue_after=p.requeue_after)
-
-
-class SourceReconciler:
-    """Reads the manifests directory into the accepted desired state."""
-
-    def __init__(self, daemon: Daemon, source: StaticManifests) -> None:
-        self._d = daemon
-        self._source = source
-
-    async def reconcile(self, key: str) -> Result:
-        d = self._d
-        current = {n: w for n, w in d.desired.workloads.items() if w.source != HUB_SOURCE}
-        d.syncing += 1
-        try:
-            result = await asyncio.to_thread(self._source.sync, current)
-        finally:
-            d.syncing -= 1
-        d.static_workloads = result.workloads
-        d.static_policies = result.policies
-        d.board.set_source(result.problems, result.files)
-        d.board.source_synced = True
-        d.accept_desired()
-        if result.retryable:
-            raise TemporaryError("some manifests refer to model files that cannot be read yet")
-        return Result()
-
-
-class Resync:
-    """The safety net of level-triggered control: every key is looked at periodically."""
-
-    name = "resync"
-
-    def __init__(self, daemon: Daemon, period: float) -> None:
-        self._d = daemon
-        self._period = period
-
-    async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            if not await wait_for_stop(stop, self._period):
-                self._d.enqueue_all()
 
 
 class AlreadyRunning(EdgefleetError):
@@ -187,11 +122,10 @@ class Daemon:
         self.applier = Applier(
             self.pool,
             artifact_path=self.store.path_for,
-            request_refetch=self.request_refetch,
+            request_refetch=self._request_refetch,
             cgroup_root=self.cgroup_root,
             log_level=config.log_level,
         )
-        self.manifests = manifests
         self.board = StatusBoard(
             data / "state" / "status.json",
             desired=self.desired,
@@ -218,23 +152,29 @@ class Daemon:
             ).inc(),
         )
         self.board.trust_status = self.gate.status
+        # -- the sources of desired state, and what accepts their merge ----------------------
         self.source = (
             StaticManifests(manifests, self.store, max_artifact_bytes=4 << 30, gate=self.gate)
             if manifests is not None
             else None
         )
-        # -- the hub (enrolled devices: D/hub/link.json) --
-        self.static_workloads: dict[WorkloadName, DesiredWorkload] | None = (
-            None if manifests is not None else {}
-        )
-        self.static_policies: tuple[DeviceHealthPolicy, ...] = ()
         self.link_files = LinkFiles(data)
         self.hub_source: HubSource | None = None
-        self.hub_link: Any = None
-        self._attester: Any = None
-        self.syncing = 0  # sources in the middle of a sync: no garbage collection meanwhile
+        self.hub_link: HubLink | None = None
         if self.link_files.enrolled():
             self.hub_source = HubSource(data, self.store, self.gate)
+        self.collector = ArtifactCollector(self.store, in_use=self._artifacts_in_use)
+        hub_source = self.hub_source
+        self.acceptor = Acceptor(
+            self.desired,
+            static_read=manifests is None,
+            hub=(
+                (lambda: SourceState(hub_source.workloads, hub_source.policies))
+                if hub_source is not None
+                else None
+            ),
+            on_accepted=self._on_accepted,
+        )
         # -- discovery (accelerators, health, labels) --
         self.discovery: Discovery | None = None
         if config.discovery.enabled:
@@ -244,31 +184,18 @@ class Daemon:
                 health_period_s=config.discovery.health_period_s,
                 configured_providers=config.discovery.execution_providers,
                 config_labels=config.device.labels,
-                on_accelerators_changed=self.enqueue_workloads,
+                on_accelerators_changed=self._enqueue_workloads,
                 on_status_changed=self.board.device_changed,
             )
             self.board.device_status = self.discovery.status
-        # -- end discovery --
 
-    # -- metrics --------------------------------------------------------------------------
     def _init_metrics(self) -> None:
         r = self.registry
-        self._m_requests = r.counter(
-            "edged_inference_requests_total",
-            "Inference requests answered by workers",
-            ("model", "code"),
+        self._inference_metrics = InferenceMetrics(r)
+        self._m_restarts = r.gauge(
+            "edged_replica_restarts", "Restarts of replica slots", ("workload",)
         )
-        self._m_latency = r.histogram(
-            "edged_inference_request_duration_seconds",
-            "Time from forwarding a request to a worker to its answer",
-            ("model",),
-            buckets=LATENCY_BUCKETS,
-        )
-        self._req_children: dict[tuple[str, int], CounterChild] = {}
-        self._lat_children: dict[str, HistogramChild] = {}
-        restarts = r.gauge("edged_replica_restarts", "Restarts of replica slots", ("workload",))
-        ready = r.gauge("edged_replicas_ready", "Ready replicas", ("workload",))
-        self._m_restarts, self._m_ready = restarts, ready
+        self._m_ready = r.gauge("edged_replicas_ready", "Ready replicas", ("workload",))
         r.gauge(
             "edged_desired_generation", "Generation of the accepted desired state"
         ).set_function(lambda: float(self.desired.generation))
@@ -276,17 +203,9 @@ class Daemon:
             lambda: float(len(self.desired.workloads))
         )
 
+    # -- connections between the parts ----------------------------------------------------
     def _on_result(self, rep: Replica, status: int, seconds: float) -> None:
-        model = rep.spec.model_name
-        key = (model, status)
-        c = self._req_children.get(key)
-        if c is None:
-            c = self._req_children[key] = self._m_requests.labels(model=model, code=str(status))
-        c.inc()
-        h = self._lat_children.get(model)
-        if h is None:
-            h = self._lat_children[model] = self._m_latency.labels(model=model)
-        h.observe(seconds)
+        self._inference_metrics.answered(rep.spec.model_name, status, seconds)
 
     def _on_serving_change(self, rep: Replica, ready: bool) -> None:
         self.router.replica_ready(rep, ready)
@@ -297,8 +216,23 @@ class Daemon:
             sum(r.restarts for r in self.pool.replicas(rep.workload))
         )
 
-    # -- helpers used by reconcilers ------------------------------------------------------
-    def refresh_routes(self) -> None:
+    def _on_static_read(self, result: SyncResult) -> None:
+        self.board.set_source(result.problems, result.files)
+        self.board.source_synced = True
+        self.acceptor.static_read(result.workloads, result.policies)
+
+    def _on_accepted(self, merged: MergedState, changed: set[WorkloadName]) -> None:
+        """A merge of the sources was accepted: health policies, routes, changed keys, GC."""
+        if self.discovery is not None:
+            self.discovery.set_policies(merged.policies)
+        if changed:
+            self._refresh_routes()
+            for name in changed:
+                self.workload_queue.add(name)
+            self.notifier.status(self._status_line())
+        self.collector.collect()
+
+    def _refresh_routes(self) -> None:
         self.router.set_models(
             {
                 w.deployment.spec.model.name: (w.name, w.deployment.spec.model.version)
@@ -306,156 +240,34 @@ class Daemon:
             }
         )
 
-    def choose_providers(self, desired: DesiredWorkload | None) -> ProviderChoice | None:
-        """The execution providers discovery allows for ``desired`` (``None``: discovery off)."""
-        if self.discovery is None or desired is None:
-            return None
-        spec = desired.deployment.spec
-        sel = self.discovery.select(spec.runtime.execution_providers, spec.resources.accelerator)
-        return ProviderChoice(sel.providers, sel.fell_back, sel.message)
-
-    def accept_desired(self) -> None:
-        """Merge the sources into the desired state and enqueue what changed.
-
-        Static manifests (local, like kubelet's static pods) win a name conflict with the
-        hub. Until the static source has read its directory once, the static workloads of the
-        persisted state stand in for it, so a restart drops nothing."""
-        static = self.static_workloads
-        if static is None:
-            static = {n: w for n, w in self.desired.workloads.items() if w.source != HUB_SOURCE}
-        merged = dict(self.hub_source.workloads) if self.hub_source is not None else {}
-        merged.update(static)
-        changed = self.desired.replace(merged)
-        if self.discovery is not None:
-            hub_policies = self.hub_source.policies if self.hub_source is not None else ()
-            self.discovery.set_policies([*self.static_policies, *hub_policies])
-        if changed:
-            log.info(
-                "desired state accepted",
-                generation=self.desired.generation,
-                changed=",".join(sorted(changed)),
-            )
-            self.refresh_routes()
-            for name in changed:
-                self.workload_queue.add(name)
-            self.notifier.status(self._status_line())
-        self.collect_garbage()
-
-    async def apply_hub_state(self, state: Any, fetch: Any) -> Any:
-        """Apply a DesiredState from the hub (the hub link calls this); see sources/hub.py."""
-        from edged.hublink.linking import Applied
-
-        assert self.hub_source is not None
-        self.syncing += 1
-        try:
-            result = await self.hub_source.apply(
-                state.generation,
-                list(state.manifests),
-                list(state.artifact_metadata),
-                list(state.rollback_allowances),
-                fetch,
-            )
-        finally:
-            self.syncing -= 1
-        if not result.stale and not result.retry:
-            self.accept_desired()
-        return Applied(self.hub_source.generation, retry=result.retry)
-
-    def hub_report(self) -> Any:
-        """What the hub link tells the hub about this device (Hello and Status)."""
-        from edged.hublink.linking import DeviceReport
-        from edgefleet.v1 import common_pb2, device_pb2
-
-        dev = self.discovery.status() if self.discovery is not None else {}
-        health = dev.get("health") or {}
-        workloads = []
-        for name, w in sorted(self.desired.workloads.items()):
-            if w.source != HUB_SOURCE:
-                continue
-            st = self.board.workload_status(name)
-            workloads.append(
-                device_pb2.WorkloadStatus(
-                    name=name,
-                    revision=st.revision if st else "",
-                    ready_replicas=st.ready_replicas if st else 0,
-                    desired_replicas=st.desired_replicas if st else 0,
-                    model_version=w.deployment.spec.model.version,
-                    conditions=[
-                        common_pb2.Condition(
-                            type=c.type, status=c.status.value, reason=c.reason, message=c.message
-                        )
-                        for c in (st.conditions if st else ())
-                    ],
-                )
-            )
-        for p in self.hub_source.problems if self.hub_source is not None else ():
-            if p.workload and not any(x.name == p.workload for x in workloads):
-                workloads.append(
-                    device_pb2.WorkloadStatus(
-                        name=p.workload,
-                        conditions=[
-                            common_pb2.Condition(
-                                type="Ready", status="False", reason=p.reason, message=p.message
-                            )
-                        ],
-                    )
-                )
-        return DeviceReport(
-            inventory={
-                "facts": dev.get("facts"),
-                "accelerators": dev.get("accelerators", []),
-                "executionProviders": dev.get("executionProviders"),
-            },
-            labels=dict(dev.get("labels") or {}),
-            schedulable=bool(health.get("schedulable", True)),
-            reasons=tuple(health.get("reasons", ())),
-            workloads=tuple(workloads),
-        )
-
-    async def answer_challenge(self, nonce: bytes) -> bytes:
-        """Signed evidence of what this device runs, for the hub's attestation controller."""
-        from edged.trust.attesting import Attester
-        from edged.trust.identity import load_or_create_identity
-
-        def answer() -> bytes:
-            if self._attester is None:
-                self._attester = Attester(load_or_create_identity(self.data_dir, tpm="off"))
-            evidence = self._attester.answer(
-                nonce,
-                now=time.time(),
-                config_path=self.config_path,
-                trust_root_path=self.gate.root_path if self.gate.root_path.exists() else None,
-                model_digests=sorted({w.sha256 for w in self.desired.workloads.values()}),
-            )
-            return orjson.dumps(evidence)
-
-        return await asyncio.to_thread(answer)
-
-    def enqueue_workloads(self) -> None:
-        """Accelerators changed: every workload looks again (events only enqueue keys)."""
+    def _enqueue_workloads(self) -> None:
+        """Every workload looks again (accelerators changed; events only enqueue keys)."""
         for name in set(self.desired.workloads) | self.pool.workloads():
             self.workload_queue.add(name)
 
-    def enqueue_all(self) -> None:
-        for name in set(self.desired.workloads) | self.pool.workloads():
-            self.workload_queue.add(name)
+    def _enqueue_all(self) -> None:
+        self._enqueue_workloads()
         if self.source is not None:
-            self.source_queue.add(SOURCE_KEY)
+            self.source_queue.add(STATIC_KEY)
 
-    def collect_garbage(self) -> None:
-        if self.syncing:  # a source may have stored an artifact it has not handed over yet
-            return
+    def _artifacts_in_use(self) -> set[str]:
         keep = {w.sha256 for w in self.desired.workloads.values()}
-        keep |= {r.spec.artifact_sha256 for r in self.pool.replicas()}
-        self.store.collect_garbage(keep)
+        return keep | {r.spec.artifact_sha256 for r in self.pool.replicas()}
 
-    def request_refetch(self) -> None:
+    def _request_refetch(self) -> None:
         """An artifact of the desired state is missing from the store: ask its source again."""
         if self.source is not None:
-            self.source_queue.add(SOURCE_KEY)
-        if self.hub_source is not None and self.hub_link is not None:
-            self.hub_source.refetch_requested = True
-            self.hub_link.reapply()
+            self.source_queue.add(STATIC_KEY)
+        if self.hub_link is not None:
+            self.hub_link.refetch()
+
+    def _hub_report(self) -> DeviceReport:
+        return build_device_report(
+            self.discovery.status() if self.discovery is not None else {},
+            self.desired.workloads,
+            self.board.workload_status,
+            self.hub_source.problems if self.hub_source is not None else (),
+        )
 
     # -- lifecycle ------------------------------------------------------------------------
     async def run(self) -> int:
@@ -469,8 +281,11 @@ class Daemon:
             # and start empty rather than not at all; the source will provide state again.
             log.error("persisted desired state unreadable, starting empty", error=str(exc))
         self.board.loaded = True
-        self.refresh_routes()
+        self._refresh_routes()
         cfg = self.config
+        # built before the sockets open, so that status shows every part (the hub link's
+        # section included) from its first answer
+        components = self._components()
         status_server = HttpServer(
             StatusHandler(self.board, self.registry, alive=lambda: True).handle, max_body=1 << 16
         )
@@ -511,47 +326,11 @@ class Daemon:
             self.workload_queue.add(name)
 
         components_stop = asyncio.Event()
-        components: list[object] = [
-            Runner(
-                "workloads",
-                WorkloadReconciler(self),
-                self.workload_queue,
-                workers=cfg.reconcile.workers,
-                metrics=self.registry,
-            ),
-            Resync(self, cfg.reconcile.resync_period_s),
-        ]
-        if self.discovery is not None:
-            components.append(self.discovery)
-        if self.hub_source is not None:
-            from edged.hublink.linking import HubLink
-
-            hub_source = self.hub_source
-            self.accept_desired()  # hub.json may be newer than desired.json after a crash
-            link = HubLink(
-                self.link_files,
-                apply_state=self.apply_hub_state,
-                report=self.hub_report,
-                generation=lambda: hub_source.generation,
-                answer_challenge=self.answer_challenge,
-            )
-            self.hub_link = link
-            self.board.hub_status = lambda: {**link.status(), **hub_source.status()}
-            components.append(link)
         watcher = None
         if self.source is not None:
-            components.append(
-                Runner(
-                    "source",
-                    SourceReconciler(self, self.source),
-                    self.source_queue,
-                    workers=1,
-                    metrics=self.registry,
-                )
-            )
-            self.source_queue.add(SOURCE_KEY)
+            self.source_queue.add(STATIC_KEY)
             watcher = DirectoryWatcher(
-                self.source.directory, lambda: self.source_queue.add_after(SOURCE_KEY, 0.2)
+                self.source.directory, lambda: self.source_queue.add_after(STATIC_KEY, 0.2)
             )
             if not watcher.start():
                 log.warning(
@@ -594,6 +373,65 @@ class Daemon:
         await watchdog
         log.info("edged stopped")
         return code
+
+    def _components(self) -> list[object]:
+        """The supervised components, each given what it needs."""
+        cfg = self.config
+        components: list[object] = [
+            Runner(
+                "workloads",
+                WorkloadReconciler(
+                    desired=self.desired.get,
+                    observe=self.pool.observe,
+                    has_artifact=self.store.has,
+                    select_providers=self.discovery.select if self.discovery else None,
+                    record_status=self.board.set_workload,
+                    apply=self.applier.apply,
+                ),
+                self.workload_queue,
+                workers=cfg.reconcile.workers,
+                metrics=self.registry,
+            ),
+            Resync(self._enqueue_all, cfg.reconcile.resync_period_s),
+        ]
+        if self.discovery is not None:
+            components.append(self.discovery)
+        if self.hub_source is not None:
+            from edged.hublink.linking import HubLink
+
+            self.acceptor.accept()  # hub.json may be newer than desired.json after a crash
+            link = HubLink(
+                self.link_files,
+                source=self.hub_source,
+                on_accepted=self.acceptor.accept,
+                syncing=self.collector.syncing,
+                report=self._hub_report,
+                answer_challenge=ChallengeAnswerer(
+                    self.data_dir,
+                    config_path=self.config_path,
+                    trust_root_path=self.gate.root_path,
+                    model_digests=lambda: [w.sha256 for w in self.desired.workloads.values()],
+                ),
+            )
+            self.hub_link = link
+            self.board.hub_status = link.status
+            components.append(link)
+        if self.source is not None:
+            components.append(
+                Runner(
+                    "source",
+                    StaticSourceReconciler(
+                        self.source,
+                        current=lambda: static_workloads(self.desired.workloads),
+                        syncing=self.collector.syncing,
+                        accept=self._on_static_read,
+                    ),
+                    self.source_queue,
+                    workers=1,
+                    metrics=self.registry,
+                )
+            )
+        return components
 
     def _status_line(self) -> str:
         """The one line ``systemctl status`` shows (sd_notify ``STATUS=``)."""

@@ -18,10 +18,11 @@ from pathlib import Path
 from typing import Any
 
 from edged import __version__
-from edged.reconcile.model import Phase, WorkloadName, WorkloadStatus
+from edged.reconcile.model import Phase, WorkloadStatus
 from edged.runtime.processes import WorkerPool
 from edged.sources.static import SourceProblem
 from edged.state.desired import DesiredState
+from edged.workloads import WorkloadName
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_json_atomic
 

@@ -1,10 +1,13 @@
-"""The device's status socket from the outside: an HTTP client over its Unix socket, and the
-status document rendered for a person (``edged status``, the quickstart, tests)."""
+"""The device's sockets from the outside: HTTP over a Unix socket (the status socket and the
+inference socket), and the status document rendered for a person (``edged status``, the
+quickstart, tests)."""
 
 from __future__ import annotations
 
 import http.client
+import os
 import socket
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -13,9 +16,9 @@ import orjson
 class UnixHTTPConnection(http.client.HTTPConnection):
     """http.client over a Unix socket (for ``edged status`` and tests)."""
 
-    def __init__(self, path: str, timeout: float = 5.0) -> None:
+    def __init__(self, path: str | os.PathLike[str], timeout: float = 5.0) -> None:
         super().__init__("localhost", timeout=timeout)
-        self._path = path
+        self._path = os.fspath(path)
 
     def connect(self) -> None:
         sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -24,15 +27,30 @@ class UnixHTTPConnection(http.client.HTTPConnection):
         self.sock = sock
 
 
-def fetch_status(sock_path: str) -> dict[str, Any]:
-    conn = UnixHTTPConnection(sock_path)
+def send_request(
+    sock_path: str | os.PathLike[str],
+    method: str,
+    path: str,
+    body: bytes | None = None,
+    *,
+    headers: Mapping[str, str] | None = None,
+    timeout: float = 10.0,
+) -> tuple[int, bytes, dict[str, str]]:
+    """One HTTP request over a Unix socket: the status, the body and the headers (names in lower
+    case). OSError when the socket cannot be reached."""
+    conn = UnixHTTPConnection(sock_path, timeout=timeout)
     try:
-        conn.request("GET", "/v1/status")
+        conn.request(method, path, body=body, headers=dict(headers or {}))
         resp = conn.getresponse()
-        doc: dict[str, Any] = orjson.loads(resp.read())
-        return doc
+        return resp.status, resp.read(), {k.lower(): v for k, v in resp.getheaders()}
     finally:
         conn.close()
+
+
+def fetch_status(sock_path: str | os.PathLike[str]) -> dict[str, Any]:
+    """``GET /v1/status`` on the status socket, decoded."""
+    doc: dict[str, Any] = orjson.loads(send_request(sock_path, "GET", "/v1/status", timeout=5.0)[1])
+    return doc
 
 
 def render_status(doc: dict[str, Any]) -> str:

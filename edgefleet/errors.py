@@ -27,6 +27,7 @@ them, still under this root (they are listed here so the whole tree is in one pl
     ├── TokenError             a bootstrap token was refused; ``reason`` says why
     ├── HubDirError            the hub data directory is missing, incomplete or already exists
     ├── PushRefused            an artifact push was refused (hub.pushing)
+    ├── LaunchError            a program started by edgefleet.launching exited or never got ready
     ├── AlreadyRunning         another edged holds the data directory (edged.daemon)
     ├── DeviceKeyError         the device identity key cannot be made or used (edged.trust.identity)
     ├── EnrollError            enrollment failed (edged.hublink.enrolling)

@@ -6,7 +6,8 @@ The daemon lists its components in one place and hands them to :func:`supervise`
 
 * runs each component's ``run(stop)`` in a task of its own;
 * restarts a component that returns or raises while ``stop`` is not set, after an exponential
-  backoff (``restart_base * 2**n``, capped at ``restart_max``) that ends early if ``stop`` is set;
+  backoff (:class:`~edgefleet.backoff.Backoff`: ``restart_base * 2**n``, capped at
+  ``restart_max``, no jitter) that ends early if ``stop`` is set;
   the backoff starts over once a component has run for ``failure_window`` seconds;
 * gives up on a component named in ``critical`` that failed more than ``max_failures`` times in a
   row within ``failure_window``: it sets ``stop`` and raises :class:`CriticalComponentError`, so
@@ -23,6 +24,7 @@ from collections import deque
 from collections.abc import Collection, Sequence
 from typing import Protocol
 
+from edgefleet.backoff import Backoff
 from edgefleet.errors import EdgefleetError
 from edgefleet.logs import get_logger
 
@@ -66,7 +68,8 @@ async def supervise(
     """Run ``components`` until ``stop`` is set, restarting those that fail; see the module doc.
 
     Raises :class:`CriticalComponentError` (after every component has stopped) when a critical
-    component failed too often.
+    component failed too often, and ValueError before starting anything when names repeat, a
+    critical name is unknown or ``0 < restart_base <= restart_max`` does not hold.
     """
     names = [c.name for c in components]
     if len(set(names)) != len(names):
@@ -74,14 +77,14 @@ async def supervise(
     unknown = set(critical) - set(names)
     if unknown:
         raise ValueError(f"critical components {sorted(unknown)} are not among {names}")
+    backoff = Backoff(restart_base, restart_max)
 
     tasks = [
         asyncio.create_task(
             _keep_running(
                 component,
                 stop,
-                restart_base=restart_base,
-                restart_max=restart_max,
+                backoff=backoff,
                 critical=component.name in critical,
                 max_failures=max_failures,
                 failure_window=failure_window,
@@ -109,15 +112,14 @@ async def _keep_running(
     component: Component,
     stop: asyncio.Event,
     *,
-    restart_base: float,
-    restart_max: float,
+    backoff: Backoff,
     critical: bool,
     max_failures: int,
     failure_window: float,
 ) -> None:
     """Run one component until ``stop`` is set, restarting it with backoff when it fails."""
     name = component.name
-    restarts = _Restarts(restart_base, restart_max, failure_window)
+    restarts = _Restarts(backoff, failure_window)
     while not stop.is_set():
         started = time.monotonic()
         log.info("component starting", component=name, failures=restarts.failures)
@@ -155,9 +157,8 @@ async def _keep_running(
 class _Restarts:
     """Consecutive failures of one component within a window, and the backoff they call for."""
 
-    def __init__(self, base: float, cap: float, window: float) -> None:
-        self._base = base
-        self._cap = cap
+    def __init__(self, backoff: Backoff, window: float) -> None:
+        self._backoff = backoff
         self._window = window
         self._times: deque[float] = deque()
 
@@ -173,7 +174,7 @@ class _Restarts:
         self._times.append(now)
         while self._times[0] < now - self._window:
             self._times.popleft()
-        return min(self._base * 2.0 ** min(len(self._times) - 1, 62), self._cap)
+        return self._backoff.delay(len(self._times) - 1)
 
 
 async def wait_for_stop(stop: asyncio.Event, seconds: float) -> bool:

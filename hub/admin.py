@@ -9,7 +9,7 @@ device or child-hub certificate gets PERMISSION_DENIED, a revoked one UNAUTHENTI
   object is written in **one** store transaction that compares each key's mod revision as it
   was read. A concurrent change makes it fail whole: ABORTED, retryable. Unchanged objects are
   not written (no revision bump).
-* Reads (Get, List, ListEvents) come from the in-memory cache (:class:`hub.core.Cache`, which
+* Reads (Get, List, ListEvents) come from the in-memory cache (:class:`hub.caching.Cache`, which
   is written through), with store revisions as resource versions; Watch replays the store's
   watch from a revision (List, then Watch from its revision, misses nothing).
 * Device commands (Cordon, Uncordon, RevokeDevice, Delete of a Device) change the device
@@ -18,7 +18,7 @@ device or child-hub certificate gets PERMISSION_DENIED, a revoked one UNAUTHENTI
 
 gRPC status codes: INVALID_ARGUMENT (bad input, nothing written), NOT_FOUND, ABORTED (a
 concurrent change; retry), OUT_OF_RANGE (a watch from a compacted revision), UNAVAILABLE (the
-store failed), UNIMPLEMENTED (PushArtifact until the trust package lands).
+store failed); PushArtifact's refusals are listed in docs/trust.md ("The hub side").
 """
 
 from __future__ import annotations
@@ -34,10 +34,10 @@ from edgefleet.api.meta import label_key, label_value
 from edgefleet.errors import Compacted, CompareFailed, StoreError, ValidationError
 from edgefleet.logs import get_logger
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
-from hub import applying, objects, pki, tokens
+from hub import applying, pki, storekeys, tokens
 from hub.auth import Caller, authorize
 from hub.context import HubContext
-from hub.model import Device
+from hub.devices import Device
 from hub.pki import Role
 from hub.presenting import deployment_object, device_object, object_labels
 from hub.selecting import parse_selector
@@ -48,7 +48,11 @@ log = get_logger(__name__)
 DEFAULT_EVENTS_LIMIT = 500
 MAX_TOKEN_DESCRIPTION = 256
 
-LISTED_KINDS: tuple[str, ...] = (objects.KIND_DEVICE, objects.KIND_MODEL, *applying.OBJECT_KINDS)
+LISTED_KINDS: tuple[str, ...] = (
+    storekeys.KIND_DEVICE,
+    storekeys.KIND_MODEL,
+    *applying.OBJECT_KINDS,
+)
 
 _OUTCOMES = {
     applying.Outcome.CREATED: admin_pb2.ApplyResult.CREATED,
@@ -144,7 +148,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if changed and not request.dry_run:
             revision = await self._ctx.store.txn(
                 [Compare(p.key, p.read_revision) for p in changed],
-                [Put(p.key, objects.object_value(p.obj.manifest)) for p in changed],
+                [Put(p.key, storekeys.object_value(p.obj.manifest)) for p in changed],
             )
             for p in changed:
                 p.revision = revision
@@ -170,9 +174,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
 
     async def _plan(self, obj: applying.ParsedObject) -> _Planned:
-        key = objects.object_key(obj.kind, obj.name)
+        key = storekeys.object_key(obj.kind, obj.name)
         kv = await self._ctx.store.get(key)
-        stored = objects.manifest_of(kv.value) if kv is not None else None
+        stored = storekeys.manifest_of(kv.value) if kv is not None else None
         read_revision = kv.mod_revision if kv is not None else 0
         outcome = applying.outcome_of(obj.manifest, stored)
         return _Planned(obj, key, read_revision, outcome, read_revision)
@@ -196,7 +200,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             return deployment_object(manifest, cache.devices.values(), self._assigned(), dep)
         return dict(manifest)
 
-    def _model_records(self) -> dict[str, objects.ModelRecord]:
+    def _model_records(self) -> dict[str, storekeys.ModelRecord]:
         return {
             f"{m.name}-{m.version}": m
             for m in sorted(self._ctx.cache.models.values(), key=lambda m: (m.name, m.version))
@@ -210,26 +214,26 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         """Every object of ``kind`` as shown to operators, and the store revision read at."""
         cache = self._ctx.cache
         docs: list[tuple[dict[str, Any], str]] = []
-        if kind == objects.KIND_DEVICE:
-            revisions, revision = await self._revisions(objects.DEVICES)
+        if kind == storekeys.KIND_DEVICE:
+            revisions, revision = await self._revisions(storekeys.DEVICES)
             docs = [
-                (self._device_json(d), objects.device_key(d.name))
+                (self._device_json(d), storekeys.device_key(d.name))
                 for d in sorted(cache.devices.values(), key=lambda d: d.name)
             ]
-        elif kind == objects.KIND_MODEL:
-            revisions, revision = await self._revisions(objects.MODELS)
+        elif kind == storekeys.KIND_MODEL:
+            revisions, revision = await self._revisions(storekeys.MODELS)
             docs = [
-                (m.to_json(), objects.model_key(m.name, m.version))
+                (m.to_json(), storekeys.model_key(m.name, m.version))
                 for m in self._model_records().values()
             ]
         else:
-            revisions, revision = await self._revisions(objects.object_prefix(kind))
+            revisions, revision = await self._revisions(storekeys.object_prefix(kind))
             docs = [
-                (self._object_json(kind, o.manifest), objects.object_key(kind, o.name))
+                (self._object_json(kind, o.manifest), storekeys.object_key(kind, o.name))
                 for o in cache.objects_of(kind)
             ]
         items = [
-            common_pb2.Object(json=objects.dumps(doc), resource_version=revisions.get(key, 0))
+            common_pb2.Object(json=storekeys.dumps(doc), resource_version=revisions.get(key, 0))
             for doc, key in docs
         ]
         return items, revision
@@ -242,23 +246,26 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise _invalid("name: required (an object name)")
         cache = self._ctx.cache
         doc: dict[str, Any] | None = None
-        if kind == objects.KIND_DEVICE:
+        if kind == storekeys.KIND_DEVICE:
             device = cache.devices.get(name)
             if device is not None:
-                doc, key = self._device_json(device), objects.device_key(name)
-        elif kind == objects.KIND_MODEL:
+                doc, key = self._device_json(device), storekeys.device_key(name)
+        elif kind == storekeys.KIND_MODEL:
             model = self._model_records().get(name)
             if model is not None:
-                doc, key = model.to_json(), objects.model_key(model.name, model.version)
+                doc, key = model.to_json(), storekeys.model_key(model.name, model.version)
         else:
             stored = cache.stored.get((kind, name))
             if stored is not None:
-                doc, key = self._object_json(kind, stored.manifest), objects.object_key(kind, name)
+                doc, key = (
+                    self._object_json(kind, stored.manifest),
+                    storekeys.object_key(kind, name),
+                )
         if doc is None:
             raise _not_found(kind, name)
         kv = await self._ctx.store.get(key)
         return common_pb2.Object(
-            json=objects.dumps(doc), resource_version=kv.mod_revision if kv is not None else 0
+            json=storekeys.dumps(doc), resource_version=kv.mod_revision if kv is not None else 0
         )
 
     @_rpc
@@ -270,7 +277,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise _invalid(f"label_selector: {exc}") from None
         items, revision = await self._all_of(request.kind)
         if selector.requirements:
-            items = [i for i in items if selector.matches(object_labels(objects.loads(i.json)))]
+            items = [i for i in items if selector.matches(object_labels(storekeys.loads(i.json)))]
         return admin_pb2.ListResponse(items=items, resource_version=revision)
 
     @_rpc
@@ -285,19 +292,19 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             and (not request.name or ev["object"]["name"] == request.name)
         ]
         newest = found[len(found) - limit :] if limit else []
-        return admin_pb2.ListEventsResponse(events=[objects.dumps(ev) for ev in newest])
+        return admin_pb2.ListEventsResponse(events=[storekeys.dumps(ev) for ev in newest])
 
     # -- Watch -------------------------------------------------------------------------------
     def _watched(self, kind: str) -> tuple[str, Callable[[str, bytes], dict[str, Any]]]:
         """The store prefix of ``kind`` and how a stored value of it is shown."""
-        if kind == objects.KIND_DEVICE:
-            return objects.DEVICES, lambda _, v: self._device_json(
-                Device.from_json(objects.loads(v))
+        if kind == storekeys.KIND_DEVICE:
+            return storekeys.DEVICES, lambda _, v: self._device_json(
+                Device.from_json(storekeys.loads(v))
             )
-        if kind == objects.KIND_MODEL:
-            return objects.MODELS, lambda _, v: dict(objects.loads(v))
-        return objects.object_prefix(kind), lambda _, v: self._object_json(
-            kind, objects.manifest_of(v)
+        if kind == storekeys.KIND_MODEL:
+            return storekeys.MODELS, lambda _, v: dict(storekeys.loads(v))
+        return storekeys.object_prefix(kind), lambda _, v: self._object_json(
+            kind, storekeys.manifest_of(v)
         )
 
     async def Watch(
@@ -333,27 +340,27 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise _invalid("name: required (an object name)")
         kind, name = request.kind, request.name
         ctx, cache = self._ctx, self._ctx.cache
-        if kind == objects.KIND_DEVICE:
+        if kind == storekeys.KIND_DEVICE:
             if name not in cache.devices:
                 return admin_pb2.DeleteResponse(deleted=False)
             session = ctx.sessions.get(name)
             if session is not None:
                 session.close("device deleted")
             await ctx.store.txn(
-                (), [Delete(objects.device_key(name)), Delete(objects.desired_key(name))]
+                (), [Delete(storekeys.device_key(name)), Delete(storekeys.desired_key(name))]
             )
             cache.devices.pop(name, None)
             cache.desired.pop(name, None)
             ctx.projector.mark([name])
-        elif kind == objects.KIND_MODEL:
+        elif kind == storekeys.KIND_MODEL:
             model = self._model_records().get(name)
             if model is None:
                 return admin_pb2.DeleteResponse(deleted=False)
-            await ctx.store.delete(objects.model_key(model.name, model.version))
+            await ctx.store.delete(storekeys.model_key(model.name, model.version))
             cache.models.pop((model.name, model.version), None)
             ctx.projector.mark_all()
         else:
-            key = objects.object_key(kind, name)
+            key = storekeys.object_key(kind, name)
             kv = await ctx.store.get(key)
             if kv is None:
                 return admin_pb2.DeleteResponse(deleted=False)
@@ -369,7 +376,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise _invalid("device_name: required")
         device = self._ctx.cache.devices.get(name)
         if device is None:
-            raise _not_found(objects.KIND_DEVICE, name)
+            raise _not_found(storekeys.KIND_DEVICE, name)
         return device
 
     async def _set_cordoned(self, name: str, cordoned: bool) -> admin_pb2.CordonResponse:
@@ -379,7 +386,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             writer.update(device.with_(cordoned=cordoned))
             reason = "Cordoned" if cordoned else "Uncordoned"
             what = "no new workloads" if cordoned else "workloads allowed again"
-            writer.event(objects.KIND_DEVICE, name, "Normal", reason, f"{name}: {what}")
+            writer.event(storekeys.KIND_DEVICE, name, "Normal", reason, f"{name}: {what}")
             await writer.flush()
             self._ctx.projector.mark([name])
         return admin_pb2.CordonResponse()
@@ -408,8 +415,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         await ctx.store.txn(
             (),
             [
-                *(Put(objects.revoked_key(s), name.encode()) for s in serials),
-                Put(objects.device_key(name), objects.dumps(revoked.to_json())),
+                *(Put(storekeys.revoked_key(s), name.encode()) for s in serials),
+                Put(storekeys.device_key(name), storekeys.dumps(revoked.to_json())),
             ],
         )
         ctx.cache.revoked.update(dict.fromkeys(serials, name))
@@ -419,7 +426,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             session.close("certificate revoked")
         which = ", ".join(serials) or "none on record"
         ctx.writer.event(
-            objects.KIND_DEVICE,
+            storekeys.KIND_DEVICE,
             name,
             "Warning",
             "Revoked",
@@ -481,7 +488,7 @@ def _watch_event(
 ) -> admin_pb2.WatchEvent:
     return admin_pb2.WatchEvent(
         type=type_,
-        object=common_pb2.Object(json=objects.dumps(doc), resource_version=kv.mod_revision),
+        object=common_pb2.Object(json=storekeys.dumps(doc), resource_version=kv.mod_revision),
     )
 
 

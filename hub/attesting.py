@@ -15,7 +15,7 @@ The decisions are pure functions, tested as tables:
   of the hub's trust root (checked when the hub has one), and the models the device is owed
   (always allowed, so a device is not Untrusted for running what the hub sent it);
 * :func:`assess` — given the device, its outstanding challenge, the evidence that arrived (if
-  any) and ``now``: the device's new :class:`~hub.model.Attestation`. Evidence is verified by
+  any) and ``now``: the device's new :class:`~hub.devices.Attestation`. Evidence is verified by
   the pure :func:`~edgefleet.trust.evidence.verify_evidence` against the outstanding nonce (an
   answer to an older or unknown nonce fails with ``NonceMismatch``); no evidence within
   ``attestation.timeout`` is ``NoAnswer``.
@@ -42,7 +42,7 @@ from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from edgefleet.trust.evidence import Policy, verify_evidence
 from hub.context import HubContext
-from hub.model import Attestation, Device, TrustState
+from hub.devices import Attestation, Device, TrustState
 
 log = get_logger(__name__)
 

@@ -9,38 +9,21 @@ import time
 from datetime import UTC, datetime
 from pathlib import Path
 
-from edgefleet.api.quantities import parse_duration
-from edgefleet.configfiles import parse_host_port
+from edgefleet.configfiles import address_option, duration_option
 from edgefleet.errors import ConfigError, EdgefleetError, HubDirError
 from edgefleet.logs import configure_logging
+from edgefleet.versioning import version_text
 from hub import pki, tokens
 from hub.config import DEFAULT_PORT, DEFAULT_REGION, HubConfig, load_config
 from hub.initializing import HubPaths, init_hub
 from hub.store import Store, open_store
 
 
-def _duration(text: str) -> float:
-    try:
-        seconds = parse_duration(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    if seconds <= 0:
-        raise argparse.ArgumentTypeError(f"must be more than 0s, got {text!r}")
-    return seconds
-
-
-def _address(text: str) -> str:
-    try:
-        parse_host_port(text)
-    except ValueError as exc:
-        raise argparse.ArgumentTypeError(str(exc)) from None
-    return text
-
-
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(
         prog="hub", description="edgefleet hub: the regional control plane of a device fleet."
     )
+    p.add_argument("--version", action="version", version=version_text("hub"))
     sub = p.add_subparsers(dest="command", required=True, metavar="COMMAND")
 
     init = sub.add_parser(
@@ -51,7 +34,7 @@ def _parser() -> argparse.ArgumentParser:
     init.add_argument(
         "--hub-address",
         default=f"localhost:{DEFAULT_PORT}",
-        type=_address,
+        type=address_option,
         help="HOST:PORT devices and edgectl use to reach this hub",
     )
     init.add_argument(
@@ -78,10 +61,10 @@ def _parser() -> argparse.ArgumentParser:
     serve = sub.add_parser("serve", help="run the hub's gRPC services and controllers")
     serve.add_argument("--data-dir", type=Path, required=True, help="made by hub init")
     serve.add_argument(
-        "--listen", type=_address, help="HOST:PORT for mutual TLS (default: hub.toml listen)"
+        "--listen", type=address_option, help="HOST:PORT for mutual TLS (default: hub.toml listen)"
     )
     serve.add_argument(
-        "--enroll-listen", type=_address, help="HOST:PORT for enrollment (default: port + 1)"
+        "--enroll-listen", type=address_option, help="HOST:PORT for enrollment (default: port + 1)"
     )
     serve.add_argument("--store", help="store URL (default: hub.toml store, else D/hub.db)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
@@ -90,7 +73,9 @@ def _parser() -> argparse.ArgumentParser:
     tsub = token.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
     create = tsub.add_parser("create", help="a new bootstrap token")
     create.add_argument("--data-dir", type=Path, required=True)
-    create.add_argument("--ttl", type=_duration, help='e.g. "24h" (default: tokens.defaultTtl)')
+    create.add_argument(
+        "--ttl", type=duration_option, help='e.g. "24h" (default: tokens.defaultTtl)'
+    )
     create.add_argument("--single-use", action="store_true", help="valid for one enrollment")
     create.add_argument("--description", default="")
     listing = tsub.add_parser("list", help="the bootstrap tokens (ids only, never secrets)")

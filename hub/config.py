@@ -14,22 +14,21 @@ from typing import Any
 
 from edgefleet.api.meta import dns_label
 from edgefleet.api.quantities import format_duration
-from edgefleet.api.validating import Problems, Reader, as_bool, as_str, int_in
-from edgefleet.configfiles import parse_host_port, positive_duration, read_toml_file
-from edgefleet.errors import ConfigError, StoreError
+from edgefleet.api.validating import Reader, as_bool, as_str, int_in
+from edgefleet.configfiles import (
+    host_port,
+    load_config_file,
+    parse_config_document,
+    positive_duration,
+    table,
+)
+from edgefleet.errors import StoreError
 from hub.store import parse_store_url
 
 CONFIG_FILE_NAME = "hub.toml"
 DEFAULT_REGION = "default"
 DEFAULT_LISTEN = "0.0.0.0:7443"
 DEFAULT_PORT = 7443
-
-_positive_duration = positive_duration
-
-
-def _address(value: object) -> str:
-    parse_host_port(value)
-    return as_str(value).strip()
 
 
 def _store_url(value: object) -> str:
@@ -92,36 +91,30 @@ class HubConfig:
     attestation: AttestationConfig = AttestationConfig()
 
 
-def _read_certificates(r: Reader | None) -> CertificatesConfig:
+def _read_certificates(r: Reader) -> CertificatesConfig:
     d = CertificatesConfig()
-    if r is None:
-        return d
     return CertificatesConfig(
-        device_lifetime_s=r.optional("deviceLifetime", _positive_duration, d.device_lifetime_s),
-        admin_lifetime_s=r.optional("adminLifetime", _positive_duration, d.admin_lifetime_s),
-        serving_lifetime_s=r.optional("servingLifetime", _positive_duration, d.serving_lifetime_s),
+        device_lifetime_s=r.optional("deviceLifetime", positive_duration, d.device_lifetime_s),
+        admin_lifetime_s=r.optional("adminLifetime", positive_duration, d.admin_lifetime_s),
+        serving_lifetime_s=r.optional("servingLifetime", positive_duration, d.serving_lifetime_s),
     )
 
 
-def _read_tokens(r: Reader | None) -> TokensConfig:
+def _read_tokens(r: Reader) -> TokensConfig:
     d = TokensConfig()
-    if r is None:
-        return d
     return TokensConfig(
-        default_ttl_s=r.optional("defaultTtl", _positive_duration, d.default_ttl_s),
+        default_ttl_s=r.optional("defaultTtl", positive_duration, d.default_ttl_s),
         single_use=r.optional("singleUse", as_bool, d.single_use),
     )
 
 
-def _read_devices(r: Reader | None) -> DevicesConfig:
+def _read_devices(r: Reader) -> DevicesConfig:
     d = DevicesConfig()
-    if r is None:
-        return d
     config = DevicesConfig(
         heartbeat_interval_s=r.optional(
-            "heartbeatInterval", _positive_duration, d.heartbeat_interval_s
+            "heartbeatInterval", positive_duration, d.heartbeat_interval_s
         ),
-        heartbeat_grace_s=r.optional("heartbeatGrace", _positive_duration, d.heartbeat_grace_s),
+        heartbeat_grace_s=r.optional("heartbeatGrace", positive_duration, d.heartbeat_grace_s),
     )
     if config.heartbeat_grace_s <= config.heartbeat_interval_s:
         r.problems.add(
@@ -132,14 +125,12 @@ def _read_devices(r: Reader | None) -> DevicesConfig:
     return config
 
 
-def _read_attestation(r: Reader | None) -> AttestationConfig:
+def _read_attestation(r: Reader) -> AttestationConfig:
     d = AttestationConfig()
-    if r is None:
-        return d
     pcrs = r.list_of("pcrs", int_in(0, 23), unique=True)
     config = AttestationConfig(
-        period_s=r.optional("period", _positive_duration, d.period_s),
-        timeout_s=r.optional("timeout", _positive_duration, d.timeout_s),
+        period_s=r.optional("period", positive_duration, d.period_s),
+        timeout_s=r.optional("timeout", positive_duration, d.timeout_s),
         pcrs=tuple(pcrs) if pcrs is not None else d.pcrs,
     )
     if config.timeout_s >= config.period_s:
@@ -150,24 +141,24 @@ def _read_attestation(r: Reader | None) -> AttestationConfig:
     return config
 
 
-def parse_config(doc: Mapping[str, Any], *, source: str = "") -> HubConfig:
-    problems = Problems()
-    r = problems.reader(doc) or problems.empty_reader("")
-    config = HubConfig(
+def _read_config(r: Reader) -> HubConfig:
+    return HubConfig(
         region=r.optional("region", dns_label, DEFAULT_REGION),
-        listen=r.optional("listen", _address, DEFAULT_LISTEN),
+        listen=r.optional("listen", host_port, DEFAULT_LISTEN),
         store=r.optional("store", _store_url, ""),
-        certificates=_read_certificates(r.section("certificates")),
-        tokens=_read_tokens(r.section("tokens")),
-        devices=_read_devices(r.section("devices")),
-        attestation=_read_attestation(r.section("attestation")),
+        certificates=_read_certificates(table(r, "certificates")),
+        tokens=_read_tokens(table(r, "tokens")),
+        devices=_read_devices(table(r, "devices")),
+        attestation=_read_attestation(table(r, "attestation")),
     )
-    problems.raise_if_any(ConfigError, source=source)
-    return config
+
+
+def parse_config(doc: Mapping[str, Any], *, source: str = "") -> HubConfig:
+    return parse_config_document(doc, _read_config, source=source)
 
 
 def load_config(path: Path) -> HubConfig:
-    return parse_config(read_toml_file(path), source=str(path))
+    return load_config_file(path, _read_config)
 
 
 def default_config_text(*, region: str = DEFAULT_REGION, listen: str = DEFAULT_LISTEN) -> str:

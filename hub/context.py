@@ -13,11 +13,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgefleet.artifacts.storing import ArtifactStore
+from hub.caching import Cache
 from hub.config import HubConfig
-from hub.core import Cache, DeviceWriter, Projector, Sessions
 from hub.initializing import HubPaths
 from hub.pki import CertifiedKey
+from hub.projecting import Projector
+from hub.sessions import Sessions
 from hub.store import Store
+from hub.writing import DeviceWriter
 
 
 @dataclass(slots=True)

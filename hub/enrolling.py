@@ -19,9 +19,9 @@ from edgefleet.api.meta import label_key, label_value
 from edgefleet.errors import CompareFailed, CsrRejected, PkiError, TokenError, TokenRefusal
 from edgefleet.logs import get_logger
 from edgefleet.v1 import enrollment_pb2, enrollment_pb2_grpc
-from hub import objects, pki, tokens
+from hub import pki, storekeys, tokens
 from hub.context import HubContext
-from hub.model import Device
+from hub.devices import Device
 
 log = get_logger(__name__)
 
@@ -108,8 +108,8 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         )
         try:
             await ctx.store.put(
-                objects.device_key(name),
-                objects.dumps(device.to_json()),
+                storekeys.device_key(name),
+                storekeys.dumps(device.to_json()),
                 expect_mod_revision=0,
             )
         except CompareFailed:

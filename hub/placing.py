@@ -15,7 +15,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from edgefleet.api import ModelDeployment, TaintEffect, Toleration, TolerationOperator
-from hub.model import Device, DevicePhase, Taint, TrustState
+from hub.devices import Device, DevicePhase, Taint, TrustState
 
 TAINT_UNSCHEDULABLE = "node.edgefleet.io/unschedulable"
 TAINT_NOT_READY = "node.edgefleet.io/not-ready"

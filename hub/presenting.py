@@ -6,7 +6,7 @@
   generation and deployments).
 * Stored objects: the canonical manifest as applied; a ModelDeployment gets a computed
   ``status`` (:func:`hub.statusing.deployment_status`).
-* Models: :meth:`hub.objects.ModelRecord.to_json`.
+* Models: :meth:`hub.storekeys.ModelRecord.to_json`.
 """
 
 from __future__ import annotations
@@ -15,19 +15,19 @@ from collections.abc import Iterable, Mapping
 from typing import Any
 
 from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
-from hub import objects
-from hub.model import Device
+from hub import storekeys
+from hub.devices import Device
 from hub.placing import SecurityPolicy, taints_for
 from hub.statusing import deployment_status
 
 
 def device_object(
-    device: Device, policy: SecurityPolicy, desired: objects.DesiredRecord | None
+    device: Device, policy: SecurityPolicy, desired: storekeys.DesiredRecord | None
 ) -> dict[str, Any]:
     record = device.to_json()
     return {
         "apiVersion": API_VERSION,
-        "kind": objects.KIND_DEVICE,
+        "kind": storekeys.KIND_DEVICE,
         "metadata": {"name": device.name, "labels": dict(sorted(device.all_labels().items()))},
         "spec": {"labels": record["labels"], "cordoned": device.cordoned},
         "status": {

@@ -43,7 +43,7 @@ from edgefleet.trust.verifying import (
     verify_initial_root,
 )
 from edgefleet.v1 import admin_pb2
-from hub import objects
+from hub import storekeys
 from hub.context import HubContext
 
 log = get_logger(__name__)
@@ -192,11 +192,11 @@ async def _record(
     stored: bool,
 ) -> admin_pb2.PushArtifactResponse:
     what = f"{meta.name} {meta.version}"
-    key = objects.model_key(meta.name, meta.version)
-    record = objects.ModelRecord(meta.name, meta.version, sha256, info.length, envelope, now)
+    key = storekeys.model_key(meta.name, meta.version)
+    record = storekeys.ModelRecord(meta.name, meta.version, sha256, info.length, envelope, now)
     current = await ctx.store.get(key)
     if current is not None:
-        old = objects.ModelRecord.from_json(objects.loads(current.value))
+        old = storekeys.ModelRecord.from_json(storekeys.loads(current.value))
         if old.sha256 != sha256:
             raise _exists(what, old.sha256, sha256)
         if old.envelope == envelope or meta.metadata_version <= _metadata_version(old.envelope):
@@ -209,7 +209,7 @@ async def _record(
     try:
         await ctx.store.put(
             key,
-            objects.dumps(record.to_json()),
+            storekeys.dumps(record.to_json()),
             expect_mod_revision=current.mod_revision if current is not None else 0,
         )
     except CompareFailed:
@@ -219,7 +219,7 @@ async def _record(
             f"{what} was pushed by someone else at the same time; push again",
         ) from None
     ctx.cache.models[(meta.name, meta.version)] = record
-    ctx.writer.event(objects.KIND_MODEL, f"{meta.name}-{meta.version}", "Normal", reason, message)
+    ctx.writer.event(storekeys.KIND_MODEL, f"{meta.name}-{meta.version}", "Normal", reason, message)
     ctx.projector.mark_all()
     log.info("artifact-pushed", model=meta.name, version=meta.version, sha256=sha256)
     return admin_pb2.PushArtifactResponse(sha256=sha256, length=info.length, stored=stored)

@@ -12,7 +12,10 @@ One grpc.aio server, two ports:
 
 Components (each ``name`` + ``async run(stop)``, supervised with restart backoff like edged's):
 the device writer, the projector, the lifecycle controller, the attestation controller (when
-the trust package provides a verifier) and lease expiry.
+the trust package provides a verifier) and lease expiry. The writer and the projector are
+critical: when their store keeps failing (:mod:`hub.batching`), ``serve`` raises
+:class:`~edgefleet.supervising.CriticalComponentError` and ``hub serve`` exits 1, for systemd
+to restart it.
 """
 
 from __future__ import annotations
@@ -33,15 +36,18 @@ from edgefleet.supervising import Component, supervise, wait_for_stop
 from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2
 from hub import pki
 from hub.admin import AdminServicer
+from hub.caching import Cache
 from hub.config import HubConfig, load_config
 from hub.context import HubContext
-from hub.controllers import Lifecycle
-from hub.core import Cache, DeviceWriter, Projector, Sessions
 from hub.enrolling import EnrollmentServicer
 from hub.initializing import HubPaths
+from hub.lifecycle import Lifecycle
+from hub.projecting import Projector
 from hub.registering import add_servicer
+from hub.sessions import Sessions
 from hub.store import Store, open_store
 from hub.syncing import DeviceServicer
+from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
 
@@ -58,6 +64,10 @@ SERVER_OPTIONS = [
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
 ]
+
+
+CRITICAL = frozenset({"device-writer", "projector"})
+"""The components whose persistent failure stops the hub (see :func:`supervise`)."""
 
 
 def enrollment_address(listen: str) -> str:
@@ -192,17 +202,22 @@ async def serve(
     notifier.ready(f"serving region {ctx.region} on port {running.port}")
     watchdog_stop = asyncio.Event()
     watchdog = asyncio.ensure_future(WatchdogPinger(notifier).run(watchdog_stop))
+    code = 0
     try:
-        await supervise(components, stop, critical={"device-writer"})
+        await supervise(components, stop, critical=CRITICAL)
     finally:
         notifier.stopping()
         await running.server.stop(grace=2.0)
-        await ctx.writer.flush()
+        try:
+            await ctx.writer.flush()  # updates by calls answered while stopping
+        except Exception as exc:
+            log.error("hub-final-flush-failed", error=str(exc))
+            code = 1
         await ctx.store.close()
         watchdog_stop.set()
         await watchdog
         log.info("hub-stopped")
-    return 0
+    return code
 
 
 def config_of(data_dir: Path) -> HubConfig:

@@ -15,7 +15,7 @@ from typing import Any
 
 from edgefleet.api import ModelDeployment
 from edgefleet.api.conditions import Condition, ConditionStatus
-from hub.model import Device, DevicePhase
+from hub.devices import Device, DevicePhase
 
 
 @dataclass(frozen=True, slots=True)

@@ -31,9 +31,9 @@ from edgefleet.v1 import device_pb2, device_pb2_grpc
 from hub import pki
 from hub.auth import Caller, authorize
 from hub.context import HubContext
-from hub.core import Session
-from hub.model import Device, DevicePhase, Health, WorkloadReport
+from hub.devices import Device, DevicePhase, Health, WorkloadReport
 from hub.pki import Role
+from hub.sessions import Session
 
 log = get_logger(__name__)
 

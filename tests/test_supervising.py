@@ -164,6 +164,15 @@ async def test_invalid_component_lists() -> None:
         await supervise([Flaky("a")], stop, critical={"b"})
 
 
+@async_test
+async def test_invalid_restart_backoff() -> None:
+    stop = asyncio.Event()
+    with pytest.raises(ValueError, match="base <= cap"):
+        await supervise([Flaky("a")], stop, restart_base=0)
+    with pytest.raises(ValueError, match="base <= cap"):
+        await supervise([Flaky("a")], stop, restart_base=2, restart_max=1)
+
+
 def test_components_satisfy_the_protocol() -> None:
     components: list[Component] = [Flaky("a"), Stubborn()]
     assert [c.name for c in components] == ["a", "stubborn"]

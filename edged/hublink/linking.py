@@ -2,17 +2,20 @@
 
 * Connects to the hub over mutual TLS (the pinned hub CA, this device's certificate and
   identity key), opens Sync, sends Hello (inventory, labels, health, generation applied).
-* Desired states are applied newest-first by one task: a state that arrives while another is
-  being applied (downloads can take long) replaces any state still waiting. Once applied
-  (verified, persisted) it is acknowledged. A transient failure retries the same state.
+* Desired states are applied newest-first by one task, into the hub source
+  (``sources/hub.py``): a state that arrives while another is being applied (downloads can
+  take long) replaces any state still waiting. Once applied (verified, persisted) it is handed
+  on (``on_accepted``) and acknowledged. A transient failure retries the same state.
 * Status is sent when it changed (checked every ``status_period``), a heartbeat every
   interval the hub asks for; attestation challenges are answered with signed evidence.
 * When the stream breaks, it reconnects with exponential backoff and **full jitter** (a random
-  delay up to the current bound), so a hub restart does not bring every device back at once.
+  delay up to the current bound, :data:`RECONNECT_BACKOFF`), so a hub restart does not bring
+  every device back at once.
   Meanwhile edged keeps serving its last verified state, across its own restarts too.
 * The device certificate is renewed at a random point between 70 % and 90 % of its lifetime.
 
-Only one task writes to the stream (grpc's rule); others queue messages for it.
+Only one task writes to the stream (grpc's rule); others queue messages for it. The
+messages about the device are built by ``mapping.py`` from a plain ``DeviceReport``.
 """
 
 from __future__ import annotations
@@ -21,24 +24,28 @@ import asyncio
 import random
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from contextlib import AbstractContextManager
 from typing import Any
 
 import grpc
-import orjson
-from google.protobuf import struct_pb2
 
 from edged import __version__
 from edged.hublink.files import Link, LinkFiles
+from edged.hublink.mapping import hello_message, status_message
+from edged.hublink.reporting import DeviceReport
+from edged.sources.hub import HubSource
+from edgefleet.backoff import Backoff, Jitter
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic
 from edgefleet.supervising import wait_for_stop
-from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
+from edgefleet.v1 import device_pb2, device_pb2_grpc
 
 log = get_logger(__name__)
 
 BACKOFF_BASE_S = 1.0
 BACKOFF_MAX_S = 60.0
+# Reconnects, certificate renewals and desired states to retry: uniform in [0, min(60, 2**n)] s.
+RECONNECT_BACKOFF = Backoff(BACKOFF_BASE_S, BACKOFF_MAX_S, Jitter.FULL)
 STABLE_AFTER_S = 30.0  # a session that lasted this long resets the backoff
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 60_000),
@@ -47,28 +54,6 @@ CHANNEL_OPTIONS = [
     # Our own backoff decides when to reconnect; grpc's must not add a lockstep of its own.
     ("grpc.initial_reconnect_backoff_ms", 1000),
 ]
-
-
-@dataclass(frozen=True, slots=True)
-class Applied:
-    """What applying a desired state gave: the generation now accepted, and whether to retry."""
-
-    generation: int
-    retry: bool = False
-
-
-ApplyState = Callable[[device_pb2.DesiredState, "Fetcher"], Awaitable[Applied]]
-
-
-@dataclass(frozen=True, slots=True)
-class DeviceReport:
-    """What the device says about itself (Hello and Status)."""
-
-    inventory: dict[str, Any]
-    labels: dict[str, str]
-    schedulable: bool
-    reasons: tuple[str, ...]
-    workloads: tuple[device_pb2.WorkloadStatus, ...]
 
 
 class Fetcher:
@@ -94,11 +79,6 @@ class Fetcher:
             raise TemporaryError(f"artifact download broke: {exc.code().name}") from None
 
 
-def full_jitter(attempt: int, rng: random.Random) -> float:
-    """AWS's "full jitter": uniform in [0, min(max, base * 2**attempt)]."""
-    return rng.uniform(0.0, min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2.0 ** min(attempt, 16)))
-
-
 class HubLink:
     name = "hub-link"
 
@@ -106,18 +86,23 @@ class HubLink:
         self,
         files: LinkFiles,
         *,
-        apply_state: ApplyState,
+        source: HubSource,
+        on_accepted: Callable[[], None],
+        syncing: Callable[[], AbstractContextManager[None]],
         report: Callable[[], DeviceReport],
-        generation: Callable[[], int],
         answer_challenge: Callable[[bytes], Awaitable[bytes]] | None = None,
         status_period: float = 1.0,
         rng: random.Random | None = None,
     ) -> None:
+        """``source``: where desired states from the hub go; ``on_accepted``: called once one
+        is accepted; ``syncing``: held while one is applied (no artifact garbage collection
+        meanwhile); ``report``: what to say about the device (for Hello and each Status)."""
         self.files = files
         self.link: Link = files.load()
-        self._apply_state = apply_state
+        self._source = source
+        self._on_accepted = on_accepted
+        self._syncing = syncing
         self._report = report
-        self._generation = generation
         self._answer = answer_challenge
         self._status_period = status_period
         self._rng = rng or random.Random()
@@ -129,20 +114,37 @@ class HubLink:
         self._pending: list[device_pb2.DesiredState] | None = None
         self._wake: asyncio.Event | None = None
 
-    def reapply(self) -> None:
-        """Apply the last desired state again (an artifact of it went missing locally)."""
+    def refetch(self) -> None:
+        """An artifact of the hub's desired state went missing locally: apply it again."""
+        self._source.refetch_requested = True
         if self._last_state is not None and self._pending is not None and self._wake:
             if not self._pending:
                 self._pending.append(self._last_state)
             self._wake.set()
 
     def status(self) -> dict[str, Any]:
+        """The ``hub`` section of ``/v1/status``: the link and the hub source."""
         return {
             "hub": self.link.hub,
             "deviceName": self.link.device_name,
             "connected": self.connected,
             "lastError": self.last_error or None,
+            **self._source.status(),
         }
+
+    async def _apply(self, state: device_pb2.DesiredState, fetch: Fetcher) -> bool:
+        """Apply one desired state into the hub source; whether to retry it later."""
+        with self._syncing():
+            result = await self._source.apply(
+                state.generation,
+                list(state.manifests),
+                list(state.artifact_metadata),
+                list(state.rollback_allowances),
+                fetch,
+            )
+        if not result.stale and not result.retry:
+            self._on_accepted()
+        return result.retry
 
     # -- the component -------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
@@ -164,7 +166,7 @@ class HubLink:
                 if stop.is_set():
                     break
                 attempt = 0 if time.monotonic() - started > STABLE_AFTER_S else attempt + 1
-                delay = full_jitter(attempt, self._rng)
+                delay = RECONNECT_BACKOFF.delay(attempt, self._rng)
                 await wait_for_stop(stop, delay)
         finally:
             renewer.cancel()
@@ -183,21 +185,13 @@ class HubLink:
             stub = device_pb2_grpc.DeviceServiceStub(channel)  # type: ignore[no-untyped-call]
             call = stub.Sync()
             outbox: asyncio.Queue[device_pb2.DeviceMessage] = asyncio.Queue()
-            report = self._report()
-            await call.write(
-                device_pb2.DeviceMessage(
-                    hello=device_pb2.Hello(
-                        device_name=self.link.device_name,
-                        inventory=_struct(report.inventory),
-                        labels=report.labels,
-                        health=common_pb2.Health(
-                            schedulable=report.schedulable, reasons=list(report.reasons)
-                        ),
-                        applied_generation=self._generation(),
-                        edged_version=__version__,
-                    )
-                )
+            hello = hello_message(
+                self._report(),
+                device_name=self.link.device_name,
+                generation=self._source.generation,
+                edged_version=__version__,
             )
+            await call.write(device_pb2.DeviceMessage(hello=hello))
             self.connected = True
             self.last_error = ""
             log.info("hub link up", hub=self.link.hub, device=self.link.device_name)
@@ -277,35 +271,26 @@ class HubLink:
             if not pending:
                 continue
             state = pending.pop()
-            applied = await self._apply_state(state, fetch)
-            if applied.retry:
+            if await self._apply(state, fetch):
                 attempt += 1
                 if not pending:  # nothing newer: try this one again after a backoff
                     pending.append(state)
                     asyncio.get_running_loop().call_later(
-                        full_jitter(attempt, self._rng) + 0.1, wake.set
+                        RECONNECT_BACKOFF.delay(attempt, self._rng) + 0.1, wake.set
                     )
                 else:
                     wake.set()
                 continue
             attempt = 0
-            outbox.put_nowait(
-                device_pb2.DeviceMessage(ack=device_pb2.Ack(generation=applied.generation))
-            )
+            ack = device_pb2.Ack(generation=self._source.generation)
+            outbox.put_nowait(device_pb2.DeviceMessage(ack=ack))
             if pending:
                 wake.set()
 
     async def _reporter(self, outbox: asyncio.Queue[device_pb2.DeviceMessage]) -> None:
         last = b""
         while True:
-            report = self._report()
-            msg = device_pb2.Status(
-                workloads=list(report.workloads),
-                health=common_pb2.Health(
-                    schedulable=report.schedulable, reasons=list(report.reasons)
-                ),
-                observed_generation=self._generation(),
-            )
+            msg = status_message(self._report(), generation=self._source.generation)
             data = msg.SerializeToString(deterministic=True)
             if data != last:
                 last = data
@@ -331,7 +316,7 @@ class HubLink:
             except (grpc.aio.AioRpcError, OSError, ValueError) as exc:
                 attempt += 1
                 log.warning("certificate renewal failed", error=str(exc))
-                due = time.time() + full_jitter(attempt, self._rng) + 1.0
+                due = time.time() + RECONNECT_BACKOFF.delay(attempt, self._rng) + 1.0
 
     async def renew(self) -> None:
         from edged.trust.identity import load_or_create_identity
@@ -351,10 +336,3 @@ class HubLink:
         write_atomic(self.files.certificate, bytes(resp.certificate_chain_pem), mode=0o644)
         self.renewed_at = time.time()
         log.info("certificate renewed", device=self.link.device_name)
-
-
-def _struct(doc: dict[str, Any]) -> struct_pb2.Struct:
-    s = struct_pb2.Struct()
-    # Struct holds JSON values only: round-trip through JSON drops anything else safely.
-    s.update(orjson.loads(orjson.dumps(doc, default=str)))
-    return s

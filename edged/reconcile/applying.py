@@ -9,17 +9,16 @@ from pathlib import Path
 
 from edged.reconcile.model import (
     Action,
-    DesiredWorkload,
     ForgetReplica,
     KillReplica,
     RefetchArtifact,
     StartReplica,
     StopReplica,
-    WorkloadName,
 )
 from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import choose_limits
 from edged.runtime.processes import WorkerPool
+from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.errors import TemporaryError
 
 

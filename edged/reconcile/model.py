@@ -1,61 +1,15 @@
-"""The data the reconciler plans with: desired and observed state of one workload, and actions.
-
-Pure data (frozen dataclasses, enums); no I/O. A *workload* is one ModelDeployment on this
-device, keyed by its ``metadata.name``. A *revision* is a hash of everything that requires new
-worker processes when it changes (artifact digest, runtime and resource settings): a change of
-revision is a zero-downtime switch (new replicas become ready before old ones stop).
+"""The data the reconciler plans with: what is observed of a workload's replicas, the actions a
+plan holds, and the status it reports. Pure data (frozen dataclasses, enums); no I/O. The desired
+side, a workload and its revision, is :mod:`edged.workloads`.
 """
 
 from __future__ import annotations
 
-import hashlib
 from dataclasses import dataclass, field
 from enum import StrEnum
-from typing import NewType
 
-import orjson
-
-from edgefleet.api import ModelDeployment
+from edged.workloads import ReplicaId, WorkloadName
 from edgefleet.api.conditions import Condition
-
-WorkloadName = NewType("WorkloadName", str)
-ReplicaId = NewType("ReplicaId", str)
-
-
-@dataclass(frozen=True, slots=True)
-class DesiredWorkload:
-    """A deployment accepted into desired state, with its artifact resolved to a digest."""
-
-    deployment: ModelDeployment
-    sha256: str  # digest of the model artifact in the content-addressed store
-    source: str = ""  # where it came from (manifest file, hub); for status only
-
-    @property
-    def name(self) -> WorkloadName:
-        return WorkloadName(self.deployment.metadata.name)
-
-    @property
-    def revision(self) -> str:
-        spec = self.deployment.spec
-        doc = self.deployment.to_dict()["spec"]
-        material = {
-            "sha256": self.sha256,
-            "model": {"name": spec.model.name, "version": spec.model.version},
-            "runtime": doc.get("runtime"),
-            "resources": doc.get("resources"),
-        }
-        return hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()[:10]
-
-    def revision_with(self, providers: tuple[str, ...] | None) -> str:
-        """The revision when running with ``providers`` (chosen by discovery).
-
-        Equal to :attr:`revision` when ``providers`` is ``None`` or the spec's own list, so a
-        fallback (and the way back) is a new revision: a zero-downtime switch.
-        """
-        if providers is None or providers == self.deployment.spec.runtime.execution_providers:
-            return self.revision
-        material = {"base": self.revision, "providers": list(providers)}
-        return hashlib.sha256(orjson.dumps(material)).hexdigest()[:10]
 
 
 class Phase(StrEnum):

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 from edged.reconcile.model import (
     Action,
-    DesiredWorkload,
     ForgetReplica,
     KillReplica,
     ObservedWorkload,
@@ -32,17 +31,19 @@ from edged.reconcile.model import (
     Plan,
     ProviderChoice,
     RefetchArtifact,
-    ReplicaId,
     ReplicaObservation,
     StartReplica,
     StopReplica,
-    WorkloadName,
     WorkloadStatus,
 )
+from edged.workloads import DesiredWorkload, ReplicaId, WorkloadName
 from edgefleet.api.conditions import Condition, ConditionStatus
+from edgefleet.backoff import Backoff
 
 RESTART_BASE_S = 1.0
 RESTART_MAX_S = 300.0
+# No jitter: the plan is deterministic, and replicas of one device need no spreading out.
+RESTART_BACKOFF = Backoff(RESTART_BASE_S, RESTART_MAX_S)
 TRUE, FALSE = ConditionStatus.TRUE, ConditionStatus.FALSE
 
 
@@ -50,8 +51,7 @@ def restart_delay(crash_streak: int) -> float:
     """Crash-loop backoff before restarting a slot that failed ``crash_streak`` times in a row."""
     if crash_streak <= 0:
         return 0.0
-    # The exponent is capped: 2.0 ** 1024 overflows, and a slot may crash for days.
-    return float(min(RESTART_BASE_S * 2.0 ** min(crash_streak - 1, 32), RESTART_MAX_S))
+    return RESTART_BACKOFF.delay(crash_streak - 1)
 
 
 def replica_id(workload: str, revision: str, slot: int) -> ReplicaId:

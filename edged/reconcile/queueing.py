@@ -12,13 +12,14 @@ runner's workers ``get`` keys, reconcile them and call ``done``. The queue guara
 * ``add_rate_limited`` delays a key by its own exponential backoff with jitter; ``forget`` resets
   it once the key reconciled successfully.
 
-Backoff: ``delay = min(base * 2**failures, max) * uniform(1 - jitter, 1]``. The defaults
-(base 50 ms, max 300 s, jitter 0.5) are chosen for devices, not for an API server: Kubernetes
-starts at 5 ms, which on a device only burns CPU retrying a fault that needs at least tens of
-milliseconds to clear (a USB camera re-enumerating, a worker restarting), and caps at 1000 s,
-which is too long for a device to sit without its model after, say, a network outage. "Equal
-jitter" (multiply by a factor in (1 - jitter, 1]) spreads out a fleet of devices retrying the
-same hub at once, never exceeds the cap, and with jitter 0.5 never drops below half the delay.
+Backoff (:class:`edgefleet.backoff.Backoff` with equal jitter): ``delay = min(base *
+2**failures, max) * uniform(1 - jitter, 1]``. The defaults (base 50 ms, max 300 s, jitter
+0.5) are chosen for devices, not for an API server: Kubernetes starts at 5 ms, which on a
+device only burns CPU retrying a fault that needs at least tens of milliseconds to clear (a USB
+camera re-enumerating, a worker restarting), and caps at 1000 s, which is too long for a device
+to sit without its model after, say, a network outage. "Equal jitter" (multiply by a factor in
+(1 - jitter, 1]) spreads out a fleet of devices retrying the same hub at once, never exceeds
+the cap, and with jitter 0.5 never drops below half the delay.
 
 After ``shutdown()`` every ``get()`` raises :class:`QueueShutDown`, waiting keys are dropped
 and new adds are ignored: state is level-based, so a restarted daemon's resync re-adds them.
@@ -37,14 +38,13 @@ from collections import deque
 from collections.abc import Callable, Hashable
 from typing import Generic, TypeVar
 
+from edgefleet.backoff import Backoff, Jitter
+
 K = TypeVar("K", bound=Hashable)
 
 DEFAULT_BASE_DELAY = 0.05
 DEFAULT_MAX_DELAY = 300.0
 DEFAULT_JITTER = 0.5
-
-# 2**exponent beyond this is far past any sane cap; also keeps the float from overflowing.
-_MAX_EXPONENT = 62
 
 
 class QueueShutDown(Exception):
@@ -81,9 +81,7 @@ class WorkQueue(Generic[K]):
         if not 0 <= jitter <= 1:
             raise ValueError(f"jitter must be between 0 and 1, got {jitter}")
         self.name = name
-        self._base_delay = base_delay
-        self._max_delay = max_delay
-        self._jitter = jitter
+        self._backoff = Backoff(base_delay, max_delay, Jitter.EQUAL, fraction=jitter)
         self._rng = rng if rng is not None else random.Random()
         self._clock = clock
 
@@ -162,8 +160,7 @@ class WorkQueue(Generic[K]):
         """Queue ``key`` after its own exponential backoff; return the delay used."""
         failures = self._failures.get(key, 0)
         self._failures[key] = failures + 1
-        delay = min(self._base_delay * 2.0 ** min(failures, _MAX_EXPONENT), self._max_delay)
-        delay *= 1.0 - self._jitter * self._rng.random()
+        delay = self._backoff.delay(failures, self._rng)
         self.add_after(key, delay)
         return delay
 

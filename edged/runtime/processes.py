@@ -4,11 +4,8 @@
 processes they run, so restarts and crash streaks are counted per slot. Every state change
 (ready, unready, exit) only calls ``notify(workload)``: the reconciler decides what to do.
 
-Probes, per replica, on one timer (no task): a PING every ``readiness.periodSeconds``; no PONG
-within ``readiness.timeoutSeconds`` for ``failureThreshold`` pings in a row takes the replica
-out of serving (readiness). Liveness fails when no PONG came for ``liveness.periodSeconds *
-failureThreshold`` seconds, or when one batch has been running longer than
-``liveness.timeoutSeconds * failureThreshold``: the planner then kills and restarts it.
+Probes run per replica on one timer (no task); what a tick or an answer means is decided by
+``probing.py``, what an exit means by ``exiting.py`` (both pure). This module performs it.
 """
 
 from __future__ import annotations
@@ -25,12 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from edged.reconcile.model import (
-    Phase,
-    ReplicaId,
-    ReplicaObservation,
-    WorkloadName,
-)
+from edged.reconcile.model import Phase, ReplicaObservation
+from edged.runtime.exiting import classify_exit, classify_launch_failure
 from edged.runtime.framing import (
     HEADER,
     NO_HEADER_LENGTH,
@@ -42,6 +35,8 @@ from edged.runtime.framing import (
 )
 from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import prepare_cgroup, remove_cgroup
+from edged.runtime.probing import ProbeState, check_probes, record_pong
+from edged.workloads import ReplicaId, WorkloadName
 from edgefleet.api import Probes
 from edgefleet.api.conditions import Condition, ConditionStatus
 from edgefleet.logs import get_logger
@@ -51,7 +46,6 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
-STABLE_AFTER_S = 60.0  # a replica ready this long before exiting starts a new crash streak
 DRAIN_TIMEOUT_S = 30.0
 TERM_TIMEOUT_S = 5.0
 
@@ -172,9 +166,7 @@ class Replica:
         self._failed: tuple[str, str] | None = None
         self._killed: tuple[str, str] | None = None
         self._probe_timer: asyncio.TimerHandle | None = None
-        self._ping_sent_at: float | None = None
-        self._last_pong = time.monotonic()
-        self._probe_failures = 0
+        self._probe_state = ProbeState(last_pong=time.monotonic())
         self.stopping_task: asyncio.Task[None] | None = None
 
     # -- observation --------------------------------------------------------------------------
@@ -232,15 +224,13 @@ class Replica:
         self.pool.record_result(self, status, seconds)
 
     def on_pong(self, doc: dict[str, Any]) -> None:
-        now = time.monotonic()
-        self._ping_sent_at = None
-        self._probe_failures = 0
         busy = float(doc.get("busy_s", 0.0))
-        stuck_after = self.probes.liveness.timeout_s * self.probes.liveness.failure_threshold
-        if busy > stuck_after:
-            self._set_live(False, f"one batch has been running for {busy:.1f}s")
+        self._probe_state, not_live = record_pong(
+            self._probe_state, busy, self.probes, now=time.monotonic()
+        )
+        if not_live:
+            self._set_live(False, not_live)
             return
-        self._last_pong = now
         if self.phase is Phase.UNREADY:
             self._set_phase(Phase.READY)
 
@@ -264,19 +254,17 @@ class Replica:
         self._probe_timer = None
         if self.phase not in (Phase.READY, Phase.UNREADY) or self.channel is None:
             return
-        now = time.monotonic()
-        rp, lp = self.probes.readiness, self.probes.liveness
-        if self._ping_sent_at is not None and now - self._ping_sent_at >= rp.timeout_s:
-            self._probe_failures += 1
-            self._ping_sent_at = None
-            if self._probe_failures >= rp.failure_threshold and self.phase is Phase.READY:
-                log.warning("replica not ready", replica=self.id, failures=self._probe_failures)
-                self._set_phase(Phase.UNREADY)
-        if now - self._last_pong > lp.period_s * lp.failure_threshold + lp.timeout_s:
-            self._set_live(False, f"no answer to probes for {now - self._last_pong:.1f}s")
+        check = check_probes(
+            self._probe_state, self.probes, ready=self.phase is Phase.READY, now=time.monotonic()
+        )
+        self._probe_state = check.state
+        if check.unready:
+            log.warning("replica not ready", replica=self.id, failures=check.state.failures)
+            self._set_phase(Phase.UNREADY)
+        if check.not_live:
+            self._set_live(False, check.not_live)
             return
-        if self._ping_sent_at is None:
-            self._ping_sent_at = now
+        if check.ping:
             self.channel.send(FrameType.PING)
         self._schedule_probe()
 
@@ -307,9 +295,7 @@ class Replica:
         self.exited_at = None
         self.live = True
         self._failed = self._killed = None
-        self._ping_sent_at = None
-        self._probe_failures = 0
-        self._last_pong = time.monotonic()
+        self._probe_state = ProbeState(last_pong=time.monotonic())
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             prepare_cgroup(self.spec.limits)
@@ -345,30 +331,24 @@ class Replica:
         if self.channel is not None and self.channel.transport is not None:
             self.channel.transport.close()
         was_ready = self.phase in (Phase.READY, Phase.UNREADY)
-        stable = self.ready_since is not None and now - self.ready_since >= STABLE_AFTER_S
+        verdict = classify_exit(
+            code,
+            stopping=self.phase is Phase.STOPPING,
+            killed=self._killed,
+            failed=self._failed,
+            ready_since=self.ready_since,
+            crash_streak=self.crash_streak,
+            now=now,
+        )
         remove_cgroup(self.spec.limits)
         self.pid = None
         self.exited_at = now
-        if self.phase is Phase.STOPPING:
+        if verdict.stopped:
             log.info("replica stopped", replica=self.id, code=code)
             self.pool.remove(self)
             return
-        if self._killed is not None:
-            self.exit_reason, self.exit_message = self._killed
-        elif self._failed is not None:
-            self.exit_reason, self.exit_message = self._failed
-        elif code < 0:
-            sig = signal.Signals(-code).name if -code in signal.Signals._value2member_map_ else code
-            if code == -signal.SIGKILL:
-                self.exit_reason = "Killed"
-                self.exit_message = "worker killed by SIGKILL (out of memory, or from outside)"
-            else:
-                self.exit_reason = "Signaled"
-                self.exit_message = f"worker killed by {sig}"
-        else:
-            self.exit_reason = "Error" if code else "Completed"
-            self.exit_message = f"worker exited with code {code}"
-        self.crash_streak = 1 if stable else self.crash_streak + 1
+        self.exit_reason, self.exit_message = verdict.reason, verdict.message
+        self.crash_streak = verdict.crash_streak
         self.phase = Phase.EXITED
         if was_ready:
             self.pool.serving_changed(self, ready=False)
@@ -474,10 +454,11 @@ class WorkerPool:
         try:
             await rep.launch(self._python)
         except OSError as exc:
+            verdict = classify_launch_failure(str(exc), crash_streak=rep.crash_streak)
             rep.phase = Phase.EXITED
             rep.exited_at = time.monotonic()
-            rep.exit_reason, rep.exit_message = "LaunchFailed", str(exc)
-            rep.crash_streak += 1
+            rep.exit_reason, rep.exit_message = verdict.reason, verdict.message
+            rep.crash_streak = verdict.crash_streak
             raise
 
     def stop(self, replica_id: ReplicaId) -> None:

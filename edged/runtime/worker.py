@@ -9,13 +9,11 @@ socket pair to edged (see ``framing.py``). It:
 3. picks execution providers: the requested ones that this onnxruntime build offers, falling
    back to CPU with a condition that edged shows in status;
 4. runs a warm-up inference (the startup probe passes only after it) and sends READY;
-5. serves INFER frames with adaptive dynamic batching: requests that arrive while a batch runs
-   are merged (up to ``max_batch_size`` rows) into the next one. When fewer requests are queued
-   than were recently in flight at once (the clients of the last batch are about to come back),
-   the worker waits for them, at most ``max_queue_delay`` and at most half a batch's run time;
-   with a single client it never waits. Fast models run inline on the event loop (no thread
-   hop); slower ones run in one executor thread so decoding and encoding overlap with ONNX
-   Runtime.
+5. serves INFER frames with adaptive dynamic batching (the policy: ``batching.py``): requests
+   that arrive while a batch runs are merged (up to ``max_batch_size`` rows) into the next
+   one, and the queue is held briefly when the clients of the last batch are about to come
+   back. Fast models run inline on the event loop (no thread hop); slower ones run in one
+   executor thread so decoding and encoding overlap with ONNX Runtime.
 """
 
 from __future__ import annotations
@@ -34,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from edged.runtime.batching import QueueShape, choose_batch, hold_queue
 from edged.runtime.framing import (
     NO_HEADER_LENGTH,
     RESULT_PREFIX,
@@ -197,6 +196,7 @@ class WorkerProtocol(asyncio.Protocol):
         self._reader = FrameReader(self._on_frame)
         self._transport: asyncio.Transport | None = None
         self._queue: collections.deque[_Pending] = collections.deque()
+        self._queued_rows = 0
         self._running_since: float | None = None
         self._inline = model.run_s < INLINE_BELOW_S
         self._executor = None if self._inline else ThreadPoolExecutor(1, "ort")
@@ -260,6 +260,7 @@ class WorkerProtocol(asyncio.Protocol):
                 )
                 return
             self._queue.append(_Pending(req_id, decoded, time.monotonic()))
+            self._queued_rows += decoded.rows
         elif ftype == FrameType.PING:
             busy = 0.0 if self._running_since is None else time.monotonic() - self._running_since
             pong = orjson.dumps({"inflight": self._inflight, "busy_s": busy})
@@ -296,43 +297,42 @@ class WorkerProtocol(asyncio.Protocol):
         self._start_batch()
 
     def _batch_wait(self) -> float:
-        """How much longer to hold the queue for more requests (0: run now)."""
-        delay = min(self._spec.max_queue_delay_s, self._last_run_s / 2)
-        if delay <= 0:
-            return 0.0
-        queued = len(self._queue)
-        expected = min(max(self._peaks), self._model.max_batch)
-        if queued >= expected or self._queued_rows() >= self._model.max_batch:
-            return 0.0
-        # Count from when the worker could first have run the oldest request: requests queued
-        # behind a running batch get the same chance to be joined as ones that found it idle.
-        start = max(self._queue[0].enqueued, self._idle_since)
-        return start + delay - time.monotonic()
+        """How much longer to hold the queue for more requests (0 or less: run now)."""
+        shape = QueueShape(
+            queued=len(self._queue),
+            queued_rows=self._queued_rows,
+            oldest_enqueued=self._queue[0].enqueued,
+            idle_since=self._idle_since,
+            recent_peak=max(self._peaks),
+            last_run_s=self._last_run_s,
+        )
+        return hold_queue(
+            shape,
+            max_rows=self._model.max_batch,
+            max_queue_delay=self._spec.max_queue_delay_s,
+            now=time.monotonic(),
+        )
 
     def _on_delay(self) -> None:
         self._delay_handle = None
         if self._running_since is None and self._queue:
             self._start_batch()
 
-    def _queued_rows(self) -> int:
-        return sum(p.decoded.rows for p in self._queue)
-
     def _take_batch(self) -> list[_Pending]:
-        first = self._queue.popleft()
-        batch = [first]
-        rows = first.decoded.rows
-        if not self._model.batchable:
-            return batch
-        key = first.decoded.batch_key
-        skipped: list[_Pending] = []
-        while self._queue and rows < self._model.max_batch:
-            p = self._queue.popleft()
-            if p.decoded.batch_key == key and rows + p.decoded.rows <= self._model.max_batch:
-                batch.append(p)
-                rows += p.decoded.rows
-            else:
-                skipped.append(p)
-        self._queue.extendleft(reversed(skipped))
+        queue = self._queue
+        chosen = choose_batch(
+            ((p.decoded.batch_key, p.decoded.rows) for p in queue),
+            max_rows=self._model.max_batch,
+            batchable=self._model.batchable,
+        )
+        head = [queue.popleft() for _ in range(chosen[-1] + 1)]
+        if len(chosen) == len(head):
+            batch = head
+        else:
+            picked = set(chosen)
+            batch = [head[i] for i in chosen]
+            queue.extendleft(reversed([p for i, p in enumerate(head) if i not in picked]))
+        self._queued_rows -= sum(p.decoded.rows for p in batch)
         return batch
 
     def _start_batch(self) -> None:

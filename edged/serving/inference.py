@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edged import __version__
+from edgefleet.metrics import CounterChild, HistogramChild, Registry
 
 if TYPE_CHECKING:
     from edged.runtime.processes import Replica
@@ -31,6 +32,54 @@ class ModelEntry:
     workload: str
     version: str
     replicas: list[Replica] = field(default_factory=list)
+
+
+LATENCY_BUCKETS = (
+    0.0001,
+    0.00025,
+    0.0005,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+)
+
+
+class InferenceMetrics:
+    """Requests answered by workers, by model and code, and their latency, by model."""
+
+    def __init__(self, registry: Registry) -> None:
+        self._requests = registry.counter(
+            "edged_inference_requests_total",
+            "Inference requests answered by workers",
+            ("model", "code"),
+        )
+        self._latency = registry.histogram(
+            "edged_inference_request_duration_seconds",
+            "Time from forwarding a request to a worker to its answer",
+            ("model",),
+            buckets=LATENCY_BUCKETS,
+        )
+        self._req_children: dict[tuple[str, int], CounterChild] = {}
+        self._lat_children: dict[str, HistogramChild] = {}
+
+    def answered(self, model: str, status: int, seconds: float) -> None:
+        key = (model, status)
+        c = self._req_children.get(key)
+        if c is None:
+            c = self._req_children[key] = self._requests.labels(model=model, code=str(status))
+        c.inc()
+        h = self._lat_children.get(model)
+        if h is None:
+            h = self._lat_children[model] = self._latency.labels(model=model)
+        h.observe(seconds)
 
 
 class InferenceRouter:

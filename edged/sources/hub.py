@@ -30,9 +30,10 @@ from typing import Any
 
 import orjson
 
-from edged.reconcile.model import DesiredWorkload, WorkloadName
 from edged.sources.static import SourceProblem
+from edged.state.merging import HUB_SOURCE
 from edged.trust.admitting import ArtifactGate
+from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import DeviceHealthPolicy, ModelDeployment, parse_manifest
 from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import ArtifactError, StateError, TemporaryError, ValidationError
@@ -41,7 +42,6 @@ from edgefleet.persisting import read_json, write_json_atomic
 
 log = get_logger(__name__)
 
-HUB_SOURCE = "hub"
 SYNC_EVERY_BYTES = 8 << 20  # fsync a download this often: a power cut loses at most this
 
 Fetch = Callable[[str, int], AsyncIterator[tuple[int, bytes]]]

@@ -20,8 +20,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from edged.reconcile.model import DesiredWorkload, WorkloadName
 from edged.trust.admitting import METADATA_SUFFIX, ArtifactGate, ArtifactRequest
+from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import DeviceHealthPolicy, ModelDeployment, load_manifest_file
 from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import ArtifactError, ValidationError

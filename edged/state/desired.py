@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edged.reconcile.model import DesiredWorkload, WorkloadName
+from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import ModelDeployment, parse_manifest
 from edgefleet.errors import EdgefleetError, StateError
 from edgefleet.persisting import read_json, write_json_atomic

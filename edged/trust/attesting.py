@@ -3,11 +3,15 @@ evidence (the format and the hub's verifier: :mod:`edgefleet.trust.evidence`).""
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import hashlib
-from collections.abc import Iterable
+import time
+from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any
+
+import orjson
 
 from edgefleet.trust.envelopes import EVIDENCE_TYPE, canonical_json, pae
 from edgefleet.trust.evidence import FORMAT, measurement_digest
@@ -92,3 +96,44 @@ class Attester:
                 "s": q.s.hex(),
             }
         return evidence
+
+
+class ChallengeAnswerer:
+    """Answers a hub's attestation challenge (``await answerer(nonce)``: evidence as JSON).
+
+    The identity is loaded and the code measured at the first challenge, in a thread, as is
+    every answer (signing may go through the TPM). ``model_digests`` gives the artifacts of the
+    desired state at the time of the challenge.
+    """
+
+    def __init__(
+        self,
+        data_dir: Path,
+        *,
+        config_path: Path | None,
+        trust_root_path: Path,
+        model_digests: Callable[[], Iterable[str]],
+    ) -> None:
+        self._data_dir = data_dir
+        self._config_path = config_path
+        self._trust_root_path = trust_root_path
+        self._model_digests = model_digests
+        self._attester: Attester | None = None
+
+    async def __call__(self, nonce: bytes) -> bytes:
+        return await asyncio.to_thread(self._answer, nonce)
+
+    def _answer(self, nonce: bytes) -> bytes:
+        from edged.trust.identity import load_or_create_identity
+
+        if self._attester is None:
+            self._attester = Attester(load_or_create_identity(self._data_dir, tpm="off"))
+        root = self._trust_root_path
+        evidence = self._attester.answer(
+            nonce,
+            now=time.time(),
+            config_path=self._config_path,
+            trust_root_path=root if root.exists() else None,
+            model_digests=sorted(set(self._model_digests())),
+        )
+        return orjson.dumps(evidence)

@@ -140,7 +140,8 @@ class SqliteStore:
             yield db
             db.execute("COMMIT")
         except BaseException as exc:
-            db.execute("ROLLBACK")
+            if db.in_transaction:  # SQLite ends it itself on some errors (disk I/O, full)
+                db.execute("ROLLBACK")
             if isinstance(exc, sqlite3.Error):
                 raise StoreError(f"store {self.path}: {exc}") from exc
             raise

@@ -58,6 +58,12 @@ rootFile = "/nonexistent/trust-root.json"
 class EdgedOnTestbed(Edged):
     """edged started by ``testbed.py`` (system Python, umockdev) which plugs devices for us."""
 
+    testbed: subprocess.Popen[str] | None = None
+
+    @property
+    def proc(self) -> subprocess.Popen[str] | None:  # type: ignore[override]
+        return self.testbed
+
     def start(self, *extra: str) -> EdgedOnTestbed:
         cmd = [
             "umockdev-wrapper",
@@ -77,7 +83,7 @@ class EdgedOnTestbed(Edged):
             *extra,
         ]
         with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(
+            self.testbed = subprocess.Popen(
                 cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, text=True
             )
         assert self.proc.stdout is not None
@@ -85,6 +91,14 @@ class EdgedOnTestbed(Edged):
         assert line.startswith("pid "), line + self.logs()
         self.all_pids |= {self.proc.pid, int(line.split()[1])}
         return self
+
+    def wait_ready(self, timeout: float = 60.0) -> None:
+        wait_for(
+            lambda: self.request("GET", "/readyz", sock=self.status_sock)[0] == 200,
+            timeout,
+            "edged ready",
+        )
+        self.status()
 
     def plug(self, verb: str, file: str) -> None:
         assert self.proc is not None and self.proc.stdin is not None

@@ -10,16 +10,15 @@ from typing import Any
 
 from edged.reconcile.applying import build_launch_spec
 from edged.reconcile.model import (
-    DesiredWorkload,
     ObservedWorkload,
     Phase,
     ProviderChoice,
     ReplicaObservation,
     StartReplica,
     StopReplica,
-    WorkloadName,
 )
 from edged.reconcile.planning import plan, replica_id
+from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
 
 NAME = WorkloadName("det")

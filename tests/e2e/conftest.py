@@ -52,10 +52,9 @@ def edged_factory(tmp_path: Path) -> Iterator[Callable[..., Edged]]:
     yield make
     leaked = []
     for e in started:
-        if e.proc is not None and e.proc.poll() is None:
-            e.proc.kill()
-            e.proc.wait(10)
-            leaked.append(f"edged {e.proc.pid}")
+        if e.launched is not None and e.launched.running():
+            e.launched.kill()
+            leaked.append(f"edged {e.launched.pid}")
     for e in started:
         for pid in e.all_pids:
 

@@ -7,16 +7,12 @@ loopback ports with real certificates; ``edgectl`` runs as a real process agains
 from __future__ import annotations
 
 import os
-import signal
 import socket
 import subprocess
-import sys
 import threading
 from pathlib import Path
 
-from harness import wait_for
-
-from edgefleet.launching import free_port_pair
+from edgefleet.launching import LaunchedHub, LaunchError, free_port_pair, program_command, start_hub
 
 SIGNED_DEVICE_CONFIG = """\
 [trust]
@@ -38,7 +34,7 @@ class HubProcess:
         self.data = data
         self.log = log
         self.port = port or free_port_pair()
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.launched: LaunchedHub | None = None  # the latest ``hub serve``
 
     @property
     def address(self) -> str:
@@ -50,52 +46,36 @@ class HubProcess:
 
     def init(self) -> HubProcess:
         out = subprocess.run(
-            [sys.executable, "-m", "hub", "init", "--data-dir", str(self.data),
-             "--hub-address", self.address],
+            program_command("hub", "init", "--data-dir", self.data, "--hub-address", self.address),
             capture_output=True, text=True, check=True, timeout=60,
         )  # fmt: skip
         assert "bootstrap token" in out.stdout, out.stdout + out.stderr
         return self
 
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.launched.process if self.launched is not None else None
+
     def start(self) -> HubProcess:
-        with open(self.log, "ab") as log:
-            self.proc = subprocess.Popen(
-                [sys.executable, "-m", "hub", "serve", "--data-dir", str(self.data),
-                 "--listen", self.address],
-                stdout=log, stderr=log,
-            )  # fmt: skip
-        wait_for(self._listening, 30, "the hub to listen")
+        self.launched = start_hub(self.data, listen=self.address, log=self.log)
+        try:
+            self.launched.wait_listening(30)
+        except LaunchError as exc:
+            raise AssertionError(str(exc)) from None
         return self
 
-    def _listening(self) -> bool:
-        assert self.proc is not None
-        if self.proc.poll() is not None:
-            raise AssertionError(f"hub exited: {self.log.read_text()[-2000:]}")
-        try:
-            with socket.create_connection(("127.0.0.1", self.port), timeout=1):
-                return True
-        except OSError:
-            return False
-
     def kill9(self) -> None:
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(10)
+        assert self.launched is not None
+        self.launched.kill()
 
     def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(15)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
+        if self.launched is not None:
+            self.launched.stop(15)
 
     def token(self, *extra: str) -> tuple[str, str]:
         """A new bootstrap token and the CA pin."""
         out = subprocess.run(
-            [sys.executable, "-m", "hub", "token", "create", "--data-dir", str(self.data),
-             *extra],
+            program_command("hub", "token", "create", "--data-dir", self.data, *extra),
             capture_output=True, text=True, check=True, timeout=60,
         )  # fmt: skip
         pin = out.stderr.split("CA hash ")[1].strip()
@@ -103,7 +83,7 @@ class HubProcess:
 
     def edgectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         out = subprocess.run(
-            [sys.executable, "-m", "edgectl", "--config", str(self.admin_config), *args],
+            program_command("edgectl", "--config", self.admin_config, *args),
             check=False, capture_output=True, text=True, timeout=120,
         )  # fmt: skip
         if check and out.returncode != 0:
@@ -115,9 +95,9 @@ def enroll(
     hub: HubProcess, data: Path, name: str, labels: dict[str, str], *, via: str | None = None
 ) -> subprocess.CompletedProcess[str]:
     token, pin = hub.token()
-    cmd = [sys.executable, "-m", "edged", "enroll", "--hub", via or hub.address,
-           "--ca-hash", pin, "--data-dir", str(data), "--name", name,
-           "--enroll-address", f"127.0.0.1:{hub.port + 1}"]  # fmt: skip
+    cmd = program_command("edged", "enroll", "--hub", via or hub.address, "--ca-hash", pin,
+                          "--data-dir", data, "--name", name,
+                          "--enroll-address", f"127.0.0.1:{hub.port + 1}")  # fmt: skip
     for k, v in labels.items():
         cmd += ["--label", f"{k}={v}"]
     env = {**os.environ, "EDGED_TOKEN": token}  # as edged-enroll.service passes it

@@ -1,10 +1,11 @@
-"""A real ``edged run`` process and a small client for its sockets, for scenario tests."""
+"""A real ``edged run`` process and a small client for its sockets, for scenario tests.
+
+Started, awaited and stopped by :mod:`edgefleet.launching`, the helper the quickstart and the
+benchmarks use too."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -12,7 +13,9 @@ from typing import Any
 
 import orjson
 
-from edgefleet.devicestatus import UnixHTTPConnection
+from edgefleet.devicestatus import send_request
+from edgefleet.inference import infer_path, infer_request_body
+from edgefleet.launching import LaunchedEdged, LaunchError, start_edged
 
 
 def wait_for(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
@@ -94,22 +97,23 @@ class Edged:
             if config is not None
             else UNSIGNED_CONFIG.format(absent=log.parent / "no-trust-root.json")
         )
-        self.proc: subprocess.Popen[bytes] | None = None
+        self.launched: LaunchedEdged | None = None  # the latest process: start() again after a stop
         self.all_pids: set[int] = set()
 
     def start(self, *extra: str) -> Edged:
-        cmd = [sys.executable, "-m", "edged", "run", "--data-dir", str(self.data)]
-        if self.manifests is not None:
-            cmd += ["--manifests", str(self.manifests)]
+        config = None
         if "--config" not in extra:
             config = self.log_path.with_suffix(".toml")
             config.write_text(self.config_text)
-            cmd += ["--config", str(config)]
-        cmd += list(extra)
-        with open(self.log_path, "ab") as log:
-            self.proc = subprocess.Popen(cmd, stdout=log, stderr=log)
-        self.all_pids.add(self.proc.pid)
+        self.launched = start_edged(
+            self.data, manifests=self.manifests, config=config, log=self.log_path, args=extra
+        )
+        self.all_pids.add(self.launched.pid)
         return self
+
+    @property
+    def proc(self) -> subprocess.Popen[bytes] | None:
+        return self.launched.process if self.launched is not None else None
 
     @property
     def infer_sock(self) -> str:
@@ -129,29 +133,13 @@ class Edged:
         headers: dict[str, str] | None = None,
         timeout: float = 10.0,
     ) -> tuple[int, bytes, dict[str, str]]:
-        conn = UnixHTTPConnection(sock or self.infer_sock, timeout=timeout)
-        try:
-            conn.request(method, path, body=body, headers=headers or {})
-            resp = conn.getresponse()
-            return resp.status, resp.read(), {k.lower(): v for k, v in resp.getheaders()}
-        finally:
-            conn.close()
+        return send_request(
+            sock or self.infer_sock, method, path, body, headers=headers, timeout=timeout
+        )
 
     def infer(self, model: str, x: Any, *, version: str | None = None) -> tuple[int, Any]:
-        body = orjson.dumps(
-            {
-                "inputs": [
-                    {
-                        "name": "input",
-                        "datatype": "FP32",
-                        "shape": list(x.shape),
-                        "data": x.ravel().tolist(),
-                    }
-                ]
-            }
-        )
-        prefix = f"/v2/models/{model}" + (f"/versions/{version}" if version else "")
-        status, out, _ = self.request("POST", prefix + "/infer", body)
+        body = infer_request_body({"input": x})
+        status, out, _ = self.request("POST", infer_path(model, version), body)
         return status, orjson.loads(out)
 
     def status(self) -> dict[str, Any]:
@@ -170,13 +158,11 @@ class Edged:
         raise KeyError(name)
 
     def wait_ready(self, timeout: float = 60.0) -> None:
-        def ready() -> bool:
-            assert self.proc is not None
-            if self.proc.poll() is not None:
-                raise AssertionError(f"edged exited with {self.proc.returncode}:\n{self.logs()}")
-            return self.request("GET", "/v2/health/ready")[0] == 200
-
-        wait_for(ready, timeout, "edged to become ready")
+        assert self.launched is not None
+        try:
+            self.launched.wait_ready(timeout)
+        except LaunchError as exc:
+            raise AssertionError(str(exc)) from None
         self.status()
 
     def worker_pids(self, name: str) -> list[int]:
@@ -189,13 +175,11 @@ class Edged:
             return ""
 
     def terminate(self, timeout: float = 40.0) -> int:
-        assert self.proc is not None
-        if self.proc.poll() is None:
-            self.proc.send_signal(signal.SIGTERM)
-        return self.proc.wait(timeout)
+        """SIGTERM; SIGKILL after ``timeout`` (then the exit code is -9, which tests refuse)."""
+        assert self.launched is not None
+        return self.launched.stop(timeout)
 
     def kill9(self) -> None:
-        assert self.proc is not None
+        assert self.launched is not None
         self.status()
-        self.proc.kill()
-        self.proc.wait(10)
+        self.launched.kill()

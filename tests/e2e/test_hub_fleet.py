@@ -315,7 +315,8 @@ def test_certificate_renewal_and_device_lifecycle(
             20,
             "the certificate to be renewed",
         )
-        assert "certificate renewed" in a.logs()
+        # logged after the rename and the directory's fsync: poll, do not race it
+        wait_for(lambda: "certificate renewed" in a.logs(), 10, "the renewal to be logged")
         a.kill9()
         wait_for(lambda: phase() == "NotReady", 20, "dev-a NotReady")
         a.start()  # connects with the renewed certificate

@@ -8,10 +8,10 @@ import socket
 from pathlib import Path
 
 import numpy as np
-import orjson
 from harness import Edged, wait_for, write_manifest
 
 from edgefleet.demo import build_mlp
+from edgefleet.inference import infer_request_body
 
 X = np.zeros((1, 64), dtype=np.float32)
 
@@ -92,13 +92,7 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path, edged_factory) -> Non
     write_manifest(d, batch=1)
     e: Edged = edged_factory(d).start()
     e.wait_ready()
-    body = orjson.dumps(
-        {
-            "inputs": [
-                {"name": "input", "datatype": "FP32", "shape": [1, 1024], "data": [0.0] * 1024}
-            ]
-        }
-    )
+    body = infer_request_body({"input": np.zeros((1, 1024), dtype=np.float32)})
     request = (
         b"POST /v2/models/mlp/infer HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
         b"Content-Length: %d\r\n\r\n" % len(body)

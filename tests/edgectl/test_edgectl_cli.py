@@ -18,7 +18,7 @@ from hubserving import AdminHub, ThreadedHub, make_hub_dir
 
 from edgectl.client import ClientError, load_admin_config
 from edgefleet.errors import ConfigError
-from hub.model import Device, DevicePhase, WorkloadReport
+from hub.devices import Device, DevicePhase, WorkloadReport
 
 EDGECTL = str(Path(sys.executable).with_name("edgectl"))
 

@@ -16,10 +16,11 @@ from asynctesting import async_test, eventually
 from hubserving import REGION, AdminHub, make_hub_dir
 
 from edgefleet.v1 import admin_pb2
-from hub import objects, pki, tokens
-from hub.core import Cache
-from hub.model import Device, DevicePhase, WorkloadReport
-from hub.objects import DesiredRecord
+from hub import pki, tokens
+from hub import storekeys as objects
+from hub.caching import Cache
+from hub.devices import Device, DevicePhase, WorkloadReport
+from hub.storekeys import DesiredRecord
 
 DIGEST = "sha256:" + "ab" * 32
 

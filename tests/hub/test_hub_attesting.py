@@ -20,7 +20,7 @@ from hubtesting import FakeClock
 from edged.trust.attesting import Attester
 from edged.trust.identity import load_or_create_identity
 from edgefleet.trust.evidence import Policy
-from hub import objects
+from hub import storekeys as objects
 from hub.attesting import (
     AttestationController,
     Challenge,
@@ -28,8 +28,8 @@ from hub.attesting import (
     challenge_due,
     reference_policy,
 )
+from hub.devices import Attestation, Device, TrustState
 from hub.initializing import init_hub
-from hub.model import Attestation, Device, TrustState
 from hub.server import build_context
 from hub.trustsetup import quickstart_trust
 

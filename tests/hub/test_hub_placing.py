@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from edgefleet.api import ModelDeployment, parse_manifest
-from hub.model import Attestation, Device, DevicePhase, Health, TrustState
+from hub.devices import Attestation, Device, DevicePhase, Health, TrustState
 from hub.placing import (
     TAINT_NOT_READY,
     TAINT_UNHEALTHY,

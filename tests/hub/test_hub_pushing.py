@@ -20,7 +20,7 @@ from asynctesting import async_test
 
 from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
-from hub import objects
+from hub import storekeys as objects
 from hub.context import HubContext
 from hub.initializing import HubPaths, init_hub
 from hub.pushing import PushRefused, receive_artifact

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from edgefleet.api import ModelDeployment, parse_manifest
-from hub.model import Device, DevicePhase, WorkloadReport
+from hub.devices import Device, DevicePhase, WorkloadReport
 from hub.statusing import deployment_status
 
 

@@ -13,7 +13,6 @@ import pytest
 
 from edged.reconcile.model import (
     Action,
-    DesiredWorkload,
     ForgetReplica,
     KillReplica,
     ObservedWorkload,
@@ -22,9 +21,9 @@ from edged.reconcile.model import (
     ReplicaObservation,
     StartReplica,
     StopReplica,
-    WorkloadName,
 )
 from edged.reconcile.planning import RESTART_MAX_S, plan, replica_id, restart_delay
+from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
 from edgefleet.api.conditions import Condition, ConditionStatus
 

@@ -10,9 +10,9 @@ import orjson
 import pytest
 import yaml
 
-from edged.reconcile.model import DesiredWorkload, WorkloadName
 from edged.sources.static import SourceProblem, StaticManifests, SyncResult
 from edged.trust.admitting import ArtifactGate
+from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import API_VERSION
 from edgefleet.artifacts.storing import ArtifactStore
 

@@ -9,8 +9,8 @@ from typing import Any
 import orjson
 import pytest
 
-from edged.reconcile.model import DesiredWorkload, WorkloadName
 from edged.state.desired import FORMAT, DesiredState
+from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import API_VERSION, parse_manifest
 from edgefleet.errors import StateError
 from edgefleet.persisting import read_json, write_atomic, write_json_atomic

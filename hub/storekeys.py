@@ -3,7 +3,7 @@
 Keys (values are JSON unless said otherwise)::
 
     /tokens/ID                      bootstrap tokens (hub.tokens)
-    /devices/NAME                   hub.model.Device
+    /devices/NAME                   hub.devices.Device
     /objects/KIND/NAME              operator objects (ModelDeployment, DeviceHealthPolicy,
                                     SecurityBaseline): {"manifest": canonical doc}; status is
                                     computed when read (hub.presenting), never stored
@@ -11,7 +11,7 @@ Keys (values are JSON unless said otherwise)::
                                     sha256, length, pushed time
     /desired/NAME                   what a device is owed: generation, deployment names, digest
     /revoked/SERIAL                 revoked certificate serials (hex) -> device name
-    /events/REVISION-SEQ            events (type, reason, message, object, time), bounded
+    /events/MILLISECONDS-SEQ        events (type, reason, message, object, time), bounded
 
 Objects are stored canonically (``to_dict()`` of the typed manifest), so applying the same
 document twice compares equal and is "unchanged".

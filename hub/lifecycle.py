@@ -1,10 +1,10 @@
-"""Controllers of the hub that run on a clock: device lifecycle (and, with trust, attestation).
+"""The lifecycle controller: a silent device becomes NotReady, one that speaks again Ready.
 
-Lifecycle: a device whose last message is older than ``devices.heartbeatGrace`` becomes
-NotReady (an event, and its desired state is projected again: NoSchedule taint); a message
-brings it back to Ready. The decision is :func:`hub.placing.lifecycle_phase` (pure); this loop
-only applies it. It scans every device once per ``grace / 4`` (a scan of 2,000 devices costs
-about a millisecond), so no per-device timers exist.
+A device whose last message is older than ``devices.heartbeatGrace`` becomes NotReady (an
+event, and its desired state is projected again: NoSchedule taint); a message brings it back to
+Ready. The decision is :func:`hub.placing.lifecycle_phase` (pure); this loop only applies it. It
+scans every device once per ``grace / 4`` (a scan of 2,000 devices costs about a millisecond),
+so no per-device timers exist.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from collections.abc import Mapping
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub.context import HubContext
-from hub.model import DevicePhase
+from hub.devices import DevicePhase
 from hub.placing import lifecycle_phase
 
 log = get_logger(__name__)

@@ -2,7 +2,7 @@
 
 Frozen dataclasses with ``to_json``/``from_json`` (the Store holds them as JSON bytes under
 ``/devices/NAME``). Decisions about devices live in :mod:`hub.placing` (pure functions of these
-records); effects live in the controllers.
+records); :mod:`hub.writing` writes them.
 """
 
 from __future__ import annotations

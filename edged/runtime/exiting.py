@@ -1,0 +1,81 @@
+"""What a worker's exit means (pure: how it ended and what edged knew in, verdict out).
+
+:func:`classify_exit` names the exit that status shows (``lastExit``) and that the crash-loop
+backoff counts, first match wins:
+
+* the replica was being stopped (drain, scale-down, superseded): a clean stop, not a crash;
+* edged killed it (startup timeout, liveness): the reason edged gave;
+* the worker said why it could not start (FAILED frame: model load, limits, digest): that;
+* a signal: ``Killed`` for SIGKILL (the OOM killer, or someone outside), else ``Signaled``;
+* an exit code: ``Error`` (non-zero) or ``Completed`` (zero; still unexpected).
+
+A replica that was ready for :data:`STABLE_AFTER_S` before it exited starts a new crash
+streak; otherwise the streak grows (and with it the restart delay, see planning.py).
+"""
+
+from __future__ import annotations
+
+import signal
+from dataclasses import dataclass
+from enum import StrEnum
+
+STABLE_AFTER_S = 60.0  # a replica ready this long before exiting starts a new crash streak
+
+
+class ExitReason(StrEnum):
+    """The reasons :func:`classify_exit` gives itself (others come from edged or the worker)."""
+
+    KILLED = "Killed"
+    SIGNALED = "Signaled"
+    ERROR = "Error"
+    COMPLETED = "Completed"
+    LAUNCH_FAILED = "LaunchFailed"
+
+
+@dataclass(frozen=True, slots=True)
+class ExitVerdict:
+    stopped: bool  # ended on purpose (drained and stopped): no reason, no crash
+    reason: str = ""
+    message: str = ""
+    crash_streak: int = 0  # the slot's crash streak after this exit
+
+
+def classify_exit(
+    code: int,
+    *,
+    stopping: bool,
+    killed: tuple[str, str] | None,
+    failed: tuple[str, str] | None,
+    ready_since: float | None,
+    crash_streak: int,
+    now: float,
+) -> ExitVerdict:
+    """The verdict on a worker that exited with ``code`` (negative: killed by that signal).
+
+    ``killed``: (reason, message) edged gave when it killed the worker; ``failed``: what the
+    worker reported before exiting; ``ready_since``: when the replica last became ready.
+    """
+    if stopping:
+        return ExitVerdict(stopped=True, crash_streak=crash_streak)
+    if killed is not None:
+        reason, message = killed
+    elif failed is not None:
+        reason, message = failed
+    elif code < 0:
+        if code == -signal.SIGKILL:
+            reason = ExitReason.KILLED.value
+            message = "worker killed by SIGKILL (out of memory, or from outside)"
+        else:
+            known = -code in signal.Signals._value2member_map_
+            reason = ExitReason.SIGNALED.value
+            message = f"worker killed by {signal.Signals(-code).name if known else code}"
+    else:
+        reason = (ExitReason.ERROR if code else ExitReason.COMPLETED).value
+        message = f"worker exited with code {code}"
+    stable = ready_since is not None and now - ready_since >= STABLE_AFTER_S
+    return ExitVerdict(False, reason, message, 1 if stable else crash_streak + 1)
+
+
+def classify_launch_failure(error: str, *, crash_streak: int) -> ExitVerdict:
+    """The process could not even be started (``error``: the OS's message)."""
+    return ExitVerdict(False, ExitReason.LAUNCH_FAILED.value, error, crash_streak + 1)

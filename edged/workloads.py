@@ -1,0 +1,57 @@
+"""A workload on this device: one ModelDeployment accepted into desired state, with its model
+artifact resolved to a digest in the content-addressed store, and its revision.
+
+A *revision* is a hash of everything that requires new worker processes when it changes
+(artifact digest, model name and version, runtime and resource settings): a change of revision
+is a zero-downtime switch (new replicas become ready before old ones stop). Pure data, below
+every other edged layer (state, sources, reconcile and the hub link all speak it).
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass
+from typing import NewType
+
+import orjson
+
+from edgefleet.api import ModelDeployment
+
+WorkloadName = NewType("WorkloadName", str)
+ReplicaId = NewType("ReplicaId", str)
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredWorkload:
+    """A deployment accepted into desired state, with its artifact resolved to a digest."""
+
+    deployment: ModelDeployment
+    sha256: str  # digest of the model artifact in the content-addressed store
+    source: str = ""  # where it came from (manifest file, hub); for status only
+
+    @property
+    def name(self) -> WorkloadName:
+        return WorkloadName(self.deployment.metadata.name)
+
+    @property
+    def revision(self) -> str:
+        spec = self.deployment.spec
+        doc = self.deployment.to_dict()["spec"]
+        material = {
+            "sha256": self.sha256,
+            "model": {"name": spec.model.name, "version": spec.model.version},
+            "runtime": doc.get("runtime"),
+            "resources": doc.get("resources"),
+        }
+        return hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()[:10]
+
+    def revision_with(self, providers: tuple[str, ...] | None) -> str:
+        """The revision when running with ``providers`` (chosen by discovery).
+
+        Equal to :attr:`revision` when ``providers`` is ``None`` or the spec's own list, so a
+        fallback (and the way back) is a new revision: a zero-downtime switch.
+        """
+        if providers is None or providers == self.deployment.spec.runtime.execution_providers:
+            return self.revision
+        material = {"base": self.revision, "providers": list(providers)}
+        return hashlib.sha256(orjson.dumps(material)).hexdigest()[:10]

@@ -1,0 +1,92 @@
+"""The hub's in-memory cache of its store: everything it knows, loaded at start, written through.
+
+The hub is its store's only writer, so it never reads the store on a hot path (the design:
+docs/architecture.md, "The hub").
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgefleet.api import ModelDeployment, parse_manifest
+from hub import storekeys
+from hub.devices import Device
+from hub.placing import SecurityPolicy
+from hub.store import Store
+
+MAX_EVENTS = 1000
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """An operator object as applied: its canonical manifest and the revision it was written at."""
+
+    kind: str
+    name: str
+    manifest: Mapping[str, Any]
+    revision: int
+    encoded: bytes = b""  # the manifest as sent to devices: encoded once, shared by all
+
+    def __post_init__(self) -> None:
+        if not self.encoded:
+            object.__setattr__(self, "encoded", storekeys.dumps(self.manifest))
+
+
+@dataclass(slots=True)
+class Cache:
+    """Everything the hub knows, as last written to the store."""
+
+    devices: dict[str, Device] = field(default_factory=dict)
+    stored: dict[tuple[str, str], StoredObject] = field(default_factory=dict)
+    deployments: dict[str, ModelDeployment] = field(default_factory=dict)
+    models: dict[tuple[str, str], storekeys.ModelRecord] = field(default_factory=dict)
+    desired: dict[str, storekeys.DesiredRecord] = field(default_factory=dict)
+    revoked: dict[str, str] = field(default_factory=dict)  # serial hex -> device name
+    events: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
+
+    @classmethod
+    async def load(cls, store: Store) -> Cache:
+        cache = cls()
+        for kv in (await store.range(storekeys.DEVICES)).kvs:
+            device = Device.from_json(storekeys.loads(kv.value))
+            cache.devices[device.name] = device
+        for kv in (await store.range(storekeys.OBJECTS)).kvs:
+            cache.put_object(storekeys.manifest_of(kv.value), kv.mod_revision)
+        for kv in (await store.range(storekeys.MODELS)).kvs:
+            model = storekeys.ModelRecord.from_json(storekeys.loads(kv.value))
+            cache.models[(model.name, model.version)] = model
+        for kv in (await store.range(storekeys.DESIRED)).kvs:
+            name = kv.key[len(storekeys.DESIRED) :]
+            cache.desired[name] = storekeys.DesiredRecord.from_json(storekeys.loads(kv.value))
+        for kv in (await store.range(storekeys.REVOKED)).kvs:
+            cache.revoked[kv.key[len(storekeys.REVOKED) :]] = kv.value.decode()
+        for kv in (await store.range(storekeys.EVENTS)).kvs[-MAX_EVENTS:]:
+            cache.events.append(storekeys.loads(kv.value))
+        return cache
+
+    def put_object(self, manifest: Mapping[str, Any], revision: int) -> None:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        self.stored[(kind, name)] = StoredObject(kind, name, manifest, revision)
+        if kind == "ModelDeployment":
+            dep = parse_manifest(dict(manifest))
+            assert isinstance(dep, ModelDeployment)
+            self.deployments[name] = dep
+
+    def drop_object(self, kind: str, name: str) -> None:
+        self.stored.pop((kind, name), None)
+        if kind == "ModelDeployment":
+            self.deployments.pop(name, None)
+
+    def objects_of(self, kind: str) -> list[StoredObject]:
+        return sorted((o for (k, _), o in self.stored.items() if k == kind), key=lambda o: o.name)
+
+    def security_policy(self) -> SecurityPolicy:
+        """Every SecurityBaseline applies fleet-wide; any one requiring attestation wins."""
+        require = any(
+            bool(o.manifest.get("spec", {}).get("requireAttestation"))
+            for o in self.objects_of("SecurityBaseline")
+        )
+        return SecurityPolicy(require_attestation=require)

@@ -1,0 +1,96 @@
+"""A device's desired state, computed here: what exactly it is sent (pure over the cache).
+
+:func:`build_desired` places deployments with :func:`hub.placing.project`, leaves out those
+whose model was not pushed (with the reason), adds the fleet's DeviceHealthPolicies and
+digests it all. :class:`hub.projecting.Projector` calls it and does the writing and sending.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+from hub.caching import Cache
+from hub.devices import Device
+from hub.placing import Projection, SecurityPolicy, project
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPolicies:
+    """What every device gets alike: the SecurityBaseline verdict, the DeviceHealthPolicies."""
+
+    security: SecurityPolicy
+    health_policies: tuple[bytes, ...]
+
+    @classmethod
+    def of(cls, cache: Cache) -> FleetPolicies:
+        return cls(
+            cache.security_policy(),
+            tuple(o.encoded for o in cache.objects_of("DeviceHealthPolicy")),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredContent:
+    """The documents of one device's desired state, and a digest that changes with them."""
+
+    deployments: tuple[str, ...]
+    manifests: tuple[bytes, ...]
+    artifact_metadata: tuple[bytes, ...]
+    rollback_allowances: tuple[bytes, ...]
+    digest: str
+    excluded: Mapping[str, str]
+    artifacts: frozenset[str]  # sha256 of every artifact the device may fetch
+
+
+def build_desired(
+    device: Device,
+    cache: Cache,
+    *,
+    previous: frozenset[str],
+    region: str,
+    fleet: FleetPolicies | None = None,
+) -> DesiredContent:
+    """What ``device`` should be sent (pure over the cache). ``fleet``: what applies to every
+    device, read from the cache once per batch (read here when not given)."""
+    fleet = fleet or FleetPolicies.of(cache)
+    projection: Projection = project(
+        device,
+        cache.deployments.values(),
+        previous=previous,
+        policy=fleet.security,
+        region=region,
+    )
+    excluded = dict(projection.excluded)
+    names: list[str] = []
+    manifests: list[bytes] = []
+    metadata: list[bytes] = []
+    artifacts: set[str] = set()
+    for name in projection.names:
+        dep = cache.deployments[name]
+        model = cache.models.get((dep.spec.model.name, dep.spec.model.version))
+        if model is None:
+            excluded[name] = (
+                f"model {dep.spec.model.name} {dep.spec.model.version} has not been pushed"
+            )
+            continue
+        names.append(name)
+        manifests.append(cache.stored[("ModelDeployment", name)].encoded)
+        metadata.append(model.envelope)
+        artifacts.add(model.sha256)
+    manifests.extend(fleet.health_policies)
+    allowances: list[bytes] = []
+    h = hashlib.sha256()
+    for part in (*manifests, b"--", *metadata, b"--", *allowances):
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    return DesiredContent(
+        tuple(names),
+        tuple(manifests),
+        tuple(sorted(set(metadata))),
+        tuple(allowances),
+        h.hexdigest(),
+        excluded,
+        frozenset(artifacts),
+    )

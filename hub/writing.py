@@ -1,0 +1,103 @@
+"""The device writer: device record updates and events, coalesced, one transaction per batch.
+
+Updates (reports, acks, phase changes) go to the cache at once and to the store at the next
+batch (every ``period``, 0.2 s): 2,000 acknowledgements cost a handful of fsyncs, not 2,000.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from typing import Any
+
+from edgefleet.backoff import Backoff
+from edgefleet.logs import get_logger
+from hub import storekeys
+from hub.batching import GIVE_UP_AFTER, BatchLoop
+from hub.caching import MAX_EVENTS, Cache
+from hub.devices import Device
+from hub.store import Put, Store
+
+log = get_logger(__name__)
+
+RETRY_CAP = 10.0
+
+
+class DeviceWriter:
+    """Coalesces device record updates and events; flushes them in one transaction."""
+
+    name = "device-writer"
+
+    def __init__(
+        self,
+        store: Store,
+        cache: Cache,
+        *,
+        period: float = 0.2,
+        give_up_after: float = GIVE_UP_AFTER,
+    ) -> None:
+        self._store = store
+        self._cache = cache
+        self._dirty: set[str] = set()
+        self._events: list[dict[str, Any]] = []
+        self._seq = 0
+        self._batches = BatchLoop(
+            self.name,
+            self.flush,
+            gather=period,
+            backoff=Backoff(period, max(period, RETRY_CAP)),
+            give_up_after=give_up_after,
+            final=True,
+        )
+
+    def update(self, device: Device) -> None:
+        self._cache.devices[device.name] = device
+        self._dirty.add(device.name)
+        self._batches.wake()
+
+    def event(self, kind: str, name: str, type_: str, reason: str, message: str) -> None:
+        ev = {
+            "type": type_,
+            "reason": reason,
+            "message": message,
+            "object": {"kind": kind, "name": name},
+            "time": time.time(),
+        }
+        self._cache.events.append(ev)
+        self._events.append(ev)
+        self._batches.wake()
+        log.info("event", kind=kind, name=name, type=type_, reason=reason, message=message)
+
+    async def flush(self) -> None:
+        """Write everything pending now; on failure it stays pending (and the loop retries)."""
+        if not self._dirty and not self._events:
+            return
+        names, self._dirty = self._dirty, set()
+        events, self._events = self._events, []
+        ops: list[Put] = [
+            Put(storekeys.device_key(n), storekeys.dumps(self._cache.devices[n].to_json()))
+            for n in sorted(names)
+            if n in self._cache.devices
+        ]
+        for ev in events:
+            self._seq += 1
+            key = f"{storekeys.EVENTS}{int(ev['time'] * 1000):015d}-{self._seq:06d}"
+            ops.append(Put(key, storekeys.dumps(ev)))
+        try:
+            await self._store.txn((), ops)
+        except Exception:
+            self._dirty |= names  # retried at the next flush
+            self._events = events + self._events
+            self._batches.wake()
+            raise
+        if events:
+            await self._trim_events()
+
+    async def _trim_events(self) -> None:
+        kvs = (await self._store.range(storekeys.EVENTS)).kvs
+        for kv in kvs[: max(0, len(kvs) - MAX_EVENTS)]:
+            await self._store.delete(kv.key)
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Flush batch after batch until ``stop``, then once more (:class:`BatchLoop`)."""
+        await self._batches.run(stop)

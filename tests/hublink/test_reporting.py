@@ -1,0 +1,130 @@
+"""The device report: plain data from the device's state, then Hello and Status messages."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from edged.hublink.linking import BACKOFF_BASE_S, BACKOFF_MAX_S, RECONNECT_BACKOFF
+from edged.hublink.mapping import hello_message, status_message
+from edged.hublink.reporting import DeviceReport, WorkloadReport, build_device_report
+from edged.reconcile.model import WorkloadStatus
+from edged.sources.static import SourceProblem
+from edged.state.merging import HUB_SOURCE
+from edged.workloads import DesiredWorkload, WorkloadName
+from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
+from edgefleet.api.conditions import Condition, ConditionStatus
+
+READY = Condition("Ready", ConditionStatus.TRUE, "AllReplicasReady", "2/2 replicas ready")
+
+
+def workload(name: str, source: str) -> DesiredWorkload:
+    dep = parse_manifest(
+        {
+            "apiVersion": API_VERSION,
+            "kind": "ModelDeployment",
+            "metadata": {"name": name},
+            "spec": {"model": {"name": name, "version": "2.1"}},
+        }
+    )
+    assert isinstance(dep, ModelDeployment)
+    return DesiredWorkload(dep, "a" * 64, source)
+
+
+DEVICE = {
+    "facts": {"arch": "arm64", "cpus": 4},
+    "accelerators": [{"kind": "hailo", "usable": True}],
+    "executionProviders": {"available": ["CPUExecutionProvider"], "source": "config"},
+    "labels": {"arch": "arm64", "site": "shop-12"},
+    "health": {"schedulable": False, "reasons": ["CPU at 91 °C > 85 °C"], "sample": {}},
+    "udevError": None,
+}
+DESIRED = {
+    WorkloadName("camera"): workload("camera", "camera.yaml"),
+    WorkloadName("shelf"): workload("shelf", HUB_SOURCE),
+    WorkloadName("doors"): workload("doors", HUB_SOURCE),
+}
+STATUSES = {WorkloadName("shelf"): WorkloadStatus("Running", 2, 2, "rev1", (READY,))}
+PROBLEMS = (
+    SourceProblem(HUB_SOURCE, "tills", "MetadataRollback", "tills 1.0 is older than 2.0"),
+    SourceProblem(HUB_SOURCE, "shelf", "ArtifactFetchFailed", "the hub went away"),
+    SourceProblem(HUB_SOURCE, "", "InvalidManifest", "manifests[3]: bad"),
+)
+REPORT = DeviceReport(
+    inventory={
+        "facts": DEVICE["facts"],
+        "accelerators": DEVICE["accelerators"],
+        "executionProviders": DEVICE["executionProviders"],
+    },
+    labels={"arch": "arm64", "site": "shop-12"},
+    schedulable=False,
+    reasons=("CPU at 91 °C > 85 °C",),
+    workloads=(
+        WorkloadReport("doors", model_version="2.1"),  # not reconciled yet
+        WorkloadReport("shelf", "rev1", 2, 2, "2.1", (READY,)),
+        WorkloadReport(
+            "tills",
+            conditions=(
+                Condition(
+                    "Ready",
+                    ConditionStatus.FALSE,
+                    "MetadataRollback",
+                    "tills 1.0 is older than 2.0",
+                ),
+            ),
+        ),
+    ),
+)
+
+
+def test_report_names_the_hub_workloads_and_the_refused_ones() -> None:
+    report = build_device_report(DEVICE, DESIRED, STATUSES.get, PROBLEMS)
+    assert report == REPORT
+
+
+def test_report_without_discovery() -> None:
+    report = build_device_report({}, {}, STATUSES.get, ())
+    assert report == DeviceReport(
+        {"facts": None, "accelerators": [], "executionProviders": None}, {}, True, (), ()
+    )
+
+
+def test_hello_message() -> None:
+    hello = hello_message(REPORT, device_name="shop-12-a", generation=7, edged_version="0.1.0")
+    assert (hello.device_name, hello.applied_generation, hello.edged_version) == (
+        "shop-12-a",
+        7,
+        "0.1.0",
+    )
+    assert dict(hello.labels) == REPORT.labels
+    assert hello.inventory["facts"]["arch"] == "arm64"
+    assert hello.inventory["executionProviders"]["source"] == "config"
+    assert (hello.health.schedulable, list(hello.health.reasons)) == (False, list(REPORT.reasons))
+
+
+def test_status_message() -> None:
+    status = status_message(REPORT, generation=9)
+    assert status.observed_generation == 9
+    assert [w.name for w in status.workloads] == ["doors", "shelf", "tills"]
+    shelf = status.workloads[1]
+    assert (shelf.revision, shelf.ready_replicas, shelf.desired_replicas, shelf.model_version) == (
+        "rev1",
+        2,
+        2,
+        "2.1",
+    )
+    ((cond_type, cond_status, reason),) = [
+        (c.type, c.status, c.reason) for c in status.workloads[2].conditions
+    ]
+    assert (cond_type, cond_status, reason) == ("Ready", "False", "MetadataRollback")
+    assert not status.health.schedulable
+
+
+@pytest.mark.parametrize("attempt", [0, 1, 3, 5, 6, 16, 40])
+def test_reconnect_backoff_is_full_jitter_up_to_a_minute(attempt: int) -> None:
+    """Uniform in [0, min(60 s, 2**attempt s)], draw for draw as the link always did it."""
+    bound = min(BACKOFF_MAX_S, BACKOFF_BASE_S * 2.0**attempt)
+    ours, reference = random.Random(attempt), random.Random(attempt)
+    for _ in range(20):
+        assert RECONNECT_BACKOFF.delay(attempt, ours) == reference.uniform(0.0, bound)
