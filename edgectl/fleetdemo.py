@@ -39,7 +39,7 @@ from edgefleet.launching import (
 MARKER = ".edgefleet-quickstart"
 DEVICES = (("retail-1", "retail"), ("retail-2", "retail"), ("factory-1", "factory"))
 EDGED_CONFIG = """\
-# Written by edgectl quickstart. The trust root comes from enrollment (D/trust/root.json).
+# Written by edgectl quickstart. The trust root came with enrollment, pinned by --root-hash.
 [trust]
 rootFile = "{root}"
 """
@@ -129,9 +129,11 @@ def run_fleet_quickstart(workdir: Path, example: Traversable, *, keep_running: b
                 "hub", "token", "create", "--data-dir", str(demo.hub_dir), "--ttl", "10m"
             )
             pin = token.stderr.split("CA hash ")[1].strip()
+            root_pin = token.stderr.split("root hash ")[1].split(";")[0]
             data = workdir / name
             demo.run("edged", "enroll", "--hub", demo.address, "--token", token.stdout.strip(),
-                     "--ca-hash", pin, "--data-dir", str(data), "--name", name,
+                     "--ca-hash", pin, "--root-hash", root_pin, "--data-dir", str(data),
+                     "--name", name,
                      "--label", f"site={site}")  # fmt: skip
             config = workdir / f"{name}.toml"
             config.write_text(EDGED_CONFIG.format(root=workdir / "no-image-root.json"))

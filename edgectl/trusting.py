@@ -9,6 +9,7 @@ from pathlib import Path
 
 from edgefleet.errors import TrustError
 from edgefleet.trust import signing
+from edgefleet.trust.verifying import root_digest
 
 
 def add_commands(
@@ -146,6 +147,7 @@ def _run(args: argparse.Namespace) -> int | None:
                 out=args.out,
             )
             print(f"trust root version 1: {args.out}")
+            print(f"root hash (pin for edged enroll --root-hash): sha256:{root_digest(env)}")
             return 0
         if args.root_cmd == "rotate":
             env = signing.rotate_root(
@@ -159,6 +161,7 @@ def _run(args: argparse.Namespace) -> int | None:
             env = signing.sign_root(env, args.old_root_key)
             signing.write_envelope(env, args.out)
             print(f"rotated trust root: {args.out} ({len(env.signatures)} signature(s))")
+            print(f"root hash: sha256:{root_digest(env)}")
             if not args.old_root_key:
                 print(
                     "devices accept it only once the current root keys sign it: "

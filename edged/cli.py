@@ -60,6 +60,12 @@ def _parser() -> argparse.ArgumentParser:
     en.add_argument(
         "--ca-hash", required=True, help="sha256:<hex>, the hub CA pin printed with the token"
     )
+    en.add_argument(
+        "--root-hash",
+        help="sha256:<hex>, the fleet trust root's pin (edgectl trust root create prints it); "
+        "needed when the image has no trust root (trust.rootFile)",
+    )
+    en.add_argument("--config", type=Path, help="edged.toml (for trust.rootFile and trust.tpm)")
     en.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
     en.add_argument("--name", default="", help="the device name (default: the hub picks)")
     en.add_argument("--enroll-address", help="HOST:PORT of enrollment (default: hub port + 1)")
@@ -108,6 +114,16 @@ def _enroll(args: argparse.Namespace) -> int:
         print("edged: enroll: give --token or set EDGED_TOKEN", file=sys.stderr)
         return 2
     data_dir = Path(args.data_dir)
+    from edged.config import ServiceDirs, load_config
+    from edgefleet.errors import ConfigError
+
+    try:
+        config = load_config(
+            args.config, data_dir=data_dir, service=ServiceDirs.from_environ(os.environ)
+        )
+    except (ConfigError, OSError) as exc:
+        print(f"edged: invalid config: {exc}", file=sys.stderr)
+        return 2
     data_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     try:
         result = asyncio.run(
@@ -118,6 +134,8 @@ def _enroll(args: argparse.Namespace) -> int:
                 labels=labels,
                 name=args.name,
                 ca_hash=args.ca_hash,
+                root_file=config.trust.root_file,
+                root_hash=args.root_hash,
                 enroll_address=args.enroll_address,
                 force=args.force,
             )

@@ -95,7 +95,7 @@ async def _open(data_dir: Path, config: HubConfig) -> Store:
 
 
 async def _init(args: argparse.Namespace) -> int:
-    from hub.trustsetup import choose_trust_setup, describe_trust
+    from hub.trustsetup import choose_trust_setup, describe_trust, root_pin
 
     result = await init_hub(
         args.data_dir,
@@ -114,7 +114,8 @@ async def _init(args: argparse.Namespace) -> int:
         print(f"  {line}")
     print()
     print("Enroll a device with:")
-    print(f"  {result.enroll_command}")
+    pin = root_pin(result.paths)
+    print(f"  {result.enroll_command}" + (f" --root-hash {pin}" if pin else ""))
     return 0
 
 
@@ -134,8 +135,12 @@ async def _token_create(args: argparse.Namespace) -> int:
     finally:
         await store.close()
     expires = datetime.fromtimestamp(record.expires, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+    from hub.trustsetup import root_pin
+
+    root = root_pin(paths)
     print(token)
-    print(f"expires {expires}; CA hash {pin}", file=sys.stderr)
+    root_part = f"root hash {root}; " if root else ""
+    print(f"expires {expires}; {root_part}CA hash {pin}", file=sys.stderr)
     return 0
 
 

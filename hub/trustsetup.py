@@ -31,7 +31,7 @@ from edgefleet.errors import HubDirError, TrustError
 from edgefleet.persisting import write_atomic
 from edgefleet.trust import signing
 from edgefleet.trust.envelopes import parse_envelope_bytes
-from edgefleet.trust.verifying import verify_initial_root
+from edgefleet.trust.verifying import root_digest, verify_initial_root
 from hub import pki
 from hub.initializing import HubPaths, TrustSetup
 
@@ -118,12 +118,27 @@ def choose_trust_setup(*, no_trust_root: bool, trust_root: Path | None) -> Trust
     return quickstart_trust
 
 
+def root_pin(paths: HubPaths) -> str | None:
+    """``sha256:<hex>``, the pin of the hub's current trust root (its payload digest), for
+    ``edged enroll --root-hash``; None without a root. A device image that carries the root
+    needs no pin; an operator who does not trust this hub's disk takes the pin from the root
+    ceremony (``edgectl trust root create`` prints it) instead."""
+    root = trust_root_path(paths)
+    if not root.exists():
+        return None
+    try:
+        env = parse_envelope_bytes(root.read_bytes(), what=str(root))
+    except TrustError:
+        return None
+    return f"sha256:{root_digest(env)}"
+
+
 def describe_trust(paths: HubPaths) -> list[str]:
     """Lines for ``hub init``'s output about the trust files it made."""
     root = trust_root_path(paths)
     if not root.exists():
         return ["trust root:       none (artifact pushes will be refused)"]
-    lines = [f"trust root:       {root}"]
+    lines = [f"trust root:       {root}", f"root hash (pin):  {root_pin(paths)}"]
     publisher = publisher_key_path(paths)
     if publisher.exists():
         lines.append(

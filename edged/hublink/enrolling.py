@@ -5,8 +5,14 @@
    CA certificate's SubjectPublicKeyInfo>``, as kubeadm does). From then on every connection
    verifies the hub against that CA.
 2. The device identity key (``D/identity/key.pem``, mode 0600; see edged.trust.identity) signs
-   a CSR; the hub answers with a short-lived certificate, its CA and the fleet's trust root.
-3. Written atomically under ``D/hub/``: ``ca.crt``, ``device.crt``, ``link.json`` (hub
+   a CSR; the hub answers with a short-lived certificate, its CA and the fleet's trust roots.
+3. Trust in the fleet's root is never taken from the hub (no trust on first use): the device
+   starts from the root in its image (``trust.rootFile``) or from one pinned out of band
+   (``--root-hash sha256:<hex of the root's payload digest>``, printed by ``edgectl trust root
+   create`` and ``hub token create``); without either, enrollment refuses before it spends the
+   token. The hub's roots must chain from that anchor (old and new root thresholds); a root of
+   an accepted version with other content is a conflict, and enrollment fails.
+4. Written atomically under ``D/hub/``: ``ca.crt``, ``device.crt``, ``link.json`` (hub
    address, device name); the trust root goes through the trust gate (``D/trust/root.json``);
    the operator's ``--label``s go to ``D/labels.json`` (published by discovery).
 
@@ -26,10 +32,12 @@ from pathlib import Path
 from typing import Any
 
 from edged.hublink.files import LinkFiles, parse_address
+from edged.trust.admitting import ArtifactGate
 from edgefleet.errors import EdgefleetError, PkiError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic, write_json_atomic
 from edgefleet.pinning import parse_pin, pin_matches
+from edgefleet.trust.verifying import parse_root_pin
 
 log = get_logger(__name__)
 
@@ -74,6 +82,57 @@ def pinned_ca(chain: list[bytes], pin: str) -> bytes:
     )
 
 
+def trust_anchor(
+    data_dir: Path, *, root_file: Path | None, root_hash: str | None
+) -> tuple[ArtifactGate, str | None]:
+    """The trust gate enrollment verifies the hub's roots with, and the pinned root digest
+    (None when the device already trusts a root). Refuses (EnrollError) when the device has
+    no root of its own — none accepted before, none in the image — and no ``--root-hash``."""
+    from edged.trust.admitting import ArtifactGate
+
+    pin = None
+    if root_hash is not None:
+        try:
+            pin = parse_root_pin(root_hash)
+        except TrustError:
+            raise EnrollError(
+                f"--root-hash must look like sha256:<64 hex digits>, got {root_hash!r}"
+            ) from None
+    gate = ArtifactGate(data_dir, root_file=root_file, allow_unsigned=False)
+    gate.refresh_root(time.time())  # the image's root, when there is one
+    if gate.blocked is not None or (gate.root is None and gate.root_problem is not None):
+        reason, message = gate.blocked or gate.root_problem or ("", "")
+        raise EnrollError(f"the device's trust root is unusable: {reason}: {message}")
+    if gate.root is None and pin is None:
+        where = f" ({root_file} does not exist)" if root_file is not None else ""
+        raise EnrollError(
+            "no trust root to verify the hub's with: install the fleet's root in the image "
+            f"(trust.rootFile{where}) or give --root-hash sha256:<hex> (printed by "
+            "`edgectl trust root create` and `hub token create`); a root taken from the hub "
+            "on trust alone would let that hub sign models"
+        )
+    return gate, pin
+
+
+def accept_hub_roots(gate: ArtifactGate, pin: str | None, roots: bytes, *, now: float) -> None:
+    """Accept the hub's roots into ``gate``: from the pin when the device had no root, else
+    chained from the one it has; and a pin given beside an image root must name a root on
+    the accepted chain. EnrollError when refused."""
+    if not roots:
+        if gate.root is None:
+            raise EnrollError("the hub sent no trust root, and the device has none")
+        return
+    try:
+        gate.accept_roots(roots, now, origin="the hub's trust root", anchor=pin)
+    except TrustError as exc:
+        raise EnrollError(f"the hub's trust root was refused: {exc.reason}: {exc}") from None
+    if pin is not None and pin not in gate.state.root_digests.values():
+        raise EnrollError(
+            f"the hub's trust root was refused: RootPinMismatch: no accepted root has the "
+            f"pinned digest sha256:{pin}"
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class Enrolled:
     device_name: str
@@ -88,13 +147,14 @@ async def enroll(
     labels: Mapping[str, str],
     name: str = "",
     ca_hash: str | None,
+    root_file: Path | None = None,
+    root_hash: str | None = None,
     enroll_address: str | None = None,
     tpm: str = "off",
     force: bool = False,
 ) -> Enrolled:
     import grpc
 
-    from edged.trust.admitting import ArtifactGate
     from edged.trust.identity import FileIdentity, load_or_create_identity
     from edgefleet.v1 import enrollment_pb2, enrollment_pb2_grpc
 
@@ -105,9 +165,10 @@ async def enroll(
         )
     host, port = parse_address(hub)
     ehost, eport = parse_address(enroll_address) if enroll_address else (host, port + 1)
-    chain = await asyncio.to_thread(fetch_presented_chain, ehost, eport)
     if ca_hash is None:
         raise EnrollError("--ca-hash is required (printed with the token by `hub token create`)")
+    gate, anchor = trust_anchor(data_dir, root_file=root_file, root_hash=root_hash)
+    chain = await asyncio.to_thread(fetch_presented_chain, ehost, eport)
     ca_pem = pinned_ca(chain, ca_hash)
     identity = load_or_create_identity(data_dir, tpm=tpm)
     try:
@@ -133,12 +194,7 @@ async def enroll(
             raise EnrollError(
                 f"the hub refused enrollment: {exc.code().name}: {exc.details()}"
             ) from None
-    gate = ArtifactGate(data_dir, root_file=None, allow_unsigned=False)
-    if resp.trust_root:
-        try:
-            gate.accept_roots(bytes(resp.trust_root), time.time(), origin="the hub's trust root")
-        except TrustError as exc:
-            raise EnrollError(f"the hub's trust root was refused: {exc}") from None
+    accept_hub_roots(gate, anchor, bytes(resp.trust_root), now=time.time())
     files.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_atomic(files.ca, bytes(resp.ca_certificate_pem), mode=0o644)
     write_atomic(files.certificate, bytes(resp.certificate_chain_pem), mode=0o644)

@@ -38,14 +38,16 @@ from edgefleet.trust.verifying import (
     check_matches,
     check_model_version,
     check_root_usable,
-    update_root,
+    follow_roots,
+    lost_trust_state,
+    root_digest,
     verify_artifact_metadata,
-    verify_initial_root,
 )
 
 log = get_logger(__name__)
 
 CHUNK = 1 << 20
+MAX_ROOTS_OFFERED = 1000  # roots in one file or message (a chain of rotations)
 METADATA_SUFFIX = ".metadata.json"
 
 
@@ -83,6 +85,10 @@ class ArtifactGate:
         self.root_problem: tuple[str, str] | None = None
         self.state = TrustState()
         self.unsigned: set[str] = set()
+        self.root_digest: str | None = None
+        # Set when artifacts must be refused until an operator acts (TrustStateLost,
+        # RootConflict of the image root): (reason, message).
+        self.blocked: tuple[str, str] | None = None
         self._root_file_seen: tuple[int, int] | None = None
         self._stat_cache: dict[tuple[str, int, int, int], str] = {}
         self._load()
@@ -107,6 +113,24 @@ class ArtifactGate:
             env = parse_envelope_bytes(self.root_path.read_bytes(), what=str(self.root_path))
             # Verified when it was accepted; parsed again, not re-verified against time.
             self.root = parse_root(decode_payload(env, expected_type=ROOT_TYPE, what="root"))
+            self.root_digest = root_digest(env)
+        self.blocked = lost_trust_state(
+            state_exists=doc is not None,
+            state=self.state,
+            root_version=self.root.version if self.root is not None else None,
+            root_digest=self.root_digest,
+        )
+        if self.blocked is not None:
+            log.error("trust state lost", reason=self.blocked[0], message=self.blocked[1])
+            return
+        if self.root is not None and self.root_digest is not None:
+            # root.json is written before state.json: a crash between the two leaves the
+            # state one step behind; bring it up (the root was verified before it was written).
+            known = self.state.root_digests.get(self.root.version)
+            if self.root.version > self.state.root_version or known is None:
+                self._save_state(
+                    self.state.with_roots(self.root.version, {self.root.version: self.root_digest})
+                )
 
     def _save_state(self, state: TrustState) -> None:
         if state != self.state:
@@ -121,8 +145,13 @@ class ArtifactGate:
         return now
 
     def refresh_root(self, now: float) -> None:
+        """Read ``trust.rootFile`` (the device image's root) when it changed. Without an
+        accepted root it is the first root; with one, a newer image root must chain from the
+        accepted one, and an image root of a version already accepted must be the same root
+        (``RootConflict`` otherwise: reported, and artifacts are refused until it is resolved,
+        because one of the two roots was not made by the fleet's root keys)."""
         path = self._root_file
-        if path is None:
+        if path is None or (self.blocked is not None and self.blocked[0] == "TrustStateLost"):
             return
         try:
             st = path.stat()
@@ -138,42 +167,58 @@ class ArtifactGate:
         try:
             self.accept_roots(data, now, origin=str(path))
             self.root_problem = None
+            self.blocked = None
         except TrustError as exc:
             self.root_problem = (exc.reason, str(exc))
+            if exc.reason == "RootConflict":
+                self.blocked = (exc.reason, f"the image's trust root conflicts: {exc}")
             log.error("trust root refused", file=str(path), reason=exc.reason, message=str(exc))
 
-    def accept_roots(self, data: bytes, now: float, *, origin: str) -> Root | None:
+    def accept_roots(
+        self, data: bytes, now: float, *, origin: str, anchor: str | None = None
+    ) -> Root | None:
         """Accept the root(s) in ``data`` — one envelope, or a JSON list of envelopes (a chain
-        of rotations, oldest first). A root not newer than the accepted one is ignored."""
+        of rotations, oldest first) — as :func:`~edgefleet.trust.verifying.follow_roots`
+        decides. Without an accepted root, the first root is the one whose digest is
+        ``anchor`` (a pin), or the first in ``data`` when ``anchor`` is None: only a file
+        of the device image may be trusted that way. Returns the new root, or None when
+        nothing newer was offered; raises TrustError (nothing changes) when refused."""
         import orjson
 
         try:
             doc: Any = orjson.loads(data)
         except orjson.JSONDecodeError:
             raise TrustError("MalformedEnvelope", f"{origin}: is not valid JSON") from None
-        envs = [parse_envelope(d, what=origin) for d in (doc if isinstance(doc, list) else [doc])]
-        if self.root is None:
-            first, *rest = envs
-            root = verify_initial_root(first, now, what=origin)
-            chain_start = 1
-        else:
-            root, rest, chain_start = self.root, envs, 0
-        newer = [
-            e
-            for e in rest
-            if parse_root(decode_payload(e, expected_type=ROOT_TYPE, what=origin)).version
-            > root.version
-        ]
-        if not newer and chain_start == 0:
+        items = doc if isinstance(doc, list) else [doc]
+        if not items or len(items) > MAX_ROOTS_OFFERED:
+            raise TrustError(
+                "MalformedEnvelope", f"{origin}: 1 to {MAX_ROOTS_OFFERED} roots, got {len(items)}"
+            )
+        envs = [parse_envelope(d, what=origin) for d in items]
+        return self.accept_root_envelopes(envs, now, origin=origin, anchor=anchor)
+
+    def accept_root_envelopes(
+        self, envs: list[Envelope], now: float, *, origin: str, anchor: str | None = None
+    ) -> Root | None:
+        """:meth:`accept_roots` for envelopes already parsed."""
+        known = dict(self.state.root_digests)
+        if self.root is not None and self.root_digest is not None:
+            known.setdefault(self.root.version, self.root_digest)
+        update = follow_roots(self.root, known, envs, now, anchor=anchor, what=origin)
+        if not update.changed or update.envelope is None:
             return None
-        if newer:
-            root = update_root(root, newer, now)
-        last: Envelope = newer[-1] if newer else envs[0]
+        last = update.envelope
         write_atomic(self.root_path, last.to_bytes(), mode=0o644)
-        self.root = root
-        self._save_state(TrustState(root.version, self.state.artifacts))
-        log.info("trust root accepted", version=root.version, expires=format_time(root.expires))
-        return root
+        self.root = update.root
+        self.root_digest = root_digest(last)
+        self._save_state(self.state.with_roots(update.root.version, update.digests))
+        log.info(
+            "trust root accepted",
+            version=update.root.version,
+            expires=format_time(update.root.expires),
+            origin=origin,
+        )
+        return update.root
 
     def admit(
         self, req: ArtifactRequest, store: ArtifactStore, *, now: float, max_bytes: int
@@ -199,6 +244,7 @@ class ArtifactGate:
                 "ArtifactUnreadable", f"{what}: cannot read {req.metadata_path}: {exc.strerror}"
             ) from None
         env = parse_envelope_bytes(env_bytes, what=f"{what}: {req.metadata_path.name}")
+        self._check_not_blocked(what)
         if self.root is None and self.root_problem is not None:
             reason, message = self.root_problem
             raise TrustError(reason, f"{what}: {message}")
@@ -232,6 +278,11 @@ class ArtifactGate:
         self.unsigned.discard(req.name)
         self._on_result("accepted", "Verified")
         return sha
+
+    def _check_not_blocked(self, what: str) -> None:
+        if self.blocked is not None:
+            reason, message = self.blocked
+            raise TrustError(reason, f"{what}: {message}")
 
     def _admit_unsigned(self, req: ArtifactRequest, store: ArtifactStore, *, max_bytes: int) -> str:
         what = f"{req.name} {req.version}"
@@ -342,6 +393,7 @@ class ArtifactGate:
         what = f"{name} {version}"
         try:
             env = parse_envelope_bytes(envelope, what=f"{what}: signed metadata")
+            self._check_not_blocked(what)
             if self.root is None and self.root_problem is not None:
                 reason, message = self.root_problem
                 raise TrustError(reason, f"{what}: {message}")
@@ -402,11 +454,15 @@ class ArtifactGate:
             "allowUnsigned": self.allow_unsigned,
             "rootFile": str(self._root_file) if self._root_file else None,
             "rootVersion": self.root.version if self.root else None,
+            "rootDigest": f"sha256:{self.root_digest}" if self.root_digest else None,
             "rootExpires": format_time(self.root.expires) if self.root else None,
             "rootProblem": (
                 {"reason": self.root_problem[0], "message": self.root_problem[1]}
                 if self.root_problem
                 else None
+            ),
+            "blocked": (
+                {"reason": self.blocked[0], "message": self.blocked[1]} if self.blocked else None
             ),
             "unsignedArtifacts": sorted(self.unsigned),
         }

@@ -12,6 +12,7 @@ allowance covers it. Length and digest are enforced while the bytes stream into 
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -37,7 +38,9 @@ from edgefleet.trust.envelopes import (
     decode_payload,
     require_threshold,
 )
-from edgefleet.trust.versions import compare_versions
+from edgefleet.trust.versions import compare_versions, version_key
+
+ROOT_HISTORY_MAX = 1000  # root digests remembered (one per rotation)
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,14 +53,19 @@ class Accepted:
 
 @dataclass(frozen=True, slots=True)
 class TrustState:
-    """Persisted in ``D/trust/state.json``: never goes down, survives restarts."""
+    """Persisted in ``D/trust/state.json``: never goes down, survives restarts.
+
+    ``root_digests``: the payload digest (:func:`root_digest`) of every root version this
+    device accepted, so that "same version, other content" is seen as a conflict."""
 
     root_version: int = 0
     artifacts: Mapping[str, Accepted] = field(default_factory=dict)
+    root_digests: Mapping[int, str] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "rootVersion": self.root_version,
+            "rootDigests": {str(v): d for v, d in sorted(self.root_digests.items())},
             "artifacts": {
                 n: {"metadataVersion": a.metadata_version, "modelVersion": a.model_version}
                 for n, a in sorted(self.artifacts.items())
@@ -72,10 +80,20 @@ class TrustState:
             str(n): Accepted(int(a["metadataVersion"]), str(a["modelVersion"]))
             for n, a in dict(doc.get("artifacts", {})).items()
         }
-        return TrustState(int(doc.get("rootVersion", 0)), arts)
+        digests = {int(v): str(d) for v, d in dict(doc.get("rootDigests", {})).items()}
+        return TrustState(int(doc.get("rootVersion", 0)), arts, digests)
+
+    def with_roots(self, version: int, digests: Mapping[int, str]) -> TrustState:
+        """The state after accepting roots up to ``version`` (``digests``: version -> digest
+        of each root accepted). The oldest are forgotten past :data:`ROOT_HISTORY_MAX`."""
+        merged = {**self.root_digests, **digests}
+        kept = dict(sorted(merged.items())[-ROOT_HISTORY_MAX:])
+        return replace(self, root_version=max(version, self.root_version), root_digests=kept)
 
     def accept(self, meta: ArtifactMetadata) -> TrustState:
-        """The state after accepting ``meta``: highest versions only ever go up."""
+        """The state after accepting ``meta``: highest versions only ever go up. A recorded
+        model version that is not comparable (written before such versions were refused)
+        is replaced, so it cannot lock the name."""
         old = self.artifacts.get(meta.name)
         mv = (
             meta.metadata_version
@@ -83,9 +101,64 @@ class TrustState:
             else max(old.metadata_version, meta.metadata_version)
         )
         model = meta.version
-        if old is not None and compare_versions(old.model_version, meta.version) > 0:
+        if (
+            old is not None
+            and _comparable(old.model_version)
+            and compare_versions(old.model_version, meta.version) > 0
+        ):
             model = old.model_version
         return replace(self, artifacts={**self.artifacts, meta.name: Accepted(mv, model)})
+
+
+def _comparable(version: str) -> bool:
+    try:
+        version_key(version)
+    except ValueError:
+        return False
+    return True
+
+
+def require_comparable_version(version: str, *, what: str) -> None:
+    """Refuse a model version that cannot be compared (``dev``, ``latest``...): once accepted
+    it would make every later version of that name incomparable (a lock)."""
+    try:
+        version_key(version)
+    except ValueError as exc:
+        raise TrustError("VersionNotComparable", f"{what}: {exc}") from None
+
+
+def lost_trust_state(
+    *, state_exists: bool, state: TrustState, root_version: int | None, root_digest: str | None
+) -> tuple[str, str] | None:
+    """Whether the persisted trust state was lost or rolled back (pure): ``(reason, message)``
+    or None. The accepted root (``root.json``) and the state (``state.json``) are written
+    together, root first; one without the other, or a root older than the state's root
+    version, means files were deleted or replaced, and the highest accepted versions (the
+    rollback protection) cannot be trusted any more."""
+    fix = "remove the whole trust directory to start again from the image's root"
+    if root_version is not None and not state_exists:
+        return (
+            "TrustStateLost",
+            f"the trust state is missing although root version {root_version} is accepted: "
+            f"rollback protection was reset ({fix})",
+        )
+    if state.root_version > 0 and (root_version is None or root_version < state.root_version):
+        have = "missing" if root_version is None else f"version {root_version}"
+        return (
+            "TrustStateLost",
+            f"the accepted root is {have}, but root version {state.root_version} was "
+            f"accepted: the root file was deleted or replaced ({fix})",
+        )
+    if root_version is not None and state.root_digests.get(root_version) not in (
+        None,
+        root_digest,
+    ):
+        return (
+            "TrustStateLost",
+            f"the accepted root of version {root_version} is not the one this device "
+            f"accepted (sha256:{state.root_digests[root_version]}): it was replaced ({fix})",
+        )
+    return None
 
 
 # -- roots --------------------------------------------------------------------------------------
@@ -149,6 +222,112 @@ def update_root(current: Root, chain: Sequence[Envelope], now: float) -> Root:
     for env in chain:
         root = verify_root_update(root, env)
     return check_root_usable(root, now)
+
+
+def root_digest(env: Envelope) -> str:
+    """What identifies a root: the sha256 (hex) of its signed payload. The envelope's
+    formatting (indentation, a trailing newline) and its signature list do not change it, so
+    pins, conflicts and attestation compare roots by this, never by file bytes."""
+    return hashlib.sha256(env.payload).hexdigest()
+
+
+def parse_root_pin(pin: str) -> str:
+    """``sha256:<64 hex>`` (a root pin, as printed by ``edgectl trust root create``) -> hex."""
+    hexpart = pin.strip().lower().removeprefix("sha256:")
+    if not pin.strip().lower().startswith("sha256:") or len(hexpart) != 64:
+        raise TrustError("MalformedRootPin", f"a root pin is sha256:<64 hex digits>, got {pin!r}")
+    try:
+        bytes.fromhex(hexpart)
+    except ValueError:
+        raise TrustError(
+            "MalformedRootPin", f"a root pin is sha256:<64 hex digits>, got {pin!r}"
+        ) from None
+    return hexpart
+
+
+@dataclass(frozen=True, slots=True)
+class RootUpdate:
+    """What :func:`follow_roots` accepted: the last root, its envelope, and the digest of
+    every root accepted on the way (version -> digest). ``changed`` is False when nothing
+    newer was found (the roots offered were all known)."""
+
+    root: Root
+    envelope: Envelope | None
+    digests: Mapping[int, str]
+    changed: bool
+
+
+def follow_roots(
+    current: Root | None,
+    known: Mapping[int, str],
+    envelopes: Sequence[Envelope],
+    now: float,
+    *,
+    anchor: str | None = None,
+    what: str = "trust root",
+) -> RootUpdate:
+    """Decide which of the offered roots to accept (pure).
+
+    Without a ``current`` root, the first root is the offered one whose digest equals
+    ``anchor`` (a pin), or the first offered one when ``anchor`` is None (a file from the
+    device image: trusted by being there). It needs a threshold of its own root keys; expiry
+    is checked only on the last root, as TUF does. Then every offered root newer than the
+    current one must follow it one version at a time, signed by the old and the new root
+    thresholds (:func:`verify_root_update`). An offered root of a version already accepted
+    with other content (``known``) is a ``RootConflict``: two different roots of one version
+    exist, so one of them was not made by the fleet's root keys. Roots older than anything
+    known cannot be checked and are passed over."""
+    by_version: dict[int, tuple[Envelope, str]] = {}
+    for env in envelopes:
+        version = _root_of(env, what).version
+        digest = root_digest(env)
+        seen = by_version.get(version)
+        if seen is not None and seen[1] != digest:
+            raise TrustError(
+                "RootConflict",
+                f"{what}: two different roots of version {version} were offered",
+            )
+        by_version[version] = (env, digest)
+    accepted: dict[int, str] = {}
+    last: Envelope | None = None
+    if current is None:
+        if not by_version:
+            raise TrustError("NoTrustRoot", f"{what}: no root was offered")
+        if anchor is None:
+            first = envelopes[0]
+        else:
+            match = [e for e, d in by_version.values() if d == anchor]
+            if not match:
+                offered = ", ".join(f"v{v} sha256:{d}" for v, (_, d) in sorted(by_version.items()))
+                raise TrustError(
+                    "RootPinMismatch",
+                    f"{what}: no root offered has the pinned digest sha256:{anchor} "
+                    f"(offered: {offered})",
+                )
+            first = match[0]
+        root = _root_of(first, what)
+        r = root.role(ROLE_ROOT)
+        require_threshold(first, root.keys, r.keyids, r.threshold, what=what)
+        accepted[root.version] = root_digest(first)
+        last = first
+        known = {**known, root.version: root_digest(first)}
+    else:
+        root = current
+    for version, (env, digest) in sorted(by_version.items()):
+        if version <= root.version:
+            if version in known and known[version] != digest:
+                raise TrustError(
+                    "RootConflict",
+                    f"{what}: version {version} differs from the root of that version this "
+                    f"device accepted (sha256:{digest} offered, sha256:{known[version]} "
+                    "accepted): same version, other content",
+                )
+            continue
+        root = verify_root_update(root, env, what=f"{what} version {version}")
+        accepted[version] = digest
+        last = env
+    check_root_usable(root, now)
+    return RootUpdate(root, last, accepted, bool(accepted))
 
 
 # -- artifacts ----------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ class HubProcess:
         self.log = log
         self.port = port or free_port_pair()
         self.launched: LaunchedHub | None = None  # the latest ``hub serve``
+        self.root_pin = ""  # the hub's trust root pin, printed with each token
 
     @property
     def address(self) -> str:
@@ -79,6 +80,7 @@ class HubProcess:
             capture_output=True, text=True, check=True, timeout=60,
         )  # fmt: skip
         pin = out.stderr.split("CA hash ")[1].strip()
+        self.root_pin = out.stderr.split("root hash ")[1].split(";")[0]
         return out.stdout.strip(), pin
 
     def edgectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
@@ -96,7 +98,7 @@ def enroll(
 ) -> subprocess.CompletedProcess[str]:
     token, pin = hub.token()
     cmd = program_command("edged", "enroll", "--hub", via or hub.address, "--ca-hash", pin,
-                          "--data-dir", data, "--name", name,
+                          "--root-hash", hub.root_pin, "--data-dir", data, "--name", name,
                           "--enroll-address", f"127.0.0.1:{hub.port + 1}")  # fmt: skip
     for k, v in labels.items():
         cmd += ["--label", f"{k}={v}"]

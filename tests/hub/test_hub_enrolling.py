@@ -7,6 +7,7 @@ import time
 from pathlib import Path
 
 import grpc
+import orjson
 from asynctesting import async_test
 from hubserving import AdminHub, make_hub_dir
 
@@ -116,3 +117,72 @@ async def test_malformed_messages_and_the_enrollment_port_without_a_certificate(
         async with hub.channel() as ch:  # the hub still serves everyone else
             listed = await hub.stub(ch).List(admin_pb2.ListRequest(kind="Device"), timeout=10)
             assert list(listed.items) == []
+
+
+@async_test
+async def test_a_hub_cannot_give_an_enrolling_device_its_own_root(tmp_path: Path) -> None:
+    """``edged enroll`` (the device's real code) against a real hub that serves a root of its
+    own making: refused with an image root, refused against a pin, refused with neither before
+    the token is spent; the fleet's root, pinned, is accepted. Nothing is written on refusal."""
+    from edged.hublink.enrolling import EnrollError, enroll
+    from edgefleet.trust.signing import create_root, generate_key_pair
+    from edgefleet.trust.verifying import root_digest
+
+    for name in ("root", "publisher", "hubkey"):
+        generate_key_pair(tmp_path / name)
+    fleet_root = create_root(
+        root_keys=[tmp_path / "root.key"],
+        artifact_keys=[tmp_path / "publisher.pub"],
+        out=tmp_path / "image-root.json",
+    )
+    hub_root = create_root(
+        root_keys=[tmp_path / "hubkey.key"], artifact_keys=[tmp_path / "hubkey.pub"]
+    )
+    fleet_pin, hub_pin = f"sha256:{root_digest(fleet_root)}", f"sha256:{root_digest(hub_root)}"
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub:
+        hub.ctx.trust_root = hub_root.to_bytes()  # a compromised hub
+        ca_pin = pki.ca_pin(hub.ctx.ca.certificate)
+
+        async def attempt(data: Path, **kw: object) -> str:
+            token, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
+            try:
+                await enroll(
+                    data,
+                    hub=f"127.0.0.1:{hub.port}",
+                    enroll_address=f"127.0.0.1:{hub.enroll_port}",
+                    token=token,
+                    labels={},
+                    name=data.name,
+                    ca_hash=ca_pin,
+                    **kw,  # type: ignore[arg-type]
+                )
+            except EnrollError as exc:
+                assert not (data / "hub" / "link.json").exists()
+                return str(exc)
+            return "enrolled"
+
+        absent = tmp_path / "no-image-root.json"
+        got = await attempt(tmp_path / "dev-a", root_file=tmp_path / "image-root.json")
+        assert "RootConflict" in got, got
+        got = await attempt(tmp_path / "dev-b", root_file=absent, root_hash=fleet_pin)
+        assert "RootPinMismatch" in got, got
+        got = await attempt(tmp_path / "dev-c", root_file=absent)
+        assert "no trust root" in got and "--root-hash" in got, got
+        assert len(hub.ctx.cache.devices) == 2  # the third never reached the hub
+        got = await attempt(tmp_path / "dev-d", root_file=absent, root_hash="sha256:nothex")
+        assert "--root-hash must look like" in got, got
+
+        hub.ctx.trust_root = fleet_root.to_bytes()
+        assert (
+            await attempt(tmp_path / "dev-e", root_file=absent, root_hash=fleet_pin) == "enrolled"
+        )
+        state = orjson.loads((tmp_path / "dev-e" / "trust" / "state.json").read_bytes())
+        assert state["rootDigests"] == {"1": root_digest(fleet_root)}
+        # An image root and a pin of another root: the pin must be on the accepted chain.
+        got = await attempt(
+            tmp_path / "dev-f", root_file=tmp_path / "image-root.json", root_hash=hub_pin
+        )
+        assert "RootPinMismatch" in got, got
+        got = await attempt(tmp_path / "dev-g", root_file=tmp_path / "image-root.json")
+        assert got == "enrolled"

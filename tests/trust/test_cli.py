@@ -10,6 +10,8 @@ from edgectl.cli import main
 from edged.trust.admitting import ArtifactGate, ArtifactRequest
 from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import TrustError
+from edgefleet.trust.signing import read_envelope
+from edgefleet.trust.verifying import root_digest
 
 
 def test_keys_sign_root_rotate_and_verify(
@@ -59,6 +61,8 @@ def test_keys_sign_root_rotate_and_verify(
         )
         == 0
     )
+    pin = f"sha256:{root_digest(read_envelope(root))}"
+    assert f"--root-hash): {pin}" in capsys.readouterr().out  # what edged enroll pins
     gate = ArtifactGate(tmp_path / "data", root_file=root, allow_unsigned=False)
     store = ArtifactStore(tmp_path / "data" / "artifacts")
     req = ArtifactRequest("m", "1.0.0", model, tmp_path / "m.onnx.metadata.json")
