@@ -100,6 +100,11 @@ def add_commands(
     allow = rollback.add_parser("allow", help="allow devices to install an older model version")
     allow.add_argument("--name", required=True)
     allow.add_argument("--version", required=True)
+    bytes_of = allow.add_mutually_exclusive_group(required=True)
+    bytes_of.add_argument(
+        "--model", type=Path, help="the model file of that version (its sha256 is signed)"
+    )
+    bytes_of.add_argument("--sha256", help="the sha256 of that version's model file")
     allow.add_argument("--key", type=Path, action="append", required=True)
     allow.add_argument("--expires", default="7d")
     allow.add_argument("--out", type=Path, required=True)
@@ -174,9 +179,13 @@ def _run(args: argparse.Namespace) -> int | None:
             print(f"{args.file}: {len(env.signatures)} signature(s)")
             return 0
     if cmd == "rollback" and args.rollback_cmd == "allow":
+        sha256 = args.sha256
+        if args.model is not None:
+            sha256 = signing.describe_file(args.model, "model")["sha256"]
         env = signing.sign_rollback_allowance(
             name=args.name,
             version=args.version,
+            sha256=str(sha256).lower().removeprefix("sha256:"),
             keys=args.key,
             expires_in_s=signing.parse_duration_days(args.expires),
         )

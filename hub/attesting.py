@@ -11,9 +11,10 @@ The decisions are pure functions, tested as tables:
 * :func:`reference_policy` — the reference :class:`~edgefleet.trust.evidence.Policy` from the
   fleet's ``SecurityBaseline`` objects (``spec.allowedCodeDigests``,
   ``spec.allowedConfigDigests``, ``spec.allowedModelDigests``: lists of ``sha256:<hex>``; a
-  list that no baseline fills is not checked; several baselines allow the union), the digest
-  of the hub's trust root (checked when the hub has one), and the models the device is owed
-  (always allowed, so a device is not Untrusted for running what the hub sent it);
+  list that no baseline fills is not checked; several baselines allow the union), the payload
+  digest of the hub's trust root (checked when the hub has one; never the file's bytes), and
+  the models the device is owed (always allowed, so a device is not Untrusted for running
+  what the hub sent it);
 * :func:`assess` — given the device, its outstanding challenge, the evidence that arrived (if
   any) and ``now``: the device's new :class:`~hub.devices.Attestation`. Evidence is verified by
   the pure :func:`~edgefleet.trust.evidence.verify_evidence` against the outstanding nonce (an
@@ -38,9 +39,12 @@ from typing import Any
 
 import orjson
 
+from edgefleet.errors import TrustError
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
+from edgefleet.trust.envelopes import parse_envelope_bytes
 from edgefleet.trust.evidence import Policy, verify_evidence
+from edgefleet.trust.verifying import root_digest
 from hub.context import HubContext
 from hub.devices import Attestation, Device, TrustState
 
@@ -73,12 +77,20 @@ def _digests(values: object) -> set[str]:
     return out
 
 
+def _root_measurement(trust_root: bytes) -> str:
+    """What a device measures for this root: its payload digest (the device stores the root
+    with its own formatting; file bytes would differ by a newline and mark it Untrusted)."""
+    try:
+        return root_digest(parse_envelope_bytes(trust_root, what="the hub's trust root"))
+    except TrustError:
+        return hashlib.sha256(trust_root).hexdigest()
+
+
 def reference_policy(
     baselines: Iterable[Mapping[str, Any]],
     *,
     trust_root: bytes,
     owed_models: Iterable[str],
-    max_age_s: float,
 ) -> Policy:
     """The reference values a device's measurements are checked against (pure; module doc)."""
     code: set[str] = set()
@@ -94,9 +106,8 @@ def reference_policy(
     return Policy(
         allowed_code=frozenset(code) or None,
         allowed_config=frozenset(config) or None,
-        trust_root=hashlib.sha256(trust_root).hexdigest() if trust_root else None,
+        trust_root=_root_measurement(trust_root) if trust_root else None,
         allowed_models=frozenset(models | set(owed_models)) if models else None,
-        max_age_s=max_age_s,
         check_trust_root=bool(trust_root),
     )
 
@@ -142,6 +153,12 @@ def assess(
         reasons: tuple[str, ...] = ("EvidenceMalformed: not a JSON object",)
     elif not device.public_key_pem:
         reasons = ("NoIdentityKey: the hub has no identity key for this device",)
+    elif challenge is not None and now - challenge.sent_at > timeout_s:
+        # Freshness by the hub's clock: the nonce is fresh, the answer must come in time.
+        reasons = (
+            f"EvidenceLate: answered {now - challenge.sent_at:.0f}s after the challenge, "
+            f"limit {timeout_s:g}s",
+        )
     else:
         verdict = verify_evidence(
             doc,
@@ -179,7 +196,6 @@ class AttestationController:
             (o.manifest for o in ctx.cache.objects_of(KIND_BASELINE)),
             trust_root=ctx.trust_root,
             owed_models=content.artifacts if content is not None else (),
-            max_age_s=ctx.config.attestation.timeout_s,
         )
 
     def _apply(self, name: str, new: Attestation) -> None:
@@ -196,7 +212,10 @@ class AttestationController:
             name,
             "Normal" if trusted else "Warning",
             new.state.value,
-            "the evidence verified" if trusted else "; ".join(new.reasons),
+            # No quote is EK-bound yet (edgefleet.trust.evidence): never "TPM-attested".
+            "the evidence verified (software-attested, no TPM)"
+            if trusted
+            else "; ".join(new.reasons),
         )
         log.info("attestation", device=name, state=new.state.value, reasons=list(new.reasons))
         self.ctx.projector.mark([name])

@@ -29,6 +29,27 @@ def digest_file(path: Path | None) -> str | None:
         return None
 
 
+def digest_root(path: Path | None) -> str | None:
+    """The trust root's measurement: the digest of its signed payload (what identifies a root,
+    :func:`edgefleet.trust.verifying.root_digest`), so that a root stored with other
+    formatting than the hub's copy measures the same. A file that is not an envelope measures
+    as its file digest (which matches no root)."""
+    from edgefleet.errors import TrustError
+    from edgefleet.trust.envelopes import parse_envelope_bytes
+    from edgefleet.trust.verifying import root_digest
+
+    if path is None:
+        return None
+    try:
+        data = path.read_bytes()
+    except FileNotFoundError:
+        return None
+    try:
+        return root_digest(parse_envelope_bytes(data, what=str(path)))
+    except TrustError:
+        return hashlib.sha256(data).hexdigest()
+
+
 def digest_code(package_dirs: Iterable[Path] | None = None) -> str:
     """One digest of the code edged runs: every ``.py`` file under the ``edged`` and
     ``edgefleet`` packages, by package, relative path and content, in sorted order. Computed
@@ -70,7 +91,7 @@ class Attester:
         m = measurements(
             code=self.code_digest,
             config=digest_file(config_path),
-            trust_root=digest_file(trust_root_path),
+            trust_root=digest_root(trust_root_path),
             models=model_digests,
         )
         statement = {

@@ -5,7 +5,7 @@
 * :class:`ArtifactMetadata` — a publisher's description of one artifact version: name,
   version, precision, every file's sha256 and length, created/expires, metadata version.
 * :class:`RollbackAllowance` — permission to install an older model version: name, version,
-  expiry.
+  the sha256 of its model file, expiry.
 
 Times are RFC 3339 UTC strings in documents (``2030-01-01T00:00:00Z``) and float epoch
 seconds in the dataclasses. Every parse error is a ``TrustError("MalformedMetadata")`` that
@@ -184,6 +184,7 @@ def parse_artifact(doc: Mapping[str, Any], *, what: str = "artifact metadata") -
 class RollbackAllowance:
     name: str
     version: str
+    sha256: str  # of the model file: the allowance names these exact bytes
     expires: float
 
 
@@ -191,8 +192,17 @@ def parse_rollback(
     doc: Mapping[str, Any], *, what: str = "rollback allowance"
 ) -> RollbackAllowance:
     _type(doc, "rollback", what)
+    sha = doc.get("sha256")
+    if not isinstance(sha, str) or not _SHA256.fullmatch(sha):
+        raise _bad(
+            what,
+            "sha256",
+            "must be the model file's sha256, 64 lowercase hexadecimal digits (an allowance "
+            "binds name, version and bytes)",
+        )
     return RollbackAllowance(
         name=_str(doc, "name", what),
         version=_str(doc, "version", what),
+        sha256=sha,
         expires=parse_time(doc.get("expires"), "expires", what),
     )

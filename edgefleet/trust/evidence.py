@@ -15,8 +15,18 @@ Evidence (a JSON-able dict; the hub carries it as bytes):
 
 With a TPM, PCR 23 is reset and extended with ``sha256(canonical_json(measurements))`` and
 quoted with the nonce as qualifying data, so the quote binds the same measurements.
-:func:`verify_evidence` is pure (no I/O, no clock: ``now`` is passed in) and returns a
-:class:`Verdict` with a reason for every failed check.
+:func:`verify_evidence` is pure (no I/O, no clock) and returns a :class:`Verdict` with a
+reason for every failed check.
+
+Freshness is the nonce's job: the hub's challenge is fresh and answered within the hub's
+timeout (measured on the hub's clock, :func:`hub.attesting.assess`), so the device's clock is
+not consulted (``statement.time`` must only be a finite number).
+
+What a quote proves today: nothing beyond the signature. It is signed by the device's identity
+key, an unrestricted key that no endorsement key (EK) vouches for, so root on the device (or a
+device with no TPM at all) can make one up. Until the hub binds an attestation key to the EK
+at enrollment, every quote is refused (``QuoteKeyNotEkBound``) and a device is at best
+*software-attested* (``Verdict.tpm_attested`` is False).
 """
 
 from __future__ import annotations
@@ -24,6 +34,7 @@ from __future__ import annotations
 import base64
 import hashlib
 import hmac
+import math
 import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -59,8 +70,6 @@ class Policy:
     allowed_config: frozenset[str] | None
     trust_root: str | None
     allowed_models: frozenset[str] | None
-    max_age_s: float = 60.0
-    max_clock_skew_s: float = 5.0
     require_tpm: bool = False
     check_trust_root: bool = True
 
@@ -69,6 +78,9 @@ class Policy:
 class Verdict:
     trusted: bool
     reasons: tuple[str, ...]
+    # Whether a TPM vouched for the measurements (a quote by an EK-bound attestation key).
+    # Always False today: trusted evidence is software-attested (module doc).
+    tpm_attested: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +175,11 @@ def _check_tpm(tpm: Any, nonce: bytes, m: Mapping[str, Any], public: Any) -> lis
         reasons.append(f"PcrMeasurementMismatch: PCR {pcr} does not bind the measurements")
     if not _ecdsa_ok(public, sig, attest):
         reasons.append("QuoteSignatureInvalid: the quote is not signed by the identity key")
+    reasons.append(
+        "QuoteKeyNotEkBound: the quote is signed by the device's identity key, which no "
+        "endorsement key vouches for; a device without a TPM, or root on one, can make such "
+        "a quote up"
+    )
     return reasons
 
 
@@ -177,14 +194,17 @@ def verify_evidence(
     """Is this device's answer to ``expected_nonce`` trustworthy under ``policy``? Pure.
 
     ``identity_public_key``: the device's P-256 public key (PEM bytes/str or a key object),
-    taken from its certificate. Every failed check adds a reason (``Reason: detail``)."""
+    taken from its certificate. Every failed check adds a reason (``Reason: detail``).
+    ``now`` is kept for callers; no check compares it with the device's clock (module doc)."""
     reasons: list[str] = []
     try:
         if evidence.get("format") != FORMAT:
             return Verdict(False, (f"UnknownFormat: {evidence.get('format')!r}",))
         st = evidence["statement"]
         nonce = base64.b64decode(st["nonce"], validate=True)
-        when = float(st["time"])
+        when = st["time"]
+        if isinstance(when, bool) or not isinstance(when, int | float) or not math.isfinite(when):
+            raise ValueError(f"statement.time must be a finite number, got {when!r}")
         m = st["measurements"]
         sig = base64.b64decode(evidence["signature"], validate=True)
         models = list(m["models"])
@@ -198,10 +218,6 @@ def verify_evidence(
         reasons.append("BadSignature: the evidence is not signed by the device identity key")
     if not hmac.compare_digest(nonce, expected_nonce):
         reasons.append("NonceMismatch: the evidence answers another (stale or replayed) nonce")
-    if now - when > policy.max_age_s:
-        reasons.append(f"EvidenceStale: made {now - when:.0f}s ago, limit {policy.max_age_s:.0f}s")
-    elif when - now > policy.max_clock_skew_s:
-        reasons.append(f"EvidenceFromTheFuture: made {when - now:.0f}s after now")
     tpm = evidence.get("tpm")
     if tpm is not None:
         reasons += _check_tpm(tpm, expected_nonce, m, public)

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import re
 import time
 from collections.abc import Iterable, Sequence
 from pathlib import Path
@@ -31,6 +32,7 @@ from edgefleet.trust.envelopes import (
     parse_envelope_bytes,
     sign_envelope,
 )
+from edgefleet.trust.verifying import require_comparable_version
 
 CHUNK = 1 << 20
 DAY = 86400.0
@@ -131,7 +133,9 @@ def build_artifact_metadata(
     metadata_version: int | None = None,
     now: float | None = None,
 ) -> dict[str, Any]:
-    """The metadata payload for a model file and its extras (hashes every file)."""
+    """The metadata payload for a model file and its extras (hashes every file). A version
+    that cannot be compared (``dev``) is refused: devices would refuse it anyway."""
+    require_comparable_version(version, what=f"{name} --version")
     now = time.time() if now is None else now
     files = {Path(model).name: describe_file(model, "model")}
     for extra in extras:
@@ -186,15 +190,22 @@ def sign_rollback_allowance(
     *,
     name: str,
     version: str,
+    sha256: str,
     keys: Iterable[Path],
     expires_in_s: float = 7 * DAY,
     now: float | None = None,
 ) -> Envelope:
+    """Allow devices to go back to ``name`` ``version`` — exactly the model file whose
+    digest is ``sha256`` (the one in that version's signed metadata)."""
+    require_comparable_version(version, what=f"{name} --version")
+    if not re.fullmatch(r"[0-9a-f]{64}", sha256):
+        raise ValueError(f"sha256 must be 64 lowercase hexadecimal digits, got {sha256!r}")
     now = time.time() if now is None else now
     doc = {
         "_type": "rollback",
         "name": name,
         "version": version,
+        "sha256": sha256,
         "expires": format_time(now + expires_in_s),
     }
     return sign_envelope(ROLLBACK_TYPE, doc, [load_private_key(k) for k in keys])

@@ -347,6 +347,7 @@ def verify_artifact_metadata(
     require_threshold(env, root.keys, role.keyids, role.threshold, what=what)
     meta = parse_artifact(decode_payload(env, expected_type=ARTIFACT_TYPE, what=what), what=what)
     what = f"{what} of {meta.name} {meta.version}"
+    require_comparable_version(meta.version, what=what)
     if now >= meta.expires:
         raise TrustError("MetadataExpired", f"{what}: expired at {format_time(meta.expires)}")
     accepted = state.artifacts.get(meta.name)
@@ -389,13 +390,10 @@ def check_model_version(
     """Refuse a model version lower than the highest accepted, unless a valid signed rollback
     allowance names exactly this name and version."""
     accepted = state.artifacts.get(meta.name)
-    if accepted is None:
-        return
-    try:
-        older = compare_versions(meta.version, accepted.model_version) < 0
-    except ValueError as exc:
-        raise TrustError("VersionNotComparable", f"{meta.name}: {exc}") from None
-    if not older:
+    if accepted is None or not _comparable(accepted.model_version):
+        return  # nothing accepted, or a version recorded before such versions were refused
+    require_comparable_version(meta.version, what=f"{meta.name} {meta.version}")
+    if compare_versions(meta.version, accepted.model_version) >= 0:
         return
     what = f"{meta.name} {meta.version}"
     if allowance is None:
@@ -414,6 +412,13 @@ def check_model_version(
         raise TrustError(
             "RollbackAllowanceMismatch",
             f"{awhat}: the allowance is for {allow.name} {allow.version}",
+        )
+    _, model = meta.model_file()
+    if allow.sha256 != model.sha256:
+        raise TrustError(
+            "RollbackAllowanceMismatch",
+            f"{awhat}: the allowance is for other bytes (sha256 {allow.sha256}, the signed "
+            f"model is {model.sha256})",
         )
     if now >= allow.expires:
         raise TrustError(

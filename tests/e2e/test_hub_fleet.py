@@ -166,6 +166,7 @@ def test_expired_and_reused_tokens_are_refused(hub: HubProcess, tmp_path: Path) 
 
         return subprocess.run(
             [sys.executable, "-m", "edged", "enroll", "--hub", hub.address, "--ca-hash", ca_hash,
+             "--root-hash", hub.root_pin,
              "--token", tok, "--data-dir", str(tmp_path / data), "--name", data],
             check=False, capture_output=True, text=True, timeout=60,
         )  # fmt: skip

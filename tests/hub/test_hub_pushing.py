@@ -207,6 +207,24 @@ async def test_expired_metadata_is_refused(hub_dir: Path, tmp_path: Path) -> Non
         await _assert_nothing_stored(hub)
 
 
+@async_test
+async def test_a_version_that_cannot_be_compared_is_refused(hub_dir: Path, tmp_path: Path) -> None:
+    """A signed "dev" would lock the name on every device (no later version compares to it):
+    refused at the door. edgectl cannot sign it, so it is signed by hand here."""
+    from edgefleet.trust.envelopes import ARTIFACT_TYPE, sign_envelope
+
+    model = _model(tmp_path)
+    doc = signing.build_artifact_metadata(model, name="mlp", version="1.0.0")
+    doc["version"] = "dev"
+    key = signing.load_private_key(hub_dir / "publisher.key")
+    envelope = sign_envelope(ARTIFACT_TYPE, doc, [key]).to_bytes()
+    async with _serve(hub_dir) as hub:
+        err = await _refused(hub, envelope, model.read_bytes())
+        assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert (err.details() or "").startswith("VersionNotComparable: "), err.details()
+        await _assert_nothing_stored(hub)
+
+
 @pytest.mark.parametrize(
     ("change", "reason"),
     [

@@ -3,6 +3,7 @@ a real gate, a real store, real signed files on disk, a fixed clock."""
 
 from __future__ import annotations
 
+import hashlib
 import os
 import threading
 from collections.abc import Iterator
@@ -180,11 +181,12 @@ def test_replay_of_older_metadata(device: Device, model_bytes: tuple[bytes, byte
     assert info.value.reason == "MetadataRollback"
 
 
-def rollback_allowance(device: Device, version: str) -> Path:
+def rollback_allowance(device: Device, version: str, sha256: str) -> Path:
     doc = {
         "_type": "rollback",
         "name": "mlp",
         "version": version,
+        "sha256": sha256,
         "expires": format_time(NOW + DAY),
     }
     path = device.incoming / "allow.json"
@@ -207,7 +209,19 @@ def test_older_model_version_without_and_with_allowance(
         old.version,
         old.model_path,
         old.metadata_path,
-        allowance_path=rollback_allowance(device, "1.0.0"),
+        allowance_path=rollback_allowance(device, "1.0.0", "ab" * 32),
+    )
+    with pytest.raises(TrustError) as info:
+        device.admit(allowed)  # an allowance for other bytes of that version
+    assert info.value.reason == "RollbackAllowanceMismatch"
+    allowed = ArtifactRequest(
+        old.name,
+        old.version,
+        old.model_path,
+        old.metadata_path,
+        allowance_path=rollback_allowance(
+            device, "1.0.0", hashlib.sha256(model_bytes[0]).hexdigest()
+        ),
     )
     sha = device.admit(allowed)
     assert device.store.path_for(sha).read_bytes() == model_bytes[0]

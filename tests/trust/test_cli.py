@@ -103,6 +103,8 @@ def test_keys_sign_root_rotate_and_verify(
                 "m",
                 "--version",
                 "0.9.0",
+                "--model",
+                str(model),
                 "--key",
                 str(tmp_path / "pub.key"),
                 "--out",

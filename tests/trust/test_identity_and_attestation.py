@@ -20,7 +20,14 @@ from cryptography import x509
 from edged.trust.attesting import Attester, digest_file
 from edged.trust.identity import FileIdentity, TpmIdentity, load_or_create_identity
 from edgefleet.launching import free_port_pair
-from edgefleet.trust.evidence import Policy, parse_quote, verify_evidence
+from edgefleet.trust.envelopes import EVIDENCE_TYPE, canonical_json, pae
+from edgefleet.trust.evidence import (
+    Policy,
+    expected_pcr,
+    measurement_digest,
+    parse_quote,
+    verify_evidence,
+)
 
 NOW = 1_900_000_000.0
 NONCE = b"n" * 32
@@ -155,9 +162,20 @@ def test_stale_nonce(file_ident: FileIdentity) -> None:
     assert not trusted and [r.split(":")[0] for r in reasons] == ["NonceMismatch"]
 
 
-def test_old_evidence(file_ident: FileIdentity) -> None:
-    trusted, reasons = verify(evidence_of(file_ident), file_ident, now=NOW + 600)
-    assert not trusted and reasons[0].startswith("EvidenceStale")
+def test_the_device_clock_is_not_a_freshness_check(file_ident: FileIdentity) -> None:
+    """The nonce proves freshness (the hub times the answer on its own clock): a device clock
+    that is off either way does not matter; a time that is not a finite number is refused,
+    even signed by the device (a hostile device says "nan" to dodge checks)."""
+    for skew in (-86400.0, 6.0, 86400.0):
+        assert verify(evidence_of(file_ident), file_ident, now=NOW + skew) == (True, ())
+    for bad in ("nan", float("inf"), "1900000000", True, None):
+        ev = evidence_of(file_ident)
+        ev["statement"]["time"] = bad
+        ev["signature"] = base64.b64encode(
+            file_ident.sign(pae(EVIDENCE_TYPE, canonical_json(ev["statement"])))
+        ).decode()
+        trusted, reasons = verify(ev, file_ident)
+        assert not trusted and reasons[0].startswith("EvidenceMalformed: statement.time"), bad
 
 
 def test_bad_signature(file_ident: FileIdentity, tmp_path: Path) -> None:
@@ -193,7 +211,10 @@ def test_tpm_identity_csr_and_quote_verify(swtpm: str, tmp_path: Path) -> None:
         ev = evidence_of(ident)
         q = parse_quote(base64.b64decode(ev["tpm"]["attest"]))
         assert q.extra_data == NONCE
-        assert verify(ev, ident, pol=policy(require_tpm=True)) == (True, ())
+        # A genuine quote, but by the identity key, which no EK vouches for: not TPM proof.
+        assert [r.split(":")[0] for r in verify(ev, ident, pol=policy(require_tpm=True))[1]] == [
+            "QuoteKeyNotEkBound"
+        ]
 
         # The same key again (derived from the TPM's seed): same public key.
         again = TpmIdentity(swtpm)
@@ -201,16 +222,19 @@ def test_tpm_identity_csr_and_quote_verify(swtpm: str, tmp_path: Path) -> None:
         again.close()
 
         # A replayed quote for another nonce, a changed PCR claim, a forged quote signature.
-        trusted, reasons = verify(ev, ident, nonce=b"x" * 32)
+        trusted, reasons = verify(ev, ident, nonce=b"x" * 32, pol=policy())
         assert not trusted
         assert {"NonceMismatch", "QuoteNonceMismatch"} <= {r.split(":")[0] for r in reasons}
         bad = copy.deepcopy(ev)
         bad["tpm"]["pcrValue"] = "00" * 32
         names = {r.split(":")[0] for r in verify(bad, ident)[1]}
-        assert names == {"QuotePcrDigestMismatch", "PcrMeasurementMismatch"}
+        assert names == {"QuotePcrDigestMismatch", "PcrMeasurementMismatch", "QuoteKeyNotEkBound"}
         bad = copy.deepcopy(ev)
         bad["tpm"]["s"] = format(int(bad["tpm"]["s"], 16) ^ 1, "x")
-        assert [r.split(":")[0] for r in verify(bad, ident)[1]] == ["QuoteSignatureInvalid"]
+        assert [r.split(":")[0] for r in verify(bad, ident)[1]] == [
+            "QuoteSignatureInvalid",
+            "QuoteKeyNotEkBound",
+        ]
         # Measurements changed after the quote, re-signed with... nothing: both checks fail.
         bad = copy.deepcopy(ev)
         bad["statement"]["measurements"]["code"] = "c0de"
@@ -219,3 +243,52 @@ def test_tpm_identity_csr_and_quote_verify(swtpm: str, tmp_path: Path) -> None:
         assert {"BadSignature", "PcrMeasurementMismatch"} <= names
     finally:
         ident.close()
+
+
+def fabricated_quote(nonce: bytes, pcr: int, value: bytes) -> bytes:
+    """A TPMS_ATTEST made up in software: right magic, type, nonce and PCR digest."""
+    import hashlib
+    import struct
+
+    out = struct.pack(">IH", 0xFF544347, 0x8018)
+    out += struct.pack(">H", 0)  # qualifiedSigner
+    out += struct.pack(">H", len(nonce)) + nonce
+    out += b"\x00" * (8 + 4 + 4 + 1 + 8)  # clockInfo, firmwareVersion
+    bits = bytearray(3)
+    bits[pcr // 8] |= 1 << (pcr % 8)
+    out += struct.pack(">IHB", 1, 0x000B, 3) + bytes(bits)
+    digest = hashlib.sha256(value).digest()
+    return out + struct.pack(">H", len(digest)) + digest
+
+
+def test_a_fabricated_quote_from_a_device_without_a_tpm_is_refused(
+    file_ident: FileIdentity,
+) -> None:
+    """The attack of the review: a file-key device writes a quote that checks out in every
+    field and signs it with its own key. It must not pass for TPM evidence."""
+    from cryptography.hazmat.primitives.asymmetric.utils import decode_dss_signature
+
+    ev = evidence_of(file_ident)
+    value = expected_pcr(measurement_digest(ev["statement"]["measurements"]))
+    attest = fabricated_quote(NONCE, 23, value)
+    r, s_ = decode_dss_signature(file_ident.sign(attest))
+    ev["tpm"] = {
+        "pcr": 23,
+        "pcrValue": value.hex(),
+        "attest": base64.b64encode(attest).decode(),
+        "r": format(r, "x"),
+        "s": format(s_, "x"),
+    }
+    ev["statement"]["identityKind"] = "tpm"
+    ev["signature"] = base64.b64encode(
+        file_ident.sign(pae(EVIDENCE_TYPE, canonical_json(ev["statement"])))
+    ).decode()
+    v = verify_evidence(
+        ev,
+        expected_nonce=NONCE,
+        identity_public_key=file_ident.public_key_pem(),
+        policy=policy(require_tpm=True),
+        now=NOW,
+    )
+    assert not v.trusted and not v.tpm_attested
+    assert [r.split(":")[0] for r in v.reasons] == ["QuoteKeyNotEkBound"]

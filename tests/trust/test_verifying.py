@@ -18,6 +18,7 @@ from edgefleet.trust.envelopes import (
     key_id,
     sign_envelope,
 )
+from edgefleet.trust.signing import build_artifact_metadata
 from edgefleet.trust.verifying import (
     Accepted,
     TrustState,
@@ -142,11 +143,17 @@ def test_tampered_payload_fails_signature(keys: dict[str, Key], model: Path) -> 
 
 
 def allowance(
-    keys: dict[str, Key], signer: str = "pub1", version: str = "1.0.0", expires: float = NOW + DAY
+    keys: dict[str, Key],
+    sha256: str | None,
+    signer: str = "pub1",
+    version: str = "1.0.0",
+    expires: float = NOW + DAY,
 ) -> Envelope:
     from edgefleet.trust.documents import format_time
 
     doc = {"_type": "rollback", "name": "mlp", "version": version, "expires": format_time(expires)}
+    if sha256 is not None:
+        doc["sha256"] = sha256
     return sign_envelope(ROLLBACK_TYPE, doc, [keys[signer].private])
 
 
@@ -160,6 +167,9 @@ ROLLBACK_CASES = [
     ("allowance for another version", "2.0.0", {"version": "1.5.0"}, "RollbackAllowanceMismatch"),
     ("allowance by unknown key", "2.0.0", {"signer": "stranger"}, "UnknownKey"),
     ("allowance by a root key only", "2.0.0", {"signer": "root1"}, "UnknownKey"),
+    ("allowance for other bytes", "2.0.0", {"sha256": "ab" * 32}, "RollbackAllowanceMismatch"),
+    ("allowance bound to no bytes", "2.0.0", {"sha256": None}, "MalformedMetadata"),
+    ("recorded version not comparable", "dev", None, None),
 ]
 
 
@@ -177,13 +187,34 @@ def test_model_version_rollback(
     root = root_of(make_root(keys))
     state = TrustState(1, {"mlp": Accepted(1, highest)} if highest else {})
     meta = verify_artifact_metadata(root, make_metadata(keys, model), now=NOW, state=state)
-    allow = allowance(keys, **allow_kw) if allow_kw is not None else None
+    kw = {"sha256": meta.model_file()[1].sha256, **(allow_kw or {})}
+    allow = allowance(keys, **kw) if allow_kw is not None else None
     if reason is None:
         check_model_version(meta, state=state, root=root, allowance=allow, now=NOW)
     else:
         with pytest.raises(TrustError) as info:
             check_model_version(meta, state=state, root=root, allowance=allow, now=NOW)
         assert info.value.reason == reason, str(info.value)
+
+
+def test_a_version_that_cannot_be_compared_never_locks_a_name(
+    keys: dict[str, Key], model: Path
+) -> None:
+    """A signed "dev" is refused on the device (and at signing and at push), so it is never
+    recorded; one recorded before is replaced by the next comparable version."""
+    root = root_of(make_root(keys))
+    with pytest.raises(TrustError) as info:
+        verify_artifact_metadata(
+            root, make_metadata(keys, model, version="dev"), now=NOW, state=TrustState()
+        )
+    assert info.value.reason == "VersionNotComparable"
+    locked = TrustState(1, {"mlp": Accepted(1, "dev")})
+    meta = verify_artifact_metadata(root, make_metadata(keys, model), now=NOW, state=locked)
+    check_model_version(meta, state=locked, root=root, allowance=None, now=NOW)
+    assert locked.accept(meta).artifacts["mlp"].model_version == "1.0.0"
+    with pytest.raises(TrustError) as info:
+        build_artifact_metadata(model, name="mlp", version="dev")
+    assert info.value.reason == "VersionNotComparable"
 
 
 def test_state_only_goes_up(keys: dict[str, Key], model: Path) -> None:
