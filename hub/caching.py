@@ -45,6 +45,8 @@ class Cache:
     models: dict[tuple[str, str], storekeys.ModelRecord] = field(default_factory=dict)
     desired: dict[str, storekeys.DesiredRecord] = field(default_factory=dict)
     revoked: dict[str, str] = field(default_factory=dict)  # serial hex -> device name
+    # The fleet's trust roots the hub carries, oldest first, as signed (hub.trustroots).
+    trust_roots: tuple[bytes, ...] = ()
     events: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
 
     @classmethod

@@ -18,16 +18,19 @@ from hub.placing import Projection, SecurityPolicy, project
 
 @dataclass(frozen=True, slots=True)
 class FleetPolicies:
-    """What every device gets alike: the SecurityBaseline verdict, the DeviceHealthPolicies."""
+    """What every device gets alike: the SecurityBaseline verdict, the DeviceHealthPolicies,
+    the fleet's trust roots."""
 
     security: SecurityPolicy
     health_policies: tuple[bytes, ...]
+    trust_roots: tuple[bytes, ...] = ()
 
     @classmethod
     def of(cls, cache: Cache) -> FleetPolicies:
         return cls(
             cache.security_policy(),
             tuple(o.encoded for o in cache.objects_of("DeviceHealthPolicy")),
+            cache.trust_roots,
         )
 
 
@@ -42,6 +45,7 @@ class DesiredContent:
     digest: str
     excluded: Mapping[str, str]
     artifacts: frozenset[str]  # sha256 of every artifact the device may fetch
+    trust_roots: tuple[bytes, ...] = ()  # a rotation changes the digest: a new generation
 
 
 def build_desired(
@@ -82,7 +86,7 @@ def build_desired(
     manifests.extend(fleet.health_policies)
     allowances: list[bytes] = []
     h = hashlib.sha256()
-    for part in (*manifests, b"--", *metadata, b"--", *allowances):
+    for part in (*manifests, b"--", *metadata, b"--", *allowances, b"--", *fleet.trust_roots):
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     return DesiredContent(
@@ -93,4 +97,5 @@ def build_desired(
         h.hexdigest(),
         excluded,
         frozenset(artifacts),
+        fleet.trust_roots,
     )

@@ -22,6 +22,7 @@ from edgefleet.v1 import enrollment_pb2, enrollment_pb2_grpc
 from hub import pki, storekeys, tokens
 from hub.context import HubContext
 from hub.devices import Device
+from hub.trustroots import HubRoots
 
 log = get_logger(__name__)
 
@@ -125,6 +126,6 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         return enrollment_pb2.EnrollResponse(
             certificate_chain_pem=pki.certificate_pem(certificate),
             ca_certificate_pem=pki.certificate_pem(ctx.ca.certificate),
-            trust_root=ctx.trust_root,
+            trust_root=HubRoots(ctx.cache.trust_roots).enrollment_bytes(),
             device_name=name,
         )

@@ -47,6 +47,7 @@ from hub.registering import add_servicer
 from hub.sessions import Sessions
 from hub.store import Store, open_store
 from hub.syncing import DeviceServicer
+from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
 from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
@@ -85,8 +86,8 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     store = store or await open_store(config.store or None, data_dir=paths.data_dir)
     cache = await Cache.load(store)
     sessions = Sessions()
-    root = paths.data_dir / TRUST_ROOT_FILE
-    return HubContext(
+    roots = load_roots(paths.data_dir)
+    ctx = HubContext(
         paths=paths,
         config=config,
         ca=ca,
@@ -96,8 +97,9 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         projector=Projector(store, cache, sessions, region=config.region),
         sessions=sessions,
         blobs=ArtifactStore(paths.data_dir / "blobs"),
-        trust_root=root.read_bytes() if root.exists() else b"",
     )
+    install_roots(ctx, roots)
+    return ctx
 
 
 def _server_credentials(paths: HubPaths, *, mutual: bool) -> grpc.ServerCredentials:
@@ -194,6 +196,7 @@ async def serve(
         Lifecycle(ctx, running.devices.last_seen),
         LeaseExpiry(ctx.store),
         attestation,
+        RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
     ]
     if ready is not None:
         ready.set()

@@ -152,6 +152,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                                 manifests=list(content.manifests),
                                 artifact_metadata=list(content.artifact_metadata),
                                 rollback_allowances=list(content.rollback_allowances),
+                                trust_roots=list(content.trust_roots),
                                 heartbeat_interval=_duration(
                                     ctx.config.devices.heartbeat_interval_s
                                 ),

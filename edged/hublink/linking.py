@@ -141,6 +141,7 @@ class HubLink:
                 list(state.artifact_metadata),
                 list(state.rollback_allowances),
                 fetch,
+                trust_roots=list(state.trust_roots),
             )
         if not result.stale and not result.retry:
             self._on_accepted()

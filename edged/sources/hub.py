@@ -11,7 +11,10 @@ The hub sends the device's complete desired state with a generation. :meth:`HubS
    resuming from the bytes already there (after a broken stream or a restart of edged), never
    past the signed length; then the gate moves it into the content-addressed store, checking
    length and digest again on the way. An artifact already in the store is not fetched;
-4. persists what it accepted (``D/state/hub.json``, atomically): generation, manifests and the
+4. before all this, follows the fleet's trust roots the state carries from the root this
+   device trusts (a root that does not chain is refused and reported; the hub cannot make
+   one), so a rotation reaches the device with its next desired state;
+5. persists what it accepted (``D/state/hub.json``, atomically): generation, manifests and the
    signed metadata, so a restart serves the same state without the hub.
 
 A refusal (bad signature, tampered bytes...) keeps the previous workload of that name serving
@@ -43,6 +46,7 @@ from edgefleet.persisting import read_json, write_json_atomic
 log = get_logger(__name__)
 
 SYNC_EVERY_BYTES = 8 << 20  # fsync a download this often: a power cut loses at most this
+MAX_ROOTS = 1000  # trust roots in one desired state (a chain of rotations)
 
 Fetch = Callable[[str, int], AsyncIterator[tuple[int, bytes]]]
 """``fetch(sha256, offset)`` yields ``(offset, data)`` chunks of an artifact from the hub."""
@@ -100,6 +104,7 @@ class HubSource:
         self._gate = gate
         self._accepted = _Accepted()
         self.problems: tuple[SourceProblem, ...] = ()
+        self.root_problem: SourceProblem | None = None  # the hub's roots were refused
         self.refetch_requested = False  # an artifact went missing: apply the same state again
         self._load()
 
@@ -166,8 +171,12 @@ class HubSource:
         metadata: list[bytes],
         allowances: list[bytes],
         fetch: Fetch,
+        trust_roots: list[bytes] | None = None,
     ) -> HubApplyResult:
         acc = self._accepted
+        now = self._gate.begin()
+        if trust_roots:
+            self._accept_roots(trust_roots, now)
         refetch, self.refetch_requested = self.refetch_requested, False
         if generation < acc.generation or (generation == acc.generation and not refetch):
             return HubApplyResult(
@@ -187,7 +196,8 @@ class HubSource:
         workloads: dict[WorkloadName, DesiredWorkload] = {}
         policies: list[DeviceHealthPolicy] = []
         retry = False
-        now = self._gate.begin()
+        if self.root_problem is not None:
+            problems.append(self.root_problem)
         for i, raw in enumerate(manifests):
             try:
                 manifest = parse_manifest(orjson.loads(raw), source=f"manifests[{i}]")
@@ -242,6 +252,25 @@ class HubSource:
         self._accepted = new
         self._clean_downloads({w.sha256 for w in workloads.values()})
         return HubApplyResult(workloads, new.policies, self.problems, generation)
+
+    def _accept_roots(self, roots: list[bytes], now: float) -> None:
+        """The hub's roots, followed from the root this device trusts (before the state's
+        artifacts are verified, so a rotation applies to them). A refusal keeps the root in
+        force and is a problem of the hub source; the hub cannot make a root."""
+        from edgefleet.errors import TrustError
+        from edgefleet.trust.envelopes import parse_envelope_bytes
+
+        try:
+            if len(roots) > MAX_ROOTS:
+                raise TrustError("MalformedEnvelope", f"more than {MAX_ROOTS} roots")
+            envs = [parse_envelope_bytes(r, what=f"trust_roots[{i}]") for i, r in enumerate(roots)]
+            self._gate.accept_root_envelopes(envs, now, origin="the hub's trust roots")
+        except TrustError as exc:
+            if self.root_problem is None or self.root_problem.message != str(exc):
+                log.error("hub trust roots refused", reason=exc.reason, message=str(exc))
+            self.root_problem = SourceProblem(HUB_SOURCE, "", exc.reason, str(exc))
+            return
+        self.root_problem = None
 
     async def _admit(
         self,

@@ -103,18 +103,20 @@ class HubMessage(_message.Message):
     def __init__(self, desired_state: _Optional[_Union[DesiredState, _Mapping]] = ..., attestation_challenge: _Optional[_Union[AttestationChallenge, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ...) -> None: ...
 
 class DesiredState(_message.Message):
-    __slots__ = ("generation", "manifests", "artifact_metadata", "rollback_allowances", "heartbeat_interval")
+    __slots__ = ("generation", "manifests", "artifact_metadata", "rollback_allowances", "heartbeat_interval", "trust_roots")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MANIFESTS_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_METADATA_FIELD_NUMBER: _ClassVar[int]
     ROLLBACK_ALLOWANCES_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
+    TRUST_ROOTS_FIELD_NUMBER: _ClassVar[int]
     generation: int
     manifests: _containers.RepeatedScalarFieldContainer[bytes]
     artifact_metadata: _containers.RepeatedScalarFieldContainer[bytes]
     rollback_allowances: _containers.RepeatedScalarFieldContainer[bytes]
     heartbeat_interval: _duration_pb2.Duration
-    def __init__(self, generation: _Optional[int] = ..., manifests: _Optional[_Iterable[bytes]] = ..., artifact_metadata: _Optional[_Iterable[bytes]] = ..., rollback_allowances: _Optional[_Iterable[bytes]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    trust_roots: _containers.RepeatedScalarFieldContainer[bytes]
+    def __init__(self, generation: _Optional[int] = ..., manifests: _Optional[_Iterable[bytes]] = ..., artifact_metadata: _Optional[_Iterable[bytes]] = ..., rollback_allowances: _Optional[_Iterable[bytes]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trust_roots: _Optional[_Iterable[bytes]] = ...) -> None: ...
 
 class AttestationChallenge(_message.Message):
     __slots__ = ("nonce", "pcr_selection")

@@ -182,3 +182,85 @@ def test_signed_serving_refusals_and_kill9(tmp_path: Path, edged_factory) -> Non
     wait_for(lambda: serving(e3) == "3.0.0", 60, "3.0.0 to serve after restart")
     store_is_clean(e.data)
     assert e3.terminate() == 0
+
+
+def root_version(e: Edged) -> int | None:
+    try:
+        trust = e.status()["device"]["trust"]
+    except OSError:
+        return None
+    return trust["rootVersion"]  # type: ignore[no-any-return]
+
+
+def replace_hub_root(hub_dir: Path, data: bytes) -> None:
+    """What an operator does: write beside it, then rename (atomic)."""
+    tmp = hub_dir / "trust-root.json.new"
+    tmp.write_bytes(data)
+    tmp.rename(hub_dir / "trust-root.json")
+
+
+def test_a_root_rotation_reaches_online_and_offline_devices(tmp_path: Path, edged_factory) -> None:
+    """A real hub and two enrolled edged (root pinned at enrollment). The operator rotates the
+    root on the hub (new root key, signed by the old and the new): the connected device has it
+    at its next sync, the one that was offline when it comes back, and a model signed after
+    the rotation serves. Then a root the hub made with a key of its own: the hub refuses to
+    carry it, and the devices keep version 2."""
+    from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
+
+    from edgefleet.trust.signing import rotate_root, sign_root
+
+    hub = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init().start()
+    try:
+        devices = {}
+        for name in ("dev-a", "dev-b"):
+            out = enroll(hub, tmp_path / name, name, {"site": "lab"})
+            assert out.returncode == 0, out.stdout + out.stderr
+            config = SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "no-image-root.json")
+            devices[name] = edged_factory(None, data=tmp_path / name, config=config).start()
+        a, b = devices["dev-a"], devices["dev-b"]
+        for e in (a, b):
+            wait_for(lambda e=e: root_version(e) == 1, 60, "the enrolled root")
+        assert b.terminate() == 0  # dev-b is offline during the rotation
+
+        generate_key_pair(tmp_path / "root2")
+        v2 = rotate_root(
+            hub.data / "trust-root.json",
+            root_keys=[tmp_path / "root2.key"],
+            artifact_keys=[hub.data / "publisher.pub"],
+        )
+        replace_hub_root(hub.data, sign_root(v2, [hub.data / "root.key"]).to_bytes())
+        wait_for(lambda: root_version(a) == 2, 60, "dev-a to follow the rotation")
+        assert (hub.data / "trust-roots" / "1.json").exists()  # the hub keeps the chain
+        b.start()
+        wait_for(lambda: root_version(b) == 2, 60, "dev-b to follow it when back")
+        assert a.status()["hub"]["problems"] == []
+
+        model = tmp_path / "mlp.onnx"
+        build_mlp(model, TINY_MLP, seed=1)
+        out = hub.edgectl("models", "push", str(model), "--name", "mlp", "--version", "1.0.0")
+        assert "pushed" in out.stdout, out.stdout
+        deployment = tmp_path / "mlp.yaml"
+        deployment.write_text(
+            "apiVersion: edgefleet.io/v1\nkind: ModelDeployment\nmetadata: {name: mlp}\n"
+            'spec:\n  model: {name: mlp, version: "1.0.0"}\n'
+            "  runtime: {executionProviders: [CPUExecutionProvider]}\n"
+            "  replicas: {perDevice: 1}\n"
+        )
+        hub.edgectl("apply", "-f", str(deployment))
+        wait_for(lambda: a.infer("mlp", X)[0] == 200, 60, "dev-a to serve the model")
+
+        # A root made with a key of the hub's own (a version 1 that is not the fleet's).
+        generate_key_pair(tmp_path / "hubkey")
+        forged = create_root(
+            root_keys=[tmp_path / "hubkey.key"], artifact_keys=[tmp_path / "hubkey.pub"]
+        )
+        replace_hub_root(hub.data, forged.to_bytes())
+        wait_for(
+            lambda: "TrustRootRefused" in hub.edgectl("get", "events").stdout,
+            30,
+            "the hub to refuse the root it cannot verify",
+        )
+        assert root_version(a) == 2 and root_version(b) == 2
+        assert a.terminate() == 0 and b.terminate() == 0
+    finally:
+        hub.stop()

@@ -4,6 +4,7 @@ CSRs from edged's real identity key. Bad input gets a precise status and writes 
 from __future__ import annotations
 
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
@@ -11,9 +12,14 @@ import orjson
 from asynctesting import async_test
 from hubserving import AdminHub, make_hub_dir
 
+from edged.hublink.enrolling import EnrollError, enroll
 from edged.trust.identity import load_or_create_identity
+from edgefleet.trust.envelopes import Envelope
+from edgefleet.trust.signing import create_root, generate_key_pair
+from edgefleet.trust.verifying import root_digest
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, enrollment_pb2, enrollment_pb2_grpc
 from hub import pki, tokens
+from hub.trustroots import HubRoots, install_roots
 
 
 def _enroll_stub(
@@ -119,70 +125,90 @@ async def test_malformed_messages_and_the_enrollment_port_without_a_certificate(
             assert list(listed.items) == []
 
 
-@async_test
-async def test_a_hub_cannot_give_an_enrolling_device_its_own_root(tmp_path: Path) -> None:
-    """``edged enroll`` (the device's real code) against a real hub that serves a root of its
-    own making: refused with an image root, refused against a pin, refused with neither before
-    the token is spent; the fleet's root, pinned, is accepted. Nothing is written on refusal."""
-    from edged.hublink.enrolling import EnrollError, enroll
-    from edgefleet.trust.signing import create_root, generate_key_pair
-    from edgefleet.trust.verifying import root_digest
+@dataclass
+class Roots:
+    fleet: Envelope  # the fleet's root, in the image (image-root.json)
+    hub: Envelope  # a root the hub made with a key of its own
+    image: Path
+    absent: Path
 
+    @property
+    def fleet_pin(self) -> str:
+        return f"sha256:{root_digest(self.fleet)}"
+
+    @property
+    def hub_pin(self) -> str:
+        return f"sha256:{root_digest(self.hub)}"
+
+
+def _roots(tmp_path: Path) -> Roots:
     for name in ("root", "publisher", "hubkey"):
         generate_key_pair(tmp_path / name)
-    fleet_root = create_root(
+    fleet = create_root(
         root_keys=[tmp_path / "root.key"],
         artifact_keys=[tmp_path / "publisher.pub"],
         out=tmp_path / "image-root.json",
     )
-    hub_root = create_root(
-        root_keys=[tmp_path / "hubkey.key"], artifact_keys=[tmp_path / "hubkey.pub"]
-    )
-    fleet_pin, hub_pin = f"sha256:{root_digest(fleet_root)}", f"sha256:{root_digest(hub_root)}"
+    hub = create_root(root_keys=[tmp_path / "hubkey.key"], artifact_keys=[tmp_path / "hubkey.pub"])
+    return Roots(fleet, hub, tmp_path / "image-root.json", tmp_path / "no-image-root.json")
+
+
+async def _attempt(hub: AdminHub, data: Path, **kw: object) -> str:
+    """``edged enroll`` (the device's real code); "enrolled" or the error (nothing written)."""
+    token, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
+    try:
+        await enroll(
+            data,
+            hub=f"127.0.0.1:{hub.port}",
+            enroll_address=f"127.0.0.1:{hub.enroll_port}",
+            token=token,
+            labels={},
+            name=data.name,
+            ca_hash=pki.ca_pin(hub.ctx.ca.certificate),
+            **kw,  # type: ignore[arg-type]
+        )
+    except EnrollError as exc:
+        assert not (data / "hub" / "link.json").exists()
+        return str(exc)
+    return "enrolled"
+
+
+@async_test
+async def test_a_hub_cannot_give_an_enrolling_device_its_own_root(tmp_path: Path) -> None:
+    """A compromised hub serves a root of its own making: refused against the image's root,
+    refused against a pin, and with neither the device refuses before spending the token."""
+    roots = _roots(tmp_path)
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub:
-        hub.ctx.trust_root = hub_root.to_bytes()  # a compromised hub
-        ca_pin = pki.ca_pin(hub.ctx.ca.certificate)
-
-        async def attempt(data: Path, **kw: object) -> str:
-            token, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
-            try:
-                await enroll(
-                    data,
-                    hub=f"127.0.0.1:{hub.port}",
-                    enroll_address=f"127.0.0.1:{hub.enroll_port}",
-                    token=token,
-                    labels={},
-                    name=data.name,
-                    ca_hash=ca_pin,
-                    **kw,  # type: ignore[arg-type]
-                )
-            except EnrollError as exc:
-                assert not (data / "hub" / "link.json").exists()
-                return str(exc)
-            return "enrolled"
-
-        absent = tmp_path / "no-image-root.json"
-        got = await attempt(tmp_path / "dev-a", root_file=tmp_path / "image-root.json")
+        install_roots(hub.ctx, HubRoots((roots.hub.to_bytes(),)))
+        got = await _attempt(hub, tmp_path / "dev-a", root_file=roots.image)
         assert "RootConflict" in got, got
-        got = await attempt(tmp_path / "dev-b", root_file=absent, root_hash=fleet_pin)
+        got = await _attempt(
+            hub, tmp_path / "dev-b", root_file=roots.absent, root_hash=roots.fleet_pin
+        )
         assert "RootPinMismatch" in got, got
-        got = await attempt(tmp_path / "dev-c", root_file=absent)
+        got = await _attempt(hub, tmp_path / "dev-c", root_file=roots.absent)
         assert "no trust root" in got and "--root-hash" in got, got
-        assert len(hub.ctx.cache.devices) == 2  # the third never reached the hub
-        got = await attempt(tmp_path / "dev-d", root_file=absent, root_hash="sha256:nothex")
+        got = await _attempt(hub, tmp_path / "dev-d", root_file=roots.absent, root_hash="sha256:x")
         assert "--root-hash must look like" in got, got
+        assert sorted(hub.ctx.cache.devices) == ["dev-a", "dev-b"]  # c, d never reached it
 
-        hub.ctx.trust_root = fleet_root.to_bytes()
-        assert (
-            await attempt(tmp_path / "dev-e", root_file=absent, root_hash=fleet_pin) == "enrolled"
+
+@async_test
+async def test_the_fleet_root_is_taken_by_pin_or_from_the_image(tmp_path: Path) -> None:
+    roots = _roots(tmp_path)
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub:
+        install_roots(hub.ctx, HubRoots((roots.fleet.to_bytes(),)))
+        got = await _attempt(
+            hub, tmp_path / "dev-e", root_file=roots.absent, root_hash=roots.fleet_pin
         )
+        assert got == "enrolled", got
         state = orjson.loads((tmp_path / "dev-e" / "trust" / "state.json").read_bytes())
-        assert state["rootDigests"] == {"1": root_digest(fleet_root)}
+        assert state["rootDigests"] == {"1": root_digest(roots.fleet)}
         # An image root and a pin of another root: the pin must be on the accepted chain.
-        got = await attempt(
-            tmp_path / "dev-f", root_file=tmp_path / "image-root.json", root_hash=hub_pin
+        got = await _attempt(
+            hub, tmp_path / "dev-f", root_file=roots.image, root_hash=roots.hub_pin
         )
         assert "RootPinMismatch" in got, got
-        got = await attempt(tmp_path / "dev-g", root_file=tmp_path / "image-root.json")
-        assert got == "enrolled"
+        assert await _attempt(hub, tmp_path / "dev-g", root_file=roots.image) == "enrolled"

@@ -163,3 +163,50 @@ def test_a_missing_artifact_is_fetched_again_on_request(env: tuple[Hub, HubSourc
     source.refetch_requested = True
     r = apply(source, hub, 1, [deployment("1.0.0")], [meta])
     assert not r.stale and store.has(sha)
+
+
+def test_roots_from_the_hub_chain_from_the_device_root_or_are_refused(
+    env: tuple[Hub, HubSource, Path],
+) -> None:
+    """After enrollment the hub still cannot make a root: a root of its own (same version,
+    or a 'rotation' its key signed alone) is refused and reported, and a model signed with
+    its key stays refused. A real rotation (old and new root keys) is followed before the
+    state's artifacts are checked, so a model signed by the new publisher key is admitted."""
+    from edgefleet.trust.signing import rotate_root, sign_root
+
+    hub, source, data = env
+    tmp = hub.tmp
+    apply(source, hub, 1, [], [])  # takes the image root (version 1)
+    own_v1 = create_root(root_keys=[tmp / "stranger.key"], artifact_keys=[tmp / "stranger.pub"])
+    generate_key_pair(tmp / "root2")
+    own_v2 = sign_root(
+        rotate_root(
+            tmp / "root.json",
+            root_keys=[tmp / "stranger.key"],
+            artifact_keys=[tmp / "stranger.pub"],
+        ),
+        [tmp / "stranger.key"],
+    )
+    meta, _ = hub.model("1.0.0", key="stranger")
+    for gen, forged, reason in ((2, own_v1, "RootConflict"), (3, own_v2, "UnknownKey")):
+        r = asyncio.run(
+            source.apply(gen, [deployment("1.0.0")], [meta], [], hub.fetch, [forged.to_bytes()])
+        )
+        assert [p.reason for p in r.problems] == [reason, "UnknownKey"], r.problems
+        assert source._gate.root is not None and source._gate.root.version == 1
+    assert orjson.loads((data / "trust" / "state.json").read_bytes())["rootVersion"] == 1
+
+    generate_key_pair(tmp / "pub2")
+    v2 = sign_root(
+        rotate_root(
+            tmp / "root.json", root_keys=[tmp / "root2.key"], artifact_keys=[tmp / "pub2.pub"]
+        ),
+        [tmp / "pub.key"],  # the old root key (pub.key is root and publisher in this fixture)
+    )
+    v1 = (tmp / "root.json").read_bytes()
+    meta2, sha2 = hub.model("2.0.0", key="pub2", seed=2)
+    r = asyncio.run(
+        source.apply(4, [deployment("2.0.0")], [meta2], [], hub.fetch, [v1, v2.to_bytes()])
+    )
+    assert r.problems == () and r.workloads["det"].sha256 == sha2
+    assert source._gate.root is not None and source._gate.root.version == 2
