@@ -253,8 +253,9 @@ def _tokens(client: AdminClient, args: argparse.Namespace) -> int:
     )
     expires = datetime.fromtimestamp(response.expires.ToSeconds(), UTC)
     _print(response.token)
+    root = f"root hash {response.root_hash}; " if response.root_hash else ""
     print(
-        f"expires {expires:%Y-%m-%dT%H:%M:%SZ}; CA hash {response.ca_hash}",
+        f"expires {expires:%Y-%m-%dT%H:%M:%SZ}; {root}CA hash {response.ca_hash}",
         file=sys.stderr,
         flush=True,
     )

@@ -42,6 +42,7 @@ from hub.pki import Role
 from hub.presenting import deployment_object, device_object, object_labels
 from hub.selecting import parse_selector
 from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
+from hub.trustroots import root_pin
 
 log = get_logger(__name__)
 
@@ -465,7 +466,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
         ctx.writer.event("Token", record.id, "Normal", "Created", f"bootstrap token {record.id}")
         response = admin_pb2.CreateTokenResponse(
-            token=token, ca_hash=pki.ca_pin(ctx.ca.certificate)
+            token=token, ca_hash=pki.ca_pin(ctx.ca.certificate), root_hash=root_pin(ctx)
         )
         response.expires.FromMilliseconds(int(record.expires * 1000))
         return response

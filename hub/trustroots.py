@@ -145,6 +145,17 @@ def adopt_root(data_dir: Path, roots: HubRoots, data: bytes, *, now: float) -> H
     return HubRoots(chain)
 
 
+def root_pin(ctx: HubContext) -> str:
+    """``sha256:<payload digest>`` of the hub's current root, or "" without one."""
+    if not ctx.trust_root:
+        return ""
+    try:
+        env, _ = _parse(ctx.trust_root, ROOT_FILE)
+    except TrustError:
+        return ""
+    return f"sha256:{root_digest(env)}"
+
+
 def install_roots(ctx: HubContext, roots: HubRoots) -> None:
     """Make ``roots`` what the hub verifies pushes with, enrolls with and sends."""
     ctx.trust_root = roots.current

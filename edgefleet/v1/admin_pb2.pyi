@@ -194,11 +194,13 @@ class CreateTokenRequest(_message.Message):
     def __init__(self, ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., single_use: _Optional[bool] = ..., description: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateTokenResponse(_message.Message):
-    __slots__ = ("token", "expires", "ca_hash")
+    __slots__ = ("token", "expires", "ca_hash", "root_hash")
     TOKEN_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_FIELD_NUMBER: _ClassVar[int]
     CA_HASH_FIELD_NUMBER: _ClassVar[int]
+    ROOT_HASH_FIELD_NUMBER: _ClassVar[int]
     token: str
     expires: _timestamp_pb2.Timestamp
     ca_hash: str
-    def __init__(self, token: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ca_hash: _Optional[str] = ...) -> None: ...
+    root_hash: str
+    def __init__(self, token: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ca_hash: _Optional[str] = ..., root_hash: _Optional[str] = ...) -> None: ...

@@ -507,6 +507,16 @@ async def test_create_token(tmp_path: Path) -> None:
             )
         )
         assert response.ca_hash == pki.ca_pin(hub.ctx.ca.certificate)
+        assert response.root_hash == ""  # this hub has no trust root
+        from edgefleet.trust.signing import create_root, generate_key_pair
+        from edgefleet.trust.verifying import root_digest
+        from hub.trustroots import HubRoots, install_roots
+
+        generate_key_pair(tmp_path / "root")
+        root = create_root(root_keys=[tmp_path / "root.key"], artifact_keys=[tmp_path / "root.pub"])
+        install_roots(hub.ctx, HubRoots((root.to_bytes(),)))
+        with_root = await stub.CreateToken(admin_pb2.CreateTokenRequest())
+        assert with_root.root_hash == f"sha256:{root_digest(root)}"
         record = await tokens.validate(hub.ctx.store, response.token, now=hub.ctx.clock())
         assert record.single_use and record.labels == {"site": "retail"}
         assert abs(response.expires.ToSeconds() - record.expires) < 1
