@@ -83,6 +83,11 @@ def render_status(doc: dict[str, Any]) -> str:
         out.append(f"trust root version {version}, expires {expires}")
     if trust.get("rootProblem"):
         out.append(f"trust root refused: {trust['rootProblem'].get('message')}")
+    if trust.get("blocked"):
+        blocked = trust["blocked"]
+        out.append(
+            f"WARNING: every artifact is refused: {blocked.get('reason')}: {blocked.get('message')}"
+        )
     hub = doc.get("hub")
     if hub:
         state = "connected" if hub.get("connected") else "not connected"

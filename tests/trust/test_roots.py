@@ -180,3 +180,16 @@ def test_deleting_the_accepted_root_is_detected(
     device.gate.begin()
     assert device.gate.status()["blocked"]["reason"] == "TrustStateLost"
     assert device.gate.root is None
+
+
+def test_edged_status_says_when_every_artifact_is_refused(
+    tmp_path: Path, keys: dict[str, Key]
+) -> None:
+    from edgefleet.devicestatus import render_status
+
+    device = Device(tmp_path, keys, make_root(keys))
+    device.gate.begin()
+    device.gate.state_path.unlink()
+    device.reopen()
+    text = render_status({"device": {"trust": device.gate.status()}})
+    assert "WARNING: every artifact is refused: TrustStateLost: " in text
