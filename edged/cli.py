@@ -136,6 +136,7 @@ def _enroll(args: argparse.Namespace) -> int:
                 ca_hash=args.ca_hash,
                 root_file=config.trust.root_file,
                 root_hash=args.root_hash,
+                tpm=config.trust.tpm,
                 enroll_address=args.enroll_address,
                 force=args.force,
             )
@@ -143,7 +144,13 @@ def _enroll(args: argparse.Namespace) -> int:
     except (EdgefleetError, ValueError) as exc:
         print(f"edged: enroll: {exc}", file=sys.stderr)
         return 1
-    print(f"enrolled as {result.device_name}; start edged with: edged run --data-dir {data_dir}")
+    attestation = (
+        "TPM-attested (attestation key bound to the endorsement key)"
+        if result.attestation == "tpm"
+        else "software-attested (no TPM attestation key bound)"
+    )
+    print(f"enrolled as {result.device_name}, {attestation}")
+    print(f"start edged with: edged run --data-dir {data_dir}")
     return 0
 
 

@@ -393,13 +393,15 @@ pythonExecutable = ""
 [trust]
 # Accept model artifacts without signed metadata. For development only: loud in status and logs.
 allowUnsigned = false
-# The fleet trust root from the device image (or enrollment). The accepted root is kept in
-# <dataDir>/trust/root.json; a newer root here is accepted only if the accepted root's keys
-# signed it (rotation). See docs/trust.md.
+# The fleet trust root from the device image: the device's anchor (edged enroll needs it, or
+# --root-hash). The accepted root is kept in <dataDir>/trust/root.json; a newer root here is
+# accepted only if the accepted root's keys signed it (rotation). See docs/trust.md.
 rootFile = "{DEFAULT_TRUST_ROOT}"
-# The device identity key: "auto" (the TPM at /dev/tpmrm0 if present and accessible, else a
-# key file <dataDir>/identity/key.pem), "off" (always the key file), or a TCTI string
-# such as "device:/dev/tpmrm0" or "swtpm:host=127.0.0.1,port=2321".
+# The TPM for attestation: "auto" (/dev/tpmrm0 if present and accessible), "off", or a TCTI
+# string such as "device:/dev/tpmrm0" or "swtpm:host=127.0.0.1,port=2321". With a TPM,
+# edged enroll makes an attestation key in it that the hub binds to the TPM's endorsement
+# key, and every attestation answer carries a quote by it. The identity (TLS) key is the file
+# <dataDir>/identity/key.pem either way.
 tpm = "auto"
 
 [discovery]

@@ -411,6 +411,7 @@ class Daemon:
                     config_path=self.config_path,
                     trust_root_path=self.gate.root_path,
                     model_digests=lambda: [w.sha256 for w in self.desired.workloads.values()],
+                    tpm=cfg.trust.tpm,
                 ),
             )
             self.hub_link = link

@@ -30,6 +30,8 @@ them, still under this root (they are listed here so the whole tree is in one pl
     ├── LaunchError            a program started by edgefleet.launching exited or never got ready
     ├── AlreadyRunning         another edged holds the data directory (edged.daemon)
     ├── DeviceKeyError         the device identity key cannot be made or used (edged.trust.identity)
+    ├── TpmAttestationError    the TPM attestation key cannot be made, activated or used
+    │                          (edged.trust.tpmattesting)
     ├── EnrollError            enrollment failed (edged.hublink.enrolling)
     └── UdevError              udev cannot be read (edged.discovery.udev)
 """

@@ -166,6 +166,7 @@ def assess(
             identity_public_key=device.public_key_pem,
             policy=policy,
             now=now,
+            attestation_key=device.attestation_key_pem or None,
         )
         reasons = verdict.reasons
         if verdict.trusted and challenge is not None:
@@ -212,8 +213,11 @@ class AttestationController:
             name,
             "Normal" if trusted else "Warning",
             new.state.value,
-            # No quote is EK-bound yet (edgefleet.trust.evidence): never "TPM-attested".
-            "the evidence verified (software-attested, no TPM)"
+            (
+                "the evidence verified (TPM-attested: a quote by the EK-bound attestation key)"
+                if device.attestation_key_pem
+                else "the evidence verified (software-attested, no TPM)"
+            )
             if trusted
             else "; ".join(new.reasons),
         )

@@ -145,6 +145,11 @@ class Device:
     certificate_serial: str = ""
     public_key_pem: str = ""  # the device identity key (from its CSR): verifies attestation
     enrolled_at: float | None = None
+    # The device's TPM attestation key, bound to its endorsement key (edgefleet.trust.tpmbinding):
+    # once set, only evidence with a quote by it is trusted.
+    attestation_key_pem: str = ""
+    # An attestation key offered at enrollment, not activated yet: {"akPem", "secretSha256"}.
+    ak_offer: Mapping[str, str] | None = None
 
     def all_labels(self) -> dict[str, str]:
         return {**self.reported_labels, **self.labels}
@@ -169,6 +174,8 @@ class Device:
             "certificateSerial": self.certificate_serial,
             "publicKeyPem": self.public_key_pem,
             "enrolledAt": self.enrolled_at,
+            "attestationKeyPem": self.attestation_key_pem,
+            "akOffer": dict(self.ak_offer) if self.ak_offer is not None else None,
         }
 
     @classmethod
@@ -191,4 +198,10 @@ class Device:
             certificate_serial=str(doc.get("certificateSerial", "")),
             public_key_pem=str(doc.get("publicKeyPem", "")),
             enrolled_at=doc.get("enrolledAt"),
+            attestation_key_pem=str(doc.get("attestationKeyPem", "")),
+            ak_offer=(
+                {str(k): str(v) for k, v in doc["akOffer"].items()}
+                if isinstance(doc.get("akOffer"), dict)
+                else None
+            ),
         )

@@ -16,7 +16,14 @@ from datetime import timedelta
 import grpc
 
 from edgefleet.api.meta import label_key, label_value
-from edgefleet.errors import CompareFailed, CsrRejected, PkiError, TokenError, TokenRefusal
+from edgefleet.errors import (
+    CompareFailed,
+    CsrRejected,
+    PkiError,
+    TokenError,
+    TokenRefusal,
+    TrustError,
+)
 from edgefleet.logs import get_logger
 from edgefleet.v1 import enrollment_pb2, enrollment_pb2_grpc
 from hub import pki, storekeys, tokens
@@ -56,7 +63,42 @@ def check_request(request: enrollment_pb2.EnrollRequest) -> list[str]:
                 problems.append(f"labels[{key!r}]: {exc}")
     if not request.csr_pem:
         problems.append("csr_pem: required (a PEM CSR signed by the device identity key)")
+    tpm_fields = (request.ek_certificate, request.ek_public, request.ak_public)
+    if any(tpm_fields) and not all(tpm_fields):
+        problems.append("ek_certificate, ek_public, ak_public: all three or none")
     return problems
+
+
+EK_CA_DIR = "ek-cas"  # D/ek-cas/*.pem: the TPM manufacturers' EK-issuing CAs this hub trusts
+
+
+def offer_attestation_key(
+    ctx: HubContext, request: enrollment_pb2.EnrollRequest, *, now: float
+) -> tuple[dict[str, str] | None, enrollment_pb2.EnrollResponse]:
+    """The attestation-key part of enrollment: (the offer to keep in the device record, the
+    response fields). An AK that is not an attestation key is bad input (TrustError
+    AttestationKeyInvalid/EkMismatch, raised); an EK certificate this hub cannot verify, or a
+    hub without tpm2-pytss, leaves the device software-attested (``ak_refused`` says why)."""
+    from edgefleet.trust import tpmbinding
+
+    try:
+        ak = tpmbinding.check_attestation_key(bytes(request.ak_public))
+        cas = tpmbinding.load_ca_certificates(
+            p.read_bytes() for p in sorted((ctx.paths.data_dir / EK_CA_DIR).glob("*.pem"))
+        )
+        ek = tpmbinding.verify_ek_certificate(
+            bytes(request.ek_certificate), cas, bytes(request.ek_public), now=now
+        )
+        _, challenge = tpmbinding.make_ak_challenge(ek, ak)
+    except TrustError as exc:
+        if exc.reason in ("AttestationKeyInvalid", "EkMismatch"):
+            raise
+        return None, enrollment_pb2.EnrollResponse(ak_refused=f"{exc.reason}: {exc}")
+    offer = {"akPem": ak.pem, "secretSha256": challenge.secret_sha256}
+    return offer, enrollment_pb2.EnrollResponse(
+        ak_credential_blob=challenge.credential_blob,
+        ak_encrypted_secret=challenge.encrypted_secret,
+    )
 
 
 class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
@@ -96,6 +138,13 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         except (CsrRejected, PkiError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
             raise AssertionError("unreachable") from None
+        offer: dict[str, str] | None = None
+        tpm_answer = enrollment_pb2.EnrollResponse()
+        if request.ak_public:
+            try:
+                offer, tpm_answer = offer_attestation_key(ctx, request, now=now)
+            except TrustError as exc:
+                await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.reason}: {exc}")
         try:
             record = await tokens.consume(ctx.store, request.token, now=now)
         except TokenError as exc:  # used by a concurrent enrollment meanwhile
@@ -106,6 +155,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             certificate_serial=format(certificate.serial_number, "x"),
             public_key_pem=pki.public_key_pem(certificate),
             enrolled_at=now,
+            ak_offer=offer,
         )
         try:
             await ctx.store.put(
@@ -121,11 +171,17 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         ctx.writer.event(
             "Device", name, "Normal", "Enrolled", f"enrolled with bootstrap token {record.id}"
         )
+        if tpm_answer.ak_refused:
+            ctx.writer.event(
+                "Device", name, "Warning", "AttestationKeyRefused", tpm_answer.ak_refused
+            )
         ctx.projector.mark([name])
-        log.info("device-enrolled", device=name, token=record.id)
-        return enrollment_pb2.EnrollResponse(
+        log.info("device-enrolled", device=name, token=record.id, tpm_offer=offer is not None)
+        response = enrollment_pb2.EnrollResponse(
             certificate_chain_pem=pki.certificate_pem(certificate),
             ca_certificate_pem=pki.certificate_pem(ctx.ca.certificate),
             trust_root=HubRoots(ctx.cache.trust_roots).enrollment_bytes(),
             device_name=name,
         )
+        response.MergeFrom(tpm_answer)
+        return response

@@ -175,20 +175,21 @@ async def serve(
         if store_url
         else None,
     )
+    # SIGTERM is handled before anything says the hub serves (a supervisor may stop it at once).
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(sig, stop.set)
+    from hub.attesting import AttestationController
+
     running = await start_server(ctx, listen=listen, enroll_listen=enroll_listen)
+    attestation = AttestationController(ctx)
+    running.devices.on_evidence = attestation.on_evidence
     print(
         f"hub serving region {ctx.region} on port {running.port} "
         f"(enrollment on port {running.enroll_port}); {len(ctx.cache.devices)} devices known",
         flush=True,
     )
-    from hub.attesting import AttestationController
-
-    attestation = AttestationController(ctx)
-    running.devices.on_evidence = attestation.on_evidence
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
     ctx.projector.mark_all()
     components: list[Component] = [
         ctx.writer,

@@ -18,6 +18,8 @@ A second stream from the same device replaces the first. Revocation closes the s
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import hmac
 from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
@@ -241,6 +243,46 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         return device_pb2.RenewCertificateResponse(
             certificate_chain_pem=pki.certificate_pem(certificate)
         )
+
+    # -- the TPM attestation key ----------------------------------------------------------------
+    async def ActivateAttestationKey(
+        self,
+        request: device_pb2.ActivateAttestationKeyRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> device_pb2.ActivateAttestationKeyResponse:
+        """The device's TPM recovered the enrollment credential's secret: the attestation key
+        it was made for is in the TPM whose EK certificate the hub checked. Bind it (one try:
+        a wrong secret withdraws the offer)."""
+        caller, device = await self._caller(context)
+        ctx = self.ctx
+        offer = device.ak_offer
+        if offer is None:
+            await context.abort(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"device {caller.name} has no attestation key waiting to be activated",
+            )
+            raise AssertionError("unreachable")
+        got = hashlib.sha256(bytes(request.secret[:64])).hexdigest()
+        if not hmac.compare_digest(got, offer.get("secretSha256", "")):
+            ctx.writer.update(device.with_(ak_offer=None))
+            ctx.writer.event(
+                "Device", caller.name, "Warning", "AttestationKeyRefused",
+                "the credential's secret is wrong: the key is not in the TPM the EK "
+                "certificate names; the device stays software-attested",
+            )  # fmt: skip
+            await ctx.writer.flush()
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                "the secret does not match the credential: attestation key not bound",
+            )
+        ctx.writer.update(device.with_(attestation_key_pem=offer["akPem"], ak_offer=None))
+        ctx.writer.event(
+            "Device", caller.name, "Normal", "AttestationKeyBound",
+            "TPM attestation key bound to the endorsement key: only quotes are accepted now",
+        )  # fmt: skip
+        await ctx.writer.flush()
+        log.info("attestation-key-bound", device=caller.name)
+        return device_pb2.ActivateAttestationKeyResponse()
 
     # -- artifacts --------------------------------------------------------------------------------
     async def FetchArtifact(

@@ -16,8 +16,12 @@
    address, device name); the trust root goes through the trust gate (``D/trust/root.json``);
    the operator's ``--label``s go to ``D/labels.json`` (published by discovery).
 
-The private key never leaves the device. A TPM-held identity key cannot be the TLS client key
-of grpc's Python API, so enrollment needs the file key (``trust.tpm = "off"``) for now.
+The private key never leaves the device. grpc's Python API cannot use a TPM-held key for TLS,
+so the identity (TLS) key is the file key. With a TPM (``trust.tpm``), enrollment also makes an
+attestation key in it and the hub binds that key to the TPM's endorsement key (EK certificate
+checked against the manufacturer CAs the hub trusts, then MakeCredential/ActivateCredential,
+:mod:`edgefleet.trust.tpmbinding`): from then on the hub accepts only evidence with a quote
+by that key. A hub that cannot verify the EK leaves the device software-attested.
 """
 
 from __future__ import annotations
@@ -33,6 +37,7 @@ from typing import Any
 
 from edged.hublink.files import LinkFiles, parse_address
 from edged.trust.admitting import ArtifactGate
+from edged.trust.tpmattesting import EnrollmentMaterial
 from edgefleet.errors import EdgefleetError, PkiError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic, write_json_atomic
@@ -137,6 +142,78 @@ def accept_hub_roots(gate: ArtifactGate, pin: str | None, roots: bytes, *, now: 
 class Enrolled:
     device_name: str
     certificate_not_after: float
+    attestation: str = "software"  # "tpm" once the hub bound the TPM attestation key
+
+
+def attestation_key_material(data_dir: Path, tpm: str) -> EnrollmentMaterial | None:
+    """A new attestation key in the TPM that ``tpm`` (trust.tpm) selects, and what the hub
+    needs to bind it; None without a TPM. A TPM that cannot make one fails enrollment."""
+    from edged.trust.identity import resolve_tcti
+    from edged.trust.tpmattesting import TpmAttestationError, TpmAttestationKey
+
+    tcti = resolve_tcti(tpm)
+    if tcti is None:
+        TpmAttestationKey.forget(data_dir)
+        return None
+    try:
+        with TpmAttestationKey.create(data_dir, tcti) as key:
+            return key.enrollment_material()
+    except TpmAttestationError as exc:
+        TpmAttestationKey.forget(data_dir)
+        raise EnrollError(
+            f'{exc} (set trust.tpm = "off" to enroll without TPM attestation)'
+        ) from None
+
+
+async def bind_attestation_key(
+    data_dir: Path, tpm: str, resp: Any, *, hub: str, ca_pem: bytes
+) -> str:
+    """Activate the hub's credential with the TPM and send the secret back: "tpm" when the
+    hub bound the key. Otherwise the device stays software-attested (the key is forgotten,
+    the reason logged): enrollment itself has succeeded at the hub by then."""
+    import grpc
+
+    from edged.trust.identity import resolve_tcti
+    from edged.trust.tpmattesting import TpmAttestationError, TpmAttestationKey
+    from edgefleet.v1 import device_pb2, device_pb2_grpc
+
+    if not resp.ak_credential_blob:
+        log.warning("attestation key not bound", reason=resp.ak_refused or "no credential")
+        TpmAttestationKey.forget(data_dir)
+        return "software"
+    tcti = resolve_tcti(tpm)
+    assert tcti is not None
+
+    def activate() -> bytes:
+        key = TpmAttestationKey.load(data_dir, tcti)
+        if key is None:
+            raise TpmAttestationError("the attestation key file is gone")
+        with key:
+            return key.activate(bytes(resp.ak_credential_blob), bytes(resp.ak_encrypted_secret))
+
+    try:
+        secret = await asyncio.to_thread(activate)
+        identity_key = (data_dir / "identity" / "key.pem").read_bytes()
+        creds = grpc.ssl_channel_credentials(
+            root_certificates=ca_pem,
+            private_key=identity_key,
+            certificate_chain=bytes(resp.certificate_chain_pem),
+        )
+        async with grpc.aio.secure_channel(hub, creds) as channel:
+            stub = device_pb2_grpc.DeviceServiceStub(channel)  # type: ignore[no-untyped-call]
+            await stub.ActivateAttestationKey(
+                device_pb2.ActivateAttestationKeyRequest(secret=secret), timeout=30
+            )
+    except (TpmAttestationError, grpc.aio.AioRpcError, OSError) as exc:
+        detail = (
+            f"{exc.code().name}: {exc.details()}"
+            if isinstance(exc, grpc.aio.AioRpcError)
+            else str(exc)
+        )
+        log.error("attestation key not bound", error=detail)
+        TpmAttestationKey.forget(data_dir)
+        return "software"
+    return "tpm"
 
 
 async def enroll(
@@ -170,31 +247,35 @@ async def enroll(
     gate, anchor = trust_anchor(data_dir, root_file=root_file, root_hash=root_hash)
     chain = await asyncio.to_thread(fetch_presented_chain, ehost, eport)
     ca_pem = pinned_ca(chain, ca_hash)
-    identity = load_or_create_identity(data_dir, tpm=tpm)
+    # The TLS identity is a file key (grpc cannot use a TPM key); the TPM, when trust.tpm
+    # selects one, holds an attestation key bound to its endorsement key (tpmattesting.py).
+    identity = load_or_create_identity(data_dir, tpm="off")
     try:
-        if not isinstance(identity, FileIdentity):
-            raise EnrollError(
-                "the identity key is in the TPM, which grpc cannot use as a TLS client key yet; "
-                'set trust.tpm = "off" in edged.toml to enroll with the key file'
-            )
+        assert isinstance(identity, FileIdentity)
         csr = identity.build_csr(name or "edgefleet-device")
     finally:
         identity.close()
+    material = await asyncio.to_thread(attestation_key_material, data_dir, tpm)
+    request = enrollment_pb2.EnrollRequest(token=token, csr_pem=csr, name=name, labels=dict(labels))
+    if material is not None:
+        request.ek_certificate = material.ek_certificate
+        request.ek_public = material.ek_public
+        request.ak_public = material.ak_public
     creds = grpc.ssl_channel_credentials(root_certificates=ca_pem)
     async with grpc.aio.secure_channel(f"{ehost}:{eport}", creds) as channel:
         stub = enrollment_pb2_grpc.EnrollmentServiceStub(channel)  # type: ignore[no-untyped-call]
         try:
-            resp = await stub.Enroll(
-                enrollment_pb2.EnrollRequest(
-                    token=token, csr_pem=csr, name=name, labels=dict(labels)
-                ),
-                timeout=30,
-            )
+            resp = await stub.Enroll(request, timeout=30)
         except grpc.aio.AioRpcError as exc:
             raise EnrollError(
                 f"the hub refused enrollment: {exc.code().name}: {exc.details()}"
             ) from None
     accept_hub_roots(gate, anchor, bytes(resp.trust_root), now=time.time())
+    attestation = "software"
+    if material is not None:
+        attestation = await bind_attestation_key(
+            data_dir, tpm, resp, hub=f"{host}:{port}", ca_pem=ca_pem
+        )
     files.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
     write_atomic(files.ca, bytes(resp.ca_certificate_pem), mode=0o644)
     write_atomic(files.certificate, bytes(resp.certificate_chain_pem), mode=0o644)
@@ -204,5 +285,5 @@ async def enroll(
         files.link,
         {"hub": f"{host}:{port}", "deviceName": resp.device_name, "enrolledAt": time.time()},
     )
-    log.info("enrolled", hub=f"{host}:{port}", device=resp.device_name)
-    return Enrolled(resp.device_name, not_after)
+    log.info("enrolled", hub=f"{host}:{port}", device=resp.device_name, attestation=attestation)
+    return Enrolled(resp.device_name, not_after, attestation)

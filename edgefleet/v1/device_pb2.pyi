@@ -144,6 +144,16 @@ class RenewCertificateResponse(_message.Message):
     certificate_chain_pem: bytes
     def __init__(self, certificate_chain_pem: _Optional[bytes] = ...) -> None: ...
 
+class ActivateAttestationKeyRequest(_message.Message):
+    __slots__ = ("secret",)
+    SECRET_FIELD_NUMBER: _ClassVar[int]
+    secret: bytes
+    def __init__(self, secret: _Optional[bytes] = ...) -> None: ...
+
+class ActivateAttestationKeyResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class FetchArtifactRequest(_message.Message):
     __slots__ = ("sha256", "offset")
     SHA256_FIELD_NUMBER: _ClassVar[int]

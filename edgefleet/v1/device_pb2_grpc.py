@@ -49,6 +49,11 @@ class DeviceServiceStub:
                 request_serializer=edgefleet_dot_v1_dot_device__pb2.FetchArtifactRequest.SerializeToString,
                 response_deserializer=edgefleet_dot_v1_dot_device__pb2.ArtifactChunk.FromString,
                 _registered_method=True)
+        self.ActivateAttestationKey = channel.unary_unary(
+                '/edgefleet.v1.DeviceService/ActivateAttestationKey',
+                request_serializer=edgefleet_dot_v1_dot_device__pb2.ActivateAttestationKeyRequest.SerializeToString,
+                response_deserializer=edgefleet_dot_v1_dot_device__pb2.ActivateAttestationKeyResponse.FromString,
+                _registered_method=True)
 
 
 class DeviceServiceServicer:
@@ -79,6 +84,15 @@ class DeviceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ActivateAttestationKey(self, request, context):
+        """The secret of the attestation-key credential the hub gave at enrollment, recovered by the
+        device's TPM (ActivateCredential). Right: the hub binds the key to the device and from
+        then on accepts only quotes by it. Wrong: PERMISSION_DENIED, and the offer is withdrawn.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeviceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -96,6 +110,11 @@ def add_DeviceServiceServicer_to_server(servicer, server):
                     servicer.FetchArtifact,
                     request_deserializer=edgefleet_dot_v1_dot_device__pb2.FetchArtifactRequest.FromString,
                     response_serializer=edgefleet_dot_v1_dot_device__pb2.ArtifactChunk.SerializeToString,
+            ),
+            'ActivateAttestationKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.ActivateAttestationKey,
+                    request_deserializer=edgefleet_dot_v1_dot_device__pb2.ActivateAttestationKeyRequest.FromString,
+                    response_serializer=edgefleet_dot_v1_dot_device__pb2.ActivateAttestationKeyResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -179,6 +198,33 @@ class DeviceService:
             '/edgefleet.v1.DeviceService/FetchArtifact',
             edgefleet_dot_v1_dot_device__pb2.FetchArtifactRequest.SerializeToString,
             edgefleet_dot_v1_dot_device__pb2.ArtifactChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ActivateAttestationKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgefleet.v1.DeviceService/ActivateAttestationKey',
+            edgefleet_dot_v1_dot_device__pb2.ActivateAttestationKeyRequest.SerializeToString,
+            edgefleet_dot_v1_dot_device__pb2.ActivateAttestationKeyResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -1,0 +1,346 @@
+"""TPM attestation that means something, end to end: a real software TPM (swtpm) manufactured by
+``swtpm_setup`` with an EK certificate from a local CA, a real hub (``hub init``, SQLite, gRPC
+with real certificates on loopback) that trusts that CA, and edged's real enrollment and
+challenge answering. What is faked: nothing; the attacker's moves are made with the same TPM.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import os
+import shutil
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+import pytest
+from hubserving import AdminHub, make_hub_dir
+
+from edged.hublink.enrolling import enroll
+from edged.trust.attesting import ChallengeAnswerer
+from edged.trust.tpmattesting import AK_FILE, TpmAttestationKey
+from edgefleet.errors import TrustError
+from edgefleet.launching import free_port_pair
+from edgefleet.trust import tpmbinding
+from edgefleet.trust.evidence import Policy, verify_evidence
+from edgefleet.trust.signing import create_root, generate_key_pair
+from edgefleet.trust.verifying import root_digest
+from edgefleet.v1 import device_pb2, device_pb2_grpc, enrollment_pb2, enrollment_pb2_grpc
+from hub import pki, tokens
+from hub.attesting import Challenge, assess
+from hub.devices import TrustState
+from hub.trustroots import HubRoots, install_roots
+
+POLICY = Policy(
+    allowed_code=None,
+    allowed_config=None,
+    trust_root=None,
+    allowed_models=None,
+    check_trust_root=False,
+)
+
+
+@dataclass
+class Tpm:
+    tcti: str
+    ca: Path  # the CA that issued the EK certificate (what the hub must trust)
+    other_ca: Path  # a CA that issued nothing here
+
+
+def _setup_config(d: Path) -> Path:
+    (d / "ca").mkdir()
+    (d / "localca.conf").write_text(
+        f"statedir = {d / 'ca'}\nsigningkey = {d / 'ca' / 'signkey.pem'}\n"
+        f"issuercert = {d / 'ca' / 'issuercert.pem'}\ncertserial = {d / 'ca' / 'certserial'}\n"
+    )
+    (d / "localca.options").write_text("--platform-manufacturer test\n--platform-version 2.1\n")
+    conf = d / "setup.conf"
+    conf.write_text(
+        "create_certs_tool = /usr/bin/swtpm_localca\n"
+        f"create_certs_tool_config = {d / 'localca.conf'}\n"
+        f"create_certs_tool_options = {d / 'localca.options'}\n"
+        "active_pcr_banks = sha256\n"
+    )
+    return conf
+
+
+@pytest.fixture(scope="module")
+def tpm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tpm]:
+    """swtpm with an RSA EK certificate made by swtpm_setup and a local CA; fails (does not
+    skip) when swtpm is missing (Debian packages swtpm, swtpm-tools)."""
+    exe, setup = shutil.which("swtpm"), shutil.which("swtpm_setup")
+    assert exe and setup, "swtpm/swtpm_setup missing (scripts/install-system-deps)"
+    d = tmp_path_factory.mktemp("swtpm")
+    state = d / "state"
+    state.mkdir()
+    conf = _setup_config(d)
+    out = subprocess.run(
+        [setup, "--tpm2", "--tpmstate", str(state), "--create-ek-cert", "--config", str(conf),
+         "--overwrite"],
+        capture_output=True, text=True, timeout=120, check=False,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    other = tmp_path_factory.mktemp("otherca")
+    conf2 = _setup_config(other)
+    state2 = other / "state"
+    state2.mkdir()
+    subprocess.run(
+        [setup, "--tpm2", "--tpmstate", str(state2), "--create-ek-cert", "--config", str(conf2)],
+        capture_output=True, timeout=120, check=True,
+    )  # fmt: skip
+    port = free_port_pair()
+    proc = subprocess.Popen(
+        [exe, "socket", "--tpm2", "--tpmstate", f"dir={state}",
+         "--server", f"type=tcp,port={port}", "--ctrl", f"type=tcp,port={port + 1}",
+         "--flags", "not-need-init,startup-clear"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    deadline = time.monotonic() + 10
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), 0.2).close()
+            break
+        except OSError:
+            assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
+            assert time.monotonic() < deadline, "swtpm did not start"
+            time.sleep(0.05)
+    yield Tpm(
+        f"swtpm:host=127.0.0.1,port={port}",
+        d / "ca" / "issuercert.pem",
+        other / "ca" / "issuercert.pem",
+    )
+    proc.terminate()
+    proc.wait(10)
+
+
+def run(coro: Any) -> Any:
+    return asyncio.run(asyncio.wait_for(coro, 120))
+
+
+@dataclass
+class Fleet:
+    hub: AdminHub
+    pin: str
+
+
+async def _hub(tmp_path: Path, ek_ca: Path | None) -> AdminHub:
+    paths = await make_hub_dir(tmp_path / "hub")
+    if ek_ca is not None:
+        (paths.data_dir / "ek-cas").mkdir()
+        shutil.copy(ek_ca, paths.data_dir / "ek-cas" / "manufacturer.pem")
+    return AdminHub(paths)
+
+
+def _root(tmp_path: Path) -> tuple[bytes, str]:
+    generate_key_pair(tmp_path / "root")
+    env = create_root(root_keys=[tmp_path / "root.key"], artifact_keys=[tmp_path / "root.pub"])
+    return env.to_bytes(), f"sha256:{root_digest(env)}"
+
+
+async def _enroll(hub: AdminHub, data: Path, pin: str, tcti: str) -> Any:
+    token, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
+    return await enroll(
+        data,
+        hub=f"127.0.0.1:{hub.port}",
+        enroll_address=f"127.0.0.1:{hub.enroll_port}",
+        token=token,
+        labels={},
+        name=data.name,
+        ca_hash=pki.ca_pin(hub.ctx.ca.certificate),
+        root_file=data.parent / "no-image-root.json",
+        root_hash=pin,
+        tpm=tcti,
+    )
+
+
+def _evidence(data: Path, tcti: str, nonce: bytes) -> bytes:
+    answerer = ChallengeAnswerer(
+        data, config_path=None, trust_root_path=data / "trust" / "root.json",
+        model_digests=lambda: [], tpm=tcti,
+    )  # fmt: skip
+    return answerer._answer(nonce)
+
+
+def test_an_ek_bound_key_makes_the_device_tpm_attested_and_only_its_quotes_count(
+    tpm: Tpm, tmp_path: Path
+) -> None:
+    root, pin = _root(tmp_path)
+
+    async def main() -> None:
+        async with await _hub(tmp_path, tpm.ca) as hub:
+            install_roots(hub.ctx, HubRoots((root,)))
+            result = await _enroll(hub, tmp_path / "cam-1", pin, tpm.tcti)
+            assert result.attestation == "tpm"
+            await hub.ctx.writer.flush()
+            device = hub.ctx.cache.devices["cam-1"]
+            assert device.attestation_key_pem.startswith("-----BEGIN PUBLIC KEY")
+            assert device.ak_offer is None
+            assert [e["reason"] for e in hub.ctx.cache.events][-1] == "AttestationKeyBound"
+
+            nonce = os.urandom(32)
+            evidence = await asyncio.to_thread(_evidence, tmp_path / "cam-1", tpm.tcti, nonce)
+            doc = orjson.loads(evidence)
+            assert doc["tpm"]["format"] == "ak-quote/v1" and sorted(doc["tpm"]["pcrs"]) == [
+                str(i) for i in range(8)
+            ]
+            verdict = verify_evidence(
+                doc, expected_nonce=nonce, identity_public_key=device.public_key_pem,
+                policy=POLICY, now=time.time(), attestation_key=device.attestation_key_pem,
+            )  # fmt: skip
+            assert (verdict.trusted, verdict.tpm_attested) == (True, True), verdict.reasons
+            got = assess(
+                device, Challenge(nonce, time.time()), evidence=evidence,
+                policy=POLICY, now=time.time(), timeout_s=30,
+            )  # fmt: skip
+            assert got.state is TrustState.TRUSTED, got.reasons
+
+            def reasons(ev: dict[str, Any]) -> list[str]:
+                v = verify_evidence(
+                    ev, expected_nonce=nonce, identity_public_key=device.public_key_pem,
+                    policy=POLICY, now=time.time(), attestation_key=device.attestation_key_pem,
+                )  # fmt: skip
+                assert not v.trusted and not v.tpm_attested
+                return [r.split(":")[0] for r in v.reasons]
+
+            # From now on only quotes: the same device answering without one is refused.
+            no_quote = copy.deepcopy(doc)
+            del no_quote["tpm"]
+            assert reasons(no_quote) == ["NoTpmQuote"]
+            # A quote by another key of the same TPM, one that was never EK-bound.
+            other = tmp_path / "other-key"
+            with TpmAttestationKey.create(other, tpm.tcti) as key:
+                from edgefleet.trust.evidence import statement_digest
+
+                forged = copy.deepcopy(doc)
+                forged["tpm"] = key.quote(statement_digest(doc["statement"]))
+            assert reasons(forged) == ["QuoteSignatureInvalid"]
+            # The genuine quote replayed under other measurements (the statement re-signed by
+            # the identity key, which root on the device holds).
+            replayed = copy.deepcopy(doc)
+            replayed["statement"]["measurements"]["models"] = ["ab" * 32]
+            assert "QuoteNonceMismatch" in reasons(replayed)
+            # The old kind of quote (PCR 23, signed by the identity key) does not count.
+            old = copy.deepcopy(doc)
+            old["tpm"] = {"pcr": 23, "pcrValue": "00" * 32, "attest": "", "r": "1", "s": "1"}
+            assert reasons(old) == ["QuoteMalformed"]
+
+    run(main())
+
+
+def test_an_ek_certificate_from_an_untrusted_ca_leaves_the_device_software_attested(
+    tpm: Tpm, tmp_path: Path
+) -> None:
+    root, pin = _root(tmp_path)
+
+    async def main() -> None:
+        async with await _hub(tmp_path, tpm.other_ca) as hub:
+            install_roots(hub.ctx, HubRoots((root,)))
+            result = await _enroll(hub, tmp_path / "cam-2", pin, tpm.tcti)
+            assert result.attestation == "software"
+            assert not (tmp_path / "cam-2" / AK_FILE).exists()  # nothing half-bound kept
+            await hub.ctx.writer.flush()
+            device = hub.ctx.cache.devices["cam-2"]
+            assert (device.attestation_key_pem, device.ak_offer) == ("", None)
+            event = hub.ctx.cache.events[-1]
+            assert event["reason"] == "AttestationKeyRefused"
+            assert "EkCertificateUntrusted" in event["message"]
+
+    run(main())
+
+
+def test_a_wrong_secret_withdraws_the_offer(tpm: Tpm, tmp_path: Path) -> None:
+    """A device that cannot activate the credential (its key is not in the TPM the EK
+    certificate names) is refused, and the offer is gone: no second guess."""
+    root, _ = _root(tmp_path)
+    data = tmp_path / "cam-3"
+
+    async def main() -> None:
+        from edged.trust.identity import load_or_create_identity
+
+        async with await _hub(tmp_path, tpm.ca) as hub:
+            install_roots(hub.ctx, HubRoots((root,)))
+            with TpmAttestationKey.create(data, tpm.tcti) as key:
+                material = key.enrollment_material()
+            identity = load_or_create_identity(data, tpm="off")
+            csr = identity.build_csr("cam-3")
+            token, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
+            ca = hub.paths.ca_certificate.read_bytes()
+            async with grpc.aio.secure_channel(
+                f"127.0.0.1:{hub.enroll_port}", grpc.ssl_channel_credentials(ca)
+            ) as ch:
+                resp = await enrollment_pb2_grpc.EnrollmentServiceStub(ch).Enroll(
+                    enrollment_pb2.EnrollRequest(
+                        token=token, csr_pem=csr, name="cam-3",
+                        ek_certificate=material.ek_certificate, ek_public=material.ek_public,
+                        ak_public=material.ak_public,
+                    ),
+                    timeout=30,
+                )  # fmt: skip
+            assert resp.ak_credential_blob and hub.ctx.cache.devices["cam-3"].ak_offer
+            creds = grpc.ssl_channel_credentials(
+                ca, (data / "identity" / "key.pem").read_bytes(), resp.certificate_chain_pem
+            )
+            async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
+                stub = device_pb2_grpc.DeviceServiceStub(ch)
+                for code in (
+                    grpc.StatusCode.PERMISSION_DENIED,
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                ):
+                    with pytest.raises(grpc.aio.AioRpcError) as err:
+                        await stub.ActivateAttestationKey(
+                            device_pb2.ActivateAttestationKeyRequest(secret=os.urandom(32)),
+                            timeout=30,
+                        )
+                    assert err.value.code() is code
+            device = hub.ctx.cache.devices["cam-3"]
+            assert (device.attestation_key_pem, device.ak_offer) == ("", None)
+
+    run(main())
+
+
+def test_what_is_not_an_attestation_key_or_not_the_certified_ek_is_refused(tpm: Tpm) -> None:
+    from tpm2_pytss import ESAPI, ESYS_TR, TPM2B_PUBLIC, TPM2B_SENSITIVE_CREATE, TPMA_OBJECT
+
+    with TpmAttestationKey.create(Path(tpm.ca).parent / "k", tpm.tcti) as key:
+        material = key.enrollment_material()
+    cas = tpmbinding.load_ca_certificates([tpm.ca.read_bytes()])
+    tpmbinding.verify_ek_certificate(
+        material.ek_certificate, cas, material.ek_public, now=time.time()
+    )
+    for bad_cas in ([], tpmbinding.load_ca_certificates([tpm.other_ca.read_bytes()])):
+        with pytest.raises(TrustError) as info:
+            tpmbinding.verify_ek_certificate(
+                material.ek_certificate, bad_cas, material.ek_public, now=time.time()
+            )
+        assert info.value.reason == "EkCertificateUntrusted"
+    with pytest.raises(TrustError) as info:  # valid certificate, someone else's EK
+        ek = TPM2B_PUBLIC.unmarshal(material.ek_public)[0]
+        ek.publicArea.unique.rsa = bytes(256)
+        tpmbinding.verify_ek_certificate(
+            material.ek_certificate, cas, bytes(ek.marshal()), now=time.time()
+        )
+    assert info.value.reason == "EkMismatch"
+    # An unrestricted signing key (it would sign any digest, so any "quote").
+    esapi = ESAPI(tpm.tcti)
+    try:
+        template = TPM2B_PUBLIC.parse(
+            "ecc256:ecdsa-sha256",
+            objectAttributes=TPMA_OBJECT.SIGN_ENCRYPT | TPMA_OBJECT.FIXEDTPM
+            | TPMA_OBJECT.FIXEDPARENT | TPMA_OBJECT.SENSITIVEDATAORIGIN
+            | TPMA_OBJECT.USERWITHAUTH,
+        )  # fmt: skip
+        handle, public, *_ = esapi.create_primary(TPM2B_SENSITIVE_CREATE(), template, ESYS_TR.OWNER)
+        esapi.flush_context(handle)
+    finally:
+        esapi.close()
+    with pytest.raises(TrustError) as info:
+        tpmbinding.check_attestation_key(bytes(public.marshal()))
+    assert info.value.reason == "AttestationKeyInvalid" and "restricted" in str(info.value)
+    assert tpmbinding.check_attestation_key(material.ak_public).pem.startswith("-----BEGIN")
