@@ -14,7 +14,8 @@ The decisions are pure functions, tested as tables:
   list that no baseline fills is not checked; several baselines allow the union), the payload
   digest of the hub's trust root (checked when the hub has one; never the file's bytes), and
   the models the device is owed (always allowed, so a device is not Untrusted for running
-  what the hub sent it);
+  what the hub sent it); ``requireTpm`` in any baseline makes a device without an EK-bound
+  attestation key Untrusted (``NoTpmQuote``);
 * :func:`assess` — given the device, its outstanding challenge, the evidence that arrived (if
   any) and ``now``: the device's new :class:`~hub.devices.Attestation`. Evidence is verified by
   the pure :func:`~edgefleet.trust.evidence.verify_evidence` against the outstanding nonce (an
@@ -96,10 +97,12 @@ def reference_policy(
     code: set[str] = set()
     config: set[str] = set()
     models: set[str] = set()
+    require_tpm = False
     for manifest in baselines:
         spec = manifest.get("spec")
         if not isinstance(spec, Mapping):
             continue
+        require_tpm = require_tpm or bool(spec.get("requireTpm"))
         code |= _digests(spec.get("allowedCodeDigests"))
         config |= _digests(spec.get("allowedConfigDigests"))
         models |= _digests(spec.get("allowedModelDigests"))
@@ -108,6 +111,7 @@ def reference_policy(
         allowed_config=frozenset(config) or None,
         trust_root=_root_measurement(trust_root) if trust_root else None,
         allowed_models=frozenset(models | set(owed_models)) if models else None,
+        require_tpm=require_tpm,
         check_trust_root=bool(trust_root),
     )
 

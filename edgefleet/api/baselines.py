@@ -9,6 +9,7 @@ sorted), so applying the same baseline twice is "unchanged"::
     metadata: {name: fleet}
     spec:
       requireAttestation: true          # untrusted devices get a NoExecute taint
+      requireTpm: true                  # ...and so do devices that are not TPM-attested
       allowedCodeDigests: [sha256:...]  # measurements an attesting device may report
       allowedConfigDigests: []
       allowedModelDigests: []
@@ -39,6 +40,9 @@ def _digest(value: object) -> str:
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SecurityBaselineSpec:
     require_attestation: bool = False
+    # Only TPM-attested devices (an attestation key bound to the EK) are trusted; implies
+    # require_attestation.
+    require_tpm: bool = False
     allowed_code_digests: tuple[str, ...] = ()
     allowed_config_digests: tuple[str, ...] = ()
     allowed_model_digests: tuple[str, ...] = ()
@@ -46,6 +50,7 @@ class SecurityBaselineSpec:
     def to_dict(self) -> dict[str, Any]:
         return {
             "requireAttestation": self.require_attestation,
+            "requireTpm": self.require_tpm,
             "allowedCodeDigests": sorted(self.allowed_code_digests),
             "allowedConfigDigests": sorted(self.allowed_config_digests),
             "allowedModelDigests": sorted(self.allowed_model_digests),
@@ -81,6 +86,7 @@ def _read_spec(r: Reader | None) -> SecurityBaselineSpec:
         return SecurityBaselineSpec()
     return SecurityBaselineSpec(
         require_attestation=r.optional("requireAttestation", as_bool, False),
+        require_tpm=r.optional("requireTpm", as_bool, False),
         allowed_code_digests=tuple(r.list_of("allowedCodeDigests", _digest, unique=True) or ()),
         allowed_config_digests=tuple(r.list_of("allowedConfigDigests", _digest, unique=True) or ()),
         allowed_model_digests=tuple(r.list_of("allowedModelDigests", _digest, unique=True) or ()),
@@ -93,8 +99,15 @@ def read_security_baseline(metadata: ObjectMeta, r: Reader | None) -> SecurityBa
 
 
 def requires_attestation(manifest: Mapping[str, Any]) -> bool:
-    """Whether a stored (canonical) baseline document requires attestation."""
-    return bool(manifest.get("spec", {}).get("requireAttestation"))
+    """Whether a stored (canonical) baseline document requires attestation (requireTpm
+    implies it)."""
+    spec = manifest.get("spec", {})
+    return bool(spec.get("requireAttestation")) or requires_tpm(manifest)
+
+
+def requires_tpm(manifest: Mapping[str, Any]) -> bool:
+    """Whether a stored (canonical) baseline document requires TPM attestation."""
+    return bool(manifest.get("spec", {}).get("requireTpm"))
 
 
 def parse_security_baseline(doc: object, *, source: str = "") -> SecurityBaseline:

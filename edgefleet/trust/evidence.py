@@ -280,7 +280,10 @@ def verify_evidence(
     elif tpm is not None:
         reasons += _check_tpm(tpm, expected_nonce, m, public)
     elif policy.require_tpm:
-        reasons.append("NoTpmQuote: policy requires a TPM quote")
+        reasons.append(
+            "NoTpmQuote: a SecurityBaseline requires TPM attestation and this device has no "
+            "attestation key bound to a TPM endorsement key"
+        )
     if policy.allowed_code is not None and m.get("code") not in policy.allowed_code:
         reasons.append(f"CodeNotAllowed: edged code digest {m.get('code')}")
     if policy.allowed_config is not None and m.get("config") not in policy.allowed_config:

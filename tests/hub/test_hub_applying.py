@@ -70,6 +70,7 @@ def test_baseline_is_canonical() -> None:
     )
     assert parsed.to_dict()["spec"] == {
         "requireAttestation": True,
+        "requireTpm": False,
         "allowedCodeDigests": [],
         "allowedConfigDigests": [],
         "allowedModelDigests": [DIGEST.lower()],

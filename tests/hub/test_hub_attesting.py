@@ -167,6 +167,36 @@ def test_reference_policy() -> None:
     assert not two.check_trust_root
 
 
+def test_a_baseline_that_requires_a_tpm(attester: Attester, device: Device) -> None:
+    """requireTpm: a software-attested device is Untrusted (and, as requireTpm implies
+    requireAttestation, tainted NoExecute)."""
+    from hub.caching import Cache
+
+    baseline = {"spec": {"requireTpm": True}}
+    policy = reference_policy([baseline], trust_root=b"", owed_models=())
+    assert policy.require_tpm
+    got = assess(
+        device.with_(attestation=TRUSTED),
+        CHALLENGE,
+        evidence=_answer(attester),
+        policy=policy,
+        now=NOW,
+        timeout_s=TIMEOUT,
+    )
+    assert got.state is TrustState.UNTRUSTED and got.reasons[0].startswith("NoTpmQuote: ")
+    cache = Cache()
+    cache.put_object(
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "SecurityBaseline",
+            "metadata": {"name": "tpm"},
+            "spec": {"requireTpm": True},
+        },
+        1,
+    )
+    assert cache.security_policy().require_attestation
+
+
 @pytest.mark.parametrize(
     ("verified_at", "connected", "outstanding", "due"),
     [
