@@ -37,7 +37,7 @@ from typing import Any
 
 from edged.hublink.files import LinkFiles, parse_address
 from edged.trust.admitting import ArtifactGate
-from edged.trust.tpmattesting import EnrollmentMaterial
+from edged.trust.tpmattesting import EnrollmentMaterial, TpmAttestationKey
 from edgefleet.errors import EdgefleetError, PkiError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic, write_json_atomic
@@ -262,15 +262,19 @@ async def enroll(
         request.ek_public = material.ek_public
         request.ak_public = material.ak_public
     creds = grpc.ssl_channel_credentials(root_certificates=ca_pem)
-    async with grpc.aio.secure_channel(f"{ehost}:{eport}", creds) as channel:
-        stub = enrollment_pb2_grpc.EnrollmentServiceStub(channel)  # type: ignore[no-untyped-call]
-        try:
-            resp = await stub.Enroll(request, timeout=30)
-        except grpc.aio.AioRpcError as exc:
-            raise EnrollError(
-                f"the hub refused enrollment: {exc.code().name}: {exc.details()}"
-            ) from None
-    accept_hub_roots(gate, anchor, bytes(resp.trust_root), now=time.time())
+    try:
+        async with grpc.aio.secure_channel(f"{ehost}:{eport}", creds) as channel:
+            stub = enrollment_pb2_grpc.EnrollmentServiceStub(channel)  # type: ignore[no-untyped-call]
+            try:
+                resp = await stub.Enroll(request, timeout=30)
+            except grpc.aio.AioRpcError as exc:
+                raise EnrollError(
+                    f"the hub refused enrollment: {exc.code().name}: {exc.details()}"
+                ) from None
+        accept_hub_roots(gate, anchor, bytes(resp.trust_root), now=time.time())
+    except BaseException:
+        TpmAttestationKey.forget(data_dir)  # nothing of a failed enrollment stays
+        raise
     attestation = "software"
     if material is not None:
         attestation = await bind_attestation_key(

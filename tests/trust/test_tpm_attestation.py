@@ -344,3 +344,23 @@ def test_what_is_not_an_attestation_key_or_not_the_certified_ek_is_refused(tpm: 
         tpmbinding.check_attestation_key(bytes(public.marshal()))
     assert info.value.reason == "AttestationKeyInvalid" and "restricted" in str(info.value)
     assert tpmbinding.check_attestation_key(material.ak_public).pem.startswith("-----BEGIN")
+
+
+def test_a_failed_enrollment_keeps_no_attestation_key(tpm: Tpm, tmp_path: Path) -> None:
+    from edged.hublink.enrolling import EnrollError
+
+    root, _ = _root(tmp_path)
+    other = tmp_path / "other"
+    other.mkdir()
+    _, other_pin = _root(other)
+
+    async def main() -> None:
+        async with await _hub(tmp_path, tpm.ca) as hub:
+            install_roots(hub.ctx, HubRoots((root,)))
+            with pytest.raises(EnrollError) as err:  # the hub's root is not the pinned one
+                await _enroll(hub, tmp_path / "cam-4", other_pin, tpm.tcti)
+            assert "RootPinMismatch" in str(err.value)
+            assert not (tmp_path / "cam-4" / AK_FILE).exists()
+            assert not (tmp_path / "cam-4" / "hub" / "link.json").exists()
+
+    run(main())
