@@ -32,7 +32,7 @@ from edgefleet.trust.envelopes import (
     parse_envelope_bytes,
     sign_envelope,
 )
-from edgefleet.trust.verifying import require_comparable_version
+from edgefleet.trust.versions import require_comparable_version
 
 CHUNK = 1 << 20
 DAY = 86400.0

@@ -38,7 +38,7 @@ from edgefleet.trust.envelopes import (
     decode_payload,
     require_threshold,
 )
-from edgefleet.trust.versions import compare_versions, version_key
+from edgefleet.trust.versions import compare_versions, require_comparable_version, version_key
 
 ROOT_HISTORY_MAX = 1000  # root digests remembered (one per rotation)
 
@@ -116,15 +116,6 @@ def _comparable(version: str) -> bool:
     except ValueError:
         return False
     return True
-
-
-def require_comparable_version(version: str, *, what: str) -> None:
-    """Refuse a model version that cannot be compared (``dev``, ``latest``...): once accepted
-    it would make every later version of that name incomparable (a lock)."""
-    try:
-        version_key(version)
-    except ValueError as exc:
-        raise TrustError("VersionNotComparable", f"{what}: {exc}") from None
 
 
 def lost_trust_state(

@@ -11,6 +11,8 @@ from __future__ import annotations
 
 from functools import total_ordering
 
+from edgefleet.errors import TrustError
+
 
 @total_ordering
 class _PreId:
@@ -64,3 +66,12 @@ def compare_versions(a: str, b: str) -> int:
     """-1, 0 or 1 as ``a`` is lower than, equal to or higher than ``b``."""
     ka, kb = version_key(a), version_key(b)
     return (ka > kb) - (ka < kb)
+
+
+def require_comparable_version(version: str, *, what: str) -> None:
+    """Refuse a model version that cannot be compared (``dev``, ``latest``...): once accepted
+    it would make every later version of that name incomparable (a lock)."""
+    try:
+        version_key(version)
+    except ValueError as exc:
+        raise TrustError("VersionNotComparable", f"{what}: {exc}") from None
