@@ -34,9 +34,10 @@ from edged.reconcile.reconciling import (
 )
 from edged.reconcile.running import Runner
 from edged.reporting import StatusBoard
-from edged.runtime.limiting import detect_cgroup_root
+from edged.runtime.limiting import detect_cgroup_root, raise_open_files_limit
 from edged.runtime.processes import Replica, WorkerPool
-from edged.serving.http import HttpServer
+from edged.serving.bounding import connection_caps
+from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceMetrics, InferenceRouter
 from edged.serving.status import StatusHandler
 from edged.sources.hub import HubSource
@@ -100,7 +101,9 @@ class Daemon:
         self.registry = Registry()
         self.store = ArtifactStore(data / "artifacts")
         self.desired = DesiredState(data / "state" / "desired.json")
-        self.router = InferenceRouter(ready=self._ready)
+        self.router = InferenceRouter(
+            ready=self._ready, max_request_bytes=config.inference.max_request_bytes
+        )
         self.cgroup_root = detect_cgroup_root(str(config.workers.cgroup_root))
         self.limits_mode = "cgroup" if self.cgroup_root is not None else "rlimit"
         self.workload_queue: WorkQueue[WorkloadName] = WorkQueue(
@@ -286,10 +289,27 @@ class Daemon:
         # built before the sockets open, so that status shows every part (the hub link's
         # section included) from its first answer
         components = self._components()
+        open_files = raise_open_files_limit()
+        infer_cap, status_cap, lowered = connection_caps(open_files, cfg.inference.max_connections)
+        if lowered:
+            log.warning("connection cap lowered", reason=lowered, open_files=open_files)
         status_server = HttpServer(
-            StatusHandler(self.board, self.registry, alive=lambda: True).handle, max_body=1 << 16
+            StatusHandler(self.board, self.registry, alive=lambda: True).handle,
+            limits=ServerLimits(max_body=1 << 16, max_connections=status_cap),
         )
-        infer_server = HttpServer(self.router.handle, max_body=cfg.inference.max_request_bytes)
+        inf = cfg.inference
+        infer_server = HttpServer(
+            self.router.handle,
+            limits=ServerLimits(
+                max_body=inf.max_request_bytes,
+                max_connections=infer_cap,
+                max_buffered_bytes=inf.max_buffered_bytes,
+                header_timeout_s=inf.header_timeout_s,
+                body_timeout_s=inf.body_timeout_s,
+                idle_timeout_s=inf.idle_timeout_s,
+            ),
+            body_limit=self.router.body_limit,
+        )
         try:
             await status_server.listen_unix(cfg.paths.status_socket)
             await infer_server.listen_unix(cfg.paths.inference_socket)
