@@ -299,3 +299,32 @@ def _restore_open_files() -> Iterator[None]:
     limits = resource.getrlimit(resource.RLIMIT_NOFILE)
     yield
     resource.setrlimit(resource.RLIMIT_NOFILE, limits)
+
+
+def test_a_manifest_the_loader_chokes_on_blocks_no_other_file(
+    two_models: Path, tmp_path: Path, edged_factory
+) -> None:
+    e = start(edged_factory, two_models, config(tmp_path))
+    pid = replica(e, "mlp")["pid"]
+    with Bystander(e.infer_sock, "bystander", two_models / "bystander.onnx") as by:
+        by.wait_for_answers(10)
+        (two_models / "mlp.yaml").write_text(
+            "apiVersion: edgefleet.io/v1\nkind: ModelDeployment\nmetadata: {name: mlp}\n"
+            "spec:\n  replicas: {perDevice: " + "9" * 5001 + "}\n"
+        )
+        build_mlp(two_models / "third.onnx", TINY_MLP, seed=3)
+        write_manifest(two_models, name="third", path="third.onnx")
+
+        def reported() -> list[dict[str, str]]:
+            return [p for p in e.status()["source"]["problems"] if p["file"] == "mlp.yaml"]
+
+        (problem,) = wait_for(reported, 20, "the bad file's problem in status")
+        assert problem["reason"] == "InvalidManifest"
+        assert "exceeds the limit (4300 digits)" in problem["message"].lower()
+        wait_for(lambda: e.workload("third")["readyReplicas"] == 1, 60, "the other file applied")
+        by.wait_for_answers(10)
+    assert replica(e, "mlp")["pid"] == pid  # kept from the last valid state
+    assert_serving(e)
+    assert "reconcile crashed" not in e.logs()
+    assert not by.errors, by.errors[:3]
+    assert e.terminate() == 0

@@ -287,3 +287,70 @@ def test_duplicate_model_names(d: Dir) -> None:
     )
     assert problem.message == "spec.model.name: 'shared' is already served by 'one'"
     assert problem.to_json()["reason"] == "DuplicateModelName"
+
+
+LOADER_CHOKES = {
+    "an integer of 5001 digits": "spec:\n  replicas: {perDevice: " + "9" * 5001 + "}\n",
+    "the same in JSON": '{"spec": {"replicas": {"perDevice": ' + "9" * 5001 + "}}}",
+    "a python tag": "metadata: !!python/object/apply:os.system ['true']\n",
+    "an unknown tag": "metadata: !secret {name: x}\n",
+    "a date out of range": "metadata: {name: 2026-02-30}\n",
+    "an unhashable key": "? [a, b]\n: c\n",
+    "laughing anchors": "a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10))
+    + "metadata: {name: *a9}\n",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("text", LOADER_CHOKES.values(), ids=LOADER_CHOKES.keys())
+def test_a_file_the_loader_chokes_on_blocks_no_other_file(d: Dir, text: str) -> None:
+    d.model("mnist")
+    d.model("other")
+    d.write("mnist.yaml", doc("mnist"))
+    d.write("other.yaml", doc("other"))
+    before = d.sync().workloads
+    (d.path / "mnist.yaml").write_text(
+        "apiVersion: edgefleet.io/v1\nkind: ModelDeployment\n" + text
+    )
+    changed = doc("other")
+    changed["spec"]["replicas"] = {"perDevice": 2}
+    d.write("other.yaml", changed)  # the other file's update goes through
+    for _ in range(2):
+        result = d.sync()
+        problem = only_problem(result)
+        assert (problem.file, problem.workload, problem.reason) == (
+            "mnist.yaml",
+            "",
+            "InvalidManifest",
+        )
+        assert "mnist.yaml" in problem.message
+        assert result.workloads[WorkloadName("mnist")] == before[WorkloadName("mnist")]
+        other = result.workloads[WorkloadName("other")]
+        assert other.deployment.spec.replicas.per_device == 2
+
+
+def test_a_model_that_cannot_be_stored_is_that_workloads_problem(
+    d: Dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d.model("mnist")
+    d.model("other", 1)
+    d.write("mnist.yaml", doc("mnist"))
+    d.write("other.yaml", doc("other"))
+    real = d.store.ingest_stream
+
+    def full_disk(stream: Any, **kw: Any) -> str:
+        if "mnist" in kw["origin"]:
+            raise OSError(28, "No space left on device")
+        return real(stream, **kw)
+
+    monkeypatch.setattr(d.store, "ingest_stream", full_disk)
+    result = d.sync()
+    problem = only_problem(result)
+    assert (problem.file, problem.workload, problem.reason) == (
+        "mnist.yaml",
+        "mnist",
+        "IngestFailed",
+    )
+    assert "No space left on device" in problem.message
+    assert result.retryable
+    assert list(result.workloads) == ["other"]
