@@ -62,4 +62,3 @@ def _unsigned(config: str) -> str:
         if line.strip() == "[trust]":
             out.append("allowUnsigned = true")
     return "\n".join(out) + "\n"
-
