@@ -92,10 +92,20 @@ class ReplicaChannel(asyncio.Protocol):
         hdr = req.headers.get("inference-header-content-length")
         hlen = NO_HEADER_LENGTH
         if hdr is not None:
-            if not hdr.isdigit():
-                resp.send_error(400, "Inference-Header-Content-Length must be an integer")
+            hdr = hdr.strip()
+            if not (hdr.isascii() and hdr.isdigit()) or len(hdr) > 12:
+                resp.send_error(
+                    400, "Inference-Header-Content-Length must be a non-negative integer"
+                )
                 return
             hlen = int(hdr)
+            if hlen > len(req.body):
+                resp.send_error(
+                    400,
+                    f"Inference-Header-Content-Length ({hlen}) is larger than the request "
+                    f"body ({len(req.body)} bytes)",
+                )
+                return
         req_id = self._next_id
         self._next_id = (req_id + 1) & 0xFFFFFFFF or 1
         transport = self.transport

@@ -160,7 +160,17 @@ def _as_array(
                     raise OverflowError(f"values out of range for {datatype}")
             # One pass over the JSON list (above) plus a cheap cast: half the cost of
             # converting the list twice.
-            arr = inferred.astype(target)
+            if target.kind == "f":
+                with np.errstate(over="ignore"):  # checked just below
+                    arr = inferred.astype(target)
+            else:
+                arr = inferred.astype(target)
+            if target.kind == "f" and not np.isfinite(arr).all():
+                # JSON has no inf or nan: a value that became one does not fit the datatype
+                raise OverflowError(
+                    f"values out of range for {datatype} "
+                    f"(its largest is {float(np.finfo(target).max):.6g})"
+                )
     except (ValueError, TypeError, OverflowError) as exc:
         raise InferenceRequestError(
             f"input {name!r}: 'data' is not a tensor of {datatype}: {exc}"

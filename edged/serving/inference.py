@@ -36,6 +36,7 @@ class ModelEntry:
     body_limit: tuple[int, str] | None = None  # from the ready replicas' inputs
 
 
+_OTHER_PATHS = frozenset({"/v2", "/v2/", "/v2/health/live", "/v2/health/ready"})
 # Requests that are not inference requests take no body worth reading.
 OTHER_BODY_LIMIT = 64 * 1024
 
@@ -181,20 +182,20 @@ class InferenceRouter:
             else:
                 self._metadata(entry, version, resp)
             return
-        if req.method != "GET":
+        if path not in _OTHER_PATHS:
+            resp.send_error(404, f"no such endpoint: {path}")
+        elif req.method != "GET":
             resp.send_error(405, "use GET")
         elif path == "/v2/health/live":
             resp.send_json(200, {"live": True})
         elif path == "/v2/health/ready":
             ready = self._ready()
             resp.send_json(200 if ready else 503, {"ready": ready})
-        elif path in ("/v2", "/v2/"):
+        else:
             resp.send_json(
                 200,
                 {"name": "edged", "version": __version__, "extensions": ["binary_tensor_data"]},
             )
-        else:
-            resp.send_error(404, f"no such endpoint: {path}")
 
     def _candidates(self, entry: ModelEntry, version: str | None) -> list[Replica]:
         if version is None:

@@ -173,6 +173,15 @@ ERRORS: dict[str, tuple[Any, str]] = {
         {"inputs": [tensor("pixels", [1, 2], [1, 300], "UINT8")]},
         "input 'pixels': 'data' is not a tensor of UINT8",
     ),
+    "out of range for FP32": (
+        {"inputs": [tensor("input", [1, 4], [0, 1e39, 2, 3])]},
+        "input 'input': 'data' is not a tensor of FP32: values out of range for FP32 "
+        "(its largest is 3.40282e+38)",
+    ),
+    "out of range for FP16": (
+        {"inputs": [tensor("half", [1, 2], [1.0, -70000.0], "FP16")]},
+        "input 'half': 'data' is not a tensor of FP16: values out of range for FP16",
+    ),
     "numbers for BOOL": (
         {"inputs": [tensor("flags", [1, 2], [0, 2], "BOOL")]},
         "input 'flags': 'data' is not a tensor of BOOL: it takes booleans, got integers",
@@ -200,6 +209,7 @@ SPECS = {
     "ids": TensorSpec("ids", "INT64", (-1, 2)),
     "pixels": TensorSpec("pixels", "UINT8", (-1, 2)),
     "flags": TensorSpec("flags", "BOOL", (-1, 2)),
+    "half": TensorSpec("half", "FP16", (-1, 2)),
 }
 
 
