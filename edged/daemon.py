@@ -17,6 +17,7 @@ import asyncio
 import fcntl
 import os
 import signal
+import time
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -120,6 +121,7 @@ class Daemon:
             notify=self.workload_queue.add,
             on_serving_change=self._on_serving_change,
             on_result=self._on_result,
+            on_artifact_rotten=self._on_artifact_rotten,
             python=str(config.workers.python_executable),
         )
         self.applier = Applier(
@@ -256,6 +258,25 @@ class Daemon:
     def _artifacts_in_use(self) -> set[str]:
         keep = {w.sha256 for w in self.desired.workloads.values()}
         return keep | {r.spec.artifact_sha256 for r in self.pool.replicas()}
+
+    def _on_artifact_rotten(self, workload: WorkloadName, sha256: str) -> None:
+        """A worker refused a blob whose bytes no longer match its digest: check it here
+        (hashing off the loop) and quarantine it; the next plan of the workload then finds
+        it missing, says so in a condition and asks its source for it again. Replicas of it
+        already running keep serving: their model is in memory."""
+
+        async def check() -> None:
+            moved = await asyncio.to_thread(
+                self.store.quarantine_if_rotten, sha256, now=time.time()
+            )
+            if moved is not None:
+                log.error("rotten artifact quarantined", workload=workload, sha256=sha256)
+            self.workload_queue.add(workload)
+
+        self.pool.track(asyncio.ensure_future(check()))
+
+    def _quarantined(self, sha256: str) -> bool:
+        return sha256 in self.store.quarantined()
 
     def _request_refetch(self) -> None:
         """An artifact of the desired state is missing from the store: ask its source again."""
@@ -404,6 +425,7 @@ class Daemon:
                     desired=self.desired.get,
                     observe=self.pool.observe,
                     has_artifact=self.store.has,
+                    quarantined=self._quarantined,
                     select_providers=self.discovery.select if self.discovery else None,
                     record_status=self.board.set_workload,
                     apply=self.applier.apply,

@@ -11,7 +11,10 @@ one pipeline, :meth:`ArtifactStore.ingest`:
 3. *commit*: fsync, make read-only, rename into place, fsync the directory.
 
 A crash at any point leaves either no blob or a complete one; stale staging files are
-removed at start. Workers check the digest again when they read a blob.
+removed at start. Workers check the digest again when they read a blob; a blob that no longer
+matches its digest (rot on disk) is moved to ``quarantine/``
+(:meth:`ArtifactStore.quarantine_if_rotten`, the newest ``MAX_QUARANTINED`` kept as
+evidence), so that the artifact is missing and its source fetches it again.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ log = get_logger(__name__)
 
 CHUNK = 1 << 20
 DEFAULT_MAX_BYTES = 4 << 30
+MAX_QUARANTINED = 3
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +122,18 @@ class _Writer:
             self._thread.join()
 
 
+def _quarantined_at(path: Path) -> int:
+    stamp = path.name.rpartition(".")[2]
+    return int(stamp) if stamp.isdigit() else 0
+
+
 class ArtifactStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._blobs = root / "sha256"
         self._staging = root / "staging"
-        for d in (root, self._blobs, self._staging):
+        self._quarantine = root / "quarantine"
+        for d in (root, self._blobs, self._staging, self._quarantine):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
         for stale in self._staging.iterdir():
             stale.unlink(missing_ok=True)
@@ -212,6 +222,36 @@ class ArtifactStore:
             return staged.sha256
         finally:
             tmp.unlink(missing_ok=True)
+
+    def digest_of(self, sha256: str) -> str | None:
+        """The sha256 of the blob stored as ``sha256`` as it is on disk now (None: absent)."""
+        digest = hashlib.sha256()
+        try:
+            with open(self.path_for(sha256), "rb") as f:
+                while chunk := f.read(CHUNK):
+                    digest.update(chunk)
+        except FileNotFoundError:
+            return None
+        return digest.hexdigest()
+
+    def quarantine_if_rotten(self, sha256: str, *, now: float) -> Path | None:
+        """Move the blob ``sha256`` to ``quarantine/`` if its bytes no longer hash to that
+        name; where it went, or None (absent or intact). Blocking: hashes the whole file."""
+        found = self.digest_of(sha256)
+        if found is None or found == sha256:
+            return None
+        target = self._quarantine / f"{sha256}.{int(now)}"
+        os.replace(self.path_for(sha256), target)
+        fsync_dir(self._blobs)
+        log.error("artifact quarantined", sha256=sha256, found=found, path=str(target))
+        kept = sorted(self._quarantine.iterdir(), key=_quarantined_at)
+        for old in kept[:-MAX_QUARANTINED]:
+            old.unlink(missing_ok=True)
+        return target
+
+    def quarantined(self) -> set[str]:
+        """The digests with a quarantined copy (the names they were stored under)."""
+        return {p.name.split(".", 1)[0] for p in self._quarantine.iterdir()}
 
     def collect_garbage(self, keep: set[str]) -> list[str]:
         removed = []
