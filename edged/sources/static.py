@@ -24,7 +24,7 @@ from pathlib import Path
 from edged.trust.admitting import METADATA_SUFFIX, ArtifactGate, ArtifactRequest
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import DeviceHealthPolicy, ModelDeployment, load_manifest_file
-from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.artifacts.storing import ArtifactStore, is_disk_full
 from edgefleet.errors import ArtifactError, ValidationError
 from edgefleet.logs import get_logger
 
@@ -161,6 +161,9 @@ class StaticManifests:
                 except Exception as exc:  # this workload's problem, never the whole source's
                     if isinstance(exc, ArtifactError):
                         reason, message = exc.reason, str(exc)
+                    elif isinstance(exc, OSError) and is_disk_full(exc):
+                        reason = "InsufficientDisk"
+                        message = f"cannot store the model: {exc}"
                     else:
                         reason = "IngestFailed"
                         message = f"cannot ingest the model: {type(exc).__name__}: {exc}"

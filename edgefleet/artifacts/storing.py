@@ -19,8 +19,10 @@ evidence), so that the artifact is missing and its source fetches it again.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -34,6 +36,19 @@ log = get_logger(__name__)
 CHUNK = 1 << 20
 DEFAULT_MAX_BYTES = 4 << 30
 MAX_QUARANTINED = 3
+# Left free by every ingest and download: the device's state files, logs and the hub link's
+# writes must keep working when a model does not fit.
+DISK_RESERVE_BYTES = 16 << 20
+
+
+def disk_shortfall(*, free: int, download: int, copy: int, reserve: int) -> int:
+    """How many bytes are missing to write ``download`` new bytes and then stage a ``copy``
+    of ``copy`` bytes, leaving ``reserve`` free (0: it fits). Pure."""
+    return max(0, download + copy + reserve - free)
+
+
+def is_disk_full(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -166,6 +181,10 @@ class ArtifactStore:
                 "ArtifactUnreadable", f"cannot read {source}: {exc.strerror}"
             ) from None
         try:
+            size = os.fstat(f.fileno()).st_size
+            # the staged copy must fit, with the reserve left free (a file larger than
+            # max_bytes is refused while read: no need for the space)
+            self.check_space(what=str(source), download=0, copy=min(size, max_bytes + 1))
             return self.ingest_stream(
                 f,
                 origin=str(source),
@@ -188,40 +207,77 @@ class ArtifactStore:
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> str:
         tmp = self._staging / f"{os.getpid()}-{os.urandom(6).hex()}"
-        digest = hashlib.sha256()
-        length = 0
         try:
-            with open(tmp, "wb") as out, _Writer(out) as writer:
-                # Hash here while a thread writes the previous chunks: hashlib and file
-                # writes both release the GIL, so a large artifact costs about the slower
-                # of the two instead of their sum. At most QUEUED chunks are in memory.
-                while True:
-                    chunk = stream.read(CHUNK)
-                    if not chunk:
-                        break
-                    length += len(chunk)
-                    if length > max_bytes:
-                        raise ArtifactError(
-                            "ArtifactTooLarge", f"{origin} is larger than {max_bytes} bytes"
-                        )
-                    digest.update(chunk)
-                    writer.put(chunk)
-                writer.finish()
-                os.fsync(out.fileno())
-            staged = StagedArtifact(tmp, digest.hexdigest(), length, origin, name, version)
-            for verifier in verifiers:
-                verifier.verify(staged)
-            final = self.path_for(staged.sha256)
-            if final.is_file():
-                tmp.unlink()
-            else:
-                os.chmod(tmp, 0o444)
-                os.replace(tmp, final)
-                fsync_dir(self._blobs)
-                log.info("artifact stored", sha256=staged.sha256, bytes=length, origin=origin)
-            return staged.sha256
+            return self._stage_verify_commit(
+                stream, tmp, origin, name, version, verifiers, max_bytes
+            )
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise ArtifactError(
+                    "InsufficientDisk", f"{origin}: the disk filled up while storing it: {exc}"
+                ) from None
+            raise
         finally:
             tmp.unlink(missing_ok=True)
+
+    def _stage_verify_commit(
+        self,
+        stream: BinaryIO,
+        tmp: Path,
+        origin: str,
+        name: str,
+        version: str,
+        verifiers: list[Verifier],
+        max_bytes: int,
+    ) -> str:
+        digest = hashlib.sha256()
+        length = 0
+        with open(tmp, "wb") as out, _Writer(out) as writer:
+            # Hash here while a thread writes the previous chunks: hashlib and file
+            # writes both release the GIL, so a large artifact costs about the slower
+            # of the two instead of their sum. At most QUEUED chunks are in memory.
+            while True:
+                chunk = stream.read(CHUNK)
+                if not chunk:
+                    break
+                length += len(chunk)
+                if length > max_bytes:
+                    raise ArtifactError(
+                        "ArtifactTooLarge", f"{origin} is larger than {max_bytes} bytes"
+                    )
+                digest.update(chunk)
+                writer.put(chunk)
+            writer.finish()
+            os.fsync(out.fileno())
+        staged = StagedArtifact(tmp, digest.hexdigest(), length, origin, name, version)
+        for verifier in verifiers:
+            verifier.verify(staged)
+        final = self.path_for(staged.sha256)
+        if final.is_file():
+            tmp.unlink()
+        else:
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, final)
+            fsync_dir(self._blobs)
+            log.info("artifact stored", sha256=staged.sha256, bytes=length, origin=origin)
+        return staged.sha256
+
+    def free_bytes(self) -> int:
+        return shutil.disk_usage(self.root).free
+
+    def check_space(self, *, what: str, download: int, copy: int) -> None:
+        """Raise ``ArtifactError("InsufficientDisk")`` naming the sizes when ``download`` new
+        bytes plus the store's staged ``copy`` do not fit next to the reserve."""
+        free = self.free_bytes()
+        short = disk_shortfall(free=free, download=download, copy=copy, reserve=DISK_RESERVE_BYTES)
+        if short:
+            raise ArtifactError(
+                "InsufficientDisk",
+                f"{what}: needs {download + copy} bytes on the device's disk "
+                f"({download} to download, {copy} for the store's copy) and "
+                f"{DISK_RESERVE_BYTES} kept free; {free} bytes are free "
+                f"({short} short)",
+            )
 
     def digest_of(self, sha256: str) -> str | None:
         """The sha256 of the blob stored as ``sha256`` as it is on disk now (None: absent)."""

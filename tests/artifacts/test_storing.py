@@ -216,3 +216,19 @@ def test_quarantine_keeps_only_the_newest_copies(tmp_path: Path, onnx_model: Pat
         assert store.quarantine_if_rotten(digest, now=1000.0 + i) is not None
         assert ingest(store, onnx_model) == digest
     assert len(contents(tmp_path / "artifacts" / "quarantine")) == MAX_QUARANTINED
+
+
+SHORTFALLS = {
+    "fits with room": (dict(free=100, download=30, copy=30, reserve=10), 0),
+    "fits exactly": (dict(free=70, download=30, copy=30, reserve=10), 0),
+    "the copy does not fit": (dict(free=60, download=30, copy=30, reserve=10), 10),
+    "resumed: only the rest is downloaded": (dict(free=45, download=5, copy=30, reserve=10), 0),
+    "nothing free": (dict(free=0, download=0, copy=30, reserve=10), 40),
+}
+
+
+@pytest.mark.parametrize(("sizes", "short"), SHORTFALLS.values(), ids=SHORTFALLS.keys())
+def test_disk_shortfall(sizes: dict[str, int], short: int) -> None:
+    from edgefleet.artifacts.storing import disk_shortfall
+
+    assert disk_shortfall(**sizes) == short

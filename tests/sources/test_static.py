@@ -15,6 +15,7 @@ from edged.trust.admitting import ArtifactGate
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import API_VERSION
 from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.demo import build_mlp
 
 
 def doc(name: str, model: str | None = None, **model_fields: Any) -> dict[str, Any]:
@@ -33,14 +34,16 @@ def doc(name: str, model: str | None = None, **model_fields: Any) -> dict[str, A
 class Dir:
     """A manifests directory, a store, and the source under test; ``sync`` feeds back."""
 
-    def __init__(self, root: Path, models: tuple[bytes, bytes]) -> None:
+    def __init__(self, root: Path, models: tuple[bytes, bytes], max_bytes: int = 1 << 20) -> None:
         self.path = root / "manifests"
         self.path.mkdir()
         self.models = models
         self.store = ArtifactStore(root / "artifacts")
         # Not about trust (tests/trust is): unsigned artifacts allowed, no trust root.
         gate = ArtifactGate(root / "data", root_file=None, allow_unsigned=True)
-        self.source = StaticManifests(self.path, self.store, max_artifact_bytes=1 << 20, gate=gate)
+        self.source = StaticManifests(
+            self.path, self.store, max_artifact_bytes=max_bytes, gate=gate
+        )
         self.current: dict[WorkloadName, DesiredWorkload] = {}
 
     def model(self, name: str, which: int = 0) -> str:
@@ -338,12 +341,12 @@ def test_a_model_that_cannot_be_stored_is_that_workloads_problem(
     d.write("other.yaml", doc("other"))
     real = d.store.ingest_stream
 
-    def full_disk(stream: Any, **kw: Any) -> str:
+    def failing_disk(stream: Any, **kw: Any) -> str:
         if "mnist" in kw["origin"]:
-            raise OSError(28, "No space left on device")
+            raise OSError(5, "Input/output error")
         return real(stream, **kw)
 
-    monkeypatch.setattr(d.store, "ingest_stream", full_disk)
+    monkeypatch.setattr(d.store, "ingest_stream", failing_disk)
     result = d.sync()
     problem = only_problem(result)
     assert (problem.file, problem.workload, problem.reason) == (
@@ -351,6 +354,32 @@ def test_a_model_that_cannot_be_stored_is_that_workloads_problem(
         "mnist",
         "IngestFailed",
     )
-    assert "No space left on device" in problem.message
+    assert "Input/output error" in problem.message
     assert result.retryable
     assert list(result.workloads) == ["other"]
+
+
+def test_a_model_larger_than_the_free_disk_is_refused_and_leaves_nothing(
+    small_disk: Path, tmp_path: Path, models: tuple[bytes, bytes]
+) -> None:
+    d = Dir(small_disk, models, max_bytes=1 << 30)  # manifests, store, gate on the small disk
+    d.model("mnist")
+    d.write("mnist.yaml", doc("mnist"))
+    big = tmp_path / "big.onnx"  # on the big disk: only the store's copy goes to the small one
+    build_mlp(big, (1024, 2048, 2048, 8), seed=3)  # ~25 MB
+    d.write("big.yaml", doc("big", path=str(big)))
+    result = d.sync()
+    problem = only_problem(result)
+    assert (problem.file, problem.workload, problem.reason) == (
+        "big.yaml",
+        "big",
+        "InsufficientDisk",
+    )
+    size = big.stat().st_size
+    assert (
+        f"needs {size} bytes on the device's disk (0 to download, {size} for the store's copy)"
+        in problem.message
+    )
+    assert "bytes are free" in problem.message
+    assert list(result.workloads) == ["mnist"]  # the other file is applied
+    assert list((small_disk / "artifacts" / "staging").iterdir()) == []
