@@ -18,6 +18,7 @@ import fcntl
 import os
 import signal
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -68,6 +69,10 @@ DRAIN_TIMEOUT_S = 20.0
 
 class AlreadyRunning(EdgefleetError):
     """Another edged holds the data directory."""
+
+
+def _counter_reader(server: HttpServer, key: str) -> Callable[[], float]:
+    return lambda: float(server.counters()[key])
 
 
 def _lock_data_dir(data: Path) -> int:
@@ -208,6 +213,31 @@ class Daemon:
             lambda: float(len(self.desired.workloads))
         )
 
+    def _server_metrics(self, servers: dict[str, HttpServer]) -> None:
+        """What each socket's limits did (serving/http.py ServerLimits), read when scraped."""
+        for key, name, help_text in (
+            ("connections", "edged_http_connections", "Open connections"),
+            ("bufferedBytes", "edged_http_buffered_request_bytes", "Request body bytes being read"),
+            (
+                "refusedConnections",
+                "edged_http_refused_connections",
+                "Connections refused at the cap",
+            ),
+            (
+                "evictedIdleConnections",
+                "edged_http_evicted_idle_connections",
+                "Idle connections closed at the cap to make room",
+            ),
+            (
+                "timedOutConnections",
+                "edged_http_timed_out_connections",
+                "Connections closed by a header, body or idle timeout",
+            ),
+        ):
+            gauge = self.registry.gauge(name, help_text, ("socket",))
+            for socket_name, server in servers.items():
+                gauge.labels(socket=socket_name).set_function(_counter_reader(server, key))
+
     # -- connections between the parts ----------------------------------------------------
     def _on_result(self, rep: Replica, status: int, seconds: float) -> None:
         self._inference_metrics.answered(rep.spec.model_name, status, seconds)
@@ -331,6 +361,7 @@ class Daemon:
             ),
             body_limit=self.router.body_limit,
         )
+        self._server_metrics({"status": status_server, "inference": infer_server})
         try:
             await status_server.listen_unix(cfg.paths.status_socket)
             await infer_server.listen_unix(cfg.paths.inference_socket)

@@ -6,6 +6,7 @@ model on the same device and must get every answer right."""
 from __future__ import annotations
 
 import os
+import re
 import resource
 import signal
 import socket
@@ -200,7 +201,15 @@ def test_many_connections_under_a_low_open_files_limit(
             assert orjson.loads(body)["error"] == (
                 f"too many connections (limit {cap}); retry later"
             )
-            # the status socket is not affected, and a killed replica comes back
+            # the status socket is not affected (and counts what the cap did), and a killed
+            # replica comes back
+            _, metrics, _ = e.request("GET", "/metrics", sock=e.status_sock)
+            counts = dict(
+                re.findall(rb'edged_http_(\w+)\{socket="inference"\} ([0-9.e+]+)', metrics)
+            )
+            assert float(counts[b"refused_connections"]) >= 1, counts
+            assert float(counts[b"evicted_idle_connections"]) >= 1, counts
+            assert float(counts[b"connections"]) == cap, counts
             pid = replica(e, "mlp")["pid"]
             assert isinstance(pid, int)
             os.kill(pid, signal.SIGKILL)
