@@ -193,14 +193,23 @@ def test_many_connections_under_a_low_open_files_limit(
             # 1,100 requests that never finish their headers: not idle, not evictable
             for _ in range(1100):
                 s = raw(e)
-                s.sendall(f"POST {INFER} HTTP/1.1\r\nHost: e\r\n".encode())
+                try:
+                    s.sendall(f"POST {INFER} HTTP/1.1\r\nHost: e\r\n".encode())
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # refused at the cap before the line went out: its 503 is read below
                 socks.append(s)
-            refused = socks[-1]
-            status, _, body = read_answer(refused)
-            assert status == 503
-            assert orjson.loads(body)["error"] == (
-                f"too many connections (limit {cap}); retry later"
-            )
+            answers = []
+            for s in socks[-20:]:  # over the cap: refused, and told why
+                try:
+                    answers.append(read_answer(s))
+                except ConnectionResetError:
+                    continue  # closed with our unread request line in it: a reset
+            assert answers, "no refusal could be read"
+            for status, _, body in answers:
+                assert status == 503
+                assert orjson.loads(body)["error"] == (
+                    f"too many connections (limit {cap}); retry later"
+                )
             # the status socket is not affected (and counts what the cap did), and a killed
             # replica comes back
             _, metrics, _ = e.request("GET", "/metrics", sock=e.status_sock)
@@ -361,7 +370,7 @@ def test_a_rotten_blob_is_quarantined_and_fetched_again(
         wait_for(
             lambda: list((e.data / "artifacts" / "quarantine").iterdir()), 30, "the quarantine"
         )
-        assert "rotten artifact quarantined" in e.logs()
+        assert "rotten artifact quarantined" in e.log_path.read_text()
         # meanwhile the other replica, model in memory, keeps serving
         assert_serving(e)
         wait_for(
