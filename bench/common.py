@@ -107,6 +107,37 @@ def infer_request(model: str, x: Any) -> bytes:
     return head + body
 
 
+def infer_request_binary(model: str, x: Any) -> bytes:
+    """The same inference with the binary tensor extension both ways (raw float32 input bytes
+    after a JSON header, binary outputs), encoded once."""
+    import orjson
+
+    from edgefleet.inference import infer_path
+
+    header = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "datatype": "FP32",
+                    "shape": [int(n) for n in x.shape],
+                    "parameters": {"binary_data_size": int(x.nbytes)},
+                }
+            ],
+            "parameters": {"binary_data_output": True},
+        }
+    )
+    body = header + x.tobytes()
+    head = (
+        f"POST {infer_path(model)} HTTP/1.1\r\n"
+        "Host: localhost\r\n"
+        "Content-Type: application/octet-stream\r\n"
+        f"Inference-Header-Content-Length: {len(header)}\r\n"
+        f"Content-Length: {len(body)}\r\n\r\n"
+    ).encode()
+    return head + body
+
+
 def get_request(path: str) -> bytes:
     return f"GET {path} HTTP/1.1\r\nHost: localhost\r\n\r\n".encode()
 

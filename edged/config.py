@@ -36,6 +36,10 @@ INFERENCE_SOCKET_NAME = "infer.sock"
 MAX_SOCKET_PATH_BYTES = 107  # sun_path holds 108 bytes with the terminating NUL (Linux)
 
 _MAX_REQUEST_TEXT = "64Mi"
+_MAX_BUFFERED_TEXT = "256Mi"
+_HEADER_TIMEOUT_TEXT = "10s"
+_BODY_TIMEOUT_TEXT = "60s"
+_IDLE_TIMEOUT_TEXT = "60s"
 _RESYNC_TEXT = "60s"
 _BACKOFF_BASE_TEXT = "50ms"
 _BACKOFF_MAX_TEXT = "5m"
@@ -97,6 +101,11 @@ class InferenceConfig:
 
     listen_tcp: TcpAddress | None = None
     max_request_bytes: int = parse_memory(_MAX_REQUEST_TEXT)
+    max_connections: int = 1024
+    max_buffered_bytes: int = parse_memory(_MAX_BUFFERED_TEXT)
+    header_timeout_s: float = parse_duration(_HEADER_TIMEOUT_TEXT)
+    body_timeout_s: float = parse_duration(_BODY_TIMEOUT_TEXT)
+    idle_timeout_s: float = parse_duration(_IDLE_TIMEOUT_TEXT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -238,6 +247,11 @@ def _read_inference(r: Reader) -> InferenceConfig:
     return InferenceConfig(
         listen_tcp=r.optional("listenTcp", _listen_tcp, default.listen_tcp),
         max_request_bytes=r.optional("maxRequestBytes", _size, default.max_request_bytes),
+        max_connections=r.optional("maxConnections", int_in(1, 1 << 20), default.max_connections),
+        max_buffered_bytes=r.optional("maxBufferedBytes", _size, default.max_buffered_bytes),
+        header_timeout_s=r.optional("headerTimeout", positive_duration, default.header_timeout_s),
+        body_timeout_s=r.optional("bodyTimeout", positive_duration, default.body_timeout_s),
+        idle_timeout_s=r.optional("idleTimeout", positive_duration, default.idle_timeout_s),
     )
 
 
@@ -372,7 +386,21 @@ inferenceSocket = ""
 # Also serve inference over TCP, e.g. "127.0.0.1:8080". Loopback addresses only. Empty: off.
 listenTcp = ""
 # The largest request body accepted: a size such as "64Mi", "1G" or a number of bytes.
+# An infer request is also held to what its model's inputs can take (maxBatchSize rows of
+# them, as JSON) and to 1/64 of the replica's memory limit.
 maxRequestBytes = "{_MAX_REQUEST_TEXT}"
+# Connections to the inference socket (and TCP address) at once. At the cap the longest-idle
+# connection (idle for 1s at least) is closed for a new one; with none, the new one gets 503.
+# edged raises its open-files limit to the hard limit and lowers this cap if that is too low.
+maxConnections = {InferenceConfig().max_connections}
+# Request bodies being read at once, all connections together; beyond: 503.
+maxBufferedBytes = "{_MAX_BUFFERED_TEXT}"
+# A request's headers must arrive within headerTimeout of its first byte, its body within
+# bodyTimeout of its headers (else 408); a connection with nothing asked closes after
+# idleTimeout.
+headerTimeout = "{_HEADER_TIMEOUT_TEXT}"
+bodyTimeout = "{_BODY_TIMEOUT_TEXT}"
+idleTimeout = "{_IDLE_TIMEOUT_TEXT}"
 
 [reconcile]
 # Check everything this often, even when no event says something changed.

@@ -17,6 +17,8 @@ import asyncio
 import fcntl
 import os
 import signal
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -34,9 +36,10 @@ from edged.reconcile.reconciling import (
 )
 from edged.reconcile.running import Runner
 from edged.reporting import StatusBoard
-from edged.runtime.limiting import detect_cgroup_root
+from edged.runtime.limiting import detect_cgroup_root, raise_open_files_limit
 from edged.runtime.processes import Replica, WorkerPool
-from edged.serving.http import HttpServer
+from edged.serving.bounding import connection_caps
+from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceMetrics, InferenceRouter
 from edged.serving.status import StatusHandler
 from edged.sources.hub import HubSource
@@ -66,6 +69,10 @@ DRAIN_TIMEOUT_S = 20.0
 
 class AlreadyRunning(EdgefleetError):
     """Another edged holds the data directory."""
+
+
+def _counter_reader(server: HttpServer, key: str) -> Callable[[], float]:
+    return lambda: float(server.counters()[key])
 
 
 def _lock_data_dir(data: Path) -> int:
@@ -100,7 +107,9 @@ class Daemon:
         self.registry = Registry()
         self.store = ArtifactStore(data / "artifacts")
         self.desired = DesiredState(data / "state" / "desired.json")
-        self.router = InferenceRouter(ready=self._ready)
+        self.router = InferenceRouter(
+            ready=self._ready, max_request_bytes=config.inference.max_request_bytes
+        )
         self.cgroup_root = detect_cgroup_root(str(config.workers.cgroup_root))
         self.limits_mode = "cgroup" if self.cgroup_root is not None else "rlimit"
         self.workload_queue: WorkQueue[WorkloadName] = WorkQueue(
@@ -117,6 +126,7 @@ class Daemon:
             notify=self.workload_queue.add,
             on_serving_change=self._on_serving_change,
             on_result=self._on_result,
+            on_artifact_rotten=self._on_artifact_rotten,
             python=str(config.workers.python_executable),
         )
         self.applier = Applier(
@@ -203,6 +213,31 @@ class Daemon:
             lambda: float(len(self.desired.workloads))
         )
 
+    def _server_metrics(self, servers: dict[str, HttpServer]) -> None:
+        """What each socket's limits did (serving/http.py ServerLimits), read when scraped."""
+        for key, name, help_text in (
+            ("connections", "edged_http_connections", "Open connections"),
+            ("bufferedBytes", "edged_http_buffered_request_bytes", "Request body bytes being read"),
+            (
+                "refusedConnections",
+                "edged_http_refused_connections",
+                "Connections refused at the cap",
+            ),
+            (
+                "evictedIdleConnections",
+                "edged_http_evicted_idle_connections",
+                "Idle connections closed at the cap to make room",
+            ),
+            (
+                "timedOutConnections",
+                "edged_http_timed_out_connections",
+                "Connections closed by a header, body or idle timeout",
+            ),
+        ):
+            gauge = self.registry.gauge(name, help_text, ("socket",))
+            for socket_name, server in servers.items():
+                gauge.labels(socket=socket_name).set_function(_counter_reader(server, key))
+
     # -- connections between the parts ----------------------------------------------------
     def _on_result(self, rep: Replica, status: int, seconds: float) -> None:
         self._inference_metrics.answered(rep.spec.model_name, status, seconds)
@@ -254,6 +289,25 @@ class Daemon:
         keep = {w.sha256 for w in self.desired.workloads.values()}
         return keep | {r.spec.artifact_sha256 for r in self.pool.replicas()}
 
+    def _on_artifact_rotten(self, workload: WorkloadName, sha256: str) -> None:
+        """A worker refused a blob whose bytes no longer match its digest: check it here
+        (hashing off the loop) and quarantine it; the next plan of the workload then finds
+        it missing, says so in a condition and asks its source for it again. Replicas of it
+        already running keep serving: their model is in memory."""
+
+        async def check() -> None:
+            moved = await asyncio.to_thread(
+                self.store.quarantine_if_rotten, sha256, now=time.time()
+            )
+            if moved is not None:
+                log.error("rotten artifact quarantined", workload=workload, sha256=sha256)
+            self.workload_queue.add(workload)
+
+        self.pool.track(asyncio.ensure_future(check()))
+
+    def _quarantined(self, sha256: str) -> bool:
+        return sha256 in self.store.quarantined()
+
     def _request_refetch(self) -> None:
         """An artifact of the desired state is missing from the store: ask its source again."""
         if self.source is not None:
@@ -286,10 +340,28 @@ class Daemon:
         # built before the sockets open, so that status shows every part (the hub link's
         # section included) from its first answer
         components = self._components()
+        open_files = raise_open_files_limit()
+        infer_cap, status_cap, lowered = connection_caps(open_files, cfg.inference.max_connections)
+        if lowered:
+            log.warning("connection cap lowered", reason=lowered, open_files=open_files)
         status_server = HttpServer(
-            StatusHandler(self.board, self.registry, alive=lambda: True).handle, max_body=1 << 16
+            StatusHandler(self.board, self.registry, alive=lambda: True).handle,
+            limits=ServerLimits(max_body=1 << 16, max_connections=status_cap),
         )
-        infer_server = HttpServer(self.router.handle, max_body=cfg.inference.max_request_bytes)
+        inf = cfg.inference
+        infer_server = HttpServer(
+            self.router.handle,
+            limits=ServerLimits(
+                max_body=inf.max_request_bytes,
+                max_connections=infer_cap,
+                max_buffered_bytes=inf.max_buffered_bytes,
+                header_timeout_s=inf.header_timeout_s,
+                body_timeout_s=inf.body_timeout_s,
+                idle_timeout_s=inf.idle_timeout_s,
+            ),
+            body_limit=self.router.body_limit,
+        )
+        self._server_metrics({"status": status_server, "inference": infer_server})
         try:
             await status_server.listen_unix(cfg.paths.status_socket)
             await infer_server.listen_unix(cfg.paths.inference_socket)
@@ -384,6 +456,7 @@ class Daemon:
                     desired=self.desired.get,
                     observe=self.pool.observe,
                     has_artifact=self.store.has,
+                    quarantined=self._quarantined,
                     select_providers=self.discovery.select if self.discovery else None,
                     record_status=self.board.set_workload,
                     apply=self.applier.apply,

@@ -85,6 +85,11 @@ def test_a_full_config(tmp_path: Path) -> None:
         "[inference]\n"
         'listenTcp = "127.0.0.1:8080"\n'
         "maxRequestBytes = 1048576\n"
+        "maxConnections = 200\n"
+        'maxBufferedBytes = "32Mi"\n'
+        'headerTimeout = "5s"\n'
+        'bodyTimeout = "20s"\n'
+        'idleTimeout = "2m"\n'
         "[reconcile]\n"
         'resyncPeriod = "2m"\n'
         "backoffBase = 0.1\n"
@@ -103,6 +108,15 @@ def test_a_full_config(tmp_path: Path) -> None:
     assert config.paths.inference_socket == Path("/srv/edged/sockets/infer.sock")
     assert config.inference.listen_tcp == TcpAddress("127.0.0.1", 8080)
     assert config.inference.max_request_bytes == 2**20
+    assert (config.inference.max_connections, config.inference.max_buffered_bytes) == (
+        200,
+        32 * 2**20,
+    )
+    assert (
+        config.inference.header_timeout_s,
+        config.inference.body_timeout_s,
+        config.inference.idle_timeout_s,
+    ) == (5.0, 20.0, 120.0)
     assert (config.reconcile.resync_period_s, config.reconcile.backoff_base_s) == (120.0, 0.1)
     assert (config.reconcile.backoff_max_s, config.reconcile.workers) == (30.0, 8)
     assert config.workers.cgroup_root == Path("/sys/fs/cgroup/edged.slice/workers")
@@ -168,6 +182,11 @@ def test_non_loopback_or_bad_tcp_addresses(address: str, message: str) -> None:
         ({"paths": {"statusSocket": "/" + "s" * 120}}, "paths.statusSocket", "at most 107"),
         ({"inference": {"maxRequestBytes": "lots"}}, "inference.maxRequestBytes", "memory"),
         ({"inference": {"maxRequestBytes": 0}}, "inference.maxRequestBytes", "more than 0"),
+        ({"inference": {"maxConnections": 0}}, "inference.maxConnections", "from 1 to"),
+        ({"inference": {"maxBufferedBytes": "x"}}, "inference.maxBufferedBytes", "memory"),
+        ({"inference": {"headerTimeout": "0s"}}, "inference.headerTimeout", "more than 0s"),
+        ({"inference": {"bodyTimeout": "later"}}, "inference.bodyTimeout", "duration"),
+        ({"inference": {"idleTimeout": -1}}, "inference.idleTimeout", "duration"),
         ({"reconcile": {"resyncPeriod": "soon"}}, "reconcile.resyncPeriod", "duration"),
         ({"reconcile": {"resyncPeriod": "0s"}}, "reconcile.resyncPeriod", "more than 0s"),
         ({"reconcile": {"workers": 0}}, "reconcile.workers", "from 1 to 64, got 0"),

@@ -11,7 +11,7 @@ nothing outside the hub link touches the generated stubs.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from edged.reconcile.model import WorkloadStatus
@@ -65,9 +65,18 @@ def build_device_report(
             )
         )
     for p in problems:
-        if p.workload and not any(x.name == p.workload for x in workloads):
+        if not p.workload:
+            continue
+        kept = next((i for i, x in enumerate(workloads) if x.name == p.workload), None)
+        if kept is None:
             refused = Condition("Ready", ConditionStatus.FALSE, p.reason, p.message)
             workloads.append(WorkloadReport(name=p.workload, conditions=(refused,)))
+        else:
+            # the previous version keeps serving; the hub still learns why the new one is
+            # not taken (InsufficientDisk, a refused signature...)
+            not_updated = Condition("Updated", ConditionStatus.FALSE, p.reason, p.message)
+            old = workloads[kept]
+            workloads[kept] = replace(old, conditions=(*old.conditions, not_updated))
     return DeviceReport(
         inventory={
             "facts": device.get("facts"),

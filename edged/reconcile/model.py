@@ -55,6 +55,7 @@ class ProviderChoice:
 class ObservedWorkload:
     replicas: tuple[ReplicaObservation, ...] = ()
     artifact_present: bool = True
+    artifact_quarantined: bool = False  # a copy of it rotted on disk and was moved away
     providers: ProviderChoice | None = None  # None: discovery off, the spec's list as is
 
 

@@ -79,14 +79,16 @@ def plan(
 
     if not observed.artifact_present:
         actions.append(RefetchArtifact(name))
-        conditions.append(
-            Condition(
-                "ArtifactAvailable",
-                FALSE,
-                "ArtifactMissing",
-                f"sha256:{desired.sha256} is not in the artifact store; fetching it again",
+        if observed.artifact_quarantined:
+            reason = "ArtifactQuarantined"
+            message = (
+                f"sha256:{desired.sha256} no longer matched its digest on disk and was moved "
+                "to the store's quarantine; fetching it again"
             )
-        )
+        else:
+            reason = "ArtifactMissing"
+            message = f"sha256:{desired.sha256} is not in the artifact store; fetching it again"
+        conditions.append(Condition("ArtifactAvailable", FALSE, reason, message))
 
     crashlooping: list[ReplicaObservation] = []
     for slot in range(want):

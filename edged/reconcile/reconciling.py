@@ -43,6 +43,7 @@ class WorkloadReconciler:
         observe: Callable[[WorkloadName], tuple[ReplicaObservation, ...]],
         has_artifact: Callable[[str], bool],
         select_providers: SelectProviders | None,
+        quarantined: Callable[[str], bool] = lambda sha256: False,
         record_status: Callable[[WorkloadName, WorkloadStatus | None], None],
         apply: Callable[[DesiredWorkload | None, tuple[Action, ...]], Awaitable[None]],
         clock: Callable[[], float] = time.monotonic,
@@ -52,6 +53,7 @@ class WorkloadReconciler:
         self._desired = desired
         self._observe = observe
         self._has_artifact = has_artifact
+        self._quarantined = quarantined
         self._select = select_providers
         self._record = record_status
         self._apply = apply
@@ -59,9 +61,13 @@ class WorkloadReconciler:
 
     async def reconcile(self, key: WorkloadName) -> Result:
         desired = self._desired(key)
+        present = self._has_artifact(desired.sha256) if desired is not None else True
         observed = ObservedWorkload(
             replicas=self._observe(key),
-            artifact_present=self._has_artifact(desired.sha256) if desired is not None else True,
+            artifact_present=present,
+            artifact_quarantined=not present
+            and desired is not None
+            and self._quarantined(desired.sha256),
             providers=self._choose_providers(desired),
         )
         p = plan(key, desired, observed, self._clock())

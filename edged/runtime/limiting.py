@@ -117,3 +117,18 @@ def apply_limits(limits: LimitsSpec) -> None:
             resource.setrlimit(resource.RLIMIT_DATA, (limits.memory_bytes, limits.memory_bytes))
         if limits.cpus:
             os.sched_setaffinity(0, set(limits.cpus))
+
+
+def raise_open_files_limit() -> int:
+    """Raise edged's own soft RLIMIT_NOFILE to its hard limit (systemd's default soft limit is
+    1024, whatever ``LimitNOFILE`` allows); the soft limit in force afterwards."""
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard == resource.RLIM_INFINITY:
+        hard = max(soft, 1 << 20) if soft != resource.RLIM_INFINITY else 1 << 20
+    if soft == resource.RLIM_INFINITY or soft >= hard:
+        return hard if soft == resource.RLIM_INFINITY else soft
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (hard, hard))
+    except (OSError, ValueError):
+        return soft
+    return hard

@@ -48,6 +48,7 @@ log = get_logger(__name__)
 
 DRAIN_TIMEOUT_S = 30.0
 TERM_TIMEOUT_S = 5.0
+ARTIFACT_DIGEST_MISMATCH = "ArtifactDigestMismatch"  # the worker's reason (worker.py)
 
 _JSON = b"application/json"
 _BINARY = b"application/octet-stream"
@@ -92,10 +93,20 @@ class ReplicaChannel(asyncio.Protocol):
         hdr = req.headers.get("inference-header-content-length")
         hlen = NO_HEADER_LENGTH
         if hdr is not None:
-            if not hdr.isdigit():
-                resp.send_error(400, "Inference-Header-Content-Length must be an integer")
+            hdr = hdr.strip()
+            if not (hdr.isascii() and hdr.isdigit()) or len(hdr) > 12:
+                resp.send_error(
+                    400, "Inference-Header-Content-Length must be a non-negative integer"
+                )
                 return
             hlen = int(hdr)
+            if hlen > len(req.body):
+                resp.send_error(
+                    400,
+                    f"Inference-Header-Content-Length ({hlen}) is larger than the request "
+                    f"body ({len(req.body)} bytes)",
+                )
+                return
         req_id = self._next_id
         self._next_id = (req_id + 1) & 0xFFFFFFFF or 1
         transport = self.transport
@@ -350,6 +361,8 @@ class Replica:
         self.exit_reason, self.exit_message = verdict.reason, verdict.message
         self.crash_streak = verdict.crash_streak
         self.phase = Phase.EXITED
+        if self._failed is not None and self._failed[0] == ARTIFACT_DIGEST_MISMATCH:
+            self.pool.artifact_rotten(self.workload, self.spec.artifact_sha256)
         if was_ready:
             self.pool.serving_changed(self, ready=False)
         log.warning(
@@ -410,9 +423,13 @@ class WorkerPool:
         notify: Callable[[WorkloadName], None],
         on_serving_change: Callable[[Replica, bool], None],
         on_result: Callable[[Replica, int, float], None],
+        on_artifact_rotten: Callable[[WorkloadName, str], None] | None = None,
         python: str = "",
     ) -> None:
+        """``on_artifact_rotten(workload, sha256)``: a worker found that blob's bytes no longer
+        match its digest (the store should check it and quarantine it)."""
         self.notify = notify
+        self._on_artifact_rotten = on_artifact_rotten
         self._on_serving_change = on_serving_change
         self._on_result = on_result
         self._python = python or sys.executable
@@ -485,6 +502,10 @@ class WorkerPool:
 
     def serving_changed(self, rep: Replica, *, ready: bool) -> None:
         self._on_serving_change(rep, ready)
+
+    def artifact_rotten(self, workload: WorkloadName, sha256: str) -> None:
+        if self._on_artifact_rotten is not None:
+            self._on_artifact_rotten(workload, sha256)
 
     def record_result(self, rep: Replica, status: int, seconds: float) -> None:
         self._on_result(rep, status, seconds)

@@ -34,6 +34,7 @@ import orjson
 
 from edged.runtime.batching import QueueShape, choose_batch, hold_queue
 from edged.runtime.framing import (
+    HEADER,
     NO_HEADER_LENGTH,
     RESULT_PREFIX,
     U32,
@@ -237,7 +238,7 @@ class WorkerProtocol(asyncio.Protocol):
             self._inflight += 1
             self._peak_now = max(self._peak_now, self._inflight)
             (hlen,) = U32.unpack_from(payload, 0)
-            body = payload[4:]
+            body = memoryview(payload)[4:]  # no copy of the request body
             try:
                 decoded = self._tensors.decode_request(
                     body,
@@ -276,7 +277,8 @@ class WorkerProtocol(asyncio.Protocol):
     def _reply(self, req_id: int, status: int, body: bytes, header_len: int | None) -> None:
         self._inflight -= 1
         prefix = RESULT_PREFIX.pack(status, NO_HEADER_LENGTH if header_len is None else header_len)
-        self._write(encode_frame(FrameType.RESULT, req_id, prefix + body))
+        header = HEADER.pack(len(prefix) + len(body), FrameType.RESULT, req_id)
+        self._write(b"".join((header, prefix, body)))  # one copy of the answer, not two
         if self._draining:
             self._maybe_exit()
 

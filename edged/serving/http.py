@@ -4,15 +4,29 @@ Both of edged's sockets use it: the inference socket, where every microsecond co
 handler answers from a callback, no task per request), and the status socket. It supports
 keep-alive and pipelining (responses go out in request order), bounds header and body sizes,
 pauses reading when a client has too many requests outstanding, and drains on shutdown.
+
+Everything a client controls is bounded (:class:`ServerLimits`): the body of each request (a
+limit chosen per request from its path, checked against ``Content-Length`` before a byte of
+the body is read and again as chunks arrive), the request bodies held at once over all
+connections, the number of connections (at the cap the longest-idle keep-alive connection
+is closed to make room if it has been idle for a second; else the new one gets a 503), and
+time: a request's headers must arrive within ``header_timeout_s`` of its first byte, its body within
+``body_timeout_s`` of its headers, and a connection with nothing asked is closed after
+``idle_timeout_s``. Each connection has one lazy timer (re-armed only when it fires), so a
+busy connection costs no timer work per request. A closed connection breaks its reference
+cycles (protocol <-> parser, protocol <-> pending answers), so it is freed at once, not by
+the cyclic garbage collector.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
+import dataclasses
 import os
 import socket
 from collections.abc import Callable
+from dataclasses import dataclass
 from http import HTTPStatus
 from pathlib import Path
 from typing import Any
@@ -22,6 +36,26 @@ import orjson
 
 MAX_PIPELINED = 64
 MAX_HEADERS_BYTES = 64 * 1024
+EVICT_IDLE_AFTER_S = 1.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerLimits:
+    """What one server allows its clients. Sizes in bytes, times in seconds."""
+
+    max_body: int = 64 << 20  # the largest body of any request (a per-request limit may be lower)
+    max_connections: int = 1024
+    max_buffered_bytes: int = 256 << 20  # request bodies being read, all connections together
+    header_timeout_s: float = 10.0
+    body_timeout_s: float = 60.0
+    idle_timeout_s: float = 60.0
+
+
+# Connection phases (what the connection's timer looks at)
+_IDLE = 0  # nothing asked and nothing owed: idle timeout
+_HEADERS = 1  # a request has begun, its headers are not complete: header timeout
+_BODY = 2  # headers complete, body not: body timeout
+_BUSY = 3  # answers owed, nothing being read: no timeout (the worker's probes own that)
 
 _REASONS = {s.value: s.phrase for s in HTTPStatus}
 _STATUS_LINES: dict[int, bytes] = {}
@@ -97,46 +131,108 @@ class Response:
 
 
 Handler = Callable[[Request, Response], None]
+# The body limit of one request, from its method and path (headers read, body not), and what
+# the limit is (said in the 413): ``None`` means the server's ``max_body``.
+BodyLimit = Callable[[Request], tuple[int, str] | None]
 
 
 class HttpServerState:
     """Shared by the connections of one server: handler, limits, live connections."""
 
-    def __init__(self, handler: Handler, *, max_body: int) -> None:
+    def __init__(
+        self, handler: Handler, limits: ServerLimits, body_limit: BodyLimit | None = None
+    ) -> None:
         self.handler = handler
-        self.max_body = max_body
+        self.limits = limits
+        self.max_body = limits.max_body
+        self.body_limit = body_limit
         self.connections: set[HttpConnection] = set()
+        self.buffered = 0  # bytes of request bodies held by all connections
+        self.refused = 0  # connections refused at the cap
+        self.evicted = 0  # idle connections closed to make room
+        self.timed_out = 0
         self.closing = False
+
+    def make_room(self, now: float) -> bool:
+        """At the connection cap, close the longest-idle connection if it has been idle for
+        ``EVICT_IDLE_AFTER_S`` (a client between two requests is not idle); False if none."""
+        idle = [c for c in self.connections if c.phase == _IDLE]
+        if not idle:
+            return False
+        oldest = min(idle, key=_phase_since)
+        if now - oldest.phase_since < EVICT_IDLE_AFTER_S:
+            return False
+        oldest.close_if_idle()
+        self.connections.discard(oldest)
+        self.evicted += 1
+        return True
+
+
+def _phase_since(conn: HttpConnection) -> float:
+    return conn.phase_since
 
 
 class HttpConnection(asyncio.Protocol):
     def __init__(self, state: HttpServerState) -> None:
         self._state = state
+        self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
-        self._parser = httptools.HttpRequestParser(self)
+        self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
         self._req = Request()
         self._body: list[bytes] = []
         self._body_len = 0
+        self._body_max = state.max_body
+        self._body_what = ""
         self._header_bytes = 0
         self._pending: collections.deque[Response] = collections.deque()
         self._paused = False
         self._close_after = False
         self._header_name = ""
+        self.phase = _IDLE
+        self.phase_since = self._loop.time()
+        self._timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        state = self._state
+        if len(state.connections) >= state.limits.max_connections and not state.make_room(
+            self.phase_since
+        ):
+            state.refused += 1
+            limit = state.limits.max_connections
+            body = orjson.dumps({"error": f"too many connections (limit {limit}); retry later"})
+            transport.write(  # type: ignore[attr-defined]
+                b"%sContent-Type: application/json\r\nContent-Length: %d\r\n"
+                b"Connection: close\r\nRetry-After: 1\r\n\r\n%s"
+                % (_status_line(503), len(body), body)
+            )
+            transport.close()
+            self._parser = None
+            return
         self._transport = transport  # type: ignore[assignment]
-        self._state.connections.add(self)
+        state.connections.add(self)
+        self._arm(state.limits.idle_timeout_s)
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._state.connections.discard(self)
         self._transport = None
+        self._release_body()
+        # Break the cycles (parser -> self, pending answers -> self, timer -> self) so that
+        # the connection and what it buffered are freed now, not by the cyclic GC.
+        self._parser = None
+        self._pending.clear()
+        self._body = []
+        self._req = Request()
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
 
     def data_received(self, data: bytes) -> None:
-        if self._close_after:
+        parser = self._parser
+        if self._close_after or parser is None:
             return  # requests after one that closes the connection are not served
         try:
-            self._parser.feed_data(data)
+            parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(400, "protocol upgrades are not supported")
         except httptools.HttpParserError as exc:
@@ -146,12 +242,61 @@ class HttpConnection(asyncio.Protocol):
             else:
                 self._fail(400, f"malformed HTTP request: {exc}")
 
+    # -- time limits --------------------------------------------------------------------------
+    def _set_phase(self, phase: int) -> None:
+        self.phase = phase
+        self.phase_since = self._loop.time()
+        if self._timer is None and phase != _BUSY and self._transport is not None:
+            self._arm(self._timeout(phase))
+
+    def _timeout(self, phase: int) -> float:
+        limits = self._state.limits
+        if phase == _HEADERS:
+            return limits.header_timeout_s
+        if phase == _BODY:
+            return limits.body_timeout_s
+        return limits.idle_timeout_s
+
+    def _arm(self, delay: float) -> None:
+        # Never sleep longer than the shortest timeout: a phase that begins while the timer
+        # is armed then still has its deadline checked in time, without moving the timer.
+        limits = self._state.limits
+        step = min(limits.header_timeout_s, limits.body_timeout_s, limits.idle_timeout_s)
+        self._timer = self._loop.call_later(min(delay, step), self._on_timer)
+
+    def _on_timer(self) -> None:
+        """Lazy: a phase change does not move the timer; when it fires, it looks again."""
+        self._timer = None
+        if self._transport is None or self.phase == _BUSY:
+            return  # re-armed when the connection leaves _BUSY
+        if self._paused:  # not reading because answers are owed: not the client's fault
+            self._arm(self._timeout(self.phase))
+            return
+        left = self.phase_since + self._timeout(self.phase) - self._loop.time()
+        if left > 0.001:
+            self._arm(left)
+            return
+        self._state.timed_out += 1
+        if self.phase == _IDLE:
+            self._transport.close()
+        elif self.phase == _HEADERS:
+            self._fail(408, f"request headers not complete within {self._timeout(_HEADERS)}s")
+        else:
+            self._fail(408, f"request body not complete within {self._timeout(_BODY)}s")
+
+    def _release_body(self) -> None:
+        self._state.buffered -= self._body_len
+        self._body_len = 0
+
     # -- httptools callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
         self._req = Request()
         self._body = []
         self._body_len = 0
         self._header_bytes = 0
+        self._body_max = self._state.max_body
+        self._body_what = ""
+        self._set_phase(_HEADERS)
 
     def on_url(self, url: bytes) -> None:
         self._header_bytes += len(url)
@@ -167,11 +312,23 @@ class HttpConnection(asyncio.Protocol):
 
     def on_headers_complete(self) -> None:
         req = self._req
-        req.method = self._parser.get_method().decode()
-        req.keep_alive = bool(self._parser.should_keep_alive())
+        parser = self._parser
+        assert parser is not None
+        req.method = parser.get_method().decode()
+        req.keep_alive = bool(parser.should_keep_alive())
+        path = req.path
+        q = path.find("?")
+        if q >= 0:
+            req.path, req.query = path[:q], path[q + 1 :]
+        state = self._state
+        if state.body_limit is not None:
+            chosen = state.body_limit(req)
+            if chosen is not None:
+                self._body_max, self._body_what = min(chosen[0], state.max_body), chosen[1]
         cl = req.headers.get("content-length")
-        if cl is not None and cl.isdigit() and int(cl) > self._state.max_body:
-            raise _TooLarge(413, f"request body larger than {self._state.max_body} bytes")
+        if cl is not None and cl.isdigit() and int(cl) > self._body_max:
+            raise _TooLarge(413, self._too_large())
+        self._set_phase(_BODY)
         if (
             req.headers.get("expect", "").lower() == "100-continue"
             and self._transport is not None
@@ -179,23 +336,35 @@ class HttpConnection(asyncio.Protocol):
         ):
             # curl sends this for bodies over 1 KiB and would otherwise wait a second.
             self._transport.write(b"HTTP/1.1 100 Continue\r\n\r\n")
-        path = req.path
-        q = path.find("?")
-        if q >= 0:
-            req.path, req.query = path[:q], path[q + 1 :]
+
+    def _too_large(self) -> str:
+        what = f" ({self._body_what})" if self._body_what else ""
+        return f"request body larger than {self._body_max} bytes{what}"
 
     def on_body(self, body: bytes) -> None:
-        self._body_len += len(body)
-        if self._body_len > self._state.max_body:
-            raise _TooLarge(413, f"request body larger than {self._state.max_body} bytes")
+        n = len(body)
+        if self._body_len + n > self._body_max:
+            raise _TooLarge(413, self._too_large())
+        state = self._state
+        if state.buffered + n > state.limits.max_buffered_bytes:
+            raise _TooLarge(
+                503,
+                f"server busy: {state.buffered} bytes of request bodies are being read "
+                f"(limit {state.limits.max_buffered_bytes}); retry later",
+            )
+        self._body_len += n
+        state.buffered += n
         self._body.append(body)
 
     def on_message_complete(self) -> None:
+        self._release_body()
         if self._close_after:
             return  # pipelined after a request that closes the connection: not served
         req = self._req
         body = self._body
+        self._body = []
         req.body = body[0] if len(body) == 1 else b"".join(body)
+        self._set_phase(_BUSY)
         keep = req.keep_alive and not self._state.closing
         resp = Response(self, keep)
         self._pending.append(resp)
@@ -223,8 +392,11 @@ class HttpConnection(asyncio.Protocol):
         if self._paused and len(pending) < MAX_PIPELINED // 2 and transport is not None:
             transport.resume_reading()
             self._paused = False
-        if not pending and self._state.closing and transport is not None:
-            transport.close()
+        if not pending:
+            if self._state.closing and transport is not None:
+                transport.close()
+            elif self.phase == _BUSY:
+                self._set_phase(_IDLE)
 
     @property
     def idle(self) -> bool:
@@ -243,6 +415,9 @@ class HttpConnection(asyncio.Protocol):
             self._transport.close()
 
     def _fail(self, status: int, message: str) -> None:
+        self._release_body()
+        self._body = []
+        self.phase = _BUSY
         resp = Response(self, keep_alive=False)
         self._pending.append(resp)
         self._close_after = True
@@ -258,8 +433,18 @@ class _TooLarge(Exception):
 class HttpServer:
     """Listens on a Unix socket and optionally a TCP address; drains on close."""
 
-    def __init__(self, handler: Handler, *, max_body: int = 64 << 20) -> None:
-        self._state = HttpServerState(handler, max_body=max_body)
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        max_body: int | None = None,
+        limits: ServerLimits | None = None,
+        body_limit: BodyLimit | None = None,
+    ) -> None:
+        limits = limits or ServerLimits()
+        if max_body is not None:
+            limits = dataclasses.replace(limits, max_body=max_body)
+        self._state = HttpServerState(handler, limits, body_limit)
         self._servers: list[asyncio.AbstractServer] = []
         self._unix_paths: list[Path] = []
 
@@ -284,6 +469,21 @@ class HttpServer:
     @property
     def active_connections(self) -> int:
         return len(self._state.connections)
+
+    @property
+    def limits(self) -> ServerLimits:
+        return self._state.limits
+
+    def counters(self) -> dict[str, int]:
+        """What the limits did so far (for status and metrics)."""
+        st = self._state
+        return {
+            "connections": len(st.connections),
+            "bufferedBytes": st.buffered,
+            "refusedConnections": st.refused,
+            "evictedIdleConnections": st.evicted,
+            "timedOutConnections": st.timed_out,
+        }
 
     def stop_accepting(self) -> None:
         """Close listening sockets; existing connections finish what they asked for."""

@@ -17,6 +17,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edged import __version__
+from edged.serving.bounding import request_body_limit
 from edgefleet.metrics import CounterChild, HistogramChild, Registry
 
 if TYPE_CHECKING:
@@ -32,6 +33,12 @@ class ModelEntry:
     workload: str
     version: str
     replicas: list[Replica] = field(default_factory=list)
+    body_limit: tuple[int, str] | None = None  # from the ready replicas' inputs
+
+
+_OTHER_PATHS = frozenset({"/v2", "/v2/", "/v2/health/live", "/v2/health/ready"})
+# Requests that are not inference requests take no body worth reading.
+OTHER_BODY_LIMIT = 64 * 1024
 
 
 LATENCY_BUCKETS = (
@@ -83,9 +90,10 @@ class InferenceMetrics:
 
 
 class InferenceRouter:
-    def __init__(self, ready: Callable[[], bool]) -> None:
+    def __init__(self, ready: Callable[[], bool], *, max_request_bytes: int = 64 << 20) -> None:
         self._models: dict[str, ModelEntry] = {}
         self._ready = ready
+        self._ceiling = max_request_bytes
 
     # -- kept current by the daemon -----------------------------------------------------------
     def set_models(self, entries: dict[str, tuple[str, str]]) -> None:
@@ -96,6 +104,7 @@ class InferenceRouter:
             entry = ModelEntry(name, workload, version)
             if old is not None and old.workload == workload:
                 entry.replicas = old.replicas
+                entry.body_limit = old.body_limit
             new[name] = entry
         self._models = new
 
@@ -110,6 +119,30 @@ class InferenceRouter:
             entry.replicas.append(rep)
         elif not ready and rep in entry.replicas:
             entry.replicas.remove(rep)
+        else:
+            return
+        if entry.replicas:  # else keep the last one: the model is coming back
+            entry.body_limit = max(self._replica_body_limit(r) for r in entry.replicas)
+
+    def _replica_body_limit(self, rep: Replica) -> tuple[int, str]:
+        meta = rep.metadata
+        batching = meta.get("batching") or {}
+        return request_body_limit(
+            meta.get("inputs") or [],
+            max_batch=int(batching.get("maxBatchSize", rep.spec.max_batch_size)),
+            batchable=bool(batching.get("batchable", False)),
+            memory_bytes=rep.spec.limits.memory_bytes,
+            ceiling=self._ceiling,
+        )
+
+    def body_limit(self, req: Request) -> tuple[int, str] | None:
+        """The body limit of a request (headers read, body not): see ``bounding.py``."""
+        path = req.path
+        if req.method == "POST" and path.startswith("/v2/models/") and path.endswith("/infer"):
+            entry = self._models.get(path[11:].split("/", 1)[0])
+            if entry is not None:
+                return entry.body_limit  # None before a replica was ready: the ceiling
+        return OTHER_BODY_LIMIT, "requests other than infer take no body"
 
     # -- the handler --------------------------------------------------------------------------
     def handle(self, req: Request, resp: Response) -> None:
@@ -149,20 +182,20 @@ class InferenceRouter:
             else:
                 self._metadata(entry, version, resp)
             return
-        if req.method != "GET":
+        if path not in _OTHER_PATHS:
+            resp.send_error(404, f"no such endpoint: {path}")
+        elif req.method != "GET":
             resp.send_error(405, "use GET")
         elif path == "/v2/health/live":
             resp.send_json(200, {"live": True})
         elif path == "/v2/health/ready":
             ready = self._ready()
             resp.send_json(200 if ready else 503, {"ready": ready})
-        elif path in ("/v2", "/v2/"):
+        else:
             resp.send_json(
                 200,
                 {"name": "edged", "version": __version__, "extensions": ["binary_tensor_data"]},
             )
-        else:
-            resp.send_error(404, f"no such endpoint: {path}")
 
     def _candidates(self, entry: ModelEntry, version: str | None) -> list[Replica]:
         if version is None:

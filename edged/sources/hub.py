@@ -10,7 +10,11 @@ The hub sends the device's complete desired state with a generation. :meth:`HubS
    rollback); then fetches the artifact from the hub into ``D/downloads/<sha256>.part``,
    resuming from the bytes already there (after a broken stream or a restart of edged), never
    past the signed length; then the gate moves it into the content-addressed store, checking
-   length and digest again on the way. An artifact already in the store is not fetched;
+   length and digest again on the way. An artifact already in the store is not fetched. Disk
+   space is checked first (the rest of the download plus the store's copy, with the store's
+   reserve left free): a model that does not fit is refused as ``InsufficientDisk`` naming
+   the sizes, and a ``.part`` that will not be resumed (refused, or the disk filled up
+   during the download) is removed, so the device's own writes and the hub link go on;
 4. before all this, follows the fleet's trust roots the state carries from the root this
    device trusts (a root that does not chain is refused and reported; the hub cannot make
    one), so a rotation reaches the device with its next desired state;
@@ -38,7 +42,7 @@ from edged.state.merging import HUB_SOURCE
 from edged.trust.admitting import ArtifactGate
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import DeviceHealthPolicy, ModelDeployment, parse_manifest
-from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.artifacts.storing import ArtifactStore, is_disk_full
 from edgefleet.errors import ArtifactError, StateError, TemporaryError, ValidationError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import read_json, write_json_atomic
@@ -293,8 +297,21 @@ class HubSource:
             self._gate.accept(meta)
             return info.sha256
         part = self._downloads / f"{info.sha256}.part"
-        await self._download(info.sha256, info.length, part, fetch)
-        sha = await asyncio.to_thread(self._gate.store_downloaded, meta, info, part, self._store)
+        try:
+            # the rest of the download and the store's copy of it must fit, with the reserve
+            # left free; else refuse now rather than fill the disk (and stop the hub link)
+            have = _resume_offset(part, info.length)
+            self._store.check_space(
+                what=f"{name} {version}", download=info.length - have, copy=info.length
+            )
+            await self._download(info.sha256, info.length, part, fetch)
+            sha = await asyncio.to_thread(
+                self._gate.store_downloaded, meta, info, part, self._store
+            )
+        except ArtifactError as exc:
+            if exc.reason == "InsufficientDisk":
+                part.unlink(missing_ok=True)  # not going to be resumed: give the space back
+            raise
         part.unlink(missing_ok=True)
         return sha
 
@@ -306,27 +323,36 @@ class HubSource:
         if have:
             log.info("artifact download resuming", sha256=sha, offset=have, length=length)
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
-        unsynced = 0
         try:
-            async for offset, data in fetch(sha, have):
-                if offset != have:
-                    raise TemporaryError(f"artifact {sha[:12]}: chunk at {offset}, expected {have}")
-                if have + len(data) > length:
-                    os.ftruncate(fd, have)
-                    raise ArtifactError(
-                        "LengthExceeded",
-                        f"artifact {sha[:12]}: the hub sent more than the signed length "
-                        f"({length} bytes); stopped at the limit",
-                    )
-                os.write(fd, data)
-                have += len(data)
-                unsynced += len(data)
-                if unsynced >= SYNC_EVERY_BYTES:
-                    os.fsync(fd)
-                    unsynced = 0
-            os.fsync(fd)
+            await self._write_chunks(fd, sha, have, length, fetch)
+        except OSError as exc:
+            if not is_disk_full(exc):
+                raise
+            raise ArtifactError(
+                "InsufficientDisk", f"artifact {sha[:12]}: the disk filled up: {exc}"
+            ) from None
         finally:
             os.close(fd)
+
+    async def _write_chunks(self, fd: int, sha: str, have: int, length: int, fetch: Fetch) -> None:
+        unsynced = 0
+        async for offset, data in fetch(sha, have):
+            if offset != have:
+                raise TemporaryError(f"artifact {sha[:12]}: chunk at {offset}, expected {have}")
+            if have + len(data) > length:
+                os.ftruncate(fd, have)
+                raise ArtifactError(
+                    "LengthExceeded",
+                    f"artifact {sha[:12]}: the hub sent more than the signed length "
+                    f"({length} bytes); stopped at the limit",
+                )
+            os.write(fd, data)
+            have += len(data)
+            unsynced += len(data)
+            if unsynced >= SYNC_EVERY_BYTES:
+                os.fsync(fd)
+                unsynced = 0
+        os.fsync(fd)
         if have < length:
             raise TemporaryError(f"artifact {sha[:12]}: stream ended at {have} of {length} bytes")
         log.info("artifact downloaded", sha256=sha, bytes=length)

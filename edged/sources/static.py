@@ -10,8 +10,9 @@ into desired workloads, ingesting artifacts into the store on the way — throug
 Files may also hold DeviceHealthPolicy documents (returned in ``SyncResult.policies``; an
 invalid file keeps the policies it had).
 
-A file that is invalid, or whose model cannot be ingested, does not take anything down: the
-workloads it defined in the last accepted state are kept, and the problem is reported with the
+A file that is invalid (whatever the loader raises: an integer of 5001 digits, a tag...), or
+whose model cannot be ingested, does not take anything down and never blocks the other files:
+the workloads it defined in the last accepted state are kept, and the problem is reported with the
 file name and field path. A file that is deleted removes its workloads.
 """
 
@@ -23,7 +24,7 @@ from pathlib import Path
 from edged.trust.admitting import METADATA_SUFFIX, ArtifactGate, ArtifactRequest
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import DeviceHealthPolicy, ModelDeployment, load_manifest_file
-from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.artifacts.storing import ArtifactStore, is_disk_full
 from edgefleet.errors import ArtifactError, ValidationError
 from edgefleet.logs import get_logger
 
@@ -106,18 +107,25 @@ class StaticManifests:
             by_file[fname] = names
             try:
                 manifests = load_manifest_file(path)
-            except ValidationError as exc:
-                problems.append(SourceProblem(fname, "", "InvalidManifest", str(exc)))
+            except OSError as exc:
+                problems.append(SourceProblem(fname, "", "Unreadable", str(exc)))
+                retryable = True
+                continue
+            except Exception as exc:  # one file's problem, whatever the loader raised
+                message = (
+                    str(exc)
+                    if isinstance(exc, ValidationError)
+                    else f"{fname}: cannot be loaded: {type(exc).__name__}: {exc}"
+                )
+                if not isinstance(exc, ValidationError):
+                    log.error("manifest loader failed", file=fname, error=message)
+                problems.append(SourceProblem(fname, "", "InvalidManifest", message))
                 policies_by_file[fname] = self._policies_by_file.get(fname, ())
                 for name in self._by_file.get(fname, set()):
                     if name in current and name not in out:
                         out[name] = current[name]
                         owner[name] = fname
                         names.add(name)
-                continue
-            except OSError as exc:
-                problems.append(SourceProblem(fname, "", "Unreadable", str(exc)))
-                retryable = True
                 continue
             policies_by_file[fname] = tuple(
                 m for m in manifests if isinstance(m, DeviceHealthPolicy)
@@ -150,9 +158,18 @@ class StaticManifests:
                 names.add(name)
                 try:
                     sha = self._ingest(path, dep, now)
-                except ArtifactError as exc:
-                    problems.append(SourceProblem(fname, name, exc.reason, str(exc)))
-                    retryable = retryable or exc.reason in RETRYABLE
+                except Exception as exc:  # this workload's problem, never the whole source's
+                    if isinstance(exc, ArtifactError):
+                        reason, message = exc.reason, str(exc)
+                    elif isinstance(exc, OSError) and is_disk_full(exc):
+                        reason = "InsufficientDisk"
+                        message = f"cannot store the model: {exc}"
+                    else:
+                        reason = "IngestFailed"
+                        message = f"cannot ingest the model: {type(exc).__name__}: {exc}"
+                        log.error("ingest failed", file=fname, workload=name, error=message)
+                    problems.append(SourceProblem(fname, name, reason, message))
+                    retryable = retryable or reason in RETRYABLE or reason == "IngestFailed"
                     if name in current:
                         out[name] = current[name]
                     continue

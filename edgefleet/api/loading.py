@@ -109,6 +109,10 @@ def _parse(text: str, source: str) -> list[object]:
         raise ValidationError([Problem("", _yaml_problem(exc))], source=source) from exc
     except RecursionError as exc:
         raise ValidationError([Problem("", "is nested too deeply")], source=source) from exc
+    except (ValueError, OverflowError, TypeError) as exc:
+        # what a YAML constructor raises on a value it cannot build: an integer of more than
+        # 4300 digits (Python's limit), a date out of range, an unhashable key...
+        raise ValidationError([Problem("", f"invalid YAML: {exc}")], source=source) from exc
 
 
 def load_documents(text: str | bytes, *, source: str) -> list[dict[str, Any]]:

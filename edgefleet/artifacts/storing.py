@@ -11,13 +11,18 @@ one pipeline, :meth:`ArtifactStore.ingest`:
 3. *commit*: fsync, make read-only, rename into place, fsync the directory.
 
 A crash at any point leaves either no blob or a complete one; stale staging files are
-removed at start. Workers check the digest again when they read a blob.
+removed at start. Workers check the digest again when they read a blob; a blob that no longer
+matches its digest (rot on disk) is moved to ``quarantine/``
+(:meth:`ArtifactStore.quarantine_if_rotten`, the newest ``MAX_QUARANTINED`` kept as
+evidence), so that the artifact is missing and its source fetches it again.
 """
 
 from __future__ import annotations
 
+import errno
 import hashlib
 import os
+import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO, Protocol
@@ -30,6 +35,20 @@ log = get_logger(__name__)
 
 CHUNK = 1 << 20
 DEFAULT_MAX_BYTES = 4 << 30
+MAX_QUARANTINED = 3
+# Left free by every ingest and download: the device's state files, logs and the hub link's
+# writes must keep working when a model does not fit.
+DISK_RESERVE_BYTES = 16 << 20
+
+
+def disk_shortfall(*, free: int, download: int, copy: int, reserve: int) -> int:
+    """How many bytes are missing to write ``download`` new bytes and then stage a ``copy``
+    of ``copy`` bytes, leaving ``reserve`` free (0: it fits). Pure."""
+    return max(0, download + copy + reserve - free)
+
+
+def is_disk_full(exc: OSError) -> bool:
+    return exc.errno in (errno.ENOSPC, errno.EDQUOT)
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,12 +137,18 @@ class _Writer:
             self._thread.join()
 
 
+def _quarantined_at(path: Path) -> int:
+    stamp = path.name.rpartition(".")[2]
+    return int(stamp) if stamp.isdigit() else 0
+
+
 class ArtifactStore:
     def __init__(self, root: Path) -> None:
         self.root = root
         self._blobs = root / "sha256"
         self._staging = root / "staging"
-        for d in (root, self._blobs, self._staging):
+        self._quarantine = root / "quarantine"
+        for d in (root, self._blobs, self._staging, self._quarantine):
             d.mkdir(parents=True, exist_ok=True, mode=0o700)
         for stale in self._staging.iterdir():
             stale.unlink(missing_ok=True)
@@ -156,6 +181,10 @@ class ArtifactStore:
                 "ArtifactUnreadable", f"cannot read {source}: {exc.strerror}"
             ) from None
         try:
+            size = os.fstat(f.fileno()).st_size
+            # the staged copy must fit, with the reserve left free (a file larger than
+            # max_bytes is refused while read: no need for the space)
+            self.check_space(what=str(source), download=0, copy=min(size, max_bytes + 1))
             return self.ingest_stream(
                 f,
                 origin=str(source),
@@ -178,40 +207,107 @@ class ArtifactStore:
         max_bytes: int = DEFAULT_MAX_BYTES,
     ) -> str:
         tmp = self._staging / f"{os.getpid()}-{os.urandom(6).hex()}"
-        digest = hashlib.sha256()
-        length = 0
         try:
-            with open(tmp, "wb") as out, _Writer(out) as writer:
-                # Hash here while a thread writes the previous chunks: hashlib and file
-                # writes both release the GIL, so a large artifact costs about the slower
-                # of the two instead of their sum. At most QUEUED chunks are in memory.
-                while True:
-                    chunk = stream.read(CHUNK)
-                    if not chunk:
-                        break
-                    length += len(chunk)
-                    if length > max_bytes:
-                        raise ArtifactError(
-                            "ArtifactTooLarge", f"{origin} is larger than {max_bytes} bytes"
-                        )
-                    digest.update(chunk)
-                    writer.put(chunk)
-                writer.finish()
-                os.fsync(out.fileno())
-            staged = StagedArtifact(tmp, digest.hexdigest(), length, origin, name, version)
-            for verifier in verifiers:
-                verifier.verify(staged)
-            final = self.path_for(staged.sha256)
-            if final.is_file():
-                tmp.unlink()
-            else:
-                os.chmod(tmp, 0o444)
-                os.replace(tmp, final)
-                fsync_dir(self._blobs)
-                log.info("artifact stored", sha256=staged.sha256, bytes=length, origin=origin)
-            return staged.sha256
+            return self._stage_verify_commit(
+                stream, tmp, origin, name, version, verifiers, max_bytes
+            )
+        except OSError as exc:
+            if is_disk_full(exc):
+                raise ArtifactError(
+                    "InsufficientDisk", f"{origin}: the disk filled up while storing it: {exc}"
+                ) from None
+            raise
         finally:
             tmp.unlink(missing_ok=True)
+
+    def _stage_verify_commit(
+        self,
+        stream: BinaryIO,
+        tmp: Path,
+        origin: str,
+        name: str,
+        version: str,
+        verifiers: list[Verifier],
+        max_bytes: int,
+    ) -> str:
+        digest = hashlib.sha256()
+        length = 0
+        with open(tmp, "wb") as out, _Writer(out) as writer:
+            # Hash here while a thread writes the previous chunks: hashlib and file
+            # writes both release the GIL, so a large artifact costs about the slower
+            # of the two instead of their sum. At most QUEUED chunks are in memory.
+            while True:
+                chunk = stream.read(CHUNK)
+                if not chunk:
+                    break
+                length += len(chunk)
+                if length > max_bytes:
+                    raise ArtifactError(
+                        "ArtifactTooLarge", f"{origin} is larger than {max_bytes} bytes"
+                    )
+                digest.update(chunk)
+                writer.put(chunk)
+            writer.finish()
+            os.fsync(out.fileno())
+        staged = StagedArtifact(tmp, digest.hexdigest(), length, origin, name, version)
+        for verifier in verifiers:
+            verifier.verify(staged)
+        final = self.path_for(staged.sha256)
+        if final.is_file():
+            tmp.unlink()
+        else:
+            os.chmod(tmp, 0o444)
+            os.replace(tmp, final)
+            fsync_dir(self._blobs)
+            log.info("artifact stored", sha256=staged.sha256, bytes=length, origin=origin)
+        return staged.sha256
+
+    def free_bytes(self) -> int:
+        return shutil.disk_usage(self.root).free
+
+    def check_space(self, *, what: str, download: int, copy: int) -> None:
+        """Raise ``ArtifactError("InsufficientDisk")`` naming the sizes when ``download`` new
+        bytes plus the store's staged ``copy`` do not fit next to the reserve."""
+        free = self.free_bytes()
+        short = disk_shortfall(free=free, download=download, copy=copy, reserve=DISK_RESERVE_BYTES)
+        if short:
+            raise ArtifactError(
+                "InsufficientDisk",
+                f"{what}: needs {download + copy} bytes on the device's disk "
+                f"({download} to download, {copy} for the store's copy) and "
+                f"{DISK_RESERVE_BYTES} kept free; {free} bytes are free "
+                f"({short} short)",
+            )
+
+    def digest_of(self, sha256: str) -> str | None:
+        """The sha256 of the blob stored as ``sha256`` as it is on disk now (None: absent)."""
+        digest = hashlib.sha256()
+        try:
+            with open(self.path_for(sha256), "rb") as f:
+                while chunk := f.read(CHUNK):
+                    digest.update(chunk)
+        except FileNotFoundError:
+            return None
+        return digest.hexdigest()
+
+    def quarantine_if_rotten(self, sha256: str, *, now: float) -> Path | None:
+        """Move the blob ``sha256`` to ``quarantine/`` if its bytes no longer hash to that
+        name; where it went, or None (absent or intact). Blocking: hashes the whole file."""
+        found = self.digest_of(sha256)
+        if found is None or found == sha256:
+            return None
+        target = self._quarantine / f"{sha256}.{int(now)}"
+        os.replace(self.path_for(sha256), target)
+        fsync_dir(self._blobs)
+        log.error("artifact quarantined", sha256=sha256, found=found, path=str(target))
+        kept = sorted(self._quarantine.iterdir(), key=_quarantined_at)
+        for old in kept[:-MAX_QUARANTINED]:
+            old.unlink(missing_ok=True)
+        return target
+
+    def quarantined(self) -> set[str]:
+        """The digests with a quarantined copy (the names they were stored under)."""
+        return {p.name.split(".", 1)[0] for p in self._quarantine.iterdir()}
 
     def collect_garbage(self, keep: set[str]) -> list[str]:
         removed = []

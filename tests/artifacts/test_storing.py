@@ -179,3 +179,56 @@ def test_stale_staging_files_are_removed_at_start(tmp_path: Path, onnx_model: Pa
     store = ArtifactStore(tmp_path)
     assert contents(tmp_path / "staging") == []
     assert store.digests() == {digest}
+
+
+def flip_a_bit(blob: Path, offset: int = 40) -> None:
+    blob.chmod(0o644)
+    data = bytearray(blob.read_bytes())
+    data[offset] ^= 0x01
+    blob.write_bytes(bytes(data))
+    blob.chmod(0o444)
+
+
+def test_a_rotten_blob_is_quarantined_and_an_intact_one_is_not(
+    tmp_path: Path, onnx_model: Path
+) -> None:
+    store = ArtifactStore(tmp_path / "artifacts")
+    digest = ingest(store, onnx_model)
+    assert store.quarantine_if_rotten(digest, now=1000.0) is None  # intact: stays
+    assert store.has(digest)
+    flip_a_bit(store.path_for(digest))
+    moved = store.quarantine_if_rotten(digest, now=1000.0)
+    assert moved == tmp_path / "artifacts" / "quarantine" / f"{digest}.1000"
+    assert moved.is_file() and not store.has(digest)
+    assert store.quarantined() == {digest} and store.digests() == set()
+    assert store.quarantine_if_rotten(digest, now=1001.0) is None  # gone: nothing to do
+    # fetched again: the store takes the good bytes back
+    assert ingest(store, onnx_model) == digest and store.has(digest)
+
+
+def test_quarantine_keeps_only_the_newest_copies(tmp_path: Path, onnx_model: Path) -> None:
+    from edgefleet.artifacts.storing import MAX_QUARANTINED
+
+    store = ArtifactStore(tmp_path / "artifacts")
+    digest = ingest(store, onnx_model)
+    for i in range(MAX_QUARANTINED + 2):
+        flip_a_bit(store.path_for(digest), offset=40 + i)
+        assert store.quarantine_if_rotten(digest, now=1000.0 + i) is not None
+        assert ingest(store, onnx_model) == digest
+    assert len(contents(tmp_path / "artifacts" / "quarantine")) == MAX_QUARANTINED
+
+
+SHORTFALLS = {
+    "fits with room": (dict(free=100, download=30, copy=30, reserve=10), 0),
+    "fits exactly": (dict(free=70, download=30, copy=30, reserve=10), 0),
+    "the copy does not fit": (dict(free=60, download=30, copy=30, reserve=10), 10),
+    "resumed: only the rest is downloaded": (dict(free=45, download=5, copy=30, reserve=10), 0),
+    "nothing free": (dict(free=0, download=0, copy=30, reserve=10), 40),
+}
+
+
+@pytest.mark.parametrize(("sizes", "short"), SHORTFALLS.values(), ids=SHORTFALLS.keys())
+def test_disk_shortfall(sizes: dict[str, int], short: int) -> None:
+    from edgefleet.artifacts.storing import disk_shortfall
+
+    assert disk_shortfall(**sizes) == short

@@ -160,6 +160,32 @@ def test_bad_requests_get_4xx_and_never_kill_the_worker(model_dir: Path, edged_f
         assert want_text in orjson.loads(out)["error"], out
     status, out, _ = e.request("POST", "/v2/models/unknown/infer", b"{}")
     assert status == 404 and "unknown" in orjson.loads(out)["error"]
+    # OIP edge cases: out of range for the datatype, malformed binary-extension headers,
+    # unknown paths whatever the method
+    too_big = {"name": "input", "datatype": "FP32", "shape": [1, 64], "data": [1e39] * 64}
+    status, out, _ = e.request("POST", "/v2/models/mlp/infer", orjson.dumps({"inputs": [too_big]}))
+    assert status == 400
+    assert "input 'input'" in orjson.loads(out)["error"]
+    assert "out of range for FP32" in orjson.loads(out)["error"]
+    for value, text in (
+        ("99999999999", "is larger than the request body"),
+        ("-1", "must be a non-negative integer"),
+        ("12abc", "must be a non-negative integer"),
+        ("\u00b2", "must be a non-negative integer"),
+        ("9" * 40, "must be a non-negative integer"),
+    ):
+        status, out, _ = e.request(
+            "POST",
+            "/v2/models/mlp/infer",
+            b"{}",
+            headers={"Inference-Header-Content-Length": value.encode().decode("latin-1")},
+        )
+        assert status == 400, (value, out)
+        assert text in orjson.loads(out)["error"], out
+    for method in ("GET", "POST", "PUT", "DELETE"):
+        status, out, _ = e.request(method, "/v2/nothing/here", b"" if method != "GET" else None)
+        assert status == 404, (method, out)
+    assert e.request("POST", "/v2/health/live", b"")[0] == 405
     assert e.request("GET", "/v2/models/mlp/infer")[0] == 405
     assert e.request("GET", "/v2/models/mlp/versions/9.9.9")[0] == 404
     # A raw malformed HTTP request gets 400 and the connection is closed.

@@ -62,7 +62,19 @@ REPORT = DeviceReport(
     reasons=("CPU at 91 °C > 85 °C",),
     workloads=(
         WorkloadReport("doors", model_version="2.1"),  # not reconciled yet
-        WorkloadReport("shelf", "rev1", 2, 2, "2.1", (READY,)),
+        WorkloadReport(
+            "shelf",
+            "rev1",
+            2,
+            2,
+            "2.1",
+            (
+                READY,
+                Condition(
+                    "Updated", ConditionStatus.FALSE, "ArtifactFetchFailed", "the hub went away"
+                ),
+            ),
+        ),
         WorkloadReport(
             "tills",
             conditions=(

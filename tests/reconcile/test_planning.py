@@ -102,6 +102,7 @@ class Case:
     want: int | None = 2  # None: the workload is no longer desired
     now: float = T
     artifact_present: bool = True
+    artifact_quarantined: bool = False
     actions: tuple[Action, ...] = ()
     phase: str | None = "Running"  # None: no status at all
     ready: int = 0
@@ -294,6 +295,14 @@ CASES = {
         phase="Pending",
         conditions={"ArtifactAvailable": "ArtifactMissing", "Ready": "NoReplicaReady"},
     ),
+    "artifact rotted and quarantined: refetched, and the condition says so": Case(
+        artifact_present=False,
+        artifact_quarantined=True,
+        replicas=(exited(0, streak=1, at=T - 10),),
+        actions=(RefetchArtifact(NAME),),
+        phase="Pending",
+        conditions={"ArtifactAvailable": "ArtifactQuarantined"},
+    ),
     "artifact missing: an exited slot is not restarted": Case(
         artifact_present=False,
         replicas=(rep(0, Phase.READY), exited(1, streak=1, at=T - 10)),
@@ -308,7 +317,7 @@ CASES = {
 @pytest.mark.parametrize("case", CASES.values(), ids=CASES.keys())
 def test_plan(case: Case) -> None:
     want = None if case.want is None else desired(case.want)
-    observed = ObservedWorkload(case.replicas, case.artifact_present)
+    observed = ObservedWorkload(case.replicas, case.artifact_present, case.artifact_quarantined)
 
     result = plan(NAME, want, observed, case.now)
 

@@ -173,6 +173,15 @@ ERRORS: dict[str, tuple[Any, str]] = {
         {"inputs": [tensor("pixels", [1, 2], [1, 300], "UINT8")]},
         "input 'pixels': 'data' is not a tensor of UINT8",
     ),
+    "out of range for FP32": (
+        {"inputs": [tensor("input", [1, 4], [0, 1e39, 2, 3])]},
+        "input 'input': 'data' is not a tensor of FP32: values out of range for FP32 "
+        "(its largest is 3.40282e+38)",
+    ),
+    "out of range for FP16": (
+        {"inputs": [tensor("half", [1, 2], [1.0, -70000.0], "FP16")]},
+        "input 'half': 'data' is not a tensor of FP16: values out of range for FP16",
+    ),
     "numbers for BOOL": (
         {"inputs": [tensor("flags", [1, 2], [0, 2], "BOOL")]},
         "input 'flags': 'data' is not a tensor of BOOL: it takes booleans, got integers",
@@ -200,6 +209,7 @@ SPECS = {
     "ids": TensorSpec("ids", "INT64", (-1, 2)),
     "pixels": TensorSpec("pixels", "UINT8", (-1, 2)),
     "flags": TensorSpec("flags", "BOOL", (-1, 2)),
+    "half": TensorSpec("half", "FP16", (-1, 2)),
 }
 
 
@@ -368,3 +378,21 @@ def test_round_trip(datatype: str, arr: np.ndarray, binary: bool) -> None:
         back = np.asarray(out["data"], dtype=arr.dtype).reshape(out["shape"])
         assert out["data"] == arr.ravel().tolist()
     np.testing.assert_array_equal(back, arr)
+
+
+FLAT = {
+    "FP32 from floats": ("FP32", [0.5, -1.25, 3e38, 1e-30]),
+    "FP32 from integers": ("FP32", [1, -2, 3, 2**40]),
+    "FP16": ("FP16", [0.5, -1.5, 65504.0, 0.0]),
+    "FP64": ("FP64", [1e300, -2.5, 0.1, 7]),
+    "mixed numbers and a bool, as numpy reads them": ("FP32", [0.5, True, 2, 3.0]),
+}
+
+
+@pytest.mark.parametrize(("datatype", "values"), FLAT.values(), ids=FLAT.keys())
+def test_flat_float_data_decodes_as_numpy_would(datatype: str, values: list[Any]) -> None:
+    spec = TensorSpec("x", datatype, (-1, 4))
+    got = decode({"inputs": [tensor("x", [1, 4], values, datatype)]}, {"x": spec}).feeds["x"]
+    want = np.asarray(values).astype(got.dtype).reshape(1, 4)
+    assert got.dtype == np.dtype(datatype.replace("FP", "float"))
+    np.testing.assert_array_equal(got, want)

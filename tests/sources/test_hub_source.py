@@ -8,7 +8,7 @@ FetchArtifact stream).
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
 import orjson
@@ -47,10 +47,18 @@ class Hub:
         self.calls: list[tuple[str, int]] = []
         self.break_after: int | None = None
         self.extra = b""
+        self.on_first_chunk: Callable[[], None] | None = None
 
-    def model(self, version: str, *, key: str = "pub", seed: int = 1) -> tuple[bytes, str]:
+    def model(
+        self,
+        version: str,
+        *,
+        key: str = "pub",
+        seed: int = 1,
+        sizes: tuple[int, ...] = TINY_MLP,
+    ) -> tuple[bytes, str]:
         path = self.tmp / f"det-{version}-{key}.onnx"
-        build_mlp(path, TINY_MLP, seed=seed)
+        build_mlp(path, sizes, seed=seed)
         _, env = sign_artifact(
             path,
             name="det",
@@ -74,6 +82,9 @@ class Hub:
                 self.break_after = None
                 raise TemporaryError("the stream broke")
             chunk = data[pos : pos + 4096]
+            if self.on_first_chunk is not None:
+                self.on_first_chunk()
+                self.on_first_chunk = None
             yield pos, chunk
             pos += len(chunk)
 
@@ -210,3 +221,56 @@ def test_roots_from_the_hub_chain_from_the_device_root_or_are_refused(
     )
     assert r.problems == () and r.workloads["det"].sha256 == sha2
     assert source._gate.root is not None and source._gate.root.version == 2
+
+
+def on_small_disk(hub: Hub, small_disk: Path) -> tuple[HubSource, Path]:
+    data = small_disk / "device"
+    gate = ArtifactGate(data, root_file=hub.tmp / "root.json", allow_unsigned=False)
+    return HubSource(data, ArtifactStore(data / "artifacts"), gate), data
+
+
+def test_a_model_larger_than_the_free_disk_is_refused_before_download(
+    env: tuple[Hub, HubSource, Path], small_disk: Path
+) -> None:
+    hub, _, _ = env
+    source, data = on_small_disk(hub, small_disk)
+    meta1, sha1 = hub.model("1.0.0")
+    assert apply(source, hub, 1, [deployment("1.0.0")], [meta1]).problems == ()
+    meta2, sha2 = hub.model("2.0.0", seed=2, sizes=(512, 1024, 1024, 8))  # ~6 MB: x2 + reserve
+    hub.calls.clear()
+    r = apply(source, hub, 2, [deployment("2.0.0")], [meta2])
+    (problem,) = r.problems
+    size = len(hub.blobs[sha2])
+    assert (problem.workload, problem.reason) == ("det", "InsufficientDisk")
+    sizes = f"({size} to download, {size} for the store's copy)"
+    assert f"needs {2 * size} bytes on the device's disk {sizes}" in problem.message
+    assert hub.calls == []  # nothing fetched
+    assert r.workloads["det"].sha256 == sha1  # 1.0.0 keeps serving
+    assert list((data / "downloads").iterdir()) == []
+    assert r.generation == 2 and not r.retry  # accepted: the link goes on
+
+
+def test_a_disk_that_fills_during_the_download_leaves_no_part(
+    env: tuple[Hub, HubSource, Path], small_disk: Path
+) -> None:
+    hub, _, _ = env
+    source, data = on_small_disk(hub, small_disk)
+    meta, sha = hub.model("1.0.0", sizes=(256, 512, 512, 8))  # ~1.5 MB: fits when checked
+    filler = small_disk / "filler"
+
+    def fill_the_disk() -> None:  # someone else takes the space after the check
+        import shutil
+
+        free = shutil.disk_usage(small_disk).free
+        with open(filler, "wb") as f:
+            f.write(b"\0" * (free - 64 * 1024))
+
+    hub.on_first_chunk = fill_the_disk
+    r = apply(source, hub, 1, [deployment("1.0.0")], [meta])
+    (problem,) = r.problems
+    assert (problem.workload, problem.reason) == ("det", "InsufficientDisk")
+    assert "the disk filled up" in problem.message
+    assert list((data / "downloads").iterdir()) == []  # not going to be resumed: removed
+    filler.unlink()
+    r = apply(source, hub, 2, [deployment("1.0.0")], [meta])  # the next state applies
+    assert r.problems == () and r.workloads["det"].sha256 == sha

@@ -15,6 +15,7 @@ from edged.trust.admitting import ArtifactGate
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import API_VERSION
 from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.demo import build_mlp
 
 
 def doc(name: str, model: str | None = None, **model_fields: Any) -> dict[str, Any]:
@@ -33,14 +34,16 @@ def doc(name: str, model: str | None = None, **model_fields: Any) -> dict[str, A
 class Dir:
     """A manifests directory, a store, and the source under test; ``sync`` feeds back."""
 
-    def __init__(self, root: Path, models: tuple[bytes, bytes]) -> None:
+    def __init__(self, root: Path, models: tuple[bytes, bytes], max_bytes: int = 1 << 20) -> None:
         self.path = root / "manifests"
         self.path.mkdir()
         self.models = models
         self.store = ArtifactStore(root / "artifacts")
         # Not about trust (tests/trust is): unsigned artifacts allowed, no trust root.
         gate = ArtifactGate(root / "data", root_file=None, allow_unsigned=True)
-        self.source = StaticManifests(self.path, self.store, max_artifact_bytes=1 << 20, gate=gate)
+        self.source = StaticManifests(
+            self.path, self.store, max_artifact_bytes=max_bytes, gate=gate
+        )
         self.current: dict[WorkloadName, DesiredWorkload] = {}
 
     def model(self, name: str, which: int = 0) -> str:
@@ -287,3 +290,96 @@ def test_duplicate_model_names(d: Dir) -> None:
     )
     assert problem.message == "spec.model.name: 'shared' is already served by 'one'"
     assert problem.to_json()["reason"] == "DuplicateModelName"
+
+
+LOADER_CHOKES = {
+    "an integer of 5001 digits": "spec:\n  replicas: {perDevice: " + "9" * 5001 + "}\n",
+    "the same in JSON": '{"spec": {"replicas": {"perDevice": ' + "9" * 5001 + "}}}",
+    "a python tag": "metadata: !!python/object/apply:os.system ['true']\n",
+    "an unknown tag": "metadata: !secret {name: x}\n",
+    "a date out of range": "metadata: {name: 2026-02-30}\n",
+    "an unhashable key": "? [a, b]\n: c\n",
+    "laughing anchors": "a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"a{i}: &a{i} [" + ", ".join([f"*a{i - 1}"] * 9) + "]\n" for i in range(1, 10))
+    + "metadata: {name: *a9}\n",
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("text", LOADER_CHOKES.values(), ids=LOADER_CHOKES.keys())
+def test_a_file_the_loader_chokes_on_blocks_no_other_file(d: Dir, text: str) -> None:
+    d.model("mnist")
+    d.model("other")
+    d.write("mnist.yaml", doc("mnist"))
+    d.write("other.yaml", doc("other"))
+    before = d.sync().workloads
+    (d.path / "mnist.yaml").write_text(
+        "apiVersion: edgefleet.io/v1\nkind: ModelDeployment\n" + text
+    )
+    changed = doc("other")
+    changed["spec"]["replicas"] = {"perDevice": 2}
+    d.write("other.yaml", changed)  # the other file's update goes through
+    for _ in range(2):
+        result = d.sync()
+        problem = only_problem(result)
+        assert (problem.file, problem.workload, problem.reason) == (
+            "mnist.yaml",
+            "",
+            "InvalidManifest",
+        )
+        assert "mnist.yaml" in problem.message
+        assert result.workloads[WorkloadName("mnist")] == before[WorkloadName("mnist")]
+        other = result.workloads[WorkloadName("other")]
+        assert other.deployment.spec.replicas.per_device == 2
+
+
+def test_a_model_that_cannot_be_stored_is_that_workloads_problem(
+    d: Dir, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    d.model("mnist")
+    d.model("other", 1)
+    d.write("mnist.yaml", doc("mnist"))
+    d.write("other.yaml", doc("other"))
+    real = d.store.ingest_stream
+
+    def failing_disk(stream: Any, **kw: Any) -> str:
+        if "mnist" in kw["origin"]:
+            raise OSError(5, "Input/output error")
+        return real(stream, **kw)
+
+    monkeypatch.setattr(d.store, "ingest_stream", failing_disk)
+    result = d.sync()
+    problem = only_problem(result)
+    assert (problem.file, problem.workload, problem.reason) == (
+        "mnist.yaml",
+        "mnist",
+        "IngestFailed",
+    )
+    assert "Input/output error" in problem.message
+    assert result.retryable
+    assert list(result.workloads) == ["other"]
+
+
+def test_a_model_larger_than_the_free_disk_is_refused_and_leaves_nothing(
+    small_disk: Path, tmp_path: Path, models: tuple[bytes, bytes]
+) -> None:
+    d = Dir(small_disk, models, max_bytes=1 << 30)  # manifests, store, gate on the small disk
+    d.model("mnist")
+    d.write("mnist.yaml", doc("mnist"))
+    big = tmp_path / "big.onnx"  # on the big disk: only the store's copy goes to the small one
+    build_mlp(big, (1024, 2048, 2048, 8), seed=3)  # ~25 MB
+    d.write("big.yaml", doc("big", path=str(big)))
+    result = d.sync()
+    problem = only_problem(result)
+    assert (problem.file, problem.workload, problem.reason) == (
+        "big.yaml",
+        "big",
+        "InsufficientDisk",
+    )
+    size = big.stat().st_size
+    assert (
+        f"needs {size} bytes on the device's disk (0 to download, {size} for the store's copy)"
+        in problem.message
+    )
+    assert "bytes are free" in problem.message
+    assert list(result.workloads) == ["mnist"]  # the other file is applied
+    assert list((small_disk / "artifacts" / "staging").iterdir()) == []
