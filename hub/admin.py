@@ -42,11 +42,13 @@ from hub.pki import Role
 from hub.presenting import deployment_object, device_object, object_labels
 from hub.selecting import parse_selector
 from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
+from hub.writing import PreparedEvent
 
 log = get_logger(__name__)
 
 DEFAULT_EVENTS_LIMIT = 500
 MAX_TOKEN_DESCRIPTION = 256
+MAX_TOKEN_LABELS = 64
 
 LISTED_KINDS: tuple[str, ...] = (
     storekeys.KIND_DEVICE,
@@ -409,7 +411,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.RevokeDeviceResponse:
         device = self._device(request.device_name)
         name = device.name
-        serials = [device.certificate_serial] if device.certificate_serial else []
+        serials = [s for s in (device.certificate_serial, device.previous_serial) if s]
         revoked = device.with_(revoked=True)
         ctx = self._ctx
         await ctx.store.txn(
@@ -441,29 +443,59 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.CreateTokenRequest, context: Any
     ) -> admin_pb2.CreateTokenResponse:
         ctx = self._ctx
-        ttl = request.ttl.ToTimedelta().total_seconds() if request.HasField("ttl") else 0.0
-        if ttl < 0:
-            raise _invalid(f"ttl: must be more than 0s, got {ttl:g}s")
-        if len(request.description) > MAX_TOKEN_DESCRIPTION:
-            raise _invalid(f"description: at most {MAX_TOKEN_DESCRIPTION} characters")
         problems: list[str] = []
-        for key, value in sorted(request.labels.items()):
+        ttl = ctx.config.tokens.default_ttl_s
+        if request.HasField("ttl") and (request.ttl.seconds or request.ttl.nanos):
+            # Seconds and nanos straight from the message: a Duration beyond timedelta's
+            # range must be a clear refusal, not an overflow.
+            ttl = request.ttl.seconds + request.ttl.nanos / 1e9
+            if not tokens.MIN_TTL_S <= ttl <= tokens.MAX_TTL_S:
+                problems.append(
+                    f"ttl: must be from {tokens.MIN_TTL_S:g}s to {tokens.MAX_TTL_S:g}s "
+                    f"(a year), got {ttl:g}s"
+                )
+        if len(request.description) > MAX_TOKEN_DESCRIPTION:
+            problems.append(f"description: at most {MAX_TOKEN_DESCRIPTION} characters")
+        if len(request.labels) > MAX_TOKEN_LABELS:
+            problems.append(f"labels: at most {MAX_TOKEN_LABELS}, got {len(request.labels)}")
+        for key, value in sorted(request.labels.items())[:MAX_TOKEN_LABELS]:
             for check in (label_key, label_value):
                 try:
                     check(key if check is label_key else value)
                 except ValueError as exc:
                     problems.append(f"labels[{key!r}]: {exc}")
+        prefix = request.device_label_prefix
+        if prefix:
+            try:
+                label_key(prefix.rstrip("/") if prefix.endswith("/") else prefix)
+            except ValueError as exc:
+                problems.append(f"device_label_prefix: {exc}")
+            if request.no_device_labels:
+                problems.append("device_label_prefix: makes no sense with no_device_labels")
         if problems:
             raise _invalid("; ".join(problems))
+        prepared: list[PreparedEvent] = []
+
+        def event_for(token_id: str) -> Put:
+            prepared[:] = [
+                ctx.writer.prepare_event(
+                    "Token", token_id, "Normal", "Created", f"bootstrap token {token_id}"
+                )
+            ]
+            return prepared[0].put
+
         token, record = await tokens.create_token(
             ctx.store,
             now=ctx.clock(),
-            ttl=ttl or ctx.config.tokens.default_ttl_s,
+            ttl=ttl,
             single_use=request.single_use or ctx.config.tokens.single_use,
             description=request.description,
             labels=dict(request.labels),
+            device_labels=not request.no_device_labels,
+            device_label_prefix=prefix,
+            event_for=event_for,
         )
-        ctx.writer.event("Token", record.id, "Normal", "Created", f"bootstrap token {record.id}")
+        ctx.writer.committed(prepared[0])
         response = admin_pb2.CreateTokenResponse(
             token=token, ca_hash=pki.ca_pin(ctx.ca.certificate)
         )

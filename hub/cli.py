@@ -122,12 +122,16 @@ async def _token_create(args: argparse.Namespace) -> int:
     config = _config(args.data_dir)
     paths = HubPaths.of(args.data_dir)
     pin = pki.ca_pin(pki.load_certificate(paths.ca_certificate.read_bytes()))
+    ttl = args.ttl or config.tokens.default_ttl_s
+    if not tokens.MIN_TTL_S <= ttl <= tokens.MAX_TTL_S:
+        print(f"hub: --ttl must be from 1s to 366d, got {ttl:g}s", file=sys.stderr)
+        return 2
     store = await _open(args.data_dir, config)
     try:
         token, record = await tokens.create_token(
             store,
             now=time.time(),
-            ttl=args.ttl or config.tokens.default_ttl_s,
+            ttl=ttl,
             single_use=args.single_use or config.tokens.single_use,
             description=args.description,
         )

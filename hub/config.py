@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgefleet.api.meta import dns_label
+from edgefleet.api.meta import dns_label, label_key
 from edgefleet.api.quantities import format_duration
-from edgefleet.api.validating import Reader, as_bool, as_str, int_in
+from edgefleet.api.validating import Reader, as_bool, as_str, int_in, number_in
 from edgefleet.configfiles import (
     host_port,
     load_config_file,
@@ -58,6 +58,31 @@ class TokensConfig:
     single_use: bool = False
 
 
+DEFAULT_RESERVED_LABELS = ("node-restriction.edgefleet.io/",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnrollmentConfig:
+    """``[enrollment]``: which labels devices may give themselves, and rate limits."""
+
+    reserved_labels: tuple[str, ...] = DEFAULT_RESERVED_LABELS
+    """Label keys only tokens and ``edgectl label`` may set (an entry ending in "/" reserves
+    every key with that prefix), as Kubernetes' NodeRestriction does for kubelets."""
+    per_source_rate: float = 5.0
+    """Enrollment attempts per second from one source address (after a burst)."""
+    per_source_burst: int = 20
+    per_token_failure_rate: float = 1.0
+    """Refused attempts per second on one token id (after a burst): guessing its secret from
+    many addresses is bounded too."""
+    per_token_failure_burst: int = 10
+
+
+def _label_key_or_prefix(value: object) -> str:
+    text = as_str(value)
+    label_key(text[:-1] if text.endswith("/") else text)
+    return text
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DevicesConfig:
     """``[devices]``: the device link."""
@@ -89,6 +114,7 @@ class HubConfig:
     tokens: TokensConfig = TokensConfig()
     devices: DevicesConfig = DevicesConfig()
     attestation: AttestationConfig = AttestationConfig()
+    enrollment: EnrollmentConfig = EnrollmentConfig()
 
 
 def _read_certificates(r: Reader) -> CertificatesConfig:
@@ -105,6 +131,22 @@ def _read_tokens(r: Reader) -> TokensConfig:
     return TokensConfig(
         default_ttl_s=r.optional("defaultTtl", positive_duration, d.default_ttl_s),
         single_use=r.optional("singleUse", as_bool, d.single_use),
+    )
+
+
+def _read_enrollment(r: Reader) -> EnrollmentConfig:
+    d = EnrollmentConfig()
+    reserved = r.list_of("reservedLabels", _label_key_or_prefix, unique=True)
+    return EnrollmentConfig(
+        reserved_labels=tuple(reserved) if reserved is not None else d.reserved_labels,
+        per_source_rate=r.optional("perSourceRate", number_in(above=0), d.per_source_rate),
+        per_source_burst=r.optional("perSourceBurst", int_in(1, 100_000), d.per_source_burst),
+        per_token_failure_rate=r.optional(
+            "perTokenFailureRate", number_in(above=0), d.per_token_failure_rate
+        ),
+        per_token_failure_burst=r.optional(
+            "perTokenFailureBurst", int_in(1, 100_000), d.per_token_failure_burst
+        ),
     )
 
 
@@ -150,6 +192,7 @@ def _read_config(r: Reader) -> HubConfig:
         tokens=_read_tokens(table(r, "tokens")),
         devices=_read_devices(table(r, "devices")),
         attestation=_read_attestation(table(r, "attestation")),
+        enrollment=_read_enrollment(table(r, "enrollment")),
     )
 
 
@@ -164,6 +207,8 @@ def load_config(path: Path) -> HubConfig:
 def default_config_text(*, region: str = DEFAULT_REGION, listen: str = DEFAULT_LISTEN) -> str:
     """A commented ``hub.toml`` with every key at its default (and the given region)."""
     c, t, d, a = CertificatesConfig(), TokensConfig(), DevicesConfig(), AttestationConfig()
+    e = EnrollmentConfig()
+    reserved = ", ".join(f'"{k}"' for k in e.reserved_labels)
     return f"""\
 # hub.toml: the configuration of this edgefleet hub. Every key is optional.
 
@@ -200,4 +245,16 @@ period = "{format_duration(a.period_s)}"
 timeout = "{format_duration(a.timeout_s)}"
 # TPM PCRs a device with a TPM quotes.
 pcrs = [{", ".join(str(p) for p in a.pcrs)}]
+
+[enrollment]
+# Label keys a device may not give itself (at enrollment or in what it reports): only
+# bootstrap tokens and `edgectl label` set them. An entry ending in "/" reserves a prefix.
+# Add the keys your placement relies on, e.g. ["region", "zone", "site", ...].
+reservedLabels = [{reserved}]
+# Enrollment attempts per second from one source address, after a burst.
+perSourceRate = {e.per_source_rate:g}
+perSourceBurst = {e.per_source_burst}
+# Refused attempts per second on one bootstrap token id, after a burst.
+perTokenFailureRate = {e.per_token_failure_rate:g}
+perTokenFailureBurst = {e.per_token_failure_burst}
 """

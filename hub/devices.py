@@ -143,8 +143,20 @@ class Device:
     generation_acked: int = 0
     workloads: Mapping[str, WorkloadReport] = field(default_factory=dict)
     certificate_serial: str = ""
+    """The serial (hex) of the certificate the hub issued this device last: its current one."""
+    previous_serial: str = ""
+    """The certificate a renewal was asked with, accepted only until the device connects with
+    the new one (the hand-over); then cleared, and that certificate is refused."""
     public_key_pem: str = ""  # the device identity key (from its CSR): verifies attestation
     enrolled_at: float | None = None
+
+    def accepts_serial(self, serial: str) -> bool:
+        """Whether a certificate with this serial may speak for the device: its current one,
+        or the one it renewed with until the hand-over (records without a serial: any)."""
+        return not self.certificate_serial or serial in (
+            self.certificate_serial,
+            self.previous_serial,
+        )
 
     def all_labels(self) -> dict[str, str]:
         return {**self.reported_labels, **self.labels}
@@ -167,6 +179,7 @@ class Device:
             "generationAcked": self.generation_acked,
             "workloads": {k: v.to_json() for k, v in sorted(self.workloads.items())},
             "certificateSerial": self.certificate_serial,
+            "previousSerial": self.previous_serial,
             "publicKeyPem": self.public_key_pem,
             "enrolledAt": self.enrolled_at,
         }
@@ -189,6 +202,7 @@ class Device:
                 str(k): WorkloadReport.from_json(v) for k, v in doc.get("workloads", {}).items()
             },
             certificate_serial=str(doc.get("certificateSerial", "")),
+            previous_serial=str(doc.get("previousSerial", "")),
             public_key_pem=str(doc.get("publicKeyPem", "")),
             enrolled_at=doc.get("enrolledAt"),
         )

@@ -82,6 +82,18 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED, f"device {caller.name} has been revoked"
             )
+        if not device.accepts_serial(caller.serial):
+            log.warning(
+                "superseded-certificate-refused",
+                device=caller.name,
+                serial=caller.serial,
+                current=device.certificate_serial,
+            )
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"certificate {caller.serial} of device {caller.name} has been superseded by a "
+                "renewal; the device must use its current certificate",
+            )
         return caller, device
 
     # -- Sync -------------------------------------------------------------------------------------
@@ -122,9 +134,22 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             last_heartbeat=now,
             generation_acked=max(device.generation_acked, hello.applied_generation),
         )
+        handover = bool(device.previous_serial) and caller.serial == device.certificate_serial
+        if handover:
+            device = device.with_(previous_serial="")
+            ctx.writer.event(
+                "Device",
+                caller.name,
+                "Normal",
+                "CertificateHandedOver",
+                f"connected with its renewed certificate {caller.serial}; the previous one "
+                "is refused from now on",
+            )
         if device.phase is not ctx.cache.devices[caller.name].phase:
             ctx.writer.event("Device", caller.name, "Normal", "Connected", "the device connected")
         ctx.writer.update(device)
+        if handover:
+            await ctx.writer.flush()  # the old certificate stays refused across a restart
         self.last_seen[caller.name] = now
         session = ctx.sessions.open(caller.name, caller.serial)
         log.info("device-connected", device=caller.name, generation=hello.applied_generation)
@@ -232,8 +257,22 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
             raise AssertionError("unreachable") from None
         serial = format(certificate.serial_number, "x")
+        # The certificate this was asked with stays valid until the device connects with the
+        # new one; any other earlier certificate is refused from now on.
         ctx.writer.update(
-            device.with_(certificate_serial=serial, public_key_pem=pki.public_key_pem(certificate))
+            device.with_(
+                certificate_serial=serial,
+                previous_serial=caller.serial,
+                public_key_pem=pki.public_key_pem(certificate),
+            )
+        )
+        ctx.writer.event(
+            "Device",
+            caller.name,
+            "Normal",
+            "CertificateRenewed",
+            f"certificate {serial} issued; {caller.serial} is accepted until the device "
+            "connects with the new one",
         )
         await ctx.writer.flush()
         log.info("certificate-renewed", device=caller.name, serial=serial)

@@ -13,6 +13,7 @@ import grpc
 import orjson
 import pytest
 from asynctesting import async_test, eventually
+from google.protobuf.duration_pb2 import Duration
 from hubserving import REGION, AdminHub, make_hub_dir
 
 from edgefleet.v1 import admin_pb2
@@ -545,3 +546,52 @@ async def test_models_are_listed_got_and_deleted_by_name_and_version(tmp_path: P
         deleted = await stub.Delete(admin_pb2.DeleteRequest(kind="Model", name="fraud-2.4.1"))
         assert deleted.deleted and hub.ctx.cache.models == {}
         assert await hub.ctx.store.get(objects.model_key("fraud", "2.4.1")) is None
+
+
+@async_test
+async def test_create_token_bounds_change_nothing_and_the_event_comes_with_the_token(
+    tmp_path: Path,
+) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        before = await hub.ctx.store.range("/")
+        year = 366 * 24 * 3600
+        bad = [
+            (admin_pb2.CreateTokenRequest(ttl=Duration(seconds=10_000 * year)), "ttl: must be"),
+            (admin_pb2.CreateTokenRequest(ttl=Duration(seconds=315_576_000_000)), "ttl: must be"),
+            (admin_pb2.CreateTokenRequest(ttl=Duration(seconds=-5)), "ttl: must be"),
+            (admin_pb2.CreateTokenRequest(ttl=Duration(nanos=1000)), "ttl: must be"),
+            (
+                admin_pb2.CreateTokenRequest(labels={f"k{i}": "v" for i in range(65)}),
+                "labels: at most 64",
+            ),
+            (
+                admin_pb2.CreateTokenRequest(no_device_labels=True, device_label_prefix="a/"),
+                "device_label_prefix:",
+            ),
+            (
+                admin_pb2.CreateTokenRequest(device_label_prefix="Not a key!"),
+                "device_label_prefix:",
+            ),
+        ]
+        for request, words in bad:
+            code, details = await code_of(stub.CreateToken(request))
+            assert (code, words in details) == (grpc.StatusCode.INVALID_ARGUMENT, True), details
+        assert (await hub.ctx.store.range("/")).revision == before.revision  # nothing written
+
+        response = await stub.CreateToken(
+            admin_pb2.CreateTokenRequest(
+                ttl=Duration(seconds=year), no_device_labels=True, labels={"site": "a"}
+            )
+        )
+        token_id = response.token.split(".")[0]
+        kv = await hub.ctx.store.get(tokens.PREFIX + token_id)
+        assert kv is not None
+        events = [
+            e
+            for e in (await hub.ctx.store.range("/events/")).kvs
+            if e.mod_revision == kv.mod_revision
+        ]
+        assert [objects.loads(e.value)["reason"] for e in events] == ["Created"]
+        record = tokens.TokenRecord.from_json(kv.value)
+        assert (record.device_labels, record.labels) == (False, {"site": "a"})
