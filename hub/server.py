@@ -45,7 +45,8 @@ from hub.lifecycle import Lifecycle
 from hub.projecting import Projector
 from hub.registering import add_servicer
 from hub.sessions import Sessions
-from hub.store import Store, open_store
+from hub.store import Store, open_hub_store
+from hub.store.identity import data_dir_lock
 from hub.syncing import DeviceServicer
 from hub.writing import DeviceWriter
 
@@ -82,7 +83,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         raise HubDirError(f"{data_dir} is not a hub data directory (no hub.toml): run hub init")
     config = load_config(paths.config)
     ca = pki.load_certified_key(paths.ca_certificate, paths.ca_key)
-    store = store or await open_store(config.store or None, data_dir=paths.data_dir)
+    store = store or await open_hub_store(config.store or None, data_dir=paths.data_dir)
     cache = await Cache.load(store)
     sessions = Sessions()
     root = paths.data_dir / TRUST_ROOT_FILE
@@ -166,10 +167,25 @@ async def serve(
     store_url: str | None = None,
     ready: asyncio.Event | None = None,
 ) -> int:
-    """Run the hub until SIGTERM/SIGINT."""
+    """Run the hub until SIGTERM/SIGINT, holding the data directory's lock (one hub per data
+    directory; ``hub restore`` waits for none)."""
+    with data_dir_lock(HubPaths.of(data_dir).data_dir, purpose="hub serve"):
+        return await _serve(
+            data_dir, listen=listen, enroll_listen=enroll_listen, store_url=store_url, ready=ready
+        )
+
+
+async def _serve(
+    data_dir: Path,
+    *,
+    listen: str | None,
+    enroll_listen: str | None,
+    store_url: str | None,
+    ready: asyncio.Event | None,
+) -> int:
     ctx = await build_context(
         data_dir,
-        store=await open_store(store_url, data_dir=HubPaths.of(data_dir).data_dir)
+        store=await open_hub_store(store_url, data_dir=HubPaths.of(data_dir).data_dir)
         if store_url
         else None,
     )
