@@ -28,6 +28,7 @@ them, still under this root (they are listed here so the whole tree is in one pl
     │   └── IdentityError      a certificate carries no valid edgefleet identity
     ├── TokenError             a bootstrap token was refused; ``reason`` says why
     ├── HubDirError            the hub data directory is missing, incomplete or already exists
+    ├── StreamRefused          a device's message was refused; its Sync stream ends (hub.syncing)
     ├── PushRefused            an artifact push was refused (hub.pushing)
     ├── LaunchError            a program started by edgefleet.launching exited or never got ready
     ├── AlreadyRunning         another edged holds the data directory (edged.daemon)

@@ -90,6 +90,10 @@ class DevicesConfig:
     heartbeat_interval_s: float = 30.0
     heartbeat_grace_s: float = 90.0
     """No heartbeat for this long: the device becomes NotReady."""
+    status_rate: float = 1.0
+    """Status messages per second one device may send, after a burst (edged sends status
+    only when it changed, checked every second)."""
+    status_burst: int = 30
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -157,6 +161,8 @@ def _read_devices(r: Reader) -> DevicesConfig:
             "heartbeatInterval", positive_duration, d.heartbeat_interval_s
         ),
         heartbeat_grace_s=r.optional("heartbeatGrace", positive_duration, d.heartbeat_grace_s),
+        status_rate=r.optional("statusRate", number_in(above=0), d.status_rate),
+        status_burst=r.optional("statusBurst", int_in(1, 100_000), d.status_burst),
     )
     if config.heartbeat_grace_s <= config.heartbeat_interval_s:
         r.problems.add(
@@ -237,6 +243,9 @@ singleUse = {str(t.single_use).lower()}
 heartbeatInterval = "{format_duration(d.heartbeat_interval_s)}"
 # No heartbeat for this long: the device becomes NotReady.
 heartbeatGrace = "{format_duration(d.heartbeat_grace_s)}"
+# Status messages per second one device may send, after a burst; faster ends its stream.
+statusRate = {d.status_rate:g}
+statusBurst = {d.status_burst}
 
 [attestation]
 # How often the hub challenges each connected device for signed measurements.
