@@ -109,6 +109,15 @@ class AttestationConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryConfig:
+    """``[history]``: how much of the store's change history is kept (hub/store/compacting.py)."""
+
+    retention_s: float = 15 * 60.0
+    """A watcher can resume from any revision it saw this recently."""
+    compaction_period_s: float = 5 * 60.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HubConfig:
     region: str = DEFAULT_REGION
     listen: str = DEFAULT_LISTEN
@@ -119,6 +128,7 @@ class HubConfig:
     devices: DevicesConfig = DevicesConfig()
     attestation: AttestationConfig = AttestationConfig()
     enrollment: EnrollmentConfig = EnrollmentConfig()
+    history: HistoryConfig = HistoryConfig()
 
 
 def _read_certificates(r: Reader) -> CertificatesConfig:
@@ -150,6 +160,16 @@ def _read_enrollment(r: Reader) -> EnrollmentConfig:
         ),
         per_token_failure_burst=r.optional(
             "perTokenFailureBurst", int_in(1, 100_000), d.per_token_failure_burst
+        ),
+    )
+
+
+def _read_history(r: Reader) -> HistoryConfig:
+    d = HistoryConfig()
+    return HistoryConfig(
+        retention_s=r.optional("retention", positive_duration, d.retention_s),
+        compaction_period_s=r.optional(
+            "compactionPeriod", positive_duration, d.compaction_period_s
         ),
     )
 
@@ -199,6 +219,7 @@ def _read_config(r: Reader) -> HubConfig:
         devices=_read_devices(table(r, "devices")),
         attestation=_read_attestation(table(r, "attestation")),
         enrollment=_read_enrollment(table(r, "enrollment")),
+        history=_read_history(table(r, "history")),
     )
 
 
@@ -213,7 +234,7 @@ def load_config(path: Path) -> HubConfig:
 def default_config_text(*, region: str = DEFAULT_REGION, listen: str = DEFAULT_LISTEN) -> str:
     """A commented ``hub.toml`` with every key at its default (and the given region)."""
     c, t, d, a = CertificatesConfig(), TokensConfig(), DevicesConfig(), AttestationConfig()
-    e = EnrollmentConfig()
+    e, h = EnrollmentConfig(), HistoryConfig()
     reserved = ", ".join(f'"{k}"' for k in e.reserved_labels)
     return f"""\
 # hub.toml: the configuration of this edgefleet hub. Every key is optional.
@@ -266,4 +287,10 @@ perSourceBurst = {e.per_source_burst}
 # Refused attempts per second on one bootstrap token id, after a burst.
 perTokenFailureRate = {e.per_token_failure_rate:g}
 perTokenFailureBurst = {e.per_token_failure_burst}
+
+[history]
+# How long the store keeps its change history: watchers resume from any revision seen this
+# recently (older: they relist). Compacted every compactionPeriod.
+retention = "{format_duration(h.retention_s)}"
+compactionPeriod = "{format_duration(h.compaction_period_s)}"
 """

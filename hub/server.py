@@ -12,10 +12,10 @@ One grpc.aio server, two ports:
 
 Components (each ``name`` + ``async run(stop)``, supervised with restart backoff like edged's):
 the device writer, the projector, the lifecycle controller, the attestation controller (when
-the trust package provides a verifier) and lease expiry. The writer and the projector are
-critical: when their store keeps failing (:mod:`hub.batching`), ``serve`` raises
-:class:`~edgefleet.supervising.CriticalComponentError` and ``hub serve`` exits 1, for systemd
-to restart it.
+the trust package provides a verifier), lease expiry and the store's compactor. The writer
+and the projector are critical: when their store keeps failing (:mod:`hub.batching`),
+``serve`` raises :class:`~edgefleet.supervising.CriticalComponentError` and ``hub serve``
+exits 1, for systemd to restart it.
 """
 
 from __future__ import annotations
@@ -46,6 +46,7 @@ from hub.projecting import Projector
 from hub.registering import add_servicer
 from hub.sessions import Sessions
 from hub.store import Store, open_hub_store
+from hub.store.compacting import Compactor
 from hub.store.identity import data_dir_lock
 from hub.syncing import DeviceServicer
 from hub.writing import DeviceWriter
@@ -209,6 +210,11 @@ async def _serve(
         ctx.projector,
         Lifecycle(ctx, running.devices.last_seen),
         LeaseExpiry(ctx.store),
+        Compactor(
+            ctx.store,
+            period=ctx.config.history.compaction_period_s,
+            retention=ctx.config.history.retention_s,
+        ),
         attestation,
     ]
     if ready is not None:
