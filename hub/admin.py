@@ -23,6 +23,7 @@ store failed); PushArtifact's refusals are listed in docs/trust.md ("The hub sid
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -37,6 +38,7 @@ from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from hub import applying, pki, storekeys, tokens
 from hub.auth import Caller, authorize
 from hub.context import HubContext
+from hub.desired import MAX_DESIRED_STATE_BYTES, FleetPolicies, build_desired, wire_size
 from hub.devices import Device
 from hub.pki import Role
 from hub.presenting import deployment_object, device_object, object_labels
@@ -147,6 +149,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise _invalid(problems_text(exc)) from None
         planned = [await self._plan(obj) for obj in parsed]
         changed = [p for p in planned if p.outcome is not applying.Outcome.UNCHANGED]
+        if changed:
+            self._check_desired_sizes(changed)
         if changed and not request.dry_run:
             revision = await self._ctx.store.txn(
                 [Compare(p.key, p.read_revision) for p in changed],
@@ -174,6 +178,39 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 for p in planned
             ]
         )
+
+    def _check_desired_sizes(self, changed: list[_Planned]) -> None:
+        """Refuse an apply after which a device's desired state would not fit in a message
+        (it could then never be sent to that device), naming the devices and sizes."""
+        cache = self._ctx.cache
+        trial = dataclasses.replace(
+            cache, stored=dict(cache.stored), deployments=dict(cache.deployments)
+        )
+        for p in changed:
+            trial.put_object(p.obj.manifest, 0)
+        fleet = FleetPolicies.of(trial)
+        too_big: list[tuple[str, int]] = []
+        for name, device in sorted(cache.devices.items()):
+            previous = cache.desired.get(name)
+            content = build_desired(
+                device,
+                trial,
+                previous=frozenset(previous.deployments) if previous else frozenset(),
+                region=self._ctx.region,
+                fleet=fleet,
+            )
+            size = wire_size(content)
+            if size > MAX_DESIRED_STATE_BYTES:
+                too_big.append((name, size))
+        if too_big:
+            shown = ", ".join(f"{n} ({s / 2**20:.1f} MiB)" for n, s in too_big[:10])
+            more = f" and {len(too_big) - 10} more" if len(too_big) > 10 else ""
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"nothing applied: the desired state of {len(too_big)} device(s) would exceed "
+                f"{MAX_DESIRED_STATE_BYTES / 2**20:.2f} MiB, the most a device can receive: "
+                f"{shown}{more}; make manifests smaller (annotations) or select fewer devices",
+            )
 
     async def _plan(self, obj: applying.ParsedObject) -> _Planned:
         key = storekeys.object_key(obj.kind, obj.name)

@@ -34,6 +34,7 @@ from edgefleet.v1 import device_pb2, device_pb2_grpc
 from hub import pki
 from hub.auth import Caller, authorize
 from hub.context import HubContext
+from hub.desired import MAX_DESIRED_STATE_BYTES
 from hub.deviceinput import check_hello, check_message
 from hub.devices import Device, DevicePhase, Health, WorkloadReport
 from hub.limiting import Rate, RateLimiter
@@ -195,8 +196,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                     content, session.desired = session.desired, None
                     if record is not None and record.generation > sent:
                         sent = record.generation
-                        session.sent_any = True
-                        yield device_pb2.HubMessage(
+                        message = device_pb2.HubMessage(
                             desired_state=device_pb2.DesiredState(
                                 generation=record.generation,
                                 manifests=list(content.manifests),
@@ -207,6 +207,29 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                                 ),
                             )
                         )
+                        size = message.ByteSize()
+                        if size > MAX_DESIRED_STATE_BYTES:
+                            # Apply refuses this; a label or a push can still cause it. The
+                            # device keeps what it runs; the operator is told which and why.
+                            log.error(
+                                "desired-state-too-large",
+                                device=caller.name,
+                                generation=record.generation,
+                                bytes=size,
+                            )
+                            ctx.writer.event(
+                                "Device",
+                                caller.name,
+                                "Warning",
+                                "DesiredStateTooLarge",
+                                f"desired state generation {record.generation} is "
+                                f"{size / 2**20:.1f} MiB, over the "
+                                f"{MAX_DESIRED_STATE_BYTES / 2**20:.2f} MiB a device can "
+                                "receive: not sent; the device keeps its current state",
+                            )
+                        else:
+                            session.sent_any = True
+                            yield message
                 while session.challenges:
                     nonce = session.challenges.pop(0)
                     yield device_pb2.HubMessage(

@@ -282,6 +282,10 @@ async def test_get_and_list_show_kubernetes_shaped_objects(tmp_path: Path) -> No
         await seed_devices(hub)
         hub.ctx.cache.desired["cam-1"] = DesiredRecord(7, ("fraud",), "d")
         await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment()]))
+        # the apply's projection (the model was never pushed) settles first; then the record
+        # the assertions below are about is put back, and nothing marks the device again
+        await eventually(lambda: hub.ctx.cache.desired["cam-1"].digest != "d")
+        hub.ctx.cache.desired["cam-1"] = DesiredRecord(7, ("fraud",), "d")
 
         got = await stub.Get(admin_pb2.GetRequest(kind="Device", name="cam-1"))
         doc = orjson.loads(got.json)
@@ -595,3 +599,32 @@ async def test_create_token_bounds_change_nothing_and_the_event_comes_with_the_t
         assert [objects.loads(e.value)["reason"] for e in events] == ["Created"]
         record = tokens.TokenRecord.from_json(kv.value)
         assert (record.device_labels, record.labels) == (False, {"site": "a"})
+
+
+@async_test
+async def test_apply_refuses_a_desired_state_a_device_could_not_receive(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+        model = objects.ModelRecord("fraud", "2.4.1", "ab" * 32, 1234, b"{signed}", 1.0)
+        await hub.ctx.store.put(objects.model_key("fraud", "2.4.1"), objects.dumps(model.to_json()))
+        hub.ctx.cache.models[("fraud", "2.4.1")] = model
+
+        def big(name: str) -> bytes:
+            doc = orjson.loads(deployment(name))
+            doc["spec"]["model"] = {"name": "fraud", "version": "2.4.1"}
+            doc["spec"]["placement"] = {"nodeSelector": {"site": "retail"}}
+            doc["metadata"]["annotations"] = {"note": "x" * 900_000}
+            return orjson.dumps(doc)
+
+        # the case: five deployments with large annotations, 4.7 MB for cam-1
+        for i in range(4):
+            await stub.Apply(admin_pb2.ApplyRequest(documents=[big(f"d{i}")]))
+        for dry_run in (True, False):
+            code, details = await code_of(
+                stub.Apply(admin_pb2.ApplyRequest(documents=[big("d4")], dry_run=dry_run))
+            )
+            assert code is grpc.StatusCode.FAILED_PRECONDITION, details
+            assert "cam-1 (4.3 MiB)" in details and "cam-2" not in details
+        assert await hub.ctx.store.get(objects.object_key("ModelDeployment", "d4")) is None
+        assert "d4" not in hub.ctx.cache.deployments
