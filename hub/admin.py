@@ -152,20 +152,29 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if changed:
             self._check_desired_sizes(changed)
         if changed and not request.dry_run:
-            revision = await self._ctx.store.txn(
-                [Compare(p.key, p.read_revision) for p in changed],
-                [Put(p.key, storekeys.object_value(p.obj.manifest)) for p in changed],
-            )
-            for p in changed:
-                p.revision = revision
-                self._ctx.cache.put_object(p.obj.manifest, revision)
-                self._ctx.writer.event(
+            writer = self._ctx.writer
+            events = [
+                writer.prepare_event(
                     p.obj.kind,
                     p.obj.name,
                     "Normal",
                     p.outcome.value.capitalize(),
-                    f"{p.obj.kind} {p.obj.name} {p.outcome.value} (revision {revision})",
+                    f"{p.obj.kind} {p.obj.name} {p.outcome.value} by apply",
                 )
+                for p in changed
+            ]
+            # One transaction: the objects and the events that describe them.
+            revision = await self._ctx.store.txn(
+                [Compare(p.key, p.read_revision) for p in changed],
+                [
+                    *(Put(p.key, storekeys.object_value(p.obj.manifest)) for p in changed),
+                    *(e.put for e in events),
+                ],
+            )
+            for p, e in zip(changed, events, strict=True):
+                p.revision = revision
+                self._ctx.cache.put_object(p.obj.manifest, revision)
+                writer.committed(e)
             self._ctx.projector.mark_all()
         return admin_pb2.ApplyResponse(
             results=[
@@ -379,6 +388,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise _invalid("name: required (an object name)")
         kind, name = request.kind, request.name
         ctx, cache = self._ctx, self._ctx.cache
+        event = ctx.writer.prepare_event(kind, name, "Normal", "Deleted", f"{kind} {name} deleted")
         if kind == storekeys.KIND_DEVICE:
             if name not in cache.devices:
                 return admin_pb2.DeleteResponse(deleted=False)
@@ -386,7 +396,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             if session is not None:
                 session.close("device deleted")
             await ctx.store.txn(
-                (), [Delete(storekeys.device_key(name)), Delete(storekeys.desired_key(name))]
+                (),
+                [
+                    Delete(storekeys.device_key(name)),
+                    Delete(storekeys.desired_key(name)),
+                    event.put,
+                ],
             )
             cache.devices.pop(name, None)
             cache.desired.pop(name, None)
@@ -395,7 +410,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             model = self._model_records().get(name)
             if model is None:
                 return admin_pb2.DeleteResponse(deleted=False)
-            await ctx.store.delete(storekeys.model_key(model.name, model.version))
+            await ctx.store.txn(
+                (), [Delete(storekeys.model_key(model.name, model.version)), event.put]
+            )
             cache.models.pop((model.name, model.version), None)
             ctx.projector.mark_all()
         else:
@@ -403,10 +420,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             kv = await ctx.store.get(key)
             if kv is None:
                 return admin_pb2.DeleteResponse(deleted=False)
-            await ctx.store.delete(key, expect_mod_revision=kv.mod_revision)
+            await ctx.store.txn([Compare(key, kv.mod_revision)], [Delete(key), event.put])
             cache.drop_object(kind, name)
             ctx.projector.mark_all()
-        ctx.writer.event(kind, name, "Normal", "Deleted", f"{kind} {name} deleted")
+        ctx.writer.committed(event)
         return admin_pb2.DeleteResponse(deleted=True)
 
     # -- devices -----------------------------------------------------------------------------
@@ -451,26 +468,28 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         serials = [s for s in (device.certificate_serial, device.previous_serial) if s]
         revoked = device.with_(revoked=True)
         ctx = self._ctx
-        await ctx.store.txn(
-            (),
-            [
-                *(Put(storekeys.revoked_key(s), name.encode()) for s in serials),
-                Put(storekeys.device_key(name), storekeys.dumps(revoked.to_json())),
-            ],
-        )
-        ctx.cache.revoked.update(dict.fromkeys(serials, name))
-        ctx.cache.devices[name] = revoked
-        session = ctx.sessions.get(name)
-        if session is not None:
-            session.close("certificate revoked")
         which = ", ".join(serials) or "none on record"
-        ctx.writer.event(
+        event = ctx.writer.prepare_event(
             storekeys.KIND_DEVICE,
             name,
             "Warning",
             "Revoked",
             f"{name}: certificates revoked ({which})",
         )
+        await ctx.store.txn(
+            (),
+            [
+                *(Put(storekeys.revoked_key(s), name.encode()) for s in serials),
+                Put(storekeys.device_key(name), storekeys.dumps(revoked.to_json())),
+                event.put,
+            ],
+        )
+        ctx.writer.committed(event)
+        ctx.cache.revoked.update(dict.fromkeys(serials, name))
+        ctx.cache.devices[name] = revoked
+        session = ctx.sessions.get(name)
+        if session is not None:
+            session.close("certificate revoked")
         ctx.projector.mark([name])
         return admin_pb2.RevokeDeviceResponse(serials=serials)
 

@@ -21,6 +21,7 @@ from hub import pki, tokens
 from hub import storekeys as objects
 from hub.caching import Cache
 from hub.devices import Device, DevicePhase, WorkloadReport
+from hub.store import EventType
 from hub.storekeys import DesiredRecord
 
 DIGEST = "sha256:" + "ab" * 32
@@ -628,3 +629,34 @@ async def test_apply_refuses_a_desired_state_a_device_could_not_receive(tmp_path
             assert "cam-1 (4.3 MiB)" in details and "cam-2" not in details
         assert await hub.ctx.store.get(objects.object_key("ModelDeployment", "d4")) is None
         assert "d4" not in hub.ctx.cache.deployments
+
+
+@async_test
+async def test_events_are_written_in_the_transaction_of_the_change(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+
+        async def reasons_at(revision: int) -> list[str]:
+            kvs = (await hub.ctx.store.range("/events/")).kvs
+            return [objects.loads(kv.value)["reason"] for kv in kvs if kv.mod_revision == revision]
+
+        applied = await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment(), baseline()]))
+        revision = applied.results[0].resource_version
+        assert await reasons_at(revision) == ["Created", "Created"]
+
+        await stub.Delete(admin_pb2.DeleteRequest(kind="ModelDeployment", name="fraud"))
+        deleted = await hub.ctx.store.range("/events/")
+        assert objects.loads(deleted.kvs[-1].value)["reason"] == "Deleted"
+        assert await hub.ctx.store.get(objects.object_key("ModelDeployment", "fraud")) is None
+        history = hub.ctx.store.watch("/objects/ModelDeployment/", 1)
+        async for change in history:
+            if change.type is EventType.DELETE:
+                assert change.revision == deleted.kvs[-1].mod_revision
+                break
+        await history.aclose()  # type: ignore[attr-defined]
+
+        await stub.RevokeDevice(admin_pb2.RevokeDeviceRequest(device_name="cam-1"))
+        record = await hub.ctx.store.get(objects.device_key("cam-1"))
+        assert record is not None
+        assert await reasons_at(record.mod_revision) == ["Revoked"]
