@@ -13,7 +13,9 @@ reservedLabels`` (those are for tokens and ``edgectl label`` alone, like Kuberne
 NodeRestriction): :func:`enrollment_labels` decides, purely.
 
 Guessing: attempts are rate limited per source address and, for refused attempts, per token
-id (:mod:`hub.limiting`). Every refusal of a token looks the same from outside
+id (:mod:`hub.limiting`): when a token id's refusals exceed its rate, addresses refused in
+the last 10 minutes are held off it, while a device at another address (which has the
+secret) still enrolls. Every refusal of a token looks the same from outside
 (UNAUTHENTICATED, one message, the secret hashed and compared even for an unknown id), so
 refusals do not tell which token ids exist; the hub's log says exactly why, and so does an
 event on the token when the id exists.
@@ -23,6 +25,7 @@ from __future__ import annotations
 
 import re
 import secrets
+from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
@@ -49,6 +52,8 @@ REFUSED = (
 )
 """The one answer to every refused token (the hub's log and events say which it was)."""
 RATE_LIMITED = "too many enrollment attempts; retry in {:.0f}s"
+REFUSED_SOURCE_MEMORY_S = 600.0
+MAX_REFUSED_SOURCES = 10_000
 
 
 def is_reserved(key: str, reserved: Sequence[str]) -> bool:
@@ -129,12 +134,22 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         self.per_token = RateLimiter(
             Rate(limits.per_token_failure_rate, limits.per_token_failure_burst)
         )
+        self.refused_sources: OrderedDict[str, float] = OrderedDict()  # source -> last refusal
+
+    def _recently_refused(self, source: str, now: float) -> bool:
+        at = self.refused_sources.get(source)
+        return at is not None and now - at < REFUSED_SOURCE_MEMORY_S
 
     async def _refuse(
         self, context: grpc.aio.ServicerContext, exc: TokenError, token_id: str, source: str
     ) -> None:
         ctx = self.ctx
-        self.per_token.allow(token_id, ctx.clock())
+        now = ctx.clock()
+        self.per_token.allow(token_id, now)
+        self.refused_sources[source] = now
+        self.refused_sources.move_to_end(source)
+        while len(self.refused_sources) > MAX_REFUSED_SOURCES:
+            self.refused_sources.popitem(last=False)
         log.warning("enrollment-refused", reason=exc.reason.value, token=token_id, source=source)
         if exc.reason is not TokenRefusal.UNKNOWN:  # no store writes for made-up ids
             ctx.writer.event("Token", token_id, "Warning", "EnrollmentRefused", str(exc))
@@ -159,7 +174,9 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             problems.append(f"token: {exc}")
         if problems:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(problems))
-        if not self.per_token.would_allow(token_id, now):
+        # A token id whose secret is being guessed is held off for the guessers, not for a
+        # device at another address that has not been refused: it has the secret.
+        if not self.per_token.would_allow(token_id, now) and self._recently_refused(source, now):
             log.warning("enrollment-rate-limited", source=source, token=token_id, limit="token")
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
