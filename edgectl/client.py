@@ -12,7 +12,9 @@ Every gRPC failure becomes a :class:`ClientError` carrying the status code's nam
 message, printed by the CLI as one line (``error: INVALID_ARGUMENT: documents[0].spec...``).
 
 Exit codes of edgectl: 0 done; 1 the hub refused (or the input is invalid); 2 usage or
-config errors; 3 the hub cannot be reached.
+config errors; 3 the hub cannot be reached — or stopped answering during a call that changes
+something, when the outcome is unknown: the message says so and how to check
+(:func:`outcome_unknown`), never "refused".
 """
 
 from __future__ import annotations
@@ -88,12 +90,64 @@ class ClientError(Exception):
         super().__init__(f"{code}: {message}")
 
 
-def _translated(exc: grpc.RpcError, hub: str) -> ClientError:
-    code = exc.code()
-    details = exc.details() or ""
+_MAYBE_DONE = _UNREACHABLE | {
+    grpc.StatusCode.CANCELLED,
+    grpc.StatusCode.UNKNOWN,
+    grpc.StatusCode.INTERNAL,
+}
+"""Failures after which a call that changes something may or may not have taken effect."""
+
+_NEVER_SENT = (
+    "failed to connect to all addresses",
+    "connection refused",
+    "dns resolution failed",
+    "name resolution",
+    "no route to host",
+    "handshake failed",
+)
+"""What gRPC says when no connection was made: then nothing reached the hub."""
+
+CHECKS = {
+    "Apply": 'edgectl apply --dry-run -f FILE ("unchanged" means it was applied) or '
+    "edgectl get events",
+    "Delete": "edgectl get KIND NAME",
+    "Cordon": "edgectl get devices NAME",
+    "Uncordon": "edgectl get devices NAME",
+    "RevokeDevice": "edgectl get devices NAME (spec and taints) or edgectl get events",
+    "CreateToken": "hub token list on the hub, or edgectl get events",
+    "PushArtifact": "edgectl get models",
+}
+"""The methods that change something, and how an operator checks whether they did."""
+
+
+def outcome_unknown(code: grpc.StatusCode, details: str, hub: str, method: str) -> bool:
+    """Whether a failed call of ``method`` may still have taken effect (pure)."""
+    if method not in CHECKS or code not in _MAYBE_DONE:
+        return False
+    lowered = details.lower()
+    return not any(hint in lowered for hint in _NEVER_SENT)
+
+
+def translate(code: grpc.StatusCode | None, details: str, hub: str, method: str) -> ClientError:
+    """A failed call as edgectl reports it (pure): refused (1), unreachable (3), or — for a
+    call that changes something and failed in transit — outcome unknown (3), with how to
+    check."""
+    code = code or grpc.StatusCode.UNKNOWN
+    if outcome_unknown(code, details, hub, method):
+        return ClientError(
+            code.name,
+            f"the hub at {hub} stopped answering during {method} ({details or 'no details'}): "
+            f"the outcome is unknown, it may or may not have been done; check with "
+            f"{CHECKS[method]}",
+            EXIT_UNREACHABLE,
+        )
     if code in _UNREACHABLE:
         return ClientError(code.name, f"cannot reach the hub at {hub}: {details}", EXIT_UNREACHABLE)
     return ClientError(code.name, details)
+
+
+def _translated(exc: grpc.RpcError, hub: str, method: str = "") -> ClientError:
+    return translate(exc.code(), exc.details() or "", hub, method)
 
 
 def _read(path: Path, what: str) -> bytes:
@@ -131,7 +185,7 @@ class AdminClient:
         try:
             return getattr(self._stub, method)(request, timeout=self._timeout)
         except grpc.RpcError as exc:
-            raise _translated(exc, self._hub) from None
+            raise _translated(exc, self._hub, method) from None
 
     def apply(self, documents: list[bytes], *, dry_run: bool = False) -> list[Any]:
         request = admin_pb2.ApplyRequest(documents=documents, dry_run=dry_run)

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import grpc
 
-from edgectl.client import AdminConfig, load_admin_config
+from edgectl.client import EXIT_REFUSED, AdminConfig, load_admin_config, translate
 from edgectl.commands import CONFIG_ENV, default_config
 from edgefleet.errors import ConfigError, TrustError
 from edgefleet.trust import signing
@@ -32,6 +32,10 @@ CHUNK = 256 * 1024
 
 class PushError(Exception):
     """The push could not be made or was refused; the message says why."""
+
+    def __init__(self, message: str, *, exit_code: int = EXIT_REFUSED) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _channel(config: AdminConfig) -> grpc.aio.Channel:
@@ -88,7 +92,7 @@ def run(args: argparse.Namespace) -> int | None:
         response = asyncio.run(push(config, args.file, envelope))
     except (PushError, TrustError, ConfigError, OSError, ValueError) as exc:
         print(f"edgectl: models push: {exc}", file=sys.stderr)
-        return 1
+        return exc.exit_code if isinstance(exc, PushError) else EXIT_REFUSED
     what = f"model/{args.name} {args.version}"
     if response.stored:
         print(f"{what} pushed (sha256 {response.sha256}, {response.length} bytes)")
@@ -145,5 +149,7 @@ async def push(
             )
             return response
         except grpc.aio.AioRpcError as exc:
-            code = exc.code().name if exc.code() else "UNKNOWN"
-            raise PushError(f"the hub refused it ({code}): {exc.details()}") from None
+            error = translate(exc.code(), exc.details() or "", config.hub, "PushArtifact")
+            if error.exit_code == EXIT_REFUSED:
+                raise PushError(f"the hub refused it ({error.code}): {error.message}") from None
+            raise PushError(error.message, exit_code=error.exit_code) from None

@@ -19,13 +19,16 @@ them, still under this root (they are listed here so the whole tree is in one pl
     │   ├── CompareFailed      a compare-and-swap (or txn compare) did not hold; nothing written
     │   ├── Compacted          a watch asked for history older than the compaction point
     │   ├── LeaseNotFound      the lease does not exist (never granted, revoked or expired)
-    │   └── StoreUnavailable   the store URL names a backend that is not available
+    │   ├── StoreUnavailable   the store URL names a backend that is not available
+    │   └── StoreIdentityError the store is missing, empty or another hub's; or a backup is
+    │                          unusable (hub.store.identity)
     ├── PkiError               a certificate, key or CSR is invalid or cannot be made
     │   ├── CsrRejected        a CSR is malformed or its signature does not verify
     │   ├── CaPinMismatch      a presented CA does not match the pinned hash
     │   └── IdentityError      a certificate carries no valid edgefleet identity
     ├── TokenError             a bootstrap token was refused; ``reason`` says why
     ├── HubDirError            the hub data directory is missing, incomplete or already exists
+    ├── StreamRefused          a device's message was refused; its Sync stream ends (hub.syncing)
     ├── PushRefused            an artifact push was refused (hub.pushing)
     ├── LaunchError            a program started by edgefleet.launching exited or never got ready
     ├── AlreadyRunning         another edged holds the data directory (edged.daemon)

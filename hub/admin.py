@@ -23,6 +23,7 @@ store failed); PushArtifact's refusals are listed in docs/trust.md ("The hub sid
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -37,17 +38,20 @@ from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from hub import applying, pki, storekeys, tokens
 from hub.auth import Caller, authorize
 from hub.context import HubContext
+from hub.desired import MAX_DESIRED_STATE_BYTES, FleetPolicies, build_desired, wire_size
 from hub.devices import Device
 from hub.pki import Role
 from hub.presenting import deployment_object, device_object, object_labels
 from hub.selecting import parse_selector
 from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
 from hub.trustroots import root_pin
+from hub.writing import PreparedEvent
 
 log = get_logger(__name__)
 
 DEFAULT_EVENTS_LIMIT = 500
 MAX_TOKEN_DESCRIPTION = 256
+MAX_TOKEN_LABELS = 64
 
 LISTED_KINDS: tuple[str, ...] = (
     storekeys.KIND_DEVICE,
@@ -146,21 +150,32 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise _invalid(problems_text(exc)) from None
         planned = [await self._plan(obj) for obj in parsed]
         changed = [p for p in planned if p.outcome is not applying.Outcome.UNCHANGED]
+        if changed:
+            self._check_desired_sizes(changed)
         if changed and not request.dry_run:
-            revision = await self._ctx.store.txn(
-                [Compare(p.key, p.read_revision) for p in changed],
-                [Put(p.key, storekeys.object_value(p.obj.manifest)) for p in changed],
-            )
-            for p in changed:
-                p.revision = revision
-                self._ctx.cache.put_object(p.obj.manifest, revision)
-                self._ctx.writer.event(
+            writer = self._ctx.writer
+            events = [
+                writer.prepare_event(
                     p.obj.kind,
                     p.obj.name,
                     "Normal",
                     p.outcome.value.capitalize(),
-                    f"{p.obj.kind} {p.obj.name} {p.outcome.value} (revision {revision})",
+                    f"{p.obj.kind} {p.obj.name} {p.outcome.value} by apply",
                 )
+                for p in changed
+            ]
+            # One transaction: the objects and the events that describe them.
+            revision = await self._ctx.store.txn(
+                [Compare(p.key, p.read_revision) for p in changed],
+                [
+                    *(Put(p.key, storekeys.object_value(p.obj.manifest)) for p in changed),
+                    *(e.put for e in events),
+                ],
+            )
+            for p, e in zip(changed, events, strict=True):
+                p.revision = revision
+                self._ctx.cache.put_object(p.obj.manifest, revision)
+                writer.committed(e)
             self._ctx.projector.mark_all()
         return admin_pb2.ApplyResponse(
             results=[
@@ -173,6 +188,39 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 for p in planned
             ]
         )
+
+    def _check_desired_sizes(self, changed: list[_Planned]) -> None:
+        """Refuse an apply after which a device's desired state would not fit in a message
+        (it could then never be sent to that device), naming the devices and sizes."""
+        cache = self._ctx.cache
+        trial = dataclasses.replace(
+            cache, stored=dict(cache.stored), deployments=dict(cache.deployments)
+        )
+        for p in changed:
+            trial.put_object(p.obj.manifest, 0)
+        fleet = FleetPolicies.of(trial)
+        too_big: list[tuple[str, int]] = []
+        for name, device in sorted(cache.devices.items()):
+            previous = cache.desired.get(name)
+            content = build_desired(
+                device,
+                trial,
+                previous=frozenset(previous.deployments) if previous else frozenset(),
+                region=self._ctx.region,
+                fleet=fleet,
+            )
+            size = wire_size(content)
+            if size > MAX_DESIRED_STATE_BYTES:
+                too_big.append((name, size))
+        if too_big:
+            shown = ", ".join(f"{n} ({s / 2**20:.1f} MiB)" for n, s in too_big[:10])
+            more = f" and {len(too_big) - 10} more" if len(too_big) > 10 else ""
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"nothing applied: the desired state of {len(too_big)} device(s) would exceed "
+                f"{MAX_DESIRED_STATE_BYTES / 2**20:.2f} MiB, the most a device can receive: "
+                f"{shown}{more}; make manifests smaller (annotations) or select fewer devices",
+            )
 
     async def _plan(self, obj: applying.ParsedObject) -> _Planned:
         key = storekeys.object_key(obj.kind, obj.name)
@@ -341,6 +389,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise _invalid("name: required (an object name)")
         kind, name = request.kind, request.name
         ctx, cache = self._ctx, self._ctx.cache
+        event = ctx.writer.prepare_event(kind, name, "Normal", "Deleted", f"{kind} {name} deleted")
         if kind == storekeys.KIND_DEVICE:
             if name not in cache.devices:
                 return admin_pb2.DeleteResponse(deleted=False)
@@ -348,7 +397,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             if session is not None:
                 session.close("device deleted")
             await ctx.store.txn(
-                (), [Delete(storekeys.device_key(name)), Delete(storekeys.desired_key(name))]
+                (),
+                [
+                    Delete(storekeys.device_key(name)),
+                    Delete(storekeys.desired_key(name)),
+                    event.put,
+                ],
             )
             cache.devices.pop(name, None)
             cache.desired.pop(name, None)
@@ -357,7 +411,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             model = self._model_records().get(name)
             if model is None:
                 return admin_pb2.DeleteResponse(deleted=False)
-            await ctx.store.delete(storekeys.model_key(model.name, model.version))
+            await ctx.store.txn(
+                (), [Delete(storekeys.model_key(model.name, model.version)), event.put]
+            )
             cache.models.pop((model.name, model.version), None)
             ctx.projector.mark_all()
         else:
@@ -365,10 +421,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             kv = await ctx.store.get(key)
             if kv is None:
                 return admin_pb2.DeleteResponse(deleted=False)
-            await ctx.store.delete(key, expect_mod_revision=kv.mod_revision)
+            await ctx.store.txn([Compare(key, kv.mod_revision)], [Delete(key), event.put])
             cache.drop_object(kind, name)
             ctx.projector.mark_all()
-        ctx.writer.event(kind, name, "Normal", "Deleted", f"{kind} {name} deleted")
+        ctx.writer.committed(event)
         return admin_pb2.DeleteResponse(deleted=True)
 
     # -- devices -----------------------------------------------------------------------------
@@ -410,29 +466,31 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     ) -> admin_pb2.RevokeDeviceResponse:
         device = self._device(request.device_name)
         name = device.name
-        serials = [device.certificate_serial] if device.certificate_serial else []
+        serials = [s for s in (device.certificate_serial, device.previous_serial) if s]
         revoked = device.with_(revoked=True)
         ctx = self._ctx
-        await ctx.store.txn(
-            (),
-            [
-                *(Put(storekeys.revoked_key(s), name.encode()) for s in serials),
-                Put(storekeys.device_key(name), storekeys.dumps(revoked.to_json())),
-            ],
-        )
-        ctx.cache.revoked.update(dict.fromkeys(serials, name))
-        ctx.cache.devices[name] = revoked
-        session = ctx.sessions.get(name)
-        if session is not None:
-            session.close("certificate revoked")
         which = ", ".join(serials) or "none on record"
-        ctx.writer.event(
+        event = ctx.writer.prepare_event(
             storekeys.KIND_DEVICE,
             name,
             "Warning",
             "Revoked",
             f"{name}: certificates revoked ({which})",
         )
+        await ctx.store.txn(
+            (),
+            [
+                *(Put(storekeys.revoked_key(s), name.encode()) for s in serials),
+                Put(storekeys.device_key(name), storekeys.dumps(revoked.to_json())),
+                event.put,
+            ],
+        )
+        ctx.writer.committed(event)
+        ctx.cache.revoked.update(dict.fromkeys(serials, name))
+        ctx.cache.devices[name] = revoked
+        session = ctx.sessions.get(name)
+        if session is not None:
+            session.close("certificate revoked")
         ctx.projector.mark([name])
         return admin_pb2.RevokeDeviceResponse(serials=serials)
 
@@ -442,29 +500,59 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.CreateTokenRequest, context: Any
     ) -> admin_pb2.CreateTokenResponse:
         ctx = self._ctx
-        ttl = request.ttl.ToTimedelta().total_seconds() if request.HasField("ttl") else 0.0
-        if ttl < 0:
-            raise _invalid(f"ttl: must be more than 0s, got {ttl:g}s")
-        if len(request.description) > MAX_TOKEN_DESCRIPTION:
-            raise _invalid(f"description: at most {MAX_TOKEN_DESCRIPTION} characters")
         problems: list[str] = []
-        for key, value in sorted(request.labels.items()):
+        ttl = ctx.config.tokens.default_ttl_s
+        if request.HasField("ttl") and (request.ttl.seconds or request.ttl.nanos):
+            # Seconds and nanos straight from the message: a Duration beyond timedelta's
+            # range must be a clear refusal, not an overflow.
+            ttl = request.ttl.seconds + request.ttl.nanos / 1e9
+            if not tokens.MIN_TTL_S <= ttl <= tokens.MAX_TTL_S:
+                problems.append(
+                    f"ttl: must be from {tokens.MIN_TTL_S:g}s to {tokens.MAX_TTL_S:g}s "
+                    f"(a year), got {ttl:g}s"
+                )
+        if len(request.description) > MAX_TOKEN_DESCRIPTION:
+            problems.append(f"description: at most {MAX_TOKEN_DESCRIPTION} characters")
+        if len(request.labels) > MAX_TOKEN_LABELS:
+            problems.append(f"labels: at most {MAX_TOKEN_LABELS}, got {len(request.labels)}")
+        for key, value in sorted(request.labels.items())[:MAX_TOKEN_LABELS]:
             for check in (label_key, label_value):
                 try:
                     check(key if check is label_key else value)
                 except ValueError as exc:
                     problems.append(f"labels[{key!r}]: {exc}")
+        prefix = request.device_label_prefix
+        if prefix:
+            try:
+                label_key(prefix.rstrip("/") if prefix.endswith("/") else prefix)
+            except ValueError as exc:
+                problems.append(f"device_label_prefix: {exc}")
+            if request.no_device_labels:
+                problems.append("device_label_prefix: makes no sense with no_device_labels")
         if problems:
             raise _invalid("; ".join(problems))
+        prepared: list[PreparedEvent] = []
+
+        def event_for(token_id: str) -> Put:
+            prepared[:] = [
+                ctx.writer.prepare_event(
+                    "Token", token_id, "Normal", "Created", f"bootstrap token {token_id}"
+                )
+            ]
+            return prepared[0].put
+
         token, record = await tokens.create_token(
             ctx.store,
             now=ctx.clock(),
-            ttl=ttl or ctx.config.tokens.default_ttl_s,
+            ttl=ttl,
             single_use=request.single_use or ctx.config.tokens.single_use,
             description=request.description,
             labels=dict(request.labels),
+            device_labels=not request.no_device_labels,
+            device_label_prefix=prefix,
+            event_for=event_for,
         )
-        ctx.writer.event("Token", record.id, "Normal", "Created", f"bootstrap token {record.id}")
+        ctx.writer.committed(prepared[0])
         response = admin_pb2.CreateTokenResponse(
             token=token, ca_hash=pki.ca_pin(ctx.ca.certificate), root_hash=root_pin(ctx)
         )

@@ -1,4 +1,5 @@
-"""The ``hub`` command: ``hub init``, ``hub serve`` and ``hub token create|list``."""
+"""The ``hub`` command: ``hub init``, ``hub serve``, ``hub token create|list`` and
+``hub backup|restore``."""
 
 from __future__ import annotations
 
@@ -16,7 +17,13 @@ from edgefleet.versioning import version_text
 from hub import pki, tokens
 from hub.config import DEFAULT_PORT, DEFAULT_REGION, HubConfig, load_config
 from hub.initializing import HubPaths, init_hub
-from hub.store import Store, open_store
+from hub.store import Store, default_store_url, open_hub_store, parse_store_url
+from hub.store.identity import (
+    StoreIdentityError,
+    backup_sqlite,
+    data_dir_lock,
+    restore_sqlite,
+)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -69,6 +76,19 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument("--store", help="store URL (default: hub.toml store, else D/hub.db)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
 
+    backup = sub.add_parser(
+        "backup",
+        help="copy the store to a file (SQLite online backup: the hub may keep serving)",
+    )
+    backup.add_argument("--data-dir", type=Path, required=True)
+    backup.add_argument("--out", type=Path, required=True, metavar="FILE")
+    restore = sub.add_parser(
+        "restore",
+        help="replace a stopped hub's store with a backup of it (made by hub backup)",
+    )
+    restore.add_argument("--data-dir", type=Path, required=True)
+    restore.add_argument("--from", dest="source", type=Path, required=True, metavar="FILE")
+
     token = sub.add_parser("token", help="bootstrap tokens for enrolling devices")
     tsub = token.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
     create = tsub.add_parser("create", help="a new bootstrap token")
@@ -91,7 +111,7 @@ def _config(data_dir: Path) -> HubConfig:
 
 
 async def _open(data_dir: Path, config: HubConfig) -> Store:
-    return await open_store(config.store or None, data_dir=HubPaths.of(data_dir).data_dir)
+    return await open_hub_store(config.store or None, data_dir=HubPaths.of(data_dir).data_dir)
 
 
 async def _init(args: argparse.Namespace) -> int:
@@ -123,12 +143,16 @@ async def _token_create(args: argparse.Namespace) -> int:
     config = _config(args.data_dir)
     paths = HubPaths.of(args.data_dir)
     pin = pki.ca_pin(pki.load_certificate(paths.ca_certificate.read_bytes()))
+    ttl = args.ttl or config.tokens.default_ttl_s
+    if not tokens.MIN_TTL_S <= ttl <= tokens.MAX_TTL_S:
+        print(f"hub: --ttl must be from 1s to 366d, got {ttl:g}s", file=sys.stderr)
+        return 2
     store = await _open(args.data_dir, config)
     try:
         token, record = await tokens.create_token(
             store,
             now=time.time(),
-            ttl=args.ttl or config.tokens.default_ttl_s,
+            ttl=ttl,
             single_use=args.single_use or config.tokens.single_use,
             description=args.description,
         )
@@ -162,6 +186,45 @@ async def _token_list(args: argparse.Namespace) -> int:
     return 0
 
 
+def _sqlite_path(data_dir: Path, config: HubConfig) -> Path:
+    location = parse_store_url(config.store or default_store_url(HubPaths.of(data_dir).data_dir))
+    if location.path is None:
+        raise StoreIdentityError(
+            f"hub backup and restore work on the SQLite store; this hub's store is "
+            f"{config.store} (for etcd, use etcdctl snapshot save / restore)"
+        )
+    return location.path
+
+
+async def _backup(args: argparse.Namespace) -> int:
+    config = _config(args.data_dir)
+    info = await asyncio.to_thread(backup_sqlite, _sqlite_path(args.data_dir, config), args.out)
+    print(
+        f"backed up store {info.identity.store_id} (revision {info.revision}, {info.keys} "
+        f"keys, {info.devices} devices) to {args.out}"
+    )
+    return 0
+
+
+async def _restore(args: argparse.Namespace) -> int:
+    config = _config(args.data_dir)
+    paths = HubPaths.of(args.data_dir)
+    with data_dir_lock(paths.data_dir, purpose="hub restore"):
+        info = await asyncio.to_thread(
+            restore_sqlite, args.source, _sqlite_path(args.data_dir, config), paths.data_dir
+        )
+    print(
+        f"restored store {info.identity.store_id} at revision {info.revision} "
+        f"({info.keys} keys, {info.devices} devices) from {args.source}"
+    )
+    print(
+        "  devices reconnect and get what the backup says they should run; devices enrolled "
+        "since the backup must enroll again, and certificates revoked since the backup must "
+        "be revoked again (edgectl revoke)"
+    )
+    return 0
+
+
 async def _serve(args: argparse.Namespace) -> int:
     from hub.server import serve
 
@@ -177,6 +240,10 @@ def main(argv: list[str] | None = None) -> int:
         action = _init
     elif args.command == "serve":
         action = _serve
+    elif args.command == "backup":
+        action = _backup
+    elif args.command == "restore":
+        action = _restore
     else:
         action = _token_create if args.token_command == "create" else _token_list
     try:

@@ -12,9 +12,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edgefleet.api.meta import dns_label
+from edgefleet.api.meta import dns_label, label_key
 from edgefleet.api.quantities import format_duration
-from edgefleet.api.validating import Reader, as_bool, as_str, int_in
+from edgefleet.api.validating import Reader, as_bool, as_str, int_in, number_in
 from edgefleet.configfiles import (
     host_port,
     load_config_file,
@@ -58,6 +58,31 @@ class TokensConfig:
     single_use: bool = False
 
 
+DEFAULT_RESERVED_LABELS = ("node-restriction.edgefleet.io/",)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EnrollmentConfig:
+    """``[enrollment]``: which labels devices may give themselves, and rate limits."""
+
+    reserved_labels: tuple[str, ...] = DEFAULT_RESERVED_LABELS
+    """Label keys only tokens and ``edgectl label`` may set (an entry ending in "/" reserves
+    every key with that prefix), as Kubernetes' NodeRestriction does for kubelets."""
+    per_source_rate: float = 5.0
+    """Enrollment attempts per second from one source address (after a burst)."""
+    per_source_burst: int = 20
+    per_token_failure_rate: float = 1.0
+    """Refused attempts per second on one token id (after a burst): guessing its secret from
+    many addresses is bounded too."""
+    per_token_failure_burst: int = 10
+
+
+def _label_key_or_prefix(value: object) -> str:
+    text = as_str(value)
+    label_key(text[:-1] if text.endswith("/") else text)
+    return text
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class DevicesConfig:
     """``[devices]``: the device link."""
@@ -65,6 +90,10 @@ class DevicesConfig:
     heartbeat_interval_s: float = 30.0
     heartbeat_grace_s: float = 90.0
     """No heartbeat for this long: the device becomes NotReady."""
+    status_rate: float = 1.0
+    """Status messages per second one device may send, after a burst (edged sends status
+    only when it changed, checked every second)."""
+    status_burst: int = 30
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -80,6 +109,15 @@ class AttestationConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HistoryConfig:
+    """``[history]``: how much of the store's change history is kept (hub/store/compacting.py)."""
+
+    retention_s: float = 15 * 60.0
+    """A watcher can resume from any revision it saw this recently."""
+    compaction_period_s: float = 5 * 60.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HubConfig:
     region: str = DEFAULT_REGION
     listen: str = DEFAULT_LISTEN
@@ -89,6 +127,8 @@ class HubConfig:
     tokens: TokensConfig = TokensConfig()
     devices: DevicesConfig = DevicesConfig()
     attestation: AttestationConfig = AttestationConfig()
+    enrollment: EnrollmentConfig = EnrollmentConfig()
+    history: HistoryConfig = HistoryConfig()
 
 
 def _read_certificates(r: Reader) -> CertificatesConfig:
@@ -108,6 +148,32 @@ def _read_tokens(r: Reader) -> TokensConfig:
     )
 
 
+def _read_enrollment(r: Reader) -> EnrollmentConfig:
+    d = EnrollmentConfig()
+    reserved = r.list_of("reservedLabels", _label_key_or_prefix, unique=True)
+    return EnrollmentConfig(
+        reserved_labels=tuple(reserved) if reserved is not None else d.reserved_labels,
+        per_source_rate=r.optional("perSourceRate", number_in(above=0), d.per_source_rate),
+        per_source_burst=r.optional("perSourceBurst", int_in(1, 100_000), d.per_source_burst),
+        per_token_failure_rate=r.optional(
+            "perTokenFailureRate", number_in(above=0), d.per_token_failure_rate
+        ),
+        per_token_failure_burst=r.optional(
+            "perTokenFailureBurst", int_in(1, 100_000), d.per_token_failure_burst
+        ),
+    )
+
+
+def _read_history(r: Reader) -> HistoryConfig:
+    d = HistoryConfig()
+    return HistoryConfig(
+        retention_s=r.optional("retention", positive_duration, d.retention_s),
+        compaction_period_s=r.optional(
+            "compactionPeriod", positive_duration, d.compaction_period_s
+        ),
+    )
+
+
 def _read_devices(r: Reader) -> DevicesConfig:
     d = DevicesConfig()
     config = DevicesConfig(
@@ -115,6 +181,8 @@ def _read_devices(r: Reader) -> DevicesConfig:
             "heartbeatInterval", positive_duration, d.heartbeat_interval_s
         ),
         heartbeat_grace_s=r.optional("heartbeatGrace", positive_duration, d.heartbeat_grace_s),
+        status_rate=r.optional("statusRate", number_in(above=0), d.status_rate),
+        status_burst=r.optional("statusBurst", int_in(1, 100_000), d.status_burst),
     )
     if config.heartbeat_grace_s <= config.heartbeat_interval_s:
         r.problems.add(
@@ -150,6 +218,8 @@ def _read_config(r: Reader) -> HubConfig:
         tokens=_read_tokens(table(r, "tokens")),
         devices=_read_devices(table(r, "devices")),
         attestation=_read_attestation(table(r, "attestation")),
+        enrollment=_read_enrollment(table(r, "enrollment")),
+        history=_read_history(table(r, "history")),
     )
 
 
@@ -164,6 +234,8 @@ def load_config(path: Path) -> HubConfig:
 def default_config_text(*, region: str = DEFAULT_REGION, listen: str = DEFAULT_LISTEN) -> str:
     """A commented ``hub.toml`` with every key at its default (and the given region)."""
     c, t, d, a = CertificatesConfig(), TokensConfig(), DevicesConfig(), AttestationConfig()
+    e, h = EnrollmentConfig(), HistoryConfig()
+    reserved = ", ".join(f'"{k}"' for k in e.reserved_labels)
     return f"""\
 # hub.toml: the configuration of this edgefleet hub. Every key is optional.
 
@@ -192,6 +264,9 @@ singleUse = {str(t.single_use).lower()}
 heartbeatInterval = "{format_duration(d.heartbeat_interval_s)}"
 # No heartbeat for this long: the device becomes NotReady.
 heartbeatGrace = "{format_duration(d.heartbeat_grace_s)}"
+# Status messages per second one device may send, after a burst; faster ends its stream.
+statusRate = {d.status_rate:g}
+statusBurst = {d.status_burst}
 
 [attestation]
 # How often the hub challenges each connected device for signed measurements.
@@ -200,4 +275,22 @@ period = "{format_duration(a.period_s)}"
 timeout = "{format_duration(a.timeout_s)}"
 # TPM PCRs a device with a TPM quotes.
 pcrs = [{", ".join(str(p) for p in a.pcrs)}]
+
+[enrollment]
+# Label keys a device may not give itself (at enrollment or in what it reports): only
+# bootstrap tokens and `edgectl label` set them. An entry ending in "/" reserves a prefix.
+# Add the keys your placement relies on, e.g. ["region", "zone", "site", ...].
+reservedLabels = [{reserved}]
+# Enrollment attempts per second from one source address, after a burst.
+perSourceRate = {e.per_source_rate:g}
+perSourceBurst = {e.per_source_burst}
+# Refused attempts per second on one bootstrap token id, after a burst.
+perTokenFailureRate = {e.per_token_failure_rate:g}
+perTokenFailureBurst = {e.per_token_failure_burst}
+
+[history]
+# How long the store keeps its change history: watchers resume from any revision seen this
+# recently (older: they relist). Compacted every compactionPeriod.
+retention = "{format_duration(h.retention_s)}"
+compactionPeriod = "{format_duration(h.compaction_period_s)}"
 """

@@ -15,6 +15,10 @@ from hub.caching import Cache
 from hub.devices import Device
 from hub.placing import Projection, SecurityPolicy, project
 
+MAX_DESIRED_STATE_BYTES = 4 * 1024 * 1024 - 64 * 1024
+"""The most one device's desired state may take on the wire: gRPC's 4 MiB message limit (the
+hub's send limit and edged's receive limit), less room for the envelope."""
+
 
 @dataclass(frozen=True, slots=True)
 class FleetPolicies:
@@ -99,3 +103,10 @@ def build_desired(
         frozenset(artifacts),
         fleet.trust_roots,
     )
+
+
+def wire_size(content: DesiredContent) -> int:
+    """An upper bound of the bytes ``content`` takes as a HubMessage (pure): each document with
+    its field tag and length prefix, plus generation and heartbeat interval."""
+    parts = (*content.manifests, *content.artifact_metadata, *content.rollback_allowances)
+    return sum(len(p) + 6 for p in parts) + 64

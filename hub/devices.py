@@ -143,6 +143,10 @@ class Device:
     generation_acked: int = 0
     workloads: Mapping[str, WorkloadReport] = field(default_factory=dict)
     certificate_serial: str = ""
+    """The serial (hex) of the certificate the hub issued this device last: its current one."""
+    previous_serial: str = ""
+    """The certificate a renewal was asked with, accepted only until the device connects with
+    the new one (the hand-over); then cleared, and that certificate is refused."""
     public_key_pem: str = ""  # the device identity key (from its CSR): verifies attestation
     enrolled_at: float | None = None
     # The device's TPM attestation key, bound to its endorsement key (edgefleet.trust.tpmbinding):
@@ -150,6 +154,14 @@ class Device:
     attestation_key_pem: str = ""
     # An attestation key offered at enrollment, not activated yet: {"akPem", "secretSha256"}.
     ak_offer: Mapping[str, str] | None = None
+
+    def accepts_serial(self, serial: str) -> bool:
+        """Whether a certificate with this serial may speak for the device: its current one,
+        or the one it renewed with until the hand-over (records without a serial: any)."""
+        return not self.certificate_serial or serial in (
+            self.certificate_serial,
+            self.previous_serial,
+        )
 
     def all_labels(self) -> dict[str, str]:
         return {**self.reported_labels, **self.labels}
@@ -172,6 +184,7 @@ class Device:
             "generationAcked": self.generation_acked,
             "workloads": {k: v.to_json() for k, v in sorted(self.workloads.items())},
             "certificateSerial": self.certificate_serial,
+            "previousSerial": self.previous_serial,
             "publicKeyPem": self.public_key_pem,
             "enrolledAt": self.enrolled_at,
             "attestationKeyPem": self.attestation_key_pem,
@@ -196,6 +209,7 @@ class Device:
                 str(k): WorkloadReport.from_json(v) for k, v in doc.get("workloads", {}).items()
             },
             certificate_serial=str(doc.get("certificateSerial", "")),
+            previous_serial=str(doc.get("previousSerial", "")),
             public_key_pem=str(doc.get("publicKeyPem", "")),
             enrolled_at=doc.get("enrolledAt"),
             attestation_key_pem=str(doc.get("attestationKeyPem", "")),

@@ -5,12 +5,28 @@ none yet; it pins the hub CA by hash instead). The order of checks makes bad inp
 nothing: request fields, then the token (without using it up), then the CSR (signed by the
 hub CA only if its self-signature verifies), then the name; only then is a single-use token
 consumed and the device record written.
+
+Labels: the token's labels win. A device may add labels of its own only where its token
+allows it (not at all with ``no_device_labels``, only keys under ``device_label_prefix`` if set),
+never a key the token sets to another value, and never a key reserved in ``[enrollment]
+reservedLabels`` (those are for tokens and ``edgectl label`` alone, like Kubernetes'
+NodeRestriction): :func:`enrollment_labels` decides, purely.
+
+Guessing: attempts are rate limited per source address and, for refused attempts, per token
+id (:mod:`hub.limiting`): when a token id's refusals exceed its rate, addresses refused in
+the last 10 minutes are held off it, while a device at another address (which has the
+secret) still enrolls. Every refusal of a token looks the same from outside
+(UNAUTHENTICATED, one message, the secret hashed and compared even for an unknown id), so
+refusals do not tell which token ids exist; the hub's log says exactly why, and so does an
+event on the token when the id exists.
 """
 
 from __future__ import annotations
 
 import re
 import secrets
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
 from datetime import timedelta
 
 import grpc
@@ -29,6 +45,8 @@ from edgefleet.v1 import enrollment_pb2, enrollment_pb2_grpc
 from hub import pki, storekeys, tokens
 from hub.context import HubContext
 from hub.devices import Device
+from hub.limiting import Rate, RateLimiter
+from hub.store import Compare, Put
 from hub.trustroots import HubRoots
 
 log = get_logger(__name__)
@@ -36,13 +54,63 @@ log = get_logger(__name__)
 _NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 MAX_LABELS = 64
 
-_TOKEN_STATUS = {
-    TokenRefusal.MALFORMED: grpc.StatusCode.INVALID_ARGUMENT,
-    TokenRefusal.UNKNOWN: grpc.StatusCode.UNAUTHENTICATED,
-    TokenRefusal.WRONG_SECRET: grpc.StatusCode.UNAUTHENTICATED,
-    TokenRefusal.EXPIRED: grpc.StatusCode.UNAUTHENTICATED,
-    TokenRefusal.ALREADY_USED: grpc.StatusCode.PERMISSION_DENIED,
-}
+REFUSED = (
+    "enrollment refused: the bootstrap token is not valid (unknown, wrong, expired or used "
+    "up); ask the operator for a new one"
+)
+"""The one answer to every refused token (the hub's log and events say which it was)."""
+RATE_LIMITED = "too many enrollment attempts; retry in {:.0f}s"
+REFUSED_SOURCE_MEMORY_S = 600.0
+MAX_REFUSED_SOURCES = 10_000
+
+
+def is_reserved(key: str, reserved: Sequence[str]) -> bool:
+    """Whether ``key`` is one of ``reserved`` or under one of its prefixes (ending in "/")."""
+    return any(key.startswith(r) if r.endswith("/") else key == r for r in reserved)
+
+
+def enrollment_labels(
+    record: tokens.TokenRecord, requested: Mapping[str, str], reserved: Sequence[str]
+) -> tuple[dict[str, str], list[str]]:
+    """The labels a device enrolls with and every problem with what it asked for (pure).
+
+    The token's labels always win; a request that would override one is a problem, not
+    silently overridden, so the device learns why it is refused."""
+    problems = []
+    own = {k: v for k, v in requested.items() if record.labels.get(k) != v}
+    if own and not record.device_labels:
+        problems.append(
+            f"labels: this bootstrap token does not let devices add labels "
+            f"(asked for {', '.join(sorted(own))})"
+        )
+        own = {}
+    for key, value in sorted(own.items()):
+        if key in record.labels:
+            problems.append(
+                f"labels[{key!r}]: set to {record.labels[key]!r} by the bootstrap token; "
+                f"a device cannot change it (asked for {value!r})"
+            )
+        elif is_reserved(key, reserved):
+            problems.append(
+                f"labels[{key!r}]: reserved for bootstrap tokens and edgectl label "
+                "([enrollment] reservedLabels)"
+            )
+        elif record.device_label_prefix and not key.startswith(record.device_label_prefix):
+            problems.append(
+                f"labels[{key!r}]: this bootstrap token lets devices add only keys starting "
+                f"with {record.device_label_prefix!r}"
+            )
+    return {**own, **record.labels}, problems
+
+
+def source_of(peer: str) -> str:
+    """The address part of a grpc peer string (``ipv4:1.2.3.4:5``, ``ipv6:[::1]:5``)."""
+    kind, _, rest = peer.partition(":")
+    if kind == "ipv6" and rest.startswith("["):
+        return rest[1 : rest.find("]")]
+    if kind == "ipv4":
+        return rest.rpartition(":")[0]
+    return peer
 
 
 def check_request(request: enrollment_pb2.EnrollRequest) -> list[str]:
@@ -104,21 +172,70 @@ def offer_attestation_key(
 class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
     def __init__(self, ctx: HubContext) -> None:
         self.ctx = ctx
+        limits = ctx.config.enrollment
+        self.per_source = RateLimiter(Rate(limits.per_source_rate, limits.per_source_burst))
+        self.per_token = RateLimiter(
+            Rate(limits.per_token_failure_rate, limits.per_token_failure_burst)
+        )
+        self.refused_sources: OrderedDict[str, float] = OrderedDict()  # source -> last refusal
+
+    def _recently_refused(self, source: str, now: float) -> bool:
+        at = self.refused_sources.get(source)
+        return at is not None and now - at < REFUSED_SOURCE_MEMORY_S
+
+    async def _refuse(
+        self, context: grpc.aio.ServicerContext, exc: TokenError, token_id: str, source: str
+    ) -> None:
+        ctx = self.ctx
+        now = ctx.clock()
+        self.per_token.allow(token_id, now)
+        self.refused_sources[source] = now
+        self.refused_sources.move_to_end(source)
+        while len(self.refused_sources) > MAX_REFUSED_SOURCES:
+            self.refused_sources.popitem(last=False)
+        log.warning("enrollment-refused", reason=exc.reason.value, token=token_id, source=source)
+        if exc.reason is not TokenRefusal.UNKNOWN:  # no store writes for made-up ids
+            ctx.writer.event("Token", token_id, "Warning", "EnrollmentRefused", str(exc))
+        await context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSED)
 
     async def Enroll(
         self, request: enrollment_pb2.EnrollRequest, context: grpc.aio.ServicerContext
     ) -> enrollment_pb2.EnrollResponse:
         ctx = self.ctx
+        now = ctx.clock()
+        source = source_of(context.peer() or "")
+        if not self.per_source.allow(source, now):
+            log.warning("enrollment-rate-limited", source=source, limit="source")
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                RATE_LIMITED.format(max(1.0, self.per_source.retry_after(source, now))),
+            )
         problems = check_request(request)
+        try:
+            token_id = tokens.token_id_of(request.token)
+        except TokenError as exc:
+            problems.append(f"token: {exc}")
         if problems:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(problems))
-        now = ctx.clock()
+        # A token id whose secret is being guessed is held off for the guessers, not for a
+        # device at another address that has not been refused: it has the secret.
+        if not self.per_token.would_allow(token_id, now) and self._recently_refused(source, now):
+            log.warning("enrollment-rate-limited", source=source, token=token_id, limit="token")
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                RATE_LIMITED.format(max(1.0, self.per_token.retry_after(token_id, now))),
+            )
         try:
             record = await tokens.validate(ctx.store, request.token, now=now)
         except TokenError as exc:
-            log.warning("enrollment-refused", reason=exc.reason.value)
-            await context.abort(_TOKEN_STATUS[exc.reason], str(exc))
+            await self._refuse(context, exc, token_id, source)
             raise AssertionError("unreachable") from None
+        labels, label_problems = enrollment_labels(
+            record, request.labels, ctx.config.enrollment.reserved_labels
+        )
+        if label_problems:
+            log.warning("enrollment-labels-refused", token=record.id, problems=label_problems)
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(label_problems))
         name = request.name or f"device-{secrets.token_hex(4)}"
         existing = ctx.cache.devices.get(name)
         if existing is not None:
@@ -148,35 +265,41 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         try:
             record = await tokens.consume(ctx.store, request.token, now=now)
         except TokenError as exc:  # used by a concurrent enrollment meanwhile
-            await context.abort(_TOKEN_STATUS[exc.reason], str(exc))
+            await self._refuse(context, exc, token_id, source)
         device = Device(
             name,
-            labels={**record.labels, **dict(request.labels)},
+            labels=labels,
             certificate_serial=format(certificate.serial_number, "x"),
             public_key_pem=pki.public_key_pem(certificate),
             enrolled_at=now,
             ak_offer=offer,
         )
+        event = ctx.writer.prepare_event(
+            "Device", name, "Normal", "Enrolled", f"enrolled with bootstrap token {record.id}"
+        )
         try:
-            await ctx.store.put(
-                storekeys.device_key(name),
-                storekeys.dumps(device.to_json()),
-                expect_mod_revision=0,
+            await ctx.store.txn(
+                [Compare(storekeys.device_key(name), 0)],
+                [Put(storekeys.device_key(name), storekeys.dumps(device.to_json())), event.put],
             )
         except CompareFailed:
             await context.abort(
                 grpc.StatusCode.ALREADY_EXISTS, f"a device named {name!r} was enrolled meanwhile"
             )
         ctx.cache.devices[name] = device
-        ctx.writer.event(
-            "Device", name, "Normal", "Enrolled", f"enrolled with bootstrap token {record.id}"
-        )
+        ctx.writer.committed(event)
         if tpm_answer.ak_refused:
             ctx.writer.event(
                 "Device", name, "Warning", "AttestationKeyRefused", tpm_answer.ak_refused
             )
         ctx.projector.mark([name])
-        log.info("device-enrolled", device=name, token=record.id, tpm_offer=offer is not None)
+        log.info(
+            "device-enrolled",
+            device=name,
+            token=record.id,
+            source=source,
+            tpm_offer=offer is not None,
+        )
         response = enrollment_pb2.EnrollResponse(
             certificate_chain_pem=pki.certificate_pem(certificate),
             ca_certificate_pem=pki.certificate_pem(ctx.ca.certificate),

@@ -6,7 +6,12 @@
     D/admin.crt, D/admin.key    the first admin's client credentials
     D/admin.toml                what edgectl reads (like a kubeconfig): hub address + paths
     D/hub.toml                  the hub's config, every default spelled out
-    D/hub.db                    the store, holding the first bootstrap token
+    D/hub.db                    the store, holding its identity and the first bootstrap token
+    D/store-id.json             the store's identity (id, created at): ``hub serve`` refuses a
+                                store that is missing, empty or of another hub
+
+The directory is made 0700 (also when it existed, empty) and every file in it 0600, except
+certificates and the trust root, which are public (0644).
 
 The fleet's trust root and the quickstart publisher key are made by a :data:`TrustSetup`
 passed in by the caller (the trust package provides it); without one none are made.
@@ -35,6 +40,7 @@ from hub.config import (
     default_config_text,
 )
 from hub.store import default_store_url, open_store
+from hub.store.identity import StoreIdentity, stamp, write_marker
 
 log = get_logger(__name__)
 
@@ -143,6 +149,14 @@ key = {quoted(paths.admin_key)}
 """
 
 
+def secure_data_dir(data_dir: Path) -> None:
+    """Make the data directory, or an existing one, 0700: only the hub's user may list or
+    read the fleet's keys and database (mkdir's mode does nothing for an existing one)."""
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    if data_dir.stat().st_mode & 0o777 != 0o700:
+        os.chmod(data_dir, 0o700)
+
+
 def _check_empty(data_dir: Path) -> None:
     if data_dir.exists() and not data_dir.is_dir():
         raise HubDirError(f"{data_dir} exists and is not a directory")
@@ -157,7 +171,7 @@ def _write_credentials(
     paths: HubPaths, region: str, hub_address: str, sans: list[str], now: datetime
 ) -> pki.CertifiedKey:
     """The CA, serving and admin credentials and both config files; returns the CA."""
-    paths.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    secure_data_dir(paths.data_dir)
     lifetimes = CertificatesConfig()
     ca = pki.create_ca(region, now=now)
     served = pki.issue_serving_certificate(
@@ -180,7 +194,7 @@ def _write_credentials(
     pki.write_private_key(paths.admin_key, admin.key)
     pki.write_certificate(paths.admin_certificate, admin.certificate)
     write_atomic(paths.admin_config, _admin_toml(paths, hub_address).encode(), mode=0o600)
-    write_atomic(paths.config, default_config_text(region=region).encode(), mode=0o644)
+    write_atomic(paths.config, default_config_text(region=region).encode(), mode=0o600)
     return ca
 
 
@@ -214,6 +228,9 @@ async def init_hub(
             await trust_setup(paths, ca)
         store = await open_store(default_store_url(paths.data_dir), data_dir=paths.data_dir)
         try:
+            identity = StoreIdentity.new(region=region, now=now.timestamp())
+            await stamp(store, identity)
+            write_marker(paths.data_dir, identity)
             token, _ = await tokens.create_token(
                 store,
                 now=now.timestamp(),

@@ -78,7 +78,13 @@ class Projector:
                 fleet=fleet,
             )
             self.contents[name] = content
-            if previous is None or previous.digest != content.digest:
+            if (
+                previous is None
+                or previous.digest != content.digest
+                # the device acknowledged more than this hub ever issued (its store was
+                # restored from a backup): issue the state again, above what it holds
+                or previous.generation < self._acked(name)
+            ):
                 changed[name] = (content, previous)
             else:
                 session = self._sessions.get(name)

@@ -12,10 +12,10 @@ One grpc.aio server, two ports:
 
 Components (each ``name`` + ``async run(stop)``, supervised with restart backoff like edged's):
 the device writer, the projector, the lifecycle controller, the attestation controller (when
-the trust package provides a verifier) and lease expiry. The writer and the projector are
-critical: when their store keeps failing (:mod:`hub.batching`), ``serve`` raises
-:class:`~edgefleet.supervising.CriticalComponentError` and ``hub serve`` exits 1, for systemd
-to restart it.
+the trust package provides a verifier), lease expiry and the store's compactor. The writer
+and the projector are critical: when their store keeps failing (:mod:`hub.batching`),
+``serve`` raises :class:`~edgefleet.supervising.CriticalComponentError` and ``hub serve``
+exits 1, for systemd to restart it.
 """
 
 from __future__ import annotations
@@ -45,7 +45,9 @@ from hub.lifecycle import Lifecycle
 from hub.projecting import Projector
 from hub.registering import add_servicer
 from hub.sessions import Sessions
-from hub.store import Store, open_store
+from hub.store import Store, open_hub_store
+from hub.store.compacting import Compactor
+from hub.store.identity import data_dir_lock
 from hub.syncing import DeviceServicer
 from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
 from hub.writing import DeviceWriter
@@ -83,7 +85,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         raise HubDirError(f"{data_dir} is not a hub data directory (no hub.toml): run hub init")
     config = load_config(paths.config)
     ca = pki.load_certified_key(paths.ca_certificate, paths.ca_key)
-    store = store or await open_store(config.store or None, data_dir=paths.data_dir)
+    store = store or await open_hub_store(config.store or None, data_dir=paths.data_dir)
     cache = await Cache.load(store)
     sessions = Sessions()
     roots = load_roots(paths.data_dir)
@@ -168,10 +170,25 @@ async def serve(
     store_url: str | None = None,
     ready: asyncio.Event | None = None,
 ) -> int:
-    """Run the hub until SIGTERM/SIGINT."""
+    """Run the hub until SIGTERM/SIGINT, holding the data directory's lock (one hub per data
+    directory; ``hub restore`` waits for none)."""
+    with data_dir_lock(HubPaths.of(data_dir).data_dir, purpose="hub serve"):
+        return await _serve(
+            data_dir, listen=listen, enroll_listen=enroll_listen, store_url=store_url, ready=ready
+        )
+
+
+async def _serve(
+    data_dir: Path,
+    *,
+    listen: str | None,
+    enroll_listen: str | None,
+    store_url: str | None,
+    ready: asyncio.Event | None,
+) -> int:
     ctx = await build_context(
         data_dir,
-        store=await open_store(store_url, data_dir=HubPaths.of(data_dir).data_dir)
+        store=await open_hub_store(store_url, data_dir=HubPaths.of(data_dir).data_dir)
         if store_url
         else None,
     )
@@ -196,6 +213,11 @@ async def serve(
         ctx.projector,
         Lifecycle(ctx, running.devices.last_seen),
         LeaseExpiry(ctx.store),
+        Compactor(
+            ctx.store,
+            period=ctx.config.history.compaction_period_s,
+            retention=ctx.config.history.retention_s,
+        ),
         attestation,
         RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
     ]

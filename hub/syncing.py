@@ -9,6 +9,9 @@ Sync, from the hub's side:
    (level-based: always the whole state; a slow device only ever gets the newest).
 4. Status, Ack and Heartbeat messages update the record through the coalescing writer;
    heartbeats only touch an in-memory last-seen time (the lifecycle controller judges it).
+   Every message is bounded (:mod:`hub.deviceinput`: INVALID_ARGUMENT naming the field, and
+   nothing of it kept) and Status is rate limited per device (``[devices] statusRate``,
+   ``statusBurst``: RESOURCE_EXHAUSTED ends the stream; edged sends status only on change).
 5. Attestation challenges queued on the session are sent; evidence is handed to the
    attestation controller.
 
@@ -27,13 +30,16 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from edgefleet.errors import CsrRejected, PkiError
+from edgefleet.errors import CsrRejected, EdgefleetError, PkiError
 from edgefleet.logs import get_logger
 from edgefleet.v1 import device_pb2, device_pb2_grpc
 from hub import pki
 from hub.auth import Caller, authorize
 from hub.context import HubContext
+from hub.desired import MAX_DESIRED_STATE_BYTES
+from hub.deviceinput import check_hello, check_message
 from hub.devices import Device, DevicePhase, Health, WorkloadReport
+from hub.limiting import Rate, RateLimiter
 from hub.pki import Role
 from hub.sessions import Session
 
@@ -41,7 +47,21 @@ log = get_logger(__name__)
 
 HELLO_TIMEOUT_S = 30.0
 CHUNK = 256 * 1024
-MAX_REPORTED_WORKLOADS = 256
+
+
+class StreamRefused(EdgefleetError):
+    """A device's message was refused: the Sync stream ends with ``code`` and ``message``."""
+
+    def __init__(self, code: grpc.StatusCode, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+def _joined(problems: list[str], limit: int = 20) -> str:
+    more = f"; and {len(problems) - limit} more" if len(problems) > limit else ""
+    return "; ".join(problems[:limit]) + more
+
 
 EvidenceHandler = Callable[[str, bytes, bytes], None]
 
@@ -69,6 +89,8 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         self.ctx = ctx
         self.last_seen: dict[str, float] = {}
         self.on_evidence = on_evidence
+        limits = ctx.config.devices
+        self.status_limit = RateLimiter(Rate(limits.status_rate, limits.status_burst))
 
     async def _caller(self, context: grpc.aio.ServicerContext) -> tuple[Caller, Device]:
         caller = await authorize(
@@ -83,6 +105,18 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         if device.revoked:
             await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED, f"device {caller.name} has been revoked"
+            )
+        if not device.accepts_serial(caller.serial):
+            log.warning(
+                "superseded-certificate-refused",
+                device=caller.name,
+                serial=caller.serial,
+                current=device.certificate_serial,
+            )
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"certificate {caller.serial} of device {caller.name} has been superseded by a "
+                "renewal; the device must use its current certificate",
             )
         return caller, device
 
@@ -110,6 +144,10 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 f"the first message must be hello, got {first.WhichOneof('message')}",
             )
         hello = first.hello
+        problems = check_hello(hello, reserved=ctx.config.enrollment.reserved_labels)
+        if problems:
+            log.warning("device-input-refused", device=caller.name, problems=problems[:5])
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _joined(problems))
         if hello.device_name and hello.device_name != caller.name:
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
@@ -124,9 +162,22 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             last_heartbeat=now,
             generation_acked=max(device.generation_acked, hello.applied_generation),
         )
+        handover = bool(device.previous_serial) and caller.serial == device.certificate_serial
+        if handover:
+            device = device.with_(previous_serial="")
+            ctx.writer.event(
+                "Device",
+                caller.name,
+                "Normal",
+                "CertificateHandedOver",
+                f"connected with its renewed certificate {caller.serial}; the previous one "
+                "is refused from now on",
+            )
         if device.phase is not ctx.cache.devices[caller.name].phase:
             ctx.writer.event("Device", caller.name, "Normal", "Connected", "the device connected")
         ctx.writer.update(device)
+        if handover:
+            await ctx.writer.flush()  # the old certificate stays refused across a restart
         self.last_seen[caller.name] = now
         session = ctx.sessions.open(caller.name, caller.serial)
         log.info("device-connected", device=caller.name, generation=hello.applied_generation)
@@ -147,8 +198,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                     content, session.desired = session.desired, None
                     if record is not None and record.generation > sent:
                         sent = record.generation
-                        session.sent_any = True
-                        yield device_pb2.HubMessage(
+                        message = device_pb2.HubMessage(
                             desired_state=device_pb2.DesiredState(
                                 generation=record.generation,
                                 manifests=list(content.manifests),
@@ -160,6 +210,29 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                                 ),
                             )
                         )
+                        size = message.ByteSize()
+                        if size > MAX_DESIRED_STATE_BYTES:
+                            # Apply refuses this; a label or a push can still cause it. The
+                            # device keeps what it runs; the operator is told which and why.
+                            log.error(
+                                "desired-state-too-large",
+                                device=caller.name,
+                                generation=record.generation,
+                                bytes=size,
+                            )
+                            ctx.writer.event(
+                                "Device",
+                                caller.name,
+                                "Warning",
+                                "DesiredStateTooLarge",
+                                f"desired state generation {record.generation} is "
+                                f"{size / 2**20:.1f} MiB, over the "
+                                f"{MAX_DESIRED_STATE_BYTES / 2**20:.2f} MiB a device can "
+                                "receive: not sent; the device keeps its current state",
+                            )
+                        else:
+                            session.sent_any = True
+                            yield message
                 while session.challenges:
                     nonce = session.challenges.pop(0)
                     yield device_pb2.HubMessage(
@@ -175,7 +248,10 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             if session.closed:
                 await context.abort(grpc.StatusCode.UNAVAILABLE, session.close_reason)
             if reader.done() and not reader.cancelled() and reader.exception() is not None:
-                raise reader.exception()  # type: ignore[misc]  # e.g. a malformed message's abort
+                failure = reader.exception()
+                if isinstance(failure, StreamRefused):
+                    await context.abort(failure.code, failure.message)
+                raise failure  # type: ignore[misc]  # e.g. a malformed message's abort
         finally:
             reader.cancel()
             ctx.sessions.release(session)
@@ -189,6 +265,18 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             now = ctx.clock()
             self.last_seen[name] = now
             kind = msg.WhichOneof("message")
+            problems = check_message(msg)
+            if problems:
+                log.warning("device-input-refused", device=name, problems=problems[:5])
+                raise StreamRefused(grpc.StatusCode.INVALID_ARGUMENT, _joined(problems))
+            if kind == "status" and not self.status_limit.allow(name, now):
+                log.warning("device-status-rate-limited", device=name)
+                rate = self.status_limit.rate
+                raise StreamRefused(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"status messages faster than {rate.per_second:g}/s (burst {rate.burst}): "
+                    "reconnect later and send status when it changes",
+                )
             device = ctx.cache.devices.get(name)
             if device is None or session.closed:
                 return
@@ -196,9 +284,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 if msg.ack.generation > device.generation_acked:
                     ctx.writer.update(device.with_(generation_acked=msg.ack.generation))
             elif kind == "status":
-                workloads = {
-                    w.name: _workload(w) for w in msg.status.workloads[:MAX_REPORTED_WORKLOADS]
-                }
+                workloads = {w.name: _workload(w) for w in msg.status.workloads}
                 health = _health(msg.status.health) if msg.status.HasField("health") else None
                 changed = device.with_(
                     workloads=workloads, health=health or device.health, last_heartbeat=now
@@ -235,8 +321,22 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
             raise AssertionError("unreachable") from None
         serial = format(certificate.serial_number, "x")
+        # The certificate this was asked with stays valid until the device connects with the
+        # new one; any other earlier certificate is refused from now on.
         ctx.writer.update(
-            device.with_(certificate_serial=serial, public_key_pem=pki.public_key_pem(certificate))
+            device.with_(
+                certificate_serial=serial,
+                previous_serial=caller.serial,
+                public_key_pem=pki.public_key_pem(certificate),
+            )
+        )
+        ctx.writer.event(
+            "Device",
+            caller.name,
+            "Normal",
+            "CertificateRenewed",
+            f"certificate {serial} issued; {caller.serial} is accepted until the device "
+            "connects with the new one",
         )
         await ctx.writer.flush()
         log.info("certificate-renewed", device=caller.name, serial=serial)

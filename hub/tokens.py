@@ -19,19 +19,22 @@ import hmac
 import re
 import secrets
 import string
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from typing import Any
 
 import orjson
 
 from edgefleet.errors import CompareFailed, TokenError, TokenRefusal
-from hub.store import Store
+from hub.store import Compare, Put, Store
 
 PREFIX = "/bootstraptokens/"
 _ALPHABET = string.ascii_lowercase + string.digits
 _ID_LENGTH = 6
 _SECRET_LENGTH = 16
+MIN_TTL_S = 1.0
+MAX_TTL_S = 366 * 24 * 3600.0
+"""A bootstrap token lives at most a year: a longer-lived one is a standing credential."""
 TOKEN_PATTERN = re.compile(rf"([a-z0-9]{{{_ID_LENGTH}}})\.([a-z0-9]{{{_SECRET_LENGTH}}})")
 
 
@@ -48,6 +51,11 @@ class TokenRecord:
     """When a single-use token was consumed."""
     description: str = ""
     labels: Mapping[str, str] = field(default_factory=dict)
+    """Labels every device enrolled with this token gets; the device cannot override them."""
+    device_labels: bool = True
+    """Whether a device enrolling with this token may add labels of its own."""
+    device_label_prefix: str = ""
+    """If set, the only label keys a device may add are those starting with it."""
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -60,6 +68,8 @@ class TokenRecord:
                 "used": self.used,
                 "description": self.description,
                 "labels": dict(self.labels),
+                "deviceLabels": self.device_labels,
+                "deviceLabelPrefix": self.device_label_prefix,
             },
             option=orjson.OPT_SORT_KEYS,
         )
@@ -76,6 +86,8 @@ class TokenRecord:
             used=doc["used"],
             description=doc["description"],
             labels=doc["labels"],
+            device_labels=doc.get("deviceLabels", True),
+            device_label_prefix=doc.get("deviceLabelPrefix", ""),
         )
 
 
@@ -85,6 +97,9 @@ def _random(length: int) -> str:
 
 def _hash(secret: str) -> str:
     return hashlib.sha256(secret.encode()).hexdigest()
+
+
+_UNKNOWN_HASH = hashlib.sha256(b"no such token").hexdigest()
 
 
 def _key(token_id: str) -> str:
@@ -111,10 +126,18 @@ async def create_token(
     single_use: bool = False,
     description: str = "",
     labels: Mapping[str, str] | None = None,
+    device_labels: bool = True,
+    device_label_prefix: str = "",
+    event_for: Callable[[str], Put] | None = None,
 ) -> tuple[str, TokenRecord]:
-    """A new token (the only time its secret is seen) and the record stored for it."""
-    if ttl <= 0:
-        raise ValueError(f"a token's TTL must be more than 0 seconds, got {ttl}")
+    """A new token (the only time its secret is seen) and the record stored for it.
+
+    ``event_for(token_id)``, if given, is a Put written in the same transaction as the token:
+    a token is never stored without its "Created" event, nor the event without the token."""
+    if not MIN_TTL_S <= ttl <= MAX_TTL_S:
+        raise ValueError(
+            f"ttl: must be between {MIN_TTL_S:g}s and {MAX_TTL_S:g}s (one year), got {ttl:g}s"
+        )
     while True:
         token_id, secret = _random(_ID_LENGTH), _random(_SECRET_LENGTH)
         record = TokenRecord(
@@ -125,9 +148,15 @@ async def create_token(
             single_use=single_use,
             description=description,
             labels=dict(labels or {}),
+            device_labels=device_labels,
+            device_label_prefix=device_label_prefix,
         )
+        key = _key(token_id)
         try:
-            await store.put(_key(token_id), record.to_json(), expect_mod_revision=0)
+            await store.txn(
+                [Compare(key, 0)],
+                [Put(key, record.to_json()), *([event_for(token_id)] if event_for else [])],
+            )
         except CompareFailed:
             continue  # that id exists (1 in 2 billion): draw again
         return f"{token_id}.{secret}", record
@@ -138,6 +167,8 @@ async def _check(store: Store, token: str, now: float) -> tuple[TokenRecord, int
     secret = token.partition(".")[2]
     kv = await store.get(_key(token_id))
     if kv is None:
+        # The same work as for a known id, so that timing does not tell which ids exist.
+        hmac.compare_digest(_hash(secret), _UNKNOWN_HASH)
         raise TokenError(TokenRefusal.UNKNOWN, f"bootstrap token {token_id} does not exist")
     record = TokenRecord.from_json(kv.value)
     if not hmac.compare_digest(_hash(secret), record.secret_sha256):

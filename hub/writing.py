@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from dataclasses import dataclass
 from typing import Any
 
 from edgefleet.backoff import Backoff
@@ -21,6 +22,24 @@ from hub.store import Put, Store
 log = get_logger(__name__)
 
 RETRY_CAP = 10.0
+
+
+def _event(kind: str, name: str, type_: str, reason: str, message: str) -> dict[str, Any]:
+    return {
+        "type": type_,
+        "reason": reason,
+        "message": message,
+        "object": {"kind": kind, "name": name},
+        "time": time.time(),
+    }
+
+
+@dataclass(frozen=True, slots=True)
+class PreparedEvent:
+    """An event record and the Put that stores it (:meth:`DeviceWriter.prepare_event`)."""
+
+    put: Put
+    event: dict[str, Any]
 
 
 class DeviceWriter:
@@ -56,17 +75,37 @@ class DeviceWriter:
         self._batches.wake()
 
     def event(self, kind: str, name: str, type_: str, reason: str, message: str) -> None:
-        ev = {
-            "type": type_,
-            "reason": reason,
-            "message": message,
-            "object": {"kind": kind, "name": name},
-            "time": time.time(),
-        }
+        ev = _event(kind, name, type_, reason, message)
         self._cache.events.append(ev)
         self._events.append(ev)
         self._batches.wake()
         log.info("event", kind=kind, name=name, type=type_, reason=reason, message=message)
+
+    def prepare_event(
+        self, kind: str, name: str, type_: str, reason: str, message: str
+    ) -> PreparedEvent:
+        """An event to write in the caller's own transaction, with the change it describes
+        (then :meth:`committed`): the change is never stored without its event."""
+        ev = _event(kind, name, type_, reason, message)
+        return PreparedEvent(Put(self._event_key(ev), storekeys.dumps(ev)), ev)
+
+    def committed(self, prepared: PreparedEvent) -> None:
+        """The transaction holding ``prepared`` committed: show the event."""
+        ev = prepared.event
+        self._cache.events.append(ev)
+        obj = ev["object"]
+        log.info(
+            "event",
+            kind=obj["kind"],
+            name=obj["name"],
+            type=ev["type"],
+            reason=ev["reason"],
+            message=ev["message"],
+        )
+
+    def _event_key(self, ev: dict[str, Any]) -> str:
+        self._seq += 1
+        return f"{storekeys.EVENTS}{int(ev['time'] * 1000):015d}-{self._seq:06d}"
 
     async def flush(self) -> None:
         """Write everything pending now; on failure it stays pending (and the loop retries)."""
@@ -80,9 +119,7 @@ class DeviceWriter:
             if n in self._cache.devices
         ]
         for ev in events:
-            self._seq += 1
-            key = f"{storekeys.EVENTS}{int(ev['time'] * 1000):015d}-{self._seq:06d}"
-            ops.append(Put(key, storekeys.dumps(ev)))
+            ops.append(Put(self._event_key(ev), storekeys.dumps(ev)))
         try:
             await self._store.txn((), ops)
         except Exception:

@@ -15,6 +15,7 @@ from pathlib import Path
 from urllib.parse import urlsplit
 
 from edgefleet.errors import StoreError, StoreUnavailable
+from hub.store.identity import check_identity, check_store_file, read_marker
 from hub.store.memory import MemoryStore
 from hub.store.protocol import (
     NO_LEASE,
@@ -50,6 +51,7 @@ __all__ = [
     "Store",
     "StoreLocation",
     "default_store_url",
+    "open_hub_store",
     "open_store",
     "parse_store_url",
 ]
@@ -105,3 +107,22 @@ async def open_store(url: str | None, *, data_dir: Path, clock: Clock = system_c
         )
     assert location.path is not None
     return await SqliteStore.open(location.path, clock=clock)
+
+
+async def open_hub_store(url: str | None, *, data_dir: Path, clock: Clock = system_clock) -> Store:
+    """The store of the hub in ``data_dir``, opened only if it is that hub's store: present,
+    not empty, with the identity its marker names (:mod:`hub.store.identity`; StoreIdentityError
+    saying what is missing and how to restore it otherwise). ``memory://`` is not checked."""
+    location = parse_store_url(url or default_store_url(data_dir))
+    if location.scheme == "sqlite":
+        assert location.path is not None
+        check_store_file(location.path, read_marker(data_dir), data_dir)
+    store = await open_store(url, data_dir=data_dir, clock=clock)
+    if location.scheme == "memory":
+        return store
+    try:
+        await check_identity(store, data_dir, where=str(location.path or url))
+    except BaseException:
+        await store.close()
+        raise
+    return store

@@ -11,6 +11,8 @@ commit order, before the operation returns.
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import os
 import sqlite3
 from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -102,6 +104,9 @@ class SqliteStore:
     def _connect(self) -> None:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
+            with contextlib.suppress(FileExistsError):
+                # 0600 from the start: SQLite gives its -wal and -shm files the same mode.
+                os.close(os.open(self.path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
             db = sqlite3.connect(self.path, isolation_level=None, check_same_thread=True)
             mode = db.execute("PRAGMA journal_mode=WAL").fetchone()[0]
             if mode != "wal":

@@ -13,6 +13,7 @@ import grpc
 import orjson
 import pytest
 from asynctesting import async_test, eventually
+from google.protobuf.duration_pb2 import Duration
 from hubserving import REGION, AdminHub, make_hub_dir
 
 from edgefleet.v1 import admin_pb2
@@ -20,6 +21,7 @@ from hub import pki, tokens
 from hub import storekeys as objects
 from hub.caching import Cache
 from hub.devices import Device, DevicePhase, WorkloadReport
+from hub.store import EventType
 from hub.storekeys import DesiredRecord
 
 DIGEST = "sha256:" + "ab" * 32
@@ -281,6 +283,10 @@ async def test_get_and_list_show_kubernetes_shaped_objects(tmp_path: Path) -> No
         await seed_devices(hub)
         hub.ctx.cache.desired["cam-1"] = DesiredRecord(7, ("fraud",), "d")
         await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment()]))
+        # the apply's projection (the model was never pushed) settles first; then the record
+        # the assertions below are about is put back, and nothing marks the device again
+        await eventually(lambda: hub.ctx.cache.desired["cam-1"].digest != "d")
+        hub.ctx.cache.desired["cam-1"] = DesiredRecord(7, ("fraud",), "d")
 
         got = await stub.Get(admin_pb2.GetRequest(kind="Device", name="cam-1"))
         doc = orjson.loads(got.json)
@@ -555,3 +561,112 @@ async def test_models_are_listed_got_and_deleted_by_name_and_version(tmp_path: P
         deleted = await stub.Delete(admin_pb2.DeleteRequest(kind="Model", name="fraud-2.4.1"))
         assert deleted.deleted and hub.ctx.cache.models == {}
         assert await hub.ctx.store.get(objects.model_key("fraud", "2.4.1")) is None
+
+
+@async_test
+async def test_create_token_bounds_change_nothing_and_the_event_comes_with_the_token(
+    tmp_path: Path,
+) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        before = await hub.ctx.store.range("/")
+        year = 366 * 24 * 3600
+        bad = [
+            (admin_pb2.CreateTokenRequest(ttl=Duration(seconds=10_000 * year)), "ttl: must be"),
+            (admin_pb2.CreateTokenRequest(ttl=Duration(seconds=315_576_000_000)), "ttl: must be"),
+            (admin_pb2.CreateTokenRequest(ttl=Duration(seconds=-5)), "ttl: must be"),
+            (admin_pb2.CreateTokenRequest(ttl=Duration(nanos=1000)), "ttl: must be"),
+            (
+                admin_pb2.CreateTokenRequest(labels={f"k{i}": "v" for i in range(65)}),
+                "labels: at most 64",
+            ),
+            (
+                admin_pb2.CreateTokenRequest(no_device_labels=True, device_label_prefix="a/"),
+                "device_label_prefix:",
+            ),
+            (
+                admin_pb2.CreateTokenRequest(device_label_prefix="Not a key!"),
+                "device_label_prefix:",
+            ),
+        ]
+        for request, words in bad:
+            code, details = await code_of(stub.CreateToken(request))
+            assert (code, words in details) == (grpc.StatusCode.INVALID_ARGUMENT, True), details
+        assert (await hub.ctx.store.range("/")).revision == before.revision  # nothing written
+
+        response = await stub.CreateToken(
+            admin_pb2.CreateTokenRequest(
+                ttl=Duration(seconds=year), no_device_labels=True, labels={"site": "a"}
+            )
+        )
+        token_id = response.token.split(".")[0]
+        kv = await hub.ctx.store.get(tokens.PREFIX + token_id)
+        assert kv is not None
+        events = [
+            e
+            for e in (await hub.ctx.store.range("/events/")).kvs
+            if e.mod_revision == kv.mod_revision
+        ]
+        assert [objects.loads(e.value)["reason"] for e in events] == ["Created"]
+        record = tokens.TokenRecord.from_json(kv.value)
+        assert (record.device_labels, record.labels) == (False, {"site": "a"})
+
+
+@async_test
+async def test_apply_refuses_a_desired_state_a_device_could_not_receive(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+        model = objects.ModelRecord("fraud", "2.4.1", "ab" * 32, 1234, b"{signed}", 1.0)
+        await hub.ctx.store.put(objects.model_key("fraud", "2.4.1"), objects.dumps(model.to_json()))
+        hub.ctx.cache.models[("fraud", "2.4.1")] = model
+
+        def big(name: str) -> bytes:
+            doc = orjson.loads(deployment(name))
+            doc["spec"]["model"] = {"name": "fraud", "version": "2.4.1"}
+            doc["spec"]["placement"] = {"nodeSelector": {"site": "retail"}}
+            doc["metadata"]["annotations"] = {"note": "x" * 900_000}
+            return orjson.dumps(doc)
+
+        # the case: five deployments with large annotations, 4.7 MB for cam-1
+        for i in range(4):
+            await stub.Apply(admin_pb2.ApplyRequest(documents=[big(f"d{i}")]))
+        for dry_run in (True, False):
+            code, details = await code_of(
+                stub.Apply(admin_pb2.ApplyRequest(documents=[big("d4")], dry_run=dry_run))
+            )
+            assert code is grpc.StatusCode.FAILED_PRECONDITION, details
+            assert "cam-1 (4.3 MiB)" in details and "cam-2" not in details
+        assert await hub.ctx.store.get(objects.object_key("ModelDeployment", "d4")) is None
+        assert "d4" not in hub.ctx.cache.deployments
+
+
+@async_test
+async def test_events_are_written_in_the_transaction_of_the_change(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+
+        async def reasons_at(revision: int) -> list[str]:
+            kvs = (await hub.ctx.store.range("/events/")).kvs
+            return [objects.loads(kv.value)["reason"] for kv in kvs if kv.mod_revision == revision]
+
+        applied = await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment(), baseline()]))
+        revision = applied.results[0].resource_version
+        assert await reasons_at(revision) == ["Created", "Created"]
+
+        await stub.Delete(admin_pb2.DeleteRequest(kind="ModelDeployment", name="fraud"))
+        deleted = await hub.ctx.store.range("/events/")
+        assert objects.loads(deleted.kvs[-1].value)["reason"] == "Deleted"
+        assert await hub.ctx.store.get(objects.object_key("ModelDeployment", "fraud")) is None
+        history = hub.ctx.store.watch("/objects/ModelDeployment/", 1)
+        async for change in history:
+            if change.type is EventType.DELETE:
+                assert change.revision == deleted.kvs[-1].mod_revision
+                break
+        await history.aclose()  # type: ignore[attr-defined]
+
+        await stub.RevokeDevice(admin_pb2.RevokeDeviceRequest(device_name="cam-1"))
+        record = await hub.ctx.store.get(objects.device_key("cam-1"))
+        assert record is not None
+        assert await reasons_at(record.mod_revision) == ["Revoked"]

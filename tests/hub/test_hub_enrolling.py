@@ -3,12 +3,14 @@ CSRs from edged's real identity key. Bad input gets a precise status and writes 
 
 from __future__ import annotations
 
+import re
 import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import grpc
 import orjson
+import pytest
 from asynctesting import async_test
 from hubserving import AdminHub, make_hub_dir
 
@@ -19,6 +21,8 @@ from edgefleet.trust.signing import create_root, generate_key_pair
 from edgefleet.trust.verifying import root_digest
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, enrollment_pb2, enrollment_pb2_grpc
 from hub import pki, tokens
+from hub.enrolling import REFUSED, enrollment_labels, source_of
+from hub.initializing import HubPaths
 from hub.trustroots import HubRoots, install_roots
 
 
@@ -67,16 +71,15 @@ async def test_enroll_and_every_refusal(tmp_path: Path) -> None:
                 (req(labels={"bad key!": "x"}), grpc.StatusCode.INVALID_ARGUMENT, "labels["),
                 (req(csr_pem=b"garbage"), grpc.StatusCode.INVALID_ARGUMENT, "csr_pem:"),
                 (req(csr_pem=b""), grpc.StatusCode.INVALID_ARGUMENT, "csr_pem: required"),
-                (req(token="nope"), grpc.StatusCode.INVALID_ARGUMENT, "bootstrap token"),
-                (
-                    req(token="abcdef.0123456789abcdef"),
-                    grpc.StatusCode.UNAUTHENTICATED,
-                    "does not exist",
-                ),
+                (req(token="nope"), grpc.StatusCode.INVALID_ARGUMENT, "token: a bootstrap"),
+                # the token's labels win: a device cannot move itself to another site
+                (req(labels={"site": "retail"}), grpc.StatusCode.INVALID_ARGUMENT, "'site'"),
+                # every refused token looks the same from outside
+                (req(token="abcdef.0123456789abcdef"), grpc.StatusCode.UNAUTHENTICATED, REFUSED),
                 (
                     req(token=token.split(".")[0] + ".0123456789abcdef"),
                     grpc.StatusCode.UNAUTHENTICATED,
-                    "secret is wrong",
+                    REFUSED,
                 ),
             ]
             for request, code, words in refusals:
@@ -85,7 +88,7 @@ async def test_enroll_and_every_refusal(tmp_path: Path) -> None:
             assert hub.ctx.cache.devices == {}  # nothing written...
             await tokens.validate(hub.ctx.store, token, now=time.time())  # ...nor used up
 
-            resp = await stub.Enroll(req(labels={"zone": "z1"}), timeout=10)
+            resp = await stub.Enroll(req(labels={"zone": "z1", "site": "lab"}), timeout=10)
             assert resp.device_name == "cam-1"
             cert = pki.load_certificate(resp.certificate_chain_pem)
             identity = pki.identity_from_certificate(cert)
@@ -96,7 +99,7 @@ async def test_enroll_and_every_refusal(tmp_path: Path) -> None:
             assert device.certificate_serial == format(cert.serial_number, "x")
 
             got, details = await _code(stub.Enroll(req(), timeout=10))
-            assert got is grpc.StatusCode.PERMISSION_DENIED and "used" in details
+            assert (got, details) == (grpc.StatusCode.UNAUTHENTICATED, REFUSED)  # used up
             token2, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
             got, details = await _code(stub.Enroll(req(token=token2), timeout=10))
             assert got is grpc.StatusCode.ALREADY_EXISTS and "cam-1" in details
@@ -212,3 +215,138 @@ async def test_the_fleet_root_is_taken_by_pin_or_from_the_image(tmp_path: Path) 
         )
         assert "RootPinMismatch" in got, got
         assert await _attempt(hub, tmp_path / "dev-g", root_file=roots.image) == "enrolled"
+
+
+def _record(**kw: object) -> tokens.TokenRecord:
+    fields: dict[str, object] = {"id": "abcdef", "secret_sha256": "", "created": 0, "expires": 1}
+    fields.update(kw)
+    return tokens.TokenRecord(**fields)  # type: ignore[arg-type]
+
+
+RESERVED = ("site", "zone", "restricted.example.com/")
+
+
+@pytest.mark.parametrize(
+    ("record", "requested", "labels", "problem"),
+    [
+        # the token's labels win; asking for the same value is no override
+        (_record(labels={"site": "factory"}), {}, {"site": "factory"}, None),
+        (_record(labels={"site": "factory"}), {"site": "factory"}, {"site": "factory"}, None),
+        (_record(labels={"site": "factory"}), {"site": "retail"}, None, "'site']: set to"),
+        # devices may add labels of their own, but not reserved ones
+        (_record(), {"camera": "ptz"}, {"camera": "ptz"}, None),
+        (_record(), {"zone": "z1"}, None, "'zone']: reserved"),
+        (_record(), {"restricted.example.com/x": "1"}, None, "reserved"),
+        (_record(labels={"zone": "z1"}), {"zone": "z1"}, {"zone": "z1"}, None),
+        # a token can forbid self-labels, or allow only a prefix
+        (_record(device_labels=False), {"camera": "ptz"}, None, "does not let devices"),
+        (_record(device_labels=False, labels={"a": "1"}), {"a": "1"}, {"a": "1"}, None),
+        (_record(device_label_prefix="dev.example.com/"), {"camera": "x"}, None, "only keys"),
+        (
+            _record(device_label_prefix="dev.example.com/"),
+            {"dev.example.com/camera": "x"},
+            {"dev.example.com/camera": "x"},
+            None,
+        ),
+    ],
+)
+def test_enrollment_labels_table(
+    record: tokens.TokenRecord,
+    requested: dict[str, str],
+    labels: dict[str, str] | None,
+    problem: str | None,
+) -> None:
+    got, problems = enrollment_labels(record, requested, RESERVED)
+    if problem is None:
+        assert (got, problems) == (labels, [])
+    else:
+        assert len(problems) == 1 and problem in problems[0], problems
+
+
+@pytest.mark.parametrize(
+    ("peer", "source"),
+    [
+        ("ipv4:127.0.0.1:54321", "127.0.0.1"),
+        ("ipv6:[::1]:54321", "::1"),
+        ("ipv6:[2001:db8::7]:1", "2001:db8::7"),
+        ("unix:/run/x.sock", "unix:/run/x.sock"),
+    ],
+)
+def test_source_of_table(peer: str, source: str) -> None:
+    assert source_of(peer) == source
+
+
+def _set_enrollment(paths: HubPaths, **values: float) -> None:
+    text = paths.config.read_text()
+    for key, value in values.items():
+        text = re.sub(rf"^{key} = .*$", f"{key} = {value:g}", text, flags=re.M)
+    paths.config.write_text(text)
+
+
+@async_test
+async def test_every_refused_token_looks_the_same_and_the_hub_says_why(tmp_path: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub:
+        now = time.time()
+        store = hub.ctx.store
+        good, _ = await tokens.create_token(store, now=now, ttl=600)
+        expired, _ = await tokens.create_token(store, now=now - 1000, ttl=600)
+        used, _ = await tokens.create_token(store, now=now, ttl=600, single_use=True)
+        await tokens.consume(store, used, now=now)
+        bad_secret = good.split(".")[0] + ".0123456789abcdef"
+        channel, stub = _enroll_stub(hub)
+        async with channel:
+            answers = set()
+            for token in ("zzzzzz.0123456789abcdef", bad_secret, expired, used):
+                request = enrollment_pb2.EnrollRequest(
+                    token=token, csr_pem=_csr(tmp_path), name="cam-9"
+                )
+                answers.add(await _code(stub.Enroll(request, timeout=10)))
+            assert answers == {(grpc.StatusCode.UNAUTHENTICATED, REFUSED)}
+        assert hub.ctx.cache.devices == {}
+        await hub.ctx.writer.flush()
+        refused = {
+            (e["object"]["name"], e["message"].split(": ", 1)[-1])
+            for e in hub.ctx.cache.events
+            if e["reason"] == "EnrollmentRefused"
+        }
+        ids = {t: t.split(".")[0] for t in (good, expired, used)}
+        assert refused == {
+            (ids[good], "the secret is wrong"),
+            (ids[expired], f"bootstrap token {ids[expired]} has expired"),
+            (ids[used], f"bootstrap token {ids[used]} was for a single use and has been used"),
+        }  # and none for the made-up id: guessing ids writes nothing to the store
+
+
+@async_test
+async def test_enrollment_is_rate_limited_per_source_and_per_token(tmp_path: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    _set_enrollment(paths, perSourceBurst=15, perSourceRate=0.01, perTokenFailureBurst=5)
+    _set_enrollment(paths, perTokenFailureRate=0.01)
+    async with AdminHub(paths) as hub:
+        good, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
+        wrong = good.split(".")[0] + ".0123456789abcdef"
+        csr = _csr(tmp_path)
+        channel, stub = _enroll_stub(hub)
+        async with channel:
+
+            async def enroll(token: str, name: str) -> tuple[grpc.StatusCode, str]:
+                request = enrollment_pb2.EnrollRequest(token=token, csr_pem=csr, name=name)
+                return await _code(stub.Enroll(request, timeout=10))
+
+            # guessing one token's secret: 5 refusals, then that token id is held off,
+            # even with the right secret (the price of bounding guesses from many addresses)
+            codes = [(await enroll(wrong, "x"))[0] for _ in range(7)]
+            assert (
+                codes
+                == [grpc.StatusCode.UNAUTHENTICATED] * 5 + [grpc.StatusCode.RESOURCE_EXHAUSTED] * 2
+            )
+            got, details = await enroll(good, "cam-1")
+            assert got is grpc.StatusCode.RESOURCE_EXHAUSTED and "retry in" in details
+            # another token still works from this source until the source's burst is spent
+            other, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
+            assert (await enroll(other, "cam-2"))[0] is grpc.StatusCode.OK
+            spent = [(await enroll(other, f"cam-{i}"))[0] for i in range(3, 12)]
+            assert spent[-1] is grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert grpc.StatusCode.OK in spent
+        assert "cam-1" not in hub.ctx.cache.devices

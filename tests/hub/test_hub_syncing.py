@@ -3,6 +3,7 @@ with its own certificate and identity key; bad streams get precise statuses."""
 
 from __future__ import annotations
 
+import re
 import time
 from pathlib import Path
 
@@ -11,8 +12,15 @@ from asynctesting import async_test
 from hubserving import AdminHub, make_hub_dir
 
 from edged.trust.identity import load_or_create_identity
-from edgefleet.v1 import device_pb2, device_pb2_grpc, enrollment_pb2, enrollment_pb2_grpc
+from edgefleet.v1 import (
+    common_pb2,
+    device_pb2,
+    device_pb2_grpc,
+    enrollment_pb2,
+    enrollment_pb2_grpc,
+)
 from hub import tokens
+from hub.initializing import HubPaths
 
 
 async def _enrolled(hub: AdminHub, tmp_path: Path, name: str) -> grpc.ChannelCredentials:
@@ -89,3 +97,67 @@ async def test_sync_sends_the_whole_state_and_refuses_bad_streams(tmp_path: Path
         device = hub.ctx.cache.devices["cam-1"]
         assert device.reported_labels == {"arch": "arm64"}
         assert device.generation_acked >= 1
+
+
+def _set_config(paths: HubPaths, **values: object) -> None:
+    text = paths.config.read_text()
+    for key, value in values.items():
+        text = re.sub(rf"^{key} = .*$", f"{key} = {value}", text, flags=re.M)
+    paths.config.write_text(text)
+
+
+async def _refused(call: grpc.aio.StreamStreamCall) -> tuple[grpc.StatusCode, str]:
+    return await call.code(), await call.details() or ""
+
+
+@async_test
+async def test_what_a_hostile_device_sends_is_bounded_and_changes_nothing(
+    tmp_path: Path,
+) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    _set_config(paths, reservedLabels='["site"]', statusBurst=3, statusRate=0.01)
+    async with AdminHub(paths) as hub:
+        creds = await _enrolled(hub, tmp_path, "cam-1")
+        hello = device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name="cam-1"))
+        async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
+            stub = device_pb2_grpc.DeviceServiceStub(ch)
+
+            # a reserved label in Hello: the device cannot place itself
+            call = stub.Sync()
+            bad = device_pb2.Hello(device_name="cam-1", labels={"site": "retail"})
+            await call.write(device_pb2.DeviceMessage(hello=bad))
+            code, details = await _refused(call)
+            assert code is grpc.StatusCode.INVALID_ARGUMENT and "hello.labels['site']" in details
+            assert hub.ctx.cache.devices["cam-1"].reported_labels == {}
+
+            # the issue's store bloat: a status of megabytes is refused, nothing of it kept
+            call = stub.Sync()
+            await call.write(hello)
+            await call.read()
+            huge = device_pb2.Status(
+                workloads=[
+                    device_pb2.WorkloadStatus(
+                        name=f"w{i}",
+                        conditions=[common_pb2.Condition(message="m" * 1000)] * 16,
+                    )
+                    for i in range(230)
+                ]
+            )
+            await call.write(device_pb2.DeviceMessage(status=huge))
+            code, details = await _refused(call)
+            assert code is grpc.StatusCode.INVALID_ARGUMENT
+            assert details.startswith("status: at most 524288 bytes"), details[:200]
+            assert hub.ctx.cache.devices["cam-1"].workloads == {}
+
+            # status faster than the device's rate: the stream ends, the first ones counted
+            call = stub.Sync()
+            await call.write(hello)
+            await call.read()
+            for i in range(5):
+                one = device_pb2.WorkloadStatus(name="det", model_version=f"1.0.{i}")
+                await call.write(
+                    device_pb2.DeviceMessage(status=device_pb2.Status(workloads=[one]))
+                )
+            code, details = await _refused(call)
+            assert code is grpc.StatusCode.RESOURCE_EXHAUSTED and "status messages" in details
+            assert hub.ctx.cache.devices["cam-1"].workloads["det"].model_version == "1.0.2"

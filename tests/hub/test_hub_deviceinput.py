@@ -1,0 +1,211 @@
+"""hub.deviceinput: the bounds on what a device sends, as tables and as properties (hypothesis:
+arbitrary bytes parsed as messages, and arbitrary messages, never raise; every message within
+the bounds passes; every problem names a field). Pure: no hub, no network."""
+
+from __future__ import annotations
+
+import pytest
+from google.protobuf.message import DecodeError
+from hypothesis import given
+from hypothesis import strategies as st
+from propertytesting import examples
+
+from edgefleet.v1 import common_pb2, device_pb2
+from hub import deviceinput as di
+
+
+def _status(**kw: object) -> device_pb2.Status:
+    return device_pb2.Status(**kw)  # type: ignore[arg-type]
+
+
+def _workload(**kw: object) -> device_pb2.WorkloadStatus:
+    fields: dict[str, object] = {"name": "det", "model_version": "1.0.0", "desired_replicas": 1}
+    fields.update(kw)
+    return device_pb2.WorkloadStatus(**fields)  # type: ignore[arg-type]
+
+
+@pytest.mark.parametrize(
+    ("hello", "problem"),
+    [
+        (device_pb2.Hello(device_name="cam-1", labels={"arch": "arm64"}), None),
+        (device_pb2.Hello(labels={"site": "retail"}), "hello.labels['site']: reserved"),
+        (device_pb2.Hello(labels={"bad key!": "x"}), "hello.labels['bad key!']"),
+        (device_pb2.Hello(labels={"a": "x" * 64}), "hello.labels['a']"),
+        (device_pb2.Hello(labels={f"k{i}": "v" for i in range(65)}), "hello.labels: at most 64"),
+        (device_pb2.Hello(edged_version="v" * 129), "hello.edged_version: at most 128"),
+        (
+            device_pb2.Hello(health=common_pb2.Health(reasons=["r"] * 33)),
+            "hello.health.reasons: at most 32",
+        ),
+    ],
+)
+def test_hello_table(hello: device_pb2.Hello, problem: str | None) -> None:
+    problems = di.check_hello(hello, reserved=("site", "zone"))
+    assert problems == [] if problem is None else problem in "\n".join(problems), problems
+
+
+def test_a_huge_inventory_is_refused() -> None:
+    hello = device_pb2.Hello()
+    hello.inventory.update({"junk": "x" * (di.MAX_INVENTORY_BYTES + 1)})
+    assert di.check_hello(hello)[0].startswith("hello.inventory: at most 65536 bytes")
+
+
+@pytest.mark.parametrize(
+    ("status", "problem"),
+    [
+        (_status(workloads=[_workload()]), None),
+        (_status(workloads=[_workload()] * 2), "status.workloads[1].name: 'det' is reported twice"),
+        (
+            _status(workloads=[_workload(name=f"w{i}") for i in range(257)]),
+            "status.workloads: at most 256",
+        ),
+        (_status(workloads=[_workload(revision="r" * 129)]), "status.workloads[0].revision"),
+        (_status(workloads=[_workload(ready_replicas=10_001)]), "ready_replicas: at most"),
+        (
+            _status(workloads=[_workload(conditions=[common_pb2.Condition(message="m" * 1025)])]),
+            "status.workloads[0].conditions[0].message: at most 1024 characters, got 1025",
+        ),
+        (
+            _status(workloads=[_workload(conditions=[common_pb2.Condition()] * 17)]),
+            "conditions: at most 16",
+        ),
+        (
+            _status(
+                workloads=[_workload(name=f"w{i}", revision="r" * 100) for i in range(256)] + [],
+                health=common_pb2.Health(reasons=["x" * 1000] * 32),
+            ),
+            None,
+        ),
+        (
+            # the issue's 3.6 MB status: refused by its size before anything is kept
+            _status(
+                workloads=[
+                    _workload(
+                        conditions=[common_pb2.Condition(message="m" * 1000)] * 16, name=f"w{i}"
+                    )
+                    for i in range(230)
+                ]
+            ),
+            "status: at most 524288 bytes",
+        ),
+    ],
+)
+def test_status_table(status: device_pb2.Status, problem: str | None) -> None:
+    problems = di.check_status(status)
+    assert problems == [] if problem is None else problem in "\n".join(problems), problems
+
+
+def test_evidence_and_messages_table() -> None:
+    ok = device_pb2.AttestationEvidence(nonce=b"n" * 32, evidence=b"e" * 1000)
+    assert di.check_evidence(ok) == []
+    big = device_pb2.AttestationEvidence(nonce=b"n" * 65, evidence=b"e" * (256 * 1024 + 1))
+    assert [p.split(":")[0] for p in di.check_evidence(big)] == [
+        "attestation_evidence.nonce",
+        "attestation_evidence.evidence",
+    ]
+    second_hello = device_pb2.DeviceMessage(hello=device_pb2.Hello())
+    assert di.check_message(second_hello)[0].startswith("hello: only the first")
+    for fine in (device_pb2.Ack(generation=2**64 - 1), device_pb2.Heartbeat()):
+        kind = "ack" if isinstance(fine, device_pb2.Ack) else "heartbeat"
+        assert di.check_message(device_pb2.DeviceMessage(**{kind: fine})) == []
+    assert di.check_message(device_pb2.DeviceMessage()) == []  # a newer kind: ignored
+
+
+# -- properties -------------------------------------------------------------------------------
+
+_FIELD = ("hello.", "status", "attestation_evidence.")
+
+
+@examples(3000)
+@given(st.binary(max_size=4096))
+def test_any_bytes_parse_or_fail_cleanly_and_checks_never_raise(data: bytes) -> None:
+    message = device_pb2.DeviceMessage()
+    try:
+        message.ParseFromString(data)
+    except DecodeError:
+        return  # the registering layer answers INVALID_ARGUMENT for these
+    problems = di.check_message(message)
+    if message.WhichOneof("message") == "hello":
+        problems = di.check_hello(message.hello, reserved=("site",))
+    assert all(isinstance(p, str) and p.startswith(_FIELD) for p in problems)
+
+
+def _sized(most: int) -> st.SearchStrategy[str]:
+    """Strings up to ``most`` characters, cheap to make: a short random piece, repeated."""
+    return st.builds(
+        lambda piece, n: (piece * (n // max(1, len(piece)) + 1))[:n] if piece else "",
+        st.text(max_size=6),
+        st.integers(0, most),
+    )
+
+
+_label = st.builds(
+    lambda head, n: f"{head}{n}", st.sampled_from(["a", "b-c", "x.y", "z_0"]), st.integers(0, 10**9)
+)
+_condition = st.builds(
+    common_pb2.Condition,
+    type=_sized(200),
+    status=_sized(200),
+    reason=_sized(200),
+    message=_sized(2000),
+)
+_workloads = st.lists(
+    st.builds(
+        device_pb2.WorkloadStatus,
+        name=_sized(300),
+        revision=_sized(300),
+        model_version=_sized(300),
+        ready_replicas=st.integers(0, 2**32 - 1),
+        desired_replicas=st.integers(0, 2**32 - 1),
+        conditions=st.lists(_condition, max_size=18),
+    ),
+    max_size=4,
+)
+
+
+@examples(1000)
+@given(
+    _workloads,
+    st.lists(_sized(2000), max_size=34),
+    st.dictionaries(_sized(80), _sized(80), max_size=66),
+)
+def test_arbitrary_messages_get_field_named_problems_never_exceptions(
+    workloads: list[device_pb2.WorkloadStatus],
+    reasons: list[str],
+    labels: dict[str, str],
+) -> None:
+    status = device_pb2.Status(workloads=workloads, health=common_pb2.Health(reasons=reasons))
+    hello = device_pb2.Hello(labels=labels, health=common_pb2.Health(reasons=reasons))
+    for problems in (di.check_status(status), di.check_hello(hello, reserved=("zone",))):
+        assert all(p.startswith(_FIELD) for p in problems)
+
+
+@examples(1000)
+@given(
+    st.lists(
+        st.builds(
+            device_pb2.WorkloadStatus,
+            revision=_sized(di.MAX_SHORT),
+            model_version=_sized(di.MAX_SHORT),
+            ready_replicas=st.integers(0, di.MAX_REPLICAS),
+            desired_replicas=st.integers(0, di.MAX_REPLICAS),
+            conditions=st.lists(
+                st.builds(
+                    common_pb2.Condition,
+                    type=_sized(di.MAX_SHORT),
+                    message=_sized(di.MAX_MESSAGE_TEXT),
+                ),
+                max_size=di.MAX_CONDITIONS,
+            ),
+        ),
+        max_size=4,
+    ),
+    st.dictionaries(_label, _label, max_size=di.MAX_LABELS),
+)
+def test_every_message_within_the_bounds_passes(
+    workloads: list[device_pb2.WorkloadStatus], labels: dict[str, str]
+) -> None:
+    for i, w in enumerate(workloads):
+        w.name = f"w{i}"
+    assert di.check_status(device_pb2.Status(workloads=workloads)) == []
+    assert di.check_hello(device_pb2.Hello(labels=labels)) == []
