@@ -267,6 +267,7 @@ class Daemon:
             self.desired.workloads,
             self.board.workload_status,
             self.hub_source.problems if self.hub_source is not None else (),
+            self.hub_source.incoming if self.hub_source is not None else None,
         )
 
     # -- lifecycle ------------------------------------------------------------------------

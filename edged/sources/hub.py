@@ -15,8 +15,10 @@ The hub sends the device's complete desired state with a generation. :meth:`HubS
    signed metadata, so a restart serves the same state without the hub.
 
 A refusal (bad signature, tampered bytes...) keeps the previous workload of that name serving
-and is reported as a problem; a transient failure (the hub went away mid-download) asks to be
-retried. Either way the rest of the state is applied.
+and is reported as a problem, logged, and kept in :attr:`HubSource.incoming` as a ``Refused``
+revision with its reason (the hub shows it per device). While a new artifact is checked and
+fetched, ``incoming`` says so too (``Verifying``, ``Downloading``). A transient failure (the
+hub went away mid-download) asks to be retried. Either way the rest of the state is applied.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 
 import orjson
 
+from edged.reconcile.model import RevisionPhase, RevisionStatus
 from edged.sources.static import SourceProblem
 from edged.state.merging import HUB_SOURCE
 from edged.trust.admitting import ArtifactGate
@@ -101,6 +104,8 @@ class HubSource:
         self._accepted = _Accepted()
         self.problems: tuple[SourceProblem, ...] = ()
         self.refetch_requested = False  # an artifact went missing: apply the same state again
+        # Revisions the hub asks for that are not accepted (yet): checked, fetched, refused.
+        self.incoming: dict[WorkloadName, RevisionStatus] = {}
         self._load()
 
     @property
@@ -186,6 +191,7 @@ class HubSource:
                 allow[subject] = env
         workloads: dict[WorkloadName, DesiredWorkload] = {}
         policies: list[DeviceHealthPolicy] = []
+        named: set[WorkloadName] = set()
         retry = False
         now = self._gate.begin()
         for i, raw in enumerate(manifests):
@@ -209,9 +215,12 @@ class HubSource:
                 )
                 continue
             name = WorkloadName(manifest.metadata.name)
+            named.add(name)
             model = manifest.spec.model
+            self._mark(name, model.version, "", RevisionPhase.VERIFYING)
             try:
                 sha = await self._admit(
+                    name,
                     model.name,
                     model.version,
                     envelopes.get((model.name, model.version)),
@@ -221,16 +230,38 @@ class HubSource:
                 )
             except ArtifactError as exc:
                 problems.append(SourceProblem(HUB_SOURCE, name, exc.reason, str(exc)))
+                sha = self.incoming[name].sha256
+                self._mark(name, model.version, sha, RevisionPhase.REFUSED, exc.reason, str(exc))
+                log.warning(
+                    "artifact refused",
+                    workload=name,
+                    model=model.name,
+                    version=model.version,
+                    reason=exc.reason,
+                    message=str(exc),
+                )
                 if name in acc.workloads:
                     workloads[name] = acc.workloads[name]  # the previous good version serves
                 continue
             except TemporaryError as exc:
                 retry = True
                 problems.append(SourceProblem(HUB_SOURCE, name, "ArtifactFetchFailed", str(exc)))
+                sha = self.incoming[name].sha256
+                self._mark(
+                    name,
+                    model.version,
+                    sha,
+                    RevisionPhase.DOWNLOADING,
+                    "ArtifactFetchFailed",
+                    str(exc),
+                )
                 if name in acc.workloads:
                     workloads[name] = acc.workloads[name]
                 continue
+            self.incoming.pop(name, None)
             workloads[name] = DesiredWorkload(manifest, sha, HUB_SOURCE)
+        for gone in set(self.incoming) - named:
+            del self.incoming[gone]
         self.problems = tuple(problems)
         if retry:
             # Not accepted yet: the same generation is applied again when the fetch can go on.
@@ -243,8 +274,22 @@ class HubSource:
         self._clean_downloads({w.sha256 for w in workloads.values()})
         return HubApplyResult(workloads, new.policies, self.problems, generation)
 
+    def _mark(
+        self,
+        workload: WorkloadName,
+        version: str,
+        sha256: str,
+        phase: RevisionPhase,
+        reason: str = "",
+        message: str = "",
+    ) -> None:
+        self.incoming[workload] = RevisionStatus(
+            "", version, sha256, phase, 0, reason, message, wanted=True
+        )
+
     async def _admit(
         self,
+        workload: WorkloadName,
         name: str,
         version: str,
         envelope: bytes | None,
@@ -263,8 +308,10 @@ class HubSource:
         if self._store.has(info.sha256):
             self._gate.accept(meta)
             return info.sha256
+        self._mark(workload, version, info.sha256, RevisionPhase.DOWNLOADING)
         part = self._downloads / f"{info.sha256}.part"
         await self._download(info.sha256, info.length, part, fetch)
+        self._mark(workload, version, info.sha256, RevisionPhase.VERIFYING)
         sha = await asyncio.to_thread(self._gate.store_downloaded, meta, info, part, self._store)
         part.unlink(missing_ok=True)
         return sha

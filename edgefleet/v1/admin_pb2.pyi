@@ -27,7 +27,7 @@ class ApplyResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[ApplyResult, _Mapping]]] = ...) -> None: ...
 
 class ApplyResult(_message.Message):
-    __slots__ = ("kind", "name", "outcome", "resource_version")
+    __slots__ = ("kind", "name", "outcome", "resource_version", "warnings")
     class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         OUTCOME_UNSPECIFIED: _ClassVar[ApplyResult.Outcome]
@@ -42,11 +42,13 @@ class ApplyResult(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     name: str
     outcome: ApplyResult.Outcome
     resource_version: int
-    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., outcome: _Optional[_Union[ApplyResult.Outcome, str]] = ..., resource_version: _Optional[int] = ...) -> None: ...
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., outcome: _Optional[_Union[ApplyResult.Outcome, str]] = ..., resource_version: _Optional[int] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("kind", "name")
@@ -73,12 +75,14 @@ class ListResponse(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.Object, _Mapping]]] = ..., resource_version: _Optional[int] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
-    __slots__ = ("kind", "name")
+    __slots__ = ("kind", "name", "force")
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     kind: str
     name: str
-    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+    force: bool
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class DeleteResponse(_message.Message):
     __slots__ = ("deleted",)

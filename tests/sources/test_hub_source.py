@@ -163,3 +163,36 @@ def test_a_missing_artifact_is_fetched_again_on_request(env: tuple[Hub, HubSourc
     source.refetch_requested = True
     r = apply(source, hub, 1, [deployment("1.0.0")], [meta])
     assert not r.stale and store.has(sha)
+
+
+def test_incoming_revisions_say_how_far_they_got(env: tuple[Hub, HubSource, Path]) -> None:
+    """What the hub asks for but the device does not run is kept with its phase and reason:
+    a refusal stays Refused (with the gate's reason), a broken download stays Downloading, an
+    accepted one leaves ``incoming``."""
+    hub, source, _ = env
+    meta1, _ = hub.model("1.0.0")
+    apply(source, hub, 1, [deployment("1.0.0")], [meta1])
+    assert source.incoming == {}
+    meta2, _ = hub.model("2.0.0", key="stranger", seed=2)
+    apply(source, hub, 2, [deployment("2.0.0")], [meta2])
+    refused = source.incoming["det"]
+    assert (refused.model_version, refused.phase.value, refused.reason) == (
+        "2.0.0",
+        "Refused",
+        "UnknownKey",
+    )
+    assert refused.wanted and refused.message
+    meta3, sha3 = hub.model("3.0.0", seed=3)
+    hub.break_after = 20_000
+    apply(source, hub, 3, [deployment("3.0.0")], [meta3])
+    fetching = source.incoming["det"]
+    assert (fetching.phase.value, fetching.sha256, fetching.reason) == (
+        "Downloading",
+        sha3,
+        "ArtifactFetchFailed",
+    )
+    r = apply(source, hub, 3, [deployment("3.0.0")], [meta3])
+    assert not r.retry and r.workloads["det"].sha256 == sha3
+    assert source.incoming == {}
+    apply(source, hub, 4, [], [])
+    assert source.incoming == {}
