@@ -31,15 +31,17 @@ from edgefleet.v1 import device_pb2, device_pb2_grpc
 from hub import pki
 from hub.auth import Caller, authorize
 from hub.context import HubContext
-from hub.devices import Device, DevicePhase, Health, WorkloadReport
+from hub.devices import Device, DevicePhase, Health, RevisionPhase, RevisionReport, WorkloadReport
 from hub.pki import Role
 from hub.sessions import Session
+from hub.statusing import broken_revisions, describe_failure
 
 log = get_logger(__name__)
 
 HELLO_TIMEOUT_S = 30.0
 CHUNK = 256 * 1024
 MAX_REPORTED_WORKLOADS = 256
+MAX_REPORTED_REVISIONS = 8
 
 EvidenceHandler = Callable[[str, bytes, bytes], None]
 
@@ -58,6 +60,19 @@ def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
         conditions=tuple(
             {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message}
             for c in w.conditions
+        ),
+        revisions=tuple(
+            RevisionReport(
+                model_version=r.model_version,
+                sha256=r.sha256,
+                phase=RevisionPhase.parse(r.phase),
+                ready_replicas=r.ready_replicas,
+                revision=r.revision,
+                reason=r.reason,
+                message=r.message,
+                wanted=r.wanted,
+            )
+            for r in w.revisions[:MAX_REPORTED_REVISIONS]
         ),
     )
 
@@ -208,6 +223,14 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         "Normal" if changed.health.schedulable else "Warning",
                         "Schedulable" if changed.health.schedulable else "Unschedulable",
                         "; ".join(changed.health.reasons) or "health policy met",
+                    )
+                for workload, rev in broken_revisions(device.workloads, workloads):
+                    ctx.writer.event(
+                        "ModelDeployment",
+                        workload,
+                        "Warning",
+                        "Revision" + rev.phase.value,
+                        f"device {name}: {describe_failure(rev)}",
                     )
                 ctx.writer.update(changed)
             elif kind == "attestation_evidence" and self.on_evidence is not None:
