@@ -1,5 +1,8 @@
 """``edgectl models push FILE --name N --version V [--key K]... [--metadata ENVELOPE]``.
 
+The file must parse as an ONNX model (:mod:`edgefleet.artifacts.onnxformat`) before anything
+is signed or sent; the hub checks it again.
+
 Signs the model with the publisher key(s) (:func:`edgefleet.trust.signing.sign_artifact`; by
 default the ``[publisher] key`` of admin.toml, which ``hub init`` writes for a quickstart), or
 takes a pre-signed metadata envelope (``--metadata``: signed elsewhere, offline), and uploads
@@ -21,7 +24,8 @@ import grpc
 
 from edgectl.client import AdminConfig, load_admin_config
 from edgectl.commands import CONFIG_ENV, default_config
-from edgefleet.errors import ConfigError, TrustError
+from edgefleet.artifacts.onnxformat import check_onnx_model
+from edgefleet.errors import ArtifactError, ConfigError
 from edgefleet.trust import signing
 from edgefleet.trust.documents import parse_artifact
 from edgefleet.trust.envelopes import ARTIFACT_TYPE, decode_payload, parse_envelope_bytes
@@ -84,9 +88,10 @@ def run(args: argparse.Namespace) -> int | None:
         )
         if not args.file.is_file():
             raise PushError(f"{args.file}: no such file")
+        check_onnx_model(args.file)
         envelope = _envelope(args, config)
         response = asyncio.run(push(config, args.file, envelope))
-    except (PushError, TrustError, ConfigError, OSError, ValueError) as exc:
+    except (PushError, ArtifactError, ConfigError, OSError, ValueError) as exc:
         print(f"edgectl: models push: {exc}", file=sys.stderr)
         return 1
     what = f"model/{args.name} {args.version}"

@@ -30,6 +30,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from edgefleet.api import ModelDeployment, Rollout, parse_manifest
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.errors import Compacted, CompareFailed, StoreError, ValidationError
 from edgefleet.logs import get_logger
@@ -41,6 +42,7 @@ from hub.devices import Device
 from hub.pki import Role
 from hub.presenting import deployment_object, device_object, object_labels
 from hub.selecting import parse_selector
+from hub.statusing import count_placeable, placement_warnings
 from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
 
 log = get_logger(__name__)
@@ -76,6 +78,23 @@ def _invalid(message: str) -> Refused:
 
 def _not_found(kind: str, name: str) -> Refused:
     return Refused(grpc.StatusCode.NOT_FOUND, f'{kind} "{name}" not found')
+
+
+def _unsupported(parsed: list[applying.ParsedObject]) -> list[str]:
+    """What the hub validates but does not do yet, refused rather than accepted and ignored."""
+    out = []
+    default = Rollout().to_dict()
+    for i, obj in enumerate(parsed):
+        if obj.kind != "ModelDeployment":
+            continue
+        rollout = obj.manifest.get("spec", {}).get("rollout")
+        if rollout is not None and rollout != default:
+            out.append(
+                f"documents[{i}].spec.rollout: not supported yet: the hub sends a new version "
+                "to every placed device at once (each device switches without downtime); "
+                "leave spec.rollout out"
+            )
+    return out
 
 
 def problems_text(exc: ValidationError) -> str:
@@ -143,6 +162,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             parsed = applying.parse_documents(list(request.documents))
         except ValidationError as exc:
             raise _invalid(problems_text(exc)) from None
+        unsupported = _unsupported(parsed)
+        if unsupported:
+            raise _invalid("\n".join(unsupported))
         planned = [await self._plan(obj) for obj in parsed]
         changed = [p for p in planned if p.outcome is not applying.Outcome.UNCHANGED]
         if changed and not request.dry_run:
@@ -168,10 +190,22 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                     name=p.obj.name,
                     outcome=_OUTCOMES[p.outcome],
                     resource_version=p.revision,
+                    warnings=self._warnings(p.obj),
                 )
                 for p in planned
             ]
         )
+
+    def _warnings(self, obj: applying.ParsedObject) -> list[str]:
+        """An accepted deployment that cannot run anywhere says so at once (and the same
+        words are conditions in its status)."""
+        if obj.kind != "ModelDeployment":
+            return []
+        dep = parse_manifest(dict(obj.manifest))
+        assert isinstance(dep, ModelDeployment)
+        cache = self._ctx.cache
+        pushed = (dep.spec.model.name, dep.spec.model.version) in cache.models
+        return placement_warnings(dep, cache.devices.values(), self._ctx.region, pushed)
 
     async def _plan(self, obj: applying.ParsedObject) -> _Planned:
         key = storekeys.object_key(obj.kind, obj.name)
@@ -197,7 +231,20 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if kind == "ModelDeployment":
             cache = self._ctx.cache
             dep = cache.deployments.get(str(manifest["metadata"]["name"]))
-            return deployment_object(manifest, cache.devices.values(), self._assigned(), dep)
+            if dep is None:
+                parsed = parse_manifest(dict(manifest))
+                assert isinstance(parsed, ModelDeployment)
+                dep = parsed
+            model = cache.models.get((dep.spec.model.name, dep.spec.model.version))
+            return deployment_object(
+                manifest,
+                cache.devices.values(),
+                self._assigned(),
+                dep,
+                model_sha256=model.sha256 if model is not None else None,
+                model_pushed=model is not None,
+                placeable=count_placeable(dep, cache.devices.values(), self._ctx.region),
+            )
         return dict(manifest)
 
     def _model_records(self) -> dict[str, storekeys.ModelRecord]:
@@ -340,6 +387,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise _invalid("name: required (an object name)")
         kind, name = request.kind, request.name
         ctx, cache = self._ctx, self._ctx.cache
+        forced = ""
         if kind == storekeys.KIND_DEVICE:
             if name not in cache.devices:
                 return admin_pb2.DeleteResponse(deleted=False)
@@ -356,6 +404,20 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             model = self._model_records().get(name)
             if model is None:
                 return admin_pb2.DeleteResponse(deleted=False)
+            users = sorted(
+                dep_name
+                for dep_name, dep in cache.deployments.items()
+                if (dep.spec.model.name, dep.spec.model.version) == (model.name, model.version)
+            )
+            if users and not request.force:
+                raise Refused(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"model {name} is in use by ModelDeployment {', '.join(users)}: deleting it "
+                    "takes that workload off every device; change or delete those deployments "
+                    "first, or delete with force",
+                )
+            if users:
+                forced = f" (forced: in use by {', '.join(users)})"
             await ctx.store.delete(storekeys.model_key(model.name, model.version))
             cache.models.pop((model.name, model.version), None)
             ctx.projector.mark_all()
@@ -367,7 +429,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             await ctx.store.delete(key, expect_mod_revision=kv.mod_revision)
             cache.drop_object(kind, name)
             ctx.projector.mark_all()
-        ctx.writer.event(kind, name, "Normal", "Deleted", f"{kind} {name} deleted")
+        ctx.writer.event(kind, name, "Normal", "Deleted", f"{kind} {name} deleted{forced}")
         return admin_pb2.DeleteResponse(deleted=True)
 
     # -- devices -----------------------------------------------------------------------------

@@ -11,7 +11,9 @@ would check, so that junk is refused at the door rather than on every device:
    ALREADY_EXISTS, decided before any byte is read;
 4. the chunks stream into the content-addressed blob store with the **signed length as a hard
    limit** (reading stops there) and the signed sha256 and exact length as verifiers, so a
-   refused push leaves no blob; a model record is written only after the blob is committed;
+   refused push leaves no blob; the model file must parse as ONNX (``NotAnOnnxModel``,
+   :mod:`edgefleet.artifacts.onnxformat`); a model record is written only after the blob is
+   committed;
 5. the record (``/models/NAME/VERSION``: the envelope exactly as signed, sha256, length) goes
    to the store and the cache, an event is recorded and every device is projected again.
 
@@ -32,6 +34,7 @@ from typing import Any, BinaryIO, cast
 
 import grpc
 
+from edgefleet.artifacts.onnxformat import ParsesAsOnnx
 from edgefleet.errors import ArtifactError, CompareFailed, EdgefleetError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.trust.documents import ArtifactMetadata, FileInfo, Root, parse_artifact
@@ -107,7 +110,7 @@ async def receive_artifact(
             origin=f"pushed {model_file}",
             name=meta.name,
             version=meta.version,
-            verifiers=[SignedFile(info, what)],
+            verifiers=[SignedFile(info, what), ParsesAsOnnx()],
             max_bytes=info.length,
         )
     except PushRefused:

@@ -545,3 +545,85 @@ async def test_models_are_listed_got_and_deleted_by_name_and_version(tmp_path: P
         deleted = await stub.Delete(admin_pb2.DeleteRequest(kind="Model", name="fraud-2.4.1"))
         assert deleted.deleted and hub.ctx.cache.models == {}
         assert await hub.ctx.store.get(objects.model_key("fraud", "2.4.1")) is None
+
+
+# -- guard rails ---------------------------------------------------------------------------------
+
+
+async def _push_record(hub: AdminHub, name: str, version: str) -> None:
+    model = objects.ModelRecord(name, version, "ab" * 32, 1234, b"{signed}", 1.0)
+    await hub.ctx.store.put(objects.model_key(name, version), objects.dumps(model.to_json()))
+    hub.ctx.cache.models[(name, version)] = model
+
+
+@async_test
+async def test_apply_warns_about_an_unpushed_version_and_a_placement_matching_nothing(
+    tmp_path: Path,
+) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+        nowhere = deployment("fraud", placement={"nodeSelector": {"site": "moon"}})
+        (result,) = (await stub.Apply(admin_pb2.ApplyRequest(documents=[nowhere]))).results
+        assert result.outcome == admin_pb2.ApplyResult.CREATED  # accepted...
+        assert len(result.warnings) == 2  # ...but says so at once
+        assert "fraud version 2.4.1 has not been pushed" in result.warnings[0]
+        assert "nodeSelector site=moon matches no device" in result.warnings[1]
+        got = await stub.Get(admin_pb2.GetRequest(kind="ModelDeployment", name="fraud"))
+        conditions = {c["type"]: c for c in orjson.loads(got.json)["status"]["conditions"]}
+        assert conditions["ModelPushed"]["reason"] == "ModelNotPushed"
+        assert conditions["Placed"]["reason"] == "NoMatchingDevices"
+        assert conditions["Available"]["reason"] == "NoDevices"  # not "AllDevicesAvailable"
+
+        await _push_record(hub, "fraud", "2.4.1")
+        fine = deployment("fraud", placement={"nodeSelector": {"site": "retail"}})
+        (result,) = (await stub.Apply(admin_pb2.ApplyRequest(documents=[fine]))).results
+        assert list(result.warnings) == []
+        got = await stub.Get(admin_pb2.GetRequest(kind="ModelDeployment", name="fraud"))
+        types = [c["type"] for c in orjson.loads(got.json)["status"]["conditions"]]
+        assert types == ["Available", "Progressing"]
+
+
+@async_test
+async def test_a_rollout_strategy_is_refused_as_not_supported_yet(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        canary = deployment("fraud", rollout={"canary": {"steps": ["5%", "100%"]}})
+        code, details = await code_of(stub.Apply(admin_pb2.ApplyRequest(documents=[canary])))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT
+        assert details.startswith("documents[0].spec.rollout: not supported yet")
+        assert ("ModelDeployment", "fraud") not in hub.ctx.cache.stored
+        budget = deployment("fraud", rollout={"maxUnavailable": "10%"})
+        code, _ = await code_of(stub.Apply(admin_pb2.ApplyRequest(documents=[budget])))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT
+        # what the hub does (every device at once, each switching without downtime) is the
+        # default, so saying it explicitly is accepted
+        default = deployment("fraud", rollout={"maxUnavailable": "25%", "maxSurge": "25%"})
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[default]))
+
+
+@async_test
+async def test_deleting_a_model_in_use_is_refused_unless_forced(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await _push_record(hub, "fraud", "2.4.1")
+        await stub.Apply(
+            admin_pb2.ApplyRequest(documents=[deployment("fraud"), deployment("fraud-eu")])
+        )
+        # fraud-eu's model is "fraud-eu", so only one user; add a second of the same model
+        other = orjson.loads(deployment("fraud-b"))
+        other["spec"]["model"]["name"] = "fraud"
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[orjson.dumps(other)]))
+        request = admin_pb2.DeleteRequest(kind="Model", name="fraud-2.4.1")
+        code, details = await code_of(stub.Delete(request))
+        assert code is grpc.StatusCode.FAILED_PRECONDITION
+        assert "in use by ModelDeployment fraud, fraud-b" in details
+        assert ("fraud", "2.4.1") in hub.ctx.cache.models
+        assert await hub.ctx.store.get(objects.model_key("fraud", "2.4.1")) is not None
+
+        forced = admin_pb2.DeleteRequest(kind="Model", name="fraud-2.4.1", force=True)
+        assert (await stub.Delete(forced)).deleted
+        assert ("fraud", "2.4.1") not in hub.ctx.cache.models
+        await hub.ctx.writer.flush()
+        (event,) = [e for e in hub.ctx.cache.events if e["reason"] == "Deleted"]
+        assert "forced: in use by fraud, fraud-b" in event["message"]

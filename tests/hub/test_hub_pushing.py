@@ -7,7 +7,6 @@ same function)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
@@ -18,6 +17,7 @@ import grpc
 import pytest
 from asynctesting import async_test
 
+from edgefleet.demo import build_mlp
 from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 from hub import storekeys as objects
@@ -102,9 +102,8 @@ async def _push(hub: Hub, envelope: bytes, data: bytes) -> admin_pb2.PushArtifac
 
 
 def _model(tmp: Path, name: str = "model.onnx", size: int = 200_000) -> Path:
-    path = tmp / name
-    path.write_bytes(os.urandom(size))
-    return path
+    """A real ONNX model of about ``size`` bytes (an MLP 64 -> hidden -> 10)."""
+    return build_mlp(tmp / name, (64, max(2, size // 300), 10), seed=sum(name.encode()))
 
 
 def _sign(path: Path, key: Path, *, version: str = "1.0.0", **kw: float) -> bytes:
@@ -258,4 +257,19 @@ async def test_a_hub_without_a_trust_root_refuses_every_push(hub_dir: Path, tmp_
         err = await _refused(hub, envelope, model.read_bytes())
         assert err.code() is grpc.StatusCode.FAILED_PRECONDITION
         assert (err.details() or "").startswith("NoTrustRoot: this hub has no trust root")
+        await _assert_nothing_stored(hub)
+
+
+@async_test
+async def test_a_file_that_is_not_onnx_is_refused_and_nothing_stored(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(bytes(range(256)) * 200)  # 51,200 bytes, signed correctly: not a model
+    envelope = _sign(junk, HubPaths.of(hub_dir).data_dir / "publisher.key")
+    async with _serve(hub_dir) as hub:
+        err = await _refused(hub, envelope, junk.read_bytes())
+        assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "NotAnOnnxModel" in (err.details() or "")
+        assert "not an ONNX model" in (err.details() or "")
         await _assert_nothing_stored(hub)
