@@ -9,8 +9,8 @@ that did not happen:
   artifact's digest when the device reports one) **serves** (phase Ready, a replica ready);
 * *ready*: updated devices where every replica of the wanted revision is ready;
 * *available*: connected devices that serve the deployment with the wanted revision, or that
-  are switching to it (it is Pending, Downloading, Verifying or Loading) while an older
-  revision keeps serving: edged switches without downtime, so a switch never makes a device
+  are switching to it (it is not reported yet, or Pending, Downloading, Verifying or Loading)
+  while an older revision keeps serving: edged switches without downtime, so a switch never makes a device
   unavailable and the count never drops during one. A device whose wanted revision was
   Refused or Failed is *not* available (it serves what the deployment no longer asks for) and
   is listed as failing with its reason.
@@ -153,7 +153,8 @@ def deployment_status(
             available += int(connected)
         elif rev is not None and rev.phase in BROKEN:
             failing[device.name] = describe_failure(rev)
-        elif rev is not None and rev.phase in SWITCHING:
+        elif rev is None or rev.phase in SWITCHING:
+            # not started on the wanted revision yet, or on the way: what serves meanwhile
             others = any(r.serves for r in revisions if r is not rev)
             available += int(connected and others)
         if device.name not in failing and not report.revisions:

@@ -131,14 +131,14 @@ def test_rollout_in_progress() -> None:
     ]
     assigned = {d.name: ["m"] for d in devices if d.name != "unassigned"}
     s = deployment_status(dep("2.0.0"), devices, assigned)
-    assert (s.desired, s.updated, s.ready, s.available) == (5, 1, 1, 2)
+    assert (s.desired, s.updated, s.ready, s.available) == (5, 1, 1, 3)
     assert {v: (c.devices, c.ready) for v, c in s.versions.items()} == {
         "2.0.0": (1, 1),
         "1.0.0": (2, 2),
     }
     assert s.failing == {"e": "2.0.0 Failed: ModelLoadFailed"}
     available, progressing = s.conditions
-    assert not available.status and available.message == "2 of 5 devices available"
+    assert not available.status and available.message == "3 of 5 devices available"
     assert not progressing.status and progressing.reason == "RevisionFailed"
     assert "e (2.0.0 Failed: ModelLoadFailed)" in progressing.message
 
