@@ -252,6 +252,7 @@ class Daemon:
 
     def _artifacts_in_use(self) -> set[str]:
         keep = {w.sha256 for w in self.desired.workloads.values()}
+        keep |= {sha for w in self.desired.workloads.values() for sha in w.extras.values()}
         return keep | {r.spec.artifact_sha256 for r in self.pool.replicas()}
 
     def _request_refetch(self) -> None:

@@ -78,7 +78,7 @@ def build_desired(
         names.append(name)
         manifests.append(cache.stored[("ModelDeployment", name)].encoded)
         metadata.append(model.envelope)
-        artifacts.add(model.sha256)
+        artifacts |= model.digests()
     manifests.extend(fleet.health_policies)
     allowances: list[bytes] = []
     h = hashlib.sha256()

@@ -10,10 +10,10 @@ that did not happen:
 * *ready*: updated devices where every replica of the wanted revision is ready;
 * *available*: connected devices that serve the deployment with the wanted revision, or that
   are switching to it (it is not reported yet, or Pending, Downloading, Verifying or Loading)
-  while an older revision keeps serving: edged switches without downtime, so a switch never makes a device
-  unavailable and the count never drops during one. A device whose wanted revision was
-  Refused or Failed is *not* available (it serves what the deployment no longer asks for) and
-  is listed as failing with its reason.
+  while an older revision keeps serving: edged switches without downtime, so a switch never
+  makes a device unavailable and the count never drops during one. A device whose wanted
+  revision was Refused or Failed is *not* available (it serves what the deployment no longer
+  asks for) and is listed as failing with its reason.
 
 ``versions`` counts, per version, the devices where that version serves. Conditions:
 ``Available``, ``Progressing`` (``RevisionFailed`` when the wanted version failed or was

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -90,19 +90,27 @@ class ModelRecord:
     length: int
     envelope: bytes  # the publisher-signed metadata, exactly as signed
     pushed_at: float
+    extras: Mapping[str, str] = field(default_factory=dict)  # extra file name -> sha256
+
+    def digests(self) -> set[str]:
+        """Every blob this artifact holds: the model file and its extras."""
+        return {self.sha256, *self.extras.values()}
 
     def to_json(self) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "sha256": self.sha256,
+            "length": self.length,
+            "pushedAt": self.pushed_at,
+            "signedMetadata": base64.b64encode(self.envelope).decode(),
+        }
+        if self.extras:
+            status["extras"] = dict(sorted(self.extras.items()))
         return {
             "apiVersion": "edgefleet.io/v1",
             "kind": KIND_MODEL,
             "metadata": {"name": f"{self.name}-{self.version}"},
             "spec": {"name": self.name, "version": self.version},
-            "status": {
-                "sha256": self.sha256,
-                "length": self.length,
-                "pushedAt": self.pushed_at,
-                "signedMetadata": base64.b64encode(self.envelope).decode(),
-            },
+            "status": status,
         }
 
     @classmethod
@@ -115,6 +123,7 @@ class ModelRecord:
             length=int(status["length"]),
             envelope=base64.b64decode(status["signedMetadata"]),
             pushed_at=float(status["pushedAt"]),
+            extras={str(k): str(v) for k, v in status.get("extras", {}).items()},
         )
 
 

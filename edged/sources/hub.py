@@ -10,7 +10,9 @@ The hub sends the device's complete desired state with a generation. :meth:`HubS
    rollback); then fetches the artifact from the hub into ``D/downloads/<sha256>.part``,
    resuming from the bytes already there (after a broken stream or a restart of edged), never
    past the signed length; then the gate moves it into the content-addressed store, checking
-   length and digest again on the way. An artifact already in the store is not fetched;
+   length and digest again on the way. The artifact's signed extra files (a validation set)
+   are fetched and verified the same way, before the model. What is in the store already is
+   not fetched;
 4. persists what it accepted (``D/state/hub.json``, atomically): generation, manifests and the
    signed metadata, so a restart serves the same state without the hub.
 
@@ -131,7 +133,10 @@ class HubSource:
                 dep = parse_manifest(item["deployment"])
                 assert isinstance(dep, ModelDeployment)
                 workloads[WorkloadName(dep.metadata.name)] = DesiredWorkload(
-                    dep, str(item["sha256"]), HUB_SOURCE
+                    dep,
+                    str(item["sha256"]),
+                    HUB_SOURCE,
+                    {str(k): str(v) for k, v in item.get("extras", {}).items()},
                 )
             policies = []
             for item in doc.get("policies", []):
@@ -156,7 +161,11 @@ class HubSource:
                 "manifests": [m.decode() for m in acc.manifests],
                 "metadata": [m.decode() for m in acc.metadata],
                 "workloads": [
-                    {"deployment": w.deployment.to_dict(), "sha256": w.sha256}
+                    {
+                        "deployment": w.deployment.to_dict(),
+                        "sha256": w.sha256,
+                        "extras": dict(sorted(w.extras.items())),
+                    }
                     for _, w in sorted(acc.workloads.items())
                 ],
                 "policies": [p.to_dict() for p in acc.policies],
@@ -219,7 +228,7 @@ class HubSource:
             model = manifest.spec.model
             self._mark(name, model.version, "", RevisionPhase.VERIFYING)
             try:
-                sha = await self._admit(
+                sha, extras = await self._admit(
                     name,
                     model.name,
                     model.version,
@@ -259,7 +268,7 @@ class HubSource:
                     workloads[name] = acc.workloads[name]
                 continue
             self.incoming.pop(name, None)
-            workloads[name] = DesiredWorkload(manifest, sha, HUB_SOURCE)
+            workloads[name] = DesiredWorkload(manifest, sha, HUB_SOURCE, extras)
         for gone in set(self.incoming) - named:
             del self.incoming[gone]
         self.problems = tuple(problems)
@@ -271,7 +280,10 @@ class HubSource:
         new = _Accepted(generation, list(manifests), list(metadata), workloads, tuple(policies))
         await asyncio.to_thread(self._save, new)
         self._accepted = new
-        self._clean_downloads({w.sha256 for w in workloads.values()})
+        self._clean_downloads(
+            {w.sha256 for w in workloads.values()}
+            | {sha for w in workloads.values() for sha in w.extras.values()}
+        )
         return HubApplyResult(workloads, new.policies, self.problems, generation)
 
     def _mark(
@@ -296,7 +308,10 @@ class HubSource:
         allowance: bytes | None,
         fetch: Fetch,
         now: float,
-    ) -> str:
+    ) -> tuple[str, dict[str, str]]:
+        """Verify the signed metadata, then fetch what the store lacks of its files (extras
+        first, the model last: storing the model accepts the metadata). The model's sha256 and
+        the extras' (by file name)."""
         if envelope is None:
             raise ArtifactError(
                 "UnsignedArtifact",
@@ -305,16 +320,30 @@ class HubSource:
         meta, info = self._gate.verify_remote(
             envelope, name=name, version=version, allowance=allowance, now=now
         )
+        extras: dict[str, str] = {}
+        for fname, extra in sorted(meta.files.items()):
+            if extra.role == "model":
+                continue
+            if not self._store.has(extra.sha256):
+                self._mark(workload, version, info.sha256, RevisionPhase.DOWNLOADING)
+                part = self._downloads / f"{extra.sha256}.part"
+                await self._download(extra.sha256, extra.length, part, fetch)
+                self._mark(workload, version, info.sha256, RevisionPhase.VERIFYING)
+                await asyncio.to_thread(
+                    self._gate.store_downloaded_extra, meta, fname, part, self._store
+                )
+                part.unlink(missing_ok=True)
+            extras[fname] = extra.sha256
         if self._store.has(info.sha256):
             self._gate.accept(meta)
-            return info.sha256
+            return info.sha256, extras
         self._mark(workload, version, info.sha256, RevisionPhase.DOWNLOADING)
         part = self._downloads / f"{info.sha256}.part"
         await self._download(info.sha256, info.length, part, fetch)
         self._mark(workload, version, info.sha256, RevisionPhase.VERIFYING)
         sha = await asyncio.to_thread(self._gate.store_downloaded, meta, info, part, self._store)
         part.unlink(missing_ok=True)
-        return sha
+        return sha, extras
 
     async def _download(self, sha: str, length: int, part: Path, fetch: Fetch) -> None:
         """Fetch into ``part``, resuming after what it holds; never past ``length`` bytes."""

@@ -155,12 +155,20 @@ class WatchEvent(_message.Message):
     def __init__(self, type: _Optional[_Union[WatchEvent.Type, str]] = ..., object: _Optional[_Union[_common_pb2.Object, _Mapping]] = ...) -> None: ...
 
 class PushArtifactRequest(_message.Message):
-    __slots__ = ("header", "chunk")
+    __slots__ = ("header", "chunk", "file")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
     header: ArtifactHeader
     chunk: bytes
-    def __init__(self, header: _Optional[_Union[ArtifactHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+    file: FileStart
+    def __init__(self, header: _Optional[_Union[ArtifactHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ..., file: _Optional[_Union[FileStart, _Mapping]] = ...) -> None: ...
+
+class FileStart(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class ArtifactHeader(_message.Message):
     __slots__ = ("signed_metadata",)
@@ -169,14 +177,23 @@ class ArtifactHeader(_message.Message):
     def __init__(self, signed_metadata: _Optional[bytes] = ...) -> None: ...
 
 class PushArtifactResponse(_message.Message):
-    __slots__ = ("sha256", "length", "stored")
+    __slots__ = ("sha256", "length", "stored", "extras")
+    class ExtrasEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SHA256_FIELD_NUMBER: _ClassVar[int]
     LENGTH_FIELD_NUMBER: _ClassVar[int]
     STORED_FIELD_NUMBER: _ClassVar[int]
+    EXTRAS_FIELD_NUMBER: _ClassVar[int]
     sha256: str
     length: int
     stored: bool
-    def __init__(self, sha256: _Optional[str] = ..., length: _Optional[int] = ..., stored: _Optional[bool] = ...) -> None: ...
+    extras: _containers.ScalarMap[str, str]
+    def __init__(self, sha256: _Optional[str] = ..., length: _Optional[int] = ..., stored: _Optional[bool] = ..., extras: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateTokenRequest(_message.Message):
     __slots__ = ("ttl", "single_use", "description", "labels")

@@ -181,3 +181,43 @@ async def test_push_refuses_a_file_that_is_not_onnx_before_signing(tmp_path: Pat
     assert code == 1
     assert f"{junk}: not an ONNX model" in err
     assert not junk.with_suffix(".meta").exists()
+
+
+@async_test
+async def test_push_carries_extras_and_refuses_what_it_cannot_find(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    model = _model(tmp_path)
+    extra = tmp_path / "validation.npz"
+    extra.write_bytes(b"\x07" * 30_000)
+    extra_sha = signing.describe_file(extra, "extra")["sha256"]
+    async with _serve(hub_dir) as (ctx, admin):
+        base = ("models", "push", model, "--name", "mlp", "--config", admin)
+        code, out, err = await _edgectl(*base, "--version", "1.0", "--extra", extra)
+        assert code == 0, err
+        assert out.endswith(", extras validation.npz)\n"), out
+        assert ctx.cache.models[("mlp", "1.0")].extras == {"validation.npz": extra_sha}
+        assert ctx.blobs.path_for(extra_sha).read_bytes() == extra.read_bytes()
+
+        # metadata signed elsewhere that lists an extra which is not here: refused before
+        # anything is sent
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        (elsewhere / "labels.txt").write_text("cat\n")
+        signed, _ = signing.sign_artifact(
+            model,
+            name="mlp",
+            version="2.0",
+            keys=[hub_dir / "publisher.key"],
+            extras=[elsewhere / "labels.txt"],
+            out=tmp_path / "mlp-2.0.meta",
+        )
+        code, _, err = await _edgectl(*base, "--version", "2.0", "--metadata", signed)
+        assert code == 1
+        assert "the signed metadata lists files that are not here: labels.txt" in err
+        assert ("mlp", "2.0") not in ctx.cache.models
+        code, out, err = await _edgectl(
+            *base, "--version", "2.0", "--metadata", signed, "--extra", elsewhere / "labels.txt"
+        )
+        assert code == 0, err
+        assert "extras labels.txt" in out

@@ -196,3 +196,59 @@ def test_incoming_revisions_say_how_far_they_got(env: tuple[Hub, HubSource, Path
     assert source.incoming == {}
     apply(source, hub, 4, [], [])
     assert source.incoming == {}
+
+
+def _model_with_extra(hub: Hub, version: str, content: bytes) -> tuple[bytes, str, str]:
+    import hashlib
+
+    path = hub.tmp / f"det-{version}.onnx"
+    build_mlp(path, TINY_MLP, seed=5)
+    extra = hub.tmp / "validation.npz"
+    extra.write_bytes(content)
+    _, env = sign_artifact(
+        path,
+        name="det",
+        version=version,
+        keys=[hub.tmp / "pub.key"],
+        extras=[extra],
+        out=path.with_suffix(".meta"),
+    )
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    extra_sha = hashlib.sha256(content).hexdigest()
+    hub.blobs[sha] = path.read_bytes()
+    hub.blobs[extra_sha] = content
+    return env.to_bytes(), sha, extra_sha
+
+
+def test_extras_are_fetched_verified_stored_and_persisted(env: tuple[Hub, HubSource, Path]) -> None:
+    hub, source, data = env
+    meta, sha, extra_sha = _model_with_extra(hub, "1.0.0", b"\x01" * 50_000)
+    r = apply(source, hub, 1, [deployment("1.0.0")], [meta])
+    assert r.problems == ()
+    w = r.workloads["det"]
+    assert (w.sha256, dict(w.extras)) == (sha, {"validation.npz": extra_sha})
+    store = ArtifactStore(data / "artifacts")
+    assert store.has(extra_sha) and store.path_for(extra_sha).read_bytes() == b"\x01" * 50_000
+    assert {c[0] for c in hub.calls} == {sha, extra_sha}
+    again = HubSource(
+        data,
+        ArtifactStore(data / "artifacts"),
+        ArtifactGate(data, root_file=None, allow_unsigned=False),
+    )
+    assert again.workloads["det"].extras == {"validation.npz": extra_sha}
+    assert w.revision != w.__class__(w.deployment, w.sha256, w.source).revision
+
+
+def test_a_tampered_extra_is_refused_and_the_model_not_accepted(
+    env: tuple[Hub, HubSource, Path],
+) -> None:
+    hub, source, data = env
+    meta, sha, extra_sha = _model_with_extra(hub, "1.0.0", b"\x01" * 50_000)
+    hub.blobs[extra_sha] = b"\x02" * 50_000
+    r = apply(source, hub, 1, [deployment("1.0.0")], [meta])
+    assert [p.reason for p in r.problems] == ["DigestMismatch"]
+    assert "validation.npz" in r.problems[0].message
+    assert "det" not in r.workloads
+    store = ArtifactStore(data / "artifacts")
+    assert not store.has(extra_sha) and not store.has(sha)
+    assert source.incoming["det"].phase.value == "Refused"
