@@ -127,6 +127,10 @@ class AdminClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def call(self, method: str, request: Any) -> Any:
+        """Any AdminService method by name (for commands in their own modules)."""
+        return self._call(method, request)
+
     def _call(self, method: str, request: Any) -> Any:
         try:
             return getattr(self._stub, method)(request, timeout=self._timeout)

@@ -253,6 +253,8 @@ class Daemon:
     def _artifacts_in_use(self) -> set[str]:
         keep = {w.sha256 for w in self.desired.workloads.values()}
         keep |= {sha for w in self.desired.workloads.values() for sha in w.extras.values()}
+        if self.hub_source is not None:
+            keep |= self.hub_source.held  # the previous version: going back needs no download
         return keep | {r.spec.artifact_sha256 for r in self.pool.replicas()}
 
     def _request_refetch(self) -> None:

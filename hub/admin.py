@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from edgefleet.api import ModelDeployment, Rollout, parse_manifest
+from edgefleet.api import ModelDeployment, parse_manifest
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.errors import Compacted, CompareFailed, StoreError, ValidationError
 from edgefleet.logs import get_logger
@@ -41,6 +41,8 @@ from hub.context import HubContext
 from hub.devices import Device
 from hub.pki import Role
 from hub.presenting import deployment_object, device_object, object_labels
+from hub.rolling import RolloutState, template_hash
+from hub.rollouts import ActionRefused, progress_of, undo_manifest
 from hub.selecting import parse_selector
 from hub.statusing import count_placeable, placement_warnings
 from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
@@ -83,16 +85,16 @@ def _not_found(kind: str, name: str) -> Refused:
 def _unsupported(parsed: list[applying.ParsedObject]) -> list[str]:
     """What the hub validates but does not do yet, refused rather than accepted and ignored."""
     out = []
-    default = Rollout().to_dict()
     for i, obj in enumerate(parsed):
         if obj.kind != "ModelDeployment":
             continue
-        rollout = obj.manifest.get("spec", {}).get("rollout")
-        if rollout is not None and rollout != default:
+        rollout = obj.manifest.get("spec", {}).get("rollout") or {}
+        if rollout.get("canary") is not None:
             out.append(
-                f"documents[{i}].spec.rollout: not supported yet: the hub sends a new version "
-                "to every placed device at once (each device switches without downtime); "
-                "leave spec.rollout out"
+                f"documents[{i}].spec.rollout.canary: not supported yet: the hub rolls a new "
+                "revision out with maxSurge and maxUnavailable and rolls it back when a device "
+                "fails or refuses it; canary steps and analysis are not built; leave "
+                "spec.rollout.canary out"
             )
     return out
 
@@ -182,6 +184,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                     p.outcome.value.capitalize(),
                     f"{p.obj.kind} {p.obj.name} {p.outcome.value} (revision {revision})",
                 )
+            if self._ctx.rollouts is not None:  # the new revisions exist when apply answers
+                await self._ctx.rollouts.reconcile(
+                    p.obj.name for p in changed if p.obj.kind == "ModelDeployment"
+                )
             self._ctx.projector.mark_all()
         return admin_pb2.ApplyResponse(
             results=[
@@ -235,16 +241,40 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 parsed = parse_manifest(dict(manifest))
                 assert isinstance(parsed, ModelDeployment)
                 dep = parsed
+            name = dep.metadata.name
             model = cache.models.get((dep.spec.model.name, dep.spec.model.version))
-            return deployment_object(
+            assigned = self._assigned()
+            assigned_models: dict[str, tuple[str, str | None]] = {}
+            for device, deployments in assigned.items():
+                revision = cache.revision_for(name, device) if name in deployments else None
+                if revision is not None:
+                    sent = cache.models.get(revision.model)
+                    assigned_models[device] = (revision.model[1], sent.sha256 if sent else None)
+            doc = deployment_object(
                 manifest,
                 cache.devices.values(),
-                self._assigned(),
+                assigned,
                 dep,
                 model_sha256=model.sha256 if model is not None else None,
                 model_pushed=model is not None,
                 placeable=count_placeable(dep, cache.devices.values(), self._ctx.region),
+                assigned_models=assigned_models,
             )
+            state = cache.rollouts.get(name)
+            if state is not None:
+                progress = progress_of(cache, name)
+                doc["status"]["rollout"] = {
+                    "revision": state.revision,
+                    "stableRevision": state.stable,
+                    "phase": state.phase.value,
+                    "reason": state.reason,
+                    "message": state.message,
+                    "startedAt": state.started_at,
+                    "changedAt": state.changed_at,
+                    "steps": state.steps,
+                    **(progress.to_json() if progress is not None else {}),
+                }
+            return doc
         return dict(manifest)
 
     def _model_records(self) -> dict[str, storekeys.ModelRecord]:
@@ -428,6 +458,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 return admin_pb2.DeleteResponse(deleted=False)
             await ctx.store.delete(key, expect_mod_revision=kv.mod_revision)
             cache.drop_object(kind, name)
+            if ctx.rollouts is not None and kind == "ModelDeployment":
+                await ctx.rollouts.reconcile([name])  # its rollout and revisions go too
             ctx.projector.mark_all()
         ctx.writer.event(kind, name, "Normal", "Deleted", f"{kind} {name} deleted{forced}")
         return admin_pb2.DeleteResponse(deleted=True)
@@ -496,6 +528,99 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
         ctx.projector.mark([name])
         return admin_pb2.RevokeDeviceResponse(serials=serials)
+
+    # -- rollouts -----------------------------------------------------------------------------
+    def _rollout_of(self, name: str) -> RolloutState:
+        if not name:
+            raise _invalid("name: required (a ModelDeployment)")
+        if name not in self._ctx.cache.deployments:
+            raise _not_found("ModelDeployment", name)
+        state = self._ctx.cache.rollouts.get(name)
+        if state is None or self._ctx.rollouts is None:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"{name} has no revision yet")
+        return state
+
+    @_rpc
+    async def ListRevisions(
+        self, request: admin_pb2.ListRevisionsRequest, context: Any
+    ) -> admin_pb2.ListRevisionsResponse:
+        state = self._rollout_of(request.name)
+        revisions = self._ctx.cache.revisions.get(request.name, {})
+        return admin_pb2.ListRevisionsResponse(
+            revisions=[storekeys.dumps(revisions[n].to_json()) for n in sorted(revisions)],
+            rollout=storekeys.dumps(state.to_json()),
+        )
+
+    @_rpc
+    async def RolloutAction(
+        self, request: admin_pb2.RolloutActionRequest, context: Any
+    ) -> admin_pb2.RolloutActionResponse:
+        name = request.name
+        state = self._rollout_of(name)
+        controller = self._ctx.rollouts
+        assert controller is not None
+        action = request.action
+        if action in (admin_pb2.RolloutActionRequest.PAUSE, admin_pb2.RolloutActionRequest.RESUME):
+            verb = "pause" if action == admin_pb2.RolloutActionRequest.PAUSE else "resume"
+            try:
+                new = await controller.act(name, verb)
+            except ActionRefused as exc:
+                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
+            return admin_pb2.RolloutActionResponse(message=f"{name}: {new.message}")
+        if action != admin_pb2.RolloutActionRequest.UNDO:
+            raise _invalid("action: must be PAUSE, RESUME or UNDO")
+        return await self._undo(name, state, int(request.to_revision))
+
+    async def _undo(
+        self, name: str, state: RolloutState, to: int
+    ) -> admin_pb2.RolloutActionResponse:
+        cache = self._ctx.cache
+        revisions = cache.revisions.get(name, {})
+        if to == 0:
+            to = state.stable if state.stable != state.revision else 0
+            if to == 0:
+                older = [n for n in revisions if n < state.revision]
+                if not older:
+                    raise Refused(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"{name} has no revision before {state.revision} to go back to",
+                    )
+                to = max(older)
+        target = revisions.get(to)
+        if target is None:
+            kept = ", ".join(str(n) for n in sorted(revisions)) or "none"
+            raise _invalid(f"to_revision: {name} has no revision {to} (kept: {kept})")
+        stored = cache.stored[("ModelDeployment", name)]
+        manifest = undo_manifest(stored.manifest, target)
+        if template_hash(manifest) == template_hash(stored.manifest):
+            return admin_pb2.RolloutActionResponse(
+                message=f"{name} already asks for revision {to}'s template: nothing to undo"
+            )
+        key = storekeys.object_key("ModelDeployment", name)
+        try:
+            revision = await self._ctx.store.txn(
+                [Compare(key, stored.revision)], [Put(key, storekeys.object_value(manifest))]
+            )
+        except CompareFailed:
+            raise Refused(
+                grpc.StatusCode.ABORTED, f"{name} changed meanwhile; try the undo again"
+            ) from None
+        cache.put_object(manifest, revision)
+        self._ctx.writer.event(
+            "ModelDeployment",
+            name,
+            "Normal",
+            "RolloutUndo",
+            f"{name} set back to revision {to}'s template ({target.model[1]}) by an operator",
+        )
+        assert self._ctx.rollouts is not None  # _rollout_of checked it
+        await self._ctx.rollouts.reconcile([name])
+        self._ctx.projector.mark_all()
+        new = cache.rollouts[name]
+        return admin_pb2.RolloutActionResponse(
+            message=f"{name}: rolling back to revision {to} ({target.model[1]}) as revision "
+            f"{new.revision}"
+        )
 
     # -- tokens and artifacts ----------------------------------------------------------------
     @_rpc

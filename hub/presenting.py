@@ -58,6 +58,7 @@ def deployment_object(
     model_sha256: str | None = None,
     model_pushed: bool | None = None,
     placeable: int | None = None,
+    assigned_models: Mapping[str, tuple[str, str | None]] | None = None,
 ) -> dict[str, Any]:
     """The stored manifest with its status computed from device reports."""
     if dep is None:
@@ -71,6 +72,7 @@ def deployment_object(
         model_sha256=model_sha256,
         model_pushed=model_pushed,
         placeable=placeable,
+        assigned_models=assigned_models,
     )
     return {**manifest, "status": status.to_json()}
 

@@ -44,6 +44,7 @@ from hub.initializing import HubPaths
 from hub.lifecycle import Lifecycle
 from hub.projecting import Projector
 from hub.registering import add_servicer
+from hub.rollouts import RolloutController
 from hub.sessions import Sessions
 from hub.store import Store, open_store
 from hub.syncing import DeviceServicer
@@ -66,7 +67,7 @@ SERVER_OPTIONS = [
 ]
 
 
-CRITICAL = frozenset({"device-writer", "projector"})
+CRITICAL = frozenset({"device-writer", "projector", "rollouts"})
 """The components whose persistent failure stops the hub (see :func:`supervise`)."""
 
 
@@ -86,17 +87,20 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     cache = await Cache.load(store)
     sessions = Sessions()
     root = paths.data_dir / TRUST_ROOT_FILE
+    writer = DeviceWriter(store, cache)
+    projector = Projector(store, cache, sessions, region=config.region)
     return HubContext(
         paths=paths,
         config=config,
         ca=ca,
         store=store,
         cache=cache,
-        writer=DeviceWriter(store, cache),
-        projector=Projector(store, cache, sessions, region=config.region),
+        writer=writer,
+        projector=projector,
         sessions=sessions,
         blobs=ArtifactStore(paths.data_dir / "blobs"),
         trust_root=root.read_bytes() if root.exists() else b"",
+        rollouts=RolloutController(store, cache, projector, writer),
     )
 
 
@@ -195,6 +199,8 @@ async def serve(
         LeaseExpiry(ctx.store),
         attestation,
     ]
+    if ctx.rollouts is not None:
+        components.append(ctx.rollouts)
     if ready is not None:
         ready.set()
     # systemd (Type=notify): ready once the gRPC server listens; watchdog pings from this loop

@@ -118,12 +118,17 @@ def deployment_status(
     model_sha256: str | None = None,
     model_pushed: bool | None = None,
     placeable: int | None = None,
+    assigned_models: Mapping[str, tuple[str, str | None]] | None = None,
 ) -> DeploymentStatus:
     """Status of ``dep`` from device reports; ``assigned`` maps device name -> deployments.
 
     ``model_sha256``: the pushed artifact's digest (None: unknown); ``model_pushed``: whether
     the version was pushed (None: not checked); ``placeable``: how many devices the placement
-    matches (:func:`count_placeable`; None: not checked), for the ``Placed`` condition.
+    matches (:func:`count_placeable`; None: not checked), for the ``Placed`` condition;
+    ``assigned_models``: per device, the (version, sha256) of the revision its rollout sends
+    it (the stable one until the device is given the new one; default: the deployment's).
+    *updated* counts the deployment's own version; *available* and *failing* what each
+    device is sent.
     """
     name = dep.metadata.name
     want = dep.spec.model.version
@@ -144,12 +149,15 @@ def deployment_status(
                 counts = versions.setdefault(r.model_version, [0, 0])
                 counts[0] += 1
                 counts[1] += int(per_device > 0 and r.ready_replicas >= per_device)
-        rev = wanted_revision(revisions, want, model_sha256)
+        current = wanted_revision(revisions, want, model_sha256)
+        if current is not None and current.serves:
+            updated += 1
+            if per_device > 0 and current.ready_replicas >= per_device:
+                ready += 1
+        version, sha = (assigned_models or {}).get(device.name, (want, model_sha256))
+        rev = wanted_revision(revisions, version, sha)
         connected = device.phase is DevicePhase.READY
         if rev is not None and rev.serves:
-            updated += 1
-            if per_device > 0 and rev.ready_replicas >= per_device:
-                ready += 1
             available += int(connected)
         elif rev is not None and rev.phase in BROKEN:
             failing[device.name] = describe_failure(rev)

@@ -12,6 +12,9 @@ Keys (values are JSON unless said otherwise)::
     /desired/NAME                   what a device is owed: generation, deployment names, digest
     /revoked/SERIAL                 revoked certificate serials (hex) -> device name
     /events/MILLISECONDS-SEQ        events (type, reason, message, object, time), bounded
+    /revisions/NAME/NUMBER          a deployment's revisions (hub.rolling.Revision), NUMBER
+                                    zero-padded to 10 digits so keys sort by number
+    /rollouts/NAME                  a deployment's rollout (hub.rolling.RolloutState)
 
 Objects are stored canonically (``to_dict()`` of the typed manifest), so applying the same
 document twice compares equal and is "unchanged".
@@ -32,6 +35,8 @@ MODELS = "/models/"
 DESIRED = "/desired/"
 REVOKED = "/revoked/"
 EVENTS = "/events/"
+REVISIONS = "/revisions/"
+ROLLOUTS = "/rollouts/"
 
 KIND_DEVICE = "Device"
 KIND_MODEL = "Model"
@@ -55,6 +60,18 @@ def model_key(name: str, version: str) -> str:
 
 def desired_key(device: str) -> str:
     return f"{DESIRED}{device}"
+
+
+def revision_prefix(deployment: str) -> str:
+    return f"{REVISIONS}{deployment}/"
+
+
+def revision_key(deployment: str, number: int) -> str:
+    return f"{REVISIONS}{deployment}/{number:010d}"
+
+
+def rollout_key(deployment: str) -> str:
+    return f"{ROLLOUTS}{deployment}"
 
 
 def revoked_key(serial_hex: str) -> str:

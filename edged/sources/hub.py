@@ -44,6 +44,8 @@ from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import ArtifactError, StateError, TemporaryError, ValidationError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import read_json, write_json_atomic
+from edgefleet.trust.envelopes import parse_envelope_bytes
+from edgefleet.trust.verifying import TrustState, verify_artifact_metadata
 
 log = get_logger(__name__)
 
@@ -70,6 +72,27 @@ class _Accepted:
     metadata: list[bytes] = field(default_factory=list)
     workloads: dict[WorkloadName, DesiredWorkload] = field(default_factory=dict)
     policies: tuple[DeviceHealthPolicy, ...] = ()
+    # per workload, what it ran before its current artifact: the envelope as accepted then,
+    # and the workload (its artifact stays in the store: going back needs no download)
+    previous: dict[WorkloadName, tuple[bytes, DesiredWorkload]] = field(default_factory=dict)
+
+
+def _previous(
+    acc: _Accepted, workloads: dict[WorkloadName, DesiredWorkload]
+) -> dict[WorkloadName, tuple[bytes, DesiredWorkload]]:
+    """What each workload ran before: kept while it runs the same artifact, replaced by the
+    accepted one when that changes, dropped with the workload."""
+    envelopes = {s: e for e in acc.metadata if (s := _envelope_subject(e)) is not None}
+    out = {}
+    for name, new in workloads.items():
+        old = acc.workloads.get(name)
+        model = old.deployment.spec.model if old is not None else None
+        env = envelopes.get((model.name, model.version)) if model is not None else None
+        if old is not None and old.sha256 != new.sha256 and env is not None:
+            out[name] = (env, old)
+        elif name in acc.previous and acc.previous[name][1].sha256 != new.sha256:
+            out[name] = acc.previous[name]
+    return out
 
 
 def _envelope_subject(envelope: bytes) -> tuple[str, str] | None:
@@ -143,12 +166,24 @@ class HubSource:
                 pol = parse_manifest(item)
                 assert isinstance(pol, DeviceHealthPolicy)
                 policies.append(pol)
+            previous = {}
+            for item in doc.get("previous", []):
+                dep = parse_manifest(item["deployment"])
+                assert isinstance(dep, ModelDeployment)
+                held = DesiredWorkload(
+                    dep,
+                    str(item["sha256"]),
+                    HUB_SOURCE,
+                    {str(k): str(v) for k, v in item.get("extras", {}).items()},
+                )
+                previous[held.name] = (str(item["envelope"]).encode(), held)
             self._accepted = _Accepted(
                 int(doc["generation"]),
                 [m.encode() for m in doc.get("manifests", [])],
                 [m.encode() for m in doc.get("metadata", [])],
                 workloads,
                 tuple(policies),
+                previous,
             )
         except (KeyError, TypeError, ValueError, AssertionError, ValidationError) as exc:
             raise StateError(f"{self._state_path} is not a hub state: {exc}") from None
@@ -169,8 +204,48 @@ class HubSource:
                     for _, w in sorted(acc.workloads.items())
                 ],
                 "policies": [p.to_dict() for p in acc.policies],
+                "previous": [
+                    {
+                        "envelope": env.decode(),
+                        "deployment": w.deployment.to_dict(),
+                        "sha256": w.sha256,
+                        "extras": dict(sorted(w.extras.items())),
+                    }
+                    for _, (env, w) in sorted(acc.previous.items())
+                ],
             },
         )
+
+    @property
+    def held(self) -> set[str]:
+        """Artifacts kept for going back to the previous version (not garbage)."""
+        out = set()
+        for _, w in self._accepted.previous.values():
+            out.add(w.sha256)
+            out.update(w.extras.values())
+        return out
+
+    def _return_to_previous(
+        self, name: WorkloadName, manifest: ModelDeployment, envelope: bytes | None, now: float
+    ) -> DesiredWorkload | None:
+        """The workload as it ran before, when the hub sends back exactly the signed metadata
+        this device accepted for it then and its artifact is still here: a rollback to the
+        last verified version, admitted without the metadata and model version rollback checks
+        (the signatures, the root and the expiry are checked again). None otherwise."""
+        held = self._accepted.previous.get(name)
+        if held is None or envelope is None or envelope != held[0]:
+            return None
+        old = held[1]
+        if old.deployment.spec.model != manifest.spec.model or not self._store.has(old.sha256):
+            return None
+        if not all(self._store.has(sha) for sha in old.extras.values()):
+            return None
+        try:
+            env = parse_envelope_bytes(envelope, what="signed metadata")
+            verify_artifact_metadata(self._gate.root, env, now=now, state=TrustState())
+        except ArtifactError:
+            return None  # the normal path refuses it with its reason
+        return DesiredWorkload(manifest, old.sha256, HUB_SOURCE, dict(old.extras))
 
     # -- one desired state ---------------------------------------------------------------
     async def apply(
@@ -226,6 +301,20 @@ class HubSource:
             name = WorkloadName(manifest.metadata.name)
             named.add(name)
             model = manifest.spec.model
+            back = self._return_to_previous(
+                name, manifest, envelopes.get((model.name, model.version)), now
+            )
+            if back is not None:
+                log.info(
+                    "returned to the previous version",
+                    workload=name,
+                    model=model.name,
+                    version=model.version,
+                    sha256=back.sha256,
+                )
+                self.incoming.pop(name, None)
+                workloads[name] = back
+                continue
             self._mark(name, model.version, "", RevisionPhase.VERIFYING)
             try:
                 sha, extras = await self._admit(
@@ -277,7 +366,14 @@ class HubSource:
             return HubApplyResult(
                 workloads, tuple(policies), self.problems, acc.generation, retry=True
             )
-        new = _Accepted(generation, list(manifests), list(metadata), workloads, tuple(policies))
+        new = _Accepted(
+            generation,
+            list(manifests),
+            list(metadata),
+            workloads,
+            tuple(policies),
+            _previous(acc, workloads),
+        )
         await asyncio.to_thread(self._save, new)
         self._accepted = new
         self._clean_downloads(

@@ -223,3 +223,43 @@ class CreateTokenResponse(_message.Message):
     expires: _timestamp_pb2.Timestamp
     ca_hash: str
     def __init__(self, token: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ca_hash: _Optional[str] = ...) -> None: ...
+
+class RolloutActionRequest(_message.Message):
+    __slots__ = ("name", "action", "to_revision")
+    class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ACTION_UNSPECIFIED: _ClassVar[RolloutActionRequest.Action]
+        PAUSE: _ClassVar[RolloutActionRequest.Action]
+        RESUME: _ClassVar[RolloutActionRequest.Action]
+        UNDO: _ClassVar[RolloutActionRequest.Action]
+    ACTION_UNSPECIFIED: RolloutActionRequest.Action
+    PAUSE: RolloutActionRequest.Action
+    RESUME: RolloutActionRequest.Action
+    UNDO: RolloutActionRequest.Action
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TO_REVISION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    action: RolloutActionRequest.Action
+    to_revision: int
+    def __init__(self, name: _Optional[str] = ..., action: _Optional[_Union[RolloutActionRequest.Action, str]] = ..., to_revision: _Optional[int] = ...) -> None: ...
+
+class RolloutActionResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    def __init__(self, message: _Optional[str] = ...) -> None: ...
+
+class ListRevisionsRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListRevisionsResponse(_message.Message):
+    __slots__ = ("revisions", "rollout")
+    REVISIONS_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_FIELD_NUMBER: _ClassVar[int]
+    revisions: _containers.RepeatedScalarFieldContainer[bytes]
+    rollout: bytes
+    def __init__(self, revisions: _Optional[_Iterable[bytes]] = ..., rollout: _Optional[bytes] = ...) -> None: ...

@@ -128,51 +128,42 @@ def test_status_counts_only_what_serves(
     assert all(s["failing"] == {} for s in samples)
     assert samples[-1]["versions"].keys() >= {"1.1.0"}
 
-    # 2. A version that fails to load: never updated, never available, failing with the
-    # worker's own error; the devices keep serving 1.1.0.
+    # 2. A version that fails to load: never updated, never available; the device that took it
+    # reports the worker's own error, the hub records it as an event and rolls it back; the
+    # devices keep serving 1.1.0.
     apply(hub, tmp_path, "2.0.0")
     samples = sample_until(
-        hub, lambda s: len(s["failing"]) == 2, 90, "both devices failing on 2.0.0"
+        hub, lambda s: s["rollout"]["phase"] == "RolledBack", 90, "2.0.0 rolled back"
     )
     assert [s for s in samples if s["updatedDevices"] or "2.0.0" in s["versions"]] == []
-    last = samples[-1]
-    assert last["availableDevices"] == 0
-    for reason in last["failing"].values():
-        assert reason.startswith("2.0.0 Failed: ModelLoadFailed"), reason
-    conditions = {c["type"]: c for c in last["conditions"]}
-    assert conditions["Progressing"]["reason"] == "RevisionFailed"
-    assert conditions["Available"]["status"] == "False"
-    assert last["versions"] == {"1.1.0": {"devices": 2, "ready": 2}}
+    # the worker's own error (ModelLoadFailed; onnxruntime sometimes aborts instead)
+    assert "2.0.0 Failed: " in samples[-1]["rollout"]["message"]
+    assert samples[-1]["versions"] == {"1.1.0": {"devices": 2, "ready": 2}}
     for e in devices:
         code, _ = e.infer("det", X)
         assert code == 200
     wait_for(
-        lambda: {e["reason"] for e in events(hub)} >= {"RevisionFailed"},
+        lambda: {"RevisionFailed", "RolledBack"} <= {e["reason"] for e in events(hub)},
         30,
-        "a RevisionFailed event",
+        "RevisionFailed and RolledBack events",
     )
-    failed = [e for e in events(hub) if e["reason"] == "RevisionFailed"]
-    assert {m for e in failed for m in ("dev-1", "dev-2") if m in e["message"]} == {
-        "dev-1",
-        "dev-2",
-    }
-    assert all("revision failed" in e.logs() for e in devices)
+    (failed,) = [e for e in events(hub) if e["reason"] == "RevisionFailed"]
+    assert "2.0.0 Failed: " in failed["message"]
+    assert sum("revision failed" in e.logs() for e in devices) == 1
 
-    # 3. A refusal on the device (1.0.0 is older than the 1.1.0 it accepted): Refused with
-    # the trust gate's reason, an event, and edged logs it.
-    apply(hub, tmp_path, "1.0.0")
+    # 3. A version older than one the devices accepted (signed later, so not a metadata
+    # replay: the model version check refuses it): Refused with the trust gate's reason, an
+    # event, edged logs it, and the rollout is rolled back.
+    push(hub, build_mlp(tmp_path / "older.onnx", TINY_MLP, seed=3), "0.9.0")
+    apply(hub, tmp_path, "0.9.0")
     samples = sample_until(
-        hub,
-        lambda s: all("Refused" in r for r in s["failing"].values()) and len(s["failing"]) == 2,
-        60,
-        "both devices refusing 1.0.0",
+        hub, lambda s: s["rollout"]["phase"] == "RolledBack", 60, "0.9.0 rolled back"
     )
-    for reason in samples[-1]["failing"].values():
-        assert reason.startswith("1.0.0 Refused: MetadataRollback"), reason
-    assert samples[-1]["updatedDevices"] == 0
+    assert "0.9.0 Refused: ModelVersionRollback" in samples[-1]["rollout"]["message"]
+    assert all(s["updatedDevices"] == 0 for s in samples)
     wait_for(
         lambda: "RevisionRefused" in {e["reason"] for e in events(hub)},
         30,
         "a RevisionRefused event",
     )
-    assert all("artifact refused" in e.logs() for e in devices)
+    assert sum("artifact refused" in e.logs() for e in devices) == 1

@@ -252,3 +252,33 @@ def test_a_tampered_extra_is_refused_and_the_model_not_accepted(
     store = ArtifactStore(data / "artifacts")
     assert not store.has(extra_sha) and not store.has(sha)
     assert source.incoming["det"].phase.value == "Refused"
+
+
+def test_going_back_to_the_previous_version_needs_no_download_and_no_allowance(
+    env: tuple[Hub, HubSource, Path],
+) -> None:
+    """A rollout rolled back sends the device the metadata it accepted before: admitted
+    although newer metadata and a newer version were accepted since, without a download.
+    Anything older than that stays refused."""
+    hub, source, data = env
+    meta0, _ = hub.model("0.9.0", seed=9)
+    meta1, sha1 = hub.model("1.0.0")
+    meta2, sha2 = hub.model("2.0.0", seed=2)
+    apply(source, hub, 1, [deployment("0.9.0")], [meta0])
+    apply(source, hub, 2, [deployment("1.0.0")], [meta1])
+    apply(source, hub, 3, [deployment("2.0.0")], [meta2])
+    assert source.held == {sha1}  # kept by the garbage collector
+    hub.calls.clear()
+    back = apply(source, hub, 4, [deployment("1.0.0")], [meta1])
+    assert back.problems == () and back.workloads["det"].sha256 == sha1
+    assert hub.calls == []  # still in the store: nothing fetched
+    assert source.held == {sha2}  # and forward again needs no download either
+    again = HubSource(
+        data,
+        ArtifactStore(data / "artifacts"),
+        ArtifactGate(data, root_file=None, allow_unsigned=False),
+    )
+    assert again.held == {sha2}  # persisted
+    older = apply(source, hub, 5, [deployment("0.9.0")], [meta0])
+    (problem,) = older.problems  # signed in the same second: the model version check says no
+    assert problem.reason in ("MetadataRollback", "ModelVersionRollback")
