@@ -225,27 +225,39 @@ class HubSource:
             out.update(w.extras.values())
         return out
 
-    def _return_to_previous(
+    def _already_verified(
         self, name: WorkloadName, manifest: ModelDeployment, envelope: bytes | None, now: float
     ) -> DesiredWorkload | None:
-        """The workload as it ran before, when the hub sends back exactly the signed metadata
-        this device accepted for it then and its artifact is still here: a rollback to the
-        last verified version, admitted without the metadata and model version rollback checks
-        (the signatures, the root and the expiry are checked again). None otherwise."""
-        held = self._accepted.previous.get(name)
-        if held is None or envelope is None or envelope != held[0]:
+        """The workload as it runs now, or as it ran before, when the hub sends exactly the
+        signed metadata this device accepted for it then and its artifact is still here: a
+        rollback to the last verified version (or staying on the current one while newer
+        metadata was accepted for another version), admitted without the metadata and model
+        version rollback checks; the signatures, the root and the expiry are checked again.
+        None otherwise: the normal path decides."""
+        if envelope is None:
             return None
-        old = held[1]
-        if old.deployment.spec.model != manifest.spec.model or not self._store.has(old.sha256):
-            return None
-        if not all(self._store.has(sha) for sha in old.extras.values()):
-            return None
-        try:
-            env = parse_envelope_bytes(envelope, what="signed metadata")
-            verify_artifact_metadata(self._gate.root, env, now=now, state=TrustState())
-        except ArtifactError:
-            return None  # the normal path refuses it with its reason
-        return DesiredWorkload(manifest, old.sha256, HUB_SOURCE, dict(old.extras))
+        acc = self._accepted
+        held: list[tuple[bytes, DesiredWorkload]] = []
+        current = acc.workloads.get(name)
+        if current is not None:
+            model = current.deployment.spec.model
+            for raw in acc.metadata:
+                if _envelope_subject(raw) == (model.name, model.version):
+                    held.append((raw, current))
+        if name in acc.previous:
+            held.append(acc.previous[name])
+        for env_bytes, old in held:
+            if env_bytes != envelope or old.deployment.spec.model != manifest.spec.model:
+                continue
+            if not all(self._store.has(sha) for sha in (old.sha256, *old.extras.values())):
+                continue
+            try:
+                parsed = parse_envelope_bytes(envelope, what="signed metadata")
+                verify_artifact_metadata(self._gate.root, parsed, now=now, state=TrustState())
+            except ArtifactError:
+                return None
+            return DesiredWorkload(manifest, old.sha256, HUB_SOURCE, dict(old.extras))
+        return None
 
     # -- one desired state ---------------------------------------------------------------
     async def apply(
@@ -301,17 +313,19 @@ class HubSource:
             name = WorkloadName(manifest.metadata.name)
             named.add(name)
             model = manifest.spec.model
-            back = self._return_to_previous(
+            back = self._already_verified(
                 name, manifest, envelopes.get((model.name, model.version)), now
             )
             if back is not None:
-                log.info(
-                    "returned to the previous version",
-                    workload=name,
-                    model=model.name,
-                    version=model.version,
-                    sha256=back.sha256,
-                )
+                current = acc.workloads.get(name)
+                if current is None or current.sha256 != back.sha256:
+                    log.info(
+                        "returned to the previous version",
+                        workload=name,
+                        model=model.name,
+                        version=model.version,
+                        sha256=back.sha256,
+                    )
                 self.incoming.pop(name, None)
                 workloads[name] = back
                 continue

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
+from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll
 from harness import Edged
 from test_fleet_status import build_unloadable
 
@@ -202,3 +202,114 @@ def test_a_rolling_update_keeps_its_budget_and_a_failing_revision_is_rolled_back
     got = json.loads(hub.edgectl("get", "deployments", "det", "-o", "json").stdout)
     assert got["spec"]["model"]["version"] == "1.1.0"
     assert "copy of" in edgectl(hub, "rollout", "history", "det").stdout
+
+
+def fast_heartbeats(hub: HubProcess) -> None:
+    toml = hub.data / "hub.toml"
+    lines = toml.read_text().splitlines()
+    for key, value in (("heartbeatInterval", "1s"), ("heartbeatGrace", "4s")):
+        lines = [f'{key} = "{value}"' if line.startswith(f"{key} =") else line for line in lines]
+    toml.write_text("\n".join(lines) + "\n")
+
+
+def test_an_offline_device_and_a_hub_killed_mid_rollout(
+    tmp_path: Path, edged_factory: Callable[..., Edged]
+) -> None:
+    """dev-2 is cut off while a bad revision is rolled out and rolled back, and while a good one
+    rolls; the hub is killed with SIGKILL in the middle of that rollout and started again. The
+    rollout resumes from the store (no device assigned twice, every step counted once), dev-2
+    is skipped while away, and when it returns it converges to what is current: it never ran
+    the revision that was rolled back meanwhile."""
+    hub = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init()
+    fast_heartbeats(hub)
+    hub.start()
+    host, port = hub.address.split(":")
+    proxy = TcpProxy((host, int(port)))
+    started: list[Edged] = []
+    try:
+        for i in range(3):
+            data = tmp_path / f"dev-{i}"
+            via = proxy.address if i == 2 else None
+            out = enroll(hub, data, f"dev-{i}", {"site": "a"}, via=via)
+            assert out.returncode == 0, out.stdout + out.stderr
+            if via is not None:
+                link = data / "hub" / "link.json"
+                doc = json.loads(link.read_text())
+                doc["hub"] = via
+                link.write_text(json.dumps(doc))
+            config = SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "no-root")
+            started.append(edged_factory(None, data=data, config=config).start())
+        push(hub, tmp_path, "1.0.0")
+        push(hub, tmp_path, "2.0.0", bad=True)
+        apply(hub, tmp_path, "1.0.0")
+        run_until(hub, started, lambda s: s["readyDevices"] == 3, 120, new="1.0.0", budget=3)
+
+        proxy.cut()
+        run_until(
+            hub,
+            started[:2],
+            lambda s: "dev-2" in s.get("rollout", {}).get("skipped", {}),
+            60,
+            new="1.0.0",
+            budget=2,
+        )
+        apply(hub, tmp_path, "2.0.0")  # dev-0 fails it: rolled back; dev-2 is away
+        run_until(
+            hub,
+            started[:2],
+            lambda s: s["rollout"]["phase"] == "RolledBack",
+            90,
+            new="2.0.0",
+            budget=1,
+        )
+
+        # the fix: a newer version (dev-0 accepted 2.0.0's metadata and version, so anything
+        # signed before it, or older, would be refused as a rollback)
+        push(hub, tmp_path, "2.1.0")
+        apply(hub, tmp_path, "2.1.0")
+        run_until(
+            hub,
+            started[:2],
+            lambda s: s["rollout"]["updatedDevices"] >= 1,
+            60,
+            new="2.1.0",
+            budget=1,
+        )
+        hub.kill9()  # mid-rollout
+        hub.start()
+        samples = run_until(
+            hub,
+            started[:2],
+            lambda s: s["rollout"]["readyDevices"] == 2,
+            120,
+            new="2.1.0",
+            budget=1,
+        )
+        assert samples[-1]["rollout"]["skipped"].keys() == {"dev-2"}
+        assert samples[-1]["rollout"]["phase"] == "Complete"  # every eligible device
+
+        proxy.heal()
+        run_until(
+            hub,
+            started,
+            lambda s: s["readyDevices"] == 3 and s["availableDevices"] == 3,
+            120,
+            new="2.1.0",
+            budget=1,
+        )
+        assert on_device(started[2])[0] == {"2.1.0"}
+        assert "2.0.0" not in started[2].logs()  # never given the rolled-back revision
+        revisions = hub.edgectl("rollout", "history", "det").stdout
+        assert len(revisions.strip().splitlines()) == 4, revisions  # header + 1, 2, 3
+        history = json.loads(hub.edgectl("get", "deployments", "det", "-o", "json").stdout)[
+            "status"
+        ]["rollout"]
+        assert history["revision"] == 3 and history["stableRevision"] == 3
+        # one step per device assigned (maxSurge 0, maxUnavailable 1): none taken twice
+        assert history["steps"] == history["updatedDevices"] == 2
+    finally:
+        proxy.close()
+        for e in started:
+            if e.proc is not None and e.proc.poll() is None:
+                e.terminate()
+        hub.stop()

@@ -279,6 +279,10 @@ def test_going_back_to_the_previous_version_needs_no_download_and_no_allowance(
         ArtifactGate(data, root_file=None, allow_unsigned=False),
     )
     assert again.held == {sha2}  # persisted
-    older = apply(source, hub, 5, [deployment("0.9.0")], [meta0])
+    # the same state again (a new generation): the running version stays, although newer
+    # metadata was accepted since for 2.0.0
+    same = apply(source, hub, 5, [deployment("1.0.0")], [meta1])
+    assert same.problems == () and same.workloads["det"].sha256 == sha1
+    older = apply(source, hub, 6, [deployment("0.9.0")], [meta0])
     (problem,) = older.problems  # signed in the same second: the model version check says no
     assert problem.reason in ("MetadataRollback", "ModelVersionRollback")
