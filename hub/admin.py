@@ -23,6 +23,7 @@ store failed); PushArtifact's refusals are listed in docs/trust.md ("The hub sid
 
 from __future__ import annotations
 
+import asyncio
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
@@ -50,6 +51,7 @@ from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
 log = get_logger(__name__)
 
 DEFAULT_EVENTS_LIMIT = 500
+STATUS_POLL_S = 0.5  # how often a watch of deployments looks for status changes
 MAX_TOKEN_DESCRIPTION = 256
 
 LISTED_KINDS: tuple[str, ...] = (
@@ -401,11 +403,68 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             for kv in current.kvs:
                 yield _watch_event(admin_pb2.WatchEvent.ADDED, kv, show(kv.key, kv.value))
             start = current.revision + 1
+        changes = self._ctx.store.watch(prefix, start)
+        if request.kind == "ModelDeployment":
+            # status is computed, never stored: its changes are looked for too
+            changes = self._with_status_changes(changes, show)  # type: ignore[assignment]
         try:
-            async for event in self._ctx.store.watch(prefix, start):
-                yield _change(event, show)
+            async for event in changes:
+                yield event if isinstance(event, admin_pb2.WatchEvent) else _change(event, show)
         except Compacted as exc:
             await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
+
+    async def _with_status_changes(
+        self, changes: AsyncIterator[Event], show: Callable[[str, bytes], dict[str, Any]]
+    ) -> AsyncIterator[Event | admin_pb2.WatchEvent]:
+        """Store events of deployments, merged with a MODIFIED event whenever a deployment's
+        computed status changes (looked at every :data:`STATUS_POLL_S`): ``get deployments -w``
+        prints every change of a rollout, not only applies."""
+        queue: asyncio.Queue[Event | admin_pb2.WatchEvent | BaseException] = asyncio.Queue()
+        shown: dict[str, Any] = {}
+
+        async def forward() -> None:
+            try:
+                async for event in changes:
+                    if event.type is EventType.DELETE:
+                        shown.pop(event.kv.key, None)
+                    else:
+                        shown[event.kv.key] = show(event.kv.key, event.kv.value).get("status")
+                    await queue.put(event)
+            except BaseException as exc:
+                await queue.put(exc)
+
+        async def poll() -> None:
+            for obj in self._ctx.cache.objects_of("ModelDeployment"):
+                key = storekeys.object_key("ModelDeployment", obj.name)
+                shown.setdefault(key, show(key, storekeys.object_value(obj.manifest)).get("status"))
+            while True:
+                await asyncio.sleep(STATUS_POLL_S)
+                for obj in self._ctx.cache.objects_of("ModelDeployment"):
+                    key = storekeys.object_key("ModelDeployment", obj.name)
+                    if key not in shown:
+                        continue  # not announced yet: its store event comes first
+                    doc = self._object_json("ModelDeployment", obj.manifest)
+                    if shown[key] != doc.get("status"):
+                        shown[key] = doc.get("status")
+                        await queue.put(
+                            admin_pb2.WatchEvent(
+                                type=admin_pb2.WatchEvent.MODIFIED,
+                                object=common_pb2.Object(
+                                    json=storekeys.dumps(doc), resource_version=obj.revision
+                                ),
+                            )
+                        )
+
+        tasks = [asyncio.ensure_future(forward()), asyncio.ensure_future(poll())]
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            for task in tasks:
+                task.cancel()
 
     # -- deleting ----------------------------------------------------------------------------
     @_rpc

@@ -19,7 +19,7 @@ from edgefleet.v1 import admin_pb2
 from hub import pki, tokens
 from hub import storekeys as objects
 from hub.caching import Cache
-from hub.devices import Device, DevicePhase, WorkloadReport
+from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
 from hub.storekeys import DesiredRecord
 
 DIGEST = "sha256:" + "ab" * 32
@@ -638,3 +638,31 @@ async def test_deleting_a_model_in_use_is_refused_unless_forced(tmp_path: Path) 
         await hub.ctx.writer.flush()
         (event,) = [e for e in hub.ctx.cache.events if e["reason"] == "Deleted"]
         assert "forced: in use by fraud, fraud-b" in event["message"]
+
+
+@async_test
+async def test_watching_deployments_sees_every_status_change(tmp_path: Path) -> None:
+    """Status is computed, not stored: a device report that changes it is a MODIFIED event."""
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+        await _push_record(hub, "fraud", "2.4.1")
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment()]))
+        hub.ctx.cache.desired["cam-1"] = DesiredRecord(7, ("fraud",), "d")
+        call = stub.Watch(admin_pb2.WatchRequest(kind="ModelDeployment"))
+        stream = call.__aiter__()
+        kind, doc = await next_event(stream)
+        assert kind == admin_pb2.WatchEvent.ADDED
+        before = doc["status"]["readyDevices"]
+        device = hub.ctx.cache.devices["cam-1"]
+        failing = WorkloadReport(
+            "2.4.1",
+            desired_replicas=1,
+            revisions=(RevisionReport("2.4.1", "ab" * 32, RevisionPhase.FAILED, 0, reason="Boom"),),
+        )
+        hub.ctx.writer.update(device.with_(workloads={"fraud": failing}))
+        kind, doc = await next_event(stream)
+        assert kind == admin_pb2.WatchEvent.MODIFIED
+        assert doc["status"]["readyDevices"] != before or doc["status"]["failing"]
+        assert "cam-1" in doc["status"]["failing"]
+        call.cancel()
