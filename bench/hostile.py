@@ -130,7 +130,8 @@ def main() -> int:
     print(f"hostile clients vs a second client: {reps} repetition(s), {os.cpu_count()} CPUs")
     with (
         Edged(models, config_text='[inference]\nheaderTimeout = "2s"\n') as edged,
-        ctx.Pool(1) as pool,RawClient(edged.infer_sock) as client
+        ctx.Pool(1) as pool,
+        RawClient(edged.infer_sock) as client,
     ):
         window(client, req, 0.5)
         for _ in range(reps):

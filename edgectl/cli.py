@@ -15,6 +15,7 @@ import sys
 from importlib.resources.abc import Traversable
 from pathlib import Path
 
+from edgectl import rollouts
 from edgectl.commands import ADMIN_COMMANDS, add_admin_commands, run_admin_command
 from edgefleet.versioning import version_text
 
@@ -56,6 +57,7 @@ def _parser() -> argparse.ArgumentParser:
     _add_quickstart(sub)
     _add_push_command(trusting.add_commands(sub))
     add_admin_commands(sub)
+    rollouts.add_commands(sub)
     return p
 
 
@@ -84,6 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return run_fleet_quickstart(args.dir, example, keep_running=args.keep_running)
     if args.command in ADMIN_COMMANDS:
         return run_admin_command(args)
+    if args.command == "rollout":
+        return rollouts.main(args)
     p.print_help()
     return 0 if argv is None and len(sys.argv) == 1 else 2
 

@@ -181,6 +181,10 @@ class AdminClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def call(self, method: str, request: Any) -> Any:
+        """Any AdminService method by name (for commands in their own modules)."""
+        return self._call(method, request)
+
     def _call(self, method: str, request: Any) -> Any:
         try:
             return getattr(self._stub, method)(request, timeout=self._timeout)
@@ -200,8 +204,9 @@ class AdminClient:
         response = self._call("List", admin_pb2.ListRequest(kind=kind, label_selector=selector))
         return [orjson.loads(i.json) for i in response.items], int(response.resource_version)
 
-    def delete(self, kind: str, name: str) -> bool:
-        return bool(self._call("Delete", admin_pb2.DeleteRequest(kind=kind, name=name)).deleted)
+    def delete(self, kind: str, name: str, *, force: bool = False) -> bool:
+        request = admin_pb2.DeleteRequest(kind=kind, name=name, force=force)
+        return bool(self._call("Delete", request).deleted)
 
     def cordon(self, name: str, *, cordoned: bool = True) -> None:
         self._call("Cordon" if cordoned else "Uncordon", admin_pb2.CordonRequest(device_name=name))

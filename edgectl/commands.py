@@ -95,6 +95,11 @@ def add_admin_commands(sub: Any) -> None:
     delete = sub.add_parser("delete", help="delete an object or a device")
     delete.add_argument("resource", type=_kind)
     delete.add_argument("name")
+    delete.add_argument(
+        "--force",
+        action="store_true",
+        help="delete a model even when deployments use it (they stop running everywhere)",
+    )
 
     devices = sub.add_parser("devices", help="device commands")
     dsub = devices.add_subparsers(dest="device_command", required=True, metavar="COMMAND")
@@ -149,6 +154,8 @@ def _apply(client: AdminClient, args: argparse.Namespace) -> int:
     for r in results:
         outcome = admin_pb2.ApplyResult.Outcome.Name(r.outcome).lower()
         _print(f"{r.kind.lower()}/{r.name} {outcome}{suffix}")
+        for warning in r.warnings:
+            print(f"Warning: {r.kind.lower()}/{r.name}: {warning}", file=sys.stderr)
     return 0
 
 
@@ -227,7 +234,7 @@ def _describe(client: AdminClient, args: argparse.Namespace) -> int:
 
 
 def _delete(client: AdminClient, args: argparse.Namespace) -> int:
-    if not client.delete(args.resource, args.name):
+    if not client.delete(args.resource, args.name, force=args.force):
         raise ClientError("NOT_FOUND", f'{args.resource} "{args.name}" not found')
     _print(f"{args.resource.lower()}/{args.name} deleted")
     return 0

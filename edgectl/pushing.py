@@ -1,4 +1,10 @@
-"""``edgectl models push FILE --name N --version V [--key K]... [--metadata ENVELOPE]``.
+"""``edgectl models push FILE --name N --version V [--extra F]... [--key K]... [--metadata M]``.
+
+The file must parse as an ONNX model (:mod:`edgefleet.artifacts.onnxformat`) before anything
+is signed or sent; the hub checks it again. Extra files (``--extra``: a validation set,
+labels) are signed with the model and sent after it, each announced by name; with
+``--metadata``, every extra it lists must be found (``--extra`` or next to the model) before
+anything is sent.
 
 Signs the model with the publisher key(s) (:func:`edgefleet.trust.signing.sign_artifact`; by
 default the ``[publisher] key`` of admin.toml, which ``hub init`` writes for a quickstart), or
@@ -21,7 +27,8 @@ import grpc
 
 from edgectl.client import EXIT_REFUSED, AdminConfig, load_admin_config, translate
 from edgectl.commands import CONFIG_ENV, default_config
-from edgefleet.errors import ConfigError, TrustError
+from edgefleet.artifacts.onnxformat import check_onnx_model
+from edgefleet.errors import ArtifactError, ConfigError
 from edgefleet.trust import signing
 from edgefleet.trust.documents import parse_artifact
 from edgefleet.trust.envelopes import ARTIFACT_TYPE, decode_payload, parse_envelope_bytes
@@ -68,6 +75,14 @@ def add_command(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         type=Path,
         help="an envelope signed elsewhere (edgectl models sign); uploaded exactly as it is",
     )
+    push.add_argument(
+        "--extra",
+        type=Path,
+        action="append",
+        default=[],
+        help="an extra file signed with the model (a validation set, labels); repeat for more. "
+        "With --metadata, the extras it lists are taken from next to the model file",
+    )
     push.add_argument("--expires", default="90d", help="validity when signing here (default 90d)")
     push.add_argument(
         "--config",
@@ -88,17 +103,44 @@ def run(args: argparse.Namespace) -> int | None:
         )
         if not args.file.is_file():
             raise PushError(f"{args.file}: no such file")
+        check_onnx_model(args.file)
         envelope = _envelope(args, config)
-        response = asyncio.run(push(config, args.file, envelope))
-    except (PushError, TrustError, ConfigError, OSError, ValueError) as exc:
+        extras = _extras_of(envelope, args.file, args.extra)
+        response = asyncio.run(push(config, args.file, envelope, extras))
+    except (PushError, ArtifactError, ConfigError, OSError, ValueError) as exc:
         print(f"edgectl: models push: {exc}", file=sys.stderr)
         return exc.exit_code if isinstance(exc, PushError) else EXIT_REFUSED
     what = f"model/{args.name} {args.version}"
+    with_extras = f", extras {', '.join(sorted(response.extras))}" if response.extras else ""
     if response.stored:
-        print(f"{what} pushed (sha256 {response.sha256}, {response.length} bytes)")
+        print(f"{what} pushed (sha256 {response.sha256}, {response.length} bytes{with_extras})")
     else:
-        print(f"{what} unchanged (sha256 {response.sha256}, {response.length} bytes)")
+        print(f"{what} unchanged (sha256 {response.sha256}, {response.length} bytes{with_extras})")
     return 0
+
+
+def _extras_of(envelope: bytes, model: Path, given: list[Path]) -> list[tuple[str, Path]]:
+    """Every extra file the signed metadata lists, found among ``given`` or next to the model;
+    a listed file that cannot be found is an error before anything is sent."""
+    env = parse_envelope_bytes(envelope, what="metadata")
+    meta = parse_artifact(decode_payload(env, expected_type=ARTIFACT_TYPE, what="metadata"))
+    by_name = {p.name: p for p in given}
+    out, missing = [], []
+    for fname, info in sorted(meta.files.items()):
+        if info.role == "model":
+            continue
+        path = by_name.pop(fname, model.parent / fname)
+        if not path.is_file():
+            missing.append(f"{fname} (looked for {path})")
+        out.append((fname, path))
+    if missing:
+        raise PushError(f"the signed metadata lists files that are not here: {', '.join(missing)}")
+    if by_name:
+        raise PushError(
+            f"--extra {', '.join(sorted(by_name))}: not in the signed metadata "
+            f"(it lists {', '.join(n for n, _ in out) or 'no extras'})"
+        )
+    return out
 
 
 def _envelope(args: argparse.Namespace, config: AdminConfig) -> bytes:
@@ -125,27 +167,39 @@ def _envelope(args: argparse.Namespace, config: AdminConfig) -> bytes:
         name=args.name,
         version=args.version,
         keys=keys,
+        extras=list(args.extra),
         expires_in_s=signing.parse_duration_days(args.expires),
     )
     return env.to_bytes()
 
 
-async def _requests(model: Path, envelope: bytes) -> AsyncIterator[admin_pb2.PushArtifactRequest]:
+async def _requests(
+    model: Path, envelope: bytes, extras: list[tuple[str, Path]]
+) -> AsyncIterator[admin_pb2.PushArtifactRequest]:
     yield admin_pb2.PushArtifactRequest(header=admin_pb2.ArtifactHeader(signed_metadata=envelope))
-    with open(model, "rb") as f:  # noqa: ASYNC230 - a CLI with nothing else to do meanwhile
-        while chunk := f.read(CHUNK):
-            yield admin_pb2.PushArtifactRequest(chunk=chunk)
+    for name, path in [("", model), *extras]:
+        if name:
+            yield admin_pb2.PushArtifactRequest(file=admin_pb2.FileStart(name=name))
+        with open(path, "rb") as f:  # noqa: ASYNC230 - a CLI with nothing else to do meanwhile
+            while chunk := f.read(CHUNK):
+                yield admin_pb2.PushArtifactRequest(chunk=chunk)
 
 
 async def push(
-    config: AdminConfig, model: Path, envelope: bytes, *, timeout: float = 600.0
+    config: AdminConfig,
+    model: Path,
+    envelope: bytes,
+    extras: list[tuple[str, Path]] | None = None,
+    *,
+    timeout: float = 600.0,
 ) -> admin_pb2.PushArtifactResponse:
-    """Upload ``model`` with its signed metadata; the hub's PushArtifactResponse."""
+    """Upload ``model`` and its ``extras`` (name, path) with their signed metadata; the hub's
+    PushArtifactResponse."""
     async with _channel(config) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)  # type: ignore[no-untyped-call]
         try:
             response: admin_pb2.PushArtifactResponse = await stub.PushArtifact(
-                _requests(model, envelope), timeout=timeout
+                _requests(model, envelope, extras or []), timeout=timeout
             )
             return response
         except grpc.aio.AioRpcError as exc:

@@ -287,6 +287,9 @@ class Daemon:
 
     def _artifacts_in_use(self) -> set[str]:
         keep = {w.sha256 for w in self.desired.workloads.values()}
+        keep |= {sha for w in self.desired.workloads.values() for sha in w.extras.values()}
+        if self.hub_source is not None:
+            keep |= self.hub_source.held  # the previous version: going back needs no download
         return keep | {r.spec.artifact_sha256 for r in self.pool.replicas()}
 
     def _on_artifact_rotten(self, workload: WorkloadName, sha256: str) -> None:
@@ -321,6 +324,7 @@ class Daemon:
             self.desired.workloads,
             self.board.workload_status,
             self.hub_source.problems if self.hub_source is not None else (),
+            self.hub_source.incoming if self.hub_source is not None else None,
         )
 
     # -- lifecycle ------------------------------------------------------------------------

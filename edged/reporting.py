@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from edged import __version__
-from edged.reconcile.model import Phase, WorkloadStatus
+from edged.reconcile.model import Phase, RevisionPhase, WorkloadStatus
 from edged.runtime.processes import WorkerPool
 from edged.sources.static import SourceProblem
 from edged.state.desired import DesiredState
@@ -70,9 +70,32 @@ class StatusBoard:
             if self._workloads.pop(name, None) is not None:
                 self._schedule_persist()
             return
-        if self._workloads.get(name) != status:
+        previous = self._workloads.get(name)
+        if previous != status:
+            self._log_failures(name, previous, status)
             self._workloads[name] = status
             self._schedule_persist()
+
+    @staticmethod
+    def _log_failures(
+        name: WorkloadName, previous: WorkloadStatus | None, status: WorkloadStatus
+    ) -> None:
+        """A revision that enters Failed is logged once, with the worker's own error."""
+        was = {
+            (r.revision, r.reason)
+            for r in (previous.revisions if previous else ())
+            if r.phase is RevisionPhase.FAILED
+        }
+        for r in status.revisions:
+            if r.phase is RevisionPhase.FAILED and (r.revision, r.reason) not in was:
+                log.error(
+                    "revision failed",
+                    workload=name,
+                    revision=r.revision,
+                    version=r.model_version,
+                    reason=r.reason,
+                    message=r.message,
+                )
 
     def set_source(self, problems: tuple[SourceProblem, ...], files: tuple[str, ...]) -> None:
         for p in problems:
@@ -129,6 +152,7 @@ class StatusBoard:
                     readyReplicas=st.ready_replicas,
                     desiredReplicas=st.desired_replicas,
                     conditions=[c.to_json() for c in st.conditions],
+                    revisions=[r.to_json() for r in st.revisions],
                 )
             reps = self._pool.replicas(name)
             item["providers"] = {

@@ -10,7 +10,8 @@ every other edged layer (state, sources, reconcile and the hub link all speak it
 from __future__ import annotations
 
 import hashlib
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from typing import NewType
 
 import orjson
@@ -28,6 +29,8 @@ class DesiredWorkload:
     deployment: ModelDeployment
     sha256: str  # digest of the model artifact in the content-addressed store
     source: str = ""  # where it came from (manifest file, hub); for status only
+    # the artifact's signed extra files in the store (a validation set...): name -> sha256
+    extras: Mapping[str, str] = field(default_factory=dict)
 
     @property
     def name(self) -> WorkloadName:
@@ -43,6 +46,8 @@ class DesiredWorkload:
             "runtime": doc.get("runtime"),
             "resources": doc.get("resources"),
         }
+        if self.extras:  # only then: revisions of artifacts without extras stay as they were
+            material["extras"] = dict(sorted(self.extras.items()))
         return hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()[:10]
 
     def revision_with(self, providers: tuple[str, ...] | None) -> str:

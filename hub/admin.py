@@ -23,6 +23,7 @@ store failed); PushArtifact's refusals are listed in docs/trust.md ("The hub sid
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
@@ -31,6 +32,7 @@ from typing import Any, TypeVar
 
 import grpc
 
+from edgefleet.api import ModelDeployment, parse_manifest
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.errors import Compacted, CompareFailed, StoreError, ValidationError
 from edgefleet.logs import get_logger
@@ -42,7 +44,10 @@ from hub.desired import MAX_DESIRED_STATE_BYTES, FleetPolicies, build_desired, w
 from hub.devices import Device
 from hub.pki import Role
 from hub.presenting import deployment_object, device_object, object_labels
+from hub.rolling import RolloutState, template_hash
+from hub.rollouts import ActionRefused, progress_of, undo_manifest
 from hub.selecting import parse_selector
+from hub.statusing import count_placeable, placement_warnings
 from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
 from hub.trustroots import root_pin
 from hub.writing import PreparedEvent
@@ -50,6 +55,7 @@ from hub.writing import PreparedEvent
 log = get_logger(__name__)
 
 DEFAULT_EVENTS_LIMIT = 500
+STATUS_POLL_S = 0.5  # how often a watch of deployments looks for status changes
 MAX_TOKEN_DESCRIPTION = 256
 MAX_TOKEN_LABELS = 64
 
@@ -81,6 +87,23 @@ def _invalid(message: str) -> Refused:
 
 def _not_found(kind: str, name: str) -> Refused:
     return Refused(grpc.StatusCode.NOT_FOUND, f'{kind} "{name}" not found')
+
+
+def _unsupported(parsed: list[applying.ParsedObject]) -> list[str]:
+    """What the hub validates but does not do yet, refused rather than accepted and ignored."""
+    out = []
+    for i, obj in enumerate(parsed):
+        if obj.kind != "ModelDeployment":
+            continue
+        rollout = obj.manifest.get("spec", {}).get("rollout") or {}
+        if rollout.get("canary") is not None:
+            out.append(
+                f"documents[{i}].spec.rollout.canary: not supported yet: the hub rolls a new "
+                "revision out with maxSurge and maxUnavailable and rolls it back when a device "
+                "fails or refuses it; canary steps and analysis are not built; leave "
+                "spec.rollout.canary out"
+            )
+    return out
 
 
 def problems_text(exc: ValidationError) -> str:
@@ -148,6 +171,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             parsed = applying.parse_documents(list(request.documents))
         except ValidationError as exc:
             raise _invalid(problems_text(exc)) from None
+        unsupported = _unsupported(parsed)
+        if unsupported:
+            raise _invalid("\n".join(unsupported))
         planned = [await self._plan(obj) for obj in parsed]
         changed = [p for p in planned if p.outcome is not applying.Outcome.UNCHANGED]
         if changed:
@@ -176,6 +202,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 p.revision = revision
                 self._ctx.cache.put_object(p.obj.manifest, revision)
                 writer.committed(e)
+            if self._ctx.rollouts is not None:  # the new revisions exist when apply answers
+                await self._ctx.rollouts.reconcile(
+                    p.obj.name for p in changed if p.obj.kind == "ModelDeployment"
+                )
             self._ctx.projector.mark_all()
         return admin_pb2.ApplyResponse(
             results=[
@@ -184,6 +214,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                     name=p.obj.name,
                     outcome=_OUTCOMES[p.outcome],
                     resource_version=p.revision,
+                    warnings=self._warnings(p.obj),
                 )
                 for p in planned
             ]
@@ -222,6 +253,17 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 f"{shown}{more}; make manifests smaller (annotations) or select fewer devices",
             )
 
+    def _warnings(self, obj: applying.ParsedObject) -> list[str]:
+        """An accepted deployment that cannot run anywhere says so at once (and the same
+        words are conditions in its status)."""
+        if obj.kind != "ModelDeployment":
+            return []
+        dep = parse_manifest(dict(obj.manifest))
+        assert isinstance(dep, ModelDeployment)
+        cache = self._ctx.cache
+        pushed = (dep.spec.model.name, dep.spec.model.version) in cache.models
+        return placement_warnings(dep, cache.devices.values(), self._ctx.region, pushed)
+
     async def _plan(self, obj: applying.ParsedObject) -> _Planned:
         key = storekeys.object_key(obj.kind, obj.name)
         kv = await self._ctx.store.get(key)
@@ -246,7 +288,44 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if kind == "ModelDeployment":
             cache = self._ctx.cache
             dep = cache.deployments.get(str(manifest["metadata"]["name"]))
-            return deployment_object(manifest, cache.devices.values(), self._assigned(), dep)
+            if dep is None:
+                parsed = parse_manifest(dict(manifest))
+                assert isinstance(parsed, ModelDeployment)
+                dep = parsed
+            name = dep.metadata.name
+            model = cache.models.get((dep.spec.model.name, dep.spec.model.version))
+            assigned = self._assigned()
+            assigned_models: dict[str, tuple[str, str | None]] = {}
+            for device, deployments in assigned.items():
+                revision = cache.revision_for(name, device) if name in deployments else None
+                if revision is not None:
+                    sent = cache.models.get(revision.model)
+                    assigned_models[device] = (revision.model[1], sent.sha256 if sent else None)
+            doc = deployment_object(
+                manifest,
+                cache.devices.values(),
+                assigned,
+                dep,
+                model_sha256=model.sha256 if model is not None else None,
+                model_pushed=model is not None,
+                placeable=count_placeable(dep, cache.devices.values(), self._ctx.region),
+                assigned_models=assigned_models,
+            )
+            state = cache.rollouts.get(name)
+            if state is not None:
+                progress = progress_of(cache, name)
+                doc["status"]["rollout"] = {
+                    "revision": state.revision,
+                    "stableRevision": state.stable,
+                    "phase": state.phase.value,
+                    "reason": state.reason,
+                    "message": state.message,
+                    "startedAt": state.started_at,
+                    "changedAt": state.changed_at,
+                    "steps": state.steps,
+                    **(progress.to_json() if progress is not None else {}),
+                }
+            return doc
         return dict(manifest)
 
     def _model_records(self) -> dict[str, storekeys.ModelRecord]:
@@ -373,11 +452,68 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             for kv in current.kvs:
                 yield _watch_event(admin_pb2.WatchEvent.ADDED, kv, show(kv.key, kv.value))
             start = current.revision + 1
+        changes = self._ctx.store.watch(prefix, start)
+        if request.kind == "ModelDeployment":
+            # status is computed, never stored: its changes are looked for too
+            changes = self._with_status_changes(changes, show)  # type: ignore[assignment]
         try:
-            async for event in self._ctx.store.watch(prefix, start):
-                yield _change(event, show)
+            async for event in changes:
+                yield event if isinstance(event, admin_pb2.WatchEvent) else _change(event, show)
         except Compacted as exc:
             await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
+
+    async def _with_status_changes(
+        self, changes: AsyncIterator[Event], show: Callable[[str, bytes], dict[str, Any]]
+    ) -> AsyncIterator[Event | admin_pb2.WatchEvent]:
+        """Store events of deployments, merged with a MODIFIED event whenever a deployment's
+        computed status changes (looked at every :data:`STATUS_POLL_S`): ``get deployments -w``
+        prints every change of a rollout, not only applies."""
+        queue: asyncio.Queue[Event | admin_pb2.WatchEvent | BaseException] = asyncio.Queue()
+        shown: dict[str, Any] = {}
+
+        async def forward() -> None:
+            try:
+                async for event in changes:
+                    if event.type is EventType.DELETE:
+                        shown.pop(event.kv.key, None)
+                    else:
+                        shown[event.kv.key] = show(event.kv.key, event.kv.value).get("status")
+                    await queue.put(event)
+            except BaseException as exc:
+                await queue.put(exc)
+
+        async def poll() -> None:
+            for obj in self._ctx.cache.objects_of("ModelDeployment"):
+                key = storekeys.object_key("ModelDeployment", obj.name)
+                shown.setdefault(key, show(key, storekeys.object_value(obj.manifest)).get("status"))
+            while True:
+                await asyncio.sleep(STATUS_POLL_S)
+                for obj in self._ctx.cache.objects_of("ModelDeployment"):
+                    key = storekeys.object_key("ModelDeployment", obj.name)
+                    if key not in shown:
+                        continue  # not announced yet: its store event comes first
+                    doc = self._object_json("ModelDeployment", obj.manifest)
+                    if shown[key] != doc.get("status"):
+                        shown[key] = doc.get("status")
+                        await queue.put(
+                            admin_pb2.WatchEvent(
+                                type=admin_pb2.WatchEvent.MODIFIED,
+                                object=common_pb2.Object(
+                                    json=storekeys.dumps(doc), resource_version=obj.revision
+                                ),
+                            )
+                        )
+
+        tasks = [asyncio.ensure_future(forward()), asyncio.ensure_future(poll())]
+        try:
+            while True:
+                item = await queue.get()
+                if isinstance(item, BaseException):
+                    raise item
+                yield item
+        finally:
+            for task in tasks:
+                task.cancel()
 
     # -- deleting ----------------------------------------------------------------------------
     @_rpc
@@ -389,7 +525,25 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise _invalid("name: required (an object name)")
         kind, name = request.kind, request.name
         ctx, cache = self._ctx, self._ctx.cache
-        event = ctx.writer.prepare_event(kind, name, "Normal", "Deleted", f"{kind} {name} deleted")
+        forced = ""
+        if kind == storekeys.KIND_MODEL and (model := self._model_records().get(name)):
+            users = sorted(
+                dep_name
+                for dep_name, dep in cache.deployments.items()
+                if (dep.spec.model.name, dep.spec.model.version) == (model.name, model.version)
+            )
+            if users and not request.force:
+                raise Refused(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"model {name} is in use by ModelDeployment {', '.join(users)}: deleting it "
+                    "takes that workload off every device; change or delete those deployments "
+                    "first, or delete with force",
+                )
+            if users:
+                forced = f" (forced: in use by {', '.join(users)})"
+        event = ctx.writer.prepare_event(
+            kind, name, "Normal", "Deleted", f"{kind} {name} deleted{forced}"
+        )
         if kind == storekeys.KIND_DEVICE:
             if name not in cache.devices:
                 return admin_pb2.DeleteResponse(deleted=False)
@@ -423,6 +577,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 return admin_pb2.DeleteResponse(deleted=False)
             await ctx.store.txn([Compare(key, kv.mod_revision)], [Delete(key), event.put])
             cache.drop_object(kind, name)
+            if ctx.rollouts is not None and kind == "ModelDeployment":
+                await ctx.rollouts.reconcile([name])  # its rollout and revisions go too
             ctx.projector.mark_all()
         ctx.writer.committed(event)
         return admin_pb2.DeleteResponse(deleted=True)
@@ -493,6 +649,99 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             session.close("certificate revoked")
         ctx.projector.mark([name])
         return admin_pb2.RevokeDeviceResponse(serials=serials)
+
+    # -- rollouts -----------------------------------------------------------------------------
+    def _rollout_of(self, name: str) -> RolloutState:
+        if not name:
+            raise _invalid("name: required (a ModelDeployment)")
+        if name not in self._ctx.cache.deployments:
+            raise _not_found("ModelDeployment", name)
+        state = self._ctx.cache.rollouts.get(name)
+        if state is None or self._ctx.rollouts is None:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"{name} has no revision yet")
+        return state
+
+    @_rpc
+    async def ListRevisions(
+        self, request: admin_pb2.ListRevisionsRequest, context: Any
+    ) -> admin_pb2.ListRevisionsResponse:
+        state = self._rollout_of(request.name)
+        revisions = self._ctx.cache.revisions.get(request.name, {})
+        return admin_pb2.ListRevisionsResponse(
+            revisions=[storekeys.dumps(revisions[n].to_json()) for n in sorted(revisions)],
+            rollout=storekeys.dumps(state.to_json()),
+        )
+
+    @_rpc
+    async def RolloutAction(
+        self, request: admin_pb2.RolloutActionRequest, context: Any
+    ) -> admin_pb2.RolloutActionResponse:
+        name = request.name
+        state = self._rollout_of(name)
+        controller = self._ctx.rollouts
+        assert controller is not None
+        action = request.action
+        if action in (admin_pb2.RolloutActionRequest.PAUSE, admin_pb2.RolloutActionRequest.RESUME):
+            verb = "pause" if action == admin_pb2.RolloutActionRequest.PAUSE else "resume"
+            try:
+                new = await controller.act(name, verb)
+            except ActionRefused as exc:
+                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
+            return admin_pb2.RolloutActionResponse(message=f"{name}: {new.message}")
+        if action != admin_pb2.RolloutActionRequest.UNDO:
+            raise _invalid("action: must be PAUSE, RESUME or UNDO")
+        return await self._undo(name, state, int(request.to_revision))
+
+    async def _undo(
+        self, name: str, state: RolloutState, to: int
+    ) -> admin_pb2.RolloutActionResponse:
+        cache = self._ctx.cache
+        revisions = cache.revisions.get(name, {})
+        if to == 0:
+            to = state.stable if state.stable != state.revision else 0
+            if to == 0:
+                older = [n for n in revisions if n < state.revision]
+                if not older:
+                    raise Refused(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"{name} has no revision before {state.revision} to go back to",
+                    )
+                to = max(older)
+        target = revisions.get(to)
+        if target is None:
+            kept = ", ".join(str(n) for n in sorted(revisions)) or "none"
+            raise _invalid(f"to_revision: {name} has no revision {to} (kept: {kept})")
+        stored = cache.stored[("ModelDeployment", name)]
+        manifest = undo_manifest(stored.manifest, target)
+        if template_hash(manifest) == template_hash(stored.manifest):
+            return admin_pb2.RolloutActionResponse(
+                message=f"{name} already asks for revision {to}'s template: nothing to undo"
+            )
+        key = storekeys.object_key("ModelDeployment", name)
+        try:
+            revision = await self._ctx.store.txn(
+                [Compare(key, stored.revision)], [Put(key, storekeys.object_value(manifest))]
+            )
+        except CompareFailed:
+            raise Refused(
+                grpc.StatusCode.ABORTED, f"{name} changed meanwhile; try the undo again"
+            ) from None
+        cache.put_object(manifest, revision)
+        self._ctx.writer.event(
+            "ModelDeployment",
+            name,
+            "Normal",
+            "RolloutUndo",
+            f"{name} set back to revision {to}'s template ({target.model[1]}) by an operator",
+        )
+        assert self._ctx.rollouts is not None  # _rollout_of checked it
+        await self._ctx.rollouts.reconcile([name])
+        self._ctx.projector.mark_all()
+        new = cache.rollouts[name]
+        return admin_pb2.RolloutActionResponse(
+            message=f"{name}: rolling back to revision {to} ({target.model[1]}) as revision "
+            f"{new.revision}"
+        )
 
     # -- tokens and artifacts ----------------------------------------------------------------
     @_rpc

@@ -15,6 +15,7 @@ from edgefleet.api import ModelDeployment, parse_manifest
 from hub import storekeys
 from hub.devices import Device
 from hub.placing import SecurityPolicy
+from hub.rolling import Revision, RolloutState
 from hub.store import Store
 
 MAX_EVENTS = 1000
@@ -47,6 +48,10 @@ class Cache:
     revoked: dict[str, str] = field(default_factory=dict)  # serial hex -> device name
     # The fleet's trust roots the hub carries, oldest first, as signed (hub.trustroots).
     trust_roots: tuple[bytes, ...] = ()
+
+    revisions: dict[str, dict[int, Revision]] = field(default_factory=dict)  # by deployment
+    rollouts: dict[str, RolloutState] = field(default_factory=dict)  # by deployment
+    rollout_revisions: dict[str, int] = field(default_factory=dict)  # their store mod revisions
     events: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
 
     @classmethod
@@ -63,6 +68,13 @@ class Cache:
         for kv in (await store.range(storekeys.DESIRED)).kvs:
             name = kv.key[len(storekeys.DESIRED) :]
             cache.desired[name] = storekeys.DesiredRecord.from_json(storekeys.loads(kv.value))
+        for kv in (await store.range(storekeys.REVISIONS)).kvs:
+            rev = Revision.from_json(storekeys.loads(kv.value))
+            cache.revisions.setdefault(rev.deployment, {})[rev.number] = rev
+        for kv in (await store.range(storekeys.ROLLOUTS)).kvs:
+            state = RolloutState.from_json(storekeys.loads(kv.value))
+            cache.rollouts[state.deployment] = state
+            cache.rollout_revisions[state.deployment] = kv.mod_revision
         for kv in (await store.range(storekeys.REVOKED)).kvs:
             cache.revoked[kv.key[len(storekeys.REVOKED) :]] = kv.value.decode()
         for kv in (await store.range(storekeys.EVENTS)).kvs[-MAX_EVENTS:]:
@@ -81,6 +93,13 @@ class Cache:
         self.stored.pop((kind, name), None)
         if kind == "ModelDeployment":
             self.deployments.pop(name, None)
+
+    def revision_for(self, deployment: str, device: str) -> Revision | None:
+        """The revision of ``deployment`` that ``device`` is sent (None: none made yet)."""
+        state = self.rollouts.get(deployment)
+        if state is None:
+            return None
+        return self.revisions.get(deployment, {}).get(state.revision_for(device))
 
     def objects_of(self, kind: str) -> list[StoredObject]:
         return sorted((o for (k, _), o in self.stored.items() if k == kind), key=lambda o: o.name)

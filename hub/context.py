@@ -18,6 +18,7 @@ from hub.config import HubConfig
 from hub.initializing import HubPaths
 from hub.pki import CertifiedKey
 from hub.projecting import Projector
+from hub.rollouts import RolloutController
 from hub.sessions import Sessions
 from hub.store import Store
 from hub.writing import DeviceWriter
@@ -35,6 +36,7 @@ class HubContext:
     sessions: Sessions
     blobs: ArtifactStore
     trust_root: bytes = b""  # the fleet trust root as signed (D/trust-root.json), if any
+    rollouts: RolloutController | None = None  # hub.rollouts; None: no rollout controller
     clock: Callable[[], float] = field(default=time.time)
 
     @property

@@ -1,6 +1,8 @@
 """A device's desired state, computed here: what exactly it is sent (pure over the cache).
 
-:func:`build_desired` places deployments with :func:`hub.placing.project`, leaves out those
+:func:`build_desired` places deployments with :func:`hub.placing.project`, sends each the
+revision its rollout assigns this device (:meth:`hub.caching.Cache.revision_for`: the
+stable one, or the one being rolled out once the device was given it), leaves out those
 whose model was not pushed (with the reason), adds the fleet's DeviceHealthPolicies and
 digests it all. :class:`hub.projecting.Projector` calls it and does the writing and sending.
 """
@@ -76,17 +78,19 @@ def build_desired(
     metadata: list[bytes] = []
     artifacts: set[str] = set()
     for name in projection.names:
-        dep = cache.deployments[name]
-        model = cache.models.get((dep.spec.model.name, dep.spec.model.version))
+        revision = cache.revision_for(name, device.name)
+        if revision is None:
+            excluded[name] = "no revision made yet (the rollout controller makes one)"
+            continue
+        model_name, version = revision.model
+        model = cache.models.get((model_name, version))
         if model is None:
-            excluded[name] = (
-                f"model {dep.spec.model.name} {dep.spec.model.version} has not been pushed"
-            )
+            excluded[name] = f"model {model_name} {version} has not been pushed"
             continue
         names.append(name)
-        manifests.append(cache.stored[("ModelDeployment", name)].encoded)
+        manifests.append(revision.encoded)
         metadata.append(model.envelope)
-        artifacts.add(model.sha256)
+        artifacts |= model.digests()
     manifests.extend(fleet.health_policies)
     allowances: list[bytes] = []
     h = hashlib.sha256()

@@ -85,9 +85,77 @@ class Attestation:
         )
 
 
+class RevisionPhase(StrEnum):
+    """A revision's phase as devices report it (edged's ``RevisionPhase``)."""
+
+    PENDING = "Pending"
+    DOWNLOADING = "Downloading"
+    VERIFYING = "Verifying"
+    REFUSED = "Refused"
+    LOADING = "Loading"
+    READY = "Ready"
+    FAILED = "Failed"
+    DRAINING = "Draining"
+
+    @classmethod
+    def parse(cls, value: str) -> RevisionPhase:
+        """A phase this hub does not know (a newer device) counts as Pending: never serving."""
+        try:
+            return cls(value)
+        except ValueError:
+            return cls.PENDING
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionReport:
+    """One revision of a workload on a device: what it is and how far it got."""
+
+    model_version: str
+    sha256: str = ""
+    phase: RevisionPhase = RevisionPhase.PENDING
+    ready_replicas: int = 0
+    revision: str = ""
+    reason: str = ""
+    message: str = ""
+    wanted: bool = False
+
+    @property
+    def serves(self) -> bool:
+        return self.phase is RevisionPhase.READY and self.ready_replicas > 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "modelVersion": self.model_version,
+            "sha256": self.sha256,
+            "phase": self.phase.value,
+            "readyReplicas": self.ready_replicas,
+            "revision": self.revision,
+            "reason": self.reason,
+            "message": self.message,
+            "wanted": self.wanted,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RevisionReport:
+        return cls(
+            str(doc.get("modelVersion", "")),
+            str(doc.get("sha256", "")),
+            RevisionPhase.parse(str(doc.get("phase", ""))),
+            int(doc.get("readyReplicas", 0)),
+            str(doc.get("revision", "")),
+            str(doc.get("reason", "")),
+            str(doc.get("message", "")),
+            bool(doc.get("wanted", False)),
+        )
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadReport:
-    """What a device last said about one of its workloads."""
+    """What a device last said about one of its workloads.
+
+    ``model_version`` is what the device was asked to run; ``revisions`` what it holds and how
+    far each got (the wanted one first). Only ``revisions`` says what serves.
+    """
 
     model_version: str
     revision: str = ""
@@ -95,6 +163,13 @@ class WorkloadReport:
     ready_replicas: int = 0
     phase: str = ""
     conditions: tuple[Mapping[str, str], ...] = ()
+    revisions: tuple[RevisionReport, ...] = ()
+
+    def wanted(self, version: str) -> RevisionReport | None:
+        """The revision of ``version`` the device reports (the one it calls wanted first)."""
+        matches = [r for r in self.revisions if r.model_version == version]
+        matches.sort(key=lambda r: not r.wanted)
+        return matches[0] if matches else None
 
     @property
     def ready(self) -> bool:
@@ -108,6 +183,7 @@ class WorkloadReport:
             "readyReplicas": self.ready_replicas,
             "phase": self.phase,
             "conditions": [dict(c) for c in self.conditions],
+            "revisions": [r.to_json() for r in self.revisions],
         }
 
     @classmethod
@@ -119,6 +195,7 @@ class WorkloadReport:
             int(doc.get("readyReplicas", 0)),
             str(doc.get("phase", "")),
             tuple(dict(c) for c in doc.get("conditions", ())),
+            tuple(RevisionReport.from_json(r) for r in doc.get("revisions", ())),
         )
 
 

@@ -54,13 +54,27 @@ def deployment_object(
     devices: Iterable[Device],
     assigned: Mapping[str, Iterable[str]],
     dep: ModelDeployment | None = None,
+    *,
+    model_sha256: str | None = None,
+    model_pushed: bool | None = None,
+    placeable: int | None = None,
+    assigned_models: Mapping[str, tuple[str, str | None]] | None = None,
 ) -> dict[str, Any]:
     """The stored manifest with its status computed from device reports."""
     if dep is None:
         parsed = parse_manifest(dict(manifest))
         assert isinstance(parsed, ModelDeployment)
         dep = parsed
-    return {**manifest, "status": deployment_status(dep, devices, assigned).to_json()}
+    status = deployment_status(
+        dep,
+        devices,
+        assigned,
+        model_sha256=model_sha256,
+        model_pushed=model_pushed,
+        placeable=placeable,
+        assigned_models=assigned_models,
+    )
+    return {**manifest, "status": status.to_json()}
 
 
 def object_labels(doc: Mapping[str, Any]) -> Mapping[str, str]:

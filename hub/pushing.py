@@ -11,7 +11,9 @@ would check, so that junk is refused at the door rather than on every device:
    ALREADY_EXISTS, decided before any byte is read;
 4. the chunks stream into the content-addressed blob store with the **signed length as a hard
    limit** (reading stops there) and the signed sha256 and exact length as verifiers, so a
-   refused push leaves no blob; a model record is written only after the blob is committed;
+   refused push leaves no blob; the model file must parse as ONNX (``NotAnOnnxModel``,
+   :mod:`edgefleet.artifacts.onnxformat`); a model record is written only after the blob is
+   committed;
 5. the record (``/models/NAME/VERSION``: the envelope exactly as signed, sha256, length) goes
    to the store and the cache, an event is recorded and every device is projected again.
 
@@ -32,6 +34,8 @@ from typing import Any, BinaryIO, cast
 
 import grpc
 
+from edgefleet.artifacts.onnxformat import ParsesAsOnnx
+from edgefleet.artifacts.storing import Verifier
 from edgefleet.errors import ArtifactError, CompareFailed, EdgefleetError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.trust.documents import ArtifactMetadata, FileInfo, Root, parse_artifact
@@ -98,16 +102,72 @@ async def receive_artifact(
     if existing is not None and existing.sha256 != info.sha256:
         raise _exists(what, existing.sha256, info.sha256)
 
-    had_blob = ctx.blobs.has(info.sha256)
+    extras = {n: f for n, f in meta.files.items() if f.role != "model"}
+    pushed = [d for d in {info.sha256, *(f.sha256 for f in extras.values())} if ctx.blobs.has(d)]
+    had = set(pushed)
     reader = _ChunkReader(it, asyncio.get_running_loop())
     try:
-        sha256 = await asyncio.to_thread(
+        sha256 = await _ingest(ctx, reader, meta, model_file, info, verify_onnx=True)
+        stored_extras: dict[str, str] = {}
+        while (fname := reader.begin_next_file()) is not None:
+            extra = extras.get(fname)
+            if extra is None or fname == model_file:
+                raise PushRefused(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "FileNotSigned",
+                    f"{what}: {fname!r} is not an extra file of the signed metadata "
+                    f"(it lists {', '.join(sorted(extras)) or 'none'})",
+                )
+            if fname in stored_extras:
+                raise PushRefused(
+                    grpc.StatusCode.INVALID_ARGUMENT, "FileRepeated", f"{what}: {fname} sent twice"
+                )
+            stored_extras[fname] = await _ingest(ctx, reader, meta, fname, extra, verify_onnx=False)
+        missing = sorted(set(extras) - set(stored_extras))
+        if missing:
+            raise PushRefused(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "FileMissing",
+                f"{what}: the signed metadata lists {', '.join(missing)}, which were not sent",
+            )
+        return await _record(
+            ctx,
+            meta,
+            envelope_bytes,
+            info,
+            sha256,
+            now,
+            stored=info.sha256 not in had,
+            extras=stored_extras,
+        )
+    except BaseException:
+        for digest in {info.sha256, *(f.sha256 for f in extras.values())} - had:
+            _drop_unreferenced(ctx, digest)
+        raise
+
+
+async def _ingest(
+    ctx: HubContext,
+    reader: _ChunkReader,
+    meta: ArtifactMetadata,
+    fname: str,
+    info: FileInfo,
+    *,
+    verify_onnx: bool,
+) -> str:
+    """Stream one file of the push into the blob store, within its signed length and digest."""
+    what = f"{meta.name} {meta.version}"
+    verifiers: list[Verifier] = [SignedFile(info, what if verify_onnx else f"{what}: {fname}")]
+    if verify_onnx:
+        verifiers.append(ParsesAsOnnx())
+    try:
+        return await asyncio.to_thread(
             ctx.blobs.ingest_stream,
             cast("BinaryIO", reader),  # it only calls read(size)
-            origin=f"pushed {model_file}",
+            origin=f"pushed {fname}",
             name=meta.name,
             version=meta.version,
-            verifiers=[SignedFile(info, what)],
+            verifiers=verifiers,
             max_bytes=info.length,
         )
     except PushRefused:
@@ -115,17 +175,11 @@ async def receive_artifact(
     except ArtifactError as exc:
         reason = "LengthExceeded" if exc.reason == "ArtifactTooLarge" else exc.reason
         message = (
-            f"{what}: the pushed bytes are longer than the signed length {info.length}"
+            f"{what}: the pushed bytes of {fname} are longer than the signed length {info.length}"
             if reason == "LengthExceeded"
             else str(exc)
         )
         raise PushRefused(grpc.StatusCode.INVALID_ARGUMENT, reason, message) from None
-    try:
-        return await _record(ctx, meta, envelope_bytes, info, sha256, now, stored=not had_blob)
-    except BaseException:
-        if not had_blob:
-            _drop_unreferenced(ctx, sha256)
-        raise
 
 
 def _verify_header(
@@ -155,14 +209,6 @@ def _verify_header(
         code = _TRUST_CODES.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT)
         raise PushRefused(code, exc.reason, str(exc)) from None
     model_file, info = meta.model_file()
-    extras = sorted(n for n, f in meta.files.items() if f.role != "model")
-    if extras:
-        raise PushRefused(
-            grpc.StatusCode.UNIMPLEMENTED,
-            "ExtrasNotSupported",
-            f"{meta.name} {meta.version}: the metadata lists extra files ({', '.join(extras)}); "
-            "the hub carries only the model file so far",
-        )
     return meta, model_file, info
 
 
@@ -190,10 +236,13 @@ async def _record(
     now: float,
     *,
     stored: bool,
+    extras: dict[str, str],
 ) -> admin_pb2.PushArtifactResponse:
     what = f"{meta.name} {meta.version}"
     key = storekeys.model_key(meta.name, meta.version)
-    record = storekeys.ModelRecord(meta.name, meta.version, sha256, info.length, envelope, now)
+    record = storekeys.ModelRecord(
+        meta.name, meta.version, sha256, info.length, envelope, now, extras
+    )
     current = await ctx.store.get(key)
     if current is not None:
         old = storekeys.ModelRecord.from_json(storekeys.loads(current.value))
@@ -202,7 +251,9 @@ async def _record(
         if old.envelope == envelope or meta.metadata_version <= _metadata_version(old.envelope):
             ctx.cache.models[(meta.name, meta.version)] = old
             log.info("artifact-unchanged", model=meta.name, version=meta.version)
-            return admin_pb2.PushArtifactResponse(sha256=sha256, length=info.length, stored=False)
+            return admin_pb2.PushArtifactResponse(
+                sha256=sha256, length=info.length, stored=False, extras=old.extras
+            )
         reason, message = "MetadataUpdated", f"{what}: newer signed metadata (same bytes)"
     else:
         reason, message = "Pushed", f"{what} pushed (sha256 {sha256}, {info.length} bytes)"
@@ -222,18 +273,20 @@ async def _record(
     ctx.writer.event(storekeys.KIND_MODEL, f"{meta.name}-{meta.version}", "Normal", reason, message)
     ctx.projector.mark_all()
     log.info("artifact-pushed", model=meta.name, version=meta.version, sha256=sha256)
-    return admin_pb2.PushArtifactResponse(sha256=sha256, length=info.length, stored=stored)
+    return admin_pb2.PushArtifactResponse(
+        sha256=sha256, length=info.length, stored=stored, extras=extras
+    )
 
 
 def _drop_unreferenced(ctx: HubContext, sha256: str) -> None:
-    if all(m.sha256 != sha256 for m in ctx.cache.models.values()):
+    if all(sha256 not in m.digests() for m in ctx.cache.models.values()):
         ctx.blobs.path_for(sha256).unlink(missing_ok=True)
 
 
 class _ChunkReader:
     """A blocking ``read()`` over the request stream, for the store's ingest in a thread: each
     call fetches the next message on the event loop. Every message after the header must be
-    a chunk."""
+    a chunk or a ``file`` message, which ends the current file (:meth:`begin_next_file`)."""
 
     def __init__(
         self, it: AsyncIterator[admin_pb2.PushArtifactRequest], loop: asyncio.AbstractEventLoop
@@ -242,6 +295,7 @@ class _ChunkReader:
         self._loop = loop
         self._buffer = b""
         self._done = False
+        self._next_file: str | None = None  # a `file` message ended the current file
 
     async def _next(self) -> Any:
         try:
@@ -261,15 +315,33 @@ class _ChunkReader:
                     "PushStalled",
                     f"no chunk for {CHUNK_TIMEOUT_S:g} s",
                 ) from None
+            kind = msg.WhichOneof("message") if msg is not None else None
             if msg is None:
                 self._done = True
-            elif msg.WhichOneof("message") != "chunk":
+            elif kind == "file":
+                self._done = True
+                self._next_file = str(msg.file.name)
+            elif kind != "chunk":
                 raise PushRefused(
                     grpc.StatusCode.INVALID_ARGUMENT,
                     "UnexpectedMessage",
-                    f"only chunks may follow the header, got {msg.WhichOneof('message')}",
+                    f"only chunks and files may follow the header, got {kind}",
                 )
             else:
                 self._buffer = bytes(msg.chunk)
         out, self._buffer = self._buffer[:size], self._buffer[size:]
         return out
+
+    def begin_next_file(self) -> str | None:
+        """After a file is read to its end: the next file's name (None: the stream ended)."""
+        while not self._done:  # bytes beyond the signed length were not read: refuse them
+            if self.read():
+                raise PushRefused(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "LengthExceeded",
+                    "more bytes were sent than the signed length of the file",
+                )
+        name, self._next_file = self._next_file, None
+        if name is not None:
+            self._done = False
+        return name

@@ -44,6 +44,7 @@ from hub.initializing import HubPaths
 from hub.lifecycle import Lifecycle
 from hub.projecting import Projector
 from hub.registering import add_servicer
+from hub.rollouts import RolloutController
 from hub.sessions import Sessions
 from hub.store import Store, open_hub_store
 from hub.store.compacting import Compactor
@@ -69,7 +70,7 @@ SERVER_OPTIONS = [
 ]
 
 
-CRITICAL = frozenset({"device-writer", "projector"})
+CRITICAL = frozenset({"device-writer", "projector", "rollouts"})
 """The components whose persistent failure stops the hub (see :func:`supervise`)."""
 
 
@@ -89,16 +90,19 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     cache = await Cache.load(store)
     sessions = Sessions()
     roots = load_roots(paths.data_dir)
+    writer = DeviceWriter(store, cache)
+    projector = Projector(store, cache, sessions, region=config.region)
     ctx = HubContext(
         paths=paths,
         config=config,
         ca=ca,
         store=store,
         cache=cache,
-        writer=DeviceWriter(store, cache),
-        projector=Projector(store, cache, sessions, region=config.region),
+        writer=writer,
+        projector=projector,
         sessions=sessions,
         blobs=ArtifactStore(paths.data_dir / "blobs"),
+        rollouts=RolloutController(store, cache, projector, writer),
     )
     install_roots(ctx, roots)
     return ctx
@@ -221,6 +225,8 @@ async def _serve(
         attestation,
         RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
     ]
+    if ctx.rollouts is not None:
+        components.append(ctx.rollouts)
     if ready is not None:
         ready.set()
     # systemd (Type=notify): ready once the gRPC server listens; watchdog pings from this loop

@@ -12,6 +12,9 @@ Keys (values are JSON unless said otherwise)::
     /desired/NAME                   what a device is owed: generation, deployment names, digest
     /revoked/SERIAL                 revoked certificate serials (hex) -> device name
     /events/MILLISECONDS-SEQ        events (type, reason, message, object, time), bounded
+    /revisions/NAME/NUMBER          a deployment's revisions (hub.rolling.Revision), NUMBER
+                                    zero-padded to 10 digits so keys sort by number
+    /rollouts/NAME                  a deployment's rollout (hub.rolling.RolloutState)
 
 Objects are stored canonically (``to_dict()`` of the typed manifest), so applying the same
 document twice compares equal and is "unchanged".
@@ -21,7 +24,7 @@ from __future__ import annotations
 
 import base64
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
@@ -32,6 +35,8 @@ MODELS = "/models/"
 DESIRED = "/desired/"
 REVOKED = "/revoked/"
 EVENTS = "/events/"
+REVISIONS = "/revisions/"
+ROLLOUTS = "/rollouts/"
 
 KIND_DEVICE = "Device"
 KIND_MODEL = "Model"
@@ -55,6 +60,18 @@ def model_key(name: str, version: str) -> str:
 
 def desired_key(device: str) -> str:
     return f"{DESIRED}{device}"
+
+
+def revision_prefix(deployment: str) -> str:
+    return f"{REVISIONS}{deployment}/"
+
+
+def revision_key(deployment: str, number: int) -> str:
+    return f"{REVISIONS}{deployment}/{number:010d}"
+
+
+def rollout_key(deployment: str) -> str:
+    return f"{ROLLOUTS}{deployment}"
 
 
 def revoked_key(serial_hex: str) -> str:
@@ -90,19 +107,27 @@ class ModelRecord:
     length: int
     envelope: bytes  # the publisher-signed metadata, exactly as signed
     pushed_at: float
+    extras: Mapping[str, str] = field(default_factory=dict)  # extra file name -> sha256
+
+    def digests(self) -> set[str]:
+        """Every blob this artifact holds: the model file and its extras."""
+        return {self.sha256, *self.extras.values()}
 
     def to_json(self) -> dict[str, Any]:
+        status: dict[str, Any] = {
+            "sha256": self.sha256,
+            "length": self.length,
+            "pushedAt": self.pushed_at,
+            "signedMetadata": base64.b64encode(self.envelope).decode(),
+        }
+        if self.extras:
+            status["extras"] = dict(sorted(self.extras.items()))
         return {
             "apiVersion": "edgefleet.io/v1",
             "kind": KIND_MODEL,
             "metadata": {"name": f"{self.name}-{self.version}"},
             "spec": {"name": self.name, "version": self.version},
-            "status": {
-                "sha256": self.sha256,
-                "length": self.length,
-                "pushedAt": self.pushed_at,
-                "signedMetadata": base64.b64encode(self.envelope).decode(),
-            },
+            "status": status,
         }
 
     @classmethod
@@ -115,6 +140,7 @@ class ModelRecord:
             length=int(status["length"]),
             envelope=base64.b64decode(status["signedMetadata"]),
             pushed_at=float(status["pushedAt"]),
+            extras={str(k): str(v) for k, v in status.get("extras", {}).items()},
         )
 
 

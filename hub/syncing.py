@@ -38,10 +38,11 @@ from hub.auth import Caller, authorize
 from hub.context import HubContext
 from hub.desired import MAX_DESIRED_STATE_BYTES
 from hub.deviceinput import check_hello, check_message
-from hub.devices import Device, DevicePhase, Health, WorkloadReport
+from hub.devices import Device, DevicePhase, Health, RevisionPhase, RevisionReport, WorkloadReport
 from hub.limiting import Rate, RateLimiter
 from hub.pki import Role
 from hub.sessions import Session
+from hub.statusing import broken_revisions, describe_failure
 
 log = get_logger(__name__)
 
@@ -63,6 +64,9 @@ def _joined(problems: list[str], limit: int = 20) -> str:
     return "; ".join(problems[:limit]) + more
 
 
+MAX_REPORTED_WORKLOADS = 256
+MAX_REPORTED_REVISIONS = 8
+
 EvidenceHandler = Callable[[str, bytes, bytes], None]
 
 
@@ -80,6 +84,19 @@ def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
         conditions=tuple(
             {"type": c.type, "status": c.status, "reason": c.reason, "message": c.message}
             for c in w.conditions
+        ),
+        revisions=tuple(
+            RevisionReport(
+                model_version=r.model_version,
+                sha256=r.sha256,
+                phase=RevisionPhase.parse(r.phase),
+                ready_replicas=r.ready_replicas,
+                revision=r.revision,
+                reason=r.reason,
+                message=r.message,
+                wanted=r.wanted,
+            )
+            for r in w.revisions[:MAX_REPORTED_REVISIONS]
         ),
     )
 
@@ -297,6 +314,14 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         "Normal" if changed.health.schedulable else "Warning",
                         "Schedulable" if changed.health.schedulable else "Unschedulable",
                         "; ".join(changed.health.reasons) or "health policy met",
+                    )
+                for workload, rev in broken_revisions(device.workloads, workloads):
+                    ctx.writer.event(
+                        "ModelDeployment",
+                        workload,
+                        "Warning",
+                        "Revision" + rev.phase.value,
+                        f"device {name}: {describe_failure(rev)}",
                     )
                 ctx.writer.update(changed)
             elif kind == "attestation_evidence" and self.on_evidence is not None:

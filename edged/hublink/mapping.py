@@ -11,6 +11,7 @@ import orjson
 from google.protobuf import struct_pb2
 
 from edged.hublink.reporting import DeviceReport, WorkloadReport
+from edged.reconcile.model import RevisionStatus
 from edgefleet.api.conditions import Condition
 from edgefleet.v1 import common_pb2, device_pb2
 
@@ -48,6 +49,20 @@ def _workload(w: WorkloadReport) -> device_pb2.WorkloadStatus:
         desired_replicas=w.desired_replicas,
         model_version=w.model_version,
         conditions=[_condition(c) for c in w.conditions],
+        revisions=[_revision(r) for r in w.revisions],
+    )
+
+
+def _revision(r: RevisionStatus) -> device_pb2.RevisionStatus:
+    return device_pb2.RevisionStatus(
+        revision=r.revision,
+        model_version=r.model_version,
+        sha256=r.sha256,
+        phase=r.phase.value,
+        ready_replicas=r.ready_replicas,
+        reason=r.reason,
+        message=r.message,
+        wanted=r.wanted,
     )
 
 

@@ -4,7 +4,13 @@
 state, the planned status of each workload and the hub source's problems in, a
 :class:`DeviceReport` out. Only workloads the hub gave are reported (static ones are the
 device's own business); a hub workload that was refused before it ever ran is reported with
-``Ready=False`` and the refusal's reason. ``mapping.py`` turns the report into protobuf, so
+``Ready=False`` and the refusal's reason.
+
+Each workload lists the revisions the device holds (``revisions``): first the one the hub asks
+for, which is either still with the hub source (``incoming``: Verifying, Downloading, Refused)
+or the planner's current revision (Loading, Ready, Failed), then older ones still serving or
+draining. ``model_version`` is the version the hub asks for; whether it *serves* is only in
+``revisions``. ``mapping.py`` turns the report into protobuf, so
 nothing outside the hub link touches the generated stubs.
 """
 
@@ -14,7 +20,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
-from edged.reconcile.model import WorkloadStatus
+from edged.reconcile.model import RevisionPhase, RevisionStatus, WorkloadStatus
 from edged.sources.static import SourceProblem
 from edged.state.merging import HUB_SOURCE
 from edged.workloads import DesiredWorkload, WorkloadName
@@ -29,6 +35,7 @@ class WorkloadReport:
     desired_replicas: int = 0
     model_version: str = ""
     conditions: tuple[Condition, ...] = ()
+    revisions: tuple[RevisionStatus, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,38 +52,66 @@ def build_device_report(
     desired: Mapping[WorkloadName, DesiredWorkload],
     status_of: Callable[[WorkloadName], WorkloadStatus | None],
     problems: Sequence[SourceProblem],
+    incoming: Mapping[WorkloadName, RevisionStatus] | None = None,
 ) -> DeviceReport:
     """``device``: discovery's status (``{}`` when discovery is off); ``status_of``: the
-    status the reconciler planned for a workload (None: not reconciled yet)."""
+    status the reconciler planned for a workload (None: not reconciled yet); ``incoming``:
+    the hub source's revisions not accepted (yet), by workload."""
     health = device.get("health") or {}
+    incoming = incoming or {}
     workloads = []
     for name, w in sorted(desired.items()):
         if w.source != HUB_SOURCE:
             continue
         st = status_of(name)
+        revisions = st.revisions if st else ()
+        version = w.deployment.spec.model.version
+        new = incoming.get(name)
+        if new is not None and (new.sha256 != w.sha256 or new.model_version != version):
+            # The hub asks for something this device does not run (yet, or ever: refused).
+            revisions = (new, *(replace(r, wanted=False) for r in revisions))
+            version = new.model_version
+        elif st is None:
+            revisions = (RevisionStatus("", version, w.sha256, RevisionPhase.PENDING, wanted=True),)
         workloads.append(
             WorkloadReport(
                 name=name,
                 revision=st.revision if st else "",
                 ready_replicas=st.ready_replicas if st else 0,
                 desired_replicas=st.desired_replicas if st else 0,
-                model_version=w.deployment.spec.model.version,
+                model_version=version,
                 conditions=st.conditions if st else (),
+                revisions=revisions,
             )
         )
+    reported = {x.name for x in workloads}
     for p in problems:
         if not p.workload:
             continue
         kept = next((i for i, x in enumerate(workloads) if x.name == p.workload), None)
         if kept is None:
+            reported.add(p.workload)
             refused = Condition("Ready", ConditionStatus.FALSE, p.reason, p.message)
-            workloads.append(WorkloadReport(name=p.workload, conditions=(refused,)))
+            new = incoming.get(WorkloadName(p.workload))
+            workloads.append(
+                WorkloadReport(
+                    name=p.workload,
+                    model_version=new.model_version if new else "",
+                    conditions=(refused,),
+                    revisions=(new,) if new else (),
+                )
+            )
         else:
             # the previous version keeps serving; the hub still learns why the new one is
             # not taken (InsufficientDisk, a refused signature...)
             not_updated = Condition("Updated", ConditionStatus.FALSE, p.reason, p.message)
             old = workloads[kept]
             workloads[kept] = replace(old, conditions=(*old.conditions, not_updated))
+    for name, new in sorted(incoming.items()):
+        if name not in reported:  # a first version still being checked or fetched
+            workloads.append(
+                WorkloadReport(name=name, model_version=new.model_version, revisions=(new,))
+            )
     return DeviceReport(
         inventory={
             "facts": device.get("facts"),

@@ -36,6 +36,8 @@ class ReplicaObservation:
     crash_streak: int = 0  # consecutive failures, drives crash-loop backoff
     live: bool = True  # liveness probe verdict
     conditions: tuple[Condition, ...] = ()  # reported by the worker (e.g. ProviderFallback)
+    model_version: str = ""  # what this replica's process loads
+    sha256: str = ""  # the artifact it loads
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,6 +112,50 @@ class RefetchArtifact:
 Action = StartReplica | StopReplica | KillReplica | ForgetReplica | RefetchArtifact
 
 
+class RevisionPhase(StrEnum):
+    """Where one revision of a workload stands on this device (reported to the hub).
+
+    Before it can run, the hub source moves it through Pending, Downloading and Verifying,
+    or stops it at Refused; then the planner's view: Loading, Ready (serving), Failed
+    (crash-looping with nothing ready), Draining (superseded, answering what it holds).
+    """
+
+    PENDING = "Pending"
+    DOWNLOADING = "Downloading"
+    VERIFYING = "Verifying"
+    REFUSED = "Refused"
+    LOADING = "Loading"
+    READY = "Ready"
+    FAILED = "Failed"
+    DRAINING = "Draining"
+
+
+@dataclass(frozen=True, slots=True)
+class RevisionStatus:
+    """One revision of a workload held on this device: what it runs and how far it got."""
+
+    revision: str  # "" while the artifact is not admitted (no revision can be computed yet)
+    model_version: str
+    sha256: str
+    phase: RevisionPhase
+    ready_replicas: int = 0
+    reason: str = ""  # why Refused or Failed
+    message: str = ""
+    wanted: bool = False  # the revision the accepted desired state asks for
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "revision": self.revision,
+            "modelVersion": self.model_version,
+            "sha256": self.sha256,
+            "phase": self.phase.value,
+            "readyReplicas": self.ready_replicas,
+            "reason": self.reason,
+            "message": self.message,
+            "wanted": self.wanted,
+        }
+
+
 @dataclass(frozen=True, slots=True)
 class WorkloadStatus:
     phase: str  # Pending | Progressing | Running | Degraded | Failed | Terminating
@@ -118,6 +164,7 @@ class WorkloadStatus:
     revision: str
     conditions: tuple[Condition, ...] = ()
     providers: tuple[str, ...] = ()  # the planned execution providers (empty: discovery off)
+    revisions: tuple[RevisionStatus, ...] = ()  # the wanted one first, then older ones
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,7 +17,12 @@ Rules, for one workload:
 * Execution providers (``observed.providers``, chosen by discovery) are part of the revision:
   a fallback to a later provider, and the way back, is a zero-downtime switch. When no allowed
   provider is usable, every replica stops and ``AcceleratorUnavailable`` says why.
-* Status (phase, ready count, conditions) is derived here too, so it always matches the plan.
+* Status (phase, ready count, conditions) is derived here too, so it always matches the plan,
+  and so is each revision's own status (``WorkloadStatus.revisions``): the current revision
+  Loading, Ready (some replica ready), Failed (crash-looping with none ready: the worker's
+  error is the reason) or Pending (artifact missing); older ones Ready while they still serve,
+  Draining once superseded. The hub counts a device as updated from these, never from the
+  workload's ready count, which includes the old revision during a switch.
 """
 
 from __future__ import annotations
@@ -32,6 +37,8 @@ from edged.reconcile.model import (
     ProviderChoice,
     RefetchArtifact,
     ReplicaObservation,
+    RevisionPhase,
+    RevisionStatus,
     StartReplica,
     StopReplica,
     WorkloadStatus,
@@ -160,8 +167,68 @@ def plan(
         revision=revision,
         conditions=tuple(conditions),
         providers=providers,
+        revisions=_revisions(
+            desired, revision, want, ready_current, old, crashlooping, switch_done, observed
+        ),
     )
     return Plan(tuple(actions), status, min(waits) if waits else None)
+
+
+def _revisions(
+    desired: DesiredWorkload,
+    revision: str,
+    want: int,
+    ready_current: list[ReplicaObservation],
+    old: list[ReplicaObservation],
+    crashlooping: list[ReplicaObservation],
+    switch_done: bool,
+    observed: ObservedWorkload,
+) -> tuple[RevisionStatus, ...]:
+    """Each revision this workload holds: the current one first, then older ones by name."""
+    reason = message = ""
+    if ready_current or want == 0:
+        phase = RevisionPhase.READY
+    elif crashlooping:
+        worst = max(crashlooping, key=lambda r: r.crash_streak)
+        phase = RevisionPhase.FAILED
+        reason = worst.exit_reason or "ReplicaCrashed"
+        message = worst.exit_message or f"{worst.replica_id} failed {worst.crash_streak} times"
+    elif not observed.artifact_present:
+        phase, reason = RevisionPhase.PENDING, "ArtifactMissing"
+    else:
+        phase = RevisionPhase.LOADING
+    model = desired.deployment.spec.model
+    out = [
+        RevisionStatus(
+            revision,
+            model.version,
+            desired.sha256,
+            phase,
+            len(ready_current),
+            reason,
+            message,
+            wanted=True,
+        )
+    ]
+    by_revision: dict[str, list[ReplicaObservation]] = {}
+    for rep in old:
+        by_revision.setdefault(rep.revision, []).append(rep)
+    for rev, reps in sorted(by_revision.items()):
+        alive = [r for r in reps if r.phase is not Phase.EXITED]
+        if not alive:
+            continue
+        ready = sum(1 for r in alive if r.phase is Phase.READY)
+        serving = ready > 0 and not switch_done
+        out.append(
+            RevisionStatus(
+                rev,
+                reps[0].model_version,
+                reps[0].sha256,
+                RevisionPhase.READY if serving else RevisionPhase.DRAINING,
+                ready if serving else 0,
+            )
+        )
+    return tuple(out)
 
 
 def _plan_unrunnable(

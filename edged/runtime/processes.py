@@ -197,6 +197,8 @@ class Replica:
             crash_streak=self.crash_streak,
             live=self.live,
             conditions=self.conditions,
+            model_version=self.spec.model_version,
+            sha256=self.spec.artifact_sha256,
         )
 
     @property

@@ -10,11 +10,13 @@ The hub sends the device's complete desired state with a generation. :meth:`HubS
    rollback); then fetches the artifact from the hub into ``D/downloads/<sha256>.part``,
    resuming from the bytes already there (after a broken stream or a restart of edged), never
    past the signed length; then the gate moves it into the content-addressed store, checking
-   length and digest again on the way. An artifact already in the store is not fetched. Disk
-   space is checked first (the rest of the download plus the store's copy, with the store's
-   reserve left free): a model that does not fit is refused as ``InsufficientDisk`` naming
-   the sizes, and a ``.part`` that will not be resumed (refused, or the disk filled up
-   during the download) is removed, so the device's own writes and the hub link go on;
+   length and digest again on the way. The artifact's signed extra files (a validation set)
+   are fetched and verified the same way, before the model. What is in the store already is
+   not fetched. Disk space is checked first (the rest of the download plus the store's copy,
+   with the store's reserve left free): a model that does not fit is refused as
+   ``InsufficientDisk`` naming the sizes, and a ``.part`` that will not be resumed (refused,
+   or the disk filled up during the download) is removed, so the device's own writes and the
+   hub link go on;
 4. before all this, follows the fleet's trust roots the state carries from the root this
    device trusts (a root that does not chain is refused and reported; the hub cannot make
    one), so a rotation reaches the device with its next desired state;
@@ -22,8 +24,10 @@ The hub sends the device's complete desired state with a generation. :meth:`HubS
    signed metadata, so a restart serves the same state without the hub.
 
 A refusal (bad signature, tampered bytes...) keeps the previous workload of that name serving
-and is reported as a problem; a transient failure (the hub went away mid-download) asks to be
-retried. Either way the rest of the state is applied.
+and is reported as a problem, logged, and kept in :attr:`HubSource.incoming` as a ``Refused``
+revision with its reason (the hub shows it per device). While a new artifact is checked and
+fetched, ``incoming`` says so too (``Verifying``, ``Downloading``). A transient failure (the
+hub went away mid-download) asks to be retried. Either way the rest of the state is applied.
 """
 
 from __future__ import annotations
@@ -37,6 +41,7 @@ from typing import Any
 
 import orjson
 
+from edged.reconcile.model import RevisionPhase, RevisionStatus
 from edged.sources.static import SourceProblem
 from edged.state.merging import HUB_SOURCE
 from edged.trust.admitting import ArtifactGate
@@ -46,6 +51,8 @@ from edgefleet.artifacts.storing import ArtifactStore, is_disk_full
 from edgefleet.errors import ArtifactError, StateError, TemporaryError, ValidationError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import read_json, write_json_atomic
+from edgefleet.trust.envelopes import parse_envelope_bytes
+from edgefleet.trust.verifying import TrustState, verify_artifact_metadata
 
 log = get_logger(__name__)
 
@@ -73,6 +80,27 @@ class _Accepted:
     metadata: list[bytes] = field(default_factory=list)
     workloads: dict[WorkloadName, DesiredWorkload] = field(default_factory=dict)
     policies: tuple[DeviceHealthPolicy, ...] = ()
+    # per workload, what it ran before its current artifact: the envelope as accepted then,
+    # and the workload (its artifact stays in the store: going back needs no download)
+    previous: dict[WorkloadName, tuple[bytes, DesiredWorkload]] = field(default_factory=dict)
+
+
+def _previous(
+    acc: _Accepted, workloads: dict[WorkloadName, DesiredWorkload]
+) -> dict[WorkloadName, tuple[bytes, DesiredWorkload]]:
+    """What each workload ran before: kept while it runs the same artifact, replaced by the
+    accepted one when that changes, dropped with the workload."""
+    envelopes = {s: e for e in acc.metadata if (s := _envelope_subject(e)) is not None}
+    out = {}
+    for name, new in workloads.items():
+        old = acc.workloads.get(name)
+        model = old.deployment.spec.model if old is not None else None
+        env = envelopes.get((model.name, model.version)) if model is not None else None
+        if old is not None and old.sha256 != new.sha256 and env is not None:
+            out[name] = (env, old)
+        elif name in acc.previous and acc.previous[name][1].sha256 != new.sha256:
+            out[name] = acc.previous[name]
+    return out
 
 
 def _envelope_subject(envelope: bytes) -> tuple[str, str] | None:
@@ -110,6 +138,8 @@ class HubSource:
         self.problems: tuple[SourceProblem, ...] = ()
         self.root_problem: SourceProblem | None = None  # the hub's roots were refused
         self.refetch_requested = False  # an artifact went missing: apply the same state again
+        # Revisions the hub asks for that are not accepted (yet): checked, fetched, refused.
+        self.incoming: dict[WorkloadName, RevisionStatus] = {}
         self._load()
 
     @property
@@ -135,19 +165,34 @@ class HubSource:
                 dep = parse_manifest(item["deployment"])
                 assert isinstance(dep, ModelDeployment)
                 workloads[WorkloadName(dep.metadata.name)] = DesiredWorkload(
-                    dep, str(item["sha256"]), HUB_SOURCE
+                    dep,
+                    str(item["sha256"]),
+                    HUB_SOURCE,
+                    {str(k): str(v) for k, v in item.get("extras", {}).items()},
                 )
             policies = []
             for item in doc.get("policies", []):
                 pol = parse_manifest(item)
                 assert isinstance(pol, DeviceHealthPolicy)
                 policies.append(pol)
+            previous = {}
+            for item in doc.get("previous", []):
+                dep = parse_manifest(item["deployment"])
+                assert isinstance(dep, ModelDeployment)
+                held = DesiredWorkload(
+                    dep,
+                    str(item["sha256"]),
+                    HUB_SOURCE,
+                    {str(k): str(v) for k, v in item.get("extras", {}).items()},
+                )
+                previous[held.name] = (str(item["envelope"]).encode(), held)
             self._accepted = _Accepted(
                 int(doc["generation"]),
                 [m.encode() for m in doc.get("manifests", [])],
                 [m.encode() for m in doc.get("metadata", [])],
                 workloads,
                 tuple(policies),
+                previous,
             )
         except (KeyError, TypeError, ValueError, AssertionError, ValidationError) as exc:
             raise StateError(f"{self._state_path} is not a hub state: {exc}") from None
@@ -160,12 +205,68 @@ class HubSource:
                 "manifests": [m.decode() for m in acc.manifests],
                 "metadata": [m.decode() for m in acc.metadata],
                 "workloads": [
-                    {"deployment": w.deployment.to_dict(), "sha256": w.sha256}
+                    {
+                        "deployment": w.deployment.to_dict(),
+                        "sha256": w.sha256,
+                        "extras": dict(sorted(w.extras.items())),
+                    }
                     for _, w in sorted(acc.workloads.items())
                 ],
                 "policies": [p.to_dict() for p in acc.policies],
+                "previous": [
+                    {
+                        "envelope": env.decode(),
+                        "deployment": w.deployment.to_dict(),
+                        "sha256": w.sha256,
+                        "extras": dict(sorted(w.extras.items())),
+                    }
+                    for _, (env, w) in sorted(acc.previous.items())
+                ],
             },
         )
+
+    @property
+    def held(self) -> set[str]:
+        """Artifacts kept for going back to the previous version (not garbage)."""
+        out = set()
+        for _, w in self._accepted.previous.values():
+            out.add(w.sha256)
+            out.update(w.extras.values())
+        return out
+
+    def _already_verified(
+        self, name: WorkloadName, manifest: ModelDeployment, envelope: bytes | None, now: float
+    ) -> DesiredWorkload | None:
+        """The workload as it runs now, or as it ran before, when the hub sends exactly the
+        signed metadata this device accepted for it then and its artifact is still here: a
+        rollback to the last verified version (or staying on the current one while newer
+        metadata was accepted for another version), admitted without the metadata and model
+        version rollback checks; the signatures, the root and the expiry are checked again.
+        None otherwise: the normal path decides."""
+        if envelope is None:
+            return None
+        acc = self._accepted
+        held: list[tuple[bytes, DesiredWorkload]] = []
+        current = acc.workloads.get(name)
+        if current is not None:
+            model = current.deployment.spec.model
+            for raw in acc.metadata:
+                if _envelope_subject(raw) == (model.name, model.version):
+                    held.append((raw, current))
+        if name in acc.previous:
+            held.append(acc.previous[name])
+        for env_bytes, old in held:
+            if env_bytes != envelope or old.deployment.spec.model != manifest.spec.model:
+                continue
+            if not all(self._store.has(sha) for sha in (old.sha256, *old.extras.values())):
+                continue
+            try:
+                parsed = parse_envelope_bytes(envelope, what="signed metadata")
+                verify_artifact_metadata(self._gate.root, parsed, now=now, state=TrustState())
+            except ArtifactError:
+                return None
+            return DesiredWorkload(manifest, old.sha256, HUB_SOURCE, dict(old.extras))
+        return None
 
     # -- one desired state ---------------------------------------------------------------
     async def apply(
@@ -199,6 +300,7 @@ class HubSource:
                 allow[subject] = env
         workloads: dict[WorkloadName, DesiredWorkload] = {}
         policies: list[DeviceHealthPolicy] = []
+        named: set[WorkloadName] = set()
         retry = False
         if self.root_problem is not None:
             problems.append(self.root_problem)
@@ -223,9 +325,28 @@ class HubSource:
                 )
                 continue
             name = WorkloadName(manifest.metadata.name)
+            named.add(name)
             model = manifest.spec.model
+            back = self._already_verified(
+                name, manifest, envelopes.get((model.name, model.version)), now
+            )
+            if back is not None:
+                current = acc.workloads.get(name)
+                if current is None or current.sha256 != back.sha256:
+                    log.info(
+                        "returned to the previous version",
+                        workload=name,
+                        model=model.name,
+                        version=model.version,
+                        sha256=back.sha256,
+                    )
+                self.incoming.pop(name, None)
+                workloads[name] = back
+                continue
+            self._mark(name, model.version, "", RevisionPhase.VERIFYING)
             try:
-                sha = await self._admit(
+                sha, extras = await self._admit(
+                    name,
                     model.name,
                     model.version,
                     envelopes.get((model.name, model.version)),
@@ -235,26 +356,58 @@ class HubSource:
                 )
             except ArtifactError as exc:
                 problems.append(SourceProblem(HUB_SOURCE, name, exc.reason, str(exc)))
+                sha = self.incoming[name].sha256
+                self._mark(name, model.version, sha, RevisionPhase.REFUSED, exc.reason, str(exc))
+                log.warning(
+                    "artifact refused",
+                    workload=name,
+                    model=model.name,
+                    version=model.version,
+                    reason=exc.reason,
+                    message=str(exc),
+                )
                 if name in acc.workloads:
                     workloads[name] = acc.workloads[name]  # the previous good version serves
                 continue
             except TemporaryError as exc:
                 retry = True
                 problems.append(SourceProblem(HUB_SOURCE, name, "ArtifactFetchFailed", str(exc)))
+                sha = self.incoming[name].sha256
+                self._mark(
+                    name,
+                    model.version,
+                    sha,
+                    RevisionPhase.DOWNLOADING,
+                    "ArtifactFetchFailed",
+                    str(exc),
+                )
                 if name in acc.workloads:
                     workloads[name] = acc.workloads[name]
                 continue
-            workloads[name] = DesiredWorkload(manifest, sha, HUB_SOURCE)
+            self.incoming.pop(name, None)
+            workloads[name] = DesiredWorkload(manifest, sha, HUB_SOURCE, extras)
+        for gone in set(self.incoming) - named:
+            del self.incoming[gone]
         self.problems = tuple(problems)
         if retry:
             # Not accepted yet: the same generation is applied again when the fetch can go on.
             return HubApplyResult(
                 workloads, tuple(policies), self.problems, acc.generation, retry=True
             )
-        new = _Accepted(generation, list(manifests), list(metadata), workloads, tuple(policies))
+        new = _Accepted(
+            generation,
+            list(manifests),
+            list(metadata),
+            workloads,
+            tuple(policies),
+            _previous(acc, workloads),
+        )
         await asyncio.to_thread(self._save, new)
         self._accepted = new
-        self._clean_downloads({w.sha256 for w in workloads.values()})
+        self._clean_downloads(
+            {w.sha256 for w in workloads.values()}
+            | {sha for w in workloads.values() for sha in w.extras.values()}
+        )
         return HubApplyResult(workloads, new.policies, self.problems, generation)
 
     def _accept_roots(self, roots: list[bytes], now: float) -> None:
@@ -276,15 +429,32 @@ class HubSource:
             return
         self.root_problem = None
 
+    def _mark(
+        self,
+        workload: WorkloadName,
+        version: str,
+        sha256: str,
+        phase: RevisionPhase,
+        reason: str = "",
+        message: str = "",
+    ) -> None:
+        self.incoming[workload] = RevisionStatus(
+            "", version, sha256, phase, 0, reason, message, wanted=True
+        )
+
     async def _admit(
         self,
+        workload: WorkloadName,
         name: str,
         version: str,
         envelope: bytes | None,
         allowance: bytes | None,
         fetch: Fetch,
         now: float,
-    ) -> str:
+    ) -> tuple[str, dict[str, str]]:
+        """Verify the signed metadata, then fetch what the store lacks of its files (extras
+        first, the model last: storing the model accepts the metadata). The model's sha256 and
+        the extras' (by file name)."""
         if envelope is None:
             raise ArtifactError(
                 "UnsignedArtifact",
@@ -293,9 +463,24 @@ class HubSource:
         meta, info = self._gate.verify_remote(
             envelope, name=name, version=version, allowance=allowance, now=now
         )
+        extras: dict[str, str] = {}
+        for fname, extra in sorted(meta.files.items()):
+            if extra.role == "model":
+                continue
+            if not self._store.has(extra.sha256):
+                self._mark(workload, version, info.sha256, RevisionPhase.DOWNLOADING)
+                part = self._downloads / f"{extra.sha256}.part"
+                await self._download(extra.sha256, extra.length, part, fetch)
+                self._mark(workload, version, info.sha256, RevisionPhase.VERIFYING)
+                await asyncio.to_thread(
+                    self._gate.store_downloaded_extra, meta, fname, part, self._store
+                )
+                part.unlink(missing_ok=True)
+            extras[fname] = extra.sha256
         if self._store.has(info.sha256):
             self._gate.accept(meta)
-            return info.sha256
+            return info.sha256, extras
+        self._mark(workload, version, info.sha256, RevisionPhase.DOWNLOADING)
         part = self._downloads / f"{info.sha256}.part"
         try:
             # the rest of the download and the store's copy of it must fit, with the reserve
@@ -305,6 +490,7 @@ class HubSource:
                 what=f"{name} {version}", download=info.length - have, copy=info.length
             )
             await self._download(info.sha256, info.length, part, fetch)
+            self._mark(workload, version, info.sha256, RevisionPhase.VERIFYING)
             sha = await asyncio.to_thread(
                 self._gate.store_downloaded, meta, info, part, self._store
             )
@@ -313,7 +499,7 @@ class HubSource:
                 part.unlink(missing_ok=True)  # not going to be resumed: give the space back
             raise
         part.unlink(missing_ok=True)
-        return sha
+        return sha, extras
 
     async def _download(self, sha: str, length: int, part: Path, fetch: Fetch) -> None:
         """Fetch into ``part``, resuming after what it holds; never past ``length`` bytes."""

@@ -26,7 +26,10 @@ class DesiredSnapshot:
 
 
 def _encode(w: DesiredWorkload) -> dict[str, Any]:
-    return {"manifest": w.deployment.to_dict(), "sha256": w.sha256, "source": w.source}
+    doc = {"manifest": w.deployment.to_dict(), "sha256": w.sha256, "source": w.source}
+    if w.extras:
+        doc["extras"] = dict(sorted(w.extras.items()))
+    return doc
 
 
 class DesiredState:
@@ -47,7 +50,12 @@ class DesiredState:
                 dep = parse_manifest(item["manifest"], source=str(self._path))
                 if not isinstance(dep, ModelDeployment):
                     raise StateError(f"{self._path}: a {dep.kind} is not a workload")
-                w = DesiredWorkload(dep, str(item["sha256"]), str(item.get("source", "")))
+                w = DesiredWorkload(
+                    dep,
+                    str(item["sha256"]),
+                    str(item.get("source", "")),
+                    {str(k): str(v) for k, v in item.get("extras", {}).items()},
+                )
                 workloads[w.name] = w
             self.generation = int(doc["generation"])
         except (KeyError, TypeError, AttributeError, ValueError, EdgefleetError) as exc:

@@ -444,6 +444,30 @@ class ArtifactGate:
         self.accept(meta)
         return sha
 
+    def store_downloaded_extra(
+        self, meta: ArtifactMetadata, fname: str, part: Path, store: ArtifactStore
+    ) -> str:
+        """Move a completed download of the extra file ``fname`` into the store, checked
+        against its signed length and digest on the way. The metadata is accepted with the
+        model (:meth:`store_downloaded`), so call this first."""
+        info = meta.files[fname]
+        what = f"{meta.name} {meta.version}: {fname}"
+        try:
+            return store.ingest_file(
+                part,
+                name=meta.name,
+                version=meta.version,
+                verifiers=[SignedFile(info, what)],
+                max_bytes=info.length,
+            )
+        except ArtifactError as exc:
+            if exc.reason == "ArtifactTooLarge":
+                exc = TrustError(
+                    "LengthExceeded", f"{what}: longer than its signed length ({info.length})"
+                )
+            self._on_result("refused", exc.reason)
+            raise exc from None
+
     def accept(self, meta: ArtifactMetadata) -> None:
         """Record ``meta`` as accepted (its artifact is in the store, digest checked)."""
         self._save_state(self.state.accept(meta))

@@ -27,13 +27,15 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65\x64gefleet/v1/admin.proto\x12\x0c\x65\x64gefleet.v1\x1a\x19\x65\x64gefleet/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"2\n\x0c\x41pplyRequest\x12\x11\n\tdocuments\x18\x01 \x03(\x0c\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\";\n\rApplyResponse\x12*\n\x07results\x18\x01 \x03(\x0b\x32\x19.edgefleet.v1.ApplyResult\"\xc7\x01\n\x0b\x41pplyResult\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x32\n\x07outcome\x18\x03 \x01(\x0e\x32!.edgefleet.v1.ApplyResult.Outcome\x12\x18\n\x10resource_version\x18\x04 \x01(\x03\"N\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x43REATED\x10\x01\x12\x0e\n\nCONFIGURED\x10\x02\x12\r\n\tUNCHANGED\x10\x03\"(\n\nGetRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"3\n\x0bListRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\"M\n\x0cListResponse\x12#\n\x05items\x18\x01 \x03(\x0b\x32\x14.edgefleet.v1.Object\x12\x18\n\x10resource_version\x18\x02 \x01(\x03\"+\n\rDeleteRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"!\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"$\n\rCordonRequest\x12\x13\n\x0b\x64\x65vice_name\x18\x01 \x01(\t\"\x10\n\x0e\x43ordonResponse\"*\n\x13RevokeDeviceRequest\x12\x13\n\x0b\x64\x65vice_name\x18\x01 \x01(\t\"\'\n\x14RevokeDeviceResponse\x12\x0f\n\x07serials\x18\x01 \x03(\t\">\n\x11ListEventsRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\r\"$\n\x12ListEventsResponse\x12\x0e\n\x06\x65vents\x18\x01 \x03(\x0c\"6\n\x0cWatchRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x18\n\x10resource_version\x18\x02 \x01(\x03\"\xa3\x01\n\nWatchEvent\x12+\n\x04type\x18\x01 \x01(\x0e\x32\x1d.edgefleet.v1.WatchEvent.Type\x12$\n\x06object\x18\x02 \x01(\x0b\x32\x14.edgefleet.v1.Object\"B\n\x04Type\x12\x14\n\x10TYPE_UNSPECIFIED\x10\x00\x12\t\n\x05\x41\x44\x44\x45\x44\x10\x01\x12\x0c\n\x08MODIFIED\x10\x02\x12\x0b\n\x07\x44\x45LETED\x10\x03\"a\n\x13PushArtifactRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1c.edgefleet.v1.ArtifactHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x42\t\n\x07message\")\n\x0e\x41rtifactHeader\x12\x17\n\x0fsigned_metadata\x18\x01 \x01(\x0c\"F\n\x14PushArtifactResponse\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0e\n\x06length\x18\x02 \x01(\x04\x12\x0e\n\x06stored\x18\x03 \x01(\x08\"\x89\x02\n\x12\x43reateTokenRequest\x12&\n\x03ttl\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nsingle_use\x18\x02 \x01(\x08\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12<\n\x06labels\x18\x04 \x03(\x0b\x32,.edgefleet.v1.CreateTokenRequest.LabelsEntry\x12\x18\n\x10no_device_labels\x18\x05 \x01(\x08\x12\x1b\n\x13\x64\x65vice_label_prefix\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"u\n\x13\x43reateTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12+\n\x07\x65xpires\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x63\x61_hash\x18\x03 \x01(\t\x12\x11\n\troot_hash\x18\x04 \x01(\t2\xad\x06\n\x0c\x41\x64minService\x12@\n\x05\x41pply\x12\x1a.edgefleet.v1.ApplyRequest\x1a\x1b.edgefleet.v1.ApplyResponse\x12\x35\n\x03Get\x12\x18.edgefleet.v1.GetRequest\x1a\x14.edgefleet.v1.Object\x12=\n\x04List\x12\x19.edgefleet.v1.ListRequest\x1a\x1a.edgefleet.v1.ListResponse\x12\x43\n\x06\x44\x65lete\x12\x1b.edgefleet.v1.DeleteRequest\x1a\x1c.edgefleet.v1.DeleteResponse\x12\x43\n\x06\x43ordon\x12\x1b.edgefleet.v1.CordonRequest\x1a\x1c.edgefleet.v1.CordonResponse\x12\x45\n\x08Uncordon\x12\x1b.edgefleet.v1.CordonRequest\x1a\x1c.edgefleet.v1.CordonResponse\x12U\n\x0cRevokeDevice\x12!.edgefleet.v1.RevokeDeviceRequest\x1a\".edgefleet.v1.RevokeDeviceResponse\x12O\n\nListEvents\x12\x1f.edgefleet.v1.ListEventsRequest\x1a .edgefleet.v1.ListEventsResponse\x12?\n\x05Watch\x12\x1a.edgefleet.v1.WatchRequest\x1a\x18.edgefleet.v1.WatchEvent0\x01\x12W\n\x0cPushArtifact\x12!.edgefleet.v1.PushArtifactRequest\x1a\".edgefleet.v1.PushArtifactResponse(\x01\x12R\n\x0b\x43reateToken\x12 .edgefleet.v1.CreateTokenRequest\x1a!.edgefleet.v1.CreateTokenResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18\x65\x64gefleet/v1/admin.proto\x12\x0c\x65\x64gefleet.v1\x1a\x19\x65\x64gefleet/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"2\n\x0c\x41pplyRequest\x12\x11\n\tdocuments\x18\x01 \x03(\x0c\x12\x0f\n\x07\x64ry_run\x18\x02 \x01(\x08\";\n\rApplyResponse\x12*\n\x07results\x18\x01 \x03(\x0b\x32\x19.edgefleet.v1.ApplyResult\"\xd9\x01\n\x0b\x41pplyResult\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x32\n\x07outcome\x18\x03 \x01(\x0e\x32!.edgefleet.v1.ApplyResult.Outcome\x12\x18\n\x10resource_version\x18\x04 \x01(\x03\x12\x10\n\x08warnings\x18\x05 \x03(\t\"N\n\x07Outcome\x12\x17\n\x13OUTCOME_UNSPECIFIED\x10\x00\x12\x0b\n\x07\x43REATED\x10\x01\x12\x0e\n\nCONFIGURED\x10\x02\x12\r\n\tUNCHANGED\x10\x03\"(\n\nGetRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\"3\n\x0bListRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x16\n\x0elabel_selector\x18\x02 \x01(\t\"M\n\x0cListResponse\x12#\n\x05items\x18\x01 \x03(\x0b\x32\x14.edgefleet.v1.Object\x12\x18\n\x10resource_version\x18\x02 \x01(\x03\":\n\rDeleteRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05\x66orce\x18\x03 \x01(\x08\"!\n\x0e\x44\x65leteResponse\x12\x0f\n\x07\x64\x65leted\x18\x01 \x01(\x08\"$\n\rCordonRequest\x12\x13\n\x0b\x64\x65vice_name\x18\x01 \x01(\t\"\x10\n\x0e\x43ordonResponse\"*\n\x13RevokeDeviceRequest\x12\x13\n\x0b\x64\x65vice_name\x18\x01 \x01(\t\"\'\n\x14RevokeDeviceResponse\x12\x0f\n\x07serials\x18\x01 \x03(\t\">\n\x11ListEventsRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\r\n\x05limit\x18\x03 \x01(\r\"$\n\x12ListEventsResponse\x12\x0e\n\x06\x65vents\x18\x01 \x03(\x0c\"6\n\x0cWatchRequest\x12\x0c\n\x04kind\x18\x01 \x01(\t\x12\x18\n\x10resource_version\x18\x02 \x01(\x03\"\xa3\x01\n\nWatchEvent\x12+\n\x04type\x18\x01 \x01(\x0e\x32\x1d.edgefleet.v1.WatchEvent.Type\x12$\n\x06object\x18\x02 \x01(\x0b\x32\x14.edgefleet.v1.Object\"B\n\x04Type\x12\x14\n\x10TYPE_UNSPECIFIED\x10\x00\x12\t\n\x05\x41\x44\x44\x45\x44\x10\x01\x12\x0c\n\x08MODIFIED\x10\x02\x12\x0b\n\x07\x44\x45LETED\x10\x03\"\x8a\x01\n\x13PushArtifactRequest\x12.\n\x06header\x18\x01 \x01(\x0b\x32\x1c.edgefleet.v1.ArtifactHeaderH\x00\x12\x0f\n\x05\x63hunk\x18\x02 \x01(\x0cH\x00\x12\'\n\x04\x66ile\x18\x03 \x01(\x0b\x32\x17.edgefleet.v1.FileStartH\x00\x42\t\n\x07message\"\x19\n\tFileStart\x12\x0c\n\x04name\x18\x01 \x01(\t\")\n\x0e\x41rtifactHeader\x12\x17\n\x0fsigned_metadata\x18\x01 \x01(\x0c\"\xb5\x01\n\x14PushArtifactResponse\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0e\n\x06length\x18\x02 \x01(\x04\x12\x0e\n\x06stored\x18\x03 \x01(\x08\x12>\n\x06\x65xtras\x18\x04 \x03(\x0b\x32..edgefleet.v1.PushArtifactResponse.ExtrasEntry\x1a-\n\x0b\x45xtrasEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x89\x02\n\x12\x43reateTokenRequest\x12&\n\x03ttl\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x12\n\nsingle_use\x18\x02 \x01(\x08\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12<\n\x06labels\x18\x04 \x03(\x0b\x32,.edgefleet.v1.CreateTokenRequest.LabelsEntry\x12\x18\n\x10no_device_labels\x18\x05 \x01(\x08\x12\x1b\n\x13\x64\x65vice_label_prefix\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"u\n\x13\x43reateTokenResponse\x12\r\n\x05token\x18\x01 \x01(\t\x12+\n\x07\x65xpires\x18\x02 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x0f\n\x07\x63\x61_hash\x18\x03 \x01(\t\x12\x11\n\troot_hash\x18\x04 \x01(\t\"\xb7\x01\n\x14RolloutActionRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x39\n\x06\x61\x63tion\x18\x02 \x01(\x0e\x32).edgefleet.v1.RolloutActionRequest.Action\x12\x13\n\x0bto_revision\x18\x03 \x01(\x03\"A\n\x06\x41\x63tion\x12\x16\n\x12\x41\x43TION_UNSPECIFIED\x10\x00\x12\t\n\x05PAUSE\x10\x01\x12\n\n\x06RESUME\x10\x02\x12\x08\n\x04UNDO\x10\x03\"(\n\x15RolloutActionResponse\x12\x0f\n\x07message\x18\x01 \x01(\t\"$\n\x14ListRevisionsRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\";\n\x15ListRevisionsResponse\x12\x11\n\trevisions\x18\x01 \x03(\x0c\x12\x0f\n\x07rollout\x18\x02 \x01(\x0c\x32\xe1\x07\n\x0c\x41\x64minService\x12@\n\x05\x41pply\x12\x1a.edgefleet.v1.ApplyRequest\x1a\x1b.edgefleet.v1.ApplyResponse\x12\x35\n\x03Get\x12\x18.edgefleet.v1.GetRequest\x1a\x14.edgefleet.v1.Object\x12=\n\x04List\x12\x19.edgefleet.v1.ListRequest\x1a\x1a.edgefleet.v1.ListResponse\x12\x43\n\x06\x44\x65lete\x12\x1b.edgefleet.v1.DeleteRequest\x1a\x1c.edgefleet.v1.DeleteResponse\x12\x43\n\x06\x43ordon\x12\x1b.edgefleet.v1.CordonRequest\x1a\x1c.edgefleet.v1.CordonResponse\x12\x45\n\x08Uncordon\x12\x1b.edgefleet.v1.CordonRequest\x1a\x1c.edgefleet.v1.CordonResponse\x12U\n\x0cRevokeDevice\x12!.edgefleet.v1.RevokeDeviceRequest\x1a\".edgefleet.v1.RevokeDeviceResponse\x12O\n\nListEvents\x12\x1f.edgefleet.v1.ListEventsRequest\x1a .edgefleet.v1.ListEventsResponse\x12?\n\x05Watch\x12\x1a.edgefleet.v1.WatchRequest\x1a\x18.edgefleet.v1.WatchEvent0\x01\x12W\n\x0cPushArtifact\x12!.edgefleet.v1.PushArtifactRequest\x1a\".edgefleet.v1.PushArtifactResponse(\x01\x12R\n\x0b\x43reateToken\x12 .edgefleet.v1.CreateTokenRequest\x1a!.edgefleet.v1.CreateTokenResponse\x12X\n\rRolloutAction\x12\".edgefleet.v1.RolloutActionRequest\x1a#.edgefleet.v1.RolloutActionResponse\x12X\n\rListRevisions\x12\".edgefleet.v1.ListRevisionsRequest\x1a#.edgefleet.v1.ListRevisionsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'edgefleet.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_PUSHARTIFACTRESPONSE_EXTRASENTRY']._loaded_options = None
+  _globals['_PUSHARTIFACTRESPONSE_EXTRASENTRY']._serialized_options = b'8\001'
   _globals['_CREATETOKENREQUEST_LABELSENTRY']._loaded_options = None
   _globals['_CREATETOKENREQUEST_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_APPLYREQUEST']._serialized_start=134
@@ -41,49 +43,63 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_APPLYRESPONSE']._serialized_start=186
   _globals['_APPLYRESPONSE']._serialized_end=245
   _globals['_APPLYRESULT']._serialized_start=248
-  _globals['_APPLYRESULT']._serialized_end=447
-  _globals['_APPLYRESULT_OUTCOME']._serialized_start=369
-  _globals['_APPLYRESULT_OUTCOME']._serialized_end=447
-  _globals['_GETREQUEST']._serialized_start=449
-  _globals['_GETREQUEST']._serialized_end=489
-  _globals['_LISTREQUEST']._serialized_start=491
-  _globals['_LISTREQUEST']._serialized_end=542
-  _globals['_LISTRESPONSE']._serialized_start=544
-  _globals['_LISTRESPONSE']._serialized_end=621
-  _globals['_DELETEREQUEST']._serialized_start=623
-  _globals['_DELETEREQUEST']._serialized_end=666
-  _globals['_DELETERESPONSE']._serialized_start=668
-  _globals['_DELETERESPONSE']._serialized_end=701
-  _globals['_CORDONREQUEST']._serialized_start=703
-  _globals['_CORDONREQUEST']._serialized_end=739
-  _globals['_CORDONRESPONSE']._serialized_start=741
-  _globals['_CORDONRESPONSE']._serialized_end=757
-  _globals['_REVOKEDEVICEREQUEST']._serialized_start=759
-  _globals['_REVOKEDEVICEREQUEST']._serialized_end=801
-  _globals['_REVOKEDEVICERESPONSE']._serialized_start=803
-  _globals['_REVOKEDEVICERESPONSE']._serialized_end=842
-  _globals['_LISTEVENTSREQUEST']._serialized_start=844
-  _globals['_LISTEVENTSREQUEST']._serialized_end=906
-  _globals['_LISTEVENTSRESPONSE']._serialized_start=908
-  _globals['_LISTEVENTSRESPONSE']._serialized_end=944
-  _globals['_WATCHREQUEST']._serialized_start=946
-  _globals['_WATCHREQUEST']._serialized_end=1000
-  _globals['_WATCHEVENT']._serialized_start=1003
-  _globals['_WATCHEVENT']._serialized_end=1166
-  _globals['_WATCHEVENT_TYPE']._serialized_start=1100
-  _globals['_WATCHEVENT_TYPE']._serialized_end=1166
-  _globals['_PUSHARTIFACTREQUEST']._serialized_start=1168
-  _globals['_PUSHARTIFACTREQUEST']._serialized_end=1265
-  _globals['_ARTIFACTHEADER']._serialized_start=1267
-  _globals['_ARTIFACTHEADER']._serialized_end=1308
-  _globals['_PUSHARTIFACTRESPONSE']._serialized_start=1310
-  _globals['_PUSHARTIFACTRESPONSE']._serialized_end=1380
-  _globals['_CREATETOKENREQUEST']._serialized_start=1383
-  _globals['_CREATETOKENREQUEST']._serialized_end=1648
-  _globals['_CREATETOKENREQUEST_LABELSENTRY']._serialized_start=1603
-  _globals['_CREATETOKENREQUEST_LABELSENTRY']._serialized_end=1648
-  _globals['_CREATETOKENRESPONSE']._serialized_start=1650
-  _globals['_CREATETOKENRESPONSE']._serialized_end=1767
-  _globals['_ADMINSERVICE']._serialized_start=1770
-  _globals['_ADMINSERVICE']._serialized_end=2583
+  _globals['_APPLYRESULT']._serialized_end=465
+  _globals['_APPLYRESULT_OUTCOME']._serialized_start=387
+  _globals['_APPLYRESULT_OUTCOME']._serialized_end=465
+  _globals['_GETREQUEST']._serialized_start=467
+  _globals['_GETREQUEST']._serialized_end=507
+  _globals['_LISTREQUEST']._serialized_start=509
+  _globals['_LISTREQUEST']._serialized_end=560
+  _globals['_LISTRESPONSE']._serialized_start=562
+  _globals['_LISTRESPONSE']._serialized_end=639
+  _globals['_DELETEREQUEST']._serialized_start=641
+  _globals['_DELETEREQUEST']._serialized_end=699
+  _globals['_DELETERESPONSE']._serialized_start=701
+  _globals['_DELETERESPONSE']._serialized_end=734
+  _globals['_CORDONREQUEST']._serialized_start=736
+  _globals['_CORDONREQUEST']._serialized_end=772
+  _globals['_CORDONRESPONSE']._serialized_start=774
+  _globals['_CORDONRESPONSE']._serialized_end=790
+  _globals['_REVOKEDEVICEREQUEST']._serialized_start=792
+  _globals['_REVOKEDEVICEREQUEST']._serialized_end=834
+  _globals['_REVOKEDEVICERESPONSE']._serialized_start=836
+  _globals['_REVOKEDEVICERESPONSE']._serialized_end=875
+  _globals['_LISTEVENTSREQUEST']._serialized_start=877
+  _globals['_LISTEVENTSREQUEST']._serialized_end=939
+  _globals['_LISTEVENTSRESPONSE']._serialized_start=941
+  _globals['_LISTEVENTSRESPONSE']._serialized_end=977
+  _globals['_WATCHREQUEST']._serialized_start=979
+  _globals['_WATCHREQUEST']._serialized_end=1033
+  _globals['_WATCHEVENT']._serialized_start=1036
+  _globals['_WATCHEVENT']._serialized_end=1199
+  _globals['_WATCHEVENT_TYPE']._serialized_start=1133
+  _globals['_WATCHEVENT_TYPE']._serialized_end=1199
+  _globals['_PUSHARTIFACTREQUEST']._serialized_start=1202
+  _globals['_PUSHARTIFACTREQUEST']._serialized_end=1340
+  _globals['_FILESTART']._serialized_start=1342
+  _globals['_FILESTART']._serialized_end=1367
+  _globals['_ARTIFACTHEADER']._serialized_start=1369
+  _globals['_ARTIFACTHEADER']._serialized_end=1410
+  _globals['_PUSHARTIFACTRESPONSE']._serialized_start=1413
+  _globals['_PUSHARTIFACTRESPONSE']._serialized_end=1594
+  _globals['_PUSHARTIFACTRESPONSE_EXTRASENTRY']._serialized_start=1549
+  _globals['_PUSHARTIFACTRESPONSE_EXTRASENTRY']._serialized_end=1594
+  _globals['_CREATETOKENREQUEST']._serialized_start=1597
+  _globals['_CREATETOKENREQUEST']._serialized_end=1862
+  _globals['_CREATETOKENREQUEST_LABELSENTRY']._serialized_start=1817
+  _globals['_CREATETOKENREQUEST_LABELSENTRY']._serialized_end=1862
+  _globals['_CREATETOKENRESPONSE']._serialized_start=1864
+  _globals['_CREATETOKENRESPONSE']._serialized_end=1981
+  _globals['_ROLLOUTACTIONREQUEST']._serialized_start=1984
+  _globals['_ROLLOUTACTIONREQUEST']._serialized_end=2167
+  _globals['_ROLLOUTACTIONREQUEST_ACTION']._serialized_start=2102
+  _globals['_ROLLOUTACTIONREQUEST_ACTION']._serialized_end=2167
+  _globals['_ROLLOUTACTIONRESPONSE']._serialized_start=2169
+  _globals['_ROLLOUTACTIONRESPONSE']._serialized_end=2209
+  _globals['_LISTREVISIONSREQUEST']._serialized_start=2211
+  _globals['_LISTREVISIONSREQUEST']._serialized_end=2247
+  _globals['_LISTREVISIONSRESPONSE']._serialized_start=2249
+  _globals['_LISTREVISIONSRESPONSE']._serialized_end=2308
+  _globals['_ADMINSERVICE']._serialized_start=2311
+  _globals['_ADMINSERVICE']._serialized_end=3304
 # @@protoc_insertion_point(module_scope)

@@ -27,7 +27,7 @@ class ApplyResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[ApplyResult, _Mapping]]] = ...) -> None: ...
 
 class ApplyResult(_message.Message):
-    __slots__ = ("kind", "name", "outcome", "resource_version")
+    __slots__ = ("kind", "name", "outcome", "resource_version", "warnings")
     class Outcome(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         OUTCOME_UNSPECIFIED: _ClassVar[ApplyResult.Outcome]
@@ -42,11 +42,13 @@ class ApplyResult(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     OUTCOME_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
     kind: str
     name: str
     outcome: ApplyResult.Outcome
     resource_version: int
-    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., outcome: _Optional[_Union[ApplyResult.Outcome, str]] = ..., resource_version: _Optional[int] = ...) -> None: ...
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., outcome: _Optional[_Union[ApplyResult.Outcome, str]] = ..., resource_version: _Optional[int] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetRequest(_message.Message):
     __slots__ = ("kind", "name")
@@ -73,12 +75,14 @@ class ListResponse(_message.Message):
     def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.Object, _Mapping]]] = ..., resource_version: _Optional[int] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
-    __slots__ = ("kind", "name")
+    __slots__ = ("kind", "name", "force")
     KIND_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
+    FORCE_FIELD_NUMBER: _ClassVar[int]
     kind: str
     name: str
-    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
+    force: bool
+    def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ..., force: _Optional[bool] = ...) -> None: ...
 
 class DeleteResponse(_message.Message):
     __slots__ = ("deleted",)
@@ -151,12 +155,20 @@ class WatchEvent(_message.Message):
     def __init__(self, type: _Optional[_Union[WatchEvent.Type, str]] = ..., object: _Optional[_Union[_common_pb2.Object, _Mapping]] = ...) -> None: ...
 
 class PushArtifactRequest(_message.Message):
-    __slots__ = ("header", "chunk")
+    __slots__ = ("header", "chunk", "file")
     HEADER_FIELD_NUMBER: _ClassVar[int]
     CHUNK_FIELD_NUMBER: _ClassVar[int]
+    FILE_FIELD_NUMBER: _ClassVar[int]
     header: ArtifactHeader
     chunk: bytes
-    def __init__(self, header: _Optional[_Union[ArtifactHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ...) -> None: ...
+    file: FileStart
+    def __init__(self, header: _Optional[_Union[ArtifactHeader, _Mapping]] = ..., chunk: _Optional[bytes] = ..., file: _Optional[_Union[FileStart, _Mapping]] = ...) -> None: ...
+
+class FileStart(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class ArtifactHeader(_message.Message):
     __slots__ = ("signed_metadata",)
@@ -165,14 +177,23 @@ class ArtifactHeader(_message.Message):
     def __init__(self, signed_metadata: _Optional[bytes] = ...) -> None: ...
 
 class PushArtifactResponse(_message.Message):
-    __slots__ = ("sha256", "length", "stored")
+    __slots__ = ("sha256", "length", "stored", "extras")
+    class ExtrasEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     SHA256_FIELD_NUMBER: _ClassVar[int]
     LENGTH_FIELD_NUMBER: _ClassVar[int]
     STORED_FIELD_NUMBER: _ClassVar[int]
+    EXTRAS_FIELD_NUMBER: _ClassVar[int]
     sha256: str
     length: int
     stored: bool
-    def __init__(self, sha256: _Optional[str] = ..., length: _Optional[int] = ..., stored: _Optional[bool] = ...) -> None: ...
+    extras: _containers.ScalarMap[str, str]
+    def __init__(self, sha256: _Optional[str] = ..., length: _Optional[int] = ..., stored: _Optional[bool] = ..., extras: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateTokenRequest(_message.Message):
     __slots__ = ("ttl", "single_use", "description", "labels", "no_device_labels", "device_label_prefix")
@@ -208,3 +229,43 @@ class CreateTokenResponse(_message.Message):
     ca_hash: str
     root_hash: str
     def __init__(self, token: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ca_hash: _Optional[str] = ..., root_hash: _Optional[str] = ...) -> None: ...
+
+class RolloutActionRequest(_message.Message):
+    __slots__ = ("name", "action", "to_revision")
+    class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+        __slots__ = ()
+        ACTION_UNSPECIFIED: _ClassVar[RolloutActionRequest.Action]
+        PAUSE: _ClassVar[RolloutActionRequest.Action]
+        RESUME: _ClassVar[RolloutActionRequest.Action]
+        UNDO: _ClassVar[RolloutActionRequest.Action]
+    ACTION_UNSPECIFIED: RolloutActionRequest.Action
+    PAUSE: RolloutActionRequest.Action
+    RESUME: RolloutActionRequest.Action
+    UNDO: RolloutActionRequest.Action
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    TO_REVISION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    action: RolloutActionRequest.Action
+    to_revision: int
+    def __init__(self, name: _Optional[str] = ..., action: _Optional[_Union[RolloutActionRequest.Action, str]] = ..., to_revision: _Optional[int] = ...) -> None: ...
+
+class RolloutActionResponse(_message.Message):
+    __slots__ = ("message",)
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    message: str
+    def __init__(self, message: _Optional[str] = ...) -> None: ...
+
+class ListRevisionsRequest(_message.Message):
+    __slots__ = ("name",)
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    def __init__(self, name: _Optional[str] = ...) -> None: ...
+
+class ListRevisionsResponse(_message.Message):
+    __slots__ = ("revisions", "rollout")
+    REVISIONS_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_FIELD_NUMBER: _ClassVar[int]
+    revisions: _containers.RepeatedScalarFieldContainer[bytes]
+    rollout: bytes
+    def __init__(self, revisions: _Optional[_Iterable[bytes]] = ..., rollout: _Optional[bytes] = ...) -> None: ...

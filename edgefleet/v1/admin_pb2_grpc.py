@@ -90,6 +90,16 @@ class AdminServiceStub:
                 request_serializer=edgefleet_dot_v1_dot_admin__pb2.CreateTokenRequest.SerializeToString,
                 response_deserializer=edgefleet_dot_v1_dot_admin__pb2.CreateTokenResponse.FromString,
                 _registered_method=True)
+        self.RolloutAction = channel.unary_unary(
+                '/edgefleet.v1.AdminService/RolloutAction',
+                request_serializer=edgefleet_dot_v1_dot_admin__pb2.RolloutActionRequest.SerializeToString,
+                response_deserializer=edgefleet_dot_v1_dot_admin__pb2.RolloutActionResponse.FromString,
+                _registered_method=True)
+        self.ListRevisions = channel.unary_unary(
+                '/edgefleet.v1.AdminService/ListRevisions',
+                request_serializer=edgefleet_dot_v1_dot_admin__pb2.ListRevisionsRequest.SerializeToString,
+                response_deserializer=edgefleet_dot_v1_dot_admin__pb2.ListRevisionsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -168,6 +178,20 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RolloutAction(self, request, context):
+        """A deployment's rollout: pause, resume (or retry a rolled-back revision), undo.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListRevisions(self, request, context):
+        """A deployment's revisions, oldest first, and its rollout.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -225,6 +249,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.CreateToken,
                     request_deserializer=edgefleet_dot_v1_dot_admin__pb2.CreateTokenRequest.FromString,
                     response_serializer=edgefleet_dot_v1_dot_admin__pb2.CreateTokenResponse.SerializeToString,
+            ),
+            'RolloutAction': grpc.unary_unary_rpc_method_handler(
+                    servicer.RolloutAction,
+                    request_deserializer=edgefleet_dot_v1_dot_admin__pb2.RolloutActionRequest.FromString,
+                    response_serializer=edgefleet_dot_v1_dot_admin__pb2.RolloutActionResponse.SerializeToString,
+            ),
+            'ListRevisions': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRevisions,
+                    request_deserializer=edgefleet_dot_v1_dot_admin__pb2.ListRevisionsRequest.FromString,
+                    response_serializer=edgefleet_dot_v1_dot_admin__pb2.ListRevisionsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -524,6 +558,60 @@ class AdminService:
             '/edgefleet.v1.AdminService/CreateToken',
             edgefleet_dot_v1_dot_admin__pb2.CreateTokenRequest.SerializeToString,
             edgefleet_dot_v1_dot_admin__pb2.CreateTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RolloutAction(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgefleet.v1.AdminService/RolloutAction',
+            edgefleet_dot_v1_dot_admin__pb2.RolloutActionRequest.SerializeToString,
+            edgefleet_dot_v1_dot_admin__pb2.RolloutActionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRevisions(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgefleet.v1.AdminService/ListRevisions',
+            edgefleet_dot_v1_dot_admin__pb2.ListRevisionsRequest.SerializeToString,
+            edgefleet_dot_v1_dot_admin__pb2.ListRevisionsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -59,20 +59,42 @@ class Status(_message.Message):
     def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadStatus, _Mapping]]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., observed_generation: _Optional[int] = ...) -> None: ...
 
 class WorkloadStatus(_message.Message):
-    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version")
+    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version", "revisions")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     READY_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     DESIRED_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REVISIONS_FIELD_NUMBER: _ClassVar[int]
     name: str
     revision: str
     ready_replicas: int
     desired_replicas: int
     conditions: _containers.RepeatedCompositeFieldContainer[_common_pb2.Condition]
     model_version: str
-    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ...) -> None: ...
+    revisions: _containers.RepeatedCompositeFieldContainer[RevisionStatus]
+    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ...) -> None: ...
+
+class RevisionStatus(_message.Message):
+    __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted")
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    READY_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    WANTED_FIELD_NUMBER: _ClassVar[int]
+    revision: str
+    model_version: str
+    sha256: str
+    phase: str
+    ready_replicas: int
+    reason: str
+    message: str
+    wanted: bool
+    def __init__(self, revision: _Optional[str] = ..., model_version: _Optional[str] = ..., sha256: _Optional[str] = ..., phase: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., wanted: _Optional[bool] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("generation",)

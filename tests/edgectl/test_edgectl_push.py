@@ -18,6 +18,7 @@ import grpc
 import pytest
 from asynctesting import async_test
 
+from edgefleet.demo import build_mlp
 from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 from hub.context import HubContext
@@ -93,9 +94,8 @@ async def _edgectl(*args: str | Path) -> tuple[int, str, str]:
 
 
 def _model(tmp: Path, name: str = "mlp.onnx", size: int = 700_000) -> Path:
-    path = tmp / name
-    path.write_bytes(os.urandom(size))
-    return path
+    """A real ONNX model of about ``size`` bytes (an MLP 64 -> hidden -> 10)."""
+    return build_mlp(tmp / name, (64, max(2, size // 300), 10), seed=sum(name.encode()))
 
 
 @async_test
@@ -108,12 +108,12 @@ async def test_push_signs_with_the_publisher_key_of_admin_toml_then_is_unchanged
         push = ("models", "push", model, "--name", "mlp", "--version", "1.0", "--config", admin)
         code, out, err = await _edgectl(*push)
         assert code == 0, err
-        assert out == f"model/mlp 1.0 pushed (sha256 {sha}, 700000 bytes)\n"
+        assert out == f"model/mlp 1.0 pushed (sha256 {sha}, {model.stat().st_size} bytes)\n"
         assert ctx.blobs.path_for(sha).read_bytes() == model.read_bytes()
         assert ctx.cache.models[("mlp", "1.0")].sha256 == sha
         code, out, err = await _edgectl(*push)
         assert code == 0, err
-        assert out == f"model/mlp 1.0 unchanged (sha256 {sha}, 700000 bytes)\n"
+        assert out == f"model/mlp 1.0 unchanged (sha256 {sha}, {model.stat().st_size} bytes)\n"
 
 
 @async_test
@@ -165,3 +165,59 @@ async def test_push_without_a_key_or_a_hub_says_what_is_missing(tmp_path: Path) 
         "models", "push", model, "--name", "m", "--version", "1", "--config", tmp_path / "none"
     )
     assert code == 1 and "none: cannot read" in err
+
+
+@async_test
+async def test_push_refuses_a_file_that_is_not_onnx_before_signing(tmp_path: Path) -> None:
+    junk = tmp_path / "random.onnx"
+    junk.write_bytes(os.urandom(50_000))
+    admin = tmp_path / "admin.toml"
+    admin.write_text(
+        'hub = "localhost:1"\ncaCertificate = "ca.crt"\ncertificate = "a.crt"\nkey = "a.key"\n'
+    )
+    code, _, err = await _edgectl(
+        "models", "push", junk, "--name", "m", "--version", "1", "--config", admin
+    )
+    assert code == 1
+    assert f"{junk}: not an ONNX model" in err
+    assert not junk.with_suffix(".meta").exists()
+
+
+@async_test
+async def test_push_carries_extras_and_refuses_what_it_cannot_find(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    model = _model(tmp_path)
+    extra = tmp_path / "validation.npz"
+    extra.write_bytes(b"\x07" * 30_000)
+    extra_sha = signing.describe_file(extra, "extra")["sha256"]
+    async with _serve(hub_dir) as (ctx, admin):
+        base = ("models", "push", model, "--name", "mlp", "--config", admin)
+        code, out, err = await _edgectl(*base, "--version", "1.0", "--extra", extra)
+        assert code == 0, err
+        assert out.endswith(", extras validation.npz)\n"), out
+        assert ctx.cache.models[("mlp", "1.0")].extras == {"validation.npz": extra_sha}
+        assert ctx.blobs.path_for(extra_sha).read_bytes() == extra.read_bytes()
+
+        # metadata signed elsewhere that lists an extra which is not here: refused before
+        # anything is sent
+        elsewhere = tmp_path / "elsewhere"
+        elsewhere.mkdir()
+        (elsewhere / "labels.txt").write_text("cat\n")
+        signed, _ = signing.sign_artifact(
+            model,
+            name="mlp",
+            version="2.0",
+            keys=[hub_dir / "publisher.key"],
+            extras=[elsewhere / "labels.txt"],
+            out=tmp_path / "mlp-2.0.meta",
+        )
+        code, _, err = await _edgectl(*base, "--version", "2.0", "--metadata", signed)
+        assert code == 1
+        assert "the signed metadata lists files that are not here: labels.txt" in err
+        assert ("mlp", "2.0") not in ctx.cache.models
+        code, out, err = await _edgectl(
+            *base, "--version", "2.0", "--metadata", signed, "--extra", elsewhere / "labels.txt"
+        )
+        assert code == 0, err
+        assert "extras labels.txt" in out

@@ -20,7 +20,7 @@ from edgefleet.v1 import admin_pb2
 from hub import pki, tokens
 from hub import storekeys as objects
 from hub.caching import Cache
-from hub.devices import Device, DevicePhase, WorkloadReport
+from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
 from hub.store import EventType
 from hub.storekeys import DesiredRecord
 
@@ -109,7 +109,18 @@ async def test_apply_creates_then_is_unchanged_then_configures(tmp_path: Path) -
         assert objects.manifest_of(kv.value)["spec"]["model"]["version"] == "2.5.0"
         assert kv.mod_revision == changed.results[0].resource_version
         reasons = [e["reason"] for e in hub.ctx.cache.events]
-        assert reasons == ["Created", "Created", "Configured"]
+        assert [r for r in reasons if r in ("Created", "Configured")] == [
+            "Created",
+            "Created",
+            "Configured",
+        ]
+        # the deployment's revisions: 1 sent at once, 2 rolled out (to no device here)
+        assert [r for r in reasons if r not in ("Created", "Configured")] == [
+            "RevisionCreated",
+            "RolloutStarted",
+            "RolloutComplete",
+        ]
+        assert sorted(hub.ctx.cache.revisions["fraud"]) == [1, 2]
 
         # what was stored loads back into an equal cache (hub restart)
         reloaded = await Cache.load(hub.ctx.store)
@@ -443,11 +454,16 @@ async def test_events_newest_last_filtered_and_limited(tmp_path: Path) -> None:
             return [(e["object"]["name"], e["reason"]) for e in map(orjson.loads, r.events)]
 
         every = parse(await stub.ListEvents(admin_pb2.ListEventsRequest()))
-        assert every == [("fraud", "Created"), ("cam-1", "Cordoned"), ("fraud", "Configured")]
+        rollout = {"RevisionCreated", "RolloutStarted", "DevicesUpdated", "RolloutComplete"}
+        assert [e for e in every if e[1] not in rollout] == [
+            ("fraud", "Created"),
+            ("cam-1", "Cordoned"),
+            ("fraud", "Configured"),
+        ]
         of_fraud = await stub.ListEvents(
             admin_pb2.ListEventsRequest(kind="ModelDeployment", name="fraud", limit=1)
         )
-        assert parse(of_fraud) == [("fraud", "Configured")]
+        assert len(parse(of_fraud)) == 1 and parse(of_fraud)[0][0] == "fraud"
 
 
 # -- watch ---------------------------------------------------------------------------------------
@@ -670,3 +686,108 @@ async def test_events_are_written_in_the_transaction_of_the_change(tmp_path: Pat
         record = await hub.ctx.store.get(objects.device_key("cam-1"))
         assert record is not None
         assert await reasons_at(record.mod_revision) == ["Revoked"]
+
+
+# -- guard rails ---------------------------------------------------------------------------------
+
+
+async def _push_record(hub: AdminHub, name: str, version: str) -> None:
+    model = objects.ModelRecord(name, version, "ab" * 32, 1234, b"{signed}", 1.0)
+    await hub.ctx.store.put(objects.model_key(name, version), objects.dumps(model.to_json()))
+    hub.ctx.cache.models[(name, version)] = model
+
+
+@async_test
+async def test_apply_warns_about_an_unpushed_version_and_a_placement_matching_nothing(
+    tmp_path: Path,
+) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+        nowhere = deployment("fraud", placement={"nodeSelector": {"site": "moon"}})
+        (result,) = (await stub.Apply(admin_pb2.ApplyRequest(documents=[nowhere]))).results
+        assert result.outcome == admin_pb2.ApplyResult.CREATED  # accepted...
+        assert len(result.warnings) == 2  # ...but says so at once
+        assert "fraud version 2.4.1 has not been pushed" in result.warnings[0]
+        assert "nodeSelector site=moon matches no device" in result.warnings[1]
+        got = await stub.Get(admin_pb2.GetRequest(kind="ModelDeployment", name="fraud"))
+        conditions = {c["type"]: c for c in orjson.loads(got.json)["status"]["conditions"]}
+        assert conditions["ModelPushed"]["reason"] == "ModelNotPushed"
+        assert conditions["Placed"]["reason"] == "NoMatchingDevices"
+        assert conditions["Available"]["reason"] == "NoDevices"  # not "AllDevicesAvailable"
+
+        await _push_record(hub, "fraud", "2.4.1")
+        fine = deployment("fraud", placement={"nodeSelector": {"site": "retail"}})
+        (result,) = (await stub.Apply(admin_pb2.ApplyRequest(documents=[fine]))).results
+        assert list(result.warnings) == []
+        got = await stub.Get(admin_pb2.GetRequest(kind="ModelDeployment", name="fraud"))
+        types = [c["type"] for c in orjson.loads(got.json)["status"]["conditions"]]
+        assert types == ["Available", "Progressing"]
+
+
+@async_test
+async def test_canary_steps_are_refused_as_not_supported_yet(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        canary = deployment("fraud", rollout={"canary": {"steps": ["5%", "100%"]}})
+        code, details = await code_of(stub.Apply(admin_pb2.ApplyRequest(documents=[canary])))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT
+        assert details.startswith("documents[0].spec.rollout.canary: not supported yet")
+        assert ("ModelDeployment", "fraud") not in hub.ctx.cache.stored
+        budget = deployment("fraud", rollout={"maxUnavailable": "10%", "maxSurge": 0})
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[budget]))
+
+
+@async_test
+async def test_deleting_a_model_in_use_is_refused_unless_forced(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await _push_record(hub, "fraud", "2.4.1")
+        await stub.Apply(
+            admin_pb2.ApplyRequest(documents=[deployment("fraud"), deployment("fraud-eu")])
+        )
+        # fraud-eu's model is "fraud-eu", so only one user; add a second of the same model
+        other = orjson.loads(deployment("fraud-b"))
+        other["spec"]["model"]["name"] = "fraud"
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[orjson.dumps(other)]))
+        request = admin_pb2.DeleteRequest(kind="Model", name="fraud-2.4.1")
+        code, details = await code_of(stub.Delete(request))
+        assert code is grpc.StatusCode.FAILED_PRECONDITION
+        assert "in use by ModelDeployment fraud, fraud-b" in details
+        assert ("fraud", "2.4.1") in hub.ctx.cache.models
+        assert await hub.ctx.store.get(objects.model_key("fraud", "2.4.1")) is not None
+
+        forced = admin_pb2.DeleteRequest(kind="Model", name="fraud-2.4.1", force=True)
+        assert (await stub.Delete(forced)).deleted
+        assert ("fraud", "2.4.1") not in hub.ctx.cache.models
+        await hub.ctx.writer.flush()
+        (event,) = [e for e in hub.ctx.cache.events if e["reason"] == "Deleted"]
+        assert "forced: in use by fraud, fraud-b" in event["message"]
+
+
+@async_test
+async def test_watching_deployments_sees_every_status_change(tmp_path: Path) -> None:
+    """Status is computed, not stored: a device report that changes it is a MODIFIED event."""
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)
+        await _push_record(hub, "fraud", "2.4.1")
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment()]))
+        hub.ctx.cache.desired["cam-1"] = DesiredRecord(7, ("fraud",), "d")
+        call = stub.Watch(admin_pb2.WatchRequest(kind="ModelDeployment"))
+        stream = call.__aiter__()
+        kind, doc = await next_event(stream)
+        assert kind == admin_pb2.WatchEvent.ADDED
+        before = doc["status"]["readyDevices"]
+        device = hub.ctx.cache.devices["cam-1"]
+        failing = WorkloadReport(
+            "2.4.1",
+            desired_replicas=1,
+            revisions=(RevisionReport("2.4.1", "ab" * 32, RevisionPhase.FAILED, 0, reason="Boom"),),
+        )
+        hub.ctx.writer.update(device.with_(workloads={"fraud": failing}))
+        kind, doc = await next_event(stream)
+        assert kind == admin_pb2.WatchEvent.MODIFIED
+        assert doc["status"]["readyDevices"] != before or doc["status"]["failing"]
+        assert "cam-1" in doc["status"]["failing"]
+        call.cancel()

@@ -7,17 +7,18 @@ same function)."""
 from __future__ import annotations
 
 import asyncio
-import os
 import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
 from asynctesting import async_test
 
+from edgefleet.demo import build_mlp
 from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 from hub import storekeys as objects
@@ -102,9 +103,8 @@ async def _push(hub: Hub, envelope: bytes, data: bytes) -> admin_pb2.PushArtifac
 
 
 def _model(tmp: Path, name: str = "model.onnx", size: int = 200_000) -> Path:
-    path = tmp / name
-    path.write_bytes(os.urandom(size))
-    return path
+    """A real ONNX model of about ``size`` bytes (an MLP 64 -> hidden -> 10)."""
+    return build_mlp(tmp / name, (64, max(2, size // 300), 10), seed=sum(name.encode()))
 
 
 def _sign(path: Path, key: Path, *, version: str = "1.0.0", **kw: float) -> bytes:
@@ -276,4 +276,103 @@ async def test_a_hub_without_a_trust_root_refuses_every_push(hub_dir: Path, tmp_
         err = await _refused(hub, envelope, model.read_bytes())
         assert err.code() is grpc.StatusCode.FAILED_PRECONDITION
         assert (err.details() or "").startswith("NoTrustRoot: this hub has no trust root")
+        await _assert_nothing_stored(hub)
+
+
+@async_test
+async def test_a_file_that_is_not_onnx_is_refused_and_nothing_stored(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    junk = tmp_path / "junk.onnx"
+    junk.write_bytes(bytes(range(256)) * 200)  # 51,200 bytes, signed correctly: not a model
+    envelope = _sign(junk, HubPaths.of(hub_dir).data_dir / "publisher.key")
+    async with _serve(hub_dir) as hub:
+        err = await _refused(hub, envelope, junk.read_bytes())
+        assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "NotAnOnnxModel" in (err.details() or "")
+        assert "not an ONNX model" in (err.details() or "")
+        await _assert_nothing_stored(hub)
+
+
+# -- extras ----------------------------------------------------------------------------------
+
+
+def _with_extras(
+    envelope: bytes, data: bytes, files: list[tuple[str, bytes]]
+) -> Iterator[admin_pb2.PushArtifactRequest]:
+    yield from _requests(envelope, data)
+    for name, content in files:
+        yield admin_pb2.PushArtifactRequest(file=admin_pb2.FileStart(name=name))
+        for i in range(0, len(content), CHUNK):
+            yield admin_pb2.PushArtifactRequest(chunk=content[i : i + CHUNK])
+
+
+def _signed_with_extras(tmp_path: Path, hub_dir: Path) -> tuple[Path, bytes, dict[str, bytes]]:
+    model = _model(tmp_path)
+    extras = {"validation.npz": bytes(range(256)) * 700, "labels.txt": b"cat\ndog\n"}
+    for name, content in extras.items():
+        (tmp_path / name).write_bytes(content)
+    _, env = signing.sign_artifact(
+        model,
+        name="mlp",
+        version="1.0.0",
+        keys=[HubPaths.of(hub_dir).data_dir / "publisher.key"],
+        extras=[tmp_path / n for n in extras],
+        out=model.with_suffix(".meta"),
+    )
+    return model, env.to_bytes(), extras
+
+
+@async_test
+async def test_every_file_of_the_metadata_is_carried_verified_and_fetchable(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    model, envelope, extras = _signed_with_extras(tmp_path, hub_dir)
+    async with _serve(hub_dir) as hub:
+        files = sorted(extras.items())
+        response = await hub.stub.PushArtifact(
+            _with_extras(envelope, model.read_bytes(), files), timeout=5
+        )
+        digests = {n: signing.describe_file(tmp_path / n, "extra")["sha256"] for n in extras}
+        assert dict(response.extras) == digests and response.stored
+        for name, sha in digests.items():
+            assert hub.ctx.blobs.path_for(sha).read_bytes() == extras[name]
+        record = hub.ctx.cache.models[("mlp", "1.0.0")]
+        assert record.extras == digests
+        assert record.digests() == {record.sha256, *digests.values()}
+        again = await hub.stub.PushArtifact(
+            _with_extras(envelope, model.read_bytes(), files), timeout=5
+        )
+        assert not again.stored and dict(again.extras) == digests
+    async with _serve(hub_dir) as hub:  # the record keeps them across a restart
+        assert hub.ctx.cache.models[("mlp", "1.0.0")].extras == digests
+
+
+def _labels(content: bytes) -> Any:
+    return lambda x: [("labels.txt", content), ("validation.npz", x["validation.npz"])]
+
+
+@pytest.mark.parametrize(
+    ("files", "reason"),
+    [
+        (lambda x: [("labels.txt", x["labels.txt"])], "FileMissing"),
+        (lambda x: [*sorted(x.items()), ("other.bin", b"x")], "FileNotSigned"),
+        (_labels(b"cat\n"), "LengthMismatch"),
+        (_labels(b"cat\ndog\nfox\n"), "LengthExceeded"),
+        (_labels(b"cat\ndot\n"), "DigestMismatch"),
+        (lambda x: [*sorted(x.items()), ("labels.txt", x["labels.txt"])], "FileRepeated"),
+    ],
+)
+@async_test
+async def test_extras_missing_unsigned_or_altered_are_refused_and_nothing_stored(
+    hub_dir: Path, tmp_path: Path, files: Any, reason: str
+) -> None:
+    model, envelope, extras = _signed_with_extras(tmp_path, hub_dir)
+    async with _serve(hub_dir) as hub:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await hub.stub.PushArtifact(
+                _with_extras(envelope, model.read_bytes(), files(extras)), timeout=5
+            )
+        assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert reason in (info.value.details() or "")
         await _assert_nothing_stored(hub)

@@ -9,7 +9,7 @@ import pytest
 from edged.hublink.linking import BACKOFF_BASE_S, BACKOFF_MAX_S, RECONNECT_BACKOFF
 from edged.hublink.mapping import hello_message, status_message
 from edged.hublink.reporting import DeviceReport, WorkloadReport, build_device_report
-from edged.reconcile.model import WorkloadStatus
+from edged.reconcile.model import RevisionPhase, RevisionStatus, WorkloadStatus
 from edged.sources.static import SourceProblem
 from edged.state.merging import HUB_SOURCE
 from edged.workloads import DesiredWorkload, WorkloadName
@@ -61,7 +61,11 @@ REPORT = DeviceReport(
     schedulable=False,
     reasons=("CPU at 91 °C > 85 °C",),
     workloads=(
-        WorkloadReport("doors", model_version="2.1"),  # not reconciled yet
+        WorkloadReport(  # not reconciled yet
+            "doors",
+            model_version="2.1",
+            revisions=(RevisionStatus("", "2.1", "a" * 64, RevisionPhase.PENDING, wanted=True),),
+        ),
         WorkloadReport(
             "shelf",
             "rev1",
@@ -93,6 +97,41 @@ REPORT = DeviceReport(
 def test_report_names_the_hub_workloads_and_the_refused_ones() -> None:
     report = build_device_report(DEVICE, DESIRED, STATUSES.get, PROBLEMS)
     assert report == REPORT
+
+
+def test_revisions_the_hub_source_holds_come_first() -> None:
+    """A new version still downloading, or refused, is the wanted revision; what runs is not."""
+    serving = RevisionStatus("rev1", "2.1", "a" * 64, RevisionPhase.READY, 2, wanted=True)
+    statuses = {
+        WorkloadName("shelf"): WorkloadStatus("Running", 2, 2, "rev1", (READY,), (), (serving,))
+    }
+    downloading = RevisionStatus("", "2.2", "b" * 64, RevisionPhase.DOWNLOADING, wanted=True)
+    refused = RevisionStatus(
+        "", "1.0", "", RevisionPhase.REFUSED, 0, "MetadataRollback", "older", wanted=True
+    )
+    incoming = {WorkloadName("shelf"): downloading, WorkloadName("tills"): refused}
+    report = build_device_report(DEVICE, DESIRED, statuses.get, PROBLEMS, incoming)
+    by_name = {w.name: w for w in report.workloads}
+    shelf = by_name["shelf"]
+    assert shelf.model_version == "2.2"
+    assert shelf.revisions == (
+        downloading,
+        RevisionStatus("rev1", "2.1", "a" * 64, RevisionPhase.READY, 2, wanted=False),
+    )
+    assert by_name["tills"].revisions == (refused,)
+    assert by_name["tills"].model_version == "1.0"
+    message = status_message(report, generation=3)
+    (first, second) = message.workloads[1].revisions
+    assert (first.phase, first.model_version, first.wanted) == ("Downloading", "2.2", True)
+    assert (second.phase, second.ready_replicas, second.wanted) == ("Ready", 2, False)
+
+
+def test_a_first_version_being_fetched_is_reported() -> None:
+    verifying = RevisionStatus("", "3.0", "", RevisionPhase.VERIFYING, wanted=True)
+    report = build_device_report({}, {}, STATUSES.get, (), {WorkloadName("new"): verifying})
+    assert [(w.name, w.model_version, w.revisions) for w in report.workloads] == [
+        ("new", "3.0", (verifying,))
+    ]
 
 
 def test_report_without_discovery() -> None:

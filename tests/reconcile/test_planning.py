@@ -394,3 +394,79 @@ def test_revision_changes_only_with_what_needs_new_workers(
     changed = DesiredWorkload(parse_manifest(doc), SHA)
     assert (changed.revision != REV) is changes
     assert DesiredWorkload(deployment(), OLD_SHA).revision != REV
+
+
+def _old(slot: int, phase: Phase) -> ReplicaObservation:
+    return rep(slot, phase, OLD, model_version="0.9", sha256=OLD_SHA)
+
+
+# observed replicas (2 wanted) -> each revision's (version, phase, ready, reason, wanted)
+REVISION_CASES = [
+    ("nothing started yet", [], [("1.0", "Loading", 0, "", True)]),
+    (
+        "one of two ready: the revision serves",
+        [rep(0, Phase.READY), rep(1, Phase.STARTING)],
+        [("1.0", "Ready", 1, "", True)],
+    ),
+    (
+        "switch in progress: the old revision still serves",
+        [
+            rep(0, Phase.STARTING),
+            rep(1, Phase.STARTING),
+            _old(0, Phase.READY),
+            _old(1, Phase.READY),
+        ],
+        [("1.0", "Loading", 0, "", True), ("0.9", "Ready", 2, "", False)],
+    ),
+    (
+        "switch done: the old revision drains",
+        [rep(0, Phase.READY), rep(1, Phase.READY), _old(0, Phase.STOPPING), _old(1, Phase.READY)],
+        [("1.0", "Ready", 2, "", True), ("0.9", "Draining", 0, "", False)],
+    ),
+    (
+        "the new revision crash-loops: Failed with the worker's error; the old one serves",
+        [
+            exited(0, 3, T - 0.5, exit_reason="ModelLoadFailed", exit_message="no such op"),
+            exited(1, 2, T - 0.5, exit_reason="ModelLoadFailed", exit_message="no such op"),
+            _old(0, Phase.READY),
+            _old(1, Phase.READY),
+        ],
+        [("1.0", "Failed", 0, "ModelLoadFailed", True), ("0.9", "Ready", 2, "", False)],
+    ),
+    (
+        "a single crash is not yet Failed",
+        [exited(0, 1, T - 0.5, exit_reason="ModelLoadFailed"), rep(1, Phase.STARTING)],
+        [("1.0", "Loading", 0, "", True)],
+    ),
+    (
+        "exited old replicas are not held",
+        [rep(0, Phase.READY), rep(1, Phase.READY), exited(0, 1, T - 5, OLD)],
+        [("1.0", "Ready", 2, "", True)],
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("observed", "expected"),
+    [c[1:] for c in REVISION_CASES],
+    ids=[c[0] for c in REVISION_CASES],
+)
+def test_revisions_in_status(
+    observed: list[ReplicaObservation], expected: list[tuple[str, str, int, str, bool]]
+) -> None:
+    p = plan(NAME, desired(), ObservedWorkload(tuple(observed)), T)
+    assert p.status is not None
+    got = [
+        (r.model_version, r.phase.value, r.ready_replicas, r.reason, r.wanted)
+        for r in p.status.revisions
+    ]
+    assert got == expected
+    assert p.status.revisions[0].sha256 == SHA
+    assert p.status.revisions[0].revision == REV
+
+
+def test_a_missing_artifact_leaves_the_revision_pending() -> None:
+    p = plan(NAME, desired(), ObservedWorkload(artifact_present=False), T)
+    assert p.status is not None
+    (only,) = p.status.revisions
+    assert (only.phase.value, only.reason) == ("Pending", "ArtifactMissing")

@@ -274,3 +274,126 @@ def test_a_disk_that_fills_during_the_download_leaves_no_part(
     filler.unlink()
     r = apply(source, hub, 2, [deployment("1.0.0")], [meta])  # the next state applies
     assert r.problems == () and r.workloads["det"].sha256 == sha
+
+
+def test_incoming_revisions_say_how_far_they_got(env: tuple[Hub, HubSource, Path]) -> None:
+    """What the hub asks for but the device does not run is kept with its phase and reason:
+    a refusal stays Refused (with the gate's reason), a broken download stays Downloading, an
+    accepted one leaves ``incoming``."""
+    hub, source, _ = env
+    meta1, _ = hub.model("1.0.0")
+    apply(source, hub, 1, [deployment("1.0.0")], [meta1])
+    assert source.incoming == {}
+    meta2, _ = hub.model("2.0.0", key="stranger", seed=2)
+    apply(source, hub, 2, [deployment("2.0.0")], [meta2])
+    refused = source.incoming["det"]
+    assert (refused.model_version, refused.phase.value, refused.reason) == (
+        "2.0.0",
+        "Refused",
+        "UnknownKey",
+    )
+    assert refused.wanted and refused.message
+    meta3, sha3 = hub.model("3.0.0", seed=3)
+    hub.break_after = 20_000
+    apply(source, hub, 3, [deployment("3.0.0")], [meta3])
+    fetching = source.incoming["det"]
+    assert (fetching.phase.value, fetching.sha256, fetching.reason) == (
+        "Downloading",
+        sha3,
+        "ArtifactFetchFailed",
+    )
+    r = apply(source, hub, 3, [deployment("3.0.0")], [meta3])
+    assert not r.retry and r.workloads["det"].sha256 == sha3
+    assert source.incoming == {}
+    apply(source, hub, 4, [], [])
+    assert source.incoming == {}
+
+
+def _model_with_extra(hub: Hub, version: str, content: bytes) -> tuple[bytes, str, str]:
+    import hashlib
+
+    path = hub.tmp / f"det-{version}.onnx"
+    build_mlp(path, TINY_MLP, seed=5)
+    extra = hub.tmp / "validation.npz"
+    extra.write_bytes(content)
+    _, env = sign_artifact(
+        path,
+        name="det",
+        version=version,
+        keys=[hub.tmp / "pub.key"],
+        extras=[extra],
+        out=path.with_suffix(".meta"),
+    )
+    sha = hashlib.sha256(path.read_bytes()).hexdigest()
+    extra_sha = hashlib.sha256(content).hexdigest()
+    hub.blobs[sha] = path.read_bytes()
+    hub.blobs[extra_sha] = content
+    return env.to_bytes(), sha, extra_sha
+
+
+def test_extras_are_fetched_verified_stored_and_persisted(env: tuple[Hub, HubSource, Path]) -> None:
+    hub, source, data = env
+    meta, sha, extra_sha = _model_with_extra(hub, "1.0.0", b"\x01" * 50_000)
+    r = apply(source, hub, 1, [deployment("1.0.0")], [meta])
+    assert r.problems == ()
+    w = r.workloads["det"]
+    assert (w.sha256, dict(w.extras)) == (sha, {"validation.npz": extra_sha})
+    store = ArtifactStore(data / "artifacts")
+    assert store.has(extra_sha) and store.path_for(extra_sha).read_bytes() == b"\x01" * 50_000
+    assert {c[0] for c in hub.calls} == {sha, extra_sha}
+    again = HubSource(
+        data,
+        ArtifactStore(data / "artifacts"),
+        ArtifactGate(data, root_file=None, allow_unsigned=False),
+    )
+    assert again.workloads["det"].extras == {"validation.npz": extra_sha}
+    assert w.revision != w.__class__(w.deployment, w.sha256, w.source).revision
+
+
+def test_a_tampered_extra_is_refused_and_the_model_not_accepted(
+    env: tuple[Hub, HubSource, Path],
+) -> None:
+    hub, source, data = env
+    meta, sha, extra_sha = _model_with_extra(hub, "1.0.0", b"\x01" * 50_000)
+    hub.blobs[extra_sha] = b"\x02" * 50_000
+    r = apply(source, hub, 1, [deployment("1.0.0")], [meta])
+    assert [p.reason for p in r.problems] == ["DigestMismatch"]
+    assert "validation.npz" in r.problems[0].message
+    assert "det" not in r.workloads
+    store = ArtifactStore(data / "artifacts")
+    assert not store.has(extra_sha) and not store.has(sha)
+    assert source.incoming["det"].phase.value == "Refused"
+
+
+def test_going_back_to_the_previous_version_needs_no_download_and_no_allowance(
+    env: tuple[Hub, HubSource, Path],
+) -> None:
+    """A rollout rolled back sends the device the metadata it accepted before: admitted
+    although newer metadata and a newer version were accepted since, without a download.
+    Anything older than that stays refused."""
+    hub, source, data = env
+    meta0, _ = hub.model("0.9.0", seed=9)
+    meta1, sha1 = hub.model("1.0.0")
+    meta2, sha2 = hub.model("2.0.0", seed=2)
+    apply(source, hub, 1, [deployment("0.9.0")], [meta0])
+    apply(source, hub, 2, [deployment("1.0.0")], [meta1])
+    apply(source, hub, 3, [deployment("2.0.0")], [meta2])
+    assert source.held == {sha1}  # kept by the garbage collector
+    hub.calls.clear()
+    back = apply(source, hub, 4, [deployment("1.0.0")], [meta1])
+    assert back.problems == () and back.workloads["det"].sha256 == sha1
+    assert hub.calls == []  # still in the store: nothing fetched
+    assert source.held == {sha2}  # and forward again needs no download either
+    again = HubSource(
+        data,
+        ArtifactStore(data / "artifacts"),
+        ArtifactGate(data, root_file=None, allow_unsigned=False),
+    )
+    assert again.held == {sha2}  # persisted
+    # the same state again (a new generation): the running version stays, although newer
+    # metadata was accepted since for 2.0.0
+    same = apply(source, hub, 5, [deployment("1.0.0")], [meta1])
+    assert same.problems == () and same.workloads["det"].sha256 == sha1
+    older = apply(source, hub, 6, [deployment("0.9.0")], [meta0])
+    (problem,) = older.problems  # signed in the same second: the model version check says no
+    assert problem.reason in ("MetadataRollback", "ModelVersionRollback")

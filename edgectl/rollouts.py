@@ -1,0 +1,183 @@
+"""``edgectl rollout status|history|pause|resume|undo NAME``: a deployment's rollout.
+
+* ``status NAME [--watch] [--timeout D]``: the revision being rolled out and the stable one,
+  the phase, a progress bar of the targeted devices (updated / ready / available), the
+  devices skipped and failing with their reasons. With ``--watch`` it prints every change
+  until the rollout ends: exit 0 when it is Complete, 1 when it was rolled back (the reason is
+  printed), 1 as well when ``--timeout`` passes first. Without ``--watch``: the current view,
+  exit 1 only when the rollout was rolled back.
+* ``history NAME``: the revisions kept, oldest first (the stable and the current one marked).
+* ``pause NAME`` / ``resume NAME`` (after a rollback: roll the same revision out again),
+  ``undo NAME [--to-revision N]`` (default: the stable revision, or the one before it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import orjson
+
+from edgectl.client import EXIT_REFUSED, EXIT_USAGE, AdminClient, ClientError, load_admin_config
+from edgefleet.configfiles import duration_option
+from edgefleet.errors import ConfigError
+from edgefleet.v1 import admin_pb2
+
+BAR = 30
+POLL_S = 0.5
+
+
+def add_commands(sub: Any) -> None:
+    rollout = sub.add_parser("rollout", help="a deployment's rollout: status, history, undo...")
+    actions = rollout.add_subparsers(dest="rollout_cmd", required=True)
+    status = actions.add_parser("status", help="where the rollout stands")
+    status.add_argument("name")
+    status.add_argument(
+        "-w", "--watch", action="store_true", help="print every change until it ends"
+    )
+    status.add_argument(
+        "--timeout",
+        type=duration_option,
+        default=None,
+        help="with --watch: give up (exit 1) after this long, e.g. 10m",
+    )
+    history = actions.add_parser("history", help="the revisions kept")
+    history.add_argument("name")
+    for verb, text in (
+        ("pause", "assign no more devices"),
+        ("resume", "go on after a pause; after a rollback, retry the same revision"),
+    ):
+        p = actions.add_parser(verb, help=text)
+        p.add_argument("name")
+    undo = actions.add_parser("undo", help="go back to an older revision (a new rollout)")
+    undo.add_argument("name")
+    undo.add_argument("--to-revision", type=int, default=0, metavar="N")
+
+
+def main(args: argparse.Namespace) -> int:
+    """Run a parsed ``rollout`` command; errors are one ``error: ...`` line, like every hub
+    command of edgectl."""
+    from edgectl.commands import default_config
+
+    try:
+        config = load_admin_config(args.config or default_config())
+        with AdminClient(config) as client:
+            return run(client, args)
+    except ConfigError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    except ClientError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return exc.exit_code
+    except KeyboardInterrupt:
+        return 0
+
+
+def run(client: AdminClient, args: argparse.Namespace) -> int:
+    cmd = args.rollout_cmd
+    if cmd == "status":
+        return _status(client, args.name, watch=args.watch, timeout=args.timeout)
+    if cmd == "history":
+        return _history(client, args.name)
+    if cmd == "undo":
+        return _act(client, args.name, admin_pb2.RolloutActionRequest.UNDO, args.to_revision)
+    action = {
+        "pause": admin_pb2.RolloutActionRequest.PAUSE,
+        "resume": admin_pb2.RolloutActionRequest.RESUME,
+    }[cmd]
+    return _act(client, args.name, action, 0)
+
+
+def _act(client: AdminClient, name: str, action: Any, to: int) -> int:
+    request = admin_pb2.RolloutActionRequest(name=name, action=action, to_revision=to)
+    response = client.call("RolloutAction", request)
+    print(response.message)
+    return 0
+
+
+def _history(client: AdminClient, name: str) -> int:
+    response = client.call("ListRevisions", admin_pb2.ListRevisionsRequest(name=name))
+    rollout = orjson.loads(response.rollout)
+    rows = [("REVISION", "MODEL", "VERSION", "CREATED", "NOTE")]
+    for raw in response.revisions:
+        rev = orjson.loads(raw)
+        model = rev["manifest"]["spec"]["model"]
+        notes = []
+        if rev["number"] == rollout["stable"]:
+            notes.append("stable")
+        if rev["number"] == rollout["revision"] and rollout["revision"] != rollout["stable"]:
+            notes.append(rollout["phase"].lower())
+        if rev.get("source"):
+            notes.append(f"copy of {rev['source']}")
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rev["createdAt"]))
+        rows.append(
+            (str(rev["number"]), model["name"], model["version"], created, ", ".join(notes))
+        )
+    print(_table(rows))
+    return 0
+
+
+def _table(rows: Sequence[tuple[str, ...]]) -> str:
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join(
+        "   ".join(c.ljust(w) for c, w in zip(r, widths, strict=True)).rstrip() for r in rows
+    )
+
+
+def render(doc: dict[str, Any]) -> tuple[str, str]:
+    """A deployment's rollout for a person, and its phase ("" when it has none)."""
+    status = doc.get("status", {})
+    rollout = status.get("rollout")
+    name = doc["metadata"]["name"]
+    if rollout is None:
+        return f"{name}: no revision yet", ""
+    version = doc["spec"]["model"]["version"]
+    lines = [
+        f"{name}: revision {rollout['revision']} ({version}), stable revision "
+        f"{rollout['stableRevision']}: {rollout['phase']}"
+        + (f" ({rollout['reason']})" if rollout.get("reason") else ""),
+        f"  {rollout['message']}" if rollout.get("message") else "",
+    ]
+    targeted = rollout.get("targetedDevices", status.get("desiredDevices", 0))
+    for label, count in (
+        ("updated", status.get("updatedDevices", 0)),
+        ("ready", status.get("readyDevices", 0)),
+        ("available", status.get("availableDevices", 0)),
+    ):
+        lines.append(f"  {label:<9} {_bar(count, targeted)} {count}/{targeted}")
+    if rollout["phase"] in ("Progressing", "Paused"):
+        lines.append(
+            f"  updating {rollout.get('updatingDevices', 0)}, unavailable "
+            f"{rollout.get('unavailableDevices', 0)} (at most maxSurge {rollout.get('maxSurge')} "
+            f"+ maxUnavailable {rollout.get('maxUnavailable')} at once)"
+        )
+    lines += [f"  skipped {d}: {why}" for d, why in sorted(rollout.get("skipped", {}).items())]
+    lines += [f"  failing {d}: {why}" for d, why in sorted(status.get("failing", {}).items())]
+    return "\n".join(line for line in lines if line), rollout["phase"]
+
+
+def _bar(count: int, total: int) -> str:
+    filled = round(BAR * count / total) if total else 0
+    return "[" + "#" * filled + "." * (BAR - filled) + "]"
+
+
+def _status(client: AdminClient, name: str, *, watch: bool, timeout: float | None) -> int:
+    deadline = None if timeout is None else time.monotonic() + timeout
+    last = ""
+    while True:
+        text, phase = render(client.get("ModelDeployment", name))
+        if text != last:
+            print(text, flush=True)
+            last = text
+        if phase == "RolledBack":
+            print(f"rollout of {name} failed: rolled back", file=sys.stderr)
+            return EXIT_REFUSED
+        if not watch or phase == "Complete":
+            return 0
+        if deadline is not None and time.monotonic() > deadline:
+            print(f"rollout of {name} not finished after {timeout:g}s", file=sys.stderr)
+            return EXIT_REFUSED
+        time.sleep(POLL_S)

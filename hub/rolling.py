@@ -1,0 +1,442 @@
+"""Revisions and rolling updates across devices: pure decisions, tested as tables.
+
+A **revision** of a ModelDeployment is what devices are sent: its manifest as applied, except
+for how it is placed and rolled out (``spec.placement``, ``spec.rollout``), which never reach a
+worker. Each change of that *template* is a new revision, numbered from 1 and kept in the store
+(:mod:`hub.rollouts`), so ``edgectl rollout history`` lists them and a device can be sent an
+older one.
+
+A **rollout** moves the targeted devices from the *stable* revision to a new one. Its state
+(:class:`RolloutState`, one store record per deployment) names the devices assigned the new
+revision so far; every other targeted device keeps the stable revision. :func:`plan_rollout`
+decides the next step from that state and what devices report, with ``now`` passed in:
+
+* a new template: a new revision and a new rollout from the current stable revision (the
+  first revision of a deployment goes everywhere at once: nothing serves that could be
+  protected);
+* a device assigned the new revision that reports it **Refused** or **Failed**: the rollout is
+  rolled back (every device is sent the stable revision again) and says which device failed
+  and why; an older template applied again (``rollout undo``) is a new rollout like any other;
+* otherwise, while not paused, more devices are assigned, in name order, within the budget:
+  edged switches a device without downtime (the new replicas start beside the old ones), so
+  a device being updated is a *surge* while its stable revision still serves. At any moment,
+  ``updating + unavailable <= maxSurge + maxUnavailable`` where *updating* counts assigned
+  devices whose new revision is not ready yet and *unavailable* the other eligible devices
+  on which nothing serves; ``maxSurge`` rounds up and ``maxUnavailable`` down (Kubernetes'
+  rule; both 0 after rounding is 1 unavailable). Percentages are of the targeted devices;
+* devices that are not connected or outside their health policy are **skipped**: not
+  assigned, not counted as progress or in the budget, and listed with the reason; they get
+  the current stable revision when they return (so never one that was rolled back);
+* when every eligible targeted device serves the new revision with all replicas ready, the
+  rollout is Complete and the new revision is the stable one.
+
+Every step only *adds* device names to the state and is written with a compare-and-swap, so a
+hub killed at any moment resumes from the store and never takes a step twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from edgefleet.api import IntOrPercent, ModelDeployment
+from hub.devices import Device, DevicePhase, RevisionPhase
+from hub.statusing import BROKEN, describe_failure, revisions_of, wanted_revision
+
+MAX_REVISIONS = 10
+"""Revisions kept per deployment (besides the stable and the current one), like Kubernetes'
+revisionHistoryLimit."""
+
+
+def template_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a canonical ModelDeployment manifest that devices act on."""
+    spec = {k: v for k, v in manifest.get("spec", {}).items() if k not in ("placement", "rollout")}
+    meta = manifest.get("metadata", {})
+    return {"name": meta.get("name"), "labels": meta.get("labels", {}), "spec": spec}
+
+
+def template_hash(manifest: Mapping[str, Any]) -> str:
+    data = orjson.dumps(template_of(manifest), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """One revision of a deployment: the manifest devices are sent for it."""
+
+    deployment: str
+    number: int
+    template: str  # template_hash of the manifest
+    manifest: Mapping[str, Any]
+    created_at: float
+    source: int = 0  # the revision it was made from again (rollout undo), 0: none
+    encoded: bytes = b""  # the manifest as sent to devices: encoded once
+
+    def __post_init__(self) -> None:
+        if not self.encoded:
+            data = orjson.dumps(self.manifest, option=orjson.OPT_SORT_KEYS)
+            object.__setattr__(self, "encoded", data)
+
+    @property
+    def model(self) -> tuple[str, str]:
+        model = self.manifest["spec"]["model"]
+        return str(model["name"]), str(model["version"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "deployment": self.deployment,
+            "number": self.number,
+            "template": self.template,
+            "manifest": self.manifest,
+            "createdAt": self.created_at,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Revision:
+        return cls(
+            str(doc["deployment"]),
+            int(doc["number"]),
+            str(doc["template"]),
+            dict(doc["manifest"]),
+            float(doc["createdAt"]),
+            int(doc.get("source", 0)),
+        )
+
+
+class RolloutPhase(StrEnum):
+    PROGRESSING = "Progressing"
+    PAUSED = "Paused"
+    COMPLETE = "Complete"
+    ROLLED_BACK = "RolledBack"
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutState:
+    """Where a deployment's rollout stands; stored at ``/rollouts/NAME``."""
+
+    deployment: str
+    revision: int  # the revision being rolled out (the current one)
+    stable: int  # the revision the other devices keep, and go back to
+    updated: frozenset[str] = frozenset()  # devices assigned ``revision``
+    phase: RolloutPhase = RolloutPhase.PROGRESSING
+    reason: str = ""
+    message: str = ""
+    started_at: float = 0.0
+    changed_at: float = 0.0
+    steps: int = 0  # how many times devices were assigned
+
+    def revision_for(self, device: str) -> int:
+        """The revision ``device`` is sent."""
+        if self.phase is RolloutPhase.COMPLETE:
+            return self.revision
+        if self.phase is RolloutPhase.ROLLED_BACK:
+            return self.stable
+        return self.revision if device in self.updated else self.stable
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "deployment": self.deployment,
+            "revision": self.revision,
+            "stable": self.stable,
+            "updated": sorted(self.updated),
+            "phase": self.phase.value,
+            "reason": self.reason,
+            "message": self.message,
+            "startedAt": self.started_at,
+            "changedAt": self.changed_at,
+            "steps": self.steps,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RolloutState:
+        return cls(
+            str(doc["deployment"]),
+            int(doc["revision"]),
+            int(doc["stable"]),
+            frozenset(doc.get("updated", ())),
+            RolloutPhase(doc.get("phase", RolloutPhase.PROGRESSING.value)),
+            str(doc.get("reason", "")),
+            str(doc.get("message", "")),
+            float(doc.get("startedAt", 0.0)),
+            float(doc.get("changedAt", 0.0)),
+            int(doc.get("steps", 0)),
+        )
+
+
+class TargetPhase(StrEnum):
+    """How far a device got with the revision being rolled out (from its report)."""
+
+    ABSENT = "Absent"  # not reported yet
+    PROGRESSING = "Progressing"  # fetching, verifying, loading
+    SERVING = "Serving"  # serves, not every replica ready yet
+    READY = "Ready"  # serves with every replica ready
+    BROKEN = "Broken"  # Refused or Failed
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceView:
+    """What the rollout needs to know of one targeted device."""
+
+    name: str
+    eligible: bool = True  # connected and within its health policy
+    skip_reason: str = ""
+    target: TargetPhase = TargetPhase.ABSENT
+    broken_reason: str = ""  # why the new revision is Refused or Failed there
+    serving: bool = False  # some revision of the deployment serves there
+
+
+def view_device(device: Device, deployment: str, version: str, sha256: str | None) -> DeviceView:
+    """A targeted device as the rollout of ``version`` (artifact ``sha256``) sees it."""
+    if device.phase is not DevicePhase.READY:
+        eligible, why = False, f"device is {device.phase.value}"
+    elif not device.health.schedulable:
+        reasons = "; ".join(device.health.reasons) or "unschedulable"
+        eligible, why = False, f"outside its health policy: {reasons}"
+    else:
+        eligible, why = True, ""
+    report = device.workloads.get(deployment)
+    if report is None:
+        return DeviceView(device.name, eligible, why)
+    revisions = revisions_of(report)
+    serving = any(r.serves for r in revisions)
+    rev = wanted_revision(revisions, version, sha256)
+    if rev is None:
+        return DeviceView(device.name, eligible, why, serving=serving)
+    if rev.phase in BROKEN:
+        target, broken = TargetPhase.BROKEN, describe_failure(rev)
+    elif rev.serves:
+        full = report.desired_replicas > 0 and rev.ready_replicas >= report.desired_replicas
+        target, broken = (TargetPhase.READY if full else TargetPhase.SERVING), ""
+    elif rev.phase is RevisionPhase.DRAINING:
+        target, broken = TargetPhase.ABSENT, ""
+    else:
+        target, broken = TargetPhase.PROGRESSING, ""
+    return DeviceView(device.name, eligible, why, target, broken, serving)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    surge: int
+    unavailable: int
+
+    @property
+    def total(self) -> int:
+        return self.surge + self.unavailable
+
+
+def resolve_budget(max_surge: IntOrPercent, max_unavailable: IntOrPercent, targeted: int) -> Budget:
+    """Counts from counts or percentages of ``targeted`` devices (Kubernetes' fenceposts)."""
+    surge = max_surge.resolve(targeted, round_up=True)
+    unavailable = max_unavailable.resolve(targeted, round_up=False)
+    if surge == 0 and unavailable == 0:
+        unavailable = 1
+    return Budget(surge, unavailable)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The counts of one rollout at one moment (shown in status; checked by tests)."""
+
+    targeted: int
+    updated: int  # assigned the new revision
+    ready: int  # assigned, and the new revision serves with every replica ready
+    updating: int  # assigned, not ready yet (nor broken)
+    unavailable: int  # eligible, not assigned, nothing serves
+    skipped: Mapping[str, str] = field(default_factory=dict)  # device -> why
+    budget: Budget = Budget(0, 1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "targetedDevices": self.targeted,
+            "updatedDevices": self.updated,
+            "readyDevices": self.ready,
+            "updatingDevices": self.updating,
+            "unavailableDevices": self.unavailable,
+            "skipped": dict(sorted(self.skipped.items())),
+            "maxSurge": self.budget.surge,
+            "maxUnavailable": self.budget.unavailable,
+        }
+
+
+def measure(state: RolloutState, devices: Sequence[DeviceView], budget: Budget) -> Progress:
+    updated = ready = updating = unavailable = 0
+    skipped: dict[str, str] = {}
+    for d in devices:
+        if d.name in state.updated:
+            updated += 1
+            if d.target is TargetPhase.READY:
+                ready += 1
+            elif d.target is not TargetPhase.BROKEN:
+                updating += 1
+        elif not d.eligible:
+            skipped[d.name] = d.skip_reason
+        elif not d.serving:
+            unavailable += 1
+    return Progress(len(devices), updated, ready, updating, unavailable, skipped, budget)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What to write: a new revision (or None) and the new state (None: nothing changes)."""
+
+    revision: Revision | None = None
+    state: RolloutState | None = None
+    events: tuple[Event, ...] = ()
+    progress: Progress | None = None
+
+
+def plan_rollout(
+    dep: ModelDeployment,
+    manifest: Mapping[str, Any],
+    revisions: Mapping[int, Revision],
+    state: RolloutState | None,
+    devices: Sequence[DeviceView],
+    now: float,
+    model_pushed: bool = True,
+) -> Step:
+    """The next step of ``dep``'s rollout (see the module doc). ``manifest``: its canonical
+    manifest as applied; ``revisions``: its stored revisions by number; ``devices``: the
+    targeted devices; ``model_pushed``: whether the current revision's model can be sent
+    (no device is given it before)."""
+    name = dep.metadata.name
+    wanted = template_hash(manifest)
+    current = revisions.get(state.revision) if state is not None else None
+    if current is None or current.template != wanted:
+        return _new_revision(name, manifest, wanted, revisions, state, now)
+    assert state is not None
+    budget = resolve_budget(
+        dep.spec.rollout.max_surge, dep.spec.rollout.max_unavailable, len(devices)
+    )
+    if state.phase in (RolloutPhase.COMPLETE, RolloutPhase.ROLLED_BACK):
+        return Step(progress=measure(state, devices, budget))
+    broken = sorted(
+        (d.name, d.broken_reason)
+        for d in devices
+        if d.name in state.updated and d.target is TargetPhase.BROKEN
+    )
+    if broken:
+        return _roll_back(state, current, broken, devices, budget, now)
+    progress = measure(state, devices, budget)
+    eligible = [d for d in devices if d.eligible]
+    if devices and not eligible:
+        return Step(progress=progress)  # wait: nobody could take a step
+    if all(d.name in state.updated and d.target is TargetPhase.READY for d in eligible):
+        done = replace(
+            state,
+            phase=RolloutPhase.COMPLETE,
+            stable=state.revision,
+            reason="RolloutComplete",
+            message=f"revision {state.revision} ({_version(current)}) serves on every "
+            f"eligible device ({len(eligible)} of {len(devices)})",
+            changed_at=now,
+        )
+        event = Event("Normal", "RolloutComplete", done.message)
+        return Step(state=done, events=(event,), progress=measure(done, devices, budget))
+    if state.phase is RolloutPhase.PAUSED or not model_pushed:
+        return Step(progress=progress)
+    room = budget.total - progress.updating - progress.unavailable
+    candidates = [d.name for d in eligible if d.name not in state.updated]
+    chosen = candidates[: max(0, room)]
+    if not chosen:
+        return Step(progress=progress)
+    moved = replace(
+        state,
+        updated=state.updated | frozenset(chosen),
+        changed_at=now,
+        steps=state.steps + 1,
+        reason="RollingUpdate",
+        message=f"revision {state.revision} ({_version(current)}) sent to "
+        f"{len(state.updated) + len(chosen)} of {len(devices)} devices",
+    )
+    event = Event(
+        "Normal",
+        "DevicesUpdated",
+        f"revision {state.revision} ({_version(current)}) sent to {', '.join(chosen)}",
+    )
+    return Step(state=moved, events=(event,), progress=measure(moved, devices, budget))
+
+
+def _version(rev: Revision) -> str:
+    return rev.model[1]
+
+
+def _new_revision(
+    name: str,
+    manifest: Mapping[str, Any],
+    wanted: str,
+    revisions: Mapping[int, Revision],
+    state: RolloutState | None,
+    now: float,
+) -> Step:
+    number = max(revisions, default=0) + 1
+    source = next((r.number for r in revisions.values() if r.template == wanted), 0)
+    revision = Revision(name, number, wanted, dict(manifest), now, source)
+    version = _version(revision)
+    if state is None:  # the first revision: nothing serves that a rollout could protect
+        new = RolloutState(
+            name,
+            number,
+            number,
+            phase=RolloutPhase.COMPLETE,
+            reason="FirstRevision",
+            message=f"revision {number} ({version}) sent to every placed device",
+            started_at=now,
+            changed_at=now,
+        )
+        return Step(revision, new, (Event("Normal", "RevisionCreated", new.message),))
+    stable = state.revision if state.phase is RolloutPhase.COMPLETE else state.stable
+    new = RolloutState(
+        name,
+        number,
+        stable,
+        phase=RolloutPhase.PROGRESSING,
+        reason="NewRevision",
+        message=f"rolling out revision {number} ({version}) from revision {stable}"
+        + (f" (a copy of revision {source})" if source else ""),
+        started_at=now,
+        changed_at=now,
+    )
+    return Step(revision, new, (Event("Normal", "RolloutStarted", new.message),))
+
+
+def _roll_back(
+    state: RolloutState,
+    current: Revision,
+    broken: list[tuple[str, str]],
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    now: float,
+) -> Step:
+    first = "; ".join(f"{d}: {r}" for d, r in broken[:3])
+    more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
+    new = replace(
+        state,
+        phase=RolloutPhase.ROLLED_BACK,
+        reason="RevisionFailed",
+        message=f"revision {state.revision} ({_version(current)}) failed on {len(broken)} "
+        f"device(s) ({first}{more}); every device is back on revision {state.stable}",
+        changed_at=now,
+    )
+    event = Event("Warning", "RolledBack", new.message)
+    return Step(state=new, events=(event,), progress=measure(new, devices, budget))
+
+
+def prune(revisions: Iterable[Revision], state: RolloutState) -> list[int]:
+    """Revision numbers to delete: all but the newest :data:`MAX_REVISIONS`, never the stable
+    or the current one."""
+    numbers = sorted((r.number for r in revisions), reverse=True)
+    keep = set(numbers[:MAX_REVISIONS]) | {state.stable, state.revision}
+    return sorted(n for n in numbers if n not in keep)

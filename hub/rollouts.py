@@ -1,0 +1,317 @@
+"""The rollout controller: applies :func:`hub.rolling.plan_rollout` to every deployment.
+
+Level-triggered, on one :class:`hub.batching.BatchLoop`: an apply, an operator's rollout
+action or a periodic tick (:data:`TICK`, which also sees what devices reported meanwhile) wakes
+it, and one pass looks at every deployment: the targeted devices (those the projector placed
+it on), their reports, the stored revisions and rollout state, ``now``. A step is written to
+the store before anything is sent: the new revision (must not exist) and the rollout record
+(compared with the mod revision it was read at) in **one** transaction, then the cache, the
+events, and the devices are projected again. A hub killed at any moment restarts from what
+the store holds: a step either happened (its devices are in the record) or did not, and is
+never taken twice. Records of deleted deployments are removed; old revisions are pruned
+(:func:`hub.rolling.prune`).
+
+Operators act through :meth:`RolloutController.act` (pause, resume, retry after a rollback);
+``rollout undo`` is an apply of an older revision's template (:func:`undo_manifest`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from edgefleet.backoff import Backoff
+from edgefleet.errors import CompareFailed
+from edgefleet.logs import get_logger
+from edgefleet.supervising import wait_for_stop
+from hub import storekeys
+from hub.batching import GIVE_UP_AFTER, BatchLoop
+from hub.caching import Cache
+from hub.projecting import Projector
+from hub.rolling import (
+    DeviceView,
+    Progress,
+    Revision,
+    RolloutPhase,
+    RolloutState,
+    Step,
+    measure,
+    plan_rollout,
+    prune,
+    resolve_budget,
+    view_device,
+)
+from hub.store import Compare, Delete, Put, Store
+from hub.writing import DeviceWriter
+
+log = get_logger(__name__)
+
+TICK = 0.5  # seconds between looks when nothing woke the controller
+GATHER = 0.02
+RETRY = Backoff(0.05, 10.0)
+
+
+class ActionRefused(Exception):
+    """An operator's rollout action that does not apply now; the message says why."""
+
+
+def targeted(cache: Cache, deployment: str) -> list[str]:
+    """The devices the projector placed ``deployment`` on, by name."""
+    return sorted(n for n, rec in cache.desired.items() if deployment in rec.deployments)
+
+
+def views(cache: Cache, deployment: str, revision: Revision | None) -> list[DeviceView]:
+    out = []
+    sha: str | None = None
+    version = ""
+    if revision is not None:
+        version = revision.model[1]
+        model = cache.models.get(revision.model)
+        sha = model.sha256 if model is not None else None
+    for name in targeted(cache, deployment):
+        device = cache.devices.get(name)
+        if device is not None:
+            out.append(view_device(device, deployment, version, sha))
+    return out
+
+
+def progress_of(cache: Cache, deployment: str) -> Progress | None:
+    """The rollout's counts now, from the cache (for status)."""
+    state = cache.rollouts.get(deployment)
+    dep = cache.deployments.get(deployment)
+    if state is None or dep is None:
+        return None
+    revision = cache.revisions.get(deployment, {}).get(state.revision)
+    devices = views(cache, deployment, revision)
+    rollout = dep.spec.rollout
+    return measure(
+        state, devices, resolve_budget(rollout.max_surge, rollout.max_unavailable, len(devices))
+    )
+
+
+def undo_manifest(manifest: Mapping[str, Any], revision: Revision) -> dict[str, Any]:
+    """The deployment's manifest with ``revision``'s template (model, runtime, ...) and its own
+    placement and rollout settings: what ``rollout undo`` applies."""
+    spec = dict(revision.manifest["spec"])
+    for key in ("placement", "rollout"):
+        if key in manifest.get("spec", {}):
+            spec[key] = manifest["spec"][key]
+        else:
+            spec.pop(key, None)
+    return {**manifest, "spec": spec}
+
+
+class RolloutController:
+    """Drives every deployment's rollout (see the module doc)."""
+
+    name = "rollouts"
+
+    def __init__(
+        self,
+        store: Store,
+        cache: Cache,
+        projector: Projector,
+        writer: DeviceWriter,
+        *,
+        clock: Callable[[], float] = time.time,
+        tick: float = TICK,
+        give_up_after: float = GIVE_UP_AFTER,
+    ) -> None:
+        self._store = store
+        self._cache = cache
+        self._projector = projector
+        self._writer = writer
+        self._clock = clock
+        self._tick = tick
+        self._batches = BatchLoop(
+            self.name, self._pass, gather=GATHER, backoff=RETRY, give_up_after=give_up_after
+        )
+        self._lock = asyncio.Lock()  # one pass at a time: a pass, an apply's, an action
+
+    def wake(self) -> None:
+        self._batches.wake()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        ticker = asyncio.create_task(self._ticks(stop))
+        try:
+            await self._batches.run(stop)
+        finally:
+            ticker.cancel()
+
+    async def _ticks(self, stop: asyncio.Event) -> None:
+        self.wake()
+        while not await wait_for_stop(stop, self._tick):
+            self.wake()
+
+    # -- one pass ---------------------------------------------------------------------------
+    async def _pass(self) -> None:
+        async with self._lock:
+            cache = self._cache
+            now = self._clock()
+            for name in sorted(cache.deployments):
+                await self._step(name, now)
+            for name in sorted(set(cache.rollouts) - set(cache.deployments)):
+                await self._forget(name)
+
+    async def reconcile(self, names: Iterable[str]) -> None:
+        """Take the steps owed to ``names`` now (an apply: its revision exists when it
+        answers, and a first revision is sent at once), then let the loop go on."""
+        async with self._lock:
+            now = self._clock()
+            for name in sorted(set(names)):
+                if name in self._cache.deployments:
+                    for _ in range(2):  # a new revision, then its first devices
+                        if not await self._step(name, now):
+                            break
+                elif name in self._cache.rollouts:
+                    await self._forget(name)
+        self.wake()
+
+    async def _step(self, name: str, now: float) -> bool:
+        """One step of ``name``'s rollout; whether something was written."""
+        cache = self._cache
+        dep = cache.deployments[name]
+        stored = cache.stored.get(("ModelDeployment", name))
+        if stored is None:
+            return False
+        state = cache.rollouts.get(name)
+        revisions = cache.revisions.get(name, {})
+        current = revisions.get(state.revision) if state is not None else None
+        pushed = current is None or current.model in cache.models
+        devices = views(cache, name, current)
+        step = plan_rollout(dep, stored.manifest, revisions, state, devices, now, pushed)
+        return await self._write(name, state, step)
+
+    async def _write(self, name: str, before: RolloutState | None, step: Step) -> bool:
+        if step.state is None and step.revision is None:
+            return False
+        cache = self._cache
+        puts: list[Put | Delete] = []
+        compares = [Compare(storekeys.rollout_key(name), cache.rollout_revisions.get(name, 0))]
+        if step.revision is not None:
+            key = storekeys.revision_key(name, step.revision.number)
+            compares.append(Compare(key, 0))
+            puts.append(Put(key, storekeys.dumps(step.revision.to_json())))
+        state = step.state
+        if state is not None:
+            puts.append(Put(storekeys.rollout_key(name), storekeys.dumps(state.to_json())))
+            revisions = dict(cache.revisions.get(name, {}))
+            if step.revision is not None:
+                revisions[step.revision.number] = step.revision
+            stale = prune(revisions.values(), state)
+            puts += [Delete(storekeys.revision_key(name, n)) for n in stale]
+        try:
+            revision = await self._store.txn(compares, puts)
+        except CompareFailed:
+            # Someone else wrote it (an operator's action): read it again next pass.
+            await self._reload(name)
+            self.wake()
+            return False
+        if step.revision is not None:
+            cache.revisions.setdefault(name, {})[step.revision.number] = step.revision
+        if state is not None:
+            cache.rollouts[name] = state
+            cache.rollout_revisions[name] = revision
+            for n in stale:
+                cache.revisions.get(name, {}).pop(n, None)
+        for event in step.events:
+            self._writer.event("ModelDeployment", name, event.type, event.reason, event.message)
+        log.info(
+            "rollout-step",
+            deployment=name,
+            revision=state.revision if state else None,
+            phase=state.phase.value if state else None,
+            updated=len(state.updated) if state else None,
+            before=len(before.updated) if before else None,
+        )
+        self._projector.mark(self._cache.devices)
+        return True
+
+    async def _reload(self, name: str) -> None:
+        kv = await self._store.get(storekeys.rollout_key(name))
+        if kv is None:
+            self._cache.rollouts.pop(name, None)
+            self._cache.rollout_revisions.pop(name, None)
+            return
+        self._cache.rollouts[name] = RolloutState.from_json(storekeys.loads(kv.value))
+        self._cache.rollout_revisions[name] = kv.mod_revision
+
+    async def _forget(self, name: str) -> None:
+        """The deployment was deleted: its rollout and revisions go too."""
+        ops: list[Put | Delete] = [Delete(storekeys.rollout_key(name))]
+        ops += [
+            Delete(storekeys.revision_key(name, n)) for n in self._cache.revisions.get(name, {})
+        ]
+        await self._store.txn((), ops)
+        self._cache.rollouts.pop(name, None)
+        self._cache.rollout_revisions.pop(name, None)
+        self._cache.revisions.pop(name, None)
+
+    # -- operators -------------------------------------------------------------------------
+    async def act(self, name: str, action: str) -> RolloutState:
+        """``pause``, ``resume`` (also: retry a rolled-back revision from the start)."""
+        cache = self._cache
+        state = cache.rollouts.get(name)
+        if name not in cache.deployments or state is None:
+            raise ActionRefused(f"deployment {name} has no rollout")
+        async with self._lock:
+            return await self._act(name, action)
+
+    async def _act(self, name: str, action: str) -> RolloutState:
+        cache = self._cache
+        state = cache.rollouts[name]
+        now = self._clock()
+        if action == "pause":
+            if state.phase is not RolloutPhase.PROGRESSING:
+                raise ActionRefused(
+                    f"the rollout of {name} is {state.phase.value}, not Progressing"
+                )
+            new = replace(
+                state,
+                phase=RolloutPhase.PAUSED,
+                reason="Paused",
+                message="paused by an operator",
+                changed_at=now,
+            )
+        elif action == "resume":
+            if state.phase is RolloutPhase.PAUSED:
+                new = replace(
+                    state,
+                    phase=RolloutPhase.PROGRESSING,
+                    reason="Resumed",
+                    message="resumed by an operator",
+                    changed_at=now,
+                )
+            elif state.phase is RolloutPhase.ROLLED_BACK:
+                new = replace(
+                    state,
+                    phase=RolloutPhase.PROGRESSING,
+                    updated=frozenset(),
+                    reason="Retried",
+                    message=f"revision {state.revision} retried from the start by an operator",
+                    changed_at=now,
+                    started_at=now,
+                )
+            else:
+                raise ActionRefused(
+                    f"the rollout of {name} is {state.phase.value}: nothing to resume"
+                )
+        else:
+            raise ActionRefused(f"unknown rollout action {action!r}")
+        try:
+            revision = await self._store.txn(
+                [Compare(storekeys.rollout_key(name), cache.rollout_revisions.get(name, 0))],
+                [Put(storekeys.rollout_key(name), storekeys.dumps(new.to_json()))],
+            )
+        except CompareFailed:
+            await self._reload(name)
+            raise ActionRefused(f"the rollout of {name} changed meanwhile; try again") from None
+        cache.rollouts[name] = new
+        cache.rollout_revisions[name] = revision
+        self._writer.event("ModelDeployment", name, "Normal", new.reason, f"rollout {new.message}")
+        self._projector.mark(cache.devices)
+        self.wake()
+        return new
