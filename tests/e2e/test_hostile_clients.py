@@ -35,8 +35,9 @@ def two_models(tmp_path: Path) -> Path:
     d.mkdir()
     build_mlp(d / "mlp.onnx", TINY_MLP, seed=1)
     build_mlp(d / "bystander.onnx", TINY_MLP, seed=2)
-    write_manifest(d, name="mlp")
-    write_manifest(d, name="bystander", path="bystander.onnx")
+    # probes every 5 s: a late PONG on a loaded machine must not restart a replica mid-test
+    write_manifest(d, name="mlp", period=5)
+    write_manifest(d, name="bystander", path="bystander.onnx", period=5)
     return d
 
 
@@ -331,7 +332,7 @@ def test_a_manifest_the_loader_chokes_on_blocks_no_other_file(
             "spec:\n  replicas: {perDevice: " + "9" * 5001 + "}\n"
         )
         build_mlp(two_models / "third.onnx", TINY_MLP, seed=3)
-        write_manifest(two_models, name="third", path="third.onnx")
+        write_manifest(two_models, name="third", path="third.onnx", period=5)
 
         def reported() -> list[dict[str, str]]:
             return [p for p in e.status()["source"]["problems"] if p["file"] == "mlp.yaml"]
@@ -351,7 +352,7 @@ def test_a_manifest_the_loader_chokes_on_blocks_no_other_file(
 def test_a_rotten_blob_is_quarantined_and_fetched_again(
     two_models: Path, tmp_path: Path, edged_factory
 ) -> None:
-    write_manifest(two_models, name="mlp", replicas=2)
+    write_manifest(two_models, name="mlp", replicas=2, period=5)
     e = start(edged_factory, two_models, config(tmp_path))
     sha = e.workload("mlp")["model"]["sha256"]
     blob = e.data / "artifacts" / "sha256" / sha

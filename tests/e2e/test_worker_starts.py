@@ -31,7 +31,9 @@ def test_worker_start_storm_during_a_live_sync_stream(tmp_path: Path, edged_fact
         started: set[int] = set()
         for round_ in range(ROUNDS):
             # a new version: REPLICAS new workers start while the stream stays open
-            write_manifest(manifests, version=f"1.0.{round_}", replicas=REPLICAS, period=1)
+            # probes every 5 s: on a loaded machine a late PONG must not kill a replica (this
+            # test is about aborts at start, not liveness)
+            write_manifest(manifests, version=f"1.0.{round_}", replicas=REPLICAS, period=5)
 
             def all_ready(version: str = f"1.0.{round_}") -> bool:
                 w = e.workload("mlp")
@@ -41,7 +43,7 @@ def test_worker_start_storm_during_a_live_sync_stream(tmp_path: Path, edged_fact
             wait_for(all_ready, 120, f"round {round_}: {REPLICAS} ready replicas")
             assert e.status()["hub"]["connected"]
             for r in e.workload("mlp")["replicas"]:
-                assert r["restarts"] == 0, r
+                assert r["restarts"] == 0, r  # no start died (an abort would restart it)
                 if r["version"] == f"1.0.{round_}":
                     started.add(r["pid"])
         assert len(started) == REPLICAS * ROUNDS
