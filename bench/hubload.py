@@ -94,9 +94,9 @@ def _status_client_main(
 
     from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
 
-    async def device(name: str, key: bytes, cert: bytes, counts: dict[str, int]) -> None:
-        creds = grpc.ssl_channel_credentials(ca, key, cert)
-        deadline = time.monotonic() + duration
+    async def session(
+        name: str, creds: Any, deadline: float, counts: dict[str, int], i: list[int]
+    ) -> None:
         async with grpc.aio.secure_channel(
             f"127.0.0.1:{port}",
             creds,
@@ -109,37 +109,47 @@ def _status_client_main(
             await call.write(device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name=name)))
             await call.read()
             await asyncio.sleep(random.uniform(0, status_every))
-            i = 0
             next_beat = time.monotonic() + heartbeat_every
             while time.monotonic() < deadline:
-                i += 1
+                i[0] += 1
+                n = i[0]
                 workload = device_pb2.WorkloadStatus(
                     name="det",
                     model_version="1.0.0",
-                    revision=f"r{i % 7}",
+                    revision=f"r{n % 7}",
                     desired_replicas=1,
-                    ready_replicas=i % 2,
+                    ready_replicas=n % 2,
                     conditions=[
                         common_pb2.Condition(
-                            type="Ready", status="True" if i % 2 else "False", reason="Probe"
+                            type="Ready", status="True" if n % 2 else "False", reason="Probe"
                         )
                     ],
                 )
-                try:
-                    await call.write(
-                        device_pb2.DeviceMessage(status=device_pb2.Status(workloads=[workload]))
-                    )
-                    counts["status"] += 1
-                    if time.monotonic() >= next_beat:
-                        await call.write(device_pb2.DeviceMessage(heartbeat=device_pb2.Heartbeat()))
-                        next_beat += heartbeat_every
-                except grpc.aio.AioRpcError as exc:
-                    counts[f"error {exc.code().name}"] = (
-                        counts.get(f"error {exc.code().name}", 0) + 1
-                    )
-                    return
+                await call.write(
+                    device_pb2.DeviceMessage(status=device_pb2.Status(workloads=[workload]))
+                )
+                counts["status"] += 1
+                if time.monotonic() >= next_beat:
+                    await call.write(device_pb2.DeviceMessage(heartbeat=device_pb2.Heartbeat()))
+                    next_beat += heartbeat_every
                 await asyncio.sleep(status_every)
             call.cancel()
+
+    async def device(name: str, key: bytes, cert: bytes, counts: dict[str, int]) -> None:
+        """One device: reconnects with jittered backoff like edged; counts why it had to."""
+        creds = grpc.ssl_channel_credentials(ca, key, cert)
+        deadline = time.monotonic() + duration
+        i = [0]
+        attempt = 0
+        while time.monotonic() < deadline:
+            try:
+                await session(name, creds, deadline, counts, i)
+                return
+            except grpc.aio.AioRpcError as exc:
+                reason = f"reconnect after {exc.code().name}"
+                counts[reason] = counts.get(reason, 0) + 1
+            attempt += 1
+            await asyncio.sleep(random.uniform(0, min(10.0, 0.5 * 2.0**attempt)))
 
     async def run() -> None:
         counts = {"status": 0}
@@ -257,9 +267,12 @@ def measure_status(
                 }
             )
         counts: dict[str, int] = {}
-        for pipe in pipes:
-            for key, value in pipe.recv().items():
-                counts[key] = counts.get(key, 0) + value
+        for pipe, p in zip(pipes, procs, strict=True):
+            if pipe.poll(60):
+                for key, value in pipe.recv().items():
+                    counts[key] = counts.get(key, 0) + value
+            else:
+                counts[f"client {p.pid} failed (exit {p.exitcode})"] = 1
         for p in procs:
             p.join(10)
         time.sleep(2.0)
