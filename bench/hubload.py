@@ -60,10 +60,20 @@ def _set(toml: Path, **values: str) -> None:
     toml.write_text(text)
 
 
-def _store_bytes(data: Path) -> int:
-    return sum(
-        (data / f"hub.db{s}").stat().st_size for s in ("", "-wal") if (data / f"hub.db{s}").exists()
-    )
+def _file_mib(path: Path) -> float:
+    return path.stat().st_size / 2**20 if path.exists() else 0.0
+
+
+def _sample(t: float, proc: Any, data: Path) -> dict[str, float]:
+    db, wal = _file_mib(data / "hub.db"), _file_mib(data / "hub.db-wal")
+    return {
+        "t": t,
+        "rss_mib": proc.memory_info().rss / 2**20,
+        "db_mib": db,
+        "wal_mib": wal,
+        "store_mib": db + wal,
+        "history_rows": _history_rows(data),
+    }
 
 
 def _history_rows(data: Path) -> int:
@@ -209,6 +219,7 @@ def measure_status(
     status_every_real: float,
     *,
     compaction: bool,
+    hours: float = 1.0,
 ) -> dict[str, Any]:
     import psutil
 
@@ -230,11 +241,8 @@ def measure_status(
         hub.wait_listening(60)
         proc = psutil.Process(hub.pid)
         time.sleep(1.0)
-        start = {
-            "t": 0.0,
-            "rss_mib": proc.memory_info().rss / 2**20,
-            "store_mib": _store_bytes(data) / 2**20,
-        }
+        start = _sample(0.0, proc, data)
+        duration = hour_in * hours
         ctx = mp.get_context("spawn")
         pipes, procs = [], []
         ca_pem = (data / "ca.crt").read_bytes()
@@ -248,7 +256,7 @@ def measure_status(
                     made["devices"][c::clients],
                     status_every,
                     30 / k,
-                    hour_in,
+                    duration,
                     child,
                 ),
             )
@@ -257,15 +265,9 @@ def measure_status(
             procs.append(p)
         t0 = time.monotonic()
         samples.append(start)
-        while any(p.is_alive() for p in procs) and time.monotonic() - t0 < hour_in + 120:
+        while any(p.is_alive() for p in procs) and time.monotonic() - t0 < duration + 120:
             time.sleep(hour_in / 10)
-            samples.append(
-                {
-                    "t": (time.monotonic() - t0) * k / 60,  # hub-minutes
-                    "rss_mib": proc.memory_info().rss / 2**20,
-                    "store_mib": _store_bytes(data) / 2**20,
-                }
-            )
+            samples.append(_sample((time.monotonic() - t0) * k / 60, proc, data))  # hub-minutes
         counts: dict[str, int] = {}
         for pipe, p in zip(pipes, procs, strict=True):
             if pipe.poll(60):
@@ -276,11 +278,7 @@ def measure_status(
         for p in procs:
             p.join(10)
         time.sleep(2.0)
-        end = {
-            "t": 60.0,
-            "rss_mib": proc.memory_info().rss / 2**20,
-            "store_mib": _store_bytes(data) / 2**20,
-        }
+        end = _sample((time.monotonic() - t0) * k / 60, proc, data)
         samples.append(end)
     finally:
         hub.stop(30)
@@ -290,6 +288,7 @@ def measure_status(
             compactions.append(json.loads(line)["took_ms"])
     return {
         "phase": phase,
+        "hours": hours,
         "devices": n,
         "statuses": counts.get("status", 0),
         "errors": {k_: v for k_, v in counts.items() if k_ != "status"},
@@ -503,16 +502,21 @@ def measure_enroll(workdir: Path, legit: int, attack_s: float) -> dict[str, Any]
 def _print_status(row: dict[str, Any], hour_in: float) -> None:
     s = row["samples"]
     print(
-        f"{row['phase']:9s} {row['devices']} devices, {row['statuses']} statuses in one hub-hour "
-        f"({hour_in:g} s): store {s[0]['store_mib']:.1f} -> {s[-1]['store_mib']:.1f} MiB "
+        f"{row['phase']:9s} {row['devices']} devices, {row['statuses']} statuses in "
+        f"{row['hours']:g} hub-hour(s) of {hour_in:g} s: "
+        f"store {s[0]['store_mib']:.1f} -> {s[-1]['store_mib']:.1f} MiB "
         f"({s[-1]['store_mib'] / max(s[0]['store_mib'], 0.001):.1f}x), "
         f"RSS {s[0]['rss_mib']:.0f} -> {s[-1]['rss_mib']:.0f} MiB, "
         f"history rows {row['history_rows']}"
         + (f", errors {row['errors']}" if row["errors"] else "")
     )
     print(
-        "          store MiB by hub-minute: "
-        + "  ".join(f"{x['t']:.0f}:{x['store_mib']:.1f}" for x in s)
+        "          db+WAL MiB by hub-minute: "
+        + "  ".join(f"{x['t']:.0f}:{x['db_mib']:.1f}+{x['wal_mib']:.1f}" for x in s)
+    )
+    print(
+        "          history rows by hub-minute: "
+        + "  ".join(f"{x['t']:.0f}:{x['history_rows']}" for x in s)
     )
     print(
         "          RSS MiB by hub-minute:   "
@@ -530,6 +534,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--devices", type=int, default=2000)
     ap.add_argument("--hour-in", type=float, default=120.0, help="seconds one hub-hour takes")
+    ap.add_argument("--hours", type=float, default=1.0, help="hub-hours of traffic")
     ap.add_argument("--status-every", type=float, default=30.0, help="real seconds per status")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--legit", type=int, default=60, help="legitimate enrollments per round")
@@ -545,7 +550,7 @@ def main() -> int:
             for compaction in (False, True):
                 row = measure_status(
                     work, args.devices, args.hour_in, args.clients, args.status_every,
-                    compaction=compaction,
+                    compaction=compaction, hours=args.hours,
                 )  # fmt: skip
                 out["status"].append(row)
                 _print_status(row, args.hour_in)
