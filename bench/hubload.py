@@ -60,10 +60,20 @@ def _set(toml: Path, **values: str) -> None:
     toml.write_text(text)
 
 
-def _store_bytes(data: Path) -> int:
-    return sum(
-        (data / f"hub.db{s}").stat().st_size for s in ("", "-wal") if (data / f"hub.db{s}").exists()
-    )
+def _file_mib(path: Path) -> float:
+    return path.stat().st_size / 2**20 if path.exists() else 0.0
+
+
+def _sample(t: float, proc: Any, data: Path) -> dict[str, float]:
+    db, wal = _file_mib(data / "hub.db"), _file_mib(data / "hub.db-wal")
+    return {
+        "t": t,
+        "rss_mib": proc.memory_info().rss / 2**20,
+        "db_mib": db,
+        "wal_mib": wal,
+        "store_mib": db + wal,
+        "history_rows": _history_rows(data),
+    }
 
 
 def _history_rows(data: Path) -> int:
@@ -94,9 +104,9 @@ def _status_client_main(
 
     from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
 
-    async def device(name: str, key: bytes, cert: bytes, counts: dict[str, int]) -> None:
-        creds = grpc.ssl_channel_credentials(ca, key, cert)
-        deadline = time.monotonic() + duration
+    async def session(
+        name: str, creds: Any, deadline: float, counts: dict[str, int], i: list[int]
+    ) -> None:
         async with grpc.aio.secure_channel(
             f"127.0.0.1:{port}",
             creds,
@@ -109,37 +119,47 @@ def _status_client_main(
             await call.write(device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name=name)))
             await call.read()
             await asyncio.sleep(random.uniform(0, status_every))
-            i = 0
             next_beat = time.monotonic() + heartbeat_every
             while time.monotonic() < deadline:
-                i += 1
+                i[0] += 1
+                n = i[0]
                 workload = device_pb2.WorkloadStatus(
                     name="det",
                     model_version="1.0.0",
-                    revision=f"r{i % 7}",
+                    revision=f"r{n % 7}",
                     desired_replicas=1,
-                    ready_replicas=i % 2,
+                    ready_replicas=n % 2,
                     conditions=[
                         common_pb2.Condition(
-                            type="Ready", status="True" if i % 2 else "False", reason="Probe"
+                            type="Ready", status="True" if n % 2 else "False", reason="Probe"
                         )
                     ],
                 )
-                try:
-                    await call.write(
-                        device_pb2.DeviceMessage(status=device_pb2.Status(workloads=[workload]))
-                    )
-                    counts["status"] += 1
-                    if time.monotonic() >= next_beat:
-                        await call.write(device_pb2.DeviceMessage(heartbeat=device_pb2.Heartbeat()))
-                        next_beat += heartbeat_every
-                except grpc.aio.AioRpcError as exc:
-                    counts[f"error {exc.code().name}"] = (
-                        counts.get(f"error {exc.code().name}", 0) + 1
-                    )
-                    return
+                await call.write(
+                    device_pb2.DeviceMessage(status=device_pb2.Status(workloads=[workload]))
+                )
+                counts["status"] += 1
+                if time.monotonic() >= next_beat:
+                    await call.write(device_pb2.DeviceMessage(heartbeat=device_pb2.Heartbeat()))
+                    next_beat += heartbeat_every
                 await asyncio.sleep(status_every)
             call.cancel()
+
+    async def device(name: str, key: bytes, cert: bytes, counts: dict[str, int]) -> None:
+        """One device: reconnects with jittered backoff like edged; counts why it had to."""
+        creds = grpc.ssl_channel_credentials(ca, key, cert)
+        deadline = time.monotonic() + duration
+        i = [0]
+        attempt = 0
+        while time.monotonic() < deadline:
+            try:
+                await session(name, creds, deadline, counts, i)
+                return
+            except grpc.aio.AioRpcError as exc:
+                reason = f"reconnect after {exc.code().name}"
+                counts[reason] = counts.get(reason, 0) + 1
+            attempt += 1
+            await asyncio.sleep(random.uniform(0, min(10.0, 0.5 * 2.0**attempt)))
 
     async def run() -> None:
         counts = {"status": 0}
@@ -199,6 +219,7 @@ def measure_status(
     status_every_real: float,
     *,
     compaction: bool,
+    hours: float = 1.0,
 ) -> dict[str, Any]:
     import psutil
 
@@ -220,11 +241,8 @@ def measure_status(
         hub.wait_listening(60)
         proc = psutil.Process(hub.pid)
         time.sleep(1.0)
-        start = {
-            "t": 0.0,
-            "rss_mib": proc.memory_info().rss / 2**20,
-            "store_mib": _store_bytes(data) / 2**20,
-        }
+        start = _sample(0.0, proc, data)
+        duration = hour_in * hours
         ctx = mp.get_context("spawn")
         pipes, procs = [], []
         ca_pem = (data / "ca.crt").read_bytes()
@@ -238,7 +256,7 @@ def measure_status(
                     made["devices"][c::clients],
                     status_every,
                     30 / k,
-                    hour_in,
+                    duration,
                     child,
                 ),
             )
@@ -247,27 +265,20 @@ def measure_status(
             procs.append(p)
         t0 = time.monotonic()
         samples.append(start)
-        while any(p.is_alive() for p in procs) and time.monotonic() - t0 < hour_in + 120:
+        while any(p.is_alive() for p in procs) and time.monotonic() - t0 < duration + 120:
             time.sleep(hour_in / 10)
-            samples.append(
-                {
-                    "t": (time.monotonic() - t0) * k / 60,  # hub-minutes
-                    "rss_mib": proc.memory_info().rss / 2**20,
-                    "store_mib": _store_bytes(data) / 2**20,
-                }
-            )
+            samples.append(_sample((time.monotonic() - t0) * k / 60, proc, data))  # hub-minutes
         counts: dict[str, int] = {}
-        for pipe in pipes:
-            for key, value in pipe.recv().items():
-                counts[key] = counts.get(key, 0) + value
+        for pipe, p in zip(pipes, procs, strict=True):
+            if pipe.poll(60):
+                for key, value in pipe.recv().items():
+                    counts[key] = counts.get(key, 0) + value
+            else:
+                counts[f"client {p.pid} failed (exit {p.exitcode})"] = 1
         for p in procs:
             p.join(10)
         time.sleep(2.0)
-        end = {
-            "t": 60.0,
-            "rss_mib": proc.memory_info().rss / 2**20,
-            "store_mib": _store_bytes(data) / 2**20,
-        }
+        end = _sample((time.monotonic() - t0) * k / 60, proc, data)
         samples.append(end)
     finally:
         hub.stop(30)
@@ -277,6 +288,7 @@ def measure_status(
             compactions.append(json.loads(line)["took_ms"])
     return {
         "phase": phase,
+        "hours": hours,
         "devices": n,
         "statuses": counts.get("status", 0),
         "errors": {k_: v for k_, v in counts.items() if k_ != "status"},
@@ -490,16 +502,21 @@ def measure_enroll(workdir: Path, legit: int, attack_s: float) -> dict[str, Any]
 def _print_status(row: dict[str, Any], hour_in: float) -> None:
     s = row["samples"]
     print(
-        f"{row['phase']:9s} {row['devices']} devices, {row['statuses']} statuses in one hub-hour "
-        f"({hour_in:g} s): store {s[0]['store_mib']:.1f} -> {s[-1]['store_mib']:.1f} MiB "
+        f"{row['phase']:9s} {row['devices']} devices, {row['statuses']} statuses in "
+        f"{row['hours']:g} hub-hour(s) of {hour_in:g} s: "
+        f"store {s[0]['store_mib']:.1f} -> {s[-1]['store_mib']:.1f} MiB "
         f"({s[-1]['store_mib'] / max(s[0]['store_mib'], 0.001):.1f}x), "
         f"RSS {s[0]['rss_mib']:.0f} -> {s[-1]['rss_mib']:.0f} MiB, "
         f"history rows {row['history_rows']}"
         + (f", errors {row['errors']}" if row["errors"] else "")
     )
     print(
-        "          store MiB by hub-minute: "
-        + "  ".join(f"{x['t']:.0f}:{x['store_mib']:.1f}" for x in s)
+        "          db+WAL MiB by hub-minute: "
+        + "  ".join(f"{x['t']:.0f}:{x['db_mib']:.1f}+{x['wal_mib']:.1f}" for x in s)
+    )
+    print(
+        "          history rows by hub-minute: "
+        + "  ".join(f"{x['t']:.0f}:{x['history_rows']}" for x in s)
     )
     print(
         "          RSS MiB by hub-minute:   "
@@ -517,6 +534,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--devices", type=int, default=2000)
     ap.add_argument("--hour-in", type=float, default=120.0, help="seconds one hub-hour takes")
+    ap.add_argument("--hours", type=float, default=1.0, help="hub-hours of traffic")
     ap.add_argument("--status-every", type=float, default=30.0, help="real seconds per status")
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--legit", type=int, default=60, help="legitimate enrollments per round")
@@ -532,7 +550,7 @@ def main() -> int:
             for compaction in (False, True):
                 row = measure_status(
                     work, args.devices, args.hour_in, args.clients, args.status_every,
-                    compaction=compaction,
+                    compaction=compaction, hours=args.hours,
                 )  # fmt: skip
                 out["status"].append(row)
                 _print_status(row, args.hour_in)

@@ -29,6 +29,9 @@ MAX_REPLICAS = 10_000
 MAX_STATUS_BYTES = 512 * 1024
 MAX_NONCE = 64
 MAX_EVIDENCE_BYTES = 256 * 1024
+MAX_GENERATION = 2**62
+"""Generations are store revisions; one past this would be a hostile device's number, and
+raising above it (the projector's floor + 1) must stay within DesiredState's uint64."""
 
 
 def _text(problems: list[str], path: str, value: str, limit: int) -> None:
@@ -65,6 +68,10 @@ def check_hello(hello: device_pb2.Hello, *, reserved: Sequence[str] = ()) -> lis
     problems: list[str] = []
     _text(problems, "hello.device_name", hello.device_name, 63)
     _text(problems, "hello.edged_version", hello.edged_version, MAX_SHORT)
+    if hello.applied_generation > MAX_GENERATION:
+        problems.append(
+            f"hello.applied_generation: at most {MAX_GENERATION}, got {hello.applied_generation}"
+        )
     if len(hello.labels) > MAX_LABELS:
         problems.append(f"hello.labels: at most {MAX_LABELS}, got {len(hello.labels)}")
     else:
@@ -131,9 +138,15 @@ def check_evidence(evidence: device_pb2.AttestationEvidence) -> list[str]:
     return problems
 
 
-def check_message(message: device_pb2.DeviceMessage) -> list[str]:
-    """Every problem with a message after the Hello (pure)."""
+def check_message(message: device_pb2.DeviceMessage, *, issued: int | None = None) -> list[str]:
+    """Every problem with a message after the Hello (pure). ``issued``: the newest generation
+    the hub issued the device (an Ack above it acknowledges what was never sent)."""
     kind = message.WhichOneof("message")
+    if kind == "ack" and issued is not None and message.ack.generation > issued:
+        return [
+            f"ack.generation: {message.ack.generation} was never issued to this device "
+            f"(the newest is {issued})"
+        ]
     if kind == "status":
         return check_status(message.status)
     if kind == "attestation_evidence":

@@ -188,13 +188,15 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
     ) -> None:
         ctx = self.ctx
         now = ctx.clock()
-        self.per_token.allow(token_id, now)
+        within_rate = self.per_token.allow(token_id, now)
         self.refused_sources[source] = now
         self.refused_sources.move_to_end(source)
         while len(self.refused_sources) > MAX_REFUSED_SOURCES:
             self.refused_sources.popitem(last=False)
         log.warning("enrollment-refused", reason=exc.reason.value, token=token_id, source=source)
-        if exc.reason is not TokenRefusal.UNKNOWN:  # no store writes for made-up ids
+        # An event on a token that exists, at most at the token's refusal rate: no store writes
+        # for made-up ids, nor a flood of them while a known id is being guessed.
+        if exc.reason is not TokenRefusal.UNKNOWN and within_rate:
             ctx.writer.event("Token", token_id, "Warning", "EnrollmentRefused", str(exc))
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSED)
 

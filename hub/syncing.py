@@ -282,7 +282,12 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             now = ctx.clock()
             self.last_seen[name] = now
             kind = msg.WhichOneof("message")
-            problems = check_message(msg)
+            device = ctx.cache.devices.get(name)
+            if device is None or session.closed:
+                return
+            record = ctx.cache.desired.get(name)
+            issued = max(record.generation if record else 0, device.generation_acked)
+            problems = check_message(msg, issued=issued)
             if problems:
                 log.warning("device-input-refused", device=name, problems=problems[:5])
                 raise StreamRefused(grpc.StatusCode.INVALID_ARGUMENT, _joined(problems))
@@ -294,9 +299,6 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                     f"status messages faster than {rate.per_second:g}/s (burst {rate.burst}): "
                     "reconnect later and send status when it changes",
                 )
-            device = ctx.cache.devices.get(name)
-            if device is None or session.closed:
-                return
             if kind == "ack":
                 if msg.ack.generation > device.generation_acked:
                     ctx.writer.update(device.with_(generation_acked=msg.ack.generation))

@@ -47,6 +47,7 @@ log = get_logger(__name__)
 T = TypeVar("T")
 
 SCHEMA_VERSION = 1
+WAL_SIZE_LIMIT = 16 * 1024 * 1024
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS meta (name TEXT PRIMARY KEY, value INTEGER NOT NULL);
@@ -112,6 +113,9 @@ class SqliteStore:
             if mode != "wal":
                 raise StoreError(f"{self.path}: cannot use WAL journal mode (got {mode})")
             db.execute("PRAGMA synchronous=FULL")
+            # After a checkpoint the WAL file is cut back to this, instead of staying at the
+            # largest it ever grew to (compaction frees pages in the database file for reuse).
+            db.execute(f"PRAGMA journal_size_limit={WAL_SIZE_LIMIT}")
             db.execute("PRAGMA foreign_keys=ON")
             db.executescript(_SCHEMA)
             db.execute(

@@ -105,6 +105,14 @@ def test_evidence_and_messages_table() -> None:
     ]
     second_hello = device_pb2.DeviceMessage(hello=device_pb2.Hello())
     assert di.check_message(second_hello)[0].startswith("hello: only the first")
+    huge_ack = device_pb2.DeviceMessage(ack=device_pb2.Ack(generation=2**64 - 1))
+    assert di.check_message(huge_ack, issued=7)[0].startswith(
+        "ack.generation: 18446744073709551615"
+    )
+    ack = device_pb2.DeviceMessage(ack=device_pb2.Ack(generation=7))
+    assert di.check_message(ack, issued=7) == []
+    hello = device_pb2.Hello(applied_generation=2**63)
+    assert di.check_hello(hello)[0].startswith("hello.applied_generation: at most")
     for fine in (device_pb2.Ack(generation=2**64 - 1), device_pb2.Heartbeat()):
         kind = "ack" if isinstance(fine, device_pb2.Ack) else "heartbeat"
         assert di.check_message(device_pb2.DeviceMessage(**{kind: fine})) == []

@@ -3,7 +3,10 @@ CSRs from edged's real identity key. Bad input gets a precise status and writes 
 
 from __future__ import annotations
 
+import contextlib
 import re
+import socket
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -343,6 +346,21 @@ async def test_enrollment_is_rate_limited_per_source_and_per_token(tmp_path: Pat
             )
             got, details = await enroll(good, "cam-1")
             assert got is grpc.StatusCode.RESOURCE_EXHAUSTED and "retry in" in details
+            # ...but only for the address that guessed: a device elsewhere has the secret
+            relay = SourceRelay(hub.enroll_port, "127.0.0.2")
+            try:
+                creds = grpc.ssl_channel_credentials(hub.paths.ca_certificate.read_bytes())
+                options = [("grpc.ssl_target_name_override", "localhost")]
+                async with grpc.aio.secure_channel(
+                    f"127.0.0.1:{relay.port}", creds, options=options
+                ) as other:
+                    request = enrollment_pb2.EnrollRequest(token=good, csr_pem=csr, name="cam-9")
+                    resp = await enrollment_pb2_grpc.EnrollmentServiceStub(other).Enroll(
+                        request, timeout=10
+                    )
+                    assert resp.device_name == "cam-9"
+            finally:
+                relay.close()
             # another token still works from this source until the source's burst is spent
             other, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
             assert (await enroll(other, "cam-2"))[0] is grpc.StatusCode.OK
@@ -350,3 +368,40 @@ async def test_enrollment_is_rate_limited_per_source_and_per_token(tmp_path: Pat
             assert spent[-1] is grpc.StatusCode.RESOURCE_EXHAUSTED
             assert grpc.StatusCode.OK in spent
         assert "cam-1" not in hub.ctx.cache.devices
+
+
+class SourceRelay:
+    """127.0.0.1:port -> ``target`` on loopback, connecting from ``source`` (another address
+    of the loopback network), so that the hub sees another peer."""
+
+    def __init__(self, target: int, source: str) -> None:
+        self.target, self.source = target, source
+        self.listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self.listener.getsockname()[1]
+        threading.Thread(target=self._accept, daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            hub = socket.create_connection(
+                ("127.0.0.1", self.target), source_address=(self.source, 0)
+            )
+            for a, b in ((client, hub), (hub, client)):
+                threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()
+
+    @staticmethod
+    def _pipe(a: socket.socket, b: socket.socket) -> None:
+        try:
+            while data := a.recv(65536):
+                b.sendall(data)
+        except OSError:
+            pass
+        for s in (a, b):
+            with contextlib.suppress(OSError):
+                s.shutdown(socket.SHUT_RDWR)
+
+    def close(self) -> None:
+        self.listener.close()
