@@ -38,6 +38,7 @@ from edgefleet.logs import get_logger
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from hub import applying, pki, storekeys, tokens
 from hub.auth import Caller, authorize
+from hub.caching import Cache
 from hub.context import HubContext
 from hub.devices import Device
 from hub.pki import Role
@@ -82,6 +83,21 @@ def _invalid(message: str) -> Refused:
 
 def _not_found(kind: str, name: str) -> Refused:
     return Refused(grpc.StatusCode.NOT_FOUND, f'{kind} "{name}" not found')
+
+
+def _model_users(cache: Cache, model: tuple[str, str]) -> list[str]:
+    """The deployments that ask for ``model``, or whose rollout still sends it to devices."""
+    users = {
+        name
+        for name, dep in cache.deployments.items()
+        if (dep.spec.model.name, dep.spec.model.version) == model
+    }
+    for name, state in cache.rollouts.items():
+        for number, what in ((state.stable, "stable"), (state.revision, "current")):
+            revision = cache.revisions.get(name, {}).get(number)
+            if name not in users and revision is not None and revision.model == model:
+                users.add(f"{name} ({what} revision {number})")
+    return sorted(users)
 
 
 def _unsupported(parsed: list[applying.ParsedObject]) -> list[str]:
@@ -493,11 +509,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             model = self._model_records().get(name)
             if model is None:
                 return admin_pb2.DeleteResponse(deleted=False)
-            users = sorted(
-                dep_name
-                for dep_name, dep in cache.deployments.items()
-                if (dep.spec.model.name, dep.spec.model.version) == (model.name, model.version)
-            )
+            users = _model_users(cache, (model.name, model.version))
             if users and not request.force:
                 raise Refused(
                     grpc.StatusCode.FAILED_PRECONDITION,
