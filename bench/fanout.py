@@ -218,7 +218,13 @@ DEPLOYMENT = {
     "apiVersion": "edgefleet.io/v1",
     "kind": "ModelDeployment",
     "metadata": {"name": "bench"},
-    "spec": {"model": {"name": "bench", "version": "1.0.0"}, "replicas": {"perDevice": 1}},
+    "spec": {
+        "model": {"name": "bench", "version": "1.0.0"},
+        "replicas": {"perDevice": 1},
+        # every device at once: what a fan-out is (a rolling update waits for device reports,
+        # which these simulated devices do not send; bench/rollout.py measures rollouts)
+        "rollout": {"maxSurge": "100%", "maxUnavailable": 0},
+    },
 }
 
 

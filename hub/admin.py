@@ -39,12 +39,13 @@ from edgefleet.logs import get_logger
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from hub import applying, pki, storekeys, tokens
 from hub.auth import Caller, authorize
+from hub.caching import Cache
 from hub.context import HubContext
 from hub.desired import MAX_DESIRED_STATE_BYTES, FleetPolicies, build_desired, wire_size
 from hub.devices import Device
 from hub.pki import Role
 from hub.presenting import deployment_object, device_object, object_labels
-from hub.rolling import RolloutState, template_hash
+from hub.rolling import Revision, RolloutState, template_hash
 from hub.rollouts import ActionRefused, progress_of, undo_manifest
 from hub.selecting import parse_selector
 from hub.statusing import count_placeable, placement_warnings
@@ -87,6 +88,21 @@ def _invalid(message: str) -> Refused:
 
 def _not_found(kind: str, name: str) -> Refused:
     return Refused(grpc.StatusCode.NOT_FOUND, f'{kind} "{name}" not found')
+
+
+def _model_users(cache: Cache, model: tuple[str, str]) -> list[str]:
+    """The deployments that ask for ``model``, or whose rollout still sends it to devices."""
+    users = {
+        name
+        for name, dep in cache.deployments.items()
+        if (dep.spec.model.name, dep.spec.model.version) == model
+    }
+    for name, state in cache.rollouts.items():
+        for number, what in ((state.stable, "stable"), (state.revision, "current")):
+            revision = cache.revisions.get(name, {}).get(number)
+            if name not in users and revision is not None and revision.model == model:
+                users.add(f"{name} ({what} revision {number})")
+    return sorted(users)
 
 
 def _unsupported(parsed: list[applying.ParsedObject]) -> list[str]:
@@ -229,6 +245,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
         for p in changed:
             trial.put_object(p.obj.manifest, 0)
+        # the worst case: each changed deployment's new revision on every device it reaches
+        planned = {
+            p.obj.name: Revision(p.obj.name, 0, template_hash(p.obj.manifest), p.obj.manifest, 0.0)
+            for p in changed
+            if p.obj.kind == "ModelDeployment"
+        }
         fleet = FleetPolicies.of(trial)
         too_big: list[tuple[str, int]] = []
         for name, device in sorted(cache.devices.items()):
@@ -239,6 +261,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 previous=frozenset(previous.deployments) if previous else frozenset(),
                 region=self._ctx.region,
                 fleet=fleet,
+                planned=planned,
             )
             size = wire_size(content)
             if size > MAX_DESIRED_STATE_BYTES:
@@ -527,11 +550,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         ctx, cache = self._ctx, self._ctx.cache
         forced = ""
         if kind == storekeys.KIND_MODEL and (model := self._model_records().get(name)):
-            users = sorted(
-                dep_name
-                for dep_name, dep in cache.deployments.items()
-                if (dep.spec.model.name, dep.spec.model.version) == (model.name, model.version)
-            )
+            users = _model_users(cache, (model.name, model.version))
             if users and not request.force:
                 raise Refused(
                     grpc.StatusCode.FAILED_PRECONDITION,

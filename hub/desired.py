@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from hub.caching import Cache
 from hub.devices import Device
 from hub.placing import Projection, SecurityPolicy, project
+from hub.rolling import Revision
 
 MAX_DESIRED_STATE_BYTES = 4 * 1024 * 1024 - 64 * 1024
 """The most one device's desired state may take on the wire: gRPC's 4 MiB message limit (the
@@ -61,9 +62,12 @@ def build_desired(
     previous: frozenset[str],
     region: str,
     fleet: FleetPolicies | None = None,
+    planned: Mapping[str, Revision] | None = None,
 ) -> DesiredContent:
     """What ``device`` should be sent (pure over the cache). ``fleet``: what applies to every
-    device, read from the cache once per batch (read here when not given)."""
+    device, read from the cache once per batch (read here when not given). ``planned``:
+    revisions to send instead of the rollout's choice, by deployment (an apply is checked
+    against the worst case: its new revisions on every device they reach)."""
     fleet = fleet or FleetPolicies.of(cache)
     projection: Projection = project(
         device,
@@ -78,7 +82,7 @@ def build_desired(
     metadata: list[bytes] = []
     artifacts: set[str] = set()
     for name in projection.names:
-        revision = cache.revision_for(name, device.name)
+        revision = (planned or {}).get(name) or cache.revision_for(name, device.name)
         if revision is None:
             excluded[name] = "no revision made yet (the rollout controller makes one)"
             continue

@@ -25,10 +25,12 @@ decides the next step from that state and what devices report, with ``now`` pass
   on which nothing serves; ``maxSurge`` rounds up and ``maxUnavailable`` down (Kubernetes'
   rule; both 0 after rounding is 1 unavailable). Percentages are of the targeted devices;
 * devices that are not connected or outside their health policy are **skipped**: not
-  assigned, not counted as progress or in the budget, and listed with the reason; they get
-  the current stable revision when they return (so never one that was rolled back);
-* when every eligible targeted device serves the new revision with all replicas ready, the
-  rollout is Complete and the new revision is the stable one.
+  assigned, not counted as progress or in the budget, and listed with the reason; while away
+  they keep the stable revision (so never one that was rolled back meanwhile), and when they
+  return they are assigned within the budget like the others;
+* when every targeted device serves the new revision with all replicas ready, the rollout is
+  Complete and the new revision is the stable one (a device away holds completion: the
+  rollout says it waits for it, rather than letting it switch unbudgeted on its return).
 
 Every step only *adds* device names to the state and is written with a compare-and-swap, so a
 hub killed at any moment resumes from the store and never takes a step twice.
@@ -333,14 +335,14 @@ def plan_rollout(
     eligible = [d for d in devices if d.eligible]
     if devices and not eligible:
         return Step(progress=progress)  # wait: nobody could take a step
-    if all(d.name in state.updated and d.target is TargetPhase.READY for d in eligible):
+    if all(d.name in state.updated and d.target is TargetPhase.READY for d in devices):
         done = replace(
             state,
             phase=RolloutPhase.COMPLETE,
             stable=state.revision,
             reason="RolloutComplete",
             message=f"revision {state.revision} ({_version(current)}) serves on every "
-            f"eligible device ({len(eligible)} of {len(devices)})",
+            f"targeted device ({len(devices)})",
             changed_at=now,
         )
         event = Event("Normal", "RolloutComplete", done.message)

@@ -326,6 +326,8 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         f"device {name}: {describe_failure(rev)}",
                     )
                 ctx.writer.update(changed)
+                if ctx.rollouts is not None and changed.workloads != device.workloads:
+                    ctx.rollouts.wake()  # a rollout may take its next step now
             elif kind == "attestation_evidence" and self.on_evidence is not None:
                 ev = msg.attestation_evidence
                 self.on_evidence(name, bytes(ev.nonce), bytes(ev.evidence))

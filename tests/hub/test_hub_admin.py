@@ -292,12 +292,11 @@ async def test_get_and_list_show_kubernetes_shaped_objects(tmp_path: Path) -> No
     async with await served(tmp_path) as hub, hub.channel() as channel:
         stub = hub.stub(channel)
         await seed_devices(hub)
-        hub.ctx.cache.desired["cam-1"] = DesiredRecord(7, ("fraud",), "d")
+        await _push_record(hub, "fraud", "2.4.1")
         await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment()]))
-        # the apply's projection (the model was never pushed) settles first; then the record
-        # the assertions below are about is put back, and nothing marks the device again
-        await eventually(lambda: hub.ctx.cache.desired["cam-1"].digest != "d")
-        hub.ctx.cache.desired["cam-1"] = DesiredRecord(7, ("fraud",), "d")
+        none = DesiredRecord(0, (), "")
+        await eventually(lambda: hub.ctx.cache.desired.get("cam-1", none).deployments != ())
+        generation = hub.ctx.cache.desired["cam-1"].generation
 
         got = await stub.Get(admin_pb2.GetRequest(kind="Device", name="cam-1"))
         doc = orjson.loads(got.json)
@@ -310,7 +309,7 @@ async def test_get_and_list_show_kubernetes_shaped_objects(tmp_path: Path) -> No
         assert doc["spec"] == {"labels": {"site": "retail"}, "cordoned": False}
         status = doc["status"]
         assert status["phase"] == "Ready"
-        assert status["generationDesired"] == 7 and status["deployments"] == ["fraud"]
+        assert status["generationDesired"] == generation and status["deployments"] == ["fraud"]
         assert status["workloads"]["fraud"]["readyReplicas"] == 1
         assert {"health", "attestation", "facts", "generationAcked", "taints"} <= set(status)
         cam2 = orjson.loads(
@@ -332,7 +331,7 @@ async def test_get_and_list_show_kubernetes_shaped_objects(tmp_path: Path) -> No
             "cam-2",
         ]
         assert listed.resource_version >= max(i.resource_version for i in listed.items)
-        assert (await stub.List(admin_pb2.ListRequest(kind="Model"))).items == []
+        assert len((await stub.List(admin_pb2.ListRequest(kind="Model"))).items) == 1
 
 
 @async_test
@@ -791,3 +790,21 @@ async def test_watching_deployments_sees_every_status_change(tmp_path: Path) -> 
         assert doc["status"]["readyDevices"] != before or doc["status"]["failing"]
         assert "cam-1" in doc["status"]["failing"]
         call.cancel()
+
+
+@async_test
+async def test_a_model_a_rollout_still_sends_is_in_use(tmp_path: Path) -> None:
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await seed_devices(hub)  # cam-1 serves fraud 2.4.1
+        await _push_record(hub, "fraud", "2.4.1")
+        await _push_record(hub, "fraud", "2.5.0")
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment()]))
+        hub.ctx.cache.desired["cam-1"] = DesiredRecord(7, ("fraud",), "d")
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment(version="2.5.0")]))
+        state = hub.ctx.cache.rollouts["fraud"]
+        assert (state.revision, state.stable, state.phase.value) == (2, 1, "Progressing")
+        request = admin_pb2.DeleteRequest(kind="Model", name="fraud-2.4.1")
+        code, details = await code_of(stub.Delete(request))
+        assert code is grpc.StatusCode.FAILED_PRECONDITION
+        assert "in use by ModelDeployment fraud (stable revision 1)" in details

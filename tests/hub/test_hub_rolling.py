@@ -221,14 +221,20 @@ def test_a_device_not_given_the_new_revision_cannot_fail_it() -> None:
     assert step.state is not None and step.state.phase is RolloutPhase.PROGRESSING
 
 
-def test_complete_when_every_eligible_device_is_ready_on_the_new_revision() -> None:
+def test_complete_when_every_device_is_ready_on_the_new_revision() -> None:
     dep, m = rolling()
     state = replace(STARTED, updated=frozenset({"a", "b"}))
-    devices = [ready("a"), ready("b"), DeviceView("c", eligible=False, skip_reason="offline")]
-    step = plan_rollout(dep, m, REVS, state, devices, T)
+    away = DeviceView("c", eligible=False, skip_reason="offline", serving=True)
+    step = plan_rollout(dep, m, REVS, state, [ready("a"), ready("b"), away], T)
+    assert step.state is None  # c holds completion; it keeps the stable revision meanwhile
+    assert step.progress is not None and step.progress.skipped == {"c": "offline"}
+    assert state.revision_for("c") == 1
+    back = replace(away, eligible=True, skip_reason="")
+    step = plan_rollout(dep, m, REVS, state, [ready("a"), ready("b"), back], T)
+    assert step.state is not None and step.state.updated == frozenset({"a", "b", "c"})
+    step = plan_rollout(dep, m, REVS, step.state, [ready("a"), ready("b"), ready("c")], T)
     assert step.state is not None
     assert (step.state.phase, step.state.stable) == (RolloutPhase.COMPLETE, 2)
-    assert step.state.revision_for("c") == 2  # it gets the new stable one when it returns
 
 
 def test_nothing_moves_while_paused_without_a_model_or_without_eligible_devices() -> None:
