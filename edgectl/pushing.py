@@ -13,14 +13,14 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 
 from edgectl.client import AdminConfig, load_admin_config
-from edgectl.commands import CONFIG_ENV, default_config
+from edgectl.commands import default_config
+from edgectl.errors import EXIT_UNREACHABLE, EXIT_USAGE, EdgectlError
 from edgefleet.errors import ConfigError, TrustError
 from edgefleet.trust import signing
 from edgefleet.trust.documents import parse_artifact
@@ -30,8 +30,12 @@ from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 CHUNK = 256 * 1024
 
 
-class PushError(Exception):
+class PushError(EdgectlError):
     """The push could not be made or was refused; the message says why."""
+
+    def __init__(self, message: str, exit_code: int = EdgectlError.exit_code) -> None:
+        super().__init__(message)
+        self.exit_code = exit_code
 
 
 def _channel(config: AdminConfig) -> grpc.aio.Channel:
@@ -42,7 +46,7 @@ def _channel(config: AdminConfig) -> grpc.aio.Channel:
             certificate_chain=config.certificate.read_bytes(),
         )
     except OSError as exc:
-        raise PushError(f"cannot read credentials: {exc}") from None
+        raise PushError(f"cannot read credentials: {exc}", EXIT_USAGE) from None
     return grpc.aio.secure_channel(config.hub, credentials)
 
 
@@ -65,13 +69,6 @@ def add_command(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="an envelope signed elsewhere (edgectl models sign); uploaded exactly as it is",
     )
     push.add_argument("--expires", default="90d", help="validity when signing here (default 90d)")
-    push.add_argument(
-        "--config",
-        dest="push_config",
-        type=Path,
-        metavar="FILE",
-        help=f"admin.toml (default: --config of edgectl, ${CONFIG_ENV}, ./admin.toml)",
-    )
 
 
 def run(args: argparse.Namespace) -> int | None:
@@ -79,16 +76,18 @@ def run(args: argparse.Namespace) -> int | None:
     if args.command != "models" or getattr(args, "models_cmd", None) != "push":
         return None
     try:
-        config = load_admin_config(
-            args.push_config or getattr(args, "config", None) or default_config()
-        )
+        config = load_admin_config(args.config or default_config(), args.context)
+    except ConfigError as exc:
+        raise PushError(f"models push: {exc}", EXIT_USAGE) from None
+    try:
         if not args.file.is_file():
             raise PushError(f"{args.file}: no such file")
         envelope = _envelope(args, config)
         response = asyncio.run(push(config, args.file, envelope))
-    except (PushError, TrustError, ConfigError, OSError, ValueError) as exc:
-        print(f"edgectl: models push: {exc}", file=sys.stderr)
-        return 1
+    except PushError as exc:
+        raise PushError(f"models push: {exc}", exc.exit_code) from None
+    except (TrustError, OSError, ValueError) as exc:
+        raise PushError(f"models push: {exc}") from None
     what = f"model/{args.name} {args.version}"
     if response.stored:
         print(f"{what} pushed (sha256 {response.sha256}, {response.length} bytes)")
@@ -145,5 +144,12 @@ async def push(
             )
             return response
         except grpc.aio.AioRpcError as exc:
-            code = exc.code().name if exc.code() else "UNKNOWN"
-            raise PushError(f"the hub refused it ({code}): {exc.details()}") from None
+            code = exc.code()
+            name = code.name if code else "UNKNOWN"
+            if code is grpc.StatusCode.DEADLINE_EXCEEDED:
+                message = f"{name}: no answer from the hub at {config.hub}: outcome unknown"
+                raise PushError(message, EXIT_UNREACHABLE) from None
+            if code is grpc.StatusCode.UNAVAILABLE:
+                message = f"{name}: cannot reach the hub at {config.hub}: {exc.details()}"
+                raise PushError(message, EXIT_UNREACHABLE) from None
+            raise PushError(f"{name}: {exc.details()}") from None

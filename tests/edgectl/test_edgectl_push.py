@@ -146,7 +146,7 @@ async def test_push_of_metadata_signed_elsewhere_and_refusals(
 
         code, _, err = await _edgectl(*base, "--version", "3.0", "--key", tmp_path / "stranger.key")
         assert code == 1
-        assert "the hub refused it (PERMISSION_DENIED): UnknownKey:" in err
+        assert "error: models push: PERMISSION_DENIED: UnknownKey:" in err
         assert ("mlp", "3.0") not in ctx.cache.models
 
 
@@ -164,4 +164,4 @@ async def test_push_without_a_key_or_a_hub_says_what_is_missing(tmp_path: Path) 
     code, _, err = await _edgectl(
         "models", "push", model, "--name", "m", "--version", "1", "--config", tmp_path / "none"
     )
-    assert code == 1 and "none: cannot read" in err
+    assert code == 2 and "none: cannot read" in err  # a config problem: exit 2
