@@ -415,6 +415,7 @@ class Daemon:
             )
             self.hub_link = link
             self.board.hub_status = link.status
+            self.board.device_name = link.link.device_name  # the hub's name for this device
             components.append(link)
         if self.source is not None:
             components.append(

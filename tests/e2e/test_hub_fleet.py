@@ -109,6 +109,7 @@ def test_enroll_apply_serve_and_apply_again_changes_nothing(
     code, out = a.infer("det", X)
     assert code == 200, out
     assert b.status()["workloads"] == []  # site b is not selected
+    assert b.status()["device"]["name"] == "dev-b"  # the hub's name for it, not the hostname
     again = apply(hub, tmp_path, name="det", model="det", version="1.0.0", site="a")
     assert "unchanged" in again
     pids = a.worker_pids("det")
