@@ -20,6 +20,17 @@ EXIT_REFUSED = 1
 EXIT_USAGE = 2
 EXIT_UNREACHABLE = 3
 
+EXIT_CODES: tuple[tuple[int, str], ...] = (
+    (EXIT_DONE, "done"),
+    (EXIT_REFUSED, "refused: the hub said no, the input is invalid, or (diff) there are "
+     "differences"),
+    (EXIT_USAGE, "usage or configuration: a wrong command line, an unreadable or invalid "
+     "admin.toml"),
+    (EXIT_UNREACHABLE, "the hub cannot be reached, or a change was sent and no answer came "
+     "(outcome unknown)"),
+)  # fmt: skip
+"""The table above, for ``--help`` texts and the manual page."""
+
 
 class EdgectlError(EdgefleetError):
     """A failure edgectl reports as one line and an exit code."""
