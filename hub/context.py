@@ -16,6 +16,7 @@ from edgefleet.artifacts.storing import ArtifactStore
 from hub.caching import Cache
 from hub.config import HubConfig
 from hub.initializing import HubPaths
+from hub.observing import HubMetrics
 from hub.pki import CertifiedKey
 from hub.projecting import Projector
 from hub.sessions import Sessions
@@ -36,6 +37,7 @@ class HubContext:
     blobs: ArtifactStore
     trust_root: bytes = b""  # the fleet trust root as signed (D/trust-root.json), if any
     clock: Callable[[], float] = field(default=time.time)
+    metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.observing
 
     @property
     def region(self) -> str:

@@ -139,6 +139,13 @@ def listen_for(hub_address: str) -> str:
     return f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
 
 
+def metrics_listen_for(listen: str) -> str:
+    """The observability listener of a hub listening on ``listen``: loopback, port + 2 (after
+    the mTLS port and the enrollment port). Pure."""
+    _, port = parse_host_port(listen)
+    return f"127.0.0.1:{port + 2}"
+
+
 def default_sans(hub_address: str) -> list[str]:
     host, _ = parse_host_port(hub_address)
     names = ["localhost", "127.0.0.1", socket.gethostname()]
@@ -198,7 +205,10 @@ def _write_credentials(
     pki.write_private_key(paths.admin_key, admin.key)
     pki.write_certificate(paths.admin_certificate, admin.certificate)
     write_atomic(paths.admin_config, _admin_toml(paths, hub_address).encode(), mode=0o600)
-    config_text = default_config_text(region=region, listen=listen_for(hub_address))
+    listen = listen_for(hub_address)
+    config_text = default_config_text(
+        region=region, listen=listen, metrics_listen=metrics_listen_for(listen)
+    )
     write_atomic(paths.config, config_text.encode(), mode=0o644)
     return ca
 

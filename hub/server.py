@@ -42,6 +42,13 @@ from hub.context import HubContext
 from hub.enrolling import EnrollmentServicer
 from hub.initializing import HubPaths
 from hub.lifecycle import Lifecycle
+from hub.observing import (
+    READY_STORE_TIMEOUT_S,
+    HubMetrics,
+    InstrumentedStore,
+    MetricsInterceptor,
+    ObservabilityServer,
+)
 from hub.projecting import Projector
 from hub.registering import add_servicer
 from hub.sessions import Sessions
@@ -82,9 +89,13 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         raise HubDirError(f"{data_dir} is not a hub data directory (no hub.toml): run hub init")
     config = load_config(paths.config)
     ca = pki.load_certified_key(paths.ca_certificate, paths.ca_key)
-    store = store or await open_store(config.store or None, data_dir=paths.data_dir)
+    metrics = HubMetrics()
+    store = InstrumentedStore(
+        store or await open_store(config.store or None, data_dir=paths.data_dir), metrics
+    )
     cache = await Cache.load(store)
     sessions = Sessions()
+    metrics.watch(cache, sessions)
     root = paths.data_dir / TRUST_ROOT_FILE
     return HubContext(
         paths=paths,
@@ -97,6 +108,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         sessions=sessions,
         blobs=ArtifactStore(paths.data_dir / "blobs"),
         trust_root=root.read_bytes() if root.exists() else b"",
+        metrics=metrics,
     )
 
 
@@ -126,7 +138,7 @@ async def start_server(
     """Start the gRPC server (not the controllers); ports 0 pick free ones."""
     listen = listen or ctx.config.listen
     enroll_listen = enroll_listen or enrollment_address(listen)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[MetricsInterceptor(ctx.metrics)])
     devices = DeviceServicer(ctx)
     # Not the generated add_*_to_server: malformed messages must get INVALID_ARGUMENT.
     add_servicer(server, devices, device_pb2.DESCRIPTOR.services_by_name["DeviceService"])
@@ -143,6 +155,18 @@ async def start_server(
     await server.start()
     log.info("hub-serving", listen=listen, port=port, enroll_port=enroll_port, region=ctx.region)
     return RunningHub(ctx, server, port, enroll_port, devices)
+
+
+async def _readiness(ctx: HubContext, stop: asyncio.Event) -> str | None:
+    """Why the hub is not ready to serve (None: it is): stopping, or a store that does not
+    answer within 2 s."""
+    if stop.is_set():
+        return "stopping"
+    try:
+        await asyncio.wait_for(ctx.store.get("/readyz"), READY_STORE_TIMEOUT_S)
+    except Exception as exc:
+        return f"the store does not answer: {type(exc).__name__}: {exc}"
+    return None
 
 
 class LeaseExpiry:
@@ -165,8 +189,10 @@ async def serve(
     enroll_listen: str | None = None,
     store_url: str | None = None,
     ready: asyncio.Event | None = None,
+    metrics_listen: str | None = None,
 ) -> int:
-    """Run the hub until SIGTERM/SIGINT."""
+    """Run the hub until SIGTERM/SIGINT. ``metrics_listen`` (default: hub.toml's
+    ``metricsListen``; ``""``: none) serves /metrics, /healthz, /readyz (:mod:`hub.observing`)."""
     ctx = await build_context(
         data_dir,
         store=await open_store(store_url, data_dir=HubPaths.of(data_dir).data_dir)
@@ -195,6 +221,14 @@ async def serve(
         LeaseExpiry(ctx.store),
         attestation,
     ]
+    if metrics_listen is None:
+        metrics_listen = ctx.config.metrics_listen
+    if metrics_listen:
+
+        async def readiness() -> str | None:
+            return await _readiness(ctx, stop)
+
+        components.append(ObservabilityServer(metrics_listen, ctx.metrics, readiness))
     if ready is not None:
         ready.set()
     # systemd (Type=notify): ready once the gRPC server listens; watchdog pings from this loop

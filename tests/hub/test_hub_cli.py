@@ -52,6 +52,7 @@ def test_init_creates_a_working_hub_and_refuses_to_overwrite_it(tmp_path: Path) 
     }
     assert load_config(d / "hub.toml").region == "eu-dublin"
     assert load_config(d / "hub.toml").listen == "localhost:7443"  # where admin.toml looks
+    assert load_config(d / "hub.toml").metrics_listen == "127.0.0.1:7445"
     pin = pki.ca_pin(ca.certificate)
     token = re.search(r"--token (\S+)", result.stdout)
     assert token and f"--ca-hash {pin}" in result.stdout
