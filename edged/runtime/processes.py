@@ -289,6 +289,7 @@ class Replica:
         """Start a process for this slot (first start or restart)."""
         if self.exited_at is not None:
             self.restarts += 1
+            self.pool.restarted(self)
         self.phase = Phase.STARTING
         self.started_at = time.monotonic()
         self.ready_since = None
@@ -410,11 +411,13 @@ class WorkerPool:
         notify: Callable[[WorkloadName], None],
         on_serving_change: Callable[[Replica, bool], None],
         on_result: Callable[[Replica, int, float], None],
+        on_restart: Callable[[Replica], None] | None = None,
         python: str = "",
     ) -> None:
         self.notify = notify
         self._on_serving_change = on_serving_change
         self._on_result = on_result
+        self._on_restart = on_restart
         self._python = python or sys.executable
         self._replicas: dict[ReplicaId, Replica] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -485,6 +488,10 @@ class WorkerPool:
 
     def serving_changed(self, rep: Replica, *, ready: bool) -> None:
         self._on_serving_change(rep, ready)
+
+    def restarted(self, rep: Replica) -> None:
+        if self._on_restart is not None:
+            self._on_restart(rep)
 
     def record_result(self, rep: Replica, status: int, seconds: float) -> None:
         self._on_result(rep, status, seconds)
