@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -150,6 +151,8 @@ def fail(message: str, code: int) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    # gRPC's C core logs to stderr (glog lines) unless told otherwise before it is imported
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
     p = build_parser()
     args = p.parse_args(argv)
     if args.command is None:

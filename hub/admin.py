@@ -116,7 +116,7 @@ def _rpc(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
                 f"changed concurrently, nothing was written; try again ({exc})",
             )
         except StoreError as exc:
-            log.error("admin-store-failed", method=fn.__name__, error=str(exc))
+            log.error("admin store failed", method=fn.__name__, error=str(exc))
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"the hub's store failed: {exc}")
         raise AssertionError("unreachable: context.abort raises")
 

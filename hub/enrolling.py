@@ -73,7 +73,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         try:
             record = await tokens.validate(ctx.store, request.token, now=now)
         except TokenError as exc:
-            log.warning("enrollment-refused", reason=exc.reason.value)
+            log.warning("enrollment refused", reason=exc.reason.value)
             await context.abort(_TOKEN_STATUS[exc.reason], str(exc))
             raise AssertionError("unreachable") from None
         name = request.name or f"device-{secrets.token_hex(4)}"
@@ -121,7 +121,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             "Device", name, "Normal", "Enrolled", f"enrolled with bootstrap token {record.id}"
         )
         ctx.projector.mark([name])
-        log.info("device-enrolled", device=name, token=record.id)
+        log.info("device enrolled", device=name, token=record.id)
         return enrollment_pb2.EnrollResponse(
             certificate_chain_pem=pki.certificate_pem(certificate),
             ca_certificate_pem=pki.certificate_pem(ctx.ca.certificate),

@@ -365,7 +365,7 @@ class ObservabilityServer:
             self._serve, self.host, self.port, limit=MAX_REQUEST_BYTES
         )
         self.port = server.sockets[0].getsockname()[1]
-        log.info("observability-listening", host=self.host, port=self.port)
+        log.info("observability listening", host=self.host, port=self.port)
         self.bound.set()
         try:
             await stop.wait()

@@ -153,7 +153,7 @@ async def start_server(
         enroll_listen, _server_credentials(ctx.paths, mutual=False)
     )
     await server.start()
-    log.info("hub-serving", listen=listen, port=port, enroll_port=enroll_port, region=ctx.region)
+    log.info("hub serving", listen=listen, port=port, enroll_port=enroll_port, region=ctx.region)
     return RunningHub(ctx, server, port, enroll_port, devices)
 
 
@@ -245,12 +245,12 @@ async def serve(
         try:
             await ctx.writer.flush()  # updates by calls answered while stopping
         except Exception as exc:
-            log.error("hub-final-flush-failed", error=str(exc))
+            log.error("hub final flush failed", error=str(exc))
             code = 1
         await ctx.store.close()
         watchdog_stop.set()
         await watchdog
-        log.info("hub-stopped")
+        log.info("hub stopped")
     return code
 
 

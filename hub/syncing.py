@@ -96,11 +96,11 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         try:
             first = await asyncio.wait_for(it.__anext__(), HELLO_TIMEOUT_S)
         except (TimeoutError, StopAsyncIteration) as exc:
-            log.warning("sync-without-hello", device=caller.name, error=type(exc).__name__)
+            log.warning("sync without hello", device=caller.name, error=type(exc).__name__)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the stream must open with Hello")
             return
         except asyncio.CancelledError:
-            log.warning("sync-cancelled-before-hello", device=caller.name)
+            log.warning("sync cancelled before hello", device=caller.name)
             raise
         if first.WhichOneof("message") != "hello":
             await context.abort(
@@ -127,7 +127,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         ctx.writer.update(device)
         self.last_seen[caller.name] = now
         session = ctx.sessions.open(caller.name, caller.serial)
-        log.info("device-connected", device=caller.name, generation=hello.applied_generation)
+        log.info("device connected", device=caller.name, generation=hello.applied_generation)
         reader = asyncio.ensure_future(self._read(caller.name, it, session))
         try:
             # What the device is owed now goes out at once; the batched projector looks at
@@ -176,7 +176,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         finally:
             reader.cancel()
             ctx.sessions.release(session)
-            log.info("device-disconnected", device=caller.name)
+            log.info("device disconnected", device=caller.name)
 
     async def _read(
         self, name: str, it: AsyncIterator[device_pb2.DeviceMessage], session: Session
@@ -236,7 +236,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             device.with_(certificate_serial=serial, public_key_pem=pki.public_key_pem(certificate))
         )
         await ctx.writer.flush()
-        log.info("certificate-renewed", device=caller.name, serial=serial)
+        log.info("certificate renewed", device=caller.name, serial=serial)
         return device_pb2.RenewCertificateResponse(
             certificate_chain_pem=pki.certificate_pem(certificate)
         )
