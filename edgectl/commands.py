@@ -29,7 +29,7 @@ import orjson
 
 from edgectl import jsonpath, printing
 from edgectl.client import AdminClient, ClientError, load_admin_config
-from edgectl.errors import EXIT_DONE, EXIT_REFUSED, InputError, UsageError
+from edgectl.errors import EXIT_DONE, EXIT_REFUSED, EdgectlError, InputError, UsageError
 from edgectl.resources import ALL_KINDS, APPLIED_KINDS, EVENT, TOKEN, Ref, kind_of, parse_refs
 from edgefleet.api import load_documents, parse_manifest
 from edgefleet.api.meta import label_key, label_value
@@ -135,6 +135,12 @@ def add_commands(sub: Any) -> None:
             "--overwrite", action="store_true", help="allow changing a value already set"
         )
 
+    logs = sub.add_parser(
+        "logs", help="a device's log lines (not built yet: says so and where to look instead)"
+    )
+    logs.add_argument("resource", nargs="+", metavar="ARG", help="device/NAME [WORKLOAD]")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+
     devices = sub.add_parser("devices", help="device commands")
     dsub = devices.add_subparsers(dest="device_command", required=True, metavar="COMMAND")
     for name, text in (
@@ -158,7 +164,9 @@ def add_commands(sub: Any) -> None:
     )  # fmt: skip
 
 
-COMMANDS = ("apply", "diff", "get", "describe", "delete", "label", "annotate", "devices", "tokens")
+COMMANDS = (
+    "apply", "diff", "get", "describe", "delete", "label", "annotate", "logs", "devices", "tokens",
+)  # fmt: skip
 
 
 def _print(text: str) -> None:
@@ -520,7 +528,15 @@ _HANDLERS: dict[str, Callable[[AdminClient, argparse.Namespace], int]] = {
 
 
 def _check_before_connecting(args: argparse.Namespace) -> None:
-    """Usage errors that need no hub, so that they are reported even when it is down."""
+    """Usage errors that need no hub, so that they are reported even when it is down; and
+    ``logs``, refused before connecting: devices cannot stream their log lines to the hub
+    yet (there is no such message on the Sync stream)."""
+    if args.command == "logs":
+        ref, _ = _one(args.resource, "logs", allow=("Device",))
+        raise EdgectlError(
+            f"logs {ref}: not built yet: devices do not stream their log lines over the hub "
+            "link; on the device: journalctl -u edged (or edged status for its workloads)"
+        )
     if args.command in ("apply", "diff"):
         _check_recursive(args)
     if args.command == "get":
@@ -531,7 +547,7 @@ def _check_before_connecting(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int | None:
     """Run a parsed hub command; None when ``args`` is not one. Errors are raised
     (:class:`~edgectl.errors.EdgectlError`, ConfigError, ValidationError) for the CLI to print."""
-    if args.command not in _HANDLERS:
+    if args.command not in _HANDLERS and args.command != "logs":
         return None
     _check_before_connecting(args)
     config = load_admin_config(args.config or default_config(), args.context)

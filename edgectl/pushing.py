@@ -1,5 +1,8 @@
 """``edgectl models push FILE --name N --version V [--key K]... [--metadata ENVELOPE]``.
 
+Progress goes to stderr (:mod:`edgectl.progress`): a bar on a terminal, a line every few
+seconds otherwise; the result line to stdout.
+
 Signs the model with the publisher key(s) (:func:`edgefleet.trust.signing.sign_artifact`; by
 default the ``[publisher] key`` of admin.toml, which ``hub init`` writes for a quickstart), or
 takes a pre-signed metadata envelope (``--metadata``: signed elsewhere, offline), and uploads
@@ -21,6 +24,7 @@ import grpc
 from edgectl.client import AdminConfig, load_admin_config
 from edgectl.commands import default_config
 from edgectl.errors import EXIT_UNREACHABLE, EXIT_USAGE, EdgectlError
+from edgectl.progress import Progress
 from edgefleet.errors import ConfigError, TrustError
 from edgefleet.trust import signing
 from edgefleet.trust.documents import parse_artifact
@@ -83,7 +87,8 @@ def run(args: argparse.Namespace) -> int | None:
         if not args.file.is_file():
             raise PushError(f"{args.file}: no such file")
         envelope = _envelope(args, config)
-        response = asyncio.run(push(config, args.file, envelope))
+        progress = Progress(f"model/{args.name} {args.version}:", args.file.stat().st_size)
+        response = asyncio.run(push(config, args.file, envelope, progress=progress))
     except PushError as exc:
         raise PushError(f"models push: {exc}", exc.exit_code) from None
     except (TrustError, OSError, ValueError) as exc:
@@ -125,23 +130,37 @@ def _envelope(args: argparse.Namespace, config: AdminConfig) -> bytes:
     return env.to_bytes()
 
 
-async def _requests(model: Path, envelope: bytes) -> AsyncIterator[admin_pb2.PushArtifactRequest]:
+async def _requests(
+    model: Path, envelope: bytes, progress: Progress | None
+) -> AsyncIterator[admin_pb2.PushArtifactRequest]:
     yield admin_pb2.PushArtifactRequest(header=admin_pb2.ArtifactHeader(signed_metadata=envelope))
+    sent = 0
     with open(model, "rb") as f:  # noqa: ASYNC230 - a CLI with nothing else to do meanwhile
         while chunk := f.read(CHUNK):
             yield admin_pb2.PushArtifactRequest(chunk=chunk)
+            sent += len(chunk)  # taken by gRPC, whose flow control keeps pace with the hub
+            if progress is not None:
+                progress.update(sent)
 
 
 async def push(
-    config: AdminConfig, model: Path, envelope: bytes, *, timeout: float = 600.0
+    config: AdminConfig,
+    model: Path,
+    envelope: bytes,
+    *,
+    timeout: float = 600.0,
+    progress: Progress | None = None,
 ) -> admin_pb2.PushArtifactResponse:
-    """Upload ``model`` with its signed metadata; the hub's PushArtifactResponse."""
+    """Upload ``model`` with its signed metadata; the hub's PushArtifactResponse.
+    ``progress`` is told the bytes sent, and finished once the hub answered."""
     async with _channel(config) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)  # type: ignore[no-untyped-call]
         try:
             response: admin_pb2.PushArtifactResponse = await stub.PushArtifact(
-                _requests(model, envelope), timeout=timeout
+                _requests(model, envelope, progress), timeout=timeout
             )
+            if progress is not None:
+                progress.finish()
             return response
         except grpc.aio.AioRpcError as exc:
             code = exc.code()

@@ -275,7 +275,7 @@ def test_global_flags_anywhere_and_contexts(config: Path, tmp_path: Path) -> Non
         (["describe", "device"], "error: describe: give TYPE NAME or TYPE/NAME"),
         (["config", "current-context", "--context", "x"],
          "error: config: --context does not apply (name the context as an argument)"),
-        (["logs", "device/x"], "error: edgectl: argument COMMAND: invalid choice: 'logs'"),
+        (["logs", "pods/x"], "error: unknown resource type 'pods' (one of devices)"),
     ],
 )  # fmt: skip
 def test_a_flag_that_does_not_apply_is_a_usage_error(
@@ -285,6 +285,13 @@ def test_a_flag_that_does_not_apply_is_a_usage_error(
     assert result.returncode == 2, result
     assert result.stderr.startswith(message), result.stderr
     assert result.stdout == ""
+
+
+def test_logs_is_refused_clearly_until_devices_stream_them(config: Path) -> None:
+    result = edgectl(config, "logs", "device/cam-1", "-f")
+    assert result.returncode == 1
+    assert result.stderr.startswith("error: logs device/cam-1: not built yet: ")
+    assert "journalctl -u edged" in result.stderr
 
 
 def test_exit_codes(config: Path, tmp_path: Path) -> None:

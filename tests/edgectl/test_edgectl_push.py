@@ -109,11 +109,66 @@ async def test_push_signs_with_the_publisher_key_of_admin_toml_then_is_unchanged
         code, out, err = await _edgectl(*push)
         assert code == 0, err
         assert out == f"model/mlp 1.0 pushed (sha256 {sha}, 700000 bytes)\n"
+        # not a terminal: plain progress lines on stderr, the last one when done
+        assert err.splitlines()[-1].startswith("model/mlp 1.0: 100% 683.6 KiB/683.6 KiB ")
+        assert "\r" not in err
         assert ctx.blobs.path_for(sha).read_bytes() == model.read_bytes()
         assert ctx.cache.models[("mlp", "1.0")].sha256 == sha
         code, out, err = await _edgectl(*push)
         assert code == 0, err
         assert out == f"model/mlp 1.0 unchanged (sha256 {sha}, 700000 bytes)\n"
+
+
+@async_test
+async def test_push_shows_a_bar_on_a_terminal(hub_dir: Path, tmp_path: Path) -> None:
+    import pty
+
+    model = _model(tmp_path, size=3 << 20)
+    async with _serve(hub_dir) as (_, admin):
+        primary, secondary = pty.openpty()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *EDGECTL, "models", "push", str(model), "--name", "big", "--version", "1",
+                "--config", str(admin), stdout=asyncio.subprocess.PIPE, stderr=secondary,
+            )  # fmt: skip
+            out, _ = await proc.communicate()
+            os.close(secondary)
+            secondary = -1
+            seen = b""
+            while True:
+                try:
+                    data = os.read(primary, 65536)
+                except OSError:  # EIO: the terminal's other side is closed
+                    break
+                if not data:
+                    break
+                seen += data
+        finally:
+            os.close(primary)
+            if secondary >= 0:
+                os.close(secondary)
+    assert proc.returncode == 0, seen
+    assert out.decode().startswith("model/big 1 pushed")
+    text = seen.decode()
+    assert "\r\x1b[K" in text  # redrawn in place
+    assert "[" + "#" * 24 + "] 100% 3.0 MiB/3.0 MiB" in text and "MiB/s in " in text
+
+
+@pytest.mark.parametrize(
+    ("done", "total", "elapsed", "bar", "line"),
+    [
+        (0, 100 << 20, 0.0, False, "  0% 0 B/100.0 MiB 0 B/s ETA -"),
+        (50 << 20, 100 << 20, 5.0, False, " 50% 50.0 MiB/100.0 MiB 10.0 MiB/s ETA 5s"),
+        (25 << 20, 100 << 20, 100.0, True,
+         "[######..................]  25% 25.0 MiB/100.0 MiB 256.0 KiB/s ETA 5m00s"),
+        (1 << 30, 1 << 30, 4000.0, False, "100% 1.0 GiB/1.0 GiB 262.1 KiB/s in 1h06m"),
+        (512, 512, 0.5, True, "[########################] 100% 512 B/512 B 1.0 KiB/s in 0s"),
+    ],
+)  # fmt: skip
+def test_progress_lines(done: int, total: int, elapsed: float, bar: bool, line: str) -> None:
+    from edgectl.progress import describe
+
+    assert describe(done, total, elapsed, bar=bar) == line
 
 
 @async_test
