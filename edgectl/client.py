@@ -4,9 +4,9 @@ synchronous AdminService client over mutual TLS.
 ``admin.toml``, one hub::
 
     hub = "hub.example:7443"                 # HOST:PORT
-    caCertificate = "/var/lib/hub/ca.crt"    # relative paths: relative to admin.toml
-    certificate = "/var/lib/hub/admin.crt"
-    key = "/var/lib/hub/admin.key"
+    caCertificate = "/var/lib/edgefleet-hub/ca.crt"    # relative paths: relative to admin.toml
+    certificate = "/var/lib/edgefleet-hub/admin.crt"
+    key = "/var/lib/edgefleet-hub/admin.key"
 
 or several hubs, as contexts (like a kubeconfig; ``edgectl config use-context NAME`` changes
 ``currentContext``, ``--context NAME`` picks one for a command)::
