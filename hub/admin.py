@@ -34,6 +34,7 @@ from edgefleet.api.meta import label_key, label_value
 from edgefleet.errors import Compacted, CompareFailed, StoreError, ValidationError
 from edgefleet.logs import get_logger
 from edgefleet.selecting import parse_selector
+from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from hub import applying, pki, storekeys, tokens
 from hub.auth import Caller, authorize
@@ -322,7 +323,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             and (not request.name or ev["object"]["name"] == request.name)
         ]
         newest = found[len(found) - limit :] if limit else []
-        return admin_pb2.ListEventsResponse(events=[storekeys.dumps(ev) for ev in newest])
+        shown = [{**ev, "time": rfc3339(ev.get("time"), millis=True)} for ev in newest]
+        return admin_pb2.ListEventsResponse(events=[storekeys.dumps(ev) for ev in shown])
 
     # -- Watch -------------------------------------------------------------------------------
     def _watched(self, kind: str) -> tuple[str, Callable[[str, bytes], dict[str, Any]]]:

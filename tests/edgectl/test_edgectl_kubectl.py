@@ -118,6 +118,10 @@ def test_objects_have_kubernetes_metadata_and_rfc3339_times(config: Path) -> Non
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", metadata["creationTimestamp"])
     assert doc["spec"]["runtime"]["maxQueueDelay"] == "2ms"  # durations as written
 
+    events = orjson.loads(edgectl(config, "get", "events", "-o", "json").stdout)["items"]
+    assert events and all(
+        re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["time"]) for e in events
+    )
     device = orjson.loads(edgectl(config, "get", "device/cam-1", "-o", "json").stdout)
     assert device["status"]["lastHeartbeat"].endswith("Z")
     assert device["metadata"]["creationTimestamp"].endswith("Z")
