@@ -140,7 +140,7 @@ def test_describe_is_for_people(config: Path) -> None:
         "UID:",
     ):
         assert text in out, out
-    assert re.search(r"Last heartbeat:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(\d+s ago\)", out)
+    assert re.search(r"Last heartbeat:\s+\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ \(\d+[smhd] ago\)", out)
     workloads = out.split("Workloads:")[1].splitlines()
     assert workloads[2].split() == ["fraud", "2.4.1", "1/1", "Ready"]
     token = edgectl(config, "tokens", "create", "--description", "for describe").stdout.strip()
