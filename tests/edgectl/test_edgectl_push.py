@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -172,18 +173,9 @@ def test_progress_lines(done: int, total: int, elapsed: float, bar: bool, line: 
 
 
 @async_test
-async def test_push_of_metadata_signed_elsewhere_and_refusals(
-    hub_dir: Path, tmp_path: Path
-) -> None:
+async def test_push_of_metadata_signed_elsewhere(hub_dir: Path, tmp_path: Path) -> None:
     model = _model(tmp_path, size=1000)
-    signing.generate_key_pair(tmp_path / "stranger")
-    _, env = signing.sign_artifact(
-        model,
-        name="mlp",
-        version="2.0",
-        keys=[hub_dir / "publisher.key"],
-        out=tmp_path / "signed.json",
-    )
+    _, env = _signed_elsewhere(hub_dir, tmp_path, model)
     async with _serve(hub_dir) as (ctx, admin):
         base = ("models", "push", model, "--config", admin, "--name", "mlp")
         code, out, err = await _edgectl(
@@ -193,6 +185,25 @@ async def test_push_of_metadata_signed_elsewhere_and_refusals(
         assert out.startswith("model/mlp 2.0 pushed")
         assert ctx.cache.models[("mlp", "2.0")].envelope == env.to_bytes()
 
+
+def _signed_elsewhere(hub_dir: Path, tmp_path: Path, model: Path) -> tuple[Path, Any]:
+    return signing.sign_artifact(
+        model,
+        name="mlp",
+        version="2.0",
+        keys=[hub_dir / "publisher.key"],
+        out=tmp_path / "signed.json",
+    )
+
+
+@async_test
+async def test_push_refusals(hub_dir: Path, tmp_path: Path) -> None:
+    # (two edgectl processes per test: each test has 5 s, and the machine may be busy)
+    model = _model(tmp_path, size=1000)
+    signing.generate_key_pair(tmp_path / "stranger")
+    _signed_elsewhere(hub_dir, tmp_path, model)
+    async with _serve(hub_dir) as (ctx, admin):
+        base = ("models", "push", model, "--config", admin, "--name", "mlp")
         code, _, err = await _edgectl(
             *base, "--version", "3.0", "--metadata", tmp_path / "signed.json"
         )
