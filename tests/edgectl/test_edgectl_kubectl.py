@@ -117,6 +117,11 @@ def test_objects_have_kubernetes_metadata_and_rfc3339_times(config: Path) -> Non
     assert re.fullmatch(r"\d+", metadata["resourceVersion"])
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", metadata["creationTimestamp"])
     assert doc["spec"]["runtime"]["maxQueueDelay"] == "2ms"  # durations as written
+    # what get prints applies again, unchanged (the hub's metadata is ignored when read)
+    shown = edgectl(config, "get", "deployment/meta", "-o", "yaml").stdout
+    again = edgectl(config, "apply", "-f", "-", stdin=shown)
+    assert (again.returncode, again.stdout) == (0, "modeldeployment/meta unchanged\n"), again
+    assert edgectl(config, "diff", "-f", "-", stdin=shown).returncode == 0
 
     events = orjson.loads(edgectl(config, "get", "events", "-o", "json").stdout)["items"]
     assert events and all(
