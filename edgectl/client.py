@@ -1,15 +1,29 @@
 """edgectl's connection to a hub: ``admin.toml`` (as ``hub init`` writes it) and a thin,
 synchronous AdminService client over mutual TLS.
 
-``admin.toml``::
+``admin.toml``, one hub::
 
     hub = "hub.example:7443"                 # HOST:PORT
-    caCertificate = "/var/lib/hub/ca.crt"    # relative paths: relative to admin.toml
-    certificate = "/var/lib/hub/admin.crt"
-    key = "/var/lib/hub/admin.key"
+    caCertificate = "/var/lib/edgefleet-hub/ca.crt"    # relative paths: relative to admin.toml
+    certificate = "/var/lib/edgefleet-hub/admin.crt"
+    key = "/var/lib/edgefleet-hub/admin.key"
+
+or several hubs, as contexts (like a kubeconfig; ``edgectl config use-context NAME`` changes
+``currentContext``, ``--context NAME`` picks one for a command)::
+
+    currentContext = "eu"
+    [contexts.eu]
+    hub = "hub-eu.example:7443"
+    caCertificate = "eu/ca.crt"
+    certificate = "eu/admin.crt"
+    key = "eu/admin.key"
+    [contexts.us]
+    ...
 
 Every gRPC failure becomes a :class:`ClientError` carrying the status code's name and the hub's
 message, printed by the CLI as one line (``error: INVALID_ARGUMENT: documents[0].spec...``).
+A call that changes something and whose answer never came (deadline, connection lost after it
+was sent) says "outcome unknown": it may or may not have been done.
 
 Exit codes of edgectl: 0 done; 1 the hub refused (or the input is invalid); 2 usage or
 config errors; 3 the hub cannot be reached — or stopped answering during a call that changes
@@ -28,17 +42,19 @@ from typing import Any
 import grpc
 import orjson
 
+from edgectl.errors import EXIT_REFUSED, EXIT_UNREACHABLE, EXIT_USAGE, EdgectlError
 from edgefleet.api.validating import Reader, non_empty_str
 from edgefleet.configfiles import host_port, load_config_file, parse_config_document, table
+from edgefleet.errors import ConfigError, Problem
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
-
-EXIT_REFUSED = 1
-EXIT_USAGE = 2
-EXIT_UNREACHABLE = 3
 
 DEFAULT_TIMEOUT_S = 30.0
 
 _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+_READS = {"Get", "List", "ListEvents"}
+
+
+DEFAULT_CONTEXT = "default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,39 +64,81 @@ class AdminConfig:
     certificate: Path
     key: Path
     publisher_key: Path | None = None  # [publisher] key: what `edgectl models push` signs with
+    context: str = DEFAULT_CONTEXT
 
 
-def _admin_reader(base: Path) -> Callable[[Reader], AdminConfig]:
+@dataclass(frozen=True, slots=True)
+class AdminConfigFile:
+    """Every context of an admin.toml and the current one (``default`` for the one-hub form)."""
+
+    contexts: Mapping[str, AdminConfig]
+    current: str
+
+    def select(self, name: str | None, *, source: str) -> AdminConfig:
+        chosen = name or self.current or DEFAULT_CONTEXT
+        if chosen not in self.contexts:
+            known = ", ".join(sorted(self.contexts)) or "none"
+            problem = Problem("context", f"no context {chosen!r} (contexts: {known})")
+            raise ConfigError([problem], source=source)
+        return self.contexts[chosen]
+
+
+def _hub_fields(r: Reader, base: Path, context: str) -> AdminConfig:
+    def path(name: str) -> Path:
+        text = r.required(name, non_empty_str, "")
+        return base / text if text else Path()
+
+    publisher_key = table(r, "publisher").optional("key", non_empty_str, "")
+    return AdminConfig(
+        hub=r.required("hub", host_port, ""),
+        ca_certificate=path("caCertificate"),
+        certificate=path("certificate"),
+        key=path("key"),
+        publisher_key=base / publisher_key if publisher_key else None,
+        context=context,
+    )
+
+
+def _admin_reader(base: Path) -> Callable[[Reader], AdminConfigFile]:
     """Reads admin.toml; relative paths are relative to ``base`` (the file's directory)."""
 
-    def read(r: Reader) -> AdminConfig:
-        def path(name: str) -> Path:
-            text = r.required(name, non_empty_str, "")
-            return base / text if text else Path()
-
-        publisher_key = table(r, "publisher").optional("key", non_empty_str, "")
-        return AdminConfig(
-            hub=r.required("hub", host_port, ""),
-            ca_certificate=path("caCertificate"),
-            certificate=path("certificate"),
-            key=path("key"),
-            publisher_key=base / publisher_key if publisher_key else None,
-        )
+    def read(r: Reader) -> AdminConfigFile:
+        if not r.has("contexts"):
+            return AdminConfigFile({DEFAULT_CONTEXT: _hub_fields(r, base, DEFAULT_CONTEXT)}, "")
+        contexts: dict[str, AdminConfig] = {}
+        raw = r.raw("contexts")
+        section = table(r, "contexts")
+        for name in sorted(str(k) for k in raw) if isinstance(raw, Mapping) else []:
+            context = section.section(name)
+            if context is not None:
+                contexts[name] = _hub_fields(context, base, name)
+        current = r.required("currentContext", non_empty_str, "")
+        if current and current not in contexts:
+            r.problems.add("currentContext", f"no context {current!r} in [contexts]")
+        return AdminConfigFile(contexts, current)
 
     return read
 
 
-def parse_admin_config(doc: Mapping[str, Any], *, source: str, base: Path) -> AdminConfig:
+def parse_admin_config(
+    doc: Mapping[str, Any], *, source: str, base: Path, context: str | None = None
+) -> AdminConfig:
     """Validate an admin.toml document; ConfigError lists every problem with its field."""
-    return parse_config_document(doc, _admin_reader(base), source=source)
+    return parse_config_document(doc, _admin_reader(base), source=source).select(
+        context, source=source
+    )
 
 
-def load_admin_config(path: Path) -> AdminConfig:
+def load_admin_file(path: Path) -> AdminConfigFile:
     hint = " (pass --config or set EDGECTL_CONFIG)"
     return load_config_file(path, _admin_reader(path.absolute().parent), hint=hint)
 
 
-class ClientError(Exception):
+def load_admin_config(path: Path, context: str | None = None) -> AdminConfig:
+    return load_admin_file(path).select(context, source=str(path))
+
+
+class ClientError(EdgectlError):
     """A call failed: ``code`` is the gRPC status name (``INVALID_ARGUMENT``...)."""
 
     def __init__(self, code: str, message: str, exit_code: int = EXIT_REFUSED) -> None:

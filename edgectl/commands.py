@@ -1,11 +1,22 @@
-"""The edgectl commands that talk to a hub's AdminService: apply, get, describe, delete,
-devices cordon|uncordon|revoke, tokens create. ``add_admin_commands`` registers them on the
-top-level parser; ``run_admin_command`` runs the one parsed (see :mod:`edgectl.client` for
-the config file and the exit codes)."""
+"""The edgectl commands that talk to a hub's AdminService, in kubectl's forms:
+
+* ``apply -f FILE|DIR|- [-R] [--dry-run]``, ``diff -f ...`` (what apply would change),
+  ``delete TYPE NAME...|TYPE/NAME...|-f ...``;
+* ``get TYPE [NAME...]|TYPE/NAME... [-o wide|name|json|yaml|jsonpath=T] [-l SELECTOR]
+  [--no-headers] [--sort-by PATH] [--show-labels] [-w]``, ``get events [--for TYPE/NAME]``;
+* ``describe TYPE NAME|TYPE/NAME``; ``label`` and ``annotate TYPE NAME KEY=VALUE... KEY-``;
+* ``devices cordon|uncordon|revoke NAME``, ``tokens create``, ``get tokens``,
+  ``delete token ID``.
+
+``add_commands`` registers them on the top-level parser; ``run`` runs the one parsed (None when
+it is not one of these). A flag that does not apply to what was asked is a usage error
+(:class:`~edgectl.errors.UsageError`, exit 2), never ignored.
+"""
 
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
 import sys
 import time
@@ -16,47 +27,24 @@ from typing import Any
 
 import orjson
 
-from edgectl import printing
-from edgectl.client import (
-    EXIT_REFUSED,
-    EXIT_USAGE,
-    AdminClient,
-    ClientError,
-    load_admin_config,
-)
-from edgefleet.api import load_documents
+from edgectl import jsonpath, printing
+from edgectl.client import AdminClient, ClientError, load_admin_config
+from edgectl.errors import EXIT_DONE, EXIT_REFUSED, EdgectlError, InputError, UsageError
+from edgectl.resources import ALL_KINDS, APPLIED_KINDS, EVENT, TOKEN, Ref, kind_of, parse_refs
+from edgefleet.api import load_documents, parse_manifest
+from edgefleet.api.meta import label_key, label_value
 from edgefleet.configfiles import duration_option
-from edgefleet.errors import ConfigError, ValidationError
+from edgefleet.errors import ValidationError
 from edgefleet.v1 import admin_pb2
 
 CONFIG_ENV = "EDGECTL_CONFIG"
-
-KINDS: dict[str, str] = {}
-for _canonical, _aliases in {
-    "Device": ("devices", "device", "dev"),
-    "ModelDeployment": ("deployments", "deployment", "deploy", "modeldeployments", "md"),
-    "Model": ("models", "model"),
-    "SecurityBaseline": ("baselines", "baseline", "securitybaselines"),
-    "DeviceHealthPolicy": ("policies", "policy", "devicehealthpolicies"),
-}.items():
-    for _alias in (_canonical.lower(), *_aliases):
-        KINDS[_alias] = _canonical
+MANIFEST_SUFFIXES = (".yaml", ".yml", ".json")
+HUB_METADATA = ("uid", "creationTimestamp", "resourceVersion")
+"""metadata fields the hub adds; ``diff`` leaves them out."""
 
 
 def default_config() -> Path:
     return Path(os.environ.get(CONFIG_ENV) or "admin.toml")
-
-
-def _kind(text: str) -> str:
-    kind = KINDS.get(text.lower())
-    if kind is None:
-        choices = "devices, deployments, models, baselines, policies, events"
-        raise argparse.ArgumentTypeError(f"unknown resource type {text!r} (one of {choices})")
-    return kind
-
-
-def _kind_or_events(text: str) -> str:
-    return "Event" if text.lower() in ("events", "event", "ev") else _kind(text)
 
 
 def _label(text: str) -> tuple[str, str]:
@@ -66,40 +54,97 @@ def _label(text: str) -> tuple[str, str]:
     return key, value
 
 
-def add_admin_commands(sub: Any) -> None:
+def _output(text: str) -> str:
+    if text in ("", "wide", "name", "json", "yaml"):
+        return text
+    if text.startswith("jsonpath="):
+        try:
+            jsonpath.check(text.removeprefix("jsonpath="))
+        except ValueError as exc:
+            raise argparse.ArgumentTypeError(str(exc)) from None
+        return text
+    raise argparse.ArgumentTypeError(
+        f"unknown output format {text!r} (one of wide, name, json, yaml, jsonpath=TEMPLATE)"
+    )
+
+
+def _add_files(p: argparse.ArgumentParser, *, required: bool, what: str) -> None:
+    p.add_argument(
+        "-f", "--filename", action="append", required=required, default=[], metavar="FILE",
+        help=f"a file of one or more documents, a directory of *.yaml|*.yml|*.json, or - for "
+        f"stdin (repeatable; {what})",
+    )  # fmt: skip
+    p.add_argument(
+        "-R", "--recursive", action="store_true", help="with -f DIR: its subdirectories too"
+    )
+
+
+def add_commands(sub: Any) -> None:
     """Register the hub commands on ``sub`` (the top-level subparsers)."""
     apply = sub.add_parser("apply", help="create or update objects from YAML or JSON files")
-    apply.add_argument(
-        "-f", "--filename", action="append", required=True, metavar="FILE",
-        help="a file of one or more documents; - for stdin (repeatable: one all-or-nothing "
-        "apply, documents numbered across files in order)",
-    )  # fmt: skip
+    _add_files(apply, required=True, what="one all-or-nothing apply, in order")
     apply.add_argument("--dry-run", action="store_true", help="validate only, write nothing")
 
-    get = sub.add_parser("get", help="list objects, or show one")
-    get.add_argument(
-        "resource", type=_kind_or_events, help="devices|deployments|models|baselines|events"
+    diff = sub.add_parser(
+        "diff", help="what apply would change (exit 1 when there are differences)"
     )
-    get.add_argument("name", nargs="?", default="")
-    get.add_argument("-o", "--output", choices=["wide", "json", "yaml"], default="")
-    get.add_argument("-l", "--selector", default="", help="label selector, e.g. site=retail,npu")
+    _add_files(diff, required=True, what="compared with the hub's objects")
+
+    get = sub.add_parser("get", help="list objects, or show some")
+    get.add_argument(
+        "resource", nargs="+", metavar="RESOURCE",
+        help="TYPE [NAME...] or TYPE/NAME...; TYPE: devices, deployments, models, baselines, "
+        "policies, tokens, events",
+    )  # fmt: skip
+    get.add_argument(
+        "-o", "--output", type=_output, default="", metavar="FORMAT",
+        help="wide, name, json, yaml or jsonpath=TEMPLATE",
+    )  # fmt: skip
+    get.add_argument(
+        "-l", "--selector", default="",
+        help="label selector: site=retail, site!=lab, 'site in (a,b)', 'tier notin (x)', npu, !npu",
+    )  # fmt: skip
     get.add_argument("-w", "--watch", action="store_true", help="then print every change")
     get.add_argument(
-        "--for", dest="for_object", default="", metavar="KIND/NAME", help="events of one object"
+        "--for", dest="for_object", default="", metavar="TYPE/NAME", help="events of one object"
     )
+    get.add_argument("--no-headers", action="store_true", help="tables without their header")
+    get.add_argument(
+        "--sort-by", default="", metavar="PATH", help="order by a field, e.g. .metadata.name"
+    )
+    get.add_argument("--show-labels", action="store_true", help="a LABELS column")
 
     describe = sub.add_parser("describe", help="one object, readable: status, conditions, events")
-    describe.add_argument("resource", type=_kind, help="device|deployment")
-    describe.add_argument("name")
+    describe.add_argument("resource", nargs="+", metavar="RESOURCE", help="TYPE NAME or TYPE/NAME")
 
-    delete = sub.add_parser("delete", help="delete an object or a device")
-    delete.add_argument("resource", type=_kind)
-    delete.add_argument("name")
+    delete = sub.add_parser("delete", help="delete objects, devices or tokens")
+    delete.add_argument(
+        "resource", nargs="*", metavar="RESOURCE", help="TYPE NAME... or TYPE/NAME..."
+    )
+    _add_files(delete, required=False, what="the objects they define")
     delete.add_argument(
         "--force",
         action="store_true",
         help="delete a model even when deployments use it (they stop running everywhere)",
     )
+
+    for verb, what in (("label", "labels"), ("annotate", "annotations")):
+        p = sub.add_parser(verb, help=f"set or remove {what} of an applied object")
+        p.add_argument(
+            "resource",
+            nargs="+",
+            metavar="ARG",
+            help="TYPE NAME or TYPE/NAME, then KEY=VALUE... KEY-",
+        )
+        p.add_argument(
+            "--overwrite", action="store_true", help="allow changing a value already set"
+        )
+
+    logs = sub.add_parser(
+        "logs", help="a device's log lines (not built yet: says so and where to look instead)"
+    )
+    logs.add_argument("resource", nargs="+", metavar="ARG", help="device/NAME [WORKLOAD]")
+    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
 
     devices = sub.add_parser("devices", help="device commands")
     dsub = devices.add_subparsers(dest="device_command", required=True, metavar="COMMAND")
@@ -124,52 +169,173 @@ def add_admin_commands(sub: Any) -> None:
     )  # fmt: skip
 
 
-ADMIN_COMMANDS = ("apply", "get", "describe", "delete", "devices", "tokens")
+COMMANDS = (
+    "apply", "diff", "get", "describe", "delete", "label", "annotate", "logs", "devices", "tokens",
+)  # fmt: skip
 
 
 def _print(text: str) -> None:
     print(text, flush=True)
 
 
-def _read_documents(files: list[str]) -> list[bytes]:
-    documents: list[bytes] = []
+# -- reading files -----------------------------------------------------------------------------
+def _manifest_files(name: str, *, recursive: bool) -> list[Path]:
+    path = Path(name)
+    if not path.is_dir():
+        return [path]
+    pattern = "**/*" if recursive else "*"
+    found = sorted(
+        p for p in path.glob(pattern) if p.is_file() and p.suffix.lower() in MANIFEST_SUFFIXES
+    )
+    if not found:
+        raise InputError(f"{name}: no *.yaml, *.yml or *.json files" + ("" if recursive else
+                         " (-R for subdirectories)"))  # fmt: skip
+    return found
+
+
+def read_documents(files: list[str], *, recursive: bool = False) -> list[dict[str, Any]]:
+    """Every document of ``files`` (``-`` is stdin; a directory its manifest files, sorted)."""
+    documents: list[dict[str, Any]] = []
     for name in files:
-        if name == "-":
-            data, source = sys.stdin.buffer.read(), "<stdin>"
-        else:
-            try:
-                data, source = Path(name).read_bytes(), name
-            except OSError as exc:
-                raise ClientError("INPUT", f"{name}: cannot read: {exc.strerror}") from None
-        for doc in load_documents(data, source=source):
-            documents.append(orjson.dumps(doc, option=orjson.OPT_NON_STR_KEYS))
+        for path in [Path("-")] if name == "-" else _manifest_files(name, recursive=recursive):
+            if name == "-":
+                data, source = sys.stdin.buffer.read(), "<stdin>"
+            else:
+                try:
+                    data, source = path.read_bytes(), str(path)
+                except OSError as exc:
+                    raise InputError(f"{path}: cannot read: {exc.strerror}") from None
+            documents.extend(load_documents(data, source=source))
     if not documents:
-        raise ClientError("INPUT", "no documents to apply")
+        raise InputError("no documents in " + ", ".join(files))
     return documents
 
 
+def _check_recursive(args: argparse.Namespace) -> None:
+    if args.recursive and not args.filename:
+        raise UsageError(f"{args.command}: -R applies only with -f DIR")
+
+
+# -- apply, diff ---------------------------------------------------------------------------------
 def _apply(client: AdminClient, args: argparse.Namespace) -> int:
-    results = client.apply(_read_documents(args.filename), dry_run=args.dry_run)
+    docs = read_documents(args.filename, recursive=args.recursive)
+    encoded = [orjson.dumps(d, option=orjson.OPT_NON_STR_KEYS) for d in docs]
+    results = client.apply(encoded, dry_run=args.dry_run)
     suffix = " (dry run)" if args.dry_run else ""
     for r in results:
         outcome = admin_pb2.ApplyResult.Outcome.Name(r.outcome).lower()
         _print(f"{r.kind.lower()}/{r.name} {outcome}{suffix}")
         for warning in r.warnings:
             print(f"Warning: {r.kind.lower()}/{r.name}: {warning}", file=sys.stderr)
-    return 0
+    return EXIT_DONE
 
 
-def _show(kind: str, docs: list[dict[str, Any]], output: str, *, single: bool) -> None:
+def _canonical(doc: dict[str, Any], index: int) -> dict[str, Any]:
+    try:
+        return parse_manifest(doc).to_dict()
+    except ValidationError as exc:
+        raise InputError(f"documents[{index}]: {exc}") from None
+
+
+def _as_stored(doc: dict[str, Any]) -> dict[str, Any]:
+    shown = {k: v for k, v in doc.items() if k != "status"}
+    shown["metadata"] = {k: v for k, v in doc.get("metadata", {}).items() if k not in HUB_METADATA}
+    return shown
+
+
+def _diff(client: AdminClient, args: argparse.Namespace) -> int:
+    docs = read_documents(args.filename, recursive=args.recursive)
+    changed = False
+    for i, doc in enumerate(docs):
+        new = _canonical(doc, i)
+        ref = Ref(str(new["kind"]), str(new["metadata"]["name"]))
+        try:
+            old = printing.dump(_as_stored(client.get(ref.kind, ref.name)), "yaml") + "\n"
+        except ClientError as exc:
+            if exc.code != "NOT_FOUND":
+                raise
+            old = ""
+        text = printing.dump(new, "yaml") + "\n"
+        lines = list(
+            difflib.unified_diff(
+                old.splitlines(keepends=True),
+                text.splitlines(keepends=True),
+                fromfile=f"hub/{ref}",
+                tofile=f"file/{ref}",
+            )
+        )
+        if lines:
+            changed = True
+            sys.stdout.write("".join(lines))
+    sys.stdout.flush()
+    return EXIT_REFUSED if changed else EXIT_DONE
+
+
+# -- get ---------------------------------------------------------------------------------------
+def _refuse(flag: str, why: str) -> None:
+    raise UsageError(f"get: {flag} {why}")
+
+
+def _check_get_flags(args: argparse.Namespace, kind: str, refs: list[Ref]) -> None:
+    if kind == EVENT or any(r.kind == EVENT for r in refs):
+        for flag, given in (
+            ("-w/--watch", args.watch),
+            ("-l/--selector", args.selector),
+            ("--show-labels", args.show_labels),
+            ("-o " + args.output, args.output in ("wide", "name")),
+        ):
+            if given:
+                _refuse(flag, "does not apply to events")
+        if refs:
+            raise UsageError("get events: events have no names; use --for TYPE/NAME")
+        return
+    if args.for_object:
+        _refuse("--for", "applies only to events (get events --for TYPE/NAME)")
+    if refs and args.selector:
+        _refuse("-l/--selector", "does not apply with names (give names or a selector)")
+    if args.watch:
+        if not kind:
+            _refuse("-w/--watch", "needs one resource type (TYPE [NAME...], not TYPE/NAME)")
+        if kind == TOKEN:
+            _refuse("-w/--watch", "does not apply to tokens")
+        if args.sort_by:
+            _refuse("--sort-by", "does not apply with --watch")
+    if args.output in ("name", "json", "yaml") or args.output.startswith("jsonpath="):
+        for flag, given in (("--no-headers", args.no_headers), ("--show-labels", args.show_labels)):
+            if given:
+                _refuse(flag, f"applies only to tables, not -o {args.output}")
+
+
+def _render(
+    kind: str, docs: list[dict[str, Any]], args: argparse.Namespace, *, single: bool
+) -> str:
+    output = args.output
+    if output == "name":
+        return "\n".join(printing.name_of(d) for d in docs)
+    if output.startswith("jsonpath="):
+        view: Any = docs[0] if single else printing.as_list(docs)
+        return jsonpath.render(output.removeprefix("jsonpath="), view)
     if output in ("json", "yaml"):
-        _print(printing.dump(docs[0] if single else printing.as_list(docs), output))
-    else:
-        _print(printing.objects_table(kind, docs, now=time.time(), wide=output == "wide"))
+        return printing.dump(docs[0] if single else printing.as_list(docs), output)
+    if not kind:  # TYPE/NAME forms of several kinds: one table per kind, as kubectl
+        kinds = list(dict.fromkeys(str(d.get("kind", "")) for d in docs))
+        return "\n\n".join(
+            _render(k, [d for d in docs if d.get("kind") == k], args, single=False) for k in kinds
+        )
+    return printing.objects_table(
+        kind,
+        docs,
+        now=time.time(),
+        wide=output == "wide",
+        headers=not args.no_headers,
+        show_labels=args.show_labels,
+    )
 
 
-def _watch(client: AdminClient, args: argparse.Namespace, resource_version: int) -> None:
-    wide = args.output == "wide"
-    for type_, doc in client.watch(args.resource, resource_version):
-        if args.name and doc.get("metadata", {}).get("name") != args.name:
+def _watch(client: AdminClient, args: argparse.Namespace, kind: str, names: set[str],
+           resource_version: int) -> None:  # fmt: skip
+    for type_, doc in client.watch(kind, resource_version):
+        if names and doc.get("metadata", {}).get("name") not in names:
             continue
         if args.output in ("json", "yaml"):
             event = {"type": type_, "object": doc}
@@ -177,8 +343,10 @@ def _watch(client: AdminClient, args: argparse.Namespace, resource_version: int)
                 _print(orjson.dumps(event).decode())
             else:
                 _print("---\n" + printing.dump(event, "yaml"))
+        elif args.output == "name" or args.output.startswith("jsonpath="):
+            _print(_render(kind, [doc], args, single=True))
         else:
-            rows = printing.rows_of(args.resource, [doc], now=time.time(), wide=wide)
+            rows = printing.rows_of(kind, [doc], now=time.time(), wide=args.output == "wide")
             _print("   ".join(rows[0]) + ("   (deleted)" if type_ == "DELETED" else ""))
 
 
@@ -187,59 +355,144 @@ def _get_events(client: AdminClient, args: argparse.Namespace) -> int:
     if args.for_object:
         kind_text, slash, name = args.for_object.partition("/")
         if not slash or not name:
-            raise ClientError("INPUT", f"--for must be KIND/NAME, got {args.for_object!r}")
-        try:
-            kind = _kind(kind_text)
-        except argparse.ArgumentTypeError as exc:
-            raise ClientError("INPUT", f"--for: {exc}") from None
+            raise UsageError(f"--for must be TYPE/NAME, got {args.for_object!r}")
+        kind = kind_of(kind_text)
     events = client.events(kind, name)
-    if args.output in ("json", "yaml"):
-        _print(printing.dump(printing.as_list(events), args.output))
+    if args.sort_by:
+        events.sort(key=printing.sort_key(args.sort_by))
+    if args.output == "" and events:
+        table = printing.events_table(events, now=time.time())
+        _print(table.split("\n", 1)[1] if args.no_headers else table)
+    elif args.output == "":
+        _print("No events found.")
     else:
-        _print(printing.events_table(events, now=time.time()))
-    return 0
+        _print(_render(EVENT, events, args, single=False))
+    return EXIT_DONE
 
 
 def _get(client: AdminClient, args: argparse.Namespace) -> int:
-    if args.resource == "Event":
+    kind, refs = parse_refs(args.resource, allow=ALL_KINDS)
+    _check_get_flags(args, kind, refs)
+    if kind == EVENT:
         return _get_events(client, args)
-    if args.name and args.selector:
-        raise ClientError("INPUT", "give a NAME or a --selector, not both")
-    if args.name:
-        docs = [client.get(args.resource, args.name)]
-        resource_version = 0
+    resource_version = 0
+    if refs:
+        docs = [client.get(r.kind, r.name) for r in refs]
     else:
-        docs, resource_version = client.list_objects(args.resource, args.selector)
-    _show(args.resource, docs, args.output, single=bool(args.name))
+        docs, resource_version = client.list_objects(kind, args.selector)
+    if args.sort_by:
+        docs.sort(key=printing.sort_key(args.sort_by))
+    single = len(refs) == 1
+    text = _render(kind, docs, args, single=single)
+    if text or not args.watch:
+        _print(text)
     if args.watch:
         try:
-            _watch(client, args, resource_version)
+            _watch(client, args, kind, {r.name for r in refs}, resource_version)
         except KeyboardInterrupt:
-            return 0
-    return 0
+            return EXIT_DONE
+    return EXIT_DONE
+
+
+# -- describe, delete ----------------------------------------------------------------------------
+def _one(words: list[str], verb: str, *, allow: tuple[str, ...] = ()) -> tuple[Ref, list[str]]:
+    """``TYPE NAME rest...`` or ``TYPE/NAME rest...``: the object and the rest."""
+    if words and "/" in words[0]:
+        _, refs = parse_refs(words[:1], allow=allow)
+        return refs[0], words[1:]
+    if len(words) < 2:
+        raise UsageError(f"{verb}: give TYPE NAME or TYPE/NAME")
+    _kind, refs = parse_refs(words[:2], allow=allow)
+    return refs[0], words[2:]
 
 
 def _describe(client: AdminClient, args: argparse.Namespace) -> int:
-    doc = client.get(args.resource, args.name)
-    events = client.events(args.resource, args.name)
+    ref, rest = _one(args.resource, "describe")
+    if rest:
+        raise UsageError(f"describe: one object at a time (got {' '.join(rest)!r} too)")
+    doc = client.get(ref.kind, ref.name)
+    events = client.events(ref.kind, ref.name)
     now = time.time()
-    if args.resource == "Device":
+    if ref.kind == "Device":
         _print(printing.describe_device(doc, events, now=now))
-    elif args.resource == "ModelDeployment":
+    elif ref.kind == "ModelDeployment":
         _print(printing.describe_deployment(doc, events, now=now))
     else:
-        _print(printing.dump(doc, "yaml"))
-        _print("\n".join(printing.events_section(events, now)))
-    return 0
+        _print(printing.describe_object(doc, events, now=now))
+    return EXIT_DONE
 
 
 def _delete(client: AdminClient, args: argparse.Namespace) -> int:
-    if not client.delete(args.resource, args.name, force=args.force):
-        raise ClientError("NOT_FOUND", f'{args.resource} "{args.name}" not found')
-    _print(f"{args.resource.lower()}/{args.name} deleted")
-    return 0
+    _check_recursive(args)
+    if args.filename and args.resource:
+        raise UsageError("delete: give -f FILE or TYPE NAME..., not both")
+    if args.filename:
+        docs = read_documents(args.filename, recursive=args.recursive)
+        refs = [Ref(kind_of(str(d.get("kind", "")), allow=APPLIED_KINDS),
+                    str(d.get("metadata", {}).get("name", ""))) for d in docs]  # fmt: skip
+    else:
+        _kind, refs = parse_refs(args.resource)
+        if not refs:
+            raise UsageError(f"delete: which {args.resource[0]}? give TYPE NAME... or TYPE/NAME")
+    missing = []
+    for ref in refs:
+        if client.delete(ref.kind, ref.name, force=args.force):
+            _print(f"{ref} deleted")
+        else:
+            missing.append(ref)
+    if missing:
+        names = ", ".join(f'{r.kind} "{r.name}"' for r in missing)
+        raise ClientError("NOT_FOUND", f"{names} not found")
+    return EXIT_DONE
 
 
+# -- label, annotate -----------------------------------------------------------------------------
+def _changes(words: list[str], check: Callable[[object], str]) -> tuple[dict[str, str], list[str]]:
+    sets: dict[str, str] = {}
+    removes: list[str] = []
+    for word in words:
+        try:
+            if "=" in word:
+                key, _, value = word.partition("=")
+                sets[label_key(key)] = check(value)
+            elif word.endswith("-"):
+                removes.append(label_key(word[:-1]))
+            else:
+                raise ValueError("must be KEY=VALUE or KEY-")
+        except ValueError as exc:
+            raise UsageError(f"{word!r}: {exc}") from None
+    if not sets and not removes:
+        raise UsageError("give at least one KEY=VALUE or KEY-")
+    return sets, removes
+
+
+def _relabel(client: AdminClient, args: argparse.Namespace) -> int:
+    field = "labels" if args.command == "label" else "annotations"
+    ref, rest = _one(args.resource, args.command)
+    if ref.kind not in APPLIED_KINDS:
+        raise UsageError(
+            f"{args.command}: {ref.kind} objects are not applied by operators; "
+            f"{args.command} works on {', '.join(APPLIED_KINDS)}"
+        )
+    sets, removes = _changes(rest, label_value if field == "labels" else str)
+    doc = _as_stored(client.get(ref.kind, ref.name))
+    current: dict[str, str] = dict(doc["metadata"].get(field, {}))
+    clashes = [k for k, v in sets.items() if k in current and current[k] != v]
+    if clashes and not args.overwrite:
+        raise ClientError(
+            "ALREADY_EXISTS",
+            f"{ref}: {', '.join(clashes)} already set (--overwrite to change)",
+        )
+    current.update(sets)
+    for key in removes:
+        current.pop(key, None)
+    doc["metadata"][field] = current
+    client.apply([orjson.dumps(doc)])
+    _print(f"{ref} {'labeled' if field == 'labels' else 'annotated'}")
+    return EXIT_DONE
+
+
+# -- devices, tokens -----------------------------------------------------------------------------
 def _devices(client: AdminClient, args: argparse.Namespace) -> int:
     if args.device_command == "revoke":
         serials = client.revoke(args.name)
@@ -248,7 +501,7 @@ def _devices(client: AdminClient, args: argparse.Namespace) -> int:
     else:
         client.cordon(args.name, cordoned=args.device_command == "cordon")
         _print(f"device/{args.name} {args.device_command}ed")
-    return 0
+    return EXIT_DONE
 
 
 def _tokens(client: AdminClient, args: argparse.Namespace) -> int:
@@ -266,31 +519,45 @@ def _tokens(client: AdminClient, args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
-    return 0
+    return EXIT_DONE
 
 
 _HANDLERS: dict[str, Callable[[AdminClient, argparse.Namespace], int]] = {
     "apply": _apply,
+    "diff": _diff,
     "get": _get,
     "describe": _describe,
     "delete": _delete,
+    "label": _relabel,
+    "annotate": _relabel,
     "devices": _devices,
     "tokens": _tokens,
 }
 
 
-def run_admin_command(args: argparse.Namespace) -> int:
-    """Run a parsed hub command; errors are printed as one ``error: ...`` line."""
-    try:
-        config = load_admin_config(args.config or default_config())
-        with AdminClient(config) as client:
-            return _HANDLERS[args.command](client, args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ValidationError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_REFUSED
-    except ClientError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+def _check_before_connecting(args: argparse.Namespace) -> None:
+    """Usage errors that need no hub, so that they are reported even when it is down; and
+    ``logs``, refused before connecting: devices cannot stream their log lines to the hub
+    yet (there is no such message on the Sync stream)."""
+    if args.command == "logs":
+        ref, _ = _one(args.resource, "logs", allow=("Device",))
+        raise EdgectlError(
+            f"logs {ref}: not built yet: devices do not stream their log lines over the hub "
+            "link; on the device: journalctl -u edged (or edged status for its workloads)"
+        )
+    if args.command in ("apply", "diff"):
+        _check_recursive(args)
+    if args.command == "get":
+        kind, refs = parse_refs(args.resource, allow=ALL_KINDS)
+        _check_get_flags(args, kind, refs)
+
+
+def run(args: argparse.Namespace) -> int | None:
+    """Run a parsed hub command; None when ``args`` is not one. Errors are raised
+    (:class:`~edgectl.errors.EdgectlError`, ConfigError, ValidationError) for the CLI to print."""
+    if args.command not in _HANDLERS and args.command != "logs":
+        return None
+    _check_before_connecting(args)
+    config = load_admin_config(args.config or default_config(), args.context)
+    with AdminClient(config) as client:
+        return _HANDLERS[args.command](client, args)

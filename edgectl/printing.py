@@ -1,5 +1,6 @@
-"""How edgectl shows objects to a person: kubectl-like tables and ``describe`` pages. Pure
-functions of the JSON documents the hub returns (and ``now``, for ages)."""
+"""How edgectl shows objects to a person: kubectl-like tables, ``-o name|json|yaml|jsonpath``,
+and ``describe`` pages. Pure functions of the JSON documents the hub returns (and ``now``,
+for ages). Times in documents are RFC 3339 strings (older hubs: epoch seconds; both read)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,17 @@ from typing import Any
 import orjson
 import yaml
 
+from edgectl import jsonpath
+from edgefleet.timestamps import epoch_of
+
 Row = list[str]
 Doc = Mapping[str, Any]
 
 
-def age(seconds_since: float | None, now: float) -> str:
-    """``45s``, ``12m``, ``3h``, ``5d``; ``<unknown>`` without a time."""
+def age(since: object, now: float) -> str:
+    """``45s``, ``12m``, ``3h``, ``5d`` since an RFC 3339 time (or epoch seconds);
+    ``<unknown>`` without a time."""
+    seconds_since = epoch_of(since)
     if seconds_since is None:
         return "<unknown>"
     s = max(0, int(now - seconds_since))
@@ -119,6 +125,22 @@ def _baseline_row(doc: Doc, now: float, wide: bool) -> Row:
     ]
 
 
+def _token_row(doc: Doc, now: float, wide: bool) -> Row:
+    spec, status = doc.get("spec", {}), doc.get("status", {})
+    expires = epoch_of(spec.get("expires"))
+    left = "<expired>" if expires is not None and expires <= now else age(now, expires or now)
+    usage = "single-use" if spec.get("singleUse") else "reusable"
+    if status.get("used"):
+        usage += ",used"
+    return [
+        _name(doc),
+        left,
+        usage,
+        str(spec.get("description", "")) or "<none>",
+        _labels(spec.get("deviceLabels", {})),
+    ]
+
+
 def _generic_row(doc: Doc, now: float, wide: bool) -> Row:
     return [_name(doc), _labels(doc.get("metadata", {}).get("labels", {}))]
 
@@ -141,6 +163,11 @@ COLUMNS: dict[str, Columns] = {
         (),
         _baseline_row,
     ),
+    "BootstrapToken": (
+        ("NAME", "EXPIRES-IN", "USAGE", "DESCRIPTION", "DEVICE-LABELS"),
+        (),
+        _token_row,
+    ),
 }
 _GENERIC: Columns = (("NAME", "LABELS"), (), _generic_row)
 
@@ -155,10 +182,50 @@ def rows_of(kind: str, docs: Sequence[Doc], *, now: float, wide: bool) -> list[R
     return [row(d, now, wide) for d in docs]
 
 
-def objects_table(kind: str, docs: Sequence[Doc], *, now: float, wide: bool = False) -> str:
+def objects_table(
+    kind: str,
+    docs: Sequence[Doc],
+    *,
+    now: float,
+    wide: bool = False,
+    headers: bool = True,
+    show_labels: bool = False,
+) -> str:
     if not docs:
         return "No resources found."
-    return table(header_of(kind, wide=wide), rows_of(kind, docs, now=now, wide=wide))
+    header = header_of(kind, wide=wide)
+    rows = rows_of(kind, docs, now=now, wide=wide)
+    if show_labels and "LABELS" not in header:
+        header.append("LABELS")
+        rows = [
+            [*r, _labels(d.get("metadata", {}).get("labels", {}))]
+            for r, d in zip(rows, docs, strict=True)
+        ]
+    if not headers:
+        return table([""] * len(header), rows).split("\n", 1)[1]
+    return table(header, rows)
+
+
+def name_of(doc: Doc) -> str:
+    """``kind/name``, as ``-o name`` prints it."""
+    return f"{str(doc.get('kind', '')).lower()}/{_name(doc)}"
+
+
+def sort_key(path: str) -> Callable[[Doc], tuple[int, float, str]]:
+    """How ``--sort-by PATH`` orders objects: missing values first, then numbers (and times)
+    by value, then the rest as text."""
+
+    def key(doc: Doc) -> tuple[int, float, str]:
+        found = jsonpath.values(path.strip("{}"), doc)
+        if not found or found[0] is None:
+            return (0, 0.0, "")
+        value = found[0]
+        number = epoch_of(value)
+        if number is not None:
+            return (1, number, "")
+        return (2, 0.0, value if isinstance(value, str) else orjson.dumps(value).decode())
+
+    return key
 
 
 def events_table(events: Sequence[Doc], *, now: float) -> str:
@@ -213,16 +280,79 @@ def events_section(events: Sequence[Doc], now: float) -> list[str]:
     return ["Events:", *_indented(events_table(events, now=now))]
 
 
+def _scalar(value: Any) -> str:
+    if value is None:
+        return "<none>"
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float) and value.is_integer():
+        return str(int(value))
+    return str(value)
+
+
+def plain_lines(value: Any) -> list[str]:
+    """A value for people, one fact a line: mappings as ``key: value`` (nested ones indented),
+    lists of plain values joined by ", ", lists of mappings one ``- ...`` line per item."""
+    if isinstance(value, Mapping):
+        lines: list[str] = []
+        for key, item in sorted(value.items()):
+            inner = plain_lines(item)
+            if isinstance(item, Mapping | list) and len(inner) > 1:
+                lines += [f"{key}:", *("  " + line for line in inner)]
+            else:
+                lines.append(f"{key}: {inner[0] if inner else '<none>'}")
+        return lines
+    if isinstance(value, list):
+        if all(not isinstance(v, Mapping | list) for v in value):
+            return [", ".join(_scalar(v) for v in value) or "<none>"]
+        out: list[str] = []
+        for item in value:
+            inner = plain_lines(item)
+            out += ["- " + inner[0], *("  " + line for line in inner[1:])]
+        return out
+    return [_scalar(value)]
+
+
+def _when(value: object, now: float) -> str:
+    """``2026-11-30T21:05:09Z (12m ago)``; ``<never>`` without a time."""
+    if value is None or epoch_of(value) is None:
+        return "<never>"
+    return f"{value} ({age(value, now)} ago)"
+
+
+def _meta_lines(doc: Doc, now: float) -> list[str]:
+    metadata = doc.get("metadata", {})
+    labels = [f"{k}={v}" for k, v in sorted(metadata.get("labels", {}).items())]
+    annotations = [f"{k}={v}" for k, v in sorted(metadata.get("annotations", {}).items())]
+    lines = [_field("Name", _name(doc)), _field("Kind", doc.get("kind", ""))]
+    lines += _multi("Labels", labels)
+    if annotations:
+        lines += _multi("Annotations", annotations)
+    lines.append(_field("Created", _when(metadata.get("creationTimestamp"), now)))
+    for key, label in (("uid", "UID"), ("resourceVersion", "Resource version")):
+        if metadata.get(key):
+            lines.append(_field(label, metadata[key]))
+    return lines
+
+
+def describe_object(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
+    """Any kind: its metadata, then spec and status one fact a line, then events."""
+    lines = _meta_lines(doc, now)
+    for section in ("spec", "status"):
+        if doc.get(section):
+            lines += [f"{section.capitalize()}:", *_indented("\n".join(plain_lines(doc[section])))]
+    lines += events_section(events, now)
+    return "\n".join(lines)
+
+
 def describe_device(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
     status = doc.get("status", {})
     health = status.get("health", {})
     attestation = status.get("attestation", {})
-    labels = [f"{k}={v}" for k, v in sorted(doc.get("metadata", {}).get("labels", {}).items())]
     lines = [
-        _field("Name", _name(doc)),
-        *_multi("Labels", labels),
+        *_meta_lines(doc, now),
         _field("Status", _device_status(doc)),
-        _field("Last heartbeat", age(status.get("lastHeartbeat"), now) + " ago"),
+        _field("Last heartbeat", _when(status.get("lastHeartbeat"), now)),
         _field(
             "Health",
             "schedulable"
@@ -231,7 +361,8 @@ def describe_device(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
         ),
         _field(
             "Attestation",
-            " ".join([attestation.get("state", "Unknown"), *attestation.get("reasons", [])]),
+            " ".join([attestation.get("state", "Unknown"), *attestation.get("reasons", [])])
+            + (f", verified {attestation['verifiedAt']}" if attestation.get("verifiedAt") else ""),
         ),
         _field(
             "Generation",
@@ -258,8 +389,11 @@ def describe_device(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
         lines += ["Workloads:", *_indented(table(("NAME", "VERSION", "READY", "PHASE"), rows))]
     else:
         lines.append(_field("Workloads", "<none>"))
-    facts = [f"{k}: {v}" for k, v in sorted(status.get("facts", {}).items())]
-    lines += _multi("Facts", facts)
+    facts = status.get("facts", {})
+    if facts:
+        lines += ["Facts:", *_indented("\n".join(plain_lines(facts)))]
+    else:
+        lines.append(_field("Facts", "<none>"))
     lines += events_section(events, now)
     return "\n".join(lines)
 
@@ -270,10 +404,8 @@ def describe_deployment(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
     placement = spec.get("placement", {})
     replicas = spec.get("replicas", {})
     per = replicas.get("perDevice")
-    labels = [f"{k}={v}" for k, v in sorted(doc.get("metadata", {}).get("labels", {}).items())]
     lines = [
-        _field("Name", _name(doc)),
-        *_multi("Labels", labels),
+        *_meta_lines(doc, now),
         _field("Model", f"{model.get('name')} {model.get('version')}"),
         _field("Replicas", f"{per} per device" if per is not None else f"{replicas.get('total')}"),
         _field("Node selector", _labels(placement.get("nodeSelector", {}))),

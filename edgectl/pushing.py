@@ -6,6 +6,9 @@ labels) are signed with the model and sent after it, each announced by name; wit
 ``--metadata``, every extra it lists must be found (``--extra`` or next to the model) before
 anything is sent.
 
+Progress goes to stderr (:mod:`edgectl.progress`): a bar on a terminal, a line every few
+seconds otherwise; the result line to stdout.
+
 Signs the model with the publisher key(s) (:func:`edgefleet.trust.signing.sign_artifact`; by
 default the ``[publisher] key`` of admin.toml, which ``hub init`` writes for a quickstart), or
 takes a pre-signed metadata envelope (``--metadata``: signed elsewhere, offline), and uploads
@@ -19,14 +22,15 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import grpc
 
-from edgectl.client import EXIT_REFUSED, AdminConfig, load_admin_config, translate
-from edgectl.commands import CONFIG_ENV, default_config
+from edgectl.client import AdminConfig, load_admin_config, translate
+from edgectl.commands import default_config
+from edgectl.errors import EXIT_REFUSED, EXIT_USAGE, EdgectlError
+from edgectl.progress import Progress
 from edgefleet.artifacts.onnxformat import check_onnx_model
 from edgefleet.errors import ArtifactError, ConfigError
 from edgefleet.trust import signing
@@ -37,10 +41,10 @@ from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 CHUNK = 256 * 1024
 
 
-class PushError(Exception):
+class PushError(EdgectlError):
     """The push could not be made or was refused; the message says why."""
 
-    def __init__(self, message: str, *, exit_code: int = EXIT_REFUSED) -> None:
+    def __init__(self, message: str, exit_code: int = EdgectlError.exit_code) -> None:
         super().__init__(message)
         self.exit_code = exit_code
 
@@ -53,7 +57,7 @@ def _channel(config: AdminConfig) -> grpc.aio.Channel:
             certificate_chain=config.certificate.read_bytes(),
         )
     except OSError as exc:
-        raise PushError(f"cannot read credentials: {exc}") from None
+        raise PushError(f"cannot read credentials: {exc}", EXIT_USAGE) from None
     return grpc.aio.secure_channel(config.hub, credentials)
 
 
@@ -71,11 +75,6 @@ def add_command(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         "[publisher] key)",
     )
     push.add_argument(
-        "--metadata",
-        type=Path,
-        help="an envelope signed elsewhere (edgectl models sign); uploaded exactly as it is",
-    )
-    push.add_argument(
         "--extra",
         type=Path,
         action="append",
@@ -83,14 +82,12 @@ def add_command(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="an extra file signed with the model (a validation set, labels); repeat for more. "
         "With --metadata, the extras it lists are taken from next to the model file",
     )
-    push.add_argument("--expires", default="90d", help="validity when signing here (default 90d)")
     push.add_argument(
-        "--config",
-        dest="push_config",
+        "--metadata",
         type=Path,
-        metavar="FILE",
-        help=f"admin.toml (default: --config of edgectl, ${CONFIG_ENV}, ./admin.toml)",
+        help="an envelope signed elsewhere (edgectl models sign); uploaded exactly as it is",
     )
+    push.add_argument("--expires", default="90d", help="validity when signing here (default 90d)")
 
 
 def run(args: argparse.Namespace) -> int | None:
@@ -98,18 +95,22 @@ def run(args: argparse.Namespace) -> int | None:
     if args.command != "models" or getattr(args, "models_cmd", None) != "push":
         return None
     try:
-        config = load_admin_config(
-            args.push_config or getattr(args, "config", None) or default_config()
-        )
+        config = load_admin_config(args.config or default_config(), args.context)
+    except ConfigError as exc:
+        raise PushError(f"models push: {exc}", EXIT_USAGE) from None
+    try:
         if not args.file.is_file():
             raise PushError(f"{args.file}: no such file")
         check_onnx_model(args.file)
         envelope = _envelope(args, config)
         extras = _extras_of(envelope, args.file, args.extra)
-        response = asyncio.run(push(config, args.file, envelope, extras))
-    except (PushError, ArtifactError, ConfigError, OSError, ValueError) as exc:
-        print(f"edgectl: models push: {exc}", file=sys.stderr)
-        return exc.exit_code if isinstance(exc, PushError) else EXIT_REFUSED
+        total = args.file.stat().st_size + sum(p.stat().st_size for _, p in extras)
+        progress = Progress(f"model/{args.name} {args.version}:", total)
+        response = asyncio.run(push(config, args.file, envelope, extras, progress=progress))
+    except PushError as exc:
+        raise PushError(f"models push: {exc}", exc.exit_code) from None
+    except (ArtifactError, OSError, ValueError) as exc:
+        raise PushError(f"models push: {exc}") from None
     what = f"model/{args.name} {args.version}"
     with_extras = f", extras {', '.join(sorted(response.extras))}" if response.extras else ""
     if response.stored:
@@ -174,15 +175,19 @@ def _envelope(args: argparse.Namespace, config: AdminConfig) -> bytes:
 
 
 async def _requests(
-    model: Path, envelope: bytes, extras: list[tuple[str, Path]]
+    model: Path, envelope: bytes, extras: list[tuple[str, Path]], progress: Progress | None
 ) -> AsyncIterator[admin_pb2.PushArtifactRequest]:
     yield admin_pb2.PushArtifactRequest(header=admin_pb2.ArtifactHeader(signed_metadata=envelope))
+    sent = 0
     for name, path in [("", model), *extras]:
         if name:
             yield admin_pb2.PushArtifactRequest(file=admin_pb2.FileStart(name=name))
         with open(path, "rb") as f:  # noqa: ASYNC230 - a CLI with nothing else to do meanwhile
             while chunk := f.read(CHUNK):
                 yield admin_pb2.PushArtifactRequest(chunk=chunk)
+                sent += len(chunk)  # taken by gRPC, whose flow control keeps pace with the hub
+                if progress is not None:
+                    progress.update(sent)
 
 
 async def push(
@@ -192,18 +197,22 @@ async def push(
     extras: list[tuple[str, Path]] | None = None,
     *,
     timeout: float = 600.0,
+    progress: Progress | None = None,
 ) -> admin_pb2.PushArtifactResponse:
     """Upload ``model`` and its ``extras`` (name, path) with their signed metadata; the hub's
-    PushArtifactResponse."""
+    PushArtifactResponse. ``progress`` is told the bytes sent, and finished once the hub
+    answered."""
     async with _channel(config) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)  # type: ignore[no-untyped-call]
         try:
             response: admin_pb2.PushArtifactResponse = await stub.PushArtifact(
-                _requests(model, envelope, extras or []), timeout=timeout
+                _requests(model, envelope, extras or [], progress), timeout=timeout
             )
+            if progress is not None:
+                progress.finish()
             return response
         except grpc.aio.AioRpcError as exc:
             error = translate(exc.code(), exc.details() or "", config.hub, "PushArtifact")
             if error.exit_code == EXIT_REFUSED:
-                raise PushError(f"the hub refused it ({error.code}): {error.message}") from None
-            raise PushError(error.message, exit_code=error.exit_code) from None
+                raise PushError(f"{error.code}: {error.message}") from None
+            raise PushError(f"{error.code}: {error.message}", error.exit_code) from None

@@ -21,9 +21,8 @@ from typing import Any
 
 import orjson
 
-from edgectl.client import EXIT_REFUSED, EXIT_USAGE, AdminClient, ClientError, load_admin_config
+from edgectl.client import EXIT_REFUSED, AdminClient, load_admin_config
 from edgefleet.configfiles import duration_option
-from edgefleet.errors import ConfigError
 from edgefleet.v1 import admin_pb2
 
 BAR = 30
@@ -57,26 +56,22 @@ def add_commands(sub: Any) -> None:
     undo.add_argument("--to-revision", type=int, default=0, metavar="N")
 
 
-def main(args: argparse.Namespace) -> int:
-    """Run a parsed ``rollout`` command; errors are one ``error: ...`` line, like every hub
-    command of edgectl."""
+def run(args: argparse.Namespace) -> int | None:
+    """Run a parsed ``rollout`` command (None when ``args`` is another command); errors are
+    raised as edgectl's (:mod:`edgectl.errors`), printed as one ``error: ...`` line."""
+    if args.command != "rollout":
+        return None
     from edgectl.commands import default_config
 
+    config = load_admin_config(args.config or default_config(), getattr(args, "context", None))
     try:
-        config = load_admin_config(args.config or default_config())
         with AdminClient(config) as client:
-            return run(client, args)
-    except ConfigError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    except ClientError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return exc.exit_code
+            return _run(client, args)
     except KeyboardInterrupt:
         return 0
 
 
-def run(client: AdminClient, args: argparse.Namespace) -> int:
+def _run(client: AdminClient, args: argparse.Namespace) -> int:
     cmd = args.rollout_cmd
     if cmd == "status":
         return _status(client, args.name, watch=args.watch, timeout=args.timeout)

@@ -116,7 +116,7 @@ def run(args: argparse.Namespace) -> int | None:
     try:
         return _run(args)
     except (TrustError, OSError, ValueError) as exc:
-        print(f"edgectl: {exc}", file=sys.stderr)
+        print(f"error: {exc}", file=sys.stderr)
         return 1
 
 

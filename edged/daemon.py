@@ -127,6 +127,7 @@ class Daemon:
             on_serving_change=self._on_serving_change,
             on_result=self._on_result,
             on_artifact_rotten=self._on_artifact_rotten,
+            on_restart=self._on_restart,
             python=str(config.workers.python_executable),
         )
         self.applier = Applier(
@@ -202,8 +203,10 @@ class Daemon:
     def _init_metrics(self) -> None:
         r = self.registry
         self._inference_metrics = InferenceMetrics(r)
-        self._m_restarts = r.gauge(
-            "edged_replica_restarts", "Restarts of replica slots", ("workload",)
+        self._m_restarts = r.counter(
+            "edged_replica_restarts_total",
+            "Worker processes started again in a replica slot (after an exit or a kill)",
+            ("workload",),
         )
         self._m_ready = r.gauge("edged_replicas_ready", "Ready replicas", ("workload",))
         r.gauge(
@@ -240,16 +243,16 @@ class Daemon:
 
     # -- connections between the parts ----------------------------------------------------
     def _on_result(self, rep: Replica, status: int, seconds: float) -> None:
-        self._inference_metrics.answered(rep.spec.model_name, status, seconds)
+        self._inference_metrics.answered(rep.workload, status, seconds)
 
     def _on_serving_change(self, rep: Replica, ready: bool) -> None:
         self.router.replica_ready(rep, ready)
         self._m_ready.labels(workload=rep.workload).set(
             sum(1 for r in self.pool.replicas(rep.workload) if r.phase.value == "Ready")
         )
-        self._m_restarts.labels(workload=rep.workload).set(
-            sum(r.restarts for r in self.pool.replicas(rep.workload))
-        )
+
+    def _on_restart(self, rep: Replica) -> None:
+        self._m_restarts.labels(workload=rep.workload).inc()
 
     def _on_static_read(self, result: SyncResult) -> None:
         self.board.set_source(result.problems, result.files)
@@ -493,6 +496,7 @@ class Daemon:
             )
             self.hub_link = link
             self.board.hub_status = link.status
+            self.board.device_name = link.link.device_name  # the hub's name for this device
             components.append(link)
         if self.source is not None:
             components.append(

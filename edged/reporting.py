@@ -60,6 +60,8 @@ class StatusBoard:
         self.hub_status: Callable[[], dict[str, Any]] | None = None  # the hub link's view
         # discovery: facts, accelerators, labels, health (None: discovery is off)
         self.device_status: Callable[[], dict[str, Any]] | None = None
+        # the name the hub enrolled this device under (None: not enrolled, the hostname)
+        self.device_name: str | None = None
 
     def device_changed(self) -> None:
         """Discovery saw a change (accelerators, health verdict): persist the status soon."""
@@ -194,7 +196,7 @@ class StatusBoard:
             workloads.append(item)
         return {
             "device": {
-                "name": socket.gethostname(),
+                "name": self.device_name or socket.gethostname(),
                 "edgedVersion": __version__,
                 "pid": os.getpid(),
                 "startedAt": self._started,

@@ -36,7 +36,11 @@ them, still under this root (they are listed here so the whole tree is in one pl
     ├── TpmAttestationError    the TPM attestation key cannot be made, activated or used
     │                          (edged.trust.tpmattesting)
     ├── EnrollError            enrollment failed (edged.hublink.enrolling)
-    └── UdevError              udev cannot be read (edged.discovery.udev)
+    ├── UdevError              udev cannot be read (edged.discovery.udev)
+    └── EdgectlError           an edgectl command failed; carries its exit code (edgectl.errors)
+        ├── UsageError         a wrong command line: unknown type, a flag that does not apply
+        ├── InputError         a file or document given to edgectl cannot be used
+        └── ClientError        a hub call failed: the gRPC code and the hub's message
 """
 
 from __future__ import annotations

@@ -1,14 +1,27 @@
 """Logs are events: a constant message plus key-value fields.
 
 ``log = get_logger(__name__)``; ``log.info("worker started", model="mnist", pid=123)``.
-JSON lines when stderr is not a terminal (journald, files), ``msg key=value`` on a terminal.
+Event names are lowercase words separated by spaces (``artifact downloaded``), never
+``kebab-case`` (tests/core/test_logs.py checks every call in the tree).
+
+JSON lines when stderr is not a terminal (journald, files), ``msg key=value`` on a terminal;
+timestamps are RFC 3339 in UTC, to the millisecond (``2026-11-30T21:05:09.123Z``). Under
+systemd, when stderr is the journal (``$JOURNAL_STREAM`` names it), every line starts with its
+syslog priority (``<6>`` info, ``<4>`` warning, ``<3>`` error), which journald reads as the
+entry's priority (``journalctl -p warning`` then works).
+
+gRPC's own logging (its C core writes glog lines such as ``I1130 ... fork_posix.cc:71]`` to
+stderr) is limited to errors unless ``$GRPC_VERBOSITY`` says otherwise, and its Python loggers
+to warnings: :func:`configure_logging` must run before grpc is imported, as every program's
+``main`` does.
 """
 
 from __future__ import annotations
 
 import logging
+import os
 import sys
-import time
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -50,10 +63,33 @@ def _clean(fields: dict[str, Any]) -> dict[str, Any]:
     return {k: ("<redacted>" if k in _SECRET_KEYS else v) for k, v in fields.items()}
 
 
+def timestamp(created: float) -> str:
+    """RFC 3339, UTC, milliseconds: ``2026-11-30T21:05:09.123Z``."""
+    moment = datetime.fromtimestamp(created, UTC)
+    return moment.strftime("%Y-%m-%dT%H:%M:%S.") + f"{moment.microsecond // 1000:03d}Z"
+
+
+SYSLOG_PRIORITIES = {
+    logging.DEBUG: 7,
+    logging.INFO: 6,
+    logging.WARNING: 4,
+    logging.ERROR: 3,
+    logging.CRITICAL: 2,
+}
+
+
+def syslog_priority(levelno: int) -> int:
+    """The syslog priority of a logging level (between levels: the next lower one's)."""
+    for level in sorted(SYSLOG_PRIORITIES, reverse=True):
+        if levelno >= level:
+            return SYSLOG_PRIORITIES[level]
+    return 7
+
+
 class JsonFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         out: dict[str, Any] = {
-            "ts": round(record.created, 6),
+            "ts": timestamp(record.created),
             "level": record.levelname.lower(),
             "logger": record.name,
             "event": record.getMessage(),
@@ -64,9 +100,35 @@ class JsonFormatter(logging.Formatter):
         return orjson.dumps(out, default=str).decode()
 
 
+class JournalFormatter(logging.Formatter):
+    """Another formatter's lines, each with the syslog priority prefix journald reads."""
+
+    def __init__(self, inner: logging.Formatter) -> None:
+        super().__init__()
+        self.inner = inner
+
+    def format(self, record: logging.LogRecord) -> str:
+        prefix = f"<{syslog_priority(record.levelno)}>"
+        return "\n".join(prefix + line for line in self.inner.format(record).splitlines())
+
+
+def stderr_is_journal(environ: dict[str, str] | None = None) -> bool:
+    """Whether stderr is the journal: ``$JOURNAL_STREAM`` (``DEVICE:INODE``, set by systemd
+    for units whose output goes to the journal) names the file stderr is."""
+    value = (os.environ if environ is None else environ).get("JOURNAL_STREAM", "")
+    device, colon, inode = value.partition(":")
+    if not colon or not device.isdigit() or not inode.isdigit():
+        return False
+    try:
+        st = os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError, AttributeError):
+        return False
+    return (st.st_dev, st.st_ino) == (int(device), int(inode))
+
+
 class TextFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
-        stamp = time.strftime("%H:%M:%S", time.localtime(record.created))
+        stamp = timestamp(record.created)
         fields = " ".join(f"{k}={v}" for k, v in _clean(getattr(record, "fields", {})).items())
         line = f"{stamp} {record.levelname.lower():7} {record.getMessage()}"
         if fields:
@@ -76,12 +138,22 @@ class TextFormatter(logging.Formatter):
         return line
 
 
-def configure_logging(level: str = "info", *, json_output: bool | None = None) -> None:
-    """Set up the root logger once, at process start (never at import)."""
+def configure_logging(
+    level: str = "info", *, json_output: bool | None = None, journal: bool | None = None
+) -> None:
+    """Set up the root logger once, at process start (never at import): JSON or text, with
+    syslog priorities when stderr is the journal; gRPC's own logging quietened (module doc)."""
     if json_output is None:
         json_output = not sys.stderr.isatty()
+    if journal is None:
+        journal = stderr_is_journal()
+    formatter: logging.Formatter = JsonFormatter() if json_output else TextFormatter()
+    if journal:
+        formatter = JournalFormatter(formatter)
     handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(JsonFormatter() if json_output else TextFormatter())
+    handler.setFormatter(formatter)
     root = logging.getLogger()
     root.handlers[:] = [handler]
     root.setLevel(level.upper())
+    os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # read by grpc's core when it starts
+    logging.getLogger("grpc").setLevel(max(logging.WARNING, root.level))

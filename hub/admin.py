@@ -36,6 +36,8 @@ from edgefleet.api import ModelDeployment, parse_manifest
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.errors import Compacted, CompareFailed, StoreError, ValidationError
 from edgefleet.logs import get_logger
+from edgefleet.selecting import parse_selector
+from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from hub import applying, pki, storekeys, tokens
 from hub.auth import Caller, authorize
@@ -44,10 +46,17 @@ from hub.context import HubContext
 from hub.desired import MAX_DESIRED_STATE_BYTES, FleetPolicies, build_desired, wire_size
 from hub.devices import Device
 from hub.pki import Role
-from hub.presenting import deployment_object, device_object, object_labels
+from hub.presenting import (
+    KIND_TOKEN,
+    deployment_object,
+    device_object,
+    model_object,
+    object_labels,
+    token_object,
+    with_store_metadata,
+)
 from hub.rolling import Revision, RolloutState, template_hash
 from hub.rollouts import ActionRefused, progress_of, undo_manifest
-from hub.selecting import parse_selector
 from hub.statusing import count_placeable, placement_warnings
 from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
 from hub.trustroots import root_pin
@@ -64,6 +73,7 @@ LISTED_KINDS: tuple[str, ...] = (
     storekeys.KIND_DEVICE,
     storekeys.KIND_MODEL,
     *applying.OBJECT_KINDS,
+    KIND_TOKEN,
 )
 
 _OUTCOMES = {
@@ -151,7 +161,7 @@ def _rpc(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
                 f"changed concurrently, nothing was written; try again ({exc})",
             )
         except StoreError as exc:
-            log.error("admin-store-failed", method=fn.__name__, error=str(exc))
+            log.error("admin store failed", method=fn.__name__, error=str(exc))
             await context.abort(grpc.StatusCode.UNAVAILABLE, f"the hub's store failed: {exc}")
         raise AssertionError("unreachable: context.abort raises")
 
@@ -167,6 +177,7 @@ class _Planned:
     read_revision: int
     outcome: applying.Outcome
     revision: int  # the object's resource version once applied
+    created: float | None = None  # when it was first applied (now, for a new object)
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
@@ -210,7 +221,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             revision = await self._ctx.store.txn(
                 [Compare(p.key, p.read_revision) for p in changed],
                 [
-                    *(Put(p.key, storekeys.object_value(p.obj.manifest)) for p in changed),
+                    *(
+                        Put(p.key, storekeys.object_value(p.obj.manifest, p.created))
+                        for p in changed
+                    ),
                     *(e.put for e in events),
                 ],
             )
@@ -293,7 +307,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         stored = storekeys.manifest_of(kv.value) if kv is not None else None
         read_revision = kv.mod_revision if kv is not None else 0
         outcome = applying.outcome_of(obj.manifest, stored)
-        return _Planned(obj, key, read_revision, outcome, read_revision)
+        created = storekeys.created_of(kv.value) if kv is not None else self._ctx.clock()
+        return _Planned(obj, key, read_revision, outcome, read_revision, created)
 
     # -- reading -----------------------------------------------------------------------------
     def _check_kind(self, kind: str) -> None:
@@ -357,9 +372,23 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             for m in sorted(self._ctx.cache.models.values(), key=lambda m: (m.name, m.version))
         }
 
-    async def _revisions(self, prefix: str) -> tuple[dict[str, int], int]:
+    async def _revisions(self, prefix: str) -> tuple[dict[str, KeyValue], int]:
         result = await self._ctx.store.range(prefix)
-        return {kv.key: kv.mod_revision for kv in result.kvs}, result.revision
+        return {kv.key: kv for kv in result.kvs}, result.revision
+
+    def _shown(self, kind: str, doc: Mapping[str, Any], kv: KeyValue | None) -> common_pb2.Object:
+        """``doc`` with its store metadata (uid, resourceVersion, creationTimestamp)."""
+        if kv is None:
+            return common_pb2.Object(json=storekeys.dumps(doc))
+        created = storekeys.created_of(kv.value) if kind in applying.OBJECT_KINDS else None
+        stamped = with_store_metadata(
+            doc,
+            key=kv.key,
+            create_revision=kv.create_revision,
+            mod_revision=kv.mod_revision,
+            created=created,
+        )
+        return common_pb2.Object(json=storekeys.dumps(stamped), resource_version=kv.mod_revision)
 
     async def _all_of(self, kind: str) -> tuple[list[common_pb2.Object], int]:
         """Every object of ``kind`` as shown to operators, and the store revision read at."""
@@ -374,8 +403,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         elif kind == storekeys.KIND_MODEL:
             revisions, revision = await self._revisions(storekeys.MODELS)
             docs = [
-                (m.to_json(), storekeys.model_key(m.name, m.version))
+                (model_object(m), storekeys.model_key(m.name, m.version))
                 for m in self._model_records().values()
+            ]
+        elif kind == KIND_TOKEN:
+            revisions, revision = await self._revisions(tokens.PREFIX)
+            docs = [
+                (token_object(tokens.TokenRecord.from_json(kv.value)), key)
+                for key, kv in sorted(revisions.items())
             ]
         else:
             revisions, revision = await self._revisions(storekeys.object_prefix(kind))
@@ -383,10 +418,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 (self._object_json(kind, o.manifest), storekeys.object_key(kind, o.name))
                 for o in cache.objects_of(kind)
             ]
-        items = [
-            common_pb2.Object(json=storekeys.dumps(doc), resource_version=revisions.get(key, 0))
-            for doc, key in docs
-        ]
+        items = [self._shown(kind, doc, revisions.get(key)) for doc, key in docs]
         return items, revision
 
     @_rpc
@@ -404,7 +436,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         elif kind == storekeys.KIND_MODEL:
             model = self._model_records().get(name)
             if model is not None:
-                doc, key = model.to_json(), storekeys.model_key(model.name, model.version)
+                doc, key = model_object(model), storekeys.model_key(model.name, model.version)
+        elif kind == KIND_TOKEN:
+            key = tokens.PREFIX + name
+            kv = await self._ctx.store.get(key)
+            if kv is not None:
+                doc = token_object(tokens.TokenRecord.from_json(kv.value))
         else:
             stored = cache.stored.get((kind, name))
             if stored is not None:
@@ -414,10 +451,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 )
         if doc is None:
             raise _not_found(kind, name)
-        kv = await self._ctx.store.get(key)
-        return common_pb2.Object(
-            json=storekeys.dumps(doc), resource_version=kv.mod_revision if kv is not None else 0
-        )
+        return self._shown(kind, doc, await self._ctx.store.get(key))
 
     @_rpc
     async def List(self, request: admin_pb2.ListRequest, context: Any) -> admin_pb2.ListResponse:
@@ -443,7 +477,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             and (not request.name or ev["object"]["name"] == request.name)
         ]
         newest = found[len(found) - limit :] if limit else []
-        return admin_pb2.ListEventsResponse(events=[storekeys.dumps(ev) for ev in newest])
+        shown = [{**ev, "time": rfc3339(ev.get("time"), millis=True)} for ev in newest]
+        return admin_pb2.ListEventsResponse(events=[storekeys.dumps(ev) for ev in shown])
 
     # -- Watch -------------------------------------------------------------------------------
     def _watched(self, kind: str) -> tuple[str, Callable[[str, bytes], dict[str, Any]]]:
@@ -453,7 +488,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 Device.from_json(storekeys.loads(v))
             )
         if kind == storekeys.KIND_MODEL:
-            return storekeys.MODELS, lambda _, v: dict(storekeys.loads(v))
+            return storekeys.MODELS, lambda _, v: model_object(
+                storekeys.ModelRecord.from_json(storekeys.loads(v))
+            )
+        if kind == KIND_TOKEN:
+            return tokens.PREFIX, lambda _, v: token_object(tokens.TokenRecord.from_json(v))
         return storekeys.object_prefix(kind), lambda _, v: self._object_json(
             kind, storekeys.manifest_of(v)
         )
@@ -580,6 +619,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             cache.devices.pop(name, None)
             cache.desired.pop(name, None)
             ctx.projector.mark([name])
+        elif kind == KIND_TOKEN:
+            if not await tokens.delete_token(ctx.store, name):
+                return admin_pb2.DeleteResponse(deleted=False)
         elif kind == storekeys.KIND_MODEL:
             model = self._model_records().get(name)
             if model is None:
@@ -737,9 +779,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 message=f"{name} already asks for revision {to}'s template: nothing to undo"
             )
         key = storekeys.object_key("ModelDeployment", name)
+        current = await self._ctx.store.get(key)  # keeps its creationTimestamp
+        created = storekeys.created_of(current.value) if current is not None else None
         try:
             revision = await self._ctx.store.txn(
-                [Compare(key, stored.revision)], [Put(key, storekeys.object_value(manifest))]
+                [Compare(key, stored.revision)],
+                [Put(key, storekeys.object_value(manifest, created))],
             )
         except CompareFailed:
             raise Refused(
@@ -841,11 +886,24 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
 
 def _watch_event(
-    type_: admin_pb2.WatchEvent.Type, kv: KeyValue, doc: Mapping[str, Any]
+    type_: admin_pb2.WatchEvent.Type,
+    kv: KeyValue,
+    doc: Mapping[str, Any],
+    prev: KeyValue | None = None,
 ) -> admin_pb2.WatchEvent:
+    """``doc`` with its store metadata; ``prev`` (a deletion's last value) gives the uid."""
+    origin = prev or kv
+    is_object = origin.key.startswith(storekeys.OBJECTS) and origin.value
+    stamped = with_store_metadata(
+        doc,
+        key=origin.key,
+        create_revision=origin.create_revision,
+        mod_revision=kv.mod_revision,
+        created=storekeys.created_of(origin.value) if is_object else None,
+    )
     return admin_pb2.WatchEvent(
         type=type_,
-        object=common_pb2.Object(json=storekeys.dumps(doc), resource_version=kv.mod_revision),
+        object=common_pb2.Object(json=storekeys.dumps(stamped), resource_version=kv.mod_revision),
     )
 
 
@@ -853,7 +911,7 @@ def _change(event: Event, show: Callable[[str, bytes], dict[str, Any]]) -> admin
     if event.type is EventType.DELETE:
         prev = event.prev_kv
         doc = show(prev.key, prev.value) if prev is not None else {"metadata": {}}
-        return _watch_event(admin_pb2.WatchEvent.DELETED, event.kv, doc)
+        return _watch_event(admin_pb2.WatchEvent.DELETED, event.kv, doc, prev)
     created = event.prev_kv is None or event.kv.version == 1
     type_ = admin_pb2.WatchEvent.ADDED if created else admin_pb2.WatchEvent.MODIFIED
     return _watch_event(type_, event.kv, show(event.kv.key, event.kv.value))

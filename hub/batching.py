@@ -88,7 +88,7 @@ class BatchLoop:
             failing_for = self._clock() - self._failing_since
             if failing_for >= self._give_up_after:
                 log.error(
-                    "batch-failing",
+                    "batch failing",
                     batch=self.name,
                     failures=self._failures,
                     failing_for=round(failing_for, 3),
@@ -97,7 +97,7 @@ class BatchLoop:
                 raise
             retry_in = self._backoff.delay(self._failures - 1)
             log.warning(
-                "batch-failed",
+                "batch failed",
                 batch=self.name,
                 failures=self._failures,
                 retry_in=retry_in,
@@ -105,7 +105,7 @@ class BatchLoop:
             )
             return retry_in
         if self._failures:
-            log.info("batch-recovered", batch=self.name, failures=self._failures)
+            log.info("batch recovered", batch=self.name, failures=self._failures)
         self._failures = 0
         self._failing_since = None
         return None

@@ -73,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
     serve.add_argument(
         "--enroll-listen", type=address_option, help="HOST:PORT for enrollment (default: port + 1)"
     )
+    serve.add_argument(
+        "--metrics-listen", type=address_option, metavar="HOST:PORT",
+        help="plain HTTP for /metrics, /healthz, /readyz (default: hub.toml metricsListen)",
+    )  # fmt: skip
     serve.add_argument("--store", help="store URL (default: hub.toml store, else D/hub.db)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
 
@@ -229,7 +233,11 @@ async def _serve(args: argparse.Namespace) -> int:
     from hub.server import serve
 
     return await serve(
-        args.data_dir, listen=args.listen, enroll_listen=args.enroll_listen, store_url=args.store
+        args.data_dir,
+        listen=args.listen,
+        enroll_listen=args.enroll_listen,
+        store_url=args.store,
+        metrics_listen=args.metrics_listen,
     )
 
 

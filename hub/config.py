@@ -29,6 +29,7 @@ CONFIG_FILE_NAME = "hub.toml"
 DEFAULT_REGION = "default"
 DEFAULT_LISTEN = "0.0.0.0:7443"
 DEFAULT_PORT = 7443
+DEFAULT_METRICS_LISTEN = "127.0.0.1:7445"
 
 
 def _store_url(value: object) -> str:
@@ -121,6 +122,8 @@ class HistoryConfig:
 class HubConfig:
     region: str = DEFAULT_REGION
     listen: str = DEFAULT_LISTEN
+    metrics_listen: str = DEFAULT_METRICS_LISTEN
+    """Plain HTTP for /metrics, /healthz, /readyz (hub.observing); empty: none."""
     store: str = ""
     """A store URL; empty: ``sqlite:///<data dir>/hub.db``."""
     certificates: CertificatesConfig = CertificatesConfig()
@@ -209,10 +212,15 @@ def _read_attestation(r: Reader) -> AttestationConfig:
     return config
 
 
+def _optional_host_port(value: object) -> str:
+    return "" if value == "" else host_port(value)
+
+
 def _read_config(r: Reader) -> HubConfig:
     return HubConfig(
         region=r.optional("region", dns_label, DEFAULT_REGION),
         listen=r.optional("listen", host_port, DEFAULT_LISTEN),
+        metrics_listen=r.optional("metricsListen", _optional_host_port, DEFAULT_METRICS_LISTEN),
         store=r.optional("store", _store_url, ""),
         certificates=_read_certificates(table(r, "certificates")),
         tokens=_read_tokens(table(r, "tokens")),
@@ -231,7 +239,12 @@ def load_config(path: Path) -> HubConfig:
     return load_config_file(path, _read_config)
 
 
-def default_config_text(*, region: str = DEFAULT_REGION, listen: str = DEFAULT_LISTEN) -> str:
+def default_config_text(
+    *,
+    region: str = DEFAULT_REGION,
+    listen: str = DEFAULT_LISTEN,
+    metrics_listen: str = DEFAULT_METRICS_LISTEN,
+) -> str:
     """A commented ``hub.toml`` with every key at its default (and the given region)."""
     c, t, d, a = CertificatesConfig(), TokensConfig(), DevicesConfig(), AttestationConfig()
     e, h = EnrollmentConfig(), HistoryConfig()
@@ -243,6 +256,9 @@ def default_config_text(*, region: str = DEFAULT_REGION, listen: str = DEFAULT_L
 region = "{region}"
 # Where `hub serve` listens unless --listen is given.
 listen = "{listen}"
+# Plain HTTP (no TLS, no authentication) for Prometheus /metrics and /healthz, /readyz; on
+# loopback unless scrapers elsewhere are trusted. Empty: no such listener.
+metricsListen = "{metrics_listen}"
 # The store: sqlite:///ABSOLUTE/PATH (empty: hub.db in the data directory) or
 # etcd://HOST:PORT,HOST:PORT (not built yet).
 store = ""

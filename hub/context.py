@@ -16,6 +16,7 @@ from edgefleet.artifacts.storing import ArtifactStore
 from hub.caching import Cache
 from hub.config import HubConfig
 from hub.initializing import HubPaths
+from hub.observing import HubMetrics
 from hub.pki import CertifiedKey
 from hub.projecting import Projector
 from hub.rollouts import RolloutController
@@ -38,6 +39,7 @@ class HubContext:
     trust_root: bytes = b""  # the fleet trust root as signed (D/trust-root.json), if any
     rollouts: RolloutController | None = None  # hub.rollouts; None: no rollout controller
     clock: Callable[[], float] = field(default=time.time)
+    metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.observing
 
     @property
     def region(self) -> str:

@@ -296,7 +296,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             )
         ctx.projector.mark([name])
         log.info(
-            "device-enrolled",
+            "device enrolled",
             device=name,
             token=record.id,
             source=source,

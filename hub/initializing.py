@@ -20,6 +20,7 @@ passed in by the caller (the trust package provides it); without one none are ma
 from __future__ import annotations
 
 import asyncio
+import ipaddress
 import os
 import socket
 from collections.abc import Awaitable, Callable
@@ -127,6 +128,30 @@ class InitResult:
         )
 
 
+def listen_for(hub_address: str) -> str:
+    """Where ``hub serve`` listens for a hub reached at ``hub_address``: its port always; a
+    loopback or IP host as it is (the hub is reached there, so it listens there), a DNS name
+    or a wildcard on every interface (the name may be one the host does not know itself by,
+    behind NAT or a load balancer). Pure."""
+    host, port = parse_host_port(hub_address)
+    if host == "localhost":
+        return f"localhost:{port}"
+    try:
+        address = ipaddress.ip_address(host.strip("[]"))
+    except ValueError:
+        return f"0.0.0.0:{port}"
+    if address.is_unspecified:
+        return f"{host}:{port}"
+    return f"[{address}]:{port}" if address.version == 6 else f"{address}:{port}"
+
+
+def metrics_listen_for(listen: str) -> str:
+    """The observability listener of a hub listening on ``listen``: loopback, port + 2 (after
+    the mTLS port and the enrollment port). Pure."""
+    _, port = parse_host_port(listen)
+    return f"127.0.0.1:{port + 2}"
+
+
 def default_sans(hub_address: str) -> list[str]:
     host, _ = parse_host_port(hub_address)
     names = ["localhost", "127.0.0.1", socket.gethostname()]
@@ -194,7 +219,11 @@ def _write_credentials(
     pki.write_private_key(paths.admin_key, admin.key)
     pki.write_certificate(paths.admin_certificate, admin.certificate)
     write_atomic(paths.admin_config, _admin_toml(paths, hub_address).encode(), mode=0o600)
-    write_atomic(paths.config, default_config_text(region=region).encode(), mode=0o600)
+    listen = listen_for(hub_address)
+    config_text = default_config_text(
+        region=region, listen=listen, metrics_listen=metrics_listen_for(listen)
+    )
+    write_atomic(paths.config, config_text.encode(), mode=0o600)
     return ca
 
 

@@ -6,44 +6,120 @@
   generation and deployments).
 * Stored objects: the canonical manifest as applied; a ModelDeployment gets a computed
   ``status`` (:func:`hub.statusing.deployment_status`).
-* Models: :meth:`hub.storekeys.ModelRecord.to_json`.
+* Models: :meth:`hub.storekeys.ModelRecord.to_json`; bootstrap tokens (kind
+  ``BootstrapToken``): :func:`token_object`, never with their secret.
+
+Every object gets ``metadata.uid`` (stable while the object exists: derived from its store key
+and creation revision, new when it is deleted and made again), ``metadata.resourceVersion``
+(the store revision of its last change) and ``metadata.creationTimestamp``
+(:func:`with_store_metadata`). Times are RFC 3339 UTC strings; numbers the device reported
+as whole floats (protobuf Struct has only doubles: ``cpuCount: 2.0``) are shown as integers.
 """
 
 from __future__ import annotations
 
+import uuid
 from collections.abc import Iterable, Mapping
 from typing import Any
 
 from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
+from edgefleet.timestamps import rfc3339
 from hub import storekeys
-from hub.devices import Device
+from hub.devices import Device, WorkloadReport
 from hub.placing import SecurityPolicy, taints_for
 from hub.statusing import deployment_status
+from hub.tokens import TokenRecord
+
+KIND_TOKEN = "BootstrapToken"
+_UID_NAMESPACE = uuid.UUID("8d0c5e0e-6f1e-4b8e-9a57-3c1f3c0e2a11")
+
+
+def with_store_metadata(
+    doc: Mapping[str, Any],
+    *,
+    key: str,
+    create_revision: int,
+    mod_revision: int,
+    created: float | None = None,
+) -> dict[str, Any]:
+    """``doc`` with ``metadata.uid``, ``resourceVersion`` and (when known)
+    ``creationTimestamp``; an existing creationTimestamp is kept."""
+    metadata = dict(doc.get("metadata", {}))
+    metadata["uid"] = str(uuid.uuid5(_UID_NAMESPACE, f"{key}#{create_revision}"))
+    metadata["resourceVersion"] = str(mod_revision)
+    if "creationTimestamp" not in metadata and created is not None:
+        metadata["creationTimestamp"] = rfc3339(created)
+    return {**doc, "metadata": metadata}
+
+
+def _plain(value: Any) -> Any:
+    """Whole floats as integers, recursively (what a person expects to read)."""
+    if isinstance(value, float) and value.is_integer():
+        return int(value)
+    if isinstance(value, Mapping):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_plain(v) for v in value]
+    return value
+
+
+def workload_phase(report: WorkloadReport) -> str:
+    """What a workload is doing, from the device's report: the phase it sent, else Ready
+    (every desired replica ready), Stopped (none desired), or Progressing (the reason of the
+    first false condition when there is one)."""
+    if report.phase:
+        return report.phase
+    if report.desired_replicas == 0:
+        return "Stopped"
+    if report.ready:
+        return "Ready"
+    for condition in report.conditions:
+        if condition.get("status") == "False" and condition.get("reason"):
+            return str(condition["reason"])
+    return "Progressing"
+
+
+def _workloads(device: Device) -> dict[str, Any]:
+    shown: dict[str, Any] = {}
+    for name, report in sorted(device.workloads.items()):
+        shown[name] = {**report.to_json(), "phase": workload_phase(report)}
+    return shown
 
 
 def device_object(
     device: Device, policy: SecurityPolicy, desired: storekeys.DesiredRecord | None
 ) -> dict[str, Any]:
     record = device.to_json()
+    attestation = record["attestation"]
+    metadata: dict[str, Any] = {
+        "name": device.name,
+        "labels": dict(sorted(device.all_labels().items())),
+    }
+    if device.enrolled_at is not None:
+        metadata["creationTimestamp"] = rfc3339(device.enrolled_at)
     return {
         "apiVersion": API_VERSION,
         "kind": storekeys.KIND_DEVICE,
-        "metadata": {"name": device.name, "labels": dict(sorted(device.all_labels().items()))},
+        "metadata": metadata,
         "spec": {"labels": record["labels"], "cordoned": device.cordoned},
         "status": {
             "phase": record["phase"],
             "revoked": device.revoked,
             "health": record["health"],
-            "attestation": record["attestation"],
-            "facts": record["facts"],
+            "attestation": {
+                **attestation,
+                "verifiedAt": rfc3339(device.attestation.verified_at),
+                "challengedAt": rfc3339(device.attestation.challenged_at),
+            },
+            "facts": _plain(record["facts"]),
             "reportedLabels": record["reportedLabels"],
-            "lastHeartbeat": device.last_heartbeat,
-            "enrolledAt": device.enrolled_at,
+            "lastHeartbeat": rfc3339(device.last_heartbeat),
+            "enrolledAt": rfc3339(device.enrolled_at),
             "certificateSerial": device.certificate_serial,
             "generationAcked": device.generation_acked,
             "generationDesired": desired.generation if desired else 0,
             "deployments": list(desired.deployments) if desired else [],
-            "workloads": record["workloads"],
+            "workloads": _workloads(device),
             "taints": [t.to_json() for t in taints_for(device, policy)],
         },
     }
@@ -80,3 +156,26 @@ def deployment_object(
 def object_labels(doc: Mapping[str, Any]) -> Mapping[str, str]:
     labels: Mapping[str, str] = doc.get("metadata", {}).get("labels", {})
     return labels
+
+
+def model_object(record: storekeys.ModelRecord) -> dict[str, Any]:
+    doc = record.to_json()
+    doc["metadata"] = {**doc["metadata"], "creationTimestamp": rfc3339(record.pushed_at)}
+    doc["status"] = {**doc["status"], "pushedAt": rfc3339(record.pushed_at)}
+    return doc
+
+
+def token_object(record: TokenRecord) -> dict[str, Any]:
+    """A bootstrap token as operators see it: its id as name, never its secret."""
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND_TOKEN,
+        "metadata": {"name": record.id, "creationTimestamp": rfc3339(record.created)},
+        "spec": {
+            "description": record.description,
+            "expires": rfc3339(record.expires),
+            "singleUse": record.single_use,
+            "deviceLabels": dict(sorted(record.labels.items())),
+        },
+        "status": {"used": rfc3339(record.used)},
+    }

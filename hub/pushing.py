@@ -250,7 +250,7 @@ async def _record(
             raise _exists(what, old.sha256, sha256)
         if old.envelope == envelope or meta.metadata_version <= _metadata_version(old.envelope):
             ctx.cache.models[(meta.name, meta.version)] = old
-            log.info("artifact-unchanged", model=meta.name, version=meta.version)
+            log.info("artifact unchanged", model=meta.name, version=meta.version)
             return admin_pb2.PushArtifactResponse(
                 sha256=sha256, length=info.length, stored=False, extras=old.extras
             )
@@ -272,7 +272,7 @@ async def _record(
     ctx.cache.models[(meta.name, meta.version)] = record
     ctx.writer.event(storekeys.KIND_MODEL, f"{meta.name}-{meta.version}", "Normal", reason, message)
     ctx.projector.mark_all()
-    log.info("artifact-pushed", model=meta.name, version=meta.version, sha256=sha256)
+    log.info("artifact pushed", model=meta.name, version=meta.version, sha256=sha256)
     return admin_pb2.PushArtifactResponse(
         sha256=sha256, length=info.length, stored=stored, extras=extras
     )

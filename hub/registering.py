@@ -47,7 +47,7 @@ def _deserializer(cls: Any) -> Callable[[bytes], Any]:
 async def _checked_stream(requests: AsyncIterator[Any], context: Any) -> AsyncIterator[Any]:
     async for item in requests:
         if isinstance(item, Malformed):
-            log.warning("malformed-message", type=item.type_name, error=item.error)
+            log.warning("malformed message", type=item.type_name, error=item.error)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, item.message)
         yield item
 
@@ -68,7 +68,7 @@ def _wrap(method: Callable[..., Any], client_streaming: bool, server_streaming: 
         return stream_unary
 
     async def reject(request: Malformed, context: Any) -> None:
-        log.warning("malformed-message", type=request.type_name, error=request.error)
+        log.warning("malformed message", type=request.type_name, error=request.error)
         await context.abort(grpc.StatusCode.INVALID_ARGUMENT, request.message)
 
     if server_streaming:

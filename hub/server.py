@@ -42,6 +42,13 @@ from hub.context import HubContext
 from hub.enrolling import EnrollmentServicer
 from hub.initializing import HubPaths
 from hub.lifecycle import Lifecycle
+from hub.observing import (
+    READY_STORE_TIMEOUT_S,
+    HubMetrics,
+    InstrumentedStore,
+    MetricsInterceptor,
+    ObservabilityServer,
+)
 from hub.projecting import Projector
 from hub.registering import add_servicer
 from hub.rollouts import RolloutController
@@ -86,9 +93,13 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         raise HubDirError(f"{data_dir} is not a hub data directory (no hub.toml): run hub init")
     config = load_config(paths.config)
     ca = pki.load_certified_key(paths.ca_certificate, paths.ca_key)
-    store = store or await open_hub_store(config.store or None, data_dir=paths.data_dir)
+    metrics = HubMetrics()
+    store = InstrumentedStore(
+        store or await open_hub_store(config.store or None, data_dir=paths.data_dir), metrics
+    )
     cache = await Cache.load(store)
     sessions = Sessions()
+    metrics.watch(cache, sessions)
     roots = load_roots(paths.data_dir)
     writer = DeviceWriter(store, cache)
     projector = Projector(store, cache, sessions, region=config.region)
@@ -103,6 +114,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         sessions=sessions,
         blobs=ArtifactStore(paths.data_dir / "blobs"),
         rollouts=RolloutController(store, cache, projector, writer),
+        metrics=metrics,
     )
     install_roots(ctx, roots)
     return ctx
@@ -134,7 +146,7 @@ async def start_server(
     """Start the gRPC server (not the controllers); ports 0 pick free ones."""
     listen = listen or ctx.config.listen
     enroll_listen = enroll_listen or enrollment_address(listen)
-    server = grpc.aio.server(options=SERVER_OPTIONS)
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[MetricsInterceptor(ctx.metrics)])
     devices = DeviceServicer(ctx)
     # Not the generated add_*_to_server: malformed messages must get INVALID_ARGUMENT.
     add_servicer(server, devices, device_pb2.DESCRIPTOR.services_by_name["DeviceService"])
@@ -149,8 +161,20 @@ async def start_server(
         enroll_listen, _server_credentials(ctx.paths, mutual=False)
     )
     await server.start()
-    log.info("hub-serving", listen=listen, port=port, enroll_port=enroll_port, region=ctx.region)
+    log.info("hub serving", listen=listen, port=port, enroll_port=enroll_port, region=ctx.region)
     return RunningHub(ctx, server, port, enroll_port, devices)
+
+
+async def _readiness(ctx: HubContext, stop: asyncio.Event) -> str | None:
+    """Why the hub is not ready to serve (None: it is): stopping, or a store that does not
+    answer within 2 s."""
+    if stop.is_set():
+        return "stopping"
+    try:
+        await asyncio.wait_for(ctx.store.get("/readyz"), READY_STORE_TIMEOUT_S)
+    except Exception as exc:
+        return f"the store does not answer: {type(exc).__name__}: {exc}"
+    return None
 
 
 class LeaseExpiry:
@@ -173,12 +197,19 @@ async def serve(
     enroll_listen: str | None = None,
     store_url: str | None = None,
     ready: asyncio.Event | None = None,
+    metrics_listen: str | None = None,
 ) -> int:
     """Run the hub until SIGTERM/SIGINT, holding the data directory's lock (one hub per data
-    directory; ``hub restore`` waits for none)."""
+    directory; ``hub restore`` waits for none). ``metrics_listen`` (default: hub.toml's
+    ``metricsListen``; ``""``: none) serves /metrics, /healthz, /readyz (:mod:`hub.observing`)."""
     with data_dir_lock(HubPaths.of(data_dir).data_dir, purpose="hub serve"):
         return await _serve(
-            data_dir, listen=listen, enroll_listen=enroll_listen, store_url=store_url, ready=ready
+            data_dir,
+            listen=listen,
+            enroll_listen=enroll_listen,
+            store_url=store_url,
+            ready=ready,
+            metrics_listen=metrics_listen,
         )
 
 
@@ -189,6 +220,7 @@ async def _serve(
     enroll_listen: str | None,
     store_url: str | None,
     ready: asyncio.Event | None,
+    metrics_listen: str | None,
 ) -> int:
     ctx = await build_context(
         data_dir,
@@ -227,6 +259,14 @@ async def _serve(
     ]
     if ctx.rollouts is not None:
         components.append(ctx.rollouts)
+    if metrics_listen is None:
+        metrics_listen = ctx.config.metrics_listen
+    if metrics_listen:
+
+        async def readiness() -> str | None:
+            return await _readiness(ctx, stop)
+
+        components.append(ObservabilityServer(metrics_listen, ctx.metrics, readiness))
     if ready is not None:
         ready.set()
     # systemd (Type=notify): ready once the gRPC server listens; watchdog pings from this loop
@@ -243,12 +283,12 @@ async def _serve(
         try:
             await ctx.writer.flush()  # updates by calls answered while stopping
         except Exception as exc:
-            log.error("hub-final-flush-failed", error=str(exc))
+            log.error("hub final flush failed", error=str(exc))
             code = 1
         await ctx.store.close()
         watchdog_stop.set()
         await watchdog
-        log.info("hub-stopped")
+        log.info("hub stopped")
     return code
 
 

@@ -5,8 +5,9 @@ Keys (values are JSON unless said otherwise)::
     /tokens/ID                      bootstrap tokens (hub.tokens)
     /devices/NAME                   hub.devices.Device
     /objects/KIND/NAME              operator objects (ModelDeployment, DeviceHealthPolicy,
-                                    SecurityBaseline): {"manifest": canonical doc}; status is
-                                    computed when read (hub.presenting), never stored
+                                    SecurityBaseline): {"manifest": canonical doc, "created":
+                                    epoch seconds of the first apply}; status is computed when
+                                    read (hub.presenting), never stored
     /models/NAME/VERSION            a pushed artifact: signed metadata envelope (as signed),
                                     sha256, length, pushed time
     /desired/NAME                   what a device is owed: generation, deployment names, digest
@@ -78,9 +79,18 @@ def revoked_key(serial_hex: str) -> str:
     return f"{REVOKED}{serial_hex}"
 
 
-def object_value(manifest: Mapping[str, Any]) -> bytes:
-    """What is stored under :func:`object_key` for a canonical manifest."""
-    return dumps({"manifest": manifest})
+def object_value(manifest: Mapping[str, Any], created: float | None = None) -> bytes:
+    """What is stored under :func:`object_key` for a canonical manifest first applied at
+    ``created`` (kept across updates; shown as ``metadata.creationTimestamp``)."""
+    if created is None:
+        return dumps({"manifest": manifest})
+    return dumps({"manifest": manifest, "created": created})
+
+
+def created_of(value: bytes) -> float | None:
+    """When the object stored as ``value`` was first applied (None: before this was kept)."""
+    created = loads(value).get("created")
+    return float(created) if isinstance(created, int | float) else None
 
 
 def manifest_of(value: bytes) -> dict[str, Any]:

@@ -149,11 +149,11 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         try:
             first = await asyncio.wait_for(it.__anext__(), HELLO_TIMEOUT_S)
         except (TimeoutError, StopAsyncIteration) as exc:
-            log.warning("sync-without-hello", device=caller.name, error=type(exc).__name__)
+            log.warning("sync without hello", device=caller.name, error=type(exc).__name__)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the stream must open with Hello")
             return
         except asyncio.CancelledError:
-            log.warning("sync-cancelled-before-hello", device=caller.name)
+            log.warning("sync cancelled before hello", device=caller.name)
             raise
         if first.WhichOneof("message") != "hello":
             await context.abort(
@@ -197,7 +197,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             await ctx.writer.flush()  # the old certificate stays refused across a restart
         self.last_seen[caller.name] = now
         session = ctx.sessions.open(caller.name, caller.serial)
-        log.info("device-connected", device=caller.name, generation=hello.applied_generation)
+        log.info("device connected", device=caller.name, generation=hello.applied_generation)
         reader = asyncio.ensure_future(self._read(caller.name, it, session))
         try:
             # What the device is owed now goes out at once; the batched projector looks at
@@ -272,7 +272,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         finally:
             reader.cancel()
             ctx.sessions.release(session)
-            log.info("device-disconnected", device=caller.name)
+            log.info("device disconnected", device=caller.name)
 
     async def _read(
         self, name: str, it: AsyncIterator[device_pb2.DeviceMessage], session: Session
@@ -368,7 +368,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             "connects with the new one",
         )
         await ctx.writer.flush()
-        log.info("certificate-renewed", device=caller.name, serial=serial)
+        log.info("certificate renewed", device=caller.name, serial=serial)
         return device_pb2.RenewCertificateResponse(
             certificate_chain_pem=pki.certificate_pem(certificate)
         )

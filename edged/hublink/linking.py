@@ -13,6 +13,11 @@
   every device back at once.
   Meanwhile edged keeps serving its last verified state, across its own restarts too.
 * The device certificate is renewed at a random point between 70 % and 90 % of its lifetime.
+* A hub that refuses this device (UNAUTHENTICATED: revoked; PERMISSION_DENIED: deleted or not
+  enrolled there) :data:`REFUSALS_BEFORE_GIVING_UP` times in a row, with the usual backoff
+  between, is not dialled again until edged restarts: the link's status says ``refused`` and
+  why, one error is logged, and edged keeps serving its last verified state. The device must
+  be enrolled again (``edged enroll``).
 
 Only one task writes to the stream (grpc's rule); others queue messages for it. The
 messages about the device are built by ``mapping.py`` from a plain ``DeviceReport``.
@@ -47,6 +52,8 @@ BACKOFF_MAX_S = 60.0
 # Reconnects, certificate renewals and desired states to retry: uniform in [0, min(60, 2**n)] s.
 RECONNECT_BACKOFF = Backoff(BACKOFF_BASE_S, BACKOFF_MAX_S, Jitter.FULL)
 STABLE_AFTER_S = 30.0  # a session that lasted this long resets the backoff
+REFUSALS_BEFORE_GIVING_UP = 3
+_REFUSED = (grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED)
 CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 60_000),
     ("grpc.keepalive_timeout_ms", 20_000),
@@ -108,6 +115,7 @@ class HubLink:
         self._rng = rng or random.Random()
         self.connected = False
         self.last_error = ""
+        self.refused = False  # the hub refused this device for good: not dialled again
         self.heartbeat_interval = 30.0
         self.renewed_at: float | None = None
         self._last_state: device_pb2.DesiredState | None = None
@@ -128,6 +136,7 @@ class HubLink:
             "hub": self.link.hub,
             "deviceName": self.link.device_name,
             "connected": self.connected,
+            "refused": self.refused,
             "lastError": self.last_error or None,
             **self._source.status(),
         }
@@ -149,7 +158,7 @@ class HubLink:
 
     # -- the component -------------------------------------------------------------------
     async def run(self, stop: asyncio.Event) -> None:
-        attempt = 0
+        attempt = refusals = 0
         renewer = asyncio.ensure_future(self._renew_loop(stop))
         try:
             while not stop.is_set():
@@ -158,8 +167,15 @@ class HubLink:
                     await self._session(stop)
                 except grpc.aio.AioRpcError as exc:
                     self.last_error = f"{exc.code().name}: {exc.details()}"
+                    refusals = refusals + 1 if exc.code() in _REFUSED else 0
+                    if refusals >= REFUSALS_BEFORE_GIVING_UP:
+                        self._give_up(exc)
+                        renewer.cancel()
+                        await stop.wait()
+                        break
                     log.warning("hub link broken", code=exc.code().name, details=exc.details())
                 except (OSError, ValueError) as exc:
+                    refusals = 0
                     self.last_error = str(exc)
                     log.warning("hub link failed", error=str(exc))
                 finally:
@@ -171,6 +187,20 @@ class HubLink:
                 await wait_for_stop(stop, delay)
         finally:
             renewer.cancel()
+
+    def _give_up(self, exc: grpc.aio.AioRpcError) -> None:
+        self.refused = True
+        self.last_error = (
+            f"refused by the hub ({exc.code().name}: {exc.details()}); not dialled again: "
+            "enroll this device again (edged enroll), then restart edged"
+        )
+        log.error(
+            "hub refused this device, link stopped",
+            hub=self.link.hub,
+            device=self.link.device_name,
+            code=exc.code().name,
+            details=exc.details(),
+        )
 
     def _credentials(self) -> grpc.ChannelCredentials:
         return grpc.ssl_channel_credentials(

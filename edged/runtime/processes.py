@@ -302,6 +302,7 @@ class Replica:
         """Start a process for this slot (first start or restart)."""
         if self.exited_at is not None:
             self.restarts += 1
+            self.pool.restarted(self)
         self.phase = Phase.STARTING
         self.started_at = time.monotonic()
         self.ready_since = None
@@ -426,6 +427,7 @@ class WorkerPool:
         on_serving_change: Callable[[Replica, bool], None],
         on_result: Callable[[Replica, int, float], None],
         on_artifact_rotten: Callable[[WorkloadName, str], None] | None = None,
+        on_restart: Callable[[Replica], None] | None = None,
         python: str = "",
     ) -> None:
         """``on_artifact_rotten(workload, sha256)``: a worker found that blob's bytes no longer
@@ -434,6 +436,7 @@ class WorkerPool:
         self._on_artifact_rotten = on_artifact_rotten
         self._on_serving_change = on_serving_change
         self._on_result = on_result
+        self._on_restart = on_restart
         self._python = python or sys.executable
         self._replicas: dict[ReplicaId, Replica] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -508,6 +511,10 @@ class WorkerPool:
     def artifact_rotten(self, workload: WorkloadName, sha256: str) -> None:
         if self._on_artifact_rotten is not None:
             self._on_artifact_rotten(workload, sha256)
+
+    def restarted(self, rep: Replica) -> None:
+        if self._on_restart is not None:
+            self._on_restart(rep)
 
     def record_result(self, rep: Replica, status: int, seconds: float) -> None:
         self._on_result(rep, status, seconds)

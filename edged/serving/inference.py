@@ -60,32 +60,33 @@ LATENCY_BUCKETS = (
 
 
 class InferenceMetrics:
-    """Requests answered by workers, by model and code, and their latency, by model."""
+    """Requests answered by workers, by workload and code, and their latency, by workload
+    (``workload`` is the one label name every edged metric uses for a workload)."""
 
     def __init__(self, registry: Registry) -> None:
         self._requests = registry.counter(
             "edged_inference_requests_total",
             "Inference requests answered by workers",
-            ("model", "code"),
+            ("workload", "code"),
         )
         self._latency = registry.histogram(
             "edged_inference_request_duration_seconds",
             "Time from forwarding a request to a worker to its answer",
-            ("model",),
+            ("workload",),
             buckets=LATENCY_BUCKETS,
         )
         self._req_children: dict[tuple[str, int], CounterChild] = {}
         self._lat_children: dict[str, HistogramChild] = {}
 
-    def answered(self, model: str, status: int, seconds: float) -> None:
-        key = (model, status)
+    def answered(self, workload: str, status: int, seconds: float) -> None:
+        key = (workload, status)
         c = self._req_children.get(key)
         if c is None:
-            c = self._req_children[key] = self._requests.labels(model=model, code=str(status))
+            c = self._req_children[key] = self._requests.labels(workload=workload, code=str(status))
         c.inc()
-        h = self._lat_children.get(model)
+        h = self._lat_children.get(workload)
         if h is None:
-            h = self._lat_children[model] = self._latency.labels(model=model)
+            h = self._lat_children[workload] = self._latency.labels(workload=workload)
         h.observe(seconds)
 
 

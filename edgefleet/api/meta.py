@@ -70,9 +70,15 @@ def label_value(value: object) -> str:
     return value
 
 
+SERVER_METADATA = ("uid", "resourceVersion", "creationTimestamp")
+"""metadata fields the hub fills in when it shows an object: accepted and ignored when read,
+so that what ``edgectl get -o yaml`` prints can be applied again (as Kubernetes does)."""
+
+
 def read_metadata(r: Reader | None) -> ObjectMeta:
     if r is None:
         return ObjectMeta(name="")
+    r.ignore(*SERVER_METADATA)
     return ObjectMeta(
         name=r.required("name", dns_label, ""),
         labels=r.string_map("labels", label_key, label_value) or {},

@@ -221,8 +221,13 @@ def parse_duration(value: object) -> float:
 
 
 def format_duration(seconds: float) -> str:
-    """Canonical duration text (``"0.5s"``, ``"60s"``) that parses back to ``seconds``."""
+    """Canonical duration text that parses back to ``seconds``, as people write it: whole
+    milliseconds under a second in ``ms`` (``"2ms"``, ``"500ms"``), else seconds (``"60s"``,
+    ``"1.5s"``, ``"0.00001s"``)."""
     number = Decimal(repr(float(seconds)))
     if number == number.to_integral_value():
         return f"{int(number)}s"
+    millis = number * 1000
+    if number < 1 and millis == millis.to_integral_value():
+        return f"{int(millis)}ms"
     return f"{number.normalize():f}s"

@@ -461,7 +461,7 @@ def test_to_dict_is_canonical_and_deterministic() -> None:
     da, db = parse_manifest(a).to_dict(), parse_manifest(b).to_dict()
     assert json.dumps(da) == json.dumps(db)
     assert da["spec"]["resources"] == {"cpu": "500m", "memory": "256Mi"}
-    assert da["spec"]["runtime"]["maxQueueDelay"] == "0.5s"
+    assert da["spec"]["runtime"]["maxQueueDelay"] == "500ms"
     assert list(da["metadata"]["labels"]) == ["a", "b"]
 
 

@@ -238,11 +238,14 @@ def test_parse_duration_rejects(value: object, message: str) -> None:
     ("seconds", "text"),
     [
         (0.0, "0s"),
-        (0.5, "0.5s"),
+        (0.5, "500ms"),
         (60.0, "60s"),
-        (0.001, "0.001s"),
+        (0.001, "1ms"),
+        (0.002, "2ms"),  # as written, not "0.002s"
         (1e-05, "0.00001s"),
-        (0.1, "0.1s"),
+        (0.1, "100ms"),
+        (1.5, "1.5s"),
+        (0.0015, "0.0015s"),
     ],
 )
 def test_format_duration_round_trips(seconds: float, text: str) -> None:

@@ -109,6 +109,7 @@ def test_enroll_apply_serve_and_apply_again_changes_nothing(
     code, out = a.infer("det", X)
     assert code == 200, out
     assert b.status()["workloads"] == []  # site b is not selected
+    assert b.status()["device"]["name"] == "dev-b"  # the hub's name for it, not the hostname
     again = apply(hub, tmp_path, name="det", model="det", version="1.0.0", site="a")
     assert "unchanged" in again
     pids = a.worker_pids("det")
@@ -206,6 +207,15 @@ def test_a_revoked_device_is_refused_and_keeps_serving(
         "dev-a to be refused",
     )
     assert a.infer("det", X)[0] == 200  # the last verified state still serves
+    # a few refusals with backoff, then a final state instead of a warning every second
+    hub_status = wait_for(
+        lambda: (h := a.status()["hub"])["refused"] and h, 60, "dev-a to stop dialling"
+    )
+    assert hub_status["lastError"].startswith("refused by the hub (UNAUTHENTICATED")
+    logs = a.log_path.read_text()
+    assert logs.count("hub refused this device, link stopped") == 1
+    assert logs.count('"hub link broken"') <= 3  # the stream closed, then two refusals
+    assert a.infer("det", X)[0] == 200
 
 
 def test_hub_kill9_devices_keep_serving_then_reconverge_without_restarts(

@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import signal
 from pathlib import Path
 
 import numpy as np
 import onnxruntime as ort
 import orjson
-from harness import Edged, write_manifest
+from harness import Edged, wait_for, write_manifest
 
 
 def direct(model: Path, x: np.ndarray) -> np.ndarray:
@@ -220,10 +222,32 @@ def test_status_socket_reports_and_metrics(model_dir: Path, edged_factory) -> No
     status, metrics, headers = e.request("GET", "/metrics", sock=e.status_sock)
     text = metrics.decode()
     assert status == 200 and headers["content-type"].startswith("text/plain")
-    assert 'edged_inference_requests_total{model="mlp",code="200"} 1' in text
+    assert 'edged_inference_requests_total{workload="mlp",code="200"} 1' in text
     assert "edged_inference_request_duration_seconds_bucket" in text
     assert 'edged_reconcile_total{controller="workloads",result="success"}' in text
     assert "edged_workqueue_depth" in text
+    assert "# TYPE edged_replica_restarts_total counter" in text
+    import shutil
+    import subprocess
+
+    promtool = shutil.which("promtool")
+    assert promtool, "promtool is missing: scripts/install-system-deps installs prometheus"
+    checked = subprocess.run(
+        [promtool, "check", "metrics"], check=False, input=text, capture_output=True, text=True
+    )
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    # A worker killed from outside is started again: counted, as status counts it.
+    os.kill(rep["pid"], signal.SIGKILL)
+    wait_for(lambda: e.workload("mlp")["replicas"][0]["restarts"] == 1, 60, "a restart")
+    wait_for(
+        lambda: (
+            'edged_replica_restarts_total{workload="mlp"} 1.0'
+            in e.request("GET", "/metrics", sock=e.status_sock)[1].decode()
+        ),
+        10,
+        "the restart in the metrics",
+    )
+    e.wait_ready()
     # The content-addressed store holds the artifact, read-only, by digest.
     blob = e.data / "artifacts" / "sha256" / w["model"]["sha256"]
     assert blob.read_bytes() == (model_dir / "mlp.onnx").read_bytes()

@@ -1,92 +1,20 @@
 """edgectl end to end: the real ``edgectl`` console script in subprocesses, against a real hub
-AdminService (grpc.aio, mutual TLS with the certificates of ``hub init``, SQLite) running on
-its own event loop in a thread of the test process."""
+AdminService (tests/edgectl/conftest.py)."""
 
 from __future__ import annotations
 
 import os
 import subprocess
-import sys
-import time
-from collections.abc import Iterator
 from pathlib import Path
 
 import orjson
 import pytest
 import yaml
-from hubserving import AdminHub, ThreadedHub, make_hub_dir
+from edgectltesting import EDGECTL, MANIFESTS, edgectl, seed
+from hubserving import ThreadedHub
 
 from edgectl.client import ClientError, load_admin_config
 from edgefleet.errors import ConfigError
-from hub.devices import Device, DevicePhase, WorkloadReport
-
-EDGECTL = str(Path(sys.executable).with_name("edgectl"))
-
-MANIFESTS = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {name: fraud, labels: {team: risk}}
-spec:
-  model: {name: fraud, version: "2.4.1"}
-  replicas: {perDevice: 1}
-  placement: {nodeSelector: {site: retail}}
----
-apiVersion: edgefleet.io/v1
-kind: SecurityBaseline
-metadata: {name: fleet}
-spec: {requireAttestation: false}
----
-apiVersion: edgefleet.io/v1
-kind: DeviceHealthPolicy
-metadata: {name: needs-gpu}
-spec: {requiredAccelerators: [gpu]}
-"""
-
-
-def edgectl(
-    config: Path, *args: str, stdin: str | None = None, env: dict[str, str] | None = None
-) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [EDGECTL, "--config", str(config), *args],
-        check=False,
-        input=stdin,
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env={**os.environ, **(env or {})},
-    )
-
-
-async def seed(hub: AdminHub) -> None:
-    hub.ctx.writer.update(
-        Device(
-            name="cam-1",
-            labels={"site": "retail"},
-            reported_labels={"accelerator": "npu"},
-            phase=DevicePhase.READY,
-            last_heartbeat=time.time(),
-            certificate_serial="abc1",
-            workloads={"fraud": WorkloadReport("2.4.1", desired_replicas=1, ready_replicas=1)},
-        )
-    )
-    hub.ctx.writer.update(Device(name="cam-2", labels={"site": "depot"}))
-    await hub.ctx.writer.flush()
-
-
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ThreadedHub]:
-    import asyncio
-
-    paths = asyncio.run(make_hub_dir(tmp_path_factory.mktemp("edgectl") / "hub"))
-    with ThreadedHub(paths) as threaded:
-        assert threaded.hub is not None
-        threaded.run(seed(threaded.hub))
-        yield threaded
-
-
-@pytest.fixture(scope="module")
-def config(hub: ThreadedHub) -> Path:
-    return hub.paths.admin_config
 
 
 def test_apply_is_idempotent_and_reports_each_object(config: Path, tmp_path: Path) -> None:

@@ -13,6 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -109,6 +110,9 @@ async def test_push_signs_with_the_publisher_key_of_admin_toml_then_is_unchanged
         code, out, err = await _edgectl(*push)
         assert code == 0, err
         assert out == f"model/mlp 1.0 pushed (sha256 {sha}, {model.stat().st_size} bytes)\n"
+        # not a terminal: plain progress lines on stderr, the last one when done
+        assert err.splitlines()[-1].startswith("model/mlp 1.0: 100% ")
+        assert "\r" not in err
         assert ctx.blobs.path_for(sha).read_bytes() == model.read_bytes()
         assert ctx.cache.models[("mlp", "1.0")].sha256 == sha
         code, out, err = await _edgectl(*push)
@@ -117,18 +121,61 @@ async def test_push_signs_with_the_publisher_key_of_admin_toml_then_is_unchanged
 
 
 @async_test
-async def test_push_of_metadata_signed_elsewhere_and_refusals(
-    hub_dir: Path, tmp_path: Path
-) -> None:
+async def test_push_shows_a_bar_on_a_terminal(hub_dir: Path, tmp_path: Path) -> None:
+    import pty
+
+    model = _model(tmp_path, size=3 << 20)
+    async with _serve(hub_dir) as (_, admin):
+        primary, secondary = pty.openpty()
+        try:
+            proc = await asyncio.create_subprocess_exec(
+                *EDGECTL, "models", "push", str(model), "--name", "big", "--version", "1",
+                "--config", str(admin), stdout=asyncio.subprocess.PIPE, stderr=secondary,
+            )  # fmt: skip
+            out, _ = await proc.communicate()
+            os.close(secondary)
+            secondary = -1
+            seen = b""
+            while True:
+                try:
+                    data = os.read(primary, 65536)
+                except OSError:  # EIO: the terminal's other side is closed
+                    break
+                if not data:
+                    break
+                seen += data
+        finally:
+            os.close(primary)
+            if secondary >= 0:
+                os.close(secondary)
+    assert proc.returncode == 0, seen
+    assert out.decode().startswith("model/big 1 pushed")
+    text = seen.decode()
+    assert "\r\x1b[K" in text  # redrawn in place
+    assert "[" + "#" * 24 + "] 100% 3.0 MiB/3.0 MiB" in text and "MiB/s in " in text
+
+
+@pytest.mark.parametrize(
+    ("done", "total", "elapsed", "bar", "line"),
+    [
+        (0, 100 << 20, 0.0, False, "  0% 0 B/100.0 MiB 0 B/s ETA -"),
+        (50 << 20, 100 << 20, 5.0, False, " 50% 50.0 MiB/100.0 MiB 10.0 MiB/s ETA 5s"),
+        (25 << 20, 100 << 20, 100.0, True,
+         "[######..................]  25% 25.0 MiB/100.0 MiB 256.0 KiB/s ETA 5m00s"),
+        (1 << 30, 1 << 30, 4000.0, False, "100% 1.0 GiB/1.0 GiB 262.1 KiB/s in 1h06m"),
+        (512, 512, 0.5, True, "[########################] 100% 512 B/512 B 1.0 KiB/s in 0s"),
+    ],
+)  # fmt: skip
+def test_progress_lines(done: int, total: int, elapsed: float, bar: bool, line: str) -> None:
+    from edgectl.progress import describe
+
+    assert describe(done, total, elapsed, bar=bar) == line
+
+
+@async_test
+async def test_push_of_metadata_signed_elsewhere(hub_dir: Path, tmp_path: Path) -> None:
     model = _model(tmp_path, size=1000)
-    signing.generate_key_pair(tmp_path / "stranger")
-    _, env = signing.sign_artifact(
-        model,
-        name="mlp",
-        version="2.0",
-        keys=[hub_dir / "publisher.key"],
-        out=tmp_path / "signed.json",
-    )
+    _, env = _signed_elsewhere(hub_dir, tmp_path, model)
     async with _serve(hub_dir) as (ctx, admin):
         base = ("models", "push", model, "--config", admin, "--name", "mlp")
         code, out, err = await _edgectl(
@@ -138,6 +185,25 @@ async def test_push_of_metadata_signed_elsewhere_and_refusals(
         assert out.startswith("model/mlp 2.0 pushed")
         assert ctx.cache.models[("mlp", "2.0")].envelope == env.to_bytes()
 
+
+def _signed_elsewhere(hub_dir: Path, tmp_path: Path, model: Path) -> tuple[Path, Any]:
+    return signing.sign_artifact(
+        model,
+        name="mlp",
+        version="2.0",
+        keys=[hub_dir / "publisher.key"],
+        out=tmp_path / "signed.json",
+    )
+
+
+@async_test
+async def test_push_refusals(hub_dir: Path, tmp_path: Path) -> None:
+    # (two edgectl processes per test: each test has 5 s, and the machine may be busy)
+    model = _model(tmp_path, size=1000)
+    signing.generate_key_pair(tmp_path / "stranger")
+    _signed_elsewhere(hub_dir, tmp_path, model)
+    async with _serve(hub_dir) as (ctx, admin):
+        base = ("models", "push", model, "--config", admin, "--name", "mlp")
         code, _, err = await _edgectl(
             *base, "--version", "3.0", "--metadata", tmp_path / "signed.json"
         )
@@ -146,7 +212,7 @@ async def test_push_of_metadata_signed_elsewhere_and_refusals(
 
         code, _, err = await _edgectl(*base, "--version", "3.0", "--key", tmp_path / "stranger.key")
         assert code == 1
-        assert "the hub refused it (PERMISSION_DENIED): UnknownKey:" in err
+        assert "error: models push: PERMISSION_DENIED: UnknownKey:" in err
         assert ("mlp", "3.0") not in ctx.cache.models
 
 
@@ -164,7 +230,7 @@ async def test_push_without_a_key_or_a_hub_says_what_is_missing(tmp_path: Path) 
     code, _, err = await _edgectl(
         "models", "push", model, "--name", "m", "--version", "1", "--config", tmp_path / "none"
     )
-    assert code == 1 and "none: cannot read" in err
+    assert code == 2 and "none: cannot read" in err  # a config problem: exit 2
 
 
 @async_test

@@ -5,6 +5,7 @@ and cache state."""
 from __future__ import annotations
 
 import asyncio
+import re
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -302,10 +303,12 @@ async def test_get_and_list_show_kubernetes_shaped_objects(tmp_path: Path) -> No
         doc = orjson.loads(got.json)
         assert got.resource_version > 0
         assert doc["kind"] == "Device" and doc["apiVersion"] == "edgefleet.io/v1"
-        assert doc["metadata"] == {
-            "name": "cam-1",
-            "labels": {"accelerator": "npu", "arch": "arm64", "site": "retail"},
-        }
+        metadata = doc["metadata"]
+        assert metadata["name"] == "cam-1"
+        assert metadata["labels"] == {"accelerator": "npu", "arch": "arm64", "site": "retail"}
+        assert metadata["resourceVersion"] == str(got.resource_version)
+        uid = metadata["uid"]
+        assert len(uid) == 36
         assert doc["spec"] == {"labels": {"site": "retail"}, "cordoned": False}
         status = doc["status"]
         assert status["phase"] == "Ready"
@@ -321,6 +324,9 @@ async def test_get_and_list_show_kubernetes_shaped_objects(tmp_path: Path) -> No
             (await stub.Get(admin_pb2.GetRequest(kind="ModelDeployment", name="fraud"))).json
         )
         assert dep["spec"]["model"] == {"name": "fraud", "version": "2.4.1"}
+        created = dep["metadata"]["creationTimestamp"]
+        assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\dZ", created)
+        assert dep["metadata"]["uid"] != uid
         assert dep["status"]["desiredDevices"] == 1
         assert dep["status"]["readyDevices"] == 1
         assert dep["status"]["versions"] == {"2.4.1": {"devices": 1, "ready": 1}}
@@ -332,6 +338,17 @@ async def test_get_and_list_show_kubernetes_shaped_objects(tmp_path: Path) -> No
         ]
         assert listed.resource_version >= max(i.resource_version for i in listed.items)
         assert len((await stub.List(admin_pb2.ListRequest(kind="Model"))).items) == 1
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment(version="2.4.2")]))
+        updated = orjson.loads(
+            (await stub.Get(admin_pb2.GetRequest(kind="ModelDeployment", name="fraud"))).json
+        )
+        assert updated["metadata"]["creationTimestamp"] == created  # kept across updates
+        assert updated["metadata"]["uid"] == dep["metadata"]["uid"]
+        assert int(updated["metadata"]["resourceVersion"]) > int(dep["metadata"]["resourceVersion"])
+        again = orjson.loads(
+            (await stub.Get(admin_pb2.GetRequest(kind="Device", name="cam-1"))).json
+        )
+        assert again["metadata"]["uid"] == uid  # stable while the object exists
 
 
 @async_test
@@ -351,7 +368,9 @@ async def test_label_selectors(tmp_path: Path) -> None:
         assert await names("accelerator") == ["cam-1"]
         assert await names("!accelerator") == ["cam-2"]
         assert await names("accelerator=npu, site=depot") == []
-        for bad in ("site=a=b", "site in (a,b)", "a,,b", "Bad Key=x"):
+        assert await names("site in (depot,lab)") == ["cam-2"]
+        assert await names("site notin (depot),accelerator") == ["cam-1"]
+        for bad in ("site=a=b", "site in (a,b", "a,,b", "Bad Key=x"):
             code, details = await code_of(
                 stub.List(admin_pb2.ListRequest(kind="Device", label_selector=bad))
             )
@@ -367,7 +386,7 @@ async def test_unknown_kinds_and_names(tmp_path: Path) -> None:
         assert code is grpc.StatusCode.INVALID_ARGUMENT
         assert details == (
             "unknown kind 'Pod': must be one of Device, Model, ModelDeployment, "
-            "DeviceHealthPolicy, SecurityBaseline"
+            "DeviceHealthPolicy, SecurityBaseline, BootstrapToken"
         )
         code, details = await code_of(stub.Get(admin_pb2.GetRequest(kind="Device", name="nope")))
         assert code is grpc.StatusCode.NOT_FOUND
@@ -496,7 +515,7 @@ async def test_watch_lists_current_objects_then_sees_applies_and_deletes(tmp_pat
         assert (kind, doc["metadata"]["name"]) == (admin_pb2.WatchEvent.DELETED, "b")
 
         call.cancel()
-        await eventually(lambda: hub.ctx.store.watching == 0)  # type: ignore[attr-defined]
+        await eventually(lambda: hub.ctx.store.inner.watching == 0)  # type: ignore[attr-defined]
 
 
 @async_test

@@ -1,5 +1,5 @@
-"""The pure parts of AdminService, as tables: label selectors, SecurityBaseline validation,
-apply document parsing and outcomes."""
+"""The pure parts of AdminService, as tables: SecurityBaseline validation, apply document
+parsing and outcomes (label selectors: tests/core/test_selecting.py)."""
 
 from __future__ import annotations
 
@@ -11,45 +11,6 @@ import pytest
 from edgefleet.api import baselines
 from edgefleet.errors import ValidationError
 from hub import applying
-from hub.selecting import parse_selector
-
-LABELS = {"site": "retail", "accelerator": "npu"}
-
-
-@pytest.mark.parametrize(
-    ("selector", "matches"),
-    [
-        ("", True),
-        ("site=retail", True),
-        ("site==retail", True),
-        ("site=depot", False),
-        ("site!=depot", True),
-        ("zone!=a", True),  # absent labels match !=, as in Kubernetes
-        ("accelerator", True),
-        ("!accelerator", False),
-        ("!zone", True),
-        (" site = retail , accelerator ", True),
-        ("site=retail,zone", False),
-        ("example.com/tier=", False),
-    ],
-)
-def test_selector_matches(selector: str, matches: bool) -> None:
-    assert parse_selector(selector).matches(LABELS) is matches
-
-
-@pytest.mark.parametrize(
-    ("selector", "message"),
-    [
-        ("a=b=c", "more than one operator"),
-        ("a,,b", "requirement 2 is empty"),
-        ("site in (a,b)", "set-based requirements"),
-        ("Bad Key", "must be a label key"),
-        ("a=b c", "must be a label value"),
-    ],
-)
-def test_selector_errors(selector: str, message: str) -> None:
-    with pytest.raises(ValueError, match=message):
-        parse_selector(selector)
 
 
 def _baseline(**spec: Any) -> dict[str, Any]:

@@ -16,6 +16,7 @@ import pytest
 from edgefleet.errors import ConfigError
 from hub import pki, tokens
 from hub.config import default_config_text, load_config, parse_config
+from hub.initializing import listen_for
 from hub.store import SqliteStore
 
 HUB = [sys.executable, "-c", "import sys; from hub.cli import main; sys.exit(main())"]
@@ -50,6 +51,8 @@ def test_init_creates_a_working_hub_and_refuses_to_overwrite_it(tmp_path: Path) 
         "publisher": {"key": str(d / "publisher.key")},  # the quickstart trust setup's
     }
     assert load_config(d / "hub.toml").region == "eu-dublin"
+    assert load_config(d / "hub.toml").listen == "localhost:7443"  # where admin.toml looks
+    assert load_config(d / "hub.toml").metrics_listen == "127.0.0.1:7445"
     pin = pki.ca_pin(ca.certificate)
     token = re.search(r"--token (\S+)", result.stdout)
     assert token and f"--ca-hash {pin}" in result.stdout
@@ -111,3 +114,18 @@ def test_config_defaults_round_trip_and_problems_have_paths() -> None:
     assert 'regoin: unknown field (did you mean "region"?)' in text
     assert "devices.heartbeatGrace: must be longer than heartbeatInterval (30s)" in text
     assert "store: store URL" in text
+
+
+@pytest.mark.parametrize(
+    ("hub_address", "listen"),
+    [
+        ("127.0.0.1:31111", "127.0.0.1:31111"),
+        ("localhost:7443", "localhost:7443"),
+        ("hub.example:9443", "0.0.0.0:9443"),
+        ("10.0.0.5:7443", "10.0.0.5:7443"),
+        ("[::1]:7443", "[::1]:7443"),
+        ("0.0.0.0:8443", "0.0.0.0:8443"),
+    ],
+)
+def test_init_listens_where_the_hub_address_says(hub_address: str, listen: str) -> None:
+    assert listen_for(hub_address) == listen

@@ -37,6 +37,10 @@ def test_package_installs_runs_and_purges_cleanly(tmp_path: Path) -> None:
         "./lib/systemd/system/hub.service",
         "./lib/udev/rules.d/70-edgefleet-accelerators.rules",
         "./etc/edged/edged.toml",
+        "./usr/share/man/man8/edged.8.gz",
+        "./usr/share/man/man8/hub.8.gz",
+        "./usr/share/man/man1/edgectl.1.gz",
+        "./usr/share/doc/edgefleet/examples/grafana-dashboard.json",
     ):
         assert path in contents, path
     assert "__pycache__" not in contents
@@ -49,6 +53,11 @@ def test_package_installs_runs_and_purges_cleanly(tmp_path: Path) -> None:
         assert installed.returncode == 0, installed.stdout + installed.stderr
         assert chroot(root, "getent", "passwd", "edged").stdout.startswith("edged:")
         assert chroot(root, "getent", "group", "edged").stdout.startswith("edged:")
+        # deb-systemd-helper enabled edged (and its first-boot enrollment), not the hub
+        wants = root / "etc" / "systemd" / "system" / "multi-user.target.wants"
+        assert (wants / "edged.service").is_symlink()
+        assert not (wants / "hub.service").exists()
+        assert "hub 0.1.0" in chroot(root, "hub", "--version").stdout
 
         version = chroot(root, "edged", "--version")
         assert "edged 0.1.0" in version.stdout, version.stdout

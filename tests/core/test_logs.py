@@ -1,0 +1,139 @@
+"""Logs: RFC 3339 timestamps, the journald form (syslog priority prefixes when stderr is the
+journal, as systemd says with $JOURNAL_STREAM), gRPC's glog lines kept out, and one naming
+scheme for every event in the tree. Real subprocesses, real file descriptors; no journald in
+the test machine, so the stream protocol (``<N>`` then the line) is parsed as journald does."""
+
+from __future__ import annotations
+
+import ast
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import orjson
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
+
+PROGRAM = """
+import logging, sys
+from edgefleet.logs import configure_logging, get_logger
+configure_logging("debug", json_output=True)
+log = get_logger("test")
+log.debug("debugging", n=1)
+log.info("worker started", model="m", pid=3)
+log.warning("hub link broken", code="UNAVAILABLE")
+log.error("component failed", token="abcdef.0123456789abcdef")
+"""
+
+
+def _run(tmp_path: Path, program: str, *, journal: bool) -> list[str]:
+    err = tmp_path / "stderr"
+    with open(err, "wb") as f:
+        st = os.fstat(f.fileno())
+        env = {k: v for k, v in os.environ.items() if k not in ("JOURNAL_STREAM", "GRPC_VERBOSITY")}
+        if journal:
+            env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
+        subprocess.run([sys.executable, "-c", program], stderr=f, env=env, check=True, timeout=60)
+    return err.read_text().splitlines()
+
+
+def _journal_entries(lines: list[str]) -> list[tuple[int, dict[str, object]]]:
+    """What journald makes of the lines: (priority, message), the ``<N>`` prefix read."""
+    entries = []
+    for line in lines:
+        found = re.fullmatch(r"<([0-7])>(.*)", line)
+        assert found, f"no priority prefix: {line!r}"
+        entries.append((int(found[1]), orjson.loads(found[2])))
+    return entries
+
+
+def test_json_lines_have_rfc3339_times_and_no_prefix_off_the_journal(tmp_path: Path) -> None:
+    lines = _run(tmp_path, PROGRAM, journal=False)
+    docs = [orjson.loads(line) for line in lines]
+    assert [d["event"] for d in docs] == [
+        "debugging", "worker started", "hub link broken", "component failed",
+    ]  # fmt: skip
+    assert all(RFC3339.fullmatch(str(d["ts"])) for d in docs)
+    assert docs[3]["token"] == "<redacted>"
+
+
+def test_the_journald_form_carries_syslog_priorities(tmp_path: Path) -> None:
+    entries = _journal_entries(_run(tmp_path, PROGRAM, journal=True))
+    assert [(p, m["event"]) for p, m in entries] == [
+        (7, "debugging"), (6, "worker started"), (4, "hub link broken"), (3, "component failed"),
+    ]  # fmt: skip
+    assert entries[1][1]["model"] == "m" and RFC3339.fullmatch(str(entries[1][1]["ts"]))
+
+
+def test_a_journal_stream_that_is_not_stderr_is_ignored(tmp_path: Path) -> None:
+    program = PROGRAM.replace(
+        "import logging, sys", "import os\nos.environ['JOURNAL_STREAM'] = '1:2'"
+    )
+    assert _run(tmp_path, program, journal=False)[0].startswith("{")
+
+
+def test_grpc_glog_lines_stay_out(tmp_path: Path) -> None:
+    program = """
+import os, subprocess
+from concurrent import futures
+from edgefleet.logs import configure_logging
+configure_logging("info")
+import grpc
+server = grpc.server(futures.ThreadPoolExecutor(2))
+port = server.add_insecure_port("127.0.0.1:0")
+server.start()
+channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+grpc.channel_ready_future(channel).result(timeout=10)
+for _ in range(3):  # a worker start: fork while gRPC has threads
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+server.stop(None)
+"""
+    lines = _run(tmp_path, program, journal=False)
+    assert not [line for line in lines if re.match(r"[IWE]\d{4} ", line)], lines
+
+
+def _events() -> list[tuple[str, int, str]]:
+    found = []
+    for package in ("edged", "hub", "edgectl", "edgefleet"):
+        for path in sorted((ROOT / package).rglob("*.py")):
+            tree = ast.parse(path.read_text(), str(path))
+            for node in ast.walk(tree):
+                if (
+                    isinstance(node, ast.Call)
+                    and isinstance(node.func, ast.Attribute)
+                    and isinstance(node.func.value, ast.Name)
+                    and node.func.value.id == "log"
+                    and node.func.attr in ("debug", "info", "warning", "error", "exception")
+                    and node.args
+                    and isinstance(node.args[0], ast.Constant)
+                    and isinstance(node.args[0].value, str)
+                ):
+                    found.append((str(path.relative_to(ROOT)), node.lineno, node.args[0].value))
+    return found
+
+
+def test_event_names_follow_one_scheme() -> None:
+    events = _events()
+    assert len(events) > 50
+    words = re.compile(r"[a-z][a-zA-Z0-9_.-]*( [a-zA-Z0-9_.,():/%-]+)*")  # no double spaces
+    kebab = re.compile(r"[a-z0-9]+(-[a-z0-9]+)+")  # hub-serving: the other scheme
+    wrong = [e for e in events if not words.fullmatch(e[2]) or kebab.fullmatch(e[2])]
+    assert not wrong, "event names are lowercase words separated by spaces: " + repr(wrong)
+
+
+@pytest.mark.parametrize("level", ["debug", "info", "warning", "error"])
+def test_priorities(level: str) -> None:
+    import logging
+
+    from edgefleet.logs import syslog_priority
+
+    assert syslog_priority(getattr(logging, level.upper())) == {
+        "debug": 7, "info": 6, "warning": 4, "error": 3,
+    }[level]  # fmt: skip
