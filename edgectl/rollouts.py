@@ -21,7 +21,8 @@ from typing import Any
 
 import orjson
 
-from edgectl.client import EXIT_REFUSED, AdminClient, load_admin_config
+from edgectl.client import AdminClient, load_admin_config
+from edgectl.errors import EXIT_REFUSED
 from edgefleet.configfiles import duration_option
 from edgefleet.v1 import admin_pb2
 

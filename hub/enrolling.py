@@ -193,7 +193,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         self.refused_sources.move_to_end(source)
         while len(self.refused_sources) > MAX_REFUSED_SOURCES:
             self.refused_sources.popitem(last=False)
-        log.warning("enrollment-refused", reason=exc.reason.value, token=token_id, source=source)
+        log.warning("enrollment refused", reason=exc.reason.value, token=token_id, source=source)
         # An event on a token that exists, at most at the token's refusal rate: no store writes
         # for made-up ids, nor a flood of them while a known id is being guessed.
         if exc.reason is not TokenRefusal.UNKNOWN and within_rate:
@@ -207,7 +207,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         now = ctx.clock()
         source = source_of(context.peer() or "")
         if not self.per_source.allow(source, now):
-            log.warning("enrollment-rate-limited", source=source, limit="source")
+            log.warning("enrollment rate limited", source=source, limit="source")
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 RATE_LIMITED.format(max(1.0, self.per_source.retry_after(source, now))),
@@ -222,7 +222,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         # A token id whose secret is being guessed is held off for the guessers, not for a
         # device at another address that has not been refused: it has the secret.
         if not self.per_token.would_allow(token_id, now) and self._recently_refused(source, now):
-            log.warning("enrollment-rate-limited", source=source, token=token_id, limit="token")
+            log.warning("enrollment rate limited", source=source, token=token_id, limit="token")
             await context.abort(
                 grpc.StatusCode.RESOURCE_EXHAUSTED,
                 RATE_LIMITED.format(max(1.0, self.per_token.retry_after(token_id, now))),
@@ -236,7 +236,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             record, request.labels, ctx.config.enrollment.reserved_labels
         )
         if label_problems:
-            log.warning("enrollment-labels-refused", token=record.id, problems=label_problems)
+            log.warning("enrollment labels refused", token=record.id, problems=label_problems)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(label_problems))
         name = request.name or f"device-{secrets.token_hex(4)}"
         existing = ctx.cache.devices.get(name)

@@ -220,7 +220,7 @@ class RolloutController:
         for event in step.events:
             self._writer.event("ModelDeployment", name, event.type, event.reason, event.message)
         log.info(
-            "rollout-step",
+            "rollout step",
             deployment=name,
             revision=state.revision if state else None,
             phase=state.phase.value if state else None,

@@ -125,7 +125,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             )
         if not device.accepts_serial(caller.serial):
             log.warning(
-                "superseded-certificate-refused",
+                "superseded certificate refused",
                 device=caller.name,
                 serial=caller.serial,
                 current=device.certificate_serial,
@@ -163,7 +163,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         hello = first.hello
         problems = check_hello(hello, reserved=ctx.config.enrollment.reserved_labels)
         if problems:
-            log.warning("device-input-refused", device=caller.name, problems=problems[:5])
+            log.warning("device input refused", device=caller.name, problems=problems[:5])
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _joined(problems))
         if hello.device_name and hello.device_name != caller.name:
             await context.abort(
@@ -232,7 +232,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                             # Apply refuses this; a label or a push can still cause it. The
                             # device keeps what it runs; the operator is told which and why.
                             log.error(
-                                "desired-state-too-large",
+                                "desired state too large",
                                 device=caller.name,
                                 generation=record.generation,
                                 bytes=size,
@@ -289,10 +289,10 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             issued = max(record.generation if record else 0, device.generation_acked)
             problems = check_message(msg, issued=issued)
             if problems:
-                log.warning("device-input-refused", device=name, problems=problems[:5])
+                log.warning("device input refused", device=name, problems=problems[:5])
                 raise StreamRefused(grpc.StatusCode.INVALID_ARGUMENT, _joined(problems))
             if kind == "status" and not self.status_limit.allow(name, now):
-                log.warning("device-status-rate-limited", device=name)
+                log.warning("device status rate limited", device=name)
                 rate = self.status_limit.rate
                 raise StreamRefused(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -410,7 +410,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             "TPM attestation key bound to the endorsement key: only quotes are accepted now",
         )  # fmt: skip
         await ctx.writer.flush()
-        log.info("attestation-key-bound", device=caller.name)
+        log.info("attestation key bound", device=caller.name)
         return device_pb2.ActivateAttestationKeyResponse()
 
     # -- artifacts --------------------------------------------------------------------------------

@@ -71,7 +71,7 @@ class Compactor:
             started = time.monotonic()
             await self.store.compact(target)
             log.info(
-                "store-compacted",
+                "store compacted",
                 revision=target,
                 took_ms=round((time.monotonic() - started) * 1000, 1),
             )

@@ -155,7 +155,7 @@ async def check_identity(store: Store, data_dir: Path, *, where: str) -> StoreId
         return found
     if found is not None:
         write_marker(data_dir, found)
-        log.warning("store-marker-rewritten", store=found.store_id, path=str(data_dir))
+        log.warning("store marker rewritten", store=found.store_id, path=str(data_dir))
         return found
     if (await store.range("/")).revision == 0:
         raise StoreIdentityError(
@@ -166,7 +166,7 @@ async def check_identity(store: Store, data_dir: Path, *, where: str) -> StoreId
     identity = StoreIdentity.new(region="", now=time.time())
     await stamp(store, identity)
     write_marker(data_dir, identity)
-    log.warning("store-identity-adopted", store=identity.store_id, path=str(data_dir))
+    log.warning("store identity adopted", store=identity.store_id, path=str(data_dir))
     return identity
 
 
