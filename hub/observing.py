@@ -178,6 +178,11 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
             return grpc.unary_stream_rpc_method_handler(
                 self._stream(method, handler.unary_stream), **kwargs
             )
+        if method == SYNC_METHOD:
+            # Not wrapped: a wrapped Sync that refuses a device before reading its Hello ends
+            # with INTERNAL instead of its status (grpc aio). Its streams are counted by the
+            # sessions (edgefleet_hub_streams) instead.
+            return handler
         return grpc.stream_stream_rpc_method_handler(
             self._stream(method, handler.stream_stream), **kwargs
         )
