@@ -18,7 +18,13 @@ from pathlib import Path
 from typing import Any, Literal
 
 from edgefleet.api.meta import label_key, label_value
-from edgefleet.api.quantities import describe, format_duration, parse_duration, parse_memory
+from edgefleet.api.quantities import (
+    describe,
+    format_duration,
+    parse_duration,
+    parse_memory,
+    parse_percent,
+)
 from edgefleet.api.validating import Reader, as_bool, as_str, int_in, matching, one_of, within
 from edgefleet.configfiles import (
     load_config_file,
@@ -44,6 +50,8 @@ _RESYNC_TEXT = "60s"
 _BACKOFF_BASE_TEXT = "50ms"
 _BACKOFF_MAX_TEXT = "5m"
 _HEALTH_PERIOD_TEXT = "30s"
+_SAMPLE_PERIOD_TEXT = "1s"
+_EVICTION_INTERVAL_TEXT = "5s"
 
 
 class LogLevel(StrEnum):
@@ -156,6 +164,22 @@ class DeviceConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class ScalingConfig:
+    """``[scaling]``: how often workers are sampled for the autoscaler and eviction."""
+
+    sample_period_s: float = parse_duration(_SAMPLE_PERIOD_TEXT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class EvictionConfig:
+    """``[eviction]``: stop the lowest-priority replicas when memory runs short."""
+
+    memory_available_floor: int = 0  # bytes; 0: eviction off
+    hysteresis_percent: int = 10  # of the floor
+    interval_s: float = parse_duration(_EVICTION_INTERVAL_TEXT)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EdgedConfig:
     """The whole edged config."""
 
@@ -167,6 +191,8 @@ class EdgedConfig:
     trust: TrustConfig = TrustConfig()
     discovery: DiscoveryConfig = DiscoveryConfig()
     device: DeviceConfig = field(default_factory=DeviceConfig)
+    scaling: ScalingConfig = ScalingConfig()
+    eviction: EvictionConfig = EvictionConfig()
 
 
 # Converters
@@ -321,6 +347,30 @@ def _read_device(r: Reader) -> DeviceConfig:
     return DeviceConfig(labels=r.string_map("labels", label_key, label_value) or {})
 
 
+_sample_period = within(
+    parse_duration,
+    lambda v: "must be between 100ms and 1m" if not 0.1 <= v <= 60 else None,
+)
+_floor = within(parse_memory, lambda v: "must be at most 1Ti" if v > 1 << 40 else None)
+
+
+def _read_scaling(r: Reader) -> ScalingConfig:
+    return ScalingConfig(
+        sample_period_s=r.optional("samplePeriod", _sample_period, ScalingConfig().sample_period_s)
+    )
+
+
+def _read_eviction(r: Reader) -> EvictionConfig:
+    default = EvictionConfig()
+    return EvictionConfig(
+        memory_available_floor=r.optional(
+            "memoryAvailableFloor", _floor, default.memory_available_floor
+        ),
+        hysteresis_percent=r.optional("hysteresis", parse_percent, default.hysteresis_percent),
+        interval_s=r.optional("interval", positive_duration, default.interval_s),
+    )
+
+
 def _reader(data_dir: Path | None, service: ServiceDirs) -> Callable[[Reader], EdgedConfig]:
     """Reads the whole file (every table through :func:`~edgefleet.configfiles.table`: an
     absent one takes every default)."""
@@ -335,6 +385,8 @@ def _reader(data_dir: Path | None, service: ServiceDirs) -> Callable[[Reader], E
             trust=_read_trust(table(r, "trust")),
             discovery=_read_discovery(table(r, "discovery")),
             device=_read_device(table(r, "device")),
+            scaling=_read_scaling(table(r, "scaling")),
+            eviction=_read_eviction(table(r, "eviction")),
         )
 
     return read
@@ -443,6 +495,20 @@ healthPeriod = "{_HEALTH_PERIOD_TEXT}"
 # ["OpenVINOExecutionProvider", "CPUExecutionProvider"]. Empty: ask it once at start.
 # A provider listed here that the build lacks makes workers fall back to CPU (they say so).
 executionProviders = []
+
+[scaling]
+# How often workers are sampled (requests in flight, CPU, memory) for spec.scaling and for
+# eviction; only while some workload has spec.scaling or memoryAvailableFloor is set.
+samplePeriod = "{_SAMPLE_PERIOD_TEXT}"
+
+[eviction]
+# When MemAvailable falls below this, replicas are stopped, lowest spec.priority first, one
+# per interval, never one of the highest priority running. "0": off.
+memoryAvailableFloor = "0"
+# They start again, highest priority first, one per interval, once MemAvailable is above the
+# floor by this share of it plus what one replica of theirs was seen to use.
+hysteresis = "10%"
+interval = "{_EVICTION_INTERVAL_TEXT}"
 
 [device.labels]
 # Labels of this device, merged over the discovered ones (arch, accelerator...), e.g.

@@ -27,6 +27,7 @@ from edged.discovery.discovering import Discovery
 from edged.hublink.files import LinkFiles
 from edged.hublink.reporting import DeviceReport, build_device_report
 from edged.reconcile.applying import Applier
+from edged.reconcile.evicting import EvictionPolicy
 from edged.reconcile.queueing import WorkQueue
 from edged.reconcile.reconciling import (
     STATIC_KEY,
@@ -35,6 +36,7 @@ from edged.reconcile.reconciling import (
     WorkloadReconciler,
 )
 from edged.reconcile.running import Runner
+from edged.reconcile.sizing import Sizer
 from edged.reporting import StatusBoard
 from edged.runtime.limiting import detect_cgroup_root, raise_open_files_limit
 from edged.runtime.processes import Replica, WorkerPool
@@ -137,6 +139,21 @@ class Daemon:
             cgroup_root=self.cgroup_root,
             log_level=config.log_level,
         )
+        ev = config.eviction
+        self.sizer = Sizer(
+            workloads=lambda: self.desired.workloads,
+            replicas=self.pool.replicas,
+            enqueue=self.workload_queue.add,
+            period_s=config.scaling.sample_period_s,
+            eviction=EvictionPolicy(
+                floor_bytes=ev.memory_available_floor,
+                hysteresis_bytes=ev.memory_available_floor * ev.hysteresis_percent // 100,
+                settle_s=ev.interval_s,
+            )
+            if ev.memory_available_floor > 0
+            else None,
+            cpu_count=len(os.sched_getaffinity(0)),
+        )
         self.board = StatusBoard(
             data / "state" / "status.json",
             desired=self.desired,
@@ -146,6 +163,8 @@ class Daemon:
             manifests_dir=manifests,
         )
         self.board.source_synced = manifests is None
+        self.board.sizing_status = self.sizer.status
+        self.board.memory_status = self.sizer.device_status
         self.stop_event = asyncio.Event()
         self._init_metrics()
         # -- trust (docs/trust.md): every artifact passes the gate before the store ----------
@@ -244,6 +263,7 @@ class Daemon:
     # -- connections between the parts ----------------------------------------------------
     def _on_result(self, rep: Replica, status: int, seconds: float) -> None:
         self._inference_metrics.answered(rep.workload, status, seconds)
+        self.sizer.meter.answered(rep.workload, seconds)
 
     def _on_serving_change(self, rep: Replica, ready: bool) -> None:
         self.router.replica_ready(rep, ready)
@@ -263,6 +283,7 @@ class Daemon:
         """A merge of the sources was accepted: health policies, routes, changed keys, GC."""
         if self.discovery is not None:
             self.discovery.set_policies(merged.policies)
+        self.sizer.desired_changed()
         if changed:
             self._refresh_routes()
             for name in changed:
@@ -467,12 +488,14 @@ class Daemon:
                     select_providers=self.discovery.select if self.discovery else None,
                     record_status=self.board.set_workload,
                     apply=self.applier.apply,
+                    size=self.sizer.size,
                 ),
                 self.workload_queue,
                 workers=cfg.reconcile.workers,
                 metrics=self.registry,
             ),
             Resync(self._enqueue_all, cfg.reconcile.resync_period_s),
+            self.sizer,
         ]
         if self.discovery is not None:
             components.append(self.discovery)

@@ -62,6 +62,9 @@ class StatusBoard:
         self.device_status: Callable[[], dict[str, Any]] | None = None
         # the name the hub enrolled this device under (None: not enrolled, the hostname)
         self.device_name: str | None = None
+        # autoscaling and eviction of a workload (reconcile/sizing.py), the device's memory
+        self.sizing_status: Callable[[WorkloadName], dict[str, Any] | None] | None = None
+        self.memory_status: Callable[[], dict[str, Any] | None] | None = None
 
     def device_changed(self) -> None:
         """Discovery saw a change (accelerators, health verdict): persist the status soon."""
@@ -125,9 +128,11 @@ class StatusBoard:
         if self.draining or not self.loaded or not self.source_synced:
             return False
         for name, w in self._desired.workloads.items():
-            if w.deployment.spec.replicas.count_on_device() == 0:
-                continue
             st = self._workloads.get(name)
+            if w.deployment.spec.replicas.count_on_device() == 0 or (
+                st is not None and st.desired_replicas == 0  # evicted
+            ):
+                continue
             if st is None or st.ready_replicas == 0:
                 return False
         return True
@@ -156,6 +161,8 @@ class StatusBoard:
                     conditions=[c.to_json() for c in st.conditions],
                     revisions=[r.to_json() for r in st.revisions],
                 )
+            if self.sizing_status is not None:
+                item.update(self.sizing_status(name) or {})
             reps = self._pool.replicas(name)
             item["providers"] = {
                 "planned": list(st.providers) if st is not None and st.providers else None,
@@ -208,6 +215,12 @@ class StatusBoard:
                     else {"allowUnsigned": self._allow_unsigned}
                 ),
                 **(self.device_status() if self.device_status is not None else {}),
+                **(
+                    {"memory": memory}
+                    if self.memory_status is not None
+                    and (memory := self.memory_status()) is not None
+                    else {}
+                ),
             },
             "ready": self.ready(),
             "generation": self._desired.generation,

@@ -69,6 +69,8 @@ def test_default_text_names_every_key() -> None:
         "trust",
         "discovery",
         "device",
+        "scaling",
+        "eviction",
     }
     assert set(doc["discovery"]) == {"enabled", "healthPeriod", "executionProviders"}
     assert set(doc["reconcile"]) == {"resyncPeriod", "backoffBase", "backoffMax", "workers"}

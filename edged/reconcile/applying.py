@@ -17,6 +17,7 @@ from edged.reconcile.model import (
 )
 from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import choose_limits
+from edged.runtime.oomscoring import oom_score_adj, set_oom_score_adj
 from edged.runtime.processes import WorkerPool
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.errors import TemporaryError
@@ -105,6 +106,8 @@ class Applier:
                     )
                 except OSError as exc:
                     failures.append(f"{action.replica_id}: {exc}")
+                else:
+                    self._steer_oom_killer(action, desired)
             elif isinstance(action, StopReplica):
                 self._pool.stop(action.replica_id)
             elif isinstance(action, KillReplica):
@@ -115,6 +118,14 @@ class Applier:
                 self._request_refetch()
         if failures:
             raise TemporaryError("cannot start replicas: " + "; ".join(failures))
+
+    def _steer_oom_killer(self, action: StartReplica, desired: DesiredWorkload) -> None:
+        """Critical workers are the kernel's last choice, low-priority ones its first (only
+        for deployments that set a priority: the others keep what they inherit)."""
+        priority = desired.deployment.spec.priority
+        rep = self._pool.get(action.replica_id)
+        if priority is not None and rep is not None and rep.pid is not None:
+            set_oom_score_adj(rep.pid, oom_score_adj(priority))
 
 
 __all__ = ["Applier", "WorkloadName", "build_launch_spec"]

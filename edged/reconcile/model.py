@@ -59,6 +59,9 @@ class ObservedWorkload:
     artifact_present: bool = True
     artifact_quarantined: bool = False  # a copy of it rotted on disk and was moved away
     providers: ProviderChoice | None = None  # None: discovery off, the spec's list as is
+    # the replicas wanted now, from the autoscaler and eviction (None: the spec's count)
+    wanted_replicas: int | None = None
+    sizing_conditions: tuple[Condition, ...] = ()  # why (Evicted...)
 
 
 # -- actions ---------------------------------------------------------------------------------

@@ -14,6 +14,9 @@ Rules, for one workload:
   current revision is ready, then they are drained and stopped. A new revision that never
   becomes ready therefore never takes the old one down (``Progressing`` says why).
 * A workload no longer desired has all its replicas stopped.
+* The count of replicas is ``observed.wanted_replicas`` when the autoscaler or eviction set
+  it (``reconcile/autoscaling.py``, ``reconcile/evicting.py``), else the spec's; slots
+  beyond it are drained and stopped (``ScaledDown``); their conditions join the status.
 * Execution providers (``observed.providers``, chosen by discovery) are part of the revision:
   a fallback to a later provider, and the way back, is a zero-downtime switch. When no allowed
   provider is usable, every replica stops and ``AcceleratorUnavailable`` says why.
@@ -78,7 +81,9 @@ def plan(
     conditions: list[Condition] = []
     providers = choice.providers if choice is not None else ()
     revision = desired.revision_with(providers if choice is not None else None)
-    want = desired.deployment.spec.replicas.count_on_device()
+    want = observed.wanted_replicas
+    if want is None:
+        want = desired.deployment.spec.replicas.count_on_device()
     startup_timeout = desired.deployment.spec.probes.startup.timeout_s
 
     current = {r.slot: r for r in observed.replicas if r.revision == revision}
@@ -150,6 +155,7 @@ def plan(
     conditions += _conditions(
         want, ready_current, old_serving, crashlooping, list(current.values()), switch_done
     )
+    conditions += observed.sizing_conditions
     if choice is not None and choice.fell_back:
         conditions.append(
             Condition(

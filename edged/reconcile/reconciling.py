@@ -25,12 +25,15 @@ from edged.reconcile.planning import plan
 from edged.reconcile.running import Result
 from edged.sources.static import StaticManifests, SyncResult
 from edged.workloads import DesiredWorkload, WorkloadName
+from edgefleet.api.conditions import Condition
 from edgefleet.errors import TemporaryError
 from edgefleet.supervising import wait_for_stop
 
 STATIC_KEY = "static"  # the static source runner's one key
 
 SelectProviders = Callable[[Sequence[str], str | None], ProviderSelection]
+# the replicas a workload wants now (autoscaler, eviction) and why; None: the spec's count
+SizeWorkload = Callable[[WorkloadName, DesiredWorkload], tuple[int | None, tuple[Condition, ...]]]
 
 
 class WorkloadReconciler:
@@ -47,9 +50,11 @@ class WorkloadReconciler:
         record_status: Callable[[WorkloadName, WorkloadStatus | None], None],
         apply: Callable[[DesiredWorkload | None, tuple[Action, ...]], Awaitable[None]],
         clock: Callable[[], float] = time.monotonic,
+        size: SizeWorkload | None = None,
     ) -> None:
         """``select_providers``: discovery's choice of execution providers (None: discovery
-        is off, the spec's list as is)."""
+        is off, the spec's list as is); ``size``: the replica count of the autoscaler and
+        eviction (None: the spec's count)."""
         self._desired = desired
         self._observe = observe
         self._has_artifact = has_artifact
@@ -58,10 +63,14 @@ class WorkloadReconciler:
         self._record = record_status
         self._apply = apply
         self._clock = clock
+        self._size = size
 
     async def reconcile(self, key: WorkloadName) -> Result:
         desired = self._desired(key)
         present = self._has_artifact(desired.sha256) if desired is not None else True
+        wanted, why = (
+            (None, ()) if self._size is None or desired is None else self._size(key, desired)
+        )
         observed = ObservedWorkload(
             replicas=self._observe(key),
             artifact_present=present,
@@ -69,6 +78,8 @@ class WorkloadReconciler:
             and desired is not None
             and self._quarantined(desired.sha256),
             providers=self._choose_providers(desired),
+            wanted_replicas=wanted,
+            sizing_conditions=why,
         )
         p = plan(key, desired, observed, self._clock())
         self._record(key, p.status)

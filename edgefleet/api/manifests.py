@@ -40,6 +40,7 @@ from edgefleet.api.quantities import (
 from edgefleet.api.validating import (
     Problems,
     Reader,
+    field_path,
     int_in,
     matching,
     non_empty_str,
@@ -298,12 +299,20 @@ class Rollout:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scaling:
-    """``spec.scaling``: autoscaling bounds and triggers."""
+    """``spec.scaling``: autoscaling bounds and triggers, on each device (edged).
+
+    Kubernetes HPA semantics: up when the requests in flight per ready replica stay above
+    ``queue_depth_up``, down when the workers' CPU stays below ``cpu_down_below`` percent of
+    what they may use; a change is made only when every recommendation over the window
+    (``scale_up_window_s`` up, ``scale_down_window_s`` down) agrees with it.
+    """
 
     max_replicas: int
     min_replicas: int = 1
     queue_depth_up: int | None = None
     cpu_down_below: int | None = None  # percent
+    scale_up_window_s: float = 15.0
+    scale_down_window_s: float = 300.0
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -314,6 +323,8 @@ class Scaling:
             out["queueDepthUp"] = self.queue_depth_up
         if self.cpu_down_below is not None:
             out["cpuDownBelow"] = f"{self.cpu_down_below}%"
+        out["scaleUpWindow"] = format_duration(self.scale_up_window_s)
+        out["scaleDownWindow"] = format_duration(self.scale_down_window_s)
         return out
 
 
@@ -356,6 +367,13 @@ class ModelDeploymentSpec:
     rollout: Rollout = Rollout()
     scaling: Scaling | None = None
     power: Power | None = None
+    # Which workloads edged stops first under memory pressure (lower first) and keeps longest
+    # (higher); also steers the kernel's OOM killer. None: 0.
+    priority: int | None = None
+
+    @property
+    def effective_priority(self) -> int:
+        return 0 if self.priority is None else self.priority
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -371,6 +389,8 @@ class ModelDeploymentSpec:
             out["scaling"] = self.scaling.to_dict()
         if self.power is not None:
             out["power"] = self.power.to_dict()
+        if self.priority is not None:
+            out["priority"] = self.priority
         return out
 
 
@@ -703,12 +723,23 @@ def _read_scaling(r: Reader | None) -> Scaling | None:
     max_replicas = r.required("maxReplicas", int_in(1, 100_000), None)
     if max_replicas is not None and min_replicas > max_replicas:
         r.problems.add(r.at("minReplicas"), f"must not exceed maxReplicas ({max_replicas})")
+    default = Scaling(max_replicas=1)
     return Scaling(
         min_replicas=min_replicas,
         max_replicas=max_replicas or 1,
-        queue_depth_up=r.optional("queueDepthUp", int_in(1, None), None),
-        cpu_down_below=r.optional("cpuDownBelow", _step_percent, None),
+        queue_depth_up=r.optional("queueDepthUp", int_in(1, 1_000_000), None),
+        cpu_down_below=r.optional("cpuDownBelow", _cpu_percent, None),
+        scale_up_window_s=r.optional("scaleUpWindow", _window, default.scale_up_window_s),
+        scale_down_window_s=r.optional("scaleDownWindow", _window, default.scale_down_window_s),
     )
+
+
+_window = within(parse_duration, _at_most(3600.0, "1h"))
+_cpu_percent = within(
+    parse_percent, lambda v: "must be between 1% and 100%" if not 0 < v <= 100 else None
+)
+# Kubernetes' range for user priorities (PriorityClass.value), so a value carries over
+_priority = int_in(-2_147_483_648, 1_000_000_000)
 
 
 def _read_power(r: Reader | None) -> Power | None:
@@ -742,8 +773,32 @@ def _read_model_deployment(metadata: ObjectMeta, r: Reader | None) -> ModelDeplo
             rollout=_read_rollout(r.section("rollout")),
             scaling=_read_scaling(r.section("scaling")),
             power=_read_power(r.section("power")),
+            priority=r.optional("priority", _priority, None),
         )
+        _refuse_unbuilt(r, spec)
     return ModelDeployment(metadata=metadata, spec=spec)
+
+
+def _refuse_unbuilt(r: Reader, spec: ModelDeploymentSpec) -> None:
+    """What is parsed but not done yet is refused, never accepted and ignored."""
+    if spec.power is not None:
+        r.problems.add(
+            r.at("power"),
+            "not supported yet: precision variants and power schedules are not built; "
+            "leave spec.power out",
+        )
+    if spec.runtime.precision is not None:
+        r.problems.add(
+            field_path(r.at("runtime"), "precision"),
+            "not supported yet: the artifact's one model file is served as it is; "
+            "leave spec.runtime.precision out",
+        )
+    if spec.scaling is not None and spec.replicas.total is not None:
+        r.problems.add(
+            r.at("scaling"),
+            "not supported yet with replicas.total: fleet autoscaling at the hub is not built; "
+            "spec.scaling scales replicas.perDevice on each device",
+        )
 
 
 _celsius = number_in(-50, 200)

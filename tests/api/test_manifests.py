@@ -6,7 +6,6 @@ Pure: documents are Python data or YAML text parsed in memory; nothing faked.
 from __future__ import annotations
 
 import json
-from datetime import time
 from typing import Any
 
 import pytest
@@ -20,7 +19,6 @@ from edgefleet.api import (
     ModelDeploymentSpec,
     ModelRef,
     ObjectMeta,
-    Precision,
     Probe,
     Replicas,
     RuntimeSpec,
@@ -70,14 +68,22 @@ def problems_of(doc: object) -> dict[str, str]:
     return {p.path: p.message for p in info.value.problems}
 
 
+def test_design_example_is_refused_only_for_what_is_not_built() -> None:
+    # precision variants and power schedules are not built: refused, never accepted and ignored
+    problems = problems_of(yaml.safe_load(DESIGN_EXAMPLE))
+    assert set(problems) == {"spec.power", "spec.runtime.precision"}
+    assert all(m.startswith("not supported yet") for m in problems.values())
+
+
 def test_design_example_parses() -> None:
-    m = parse_manifest(yaml.safe_load(DESIGN_EXAMPLE))
+    doc = yaml.safe_load(DESIGN_EXAMPLE)
+    del doc["spec"]["power"], doc["spec"]["runtime"]["precision"]
+    m = parse_manifest(doc)
     assert isinstance(m, ModelDeployment)
     assert (m.kind, m.name, m.api_version) == ("ModelDeployment", "fraud-detection", API_VERSION)
     s = m.spec
     assert (s.model.name, s.model.version) == ("fraud-detection", "2.4.1")
     assert s.runtime.max_batch_size == 8
-    assert s.runtime.precision is Precision.INT8
     assert s.runtime.execution_providers == ("CUDAExecutionProvider", "CPUExecutionProvider")
     assert s.replicas == Replicas(per_device=1, total=None)
     assert (s.resources.cpu_millis, s.resources.memory_bytes) == (500, 256 * 2**20)
@@ -101,9 +107,58 @@ def test_design_example_parses() -> None:
     assert s.scaling is not None
     assert (s.scaling.min_replicas, s.scaling.max_replicas) == (1, 4)
     assert s.scaling.cpu_down_below == 40
-    assert s.power is not None
-    window = s.power.schedule[0]
-    assert (window.start, window.end, window.precision) == (time(0), time(6), Precision.FP16)
+    assert (s.scaling.scale_up_window_s, s.scaling.scale_down_window_s) == (15.0, 300.0)
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "words"),
+    [
+        ({"power": {"schedule": []}}, "spec.power", "precision variants and power schedules"),
+        ({"runtime": {"precision": "fp32"}}, "spec.runtime.precision", "leave"),
+        (
+            {"replicas": {"total": 3}, "scaling": {"maxReplicas": 4}},
+            "spec.scaling",
+            "fleet autoscaling at the hub",
+        ),
+    ],
+)
+def test_what_is_not_built_is_refused(spec: dict[str, Any], path: str, words: str) -> None:
+    problems = problems_of(minimal(**spec))
+    assert list(problems) == [path]
+    assert problems[path].startswith("not supported yet") and words in problems[path]
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "words"),
+    [
+        ({"priority": "high"}, "spec.priority", "integer"),
+        ({"priority": 2_000_000_000}, "spec.priority", "got 2000000000"),
+        (
+            {"scaling": {"maxReplicas": 2, "scaleUpWindow": "2h"}},
+            "spec.scaling.scaleUpWindow",
+            "1h",
+        ),
+        ({"scaling": {"maxReplicas": 2, "cpuDownBelow": "0%"}}, "spec.scaling.cpuDownBelow", "1%"),
+        ({"scaling": {"maxReplicas": 2, "queueDepthUp": 0}}, "spec.scaling.queueDepthUp", "from 1"),
+    ],
+)
+def test_priority_and_scaling_bounds(spec: dict[str, Any], path: str, words: str) -> None:
+    problems = problems_of(minimal(**spec))
+    assert list(problems) == [path] and words in problems[path]
+
+
+def test_priority_and_scaling_windows_parse() -> None:
+    m = parse_manifest(
+        minimal(
+            priority=100,
+            scaling={"maxReplicas": 3, "scaleUpWindow": "3s", "scaleDownWindow": "0s"},
+        )
+    )
+    assert m.spec.priority == 100 and m.spec.effective_priority == 100
+    assert m.spec.scaling is not None
+    assert (m.spec.scaling.scale_up_window_s, m.spec.scaling.scale_down_window_s) == (3.0, 0.0)
+    assert parse_manifest(minimal()).spec.effective_priority == 0
+    assert "priority" not in parse_manifest(minimal()).to_dict()["spec"]
 
 
 def test_minimal_manifest_takes_defaults() -> None:
@@ -172,6 +227,7 @@ def test_every_problem_is_reported_with_its_path() -> None:
         "spec.rollout.canary.steps",
         "spec.scaling.minReplicas",
         "spec.power.schedule[0].from",
+        "spec.power",
     }
 
 
@@ -349,7 +405,9 @@ def test_unknown_field_at_any_depth(where: str, path: str, suggestion: str) -> N
         "window": doc["spec"]["power"]["schedule"][0],
     }[where]
     target[path.rsplit(".", 1)[-1]] = 1
-    assert problems_of(doc) == {path: f'unknown field (did you mean "{suggestion}"?)'}
+    problems = problems_of(doc)
+    assert problems.pop("spec.power").startswith("not supported yet")
+    assert problems == {path: f'unknown field (did you mean "{suggestion}"?)'}
 
 
 def test_unknown_field_far_from_any_name_has_no_suggestion() -> None:
@@ -426,18 +484,26 @@ def test_sha256_is_kept_lowercase() -> None:
     assert m.spec.model.path == "m.onnx"
 
 
+def _buildable(doc: dict[str, Any]) -> dict[str, Any]:
+    del doc["spec"]["power"], doc["spec"]["runtime"]["precision"]
+    return doc
+
+
 ROUND_TRIP_CASES = [
-    yaml.safe_load(DESIGN_EXAMPLE),
+    _buildable(yaml.safe_load(DESIGN_EXAMPLE)),
     minimal(),
     minimal(
-        runtime={"maxQueueDelay": "2500us", "intraOpThreads": 2, "precision": "fp32"},
+        runtime={"maxQueueDelay": "2500us", "intraOpThreads": 2},
         replicas={"total": 7},
         resources={"cpu": 1.5, "memory": "129e6"},
         placement={"tolerations": [{"key": "k", "value": "v", "effect": "NoSchedule"}]},
         probes={"readiness": {"timeoutSeconds": 0.25, "periodSeconds": 2, "failureThreshold": 9}},
         rollout={"maxUnavailable": 2, "maxSurge": "0", "canary": {"steps": ["10%"]}},
-        scaling={"maxReplicas": 3, "minReplicas": 0},
-        power={"schedule": []},
+        priority=-5,
+    ),
+    minimal(
+        scaling={"maxReplicas": 3, "minReplicas": 0, "scaleUpWindow": "2s"},
+        priority=1000,
     ),
 ]
 
