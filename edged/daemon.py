@@ -349,6 +349,7 @@ class Daemon:
             self.board.workload_status,
             self.hub_source.problems if self.hub_source is not None else (),
             self.hub_source.incoming if self.hub_source is not None else None,
+            sizing_of=self.sizer.status,
         )
 
     # -- lifecycle ------------------------------------------------------------------------

@@ -94,6 +94,25 @@ def check_hello(hello: device_pb2.Hello, *, reserved: Sequence[str] = ()) -> lis
     return problems
 
 
+def _sizing(problems: list[str], at: str, sizing: device_pb2.WorkloadSizing) -> None:
+    for name in (
+        "current_replicas",
+        "desired_replicas",
+        "min_replicas",
+        "max_replicas",
+        "evicted_replicas",
+    ):
+        value = getattr(sizing, name)
+        if value > MAX_REPLICAS:
+            problems.append(f"{at}.{name}: at most {MAX_REPLICAS}, got {value}")
+    d = sizing.last_decision
+    for name, value in (("from_replicas", d.from_replicas), ("to_replicas", d.to_replicas)):
+        if value > MAX_REPLICAS:
+            problems.append(f"{at}.last_decision.{name}: at most {MAX_REPLICAS}, got {value}")
+    _text(problems, f"{at}.last_decision.reason", d.reason, MAX_SHORT)
+    _text(problems, f"{at}.last_decision.message", d.message, MAX_MESSAGE_TEXT)
+
+
 def check_status(status: device_pb2.Status) -> list[str]:
     """Every problem with a Status (pure)."""
     problems: list[str] = []
@@ -118,6 +137,8 @@ def check_status(status: device_pb2.Status) -> list[str]:
             if value > MAX_REPLICAS:
                 problems.append(f"{at}.{name}: at most {MAX_REPLICAS}, got {value}")
         _conditions(problems, f"{at}.conditions", w.conditions)
+        if w.HasField("sizing"):
+            _sizing(problems, f"{at}.sizing", w.sizing)
     if status.HasField("health"):
         _health(problems, "status.health", status.health)
     return problems

@@ -164,6 +164,8 @@ class WorkloadReport:
     phase: str = ""
     conditions: tuple[Mapping[str, str], ...] = ()
     revisions: tuple[RevisionReport, ...] = ()
+    # the device's autoscaling and eviction of it (edged's WorkloadSizing); None: not reported
+    sizing: Mapping[str, Any] | None = None
 
     def wanted(self, version: str) -> RevisionReport | None:
         """The revision of ``version`` the device reports (the one it calls wanted first)."""
@@ -184,6 +186,7 @@ class WorkloadReport:
             "phase": self.phase,
             "conditions": [dict(c) for c in self.conditions],
             "revisions": [r.to_json() for r in self.revisions],
+            **({"sizing": dict(self.sizing)} if self.sizing is not None else {}),
         }
 
     @classmethod
@@ -196,6 +199,7 @@ class WorkloadReport:
             str(doc.get("phase", "")),
             tuple(dict(c) for c in doc.get("conditions", ())),
             tuple(RevisionReport.from_json(r) for r in doc.get("revisions", ())),
+            dict(doc["sizing"]) if isinstance(doc.get("sizing"), Mapping) else None,
         )
 
 

@@ -74,6 +74,27 @@ def _health(msg: Any) -> Health:
     return Health(bool(msg.schedulable), tuple(msg.reasons))
 
 
+def _sizing(s: device_pb2.WorkloadSizing) -> dict[str, Any]:
+    d = s.last_decision
+    return {
+        "currentReplicas": s.current_replicas,
+        "desiredReplicas": s.desired_replicas,
+        "minReplicas": s.min_replicas,
+        "maxReplicas": s.max_replicas,
+        "evictedReplicas": s.evicted_replicas,
+        "priority": s.priority,
+        "lastDecision": {
+            "from": d.from_replicas,
+            "to": d.to_replicas,
+            "reason": d.reason,
+            "message": d.message,
+            "at": d.at.ToNanoseconds() / 1e9,
+        }
+        if s.HasField("last_decision")
+        else None,
+    }
+
+
 def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
     return WorkloadReport(
         model_version=w.model_version,
@@ -98,6 +119,7 @@ def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
             )
             for r in w.revisions[:MAX_REPORTED_REVISIONS]
         ),
+        sizing=_sizing(w.sizing) if w.HasField("sizing") else None,
     )
 
 

@@ -5,6 +5,7 @@ The one place of edged, with ``linking.py``, that builds messages of the generat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -50,7 +51,34 @@ def _workload(w: WorkloadReport) -> device_pb2.WorkloadStatus:
         model_version=w.model_version,
         conditions=[_condition(c) for c in w.conditions],
         revisions=[_revision(r) for r in w.revisions],
+        sizing=_sizing(w.sizing) if w.sizing else None,
     )
+
+
+def _sizing(doc: Mapping[str, Any]) -> device_pb2.WorkloadSizing:
+    """The ``scaling`` and ``eviction`` parts of a workload's status (reconcile/sizing.py)."""
+    scaling = doc.get("scaling") or {}
+    eviction = doc.get("eviction") or {}
+    out = device_pb2.WorkloadSizing(
+        current_replicas=int(scaling.get("currentReplicas") or 0),
+        desired_replicas=int(scaling.get("desiredReplicas") or 0),
+        min_replicas=int(scaling.get("minReplicas") or 0),
+        max_replicas=int(scaling.get("maxReplicas") or 0),
+        evicted_replicas=int(eviction.get("evictedReplicas") or 0),
+        priority=int(eviction.get("priority") or 0),
+    )
+    last = scaling.get("lastDecision")
+    if last:
+        decision = device_pb2.ScalingDecision(
+            from_replicas=int(last["from"]),
+            to_replicas=int(last["to"]),
+            reason=str(last["reason"]),
+            message=str(last["message"]),
+        )
+        if last.get("at") is not None:
+            decision.at.FromMilliseconds(round(float(last["at"]) * 1000))
+        out.last_decision.CopyFrom(decision)
+    return out
 
 
 def _revision(r: RevisionStatus) -> device_pb2.RevisionStatus:

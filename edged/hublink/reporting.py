@@ -36,6 +36,9 @@ class WorkloadReport:
     model_version: str = ""
     conditions: tuple[Condition, ...] = ()
     revisions: tuple[RevisionStatus, ...] = ()
+    # autoscaling and eviction, as in /v1/status ({"scaling": ..., "eviction": ...}); None:
+    # neither applies
+    sizing: Mapping[str, Any] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,10 +56,12 @@ def build_device_report(
     status_of: Callable[[WorkloadName], WorkloadStatus | None],
     problems: Sequence[SourceProblem],
     incoming: Mapping[WorkloadName, RevisionStatus] | None = None,
+    sizing_of: Callable[[WorkloadName], Mapping[str, Any] | None] | None = None,
 ) -> DeviceReport:
     """``device``: discovery's status (``{}`` when discovery is off); ``status_of``: the
     status the reconciler planned for a workload (None: not reconciled yet); ``incoming``:
-    the hub source's revisions not accepted (yet), by workload."""
+    the hub source's revisions not accepted (yet), by workload; ``sizing_of``: autoscaling
+    and eviction of a workload (None: not reported)."""
     health = device.get("health") or {}
     incoming = incoming or {}
     workloads = []
@@ -82,6 +87,7 @@ def build_device_report(
                 model_version=version,
                 conditions=st.conditions if st else (),
                 revisions=revisions,
+                sizing=_steady(sizing_of(name)) if sizing_of is not None else None,
             )
         )
     reported = {x.name for x in workloads}
@@ -123,3 +129,14 @@ def build_device_report(
         reasons=tuple(health.get("reasons", ())),
         workloads=tuple(workloads),
     )
+
+
+def _steady(sizing: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
+    """Sizing without the samples that change every second (the report is sent on change)."""
+    if not sizing:
+        return None
+    scaling = sizing.get("scaling")
+    if scaling is None:
+        return sizing
+    keep = {k: v for k, v in scaling.items() if k not in ("inflightPerReplica", "cpuPercent")}
+    return {**sizing, "scaling": keep}

@@ -77,6 +77,7 @@ class Sizer:
         self._cpu_seen: dict[int, tuple[float, float]] = {}  # pid -> (cpu seconds, at)
         self._replica_bytes: dict[WorkloadName, int] = {}  # most RSS seen of one replica
         self._available: int | None = None
+        self._decided_at: dict[WorkloadName, float] = {}  # wall time of the last decision
         self._wake = asyncio.Event()
 
     # -- for the other parts ------------------------------------------------------------------
@@ -128,7 +129,7 @@ class Sizer:
                     else None
                 ),
                 "lastDecision": (
-                    {**last.to_json(), "at": round(time.time() - (self._clock() - last.at), 3)}
+                    {**last.to_json(), "at": self._decided_at.get(name)}
                     if last is not None
                     else None
                 ),
@@ -180,6 +181,7 @@ class Sizer:
         self.meter.watch(scaled)
         for name in set(self._scalers) - set(scaled):
             del self._scalers[name]
+            self._decided_at.pop(name, None)
         seen_pids: set[int] = set()
         self._available = self._read_available()
         for name in workloads:
@@ -247,6 +249,7 @@ class Sizer:
         state, decision = autoscale(scaling, state, sample, self._bounds(name, w, workloads), now)
         self._scalers[name] = state
         if decision is not None:
+            self._decided_at[name] = round(time.time(), 3)
             log.info(
                 "replicas scaled",
                 workload=name,

@@ -3,6 +3,7 @@ import datetime
 from edgefleet.v1 import common_pb2 as _common_pb2
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import struct_pb2 as _struct_pb2
+from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
@@ -59,7 +60,7 @@ class Status(_message.Message):
     def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadStatus, _Mapping]]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., observed_generation: _Optional[int] = ...) -> None: ...
 
 class WorkloadStatus(_message.Message):
-    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version", "revisions")
+    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version", "revisions", "sizing")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     READY_REPLICAS_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +68,7 @@ class WorkloadStatus(_message.Message):
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     REVISIONS_FIELD_NUMBER: _ClassVar[int]
+    SIZING_FIELD_NUMBER: _ClassVar[int]
     name: str
     revision: str
     ready_replicas: int
@@ -74,7 +76,40 @@ class WorkloadStatus(_message.Message):
     conditions: _containers.RepeatedCompositeFieldContainer[_common_pb2.Condition]
     model_version: str
     revisions: _containers.RepeatedCompositeFieldContainer[RevisionStatus]
-    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ...) -> None: ...
+    sizing: WorkloadSizing
+    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ..., sizing: _Optional[_Union[WorkloadSizing, _Mapping]] = ...) -> None: ...
+
+class WorkloadSizing(_message.Message):
+    __slots__ = ("current_replicas", "desired_replicas", "min_replicas", "max_replicas", "last_decision", "evicted_replicas", "priority")
+    CURRENT_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    DESIRED_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MIN_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    MAX_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    LAST_DECISION_FIELD_NUMBER: _ClassVar[int]
+    EVICTED_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    current_replicas: int
+    desired_replicas: int
+    min_replicas: int
+    max_replicas: int
+    last_decision: ScalingDecision
+    evicted_replicas: int
+    priority: int
+    def __init__(self, current_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., min_replicas: _Optional[int] = ..., max_replicas: _Optional[int] = ..., last_decision: _Optional[_Union[ScalingDecision, _Mapping]] = ..., evicted_replicas: _Optional[int] = ..., priority: _Optional[int] = ...) -> None: ...
+
+class ScalingDecision(_message.Message):
+    __slots__ = ("from_replicas", "to_replicas", "reason", "message", "at")
+    FROM_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    TO_REPLICAS_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    AT_FIELD_NUMBER: _ClassVar[int]
+    from_replicas: int
+    to_replicas: int
+    reason: str
+    message: str
+    at: _timestamp_pb2.Timestamp
+    def __init__(self, from_replicas: _Optional[int] = ..., to_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RevisionStatus(_message.Message):
     __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted")

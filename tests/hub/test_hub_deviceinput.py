@@ -62,6 +62,29 @@ def test_a_huge_inventory_is_refused() -> None:
         (_status(workloads=[_workload(revision="r" * 129)]), "status.workloads[0].revision"),
         (_status(workloads=[_workload(ready_replicas=10_001)]), "ready_replicas: at most"),
         (
+            _status(
+                workloads=[
+                    _workload(
+                        sizing=device_pb2.WorkloadSizing(
+                            desired_replicas=2,
+                            last_decision=device_pb2.ScalingDecision(message="m" * 1025),
+                        )
+                    )
+                ]
+            ),
+            "status.workloads[0].sizing.last_decision.message: at most 1024 characters",
+        ),
+        (
+            _status(
+                workloads=[_workload(sizing=device_pb2.WorkloadSizing(evicted_replicas=10**6))]
+            ),
+            "status.workloads[0].sizing.evicted_replicas: at most 10000",
+        ),
+        (
+            _status(workloads=[_workload(sizing=device_pb2.WorkloadSizing(desired_replicas=3))]),
+            None,
+        ),
+        (
             _status(workloads=[_workload(conditions=[common_pb2.Condition(message="m" * 1025)])]),
             "status.workloads[0].conditions[0].message: at most 1024 characters, got 1025",
         ),

@@ -179,3 +179,44 @@ def test_reconnect_backoff_is_full_jitter_up_to_a_minute(attempt: int) -> None:
     ours, reference = random.Random(attempt), random.Random(attempt)
     for _ in range(20):
         assert RECONNECT_BACKOFF.delay(attempt, ours) == reference.uniform(0.0, bound)
+
+
+def test_sizing_is_reported_without_the_samples() -> None:
+    sizing = {
+        "scaling": {
+            "minReplicas": 1,
+            "maxReplicas": 4,
+            "currentReplicas": 2,
+            "desiredReplicas": 3,
+            "inflightPerReplica": 7.5,
+            "cpuPercent": 80.0,
+            "lastDecision": {
+                "from": 2,
+                "to": 3,
+                "reason": "QueueDepthHigh",
+                "message": "15.0 requests in flight over 2 ready replica(s)",
+                "at": 1700000000.25,
+            },
+        },
+        "eviction": {"priority": -5, "evictedReplicas": 1, "replicaBytes": 1 << 20},
+    }
+    report = build_device_report(
+        DEVICE,
+        DESIRED,
+        STATUSES.get,
+        (),
+        sizing_of=lambda name: sizing if name == "shelf" else None,
+    )
+    shelf = next(w for w in report.workloads if w.name == "shelf")
+    assert shelf.sizing is not None
+    assert "cpuPercent" not in shelf.sizing["scaling"]  # changes every second: not sent
+    msg = status_message(report, generation=3)
+    w = next(w for w in msg.workloads if w.name == "shelf")
+    assert (w.sizing.current_replicas, w.sizing.desired_replicas) == (2, 3)
+    assert (w.sizing.min_replicas, w.sizing.max_replicas) == (1, 4)
+    assert (w.sizing.evicted_replicas, w.sizing.priority) == (1, -5)
+    d = w.sizing.last_decision
+    assert (d.from_replicas, d.to_replicas, d.reason) == (2, 3, "QueueDepthHigh")
+    assert d.at.ToNanoseconds() == 1_700_000_000_250_000_000
+    doors = next(w for w in msg.workloads if w.name == "doors")
+    assert not doors.HasField("sizing")
