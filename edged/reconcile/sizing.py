@@ -82,7 +82,15 @@ class Sizer:
 
     # -- for the other parts ------------------------------------------------------------------
     def desired_changed(self) -> None:
-        """The desired state changed: start sampling if something now needs it."""
+        """The desired state changed: forget workloads no longer scaled (a later
+        ``spec.scaling`` starts afresh from the spec's count), start sampling if something
+        now needs it."""
+        workloads = self._workloads()
+        for name in list(self._scalers):
+            w = workloads.get(name)
+            if w is None or w.deployment.spec.scaling is None:
+                del self._scalers[name]
+                self._decided_at.pop(name, None)
         self._wake.set()
 
     def size(
