@@ -185,6 +185,7 @@ class StatusBoard:
                     "phase": r.phase.value,
                     "ready": r.phase is Phase.READY,
                     "restarts": r.restarts,
+                    "batchRows": r.worker_batch_rows,
                     "providers": r.metadata.get("providers", []),
                     "limits": {
                         "mode": r.spec.limits.mode,

@@ -101,6 +101,7 @@ def _sizing(problems: list[str], at: str, sizing: device_pb2.WorkloadSizing) -> 
         "min_replicas",
         "max_replicas",
         "evicted_replicas",
+        "effective_max_batch_size",
     ):
         value = getattr(sizing, name)
         if value > MAX_REPLICAS:

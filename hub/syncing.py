@@ -83,6 +83,7 @@ def _sizing(s: device_pb2.WorkloadSizing) -> dict[str, Any]:
         "maxReplicas": s.max_replicas,
         "evictedReplicas": s.evicted_replicas,
         "priority": s.priority,
+        "effectiveMaxBatchSize": s.effective_max_batch_size,
         "lastDecision": {
             "from": d.from_replicas,
             "to": d.to_replicas,

@@ -59,6 +59,7 @@ def _sizing(doc: Mapping[str, Any]) -> device_pb2.WorkloadSizing:
     """The ``scaling`` and ``eviction`` parts of a workload's status (reconcile/sizing.py)."""
     scaling = doc.get("scaling") or {}
     eviction = doc.get("eviction") or {}
+    batching = doc.get("batching") or {}
     out = device_pb2.WorkloadSizing(
         current_replicas=int(scaling.get("currentReplicas") or 0),
         desired_replicas=int(scaling.get("desiredReplicas") or 0),
@@ -66,6 +67,7 @@ def _sizing(doc: Mapping[str, Any]) -> device_pb2.WorkloadSizing:
         max_replicas=int(scaling.get("maxReplicas") or 0),
         evicted_replicas=int(eviction.get("evictedReplicas") or 0),
         priority=int(eviction.get("priority") or 0),
+        effective_max_batch_size=int(batching.get("effectiveMaxBatchSize") or 0),
     )
     last = scaling.get("lastDecision")
     if last:

@@ -132,11 +132,12 @@ def build_device_report(
 
 
 def _steady(sizing: Mapping[str, Any] | None) -> Mapping[str, Any] | None:
-    """Sizing without the samples that change every second (the report is sent on change)."""
+    """Sizing without the figures that move with every sample (the report is sent on change):
+    requests in flight, CPU, memory seen per replica and per batch row."""
     if not sizing:
         return None
-    scaling = sizing.get("scaling")
-    if scaling is None:
-        return sizing
-    keep = {k: v for k, v in scaling.items() if k not in ("inflightPerReplica", "cpuPercent")}
-    return {**sizing, "scaling": keep}
+    drop = {"inflightPerReplica", "cpuPercent", "replicaBytes", "rowBytes"}
+    return {
+        part: {k: v for k, v in doc.items() if k not in drop} if isinstance(doc, Mapping) else doc
+        for part, doc in sizing.items()
+    }

@@ -1,10 +1,12 @@
 """The sizing component: samples the workers, runs the autoscaler and the eviction (both pure),
 and hands the replica count each workload wants now to the workload reconciler.
 
-Every ``[sizing] samplePeriod`` while some workload has ``spec.scaling`` or an eviction floor
+Every ``[scaling] samplePeriod`` while some workload has ``spec.scaling`` or an eviction floor
 is configured; otherwise it sleeps until the desired state changes (no wake-ups). A sample per
 workload: requests in flight from :class:`~edged.runtime.sampling.QueueMeter`, CPU of the
-ready workers from ``/proc/<pid>/stat``, their resident memory; ``MemAvailable`` once. A
+ready workers from ``/proc/<pid>/stat``, their resident memory; ``MemAvailable`` once. With
+an eviction floor, the rows per batch of each batching replica follow the memory above it
+(``batchsizing.py``), then eviction runs (``evicting.py``). A
 change of a workload's count is logged with its figures and enqueues the workload's key: the
 planner does the rest (new slots start, extra ones drain and stop).
 """
@@ -23,6 +25,7 @@ from edged.reconcile.autoscaling import (
     autoscale,
     initial_state,
 )
+from edged.reconcile.batchsizing import effective_batch, row_bytes, shape_row_bytes
 from edged.reconcile.evicting import (
     Candidate,
     EvictionPolicy,
@@ -78,6 +81,10 @@ class Sizer:
         self._replica_bytes: dict[WorkloadName, int] = {}  # most RSS seen of one replica
         self._available: int | None = None
         self._decided_at: dict[WorkloadName, float] = {}  # wall time of the last decision
+        self._ready_rss: dict[int, int] = {}  # pid -> resident memory when first seen ready
+        self._growth: dict[WorkloadName, int] = {}  # most RSS growth of one replica since
+        # memory-aware batching: workload -> (declared, effective, bytes per row)
+        self._batches: dict[WorkloadName, tuple[int, int, int]] = {}
         self._wake = asyncio.Event()
 
     # -- for the other parts ------------------------------------------------------------------
@@ -142,6 +149,13 @@ class Sizer:
                     else None
                 ),
             }
+        batch = self._batches.get(name)
+        if batch is not None:
+            out["batching"] = {
+                "maxBatchSize": batch[0],
+                "effectiveMaxBatchSize": batch[1],
+                "rowBytes": batch[2],
+            }
         if self._policy is not None:
             out["eviction"] = {
                 "priority": spec.effective_priority,
@@ -195,14 +209,23 @@ class Sizer:
         for name in workloads:
             for r in self._replicas(name):
                 if r.pid is not None and r.phase is Phase.READY:
+                    seen_pids.add(r.pid)
                     rss = rss_bytes(r.pid)
-                    if rss is not None and rss > self._replica_bytes.get(name, 0):
+                    if rss is None:
+                        continue
+                    if rss > self._replica_bytes.get(name, 0):
                         self._replica_bytes[name] = rss
+                    growth = rss - self._ready_rss.setdefault(r.pid, rss)
+                    if growth > self._growth.get(name, 0):
+                        self._growth[name] = growth
         for name, w in scaled.items():
             self._autoscale(name, w, workloads, now, seen_pids)
         for pid in set(self._cpu_seen) - seen_pids:
             del self._cpu_seen[pid]
+        for pid in set(self._ready_rss) - seen_pids:
+            del self._ready_rss[pid]
         if self._policy is not None:
+            self._limit_batches(workloads)
             self._evict(workloads, now)
 
     def _base(self, name: WorkloadName, w: DesiredWorkload) -> int:
@@ -270,6 +293,50 @@ class Sizer:
                 cpu_percent=None if cpu_percent is None else round(cpu_percent, 1),
             )
             self._enqueue(name)
+
+    def _limit_batches(self, workloads: Mapping[WorkloadName, DesiredWorkload]) -> None:
+        """Memory-aware batching: each batching replica's rows per batch, from the memory
+        above the eviction floor shared by all of them (``batchsizing.py``)."""
+        assert self._policy is not None
+        if self._available is None:
+            return
+        batching = [
+            (name, r)
+            for name in workloads
+            for r in self._replicas(name)
+            if r.phase is Phase.READY and (r.metadata.get("batching") or {}).get("batchable")
+        ]
+        for name in set(self._batches) - {name for name, _ in batching}:
+            del self._batches[name]
+        for name, r in batching:
+            declared = int(r.metadata["batching"]["maxBatchSize"])
+            estimate = shape_row_bytes(
+                r.metadata.get("inputs") or (), r.metadata.get("outputs") or ()
+            )
+            per_row = row_bytes(estimate, self._growth.get(name, 0), declared)
+            rows = effective_batch(
+                declared,
+                available=self._available,
+                reserve=self._policy.floor_bytes,
+                sharing=len(batching),
+                per_row=per_row,
+            )
+            if rows != (r.batch_limit or declared):
+                r.limit_batch(rows)
+            before = self._batches.get(name)
+            self._batches[name] = (declared, rows, per_row)
+            if before is not None and before[1] != rows:
+                log.info(
+                    "batch size changed",
+                    workload=name,
+                    rows_from=before[1],
+                    rows_to=rows,
+                    declared=declared,
+                    memory_available=self._available,
+                    floor=self._policy.floor_bytes,
+                    row_bytes=per_row,
+                    replicas=len(batching),
+                )
 
     def _wanted(self, name: WorkloadName, w: DesiredWorkload) -> int:
         return self._base(name, w)

@@ -9,10 +9,13 @@ edged -> worker
            JSON) + the HTTP request body, forwarded untouched (the worker parses it).
     PING   liveness/readiness probe; answered with PONG.
     DRAIN  stop taking requests, finish those in flight, exit 0.
+    BATCH_LIMIT payload = ``!I`` rows: the most rows one batch may merge from now on (memory-
+           aware batching; never above the declared maxBatchSize, at least 1).
 worker -> edged
     RESULT payload = ``!HI`` HTTP status, inference-header length (``NO_HEADER_LENGTH`` for a
            plain JSON body) + the response body.
-    PONG   payload = JSON ``{"inflight": n, "busy_s": seconds the current batch has run}``.
+    PONG   payload = JSON ``{"inflight": n, "busy_s": seconds the current batch has run,
+           "batch_rows": the most rows a batch merges now}``.
     READY  payload = JSON model metadata (see ``worker.py``), sent once after warm-up.
     FAILED payload = JSON ``{"reason": ..., "message": ...}``, sent before exiting on a load error.
 """
@@ -35,6 +38,7 @@ class FrameType(IntEnum):
     INFER = 1
     PING = 2
     DRAIN = 3
+    BATCH_LIMIT = 4
     RESULT = 10
     PONG = 11
     READY = 12

@@ -179,6 +179,8 @@ class Replica:
         self._probe_timer: asyncio.TimerHandle | None = None
         self._probe_state = ProbeState(last_pong=time.monotonic())
         self.stopping_task: asyncio.Task[None] | None = None
+        self.batch_limit: int | None = None  # rows per batch edged allows now (None: declared)
+        self.worker_batch_rows: int | None = None  # what the worker said it applies (PONG)
 
     # -- observation --------------------------------------------------------------------------
     def observation(self) -> ReplicaObservation:
@@ -200,6 +202,12 @@ class Replica:
             model_version=self.spec.model_version,
             sha256=self.spec.artifact_sha256,
         )
+
+    def limit_batch(self, rows: int) -> None:
+        """Memory-aware batching: at most ``rows`` rows per batch from now on."""
+        if self.channel is not None and rows != self.batch_limit:
+            self.channel.send(FrameType.BATCH_LIMIT, U32.pack(rows))
+            self.batch_limit = rows
 
     @property
     def inflight(self) -> int:
@@ -237,6 +245,8 @@ class Replica:
         self.pool.record_result(self, status, seconds)
 
     def on_pong(self, doc: dict[str, Any]) -> None:
+        rows = doc.get("batch_rows")
+        self.worker_batch_rows = rows if isinstance(rows, int) else None
         busy = float(doc.get("busy_s", 0.0))
         self._probe_state, not_live = record_pong(
             self._probe_state, busy, self.probes, now=time.monotonic()
@@ -310,6 +320,7 @@ class Replica:
         self.live = True
         self._failed = self._killed = None
         self._probe_state = ProbeState(last_pong=time.monotonic())
+        self.batch_limit = None  # a new process starts with the declared maxBatchSize
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             prepare_cgroup(self.spec.limits)

@@ -208,6 +208,7 @@ class WorkerProtocol(asyncio.Protocol):
         self._peak_now = 0  # most requests in flight at once since the last batch started
         self._last_run_s = model.run_s
         self._idle_since = 0.0
+        self._batch_rows = model.max_batch  # lowered by edged when memory is short
 
     # -- connection ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -264,11 +265,15 @@ class WorkerProtocol(asyncio.Protocol):
             self._queued_rows += decoded.rows
         elif ftype == FrameType.PING:
             busy = 0.0 if self._running_since is None else time.monotonic() - self._running_since
-            pong = orjson.dumps({"inflight": self._inflight, "busy_s": busy})
+            pong = orjson.dumps(
+                {"inflight": self._inflight, "busy_s": busy, "batch_rows": self._batch_rows}
+            )
             self._write(encode_frame(FrameType.PONG, req_id, pong))
         elif ftype == FrameType.DRAIN:
             self._draining = True
             self._maybe_exit()
+        elif ftype == FrameType.BATCH_LIMIT and len(payload) == U32.size:
+            self._batch_rows = max(1, min(self._model.max_batch, U32.unpack(payload)[0]))
 
     def _write(self, data: bytes) -> None:
         if self._transport is not None and not self._transport.is_closing():
@@ -310,7 +315,7 @@ class WorkerProtocol(asyncio.Protocol):
         )
         return hold_queue(
             shape,
-            max_rows=self._model.max_batch,
+            max_rows=self._batch_rows,
             max_queue_delay=self._spec.max_queue_delay_s,
             now=time.monotonic(),
         )
@@ -324,7 +329,7 @@ class WorkerProtocol(asyncio.Protocol):
         queue = self._queue
         chosen = choose_batch(
             ((p.decoded.batch_key, p.decoded.rows) for p in queue),
-            max_rows=self._model.max_batch,
+            max_rows=self._batch_rows,
             batchable=self._model.batchable,
         )
         head = [queue.popleft() for _ in range(chosen[-1] + 1)]

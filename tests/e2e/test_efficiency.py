@@ -3,9 +3,9 @@
 * A load generator keeps the queue deep: replicas go up after the scale-up window, and the
   new replica serves; the load stops: down after the scale-down window, not before.
 * Memory pressure: ``MemAvailable`` is read from a file the test writes (the sampler's
-  test-only seam ``EDGED_TEST_MEMINFO``): the low-priority workload is evicted while the
-  critical one keeps serving, then comes back when memory does. ``oom_score_adj`` of each
-  worker follows its priority.
+  test-only seam ``EDGED_TEST_MEMINFO``): as it shrinks the batch size drops, then the
+  low-priority workload is evicted while the critical one keeps serving; both come back when
+  memory does. ``oom_score_adj`` of each worker follows its priority.
 
 (That the autoscaler does not flap under an oscillating load is a table test:
 tests/reconcile/test_autoscaling.py.)
@@ -47,9 +47,10 @@ kind: ModelDeployment
 metadata: {{name: {name}}}
 spec:
   model: {{name: {name}, version: "1", path: mlp.onnx}}
-  runtime: {{executionProviders: [CPUExecutionProvider]}}
+  runtime: {{maxBatchSize: {batch}, executionProviders: [CPUExecutionProvider]}}
   replicas: {{perDevice: {replicas}}}
   priority: {priority}
+  probes: {{readiness: {{periodSeconds: 1}}}}
 """
 
 
@@ -124,9 +125,9 @@ def test_memory_pressure_evicts_the_low_priority_workload(
 
     available(4000)
     monkeypatch.setenv("EDGED_TEST_MEMINFO", str(meminfo))
-    for name, replicas, priority in (("critical", 1, 1000), ("batch", 2, -10)):
+    for name, replicas, priority, batch in (("critical", 1, 1000, 8), ("batch", 2, -10, 1)):
         (manifests / f"{name}.yaml").write_text(
-            PRIORITIZED.format(name=name, replicas=replicas, priority=priority)
+            PRIORITIZED.format(name=name, replicas=replicas, priority=priority, batch=batch)
         )
     e: Edged = edged_factory(
         manifests,
@@ -146,6 +147,29 @@ def test_memory_pressure_evicts_the_low_priority_workload(
             assert adj * sign > 0 or (sign < 0 and adj == own), (name, adj)
 
     x = np.zeros((1, TINY_MLP[0]), dtype=np.float32)
+    # memory-aware batching: plenty of memory, the declared 8 rows
+    batching = wait_for(lambda: e.workload("critical").get("batching"), 30, "batching status")
+    assert batching["maxBatchSize"] == batching["effectiveMaxBatchSize"] == 8
+    assert "batching" not in e.workload("batch")  # maxBatchSize 1: nothing to limit
+    # room for about 3 rows above the floor: the batch size drops (a power of two), and the
+    # worker says it applies it
+    row = batching["rowBytes"]
+    tmp = meminfo.with_suffix(".tmp")
+    tmp.write_text(f"MemAvailable: {(500 * (1 << 20) + 3 * row + 512) // 1024} kB\n")
+    tmp.replace(meminfo)
+    small = wait_for(
+        lambda: (n := e.workload("critical")["batching"]["effectiveMaxBatchSize"]) < 8 and n,
+        30,
+        "a smaller batch size",
+    )
+    assert small in (1, 2)
+    wait_for(
+        lambda: e.workload("critical")["replicas"][0]["batchRows"] == small, 30, "the worker's"
+    )
+    assert "batch size changed" in e.logs()
+    assert e.infer("critical", np.zeros((3, TINY_MLP[0]), dtype=np.float32))[0] == 200
+    assert not any(w.get("eviction", {}).get("evictedReplicas") for w in e.status()["workloads"])
+
     available(300)  # below the 500Mi floor
     wait_for(lambda: e.workload("batch")["eviction"]["evictedReplicas"] == 2, 60, "batch evicted")
     wait_for(lambda: not e.worker_pids("batch"), 60, "batch replicas stopped")
@@ -172,5 +196,8 @@ def test_memory_pressure_evicts_the_low_priority_workload(
     wait_for(lambda: len(e.worker_pids("batch")) == 2, 60, "batch back")
     wait_for(lambda: e.infer("batch", x)[0] == 200, 60, "batch serving again")
     assert e.workload("batch")["eviction"]["evictedReplicas"] == 0
+    wait_for(
+        lambda: e.workload("critical")["replicas"][0]["batchRows"] == 8, 30, "batches grown back"
+    )
     assert "replica restored" in e.logs()
     assert e.terminate() == 0
