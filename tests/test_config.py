@@ -203,6 +203,12 @@ def test_non_loopback_or_bad_tcp_addresses(address: str, message: str) -> None:
         ({"trust": {"allowUnsigned": "yes"}}, "trust.allowUnsigned", "true or false"),
         ({"trust": {"rootFile": "root.json"}}, "trust.rootFile", "absolute path"),
         ({"trust": {"tpm": ""}}, "trust.tpm", "TCTI"),
+        ({"scaling": {"samplePeriod": "10ms"}}, "scaling.samplePeriod", "between 100ms and 1m"),
+        ({"scaling": {"samplePeriod": "soon"}}, "scaling.samplePeriod", "duration"),
+        ({"eviction": {"memoryAvailableFloor": "lots"}}, "eviction.memoryAvailableFloor", "memory"),
+        ({"eviction": {"memoryAvailableFloor": "2Ti"}}, "eviction.memoryAvailableFloor", "1Ti"),
+        ({"eviction": {"hysteresis": "150%"}}, "eviction.hysteresis", "0% to 100%"),
+        ({"eviction": {"interval": "0s"}}, "eviction.interval", "more than 0s"),
     ],
 )
 def test_bad_values(doc: dict[str, Any], path: str, message: str) -> None:
@@ -300,3 +306,16 @@ def test_discovery_problems_have_paths() -> None:
         "discovery.executionProviders[0]",
         "discovery.healthPeriod",
     ]
+
+
+def test_scaling_and_eviction_sections() -> None:
+    config = parse_config(
+        {
+            "scaling": {"samplePeriod": "250ms"},
+            "eviction": {"memoryAvailableFloor": "256Mi", "hysteresis": "20%", "interval": "2s"},
+        }
+    )
+    assert config.scaling.sample_period_s == 0.25
+    assert config.eviction.memory_available_floor == 256 << 20
+    assert (config.eviction.hysteresis_percent, config.eviction.interval_s) == (20, 2.0)
+    assert EdgedConfig().eviction.memory_available_floor == 0  # off by default
