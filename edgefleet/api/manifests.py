@@ -793,6 +793,12 @@ def _refuse_unbuilt(r: Reader, spec: ModelDeploymentSpec) -> None:
             "not supported yet: the artifact's one model file is served as it is; "
             "leave spec.runtime.precision out",
         )
+    if spec.scaling is not None and spec.scaling.min_replicas == 0:
+        r.problems.add(
+            field_path(r.at("scaling"), "minReplicas"),
+            "not supported yet: scaling to zero needs requests that wait for a replica to "
+            "start, which edged does not do; use at least 1",
+        )
     if spec.scaling is not None and spec.replicas.total is not None:
         r.problems.add(
             r.at("scaling"),

@@ -120,6 +120,7 @@ def test_design_example_parses() -> None:
             "spec.scaling",
             "fleet autoscaling at the hub",
         ),
+        ({"scaling": {"minReplicas": 0, "maxReplicas": 4}}, "spec.scaling.minReplicas", "zero"),
     ],
 )
 def test_what_is_not_built_is_refused(spec: dict[str, Any], path: str, words: str) -> None:
@@ -502,7 +503,7 @@ ROUND_TRIP_CASES = [
         priority=-5,
     ),
     minimal(
-        scaling={"maxReplicas": 3, "minReplicas": 0, "scaleUpWindow": "2s"},
+        scaling={"maxReplicas": 3, "minReplicas": 2, "scaleUpWindow": "2s"},
         priority=1000,
     ),
 ]
