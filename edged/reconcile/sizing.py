@@ -82,7 +82,7 @@ class Sizer:
         self._available: int | None = None
         self._decided_at: dict[WorkloadName, float] = {}  # wall time of the last decision
         self._ready_rss: dict[int, int] = {}  # pid -> resident memory when first seen ready
-        self._growth: dict[WorkloadName, int] = {}  # most RSS growth of one replica since
+        self._growth: dict[WorkloadName, int] = {}  # most RSS growth of a replica since ready
         # memory-aware batching: workload -> (declared, effective, bytes per row)
         self._batches: dict[WorkloadName, tuple[int, int, int]] = {}
         self._wake = asyncio.Event()
@@ -98,6 +98,9 @@ class Sizer:
             if w is None or w.deployment.spec.scaling is None:
                 del self._scalers[name]
                 self._decided_at.pop(name, None)
+        for seen in (self._replica_bytes, self._growth, self._batches):
+            for name in set(seen) - set(workloads):
+                del seen[name]
         self._wake.set()
 
     def size(
