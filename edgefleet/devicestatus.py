@@ -123,7 +123,39 @@ def render_status(doc: dict[str, Any]) -> str:
                 out.append(
                     f"  {w['name']}: {c['type']}={c['status']} {c['reason']}: {c['message']}"
                 )
+    out += _sizing_lines(doc)
     for p in doc.get("source", {}).get("problems", []):
         where = p["file"] + (f" ({p['workload']})" if p["workload"] else "")
         out.append(f"  manifest {where}: {p['reason']}: {p['message']}")
     return "\n".join(out)
+
+
+def _sizing_lines(doc: dict[str, Any]) -> list[str]:
+    """Autoscaling, eviction and memory-aware batching, when edged reports them."""
+    out = []
+    memory = doc.get("device", {}).get("memory")
+    if memory and memory.get("memoryAvailable") is not None:
+        mib = 1 << 20
+        out.append(
+            f"memory available {memory['memoryAvailable'] // mib}Mi, eviction floor "
+            f"{memory['memoryAvailableFloor'] // mib}Mi"
+            + (" (under pressure)" if memory.get("underPressure") else "")
+        )
+    for w in doc.get("workloads", []):
+        scaling = w.get("scaling")
+        if scaling:
+            line = (
+                f"  {w['name']}: scaling {scaling['minReplicas']}..{scaling['maxReplicas']}, "
+                f"{scaling['currentReplicas']} ready, {scaling['desiredReplicas']} desired"
+            )
+            last = scaling.get("lastDecision")
+            if last:
+                line += f"; last {last['from']} -> {last['to']} {last['reason']}: {last['message']}"
+            out.append(line)
+        batching = w.get("batching")
+        if batching and batching["effectiveMaxBatchSize"] < batching["maxBatchSize"]:
+            out.append(
+                f"  {w['name']}: batches of at most {batching['effectiveMaxBatchSize']} rows "
+                f"(maxBatchSize {batching['maxBatchSize']}: memory is short)"
+            )
+    return out
