@@ -95,10 +95,34 @@ def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
                 reason=r.reason,
                 message=r.message,
                 wanted=r.wanted,
+                **_measures(r),
             )
             for r in w.revisions[:MAX_REPORTED_REVISIONS]
         ),
     )
+
+
+def _measures(r: device_pb2.RevisionStatus) -> dict[str, Any]:
+    """The revision's metrics and validation accuracy, when the device reports them (bounds:
+    ``hub.deviceinput``)."""
+    out: dict[str, Any] = {}
+    if r.HasField("metrics"):
+        m = r.metrics
+        out.update(
+            requests=m.requests,
+            errors=m.errors,
+            latency_p95_s=m.latency_p95_seconds if m.window_requests else None,
+            window_requests=m.window_requests,
+        )
+    if r.HasField("validation"):
+        v = r.validation
+        out.update(
+            accuracy=None if v.reason else v.accuracy,
+            validation_samples=v.samples,
+            validation_reason=v.reason,
+            validation_message=v.message,
+        )
+    return out
 
 
 class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
