@@ -870,6 +870,24 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             await context.abort(exc.code, str(exc))
             raise AssertionError("unreachable: context.abort raises") from None
 
+    async def PushRollbackAllowance(
+        self, request: admin_pb2.PushRollbackAllowanceRequest, context: Any
+    ) -> admin_pb2.PushRollbackAllowanceResponse:
+        await self.authorize(context)
+        from hub.allowing import receive_allowance
+        from hub.pushing import PushRefused
+
+        try:
+            allow, stored = await receive_allowance(
+                self._ctx, bytes(request.envelope), now=self._ctx.clock()
+            )
+        except PushRefused as exc:
+            await context.abort(exc.code, str(exc))
+            raise AssertionError("unreachable: context.abort raises") from None
+        return admin_pb2.PushRollbackAllowanceResponse(
+            name=allow.name, version=allow.version, stored=stored
+        )
+
 
 def _watch_event(
     type_: admin_pb2.WatchEvent.Type,
