@@ -372,7 +372,7 @@ def plan_rollout(
             now,
         )
     deadline = rollout.progress_deadline_s
-    since = state.progress_at or state.started_at
+    since = _progress_since(state, canary)
     if deadline is not None and state.phase is RolloutPhase.PROGRESSING and now - since > deadline:
         waiting = f" ({analysis.message})" if analysis is not None else ""
         return _give_up(
@@ -397,6 +397,20 @@ def plan_rollout(
     if state.phase is RolloutPhase.PAUSED or not model_pushed:
         return Step(progress=progress)
     return _assign(state, current, devices, budget, len(devices), now)
+
+
+def _progress_since(state: RolloutState, canary: Canary | None) -> float:
+    """Since when the rollout made no progress (progressDeadlineSeconds): its last step; a
+    timed pause, and the analysis window of a step whose devices are ready, are not lack of
+    progress."""
+    since = state.progress_at or state.started_at
+    if canary is None:
+        return since
+    if state.step < len(canary.steps) and canary.steps[state.step].pause:
+        return math.inf  # pausing is what it was asked to do
+    if state.step_ready_at and canary.analysis is not None:
+        since = max(since, state.step_ready_at + canary.analysis.window_s)
+    return since
 
 
 def _complete(

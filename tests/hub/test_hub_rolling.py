@@ -452,3 +452,19 @@ def test_a_canary_step_keeps_the_budget() -> None:
     dep, m = canary(["50%"], maxSurge=0, maxUnavailable=2)
     step = plan_rollout(dep, m, REVS, STARTED, views_of(DEVICES, STARTED, TargetPhase.ABSENT), T)
     assert step.state is not None and step.state.updated == frozenset({"d00", "d01"})
+
+
+def test_neither_a_timed_pause_nor_the_analysis_window_is_a_lack_of_progress() -> None:
+    dep, m = canary(
+        ["10%", {"pause": {"duration": "1h"}}, "50%"],
+        {"minAccuracy": 0.9, "window": "10m"},
+        progressDeadlineSeconds=60,
+    )
+    pausing = replace(STARTED, updated=frozenset({"d00"}), step=1, step_at=T, progress_at=T)
+    devices = views_of(DEVICES, pausing, TargetPhase.READY)
+    assert plan_rollout(dep, m, REVS, pausing, devices, T + 3000).state is None
+    held = replace(pausing, step=0, step_ready_at=T)
+    waiting = verdict(Verdict.WAIT)
+    assert plan_rollout(dep, m, REVS, held, devices, T + 600, analysis=waiting).state is None
+    late = plan_rollout(dep, m, REVS, held, devices, T + 661, analysis=waiting)
+    assert late.state is not None and late.state.reason == "ProgressDeadlineExceeded"
