@@ -40,6 +40,8 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 BAD = "2.0.0"
+ERRING = "4.0.0"  # loads, then answers half its requests with errors
+METRICS_S = 5.0  # how often a simulated device reports its counters (edged's metricsPeriod)
 
 
 def deployment(name: str, version: str, selector: dict[str, str], **rollout: Any) -> bytes:
@@ -81,8 +83,24 @@ def _devices_main(
             lock = asyncio.Lock()
             await call.write(device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name=name)))
             loading: asyncio.Task[None] | None = None
+            # what each (workload, version) answered: requests, errors (edged's counters)
+            counters: dict[tuple[str, str], list[int]] = {}
+            current: list[Any] = [{}, {}]  # workloads, phases
+
+            def metrics(w: str, v: str) -> device_pb2.RevisionMetrics | None:
+                got = counters.get((w, v))
+                if got is None:
+                    return None
+                return device_pb2.RevisionMetrics(
+                    requests=got[0],
+                    errors=got[1],
+                    latency_p95_seconds=0.002,
+                    latency_window_seconds=60,
+                    window_requests=min(got[0], 1000),
+                )
 
             async def report(workloads: dict[str, str], phase_of: dict[str, str]) -> None:
+                current[:] = [workloads, phase_of]
                 status = device_pb2.Status(
                     workloads=[
                         device_pb2.WorkloadStatus(
@@ -97,6 +115,7 @@ def _devices_main(
                                     ready_replicas=1 if phase_of[w] == "Ready" else 0,
                                     reason="ModelLoadFailed" if phase_of[w] == "Failed" else "",
                                     wanted=True,
+                                    metrics=metrics(w, v),
                                 )
                             ],
                         )
@@ -105,6 +124,27 @@ def _devices_main(
                 )
                 async with lock:
                     await call.write(device_pb2.DeviceMessage(status=status))
+
+            async def traffic() -> None:
+                """Every METRICS_S: 20 more requests answered by what serves (10 of them
+                errors on ERRING), reported like edged's metricsPeriod."""
+                import random
+
+                await asyncio.sleep(random.uniform(0, METRICS_S))
+                while True:
+                    workloads, phases = current
+                    if workloads:
+                        for w, v in workloads.items():
+                            if phases.get(w) == "Ready":
+                                c = counters.setdefault((w, v), [0, 0])
+                                c[0] += 20
+                                c[1] += 10 if v == ERRING else 0
+                                if v == ERRING and c[1] == 10:
+                                    out.append((name, time.time(), "erred", v))
+                        await report(workloads, phases)
+                    await asyncio.sleep(METRICS_S)
+
+            ticker = asyncio.ensure_future(traffic())
 
             async def load(workloads: dict[str, str]) -> None:
                 await asyncio.sleep(load_s)
@@ -117,6 +157,7 @@ def _devices_main(
             while True:
                 msg = await call.read()
                 if msg is grpc.aio.EOF:
+                    ticker.cancel()
                     return
                 if msg.WhichOneof("message") != "desired_state":
                     continue
@@ -217,7 +258,7 @@ class Fleet:
             args=["--log-level", "warning"],
         )
         self.hub.wait_listening(60)
-        for version in ("1.0.0", "1.0.1", BAD, "3.0.0", *(f"1.1.{w}" for w in range(10))):
+        for version in ("1.0.0", "1.0.1", BAD, ERRING, "3.0.0", *(f"1.1.{w}" for w in range(10))):
             self.push(version)
         ctx = mp.get_context("spawn")
         self.pipes, self.procs = [], []
@@ -301,7 +342,54 @@ class Fleet:
         self.hub.stop(30)
 
 
-def measure(n: int, clients: int, load_s: float, workdir: Path) -> dict[str, Any]:
+def measure_canary(fleet: Fleet, everyone: dict[str, str]) -> dict[str, Any]:
+    """ERRING as a 10% canary with an error-rate analysis: the canary devices report half
+    their requests failed, the analysis fails, every canary device goes back. From the moment
+    the hub decided (the rollout's changedAt, the hub's wall clock, same machine) until the
+    last canary device acknowledged the stable revision again."""
+    mark = len(fleet.events)
+    fleet.apply(
+        deployment(
+            "main",
+            ERRING,
+            everyone,
+            maxSurge="10%",
+            maxUnavailable=0,
+            canary={
+                "steps": ["10%", "100%"],
+                "analysis": {"maxErrorRateIncrease": 0.05, "window": "10s", "minRequests": 20},
+            },
+        )
+    )
+    fleet.wait(
+        lambda: fleet.status("main")["rollout"]["phase"] == "RolledBack", 300, "canary rollback"
+    )
+    rollout = fleet.status("main")["rollout"]
+    decided = float(rollout["changedAt"])
+
+    def back() -> bool:
+        took = {e[0] for e in fleet.events[mark:] if e[2] == "got" and e[3] == ERRING}
+        latest = {e[0]: e[3] for e in fleet.events[mark:] if e[2] == "got"}
+        return bool(took) and all(latest.get(d) != ERRING for d in took)
+
+    fleet.wait(back, 120, "every canary device back on the stable revision")
+    events = fleet.events[mark:]
+    took = {e[0] for e in events if e[2] == "got" and e[3] == ERRING}
+    acked = max(e[1] for e in events if e[2] == "got" and e[3] != ERRING and e[0] in took)
+    first_error = min((e[1] for e in events if e[2] == "erred"), default=decided)
+    return {
+        "canary_devices": len(took),
+        "canary_reason": rollout["reason"],
+        "canary_message": rollout["message"],
+        "canary_first_error_to_decision_s": decided - first_error,
+        "canary_rollback_ack_s": acked - decided,
+    }
+
+
+def measure(
+    n: int, clients: int, load_s: float, workdir: Path, parts: set[str] | None = None
+) -> dict[str, Any]:
+    parts = parts or {"rollback", "canary", "full"}
     fleet = Fleet(n, clients, load_s, workdir)
     try:
         everyone = {"bench": "yes"}
@@ -318,6 +406,12 @@ def measure(n: int, clients: int, load_s: float, workdir: Path) -> dict[str, Any
         )
         fanout_s = max(e[1] for e in fleet.events[mark:] if e[3] == "1.0.1") - t0
         fleet.wait(lambda: fleet.status("main")["rollout"]["phase"] == "Complete", 300, "1.0.1")
+
+        result: dict[str, Any] = {"devices": n, "load_s": load_s, "fanout_all_acked_s": fanout_s}
+        if "canary" in parts:
+            result.update(measure_canary(fleet, everyone))
+        if "rollback" not in parts and "full" not in parts:
+            return result
 
         # rollback: 10% get the bad version, report it Failed, and go back
         mark = len(fleet.events)
@@ -360,9 +454,7 @@ def measure(n: int, clients: int, load_s: float, workdir: Path) -> dict[str, Any
         rollout_s = time.time() - t_roll
         steps = fleet.status("main")["rollout"]["steps"]
         return {
-            "devices": n,
-            "load_s": load_s,
-            "fanout_all_acked_s": fanout_s,
+            **result,
             "rollback_devices": len(took),
             "rollback_ack_s": rollback_s,
             "ten_waves_s": waves_s,
@@ -380,12 +472,27 @@ def main() -> int:
     ap.add_argument("--clients", type=int, default=4)
     ap.add_argument("--load-ms", type=float, default=200.0, help="simulated model load time")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument(
+        "--canary-only",
+        action="store_true",
+        help="only the canary rollback (after the baseline fan-out)",
+    )
     args = ap.parse_args()
+    parts = {"canary"} if args.canary_only else None
     with tempfile.TemporaryDirectory() as tmp:
-        r = measure(args.devices, args.clients, args.load_ms / 1000, Path(tmp))
+        r = measure(args.devices, args.clients, args.load_ms / 1000, Path(tmp), parts)
     if args.json:
         print(json.dumps(r, indent=2))
-    else:
+        return 0
+    if "canary_devices" in r:
+        print(
+            f"N={r['devices']}  canary analysis failed ({r['canary_reason']}): "
+            f"{r['canary_devices']} canary devices back on the stable revision "
+            f"{r['canary_rollback_ack_s']:.2f} s after the hub decided (first error reported "
+            f"{r['canary_first_error_to_decision_s']:.2f} s before it; one fan-out to all: "
+            f"{r['fanout_all_acked_s']:.2f} s)\n  {r['canary_message']}"
+        )
+    if "rollback_devices" in r:
         print(
             f"N={r['devices']}  rollback: {r['rollback_devices']} devices back on the stable "
             f"revision {r['rollback_ack_s']:.2f} s after the first failure (one fan-out to all: "

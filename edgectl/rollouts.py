@@ -1,8 +1,9 @@
 """``edgectl rollout status|history|pause|resume|undo NAME``: a deployment's rollout.
 
 * ``status NAME [--watch] [--timeout D]``: the revision being rolled out and the stable one,
-  the phase, a progress bar of the targeted devices (updated / ready / available), the
-  devices skipped and failing with their reasons. With ``--watch`` it prints every change
+  the phase, the canary's current step and its analysis figures against their thresholds,
+  a progress bar of the targeted devices (updated / ready / available), the devices skipped
+  and failing with their reasons. With ``--watch`` it prints every change
   until the rollout ends: exit 0 when it is Complete, 1 when it was rolled back (the reason is
   printed), 1 as well when ``--timeout`` passes first. Without ``--watch``: the current view,
   exit 1 only when the rollout was rolled back.
@@ -137,6 +138,7 @@ def render(doc: dict[str, Any]) -> tuple[str, str]:
         + (f" ({rollout['reason']})" if rollout.get("reason") else ""),
         f"  {rollout['message']}" if rollout.get("message") else "",
     ]
+    lines += _canary_lines(rollout)
     targeted = rollout.get("targetedDevices", status.get("desiredDevices", 0))
     for label, count in (
         ("updated", status.get("updatedDevices", 0)),
@@ -155,6 +157,33 @@ def render(doc: dict[str, Any]) -> tuple[str, str]:
     return "\n".join(line for line in lines if line), rollout["phase"]
 
 
+def _canary_lines(rollout: dict[str, Any]) -> list[str]:
+    """The canary's current step and the analysis figures against their thresholds."""
+    canary = rollout.get("canary")
+    if not canary:
+        return []
+    if canary.get("pastLastStep"):
+        where = f"  canary: past its {canary['stepCount']} steps, the rest of the devices follow"
+    else:
+        step = canary["steps"][canary["step"] - 1]
+        what = (
+            f"{canary['weight']}% ({canary['weightDevices']} devices)"
+            if isinstance(step, str)
+            else "pause " + (step["pause"].get("duration") or "until rollout resume")
+        )
+        where = f"  canary step {canary['step']} of {canary['stepCount']}: {what}"
+    lines = [where]
+    analysis = canary.get("analysis")
+    if analysis is not None and rollout["phase"] in ("Progressing", "Paused"):
+        lines.append(
+            f"  analysis over {analysis['windowSeconds']:g}s: {analysis['verdict']}"
+            + (" (waiting for the window)" if analysis["verdict"] == "Pass" else "")
+        )
+        for check in analysis["checks"]:
+            lines.append(f"    {check['name']:<11} {check['verdict']:<5} {check['message']}")
+    return lines
+
+
 def _bar(count: int, total: int) -> str:
     filled = round(BAR * count / total) if total else 0
     return "[" + "#" * filled + "." * (BAR - filled) + "]"
@@ -164,12 +193,18 @@ def _status(client: AdminClient, name: str, *, watch: bool, timeout: float | Non
     deadline = None if timeout is None else time.monotonic() + timeout
     last = ""
     while True:
-        text, phase = render(client.get("ModelDeployment", name))
+        doc = client.get("ModelDeployment", name)
+        text, phase = render(doc)
         if text != last:
             print(text, flush=True)
             last = text
         if phase == "RolledBack":
-            print(f"rollout of {name} failed: rolled back", file=sys.stderr)
+            rollout = doc["status"]["rollout"]
+            print(
+                f"rollout of {name} failed: rolled back ({rollout.get('reason', '')}): "
+                f"{rollout.get('message', '')}",
+                file=sys.stderr,
+            )
             return EXIT_REFUSED
         if not watch or phase == "Complete":
             return 0

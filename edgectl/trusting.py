@@ -1,5 +1,6 @@
 """``edgectl keys``, ``edgectl models sign``, ``edgectl trust root ...``, ``edgectl rollback
-allow``: thin command-line wrappers over :mod:`edgefleet.trust.signing` (see docs/trust.md)."""
+allow``: thin command-line wrappers over :mod:`edgefleet.trust.signing` (see docs/trust.md);
+``edgectl rollback push FILE`` gives the hub a signed allowance (hub/allowing.py)."""
 
 from __future__ import annotations
 
@@ -108,6 +109,10 @@ def add_commands(
     allow.add_argument("--key", type=Path, action="append", required=True)
     allow.add_argument("--expires", default="7d")
     allow.add_argument("--out", type=Path, required=True)
+    push = rollback.add_parser(
+        "push", help="give the hub a signed allowance: it sends it with that model version"
+    )
+    push.add_argument("file", type=Path, help="the allowance (edgectl rollback allow --out)")
     return models
 
 
@@ -178,6 +183,8 @@ def _run(args: argparse.Namespace) -> int | None:
             signing.write_envelope(env, args.file)
             print(f"{args.file}: {len(env.signatures)} signature(s)")
             return 0
+    if cmd == "rollback" and args.rollback_cmd == "push":
+        return _push_allowance(args)
     if cmd == "rollback" and args.rollback_cmd == "allow":
         sha256 = args.sha256
         if args.model is not None:
@@ -193,3 +200,24 @@ def _run(args: argparse.Namespace) -> int | None:
         print(f"rollback allowance for {args.name} {args.version}: {args.out}")
         return 0
     return None
+
+
+def _push_allowance(args: argparse.Namespace) -> int:
+    """``rollback push FILE``: the hub checks the signatures and that the model version it
+    names was pushed with those bytes, keeps it, and sends it to devices with that version."""
+    from edgectl.client import AdminClient, load_admin_config
+    from edgectl.commands import default_config
+    from edgefleet.v1 import admin_pb2
+
+    envelope = args.file.read_bytes()
+    config = load_admin_config(args.config or default_config(), getattr(args, "context", None))
+    with AdminClient(config) as client:
+        got = client.call(
+            "PushRollbackAllowance", admin_pb2.PushRollbackAllowanceRequest(envelope=envelope)
+        )
+    what = f"{got.name} {got.version}"
+    print(
+        f"rollback allowance for {what} "
+        + ("stored: devices are sent it with that version" if got.stored else "unchanged")
+    )
+    return 0

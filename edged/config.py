@@ -46,6 +46,8 @@ _MAX_BUFFERED_TEXT = "256Mi"
 _HEADER_TIMEOUT_TEXT = "10s"
 _BODY_TIMEOUT_TEXT = "60s"
 _IDLE_TIMEOUT_TEXT = "60s"
+_METRICS_PERIOD_TEXT = "5s"
+_LATENCY_WINDOW_TEXT = "60s"
 _RESYNC_TEXT = "60s"
 _BACKOFF_BASE_TEXT = "50ms"
 _BACKOFF_MAX_TEXT = "5m"
@@ -114,6 +116,8 @@ class InferenceConfig:
     header_timeout_s: float = parse_duration(_HEADER_TIMEOUT_TEXT)
     body_timeout_s: float = parse_duration(_BODY_TIMEOUT_TEXT)
     idle_timeout_s: float = parse_duration(_IDLE_TIMEOUT_TEXT)
+    metrics_period_s: float = parse_duration(_METRICS_PERIOD_TEXT)
+    latency_window_s: float = parse_duration(_LATENCY_WINDOW_TEXT)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -278,6 +282,8 @@ def _read_inference(r: Reader) -> InferenceConfig:
         header_timeout_s=r.optional("headerTimeout", positive_duration, default.header_timeout_s),
         body_timeout_s=r.optional("bodyTimeout", positive_duration, default.body_timeout_s),
         idle_timeout_s=r.optional("idleTimeout", positive_duration, default.idle_timeout_s),
+        metrics_period_s=r.optional("metricsPeriod", positive_duration, default.metrics_period_s),
+        latency_window_s=r.optional("latencyWindow", positive_duration, default.latency_window_s),
     )
 
 
@@ -453,6 +459,10 @@ maxBufferedBytes = "{_MAX_BUFFERED_TEXT}"
 headerTimeout = "{_HEADER_TIMEOUT_TEXT}"
 bodyTimeout = "{_BODY_TIMEOUT_TEXT}"
 idleTimeout = "{_IDLE_TIMEOUT_TEXT}"
+# What each revision answered (requests, errors, latency p95 over latencyWindow) is reported
+# to the hub for canary analysis, refreshed at most every metricsPeriod.
+metricsPeriod = "{_METRICS_PERIOD_TEXT}"
+latencyWindow = "{_LATENCY_WINDOW_TEXT}"
 
 [reconcile]
 # Check everything this often, even when no event says something changed.

@@ -43,6 +43,7 @@ from edged.runtime.processes import Replica, WorkerPool
 from edged.serving.bounding import connection_caps
 from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceMetrics, InferenceRouter
+from edged.serving.measuring import RevisionMeters, ValidationResult
 from edged.serving.status import StatusHandler
 from edged.sources.hub import HubSource
 from edged.sources.static import StaticManifests, SyncResult
@@ -107,6 +108,10 @@ class Daemon:
         data.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._lock = _lock_data_dir(data)
         self.registry = Registry()
+        self.meters = RevisionMeters(
+            period=config.inference.metrics_period_s,
+            latency_window=config.inference.latency_window_s,
+        )
         self.store = ArtifactStore(data / "artifacts")
         self.desired = DesiredState(data / "state" / "desired.json")
         self.router = InferenceRouter(
@@ -264,6 +269,16 @@ class Daemon:
     def _on_result(self, rep: Replica, status: int, seconds: float) -> None:
         self._inference_metrics.answered(rep.workload, status, seconds)
         self.sizer.meter.answered(rep.workload, seconds)
+        self.meters.answered(rep.workload, rep.revision, status, seconds)
+
+    def _validation_of(self, workload: WorkloadName, revision: str) -> ValidationResult | None:
+        """What a replica of that revision found on the validation set (slot 0's)."""
+        for rep in self.pool.replicas(workload):
+            if rep.revision == revision:
+                found = ValidationResult.from_worker(rep.metadata.get("validation"))
+                if found is not None:
+                    return found
+        return None
 
     def _on_serving_change(self, rep: Replica, ready: bool) -> None:
         self.router.replica_ready(rep, ready)
@@ -349,6 +364,8 @@ class Daemon:
             self.board.workload_status,
             self.hub_source.problems if self.hub_source is not None else (),
             self.hub_source.incoming if self.hub_source is not None else None,
+            measures_of=self.meters.of,
+            validation_of=self._validation_of,
             sizing_of=self.sizer.status,
         )
 

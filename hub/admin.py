@@ -56,7 +56,7 @@ from hub.presenting import (
     with_store_metadata,
 )
 from hub.rolling import Revision, RolloutState, template_hash
-from hub.rollouts import ActionRefused, progress_of, undo_manifest
+from hub.rollouts import ActionRefused, canary_status, progress_of, undo_manifest
 from hub.statusing import count_placeable, placement_warnings
 from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
 from hub.trustroots import root_pin
@@ -113,23 +113,6 @@ def _model_users(cache: Cache, model: tuple[str, str]) -> list[str]:
             if name not in users and revision is not None and revision.model == model:
                 users.add(f"{name} ({what} revision {number})")
     return sorted(users)
-
-
-def _unsupported(parsed: list[applying.ParsedObject]) -> list[str]:
-    """What the hub validates but does not do yet, refused rather than accepted and ignored."""
-    out = []
-    for i, obj in enumerate(parsed):
-        if obj.kind != "ModelDeployment":
-            continue
-        rollout = obj.manifest.get("spec", {}).get("rollout") or {}
-        if rollout.get("canary") is not None:
-            out.append(
-                f"documents[{i}].spec.rollout.canary: not supported yet: the hub rolls a new "
-                "revision out with maxSurge and maxUnavailable and rolls it back when a device "
-                "fails or refuses it; canary steps and analysis are not built; leave "
-                "spec.rollout.canary out"
-            )
-    return out
 
 
 def problems_text(exc: ValidationError) -> str:
@@ -198,9 +181,6 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             parsed = applying.parse_documents(list(request.documents))
         except ValidationError as exc:
             raise _invalid(problems_text(exc)) from None
-        unsupported = _unsupported(parsed)
-        if unsupported:
-            raise _invalid("\n".join(unsupported))
         planned = [await self._plan(obj) for obj in parsed]
         changed = [p for p in planned if p.outcome is not applying.Outcome.UNCHANGED]
         if changed:
@@ -363,6 +343,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                     "steps": state.steps,
                     **(progress.to_json() if progress is not None else {}),
                 }
+                canary = dep.spec.rollout.canary
+                if canary is not None and progress is not None:
+                    analysis = self._ctx.rollouts.analysis(name) if self._ctx.rollouts else None
+                    doc["status"]["rollout"]["canary"] = canary_status(
+                        canary, state, progress.targeted, analysis
+                    )
             return doc
         return dict(manifest)
 
@@ -883,6 +869,24 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         except PushRefused as exc:
             await context.abort(exc.code, str(exc))
             raise AssertionError("unreachable: context.abort raises") from None
+
+    async def PushRollbackAllowance(
+        self, request: admin_pb2.PushRollbackAllowanceRequest, context: Any
+    ) -> admin_pb2.PushRollbackAllowanceResponse:
+        await self.authorize(context)
+        from hub.allowing import receive_allowance
+        from hub.pushing import PushRefused
+
+        try:
+            allow, stored = await receive_allowance(
+                self._ctx, bytes(request.envelope), now=self._ctx.clock()
+            )
+        except PushRefused as exc:
+            await context.abort(exc.code, str(exc))
+            raise AssertionError("unreachable: context.abort raises") from None
+        return admin_pb2.PushRollbackAllowanceResponse(
+            name=allow.name, version=allow.version, stored=stored
+        )
 
 
 def _watch_event(

@@ -80,6 +80,7 @@ def build_desired(
     names: list[str] = []
     manifests: list[bytes] = []
     metadata: list[bytes] = []
+    allowances: list[bytes] = []
     artifacts: set[str] = set()
     for name in projection.names:
         revision = (planned or {}).get(name) or cache.revision_for(name, device.name)
@@ -94,9 +95,11 @@ def build_desired(
         names.append(name)
         manifests.append(revision.encoded)
         metadata.append(model.envelope)
+        if model.rollback_allowance:  # hub.allowing: lets a device go back to this version
+            allowances.append(model.rollback_allowance)
         artifacts |= model.digests()
     manifests.extend(fleet.health_policies)
-    allowances: list[bytes] = []
+    allowances = sorted(set(allowances))
     h = hashlib.sha256()
     for part in (*manifests, b"--", *metadata, b"--", *allowances, b"--", *fleet.trust_roots):
         h.update(len(part).to_bytes(8, "big"))

@@ -27,6 +27,9 @@ MAX_WORKLOADS = 256
 MAX_CONDITIONS = 16
 MAX_REPLICAS = 10_000
 MAX_STATUS_BYTES = 512 * 1024
+MAX_REVISIONS = 8  # per workload, as hub.syncing keeps
+MAX_COUNTER = 2**53  # requests a revision answered: exact in a double, in JSON
+MAX_METRIC_SECONDS = 86_400.0
 MAX_NONCE = 64
 MAX_EVIDENCE_BYTES = 256 * 1024
 MAX_GENERATION = 2**62
@@ -54,6 +57,41 @@ def _conditions(problems: list[str], path: str, conditions: Sequence[common_pb2.
         for name, value in (("type", c.type), ("status", c.status), ("reason", c.reason)):
             _text(problems, f"{at}.{name}", value, MAX_SHORT)
         _text(problems, f"{at}.message", c.message, MAX_MESSAGE_TEXT)
+
+
+def _revision(problems: list[str], path: str, r: device_pb2.RevisionStatus) -> None:
+    """A revision's metrics and validation accuracy (what the canary analysis reads)."""
+    if r.HasField("metrics"):
+        m = r.metrics
+        for name, count in (
+            ("requests", m.requests),
+            ("errors", m.errors),
+            ("window_requests", m.window_requests),
+        ):
+            if count > MAX_COUNTER:
+                problems.append(f"{path}.metrics.{name}: at most {MAX_COUNTER}, got {count}")
+        if m.errors > m.requests:
+            problems.append(
+                f"{path}.metrics.errors: at most requests ({m.requests}), got {m.errors}"
+            )
+        for name, seconds in (
+            ("latency_p95_seconds", m.latency_p95_seconds),
+            ("latency_window_seconds", m.latency_window_seconds),
+        ):
+            if not 0 <= seconds <= MAX_METRIC_SECONDS:  # also NaN
+                problems.append(
+                    f"{path}.metrics.{name}: from 0 to {MAX_METRIC_SECONDS} seconds, got {seconds}"
+                )
+    if r.HasField("validation"):
+        v = r.validation
+        if not 0 <= v.accuracy <= 1:  # also NaN
+            problems.append(f"{path}.validation.accuracy: from 0 to 1, got {v.accuracy}")
+        if v.correct > v.samples:
+            problems.append(
+                f"{path}.validation.correct: at most samples ({v.samples}), got {v.correct}"
+            )
+        _text(problems, f"{path}.validation.reason", v.reason, MAX_SHORT)
+        _text(problems, f"{path}.validation.message", v.message, MAX_MESSAGE_TEXT)
 
 
 def reserved_labels(labels: Iterable[str], reserved: Sequence[str]) -> list[str]:
@@ -140,6 +178,8 @@ def check_status(status: device_pb2.Status) -> list[str]:
         _conditions(problems, f"{at}.conditions", w.conditions)
         if w.HasField("sizing"):
             _sizing(problems, f"{at}.sizing", w.sizing)
+        for j, r in enumerate(w.revisions[:MAX_REVISIONS]):  # the hub keeps no more
+            _revision(problems, f"{at}.revisions[{j}]", r)
     if status.HasField("health"):
         _health(problems, "status.health", status.health)
     return problems

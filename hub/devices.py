@@ -118,13 +118,23 @@ class RevisionReport:
     reason: str = ""
     message: str = ""
     wanted: bool = False
+    # the inference path (counters since the revision started serving on the device)
+    requests: int = 0
+    errors: int = 0
+    latency_p95_s: float | None = None  # over the device's latency window; None: not measured
+    window_requests: int = 0  # requests in that window
+    # the validation set (None: not evaluated; validation_reason: why there is no accuracy)
+    accuracy: float | None = None
+    validation_samples: int = 0
+    validation_reason: str = ""
+    validation_message: str = ""
 
     @property
     def serves(self) -> bool:
         return self.phase is RevisionPhase.READY and self.ready_replicas > 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "modelVersion": self.model_version,
             "sha256": self.sha256,
             "phase": self.phase.value,
@@ -134,6 +144,21 @@ class RevisionReport:
             "message": self.message,
             "wanted": self.wanted,
         }
+        if self.requests or self.latency_p95_s is not None:
+            out["metrics"] = {
+                "requests": self.requests,
+                "errors": self.errors,
+                "latencyP95Seconds": self.latency_p95_s,
+                "windowRequests": self.window_requests,
+            }
+        if self.accuracy is not None or self.validation_reason:
+            out["validation"] = {
+                "accuracy": self.accuracy,
+                "samples": self.validation_samples,
+                "reason": self.validation_reason,
+                "message": self.validation_message,
+            }
+        return out
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> RevisionReport:
@@ -146,7 +171,31 @@ class RevisionReport:
             str(doc.get("reason", "")),
             str(doc.get("message", "")),
             bool(doc.get("wanted", False)),
+            **_measures(doc),
         )
+
+
+def _measures(doc: Mapping[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    m = doc.get("metrics")
+    if isinstance(m, Mapping):
+        p95 = m.get("latencyP95Seconds")
+        out.update(
+            requests=int(m.get("requests", 0)),
+            errors=int(m.get("errors", 0)),
+            latency_p95_s=None if p95 is None else float(p95),
+            window_requests=int(m.get("windowRequests", 0)),
+        )
+    v = doc.get("validation")
+    if isinstance(v, Mapping):
+        accuracy = v.get("accuracy")
+        out.update(
+            accuracy=None if accuracy is None else float(accuracy),
+            validation_samples=int(v.get("samples", 0)),
+            validation_reason=str(v.get("reason", "")),
+            validation_message=str(v.get("message", "")),
+        )
+    return out
 
 
 @dataclass(frozen=True, slots=True)

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import concurrent.futures
 from collections.abc import AsyncIterator
+from dataclasses import replace
 from typing import Any, BinaryIO, cast
 
 import grpc
@@ -255,6 +256,7 @@ async def _record(
                 sha256=sha256, length=info.length, stored=False, extras=old.extras
             )
         reason, message = "MetadataUpdated", f"{what}: newer signed metadata (same bytes)"
+        record = replace(record, rollback_allowance=old.rollback_allowance)
     else:
         reason, message = "Pushed", f"{what} pushed (sha256 {sha256}, {info.length} bytes)"
     try:

@@ -32,13 +32,25 @@ decides the next step from that state and what devices report, with ``now`` pass
   Complete and the new revision is the stable one (a device away holds completion: the
   rollout says it waits for it, rather than letting it switch unbudgeted on its return).
 
-Every step only *adds* device names to the state and is written with a compare-and-swap, so a
-hub killed at any moment resumes from the store and never takes a step twice.
+With ``spec.rollout.canary`` the devices are given the new revision step by step: each
+``setWeight`` step raises how many of the targeted devices may have it (the percentage,
+rounded up, at least one), still within the budget; when they are all ready on it, the step
+is marked ready and held for the analysis ``window`` while :func:`hub.analyzing.analyze`
+passes (not enough data: it waits), then the next step starts. A ``pause`` step waits its
+duration, or (none given) sets the rollout Paused until ``rollout resume``. After the last
+step the rest of the devices follow (100%). An analysis that **fails** at any moment rolls the
+rollout back, its message naming the check and its figures; so does
+``progressDeadlineSeconds`` without progress (a step of any kind) while Progressing.
+
+Every step only *adds* device names to the state (or moves the step index on) and is written
+with a compare-and-swap, so a hub killed at any moment resumes from the store and never takes
+a step twice.
 """
 
 from __future__ import annotations
 
 import hashlib
+import math
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
@@ -46,7 +58,8 @@ from typing import Any
 
 import orjson
 
-from edgefleet.api import IntOrPercent, ModelDeployment
+from edgefleet.api import Canary, IntOrPercent, ModelDeployment
+from hub.analyzing import Analysis, Verdict
 from hub.devices import Device, DevicePhase, RevisionPhase
 from hub.statusing import BROKEN, describe_failure, revisions_of, wanted_revision
 
@@ -132,6 +145,12 @@ class RolloutState:
     started_at: float = 0.0
     changed_at: float = 0.0
     steps: int = 0  # how many times devices were assigned
+    # canary: the index of the current step of spec.rollout.canary.steps (== len: past the
+    # last), when it started, when its devices were all ready on the revision (0: not yet)
+    step: int = 0
+    step_at: float = 0.0
+    step_ready_at: float = 0.0
+    progress_at: float = 0.0  # the last step of any kind (progressDeadlineSeconds counts from it)
 
     def revision_for(self, device: str) -> int:
         """The revision ``device`` is sent."""
@@ -153,6 +172,10 @@ class RolloutState:
             "startedAt": self.started_at,
             "changedAt": self.changed_at,
             "steps": self.steps,
+            "step": self.step,
+            "stepAt": self.step_at,
+            "stepReadyAt": self.step_ready_at,
+            "progressAt": self.progress_at,
         }
 
     @classmethod
@@ -168,6 +191,10 @@ class RolloutState:
             float(doc.get("startedAt", 0.0)),
             float(doc.get("changedAt", 0.0)),
             int(doc.get("steps", 0)),
+            int(doc.get("step", 0)),
+            float(doc.get("stepAt", 0.0)),
+            float(doc.get("stepReadyAt", 0.0)),
+            float(doc.get("progressAt", doc.get("changedAt", 0.0))),
         )
 
 
@@ -308,20 +335,21 @@ def plan_rollout(
     devices: Sequence[DeviceView],
     now: float,
     model_pushed: bool = True,
+    analysis: Analysis | None = None,
 ) -> Step:
     """The next step of ``dep``'s rollout (see the module doc). ``manifest``: its canonical
     manifest as applied; ``revisions``: its stored revisions by number; ``devices``: the
     targeted devices; ``model_pushed``: whether the current revision's model can be sent
-    (no device is given it before)."""
+    (no device is given it before); ``analysis``: the canary analysis now (None: no
+    ``canary.analysis``, or no canary device serves yet)."""
     name = dep.metadata.name
     wanted = template_hash(manifest)
     current = revisions.get(state.revision) if state is not None else None
     if current is None or current.template != wanted:
         return _new_revision(name, manifest, wanted, revisions, state, now)
     assert state is not None
-    budget = resolve_budget(
-        dep.spec.rollout.max_surge, dep.spec.rollout.max_unavailable, len(devices)
-    )
+    rollout = dep.spec.rollout
+    budget = resolve_budget(rollout.max_surge, rollout.max_unavailable, len(devices))
     if state.phase in (RolloutPhase.COMPLETE, RolloutPhase.ROLLED_BACK):
         return Step(progress=measure(state, devices, budget))
     broken = sorted(
@@ -331,26 +359,94 @@ def plan_rollout(
     )
     if broken:
         return _roll_back(state, current, broken, devices, budget, now)
+    canary = rollout.canary
+    if canary is not None and analysis is not None and analysis.verdict is Verdict.FAIL:
+        why = "; ".join(c.message for c in analysis.failed)
+        return _give_up(
+            state,
+            current,
+            "AnalysisFailed",
+            f"failed the canary analysis at {_step_text(canary, state.step)}: {why}",
+            devices,
+            budget,
+            now,
+        )
+    deadline = rollout.progress_deadline_s
+    since = _progress_since(state, canary)
+    if deadline is not None and state.phase is RolloutPhase.PROGRESSING and now - since > deadline:
+        waiting = f" ({analysis.message})" if analysis is not None else ""
+        return _give_up(
+            state,
+            current,
+            "ProgressDeadlineExceeded",
+            f"made no progress for {deadline} s (progressDeadlineSeconds)"
+            + (f" at {_step_text(canary, state.step)}" if canary is not None else "")
+            + waiting,
+            devices,
+            budget,
+            now,
+        )
     progress = measure(state, devices, budget)
     eligible = [d for d in devices if d.eligible]
     if devices and not eligible:
         return Step(progress=progress)  # wait: nobody could take a step
+    if canary is not None:
+        return _canary_step(state, current, devices, budget, canary, analysis, now, model_pushed)
     if all(d.name in state.updated and d.target is TargetPhase.READY for d in devices):
-        done = replace(
-            state,
-            phase=RolloutPhase.COMPLETE,
-            stable=state.revision,
-            reason="RolloutComplete",
-            message=f"revision {state.revision} ({_version(current)}) serves on every "
-            f"targeted device ({len(devices)})",
-            changed_at=now,
-        )
-        event = Event("Normal", "RolloutComplete", done.message)
-        return Step(state=done, events=(event,), progress=measure(done, devices, budget))
+        return _complete(state, current, devices, budget, now)
     if state.phase is RolloutPhase.PAUSED or not model_pushed:
         return Step(progress=progress)
-    room = budget.total - progress.updating - progress.unavailable
-    candidates = [d.name for d in eligible if d.name not in state.updated]
+    return _assign(state, current, devices, budget, len(devices), now)
+
+
+def _progress_since(state: RolloutState, canary: Canary | None) -> float:
+    """Since when the rollout made no progress (progressDeadlineSeconds): its last step; a
+    timed pause, and the analysis window of a step whose devices are ready, are not lack of
+    progress."""
+    since = state.progress_at or state.started_at
+    if canary is None:
+        return since
+    if state.step < len(canary.steps) and canary.steps[state.step].pause:
+        return math.inf  # pausing is what it was asked to do
+    if state.step_ready_at and canary.analysis is not None:
+        since = max(since, state.step_ready_at + canary.analysis.window_s)
+    return since
+
+
+def _complete(
+    state: RolloutState,
+    current: Revision,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    now: float,
+) -> Step:
+    done = replace(
+        state,
+        phase=RolloutPhase.COMPLETE,
+        stable=state.revision,
+        reason="RolloutComplete",
+        message=f"revision {state.revision} ({_version(current)}) serves on every "
+        f"targeted device ({len(devices)})",
+        changed_at=now,
+        progress_at=now,
+    )
+    event = Event("Normal", "RolloutComplete", done.message)
+    return Step(state=done, events=(event,), progress=measure(done, devices, budget))
+
+
+def _assign(
+    state: RolloutState,
+    current: Revision,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    target: int,
+    now: float,
+) -> Step:
+    """Give the new revision to more devices, in name order, within the budget and up to
+    ``target`` devices in all."""
+    progress = measure(state, devices, budget)
+    room = min(budget.total - progress.updating - progress.unavailable, target - progress.updated)
+    candidates = [d.name for d in devices if d.eligible and d.name not in state.updated]
     chosen = candidates[: max(0, room)]
     if not chosen:
         return Step(progress=progress)
@@ -358,6 +454,7 @@ def plan_rollout(
         state,
         updated=state.updated | frozenset(chosen),
         changed_at=now,
+        progress_at=now,
         steps=state.steps + 1,
         reason="RollingUpdate",
         message=f"revision {state.revision} ({_version(current)}) sent to "
@@ -368,6 +465,123 @@ def plan_rollout(
         "DevicesUpdated",
         f"revision {state.revision} ({_version(current)}) sent to {', '.join(chosen)}",
     )
+    return Step(state=moved, events=(event,), progress=measure(moved, devices, budget))
+
+
+def canary_weight(canary: Canary, step: int) -> int:
+    """The percentage of targeted devices the new revision goes to at ``step`` (the weight
+    of the last setWeight at or before it; 100 past the last step)."""
+    if step >= len(canary.steps):
+        return 100
+    weights = [s.weight for s in canary.steps[: step + 1] if s.weight is not None]
+    return weights[-1] if weights else 0
+
+
+def canary_target(weight: int, targeted: int) -> int:
+    """How many of ``targeted`` devices ``weight`` percent is: rounded up, at least one."""
+    if weight <= 0 or targeted == 0:
+        return 0
+    return min(targeted, max(1, math.ceil(weight * targeted / 100)))
+
+
+def _step_text(canary: Canary | None, step: int) -> str:
+    if canary is None:
+        return "the rollout"
+    if step >= len(canary.steps):
+        return "the end of the canary steps (100%)"
+    s = canary.steps[step]
+    what = (
+        f"{s.weight}%"
+        if not s.pause
+        else "a pause" + (f" of {s.pause_s:g} s" if s.pause_s is not None else "")
+    )
+    return f"step {step + 1} of {len(canary.steps)} ({what})"
+
+
+def _canary_step(
+    state: RolloutState,
+    current: Revision,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    canary: Canary,
+    analysis: Analysis | None,
+    now: float,
+    model_pushed: bool,
+) -> Step:
+    """A canary's next step: pauses, then each weight's devices given the new revision within
+    the budget, all ready on it, held for the analysis window with the analysis passing."""
+    progress = measure(state, devices, budget)
+    i = state.step
+    if i < len(canary.steps) and canary.steps[i].pause:
+        pause = canary.steps[i]
+        if state.phase is RolloutPhase.PAUSED:
+            return Step(progress=progress)  # until rollout resume
+        if pause.pause_s is None:
+            paused = replace(
+                state,
+                phase=RolloutPhase.PAUSED,
+                reason="CanaryPause",
+                message=f"paused at {_step_text(canary, i)} until edgectl rollout resume",
+                changed_at=now,
+            )
+            event = Event("Normal", "CanaryPaused", paused.message)
+            return Step(state=paused, events=(event,), progress=progress)
+        if now - state.step_at >= pause.pause_s:
+            return _next_step(state, current, devices, budget, canary, now, "paused")
+        return Step(progress=progress)
+    weight = canary_weight(canary, i)
+    target = canary_target(weight, len(devices))
+    assigned = [d for d in devices if d.name in state.updated]
+    if len(state.updated) >= target and all(d.target is TargetPhase.READY for d in assigned):
+        if i >= len(canary.steps):
+            return _complete(state, current, devices, budget, now)
+        if not state.step_ready_at:
+            ready = replace(
+                state,
+                step_ready_at=now,
+                progress_at=now,
+                changed_at=now,
+                reason="CanaryStepReady",
+                message=f"{_step_text(canary, i)}: revision {state.revision} "
+                f"({_version(current)}) ready on {len(state.updated)} of {len(devices)} devices"
+                + (", analysing" if canary.analysis is not None else ""),
+            )
+            return Step(state=ready, progress=progress)
+        window = canary.analysis.window_s if canary.analysis is not None else 0.0
+        if canary.analysis is not None and (
+            analysis is None
+            or analysis.verdict is not Verdict.PASS
+            or now - state.step_ready_at < window
+        ):
+            return Step(progress=progress)  # analysing: the window, or enough data
+        why = analysis.message if analysis is not None else "no analysis"
+        return _next_step(state, current, devices, budget, canary, now, why)
+    if state.phase is RolloutPhase.PAUSED or not model_pushed:
+        return Step(progress=progress)
+    return _assign(state, current, devices, budget, target, now)
+
+
+def _next_step(
+    state: RolloutState,
+    current: Revision,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    canary: Canary,
+    now: float,
+    why: str,
+) -> Step:
+    done = _step_text(canary, state.step)
+    moved = replace(
+        state,
+        step=state.step + 1,
+        step_at=now,
+        step_ready_at=0.0,
+        progress_at=now,
+        changed_at=now,
+        reason="CanaryStepPassed",
+        message=f"{done} passed ({why}); now at {_step_text(canary, state.step + 1)}",
+    )
+    event = Event("Normal", "CanaryStepPassed", moved.message)
     return Step(state=moved, events=(event,), progress=measure(moved, devices, budget))
 
 
@@ -397,6 +611,8 @@ def _new_revision(
             message=f"revision {number} ({version}) sent to every placed device",
             started_at=now,
             changed_at=now,
+            step_at=now,
+            progress_at=now,
         )
         return Step(revision, new, (Event("Normal", "RevisionCreated", new.message),))
     stable = state.revision if state.phase is RolloutPhase.COMPLETE else state.stable
@@ -410,8 +626,31 @@ def _new_revision(
         + (f" (a copy of revision {source})" if source else ""),
         started_at=now,
         changed_at=now,
+        step_at=now,
+        progress_at=now,
     )
     return Step(revision, new, (Event("Normal", "RolloutStarted", new.message),))
+
+
+def _give_up(
+    state: RolloutState,
+    current: Revision,
+    reason: str,
+    why: str,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    now: float,
+) -> Step:
+    new = replace(
+        state,
+        phase=RolloutPhase.ROLLED_BACK,
+        reason=reason,
+        message=f"revision {state.revision} ({_version(current)}) {why}; every device is back "
+        f"on revision {state.stable}",
+        changed_at=now,
+    )
+    event = Event("Warning", "RolledBack", new.message)
+    return Step(state=new, events=(event,), progress=measure(new, devices, budget))
 
 
 def _roll_back(

@@ -19,15 +19,17 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Hashable, Iterable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from edgefleet.api import Canary, ModelDeployment
 from edgefleet.backoff import Backoff
 from edgefleet.errors import CompareFailed
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub import storekeys
+from hub.analyzing import Analysis, History, Observed, Sample, analyze, figures
 from hub.batching import GIVE_UP_AFTER, BatchLoop
 from hub.caching import Cache
 from hub.projecting import Projector
@@ -38,12 +40,15 @@ from hub.rolling import (
     RolloutPhase,
     RolloutState,
     Step,
+    canary_target,
+    canary_weight,
     measure,
     plan_rollout,
     prune,
     resolve_budget,
     view_device,
 )
+from hub.statusing import revisions_of, wanted_revision
 from hub.store import Compare, Delete, Put, Store
 from hub.writing import DeviceWriter
 
@@ -92,6 +97,29 @@ def progress_of(cache: Cache, deployment: str) -> Progress | None:
     )
 
 
+def canary_status(
+    canary: Canary, state: RolloutState, targeted: int, analysis: Analysis | None
+) -> dict[str, Any]:
+    """``status.rollout.canary``: the current step, its weight and device count, and the
+    analysis figures against their thresholds."""
+    weight = canary_weight(canary, state.step)
+    out: dict[str, Any] = {
+        "step": min(state.step + 1, len(canary.steps)),
+        "stepCount": len(canary.steps),
+        "pastLastStep": state.step >= len(canary.steps),
+        "weight": weight,
+        "weightDevices": canary_target(weight, targeted),
+        "stepStartedAt": state.step_at,
+        "stepReadyAt": state.step_ready_at or None,
+        "steps": [s.to_dict() for s in canary.steps],
+    }
+    if canary.analysis is not None:
+        out["analysisWindowSeconds"] = canary.analysis.window_s
+    if analysis is not None:
+        out["analysis"] = analysis.to_json()
+    return out
+
+
 def undo_manifest(manifest: Mapping[str, Any], revision: Revision) -> dict[str, Any]:
     """The deployment's manifest with ``revision``'s template (model, runtime, ...) and its own
     placement and rollout settings: what ``rollout undo`` applies."""
@@ -130,6 +158,11 @@ class RolloutController:
             self.name, self._pass, gather=GATHER, backoff=RETRY, give_up_after=give_up_after
         )
         self._lock = asyncio.Lock()  # one pass at a time: a pass, an apply's, an action
+        # canary analysis: counter samples per (deployment, device, version, sha256), in
+        # memory only (after a restart the window fills again), and the last verdicts
+        self._history = History()
+        self._sampled: set[Hashable] = set()
+        self._analyses: dict[str, Analysis] = {}
 
     def wake(self) -> None:
         self._batches.wake()
@@ -151,10 +184,14 @@ class RolloutController:
         async with self._lock:
             cache = self._cache
             now = self._clock()
+            self._sampled = set()
             for name in sorted(cache.deployments):
                 await self._step(name, now)
             for name in sorted(set(cache.rollouts) - set(cache.deployments)):
                 await self._forget(name)
+            self._history.keep(self._sampled)  # devices and revisions no longer analysed
+            for name in set(self._analyses) - set(cache.deployments):
+                del self._analyses[name]
 
     async def reconcile(self, names: Iterable[str]) -> None:
         """Take the steps owed to ``names`` now (an apply: its revision exists when it
@@ -182,8 +219,60 @@ class RolloutController:
         current = revisions.get(state.revision) if state is not None else None
         pushed = current is None or current.model in cache.models
         devices = views(cache, name, current)
-        step = plan_rollout(dep, stored.manifest, revisions, state, devices, now, pushed)
+        analysis = self._analyze(name, dep, state, now)
+        step = plan_rollout(dep, stored.manifest, revisions, state, devices, now, pushed, analysis)
         return await self._write(name, state, step)
+
+    def analysis(self, name: str) -> Analysis | None:
+        """The canary analysis of ``name`` at the last pass (None: none running)."""
+        return self._analyses.get(name)
+
+    def _analyze(
+        self, name: str, dep: ModelDeployment, state: RolloutState | None, now: float
+    ) -> Analysis | None:
+        """The canary analysis of a rollout in progress with ``canary.analysis``: the devices
+        given the new revision where it serves, against the others where the stable one
+        serves; each device's counters sampled into the history."""
+        canary = dep.spec.rollout.canary
+        spec = canary.analysis if canary is not None else None
+        if (
+            spec is None
+            or state is None
+            or state.phase not in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
+        ):
+            self._analyses.pop(name, None)
+            return None
+        cache = self._cache
+        revisions = cache.revisions.get(name, {})
+        wanted = {}
+        for which, number in (("canary", state.revision), ("stable", state.stable)):
+            rev = revisions.get(number)
+            if rev is not None:
+                model = cache.models.get(rev.model)
+                wanted[which] = (rev.model[1], model.sha256 if model is not None else None)
+        sides: dict[str, list[Observed]] = {"canary": [], "stable": []}
+        spacing = spec.window_s / 32
+        for device_name in targeted(cache, name):
+            device = cache.devices.get(device_name)
+            report = device.workloads.get(name) if device is not None else None
+            which = "canary" if device_name in state.updated else "stable"
+            if report is None or which not in wanted:
+                continue
+            version, sha = wanted[which]
+            got = wanted_revision(revisions_of(report), version, sha)
+            if got is None or not got.serves:
+                continue
+            key = (name, device_name, version, got.sha256)
+            self._history.record(key, Sample(now, got.requests, got.errors), spacing)
+            self._sampled.add(key)
+            sides[which].append(Observed(device_name, got, self._history.samples(key)))
+        result = analyze(
+            spec,
+            figures(sides["canary"], now, spec.window_s),
+            figures(sides["stable"], now, spec.window_s),
+        )
+        self._analyses[name] = result
+        return result
 
     async def _write(self, name: str, before: RolloutState | None, step: Step) -> bool:
         if step.state is None and step.revision is None:
@@ -278,12 +367,17 @@ class RolloutController:
             )
         elif action == "resume":
             if state.phase is RolloutPhase.PAUSED:
+                at_pause = state.reason == "CanaryPause"  # a pause step: go past it
                 new = replace(
                     state,
                     phase=RolloutPhase.PROGRESSING,
                     reason="Resumed",
-                    message="resumed by an operator",
+                    message="resumed by an operator"
+                    + (f" after the pause of canary step {state.step + 1}" if at_pause else ""),
                     changed_at=now,
+                    progress_at=now,
+                    step=state.step + 1 if at_pause else state.step,
+                    step_at=now if at_pause else state.step_at,
                 )
             elif state.phase is RolloutPhase.ROLLED_BACK:
                 new = replace(
@@ -294,6 +388,10 @@ class RolloutController:
                     message=f"revision {state.revision} retried from the start by an operator",
                     changed_at=now,
                     started_at=now,
+                    step=0,
+                    step_at=now,
+                    step_ready_at=0.0,
+                    progress_at=now,
                 )
             else:
                 raise ActionRefused(

@@ -118,6 +118,8 @@ class ModelRecord:
     envelope: bytes  # the publisher-signed metadata, exactly as signed
     pushed_at: float
     extras: Mapping[str, str] = field(default_factory=dict)  # extra file name -> sha256
+    # a signed rollback allowance for this version, exactly as signed (hub.allowing); b"": none
+    rollback_allowance: bytes = b""
 
     def digests(self) -> set[str]:
         """Every blob this artifact holds: the model file and its extras."""
@@ -132,6 +134,8 @@ class ModelRecord:
         }
         if self.extras:
             status["extras"] = dict(sorted(self.extras.items()))
+        if self.rollback_allowance:
+            status["rollbackAllowance"] = base64.b64encode(self.rollback_allowance).decode()
         return {
             "apiVersion": "edgefleet.io/v1",
             "kind": KIND_MODEL,
@@ -151,6 +155,7 @@ class ModelRecord:
             envelope=base64.b64decode(status["signedMetadata"]),
             pushed_at=float(status["pushedAt"]),
             extras={str(k): str(v) for k, v in status.get("extras", {}).items()},
+            rollback_allowance=base64.b64decode(status.get("rollbackAllowance", "")),
         )
 
 

@@ -23,7 +23,8 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import replace
 from datetime import timedelta
 from typing import Any
 
@@ -117,11 +118,49 @@ def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
                 reason=r.reason,
                 message=r.message,
                 wanted=r.wanted,
+                **_measures(r),
             )
             for r in w.revisions[:MAX_REPORTED_REVISIONS]
         ),
         sizing=_sizing(w.sizing) if w.HasField("sizing") else None,
     )
+
+
+def _measures(r: device_pb2.RevisionStatus) -> dict[str, Any]:
+    """The revision's metrics and validation accuracy, when the device reports them (bounds:
+    ``hub.deviceinput``)."""
+    out: dict[str, Any] = {}
+    if r.HasField("metrics"):
+        m = r.metrics
+        out.update(
+            requests=m.requests,
+            errors=m.errors,
+            latency_p95_s=m.latency_p95_seconds if m.window_requests else None,
+            window_requests=m.window_requests,
+        )
+    if r.HasField("validation"):
+        v = r.validation
+        out.update(
+            accuracy=None if v.reason else v.accuracy,
+            validation_samples=v.samples,
+            validation_reason=v.reason,
+            validation_message=v.message,
+        )
+    return out
+
+
+def _phases(workloads: Mapping[str, WorkloadReport]) -> dict[str, WorkloadReport]:
+    """The reports less the revisions' figures (requests, latency, accuracy)."""
+    return {
+        name: replace(
+            w,
+            revisions=tuple(
+                replace(r, requests=0, errors=0, latency_p95_s=None, window_requests=0)
+                for r in w.revisions
+            ),
+        )
+        for name, w in workloads.items()
+    }
 
 
 class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
@@ -349,8 +388,12 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         f"device {name}: {describe_failure(rev)}",
                     )
                 ctx.writer.update(changed)
-                if ctx.rollouts is not None and changed.workloads != device.workloads:
-                    ctx.rollouts.wake()  # a rollout may take its next step now
+                if ctx.rollouts is not None and _phases(changed.workloads) != _phases(
+                    device.workloads
+                ):
+                    # a rollout may take its next step now (new figures alone wait for the
+                    # controller's tick: steady traffic must not mean a pass per report)
+                    ctx.rollouts.wake()
             elif kind == "attestation_evidence" and self.on_evidence is not None:
                 ev = msg.attestation_evidence
                 self.on_evidence(name, bytes(ev.nonce), bytes(ev.evidence))

@@ -13,6 +13,7 @@ from google.protobuf import struct_pb2
 
 from edged.hublink.reporting import DeviceReport, WorkloadReport
 from edged.reconcile.model import RevisionStatus
+from edged.serving.measuring import RevisionMeasures, ValidationResult
 from edgefleet.api.conditions import Condition
 from edgefleet.v1 import common_pb2, device_pb2
 
@@ -50,7 +51,10 @@ def _workload(w: WorkloadReport) -> device_pb2.WorkloadStatus:
         desired_replicas=w.desired_replicas,
         model_version=w.model_version,
         conditions=[_condition(c) for c in w.conditions],
-        revisions=[_revision(r) for r in w.revisions],
+        revisions=[
+            _revision(r, w.measures.get(r.revision), w.validations.get(r.revision))
+            for r in w.revisions
+        ],
         sizing=_sizing(w.sizing) if w.sizing else None,
     )
 
@@ -83,8 +87,10 @@ def _sizing(doc: Mapping[str, Any]) -> device_pb2.WorkloadSizing:
     return out
 
 
-def _revision(r: RevisionStatus) -> device_pb2.RevisionStatus:
-    return device_pb2.RevisionStatus(
+def _revision(
+    r: RevisionStatus, m: RevisionMeasures | None, v: ValidationResult | None
+) -> device_pb2.RevisionStatus:
+    msg = device_pb2.RevisionStatus(
         revision=r.revision,
         model_version=r.model_version,
         sha256=r.sha256,
@@ -94,6 +100,27 @@ def _revision(r: RevisionStatus) -> device_pb2.RevisionStatus:
         message=r.message,
         wanted=r.wanted,
     )
+    if m is not None:
+        msg.metrics.CopyFrom(
+            device_pb2.RevisionMetrics(
+                requests=m.requests,
+                errors=m.errors,
+                latency_p95_seconds=m.latency_p95_s,
+                latency_window_seconds=m.latency_window_s,
+                window_requests=m.window_requests,
+            )
+        )
+    if v is not None:
+        msg.validation.CopyFrom(
+            device_pb2.RevisionValidation(
+                accuracy=v.accuracy,
+                samples=v.samples,
+                correct=v.correct,
+                reason=v.reason,
+                message=v.message,
+            )
+        )
+    return msg
 
 
 def _condition(c: Condition) -> common_pb2.Condition:

@@ -10,17 +10,19 @@ Each workload lists the revisions the device holds (``revisions``): first the on
 for, which is either still with the hub source (``incoming``: Verifying, Downloading, Refused)
 or the planner's current revision (Loading, Ready, Failed), then older ones still serving or
 draining. ``model_version`` is the version the hub asks for; whether it *serves* is only in
-``revisions``. ``mapping.py`` turns the report into protobuf, so
+``revisions``, each with what its inference path answered and its validation accuracy when
+known. ``mapping.py`` turns the report into protobuf, so
 nothing outside the hub link touches the generated stubs.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from edged.reconcile.model import RevisionPhase, RevisionStatus, WorkloadStatus
+from edged.serving.measuring import RevisionMeasures, ValidationResult
 from edged.sources.static import SourceProblem
 from edged.state.merging import HUB_SOURCE
 from edged.workloads import DesiredWorkload, WorkloadName
@@ -39,6 +41,9 @@ class WorkloadReport:
     # autoscaling and eviction, as in /v1/status ({"scaling": ..., "eviction": ...}); None:
     # neither applies
     sizing: Mapping[str, Any] | None = None
+    # per revision (hash): what its inference path answered, its validation accuracy
+    measures: Mapping[str, RevisionMeasures] = field(default_factory=dict)
+    validations: Mapping[str, ValidationResult] = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,11 +62,14 @@ def build_device_report(
     problems: Sequence[SourceProblem],
     incoming: Mapping[WorkloadName, RevisionStatus] | None = None,
     sizing_of: Callable[[WorkloadName], Mapping[str, Any] | None] | None = None,
+    measures_of: Callable[[WorkloadName, str], RevisionMeasures | None] | None = None,
+    validation_of: Callable[[WorkloadName, str], ValidationResult | None] | None = None,
 ) -> DeviceReport:
     """``device``: discovery's status (``{}`` when discovery is off); ``status_of``: the
     status the reconciler planned for a workload (None: not reconciled yet); ``incoming``:
     the hub source's revisions not accepted (yet), by workload; ``sizing_of``: autoscaling
-    and eviction of a workload (None: not reported)."""
+    and eviction of a workload (None: not reported); ``measures_of`` and ``validation_of``:
+    a revision's figures (serving/measuring.py), by workload and hash."""
     health = device.get("health") or {}
     incoming = incoming or {}
     workloads = []
@@ -78,6 +86,17 @@ def build_device_report(
             version = new.model_version
         elif st is None:
             revisions = (RevisionStatus("", version, w.sha256, RevisionPhase.PENDING, wanted=True),)
+        measures = {}
+        validations = {}
+        for r in revisions:
+            if not r.revision:
+                continue
+            m = measures_of(name, r.revision) if measures_of is not None else None
+            if m is not None:
+                measures[r.revision] = m
+            v = validation_of(name, r.revision) if validation_of is not None else None
+            if v is not None:
+                validations[r.revision] = v
         workloads.append(
             WorkloadReport(
                 name=name,
@@ -88,6 +107,8 @@ def build_device_report(
                 conditions=st.conditions if st else (),
                 revisions=revisions,
                 sizing=_steady(sizing_of(name)) if sizing_of is not None else None,
+                measures=measures,
+                validations=validations,
             )
         )
     reported = {x.name for x in workloads}

@@ -19,6 +19,7 @@ from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import choose_limits
 from edged.runtime.oomscoring import oom_score_adj, set_oom_score_adj
 from edged.runtime.processes import WorkerPool
+from edged.runtime.validating import FILE_NAME as VALIDATION_FILE
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.errors import TemporaryError
 
@@ -31,6 +32,7 @@ def build_launch_spec(
     cgroup_root: Path | None,
     cpu_count: int,
     log_level: str = "info",
+    validation_path: Path | None = None,
 ) -> LaunchSpec:
     """Pure: what a replica's worker process is told at launch.
 
@@ -63,6 +65,9 @@ def build_launch_spec(
         max_queue_delay_s=spec.runtime.max_queue_delay,
         limits=limits,
         log_level=log_level,
+        validate=action.slot == 0,
+        validation_path=str(validation_path or ""),
+        validation_sha256=desired.extras.get(VALIDATION_FILE, ""),
     )
 
 
@@ -95,6 +100,11 @@ class Applier:
                     cgroup_root=self._cgroup_root,
                     cpu_count=self._cpu_count,
                     log_level=self._log_level,
+                    validation_path=(
+                        self._artifact_path(desired.extras[VALIDATION_FILE])
+                        if VALIDATION_FILE in desired.extras
+                        else None
+                    ),
                 )
                 try:
                     await self._pool.start(

@@ -38,6 +38,10 @@ class LaunchSpec:
     max_queue_delay_s: float
     limits: LimitsSpec
     log_level: str = "info"
+    # the artifact's validation set (runtime/validating.py), evaluated when ``validate``
+    validate: bool = False
+    validation_path: str = ""
+    validation_sha256: str = ""
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

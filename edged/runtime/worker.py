@@ -139,6 +139,7 @@ class Model:
         )
         self.max_batch = spec.max_batch_size if self.batchable else 1
         self.run_s = self._warm_up()
+        self.validation: dict[str, Any] | None = None  # set by main() on slot 0
 
     def _warm_up(self) -> float:
         import numpy as np
@@ -171,6 +172,7 @@ class Model:
             "batching": {"maxBatchSize": self.max_batch, "batchable": self.batchable},
             "warmupSeconds": self.run_s,
             "pid": os.getpid(),
+            "validation": self.validation,
         }
 
 
@@ -446,6 +448,10 @@ def main(argv: list[str] | None = None) -> int:
         data = _read_verified(spec.artifact_path, spec.artifact_sha256)
         model = Model(spec, data)
         del data
+        if spec.validate:  # the revision's accuracy, before READY (runtime/validating.py)
+            from edged.runtime.validating import evaluate
+
+            model.validation = evaluate(model.session, spec.validation_path, spec.validation_sha256)
     except LoadError as exc:
         _send_failure(sock, exc.reason, str(exc))
         return EXIT_LOAD_FAILED

@@ -246,10 +246,14 @@ class Probes:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class CanaryAnalysis:
-    """When a canary step fails: accuracy below, or error rate up by more than, a bound."""
+    """When a canary step fails: validation accuracy below ``minAccuracy``, error rate up by
+    more than ``maxErrorRateIncrease`` over the stable revision's, or latency p95 above
+    ``maxLatencyP95``; figures over the last ``window``, once ``minRequests`` were answered."""
 
     min_accuracy: float | None = None
     max_error_rate_increase: float | None = None
+    max_latency_p95_s: float | None = None
+    min_requests: int = 20
     window_s: float = 60.0
 
     def to_dict(self) -> dict[str, Any]:
@@ -258,19 +262,45 @@ class CanaryAnalysis:
             out["minAccuracy"] = self.min_accuracy
         if self.max_error_rate_increase is not None:
             out["maxErrorRateIncrease"] = self.max_error_rate_increase
+        if self.max_latency_p95_s is not None:
+            out["maxLatencyP95"] = format_duration(self.max_latency_p95_s)
+        if self.min_requests != CanaryAnalysis().min_requests:
+            out["minRequests"] = self.min_requests
         out["window"] = format_duration(self.window_s)
         return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Canary:
-    """Canary steps, as percentages of the fleet, strictly increasing."""
+class CanaryStep:
+    """One canary step: send the new revision to ``weight`` percent of the targeted devices,
+    or pause (``pause_s`` seconds; ``None``: until ``edgectl rollout resume``)."""
 
-    steps: tuple[int, ...]
+    weight: int | None = None
+    pause: bool = False
+    pause_s: float | None = None
+
+    def to_dict(self) -> Any:
+        if not self.pause:
+            return f"{self.weight}%"
+        return {
+            "pause": {} if self.pause_s is None else {"duration": format_duration(self.pause_s)}
+        }
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Canary:
+    """Canary steps: weights (percentages of the targeted devices, strictly increasing) and
+    pauses, in order."""
+
+    steps: tuple[CanaryStep, ...]
     analysis: CanaryAnalysis | None = None
 
+    @property
+    def weights(self) -> tuple[int, ...]:
+        return tuple(s.weight for s in self.steps if s.weight is not None)
+
     def to_dict(self) -> dict[str, Any]:
-        out: dict[str, Any] = {"steps": [f"{step}%" for step in self.steps]}
+        out: dict[str, Any] = {"steps": [step.to_dict() for step in self.steps]}
         if self.analysis is not None:
             out["analysis"] = self.analysis.to_dict()
         return out
@@ -286,6 +316,7 @@ class Rollout:
     max_unavailable: IntOrPercent = _QUARTER
     max_surge: IntOrPercent = _QUARTER
     canary: Canary | None = None
+    progress_deadline_s: int | None = None  # no progress for this long: rolled back
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -294,6 +325,8 @@ class Rollout:
         }
         if self.canary is not None:
             out["canary"] = self.canary.to_dict()
+        if self.progress_deadline_s is not None:
+            out["progressDeadlineSeconds"] = self.progress_deadline_s
         return out
 
 
@@ -680,13 +713,40 @@ def _read_probes(r: Reader | None) -> Probes:
     )
 
 
+def _read_canary_step(r: Reader, path: str, item: object) -> CanaryStep | None:
+    """A step: ``"5%"`` (``{setWeight: 5%}``), ``{pause: {}}`` or ``{pause: {duration: 60s}}``."""
+    if not isinstance(item, Mapping):
+        return r.problems.convert(path, item, lambda v: CanaryStep(weight=_step_percent(v)), None)
+    s = r.problems.reader(item, path)
+    if s is None:
+        return None
+    if s.has("setWeight") == s.has("pause"):
+        s.problems.add(path, "must have exactly one of setWeight or pause")
+        s.ignore("setWeight", "pause")
+        return None
+    if s.has("setWeight"):
+        weight = s.required("setWeight", _step_percent, None)
+        return None if weight is None else CanaryStep(weight=weight)
+    p = s.section("pause")
+    duration = None if p is None else p.optional("duration", _pause_duration, None)
+    return CanaryStep(pause=True, pause_s=duration)
+
+
+_pause_duration = within(parse_duration, _positive("0s"))
+
+
 def _read_canary(r: Reader) -> Canary:
-    steps = tuple(r.list_of("steps", _step_percent) or ())
+    steps: list[CanaryStep] = []
+    for path, item in r.items("steps"):
+        step = _read_canary_step(r, path, item)
+        if step is not None:
+            steps.append(step)
     if not r.has("steps"):
         r.problems.add(r.at("steps"), "required field is missing")
     elif r.raw("steps") == []:
         r.problems.add(r.at("steps"), "must list at least one step")
-    if any(later <= earlier for earlier, later in itertools.pairwise(steps)):
+    weights = [s.weight for s in steps if s.weight is not None]
+    if any(later <= earlier for earlier, later in itertools.pairwise(weights)):
         r.problems.add(r.at("steps"), "must be strictly increasing percentages")
     analysis = None
     a = r.section("analysis")
@@ -694,11 +754,13 @@ def _read_canary(r: Reader) -> Canary:
         analysis = CanaryAnalysis(
             min_accuracy=a.optional("minAccuracy", _fraction, None),
             max_error_rate_increase=a.optional("maxErrorRateIncrease", _fraction, None),
+            max_latency_p95_s=a.optional("maxLatencyP95", _pause_duration, None),
+            min_requests=a.optional("minRequests", int_in(1, 1_000_000), 20),
             window_s=a.optional(
                 "window", within(parse_duration, _positive("0s")), CanaryAnalysis().window_s
             ),
         )
-    return Canary(steps=steps, analysis=analysis)
+    return Canary(steps=tuple(steps), analysis=analysis)
 
 
 def _read_rollout(r: Reader | None) -> Rollout:
@@ -710,6 +772,7 @@ def _read_rollout(r: Reader | None) -> Rollout:
         max_unavailable=r.optional("maxUnavailable", parse_int_or_percent, default.max_unavailable),
         max_surge=r.optional("maxSurge", parse_int_or_percent, default.max_surge),
         canary=None if canary is None else _read_canary(canary),
+        progress_deadline_s=r.optional("progressDeadlineSeconds", int_in(1, 30 * 86400), None),
     )
     if rollout.max_unavailable.value == 0 and rollout.max_surge.value == 0:
         r.problems.add(r.at("maxUnavailable"), "must not be 0 when maxSurge is 0")

@@ -269,3 +269,19 @@ class ListRevisionsResponse(_message.Message):
     revisions: _containers.RepeatedScalarFieldContainer[bytes]
     rollout: bytes
     def __init__(self, revisions: _Optional[_Iterable[bytes]] = ..., rollout: _Optional[bytes] = ...) -> None: ...
+
+class PushRollbackAllowanceRequest(_message.Message):
+    __slots__ = ("envelope",)
+    ENVELOPE_FIELD_NUMBER: _ClassVar[int]
+    envelope: bytes
+    def __init__(self, envelope: _Optional[bytes] = ...) -> None: ...
+
+class PushRollbackAllowanceResponse(_message.Message):
+    __slots__ = ("name", "version", "stored")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    stored: bool
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., stored: _Optional[bool] = ...) -> None: ...

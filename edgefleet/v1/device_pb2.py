@@ -28,7 +28,7 @@ from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65\x64gefleet/v1/device.proto\x12\x0c\x65\x64gefleet.v1\x1a\x19\x65\x64gefleet/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfb\x01\n\rDeviceMessage\x12$\n\x05hello\x18\x01 \x01(\x0b\x32\x13.edgefleet.v1.HelloH\x00\x12&\n\x06status\x18\x02 \x01(\x0b\x32\x14.edgefleet.v1.StatusH\x00\x12 \n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x11.edgefleet.v1.AckH\x00\x12,\n\theartbeat\x18\x04 \x01(\x0b\x32\x17.edgefleet.v1.HeartbeatH\x00\x12\x41\n\x14\x61ttestation_evidence\x18\x05 \x01(\x0b\x32!.edgefleet.v1.AttestationEvidenceH\x00\x42\t\n\x07message\"\x81\x02\n\x05Hello\x12\x13\n\x0b\x64\x65vice_name\x18\x01 \x01(\t\x12*\n\tinventory\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x06labels\x18\x03 \x03(\x0b\x32\x1f.edgefleet.v1.Hello.LabelsEntry\x12$\n\x06health\x18\x04 \x01(\x0b\x32\x14.edgefleet.v1.Health\x12\x1a\n\x12\x61pplied_generation\x18\x05 \x01(\x04\x12\x15\n\redged_version\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"|\n\x06Status\x12/\n\tworkloads\x18\x01 \x03(\x0b\x32\x1c.edgefleet.v1.WorkloadStatus\x12$\n\x06health\x18\x02 \x01(\x0b\x32\x14.edgefleet.v1.Health\x12\x1b\n\x13observed_generation\x18\x03 \x01(\x04\"\x86\x02\n\x0eWorkloadStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\t\x12\x16\n\x0eready_replicas\x18\x03 \x01(\r\x12\x18\n\x10\x64\x65sired_replicas\x18\x04 \x01(\r\x12+\n\nconditions\x18\x05 \x03(\x0b\x32\x17.edgefleet.v1.Condition\x12\x15\n\rmodel_version\x18\x06 \x01(\t\x12/\n\trevisions\x18\x07 \x03(\x0b\x32\x1c.edgefleet.v1.RevisionStatus\x12-\n\x06sizing\x18\xc2\x03 \x01(\x0b\x32\x1c.edgefleet.v1.WorkloadSizing\"\xf4\x01\n\x0eWorkloadSizing\x12\x18\n\x10\x63urrent_replicas\x18\x01 \x01(\r\x12\x18\n\x10\x64\x65sired_replicas\x18\x02 \x01(\r\x12\x14\n\x0cmin_replicas\x18\x03 \x01(\r\x12\x14\n\x0cmax_replicas\x18\x04 \x01(\r\x12\x34\n\rlast_decision\x18\x05 \x01(\x0b\x32\x1d.edgefleet.v1.ScalingDecision\x12\x18\n\x10\x65victed_replicas\x18\x06 \x01(\r\x12\x10\n\x08priority\x18\x07 \x01(\x05\x12 \n\x18\x65\x66\x66\x65\x63tive_max_batch_size\x18\x08 \x01(\r\"\x86\x01\n\x0fScalingDecision\x12\x15\n\rfrom_replicas\x18\x01 \x01(\r\x12\x13\n\x0bto_replicas\x18\x02 \x01(\r\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12&\n\x02\x61t\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\xa1\x01\n\x0eRevisionStatus\x12\x10\n\x08revision\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\r\n\x05phase\x18\x04 \x01(\t\x12\x16\n\x0eready_replicas\x18\x05 \x01(\r\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x0e\n\x06wanted\x18\x08 \x01(\x08\"\x19\n\x03\x41\x63k\x12\x12\n\ngeneration\x18\x01 \x01(\x04\"\x0b\n\tHeartbeat\"6\n\x13\x41ttestationEvidence\x12\r\n\x05nonce\x18\x01 \x01(\x0c\x12\x10\n\x08\x65vidence\x18\x02 \x01(\x0c\"\xc6\x01\n\nHubMessage\x12\x33\n\rdesired_state\x18\x01 \x01(\x0b\x32\x1a.edgefleet.v1.DesiredStateH\x00\x12\x43\n\x15\x61ttestation_challenge\x18\x02 \x01(\x0b\x32\".edgefleet.v1.AttestationChallengeH\x00\x12\x33\n\rheartbeat_ack\x18\x03 \x01(\x0b\x32\x1a.edgefleet.v1.HeartbeatAckH\x00\x42\t\n\x07message\"\xb9\x01\n\x0c\x44\x65siredState\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x11\n\tmanifests\x18\x02 \x03(\x0c\x12\x19\n\x11\x61rtifact_metadata\x18\x03 \x03(\x0c\x12\x1b\n\x13rollback_allowances\x18\x04 \x03(\x0c\x12\x35\n\x12heartbeat_interval\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0btrust_roots\x18\x06 \x03(\x0c\"<\n\x14\x41ttestationChallenge\x12\r\n\x05nonce\x18\x01 \x01(\x0c\x12\x15\n\rpcr_selection\x18\x02 \x03(\r\"E\n\x0cHeartbeatAck\x12\x35\n\x12heartbeat_interval\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\"*\n\x17RenewCertificateRequest\x12\x0f\n\x07\x63sr_pem\x18\x01 \x01(\x0c\"9\n\x18RenewCertificateResponse\x12\x1d\n\x15\x63\x65rtificate_chain_pem\x18\x01 \x01(\x0c\"/\n\x1d\x41\x63tivateAttestationKeyRequest\x12\x0e\n\x06secret\x18\x01 \x01(\x0c\" \n\x1e\x41\x63tivateAttestationKeyResponse\"6\n\x14\x46\x65tchArtifactRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\"-\n\rArtifactChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x32\xfe\x02\n\rDeviceService\x12\x41\n\x04Sync\x12\x1b.edgefleet.v1.DeviceMessage\x1a\x18.edgefleet.v1.HubMessage(\x01\x30\x01\x12\x61\n\x10RenewCertificate\x12%.edgefleet.v1.RenewCertificateRequest\x1a&.edgefleet.v1.RenewCertificateResponse\x12R\n\rFetchArtifact\x12\".edgefleet.v1.FetchArtifactRequest\x1a\x1b.edgefleet.v1.ArtifactChunk0\x01\x12s\n\x16\x41\x63tivateAttestationKey\x12+.edgefleet.v1.ActivateAttestationKeyRequest\x1a,.edgefleet.v1.ActivateAttestationKeyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65\x64gefleet/v1/device.proto\x12\x0c\x65\x64gefleet.v1\x1a\x19\x65\x64gefleet/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\x1a\x1fgoogle/protobuf/timestamp.proto\"\xfb\x01\n\rDeviceMessage\x12$\n\x05hello\x18\x01 \x01(\x0b\x32\x13.edgefleet.v1.HelloH\x00\x12&\n\x06status\x18\x02 \x01(\x0b\x32\x14.edgefleet.v1.StatusH\x00\x12 \n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x11.edgefleet.v1.AckH\x00\x12,\n\theartbeat\x18\x04 \x01(\x0b\x32\x17.edgefleet.v1.HeartbeatH\x00\x12\x41\n\x14\x61ttestation_evidence\x18\x05 \x01(\x0b\x32!.edgefleet.v1.AttestationEvidenceH\x00\x42\t\n\x07message\"\x81\x02\n\x05Hello\x12\x13\n\x0b\x64\x65vice_name\x18\x01 \x01(\t\x12*\n\tinventory\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x06labels\x18\x03 \x03(\x0b\x32\x1f.edgefleet.v1.Hello.LabelsEntry\x12$\n\x06health\x18\x04 \x01(\x0b\x32\x14.edgefleet.v1.Health\x12\x1a\n\x12\x61pplied_generation\x18\x05 \x01(\x04\x12\x15\n\redged_version\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"|\n\x06Status\x12/\n\tworkloads\x18\x01 \x03(\x0b\x32\x1c.edgefleet.v1.WorkloadStatus\x12$\n\x06health\x18\x02 \x01(\x0b\x32\x14.edgefleet.v1.Health\x12\x1b\n\x13observed_generation\x18\x03 \x01(\x04\"\x86\x02\n\x0eWorkloadStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\t\x12\x16\n\x0eready_replicas\x18\x03 \x01(\r\x12\x18\n\x10\x64\x65sired_replicas\x18\x04 \x01(\r\x12+\n\nconditions\x18\x05 \x03(\x0b\x32\x17.edgefleet.v1.Condition\x12\x15\n\rmodel_version\x18\x06 \x01(\t\x12/\n\trevisions\x18\x07 \x03(\x0b\x32\x1c.edgefleet.v1.RevisionStatus\x12-\n\x06sizing\x18\xc2\x03 \x01(\x0b\x32\x1c.edgefleet.v1.WorkloadSizing\"\xf4\x01\n\x0eWorkloadSizing\x12\x18\n\x10\x63urrent_replicas\x18\x01 \x01(\r\x12\x18\n\x10\x64\x65sired_replicas\x18\x02 \x01(\r\x12\x14\n\x0cmin_replicas\x18\x03 \x01(\r\x12\x14\n\x0cmax_replicas\x18\x04 \x01(\r\x12\x34\n\rlast_decision\x18\x05 \x01(\x0b\x32\x1d.edgefleet.v1.ScalingDecision\x12\x18\n\x10\x65victed_replicas\x18\x06 \x01(\r\x12\x10\n\x08priority\x18\x07 \x01(\x05\x12 \n\x18\x65\x66\x66\x65\x63tive_max_batch_size\x18\x08 \x01(\r\"\x86\x01\n\x0fScalingDecision\x12\x15\n\rfrom_replicas\x18\x01 \x01(\r\x12\x13\n\x0bto_replicas\x18\x02 \x01(\r\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12&\n\x02\x61t\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"\x87\x02\n\x0eRevisionStatus\x12\x10\n\x08revision\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\r\n\x05phase\x18\x04 \x01(\t\x12\x16\n\x0eready_replicas\x18\x05 \x01(\r\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x0e\n\x06wanted\x18\x08 \x01(\x08\x12.\n\x07metrics\x18\x64 \x01(\x0b\x32\x1d.edgefleet.v1.RevisionMetrics\x12\x34\n\nvalidation\x18\x65 \x01(\x0b\x32 .edgefleet.v1.RevisionValidation\"\x89\x01\n\x0fRevisionMetrics\x12\x10\n\x08requests\x18\x01 \x01(\x04\x12\x0e\n\x06\x65rrors\x18\x02 \x01(\x04\x12\x1b\n\x13latency_p95_seconds\x18\x03 \x01(\x01\x12\x1e\n\x16latency_window_seconds\x18\x04 \x01(\x01\x12\x17\n\x0fwindow_requests\x18\x05 \x01(\x04\"i\n\x12RevisionValidation\x12\x10\n\x08\x61\x63\x63uracy\x18\x01 \x01(\x01\x12\x0f\n\x07samples\x18\x02 \x01(\r\x12\x0f\n\x07\x63orrect\x18\x03 \x01(\r\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12\x0f\n\x07message\x18\x05 \x01(\t\"\x19\n\x03\x41\x63k\x12\x12\n\ngeneration\x18\x01 \x01(\x04\"\x0b\n\tHeartbeat\"6\n\x13\x41ttestationEvidence\x12\r\n\x05nonce\x18\x01 \x01(\x0c\x12\x10\n\x08\x65vidence\x18\x02 \x01(\x0c\"\xc6\x01\n\nHubMessage\x12\x33\n\rdesired_state\x18\x01 \x01(\x0b\x32\x1a.edgefleet.v1.DesiredStateH\x00\x12\x43\n\x15\x61ttestation_challenge\x18\x02 \x01(\x0b\x32\".edgefleet.v1.AttestationChallengeH\x00\x12\x33\n\rheartbeat_ack\x18\x03 \x01(\x0b\x32\x1a.edgefleet.v1.HeartbeatAckH\x00\x42\t\n\x07message\"\xb9\x01\n\x0c\x44\x65siredState\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x11\n\tmanifests\x18\x02 \x03(\x0c\x12\x19\n\x11\x61rtifact_metadata\x18\x03 \x03(\x0c\x12\x1b\n\x13rollback_allowances\x18\x04 \x03(\x0c\x12\x35\n\x12heartbeat_interval\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0btrust_roots\x18\x06 \x03(\x0c\"<\n\x14\x41ttestationChallenge\x12\r\n\x05nonce\x18\x01 \x01(\x0c\x12\x15\n\rpcr_selection\x18\x02 \x03(\r\"E\n\x0cHeartbeatAck\x12\x35\n\x12heartbeat_interval\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\"*\n\x17RenewCertificateRequest\x12\x0f\n\x07\x63sr_pem\x18\x01 \x01(\x0c\"9\n\x18RenewCertificateResponse\x12\x1d\n\x15\x63\x65rtificate_chain_pem\x18\x01 \x01(\x0c\"/\n\x1d\x41\x63tivateAttestationKeyRequest\x12\x0e\n\x06secret\x18\x01 \x01(\x0c\" \n\x1e\x41\x63tivateAttestationKeyResponse\"6\n\x14\x46\x65tchArtifactRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\"-\n\rArtifactChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x32\xfe\x02\n\rDeviceService\x12\x41\n\x04Sync\x12\x1b.edgefleet.v1.DeviceMessage\x1a\x18.edgefleet.v1.HubMessage(\x01\x30\x01\x12\x61\n\x10RenewCertificate\x12%.edgefleet.v1.RenewCertificateRequest\x1a&.edgefleet.v1.RenewCertificateResponse\x12R\n\rFetchArtifact\x12\".edgefleet.v1.FetchArtifactRequest\x1a\x1b.edgefleet.v1.ArtifactChunk0\x01\x12s\n\x16\x41\x63tivateAttestationKey\x12+.edgefleet.v1.ActivateAttestationKeyRequest\x1a,.edgefleet.v1.ActivateAttestationKeyResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -52,33 +52,37 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_SCALINGDECISION']._serialized_start=1318
   _globals['_SCALINGDECISION']._serialized_end=1452
   _globals['_REVISIONSTATUS']._serialized_start=1455
-  _globals['_REVISIONSTATUS']._serialized_end=1616
-  _globals['_ACK']._serialized_start=1618
-  _globals['_ACK']._serialized_end=1643
-  _globals['_HEARTBEAT']._serialized_start=1645
-  _globals['_HEARTBEAT']._serialized_end=1656
-  _globals['_ATTESTATIONEVIDENCE']._serialized_start=1658
-  _globals['_ATTESTATIONEVIDENCE']._serialized_end=1712
-  _globals['_HUBMESSAGE']._serialized_start=1715
-  _globals['_HUBMESSAGE']._serialized_end=1913
-  _globals['_DESIREDSTATE']._serialized_start=1916
-  _globals['_DESIREDSTATE']._serialized_end=2101
-  _globals['_ATTESTATIONCHALLENGE']._serialized_start=2103
-  _globals['_ATTESTATIONCHALLENGE']._serialized_end=2163
-  _globals['_HEARTBEATACK']._serialized_start=2165
-  _globals['_HEARTBEATACK']._serialized_end=2234
-  _globals['_RENEWCERTIFICATEREQUEST']._serialized_start=2236
-  _globals['_RENEWCERTIFICATEREQUEST']._serialized_end=2278
-  _globals['_RENEWCERTIFICATERESPONSE']._serialized_start=2280
-  _globals['_RENEWCERTIFICATERESPONSE']._serialized_end=2337
-  _globals['_ACTIVATEATTESTATIONKEYREQUEST']._serialized_start=2339
-  _globals['_ACTIVATEATTESTATIONKEYREQUEST']._serialized_end=2386
-  _globals['_ACTIVATEATTESTATIONKEYRESPONSE']._serialized_start=2388
-  _globals['_ACTIVATEATTESTATIONKEYRESPONSE']._serialized_end=2420
-  _globals['_FETCHARTIFACTREQUEST']._serialized_start=2422
-  _globals['_FETCHARTIFACTREQUEST']._serialized_end=2476
-  _globals['_ARTIFACTCHUNK']._serialized_start=2478
-  _globals['_ARTIFACTCHUNK']._serialized_end=2523
-  _globals['_DEVICESERVICE']._serialized_start=2526
-  _globals['_DEVICESERVICE']._serialized_end=2908
+  _globals['_REVISIONSTATUS']._serialized_end=1718
+  _globals['_REVISIONMETRICS']._serialized_start=1721
+  _globals['_REVISIONMETRICS']._serialized_end=1858
+  _globals['_REVISIONVALIDATION']._serialized_start=1860
+  _globals['_REVISIONVALIDATION']._serialized_end=1965
+  _globals['_ACK']._serialized_start=1967
+  _globals['_ACK']._serialized_end=1992
+  _globals['_HEARTBEAT']._serialized_start=1994
+  _globals['_HEARTBEAT']._serialized_end=2005
+  _globals['_ATTESTATIONEVIDENCE']._serialized_start=2007
+  _globals['_ATTESTATIONEVIDENCE']._serialized_end=2061
+  _globals['_HUBMESSAGE']._serialized_start=2064
+  _globals['_HUBMESSAGE']._serialized_end=2262
+  _globals['_DESIREDSTATE']._serialized_start=2265
+  _globals['_DESIREDSTATE']._serialized_end=2450
+  _globals['_ATTESTATIONCHALLENGE']._serialized_start=2452
+  _globals['_ATTESTATIONCHALLENGE']._serialized_end=2512
+  _globals['_HEARTBEATACK']._serialized_start=2514
+  _globals['_HEARTBEATACK']._serialized_end=2583
+  _globals['_RENEWCERTIFICATEREQUEST']._serialized_start=2585
+  _globals['_RENEWCERTIFICATEREQUEST']._serialized_end=2627
+  _globals['_RENEWCERTIFICATERESPONSE']._serialized_start=2629
+  _globals['_RENEWCERTIFICATERESPONSE']._serialized_end=2686
+  _globals['_ACTIVATEATTESTATIONKEYREQUEST']._serialized_start=2688
+  _globals['_ACTIVATEATTESTATIONKEYREQUEST']._serialized_end=2735
+  _globals['_ACTIVATEATTESTATIONKEYRESPONSE']._serialized_start=2737
+  _globals['_ACTIVATEATTESTATIONKEYRESPONSE']._serialized_end=2769
+  _globals['_FETCHARTIFACTREQUEST']._serialized_start=2771
+  _globals['_FETCHARTIFACTREQUEST']._serialized_end=2825
+  _globals['_ARTIFACTCHUNK']._serialized_start=2827
+  _globals['_ARTIFACTCHUNK']._serialized_end=2872
+  _globals['_DEVICESERVICE']._serialized_start=2875
+  _globals['_DEVICESERVICE']._serialized_end=3257
 # @@protoc_insertion_point(module_scope)

@@ -114,7 +114,7 @@ class ScalingDecision(_message.Message):
     def __init__(self, from_replicas: _Optional[int] = ..., to_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class RevisionStatus(_message.Message):
-    __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted")
+    __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted", "metrics", "validation")
     REVISION_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -123,6 +123,8 @@ class RevisionStatus(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     WANTED_FIELD_NUMBER: _ClassVar[int]
+    METRICS_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_FIELD_NUMBER: _ClassVar[int]
     revision: str
     model_version: str
     sha256: str
@@ -131,7 +133,37 @@ class RevisionStatus(_message.Message):
     reason: str
     message: str
     wanted: bool
-    def __init__(self, revision: _Optional[str] = ..., model_version: _Optional[str] = ..., sha256: _Optional[str] = ..., phase: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., wanted: _Optional[bool] = ...) -> None: ...
+    metrics: RevisionMetrics
+    validation: RevisionValidation
+    def __init__(self, revision: _Optional[str] = ..., model_version: _Optional[str] = ..., sha256: _Optional[str] = ..., phase: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., wanted: _Optional[bool] = ..., metrics: _Optional[_Union[RevisionMetrics, _Mapping]] = ..., validation: _Optional[_Union[RevisionValidation, _Mapping]] = ...) -> None: ...
+
+class RevisionMetrics(_message.Message):
+    __slots__ = ("requests", "errors", "latency_p95_seconds", "latency_window_seconds", "window_requests")
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_P95_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_WINDOW_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    WINDOW_REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    requests: int
+    errors: int
+    latency_p95_seconds: float
+    latency_window_seconds: float
+    window_requests: int
+    def __init__(self, requests: _Optional[int] = ..., errors: _Optional[int] = ..., latency_p95_seconds: _Optional[float] = ..., latency_window_seconds: _Optional[float] = ..., window_requests: _Optional[int] = ...) -> None: ...
+
+class RevisionValidation(_message.Message):
+    __slots__ = ("accuracy", "samples", "correct", "reason", "message")
+    ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    SAMPLES_FIELD_NUMBER: _ClassVar[int]
+    CORRECT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    accuracy: float
+    samples: int
+    correct: int
+    reason: str
+    message: str
+    def __init__(self, accuracy: _Optional[float] = ..., samples: _Optional[int] = ..., correct: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("generation",)

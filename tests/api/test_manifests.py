@@ -100,7 +100,7 @@ def test_design_example_parses() -> None:
     assert s.rollout.max_unavailable == IntOrPercent(10, percent=True)
     assert s.rollout.max_surge == IntOrPercent(25, percent=True)
     assert s.rollout.canary is not None
-    assert s.rollout.canary.steps == (5, 50, 100)
+    assert s.rollout.canary.weights == (5, 50, 100)
     assert s.rollout.canary.analysis is not None
     assert s.rollout.canary.analysis.min_accuracy == 0.98
     assert s.rollout.canary.analysis.window_s == 60.0
@@ -317,6 +317,27 @@ def test_every_problem_is_reported_with_its_path() -> None:
             "spec.rollout.canary.analysis.window",
             "more than 0s",
         ),
+        (
+            {"rollout": {"canary": {"steps": [{"setWeight": "5%", "pause": {}}]}}},
+            "spec.rollout.canary.steps[0]",
+            "exactly one of setWeight or pause",
+        ),
+        (
+            {"rollout": {"canary": {"steps": [{"pause": {"duration": "0s"}}]}}},
+            "spec.rollout.canary.steps[0].pause.duration",
+            "more than 0s",
+        ),
+        (
+            {"rollout": {"canary": {"steps": [{"pause": {"duraton": "1s"}}]}}},
+            "spec.rollout.canary.steps[0].pause.duraton",
+            "did you mean",
+        ),
+        (
+            {"rollout": {"canary": {"steps": ["5%"], "analysis": {"minRequests": 0}}}},
+            "spec.rollout.canary.analysis.minRequests",
+            "from 1",
+        ),
+        ({"rollout": {"progressDeadlineSeconds": 0}}, "spec.rollout.progressDeadlineSeconds", "1"),
         ({"scaling": {"minReplicas": 1}}, "spec.scaling.maxReplicas", "required"),
         (
             {"scaling": {"maxReplicas": 3, "cpuDownBelow": "40"}},
@@ -539,3 +560,40 @@ def test_hand_built_objects_render_sorted_labels() -> None:
     )
     assert list(m.to_dict()["metadata"]["labels"]) == ["a", "z"]
     assert parse_manifest(m.to_dict()) == m
+
+
+def test_canary_steps_with_pauses_round_trip() -> None:
+    doc = minimal(
+        rollout={
+            "progressDeadlineSeconds": 300,
+            "canary": {
+                "steps": [
+                    "10%",
+                    {"pause": {"duration": "30s"}},
+                    {"setWeight": "50%"},
+                    {"pause": {}},
+                    "100%",
+                ],
+                "analysis": {"maxLatencyP95": "250ms", "minRequests": 5, "window": "20s"},
+            },
+        }
+    )
+    dep = parse_manifest(doc)
+    assert isinstance(dep, ModelDeployment)
+    rollout = dep.spec.rollout
+    assert rollout.progress_deadline_s == 300
+    assert rollout.canary is not None
+    assert rollout.canary.weights == (10, 50, 100)
+    assert [s.pause_s for s in rollout.canary.steps if s.pause] == [30.0, None]
+    assert rollout.canary.analysis is not None
+    assert rollout.canary.analysis.max_latency_p95_s == 0.25
+    assert rollout.canary.analysis.min_requests == 5
+    again = parse_manifest(dep.to_dict())
+    assert again == dep
+    assert dep.to_dict()["spec"]["rollout"]["canary"]["steps"] == [
+        "10%",
+        {"pause": {"duration": "30s"}},
+        "50%",
+        {"pause": {}},
+        "100%",
+    ]

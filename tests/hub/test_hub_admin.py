@@ -744,16 +744,24 @@ async def test_apply_warns_about_an_unpushed_version_and_a_placement_matching_no
 
 
 @async_test
-async def test_canary_steps_are_refused_as_not_supported_yet(tmp_path: Path) -> None:
+async def test_canary_steps_are_accepted_and_shown(tmp_path: Path) -> None:
     async with await served(tmp_path) as hub, hub.channel() as channel:
         stub = hub.stub(channel)
-        canary = deployment("fraud", rollout={"canary": {"steps": ["5%", "100%"]}})
-        code, details = await code_of(stub.Apply(admin_pb2.ApplyRequest(documents=[canary])))
-        assert code is grpc.StatusCode.INVALID_ARGUMENT
-        assert details.startswith("documents[0].spec.rollout.canary: not supported yet")
-        assert ("ModelDeployment", "fraud") not in hub.ctx.cache.stored
-        budget = deployment("fraud", rollout={"maxUnavailable": "10%", "maxSurge": 0})
-        await stub.Apply(admin_pb2.ApplyRequest(documents=[budget]))
+        canary = deployment(
+            "fraud",
+            rollout={
+                "canary": {
+                    "steps": ["5%", {"pause": {}}, "100%"],
+                    "analysis": {"minAccuracy": 0.9},
+                }
+            },
+        )
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[canary]))
+        got = await stub.Get(admin_pb2.GetRequest(kind="ModelDeployment", name="fraud"))
+        doc = orjson.loads(got.json)
+        assert doc["spec"]["rollout"]["canary"]["steps"] == ["5%", {"pause": {}}, "100%"]
+        shown = doc["status"]["rollout"]["canary"]
+        assert shown["step"] == 1 and shown["stepCount"] == 3 and shown["weight"] == 5
 
 
 @async_test

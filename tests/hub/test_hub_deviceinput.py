@@ -240,3 +240,49 @@ def test_every_message_within_the_bounds_passes(
         w.name = f"w{i}"
     assert di.check_status(device_pb2.Status(workloads=workloads)) == []
     assert di.check_hello(device_pb2.Hello(labels=labels)) == []
+
+
+def _measured(**kw: object) -> device_pb2.Status:
+    rev = device_pb2.RevisionStatus(model_version="1.0.0", phase="Ready", **kw)  # type: ignore[arg-type]
+    return _status(workloads=[_workload(revisions=[rev])])
+
+
+M = device_pb2.RevisionMetrics
+V = device_pb2.RevisionValidation
+
+
+@pytest.mark.parametrize(
+    ("status", "problem"),
+    [
+        (_measured(metrics=M(requests=10, errors=2, latency_p95_seconds=0.01)), None),
+        (_measured(validation=V(accuracy=0.9, samples=10, correct=9)), None),
+        (
+            _measured(metrics=M(requests=1, errors=2)),
+            "status.workloads[0].revisions[0].metrics.errors: at most requests (1), got 2",
+        ),
+        (
+            _measured(metrics=M(requests=2**60)),
+            "status.workloads[0].revisions[0].metrics.requests: at most",
+        ),
+        (
+            _measured(metrics=M(latency_p95_seconds=float("nan"))),
+            "status.workloads[0].revisions[0].metrics.latency_p95_seconds: from 0 to",
+        ),
+        (
+            _measured(metrics=M(latency_window_seconds=-1)),
+            "metrics.latency_window_seconds: from 0 to",
+        ),
+        (
+            _measured(validation=V(accuracy=1.5)),
+            "status.workloads[0].revisions[0].validation.accuracy: from 0 to 1, got 1.5",
+        ),
+        (_measured(validation=V(samples=1, correct=2)), "validation.correct: at most samples"),
+        (_measured(validation=V(message="m" * 1025)), "validation.message: at most 1024"),
+    ],
+)
+def test_revision_figures_table(status: device_pb2.Status, problem: str | None) -> None:
+    problems = di.check_status(status)
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problem in problems[0], problems

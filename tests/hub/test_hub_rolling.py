@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from edgefleet.api import IntOrPercent, ModelDeployment, parse_manifest
+from hub.analyzing import Analysis, Check, Figures, Verdict
 from hub.devices import Device, DevicePhase, Health, RevisionPhase, RevisionReport, WorkloadReport
 from hub.rolling import (
     MAX_REVISIONS,
@@ -17,6 +18,7 @@ from hub.rolling import (
     RolloutPhase,
     RolloutState,
     TargetPhase,
+    canary_target,
     plan_rollout,
     prune,
     resolve_budget,
@@ -324,3 +326,145 @@ def test_prune_keeps_the_newest_and_the_stable_one() -> None:
     revisions = [rev(n, f"1.0.{n}") for n in range(1, MAX_REVISIONS + 5)]
     state = RolloutState("det", MAX_REVISIONS + 4, 2, phase=RolloutPhase.PROGRESSING)
     assert prune(revisions, state) == [1, 3, 4]
+
+
+# -- canary steps ---------------------------------------------------------------------------
+
+
+def canary(steps: list[Any], analysis: dict[str, Any] | None = None, **rollout: Any) -> Any:
+    spec: dict[str, Any] = {"steps": steps}
+    if analysis is not None:
+        spec["analysis"] = analysis
+    return rolling(canary=spec, **rollout)
+
+
+def verdict(v: Verdict, message: str = "") -> Analysis:
+    check = Check("errorRate", v, 0.5, 0.02, message or v.value)
+    return Analysis(v, (check,), Figures(), Figures(), 10.0)
+
+
+def views_of(names: list[str], state: RolloutState, phase: TargetPhase) -> list[DeviceView]:
+    return [
+        DeviceView(n, target=phase if n in state.updated else TargetPhase.ABSENT, serving=True)
+        for n in names
+    ]
+
+
+@pytest.mark.parametrize(
+    ("weight", "targeted", "devices"),
+    [(5, 10, 1), (10, 10, 1), (50, 10, 5), (51, 10, 6), (100, 10, 10), (5, 0, 0), (1, 1000, 10)],
+)
+def test_a_weight_is_rounded_up_to_at_least_one_device(
+    weight: int, targeted: int, devices: int
+) -> None:
+    assert canary_target(weight, targeted) == devices
+
+
+def test_a_canary_rolls_through_every_step_with_the_analysis_passing() -> None:
+    """10 devices, steps 10% (analysis window 10 s), 50%, then the rest; the analysis passes."""
+    dep, m = canary(["10%", "50%"], {"maxErrorRateIncrease": 0.02, "window": "10s"})
+    state, t = STARTED, T
+    seen: list[tuple[int, int]] = []
+    for _ in range(200):
+        devices = views_of(DEVICES, state, TargetPhase.READY)
+        step = plan_rollout(dep, m, REVS, state, devices, t, analysis=verdict(Verdict.PASS))
+        state = step.state or state
+        seen.append((state.step, len(state.updated)))
+        if state.phase is RolloutPhase.COMPLETE:
+            break
+        t += 1
+    assert state.phase is RolloutPhase.COMPLETE and state.updated == frozenset(DEVICES)
+    # one device at step 1, five at step 2, then everyone; each step held for the window
+    by_step: dict[int, set[int]] = {}
+    for s, n in seen:
+        by_step.setdefault(s, set()).add(n)
+    assert max(by_step[0]) == 1 and max(by_step[1]) == 5 and max(by_step[2]) == 10
+    assert sum(1 for s, _ in seen if s == 0) >= 10  # held for the 10 s window
+
+
+def test_a_step_waits_for_its_devices_the_window_and_enough_data() -> None:
+    dep, m = canary(["20%", "100%"], {"minAccuracy": 0.9, "window": "30s"})
+    state = replace(STARTED, updated=frozenset({"d00", "d01"}))
+    # not ready yet: nothing moves, no more devices
+    loading = views_of(DEVICES, state, TargetPhase.PROGRESSING)
+    assert (
+        plan_rollout(dep, m, REVS, state, loading, T, analysis=verdict(Verdict.PASS)).state is None
+    )
+    ready_views = views_of(DEVICES, state, TargetPhase.READY)
+    step = plan_rollout(dep, m, REVS, state, ready_views, T, analysis=verdict(Verdict.WAIT))
+    assert step.state is not None and step.state.step_ready_at == T  # marked ready once
+    state = step.state
+    for analysis, at in ((verdict(Verdict.WAIT), T + 100), (verdict(Verdict.PASS), T + 29)):
+        assert plan_rollout(dep, m, REVS, state, ready_views, at, analysis=analysis).state is None
+    assert plan_rollout(dep, m, REVS, state, ready_views, T + 31, analysis=None).state is None
+    step = plan_rollout(dep, m, REVS, state, ready_views, T + 30, analysis=verdict(Verdict.PASS))
+    assert step.state is not None and step.state.step == 1 and step.state.step_ready_at == 0
+    assert [e.reason for e in step.events] == ["CanaryStepPassed"]
+
+
+def test_a_failing_analysis_rolls_every_canary_device_back_and_says_why() -> None:
+    dep, m = canary(["20%"], {"maxErrorRateIncrease": 0.02})
+    state = replace(STARTED, updated=frozenset({"d00", "d01"}))
+    failed = verdict(Verdict.FAIL, "error rate 50.00% (50/100) vs stable 0.00%")
+    step = plan_rollout(
+        dep, m, REVS, state, views_of(DEVICES, state, TargetPhase.READY), T, analysis=failed
+    )
+    assert step.state is not None
+    assert (step.state.phase, step.state.reason) == (RolloutPhase.ROLLED_BACK, "AnalysisFailed")
+    assert "step 1 of 1 (20%)" in step.state.message
+    assert "error rate 50.00% (50/100)" in step.state.message
+    assert all(step.state.revision_for(d) == 1 for d in DEVICES)
+    assert [e.reason for e in step.events] == ["RolledBack"]
+
+
+def test_the_progress_deadline_rolls_back_a_rollout_that_waits_too_long() -> None:
+    dep, m = canary(["20%"], {"minAccuracy": 0.9}, progressDeadlineSeconds=60)
+    state = replace(STARTED, updated=frozenset({"d00", "d01"}), progress_at=T)
+    devices = views_of(DEVICES, state, TargetPhase.READY)
+    waiting = verdict(Verdict.WAIT, "accuracy: 0 of 2 canary devices reported")
+    assert plan_rollout(dep, m, REVS, state, devices, T + 60, analysis=waiting).state is not None
+    step = plan_rollout(dep, m, REVS, state, devices, T + 61, analysis=waiting)
+    assert step.state is not None
+    assert step.state.reason == "ProgressDeadlineExceeded"
+    assert "no progress for 60 s" in step.state.message and "0 of 2" in step.state.message
+    # a paused rollout does not run out of time
+    paused = replace(state, phase=RolloutPhase.PAUSED)
+    late = plan_rollout(dep, m, REVS, paused, devices, T + 1000, analysis=waiting)
+    assert late.state is None or late.state.phase is not RolloutPhase.ROLLED_BACK
+
+
+def test_pauses_wait_their_duration_or_for_resume() -> None:
+    dep, m = canary(["10%", {"pause": {"duration": "20s"}}, {"pause": {}}, "100%"])
+    state = replace(STARTED, updated=frozenset({"d00"}), step=1, step_at=T)
+    devices = views_of(DEVICES, state, TargetPhase.READY)
+    assert plan_rollout(dep, m, REVS, state, devices, T + 19).state is None
+    step = plan_rollout(dep, m, REVS, state, devices, T + 20)
+    assert step.state is not None and step.state.step == 2
+    step = plan_rollout(dep, m, REVS, step.state, devices, T + 21)
+    assert step.state is not None
+    assert (step.state.phase, step.state.reason) == (RolloutPhase.PAUSED, "CanaryPause")
+    assert plan_rollout(dep, m, REVS, step.state, devices, T + 9999).state is None
+    assert [e.reason for e in step.events] == ["CanaryPaused"]
+    assert step.state.updated == frozenset({"d00"})  # nobody else moved during the pauses
+
+
+def test_a_canary_step_keeps_the_budget() -> None:
+    dep, m = canary(["50%"], maxSurge=0, maxUnavailable=2)
+    step = plan_rollout(dep, m, REVS, STARTED, views_of(DEVICES, STARTED, TargetPhase.ABSENT), T)
+    assert step.state is not None and step.state.updated == frozenset({"d00", "d01"})
+
+
+def test_neither_a_timed_pause_nor_the_analysis_window_is_a_lack_of_progress() -> None:
+    dep, m = canary(
+        ["10%", {"pause": {"duration": "1h"}}, "50%"],
+        {"minAccuracy": 0.9, "window": "10m"},
+        progressDeadlineSeconds=60,
+    )
+    pausing = replace(STARTED, updated=frozenset({"d00"}), step=1, step_at=T, progress_at=T)
+    devices = views_of(DEVICES, pausing, TargetPhase.READY)
+    assert plan_rollout(dep, m, REVS, pausing, devices, T + 3000).state is None
+    held = replace(pausing, step=0, step_ready_at=T)
+    waiting = verdict(Verdict.WAIT)
+    assert plan_rollout(dep, m, REVS, held, devices, T + 600, analysis=waiting).state is None
+    late = plan_rollout(dep, m, REVS, held, devices, T + 661, analysis=waiting)
+    assert late.state is not None and late.state.reason == "ProgressDeadlineExceeded"

@@ -1,0 +1,125 @@
+"""Signed rollback allowances, carried by the hub to the devices that need them.
+
+A device refuses a model version older than the highest it accepted unless a **rollback
+allowance** signed by the fleet's artifact keys (``edgectl rollback allow``) names exactly
+that model name, version and model file (docs/trust.md). Going back to the version a device
+ran just before needs none (it still holds that envelope); anything older does, e.g. ``rollout
+undo --to-revision`` two versions back.
+
+AdminService ``PushRollbackAllowance`` (:func:`receive_allowance`, called after the admin
+check): the envelope is verified here with the devices' own code against the hub's trust root
+(threshold of artifacts-role signatures, the rollback type, not expired), its model must be
+pushed with the very bytes it names; then it is kept in the model's record (one
+compare-and-swap), an event is recorded and every device is projected again: a device sent
+that model version gets the allowance with its metadata (:mod:`hub.desired`). A newer
+allowance for the same version replaces the older; deleting the model deletes it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import grpc
+
+from edgefleet.errors import CompareFailed, TrustError
+from edgefleet.logs import get_logger
+from edgefleet.trust.documents import ROLE_ARTIFACTS, RollbackAllowance, Root, parse_rollback
+from edgefleet.trust.envelopes import (
+    ROLLBACK_TYPE,
+    decode_payload,
+    parse_envelope_bytes,
+    require_threshold,
+)
+from edgefleet.trust.verifying import verify_initial_root
+from hub import storekeys
+from hub.context import HubContext
+from hub.pushing import PushRefused
+
+log = get_logger(__name__)
+
+MAX_ALLOWANCE_BYTES = 64 * 1024
+
+
+def verify_allowance(root: Root, envelope: bytes, now: float) -> RollbackAllowance:
+    """The allowance, if the fleet's artifact keys signed it and it has not expired (pure)."""
+    what = "rollback allowance"
+    env = parse_envelope_bytes(envelope, what=what)
+    role = root.role(ROLE_ARTIFACTS)
+    require_threshold(env, root.keys, role.keyids, role.threshold, what=what)
+    allow = parse_rollback(decode_payload(env, expected_type=ROLLBACK_TYPE, what=what), what=what)
+    if now >= allow.expires:
+        raise TrustError(
+            "RollbackAllowanceExpired", f"{what} for {allow.name} {allow.version}: expired"
+        )
+    return allow
+
+
+async def receive_allowance(
+    ctx: HubContext, envelope: bytes, *, now: float
+) -> tuple[RollbackAllowance, bool]:
+    """Verify and keep an allowance; (it, whether it changed what the hub holds). Refusals
+    are :class:`hub.pushing.PushRefused`."""
+    if len(envelope) > MAX_ALLOWANCE_BYTES:
+        raise PushRefused(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "AllowanceTooLarge",
+            f"envelope: at most {MAX_ALLOWANCE_BYTES} bytes, got {len(envelope)}",
+        )
+    if not ctx.trust_root:
+        raise PushRefused(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "NoTrustRoot",
+            "this hub has no trust root (D/trust-root.json): it cannot check who signed it",
+        )
+    try:
+        root = verify_initial_root(
+            parse_envelope_bytes(ctx.trust_root, what="the hub's trust root"),
+            now,
+            what="the hub's trust root",
+        )
+        allow = verify_allowance(root, envelope, now)
+    except TrustError as exc:
+        raise PushRefused(grpc.StatusCode.INVALID_ARGUMENT, exc.reason, str(exc)) from None
+    what = f"{allow.name} {allow.version}"
+    model = ctx.cache.models.get((allow.name, allow.version))
+    if model is None:
+        raise PushRefused(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "ModelNotPushed",
+            f"model {what} has not been pushed: push it first (edgectl models push), then its "
+            "rollback allowance",
+        )
+    if model.sha256 != allow.sha256:
+        raise PushRefused(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "RollbackAllowanceMismatch",
+            f"the allowance names other bytes (sha256 {allow.sha256}) than the pushed model "
+            f"{what} (sha256 {model.sha256})",
+        )
+    if model.rollback_allowance == envelope:
+        return allow, False
+    key = storekeys.model_key(allow.name, allow.version)
+    current = await ctx.store.get(key)
+    if current is None:
+        raise PushRefused(grpc.StatusCode.ABORTED, "ConcurrentChange", f"{what} changed; again")
+    stored = storekeys.ModelRecord.from_json(storekeys.loads(current.value))
+    record = replace(stored, rollback_allowance=envelope)
+    try:
+        await ctx.store.put(
+            key, storekeys.dumps(record.to_json()), expect_mod_revision=current.mod_revision
+        )
+    except CompareFailed:
+        raise PushRefused(
+            grpc.StatusCode.ABORTED, "ConcurrentChange", f"{what} changed meanwhile; push again"
+        ) from None
+    ctx.cache.models[(allow.name, allow.version)] = record
+    ctx.writer.event(
+        storekeys.KIND_MODEL,
+        f"{allow.name}-{allow.version}",
+        "Normal",
+        "RollbackAllowed",
+        f"a signed rollback allowance for {what} is sent with it to devices",
+    )
+    ctx.projector.mark_all()
+    log.info("rollback allowance stored", model=allow.name, version=allow.version)
+    return allow, True

@@ -1,0 +1,332 @@
+"""Canary analysis: pure decisions over what devices report per revision, tested as tables.
+
+Devices report, per revision of a workload (:class:`hub.devices.RevisionReport`), the requests
+and errors its workers answered since it started serving there (counters), the latency p95
+over the device's recent window, and the accuracy on the artifact's validation set, computed
+when the revision started. The rollout controller keeps a short history of the counters per
+device (:class:`History`, bounded) so that error rates are over the analysis ``window``:
+the newest sample less the newest one at least a window old (or the oldest there is).
+
+:func:`analyze` compares the *canary* (the devices given the new revision, serving it) with
+the *stable* revision on the other targeted devices:
+
+* ``minAccuracy``: every canary device must report an accuracy of at least it; one below
+  fails at once, a validation set that could not be evaluated (or is missing) fails too;
+  until every canary device reported, the check waits;
+* ``maxErrorRateIncrease``: the canary's error rate over the window minus the stable
+  revision's; with fewer than ``minRequests`` canary requests in the window the check waits;
+  with fewer than ``minRequests`` stable requests the stable rate counts as 0 (said so);
+* ``maxLatencyP95``: the highest p95 a canary device reports (of devices that answered a
+  request in their latency window) against the threshold; waits for ``minRequests``.
+
+Any check failing fails the analysis; any waiting makes it wait; otherwise it passes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Hashable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from enum import StrEnum
+from typing import Any
+
+from edgefleet.api import CanaryAnalysis
+from hub.devices import RevisionReport
+
+HISTORY_SAMPLES = 64
+"""Samples kept per device and revision; taken at most every ``window / 32`` seconds, so
+they cover two windows."""
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    at: float
+    requests: int
+    errors: int
+
+
+def windowed(samples: Sequence[Sample], now: float, window: float) -> tuple[int, int]:
+    """(requests, errors) answered within the last ``window`` seconds of ``samples`` (oldest
+    first): from the newest sample taken at least a window ago (else the oldest) to the
+    newest. A counter that went down (edged restarted) counts again from 0."""
+    if not samples:
+        return 0, 0
+    start = 0
+    for i, s in enumerate(samples):
+        if s.at <= now - window:
+            start = i
+    requests = errors = 0
+    prev = samples[start]
+    for s in samples[start + 1 :]:
+        if s.requests < prev.requests or s.errors < prev.errors:
+            requests += s.requests
+            errors += s.errors
+        else:
+            requests += s.requests - prev.requests
+            errors += s.errors - prev.errors
+        prev = s
+    return requests, min(errors, requests) if requests else 0
+
+
+class History:
+    """Counter samples per key (device, revision), bounded: :data:`HISTORY_SAMPLES` per key,
+    keys not seen in a pass forgotten by :meth:`keep`."""
+
+    def __init__(self, per_key: int = HISTORY_SAMPLES) -> None:
+        self._samples: dict[Hashable, deque[Sample]] = {}
+        self._per_key = per_key
+
+    def record(self, key: Hashable, sample: Sample, spacing: float) -> None:
+        """Add ``sample``; while it is within ``spacing`` seconds of the sample before the
+        newest, it replaces the newest instead (the newest counters are always there, and
+        the samples kept stay about ``spacing`` apart)."""
+        got = self._samples.get(key)
+        if got is None:
+            got = self._samples[key] = deque(maxlen=self._per_key)
+        if len(got) >= 2 and sample.at - got[-2].at < spacing:
+            got[-1] = sample
+        else:
+            got.append(sample)
+
+    def samples(self, key: Hashable) -> Sequence[Sample]:
+        return tuple(self._samples.get(key, ()))
+
+    def keep(self, keys: Iterable[Hashable]) -> None:
+        wanted = set(keys)
+        for key in [k for k in self._samples if k not in wanted]:
+            del self._samples[key]
+
+    def __len__(self) -> int:
+        return len(self._samples)
+
+
+@dataclass(frozen=True, slots=True)
+class Figures:
+    """What one side (canary or stable) did over the window."""
+
+    devices: int = 0
+    requests: int = 0
+    errors: int = 0
+    latency_p95_s: float | None = None  # the highest a device reports; None: none measured
+    accuracy: float | None = None  # the lowest a device reports
+    accuracy_devices: int = 0  # devices that reported an accuracy
+    validation_problems: Mapping[str, str] = field(default_factory=dict)  # device -> why
+
+    @property
+    def error_rate(self) -> float | None:
+        return self.errors / self.requests if self.requests else None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "devices": self.devices,
+            "requests": self.requests,
+            "errors": self.errors,
+            "errorRate": self.error_rate,
+            "latencyP95Seconds": self.latency_p95_s,
+            "accuracy": self.accuracy,
+            "accuracyDevices": self.accuracy_devices,
+            "validationProblems": dict(sorted(self.validation_problems.items())),
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Observed:
+    """One device's revision as the analysis sees it: its report and its counter samples."""
+
+    device: str
+    report: RevisionReport
+    samples: Sequence[Sample] = ()
+
+
+def figures(observed: Iterable[Observed], now: float, window: float) -> Figures:
+    """The figures of one side over the last ``window`` seconds (pure)."""
+    devices = requests = errors = measured = 0
+    p95: float | None = None
+    accuracy: float | None = None
+    problems: dict[str, str] = {}
+    for o in observed:
+        devices += 1
+        r, e = windowed(o.samples, now, window)
+        requests += r
+        errors += e
+        rep = o.report
+        if rep.latency_p95_s is not None and rep.window_requests > 0:
+            p95 = rep.latency_p95_s if p95 is None else max(p95, rep.latency_p95_s)
+        if rep.validation_reason:
+            problems[o.device] = rep.validation_reason + (
+                f": {rep.validation_message}" if rep.validation_message else ""
+            )
+        elif rep.accuracy is not None:
+            measured += 1
+            accuracy = rep.accuracy if accuracy is None else min(accuracy, rep.accuracy)
+    return Figures(devices, requests, errors, p95, accuracy, measured, problems)
+
+
+class Verdict(StrEnum):
+    PASS = "Pass"
+    WAIT = "Wait"  # not enough data yet
+    FAIL = "Fail"
+
+
+@dataclass(frozen=True, slots=True)
+class Check:
+    name: str  # accuracy | errorRate | latencyP95
+    verdict: Verdict
+    value: float | None
+    threshold: float
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "name": self.name,
+            "verdict": self.verdict.value,
+            "value": self.value,
+            "threshold": self.threshold,
+            "message": self.message,
+        }
+
+
+@dataclass(frozen=True, slots=True)
+class Analysis:
+    verdict: Verdict
+    checks: tuple[Check, ...]
+    canary: Figures
+    stable: Figures
+    window_s: float
+
+    @property
+    def failed(self) -> tuple[Check, ...]:
+        return tuple(c for c in self.checks if c.verdict is Verdict.FAIL)
+
+    @property
+    def message(self) -> str:
+        chosen = self.failed or tuple(c for c in self.checks if c.verdict is Verdict.WAIT)
+        return "; ".join(c.message for c in chosen or self.checks) or "no checks"
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "verdict": self.verdict.value,
+            "message": self.message,
+            "windowSeconds": self.window_s,
+            "checks": [c.to_json() for c in self.checks],
+            "canary": self.canary.to_json(),
+            "stable": self.stable.to_json(),
+        }
+
+
+def _pct(x: float) -> str:
+    return f"{x * 100:.2f}%"
+
+
+def analyze(spec: CanaryAnalysis, canary: Figures, stable: Figures) -> Analysis:
+    """The verdict on the canary (see the module doc): pure, no clock."""
+    checks = []
+    if spec.min_accuracy is not None:
+        checks.append(_accuracy(spec.min_accuracy, canary))
+    if spec.max_error_rate_increase is not None:
+        checks.append(_error_rate(spec.max_error_rate_increase, spec.min_requests, canary, stable))
+    if spec.max_latency_p95_s is not None:
+        checks.append(_latency(spec.max_latency_p95_s, spec.min_requests, canary))
+    if any(c.verdict is Verdict.FAIL for c in checks):
+        verdict = Verdict.FAIL
+    elif any(c.verdict is Verdict.WAIT for c in checks):
+        verdict = Verdict.WAIT
+    else:
+        verdict = Verdict.PASS
+    return Analysis(verdict, tuple(checks), canary, stable, spec.window_s)
+
+
+def _accuracy(threshold: float, canary: Figures) -> Check:
+    if canary.validation_problems:
+        device, why = sorted(canary.validation_problems.items())[0]
+        return Check(
+            "accuracy",
+            Verdict.FAIL,
+            None,
+            threshold,
+            f"accuracy: no accuracy on {device} ({why}); minAccuracy {threshold} needs a "
+            "validation set in the artifact",
+        )
+    if canary.accuracy is not None and canary.accuracy < threshold:
+        return Check(
+            "accuracy",
+            Verdict.FAIL,
+            canary.accuracy,
+            threshold,
+            f"accuracy {canary.accuracy:.4f} on the validation set is below minAccuracy "
+            f"{threshold}",
+        )
+    if canary.devices == 0 or canary.accuracy_devices < canary.devices:
+        return Check(
+            "accuracy",
+            Verdict.WAIT,
+            canary.accuracy,
+            threshold,
+            f"accuracy: {canary.accuracy_devices} of {canary.devices} canary devices reported "
+            "their validation accuracy",
+        )
+    assert canary.accuracy is not None
+    return Check(
+        "accuracy",
+        Verdict.PASS,
+        canary.accuracy,
+        threshold,
+        f"accuracy {canary.accuracy:.4f} >= minAccuracy {threshold}",
+    )
+
+
+def _error_rate(threshold: float, min_requests: int, canary: Figures, stable: Figures) -> Check:
+    rate = canary.error_rate
+    if rate is None or canary.requests < min_requests:
+        return Check(
+            "errorRate",
+            Verdict.WAIT,
+            rate,
+            threshold,
+            f"error rate: {canary.requests} canary requests in the window, waiting for "
+            f"{min_requests}",
+        )
+    base = stable.error_rate if stable.requests >= min_requests else None
+    increase = rate - (base or 0.0)
+    against = (
+        f"stable {_pct(base)} ({stable.errors}/{stable.requests})"
+        if base is not None
+        else f"stable not measured ({stable.requests} requests), counted as 0%"
+    )
+    figures = (
+        f"error rate {_pct(rate)} ({canary.errors}/{canary.requests}) vs {against}: "
+        f"+{_pct(increase) if increase >= 0 else _pct(0.0)}"
+    )
+    if increase > threshold:
+        return Check(
+            "errorRate",
+            Verdict.FAIL,
+            increase,
+            threshold,
+            f"{figures}, above maxErrorRateIncrease {_pct(threshold)}",
+        )
+    return Check(
+        "errorRate",
+        Verdict.PASS,
+        increase,
+        threshold,
+        f"{figures}, within maxErrorRateIncrease {_pct(threshold)}",
+    )
+
+
+def _latency(threshold: float, min_requests: int, canary: Figures) -> Check:
+    p95 = canary.latency_p95_s
+    if p95 is None or canary.requests < min_requests:
+        return Check(
+            "latencyP95",
+            Verdict.WAIT,
+            p95,
+            threshold,
+            f"latency p95: {canary.requests} canary requests in the window, waiting for "
+            f"{min_requests}",
+        )
+    text = f"latency p95 {p95 * 1000:.1f} ms"
+    limit = f"maxLatencyP95 {threshold * 1000:.1f} ms"
+    if p95 > threshold:
+        return Check("latencyP95", Verdict.FAIL, p95, threshold, f"{text} above {limit}")
+    return Check("latencyP95", Verdict.PASS, p95, threshold, f"{text} within {limit}")

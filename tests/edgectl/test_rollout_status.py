@@ -1,0 +1,83 @@
+"""What ``edgectl rollout status`` prints for a canary: the step and the analysis against its
+thresholds (pure: a deployment document in, text out)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgectl.rollouts import render
+
+
+def doc(phase: str, canary: dict[str, Any], **rollout: Any) -> dict[str, Any]:
+    return {
+        "metadata": {"name": "det"},
+        "spec": {"model": {"version": "2.0.0"}},
+        "status": {
+            "desiredDevices": 10,
+            "updatedDevices": 1,
+            "readyDevices": 1,
+            "availableDevices": 10,
+            "failing": {},
+            "rollout": {
+                "revision": 2,
+                "stableRevision": 1,
+                "phase": phase,
+                "reason": rollout.pop("reason", ""),
+                "message": rollout.pop("message", ""),
+                "targetedDevices": 10,
+                "canary": canary,
+                **rollout,
+            },
+        },
+    }
+
+
+CANARY = {
+    "step": 1,
+    "stepCount": 3,
+    "pastLastStep": False,
+    "weight": 10,
+    "weightDevices": 1,
+    "steps": ["10%", {"pause": {}}, "100%"],
+    "analysis": {
+        "verdict": "Wait",
+        "windowSeconds": 60.0,
+        "checks": [
+            {
+                "name": "accuracy",
+                "verdict": "Pass",
+                "message": "accuracy 0.9500 >= minAccuracy 0.9",
+            },
+            {
+                "name": "errorRate",
+                "verdict": "Wait",
+                "message": "error rate: 3 canary requests in the window, waiting for 20",
+            },
+        ],
+    },
+}
+
+
+def test_the_step_and_the_analysis_against_its_thresholds() -> None:
+    text, phase = render(doc("Progressing", CANARY))
+    assert phase == "Progressing"
+    assert "canary step 1 of 3: 10% (1 devices)" in text
+    assert "analysis over 60s: Wait" in text
+    assert "accuracy    Pass  accuracy 0.9500 >= minAccuracy 0.9" in text
+    assert "errorRate   Wait  error rate: 3 canary requests" in text
+
+
+def test_a_pause_and_a_rollback() -> None:
+    paused = {**CANARY, "step": 2, "analysis": None}
+    text, _ = render(doc("Paused", paused))
+    assert "canary step 2 of 3: pause until rollout resume" in text
+    failed = doc(
+        "RolledBack",
+        CANARY,
+        reason="AnalysisFailed",
+        message="revision 2 (2.0.0) failed the canary analysis at step 1 of 3 (10%): accuracy "
+        "0.5000 on the validation set is below minAccuracy 0.9",
+    )
+    text, phase = render(failed)
+    assert phase == "RolledBack" and "(AnalysisFailed)" in text and "0.5000" in text
+    assert "analysis over" not in text  # the figures of a rollout that ended: in its message

@@ -1,0 +1,88 @@
+"""Rollback allowances through the hub: AdminService PushRollbackAllowance over real gRPC,
+verified against the hub's real trust root (the quickstart one), kept with the model's record
+in SQLite and put in the desired state of the devices sent that version."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import grpc
+import orjson
+import pytest
+from asynctesting import async_test
+from hubserving import AdminHub, make_hub_dir
+
+from edgefleet.trust import signing
+from edgefleet.v1 import admin_pb2
+from hub import storekeys as objects
+from hub.desired import build_desired
+from hub.devices import Device, DevicePhase
+from hub.trustsetup import make_quickstart_trust, publisher_key_path
+
+SHA = "ab" * 32
+
+
+def allowance(tmp_path: Path, key: Path, *, version: str = "1.0.0", sha: str = SHA) -> bytes:
+    env = signing.sign_rollback_allowance(name="det", version=version, sha256=sha, keys=[key])
+    out = tmp_path / f"allow-{version}-{sha[:4]}-{key.stem}.json"
+    signing.write_envelope(env, out)
+    return out.read_bytes()
+
+
+async def refused(stub: object, envelope: bytes) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await stub.PushRollbackAllowance(  # type: ignore[attr-defined]
+            admin_pb2.PushRollbackAllowanceRequest(envelope=envelope)
+        )
+    return info.value.code(), info.value.details() or ""
+
+
+@async_test
+async def test_an_allowance_is_checked_kept_and_sent_with_its_version(tmp_path: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    make_quickstart_trust(paths)
+    key = publisher_key_path(paths)
+    async with AdminHub(paths) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        good = allowance(tmp_path, key)
+        code, details = await refused(stub, good)  # the model is not pushed yet
+        assert code is grpc.StatusCode.FAILED_PRECONDITION and "push it first" in details
+        model = objects.ModelRecord("det", "1.0.0", SHA, 1234, b"{signed}", 1.0)
+        await hub.ctx.store.put(objects.model_key("det", "1.0.0"), objects.dumps(model.to_json()))
+        hub.ctx.cache.models[("det", "1.0.0")] = model
+
+        signing.generate_key_pair(tmp_path / "stranger")
+        code, details = await refused(stub, allowance(tmp_path, tmp_path / "stranger.key"))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and details.startswith("UnknownKey")
+        code, details = await refused(stub, allowance(tmp_path, key, sha="cd" * 32))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and "other bytes" in details
+        code, details = await refused(stub, b"{not an envelope")
+        assert code is grpc.StatusCode.INVALID_ARGUMENT
+
+        got = await stub.PushRollbackAllowance(
+            admin_pb2.PushRollbackAllowanceRequest(envelope=good)
+        )
+        assert (got.name, got.version, got.stored) == ("det", "1.0.0", True)
+        again = await stub.PushRollbackAllowance(
+            admin_pb2.PushRollbackAllowanceRequest(envelope=good)
+        )
+        assert again.stored is False
+        stored = await hub.ctx.store.get(objects.model_key("det", "1.0.0"))
+        assert stored is not None
+        record = objects.ModelRecord.from_json(orjson.loads(stored.value))
+        assert record.rollback_allowance == good
+
+        # a device sent 1.0.0 gets the allowance with its metadata
+        dep = orjson.dumps(
+            {
+                "apiVersion": "edgefleet.io/v1",
+                "kind": "ModelDeployment",
+                "metadata": {"name": "det"},
+                "spec": {"model": {"name": "det", "version": "1.0.0"}},
+            }
+        )
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[dep]))
+        device = Device("cam-1", phase=DevicePhase.READY)
+        content = build_desired(device, hub.ctx.cache, previous=frozenset(), region=hub.ctx.region)
+        assert content.rollback_allowances == (good,)
+        assert content.artifact_metadata == (b"{signed}",)
