@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -94,9 +95,11 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     config = load_config(paths.config)
     ca = pki.load_certified_key(paths.ca_certificate, paths.ca_key)
     metrics = HubMetrics()
-    store = InstrumentedStore(
-        store or await open_hub_store(config.store or None, data_dir=paths.data_dir), metrics
-    )
+    if store is None:
+        store = await open_hub_store(
+            config.store or None, data_dir=paths.data_dir, etcd_tls=config.etcd.tls(paths.data_dir)
+        )
+    store = InstrumentedStore(store, metrics)
     cache = await Cache.load(store)
     sessions = Sessions()
     metrics.watch(cache, sessions)
@@ -198,6 +201,7 @@ async def serve(
     store_url: str | None = None,
     ready: asyncio.Event | None = None,
     metrics_listen: str | None = None,
+    etcd_flags: Mapping[str, Path | None] | None = None,
 ) -> int:
     """Run the hub until SIGTERM/SIGINT, holding the data directory's lock (one hub per data
     directory; ``hub restore`` waits for none). ``metrics_listen`` (default: hub.toml's
@@ -210,6 +214,7 @@ async def serve(
             store_url=store_url,
             ready=ready,
             metrics_listen=metrics_listen,
+            etcd_flags=etcd_flags or {},
         )
 
 
@@ -221,12 +226,19 @@ async def _serve(
     store_url: str | None,
     ready: asyncio.Event | None,
     metrics_listen: str | None,
+    etcd_flags: Mapping[str, Path | None],
 ) -> int:
+    paths = HubPaths.of(data_dir)
+    if not paths.config.exists():
+        raise HubDirError(f"{data_dir} is not a hub data directory (no hub.toml): run hub init")
+    config = load_config(paths.config)
     ctx = await build_context(
         data_dir,
-        store=await open_hub_store(store_url, data_dir=HubPaths.of(data_dir).data_dir)
-        if store_url
-        else None,
+        store=await open_hub_store(
+            store_url or config.store or None,
+            data_dir=paths.data_dir,
+            etcd_tls=config.etcd.tls(paths.data_dir, **etcd_flags),
+        ),
     )
     # SIGTERM is handled before anything says the hub serves (a supervisor may stop it at once).
     stop = asyncio.Event()

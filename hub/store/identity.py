@@ -157,7 +157,7 @@ async def check_identity(store: Store, data_dir: Path, *, where: str) -> StoreId
         write_marker(data_dir, found)
         log.warning("store marker rewritten", store=found.store_id, path=str(data_dir))
         return found
-    if (await store.range("/")).revision == 0:
+    if not (await store.range("/")).kvs:  # (etcd: a fresh cluster is at revision 1)
         raise StoreIdentityError(
             f"the store {where} is empty and {marker_path(data_dir)} is missing: "
             f"{data_dir} is not a hub data directory made by `hub init`; " + _restore_hint(data_dir)
