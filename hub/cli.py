@@ -17,12 +17,14 @@ from edgefleet.versioning import version_text
 from hub import pki, tokens
 from hub.config import DEFAULT_PORT, DEFAULT_REGION, HubConfig, load_config
 from hub.initializing import HubPaths, init_hub
-from hub.store import Store, default_store_url, open_hub_store, parse_store_url
+from hub.store import Store, default_store_url, open_hub_store, open_store, parse_store_url
 from hub.store.identity import (
     StoreIdentityError,
     backup_sqlite,
+    backup_store,
     data_dir_lock,
     restore_sqlite,
+    restore_store,
 )
 
 
@@ -90,7 +92,7 @@ def _parser() -> argparse.ArgumentParser:
 
     backup = sub.add_parser(
         "backup",
-        help="copy the store to a file (SQLite online backup: the hub may keep serving)",
+        help="copy the store to a file (a SQLite store file; the hub may keep serving)",
     )
     backup.add_argument("--data-dir", type=Path, required=True)
     backup.add_argument("--out", type=Path, required=True, metavar="FILE")
@@ -241,9 +243,21 @@ def _sqlite_path(data_dir: Path, config: HubConfig) -> Path:
     return location.path
 
 
+def _is_sqlite(data_dir: Path, config: HubConfig) -> bool:
+    d = HubPaths.of(data_dir).data_dir
+    return parse_store_url(config.store or default_store_url(d)).scheme == "sqlite"
+
+
 async def _backup(args: argparse.Namespace) -> int:
     config = _config(args.data_dir)
-    info = await asyncio.to_thread(backup_sqlite, _sqlite_path(args.data_dir, config), args.out)
+    if _is_sqlite(args.data_dir, config):
+        info = await asyncio.to_thread(backup_sqlite, _sqlite_path(args.data_dir, config), args.out)
+    else:
+        store = await _open(args.data_dir, config)
+        try:
+            info = await backup_store(store, args.out)
+        finally:
+            await store.close()
     print(
         f"backed up store {info.identity.store_id} (revision {info.revision}, {info.keys} "
         f"keys, {info.devices} devices) to {args.out}"
@@ -255,9 +269,18 @@ async def _restore(args: argparse.Namespace) -> int:
     config = _config(args.data_dir)
     paths = HubPaths.of(args.data_dir)
     with data_dir_lock(paths.data_dir, purpose="hub restore"):
-        info = await asyncio.to_thread(
-            restore_sqlite, args.source, _sqlite_path(args.data_dir, config), paths.data_dir
-        )
+        if _is_sqlite(args.data_dir, config):
+            info = await asyncio.to_thread(
+                restore_sqlite, args.source, _sqlite_path(args.data_dir, config), paths.data_dir
+            )
+        else:
+            store = await open_store(
+                config.store, data_dir=paths.data_dir, etcd_tls=config.etcd.tls(paths.data_dir)
+            )
+            try:
+                info = await restore_store(args.source, store, paths.data_dir, where=config.store)
+            finally:
+                await store.close()
     print(
         f"restored store {info.identity.store_id} at revision {info.revision} "
         f"({info.keys} keys, {info.devices} devices) from {args.source}"
