@@ -52,10 +52,12 @@ from hub.observing import (
 )
 from hub.projecting import Projector
 from hub.registering import add_servicer
+from hub.replicas import LeaderWrites, reload_cache, replica_identity
 from hub.rollouts import RolloutController
 from hub.sessions import Sessions
-from hub.store import Store, open_hub_store
+from hub.store import EtcdStore, Store, open_hub_store
 from hub.store.compacting import Compactor
+from hub.store.electing import Elector, FencedStore, LeaderOnly
 from hub.store.identity import data_dir_lock
 from hub.syncing import DeviceServicer
 from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
@@ -99,13 +101,21 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         store = await open_hub_store(
             config.store or None, data_dir=paths.data_dir, etcd_tls=config.etcd.tls(paths.data_dir)
         )
+    replicated = isinstance(store, EtcdStore)
     store = InstrumentedStore(store, metrics)
     cache = await Cache.load(store)
     sessions = Sessions()
     metrics.watch(cache, sessions)
     roots = load_roots(paths.data_dir)
     writer = DeviceWriter(store, cache)
-    projector = Projector(store, cache, sessions, region=config.region)
+    # Replicas on etcd: the controllers write only while this replica leads (hub.replicas).
+    elector = (
+        Elector(store, identity=replica_identity(), ttl=config.etcd.leader_lease_s)
+        if replicated
+        else None
+    )
+    controller_store: Store = store if elector is None else FencedStore(store, elector)
+    projector = Projector(controller_store, cache, sessions, region=config.region)
     ctx = HubContext(
         paths=paths,
         config=config,
@@ -116,10 +126,19 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         projector=projector,
         sessions=sessions,
         blobs=ArtifactStore(paths.data_dir / "blobs"),
-        rollouts=RolloutController(store, cache, projector, writer),
+        rollouts=RolloutController(controller_store, cache, projector, writer),
         metrics=metrics,
+        elector=elector,
     )
     install_roots(ctx, roots)
+    if elector is not None:
+
+        async def elected() -> None:
+            await reload_cache(cache, store, sessions)
+            install_roots(ctx, roots)
+            projector.mark_all()
+
+        elector.on_elected = elected
     return ctx
 
 
@@ -149,7 +168,10 @@ async def start_server(
     """Start the gRPC server (not the controllers); ports 0 pick free ones."""
     listen = listen or ctx.config.listen
     enroll_listen = enroll_listen or enrollment_address(listen)
-    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[MetricsInterceptor(ctx.metrics)])
+    interceptors: list[grpc.aio.ServerInterceptor] = [MetricsInterceptor(ctx.metrics)]
+    if ctx.elector is not None:
+        interceptors.append(LeaderWrites(ctx.elector))
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
     devices = DeviceServicer(ctx)
     # Not the generated add_*_to_server: malformed messages must get INVALID_ARGUMENT.
     add_servicer(server, devices, device_pb2.DESCRIPTOR.services_by_name["DeviceService"])
@@ -256,21 +278,29 @@ async def _serve(
         flush=True,
     )
     ctx.projector.mark_all()
-    components: list[Component] = [
-        ctx.writer,
+    elector = ctx.elector
+    controller_store: Store = ctx.store if elector is None else FencedStore(ctx.store, elector)
+    controllers: list[Component] = [
         ctx.projector,
         Lifecycle(ctx, running.devices.last_seen),
-        LeaseExpiry(ctx.store),
+        LeaseExpiry(controller_store),
         Compactor(
-            ctx.store,
+            controller_store,
             period=ctx.config.history.compaction_period_s,
             retention=ctx.config.history.retention_s,
         ),
+    ]
+    if ctx.rollouts is not None:
+        controllers.append(ctx.rollouts)
+    if elector is not None:
+        elector.identity = replica_identity(f"port {running.port}")
+        controllers = [elector, *(LeaderOnly(c, elector) for c in controllers)]
+    components: list[Component] = [
+        ctx.writer,
+        *controllers,
         attestation,
         RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
     ]
-    if ctx.rollouts is not None:
-        components.append(ctx.rollouts)
     if metrics_listen is None:
         metrics_listen = ctx.config.metrics_listen
     if metrics_listen:

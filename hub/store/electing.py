@@ -23,7 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 
 from edgefleet.errors import CompareFailed, LeaseNotFound, StoreError
 from edgefleet.logs import get_logger
@@ -55,10 +55,21 @@ class Elector:
 
     name = "leader-election"
 
-    def __init__(self, store: Store, *, identity: str, ttl: float) -> None:
+    def __init__(
+        self,
+        store: Store,
+        *,
+        identity: str,
+        ttl: float,
+        on_elected: Callable[[], Awaitable[None]] | None = None,
+    ) -> None:
         self.store = store
         self.identity = identity
         self.ttl = ttl
+        self.on_elected = on_elected
+        """Run once elected, before the term starts (a replica reloads its cache)."""
+        self.leader = ""
+        """Who leads, as last seen (the leader key's value); empty: not known."""
         self.term = 0
         """The mod revision of our leader key while we lead; 0 when we do not."""
         self._changed = asyncio.Condition()
@@ -110,7 +121,14 @@ class Elector:
             await self.store.revoke(self._lease)
             self._lease = NO_LEASE
             return 0
+        if self.on_elected is not None:
+            try:
+                await self.on_elected()
+            except BaseException:
+                await self._resign()
+                raise
         log.info("leading", identity=self.identity, term=term, lease_ttl_s=self.ttl)
+        self.leader = self.identity
         await self._set_term(term)
         return term
 
@@ -133,14 +151,19 @@ class Elector:
                     log.warning("leadership lost", identity=self.identity, term=term, why=str(exc))
                     break
         self._lease = NO_LEASE
+        self.leader = ""
         await self._set_term(0)
 
     async def _follow(self, stop: asyncio.Event) -> None:
         """Wait until the leader key goes (or a while: then campaign again anyway)."""
         current = await self.store.get(LEADER_KEY)
         if current is None:
+            self.leader = ""
             return
-        log.info("following", leader=current.value.decode(errors="replace"))
+        leader = current.value.decode(errors="replace")
+        if leader != self.leader:
+            log.info("following", leader=leader)
+        self.leader = leader
         watch = self.store.watch(LEADER_KEY, start_revision=current.mod_revision + 1)
         waiter = asyncio.ensure_future(_until_deleted(watch))
         stopper = asyncio.ensure_future(stop.wait())
