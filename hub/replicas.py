@@ -10,28 +10,40 @@ device writer), enrollment and admin reads. One replica leads (:mod:`hub.store.e
   so that every change the controllers act on is made where they run;
 * a replica that becomes leader first reloads its cache from the store (:func:`reload_cache`),
   as the previous leader may have changed anything since this replica started; then the
-  controllers project everything again.
+  controllers project everything again;
+* device records follow the store on every replica (:class:`ReplicaDevices`): a replica
+  writes the heartbeat time of the devices connected to it every ``heartbeatGrace / 4``
+  (a single hub keeps it in memory), and takes the records of devices connected elsewhere
+  from a watch, so that the leader's lifecycle controller judges every device by its last
+  message wherever it arrived.
 
-Not built yet: followers' caches following the store by a watch (a follower's admin reads
-show what it loaded at start plus its own devices), and devices and edgectl failing over
-between replicas' addresses.
+Not built yet: the rest of a follower's cache following the store by a watch (a follower's
+admin reads of deployments and rollouts show what it loaded at start), and devices and
+edgectl failing over between replicas' addresses. Writes to one device record by two
+replicas (a heartbeat here, a phase change by the leader) are last-writer-wins.
 """
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
 import grpc
 
 from edgefleet.logs import get_logger
+from edgefleet.supervising import wait_for_stop
+from hub import storekeys
 from hub.caching import Cache
+from hub.devices import Device
+from hub.projecting import Projector
 from hub.sessions import Sessions
 from hub.store.electing import Elector
-from hub.store.protocol import Store
+from hub.store.protocol import EventType, Store
+from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
 
@@ -103,3 +115,80 @@ class LeaderWrites(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if handler.stream_unary is not None:
             return grpc.stream_unary_rpc_method_handler(refuse, **kwargs)
         return grpc.unary_unary_rpc_method_handler(refuse, **kwargs)
+
+
+class ReplicaDevices:
+    """The ``replica-devices`` component (every replica on etcd; see the module doc)."""
+
+    name = "replica-devices"
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        cache: Cache,
+        sessions: Sessions,
+        writer: DeviceWriter,
+        projector: Projector,
+        last_seen: Mapping[str, float],
+        grace_s: float,
+    ) -> None:
+        self.store = store
+        self.cache = cache
+        self.sessions = sessions
+        self.writer = writer
+        self.projector = projector
+        self.last_seen = last_seen
+        self.period = grace_s / 4
+
+    def _local(self, name: str) -> bool:
+        return self.sessions.get(name) is not None
+
+    def _take(self, name: str, device: Device | None) -> None:
+        """A record written elsewhere, for a device not connected here."""
+        if self._local(name):
+            return
+        old = self.cache.devices.get(name)
+        if device is None:
+            if self.cache.devices.pop(name, None) is not None:
+                self.projector.mark([name])
+            return
+        self.cache.devices[name] = device
+        if old is None or old.with_(last_heartbeat=None) != device.with_(last_heartbeat=None):
+            self.projector.mark([name])  # not only a heartbeat: project it again
+
+    async def _follow(self) -> None:
+        listed = await self.store.range(storekeys.DEVICES)
+        for kv in listed.kvs:
+            self._take(kv.key[len(storekeys.DEVICES) :], _device(kv.value))
+        async for event in self.store.watch(storekeys.DEVICES, listed.revision + 1):
+            name = event.kv.key[len(storekeys.DEVICES) :]
+            self._take(name, None if event.type is EventType.DELETE else _device(event.kv.value))
+
+    def record_heartbeats(self) -> list[str]:
+        """Queue the heartbeat times of connected devices not written for a while; the names."""
+        due = []
+        for name, seen in self.last_seen.items():
+            device = self.cache.devices.get(name)
+            if device is None or not self._local(name):
+                continue
+            if (device.last_heartbeat or 0) < seen - self.period:
+                due.append(name)
+                self.writer.update(device.with_(last_heartbeat=seen))
+        return due
+
+    async def run(self, stop: asyncio.Event) -> None:
+        follower = asyncio.ensure_future(self._follow())
+        try:
+            while not await wait_for_stop(stop, self.period):
+                if follower.done():
+                    follower.result()  # it failed (compacted, store gone): raise, be restarted
+                    return
+                self.record_heartbeats()
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+
+
+def _device(value: bytes) -> Device:
+    return Device.from_json(storekeys.loads(value))

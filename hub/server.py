@@ -52,7 +52,7 @@ from hub.observing import (
 )
 from hub.projecting import Projector
 from hub.registering import add_servicer
-from hub.replicas import LeaderWrites, reload_cache, replica_identity
+from hub.replicas import LeaderWrites, ReplicaDevices, reload_cache, replica_identity
 from hub.rollouts import RolloutController
 from hub.sessions import Sessions
 from hub.store import EtcdStore, Store, open_hub_store
@@ -295,6 +295,17 @@ async def _serve(
     if elector is not None:
         elector.identity = replica_identity(f"port {running.port}")
         controllers = [elector, *(LeaderOnly(c, elector) for c in controllers)]
+        controllers.append(
+            ReplicaDevices(
+                store=ctx.store,
+                cache=ctx.cache,
+                sessions=ctx.sessions,
+                writer=ctx.writer,
+                projector=ctx.projector,
+                last_seen=running.devices.last_seen,
+                grace_s=ctx.config.devices.heartbeat_grace_s,
+            )
+        )
     components: list[Component] = [
         ctx.writer,
         *controllers,
