@@ -262,7 +262,7 @@ async def init_hub(
 
     ``store`` (empty: SQLite in ``data_dir``) and ``etcd`` (TLS to etcd) go into hub.toml; an
     etcd store's namespace must not hold a hub yet (more replicas of a hub: copies of its
-    data directory, docs/operating.md)."""
+    data directory, docs/etcd.md)."""
     _check_empty(data_dir)
     now = now or datetime.now(UTC)
     paths = HubPaths.of(data_dir)

@@ -21,7 +21,7 @@ import pytest
 ETCD = shutil.which("etcd") or ("/usr/bin/etcd" if os.path.exists("/usr/bin/etcd") else None)
 SKIP_REASON = "etcd is not installed (scripts/install-system-deps installs etcd-server; CI has it)"
 
-# What a hub's etcd runs with (docs/operating.md): the device writer's batches are large.
+# What a hub's etcd runs with (docs/etcd.md): the device writer's batches are large.
 HUB_ETCD_FLAGS = ["--max-txn-ops", "10000", "--max-request-bytes", "33554432"]
 
 

@@ -24,7 +24,7 @@ it may or may not have been applied).
 
 etcd bounds a transaction (``--max-txn-ops``, default 128; ``--max-request-bytes``, default
 1.5 MiB); the hub's device writer batches more than that, so etcd for a hub runs with
-``--max-txn-ops 10000 --max-request-bytes 33554432`` (docs/operating.md), and a refused
+``--max-txn-ops 10000 --max-request-bytes 33554432`` (docs/etcd.md), and a refused
 transaction is a StoreError saying so.
 """
 
@@ -204,7 +204,7 @@ class EtcdStore:
         if "too many operations in txn" in details or "request is too large" in details:
             return StoreError(
                 f"etcd refused {what}: {details} (run etcd with --max-txn-ops 10000 "
-                "--max-request-bytes 33554432; docs/operating.md)"
+                "--max-request-bytes 33554432; docs/etcd.md)"
             )
         return StoreError(f"etcd: {what}: {code.name}: {details}")
 
