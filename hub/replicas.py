@@ -17,10 +17,13 @@ device writer), enrollment and admin reads. One replica leads (:mod:`hub.store.e
   from a watch, so that the leader's lifecycle controller judges every device by its last
   message wherever it arrived.
 
-Not built yet: the rest of a follower's cache following the store by a watch (a follower's
-admin reads of deployments and rollouts show what it loaded at start), and devices and
-edgectl failing over between replicas' addresses. Writes to one device record by two
-replicas (a heartbeat here, a phase change by the leader) are last-writer-wins.
+* a follower's cache follows the leader's writes (:class:`CacheFollower`: objects, models,
+  desired state, revisions, rollouts, revocations, events), so admin reads on any replica
+  show the fleet as the leader changes it.
+
+Not built yet: devices and edgectl failing over between replicas' addresses. Writes to one
+device record by two replicas (a heartbeat here, a phase change by the leader) are
+last-writer-wins.
 """
 
 from __future__ import annotations
@@ -40,9 +43,11 @@ from hub import storekeys
 from hub.caching import Cache
 from hub.devices import Device
 from hub.projecting import Projector
+from hub.rolling import Revision, RolloutState
 from hub.sessions import Sessions
 from hub.store.electing import Elector
-from hub.store.protocol import EventType, Store
+from hub.store.identity import IDENTITY_KEY
+from hub.store.protocol import Event, EventType, Store
 from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
@@ -192,3 +197,97 @@ class ReplicaDevices:
 
 def _device(value: bytes) -> Device:
     return Device.from_json(storekeys.loads(value))
+
+
+class CacheFollower:
+    """The ``cache-follower`` component: while its replica follows, the leader's writes reach
+    the cache through a watch (devices: :class:`ReplicaDevices`). A replica reloads its cache
+    when elected, so this stops during a term and starts again after it."""
+
+    name = "cache-follower"
+
+    def __init__(self, store: Store, cache: Cache, sessions: Sessions, elector: Elector) -> None:
+        self.store = store
+        self.cache = cache
+        self.sessions = sessions
+        self.elector = elector
+        self.applied = 0
+        """Events applied (for tests and metrics)."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if self.elector.leading:  # the leader's cache is its own: wait for the term's end
+                await _race(stop.wait(), self.elector.wait_term_over(self.elector.term))
+                continue
+            follow = asyncio.ensure_future(self._follow())
+            await _race(follow, stop.wait(), self.elector.wait_leading())
+            if follow.done() and not follow.cancelled() and not stop.is_set():
+                follow.result()  # the watch failed (compacted, store gone): raise, be restarted
+
+    async def _follow(self) -> None:
+        start = (await self.store.range(IDENTITY_KEY)).revision
+        await reload_cache(self.cache, self.store, self.sessions)
+        async for event in self.store.watch("/", start + 1):
+            self.apply(event)
+
+    def apply(self, event: Event) -> None:
+        key, put = event.kv.key, event.type is EventType.PUT
+        value = event.kv.value
+        c = self.cache
+        if key.startswith(storekeys.OBJECTS):
+            kind, _, name = key[len(storekeys.OBJECTS) :].partition("/")
+            if put:
+                c.put_object(storekeys.manifest_of(value), event.kv.mod_revision)
+            else:
+                c.drop_object(kind, name)
+        elif key.startswith(storekeys.MODELS):
+            name, _, version = key[len(storekeys.MODELS) :].rpartition("/")
+            if put:
+                model = storekeys.ModelRecord.from_json(storekeys.loads(value))
+                c.models[(model.name, model.version)] = model
+            else:
+                c.models.pop((name, version), None)
+        elif key.startswith(storekeys.DESIRED):
+            name = key[len(storekeys.DESIRED) :]
+            if put:
+                c.desired[name] = storekeys.DesiredRecord.from_json(storekeys.loads(value))
+            else:
+                c.desired.pop(name, None)
+        elif key.startswith(storekeys.REVISIONS):
+            deployment, _, number = key[len(storekeys.REVISIONS) :].rpartition("/")
+            if put:
+                rev = Revision.from_json(storekeys.loads(value))
+                c.revisions.setdefault(rev.deployment, {})[rev.number] = rev
+            elif number.isdigit():
+                c.revisions.get(deployment, {}).pop(int(number), None)
+        elif key.startswith(storekeys.ROLLOUTS):
+            deployment = key[len(storekeys.ROLLOUTS) :]
+            if put:
+                c.rollouts[deployment] = RolloutState.from_json(storekeys.loads(value))
+                c.rollout_revisions[deployment] = event.kv.mod_revision
+            else:
+                c.rollouts.pop(deployment, None)
+                c.rollout_revisions.pop(deployment, None)
+        elif key.startswith(storekeys.REVOKED):
+            serial = key[len(storekeys.REVOKED) :]
+            if put:
+                c.revoked[serial] = value.decode()
+            else:
+                c.revoked.pop(serial, None)
+        elif key.startswith(storekeys.EVENTS) and put:
+            c.events.append(storekeys.loads(value))
+        else:
+            return
+        self.applied += 1
+
+
+async def _race(*awaitables: Awaitable[object]) -> None:
+    """Wait for the first of ``awaitables`` to finish; cancel the others (and wait for them)."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -52,7 +52,13 @@ from hub.observing import (
 )
 from hub.projecting import Projector
 from hub.registering import add_servicer
-from hub.replicas import LeaderWrites, ReplicaDevices, reload_cache, replica_identity
+from hub.replicas import (
+    CacheFollower,
+    LeaderWrites,
+    ReplicaDevices,
+    reload_cache,
+    replica_identity,
+)
 from hub.rollouts import RolloutController
 from hub.sessions import Sessions
 from hub.store import EtcdStore, Store, open_hub_store
@@ -295,6 +301,7 @@ async def _serve(
     if elector is not None:
         elector.identity = replica_identity(f"port {running.port}")
         controllers = [elector, *(LeaderOnly(c, elector) for c in controllers)]
+        controllers.append(CacheFollower(ctx.store, ctx.cache, ctx.sessions, elector))
         controllers.append(
             ReplicaDevices(
                 store=ctx.store,

@@ -13,9 +13,10 @@ from pathlib import Path
 from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
 
+from hub import storekeys
 from hub.devices import Device, DevicePhase
 from hub.initializing import init_hub
-from hub.replicas import ReplicaDevices
+from hub.replicas import CacheFollower, ReplicaDevices
 from hub.server import build_context
 from hub.store import EtcdStore
 
@@ -77,3 +78,39 @@ async def test_device_records_and_heartbeats_reach_the_other_replicas(
         await asyncio.gather(*tasks)
         for ctx in contexts:
             await ctx.store.close()
+
+
+@async_test
+async def test_a_followers_cache_follows_the_leaders_writes(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    url = f"etcd://{etcd_server.endpoint}{etcd_namespace}"
+    await init_hub(tmp_path / "r0", region="eu", store=url)
+    store = await EtcdStore.open([etcd_server.endpoint], namespace=etcd_namespace)
+    ctx = await build_context(tmp_path / "r0", store=store)
+    assert ctx.elector is not None and not ctx.elector.leading  # its elector is not running
+    follower = CacheFollower(ctx.store, ctx.cache, ctx.sessions, ctx.elector)
+    stop = asyncio.Event()
+    task = asyncio.create_task(follower.run(stop))
+    manifest = storekeys.object_value(
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": "d1"},
+            "spec": {"model": {"name": "m", "version": "1.0.0"}, "replicas": {"perDevice": 1}},
+        }
+    )
+    try:
+        key = storekeys.object_key("ModelDeployment", "d1")
+        await eventually(lambda: follower.applied == 0 and ctx.cache.stored == {}, 10)
+        revision = await ctx.store.put(key, manifest)  # as the leader would
+        await eventually(lambda: "d1" in ctx.cache.deployments, 10)
+        assert ctx.cache.stored[("ModelDeployment", "d1")].revision == revision
+        await ctx.store.put(storekeys.revoked_key("0abc"), b"cam-9")
+        await eventually(lambda: ctx.cache.revoked.get("0abc") == "cam-9", 10)
+        await ctx.store.delete(key)
+        await eventually(lambda: "d1" not in ctx.cache.deployments, 10)
+    finally:
+        stop.set()
+        await task
+        await ctx.store.close()

@@ -1,7 +1,7 @@
 """Hub replicas: three real ``hub serve`` processes on one real etcd (copies of one data
-directory). One leads (its controllers run); the others serve reads and refuse admin writes,
-naming the leader; the leader killed with kill -9, another leads within the lease TTL + 2 s
-and takes admin writes."""
+directory). One leads (its controllers run); the others serve reads (following the leader's
+writes) and refuse admin writes, naming the leader; the leader killed with kill -9, another
+leads within the lease TTL + 2 s and takes admin writes."""
 
 from __future__ import annotations
 
@@ -137,6 +137,10 @@ async def test_one_replica_leads_the_others_serve_reads_and_the_leader_fails_ove
         assert f"port {leader.port}" in (refused.value.details() or "")
         assert "first" in await _names(leader)
         assert "refused" not in await _names(leader)
+        deadline = time.monotonic() + 15  # followers' caches follow the leader's writes
+        while "first" not in await _names(follower):
+            assert time.monotonic() < deadline, "a follower never showed the leader's write"
+            await asyncio.sleep(0.1)
 
         leader.proc.kill()  # kill -9: its lease must expire
         killed = time.monotonic()
