@@ -112,6 +112,15 @@ class EtcdTls:
         )
 
 
+class _Stubs:
+    """The etcd services on one channel (made once: a stub builds its calls when made)."""
+
+    def __init__(self, channel: grpc.aio.Channel) -> None:
+        self.kv = rpc.KVStub(channel)
+        self.lease = rpc.LeaseStub(channel)
+        self.watch = rpc.WatchStub(channel)
+
+
 def _bytes_prefix_end(prefix: bytes) -> bytes:
     """etcd's range end for every key starting with ``prefix`` (b"\\0": to the end)."""
     end = bytearray(prefix)
@@ -146,6 +155,7 @@ class EtcdStore:
             else grpc.aio.insecure_channel(e, options=CHANNEL_OPTIONS)
             for e in self.endpoints
         ]
+        self._stubs = [_Stubs(ch) for ch in self._channels]
         self._current = 0
         self._watching = 0
         self._closed = False
@@ -208,16 +218,14 @@ class EtcdStore:
             )
         return StoreError(f"etcd: {what}: {code.name}: {details}")
 
-    async def _call(
-        self, what: str, call: Callable[[grpc.aio.Channel], Awaitable[T]], *, retry: bool
-    ) -> T:
+    async def _call(self, what: str, call: Callable[[_Stubs], Awaitable[T]], *, retry: bool) -> T:
         """One call on the current endpoint; a read (``retry``) tries every endpoint once."""
         if self._closed:
             raise StoreError("the store is closed")
         attempts = len(self._channels) if retry else 1
         for attempt in range(attempts):
             try:
-                return await call(self._channels[self._current])
+                return await call(self._stubs[self._current])
             except grpc.aio.AioRpcError as exc:
                 error = self._fail(exc, what)
                 if not isinstance(error, StoreUnavailable) or attempt == attempts - 1:
@@ -231,7 +239,7 @@ class EtcdStore:
         request = rpc.RangeRequest(key=self._key(key))
         response = await self._call(
             "get",
-            lambda ch: rpc.KVStub(ch).Range(request, timeout=self.timeout),
+            lambda st: st.kv.Range(request, timeout=self.timeout),
             retry=True,
         )
         return self._kv(response.kvs[0]) if response.kvs else None
@@ -252,8 +260,8 @@ class EtcdStore:
                 return RangeResult(tuple(kvs), revision)
             start = bytes(response.kvs[-1].key) + b"\0"
 
-    def _ranger(self, request: Any) -> Callable[[grpc.aio.Channel], Awaitable[Any]]:
-        return lambda ch: rpc.KVStub(ch).Range(request, timeout=self.timeout)
+    def _ranger(self, request: Any) -> Callable[[_Stubs], Awaitable[Any]]:
+        return lambda st: st.kv.Range(request, timeout=self.timeout)
 
     # Writes
 
@@ -286,7 +294,7 @@ class EtcdStore:
         )
         try:
             response = await self._call(
-                what, lambda ch: rpc.KVStub(ch).Txn(request, timeout=self.timeout), retry=False
+                what, lambda st: st.kv.Txn(request, timeout=self.timeout), retry=False
             )
         except StoreError as exc:
             if "requested lease not found" in str(exc):
@@ -316,8 +324,20 @@ class EtcdStore:
         expect_mod_revision: int | None = None,
         lease: LeaseId = NO_LEASE,
     ) -> int:
-        compares = [] if expect_mod_revision is None else [Compare(key, expect_mod_revision)]
-        return await self.txn(compares, [Put(key, value, lease)])
+        if expect_mod_revision is not None:
+            return await self.txn([Compare(key, expect_mod_revision)], [Put(key, value, lease)])
+        check_ops([Put(key, value, lease)])
+        request = rpc.PutRequest(key=self._key(key), value=value, lease=lease)
+        try:
+            response = await self._call(
+                "put", lambda st: st.kv.Put(request, timeout=self.timeout), retry=False
+            )
+        except StoreError as exc:
+            if "requested lease not found" in str(exc):
+                raise LeaseNotFound(lease) from None
+            raise
+        revision: int = response.header.revision
+        return revision
 
     async def delete(self, key: str, *, expect_mod_revision: int | None = None) -> int | None:
         check_key(key)
@@ -345,7 +365,7 @@ class EtcdStore:
             raise StoreError("the store is closed")
         key, end = self._bounds(prefix)
         endpoint = self.endpoints[self._current]
-        call = rpc.WatchStub(self._channels[self._current]).Watch()
+        call = self._stubs[self._current].watch.Watch()
         created = False
         try:
             try:
@@ -392,7 +412,7 @@ class EtcdStore:
         request = rpc.LeaseGrantRequest(TTL=max(1, math.ceil(ttl)))
         response = await self._call(
             "lease grant",
-            lambda ch: rpc.LeaseStub(ch).LeaseGrant(request, timeout=self.timeout),
+            lambda st: st.lease.LeaseGrant(request, timeout=self.timeout),
             retry=False,
         )
         if response.error:
@@ -400,8 +420,8 @@ class EtcdStore:
         return LeaseId(response.ID)
 
     async def keepalive(self, lease: LeaseId) -> None:
-        async def once(ch: grpc.aio.Channel) -> Any:
-            call = rpc.LeaseStub(ch).LeaseKeepAlive(timeout=self.timeout)
+        async def once(st: _Stubs) -> Any:
+            call = st.lease.LeaseKeepAlive(timeout=self.timeout)
             try:
                 await call.write(rpc.LeaseKeepAliveRequest(ID=lease))
                 return await call.read()
@@ -417,7 +437,7 @@ class EtcdStore:
         try:
             response = await self._call(
                 "lease revoke",
-                lambda ch: rpc.LeaseStub(ch).LeaseRevoke(request, timeout=self.timeout),
+                lambda st: st.lease.LeaseRevoke(request, timeout=self.timeout),
                 retry=False,
             )
         except StoreError as exc:
@@ -436,7 +456,7 @@ class EtcdStore:
         request = rpc.LeaseTimeToLiveRequest(ID=lease)
         response = await self._call(
             "lease time to live",
-            lambda ch: rpc.LeaseStub(ch).LeaseTimeToLive(request, timeout=self.timeout),
+            lambda st: st.lease.LeaseTimeToLive(request, timeout=self.timeout),
             retry=True,
         )
         if response.TTL <= 0:
@@ -450,7 +470,7 @@ class EtcdStore:
         try:
             await self._call(
                 "compact",
-                lambda ch: rpc.KVStub(ch).Compact(request, timeout=self.timeout),
+                lambda st: st.kv.Compact(request, timeout=self.timeout),
                 retry=False,
             )
         except StoreError as exc:
