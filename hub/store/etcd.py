@@ -36,10 +36,9 @@ import math
 from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import grpc
-from aetcd import rpc
 
 from edgefleet.errors import Compacted, CompareFailed, LeaseNotFound, StoreError, StoreUnavailable
 from edgefleet.logs import get_logger
@@ -60,6 +59,25 @@ from hub.store.protocol import (
 )
 
 log = get_logger(__name__)
+
+NEEDS_AETCD = (
+    "the etcd store needs the aetcd package, which is not installed: "
+    "pip install 'edgefleet[etcd]' (the Debian package has it)"
+)
+
+
+class _Missing:
+    def __getattr__(self, name: str) -> Any:
+        raise StoreUnavailable(NEEDS_AETCD)
+
+
+if TYPE_CHECKING:
+    from aetcd import rpc
+else:
+    try:
+        from aetcd import rpc
+    except ImportError:  # a device: the hub's etcd store is an extra (edgefleet[etcd])
+        rpc = _Missing()
 
 T = TypeVar("T")
 
@@ -145,6 +163,8 @@ class EtcdStore:
     ) -> None:
         if not endpoints:
             raise StoreError("an etcd store needs at least one endpoint (HOST:PORT)")
+        if isinstance(rpc, _Missing):
+            raise StoreUnavailable(NEEDS_AETCD)
         self.endpoints = tuple(endpoints)
         self.namespace = namespace
         self.timeout = timeout

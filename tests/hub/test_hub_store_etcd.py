@@ -5,6 +5,8 @@ and clear refusals. The Store contract itself runs on etcd in test_hub_store.py.
 from __future__ import annotations
 
 import asyncio
+import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -173,3 +175,21 @@ async def test_tls_with_a_client_certificate(tls_etcd: tuple[EtcdServer, Path]) 
         with pytest.raises(StoreError):
             bad = await EtcdStore.open([server.endpoint], tls=no, timeout=3)
             await bad.close()
+
+
+def test_without_aetcd_the_hub_runs_and_etcd_is_refused_saying_why(tmp_path: Path) -> None:
+    """aetcd is the ``etcd`` extra (hubs); a device's install without it still imports."""
+    code = (
+        "import sys, asyncio; sys.modules['aetcd'] = None\n"
+        "from hub.store import open_store\n"
+        "from edgefleet.errors import StoreUnavailable\n"
+        "try:\n"
+        f"    asyncio.run(open_store('etcd://127.0.0.1:1', data_dir={str(tmp_path)!r}))\n"
+        "except StoreUnavailable as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert out.returncode == 0, out.stderr
+    assert "pip install 'edgefleet[etcd]'" in out.stdout
