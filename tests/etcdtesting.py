@@ -43,22 +43,38 @@ class EtcdServer:
     """``EtcdServer(dir).start()``; ``endpoint`` is HOST:PORT for clients; ``stop()``."""
 
     def __init__(
-        self, directory: Path, *, extra: list[str] | None = None, scheme: str = "http"
+        self,
+        directory: Path,
+        *,
+        extra: list[str] | None = None,
+        scheme: str = "http",
+        name: str = "test",
     ) -> None:
         self.binary = require_etcd()
         self.scheme = scheme
         self.directory = directory
         self.extra = extra or []
+        self.name = name
         self.client_port = free_port()
         self.peer_port = free_port()
         self.metrics_port = free_port()
         self.process: subprocess.Popen[bytes] | None = None
+        self.initial_cluster = ""
 
     @property
     def endpoint(self) -> str:
         return f"127.0.0.1:{self.client_port}"
 
+    @property
+    def peer_url(self) -> str:
+        return f"http://127.0.0.1:{self.peer_port}"
+
     def start(self, *, ready_within: float = 60.0) -> EtcdServer:
+        self.launch()
+        self.wait_healthy(ready_within)
+        return self
+
+    def launch(self) -> None:
         self.directory.mkdir(parents=True, exist_ok=True)
         peer = f"http://127.0.0.1:{self.peer_port}"
         client = f"{self.scheme}://127.0.0.1:{self.client_port}"
@@ -66,13 +82,13 @@ class EtcdServer:
         self.process = subprocess.Popen(
             [
                 self.binary,
-                "--name=test",
+                f"--name={self.name}",
                 f"--data-dir={self.directory / 'data'}",
                 f"--listen-client-urls={client}",
                 f"--advertise-client-urls={client}",
                 f"--listen-peer-urls={peer}",
                 f"--initial-advertise-peer-urls={peer}",
-                f"--initial-cluster=test={peer}",
+                f"--initial-cluster={self.initial_cluster or f'{self.name}={peer}'}",
                 f"--listen-metrics-urls=http://127.0.0.1:{self.metrics_port}",
                 *HUB_ETCD_FLAGS,
                 *self.extra,
@@ -82,6 +98,9 @@ class EtcdServer:
             env=_environment(),
         )
         log.close()
+
+    def wait_healthy(self, ready_within: float) -> None:
+        assert self.process is not None
         deadline = time.monotonic() + ready_within
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
@@ -90,7 +109,7 @@ class EtcdServer:
                 url = f"http://127.0.0.1:{self.metrics_port}/health"
                 with urllib.request.urlopen(url, timeout=2) as response:
                     if b'"health":"true"' in response.read():
-                        return self
+                        return
             time.sleep(0.1)
         self.stop()
         raise RuntimeError(f"etcd did not become healthy: {self.log_tail()}")
@@ -109,6 +128,23 @@ class EtcdServer:
                 self.process.kill()
                 self.process.wait()
         self.process = None
+
+
+def start_cluster(directory: Path, size: int = 3) -> list[EtcdServer]:
+    """A ``size``-member etcd cluster on loopback (members started together, then awaited)."""
+    members = [EtcdServer(directory / f"m{i}", name=f"m{i}") for i in range(size)]
+    cluster = ",".join(f"{m.name}={m.peer_url}" for m in members)
+    try:
+        for m in members:
+            m.initial_cluster = cluster
+            m.launch()
+        for m in members:
+            m.wait_healthy(90)
+    except BaseException:
+        for m in members:
+            m.stop()
+        raise
+    return members
 
 
 def _environment() -> dict[str, str]:
