@@ -11,18 +11,20 @@ from datetime import UTC, datetime
 from pathlib import Path
 
 from edgefleet.configfiles import address_option, duration_option
-from edgefleet.errors import ConfigError, EdgefleetError, HubDirError
+from edgefleet.errors import ConfigError, EdgefleetError, HubDirError, StoreError
 from edgefleet.logs import configure_logging
 from edgefleet.versioning import version_text
 from hub import pki, tokens
 from hub.config import DEFAULT_PORT, DEFAULT_REGION, HubConfig, load_config
 from hub.initializing import HubPaths, init_hub
-from hub.store import Store, default_store_url, open_hub_store, parse_store_url
+from hub.store import Store, default_store_url, open_hub_store, open_store, parse_store_url
 from hub.store.identity import (
     StoreIdentityError,
     backup_sqlite,
+    backup_store,
     data_dir_lock,
     restore_sqlite,
+    restore_store,
 )
 
 
@@ -65,6 +67,13 @@ def _parser() -> argparse.ArgumentParser:
         help="make no trust root (the hub then refuses every artifact push)",
     )
 
+    init.add_argument(
+        "--store",
+        default="",
+        help="store URL (default: D/hub.db); etcd://HOST:PORT,...[/NAMESPACE] for replicas",
+    )
+    _etcd_tls_arguments(init)
+
     serve = sub.add_parser("serve", help="run the hub's gRPC services and controllers")
     serve.add_argument("--data-dir", type=Path, required=True, help="made by hub init")
     serve.add_argument(
@@ -78,11 +87,12 @@ def _parser() -> argparse.ArgumentParser:
         help="plain HTTP for /metrics, /healthz, /readyz (default: hub.toml metricsListen)",
     )  # fmt: skip
     serve.add_argument("--store", help="store URL (default: hub.toml store, else D/hub.db)")
+    _etcd_tls_arguments(serve)
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
 
     backup = sub.add_parser(
         "backup",
-        help="copy the store to a file (SQLite online backup: the hub may keep serving)",
+        help="copy the store to a file (a SQLite store file; the hub may keep serving)",
     )
     backup.add_argument("--data-dir", type=Path, required=True)
     backup.add_argument("--out", type=Path, required=True, metavar="FILE")
@@ -107,6 +117,22 @@ def _parser() -> argparse.ArgumentParser:
     return p
 
 
+def _etcd_tls_arguments(p: argparse.ArgumentParser) -> None:
+    p.add_argument(
+        "--etcd-ca", type=Path, metavar="FILE", help="CA of etcd's certificates (TLS to etcd)"
+    )
+    p.add_argument("--etcd-cert", type=Path, metavar="FILE", help="client certificate for etcd")
+    p.add_argument("--etcd-key", type=Path, metavar="FILE", help="its private key")
+
+
+def _etcd_flags(args: argparse.Namespace) -> dict[str, Path | None]:
+    return {
+        "ca_file": args.etcd_ca and args.etcd_ca.absolute(),
+        "cert_file": args.etcd_cert and args.etcd_cert.absolute(),
+        "key_file": args.etcd_key and args.etcd_key.absolute(),
+    }
+
+
 def _config(data_dir: Path) -> HubConfig:
     paths = HubPaths.of(data_dir)
     if not paths.config.exists():
@@ -115,11 +141,26 @@ def _config(data_dir: Path) -> HubConfig:
 
 
 async def _open(data_dir: Path, config: HubConfig) -> Store:
-    return await open_hub_store(config.store or None, data_dir=HubPaths.of(data_dir).data_dir)
+    d = HubPaths.of(data_dir).data_dir
+    return await open_hub_store(config.store or None, data_dir=d, etcd_tls=config.etcd.tls(d))
 
 
 async def _init(args: argparse.Namespace) -> int:
+    from hub.config import EtcdConfig
     from hub.trustsetup import choose_trust_setup, describe_trust, root_pin
+
+    store = args.store.strip()
+    if store:
+        parse_store_url(store)
+    flags = _etcd_flags(args)
+    etcd = EtcdConfig(
+        ca_file=str(flags["ca_file"] or ""),
+        cert_file=str(flags["cert_file"] or ""),
+        key_file=str(flags["key_file"] or ""),
+    )
+    if any(flags.values()) and not store.startswith("etcd:"):
+        raise StoreError("--etcd-ca, --etcd-cert and --etcd-key apply only to --store etcd://...")
+    etcd.tls(args.data_dir)  # both or neither, with a CA: refused before anything is made
 
     result = await init_hub(
         args.data_dir,
@@ -129,6 +170,8 @@ async def _init(args: argparse.Namespace) -> int:
         trust_setup=choose_trust_setup(
             no_trust_root=args.no_trust_root, trust_root=args.trust_root
         ),
+        store=store,
+        etcd=etcd,
     )
     print(f"hub initialised in {result.paths.data_dir} (region {result.region})")
     print(f"  edgectl config:   {result.paths.admin_config}")
@@ -200,9 +243,21 @@ def _sqlite_path(data_dir: Path, config: HubConfig) -> Path:
     return location.path
 
 
+def _is_sqlite(data_dir: Path, config: HubConfig) -> bool:
+    d = HubPaths.of(data_dir).data_dir
+    return parse_store_url(config.store or default_store_url(d)).scheme == "sqlite"
+
+
 async def _backup(args: argparse.Namespace) -> int:
     config = _config(args.data_dir)
-    info = await asyncio.to_thread(backup_sqlite, _sqlite_path(args.data_dir, config), args.out)
+    if _is_sqlite(args.data_dir, config):
+        info = await asyncio.to_thread(backup_sqlite, _sqlite_path(args.data_dir, config), args.out)
+    else:
+        store = await _open(args.data_dir, config)
+        try:
+            info = await backup_store(store, args.out)
+        finally:
+            await store.close()
     print(
         f"backed up store {info.identity.store_id} (revision {info.revision}, {info.keys} "
         f"keys, {info.devices} devices) to {args.out}"
@@ -214,9 +269,18 @@ async def _restore(args: argparse.Namespace) -> int:
     config = _config(args.data_dir)
     paths = HubPaths.of(args.data_dir)
     with data_dir_lock(paths.data_dir, purpose="hub restore"):
-        info = await asyncio.to_thread(
-            restore_sqlite, args.source, _sqlite_path(args.data_dir, config), paths.data_dir
-        )
+        if _is_sqlite(args.data_dir, config):
+            info = await asyncio.to_thread(
+                restore_sqlite, args.source, _sqlite_path(args.data_dir, config), paths.data_dir
+            )
+        else:
+            store = await open_store(
+                config.store, data_dir=paths.data_dir, etcd_tls=config.etcd.tls(paths.data_dir)
+            )
+            try:
+                info = await restore_store(args.source, store, paths.data_dir, where=config.store)
+            finally:
+                await store.close()
     print(
         f"restored store {info.identity.store_id} at revision {info.revision} "
         f"({info.keys} keys, {info.devices} devices) from {args.source}"
@@ -238,6 +302,7 @@ async def _serve(args: argparse.Namespace) -> int:
         enroll_listen=args.enroll_listen,
         store_url=args.store,
         metrics_listen=args.metrics_listen,
+        etcd_flags=_etcd_flags(args),
     )
 
 

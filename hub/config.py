@@ -7,6 +7,7 @@ with every default spelled out (:func:`default_config_text`).
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -23,7 +24,7 @@ from edgefleet.configfiles import (
     table,
 )
 from edgefleet.errors import StoreError
-from hub.store import parse_store_url
+from hub.store import EtcdTls, parse_store_url
 
 CONFIG_FILE_NAME = "hub.toml"
 DEFAULT_REGION = "default"
@@ -119,6 +120,47 @@ class HistoryConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class EtcdConfig:
+    """``[etcd]``: TLS to an etcd store (``store = "etcd://..."``); paths relative to the data
+    directory. TLS is on when ``caFile`` is set; ``certFile`` and ``keyFile`` (both or
+    neither) are this hub's client certificate for etcd's ``--client-cert-auth``."""
+
+    ca_file: str = ""
+    cert_file: str = ""
+    key_file: str = ""
+    leader_lease_s: float = 10.0
+    """Replicas on one etcd: a leader that stops renewing its lease for this long is replaced
+    (hub/store/electing.py)."""
+
+    def tls(
+        self,
+        data_dir: Path,
+        *,
+        ca_file: Path | None = None,
+        cert_file: Path | None = None,
+        key_file: Path | None = None,
+    ) -> EtcdTls | None:
+        """TLS to etcd from these settings, each overridden by the flag given for it."""
+
+        def pick(flag: Path | None, setting: str) -> Path | None:
+            if flag is not None:
+                return flag
+            return data_dir / setting if setting else None
+
+        ca = pick(ca_file, self.ca_file)
+        cert = pick(cert_file, self.cert_file)
+        key = pick(key_file, self.key_file)
+        if ca is None:
+            if cert is not None or key is not None:
+                raise StoreError(
+                    "etcd TLS: a client certificate and key need the CA of etcd's serving "
+                    "certificates too (etcd caFile, or --etcd-ca)"
+                )
+            return None
+        return EtcdTls(ca, cert, key)
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class HubConfig:
     region: str = DEFAULT_REGION
     listen: str = DEFAULT_LISTEN
@@ -132,6 +174,7 @@ class HubConfig:
     attestation: AttestationConfig = AttestationConfig()
     enrollment: EnrollmentConfig = EnrollmentConfig()
     history: HistoryConfig = HistoryConfig()
+    etcd: EtcdConfig = EtcdConfig()
 
 
 def _read_certificates(r: Reader) -> CertificatesConfig:
@@ -212,22 +255,45 @@ def _read_attestation(r: Reader) -> AttestationConfig:
     return config
 
 
+def _read_etcd(r: Reader, store: str) -> EtcdConfig:
+    d = EtcdConfig()
+    config = EtcdConfig(
+        ca_file=r.optional("caFile", as_str, d.ca_file),
+        cert_file=r.optional("certFile", as_str, d.cert_file),
+        key_file=r.optional("keyFile", as_str, d.key_file),
+        leader_lease_s=r.optional("leaderLease", positive_duration, d.leader_lease_s),
+    )
+    if not 2 <= config.leader_lease_s <= 600:
+        r.problems.add(r.at("leaderLease"), "must be from 2s to 10m")
+    if bool(config.cert_file) != bool(config.key_file):
+        r.problems.add(r.at("keyFile" if config.cert_file else "certFile"),
+                       "certFile and keyFile go together (both or neither)")  # fmt: skip
+    if (config.cert_file or config.key_file) and not config.ca_file:
+        r.problems.add(r.at("caFile"), "a client certificate needs caFile too")
+    is_etcd = store.startswith("etcd:")
+    if not is_etcd and (config.ca_file or config.cert_file or config.key_file):
+        r.problems.add(r.at("caFile"), "etcd TLS applies only to an etcd:// store")
+    return config
+
+
 def _optional_host_port(value: object) -> str:
     return "" if value == "" else host_port(value)
 
 
 def _read_config(r: Reader) -> HubConfig:
+    store = r.optional("store", _store_url, "")
     return HubConfig(
         region=r.optional("region", dns_label, DEFAULT_REGION),
         listen=r.optional("listen", host_port, DEFAULT_LISTEN),
         metrics_listen=r.optional("metricsListen", _optional_host_port, DEFAULT_METRICS_LISTEN),
-        store=r.optional("store", _store_url, ""),
+        store=store,
         certificates=_read_certificates(table(r, "certificates")),
         tokens=_read_tokens(table(r, "tokens")),
         devices=_read_devices(table(r, "devices")),
         attestation=_read_attestation(table(r, "attestation")),
         enrollment=_read_enrollment(table(r, "enrollment")),
         history=_read_history(table(r, "history")),
+        etcd=_read_etcd(table(r, "etcd"), store),
     )
 
 
@@ -239,15 +305,22 @@ def load_config(path: Path) -> HubConfig:
     return load_config_file(path, _read_config)
 
 
+def _toml_string(text: str) -> str:
+    return json.dumps(text)  # a JSON string is a TOML basic string
+
+
 def default_config_text(
     *,
     region: str = DEFAULT_REGION,
     listen: str = DEFAULT_LISTEN,
     metrics_listen: str = DEFAULT_METRICS_LISTEN,
+    store: str = "",
+    etcd: EtcdConfig | None = None,
 ) -> str:
-    """A commented ``hub.toml`` with every key at its default (and the given region)."""
+    """A commented ``hub.toml`` with every key at its default (and the given region, store
+    and etcd settings)."""
     c, t, d, a = CertificatesConfig(), TokensConfig(), DevicesConfig(), AttestationConfig()
-    e, h = EnrollmentConfig(), HistoryConfig()
+    e, h, x = EnrollmentConfig(), HistoryConfig(), etcd or EtcdConfig()
     reserved = ", ".join(f'"{k}"' for k in e.reserved_labels)
     return f"""\
 # hub.toml: the configuration of this edgefleet hub. Every key is optional.
@@ -260,8 +333,8 @@ listen = "{listen}"
 # loopback unless scrapers elsewhere are trusted. Empty: no such listener.
 metricsListen = "{metrics_listen}"
 # The store: sqlite:///ABSOLUTE/PATH (empty: hub.db in the data directory) or
-# etcd://HOST:PORT,HOST:PORT (not built yet).
-store = ""
+# etcd://HOST:PORT,HOST:PORT[/NAMESPACE] (hub replicas on one etcd cluster; see [etcd]).
+store = {_toml_string(store)}
 
 [certificates]
 # How long certificates signed by the hub CA are valid. Devices renew theirs at 70-90%.
@@ -309,4 +382,13 @@ perTokenFailureBurst = {e.per_token_failure_burst}
 # recently (older: they relist). Compacted every compactionPeriod.
 retention = "{format_duration(h.retention_s)}"
 compactionPeriod = "{format_duration(h.compaction_period_s)}"
+
+[etcd]
+# With an etcd:// store: TLS to etcd (paths relative to this directory; empty caFile: no
+# TLS), and this hub's client certificate and key for etcd's --client-cert-auth.
+caFile = {_toml_string(x.ca_file)}
+certFile = {_toml_string(x.cert_file)}
+keyFile = {_toml_string(x.key_file)}
+# Hub replicas on one etcd: a leader that stops renewing its lease this long is replaced.
+leaderLease = "{format_duration(x.leader_lease_s)}"
 """

@@ -22,6 +22,7 @@ from hub.projecting import Projector
 from hub.rollouts import RolloutController
 from hub.sessions import Sessions
 from hub.store import Store
+from hub.store.electing import Elector
 from hub.writing import DeviceWriter
 
 
@@ -40,6 +41,7 @@ class HubContext:
     rollouts: RolloutController | None = None  # hub.rollouts; None: no rollout controller
     clock: Callable[[], float] = field(default=time.time)
     metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.observing
+    elector: Elector | None = None  # hub replicas on etcd (hub.replicas); None: the only hub
 
     @property
     def region(self) -> str:

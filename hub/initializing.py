@@ -37,11 +37,12 @@ from hub.config import (
     CONFIG_FILE_NAME,
     DEFAULT_PORT,
     CertificatesConfig,
+    EtcdConfig,
     TokensConfig,
     default_config_text,
 )
 from hub.store import default_store_url, open_store
-from hub.store.identity import StoreIdentity, stamp, write_marker
+from hub.store.identity import StoreIdentity, StoreIdentityError, stamp, write_marker
 
 log = get_logger(__name__)
 
@@ -193,7 +194,13 @@ def _check_empty(data_dir: Path) -> None:
 
 
 def _write_credentials(
-    paths: HubPaths, region: str, hub_address: str, sans: list[str], now: datetime
+    paths: HubPaths,
+    region: str,
+    hub_address: str,
+    sans: list[str],
+    now: datetime,
+    store: str = "",
+    etcd: EtcdConfig | None = None,
 ) -> pki.CertifiedKey:
     """The CA, serving and admin credentials and both config files; returns the CA."""
     secure_data_dir(paths.data_dir)
@@ -221,7 +228,11 @@ def _write_credentials(
     write_atomic(paths.admin_config, _admin_toml(paths, hub_address).encode(), mode=0o600)
     listen = listen_for(hub_address)
     config_text = default_config_text(
-        region=region, listen=listen, metrics_listen=metrics_listen_for(listen)
+        region=region,
+        listen=listen,
+        metrics_listen=metrics_listen_for(listen),
+        store=store,
+        etcd=etcd,
     )
     write_atomic(paths.config, config_text.encode(), mode=0o600)
     return ca
@@ -243,31 +254,48 @@ async def init_hub(
     sans: list[str] | None = None,
     now: datetime | None = None,
     trust_setup: TrustSetup | None = None,
+    store: str = "",
+    etcd: EtcdConfig | None = None,
 ) -> InitResult:
     """Create a hub in ``data_dir``, which must not exist or be empty (HubDirError otherwise).
-    On any failure the files written so far are removed again."""
+    On any failure the files written so far are removed again.
+
+    ``store`` (empty: SQLite in ``data_dir``) and ``etcd`` (TLS to etcd) go into hub.toml; an
+    etcd store's namespace must not hold a hub yet (more replicas of a hub: copies of its
+    data directory, docs/etcd.md)."""
     _check_empty(data_dir)
     now = now or datetime.now(UTC)
     paths = HubPaths.of(data_dir)
     try:
         ca = await asyncio.to_thread(
-            _write_credentials, paths, region, hub_address, sans or [], now
+            _write_credentials, paths, region, hub_address, sans or [], now, store, etcd
         )
         if trust_setup is not None:
             await trust_setup(paths, ca)
-        store = await open_store(default_store_url(paths.data_dir), data_dir=paths.data_dir)
+        opened = await open_store(
+            store or default_store_url(paths.data_dir),
+            data_dir=paths.data_dir,
+            etcd_tls=etcd.tls(paths.data_dir) if etcd is not None else None,
+        )
         try:
             identity = StoreIdentity.new(region=region, now=now.timestamp())
-            await stamp(store, identity)
+            try:
+                await stamp(opened, identity)
+            except StoreIdentityError:
+                raise StoreIdentityError(
+                    f"the store {store} already holds a hub's store: choose another etcd "
+                    "namespace (etcd://HOST:PORT/NAMESPACE), or, for another replica of that "
+                    "hub, copy its data directory"
+                ) from None
             write_marker(paths.data_dir, identity)
             token, _ = await tokens.create_token(
-                store,
+                opened,
                 now=now.timestamp(),
                 ttl=TokensConfig().default_ttl_s,
                 description="created by hub init",
             )
         finally:
-            await store.close()
+            await opened.close()
     except BaseException:
         await asyncio.to_thread(_remove_files, paths.data_dir)
         raise

@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+from collections.abc import Mapping
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -51,10 +52,18 @@ from hub.observing import (
 )
 from hub.projecting import Projector
 from hub.registering import add_servicer
+from hub.replicas import (
+    CacheFollower,
+    LeaderWrites,
+    ReplicaDevices,
+    reload_cache,
+    replica_identity,
+)
 from hub.rollouts import RolloutController
 from hub.sessions import Sessions
-from hub.store import Store, open_hub_store
+from hub.store import EtcdStore, Store, open_hub_store
 from hub.store.compacting import Compactor
+from hub.store.electing import Elector, FencedStore, LeaderOnly
 from hub.store.identity import data_dir_lock
 from hub.syncing import DeviceServicer
 from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
@@ -94,15 +103,25 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     config = load_config(paths.config)
     ca = pki.load_certified_key(paths.ca_certificate, paths.ca_key)
     metrics = HubMetrics()
-    store = InstrumentedStore(
-        store or await open_hub_store(config.store or None, data_dir=paths.data_dir), metrics
-    )
+    if store is None:
+        store = await open_hub_store(
+            config.store or None, data_dir=paths.data_dir, etcd_tls=config.etcd.tls(paths.data_dir)
+        )
+    replicated = isinstance(store, EtcdStore)
+    store = InstrumentedStore(store, metrics)
     cache = await Cache.load(store)
     sessions = Sessions()
     metrics.watch(cache, sessions)
     roots = load_roots(paths.data_dir)
     writer = DeviceWriter(store, cache)
-    projector = Projector(store, cache, sessions, region=config.region)
+    # Replicas on etcd: the controllers write only while this replica leads (hub.replicas).
+    elector = (
+        Elector(store, identity=replica_identity(), ttl=config.etcd.leader_lease_s)
+        if replicated
+        else None
+    )
+    controller_store: Store = store if elector is None else FencedStore(store, elector)
+    projector = Projector(controller_store, cache, sessions, region=config.region)
     ctx = HubContext(
         paths=paths,
         config=config,
@@ -113,10 +132,19 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         projector=projector,
         sessions=sessions,
         blobs=ArtifactStore(paths.data_dir / "blobs"),
-        rollouts=RolloutController(store, cache, projector, writer),
+        rollouts=RolloutController(controller_store, cache, projector, writer),
         metrics=metrics,
+        elector=elector,
     )
     install_roots(ctx, roots)
+    if elector is not None:
+
+        async def elected() -> None:
+            await reload_cache(cache, store, sessions)
+            install_roots(ctx, roots)
+            projector.mark_all()
+
+        elector.on_elected = elected
     return ctx
 
 
@@ -146,7 +174,10 @@ async def start_server(
     """Start the gRPC server (not the controllers); ports 0 pick free ones."""
     listen = listen or ctx.config.listen
     enroll_listen = enroll_listen or enrollment_address(listen)
-    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=[MetricsInterceptor(ctx.metrics)])
+    interceptors: list[grpc.aio.ServerInterceptor] = [MetricsInterceptor(ctx.metrics)]
+    if ctx.elector is not None:
+        interceptors.append(LeaderWrites(ctx.elector))
+    server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
     devices = DeviceServicer(ctx)
     # Not the generated add_*_to_server: malformed messages must get INVALID_ARGUMENT.
     add_servicer(server, devices, device_pb2.DESCRIPTOR.services_by_name["DeviceService"])
@@ -198,6 +229,7 @@ async def serve(
     store_url: str | None = None,
     ready: asyncio.Event | None = None,
     metrics_listen: str | None = None,
+    etcd_flags: Mapping[str, Path | None] | None = None,
 ) -> int:
     """Run the hub until SIGTERM/SIGINT, holding the data directory's lock (one hub per data
     directory; ``hub restore`` waits for none). ``metrics_listen`` (default: hub.toml's
@@ -210,6 +242,7 @@ async def serve(
             store_url=store_url,
             ready=ready,
             metrics_listen=metrics_listen,
+            etcd_flags=etcd_flags or {},
         )
 
 
@@ -221,12 +254,19 @@ async def _serve(
     store_url: str | None,
     ready: asyncio.Event | None,
     metrics_listen: str | None,
+    etcd_flags: Mapping[str, Path | None],
 ) -> int:
+    paths = HubPaths.of(data_dir)
+    if not paths.config.exists():
+        raise HubDirError(f"{data_dir} is not a hub data directory (no hub.toml): run hub init")
+    config = load_config(paths.config)
     ctx = await build_context(
         data_dir,
-        store=await open_hub_store(store_url, data_dir=HubPaths.of(data_dir).data_dir)
-        if store_url
-        else None,
+        store=await open_hub_store(
+            store_url or config.store or None,
+            data_dir=paths.data_dir,
+            etcd_tls=config.etcd.tls(paths.data_dir, **etcd_flags),
+        ),
     )
     # SIGTERM is handled before anything says the hub serves (a supervisor may stop it at once).
     stop = asyncio.Event()
@@ -244,21 +284,41 @@ async def _serve(
         flush=True,
     )
     ctx.projector.mark_all()
-    components: list[Component] = [
-        ctx.writer,
+    elector = ctx.elector
+    controller_store: Store = ctx.store if elector is None else FencedStore(ctx.store, elector)
+    controllers: list[Component] = [
         ctx.projector,
         Lifecycle(ctx, running.devices.last_seen),
-        LeaseExpiry(ctx.store),
+        LeaseExpiry(controller_store),
         Compactor(
-            ctx.store,
+            controller_store,
             period=ctx.config.history.compaction_period_s,
             retention=ctx.config.history.retention_s,
         ),
+    ]
+    if ctx.rollouts is not None:
+        controllers.append(ctx.rollouts)
+    if elector is not None:
+        elector.identity = replica_identity(f"port {running.port}")
+        controllers = [elector, *(LeaderOnly(c, elector) for c in controllers)]
+        controllers.append(CacheFollower(ctx.store, ctx.cache, ctx.sessions, elector))
+        controllers.append(
+            ReplicaDevices(
+                store=ctx.store,
+                cache=ctx.cache,
+                sessions=ctx.sessions,
+                writer=ctx.writer,
+                projector=ctx.projector,
+                last_seen=running.devices.last_seen,
+                grace_s=ctx.config.devices.heartbeat_grace_s,
+            )
+        )
+    components: list[Component] = [
+        ctx.writer,
+        *controllers,
         attestation,
         RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
     ]
-    if ctx.rollouts is not None:
-        components.append(ctx.rollouts)
     if metrics_listen is None:
         metrics_listen = ctx.config.metrics_listen
     if metrics_listen:

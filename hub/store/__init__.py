@@ -4,7 +4,8 @@
 
 * ``sqlite:///abs/path/hub.db`` — the embedded default (``D/hub.db`` when no URL is given);
 * ``memory://`` — in-memory, for tests;
-* ``etcd://host:port,host:port`` — several hub replicas on an etcd cluster (not built yet).
+* ``etcd://host:port,host:port[/namespace]`` — several hub replicas on an etcd cluster
+  (:mod:`hub.store.etcd`; TLS to etcd with ``etcd_tls``), keys under ``namespace`` if given.
 """
 
 from __future__ import annotations
@@ -14,7 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from edgefleet.errors import StoreError, StoreUnavailable
+from edgefleet.errors import StoreError
+from hub.store.etcd import EtcdStore, EtcdTls
 from hub.store.identity import check_identity, check_store_file, read_marker
 from hub.store.memory import MemoryStore
 from hub.store.protocol import (
@@ -39,6 +41,8 @@ __all__ = [
     "Clock",
     "Compare",
     "Delete",
+    "EtcdStore",
+    "EtcdTls",
     "Event",
     "EventType",
     "KeyValue",
@@ -66,6 +70,8 @@ class StoreLocation:
     scheme: str
     path: Path | None = None
     endpoints: tuple[str, ...] = ()
+    namespace: str = ""
+    """etcd: the prefix of every key of this hub (the URL's path; empty: none)."""
 
 
 def default_store_url(data_dir: Path) -> str:
@@ -85,39 +91,85 @@ def parse_store_url(url: str) -> StoreLocation:
     if parts.scheme == "memory":
         return StoreLocation("memory")
     if parts.scheme == "etcd":
-        endpoints = tuple(e for e in parts.netloc.split(",") if e)
-        if not endpoints or any(":" not in e for e in endpoints):
-            raise StoreError(f"store URL {url!r}: an etcd store is etcd://HOST:PORT[,HOST:PORT]...")
-        return StoreLocation("etcd", endpoints=endpoints)
+        return _parse_etcd(url, parts.netloc, parts.path, parts.query or parts.fragment)
     raise StoreError(
         f"store URL {url!r}: unknown scheme {parts.scheme!r} "
         "(expected sqlite:///PATH, etcd://HOST:PORT,... or memory://)"
     )
 
 
-async def open_store(url: str | None, *, data_dir: Path, clock: Clock = system_clock) -> Store:
-    """The store at ``url`` (``None``: the SQLite file in ``data_dir``), opened."""
+ETCD_USAGE = "an etcd store is etcd://HOST:PORT[,HOST:PORT...][/NAMESPACE]"
+
+
+def _parse_etcd(url: str, netloc: str, path: str, extra: str) -> StoreLocation:
+    if extra:
+        raise StoreError(f"store URL {url!r}: query and fragment are not supported; {ETCD_USAGE}")
+    if "@" in netloc:
+        raise StoreError(
+            f"store URL {url!r}: etcd user names and passwords are not supported yet "
+            "(use TLS client certificates: etcd certFile/keyFile)"
+        )
+    endpoints = tuple(netloc.split(",")) if netloc else ()
+    if not endpoints:
+        raise StoreError(f"store URL {url!r}: no endpoint; {ETCD_USAGE}")
+    for endpoint in endpoints:
+        host, sep, port = endpoint.rpartition(":")
+        if not sep or not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            raise StoreError(
+                f"store URL {url!r}: endpoint {endpoint!r} is not HOST:PORT "
+                f"(a port from 1 to 65535); {ETCD_USAGE}"
+            )
+    if len(set(endpoints)) != len(endpoints):
+        raise StoreError(f"store URL {url!r}: an endpoint appears twice")
+    namespace = path.rstrip("/")
+    if "\x00" in namespace or "//" in namespace:
+        raise StoreError(f"store URL {url!r}: the namespace {path!r} is not a clean key prefix")
+    return StoreLocation("etcd", endpoints=endpoints, namespace=namespace)
+
+
+def _check_tls(location: StoreLocation, etcd_tls: EtcdTls | None) -> None:
+    if etcd_tls is not None and location.scheme != "etcd":
+        raise StoreError(
+            f"etcd TLS options (CA, client certificate and key) apply only to an etcd:// "
+            f"store; this store is {location.scheme}"
+        )
+
+
+async def open_store(
+    url: str | None,
+    *,
+    data_dir: Path,
+    clock: Clock = system_clock,
+    etcd_tls: EtcdTls | None = None,
+) -> Store:
+    """The store at ``url`` (``None``: the SQLite file in ``data_dir``), opened. ``clock``
+    judges lease expiry, except on etcd (its own); ``etcd_tls``: TLS to etcd (etcd only)."""
     location = parse_store_url(url or default_store_url(data_dir))
+    _check_tls(location, etcd_tls)
     if location.scheme == "memory":
         return MemoryStore(clock=clock)
     if location.scheme == "etcd":
-        raise StoreUnavailable(
-            f"the etcd store is not built yet (endpoints {', '.join(location.endpoints)}); "
-            "use the embedded SQLite store (sqlite:///PATH, the default)"
-        )
+        return await EtcdStore.open(location.endpoints, namespace=location.namespace, tls=etcd_tls)
     assert location.path is not None
     return await SqliteStore.open(location.path, clock=clock)
 
 
-async def open_hub_store(url: str | None, *, data_dir: Path, clock: Clock = system_clock) -> Store:
+async def open_hub_store(
+    url: str | None,
+    *,
+    data_dir: Path,
+    clock: Clock = system_clock,
+    etcd_tls: EtcdTls | None = None,
+) -> Store:
     """The store of the hub in ``data_dir``, opened only if it is that hub's store: present,
     not empty, with the identity its marker names (:mod:`hub.store.identity`; StoreIdentityError
     saying what is missing and how to restore it otherwise). ``memory://`` is not checked."""
     location = parse_store_url(url or default_store_url(data_dir))
+    _check_tls(location, etcd_tls)
     if location.scheme == "sqlite":
         assert location.path is not None
         check_store_file(location.path, read_marker(data_dir), data_dir)
-    store = await open_store(url, data_dir=data_dir, clock=clock)
+    store = await open_store(url, data_dir=data_dir, clock=clock, etcd_tls=etcd_tls)
     if location.scheme == "memory":
         return store
     try:

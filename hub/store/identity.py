@@ -18,10 +18,18 @@ Backups use SQLite's online backup API: ``backup_sqlite`` copies a consistent sn
 store that a running hub keeps writing; ``restore_sqlite`` puts a checked backup in place of a
 stopped hub's store (same store id only), removing the old write-ahead log first so that it
 cannot be replayed onto the restored file.
+
+Any other store (etcd) is backed up by ``backup_store``: every key at one revision, written
+into a SQLite store file of the same format (so a backup is a backup, whatever the store, and
+``restore_sqlite`` can move an etcd hub onto SQLite). Keys on a lease (the leader's) are left
+out: they belong to running processes. ``restore_store`` writes a backup into a store whose
+replicas are all stopped: the identity key first deleted and last written, so that a restore
+cut short leaves a store every replica refuses, and is simply run again.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
 import os
@@ -38,14 +46,18 @@ import orjson
 from edgefleet.errors import CompareFailed, StoreError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic
-from hub.store.protocol import Store
-from hub.store.sqlite import SCHEMA_VERSION
+from hub.store.protocol import NO_LEASE, Delete, Put, Store
+from hub.store.sqlite import SCHEMA_VERSION, SqliteStore
 
 log = get_logger(__name__)
 
 MARKER_NAME = "store-id.json"
 IDENTITY_KEY = "/hub/identity"
 LOCK_NAME = "hub.lock"
+LEADER_KEY = "/hub/leader"
+"""Held (on a lease) by the replica that runs the controllers (hub/store/electing.py)."""
+RESTORE_BATCH = 100
+"""Operations per transaction when restoring into etcd (its default bound is 128)."""
 
 
 class StoreIdentityError(StoreError):
@@ -157,7 +169,7 @@ async def check_identity(store: Store, data_dir: Path, *, where: str) -> StoreId
         write_marker(data_dir, found)
         log.warning("store marker rewritten", store=found.store_id, path=str(data_dir))
         return found
-    if (await store.range("/")).revision == 0:
+    if not (await store.range("/")).kvs:  # (etcd: a fresh cluster is at revision 1)
         raise StoreIdentityError(
             f"the store {where} is empty and {marker_path(data_dir)} is missing: "
             f"{data_dir} is not a hub data directory made by `hub init`; " + _restore_hint(data_dir)
@@ -323,5 +335,99 @@ def restore_sqlite(backup: Path, store_path: Path, data_dir: Path) -> BackupInfo
     finally:
         source.close()
     if marker is None:
+        write_marker(data_dir, info.identity)
+    return info
+
+
+# -- backup and restore (any store: etcd) ----------------------------------------------------
+
+
+async def backup_store(store: Store, out: Path) -> BackupInfo:
+    """Copy every key of ``store`` (one revision; a hub may keep serving) into a new SQLite
+    store file ``out``, atomically; the copy is checked before it is put in place."""
+    snapshot = await store.range("")
+    kvs = [kv for kv in snapshot.kvs if kv.lease == NO_LEASE]
+    tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
+    await asyncio.to_thread(_remove_database, tmp)
+    try:
+        copy = await SqliteStore.open(tmp)
+        try:
+            if kvs:
+                await copy.txn((), [Put(kv.key, kv.value) for kv in kvs])
+        finally:
+            await copy.close()
+        info = await asyncio.to_thread(_finish_copy, tmp, out, snapshot.revision)
+    finally:
+        await asyncio.to_thread(_remove_database, tmp)
+    return BackupInfo(info.identity, snapshot.revision, info.keys, info.devices)
+
+
+def _remove_database(path: Path) -> None:
+    for suffix in ("", "-wal", "-shm"):
+        Path(f"{path}{suffix}").unlink(missing_ok=True)
+
+
+def _finish_copy(tmp: Path, out: Path, revision: int) -> BackupInfo:
+    """Make the copy one self-contained file, check it, fsync it and move it into place."""
+    check = sqlite3.connect(tmp, isolation_level=None)
+    try:
+        check.execute("PRAGMA journal_mode=DELETE")
+        info = _inspect(check, f"the copy of the store at revision {revision}")
+    finally:
+        check.close()
+    fd = os.open(tmp, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    os.replace(tmp, out)
+    _fsync_dir(out.parent)
+    return info
+
+
+def _read_backup(backup: Path, data_dir: Path) -> tuple[BackupInfo, list[tuple[str, bytes]]]:
+    source = _connect_existing(backup, "the backup", read_only=True)
+    try:
+        info = _inspect(source, str(backup))
+        rows = source.execute("SELECT key, value FROM kv ORDER BY key").fetchall()
+    except sqlite3.Error as exc:
+        raise StoreIdentityError(f"{backup}: not a hub store ({exc})") from None
+    finally:
+        source.close()
+    marker = read_marker(data_dir)
+    if marker is not None and marker.store_id != info.identity.store_id:
+        raise StoreIdentityError(
+            f"{backup} is a backup of store {info.identity.store_id} (region "
+            f"{info.identity.region}), but {data_dir} belongs to store {marker.store_id}: "
+            "refusing to give this hub another hub's fleet"
+        )
+    return info, [(str(k), bytes(v)) for k, v in rows]
+
+
+async def restore_store(backup: Path, store: Store, data_dir: Path, *, where: str) -> BackupInfo:
+    """Make ``store`` (etcd; every replica stopped) hold exactly what ``backup`` holds."""
+    info, rows = await asyncio.to_thread(_read_backup, backup, data_dir)
+    found = await read_identity(store)
+    if found is not None and found.store_id != info.identity.store_id:
+        raise StoreIdentityError(
+            f"the store {where} is store {found.store_id}, but {backup} is a backup of store "
+            f"{info.identity.store_id}: refusing to overwrite another hub's store"
+        )
+    leader = await store.get(LEADER_KEY)
+    if leader is not None:
+        raise StoreIdentityError(
+            f"a hub replica is serving from {where} (it holds {LEADER_KEY}: "
+            f"{leader.value.decode(errors='replace')}): stop every replica first"
+        )
+    await store.delete(IDENTITY_KEY)
+    keep = {key for key, _ in rows}
+    current = [kv.key for kv in (await store.range("")).kvs if kv.key not in keep]
+    ops: list[Put | Delete] = [Delete(k) for k in current]
+    ops += [Put(k, v) for k, v in rows if k != IDENTITY_KEY]
+    for i in range(0, len(ops), RESTORE_BATCH):
+        await store.txn((), ops[i : i + RESTORE_BATCH])
+    identity = dict(rows)[IDENTITY_KEY]
+    await store.put(IDENTITY_KEY, identity, expect_mod_revision=0)
+    if read_marker(data_dir) is None:
         write_marker(data_dir, info.identity)
     return info

@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 
 from hub.store import MemoryStore, SqliteStore
+from hub.store.etcd import EtcdStore
 
 
 class FakeClock:
@@ -20,4 +21,4 @@ class FakeClock:
         self.now += seconds
 
 
-MakeStore = Callable[..., Awaitable[MemoryStore | SqliteStore]]
+MakeStore = Callable[..., Awaitable[MemoryStore | SqliteStore | EtcdStore]]

@@ -1,0 +1,116 @@
+"""Device records across hub replicas (hub.replicas.ReplicaDevices), in this process: two hub
+contexts built from copies of one data directory on one real etcd, as two replicas are. A
+device connected to one replica is written there, heartbeats included, and shows in the other
+replica's cache (where the leader's lifecycle controller judges it)."""
+
+from __future__ import annotations
+
+import asyncio
+import shutil
+import time
+from pathlib import Path
+
+from asynctesting import async_test, eventually
+from etcdtesting import EtcdServer
+
+from hub import storekeys
+from hub.devices import Device, DevicePhase
+from hub.initializing import init_hub
+from hub.replicas import CacheFollower, ReplicaDevices
+from hub.server import build_context
+from hub.store import EtcdStore
+
+
+@async_test
+async def test_device_records_and_heartbeats_reach_the_other_replicas(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    url = f"etcd://{etcd_server.endpoint}{etcd_namespace}"
+    await init_hub(tmp_path / "r0", region="eu", store=url)
+    shutil.copytree(tmp_path / "r0", tmp_path / "r1")
+    contexts = []
+    for d in ("r0", "r1"):
+        store = await EtcdStore.open([etcd_server.endpoint], namespace=etcd_namespace)
+        contexts.append(await build_context(tmp_path / d, store=store))
+    here, there = contexts
+    assert here.elector is not None and there.elector is not None  # replicas on etcd
+    seen_here: dict[str, float] = {}
+    stop = asyncio.Event()
+    components = [
+        ReplicaDevices(
+            store=ctx.store,
+            cache=ctx.cache,
+            sessions=ctx.sessions,
+            writer=ctx.writer,
+            projector=ctx.projector,
+            last_seen=seen,
+            grace_s=0.4,
+        )
+        for ctx, seen in ((here, seen_here), (there, {}))
+    ]
+    tasks = [asyncio.create_task(c.run(stop)) for c in components]
+    tasks += [asyncio.create_task(ctx.writer.run(stop)) for ctx in contexts]
+    try:
+        # cam-1 connects to "here": its record is written there...
+        here.sessions.open("cam-1", "01")
+        here.cache.devices["cam-1"] = Device("cam-1", phase=DevicePhase.READY)
+        here.writer.update(here.cache.devices["cam-1"])
+        await here.writer.flush()
+        # ... and shows "there", which marks it for projection (the leader may be there)
+        await eventually(lambda: "cam-1" in there.cache.devices, 10)
+        assert there.cache.devices["cam-1"].phase is DevicePhase.READY
+        # its messages keep arriving here: the heartbeat time reaches the store and "there"
+        now = time.time()
+        seen_here["cam-1"] = now
+        await eventually(lambda: (there.cache.devices["cam-1"].last_heartbeat or 0) >= now, 10)
+        # "there" never overwrites what "here" holds for its own device
+        there.writer.update(Device("cam-1", phase=DevicePhase.NOT_READY))
+        await there.writer.flush()
+        await asyncio.sleep(0.3)
+        assert here.cache.devices["cam-1"].phase is DevicePhase.READY
+        # a device that connects nowhere is followed too, deletions included
+        kv = await here.store.get("/devices/cam-1")
+        assert kv is not None
+        await here.store.delete("/devices/cam-1")
+        await eventually(lambda: "cam-1" not in there.cache.devices, 10)
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+        for ctx in contexts:
+            await ctx.store.close()
+
+
+@async_test
+async def test_a_followers_cache_follows_the_leaders_writes(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    url = f"etcd://{etcd_server.endpoint}{etcd_namespace}"
+    await init_hub(tmp_path / "r0", region="eu", store=url)
+    store = await EtcdStore.open([etcd_server.endpoint], namespace=etcd_namespace)
+    ctx = await build_context(tmp_path / "r0", store=store)
+    assert ctx.elector is not None and not ctx.elector.leading  # its elector is not running
+    follower = CacheFollower(ctx.store, ctx.cache, ctx.sessions, ctx.elector)
+    stop = asyncio.Event()
+    task = asyncio.create_task(follower.run(stop))
+    manifest = storekeys.object_value(
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": "d1"},
+            "spec": {"model": {"name": "m", "version": "1.0.0"}, "replicas": {"perDevice": 1}},
+        }
+    )
+    try:
+        key = storekeys.object_key("ModelDeployment", "d1")
+        await eventually(lambda: follower.applied == 0 and ctx.cache.stored == {}, 10)
+        revision = await ctx.store.put(key, manifest)  # as the leader would
+        await eventually(lambda: "d1" in ctx.cache.deployments, 10)
+        assert ctx.cache.stored[("ModelDeployment", "d1")].revision == revision
+        await ctx.store.put(storekeys.revoked_key("0abc"), b"cam-9")
+        await eventually(lambda: ctx.cache.revoked.get("0abc") == "cam-9", 10)
+        await ctx.store.delete(key)
+        await eventually(lambda: "d1" not in ctx.cache.deployments, 10)
+    finally:
+        stop.set()
+        await task
+        await ctx.store.close()
