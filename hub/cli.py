@@ -77,6 +77,10 @@ def _parser() -> argparse.ArgumentParser:
         "--metrics-listen", type=address_option, metavar="HOST:PORT",
         help="plain HTTP for /metrics, /healthz, /readyz (default: hub.toml metricsListen)",
     )  # fmt: skip
+    serve.add_argument(
+        "--dashboard-listen", type=address_option, metavar="HOST:PORT",
+        help="HTTPS for the web dashboard (default: hub.toml dashboardListen)",
+    )  # fmt: skip
     serve.add_argument("--store", help="store URL (default: hub.toml store, else D/hub.db)")
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
 
@@ -238,6 +242,7 @@ async def _serve(args: argparse.Namespace) -> int:
         enroll_listen=args.enroll_listen,
         store_url=args.store,
         metrics_listen=args.metrics_listen,
+        dashboard_listen=args.dashboard_listen,
     )
 
 

@@ -15,6 +15,7 @@ from pathlib import Path
 from edgefleet.artifacts.storing import ArtifactStore
 from hub.caching import Cache
 from hub.config import HubConfig
+from hub.dashboard.access import DashboardAccess
 from hub.initializing import HubPaths
 from hub.observing import HubMetrics
 from hub.pki import CertifiedKey
@@ -40,6 +41,7 @@ class HubContext:
     rollouts: RolloutController | None = None  # hub.rollouts; None: no rollout controller
     clock: Callable[[], float] = field(default=time.time)
     metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.observing
+    dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.dashboard
 
     @property
     def region(self) -> str:

@@ -198,10 +198,12 @@ async def serve(
     store_url: str | None = None,
     ready: asyncio.Event | None = None,
     metrics_listen: str | None = None,
+    dashboard_listen: str | None = None,
 ) -> int:
     """Run the hub until SIGTERM/SIGINT, holding the data directory's lock (one hub per data
     directory; ``hub restore`` waits for none). ``metrics_listen`` (default: hub.toml's
-    ``metricsListen``; ``""``: none) serves /metrics, /healthz, /readyz (:mod:`hub.observing`)."""
+    ``metricsListen``; ``""``: none) serves /metrics, /healthz, /readyz (:mod:`hub.observing`);
+    ``dashboard_listen`` (default: ``dashboardListen``) the web dashboard (:mod:`hub.dashboard`)."""
     with data_dir_lock(HubPaths.of(data_dir).data_dir, purpose="hub serve"):
         return await _serve(
             data_dir,
@@ -210,6 +212,7 @@ async def serve(
             store_url=store_url,
             ready=ready,
             metrics_listen=metrics_listen,
+            dashboard_listen=dashboard_listen,
         )
 
 
@@ -221,6 +224,7 @@ async def _serve(
     store_url: str | None,
     ready: asyncio.Event | None,
     metrics_listen: str | None,
+    dashboard_listen: str | None = None,
 ) -> int:
     ctx = await build_context(
         data_dir,
@@ -267,6 +271,12 @@ async def _serve(
             return await _readiness(ctx, stop)
 
         components.append(ObservabilityServer(metrics_listen, ctx.metrics, readiness))
+    if dashboard_listen is None:
+        dashboard_listen = ctx.config.dashboard_listen
+    if dashboard_listen:
+        from hub.dashboard.serving import DashboardServer
+
+        components.append(DashboardServer(ctx, dashboard_listen))
     if ready is not None:
         ready.set()
     # systemd (Type=notify): ready once the gRPC server listens; watchdog pings from this loop

@@ -1,0 +1,297 @@
+"""What each dashboard page shows, computed from the hub's in-memory cache: pure functions of
+its records, no I/O. Everything a browser gets is bounded: a page of devices (at most
+:data:`MAX_PER_PAGE`), the largest :data:`MAX_GROUPS` groups of the fleet, the newest events,
+the first :data:`MAX_LISTED` failing devices of a deployment. Aggregates are counted here,
+on the hub: the browser never receives the whole fleet.
+"""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgefleet.errors import EdgefleetError
+from edgefleet.selecting import Selector, parse_selector
+from hub import storekeys
+from hub.devices import Device, DevicePhase, TrustState
+from hub.placing import SecurityPolicy
+
+DEFAULT_PER_PAGE = 50
+MAX_PER_PAGE = 200
+MAX_PAGE = 1_000_000
+MAX_GROUPS = 100
+MAX_LISTED = 100
+MAX_QUERY_CHARS = 256
+REGION_LABEL = "region"
+SITE_LABEL = "site"
+NO_SITE = "(no site)"
+
+
+class BadQuery(EdgefleetError):
+    """A query parameter out of its bounds; the message names it."""
+
+
+@dataclass(slots=True)
+class Counts:
+    """How many devices, and how many of them in each state that matters at a glance."""
+
+    total: int = 0
+    ready: int = 0
+    not_ready: int = 0
+    pending: int = 0
+    unhealthy: int = 0  # outside their health policy (not schedulable)
+    trusted: int = 0
+    untrusted: int = 0
+    noncompliant: int = 0  # attestation required by a SecurityBaseline, and not Trusted
+    cordoned: int = 0
+    revoked: int = 0
+    out_of_sync: int = 0  # have not acknowledged their newest desired state
+
+    def add(self, device: Device, policy: SecurityPolicy, out_of_sync: bool) -> None:
+        self.total += 1
+        self.ready += device.phase is DevicePhase.READY
+        self.not_ready += device.phase is DevicePhase.NOT_READY
+        self.pending += device.phase is DevicePhase.PENDING
+        self.unhealthy += not device.health.schedulable
+        state = device.attestation.state
+        self.trusted += state is TrustState.TRUSTED
+        self.untrusted += state is TrustState.UNTRUSTED
+        self.noncompliant += policy.require_attestation and state is not TrustState.TRUSTED
+        self.cordoned += device.cordoned
+        self.revoked += device.revoked
+        self.out_of_sync += out_of_sync
+
+    def to_json(self) -> dict[str, int]:
+        return {
+            "total": self.total,
+            "ready": self.ready,
+            "notReady": self.not_ready,
+            "pending": self.pending,
+            "unhealthy": self.unhealthy,
+            "trusted": self.trusted,
+            "untrusted": self.untrusted,
+            "noncompliant": self.noncompliant,
+            "cordoned": self.cordoned,
+            "revoked": self.revoked,
+            "outOfSync": self.out_of_sync,
+        }
+
+
+@dataclass(slots=True)
+class FleetSummary:
+    counts: Counts
+    groups: list[tuple[str, str, Counts]]  # (region, site, counts), the largest first
+    more_groups: int  # groups not listed (beyond MAX_GROUPS)
+    attestation: dict[str, int] = field(default_factory=dict)
+    require_attestation: bool = False
+
+
+def group_of(device: Device, region: str) -> tuple[str, str]:
+    labels = device.all_labels()
+    return labels.get(REGION_LABEL, region), labels.get(SITE_LABEL, NO_SITE)
+
+
+def fleet_summary(
+    devices: Iterable[Device],
+    desired: Mapping[str, storekeys.DesiredRecord],
+    policy: SecurityPolicy,
+    region: str,
+    *,
+    max_groups: int = MAX_GROUPS,
+) -> FleetSummary:
+    """Counts of the whole fleet and per (region, site) group: one pass over the devices."""
+    total = Counts()
+    groups: dict[tuple[str, str], Counts] = {}
+    attestation: Counter[str] = Counter()
+    for device in devices:
+        record = desired.get(device.name)
+        behind = record is not None and device.generation_acked < record.generation
+        total.add(device, policy, behind)
+        key = group_of(device, region)
+        counts = groups.get(key)
+        if counts is None:
+            counts = groups[key] = Counts()
+        counts.add(device, policy, behind)
+        attestation[device.attestation.state.value] += 1
+    ordered = sorted(groups.items(), key=lambda kv: (-kv[1].total, kv[0]))
+    shown = [(r, s, c) for (r, s), c in ordered[:max_groups]]
+    return FleetSummary(
+        total,
+        shown,
+        max(0, len(ordered) - max_groups),
+        {s.value: attestation.get(s.value, 0) for s in TrustState},
+        policy.require_attestation,
+    )
+
+
+# -- the devices table ---------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DeviceQuery:
+    """The devices page's filters and page, from its query string (:func:`parse_device_query`)."""
+
+    text: str = ""  # a substring of the name
+    phase: str = ""
+    attestation: str = ""
+    health: str = ""  # "healthy", "unhealthy" or ""
+    selector: str = ""  # a label selector (edgectl get devices -l)
+    page: int = 1
+    per_page: int = DEFAULT_PER_PAGE
+
+    def params(self, **changes: Any) -> dict[str, str]:
+        """The query string of this query with ``changes`` (for links to other pages)."""
+        values = {
+            "q": self.text,
+            "phase": self.phase,
+            "attestation": self.attestation,
+            "health": self.health,
+            "selector": self.selector,
+            "page": str(self.page),
+            "per": str(self.per_page),
+        }
+        values.update({k: str(v) for k, v in changes.items()})
+        return {k: v for k, v in values.items() if v and not (k == "page" and v == "1")}
+
+
+def _whole(params: Mapping[str, str], name: str, default: int, low: int, high: int) -> int:
+    raw = params.get(name, "")
+    if raw == "":
+        return default
+    if not raw.isdigit() or len(raw) > 9:
+        raise BadQuery(f"{name}: must be a whole number from {low} to {high}, got {raw[:20]!r}")
+    value = int(raw)
+    if not low <= value <= high:
+        raise BadQuery(f"{name}: must be from {low} to {high}, got {value}")
+    return value
+
+
+def _choice(params: Mapping[str, str], name: str, allowed: Sequence[str]) -> str:
+    value = params.get(name, "")
+    if value and value not in allowed:
+        raise BadQuery(f"{name}: must be one of {', '.join(allowed)}, got {value[:40]!r}")
+    return value
+
+
+def parse_device_query(params: Mapping[str, str]) -> DeviceQuery:
+    """The query of a devices page; raises :class:`BadQuery` naming the bad parameter."""
+    for name in ("q", "selector"):
+        if len(params.get(name, "")) > MAX_QUERY_CHARS:
+            raise BadQuery(f"{name}: at most {MAX_QUERY_CHARS} characters")
+    selector = params.get("selector", "").strip()
+    if selector:
+        try:
+            parse_selector(selector)
+        except ValueError as exc:
+            raise BadQuery(f"selector: {exc}") from None
+    return DeviceQuery(
+        text=params.get("q", "").strip(),
+        phase=_choice(params, "phase", [p.value for p in DevicePhase]),
+        attestation=_choice(params, "attestation", [s.value for s in TrustState]),
+        health=_choice(params, "health", ["healthy", "unhealthy"]),
+        selector=selector,
+        page=_whole(params, "page", 1, 1, MAX_PAGE),
+        per_page=_whole(params, "per", DEFAULT_PER_PAGE, 1, MAX_PER_PAGE),
+    )
+
+
+def _matches(device: Device, query: DeviceQuery, selector: Selector | None) -> bool:
+    if query.text and query.text not in device.name:
+        return False
+    if query.phase and device.phase.value != query.phase:
+        return False
+    if query.attestation and device.attestation.state.value != query.attestation:
+        return False
+    if query.health and device.health.schedulable != (query.health == "healthy"):
+        return False
+    return selector is None or selector.matches(device.all_labels())
+
+
+@dataclass(frozen=True, slots=True)
+class DevicePage:
+    rows: list[Device]
+    matched: int  # devices matching the filters, on every page
+    page: int
+    pages: int  # at least 1
+
+
+def device_page(devices: Iterable[Device], query: DeviceQuery) -> DevicePage:
+    """One page of the devices matching ``query``, by name. A page past the last is empty
+    (the fleet may have shrunk since the link was made); ``pages`` says how many there are."""
+    selector = parse_selector(query.selector) if query.selector else None
+    matched = sorted((d for d in devices if _matches(d, query, selector)), key=lambda d: d.name)
+    pages = max(1, -(-len(matched) // query.per_page))
+    start = (query.page - 1) * query.per_page
+    return DevicePage(matched[start : start + query.per_page], len(matched), query.page, pages)
+
+
+# -- events --------------------------------------------------------------------------------------
+def events_of(
+    events: Iterable[Mapping[str, Any]], *, kind: str = "", name: str = "", limit: int = 100
+) -> list[Mapping[str, Any]]:
+    """The newest ``limit`` events (oldest first) about ``kind``/``name`` (empty: any)."""
+    found = [
+        ev
+        for ev in events
+        if (not kind or ev.get("object", {}).get("kind") == kind)
+        and (not name or ev.get("object", {}).get("name") == name)
+    ]
+    return found[-limit:] if limit > 0 else []
+
+
+def event_json(event: Mapping[str, Any]) -> dict[str, Any]:
+    """An event as the live stream sends it: only its known fields, as plain values."""
+    obj = event.get("object", {})
+    return {
+        "type": str(event.get("type", "")),
+        "reason": str(event.get("reason", "")),
+        "message": str(event.get("message", "")),
+        "kind": str(obj.get("kind", "")),
+        "name": str(obj.get("name", "")),
+        "time": float(event.get("time") or 0.0),
+    }
+
+
+# -- models --------------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class ModelVersion:
+    name: str
+    version: str
+    sha256: str
+    length: int
+    pushed_at: float
+    signers: tuple[str, ...]  # the key ids that signed its metadata
+    used_by: tuple[str, ...]  # deployments that ask for it
+
+
+def model_versions(
+    models: Mapping[tuple[str, str], storekeys.ModelRecord],
+    wanted: Mapping[str, tuple[str, str]],
+) -> list[ModelVersion]:
+    """Every pushed model version, by name and version, with its signers and users
+    (``wanted``: deployment -> (model, version))."""
+    from edgefleet.errors import TrustError
+    from edgefleet.trust.envelopes import parse_envelope_bytes
+
+    users: dict[tuple[str, str], list[str]] = {}
+    for dep, key in sorted(wanted.items()):
+        users.setdefault(key, []).append(dep)
+    out = []
+    for (name, version), record in sorted(models.items()):
+        try:
+            env = parse_envelope_bytes(record.envelope, what="signed metadata")
+            signers = tuple(sorted({k for k, _ in env.signatures}))
+        except (TrustError, ValueError):
+            signers = ()
+        out.append(
+            ModelVersion(
+                name,
+                version,
+                record.sha256,
+                record.length,
+                record.pushed_at,
+                signers,
+                tuple(users.get((name, version), ())),
+            )
+        )
+    return out
