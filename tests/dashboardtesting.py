@@ -35,16 +35,19 @@ class DashboardHub:
     """``async with DashboardHub(paths) as d``: the hub (``d.hub``) and its dashboard on
     ``d.url``, until the block ends."""
 
-    def __init__(self, paths: HubPaths) -> None:
+    def __init__(self, paths: HubPaths, *, rollouts: bool = False) -> None:
         self.hub = AdminHub(paths)
         self.paths = paths
+        self.rollouts = rollouts  # run the rollout controller too
         self._stop = asyncio.Event()
-        self._task: asyncio.Task[None] | None = None
+        self._tasks: list[asyncio.Task[None]] = []
 
     async def __aenter__(self) -> DashboardHub:
         await self.hub.__aenter__()
         self.server = DashboardServer(self.hub.ctx, "127.0.0.1:0")
-        self._task = asyncio.create_task(self.server.run(self._stop))
+        self._tasks.append(asyncio.create_task(self.server.run(self._stop)))
+        if self.rollouts and self.hub.ctx.rollouts is not None:
+            self._tasks.append(asyncio.create_task(self.hub.ctx.rollouts.run(self._stop)))
         await asyncio.wait_for(self.server.bound.wait(), 10)
         self.url = f"https://127.0.0.1:{self.server.port}"
         return self
@@ -53,8 +56,7 @@ class DashboardHub:
         self, t: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None
     ) -> None:
         self._stop.set()
-        if self._task is not None:
-            await self._task
+        await asyncio.gather(*self._tasks)
         await self.hub.__aexit__(t, e, tb)
 
     async def token(self, ttl_s: float = 0) -> str:

@@ -450,6 +450,13 @@ def plot_svg(series: Mapping[str, Sequence[float]], threshold: float | None = No
     )
 
 
+def _field_html(key: str, value: object, depth: int) -> str:
+    """A field's value; ``...At`` fields holding seconds since the epoch as times."""
+    if key.endswith("At") and _number(value) and float(value) > 0:  # type: ignore[arg-type]
+        return when(float(value))  # type: ignore[arg-type]
+    return value_html(value, depth)
+
+
 def value_html(value: object, depth: int = 0) -> str:
     """Any JSON value, readable: objects as key/value tables (their series plotted together
     with their threshold), lists of objects as tables, lists of numbers as plots."""
@@ -461,7 +468,7 @@ def value_html(value: object, depth: int = 0) -> str:
         threshold = next((float(value[k]) for k in THRESHOLD_KEYS if _number(value.get(k))), None)
         plot = plot_svg(series, threshold) if series else ""
         rows = "".join(
-            f"<tr><th>{esc(k)}</th><td>{value_html(v, depth + 1)}</td></tr>"
+            f"<tr><th>{esc(k)}</th><td>{_field_html(str(k), v, depth + 1)}</td></tr>"
             for k, v in items
             if str(k) not in series
         )

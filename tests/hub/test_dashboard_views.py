@@ -85,6 +85,7 @@ def test_rollout_analysis_is_shown_generically_with_plots_and_thresholds() -> No
             "phase": "RolledBack",
             "revision": 2,
             "steps": 4,
+            "startedAt": 1700000000.0,
             "analysis": {
                 "checks": [
                     {"name": "errorRate", "passed": False, "message": "<b>0.2</b> > 0.05"},
