@@ -33,6 +33,22 @@ class BadQuery(EdgefleetError):
     """A query parameter out of its bounds; the message names it."""
 
 
+DeviceState = tuple[DevicePhase, bool, TrustState, bool, bool, bool]
+"""What the fleet page counts of a device: phase, schedulable, trust state, cordoned,
+revoked, out of sync. Devices are counted by state first (one tuple each), then the states."""
+
+
+def state_of(device: Device, out_of_sync: bool) -> DeviceState:
+    return (
+        device.phase,
+        device.health.schedulable,
+        device.attestation.state,
+        device.cordoned,
+        device.revoked,
+        out_of_sync,
+    )
+
+
 @dataclass(slots=True)
 class Counts:
     """How many devices, and how many of them in each state that matters at a glance."""
@@ -50,18 +66,29 @@ class Counts:
     out_of_sync: int = 0  # have not acknowledged their newest desired state
 
     def add(self, device: Device, policy: SecurityPolicy, out_of_sync: bool) -> None:
-        self.total += 1
-        self.ready += device.phase is DevicePhase.READY
-        self.not_ready += device.phase is DevicePhase.NOT_READY
-        self.pending += device.phase is DevicePhase.PENDING
-        self.unhealthy += not device.health.schedulable
-        state = device.attestation.state
-        self.trusted += state is TrustState.TRUSTED
-        self.untrusted += state is TrustState.UNTRUSTED
-        self.noncompliant += policy.require_attestation and state is not TrustState.TRUSTED
-        self.cordoned += device.cordoned
-        self.revoked += device.revoked
-        self.out_of_sync += out_of_sync
+        self.add_state(state_of(device, out_of_sync), policy)
+
+    def add_state(self, state: DeviceState, policy: SecurityPolicy, n: int = 1) -> None:
+        """Count ``n`` devices in ``state`` (:func:`state_of`)."""
+        phase, schedulable, trust, cordoned, revoked, out_of_sync = state
+        self.total += n
+        if phase is DevicePhase.READY:
+            self.ready += n
+        elif phase is DevicePhase.NOT_READY:
+            self.not_ready += n
+        elif phase is DevicePhase.PENDING:
+            self.pending += n
+        if not schedulable:
+            self.unhealthy += n
+        if trust is TrustState.TRUSTED:
+            self.trusted += n
+        elif trust is TrustState.UNTRUSTED:
+            self.untrusted += n
+        if policy.require_attestation and trust is not TrustState.TRUSTED:
+            self.noncompliant += n
+        self.cordoned += n if cordoned else 0
+        self.revoked += n if revoked else 0
+        self.out_of_sync += n if out_of_sync else 0
 
     def to_json(self) -> dict[str, int]:
         return {
@@ -89,8 +116,12 @@ class FleetSummary:
 
 
 def group_of(device: Device, region: str) -> tuple[str, str]:
-    labels = device.all_labels()
-    return labels.get(REGION_LABEL, region), labels.get(SITE_LABEL, NO_SITE)
+    """The device's (region, site) labels, the operator's winning over what it reported."""
+    labels, reported = device.labels, device.reported_labels
+    return (
+        labels.get(REGION_LABEL) or reported.get(REGION_LABEL) or region,
+        labels.get(SITE_LABEL) or reported.get(SITE_LABEL) or NO_SITE,
+    )
 
 
 def fleet_summary(
@@ -101,20 +132,23 @@ def fleet_summary(
     *,
     max_groups: int = MAX_GROUPS,
 ) -> FleetSummary:
-    """Counts of the whole fleet and per (region, site) group: one pass over the devices."""
-    total = Counts()
-    groups: dict[tuple[str, str], Counts] = {}
-    attestation: Counter[str] = Counter()
+    """Counts of the whole fleet and per (region, site) group: one pass over the devices,
+    counting (group, state) tuples; then the distinct ones are added up."""
+    seen: Counter[tuple[tuple[str, str], DeviceState]] = Counter()
     for device in devices:
         record = desired.get(device.name)
         behind = record is not None and device.generation_acked < record.generation
-        total.add(device, policy, behind)
-        key = group_of(device, region)
-        counts = groups.get(key)
+        seen[(group_of(device, region), state_of(device, behind))] += 1
+    total = Counts()
+    groups: dict[tuple[str, str], Counts] = {}
+    attestation: Counter[str] = Counter()
+    for (group, state), n in seen.items():
+        total.add_state(state, policy, n)
+        counts = groups.get(group)
         if counts is None:
-            counts = groups[key] = Counts()
-        counts.add(device, policy, behind)
-        attestation[device.attestation.state.value] += 1
+            counts = groups[group] = Counts()
+        counts.add_state(state, policy, n)
+        attestation[state[2].value] += n
     ordered = sorted(groups.items(), key=lambda kv: (-kv[1].total, kv[0]))
     shown = [(r, s, c) for (r, s), c in ordered[:max_groups]]
     return FleetSummary(
