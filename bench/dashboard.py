@@ -141,7 +141,7 @@ async def _pages(server: Any, url: str, token: str, repeat: int, devices: int) -
     ) as session:
         for round_ in range(repeat + 2):  # interleaved: the machine's noise hits every page
             for label, path in paths.items():
-                server.dashboard.memo._values.clear()  # a first render every time
+                server.dashboard.memo.clear()  # a first render every time
                 started = time.perf_counter()
                 async with session.get(url + path) as r:
                     body = await r.read()

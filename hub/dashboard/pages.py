@@ -298,7 +298,7 @@ def device_body(
 
 
 # -- deployments ---------------------------------------------------------------------------------
-def deployments_body(rows: Sequence[Mapping[str, Any]]) -> str:
+def deployments_body(rows: Sequence[Mapping[str, Any]], page: int = 1, pages_: int = 1) -> str:
     body = "".join(
         f'<tr><td><a href="/deployments/{esc(seg(r["name"]))}">{esc(r["name"])}</a></td>'
         f"<td>{esc(r['model'])}</td>"
@@ -312,8 +312,20 @@ def deployments_body(rows: Sequence[Mapping[str, Any]]) -> str:
     return (
         "<table class=grid id=deployments><thead><tr><th>name</th><th>model</th>"
         "<th>desired</th><th>updated</th><th>ready</th><th>available</th><th>rollout</th>"
-        f"</tr></thead><tbody>{body}</tbody></table>"
+        f"</tr></thead><tbody>{body}</tbody></table>{_pager('/deployments', page, pages_)}"
     )
+
+
+def _pager(path: str, page: int, pages_: int) -> str:
+    if pages_ <= 1 and page <= 1:
+        return ""
+    links = []
+    if page > 1:
+        links.append(f'<a rel=prev href="{href(path, {"page": str(page - 1)})}">← previous</a>')
+    links.append(f"<span>page {page} of {pages_}</span>")
+    if page < pages_:
+        links.append(f'<a rel=next href="{href(path, {"page": str(page + 1)})}">next →</a>')
+    return f"<nav class=pager>{' '.join(links)}</nav>"
 
 
 def _bar(part: int, whole: int) -> str:

@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import ssl
+import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
 from typing import Any
@@ -41,6 +42,8 @@ log = get_logger(__name__)
 
 COOKIE = "edgefleet_dashboard"
 LIVE_PERIOD_S = 1.0
+COST_FACTOR = 10.0
+DEPLOYMENTS_PER_PAGE = 20
 KEEPALIVE_S = 15.0
 MAX_STREAMS = 64
 MAX_EVENTS_SHOWN = 100
@@ -81,22 +84,29 @@ def tls_context(ctx: HubContext) -> ssl.SSLContext:
 
 
 class Memo:
-    """Values computed at most once per ``period`` whoever asks (many viewers, one render)."""
+    """Values computed at most once per ``period`` whoever asks (many viewers, one render),
+    and kept longer when they are dear: a value that took T seconds is kept ``COST_FACTOR``
+    times T, so live views never take more than about 1/COST_FACTOR of the hub's CPU per
+    page, whatever the fleet's size."""
 
     def __init__(self, period: float) -> None:
         self.period = period
-        self._values: dict[str, tuple[float, Any]] = {}
+        self._values: dict[str, tuple[float, float, Any]] = {}  # key -> (at, keep, value)
 
     def get(self, key: str, compute: Callable[[], Any]) -> Any:
-        now = asyncio.get_running_loop().time()
+        now = time.monotonic()
         hit = self._values.get(key)
-        if hit is not None and now - hit[0] < self.period:
-            return hit[1]
+        if hit is not None and now - hit[0] < hit[1]:
+            return hit[2]
         value = compute()
+        cost = time.monotonic() - now
         if len(self._values) > 1000:
             self._values.clear()
-        self._values[key] = (now, value)
+        self._values[key] = (now, max(self.period, COST_FACTOR * cost), value)
         return value
+
+    def clear(self) -> None:
+        self._values.clear()
 
 
 class Dashboard:
@@ -255,10 +265,17 @@ class Dashboard:
         status: dict[str, Any] = doc.get("status", {})
         return status
 
-    def _deployment_rows(self) -> list[dict[str, Any]]:
+    def _deployment_rows(self, page: int) -> tuple[list[dict[str, Any]], int]:
+        """One page of deployments with their status, and how many pages there are (each
+        status is a pass over the devices: a page bounds the work)."""
+        names = sorted(self.ctx.cache.deployments)
+        pages_ = max(1, -(-len(names) // DEPLOYMENTS_PER_PAGE))
+        start = (page - 1) * DEPLOYMENTS_PER_PAGE
+
         def compute() -> list[dict[str, Any]]:
             rows = []
-            for name, dep in sorted(self.ctx.cache.deployments.items()):
+            for name in names[start : start + DEPLOYMENTS_PER_PAGE]:
+                dep = self.ctx.cache.deployments[name]
                 model = dep.spec.model
                 rows.append(
                     {
@@ -269,11 +286,13 @@ class Dashboard:
                 )
             return rows
 
-        rows: list[dict[str, Any]] = self.memo.get("deployments", compute)
-        return rows
+        rows: list[dict[str, Any]] = self.memo.get(f"deployments/{page}", compute)
+        return rows, pages_
 
     async def deployments(self, request: web.Request) -> web.StreamResponse:
-        body = pages.deployments_body(self._deployment_rows())
+        page = views.page_param(request.query)
+        rows, pages_ = self._deployment_rows(page)
+        body = pages.deployments_body(rows, page, pages_)
         return self._page(request, "Deployments", body, "/deployments")
 
     def _deployment_html(self, name: str) -> str | None:

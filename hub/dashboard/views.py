@@ -207,6 +207,11 @@ def _choice(params: Mapping[str, str], name: str, allowed: Sequence[str]) -> str
     return value
 
 
+def page_param(params: Mapping[str, str]) -> int:
+    """The ``page`` parameter of a paginated page (1-based); :class:`BadQuery` if out of range."""
+    return _whole(params, "page", 1, 1, MAX_PAGE)
+
+
 def parse_device_query(params: Mapping[str, str]) -> DeviceQuery:
     """The query of a devices page; raises :class:`BadQuery` naming the bad parameter."""
     for name in ("q", "selector"):

@@ -6,6 +6,7 @@ strings shown inert under a strict CSP, bounded pagination, and events live over
 from __future__ import annotations
 
 import asyncio
+import json
 import re
 import ssl
 import time
@@ -223,3 +224,37 @@ async def test_events_arrive_live_over_sse(tmp_path: Path) -> None:
             while not first.endswith(b"\n\n"):
                 first += await asyncio.wait_for(r.content.readline(), 10)
             assert first.startswith(b"event: html\n") and b"By region and site" in first
+
+
+@async_test
+async def test_deployments_pages(tmp_path: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    manifest = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "fraud"},
+        "spec": {"model": {"name": "fraud", "version": "1.0.0"}},
+    }
+    async with (
+        DashboardHub(paths) as d,
+        _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
+    ):
+        async with d.hub.channel() as channel:
+            await d.hub.stub(channel).Apply(
+                admin_pb2.ApplyRequest(documents=[json.dumps(manifest).encode()])
+            )
+        async with s.get(d.url + "/deployments") as r:
+            assert r.status == 200
+            assert 'href="/deployments/fraud"' in await r.text()
+        async with s.get(d.url + "/deployments/fraud") as r:
+            text = await r.text()
+            assert r.status == 200 and "ModelNotPushed" in text
+            assert 'data-live="/live/deployments/fraud"' in text
+        for path, status in (
+            ("/deployments?page=0", 400),
+            ("/deployments?page=2", 200),
+            ("/deployments/nope", 404),
+            ("/live/deployments/nope", 404),
+        ):
+            async with s.get(d.url + path) as r:
+                assert r.status == status, path
