@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import logging
 import re
 import ssl
 import time
@@ -74,7 +75,10 @@ async def test_admin_certificate_is_let_in_and_a_device_certificate_is_not(
 
 
 @async_test
-async def test_token_login_expiry_and_revocation(tmp_path: Path) -> None:
+async def test_token_login_expiry_and_revocation(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
     paths = await make_hub_dir(tmp_path / "hub")
     async with DashboardHub(paths) as d, _session(client_tls(paths, None, tmp_path)) as s:
         token = await d.token(ttl_s=120)
@@ -115,6 +119,11 @@ async def test_token_login_expiry_and_revocation(tmp_path: Path) -> None:
             async with fresh.get(d.url + "/", headers=headers) as r:
                 assert r.status == 401
                 assert "revoked" in await r.text()
+    logged = [(r.getMessage(), repr(getattr(r, "fields", ""))) for r in caplog.records]
+    assert any("dashboard token issued" in m for m, _ in logged)
+    assert any("dashboard request refused" in m for m, _ in logged)
+    secret = token.split(".")[2]
+    assert not [line for line in logged if secret in line[0] or secret in line[1]]
 
 
 @async_test
@@ -258,3 +267,27 @@ async def test_deployments_pages(tmp_path: Path) -> None:
         ):
             async with s.get(d.url + path) as r:
                 assert r.status == status, path
+
+
+@async_test
+async def test_edgectl_dashboard_prints_a_url_that_logs_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from edgectl.cli import main
+
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with DashboardHub(paths) as d:
+        config = paths.admin_config
+        config.write_text(
+            re.sub(
+                r'^hub = ".*"$', f'hub = "127.0.0.1:{d.hub.port}"', config.read_text(), flags=re.M
+            )
+        )
+        code = await asyncio.to_thread(main, ["dashboard", "--config", str(config), "--ttl", "2m"])
+        assert code == 0
+        url, valid = capsys.readouterr().out.splitlines()
+        assert url.startswith(f"https://127.0.0.1:{d.server.port}/login?token=v1.")
+        assert valid.startswith("valid until ")
+        async with _session(client_tls(paths, None, tmp_path)) as s, s.get(url) as r:
+            assert r.status == 200 and str(r.url).endswith("/")  # redirected, logged in
+            assert "By region and site" in await r.text()
