@@ -244,7 +244,10 @@ class Dashboard:
 
     async def devices(self, request: web.Request) -> web.StreamResponse:
         query = views.parse_device_query(request.query)
-        page = views.device_page(self.ctx.cache.devices.values(), query)
+        devices = self.ctx.cache.devices
+        names: list[str] = self.memo.get("names", lambda: sorted(devices))
+        in_order = (d for n in names if (d := devices.get(n)) is not None)
+        page = views.device_page(in_order, query, by_name=True)
         return self._page(request, "Devices", pages.devices_body(page, query), "/devices")
 
     async def device(self, request: web.Request) -> web.StreamResponse:

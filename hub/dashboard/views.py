@@ -234,16 +234,28 @@ def parse_device_query(params: Mapping[str, str]) -> DeviceQuery:
     )
 
 
-def _matches(device: Device, query: DeviceQuery, selector: Selector | None) -> bool:
+def _matches(
+    device: Device, query: DeviceQuery, selector: Selector | None, keys: tuple[str, ...]
+) -> bool:
     if query.text and query.text not in device.name:
         return False
-    if query.phase and device.phase.value != query.phase:
+    if query.phase and device.phase != query.phase:
         return False
-    if query.attestation and device.attestation.state.value != query.attestation:
+    if query.attestation and device.attestation.state != query.attestation:
         return False
     if query.health and device.health.schedulable != (query.health == "healthy"):
         return False
-    return selector is None or selector.matches(device.all_labels())
+    if selector is None:
+        return True
+    # only the labels the selector asks about, the operator's winning (Device.all_labels)
+    labels: dict[str, str] = {}
+    for key in keys:
+        value = device.labels.get(key)
+        if value is None:
+            value = device.reported_labels.get(key)
+        if value is not None:
+            labels[key] = value
+    return selector.matches(labels)
 
 
 @dataclass(frozen=True, slots=True)
@@ -254,11 +266,21 @@ class DevicePage:
     pages: int  # at least 1
 
 
-def device_page(devices: Iterable[Device], query: DeviceQuery) -> DevicePage:
-    """One page of the devices matching ``query``, by name. A page past the last is empty
-    (the fleet may have shrunk since the link was made); ``pages`` says how many there are."""
+def device_page(
+    devices: Iterable[Device], query: DeviceQuery, *, by_name: bool = False
+) -> DevicePage:
+    """One page of the devices matching ``query``, by name (``by_name``: ``devices`` come
+    sorted already). A page past the last is empty (the fleet may have shrunk since the link
+    was made); ``pages`` says how many there are."""
     selector = parse_selector(query.selector) if query.selector else None
-    matched = sorted((d for d in devices if _matches(d, query, selector)), key=lambda d: d.name)
+    keys = tuple({r.key for r in selector.requirements}) if selector is not None else ()
+    filtered = query.text or query.phase or query.attestation or query.health or selector
+    if filtered:
+        matched = [d for d in devices if _matches(d, query, selector, keys)]
+    else:
+        matched = list(devices)
+    if not by_name:
+        matched.sort(key=lambda d: d.name)
     pages = max(1, -(-len(matched) // query.per_page))
     start = (query.page - 1) * query.per_page
     return DevicePage(matched[start : start + query.per_page], len(matched), query.page, pages)
