@@ -333,7 +333,24 @@ def _bar(part: int, whole: int) -> str:
     return f"<span class=bar><span class=fill data-pct={pct}></span></span>"
 
 
-def deployment_fragment(status: Mapping[str, Any], revisions: Sequence[Mapping[str, Any]]) -> str:
+def history_html(series: Mapping[str, Sequence[float]], thresholds: Mapping[str, float]) -> str:
+    """One plot per figure recorded over time, its threshold dashed."""
+    if not series:
+        return "<p class=muted>figures appear here as they change</p>"
+    plots = "".join(
+        f"<div class=figure><h3>{esc(path)}</h3>"
+        f"{plot_svg({'now': values}, thresholds.get(path))}</div>"
+        for path, values in series.items()
+    )
+    return f"<div class=figures>{plots}</div>"
+
+
+def deployment_fragment(
+    status: Mapping[str, Any],
+    revisions: Sequence[Mapping[str, Any]],
+    series: Mapping[str, Sequence[float]] | None = None,
+    thresholds: Mapping[str, float] | None = None,
+) -> str:
     desired = int(status.get("desiredDevices", 0))
     counts = "".join(
         f"<tr><th>{esc(label)}</th><td class=num data-field={esc(key)}>"
@@ -386,6 +403,7 @@ def deployment_fragment(status: Mapping[str, Any], revisions: Sequence[Mapping[s
     return (
         f"<table class=kv id=counts>{counts}</table>"
         f"<h2>Rollout</h2>{rollout_html}"
+        f"<h2>Over time</h2>{history_html(series or {}, thresholds or {})}"
         "<h2>Versions serving</h2><table class=grid><thead><tr><th>version</th><th>devices</th>"
         f"<th>ready</th></tr></thead><tbody>{versions}</tbody></table>"
         "<h2>Conditions</h2><table class=grid id=conditions><thead><tr><th>type</th>"

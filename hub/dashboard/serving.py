@@ -118,6 +118,7 @@ class Dashboard:
         self.ctx = ctx
         self._admin = AdminServicer(ctx)  # its deployment status, as `edgectl get` shows it
         self.memo = Memo(LIVE_PERIOD_S)
+        self.history = views.FigureHistory()  # each deployment's figures over time
         self.streams = 0
         self.stopping = asyncio.Event()
         self.app = web.Application(middlewares=[self._headers, self._authenticate])
@@ -302,6 +303,7 @@ class Dashboard:
         def compute() -> str | None:
             status = self._status(name)
             if status is None:
+                self.history.forget(name)
                 return None
             cache = self.ctx.cache
             state = cache.rollouts.get(name)
@@ -324,7 +326,9 @@ class Dashboard:
                         "role": role,
                     }
                 )
-            return pages.deployment_fragment(status, revisions)
+            self.history.record(name, status, time.time())
+            series, thresholds = self.history.of(name)
+            return pages.deployment_fragment(status, revisions, series, thresholds)
 
         html: str | None = self.memo.get(f"deployment/{name}", compute)
         return html

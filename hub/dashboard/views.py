@@ -7,7 +7,8 @@ on the hub: the browser never receives the whole fleet.
 
 from __future__ import annotations
 
-from collections import Counter
+import math
+from collections import Counter, deque
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -356,3 +357,91 @@ def model_versions(
             )
         )
     return out
+
+
+# -- figures over time ---------------------------------------------------------------------------
+MAX_SAMPLES = 300  # one per render of the page (a second apart at least)
+MAX_SERIES = 24
+MAX_TRACKED = 100  # deployments
+NOT_PLOTTED = frozenset(
+    {"revision", "stableRevision", "steps", "maxSurge", "maxUnavailable", "desiredDevices"}
+)
+THRESHOLD_KEYS = ("threshold", "max", "min", "limit")
+
+
+def _is_number(value: object) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def numeric_leaves(doc: Mapping[str, Any], prefix: str = "", depth: int = 0) -> dict[str, float]:
+    """``path -> number`` for the numbers of ``doc`` worth plotting over time (not times,
+    thresholds or identifiers), at most :data:`MAX_SERIES`."""
+    out: dict[str, float] = {}
+    if depth > 4:
+        return out
+    for raw_key, value in doc.items():
+        key = str(raw_key)
+        if key in NOT_PLOTTED or key in THRESHOLD_KEYS or key.endswith("At"):
+            continue
+        path = f"{prefix}.{key}" if prefix else key
+        if _is_number(value):
+            out[path] = float(value)
+        elif isinstance(value, Mapping):
+            out.update(numeric_leaves(value, path, depth + 1))
+        if len(out) >= MAX_SERIES:
+            break
+    return dict(list(out.items())[:MAX_SERIES])
+
+
+def thresholds_of(doc: Mapping[str, Any], prefix: str = "", depth: int = 0) -> dict[str, float]:
+    """``path -> threshold``: for each number, a ``threshold``/``max``/``min``/``limit`` beside
+    it in the same object (``{"errorRate": 0.02, "threshold": 0.05}``), or inside its own
+    object (``{"errorRate": {"value": 0.02, "threshold": 0.05}}``: under ``errorRate.value``)."""
+    out: dict[str, float] = {}
+    if depth > 4:
+        return out
+    here = next((float(doc[k]) for k in THRESHOLD_KEYS if _is_number(doc.get(k))), None)
+    for key, value in doc.items():
+        path = f"{prefix}.{key}" if prefix else str(key)
+        if isinstance(value, Mapping):
+            out.update(thresholds_of(value, path, depth + 1))
+        elif here is not None and _is_number(value) and str(key) not in THRESHOLD_KEYS:
+            out[path] = here
+    return out
+
+
+class FigureHistory:
+    """The figures of each deployment's status over time, in memory (the status carries
+    only the figures of now): the last :data:`MAX_SAMPLES` samples of each, newest last."""
+
+    def __init__(self) -> None:
+        self._series: dict[str, dict[str, deque[tuple[float, float]]]] = {}
+        self._thresholds: dict[str, dict[str, float]] = {}
+
+    def record(self, deployment: str, status: Mapping[str, Any], now: float) -> None:
+        rollout = status.get("rollout")
+        doc: dict[str, Any] = {
+            k: status[k]
+            for k in ("updatedDevices", "readyDevices", "availableDevices")
+            if k in status
+        }
+        if isinstance(rollout, Mapping):
+            doc["rollout"] = rollout
+        if deployment not in self._series and len(self._series) >= MAX_TRACKED:
+            self._series.pop(next(iter(self._series)))
+        series = self._series.setdefault(deployment, {})
+        for path, value in numeric_leaves(doc).items():
+            if path not in series and len(series) >= MAX_SERIES:
+                continue
+            series.setdefault(path, deque(maxlen=MAX_SAMPLES)).append((now, value))
+        self._thresholds[deployment] = thresholds_of(doc)
+
+    def of(self, deployment: str) -> tuple[dict[str, list[float]], dict[str, float]]:
+        """``(path -> values, path -> threshold)`` of the series with two samples or more."""
+        series = self._series.get(deployment, {})
+        shown = {p: [v for _, v in s] for p, s in series.items() if len(s) >= 2}
+        return shown, self._thresholds.get(deployment, {})
+
+    def forget(self, deployment: str) -> None:
+        self._series.pop(deployment, None)
+        self._thresholds.pop(deployment, None)

@@ -97,8 +97,6 @@ def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
 
 
 async def _scenario(tmp_path: Path, artifacts: Path) -> None:
-    from selenium.webdriver.common.by import By
-
     paths = await make_hub_dir(tmp_path / "hub")
     async with DashboardHub(paths, rollouts=True) as d:
         ctx = d.hub.ctx
@@ -117,9 +115,10 @@ async def _scenario(tmp_path: Path, artifacts: Path) -> None:
             token = await d.token()
         driver = await asyncio.to_thread(_driver)
         try:
-
+            # read with one script each: the live section may be replaced between a lookup
+            # and a read (selenium's stale elements)
             def text() -> str:
-                return str(driver.find_element(By.TAG_NAME, "body").text)
+                return str(driver.execute_script("return document.body.innerText"))
 
             def shot(name: str) -> None:
                 driver.save_screenshot(str(artifacts / f"dashboard-{name}.png"))
@@ -147,7 +146,8 @@ async def _scenario(tmp_path: Path, artifacts: Path) -> None:
             await asyncio.to_thread(driver.execute_script, "window.notReloaded = true")
 
             def field(name: str) -> str:
-                return str(driver.find_element(By.CSS_SELECTOR, f"[data-field={name}]").text)
+                script = "const e = document.querySelector(arguments[0]); return e && e.textContent"
+                return str(driver.execute_script(script, f"[data-field={name}]"))
 
             await _until(lambda: field("desiredDevices") == "4", "4 devices desired")
             for name in names:

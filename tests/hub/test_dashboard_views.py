@@ -142,3 +142,38 @@ def test_dashboard_url() -> None:
         "https://hub.example:7446/login?token=v1.a%2Bb.c"
     )
     assert dashboard_url("[::1]:7443", 9, "t").startswith("https://[::1]:9/")
+
+
+def test_figures_are_recorded_over_time_with_their_thresholds() -> None:
+    history = views.FigureHistory()
+    for t, (updated, canary) in enumerate([(1, 0.01), (2, 0.03), (2, 0.09)]):
+        status = {
+            "desiredDevices": 10,
+            "updatedDevices": updated,
+            "rollout": {
+                "revision": 2,
+                "startedAt": 1.0,
+                "analysis": {
+                    "errorRate": {"canary": canary, "stable": 0.01, "threshold": 0.05},
+                    "latencyP95Ms": {"value": 12.0 + t, "max": 20},
+                    "passed": canary < 0.05,
+                    "note": "<b>x</b>",
+                },
+            },
+        }
+        history.record("fraud", status, now=float(t))
+    series, thresholds = history.of("fraud")
+    assert series["updatedDevices"] == [1, 2, 2]
+    assert series["rollout.analysis.errorRate.canary"] == [0.01, 0.03, 0.09]
+    assert series["rollout.analysis.errorRate.stable"] == [0.01] * 3
+    assert "rollout.revision" not in series and "rollout.startedAt" not in series
+    assert thresholds["rollout.analysis.errorRate.canary"] == 0.05
+    assert thresholds["rollout.analysis.latencyP95Ms.value"] == 20
+    html = pages.history_html(series, thresholds)
+    assert html.count("<svg") == len(series) and html.count("class=threshold") == 3
+    history.forget("fraud")
+    assert history.of("fraud") == ({}, {})
+    many = views.FigureHistory()
+    many.record("x", {"rollout": {f"k{i}": i for i in range(100)}}, now=0)
+    many.record("x", {"rollout": {f"k{i}": i + 1 for i in range(100)}}, now=1)
+    assert len(many.of("x")[0]) == views.MAX_SERIES
