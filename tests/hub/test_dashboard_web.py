@@ -291,3 +291,29 @@ async def test_edgectl_dashboard_prints_a_url_that_logs_in(
         async with _session(client_tls(paths, None, tmp_path)) as s, s.get(url) as r:
             assert r.status == 200 and str(r.url).endswith("/")  # redirected, logged in
             assert "By region and site" in await r.text()
+
+
+@pytest.mark.scenario
+def test_a_fleet_of_10000_is_never_sent_whole(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        paths = await make_hub_dir(tmp_path / "hub")
+        async with (
+            DashboardHub(paths) as d,
+            _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
+        ):
+            ctx = d.hub.ctx
+            for i in range(10_000):  # 1,000 sites: more groups than the fleet page lists
+                ctx.writer.update(fake_device(f"dev-{i:05d}", site=f"site-{i % 1000}"))
+            await ctx.writer.flush()  # into the hub's SQLite store
+            for path, rows in (("/", 0), ("/devices", 50), ("/devices?per=200&page=50", 200)):
+                async with s.get(d.url + path) as r:
+                    body = await r.text()
+                    assert r.status == 200, path
+                    assert len(body) < 100_000, (path, len(body))
+                    assert len(ROWS.findall(body)) == rows, path
+            async with s.get(d.url + "/") as r:
+                body = await r.text()
+                assert "<b data-count=total>10000</b>" in body
+                assert "and 900 smaller groups not shown" in body
+
+    asyncio.run(asyncio.wait_for(scenario(), 240))
