@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import asyncio
 import os
-import shutil
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -191,6 +190,3 @@ async def _scenario(tmp_path: Path, artifacts: Path) -> None:
             assert "shop-0" not in text()
         finally:
             await asyncio.to_thread(driver.quit)
-    readme_image = os.environ.get("EDGEFLEET_DASHBOARD_README_IMAGE")
-    if readme_image:  # refresh the README's screenshot: set to docs/images/dashboard.png
-        shutil.copy(artifacts / "dashboard-deployment.png", readme_image)
