@@ -397,7 +397,8 @@ def deployment_fragment(
         )
     revs = "".join(
         f"<tr><td class=num>{esc(r.get('number'))}</td><td>{esc(r.get('model'))}</td>"
-        f"<td>{when(r.get('createdAt'))}</td><td>{esc(r.get('role', ''))}</td></tr>"
+        f"<td>{esc(r.get('role', ''))}</td><td class=num>{esc(r.get('devices', 0))}</td>"
+        f"<td class=num>{esc(r.get('ready', 0))}</td><td>{when(r.get('createdAt'))}</td></tr>"
         for r in revisions
     )
     return (
@@ -411,8 +412,9 @@ def deployment_fragment(
         f"<tbody>{conds}</tbody></table>"
         f"<h2>Failing devices</h2><table class=grid id=failing><tbody>{failing}</tbody></table>"
         f"{more}"
-        "<h2>Revisions</h2><table class=grid><thead><tr><th>revision</th><th>model</th>"
-        f"<th>created</th><th></th></tr></thead><tbody>{revs}</tbody></table>"
+        "<h2>Revisions</h2><table class=grid id=revisions><thead><tr><th>revision</th>"
+        "<th>model</th><th></th><th>devices serving its version</th><th>ready</th>"
+        f"<th>created</th></tr></thead><tbody>{revs}</tbody></table>"
     )
 
 

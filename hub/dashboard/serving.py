@@ -318,12 +318,15 @@ class Dashboard:
                         if number == state.stable
                         else ""
                     )
+                serving = status.get("versions", {}).get(rev.model[1], {})
                 revisions.append(
                     {
                         "number": number,
                         "model": " ".join(rev.model),
                         "createdAt": rev.created_at,
                         "role": role,
+                        "devices": serving.get("devices", 0),
+                        "ready": serving.get("ready", 0),
                     }
                 )
             self.history.record(name, status, time.time())

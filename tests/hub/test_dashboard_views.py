@@ -99,7 +99,9 @@ def test_rollout_analysis_is_shown_generically_with_plots_and_thresholds() -> No
             },
         },
     }
-    html = pages.deployment_fragment(status, [])
+    revisions = [{"number": 2, "model": "m 2.0", "role": "current", "devices": 7, "ready": 6}]
+    html = pages.deployment_fragment(status, revisions)
+    assert "<td>current</td><td class=num>7</td><td class=num>6</td>" in html
     assert html.count("<svg") == 2
     assert "class=threshold" in html and "threshold 0.05" in html
     assert "canary 0.2" in html and "stable 0.02" in html
