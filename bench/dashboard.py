@@ -20,7 +20,7 @@ loaded from that store as ``hub serve`` loads it, and its dashboard
    stream: 3 streams per dashboard).
 
     .venv/bin/python bench/dashboard.py [--devices 10000] [--repeat 20] [--dashboards 10]
-        [--window 10] [--json]
+        [--window 10] [--json PATH]
 """
 
 from __future__ import annotations
@@ -273,12 +273,11 @@ def main() -> int:
     p.add_argument("--repeat", type=int, default=20)
     p.add_argument("--dashboards", type=int, default=10)
     p.add_argument("--window", type=float, default=10.0)
-    p.add_argument("--json", action="store_true")
+    p.add_argument("--json", type=Path, metavar="PATH", help="also write every figure as JSON")
     args = p.parse_args()
     result = asyncio.run(main_async(args))
     if args.json:
-        print(json.dumps(result, indent=2))
-        return 0
+        args.json.write_text(json.dumps(result, indent=2) + "\n")
     print(f"{result['devices']} devices (seeded into SQLite in {result['seed_s']:.1f} s)")
     base = result["pages"]["baseline (static page)"]["median_ms"]
     print(f"{'page':28} {'median ms':>10} {'server ms':>10} {'x baseline':>10} {'bytes':>9}")
