@@ -40,9 +40,10 @@ from edgefleet.selecting import parse_selector
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from hub import applying, pki, storekeys, tokens
-from hub.auth import Caller, authorize
+from hub.auth import Caller, authorize, caller_of
 from hub.caching import Cache
 from hub.context import HubContext
+from hub.dashboard import access as dashboard_access
 from hub.desired import MAX_DESIRED_STATE_BYTES, FleetPolicies, build_desired, wire_size
 from hub.devices import Device
 from hub.pki import Role
@@ -856,6 +857,32 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             token=token, ca_hash=pki.ca_pin(ctx.ca.certificate), root_hash=root_pin(ctx)
         )
         response.expires.FromMilliseconds(int(record.expires * 1000))
+        return response
+
+    @_rpc
+    async def CreateDashboardToken(
+        self, request: admin_pb2.CreateDashboardTokenRequest, context: Any
+    ) -> admin_pb2.CreateDashboardTokenResponse:
+        """A dashboard token bound to the caller's certificate (:mod:`hub.dashboard.access`)."""
+        ctx = self._ctx
+        if not ctx.dashboard.port:
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "this hub serves no dashboard: set dashboardListen in hub.toml",
+            )
+        ttl = dashboard_access.DEFAULT_TTL_S
+        if request.HasField("ttl") and (request.ttl.seconds or request.ttl.nanos):
+            ttl = request.ttl.seconds + request.ttl.nanos / 1e9
+        caller = caller_of(context, ctx.region)
+        try:
+            token, expires = ctx.dashboard.issue(
+                caller.name, caller.serial, now=ctx.clock(), ttl=ttl
+            )
+        except ValueError as exc:
+            raise _invalid(str(exc)) from None
+        log.info("dashboard token issued", admin=caller.name, expires=rfc3339(expires))
+        response = admin_pb2.CreateDashboardTokenResponse(token=token, port=ctx.dashboard.port)
+        response.expires.FromMilliseconds(int(expires * 1000))
         return response
 
     async def PushArtifact(

@@ -7,7 +7,7 @@ docs/architecture.md, "The hub").
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -19,6 +19,28 @@ from hub.rolling import Revision, RolloutState
 from hub.store import Store
 
 MAX_EVENTS = 1000
+
+
+class EventLog(deque[dict[str, Any]]):
+    """The newest events, oldest first, that tells listeners of each one appended (the
+    dashboard's live stream: the hub's own events as they happen, not the store polled).
+    ``appended`` counts every event ever appended: a listener's position."""
+
+    def __init__(self, maxlen: int = MAX_EVENTS) -> None:
+        super().__init__(maxlen=maxlen)
+        self.appended = 0
+        self.listeners: set[Callable[[], None]] = set()
+
+    def append(self, event: dict[str, Any]) -> None:
+        super().append(event)
+        self.appended += 1
+        for listener in list(self.listeners):
+            listener()
+
+    def since(self, position: int) -> list[dict[str, Any]]:
+        """The events appended after ``position`` (of :attr:`appended`) still held."""
+        missed = min(self.appended - position, len(self))
+        return list(self)[len(self) - missed :] if missed > 0 else []
 
 
 @dataclass(frozen=True, slots=True)
@@ -52,7 +74,7 @@ class Cache:
     revisions: dict[str, dict[int, Revision]] = field(default_factory=dict)  # by deployment
     rollouts: dict[str, RolloutState] = field(default_factory=dict)  # by deployment
     rollout_revisions: dict[str, int] = field(default_factory=dict)  # their store mod revisions
-    events: deque[dict[str, Any]] = field(default_factory=lambda: deque(maxlen=MAX_EVENTS))
+    events: EventLog = field(default_factory=EventLog)
 
     @classmethod
     async def load(cls, store: Store) -> Cache:

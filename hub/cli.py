@@ -86,6 +86,10 @@ def _parser() -> argparse.ArgumentParser:
         "--metrics-listen", type=address_option, metavar="HOST:PORT",
         help="plain HTTP for /metrics, /healthz, /readyz (default: hub.toml metricsListen)",
     )  # fmt: skip
+    serve.add_argument(
+        "--dashboard-listen", type=address_option, metavar="HOST:PORT",
+        help="HTTPS for the web dashboard (default: hub.toml dashboardListen)",
+    )  # fmt: skip
     serve.add_argument("--store", help="store URL (default: hub.toml store, else D/hub.db)")
     _etcd_tls_arguments(serve)
     serve.add_argument("--log-level", default="info", choices=["debug", "info", "warning"])
@@ -303,6 +307,7 @@ async def _serve(args: argparse.Namespace) -> int:
         store_url=args.store,
         metrics_listen=args.metrics_listen,
         etcd_flags=_etcd_flags(args),
+        dashboard_listen=args.dashboard_listen,
     )
 
 

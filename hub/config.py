@@ -166,6 +166,8 @@ class HubConfig:
     listen: str = DEFAULT_LISTEN
     metrics_listen: str = DEFAULT_METRICS_LISTEN
     """Plain HTTP for /metrics, /healthz, /readyz (hub.observing); empty: none."""
+    dashboard_listen: str = ""
+    """HTTPS for the read-only web dashboard (hub.dashboard), authenticated; empty: none."""
     store: str = ""
     """A store URL; empty: ``sqlite:///<data dir>/hub.db``."""
     certificates: CertificatesConfig = CertificatesConfig()
@@ -286,6 +288,7 @@ def _read_config(r: Reader) -> HubConfig:
         region=r.optional("region", dns_label, DEFAULT_REGION),
         listen=r.optional("listen", host_port, DEFAULT_LISTEN),
         metrics_listen=r.optional("metricsListen", _optional_host_port, DEFAULT_METRICS_LISTEN),
+        dashboard_listen=r.optional("dashboardListen", _optional_host_port, ""),
         store=store,
         certificates=_read_certificates(table(r, "certificates")),
         tokens=_read_tokens(table(r, "tokens")),
@@ -332,6 +335,9 @@ listen = "{listen}"
 # Plain HTTP (no TLS, no authentication) for Prometheus /metrics and /healthz, /readyz; on
 # loopback unless scrapers elsewhere are trusted. Empty: no such listener.
 metricsListen = "{metrics_listen}"
+# HTTPS for the read-only web dashboard, e.g. "0.0.0.0:7446": every request needs an admin
+# client certificate or a short-lived token from `edgectl dashboard`. Empty: no dashboard.
+dashboardListen = ""
 # The store: sqlite:///ABSOLUTE/PATH (empty: hub.db in the data directory) or
 # etcd://HOST:PORT,HOST:PORT[/NAMESPACE] (hub replicas on one etcd cluster; see [etcd]).
 store = {_toml_string(store)}

@@ -15,6 +15,7 @@ from pathlib import Path
 from edgefleet.artifacts.storing import ArtifactStore
 from hub.caching import Cache
 from hub.config import HubConfig
+from hub.dashboard.access import DashboardAccess
 from hub.initializing import HubPaths
 from hub.observing import HubMetrics
 from hub.pki import CertifiedKey
@@ -42,6 +43,7 @@ class HubContext:
     clock: Callable[[], float] = field(default=time.time)
     metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.observing
     elector: Elector | None = None  # hub replicas on etcd (hub.replicas); None: the only hub
+    dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.dashboard
 
     @property
     def region(self) -> str:

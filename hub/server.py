@@ -230,10 +230,12 @@ async def serve(
     ready: asyncio.Event | None = None,
     metrics_listen: str | None = None,
     etcd_flags: Mapping[str, Path | None] | None = None,
+    dashboard_listen: str | None = None,
 ) -> int:
     """Run the hub until SIGTERM/SIGINT, holding the data directory's lock (one hub per data
     directory; ``hub restore`` waits for none). ``metrics_listen`` (default: hub.toml's
-    ``metricsListen``; ``""``: none) serves /metrics, /healthz, /readyz (:mod:`hub.observing`)."""
+    ``metricsListen``; ``""``: none) serves /metrics, /healthz, /readyz (:mod:`hub.observing`);
+    ``dashboard_listen`` (default: ``dashboardListen``) the web dashboard (:mod:`hub.dashboard`)."""
     with data_dir_lock(HubPaths.of(data_dir).data_dir, purpose="hub serve"):
         return await _serve(
             data_dir,
@@ -243,6 +245,7 @@ async def serve(
             ready=ready,
             metrics_listen=metrics_listen,
             etcd_flags=etcd_flags or {},
+            dashboard_listen=dashboard_listen,
         )
 
 
@@ -255,6 +258,7 @@ async def _serve(
     ready: asyncio.Event | None,
     metrics_listen: str | None,
     etcd_flags: Mapping[str, Path | None],
+    dashboard_listen: str | None = None,
 ) -> int:
     paths = HubPaths.of(data_dir)
     if not paths.config.exists():
@@ -327,6 +331,12 @@ async def _serve(
             return await _readiness(ctx, stop)
 
         components.append(ObservabilityServer(metrics_listen, ctx.metrics, readiness))
+    if dashboard_listen is None:
+        dashboard_listen = ctx.config.dashboard_listen
+    if dashboard_listen:
+        from hub.dashboard.serving import DashboardServer
+
+        components.append(DashboardServer(ctx, dashboard_listen))
     if ready is not None:
         ready.set()
     # systemd (Type=notify): ready once the gRPC server listens; watchdog pings from this loop

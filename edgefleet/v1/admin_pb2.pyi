@@ -285,3 +285,19 @@ class PushRollbackAllowanceResponse(_message.Message):
     version: str
     stored: bool
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., stored: _Optional[bool] = ...) -> None: ...
+
+class CreateDashboardTokenRequest(_message.Message):
+    __slots__ = ("ttl",)
+    TTL_FIELD_NUMBER: _ClassVar[int]
+    ttl: _duration_pb2.Duration
+    def __init__(self, ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class CreateDashboardTokenResponse(_message.Message):
+    __slots__ = ("token", "expires", "port")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    expires: _timestamp_pb2.Timestamp
+    port: int
+    def __init__(self, token: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., port: _Optional[int] = ...) -> None: ...

@@ -105,6 +105,11 @@ class AdminServiceStub:
                 request_serializer=edgefleet_dot_v1_dot_admin__pb2.ListRevisionsRequest.SerializeToString,
                 response_deserializer=edgefleet_dot_v1_dot_admin__pb2.ListRevisionsResponse.FromString,
                 _registered_method=True)
+        self.CreateDashboardToken = channel.unary_unary(
+                '/edgefleet.v1.AdminService/CreateDashboardToken',
+                request_serializer=edgefleet_dot_v1_dot_admin__pb2.CreateDashboardTokenRequest.SerializeToString,
+                response_deserializer=edgefleet_dot_v1_dot_admin__pb2.CreateDashboardTokenResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -205,6 +210,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateDashboardToken(self, request, context):
+        """A short-lived token for the hub's read-only web dashboard (hub.toml dashboardListen),
+        bound to the calling admin certificate; `edgectl dashboard` prints it in a URL.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -277,6 +290,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListRevisions,
                     request_deserializer=edgefleet_dot_v1_dot_admin__pb2.ListRevisionsRequest.FromString,
                     response_serializer=edgefleet_dot_v1_dot_admin__pb2.ListRevisionsResponse.SerializeToString,
+            ),
+            'CreateDashboardToken': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateDashboardToken,
+                    request_deserializer=edgefleet_dot_v1_dot_admin__pb2.CreateDashboardTokenRequest.FromString,
+                    response_serializer=edgefleet_dot_v1_dot_admin__pb2.CreateDashboardTokenResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -657,6 +675,33 @@ class AdminService:
             '/edgefleet.v1.AdminService/ListRevisions',
             edgefleet_dot_v1_dot_admin__pb2.ListRevisionsRequest.SerializeToString,
             edgefleet_dot_v1_dot_admin__pb2.ListRevisionsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateDashboardToken(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgefleet.v1.AdminService/CreateDashboardToken',
+            edgefleet_dot_v1_dot_admin__pb2.CreateDashboardTokenRequest.SerializeToString,
+            edgefleet_dot_v1_dot_admin__pb2.CreateDashboardTokenResponse.FromString,
             options,
             channel_credentials,
             insecure,

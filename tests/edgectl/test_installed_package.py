@@ -105,6 +105,20 @@ def test_edgectl_imports_from_the_install_and_finds_its_quickstart_files(
         assert not Path(line).is_relative_to(REPO), line
 
 
+def test_the_hub_dashboard_finds_its_script_and_style_in_the_install(
+    installed: Path, elsewhere: Path
+) -> None:
+    script = (
+        "from importlib import resources\n"
+        "import hub.dashboard\n"
+        "print(hub.dashboard.__file__)\n"
+        "for name in ('dashboard.js', 'dashboard.css'):\n"
+        "    assert resources.files('hub.dashboard').joinpath('static', name).read_text()\n"
+    )
+    (line,) = _run(installed / "python", "-c", script, cwd=elsewhere).stdout.splitlines()
+    assert Path(line).is_relative_to(installed.parent), line
+
+
 def test_the_standalone_quickstart_runs_from_the_install(installed: Path, elsewhere: Path) -> None:
     """Its manifest from the package data, its edged started as ``python -m edged`` of the
     installed package; the inference checked against ONNX Runtime."""

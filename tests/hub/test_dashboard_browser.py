@@ -1,0 +1,192 @@
+"""The dashboard in a real headless Chromium (Debian's ``chromium`` and ``chromium-driver``,
+driven by selenium; nothing downloads a browser), against a real hub (hub init, SQLite store,
+admin gRPC API, rollout controller): logged in with a token from the admin API, the fleet,
+devices, a deployment and the events; device reports and a new revision move the
+deployment's page without a reload, a failing revision shows as rolled back with the failing
+device, a hostile label stays text, and without the token cookie nothing is shown.
+Screenshots of the main pages are saved in ``$EDGEFLEET_TEST_ARTIFACTS`` (else tmp_path)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from dashboardtesting import DashboardHub, fake_device
+from hubserving import make_hub_dir
+
+from edgefleet.v1 import admin_pb2
+from hub.devices import Device, RevisionPhase, RevisionReport, WorkloadReport
+from hub.storekeys import ModelRecord
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+FLAGS = (
+    "--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
+    "--disable-component-update", "--no-first-run", "--disable-dev-shm-usage",
+    "--ignore-certificate-errors",  # the hub's certificate is signed by the hub CA
+    "--window-size=1400,1000",
+)  # fmt: skip
+DEPLOYMENT = "detector"
+
+pytestmark = [
+    pytest.mark.scenario,
+    pytest.mark.skipif(
+        not (os.path.exists(CHROMIUM) and os.path.exists(CHROMEDRIVER)),
+        reason="needs Debian's chromium and chromium-driver (scripts/install-system-deps)",
+    ),
+]
+
+
+def _driver() -> Any:
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for flag in FLAGS:
+        options.add_argument(flag)
+    return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+
+
+def _manifest(version: str) -> bytes:
+    return orjson.dumps(
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": DEPLOYMENT},
+            "spec": {
+                "model": {"name": "detector", "version": version},
+                "placement": {"nodeSelector": {"site": "retail"}},
+                "rollout": {"maxSurge": 1, "maxUnavailable": 0},
+            },
+        }
+    )
+
+
+def _serving(device: Device, version: str, phase: RevisionPhase, reason: str = "") -> Device:
+    revision = RevisionReport(
+        version, phase=phase, ready_replicas=int(phase is RevisionPhase.READY), reason=reason,
+        wanted=True,
+    )  # fmt: skip
+    report = WorkloadReport(version, desired_replicas=1, ready_replicas=1, revisions=(revision,))
+    return device.with_(workloads={DEPLOYMENT: report})
+
+
+async def _until(check: Callable[[], Any], what: str, within: float = 60.0) -> Any:
+    deadline = time.monotonic() + within
+    while True:
+        value = await asyncio.to_thread(check)
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not seen in the browser: {what}")
+        await asyncio.sleep(0.2)
+
+
+def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:
+    artifacts = Path(os.environ.get("EDGEFLEET_TEST_ARTIFACTS", tmp_path / "screenshots"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    asyncio.run(asyncio.wait_for(_scenario(tmp_path, artifacts), 300))
+
+
+async def _scenario(tmp_path: Path, artifacts: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with DashboardHub(paths, rollouts=True) as d:
+        ctx = d.hub.ctx
+        for version in ("1.0.0", "2.0.0"):
+            ctx.cache.models[("detector", version)] = ModelRecord(
+                "detector", version, version.replace(".", "") * 8, 1, b"{}", time.time()
+            )
+        names = [f"shop-{i}" for i in range(4)]
+        for name in names:
+            ctx.writer.update(fake_device(name, site="retail", region="eu"))
+        ctx.writer.update(fake_device("lab-1", site="<script>alert(1)</script>"))
+        await ctx.writer.flush()
+        async with d.hub.channel() as channel:
+            stub = d.hub.stub(channel)
+            await stub.Apply(admin_pb2.ApplyRequest(documents=[_manifest("1.0.0")]))
+            token = await d.token()
+        driver = await asyncio.to_thread(_driver)
+        try:
+            # read with one script each: the live section may be replaced between a lookup
+            # and a read (selenium's stale elements)
+            def text() -> str:
+                return str(driver.execute_script("return document.body.innerText"))
+
+            def shot(name: str) -> None:
+                driver.save_screenshot(str(artifacts / f"dashboard-{name}.png"))
+
+            await asyncio.to_thread(driver.get, f"{d.url}/login?token={token}")
+            await _until(lambda: "By region and site" in text(), "the fleet page")
+            assert "eu" in text() and "retail" in text()
+            await asyncio.to_thread(shot, "fleet")
+
+            await asyncio.to_thread(driver.get, f"{d.url}/devices")
+            await _until(lambda: "shop-3" in text(), "the devices table")
+            assert "site=<script>alert(1)</script>" in text()  # shown as text, not run
+            scripts = await asyncio.to_thread(
+                driver.execute_script, "return document.scripts.length"
+            )
+            assert scripts == 1
+            await asyncio.to_thread(shot, "devices")
+
+            # the deployment: devices report, the page follows without a reload
+            await asyncio.to_thread(driver.get, f"{d.url}/deployments/{DEPLOYMENT}")
+            await _until(
+                lambda: driver.execute_script("return document.body.dataset.stream") == "connected",
+                "the live stream connected",
+            )
+            await asyncio.to_thread(driver.execute_script, "window.notReloaded = true")
+
+            def field(name: str) -> str:
+                script = "const e = document.querySelector(arguments[0]); return e && e.textContent"
+                return str(driver.execute_script(script, f"[data-field={name}]"))
+
+            await _until(lambda: field("desiredDevices") == "4", "4 devices desired")
+            for name in names:
+                ctx.writer.update(_serving(ctx.cache.devices[name], "1.0.0", RevisionPhase.READY))
+            await _until(lambda: field("updatedDevices") == "4", "4 devices updated")
+            await _until(lambda: field("phase") == "Complete", "the first rollout complete")
+
+            # a new revision: a canary device fails it, the rollout is rolled back
+            async with d.hub.channel() as channel:
+                await d.hub.stub(channel).Apply(
+                    admin_pb2.ApplyRequest(documents=[_manifest("2.0.0")])
+                )
+            await _until(lambda: field("phase") == "Progressing", "the new rollout progressing")
+            state = await _until(
+                lambda: ctx.cache.rollouts[DEPLOYMENT].updated, "a device assigned 2.0.0"
+            )
+            canary = sorted(state)[0]
+            ctx.writer.update(
+                _serving(ctx.cache.devices[canary], "2.0.0", RevisionPhase.FAILED, "ModelCrashed")
+            )
+            await _until(lambda: field("phase") == "RolledBack", "the rollout rolled back")
+            await _until(lambda: "ModelCrashed" in text(), "the failing device's reason")
+            assert canary in text()
+            assert await asyncio.to_thread(driver.execute_script, "return window.notReloaded")
+            await asyncio.to_thread(shot, "deployment")
+
+            # events, live
+            await asyncio.to_thread(driver.get, f"{d.url}/events")
+            await _until(lambda: "RolledBack" in text() or "rolled back" in text(), "events")
+            ctx.writer.event("Device", "shop-0", "Warning", "Overheating", "<b>92 C</b>")
+            await _until(lambda: "<b>92 C</b>" in text(), "a new event without a reload")
+            await asyncio.to_thread(shot, "events")
+
+            await asyncio.to_thread(driver.get, f"{d.url}/models")
+            await _until(lambda: "2.0.0" in text(), "the models page")
+
+            # without the cookie: refused
+            await asyncio.to_thread(driver.delete_all_cookies)
+            await asyncio.to_thread(driver.get, f"{d.url}/devices")
+            await _until(lambda: "authentication required" in text(), "the refusal")
+            assert "shop-0" not in text()
+        finally:
+            await asyncio.to_thread(driver.quit)

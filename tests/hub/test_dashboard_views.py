@@ -1,0 +1,181 @@
+"""The dashboard's pure parts: counts and groups of the fleet, the devices page's query and
+bounds, the generic rendering of rollout status (plots with thresholds), escaping, and the
+URL edgectl dashboard prints."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+
+from edgectl.dashboards import dashboard_url
+from hub.dashboard import pages, views
+from hub.dashboard.access import AccessRefused, DashboardAccess
+from hub.devices import Attestation, Device, DevicePhase, Health, TrustState
+from hub.placing import SecurityPolicy
+from hub.storekeys import DesiredRecord
+
+
+def _device(name: str, **kw: object) -> Device:
+    return Device(name=name, **kw)  # type: ignore[arg-type]
+
+
+def test_fleet_summary_counts_and_groups() -> None:
+    devices = [
+        _device("a", labels={"site": "s1"}, phase=DevicePhase.READY),
+        _device(
+            "b",
+            labels={"site": "s1"},
+            phase=DevicePhase.NOT_READY,
+            health=Health(False, ("disk full",)),
+        ),
+        _device(
+            "c",
+            labels={"site": "s2", "region": "r2"},
+            attestation=Attestation(TrustState.TRUSTED),
+            generation_acked=1,
+        ),
+        _device("d", attestation=Attestation(TrustState.UNTRUSTED), cordoned=True),
+    ]
+    desired = {"a": DesiredRecord(2, (), "x"), "c": DesiredRecord(1, (), "y")}
+    s = views.fleet_summary(devices, desired, SecurityPolicy(require_attestation=True), "r1")
+    c = s.counts
+    assert (c.total, c.ready, c.not_ready, c.pending) == (4, 1, 1, 2)
+    assert (c.unhealthy, c.trusted, c.untrusted, c.noncompliant) == (1, 1, 1, 3)
+    assert (c.cordoned, c.out_of_sync) == (1, 1)
+    groups = {(r, site): g.total for r, site, g in s.groups}
+    assert groups == {("r1", "s1"): 2, ("r2", "s2"): 1, ("r1", views.NO_SITE): 1}
+    assert s.groups[0][:2] == ("r1", "s1")  # the largest first
+    small = views.fleet_summary(devices, desired, SecurityPolicy(), "r1", max_groups=1)
+    assert len(small.groups) == 1 and small.more_groups == 2
+    assert small.counts.noncompliant == 0
+
+
+def test_device_query_bounds() -> None:
+    q = views.parse_device_query({"page": "2", "per": "10", "phase": "Ready", "q": " x "})
+    assert (q.page, q.per_page, q.phase, q.text) == (2, 10, "Ready", "x")
+    assert q.params(page=3) == {"q": "x", "phase": "Ready", "page": "3", "per": "10"}
+    for bad, field in (
+        ({"page": "0"}, "page"),
+        ({"page": "1e3"}, "page"),
+        ({"page": "9999999999"}, "page"),
+        ({"per": "1000"}, "per"),
+        ({"health": "meh"}, "health"),
+        ({"attestation": "Maybe"}, "attestation"),
+        ({"selector": "=="}, "selector"),
+    ):
+        with pytest.raises(views.BadQuery, match=f"^{field}:"):
+            views.parse_device_query(bad)
+
+
+def test_device_page_slices_by_name() -> None:
+    devices = [_device(f"d{i:02d}", phase=DevicePhase.READY) for i in range(25)][::-1]
+    page = views.device_page(devices, views.DeviceQuery(page=3, per_page=10))
+    assert [d.name for d in page.rows] == [f"d{i}" for i in range(20, 25)]
+    assert (page.matched, page.pages) == (25, 3)
+    empty = views.device_page([], views.DeviceQuery())
+    assert (empty.rows, empty.pages) == ([], 1)
+
+
+def test_rollout_analysis_is_shown_generically_with_plots_and_thresholds() -> None:
+    status = {
+        "desiredDevices": 10,
+        "updatedDevices": 3,
+        "rollout": {
+            "phase": "RolledBack",
+            "revision": 2,
+            "steps": 4,
+            "startedAt": 1700000000.0,
+            "analysis": {
+                "checks": [
+                    {"name": "errorRate", "passed": False, "message": "<b>0.2</b> > 0.05"},
+                ],
+                "errorRate": {
+                    "canary": [0.01, 0.05, 0.2],
+                    "stable": [0.01, 0.01, 0.02],
+                    "threshold": 0.05,
+                },
+                "latencyP95": [[1.0, 12.5], [2.0, 13.0]],
+            },
+        },
+    }
+    revisions = [{"number": 2, "model": "m 2.0", "role": "current", "devices": 7, "ready": 6}]
+    html = pages.deployment_fragment(status, revisions)
+    assert "<td>current</td><td class=num>7</td><td class=num>6</td>" in html
+    assert html.count("<svg") == 2
+    assert "class=threshold" in html and "threshold 0.05" in html
+    assert "canary 0.2" in html and "stable 0.02" in html
+    assert "&lt;b&gt;0.2&lt;/b&gt;" in html and "<b>0.2" not in html
+    assert "errorRate" in html and ">no<" in html  # passed: False
+    assert "data-pct=30" in html  # updated 3 of 10
+
+
+def test_values_are_escaped_and_bounded() -> None:
+    hostile = {
+        "<k>": ['"><script>x</script>'],
+        "deep": {"a": {"b": {"c": {"d": {"e": {"f": {}}}}}}},
+    }
+    html = pages.value_html(hostile)
+    assert "<script>" not in html and "&lt;k&gt;" in html and "&quot;&gt;" in html
+    assert "…" in html
+    assert pages.esc("x" * 5000).endswith("…") and len(pages.esc("x" * 5000)) < 2100
+    assert pages.value_html([float("nan"), 1]) == "nan, 1"  # not a plot: NaN is no number
+
+
+def test_tokens() -> None:
+    access = DashboardAccess()
+    token, expires = access.issue("alice", "abc", now=1000.0, ttl=60)
+    assert re.fullmatch(r"v1\.[\w-]+\.[\w-]+", token) and expires == 1060.0
+    viewer = access.verify(token, now=1059.0, revoked={})
+    assert (viewer.name, viewer.serial, viewer.via) == ("alice", "abc", "token")
+    with pytest.raises(AccessRefused, match="expired"):
+        access.verify(token, now=1060.0, revoked={})
+    with pytest.raises(AccessRefused, match="revoked"):
+        access.verify(token, now=1001.0, revoked={"abc": "alice"})
+    with pytest.raises(AccessRefused, match="not issued by this hub"):
+        DashboardAccess().verify(token, now=1001.0, revoked={})
+    for ttl in (1.0, 3600.0):
+        with pytest.raises(ValueError, match="ttl"):
+            access.issue("alice", "abc", now=0, ttl=ttl)
+
+
+def test_dashboard_url() -> None:
+    assert dashboard_url("hub.example:7443", 7446, "v1.a+b.c") == (
+        "https://hub.example:7446/login?token=v1.a%2Bb.c"
+    )
+    assert dashboard_url("[::1]:7443", 9, "t").startswith("https://[::1]:9/")
+
+
+def test_figures_are_recorded_over_time_with_their_thresholds() -> None:
+    history = views.FigureHistory()
+    for t, (updated, canary) in enumerate([(1, 0.01), (2, 0.03), (2, 0.09)]):
+        status = {
+            "desiredDevices": 10,
+            "updatedDevices": updated,
+            "rollout": {
+                "revision": 2,
+                "startedAt": 1.0,
+                "analysis": {
+                    "errorRate": {"canary": canary, "stable": 0.01, "threshold": 0.05},
+                    "latencyP95Ms": {"value": 12.0 + t, "max": 20},
+                    "passed": canary < 0.05,
+                    "note": "<b>x</b>",
+                },
+            },
+        }
+        history.record("fraud", status, now=float(t))
+    series, thresholds = history.of("fraud")
+    assert series["updatedDevices"] == [1, 2, 2]
+    assert series["rollout.analysis.errorRate.canary"] == [0.01, 0.03, 0.09]
+    assert series["rollout.analysis.errorRate.stable"] == [0.01] * 3
+    assert "rollout.revision" not in series and "rollout.startedAt" not in series
+    assert thresholds["rollout.analysis.errorRate.canary"] == 0.05
+    assert thresholds["rollout.analysis.latencyP95Ms.value"] == 20
+    html = pages.history_html(series, thresholds)
+    assert html.count("<svg") == len(series) and html.count("class=threshold") == 3
+    history.forget("fraud")
+    assert history.of("fraud") == ({}, {})
+    many = views.FigureHistory()
+    many.record("x", {"rollout": {f"k{i}": i for i in range(100)}}, now=0)
+    many.record("x", {"rollout": {f"k{i}": i + 1 for i in range(100)}}, now=1)
+    assert len(many.of("x")[0]) == views.MAX_SERIES

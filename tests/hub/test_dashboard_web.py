@@ -1,0 +1,319 @@
+"""The hub's web dashboard over HTTPS against a real hub (hub init, SQLite store, the admin
+gRPC API on loopback with mutual TLS): nothing without an admin certificate or a valid
+token, tokens from the admin API that expire and die with a revocation, hostile device
+strings shown inert under a strict CSP, bounded pagination, and events live over SSE."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import re
+import ssl
+import time
+from pathlib import Path
+
+import aiohttp
+import grpc
+import pytest
+from asynctesting import async_test
+from dashboardtesting import DashboardHub, client_tls, fake_device
+from hubserving import make_hub_dir
+
+from edgefleet.v1 import admin_pb2
+from hub import pki
+from hub.dashboard.access import DashboardAccess
+from hub.pki import Identity, Role
+
+ROWS = re.compile(r'<tr><td><a href="/devices/')
+
+
+def _session(tls: ssl.SSLContext) -> aiohttp.ClientSession:
+    # unsafe: keep cookies of an IP address (the dashboard on loopback)
+    return aiohttp.ClientSession(
+        connector=aiohttp.TCPConnector(ssl=tls), cookie_jar=aiohttp.CookieJar(unsafe=True)
+    )
+
+
+@async_test
+async def test_nothing_is_served_without_a_certificate_or_token(tmp_path: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with DashboardHub(paths) as d, _session(client_tls(paths, None, tmp_path)) as s:
+        for path in ("/", "/devices", "/events", "/events/stream", "/static/dashboard.js"):
+            async with s.get(d.url + path) as r:
+                assert r.status == 401, path
+                assert "admin client certificate" in await r.text()
+                assert "script-src 'self'" in r.headers["Content-Security-Policy"]
+        for bad in ("v1.AAAA.BBBB", "nonsense", "x" * 600):
+            async with s.get(d.url + "/", headers={"Authorization": f"Bearer {bad}"}) as r:
+                assert r.status == 401
+            async with s.get(d.url + "/login", params={"token": bad}) as r:
+                assert r.status == 401
+                assert "set-cookie" not in r.headers
+
+
+@async_test
+async def test_admin_certificate_is_let_in_and_a_device_certificate_is_not(
+    tmp_path: Path,
+) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with DashboardHub(paths) as d:
+        async with (
+            _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
+            s.get(d.url + "/") as r,
+        ):
+            assert r.status == 200
+            text = await r.text()
+            assert "Fleet" in text and "admin" in text and "(certificate" in text
+            assert r.headers["X-Content-Type-Options"] == "nosniff"
+        device = pki.issue_client_certificate(
+            d.hub.ctx.ca, Identity(Role.DEVICE, "cam-1", d.hub.ctx.region)
+        )
+        async with _session(client_tls(paths, device, tmp_path)) as s, s.get(d.url + "/") as r:
+            assert r.status == 403
+            assert "device certificate" in await r.text()
+
+
+@async_test
+async def test_token_login_expiry_and_revocation(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with DashboardHub(paths) as d, _session(client_tls(paths, None, tmp_path)) as s:
+        token = await d.token(ttl_s=120)
+        async with s.get(d.url + "/login", params={"token": token}, allow_redirects=False) as r:
+            assert r.status == 303 and r.headers["Location"] == "/"
+            cookie = r.headers["Set-Cookie"]
+            for attribute in ("HttpOnly", "Secure", "SameSite=Strict", "Max-Age="):
+                assert attribute in cookie
+        async with s.get(d.url + "/devices") as r:  # the cookie
+            assert r.status == 200
+            assert "(token, until" in await r.text()
+        async with aiohttp.ClientSession(
+            connector=aiohttp.TCPConnector(ssl=client_tls(paths, None, tmp_path))
+        ) as fresh:
+            headers = {"Authorization": f"Bearer {token}"}
+            async with fresh.get(d.url + "/models", headers=headers) as r:
+                assert r.status == 200
+            # tampered: refused
+            forged = token[:-2] + ("AA" if not token.endswith("AA") else "BB")
+            async with fresh.get(d.url + "/", headers={"Authorization": f"Bearer {forged}"}) as r:
+                assert r.status == 401
+            # another hub process (another key): refused
+            other, _ = DashboardAccess().issue("admin", "1", now=time.time(), ttl=60)
+            async with fresh.get(d.url + "/", headers={"Authorization": f"Bearer {other}"}) as r:
+                assert r.status == 401
+            # expired: refused, with the way out
+            ctx = d.hub.ctx
+            ctx.clock = lambda: time.time() + 121
+            async with fresh.get(d.url + "/", headers=headers) as r:
+                assert r.status == 401
+                assert "expired" in await r.text()
+            async with s.get(d.url + "/") as r:  # the cookie too
+                assert r.status == 401
+            ctx.clock = time.time
+            # the admin certificate revoked: its tokens are refused
+            serial = format(d.hub.admin().certificate.serial_number, "x")
+            ctx.cache.revoked[serial] = "admin"
+            async with fresh.get(d.url + "/", headers=headers) as r:
+                assert r.status == 401
+                assert "revoked" in await r.text()
+    logged = [(r.getMessage(), repr(getattr(r, "fields", ""))) for r in caplog.records]
+    assert any("dashboard token issued" in m for m, _ in logged)
+    assert any("dashboard request refused" in m for m, _ in logged)
+    secret = token.split(".")[2]
+    assert not [line for line in logged if secret in line[0] or secret in line[1]]
+
+
+@async_test
+async def test_token_lifetimes_are_bounded_and_need_a_dashboard(tmp_path: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with DashboardHub(paths) as d:
+        with pytest.raises(grpc.aio.AioRpcError) as refused:
+            await d.token(ttl_s=3600)
+        assert refused.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "ttl" in str(refused.value.details())
+        d.hub.ctx.dashboard.port = 0  # as if no dashboard listened
+        async with d.hub.channel() as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as none:
+                await d.hub.stub(channel).CreateDashboardToken(
+                    admin_pb2.CreateDashboardTokenRequest()
+                )
+        assert none.value.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "dashboardListen" in str(none.value.details())
+        d.hub.ctx.dashboard.port = d.server.port
+
+
+@async_test
+async def test_hostile_device_strings_render_inert(tmp_path: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with DashboardHub(paths) as d:
+        hostile = '<script>alert("x")</script>'
+        ctx = d.hub.ctx
+        ctx.writer.update(fake_device("cam-1", site=hostile, note='"><img src=x onerror=alert(1)>'))
+        ctx.writer.event("Device", "cam-1", "Warning", "Hostile", hostile)
+        await ctx.writer.flush()
+        async with _session(client_tls(paths, d.hub.admin(), tmp_path)) as s:
+            for path in ("/", "/devices", "/devices/cam-1", "/events"):
+                async with s.get(d.url + path) as r:
+                    assert r.status == 200, path
+                    text = await r.text()
+                    assert "<script>alert" not in text and "<img src=x" not in text, path
+                    assert "&lt;script&gt;" in text, path
+                    csp = r.headers["Content-Security-Policy"]
+                    assert "default-src 'none'" in csp and "unsafe-inline" not in csp
+                    # the only script is the dashboard's own file
+                    assert re.findall(r"<script[^>]*>", text) == [
+                        '<script src="/static/dashboard.js" defer>'
+                    ]
+
+
+@async_test
+async def test_devices_are_paginated_within_bounds(tmp_path: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with DashboardHub(paths) as d:
+        for i in range(120):
+            d.hub.ctx.writer.update(fake_device(f"dev-{i:03d}", site="a" if i % 2 else "b"))
+        await d.hub.ctx.writer.flush()
+        async with _session(client_tls(paths, d.hub.admin(), tmp_path)) as s:
+
+            async def get(**params: str) -> tuple[int, str]:
+                async with s.get(d.url + "/devices", params=params) as r:
+                    return r.status, await r.text()
+
+            status, text = await get()
+            assert status == 200 and len(ROWS.findall(text)) == 50
+            assert "page 1 of 3 (120 devices match)" in text
+            status, text = await get(page="3")
+            assert len(ROWS.findall(text)) == 20 and "dev-119" in text and "dev-099" not in text
+            status, text = await get(page="4")  # past the end: empty, not an error
+            assert status == 200 and not ROWS.findall(text) and "page 4 of 3" in text
+            status, text = await get(selector="site=a", per="200")
+            assert len(ROWS.findall(text)) == 60
+            status, text = await get(q="dev-11")
+            assert len(ROWS.findall(text)) == 10
+            for bad, field in (
+                ({"per": "201"}, "per"),
+                ({"per": "0"}, "per"),
+                ({"page": "0"}, "page"),
+                ({"page": "-1"}, "page"),
+                ({"page": "x" * 40}, "page"),
+                ({"phase": "<b>"}, "phase"),
+                ({"selector": "a in ("}, "selector"),
+                ({"q": "x" * 300}, "q"),
+            ):
+                status, text = await get(**bad)
+                assert status == 400, bad
+                assert f"{field}:" in text, bad
+                assert "<b>" not in text
+            async with s.get(d.url + "/devices/nobody") as r:
+                assert r.status == 404
+
+
+@async_test
+async def test_events_arrive_live_over_sse(tmp_path: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with (
+        DashboardHub(paths) as d,
+        _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
+    ):
+        async with s.get(d.url + "/events/stream") as r:
+            assert r.status == 200
+            assert r.headers["Content-Type"].startswith("text/event-stream")
+            assert (await r.content.readline()).startswith(b"retry:")
+            d.hub.ctx.writer.event("Device", "cam-9", "Normal", "Tested", "a new <event>")
+            seen = b""
+            while b"a new <event>" not in seen:
+                seen += await asyncio.wait_for(r.content.readline(), 10)
+            assert b'"name":"cam-9"' in seen and b"id: " in seen
+        async with s.get(d.url + "/live/fleet") as r:
+            assert r.status == 200
+            first = b""
+            while not first.endswith(b"\n\n"):
+                first += await asyncio.wait_for(r.content.readline(), 10)
+            assert first.startswith(b"event: html\n") and b"By region and site" in first
+
+
+@async_test
+async def test_deployments_pages(tmp_path: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    manifest = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "fraud"},
+        "spec": {"model": {"name": "fraud", "version": "1.0.0"}},
+    }
+    async with (
+        DashboardHub(paths) as d,
+        _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
+    ):
+        async with d.hub.channel() as channel:
+            await d.hub.stub(channel).Apply(
+                admin_pb2.ApplyRequest(documents=[json.dumps(manifest).encode()])
+            )
+        async with s.get(d.url + "/deployments") as r:
+            assert r.status == 200
+            assert 'href="/deployments/fraud"' in await r.text()
+        async with s.get(d.url + "/deployments/fraud") as r:
+            text = await r.text()
+            assert r.status == 200 and "ModelNotPushed" in text
+            assert 'data-live="/live/deployments/fraud"' in text
+        for path, status in (
+            ("/deployments?page=0", 400),
+            ("/deployments?page=2", 200),
+            ("/deployments/nope", 404),
+            ("/live/deployments/nope", 404),
+        ):
+            async with s.get(d.url + path) as r:
+                assert r.status == status, path
+
+
+@async_test
+async def test_edgectl_dashboard_prints_a_url_that_logs_in(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from edgectl.cli import main
+
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with DashboardHub(paths) as d:
+        config = paths.admin_config
+        config.write_text(
+            re.sub(
+                r'^hub = ".*"$', f'hub = "127.0.0.1:{d.hub.port}"', config.read_text(), flags=re.M
+            )
+        )
+        code = await asyncio.to_thread(main, ["dashboard", "--config", str(config), "--ttl", "2m"])
+        assert code == 0
+        url, valid = capsys.readouterr().out.splitlines()
+        assert url.startswith(f"https://127.0.0.1:{d.server.port}/login?token=v1.")
+        assert valid.startswith("valid until ")
+        async with _session(client_tls(paths, None, tmp_path)) as s, s.get(url) as r:
+            assert r.status == 200 and str(r.url).endswith("/")  # redirected, logged in
+            assert "By region and site" in await r.text()
+
+
+@pytest.mark.scenario
+def test_a_fleet_of_10000_is_never_sent_whole(tmp_path: Path) -> None:
+    async def scenario() -> None:
+        paths = await make_hub_dir(tmp_path / "hub")
+        async with (
+            DashboardHub(paths) as d,
+            _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
+        ):
+            ctx = d.hub.ctx
+            for i in range(10_000):  # 1,000 sites: more groups than the fleet page lists
+                ctx.writer.update(fake_device(f"dev-{i:05d}", site=f"site-{i % 1000}"))
+            await ctx.writer.flush()  # into the hub's SQLite store
+            for path, rows in (("/", 0), ("/devices", 50), ("/devices?per=200&page=50", 200)):
+                async with s.get(d.url + path) as r:
+                    body = await r.text()
+                    assert r.status == 200, path
+                    assert len(body) < 100_000, (path, len(body))
+                    assert len(ROWS.findall(body)) == rows, path
+            async with s.get(d.url + "/") as r:
+                body = await r.text()
+                assert "<b data-count=total>10000</b>" in body
+                assert "and 900 smaller groups not shown" in body
+
+    asyncio.run(asyncio.wait_for(scenario(), 240))
