@@ -21,6 +21,7 @@ exits 1, for systemd to restart it.
 from __future__ import annotations
 
 import asyncio
+import importlib.util
 import signal
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -334,6 +335,12 @@ async def _serve(
     if dashboard_listen is None:
         dashboard_listen = ctx.config.dashboard_listen
     if dashboard_listen:
+        if importlib.util.find_spec("aiohttp") is None:
+            # a hub installed without the extra: say so, never run without the asked listener
+            raise HubDirError(
+                f"dashboardListen {dashboard_listen!r} needs the aiohttp package, which is not "
+                "installed: pip install 'edgefleet[dashboard]'"
+            )
         from hub.dashboard.serving import DashboardServer
 
         components.append(DashboardServer(ctx, dashboard_listen))
