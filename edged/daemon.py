@@ -173,7 +173,11 @@ class Daemon:
         self.hub_source: HubSource | None = None
         self.hub_link: HubLink | None = None
         if self.link_files.enrolled():
-            self.hub_source = HubSource(data, self.store, self.gate)
+            from edged.trust.tufclient import TufClient
+
+            self.hub_source = HubSource(
+                data, self.store, self.gate, tuf=TufClient(data, required=config.trust.require_tuf)
+            )
         self.collector = ArtifactCollector(self.store, in_use=self._artifacts_in_use)
         hub_source = self.hub_source
         self.acceptor = Acceptor(

@@ -64,6 +64,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="make no trust root (the hub then refuses every artifact push)",
     )
+    init.add_argument(
+        "--tuf",
+        action="store_true",
+        help="also keep a TUF repository (D/tuf/): devices then admit only artifacts a "
+        "delegated publisher's signed targets list (quickstart keys; docs/trust.md)",
+    )
 
     serve = sub.add_parser("serve", help="run the hub's gRPC services and controllers")
     serve.add_argument("--data-dir", type=Path, required=True, help="made by hub init")
@@ -127,7 +133,7 @@ async def _init(args: argparse.Namespace) -> int:
         hub_address=args.hub_address,
         sans=args.san,
         trust_setup=choose_trust_setup(
-            no_trust_root=args.no_trust_root, trust_root=args.trust_root
+            no_trust_root=args.no_trust_root, trust_root=args.trust_root, tuf=args.tuf
         ),
     )
     print(f"hub initialised in {result.paths.data_dir} (region {result.region})")

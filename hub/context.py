@@ -22,6 +22,7 @@ from hub.projecting import Projector
 from hub.rollouts import RolloutController
 from hub.sessions import Sessions
 from hub.store import Store
+from hub.tufrepo import TufRepository
 from hub.writing import DeviceWriter
 
 
@@ -40,6 +41,7 @@ class HubContext:
     rollouts: RolloutController | None = None  # hub.rollouts; None: no rollout controller
     clock: Callable[[], float] = field(default=time.time)
     metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.observing
+    tuf: TufRepository | None = None  # D/tuf/: the TUF repository, when the hub keeps one
 
     @property
     def region(self) -> str:

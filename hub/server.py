@@ -58,6 +58,7 @@ from hub.store.compacting import Compactor
 from hub.store.identity import data_dir_lock
 from hub.syncing import DeviceServicer
 from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
+from hub.tufrepo import TufRepository
 from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
@@ -115,6 +116,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         blobs=ArtifactStore(paths.data_dir / "blobs"),
         rollouts=RolloutController(store, cache, projector, writer),
         metrics=metrics,
+        tuf=TufRepository.load(paths.data_dir),
     )
     install_roots(ctx, roots)
     return ctx
