@@ -74,6 +74,8 @@ class TufRepository:
         self._roots: dict[int, bytes] = {}
         self._targets_bytes = b""
         self._delegated: dict[str, bytes] = {}
+        self._versions: dict[str, int] = {}  # delegated role -> version (the snapshot's meta)
+        self._targets_version = 0
         self._snapshot_bytes = b""
         self._timestamp_bytes = b""
         self._signer: Any = None
@@ -110,7 +112,7 @@ class TufRepository:
         return signed  # type: ignore[no-any-return]
 
     def _load(self) -> None:
-        from tuf.api.metadata import Root
+        from tuf.api.metadata import Root, Targets
 
         for p in self.dir.glob("*.root.json"):
             m = _VERSIONED_ROOT.match(p.name)
@@ -137,12 +139,16 @@ class TufRepository:
             self.root, tufmeta.TARGETS, self._targets_bytes, what="targets.json"
         )
         targets = self.targets
+        self._targets_version = int(targets.version)
         delegated = self.dir / DELEGATED_DIR
         if delegated.is_dir() and targets.delegations and targets.delegations.roles:
             for role in targets.delegations.roles:
                 p = delegated / tufmeta.role_file(role)
                 if p.exists():
-                    self._delegated[role] = _read_bounded(p, tufmeta.TARGETS_MAX_BYTES)
+                    data = _read_bounded(p, tufmeta.TARGETS_MAX_BYTES)
+                    signed, _ = tufmeta.parse(data, Targets, what=str(p))
+                    self._delegated[role] = data
+                    self._versions[role] = signed.version
         self._signer = tufmeta.tuf_signer(self.dir / ONLINE_KEY)
         online = self._signer.public_key.keyid
         for role in (tufmeta.SNAPSHOT, tufmeta.TIMESTAMP):
@@ -185,12 +191,9 @@ class TufRepository:
 
     # -- snapshot and timestamp (online) --------------------------------------------------
     def _snapshot_meta(self) -> dict[str, int]:
-        from tuf.api.metadata import Targets
-
-        meta = {"targets.json": self.targets.version}
-        for role, data in sorted(self._delegated.items()):
-            signed, _ = tufmeta.parse(data, Targets, what=f"{role}.json")
-            meta[tufmeta.role_file(role)] = signed.version
+        meta = {"targets.json": self._targets_version}
+        for role, version in sorted(self._versions.items()):
+            meta[tufmeta.role_file(role)] = version
         return meta
 
     def _refresh(self, *, force: bool) -> None:
@@ -310,6 +313,7 @@ class TufRepository:
                     )
             write_atomic(self.dir / DELEGATED_DIR / tufmeta.role_file(role), data, mode=0o644)
             self._delegated[role] = data
+            self._versions[role] = version
             self._refresh(force=True)
         log.info("delegated targets stored", role=role)
 

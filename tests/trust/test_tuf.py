@@ -216,7 +216,7 @@ def test_a_publisher_signs_only_the_model_names_delegated_to_it(hub: Hub, tmp_pa
     refused("NotInTargets", TufClient.check, updater, audio)
     # a role delegated but never published (not in the snapshot) admits nothing either
     hub.served.clear()
-    del hub.repo._delegated["audio"]
+    del hub.repo._delegated["audio"], hub.repo._versions["audio"]
     hub.repo._refresh(force=True)
     _, updater = device(tmp_path, hub, "dev3")
     refused("TufRefused", TufClient.check, updater, audio)
