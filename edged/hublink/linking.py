@@ -95,8 +95,8 @@ class Fetcher:
                 common_pb2.TufMetadataRequest(name=name, max_length=max_length), timeout=60.0
             )
         except grpc.aio.AioRpcError as exc:
-            if exc.code() == grpc.StatusCode.NOT_FOUND:
-                return None
+            if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED):
+                return None  # UNIMPLEMENTED: a hub older than TUF keeps no repository
             raise OSError(f"TUF metadata {name}: {exc.code().name}: {exc.details()}") from None
         return bytes(response.data)  # python-tuf's fetcher refuses more than max_length
 

@@ -449,17 +449,23 @@ class HubSource:
         if self._tuf is None:
             return
         if tuf_fetch is None:
-            if self._tuf.active:
+            if self._tuf.active or self._gate.state.tuf_root_version:
                 self._tuf_refusal = ArtifactError(
                     "NoTufRepository", "TUF is required and no TUF metadata can be fetched"
                 )
             return
         fetch = sync_fetch(tuf_fetch, asyncio.get_running_loop())
+        floor = self._gate.state.tuf_root_version
         try:
-            self._tuf_updater = await asyncio.to_thread(self._tuf.refresh, fetch, self._gate.root)
+            self._tuf_updater = await asyncio.to_thread(
+                self._tuf.refresh, fetch, self._gate.root, floor=floor
+            )
         except ArtifactError as exc:
             log.error("tuf metadata refused", reason=exc.reason, message=str(exc))
             self._tuf_refusal = exc
+            return
+        if self._tuf_updater is not None:
+            self._gate.accept_tuf_root(await asyncio.to_thread(self._tuf.root_version))
 
     def _check_tuf(self, meta: Any) -> None:
         """Every file of the artifact is in a publisher's delegated targets, when TUF is in

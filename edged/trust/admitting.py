@@ -16,7 +16,7 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -467,6 +467,11 @@ class ArtifactGate:
                 )
             self._on_result("refused", exc.reason)
             raise exc from None
+
+    def accept_tuf_root(self, version: int) -> None:
+        """Record the TUF root version the device's TUF client holds (it only goes up)."""
+        if version > self.state.tuf_root_version:
+            self._save_state(replace(self.state, tuf_root_version=version))
 
     def accept(self, meta: ArtifactMetadata) -> None:
         """Record ``meta`` as accepted (its artifact is in the store, digest checked)."""

@@ -100,6 +100,17 @@ class TufClient:
         """Whether TUF is required: the device holds a TUF root (or its image says so)."""
         return self.required or (self.dir / "root.json").exists()
 
+    def root_version(self) -> int:
+        """The version of the TUF root held (0: none)."""
+        from tuf.api.metadata import Root as TufRoot
+
+        try:
+            data = (self.dir / "root.json").read_bytes()
+        except FileNotFoundError:
+            return 0
+        root, _ = tufmeta.parse(data, TufRoot, what=str(self.dir / "root.json"))
+        return int(root.version)
+
     def _bootstrap(self, fetch: FetchSync, fleet_root: Root | None) -> bool:
         if (self.dir / "root.json").exists():
             return True
@@ -117,16 +128,27 @@ class TufClient:
         log.info("tuf root accepted", origin="hub")
         return True
 
-    def refresh(self, fetch: FetchSync, fleet_root: Root | None) -> Any | None:
+    def refresh(self, fetch: FetchSync, fleet_root: Root | None, *, floor: int = 0) -> Any | None:
         """Update the TUF metadata (root, timestamp, snapshot, top-level targets) from the
         hub; return the updater to look targets up with, or None when TUF is not in use
-        (the hub keeps no repository and this device never held a TUF root). TrustError when
-        refused, TemporaryError when the hub could not be reached."""
+        (the hub keeps no repository and this device never held a TUF root). ``floor``: the
+        TUF root version the trust state recorded; TUF metadata older than that, or gone, is
+        ``TrustStateLost`` (its rollback protection was reset). TrustError when refused,
+        TemporaryError when the hub could not be reached."""
         from tuf.api.exceptions import DownloadError, RepositoryError
         from tuf.ngclient import Updater, UpdaterConfig
         from tuf.ngclient.config import EnvelopeType
 
         try:
+            held = self.root_version()
+            if floor and held < floor:
+                raise TrustError(
+                    "TrustStateLost",
+                    f"TUF root version {floor} was accepted, but {self.dir} holds "
+                    f"{'none' if not held else f'version {held}'}: its rollback protection "
+                    "was reset (remove the whole trust directory to start again from the "
+                    "image's root)",
+                )
             if not self._bootstrap(fetch, fleet_root):
                 if self.required:
                     raise TrustError(

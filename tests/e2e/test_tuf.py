@@ -9,6 +9,7 @@ is refused by the hub; a publisher's targets that list other bytes are refused b
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -87,6 +88,8 @@ def check_fleet(hub: HubProcess, tmp_path: Path, e: Edged, data: Path) -> None:
         p.name for p in tuf.iterdir()
     }
     assert e.status()["hub"]["tufRequired"] is True
+    state = json.loads((data / "trust" / "state.json").read_text())
+    assert state["tufRootVersion"] == 1  # deleting trust/tuf/ would be TrustStateLost
 
     # A push without the publisher's delegated targets (an older edgectl, or a hub operator
     # with only the artifact key): refused by the hub, nothing stored.

@@ -362,3 +362,21 @@ def test_the_hub_refuses_older_or_expired_delegated_targets(hub: Hub) -> None:
     expired = tufmeta.sign(signed, [tufmeta.tuf_signer(hub.keys["pub1"].key_file)])
     refused("MetadataExpired", hub.repo.check_delegated, "vision", expired, meta, now=time.time())
     refused("UnknownRole", hub.repo.check_delegated, "nobody", expired, meta, now=time.time())
+
+
+def test_tuf_metadata_that_went_missing_is_detected(hub: Hub, tmp_path: Path) -> None:
+    """The trust state records the TUF root version held: deleting ``D/trust/tuf/`` (which
+    would reset the timestamp and snapshot rollback protection) is TrustStateLost."""
+    import shutil
+
+    from edgefleet.trust.verifying import TrustState
+
+    client, _ = device(tmp_path, hub)
+    version = client.root_version()
+    assert version == 1
+    state = TrustState(root_version=1, tuf_root_version=version)
+    assert TrustState.from_json(state.to_json()) == state
+    assert "tufRootVersion" not in TrustState().to_json()
+    shutil.rmtree(client.dir)
+    refused("TrustStateLost", client.refresh, hub.fetch, hub.fleet_root, floor=version)
+    assert not client.dir.exists()
