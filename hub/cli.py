@@ -110,6 +110,19 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--description", default="")
     listing = tsub.add_parser("list", help="the bootstrap tokens (ids only, never secrets)")
     listing.add_argument("--data-dir", type=Path, required=True)
+
+    tuf = sub.add_parser("tuf", help="the hub's TUF repository (docs/trust.md, TUF roles)")
+    tufsub = tuf.add_subparsers(dest="tuf_command", required=True, metavar="COMMAND")
+    online = tufsub.add_parser(
+        "online-key", help="make (once) and show the hub's online snapshot/timestamp key"
+    )
+    online.add_argument("--data-dir", type=Path, required=True)
+    install = tufsub.add_parser(
+        "install", help="install an offline-signed TUF root and top-level targets"
+    )
+    install.add_argument("--data-dir", type=Path, required=True)
+    install.add_argument("--root", type=Path, required=True, help="edgectl trust tuf root")
+    install.add_argument("--targets", type=Path, required=True, help="edgectl trust tuf targets")
     return p
 
 
@@ -247,6 +260,25 @@ async def _serve(args: argparse.Namespace) -> int:
     )
 
 
+async def _tuf_online_key(args: argparse.Namespace) -> int:
+    from hub.tufrepo import online_key
+
+    _config(args.data_dir)
+    pub = online_key(HubPaths.of(args.data_dir).data_dir)
+    print(f"the hub's online key (snapshot and timestamp): {pub}")
+    print("list it in the TUF root: edgectl trust tuf root --online-key " + str(pub) + " ...")
+    return 0
+
+
+async def _tuf_install(args: argparse.Namespace) -> int:
+    from hub.tufrepo import install_repository
+
+    _config(args.data_dir)
+    d = install_repository(HubPaths.of(args.data_dir).data_dir, args.root, args.targets)
+    print(f"TUF repository installed in {d}; restart the hub to serve it")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(getattr(args, "log_level", "warning"))
@@ -258,6 +290,8 @@ def main(argv: list[str] | None = None) -> int:
         action = _backup
     elif args.command == "restore":
         action = _restore
+    elif args.command == "tuf":
+        action = _tuf_online_key if args.tuf_command == "online-key" else _tuf_install
     else:
         action = _token_create if args.token_command == "create" else _token_list
     try:

@@ -375,3 +375,77 @@ async def serve_metadata(tuf: TufRepository | None, request: Any, context: Any) 
             f"{name} is {len(data)} bytes, more than the {request.max_length} asked for",
         )
     return common_pb2.TufMetadataResponse(data=data)
+
+
+def online_key(data_dir: Path) -> Path:
+    """Make the hub's online key ``D/tuf/online.key`` unless it exists; its public key."""
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    from edgefleet.trust import signing
+
+    d = Path(data_dir) / TUF_DIR
+    d.mkdir(parents=True, exist_ok=True)
+    if not (d / ONLINE_KEY).exists():
+        signing.generate_key_pair(d / "online")
+    pub = d / "online.pub"
+    key = signing.load_private_key(d / ONLINE_KEY)
+    pem = key.public_key().public_bytes(Encoding.PEM, PublicFormat.SubjectPublicKeyInfo)
+    write_atomic(pub, pem, mode=0o644)
+    return pub
+
+
+def install_repository(data_dir: Path, root: Path, targets: Path) -> Path:
+    """Install an operator's offline-signed TUF root (version 1, or the next of the one held:
+    rotations keep every version) and top-level targets into ``D/tuf/``, after checking that
+    the result holds together (:class:`TufRepository`; HubDirError otherwise): the root
+    signed by its own root keys (and by the previous root's, for a rotation), the hub's
+    online key its snapshot and timestamp key, the targets signed by its targets keys."""
+    from tuf.api.metadata import Root as TufRoot
+    from tuf.api.metadata import Targets
+
+    d = Path(data_dir) / TUF_DIR
+    if not (d / ONLINE_KEY).exists():
+        raise HubDirError(f"{d / ONLINE_KEY} is missing: run hub tuf online-key first")
+    try:
+        root_bytes = _read_bounded(root, tufmeta.ROOT_MAX_BYTES)
+        targets_bytes = _read_bounded(targets, tufmeta.TARGETS_MAX_BYTES)
+        new_root, _ = tufmeta.parse(root_bytes, TufRoot, what=str(root))
+        new_targets, _ = tufmeta.parse(targets_bytes, Targets, what=str(targets))
+        if (d / "root.json").exists():
+            held, _ = tufmeta.parse((d / "root.json").read_bytes(), TufRoot, what="root.json")
+            if new_root.version not in (held.version, held.version + 1):
+                raise TrustError(
+                    "RootVersionNotNext",
+                    f"{root}: version {new_root.version}, the hub holds {held.version}",
+                )
+        if (d / "targets.json").exists():
+            old, _ = tufmeta.parse((d / "targets.json").read_bytes(), Targets, what="targets")
+            if new_targets.version <= old.version and (d / "targets.json").read_bytes() != (
+                targets_bytes
+            ):
+                raise TrustError(
+                    "MetadataRollback",
+                    f"{targets}: version {new_targets.version} is not higher than "
+                    f"{old.version}, the targets the hub holds",
+                )
+    except (TrustError, OSError) as exc:
+        raise HubDirError(f"hub tuf install: {exc}") from None
+    staging = d.with_name(TUF_DIR + ".new")
+    import shutil
+
+    shutil.rmtree(staging, ignore_errors=True)
+    shutil.copytree(d, staging)
+    write_atomic(staging / f"{new_root.version}.root.json", root_bytes, mode=0o644)
+    write_atomic(staging / "root.json", root_bytes, mode=0o644)
+    write_atomic(staging / "targets.json", targets_bytes, mode=0o644)
+    try:
+        TufRepository(staging)
+    except (TrustError, OSError) as exc:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise HubDirError(f"hub tuf install: {exc}") from None
+    for name in (f"{new_root.version}.root.json", "root.json", "targets.json", "snapshot.json",
+                 "timestamp.json"):  # fmt: skip
+        if (staging / name).exists():
+            write_atomic(d / name, (staging / name).read_bytes(), mode=0o644)
+    shutil.rmtree(staging, ignore_errors=True)
+    return d

@@ -298,6 +298,66 @@ def verify_by_fleet_root(
     return root  # type: ignore[no-any-return]
 
 
+# -- the offline ceremony (edgectl trust tuf ...) -------------------------------------------------
+
+
+def parse_delegation(text: str) -> Delegation:
+    """``ROLE=PUB.pub[+PUB2.pub...]:PATTERN[,PATTERN...][@THRESHOLD]`` (``edgectl trust tuf
+    targets --delegate``) -> a :class:`Delegation` (``MalformedMetadata`` naming the part)."""
+    from edgefleet.trust.signing import load_public_key_raw
+
+    bad = TrustError(
+        "MalformedMetadata",
+        f"--delegate {text!r}: expected ROLE=PUB.pub[+PUB.pub...]:PATTERN[,PATTERN...]"
+        "[@THRESHOLD], e.g. vision=vision.pub:vision-*",
+    )
+    role, sep, rest = text.partition("=")
+    keys_part, sep2, patterns_part = rest.partition(":")
+    if not sep or not sep2 or not keys_part or not patterns_part:
+        raise bad
+    threshold = 1
+    if "@" in patterns_part:
+        patterns_part, _, t = patterns_part.rpartition("@")
+        if not t.isdigit():
+            raise bad
+        threshold = int(t)
+    keys = tuple(load_public_key_raw(Path(k)) for k in keys_part.split("+"))
+    patterns = tuple(p for p in patterns_part.split(",") if p)
+    if not valid_role_name(role):
+        raise TrustError("MalformedMetadata", f"--delegate: role name {role!r} is not usable")
+    name_pattern_paths(patterns)  # checks them
+    return Delegation(role, keys, threshold, patterns)
+
+
+def next_root(
+    current: bytes | None,
+    *,
+    root_keys: Sequence[bytes],
+    root_threshold: int,
+    targets_keys: Sequence[bytes],
+    targets_threshold: int,
+    online_keys: Sequence[bytes],
+    expires: float,
+) -> Root:
+    """A TUF root of version 1, or the version after ``current`` (a rotation: sign it with
+    a threshold of the current root keys and of its own)."""
+    from tuf.api.metadata import Root as TufRoot
+
+    version = 1
+    if current is not None:
+        old, _ = parse(current, TufRoot, what="the current TUF root")
+        version = old.version + 1
+    return build_root(
+        root_keys=root_keys,
+        root_threshold=root_threshold,
+        targets_keys=targets_keys,
+        targets_threshold=targets_threshold,
+        online_keys=online_keys,
+        version=version,
+        expires=expires,
+    )
+
+
 # -- publishing (a publisher's delegated targets) -------------------------------------------------
 
 
