@@ -154,6 +154,10 @@ class Daemon:
             "Artifact verifications by result (accepted, unsigned, refused) and reason",
             ("result", "reason"),
         )
+        from edged.trust.identity import resolve_tcti
+        from edged.trust.tpmcounter import TpmCounter
+
+        tcti = resolve_tcti(config.trust.tpm)
         self.gate = ArtifactGate(
             data,
             root_file=config.trust.root_file,
@@ -161,6 +165,7 @@ class Daemon:
             on_result=lambda result, reason: verifications.labels(
                 result=result, reason=reason
             ).inc(),
+            counter=TpmCounter(tcti) if tcti is not None else None,
         )
         self.board.trust_status = self.gate.status
         # -- the sources of desired state, and what accepts their merge ----------------------
