@@ -5,7 +5,7 @@ Real keys, real files, the real repository code of the hub and python-tuf's real
 compromised hub is played by serving other bytes for some files (``Hub.served``), made with
 the hub's own online key where a compromised hub would have it. python-tuf checks expiry
 against the real clock, so times here are real (``time.time()``). The gRPC path is covered by
-``tests/e2e/test_tuf.py``.
+``tests/e2e/test_tuf_fleet.py``.
 """
 
 from __future__ import annotations
