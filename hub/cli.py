@@ -275,7 +275,7 @@ async def _tuf_install(args: argparse.Namespace) -> int:
 
     _config(args.data_dir)
     d = install_repository(HubPaths.of(args.data_dir).data_dir, args.root, args.targets)
-    print(f"TUF repository installed in {d}; restart the hub to serve it")
+    print(f"TUF repository installed in {d}; a running hub adopts it within seconds")
     return 0
 
 

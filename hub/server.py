@@ -59,6 +59,7 @@ from hub.store.identity import data_dir_lock
 from hub.syncing import DeviceServicer
 from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
 from hub.tufrepo import TufRepository
+from hub.tufwatching import TufWatcher
 from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
@@ -258,6 +259,7 @@ async def _serve(
         ),
         attestation,
         RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
+        TufWatcher(ctx),
     ]
     if ctx.rollouts is not None:
         components.append(ctx.rollouts)
