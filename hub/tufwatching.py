@@ -75,6 +75,6 @@ class TufWatcher:
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
-            await asyncio.to_thread(self.check)
+            self.check()  # stats; a load (a few signature checks) only when a file changed
             if await wait_for_stop(stop, self._period):
                 return
