@@ -118,8 +118,13 @@ def run_fleet_quickstart(workdir: Path, example: Traversable, *, keep_running: b
     demo = Demo(workdir)
     ok = False
     try:
-        demo.run("hub", "init", "--data-dir", str(demo.hub_dir), "--hub-address", demo.address)
-        print(f"1. hub init: CA, admin credentials, trust root and publisher key in {demo.hub_dir}")
+        demo.run(
+            "hub", "init", "--data-dir", str(demo.hub_dir), "--hub-address", demo.address, "--tuf"
+        )
+        print(
+            "1. hub init --tuf: CA, admin credentials, trust root, publisher key and TUF "
+            f"repository in {demo.hub_dir}"
+        )
         hub = start_hub(demo.hub_dir, listen=demo.address, log=demo.log("hub"))
         demo.track("hub", hub)
         hub.wait_listening(30)
@@ -157,7 +162,10 @@ def run_fleet_quickstart(workdir: Path, example: Traversable, *, keep_running: b
         pushed = demo.edgectl(
             "models", "push", str(model), "--name", "demo-classifier", "--version", "1.0.0"
         )
-        print(f"5. signed with the publisher key and pushed: {pushed.stdout.strip()}")
+        print(
+            "5. signed (metadata and the publisher's TUF targets) with the publisher key and "
+            f"pushed: {pushed.stdout.strip()}"
+        )
         with as_file(example) as manifest:  # package data: a file, unless zipped
             applied = demo.edgectl("apply", "-f", str(manifest))
         print(f"6. edgectl apply -f {example.name}: {applied.stdout.strip()}")

@@ -88,6 +88,14 @@ def add_command(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="an envelope signed elsewhere (edgectl models sign); uploaded exactly as it is",
     )
     push.add_argument("--expires", default="90d", help="validity when signing here (default 90d)")
+    push.add_argument(
+        "--targets-key",
+        type=Path,
+        action="append",
+        default=[],
+        help="a key that signs this publisher's delegated TUF targets, for a hub that keeps a "
+        "TUF repository (default: --key, else admin.toml [publisher] key)",
+    )
 
 
 def run(args: argparse.Namespace) -> int | None:
@@ -106,7 +114,23 @@ def run(args: argparse.Namespace) -> int | None:
         extras = _extras_of(envelope, args.file, args.extra)
         total = args.file.stat().st_size + sum(p.stat().st_size for _, p in extras)
         progress = Progress(f"model/{args.name} {args.version}:", total)
-        response = asyncio.run(push(config, args.file, envelope, extras, progress=progress))
+        targets_keys = (
+            list(args.targets_key)
+            or list(args.key)
+            or ([config.publisher_key] if config.publisher_key else [])
+        )
+        response = asyncio.run(
+            push(
+                config,
+                args.file,
+                envelope,
+                extras,
+                progress=progress,
+                targets_keys=targets_keys,
+                targets_expire_in_s=signing.parse_duration_days(args.expires),
+                targets_keys_given=bool(args.targets_key),
+            )
+        )
     except PushError as exc:
         raise PushError(f"models push: {exc}", exc.exit_code) from None
     except (ArtifactError, OSError, ValueError) as exc:
@@ -175,9 +199,16 @@ def _envelope(args: argparse.Namespace, config: AdminConfig) -> bytes:
 
 
 async def _requests(
-    model: Path, envelope: bytes, extras: list[tuple[str, Path]], progress: Progress | None
+    model: Path,
+    envelope: bytes,
+    extras: list[tuple[str, Path]],
+    progress: Progress | None,
+    delegated: tuple[str, bytes] | None = None,
 ) -> AsyncIterator[admin_pb2.PushArtifactRequest]:
-    yield admin_pb2.PushArtifactRequest(header=admin_pb2.ArtifactHeader(signed_metadata=envelope))
+    header = admin_pb2.ArtifactHeader(signed_metadata=envelope)
+    if delegated is not None:
+        header.delegated_role, header.delegated_targets = delegated
+    yield admin_pb2.PushArtifactRequest(header=header)
     sent = 0
     for name, path in [("", model), *extras]:
         if name:
@@ -198,15 +229,22 @@ async def push(
     *,
     timeout: float = 600.0,
     progress: Progress | None = None,
+    targets_keys: list[Path] | None = None,
+    targets_expire_in_s: float = 90 * signing.DAY,
+    targets_keys_given: bool = False,
 ) -> admin_pb2.PushArtifactResponse:
     """Upload ``model`` and its ``extras`` (name, path) with their signed metadata; the hub's
     PushArtifactResponse. ``progress`` is told the bytes sent, and finished once the hub
-    answered."""
+    answered. A hub that keeps a TUF repository also gets the publisher's delegated targets
+    with this artifact added, signed here with ``targets_keys``."""
     async with _channel(config) as channel:
         stub = admin_pb2_grpc.AdminServiceStub(channel)  # type: ignore[no-untyped-call]
         try:
+            delegated = await _delegated_targets(
+                stub, envelope, targets_keys or [], targets_expire_in_s, targets_keys_given
+            )
             response: admin_pb2.PushArtifactResponse = await stub.PushArtifact(
-                _requests(model, envelope, extras or [], progress), timeout=timeout
+                _requests(model, envelope, extras or [], progress, delegated), timeout=timeout
             )
             if progress is not None:
                 progress.finish()
@@ -216,3 +254,56 @@ async def push(
             if error.exit_code == EXIT_REFUSED:
                 raise PushError(f"{error.code}: {error.message}") from None
             raise PushError(f"{error.code}: {error.message}", error.exit_code) from None
+
+
+async def _tuf_file(stub: admin_pb2_grpc.AdminServiceStub, name: str) -> bytes | None:
+    from edgefleet.trust import tufmeta
+    from edgefleet.v1 import common_pb2
+
+    try:
+        response = await stub.FetchTufMetadata(
+            common_pb2.TufMetadataRequest(name=name, max_length=tufmeta.TARGETS_MAX_BYTES),
+            timeout=60.0,
+        )
+    except grpc.aio.AioRpcError as exc:
+        if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED):
+            return None  # no TUF repository (UNIMPLEMENTED: a hub older than TUF)
+        raise
+    return bytes(response.data)
+
+
+async def _delegated_targets(
+    stub: admin_pb2_grpc.AdminServiceStub,
+    envelope: bytes,
+    keys: list[Path],
+    expires_in_s: float,
+    keys_given: bool,
+) -> tuple[str, bytes] | None:
+    """For a hub with a TUF repository: the role of the top-level targets that delegates
+    this model's name to the first key, and that role's targets as the hub holds them with
+    this artifact's files added, the next version, signed by ``keys``. None without one."""
+    import time
+
+    from edgefleet.trust import tufmeta
+
+    targets = await _tuf_file(stub, "targets.json")
+    if targets is None:
+        if keys_given:
+            raise PushError("--targets-key: the hub keeps no TUF repository (not supported)")
+        return None
+    if not keys:
+        raise PushError(
+            "the hub keeps a TUF repository: give --targets-key (or --key) to sign this "
+            "publisher's delegated targets"
+        )
+    env = parse_envelope_bytes(envelope, what="metadata")
+    meta = parse_artifact(decode_payload(env, expected_type=ARTIFACT_TYPE, what="metadata"))
+    role = tufmeta.find_role(targets, signing.load_public_key_raw(keys[0]), meta.name)
+    current = await _tuf_file(stub, tufmeta.role_file(role))
+    data = tufmeta.add_artifact(
+        current,
+        meta,
+        [tufmeta.tuf_signer(k) for k in keys],
+        expires=time.time() + expires_in_s,
+    )
+    return role, data

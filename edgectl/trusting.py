@@ -95,6 +95,62 @@ def add_commands(
     rsign.add_argument("file", type=Path)
     rsign.add_argument("--key", type=Path, action="append", required=True)
 
+    tuf = trust.add_parser(
+        "tuf", help="the fleet's TUF repository: root and top-level targets (offline keys)"
+    ).add_subparsers(dest="tuf_cmd")
+    troot = tuf.add_parser("root", help="a TUF root (version 1, or the next with --current)")
+    troot.add_argument("--current", type=Path, help="the TUF root in force (a rotation)")
+    troot.add_argument(
+        "--old-root-key",
+        type=Path,
+        action="append",
+        default=[],
+        help="a private root key of the current TUF root (signs a rotation)",
+    )
+    troot.add_argument(
+        "--root-key",
+        type=Path,
+        action="append",
+        required=True,
+        help="a private root key (the fleet trust root's root keys: devices check the first "
+        "TUF root against them)",
+    )
+    troot.add_argument(
+        "--targets-key",
+        type=Path,
+        action="append",
+        required=True,
+        help="a public key of the top-level targets role (its private key stays offline)",
+    )
+    troot.add_argument(
+        "--online-key",
+        type=Path,
+        required=True,
+        help="the hub's online public key for snapshot and timestamp (hub tuf online-key)",
+    )
+    troot.add_argument("--threshold", type=int, default=1, help="targets signatures needed")
+    troot.add_argument("--root-threshold", type=int, default=None, help="default: all root keys")
+    troot.add_argument("--expires", default="365d")
+    troot.add_argument("--out", type=Path, required=True)
+    ttargets = tuf.add_parser(
+        "targets", help="the top-level targets: the delegations to publishers"
+    )
+    ttargets.add_argument(
+        "--key", type=Path, action="append", required=True, help="a private targets key"
+    )
+    ttargets.add_argument(
+        "--delegate",
+        action="append",
+        default=[],
+        metavar="ROLE=PUB.pub[+PUB.pub]:PATTERN[,PATTERN][@THRESHOLD]",
+        help="a publisher role: its keys and the model names it may sign (repeatable)",
+    )
+    ttargets.add_argument(
+        "--version", type=int, required=True, help="higher than the targets in force"
+    )
+    ttargets.add_argument("--expires", default="365d")
+    ttargets.add_argument("--out", type=Path, required=True)
+
     rollback = sub.add_parser("rollback", help="signed rollback allowances").add_subparsers(
         dest="rollback_cmd"
     )
@@ -185,6 +241,8 @@ def _run(args: argparse.Namespace) -> int | None:
             return 0
     if cmd == "rollback" and args.rollback_cmd == "push":
         return _push_allowance(args)
+    if cmd == "trust" and args.trust_cmd == "tuf" and args.tuf_cmd in ("root", "targets"):
+        return _tuf(args)
     if cmd == "rollback" and args.rollback_cmd == "allow":
         sha256 = args.sha256
         if args.model is not None:
@@ -220,4 +278,39 @@ def _push_allowance(args: argparse.Namespace) -> int:
         f"rollback allowance for {what} "
         + ("stored: devices are sent it with that version" if got.stored else "unchanged")
     )
+    return 0
+
+
+def _tuf(args: argparse.Namespace) -> int:
+    import time
+
+    from edgefleet.persisting import write_atomic
+    from edgefleet.trust import tufmeta
+
+    expires = time.time() + signing.parse_duration_days(args.expires)
+    if args.tuf_cmd == "root":
+        current = args.current.read_bytes() if args.current is not None else None
+        if args.old_root_key and current is None:
+            raise ValueError("--old-root-key signs a rotation: give --current too")
+        root_raw = [signing.load_public_key_raw(k) for k in args.root_key]
+        root = tufmeta.next_root(
+            current,
+            root_keys=root_raw,
+            root_threshold=args.root_threshold or len(root_raw),
+            targets_keys=[signing.load_public_key_raw(k) for k in args.targets_key],
+            targets_threshold=args.threshold,
+            online_keys=[signing.load_public_key_raw(args.online_key)],
+            expires=expires,
+        )
+        signers = [tufmeta.tuf_signer(k) for k in [*args.old_root_key, *args.root_key]]
+        write_atomic(args.out, tufmeta.sign(root, signers), mode=0o644)
+        print(f"TUF root version {root.version}: {args.out}")
+        return 0
+    delegations = [tufmeta.parse_delegation(d) for d in args.delegate]
+    targets = tufmeta.build_targets(delegations, version=args.version, expires=expires)
+    write_atomic(
+        args.out, tufmeta.sign(targets, [tufmeta.tuf_signer(k) for k in args.key]), mode=0o644
+    )
+    roles = ", ".join(f"{d.role} ({', '.join(d.name_patterns)})" for d in delegations)
+    print(f"TUF targets version {args.version}: {args.out}; delegations: {roles or 'none'}")
     return 0

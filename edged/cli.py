@@ -70,6 +70,15 @@ def _parser() -> argparse.ArgumentParser:
     en.add_argument("--name", default="", help="the device name (default: the hub picks)")
     en.add_argument("--enroll-address", help="HOST:PORT of enrollment (default: hub port + 1)")
     en.add_argument("--force", action="store_true", help="enroll again, replacing the link")
+    tr = sub.add_parser("trust", help="the device's trust state")
+    trsub = tr.add_subparsers(dest="trust_command", required=True, metavar="COMMAND")
+    reset = trsub.add_parser(
+        "reset",
+        help="start the trust state again from the image's root (forgets the highest accepted "
+        "versions), adopting the TPM counter; edged must be stopped",
+    )
+    reset.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
+    reset.add_argument("--config", type=Path, help="edged.toml (for trust.tpm)")
     return p
 
 
@@ -86,8 +95,65 @@ def main(argv: list[str] | None = None) -> int:
         return _doctor(args)
     if args.command == "enroll":
         return _enroll(args)
+    if args.command == "trust":
+        return _trust_reset(args)
     _parser().print_help()
     return 2
+
+
+def _trust_reset(args: argparse.Namespace) -> int:
+    """``edged trust reset``: the deliberate recovery from ``TrustStateLost``: remove
+    ``D/trust/`` and write a state that adopts the TPM counter's value (docs/trust.md)."""
+    import fcntl
+    import shutil
+
+    from edged.config import ServiceDirs, load_config
+    from edged.trust.identity import resolve_tcti
+    from edged.trust.tpmcounter import TpmCounter
+    from edgefleet.errors import ConfigError, EdgefleetError
+    from edgefleet.persisting import write_json_atomic
+    from edgefleet.trust.verifying import TrustState
+
+    data_dir = Path(args.data_dir)
+    try:
+        config = load_config(
+            args.config, data_dir=data_dir, service=ServiceDirs.from_environ(os.environ)
+        )
+    except (ConfigError, OSError) as exc:
+        print(f"edged: invalid config: {exc}", file=sys.stderr)
+        return 2
+    lock = data_dir / "edged.lock"
+    try:
+        fd = os.open(lock, os.O_RDWR | os.O_CREAT, 0o600)
+    except OSError as exc:
+        print(f"edged: trust reset: {lock}: {exc.strerror}", file=sys.stderr)
+        return 1
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            print("edged: trust reset: edged is running on this data directory: stop it first",
+                  file=sys.stderr)  # fmt: skip
+            return 1
+        tcti = resolve_tcti(config.trust.tpm)
+        try:
+            value = TpmCounter(tcti).read() if tcti is not None else None
+        except EdgefleetError as exc:
+            print(f"edged: trust reset: {exc}", file=sys.stderr)
+            return 1
+        shutil.rmtree(data_dir / "trust", ignore_errors=True)
+        if value:
+            write_json_atomic(
+                data_dir / "trust" / "state.json", TrustState(tpm_counter=value).to_json()
+            )
+        print(
+            f"trust state reset in {data_dir / 'trust'}"
+            + (f" (TPM counter {value} adopted)" if value else "")
+            + "; edged starts again from the image's root (trust.rootFile)"
+        )
+        return 0
+    finally:
+        os.close(fd)
 
 
 def _enroll(args: argparse.Namespace) -> int:

@@ -149,6 +149,7 @@ class TrustConfig:
     allow_unsigned: bool = False
     root_file: Path = DEFAULT_TRUST_ROOT
     tpm: str = "auto"  # "auto" | "off" | a TCTI string such as "device:/dev/tpmrm0"
+    require_tuf: bool = False  # refuse the hub's artifacts until it serves TUF metadata
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -329,6 +330,7 @@ def _read_trust(r: Reader) -> TrustConfig:
         allow_unsigned=r.optional("allowUnsigned", as_bool, False),
         root_file=r.optional("rootFile", _absolute_path, default.root_file),
         tpm=r.optional("tpm", _tpm, default.tpm),
+        require_tuf=r.optional("requireTuf", as_bool, False),
     )
 
 
@@ -483,6 +485,10 @@ pythonExecutable = ""
 [trust]
 # Accept model artifacts without signed metadata. For development only: loud in status and logs.
 allowUnsigned = false
+# Admit the hub's artifacts only when a publisher's TUF targets list them (python-tuf's
+# client: snapshot, timestamp, delegations), even before the hub first served TUF metadata.
+# A device that once received a TUF root from its hub requires TUF from then on anyway.
+requireTuf = false
 # The fleet trust root from the device image: the device's anchor (edged enroll needs it, or
 # --root-hash). The accepted root is kept in <dataDir>/trust/root.json; a newer root here is
 # accepted only if the accepted root's keys signed it (rotation). See docs/trust.md.

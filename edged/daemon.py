@@ -178,6 +178,10 @@ class Daemon:
             "Artifact verifications by result (accepted, unsigned, refused) and reason",
             ("result", "reason"),
         )
+        from edged.trust.identity import resolve_tcti
+        from edged.trust.tpmcounter import TpmCounter
+
+        tcti = resolve_tcti(config.trust.tpm)
         self.gate = ArtifactGate(
             data,
             root_file=config.trust.root_file,
@@ -185,6 +189,7 @@ class Daemon:
             on_result=lambda result, reason: verifications.labels(
                 result=result, reason=reason
             ).inc(),
+            counter=TpmCounter(tcti) if tcti is not None else None,
         )
         self.board.trust_status = self.gate.status
         # -- the sources of desired state, and what accepts their merge ----------------------
@@ -197,7 +202,11 @@ class Daemon:
         self.hub_source: HubSource | None = None
         self.hub_link: HubLink | None = None
         if self.link_files.enrolled():
-            self.hub_source = HubSource(data, self.store, self.gate)
+            from edged.trust.tufclient import TufClient
+
+            self.hub_source = HubSource(
+                data, self.store, self.gate, tuf=TufClient(data, required=config.trust.require_tuf)
+            )
         self.collector = ArtifactCollector(self.store, in_use=self._artifacts_in_use)
         hub_source = self.hub_source
         self.acceptor = Acceptor(

@@ -915,6 +915,17 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             name=allow.name, version=allow.version, stored=stored
         )
 
+    async def FetchTufMetadata(
+        self, request: common_pb2.TufMetadataRequest, context: Any
+    ) -> common_pb2.TufMetadataResponse:
+        await self.authorize(context)
+        from hub.tufrepo import serve_metadata
+
+        response: common_pb2.TufMetadataResponse = await serve_metadata(
+            self._ctx.tuf, request, context
+        )
+        return response
+
 
 def _watch_event(
     type_: admin_pb2.WatchEvent.Type,

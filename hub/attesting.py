@@ -97,12 +97,18 @@ def reference_policy(
     code: set[str] = set()
     config: set[str] = set()
     models: set[str] = set()
+    pcrs: dict[int, set[str]] = {}
     require_tpm = False
     for manifest in baselines:
         spec = manifest.get("spec")
         if not isinstance(spec, Mapping):
             continue
         require_tpm = require_tpm or bool(spec.get("requireTpm"))
+        raw_pcrs = spec.get("allowedPcrValues")
+        if isinstance(raw_pcrs, Mapping):
+            for index, values in raw_pcrs.items():
+                if str(index).isdigit() and isinstance(values, list):
+                    pcrs.setdefault(int(index), set()).update(str(v).lower() for v in values)
         code |= _digests(spec.get("allowedCodeDigests"))
         config |= _digests(spec.get("allowedConfigDigests"))
         models |= _digests(spec.get("allowedModelDigests"))
@@ -113,6 +119,7 @@ def reference_policy(
         allowed_models=frozenset(models | set(owed_models)) if models else None,
         require_tpm=require_tpm,
         check_trust_root=bool(trust_root),
+        allowed_pcrs={i: frozenset(v) for i, v in sorted(pcrs.items())} or None,
     )
 
 

@@ -66,6 +66,12 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="make no trust root (the hub then refuses every artifact push)",
     )
+    init.add_argument(
+        "--tuf",
+        action="store_true",
+        help="also keep a TUF repository (D/tuf/): devices then admit only artifacts a "
+        "delegated publisher's signed targets list (quickstart keys; docs/trust.md)",
+    )
 
     init.add_argument(
         "--store",
@@ -118,6 +124,19 @@ def _parser() -> argparse.ArgumentParser:
     create.add_argument("--description", default="")
     listing = tsub.add_parser("list", help="the bootstrap tokens (ids only, never secrets)")
     listing.add_argument("--data-dir", type=Path, required=True)
+
+    tuf = sub.add_parser("tuf", help="the hub's TUF repository (docs/trust.md, TUF roles)")
+    tufsub = tuf.add_subparsers(dest="tuf_command", required=True, metavar="COMMAND")
+    online = tufsub.add_parser(
+        "online-key", help="make (once) and show the hub's online snapshot/timestamp key"
+    )
+    online.add_argument("--data-dir", type=Path, required=True)
+    install = tufsub.add_parser(
+        "install", help="install an offline-signed TUF root and top-level targets"
+    )
+    install.add_argument("--data-dir", type=Path, required=True)
+    install.add_argument("--root", type=Path, required=True, help="edgectl trust tuf root")
+    install.add_argument("--targets", type=Path, required=True, help="edgectl trust tuf targets")
     return p
 
 
@@ -172,7 +191,7 @@ async def _init(args: argparse.Namespace) -> int:
         hub_address=args.hub_address,
         sans=args.san,
         trust_setup=choose_trust_setup(
-            no_trust_root=args.no_trust_root, trust_root=args.trust_root
+            no_trust_root=args.no_trust_root, trust_root=args.trust_root, tuf=args.tuf
         ),
         store=store,
         etcd=etcd,
@@ -311,6 +330,25 @@ async def _serve(args: argparse.Namespace) -> int:
     )
 
 
+async def _tuf_online_key(args: argparse.Namespace) -> int:
+    from hub.tufrepo import online_key
+
+    _config(args.data_dir)
+    pub = online_key(HubPaths.of(args.data_dir).data_dir)
+    print(f"the hub's online key (snapshot and timestamp): {pub}")
+    print("list it in the TUF root: edgectl trust tuf root --online-key " + str(pub) + " ...")
+    return 0
+
+
+async def _tuf_install(args: argparse.Namespace) -> int:
+    from hub.tufrepo import install_repository
+
+    _config(args.data_dir)
+    d = install_repository(HubPaths.of(args.data_dir).data_dir, args.root, args.targets)
+    print(f"TUF repository installed in {d}; a running hub adopts it within seconds")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(getattr(args, "log_level", "warning"))
@@ -322,6 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         action = _backup
     elif args.command == "restore":
         action = _restore
+    elif args.command == "tuf":
+        action = _tuf_online_key if args.tuf_command == "online-key" else _tuf_install
     else:
         action = _token_create if args.token_command == "create" else _token_list
     try:

@@ -24,6 +24,7 @@ from hub.rollouts import RolloutController
 from hub.sessions import Sessions
 from hub.store import Store
 from hub.store.electing import Elector
+from hub.tufrepo import TufRepository
 from hub.writing import DeviceWriter
 
 
@@ -44,6 +45,7 @@ class HubContext:
     metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.observing
     elector: Elector | None = None  # hub replicas on etcd (hub.replicas); None: the only hub
     dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.dashboard
+    tuf: TufRepository | None = None  # D/tuf/: the TUF repository, when the hub keeps one
 
     @property
     def region(self) -> str:

@@ -98,6 +98,7 @@ async def receive_artifact(
         )
     envelope_bytes = bytes(first.header.signed_metadata)
     meta, model_file, info = _verify_header(ctx, envelope_bytes, now)
+    delegated = _verify_delegated(ctx, first.header, meta, now)
     what = f"{meta.name} {meta.version}"
     existing = ctx.cache.models.get((meta.name, meta.version))
     if existing is not None and existing.sha256 != info.sha256:
@@ -131,7 +132,7 @@ async def receive_artifact(
                 "FileMissing",
                 f"{what}: the signed metadata lists {', '.join(missing)}, which were not sent",
             )
-        return await _record(
+        response = await _record(
             ctx,
             meta,
             envelope_bytes,
@@ -141,6 +142,13 @@ async def receive_artifact(
             stored=info.sha256 not in had,
             extras=stored_extras,
         )
+        if delegated is not None and ctx.tuf is not None:
+            try:
+                ctx.tuf.store_delegated(*delegated)
+            except TrustError as exc:
+                raise PushRefused(grpc.StatusCode.ABORTED, exc.reason, str(exc)) from None
+            ctx.projector.mark_all()
+        return response
     except BaseException:
         for digest in {info.sha256, *(f.sha256 for f in extras.values())} - had:
             _drop_unreferenced(ctx, digest)
@@ -211,6 +219,50 @@ def _verify_header(
         raise PushRefused(code, exc.reason, str(exc)) from None
     model_file, info = meta.model_file()
     return meta, model_file, info
+
+
+_TUF_CODES = {
+    "UnknownRole": grpc.StatusCode.PERMISSION_DENIED,
+    "PathNotDelegated": grpc.StatusCode.PERMISSION_DENIED,
+    "UnknownKey": grpc.StatusCode.PERMISSION_DENIED,
+    "SignatureThresholdNotMet": grpc.StatusCode.PERMISSION_DENIED,
+    "MetadataRollback": grpc.StatusCode.FAILED_PRECONDITION,
+    "MetadataExpired": grpc.StatusCode.FAILED_PRECONDITION,
+}
+
+
+def _verify_delegated(
+    ctx: HubContext, header: admin_pb2.ArtifactHeader, meta: ArtifactMetadata, now: float
+) -> tuple[str, bytes, int] | None:
+    """A hub with a TUF repository needs the publisher's delegated targets listing the pushed
+    artifact (checked like a device would: :meth:`hub.tufrepo.TufRepository.check_delegated`);
+    one without refuses them rather than ignore them. ``(role, bytes, version)`` to store
+    once the artifact is, or None."""
+    data = bytes(header.delegated_targets)
+    role = str(header.delegated_role)
+    if ctx.tuf is None:
+        if data or role:
+            raise PushRefused(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "NoTufRepository",
+                "header.delegated_targets: this hub keeps no TUF repository (hub init --tuf): "
+                "not supported here",
+            )
+        return None
+    if not data or not role:
+        raise PushRefused(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            "TargetsMissing",
+            "header.delegated_targets: this hub keeps a TUF repository, so every artifact must "
+            "come with its publisher's delegated targets listing it (edgectl models push signs "
+            "them); devices refuse artifacts no publisher's targets list",
+        )
+    try:
+        version = ctx.tuf.check_delegated(role, data, meta, now=now)
+    except TrustError as exc:
+        code = _TUF_CODES.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT)
+        raise PushRefused(code, exc.reason, f"header.delegated_targets: {exc}") from None
+    return (role, data, version) if version else None
 
 
 def _exists(what: str, have: str, pushed: str) -> PushRefused:

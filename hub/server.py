@@ -68,6 +68,8 @@ from hub.store.electing import Elector, FencedStore, LeaderOnly
 from hub.store.identity import data_dir_lock
 from hub.syncing import DeviceServicer
 from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
+from hub.tufrepo import TufRepository
+from hub.tufwatching import TufWatcher
 from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
@@ -136,6 +138,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         rollouts=RolloutController(controller_store, cache, projector, writer),
         metrics=metrics,
         elector=elector,
+        tuf=TufRepository.load(paths.data_dir),
     )
     install_roots(ctx, roots)
     if elector is not None:
@@ -323,6 +326,7 @@ async def _serve(
         *controllers,
         attestation,
         RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
+        TufWatcher(ctx),
     ]
     if metrics_listen is None:
         metrics_listen = ctx.config.metrics_listen

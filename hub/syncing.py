@@ -33,7 +33,7 @@ from google.protobuf import json_format
 
 from edgefleet.errors import CsrRejected, EdgefleetError, PkiError
 from edgefleet.logs import get_logger
-from edgefleet.v1 import device_pb2, device_pb2_grpc
+from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
 from hub import pki
 from hub.auth import Caller, authorize
 from hub.context import HubContext
@@ -480,6 +480,18 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         return device_pb2.ActivateAttestationKeyResponse()
 
     # -- artifacts --------------------------------------------------------------------------------
+    async def FetchTufMetadata(
+        self, request: common_pb2.TufMetadataRequest, context: grpc.aio.ServicerContext
+    ) -> common_pb2.TufMetadataResponse:
+        """A file of the TUF repository: any enrolled device may read it (it is public)."""
+        await self._caller(context)
+        from hub.tufrepo import serve_metadata
+
+        response: common_pb2.TufMetadataResponse = await serve_metadata(
+            self.ctx.tuf, request, context
+        )
+        return response
+
     async def FetchArtifact(
         self, request: device_pb2.FetchArtifactRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[device_pb2.ArtifactChunk]:

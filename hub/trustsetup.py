@@ -37,6 +37,8 @@ from hub.initializing import HubPaths, TrustSetup
 
 TRUST_ROOT_FILE = "trust-root.json"  # the same name hub.server reads
 PUBLISHER_PREFIX = "publisher"
+TARGETS_PREFIX = "targets"
+LAB_ROLE = "lab"  # the quickstart's delegation: the publisher key, every model name
 ROOT_PREFIX = "root"
 ROOT_LIFETIME_S = 365 * signing.DAY
 
@@ -66,8 +68,10 @@ def add_publisher_to_admin_config(paths: HubPaths, key: Path) -> None:
     write_atomic(paths.admin_config, text.encode(), mode=0o600)
 
 
-def make_quickstart_trust(paths: HubPaths, *, now: float | None = None) -> None:
-    """Write the publisher and root key pairs and a trust root listing them (module doc)."""
+def make_quickstart_trust(paths: HubPaths, *, now: float | None = None, tuf: bool = False) -> None:
+    """Write the publisher and root key pairs and a trust root listing them (module doc);
+    with ``tuf``, also a targets key pair (``D/targets.key``) and the TUF repository
+    ``D/tuf/`` (:func:`make_quickstart_tuf`)."""
     d = paths.data_dir
     signing.generate_key_pair(d / PUBLISHER_PREFIX)
     signing.generate_key_pair(d / ROOT_PREFIX)
@@ -80,11 +84,49 @@ def make_quickstart_trust(paths: HubPaths, *, now: float | None = None) -> None:
         now=now,
     )
     add_publisher_to_admin_config(paths, publisher_key_path(paths))
+    if tuf:
+        make_quickstart_tuf(paths, now=now)
+
+
+def make_quickstart_tuf(paths: HubPaths, *, now: float | None = None) -> None:
+    """The TUF repository of a quickstart (``hub init --tuf``): a TUF root signed by the
+    quickstart root key (so devices check it against the fleet root), a targets key
+    ``D/targets.key`` that signs the top-level targets, one delegation ``lab`` to the
+    quickstart publisher key for every model name, and the hub's online key for snapshot and
+    timestamp (``D/tuf/online.key``). Production makes the root, the targets and the
+    delegations offline (docs/trust.md, "TUF roles")."""
+    from edgefleet.trust import tufmeta
+    from hub.tufrepo import create_repository
+
+    d = paths.data_dir
+    now = time.time() if now is None else now
+    signing.generate_key_pair(d / TARGETS_PREFIX)
+    create_repository(
+        d,
+        root_keys=[d / f"{ROOT_PREFIX}.key"],
+        targets_key=d / f"{TARGETS_PREFIX}.key",
+        delegations=[
+            tufmeta.Delegation(
+                LAB_ROLE,
+                (signing.load_public_key_raw(d / f"{PUBLISHER_PREFIX}.pub"),),
+                1,
+                ("*",),
+            )
+        ],
+        now=now,
+        root_lifetime_s=ROOT_LIFETIME_S,
+        targets_lifetime_s=ROOT_LIFETIME_S,
+    )
 
 
 async def quickstart_trust(paths: HubPaths, ca: pki.CertifiedKey) -> None:
     """The default :data:`~hub.initializing.TrustSetup` of ``hub init`` (see module doc)."""
     await asyncio.to_thread(make_quickstart_trust, paths)
+
+
+async def quickstart_trust_with_tuf(paths: HubPaths, ca: pki.CertifiedKey) -> None:
+    """``hub init --tuf``: the quickstart trust and a TUF repository."""
+    await asyncio.to_thread(make_quickstart_trust, paths, tuf=True)
 
 
 def install_operator_root(paths: HubPaths, source: Path, *, now: float) -> None:
@@ -109,8 +151,18 @@ def operator_trust(source: Path) -> TrustSetup:
     return setup
 
 
-def choose_trust_setup(*, no_trust_root: bool, trust_root: Path | None) -> TrustSetup | None:
+def choose_trust_setup(
+    *, no_trust_root: bool, trust_root: Path | None, tuf: bool = False
+) -> TrustSetup | None:
     """What ``hub init`` does about trust, from its options."""
+    if tuf and (no_trust_root or trust_root is not None):
+        raise HubDirError(
+            "--tuf: not supported yet with --trust-root or --no-trust-root (it makes a "
+            "quickstart TUF repository; for offline keys place the signed TUF files in D/tuf/, "
+            "docs/trust.md)"
+        )
+    if tuf:
+        return quickstart_trust_with_tuf
     if no_trust_root:
         return None
     if trust_root is not None:
@@ -139,6 +191,11 @@ def describe_trust(paths: HubPaths) -> list[str]:
     if not root.exists():
         return ["trust root:       none (artifact pushes will be refused)"]
     lines = [f"trust root:       {root}", f"root hash (pin):  {root_pin(paths)}"]
+    if (paths.data_dir / "tuf" / "root.json").exists():
+        lines.append(
+            f"TUF repository:   {paths.data_dir / 'tuf'}  (snapshot and timestamp signed by "
+            "the hub's online key; targets by targets.key, delegated to the publisher key)"
+        )
     publisher = publisher_key_path(paths)
     if publisher.exists():
         lines.append(

@@ -88,7 +88,7 @@ def pinned_ca(chain: list[bytes], pin: str) -> bytes:
 
 
 def trust_anchor(
-    data_dir: Path, *, root_file: Path | None, root_hash: str | None
+    data_dir: Path, *, root_file: Path | None, root_hash: str | None, tpm: str = "off"
 ) -> tuple[ArtifactGate, str | None]:
     """The trust gate enrollment verifies the hub's roots with, and the pinned root digest
     (None when the device already trusts a root). Refuses (EnrollError) when the device has
@@ -103,7 +103,19 @@ def trust_anchor(
             raise EnrollError(
                 f"--root-hash must look like sha256:<64 hex digits>, got {root_hash!r}"
             ) from None
-    gate = ArtifactGate(data_dir, root_file=root_file, allow_unsigned=False)
+    from edged.trust.identity import resolve_tcti
+    from edged.trust.tpmcounter import TpmCounter
+
+    tcti = resolve_tcti(tpm)
+    gate = ArtifactGate(
+        data_dir,
+        root_file=root_file,
+        allow_unsigned=False,
+        # an older trust state restored is refused; a new one (enrolling is deliberate)
+        # starts at the TPM's count
+        counter=TpmCounter(tcti) if tcti is not None else None,
+        adopt_counter=True,
+    )
     gate.refresh_root(time.time())  # the image's root, when there is one
     if gate.blocked is not None or (gate.root is None and gate.root_problem is not None):
         reason, message = gate.blocked or gate.root_problem or ("", "")
@@ -244,7 +256,7 @@ async def enroll(
     ehost, eport = parse_address(enroll_address) if enroll_address else (host, port + 1)
     if ca_hash is None:
         raise EnrollError("--ca-hash is required (printed with the token by `hub token create`)")
-    gate, anchor = trust_anchor(data_dir, root_file=root_file, root_hash=root_hash)
+    gate, anchor = trust_anchor(data_dir, root_file=root_file, root_hash=root_hash, tpm=tpm)
     chain = await asyncio.to_thread(fetch_presented_chain, ehost, eport)
     ca_pem = pinned_ca(chain, ca_hash)
     # The TLS identity is a file key (grpc cannot use a TPM key); the TPM, when trust.tpm

@@ -85,6 +85,21 @@ class Fetcher:
                 raise ArtifactError("ArtifactFetchRefused", f"the hub: {exc.details()}") from None
             raise TemporaryError(f"artifact download broke: {exc.code().name}") from None
 
+    async def metadata(self, name: str, max_length: int) -> bytes | None:
+        """A file of the hub's TUF repository, at most ``max_length`` bytes; None when the
+        hub has none (NOT_FOUND). Other failures raise ``OSError`` for python-tuf's client."""
+        from edgefleet.v1 import common_pb2
+
+        try:
+            response = await self._stub.FetchTufMetadata(
+                common_pb2.TufMetadataRequest(name=name, max_length=max_length), timeout=60.0
+            )
+        except grpc.aio.AioRpcError as exc:
+            if exc.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.UNIMPLEMENTED):
+                return None  # UNIMPLEMENTED: a hub older than TUF keeps no repository
+            raise OSError(f"TUF metadata {name}: {exc.code().name}: {exc.details()}") from None
+        return bytes(response.data)  # python-tuf's fetcher refuses more than max_length
+
 
 class HubLink:
     name = "hub-link"
@@ -151,6 +166,7 @@ class HubLink:
                 list(state.rollback_allowances),
                 fetch,
                 trust_roots=list(state.trust_roots),
+                tuf_fetch=fetch.metadata,
             )
         if not result.stale and not result.retry:
             self._on_accepted()

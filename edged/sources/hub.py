@@ -45,6 +45,7 @@ from edged.reconcile.model import RevisionPhase, RevisionStatus
 from edged.sources.static import SourceProblem
 from edged.state.merging import HUB_SOURCE
 from edged.trust.admitting import ArtifactGate
+from edged.trust.tufclient import FetchAsync, TufClient, sync_fetch
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import DeviceHealthPolicy, ModelDeployment, parse_manifest
 from edgefleet.artifacts.storing import ArtifactStore, is_disk_full
@@ -128,12 +129,24 @@ def _resume_offset(part: Path, length: int) -> int:
 
 
 class HubSource:
-    def __init__(self, data_dir: Path, store: ArtifactStore, gate: ArtifactGate) -> None:
+    def __init__(
+        self,
+        data_dir: Path,
+        store: ArtifactStore,
+        gate: ArtifactGate,
+        *,
+        tuf: TufClient | None = None,
+    ) -> None:
         self._state_path = data_dir / "state" / "hub.json"
         self._downloads = data_dir / "downloads"
         self._downloads.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._store = store
         self._gate = gate
+        self._tuf = tuf
+        # python-tuf's updater of this apply (refreshed once per desired state), or the
+        # refusal every artifact gets when TUF is required and its metadata was refused
+        self._tuf_updater: Any = None
+        self._tuf_refusal: ArtifactError | None = None
         self._accepted = _Accepted()
         self.problems: tuple[SourceProblem, ...] = ()
         self.root_problem: SourceProblem | None = None  # the hub's roots were refused
@@ -277,6 +290,7 @@ class HubSource:
         allowances: list[bytes],
         fetch: Fetch,
         trust_roots: list[bytes] | None = None,
+        tuf_fetch: FetchAsync | None = None,
     ) -> HubApplyResult:
         acc = self._accepted
         now = self._gate.begin()
@@ -286,6 +300,15 @@ class HubSource:
         if generation < acc.generation or (generation == acc.generation and not refetch):
             return HubApplyResult(
                 acc.workloads, acc.policies, self.problems, acc.generation, stale=True
+            )
+        try:
+            await self._refresh_tuf(tuf_fetch)
+        except TemporaryError as exc:
+            problem = SourceProblem(HUB_SOURCE, "", "TufFetchFailed", str(exc))
+            self.problems = (problem,)
+            log.warning("tuf metadata fetch failed", message=str(exc))
+            return HubApplyResult(
+                acc.workloads, acc.policies, self.problems, acc.generation, retry=True
             )
         problems: list[SourceProblem] = []
         envelopes: dict[tuple[str, str], bytes] = {}
@@ -304,6 +327,10 @@ class HubSource:
         retry = False
         if self.root_problem is not None:
             problems.append(self.root_problem)
+        if self._tuf_refusal is not None:
+            problems.append(
+                SourceProblem(HUB_SOURCE, "", self._tuf_refusal.reason, str(self._tuf_refusal))
+            )
         for i, raw in enumerate(manifests):
             try:
                 manifest = parse_manifest(orjson.loads(raw), source=f"manifests[{i}]")
@@ -330,6 +357,10 @@ class HubSource:
             back = self._already_verified(
                 name, manifest, envelopes.get((model.name, model.version)), now
             )
+            if back is not None and not await self._in_targets(
+                envelopes[(model.name, model.version)]
+            ):
+                back = None  # the normal path refuses it, with the reason
             if back is not None:
                 current = acc.workloads.get(name)
                 if current is None or current.sha256 != back.sha256:
@@ -410,6 +441,57 @@ class HubSource:
         )
         return HubApplyResult(workloads, new.policies, self.problems, generation)
 
+    async def _refresh_tuf(self, tuf_fetch: FetchAsync | None) -> None:
+        """Update the TUF metadata from the hub once for this desired state (python-tuf's
+        client in a thread, fetching over the hub link). TemporaryError: retry later."""
+        self._tuf_updater = None
+        self._tuf_refusal = None
+        if self._tuf is None:
+            return
+        if tuf_fetch is None:
+            if self._tuf.active or self._gate.state.tuf_root_version:
+                self._tuf_refusal = ArtifactError(
+                    "NoTufRepository", "TUF is required and no TUF metadata can be fetched"
+                )
+            return
+        fetch = sync_fetch(tuf_fetch, asyncio.get_running_loop())
+        floor = self._gate.state.tuf_root_version
+        try:
+            self._tuf_updater = await asyncio.to_thread(
+                self._tuf.refresh, fetch, self._gate.root, floor=floor
+            )
+        except ArtifactError as exc:
+            log.error("tuf metadata refused", reason=exc.reason, message=str(exc))
+            self._tuf_refusal = exc
+            return
+        if self._tuf_updater is not None:
+            self._gate.accept_tuf_root(await asyncio.to_thread(self._tuf.root_version))
+
+    def _check_tuf(self, meta: Any) -> None:
+        """Every file of the artifact is in a publisher's delegated targets, when TUF is in
+        use (ArtifactError otherwise; TemporaryError when a delegated role could not be
+        fetched)."""
+        if self._tuf_refusal is not None:
+            raise self._tuf_refusal
+        if self._tuf_updater is not None:
+            TufClient.check(self._tuf_updater, meta)
+
+    async def _in_targets(self, envelope: bytes) -> bool:
+        """Whether an envelope already verified is in a publisher's targets (when TUF is in
+        use): going back to an earlier artifact needs the current signed set to list it."""
+        if self._tuf_refusal is None and self._tuf_updater is None:
+            return True
+        from edgefleet.trust.documents import parse_artifact
+        from edgefleet.trust.envelopes import ARTIFACT_TYPE, decode_payload
+
+        env = parse_envelope_bytes(envelope, what="signed metadata")
+        meta = parse_artifact(decode_payload(env, expected_type=ARTIFACT_TYPE, what="metadata"))
+        try:
+            await asyncio.to_thread(self._check_tuf, meta)
+        except (ArtifactError, TemporaryError):
+            return False
+        return True
+
     def _accept_roots(self, roots: list[bytes], now: float) -> None:
         """The hub's roots, followed from the root this device trusts (before the state's
         artifacts are verified, so a rotation applies to them). A refusal keeps the root in
@@ -463,6 +545,7 @@ class HubSource:
         meta, info = self._gate.verify_remote(
             envelope, name=name, version=version, allowance=allowance, now=now
         )
+        await asyncio.to_thread(self._check_tuf, meta)
         extras: dict[str, str] = {}
         for fname, extra in sorted(meta.files.items()):
             if extra.role == "model":
@@ -552,4 +635,5 @@ class HubSource:
         return {
             "generation": self.generation,
             "problems": [p.to_json() for p in self.problems],
+            **(self._tuf.status() if self._tuf is not None else {}),
         }

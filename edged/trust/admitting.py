@@ -16,10 +16,11 @@ from __future__ import annotations
 import hashlib
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from edged.trust.tpmcounter import TpmCounter, TpmCounterError, counter_lost
 from edgefleet.artifacts.storing import ArtifactStore, LooksLikeOnnx, PinnedDigest, Verifier
 from edgefleet.errors import ArtifactError, StateError, TrustError
 from edgefleet.logs import get_logger
@@ -75,8 +76,14 @@ class ArtifactGate:
         allow_unsigned: bool,
         on_result: OnResult | None = None,
         clock: Callable[[], float] = time.time,
+        counter: TpmCounter | None = None,
+        adopt_counter: bool = False,
     ) -> None:
         self._dir = Path(data_dir) / "trust"
+        # the TPM's trust-state counter (edged/trust/tpmcounter.py), where a TPM exists
+        self._counter = counter
+        self._adopt_counter = adopt_counter  # enrollment: a new trust state adopts the TPM's
+        self._tpm_value = 0
         self._root_file = root_file
         self.allow_unsigned = allow_unsigned
         self._on_result = on_result or (lambda result, reason: None)
@@ -120,6 +127,8 @@ class ArtifactGate:
             root_version=self.root.version if self.root is not None else None,
             root_digest=self.root_digest,
         )
+        if self.blocked is None and self._counter is not None:
+            self.blocked = self._check_counter(state_exists=doc is not None)
         if self.blocked is not None:
             log.error("trust state lost", reason=self.blocked[0], message=self.blocked[1])
             return
@@ -132,10 +141,40 @@ class ArtifactGate:
                     self.state.with_roots(self.root.version, {self.root.version: self.root_digest})
                 )
 
+    def _check_counter(self, *, state_exists: bool) -> tuple[str, str] | None:
+        """The TPM counter against the state (``TrustStateLost`` when the state is older)."""
+        assert self._counter is not None
+        try:
+            value = self._counter.read()
+        except TpmCounterError as exc:
+            log.error("tpm counter unreadable", error=str(exc))
+            return None
+        self._tpm_value = value or 0
+        if not state_exists and self._adopt_counter:
+            return None  # enrolling with a token is deliberate: the state starts at the count
+        lost = counter_lost(
+            tpm_value=value, state_exists=state_exists, state_counter=self.state.tpm_counter
+        )
+        if lost is None:
+            return None
+        return ("TrustStateLost", f"{lost} (recover deliberately: edged trust reset)")
+
     def _save_state(self, state: TrustState) -> None:
-        if state != self.state:
+        if state == self.state:
+            return
+        if self._counter is None:
             write_json_atomic(self.state_path, state.to_json())
             self.state = state
+            return
+        # written with the count it will have, then counted: a crash between leaves the
+        # state one ahead of the TPM, never behind it
+        state = replace(state, tpm_counter=max(self._tpm_value, state.tpm_counter) + 1)
+        write_json_atomic(self.state_path, state.to_json())
+        self.state = state
+        try:
+            self._tpm_value = self._counter.increment()
+        except TpmCounterError as exc:
+            log.error("tpm counter not raised", error=str(exc))
 
     # -- one update ---------------------------------------------------------------------
     def begin(self) -> float:
@@ -467,6 +506,11 @@ class ArtifactGate:
                 )
             self._on_result("refused", exc.reason)
             raise exc from None
+
+    def accept_tuf_root(self, version: int) -> None:
+        """Record the TUF root version the device's TUF client holds (it only goes up)."""
+        if version > self.state.tuf_root_version:
+            self._save_state(replace(self.state, tuf_root_version=version))
 
     def accept(self, meta: ArtifactMetadata) -> None:
         """Record ``meta`` as accepted (its artifact is in the store, digest checked)."""

@@ -13,9 +13,12 @@ sorted), so applying the same baseline twice is "unchanged"::
       allowedCodeDigests: [sha256:...]  # measurements an attesting device may report
       allowedConfigDigests: []
       allowedModelDigests: []
+      allowedPcrValues:                 # reference values of measured boot (sha256 bank)
+        "0": [<64 hex>, ...]            # PCR index 0-7 -> the values allowed
 
 Every baseline applies fleet-wide (the hub's cache reads them together). The digest lists
-are for the attestation controller; an empty list allows any digest.
+are for the attestation controller; an empty list allows any digest. A PCR with reference
+values must be quoted by an EK-bound attestation key with one of them (docs/trust.md).
 """
 
 from __future__ import annotations
@@ -46,6 +49,8 @@ class SecurityBaselineSpec:
     allowed_code_digests: tuple[str, ...] = ()
     allowed_config_digests: tuple[str, ...] = ()
     allowed_model_digests: tuple[str, ...] = ()
+    # PCR index (0-7, measured boot) -> allowed sha256-bank values (lowercase hex)
+    allowed_pcr_values: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -54,6 +59,9 @@ class SecurityBaselineSpec:
             "allowedCodeDigests": sorted(self.allowed_code_digests),
             "allowedConfigDigests": sorted(self.allowed_config_digests),
             "allowedModelDigests": sorted(self.allowed_model_digests),
+            "allowedPcrValues": {
+                str(i): sorted(v) for i, v in sorted(self.allowed_pcr_values.items())
+            },
         }
 
 
@@ -90,7 +98,45 @@ def _read_spec(r: Reader | None) -> SecurityBaselineSpec:
         allowed_code_digests=tuple(r.list_of("allowedCodeDigests", _digest, unique=True) or ()),
         allowed_config_digests=tuple(r.list_of("allowedConfigDigests", _digest, unique=True) or ()),
         allowed_model_digests=tuple(r.list_of("allowedModelDigests", _digest, unique=True) or ()),
+        allowed_pcr_values=_read_pcrs(r),
     )
+
+
+PCR_INDEXES = range(8)  # the measured-boot PCRs an attestation key's quote covers
+_pcr_hex = matching(r"[0-9a-fA-F]{64}", "64 hexadecimal digits (a sha256-bank PCR value)")
+
+
+def _read_pcrs(r: Reader) -> dict[int, tuple[str, ...]]:
+    raw = r.raw("allowedPcrValues")
+    at = r.at("allowedPcrValues")
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        r.problems.add(at, "must be a mapping of PCR index (0-7) to a list of values")
+        return {}
+    out: dict[int, tuple[str, ...]] = {}
+    for key, values in raw.items():
+        path = f"{at}.{key}"
+        index = int(key) if isinstance(key, int | str) and str(key).isdigit() else -1
+        if isinstance(key, bool) or index not in PCR_INDEXES:
+            r.problems.add(path, "a PCR index 0-7 (the measured-boot PCRs a quote covers)")
+            continue
+        if not isinstance(values, list) or not values:
+            r.problems.add(path, "must be a non-empty list of PCR values")
+            continue
+        good: list[str] = []
+        for i, v in enumerate(values):
+            try:
+                value = _pcr_hex(v).lower()
+            except ValueError as exc:
+                r.problems.add(f"{path}[{i}]", str(exc))
+                continue
+            if value in good:
+                r.problems.add(f"{path}[{i}]", "duplicates an earlier value")
+                continue
+            good.append(value)
+        out[index] = tuple(sorted(good))
+    return dict(sorted(out.items()))
 
 
 def read_security_baseline(metadata: ObjectMeta, r: Reader | None) -> SecurityBaseline:

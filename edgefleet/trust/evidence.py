@@ -78,6 +78,9 @@ class Policy:
     allowed_models: frozenset[str] | None
     require_tpm: bool = False
     check_trust_root: bool = True
+    # PCR index -> allowed values (hex): measured-boot reference values; a PCR listed here
+    # must be quoted by an EK-bound attestation key with one of them
+    allowed_pcrs: Mapping[int, frozenset[str]] | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -284,6 +287,19 @@ def verify_evidence(
             "NoTpmQuote: a SecurityBaseline requires TPM attestation and this device has no "
             "attestation key bound to a TPM endorsement key"
         )
+    if policy.allowed_pcrs:
+        if not tpm_attested:
+            if attestation_key is None:
+                reasons.append(
+                    "PcrNotAttested: a SecurityBaseline pins PCR values and this device has no "
+                    "attestation key bound to a TPM endorsement key to quote them"
+                )
+        elif isinstance(tpm, Mapping):
+            pcrs = tpm["pcrs"]
+            for index, allowed in sorted(policy.allowed_pcrs.items()):
+                value = str(pcrs.get(str(index), "")).lower()
+                if value not in allowed:
+                    reasons.append(f"PcrNotAllowed: PCR {index} is {value}, not a reference value")
     if policy.allowed_code is not None and m.get("code") not in policy.allowed_code:
         reasons.append(f"CodeNotAllowed: edged code digest {m.get('code')}")
     if policy.allowed_config is not None and m.get("config") not in policy.allowed_config:

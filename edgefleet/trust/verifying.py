@@ -61,10 +61,17 @@ class TrustState:
     root_version: int = 0
     artifacts: Mapping[str, Accepted] = field(default_factory=dict)
     root_digests: Mapping[int, str] = field(default_factory=dict)
+    # the highest TUF root version accepted (0: none): from then on TUF is required, and
+    # TUF metadata that went missing is detected (docs/trust.md, "TUF roles")
+    tuf_root_version: int = 0
+    # the TPM trust-state counter's value this state was written with (0: no TPM counter)
+    tpm_counter: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
             "rootVersion": self.root_version,
+            **({"tufRootVersion": self.tuf_root_version} if self.tuf_root_version else {}),
+            **({"tpmCounter": self.tpm_counter} if self.tpm_counter else {}),
             "rootDigests": {str(v): d for v, d in sorted(self.root_digests.items())},
             "artifacts": {
                 n: {"metadataVersion": a.metadata_version, "modelVersion": a.model_version}
@@ -81,7 +88,13 @@ class TrustState:
             for n, a in dict(doc.get("artifacts", {})).items()
         }
         digests = {int(v): str(d) for v, d in dict(doc.get("rootDigests", {})).items()}
-        return TrustState(int(doc.get("rootVersion", 0)), arts, digests)
+        return TrustState(
+            int(doc.get("rootVersion", 0)),
+            arts,
+            digests,
+            int(doc.get("tufRootVersion", 0)),
+            int(doc.get("tpmCounter", 0)),
+        )
 
     def with_roots(self, version: int, digests: Mapping[int, str]) -> TrustState:
         """The state after accepting roots up to ``version`` (``digests``: version -> digest

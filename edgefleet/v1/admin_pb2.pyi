@@ -171,10 +171,14 @@ class FileStart(_message.Message):
     def __init__(self, name: _Optional[str] = ...) -> None: ...
 
 class ArtifactHeader(_message.Message):
-    __slots__ = ("signed_metadata",)
+    __slots__ = ("signed_metadata", "delegated_targets", "delegated_role")
     SIGNED_METADATA_FIELD_NUMBER: _ClassVar[int]
+    DELEGATED_TARGETS_FIELD_NUMBER: _ClassVar[int]
+    DELEGATED_ROLE_FIELD_NUMBER: _ClassVar[int]
     signed_metadata: bytes
-    def __init__(self, signed_metadata: _Optional[bytes] = ...) -> None: ...
+    delegated_targets: bytes
+    delegated_role: str
+    def __init__(self, signed_metadata: _Optional[bytes] = ..., delegated_targets: _Optional[bytes] = ..., delegated_role: _Optional[str] = ...) -> None: ...
 
 class PushArtifactResponse(_message.Message):
     __slots__ = ("sha256", "length", "stored", "extras")

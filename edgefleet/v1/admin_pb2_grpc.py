@@ -90,6 +90,11 @@ class AdminServiceStub:
                 request_serializer=edgefleet_dot_v1_dot_admin__pb2.PushRollbackAllowanceRequest.SerializeToString,
                 response_deserializer=edgefleet_dot_v1_dot_admin__pb2.PushRollbackAllowanceResponse.FromString,
                 _registered_method=True)
+        self.FetchTufMetadata = channel.unary_unary(
+                '/edgefleet.v1.AdminService/FetchTufMetadata',
+                request_serializer=edgefleet_dot_v1_dot_common__pb2.TufMetadataRequest.SerializeToString,
+                response_deserializer=edgefleet_dot_v1_dot_common__pb2.TufMetadataResponse.FromString,
+                _registered_method=True)
         self.CreateToken = channel.unary_unary(
                 '/edgefleet.v1.AdminService/CreateToken',
                 request_serializer=edgefleet_dot_v1_dot_admin__pb2.CreateTokenRequest.SerializeToString,
@@ -190,6 +195,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FetchTufMetadata(self, request, context):
+        """One file of the hub's TUF repository, for a publisher's `edgectl models push` (the
+        top-level targets with the delegations, the publisher's delegated targets).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateToken(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -275,6 +288,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.PushRollbackAllowance,
                     request_deserializer=edgefleet_dot_v1_dot_admin__pb2.PushRollbackAllowanceRequest.FromString,
                     response_serializer=edgefleet_dot_v1_dot_admin__pb2.PushRollbackAllowanceResponse.SerializeToString,
+            ),
+            'FetchTufMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchTufMetadata,
+                    request_deserializer=edgefleet_dot_v1_dot_common__pb2.TufMetadataRequest.FromString,
+                    response_serializer=edgefleet_dot_v1_dot_common__pb2.TufMetadataResponse.SerializeToString,
             ),
             'CreateToken': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateToken,
@@ -594,6 +612,33 @@ class AdminService:
             '/edgefleet.v1.AdminService/PushRollbackAllowance',
             edgefleet_dot_v1_dot_admin__pb2.PushRollbackAllowanceRequest.SerializeToString,
             edgefleet_dot_v1_dot_admin__pb2.PushRollbackAllowanceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchTufMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgefleet.v1.AdminService/FetchTufMetadata',
+            edgefleet_dot_v1_dot_common__pb2.TufMetadataRequest.SerializeToString,
+            edgefleet_dot_v1_dot_common__pb2.TufMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65\x64gefleet/v1/common.proto\x12\x0c\x65\x64gefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x01\n\tCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x38\n\x14last_transition_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\".\n\x06Health\x12\x13\n\x0bschedulable\x18\x01 \x01(\x08\x12\x0f\n\x07reasons\x18\x02 \x03(\t\"0\n\x06Object\x12\x0c\n\x04json\x18\x01 \x01(\x0c\x12\x18\n\x10resource_version\x18\x02 \x01(\x03\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65\x64gefleet/v1/common.proto\x12\x0c\x65\x64gefleet.v1\x1a\x1fgoogle/protobuf/timestamp.proto\"\x84\x01\n\tCondition\x12\x0c\n\x04type\x18\x01 \x01(\t\x12\x0e\n\x06status\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12\x0f\n\x07message\x18\x04 \x01(\t\x12\x38\n\x14last_transition_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\".\n\x06Health\x12\x13\n\x0bschedulable\x18\x01 \x01(\x08\x12\x0f\n\x07reasons\x18\x02 \x03(\t\"0\n\x06Object\x12\x0c\n\x04json\x18\x01 \x01(\x0c\x12\x18\n\x10resource_version\x18\x02 \x01(\x03\"6\n\x12TufMetadataRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x12\n\nmax_length\x18\x02 \x01(\x04\"#\n\x13TufMetadataResponse\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -38,4 +38,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HEALTH']._serialized_end=257
   _globals['_OBJECT']._serialized_start=259
   _globals['_OBJECT']._serialized_end=307
+  _globals['_TUFMETADATAREQUEST']._serialized_start=309
+  _globals['_TUFMETADATAREQUEST']._serialized_end=363
+  _globals['_TUFMETADATARESPONSE']._serialized_start=365
+  _globals['_TUFMETADATARESPONSE']._serialized_end=400
 # @@protoc_insertion_point(module_scope)

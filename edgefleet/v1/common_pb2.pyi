@@ -38,3 +38,17 @@ class Object(_message.Message):
     json: bytes
     resource_version: int
     def __init__(self, json: _Optional[bytes] = ..., resource_version: _Optional[int] = ...) -> None: ...
+
+class TufMetadataRequest(_message.Message):
+    __slots__ = ("name", "max_length")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    MAX_LENGTH_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    max_length: int
+    def __init__(self, name: _Optional[str] = ..., max_length: _Optional[int] = ...) -> None: ...
+
+class TufMetadataResponse(_message.Message):
+    __slots__ = ("data",)
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    data: bytes
+    def __init__(self, data: _Optional[bytes] = ...) -> None: ...

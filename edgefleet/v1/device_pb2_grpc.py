@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from edgefleet.v1 import common_pb2 as edgefleet_dot_v1_dot_common__pb2
 from edgefleet.v1 import device_pb2 as edgefleet_dot_v1_dot_device__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -54,6 +55,11 @@ class DeviceServiceStub:
                 request_serializer=edgefleet_dot_v1_dot_device__pb2.ActivateAttestationKeyRequest.SerializeToString,
                 response_deserializer=edgefleet_dot_v1_dot_device__pb2.ActivateAttestationKeyResponse.FromString,
                 _registered_method=True)
+        self.FetchTufMetadata = channel.unary_unary(
+                '/edgefleet.v1.DeviceService/FetchTufMetadata',
+                request_serializer=edgefleet_dot_v1_dot_common__pb2.TufMetadataRequest.SerializeToString,
+                response_deserializer=edgefleet_dot_v1_dot_common__pb2.TufMetadataResponse.FromString,
+                _registered_method=True)
 
 
 class DeviceServiceServicer:
@@ -93,6 +99,15 @@ class DeviceServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def FetchTufMetadata(self, request, context):
+        """One file of the hub's TUF repository (timestamp.json, snapshot.json, targets.json,
+        <N>.root.json, a publisher's <role>.json), for python-tuf's client on the device.
+        NOT_FOUND when the hub has no such file (or keeps no TUF repository).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_DeviceServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -115,6 +130,11 @@ def add_DeviceServiceServicer_to_server(servicer, server):
                     servicer.ActivateAttestationKey,
                     request_deserializer=edgefleet_dot_v1_dot_device__pb2.ActivateAttestationKeyRequest.FromString,
                     response_serializer=edgefleet_dot_v1_dot_device__pb2.ActivateAttestationKeyResponse.SerializeToString,
+            ),
+            'FetchTufMetadata': grpc.unary_unary_rpc_method_handler(
+                    servicer.FetchTufMetadata,
+                    request_deserializer=edgefleet_dot_v1_dot_common__pb2.TufMetadataRequest.FromString,
+                    response_serializer=edgefleet_dot_v1_dot_common__pb2.TufMetadataResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -225,6 +245,33 @@ class DeviceService:
             '/edgefleet.v1.DeviceService/ActivateAttestationKey',
             edgefleet_dot_v1_dot_device__pb2.ActivateAttestationKeyRequest.SerializeToString,
             edgefleet_dot_v1_dot_device__pb2.ActivateAttestationKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchTufMetadata(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgefleet.v1.DeviceService/FetchTufMetadata',
+            edgefleet_dot_v1_dot_common__pb2.TufMetadataRequest.SerializeToString,
+            edgefleet_dot_v1_dot_common__pb2.TufMetadataResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -45,9 +45,11 @@ class HubProcess:
     def admin_config(self) -> Path:
         return self.data / "admin.toml"
 
-    def init(self) -> HubProcess:
+    def init(self, *extra: str) -> HubProcess:
         out = subprocess.run(
-            program_command("hub", "init", "--data-dir", self.data, "--hub-address", self.address),
+            program_command(
+                "hub", "init", "--data-dir", self.data, "--hub-address", self.address, *extra
+            ),
             capture_output=True, text=True, check=True, timeout=60,
         )  # fmt: skip
         assert "bootstrap token" in out.stdout, out.stdout + out.stderr

@@ -35,9 +35,18 @@ def test_baseline_is_canonical() -> None:
         "allowedCodeDigests": [],
         "allowedConfigDigests": [],
         "allowedModelDigests": [DIGEST.lower()],
+        "allowedPcrValues": {},
     }
     assert baselines.parse_security_baseline(parsed.to_dict()) == parsed
     assert baselines.requires_attestation(parsed.to_dict())
+    pcrs = baselines.parse_security_baseline(
+        _baseline(allowedPcrValues={0: ["AB" * 32], "7": ["cd" * 32, "01" * 32]})
+    )
+    assert pcrs.to_dict()["spec"]["allowedPcrValues"] == {
+        "0": ["ab" * 32],
+        "7": ["01" * 32, "cd" * 32],
+    }
+    assert baselines.parse_security_baseline(pcrs.to_dict()) == pcrs
 
 
 @pytest.mark.parametrize(
@@ -48,6 +57,11 @@ def test_baseline_is_canonical() -> None:
         ({"allowedConfigDigests": ["md5:00"]}, "spec.allowedConfigDigests[0]: must be"),
         ({"allowedModelDigests": [DIGEST, DIGEST]}, "spec.allowedModelDigests[1]: duplicates"),
         ({"requireAtestation": True}, "spec.requireAtestation: unknown field (did you mean"),
+        ({"allowedPcrValues": ["00"]}, "spec.allowedPcrValues: must be a mapping"),
+        ({"allowedPcrValues": {"8": ["00" * 32]}}, "spec.allowedPcrValues.8: a PCR index 0-7"),
+        ({"allowedPcrValues": {0: []}}, "spec.allowedPcrValues.0: must be a non-empty list"),
+        ({"allowedPcrValues": {"7": ["zz"]}}, "spec.allowedPcrValues.7[0]: must be 64"),
+        ({"allowedPcrValues": {"7": ["AB" * 32, "ab" * 32]}}, "spec.allowedPcrValues.7[1]: dup"),
     ],
 )
 def test_baseline_problems(spec: dict[str, Any], problem: str) -> None:

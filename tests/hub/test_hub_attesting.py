@@ -328,3 +328,25 @@ async def test_controller_challenges_trusts_and_times_out(
         assert stored.attestation == att
     finally:
         await ctx.store.close()
+
+
+def test_pcr_reference_values_join_across_baselines_and_need_a_quote(
+    attester: Attester, device: Device
+) -> None:
+    """Reference values of two baselines are joined per PCR; a software-attested device
+    cannot prove PCR values, so a baseline that pins them makes it Untrusted."""
+    policy = reference_policy(
+        [
+            {"spec": {"allowedPcrValues": {"0": ["AA" * 32]}}},
+            {"spec": {"allowedPcrValues": {"0": ["bb" * 32], "7": ["cc" * 32]}}},
+        ],
+        trust_root=b"",
+        owed_models=(),
+    )
+    assert policy.allowed_pcrs == {0: frozenset({"aa" * 32, "bb" * 32}), 7: frozenset({"cc" * 32})}
+    got = assess(
+        device.with_(attestation=TRUSTED), CHALLENGE, evidence=_answer(attester),
+        policy=policy, now=NOW, timeout_s=TIMEOUT,
+    )  # fmt: skip
+    assert got.state is TrustState.UNTRUSTED
+    assert [r.split(":")[0] for r in got.reasons] == ["PcrNotAttested"]

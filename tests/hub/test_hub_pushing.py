@@ -376,3 +376,106 @@ async def test_extras_missing_unsigned_or_altered_are_refused_and_nothing_stored
         assert info.value.code() is grpc.StatusCode.INVALID_ARGUMENT
         assert reason in (info.value.details() or "")
         await _assert_nothing_stored(hub)
+
+
+# -- a hub that keeps a TUF repository (hub init --tuf) ------------------------------------------
+
+
+@pytest.fixture
+def tuf_hub_dir(tmp_path: Path) -> Path:
+    from hub.trustsetup import quickstart_trust_with_tuf
+
+    d = tmp_path / "tufhub"
+    asyncio.run(init_hub(d, region="eu-dublin", trust_setup=quickstart_trust_with_tuf))
+    return d
+
+
+def _delegated(hub: Hub, envelope: bytes, key: Path, role: str = "lab", **extra: Any) -> bytes:
+    from edgefleet.trust import tufmeta
+    from edgefleet.trust.documents import parse_artifact
+    from edgefleet.trust.envelopes import ARTIFACT_TYPE, decode_payload, parse_envelope_bytes
+
+    env = parse_envelope_bytes(envelope, what="m")
+    meta = parse_artifact(decode_payload(env, expected_type=ARTIFACT_TYPE, what="m"))
+    assert hub.ctx.tuf is not None
+    return tufmeta.add_artifact(
+        hub.ctx.tuf.read(tufmeta.role_file(role)),
+        meta,
+        [tufmeta.tuf_signer(key)],
+        expires=time.time() + 86400,
+        **extra,
+    )
+
+
+async def _push_tuf(
+    hub: Hub, envelope: bytes, data: bytes, role: str, delegated: bytes
+) -> admin_pb2.PushArtifactResponse:
+    def requests() -> Iterator[admin_pb2.PushArtifactRequest]:
+        header = admin_pb2.ArtifactHeader(
+            signed_metadata=envelope, delegated_role=role, delegated_targets=delegated
+        )
+        yield admin_pb2.PushArtifactRequest(header=header)
+        yield admin_pb2.PushArtifactRequest(chunk=data)
+
+    response: admin_pb2.PushArtifactResponse = await hub.stub.PushArtifact(requests(), timeout=5)
+    return response
+
+
+@async_test
+async def test_a_tuf_hub_keeps_the_publishers_targets_and_refuses_pushes_without(
+    tuf_hub_dir: Path, tmp_path: Path
+) -> None:
+    key = tuf_hub_dir / "publisher.key"
+    model = _model(tmp_path, size=2000)
+    envelope = _sign(model, key)
+    data = model.read_bytes()
+    async with _serve(tuf_hub_dir) as hub:
+        assert hub.ctx.tuf is not None
+        # without the publisher's delegated targets: refused, nothing stored
+        err = await _refused(hub, envelope, model.read_bytes())
+        assert err.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "TargetsMissing" in (err.details() or "")
+        await _assert_nothing_stored(hub)
+        # signed by a key the delegation does not list (the hub's own online key): refused
+        online = tuf_hub_dir / "tuf" / "online.key"
+        err = await _refused_tuf(hub, envelope, data, "lab", _delegated(hub, envelope, online))
+        assert err.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert "SignatureThresholdNotMet" in (err.details() or "")
+        # a role the top-level targets do not delegate
+        err = await _refused_tuf(hub, envelope, data, "nobody", _delegated(hub, envelope, key))
+        assert err.code() is grpc.StatusCode.PERMISSION_DENIED
+        assert "UnknownRole" in (err.details() or "")
+        await _assert_nothing_stored(hub)
+        # the publisher's targets listing it: stored, and a new snapshot and timestamp
+        before = hub.ctx.tuf.read("snapshot.json")
+        first = _delegated(hub, envelope, key)
+        await _push_tuf(hub, envelope, data, "lab", first)
+        assert hub.ctx.tuf.read("lab.json") == first
+        assert hub.ctx.tuf.read("snapshot.json") != before
+        # the publisher's next version, then the first one again: older than the one held
+        await _push_tuf(hub, envelope, data, "lab", _delegated(hub, envelope, key))
+        err = await _refused_tuf(hub, envelope, data, "lab", first)
+        assert err.code() is grpc.StatusCode.FAILED_PRECONDITION
+        assert "MetadataRollback" in (err.details() or "")
+
+
+async def _refused_tuf(
+    hub: Hub, envelope: bytes, data: bytes, role: str, delegated: bytes
+) -> grpc.aio.AioRpcError:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await _push_tuf(hub, envelope, data, role, delegated)
+    return info.value
+
+
+@async_test
+async def test_a_hub_without_tuf_refuses_delegated_targets_rather_than_ignore_them(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    model = _model(tmp_path, size=2000)
+    envelope = _sign(model, hub_dir / "publisher.key")
+    data = model.read_bytes()
+    async with _serve(hub_dir) as hub:
+        err = await _refused_tuf(hub, envelope, data, "lab", b"{}")
+        assert err.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "NoTufRepository" in (err.details() or "")
+        await _assert_nothing_stored(hub)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import os
 import shutil
 import socket
@@ -208,6 +209,28 @@ def test_an_ek_bound_key_makes_the_device_tpm_attested_and_only_its_quotes_count
                 )  # fmt: skip
                 assert not v.trusted and not v.tpm_attested
                 return [r.split(":")[0] for r in v.reasons]
+
+            # Measured-boot reference values (a baseline's allowedPcrValues): the quoted PCRs
+            # must be among them.
+            good = {i: frozenset({doc["tpm"]["pcrs"][str(i)]}) for i in (0, 7)}
+            pinned = dataclasses.replace(POLICY, allowed_pcrs=good)
+            v = verify_evidence(
+                doc, expected_nonce=nonce, identity_public_key=device.public_key_pem,
+                policy=pinned, now=time.time(), attestation_key=device.attestation_key_pem,
+            )  # fmt: skip
+            assert (v.trusted, v.tpm_attested) == (True, True), v.reasons
+            other = dataclasses.replace(POLICY, allowed_pcrs={0: frozenset({"ab" * 32})})
+            v = verify_evidence(
+                doc, expected_nonce=nonce, identity_public_key=device.public_key_pem,
+                policy=other, now=time.time(), attestation_key=device.attestation_key_pem,
+            )  # fmt: skip
+            assert [r.split(":")[0] for r in v.reasons] == ["PcrNotAllowed"], v.reasons
+            # a device without an EK-bound key cannot prove PCR values at all
+            v = verify_evidence(
+                {k: x for k, x in doc.items() if k != "tpm"}, expected_nonce=nonce,
+                identity_public_key=device.public_key_pem, policy=pinned, now=time.time(),
+            )  # fmt: skip
+            assert [r.split(":")[0] for r in v.reasons] == ["PcrNotAttested"], v.reasons
 
             # From now on only quotes: the same device answering without one is refused.
             no_quote = copy.deepcopy(doc)

@@ -1,0 +1,216 @@
+"""The device's TUF client: python-tuf's ``ngclient.Updater`` over the hub link.
+
+``D/trust/tuf/`` holds the trusted TUF metadata (python-tuf's cache: root, timestamp,
+snapshot, targets, the publishers' delegated targets). Its first root comes from the hub and
+is trusted only when a threshold of the fleet trust root's root keys signed it
+(:func:`edgefleet.trust.tufmeta.verify_by_fleet_root`); after that python-tuf follows root
+rotations, and refuses older timestamps, snapshots and targets (rollback), expired ones
+(freeze: the timestamp expires within the hour), a snapshot that does not list the targets
+versions it gets (mix and match), and files longer than its bounds (endless data).
+
+Once the device holds a TUF root, TUF is required from then on: every artifact the hub
+assigns must be listed by a publisher's delegated targets (:func:`tufmeta.check_assigned`).
+A device whose image sets ``trust.requireTuf`` requires it before its first TUF root.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Coroutine, Iterator
+from pathlib import Path
+from typing import Any
+
+from edgefleet.errors import TemporaryError, TrustError
+from edgefleet.logs import get_logger
+from edgefleet.persisting import write_atomic
+from edgefleet.trust import tufmeta
+from edgefleet.trust.documents import ROLE_ROOT, ArtifactMetadata, Root
+
+log = get_logger(__name__)
+
+FETCH_TIMEOUT_S = 60.0
+BASE_URL = "hub:/tuf/"
+
+FetchSync = Callable[[str, int], bytes | None]
+"""``fetch(name, max_length)``: a metadata file from the hub, None when it has none."""
+FetchAsync = Callable[[str, int], Coroutine[Any, Any, bytes | None]]
+
+
+def sync_fetch(fetch: FetchAsync, loop: asyncio.AbstractEventLoop) -> FetchSync:
+    """A blocking fetch for python-tuf (run in a thread) over an async one on ``loop``."""
+
+    def call(name: str, max_length: int) -> bytes | None:
+        future = asyncio.run_coroutine_threadsafe(fetch(name, max_length), loop)
+        data: bytes | None = future.result(timeout=FETCH_TIMEOUT_S)
+        return data
+
+    return call
+
+
+def _fetcher(fetch: FetchSync) -> Any:
+    from tuf.api.exceptions import DownloadHTTPError
+    from tuf.ngclient import FetcherInterface
+
+    class HubLinkFetcher(FetcherInterface):
+        """python-tuf's fetcher over the hub link: ``hub:/tuf/NAME`` -> ``fetch(NAME)``.
+        python-tuf bounds each file (``download_bytes(url, max_length)``); the hub is told
+        the bound too, so it never sends more."""
+
+        def __init__(self) -> None:
+            self.max_length = tufmeta.TARGETS_MAX_BYTES
+
+        def download_bytes(self, url: str, max_length: int) -> bytes:
+            self.max_length = max_length
+            data: bytes = super().download_bytes(url, max_length)
+            return data
+
+        def _fetch(self, url: str) -> Iterator[bytes]:
+            name = url.removeprefix(BASE_URL)
+            data = fetch(name, self.max_length)
+            if data is None:
+                raise DownloadHTTPError(f"the hub has no {name}", 404)
+            yield data
+
+    return HubLinkFetcher()
+
+
+_REASONS = {
+    "ExpiredMetadataError": "TufMetadataExpired",
+    "BadVersionNumberError": "TufRollback",
+    "UnsignedMetadataError": "TufSignatureThresholdNotMet",
+    "LengthOrHashMismatchError": "TufMetadataMismatch",
+    "DownloadLengthMismatchError": "LengthExceeded",
+    "EqualVersionNumberError": "TufRollback",
+}
+
+
+def _refusal(exc: Exception) -> TrustError:
+    reason = _REASONS.get(type(exc).__name__, "TufRefused")
+    return TrustError(reason, f"TUF metadata from the hub refused: {type(exc).__name__}: {exc}")
+
+
+class TufClient:
+    def __init__(self, data_dir: Path, *, required: bool = False) -> None:
+        self.dir = Path(data_dir) / "trust" / "tuf"
+        self.required = required
+        self.problem: tuple[str, str] | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether TUF is required: the device holds a TUF root (or its image says so)."""
+        return self.required or (self.dir / "root.json").exists()
+
+    def root_version(self) -> int:
+        """The version of the TUF root held (0: none)."""
+        from tuf.api.metadata import Root as TufRoot
+
+        try:
+            data = (self.dir / "root.json").read_bytes()
+        except FileNotFoundError:
+            return 0
+        root, _ = tufmeta.parse(data, TufRoot, what=str(self.dir / "root.json"))
+        return int(root.version)
+
+    def _bootstrap(self, fetch: FetchSync, fleet_root: Root | None) -> bool:
+        if (self.dir / "root.json").exists():
+            return True
+        data = fetch("root.json", tufmeta.ROOT_MAX_BYTES)
+        if data is None:
+            return False
+        if fleet_root is None:
+            raise TrustError("NoTrustRoot", "no fleet trust root to check the TUF root with")
+        role = fleet_root.role(ROLE_ROOT)
+        tufmeta.verify_by_fleet_root(
+            fleet_root.keys, role.keyids, role.threshold, data, what="the hub's TUF root"
+        )
+        self.dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(self.dir / "root.json", data, mode=0o644)
+        log.info("tuf root accepted", origin="hub")
+        return True
+
+    def refresh(self, fetch: FetchSync, fleet_root: Root | None, *, floor: int = 0) -> Any | None:
+        """Update the TUF metadata (root, timestamp, snapshot, top-level targets) from the
+        hub; return the updater to look targets up with, or None when TUF is not in use
+        (the hub keeps no repository and this device never held a TUF root). ``floor``: the
+        TUF root version the trust state recorded; TUF metadata older than that, or gone, is
+        ``TrustStateLost`` (its rollback protection was reset). TrustError when refused,
+        TemporaryError when the hub could not be reached."""
+        from tuf.api.exceptions import DownloadError, RepositoryError
+        from tuf.ngclient import Updater, UpdaterConfig
+        from tuf.ngclient.config import EnvelopeType
+
+        try:
+            held = self.root_version()
+            if floor and held < floor:
+                raise TrustError(
+                    "TrustStateLost",
+                    f"TUF root version {floor} was accepted, but {self.dir} holds "
+                    f"{'none' if not held else f'version {held}'}: its rollback protection "
+                    "was reset (remove the whole trust directory to start again from the "
+                    "image's root)",
+                )
+            if not self._bootstrap(fetch, fleet_root):
+                if self.required:
+                    raise TrustError(
+                        "NoTufRepository",
+                        "trust.requireTuf is set and the hub keeps no TUF repository",
+                    )
+                return None
+            config = UpdaterConfig(
+                root_max_length=tufmeta.ROOT_MAX_BYTES,
+                timestamp_max_length=tufmeta.TIMESTAMP_MAX_BYTES,
+                snapshot_max_length=tufmeta.SNAPSHOT_MAX_BYTES,
+                targets_max_length=tufmeta.TARGETS_MAX_BYTES,
+                envelope_type=EnvelopeType.SIMPLE,
+            )
+            updater = Updater(
+                str(self.dir),
+                BASE_URL,
+                target_base_url=BASE_URL,
+                fetcher=_fetcher(fetch),
+                config=config,
+                bootstrap=None,  # the cached root.json, checked against the fleet root
+            )
+            updater.refresh()
+        except TrustError as exc:
+            self.problem = (exc.reason, str(exc))
+            raise
+        except RepositoryError as exc:
+            refusal = _refusal(exc)
+            self.problem = (refusal.reason, str(refusal))
+            raise refusal from None
+        except DownloadError as exc:
+            if type(exc).__name__ == "DownloadLengthMismatchError":
+                refusal = _refusal(exc)
+                self.problem = (refusal.reason, str(refusal))
+                raise refusal from None
+            raise TemporaryError(f"TUF metadata could not be fetched: {exc}") from None
+        except (TimeoutError, OSError) as exc:
+            raise TemporaryError(f"TUF metadata could not be fetched: {exc}") from None
+        self.problem = None
+        return updater
+
+    @staticmethod
+    def check(updater: Any, meta: ArtifactMetadata) -> None:
+        """Every file of ``meta`` is in a publisher's delegated targets (python-tuf walks the
+        delegations, fetching the delegated targets it needs)."""
+        from tuf.api.exceptions import DownloadError, RepositoryError
+
+        try:
+            tufmeta.check_assigned(updater.get_targetinfo, meta)
+        except RepositoryError as exc:
+            raise _refusal(exc) from None
+        except DownloadError as exc:
+            if type(exc).__name__ == "DownloadLengthMismatchError":
+                raise _refusal(exc) from None
+            raise TemporaryError(f"TUF metadata could not be fetched: {exc}") from None
+        except (TimeoutError, OSError) as exc:
+            raise TemporaryError(f"TUF metadata could not be fetched: {exc}") from None
+
+    def status(self) -> dict[str, Any]:
+        return {
+            "tufRequired": self.active,
+            "tufProblem": (
+                {"reason": self.problem[0], "message": self.problem[1]} if self.problem else None
+            ),
+        }
