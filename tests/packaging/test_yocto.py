@@ -29,6 +29,7 @@ RECIPE_OF = {
     "cryptography": "python3-cryptography",
     "grpcio": "python3-grpcio",
     "protobuf": "python3-protobuf",
+    "tuf": "python3-tuf",  # with securesystemslib: recipes-devtools/python in this layer
 }
 # what the standard library split into packages needs on top
 STDLIB = {"python3-core", "python3-asyncio"}
@@ -52,9 +53,27 @@ def test_python_recipe_rdepends_match_pyproject() -> None:
 
 def test_recipe_versions_follow_pyproject() -> None:
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
-    for recipe in RECIPES:
-        if "packagegroup" not in recipe.name:
-            assert recipe.stem.endswith(f"_{version}"), recipe.name
+    for recipe in (LAYER / "recipes-edgefleet" / "edgefleet").glob("*.bb"):
+        assert recipe.stem.endswith(f"_{version}"), recipe.name
+
+
+def test_vendored_python_recipes_satisfy_pyproject() -> None:
+    """The layer's own recipes for what meta-python lacks (python-tuf and securesystemslib):
+    their versions are ones pyproject (and python-tuf's own requirement) accept, and tuf's
+    recipe depends on securesystemslib's."""
+    from packaging.requirements import Requirement
+
+    deps = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["dependencies"]
+    wanted = {Requirement(d).name.lower(): Requirement(d).specifier for d in deps}
+    wanted["securesystemslib"] = Requirement("securesystemslib~=1.0").specifier  # tuf's own
+    ours = {
+        r.stem.split("_")[0].removeprefix("python3-"): r
+        for r in (LAYER / "recipes-devtools" / "python").glob("*.bb")
+    }
+    assert set(ours) == {"tuf", "securesystemslib"}
+    for name, recipe in ours.items():
+        assert recipe.stem.split("_")[1] in wanted[name], recipe.name
+    assert "python3-securesystemslib" in rdepends(ours["tuf"])
 
 
 def test_layer_is_compatible_with_current_releases() -> None:

@@ -27,5 +27,6 @@ RDEPENDS:${PN} += "\
     python3-psutil \
     python3-pyudev \
     python3-pyyaml \
+    python3-tuf \
     python3-uvloop \
 "
