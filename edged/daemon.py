@@ -25,7 +25,7 @@ from typing import TYPE_CHECKING
 from edged.config import EdgedConfig
 from edged.discovery.discovering import Discovery
 from edged.hublink.files import LinkFiles
-from edged.hublink.reporting import DeviceReport, build_device_report
+from edged.hublink.reporting import DeviceReport, SandboxReport, build_device_report
 from edged.reconcile.applying import Applier
 from edged.reconcile.queueing import WorkQueue
 from edged.reconcile.reconciling import (
@@ -38,6 +38,8 @@ from edged.reconcile.running import Runner
 from edged.reporting import StatusBoard
 from edged.runtime.limiting import detect_cgroup_root, raise_open_files_limit
 from edged.runtime.processes import Replica, WorkerPool
+from edged.runtime.sandboxing import accelerator_nodes
+from edged.runtime.securing import DeviceSecurity
 from edged.serving.bounding import connection_caps
 from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceMetrics, InferenceRouter
@@ -46,6 +48,7 @@ from edged.sources.hub import HubSource
 from edged.sources.static import StaticManifests, SyncResult
 from edged.sources.watching import DirectoryWatcher
 from edged.state.accepting import Acceptor
+from edged.state.baselines import load_baselines, save_baselines
 from edged.state.collecting import ArtifactCollector
 from edged.state.desired import DesiredState
 from edged.state.merging import MergedState, SourceState, static_workloads
@@ -130,12 +133,19 @@ class Daemon:
             on_restart=self._on_restart,
             python=str(config.workers.python_executable),
         )
+        # -- worker sandboxes (docs/security.md): edged.toml, then the accepted baselines --
+        self.baselines_path = data / "state" / "baselines.json"
+        self.security = DeviceSecurity(
+            sandbox=config.workers.sandbox, seccomp=config.workers.seccomp
+        ).with_baselines(load_baselines(self.baselines_path))
         self.applier = Applier(
             self.pool,
             artifact_path=self.store.path_for,
             request_refetch=self._request_refetch,
             cgroup_root=self.cgroup_root,
             log_level=config.log_level,
+            security=lambda: self.security,
+            device_paths=accelerator_nodes(),
         )
         self.board = StatusBoard(
             data / "state" / "status.json",
@@ -257,12 +267,21 @@ class Daemon:
     def _on_static_read(self, result: SyncResult) -> None:
         self.board.set_source(result.problems, result.files)
         self.board.source_synced = True
-        self.acceptor.static_read(result.workloads, result.policies)
+        self.acceptor.static_read(result.workloads, result.policies, result.baselines)
 
     def _on_accepted(self, merged: MergedState, changed: set[WorkloadName]) -> None:
         """A merge of the sources was accepted: health policies, routes, changed keys, GC."""
         if self.discovery is not None:
             self.discovery.set_policies(merged.policies)
+        security = self.security.with_baselines(merged.baselines)
+        if security != self.security:
+            self.security = security
+            save_baselines(self.baselines_path, merged.baselines)
+            log.info(
+                "security baselines accepted",
+                baselines=",".join(security.baselines),
+                require_sandbox=security.require_sandbox,
+            )
         if changed:
             self._refresh_routes()
             for name in changed:
@@ -328,7 +347,16 @@ class Daemon:
             self.board.workload_status,
             self.hub_source.problems if self.hub_source is not None else (),
             self.hub_source.incoming if self.hub_source is not None else None,
+            self._sandboxes_of,
         )
+
+    def _sandboxes_of(self, workload: WorkloadName) -> tuple[SandboxReport, ...]:
+        out = []
+        for rep in sorted(self.pool.replicas(workload), key=lambda r: (r.revision, r.slot)):
+            doc = rep.sandbox_status()
+            if doc.get("inForce"):
+                out.append(SandboxReport.of(rep.id, rep.revision, doc))
+        return tuple(out)
 
     # -- lifecycle ------------------------------------------------------------------------
     async def run(self) -> int:

@@ -179,6 +179,7 @@ class StatusBoard:
                     "ready": r.phase is Phase.READY,
                     "restarts": r.restarts,
                     "providers": r.metadata.get("providers", []),
+                    "sandbox": r.sandbox_status(),
                     "limits": {
                         "mode": r.spec.limits.mode,
                         "cpuMillis": r.spec.limits.cpu_millis,

@@ -30,6 +30,9 @@ MAX_STATUS_BYTES = 512 * 1024
 MAX_NONCE = 64
 MAX_EVIDENCE_BYTES = 256 * 1024
 MAX_GENERATION = 2**62
+MAX_SANDBOXES = 64  # replicas' sandbox reports per workload
+MAX_SANDBOX_PROBLEMS = 8
+MAX_PORTS = 64
 """Generations are store revisions; one past this would be a hostile device's number, and
 raising above it (the projector's floor + 1) must stay within DesiredState's uint64."""
 
@@ -118,9 +121,27 @@ def check_status(status: device_pb2.Status) -> list[str]:
             if value > MAX_REPLICAS:
                 problems.append(f"{at}.{name}: at most {MAX_REPLICAS}, got {value}")
         _conditions(problems, f"{at}.conditions", w.conditions)
+        _sandboxes(problems, f"{at}.replica_sandboxes", w.replica_sandboxes)
     if status.HasField("health"):
         _health(problems, "status.health", status.health)
     return problems
+
+
+def _sandboxes(
+    problems: list[str], path: str, sandboxes: Sequence[device_pb2.ReplicaSandbox]
+) -> None:
+    if len(sandboxes) > MAX_SANDBOXES:
+        problems.append(f"{path}: at most {MAX_SANDBOXES}, got {len(sandboxes)}")
+    for i, x in enumerate(sandboxes[:MAX_SANDBOXES]):
+        at = f"{path}[{i}]"
+        for name, value in (("replica", x.replica), ("revision", x.revision), ("mode", x.mode)):
+            _text(problems, f"{at}.{name}", value, MAX_SHORT)
+        if len(x.connect_ports) > MAX_PORTS:
+            problems.append(f"{at}.connect_ports: at most {MAX_PORTS}, got {len(x.connect_ports)}")
+        if len(x.problems) > MAX_SANDBOX_PROBLEMS:
+            problems.append(f"{at}.problems: at most {MAX_SANDBOX_PROBLEMS}, got {len(x.problems)}")
+        for j, text in enumerate(x.problems[:MAX_SANDBOX_PROBLEMS]):
+            _text(problems, f"{at}.problems[{j}]", text, MAX_MESSAGE_TEXT)
 
 
 def check_evidence(evidence: device_pb2.AttestationEvidence) -> list[str]:

@@ -164,6 +164,8 @@ class WorkloadReport:
     phase: str = ""
     conditions: tuple[Mapping[str, str], ...] = ()
     revisions: tuple[RevisionReport, ...] = ()
+    # what confines each replica's worker (Landlock, no_new_privs, seccomp, egress ports)
+    sandboxes: tuple[Mapping[str, Any], ...] = ()
 
     def wanted(self, version: str) -> RevisionReport | None:
         """The revision of ``version`` the device reports (the one it calls wanted first)."""
@@ -184,6 +186,7 @@ class WorkloadReport:
             "phase": self.phase,
             "conditions": [dict(c) for c in self.conditions],
             "revisions": [r.to_json() for r in self.revisions],
+            **({"sandboxes": [dict(x) for x in self.sandboxes]} if self.sandboxes else {}),
         }
 
     @classmethod
@@ -196,6 +199,7 @@ class WorkloadReport:
             str(doc.get("phase", "")),
             tuple(dict(c) for c in doc.get("conditions", ())),
             tuple(RevisionReport.from_json(r) for r in doc.get("revisions", ())),
+            tuple(dict(x) for x in doc.get("sandboxes", ())),
         )
 
 

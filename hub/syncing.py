@@ -66,6 +66,7 @@ def _joined(problems: list[str], limit: int = 20) -> str:
 
 MAX_REPORTED_WORKLOADS = 256
 MAX_REPORTED_REVISIONS = 8
+MAX_REPORTED_SANDBOXES = 64
 
 EvidenceHandler = Callable[[str, bytes, bytes], None]
 
@@ -98,7 +99,25 @@ def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
             )
             for r in w.revisions[:MAX_REPORTED_REVISIONS]
         ),
+        sandboxes=tuple(_sandbox(x) for x in w.replica_sandboxes[:MAX_REPORTED_SANDBOXES]),
     )
+
+
+def _sandbox(x: device_pb2.ReplicaSandbox) -> dict[str, Any]:
+    return {
+        "replica": x.replica,
+        "revision": x.revision,
+        "mode": x.mode,
+        "landlockAbi": x.landlock_abi,
+        "filesystem": x.filesystem,
+        "network": x.network,
+        "noNewPrivs": x.no_new_privs,
+        "seccomp": x.seccomp,
+        "scoped": x.scoped,
+        "connectPorts": list(x.connect_ports),
+        "uid": x.uid,
+        "problems": list(x.problems),
+    }
 
 
 class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):

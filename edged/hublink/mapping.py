@@ -10,7 +10,7 @@ from typing import Any
 import orjson
 from google.protobuf import struct_pb2
 
-from edged.hublink.reporting import DeviceReport, WorkloadReport
+from edged.hublink.reporting import DeviceReport, SandboxReport, WorkloadReport
 from edged.reconcile.model import RevisionStatus
 from edgefleet.api.conditions import Condition
 from edgefleet.v1 import common_pb2, device_pb2
@@ -50,6 +50,24 @@ def _workload(w: WorkloadReport) -> device_pb2.WorkloadStatus:
         model_version=w.model_version,
         conditions=[_condition(c) for c in w.conditions],
         revisions=[_revision(r) for r in w.revisions],
+        replica_sandboxes=[_sandbox(x) for x in w.sandboxes],
+    )
+
+
+def _sandbox(x: SandboxReport) -> device_pb2.ReplicaSandbox:
+    return device_pb2.ReplicaSandbox(
+        replica=x.replica,
+        revision=x.revision,
+        mode=x.mode,
+        landlock_abi=x.landlock_abi,
+        filesystem=x.filesystem,
+        network=x.network,
+        no_new_privs=x.no_new_privs,
+        seccomp=x.seccomp,
+        scoped=x.scoped,
+        connect_ports=list(x.connect_ports),
+        uid=x.uid,
+        problems=list(x.problems),
     )
 
 

@@ -28,6 +28,42 @@ from edgefleet.api.conditions import Condition, ConditionStatus
 
 
 @dataclass(frozen=True, slots=True)
+class SandboxReport:
+    """What confines one replica's worker (its READY report; ``sandboxing.Protections``)."""
+
+    replica: str
+    revision: str
+    mode: str = "off"
+    landlock_abi: int = 0
+    filesystem: bool = False
+    network: bool = False
+    no_new_privs: bool = False
+    seccomp: bool = False
+    scoped: bool = False
+    connect_ports: tuple[int, ...] = ()
+    uid: int = 0
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, replica: str, revision: str, doc: Mapping[str, Any]) -> SandboxReport:
+        """From the worker's own report (``Replica.sandbox_status()``; pure)."""
+        return cls(
+            replica=replica,
+            revision=revision,
+            mode=str(doc.get("mode", "off")),
+            landlock_abi=int(doc.get("landlockAbi", 0)),
+            filesystem=bool(doc.get("filesystem")),
+            network=bool(doc.get("network")),
+            no_new_privs=bool(doc.get("noNewPrivs")),
+            seccomp=bool(doc.get("seccomp")),
+            scoped=bool(doc.get("scoped")),
+            connect_ports=tuple(int(p) for p in doc.get("connectPorts", ())),
+            uid=int(doc.get("uid", 0)),
+            problems=tuple(str(p) for p in doc.get("problems", ())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadReport:
     name: str
     revision: str = ""
@@ -36,6 +72,7 @@ class WorkloadReport:
     model_version: str = ""
     conditions: tuple[Condition, ...] = ()
     revisions: tuple[RevisionStatus, ...] = ()
+    sandboxes: tuple[SandboxReport, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,8 +90,10 @@ def build_device_report(
     status_of: Callable[[WorkloadName], WorkloadStatus | None],
     problems: Sequence[SourceProblem],
     incoming: Mapping[WorkloadName, RevisionStatus] | None = None,
+    sandboxes_of: Callable[[WorkloadName], tuple[SandboxReport, ...]] | None = None,
 ) -> DeviceReport:
-    """``device``: discovery's status (``{}`` when discovery is off); ``status_of``: the
+    """``sandboxes_of``: what confines each replica of a workload whose worker reported it.
+    ``device``: discovery's status (``{}`` when discovery is off); ``status_of``: the
     status the reconciler planned for a workload (None: not reconciled yet); ``incoming``:
     the hub source's revisions not accepted (yet), by workload."""
     health = device.get("health") or {}
@@ -82,6 +121,7 @@ def build_device_report(
                 model_version=version,
                 conditions=st.conditions if st else (),
                 revisions=revisions,
+                sandboxes=sandboxes_of(name) if sandboxes_of is not None else (),
             )
         )
     reported = {x.name for x in workloads}

@@ -18,6 +18,7 @@ from edged.reconcile.model import (
 from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import choose_limits
 from edged.runtime.processes import WorkerPool
+from edged.runtime.securing import DeviceSecurity, choose_sandbox
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.errors import TemporaryError
 
@@ -30,6 +31,8 @@ def build_launch_spec(
     cgroup_root: Path | None,
     cpu_count: int,
     log_level: str = "info",
+    security: DeviceSecurity | None = None,
+    device_paths: tuple[str, ...] = (),
 ) -> LaunchSpec:
     """Pure: what a replica's worker process is told at launch.
 
@@ -49,6 +52,7 @@ def build_launch_spec(
         cgroup_root=cgroup_root,
         cpu_count=cpu_count,
     )
+    providers = action.providers or tuple(spec.runtime.execution_providers)
     return LaunchSpec(
         replica_id=action.replica_id,
         workload=desired.name,
@@ -56,12 +60,18 @@ def build_launch_spec(
         model_version=spec.model.version,
         artifact_path=str(artifact_path),
         artifact_sha256=desired.sha256,
-        providers=action.providers or tuple(spec.runtime.execution_providers),
+        providers=providers,
         intra_op_threads=threads,
         max_batch_size=spec.runtime.max_batch_size,
         max_queue_delay_s=spec.runtime.max_queue_delay,
         limits=limits,
         log_level=log_level,
+        sandbox=choose_sandbox(
+            desired.deployment,
+            providers,
+            security or DeviceSecurity(sandbox="off"),
+            device_paths=device_paths,
+        ),
     )
 
 
@@ -74,7 +84,13 @@ class Applier:
         request_refetch: Callable[[], None],
         cgroup_root: Path | None,
         log_level: str = "info",
+        security: Callable[[], DeviceSecurity] | None = None,
+        device_paths: tuple[str, ...] = (),
     ) -> None:
+        """``security``: the device's sandbox settings now (config and accepted baselines);
+        ``device_paths``: accelerator nodes a worker of a non-CPU provider may open."""
+        self._security = security
+        self._device_paths = device_paths
         self._pool = pool
         self._artifact_path = artifact_path
         self._request_refetch = request_refetch
@@ -94,6 +110,8 @@ class Applier:
                     cgroup_root=self._cgroup_root,
                     cpu_count=self._cpu_count,
                     log_level=self._log_level,
+                    security=self._security() if self._security is not None else None,
+                    device_paths=self._device_paths,
                 )
                 try:
                     await self._pool.start(

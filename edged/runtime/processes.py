@@ -201,6 +201,14 @@ class Replica:
             sha256=self.spec.artifact_sha256,
         )
 
+    def sandbox_status(self) -> dict[str, Any]:
+        """What confines this replica's process: as its worker reported once it was in force
+        (READY); before that, what was asked (``inForce: false``)."""
+        reported = self.metadata.get("sandbox")
+        if isinstance(reported, dict) and self.phase is not Phase.STARTING:
+            return {"inForce": True, **reported}
+        return {"inForce": False, "mode": self.spec.sandbox.mode}
+
     @property
     def inflight(self) -> int:
         return len(self.channel.pending) if self.channel is not None else 0

@@ -13,9 +13,15 @@ sorted), so applying the same baseline twice is "unchanged"::
       allowedCodeDigests: [sha256:...]  # measurements an attesting device may report
       allowedConfigDigests: []
       allowedModelDigests: []
+      requireSandbox: true              # devices run no worker without its Landlock sandbox
+      network:                          # bounds what deployments' spec.network may ask for
+        egress: [{port: 8080}]          # TCP ports; [] = no egress for any worker
 
 Every baseline applies fleet-wide (the hub's cache reads them together). The digest lists
-are for the attestation controller; an empty list allows any digest.
+are for the attestation controller; an empty list allows any digest. ``requireSandbox`` and
+``network`` reach every device with its desired state: a worker whose sandbox cannot be put
+in force there (no Landlock), or whose deployment asks for egress beyond ``network.egress``,
+does not start and says why (docs/security.md).
 """
 
 from __future__ import annotations
@@ -25,6 +31,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from edgefleet.api.meta import API_VERSION, ObjectMeta
+from edgefleet.api.networking import NetworkPolicy, read_network
 from edgefleet.api.validating import Reader, as_bool, matching
 from edgefleet.errors import Problem, ValidationError
 
@@ -46,15 +53,23 @@ class SecurityBaselineSpec:
     allowed_code_digests: tuple[str, ...] = ()
     allowed_config_digests: tuple[str, ...] = ()
     allowed_model_digests: tuple[str, ...] = ()
+    require_sandbox: bool = False
+    network: NetworkPolicy | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "requireAttestation": self.require_attestation,
             "requireTpm": self.require_tpm,
             "allowedCodeDigests": sorted(self.allowed_code_digests),
             "allowedConfigDigests": sorted(self.allowed_config_digests),
             "allowedModelDigests": sorted(self.allowed_model_digests),
         }
+        # written only when set: baselines stored before these fields keep their canonical form
+        if self.require_sandbox:
+            out["requireSandbox"] = True
+        if self.network is not None:
+            out["network"] = self.network.to_dict()
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -90,6 +105,8 @@ def _read_spec(r: Reader | None) -> SecurityBaselineSpec:
         allowed_code_digests=tuple(r.list_of("allowedCodeDigests", _digest, unique=True) or ()),
         allowed_config_digests=tuple(r.list_of("allowedConfigDigests", _digest, unique=True) or ()),
         allowed_model_digests=tuple(r.list_of("allowedModelDigests", _digest, unique=True) or ()),
+        require_sandbox=r.optional("requireSandbox", as_bool, False),
+        network=read_network(r.section("network")),
     )
 
 

@@ -25,6 +25,7 @@ from edgefleet.api.meta import (
     label_value,
     read_metadata,
 )
+from edgefleet.api.networking import NetworkPolicy, read_network
 from edgefleet.api.quantities import (
     IntOrPercent,
     describe,
@@ -356,6 +357,7 @@ class ModelDeploymentSpec:
     rollout: Rollout = Rollout()
     scaling: Scaling | None = None
     power: Power | None = None
+    network: NetworkPolicy | None = None  # worker egress (edgefleet/api/networking.py)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -371,6 +373,8 @@ class ModelDeploymentSpec:
             out["scaling"] = self.scaling.to_dict()
         if self.power is not None:
             out["power"] = self.power.to_dict()
+        if self.network is not None:
+            out["network"] = self.network.to_dict()
         return out
 
 
@@ -742,6 +746,7 @@ def _read_model_deployment(metadata: ObjectMeta, r: Reader | None) -> ModelDeplo
             rollout=_read_rollout(r.section("rollout")),
             scaling=_read_scaling(r.section("scaling")),
             power=_read_power(r.section("power")),
+            network=read_network(r.section("network")),
         )
     return ModelDeployment(metadata=metadata, spec=spec)
 

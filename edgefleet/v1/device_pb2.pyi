@@ -59,7 +59,7 @@ class Status(_message.Message):
     def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadStatus, _Mapping]]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., observed_generation: _Optional[int] = ...) -> None: ...
 
 class WorkloadStatus(_message.Message):
-    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version", "revisions")
+    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version", "revisions", "replica_sandboxes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     READY_REPLICAS_FIELD_NUMBER: _ClassVar[int]
@@ -67,6 +67,7 @@ class WorkloadStatus(_message.Message):
     CONDITIONS_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     REVISIONS_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_SANDBOXES_FIELD_NUMBER: _ClassVar[int]
     name: str
     revision: str
     ready_replicas: int
@@ -74,7 +75,36 @@ class WorkloadStatus(_message.Message):
     conditions: _containers.RepeatedCompositeFieldContainer[_common_pb2.Condition]
     model_version: str
     revisions: _containers.RepeatedCompositeFieldContainer[RevisionStatus]
-    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ...) -> None: ...
+    replica_sandboxes: _containers.RepeatedCompositeFieldContainer[ReplicaSandbox]
+    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ..., replica_sandboxes: _Optional[_Iterable[_Union[ReplicaSandbox, _Mapping]]] = ...) -> None: ...
+
+class ReplicaSandbox(_message.Message):
+    __slots__ = ("replica", "revision", "mode", "landlock_abi", "filesystem", "network", "no_new_privs", "seccomp", "scoped", "connect_ports", "uid", "problems")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    LANDLOCK_ABI_FIELD_NUMBER: _ClassVar[int]
+    FILESYSTEM_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    NO_NEW_PRIVS_FIELD_NUMBER: _ClassVar[int]
+    SECCOMP_FIELD_NUMBER: _ClassVar[int]
+    SCOPED_FIELD_NUMBER: _ClassVar[int]
+    CONNECT_PORTS_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    revision: str
+    mode: str
+    landlock_abi: int
+    filesystem: bool
+    network: bool
+    no_new_privs: bool
+    seccomp: bool
+    scoped: bool
+    connect_ports: _containers.RepeatedScalarFieldContainer[int]
+    uid: int
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, replica: _Optional[str] = ..., revision: _Optional[str] = ..., mode: _Optional[str] = ..., landlock_abi: _Optional[int] = ..., filesystem: _Optional[bool] = ..., network: _Optional[bool] = ..., no_new_privs: _Optional[bool] = ..., seccomp: _Optional[bool] = ..., scoped: _Optional[bool] = ..., connect_ports: _Optional[_Iterable[int]] = ..., uid: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RevisionStatus(_message.Message):
     __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted")
