@@ -35,6 +35,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edged.runtime import landlock
+from edged.runtime import seccomp as seccomp_filter
 from edged.runtime.launching import SandboxSpec
 
 SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
@@ -104,13 +105,16 @@ def runtime_read_paths(
 ) -> list[str]:
     """Pure: the Python installation a worker must read, given ``sys.path``, the working
     directory (``python -m`` puts it first on ``sys.path``: never allowed for that), the
-    installation's ``sysconfig`` paths and the directory that holds the ``edged`` package."""
+    installation's ``sysconfig`` paths and the directory that holds the ``edged`` package
+    (allowed even when it is the working directory: a checkout run from its root)."""
     out: list[str] = []
     for entry in (*prefixes, package_root, *path):
         if not entry or not os.path.isabs(entry):
             continue
         normal = os.path.normpath(entry)
-        if normal in ("/", cwd) or normal in out:
+        if normal == "/" or normal in out:
+            continue
+        if normal == cwd and entry not in (*prefixes, package_root):
             continue
         out.append(normal)
     return out
@@ -178,8 +182,6 @@ def apply_sandbox(spec: SandboxSpec, artifact_path: str) -> Protections:
             problems.append(f"Landlock refused the ruleset: {exc}")
     seccomp = False
     if spec.seccomp:
-        from edged.runtime import seccomp as seccomp_filter
-
         try:
             seccomp_filter.install()
             seccomp = True

@@ -186,6 +186,7 @@ class Model:
         probe = os.environ.get(TEST_PROBE_ENV)
         if probe:
             meta["testProbe"] = _run_test_probe(probe)
+            print(f"worker test probe: {orjson.dumps(meta['testProbe']).decode()}", file=sys.stderr)
         return meta
 
 

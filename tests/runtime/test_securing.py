@@ -134,3 +134,10 @@ def test_seccomp_program_jumps_stay_inside_it(machine: str) -> None:
 def test_seccomp_has_no_program_for_unknown_machines() -> None:
     with pytest.raises(SeccompUnsupported):
         build_filter("mips")
+
+
+def test_the_package_root_is_read_even_when_it_is_the_working_directory() -> None:
+    paths = runtime_read_paths(
+        path=["/srv/app"], cwd="/srv/app", prefixes=[], package_root="/srv/app"
+    )
+    assert paths == ["/srv/app"]

@@ -1,0 +1,100 @@
+"""Sandboxed workers under a real ``edged run``: status shows per replica what confines it,
+the deployment's egress port is the only one its worker reaches (the kernel's verdict, through
+the worker's test probe), and a SecurityBaseline that does not allow a deployment's egress
+keeps its worker from starting, saying why. Skipped without Landlock TCP rules (ABI 4)."""
+
+from __future__ import annotations
+
+import socket
+from collections.abc import Iterator
+from pathlib import Path
+
+import orjson
+import pytest
+from harness import Edged, wait_for
+
+from edged.runtime import landlock
+from edged.runtime.worker import TEST_PROBE_ENV
+
+ABI = landlock.abi_version()
+pytestmark = pytest.mark.skipif(
+    ABI < 4, reason=f"Landlock ABI {ABI}: no TCP rules here (ABI 4, Linux 6.7, has them)"
+)
+
+DEPLOYMENT = """\
+apiVersion: edgefleet.io/v1
+kind: ModelDeployment
+metadata: {{name: mlp}}
+spec:
+  model: {{name: mlp, version: "1.0.0", path: mlp.onnx}}
+  runtime: {{executionProviders: [CPUExecutionProvider]}}
+  network: {{egress: [{{port: {port}}}]}}
+"""
+BASELINE = """\
+apiVersion: edgefleet.io/v1
+kind: SecurityBaseline
+metadata: {name: fleet}
+spec:
+  requireSandbox: true
+  network: {egress: []}
+"""
+
+
+@pytest.fixture
+def ports() -> Iterator[tuple[int, int]]:
+    socks = []
+    for _ in range(2):
+        s = socket.socket()
+        s.bind(("127.0.0.1", 0))
+        s.listen(8)
+        socks.append(s)
+    yield socks[0].getsockname()[1], socks[1].getsockname()[1]
+    for s in socks:
+        s.close()
+
+
+def test_status_shows_the_sandbox_and_egress_reaches_only_the_granted_port(
+    model_dir: Path, edged_factory, ports, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    allowed, other = ports
+    (model_dir / "mlp.yaml").write_text(DEPLOYMENT.format(port=allowed))
+    probe = [{"connect": f"127.0.0.1:{allowed}"}, {"connect": f"127.0.0.1:{other}"}]
+    monkeypatch.setenv(TEST_PROBE_ENV, orjson.dumps(probe).decode())
+    e: Edged = edged_factory(model_dir).start()
+    e.wait_ready()
+    (replica,) = e.workload("mlp")["replicas"]
+    sandbox = replica["sandbox"]
+    assert sandbox["inForce"] is True and sandbox["mode"] == "landlock"
+    assert sandbox["filesystem"] and sandbox["network"] and sandbox["noNewPrivs"]
+    assert sandbox["seccomp"] and sandbox["connectPorts"] == [allowed]
+    assert sandbox["landlockAbi"] == ABI and sandbox["problems"] == []
+    status, doc = e.infer("mlp", [[0.5] * 64])
+    assert status == 200, doc
+    assert e.terminate() == 0
+    # what the worker tried once confined (its stderr is edged's): the kernel's verdicts
+    line = next(x for x in e.logs().splitlines() if x.startswith("worker test probe: "))
+    tried = {r["target"]: r["outcome"] for r in orjson.loads(line.split(": ", 1)[1])}
+    assert tried == {
+        f"127.0.0.1:{allowed}": "ok",
+        f"127.0.0.1:{other}": "PermissionError: errno 13",
+    }
+
+
+def test_a_baseline_that_does_not_allow_the_egress_keeps_the_worker_from_starting(
+    model_dir: Path, edged_factory, ports
+) -> None:
+    (model_dir / "mlp.yaml").write_text(DEPLOYMENT.format(port=ports[0]))
+    (model_dir / "baseline.yaml").write_text(BASELINE)
+    e: Edged = edged_factory(model_dir).start()
+
+    def refused() -> dict | None:
+        for r in e.workload("mlp")["replicas"]:
+            if r["lastExit"] and r["lastExit"]["reason"] == "NetworkPolicyDenied":
+                return r["lastExit"]
+        return None
+
+    last = wait_for(refused, 60, "the worker to be refused")
+    assert f"port {ports[0]}" in last["message"] and "SecurityBaseline fleet" in last["message"]
+    persisted = orjson.loads((e.data / "state" / "baselines.json").read_bytes())
+    assert [b["metadata"]["name"] for b in persisted["baselines"]] == ["fleet"]
+    assert e.terminate() == 0
