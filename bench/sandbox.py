@@ -103,9 +103,7 @@ class Worker:
         for _ in range(n):
             req_id = self.next_id
             self.next_id += 1
-            frame = HEADER.pack(len(body) + 4, FrameType.INFER, req_id) + U32.pack(
-                NO_HEADER_LENGTH
-            )
+            frame = HEADER.pack(len(body) + 4, FrameType.INFER, req_id) + U32.pack(NO_HEADER_LENGTH)
             t0 = time.perf_counter()
             self.sock.sendall(frame + body)
             ftype, got, _ = self.frame()

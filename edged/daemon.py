@@ -39,7 +39,7 @@ from edged.reporting import StatusBoard
 from edged.runtime.limiting import detect_cgroup_root, raise_open_files_limit
 from edged.runtime.processes import Replica, WorkerPool
 from edged.runtime.sandboxing import accelerator_nodes
-from edged.runtime.securing import DeviceSecurity
+from edged.runtime.securing import DeviceSecurity, plan_ingress
 from edged.serving.bounding import connection_caps
 from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceMetrics, InferenceRouter
@@ -138,6 +138,9 @@ class Daemon:
         self.security = DeviceSecurity(
             sandbox=config.workers.sandbox, seccomp=config.workers.seccomp
         ).with_baselines(load_baselines(self.baselines_path))
+        self.infer_server: HttpServer | None = None
+        self._tcp_listener: asyncio.AbstractServer | None = None
+        self._ingress_tasks: set[asyncio.Future[None]] = set()
         self.applier = Applier(
             self.pool,
             artifact_path=self.store.path_for,
@@ -282,6 +285,10 @@ class Daemon:
                 baselines=",".join(security.baselines),
                 require_sandbox=security.require_sandbox,
             )
+            if self.infer_server is not None:
+                task = asyncio.ensure_future(self._apply_ingress())
+                self._ingress_tasks.add(task)
+                task.add_done_callback(self._ingress_tasks.discard)
         if changed:
             self._refresh_routes()
             for name in changed:
@@ -332,6 +339,41 @@ class Daemon:
 
     def _quarantined(self, sha256: str) -> bool:
         return sha256 in self.store.quarantined()
+
+    async def _apply_ingress(self) -> None:
+        """Give infer.sock the group and mode the baselines say, and serve the configured
+        loopback TCP port only if they allow it (``plan_ingress``); status shows the result.
+        OSError when the TCP port cannot be opened (at start: edged exits)."""
+        tcp = self.config.inference.listen_tcp
+        plan = plan_ingress(
+            self.security, tcp_port=tcp.port if tcp else None, group_exists=_group_exists
+        )
+        problems = list(plan.problems)
+        path = self.config.paths.inference_socket
+        mode = plan.mode
+        if plan.group is not None:
+            try:
+                os.chown(path, -1, _group_id(plan.group))
+            except OSError as exc:
+                problems.append(f"cannot give infer.sock to group {plan.group}: {exc.strerror}")
+                mode &= 0o600
+        os.chmod(path, mode)
+        if plan.serve_tcp and tcp is not None and self._tcp_listener is None:
+            assert self.infer_server is not None
+            self._tcp_listener = await self.infer_server.listen_tcp(tcp.host, tcp.port)
+        elif not plan.serve_tcp and self._tcp_listener is not None:
+            self._tcp_listener.close()
+            self._tcp_listener = None
+        ingress = {
+            "socketGroup": plan.group,
+            "socketMode": f"{mode:04o}",
+            "tcp": str(tcp) if tcp is not None and self._tcp_listener is not None else None,
+            "problems": problems,
+        }
+        if ingress != self.board.ingress:
+            for p in problems:
+                log.warning("ingress policy not followed as configured", problem=p)
+            self.board.ingress = ingress
 
     def _request_refetch(self) -> None:
         """An artifact of the desired state is missing from the store: ask its source again."""
@@ -397,12 +439,11 @@ class Daemon:
             body_limit=self.router.body_limit,
         )
         self._server_metrics({"status": status_server, "inference": infer_server})
+        self.infer_server = infer_server
         try:
             await status_server.listen_unix(cfg.paths.status_socket)
             await infer_server.listen_unix(cfg.paths.inference_socket)
-            if cfg.inference.listen_tcp is not None:
-                tcp = cfg.inference.listen_tcp
-                await infer_server.listen_tcp(tcp.host, tcp.port)
+            await self._apply_ingress()
         except OSError as exc:
             # Typically another edged on the same data dir: say so, leave its sockets, exit.
             log.error("cannot open sockets", error=str(exc))
@@ -554,3 +595,17 @@ class Daemon:
         if not self.stop_event.is_set():
             log.info("signal received", signal=sig.name)
             self.stop_event.set()
+
+
+def _group_id(group: str) -> int:
+    import grp
+
+    return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+
+
+def _group_exists(group: str) -> bool:
+    try:
+        _group_id(group)
+    except KeyError:
+        return False
+    return True

@@ -62,6 +62,8 @@ class StatusBoard:
         self.device_status: Callable[[], dict[str, Any]] | None = None
         # the name the hub enrolled this device under (None: not enrolled, the hostname)
         self.device_name: str | None = None
+        # who may use the inference API, as in force (SecurityBaseline network.ingress)
+        self.ingress: dict[str, Any] | None = None
 
     def device_changed(self) -> None:
         """Discovery saw a change (accelerators, health verdict): persist the status soon."""
@@ -203,6 +205,7 @@ class StatusBoard:
                 "startedAt": self._started,
                 "uptimeSeconds": round(time.time() - self._started, 3),
                 "limitsMode": self._limits_mode,
+                "ingress": self.ingress,
                 "trust": (
                     self.trust_status()
                     if self.trust_status is not None

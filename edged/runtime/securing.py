@@ -13,7 +13,7 @@ a :class:`~edged.runtime.launching.SandboxSpec` out. The worker puts it in force
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
 from edged.runtime.launching import SandboxSpec
@@ -32,22 +32,42 @@ class DeviceSecurity:
     require_sandbox: bool = False
     egress_bound: tuple[int, ...] | None = None  # None: no baseline bounds egress
     baselines: tuple[str, ...] = ()  # names, for messages
+    # ingress (infer.sock and the loopback TCP ports): None = no baseline says
+    socket_groups: tuple[str, ...] = ()  # every group a baseline names (two: a conflict)
+    socket_mode: int | None = None  # the modes of every baseline ANDed
+    tcp_ports: tuple[int, ...] | None = None  # the ports every baseline allows
 
     def with_baselines(self, baselines: Iterable[SecurityBaseline]) -> DeviceSecurity:
         """This device's settings under ``baselines`` (replacing any it held)."""
         items = sorted(baselines, key=lambda b: b.name)
         bound: set[int] | None = None
+        groups: set[str] = set()
+        mode: int | None = None
+        tcp: set[int] | None = None
         for b in items:
             net = b.spec.network
             if net is not None and net.egress is not None:
                 ports = set(net.egress_ports)
                 bound = ports if bound is None else bound & ports
+            ingress = net.ingress if net is not None else None
+            if ingress is None:
+                continue
+            if ingress.socket_group is not None:
+                groups.add(ingress.socket_group)
+            if ingress.socket_mode is not None:
+                mode = ingress.socket_mode if mode is None else mode & ingress.socket_mode
+            if ingress.tcp_ports is not None:
+                allowed = set(ingress.tcp_ports)
+                tcp = allowed if tcp is None else tcp & allowed
         return DeviceSecurity(
             sandbox=self.sandbox,
             seccomp=self.seccomp,
             require_sandbox=any(b.spec.require_sandbox for b in items),
             egress_bound=None if bound is None else tuple(sorted(bound)),
             baselines=tuple(b.name for b in items),
+            socket_groups=tuple(sorted(groups)),
+            socket_mode=mode,
+            tcp_ports=None if tcp is None else tuple(sorted(tcp)),
         )
 
 
@@ -85,3 +105,58 @@ def choose_sandbox(
         seccomp=security.seccomp and mode != "off",
         refused=refused,
     )
+
+
+DEFAULT_SOCKET_MODE = 0o660
+
+
+@dataclass(frozen=True, slots=True)
+class IngressPlan:
+    """How the inference API is offered: infer.sock's group (``None``: edged's own) and mode,
+    whether the configured loopback TCP port may be served, and why anything is tighter than
+    configured."""
+
+    group: str | None
+    mode: int
+    serve_tcp: bool
+    problems: tuple[str, ...] = ()
+
+
+def plan_ingress(
+    security: DeviceSecurity, *, tcp_port: int | None, group_exists: Callable[[str], bool]
+) -> IngressPlan:
+    """Pure (``group_exists`` asks the device's group database): what the baselines allow of
+    the inference API. When they cannot be followed (two baselines name different groups, a
+    group this device does not have) the socket is closed to all but edged's own user (0600):
+    tighter, never looser, and said in ``problems``."""
+    problems: list[str] = []
+    mode = DEFAULT_SOCKET_MODE if security.socket_mode is None else security.socket_mode
+    group: str | None = None
+    if len(security.socket_groups) > 1:
+        problems.append(
+            "baselines name different groups for infer.sock "
+            f"({', '.join(security.socket_groups)}): only edged's own user may use it"
+        )
+        mode &= 0o600
+    elif security.socket_groups:
+        group = security.socket_groups[0]
+        if not group_exists(group):
+            problems.append(
+                f"group {group!r} does not exist on this device: only edged's own user may "
+                "use infer.sock"
+            )
+            group = None
+            mode &= 0o600
+    serve_tcp = tcp_port is not None
+    if (
+        tcp_port is not None
+        and security.tcp_ports is not None
+        and tcp_port not in security.tcp_ports
+    ):
+        serve_tcp = False
+        allowed = ", ".join(map(str, security.tcp_ports)) or "none"
+        problems.append(
+            f"inference.listenTcp port {tcp_port} is not allowed by the SecurityBaseline "
+            f"{', '.join(security.baselines)} (tcpPorts: {allowed}): not served"
+        )
+    return IngressPlan(group, mode, serve_tcp, tuple(problems))

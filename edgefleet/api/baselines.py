@@ -16,6 +16,7 @@ sorted), so applying the same baseline twice is "unchanged"::
       requireSandbox: true              # devices run no worker without its Landlock sandbox
       network:                          # bounds what deployments' spec.network may ask for
         egress: [{port: 8080}]          # TCP ports; [] = no egress for any worker
+        ingress: {socketGroup: apps, socketMode: "0660", tcpPorts: []}   # who uses infer.sock
 
 Every baseline applies fleet-wide (the hub's cache reads them together). The digest lists
 are for the attestation controller; an empty list allows any digest. ``requireSandbox`` and
@@ -106,7 +107,7 @@ def _read_spec(r: Reader | None) -> SecurityBaselineSpec:
         allowed_config_digests=tuple(r.list_of("allowedConfigDigests", _digest, unique=True) or ()),
         allowed_model_digests=tuple(r.list_of("allowedModelDigests", _digest, unique=True) or ()),
         require_sandbox=r.optional("requireSandbox", as_bool, False),
-        network=read_network(r.section("network")),
+        network=read_network(r.section("network"), ingress=True),
     )
 
 

@@ -98,3 +98,51 @@ def test_a_baseline_that_does_not_allow_the_egress_keeps_the_worker_from_startin
     persisted = orjson.loads((e.data / "state" / "baselines.json").read_bytes())
     assert [b["metadata"]["name"] for b in persisted["baselines"]] == ["fleet"]
     assert e.terminate() == 0
+
+
+INGRESS_BASELINE = """\
+apiVersion: edgefleet.io/v1
+kind: SecurityBaseline
+metadata: {name: fleet}
+spec:
+  network:
+    ingress: {socketGroup: daemon, socketMode: "0620", tcpPorts: []}
+"""
+
+
+def test_ingress_follows_the_baseline(model_dir: Path, edged_factory, tmp_path: Path) -> None:
+    """infer.sock gets the baseline's group and mode (the kernel checks them at connect), and
+    the configured loopback TCP port is not served when the baseline allows no port."""
+    import grp
+    import os
+    import stat
+
+    from harness import UNSIGNED_CONFIG
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    config = UNSIGNED_CONFIG.format(absent=tmp_path / "none.json")
+    config += f'\n[inference]\nlistenTcp = "127.0.0.1:{port}"\n'
+    (model_dir / "baseline.yaml").write_text(INGRESS_BASELINE)
+    e: Edged = edged_factory(model_dir, config=config).start()
+
+    def applied() -> dict | None:
+        ingress = e.status()["device"]["ingress"]
+        return ingress if ingress and ingress["socketGroup"] == "daemon" else None
+
+    ingress = wait_for(applied, 60, "the baseline's ingress to be in force")
+    st = os.stat(e.infer_sock)
+    assert stat.S_IMODE(st.st_mode) == 0o620 and st.st_gid == grp.getgrnam("daemon").gr_gid
+    assert ingress["tcp"] is None and ingress["socketMode"] == "0620"
+    assert ingress["problems"] == [
+        f"inference.listenTcp port {port} is not allowed by the SecurityBaseline fleet "
+        "(tcpPorts: none): not served"
+    ]
+    with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+        pass
+    (model_dir / "baseline.yaml").unlink()  # no baseline: the configured port is served
+    wait_for(lambda: e.status()["device"]["ingress"]["tcp"], 60, "the TCP port to be served")
+    with socket.create_connection(("127.0.0.1", port), timeout=5):
+        pass
+    assert e.terminate() == 0

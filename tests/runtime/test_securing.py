@@ -10,7 +10,7 @@ import pytest
 from edged.runtime.launching import LaunchSpec, LimitsSpec, SandboxSpec
 from edged.runtime.sandboxing import runtime_read_paths
 from edged.runtime.seccomp import RET_ALLOW, SeccompUnsupported, build_filter
-from edged.runtime.securing import DeviceSecurity, choose_sandbox
+from edged.runtime.securing import DeviceSecurity, IngressPlan, choose_sandbox, plan_ingress
 from edgefleet.api import ModelDeployment, SecurityBaseline, parse_manifest
 from edgefleet.errors import ValidationError
 
@@ -141,3 +141,73 @@ def test_the_package_root_is_read_even_when_it_is_the_working_directory() -> Non
         path=["/srv/app"], cwd="/srv/app", prefixes=[], package_root="/srv/app"
     )
     assert paths == ["/srv/app"]
+
+
+def ingress(**network: Any) -> DeviceSecurity:
+    return DEVICE.with_baselines([baseline("fleet", network={"ingress": network})])
+
+
+def exists(group: str) -> bool:
+    return group in {"apps", "42"}
+
+
+@pytest.mark.parametrize(
+    ("security", "tcp_port", "expected"),
+    [
+        (DEVICE, None, IngressPlan(None, 0o660, False)),
+        (DEVICE, 8000, IngressPlan(None, 0o660, True)),
+        (ingress(socketGroup="apps", socketMode="0620"), None, IngressPlan("apps", 0o620, False)),
+        (ingress(tcpPorts=[8000]), 8000, IngressPlan(None, 0o660, True)),
+        (ingress(tcpPorts=[]), 8000, IngressPlan(None, 0o660, False, (
+            "inference.listenTcp port 8000 is not allowed by the SecurityBaseline fleet "
+            "(tcpPorts: none): not served",))),
+        # a group this device does not have: tighter, never looser
+        (ingress(socketGroup="nobody-here"), None, IngressPlan(None, 0o600, False, (
+            "group 'nobody-here' does not exist on this device: only edged's own user may use "
+            "infer.sock",))),
+        (DEVICE.with_baselines([baseline("a", network={"ingress": {"socketGroup": "apps"}}),
+                                baseline("b", network={"ingress": {"socketGroup": "42"}})]),
+         None, IngressPlan(None, 0o600, False, (
+             "baselines name different groups for infer.sock (42, apps): only edged's own user "
+             "may use it",))),
+    ],
+)  # fmt: skip
+def test_plan_ingress(security: DeviceSecurity, tcp_port: int | None, expected) -> None:
+    assert plan_ingress(security, tcp_port=tcp_port, group_exists=exists) == expected
+
+
+@pytest.mark.parametrize(
+    ("network", "path"),
+    [
+        ({"ingress": {"tcpPorts": [8000]}}, "spec.network.ingress"),  # a deployment: refused
+    ],
+)
+def test_ingress_belongs_to_baselines(network: dict[str, Any], path: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        deployment(network)
+    assert [p.path for p in info.value.problems] == [path]
+
+
+@pytest.mark.parametrize(
+    ("ingress_doc", "problem"),
+    [
+        ({"socketMode": "0777"}, "spec.network.ingress.socketMode: must not have execute bits"),
+        ({"socketMode": "0440"}, "spec.network.ingress.socketMode: must let edged's own user"),
+        ({"socketMode": 660}, "spec.network.ingress.socketMode: must be an octal mode"),
+        ({"socketGroup": "Bad Group"}, "spec.network.ingress.socketGroup: must be a group"),
+        ({"tcpPorts": [70000]}, "spec.network.ingress.tcpPorts[0]: must be"),
+    ],
+)
+def test_ingress_problems(ingress_doc: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        baseline("b", network={"ingress": ingress_doc})
+    assert any(str(p).startswith(problem) for p in info.value.problems), info.value.problems
+
+
+def test_ingress_is_canonical() -> None:
+    b = baseline("b", network={"ingress": {"socketGroup": "apps", "socketMode": "660",
+                                           "tcpPorts": [9000, 8000]}})  # fmt: skip
+    assert b.to_dict()["spec"]["network"] == {
+        "ingress": {"socketGroup": "apps", "socketMode": "0660", "tcpPorts": [8000, 9000]}
+    }
+    assert parse_manifest(b.to_dict()) == b
