@@ -39,7 +39,12 @@ from edged.reporting import StatusBoard
 from edged.runtime.limiting import detect_cgroup_root, raise_open_files_limit
 from edged.runtime.processes import Replica, WorkerPool
 from edged.runtime.sandboxing import accelerator_nodes
-from edged.runtime.securing import DeviceSecurity, plan_ingress
+from edged.runtime.securing import (
+    DeviceSecurity,
+    choose_sandbox,
+    outdated_sandboxes,
+    plan_ingress,
+)
 from edged.serving.bounding import connection_caps
 from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceMetrics, InferenceRouter
@@ -54,7 +59,7 @@ from edged.state.desired import DesiredState
 from edged.state.merging import MergedState, SourceState, static_workloads
 from edged.trust.admitting import ArtifactGate
 from edged.trust.attesting import ChallengeAnswerer
-from edged.workloads import WorkloadName
+from edged.workloads import ReplicaId, WorkloadName
 from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import EdgefleetError, StateError
 from edgefleet.logs import get_logger
@@ -285,6 +290,7 @@ class Daemon:
                 baselines=",".join(security.baselines),
                 require_sandbox=security.require_sandbox,
             )
+            self._restart_outdated_sandboxes()
             if self.infer_server is not None:
                 task = asyncio.ensure_future(self._apply_ingress())
                 self._ingress_tasks.add(task)
@@ -339,6 +345,28 @@ class Daemon:
 
     def _quarantined(self, sha256: str) -> bool:
         return sha256 in self.store.quarantined()
+
+    def _restart_outdated_sandboxes(self) -> None:
+        """The baselines changed: a worker whose sandbox would now differ is killed (and
+        started again by its reconciler, under the new one)."""
+        running = []
+        for rep in self.pool.replicas():
+            desired = self.desired.get(rep.workload)
+            if desired is None or rep.pid is None:
+                continue
+            want = choose_sandbox(
+                desired.deployment,
+                rep.spec.providers,
+                self.security,
+                device_paths=self.applier.device_paths,
+            )
+            running.append((rep.id, rep.spec.sandbox, want))
+        for replica_id in outdated_sandboxes(running):
+            self.pool.kill(
+                ReplicaId(replica_id),
+                "SandboxChanged",
+                "a SecurityBaseline changed: started again under the new sandbox",
+            )
 
     async def _apply_ingress(self) -> None:
         """Give infer.sock the group and mode the baselines say, and serve the configured

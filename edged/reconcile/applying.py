@@ -90,7 +90,7 @@ class Applier:
         """``security``: the device's sandbox settings now (config and accepted baselines);
         ``device_paths``: accelerator nodes a worker of a non-CPU provider may open."""
         self._security = security
-        self._device_paths = device_paths
+        self.device_paths = device_paths
         self._pool = pool
         self._artifact_path = artifact_path
         self._request_refetch = request_refetch
@@ -111,7 +111,7 @@ class Applier:
                     cpu_count=self._cpu_count,
                     log_level=self._log_level,
                     security=self._security() if self._security is not None else None,
-                    device_paths=self._device_paths,
+                    device_paths=self.device_paths,
                 )
                 try:
                     await self._pool.start(

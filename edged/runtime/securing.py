@@ -160,3 +160,12 @@ def plan_ingress(
             f"{', '.join(security.baselines)} (tcpPorts: {allowed}): not served"
         )
     return IngressPlan(group, mode, serve_tcp, tuple(problems))
+
+
+def outdated_sandboxes(
+    running: Iterable[tuple[str, SandboxSpec, SandboxSpec]],
+) -> list[str]:
+    """Pure: the replicas whose worker runs under another sandbox than the one it would get
+    now (``(replica id, running, wanted)``): a baseline changed under them. Killed and started
+    again, they get the new one; nothing keeps running under a policy that no longer holds."""
+    return [rid for rid, have, want in running if have != want]

@@ -146,3 +146,24 @@ def test_ingress_follows_the_baseline(model_dir: Path, edged_factory, tmp_path: 
     with socket.create_connection(("127.0.0.1", port), timeout=5):
         pass
     assert e.terminate() == 0
+
+
+def test_a_new_baseline_reaches_workers_already_running(
+    model_dir: Path, edged_factory, ports
+) -> None:
+    (model_dir / "mlp.yaml").write_text(DEPLOYMENT.format(port=ports[0]))
+    e: Edged = edged_factory(model_dir).start()
+    e.wait_ready()
+    (before,) = e.worker_pids("mlp")
+    (model_dir / "baseline.yaml").write_text(BASELINE)  # egress: [] from now on
+
+    def refused() -> dict | None:
+        for r in e.workload("mlp")["replicas"]:
+            if r["lastExit"] and r["lastExit"]["reason"] == "NetworkPolicyDenied":
+                return r
+        return None
+
+    replica = wait_for(refused, 60, "the running worker to be restarted and refused")
+    assert replica["pid"] != before
+    assert "SandboxChanged" in e.logs()
+    assert e.terminate() == 0

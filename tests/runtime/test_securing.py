@@ -10,7 +10,13 @@ import pytest
 from edged.runtime.launching import LaunchSpec, LimitsSpec, SandboxSpec
 from edged.runtime.sandboxing import runtime_read_paths
 from edged.runtime.seccomp import RET_ALLOW, SeccompUnsupported, build_filter
-from edged.runtime.securing import DeviceSecurity, IngressPlan, choose_sandbox, plan_ingress
+from edged.runtime.securing import (
+    DeviceSecurity,
+    IngressPlan,
+    choose_sandbox,
+    outdated_sandboxes,
+    plan_ingress,
+)
 from edgefleet.api import ModelDeployment, SecurityBaseline, parse_manifest
 from edgefleet.errors import ValidationError
 
@@ -211,3 +217,8 @@ def test_ingress_is_canonical() -> None:
         "ingress": {"socketGroup": "apps", "socketMode": "0660", "tcpPorts": [8000, 9000]}
     }
     assert parse_manifest(b.to_dict()) == b
+
+
+def test_outdated_sandboxes_are_those_that_differ() -> None:
+    a, b = SandboxSpec(mode="landlock"), SandboxSpec(mode="landlock", required=True)
+    assert outdated_sandboxes([("r0", a, a), ("r1", a, b)]) == ["r1"]
