@@ -16,6 +16,9 @@ neighbour hits each alike:
    pre-encoded JSON body, round trip measured from write to the RESULT frame. The frames are
    what edged forwards, so the HTTP server's cost (the same with and without a sandbox) is
    left out. Median of each round's p50; target: <= 5% over ``off``.
+3. CPU time (user + system, from ``/proc``) the worker spent until READY and per request:
+   what the sandbox costs in work, which a loaded machine does not blur the way it blurs
+   wall-clock times (a shared, busy machine makes the wall-clock figures above noise).
 
 Not a test; always exits 0 unless something broke. See bench/README.md.
 """
@@ -91,6 +94,11 @@ class Worker:
                 raise RuntimeError(f"worker exited with {self.proc.wait(10)}")
             self.buf += data
 
+    def cpu_s(self) -> float:
+        """User + system CPU seconds this worker (all its threads) has used so far."""
+        fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
     def ready(self) -> tuple[float, dict[str, Any]]:
         ftype, _, payload = self.frame()
         elapsed = time.perf_counter() - self.t0
@@ -135,6 +143,8 @@ def main() -> int:
         )  # fmt: skip
         starts: dict[str, list[float]] = {k: [] for k in SANDBOXES}
         p50s: dict[str, list[float]] = {k: [] for k in SANDBOXES}
+        start_cpu: dict[str, list[float]] = {k: [] for k in SANDBOXES}
+        request_cpu: dict[str, list[float]] = {k: [] for k in SANDBOXES}
         in_force: dict[str, Any] = {}
         for r in range(rounds):
             order = list(SANDBOXES) if r % 2 == 0 else list(reversed(SANDBOXES))
@@ -142,36 +152,56 @@ def main() -> int:
                 w = Worker(model, sha, SANDBOXES[name])
                 try:
                     elapsed, meta = w.ready()
+                    start_cpu[name].append(w.cpu_s() * 1000)
                     in_force[name] = meta.get("sandbox")
                     w.latencies(body, 200)  # warm the path
+                    before = w.cpu_s()
                     lat = w.latencies(body, requests)
+                    request_cpu[name].append((w.cpu_s() - before) / requests * 1e6)
                 finally:
                     w.close()
                 starts[name].append(elapsed * 1000)
                 p50s[name].append(statistics.median(lat) * 1e6)
     base_start = statistics.median(starts["off"])
     base_p50 = statistics.median(p50s["off"])
+    base_start_cpu = statistics.median(start_cpu["off"])
+    base_request_cpu = statistics.median(request_cpu["off"])
     figures: dict[str, Any] = {"rounds": rounds, "requests": requests, "sandboxes": {}}
     print(f"worker start (spawn to READY) and tiny-model p50 over frames; {rounds} rounds")
-    print(f"{'sandbox':<18} {'start ms':>9} {'+ms':>7} {'p50 us':>8} {'+%':>7}")
+    print(
+        f"{'sandbox':<18} {'start ms':>9} {'+ms':>7} {'p50 us':>8} {'+%':>7}"
+        f" {'start cpu ms':>13} {'+ms':>7} {'cpu/req us':>11} {'+%':>7}"
+    )
     for name in SANDBOXES:
         start = statistics.median(starts[name])
         p50 = statistics.median(p50s[name])
         extra_ms = start - base_start
         extra_pct = (p50 / base_p50 - 1) * 100
+        cpu_start = statistics.median(start_cpu[name])
+        cpu_req = statistics.median(request_cpu[name])
+        cpu_start_extra = cpu_start - base_start_cpu
+        cpu_req_pct = (cpu_req / base_request_cpu - 1) * 100 if base_request_cpu else 0.0
         figures["sandboxes"][name] = {
+            "start_cpu_ms": round(cpu_start, 2),
+            "start_cpu_extra_ms": round(cpu_start_extra, 2),
+            "cpu_per_request_us": round(cpu_req, 2),
+            "cpu_per_request_extra_pct": round(cpu_req_pct, 2),
             "start_ms": round(start, 2),
             "start_extra_ms": round(extra_ms, 2),
             "p50_us": round(p50, 2),
             "p50_extra_pct": round(extra_pct, 2),
             "in_force": in_force.get(name),
         }
-        print(f"{name:<18} {start:9.1f} {extra_ms:7.1f} {p50:8.1f} {extra_pct:7.2f}")
+        print(
+            f"{name:<18} {start:9.1f} {extra_ms:7.1f} {p50:8.1f} {extra_pct:7.2f}"
+            f" {cpu_start:13.1f} {cpu_start_extra:7.1f} {cpu_req:11.1f} {cpu_req_pct:7.2f}"
+        )
     default = figures["sandboxes"]["landlock+seccomp"]
     print(
         f"default sandbox: start +{default['start_extra_ms']:.1f} ms (target <= "
         f"{TARGET_START_MS:.0f}), p50 {default['p50_extra_pct']:+.2f}% (target <= "
-        f"{TARGET_P50_PCT:.0f}%)"
+        f"{TARGET_P50_PCT:.0f}%); CPU: start +{default['start_cpu_extra_ms']:.1f} ms, "
+        f"per request {default['cpu_per_request_extra_pct']:+.2f}%"
     )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
