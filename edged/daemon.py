@@ -22,6 +22,8 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from edged.compliance.checking import DriftAction, Remediation
+from edged.compliance.watching import DriftWatch
 from edged.config import EdgedConfig
 from edged.discovery.discovering import Discovery
 from edged.hublink.files import LinkFiles
@@ -65,6 +67,7 @@ from edgefleet.errors import EdgefleetError, StateError
 from edgefleet.logs import get_logger
 from edgefleet.metrics import Registry
 from edgefleet.notifying import Notifier, WatchdogPinger
+from edgefleet.persisting import read_json, write_json_atomic
 from edgefleet.supervising import supervise
 
 if TYPE_CHECKING:
@@ -154,6 +157,18 @@ class Daemon:
             log_level=config.log_level,
             security=lambda: self.security,
             device_paths=accelerator_nodes(),
+            hold=self._quarantined_reason,
+        )
+        # -- drift (docs/security.md): what differs from what edged made ---------------------
+        self.quarantine_path = data / "state" / "quarantine.json"
+        self._was_quarantined = self.quarantine_path.exists()
+        self.drift = DriftWatch(
+            blobs=self.store.root / "sha256",
+            config_path=config_path,
+            action=lambda: DriftAction(self.security.drift_action),
+            period=lambda: self.security.drift_period_s,
+            act=self._remediate,
+            on_change=self._on_drift_changed,
         )
         self.board = StatusBoard(
             data / "state" / "status.json",
@@ -164,6 +179,7 @@ class Daemon:
             manifests_dir=manifests,
         )
         self.board.source_synced = manifests is None
+        self.board.compliance = lambda: self.drift.status(quarantined=self._quarantined_reason())
         self.stop_event = asyncio.Event()
         self._init_metrics()
         # -- trust (docs/trust.md): every artifact passes the gate before the store ----------
@@ -367,6 +383,63 @@ class Daemon:
                 "SandboxChanged",
                 "a SecurityBaseline changed: started again under the new sandbox",
             )
+
+    def _quarantined_reason(self) -> str | None:
+        """Why this device is quarantined (drift under ``drift.action: quarantine``), until an
+        operator removes ``D/state/quarantine.json``."""
+        try:
+            doc = read_json(self.quarantine_path)
+        except (OSError, ValueError):
+            return f"quarantined ({self.quarantine_path} is unreadable)"
+        if doc is None:
+            return None
+        reason = doc.get("reason", "?")
+        return f"quarantined after drift: {reason} (clear: remove {self.quarantine_path})"
+
+    def _on_drift_changed(self) -> None:
+        self.board.device_changed()
+        quarantined = self.quarantine_path.exists()
+        if self._was_quarantined and not quarantined:
+            log.info("quarantine cleared")
+            self._enqueue_workloads()
+        self._was_quarantined = quarantined
+
+    def _remediate(self, plan: Remediation) -> None:
+        """Perform what the baselines' drift action asks (``plan_remediation`` decided)."""
+        now = time.time()
+        for name in plan.remove_files:
+            target = self.store.root / "quarantine" / f"{name}.{int(now)}"
+            try:
+                os.replace(self.store.root / "sha256" / name, target)
+                log.warning("drift remediated", action="moved to quarantine", path=str(target))
+            except OSError as exc:
+                log.error("drift not remediated", path=name, error=str(exc))
+        for sha in plan.requarantine_blobs:
+            try:
+                os.chmod(self.store.path_for(sha), 0o444)
+            except OSError:
+                pass
+            users = {w.name for w in self.desired.workloads.values() if w.sha256 == sha}
+            users |= {r.workload for r in self.pool.replicas() if r.spec.artifact_sha256 == sha}
+            for workload in sorted(users):
+                self._on_artifact_rotten(workload, sha)
+            for rep in self.pool.replicas():
+                if rep.spec.artifact_sha256 == sha and rep.pid is not None:
+                    self.pool.kill(rep.id, "ArtifactChanged", f"blob {sha} changed on disk")
+        for pid in plan.kill_pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                log.warning("drift remediated", action="killed stray process", pid=pid)
+            except OSError as exc:
+                log.error("drift not remediated", pid=pid, error=str(exc))
+        if plan.quarantine and not self.quarantine_path.exists():
+            reason = "; ".join(f.message for f in self.drift.findings[:4])
+            write_json_atomic(self.quarantine_path, {"at": now, "reason": reason})
+            self._was_quarantined = True
+            log.error("device quarantined", reason=reason)
+            for rep in self.pool.replicas():
+                self.pool.stop(rep.id)
+            self.board.device_changed()
 
     async def _apply_ingress(self) -> None:
         """Give infer.sock the group and mode the baselines say, and serve the configured
@@ -573,6 +646,7 @@ class Daemon:
         ]
         if self.discovery is not None:
             components.append(self.discovery)
+        components.append(self.drift)
         if self.hub_source is not None:
             from edged.hublink.linking import HubLink
 

@@ -64,6 +64,8 @@ class StatusBoard:
         self.device_name: str | None = None
         # who may use the inference API, as in force (SecurityBaseline network.ingress)
         self.ingress: dict[str, Any] | None = None
+        # drift: what differs from what edged made (edged/compliance)
+        self.compliance: Callable[[], dict[str, Any]] | None = None
 
     def device_changed(self) -> None:
         """Discovery saw a change (accelerators, health verdict): persist the status soon."""
@@ -206,6 +208,7 @@ class StatusBoard:
                 "uptimeSeconds": round(time.time() - self._started, 3),
                 "limitsMode": self._limits_mode,
                 "ingress": self.ingress,
+                "compliance": self.compliance() if self.compliance is not None else None,
                 "trust": (
                     self.trust_status()
                     if self.trust_status is not None

@@ -86,10 +86,13 @@ class Applier:
         log_level: str = "info",
         security: Callable[[], DeviceSecurity] | None = None,
         device_paths: tuple[str, ...] = (),
+        hold: Callable[[], str | None] | None = None,
     ) -> None:
         """``security``: the device's sandbox settings now (config and accepted baselines);
-        ``device_paths``: accelerator nodes a worker of a non-CPU provider may open."""
+        ``device_paths``: accelerator nodes a worker of a non-CPU provider may open;
+        ``hold()``: why no replica may start now (the device is quarantined), or None."""
         self._security = security
+        self._hold = hold
         self.device_paths = device_paths
         self._pool = pool
         self._artifact_path = artifact_path
@@ -103,6 +106,10 @@ class Applier:
         for action in actions:
             if isinstance(action, StartReplica):
                 assert desired is not None
+                held = self._hold() if self._hold is not None else None
+                if held is not None:
+                    failures.append(f"{action.replica_id}: not started: {held}")
+                    continue
                 spec = build_launch_spec(
                     desired,
                     action,

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 
 from edged.runtime.launching import SandboxSpec
 from edgefleet.api import ModelDeployment, SecurityBaseline
+from edgefleet.api.baselines import DRIFT_ACTIONS
 from edgefleet.api.networking import EgressRule, NetworkPolicy, egress_beyond
 
 CPU_ONLY_PROVIDERS = frozenset({"CPUExecutionProvider", "XnnpackExecutionProvider"})
@@ -36,6 +37,8 @@ class DeviceSecurity:
     socket_groups: tuple[str, ...] = ()  # every group a baseline names (two: a conflict)
     socket_mode: int | None = None  # the modes of every baseline ANDed
     tcp_ports: tuple[int, ...] | None = None  # the ports every baseline allows
+    drift_action: str = "alert"  # the most severe of the baselines' drift.action
+    drift_period_s: float = 30.0  # the shortest of their drift.period
 
     def with_baselines(self, baselines: Iterable[SecurityBaseline]) -> DeviceSecurity:
         """This device's settings under ``baselines`` (replacing any it held)."""
@@ -44,7 +47,12 @@ class DeviceSecurity:
         groups: set[str] = set()
         mode: int | None = None
         tcp: set[int] | None = None
+        action, periods = "alert", []
         for b in items:
+            if b.spec.drift is not None:
+                if DRIFT_ACTIONS.index(b.spec.drift.action) > DRIFT_ACTIONS.index(action):
+                    action = b.spec.drift.action
+                periods.append(b.spec.drift.period_s)
             net = b.spec.network
             if net is not None and net.egress is not None:
                 ports = set(net.egress_ports)
@@ -68,6 +76,8 @@ class DeviceSecurity:
             socket_groups=tuple(sorted(groups)),
             socket_mode=mode,
             tcp_ports=None if tcp is None else tuple(sorted(tcp)),
+            drift_action=action,
+            drift_period_s=min(periods, default=30.0),
         )
 
 

@@ -17,6 +17,7 @@ sorted), so applying the same baseline twice is "unchanged"::
       network:                          # bounds what deployments' spec.network may ask for
         egress: [{port: 8080}]          # TCP ports; [] = no egress for any worker
         ingress: {socketGroup: apps, socketMode: "0660", tcpPorts: []}   # who uses infer.sock
+      drift: {action: alert, period: 30s}   # or restartWorkload, quarantine
 
 Every baseline applies fleet-wide (the hub's cache reads them together). The digest lists
 are for the attestation controller; an empty list allows any digest. ``requireSandbox`` and
@@ -33,6 +34,7 @@ from typing import Any, ClassVar
 
 from edgefleet.api.meta import API_VERSION, ObjectMeta
 from edgefleet.api.networking import NetworkPolicy, read_network
+from edgefleet.api.quantities import format_duration, parse_duration
 from edgefleet.api.validating import Reader, as_bool, matching
 from edgefleet.errors import Problem, ValidationError
 
@@ -43,6 +45,47 @@ _digest_text = matching(r"sha256:[0-9a-fA-F]{64}", '"sha256:" and 64 hexadecimal
 
 def _digest(value: object) -> str:
     return _digest_text(value).lower()
+
+
+DRIFT_ACTIONS = ("alert", "restartWorkload", "quarantine")
+"""``spec.drift.action``, mildest first (several baselines: the most severe applies)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriftPolicy:
+    """``spec.drift``: what a device does when what it holds differs from what edged made
+    (files added to or changed in the artifact store, its config edited by hand, processes
+    in its cgroup it did not start): ``alert`` reports, ``restartWorkload`` undoes (moves
+    files away, kills strays, fetches and restarts), ``quarantine`` stops every workload and
+    starts none until an operator clears it. ``period``: seconds between checks."""
+
+    action: str = "alert"
+    period_s: float = 30.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "period": format_duration(self.period_s)}
+
+
+def _drift_action(value: object) -> str:
+    if value not in DRIFT_ACTIONS:
+        raise ValueError(f"must be one of {', '.join(DRIFT_ACTIONS)}, got {value!r}")
+    return str(value)
+
+
+def _drift_period(value: object) -> float:
+    seconds = parse_duration(value)
+    if not 1 <= seconds <= 3600:
+        raise ValueError(f"must be between 1s and 1h, got {value!r}")
+    return seconds
+
+
+def _read_drift(r: Reader | None) -> DriftPolicy | None:
+    if r is None:
+        return None
+    return DriftPolicy(
+        action=r.optional("action", _drift_action, "alert"),
+        period_s=r.optional("period", _drift_period, 30.0),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -56,6 +99,7 @@ class SecurityBaselineSpec:
     allowed_model_digests: tuple[str, ...] = ()
     require_sandbox: bool = False
     network: NetworkPolicy | None = None
+    drift: DriftPolicy | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -70,6 +114,8 @@ class SecurityBaselineSpec:
             out["requireSandbox"] = True
         if self.network is not None:
             out["network"] = self.network.to_dict()
+        if self.drift is not None:
+            out["drift"] = self.drift.to_dict()
         return out
 
 
@@ -108,6 +154,7 @@ def _read_spec(r: Reader | None) -> SecurityBaselineSpec:
         allowed_model_digests=tuple(r.list_of("allowedModelDigests", _digest, unique=True) or ()),
         require_sandbox=r.optional("requireSandbox", as_bool, False),
         network=read_network(r.section("network"), ingress=True),
+        drift=_read_drift(r.section("drift")),
     )
 
 
