@@ -20,7 +20,7 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edged.compliance.checking import DriftAction, Remediation
 from edged.compliance.watching import DriftWatch
@@ -491,7 +491,15 @@ class Daemon:
             self.hub_source.problems if self.hub_source is not None else (),
             self.hub_source.incoming if self.hub_source is not None else None,
             self._sandboxes_of,
+            self._compliance_report(),
         )
+
+    def _compliance_report(self) -> dict[str, Any]:
+        """``device.compliance`` without the time of the check: the hub hears of a change,
+        not of every check."""
+        doc = self.drift.status(quarantined=self._quarantined_reason())
+        doc["checked"] = doc.pop("checkedAt") is not None
+        return doc
 
     def _sandboxes_of(self, workload: WorkloadName) -> tuple[SandboxReport, ...]:
         out = []

@@ -124,7 +124,23 @@ def check_status(status: device_pb2.Status) -> list[str]:
         _sandboxes(problems, f"{at}.replica_sandboxes", w.replica_sandboxes)
     if status.HasField("health"):
         _health(problems, "status.health", status.health)
+    if status.HasField("compliance"):
+        _compliance(problems, "status.compliance", status.compliance)
     return problems
+
+
+MAX_FINDINGS = 32
+
+
+def _compliance(problems: list[str], path: str, c: device_pb2.DeviceCompliance) -> None:
+    _text(problems, f"{path}.action", c.action, MAX_SHORT)
+    _text(problems, f"{path}.quarantined", c.quarantined, MAX_MESSAGE_TEXT)
+    if len(c.findings) > MAX_FINDINGS:
+        problems.append(f"{path}.findings: at most {MAX_FINDINGS}, got {len(c.findings)}")
+    for i, f in enumerate(c.findings[:MAX_FINDINGS]):
+        _text(problems, f"{path}.findings[{i}].kind", f.kind, MAX_SHORT)
+        _text(problems, f"{path}.findings[{i}].subject", f.subject, MAX_SHORT)
+        _text(problems, f"{path}.findings[{i}].message", f.message, MAX_MESSAGE_TEXT)
 
 
 def _sandboxes(

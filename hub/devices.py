@@ -235,6 +235,8 @@ class Device:
     attestation_key_pem: str = ""
     # An attestation key offered at enrollment, not activated yet: {"akPem", "secretSha256"}.
     ak_offer: Mapping[str, str] | None = None
+    # The device's last drift check as it reported it (None: never reported one).
+    compliance: Mapping[str, Any] | None = None
 
     def accepts_serial(self, serial: str) -> bool:
         """Whether a certificate with this serial may speak for the device: its current one,
@@ -270,6 +272,7 @@ class Device:
             "enrolledAt": self.enrolled_at,
             "attestationKeyPem": self.attestation_key_pem,
             "akOffer": dict(self.ak_offer) if self.ak_offer is not None else None,
+            **({"compliance": dict(self.compliance)} if self.compliance is not None else {}),
         }
 
     @classmethod
@@ -294,6 +297,7 @@ class Device:
             public_key_pem=str(doc.get("publicKeyPem", "")),
             enrolled_at=doc.get("enrolledAt"),
             attestation_key_pem=str(doc.get("attestationKeyPem", "")),
+            compliance=dict(doc["compliance"]) if isinstance(doc.get("compliance"), dict) else None,
             ak_offer=(
                 {str(k): str(v) for k, v in doc["akOffer"].items()}
                 if isinstance(doc.get("akOffer"), dict)

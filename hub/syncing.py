@@ -103,6 +103,19 @@ def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
     )
 
 
+def _compliance(c: device_pb2.DeviceCompliance) -> dict[str, Any]:
+    return {
+        "checked": c.checked,
+        "compliant": c.compliant if c.checked else None,
+        "action": c.action,
+        "findings": [
+            {"kind": f.kind, "subject": f.subject, "message": f.message} for f in c.findings
+        ],
+        "quarantined": c.quarantined or None,
+        "processesChecked": c.processes_checked,
+    }
+
+
 def _sandbox(x: device_pb2.ReplicaSandbox) -> dict[str, Any]:
     return {
         "replica": x.replica,
@@ -325,7 +338,14 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 workloads = {w.name: _workload(w) for w in msg.status.workloads}
                 health = _health(msg.status.health) if msg.status.HasField("health") else None
                 changed = device.with_(
-                    workloads=workloads, health=health or device.health, last_heartbeat=now
+                    workloads=workloads,
+                    health=health or device.health,
+                    last_heartbeat=now,
+                    compliance=(
+                        _compliance(msg.status.compliance)
+                        if msg.status.HasField("compliance")
+                        else device.compliance
+                    ),
                 )
                 if changed.health != device.health:
                     ctx.projector.mark([name])

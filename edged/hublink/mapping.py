@@ -5,6 +5,7 @@ The one place of edged, with ``linking.py``, that builds messages of the generat
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any
 
 import orjson
@@ -34,6 +35,27 @@ def status_message(report: DeviceReport, *, generation: int) -> device_pb2.Statu
         workloads=[_workload(w) for w in report.workloads],
         health=_health(report),
         observed_generation=generation,
+        compliance=_compliance(report.compliance),
+    )
+
+
+def _compliance(doc: Mapping[str, Any] | None) -> device_pb2.DeviceCompliance | None:
+    if doc is None:
+        return None
+    return device_pb2.DeviceCompliance(
+        checked=bool(doc.get("checked")),
+        compliant=bool(doc.get("compliant")),
+        action=str(doc.get("action", "")),
+        findings=[
+            device_pb2.ComplianceFinding(
+                kind=str(f["kind"]),
+                subject=str(f["subject"])[:128],
+                message=str(f["message"])[:1024],
+            )
+            for f in doc.get("findings", [])[:32]
+        ],
+        quarantined=str(doc.get("quarantined") or ""),
+        processes_checked=bool(doc.get("processesChecked")),
     )
 
 

@@ -82,6 +82,7 @@ class DeviceReport:
     schedulable: bool
     reasons: tuple[str, ...]
     workloads: tuple[WorkloadReport, ...]
+    compliance: Mapping[str, Any] | None = None  # device.compliance of the status (drift)
 
 
 def build_device_report(
@@ -91,6 +92,7 @@ def build_device_report(
     problems: Sequence[SourceProblem],
     incoming: Mapping[WorkloadName, RevisionStatus] | None = None,
     sandboxes_of: Callable[[WorkloadName], tuple[SandboxReport, ...]] | None = None,
+    compliance: Mapping[str, Any] | None = None,
 ) -> DeviceReport:
     """``sandboxes_of``: what confines each replica of a workload whose worker reported it.
     ``device``: discovery's status (``{}`` when discovery is off); ``status_of``: the
@@ -162,4 +164,5 @@ def build_device_report(
         schedulable=bool(health.get("schedulable", True)),
         reasons=tuple(health.get("reasons", ())),
         workloads=tuple(workloads),
+        compliance=compliance,
     )

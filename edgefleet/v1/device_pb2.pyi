@@ -49,14 +49,42 @@ class Hello(_message.Message):
     def __init__(self, device_name: _Optional[str] = ..., inventory: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., applied_generation: _Optional[int] = ..., edged_version: _Optional[str] = ...) -> None: ...
 
 class Status(_message.Message):
-    __slots__ = ("workloads", "health", "observed_generation")
+    __slots__ = ("workloads", "health", "observed_generation", "compliance")
     WORKLOADS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    COMPLIANCE_FIELD_NUMBER: _ClassVar[int]
     workloads: _containers.RepeatedCompositeFieldContainer[WorkloadStatus]
     health: _common_pb2.Health
     observed_generation: int
-    def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadStatus, _Mapping]]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., observed_generation: _Optional[int] = ...) -> None: ...
+    compliance: DeviceCompliance
+    def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadStatus, _Mapping]]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., observed_generation: _Optional[int] = ..., compliance: _Optional[_Union[DeviceCompliance, _Mapping]] = ...) -> None: ...
+
+class DeviceCompliance(_message.Message):
+    __slots__ = ("checked", "compliant", "action", "findings", "quarantined", "processes_checked")
+    CHECKED_FIELD_NUMBER: _ClassVar[int]
+    COMPLIANT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    FINDINGS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    checked: bool
+    compliant: bool
+    action: str
+    findings: _containers.RepeatedCompositeFieldContainer[ComplianceFinding]
+    quarantined: str
+    processes_checked: bool
+    def __init__(self, checked: _Optional[bool] = ..., compliant: _Optional[bool] = ..., action: _Optional[str] = ..., findings: _Optional[_Iterable[_Union[ComplianceFinding, _Mapping]]] = ..., quarantined: _Optional[str] = ..., processes_checked: _Optional[bool] = ...) -> None: ...
+
+class ComplianceFinding(_message.Message):
+    __slots__ = ("kind", "subject", "message")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    subject: str
+    message: str
+    def __init__(self, kind: _Optional[str] = ..., subject: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class WorkloadStatus(_message.Message):
     __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version", "revisions", "replica_sandboxes")
