@@ -203,9 +203,10 @@ class Replica:
 
     def sandbox_status(self) -> dict[str, Any]:
         """What confines this replica's process: as its worker reported once it was in force
-        (READY); before that, what was asked (``inForce: false``)."""
+        (READY); before that or once it exited, what was asked (``inForce: false``)."""
         reported = self.metadata.get("sandbox")
-        if isinstance(reported, dict) and self.phase is not Phase.STARTING:
+        running = self.phase in (Phase.READY, Phase.UNREADY, Phase.STOPPING)
+        if isinstance(reported, dict) and running:
             return {"inForce": True, **reported}
         return {"inForce": False, "mode": self.spec.sandbox.mode}
 
