@@ -32,6 +32,7 @@ import sys
 import sysconfig
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from edged.runtime import landlock
@@ -140,6 +141,12 @@ def apply_sandbox(spec: SandboxSpec, artifact_path: str) -> Protections:
         raise SandboxUnavailable("NetworkPolicyDenied", spec.refused)
     if spec.mode == "off":
         return Protections(mode="off")
+    threads = _thread_count()
+    if threads != 1:  # Landlock and seccomp would leave the other threads unconfined
+        raise SandboxUnavailable(
+            "SandboxUnavailable",
+            f"the worker has {threads} threads when it confines itself; it must have one",
+        )
     abi = landlock.abi_version()
     problems: list[str] = []
     wants_network = spec.network or spec.required
@@ -202,6 +209,16 @@ def apply_sandbox(spec: SandboxSpec, artifact_path: str) -> Protections:
         bind_ports=spec.bind_ports if network else (),
         problems=tuple(problems),
     )
+
+
+def _thread_count() -> int:
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Threads:"):
+                return int(line.split()[1])
+    except (OSError, ValueError):
+        pass
+    return 1
 
 
 def _restrict(abi: int, spec: SandboxSpec, artifact_path: str) -> landlock.Enforced:
