@@ -143,10 +143,10 @@ def apply_sandbox(spec: SandboxSpec, artifact_path: str) -> Protections:
         return Protections(mode="off")
     threads = _thread_count()
     if threads != 1:  # Landlock and seccomp would leave the other threads unconfined
-        raise SandboxUnavailable(
-            "SandboxUnavailable",
-            f"the worker has {threads} threads when it confines itself; it must have one",
-        )
+        message = f"the worker has {threads} threads when it would confine itself (needs one)"
+        if spec.required or spec.network:
+            raise SandboxUnavailable("SandboxUnavailable", message)
+        return Protections(mode=spec.mode, problems=(f"{message}: not confined",))
     abi = landlock.abi_version()
     problems: list[str] = []
     wants_network = spec.network or spec.required
