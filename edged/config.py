@@ -130,6 +130,10 @@ class ReconcileConfig:
     workers: int = 4
 
 
+SANDBOX_MODES = ("landlock", "off")
+"""``[workers] sandbox``: how workers confine themselves (edged/runtime/securing.py)."""
+
+
 def _running_python() -> Path:
     return Path(sys.executable)
 
@@ -140,6 +144,8 @@ class WorkersConfig:
 
     cgroup_root: CgroupRoot = "auto"
     python_executable: Path = field(default_factory=_running_python)
+    sandbox: str = "landlock"  # "landlock" | "off" (edged/runtime/securing.py)
+    seccomp: bool = True
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -314,7 +320,18 @@ def _read_workers(r: Reader) -> WorkersConfig:
         )
         if python
         else default.python_executable,
+        sandbox=r.optional("sandbox", _one_of_text(SANDBOX_MODES), default.sandbox),
+        seccomp=r.optional("seccomp", as_bool, default.seccomp),
     )
+
+
+def _one_of_text(choices: tuple[str, ...]) -> Callable[[object], str]:
+    def convert(value: object) -> str:
+        if value not in choices:
+            raise ValueError(f"must be one of {', '.join(repr(c) for c in choices)}, got {value!r}")
+        return str(value)
+
+    return convert
 
 
 def _tpm(value: object) -> str:
@@ -481,6 +498,13 @@ workers = {ReconcileConfig().workers}
 cgroupRoot = "auto"
 # The Python interpreter that runs inference workers. Empty: the one running edged.
 pythonExecutable = ""
+# Each worker confines itself before it loads its model (docs/security.md): "landlock" reads
+# only its artifact and the runtime's libraries, no TCP but what spec.network allows; "off"
+# (a SecurityBaseline with requireSandbox overrides it). A kernel without Landlock is reported
+# in status, not fatal, unless a baseline requires the sandbox.
+sandbox = "landlock"
+# With the sandbox: a seccomp filter (no UDP/raw sockets, no ptrace, mount, bpf, ...).
+seccomp = true
 
 [trust]
 # Accept model artifacts without signed metadata. For development only: loud in status and logs.

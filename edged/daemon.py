@@ -20,12 +20,14 @@ import signal
 import time
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
+from edged.compliance.checking import DriftAction, Remediation
+from edged.compliance.watching import DriftWatch
 from edged.config import EdgedConfig
 from edged.discovery.discovering import Discovery
 from edged.hublink.files import LinkFiles
-from edged.hublink.reporting import DeviceReport, build_device_report
+from edged.hublink.reporting import DeviceReport, SandboxReport, build_device_report
 from edged.reconcile.applying import Applier
 from edged.reconcile.evicting import EvictionPolicy
 from edged.reconcile.queueing import WorkQueue
@@ -40,6 +42,13 @@ from edged.reconcile.sizing import Sizer
 from edged.reporting import StatusBoard
 from edged.runtime.limiting import detect_cgroup_root, raise_open_files_limit
 from edged.runtime.processes import Replica, WorkerPool
+from edged.runtime.sandboxing import accelerator_nodes
+from edged.runtime.securing import (
+    DeviceSecurity,
+    choose_sandbox,
+    outdated_sandboxes,
+    plan_ingress,
+)
 from edged.serving.bounding import connection_caps
 from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceMetrics, InferenceRouter
@@ -49,17 +58,19 @@ from edged.sources.hub import HubSource
 from edged.sources.static import StaticManifests, SyncResult
 from edged.sources.watching import DirectoryWatcher
 from edged.state.accepting import Acceptor
+from edged.state.baselines import load_baselines, save_baselines
 from edged.state.collecting import ArtifactCollector
 from edged.state.desired import DesiredState
 from edged.state.merging import MergedState, SourceState, static_workloads
 from edged.trust.admitting import ArtifactGate
 from edged.trust.attesting import ChallengeAnswerer
-from edged.workloads import WorkloadName
+from edged.workloads import ReplicaId, WorkloadName
 from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import EdgefleetError, StateError
 from edgefleet.logs import get_logger
 from edgefleet.metrics import Registry
 from edgefleet.notifying import Notifier, WatchdogPinger
+from edgefleet.persisting import read_json, write_json_atomic
 from edgefleet.supervising import supervise
 
 if TYPE_CHECKING:
@@ -137,12 +148,34 @@ class Daemon:
             on_restart=self._on_restart,
             python=str(config.workers.python_executable),
         )
+        # -- worker sandboxes (docs/security.md): edged.toml, then the accepted baselines --
+        self.baselines_path = data / "state" / "baselines.json"
+        self.security = DeviceSecurity(
+            sandbox=config.workers.sandbox, seccomp=config.workers.seccomp
+        ).with_baselines(load_baselines(self.baselines_path))
+        self.infer_server: HttpServer | None = None
+        self._tcp_listener: asyncio.AbstractServer | None = None
+        self._ingress_tasks: set[asyncio.Future[None]] = set()
         self.applier = Applier(
             self.pool,
             artifact_path=self.store.path_for,
             request_refetch=self._request_refetch,
             cgroup_root=self.cgroup_root,
             log_level=config.log_level,
+            security=lambda: self.security,
+            device_paths=accelerator_nodes(),
+            hold=self._quarantined_reason,
+        )
+        # -- drift (docs/security.md): what differs from what edged made ---------------------
+        self.quarantine_path = data / "state" / "quarantine.json"
+        self._was_quarantined = self.quarantine_path.exists()
+        self.drift = DriftWatch(
+            blobs=self.store.root / "sha256",
+            config_path=config_path,
+            action=lambda: DriftAction(self.security.drift_action),
+            period=lambda: self.security.drift_period_s,
+            act=self._remediate,
+            on_change=self._on_drift_changed,
         )
         ev = config.eviction
         self.sizer = Sizer(
@@ -170,6 +203,7 @@ class Daemon:
         self.board.source_synced = manifests is None
         self.board.sizing_status = self.sizer.status
         self.board.memory_status = self.sizer.device_status
+        self.board.compliance = lambda: self.drift.status(quarantined=self._quarantined_reason())
         self.stop_event = asyncio.Event()
         self._init_metrics()
         # -- trust (docs/trust.md): every artifact passes the gate before the store ----------
@@ -301,13 +335,27 @@ class Daemon:
     def _on_static_read(self, result: SyncResult) -> None:
         self.board.set_source(result.problems, result.files)
         self.board.source_synced = True
-        self.acceptor.static_read(result.workloads, result.policies)
+        self.acceptor.static_read(result.workloads, result.policies, result.baselines)
 
     def _on_accepted(self, merged: MergedState, changed: set[WorkloadName]) -> None:
         """A merge of the sources was accepted: health policies, routes, changed keys, GC."""
         if self.discovery is not None:
             self.discovery.set_policies(merged.policies)
         self.sizer.desired_changed()
+        security = self.security.with_baselines(merged.baselines)
+        if security != self.security:
+            self.security = security
+            save_baselines(self.baselines_path, merged.baselines)
+            log.info(
+                "security baselines accepted",
+                baselines=",".join(security.baselines),
+                require_sandbox=security.require_sandbox,
+            )
+            self._restart_outdated_sandboxes()
+            if self.infer_server is not None:
+                task = asyncio.ensure_future(self._apply_ingress())
+                self._ingress_tasks.add(task)
+                task.add_done_callback(self._ingress_tasks.discard)
         if changed:
             self._refresh_routes()
             for name in changed:
@@ -359,6 +407,120 @@ class Daemon:
     def _quarantined(self, sha256: str) -> bool:
         return sha256 in self.store.quarantined()
 
+    def _restart_outdated_sandboxes(self) -> None:
+        """The baselines changed: a worker whose sandbox would now differ is killed (and
+        started again by its reconciler, under the new one)."""
+        running = []
+        for rep in self.pool.replicas():
+            desired = self.desired.get(rep.workload)
+            if desired is None or rep.pid is None:
+                continue
+            want = choose_sandbox(
+                desired.deployment,
+                rep.spec.providers,
+                self.security,
+                device_paths=self.applier.device_paths,
+            )
+            running.append((rep.id, rep.spec.sandbox, want))
+        for replica_id in outdated_sandboxes(running):
+            self.pool.kill(
+                ReplicaId(replica_id),
+                "SandboxChanged",
+                "a SecurityBaseline changed: started again under the new sandbox",
+            )
+
+    def _quarantined_reason(self) -> str | None:
+        """Why this device is quarantined (drift under ``drift.action: quarantine``), until an
+        operator removes ``D/state/quarantine.json``."""
+        try:
+            doc = read_json(self.quarantine_path)
+        except (OSError, ValueError):
+            return f"quarantined ({self.quarantine_path} is unreadable)"
+        if doc is None:
+            return None
+        reason = doc.get("reason", "?")
+        return f"quarantined after drift: {reason} (clear: remove {self.quarantine_path})"
+
+    def _on_drift_changed(self) -> None:
+        self.board.device_changed()
+        quarantined = self.quarantine_path.exists()
+        if self._was_quarantined and not quarantined:
+            log.info("quarantine cleared")
+            self._enqueue_workloads()
+        self._was_quarantined = quarantined
+
+    def _remediate(self, plan: Remediation) -> None:
+        """Perform what the baselines' drift action asks (``plan_remediation`` decided)."""
+        now = time.time()
+        for name in plan.remove_files:
+            target = self.store.root / "quarantine" / f"{name}.{int(now)}"
+            try:
+                os.replace(self.store.root / "sha256" / name, target)
+                log.warning("drift remediated", action="moved to quarantine", path=str(target))
+            except OSError as exc:
+                log.error("drift not remediated", path=name, error=str(exc))
+        for sha in plan.requarantine_blobs:
+            try:
+                os.chmod(self.store.path_for(sha), 0o444)
+            except OSError:
+                pass
+            users = {w.name for w in self.desired.workloads.values() if w.sha256 == sha}
+            users |= {r.workload for r in self.pool.replicas() if r.spec.artifact_sha256 == sha}
+            for workload in sorted(users):
+                self._on_artifact_rotten(workload, sha)
+            for rep in self.pool.replicas():
+                if rep.spec.artifact_sha256 == sha and rep.pid is not None:
+                    self.pool.kill(rep.id, "ArtifactChanged", f"blob {sha} changed on disk")
+        for pid in plan.kill_pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                log.warning("drift remediated", action="killed stray process", pid=pid)
+            except OSError as exc:
+                log.error("drift not remediated", pid=pid, error=str(exc))
+        if plan.quarantine and not self.quarantine_path.exists():
+            reason = "; ".join(f.message for f in self.drift.findings[:4])
+            write_json_atomic(self.quarantine_path, {"at": now, "reason": reason})
+            self._was_quarantined = True
+            log.error("device quarantined", reason=reason)
+            for rep in self.pool.replicas():
+                self.pool.stop(rep.id)
+            self.board.device_changed()
+
+    async def _apply_ingress(self) -> None:
+        """Give infer.sock the group and mode the baselines say, and serve the configured
+        loopback TCP port only if they allow it (``plan_ingress``); status shows the result.
+        OSError when the TCP port cannot be opened (at start: edged exits)."""
+        tcp = self.config.inference.listen_tcp
+        plan = plan_ingress(
+            self.security, tcp_port=tcp.port if tcp else None, group_exists=_group_exists
+        )
+        problems = list(plan.problems)
+        path = self.config.paths.inference_socket
+        mode = plan.mode
+        if plan.group is not None:
+            try:
+                os.chown(path, -1, _group_id(plan.group))
+            except OSError as exc:
+                problems.append(f"cannot give infer.sock to group {plan.group}: {exc.strerror}")
+                mode &= 0o600
+        os.chmod(path, mode)
+        if plan.serve_tcp and tcp is not None and self._tcp_listener is None:
+            assert self.infer_server is not None
+            self._tcp_listener = await self.infer_server.listen_tcp(tcp.host, tcp.port)
+        elif not plan.serve_tcp and self._tcp_listener is not None:
+            self._tcp_listener.close()
+            self._tcp_listener = None
+        ingress = {
+            "socketGroup": plan.group,
+            "socketMode": f"{mode:04o}",
+            "tcp": str(tcp) if tcp is not None and self._tcp_listener is not None else None,
+            "problems": problems,
+        }
+        if ingress != self.board.ingress:
+            for p in problems:
+                log.warning("ingress policy not followed as configured", problem=p)
+            self.board.ingress = ingress
+
     def _request_refetch(self) -> None:
         """An artifact of the desired state is missing from the store: ask its source again."""
         if self.source is not None:
@@ -376,7 +538,24 @@ class Daemon:
             measures_of=self.meters.of,
             validation_of=self._validation_of,
             sizing_of=self.sizer.status,
+            sandboxes_of=self._sandboxes_of,
+            compliance=self._compliance_report(),
         )
+
+    def _compliance_report(self) -> dict[str, Any]:
+        """``device.compliance`` without the time of the check: the hub hears of a change,
+        not of every check."""
+        doc = self.drift.status(quarantined=self._quarantined_reason())
+        doc["checked"] = doc.pop("checkedAt") is not None
+        return doc
+
+    def _sandboxes_of(self, workload: WorkloadName) -> tuple[SandboxReport, ...]:
+        out = []
+        for rep in sorted(self.pool.replicas(workload), key=lambda r: (r.revision, r.slot)):
+            doc = rep.sandbox_status()
+            if doc.get("inForce"):
+                out.append(SandboxReport.of(rep.id, rep.revision, doc))
+        return tuple(out)
 
     # -- lifecycle ------------------------------------------------------------------------
     async def run(self) -> int:
@@ -417,12 +596,11 @@ class Daemon:
             body_limit=self.router.body_limit,
         )
         self._server_metrics({"status": status_server, "inference": infer_server})
+        self.infer_server = infer_server
         try:
             await status_server.listen_unix(cfg.paths.status_socket)
             await infer_server.listen_unix(cfg.paths.inference_socket)
-            if cfg.inference.listen_tcp is not None:
-                tcp = cfg.inference.listen_tcp
-                await infer_server.listen_tcp(tcp.host, tcp.port)
+            await self._apply_ingress()
         except OSError as exc:
             # Typically another edged on the same data dir: say so, leave its sockets, exit.
             log.error("cannot open sockets", error=str(exc))
@@ -526,6 +704,7 @@ class Daemon:
         ]
         if self.discovery is not None:
             components.append(self.discovery)
+        components.append(self.drift)
         if self.hub_source is not None:
             from edged.hublink.linking import HubLink
 
@@ -576,3 +755,17 @@ class Daemon:
         if not self.stop_event.is_set():
             log.info("signal received", signal=sig.name)
             self.stop_event.set()
+
+
+def _group_id(group: str) -> int:
+    import grp
+
+    return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+
+
+def _group_exists(group: str) -> bool:
+    try:
+        _group_id(group)
+    except KeyError:
+        return False
+    return True

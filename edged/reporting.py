@@ -65,6 +65,10 @@ class StatusBoard:
         # autoscaling and eviction of a workload (reconcile/sizing.py), the device's memory
         self.sizing_status: Callable[[WorkloadName], dict[str, Any] | None] | None = None
         self.memory_status: Callable[[], dict[str, Any] | None] | None = None
+        # who may use the inference API, as in force (SecurityBaseline network.ingress)
+        self.ingress: dict[str, Any] | None = None
+        # drift: what differs from what edged made (edged/compliance)
+        self.compliance: Callable[[], dict[str, Any]] | None = None
 
     def device_changed(self) -> None:
         """Discovery saw a change (accelerators, health verdict): persist the status soon."""
@@ -187,6 +191,7 @@ class StatusBoard:
                     "restarts": r.restarts,
                     "batchRows": r.worker_batch_rows,
                     "providers": r.metadata.get("providers", []),
+                    "sandbox": r.sandbox_status(),
                     "limits": {
                         "mode": r.spec.limits.mode,
                         "cpuMillis": r.spec.limits.cpu_millis,
@@ -210,6 +215,8 @@ class StatusBoard:
                 "startedAt": self._started,
                 "uptimeSeconds": round(time.time() - self._started, 3),
                 "limitsMode": self._limits_mode,
+                "ingress": self.ingress,
+                "compliance": self.compliance() if self.compliance is not None else None,
                 "trust": (
                     self.trust_status()
                     if self.trust_status is not None

@@ -46,6 +46,8 @@ class DesiredWorkload:
             "runtime": doc.get("runtime"),
             "resources": doc.get("resources"),
         }
+        if doc.get("network") is not None:  # likewise: a new egress policy restarts workers
+            material["network"] = doc["network"]
         if self.extras:  # only then: revisions of artifacts without extras stay as they were
             material["extras"] = dict(sorted(self.extras.items()))
         return hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()[:10]

@@ -53,6 +53,27 @@ def fetch_status(sock_path: str | os.PathLike[str]) -> dict[str, Any]:
     return doc
 
 
+def _sandbox_summary(replicas: list[dict[str, Any]]) -> str:
+    """What confines a workload's replicas: ``landlock(fs,net,scoped)+nnp+seccomp``, ``off``,
+    ``mixed`` when they differ, ``-`` before any reported it."""
+    seen = set()
+    for r in replicas:
+        sb = r.get("sandbox") or {}
+        if not sb.get("inForce"):
+            continue
+        if sb.get("mode") == "off":
+            seen.add("off")
+            continue
+        short = {"filesystem": "fs", "network": "net", "scoped": "scoped"}
+        text = f"landlock({','.join(v for k, v in short.items() if sb.get(k))})"
+        text += "+nnp" if sb.get("noNewPrivs") else ""
+        text += "+seccomp" if sb.get("seccomp") else ""
+        seen.add(text + ("!" if sb.get("problems") else ""))
+    if not seen:
+        return "-"
+    return seen.pop() if len(seen) == 1 else "mixed"
+
+
 def render_status(doc: dict[str, Any]) -> str:
     dev = doc.get("device", {})
     out = [
@@ -100,7 +121,17 @@ def render_status(doc: dict[str, Any]) -> str:
             f"  hub state refused for {p['workload'] or 'all'}: {p['reason']}: {p['message']}"
             for p in hub.get("problems", [])
         ]
-    rows = [("WORKLOAD", "MODEL", "VERSION", "PHASE", "READY", "RESTARTS", "PROVIDERS")]
+    compliance = dev.get("compliance")
+    if compliance and compliance.get("compliant") is not None:
+        verdict = "compliant" if compliance["compliant"] else "NOT compliant"
+        out.append(f"drift: {verdict} (action {compliance.get('action')})")
+        if compliance.get("quarantined"):
+            out.append(f"WARNING: {compliance['quarantined']}")
+        out += [f"  drift: {f['kind']}: {f['message']}" for f in compliance.get("findings", [])]
+    ingress = dev.get("ingress")
+    if ingress:
+        out += [f"  ingress: {p}" for p in ingress.get("problems", [])]
+    rows = [("WORKLOAD", "MODEL", "VERSION", "PHASE", "READY", "RESTARTS", "PROVIDERS", "SANDBOX")]
     for w in doc.get("workloads", []):
         reps = w.get("replicas", [])
         providers = sorted({p for r in reps for p in r.get("providers", [])})
@@ -113,6 +144,7 @@ def render_status(doc: dict[str, Any]) -> str:
                 f"{w.get('readyReplicas', 0)}/{w.get('desiredReplicas', 0)}",
                 str(sum(r.get("restarts", 0) for r in reps)),
                 ",".join(p.replace("ExecutionProvider", "") for p in providers) or "-",
+                _sandbox_summary(reps),
             )
         )
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]

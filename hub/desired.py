@@ -26,11 +26,13 @@ hub's send limit and edged's receive limit), less room for the envelope."""
 @dataclass(frozen=True, slots=True)
 class FleetPolicies:
     """What every device gets alike: the SecurityBaseline verdict, the DeviceHealthPolicies,
-    the fleet's trust roots."""
+    the fleet's trust roots, the SecurityBaselines themselves (edged enforces their worker
+    sandbox and network policy)."""
 
     security: SecurityPolicy
     health_policies: tuple[bytes, ...]
     trust_roots: tuple[bytes, ...] = ()
+    baselines: tuple[bytes, ...] = ()
 
     @classmethod
     def of(cls, cache: Cache) -> FleetPolicies:
@@ -38,6 +40,7 @@ class FleetPolicies:
             cache.security_policy(),
             tuple(o.encoded for o in cache.objects_of("DeviceHealthPolicy")),
             cache.trust_roots,
+            tuple(o.encoded for o in cache.objects_of("SecurityBaseline")),
         )
 
 
@@ -99,6 +102,7 @@ def build_desired(
             allowances.append(model.rollback_allowance)
         artifacts |= model.digests()
     manifests.extend(fleet.health_policies)
+    manifests.extend(fleet.baselines)
     allowances = sorted(set(allowances))
     h = hashlib.sha256()
     for part in (*manifests, b"--", *metadata, b"--", *allowances, b"--", *fleet.trust_roots):

@@ -33,6 +33,9 @@ MAX_METRIC_SECONDS = 86_400.0
 MAX_NONCE = 64
 MAX_EVIDENCE_BYTES = 256 * 1024
 MAX_GENERATION = 2**62
+MAX_SANDBOXES = 64  # replicas' sandbox reports per workload
+MAX_SANDBOX_PROBLEMS = 8
+MAX_PORTS = 64
 """Generations are store revisions; one past this would be a hostile device's number, and
 raising above it (the projector's floor + 1) must stay within DesiredState's uint64."""
 
@@ -180,9 +183,43 @@ def check_status(status: device_pb2.Status) -> list[str]:
             _sizing(problems, f"{at}.sizing", w.sizing)
         for j, r in enumerate(w.revisions[:MAX_REVISIONS]):  # the hub keeps no more
             _revision(problems, f"{at}.revisions[{j}]", r)
+        _sandboxes(problems, f"{at}.replica_sandboxes", w.replica_sandboxes)
     if status.HasField("health"):
         _health(problems, "status.health", status.health)
+    if status.HasField("compliance"):
+        _compliance(problems, "status.compliance", status.compliance)
     return problems
+
+
+MAX_FINDINGS = 32
+
+
+def _compliance(problems: list[str], path: str, c: device_pb2.DeviceCompliance) -> None:
+    _text(problems, f"{path}.action", c.action, MAX_SHORT)
+    _text(problems, f"{path}.quarantined", c.quarantined, MAX_MESSAGE_TEXT)
+    if len(c.findings) > MAX_FINDINGS:
+        problems.append(f"{path}.findings: at most {MAX_FINDINGS}, got {len(c.findings)}")
+    for i, f in enumerate(c.findings[:MAX_FINDINGS]):
+        _text(problems, f"{path}.findings[{i}].kind", f.kind, MAX_SHORT)
+        _text(problems, f"{path}.findings[{i}].subject", f.subject, MAX_SHORT)
+        _text(problems, f"{path}.findings[{i}].message", f.message, MAX_MESSAGE_TEXT)
+
+
+def _sandboxes(
+    problems: list[str], path: str, sandboxes: Sequence[device_pb2.ReplicaSandbox]
+) -> None:
+    if len(sandboxes) > MAX_SANDBOXES:
+        problems.append(f"{path}: at most {MAX_SANDBOXES}, got {len(sandboxes)}")
+    for i, x in enumerate(sandboxes[:MAX_SANDBOXES]):
+        at = f"{path}[{i}]"
+        for name, value in (("replica", x.replica), ("revision", x.revision), ("mode", x.mode)):
+            _text(problems, f"{at}.{name}", value, MAX_SHORT)
+        if len(x.connect_ports) > MAX_PORTS:
+            problems.append(f"{at}.connect_ports: at most {MAX_PORTS}, got {len(x.connect_ports)}")
+        if len(x.problems) > MAX_SANDBOX_PROBLEMS:
+            problems.append(f"{at}.problems: at most {MAX_SANDBOX_PROBLEMS}, got {len(x.problems)}")
+        for j, text in enumerate(x.problems[:MAX_SANDBOX_PROBLEMS]):
+            _text(problems, f"{at}.problems[{j}]", text, MAX_MESSAGE_TEXT)
 
 
 def check_evidence(evidence: device_pb2.AttestationEvidence) -> list[str]:

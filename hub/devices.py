@@ -215,6 +215,8 @@ class WorkloadReport:
     revisions: tuple[RevisionReport, ...] = ()
     # the device's autoscaling and eviction of it (edged's WorkloadSizing); None: not reported
     sizing: Mapping[str, Any] | None = None
+    # what confines each replica's worker (Landlock, no_new_privs, seccomp, egress ports)
+    sandboxes: tuple[Mapping[str, Any], ...] = ()
 
     def wanted(self, version: str) -> RevisionReport | None:
         """The revision of ``version`` the device reports (the one it calls wanted first)."""
@@ -236,6 +238,7 @@ class WorkloadReport:
             "conditions": [dict(c) for c in self.conditions],
             "revisions": [r.to_json() for r in self.revisions],
             **({"sizing": dict(self.sizing)} if self.sizing is not None else {}),
+            **({"sandboxes": [dict(x) for x in self.sandboxes]} if self.sandboxes else {}),
         }
 
     @classmethod
@@ -249,6 +252,7 @@ class WorkloadReport:
             tuple(dict(c) for c in doc.get("conditions", ())),
             tuple(RevisionReport.from_json(r) for r in doc.get("revisions", ())),
             dict(doc["sizing"]) if isinstance(doc.get("sizing"), Mapping) else None,
+            tuple(dict(x) for x in doc.get("sandboxes", ())),
         )
 
 
@@ -284,6 +288,8 @@ class Device:
     attestation_key_pem: str = ""
     # An attestation key offered at enrollment, not activated yet: {"akPem", "secretSha256"}.
     ak_offer: Mapping[str, str] | None = None
+    # The device's last drift check as it reported it (None: never reported one).
+    compliance: Mapping[str, Any] | None = None
 
     def accepts_serial(self, serial: str) -> bool:
         """Whether a certificate with this serial may speak for the device: its current one,
@@ -319,6 +325,7 @@ class Device:
             "enrolledAt": self.enrolled_at,
             "attestationKeyPem": self.attestation_key_pem,
             "akOffer": dict(self.ak_offer) if self.ak_offer is not None else None,
+            **({"compliance": dict(self.compliance)} if self.compliance is not None else {}),
         }
 
     @classmethod
@@ -343,6 +350,7 @@ class Device:
             public_key_pem=str(doc.get("publicKeyPem", "")),
             enrolled_at=doc.get("enrolledAt"),
             attestation_key_pem=str(doc.get("attestationKeyPem", "")),
+            compliance=dict(doc["compliance"]) if isinstance(doc.get("compliance"), dict) else None,
             ak_offer=(
                 {str(k): str(v) for k, v in doc["akOffer"].items()}
                 if isinstance(doc.get("akOffer"), dict)

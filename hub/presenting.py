@@ -121,6 +121,7 @@ def device_object(
             "deployments": list(desired.deployments) if desired else [],
             "workloads": _workloads(device),
             "taints": [t.to_json() for t in taints_for(device, policy)],
+            "compliance": dict(device.compliance) if device.compliance is not None else None,
         },
     }
 

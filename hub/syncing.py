@@ -67,6 +67,7 @@ def _joined(problems: list[str], limit: int = 20) -> str:
 
 MAX_REPORTED_WORKLOADS = 256
 MAX_REPORTED_REVISIONS = 8
+MAX_REPORTED_SANDBOXES = 64
 
 EvidenceHandler = Callable[[str, bytes, bytes], None]
 
@@ -123,7 +124,38 @@ def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
             for r in w.revisions[:MAX_REPORTED_REVISIONS]
         ),
         sizing=_sizing(w.sizing) if w.HasField("sizing") else None,
+        sandboxes=tuple(_sandbox(x) for x in w.replica_sandboxes[:MAX_REPORTED_SANDBOXES]),
     )
+
+
+def _compliance(c: device_pb2.DeviceCompliance) -> dict[str, Any]:
+    return {
+        "checked": c.checked,
+        "compliant": c.compliant if c.checked else None,
+        "action": c.action,
+        "findings": [
+            {"kind": f.kind, "subject": f.subject, "message": f.message} for f in c.findings
+        ],
+        "quarantined": c.quarantined or None,
+        "processesChecked": c.processes_checked,
+    }
+
+
+def _sandbox(x: device_pb2.ReplicaSandbox) -> dict[str, Any]:
+    return {
+        "replica": x.replica,
+        "revision": x.revision,
+        "mode": x.mode,
+        "landlockAbi": x.landlock_abi,
+        "filesystem": x.filesystem,
+        "network": x.network,
+        "noNewPrivs": x.no_new_privs,
+        "seccomp": x.seccomp,
+        "scoped": x.scoped,
+        "connectPorts": list(x.connect_ports),
+        "uid": x.uid,
+        "problems": list(x.problems),
+    }
 
 
 def _measures(r: device_pb2.RevisionStatus) -> dict[str, Any]:
@@ -368,7 +400,14 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 workloads = {w.name: _workload(w) for w in msg.status.workloads}
                 health = _health(msg.status.health) if msg.status.HasField("health") else None
                 changed = device.with_(
-                    workloads=workloads, health=health or device.health, last_heartbeat=now
+                    workloads=workloads,
+                    health=health or device.health,
+                    last_heartbeat=now,
+                    compliance=(
+                        _compliance(msg.status.compliance)
+                        if msg.status.HasField("compliance")
+                        else device.compliance
+                    ),
                 )
                 if changed.health != device.health:
                     ctx.projector.mark([name])

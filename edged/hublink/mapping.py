@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from google.protobuf import struct_pb2
 
-from edged.hublink.reporting import DeviceReport, WorkloadReport
+from edged.hublink.reporting import DeviceReport, SandboxReport, WorkloadReport
 from edged.reconcile.model import RevisionStatus
 from edged.serving.measuring import RevisionMeasures, ValidationResult
 from edgefleet.api.conditions import Condition
@@ -36,6 +36,27 @@ def status_message(report: DeviceReport, *, generation: int) -> device_pb2.Statu
         workloads=[_workload(w) for w in report.workloads],
         health=_health(report),
         observed_generation=generation,
+        compliance=_compliance(report.compliance),
+    )
+
+
+def _compliance(doc: Mapping[str, Any] | None) -> device_pb2.DeviceCompliance | None:
+    if doc is None:
+        return None
+    return device_pb2.DeviceCompliance(
+        checked=bool(doc.get("checked")),
+        compliant=bool(doc.get("compliant")),
+        action=str(doc.get("action", "")),
+        findings=[
+            device_pb2.ComplianceFinding(
+                kind=str(f["kind"]),
+                subject=str(f["subject"])[:128],
+                message=str(f["message"])[:1024],
+            )
+            for f in doc.get("findings", [])[:32]
+        ],
+        quarantined=str(doc.get("quarantined") or ""),
+        processes_checked=bool(doc.get("processesChecked")),
     )
 
 
@@ -56,6 +77,24 @@ def _workload(w: WorkloadReport) -> device_pb2.WorkloadStatus:
             for r in w.revisions
         ],
         sizing=_sizing(w.sizing) if w.sizing else None,
+        replica_sandboxes=[_sandbox(x) for x in w.sandboxes],
+    )
+
+
+def _sandbox(x: SandboxReport) -> device_pb2.ReplicaSandbox:
+    return device_pb2.ReplicaSandbox(
+        replica=x.replica,
+        revision=x.revision,
+        mode=x.mode,
+        landlock_abi=x.landlock_abi,
+        filesystem=x.filesystem,
+        network=x.network,
+        no_new_privs=x.no_new_privs,
+        seccomp=x.seccomp,
+        scoped=x.scoped,
+        connect_ports=list(x.connect_ports),
+        uid=x.uid,
+        problems=list(x.problems),
     )
 
 

@@ -30,6 +30,42 @@ from edgefleet.api.conditions import Condition, ConditionStatus
 
 
 @dataclass(frozen=True, slots=True)
+class SandboxReport:
+    """What confines one replica's worker (its READY report; ``sandboxing.Protections``)."""
+
+    replica: str
+    revision: str
+    mode: str = "off"
+    landlock_abi: int = 0
+    filesystem: bool = False
+    network: bool = False
+    no_new_privs: bool = False
+    seccomp: bool = False
+    scoped: bool = False
+    connect_ports: tuple[int, ...] = ()
+    uid: int = 0
+    problems: tuple[str, ...] = ()
+
+    @classmethod
+    def of(cls, replica: str, revision: str, doc: Mapping[str, Any]) -> SandboxReport:
+        """From the worker's own report (``Replica.sandbox_status()``; pure)."""
+        return cls(
+            replica=replica,
+            revision=revision,
+            mode=str(doc.get("mode", "off")),
+            landlock_abi=int(doc.get("landlockAbi", 0)),
+            filesystem=bool(doc.get("filesystem")),
+            network=bool(doc.get("network")),
+            no_new_privs=bool(doc.get("noNewPrivs")),
+            seccomp=bool(doc.get("seccomp")),
+            scoped=bool(doc.get("scoped")),
+            connect_ports=tuple(int(p) for p in doc.get("connectPorts", ())),
+            uid=int(doc.get("uid", 0)),
+            problems=tuple(str(p) for p in doc.get("problems", ())),
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadReport:
     name: str
     revision: str = ""
@@ -44,6 +80,7 @@ class WorkloadReport:
     # per revision (hash): what its inference path answered, its validation accuracy
     measures: Mapping[str, RevisionMeasures] = field(default_factory=dict)
     validations: Mapping[str, ValidationResult] = field(default_factory=dict)
+    sandboxes: tuple[SandboxReport, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,6 +90,7 @@ class DeviceReport:
     schedulable: bool
     reasons: tuple[str, ...]
     workloads: tuple[WorkloadReport, ...]
+    compliance: Mapping[str, Any] | None = None  # device.compliance of the status (drift)
 
 
 def build_device_report(
@@ -64,8 +102,11 @@ def build_device_report(
     sizing_of: Callable[[WorkloadName], Mapping[str, Any] | None] | None = None,
     measures_of: Callable[[WorkloadName, str], RevisionMeasures | None] | None = None,
     validation_of: Callable[[WorkloadName, str], ValidationResult | None] | None = None,
+    sandboxes_of: Callable[[WorkloadName], tuple[SandboxReport, ...]] | None = None,
+    compliance: Mapping[str, Any] | None = None,
 ) -> DeviceReport:
-    """``device``: discovery's status (``{}`` when discovery is off); ``status_of``: the
+    """``sandboxes_of``: what confines each replica of a workload whose worker reported it.
+    ``device``: discovery's status (``{}`` when discovery is off); ``status_of``: the
     status the reconciler planned for a workload (None: not reconciled yet); ``incoming``:
     the hub source's revisions not accepted (yet), by workload; ``sizing_of``: autoscaling
     and eviction of a workload (None: not reported); ``measures_of`` and ``validation_of``:
@@ -109,6 +150,7 @@ def build_device_report(
                 sizing=_steady(sizing_of(name)) if sizing_of is not None else None,
                 measures=measures,
                 validations=validations,
+                sandboxes=sandboxes_of(name) if sandboxes_of is not None else (),
             )
         )
     reported = {x.name for x in workloads}
@@ -149,6 +191,7 @@ def build_device_report(
         schedulable=bool(health.get("schedulable", True)),
         reasons=tuple(health.get("reasons", ())),
         workloads=tuple(workloads),
+        compliance=compliance,
     )
 
 

@@ -19,6 +19,7 @@ from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import choose_limits
 from edged.runtime.oomscoring import oom_score_adj, set_oom_score_adj
 from edged.runtime.processes import WorkerPool
+from edged.runtime.securing import DeviceSecurity, choose_sandbox
 from edged.runtime.validating import FILE_NAME as VALIDATION_FILE
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.errors import TemporaryError
@@ -33,6 +34,8 @@ def build_launch_spec(
     cpu_count: int,
     log_level: str = "info",
     validation_path: Path | None = None,
+    security: DeviceSecurity | None = None,
+    device_paths: tuple[str, ...] = (),
 ) -> LaunchSpec:
     """Pure: what a replica's worker process is told at launch.
 
@@ -52,6 +55,7 @@ def build_launch_spec(
         cgroup_root=cgroup_root,
         cpu_count=cpu_count,
     )
+    providers = action.providers or tuple(spec.runtime.execution_providers)
     return LaunchSpec(
         replica_id=action.replica_id,
         workload=desired.name,
@@ -59,7 +63,7 @@ def build_launch_spec(
         model_version=spec.model.version,
         artifact_path=str(artifact_path),
         artifact_sha256=desired.sha256,
-        providers=action.providers or tuple(spec.runtime.execution_providers),
+        providers=providers,
         intra_op_threads=threads,
         max_batch_size=spec.runtime.max_batch_size,
         max_queue_delay_s=spec.runtime.max_queue_delay,
@@ -68,6 +72,12 @@ def build_launch_spec(
         validate=action.slot == 0,
         validation_path=str(validation_path or ""),
         validation_sha256=desired.extras.get(VALIDATION_FILE, ""),
+        sandbox=choose_sandbox(
+            desired.deployment,
+            providers,
+            security or DeviceSecurity(sandbox="off"),
+            device_paths=device_paths,
+        ),
     )
 
 
@@ -80,7 +90,16 @@ class Applier:
         request_refetch: Callable[[], None],
         cgroup_root: Path | None,
         log_level: str = "info",
+        security: Callable[[], DeviceSecurity] | None = None,
+        device_paths: tuple[str, ...] = (),
+        hold: Callable[[], str | None] | None = None,
     ) -> None:
+        """``security``: the device's sandbox settings now (config and accepted baselines);
+        ``device_paths``: accelerator nodes a worker of a non-CPU provider may open;
+        ``hold()``: why no replica may start now (the device is quarantined), or None."""
+        self._security = security
+        self._hold = hold
+        self.device_paths = device_paths
         self._pool = pool
         self._artifact_path = artifact_path
         self._request_refetch = request_refetch
@@ -93,6 +112,10 @@ class Applier:
         for action in actions:
             if isinstance(action, StartReplica):
                 assert desired is not None
+                held = self._hold() if self._hold is not None else None
+                if held is not None:
+                    failures.append(f"{action.replica_id}: not started: {held}")
+                    continue
                 spec = build_launch_spec(
                     desired,
                     action,
@@ -105,6 +128,8 @@ class Applier:
                         if VALIDATION_FILE in desired.extras
                         else None
                     ),
+                    security=self._security() if self._security is not None else None,
+                    device_paths=self.device_paths,
                 )
                 try:
                     await self._pool.start(

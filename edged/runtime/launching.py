@@ -25,6 +25,30 @@ class LimitsSpec:
 
 
 @dataclass(frozen=True, slots=True)
+class SandboxSpec:
+    """How a worker confines itself before it reads its model (``sandboxing.py``).
+
+    ``mode``: ``landlock`` (filesystem: read its artifact and the runtime's libraries only;
+    TCP: connect to ``connect_ports`` and bind ``bind_ports`` only) or ``off``. ``required``:
+    a protection that cannot be put in force fails the start (a baseline's
+    ``requireSandbox``); otherwise it is reported. ``network``: the TCP rules must be in force
+    (a network policy was given): a kernel without them fails the start, whatever
+    ``required`` says. ``device_paths``: accelerator nodes the worker may open read-write.
+    ``refused``: edged decided the worker may not run (egress beyond the baseline); the worker
+    reports it (``NetworkPolicyDenied``) and exits, so the refusal shows like any failed start.
+    """
+
+    mode: str = "off"
+    required: bool = False
+    network: bool = False
+    connect_ports: tuple[int, ...] = ()
+    bind_ports: tuple[int, ...] = ()
+    device_paths: tuple[str, ...] = ()
+    seccomp: bool = False
+    refused: str = ""  # why this worker may not start at all (a policy refused it)
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchSpec:
     replica_id: str
     workload: str
@@ -42,6 +66,7 @@ class LaunchSpec:
     validate: bool = False
     validation_path: str = ""
     validation_sha256: str = ""
+    sandbox: SandboxSpec = SandboxSpec()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -51,4 +76,8 @@ class LaunchSpec:
         limits = doc.pop("limits")
         limits["cpus"] = tuple(limits["cpus"])
         doc["providers"] = tuple(doc["providers"])
-        return cls(limits=LimitsSpec(**limits), **doc)
+        sandbox = doc.pop("sandbox", None) or {}
+        for key in ("connect_ports", "bind_ports", "device_paths"):
+            if key in sandbox:
+                sandbox[key] = tuple(sandbox[key])
+        return cls(limits=LimitsSpec(**limits), sandbox=SandboxSpec(**sandbox), **doc)

@@ -209,6 +209,15 @@ class Replica:
             self.channel.send(FrameType.BATCH_LIMIT, U32.pack(rows))
             self.batch_limit = rows
 
+    def sandbox_status(self) -> dict[str, Any]:
+        """What confines this replica's process: as its worker reported once it was in force
+        (READY); before that or once it exited, what was asked (``inForce: false``)."""
+        reported = self.metadata.get("sandbox")
+        running = self.phase in (Phase.READY, Phase.UNREADY, Phase.STOPPING)
+        if isinstance(reported, dict) and running:
+            return {"inForce": True, **reported}
+        return {"inForce": False, "mode": self.spec.sandbox.mode}
+
     @property
     def inflight(self) -> int:
         return len(self.channel.pending) if self.channel is not None else 0

@@ -44,11 +44,17 @@ from edged.runtime.framing import (
 )
 from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import apply_limits
+from edged.runtime.sandboxing import Protections, SandboxUnavailable, apply_sandbox
 
 EXIT_LOAD_FAILED = 3
 INLINE_BELOW_S = 0.0002  # run batches on the event loop when one takes less than this
 WARMUP_RUNS = 5
 PEAK_WINDOW = 8  # batches over which the recent peak of requests in flight is remembered
+TEST_PROBE_ENV = "EDGEFLEET_TEST_WORKER_PROBE"
+"""Tests only: a JSON list of ``{"open": PATH}`` / ``{"connect": "HOST:PORT"}`` /
+``{"bind": "HOST:PORT"}`` the worker tries once its sandbox is in force and its model loaded,
+reporting each outcome in READY (``testProbe``). Read from the environment edged was started
+with, never from edged.toml or a manifest; it only tries and reports, it grants nothing."""
 
 
 class LoadError(Exception):
@@ -83,7 +89,10 @@ def _read_verified(path: str, sha256: str) -> bytes:
 class Model:
     """An ONNX Runtime session plus what the protocol needs to know about it."""
 
-    def __init__(self, spec: LaunchSpec, data: bytes) -> None:
+    def __init__(
+        self, spec: LaunchSpec, data: bytes, protections: Protections | None = None
+    ) -> None:
+        self.protections = protections
         try:
             import onnxruntime as ort
         except ImportError as exc:  # pragma: no cover - packaging error
@@ -161,7 +170,7 @@ class Model:
         return sorted(times)[len(times) // 2]
 
     def metadata(self, spec: LaunchSpec) -> dict[str, Any]:
-        return {
+        meta = {
             "name": spec.model_name,
             "versions": [spec.model_version],
             "platform": "onnxruntime_onnx",
@@ -174,6 +183,13 @@ class Model:
             "pid": os.getpid(),
             "validation": self.validation,
         }
+        if self.protections is not None:
+            meta["sandbox"] = self.protections.to_json()
+        probe = os.environ.get(TEST_PROBE_ENV)
+        if probe:
+            meta["testProbe"] = _run_test_probe(probe)
+            print(f"worker test probe: {orjson.dumps(meta['testProbe']).decode()}", file=sys.stderr)
+        return meta
 
 
 class _Pending:
@@ -411,6 +427,40 @@ class WorkerProtocol(asyncio.Protocol):
         self._maybe_run()
 
 
+def _run_test_probe(text: str) -> list[dict[str, str]]:
+    """Try what :data:`TEST_PROBE_ENV` lists; each outcome ``ok`` or the OS's error."""
+    try:
+        steps = orjson.loads(text)
+    except orjson.JSONDecodeError:
+        return [{"error": f"{TEST_PROBE_ENV} is not JSON"}]
+    results: list[dict[str, str]] = []
+    for step in steps[:16] if isinstance(steps, list) else []:
+        if not isinstance(step, dict) or len(step) != 1:
+            continue
+        ((what, target),) = step.items()
+        outcome = "ok"
+        try:
+            if what == "open":
+                with open(str(target), "rb") as f:
+                    f.read(1)
+            elif what in ("connect", "bind"):
+                host, _, port = str(target).rpartition(":")
+                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                    s.settimeout(5)
+                    if what == "connect":
+                        s.connect((host, int(port)))
+                    else:
+                        s.bind((host, int(port)))
+            elif what == "udp":
+                socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()
+            else:
+                outcome = "unknown step"
+        except OSError as exc:
+            outcome = f"{type(exc).__name__}: errno {exc.errno}"
+        results.append({"step": what, "target": str(target), "outcome": outcome})
+    return results
+
+
 def _send_failure(sock: socket.socket, reason: str, message: str) -> None:
     payload = orjson.dumps({"reason": reason, "message": message})
     try:
@@ -445,13 +495,21 @@ def main(argv: list[str] | None = None) -> int:
     sock = socket.socket(fileno=fd)
     try:
         apply_limits(spec.limits)
+        protections = apply_sandbox(
+            spec.sandbox,
+            spec.artifact_path,
+            (spec.validation_path,) if spec.validate and spec.validation_path else (),
+        )
         data = _read_verified(spec.artifact_path, spec.artifact_sha256)
-        model = Model(spec, data)
+        model = Model(spec, data, protections)
         del data
         if spec.validate:  # the revision's accuracy, before READY (runtime/validating.py)
             from edged.runtime.validating import evaluate
 
             model.validation = evaluate(model.session, spec.validation_path, spec.validation_sha256)
+    except SandboxUnavailable as exc:
+        _send_failure(sock, exc.reason, str(exc))
+        return EXIT_LOAD_FAILED
     except LoadError as exc:
         _send_failure(sock, exc.reason, str(exc))
         return EXIT_LOAD_FAILED

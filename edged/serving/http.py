@@ -457,7 +457,8 @@ class HttpServer:
         self._servers.append(server)
         self._unix_paths.append(path)
 
-    async def listen_tcp(self, host: str, port: int) -> None:
+    async def listen_tcp(self, host: str, port: int) -> asyncio.AbstractServer:
+        """Listen on ``host:port`` too; the listener (close it to stop serving there alone)."""
         loop = asyncio.get_running_loop()
         server = await loop.create_server(
             lambda: HttpConnection(self._state), host, port, reuse_address=True
@@ -465,6 +466,7 @@ class HttpServer:
         for sock in server.sockets:
             sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._servers.append(server)
+        return server
 
     @property
     def active_connections(self) -> int:

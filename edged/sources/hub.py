@@ -47,7 +47,8 @@ from edged.state.merging import HUB_SOURCE
 from edged.trust.admitting import ArtifactGate
 from edged.trust.tufclient import FetchAsync, TufClient, sync_fetch
 from edged.workloads import DesiredWorkload, WorkloadName
-from edgefleet.api import DeviceHealthPolicy, ModelDeployment, parse_manifest
+from edgefleet.api import DeviceHealthPolicy, ModelDeployment, SecurityBaseline, parse_manifest
+from edgefleet.api.baselines import parse_security_baseline
 from edgefleet.artifacts.storing import ArtifactStore, is_disk_full
 from edgefleet.errors import ArtifactError, StateError, TemporaryError, ValidationError
 from edgefleet.logs import get_logger
@@ -148,6 +149,7 @@ class HubSource:
         self._tuf_updater: Any = None
         self._tuf_refusal: ArtifactError | None = None
         self._accepted = _Accepted()
+        self._baselines: tuple[int, tuple[SecurityBaseline, ...]] = (-1, ())
         self.problems: tuple[SourceProblem, ...] = ()
         self.root_problem: SourceProblem | None = None  # the hub's roots were refused
         self.refetch_requested = False  # an artifact went missing: apply the same state again
@@ -166,6 +168,22 @@ class HubSource:
     @property
     def policies(self) -> tuple[DeviceHealthPolicy, ...]:
         return self._accepted.policies
+
+    @property
+    def baselines(self) -> tuple[SecurityBaseline, ...]:
+        """The fleet's SecurityBaselines in the accepted state (read from its manifests)."""
+        acc = self._accepted
+        if self._baselines[0] != acc.generation:
+            found = []
+            for raw in acc.manifests:
+                try:
+                    doc = orjson.loads(raw)
+                    if isinstance(doc, dict) and doc.get("kind") == SecurityBaseline.KIND:
+                        found.append(parse_security_baseline(doc))
+                except (ValueError, ValidationError):
+                    continue  # reported as a problem when the state was applied
+            self._baselines = (acc.generation, tuple(found))
+        return self._baselines[1]
 
     # -- persisted state -----------------------------------------------------------------
     def _load(self) -> None:
@@ -340,6 +358,8 @@ class HubSource:
             if isinstance(manifest, DeviceHealthPolicy):
                 policies.append(manifest)
                 continue
+            if isinstance(manifest, SecurityBaseline):
+                continue  # read from the accepted manifests (``baselines``)
             if not isinstance(manifest, ModelDeployment):
                 problems.append(
                     SourceProblem(

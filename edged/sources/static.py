@@ -23,7 +23,12 @@ from pathlib import Path
 
 from edged.trust.admitting import METADATA_SUFFIX, ArtifactGate, ArtifactRequest
 from edged.workloads import DesiredWorkload, WorkloadName
-from edgefleet.api import DeviceHealthPolicy, ModelDeployment, load_manifest_file
+from edgefleet.api import (
+    DeviceHealthPolicy,
+    ModelDeployment,
+    SecurityBaseline,
+    load_manifest_file,
+)
 from edgefleet.artifacts.storing import ArtifactStore, is_disk_full
 from edgefleet.errors import ArtifactError, ValidationError
 from edgefleet.logs import get_logger
@@ -59,6 +64,7 @@ class SyncResult:
     retryable: bool = False
     files: tuple[str, ...] = field(default=())
     policies: tuple[DeviceHealthPolicy, ...] = ()
+    baselines: tuple[SecurityBaseline, ...] = ()
 
 
 class StaticManifests:
@@ -76,6 +82,7 @@ class StaticManifests:
         self._gate = gate
         self._by_file: dict[str, set[WorkloadName]] = {}
         self._policies_by_file: dict[str, tuple[DeviceHealthPolicy, ...]] = {}
+        self._baselines_by_file: dict[str, tuple[SecurityBaseline, ...]] = {}
 
     def list_files(self) -> list[Path]:
         try:
@@ -98,6 +105,7 @@ class StaticManifests:
         problems: list[SourceProblem] = []
         by_file: dict[str, set[WorkloadName]] = {}
         policies_by_file: dict[str, tuple[DeviceHealthPolicy, ...]] = {}
+        baselines_by_file: dict[str, tuple[SecurityBaseline, ...]] = {}
         retryable = False
         now = self._gate.begin()  # one time for every check of this update
         files = self.list_files()
@@ -121,6 +129,7 @@ class StaticManifests:
                     log.error("manifest loader failed", file=fname, error=message)
                 problems.append(SourceProblem(fname, "", "InvalidManifest", message))
                 policies_by_file[fname] = self._policies_by_file.get(fname, ())
+                baselines_by_file[fname] = self._baselines_by_file.get(fname, ())
                 for name in self._by_file.get(fname, set()):
                     if name in current and name not in out:
                         out[name] = current[name]
@@ -129,6 +138,9 @@ class StaticManifests:
                 continue
             policies_by_file[fname] = tuple(
                 m for m in manifests if isinstance(m, DeviceHealthPolicy)
+            )
+            baselines_by_file[fname] = tuple(
+                m for m in manifests if isinstance(m, SecurityBaseline)
             )
             problems += [
                 SourceProblem(
@@ -139,7 +151,7 @@ class StaticManifests:
                     "device's static manifests: ignored",
                 )
                 for m in manifests
-                if not isinstance(m, DeviceHealthPolicy | ModelDeployment)
+                if not isinstance(m, DeviceHealthPolicy | ModelDeployment | SecurityBaseline)
             ]
             deployments = [m for m in manifests if isinstance(m, ModelDeployment)]
             for dep in deployments:
@@ -176,9 +188,13 @@ class StaticManifests:
                 out[name] = DesiredWorkload(dep, sha, fname)
         self._by_file = by_file
         self._policies_by_file = policies_by_file
+        self._baselines_by_file = baselines_by_file
+        baselines = tuple(b for f in sorted(baselines_by_file) for b in baselines_by_file[f])
         problems += self._check_model_names(out)
         policies = tuple(p for f in sorted(policies_by_file) for p in policies_by_file[f])
-        return SyncResult(out, tuple(problems), retryable, tuple(p.name for p in files), policies)
+        return SyncResult(
+            out, tuple(problems), retryable, tuple(p.name for p in files), policies, baselines
+        )
 
     def _ingest(self, manifest_path: Path, dep: ModelDeployment, now: float) -> str:
         model = dep.spec.model

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from edged.state.desired import DesiredState
 from edged.state.merging import MergedState, NameConflict, SourceState, merge_sources
 from edged.workloads import DesiredWorkload, WorkloadName
-from edgefleet.api import DeviceHealthPolicy
+from edgefleet.api import DeviceHealthPolicy, SecurityBaseline
 from edgefleet.logs import get_logger
 
 log = get_logger(__name__)
@@ -43,9 +43,10 @@ class Acceptor:
         self,
         workloads: Mapping[WorkloadName, DesiredWorkload],
         policies: Sequence[DeviceHealthPolicy],
+        baselines: Sequence[SecurityBaseline] = (),
     ) -> None:
         """The static source read its directory: accept the merge with what it gave."""
-        self._static = SourceState(dict(workloads), tuple(policies))
+        self._static = SourceState(dict(workloads), tuple(policies), tuple(baselines))
         self.accept()
 
     def accept(self) -> None:

@@ -14,7 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from edged.workloads import DesiredWorkload, WorkloadName
-from edgefleet.api import DeviceHealthPolicy
+from edgefleet.api import DeviceHealthPolicy, SecurityBaseline
 
 HUB_SOURCE = "hub"  # DesiredWorkload.source of every workload the hub gave
 
@@ -25,6 +25,7 @@ class SourceState:
 
     workloads: Mapping[WorkloadName, DesiredWorkload]
     policies: Sequence[DeviceHealthPolicy] = ()
+    baselines: Sequence[SecurityBaseline] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,6 +42,7 @@ class MergedState:
     workloads: dict[WorkloadName, DesiredWorkload]
     policies: tuple[DeviceHealthPolicy, ...]
     conflicts: tuple[NameConflict, ...] = ()
+    baselines: tuple[SecurityBaseline, ...] = ()  # of both sources: every one applies
 
 
 def merge_sources(
@@ -63,7 +65,8 @@ def merge_sources(
         for name in sorted(static.workloads.keys() & hub_workloads.keys())
     )
     policies = (*static.policies, *(hub.policies if hub is not None else ()))
-    return MergedState(merged, policies, conflicts)
+    baselines = (*static.baselines, *(hub.baselines if hub is not None else ()))
+    return MergedState(merged, policies, conflicts, baselines)
 
 
 def static_workloads(

@@ -15,9 +15,17 @@ sorted), so applying the same baseline twice is "unchanged"::
       allowedModelDigests: []
       allowedPcrValues:                 # reference values of measured boot (sha256 bank)
         "0": [<64 hex>, ...]            # PCR index 0-7 -> the values allowed
+      requireSandbox: true              # devices run no worker without its Landlock sandbox
+      network:                          # bounds what deployments' spec.network may ask for
+        egress: [{port: 8080}]          # TCP ports; [] = no egress for any worker
+        ingress: {socketGroup: apps, socketMode: "0660", tcpPorts: []}   # who uses infer.sock
+      drift: {action: alert, period: 30s}   # or restartWorkload, quarantine
 
 Every baseline applies fleet-wide (the hub's cache reads them together). The digest lists
-are for the attestation controller; an empty list allows any digest. A PCR with reference
+are for the attestation controller; an empty list allows any digest. ``requireSandbox`` and
+``network`` reach every device with its desired state: a worker whose sandbox cannot be put
+in force there (no Landlock), or whose deployment asks for egress beyond ``network.egress``,
+does not start and says why (docs/security.md). A PCR with reference
 values must be quoted by an EK-bound attestation key with one of them (docs/trust.md).
 """
 
@@ -28,6 +36,8 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from edgefleet.api.meta import API_VERSION, ObjectMeta
+from edgefleet.api.networking import NetworkPolicy, read_network
+from edgefleet.api.quantities import format_duration, parse_duration
 from edgefleet.api.validating import Reader, as_bool, matching
 from edgefleet.errors import Problem, ValidationError
 
@@ -38,6 +48,47 @@ _digest_text = matching(r"sha256:[0-9a-fA-F]{64}", '"sha256:" and 64 hexadecimal
 
 def _digest(value: object) -> str:
     return _digest_text(value).lower()
+
+
+DRIFT_ACTIONS = ("alert", "restartWorkload", "quarantine")
+"""``spec.drift.action``, mildest first (several baselines: the most severe applies)."""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class DriftPolicy:
+    """``spec.drift``: what a device does when what it holds differs from what edged made
+    (files added to or changed in the artifact store, its config edited by hand, processes
+    in its cgroup it did not start): ``alert`` reports, ``restartWorkload`` undoes (moves
+    files away, kills strays, fetches and restarts), ``quarantine`` stops every workload and
+    starts none until an operator clears it. ``period``: seconds between checks."""
+
+    action: str = "alert"
+    period_s: float = 30.0
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"action": self.action, "period": format_duration(self.period_s)}
+
+
+def _drift_action(value: object) -> str:
+    if value not in DRIFT_ACTIONS:
+        raise ValueError(f"must be one of {', '.join(DRIFT_ACTIONS)}, got {value!r}")
+    return str(value)
+
+
+def _drift_period(value: object) -> float:
+    seconds = parse_duration(value)
+    if not 1 <= seconds <= 3600:
+        raise ValueError(f"must be between 1s and 1h, got {value!r}")
+    return seconds
+
+
+def _read_drift(r: Reader | None) -> DriftPolicy | None:
+    if r is None:
+        return None
+    return DriftPolicy(
+        action=r.optional("action", _drift_action, "alert"),
+        period_s=r.optional("period", _drift_period, 30.0),
+    )
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -51,9 +102,12 @@ class SecurityBaselineSpec:
     allowed_model_digests: tuple[str, ...] = ()
     # PCR index (0-7, measured boot) -> allowed sha256-bank values (lowercase hex)
     allowed_pcr_values: Mapping[int, tuple[str, ...]] = field(default_factory=dict)
+    require_sandbox: bool = False
+    network: NetworkPolicy | None = None
+    drift: DriftPolicy | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "requireAttestation": self.require_attestation,
             "requireTpm": self.require_tpm,
             "allowedCodeDigests": sorted(self.allowed_code_digests),
@@ -63,6 +117,14 @@ class SecurityBaselineSpec:
                 str(i): sorted(v) for i, v in sorted(self.allowed_pcr_values.items())
             },
         }
+        # written only when set: baselines stored before these fields keep their canonical form
+        if self.require_sandbox:
+            out["requireSandbox"] = True
+        if self.network is not None:
+            out["network"] = self.network.to_dict()
+        if self.drift is not None:
+            out["drift"] = self.drift.to_dict()
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -99,6 +161,9 @@ def _read_spec(r: Reader | None) -> SecurityBaselineSpec:
         allowed_config_digests=tuple(r.list_of("allowedConfigDigests", _digest, unique=True) or ()),
         allowed_model_digests=tuple(r.list_of("allowedModelDigests", _digest, unique=True) or ()),
         allowed_pcr_values=_read_pcrs(r),
+        require_sandbox=r.optional("requireSandbox", as_bool, False),
+        network=read_network(r.section("network"), ingress=True),
+        drift=_read_drift(r.section("drift")),
     )
 
 

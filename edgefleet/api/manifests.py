@@ -25,6 +25,7 @@ from edgefleet.api.meta import (
     label_value,
     read_metadata,
 )
+from edgefleet.api.networking import NetworkPolicy, read_network
 from edgefleet.api.quantities import (
     IntOrPercent,
     describe,
@@ -408,6 +409,8 @@ class ModelDeploymentSpec:
     def effective_priority(self) -> int:
         return 0 if self.priority is None else self.priority
 
+    network: NetworkPolicy | None = None  # worker egress (edgefleet/api/networking.py)
+
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
             "model": self.model.to_dict(),
@@ -424,6 +427,8 @@ class ModelDeploymentSpec:
             out["power"] = self.power.to_dict()
         if self.priority is not None:
             out["priority"] = self.priority
+        if self.network is not None:
+            out["network"] = self.network.to_dict()
         return out
 
 
@@ -837,6 +842,7 @@ def _read_model_deployment(metadata: ObjectMeta, r: Reader | None) -> ModelDeplo
             scaling=_read_scaling(r.section("scaling")),
             power=_read_power(r.section("power")),
             priority=r.optional("priority", _priority, None),
+            network=read_network(r.section("network")),
         )
         _refuse_unbuilt(r, spec)
     return ModelDeployment(metadata=metadata, spec=spec)

@@ -50,17 +50,45 @@ class Hello(_message.Message):
     def __init__(self, device_name: _Optional[str] = ..., inventory: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., applied_generation: _Optional[int] = ..., edged_version: _Optional[str] = ...) -> None: ...
 
 class Status(_message.Message):
-    __slots__ = ("workloads", "health", "observed_generation")
+    __slots__ = ("workloads", "health", "observed_generation", "compliance")
     WORKLOADS_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
     OBSERVED_GENERATION_FIELD_NUMBER: _ClassVar[int]
+    COMPLIANCE_FIELD_NUMBER: _ClassVar[int]
     workloads: _containers.RepeatedCompositeFieldContainer[WorkloadStatus]
     health: _common_pb2.Health
     observed_generation: int
-    def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadStatus, _Mapping]]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., observed_generation: _Optional[int] = ...) -> None: ...
+    compliance: DeviceCompliance
+    def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadStatus, _Mapping]]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., observed_generation: _Optional[int] = ..., compliance: _Optional[_Union[DeviceCompliance, _Mapping]] = ...) -> None: ...
+
+class DeviceCompliance(_message.Message):
+    __slots__ = ("checked", "compliant", "action", "findings", "quarantined", "processes_checked")
+    CHECKED_FIELD_NUMBER: _ClassVar[int]
+    COMPLIANT_FIELD_NUMBER: _ClassVar[int]
+    ACTION_FIELD_NUMBER: _ClassVar[int]
+    FINDINGS_FIELD_NUMBER: _ClassVar[int]
+    QUARANTINED_FIELD_NUMBER: _ClassVar[int]
+    PROCESSES_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    checked: bool
+    compliant: bool
+    action: str
+    findings: _containers.RepeatedCompositeFieldContainer[ComplianceFinding]
+    quarantined: str
+    processes_checked: bool
+    def __init__(self, checked: _Optional[bool] = ..., compliant: _Optional[bool] = ..., action: _Optional[str] = ..., findings: _Optional[_Iterable[_Union[ComplianceFinding, _Mapping]]] = ..., quarantined: _Optional[str] = ..., processes_checked: _Optional[bool] = ...) -> None: ...
+
+class ComplianceFinding(_message.Message):
+    __slots__ = ("kind", "subject", "message")
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    SUBJECT_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    kind: str
+    subject: str
+    message: str
+    def __init__(self, kind: _Optional[str] = ..., subject: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class WorkloadStatus(_message.Message):
-    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version", "revisions", "sizing")
+    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version", "revisions", "sizing", "replica_sandboxes")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     READY_REPLICAS_FIELD_NUMBER: _ClassVar[int]
@@ -69,6 +97,7 @@ class WorkloadStatus(_message.Message):
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     REVISIONS_FIELD_NUMBER: _ClassVar[int]
     SIZING_FIELD_NUMBER: _ClassVar[int]
+    REPLICA_SANDBOXES_FIELD_NUMBER: _ClassVar[int]
     name: str
     revision: str
     ready_replicas: int
@@ -77,7 +106,8 @@ class WorkloadStatus(_message.Message):
     model_version: str
     revisions: _containers.RepeatedCompositeFieldContainer[RevisionStatus]
     sizing: WorkloadSizing
-    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ..., sizing: _Optional[_Union[WorkloadSizing, _Mapping]] = ...) -> None: ...
+    replica_sandboxes: _containers.RepeatedCompositeFieldContainer[ReplicaSandbox]
+    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ..., sizing: _Optional[_Union[WorkloadSizing, _Mapping]] = ..., replica_sandboxes: _Optional[_Iterable[_Union[ReplicaSandbox, _Mapping]]] = ...) -> None: ...
 
 class WorkloadSizing(_message.Message):
     __slots__ = ("current_replicas", "desired_replicas", "min_replicas", "max_replicas", "last_decision", "evicted_replicas", "priority", "effective_max_batch_size")
@@ -112,6 +142,34 @@ class ScalingDecision(_message.Message):
     message: str
     at: _timestamp_pb2.Timestamp
     def __init__(self, from_replicas: _Optional[int] = ..., to_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
+
+class ReplicaSandbox(_message.Message):
+    __slots__ = ("replica", "revision", "mode", "landlock_abi", "filesystem", "network", "no_new_privs", "seccomp", "scoped", "connect_ports", "uid", "problems")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    LANDLOCK_ABI_FIELD_NUMBER: _ClassVar[int]
+    FILESYSTEM_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    NO_NEW_PRIVS_FIELD_NUMBER: _ClassVar[int]
+    SECCOMP_FIELD_NUMBER: _ClassVar[int]
+    SCOPED_FIELD_NUMBER: _ClassVar[int]
+    CONNECT_PORTS_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    revision: str
+    mode: str
+    landlock_abi: int
+    filesystem: bool
+    network: bool
+    no_new_privs: bool
+    seccomp: bool
+    scoped: bool
+    connect_ports: _containers.RepeatedScalarFieldContainer[int]
+    uid: int
+    problems: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, replica: _Optional[str] = ..., revision: _Optional[str] = ..., mode: _Optional[str] = ..., landlock_abi: _Optional[int] = ..., filesystem: _Optional[bool] = ..., network: _Optional[bool] = ..., no_new_privs: _Optional[bool] = ..., seccomp: _Optional[bool] = ..., scoped: _Optional[bool] = ..., connect_ports: _Optional[_Iterable[int]] = ..., uid: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RevisionStatus(_message.Message):
     __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted", "metrics", "validation")

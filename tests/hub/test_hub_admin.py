@@ -835,3 +835,20 @@ async def test_a_model_a_rollout_still_sends_is_in_use(tmp_path: Path) -> None:
         code, details = await code_of(stub.Delete(request))
         assert code is grpc.StatusCode.FAILED_PRECONDITION
         assert "in use by ModelDeployment fraud (stable revision 1)" in details
+
+
+@async_test
+async def test_baselines_go_to_every_device_with_its_desired_state(tmp_path: Path) -> None:
+    from hub.desired import build_desired
+
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        await seed_devices(hub)
+        await hub.stub(channel).Apply(
+            admin_pb2.ApplyRequest(documents=[baseline(requireSandbox=True)])
+        )
+        device = hub.ctx.cache.devices["cam-2"]
+        content = build_desired(device, hub.ctx.cache, previous=frozenset(), region=REGION)
+        sent = [orjson.loads(m) for m in content.manifests]
+        assert [(m["kind"], m["spec"].get("requireSandbox")) for m in sent] == [
+            ("SecurityBaseline", True)
+        ]

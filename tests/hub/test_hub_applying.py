@@ -83,3 +83,35 @@ def test_documents_are_numbered_and_outcomes_compare_canonical_forms() -> None:
         "documents[1]: invalid JSON: duplicate key 'a'",
         "documents[2]: is not UTF-8 text (byte 0)",
     ]
+
+
+def test_baseline_sandbox_and_network_are_canonical_and_optional() -> None:
+    parsed = baselines.parse_security_baseline(
+        _baseline(requireSandbox=True, network={"egress": [{"port": 8080}, {"port": 53}]})
+    )
+    spec = parsed.to_dict()["spec"]
+    assert spec["requireSandbox"] is True
+    assert spec["network"] == {"egress": [{"port": 53}, {"port": 8080}]}
+    assert baselines.parse_security_baseline(parsed.to_dict()) == parsed
+    plain = baselines.parse_security_baseline(_baseline()).to_dict()["spec"]
+    assert "requireSandbox" not in plain and "network" not in plain  # older forms unchanged
+
+
+@pytest.mark.parametrize(
+    ("spec", "problem"),
+    [
+        ({"requireSandbox": "yes"}, "spec.requireSandbox: must be true or false"),
+        ({"network": {"egress": [{"port": 0}]}}, "spec.network.egress[0].port: must be"),
+        ({"network": {"egress": [{"port": 80}, {"port": 80}]}}, "spec.network.egress[1].port"),
+        (
+            {"network": {"egress": [{"host": "127.0.0.1", "port": 8080}]}},
+            "spec.network.egress[0].host: not supported yet: the kernel enforces egress by TCP "
+            "port only",
+        ),
+        ({"network": {"egres": []}}, "spec.network.egres: unknown field"),
+    ],
+)
+def test_baseline_network_problems(spec: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        baselines.parse_security_baseline(_baseline(**spec))
+    assert any(str(p).startswith(problem) for p in info.value.problems), info.value.problems

@@ -397,3 +397,26 @@ def test_going_back_to_the_previous_version_needs_no_download_and_no_allowance(
     older = apply(source, hub, 6, [deployment("0.9.0")], [meta0])
     (problem,) = older.problems  # signed in the same second: the model version check says no
     assert problem.reason in ("MetadataRollback", "ModelVersionRollback")
+
+
+def test_baselines_in_the_hubs_state_are_accepted_and_survive_a_restart(
+    env: tuple[Hub, HubSource, Path],
+) -> None:
+    hub, source, data = env
+    meta, _ = hub.model("1.0.0")
+    baseline = orjson.dumps(
+        {"apiVersion": "edgefleet.io/v1", "kind": "SecurityBaseline",
+         "metadata": {"name": "fleet"}, "spec": {"requireSandbox": True}}
+    )  # fmt: skip
+    r = apply(source, hub, 5, [deployment("1.0.0"), baseline], [meta])
+    assert r.problems == ()  # a SecurityBaseline is part of a device's desired state now
+    assert [b.name for b in source.baselines] == ["fleet"]
+    assert source.baselines[0].spec.require_sandbox
+    again = HubSource(
+        data,
+        ArtifactStore(data / "artifacts"),
+        ArtifactGate(data, root_file=None, allow_unsigned=False),
+    )
+    assert [b.name for b in again.baselines] == ["fleet"]
+    apply(source, hub, 6, [deployment("1.0.0")], [meta])
+    assert source.baselines == ()

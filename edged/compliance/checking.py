@@ -1,0 +1,179 @@
+"""Drift: what on the device differs from what edged made (pure: observations in, findings out).
+
+* the artifact store (``artifacts/sha256/``): a file that is not a blob edged committed (its
+  name is not a sha256, or it is not a plain file) is ``ArtifactAdded``; a blob that became
+  writable, or whose bytes no longer hash to its name, is ``ArtifactChanged``. Blobs are
+  trusted by their stat fingerprint (size, mtime, inode) once seen or hashed, and hashed
+  again only when it changes, so an idle check reads no model;
+* edged's config file: its digest differs from the one edged started with: ``ConfigChanged``;
+* processes in edged's cgroup (and the cgroups below it) that neither edged nor one of its
+  descendants started: ``StrayProcess``. Checked only when edged has a cgroup of its own
+  (systemd: its service's); otherwise the check is reported as not done.
+
+:func:`plan_remediation` says what to do about findings under a baseline's ``drift.action``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass
+from enum import StrEnum
+from typing import Any
+
+_HEX = re.compile(r"[0-9a-f]{64}")
+
+
+class FindingKind(StrEnum):
+    ARTIFACT_ADDED = "ArtifactAdded"
+    ARTIFACT_CHANGED = "ArtifactChanged"
+    CONFIG_CHANGED = "ConfigChanged"
+    STRAY_PROCESS = "StrayProcess"
+
+
+class DriftAction(StrEnum):
+    """``spec.drift.action`` of a SecurityBaseline."""
+
+    ALERT = "alert"  # report (status, the hub, the log)
+    RESTART_WORKLOAD = "restartWorkload"  # undo it: move files away, kill strays, restart
+    QUARANTINE = "quarantine"  # stop every workload; start none until an operator clears it
+
+
+@dataclass(frozen=True, slots=True)
+class Finding:
+    kind: FindingKind
+    subject: str  # a path, or a pid
+    message: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {"kind": self.kind.value, "subject": self.subject, "message": self.message}
+
+
+@dataclass(frozen=True, slots=True)
+class StoreEntry:
+    """One directory entry of ``artifacts/sha256/`` as ``lstat`` saw it."""
+
+    name: str
+    regular: bool
+    mode: int
+    size: int
+    mtime_ns: int
+    inode: int
+
+    @property
+    def fingerprint(self) -> tuple[int, int, int]:
+        return (self.size, self.mtime_ns, self.inode)
+
+
+def check_store(
+    entries: Iterable[StoreEntry], trusted: Mapping[str, tuple[int, int, int]]
+) -> tuple[list[Finding], list[str]]:
+    """The findings about the store, and the blobs to hash (named as a digest, not trusted
+    with their current fingerprint). ``trusted``: fingerprints seen or verified before."""
+    findings: list[Finding] = []
+    to_hash: list[str] = []
+    for e in entries:
+        if not e.regular or not _HEX.fullmatch(e.name):
+            findings.append(
+                Finding(
+                    FindingKind.ARTIFACT_ADDED,
+                    e.name,
+                    f"{e.name} in the artifact store is not a blob edged committed",
+                )
+            )
+            continue
+        if e.mode & 0o222:
+            findings.append(
+                Finding(
+                    FindingKind.ARTIFACT_CHANGED,
+                    e.name,
+                    f"blob {e.name} is writable (mode {e.mode & 0o777:04o}); edged keeps "
+                    "blobs read-only",
+                )
+            )
+        if trusted.get(e.name) != e.fingerprint:
+            to_hash.append(e.name)
+    return findings, to_hash
+
+
+def hash_findings(hashed: Mapping[str, str | None]) -> list[Finding]:
+    """Findings from blobs hashed (name -> the digest found; None: unreadable)."""
+    return [
+        Finding(
+            FindingKind.ARTIFACT_CHANGED,
+            name,
+            f"blob {name} no longer hashes to its name (found {found or 'nothing readable'})",
+        )
+        for name, found in sorted(hashed.items())
+        if found != name
+    ]
+
+
+def check_config(path: str, at_start: str | None, now: str | None) -> list[Finding]:
+    """``at_start``/``now``: the config file's sha256 (None: no file)."""
+    if at_start == now:
+        return []
+    what = "removed" if now is None else "changed"
+    return [
+        Finding(
+            FindingKind.CONFIG_CHANGED,
+            path,
+            f"{path} was {what} outside edged since it started (it applies at the next start)",
+        )
+    ]
+
+
+def check_processes(
+    pids: Iterable[int], parent_of: Mapping[int, int], own: int, names: Mapping[int, str]
+) -> list[Finding]:
+    """Processes of edged's cgroup not descended from edged (``own``); ``parent_of``: each
+    process's parent pid as read (a process that vanished has none: not a finding)."""
+    findings = []
+    for pid in sorted(set(pids)):
+        if pid == own or pid not in parent_of:
+            continue
+        seen = set()
+        cur = pid
+        while cur not in (own, 0, 1) and cur not in seen and cur in parent_of:
+            seen.add(cur)
+            cur = parent_of[cur]
+        if cur != own:
+            name = names.get(pid, "?")
+            findings.append(
+                Finding(
+                    FindingKind.STRAY_PROCESS,
+                    str(pid),
+                    f"process {pid} ({name}) runs in edged's cgroup and edged did not start it",
+                )
+            )
+    return findings
+
+
+@dataclass(frozen=True, slots=True)
+class Remediation:
+    """What to do about findings (pure: :func:`plan_remediation`)."""
+
+    remove_files: tuple[str, ...] = ()  # store entries to move to quarantine/
+    requarantine_blobs: tuple[str, ...] = ()  # blobs to check and quarantine if rotten
+    kill_pids: tuple[int, ...] = ()
+    quarantine: bool = False  # stop every workload, start none until an operator clears it
+
+
+def plan_remediation(findings: Iterable[Finding], action: DriftAction) -> Remediation:
+    """What ``action`` does about ``findings``: ``alert`` nothing; ``restartWorkload`` moves
+    added files to quarantine, has changed blobs checked (and quarantined, so their workloads
+    fetch them again and restart), kills stray processes; ``quarantine`` stops every workload
+    and starts none until an operator clears it, leaving the evidence where it is. A config
+    edited by hand is only reported (edged does not rewrite its own config)."""
+    items = list(findings)
+    if action is DriftAction.ALERT or not items:
+        return Remediation()
+    if action is DriftAction.QUARANTINE:
+        return Remediation(quarantine=True)
+    return Remediation(
+        remove_files=tuple(f.subject for f in items if f.kind is FindingKind.ARTIFACT_ADDED),
+        requarantine_blobs=tuple(
+            f.subject for f in items if f.kind is FindingKind.ARTIFACT_CHANGED
+        ),
+        kill_pids=tuple(int(f.subject) for f in items if f.kind is FindingKind.STRAY_PROCESS),
+    )

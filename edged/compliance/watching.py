@@ -1,0 +1,224 @@
+"""The drift watch (component ``drift``): every period, look at what the baseline covers
+(``checking.py`` decides), report it (status ``device.compliance``, a ``Compliant``
+condition, the log) and hand the remediation the baseline asks for to ``act``.
+
+Idle cost: one ``scandir`` of the store, one read of the config file, one read of a few
+``cgroup.procs`` and ``/proc/PID/stat`` per period; a blob is hashed (in a thread) only when
+its stat fingerprint changed since it was last trusted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+from edged.compliance.checking import (
+    DriftAction,
+    Finding,
+    Remediation,
+    StoreEntry,
+    check_config,
+    check_processes,
+    check_store,
+    hash_findings,
+    plan_remediation,
+)
+from edgefleet.logs import get_logger
+from edgefleet.supervising import wait_for_stop
+
+log = get_logger(__name__)
+
+DEFAULT_PERIOD_S = 30.0
+
+
+def scan_store(blobs: Path) -> list[StoreEntry]:
+    out = []
+    try:
+        with os.scandir(blobs) as it:
+            for e in it:
+                try:
+                    st = e.stat(follow_symlinks=False)
+                except OSError:
+                    continue
+                out.append(
+                    StoreEntry(
+                        e.name,
+                        e.is_file(follow_symlinks=False),
+                        st.st_mode,
+                        st.st_size,
+                        st.st_mtime_ns,
+                        st.st_ino,
+                    )
+                )
+    except FileNotFoundError:
+        pass
+    return out
+
+
+def file_digest(path: Path) -> str | None:
+    h = hashlib.sha256()
+    try:
+        with open(path, "rb") as f:
+            while chunk := f.read(1 << 20):
+                h.update(chunk)
+    except OSError:
+        return None
+    return h.hexdigest()
+
+
+def own_cgroup() -> Path | None:
+    """edged's cgroup v2 directory, or None when it has none of its own (the root cgroup,
+    or no cgroup v2 mounted): then strays cannot be told from the rest of the machine."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
+    except OSError:
+        return None
+    rel = next((line[3:] for line in lines if line.startswith("0::")), None)
+    mount = next((m.split()[4] for m in mounts if " - cgroup2 " in m), None)
+    if rel is None or mount is None or rel in ("", "/"):
+        return None
+    return Path(mount) / rel.lstrip("/")
+
+
+def cgroup_pids(root: Path) -> list[int]:
+    pids: list[int] = []
+    for dirpath, _, files in os.walk(root):
+        if "cgroup.procs" in files:
+            try:
+                text = (Path(dirpath) / "cgroup.procs").read_text()
+            except OSError:
+                continue
+            pids += [int(x) for x in text.split()]
+    return pids
+
+
+def process_table(pids: list[int]) -> tuple[dict[int, int], dict[int, str]]:
+    """Parent pid and name of each of ``pids`` and of their ancestors."""
+    parent: dict[int, int] = {}
+    names: dict[int, str] = {}
+    todo = list(pids)
+    while todo:
+        pid = todo.pop()
+        if pid in parent or pid <= 1:
+            continue
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        name, _, rest = stat.partition("(")[2].rpartition(")")
+        ppid = int(rest.split()[1])
+        parent[pid], names[pid] = ppid, name
+        todo.append(ppid)
+    return parent, names
+
+
+class DriftWatch:
+    """Component ``drift``. ``action()``: the baselines' drift action now; ``period()``:
+    seconds between checks; ``act(remediation)``: performs what the action asks."""
+
+    name = "drift"
+
+    def __init__(
+        self,
+        *,
+        blobs: Path,
+        config_path: Path | None,
+        action: Callable[[], DriftAction],
+        period: Callable[[], float],
+        act: Callable[[Remediation], None],
+        on_change: Callable[[], None],
+    ) -> None:
+        self._blobs = blobs
+        self._config_path = config_path
+        self._config_digest = file_digest(config_path) if config_path else None
+        self._action = action
+        self._period = period
+        self._act = act
+        self._on_change = on_change
+        self._trusted: dict[str, tuple[int, int, int]] = {}
+        self._bad: dict[str, tuple[tuple[int, int, int], str | None]] = {}
+        self._first = True
+        self._cgroup: Path | None = None
+        self.findings: tuple[Finding, ...] = ()
+        self.checked_at: float | None = None
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            await self.check()
+            if await wait_for_stop(stop, self._period()):
+                return
+
+    async def check(self) -> tuple[Finding, ...]:
+        entries = scan_store(self._blobs)
+        findings, to_hash = check_store(entries, self._trusted)
+        by_name = {e.name: e for e in entries}
+        if self._first:  # what is there at start is trusted as it is; workers re-hash it
+            for name in to_hash:
+                self._trusted[name] = by_name[name].fingerprint
+            to_hash = []
+            self._first = False
+        hashed: dict[str, str | None] = {}
+        for name in to_hash:
+            fp = by_name[name].fingerprint
+            bad = self._bad.get(name)
+            if bad is not None and bad[0] == fp:
+                hashed[name] = bad[1]
+                continue
+            found = await asyncio.to_thread(file_digest, self._blobs / name)
+            if found == name:
+                self._trusted[name] = fp
+                self._bad.pop(name, None)
+            else:
+                self._bad[name] = (fp, found)
+                hashed[name] = found
+        findings += hash_findings(hashed)
+        if self._config_path is not None:
+            now = await asyncio.to_thread(file_digest, self._config_path)
+            findings += check_config(str(self._config_path), self._config_digest, now)
+        self._cgroup = own_cgroup()  # read each time: edged may be moved (systemd, a test)
+        if self._cgroup is not None:
+            pids = cgroup_pids(self._cgroup)
+            parent, names = process_table(pids)
+            findings += check_processes(pids, parent, os.getpid(), names)
+        new = [f for f in findings if f not in self.findings]
+        for f in new:
+            log.warning("drift detected", kind=f.kind.value, subject=f.subject, message=f.message)
+        changed = tuple(findings) != self.findings
+        self.findings = tuple(findings)
+        self.checked_at = time.time()
+        if changed:
+            self._on_change()
+        remediation = plan_remediation(findings, self._action())
+        if remediation != Remediation():
+            self._act(remediation)
+        return self.findings
+
+    def status(self, *, quarantined: str | None) -> dict[str, Any]:
+        """``device.compliance`` of ``/v1/status``."""
+        compliant = not self.findings and quarantined is None
+        return {
+            "compliant": compliant if self.checked_at is not None else None,
+            "checkedAt": self.checked_at,
+            "action": self._action().value,
+            "findings": [f.to_json() for f in self.findings],
+            "processesChecked": self._cgroup is not None,
+            "quarantined": quarantined,
+            "condition": {
+                "type": "Compliant",
+                "status": "Unknown"
+                if self.checked_at is None
+                else ("True" if compliant else "False"),
+                "reason": "Quarantined"
+                if quarantined
+                else (self.findings[0].kind.value if self.findings else "NoDrift"),
+                "message": quarantined
+                or "; ".join(f.message for f in self.findings[:4])
+                or "nothing differs from what edged made",
+            },
+        }

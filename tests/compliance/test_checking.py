@@ -1,0 +1,75 @@
+"""Drift decisions as tables (pure: observations in, findings and remediation out)."""
+
+from __future__ import annotations
+
+from edged.compliance.checking import (
+    DriftAction,
+    Finding,
+    FindingKind,
+    Remediation,
+    StoreEntry,
+    check_config,
+    check_processes,
+    check_store,
+    hash_findings,
+    plan_remediation,
+)
+
+A = "a" * 64
+B = "b" * 64
+
+
+def entry(name: str, *, regular: bool = True, mode: int = 0o100444, size: int = 10) -> StoreEntry:
+    return StoreEntry(name, regular, mode, size, 1, 7)
+
+
+def test_store_findings_and_what_to_hash() -> None:
+    trusted = {A: (10, 1, 7)}
+    findings, to_hash = check_store(
+        [entry(A), entry(B), entry("evil.onnx"), entry("d" * 64, regular=False),
+         entry(A.replace("a", "c"), mode=0o100644)],
+        trusted,
+    )  # fmt: skip
+    assert [(f.kind, f.subject) for f in findings] == [
+        (FindingKind.ARTIFACT_ADDED, "evil.onnx"),
+        (FindingKind.ARTIFACT_ADDED, "d" * 64),
+        (FindingKind.ARTIFACT_CHANGED, "c" * 64),
+    ]
+    assert to_hash == [B, "c" * 64]  # A is trusted with this fingerprint
+    _, again = check_store([entry(A, size=11)], trusted)
+    assert again == [A]  # its fingerprint changed: hash it again
+
+
+def test_hash_findings() -> None:
+    got = hash_findings({A: A, B: "f" * 64, "c" * 64: None})
+    assert [f.subject for f in got] == [B, "c" * 64]
+    assert "found nothing readable" in got[1].message
+
+
+def test_config_findings() -> None:
+    assert check_config("/etc/edged/edged.toml", "x", "x") == []
+    assert check_config("/c", "x", "y")[0].kind is FindingKind.CONFIG_CHANGED
+    assert "removed" in check_config("/c", "x", None)[0].message
+
+
+def test_processes_not_descended_from_edged_are_strays() -> None:
+    parent = {100: 1, 200: 100, 201: 200, 300: 1, 301: 300, 400: 399}
+    names = {300: "sleep", 301: "sh", 400: "x"}
+    got = check_processes([100, 200, 201, 300, 301, 400, 999], parent, 100, names)
+    assert [f.subject for f in got] == ["300", "301", "400"]  # 999 vanished: not a finding
+    assert "process 300 (sleep)" in got[0].message
+
+
+def test_remediation_per_action() -> None:
+    findings = [
+        Finding(FindingKind.ARTIFACT_ADDED, "evil", ""),
+        Finding(FindingKind.ARTIFACT_CHANGED, A, ""),
+        Finding(FindingKind.STRAY_PROCESS, "300", ""),
+        Finding(FindingKind.CONFIG_CHANGED, "/c", ""),
+    ]
+    assert plan_remediation(findings, DriftAction.ALERT) == Remediation()
+    assert plan_remediation(findings, DriftAction.RESTART_WORKLOAD) == Remediation(
+        remove_files=("evil",), requarantine_blobs=(A,), kill_pids=(300,)
+    )
+    assert plan_remediation(findings, DriftAction.QUARANTINE) == Remediation(quarantine=True)
+    assert plan_remediation([], DriftAction.QUARANTINE) == Remediation()

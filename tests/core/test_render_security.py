@@ -1,0 +1,34 @@
+"""``edged status`` as a person reads it: the sandbox column, drift and ingress lines."""
+
+from __future__ import annotations
+
+from edgefleet.devicestatus import render_status
+
+IN_FORCE = {"inForce": True, "mode": "landlock", "filesystem": True, "network": True,
+            "scoped": True, "noNewPrivs": True, "seccomp": True, "problems": []}  # fmt: skip
+
+
+def doc(*sandboxes: dict, compliance: dict | None = None) -> dict:
+    replicas = [{"sandbox": s, "restarts": 0, "providers": []} for s in sandboxes]
+    return {
+        "device": {"compliance": compliance, "ingress": {"problems": ["port 8000 not served"]}},
+        "workloads": [{"name": "mlp", "replicas": replicas}],
+    }
+
+
+def test_sandbox_column() -> None:
+    assert "landlock(fs,net,scoped)+nnp+seccomp" in render_status(doc(IN_FORCE))
+    no_net = {**IN_FORCE, "network": False, "problems": ["Landlock ABI 3 has no TCP rules"]}
+    assert "landlock(fs,scoped)+nnp+seccomp!" in render_status(doc(no_net))
+    assert render_status(doc(IN_FORCE, {"inForce": True, "mode": "off"})).count("mixed") == 1
+    assert render_status(doc({"inForce": False, "mode": "landlock"})).splitlines()[-1].endswith("-")
+
+
+def test_drift_and_ingress_lines() -> None:
+    finding = {"kind": "StrayProcess", "message": "process 4242 (sleep) runs in edged's cgroup"}
+    text = render_status(
+        doc(IN_FORCE, compliance={"compliant": False, "action": "alert", "findings": [finding]})
+    )
+    assert "drift: NOT compliant (action alert)" in text
+    assert "  drift: StrayProcess: process 4242 (sleep) runs in edged's cgroup" in text
+    assert "  ingress: port 8000 not served" in text
