@@ -41,6 +41,7 @@ vectorised operations per deployment, not a Python loop over devices per deploym
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -62,6 +63,7 @@ REGION_LABEL = "topology.edgefleet.io/region"
 ZONE_LABEL = "topology.edgefleet.io/zone"
 ACCELERATOR_CLASSES = ("gpu", "npu", "tpu", "vpu")
 ARTIFACT_BONUS = 0.5  # in score units: a whole device's worth of free room is 1.0
+SCORE_SPAN = 8.0  # every score is below this (room 0-1, bonuses 0.75)
 CLASS_BONUS = 0.25  # anyOf: the first class scores this much more than the last
 MAX_VICTIMS_SEARCHED = 12  # exact fewest-victims search up to this many placements per device
 
@@ -206,6 +208,8 @@ class Fleet:
         self.index = {node.name: i for i, node in enumerate(self.nodes)}
         self.cpu_cap: Ints = np.array([x.cpu_millis for x in self.nodes], dtype=np.int64)
         self.mem_cap: Ints = np.array([x.memory_bytes for x in self.nodes], dtype=np.int64)
+        self._cpu_inv = 1.0 / np.maximum(self.cpu_cap, 1)
+        self._mem_inv = 1.0 / np.maximum(self.mem_cap, 1)
         self.cpu_used: Ints = np.zeros(n, dtype=np.int64)
         self.mem_used: Ints = np.zeros(n, dtype=np.int64)
         self.replicas: Ints = np.zeros(n, dtype=np.int64)
@@ -218,10 +222,17 @@ class Fleet:
             for t in node.taints:
                 self._taints.setdefault(Taint(t.key, t.effect, t.value), []).append(i)
         self._mask_cache: dict[tuple[str, str | None], Mask] = {}
+        self._untainted_cache: dict[Taint, Mask] = {}
         self._domain_cache: dict[str, tuple[Ints, list[str]]] = {}
         self._slots: dict[str, Ints] = {}
         self._acc_used: dict[str, Ints] = {}
         self._artifact_masks: dict[str, Mask] = {}
+        self._holders: dict[str, list[int]] = {}
+        for i, node in enumerate(self.nodes):
+            for sha in node.artifacts:
+                self._holders.setdefault(sha, []).append(i)
+        self._by_priority: dict[int, int] = {}  # placements of total deployments per priority
+        self._choices: dict[tuple[str, ...], Ints] = {}
         # what is placed: deployment -> device indices, and per device the placements
         self.placed: dict[str, set[int]] = {}
         self.on_device: dict[int, dict[str, int]] = {}  # device -> deployment -> priority
@@ -253,6 +264,14 @@ class Fleet:
         self._mask_cache[(key, value)] = mask
         return mask
 
+    def _untainted(self, taint: Taint) -> Mask:
+        """Devices without ``taint``."""
+        mask = self._untainted_cache.get(taint)
+        if mask is None:
+            mask = self._untainted_cache[taint] = np.ones(self.n, dtype=np.bool_)
+            mask[self._taints[taint]] = False
+        return mask
+
     def any_value(self, key: str, values: Iterable[str]) -> Mask:
         mask = np.zeros(self.n, dtype=np.bool_)
         for v in values:
@@ -279,18 +298,21 @@ class Fleet:
         return self._slots[cls]
 
     def artifact_mask(self, sha256: str) -> Mask:
-        if sha256 not in self._artifact_masks:
-            self._artifact_masks[sha256] = np.array(
-                [sha256 in x.artifacts for x in self.nodes], dtype=np.bool_
-            )
-        return self._artifact_masks[sha256]
+        mask = self._artifact_masks.get(sha256)
+        if mask is None:
+            mask = self._artifact_masks[sha256] = np.zeros(self.n, dtype=np.bool_)
+            mask[self._holders.get(sha256, [])] = True
+        return mask
 
     def accelerator_choice(self, dep: ModelDeployment) -> tuple[Ints, tuple[str, ...]]:
         """Per device the index in ``anyOf`` of the class it would use (-1: none it has)."""
         wanted = dep.spec.resources.accelerators
-        choice = np.full(self.n, -1, dtype=np.int64)
-        for i in range(len(wanted) - 1, -1, -1):
-            choice[self.slots(wanted[i]) > 0] = i
+        choice = self._choices.get(wanted)
+        if choice is None:
+            choice = np.full(self.n, -1, dtype=np.int64)
+            for i in range(len(wanted) - 1, -1, -1):
+                choice[self.slots(wanted[i]) > 0] = i
+            self._choices[wanted] = choice
         return choice, wanted
 
     # -- usage ------------------------------------------------------------------------------
@@ -307,13 +329,17 @@ class Fleet:
     def add(self, dep: ModelDeployment, i: int) -> None:
         name = dep.metadata.name
         self.placed.setdefault(name, set()).add(i)
-        self.on_device.setdefault(i, {})[name] = dep.spec.effective_priority
+        prio = self.on_device.setdefault(i, {})[name] = dep.spec.effective_priority
+        self._by_priority[prio] = self._by_priority.get(prio, 0) + 1
         self._use(dep, i, +1)
 
     def remove(self, dep: ModelDeployment, i: int) -> None:
         name = dep.metadata.name
-        self.placed.get(name, set()).discard(i)
-        self.on_device.get(i, {}).pop(name, None)
+        if i not in self.placed.get(name, ()):
+            return
+        self.placed[name].discard(i)
+        prio = self.on_device[i].pop(name)
+        self._by_priority[prio] -= 1
         self._use(dep, i, -1)
 
     def pin(self, dep: ModelDeployment, devices: Iterable[str]) -> None:
@@ -387,9 +413,7 @@ class Fleet:
                 mask[stale] = False
                 out.append((f"not ready for longer than {grace_s:g}s", mask))
                 continue
-            mask = np.ones(self.n, dtype=np.bool_)
-            mask[idx] = False
-            out.append((f"not tolerating taint {_short(taint.key)}", mask))
+            out.append((f"not tolerating taint {_short(taint.key)}", self._untainted(taint)))
         if placement.regions:
             out.append(
                 (
@@ -433,25 +457,22 @@ class Fleet:
             return self.label_mask(req.key)
         return ~self.label_mask(req.key)
 
-    def scores(self, dep: ModelDeployment) -> npt.NDArray[np.float64]:
-        """Higher is better: free room after placing (Spread) or room used (BinPack), plus
-        :data:`ARTIFACT_BONUS` where the artifact already is."""
+    def scores(self, dep: ModelDeployment, idx: Ints) -> npt.NDArray[np.float64]:
+        """The scores of devices ``idx``, higher is better: free room after placing (Spread)
+        or room used (BinPack), plus :data:`ARTIFACT_BONUS` where the artifact already is."""
         res = dep.spec.resources
-        cpu_cap = np.maximum(self.cpu_cap, 1)
-        mem_cap = np.maximum(self.mem_cap, 1)
-        used = ((self.cpu_used + (res.cpu_millis or 0)) / cpu_cap) + (
-            (self.mem_used + (res.memory_bytes or 0)) / mem_cap
-        )
-        used = used / 2 + self.replicas * 1e-6  # equal room: fewer replicas first
+        used = (self.cpu_used[idx] + (res.cpu_millis or 0)) * self._cpu_inv[idx]
+        used += (self.mem_used[idx] + (res.memory_bytes or 0)) * self._mem_inv[idx]
+        used = used / 2 + self.replicas[idx] * 1e-6  # equal room: fewer replicas first
         binpack = dep.spec.placement.strategy is PlacementStrategy.BIN_PACK
         score = used if binpack else 1.0 - used
         wanted = res.accelerators
         if len(wanted) > 1:  # anyOf: earlier classes preferred
             choice, _ = self.accelerator_choice(dep)
-            score = score + CLASS_BONUS * (1.0 - np.maximum(choice, 0) / len(wanted))
+            score += CLASS_BONUS * (1.0 - np.maximum(choice[idx], 0) / len(wanted))
         artifact = self.artifacts.get(dep.metadata.name)
-        if artifact:
-            score = score + ARTIFACT_BONUS * self.artifact_mask(artifact)
+        if artifact and artifact in self._holders:
+            score += ARTIFACT_BONUS * self.artifact_mask(artifact)[idx]
         return np.asarray(score, dtype=np.float64)
 
     # -- placing ----------------------------------------------------------------------------
@@ -475,20 +496,24 @@ class Fleet:
         want = (dep.spec.replicas.total or 0) - len(self.placed.get(name, ()))
         if want <= 0:
             return []
-        mask, _ = self.candidates(dep, now, grace_s)
+        static = np.ones(self.n, dtype=np.bool_)
+        for _, m in self.filters(dep, running=False, now=now, grace_s=grace_s):
+            static &= m
+        mask = static & ~self.running(name)
+        for _, m in self.fits(dep):
+            mask &= m
         idx = np.flatnonzero(mask)
         if idx.size == 0:
             return []
-        score = self.scores(dep)[idx]
-        spread = dep.spec.placement.topology_spread
-        if spread is None:
+        score = self.scores(dep, idx)
+        if dep.spec.placement.topology_spread is None:
             if idx.size > want:
                 top = np.argpartition(-score, want - 1)[:want]
                 idx, score = idx[top], score[top]
             order = np.lexsort((idx, -score))
             chosen = [int(i) for i in idx[order][:want]]
         else:
-            chosen = self._spread(dep, idx, score, want, now, grace_s)
+            chosen = self._spread(dep, idx, score, want, static)
         for i in chosen:
             self.add(dep, i)
         return chosen
@@ -499,37 +524,48 @@ class Fleet:
         idx: Ints,
         score: npt.NDArray[np.float64],
         want: int,
-        now: float,
-        grace_s: float,
+        static: Mask,
     ) -> list[int]:
+        """Each replica into the domain with the fewest so far (its best device there);
+        ``static``: devices passing every filter but capacity (their domains count for
+        ``maxSkew``, even when full)."""
         spread = dep.spec.placement.topology_spread
         assert spread is not None
-        codes, _ = self.domains(spread.key)
-        order = np.lexsort((idx, -score))
-        per_domain: dict[int, list[int]] = {}
-        for i in idx[order]:
-            per_domain.setdefault(int(codes[i]), []).append(int(i))
-        # the domains that count for skew: those with a device passing the static filters
-        static = np.ones(self.n, dtype=np.bool_)
-        for _, m in self.filters(dep, running=False, now=now, grace_s=grace_s):
-            static &= m
-        counts = {int(d): 0 for d in np.unique(codes[static]) if d >= 0}
+        codes, names = self.domains(spread.key)
+        dom = codes[idx]
+        inside = dom >= 0
+        idx, score, dom = idx[inside], score[inside], dom[inside]
+        counts = np.zeros(len(names), dtype=np.int64)
         for i in self.placed.get(dep.metadata.name, ()):
             if codes[i] >= 0:
-                counts[int(codes[i])] = counts.get(int(codes[i]), 0) + 1
-        pos = dict.fromkeys(per_domain, 0)
+                counts[codes[i]] += 1
+        present = np.zeros(len(names), dtype=np.bool_)
+        if spread.max_skew is not None:
+            present[codes[static & (codes >= 0)]] = True
+        # candidates by domain, then score (best first), then name: one stable sort, as
+        # scores are below SCORE_SPAN and idx is ascending
+        order = np.argsort(dom * SCORE_SPAN - score, kind="stable")
+        ranked, doms = idx[order], dom[order]
+        every = np.arange(len(names))
+        first = np.searchsorted(doms, every).tolist()
+        avail = (np.searchsorted(doms, every, side="right") - first).tolist()
+        taken = [0] * len(names)
+        count = counts.tolist()
+        heap = [(count[d], d) for d in range(len(names)) if avail[d] > 0]
+        heapq.heapify(heap)
         chosen: list[int] = []
-        while len(chosen) < want:
-            open_ = [d for d in per_domain if pos[d] < len(per_domain[d])]
-            if not open_:
-                break
-            d = min(open_, key=lambda d: (counts.get(d, 0), d))
-            floor = min(counts.values()) if counts else 0
-            if spread.max_skew is not None and counts.get(d, 0) + 1 - floor > spread.max_skew:
-                break
-            chosen.append(per_domain[d][pos[d]])
-            pos[d] += 1
-            counts[d] = counts.get(d, 0) + 1
+        while heap and len(chosen) < want:
+            c, d = heapq.heappop(heap)  # the domain with the fewest replicas, its first device
+            if spread.max_skew is not None:
+                floor = int(counts[present].min()) if present.any() else 0
+                if c + 1 - floor > spread.max_skew:
+                    break  # every other domain has at least as many
+            chosen.append(int(ranked[first[d] + taken[d]]))
+            taken[d] += 1
+            count[d] += 1
+            counts[d] += 1
+            if taken[d] < avail[d]:
+                heapq.heappush(heap, (count[d], d))
         return chosen
 
     def preempt(
@@ -540,18 +576,21 @@ class Fleet:
         name = dep.metadata.name
         priority = dep.spec.effective_priority
         done: list[tuple[int, list[str]]] = []
+        if not any(p < priority for p in self._priorities()):
+            return done
         while (dep.spec.replicas.total or 0) > len(self.placed.get(name, ())):
             static = np.ones(self.n, dtype=np.bool_)
             for _, m in self.filters(dep, running=False, now=now, grace_s=grace_s):
                 static &= m
-            static &= ~self.running(name)
+            static &= ~self.running(name) & self._skew_allows(dep, static)
+            static &= self._could_fit_evicting(dep, priority)
             best: tuple[tuple[int, int, int, int], int, list[str]] | None = None
             for i in map(int, np.flatnonzero(static)):
                 lower = {d: p for d, p in self.on_device.get(i, {}).items() if p < priority}
                 if not lower:
                     continue
                 victims = self._fewest_victims(dep, i, lower)
-                if victims is None:
+                if not victims:  # None: evicting all is not enough; []: fits without
                     continue
                 prios = [lower[v] for v in victims]
                 key = (len(victims), max(prios), sum(prios), i)
@@ -565,6 +604,55 @@ class Fleet:
             self.add(dep, i)
             done.append((i, victims))
         return done
+
+    def _priorities(self) -> set[int]:
+        """The priorities of the placements there are."""
+        return {p for p, count in self._by_priority.items() if count > 0}
+
+    def _could_fit_evicting(self, dep: ModelDeployment, priority: int) -> Mask:
+        """Devices where evicting every lower-priority placement would make room (a bound
+        that spares the exact search on devices that cannot help)."""
+        cpu = self.cpu_cap - self.cpu_used
+        mem = self.mem_cap - self.mem_used
+        acc = {c: self._slots[c] - self._acc_used[c] for c in self._slots}
+        for name, idx in self.placed.items():
+            other = self.deployments[name]
+            if not idx or other.spec.effective_priority >= priority:
+                continue
+            at = np.fromiter(idx, dtype=np.int64, count=len(idx))
+            res = other.spec.resources
+            cpu[at] += res.cpu_millis or 0
+            mem[at] += res.memory_bytes or 0
+            if res.accelerators:
+                choice, wanted = self.accelerator_choice(other)
+                for k, cls in enumerate(wanted):
+                    mine = at[choice[at] == k]
+                    acc[cls][mine] += 1
+        res = dep.spec.resources
+        ok = (cpu >= (res.cpu_millis or 0)) & (mem >= (res.memory_bytes or 0))
+        if res.accelerators:
+            choice, wanted = self.accelerator_choice(dep)
+            room = np.zeros(self.n, dtype=np.bool_)
+            for k, cls in enumerate(wanted):
+                room |= (choice == k) & (acc[cls] >= 1)
+            ok &= room
+        return np.asarray(ok, dtype=np.bool_)
+
+    def _skew_allows(self, dep: ModelDeployment, static: Mask) -> Mask:
+        """Devices in domains where one more replica keeps ``maxSkew``."""
+        spread = dep.spec.placement.topology_spread
+        if spread is None or spread.max_skew is None:
+            return np.ones(self.n, dtype=np.bool_)
+        codes, names = self.domains(spread.key)
+        counts = np.zeros(len(names) + 1, dtype=np.int64)
+        for i in self.placed.get(dep.metadata.name, ()):
+            counts[codes[i]] += 1
+        eligible = np.unique(codes[static & (codes >= 0)])
+        if eligible.size == 0:
+            return np.zeros(self.n, dtype=np.bool_)
+        floor = counts[eligible].min()
+        allowed = counts + 1 - floor <= spread.max_skew
+        return np.asarray(allowed[codes] & (codes >= 0), dtype=np.bool_)
 
     def _fewest_victims(
         self, dep: ModelDeployment, i: int, lower: Mapping[str, int]
@@ -712,7 +800,7 @@ def _run(
         if not _total(dep):
             continue
         was = [fleet.index[d] for d in sorted(current.get(name, ())) if d in fleet.index]
-        gone = sorted(set(current.get(name, ())) - set(fleet.index))
+        gone = sorted(d for d in current.get(name, ()) if d not in fleet.index)
         evictions += [Eviction(name, d, "device removed") for d in gone]
         if not was:
             continue
@@ -725,7 +813,8 @@ def _run(
                 evictions.append(Eviction(name, fleet.nodes[i].name, f"device {failed}"))
         extra = len(fleet.placed.get(name, ())) - (dep.spec.replicas.total or 0)
         if extra > 0:
-            score = fleet.scores(dep)
+            at = np.array(sorted(fleet.placed[name]), dtype=np.int64)
+            score = dict(zip(at.tolist(), fleet.scores(dep, at).tolist(), strict=True))
             worst = sorted(fleet.placed[name], key=lambda i: (score[i], -i))[:extra]
             for i in worst:
                 fleet.remove(dep, i)
