@@ -265,6 +265,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             for p in changed
             if p.obj.kind == "ModelDeployment"
         }
+        # a replicas.total deployment may be placed on any device: count it on each
+        placements = dict(cache.placements)
+        for p in changed:
+            dep = trial.deployments.get(p.obj.name) if p.obj.kind == "ModelDeployment" else None
+            if dep is not None and dep.spec.replicas.per_device is None:
+                placements[p.obj.name] = frozenset(cache.devices)
         fleet = FleetPolicies.of(trial)
         too_big: list[tuple[str, int]] = []
         for name, device in sorted(cache.devices.items()):
@@ -276,6 +282,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 region=self._ctx.region,
                 fleet=fleet,
                 planned=planned,
+                placements=placements,
             )
             size = wire_size(content)
             if size > MAX_DESIRED_STATE_BYTES:
@@ -348,6 +355,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 model_pushed=model is not None,
                 placeable=count_placeable(dep, cache.devices.values(), self._ctx.region),
                 assigned_models=assigned_models,
+                scheduled=cache.explanations.get(name)
+                if dep.spec.replicas.per_device is None
+                else None,
             )
             state = cache.rollouts.get(name)
             if state is not None:

@@ -18,6 +18,7 @@ from hub.config import HubConfig
 from hub.initializing import HubPaths
 from hub.observing import HubMetrics
 from hub.pki import CertifiedKey
+from hub.placements import Scheduler
 from hub.projecting import Projector
 from hub.rollouts import RolloutController
 from hub.sessions import Sessions
@@ -38,6 +39,7 @@ class HubContext:
     blobs: ArtifactStore
     trust_root: bytes = b""  # the fleet trust root as signed (D/trust-root.json), if any
     rollouts: RolloutController | None = None  # hub.rollouts; None: no rollout controller
+    scheduler: Scheduler | None = None  # hub.placements; None: replicas.total never placed
     clock: Callable[[], float] = field(default=time.time)
     metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.observing
 

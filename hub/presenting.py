@@ -27,6 +27,7 @@ from edgefleet.timestamps import rfc3339
 from hub import storekeys
 from hub.devices import Device, WorkloadReport
 from hub.placing import SecurityPolicy, taints_for
+from hub.scheduling import Explanation
 from hub.statusing import deployment_status
 from hub.tokens import TokenRecord
 
@@ -135,6 +136,7 @@ def deployment_object(
     model_pushed: bool | None = None,
     placeable: int | None = None,
     assigned_models: Mapping[str, tuple[str, str | None]] | None = None,
+    scheduled: Explanation | None = None,
 ) -> dict[str, Any]:
     """The stored manifest with its status computed from device reports."""
     if dep is None:
@@ -149,6 +151,7 @@ def deployment_object(
         model_pushed=model_pushed,
         placeable=placeable,
         assigned_models=assigned_models,
+        scheduled=scheduled,
     )
     return {**manifest, "status": status.to_json()}
 

@@ -57,10 +57,15 @@ from edgefleet.api import (
     TaintEffect,
 )
 from hub.devices import Device, DevicePhase, Taint
-from hub.placing import TAINT_NOT_READY, SecurityPolicy, taints_for, tolerates
+from hub.placing import (
+    REGION_LABEL,
+    TAINT_NOT_READY,
+    ZONE_LABEL,
+    SecurityPolicy,
+    taints_for,
+    tolerates,
+)
 
-REGION_LABEL = "topology.edgefleet.io/region"
-ZONE_LABEL = "topology.edgefleet.io/zone"
 ACCELERATOR_CLASSES = ("gpu", "npu", "tpu", "vpu")
 ARTIFACT_BONUS = 0.5  # in score units: a whole device's worth of free room is 1.0
 SCORE_SPAN = 8.0  # every score is below this (room 0-1, bonuses 0.75)

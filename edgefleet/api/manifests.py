@@ -896,7 +896,26 @@ def _read_model_deployment(metadata: ObjectMeta, r: Reader | None) -> ModelDeplo
         )
         if r.has("priority") and r.has("priorityClassName"):
             r.problems.add(r.path, "set at most one of priority and priorityClassName")
+        if spec.replicas.per_device is not None:
+            _check_total_only(r, spec)
     return ModelDeployment(metadata=metadata, spec=spec)
+
+
+def _check_total_only(r: Reader, spec: ModelDeploymentSpec) -> None:
+    """What only the scheduler acts on is refused for ``perDevice`` (every matching device
+    runs it: nothing to choose, nothing to preempt)."""
+    placement = spec.placement
+    only = "applies to replicas.total only (perDevice runs on every matching device)"
+    if placement.deployment_affinity:
+        r.problems.add(f"{r.path}.placement.deploymentAffinity", only)
+    if placement.deployment_anti_affinity:
+        r.problems.add(f"{r.path}.placement.deploymentAntiAffinity", only)
+    if placement.strategy is not PlacementStrategy.SPREAD:
+        r.problems.add(f"{r.path}.placement.strategy", only)
+    if spec.priority is not None:
+        r.problems.add(r.at("priority"), only)
+    if spec.priority_class_name is not None:
+        r.problems.add(r.at("priorityClassName"), only)
 
 
 _celsius = number_in(-50, 200)

@@ -523,6 +523,16 @@ def test_scheduling_fields() -> None:
         ),
         ({"priorityClassName": "urgent"}, "spec.priorityClassName", "not supported yet"),
         ({"priority": 10, "priorityClassName": "high"}, "spec", "at most one of priority"),
+        (
+            {"replicas": {"perDevice": 1}, "placement": {"deploymentAffinity": ["x"]}},
+            "spec.placement.deploymentAffinity",
+            "applies to replicas.total only",
+        ),
+        (
+            {"replicas": {"perDevice": 1}, "priority": 3},
+            "spec.priority",
+            "applies to replicas.total only",
+        ),
     ],
 )
 def test_scheduling_field_problems(spec: dict[str, Any], path: str, message: str) -> None:

@@ -13,10 +13,15 @@ from propertytesting import examples
 
 from edgefleet.api import ModelDeployment, TaintEffect, parse_manifest
 from hub.devices import Device, DevicePhase, Health, RevisionReport, Taint, WorkloadReport
-from hub.placing import TAINT_NOT_READY, TAINT_UNHEALTHY, TAINT_UNSCHEDULABLE, SecurityPolicy
-from hub.scheduling import (
+from hub.placing import (
     REGION_LABEL,
+    TAINT_NOT_READY,
+    TAINT_UNHEALTHY,
+    TAINT_UNSCHEDULABLE,
     ZONE_LABEL,
+    SecurityPolicy,
+)
+from hub.scheduling import (
     Node,
     accelerator_slots,
     node_of,
