@@ -22,6 +22,11 @@ gateways with 8-16 CPUs and 16-32 GiB, 1 in 5 with a GPU; a few big boxes with 2
 
 Targets (issue 15): all constraints >= 2,000 placements/s; incremental <= 50 ms; spread rate
 >= 0.6x the basic rate. No timed asserts: figures and verdicts are printed.
+
+Rates are placements per CPU second of this process (``time.process_time``; the scheduler is
+single-threaded), wall seconds are shown too: on a shared machine with many more runnable
+processes than cores the wall clock measures the neighbours. The three cases are interleaved
+per repetition and the medians quoted.
 """
 
 from __future__ import annotations
@@ -164,22 +169,27 @@ def artifacts_of(deps: list[ModelDeployment], seed: int = 3) -> dict[str, str]:
 
 def run_once(nodes: list[Node], deps: list[ModelDeployment]) -> dict[str, float]:
     artifacts = artifacts_of(deps)
-    t0 = time.perf_counter()
+    t0, c0 = time.perf_counter(), time.process_time()
     result = schedule(deps, nodes, {}, 0.0, artifacts=artifacts)
-    elapsed = time.perf_counter() - t0
+    elapsed, cpu = time.perf_counter() - t0, time.process_time() - c0
     placed = sum(len(v) for v in result.placements.values())
     wanted = sum(d.spec.replicas.total or 0 for d in deps)
     # stability: the same input again moves nothing (and is the cost of a quiet pass)
-    t1 = time.perf_counter()
+    c1 = time.process_time()
     again = schedule(deps, nodes, result.placements, 0.0, artifacts=artifacts)
-    quiet = time.perf_counter() - t1
+    quiet = time.process_time() - c1
     assert again.placements == result.placements, "a second pass moved placements"
+    incomplete = [e for e in result.explanations.values() if not e.complete]
     return {
         "seconds": elapsed,
+        "cpuSeconds": cpu,
         "placed": placed,
         "wanted": wanted,
-        "rate": placed / elapsed,
-        "quietPassSeconds": quiet,
+        "rate": placed / cpu,
+        "wallRate": placed / elapsed,
+        "quietPassCpuSeconds": quiet,
+        "incomplete": len(incomplete),
+        "example": incomplete[0].message() if incomplete else "",
     }
 
 
@@ -195,10 +205,10 @@ def incremental(nodes: list[Node], deps: list[ModelDeployment], reps: int) -> fl
     times = []
     for k in range(reps):
         new = extra[k % len(extra)]
-        t0 = time.perf_counter()
+        t0 = time.process_time()
         fleet.place(new, now=0.0, grace_s=60.0)
         fleet.preempt(new, now=0.0, grace_s=60.0)
-        times.append(time.perf_counter() - t0)
+        times.append(time.process_time() - t0)
         for i in list(fleet.placed.get(new.metadata.name, ())):
             fleet.remove(new, i)
     return statistics.median(times)
@@ -217,29 +227,41 @@ def main() -> None:
 
     nodes = make_nodes(args.devices)
     print(f"fleet: {args.devices} devices, {args.deployments} deployments of total: 5")
-    rows = []
-    for mode in ("basic", "all", "spread"):
-        deps = make_deployments(args.deployments, mode)
-        runs = [run_once(nodes, deps) for _ in range(reps)]
-        rate = statistics.median(r["rate"] for r in runs)
-        secs = statistics.median(r["seconds"] for r in runs)
-        quiet = statistics.median(r["quietPassSeconds"] for r in runs)
-        figures[mode] = {"runs": runs, "rate": rate, "seconds": secs, "quietPass": quiet}
-        rows.append((mode, runs[0]["placed"], runs[0]["wanted"], secs, rate, quiet))
+    modes = ("basic", "all", "spread")
+    sets = {mode: make_deployments(args.deployments, mode) for mode in modes}
+    runs: dict[str, list[dict[str, float]]] = {mode: [] for mode in modes}
+    for _ in range(reps):  # interleaved, so that a change of load hits every case alike
+        for mode in modes:
+            runs[mode].append(run_once(nodes, sets[mode]))
     print(
-        f"{'case':<8} {'placed':>8} {'wanted':>8} {'seconds':>8} {'placements/s':>13} "
-        f"{'quiet pass s':>13}"
+        f"{'case':<8} {'placed':>8} {'wanted':>8} {'cpu s':>7} {'placements/cpu-s':>17} "
+        f"{'wall s':>7} {'quiet pass cpu s':>17}"
     )
-    for mode, placed, wanted, secs, rate, quiet in rows:
-        print(f"{mode:<8} {placed:>8} {wanted:>8} {secs:>8.2f} {rate:>13,.0f} {quiet:>13.2f}")
+    for mode in modes:
+        rs = runs[mode]
+        med = {k: statistics.median(r[k] for r in rs) for k in rs[0] if k != "example"}
+        figures[mode] = {"runs": rs, **med}
+        print(
+            f"{mode:<8} {int(med['placed']):>8} {int(med['wanted']):>8} "
+            f"{med['cpuSeconds']:>7.2f} {med['rate']:>17,.0f} {med['seconds']:>7.2f} "
+            f"{med['quietPassCpuSeconds']:>17.2f}"
+        )
+    example = runs["all"][0]
+    print(
+        f"all constraints: {example['incomplete']} deployments not fully placed, each explained, "
+        f"e.g. {example['example']}"
+    )
     basic, every, spread = (figures[m]["rate"] for m in ("basic", "all", "spread"))
     inc = incremental(nodes, make_deployments(args.deployments, "all"), 20 if not args.quick else 5)
     figures["incrementalSeconds"] = inc
     print()
     verdict = lambda ok: "met" if ok else "NOT met"  # noqa: E731
-    print(f"all constraints: {every:,.0f} placements/s (target >= 2,000: {verdict(every >= 2000)})")
     print(
-        f"incremental total:5 on a warm fleet: {inc * 1000:.1f} ms (target <= 50 ms: "
+        f"all constraints: {every:,.0f} placements per CPU second "
+        f"(target >= 2,000: {verdict(every >= 2000)})"
+    )
+    print(
+        f"incremental total:5 on a warm fleet: {inc * 1000:.1f} ms CPU (target <= 50 ms: "
         f"{verdict(inc <= 0.05)})"
     )
     print(
@@ -254,11 +276,11 @@ def main() -> None:
     for size in sizes:
         fleet_nodes = nodes if size == args.devices else make_nodes(size)
         r = run_once(fleet_nodes, deps)
-        growth.append((size, r["seconds"], r["rate"], r["placed"]))
+        growth.append((size, r["cpuSeconds"], r["rate"], r["placed"]))
     figures["growth"] = growth
     print()
     print("growth (all constraints, 2,000 deployments):")
-    print(f"{'devices':>8} {'seconds':>8} {'placements/s':>13} {'placed':>8} {'s vs 1,000':>11}")
+    print(f"{'devices':>8} {'cpu s':>8} {'placements/s':>13} {'placed':>8} {'s vs 1,000':>11}")
     for size, secs, rate, placed in growth:
         print(f"{size:>8} {secs:>8.2f} {rate:>13,.0f} {placed:>8} {secs / growth[0][1]:>10.1f}x")
     if args.json:

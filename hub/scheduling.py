@@ -69,6 +69,7 @@ from hub.placing import (
 ACCELERATOR_CLASSES = ("gpu", "npu", "tpu", "vpu")
 ARTIFACT_BONUS = 0.5  # in score units: a whole device's worth of free room is 1.0
 SCORE_SPAN = 8.0  # every score is below this (room 0-1, bonuses 0.75)
+TIE_BREAK = 1e-13  # per device index: orders equal scores by name, below any real difference
 CLASS_BONUS = 0.25  # anyOf: the first class scores this much more than the last
 MAX_VICTIMS_SEARCHED = 12  # exact fewest-victims search up to this many placements per device
 
@@ -237,6 +238,7 @@ class Fleet:
             for sha in node.artifacts:
                 self._holders.setdefault(sha, []).append(i)
         self._by_priority: dict[int, int] = {}  # placements of total deployments per priority
+        self._prio_use: dict[int, dict[str, Ints]] = {}  # priority -> cpu, memory, classes
         self._choices: dict[tuple[str, ...], Ints] = {}
         # what is placed: deployment -> device indices, and per device the placements
         self.placed: dict[str, set[int]] = {}
@@ -337,6 +339,7 @@ class Fleet:
         prio = self.on_device.setdefault(i, {})[name] = dep.spec.effective_priority
         self._by_priority[prio] = self._by_priority.get(prio, 0) + 1
         self._use(dep, i, +1)
+        self._use_at_priority(dep, i, prio, +1)
 
     def remove(self, dep: ModelDeployment, i: int) -> None:
         name = dep.metadata.name
@@ -346,6 +349,25 @@ class Fleet:
         prio = self.on_device[i].pop(name)
         self._by_priority[prio] -= 1
         self._use(dep, i, -1)
+        self._use_at_priority(dep, i, prio, -1)
+
+    def _use_at_priority(self, dep: ModelDeployment, i: int, prio: int, sign: int) -> None:
+        """What placements of each priority take per device (what preemption could free)."""
+        use = self._prio_use.get(prio)
+        if use is None:
+            use = self._prio_use[prio] = {
+                "cpu": np.zeros(self.n, dtype=np.int64),
+                "memory": np.zeros(self.n, dtype=np.int64),
+            }
+        res = dep.spec.resources
+        use["cpu"][i] += sign * (res.cpu_millis or 0)
+        use["memory"][i] += sign * (res.memory_bytes or 0)
+        for cls in res.accelerators:
+            if self.slots(cls)[i] > 0:
+                if cls not in use:
+                    use[cls] = np.zeros(self.n, dtype=np.int64)
+                use[cls][i] += sign
+                break
 
     def pin(self, dep: ModelDeployment, devices: Iterable[str]) -> None:
         """A perDevice deployment's devices: capacity taken, never moved."""
@@ -537,39 +559,38 @@ class Fleet:
         spread = dep.spec.placement.topology_spread
         assert spread is not None
         codes, names = self.domains(spread.key)
-        dom = codes[idx]
-        inside = dom >= 0
-        idx, score, dom = idx[inside], score[inside], dom[inside]
-        counts = np.zeros(len(names), dtype=np.int64)
+        dom = codes[idx]  # every candidate has the label: "without label" is a filter
+        count = [0] * len(names)
         for i in self.placed.get(dep.metadata.name, ()):
             if codes[i] >= 0:
-                counts[codes[i]] += 1
-        present = np.zeros(len(names), dtype=np.bool_)
+                count[codes[i]] += 1
+        present: list[int] = []
         if spread.max_skew is not None:
-            present[codes[static & (codes >= 0)]] = True
-        # candidates by domain, then score (best first), then name: one stable sort, as
-        # scores are below SCORE_SPAN and idx is ascending
-        order = np.argsort(dom * SCORE_SPAN - score, kind="stable")
-        ranked, doms = idx[order], dom[order]
-        every = np.arange(len(names))
-        first = np.searchsorted(doms, every).tolist()
-        avail = (np.searchsorted(doms, every, side="right") - first).tolist()
+            seen = np.zeros(len(names), dtype=np.bool_)
+            seen[codes[static]] = True
+            present = np.flatnonzero(seen).tolist()
+        # candidates by domain, then score (best first), then name: one sort of one key, as
+        # scores are below SCORE_SPAN and differ by more than TIE_BREAK * devices when they differ
+        key = dom * SCORE_SPAN
+        key -= score
+        key += idx * TIE_BREAK
+        order = np.argsort(key)
+        ranked = idx[order]
+        bounds = np.searchsorted(dom[order], np.arange(len(names) + 1)).tolist()
         taken = [0] * len(names)
-        count = counts.tolist()
-        heap = [(count[d], d) for d in range(len(names)) if avail[d] > 0]
+        heap = [(count[d], d) for d in range(len(names)) if bounds[d + 1] > bounds[d]]
         heapq.heapify(heap)
         chosen: list[int] = []
         while heap and len(chosen) < want:
             c, d = heapq.heappop(heap)  # the domain with the fewest replicas, its first device
             if spread.max_skew is not None:
-                floor = int(counts[present].min()) if present.any() else 0
+                floor = min((count[p] for p in present), default=0)
                 if c + 1 - floor > spread.max_skew:
                     break  # every other domain has at least as many
-            chosen.append(int(ranked[first[d] + taken[d]]))
+            chosen.append(int(ranked[bounds[d] + taken[d]]))
             taken[d] += 1
             count[d] += 1
-            counts[d] += 1
-            if taken[d] < avail[d]:
+            if bounds[d] + taken[d] < bounds[d + 1]:
                 heapq.heappush(heap, (count[d], d))
         return chosen
 
@@ -620,19 +641,14 @@ class Fleet:
         cpu = self.cpu_cap - self.cpu_used
         mem = self.mem_cap - self.mem_used
         acc = {c: self._slots[c] - self._acc_used[c] for c in self._slots}
-        for name, idx in self.placed.items():
-            other = self.deployments[name]
-            if not idx or other.spec.effective_priority >= priority:
+        for prio, use in self._prio_use.items():
+            if prio >= priority:
                 continue
-            at = np.fromiter(idx, dtype=np.int64, count=len(idx))
-            res = other.spec.resources
-            cpu[at] += res.cpu_millis or 0
-            mem[at] += res.memory_bytes or 0
-            if res.accelerators:
-                choice, wanted = self.accelerator_choice(other)
-                for k, cls in enumerate(wanted):
-                    mine = at[choice[at] == k]
-                    acc[cls][mine] += 1
+            cpu += use["cpu"]
+            mem += use["memory"]
+            for cls, count in use.items():
+                if cls in acc:
+                    acc[cls] += count
         res = dep.spec.resources
         ok = (cpu >= (res.cpu_millis or 0)) & (mem >= (res.memory_bytes or 0))
         if res.accelerators:
