@@ -503,6 +503,10 @@ def fleets(draw: st.DrawFn) -> tuple[list[ModelDeployment], list[Node], dict[str
             placement["nodeSelector"] = {"site": "retail"}
         if draw(st.booleans()):
             placement["topologySpread"] = {"key": ZONE_LABEL}
+        if draw(st.integers(0, 3)) == 0:
+            placement["zones"] = draw(st.lists(st.sampled_from(ZONES), min_size=1, unique=True))
+        if j > 0 and draw(st.integers(0, 3)) == 0:
+            placement["deploymentAntiAffinity"] = ["d0"]
         spec["placement"] = placement
         deps.append(dep(f"d{j}", draw(st.integers(0, 5)), **spec))
     current = {
@@ -553,9 +557,13 @@ def test_property_no_device_over_capacity_and_hard_constraints_hold(
                 assert by_node[name].accelerators.get("gpu", 0) > 0
             if by_node[name].taints:  # cordoned: only what was already there stays
                 assert name in kept
+            if d.spec.placement.zones:
+                assert labels[ZONE_LABEL] in d.spec.placement.zones
+            if d.spec.placement.deployment_anti_affinity and name not in kept:
+                assert name not in result.placements["d0"]
 
 
-@examples(300)
+@examples(200)
 @given(fleets())
 def test_property_stability_the_same_input_twice_moves_nothing(
     fleet: tuple[list[ModelDeployment], list[Node], dict[str, list[str]]],
@@ -567,7 +575,7 @@ def test_property_stability_the_same_input_twice_moves_nothing(
     assert second.evictions == ()
 
 
-@examples(300)
+@examples(150)
 @given(fleets())
 def test_property_spread_is_honoured_when_it_can_be(
     fleet: tuple[list[ModelDeployment], list[Node], dict[str, list[str]]],
@@ -586,7 +594,11 @@ def test_property_spread_is_honoured_when_it_can_be(
         result = schedule([alone], roomy, {}, NOW)
         eligible: dict[str, int] = {}
         for x in roomy:
-            if all(x.labels.get(k) == v for k, v in alone.spec.placement.node_selector.items()):
+            zones_ok = x.labels[ZONE_LABEL] in (alone.spec.placement.zones or ZONES)
+            selected = all(
+                x.labels.get(k) == v for k, v in alone.spec.placement.node_selector.items()
+            )
+            if selected and zones_ok:
                 eligible[x.labels[ZONE_LABEL]] = eligible.get(x.labels[ZONE_LABEL], 0) + 1
         counts = dict.fromkeys(eligible, 0)
         for name in result.placements[alone.metadata.name]:
