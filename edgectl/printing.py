@@ -374,6 +374,10 @@ def describe_device(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
             [f"{t['key']}:{t['effect']} ({t.get('reason', '')})" for t in status.get("taints", [])],
         ),
         *_multi("Deployments", list(status.get("deployments", []))),
+        *_multi(
+            "Not running",
+            [f"{d}: {why}" for d, why in sorted(status.get("notRunning", {}).items())],
+        ),
     ]
     workloads = status.get("workloads", {})
     if workloads:

@@ -324,7 +324,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     def _device_json(self, device: Device) -> dict[str, Any]:
         cache = self._ctx.cache
-        return device_object(device, cache.security_policy(), cache.desired.get(device.name))
+        content = self._ctx.projector.content_for(device.name)
+        return device_object(
+            device,
+            cache.security_policy(),
+            cache.desired.get(device.name),
+            content.excluded if content is not None else None,
+        )
 
     def _assigned(self) -> dict[str, tuple[str, ...]]:
         return {name: record.deployments for name, record in self._ctx.cache.desired.items()}

@@ -88,8 +88,13 @@ def _workloads(device: Device) -> dict[str, Any]:
 
 
 def device_object(
-    device: Device, policy: SecurityPolicy, desired: storekeys.DesiredRecord | None
+    device: Device,
+    policy: SecurityPolicy,
+    desired: storekeys.DesiredRecord | None,
+    excluded: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
+    """A device as operators see it; ``excluded``: why each deployment it does not run is
+    not there (the projector's last word: a selector, a taint, the scheduler...)."""
     record = device.to_json()
     attestation = record["attestation"]
     metadata: dict[str, Any] = {
@@ -122,6 +127,7 @@ def device_object(
             "deployments": list(desired.deployments) if desired else [],
             "workloads": _workloads(device),
             "taints": [t.to_json() for t in taints_for(device, policy)],
+            "notRunning": dict(sorted((excluded or {}).items())),
         },
     }
 

@@ -163,3 +163,15 @@ def test_a_placed_device_is_sent_one_replica_and_its_own_accelerator_class() -> 
     assert sent["spec"]["replicas"] == {"perDevice": 1}
     assert sent["spec"]["resources"]["accelerator"] == "npu"
     assert parse_manifest(sent).spec.replicas.count_on_device() == 1  # type: ignore[union-attr]
+
+
+def test_describe_device_says_why_a_deployment_is_not_there() -> None:
+    from edgectl.printing import describe_device
+    from hub.placing import SecurityPolicy
+    from hub.presenting import device_object
+
+    why = {"fraud": "replicas.total: the scheduler placed no replica here"}
+    doc = device_object(device("d1", 0.0), SecurityPolicy(), None, why)
+    assert doc["status"]["notRunning"] == why
+    text = describe_device(doc, [], now=0.0)
+    assert "Not running:      fraud: replicas.total: the scheduler placed no replica here" in text
