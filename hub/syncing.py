@@ -287,7 +287,9 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 return
             record = ctx.cache.desired.get(name)
             issued = max(record.generation if record else 0, device.generation_acked)
-            problems = check_message(msg, issued=issued)
+            problems = check_message(
+                msg, issued=issued, reserved=ctx.config.enrollment.reserved_labels
+            )
             if problems:
                 log.warning("device input refused", device=name, problems=problems[:5])
                 raise StreamRefused(grpc.StatusCode.INVALID_ARGUMENT, _joined(problems))
@@ -308,6 +310,11 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 changed = device.with_(
                     workloads=workloads, health=health or device.health, last_heartbeat=now
                 )
+                labels = dict(msg.status.labels)
+                if labels and labels != device.reported_labels:  # empty: an older edged
+                    changed = changed.with_(reported_labels=labels)
+                    ctx.projector.mark([name])  # placement reads labels (the scheduler too)
+                    log.info("device labels changed", device=name)
                 if changed.health != device.health:
                     ctx.projector.mark([name])
                     ctx.writer.event(

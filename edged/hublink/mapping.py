@@ -34,6 +34,7 @@ def status_message(report: DeviceReport, *, generation: int) -> device_pb2.Statu
         workloads=[_workload(w) for w in report.workloads],
         health=_health(report),
         observed_generation=generation,
+        labels=report.labels,
     )
 
 

@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import grpc
-from asynctesting import async_test
+from asynctesting import async_test, eventually
 from hubserving import AdminHub, make_hub_dir
 
 from edged.trust.identity import load_or_create_identity
@@ -161,3 +161,42 @@ async def test_what_a_hostile_device_sends_is_bounded_and_changes_nothing(
             code, details = await _refused(call)
             assert code is grpc.StatusCode.RESOURCE_EXHAUSTED and "status messages" in details
             assert hub.ctx.cache.devices["cam-1"].workloads["det"].model_version == "1.0.2"
+
+
+@async_test
+async def test_labels_in_a_status_replace_the_hellos_and_reserved_ones_are_refused(
+    tmp_path: Path,
+) -> None:
+    """An accelerator unplugged mid-stream reaches the hub (the scheduler moves replicas that
+    needed it); an empty map (an older edged) keeps the Hello's labels."""
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub:
+        creds = await _enrolled(hub, tmp_path, "cam-1")
+        gpu = {"arch": "amd64", "accelerator": "gpu", "accelerator.gpu": "1"}
+        async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
+            stub = device_pb2_grpc.DeviceServiceStub(ch)
+            call = stub.Sync()
+            hello = device_pb2.Hello(device_name="cam-1", labels=gpu)
+            await call.write(device_pb2.DeviceMessage(hello=hello))
+            await call.read()
+            await call.write(device_pb2.DeviceMessage(status=device_pb2.Status()))
+            await call.write(
+                device_pb2.DeviceMessage(status=device_pb2.Status(labels={"arch": "amd64"}))
+            )
+            await call.write(device_pb2.DeviceMessage(heartbeat=device_pb2.Heartbeat()))
+            await call.done_writing()
+            await call.code()
+
+            def labels() -> dict[str, str]:
+                return dict(hub.ctx.cache.devices["cam-1"].reported_labels)
+
+            await eventually(lambda: labels() == {"arch": "amd64"}, within=10)
+
+            call = stub.Sync()
+            await call.write(device_pb2.DeviceMessage(hello=hello))
+            await call.read()
+            reserved = {"arch": "amd64", "topology.edgefleet.io/zone": "fra-1"}
+            await call.write(device_pb2.DeviceMessage(status=device_pb2.Status(labels=reserved)))
+            code, details = await _refused(call)
+            assert code is grpc.StatusCode.INVALID_ARGUMENT
+            assert "status.labels['topology.edgefleet.io/zone']: reserved" in details
