@@ -11,8 +11,9 @@ concerned for projection. The explanations of the last pass live in memory
 
 Placements are stored, so a restarted hub keeps them (the first pass keeps every placement
 that still qualifies). Wakes: any projection mark (an apply, a label, health, attestation or
-phase change, a device connecting), and a tick of a quarter of ``devices.rescheduleAfter``
-(at most 5 s), which notices devices silent for longer than that.
+phase change, a device connecting), and, while a device holding a placement is not Ready, a
+tick of a quarter of ``devices.rescheduleAfter`` (at most 5 s), which notices it silent for
+longer than that. A quiet fleet costs no passes.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from edgefleet.supervising import wait_for_stop
 from hub import storekeys
 from hub.batching import GIVE_UP_AFTER, BatchLoop
 from hub.caching import Cache
+from hub.devices import DevicePhase
 from hub.projecting import Projector
 from hub.scheduling import Eviction, Node, Schedule, node_of, schedule
 from hub.store import Delete, Put, Store
@@ -86,7 +88,17 @@ class Scheduler:
     async def _ticks(self, stop: asyncio.Event) -> None:
         self.wake()
         while not await wait_for_stop(stop, self._tick):
-            self.wake()
+            if self._waiting_out():
+                self.wake()
+
+    def _waiting_out(self) -> bool:
+        """Whether a placed device is not Ready: only time can move its replicas (every
+        other change marks the projector, which wakes the scheduler)."""
+        devices = self._cache.devices
+        placed = set().union(*self._cache.placements.values()) if self._cache.placements else ()
+        return any(
+            (d := devices.get(name)) is None or d.phase is not DevicePhase.READY for name in placed
+        )
 
     def plan(self) -> Schedule:
         """The scheduler's decision on what the cache holds now (pure over a snapshot)."""
