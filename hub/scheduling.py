@@ -186,15 +186,6 @@ class Schedule:
     explanations: Mapping[str, Explanation]
     evictions: tuple[Eviction, ...] = ()  # placements taken away, each with its reason
 
-    def moved(self, current: Mapping[str, Collection[str]]) -> dict[str, set[str]]:
-        """Per deployment, the devices it left compared with ``current``."""
-        out: dict[str, set[str]] = {}
-        for name, devices in current.items():
-            gone = set(devices) - set(self.placements.get(name, ()))
-            if gone:
-                out[name] = gone
-        return out
-
 
 def _short(key: str) -> str:
     return key.removeprefix("node.edgefleet.io/")
