@@ -8,7 +8,7 @@ with every default spelled out (:func:`default_config_text`).
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -93,7 +93,7 @@ class DevicesConfig:
     """No heartbeat for this long: the device becomes NotReady."""
     reschedule_after_s: float = 300.0
     """No message for this long: the scheduler moves the device's ``replicas.total``
-    placements to other devices (at least heartbeatGrace)."""
+    placements to other devices (at least heartbeatGrace; unset: 5m or heartbeatGrace)."""
     status_rate: float = 1.0
     """Status messages per second one device may send, after a burst (edged sends status
     only when it changed, checked every second)."""
@@ -197,7 +197,11 @@ def _read_devices(r: Reader) -> DevicesConfig:
             "must be longer than heartbeatInterval "
             f"({format_duration(config.heartbeat_interval_s)})",
         )
-    if config.reschedule_after_s < config.heartbeat_grace_s:
+    if not r.has("rescheduleAfter"):  # the default follows a long grace
+        config = replace(
+            config, reschedule_after_s=max(config.reschedule_after_s, config.heartbeat_grace_s)
+        )
+    elif config.reschedule_after_s < config.heartbeat_grace_s:
         r.problems.add(
             r.at("rescheduleAfter"),
             f"must be at least heartbeatGrace ({format_duration(config.heartbeat_grace_s)})",

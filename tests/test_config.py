@@ -298,3 +298,16 @@ def test_discovery_problems_have_paths() -> None:
         "discovery.executionProviders[0]",
         "discovery.healthPeriod",
     ]
+
+
+def test_hub_reschedule_after_defaults_to_at_least_the_grace_and_is_checked() -> None:
+    from edgefleet.errors import ConfigError
+    from hub.config import parse_config
+
+    assert parse_config({}).devices.reschedule_after_s == 300.0
+    long_grace = parse_config({"devices": {"heartbeatGrace": "10m"}})
+    assert long_grace.devices.reschedule_after_s == 600.0
+    fast = {"heartbeatInterval": "1s", "heartbeatGrace": "3s", "rescheduleAfter": "4s"}
+    assert parse_config({"devices": fast}).devices.reschedule_after_s == 4.0
+    with pytest.raises(ConfigError, match="rescheduleAfter: must be at least heartbeatGrace"):
+        parse_config({"devices": {**fast, "rescheduleAfter": "2s"}})
