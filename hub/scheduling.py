@@ -822,7 +822,7 @@ def _run(
             if failed is None:
                 fleet.add(dep, i)
             else:
-                evictions.append(Eviction(name, fleet.nodes[i].name, f"device {failed}"))
+                evictions.append(Eviction(name, fleet.nodes[i].name, f"no longer fits: {failed}"))
         extra = len(fleet.placed.get(name, ())) - (dep.spec.replicas.total or 0)
         if extra > 0:
             at = np.array(sorted(fleet.placed[name]), dtype=np.int64)

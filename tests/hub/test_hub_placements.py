@@ -99,7 +99,7 @@ async def test_placements_are_stored_kept_across_a_restart_and_moved_off_a_silen
         assert silent not in now_on and len(now_on) == 2 and (first - {silent}) <= now_on
         moved = [e for e in cache.events if e["reason"] == "Rescheduled"]
         assert [e["message"] for e in moved] == [
-            f"replica taken off {silent}: device not ready for longer than 60s"
+            f"replica taken off {silent}: no longer fits: not ready for longer than 60s"
         ]
         assert moved[0]["type"] == "Warning"
     finally:

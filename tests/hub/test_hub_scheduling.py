@@ -240,8 +240,8 @@ def test_cordon_and_short_not_ready_keep_placements_noexecute_and_long_not_ready
     assert set(result.placements["x"]) == {"cordoned", "away-briefly", "spare1", "spare2"}
     reasons = {e.device: e.reason for e in result.evictions}
     assert reasons == {
-        "away-long": "device not ready for longer than 60s",
-        "sick": "device not tolerating taint unhealthy",
+        "away-long": "no longer fits: not ready for longer than 60s",
+        "sick": "no longer fits: not tolerating taint unhealthy",
     }
 
 
@@ -255,7 +255,7 @@ def test_lost_accelerator_moves_the_placement_to_a_device_with_an_acceptable_cla
     after = [node("gpu-box"), before[1]]
     result = schedule([any_of], after, {"x": ["gpu-box"]}, NOW)
     assert result.placements["x"] == ("npu-box",)
-    assert [e.reason for e in result.evictions] == ["device lack accelerator gpu|npu"]
+    assert [e.reason for e in result.evictions] == ["no longer fits: lack accelerator gpu|npu"]
 
 
 def test_device_affinity_and_anti_affinity() -> None:
