@@ -374,6 +374,10 @@ def describe_device(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
             [f"{t['key']}:{t['effect']} ({t.get('reason', '')})" for t in status.get("taints", [])],
         ),
         *_multi("Deployments", list(status.get("deployments", []))),
+        *_multi(
+            "Not running",
+            [f"{d}: {why}" for d, why in sorted(status.get("notRunning", {}).items())],
+        ),
     ]
     workloads = status.get("workloads", {})
     if workloads:
@@ -407,7 +411,10 @@ def describe_deployment(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
     lines = [
         *_meta_lines(doc, now),
         _field("Model", f"{model.get('name')} {model.get('version')}"),
-        _field("Replicas", f"{per} per device" if per is not None else f"{replicas.get('total')}"),
+        _field(
+            "Replicas",
+            f"{per} per device" if per is not None else f"{replicas.get('total')} across the fleet",
+        ),
         _field("Node selector", _labels(placement.get("nodeSelector", {}))),
         _field("Regions", ", ".join(placement.get("regions", [])) or "<any>"),
         _field(

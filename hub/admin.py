@@ -246,6 +246,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             for p in changed
             if p.obj.kind == "ModelDeployment"
         }
+        # a replicas.total deployment may be placed on any device: count it on each
+        placements = dict(cache.placements)
+        for p in changed:
+            dep = trial.deployments.get(p.obj.name) if p.obj.kind == "ModelDeployment" else None
+            if dep is not None and dep.spec.replicas.per_device is None:
+                placements[p.obj.name] = frozenset(cache.devices)
         fleet = FleetPolicies.of(trial)
         too_big: list[tuple[str, int]] = []
         for name, device in sorted(cache.devices.items()):
@@ -257,6 +263,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 region=self._ctx.region,
                 fleet=fleet,
                 planned=planned,
+                placements=placements,
             )
             size = wire_size(content)
             if size > MAX_DESIRED_STATE_BYTES:
@@ -298,7 +305,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     def _device_json(self, device: Device) -> dict[str, Any]:
         cache = self._ctx.cache
-        return device_object(device, cache.security_policy(), cache.desired.get(device.name))
+        content = self._ctx.projector.content_for(device.name)
+        return device_object(
+            device,
+            cache.security_policy(),
+            cache.desired.get(device.name),
+            content.excluded if content is not None else None,
+        )
 
     def _assigned(self) -> dict[str, tuple[str, ...]]:
         return {name: record.deployments for name, record in self._ctx.cache.desired.items()}
@@ -329,6 +342,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 model_pushed=model is not None,
                 placeable=count_placeable(dep, cache.devices.values(), self._ctx.region),
                 assigned_models=assigned_models,
+                scheduled=cache.explanations.get(name)
+                if dep.spec.replicas.per_device is None
+                else None,
             )
             state = cache.rollouts.get(name)
             if state is not None:

@@ -16,6 +16,7 @@ from hub import storekeys
 from hub.devices import Device
 from hub.placing import SecurityPolicy
 from hub.rolling import Revision, RolloutState
+from hub.scheduling import Explanation
 from hub.store import Store
 
 MAX_EVENTS = 1000
@@ -75,6 +76,10 @@ class Cache:
     rollouts: dict[str, RolloutState] = field(default_factory=dict)  # by deployment
     rollout_revisions: dict[str, int] = field(default_factory=dict)  # their store mod revisions
     events: EventLog = field(default_factory=EventLog)
+    # replicas.total deployment -> the devices the scheduler placed it on (hub.placements)
+    placements: dict[str, frozenset[str]] = field(default_factory=dict)
+    # and why, from the scheduler's last pass (not stored: computed again after a restart)
+    explanations: dict[str, Explanation] = field(default_factory=dict)
 
     @classmethod
     async def load(cls, store: Store) -> Cache:
@@ -97,6 +102,9 @@ class Cache:
             state = RolloutState.from_json(storekeys.loads(kv.value))
             cache.rollouts[state.deployment] = state
             cache.rollout_revisions[state.deployment] = kv.mod_revision
+        for kv in (await store.range(storekeys.PLACEMENTS)).kvs:
+            doc = storekeys.loads(kv.value)
+            cache.placements[kv.key[len(storekeys.PLACEMENTS) :]] = frozenset(doc["devices"])
         for kv in (await store.range(storekeys.REVOKED)).kvs:
             cache.revoked[kv.key[len(storekeys.REVOKED) :]] = kv.value.decode()
         for kv in (await store.range(storekeys.EVENTS)).kvs[-MAX_EVENTS:]:

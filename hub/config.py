@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,7 +60,7 @@ class TokensConfig:
     single_use: bool = False
 
 
-DEFAULT_RESERVED_LABELS = ("node-restriction.edgefleet.io/",)
+DEFAULT_RESERVED_LABELS = ("node-restriction.edgefleet.io/", "topology.edgefleet.io/")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -92,6 +92,9 @@ class DevicesConfig:
     heartbeat_interval_s: float = 30.0
     heartbeat_grace_s: float = 90.0
     """No heartbeat for this long: the device becomes NotReady."""
+    reschedule_after_s: float = 300.0
+    """No message for this long: the scheduler moves the device's ``replicas.total``
+    placements to other devices (at least heartbeatGrace; unset: 5m or heartbeatGrace)."""
     status_rate: float = 1.0
     """Status messages per second one device may send, after a burst (edged sends status
     only when it changed, checked every second)."""
@@ -229,6 +232,7 @@ def _read_devices(r: Reader) -> DevicesConfig:
             "heartbeatInterval", positive_duration, d.heartbeat_interval_s
         ),
         heartbeat_grace_s=r.optional("heartbeatGrace", positive_duration, d.heartbeat_grace_s),
+        reschedule_after_s=r.optional("rescheduleAfter", positive_duration, d.reschedule_after_s),
         status_rate=r.optional("statusRate", number_in(above=0), d.status_rate),
         status_burst=r.optional("statusBurst", int_in(1, 100_000), d.status_burst),
     )
@@ -237,6 +241,15 @@ def _read_devices(r: Reader) -> DevicesConfig:
             r.at("heartbeatGrace"),
             "must be longer than heartbeatInterval "
             f"({format_duration(config.heartbeat_interval_s)})",
+        )
+    if not r.has("rescheduleAfter"):  # the default follows a long grace
+        config = replace(
+            config, reschedule_after_s=max(config.reschedule_after_s, config.heartbeat_grace_s)
+        )
+    elif config.reschedule_after_s < config.heartbeat_grace_s:
+        r.problems.add(
+            r.at("rescheduleAfter"),
+            f"must be at least heartbeatGrace ({format_duration(config.heartbeat_grace_s)})",
         )
     return config
 
@@ -359,6 +372,8 @@ singleUse = {str(t.single_use).lower()}
 heartbeatInterval = "{format_duration(d.heartbeat_interval_s)}"
 # No heartbeat for this long: the device becomes NotReady.
 heartbeatGrace = "{format_duration(d.heartbeat_grace_s)}"
+# No message for this long: the scheduler moves the device's replicas.total placements.
+rescheduleAfter = "{format_duration(d.reschedule_after_s)}"
 # Status messages per second one device may send, after a burst; faster ends its stream.
 statusRate = {d.status_rate:g}
 statusBurst = {d.status_burst}

@@ -19,6 +19,7 @@ from hub.dashboard.access import DashboardAccess
 from hub.initializing import HubPaths
 from hub.observing import HubMetrics
 from hub.pki import CertifiedKey
+from hub.placements import Scheduler
 from hub.projecting import Projector
 from hub.rollouts import RolloutController
 from hub.sessions import Sessions
@@ -41,6 +42,7 @@ class HubContext:
     blobs: ArtifactStore
     trust_root: bytes = b""  # the fleet trust root as signed (D/trust-root.json), if any
     rollouts: RolloutController | None = None  # hub.rollouts; None: no rollout controller
+    scheduler: Scheduler | None = None  # hub.placements; None: replicas.total never placed
     clock: Callable[[], float] = field(default=time.time)
     metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.observing
     elector: Elector | None = None  # hub replicas on etcd (hub.replicas); None: the only hub

@@ -9,14 +9,18 @@ digests it all. :class:`hub.projecting.Projector` calls it and does the writing 
 
 from __future__ import annotations
 
+import functools
 import hashlib
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass
+
+import orjson
 
 from hub.caching import Cache
 from hub.devices import Device
 from hub.placing import Projection, SecurityPolicy, project
 from hub.rolling import Revision
+from hub.scheduling import accelerator_slots
 
 MAX_DESIRED_STATE_BYTES = 4 * 1024 * 1024 - 64 * 1024
 """The most one device's desired state may take on the wire: gRPC's 4 MiB message limit (the
@@ -66,11 +70,13 @@ def build_desired(
     region: str,
     fleet: FleetPolicies | None = None,
     planned: Mapping[str, Revision] | None = None,
+    placements: Mapping[str, Collection[str]] | None = None,
 ) -> DesiredContent:
     """What ``device`` should be sent (pure over the cache). ``fleet``: what applies to every
     device, read from the cache once per batch (read here when not given). ``planned``:
     revisions to send instead of the rollout's choice, by deployment (an apply is checked
-    against the worst case: its new revisions on every device they reach)."""
+    against the worst case: its new revisions on every device they reach). ``placements``:
+    the scheduler's, by ``replicas.total`` deployment (default: the cache's)."""
     fleet = fleet or FleetPolicies.of(cache)
     projection: Projection = project(
         device,
@@ -78,7 +84,9 @@ def build_desired(
         previous=previous,
         policy=fleet.security,
         region=region,
+        placed=cache.placements if placements is None else placements,
     )
+    labels = device.all_labels()
     excluded = dict(projection.excluded)
     names: list[str] = []
     manifests: list[bytes] = []
@@ -96,7 +104,7 @@ def build_desired(
             excluded[name] = f"model {model_name} {version} has not been pushed"
             continue
         names.append(name)
-        manifests.append(revision.encoded)
+        manifests.append(manifest_for(revision, labels))
         metadata.append(model.envelope)
         if model.rollback_allowance:  # hub.allowing: lets a device go back to this version
             allowances.append(model.rollback_allowance)
@@ -118,6 +126,36 @@ def build_desired(
         frozenset(artifacts),
         fleet.trust_roots,
     )
+
+
+def manifest_for(revision: Revision, labels: Mapping[str, str]) -> bytes:
+    """The revision's manifest as one device is sent it: a ``replicas.total`` deployment runs
+    one replica on each device the scheduler chose (``perDevice: 1`` there), and an
+    ``accelerator: {anyOf: [...]}`` names the first class this device has (else the first),
+    so edged, which knows neither, runs what the hub decided."""
+    spec = revision.manifest.get("spec", {})
+    total = "total" in spec.get("replicas", {})
+    wanted = spec.get("resources", {}).get("accelerator")
+    choices = [str(c) for c in wanted.get("anyOf", ())] if isinstance(wanted, Mapping) else []
+    encoded = revision.encoded
+    if not total and not choices:
+        return encoded
+    accelerator = ""
+    if choices:
+        slots = accelerator_slots(labels)
+        accelerator = next((c for c in choices if slots.get(c, 0) > 0), choices[0])
+    return _rewritten(encoded, total, accelerator)
+
+
+@functools.lru_cache(maxsize=4096)
+def _rewritten(encoded: bytes, per_device: bool, accelerator: str) -> bytes:
+    doc = orjson.loads(encoded)
+    spec = doc.get("spec", {})
+    if per_device:
+        spec["replicas"] = {"perDevice": 1}
+    if accelerator:
+        spec.setdefault("resources", {})["accelerator"] = accelerator
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
 
 
 def wire_size(content: DesiredContent) -> int:

@@ -12,7 +12,7 @@ against the 4 MiB message limit: a device's stored record stays well under 1 MiB
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.v1 import common_pb2, device_pb2
@@ -104,6 +104,25 @@ def reserved_labels(labels: Iterable[str], reserved: Sequence[str]) -> list[str]
     )
 
 
+def _labels(
+    problems: list[str], at: str, labels: Mapping[str, str], reserved: Sequence[str]
+) -> None:
+    if len(labels) > MAX_LABELS:
+        problems.append(f"{at}: at most {MAX_LABELS}, got {len(labels)}")
+        return
+    for key, value in sorted(labels.items()):
+        for convert, what in ((label_key, key), (label_value, value)):
+            try:
+                convert(what)
+            except ValueError as exc:
+                problems.append(f"{at}[{key[:80]!r}]: {exc}"[:400])
+    for key in reserved_labels(labels, reserved):
+        problems.append(
+            f"{at}[{key!r}]: reserved for bootstrap tokens and edgectl label "
+            "([enrollment] reservedLabels); a device cannot report it"
+        )
+
+
 def check_hello(hello: device_pb2.Hello, *, reserved: Sequence[str] = ()) -> list[str]:
     """Every problem with a Hello (pure)."""
     problems: list[str] = []
@@ -113,20 +132,7 @@ def check_hello(hello: device_pb2.Hello, *, reserved: Sequence[str] = ()) -> lis
         problems.append(
             f"hello.applied_generation: at most {MAX_GENERATION}, got {hello.applied_generation}"
         )
-    if len(hello.labels) > MAX_LABELS:
-        problems.append(f"hello.labels: at most {MAX_LABELS}, got {len(hello.labels)}")
-    else:
-        for key, value in sorted(hello.labels.items()):
-            for convert, what in ((label_key, key), (label_value, value)):
-                try:
-                    convert(what)
-                except ValueError as exc:
-                    problems.append(f"hello.labels[{key[:80]!r}]: {exc}"[:400])
-        for key in reserved_labels(hello.labels, reserved):
-            problems.append(
-                f"hello.labels[{key!r}]: reserved for bootstrap tokens and edgectl label "
-                "([enrollment] reservedLabels); a device cannot report it"
-            )
+    _labels(problems, "hello.labels", hello.labels, reserved)
     size = hello.inventory.ByteSize()
     if size > MAX_INVENTORY_BYTES:
         problems.append(f"hello.inventory: at most {MAX_INVENTORY_BYTES} bytes, got {size}")
@@ -155,9 +161,10 @@ def _sizing(problems: list[str], at: str, sizing: device_pb2.WorkloadSizing) -> 
     _text(problems, f"{at}.last_decision.message", d.message, MAX_MESSAGE_TEXT)
 
 
-def check_status(status: device_pb2.Status) -> list[str]:
+def check_status(status: device_pb2.Status, *, reserved: Sequence[str] = ()) -> list[str]:
     """Every problem with a Status (pure)."""
     problems: list[str] = []
+    _labels(problems, "status.labels", status.labels, reserved)
     size = status.ByteSize()
     if size > MAX_STATUS_BYTES:
         problems.append(f"status: at most {MAX_STATUS_BYTES} bytes, got {size}")
@@ -237,9 +244,15 @@ def check_evidence(evidence: device_pb2.AttestationEvidence) -> list[str]:
     return problems
 
 
-def check_message(message: device_pb2.DeviceMessage, *, issued: int | None = None) -> list[str]:
+def check_message(
+    message: device_pb2.DeviceMessage,
+    *,
+    issued: int | None = None,
+    reserved: Sequence[str] = (),
+) -> list[str]:
     """Every problem with a message after the Hello (pure). ``issued``: the newest generation
-    the hub issued the device (an Ack above it acknowledges what was never sent)."""
+    the hub issued the device (an Ack above it acknowledges what was never sent);
+    ``reserved``: label keys a device may not report."""
     kind = message.WhichOneof("message")
     if kind == "ack" and issued is not None and message.ack.generation > issued:
         return [
@@ -247,7 +260,7 @@ def check_message(message: device_pb2.DeviceMessage, *, issued: int | None = Non
             f"(the newest is {issued})"
         ]
     if kind == "status":
-        return check_status(message.status)
+        return check_status(message.status, reserved=reserved)
     if kind == "attestation_evidence":
         return check_evidence(message.attestation_evidence)
     if kind == "hello":

@@ -11,7 +11,7 @@ requires attestation, revoked) take everything off.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 from edgefleet.api import ModelDeployment, TaintEffect, Toleration, TolerationOperator
@@ -22,6 +22,8 @@ TAINT_NOT_READY = "node.edgefleet.io/not-ready"
 TAINT_UNHEALTHY = "node.edgefleet.io/unhealthy"
 TAINT_UNTRUSTED = "node.edgefleet.io/untrusted"
 TAINT_REVOKED = "node.edgefleet.io/revoked"
+REGION_LABEL = "topology.edgefleet.io/region"  # a device's region: the hub's unless labelled
+ZONE_LABEL = "topology.edgefleet.io/zone"
 
 
 @dataclass(frozen=True, slots=True)
@@ -82,6 +84,27 @@ class Projection:
     excluded: Mapping[str, str] = field(default_factory=dict)
 
 
+def labels_mismatch(dep: ModelDeployment, labels: Mapping[str, str], region: str) -> str | None:
+    """``None`` when ``labels`` satisfy the placement's regions, zones, ``nodeSelector`` and
+    ``matchExpressions``; otherwise the first mismatch, for a reason. ``region``: the hub's,
+    a device's unless it carries ``topology.edgefleet.io/region``."""
+    placement = dep.spec.placement
+    device_region = labels.get(REGION_LABEL, region)
+    if placement.regions and device_region not in placement.regions:
+        if REGION_LABEL in labels:
+            return f"placement.regions does not include the device's region {device_region!r}"
+        return f"placement.regions does not include this hub's region {region!r}"
+    if placement.zones and labels.get(ZONE_LABEL) not in placement.zones:
+        return f"placement.zones does not include the device's zone {labels.get(ZONE_LABEL)!r}"
+    mismatch = selector_mismatch(placement.node_selector, labels)
+    if mismatch is not None:
+        return mismatch
+    for req in placement.match_expressions:
+        if not req.matches(labels):
+            return f"matchExpressions {req.describe()} does not match"
+    return None
+
+
 def project(
     device: Device,
     deployments: Iterable[ModelDeployment],
@@ -89,11 +112,14 @@ def project(
     previous: frozenset[str],
     policy: SecurityPolicy,
     region: str = "",
+    placed: Mapping[str, Collection[str]] | None = None,
 ) -> Projection:
     """Which of ``deployments`` ``device`` should run (pure).
 
     ``previous`` is what the device was last given: a deployment it already has survives
     NoSchedule taints (cordon, not ready), as a Kubernetes pod survives a cordon.
+    ``placed``: the scheduler's placements of ``replicas.total`` deployments (by deployment,
+    the devices), which decide those alone (:mod:`hub.scheduling`).
     """
     taints = taints_for(device, policy)
     labels = device.all_labels()
@@ -103,15 +129,15 @@ def project(
         name = dep.metadata.name
         placement = dep.spec.placement
         if dep.spec.replicas.per_device is None:
-            excluded[name] = "replicas.total needs the scheduler (not built yet)"
+            if device.name in (placed or {}).get(name, ()):
+                names.append(name)
+            else:
+                excluded[name] = "replicas.total: the scheduler placed no replica here"
             continue
         if dep.spec.replicas.per_device == 0:
             excluded[name] = "replicas.perDevice is 0"
             continue
-        if placement.regions and region not in placement.regions:
-            excluded[name] = f"placement.regions does not include this hub's region {region!r}"
-            continue
-        mismatch = selector_mismatch(placement.node_selector, labels)
+        mismatch = labels_mismatch(dep, labels, region)
         if mismatch is not None:
             excluded[name] = mismatch
             continue

@@ -27,6 +27,7 @@ from edgefleet.timestamps import rfc3339
 from hub import storekeys
 from hub.devices import Device, WorkloadReport
 from hub.placing import SecurityPolicy, taints_for
+from hub.scheduling import Explanation
 from hub.statusing import deployment_status
 from hub.tokens import TokenRecord
 
@@ -87,8 +88,13 @@ def _workloads(device: Device) -> dict[str, Any]:
 
 
 def device_object(
-    device: Device, policy: SecurityPolicy, desired: storekeys.DesiredRecord | None
+    device: Device,
+    policy: SecurityPolicy,
+    desired: storekeys.DesiredRecord | None,
+    excluded: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
+    """A device as operators see it; ``excluded``: why each deployment it does not run is
+    not there (the projector's last word: a selector, a taint, the scheduler...)."""
     record = device.to_json()
     attestation = record["attestation"]
     metadata: dict[str, Any] = {
@@ -122,6 +128,7 @@ def device_object(
             "workloads": _workloads(device),
             "taints": [t.to_json() for t in taints_for(device, policy)],
             "compliance": dict(device.compliance) if device.compliance is not None else None,
+            "notRunning": dict(sorted((excluded or {}).items())),
         },
     }
 
@@ -136,6 +143,7 @@ def deployment_object(
     model_pushed: bool | None = None,
     placeable: int | None = None,
     assigned_models: Mapping[str, tuple[str, str | None]] | None = None,
+    scheduled: Explanation | None = None,
 ) -> dict[str, Any]:
     """The stored manifest with its status computed from device reports."""
     if dep is None:
@@ -150,6 +158,7 @@ def deployment_object(
         model_pushed=model_pushed,
         placeable=placeable,
         assigned_models=assigned_models,
+        scheduled=scheduled,
     )
     return {**manifest, "status": status.to_json()}
 

@@ -44,6 +44,7 @@ class Projector:
         self._sessions = sessions
         self._region = region
         self._dirty: set[str] = set()
+        self.on_mark: Callable[[], None] | None = None  # the scheduler: devices changed
         self.contents: dict[str, DesiredContent] = {}
         self._on_pushed = on_pushed
         self._batches = BatchLoop(
@@ -54,9 +55,13 @@ class Projector:
             give_up_after=give_up_after,
         )
 
-    def mark(self, names: Iterable[str]) -> None:
+    def mark(self, names: Iterable[str], *, notify: bool = True) -> None:
+        """Project ``names`` again soon; ``notify``: tell :attr:`on_mark` (the scheduler, whose
+        own marks do not)."""
         self._dirty.update(names)
         self._batches.wake()
+        if notify and self.on_mark is not None:
+            self.on_mark()
 
     def mark_all(self) -> None:
         self.mark(self._cache.devices)

@@ -12,8 +12,9 @@ One grpc.aio server, two ports:
 
 Components (each ``name`` + ``async run(stop)``, supervised with restart backoff like edged's):
 the device writer, the projector, the lifecycle controller, the attestation controller (when
-the trust package provides a verifier), lease expiry and the store's compactor. The writer
-and the projector are critical: when their store keeps failing (:mod:`hub.batching`),
+the trust package provides a verifier), lease expiry, the store's compactor, the rollout
+controller and the scheduler (:mod:`hub.placements`). The writer, the projector, the rollout
+controller and the scheduler are critical: when their store keeps failing (:mod:`hub.batching`),
 ``serve`` raises :class:`~edgefleet.supervising.CriticalComponentError` and ``hub serve``
 exits 1, for systemd to restart it.
 """
@@ -51,6 +52,7 @@ from hub.observing import (
     MetricsInterceptor,
     ObservabilityServer,
 )
+from hub.placements import Scheduler
 from hub.projecting import Projector
 from hub.registering import add_servicer
 from hub.replicas import (
@@ -89,7 +91,7 @@ SERVER_OPTIONS = [
 ]
 
 
-CRITICAL = frozenset({"device-writer", "projector", "rollouts"})
+CRITICAL = frozenset({"device-writer", "projector", "rollouts", "scheduler"})
 """The components whose persistent failure stops the hub (see :func:`supervise`)."""
 
 
@@ -136,6 +138,14 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         sessions=sessions,
         blobs=ArtifactStore(paths.data_dir / "blobs"),
         rollouts=RolloutController(controller_store, cache, projector, writer),
+        scheduler=Scheduler(
+            controller_store,
+            cache,
+            projector,
+            writer,
+            region=config.region,
+            reschedule_after_s=config.devices.reschedule_after_s,
+        ),
         metrics=metrics,
         elector=elector,
         tuf=TufRepository.load(paths.data_dir),
@@ -306,6 +316,8 @@ async def _serve(
     ]
     if ctx.rollouts is not None:
         controllers.append(ctx.rollouts)
+    if ctx.scheduler is not None:
+        controllers.append(ctx.scheduler)
     if elector is not None:
         elector.identity = replica_identity(f"port {running.port}")
         controllers = [elector, *(LeaderOnly(c, elector) for c in controllers)]

@@ -30,7 +30,8 @@ from typing import Any
 from edgefleet.api import ModelDeployment
 from edgefleet.api.conditions import Condition, ConditionStatus
 from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
-from hub.placing import selector_mismatch
+from hub.placing import labels_mismatch
+from hub.scheduling import Explanation
 
 SWITCHING = frozenset(
     {
@@ -119,6 +120,7 @@ def deployment_status(
     model_pushed: bool | None = None,
     placeable: int | None = None,
     assigned_models: Mapping[str, tuple[str, str | None]] | None = None,
+    scheduled: Explanation | None = None,
 ) -> DeploymentStatus:
     """Status of ``dep`` from device reports; ``assigned`` maps device name -> deployments.
 
@@ -127,6 +129,8 @@ def deployment_status(
     matches (:func:`count_placeable`; None: not checked), for the ``Placed`` condition;
     ``assigned_models``: per device, the (version, sha256) of the revision its rollout sends
     it (the stable one until the device is given the new one; default: the deployment's).
+    ``scheduled``: the scheduler's explanation of a ``replicas.total`` deployment, shown as
+    the ``Scheduled`` condition.
     *updated* counts the deployment's own version; *available* and *failing* what each
     device is sent.
     """
@@ -177,8 +181,25 @@ def deployment_status(
         ready,
         available,
         {v: VersionCounts(c[0], c[1]) for v, c in versions.items()},
-        _conditions(want, desired, updated, available, failing, model_pushed, placeable, dep),
+        (
+            *_conditions(want, desired, updated, available, failing, model_pushed, placeable, dep),
+            *_scheduled(scheduled),
+        ),
         failing,
+    )
+
+
+def _scheduled(explanation: Explanation | None) -> tuple[Condition, ...]:
+    if explanation is None:
+        return ()
+    complete = explanation.complete
+    return (
+        Condition(
+            "Scheduled",
+            ConditionStatus.of(complete),
+            "AllReplicasPlaced" if complete else "Unschedulable",
+            explanation.message(),
+        ),
     )
 
 
@@ -247,12 +268,7 @@ def _conditions(
 def count_placeable(dep: ModelDeployment, devices: Iterable[Device], region: str) -> int:
     """Devices whose labels and region the placement matches, whatever their taints (a
     cordoned or unhealthy device may come back; a selector that matches nobody will not)."""
-    placement = dep.spec.placement
-    if placement.regions and region not in placement.regions:
-        return 0
-    return sum(
-        1 for d in devices if selector_mismatch(placement.node_selector, d.all_labels()) is None
-    )
+    return sum(1 for d in devices if labels_mismatch(dep, d.all_labels(), region) is None)
 
 
 def placement_warnings(

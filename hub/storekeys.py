@@ -38,6 +38,7 @@ REVOKED = "/revoked/"
 EVENTS = "/events/"
 REVISIONS = "/revisions/"
 ROLLOUTS = "/rollouts/"
+PLACEMENTS = "/placements/"  # by deployment: the devices the scheduler put its replicas.total on
 
 KIND_DEVICE = "Device"
 KIND_MODEL = "Model"
@@ -73,6 +74,10 @@ def revision_key(deployment: str, number: int) -> str:
 
 def rollout_key(deployment: str) -> str:
     return f"{ROLLOUTS}{deployment}"
+
+
+def placement_key(deployment: str) -> str:
+    return f"{PLACEMENTS}{deployment}"
 
 
 def revoked_key(serial_hex: str) -> str:

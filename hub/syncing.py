@@ -381,7 +381,9 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 return
             record = ctx.cache.desired.get(name)
             issued = max(record.generation if record else 0, device.generation_acked)
-            problems = check_message(msg, issued=issued)
+            problems = check_message(
+                msg, issued=issued, reserved=ctx.config.enrollment.reserved_labels
+            )
             if problems:
                 log.warning("device input refused", device=name, problems=problems[:5])
                 raise StreamRefused(grpc.StatusCode.INVALID_ARGUMENT, _joined(problems))
@@ -409,6 +411,11 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         else device.compliance
                     ),
                 )
+                labels = dict(msg.status.labels)
+                if labels and labels != device.reported_labels:  # empty: an older edged
+                    changed = changed.with_(reported_labels=labels)
+                    ctx.projector.mark([name])  # placement reads labels (the scheduler too)
+                    log.info("device labels changed", device=name)
                 if changed.health != device.health:
                     ctx.projector.mark([name])
                     ctx.writer.event(

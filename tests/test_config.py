@@ -319,3 +319,16 @@ def test_scaling_and_eviction_sections() -> None:
     assert config.eviction.memory_available_floor == 256 << 20
     assert (config.eviction.hysteresis_percent, config.eviction.interval_s) == (20, 2.0)
     assert EdgedConfig().eviction.memory_available_floor == 0  # off by default
+
+
+def test_hub_reschedule_after_defaults_to_at_least_the_grace_and_is_checked() -> None:
+    from edgefleet.errors import ConfigError
+    from hub.config import parse_config
+
+    assert parse_config({}).devices.reschedule_after_s == 300.0
+    long_grace = parse_config({"devices": {"heartbeatGrace": "10m"}})
+    assert long_grace.devices.reschedule_after_s == 600.0
+    fast = {"heartbeatInterval": "1s", "heartbeatGrace": "3s", "rescheduleAfter": "4s"}
+    assert parse_config({"devices": fast}).devices.reschedule_after_s == 4.0
+    with pytest.raises(ConfigError, match="rescheduleAfter: must be at least heartbeatGrace"):
+        parse_config({"devices": {**fast, "rescheduleAfter": "2s"}})

@@ -37,6 +37,7 @@ def status_message(report: DeviceReport, *, generation: int) -> device_pb2.Statu
         health=_health(report),
         observed_generation=generation,
         compliance=_compliance(report.compliance),
+        labels=report.labels,
     )
 
 

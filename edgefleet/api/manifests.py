@@ -72,6 +72,33 @@ class TaintEffect(StrEnum):
     NO_EXECUTE = "NoExecute"
 
 
+class SelectorOperator(StrEnum):
+    """``placement.matchExpressions[].operator``: Kubernetes' set-based selector operators."""
+
+    IN = "In"
+    NOT_IN = "NotIn"
+    EXISTS = "Exists"
+    DOES_NOT_EXIST = "DoesNotExist"
+
+
+class PlacementStrategy(StrEnum):
+    """How the scheduler scores devices: least allocated first, or most allocated first."""
+
+    SPREAD = "Spread"
+    BIN_PACK = "BinPack"
+
+
+PRIORITY_CLASSES: Mapping[str, int] = {
+    "system-critical": 1_000_000_000,
+    "critical": 1_000_000,
+    "high": 1000,
+    "default": 0,
+    "low": -1000,
+}
+"""The built-in ``spec.priorityClassName`` values and their priorities (a PriorityClass kind
+of one's own is not supported yet)."""
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class ModelRef:
     """``spec.model``: which artifact. ``path`` is kept raw (relative to the manifest's folder)."""
@@ -147,6 +174,16 @@ class Resources:
     cpu_millis: int | None = None
     memory_bytes: int | None = None
     accelerator: str | None = None
+    # ``accelerator: {anyOf: [gpu, npu]}``: acceptable accelerators in order of preference;
+    # ``accelerator`` is then the first (what a device that is not told otherwise uses).
+    accelerator_any_of: tuple[str, ...] = ()
+
+    @property
+    def accelerators(self) -> tuple[str, ...]:
+        """The acceptable accelerators in order (empty: none needed)."""
+        if self.accelerator_any_of:
+            return self.accelerator_any_of
+        return (self.accelerator,) if self.accelerator is not None else ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -154,7 +191,9 @@ class Resources:
             out["cpu"] = format_cpu(self.cpu_millis)
         if self.memory_bytes is not None:
             out["memory"] = format_memory(self.memory_bytes)
-        if self.accelerator is not None:
+        if len(self.accelerator_any_of) > 1:
+            out["accelerator"] = {"anyOf": list(self.accelerator_any_of)}
+        elif self.accelerator is not None:
             out["accelerator"] = self.accelerator
         return out
 
@@ -186,9 +225,43 @@ class TopologySpread:
 
     key: str
     min_per_domain: int = 1
+    max_skew: int | None = None  # hard: no domain more than this above the emptiest one
 
     def to_dict(self) -> dict[str, Any]:
-        return {"key": self.key, "minPerDomain": self.min_per_domain}
+        out: dict[str, Any] = {"key": self.key, "minPerDomain": self.min_per_domain}
+        if self.max_skew is not None:
+            out["maxSkew"] = self.max_skew
+        return out
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SelectorRequirement:
+    """One of ``placement.matchExpressions``: a set-based label requirement."""
+
+    key: str
+    operator: SelectorOperator
+    values: tuple[str, ...] = ()
+
+    def matches(self, labels: Mapping[str, str]) -> bool:
+        have = labels.get(self.key)
+        if self.operator is SelectorOperator.IN:
+            return have is not None and have in self.values
+        if self.operator is SelectorOperator.NOT_IN:
+            return have is None or have not in self.values
+        if self.operator is SelectorOperator.EXISTS:
+            return have is not None
+        return have is None
+
+    def describe(self) -> str:
+        if self.operator in (SelectorOperator.IN, SelectorOperator.NOT_IN):
+            return f"{self.key} {self.operator.value} ({','.join(self.values)})"
+        return f"{self.key} {self.operator.value}"
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"key": self.key, "operator": self.operator.value}
+        if self.values:
+            out["values"] = list(self.values)
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -196,20 +269,36 @@ class Placement:
     """``spec.placement``: which devices may run the model (used by the hub's scheduler)."""
 
     node_selector: Mapping[str, str] = field(default_factory=dict)
+    match_expressions: tuple[SelectorRequirement, ...] = ()
     tolerations: tuple[Toleration, ...] = ()
     regions: tuple[str, ...] = ()
+    zones: tuple[str, ...] = ()
     topology_spread: TopologySpread | None = None
+    # not on a device without every one of these deployments / with any one of them
+    deployment_affinity: tuple[str, ...] = ()
+    deployment_anti_affinity: tuple[str, ...] = ()
+    strategy: PlacementStrategy = PlacementStrategy.SPREAD
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
         if self.node_selector:
             out["nodeSelector"] = dict(sorted(self.node_selector.items()))
+        if self.match_expressions:
+            out["matchExpressions"] = [e.to_dict() for e in self.match_expressions]
         if self.tolerations:
             out["tolerations"] = [t.to_dict() for t in self.tolerations]
         if self.regions:
             out["regions"] = list(self.regions)
+        if self.zones:
+            out["zones"] = list(self.zones)
         if self.topology_spread is not None:
             out["topologySpread"] = self.topology_spread.to_dict()
+        if self.deployment_affinity:
+            out["deploymentAffinity"] = list(self.deployment_affinity)
+        if self.deployment_anti_affinity:
+            out["deploymentAntiAffinity"] = list(self.deployment_anti_affinity)
+        if self.strategy is not PlacementStrategy.SPREAD:
+            out["strategy"] = self.strategy.value
         return out
 
 
@@ -401,13 +490,18 @@ class ModelDeploymentSpec:
     rollout: Rollout = Rollout()
     scaling: Scaling | None = None
     power: Power | None = None
-    # Which workloads edged stops first under memory pressure (lower first) and keeps longest
-    # (higher); also steers the kernel's OOM killer. None: 0.
+    # Higher wins: the hub's scheduler places it first and preempts lower ones for it
+    # (replicas.total); on a device, edged evicts lower ones first under memory pressure and
+    # steers the kernel's OOM killer by it. None: the class's, else 0.
     priority: int | None = None
+    priority_class_name: str | None = None
 
     @property
     def effective_priority(self) -> int:
-        return 0 if self.priority is None else self.priority
+        """``priority``, else the built-in class's, else 0."""
+        if self.priority is not None:
+            return self.priority
+        return PRIORITY_CLASSES.get(self.priority_class_name or "default", 0)
 
     network: NetworkPolicy | None = None  # worker egress (edgefleet/api/networking.py)
 
@@ -429,6 +523,8 @@ class ModelDeploymentSpec:
             out["priority"] = self.priority
         if self.network is not None:
             out["network"] = self.network.to_dict()
+        if self.priority_class_name is not None:
+            out["priorityClassName"] = self.priority_class_name
         return out
 
 
@@ -650,11 +746,35 @@ def _read_replicas(r: Reader | None) -> Replicas:
 def _read_resources(r: Reader | None) -> Resources:
     if r is None:
         return Resources()
+    any_of: tuple[str, ...] = ()
+    raw = r.raw("accelerator")
+    if isinstance(raw, Mapping):
+        acc = r.section("accelerator")
+        if acc is not None:
+            any_of = tuple(acc.list_of("anyOf", label_value, unique=True) or ())
+            if not any_of:
+                r.problems.add(acc.at("anyOf"), "must list at least one accelerator")
+        accelerator = any_of[0] if any_of else None
+    else:
+        accelerator = r.optional("accelerator", label_value, None)
     return Resources(
         cpu_millis=r.optional("cpu", parse_cpu, None),
         memory_bytes=r.optional("memory", parse_memory, None),
-        accelerator=r.optional("accelerator", label_value, None),
+        accelerator=accelerator,
+        accelerator_any_of=any_of if len(any_of) > 1 else (),
     )
+
+
+def _read_requirement(r: Reader) -> SelectorRequirement:
+    key = r.required("key", label_key, "")
+    operator = r.required("operator", one_of(SelectorOperator), SelectorOperator.EXISTS)
+    values = tuple(r.list_of("values", label_value, unique=True) or ())
+    if operator in (SelectorOperator.IN, SelectorOperator.NOT_IN):
+        if not values:
+            r.problems.add(r.at("values"), f"must list at least one value for {operator.value}")
+    elif r.has("values"):
+        r.problems.add(r.at("values"), f"must be empty when operator is {operator.value}")
+    return SelectorRequirement(key=key, operator=operator, values=values)
 
 
 def _read_toleration(r: Reader) -> Toleration:
@@ -681,18 +801,41 @@ def _read_placement(r: Reader | None) -> Placement:
         item_reader = r.problems.reader(item, path)
         if item_reader is not None:
             tolerations.append(_read_toleration(item_reader))
+    expressions = []
+    for path, item in r.items("matchExpressions"):
+        item_reader = r.problems.reader(item, path)
+        if item_reader is not None:
+            expressions.append(_read_requirement(item_reader))
     spread = r.section("topologySpread")
     return Placement(
         node_selector=r.string_map("nodeSelector", label_key, label_value) or {},
+        match_expressions=tuple(expressions),
         tolerations=tuple(tolerations),
         regions=tuple(r.list_of("regions", dns_label, unique=True) or ()),
+        zones=tuple(r.list_of("zones", label_value, unique=True) or ()),
         topology_spread=None
         if spread is None
         else TopologySpread(
             key=spread.required("key", label_key, ""),
             min_per_domain=spread.optional("minPerDomain", int_in(1, None), 1),
+            max_skew=spread.optional("maxSkew", int_in(1, None), None),
         ),
+        deployment_affinity=tuple(r.list_of("deploymentAffinity", dns_label, unique=True) or ()),
+        deployment_anti_affinity=tuple(
+            r.list_of("deploymentAntiAffinity", dns_label, unique=True) or ()
+        ),
+        strategy=r.optional("strategy", one_of(PlacementStrategy), PlacementStrategy.SPREAD),
     )
+
+
+def _priority_class(value: object) -> str:
+    if not isinstance(value, str) or value not in PRIORITY_CLASSES:
+        names = ", ".join(PRIORITY_CLASSES)
+        raise ValueError(
+            f"must be one of the built-in classes {names} (a PriorityClass kind of one's own "
+            f"is not supported yet), got {describe(value)}"
+        )
+    return value
 
 
 def _read_probe(r: Reader | None, default: Probe) -> Probe:
@@ -842,10 +985,28 @@ def _read_model_deployment(metadata: ObjectMeta, r: Reader | None) -> ModelDeplo
             scaling=_read_scaling(r.section("scaling")),
             power=_read_power(r.section("power")),
             priority=r.optional("priority", _priority, None),
+            priority_class_name=r.optional("priorityClassName", _priority_class, None),
             network=read_network(r.section("network")),
         )
+        if r.has("priority") and r.has("priorityClassName"):
+            r.problems.add(r.path, "set at most one of priority and priorityClassName")
+        if spec.replicas.per_device is not None:
+            _check_total_only(r, spec)
         _refuse_unbuilt(r, spec)
     return ModelDeployment(metadata=metadata, spec=spec)
+
+
+def _check_total_only(r: Reader, spec: ModelDeploymentSpec) -> None:
+    """What only the scheduler acts on is refused for ``perDevice`` (every matching device
+    runs it: nothing to choose). A priority applies to both: edged's eviction order."""
+    placement = spec.placement
+    only = "applies to replicas.total only (perDevice runs on every matching device)"
+    if placement.deployment_affinity:
+        r.problems.add(f"{r.path}.placement.deploymentAffinity", only)
+    if placement.deployment_anti_affinity:
+        r.problems.add(f"{r.path}.placement.deploymentAntiAffinity", only)
+    if placement.strategy is not PlacementStrategy.SPREAD:
+        r.problems.add(f"{r.path}.placement.strategy", only)
 
 
 def _refuse_unbuilt(r: Reader, spec: ModelDeploymentSpec) -> None:

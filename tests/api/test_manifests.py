@@ -527,6 +527,23 @@ ROUND_TRIP_CASES = [
         scaling={"maxReplicas": 3, "minReplicas": 2, "scaleUpWindow": "2s"},
         priority=1000,
     ),
+    minimal(
+        replicas={"total": 5},
+        resources={"accelerator": {"anyOf": ["gpu", "npu"]}},
+        placement={
+            "matchExpressions": [
+                {"key": "site", "operator": "In", "values": ["a", "b"]},
+                {"key": "battery", "operator": "DoesNotExist"},
+            ],
+            "zones": ["z1"],
+            "topologySpread": {"key": "zone", "minPerDomain": 2, "maxSkew": 1},
+            "deploymentAffinity": ["camera"],
+            "deploymentAntiAffinity": ["noisy"],
+            "strategy": "BinPack",
+        },
+        priorityClassName="critical",
+    ),
+    minimal(replicas={"total": 1}, resources={"accelerator": {"anyOf": ["npu"]}}, priority=-5),
 ]
 
 
@@ -539,6 +556,72 @@ def test_to_dict_round_trips(doc: dict[str, Any]) -> None:
     # JSON and YAML both carry it unchanged
     assert parse_manifest(json.loads(json.dumps(canonical))) == m
     assert parse_manifest(yaml.safe_load(yaml.safe_dump(canonical))) == m
+
+
+def test_scheduling_fields() -> None:
+    m = parse_manifest(ROUND_TRIP_CASES[-2])
+    assert isinstance(m, ModelDeployment)
+    assert m.spec.resources.accelerators == ("gpu", "npu")
+    assert m.spec.resources.accelerator == "gpu"  # a device not told otherwise takes the first
+    assert m.spec.effective_priority == 1_000_000
+    one = parse_manifest(ROUND_TRIP_CASES[-1])
+    assert isinstance(one, ModelDeployment)
+    assert one.spec.resources.to_dict() == {"accelerator": "npu"}
+    assert one.spec.effective_priority == -5
+    assert parse_manifest(minimal()).spec.effective_priority == 0  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize(
+    ("spec", "path", "message"),
+    [
+        (
+            {"placement": {"matchExpressions": [{"key": "a", "operator": "In"}]}},
+            "spec.placement.matchExpressions[0].values",
+            "at least one value for In",
+        ),
+        (
+            {
+                "placement": {
+                    "matchExpressions": [{"key": "a", "operator": "Exists", "values": ["x"]}]
+                }
+            },
+            "spec.placement.matchExpressions[0].values",
+            "must be empty when operator is Exists",
+        ),
+        (
+            {"placement": {"matchExpressions": [{"key": "a", "operator": "Gt"}]}},
+            "spec.placement.matchExpressions[0].operator",
+            "In, NotIn, Exists, DoesNotExist",
+        ),
+        ({"placement": {"strategy": "Random"}}, "spec.placement.strategy", "Spread, BinPack"),
+        (
+            {"placement": {"topologySpread": {"key": "zone", "maxSkew": 0}}},
+            "spec.placement.topologySpread.maxSkew",
+            "at least 1",
+        ),
+        (
+            {"resources": {"accelerator": {"anyOf": []}}},
+            "spec.resources.accelerator.anyOf",
+            "at least one",
+        ),
+        (
+            {"resources": {"accelerator": {"oneOf": ["gpu"]}}},
+            "spec.resources.accelerator.oneOf",
+            "unknown field",
+        ),
+        ({"priorityClassName": "urgent"}, "spec.priorityClassName", "not supported yet"),
+        ({"priority": 10, "priorityClassName": "high"}, "spec", "at most one of priority"),
+        (
+            {"replicas": {"perDevice": 1}, "placement": {"deploymentAffinity": ["x"]}},
+            "spec.placement.deploymentAffinity",
+            "applies to replicas.total only",
+        ),
+    ],
+)
+def test_scheduling_field_problems(spec: dict[str, Any], path: str, message: str) -> None:
+    found = problems_of(minimal(**spec))
+    assert path in found, found
+    assert message in found[path]
 
 
 def test_to_dict_is_canonical_and_deterministic() -> None:

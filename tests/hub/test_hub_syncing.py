@@ -8,7 +8,7 @@ import time
 from pathlib import Path
 
 import grpc
-from asynctesting import async_test
+from asynctesting import async_test, eventually
 from hubserving import AdminHub, make_hub_dir
 
 from edged.trust.identity import load_or_create_identity
@@ -161,3 +161,105 @@ async def test_what_a_hostile_device_sends_is_bounded_and_changes_nothing(
             code, details = await _refused(call)
             assert code is grpc.StatusCode.RESOURCE_EXHAUSTED and "status messages" in details
             assert hub.ctx.cache.devices["cam-1"].workloads["det"].model_version == "1.0.2"
+
+
+@async_test
+async def test_labels_in_a_status_replace_the_hellos_and_reserved_ones_are_refused(
+    tmp_path: Path,
+) -> None:
+    """An accelerator unplugged mid-stream reaches the hub (the scheduler moves replicas that
+    needed it); an empty map (an older edged) keeps the Hello's labels."""
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub:
+        creds = await _enrolled(hub, tmp_path, "cam-1")
+        gpu = {"arch": "amd64", "accelerator": "gpu", "accelerator.gpu": "1"}
+        async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
+            stub = device_pb2_grpc.DeviceServiceStub(ch)
+            call = stub.Sync()
+            hello = device_pb2.Hello(device_name="cam-1", labels=gpu)
+            await call.write(device_pb2.DeviceMessage(hello=hello))
+            await call.read()
+            await call.write(device_pb2.DeviceMessage(status=device_pb2.Status()))
+            await call.write(
+                device_pb2.DeviceMessage(status=device_pb2.Status(labels={"arch": "amd64"}))
+            )
+            await call.write(device_pb2.DeviceMessage(heartbeat=device_pb2.Heartbeat()))
+            await call.done_writing()
+            await call.code()
+
+            def labels() -> dict[str, str]:
+                return dict(hub.ctx.cache.devices["cam-1"].reported_labels)
+
+            await eventually(lambda: labels() == {"arch": "amd64"}, within=10)
+
+            call = stub.Sync()
+            await call.write(device_pb2.DeviceMessage(hello=hello))
+            await call.read()
+            reserved = {"arch": "amd64", "topology.edgefleet.io/zone": "fra-1"}
+            await call.write(device_pb2.DeviceMessage(status=device_pb2.Status(labels=reserved)))
+            code, details = await _refused(call)
+            assert code is grpc.StatusCode.INVALID_ARGUMENT
+            assert "status.labels['topology.edgefleet.io/zone']: reserved" in details
+
+
+@async_test
+async def test_a_gpu_that_disappears_moves_a_total_replica_to_the_device_with_an_npu(
+    tmp_path: Path,
+) -> None:
+    """The fleet half of a GPU hotplug: edged reports its labels without the GPU in a Status;
+    the scheduler moves the replica (``anyOf: [gpu, npu]``) to the device with an NPU."""
+    from edgefleet.api import parse_manifest
+
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub:
+        scheduler = hub.ctx.scheduler
+        assert scheduler is not None
+        labels = {
+            "gpu-box": {"arch": "amd64", "accelerator": "gpu", "accelerator.gpu": "1"},
+            "npu-box": {"arch": "arm64", "accelerator": "npu", "accelerator.npu": "1"},
+        }
+        calls = {}
+        channels = []
+        for name, own in labels.items():
+            creds = await _enrolled(hub, tmp_path, name)
+            ch = grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds)
+            channels.append(ch)
+            call = device_pb2_grpc.DeviceServiceStub(ch).Sync()
+            hello = device_pb2.Hello(device_name=name, labels=own)
+            await call.write(device_pb2.DeviceMessage(hello=hello))
+            await call.read()
+            calls[name] = call
+        try:
+            manifest = {
+                "apiVersion": "edgefleet.io/v1",
+                "kind": "ModelDeployment",
+                "metadata": {"name": "det"},
+                "spec": {
+                    "model": {"name": "det", "version": "1.0.0"},
+                    "replicas": {"total": 1},
+                    "resources": {"accelerator": {"anyOf": ["gpu", "npu"]}},
+                },
+            }
+            hub.ctx.cache.put_object(parse_manifest(manifest).to_dict(), 1)
+            await scheduler.pass_now()
+            assert hub.ctx.cache.placements["det"] == {"gpu-box"}
+
+            gone = {"arch": "amd64"}  # the GPU was unplugged: discovery labels say so
+            await calls["gpu-box"].write(
+                device_pb2.DeviceMessage(status=device_pb2.Status(labels=gone))
+            )
+            await eventually(
+                lambda: hub.ctx.cache.devices["gpu-box"].reported_labels == gone, within=10
+            )
+            await scheduler.pass_now()
+            assert hub.ctx.cache.placements["det"] == {"npu-box"}
+            moved = [e for e in hub.ctx.cache.events if e["reason"] == "Rescheduled"]
+            assert moved[-1]["message"] == (
+                "replica taken off gpu-box: no longer fits: lack accelerator gpu|npu"
+            )
+        finally:
+            for call in calls.values():
+                await call.done_writing()
+                await call.code()
+            for ch in channels:
+                await ch.close()

@@ -124,6 +124,8 @@ def test_revisions_the_hub_source_holds_come_first() -> None:
     (first, second) = message.workloads[1].revisions
     assert (first.phase, first.model_version, first.wanted) == ("Downloading", "2.2", True)
     assert (second.phase, second.ready_replicas, second.wanted) == ("Ready", 2, False)
+    # labels travel with each status too: a hotplugged accelerator reaches the hub mid-stream
+    assert dict(message.labels) == report.labels
 
 
 def test_a_first_version_being_fetched_is_reported() -> None:
