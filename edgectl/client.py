@@ -298,9 +298,15 @@ class AdminClient:
         single_use: bool = False,
         description: str = "",
         labels: Mapping[str, str] | None = None,
+        no_device_labels: bool = False,
+        device_label_prefix: str = "",
     ) -> Any:
         request = admin_pb2.CreateTokenRequest(
-            single_use=single_use, description=description, labels=dict(labels or {})
+            single_use=single_use,
+            description=description,
+            labels=dict(labels or {}),
+            no_device_labels=no_device_labels,
+            device_label_prefix=device_label_prefix,
         )
         if ttl_s:
             request.ttl.FromTimedelta(timedelta(seconds=ttl_s))

@@ -165,7 +165,17 @@ def add_commands(sub: Any) -> None:
     create.add_argument("--description", default="")
     create.add_argument(
         "--label", type=_label, action="append", default=[], metavar="KEY=VALUE",
-        help="a label every device enrolled with the token starts with (repeatable)",
+        help="a label every device enrolled with the token gets; the device cannot change "
+        "it (repeatable)",
+    )  # fmt: skip
+    own = create.add_mutually_exclusive_group()
+    own.add_argument(
+        "--no-device-labels", action="store_true",
+        help="devices enrolling with the token may not add labels of their own",
+    )  # fmt: skip
+    own.add_argument(
+        "--device-label-prefix", default="", metavar="PREFIX",
+        help='devices may add only label keys starting with PREFIX (e.g. "device.acme.io/")',
     )  # fmt: skip
 
 
@@ -510,6 +520,8 @@ def _tokens(client: AdminClient, args: argparse.Namespace) -> int:
         single_use=args.single_use,
         description=args.description,
         labels=dict(args.label),
+        no_device_labels=args.no_device_labels,
+        device_label_prefix=args.device_label_prefix,
     )
     expires = datetime.fromtimestamp(response.expires.ToSeconds(), UTC)
     _print(response.token)

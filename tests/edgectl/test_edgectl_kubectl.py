@@ -174,6 +174,30 @@ def test_tokens_are_listed_and_deleted(config: Path) -> None:
     assert gone.stderr == f'error: NOT_FOUND: BootstrapToken "{token_id}" not found\n'
 
 
+def test_tokens_carry_the_rules_for_a_devices_own_labels(config: Path) -> None:
+    """``tokens create --no-device-labels | --device-label-prefix``: what the hub enforces at
+    enrollment, shown back in the token's spec; the two together are a usage error."""
+    for flags, allowed, prefix in (
+        (["--no-device-labels"], False, ""),
+        (["--device-label-prefix", "device.acme.io/"], True, "device.acme.io/"),
+        ([], True, ""),
+    ):
+        created = edgectl(config, "tokens", "create", "--label", "site=factory", *flags)
+        assert created.returncode == 0, created.stderr
+        token_id = created.stdout.strip().split(".")[0]
+        spec = orjson.loads(edgectl(config, "get", f"token/{token_id}", "-o", "json").stdout)[
+            "spec"
+        ]
+        assert (spec["deviceLabels"], spec["allowOwnLabels"], spec["ownLabelPrefix"]) == (
+            {"site": "factory"}, allowed, prefix,
+        )  # fmt: skip
+    both = edgectl(config, "tokens", "create", "--no-device-labels", "--device-label-prefix", "x/")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    bad = edgectl(config, "tokens", "create", "--device-label-prefix=-x-")
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("error: INVALID_ARGUMENT: device_label_prefix: must be a label")
+
+
 def test_label_and_annotate(config: Path) -> None:
     edgectl(config, "apply", "-f", "-", stdin=_deployment("labelled"))
     steps: list[tuple[list[str], int, str]] = [
