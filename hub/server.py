@@ -101,8 +101,10 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     sessions = Sessions()
     metrics.watch(cache, sessions)
     roots = load_roots(paths.data_dir)
-    writer = DeviceWriter(store, cache)
-    projector = Projector(store, cache, sessions, region=config.region)
+    writer = DeviceWriter(store, cache, on_event=metrics.count_event)
+    projector = Projector(
+        store, cache, sessions, region=config.region, on_placed=metrics.count_placements
+    )
     ctx = HubContext(
         paths=paths,
         config=config,
