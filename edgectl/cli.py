@@ -31,7 +31,13 @@ from edgectl.errors import EXIT_REFUSED, EXIT_USAGE, EdgectlError
 from edgefleet.errors import ConfigError, EdgefleetError, ValidationError
 from edgefleet.versioning import version_text
 
-MODULES = ("edgectl.commands", "edgectl.configuring", "edgectl.completing", "edgectl.rollouts")
+MODULES = (
+    "edgectl.commands",
+    "edgectl.configuring",
+    "edgectl.completing",
+    "edgectl.rollouts",
+    "edgectl.explaining",
+)
 """Modules of subcommands, each with ``add_commands(sub)`` and ``run(args)``."""
 
 

@@ -327,6 +327,39 @@ def test_logs_is_refused_clearly_until_devices_stream_them(config: Path) -> None
     assert "journalctl -u edged" in result.stderr
 
 
+def test_explain_describes_fields_from_the_validation(config: Path) -> None:
+    page = _run("explain", "deployment.spec.runtime.maxBatchSize")
+    assert page.returncode == 0, page.stderr
+    assert page.stdout == (
+        "KIND:     ModelDeployment\n"
+        "VERSION:  edgefleet.io/v1\n"
+        "\n"
+        "FIELD:    maxBatchSize <integer>\n"
+        "\n"
+        "DESCRIPTION:\n"
+        "     Rows per batch the worker may merge requests into.\n"
+        "     Must be an integer.\n"
+        "     Must be from 1 to 1024.\n"
+        "     Default: 1.\n"
+    )
+    fields = _run("explain", "md.spec").stdout
+    assert "   model\t<Object> -required-\n" in fields
+    assert "   replicas\t<Object>\n" in fields
+    tree = _run("explain", "baselines", "--recursive").stdout.splitlines()
+    assert "      requireTpm\t<boolean>" in tree
+    for args, code, message in (
+        (["explain", "md.spec.nope"], 1, 'error: field "nope" does not exist in '
+         "ModelDeployment.spec (fields: model, runtime,"),
+        (["explain", "devices"], 2, "error: unknown resource type 'devices' (one of "
+         "deployments, baselines, policies)"),
+        (["explain", "md", "--config", str(config)], 2, "error: explain: --config does not "
+         "apply"),
+    ):  # fmt: skip
+        result = _run(*args)
+        assert (result.returncode, result.stdout) == (code, ""), result
+        assert result.stderr.startswith(message), result.stderr
+
+
 def test_exit_codes(config: Path, tmp_path: Path) -> None:
     unreachable = tmp_path / "admin.toml"
     text = config.read_text()
