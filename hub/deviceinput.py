@@ -26,6 +26,7 @@ MAX_REASONS = 32
 MAX_WORKLOADS = 256
 MAX_CONDITIONS = 16
 MAX_REPLICAS = 10_000
+MAX_REVISIONS = 8  # revisions per workload the hub keeps (hub.syncing.MAX_REPORTED_REVISIONS)
 MAX_STATUS_BYTES = 512 * 1024
 MAX_NONCE = 64
 MAX_EVIDENCE_BYTES = 256 * 1024
@@ -118,6 +119,12 @@ def check_status(status: device_pb2.Status) -> list[str]:
             if value > MAX_REPLICAS:
                 problems.append(f"{at}.{name}: at most {MAX_REPLICAS}, got {value}")
         _conditions(problems, f"{at}.conditions", w.conditions)
+        for j, r in enumerate(w.revisions[:MAX_REVISIONS]):
+            if r.bytes_done > r.bytes_total:
+                problems.append(
+                    f"{at}.revisions[{j}].bytes_done: at most bytes_total ({r.bytes_total}), "
+                    f"got {r.bytes_done}"
+                )
     if status.HasField("health"):
         _health(problems, "status.health", status.health)
     return problems

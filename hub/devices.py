@@ -118,13 +118,15 @@ class RevisionReport:
     reason: str = ""
     message: str = ""
     wanted: bool = False
+    bytes_done: int = 0  # while Downloading: how far the device got, of bytes_total
+    bytes_total: int = 0
 
     @property
     def serves(self) -> bool:
         return self.phase is RevisionPhase.READY and self.ready_replicas > 0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "modelVersion": self.model_version,
             "sha256": self.sha256,
             "phase": self.phase.value,
@@ -134,6 +136,9 @@ class RevisionReport:
             "message": self.message,
             "wanted": self.wanted,
         }
+        if self.bytes_total:
+            out["download"] = {"bytesDone": self.bytes_done, "bytesTotal": self.bytes_total}
+        return out
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> RevisionReport:
@@ -146,6 +151,8 @@ class RevisionReport:
             str(doc.get("reason", "")),
             str(doc.get("message", "")),
             bool(doc.get("wanted", False)),
+            int(doc.get("download", {}).get("bytesDone", 0)),
+            int(doc.get("download", {}).get("bytesTotal", 0)),
         )
 
 

@@ -102,6 +102,8 @@ def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
                 reason=r.reason,
                 message=r.message,
                 wanted=r.wanted,
+                bytes_done=r.bytes_done,
+                bytes_total=r.bytes_total,
             )
             for r in w.revisions[:MAX_REPORTED_REVISIONS]
         ),

@@ -63,6 +63,8 @@ def _revision(r: RevisionStatus) -> device_pb2.RevisionStatus:
         reason=r.reason,
         message=r.message,
         wanted=r.wanted,
+        bytes_done=r.bytes_done,
+        bytes_total=r.bytes_total,
     )
 
 

@@ -27,7 +27,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from google.protobuf import struct_pb2 as google_dot_protobuf_dot_struct__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65\x64gefleet/v1/device.proto\x12\x0c\x65\x64gefleet.v1\x1a\x19\x65\x64gefleet/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xfb\x01\n\rDeviceMessage\x12$\n\x05hello\x18\x01 \x01(\x0b\x32\x13.edgefleet.v1.HelloH\x00\x12&\n\x06status\x18\x02 \x01(\x0b\x32\x14.edgefleet.v1.StatusH\x00\x12 \n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x11.edgefleet.v1.AckH\x00\x12,\n\theartbeat\x18\x04 \x01(\x0b\x32\x17.edgefleet.v1.HeartbeatH\x00\x12\x41\n\x14\x61ttestation_evidence\x18\x05 \x01(\x0b\x32!.edgefleet.v1.AttestationEvidenceH\x00\x42\t\n\x07message\"\x81\x02\n\x05Hello\x12\x13\n\x0b\x64\x65vice_name\x18\x01 \x01(\t\x12*\n\tinventory\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x06labels\x18\x03 \x03(\x0b\x32\x1f.edgefleet.v1.Hello.LabelsEntry\x12$\n\x06health\x18\x04 \x01(\x0b\x32\x14.edgefleet.v1.Health\x12\x1a\n\x12\x61pplied_generation\x18\x05 \x01(\x04\x12\x15\n\redged_version\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"|\n\x06Status\x12/\n\tworkloads\x18\x01 \x03(\x0b\x32\x1c.edgefleet.v1.WorkloadStatus\x12$\n\x06health\x18\x02 \x01(\x0b\x32\x14.edgefleet.v1.Health\x12\x1b\n\x13observed_generation\x18\x03 \x01(\x04\"\xd7\x01\n\x0eWorkloadStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\t\x12\x16\n\x0eready_replicas\x18\x03 \x01(\r\x12\x18\n\x10\x64\x65sired_replicas\x18\x04 \x01(\r\x12+\n\nconditions\x18\x05 \x03(\x0b\x32\x17.edgefleet.v1.Condition\x12\x15\n\rmodel_version\x18\x06 \x01(\t\x12/\n\trevisions\x18\x07 \x03(\x0b\x32\x1c.edgefleet.v1.RevisionStatus\"\xa1\x01\n\x0eRevisionStatus\x12\x10\n\x08revision\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\r\n\x05phase\x18\x04 \x01(\t\x12\x16\n\x0eready_replicas\x18\x05 \x01(\r\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x0e\n\x06wanted\x18\x08 \x01(\x08\"\x19\n\x03\x41\x63k\x12\x12\n\ngeneration\x18\x01 \x01(\x04\"\x0b\n\tHeartbeat\"6\n\x13\x41ttestationEvidence\x12\r\n\x05nonce\x18\x01 \x01(\x0c\x12\x10\n\x08\x65vidence\x18\x02 \x01(\x0c\"\xc6\x01\n\nHubMessage\x12\x33\n\rdesired_state\x18\x01 \x01(\x0b\x32\x1a.edgefleet.v1.DesiredStateH\x00\x12\x43\n\x15\x61ttestation_challenge\x18\x02 \x01(\x0b\x32\".edgefleet.v1.AttestationChallengeH\x00\x12\x33\n\rheartbeat_ack\x18\x03 \x01(\x0b\x32\x1a.edgefleet.v1.HeartbeatAckH\x00\x42\t\n\x07message\"\xb9\x01\n\x0c\x44\x65siredState\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x11\n\tmanifests\x18\x02 \x03(\x0c\x12\x19\n\x11\x61rtifact_metadata\x18\x03 \x03(\x0c\x12\x1b\n\x13rollback_allowances\x18\x04 \x03(\x0c\x12\x35\n\x12heartbeat_interval\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0btrust_roots\x18\x06 \x03(\x0c\"<\n\x14\x41ttestationChallenge\x12\r\n\x05nonce\x18\x01 \x01(\x0c\x12\x15\n\rpcr_selection\x18\x02 \x03(\r\"E\n\x0cHeartbeatAck\x12\x35\n\x12heartbeat_interval\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\"*\n\x17RenewCertificateRequest\x12\x0f\n\x07\x63sr_pem\x18\x01 \x01(\x0c\"9\n\x18RenewCertificateResponse\x12\x1d\n\x15\x63\x65rtificate_chain_pem\x18\x01 \x01(\x0c\"/\n\x1d\x41\x63tivateAttestationKeyRequest\x12\x0e\n\x06secret\x18\x01 \x01(\x0c\" \n\x1e\x41\x63tivateAttestationKeyResponse\"6\n\x14\x46\x65tchArtifactRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\"-\n\rArtifactChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x32\xfe\x02\n\rDeviceService\x12\x41\n\x04Sync\x12\x1b.edgefleet.v1.DeviceMessage\x1a\x18.edgefleet.v1.HubMessage(\x01\x30\x01\x12\x61\n\x10RenewCertificate\x12%.edgefleet.v1.RenewCertificateRequest\x1a&.edgefleet.v1.RenewCertificateResponse\x12R\n\rFetchArtifact\x12\".edgefleet.v1.FetchArtifactRequest\x1a\x1b.edgefleet.v1.ArtifactChunk0\x01\x12s\n\x16\x41\x63tivateAttestationKey\x12+.edgefleet.v1.ActivateAttestationKeyRequest\x1a,.edgefleet.v1.ActivateAttestationKeyResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x19\x65\x64gefleet/v1/device.proto\x12\x0c\x65\x64gefleet.v1\x1a\x19\x65\x64gefleet/v1/common.proto\x1a\x1egoogle/protobuf/duration.proto\x1a\x1cgoogle/protobuf/struct.proto\"\xfb\x01\n\rDeviceMessage\x12$\n\x05hello\x18\x01 \x01(\x0b\x32\x13.edgefleet.v1.HelloH\x00\x12&\n\x06status\x18\x02 \x01(\x0b\x32\x14.edgefleet.v1.StatusH\x00\x12 \n\x03\x61\x63k\x18\x03 \x01(\x0b\x32\x11.edgefleet.v1.AckH\x00\x12,\n\theartbeat\x18\x04 \x01(\x0b\x32\x17.edgefleet.v1.HeartbeatH\x00\x12\x41\n\x14\x61ttestation_evidence\x18\x05 \x01(\x0b\x32!.edgefleet.v1.AttestationEvidenceH\x00\x42\t\n\x07message\"\x81\x02\n\x05Hello\x12\x13\n\x0b\x64\x65vice_name\x18\x01 \x01(\t\x12*\n\tinventory\x18\x02 \x01(\x0b\x32\x17.google.protobuf.Struct\x12/\n\x06labels\x18\x03 \x03(\x0b\x32\x1f.edgefleet.v1.Hello.LabelsEntry\x12$\n\x06health\x18\x04 \x01(\x0b\x32\x14.edgefleet.v1.Health\x12\x1a\n\x12\x61pplied_generation\x18\x05 \x01(\x04\x12\x15\n\redged_version\x18\x06 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"|\n\x06Status\x12/\n\tworkloads\x18\x01 \x03(\x0b\x32\x1c.edgefleet.v1.WorkloadStatus\x12$\n\x06health\x18\x02 \x01(\x0b\x32\x14.edgefleet.v1.Health\x12\x1b\n\x13observed_generation\x18\x03 \x01(\x04\"\xd7\x01\n\x0eWorkloadStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\t\x12\x16\n\x0eready_replicas\x18\x03 \x01(\r\x12\x18\n\x10\x64\x65sired_replicas\x18\x04 \x01(\r\x12+\n\nconditions\x18\x05 \x03(\x0b\x32\x17.edgefleet.v1.Condition\x12\x15\n\rmodel_version\x18\x06 \x01(\t\x12/\n\trevisions\x18\x07 \x03(\x0b\x32\x1c.edgefleet.v1.RevisionStatus\"\xcc\x01\n\x0eRevisionStatus\x12\x10\n\x08revision\x18\x01 \x01(\t\x12\x15\n\rmodel_version\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\r\n\x05phase\x18\x04 \x01(\t\x12\x16\n\x0eready_replicas\x18\x05 \x01(\r\x12\x0e\n\x06reason\x18\x06 \x01(\t\x12\x0f\n\x07message\x18\x07 \x01(\t\x12\x0e\n\x06wanted\x18\x08 \x01(\x08\x12\x13\n\nbytes_done\x18\xac\x02 \x01(\x04\x12\x14\n\x0b\x62ytes_total\x18\xad\x02 \x01(\x04\"\x19\n\x03\x41\x63k\x12\x12\n\ngeneration\x18\x01 \x01(\x04\"\x0b\n\tHeartbeat\"6\n\x13\x41ttestationEvidence\x12\r\n\x05nonce\x18\x01 \x01(\x0c\x12\x10\n\x08\x65vidence\x18\x02 \x01(\x0c\"\xc6\x01\n\nHubMessage\x12\x33\n\rdesired_state\x18\x01 \x01(\x0b\x32\x1a.edgefleet.v1.DesiredStateH\x00\x12\x43\n\x15\x61ttestation_challenge\x18\x02 \x01(\x0b\x32\".edgefleet.v1.AttestationChallengeH\x00\x12\x33\n\rheartbeat_ack\x18\x03 \x01(\x0b\x32\x1a.edgefleet.v1.HeartbeatAckH\x00\x42\t\n\x07message\"\xb9\x01\n\x0c\x44\x65siredState\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x11\n\tmanifests\x18\x02 \x03(\x0c\x12\x19\n\x11\x61rtifact_metadata\x18\x03 \x03(\x0c\x12\x1b\n\x13rollback_allowances\x18\x04 \x03(\x0c\x12\x35\n\x12heartbeat_interval\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x13\n\x0btrust_roots\x18\x06 \x03(\x0c\"<\n\x14\x41ttestationChallenge\x12\r\n\x05nonce\x18\x01 \x01(\x0c\x12\x15\n\rpcr_selection\x18\x02 \x03(\r\"E\n\x0cHeartbeatAck\x12\x35\n\x12heartbeat_interval\x18\x01 \x01(\x0b\x32\x19.google.protobuf.Duration\"*\n\x17RenewCertificateRequest\x12\x0f\n\x07\x63sr_pem\x18\x01 \x01(\x0c\"9\n\x18RenewCertificateResponse\x12\x1d\n\x15\x63\x65rtificate_chain_pem\x18\x01 \x01(\x0c\"/\n\x1d\x41\x63tivateAttestationKeyRequest\x12\x0e\n\x06secret\x18\x01 \x01(\x0c\" \n\x1e\x41\x63tivateAttestationKeyResponse\"6\n\x14\x46\x65tchArtifactRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\"-\n\rArtifactChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x32\xfe\x02\n\rDeviceService\x12\x41\n\x04Sync\x12\x1b.edgefleet.v1.DeviceMessage\x1a\x18.edgefleet.v1.HubMessage(\x01\x30\x01\x12\x61\n\x10RenewCertificate\x12%.edgefleet.v1.RenewCertificateRequest\x1a&.edgefleet.v1.RenewCertificateResponse\x12R\n\rFetchArtifact\x12\".edgefleet.v1.FetchArtifactRequest\x1a\x1b.edgefleet.v1.ArtifactChunk0\x01\x12s\n\x16\x41\x63tivateAttestationKey\x12+.edgefleet.v1.ActivateAttestationKeyRequest\x1a,.edgefleet.v1.ActivateAttestationKeyResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -47,33 +47,33 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_WORKLOADSTATUS']._serialized_start=773
   _globals['_WORKLOADSTATUS']._serialized_end=988
   _globals['_REVISIONSTATUS']._serialized_start=991
-  _globals['_REVISIONSTATUS']._serialized_end=1152
-  _globals['_ACK']._serialized_start=1154
-  _globals['_ACK']._serialized_end=1179
-  _globals['_HEARTBEAT']._serialized_start=1181
-  _globals['_HEARTBEAT']._serialized_end=1192
-  _globals['_ATTESTATIONEVIDENCE']._serialized_start=1194
-  _globals['_ATTESTATIONEVIDENCE']._serialized_end=1248
-  _globals['_HUBMESSAGE']._serialized_start=1251
-  _globals['_HUBMESSAGE']._serialized_end=1449
-  _globals['_DESIREDSTATE']._serialized_start=1452
-  _globals['_DESIREDSTATE']._serialized_end=1637
-  _globals['_ATTESTATIONCHALLENGE']._serialized_start=1639
-  _globals['_ATTESTATIONCHALLENGE']._serialized_end=1699
-  _globals['_HEARTBEATACK']._serialized_start=1701
-  _globals['_HEARTBEATACK']._serialized_end=1770
-  _globals['_RENEWCERTIFICATEREQUEST']._serialized_start=1772
-  _globals['_RENEWCERTIFICATEREQUEST']._serialized_end=1814
-  _globals['_RENEWCERTIFICATERESPONSE']._serialized_start=1816
-  _globals['_RENEWCERTIFICATERESPONSE']._serialized_end=1873
-  _globals['_ACTIVATEATTESTATIONKEYREQUEST']._serialized_start=1875
-  _globals['_ACTIVATEATTESTATIONKEYREQUEST']._serialized_end=1922
-  _globals['_ACTIVATEATTESTATIONKEYRESPONSE']._serialized_start=1924
-  _globals['_ACTIVATEATTESTATIONKEYRESPONSE']._serialized_end=1956
-  _globals['_FETCHARTIFACTREQUEST']._serialized_start=1958
-  _globals['_FETCHARTIFACTREQUEST']._serialized_end=2012
-  _globals['_ARTIFACTCHUNK']._serialized_start=2014
-  _globals['_ARTIFACTCHUNK']._serialized_end=2059
-  _globals['_DEVICESERVICE']._serialized_start=2062
-  _globals['_DEVICESERVICE']._serialized_end=2444
+  _globals['_REVISIONSTATUS']._serialized_end=1195
+  _globals['_ACK']._serialized_start=1197
+  _globals['_ACK']._serialized_end=1222
+  _globals['_HEARTBEAT']._serialized_start=1224
+  _globals['_HEARTBEAT']._serialized_end=1235
+  _globals['_ATTESTATIONEVIDENCE']._serialized_start=1237
+  _globals['_ATTESTATIONEVIDENCE']._serialized_end=1291
+  _globals['_HUBMESSAGE']._serialized_start=1294
+  _globals['_HUBMESSAGE']._serialized_end=1492
+  _globals['_DESIREDSTATE']._serialized_start=1495
+  _globals['_DESIREDSTATE']._serialized_end=1680
+  _globals['_ATTESTATIONCHALLENGE']._serialized_start=1682
+  _globals['_ATTESTATIONCHALLENGE']._serialized_end=1742
+  _globals['_HEARTBEATACK']._serialized_start=1744
+  _globals['_HEARTBEATACK']._serialized_end=1813
+  _globals['_RENEWCERTIFICATEREQUEST']._serialized_start=1815
+  _globals['_RENEWCERTIFICATEREQUEST']._serialized_end=1857
+  _globals['_RENEWCERTIFICATERESPONSE']._serialized_start=1859
+  _globals['_RENEWCERTIFICATERESPONSE']._serialized_end=1916
+  _globals['_ACTIVATEATTESTATIONKEYREQUEST']._serialized_start=1918
+  _globals['_ACTIVATEATTESTATIONKEYREQUEST']._serialized_end=1965
+  _globals['_ACTIVATEATTESTATIONKEYRESPONSE']._serialized_start=1967
+  _globals['_ACTIVATEATTESTATIONKEYRESPONSE']._serialized_end=1999
+  _globals['_FETCHARTIFACTREQUEST']._serialized_start=2001
+  _globals['_FETCHARTIFACTREQUEST']._serialized_end=2055
+  _globals['_ARTIFACTCHUNK']._serialized_start=2057
+  _globals['_ARTIFACTCHUNK']._serialized_end=2102
+  _globals['_DEVICESERVICE']._serialized_start=2105
+  _globals['_DEVICESERVICE']._serialized_end=2487
 # @@protoc_insertion_point(module_scope)

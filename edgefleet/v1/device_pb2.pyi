@@ -77,7 +77,7 @@ class WorkloadStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ...) -> None: ...
 
 class RevisionStatus(_message.Message):
-    __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted")
+    __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted", "bytes_done", "bytes_total")
     REVISION_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -86,6 +86,8 @@ class RevisionStatus(_message.Message):
     REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
     WANTED_FIELD_NUMBER: _ClassVar[int]
+    BYTES_DONE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     revision: str
     model_version: str
     sha256: str
@@ -94,7 +96,9 @@ class RevisionStatus(_message.Message):
     reason: str
     message: str
     wanted: bool
-    def __init__(self, revision: _Optional[str] = ..., model_version: _Optional[str] = ..., sha256: _Optional[str] = ..., phase: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., wanted: _Optional[bool] = ...) -> None: ...
+    bytes_done: int
+    bytes_total: int
+    def __init__(self, revision: _Optional[str] = ..., model_version: _Optional[str] = ..., sha256: _Optional[str] = ..., phase: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., wanted: _Optional[bool] = ..., bytes_done: _Optional[int] = ..., bytes_total: _Optional[int] = ...) -> None: ...
 
 class Ack(_message.Message):
     __slots__ = ("generation",)

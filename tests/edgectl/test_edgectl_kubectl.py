@@ -13,8 +13,10 @@ from pathlib import Path
 import orjson
 import pytest
 from edgectltesting import EDGECTL, MANIFESTS, edgectl
+from hubserving import ThreadedHub
 
 from edgefleet.versioning import version_text
+from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
 
 DEPLOYMENT = """\
 apiVersion: edgefleet.io/v1
@@ -404,3 +406,39 @@ def test_bash_completion_is_generated_from_the_parser(tmp_path: Path) -> None:
     assert complete("edgectl config use") == ["use-context"]
     zsh = _run("completion", "zsh").stdout
     assert zsh.startswith("#compdef edgectl\n") and "bashcompinit" in zsh
+
+
+def test_a_download_in_progress_is_shown(config: Path, hub: ThreadedHub) -> None:
+    """A device's report of a revision Downloading (bytes on the device, of the signed length)
+    is in describe and get -o wide. Last in this file: it adds a device and deletes it."""
+
+    async def downloading() -> None:
+        assert hub.hub is not None
+        revision = RevisionReport(
+            "2.5.0", "ab" * 32, RevisionPhase.DOWNLOADING, wanted=True,
+            bytes_done=47_185_920, bytes_total=104_857_600,
+        )  # fmt: skip
+        hub.hub.ctx.writer.update(
+            Device(
+                name="cam-9",
+                phase=DevicePhase.READY,
+                workloads={"fraud": WorkloadReport("2.5.0", revisions=(revision,))},
+            )
+        )
+        await hub.hub.ctx.writer.flush()
+
+    hub.run(downloading())
+    try:
+        page = edgectl(config, "describe", "device/cam-9").stdout
+        downloads = page.split("Downloads:")[1].splitlines()
+        assert downloads[2].split() == [
+            "fraud", "2.5.0", "45%", "45.0", "MiB", "of", "100.0", "MiB",
+        ]  # fmt: skip
+        wide = edgectl(config, "get", "device", "cam-9", "-o", "wide").stdout.splitlines()
+        assert wide[0].split()[-1] == "DOWNLOADS" and wide[1].split()[-1] == "fraud:45%"
+        doc = orjson.loads(edgectl(config, "get", "device", "cam-9", "-o", "json").stdout)
+        assert doc["status"]["workloads"]["fraud"]["revisions"][0]["download"] == {
+            "bytesDone": 47_185_920, "bytesTotal": 104_857_600,
+        }  # fmt: skip
+    finally:
+        edgectl(config, "delete", "device", "cam-9")
