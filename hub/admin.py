@@ -64,6 +64,9 @@ from hub.writing import PreparedEvent
 log = get_logger(__name__)
 
 DEFAULT_EVENTS_LIMIT = 500
+DEFAULT_LOG_TAIL = 100
+MAX_LOG_TAIL = 1000
+LOG_ANSWER_TIMEOUT_S = 10.0
 STATUS_POLL_S = 0.5  # how often a watch of deployments looks for status changes
 
 LISTED_KINDS: tuple[str, ...] = (
@@ -673,6 +676,46 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.CordonRequest, context: Any
     ) -> admin_pb2.CordonResponse:
         return await self._set_cordoned(request.device_name, False)
+
+    @_rpc
+    async def DeviceLogs(
+        self, request: admin_pb2.DeviceLogsRequest, context: Any
+    ) -> admin_pb2.DeviceLogsResponse:
+        """Ask the device over its Sync stream and relay its answer; nothing is stored."""
+        device = self._device(request.device_name)
+        if len(request.workload) > 253:
+            raise _invalid("workload: at most 253 characters")
+        if request.tail > MAX_LOG_TAIL:
+            raise _invalid(f"tail: at most {MAX_LOG_TAIL}, got {request.tail}")
+        session = self._ctx.sessions.get(device.name)
+        if session is None or session.closed:
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"device {device.name} is not connected: its log lines are on the device "
+                "(journalctl -u edged there)",
+            )
+        try:
+            answer = session.request_logs(request.workload, request.tail or DEFAULT_LOG_TAIL)
+        except RuntimeError as exc:
+            raise Refused(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"device {device.name}: {exc}"
+            ) from None
+        try:
+            lines = await asyncio.wait_for(answer, LOG_ANSWER_TIMEOUT_S)
+        except TimeoutError:
+            raise Refused(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"device {device.name} did not send its log lines within {LOG_ANSWER_TIMEOUT_S:g}s",
+            ) from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this call was cancelled, not the device's stream
+            raise Refused(
+                grpc.StatusCode.UNAVAILABLE,
+                f"device {device.name} disconnected before it sent its log lines",
+            ) from None
+        return admin_pb2.DeviceLogsResponse(lines=lines)
 
     @_rpc
     async def RevokeDevice(

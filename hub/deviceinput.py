@@ -145,6 +145,24 @@ def check_evidence(evidence: device_pb2.AttestationEvidence) -> list[str]:
     return problems
 
 
+MAX_LOG_LINES = 1000
+MAX_LOG_LINE = 2048
+
+
+def check_log_lines(lines: device_pb2.DeviceLogLines) -> list[str]:
+    """Every problem with an answer to a log request (pure)."""
+    problems = []
+    if len(lines.lines) > MAX_LOG_LINES:
+        problems.append(f"log_lines.lines: at most {MAX_LOG_LINES}, got {len(lines.lines)}")
+    for i, line in enumerate(lines.lines[:MAX_LOG_LINES]):
+        if len(line) > MAX_LOG_LINE:
+            problems.append(
+                f"log_lines.lines[{i}]: at most {MAX_LOG_LINE} characters, got {len(line)}"
+            )
+            break
+    return problems
+
+
 def check_message(message: device_pb2.DeviceMessage, *, issued: int | None = None) -> list[str]:
     """Every problem with a message after the Hello (pure). ``issued``: the newest generation
     the hub issued the device (an Ack above it acknowledges what was never sent)."""
@@ -160,6 +178,8 @@ def check_message(message: device_pb2.DeviceMessage, *, issued: int | None = Non
         return check_evidence(message.attestation_evidence)
     if kind == "hello":
         return ["hello: only the first message of a stream may be a Hello"]
+    if kind == "log_lines":
+        return check_log_lines(message.log_lines)
     # ack and heartbeat: numbers and nothing; none: a kind newer than this hub (ignored, as
     # protobuf's forward compatibility intends)
     return []

@@ -263,6 +263,13 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                             sent_at[record.generation] = time.monotonic()
                             for old in sorted(sent_at)[:-TIMED_GENERATIONS]:
                                 del sent_at[old]
+                while session.log_requests:
+                    request_id, workload, tail = session.log_requests.pop(0)
+                    yield device_pb2.HubMessage(
+                        log_request=device_pb2.DeviceLogRequest(
+                            request_id=request_id, workload=workload, tail=tail
+                        )
+                    )
                 while session.challenges:
                     nonce = session.challenges.pop(0)
                     yield device_pb2.HubMessage(
@@ -284,6 +291,8 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 raise failure  # type: ignore[misc]  # e.g. a malformed message's abort
         finally:
             reader.cancel()
+            for answer in list(session.log_answers.values()):
+                answer.cancel()  # nobody will answer them on this stream
             ctx.sessions.release(session)
             log.info("device disconnected", device=caller.name)
 
@@ -325,7 +334,9 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                     f"status messages faster than {rate.per_second:g}/s (burst {rate.burst}): "
                     "reconnect later and send status when it changes",
                 )
-            if kind == "ack":
+            if kind == "log_lines":
+                session.answer_logs(msg.log_lines.request_id, list(msg.log_lines.lines))
+            elif kind == "ack":
                 self._observe_ack(msg.ack.generation, sent_at)
                 if msg.ack.generation > device.generation_acked:
                     ctx.writer.update(device.with_(generation_acked=msg.ack.generation))
