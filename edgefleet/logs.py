@@ -166,8 +166,9 @@ MAX_RECENT_LINE = 2048
 
 class RecentLines(logging.Handler):
     """The newest ``capacity`` log records, as JSON lines, for ``edgectl logs``: a bounded ring
-    (memory: at most ``capacity`` x ``MAX_RECENT_LINE``), kept whatever the level the process
-    logs at on stderr (records must reach the root logger's level, though)."""
+    (memory: at most ``capacity`` x ``MAX_RECENT_LINE``) of the records that reach the root
+    logger's level. A record is about the workload its ``workload`` field names, or that of
+    its ``replica`` field (edged's ``WORKLOAD-REVISION-SLOT``)."""
 
     def __init__(self, capacity: int = 1000) -> None:
         super().__init__()
@@ -181,7 +182,10 @@ class RecentLines(logging.Handler):
             return
         if len(line) > MAX_RECENT_LINE:
             line = line[: MAX_RECENT_LINE - 12] + " [cut short]"
-        workload = getattr(record, "fields", {}).get("workload", "")
+        fields = getattr(record, "fields", {})
+        workload = fields.get("workload") or ""
+        if not workload and isinstance(fields.get("replica"), str):
+            workload = fields["replica"].rsplit("-", 2)[0]  # edged's WORKLOAD-REVISION-SLOT
         self._lines.append((str(workload), line))
 
     def tail(self, count: int, workload: str = "") -> list[str]:

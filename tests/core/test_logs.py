@@ -155,6 +155,7 @@ def test_recent_lines_are_bounded_cut_and_filtered_by_workload() -> None:
         log = get_logger("test.recent")
         for i in range(4):
             log.info("worker started", workload="det" if i % 2 else "cls", slot=i)
+        log.info("replica ready", replica="det-3f2a9c-0")
         log.warning("artifact refused", workload="det", message="x" * 5000)
         log.info("hub connected")
     finally:
@@ -163,7 +164,8 @@ def test_recent_lines_are_bounded_cut_and_filtered_by_workload() -> None:
     assert len(every) == 5  # the oldest went
     assert json.loads(every[-1])["event"] == "hub connected"
     det = ring.tail(100, "det")
-    assert [json.loads(line).get("slot") for line in det[:2]] == [1, 3]
+    assert [json.loads(line).get("slot") for line in det[:2]] == [3, None]
+    assert json.loads(det[1])["event"] == "replica ready"
     assert len(det[-1]) == MAX_RECENT_LINE and det[-1].endswith(" [cut short]")
     assert ring.tail(1, "det") == det[-1:] and ring.tail(0) == []
 
