@@ -1,8 +1,9 @@
 """The debhelper packages (debian/): dpkg-buildpackage builds edgefleet-common (the venv under
 /opt/edgefleet), edgefleet-edged, edgefleet-hub and edgefleet-edgectl from a copy of the tree,
-each holds what it should and nothing of another, and lintian finds no error (every remaining
-tag is overridden with its reason in debian/*.lintian-overrides). Real dpkg-buildpackage,
-debhelper, pip and lintian (Debian packages debhelper, lintian: scripts/install-system-deps)."""
+each holds what it should and nothing of another, and lintian finds no error and no warning
+(every remaining tag is overridden with its reason in debian/*.lintian-overrides). Real
+dpkg-buildpackage, debhelper, pip and lintian (Debian packages debhelper, lintian:
+scripts/install-system-deps)."""
 
 from __future__ import annotations
 
@@ -79,5 +80,5 @@ def test_dpkg_buildpackage_builds_the_split_packages_and_lintian_finds_no_error(
         "lintian", "--fail-on", "error", "--tag-display-limit", "0", *map(str, debs.values()),
         cwd=tmp_path,
     )  # fmt: skip
-    errors = [line for line in lint.stdout.splitlines() if line.startswith("E:")]
-    assert lint.returncode == 0 and errors == [], lint.stdout[-4000:] + lint.stderr[-2000:]
+    tags = [line for line in lint.stdout.splitlines() if line[:2] in ("E:", "W:")]
+    assert lint.returncode == 0 and tags == [], lint.stdout[-4000:] + lint.stderr[-2000:]
