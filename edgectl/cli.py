@@ -37,6 +37,7 @@ MODULES = (
     "edgectl.completing",
     "edgectl.rollouts",
     "edgectl.dashboards",
+    "edgectl.explaining",
 )
 """Modules of subcommands, each with ``add_commands(sub)`` and ``run(args)``."""
 

@@ -273,6 +273,16 @@ class AdminClient:
         response = self._call("RevokeDevice", admin_pb2.RevokeDeviceRequest(device_name=name))
         return list(response.serials)
 
+    def device_logs(self, name: str, workload: str = "", tail: int = 0) -> list[str]:
+        """A connected device's recent log lines, relayed by the hub (which waits up to 10 s
+        for the device: this call waits longer than that)."""
+        request = admin_pb2.DeviceLogsRequest(device_name=name, workload=workload, tail=tail)
+        try:
+            response = self._stub.DeviceLogs(request, timeout=max(self._timeout, 20.0))
+        except grpc.RpcError as exc:
+            raise _translated(exc, self._hub, "DeviceLogs") from None
+        return list(response.lines)
+
     def events(self, kind: str = "", name: str = "", limit: int = 0) -> list[dict[str, Any]]:
         request = admin_pb2.ListEventsRequest(kind=kind, name=name, limit=limit)
         return [orjson.loads(e) for e in self._call("ListEvents", request).events]
@@ -298,9 +308,15 @@ class AdminClient:
         single_use: bool = False,
         description: str = "",
         labels: Mapping[str, str] | None = None,
+        no_device_labels: bool = False,
+        device_label_prefix: str = "",
     ) -> Any:
         request = admin_pb2.CreateTokenRequest(
-            single_use=single_use, description=description, labels=dict(labels or {})
+            single_use=single_use,
+            description=description,
+            labels=dict(labels or {}),
+            no_device_labels=no_device_labels,
+            device_label_prefix=device_label_prefix,
         )
         if ttl_s:
             request.ttl.FromTimedelta(timedelta(seconds=ttl_s))

@@ -29,7 +29,7 @@ import orjson
 
 from edgectl import jsonpath, printing
 from edgectl.client import AdminClient, ClientError, load_admin_config
-from edgectl.errors import EXIT_DONE, EXIT_REFUSED, EdgectlError, InputError, UsageError
+from edgectl.errors import EXIT_DONE, EXIT_REFUSED, InputError, UsageError
 from edgectl.resources import ALL_KINDS, APPLIED_KINDS, EVENT, TOKEN, Ref, kind_of, parse_refs
 from edgefleet.api import load_documents, parse_manifest
 from edgefleet.api.meta import label_key, label_value
@@ -45,6 +45,16 @@ HUB_METADATA = ("uid", "creationTimestamp", "resourceVersion")
 
 def default_config() -> Path:
     return Path(os.environ.get(CONFIG_ENV) or "admin.toml")
+
+
+def _tail(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be a number from 1 to 1000, got {text!r}") from None
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(f"must be from 1 to 1000, got {value}")
+    return value
 
 
 def _label(text: str) -> tuple[str, str]:
@@ -141,10 +151,17 @@ def add_commands(sub: Any) -> None:
         )
 
     logs = sub.add_parser(
-        "logs", help="a device's log lines (not built yet: says so and where to look instead)"
+        "logs",
+        help="a connected device's recent log lines (edged's, about WORKLOAD if given), "
+        "asked of the device through the hub",
     )
     logs.add_argument("resource", nargs="+", metavar="ARG", help="device/NAME [WORKLOAD]")
-    logs.add_argument("-f", "--follow", action="store_true", help="keep printing new lines")
+    logs.add_argument(
+        "-f", "--follow", action="store_true", help="keep asking (every 2 s) and print new lines"
+    )
+    logs.add_argument(
+        "--tail", type=_tail, default=100, metavar="N", help="the newest N lines (1-1000; 100)"
+    )
 
     devices = sub.add_parser("devices", help="device commands")
     dsub = devices.add_subparsers(dest="device_command", required=True, metavar="COMMAND")
@@ -165,7 +182,17 @@ def add_commands(sub: Any) -> None:
     create.add_argument("--description", default="")
     create.add_argument(
         "--label", type=_label, action="append", default=[], metavar="KEY=VALUE",
-        help="a label every device enrolled with the token starts with (repeatable)",
+        help="a label every device enrolled with the token gets; the device cannot change "
+        "it (repeatable)",
+    )  # fmt: skip
+    own = create.add_mutually_exclusive_group()
+    own.add_argument(
+        "--no-device-labels", action="store_true",
+        help="devices enrolling with the token may not add labels of their own",
+    )  # fmt: skip
+    own.add_argument(
+        "--device-label-prefix", default="", metavar="PREFIX",
+        help='devices may add only label keys starting with PREFIX (e.g. "device.acme.io/")',
     )  # fmt: skip
 
 
@@ -492,6 +519,37 @@ def _relabel(client: AdminClient, args: argparse.Namespace) -> int:
     return EXIT_DONE
 
 
+# -- logs -----------------------------------------------------------------------------------------
+FOLLOW_EVERY_S = 2.0
+
+
+def _new_lines(printed: list[str], lines: list[str]) -> list[str]:
+    """The lines after the last one printed (all of them when it is no longer among them)."""
+    if printed and printed[-1] in lines:
+        return lines[len(lines) - lines[::-1].index(printed[-1]) :]
+    return lines
+
+
+def _logs(client: AdminClient, args: argparse.Namespace) -> int:
+    ref, rest = _one(args.resource, "logs", allow=("Device",))
+    workload = rest[0] if rest else ""
+    lines = client.device_logs(ref.name, workload, args.tail)
+    for line in lines:
+        _print(line)
+    if not args.follow:
+        return EXIT_DONE
+    printed = lines[-1:]
+    try:
+        while True:
+            time.sleep(FOLLOW_EVERY_S)
+            fresh = _new_lines(printed, client.device_logs(ref.name, workload, 1000))
+            for line in fresh:
+                _print(line)
+            printed = (printed + fresh)[-1:]
+    except KeyboardInterrupt:
+        return EXIT_DONE
+
+
 # -- devices, tokens -----------------------------------------------------------------------------
 def _devices(client: AdminClient, args: argparse.Namespace) -> int:
     if args.device_command == "revoke":
@@ -510,6 +568,8 @@ def _tokens(client: AdminClient, args: argparse.Namespace) -> int:
         single_use=args.single_use,
         description=args.description,
         labels=dict(args.label),
+        no_device_labels=args.no_device_labels,
+        device_label_prefix=args.device_label_prefix,
     )
     expires = datetime.fromtimestamp(response.expires.ToSeconds(), UTC)
     _print(response.token)
@@ -532,19 +592,16 @@ _HANDLERS: dict[str, Callable[[AdminClient, argparse.Namespace], int]] = {
     "annotate": _relabel,
     "devices": _devices,
     "tokens": _tokens,
+    "logs": _logs,
 }
 
 
 def _check_before_connecting(args: argparse.Namespace) -> None:
-    """Usage errors that need no hub, so that they are reported even when it is down; and
-    ``logs``, refused before connecting: devices cannot stream their log lines to the hub
-    yet (there is no such message on the Sync stream)."""
+    """Usage errors that need no hub, so that they are reported even when it is down."""
     if args.command == "logs":
-        ref, _ = _one(args.resource, "logs", allow=("Device",))
-        raise EdgectlError(
-            f"logs {ref}: not built yet: devices do not stream their log lines over the hub "
-            "link; on the device: journalctl -u edged (or edged status for its workloads)"
-        )
+        _, rest = _one(args.resource, "logs", allow=("Device",))
+        if len(rest) > 1:
+            raise UsageError(f"logs: one workload at most (got {' '.join(rest)!r})")
     if args.command in ("apply", "diff"):
         _check_recursive(args)
     if args.command == "get":
@@ -555,7 +612,7 @@ def _check_before_connecting(args: argparse.Namespace) -> None:
 def run(args: argparse.Namespace) -> int | None:
     """Run a parsed hub command; None when ``args`` is not one. Errors are raised
     (:class:`~edgectl.errors.EdgectlError`, ConfigError, ValidationError) for the CLI to print."""
-    if args.command not in _HANDLERS and args.command != "logs":
+    if args.command not in _HANDLERS:
         return None
     _check_before_connecting(args)
     config = load_admin_config(args.config or default_config(), args.context)

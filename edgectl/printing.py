@@ -71,12 +71,39 @@ def _device_row(doc: Doc, now: float, wide: bool) -> Row:
     ]
     if wide:
         taints = [f"{t['key']}:{t['effect']}" for t in status.get("taints", [])]
+        downloads = [f"{name}:{percent}" for name, _, percent, _ in downloads_of(status)]
         row += [
             f"{status.get('generationAcked', 0)}/{status.get('generationDesired', 0)}",
             _labels(doc.get("metadata", {}).get("labels", {})),
             ",".join(taints) or "<none>",
+            ",".join(downloads) or "<none>",
         ]
     return row
+
+
+def _mib(n: int) -> str:
+    return f"{n / 2**20:.1f} MiB"
+
+
+def downloads_of(status: Doc) -> list[tuple[str, str, str, str]]:
+    """(workload, version, percent, "done of total") of every revision a device is
+    downloading, from its reported workloads."""
+    out = []
+    for name, w in sorted(status.get("workloads", {}).items()):
+        for r in w.get("revisions", []):
+            d = r.get("download") or {}
+            total = int(d.get("bytesTotal", 0))
+            if r.get("phase") == "Downloading" and total:
+                done = int(d.get("bytesDone", 0))
+                out.append(
+                    (
+                        name,
+                        str(r.get("modelVersion", "")),
+                        f"{100 * done // total}%",
+                        f"{_mib(done)} of {_mib(total)}",
+                    )
+                )
+    return out
 
 
 def _deployment_row(doc: Doc, now: float, wide: bool) -> Row:
@@ -149,7 +176,7 @@ Columns = tuple[Sequence[str], Sequence[str], Callable[[Doc, float, bool], Row]]
 COLUMNS: dict[str, Columns] = {
     "Device": (
         ("NAME", "STATUS", "HEALTH", "ATTESTATION", "DEPLOYMENTS", "LAST-HEARTBEAT"),
-        ("GENERATION", "LABELS", "TAINTS"),
+        ("GENERATION", "LABELS", "TAINTS", "DOWNLOADS"),
         _device_row,
     ),
     "ModelDeployment": (
@@ -393,6 +420,14 @@ def describe_device(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
         lines += ["Workloads:", *_indented(table(("NAME", "VERSION", "READY", "PHASE"), rows))]
     else:
         lines.append(_field("Workloads", "<none>"))
+    downloads = downloads_of(status)
+    if downloads:
+        lines += [
+            "Downloads:",
+            *_indented(
+                table(("WORKLOAD", "VERSION", "PROGRESS", "BYTES"), [list(d) for d in downloads])
+            ),
+        ]
     facts = status.get("facts", {})
     if facts:
         lines += ["Facts:", *_indented("\n".join(plain_lines(facts)))]

@@ -709,6 +709,9 @@ class Daemon:
             from edged.hublink.linking import HubLink
 
             self.acceptor.accept()  # hub.json may be newer than desired.json after a crash
+            from edgefleet.logs import keep_recent_lines
+
+            recent = keep_recent_lines()  # what edgectl logs reads, through the hub
             link = HubLink(
                 self.link_files,
                 source=self.hub_source,
@@ -722,6 +725,7 @@ class Daemon:
                     model_digests=lambda: [w.sha256 for w in self.desired.workloads.values()],
                     tpm=cfg.trust.tpm,
                 ),
+                recent_logs=recent.tail,
             )
             self.hub_link = link
             self.board.hub_status = link.status

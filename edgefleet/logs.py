@@ -21,6 +21,7 @@ from __future__ import annotations
 import logging
 import os
 import sys
+from collections import deque
 from datetime import UTC, datetime
 from typing import Any
 
@@ -157,3 +158,44 @@ def configure_logging(
     root.setLevel(level.upper())
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # read by grpc's core when it starts
     logging.getLogger("grpc").setLevel(max(logging.WARNING, root.level))
+
+
+MAX_RECENT_LINE = 2048
+"""A kept line longer than this is cut (and says so)."""
+
+
+class RecentLines(logging.Handler):
+    """The newest ``capacity`` log records, as JSON lines, for ``edgectl logs``: a bounded ring
+    (memory: at most ``capacity`` x ``MAX_RECENT_LINE``) of the records that reach the root
+    logger's level. A record is about the workload its ``workload`` field names, or that of
+    its ``replica`` field (edged's ``WORKLOAD-REVISION-SLOT``)."""
+
+    def __init__(self, capacity: int = 1000) -> None:
+        super().__init__()
+        self.setFormatter(JsonFormatter())
+        self._lines: deque[tuple[str, str]] = deque(maxlen=capacity)  # (workload, line)
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            line = self.format(record)
+        except Exception:  # a record that cannot be formatted is not kept
+            return
+        if len(line) > MAX_RECENT_LINE:
+            line = line[: MAX_RECENT_LINE - 12] + " [cut short]"
+        fields = getattr(record, "fields", {})
+        workload = fields.get("workload") or ""
+        if not workload and isinstance(fields.get("replica"), str):
+            workload = fields["replica"].rsplit("-", 2)[0]  # edged's WORKLOAD-REVISION-SLOT
+        self._lines.append((str(workload), line))
+
+    def tail(self, count: int, workload: str = "") -> list[str]:
+        """The newest ``count`` lines (about ``workload`` only, if given), oldest first."""
+        picked = [line for w, line in self._lines if not workload or w == workload]
+        return picked[-count:] if count > 0 else []
+
+
+def keep_recent_lines(capacity: int = 1000) -> RecentLines:
+    """Add a :class:`RecentLines` to the root logger (after :func:`configure_logging`)."""
+    handler = RecentLines(capacity)
+    logging.getLogger().addHandler(handler)
+    return handler

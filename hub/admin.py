@@ -33,7 +33,6 @@ from typing import Any, TypeVar
 import grpc
 
 from edgefleet.api import ModelDeployment, parse_manifest
-from edgefleet.api.meta import label_key, label_value
 from edgefleet.errors import Compacted, CompareFailed, StoreError, ValidationError
 from edgefleet.logs import get_logger
 from edgefleet.selecting import parse_selector
@@ -66,9 +65,10 @@ from hub.writing import PreparedEvent
 log = get_logger(__name__)
 
 DEFAULT_EVENTS_LIMIT = 500
+DEFAULT_LOG_TAIL = 100
+MAX_LOG_TAIL = 1000
+LOG_ANSWER_TIMEOUT_S = 10.0
 STATUS_POLL_S = 0.5  # how often a watch of deployments looks for status changes
-MAX_TOKEN_DESCRIPTION = 256
-MAX_TOKEN_LABELS = 64
 
 LISTED_KINDS: tuple[str, ...] = (
     storekeys.KIND_DEVICE,
@@ -681,6 +681,46 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return await self._set_cordoned(request.device_name, False)
 
     @_rpc
+    async def DeviceLogs(
+        self, request: admin_pb2.DeviceLogsRequest, context: Any
+    ) -> admin_pb2.DeviceLogsResponse:
+        """Ask the device over its Sync stream and relay its answer; nothing is stored."""
+        device = self._device(request.device_name)
+        if len(request.workload) > 253:
+            raise _invalid("workload: at most 253 characters")
+        if request.tail > MAX_LOG_TAIL:
+            raise _invalid(f"tail: at most {MAX_LOG_TAIL}, got {request.tail}")
+        session = self._ctx.sessions.get(device.name)
+        if session is None or session.closed:
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"device {device.name} is not connected: its log lines are on the device "
+                "(journalctl -u edged there)",
+            )
+        try:
+            answer = session.request_logs(request.workload, request.tail or DEFAULT_LOG_TAIL)
+        except RuntimeError as exc:
+            raise Refused(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, f"device {device.name}: {exc}"
+            ) from None
+        try:
+            lines = await asyncio.wait_for(answer, LOG_ANSWER_TIMEOUT_S)
+        except TimeoutError:
+            raise Refused(
+                grpc.StatusCode.DEADLINE_EXCEEDED,
+                f"device {device.name} did not send its log lines within {LOG_ANSWER_TIMEOUT_S:g}s",
+            ) from None
+        except asyncio.CancelledError:
+            task = asyncio.current_task()
+            if task is not None and task.cancelling():
+                raise  # this call was cancelled, not the device's stream
+            raise Refused(
+                grpc.StatusCode.UNAVAILABLE,
+                f"device {device.name} disconnected before it sent its log lines",
+            ) from None
+        return admin_pb2.DeviceLogsResponse(lines=lines)
+
+    @_rpc
     async def RevokeDevice(
         self, request: admin_pb2.RevokeDeviceRequest, context: Any
     ) -> admin_pb2.RevokeDeviceResponse:
@@ -816,35 +856,19 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: admin_pb2.CreateTokenRequest, context: Any
     ) -> admin_pb2.CreateTokenResponse:
         ctx = self._ctx
-        problems: list[str] = []
         ttl = ctx.config.tokens.default_ttl_s
         if request.HasField("ttl") and (request.ttl.seconds or request.ttl.nanos):
             # Seconds and nanos straight from the message: a Duration beyond timedelta's
             # range must be a clear refusal, not an overflow.
             ttl = request.ttl.seconds + request.ttl.nanos / 1e9
-            if not tokens.MIN_TTL_S <= ttl <= tokens.MAX_TTL_S:
-                problems.append(
-                    f"ttl: must be from {tokens.MIN_TTL_S:g}s to {tokens.MAX_TTL_S:g}s "
-                    f"(a year), got {ttl:g}s"
-                )
-        if len(request.description) > MAX_TOKEN_DESCRIPTION:
-            problems.append(f"description: at most {MAX_TOKEN_DESCRIPTION} characters")
-        if len(request.labels) > MAX_TOKEN_LABELS:
-            problems.append(f"labels: at most {MAX_TOKEN_LABELS}, got {len(request.labels)}")
-        for key, value in sorted(request.labels.items())[:MAX_TOKEN_LABELS]:
-            for check in (label_key, label_value):
-                try:
-                    check(key if check is label_key else value)
-                except ValueError as exc:
-                    problems.append(f"labels[{key!r}]: {exc}")
         prefix = request.device_label_prefix
-        if prefix:
-            try:
-                label_key(prefix.rstrip("/") if prefix.endswith("/") else prefix)
-            except ValueError as exc:
-                problems.append(f"device_label_prefix: {exc}")
-            if request.no_device_labels:
-                problems.append("device_label_prefix: makes no sense with no_device_labels")
+        problems = tokens.check_token_request(
+            ttl=ttl,
+            description=request.description,
+            labels=request.labels,
+            device_labels=not request.no_device_labels,
+            device_label_prefix=prefix,
+        )
         if problems:
             raise _invalid("; ".join(problems))
         prepared: list[PreparedEvent] = []

@@ -122,6 +122,7 @@ def _parser() -> argparse.ArgumentParser:
     )
     create.add_argument("--single-use", action="store_true", help="valid for one enrollment")
     create.add_argument("--description", default="")
+    add_token_label_options(create)
     listing = tsub.add_parser("list", help="the bootstrap tokens (ids only, never secrets)")
     listing.add_argument("--data-dir", type=Path, required=True)
 
@@ -154,6 +155,31 @@ def _etcd_flags(args: argparse.Namespace) -> dict[str, Path | None]:
         "cert_file": args.etcd_cert and args.etcd_cert.absolute(),
         "key_file": args.etcd_key and args.etcd_key.absolute(),
     }
+
+
+def label_option(text: str) -> tuple[str, str]:
+    key, eq, value = text.partition("=")
+    if not eq or not key:
+        raise argparse.ArgumentTypeError(f"must be KEY=VALUE, got {text!r}")
+    return key, value
+
+
+def add_token_label_options(create: argparse.ArgumentParser) -> None:
+    """A token's labels and what devices enrolling with it may add of their own."""
+    create.add_argument(
+        "--label", type=label_option, action="append", default=[], metavar="KEY=VALUE",
+        help="a label every device enrolled with the token gets; the device cannot change "
+        "it (repeatable)",
+    )  # fmt: skip
+    own = create.add_mutually_exclusive_group()
+    own.add_argument(
+        "--no-device-labels", action="store_true",
+        help="devices enrolling with the token may not add labels of their own",
+    )  # fmt: skip
+    own.add_argument(
+        "--device-label-prefix", default="", metavar="PREFIX",
+        help='devices may add only label keys starting with PREFIX (e.g. "device.acme.io/")',
+    )  # fmt: skip
 
 
 def _config(data_dir: Path) -> HubConfig:
@@ -214,8 +240,17 @@ async def _token_create(args: argparse.Namespace) -> int:
     paths = HubPaths.of(args.data_dir)
     pin = pki.ca_pin(pki.load_certificate(paths.ca_certificate.read_bytes()))
     ttl = args.ttl or config.tokens.default_ttl_s
-    if not tokens.MIN_TTL_S <= ttl <= tokens.MAX_TTL_S:
-        print(f"hub: --ttl must be from 1s to 366d, got {ttl:g}s", file=sys.stderr)
+    labels = dict(args.label)
+    problems = tokens.check_token_request(
+        ttl=ttl,
+        description=args.description,
+        labels=labels,
+        device_labels=not args.no_device_labels,
+        device_label_prefix=args.device_label_prefix,
+    )
+    if problems:
+        for problem in problems:
+            print(f"hub: {_as_option(problem)}", file=sys.stderr)
         return 2
     store = await _open(args.data_dir, config)
     try:
@@ -225,6 +260,9 @@ async def _token_create(args: argparse.Namespace) -> int:
             ttl=ttl,
             single_use=args.single_use or config.tokens.single_use,
             description=args.description,
+            labels=labels,
+            device_labels=not args.no_device_labels,
+            device_label_prefix=args.device_label_prefix,
         )
     finally:
         await store.close()
@@ -238,6 +276,29 @@ async def _token_create(args: argparse.Namespace) -> int:
     return 0
 
 
+_TOKEN_OPTIONS = (
+    ("ttl", "--ttl"),
+    ("description", "--description"),
+    ("labels", "--label"),
+    ("device_label_prefix", "--device-label-prefix"),
+)
+
+
+def _as_option(problem: str) -> str:
+    """A problem of the token request, with its field named as the option that set it."""
+    for field, option in _TOKEN_OPTIONS:
+        if problem.startswith(field):
+            return option + problem[len(field) :]
+    return problem
+
+
+def describe_device_labels(record: tokens.TokenRecord) -> str:
+    """What a device enrolling with the token may add of its own labels, in a few words."""
+    if not record.device_labels:
+        return "none"
+    return f"{record.device_label_prefix}*" if record.device_label_prefix else "any"
+
+
 async def _token_list(args: argparse.Namespace) -> int:
     config = _config(args.data_dir)
     store = await _open(args.data_dir, config)
@@ -246,13 +307,15 @@ async def _token_list(args: argparse.Namespace) -> int:
     finally:
         await store.close()
     now = time.time()
-    print(f"{'ID':8} {'EXPIRES':22} {'USAGE':12} DESCRIPTION")
+    print(f"{'ID':8} {'EXPIRES':22} {'USAGE':12} {'LABELS':24} {'OWN-LABELS':16} DESCRIPTION")
     for r in records:
         expires = datetime.fromtimestamp(r.expires, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         if r.expires <= now:
             expires += " (expired)"
         usage = ("used" if r.used is not None else "single-use") if r.single_use else "reusable"
-        print(f"{r.id:8} {expires:22} {usage:12} {r.description}")
+        labels = ",".join(f"{k}={v}" for k, v in sorted(r.labels.items())) or "<none>"
+        own = describe_device_labels(r)
+        print(f"{r.id:8} {expires:22} {usage:12} {labels:24} {own:16} {r.description}")
     return 0
 
 

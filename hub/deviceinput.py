@@ -26,6 +26,7 @@ MAX_REASONS = 32
 MAX_WORKLOADS = 256
 MAX_CONDITIONS = 16
 MAX_REPLICAS = 10_000
+MAX_REVISIONS = 8  # revisions per workload the hub keeps (hub.syncing.MAX_REPORTED_REVISIONS)
 MAX_STATUS_BYTES = 512 * 1024
 MAX_REVISIONS = 8  # per workload, as hub.syncing keeps
 MAX_COUNTER = 2**53  # requests a revision answered: exact in a double, in JSON
@@ -190,6 +191,11 @@ def check_status(status: device_pb2.Status, *, reserved: Sequence[str] = ()) -> 
             _sizing(problems, f"{at}.sizing", w.sizing)
         for j, r in enumerate(w.revisions[:MAX_REVISIONS]):  # the hub keeps no more
             _revision(problems, f"{at}.revisions[{j}]", r)
+            if r.bytes_done > r.bytes_total:
+                problems.append(
+                    f"{at}.revisions[{j}].bytes_done: at most bytes_total ({r.bytes_total}), "
+                    f"got {r.bytes_done}"
+                )
         _sandboxes(problems, f"{at}.replica_sandboxes", w.replica_sandboxes)
     if status.HasField("health"):
         _health(problems, "status.health", status.health)
@@ -244,6 +250,24 @@ def check_evidence(evidence: device_pb2.AttestationEvidence) -> list[str]:
     return problems
 
 
+MAX_LOG_LINES = 1000
+MAX_LOG_LINE = 2048
+
+
+def check_log_lines(lines: device_pb2.DeviceLogLines) -> list[str]:
+    """Every problem with an answer to a log request (pure)."""
+    problems = []
+    if len(lines.lines) > MAX_LOG_LINES:
+        problems.append(f"log_lines.lines: at most {MAX_LOG_LINES}, got {len(lines.lines)}")
+    for i, line in enumerate(lines.lines[:MAX_LOG_LINES]):
+        if len(line) > MAX_LOG_LINE:
+            problems.append(
+                f"log_lines.lines[{i}]: at most {MAX_LOG_LINE} characters, got {len(line)}"
+            )
+            break
+    return problems
+
+
 def check_message(
     message: device_pb2.DeviceMessage,
     *,
@@ -265,6 +289,8 @@ def check_message(
         return check_evidence(message.attestation_evidence)
     if kind == "hello":
         return ["hello: only the first message of a stream may be a Hello"]
+    if kind == "log_lines":
+        return check_log_lines(message.log_lines)
     # ack and heartbeat: numbers and nothing; none: a kind newer than this hub (ignored, as
     # protobuf's forward compatibility intends)
     return []

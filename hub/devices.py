@@ -128,6 +128,8 @@ class RevisionReport:
     validation_samples: int = 0
     validation_reason: str = ""
     validation_message: str = ""
+    bytes_done: int = 0  # while Downloading: how far the device got, of bytes_total
+    bytes_total: int = 0
 
     @property
     def serves(self) -> bool:
@@ -158,6 +160,8 @@ class RevisionReport:
                 "reason": self.validation_reason,
                 "message": self.validation_message,
             }
+        if self.bytes_total:
+            out["download"] = {"bytesDone": self.bytes_done, "bytesTotal": self.bytes_total}
         return out
 
     @classmethod
@@ -172,6 +176,8 @@ class RevisionReport:
             str(doc.get("message", "")),
             bool(doc.get("wanted", False)),
             **_measures(doc),
+            bytes_done=int(doc.get("download", {}).get("bytesDone", 0)),
+            bytes_total=int(doc.get("download", {}).get("bytesTotal", 0)),
         )
 
 

@@ -5,8 +5,9 @@ authentication, so expose it only where scrapers are trusted).
 * :class:`HubMetrics`: every metric of the hub, in one registry (``edgefleet.metrics``). Values
   that live elsewhere (devices by phase, streams) are read when scraped.
 * :class:`MetricsInterceptor`: a grpc.aio server interceptor that counts every call by method
-  and status code, times unary calls, counts enrollments by outcome, and measures sync
-  latency (a desired state sent on a Sync stream until the device acknowledges it).
+  and status code, times unary calls and counts enrollments by outcome. Sync is not wrapped
+  (see there); its latency (a desired state sent until the device acknowledges it) is
+  measured by the Sync handler (:mod:`hub.syncing`) into ``HubMetrics.sync_seconds``.
 * :class:`InstrumentedStore`: the store, with every operation counted and timed.
 * :class:`ObservabilityServer`: the HTTP listener, a component (``name`` + ``run(stop)``).
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
 import grpc
@@ -25,7 +26,6 @@ import grpc
 from edgefleet.configfiles import parse_host_port
 from edgefleet.logs import get_logger
 from edgefleet.metrics import CONTENT_TYPE, Registry
-from edgefleet.v1 import device_pb2
 from hub.caching import Cache
 from hub.devices import DevicePhase
 from hub.sessions import Sessions
@@ -43,6 +43,12 @@ SYNC_METHOD = "/edgefleet.v1.DeviceService/Sync"
 MAX_REQUEST_BYTES = 8192
 READ_TIMEOUT_S = 5.0
 READY_STORE_TIMEOUT_S = 2.0
+ROLLOUT_STEP_REASONS = frozenset(
+    {"RevisionCreated", "RolloutStarted", "DevicesUpdated", "RolloutComplete", "RolledBack",
+     "Paused", "Resumed", "Retried", "CanaryPaused", "CanaryStepPassed"}
+)  # fmt: skip
+"""Reasons of the ModelDeployment events that record a rollout's step (:mod:`hub.rolling`,
+:mod:`hub.rollouts`)."""
 
 
 class HubMetrics:
@@ -80,6 +86,24 @@ class HubMetrics:
             "persisted on the device, downloads included)",
             buckets=SYNC_BUCKETS,
         )
+        self.events = r.counter(
+            "hub_events_total", "Events recorded, by object kind, type and reason",
+            ("kind", "type", "reason"),
+        )  # fmt: skip
+        self.rollout_steps = r.counter(
+            "hub_rollout_steps_total",
+            "Rollout steps taken, by the event that records them (RevisionCreated, "
+            "RolloutStarted, DevicesUpdated, RolloutComplete, RolledBack, an operator's action)",
+            ("reason",),
+        )
+        self.placements = r.gauge(
+            "hub_placements", "Deployments placed on devices (one per device and deployment)"
+        )
+        self.placement_changes = r.counter(
+            "hub_placement_changes_total",
+            "Deployments placed on a device (placed) or taken off one (removed)",
+            ("change",),
+        )
         self.store_operations = r.counter(
             "hub_store_operations_total", "Store operations by result", ("operation", "result")
         )
@@ -89,6 +113,20 @@ class HubMetrics:
             ("operation",),
             buckets=STORE_BUCKETS,
         )
+
+    def count_event(self, event: Mapping[str, Any]) -> None:
+        """An event was recorded (:class:`hub.writing.DeviceWriter` calls this)."""
+        kind, reason = str(event["object"]["kind"]), str(event["reason"])
+        self.events.labels(kind=kind, type=event["type"], reason=reason).inc()
+        if kind == "ModelDeployment" and reason in ROLLOUT_STEP_REASONS:
+            self.rollout_steps.labels(reason=reason).inc()
+
+    def count_placements(self, placed: int, removed: int) -> None:
+        """The projector wrote desired states (:class:`hub.projecting.Projector` calls this)."""
+        if placed:
+            self.placement_changes.labels(change="placed").inc(placed)
+        if removed:
+            self.placement_changes.labels(change="removed").inc(removed)
 
     def watch(self, cache: Cache, sessions: Sessions) -> None:
         def in_phase(phase: DevicePhase) -> Callable[[], float]:
@@ -113,6 +151,9 @@ class HubMetrics:
 
         self.devices_out_of_sync.set_function(out_of_sync)
         self.streams.set_function(lambda: len(sessions))
+        self.placements.set_function(
+            lambda: sum(len(r.deployments) for r in cache.desired.values())
+        )
 
         def of_kind(kind: str) -> Callable[[], float]:
             return lambda: len(list(cache.objects_of(kind)))
@@ -181,7 +222,7 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
         if method == SYNC_METHOD:
             # Not wrapped: a wrapped Sync that refuses a device before reading its Hello ends
             # with INTERNAL instead of its status (grpc aio). Its streams are counted by the
-            # sessions (edgefleet_hub_streams) instead.
+            # sessions (hub_device_streams) and its latency by the handler itself.
             return handler
         return grpc.stream_stream_rpc_method_handler(
             self._stream(method, handler.stream_stream), **kwargs
@@ -205,33 +246,10 @@ class MetricsInterceptor(grpc.aio.ServerInterceptor):  # type: ignore[misc]
     def _stream(
         self, method: str, behavior: Callable[..., AsyncIterator[Any]]
     ) -> Callable[..., AsyncIterator[Any]]:
-        sync = method == SYNC_METHOD
-        metrics, clock = self.metrics, self.clock
-
         async def call(request: Any, context: Any) -> AsyncIterator[Any]:
-            sent: dict[int, float] = {}  # generation -> when it was sent (this stream)
-
-            async def acks(requests: AsyncIterator[Any]) -> AsyncIterator[Any]:
-                async for message in requests:
-                    is_message = isinstance(message, device_pb2.DeviceMessage)  # not Malformed
-                    if is_message and message.WhichOneof("message") == "ack":
-                        at = sent.pop(message.ack.generation, None)
-                        if at is not None:
-                            metrics.sync_seconds.observe(clock() - at)
-                    yield message
-
-            source = acks(request) if sync else request
             failed: BaseException | None = None
             try:
-                async for out in behavior(source, context):
-                    if (
-                        sync
-                        and isinstance(out, device_pb2.HubMessage)
-                        and out.WhichOneof("message") == "desired_state"
-                    ):
-                        generation = out.desired_state.generation
-                        sent = {g: t for g, t in sent.items() if g > generation - 8}
-                        sent[generation] = clock()
+                async for out in behavior(request, context):
                     yield out
             except BaseException as exc:
                 failed = exc

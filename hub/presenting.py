@@ -186,6 +186,8 @@ def token_object(record: TokenRecord) -> dict[str, Any]:
             "expires": rfc3339(record.expires),
             "singleUse": record.single_use,
             "deviceLabels": dict(sorted(record.labels.items())),
+            "allowOwnLabels": record.device_labels,
+            "ownLabelPrefix": record.device_label_prefix,
         },
         "status": {"used": rfc3339(record.used)},
     }

@@ -37,6 +37,7 @@ class Projector:
         *,
         region: str,
         on_pushed: Callable[[str, int], None] | None = None,
+        on_placed: Callable[[int, int], None] | None = None,
         give_up_after: float = GIVE_UP_AFTER,
     ) -> None:
         self._store = store
@@ -47,6 +48,7 @@ class Projector:
         self.on_mark: Callable[[], None] | None = None  # the scheduler: devices changed
         self.contents: dict[str, DesiredContent] = {}
         self._on_pushed = on_pushed
+        self._on_placed = on_placed  # (placements made, placements ended), for the metrics
         self._batches = BatchLoop(
             self.name,
             self._project_marked,
@@ -113,6 +115,13 @@ class Projector:
             ],
         )
         self._cache.desired.update(records)
+        if self._on_placed is not None:
+            placed = ended = 0
+            for content, previous in changed.values():
+                before = set(previous.deployments) if previous else set()
+                placed += len(set(content.deployments) - before)
+                ended += len(before - set(content.deployments))
+            self._on_placed(placed, ended)
         for name in changed:
             session = self._sessions.get(name)
             if session is not None:

@@ -15,7 +15,8 @@ would check, so that junk is refused at the door rather than on every device:
    :mod:`edgefleet.artifacts.onnxformat`); a model record is written only after the blob is
    committed;
 5. the record (``/models/NAME/VERSION``: the envelope exactly as signed, sha256, length) goes
-   to the store and the cache, an event is recorded and every device is projected again.
+   and its event (``Pushed``, ``MetadataUpdated``) go to the store in one transaction, so a
+   stored model always has its event; then the cache, and every device is projected again.
 
 The same bytes and metadata again are ``stored=False``. The same bytes with newer signed
 metadata (a higher ``metadataVersion``, e.g. re-signed to extend its expiry) replace the
@@ -50,6 +51,7 @@ from edgefleet.trust.verifying import (
 from edgefleet.v1 import admin_pb2
 from hub import storekeys
 from hub.context import HubContext
+from hub.store import Compare, Put
 
 log = get_logger(__name__)
 
@@ -311,11 +313,13 @@ async def _record(
         record = replace(record, rollback_allowance=old.rollback_allowance)
     else:
         reason, message = "Pushed", f"{what} pushed (sha256 {sha256}, {info.length} bytes)"
+    event = ctx.writer.prepare_event(
+        storekeys.KIND_MODEL, f"{meta.name}-{meta.version}", "Normal", reason, message
+    )
     try:
-        await ctx.store.put(
-            key,
-            storekeys.dumps(record.to_json()),
-            expect_mod_revision=current.mod_revision if current is not None else 0,
+        await ctx.store.txn(
+            [Compare(key, current.mod_revision if current is not None else 0)],
+            [Put(key, storekeys.dumps(record.to_json())), event.put],
         )
     except CompareFailed:
         raise PushRefused(
@@ -324,7 +328,7 @@ async def _record(
             f"{what} was pushed by someone else at the same time; push again",
         ) from None
     ctx.cache.models[(meta.name, meta.version)] = record
-    ctx.writer.event(storekeys.KIND_MODEL, f"{meta.name}-{meta.version}", "Normal", reason, message)
+    ctx.writer.committed(event)
     ctx.projector.mark_all()
     log.info("artifact pushed", model=meta.name, version=meta.version, sha256=sha256)
     return admin_pb2.PushArtifactResponse(

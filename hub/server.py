@@ -118,7 +118,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     sessions = Sessions()
     metrics.watch(cache, sessions)
     roots = load_roots(paths.data_dir)
-    writer = DeviceWriter(store, cache)
+    writer = DeviceWriter(store, cache, on_event=metrics.count_event)
     # Replicas on etcd: the controllers write only while this replica leads (hub.replicas).
     elector = (
         Elector(store, identity=replica_identity(), ttl=config.etcd.leader_lease_s)
@@ -126,7 +126,13 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         else None
     )
     controller_store: Store = store if elector is None else FencedStore(store, elector)
-    projector = Projector(controller_store, cache, sessions, region=config.region)
+    projector = Projector(
+        controller_store,
+        cache,
+        sessions,
+        region=config.region,
+        on_placed=metrics.count_placements,
+    )
     ctx = HubContext(
         paths=paths,
         config=config,

@@ -15,6 +15,10 @@ Sync, from the hub's side:
 5. Attestation challenges queued on the session are sent; evidence is handed to the
    attestation controller.
 
+``hub_sync_latency_seconds`` is measured here, from a desired state sent on this stream to its
+Ack: the Sync handler is not wrapped by the metrics interceptor (grpc aio turned a wrapped
+Sync's refusal before the Hello, a revoked device's UNAUTHENTICATED, into INTERNAL).
+
 A second stream from the same device replaces the first. Revocation closes the stream.
 """
 
@@ -23,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import hmac
+import time
 from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import replace
 from datetime import timedelta
@@ -49,6 +54,8 @@ log = get_logger(__name__)
 
 HELLO_TIMEOUT_S = 30.0
 CHUNK = 256 * 1024
+TIMED_GENERATIONS = 8
+"""Desired states sent on one stream whose Ack is timed; older ones are dropped."""
 
 
 class StreamRefused(EdgefleetError):
@@ -120,6 +127,8 @@ def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
                 message=r.message,
                 wanted=r.wanted,
                 **_measures(r),
+                bytes_done=r.bytes_done,
+                bytes_total=r.bytes_total,
             )
             for r in w.revisions[:MAX_REPORTED_REVISIONS]
         ),
@@ -292,7 +301,8 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         self.last_seen[caller.name] = now
         session = ctx.sessions.open(caller.name, caller.serial)
         log.info("device connected", device=caller.name, generation=hello.applied_generation)
-        reader = asyncio.ensure_future(self._read(caller.name, it, session))
+        sent_at: dict[int, float] = {}  # generation -> when it was sent on this stream
+        reader = asyncio.ensure_future(self._read(caller.name, it, session, sent_at))
         try:
             # What the device is owed now goes out at once; the batched projector looks at
             # the device again (its labels and phase may have changed) and offers any newer
@@ -344,6 +354,16 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         else:
                             session.sent_any = True
                             yield message
+                            sent_at[record.generation] = time.monotonic()
+                            for old in sorted(sent_at)[:-TIMED_GENERATIONS]:
+                                del sent_at[old]
+                while session.log_requests:
+                    request_id, workload, tail = session.log_requests.pop(0)
+                    yield device_pb2.HubMessage(
+                        log_request=device_pb2.DeviceLogRequest(
+                            request_id=request_id, workload=workload, tail=tail
+                        )
+                    )
                 while session.challenges:
                     nonce = session.challenges.pop(0)
                     yield device_pb2.HubMessage(
@@ -365,11 +385,26 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 raise failure  # type: ignore[misc]  # e.g. a malformed message's abort
         finally:
             reader.cancel()
+            for answer in list(session.log_answers.values()):
+                answer.cancel()  # nobody will answer them on this stream
             ctx.sessions.release(session)
             log.info("device disconnected", device=caller.name)
 
+    def _observe_ack(self, generation: int, sent_at: dict[int, float]) -> None:
+        """The time from sending ``generation`` to its Ack; older ones sent are now moot (a
+        device acknowledges only the newest state it was given)."""
+        at = sent_at.pop(generation, None)
+        if at is not None:
+            self.ctx.metrics.sync_seconds.observe(time.monotonic() - at)
+        for older in [g for g in sent_at if g < generation]:
+            del sent_at[older]
+
     async def _read(
-        self, name: str, it: AsyncIterator[device_pb2.DeviceMessage], session: Session
+        self,
+        name: str,
+        it: AsyncIterator[device_pb2.DeviceMessage],
+        session: Session,
+        sent_at: dict[int, float],
     ) -> None:
         ctx = self.ctx
         async for msg in it:
@@ -395,7 +430,10 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                     f"status messages faster than {rate.per_second:g}/s (burst {rate.burst}): "
                     "reconnect later and send status when it changes",
                 )
-            if kind == "ack":
+            if kind == "log_lines":
+                session.answer_logs(msg.log_lines.request_id, list(msg.log_lines.lines))
+            elif kind == "ack":
+                self._observe_ack(msg.ack.generation, sent_at)
                 if msg.ack.generation > device.generation_acked:
                     ctx.writer.update(device.with_(generation_acked=msg.ack.generation))
             elif kind == "status":

@@ -25,6 +25,7 @@ from typing import Any
 
 import orjson
 
+from edgefleet.api.meta import label_key, label_value
 from edgefleet.errors import CompareFailed, TokenError, TokenRefusal
 from hub.store import Compare, Put, Store
 
@@ -35,6 +36,8 @@ _SECRET_LENGTH = 16
 MIN_TTL_S = 1.0
 MAX_TTL_S = 366 * 24 * 3600.0
 """A bootstrap token lives at most a year: a longer-lived one is a standing credential."""
+MAX_DESCRIPTION = 256
+MAX_LABELS = 64
 TOKEN_PATTERN = re.compile(rf"([a-z0-9]{{{_ID_LENGTH}}})\.([a-z0-9]{{{_SECRET_LENGTH}}})")
 
 
@@ -89,6 +92,42 @@ class TokenRecord:
             device_labels=doc.get("deviceLabels", True),
             device_label_prefix=doc.get("deviceLabelPrefix", ""),
         )
+
+
+def check_token_request(
+    *,
+    ttl: float,
+    description: str,
+    labels: Mapping[str, str],
+    device_labels: bool,
+    device_label_prefix: str,
+) -> list[str]:
+    """Every problem with what a new token asks for, each naming its field (pure): checked
+    before anything is written, by AdminService ``CreateToken`` and ``hub token create``."""
+    problems = []
+    if not MIN_TTL_S <= ttl <= MAX_TTL_S:
+        problems.append(
+            f"ttl: must be from 1s to 366 days (a year), got {ttl:g}s ({ttl / 86400:.4g} days)"
+        )
+    if len(description) > MAX_DESCRIPTION:
+        problems.append(f"description: at most {MAX_DESCRIPTION} characters")
+    if len(labels) > MAX_LABELS:
+        problems.append(f"labels: at most {MAX_LABELS}, got {len(labels)}")
+    for key, value in sorted(labels.items())[:MAX_LABELS]:
+        for check, what in ((label_key, key), (label_value, value)):
+            try:
+                check(what)
+            except ValueError as exc:
+                problems.append(f"labels[{key!r}]: {exc}")
+    prefix = device_label_prefix
+    if prefix:
+        try:
+            label_key(prefix.rstrip("/") if prefix.endswith("/") else prefix)
+        except ValueError as exc:
+            problems.append(f"device_label_prefix: {exc}")
+        if not device_labels:
+            problems.append("device_label_prefix: makes no sense with no_device_labels")
+    return problems
 
 
 def _random(length: int) -> str:

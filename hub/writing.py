@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
@@ -54,9 +55,11 @@ class DeviceWriter:
         *,
         period: float = 0.2,
         give_up_after: float = GIVE_UP_AFTER,
+        on_event: Callable[[dict[str, Any]], None] | None = None,
     ) -> None:
         self._store = store
         self._cache = cache
+        self._on_event = on_event  # told of every event recorded (the hub's metrics count them)
         self._dirty: set[str] = set()
         self._events: list[dict[str, Any]] = []
         self._seq = 0
@@ -79,6 +82,8 @@ class DeviceWriter:
         self._cache.events.append(ev)
         self._events.append(ev)
         self._batches.wake()
+        if self._on_event is not None:
+            self._on_event(ev)
         log.info("event", kind=kind, name=name, type=type_, reason=reason, message=message)
 
     def prepare_event(
@@ -93,6 +98,8 @@ class DeviceWriter:
         """The transaction holding ``prepared`` committed: show the event."""
         ev = prepared.event
         self._cache.events.append(ev)
+        if self._on_event is not None:
+            self._on_event(ev)
         obj = ev["object"]
         log.info(
             "event",

@@ -101,6 +101,21 @@ class Fetcher:
         return bytes(response.data)  # python-tuf's fetcher refuses more than max_length
 
 
+MAX_LOG_LINES = 1000
+
+
+def answer_log_request(
+    request: device_pb2.DeviceLogRequest, recent: Callable[[int, str], list[str]] | None
+) -> device_pb2.DeviceMessage:
+    """The answer to the hub's request for recent log lines (bounded; none when this edged
+    keeps none)."""
+    tail = min(request.tail or 100, MAX_LOG_LINES)
+    lines = recent(tail, request.workload) if recent is not None else []
+    return device_pb2.DeviceMessage(
+        log_lines=device_pb2.DeviceLogLines(request_id=request.request_id, lines=lines[-tail:])
+    )
+
+
 class HubLink:
     name = "hub-link"
 
@@ -113,6 +128,7 @@ class HubLink:
         syncing: Callable[[], AbstractContextManager[None]],
         report: Callable[[], DeviceReport],
         answer_challenge: Callable[[bytes], Awaitable[bytes]] | None = None,
+        recent_logs: Callable[[int, str], list[str]] | None = None,
         status_period: float = 1.0,
         rng: random.Random | None = None,
     ) -> None:
@@ -126,6 +142,7 @@ class HubLink:
         self._syncing = syncing
         self._report = report
         self._answer = answer_challenge
+        self._recent_logs = recent_logs  # (tail, workload) -> lines, for edgectl logs
         self._status_period = status_period
         self._rng = rng or random.Random()
         self.connected = False
@@ -285,6 +302,8 @@ class HubLink:
                 pending[:] = [state]  # only the newest matters (level-based)
                 self._last_state = state
                 wake.set()
+            elif kind == "log_request":
+                outbox.put_nowait(answer_log_request(msg.log_request, self._recent_logs))
             elif kind == "attestation_challenge" and self._answer is not None:
                 nonce = bytes(msg.attestation_challenge.nonce)
                 evidence = await self._answer(nonce)

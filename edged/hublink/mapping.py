@@ -139,6 +139,8 @@ def _revision(
         reason=r.reason,
         message=r.message,
         wanted=r.wanted,
+        bytes_done=r.bytes_done,
+        bytes_total=r.bytes_total,
     )
     if m is not None:
         msg.metrics.CopyFrom(

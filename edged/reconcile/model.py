@@ -145,9 +145,11 @@ class RevisionStatus:
     reason: str = ""  # why Refused or Failed
     message: str = ""
     wanted: bool = False  # the revision the accepted desired state asks for
+    bytes_done: int = 0  # while Downloading: bytes on the device, of bytes_total
+    bytes_total: int = 0
 
     def to_json(self) -> dict[str, object]:
-        return {
+        out: dict[str, object] = {
             "revision": self.revision,
             "modelVersion": self.model_version,
             "sha256": self.sha256,
@@ -157,6 +159,9 @@ class RevisionStatus:
             "message": self.message,
             "wanted": self.wanted,
         }
+        if self.bytes_total:
+            out["download"] = {"bytesDone": self.bytes_done, "bytesTotal": self.bytes_total}
+        return out
 
 
 @dataclass(frozen=True, slots=True)

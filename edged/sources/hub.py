@@ -34,8 +34,9 @@ from __future__ import annotations
 
 import asyncio
 import os
+import time
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -60,6 +61,9 @@ log = get_logger(__name__)
 
 SYNC_EVERY_BYTES = 8 << 20  # fsync a download this often: a power cut loses at most this
 MAX_ROOTS = 1000  # trust roots in one desired state (a chain of rotations)
+PROGRESS_EVERY_S = 2.0
+"""How often a download's progress in ``incoming`` (and so in the device's status) moves:
+status goes to the hub when it changed, and the hub rate-limits status per device."""
 
 Fetch = Callable[[str, int], AsyncIterator[tuple[int, bytes]]]
 """``fetch(sha256, offset)`` yields ``(offset, data)`` chunks of an artifact from the hub."""
@@ -129,6 +133,22 @@ def _resume_offset(part: Path, length: int) -> int:
     return have
 
 
+class _Progress:
+    """Calls ``report(done)`` at most every ``every`` seconds, and when forced."""
+
+    def __init__(
+        self, report: Callable[[int], None], clock: Callable[[], float], every: float
+    ) -> None:
+        self._report, self._clock, self._every = report, clock, every
+        self._last = clock()
+
+    def __call__(self, done: int, *, force: bool = False) -> None:
+        now = self._clock()
+        if force or now - self._last >= self._every:
+            self._last = now
+            self._report(done)
+
+
 class HubSource:
     def __init__(
         self,
@@ -137,7 +157,9 @@ class HubSource:
         gate: ArtifactGate,
         *,
         tuf: TufClient | None = None,
+        clock: Callable[[], float] = time.monotonic,
     ) -> None:
+        self._clock = clock  # paces the download progress reported
         self._state_path = data_dir / "state" / "hub.json"
         self._downloads = data_dir / "downloads"
         self._downloads.mkdir(parents=True, exist_ok=True, mode=0o700)
@@ -539,10 +561,29 @@ class HubSource:
         phase: RevisionPhase,
         reason: str = "",
         message: str = "",
+        *,
+        bytes_total: int = 0,
     ) -> None:
+        """What ``workload``'s wanted revision is at. A download keeps the progress it had
+        (also when it broke: it resumes from there)."""
+        done = 0
+        old = self.incoming.get(workload)
+        if phase is RevisionPhase.DOWNLOADING and old is not None and old.sha256 == sha256:
+            done, bytes_total = old.bytes_done, bytes_total or old.bytes_total
         self.incoming[workload] = RevisionStatus(
-            "", version, sha256, phase, 0, reason, message, wanted=True
-        )
+            "", version, sha256, phase, 0, reason, message, wanted=True,
+            bytes_done=done if bytes_total else 0, bytes_total=bytes_total,
+        )  # fmt: skip
+
+    def _progress(self, workload: WorkloadName, sha256: str) -> _Progress:
+        """A download's progress, into ``incoming`` while it is that download's entry."""
+
+        def report(done: int) -> None:
+            held = self.incoming.get(workload)
+            if held is not None and held.sha256 == sha256:
+                self.incoming[workload] = replace(held, bytes_done=done)
+
+        return _Progress(report, self._clock, PROGRESS_EVERY_S)
 
     async def _admit(
         self,
@@ -583,7 +624,9 @@ class HubSource:
         if self._store.has(info.sha256):
             self._gate.accept(meta)
             return info.sha256, extras
-        self._mark(workload, version, info.sha256, RevisionPhase.DOWNLOADING)
+        self._mark(
+            workload, version, info.sha256, RevisionPhase.DOWNLOADING, bytes_total=info.length
+        )
         part = self._downloads / f"{info.sha256}.part"
         try:
             # the rest of the download and the store's copy of it must fit, with the reserve
@@ -592,7 +635,9 @@ class HubSource:
             self._store.check_space(
                 what=f"{name} {version}", download=info.length - have, copy=info.length
             )
-            await self._download(info.sha256, info.length, part, fetch)
+            progress = self._progress(workload, info.sha256)
+            progress(have, force=True)
+            await self._download(info.sha256, info.length, part, fetch, progress)
             self._mark(workload, version, info.sha256, RevisionPhase.VERIFYING)
             sha = await asyncio.to_thread(
                 self._gate.store_downloaded, meta, info, part, self._store
@@ -604,8 +649,16 @@ class HubSource:
         part.unlink(missing_ok=True)
         return sha, extras
 
-    async def _download(self, sha: str, length: int, part: Path, fetch: Fetch) -> None:
-        """Fetch into ``part``, resuming after what it holds; never past ``length`` bytes."""
+    async def _download(
+        self,
+        sha: str,
+        length: int,
+        part: Path,
+        fetch: Fetch,
+        progress: Callable[..., None] | None = None,
+    ) -> None:
+        """Fetch into ``part``, resuming after what it holds; never past ``length`` bytes;
+        ``progress(bytes_on_disk, force=...)`` told as it goes."""
         have = _resume_offset(part, length)
         if have == length:
             return
@@ -613,7 +666,7 @@ class HubSource:
             log.info("artifact download resuming", sha256=sha, offset=have, length=length)
         fd = os.open(part, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
         try:
-            await self._write_chunks(fd, sha, have, length, fetch)
+            await self._write_chunks(fd, sha, have, length, fetch, progress)
         except OSError as exc:
             if not is_disk_full(exc):
                 raise
@@ -623,7 +676,33 @@ class HubSource:
         finally:
             os.close(fd)
 
-    async def _write_chunks(self, fd: int, sha: str, have: int, length: int, fetch: Fetch) -> None:
+    async def _write_chunks(
+        self,
+        fd: int,
+        sha: str,
+        have: int,
+        length: int,
+        fetch: Fetch,
+        progress: Callable[..., None] | None = None,
+    ) -> None:
+        try:
+            have = await self._write_chunks_from(fd, sha, have, length, fetch, progress)
+        finally:
+            if progress is not None:
+                progress(os.fstat(fd).st_size, force=True)  # where a resume would start
+        if have < length:
+            raise TemporaryError(f"artifact {sha[:12]}: stream ended at {have} of {length} bytes")
+        log.info("artifact downloaded", sha256=sha, bytes=length)
+
+    async def _write_chunks_from(
+        self,
+        fd: int,
+        sha: str,
+        have: int,
+        length: int,
+        fetch: Fetch,
+        progress: Callable[..., None] | None,
+    ) -> int:
         unsynced = 0
         async for offset, data in fetch(sha, have):
             if offset != have:
@@ -641,10 +720,10 @@ class HubSource:
             if unsynced >= SYNC_EVERY_BYTES:
                 os.fsync(fd)
                 unsynced = 0
+            if progress is not None:
+                progress(have)
         os.fsync(fd)
-        if have < length:
-            raise TemporaryError(f"artifact {sha[:12]}: stream ended at {have} of {length} bytes")
-        log.info("artifact downloaded", sha256=sha, bytes=length)
+        return have
 
     def _clean_downloads(self, keep: set[str]) -> None:
         for p in self._downloads.iterdir():

@@ -12,6 +12,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class DeviceLogsRequest(_message.Message):
+    __slots__ = ("device_name", "workload", "tail")
+    DEVICE_NAME_FIELD_NUMBER: _ClassVar[int]
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    TAIL_FIELD_NUMBER: _ClassVar[int]
+    device_name: str
+    workload: str
+    tail: int
+    def __init__(self, device_name: _Optional[str] = ..., workload: _Optional[str] = ..., tail: _Optional[int] = ...) -> None: ...
+
+class DeviceLogsResponse(_message.Message):
+    __slots__ = ("lines",)
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    lines: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, lines: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class ApplyRequest(_message.Message):
     __slots__ = ("documents", "dry_run")
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]

@@ -115,6 +115,11 @@ class AdminServiceStub:
                 request_serializer=edgefleet_dot_v1_dot_admin__pb2.CreateDashboardTokenRequest.SerializeToString,
                 response_deserializer=edgefleet_dot_v1_dot_admin__pb2.CreateDashboardTokenResponse.FromString,
                 _registered_method=True)
+        self.DeviceLogs = channel.unary_unary(
+                '/edgefleet.v1.AdminService/DeviceLogs',
+                request_serializer=edgefleet_dot_v1_dot_admin__pb2.DeviceLogsRequest.SerializeToString,
+                response_deserializer=edgefleet_dot_v1_dot_admin__pb2.DeviceLogsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -231,6 +236,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DeviceLogs(self, request, context):
+        """A connected device's recent log lines, asked of the device over its Sync stream and
+        relayed, never stored. FAILED_PRECONDITION when the device is not connected,
+        DEADLINE_EXCEEDED when it does not answer in time.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -313,6 +327,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.CreateDashboardToken,
                     request_deserializer=edgefleet_dot_v1_dot_admin__pb2.CreateDashboardTokenRequest.FromString,
                     response_serializer=edgefleet_dot_v1_dot_admin__pb2.CreateDashboardTokenResponse.SerializeToString,
+            ),
+            'DeviceLogs': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeviceLogs,
+                    request_deserializer=edgefleet_dot_v1_dot_admin__pb2.DeviceLogsRequest.FromString,
+                    response_serializer=edgefleet_dot_v1_dot_admin__pb2.DeviceLogsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -747,6 +766,33 @@ class AdminService:
             '/edgefleet.v1.AdminService/CreateDashboardToken',
             edgefleet_dot_v1_dot_admin__pb2.CreateDashboardTokenRequest.SerializeToString,
             edgefleet_dot_v1_dot_admin__pb2.CreateDashboardTokenResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeviceLogs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgefleet.v1.AdminService/DeviceLogs',
+            edgefleet_dot_v1_dot_admin__pb2.DeviceLogsRequest.SerializeToString,
+            edgefleet_dot_v1_dot_admin__pb2.DeviceLogsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -13,18 +13,20 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class DeviceMessage(_message.Message):
-    __slots__ = ("hello", "status", "ack", "heartbeat", "attestation_evidence")
+    __slots__ = ("hello", "status", "ack", "heartbeat", "attestation_evidence", "log_lines")
     HELLO_FIELD_NUMBER: _ClassVar[int]
     STATUS_FIELD_NUMBER: _ClassVar[int]
     ACK_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
     ATTESTATION_EVIDENCE_FIELD_NUMBER: _ClassVar[int]
+    LOG_LINES_FIELD_NUMBER: _ClassVar[int]
     hello: Hello
     status: Status
     ack: Ack
     heartbeat: Heartbeat
     attestation_evidence: AttestationEvidence
-    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., status: _Optional[_Union[Status, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., attestation_evidence: _Optional[_Union[AttestationEvidence, _Mapping]] = ...) -> None: ...
+    log_lines: DeviceLogLines
+    def __init__(self, hello: _Optional[_Union[Hello, _Mapping]] = ..., status: _Optional[_Union[Status, _Mapping]] = ..., ack: _Optional[_Union[Ack, _Mapping]] = ..., heartbeat: _Optional[_Union[Heartbeat, _Mapping]] = ..., attestation_evidence: _Optional[_Union[AttestationEvidence, _Mapping]] = ..., log_lines: _Optional[_Union[DeviceLogLines, _Mapping]] = ...) -> None: ...
 
 class Hello(_message.Message):
     __slots__ = ("device_name", "inventory", "labels", "health", "applied_generation", "edged_version")
@@ -181,7 +183,7 @@ class ReplicaSandbox(_message.Message):
     def __init__(self, replica: _Optional[str] = ..., revision: _Optional[str] = ..., mode: _Optional[str] = ..., landlock_abi: _Optional[int] = ..., filesystem: _Optional[bool] = ..., network: _Optional[bool] = ..., no_new_privs: _Optional[bool] = ..., seccomp: _Optional[bool] = ..., scoped: _Optional[bool] = ..., connect_ports: _Optional[_Iterable[int]] = ..., uid: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RevisionStatus(_message.Message):
-    __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted", "metrics", "validation")
+    __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted", "metrics", "validation", "bytes_done", "bytes_total")
     REVISION_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -192,6 +194,8 @@ class RevisionStatus(_message.Message):
     WANTED_FIELD_NUMBER: _ClassVar[int]
     METRICS_FIELD_NUMBER: _ClassVar[int]
     VALIDATION_FIELD_NUMBER: _ClassVar[int]
+    BYTES_DONE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
     revision: str
     model_version: str
     sha256: str
@@ -202,7 +206,9 @@ class RevisionStatus(_message.Message):
     wanted: bool
     metrics: RevisionMetrics
     validation: RevisionValidation
-    def __init__(self, revision: _Optional[str] = ..., model_version: _Optional[str] = ..., sha256: _Optional[str] = ..., phase: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., wanted: _Optional[bool] = ..., metrics: _Optional[_Union[RevisionMetrics, _Mapping]] = ..., validation: _Optional[_Union[RevisionValidation, _Mapping]] = ...) -> None: ...
+    bytes_done: int
+    bytes_total: int
+    def __init__(self, revision: _Optional[str] = ..., model_version: _Optional[str] = ..., sha256: _Optional[str] = ..., phase: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., wanted: _Optional[bool] = ..., metrics: _Optional[_Union[RevisionMetrics, _Mapping]] = ..., validation: _Optional[_Union[RevisionValidation, _Mapping]] = ..., bytes_done: _Optional[int] = ..., bytes_total: _Optional[int] = ...) -> None: ...
 
 class RevisionMetrics(_message.Message):
     __slots__ = ("requests", "errors", "latency_p95_seconds", "latency_window_seconds", "window_requests")
@@ -251,14 +257,34 @@ class AttestationEvidence(_message.Message):
     def __init__(self, nonce: _Optional[bytes] = ..., evidence: _Optional[bytes] = ...) -> None: ...
 
 class HubMessage(_message.Message):
-    __slots__ = ("desired_state", "attestation_challenge", "heartbeat_ack")
+    __slots__ = ("desired_state", "attestation_challenge", "heartbeat_ack", "log_request")
     DESIRED_STATE_FIELD_NUMBER: _ClassVar[int]
     ATTESTATION_CHALLENGE_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_ACK_FIELD_NUMBER: _ClassVar[int]
+    LOG_REQUEST_FIELD_NUMBER: _ClassVar[int]
     desired_state: DesiredState
     attestation_challenge: AttestationChallenge
     heartbeat_ack: HeartbeatAck
-    def __init__(self, desired_state: _Optional[_Union[DesiredState, _Mapping]] = ..., attestation_challenge: _Optional[_Union[AttestationChallenge, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ...) -> None: ...
+    log_request: DeviceLogRequest
+    def __init__(self, desired_state: _Optional[_Union[DesiredState, _Mapping]] = ..., attestation_challenge: _Optional[_Union[AttestationChallenge, _Mapping]] = ..., heartbeat_ack: _Optional[_Union[HeartbeatAck, _Mapping]] = ..., log_request: _Optional[_Union[DeviceLogRequest, _Mapping]] = ...) -> None: ...
+
+class DeviceLogRequest(_message.Message):
+    __slots__ = ("request_id", "workload", "tail")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    TAIL_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    workload: str
+    tail: int
+    def __init__(self, request_id: _Optional[int] = ..., workload: _Optional[str] = ..., tail: _Optional[int] = ...) -> None: ...
+
+class DeviceLogLines(_message.Message):
+    __slots__ = ("request_id", "lines")
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
+    LINES_FIELD_NUMBER: _ClassVar[int]
+    request_id: int
+    lines: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, request_id: _Optional[int] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DesiredState(_message.Message):
     __slots__ = ("generation", "manifests", "artifact_metadata", "rollback_allowances", "heartbeat_interval", "trust_roots")

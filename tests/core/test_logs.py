@@ -6,6 +6,7 @@ the test machine, so the stream protocol (``<N>`` then the line) is parsed as jo
 from __future__ import annotations
 
 import ast
+import json
 import os
 import re
 import subprocess
@@ -137,3 +138,53 @@ def test_priorities(level: str) -> None:
     assert syslog_priority(getattr(logging, level.upper())) == {
         "debug": 7, "info": 6, "warning": 4, "error": 3,
     }[level]  # fmt: skip
+
+
+def test_recent_lines_are_bounded_cut_and_filtered_by_workload() -> None:
+    """The ring edgectl logs reads (through the hub): the newest records as JSON lines, at most
+    ``capacity`` of them, each at most MAX_RECENT_LINE characters, by workload if asked."""
+    import logging as std_logging
+
+    from edgefleet.logs import MAX_RECENT_LINE, RecentLines, get_logger
+
+    ring = RecentLines(capacity=5)
+    logger = std_logging.getLogger("test.recent")
+    logger.setLevel(std_logging.INFO)
+    logger.addHandler(ring)
+    try:
+        log = get_logger("test.recent")
+        for i in range(4):
+            log.info("worker started", workload="det" if i % 2 else "cls", slot=i)
+        log.info("replica ready", replica="det-3f2a9c-0")
+        log.warning("artifact refused", workload="det", message="x" * 5000)
+        log.info("hub connected")
+    finally:
+        logger.removeHandler(ring)
+    every = ring.tail(100)
+    assert len(every) == 5  # the oldest went
+    assert json.loads(every[-1])["event"] == "hub connected"
+    det = ring.tail(100, "det")
+    assert [json.loads(line).get("slot") for line in det[:2]] == [3, None]
+    assert json.loads(det[1])["event"] == "replica ready"
+    assert len(det[-1]) == MAX_RECENT_LINE and det[-1].endswith(" [cut short]")
+    assert ring.tail(1, "det") == det[-1:] and ring.tail(0) == []
+
+
+def test_a_log_request_is_answered_with_the_newest_lines() -> None:
+    from edged.hublink.linking import answer_log_request
+    from edgefleet.v1 import device_pb2
+
+    lines = [f"line {i}" for i in range(5000)]
+    asked: list[tuple[int, str]] = []
+
+    def recent(tail: int, workload: str) -> list[str]:
+        asked.append((tail, workload))
+        return lines[-tail:]
+
+    request = device_pb2.DeviceLogRequest(request_id=7, workload="det", tail=5000)
+    answer = answer_log_request(request, recent).log_lines
+    assert (answer.request_id, len(answer.lines), answer.lines[-1]) == (7, 1000, "line 4999")
+    assert asked == [(1000, "det")]  # bounded before asking
+    default = answer_log_request(device_pb2.DeviceLogRequest(request_id=8), recent).log_lines
+    assert len(default.lines) == 100
+    assert list(answer_log_request(request, None).log_lines.lines) == []

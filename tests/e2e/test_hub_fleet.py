@@ -342,3 +342,21 @@ def test_certificate_renewal_and_device_lifecycle(
         a.terminate()
     finally:
         hub.stop()
+
+
+def test_logs_are_asked_of_the_device_through_the_hub(
+    hub: HubProcess, device: Callable[..., Edged], tmp_path: Path
+) -> None:
+    """edgectl logs: the hub asks the connected edged over its Sync stream and relays the
+    newest lines of its log about the workload; nothing of them is stored at the hub."""
+    a = device("dev-a", {"site": "a"})
+    push(hub, tmp_path, "det", "1.0.0")
+    apply(hub, tmp_path, name="det", model="det", version="1.0.0", site="a")
+    wait_for(lambda: serving(a, "det", "1.0.0"), 60, "dev-a to serve det 1.0.0")
+    out = hub.edgectl("logs", "device/dev-a", "det", "--tail", "20")
+    events = [json.loads(line) for line in out.stdout.splitlines()]
+    assert 0 < len(events) <= 20
+    assert "replica ready" in [e["event"] for e in events], events
+    assert all(e.get("replica", "det-").startswith("det-") for e in events)
+    every = hub.edgectl("logs", "device/dev-a").stdout.splitlines()
+    assert len(every) >= len(events)

@@ -13,8 +13,10 @@ from pathlib import Path
 import orjson
 import pytest
 from edgectltesting import EDGECTL, MANIFESTS, edgectl
+from hubserving import ThreadedHub
 
 from edgefleet.versioning import version_text
+from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
 
 DEPLOYMENT = """\
 apiVersion: edgefleet.io/v1
@@ -174,6 +176,30 @@ def test_tokens_are_listed_and_deleted(config: Path) -> None:
     assert gone.stderr == f'error: NOT_FOUND: BootstrapToken "{token_id}" not found\n'
 
 
+def test_tokens_carry_the_rules_for_a_devices_own_labels(config: Path) -> None:
+    """``tokens create --no-device-labels | --device-label-prefix``: what the hub enforces at
+    enrollment, shown back in the token's spec; the two together are a usage error."""
+    for flags, allowed, prefix in (
+        (["--no-device-labels"], False, ""),
+        (["--device-label-prefix", "device.acme.io/"], True, "device.acme.io/"),
+        ([], True, ""),
+    ):
+        created = edgectl(config, "tokens", "create", "--label", "site=factory", *flags)
+        assert created.returncode == 0, created.stderr
+        token_id = created.stdout.strip().split(".")[0]
+        spec = orjson.loads(edgectl(config, "get", f"token/{token_id}", "-o", "json").stdout)[
+            "spec"
+        ]
+        assert (spec["deviceLabels"], spec["allowOwnLabels"], spec["ownLabelPrefix"]) == (
+            {"site": "factory"}, allowed, prefix,
+        )  # fmt: skip
+    both = edgectl(config, "tokens", "create", "--no-device-labels", "--device-label-prefix", "x/")
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    bad = edgectl(config, "tokens", "create", "--device-label-prefix=-x-")
+    assert bad.returncode == 1
+    assert bad.stderr.startswith("error: INVALID_ARGUMENT: device_label_prefix: must be a label")
+
+
 def test_label_and_annotate(config: Path) -> None:
     edgectl(config, "apply", "-f", "-", stdin=_deployment("labelled"))
     steps: list[tuple[list[str], int, str]] = [
@@ -296,11 +322,54 @@ def test_a_flag_that_does_not_apply_is_a_usage_error(
     assert result.stdout == ""
 
 
-def test_logs_is_refused_clearly_until_devices_stream_them(config: Path) -> None:
-    result = edgectl(config, "logs", "device/cam-1", "-f")
+def test_logs_of_a_device_that_is_not_connected_say_where_to_look(config: Path) -> None:
+    """logs asks the device through the hub (tests/hub/test_hub_syncing.py has the relay);
+    the seeded devices have no stream, so the hub says so; usage errors need no hub."""
+    result = edgectl(config, "logs", "device/cam-1", "fraud", "--tail", "5")
     assert result.returncode == 1
-    assert result.stderr.startswith("error: logs device/cam-1: not built yet: ")
-    assert "journalctl -u edged" in result.stderr
+    assert result.stderr.startswith(
+        "error: FAILED_PRECONDITION: device cam-1 is not connected: its log lines are on the "
+        "device (journalctl -u edged there)"
+    ), result.stderr
+    for args, message in (
+        (["logs", "device/cam-1", "a", "b"], "error: logs: one workload at most"),
+        (["logs", "device/cam-1", "--tail", "0"], "error: edgectl logs: argument --tail: must be"),
+    ):
+        usage = edgectl(config, *args)
+        assert usage.returncode == 2 and usage.stderr.startswith(message), usage.stderr
+
+
+def test_explain_describes_fields_from_the_validation(config: Path) -> None:
+    page = _run("explain", "deployment.spec.runtime.maxBatchSize")
+    assert page.returncode == 0, page.stderr
+    assert page.stdout == (
+        "KIND:     ModelDeployment\n"
+        "VERSION:  edgefleet.io/v1\n"
+        "\n"
+        "FIELD:    maxBatchSize <integer>\n"
+        "\n"
+        "DESCRIPTION:\n"
+        "     Rows per batch the worker may merge requests into.\n"
+        "     Must be an integer.\n"
+        "     Must be from 1 to 1024.\n"
+        "     Default: 1.\n"
+    )
+    fields = _run("explain", "md.spec").stdout
+    assert "   model\t<Object> -required-\n" in fields
+    assert "   replicas\t<Object>\n" in fields
+    tree = _run("explain", "baselines", "--recursive").stdout.splitlines()
+    assert "      requireTpm\t<boolean>" in tree
+    for args, code, message in (
+        (["explain", "md.spec.nope"], 1, 'error: field "nope" does not exist in '
+         "ModelDeployment.spec (fields: model, runtime,"),
+        (["explain", "devices"], 2, "error: unknown resource type 'devices' (one of "
+         "deployments, baselines, policies)"),
+        (["explain", "md", "--config", str(config)], 2, "error: explain: --config does not "
+         "apply"),
+    ):  # fmt: skip
+        result = _run(*args)
+        assert (result.returncode, result.stdout) == (code, ""), result
+        assert result.stderr.startswith(message), result.stderr
 
 
 def test_exit_codes(config: Path, tmp_path: Path) -> None:
@@ -347,3 +416,39 @@ def test_bash_completion_is_generated_from_the_parser(tmp_path: Path) -> None:
     assert complete("edgectl config use") == ["use-context"]
     zsh = _run("completion", "zsh").stdout
     assert zsh.startswith("#compdef edgectl\n") and "bashcompinit" in zsh
+
+
+def test_a_download_in_progress_is_shown(config: Path, hub: ThreadedHub) -> None:
+    """A device's report of a revision Downloading (bytes on the device, of the signed length)
+    is in describe and get -o wide. Last in this file: it adds a device and deletes it."""
+
+    async def downloading() -> None:
+        assert hub.hub is not None
+        revision = RevisionReport(
+            "2.5.0", "ab" * 32, RevisionPhase.DOWNLOADING, wanted=True,
+            bytes_done=47_185_920, bytes_total=104_857_600,
+        )  # fmt: skip
+        hub.hub.ctx.writer.update(
+            Device(
+                name="cam-9",
+                phase=DevicePhase.READY,
+                workloads={"fraud": WorkloadReport("2.5.0", revisions=(revision,))},
+            )
+        )
+        await hub.hub.ctx.writer.flush()
+
+    hub.run(downloading())
+    try:
+        page = edgectl(config, "describe", "device/cam-9").stdout
+        downloads = page.split("Downloads:")[1].splitlines()
+        assert downloads[2].split() == [
+            "fraud", "2.5.0", "45%", "45.0", "MiB", "of", "100.0", "MiB",
+        ]  # fmt: skip
+        wide = edgectl(config, "get", "device", "cam-9", "-o", "wide").stdout.splitlines()
+        assert wide[0].split()[-1] == "DOWNLOADS" and wide[1].split()[-1] == "fraud:45%"
+        doc = orjson.loads(edgectl(config, "get", "device", "cam-9", "-o", "json").stdout)
+        assert doc["status"]["workloads"]["fraud"]["revisions"][0]["download"] == {
+            "bytesDone": 47_185_920, "bytesTotal": 104_857_600,
+        }  # fmt: skip
+    finally:
+        edgectl(config, "delete", "device", "cam-9")

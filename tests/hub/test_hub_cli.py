@@ -16,6 +16,7 @@ import pytest
 from edgefleet.errors import ConfigError
 from hub import pki, tokens
 from hub.config import default_config_text, load_config, parse_config
+from hub.enrolling import enrollment_labels
 from hub.initializing import listen_for
 from hub.store import SqliteStore
 
@@ -89,6 +90,73 @@ def test_token_create_and_list(tmp_path: Path) -> None:
     assert token.split(".")[0] in listed.stdout and "single-use" in listed.stdout
     assert token.split(".")[1] not in listed.stdout
     assert "line 3" in listed.stdout
+
+
+def _records(d: Path) -> list[tokens.TokenRecord]:
+    async def read() -> list[tokens.TokenRecord]:
+        store = await SqliteStore.open(d / "hub.db")
+        try:
+            return await tokens.list_tokens(store)
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
+
+
+def test_token_create_with_label_rules(tmp_path: Path) -> None:
+    """The flags for what the hub enforces at enrollment: the token's labels, and what a device
+    may add of its own (nothing, or keys under a prefix); refused flags store nothing."""
+    d = tmp_path / "hub"
+    assert _hub("init", "--data-dir", str(d)).returncode == 0
+    before = {r.id for r in _records(d)}
+    prefixed = _hub(
+        "token", "create", "--data-dir", str(d), "--label", "site=factory", "--label", "zone=a",
+        "--device-label-prefix", "device.acme.io/",
+    )  # fmt: skip
+    closed = _hub("token", "create", "--data-dir", str(d), "--no-device-labels")
+    assert prefixed.returncode == 0 and closed.returncode == 0, prefixed.stderr + closed.stderr
+    made = {r.id: r for r in _records(d) if r.id not in before}
+    first = made[prefixed.stdout.strip().split(".")[0]]
+    second = made[closed.stdout.strip().split(".")[0]]
+    assert (dict(first.labels), first.device_labels, first.device_label_prefix) == (
+        {"site": "factory", "zone": "a"}, True, "device.acme.io/",
+    )  # fmt: skip
+    assert (dict(second.labels), second.device_labels) == ({}, False)
+    # what the hub does with them at enrollment
+    labels, problems = enrollment_labels(first, {"site": "retail", "device.acme.io/x": "1"}, ())
+    assert labels == {"site": "factory", "zone": "a", "device.acme.io/x": "1"}
+    assert problems == [
+        "labels['site']: set to 'factory' by the bootstrap token; a device cannot change it "
+        "(asked for 'retail')"
+    ]
+    assert enrollment_labels(second, {"cam": "1"}, ())[1] == [
+        "labels: this bootstrap token does not let devices add labels (asked for cam)"
+    ]
+    listed = _hub("token", "list", "--data-dir", str(d)).stdout.splitlines()
+    assert listed[0].split()[3:5] == ["LABELS", "OWN-LABELS"]
+    row = next(line for line in listed if line.startswith(first.id))
+    assert row.split()[3:5] == ["site=factory,zone=a", "device.acme.io/*"]
+    assert next(line for line in listed if line.startswith(second.id)).split()[3:5] == [
+        "<none>", "none",
+    ]  # fmt: skip
+
+    both = _hub(
+        "token", "create", "--data-dir", str(d), "--no-device-labels",
+        "--device-label-prefix", "x/",
+    )  # fmt: skip
+    assert both.returncode == 2 and "not allowed with argument" in both.stderr
+    bad = _hub(
+        "token", "create", "--data-dir", str(d), "--label", "Site!=x", "--label", "ok=no way",
+        "--device-label-prefix=-bad-", "--ttl", "9600h",
+    )  # fmt: skip
+    assert bad.returncode == 2
+    assert (
+        "hub: --ttl: must be from 1s to 366 days (a year), got 3.456e+07s (400 days)" in bad.stderr
+    )
+    assert "hub: --label['Site!']: must be a label key" in bad.stderr
+    assert "hub: --label['ok']: must be a label value" in bad.stderr
+    assert "hub: --device-label-prefix: must be a label key" in bad.stderr
+    assert {r.id for r in _records(d)} == before | set(made)  # nothing stored
 
 
 def test_clear_errors(tmp_path: Path) -> None:

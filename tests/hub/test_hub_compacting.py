@@ -4,8 +4,10 @@ compacted revision getting ``Compacted`` — and over AdminService, OUT_OF_RANGE
 
 from __future__ import annotations
 
+import asyncio
 import sqlite3
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -16,7 +18,7 @@ from hubtesting import FakeClock
 from edgefleet.errors import Compacted
 from edgefleet.v1 import admin_pb2
 from hub.store import SqliteStore
-from hub.store.compacting import Compactor, compaction_target
+from hub.store.compacting import MAX_CHUNK, MIN_CHUNK, Compactor, compaction_target, next_chunk
 
 
 @pytest.mark.parametrize(
@@ -79,3 +81,84 @@ async def test_a_watch_on_a_compacted_revision_is_told_to_relist(tmp_path: Path)
                 pass
         assert err.value.code() is grpc.StatusCode.OUT_OF_RANGE
         assert "read the current state and watch from its revision" in (err.value.details() or "")
+
+
+@pytest.mark.parametrize(
+    ("size", "took", "expected"),
+    [
+        (1024, 0.001, 2048),  # fast: twice as many
+        (1024, 0.04, 1024),  # about the goal: the same
+        (1024, 0.1, 512),  # twice the goal: half
+        (1024, 1.0, 51),  # 20 times the goal: fitted to it
+        (MIN_CHUNK, 10.0, MIN_CHUNK),
+        (MAX_CHUNK, 0.0, MAX_CHUNK),
+    ],
+)
+def test_next_chunk_table(size: int, took: float, expected: int) -> None:
+    assert next_chunk(size, took, goal=0.05) == expected
+
+
+class _Recording:
+    """The real store, with the order in which compactions and writes finished written down."""
+
+    def __init__(self, store: SqliteStore, order: list[str]) -> None:
+        self._store, self._order = store, order
+        self.compacting = asyncio.Event()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
+
+    async def compact(self, revision: int) -> None:
+        await self._store.compact(revision)
+        self._order.append(f"compact {revision}")
+        self.compacting.set()
+
+    async def put(self, key: str, value: bytes) -> int:
+        revision = await self._store.put(key, value)
+        self._order.append("put")
+        return revision
+
+
+@async_test
+async def test_a_big_history_is_compacted_in_chunks_with_writes_in_between(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    store = await SqliteStore.open(tmp_path / "hub.db", clock=clock)
+    order: list[str] = []
+    recording = _Recording(store, order)
+    try:
+        compactor = Compactor(
+            recording,  # type: ignore[arg-type]
+            period=60,
+            retention=60,
+            clock=clock,
+            first_chunk=16,
+        )
+        for i in range(600):
+            await store.put(f"/devices/d{i % 7}", b"%d" % i)
+        await compactor.step()  # noted, not old enough yet
+        clock.advance(60)
+        target = (await store.range("/")).revision
+
+        async def device_write() -> None:
+            await recording.compacting.wait()  # once the first chunk is done
+            await recording.put("/devices/late", b"x")
+
+        compacted, _ = await asyncio.gather(compactor.step(), device_write())
+        assert compacted == target and compactor.compacted == target
+        assert compactor.chunks >= 2  # 16, then at most doubling: never all 600 at once
+        compactions = [o for o in order if o.startswith("compact")]
+        assert compactions[-1] == f"compact {target}"
+        assert order.index("put") < order.index(compactions[-1])  # not held off to the end
+        with pytest.raises(Compacted):
+            async for _ in store.watch("/devices/", target - 1):
+                break
+    finally:
+        await store.close()
+    db = sqlite3.connect(tmp_path / "hub.db")
+    try:
+        oldest = db.execute("SELECT min(revision) FROM events").fetchone()[0]
+    finally:
+        db.close()
+    assert oldest >= target

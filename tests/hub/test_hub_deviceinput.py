@@ -85,6 +85,19 @@ def test_a_huge_inventory_is_refused() -> None:
             None,
         ),
         (
+            _status(
+                workloads=[
+                    _workload(
+                        revisions=[
+                            device_pb2.RevisionStatus(bytes_done=5, bytes_total=10),
+                            device_pb2.RevisionStatus(bytes_done=11, bytes_total=10),
+                        ]
+                    )
+                ]
+            ),
+            "status.workloads[0].revisions[1].bytes_done: at most bytes_total (10), got 11",
+        ),
+        (
             _status(workloads=[_workload(conditions=[common_pb2.Condition(message="m" * 1025)])]),
             "status.workloads[0].conditions[0].message: at most 1024 characters, got 1025",
         ),

@@ -4,6 +4,7 @@ exposition checked by ``promtool check metrics`` (Debian package ``prometheus``)
 
 from __future__ import annotations
 
+import asyncio
 import http.client
 import re
 import shutil
@@ -14,11 +15,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import grpc
+import orjson
 import pytest
-from hubserving import client_credentials
+from asynctesting import async_test
+from hubserving import AdminHub, client_credentials, make_hub_dir
 
 from edgefleet.launching import LaunchedHub, free_port_pair, start_hub
-from edgefleet.v1 import enrollment_pb2, enrollment_pb2_grpc
+from edgefleet.v1 import admin_pb2, enrollment_pb2, enrollment_pb2_grpc
+from hub import storekeys as objects
+from hub.devices import Device, DevicePhase
 from hub.initializing import HubPaths
 
 EDGECTL = str(Path(sys.executable).with_name("edgectl"))
@@ -155,3 +160,53 @@ def test_the_listener_is_on_loopback_by_default(tmp_path: Path) -> None:
     )  # fmt: skip
     config = load_config(tmp_path / "h" / "hub.toml")
     assert (config.listen, config.metrics_listen) == ("0.0.0.0:9443", "127.0.0.1:9445")
+
+
+def _value(text: str, series: str) -> float:
+    """The value of one series in an exposition (0 when absent)."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
+@async_test
+async def test_events_rollout_steps_and_placements_are_counted(tmp_path: Path) -> None:
+    """An apply places a deployment on the devices that match (hub_placements,
+    hub_placement_changes_total), its rollout's steps and every event are counted; a delete
+    takes the placements off again. In-process hub (AdminHub): real store, writer, projector."""
+    async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
+        for name in ("cam-1", "cam-2"):
+            hub.ctx.writer.update(
+                Device(name=name, labels={"site": "retail"}, phase=DevicePhase.READY)
+            )
+        model = objects.ModelRecord("fraud", "2.4.1", "ab" * 32, 1234, b"{signed}", 1.0)
+        await hub.ctx.store.put(objects.model_key("fraud", "2.4.1"), objects.dumps(model.to_json()))
+        hub.ctx.cache.models[("fraud", "2.4.1")] = model
+        doc = {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": "fraud"},
+            "spec": {"model": {"name": "fraud", "version": "2.4.1"}, "replicas": {"perDevice": 1}},
+        }
+        stub = hub.stub(channel)
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[orjson.dumps(doc)]))
+
+        async def until(series: str, value: float) -> str:
+            deadline = time.monotonic() + 20
+            while True:
+                text = hub.ctx.metrics.render()
+                if _value(text, series) == value:
+                    return text
+                assert time.monotonic() < deadline, f"{series} != {value}:\n{text}"
+                await asyncio.sleep(0.05)
+
+        text = await until('hub_placement_changes_total{change="placed"}', 2)
+        assert _value(text, "hub_placements") == 2
+        assert _value(text, 'hub_rollout_steps_total{reason="RevisionCreated"}') == 1
+        created = 'hub_events_total{kind="ModelDeployment",type="Normal",reason="Created"}'
+        assert _value(text, created) == 1
+
+        await stub.Delete(admin_pb2.DeleteRequest(kind="ModelDeployment", name="fraud"))
+        text = await until('hub_placement_changes_total{change="removed"}', 2)
+        assert _value(text, "hub_placements") == 0

@@ -181,6 +181,24 @@ async def test_newer_metadata_for_the_same_bytes_replaces_the_envelope(
 
 
 @async_test
+async def test_the_push_and_its_event_are_one_transaction(hub_dir: Path, tmp_path: Path) -> None:
+    """The record and its event share one store revision, written before the push is answered:
+    a hub killed after the record was written can never have lost its event."""
+    model = _model(tmp_path, size=1000)
+    key = hub_dir / "publisher.key"
+    async with _serve(hub_dir) as hub:
+        for version in (1, 2):  # Pushed, then MetadataUpdated
+            await _push(hub, _sign(model, key, metadata_version=version), model.read_bytes())
+            record = await hub.ctx.store.get(objects.model_key("mlp", "1.0.0"))
+            events = (await hub.ctx.store.range(objects.EVENTS)).kvs  # nothing flushed yet
+            assert record is not None and len(events) == version
+            assert events[-1].mod_revision == record.mod_revision
+            assert objects.loads(events[-1].value)["reason"] == (
+                "Pushed" if version == 1 else "MetadataUpdated"
+            )
+
+
+@async_test
 async def test_signed_by_a_key_the_root_does_not_list_is_refused(
     hub_dir: Path, tmp_path: Path
 ) -> None:

@@ -3,23 +3,27 @@ with its own certificate and identity key; bad streams get precise statuses."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import time
 from pathlib import Path
+from typing import Any
 
 import grpc
+import pytest
 from asynctesting import async_test, eventually
 from hubserving import AdminHub, make_hub_dir
 
 from edged.trust.identity import load_or_create_identity
 from edgefleet.v1 import (
+    admin_pb2,
     common_pb2,
     device_pb2,
     device_pb2_grpc,
     enrollment_pb2,
     enrollment_pb2_grpc,
 )
-from hub import tokens
+from hub import admin, tokens
 from hub.initializing import HubPaths
 
 
@@ -97,6 +101,110 @@ async def test_sync_sends_the_whole_state_and_refuses_bad_streams(tmp_path: Path
         device = hub.ctx.cache.devices["cam-1"]
         assert device.reported_labels == {"arch": "arm64"}
         assert device.generation_acked >= 1
+
+
+def _synced_count(hub: AdminHub) -> int:
+    text = hub.ctx.metrics.render()
+    match = re.search(r"^hub_sync_latency_seconds_count (\d+)$", text, re.M)
+    assert match, text
+    return int(match.group(1))
+
+
+@async_test
+async def test_sync_latency_is_measured_and_a_revoked_device_keeps_its_status(
+    tmp_path: Path,
+) -> None:
+    """The Sync handler times a desired state until its Ack (hub_sync_latency_seconds); the
+    server still has its metrics interceptor, and a revoked device's new stream is refused
+    with UNAUTHENTICATED (a wrapped Sync turned that into INTERNAL)."""
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub:
+        creds = await _enrolled(hub, tmp_path, "cam-1")
+        assert _synced_count(hub) == 0
+        async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
+            stub = device_pb2_grpc.DeviceServiceStub(ch)
+            call = stub.Sync()
+            hello = device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name="cam-1"))
+            await call.write(hello)
+            generation = (await call.read()).desired_state.generation
+            ack = device_pb2.DeviceMessage(ack=device_pb2.Ack(generation=generation))
+            for _ in range(2):  # the second Ack of it is not timed again
+                await call.write(ack)
+            deadline = time.monotonic() + 20
+            while hub.ctx.cache.devices["cam-1"].generation_acked < generation:
+                assert time.monotonic() < deadline, "the Ack was not recorded"
+                await asyncio.sleep(0.05)
+            await asyncio.sleep(0.2)
+            assert _synced_count(hub) == 1
+
+            async with hub.channel() as admin:
+                await hub.stub(admin).RevokeDevice(
+                    admin_pb2.RevokeDeviceRequest(device_name="cam-1")
+                )
+            assert await call.code() is grpc.StatusCode.UNAVAILABLE
+            assert "revoked" in (await call.details() or "")
+
+            again = stub.Sync()
+            await again.write(hello)
+            code, details = await _refused(again)
+            assert code is grpc.StatusCode.UNAUTHENTICATED, (code, details)
+            assert "revoked" in details
+        text = hub.ctx.metrics.render()
+        assert 'hub_grpc_requests_total{method="/edgefleet.v1.AdminService/RevokeDevice"' in text
+
+
+@async_test
+async def test_device_logs_are_asked_of_the_device_and_relayed(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """DeviceLogs: the hub sends a DeviceLogRequest on the device's stream and answers with
+    the device's DeviceLogLines (nothing stored); a device that is not connected, or does not
+    answer in time, gets a clear status; an answer over the bounds ends the stream."""
+    monkeypatch.setattr(admin, "LOG_ANSWER_TIMEOUT_S", 1.0)
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        creds = await _enrolled(hub, tmp_path, "cam-1")
+        ask = admin_pb2.DeviceLogsRequest(device_name="cam-1", workload="det", tail=2)
+        code, details = await _code_of(stub.DeviceLogs(ask))
+        assert code is grpc.StatusCode.FAILED_PRECONDITION
+        assert details.startswith("device cam-1 is not connected")
+        before = (await hub.ctx.store.range("/")).revision
+        async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
+            call = device_pb2_grpc.DeviceServiceStub(ch).Sync()
+            await call.write(device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name="cam-1")))
+            assert (await call.read()).WhichOneof("message") == "desired_state"
+
+            asked = asyncio.ensure_future(stub.DeviceLogs(ask, timeout=20))
+            request = (await call.read()).log_request
+            assert (request.workload, request.tail) == ("det", 2)
+            lines = ['{"event": "worker started"}', '{"event": "worker ready"}']
+            await call.write(
+                device_pb2.DeviceMessage(
+                    log_lines=device_pb2.DeviceLogLines(request_id=request.request_id, lines=lines)
+                )
+            )
+            assert list((await asked).lines) == lines
+
+            silent = await _code_of(stub.DeviceLogs(ask))  # the device reads, never answers
+            assert silent[0] is grpc.StatusCode.DEADLINE_EXCEEDED
+            assert (await call.read()).WhichOneof("message") == "log_request"
+
+            huge = device_pb2.DeviceLogLines(request_id=1, lines=["x" * 3000])
+            await call.write(device_pb2.DeviceMessage(log_lines=huge))
+            assert await call.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert "log_lines.lines[0]: at most 2048 characters" in (await call.details() or "")
+        await hub.ctx.writer.flush()
+        kvs = (await hub.ctx.store.range("/")).kvs
+        assert not [kv for kv in kvs if kv.mod_revision > before and b"worker ready" in kv.value]
+
+
+async def _code_of(call: Any) -> tuple[grpc.StatusCode, str]:
+    try:
+        await call
+    except grpc.aio.AioRpcError as exc:
+        return exc.code(), exc.details() or ""
+    raise AssertionError("the call succeeded")
 
 
 def _set_config(paths: HubPaths, **values: object) -> None:

@@ -105,7 +105,10 @@ def test_revisions_the_hub_source_holds_come_first() -> None:
     statuses = {
         WorkloadName("shelf"): WorkloadStatus("Running", 2, 2, "rev1", (READY,), (), (serving,))
     }
-    downloading = RevisionStatus("", "2.2", "b" * 64, RevisionPhase.DOWNLOADING, wanted=True)
+    downloading = RevisionStatus(
+        "", "2.2", "b" * 64, RevisionPhase.DOWNLOADING, wanted=True,
+        bytes_done=3 << 20, bytes_total=10 << 20,
+    )  # fmt: skip
     refused = RevisionStatus(
         "", "1.0", "", RevisionPhase.REFUSED, 0, "MetadataRollback", "older", wanted=True
     )
@@ -123,9 +126,11 @@ def test_revisions_the_hub_source_holds_come_first() -> None:
     message = status_message(report, generation=3)
     (first, second) = message.workloads[1].revisions
     assert (first.phase, first.model_version, first.wanted) == ("Downloading", "2.2", True)
+    assert (first.bytes_done, first.bytes_total) == (3 << 20, 10 << 20)
     assert (second.phase, second.ready_replicas, second.wanted) == ("Ready", 2, False)
     # labels travel with each status too: a hotplugged accelerator reaches the hub mid-stream
     assert dict(message.labels) == report.labels
+    assert (second.bytes_done, second.bytes_total) == (0, 0)
 
 
 def test_a_first_version_being_fetched_is_reported() -> None:

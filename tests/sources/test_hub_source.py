@@ -309,6 +309,44 @@ def test_incoming_revisions_say_how_far_they_got(env: tuple[Hub, HubSource, Path
     assert source.incoming == {}
 
 
+def test_a_download_reports_its_progress_every_few_seconds(tmp_path: Path) -> None:
+    """While Downloading, ``incoming`` carries the bytes on the device and the signed length,
+    moved at most every PROGRESS_EVERY_S (the clock is the test's: one second per look), and
+    kept where a broken download stopped (it resumes there)."""
+    hub = Hub(tmp_path)
+    data = tmp_path / "device"
+    gate = ArtifactGate(data, root_file=tmp_path / "root.json", allow_unsigned=False)
+    ticks = iter(range(1_000_000))
+    source = HubSource(
+        data, ArtifactStore(data / "artifacts"), gate, clock=lambda: float(next(ticks))
+    )
+    meta, sha = hub.model("1.0.0", sizes=(64, 256, 10))
+    total = len(hub.blobs[sha])
+    seen: list[tuple[str, int, int]] = []
+
+    async def fetch(digest: str, offset: int) -> AsyncIterator[tuple[int, bytes]]:
+        async for pos, chunk in hub.fetch(digest, offset):
+            held = source.incoming["det"]
+            seen.append((held.phase.value, held.bytes_done, held.bytes_total))
+            yield pos, chunk
+
+    hub.break_after = 40_000
+    result = asyncio.run(source.apply(1, [deployment("1.0.0")], [meta], [], fetch))
+    assert result.retry
+    broken = source.incoming["det"]
+    assert (broken.phase.value, broken.bytes_done, broken.bytes_total) == (
+        "Downloading", 40_960, total,
+    )  # fmt: skip
+    assert broken.to_json()["download"] == {"bytesDone": 40_960, "bytesTotal": total}
+    result = asyncio.run(source.apply(1, [deployment("1.0.0")], [meta], [], fetch))
+    assert not result.retry and source.incoming == {}
+    assert {phase for phase, _, _ in seen} == {"Downloading"}
+    assert {t for _, _, t in seen} == {total}
+    done = [d for _, d, _ in seen]
+    assert done == sorted(done) and done[0] == 0 and done[-1] < total
+    assert 1 < len(set(done)) < len(done)  # it moves, but not with every chunk
+
+
 def _model_with_extra(hub: Hub, version: str, content: bytes) -> tuple[bytes, str, str]:
     import hashlib
 
