@@ -837,11 +837,13 @@ def _run(
             fleet.remove(fleet.deployments[victim], i)
             evictions.append(Eviction(victim, fleet.nodes[i].name, "device over capacity"))
     # 2. place what is missing, most important first; 3. preempt when nothing fits
+    preempted = False
     for dep in deps:
         if not _total(dep):
             continue
         fleet.place(dep, now=now, grace_s=grace_s)
         for i, victims in fleet.preempt(dep, now=now, grace_s=grace_s):
+            preempted = True
             for v in victims:
                 evictions.append(
                     Eviction(
@@ -852,4 +854,13 @@ def _run(
                         by=dep.metadata.name,
                     )
                 )
+    # 4. a preemption frees room that a deployment passed over earlier in this pass could
+    # use (and moves its victims elsewhere): place again until nothing more fits, so that the
+    # result is a fixed point and the next pass moves nothing (placements only grow: bounded)
+    while preempted:
+        before = sum(len(v) for v in fleet.placed.values())
+        for dep in deps:
+            if _total(dep):
+                fleet.place(dep, now=now, grace_s=grace_s)
+        preempted = sum(len(v) for v in fleet.placed.values()) != before
     return fleet, evictions

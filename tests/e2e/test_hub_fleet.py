@@ -214,7 +214,12 @@ def test_a_revoked_device_is_refused_and_keeps_serving(
     assert hub_status["lastError"].startswith("refused by the hub (UNAUTHENTICATED")
     logs = a.log_path.read_text()
     assert logs.count("hub refused this device, link stopped") == 1
-    assert logs.count('"hub link broken"') <= 3  # the stream closed, then two refusals
+    # the stream closed, then refusals with backoff until the link stops. On a loaded machine
+    # a reconnect right after the revocation may end with INTERNAL ("Internal error from
+    # Core", gRPC's, before the hub's refusal) instead, which starts the refusal count again:
+    # a handful of lines, never one a second for the minute this test waits
+    broken = [line for line in logs.splitlines() if '"hub link broken"' in line]
+    assert len(broken) <= 10, "\n".join(broken)
     assert a.infer("det", X)[0] == 200
 
 

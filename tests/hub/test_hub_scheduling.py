@@ -426,6 +426,28 @@ def test_preemption_evicts_the_fewest_least_important() -> None:
     assert result.placements["filler"] == ()
 
 
+def test_room_freed_by_a_preemption_is_used_in_the_same_pass() -> None:
+    """Found by the stability property: ``first`` cannot go where ``low`` runs (anti-affinity
+    and no room), ``second`` preempts ``low`` there; the room that frees must be offered to
+    ``first`` in the same pass, or the next pass would move it (not a fixed point)."""
+    taint = (Taint(TAINT_UNSCHEDULABLE, TaintEffect.NO_SCHEDULE),)
+    nodes = [node("a", taints=taint), node("b", cpu=1000, mem=GiB)]
+    small = {"cpu": "250m", "memory": "256Mi"}
+    first = dep("first", 1, priority=1, resources=small)
+    second = dep("second", 1, priority=1, resources=small)
+    low = dep(
+        "low",
+        2,
+        resources={"memory": "1Gi"},
+        placement={"deploymentAntiAffinity": ["first"]},
+    )
+    current = {"low": ["a", "b"]}
+    result = schedule([first, second, low], nodes, current, NOW)
+    assert result.placements == {"first": ("b",), "second": ("b",), "low": ("a",)}
+    again = schedule([first, second, low], nodes, result.placements, NOW)
+    assert again.placements == result.placements and again.evictions == ()
+
+
 def test_no_preemption_of_equal_or_higher_priority() -> None:
     nodes = [node("a", cpu=1000)]
     a = dep("a", 1, resources={"cpu": "1"}, priority=5)
