@@ -836,31 +836,40 @@ def _run(
             victim = min(fleet.on_device[i], key=lambda d: (fleet.on_device[i][d], d))
             fleet.remove(fleet.deployments[victim], i)
             evictions.append(Eviction(victim, fleet.nodes[i].name, "device over capacity"))
+
     # 2. place what is missing, most important first; 3. preempt when nothing fits
-    preempted = False
-    for dep in deps:
-        if not _total(dep):
-            continue
-        fleet.place(dep, now=now, grace_s=grace_s)
-        for i, victims in fleet.preempt(dep, now=now, grace_s=grace_s):
-            preempted = True
-            for v in victims:
-                evictions.append(
-                    Eviction(
-                        v,
-                        fleet.nodes[i].name,
-                        f"preempted by {dep.metadata.name} "
-                        f"(priority {dep.spec.effective_priority})",
-                        by=dep.metadata.name,
-                    )
-                )
-    # 4. a preemption frees room that a deployment passed over earlier in this pass could
-    # use (and moves its victims elsewhere): place again until nothing more fits, so that the
-    # result is a fixed point and the next pass moves nothing (placements only grow: bounded)
-    while preempted:
-        before = sum(len(v) for v in fleet.placed.values())
+    def place_all() -> bool:
+        preempted = False
         for dep in deps:
-            if _total(dep):
-                fleet.place(dep, now=now, grace_s=grace_s)
-        preempted = sum(len(v) for v in fleet.placed.values()) != before
+            if not _total(dep):
+                continue
+            fleet.place(dep, now=now, grace_s=grace_s)
+            for i, victims in fleet.preempt(dep, now=now, grace_s=grace_s):
+                preempted = True
+                for v in victims:
+                    evictions.append(
+                        Eviction(
+                            v,
+                            fleet.nodes[i].name,
+                            f"preempted by {dep.metadata.name} "
+                            f"(priority {dep.spec.effective_priority})",
+                            by=dep.metadata.name,
+                        )
+                    )
+        return preempted
+
+    def snapshot() -> frozenset[tuple[str, int]]:
+        return frozenset((name, i) for name, at in fleet.placed.items() for i in at)
+
+    # 4. a preemption frees room (and lifts anti-affinity) that a deployment passed over
+    # earlier in this pass could use, and moves its victims: go again until nothing changes,
+    # so that the result is a fixed point and the next pass moves nothing. Preemption only
+    # ever evicts strictly lower priorities, so this ends; the bound is a safety net.
+    changed = place_all()
+    rounds = 0
+    while changed and rounds <= len(deps):
+        rounds += 1
+        before = snapshot()
+        place_all()
+        changed = snapshot() != before
     return fleet, evictions
