@@ -872,4 +872,6 @@ def _run(
         before = snapshot()
         place_all()
         changed = snapshot() != before
+    # a placement made and preempted within this pass never ran: no eviction to report
+    evictions = [e for e in evictions if e.device in current.get(e.deployment, ())]
     return fleet, evictions

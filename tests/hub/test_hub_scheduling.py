@@ -448,6 +448,23 @@ def test_room_freed_by_a_preemption_is_used_in_the_same_pass() -> None:
     assert again.placements == result.placements and again.evictions == ()
 
 
+def test_a_preemption_that_lifts_an_anti_affinity_is_acted_on_in_the_same_pass() -> None:
+    """The second case the stability property found: ``top`` is kept off ``b`` by ``low``'s
+    anti-affinity (not by room, so it preempts nothing); ``big`` preempts ``low`` there; then
+    ``top`` must preempt ``big`` in this pass, and ``big``'s passing placement is no eviction."""
+    taint = (Taint(TAINT_UNSCHEDULABLE, TaintEffect.NO_SCHEDULE),)
+    small = {"cpu": "250m", "memory": "256Mi"}
+    top = dep("top", 1, priority=2, resources=small)
+    big = dep("big", 1, priority=1, resources={"cpu": "250m", "memory": "1Gi"})
+    low = dep("low", 2, resources=small, placement={"deploymentAntiAffinity": ["top"]})
+    nodes = [node("a", cpu=1000, mem=GiB, taints=taint), node("b", cpu=1000, mem=GiB)]
+    result = schedule([top, big, low], nodes, {"low": ["a", "b"]}, NOW)
+    assert result.placements == {"top": ("b",), "big": (), "low": ("a",)}
+    assert [(e.deployment, e.device, e.by) for e in result.evictions] == [("low", "b", "big")]
+    again = schedule([top, big, low], nodes, result.placements, NOW)
+    assert again.placements == result.placements and again.evictions == ()
+
+
 def test_no_preemption_of_equal_or_higher_priority() -> None:
     nodes = [node("a", cpu=1000)]
     a = dep("a", 1, resources={"cpu": "1"}, priority=5)
