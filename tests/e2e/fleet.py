@@ -10,7 +10,10 @@ import os
 import socket
 import subprocess
 import threading
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
+from typing import Any
 
 from edgefleet.launching import LaunchedHub, LaunchError, free_port_pair, program_command, start_hub
 
@@ -106,6 +109,31 @@ def enroll(
         cmd += ["--label", f"{k}={v}"]
     env = {**os.environ, "EDGED_TOKEN": token}  # as edged-enroll.service passes it
     return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60, env=env)
+
+
+@contextmanager
+def enrolled_devices(
+    hub: HubProcess,
+    tmp_path: Path,
+    edged_factory: Callable[..., Any],
+    count: int,
+    config: str = SIGNED_DEVICE_CONFIG,
+) -> Iterator[list[Any]]:
+    """``count`` devices ``dev-0``... enrolled with ``site=a`` and started (harness.Edged);
+    the ones still running are terminated at the end."""
+    started = []
+    for i in range(count):
+        data = tmp_path / f"dev-{i}"
+        out = enroll(hub, data, f"dev-{i}", {"site": "a"})
+        assert out.returncode == 0, out.stdout + out.stderr
+        device_config = config.format(absent=tmp_path / "no-root")
+        started.append(edged_factory(None, data=data, config=device_config).start())
+    try:
+        yield started
+    finally:
+        for e in started:
+            if e.proc is not None and e.proc.poll() is None:
+                e.terminate()
 
 
 class TcpProxy:

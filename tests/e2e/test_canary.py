@@ -20,7 +20,7 @@ from typing import Any
 import numpy as np
 import onnxruntime as ort
 import pytest
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
+from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enrolled_devices
 from harness import Edged
 from test_rollouts import on_device, run_until
 
@@ -150,17 +150,8 @@ def hub(tmp_path: Path) -> Iterator[HubProcess]:
 def devices(
     hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
 ) -> Iterator[list[Edged]]:
-    started = []
-    for i in range(N):
-        data = tmp_path / f"dev-{i}"
-        out = enroll(hub, data, f"dev-{i}", {"site": "a"})
-        assert out.returncode == 0, out.stdout + out.stderr
-        config = DEVICE_CONFIG.format(absent=tmp_path / "no-root")
-        started.append(edged_factory(None, data=data, config=config).start())
-    yield started
-    for e in started:
-        if e.proc is not None and e.proc.poll() is None:
-            e.terminate()
+    with enrolled_devices(hub, tmp_path, edged_factory, N, DEVICE_CONFIG) as started:
+        yield started
 
 
 def rollout_status(hub: HubProcess, *args: str) -> subprocess.CompletedProcess[str]:

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll
+from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll, enrolled_devices
 from harness import Edged
 from test_fleet_status import build_unloadable
 
@@ -47,17 +47,8 @@ def hub(tmp_path: Path) -> Iterator[HubProcess]:
 def devices(
     hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
 ) -> Iterator[list[Edged]]:
-    started = []
-    for i in range(N):
-        data = tmp_path / f"dev-{i}"
-        out = enroll(hub, data, f"dev-{i}", {"site": "a"})
-        assert out.returncode == 0, out.stdout + out.stderr
-        config = SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "no-root")
-        started.append(edged_factory(None, data=data, config=config).start())
-    yield started
-    for e in started:
-        if e.proc is not None and e.proc.poll() is None:
-            e.terminate()
+    with enrolled_devices(hub, tmp_path, edged_factory, N, SIGNED_DEVICE_CONFIG) as started:
+        yield started
 
 
 def push(hub: HubProcess, tmp_path: Path, version: str, *, bad: bool = False) -> None:
