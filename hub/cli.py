@@ -252,6 +252,8 @@ async def _token_create(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"hub: {_as_option(problem)}", file=sys.stderr)
         return 2
+    from hub.writing import offline_event
+
     store = await _open(args.data_dir, config)
     try:
         token, record = await tokens.create_token(
@@ -263,6 +265,9 @@ async def _token_create(args: argparse.Namespace) -> int:
             labels=labels,
             device_labels=not args.no_device_labels,
             device_label_prefix=args.device_label_prefix,
+            event_for=lambda token_id: offline_event(
+                "Token", token_id, "Normal", "Created", f"bootstrap token {token_id}"
+            ),
         )
     finally:
         await store.close()

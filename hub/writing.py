@@ -7,6 +7,7 @@ batch (every ``period``, 0.2 s): 2,000 acknowledgements cost a handful of fsyncs
 from __future__ import annotations
 
 import asyncio
+import secrets
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -33,6 +34,17 @@ def _event(kind: str, name: str, type_: str, reason: str, message: str) -> dict[
         "object": {"kind": kind, "name": name},
         "time": time.time(),
     }
+
+
+def offline_event(kind: str, name: str, type_: str, reason: str, message: str) -> Put:
+    """An event written by a command that runs beside the hub rather than in it (``hub token
+    create``): a random sequence part keeps its key apart from the serving hub's own, and the
+    serving hub shows it once it reloads its cache (at its next start)."""
+    ev = _event(kind, name, type_, reason, message)
+    return Put(
+        f"{storekeys.EVENTS}{int(ev['time'] * 1000):015d}-{secrets.randbelow(10**6):06d}",
+        storekeys.dumps(ev),
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,11 +10,12 @@ import sys
 import time
 import tomllib
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from edgefleet.errors import ConfigError
-from hub import pki, tokens
+from hub import pki, storekeys, tokens
 from hub.config import default_config_text, load_config, parse_config
 from hub.enrolling import enrollment_labels
 from hub.initializing import listen_for
@@ -90,6 +91,23 @@ def test_token_create_and_list(tmp_path: Path) -> None:
     assert token.split(".")[0] in listed.stdout and "single-use" in listed.stdout
     assert token.split(".")[1] not in listed.stdout
     assert "line 3" in listed.stdout
+    # the offline command writes the Created event with the token, as the RPC does
+    token_id = token.split(".")[0]
+    created_events = [
+        ev for ev in _events(d) if ev["object"] == {"kind": "Token", "name": token_id}
+    ]
+    assert [ev["reason"] for ev in created_events] == ["Created"]
+
+
+def _events(d: Path) -> list[dict[str, Any]]:
+    async def read() -> list[dict[str, Any]]:
+        store = await SqliteStore.open(d / "hub.db")
+        try:
+            return [storekeys.loads(kv.value) for kv in (await store.range(storekeys.EVENTS)).kvs]
+        finally:
+            await store.close()
+
+    return asyncio.run(read())
 
 
 def _records(d: Path) -> list[tokens.TokenRecord]:
