@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import hashlib
 import json
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -141,7 +142,9 @@ def write_variant(src: Path, precision: str, target: Path) -> None:
         quantize_dynamic(str(src), str(tmp), weight_type=quant_type.QInt8)
     elif precision == "fp16":
         model = onnx.load(str(src))
-        converted = float16.convert_float_to_float16(model, keep_io_types=True)
+        with warnings.catch_warnings():  # weights below fp16's range become its smallest: known
+            warnings.simplefilter("ignore", UserWarning)
+            converted = float16.convert_float_to_float16(model, keep_io_types=True)
         onnx.save(converted, str(tmp))
     else:
         raise VariantsError(f"--precision: {precision!r} is not one of {', '.join(VARIANTS)}")
