@@ -4,10 +4,11 @@ The artifact holds the model at fp32 plus fp16 and int8 variants built with the 
 tools (``edgectl models variants``: onnxconverter-common, onnxruntime's quantization), each
 file signed in the same metadata. A ``power.schedule`` window that opens during the test
 switches the workload to the fp16 variant with zero failed requests from a client looping
-throughout, and closing it switches back. The local time is read from a file the test writes
-(edged's test-only seam ``EDGED_TEST_LOCAL_TIME``), so the window opens without waiting for
-the wall clock. A deployment asking for a precision its artifact lacks keeps serving the model
-file and says why.
+throughout, and closing it switches back; a low battery switches to int8, mains back. The
+local time and the battery are read from files the test writes (edged's test-only seams
+``EDGED_TEST_LOCAL_TIME`` and ``EDGED_TEST_BATTERY``), so the window opens without waiting
+for the wall clock. A deployment asking for a precision its artifact lacks keeps serving the
+model file and says why.
 """
 
 from __future__ import annotations
@@ -38,6 +39,7 @@ spec:
   probes: {readiness: {periodSeconds: 1}}
   power:
     schedule: [{from: "01:00", to: "02:00", precision: fp16}]
+    lowBattery: {below: 20%, precision: int8}
 """
 
 LACKING = """\
@@ -106,7 +108,7 @@ def test_a_power_window_switches_to_the_fp16_variant_and_back_with_no_failed_req
     files = {v["precision"]: Path(v["file"]) for v in report["variants"]}
     assert set(files) == {"fp32", "fp16", "int8"}
     assert files["fp16"].name == "mlp.fp16.onnx" and files["int8"].name == "mlp.int8.onnx"
-    references = {p: outputs(files[p]) for p in ("fp32", "fp16")}
+    references = {p: outputs(files[p]) for p in ("fp32", "fp16", "int8")}
     assert float(np.abs(references["fp32"] - references["fp16"]).max()) > 0  # told apart
 
     generate_key_pair(tmp_path / "publisher")
@@ -129,8 +131,17 @@ def test_a_power_window_switches_to_the_fp16_variant_and_back_with_no_failed_req
         tmp.write_text(text)
         tmp.replace(clock)
 
+    battery = tmp_path / "battery"
+
+    def battery_at(text: str) -> None:
+        tmp = battery.with_suffix(".tmp")
+        tmp.write_text(text)
+        tmp.replace(battery)
+
     local_time("12:00")
+    battery_at("100 plugged")
     monkeypatch.setenv("EDGED_TEST_LOCAL_TIME", str(clock))
+    monkeypatch.setenv("EDGED_TEST_BATTERY", str(battery))
     config = f'[trust]\nrootFile = "{root}"\n[reconcile]\nresyncPeriod = "500ms"\n'
     e: Edged = edged_factory(manifests, config=config).start()
     e.wait_ready(120)
@@ -156,6 +167,12 @@ def test_a_power_window_switches_to_the_fp16_variant_and_back_with_no_failed_req
         wait_for(lambda: serving("fp32"), 120, "back to fp32")
         before = client.answered["fp32"]
         wait_for(lambda: client.answered["fp32"] > before + 20, 60, "fp32 answers again")
+        battery_at("10 on-battery")  # below lowBattery's 20%: the int8 variant
+        wait_for(lambda: serving("int8"), 120, "the int8 variant on a low battery")
+        wait_for(lambda: client.answered["int8"] > 20 and client.last == "int8", 60, "int8")
+        assert "on battery at 10%" in e.logs()
+        battery_at("10 plugged")  # on mains again
+        wait_for(lambda: serving("fp32"), 120, "fp32 on mains")
     assert client.failed == [], client.failed[:5]
     logs = e.logs()
     assert "precision chosen" in logs and "PowerWindow" in logs
