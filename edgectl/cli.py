@@ -2,7 +2,8 @@
 
 * ``edgectl quickstart``: the whole main job on one machine.
 * The publisher's trust commands (``keys``, ``models sign``, ``trust root``, ``rollback
-  allow``): :mod:`edgectl.trusting`; ``models push``: :mod:`edgectl.pushing`.
+  allow``): :mod:`edgectl.trusting`; ``models push``: :mod:`edgectl.pushing`; ``models
+  variants``: :mod:`edgectl.variants`.
 * Hub commands (``apply``, ``diff``, ``get``, ``describe``, ``delete``, ``label``,
   ``annotate``, ``devices``, ``tokens``) talk to a hub's AdminService with the credentials of
   ``--config`` (default ``$EDGECTL_CONFIG``, else ``./admin.toml``) and ``--context``:
@@ -105,14 +106,16 @@ def _add_quickstart(sub: Any) -> None:
 
 def build_parser() -> argparse.ArgumentParser:
     """The whole command line (also what completion and man pages are made from)."""
-    from edgectl import pushing, trusting
+    from edgectl import pushing, trusting, variants
 
     p = Parser(prog="edgectl", description="edgefleet operator command line")
     p.add_argument("--version", action="version", version=version_text("edgectl"))
     add_global_flags(p, top=True)
     sub: Any = p.add_subparsers(dest="command", metavar="COMMAND")
     _add_quickstart(sub)
-    pushing.add_command(trusting.add_commands(sub))
+    models = trusting.add_commands(sub)
+    pushing.add_command(models)
+    variants.add_command(models)
     for module in MODULES:
         importlib.import_module(module).add_commands(sub)
     _add_global_flags_everywhere(p)
@@ -135,11 +138,11 @@ def _run_quickstart(args: argparse.Namespace) -> int:
 
 
 def _dispatch(p: argparse.ArgumentParser, args: argparse.Namespace) -> int:
-    from edgectl import pushing, trusting
+    from edgectl import pushing, trusting, variants
 
     if args.command == "quickstart":
         return _run_quickstart(args)
-    for run in (trusting.run, pushing.run):
+    for run in (trusting.run, pushing.run, variants.run):
         code = run(args)
         if code is not None:
             return code

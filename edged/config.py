@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.api.quantities import (
@@ -191,6 +192,14 @@ class EvictionConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class PowerConfig:
+    """``[power]``: the time zone of ``spec.power.schedule`` windows (an IANA name such as
+    ``Europe/Berlin``; empty: the system's local time)."""
+
+    time_zone: str = ""
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EdgedConfig:
     """The whole edged config."""
 
@@ -204,6 +213,7 @@ class EdgedConfig:
     device: DeviceConfig = field(default_factory=DeviceConfig)
     scaling: ScalingConfig = ScalingConfig()
     eviction: EvictionConfig = EvictionConfig()
+    power: PowerConfig = PowerConfig()
 
 
 # Converters
@@ -396,6 +406,26 @@ def _read_eviction(r: Reader) -> EvictionConfig:
     )
 
 
+def _time_zone(value: object) -> str:
+    text = as_str(value)
+    if text == "":
+        return ""
+    try:
+        if len(text) > 64:
+            raise ValueError(text)
+        ZoneInfo(text)
+    except (ValueError, ZoneInfoNotFoundError, OSError):
+        raise ValueError(
+            f'must be an IANA time zone name such as "Europe/Berlin" (or "" for the '
+            f"system's), got {describe(value)}"
+        ) from None
+    return text
+
+
+def _read_power(r: Reader) -> PowerConfig:
+    return PowerConfig(time_zone=r.optional("timeZone", _time_zone, ""))
+
+
 def _reader(data_dir: Path | None, service: ServiceDirs) -> Callable[[Reader], EdgedConfig]:
     """Reads the whole file (every table through :func:`~edgefleet.configfiles.table`: an
     absent one takes every default)."""
@@ -412,6 +442,7 @@ def _reader(data_dir: Path | None, service: ServiceDirs) -> Callable[[Reader], E
             device=_read_device(table(r, "device")),
             scaling=_read_scaling(table(r, "scaling")),
             eviction=_read_eviction(table(r, "eviction")),
+            power=_read_power(table(r, "power")),
         )
 
     return read
@@ -549,6 +580,11 @@ memoryAvailableFloor = "0"
 # floor by this share of it plus what one replica of theirs was seen to use.
 hysteresis = "10%"
 interval = "{_EVICTION_INTERVAL_TEXT}"
+
+[power]
+# The time zone of spec.power.schedule windows, an IANA name such as "Europe/Berlin".
+# Empty: the system's local time.
+timeZone = ""
 
 [device.labels]
 # Labels of this device, merged over the discovered ones (arch, accelerator...), e.g.

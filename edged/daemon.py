@@ -26,6 +26,7 @@ from edged.compliance.checking import DriftAction, Remediation
 from edged.compliance.watching import DriftWatch
 from edged.config import EdgedConfig
 from edged.discovery.discovering import Discovery
+from edged.discovery.power import PowerReader
 from edged.hublink.files import LinkFiles
 from edged.hublink.reporting import DeviceReport, SandboxReport, build_device_report
 from edged.reconcile.applying import Applier
@@ -694,6 +695,7 @@ class Daemon:
                     record_status=self.board.set_workload,
                     apply=self.applier.apply,
                     size=self.sizer.size,
+                    power=PowerReader(cfg.power.time_zone).read,
                 ),
                 self.workload_queue,
                 workers=cfg.reconcile.workers,

@@ -23,6 +23,7 @@ from edged.runtime.processes import WorkerPool
 from edged.sources.static import SourceProblem
 from edged.state.desired import DesiredState
 from edged.workloads import WorkloadName
+from edgefleet.artifacts.variants import variants_of
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_json_atomic
 
@@ -156,6 +157,10 @@ class StatusBoard:
                     "sha256": desired.sha256,
                 }
                 item["source"] = desired.source
+                item["precision"] = {
+                    "serving": st.precision or None if st is not None else None,
+                    "variants": sorted(variants_of(desired.sha256, desired.extras)),
+                }
             if st is not None:
                 item.update(
                     phase=st.phase,
@@ -185,6 +190,7 @@ class StatusBoard:
                     "revision": r.revision,
                     "slot": r.slot,
                     "version": r.spec.model_version,
+                    "sha256": r.spec.artifact_sha256,
                     "pid": r.pid,
                     "phase": r.phase.value,
                     "ready": r.phase is Phase.READY,

@@ -52,13 +52,19 @@ class DesiredWorkload:
             material["extras"] = dict(sorted(self.extras.items()))
         return hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()[:10]
 
-    def revision_with(self, providers: tuple[str, ...] | None) -> str:
-        """The revision when running with ``providers`` (chosen by discovery).
+    def revision_with(self, providers: tuple[str, ...] | None, variant: str = "") -> str:
+        """The revision when running with ``providers`` (chosen by discovery) and the file
+        ``variant`` (sha256 of a precision variant, chosen by the power policy).
 
-        Equal to :attr:`revision` when ``providers`` is ``None`` or the spec's own list, so a
-        fallback (and the way back) is a new revision: a zero-downtime switch.
+        Equal to :attr:`revision` when ``providers`` is ``None`` or the spec's own list and
+        ``variant`` is empty or the model file, so a fallback, a change of precision (and the
+        way back) is a new revision: a zero-downtime switch.
         """
-        if providers is None or providers == self.deployment.spec.runtime.execution_providers:
-            return self.revision
-        material = {"base": self.revision, "providers": list(providers)}
-        return hashlib.sha256(orjson.dumps(material)).hexdigest()[:10]
+        base = self.revision
+        if providers is not None and providers != self.deployment.spec.runtime.execution_providers:
+            material = {"base": base, "providers": list(providers)}
+            base = hashlib.sha256(orjson.dumps(material)).hexdigest()[:10]
+        if variant and variant != self.sha256:
+            material = {"base": base, "variant": variant}
+            base = hashlib.sha256(orjson.dumps(material)).hexdigest()[:10]
+        return base

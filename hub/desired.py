@@ -132,7 +132,9 @@ def manifest_for(revision: Revision, labels: Mapping[str, str]) -> bytes:
     """The revision's manifest as one device is sent it: a ``replicas.total`` deployment runs
     one replica on each device the scheduler chose (``perDevice: 1`` there), and an
     ``accelerator: {anyOf: [...]}`` names the first class this device has (else the first),
-    so edged, which knows neither, runs what the hub decided."""
+    so edged, which knows neither, runs what the hub decided. ``spec.scaling`` of a ``total``
+    deployment is the hub's to act on: the device gets it with min = max = 1 (it samples the
+    load and reports it, and never scales)."""
     spec = revision.manifest.get("spec", {})
     total = "total" in spec.get("replicas", {})
     wanted = spec.get("resources", {}).get("accelerator")
@@ -153,6 +155,10 @@ def _rewritten(encoded: bytes, per_device: bool, accelerator: str) -> bytes:
     spec = doc.get("spec", {})
     if per_device:
         spec["replicas"] = {"perDevice": 1}
+        if isinstance(spec.get("scaling"), dict):
+            # the hub scales replicas.total (hub/autoscaling.py): the device keeps its one
+            # replica and samples the load it reports (min = max = 1: it never scales)
+            spec["scaling"] = {**spec["scaling"], "minReplicas": 1, "maxReplicas": 1}
     if accelerator:
         spec.setdefault("resources", {})["accelerator"] = accelerator
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)

@@ -12,6 +12,7 @@ against the 4 MiB message limit: a device's stored record stays well under 1 MiB
 
 from __future__ import annotations
 
+import math
 from collections.abc import Iterable, Mapping, Sequence
 
 from edgefleet.api.meta import label_key, label_value
@@ -26,6 +27,8 @@ MAX_REASONS = 32
 MAX_WORKLOADS = 256
 MAX_CONDITIONS = 16
 MAX_REPLICAS = 10_000
+MAX_QUEUE_DEPTH = 1_000_000.0  # requests in flight per replica a device may report
+MAX_CPU_PERCENT = 100_000.0  # % of what the workers may use (a burst can pass 100)
 MAX_REVISIONS = 8  # revisions per workload the hub keeps (hub.syncing.MAX_REPORTED_REVISIONS)
 MAX_STATUS_BYTES = 512 * 1024
 MAX_REVISIONS = 8  # per workload, as hub.syncing keeps
@@ -154,6 +157,11 @@ def _sizing(problems: list[str], at: str, sizing: device_pb2.WorkloadSizing) -> 
         value = getattr(sizing, name)
         if value > MAX_REPLICAS:
             problems.append(f"{at}.{name}: at most {MAX_REPLICAS}, got {value}")
+    for name, bound in (("queue_depth", MAX_QUEUE_DEPTH), ("cpu_percent", MAX_CPU_PERCENT)):
+        if sizing.HasField(name):
+            figure = getattr(sizing, name)
+            if not (math.isfinite(figure) and 0 <= figure <= bound):
+                problems.append(f"{at}.{name}: must be from 0 to {bound}, got {figure}")
     d = sizing.last_decision
     for name, value in (("from_replicas", d.from_replicas), ("to_replicas", d.to_replicas)):
         if value > MAX_REPLICAS:

@@ -21,7 +21,7 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from edgefleet.api import ModelDeployment
 from edgefleet.backoff import Backoff
@@ -74,6 +74,8 @@ class Scheduler:
         )
         self._lock = asyncio.Lock()
         projector.on_mark = self.wake
+        # the fleet autoscaler's total for a deployment (hub/fleetscaling.py); None: the spec's
+        self.totals: Callable[[str], int | None] = lambda name: None
 
     def wake(self) -> None:
         self._batches.wake()
@@ -111,7 +113,9 @@ class Scheduler:
             node_of(device, policy, region=self._region)
             for _, device in sorted(cache.devices.items())
         ]
-        deployments = list(cache.deployments.values())
+        deployments = [
+            _with_total(d, self.totals(d.metadata.name)) for d in cache.deployments.values()
+        ]
         artifacts = {}
         for dep in deployments:
             model = cache.models.get((dep.spec.model.name, dep.spec.model.version))
@@ -211,6 +215,14 @@ class Scheduler:
                 )
             )
         return out
+
+
+def _with_total(dep: ModelDeployment, total: int | None) -> ModelDeployment:
+    """``dep`` with the autoscaler's ``replicas.total`` (as it is without one)."""
+    if total is None or dep.spec.replicas.total is None or total == dep.spec.replicas.total:
+        return dep
+    replicas = replace(dep.spec.replicas, total=total)
+    return replace(dep, spec=replace(dep.spec, replicas=replicas))
 
 
 @dataclass(frozen=True, slots=True)

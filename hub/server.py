@@ -43,6 +43,7 @@ from hub.caching import Cache
 from hub.config import HubConfig, load_config
 from hub.context import HubContext
 from hub.enrolling import EnrollmentServicer
+from hub.fleetscaling import FleetAutoscaler
 from hub.initializing import HubPaths
 from hub.lifecycle import Lifecycle
 from hub.observing import (
@@ -324,6 +325,9 @@ async def _serve(
         controllers.append(ctx.rollouts)
     if ctx.scheduler is not None:
         controllers.append(ctx.scheduler)
+        autoscaler = FleetAutoscaler(ctx.cache, ctx.writer, wake_scheduler=ctx.scheduler.wake)
+        ctx.scheduler.totals = autoscaler.total
+        controllers.append(autoscaler)
     if elector is not None:
         elector.identity = replica_identity(f"port {running.port}")
         controllers = [elector, *(LeaderOnly(c, elector) for c in controllers)]

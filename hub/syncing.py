@@ -93,6 +93,8 @@ def _sizing(s: device_pb2.WorkloadSizing) -> dict[str, Any]:
         "evictedReplicas": s.evicted_replicas,
         "priority": s.priority,
         "effectiveMaxBatchSize": s.effective_max_batch_size,
+        "queueDepth": s.queue_depth if s.HasField("queue_depth") else None,
+        "cpuPercent": s.cpu_percent if s.HasField("cpu_percent") else None,
         "lastDecision": {
             "from": d.from_replicas,
             "to": d.to_replicas,

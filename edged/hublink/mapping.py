@@ -113,6 +113,11 @@ def _sizing(doc: Mapping[str, Any]) -> device_pb2.WorkloadSizing:
         priority=int(eviction.get("priority") or 0),
         effective_max_batch_size=int(batching.get("effectiveMaxBatchSize") or 0),
     )
+    reported = doc.get("reported") or {}
+    if reported.get("queueDepth") is not None:
+        out.queue_depth = float(reported["queueDepth"])
+    if reported.get("cpu") is not None:
+        out.cpu_percent = float(reported["cpu"])
     last = scaling.get("lastDecision")
     if last:
         decision = device_pb2.ScalingDecision(

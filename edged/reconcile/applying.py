@@ -62,7 +62,7 @@ def build_launch_spec(
         model_name=spec.model.name,
         model_version=spec.model.version,
         artifact_path=str(artifact_path),
-        artifact_sha256=desired.sha256,
+        artifact_sha256=action.sha256 or desired.sha256,
         providers=providers,
         intra_op_threads=threads,
         max_batch_size=spec.runtime.max_batch_size,
@@ -119,7 +119,7 @@ class Applier:
                 spec = build_launch_spec(
                     desired,
                     action,
-                    artifact_path=self._artifact_path(desired.sha256),
+                    artifact_path=self._artifact_path(action.sha256 or desired.sha256),
                     cgroup_root=self._cgroup_root,
                     cpu_count=self._cpu_count,
                     log_level=self._log_level,

@@ -54,6 +54,18 @@ class ProviderChoice:
 
 
 @dataclass(frozen=True, slots=True)
+class PrecisionChoice:
+    """The precision variant a workload serves now (``reconcile/precision.py``)."""
+
+    precision: str  # what is served
+    sha256: str  # the file that holds it
+    reason: str  # LowBattery | PowerWindow | Requested | Default
+    message: str
+    conditions: tuple[Condition, ...] = ()  # PrecisionAvailable=False when one is missing
+    recheck_after: float | None = None  # seconds until the choice may change by the clock
+
+
+@dataclass(frozen=True, slots=True)
 class ObservedWorkload:
     replicas: tuple[ReplicaObservation, ...] = ()
     artifact_present: bool = True
@@ -62,6 +74,7 @@ class ObservedWorkload:
     # the replicas wanted now, from the autoscaler and eviction (None: the spec's count)
     wanted_replicas: int | None = None
     sizing_conditions: tuple[Condition, ...] = ()  # why (Evicted...)
+    precision: PrecisionChoice | None = None  # None: the artifact's model file, no variants
 
 
 # -- actions ---------------------------------------------------------------------------------
@@ -76,6 +89,7 @@ class StartReplica:
     revision: str
     slot: int
     providers: tuple[str, ...] = ()  # chosen by discovery; empty: the spec's list
+    sha256: str = ""  # the file to load (a precision variant); empty: the artifact's model
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +187,7 @@ class WorkloadStatus:
     conditions: tuple[Condition, ...] = ()
     providers: tuple[str, ...] = ()  # the planned execution providers (empty: discovery off)
     revisions: tuple[RevisionStatus, ...] = ()  # the wanted one first, then older ones
+    precision: str = ""  # the precision variant served (empty: no variant chosen)
 
 
 @dataclass(frozen=True, slots=True)

@@ -17,6 +17,8 @@ Rules, for one workload:
 * The count of replicas is ``observed.wanted_replicas`` when the autoscaler or eviction set
   it (``reconcile/autoscaling.py``, ``reconcile/evicting.py``), else the spec's; slots
   beyond it are drained and stopped (``ScaledDown``); their conditions join the status.
+* The precision variant (``observed.precision``, ``reconcile/precision.py``) is part of the
+  revision too: a power window opening or closing is a zero-downtime switch to the other file.
 * Execution providers (``observed.providers``, chosen by discovery) are part of the revision:
   a fallback to a later provider, and the way back, is a zero-downtime switch. When no allowed
   provider is usable, every replica stops and ``AcceleratorUnavailable`` says why.
@@ -80,7 +82,11 @@ def plan(
     waits: list[float] = []
     conditions: list[Condition] = []
     providers = choice.providers if choice is not None else ()
-    revision = desired.revision_with(providers if choice is not None else None)
+    precision = observed.precision
+    variant = precision.sha256 if precision is not None else ""
+    revision = desired.revision_with(providers if choice is not None else None, variant)
+    if precision is not None and precision.recheck_after is not None:
+        waits.append(precision.recheck_after)
     want = observed.wanted_replicas
     if want is None:
         want = desired.deployment.spec.replicas.count_on_device()
@@ -108,7 +114,7 @@ def plan(
         rid = replica_id(name, revision, slot)
         if rep is None:
             if observed.artifact_present:
-                actions.append(StartReplica(name, rid, revision, slot, providers))
+                actions.append(StartReplica(name, rid, revision, slot, providers, variant))
             continue
         if rep.phase is Phase.EXITED:
             if rep.crash_streak >= 2:
@@ -116,7 +122,7 @@ def plan(
             exited_at = now if rep.exited_at is None else rep.exited_at
             due = exited_at + restart_delay(rep.crash_streak)
             if now >= due and observed.artifact_present:
-                actions.append(StartReplica(name, rid, revision, slot, providers))
+                actions.append(StartReplica(name, rid, revision, slot, providers, variant))
             elif now < due:
                 waits.append(due - now)
         elif rep.phase is Phase.STARTING:
@@ -156,6 +162,8 @@ def plan(
         want, ready_current, old_serving, crashlooping, list(current.values()), switch_done
     )
     conditions += observed.sizing_conditions
+    if precision is not None:
+        conditions += precision.conditions
     if choice is not None and choice.fell_back:
         conditions.append(
             Condition(
@@ -173,6 +181,7 @@ def plan(
         revision=revision,
         conditions=tuple(conditions),
         providers=providers,
+        precision=precision.precision if precision is not None else "",
         revisions=_revisions(
             desired, revision, want, ready_current, old, crashlooping, switch_done, observed
         ),

@@ -17,19 +17,24 @@ from edged.discovery.providers import ProviderSelection
 from edged.reconcile.model import (
     Action,
     ObservedWorkload,
+    PrecisionChoice,
     ProviderChoice,
     ReplicaObservation,
     WorkloadStatus,
 )
 from edged.reconcile.planning import plan
+from edged.reconcile.precision import PowerState, choose_precision
 from edged.reconcile.running import Result
 from edged.sources.static import StaticManifests, SyncResult
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api.conditions import Condition
+from edgefleet.artifacts.variants import variants_of
 from edgefleet.errors import TemporaryError
+from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 
 STATIC_KEY = "static"  # the static source runner's one key
+log = get_logger("edged.reconcile")
 
 SelectProviders = Callable[[Sequence[str], str | None], ProviderSelection]
 # the replicas a workload wants now (autoscaler, eviction) and why; None: the spec's count
@@ -51,10 +56,14 @@ class WorkloadReconciler:
         apply: Callable[[DesiredWorkload | None, tuple[Action, ...]], Awaitable[None]],
         clock: Callable[[], float] = time.monotonic,
         size: SizeWorkload | None = None,
+        power: Callable[[], PowerState] | None = None,
     ) -> None:
         """``select_providers``: discovery's choice of execution providers (None: discovery
         is off, the spec's list as is); ``size``: the replica count of the autoscaler and
-        eviction (None: the spec's count)."""
+        eviction (None: the spec's count); ``power``: the device's local time and battery,
+        for ``runtime.precision`` and ``spec.power`` (None: the model file is served)."""
+        self._power = power
+        self._precisions: dict[WorkloadName, PrecisionChoice] = {}
         self._desired = desired
         self._observe = observe
         self._has_artifact = has_artifact
@@ -80,11 +89,49 @@ class WorkloadReconciler:
             providers=self._choose_providers(desired),
             wanted_replicas=wanted,
             sizing_conditions=why,
+            precision=self._choose_precision(key, desired),
         )
         p = plan(key, desired, observed, self._clock())
         self._record(key, p.status)
         await self._apply(desired, p.actions)
         return Result(requeue_after=p.requeue_after)
+
+    def _choose_precision(
+        self, key: WorkloadName, desired: DesiredWorkload | None
+    ) -> PrecisionChoice | None:
+        """The precision variant to serve now; logs each change (an event with the reason)."""
+        spec = desired.deployment.spec if desired is not None else None
+        if (
+            self._power is None
+            or desired is None
+            or spec is None
+            or (spec.power is None and spec.runtime.precision is None)
+        ):
+            self._precisions.pop(key, None)
+            return None
+        choice = choose_precision(spec, variants_of(desired.sha256, desired.extras), self._power())
+        last = self._precisions.get(key)
+        if last is None or (last.sha256, last.reason, last.conditions) != (
+            choice.sha256,
+            choice.reason,
+            choice.conditions,
+        ):
+            log.info(
+                "precision chosen",
+                workload=key,
+                precision=choice.precision,
+                reason=choice.reason,
+                because=choice.message,
+            )
+            for cond in choice.conditions:
+                log.warning(
+                    "precision variant missing",
+                    workload=key,
+                    reason=cond.reason,
+                    detail=cond.message,
+                )
+        self._precisions[key] = choice
+        return choice
 
     def _choose_providers(self, desired: DesiredWorkload | None) -> ProviderChoice | None:
         if self._select is None or desired is None:

@@ -40,6 +40,7 @@ from edgefleet.api.conditions import Condition, ConditionStatus
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 
+REPORT_FIGURES_EVERY_S = 5.0
 log = get_logger(__name__)
 
 
@@ -85,6 +86,9 @@ class Sizer:
         self._growth: dict[WorkloadName, int] = {}  # most RSS growth of a replica since ready
         # memory-aware batching: workload -> (declared, effective, bytes per row)
         self._batches: dict[WorkloadName, tuple[int, int, int]] = {}
+        # the figures the hub gets (its fleet autoscaler): (taken at, in flight per replica,
+        # CPU %), refreshed at most every REPORT_FIGURES_EVERY_S so the report stays steady
+        self._reported: dict[WorkloadName, tuple[float, float | None, float | None]] = {}
         self._wake = asyncio.Event()
 
     # -- for the other parts ------------------------------------------------------------------
@@ -97,6 +101,7 @@ class Sizer:
             w = workloads.get(name)
             if w is None or w.deployment.spec.scaling is None:
                 del self._scalers[name]
+                self._reported.pop(name, None)
                 self._decided_at.pop(name, None)
         for seen in (self._replica_bytes, self._growth, self._batches):
             for name in set(seen) - set(workloads):
@@ -122,6 +127,21 @@ class Sizer:
             ),
         )
 
+    def _reported_figures(self, name: WorkloadName, sample: LoadSample | None) -> dict[str, Any]:
+        """The load figures for the hub (``queueDepth``: requests in flight per ready
+        replica, ``cpu``: %), the latest sample's, refreshed at most every
+        ``REPORT_FIGURES_EVERY_S`` and rounded, so steady load is not a report per sample."""
+        now = self._clock()
+        held = self._reported.get(name)
+        if sample is not None and (held is None or now - held[0] >= REPORT_FIGURES_EVERY_S):
+            per = round(sample.inflight / sample.ready, 1) if sample.ready else None
+            cpu = round(sample.cpu_percent) if sample.cpu_percent is not None else None
+            held = (now, per, cpu)
+            self._reported[name] = held
+        if held is None:
+            return {"queueDepth": None, "cpu": None}
+        return {"queueDepth": held[1], "cpu": held[2]}
+
     def status(self, name: WorkloadName) -> dict[str, Any] | None:
         """``scaling`` and ``eviction`` of a workload for /v1/status (None: neither applies)."""
         desired = self._workloads().get(name)
@@ -133,6 +153,7 @@ class Sizer:
         if spec.scaling is not None:
             sample = state.last_sample if state is not None else None
             last = state.last if state is not None else None
+            out["reported"] = self._reported_figures(name, sample)
             out["scaling"] = {
                 "minReplicas": spec.scaling.min_replicas,
                 "maxReplicas": spec.scaling.max_replicas,

@@ -169,7 +169,7 @@ class StaticManifests:
                 owner[name] = fname
                 names.add(name)
                 try:
-                    sha = self._ingest(path, dep, now)
+                    sha, extras = self._ingest(path, dep, now)
                 except Exception as exc:  # this workload's problem, never the whole source's
                     if isinstance(exc, ArtifactError):
                         reason, message = exc.reason, str(exc)
@@ -185,7 +185,7 @@ class StaticManifests:
                     if name in current:
                         out[name] = current[name]
                     continue
-                out[name] = DesiredWorkload(dep, sha, fname)
+                out[name] = DesiredWorkload(dep, sha, fname, extras)
         self._by_file = by_file
         self._policies_by_file = policies_by_file
         self._baselines_by_file = baselines_by_file
@@ -196,7 +196,9 @@ class StaticManifests:
             out, tuple(problems), retryable, tuple(p.name for p in files), policies, baselines
         )
 
-    def _ingest(self, manifest_path: Path, dep: ModelDeployment, now: float) -> str:
+    def _ingest(
+        self, manifest_path: Path, dep: ModelDeployment, now: float
+    ) -> tuple[str, dict[str, str]]:
         model = dep.spec.model
         if not model.path:
             raise ArtifactError(
@@ -221,7 +223,9 @@ class StaticManifests:
             allowance_path=local(model.rollback_allowance) if model.rollback_allowance else None,
             pinned_sha256=model.sha256,
         )
-        return self._gate.admit(request, self._store, now=now, max_bytes=self._max_bytes)
+        return self._gate.admit_with_extras(
+            request, self._store, now=now, max_bytes=self._max_bytes
+        )
 
     @staticmethod
     def _check_model_names(out: dict[WorkloadName, DesiredWorkload]) -> list[SourceProblem]:

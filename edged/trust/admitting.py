@@ -263,21 +263,27 @@ class ArtifactGate:
         self, req: ArtifactRequest, store: ArtifactStore, *, now: float, max_bytes: int
     ) -> str:
         """Verify and store the model of ``req``; return its sha256 (raise ArtifactError)."""
+        return self.admit_with_extras(req, store, now=now, max_bytes=max_bytes)[0]
+
+    def admit_with_extras(
+        self, req: ArtifactRequest, store: ArtifactStore, *, now: float, max_bytes: int
+    ) -> tuple[str, dict[str, str]]:
+        """Verify and store the model of ``req`` and its signed extra files (a validation
+        set, precision variants); the model's sha256 and the extras' by file name."""
         try:
-            sha = self._admit(req, store, now=now, max_bytes=max_bytes)
+            return self._admit(req, store, now=now, max_bytes=max_bytes)
         except ArtifactError as exc:
             self._on_result("refused", exc.reason)
             raise
-        return sha
 
     def _admit(
         self, req: ArtifactRequest, store: ArtifactStore, *, now: float, max_bytes: int
-    ) -> str:
+    ) -> tuple[str, dict[str, str]]:
         what = f"{req.name} {req.version}"
         try:
             env_bytes = req.metadata_path.read_bytes()
         except FileNotFoundError:
-            return self._admit_unsigned(req, store, max_bytes=max_bytes)
+            return self._admit_unsigned(req, store, max_bytes=max_bytes), {}
         except OSError as exc:
             raise ArtifactError(
                 "ArtifactUnreadable", f"{what}: cannot read {req.metadata_path}: {exc.strerror}"
@@ -305,7 +311,7 @@ class ArtifactGate:
                 ) from None
         root = check_root_usable(self.root, now)
         check_model_version(meta, state=self.state, root=root, allowance=allowance, now=now)
-        self._check_extras(meta, req.model_path.parent, what)
+        extras = self._store_extras(meta, req.model_path.parent, store, what)
         sha = self._ingest(
             req,
             store,
@@ -316,7 +322,54 @@ class ArtifactGate:
         self._save_state(self.state.accept(meta))
         self.unsigned.discard(req.name)
         self._on_result("accepted", "Verified")
-        return sha
+        return sha, extras
+
+    def _store_extras(
+        self, meta: ArtifactMetadata, folder: Path, store: ArtifactStore, what: str
+    ) -> dict[str, str]:
+        """Every signed extra next to the model, into the store (checked against its signed
+        length and digest on the way; a file unchanged since the last sync is not hashed
+        again). Stored before the model: storing the model accepts the metadata."""
+        out: dict[str, str] = {}
+        for fname, info in sorted(meta.files.items()):
+            if info.role != "extra":
+                continue
+            path = folder / fname
+            try:
+                st = path.stat()
+            except FileNotFoundError:
+                raise TrustError(
+                    "FileMissing", f"{what}: signed file {fname} is missing ({path})"
+                ) from None
+            except OSError as exc:
+                raise ArtifactError("ArtifactUnreadable", f"{what}: {path}: {exc}") from None
+            key = (str(path), st.st_size, st.st_mtime_ns, st.st_ino)
+            if self._stat_cache.get(key) == info.sha256 and store.has(info.sha256):
+                out[fname] = info.sha256
+                continue
+            if st.st_size > info.length:
+                raise TrustError(
+                    "LengthExceeded",
+                    f"{what}: {fname} is longer than its signed length ({info.length})",
+                )
+            try:
+                sha = store.ingest_file(
+                    path,
+                    name=meta.name,
+                    version=meta.version,
+                    verifiers=[SignedFile(info, f"{what}: {fname}")],
+                    max_bytes=info.length,
+                )
+            except ArtifactError as exc:
+                if exc.reason == "ArtifactTooLarge":
+                    raise TrustError(
+                        "LengthExceeded",
+                        f"{what}: {fname} is longer than its signed length ({info.length})",
+                    ) from None
+                raise
+            self._stat_cache[key] = sha
+            out[fname] = sha
+        return out
 
     def _check_not_blocked(self, what: str) -> None:
         if self.blocked is not None:

@@ -422,7 +422,8 @@ class Rollout:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Scaling:
-    """``spec.scaling``: autoscaling bounds and triggers, on each device (edged).
+    """``spec.scaling``: autoscaling bounds and triggers: of the replicas on each device (edged)
+    for ``replicas.perDevice``, of the fleet's count (the hub) for ``replicas.total``.
 
     Kubernetes HPA semantics: up when the requests in flight per ready replica stay above
     ``queue_depth_up``, down when the workers' CPU stays below ``cpu_down_below`` percent of
@@ -468,13 +469,30 @@ class PowerWindow:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class Power:
-    """``spec.power``: a schedule of reduced-power windows."""
+class LowBattery:
+    """On battery with less than ``below_percent`` charge left, serve at ``precision``."""
 
-    schedule: tuple[PowerWindow, ...] = ()
+    below_percent: int
+    precision: Precision
 
     def to_dict(self) -> dict[str, Any]:
-        return {"schedule": [w.to_dict() for w in self.schedule]}
+        return {"below": f"{self.below_percent}%", "precision": self.precision.value}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Power:
+    """``spec.power``: a schedule of reduced-power windows (device local time) and the
+    precision to serve at on a low battery. A low battery wins over a window; either wins over
+    ``runtime.precision``. Each names a precision variant of the artifact."""
+
+    schedule: tuple[PowerWindow, ...] = ()
+    low_battery: LowBattery | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"schedule": [w.to_dict() for w in self.schedule]}
+        if self.low_battery is not None:
+            out["lowBattery"] = self.low_battery.to_dict()
+        return out
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -967,7 +985,19 @@ def _read_power(r: Reader | None) -> Power | None:
             w.problems.add(w.at("to"), 'must differ from "from"')
         precision = w.required("precision", one_of(Precision), Precision.FP32)
         windows.append(PowerWindow(start=start or time(0), end=end or time(0), precision=precision))
-    return Power(schedule=tuple(windows))
+    low_battery = None
+    b = r.section("lowBattery")
+    if b is not None:
+        low_battery = LowBattery(
+            below_percent=b.required("below", _battery_percent, 20),
+            precision=b.required("precision", one_of(Precision), Precision.FP32),
+        )
+    return Power(schedule=tuple(windows), low_battery=low_battery)
+
+
+_battery_percent = within(
+    parse_percent, lambda v: "must be between 1% and 100%" if not 0 < v <= 100 else None
+)
 
 
 def _read_model_deployment(metadata: ObjectMeta, r: Reader | None) -> ModelDeployment:
@@ -1011,29 +1041,11 @@ def _check_total_only(r: Reader, spec: ModelDeploymentSpec) -> None:
 
 def _refuse_unbuilt(r: Reader, spec: ModelDeploymentSpec) -> None:
     """What is parsed but not done yet is refused, never accepted and ignored."""
-    if spec.power is not None:
-        r.problems.add(
-            r.at("power"),
-            "not supported yet: precision variants and power schedules are not built; "
-            "leave spec.power out",
-        )
-    if spec.runtime.precision is not None:
-        r.problems.add(
-            field_path(r.at("runtime"), "precision"),
-            "not supported yet: the artifact's one model file is served as it is; "
-            "leave spec.runtime.precision out",
-        )
     if spec.scaling is not None and spec.scaling.min_replicas == 0:
         r.problems.add(
             field_path(r.at("scaling"), "minReplicas"),
             "not supported yet: scaling to zero needs requests that wait for a replica to "
             "start, which edged does not do; use at least 1",
-        )
-    if spec.scaling is not None and spec.replicas.total is not None:
-        r.problems.add(
-            r.at("scaling"),
-            "not supported yet with replicas.total: fleet autoscaling at the hub is not built; "
-            "spec.scaling scales replicas.perDevice on each device",
         )
 
 

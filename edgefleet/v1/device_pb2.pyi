@@ -121,7 +121,7 @@ class WorkloadStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ..., sizing: _Optional[_Union[WorkloadSizing, _Mapping]] = ..., replica_sandboxes: _Optional[_Iterable[_Union[ReplicaSandbox, _Mapping]]] = ...) -> None: ...
 
 class WorkloadSizing(_message.Message):
-    __slots__ = ("current_replicas", "desired_replicas", "min_replicas", "max_replicas", "last_decision", "evicted_replicas", "priority", "effective_max_batch_size")
+    __slots__ = ("current_replicas", "desired_replicas", "min_replicas", "max_replicas", "last_decision", "evicted_replicas", "priority", "effective_max_batch_size", "queue_depth", "cpu_percent")
     CURRENT_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     DESIRED_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     MIN_REPLICAS_FIELD_NUMBER: _ClassVar[int]
@@ -130,6 +130,8 @@ class WorkloadSizing(_message.Message):
     EVICTED_REPLICAS_FIELD_NUMBER: _ClassVar[int]
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     EFFECTIVE_MAX_BATCH_SIZE_FIELD_NUMBER: _ClassVar[int]
+    QUEUE_DEPTH_FIELD_NUMBER: _ClassVar[int]
+    CPU_PERCENT_FIELD_NUMBER: _ClassVar[int]
     current_replicas: int
     desired_replicas: int
     min_replicas: int
@@ -138,7 +140,9 @@ class WorkloadSizing(_message.Message):
     evicted_replicas: int
     priority: int
     effective_max_batch_size: int
-    def __init__(self, current_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., min_replicas: _Optional[int] = ..., max_replicas: _Optional[int] = ..., last_decision: _Optional[_Union[ScalingDecision, _Mapping]] = ..., evicted_replicas: _Optional[int] = ..., priority: _Optional[int] = ..., effective_max_batch_size: _Optional[int] = ...) -> None: ...
+    queue_depth: float
+    cpu_percent: float
+    def __init__(self, current_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., min_replicas: _Optional[int] = ..., max_replicas: _Optional[int] = ..., last_decision: _Optional[_Union[ScalingDecision, _Mapping]] = ..., evicted_replicas: _Optional[int] = ..., priority: _Optional[int] = ..., effective_max_batch_size: _Optional[int] = ..., queue_depth: _Optional[float] = ..., cpu_percent: _Optional[float] = ...) -> None: ...
 
 class ScalingDecision(_message.Message):
     __slots__ = ("from_replicas", "to_replicas", "reason", "message", "at")
