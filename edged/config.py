@@ -191,6 +191,18 @@ class EvictionConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SecretsConfig:
+    """``[secrets]``: where the values of Secrets the hub sends are written (docs/security.md).
+
+    ``dir``: ``None`` = ``$RUNTIME_DIRECTORY/secrets`` under systemd, else
+    ``/dev/shm/edged-<uid>-<hash of the data dir>``. It must be on a tmpfs (values never reach
+    a disk) unless ``allow_non_tmpfs``, which is for tests and development only."""
+
+    dir: Path | None = None
+    allow_non_tmpfs: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EdgedConfig:
     """The whole edged config."""
 
@@ -204,6 +216,7 @@ class EdgedConfig:
     device: DeviceConfig = field(default_factory=DeviceConfig)
     scaling: ScalingConfig = ScalingConfig()
     eviction: EvictionConfig = EvictionConfig()
+    secrets: SecretsConfig = SecretsConfig()
 
 
 # Converters
@@ -396,6 +409,14 @@ def _read_eviction(r: Reader) -> EvictionConfig:
     )
 
 
+def _read_secrets(r: Reader) -> SecretsConfig:
+    text = r.optional("dir", as_str, "")
+    return SecretsConfig(
+        dir=r.problems.convert(r.at("dir"), text, _absolute_path, None) if text else None,
+        allow_non_tmpfs=r.optional("allowNonTmpfs", as_bool, False),
+    )
+
+
 def _reader(data_dir: Path | None, service: ServiceDirs) -> Callable[[Reader], EdgedConfig]:
     """Reads the whole file (every table through :func:`~edgefleet.configfiles.table`: an
     absent one takes every default)."""
@@ -412,6 +433,7 @@ def _reader(data_dir: Path | None, service: ServiceDirs) -> Callable[[Reader], E
             device=_read_device(table(r, "device")),
             scaling=_read_scaling(table(r, "scaling")),
             eviction=_read_eviction(table(r, "eviction")),
+            secrets=_read_secrets(table(r, "secrets")),
         )
 
     return read
@@ -549,6 +571,14 @@ memoryAvailableFloor = "0"
 # floor by this share of it plus what one replica of theirs was seen to use.
 hysteresis = "10%"
 interval = "{_EVICTION_INTERVAL_TEXT}"
+
+[secrets]
+# Where the values of the Secrets this device's workloads mount are written, one directory
+# per workload that only its workers may read (Landlock). Empty: $RUNTIME_DIRECTORY/secrets
+# under systemd, else /dev/shm/edged-<uid>-<hash of the data directory>. It must be a tmpfs.
+dir = ""
+# Write them to a directory that is not a tmpfs (values on disk): tests and development only.
+allowNonTmpfs = false
 
 [device.labels]
 # Labels of this device, merged over the discovered ones (arch, accelerator...), e.g.

@@ -71,6 +71,7 @@ def test_default_text_names_every_key() -> None:
         "device",
         "scaling",
         "eviction",
+        "secrets",
     }
     assert set(doc["discovery"]) == {"enabled", "healthPeriod", "executionProviders"}
     assert set(doc["reconcile"]) == {"resyncPeriod", "backoffBase", "backoffMax", "workers"}
