@@ -36,6 +36,7 @@ MODULES = (
     "edgectl.configuring",
     "edgectl.completing",
     "edgectl.rollouts",
+    "edgectl.secrets",
     "edgectl.dashboards",
     "edgectl.explaining",
 )

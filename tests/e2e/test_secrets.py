@@ -116,7 +116,11 @@ def test_secrets_reach_only_their_workers_rotate_in_place_and_never_leak(
         # 1. attestation required, and this device cannot pass it: no secret, no worker
         _apply(hub, tmp_path, "baseline", _baseline(True))
         outputs.append(_apply(hub, tmp_path, "s-a", SECRET.format(name="s-a", value=VALUE_A)))
-        outputs.append(_apply(hub, tmp_path, "s-b", SECRET.format(name="s-b", value=VALUE_B)))
+        value_file = tmp_path / "b-token.txt"  # s-b through edgectl create secret --from-file
+        value_file.write_text(VALUE_B)
+        created = hub.edgectl("create", "secret", "s-b", "--from-file", f"token={value_file}")
+        assert created.stdout == "secret/s-b created\n"
+        outputs.append(created.stdout + created.stderr)
         _apply(hub, tmp_path, "a", DEPLOYMENT.format(name="a", secret="s-a"))
         _apply(hub, tmp_path, "b", DEPLOYMENT.format(name="b", secret="s-b"))
 
