@@ -173,8 +173,9 @@ class SecretVolumes:
         """Take the hub's sealed secrets (replacing those held) and write, for each workload
         of ``mounts`` (workload -> secret names), its secrets' files. Returns the workloads
         that cannot have theirs, with why; their files are left as they were."""
-        self._sealed = {s.name: s for s in sealed}
-        if any(m for m in mounts.values()) or self._sealed:
+        received = {s.name: s for s in sealed}
+        if received != self._sealed or (received and not self._state.exists()):
+            self._sealed = received
             self._save()
         return self.write(mounts)
 
