@@ -30,6 +30,7 @@ from edgefleet.sealing import (
     KEY_BYTES,
     SealedAtRest,
     SealedForDevice,
+    SealError,
     new_key,
     open_at_rest,
     seal_at_rest,
@@ -103,7 +104,11 @@ def plan_record(
     given what is stored. Same values: the stored record itself (same version, same bytes)."""
     if len(key) != KEY_BYTES:
         raise SecretKeyError("this hub has no secret key (D/secrets.key): Secrets are refused")
-    if stored is not None and stored.open(key) == dict(secret.data):
+    try:
+        same = stored is not None and stored.open(key) == dict(secret.data)
+    except SealError:  # sealed under another key (a restored store): applying again re-seals
+        same = False
+    if same and stored is not None:
         return stored, False
     version = stored.version + 1 if stored is not None else 1
     record = SecretRecord(

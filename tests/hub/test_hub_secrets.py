@@ -18,7 +18,13 @@ from hubserving import AdminHub, make_hub_dir
 from edgefleet.v1 import admin_pb2
 from hub import secrets as hub_secrets
 from hub import storekeys
-from hub.secrets import SecretKeyError, SecretRecord, load_or_create_key, secret_refs
+from hub.secrets import (
+    SecretKeyError,
+    SecretRecord,
+    load_or_create_key,
+    plan_record,
+    secret_refs,
+)
 
 VALUE = "v4lue-that-must-never-appear"
 ROTATED = "r0tated-value-never-shown-either"
@@ -158,3 +164,17 @@ def test_which_secrets_a_device_gets(
 ) -> None:
     records = {"a": _record("a", 3), "b": _record("b", 1), "c": _record("c", 9)}
     assert secret_refs(mounted, records, require_attestation=require, trusted=trusted) == expected
+
+
+def test_a_secret_sealed_under_another_key_is_sealed_again_when_applied() -> None:
+    from edgefleet.api import ObjectMeta, Secret
+    from edgefleet.sealing import new_key
+
+    old_key, new = new_key(), new_key()
+    s = Secret(metadata=ObjectMeta(name="tls"), data={"token": b"x"})
+    first, changed = plan_record(old_key, s, None)
+    assert changed and first.version == 1
+    same, changed = plan_record(old_key, s, first)
+    assert same is first and not changed
+    again, changed = plan_record(new, s, first)  # a store restored without its key
+    assert changed and again.version == 2 and again.open(new) == {"token": b"x"}
