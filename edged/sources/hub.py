@@ -500,23 +500,29 @@ class HubSource:
         self, workloads: dict[WorkloadName, DesiredWorkload], sealed: list[SealedForDevice]
     ) -> list[SourceProblem]:
         """Write the secrets the workloads mount; a workload whose secrets cannot be had is
-        a problem (``SecretUnavailable``) and keeps its previous version if it had one (its
-        files stay), else does not run. ``workloads`` is changed in place."""
+        a problem (``SecretUnavailable``). One that the hub withdrew (not sent: deleted, or
+        this device no longer trusted) stops and its files are removed; for a local failure
+        (the directory, a seal that does not open) the previous version keeps serving with
+        the files it has, if it mounts the same. ``workloads`` is changed in place."""
         problems: list[SourceProblem] = []
         mounts = _mounts(workloads)
+        withheld: set[str] = set()
         if self._secrets is None:
             refused = {
                 w: "this device has no secrets directory" for w, names in mounts.items() if names
             }
         else:
             refused = self._secrets.update(sealed, mounts)
+            withheld = self._secrets.withheld
         for name, why in sorted(refused.items()):
             problems.append(SourceProblem(HUB_SOURCE, name, "SecretUnavailable", why))
             log.warning("secret unavailable", workload=name, message=why)
             wname = WorkloadName(name)
             previous = self._accepted.workloads.get(wname)
-            if previous is not None and previous.deployment.spec.secrets == (
-                workloads[wname].deployment.spec.secrets
+            if (
+                name not in withheld  # a secret withdrawn: its files go, the workload stops
+                and previous is not None
+                and previous.deployment.spec.secrets == workloads[wname].deployment.spec.secrets
             ):
                 workloads[wname] = previous
             else:

@@ -103,6 +103,9 @@ class SecretVolumes:
         self._opened: dict[tuple[str, int], dict[str, bytes]] = {}
         self._identity: Any = None
         self.problem: str = ""  # why no secret can be written here (status)
+        # workloads of the last write whose secret the hub did not send (withdrawn: deleted at
+        # the hub, or this device is no longer trusted): they must not keep running on it
+        self.withheld: set[str] = set()
         self._load()
 
     # -- the directory ----------------------------------------------------------------------
@@ -183,6 +186,7 @@ class SecretVolumes:
         """Write the files of ``mounts`` from the sealed secrets held (at start: after a
         reboot emptied the tmpfs). Workloads that cannot have theirs, with why."""
         problems: dict[str, str] = {}
+        self.withheld = set()
         if not any(mounts.values()):
             return problems
         try:
@@ -196,6 +200,7 @@ class SecretVolumes:
             for name in names:
                 sealed = self._sealed.get(name)
                 if sealed is None:
+                    self.withheld.add(workload)
                     problems[workload] = (
                         f"secret {name} has not been received (missing at the hub, or withheld: "
                         "the device is not trusted while a SecurityBaseline requires attestation)"

@@ -176,7 +176,17 @@ def test_secrets_reach_only_their_workers_rotate_in_place_and_never_leak(
         table = hub.edgectl("get", "secrets").stdout
         assert "token" in table and "s-a" in table
 
-        # 4. nothing anywhere holds a value in the clear
+        # 4. attestation required again (the device is still Untrusted): the secrets are
+        # withdrawn, the files go and the workloads stop
+        _apply(hub, tmp_path, "baseline", _baseline(True))
+        wait_for(lambda: not file_a.exists() and not file_b.exists(), 60, "the files to go")
+
+        def stopped() -> bool:
+            return not any(w["name"] == "a" and w["replicas"] for w in e.status()["workloads"])
+
+        wait_for(stopped, 60, "workload a to stop")
+
+        # 5. nothing anywhere holds a value in the clear
         for args in (
             ("get", "secrets", "-o", "yaml"),
             ("get", "secret", "s-a", "-o", "json"),
