@@ -37,6 +37,7 @@ MODULES = (
     "edgectl.configuring",
     "edgectl.completing",
     "edgectl.rollouts",
+    "edgectl.secrets",
     "edgectl.dashboards",
     "edgectl.explaining",
 )

@@ -31,7 +31,7 @@ from edgectl import jsonpath, printing
 from edgectl.client import AdminClient, ClientError, load_admin_config
 from edgectl.errors import EXIT_DONE, EXIT_REFUSED, InputError, UsageError
 from edgectl.resources import ALL_KINDS, APPLIED_KINDS, EVENT, TOKEN, Ref, kind_of, parse_refs
-from edgefleet.api import load_documents, parse_manifest
+from edgefleet.api import Secret, load_documents, parse_manifest
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.configfiles import duration_option
 from edgefleet.errors import ValidationError
@@ -104,7 +104,7 @@ def add_commands(sub: Any) -> None:
     get.add_argument(
         "resource", nargs="+", metavar="RESOURCE",
         help="TYPE [NAME...] or TYPE/NAME...; TYPE: devices, deployments, models, baselines, "
-        "policies, tokens, events",
+        "policies, secrets, tokens, events",
     )  # fmt: skip
     get.add_argument(
         "-o", "--output", type=_output, default="", metavar="FORMAT",
@@ -259,7 +259,10 @@ def _apply(client: AdminClient, args: argparse.Namespace) -> int:
 
 def _canonical(doc: dict[str, Any], index: int) -> dict[str, Any]:
     try:
-        return parse_manifest(doc).to_dict()
+        manifest = parse_manifest(doc)
+        if isinstance(manifest, Secret):  # values are never shown: the hub shows keys only
+            return manifest.redacted()
+        return manifest.to_dict()
     except ValidationError as exc:
         raise InputError(f"documents[{index}]: {exc}") from None
 

@@ -152,6 +152,16 @@ def _baseline_row(doc: Doc, now: float, wide: bool) -> Row:
     ]
 
 
+def _secret_row(doc: Doc, now: float, wide: bool) -> Row:
+    status = doc.get("status", {})  # names, keys and a version: the hub never shows a value
+    return [
+        _name(doc),
+        ",".join(str(k) for k in status.get("keys", doc.get("spec", {}).get("keys", []))),
+        str(status.get("version", "")),
+        str(status.get("bytes", "")),
+    ]
+
+
 def _token_row(doc: Doc, now: float, wide: bool) -> Row:
     spec, status = doc.get("spec", {}), doc.get("status", {})
     expires = epoch_of(spec.get("expires"))
@@ -190,6 +200,7 @@ COLUMNS: dict[str, Columns] = {
         (),
         _baseline_row,
     ),
+    "Secret": (("NAME", "KEYS", "VERSION", "BYTES"), (), _secret_row),
     "BootstrapToken": (
         ("NAME", "EXPIRES-IN", "USAGE", "DESCRIPTION", "DEVICE-LABELS"),
         (),

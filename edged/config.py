@@ -200,6 +200,18 @@ class PowerConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class SecretsConfig:
+    """``[secrets]``: where the values of Secrets the hub sends are written (docs/security.md).
+
+    ``dir``: ``None`` = ``$RUNTIME_DIRECTORY/secrets`` under systemd, else
+    ``/dev/shm/edged-<uid>-<hash of the data dir>``. It must be on a tmpfs (values never reach
+    a disk) unless ``allow_non_tmpfs``, which is for tests and development only."""
+
+    dir: Path | None = None
+    allow_non_tmpfs: bool = False
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class EdgedConfig:
     """The whole edged config."""
 
@@ -214,6 +226,7 @@ class EdgedConfig:
     scaling: ScalingConfig = ScalingConfig()
     eviction: EvictionConfig = EvictionConfig()
     power: PowerConfig = PowerConfig()
+    secrets: SecretsConfig = SecretsConfig()
 
 
 # Converters
@@ -426,6 +439,14 @@ def _read_power(r: Reader) -> PowerConfig:
     return PowerConfig(time_zone=r.optional("timeZone", _time_zone, ""))
 
 
+def _read_secrets(r: Reader) -> SecretsConfig:
+    text = r.optional("dir", as_str, "")
+    return SecretsConfig(
+        dir=r.problems.convert(r.at("dir"), text, _absolute_path, None) if text else None,
+        allow_non_tmpfs=r.optional("allowNonTmpfs", as_bool, False),
+    )
+
+
 def _reader(data_dir: Path | None, service: ServiceDirs) -> Callable[[Reader], EdgedConfig]:
     """Reads the whole file (every table through :func:`~edgefleet.configfiles.table`: an
     absent one takes every default)."""
@@ -443,6 +464,7 @@ def _reader(data_dir: Path | None, service: ServiceDirs) -> Callable[[Reader], E
             scaling=_read_scaling(table(r, "scaling")),
             eviction=_read_eviction(table(r, "eviction")),
             power=_read_power(table(r, "power")),
+            secrets=_read_secrets(table(r, "secrets")),
         )
 
     return read
@@ -585,6 +607,15 @@ interval = "{_EVICTION_INTERVAL_TEXT}"
 # The time zone of spec.power.schedule windows, an IANA name such as "Europe/Berlin".
 # Empty: the system's local time.
 timeZone = ""
+
+
+[secrets]
+# Where the values of the Secrets this device's workloads mount are written, one directory
+# per workload that only its workers may read (Landlock). Empty: $RUNTIME_DIRECTORY/secrets
+# under systemd, else /dev/shm/edged-<uid>-<hash of the data directory>. It must be a tmpfs.
+dir = ""
+# Write them to a directory that is not a tmpfs (values on disk): tests and development only.
+allowNonTmpfs = false
 
 [device.labels]
 # Labels of this device, merged over the discovered ones (arch, accelerator...), e.g.

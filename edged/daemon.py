@@ -24,7 +24,7 @@ from typing import TYPE_CHECKING, Any
 
 from edged.compliance.checking import DriftAction, Remediation
 from edged.compliance.watching import DriftWatch
-from edged.config import EdgedConfig
+from edged.config import EdgedConfig, ServiceDirs
 from edged.discovery.discovering import Discovery
 from edged.discovery.power import PowerReader
 from edged.hublink.files import LinkFiles
@@ -65,6 +65,8 @@ from edged.state.desired import DesiredState
 from edged.state.merging import MergedState, SourceState, static_workloads
 from edged.trust.admitting import ArtifactGate
 from edged.trust.attesting import ChallengeAnswerer
+from edged.trust.secrets import SecretVolumes
+from edged.trust.secrets import default_root as default_secrets_root
 from edged.workloads import ReplicaId, WorkloadName
 from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import EdgefleetError, StateError
@@ -157,8 +159,13 @@ class Daemon:
         self.infer_server: HttpServer | None = None
         self._tcp_listener: asyncio.AbstractServer | None = None
         self._ingress_tasks: set[asyncio.Future[None]] = set()
+        # -- secrets (docs/security.md): the values hub Secrets give workloads, on a tmpfs --
+        self.secrets_root = config.secrets.dir or default_secrets_root(
+            data, ServiceDirs.from_environ(os.environ).runtime
+        )
         self.applier = Applier(
             self.pool,
+            secret_root=self.secrets_root,
             artifact_path=self.store.path_for,
             request_refetch=self._request_refetch,
             cgroup_root=self.cgroup_root,
@@ -240,7 +247,16 @@ class Daemon:
             from edged.trust.tufclient import TufClient
 
             self.hub_source = HubSource(
-                data, self.store, self.gate, tuf=TufClient(data, required=config.trust.require_tuf)
+                data,
+                self.store,
+                self.gate,
+                tuf=TufClient(data, required=config.trust.require_tuf),
+                secrets=SecretVolumes(
+                    self.secrets_root,
+                    data_dir=data,
+                    device_name=self.link_files.load().device_name,
+                    allow_non_tmpfs=config.secrets.allow_non_tmpfs,
+                ),
             )
         self.collector = ArtifactCollector(self.store, in_use=self._artifacts_in_use)
         hub_source = self.hub_source

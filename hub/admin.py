@@ -33,7 +33,13 @@ from typing import Any, TypeVar
 import grpc
 
 from edgefleet.api import ModelDeployment, parse_manifest
-from edgefleet.errors import Compacted, CompareFailed, StoreError, ValidationError
+from edgefleet.errors import (
+    Compacted,
+    CompareFailed,
+    EdgefleetError,
+    StoreError,
+    ValidationError,
+)
 from edgefleet.logs import get_logger
 from edgefleet.selecting import parse_selector
 from edgefleet.timestamps import rfc3339
@@ -57,6 +63,7 @@ from hub.presenting import (
 )
 from hub.rolling import Revision, RolloutState, template_hash
 from hub.rollouts import ActionRefused, canary_status, progress_of, undo_manifest
+from hub.secrets import MAX_SECRETS, SecretRecord, plan_record, record_of
 from hub.statusing import count_placeable, placement_warnings
 from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
 from hub.trustroots import root_pin
@@ -162,6 +169,11 @@ class _Planned:
     outcome: applying.Outcome
     revision: int  # the object's resource version once applied
     created: float | None = None  # when it was first applied (now, for a new object)
+    secret: SecretRecord | None = None  # a Secret's values sealed with the hub's key
+
+    def stored_value(self) -> bytes:
+        sealed = self.secret.to_json() if self.secret is not None else None
+        return storekeys.object_value(self.obj.manifest, self.created, sealed)
 
 
 class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
@@ -184,6 +196,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise _invalid(problems_text(exc)) from None
         planned = [await self._plan(obj) for obj in parsed]
         changed = [p for p in planned if p.outcome is not applying.Outcome.UNCHANGED]
+        self._check_secret_count(planned)
         if changed:
             self._check_desired_sizes(changed)
         if changed and not request.dry_run:
@@ -202,16 +215,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             revision = await self._ctx.store.txn(
                 [Compare(p.key, p.read_revision) for p in changed],
                 [
-                    *(
-                        Put(p.key, storekeys.object_value(p.obj.manifest, p.created))
-                        for p in changed
-                    ),
+                    *(Put(p.key, p.stored_value()) for p in changed),
                     *(e.put for e in events),
                 ],
             )
             for p, e in zip(changed, events, strict=True):
                 p.revision = revision
-                self._ctx.cache.put_object(p.obj.manifest, revision)
+                self._ctx.cache.put_object(p.obj.manifest, revision, secret=p.secret)
                 writer.committed(e)
             if self._ctx.rollouts is not None:  # the new revisions exist when apply answers
                 await self._ctx.rollouts.reconcile(
@@ -296,7 +306,25 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         read_revision = kv.mod_revision if kv is not None else 0
         outcome = applying.outcome_of(obj.manifest, stored)
         created = storekeys.created_of(kv.value) if kv is not None else self._ctx.clock()
-        return _Planned(obj, key, read_revision, outcome, read_revision, created)
+        secret = None
+        if obj.secret is not None:  # the values decide too; they are sealed before any write
+            old = record_of(storekeys.loads(kv.value), obj.name) if kv is not None else None
+            try:
+                secret, new_values = plan_record(self._ctx.secret_key, obj.secret, old)
+            except EdgefleetError as exc:
+                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
+            if new_values and outcome is applying.Outcome.UNCHANGED:
+                outcome = applying.Outcome.CONFIGURED
+        return _Planned(obj, key, read_revision, outcome, read_revision, created, secret)
+
+    def _check_secret_count(self, planned: list[_Planned]) -> None:
+        new = {p.obj.name for p in planned if p.obj.kind == "Secret"} - set(self._ctx.cache.secrets)
+        total = len(self._ctx.cache.secrets) + len(new)
+        if new and total > MAX_SECRETS:
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"nothing applied: this hub would hold {total} Secrets, at most {MAX_SECRETS}",
+            )
 
     # -- reading -----------------------------------------------------------------------------
     def _check_kind(self, kind: str) -> None:
@@ -367,6 +395,16 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                         canary, state, progress.targeted, analysis
                     )
             return doc
+        if kind == "Secret":  # names, keys, version: never a value
+            record = self._ctx.cache.secrets.get(str(manifest["metadata"]["name"]))
+            shown = dict(manifest)
+            if record is not None:
+                shown["status"] = {
+                    "version": record.version,
+                    "keys": list(record.keys),
+                    "bytes": record.size,
+                }
+            return shown
         return dict(manifest)
 
     def _model_records(self) -> dict[str, storekeys.ModelRecord]:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-from edgefleet.api import SUPPORTED_KINDS, parse_manifest
+from edgefleet.api import SUPPORTED_KINDS, Secret, parse_manifest
 from edgefleet.api.quantities import describe
 from edgefleet.api.validating import Problems
 from edgefleet.errors import ValidationError
@@ -36,7 +36,8 @@ class Outcome(StrEnum):
 class ParsedObject:
     kind: str
     name: str
-    manifest: Mapping[str, Any]  # canonical (to_dict() of the typed object)
+    manifest: Mapping[str, Any]  # canonical (to_dict() of the typed object; a Secret redacted)
+    secret: Secret | None = None  # a Secret's values: sealed before anything is stored
 
 
 class _DuplicateKey(ValueError):
@@ -80,6 +81,8 @@ def parse_object(doc: object) -> ParsedObject:
         problems.add("kind", f"must be one of {', '.join(OBJECT_KINDS)}, got {describe(kind)}")
         problems.raise_if_any(ValidationError)
     manifest = parse_manifest(doc)
+    if isinstance(manifest, Secret):
+        return ParsedObject(manifest.kind, manifest.name, manifest.redacted(), manifest)
     return ParsedObject(manifest.kind, manifest.name, manifest.to_dict())
 
 

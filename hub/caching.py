@@ -17,6 +17,7 @@ from hub.devices import Device
 from hub.placing import SecurityPolicy
 from hub.rolling import Revision, RolloutState
 from hub.scheduling import Explanation
+from hub.secrets import SecretRecord, record_of
 from hub.store import Store
 
 MAX_EVENTS = 1000
@@ -80,6 +81,8 @@ class Cache:
     placements: dict[str, frozenset[str]] = field(default_factory=dict)
     # and why, from the scheduler's last pass (not stored: computed again after a restart)
     explanations: dict[str, Explanation] = field(default_factory=dict)
+    # Secret name -> its values sealed with the hub's key (hub.secrets), never in the clear
+    secrets: dict[str, SecretRecord] = field(default_factory=dict)
 
     @classmethod
     async def load(cls, store: Store) -> Cache:
@@ -88,7 +91,9 @@ class Cache:
             device = Device.from_json(storekeys.loads(kv.value))
             cache.devices[device.name] = device
         for kv in (await store.range(storekeys.OBJECTS)).kvs:
-            cache.put_object(storekeys.manifest_of(kv.value), kv.mod_revision)
+            manifest = storekeys.manifest_of(kv.value)
+            secret = record_of(storekeys.loads(kv.value), manifest["metadata"]["name"])
+            cache.put_object(manifest, kv.mod_revision, secret=secret)
         for kv in (await store.range(storekeys.MODELS)).kvs:
             model = storekeys.ModelRecord.from_json(storekeys.loads(kv.value))
             cache.models[(model.name, model.version)] = model
@@ -111,9 +116,13 @@ class Cache:
             cache.events.append(storekeys.loads(kv.value))
         return cache
 
-    def put_object(self, manifest: Mapping[str, Any], revision: int) -> None:
+    def put_object(
+        self, manifest: Mapping[str, Any], revision: int, *, secret: SecretRecord | None = None
+    ) -> None:
         kind, name = manifest["kind"], manifest["metadata"]["name"]
         self.stored[(kind, name)] = StoredObject(kind, name, manifest, revision)
+        if kind == "Secret" and secret is not None:
+            self.secrets[name] = secret
         if kind == "ModelDeployment":
             dep = parse_manifest(dict(manifest))
             assert isinstance(dep, ModelDeployment)
@@ -121,6 +130,8 @@ class Cache:
 
     def drop_object(self, kind: str, name: str) -> None:
         self.stored.pop((kind, name), None)
+        if kind == "Secret":
+            self.secrets.pop(name, None)
         if kind == "ModelDeployment":
             self.deployments.pop(name, None)
 

@@ -48,6 +48,7 @@ class HubContext:
     elector: Elector | None = None  # hub replicas on etcd (hub.replicas); None: the only hub
     dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.dashboard
     tuf: TufRepository | None = None  # D/tuf/: the TUF repository, when the hub keeps one
+    secret_key: bytes = b""  # D/secrets.key: seals Secrets at rest (hub.secrets)
 
     @property
     def region(self) -> str:

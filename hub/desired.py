@@ -17,11 +17,14 @@ from dataclasses import dataclass
 import orjson
 
 from hub.caching import Cache
-from hub.devices import Device
+from hub.devices import Device, TrustState
 from hub.placing import Projection, SecurityPolicy, project
 from hub.rolling import Revision
 from hub.scheduling import accelerator_slots
+from hub.secrets import secret_refs
 
+SEALED_SECRET_BYTES = 4 * 64 * 1024 // 3 + 512
+"""The most one sealed secret takes in a desired state (64 KiB of values, base64 inside)."""
 MAX_DESIRED_STATE_BYTES = 4 * 1024 * 1024 - 64 * 1024
 """The most one device's desired state may take on the wire: gRPC's 4 MiB message limit (the
 hub's send limit and edged's receive limit), less room for the envelope."""
@@ -60,6 +63,9 @@ class DesiredContent:
     excluded: Mapping[str, str]
     artifacts: frozenset[str]  # sha256 of every artifact the device may fetch
     trust_roots: tuple[bytes, ...] = ()  # a rotation changes the digest: a new generation
+    # (name, version) of the Secrets this device's workloads mount and it may have (sealed
+    # to it when sent: hub.secrets.seal_for); a new version changes the digest
+    secrets: tuple[tuple[str, int], ...] = ()
 
 
 def build_desired(
@@ -93,6 +99,7 @@ def build_desired(
     metadata: list[bytes] = []
     allowances: list[bytes] = []
     artifacts: set[str] = set()
+    mounted: set[str] = set()
     for name in projection.names:
         revision = (planned or {}).get(name) or cache.revision_for(name, device.name)
         if revision is None:
@@ -104,6 +111,9 @@ def build_desired(
             excluded[name] = f"model {model_name} {version} has not been pushed"
             continue
         names.append(name)
+        mounted.update(
+            str(m.get("name")) for m in revision.manifest.get("spec", {}).get("secrets", ())
+        )
         manifests.append(manifest_for(revision, labels))
         metadata.append(model.envelope)
         if model.rollback_allowance:  # hub.allowing: lets a device go back to this version
@@ -112,10 +122,20 @@ def build_desired(
     manifests.extend(fleet.health_policies)
     manifests.extend(fleet.baselines)
     allowances = sorted(set(allowances))
+    secrets = secret_refs(
+        mounted,
+        cache.secrets,
+        require_attestation=fleet.security.require_attestation,
+        trusted=device.attestation.state is TrustState.TRUSTED,
+    )
     h = hashlib.sha256()
     for part in (*manifests, b"--", *metadata, b"--", *allowances, b"--", *fleet.trust_roots):
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
+    if secrets:  # only then: digests of states without secrets stay as they were
+        h.update(b"--secrets")
+        for secret_name, secret_version in secrets:
+            h.update(f"{secret_name}\x00{secret_version}\x00".encode())
     return DesiredContent(
         tuple(names),
         tuple(manifests),
@@ -125,6 +145,7 @@ def build_desired(
         excluded,
         frozenset(artifacts),
         fleet.trust_roots,
+        secrets,
     )
 
 
@@ -168,4 +189,5 @@ def wire_size(content: DesiredContent) -> int:
     """An upper bound of the bytes ``content`` takes as a HubMessage (pure): each document with
     its field tag and length prefix, plus generation and heartbeat interval."""
     parts = (*content.manifests, *content.artifact_metadata, *content.rollback_allowances)
-    return sum(len(p) + 6 for p in parts) + 64
+    sealed = len(content.secrets) * SEALED_SECRET_BYTES
+    return sum(len(p) + 6 for p in parts) + 64 + sealed

@@ -64,6 +64,7 @@ from hub.replicas import (
     replica_identity,
 )
 from hub.rollouts import RolloutController
+from hub.secrets import load_or_create_key
 from hub.sessions import Sessions
 from hub.store import EtcdStore, Store, open_hub_store
 from hub.store.compacting import Compactor
@@ -156,6 +157,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         metrics=metrics,
         elector=elector,
         tuf=TufRepository.load(paths.data_dir),
+        secret_key=load_or_create_key(paths.data_dir),
     )
     install_roots(ctx, roots)
     if elector is not None:

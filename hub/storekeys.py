@@ -84,12 +84,20 @@ def revoked_key(serial_hex: str) -> str:
     return f"{REVOKED}{serial_hex}"
 
 
-def object_value(manifest: Mapping[str, Any], created: float | None = None) -> bytes:
+def object_value(
+    manifest: Mapping[str, Any],
+    created: float | None = None,
+    secret: Mapping[str, Any] | None = None,
+) -> bytes:
     """What is stored under :func:`object_key` for a canonical manifest first applied at
-    ``created`` (kept across updates; shown as ``metadata.creationTimestamp``)."""
-    if created is None:
-        return dumps({"manifest": manifest})
-    return dumps({"manifest": manifest, "created": created})
+    ``created`` (kept across updates; shown as ``metadata.creationTimestamp``). ``secret``: a
+    Secret's sealed values (hub/secrets.py), beside its redacted manifest."""
+    doc: dict[str, Any] = {"manifest": manifest}
+    if created is not None:
+        doc["created"] = created
+    if secret is not None:
+        doc["secret"] = secret
+    return dumps(doc)
 
 
 def created_of(value: bytes) -> float | None:

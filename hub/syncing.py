@@ -38,15 +38,25 @@ from google.protobuf import json_format
 
 from edgefleet.errors import CsrRejected, EdgefleetError, PkiError
 from edgefleet.logs import get_logger
+from edgefleet.sealing import SealError, public_key_of
 from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
 from hub import pki
 from hub.auth import Caller, authorize
 from hub.context import HubContext
 from hub.desired import MAX_DESIRED_STATE_BYTES
 from hub.deviceinput import check_hello, check_message
-from hub.devices import Device, DevicePhase, Health, RevisionPhase, RevisionReport, WorkloadReport
+from hub.devices import (
+    Device,
+    DevicePhase,
+    Health,
+    RevisionPhase,
+    RevisionReport,
+    TrustState,
+    WorkloadReport,
+)
 from hub.limiting import Rate, RateLimiter
 from hub.pki import Role
+from hub.secrets import seal_for
 from hub.sessions import Session
 from hub.statusing import broken_revisions, describe_failure
 
@@ -242,6 +252,40 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             )
         return caller, device
 
+    def _sealed(
+        self,
+        context: grpc.aio.ServicerContext,
+        device: str,
+        refs: tuple[tuple[str, int], ...],
+    ) -> list[device_pb2.SealedSecret]:
+        """The secrets of a desired state sealed to the key of the certificate this stream
+        was opened with (the device's identity key). Checked again here: none to a device
+        that is not trusted while a baseline requires attestation."""
+        if not refs:
+            return []
+        ctx = self.ctx
+        record = ctx.cache.devices.get(device)
+        trusted = record is not None and record.attestation.state is TrustState.TRUSTED
+        if ctx.cache.security_policy().require_attestation and not trusted:
+            return []
+        try:
+            pem = (context.auth_context().get("x509_pem_cert") or (b"",))[0]
+            key = public_key_of(pem)
+            sealed = seal_for(device, key, refs, ctx.cache.secrets, ctx.secret_key)
+        except (SealError, ValueError) as exc:
+            log.error("secrets not sealed", device=device, error=str(exc))
+            return []
+        return [
+            device_pb2.SealedSecret(
+                name=s.name,
+                version=s.version,
+                ephemeral_public_key=s.ephemeral_public,
+                nonce=s.nonce,
+                ciphertext=s.ciphertext,
+            )
+            for s in sealed
+        ]
+
     # -- Sync -------------------------------------------------------------------------------------
     async def Sync(
         self,
@@ -331,6 +375,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                                 heartbeat_interval=_duration(
                                     ctx.config.devices.heartbeat_interval_s
                                 ),
+                                secrets=self._sealed(context, caller.name, content.secrets),
                             )
                         )
                         size = message.ByteSize()

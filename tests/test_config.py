@@ -72,6 +72,7 @@ def test_default_text_names_every_key() -> None:
         "scaling",
         "eviction",
         "power",
+        "secrets",
     }
     assert set(doc["discovery"]) == {"enabled", "healthPeriod", "executionProviders"}
     assert set(doc["reconcile"]) == {"resyncPeriod", "backoffBase", "backoffMax", "workers"}

@@ -36,7 +36,7 @@ import grpc
 
 from edged import __version__
 from edged.hublink.files import Link, LinkFiles
-from edged.hublink.mapping import hello_message, status_message
+from edged.hublink.mapping import hello_message, sealed_secrets, status_message
 from edged.hublink.reporting import DeviceReport
 from edged.sources.hub import HubSource
 from edgefleet.backoff import Backoff, Jitter
@@ -184,6 +184,7 @@ class HubLink:
                 fetch,
                 trust_roots=list(state.trust_roots),
                 tuf_fetch=fetch.metadata,
+                secrets=sealed_secrets(state),
             )
         if not result.stale and not result.retry:
             self._on_accepted()

@@ -15,6 +15,7 @@ from edged.hublink.reporting import DeviceReport, SandboxReport, WorkloadReport
 from edged.reconcile.model import RevisionStatus
 from edged.serving.measuring import RevisionMeasures, ValidationResult
 from edgefleet.api.conditions import Condition
+from edgefleet.sealing import SealedForDevice
 from edgefleet.v1 import common_pb2, device_pb2
 
 
@@ -181,3 +182,20 @@ def _struct(doc: dict[str, Any]) -> struct_pb2.Struct:
     # Struct holds JSON values only: round-trip through JSON drops anything else safely.
     s.update(orjson.loads(orjson.dumps(doc, default=str)))
     return s
+
+
+MAX_SECRETS_IN_STATE = 256
+
+
+def sealed_secrets(state: device_pb2.DesiredState) -> list[SealedForDevice]:
+    """The sealed secrets of a desired state (bounded: the hub holds at most 256)."""
+    return [
+        SealedForDevice(
+            s.name,
+            int(s.version),
+            bytes(s.ephemeral_public_key),
+            bytes(s.nonce),
+            bytes(s.ciphertext),
+        )
+        for s in list(state.secrets)[:MAX_SECRETS_IN_STATE]
+    ]

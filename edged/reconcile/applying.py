@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from edged.reconcile.model import (
@@ -21,6 +22,7 @@ from edged.runtime.oomscoring import oom_score_adj, set_oom_score_adj
 from edged.runtime.processes import WorkerPool
 from edged.runtime.securing import DeviceSecurity, choose_sandbox
 from edged.runtime.validating import FILE_NAME as VALIDATION_FILE
+from edged.trust.secrets import secret_dir, workload_dir
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.errors import TemporaryError
 
@@ -36,8 +38,11 @@ def build_launch_spec(
     validation_path: Path | None = None,
     security: DeviceSecurity | None = None,
     device_paths: tuple[str, ...] = (),
+    secret_root: Path | None = None,
 ) -> LaunchSpec:
-    """Pure: what a replica's worker process is told at launch.
+    """Pure: what a replica's worker process is told at launch. ``secret_root``: where the
+    workloads' secrets are written (``edged/trust/secrets.py``); a worker may read its own
+    workload's directory there, nothing else of it.
 
     Intra-op threads: ``runtime.intraOpThreads`` if set, else one per whole core of the cpu
     request (at least one), else one: a guest on a small device does not take every core.
@@ -56,6 +61,18 @@ def build_launch_spec(
         cpu_count=cpu_count,
     )
     providers = action.providers or tuple(spec.runtime.execution_providers)
+    sandbox = choose_sandbox(
+        desired.deployment,
+        providers,
+        security or DeviceSecurity(sandbox="off"),
+        device_paths=device_paths,
+    )
+    secret_dirs: tuple[tuple[str, str], ...] = ()
+    if spec.secrets and secret_root is not None:
+        secret_dirs = tuple(
+            (m.mount_path, str(secret_dir(secret_root, desired.name, m.name))) for m in spec.secrets
+        )
+        sandbox = replace(sandbox, read_dirs=(str(workload_dir(secret_root, desired.name)),))
     return LaunchSpec(
         replica_id=action.replica_id,
         workload=desired.name,
@@ -72,12 +89,8 @@ def build_launch_spec(
         validate=action.slot == 0,
         validation_path=str(validation_path or ""),
         validation_sha256=desired.extras.get(VALIDATION_FILE, ""),
-        sandbox=choose_sandbox(
-            desired.deployment,
-            providers,
-            security or DeviceSecurity(sandbox="off"),
-            device_paths=device_paths,
-        ),
+        sandbox=sandbox,
+        secret_dirs=secret_dirs,
     )
 
 
@@ -93,11 +106,13 @@ class Applier:
         security: Callable[[], DeviceSecurity] | None = None,
         device_paths: tuple[str, ...] = (),
         hold: Callable[[], str | None] | None = None,
+        secret_root: Path | None = None,
     ) -> None:
         """``security``: the device's sandbox settings now (config and accepted baselines);
         ``device_paths``: accelerator nodes a worker of a non-CPU provider may open;
         ``hold()``: why no replica may start now (the device is quarantined), or None."""
         self._security = security
+        self._secret_root = secret_root
         self._hold = hold
         self.device_paths = device_paths
         self._pool = pool
@@ -130,6 +145,7 @@ class Applier:
                     ),
                     security=self._security() if self._security is not None else None,
                     device_paths=self.device_paths,
+                    secret_root=self._secret_root,
                 )
                 try:
                     await self._pool.start(

@@ -46,6 +46,8 @@ class SandboxSpec:
     device_paths: tuple[str, ...] = ()
     seccomp: bool = False
     refused: str = ""  # why this worker may not start at all (a policy refused it)
+    # directories the worker may read (its workload's secrets directory: edged/trust/secrets.py)
+    read_dirs: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -67,6 +69,9 @@ class LaunchSpec:
     validation_path: str = ""
     validation_sha256: str = ""
     sandbox: SandboxSpec = SandboxSpec()
+    # spec.secrets: (mountPath, the directory that serves it), told to the worker as
+    # EDGEFLEET_SECRET_DIRS (workers have no mount namespace: docs/security.md)
+    secret_dirs: tuple[tuple[str, str], ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -77,7 +82,8 @@ class LaunchSpec:
         limits["cpus"] = tuple(limits["cpus"])
         doc["providers"] = tuple(doc["providers"])
         sandbox = doc.pop("sandbox", None) or {}
-        for key in ("connect_ports", "bind_ports", "device_paths"):
+        doc["secret_dirs"] = tuple(tuple(pair) for pair in doc.get("secret_dirs", ()))
+        for key in ("connect_ports", "bind_ports", "device_paths", "read_dirs"):
             if key in sandbox:
                 sandbox[key] = tuple(sandbox[key])
         return cls(limits=LimitsSpec(**limits), sandbox=SandboxSpec(**sandbox), **doc)

@@ -233,6 +233,8 @@ def _restrict(
             raise FileNotFoundError(f"the artifact {artifact_path} is not there")
         for path in extra_files:  # a missing one: the worker's own read of it says so
             rules.allow_path(path, landlock.FS_READ_FILE)
+        for path in spec.read_dirs:  # its own workload's secrets, nobody else's
+            rules.allow_path(path, landlock.FS_READ)
         for path in (*_python_paths(), *SYSTEM_LIBRARIES, *SYSTEM_FILES):
             rules.allow_path(path, landlock.FS_READ)
         rw = landlock.FS_READ | landlock.FS_WRITE_FILE

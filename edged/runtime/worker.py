@@ -51,6 +51,7 @@ INLINE_BELOW_S = 0.0002  # run batches on the event loop when one takes less tha
 WARMUP_RUNS = 5
 PEAK_WINDOW = 8  # batches over which the recent peak of requests in flight is remembered
 TEST_PROBE_ENV = "EDGEFLEET_TEST_WORKER_PROBE"
+SECRET_DIRS_ENV = "EDGEFLEET_SECRET_DIRS"
 """Tests only: a JSON list of ``{"open": PATH}`` / ``{"connect": "HOST:PORT"}`` /
 ``{"bind": "HOST:PORT"}`` the worker tries once its sandbox is in force and its model loaded,
 reporting each outcome in READY (``testProbe``). Read from the environment edged was started
@@ -492,6 +493,8 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # edged decides when a worker stops
     fd = int(argv[0])
     spec = LaunchSpec.from_json(orjson.loads(argv[1]))
+    if spec.secret_dirs:  # mountPath -> the directory serving it (docs/security.md, Secrets)
+        os.environ[SECRET_DIRS_ENV] = orjson.dumps(dict(spec.secret_dirs)).decode()
     sock = socket.socket(fileno=fd)
     try:
         apply_limits(spec.limits)

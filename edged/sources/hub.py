@@ -35,7 +35,7 @@ from __future__ import annotations
 import asyncio
 import os
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -46,6 +46,7 @@ from edged.reconcile.model import RevisionPhase, RevisionStatus
 from edged.sources.static import SourceProblem
 from edged.state.merging import HUB_SOURCE
 from edged.trust.admitting import ArtifactGate
+from edged.trust.secrets import SecretVolumes
 from edged.trust.tufclient import FetchAsync, TufClient, sync_fetch
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import DeviceHealthPolicy, ModelDeployment, SecurityBaseline, parse_manifest
@@ -54,6 +55,7 @@ from edgefleet.artifacts.storing import ArtifactStore, is_disk_full
 from edgefleet.errors import ArtifactError, StateError, TemporaryError, ValidationError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import read_json, write_json_atomic
+from edgefleet.sealing import SealedForDevice
 from edgefleet.trust.envelopes import parse_envelope_bytes
 from edgefleet.trust.verifying import TrustState, verify_artifact_metadata
 
@@ -158,7 +160,11 @@ class HubSource:
         *,
         tuf: TufClient | None = None,
         clock: Callable[[], float] = time.monotonic,
+        secrets: SecretVolumes | None = None,
     ) -> None:
+        """``secrets``: where the Secrets the workloads mount are written (None: a workload
+        that mounts one does not run, and says so)."""
+        self._secrets = secrets
         self._clock = clock  # paces the download progress reported
         self._state_path = data_dir / "state" / "hub.json"
         self._downloads = data_dir / "downloads"
@@ -178,6 +184,10 @@ class HubSource:
         # Revisions the hub asks for that are not accepted (yet): checked, fetched, refused.
         self.incoming: dict[WorkloadName, RevisionStatus] = {}
         self._load()
+        if secrets is not None:  # after a reboot the tmpfs is empty: write them again
+            refused = secrets.write(_mounts(self._accepted.workloads))
+            for name, why in refused.items():
+                log.error("secret unavailable", workload=name, message=why)
 
     @property
     def generation(self) -> int:
@@ -331,6 +341,7 @@ class HubSource:
         fetch: Fetch,
         trust_roots: list[bytes] | None = None,
         tuf_fetch: FetchAsync | None = None,
+        secrets: list[SealedForDevice] | None = None,
     ) -> HubApplyResult:
         acc = self._accepted
         now = self._gate.begin()
@@ -467,6 +478,8 @@ class HubSource:
             return HubApplyResult(
                 workloads, tuple(policies), self.problems, acc.generation, retry=True
             )
+        problems.extend(self._write_secrets(workloads, secrets or []))
+        self.problems = tuple(problems)
         new = _Accepted(
             generation,
             list(manifests),
@@ -482,6 +495,41 @@ class HubSource:
             | {sha for w in workloads.values() for sha in w.extras.values()}
         )
         return HubApplyResult(workloads, new.policies, self.problems, generation)
+
+    def _write_secrets(
+        self, workloads: dict[WorkloadName, DesiredWorkload], sealed: list[SealedForDevice]
+    ) -> list[SourceProblem]:
+        """Write the secrets the workloads mount; a workload whose secrets cannot be had is
+        a problem (``SecretUnavailable``). One that the hub withdrew (not sent: deleted, or
+        this device no longer trusted) stops and its files are removed; for a local failure
+        (the directory, a seal that does not open) the previous version keeps serving with
+        the files it has, if it mounts the same. ``workloads`` is changed in place."""
+        problems: list[SourceProblem] = []
+        mounts = _mounts(workloads)
+        withheld: set[str] = set()
+        if self._secrets is None:
+            refused = {
+                w: "this device has no secrets directory" for w, names in mounts.items() if names
+            }
+        else:
+            refused = self._secrets.update(sealed, mounts)
+            withheld = self._secrets.withheld
+        for name, why in sorted(refused.items()):
+            problems.append(SourceProblem(HUB_SOURCE, name, "SecretUnavailable", why))
+            log.warning("secret unavailable", workload=name, message=why)
+            wname = WorkloadName(name)
+            previous = self._accepted.workloads.get(wname)
+            if (
+                name not in withheld  # a secret withdrawn: its files go, the workload stops
+                and previous is not None
+                and previous.deployment.spec.secrets == workloads[wname].deployment.spec.secrets
+            ):
+                workloads[wname] = previous
+            else:
+                del workloads[wname]
+        if self._secrets is not None:
+            self._secrets.remove_except(_mounts(workloads))
+        return problems
 
     async def _refresh_tuf(self, tuf_fetch: FetchAsync | None) -> None:
         """Update the TUF metadata from the hub once for this desired state (python-tuf's
@@ -734,5 +782,13 @@ class HubSource:
         return {
             "generation": self.generation,
             "problems": [p.to_json() for p in self.problems],
+            **({"secrets": self._secrets.status()} if self._secrets is not None else {}),
             **(self._tuf.status() if self._tuf is not None else {}),
         }
+
+
+def _mounts(workloads: Mapping[WorkloadName, DesiredWorkload]) -> dict[str, tuple[str, ...]]:
+    """Workload -> the names of the Secrets it mounts."""
+    return {
+        str(name): tuple(m.name for m in w.deployment.spec.secrets) for name, w in workloads.items()
+    }

@@ -168,6 +168,17 @@ class StaticManifests:
                     continue
                 owner[name] = fname
                 names.add(name)
+                if dep.spec.secrets:
+                    problems.append(
+                        SourceProblem(
+                            fname,
+                            name,
+                            "SecretsNotSupported",
+                            "spec.secrets: not supported yet in a device's static manifests: "
+                            "Secrets come from the hub (edgectl apply)",
+                        )
+                    )
+                    continue
                 try:
                     sha, extras = self._ingest(path, dep, now)
                 except Exception as exc:  # this workload's problem, never the whole source's

@@ -166,6 +166,13 @@ class FileIdentity:
         der = build_csr_der(self.public_key_pem(), self.sign, common_name, dns_names)
         return _pem(der, "CERTIFICATE REQUEST")
 
+    def exchange(self, peer_public_key: Any) -> bytes:
+        """ECDH with ``peer_public_key`` (opens the secrets the hub sealed to this key)."""
+        from cryptography.hazmat.primitives.asymmetric import ec
+
+        shared: bytes = self._key.exchange(ec.ECDH(), peer_public_key)
+        return shared
+
     def close(self) -> None:
         pass
 

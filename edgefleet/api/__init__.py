@@ -58,6 +58,7 @@ from edgefleet.api.quantities import (
     parse_memory,
     parse_percent,
 )
+from edgefleet.api.secrets import Secret, SecretMount
 
 __all__ = [
     "API_VERSION",
@@ -89,6 +90,8 @@ __all__ = [
     "Rollout",
     "RuntimeSpec",
     "Scaling",
+    "Secret",
+    "SecretMount",
     "SecurityBaseline",
     "SecurityBaselineSpec",
     "SelectorOperator",

@@ -26,6 +26,7 @@ from typing import Any
 from edgefleet.api import manifests
 from edgefleet.api.baselines import SecurityBaseline
 from edgefleet.api.meta import API_VERSION, SERVER_METADATA
+from edgefleet.api.secrets import Secret
 from edgefleet.api.validating import Problems, Reader
 from edgefleet.errors import EdgefleetError
 
@@ -116,6 +117,12 @@ FIELD_HELP: Mapping[str, str] = {
     "spec.requiredAccelerators": "Accelerator classes that must be usable.",
     "spec.requiredLabels": "Labels the device must have.",
     "spec.hysteresis": "How far past a failed bound the device must come back.",
+    "spec.data": "A Secret's values as base64, by key (a key is the file name on the device).",
+    "spec.stringData": "A Secret's values as text, by key (a key is the file name on the device).",
+    "spec.secrets": "Secrets given to the workers, each a tmpfs directory only they may read.",
+    "spec.secrets.name": "The Secret's name.",
+    "spec.secrets.mountPath": "The name the workload knows the directory by "
+    "(EDGEFLEET_SECRET_DIRS maps it to the directory).",
 }
 
 
@@ -246,6 +253,7 @@ class _ExploringReader(Reader):
 
 _MINIMAL_SPEC: Mapping[str, Mapping[str, Any]] = {
     "ModelDeployment": {"model": {"name": "m", "version": "1"}, "replicas": {"perDevice": 1}},
+    "Secret": {"stringData": {"k": "v"}},
 }
 
 
@@ -312,6 +320,7 @@ _KIND_CLASSES: Mapping[str, type] = {
     "ModelDeployment": manifests.ModelDeployment,
     "DeviceHealthPolicy": manifests.DeviceHealthPolicy,
     "SecurityBaseline": SecurityBaseline,
+    "Secret": Secret,
 }
 
 

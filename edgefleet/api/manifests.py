@@ -38,6 +38,13 @@ from edgefleet.api.quantities import (
     parse_memory,
     parse_percent,
 )
+from edgefleet.api.secrets import (
+    Secret,
+    SecretMount,
+    check_embedded_keys,
+    read_secret,
+    read_secret_mounts,
+)
 from edgefleet.api.validating import (
     Problems,
     Reader,
@@ -522,6 +529,7 @@ class ModelDeploymentSpec:
         return PRIORITY_CLASSES.get(self.priority_class_name or "default", 0)
 
     network: NetworkPolicy | None = None  # worker egress (edgefleet/api/networking.py)
+    secrets: tuple[SecretMount, ...] = ()  # Secrets given to the workers (api/secrets.py)
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -543,6 +551,8 @@ class ModelDeploymentSpec:
             out["network"] = self.network.to_dict()
         if self.priority_class_name is not None:
             out["priorityClassName"] = self.priority_class_name
+        if self.secrets:
+            out["secrets"] = [m.to_dict() for m in self.secrets]
         return out
 
 
@@ -644,7 +654,7 @@ class DeviceHealthPolicy:
         }
 
 
-Manifest: TypeAlias = ModelDeployment | DeviceHealthPolicy | SecurityBaseline
+Manifest: TypeAlias = ModelDeployment | DeviceHealthPolicy | SecurityBaseline | Secret
 """Any manifest kind."""
 
 
@@ -1017,6 +1027,7 @@ def _read_model_deployment(metadata: ObjectMeta, r: Reader | None) -> ModelDeplo
             priority=r.optional("priority", _priority, None),
             priority_class_name=r.optional("priorityClassName", _priority_class, None),
             network=read_network(r.section("network")),
+            secrets=read_secret_mounts(r),
         )
         if r.has("priority") and r.has("priorityClassName"):
             r.problems.add(r.path, "set at most one of priority and priorityClassName")
@@ -1074,6 +1085,7 @@ _KINDS: dict[str, Callable[[ObjectMeta, Reader | None], Manifest]] = {
     ModelDeployment.KIND: _read_model_deployment,
     DeviceHealthPolicy.KIND: _read_device_health_policy,
     SecurityBaseline.KIND: read_security_baseline,
+    Secret.KIND: read_secret,
 }
 SUPPORTED_KINDS: tuple[str, ...] = tuple(_KINDS)
 
@@ -1097,6 +1109,7 @@ def read_manifest(problems: Problems, doc: object) -> Manifest | None:
     r = problems.reader(doc)
     if r is None:
         return None
+    check_embedded_keys(problems, doc)
     r.required("apiVersion", _api_version, API_VERSION)
     kind = r.required("kind", _kind, None)
     r.ignore("status")  # added by the hub; not part of the desired state

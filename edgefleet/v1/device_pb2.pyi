@@ -291,20 +291,36 @@ class DeviceLogLines(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DesiredState(_message.Message):
-    __slots__ = ("generation", "manifests", "artifact_metadata", "rollback_allowances", "heartbeat_interval", "trust_roots")
+    __slots__ = ("generation", "manifests", "artifact_metadata", "rollback_allowances", "heartbeat_interval", "trust_roots", "secrets")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MANIFESTS_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_METADATA_FIELD_NUMBER: _ClassVar[int]
     ROLLBACK_ALLOWANCES_FIELD_NUMBER: _ClassVar[int]
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     TRUST_ROOTS_FIELD_NUMBER: _ClassVar[int]
+    SECRETS_FIELD_NUMBER: _ClassVar[int]
     generation: int
     manifests: _containers.RepeatedScalarFieldContainer[bytes]
     artifact_metadata: _containers.RepeatedScalarFieldContainer[bytes]
     rollback_allowances: _containers.RepeatedScalarFieldContainer[bytes]
     heartbeat_interval: _duration_pb2.Duration
     trust_roots: _containers.RepeatedScalarFieldContainer[bytes]
-    def __init__(self, generation: _Optional[int] = ..., manifests: _Optional[_Iterable[bytes]] = ..., artifact_metadata: _Optional[_Iterable[bytes]] = ..., rollback_allowances: _Optional[_Iterable[bytes]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trust_roots: _Optional[_Iterable[bytes]] = ...) -> None: ...
+    secrets: _containers.RepeatedCompositeFieldContainer[SealedSecret]
+    def __init__(self, generation: _Optional[int] = ..., manifests: _Optional[_Iterable[bytes]] = ..., artifact_metadata: _Optional[_Iterable[bytes]] = ..., rollback_allowances: _Optional[_Iterable[bytes]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., secrets: _Optional[_Iterable[_Union[SealedSecret, _Mapping]]] = ...) -> None: ...
+
+class SealedSecret(_message.Message):
+    __slots__ = ("name", "version", "ephemeral_public_key", "nonce", "ciphertext")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    EPHEMERAL_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
+    NONCE_FIELD_NUMBER: _ClassVar[int]
+    CIPHERTEXT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: int
+    ephemeral_public_key: bytes
+    nonce: bytes
+    ciphertext: bytes
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., ephemeral_public_key: _Optional[bytes] = ..., nonce: _Optional[bytes] = ..., ciphertext: _Optional[bytes] = ...) -> None: ...
 
 class AttestationChallenge(_message.Message):
     __slots__ = ("nonce", "pcr_selection")

@@ -1,0 +1,180 @@
+"""Secrets at the hub: applied over real gRPC with mutual TLS into a real SQLite store, sealed
+at rest (the store file's bytes never hold a value), versioned, shown without values; and the
+pure choice of which device gets which secret."""
+
+from __future__ import annotations
+
+import base64
+import os
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+import pytest
+from asynctesting import async_test
+from hubserving import AdminHub, make_hub_dir
+
+from edgefleet.v1 import admin_pb2
+from hub import secrets as hub_secrets
+from hub import storekeys
+from hub.secrets import (
+    SecretKeyError,
+    SecretRecord,
+    load_or_create_key,
+    plan_record,
+    secret_refs,
+)
+
+VALUE = "v4lue-that-must-never-appear"
+ROTATED = "r0tated-value-never-shown-either"
+
+
+def secret(name: str = "tls", value: str = VALUE, **extra: Any) -> bytes:
+    return orjson.dumps(
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "Secret",
+            "metadata": {"name": name, **extra},
+            "spec": {
+                "stringData": {"token": value},
+                "data": {"raw": base64.b64encode(value.encode() + b"-raw").decode()},
+            },
+        }
+    )
+
+
+def _everything(hub: AdminHub) -> bytes:
+    """Every byte of the hub's data directory (store file, WAL, logs, keys but the key)."""
+    out = b""
+    for path in sorted(hub.paths.data_dir.rglob("*")):
+        if path.is_file() and path.name != "secrets.key":
+            out += path.read_bytes()
+    return out
+
+
+@async_test
+async def test_apply_seals_versions_and_never_shows_a_value(tmp_path: Path) -> None:
+    async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        key_file = hub.paths.data_dir / "secrets.key"
+        assert key_file.stat().st_mode & 0o777 == 0o600 and len(key_file.read_bytes()) == 32
+
+        first = await stub.Apply(admin_pb2.ApplyRequest(documents=[secret()]))
+        assert first.results[0].outcome == admin_pb2.ApplyResult.CREATED
+        again = await stub.Apply(admin_pb2.ApplyRequest(documents=[secret()]))
+        assert again.results[0].outcome == admin_pb2.ApplyResult.UNCHANGED
+        assert hub.ctx.cache.secrets["tls"].version == 1
+
+        rotated = await stub.Apply(admin_pb2.ApplyRequest(documents=[secret(value=ROTATED)]))
+        assert rotated.results[0].outcome == admin_pb2.ApplyResult.CONFIGURED
+        record = hub.ctx.cache.secrets["tls"]
+        assert record.version == 2 and record.keys == ("raw", "token")
+        assert record.open(hub.ctx.secret_key)["token"] == ROTATED.encode()
+
+        labelled = await stub.Apply(
+            admin_pb2.ApplyRequest(documents=[secret(value=ROTATED, labels={"a": "b"})])
+        )
+        assert labelled.results[0].outcome == admin_pb2.ApplyResult.CONFIGURED
+        assert hub.ctx.cache.secrets["tls"].version == 2  # metadata only: same version
+
+        shown = orjson.loads((await stub.Get(admin_pb2.GetRequest(kind="Secret", name="tls"))).json)
+        assert shown["spec"] == {"keys": ["raw", "token"]}
+        assert shown["status"] == {
+            "version": 2,
+            "keys": ["raw", "token"],
+            "bytes": len(ROTATED) * 2 + 4,
+        }
+        listed = await stub.List(admin_pb2.ListRequest(kind="Secret"))
+        events = await stub.ListEvents(admin_pb2.ListEventsRequest(kind="Secret", name="tls"))
+        await hub.ctx.writer.flush()
+        stored = await hub.ctx.store.get(storekeys.object_key("Secret", "tls"))
+        assert stored is not None
+        seen = shown.__repr__().encode() + listed.SerializeToString() + events.SerializeToString()
+        seen += stored.value + _everything(hub)
+        for value in (VALUE, ROTATED):
+            for form in (value.encode(), base64.b64encode(value.encode() + b"-raw")):
+                assert form not in seen
+
+
+@async_test
+async def test_a_secret_is_read_back_after_a_restart_and_refused_without_the_key(
+    tmp_path: Path,
+) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub, hub.channel() as channel:
+        await hub.stub(channel).Apply(admin_pb2.ApplyRequest(documents=[secret()]))
+    async with AdminHub(paths) as hub:
+        record = hub.ctx.cache.secrets["tls"]
+        assert record.open(hub.ctx.secret_key)["token"] == VALUE.encode()
+    os.chmod(paths.data_dir / "secrets.key", 0o644)
+    with pytest.raises(SecretKeyError, match="readable by others"):
+        load_or_create_key(paths.data_dir)
+
+
+@async_test
+async def test_the_number_of_secrets_is_bounded(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr("hub.admin.MAX_SECRETS", 2)
+    async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[secret("a"), secret("b")]))
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.Apply(admin_pb2.ApplyRequest(documents=[secret("c")]))
+        assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+        assert "at most 2" in (info.value.details() or "")
+        assert set(hub.ctx.cache.secrets) == {"a", "b"}
+
+
+@async_test
+async def test_an_embedded_key_in_a_deployment_is_refused_at_apply(tmp_path: Path) -> None:
+    doc = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "d", "annotations": {"tls": "-----BEGIN EC PRIVATE KEY-----\nx"}},
+        "spec": {"model": {"name": "m", "version": "1.0.0"}},
+    }
+    async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await hub.stub(channel).Apply(admin_pb2.ApplyRequest(documents=[orjson.dumps(doc)]))
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
+        assert "documents[0].metadata.annotations.tls: embeds a PEM block (ec private key)" in (
+            info.value.details() or ""
+        )
+        assert not hub.ctx.cache.stored
+
+
+def _record(name: str, version: int) -> SecretRecord:
+    return SecretRecord(name, version, ("k",), hub_secrets.SealedAtRest(b"n" * 12, b"c"))
+
+
+@pytest.mark.parametrize(
+    ("mounted", "require", "trusted", "expected"),
+    [
+        ({"a", "b"}, False, False, (("a", 3), ("b", 1))),  # no baseline asks: every device
+        ({"a"}, True, True, (("a", 3),)),  # trusted under requireAttestation
+        ({"a"}, True, False, ()),  # not trusted (Untrusted, Unknown): nothing
+        ({"a", "gone"}, False, False, (("a", 3),)),  # a secret not applied (yet)
+        (set(), False, True, ()),  # mounts nothing: gets nothing
+    ],
+)  # fmt: skip
+def test_which_secrets_a_device_gets(
+    mounted: set[str], require: bool, trusted: bool, expected: tuple[tuple[str, int], ...]
+) -> None:
+    records = {"a": _record("a", 3), "b": _record("b", 1), "c": _record("c", 9)}
+    assert secret_refs(mounted, records, require_attestation=require, trusted=trusted) == expected
+
+
+def test_a_secret_sealed_under_another_key_is_sealed_again_when_applied() -> None:
+    from edgefleet.api import ObjectMeta, Secret
+    from edgefleet.sealing import new_key
+
+    old_key, new = new_key(), new_key()
+    s = Secret(metadata=ObjectMeta(name="tls"), data={"token": b"x"})
+    first, changed = plan_record(old_key, s, None)
+    assert changed and first.version == 1
+    same, changed = plan_record(old_key, s, first)
+    assert same is first and not changed
+    again, changed = plan_record(new, s, first)  # a store restored without its key
+    assert changed and again.version == 2 and again.open(new) == {"token": b"x"}
