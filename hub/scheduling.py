@@ -146,6 +146,11 @@ class Eviction:
     device: str
     reason: str
     by: str = ""
+    # the replica may keep serving until its replacement is ready (its device still runs it
+    # well, it only stopped matching: labels, region, zone, accelerator); the controller moves
+    # it within ``spec.rollout.maxUnavailable`` (:mod:`hub.moving`). False: it stops now
+    # (a dead, tainted or removed device, a preemption, capacity, a scale-down).
+    drain: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -368,6 +373,13 @@ class Fleet:
         for i in idx:
             self._use(dep, i, +1, dep.spec.replicas.per_device or 0)
 
+    def hold(self, dep: ModelDeployment, devices: Iterable[str]) -> None:
+        """Replicas of ``dep`` still serving on devices it is moving off (:mod:`hub.moving`):
+        their room is taken until they stop, and they are not placements."""
+        for d in devices:
+            if d in self.index:
+                self._use(dep, self.index[d], +1)
+
     def running(self, name: str) -> Mask:
         mask = np.zeros(self.n, dtype=np.bool_)
         idx = self.placed.get(name, set()) | self.pinned.get(name, set())
@@ -413,6 +425,15 @@ class Fleet:
         ``running``: the filters a placement that already runs must still pass (NoExecute
         taints, NotReady beyond the grace, labels, region, zone, accelerator); otherwise every
         filter but capacity."""
+        out = self.taint_filters(dep, running=running, now=now, grace_s=grace_s)
+        out += self.label_filters(dep, running=running)
+        return out
+
+    def taint_filters(
+        self, dep: ModelDeployment, *, running: bool, now: float, grace_s: float
+    ) -> list[tuple[str, Mask]]:
+        """The taints ``dep`` does not tolerate (and, ``running``, NotReady beyond the
+        grace): a placement that fails one of these cannot keep serving."""
         placement = dep.spec.placement
         out: list[tuple[str, Mask]] = []
         for taint, idx in sorted(self._taints.items(), key=lambda t: t[0].key):
@@ -432,6 +453,12 @@ class Fleet:
                 out.append((f"not ready for longer than {grace_s:g}s", mask))
                 continue
             out.append((f"not tolerating taint {_short(taint.key)}", self._untainted(taint)))
+        return out
+
+    def label_filters(self, dep: ModelDeployment, *, running: bool) -> list[tuple[str, Mask]]:
+        """Labels, region, zone, accelerator (and, not ``running``, affinity)."""
+        placement = dep.spec.placement
+        out: list[tuple[str, Mask]] = []
         if placement.regions:
             out.append(
                 (
@@ -767,14 +794,27 @@ def schedule(
     pinned: Mapping[str, Collection[str]] | None = None,
     artifacts: Mapping[str, str] | None = None,
     not_ready_grace_s: float = 60.0,
+    draining: Mapping[str, Collection[str]] | None = None,
+    never_preempt: Collection[str] = (),
 ) -> Schedule:
     """Place every ``replicas.total`` deployment (pure; see the module doc).
 
     ``current``: deployment -> devices placed before; ``pinned``: perDevice deployment ->
     devices it runs on; ``artifacts``: deployment -> sha256 of its model (devices holding it
-    are preferred)."""
+    are preferred); ``draining``: deployment -> devices it is moving off, whose replicas
+    still serve (their room is taken; they are not placements); ``never_preempt``:
+    deployments whose PriorityClass says ``preemptionPolicy: Never`` (placed in priority order,
+    evicting nothing)."""
     fleet, evictions = _run(
-        deployments, nodes, current, now, pinned or {}, artifacts or {}, not_ready_grace_s
+        deployments,
+        nodes,
+        current,
+        now,
+        pinned or {},
+        artifacts or {},
+        not_ready_grace_s,
+        draining or {},
+        frozenset(never_preempt),
     )
     placements = {
         name: tuple(sorted(fleet.nodes[i].name for i in fleet.placed.get(name, ())))
@@ -797,6 +837,8 @@ def _run(
     pinned: Mapping[str, Collection[str]],
     artifacts: Mapping[str, str],
     grace_s: float,
+    draining: Mapping[str, Collection[str]],
+    never_preempt: frozenset[str] = frozenset(),
 ) -> tuple[Fleet, list[Eviction]]:
     fleet = Fleet(nodes, artifacts)
     deps = sorted(deployments, key=lambda d: (-d.spec.effective_priority, d.metadata.name))
@@ -806,6 +848,8 @@ def _run(
     for dep in deps:
         if not _total(dep):
             fleet.pin(dep, pinned.get(dep.metadata.name, ()))
+        elif dep.metadata.name in draining:
+            fleet.hold(dep, draining[dep.metadata.name])
     # 1. keep what still qualifies
     for dep in deps:
         name = dep.metadata.name
@@ -816,13 +860,19 @@ def _run(
         evictions += [Eviction(name, d, "device removed") for d in gone]
         if not was:
             continue
-        filters = fleet.filters(dep, running=True, now=now, grace_s=grace_s)
+        hard = fleet.taint_filters(dep, running=True, now=now, grace_s=grace_s)
+        soft = fleet.label_filters(dep, running=True)
         for i in was:
-            failed = next((why for why, m in filters if not m[i]), None)
+            failed = next((why for why, m in hard if not m[i]), None)
+            drain = failed is None
+            if drain:
+                failed = next((why for why, m in soft if not m[i]), None)
             if failed is None:
                 fleet.add(dep, i)
             else:
-                evictions.append(Eviction(name, fleet.nodes[i].name, f"no longer fits: {failed}"))
+                evictions.append(
+                    Eviction(name, fleet.nodes[i].name, f"no longer fits: {failed}", drain=drain)
+                )
         extra = len(fleet.placed.get(name, ())) - (dep.spec.replicas.total or 0)
         if extra > 0:
             at = np.array(sorted(fleet.placed[name]), dtype=np.int64)
@@ -844,6 +894,8 @@ def _run(
             if not _total(dep):
                 continue
             fleet.place(dep, now=now, grace_s=grace_s)
+            if dep.metadata.name in never_preempt:
+                continue
             for i, victims in fleet.preempt(dep, now=now, grace_s=grace_s):
                 preempted = True
                 for v in victims:

@@ -26,6 +26,7 @@ from typing import Any
 from edgefleet.api import manifests
 from edgefleet.api.baselines import SecurityBaseline
 from edgefleet.api.meta import API_VERSION, SERVER_METADATA
+from edgefleet.api.priorities import PriorityClass
 from edgefleet.api.validating import Problems, Reader
 from edgefleet.errors import EdgefleetError
 
@@ -114,10 +115,15 @@ FIELD_HELP: Mapping[str, str] = {
     "spec.requiredAccelerators": "Accelerator classes that must be usable.",
     "spec.requiredLabels": "Labels the device must have.",
     "spec.hysteresis": "How far past a failed bound the device must come back.",
+    "spec.value": "The priority deployments of this class get: higher wins.",
+    "spec.preemptionPolicy": "PreemptLowerPriority: may evict lower priorities to fit; "
+    "Never: placed before them, evicts nothing.",
+    "spec.description": "For people: when to use this class.",
 }
 
 
 KIND_HELP: Mapping[str, str] = {
+    "PriorityClass": "A named priority that ModelDeployments refer to (spec.priorityClassName).",
     "SecurityBaseline": "What devices must prove to keep their workloads: attestation, a TPM, "
     "the digests of their code, config and models.",
 }
@@ -244,6 +250,7 @@ class _ExploringReader(Reader):
 
 _MINIMAL_SPEC: Mapping[str, Mapping[str, Any]] = {
     "ModelDeployment": {"model": {"name": "m", "version": "1"}, "replicas": {"perDevice": 1}},
+    "PriorityClass": {"value": 0},
 }
 
 
@@ -310,6 +317,7 @@ _KIND_CLASSES: Mapping[str, type] = {
     "ModelDeployment": manifests.ModelDeployment,
     "DeviceHealthPolicy": manifests.DeviceHealthPolicy,
     "SecurityBaseline": SecurityBaseline,
+    "PriorityClass": PriorityClass,
 }
 
 

@@ -26,6 +26,7 @@ from edgefleet.api.meta import (
     read_metadata,
 )
 from edgefleet.api.networking import NetworkPolicy, read_network
+from edgefleet.api.priorities import PriorityClass, read_priority_class
 from edgefleet.api.quantities import (
     IntOrPercent,
     describe,
@@ -95,8 +96,8 @@ PRIORITY_CLASSES: Mapping[str, int] = {
     "default": 0,
     "low": -1000,
 }
-"""The built-in ``spec.priorityClassName`` values and their priorities (a PriorityClass kind
-of one's own is not supported yet)."""
+"""The built-in ``spec.priorityClassName`` values and their priorities (a ``PriorityClass``
+object of one's own, :mod:`edgefleet.api.priorities`, adds more; the hub resolves those)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -498,7 +499,8 @@ class ModelDeploymentSpec:
 
     @property
     def effective_priority(self) -> int:
-        """``priority``, else the built-in class's, else 0."""
+        """``priority``, else the built-in class's, else 0 (a PriorityClass of one's own is
+        resolved by the hub, which sends devices its value as ``priority``)."""
         if self.priority is not None:
             return self.priority
         return PRIORITY_CLASSES.get(self.priority_class_name or "default", 0)
@@ -626,7 +628,7 @@ class DeviceHealthPolicy:
         }
 
 
-Manifest: TypeAlias = ModelDeployment | DeviceHealthPolicy | SecurityBaseline
+Manifest: TypeAlias = ModelDeployment | DeviceHealthPolicy | SecurityBaseline | PriorityClass
 """Any manifest kind."""
 
 
@@ -829,13 +831,8 @@ def _read_placement(r: Reader | None) -> Placement:
 
 
 def _priority_class(value: object) -> str:
-    if not isinstance(value, str) or value not in PRIORITY_CLASSES:
-        names = ", ".join(PRIORITY_CLASSES)
-        raise ValueError(
-            f"must be one of the built-in classes {names} (a PriorityClass kind of one's own "
-            f"is not supported yet), got {describe(value)}"
-        )
-    return value
+    """A built-in class or the name of a PriorityClass (which the hub checks exists)."""
+    return dns_label(value)
 
 
 def _read_probe(r: Reader | None, default: Probe) -> Probe:
@@ -1062,6 +1059,7 @@ _KINDS: dict[str, Callable[[ObjectMeta, Reader | None], Manifest]] = {
     ModelDeployment.KIND: _read_model_deployment,
     DeviceHealthPolicy.KIND: _read_device_health_policy,
     SecurityBaseline.KIND: read_security_baseline,
+    PriorityClass.KIND: read_priority_class,
 }
 SUPPORTED_KINDS: tuple[str, ...] = tuple(_KINDS)
 
