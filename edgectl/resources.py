@@ -16,6 +16,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "Model": ("models", "model"),
     "SecurityBaseline": ("baselines", "baseline", "securitybaselines"),
     "DeviceHealthPolicy": ("policies", "policy", "devicehealthpolicies"),
+    "PriorityClass": ("priorityclasses", "priorityclass", "pc"),
     TOKEN: ("tokens", "token", "bootstraptokens"),
     EVENT: ("events", "event", "ev"),
 }
@@ -27,7 +28,7 @@ PLURALS: dict[str, str] = {kind: aliases[0] for kind, aliases in _ALIASES.items(
 
 ALL_KINDS = tuple(_ALIASES)
 """Every kind ``get`` shows, events included."""
-APPLIED_KINDS = ("ModelDeployment", "SecurityBaseline", "DeviceHealthPolicy")
+APPLIED_KINDS = ("ModelDeployment", "SecurityBaseline", "DeviceHealthPolicy", "PriorityClass")
 """The kinds ``apply`` writes (and ``label``/``annotate`` change)."""
 
 
