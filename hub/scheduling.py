@@ -56,6 +56,7 @@ from edgefleet.api import (
     SelectorRequirement,
     TaintEffect,
 )
+from edgefleet.api.quantities import format_duration
 from hub.devices import Device, DevicePhase, Taint
 from hub.placing import (
     REGION_LABEL,
@@ -90,6 +91,7 @@ class Node:
     artifacts: frozenset[str] = frozenset()  # sha256 of the artifacts the device holds
     phase: DevicePhase = DevicePhase.READY
     last_heartbeat: float | None = None
+    latencies: Mapping[str, float] = field(default_factory=dict)  # sha256 -> self-benchmark p95
 
 
 def accelerator_slots(labels: Mapping[str, str]) -> dict[str, int]:
@@ -134,6 +136,7 @@ def node_of(
         artifacts=frozenset(held),
         phase=device.phase,
         last_heartbeat=device.last_heartbeat,
+        latencies=device.latencies,
     )
 
 
@@ -192,6 +195,13 @@ class Schedule:
     evictions: tuple[Eviction, ...] = ()  # placements taken away, each with its reason
 
 
+LATENCY_REASON = "over maxLatencyP95"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}ms"
+
+
 def _short(key: str) -> str:
     return key.removeprefix("node.edgefleet.io/")
 
@@ -226,6 +236,7 @@ class Fleet:
         self._mask_cache: dict[tuple[str, str | None], Mask] = {}
         self._untainted_cache: dict[Taint, Mask] = {}
         self._domain_cache: dict[str, tuple[Ints, list[str]]] = {}
+        self._latency_cache: dict[str, npt.NDArray[np.float64]] = {}
         self._slots: dict[str, Ints] = {}
         self._acc_used: dict[str, Ints] = {}
         self._artifact_masks: dict[str, Mask] = {}
@@ -483,6 +494,9 @@ class Fleet:
         if placement.topology_spread is not None:
             key = placement.topology_spread.key
             out.append((f"without label {key}", self.label_mask(key)))
+        latency = self.latency_filter(dep)
+        if latency is not None:
+            out.append(latency)
         if running:
             return out
         for other in placement.deployment_affinity:
@@ -492,6 +506,48 @@ class Fleet:
         for other in self.shunned_by.get(dep.metadata.name, ()):
             out.append((f"running {other} (its anti-affinity)", ~self.running(other)))
         return out
+
+    # -- latency (placement.maxLatencyP95) -----------------------------------------------------
+    def latencies(self, sha256: str) -> npt.NDArray[np.float64]:
+        """Per device its self-benchmark p95 of artifact ``sha256`` (NaN: not measured)."""
+        column = self._latency_cache.get(sha256)
+        if column is None:
+            column = np.full(self.n, np.nan, dtype=np.float64)
+            for i, node in enumerate(self.nodes):
+                p95 = node.latencies.get(sha256)
+                if p95 is not None:
+                    column[i] = p95
+            self._latency_cache[sha256] = column
+        return column
+
+    def latency_filter(self, dep: ModelDeployment) -> tuple[str, Mask] | None:
+        """Devices whose measured p95 of ``dep``'s model is within its bound (unmeasured
+        devices pass: they are checked once they report)."""
+        bound = dep.spec.placement.max_latency_p95_s
+        sha = self.artifacts.get(dep.metadata.name)
+        if bound is None or not sha:
+            return None
+        column = self.latencies(sha)
+        over = column > bound  # NaN compares False: not measured passes
+        worst = float(np.nanmax(column[over])) if over.any() else 0.0
+        return (
+            f"{LATENCY_REASON} {format_duration(bound)} (measured p95 up to {_ms(worst)})",
+            ~over,
+        )
+
+    def latency_reason(self, dep: ModelDeployment, i: int) -> str:
+        """Why device ``i`` is over ``dep``'s bound, with its figure."""
+        bound = dep.spec.placement.max_latency_p95_s or 0.0
+        p95 = float(self.latencies(self.artifacts[dep.metadata.name])[i])
+        return f"measured p95 {_ms(p95)} over maxLatencyP95 {format_duration(bound)}"
+
+    def unmeasured(self, dep: ModelDeployment) -> int:
+        """How many of ``dep``'s placements are on devices that did not measure its model."""
+        sha = self.artifacts.get(dep.metadata.name)
+        if dep.spec.placement.max_latency_p95_s is None or not sha:
+            return 0
+        column = self.latencies(sha)
+        return sum(1 for i in self.placed.get(dep.metadata.name, ()) if np.isnan(column[i]))
 
     def _requirement(self, req: SelectorRequirement) -> Mask:
         if req.operator is SelectorOperator.IN:
@@ -761,6 +817,12 @@ class Fleet:
                     + ",".join(short[:5])
                     + (f" and {len(short) - 5} more" if len(short) > 5 else "")
                 )
+        unmeasured = self.unmeasured(dep)
+        if unmeasured:
+            notes.append(
+                f"{unmeasured} on devices that have not measured the model's p95 yet "
+                "(checked against maxLatencyP95 once they report it)"
+            )
         if placed >= wanted:
             return Explanation(wanted, placed, self.n, notes=tuple(notes))
         _, filters = self.candidates(dep, now, grace_s)
@@ -867,6 +929,8 @@ def _run(
             drain = failed is None
             if drain:
                 failed = next((why for why, m in soft if not m[i]), None)
+            if failed is not None and failed.startswith(LATENCY_REASON):
+                failed = fleet.latency_reason(dep, i)
             if failed is None:
                 fleet.add(dep, i)
             else:

@@ -279,6 +279,10 @@ class Placement:
     deployment_affinity: tuple[str, ...] = ()
     deployment_anti_affinity: tuple[str, ...] = ()
     strategy: PlacementStrategy = PlacementStrategy.SPREAD
+    # not on a device whose self-benchmark of the model (a p95, measured when a revision
+    # starts there) is above this; a device not measured yet may be placed, and is left when
+    # its figure is over
+    max_latency_p95_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -300,6 +304,8 @@ class Placement:
             out["deploymentAntiAffinity"] = list(self.deployment_anti_affinity)
         if self.strategy is not PlacementStrategy.SPREAD:
             out["strategy"] = self.strategy.value
+        if self.max_latency_p95_s is not None:
+            out["maxLatencyP95"] = format_duration(self.max_latency_p95_s)
         return out
 
 
@@ -795,6 +801,13 @@ def _read_toleration(r: Reader) -> Toleration:
     )
 
 
+def _latency_bound(value: object) -> float:
+    seconds = parse_duration(value)
+    if not 0 < seconds <= 60:
+        raise ValueError(f"must be more than 0 and at most 60s, got {describe(value)}")
+    return seconds
+
+
 def _read_placement(r: Reader | None) -> Placement:
     if r is None:
         return Placement()
@@ -826,6 +839,7 @@ def _read_placement(r: Reader | None) -> Placement:
         deployment_anti_affinity=tuple(
             r.list_of("deploymentAntiAffinity", dns_label, unique=True) or ()
         ),
+        max_latency_p95_s=r.optional("maxLatencyP95", _latency_bound, None),
         strategy=r.optional("strategy", one_of(PlacementStrategy), PlacementStrategy.SPREAD),
     )
 
@@ -1004,6 +1018,8 @@ def _check_total_only(r: Reader, spec: ModelDeploymentSpec) -> None:
         r.problems.add(f"{r.path}.placement.deploymentAntiAffinity", only)
     if placement.strategy is not PlacementStrategy.SPREAD:
         r.problems.add(f"{r.path}.placement.strategy", only)
+    if placement.max_latency_p95_s is not None:
+        r.problems.add(f"{r.path}.placement.maxLatencyP95", only)
 
 
 def _refuse_unbuilt(r: Reader, spec: ModelDeploymentSpec) -> None:

@@ -16,6 +16,7 @@ from test_hub_syncing import _enrolled
 
 from edgefleet.api import parse_manifest
 from edgefleet.v1 import device_pb2, device_pb2_grpc
+from hub import storekeys
 from hub.caching import Cache
 from hub.moving import MoveStep, Replica, plan_move
 from hub.rolling import Budget
@@ -323,3 +324,97 @@ async def test_a_moved_replica_serves_until_its_replacement_reports_ready(
 def _serves(cache: Cache, name: str) -> bool:
     report = cache.devices[name].workloads.get("mv")
     return report is not None and any(r.serves for r in report.revisions)
+
+
+@async_test
+async def test_a_device_measured_over_max_latency_p95_loses_the_replica_with_its_figure(
+    tmp_path: Path,
+) -> None:
+    """Over real gRPC: a device's Status carries the revision's self-benchmark; over the
+    deployment's ``placement.maxLatencyP95`` its replica moves (after the replacement serves,
+    as any move), the figure is the reason, and the device stays off while its record keeps
+    the figure (also after the model left it)."""
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub:
+        cache, scheduler = hub.ctx.cache, hub.ctx.scheduler
+        assert scheduler is not None
+        sha = "ab" * 32
+        cache.models[("lat", "1.0.0")] = storekeys.ModelRecord(
+            "lat", "1.0.0", sha, 1234, b"{signed}", 1.0
+        )
+        calls = {}
+        channels = []
+        for name in ("d1", "d2"):
+            creds = await _enrolled(hub, tmp_path, name)
+            ch = grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds)
+            channels.append(ch)
+            call = device_pb2_grpc.DeviceServiceStub(ch).Sync()
+            hello = device_pb2.Hello(device_name=name, labels={"site": "shop"})
+            await call.write(device_pb2.DeviceMessage(hello=hello))
+            await call.read()
+            calls[name] = call
+
+        async def report(name: str, p95: float | None) -> None:
+            rev = device_pb2.RevisionStatus(
+                model_version="1.0.0", sha256=sha, phase="Ready", ready_replicas=1, wanted=True
+            )
+            if p95 is not None:
+                rev.benchmark.CopyFrom(device_pb2.RevisionBenchmark(p95_seconds=p95, runs=20))
+            w = device_pb2.WorkloadStatus(
+                name="lat", model_version="1.0.0", ready_replicas=1, desired_replicas=1,
+                revisions=[rev],
+            )  # fmt: skip
+            status = device_pb2.Status(labels={"site": "shop"}, workloads=[w])
+            await calls[name].write(device_pb2.DeviceMessage(status=status))
+
+        try:
+            manifest = {
+                "apiVersion": "edgefleet.io/v1",
+                "kind": "ModelDeployment",
+                "metadata": {"name": "lat"},
+                "spec": {
+                    "model": {"name": "lat", "version": "1.0.0"},
+                    "replicas": {"total": 1},
+                    "placement": {"maxLatencyP95": "50ms"},
+                    "rollout": {"maxUnavailable": 0, "maxSurge": 1},
+                },
+            }
+            cache.put_object(parse_manifest(manifest).to_dict(), 1)
+            await scheduler.pass_now()
+            (first,) = cache.placements["lat"]
+            (other,) = {"d1", "d2"} - {first}
+            assert "have not measured the model's p95 yet" in cache.explanations["lat"].message()
+
+            await report(first, 0.0834)  # serves, but too slow here
+            await eventually(lambda: cache.devices[first].latencies == {sha: 0.0834}, within=10)
+            await scheduler.pass_now()
+            assert cache.placements["lat"] == {other} and cache.draining["lat"] == {first}
+            moved = [e for e in cache.events if e["reason"] == "Rescheduled"]
+            assert moved[-1]["message"] == (
+                f"replica taken off {first}: no longer fits: measured p95 83.4ms over "
+                "maxLatencyP95 50ms (it serves until its replacement is ready)"
+            )
+            await report(other, 0.012)
+            await eventually(lambda: cache.devices[other].latencies == {sha: 0.012}, within=10)
+            await scheduler.advance_now()
+            assert cache.sent_placements["lat"] == {other}
+
+            # the figure stays with the device record: with d2 gone from the fleet's
+            # candidates (cordoned), d1 is still not chosen, and says why
+            await hub.ctx.writer.flush()
+            stored = await Cache.load(hub.ctx.store)
+            assert stored.devices[first].latencies == {sha: 0.0834}
+            cache.devices[other] = cache.devices[other].with_(cordoned=True)
+            cache.put_object(parse_manifest({**manifest, "spec": {
+                **manifest["spec"], "replicas": {"total": 2}}}).to_dict(), 2)  # fmt: skip
+            await scheduler.pass_now()
+            assert cache.placements["lat"] == {other}
+            assert "1 over maxLatencyP95 50ms (measured p95 up to 83.4ms)" in (
+                cache.explanations["lat"].message()
+            )
+        finally:
+            for call in calls.values():
+                await call.done_writing()
+                await call.code()
+            for ch in channels:
+                await ch.close()
