@@ -115,6 +115,8 @@ FIELD_HELP: Mapping[str, str] = {
     "spec.requiredAccelerators": "Accelerator classes that must be usable.",
     "spec.requiredLabels": "Labels the device must have.",
     "spec.hysteresis": "How far past a failed bound the device must come back.",
+    "spec.placement.maxLatencyP95": "Not on devices whose own measured p95 of the model "
+    "(a self-benchmark when a revision starts there) is above this (replicas.total).",
     "spec.value": "The priority deployments of this class get: higher wins.",
     "spec.preemptionPolicy": "PreemptLowerPriority: may evict lower priorities to fit; "
     "Never: placed before them, evicts nothing.",
