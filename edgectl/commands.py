@@ -104,7 +104,7 @@ def add_commands(sub: Any) -> None:
     get.add_argument(
         "resource", nargs="+", metavar="RESOURCE",
         help="TYPE [NAME...] or TYPE/NAME...; TYPE: devices, deployments, models, baselines, "
-        "policies, secrets, tokens, events",
+        "policies, secrets, priorityclasses, tokens, events",
     )  # fmt: skip
     get.add_argument(
         "-o", "--output", type=_output, default="", metavar="FORMAT",

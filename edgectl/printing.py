@@ -162,6 +162,16 @@ def _secret_row(doc: Doc, now: float, wide: bool) -> Row:
     ]
 
 
+def _priority_class_row(doc: Doc, now: float, wide: bool) -> Row:
+    spec = doc.get("spec", {})
+    return [
+        _name(doc),
+        str(spec.get("value", 0)),
+        str(spec.get("preemptionPolicy", "")),
+        str(spec.get("description", "")),
+    ]
+
+
 def _token_row(doc: Doc, now: float, wide: bool) -> Row:
     spec, status = doc.get("spec", {}), doc.get("status", {})
     expires = epoch_of(spec.get("expires"))
@@ -201,6 +211,11 @@ COLUMNS: dict[str, Columns] = {
         _baseline_row,
     ),
     "Secret": (("NAME", "KEYS", "VERSION", "BYTES"), (), _secret_row),
+    "PriorityClass": (
+        ("NAME", "VALUE", "PREEMPTION-POLICY", "DESCRIPTION"),
+        (),
+        _priority_class_row,
+    ),
     "BootstrapToken": (
         ("NAME", "EXPIRES-IN", "USAGE", "DESCRIPTION", "DEVICE-LABELS"),
         (),

@@ -17,6 +17,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "SecurityBaseline": ("baselines", "baseline", "securitybaselines"),
     "DeviceHealthPolicy": ("policies", "policy", "devicehealthpolicies"),
     "Secret": ("secrets", "secret"),
+    "PriorityClass": ("priorityclasses", "priorityclass", "pc"),
     TOKEN: ("tokens", "token", "bootstraptokens"),
     EVENT: ("events", "event", "ev"),
 }
@@ -28,7 +29,13 @@ PLURALS: dict[str, str] = {kind: aliases[0] for kind, aliases in _ALIASES.items(
 
 ALL_KINDS = tuple(_ALIASES)
 """Every kind ``get`` shows, events included."""
-APPLIED_KINDS = ("ModelDeployment", "SecurityBaseline", "DeviceHealthPolicy", "Secret")
+APPLIED_KINDS = (
+    "ModelDeployment",
+    "SecurityBaseline",
+    "DeviceHealthPolicy",
+    "Secret",
+    "PriorityClass",
+)
 """The kinds ``apply`` writes (and ``label``/``annotate`` change)."""
 
 

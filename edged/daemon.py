@@ -53,7 +53,7 @@ from edged.runtime.securing import (
 from edged.serving.bounding import connection_caps
 from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceMetrics, InferenceRouter
-from edged.serving.measuring import RevisionMeters, ValidationResult
+from edged.serving.measuring import BenchmarkResult, RevisionMeters, ValidationResult
 from edged.serving.status import StatusHandler
 from edged.sources.hub import HubSource
 from edged.sources.static import StaticManifests, SyncResult
@@ -340,6 +340,16 @@ class Daemon:
                     return found
         return None
 
+    def _benchmark_of(self, workload: WorkloadName, revision: str) -> BenchmarkResult | None:
+        """The self-benchmark of a replica of that revision (the slowest one's p95)."""
+        found = [
+            b
+            for rep in self.pool.replicas(workload)
+            if rep.revision == revision
+            and (b := BenchmarkResult.from_worker(rep.metadata.get("benchmark"))) is not None
+        ]
+        return max(found, key=lambda b: b.p95_s) if found else None
+
     def _on_serving_change(self, rep: Replica, ready: bool) -> None:
         self.router.replica_ready(rep, ready)
         self._m_ready.labels(workload=rep.workload).set(
@@ -554,6 +564,7 @@ class Daemon:
             self.hub_source.incoming if self.hub_source is not None else None,
             measures_of=self.meters.of,
             validation_of=self._validation_of,
+            benchmark_of=self._benchmark_of,
             sizing_of=self.sizer.status,
             sandboxes_of=self._sandboxes_of,
             compliance=self._compliance_report(),

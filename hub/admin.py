@@ -32,7 +32,7 @@ from typing import Any, TypeVar
 
 import grpc
 
-from edgefleet.api import ModelDeployment, parse_manifest
+from edgefleet.api import PRIORITY_CLASSES, ModelDeployment, PriorityClass, parse_manifest
 from edgefleet.errors import (
     Compacted,
     CompareFailed,
@@ -44,7 +44,7 @@ from edgefleet.logs import get_logger
 from edgefleet.selecting import parse_selector
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
-from hub import applying, pki, storekeys, tokens
+from hub import applying, pki, prioritizing, storekeys, tokens
 from hub.auth import Caller, authorize, caller_of
 from hub.caching import Cache
 from hub.context import HubContext
@@ -76,6 +76,8 @@ DEFAULT_LOG_TAIL = 100
 MAX_LOG_TAIL = 1000
 LOG_ANSWER_TIMEOUT_S = 10.0
 STATUS_POLL_S = 0.5  # how often a watch of deployments looks for status changes
+
+KIND_PRIORITY_CLASS = PriorityClass.KIND
 
 LISTED_KINDS: tuple[str, ...] = (
     storekeys.KIND_DEVICE,
@@ -194,6 +196,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             parsed = applying.parse_documents(list(request.documents))
         except ValidationError as exc:
             raise _invalid(problems_text(exc)) from None
+        self._check_priority_classes(parsed)
         planned = [await self._plan(obj) for obj in parsed]
         changed = [p for p in planned if p.outcome is not applying.Outcome.UNCHANGED]
         self._check_secret_count(planned)
@@ -257,7 +260,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             if p.obj.kind == "ModelDeployment"
         }
         # a replicas.total deployment may be placed on any device: count it on each
-        placements = dict(cache.placements)
+        placements = dict(cache.sent_placements)
         for p in changed:
             dep = trial.deployments.get(p.obj.name) if p.obj.kind == "ModelDeployment" else None
             if dep is not None and dep.spec.replicas.per_device is None:
@@ -286,6 +289,30 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 f"nothing applied: the desired state of {len(too_big)} device(s) would exceed "
                 f"{MAX_DESIRED_STATE_BYTES / 2**20:.2f} MiB, the most a device can receive: "
                 f"{shown}{more}; make manifests smaller (annotations) or select fewer devices",
+            )
+
+    def _check_priority_classes(self, parsed: list[applying.ParsedObject]) -> None:
+        """A deployment naming a class that is neither built in nor applied (before, or in
+        this apply) is refused, and nothing is applied."""
+        deployments = []
+        for obj in parsed:
+            if obj.kind == "ModelDeployment":
+                dep = parse_manifest(dict(obj.manifest))
+                assert isinstance(dep, ModelDeployment)
+                deployments.append(dep)
+        known = {o.name for o in self._ctx.cache.objects_of(KIND_PRIORITY_CLASS)}
+        known |= {obj.name for obj in parsed if obj.kind == KIND_PRIORITY_CLASS}
+        unknown = prioritizing.unknown_classes(deployments, known)
+        if unknown:
+            builtin = ", ".join(PRIORITY_CLASSES)
+            applied = ", ".join(sorted(known)) or "none"
+            raise _invalid(
+                "nothing applied: "
+                + "; ".join(
+                    f"ModelDeployment {dep}: spec.priorityClassName: unknown class {cls!r}"
+                    for dep, cls in unknown
+                )
+                + f" (built-in: {builtin}; PriorityClasses applied: {applied})"
             )
 
     def _warnings(self, obj: applying.ParsedObject) -> list[str]:
@@ -629,6 +656,17 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         kind, name = request.kind, request.name
         ctx, cache = self._ctx, self._ctx.cache
         forced = ""
+        if kind == KIND_PRIORITY_CLASS and (
+            users := prioritizing.users_of(name, cache.deployments.values())
+        ):
+            if not request.force:
+                raise Refused(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"PriorityClass {name} is in use by ModelDeployment {', '.join(users)}: "
+                    "change those deployments first, or delete with force (they then get "
+                    "priority 0 and preempt nothing)",
+                )
+            forced = f" (forced: in use by {', '.join(users)})"
         if kind == storekeys.KIND_MODEL and (model := self._model_records().get(name)):
             users = _model_users(cache, (model.name, model.version))
             if users and not request.force:

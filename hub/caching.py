@@ -79,6 +79,11 @@ class Cache:
     events: EventLog = field(default_factory=EventLog)
     # replicas.total deployment -> the devices the scheduler placed it on (hub.placements)
     placements: dict[str, frozenset[str]] = field(default_factory=dict)
+    # and the devices sent it now (hub.moving): placements started, and those it is moving
+    # off that serve until their replacements are ready; by deployment
+    sent_placements: dict[str, frozenset[str]] = field(default_factory=dict)
+    draining: dict[str, frozenset[str]] = field(default_factory=dict)  # only while moving
+    waiting: dict[str, frozenset[str]] = field(default_factory=dict)  # held back by maxSurge
     # and why, from the scheduler's last pass (not stored: computed again after a restart)
     explanations: dict[str, Explanation] = field(default_factory=dict)
     # Secret name -> its values sealed with the hub's key (hub.secrets), never in the clear
@@ -109,7 +114,12 @@ class Cache:
             cache.rollout_revisions[state.deployment] = kv.mod_revision
         for kv in (await store.range(storekeys.PLACEMENTS)).kvs:
             doc = storekeys.loads(kv.value)
-            cache.placements[kv.key[len(storekeys.PLACEMENTS) :]] = frozenset(doc["devices"])
+            cache.set_placement(
+                kv.key[len(storekeys.PLACEMENTS) :],
+                frozenset(doc["devices"]),
+                draining=frozenset(doc.get("draining", ())),
+                waiting=frozenset(doc.get("waiting", ())),
+            )
         for kv in (await store.range(storekeys.REVOKED)).kvs:
             cache.revoked[kv.key[len(storekeys.REVOKED) :]] = kv.value.decode()
         for kv in (await store.range(storekeys.EVENTS)).kvs[-MAX_EVENTS:]:
@@ -127,6 +137,27 @@ class Cache:
             dep = parse_manifest(dict(manifest))
             assert isinstance(dep, ModelDeployment)
             self.deployments[name] = dep
+
+    def set_placement(
+        self,
+        name: str,
+        devices: frozenset[str],
+        *,
+        draining: frozenset[str] = frozenset(),
+        waiting: frozenset[str] = frozenset(),
+    ) -> None:
+        """A ``replicas.total`` deployment's placements and its move (:mod:`hub.moving`)."""
+        self.placements[name] = devices
+        self.sent_placements[name] = (devices - waiting) | draining
+        for table, value in ((self.draining, draining), (self.waiting, waiting)):
+            if value:
+                table[name] = value
+            else:
+                table.pop(name, None)
+
+    def drop_placement(self, name: str) -> None:
+        for table in (self.placements, self.sent_placements, self.draining, self.waiting):
+            table.pop(name, None)
 
     def drop_object(self, kind: str, name: str) -> None:
         self.stored.pop((kind, name), None)

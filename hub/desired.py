@@ -12,13 +12,15 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Collection, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import orjson
 
+from edgefleet.api import PRIORITY_CLASSES, PriorityClass
 from hub.caching import Cache
 from hub.devices import Device, TrustState
 from hub.placing import Projection, SecurityPolicy, project
+from hub.prioritizing import classes_of
 from hub.rolling import Revision
 from hub.scheduling import accelerator_slots
 from hub.secrets import secret_refs
@@ -40,14 +42,17 @@ class FleetPolicies:
     health_policies: tuple[bytes, ...]
     trust_roots: tuple[bytes, ...] = ()
     baselines: tuple[bytes, ...] = ()
+    priority_classes: Mapping[str, int] = field(default_factory=dict)  # applied, by name
 
     @classmethod
     def of(cls, cache: Cache) -> FleetPolicies:
+        classes = classes_of(o.manifest for o in cache.objects_of(PriorityClass.KIND))
         return cls(
             cache.security_policy(),
             tuple(o.encoded for o in cache.objects_of("DeviceHealthPolicy")),
             cache.trust_roots,
             tuple(o.encoded for o in cache.objects_of("SecurityBaseline")),
+            {name: c.value for name, c in classes.items()},
         )
 
 
@@ -82,7 +87,8 @@ def build_desired(
     device, read from the cache once per batch (read here when not given). ``planned``:
     revisions to send instead of the rollout's choice, by deployment (an apply is checked
     against the worst case: its new revisions on every device they reach). ``placements``:
-    the scheduler's, by ``replicas.total`` deployment (default: the cache's)."""
+    the scheduler's, by ``replicas.total`` deployment (default: the devices the cache says
+    are sent it now, :attr:`hub.caching.Cache.sent_placements`)."""
     fleet = fleet or FleetPolicies.of(cache)
     projection: Projection = project(
         device,
@@ -90,7 +96,7 @@ def build_desired(
         previous=previous,
         policy=fleet.security,
         region=region,
-        placed=cache.placements if placements is None else placements,
+        placed=cache.sent_placements if placements is None else placements,
     )
     labels = device.all_labels()
     excluded = dict(projection.excluded)
@@ -114,7 +120,7 @@ def build_desired(
         mounted.update(
             str(m.get("name")) for m in revision.manifest.get("spec", {}).get("secrets", ())
         )
-        manifests.append(manifest_for(revision, labels))
+        manifests.append(manifest_for(revision, labels, fleet.priority_classes))
         metadata.append(model.envelope)
         if model.rollback_allowance:  # hub.allowing: lets a device go back to this version
             allowances.append(model.rollback_allowance)
@@ -149,29 +155,39 @@ def build_desired(
     )
 
 
-def manifest_for(revision: Revision, labels: Mapping[str, str]) -> bytes:
+def manifest_for(
+    revision: Revision,
+    labels: Mapping[str, str],
+    priority_classes: Mapping[str, int] | None = None,
+) -> bytes:
     """The revision's manifest as one device is sent it: a ``replicas.total`` deployment runs
-    one replica on each device the scheduler chose (``perDevice: 1`` there), and an
+    one replica on each device the scheduler chose (``perDevice: 1`` there), an
     ``accelerator: {anyOf: [...]}`` names the first class this device has (else the first),
     so edged, which knows neither, runs what the hub decided. ``spec.scaling`` of a ``total``
     deployment is the hub's to act on: the device gets it with min = max = 1 (it samples the
-    load and reports it, and never scales)."""
+    load and reports it, and never scales). A ``priorityClassName`` of an applied
+    PriorityClass is sent as its value (``priority``; ``priority_classes``: value by class
+    name), as edged knows no classes."""
     spec = revision.manifest.get("spec", {})
     total = "total" in spec.get("replicas", {})
     wanted = spec.get("resources", {}).get("accelerator")
     choices = [str(c) for c in wanted.get("anyOf", ())] if isinstance(wanted, Mapping) else []
+    cls = spec.get("priorityClassName")
+    priority: int | None = None
+    if isinstance(cls, str) and cls not in PRIORITY_CLASSES and "priority" not in spec:
+        priority = (priority_classes or {}).get(cls, 0)  # deleted by force: 0
     encoded = revision.encoded
-    if not total and not choices:
+    if not total and not choices and priority is None:
         return encoded
     accelerator = ""
     if choices:
         slots = accelerator_slots(labels)
         accelerator = next((c for c in choices if slots.get(c, 0) > 0), choices[0])
-    return _rewritten(encoded, total, accelerator)
+    return _rewritten(encoded, total, accelerator, priority)
 
 
 @functools.lru_cache(maxsize=4096)
-def _rewritten(encoded: bytes, per_device: bool, accelerator: str) -> bytes:
+def _rewritten(encoded: bytes, per_device: bool, accelerator: str, priority: int | None) -> bytes:
     doc = orjson.loads(encoded)
     spec = doc.get("spec", {})
     if per_device:
@@ -182,6 +198,9 @@ def _rewritten(encoded: bytes, per_device: bool, accelerator: str) -> bytes:
             spec["scaling"] = {**spec["scaling"], "minReplicas": 1, "maxReplicas": 1}
     if accelerator:
         spec.setdefault("resources", {})["accelerator"] = accelerator
+    if priority is not None:
+        spec.pop("priorityClassName", None)
+        spec["priority"] = priority
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
 
 

@@ -34,6 +34,7 @@ MAX_STATUS_BYTES = 512 * 1024
 MAX_REVISIONS = 8  # per workload, as hub.syncing keeps
 MAX_COUNTER = 2**53  # requests a revision answered: exact in a double, in JSON
 MAX_METRIC_SECONDS = 86_400.0
+MAX_BENCHMARK_RUNS = 1000
 MAX_NONCE = 64
 MAX_EVIDENCE_BYTES = 256 * 1024
 MAX_GENERATION = 2**62
@@ -89,6 +90,17 @@ def _revision(problems: list[str], path: str, r: device_pb2.RevisionStatus) -> N
                 problems.append(
                     f"{path}.metrics.{name}: from 0 to {MAX_METRIC_SECONDS} seconds, got {seconds}"
                 )
+    if r.HasField("benchmark"):
+        b = r.benchmark
+        if not 0 <= b.p95_seconds <= MAX_METRIC_SECONDS:  # also NaN
+            problems.append(
+                f"{path}.benchmark.p95_seconds: from 0 to {MAX_METRIC_SECONDS} seconds, "
+                f"got {b.p95_seconds}"
+            )
+        if not 0 < b.runs <= MAX_BENCHMARK_RUNS:
+            problems.append(f"{path}.benchmark.runs: from 1 to {MAX_BENCHMARK_RUNS}, got {b.runs}")
+        if not r.sha256:
+            problems.append(f"{path}.benchmark: needs the revision's sha256")
     if r.HasField("validation"):
         v = r.validation
         if not 0 <= v.accuracy <= 1:  # also NaN

@@ -262,6 +262,16 @@ class WorkloadReport:
         )
 
 
+MAX_LATENCIES = 64  # self-benchmarks a device record keeps (the newest)
+
+
+def with_latencies(known: Mapping[str, float], reported: Mapping[str, float]) -> dict[str, float]:
+    """``known`` updated with ``reported`` (newest last), at most :data:`MAX_LATENCIES`."""
+    out = {k: v for k, v in known.items() if k not in reported}
+    out.update(reported)
+    return dict(list(out.items())[-MAX_LATENCIES:])
+
+
 @dataclass(frozen=True, slots=True)
 class Device:
     """One enrolled device.
@@ -296,6 +306,11 @@ class Device:
     ak_offer: Mapping[str, str] | None = None
     # The device's last drift check as it reported it (None: never reported one).
     compliance: Mapping[str, Any] | None = None
+    # The self-benchmarks the device reported (p95 seconds by model artifact sha256, the
+    # newest last, at most MAX_LATENCIES): kept after the model leaves the device, so that the
+    # scheduler does not place a deployment with placement.maxLatencyP95 back on a device
+    # known to be too slow for it.
+    latencies: Mapping[str, float] = field(default_factory=dict)
 
     def accepts_serial(self, serial: str) -> bool:
         """Whether a certificate with this serial may speak for the device: its current one,
@@ -332,6 +347,7 @@ class Device:
             "attestationKeyPem": self.attestation_key_pem,
             "akOffer": dict(self.ak_offer) if self.ak_offer is not None else None,
             **({"compliance": dict(self.compliance)} if self.compliance is not None else {}),
+            **({"latencies": dict(self.latencies)} if self.latencies else {}),
         }
 
     @classmethod
@@ -357,6 +373,7 @@ class Device:
             enrolled_at=doc.get("enrolledAt"),
             attestation_key_pem=str(doc.get("attestationKeyPem", "")),
             compliance=dict(doc["compliance"]) if isinstance(doc.get("compliance"), dict) else None,
+            latencies={str(k): float(v) for k, v in doc.get("latencies", {}).items()},
             ak_offer=(
                 {str(k): str(v) for k, v in doc["akOffer"].items()}
                 if isinstance(doc.get("akOffer"), dict)

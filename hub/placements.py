@@ -14,25 +14,37 @@ that still qualifies). Wakes: any projection mark (an apply, a label, health, at
 phase change, a device connecting), and, while a device holding a placement is not Ready, a
 tick of a quarter of ``devices.rescheduleAfter`` (at most 5 s), which notices it silent for
 longer than that. A quiet fleet costs no passes.
+
+Moves keep the rollout budget (:mod:`hub.moving`): each pass plans, per deployment, which
+devices are sent it now (placements started, old devices draining until their replacements
+serve, new ones waiting for ``maxSurge``); the record stores the move and the cache's
+``sent_placements`` is what the projector sends. While a move is under way a tick every
+:data:`MOVE_TICK` advances it from the devices' reports, without a scheduling pass.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, replace
+from typing import Any
 
-from edgefleet.api import ModelDeployment
+from edgefleet.api import ModelDeployment, PriorityClass, TaintEffect
 from edgefleet.backoff import Backoff
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub import storekeys
 from hub.batching import GIVE_UP_AFTER, BatchLoop
 from hub.caching import Cache
-from hub.devices import DevicePhase
+from hub.devices import Device, DevicePhase
+from hub.moving import MOVING, MoveStep, Replica, plan_moves
+from hub.placing import taints_for, tolerates
+from hub.prioritizing import class_of, classes_of, resolved
 from hub.projecting import Projector
+from hub.rolling import Budget, resolve_budget
 from hub.scheduling import Eviction, Node, Schedule, node_of, schedule
+from hub.statusing import revisions_of
 from hub.store import Delete, Put, Store
 from hub.writing import DeviceWriter, PreparedEvent
 
@@ -41,6 +53,7 @@ log = get_logger(__name__)
 GATHER = 0.05
 RETRY = Backoff(0.05, 10.0)
 MAX_TICK = 5.0
+MOVE_TICK = 0.5  # while a move is under way: how often devices' reports are looked at
 MAX_NAMED = 5  # devices named in one event
 
 
@@ -73,11 +86,18 @@ class Scheduler:
             self.name, self._pass, gather=GATHER, backoff=RETRY, give_up_after=give_up_after
         )
         self._lock = asyncio.Lock()
+        self._full_owed = True  # a scheduling pass is owed (else only the moves advance)
         projector.on_mark = self.wake
         # the fleet autoscaler's total for a deployment (hub/fleetscaling.py); None: the spec's
         self.totals: Callable[[str], int | None] = lambda name: None
 
     def wake(self) -> None:
+        self._full_owed = True
+        self._batches.wake()
+
+    def _advance(self) -> None:
+        """Look at the moves under way again: what devices report decides when an old
+        replica may stop (cheap: no scheduling pass, unless one is owed anyway)."""
         self._batches.wake()
 
     async def run(self, stop: asyncio.Event) -> None:
@@ -89,9 +109,15 @@ class Scheduler:
 
     async def _ticks(self, stop: asyncio.Event) -> None:
         self.wake()
-        while not await wait_for_stop(stop, self._tick):
-            if self._waiting_out():
-                self.wake()
+        last = time.monotonic()
+        while not await wait_for_stop(stop, min(self._tick, MOVE_TICK)):
+            if time.monotonic() - last >= self._tick:
+                last = time.monotonic()
+                if self._waiting_out():
+                    self.wake()
+                    continue
+            if self._cache.draining or self._cache.waiting:
+                self._advance()
 
     def _waiting_out(self) -> bool:
         """Whether a placed device is not Ready: only time can move its replicas (every
@@ -113,9 +139,12 @@ class Scheduler:
             node_of(device, policy, region=self._region)
             for _, device in sorted(cache.devices.items())
         ]
+        classes = classes_of(o.manifest for o in cache.objects_of(PriorityClass.KIND))
         deployments = [
-            _with_total(d, self.totals(d.metadata.name)) for d in cache.deployments.values()
+            resolved(_with_total(d, self.totals(d.metadata.name)), classes)
+            for d in cache.deployments.values()
         ]
+        never = frozenset(d.metadata.name for d in deployments if not class_of(d, classes).preempts)
         artifacts = {}
         for dep in deployments:
             model = cache.models.get((dep.spec.model.name, dep.spec.model.version))
@@ -126,37 +155,115 @@ class Scheduler:
             for name in record.deployments:
                 pinned.setdefault(name, set()).add(device)
         current = {k: v for k, v in cache.placements.items() if k in cache.deployments}
-        return _Snapshot(deployments, nodes, current, self._clock(), pinned, artifacts, self._grace)
+        draining = {k: v for k, v in cache.draining.items() if k in cache.deployments}
+        return _Snapshot(
+            deployments,
+            nodes,
+            current,
+            self._clock(),
+            pinned,
+            artifacts,
+            self._grace,
+            draining,
+            never,
+        )
 
     async def pass_now(self) -> None:
-        """One pass at once (tests, and the loop's work)."""
+        """One scheduling pass at once (tests)."""
+        self._full_owed = True
+        await self._pass()
+
+    async def advance_now(self) -> None:
+        """Advance the moves under way at once (tests)."""
         await self._pass()
 
     async def _pass(self) -> None:
         async with self._lock:
-            snapshot = self._snapshot()
-            result = await asyncio.to_thread(snapshot.decide)
-            await self._apply(result)
+            full, self._full_owed = self._full_owed, False
+            try:
+                if not full:
+                    await self._apply(None)
+                    return
+                snapshot = self._snapshot()
+                result = await asyncio.to_thread(snapshot.decide)
+                await self._apply(result)
+            except BaseException:
+                self._full_owed |= full  # still owed: the loop retries
+                raise
 
-    async def _apply(self, result: Schedule) -> None:
+    def _move_views(
+        self, targets: dict[str, frozenset[str]], evictions: tuple[Eviction, ...]
+    ) -> dict[str, dict[str, Replica]]:
+        """Per deployment, what a move needs to know of its devices (see hub.moving)."""
         cache = self._cache
-        cache.explanations = dict(result.explanations)
+        policy = cache.security_policy()
+        drains = {(e.deployment, e.device) for e in evictions if e.drain}
+        out: dict[str, dict[str, Replica]] = {}
+        for name, target in targets.items():
+            dep = cache.deployments[name]
+            sent = cache.sent_placements.get(name, frozenset())
+            draining = cache.draining.get(name, frozenset())
+            views: dict[str, Replica] = {}
+            for d in target | sent:
+                device = cache.devices.get(d)
+                if device is None:
+                    continue
+                may = (name, d) in drains or d in draining
+                if may and any(
+                    t.effect is TaintEffect.NO_EXECUTE
+                    and not tolerates(dep.spec.placement.tolerations, t)
+                    for t in taints_for(device, policy)
+                ):
+                    may = False
+                views[d] = Replica(serving=_serving(device, name), may_drain=may)
+            out[name] = views
+        return out
+
+    async def _apply(self, result: Schedule | None) -> None:
+        """Store what ``result`` decided (None: only advance the moves under way)."""
+        cache = self._cache
         before = cache.placements
-        after = {
-            name: frozenset(devices)
-            for name, devices in result.placements.items()
-            if name in cache.deployments
+        if result is None:
+            evictions: tuple[Eviction, ...] = ()
+            after = {n: d for n, d in before.items() if n in cache.deployments}
+            explanations = {  # the last pass's, less the moves' notes (written again below)
+                n: replace(ex, notes=tuple(x for x in ex.notes if not x.startswith(MOVING)))
+                for n, ex in cache.explanations.items()
+            }
+        else:
+            evictions = result.evictions
+            after = {
+                name: frozenset(devices)
+                for name, devices in result.placements.items()
+                if name in cache.deployments
+            }
+            explanations = dict(result.explanations)
+        budgets = {n: _budget(cache.deployments[n]) for n in after}
+        steps = plan_moves(
+            budgets,
+            after,
+            {n: cache.sent_placements.get(n, frozenset()) for n in after},
+            self._move_views(after, evictions),
+        )
+        for n, step in steps.items():
+            if step.moving and n in explanations:
+                ex = explanations[n]
+                note = step.note(budgets[n][1])
+                explanations[n] = replace(ex, notes=(*ex.notes, note))
+        cache.explanations = explanations
+        changed = {
+            n
+            for n in after
+            if after[n] != before.get(n, frozenset())
+            or steps[n].draining != cache.draining.get(n, frozenset())
+            or steps[n].waiting != cache.waiting.get(n, frozenset())
         }
-        changed = {n for n in after if after[n] != before.get(n, frozenset())}
         gone = {n for n in before if n not in after}
         if not changed and not gone:
             return
-        events = self._events(result.evictions, before, after, changed)
+        events = self._events(evictions, before, after, changed, steps)
         puts: list[Put | Delete] = [
-            Put(
-                storekeys.placement_key(n),
-                storekeys.dumps({"devices": sorted(after[n])}),
-            )
+            Put(storekeys.placement_key(n), storekeys.dumps(_record(after[n], steps[n])))
             for n in sorted(changed)
         ]
         puts += [Delete(storekeys.placement_key(n)) for n in sorted(gone)]
@@ -165,15 +272,18 @@ class Scheduler:
             self._writer.committed(e)
         touched: set[str] = set()
         for n in changed | gone:
-            touched |= before.get(n, frozenset()) ^ after.get(n, frozenset())
-        cache.placements = {**{n: d for n, d in before.items() if n not in gone}, **after}
+            old = cache.sent_placements.get(n, frozenset())
+            touched |= old ^ (steps[n].sent if n in steps else frozenset())
         for n in gone:
-            cache.placements.pop(n, None)
+            cache.drop_placement(n)
+        for n in after:
+            cache.set_placement(n, after[n], draining=steps[n].draining, waiting=steps[n].waiting)
         log.info(
             "placements changed",
             deployments=len(changed) + len(gone),
             devices=len(touched),
-            evictions=len(result.evictions),
+            evictions=len(evictions),
+            moving=sum(1 for n in changed if steps[n].moving),
         )
         self._projector.mark(touched, notify=False)
 
@@ -183,6 +293,7 @@ class Scheduler:
         before: dict[str, frozenset[str]],
         after: dict[str, frozenset[str]],
         changed: set[str],
+        steps: Mapping[str, MoveStep],
     ) -> list[PreparedEvent]:
         w = self._writer
         out = []
@@ -190,15 +301,30 @@ class Scheduler:
             if e.deployment not in after:
                 continue
             reason = "Preempted" if e.by else "Rescheduled"
+            kept = e.device in steps[e.deployment].draining
             out.append(
                 w.prepare_event(
                     "ModelDeployment",
                     e.deployment,
                     "Warning",
                     reason,
-                    f"replica taken off {e.device}: {e.reason}",
+                    f"replica taken off {e.device}: {e.reason}"
+                    + (" (it serves until its replacement is ready)" if kept else ""),
                 )
             )
+        for name in sorted(changed):
+            done = sorted(self._cache.draining.get(name, frozenset()) - steps[name].draining)
+            if done:
+                out.append(
+                    w.prepare_event(
+                        "ModelDeployment",
+                        name,
+                        "Normal",
+                        "Moved",
+                        f"replica(s) on {', '.join(done[:MAX_NAMED])} stopped: "
+                        f"{steps[name].serving}/{len(after[name])} serving where placed",
+                    )
+                )
         for name in sorted(changed):
             added = sorted(after[name] - before.get(name, frozenset()))
             if not added:
@@ -236,6 +362,8 @@ class _Snapshot:
     pinned: dict[str, set[str]]
     artifacts: dict[str, str]
     grace: float
+    draining: dict[str, frozenset[str]]
+    never_preempt: frozenset[str]
 
     def decide(self) -> Schedule:
         return schedule(
@@ -246,4 +374,29 @@ class _Snapshot:
             pinned=self.pinned,
             artifacts=self.artifacts,
             not_ready_grace_s=self.grace,
+            draining=self.draining,
+            never_preempt=self.never_preempt,
         )
+
+
+def _budget(dep: ModelDeployment) -> tuple[int, Budget]:
+    total = dep.spec.replicas.total or 0
+    rollout = dep.spec.rollout
+    return total, resolve_budget(rollout.max_surge, rollout.max_unavailable, total)
+
+
+def _serving(device: Device, deployment: str) -> bool:
+    """Whether ``deployment`` serves on ``device`` (connected, some revision ready)."""
+    if device.phase is not DevicePhase.READY:
+        return False
+    report = device.workloads.get(deployment)
+    return report is not None and any(r.serves for r in revisions_of(report))
+
+
+def _record(devices: frozenset[str], step: MoveStep) -> dict[str, Any]:
+    out: dict[str, Any] = {"devices": sorted(devices)}
+    if step.draining:
+        out["draining"] = sorted(step.draining)
+    if step.waiting:
+        out["waiting"] = sorted(step.waiting)
+    return out

@@ -56,6 +56,7 @@ from edgefleet.api import (
     SelectorRequirement,
     TaintEffect,
 )
+from edgefleet.api.quantities import format_duration
 from hub.devices import Device, DevicePhase, Taint
 from hub.placing import (
     REGION_LABEL,
@@ -90,6 +91,7 @@ class Node:
     artifacts: frozenset[str] = frozenset()  # sha256 of the artifacts the device holds
     phase: DevicePhase = DevicePhase.READY
     last_heartbeat: float | None = None
+    latencies: Mapping[str, float] = field(default_factory=dict)  # sha256 -> self-benchmark p95
 
 
 def accelerator_slots(labels: Mapping[str, str]) -> dict[str, int]:
@@ -134,6 +136,7 @@ def node_of(
         artifacts=frozenset(held),
         phase=device.phase,
         last_heartbeat=device.last_heartbeat,
+        latencies=device.latencies,
     )
 
 
@@ -146,6 +149,11 @@ class Eviction:
     device: str
     reason: str
     by: str = ""
+    # the replica may keep serving until its replacement is ready (its device still runs it
+    # well, it only stopped matching: labels, region, zone, accelerator); the controller moves
+    # it within ``spec.rollout.maxUnavailable`` (:mod:`hub.moving`). False: it stops now
+    # (a dead, tainted or removed device, a preemption, capacity, a scale-down).
+    drain: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -187,6 +195,13 @@ class Schedule:
     evictions: tuple[Eviction, ...] = ()  # placements taken away, each with its reason
 
 
+LATENCY_REASON = "over maxLatencyP95"
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1000:.1f}ms"
+
+
 def _short(key: str) -> str:
     return key.removeprefix("node.edgefleet.io/")
 
@@ -221,6 +236,7 @@ class Fleet:
         self._mask_cache: dict[tuple[str, str | None], Mask] = {}
         self._untainted_cache: dict[Taint, Mask] = {}
         self._domain_cache: dict[str, tuple[Ints, list[str]]] = {}
+        self._latency_cache: dict[str, npt.NDArray[np.float64]] = {}
         self._slots: dict[str, Ints] = {}
         self._acc_used: dict[str, Ints] = {}
         self._artifact_masks: dict[str, Mask] = {}
@@ -368,6 +384,13 @@ class Fleet:
         for i in idx:
             self._use(dep, i, +1, dep.spec.replicas.per_device or 0)
 
+    def hold(self, dep: ModelDeployment, devices: Iterable[str]) -> None:
+        """Replicas of ``dep`` still serving on devices it is moving off (:mod:`hub.moving`):
+        their room is taken until they stop, and they are not placements."""
+        for d in devices:
+            if d in self.index:
+                self._use(dep, self.index[d], +1)
+
     def running(self, name: str) -> Mask:
         mask = np.zeros(self.n, dtype=np.bool_)
         idx = self.placed.get(name, set()) | self.pinned.get(name, set())
@@ -413,6 +436,15 @@ class Fleet:
         ``running``: the filters a placement that already runs must still pass (NoExecute
         taints, NotReady beyond the grace, labels, region, zone, accelerator); otherwise every
         filter but capacity."""
+        out = self.taint_filters(dep, running=running, now=now, grace_s=grace_s)
+        out += self.label_filters(dep, running=running)
+        return out
+
+    def taint_filters(
+        self, dep: ModelDeployment, *, running: bool, now: float, grace_s: float
+    ) -> list[tuple[str, Mask]]:
+        """The taints ``dep`` does not tolerate (and, ``running``, NotReady beyond the
+        grace): a placement that fails one of these cannot keep serving."""
         placement = dep.spec.placement
         out: list[tuple[str, Mask]] = []
         for taint, idx in sorted(self._taints.items(), key=lambda t: t[0].key):
@@ -432,6 +464,12 @@ class Fleet:
                 out.append((f"not ready for longer than {grace_s:g}s", mask))
                 continue
             out.append((f"not tolerating taint {_short(taint.key)}", self._untainted(taint)))
+        return out
+
+    def label_filters(self, dep: ModelDeployment, *, running: bool) -> list[tuple[str, Mask]]:
+        """Labels, region, zone, accelerator (and, not ``running``, affinity)."""
+        placement = dep.spec.placement
+        out: list[tuple[str, Mask]] = []
         if placement.regions:
             out.append(
                 (
@@ -456,6 +494,9 @@ class Fleet:
         if placement.topology_spread is not None:
             key = placement.topology_spread.key
             out.append((f"without label {key}", self.label_mask(key)))
+        latency = self.latency_filter(dep)
+        if latency is not None:
+            out.append(latency)
         if running:
             return out
         for other in placement.deployment_affinity:
@@ -465,6 +506,48 @@ class Fleet:
         for other in self.shunned_by.get(dep.metadata.name, ()):
             out.append((f"running {other} (its anti-affinity)", ~self.running(other)))
         return out
+
+    # -- latency (placement.maxLatencyP95) -----------------------------------------------------
+    def latencies(self, sha256: str) -> npt.NDArray[np.float64]:
+        """Per device its self-benchmark p95 of artifact ``sha256`` (NaN: not measured)."""
+        column = self._latency_cache.get(sha256)
+        if column is None:
+            column = np.full(self.n, np.nan, dtype=np.float64)
+            for i, node in enumerate(self.nodes):
+                p95 = node.latencies.get(sha256)
+                if p95 is not None:
+                    column[i] = p95
+            self._latency_cache[sha256] = column
+        return column
+
+    def latency_filter(self, dep: ModelDeployment) -> tuple[str, Mask] | None:
+        """Devices whose measured p95 of ``dep``'s model is within its bound (unmeasured
+        devices pass: they are checked once they report)."""
+        bound = dep.spec.placement.max_latency_p95_s
+        sha = self.artifacts.get(dep.metadata.name)
+        if bound is None or not sha:
+            return None
+        column = self.latencies(sha)
+        over = column > bound  # NaN compares False: not measured passes
+        worst = float(np.nanmax(column[over])) if over.any() else 0.0
+        return (
+            f"{LATENCY_REASON} {format_duration(bound)} (measured p95 up to {_ms(worst)})",
+            ~over,
+        )
+
+    def latency_reason(self, dep: ModelDeployment, i: int) -> str:
+        """Why device ``i`` is over ``dep``'s bound, with its figure."""
+        bound = dep.spec.placement.max_latency_p95_s or 0.0
+        p95 = float(self.latencies(self.artifacts[dep.metadata.name])[i])
+        return f"measured p95 {_ms(p95)} over maxLatencyP95 {format_duration(bound)}"
+
+    def unmeasured(self, dep: ModelDeployment) -> int:
+        """How many of ``dep``'s placements are on devices that did not measure its model."""
+        sha = self.artifacts.get(dep.metadata.name)
+        if dep.spec.placement.max_latency_p95_s is None or not sha:
+            return 0
+        column = self.latencies(sha)
+        return sum(1 for i in self.placed.get(dep.metadata.name, ()) if np.isnan(column[i]))
 
     def _requirement(self, req: SelectorRequirement) -> Mask:
         if req.operator is SelectorOperator.IN:
@@ -734,6 +817,12 @@ class Fleet:
                     + ",".join(short[:5])
                     + (f" and {len(short) - 5} more" if len(short) > 5 else "")
                 )
+        unmeasured = self.unmeasured(dep)
+        if unmeasured:
+            notes.append(
+                f"{unmeasured} on devices that have not measured the model's p95 yet "
+                "(checked against maxLatencyP95 once they report it)"
+            )
         if placed >= wanted:
             return Explanation(wanted, placed, self.n, notes=tuple(notes))
         _, filters = self.candidates(dep, now, grace_s)
@@ -767,14 +856,27 @@ def schedule(
     pinned: Mapping[str, Collection[str]] | None = None,
     artifacts: Mapping[str, str] | None = None,
     not_ready_grace_s: float = 60.0,
+    draining: Mapping[str, Collection[str]] | None = None,
+    never_preempt: Collection[str] = (),
 ) -> Schedule:
     """Place every ``replicas.total`` deployment (pure; see the module doc).
 
     ``current``: deployment -> devices placed before; ``pinned``: perDevice deployment ->
     devices it runs on; ``artifacts``: deployment -> sha256 of its model (devices holding it
-    are preferred)."""
+    are preferred); ``draining``: deployment -> devices it is moving off, whose replicas
+    still serve (their room is taken; they are not placements); ``never_preempt``:
+    deployments whose PriorityClass says ``preemptionPolicy: Never`` (placed in priority order,
+    evicting nothing)."""
     fleet, evictions = _run(
-        deployments, nodes, current, now, pinned or {}, artifacts or {}, not_ready_grace_s
+        deployments,
+        nodes,
+        current,
+        now,
+        pinned or {},
+        artifacts or {},
+        not_ready_grace_s,
+        draining or {},
+        frozenset(never_preempt),
     )
     placements = {
         name: tuple(sorted(fleet.nodes[i].name for i in fleet.placed.get(name, ())))
@@ -797,6 +899,8 @@ def _run(
     pinned: Mapping[str, Collection[str]],
     artifacts: Mapping[str, str],
     grace_s: float,
+    draining: Mapping[str, Collection[str]],
+    never_preempt: frozenset[str] = frozenset(),
 ) -> tuple[Fleet, list[Eviction]]:
     fleet = Fleet(nodes, artifacts)
     deps = sorted(deployments, key=lambda d: (-d.spec.effective_priority, d.metadata.name))
@@ -806,6 +910,8 @@ def _run(
     for dep in deps:
         if not _total(dep):
             fleet.pin(dep, pinned.get(dep.metadata.name, ()))
+        elif dep.metadata.name in draining:
+            fleet.hold(dep, draining[dep.metadata.name])
     # 1. keep what still qualifies
     for dep in deps:
         name = dep.metadata.name
@@ -816,13 +922,21 @@ def _run(
         evictions += [Eviction(name, d, "device removed") for d in gone]
         if not was:
             continue
-        filters = fleet.filters(dep, running=True, now=now, grace_s=grace_s)
+        hard = fleet.taint_filters(dep, running=True, now=now, grace_s=grace_s)
+        soft = fleet.label_filters(dep, running=True)
         for i in was:
-            failed = next((why for why, m in filters if not m[i]), None)
+            failed = next((why for why, m in hard if not m[i]), None)
+            drain = failed is None
+            if drain:
+                failed = next((why for why, m in soft if not m[i]), None)
+            if failed is not None and failed.startswith(LATENCY_REASON):
+                failed = fleet.latency_reason(dep, i)
             if failed is None:
                 fleet.add(dep, i)
             else:
-                evictions.append(Eviction(name, fleet.nodes[i].name, f"no longer fits: {failed}"))
+                evictions.append(
+                    Eviction(name, fleet.nodes[i].name, f"no longer fits: {failed}", drain=drain)
+                )
         extra = len(fleet.placed.get(name, ())) - (dep.spec.replicas.total or 0)
         if extra > 0:
             at = np.array(sorted(fleet.placed[name]), dtype=np.int64)
@@ -844,6 +958,8 @@ def _run(
             if not _total(dep):
                 continue
             fleet.place(dep, now=now, grace_s=grace_s)
+            if dep.metadata.name in never_preempt:
+                continue
             for i, victims in fleet.preempt(dep, now=now, grace_s=grace_s):
                 preempted = True
                 for v in victims:

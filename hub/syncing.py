@@ -53,6 +53,7 @@ from hub.devices import (
     RevisionReport,
     TrustState,
     WorkloadReport,
+    with_latencies,
 )
 from hub.limiting import Rate, RateLimiter
 from hub.pki import Role
@@ -496,6 +497,15 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         else device.compliance
                     ),
                 )
+                measured = {
+                    r.sha256: r.benchmark.p95_seconds
+                    for w in msg.status.workloads
+                    for r in w.revisions[:MAX_REPORTED_REVISIONS]
+                    if r.sha256 and r.HasField("benchmark")
+                }
+                if any(device.latencies.get(k) != v for k, v in measured.items()):
+                    changed = changed.with_(latencies=with_latencies(device.latencies, measured))
+                    ctx.projector.mark([name])  # the scheduler reads them (maxLatencyP95)
                 labels = dict(msg.status.labels)
                 if labels and labels != device.reported_labels:  # empty: an older edged
                     changed = changed.with_(reported_labels=labels)

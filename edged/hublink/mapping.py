@@ -13,7 +13,7 @@ from google.protobuf import struct_pb2
 
 from edged.hublink.reporting import DeviceReport, SandboxReport, WorkloadReport
 from edged.reconcile.model import RevisionStatus
-from edged.serving.measuring import RevisionMeasures, ValidationResult
+from edged.serving.measuring import BenchmarkResult, RevisionMeasures, ValidationResult
 from edgefleet.api.conditions import Condition
 from edgefleet.sealing import SealedForDevice
 from edgefleet.v1 import common_pb2, device_pb2
@@ -75,7 +75,12 @@ def _workload(w: WorkloadReport) -> device_pb2.WorkloadStatus:
         model_version=w.model_version,
         conditions=[_condition(c) for c in w.conditions],
         revisions=[
-            _revision(r, w.measures.get(r.revision), w.validations.get(r.revision))
+            _revision(
+                r,
+                w.measures.get(r.revision),
+                w.validations.get(r.revision),
+                w.benchmarks.get(r.revision),
+            )
             for r in w.revisions
         ],
         sizing=_sizing(w.sizing) if w.sizing else None,
@@ -134,7 +139,10 @@ def _sizing(doc: Mapping[str, Any]) -> device_pb2.WorkloadSizing:
 
 
 def _revision(
-    r: RevisionStatus, m: RevisionMeasures | None, v: ValidationResult | None
+    r: RevisionStatus,
+    m: RevisionMeasures | None,
+    v: ValidationResult | None,
+    b: BenchmarkResult | None = None,
 ) -> device_pb2.RevisionStatus:
     msg = device_pb2.RevisionStatus(
         revision=r.revision,
@@ -168,6 +176,8 @@ def _revision(
                 message=v.message,
             )
         )
+    if b is not None:
+        msg.benchmark.CopyFrom(device_pb2.RevisionBenchmark(p95_seconds=b.p95_s, runs=b.runs))
     return msg
 
 

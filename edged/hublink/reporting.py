@@ -22,7 +22,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from edged.reconcile.model import RevisionPhase, RevisionStatus, WorkloadStatus
-from edged.serving.measuring import RevisionMeasures, ValidationResult
+from edged.serving.measuring import BenchmarkResult, RevisionMeasures, ValidationResult
 from edged.sources.static import SourceProblem
 from edged.state.merging import HUB_SOURCE
 from edged.workloads import DesiredWorkload, WorkloadName
@@ -80,6 +80,7 @@ class WorkloadReport:
     # per revision (hash): what its inference path answered, its validation accuracy
     measures: Mapping[str, RevisionMeasures] = field(default_factory=dict)
     validations: Mapping[str, ValidationResult] = field(default_factory=dict)
+    benchmarks: Mapping[str, BenchmarkResult] = field(default_factory=dict)
     sandboxes: tuple[SandboxReport, ...] = ()
 
 
@@ -102,6 +103,7 @@ def build_device_report(
     sizing_of: Callable[[WorkloadName], Mapping[str, Any] | None] | None = None,
     measures_of: Callable[[WorkloadName, str], RevisionMeasures | None] | None = None,
     validation_of: Callable[[WorkloadName, str], ValidationResult | None] | None = None,
+    benchmark_of: Callable[[WorkloadName, str], BenchmarkResult | None] | None = None,
     sandboxes_of: Callable[[WorkloadName], tuple[SandboxReport, ...]] | None = None,
     compliance: Mapping[str, Any] | None = None,
 ) -> DeviceReport:
@@ -110,7 +112,8 @@ def build_device_report(
     status the reconciler planned for a workload (None: not reconciled yet); ``incoming``:
     the hub source's revisions not accepted (yet), by workload; ``sizing_of``: autoscaling
     and eviction of a workload (None: not reported); ``measures_of`` and ``validation_of``:
-    a revision's figures (serving/measuring.py), by workload and hash."""
+    a revision's figures (serving/measuring.py), by workload and hash; ``benchmark_of``: a
+    revision's self-benchmark (the slowest replica's)."""
     health = device.get("health") or {}
     incoming = incoming or {}
     workloads = []
@@ -129,6 +132,7 @@ def build_device_report(
             revisions = (RevisionStatus("", version, w.sha256, RevisionPhase.PENDING, wanted=True),)
         measures = {}
         validations = {}
+        benchmarks = {}
         for r in revisions:
             if not r.revision:
                 continue
@@ -138,6 +142,9 @@ def build_device_report(
             v = validation_of(name, r.revision) if validation_of is not None else None
             if v is not None:
                 validations[r.revision] = v
+            b = benchmark_of(name, r.revision) if benchmark_of is not None else None
+            if b is not None:
+                benchmarks[r.revision] = b
         workloads.append(
             WorkloadReport(
                 name=name,
@@ -150,6 +157,7 @@ def build_device_report(
                 sizing=_steady(sizing_of(name)) if sizing_of is not None else None,
                 measures=measures,
                 validations=validations,
+                benchmarks=benchmarks,
                 sandboxes=sandboxes_of(name) if sandboxes_of is not None else (),
             )
         )

@@ -101,6 +101,30 @@ class RevisionMeters:
 
 
 @dataclass(frozen=True, slots=True)
+class BenchmarkResult:
+    """A revision's self-benchmark on this device: the p95 of its worker's timed runs after
+    the warm-up (runtime/worker.py)."""
+
+    p95_s: float
+    runs: int
+
+    @classmethod
+    def from_worker(cls, doc: object) -> BenchmarkResult | None:
+        """From a worker's READY metadata (``benchmark``), held to bounds; None when absent
+        or malformed."""
+        if not isinstance(doc, dict):
+            return None
+        try:
+            p95 = float(doc.get("p95Seconds", -1.0))
+            runs = int(doc.get("runs", 0))
+        except (TypeError, ValueError):
+            return None
+        if not (0.0 <= p95 < 3600.0) or not (0 < runs <= 1000):
+            return None
+        return cls(p95, runs)
+
+
+@dataclass(frozen=True, slots=True)
 class ValidationResult:
     """A revision's accuracy on its validation set, as its worker found (or why not)."""
 

@@ -47,6 +47,7 @@ from edgefleet.api.manifests import (
     read_manifest,
 )
 from edgefleet.api.meta import API_VERSION, ObjectMeta
+from edgefleet.api.priorities import PreemptionPolicy, PriorityClass, PriorityClassSpec
 from edgefleet.api.quantities import (
     IntOrPercent,
     format_cpu,
@@ -83,6 +84,9 @@ __all__ = [
     "Power",
     "PowerWindow",
     "Precision",
+    "PreemptionPolicy",
+    "PriorityClass",
+    "PriorityClassSpec",
     "Probe",
     "Probes",
     "Replicas",

@@ -26,6 +26,7 @@ from typing import Any
 from edgefleet.api import manifests
 from edgefleet.api.baselines import SecurityBaseline
 from edgefleet.api.meta import API_VERSION, SERVER_METADATA
+from edgefleet.api.priorities import PriorityClass
 from edgefleet.api.secrets import Secret
 from edgefleet.api.validating import Problems, Reader
 from edgefleet.errors import EdgefleetError
@@ -123,10 +124,17 @@ FIELD_HELP: Mapping[str, str] = {
     "spec.secrets.name": "The Secret's name.",
     "spec.secrets.mountPath": "The name the workload knows the directory by "
     "(EDGEFLEET_SECRET_DIRS maps it to the directory).",
+    "spec.placement.maxLatencyP95": "Not on devices whose own measured p95 of the model "
+    "(a self-benchmark when a revision starts there) is above this (replicas.total).",
+    "spec.value": "The priority deployments of this class get: higher wins.",
+    "spec.preemptionPolicy": "PreemptLowerPriority: may evict lower priorities to fit; "
+    "Never: placed before them, evicts nothing.",
+    "spec.description": "For people: when to use this class.",
 }
 
 
 KIND_HELP: Mapping[str, str] = {
+    "PriorityClass": "A named priority that ModelDeployments refer to (spec.priorityClassName).",
     "SecurityBaseline": "What devices must prove to keep their workloads: attestation, a TPM, "
     "the digests of their code, config and models.",
 }
@@ -254,6 +262,7 @@ class _ExploringReader(Reader):
 _MINIMAL_SPEC: Mapping[str, Mapping[str, Any]] = {
     "ModelDeployment": {"model": {"name": "m", "version": "1"}, "replicas": {"perDevice": 1}},
     "Secret": {"stringData": {"k": "v"}},
+    "PriorityClass": {"value": 0},
 }
 
 
@@ -321,6 +330,7 @@ _KIND_CLASSES: Mapping[str, type] = {
     "DeviceHealthPolicy": manifests.DeviceHealthPolicy,
     "SecurityBaseline": SecurityBaseline,
     "Secret": Secret,
+    "PriorityClass": PriorityClass,
 }
 
 

@@ -26,6 +26,7 @@ from edgefleet.api.meta import (
     read_metadata,
 )
 from edgefleet.api.networking import NetworkPolicy, read_network
+from edgefleet.api.priorities import PriorityClass, read_priority_class
 from edgefleet.api.quantities import (
     IntOrPercent,
     describe,
@@ -102,8 +103,8 @@ PRIORITY_CLASSES: Mapping[str, int] = {
     "default": 0,
     "low": -1000,
 }
-"""The built-in ``spec.priorityClassName`` values and their priorities (a PriorityClass kind
-of one's own is not supported yet)."""
+"""The built-in ``spec.priorityClassName`` values and their priorities (a ``PriorityClass``
+object of one's own, :mod:`edgefleet.api.priorities`, adds more; the hub resolves those)."""
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -285,6 +286,10 @@ class Placement:
     deployment_affinity: tuple[str, ...] = ()
     deployment_anti_affinity: tuple[str, ...] = ()
     strategy: PlacementStrategy = PlacementStrategy.SPREAD
+    # not on a device whose self-benchmark of the model (a p95, measured when a revision
+    # starts there) is above this; a device not measured yet may be placed, and is left when
+    # its figure is over
+    max_latency_p95_s: float | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -306,6 +311,8 @@ class Placement:
             out["deploymentAntiAffinity"] = list(self.deployment_anti_affinity)
         if self.strategy is not PlacementStrategy.SPREAD:
             out["strategy"] = self.strategy.value
+        if self.max_latency_p95_s is not None:
+            out["maxLatencyP95"] = format_duration(self.max_latency_p95_s)
         return out
 
 
@@ -523,7 +530,8 @@ class ModelDeploymentSpec:
 
     @property
     def effective_priority(self) -> int:
-        """``priority``, else the built-in class's, else 0."""
+        """``priority``, else the built-in class's, else 0 (a PriorityClass of one's own is
+        resolved by the hub, which sends devices its value as ``priority``)."""
         if self.priority is not None:
             return self.priority
         return PRIORITY_CLASSES.get(self.priority_class_name or "default", 0)
@@ -654,7 +662,9 @@ class DeviceHealthPolicy:
         }
 
 
-Manifest: TypeAlias = ModelDeployment | DeviceHealthPolicy | SecurityBaseline | Secret
+Manifest: TypeAlias = (
+    ModelDeployment | DeviceHealthPolicy | SecurityBaseline | Secret | PriorityClass
+)
 """Any manifest kind."""
 
 
@@ -821,6 +831,13 @@ def _read_toleration(r: Reader) -> Toleration:
     )
 
 
+def _latency_bound(value: object) -> float:
+    seconds = parse_duration(value)
+    if not 0 < seconds <= 60:
+        raise ValueError(f"must be more than 0 and at most 60s, got {describe(value)}")
+    return seconds
+
+
 def _read_placement(r: Reader | None) -> Placement:
     if r is None:
         return Placement()
@@ -852,18 +869,14 @@ def _read_placement(r: Reader | None) -> Placement:
         deployment_anti_affinity=tuple(
             r.list_of("deploymentAntiAffinity", dns_label, unique=True) or ()
         ),
+        max_latency_p95_s=r.optional("maxLatencyP95", _latency_bound, None),
         strategy=r.optional("strategy", one_of(PlacementStrategy), PlacementStrategy.SPREAD),
     )
 
 
 def _priority_class(value: object) -> str:
-    if not isinstance(value, str) or value not in PRIORITY_CLASSES:
-        names = ", ".join(PRIORITY_CLASSES)
-        raise ValueError(
-            f"must be one of the built-in classes {names} (a PriorityClass kind of one's own "
-            f"is not supported yet), got {describe(value)}"
-        )
-    return value
+    """A built-in class or the name of a PriorityClass (which the hub checks exists)."""
+    return dns_label(value)
 
 
 def _read_probe(r: Reader | None, default: Probe) -> Probe:
@@ -1048,6 +1061,8 @@ def _check_total_only(r: Reader, spec: ModelDeploymentSpec) -> None:
         r.problems.add(f"{r.path}.placement.deploymentAntiAffinity", only)
     if placement.strategy is not PlacementStrategy.SPREAD:
         r.problems.add(f"{r.path}.placement.strategy", only)
+    if placement.max_latency_p95_s is not None:
+        r.problems.add(f"{r.path}.placement.maxLatencyP95", only)
 
 
 def _refuse_unbuilt(r: Reader, spec: ModelDeploymentSpec) -> None:
@@ -1086,6 +1101,7 @@ _KINDS: dict[str, Callable[[ObjectMeta, Reader | None], Manifest]] = {
     DeviceHealthPolicy.KIND: _read_device_health_policy,
     SecurityBaseline.KIND: read_security_baseline,
     Secret.KIND: read_secret,
+    PriorityClass.KIND: read_priority_class,
 }
 SUPPORTED_KINDS: tuple[str, ...] = tuple(_KINDS)
 

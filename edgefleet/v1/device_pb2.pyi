@@ -187,7 +187,7 @@ class ReplicaSandbox(_message.Message):
     def __init__(self, replica: _Optional[str] = ..., revision: _Optional[str] = ..., mode: _Optional[str] = ..., landlock_abi: _Optional[int] = ..., filesystem: _Optional[bool] = ..., network: _Optional[bool] = ..., no_new_privs: _Optional[bool] = ..., seccomp: _Optional[bool] = ..., scoped: _Optional[bool] = ..., connect_ports: _Optional[_Iterable[int]] = ..., uid: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RevisionStatus(_message.Message):
-    __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted", "metrics", "validation", "bytes_done", "bytes_total")
+    __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted", "metrics", "validation", "bytes_done", "bytes_total", "benchmark")
     REVISION_FIELD_NUMBER: _ClassVar[int]
     MODEL_VERSION_FIELD_NUMBER: _ClassVar[int]
     SHA256_FIELD_NUMBER: _ClassVar[int]
@@ -200,6 +200,7 @@ class RevisionStatus(_message.Message):
     VALIDATION_FIELD_NUMBER: _ClassVar[int]
     BYTES_DONE_FIELD_NUMBER: _ClassVar[int]
     BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BENCHMARK_FIELD_NUMBER: _ClassVar[int]
     revision: str
     model_version: str
     sha256: str
@@ -212,7 +213,16 @@ class RevisionStatus(_message.Message):
     validation: RevisionValidation
     bytes_done: int
     bytes_total: int
-    def __init__(self, revision: _Optional[str] = ..., model_version: _Optional[str] = ..., sha256: _Optional[str] = ..., phase: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., wanted: _Optional[bool] = ..., metrics: _Optional[_Union[RevisionMetrics, _Mapping]] = ..., validation: _Optional[_Union[RevisionValidation, _Mapping]] = ..., bytes_done: _Optional[int] = ..., bytes_total: _Optional[int] = ...) -> None: ...
+    benchmark: RevisionBenchmark
+    def __init__(self, revision: _Optional[str] = ..., model_version: _Optional[str] = ..., sha256: _Optional[str] = ..., phase: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., wanted: _Optional[bool] = ..., metrics: _Optional[_Union[RevisionMetrics, _Mapping]] = ..., validation: _Optional[_Union[RevisionValidation, _Mapping]] = ..., bytes_done: _Optional[int] = ..., bytes_total: _Optional[int] = ..., benchmark: _Optional[_Union[RevisionBenchmark, _Mapping]] = ...) -> None: ...
+
+class RevisionBenchmark(_message.Message):
+    __slots__ = ("p95_seconds", "runs")
+    P95_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    RUNS_FIELD_NUMBER: _ClassVar[int]
+    p95_seconds: float
+    runs: int
+    def __init__(self, p95_seconds: _Optional[float] = ..., runs: _Optional[int] = ...) -> None: ...
 
 class RevisionMetrics(_message.Message):
     __slots__ = ("requests", "errors", "latency_p95_seconds", "latency_window_seconds", "window_requests")

@@ -613,7 +613,7 @@ def test_scheduling_fields() -> None:
             "spec.resources.accelerator.oneOf",
             "unknown field",
         ),
-        ({"priorityClassName": "urgent"}, "spec.priorityClassName", "not supported yet"),
+        ({"priorityClassName": "Urgent!"}, "spec.priorityClassName", "must be a DNS label"),
         ({"priority": 10, "priorityClassName": "high"}, "spec", "at most one of priority"),
         (
             {"replicas": {"perDevice": 1}, "placement": {"deploymentAffinity": ["x"]}},
@@ -684,3 +684,46 @@ def test_canary_steps_with_pauses_round_trip() -> None:
         {"pause": {}},
         "100%",
     ]
+
+
+def _priority_class(name: str = "safety", **spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def test_a_priority_class_is_read_canonically() -> None:
+    pc = parse_manifest(_priority_class(value=5000, description="collision avoidance"))
+    assert pc.to_dict()["spec"] == {
+        "value": 5000,
+        "preemptionPolicy": "PreemptLowerPriority",
+        "description": "collision avoidance",
+    }
+    never = parse_manifest(_priority_class(value=-5, preemptionPolicy="Never"))
+    assert never.to_dict()["spec"] == {"value": -5, "preemptionPolicy": "Never"}
+    # a deployment may name any class: the hub checks that it exists
+    dep = parse_manifest(minimal(priorityClassName="safety"))
+    assert isinstance(dep, ModelDeployment) and dep.spec.priority_class_name == "safety"
+
+
+@pytest.mark.parametrize(
+    ("doc", "path", "message"),
+    [
+        (_priority_class(), "spec.value", "required field is missing"),
+        (_priority_class(value=True), "spec.value", "must be an integer"),
+        (_priority_class(value=2_000_000_000), "spec.value", "must be from"),
+        (_priority_class(value=1, preemptionPolicy="Sometimes"), "spec.preemptionPolicy",
+         "must be one of PreemptLowerPriority, Never"),
+        (_priority_class(value=1, description="x" * 1025), "spec.description",
+         "at most 1024 characters"),
+        (_priority_class("critical", value=1), "metadata.name", "'critical' is a built-in class"),
+        (_priority_class(value=1, globalDefault=True), "spec.globalDefault", "unknown field"),
+    ],
+)  # fmt: skip
+def test_priority_class_problems(doc: dict[str, Any], path: str, message: str) -> None:
+    found = problems_of(doc)
+    assert path in found, found
+    assert message in found[path]

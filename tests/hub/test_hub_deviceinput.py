@@ -262,6 +262,7 @@ def _measured(**kw: object) -> device_pb2.Status:
 
 M = device_pb2.RevisionMetrics
 V = device_pb2.RevisionValidation
+B = device_pb2.RevisionBenchmark
 
 
 @pytest.mark.parametrize(
@@ -291,6 +292,19 @@ V = device_pb2.RevisionValidation
         ),
         (_measured(validation=V(samples=1, correct=2)), "validation.correct: at most samples"),
         (_measured(validation=V(message="m" * 1025)), "validation.message: at most 1024"),
+        (_measured(sha256="ab" * 32, benchmark=B(p95_seconds=0.01, runs=20)), None),
+        (
+            _measured(sha256="ab" * 32, benchmark=B(p95_seconds=float("nan"), runs=20)),
+            "revisions[0].benchmark.p95_seconds: from 0 to",
+        ),
+        (
+            _measured(sha256="ab" * 32, benchmark=B(p95_seconds=0.01, runs=0)),
+            "revisions[0].benchmark.runs: from 1 to 1000, got 0",
+        ),
+        (
+            _measured(benchmark=B(p95_seconds=0.01, runs=3)),
+            "revisions[0].benchmark: needs the revision's sha256",
+        ),
     ],
 )
 def test_revision_figures_table(status: device_pb2.Status, problem: str | None) -> None:

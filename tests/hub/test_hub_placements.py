@@ -156,7 +156,7 @@ def test_a_placed_device_is_sent_one_replica_and_its_own_accelerator_class() -> 
     planned = {"fraud": revision}
     off = build_desired(d1, cache, previous=frozenset(), region="eu", planned=planned)
     assert off.deployments == () and "the scheduler placed no replica here" in off.excluded["fraud"]
-    cache.placements["fraud"] = frozenset({"d1"})
+    cache.set_placement("fraud", frozenset({"d1"}))
     on = build_desired(d1, cache, previous=frozenset(), region="eu", planned=planned)
     assert on.deployments == ("fraud",)
     sent = orjson.loads(on.manifests[0])

@@ -232,7 +232,7 @@ def test_sizing_is_reported_without_the_samples() -> None:
 def test_revision_figures_go_to_the_hub_within_its_bounds() -> None:
     """What a revision answered and its validation accuracy reach the Status message, and the
     hub's bounds (hub.deviceinput is the hub's; checked here on the real message) take it."""
-    from edged.serving.measuring import RevisionMeasures, ValidationResult
+    from edged.serving.measuring import BenchmarkResult, RevisionMeasures, ValidationResult
 
     rev = RevisionStatus("rev1", "2.1", "a" * 64, RevisionPhase.READY, 2, wanted=True)
     statuses = {
@@ -245,6 +245,7 @@ def test_revision_figures_go_to_the_hub_within_its_bounds() -> None:
         (),
         measures_of=lambda w, r: RevisionMeasures(120, 3, 0.012, 60.0, 40) if r == "rev1" else None,
         validation_of=lambda w, r: ValidationResult(0.9, 10, 9),
+        benchmark_of=lambda w, r: BenchmarkResult(0.0042, 20) if r == "rev1" else None,
     )
     msg = status_message(report, generation=1)
     (shelf,) = [w for w in msg.workloads if w.name == "shelf"]
@@ -252,5 +253,6 @@ def test_revision_figures_go_to_the_hub_within_its_bounds() -> None:
     assert (got.metrics.requests, got.metrics.errors, got.metrics.window_requests) == (120, 3, 40)
     assert got.metrics.latency_p95_seconds == 0.012
     assert (got.validation.accuracy, got.validation.samples, got.validation.correct) == (0.9, 10, 9)
+    assert (got.benchmark.p95_seconds, got.benchmark.runs) == (0.0042, 20)
     doors = next(w for w in msg.workloads if w.name == "doors")
     assert not doors.revisions[0].HasField("metrics")  # nothing measured: nothing sent

@@ -1,0 +1,181 @@
+"""PriorityClass objects: applied, got and deleted over real mutual-TLS AdminService gRPC (a
+real SQLite store), refused where unknown or in use; resolved by the scheduler controller
+(value, ``preemptionPolicy: Never``) and sent to devices as ``spec.priority``. Faked: the
+clock of the scheduler test only."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+import pytest
+from asynctesting import async_test
+from hubserving import AdminHub, make_hub_dir
+from hubtesting import FakeClock
+from test_hub_placements import device, parts
+
+from edgefleet.api import parse_manifest
+from edgefleet.v1 import admin_pb2
+from hub import storekeys
+from hub.caching import Cache
+from hub.desired import manifest_for
+from hub.prioritizing import ClassValue, class_of, resolved, unknown_classes, users_of
+from hub.rolling import Revision, template_hash
+from hub.store import SqliteStore
+
+
+def klass(name: str, value: int, **spec: Any) -> dict[str, Any]:
+    doc = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name},
+        "spec": {"value": value, **spec},
+    }
+    return parse_manifest(doc).to_dict()
+
+
+def dep(name: str, **spec: Any) -> dict[str, Any]:
+    doc = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": name},
+        "spec": {"model": {"name": name, "version": "1.0.0"}, **spec},
+    }
+    return parse_manifest(doc).to_dict()
+
+
+def typed(doc: dict[str, Any]) -> Any:
+    return parse_manifest(doc)
+
+
+URGENT: dict[str, Any] = {"replicas": {"total": 1}, "resources": {"cpu": "2"}}
+CLASSES = {"safety": ClassValue(5000), "polite": ClassValue(5000, preempts=False)}
+
+
+@pytest.mark.parametrize(
+    ("spec", "value", "preempts"),
+    [
+        ({}, 0, True),
+        ({"priorityClassName": "high"}, 1000, True),
+        ({"priorityClassName": "safety"}, 5000, True),
+        ({"priorityClassName": "polite"}, 5000, False),
+        ({"priority": 7}, 7, True),
+        ({"priorityClassName": "deleted-by-force"}, 0, False),
+    ],
+)
+def test_what_priority_a_deployment_has(spec: dict[str, Any], value: int, preempts: bool) -> None:
+    d = typed(dep("x", **spec))
+    assert class_of(d, CLASSES) == ClassValue(value, preempts)
+    assert resolved(d, CLASSES).spec.effective_priority == value
+
+
+def test_unknown_classes_and_users() -> None:
+    deps = [
+        typed(dep("a", priorityClassName="safety")),
+        typed(dep("b", priorityClassName="nope")),
+        typed(dep("c", priorityClassName="low")),
+        typed(dep("d")),
+    ]
+    assert unknown_classes(deps, {"safety"}) == [("b", "nope")]
+    assert users_of("safety", deps) == ["a"]
+
+
+def test_a_device_is_sent_the_class_value_as_priority() -> None:
+    manifest = dep("x", replicas={"perDevice": 1}, priorityClassName="safety")
+    revision = Revision("x", 1, template_hash(manifest), manifest, 0.0)
+    sent = orjson.loads(manifest_for(revision, {}, {"safety": 5000}))
+    assert sent["spec"]["priority"] == 5000 and "priorityClassName" not in sent["spec"]
+    builtin = dep("y", replicas={"perDevice": 1}, priorityClassName="high")
+    revision = Revision("y", 1, template_hash(builtin), builtin, 0.0)
+    assert manifest_for(revision, {}, {}) == revision.encoded  # edged knows the built-ins
+
+
+@async_test
+async def test_a_never_preempting_class_is_placed_first_but_evicts_nothing(
+    tmp_path: Path,
+) -> None:
+    clock = FakeClock()
+    store = await SqliteStore.open(tmp_path / "hub.db")
+    try:
+        cache = Cache(devices={"d0": device("d0", clock.now)})  # 4 cpus
+        cache.put_object(dep("low", replicas={"total": 1}, resources={"cpu": "3"}), 1)
+        scheduler, _, _ = parts(store, cache, clock)
+        await scheduler.pass_now()
+        assert cache.placements["low"] == {"d0"}
+
+        cache.put_object(klass("polite", 5000, preemptionPolicy="Never"), 2)
+        cache.put_object(
+            dep(
+                "urgent", replicas={"total": 1}, resources={"cpu": "2"}, priorityClassName="polite"
+            ),
+            3,
+        )
+        await scheduler.pass_now()
+        assert cache.placements["low"] == {"d0"} and not cache.placements.get("urgent")
+        assert "1 insufficient cpu" in cache.explanations["urgent"].message()
+
+        # the same class, allowed to preempt: low is evicted for it
+        cache.put_object(klass("polite", 5000), 4)
+        await scheduler.pass_now()
+        assert cache.placements["urgent"] == {"d0"} and cache.placements["low"] == frozenset()
+        (event,) = [e for e in cache.events if e["reason"] == "Preempted"]
+        assert "preempted by urgent (priority 5000)" in event["message"]
+    finally:
+        await store.close()
+
+
+async def _code_of(call: Any) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await call
+    return info.value.code(), info.value.details() or ""
+
+
+@async_test
+async def test_classes_are_applied_got_refused_when_unknown_and_kept_while_in_use(
+    tmp_path: Path,
+) -> None:
+    hub = AdminHub(await make_hub_dir(tmp_path / "hub"))
+    async with hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        user = orjson.dumps(dep("det", replicas={"total": 1}, priorityClassName="safety"))
+
+        # an unknown class: refused, nothing written
+        code, details = await _code_of(stub.Apply(admin_pb2.ApplyRequest(documents=[user])))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT
+        assert details.startswith(
+            "nothing applied: ModelDeployment det: spec.priorityClassName: unknown class "
+            "'safety' (built-in: system-critical, critical, high, default, low; "
+            "PriorityClasses applied: none)"
+        )
+        assert "det" not in hub.ctx.cache.deployments
+
+        # the class in the same apply: accepted; a built-in name as a class: refused
+        pc = orjson.dumps(klass("safety", 5000, description="collision avoidance"))
+        answer = await stub.Apply(admin_pb2.ApplyRequest(documents=[pc, user]))
+        assert [r.outcome for r in answer.results] == [admin_pb2.ApplyResult.CREATED] * 2
+        bad = {**klass("safety", 1), "metadata": {"name": "critical"}}
+        code, details = await _code_of(
+            stub.Apply(admin_pb2.ApplyRequest(documents=[orjson.dumps(bad)]))
+        )
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and "is a built-in class" in details
+
+        got = await stub.Get(admin_pb2.GetRequest(kind="PriorityClass", name="safety"))
+        assert orjson.loads(got.json)["spec"] == {
+            "value": 5000,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "description": "collision avoidance",
+        }
+        listed = await stub.List(admin_pb2.ListRequest(kind="PriorityClass"))
+        assert [orjson.loads(o.json)["metadata"]["name"] for o in listed.items] == ["safety"]
+
+        # in use: not deleted unless forced
+        request = admin_pb2.DeleteRequest(kind="PriorityClass", name="safety")
+        code, details = await _code_of(stub.Delete(request))
+        assert code is grpc.StatusCode.FAILED_PRECONDITION
+        assert "PriorityClass safety is in use by ModelDeployment det" in details
+        assert await hub.ctx.store.get(storekeys.object_key("PriorityClass", "safety"))
+        forced = admin_pb2.DeleteRequest(kind="PriorityClass", name="safety", force=True)
+        assert (await stub.Delete(forced)).deleted
+        assert not hub.ctx.cache.objects_of("PriorityClass")
