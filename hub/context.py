@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgefleet.artifacts.storing import ArtifactStore
+from hub.blobsharing import SharedBlobs
 from hub.caching import Cache
 from hub.config import HubConfig
 from hub.dashboard.access import DashboardAccess
@@ -48,6 +49,7 @@ class HubContext:
     elector: Elector | None = None  # hub replicas on etcd (hub.replicas); None: the only hub
     dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.dashboard
     tuf: TufRepository | None = None  # D/tuf/: the TUF repository, when the hub keeps one
+    shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)
 
     @property
     def region(self) -> str:

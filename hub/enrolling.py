@@ -307,6 +307,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             ca_certificate_pem=pki.certificate_pem(ctx.ca.certificate),
             trust_root=HubRoots(ctx.cache.trust_roots).enrollment_bytes(),
             device_name=name,
+            hub_addresses=list(ctx.config.replica_addresses),
         )
         response.MergeFrom(tpm_answer)
         return response

@@ -61,6 +61,7 @@ ADMIN_WRITES = frozenset(
         "Uncordon",
         "RevokeDevice",
         "PushArtifact",
+        "PushRollbackAllowance",
         "CreateToken",
         "RolloutAction",
     )
