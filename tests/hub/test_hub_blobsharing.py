@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 from asynctesting import async_test
+from hubtesting import MakeStore
 
 from edgefleet.artifacts.storing import ArtifactStore, PinnedDigest
 from edgefleet.errors import ArtifactError
@@ -28,8 +29,8 @@ def _ingest(blobs: ArtifactStore, data: bytes) -> str:
 
 @async_test
 async def test_a_blob_published_by_one_replica_is_copied_into_another(
-    make_store, tmp_path: Path
-) -> None:  # type: ignore[no-untyped-def]
+    make_store: MakeStore, tmp_path: Path
+) -> None:
     store = await make_store()
     try:
         a = SharedBlobs(store, ArtifactStore(tmp_path / "a"))
