@@ -119,7 +119,8 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     sessions = Sessions()
     metrics.watch(cache, sessions)
     roots = load_roots(paths.data_dir)
-    writer = DeviceWriter(store, cache, on_event=metrics.count_event)
+    # Replicas: two replicas may write one device's record; each write is conditional.
+    writer = DeviceWriter(store, cache, on_event=metrics.count_event, conditional=replicated)
     # Replicas on etcd: the controllers write only while this replica leads (hub.replicas).
     elector = (
         Elector(store, identity=replica_identity(), ttl=config.etcd.leader_lease_s)
