@@ -243,6 +243,24 @@ async def measure_etcd(workdir: Path, records: list[bytes], n: int) -> dict[str,
     return {"devices": n, "bytes_per_device": (after - before) / n}
 
 
+def watch_cost(records: list[bytes], rounds: int = 20) -> float:
+    """CPU seconds per device record a replica takes from its watch (every replica follows
+    every device record, hub/replicas.py ReplicaDevices): decode, Device, compare."""
+    from hub import storekeys
+    from hub.devices import Device
+
+    previous = {}
+    started = time.process_time()
+    for _ in range(rounds):
+        for value in records:
+            record = storekeys.loads(value)
+            device = Device.from_json(record)
+            old = previous.get(device.name)
+            if old is None or old.with_(last_heartbeat=None) != device.with_(last_heartbeat=None):
+                previous[device.name] = device
+    return (time.process_time() - started) / (rounds * len(records))
+
+
 # -- the model -------------------------------------------------------------------------------
 
 
@@ -271,10 +289,12 @@ def main() -> int:
         etcd = asyncio.run(measure_etcd(work, rows[-1]["records"], args.etcd_devices))
 
     mib = 2**20
-    mem_slope, mem_base = _slope([(r["devices"], r["rss"]) for r in rows])
+    conn_slope, _ = _slope([(r["devices"], r["rss"] - r["idle_rss"]) for r in rows])
+    record_slope, mem_base = _slope([(r["devices"], r["idle_rss"]) for r in rows])
     bare_slope, _ = _slope([(b["devices"], b["rss"]) for b in bare])
     cpu_per_msg = [r["cpu_s"] / max(r["statuses"], 1) for r in rows]
     bare_cpu = [b["cpu_s"] / max(b["statuses"], 1) for b in bare]
+    watch = watch_cost(rows[-1]["records"])
     print(f"scale model: {', '.join(map(str, sizes))} simulated devices, a changed status every "
           f"{args.status_every:g} s for {args.seconds:g} s; hub on SQLite")  # fmt: skip
     for r, b, c, bc in zip(rows, bare, cpu_per_msg, bare_cpu, strict=True):
@@ -284,26 +304,35 @@ def main() -> int:
               f"{r['statuses']} statuses, errors {r['errors'] or 'none'}")  # fmt: skip
     cpu = statistics.median(cpu_per_msg)
     record = rows[-1]["record_bytes"]
-    print(f"  memory per device: {mem_slope / 1024:.1f} KiB (bare gRPC stream "
-          f"{bare_slope / 1024:.1f} KiB, ratio {mem_slope / bare_slope:.1f}x); hub base "
-          f"{mem_base / mib:.0f} MiB")  # fmt: skip
-    print(f"  CPU per status message: {cpu * 1e6:.0f} us (median over the sizes)")
+    print(f"  memory per connected device: {conn_slope / 1024:.1f} KiB (bare gRPC server "
+          f"{bare_slope / 1024:.1f} KiB, ratio {conn_slope / bare_slope:.1f}x); per device "
+          f"record in the cache {record_slope / 1024:.1f} KiB; hub base {mem_base / mib:.0f} "
+          "MiB")  # fmt: skip
+    print(f"  CPU per status message: {cpu * 1e6:.0f} us (median over the sizes); per device "
+          f"record taken from the watch (every replica): {watch * 1e6:.0f} us")  # fmt: skip
     sqlite_per_device = rows[-1]["db_bytes"] / rows[-1]["devices"]
     print(f"  store: device record {record:.0f} B (JSON); etcd {etcd['bytes_per_device']:.0f} B "
           f"per device in use ({etcd['devices']} records, compacted, defragmented); SQLite "
           f"file {sqlite_per_device:.0f} B per device (with history)")  # fmt: skip
-    # the model: every device sends a status every 60 s on average (edged sends one when
-    # something changed; a heartbeat every 30 s rides on the same stream) -- docs/scale.md
-    per_device_rate = 1 / 60.0
+    # The model (docs/scale.md): a changed status per device every 60 s on average; one
+    # replica is one event loop, kept at half a core; every replica follows every record.
+    rate, budget = 1 / 60.0, 0.5
     for fleet in (100_000, 1_000_000):
-        cores = fleet * per_device_rate * cpu
-        memory = mem_base + fleet * mem_slope
-        hubs = max(math.ceil(cores / 0.5), math.ceil(memory / (8 * 2**30)))
+        follow = fleet * rate * watch
+        status = fleet * rate * cpu
+        if follow >= budget:
+            replicas = "none enough (following every record alone is over half a core)"
+            per_region = int(budget / 2 / (rate * (watch + cpu)))
+            hint = f"; split into regions of at most ~{per_region:,} devices"
+        else:
+            n = math.ceil(status / (budget - follow))
+            memory = mem_base + fleet * record_slope + fleet / n * conn_slope
+            replicas, hint = f"{n} replicas, {memory / 2**30:.1f} GiB each", ""
         etcd_bytes = fleet * etcd["bytes_per_device"]
-        print(f"  {fleet:>9,} devices: {cores:.1f} hub cores for status, "
-              f"{memory / 2**30:.1f} GiB of hub memory in one process -> at least {hubs} "
-              f"replicas (each at most half a core of status and 8 GiB); etcd "
-              f"{etcd_bytes / 2**30:.2f} GiB of device records")  # fmt: skip
+        print(f"  {fleet:>9,} devices: {status:.1f} cores of status, {follow:.2f} core per "
+              f"replica to follow the records -> {replicas}{hint}; etcd "
+              f"{etcd_bytes / 2**30:.2f} GiB of device records, {fleet * rate:,.0f} record "
+              f"writes/s")  # fmt: skip
     if args.json is not None:
         for r in rows:
             r.pop("records")
