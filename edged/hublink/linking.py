@@ -33,8 +33,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -136,12 +137,15 @@ class HubLink:
         recent_logs: Callable[[int, str], list[str]] | None = None,
         status_period: float = 1.0,
         rng: random.Random | None = None,
+        addresses: Sequence[str] = (),
     ) -> None:
         """``source``: where desired states from the hub go; ``on_accepted``: called once one
         is accepted; ``syncing``: held while one is applied (no artifact garbage collection
         meanwhile); ``report``: what to say about the device (for Hello and each Status)."""
         self.files = files
         self.link: Link = files.load()
+        if addresses:  # edged.toml [hub] addresses: the replicas, instead of link.json's
+            self.link = replace(self.link, hub=addresses[0], hubs=tuple(addresses))
         self._source = source
         self._on_accepted = on_accepted
         self._syncing = syncing
