@@ -315,28 +315,38 @@ def main() -> int:
           f"per device in use ({etcd['devices']} records, compacted, defragmented); SQLite "
           f"file {sqlite_per_device:.0f} B per device (with history)")  # fmt: skip
     # The model (docs/scale.md): a changed status per device every 60 s on average; one
-    # replica is one event loop, kept at half a core; every replica follows every record.
+    # replica is one event loop, kept at half a core; every replica follows every record, and
+    # takes the status of 1/R of the devices: N r w + (N / R) r c <= 0.5 core.
     rate, budget = 1 / 60.0, 0.5
+
+    def region_max(replicas: int) -> int:
+        return int(budget / (rate * (watch + cpu / replicas)))
+
+    print("  devices one region can take (replicas: most devices): "
+          + ", ".join(f"{r}: {region_max(r):,}" for r in (1, 2, 4, 8, 16)))  # fmt: skip
     for fleet in (100_000, 1_000_000):
         follow = fleet * rate * watch
         status = fleet * rate * cpu
-        if follow >= budget:
-            replicas = "none enough (following every record alone is over half a core)"
-            per_region = int(budget / 2 / (rate * (watch + cpu)))
-            hint = f"; split into regions of at most ~{per_region:,} devices"
-        else:
+        if follow < budget and fleet <= region_max(16):
             n = math.ceil(status / (budget - follow))
-            memory = mem_base + fleet * record_slope + fleet / n * conn_slope
-            replicas, hint = f"{n} replicas, {memory / 2**30:.1f} GiB each", ""
-        etcd_bytes = fleet * etcd["bytes_per_device"]
-        print(f"  {fleet:>9,} devices: {status:.1f} cores of status, {follow:.2f} core per "
-              f"replica to follow the records -> {replicas}{hint}; etcd "
-              f"{etcd_bytes / 2**30:.2f} GiB of device records, {fleet * rate:,.0f} record "
-              f"writes/s")  # fmt: skip
+            regions, per_region = 1, fleet
+        else:  # too many for one region: regions of what 8 replicas take
+            n = 8
+            regions = math.ceil(fleet / region_max(n))
+            per_region = math.ceil(fleet / regions)
+            n = math.ceil(per_region * rate * cpu / (budget - per_region * rate * watch))
+        memory = mem_base + per_region * record_slope + per_region / n * conn_slope
+        etcd_bytes = per_region * etcd["bytes_per_device"]
+        print(f"  {fleet:>9,} devices: {status:.1f} cores of status in all; {regions} region(s) "
+              f"of {per_region:,} devices, each {n} replicas of {memory / 2**30:.1f} GiB "
+              f"(following the records: {per_region * rate * watch:.2f} core each) and an etcd "
+              f"of {etcd_bytes / 2**30:.2f} GiB of device records taking "
+              f"{per_region * rate:,.0f} record writes/s")  # fmt: skip
     if args.json is not None:
         for r in rows:
             r.pop("records")
-        args.json.write_text(json.dumps({"hub": rows, "bare": bare, "etcd": etcd}, indent=1))
+        figures = {"hub": rows, "bare": bare, "etcd": etcd, "watch_s": watch}
+        args.json.write_text(json.dumps(figures, indent=1))
     return 0
 
 
