@@ -277,8 +277,13 @@ def main() -> int:
     p.add_argument("--status-every", type=float, default=2.0)
     p.add_argument("--clients", type=int, default=4)
     p.add_argument("--etcd-devices", type=int, default=20_000)
-    p.add_argument("--json", type=Path)
+    p.add_argument("--json", type=Path, help="write every figure here")
+    p.add_argument("--model-from", type=Path, help="no measuring: the model from a --json file")
     args = p.parse_args()
+    if args.model_from is not None:
+        figures = json.loads(args.model_from.read_text())
+        report(figures, args.status_every, args.seconds)
+        return 0
     sizes = [int(s) for s in args.devices.split(",")]
     rows, bare = [], []
     with tempfile.TemporaryDirectory(prefix="bench-scale-") as tmp:
@@ -287,67 +292,83 @@ def main() -> int:
             rows.append(measure_hub(work, n, args.seconds, args.status_every, args.clients))
             bare.append(measure_bare(work, n, args.seconds, args.status_every, args.clients))
         etcd = asyncio.run(measure_etcd(work, rows[-1]["records"], args.etcd_devices))
+    watch = watch_cost(rows[-1].pop("records"))
+    rows[0].pop("records")
+    figures = {"hub": rows, "bare": bare, "etcd": etcd, "watch_s": watch}
+    if args.json is not None:
+        args.json.write_text(json.dumps(figures, indent=1))
+    report(figures, args.status_every, args.seconds)
+    return 0
 
+
+STATUS_EVERY_S = 60.0
+"""The model: a device sends a changed status every 60 s on average (docs/scale.md)."""
+HEARTBEAT_EVERY_S = 30.0
+RECORD_WRITE_EVERY_S = 20.0
+"""On replicas a device's record is written on each status and, without one, its heartbeat
+time every heartbeatGrace / 4 (22.5 s by default): about every 20 s."""
+BUDGET_CORES = 0.5
+"""A replica is one event loop: sized to use half a core."""
+
+
+def report(figures: dict[str, Any], status_every: float, seconds: float) -> None:
+    rows, bare, etcd, watch = figures["hub"], figures["bare"], figures["etcd"], figures["watch_s"]
     mib = 2**20
     conn_slope, _ = _slope([(r["devices"], r["rss"] - r["idle_rss"]) for r in rows])
     record_slope, mem_base = _slope([(r["devices"], r["idle_rss"]) for r in rows])
     bare_slope, _ = _slope([(b["devices"], b["rss"]) for b in bare])
     cpu_per_msg = [r["cpu_s"] / max(r["statuses"], 1) for r in rows]
     bare_cpu = [b["cpu_s"] / max(b["statuses"], 1) for b in bare]
-    watch = watch_cost(rows[-1]["records"])
+    sizes = [r["devices"] for r in rows]
     print(f"scale model: {', '.join(map(str, sizes))} simulated devices, a changed status every "
-          f"{args.status_every:g} s for {args.seconds:g} s; hub on SQLite")  # fmt: skip
+          f"{status_every:g} s for {seconds:g} s; hub on SQLite")  # fmt: skip
     for r, b, c, bc in zip(rows, bare, cpu_per_msg, bare_cpu, strict=True):
         print(f"  {r['devices']:6d} devices: hub RSS {r['rss'] / mib:7.1f} MiB (idle with the "
               f"records {r['idle_rss'] / mib:.1f}), bare {b['rss'] / mib:6.1f} MiB; CPU per status "
               f"{c * 1e6:6.0f} us (bare {bc * 1e6:4.0f} us, ratio {c / bc:.1f}x); "
               f"{r['statuses']} statuses, errors {r['errors'] or 'none'}")  # fmt: skip
-    cpu = statistics.median(cpu_per_msg)
+    cpu, cpu_bare = statistics.median(cpu_per_msg), statistics.median(bare_cpu)
     record = rows[-1]["record_bytes"]
     print(f"  memory per connected device: {conn_slope / 1024:.1f} KiB (bare gRPC server "
           f"{bare_slope / 1024:.1f} KiB, ratio {conn_slope / bare_slope:.1f}x); per device "
           f"record in the cache {record_slope / 1024:.1f} KiB; hub base {mem_base / mib:.0f} "
           "MiB")  # fmt: skip
-    print(f"  CPU per status message: {cpu * 1e6:.0f} us (median over the sizes); per device "
-          f"record taken from the watch (every replica): {watch * 1e6:.0f} us")  # fmt: skip
+    print(f"  CPU per status message: {cpu * 1e6:.0f} us (bare {cpu_bare * 1e6:.0f} us, ratio "
+          f"{cpu / cpu_bare:.1f}x; medians over the sizes); per device record taken from the "
+          f"watch (every replica): {watch * 1e6:.0f} us")  # fmt: skip
     sqlite_per_device = rows[-1]["db_bytes"] / rows[-1]["devices"]
     print(f"  store: device record {record:.0f} B (JSON); etcd {etcd['bytes_per_device']:.0f} B "
           f"per device in use ({etcd['devices']} records, compacted, defragmented); SQLite "
           f"file {sqlite_per_device:.0f} B per device (with history)")  # fmt: skip
-    # The model (docs/scale.md): a changed status per device every 60 s on average; one
-    # replica is one event loop, kept at half a core; every replica follows every record, and
-    # takes the status of 1/R of the devices: N r w + (N / R) r c <= 0.5 core.
-    rate, budget = 1 / 60.0, 0.5
+    # Per device and second: the stream's replica pays its statuses (the hub's figure) and
+    # heartbeats (the bare server's: a heartbeat only notes the time); every replica pays
+    # the record writes it follows.
+    stream = cpu / STATUS_EVERY_S + cpu_bare / HEARTBEAT_EVERY_S
+    follow = watch / RECORD_WRITE_EVERY_S
 
     def region_max(replicas: int) -> int:
-        return int(budget / (rate * (watch + cpu / replicas)))
+        return int(BUDGET_CORES / (follow + stream / replicas))
 
-    print("  devices one region can take (replicas: most devices): "
+    print(f"  per device: {stream * 1e6:.1f} us/s of stream on its replica, {follow * 1e6:.1f} "
+          "us/s on every replica to follow its record")  # fmt: skip
+    print("  devices one region takes (replicas: devices): "
           + ", ".join(f"{r}: {region_max(r):,}" for r in (1, 2, 4, 8, 16)))  # fmt: skip
     for fleet in (100_000, 1_000_000):
-        follow = fleet * rate * watch
-        status = fleet * rate * cpu
-        if follow < budget and fleet <= region_max(16):
-            n = math.ceil(status / (budget - follow))
-            regions, per_region = 1, fleet
-        else:  # too many for one region: regions of what 8 replicas take
-            n = 8
-            regions = math.ceil(fleet / region_max(n))
+        regions = 1
+        while True:
             per_region = math.ceil(fleet / regions)
-            n = math.ceil(per_region * rate * cpu / (budget - per_region * rate * watch))
+            if per_region * follow < BUDGET_CORES * 0.75:  # room left for the streams
+                n = math.ceil(per_region * stream / (BUDGET_CORES - per_region * follow))
+                if n <= 8:
+                    break
+            regions += 1
         memory = mem_base + per_region * record_slope + per_region / n * conn_slope
         etcd_bytes = per_region * etcd["bytes_per_device"]
-        print(f"  {fleet:>9,} devices: {status:.1f} cores of status in all; {regions} region(s) "
-              f"of {per_region:,} devices, each {n} replicas of {memory / 2**30:.1f} GiB "
-              f"(following the records: {per_region * rate * watch:.2f} core each) and an etcd "
-              f"of {etcd_bytes / 2**30:.2f} GiB of device records taking "
-              f"{per_region * rate:,.0f} record writes/s")  # fmt: skip
-    if args.json is not None:
-        for r in rows:
-            r.pop("records")
-        figures = {"hub": rows, "bare": bare, "etcd": etcd, "watch_s": watch}
-        args.json.write_text(json.dumps(figures, indent=1))
-    return 0
+        print(f"  {fleet:>9,} devices: {fleet * stream:.1f} cores of streams in all; "
+              f"{regions} region(s) of {per_region:,} devices, each {n} replicas of "
+              f"{memory / 2**30:.1f} GiB and an etcd of {etcd_bytes / 2**30:.2f} GiB of "
+              f"device records taking {per_region / RECORD_WRITE_EVERY_S:,.0f} record "
+              "writes/s")  # fmt: skip
 
 
 if __name__ == "__main__":
