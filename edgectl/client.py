@@ -235,6 +235,16 @@ def translate(code: grpc.StatusCode | None, details: str, hub: str, method: str)
     return ClientError(code.name, details)
 
 
+def try_next_replica(code: grpc.StatusCode | None, details: str, method: str) -> bool:
+    """Whether a call that failed so may be made again on another replica (pure): on
+    UNAVAILABLE, for a read or an idempotent call (:data:`IDEMPOTENT`), or for any call that
+    never reached a hub or that a replica refused because it does not lead."""
+    if code is not grpc.StatusCode.UNAVAILABLE:
+        return False
+    lowered = details.lower()
+    return method in IDEMPOTENT or any(hint in lowered for hint in _NEVER_SENT)
+
+
 def _translated(exc: grpc.RpcError, hub: str, method: str = "") -> ClientError:
     return translate(exc.code(), exc.details() or "", hub, method)
 
@@ -269,10 +279,9 @@ class AdminClient:
 
     def _next_replica(self, exc: grpc.RpcError, method: str, tried: int) -> bool:
         """Whether to make the failed call again on the next replica (then switched to it)."""
-        if tried >= len(self._addresses) or exc.code() is not grpc.StatusCode.UNAVAILABLE:
-            return False
-        details = (exc.details() or "").lower()
-        if method not in IDEMPOTENT and not any(hint in details for hint in _NEVER_SENT):
+        if tried >= len(self._addresses) or not try_next_replica(
+            exc.code(), exc.details() or "", method
+        ):
             return False
         self._channel.close()
         self._index = (self._index + 1) % len(self._addresses)
