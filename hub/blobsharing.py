@@ -18,7 +18,9 @@ replica has to know or reach the others' addresses. The price is etcd's size: bl
 against its backend quota (2 GiB by default, 8 GiB at most advised), so a blob larger than
 ``[etcd] maxSharedArtifactBytes`` (default 256 MiB) is refused at push on a replicated hub,
 saying so. A model deleted while no other model uses its bytes has them deleted from the
-store too. Chunks of 1 MiB stay under etcd's default request size (1.5 MiB).
+store too. Chunks of 1 MiB stay under etcd's default request size (1.5 MiB). A follower's
+cache watch sees the chunks go by once, at push (and ignores them); ``hub backup`` copies
+them with every other key.
 """
 
 from __future__ import annotations
