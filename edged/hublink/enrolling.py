@@ -259,7 +259,23 @@ async def enroll(
     if ca_hash is None:
         raise EnrollError("--ca-hash is required (printed with the token by `hub token create`)")
     gate, anchor = trust_anchor(data_dir, root_file=root_file, root_hash=root_hash, tpm=tpm)
-    chain = await asyncio.to_thread(fetch_presented_chain, ehost, eport)
+    try:
+        chain = await asyncio.to_thread(fetch_presented_chain, ehost, eport)
+    except EnrollError:
+        if enroll_address or len(given) == 1:
+            raise
+        # the first replica is down: enroll at the next one that answers (nothing was sent)
+        for other in given[1:]:
+            host, port = parse_address(other)
+            ehost, eport = host, port + 1
+            try:
+                chain = await asyncio.to_thread(fetch_presented_chain, ehost, eport)
+                break
+            except EnrollError:
+                continue
+        else:
+            raise
+        given = [other, *(a for a in given if a != other)]
     ca_pem = pinned_ca(chain, ca_hash)
     # The TLS identity is a file key (grpc cannot use a TPM key); the TPM, when trust.tpm
     # selects one, holds an attestation key bound to its endorsement key (tpmattesting.py).

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import re
 import shutil
+import subprocess
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -23,7 +25,7 @@ from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
 from harness import Edged, wait_for
 from test_hub_fleet import apply, push, serving
 
-from edgefleet.launching import free_port_pair
+from edgefleet.launching import free_port_pair, program_command
 from hub.store import EtcdStore
 from hub.store.identity import LEADER_KEY
 
@@ -133,6 +135,21 @@ def _fail_over(r0: HubProcess, r1: HubProcess, a: Edged, tmp_path: Path) -> None
     assert a.status()["hub"]["hub"] == r1.address
     devices = json.loads(r0.edgectl("get", "devices", "-o", "json").stdout)
     assert devices["items"][0]["status"]["phase"] == "Ready", devices
+
+    # a device enrolling with both addresses while the first replica is dead enrolls at the
+    # other one
+    token, pin = r0.token()  # offline, on the store
+    data = tmp_path / "dev-b"
+    out = subprocess.run(
+        program_command("edged", "enroll", "--hub", f"{r0.address},{r1.address}",
+                        "--ca-hash", pin, "--root-hash", r0.root_pin, "--data-dir", data,
+                        "--name", "dev-b"),
+        capture_output=True, text=True, timeout=120, check=False,
+        env={**os.environ, "EDGED_TOKEN": token},
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    link = json.loads((data / "hub" / "link.json").read_text())
+    assert link["hubs"] == [r1.address, r0.address]
 
 
 def _deployment(tmp_path: Path, version: str) -> Path:
