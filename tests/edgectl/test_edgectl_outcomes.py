@@ -181,3 +181,28 @@ def test_which_failed_calls_go_to_the_next_replica(
     assert try_next_replica(code, details, method) is again
     if "does not lead" in details:  # a follower's refusal: nothing was done
         assert not outcome_unknown(code, details, "h:1", method)
+
+
+def test_a_context_keeps_every_replica_address(tmp_path: Path) -> None:
+    import tomllib
+
+    from edgectl.client import AdminConfig, parse_admin_config
+    from edgectl.configuring import render
+
+    replicas = AdminConfig(
+        hub="a.example:7443",
+        hubs=("a.example:7443", "b.example:7443"),
+        ca_certificate=tmp_path / "ca.crt",
+        certificate=tmp_path / "admin.crt",
+        key=tmp_path / "admin.key",
+    )
+    text = render({"eu": replicas}, "eu")
+    assert 'hub = ["a.example:7443", "b.example:7443"]' in text
+    parsed = parse_admin_config(tomllib.loads(text), source="admin.toml", base=tmp_path)
+    assert parsed.addresses == ("a.example:7443", "b.example:7443")
+    with pytest.raises(Exception, match="hub"):
+        parse_admin_config(
+            {"hub": [], "caCertificate": "c", "certificate": "c", "key": "k"},
+            source="admin.toml",
+            base=tmp_path,
+        )
