@@ -43,7 +43,6 @@ from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub import storekeys
 from hub.caching import Cache
-from hub.devices import Device
 from hub.projecting import Projector
 from hub.rolling import Revision, RolloutState
 from hub.sessions import Sessions
@@ -161,9 +160,8 @@ class ReplicaDevices:
             if self.cache.devices.pop(name, None) is not None:
                 self.projector.mark([name])
             return
-        record = storekeys.loads(kv.value)
-        device = Device.from_json(record)
-        self.writer.observed(name, kv.mod_revision, record)  # what a write here starts from
+        # what a write here starts from; a change made here and not written yet is kept
+        device = self.writer.taken(name, kv.mod_revision, storekeys.loads(kv.value))
         self.cache.devices[name] = device
         if old is None or old.with_(last_heartbeat=None) != device.with_(last_heartbeat=None):
             self.projector.mark([name])  # not only a heartbeat: project it again

@@ -97,6 +97,18 @@ class DeviceWriter:
         if self.conditional:
             self._base[name] = (mod_revision, record)
 
+    def taken(self, name: str, mod_revision: int, record: dict[str, Any]) -> Device:
+        """A record another replica wrote, for the cache: as it is, or, when this writer has a
+        change of ``name`` not written yet, merged with it (that change is kept); it becomes
+        the base of the next write here."""
+        device = Device.from_json(record)
+        base = self._base.get(name)
+        mine = self._cache.devices.get(name)
+        if self.conditional and name in self._dirty and base is not None and mine is not None:
+            device = Device.from_json(merge_record(base[1], mine.to_json(), record))
+        self.observed(name, mod_revision, record)
+        return device
+
     def update(self, device: Device) -> None:
         self._cache.devices[device.name] = device
         self._dirty.add(device.name)

@@ -178,3 +178,31 @@ async def test_two_replicas_writing_one_device_record_lose_neither_change(
     finally:
         for ctx in contexts:
             await ctx.store.close()
+
+
+@async_test
+async def test_a_change_not_written_yet_survives_a_record_taken_from_another_replica() -> None:
+    """The leader marks a device NotReady; before its writer's batch, the device's replica
+    writes a heartbeat, which the leader takes from its watch: the phase change is kept."""
+    from hub.caching import Cache
+    from hub.store import MemoryStore
+    from hub.writing import DeviceWriter
+
+    store, cache = MemoryStore(), Cache()
+    writer = DeviceWriter(store, cache, conditional=True)
+    first = Device("cam-1", phase=DevicePhase.READY, last_heartbeat=1.0)
+    revision = await store.put("/devices/cam-1", storekeys.dumps(first.to_json()))
+    cache.devices["cam-1"] = writer.taken("cam-1", revision, first.to_json())
+    writer.update(cache.devices["cam-1"].with_(phase=DevicePhase.NOT_READY))  # not written yet
+
+    beat = first.with_(last_heartbeat=2.0).to_json()  # written by the device's replica
+    revision = await store.put("/devices/cam-1", storekeys.dumps(beat))
+    cache.devices["cam-1"] = writer.taken("cam-1", revision, beat)
+    assert cache.devices["cam-1"].phase is DevicePhase.NOT_READY
+    assert cache.devices["cam-1"].last_heartbeat == 2.0
+    await writer.flush()
+    kv = await store.get("/devices/cam-1")
+    assert kv is not None
+    stored = Device.from_json(storekeys.loads(kv.value))
+    assert (stored.phase, stored.last_heartbeat) == (DevicePhase.NOT_READY, 2.0)
+    assert writer.merged == 0  # taken in time: the write's compare held
