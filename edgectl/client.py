@@ -8,6 +8,12 @@ synchronous AdminService client over mutual TLS.
     certificate = "/var/lib/edgefleet-hub/admin.crt"
     key = "/var/lib/edgefleet-hub/admin.key"
 
+``hub`` may be a list, ``hub = ["hub-a:7443", "hub-b:7443"]``: the replicas of one hub
+(``hub init --replica-address`` writes it). edgectl tries the next one when a call finds one
+unreachable before anything was sent, for reads and idempotent calls
+(:data:`IDEMPOTENT`) on any UNAVAILABLE, and for writes that a replica refused because it
+does not lead (nothing was done there).
+
 or several hubs, as contexts (like a kubeconfig; ``edgectl config use-context NAME`` changes
 ``currentContext``, ``--context NAME`` picks one for a command)::
 
@@ -57,6 +63,16 @@ _READS = {"Get", "List", "ListEvents"}
 DEFAULT_CONTEXT = "default"
 
 
+MAX_HUBS = 16
+
+IDEMPOTENT = frozenset(
+    {"Get", "List", "ListEvents", "ListRevisions", "FetchTufMetadata", "DeviceLogs"}
+    | {"Apply", "Delete", "Cordon", "Uncordon", "RevokeDevice"}
+)
+"""Calls made again on the next replica after any UNAVAILABLE: reads, and writes whose second
+application changes nothing more (apply of the same documents, delete, cordon, revoke)."""
+
+
 @dataclass(frozen=True, slots=True)
 class AdminConfig:
     hub: str
@@ -65,6 +81,12 @@ class AdminConfig:
     key: Path
     publisher_key: Path | None = None  # [publisher] key: what `edgectl models push` signs with
     context: str = DEFAULT_CONTEXT
+    hubs: tuple[str, ...] = ()
+    """Every replica of the hub (``hub`` first); empty: ``hub`` alone."""
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return self.hubs or (self.hub,)
 
 
 @dataclass(frozen=True, slots=True)
@@ -89,8 +111,16 @@ def _hub_fields(r: Reader, base: Path, context: str) -> AdminConfig:
         return base / text if text else Path()
 
     publisher_key = table(r, "publisher").optional("key", non_empty_str, "")
+    if isinstance(r.raw("hub"), list):  # the replicas of one hub
+        hubs = r.list_of("hub", host_port, unique=True) or []
+        if not hubs or len(hubs) > MAX_HUBS:
+            r.problems.add(r.at("hub"), f"must list 1 to {MAX_HUBS} HOST:PORT addresses")
+        hub = hubs[0] if hubs else ""
+    else:
+        hub, hubs = r.required("hub", host_port, ""), []
     return AdminConfig(
-        hub=r.required("hub", host_port, ""),
+        hub=hub,
+        hubs=tuple(hubs[:MAX_HUBS]) if len(hubs) > 1 else (),
         ca_certificate=path("caCertificate"),
         certificate=path("certificate"),
         key=path("key"),
@@ -162,6 +192,7 @@ _NEVER_SENT = (
     "name resolution",
     "no route to host",
     "handshake failed",
+    "does not lead",
 )
 """What gRPC says when no connection was made: then nothing reached the hub."""
 
@@ -204,6 +235,16 @@ def translate(code: grpc.StatusCode | None, details: str, hub: str, method: str)
     return ClientError(code.name, details)
 
 
+def try_next_replica(code: grpc.StatusCode | None, details: str, method: str) -> bool:
+    """Whether a call that failed so may be made again on another replica (pure): on
+    UNAVAILABLE, for a read or an idempotent call (:data:`IDEMPOTENT`), or for any call that
+    never reached a hub or that a replica refused because it does not lead."""
+    if code is not grpc.StatusCode.UNAVAILABLE:
+        return False
+    lowered = details.lower()
+    return method in IDEMPOTENT or any(hint in lowered for hint in _NEVER_SENT)
+
+
 def _translated(exc: grpc.RpcError, hub: str, method: str = "") -> ClientError:
     return translate(exc.code(), exc.details() or "", hub, method)
 
@@ -225,10 +266,27 @@ class AdminClient:
             private_key=_read(config.key, "key"),
             certificate_chain=_read(config.certificate, "certificate"),
         )
-        self._hub = config.hub
+        self._credentials = credentials
+        self._addresses = config.addresses
+        self._index = 0
         self._timeout = timeout
-        self._channel = grpc.secure_channel(config.hub, credentials)
+        self._connect()
+
+    def _connect(self) -> None:
+        self._hub = self._addresses[self._index]
+        self._channel = grpc.secure_channel(self._hub, self._credentials)
         self._stub = admin_pb2_grpc.AdminServiceStub(self._channel)  # type: ignore[no-untyped-call]
+
+    def _next_replica(self, exc: grpc.RpcError, method: str, tried: int) -> bool:
+        """Whether to make the failed call again on the next replica (then switched to it)."""
+        if tried >= len(self._addresses) or not try_next_replica(
+            exc.code(), exc.details() or "", method
+        ):
+            return False
+        self._channel.close()
+        self._index = (self._index + 1) % len(self._addresses)
+        self._connect()
+        return True
 
     def close(self) -> None:
         self._channel.close()
@@ -244,10 +302,15 @@ class AdminClient:
         return self._call(method, request)
 
     def _call(self, method: str, request: Any) -> Any:
-        try:
-            return getattr(self._stub, method)(request, timeout=self._timeout)
-        except grpc.RpcError as exc:
-            raise _translated(exc, self._hub, method) from None
+        tried = 1
+        while True:
+            try:
+                return getattr(self._stub, method)(request, timeout=self._timeout)
+            except grpc.RpcError as exc:
+                if self._next_replica(exc, method, tried):
+                    tried += 1
+                    continue
+                raise _translated(exc, self._hub, method) from None
 
     def apply(self, documents: list[bytes], *, dry_run: bool = False) -> list[Any]:
         request = admin_pb2.ApplyRequest(documents=documents, dry_run=dry_run)
@@ -277,11 +340,16 @@ class AdminClient:
         """A connected device's recent log lines, relayed by the hub (which waits up to 10 s
         for the device: this call waits longer than that)."""
         request = admin_pb2.DeviceLogsRequest(device_name=name, workload=workload, tail=tail)
-        try:
-            response = self._stub.DeviceLogs(request, timeout=max(self._timeout, 20.0))
-        except grpc.RpcError as exc:
-            raise _translated(exc, self._hub, "DeviceLogs") from None
-        return list(response.lines)
+        tried = 1
+        while True:
+            try:
+                response = self._stub.DeviceLogs(request, timeout=max(self._timeout, 20.0))
+                return list(response.lines)
+            except grpc.RpcError as exc:
+                if self._next_replica(exc, "DeviceLogs", tried):
+                    tried += 1
+                    continue
+                raise _translated(exc, self._hub, "DeviceLogs") from None
 
     def events(self, kind: str = "", name: str = "", limit: int = 0) -> list[dict[str, Any]]:
         request = admin_pb2.ListEventsRequest(kind=kind, name=name, limit=limit)

@@ -55,7 +55,8 @@ def render(contexts: dict[str, AdminConfig], current: str) -> str:
         lines += [
             "",
             f"[contexts.{_quoted(name)}]",
-            f"hub = {_quoted(c.hub)}",
+            "hub = "
+            + ("[" + ", ".join(_quoted(h) for h in c.hubs) + "]" if c.hubs else _quoted(c.hub)),
             f"caCertificate = {_quoted(str(c.ca_certificate.absolute()))}",
             f"certificate = {_quoted(str(c.certificate.absolute()))}",
             f"key = {_quoted(str(c.key.absolute()))}",
@@ -107,7 +108,7 @@ def run(args: argparse.Namespace) -> int | None:
         print(_current(file))
     elif args.config_command == "get-contexts":
         rows = [
-            ["*" if name == _current(file) else "", name, c.hub]
+            ["*" if name == _current(file) else "", name, ",".join(c.addresses)]
             for name, c in sorted(file.contexts.items())
         ]
         print(printing.table(("CURRENT", "NAME", "HUB"), rows))

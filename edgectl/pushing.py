@@ -27,7 +27,7 @@ from pathlib import Path
 
 import grpc
 
-from edgectl.client import AdminConfig, load_admin_config, translate
+from edgectl.client import AdminConfig, load_admin_config, outcome_unknown, translate
 from edgectl.commands import default_config
 from edgectl.errors import EXIT_REFUSED, EXIT_USAGE, EdgectlError
 from edgectl.progress import Progress
@@ -49,7 +49,7 @@ class PushError(EdgectlError):
         self.exit_code = exit_code
 
 
-def _channel(config: AdminConfig) -> grpc.aio.Channel:
+def _channel(config: AdminConfig, hub: str = "") -> grpc.aio.Channel:
     try:
         credentials = grpc.ssl_channel_credentials(
             root_certificates=config.ca_certificate.read_bytes(),
@@ -58,7 +58,7 @@ def _channel(config: AdminConfig) -> grpc.aio.Channel:
         )
     except OSError as exc:
         raise PushError(f"cannot read credentials: {exc}", EXIT_USAGE) from None
-    return grpc.aio.secure_channel(config.hub, credentials)
+    return grpc.aio.secure_channel(hub or config.hub, credentials)
 
 
 def add_command(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> None:
@@ -237,23 +237,32 @@ async def push(
     PushArtifactResponse. ``progress`` is told the bytes sent, and finished once the hub
     answered. A hub that keeps a TUF repository also gets the publisher's delegated targets
     with this artifact added, signed here with ``targets_keys``."""
-    async with _channel(config) as channel:
-        stub = admin_pb2_grpc.AdminServiceStub(channel)  # type: ignore[no-untyped-call]
-        try:
-            delegated = await _delegated_targets(
-                stub, envelope, targets_keys or [], targets_expire_in_s, targets_keys_given
-            )
-            response: admin_pb2.PushArtifactResponse = await stub.PushArtifact(
-                _requests(model, envelope, extras or [], progress, delegated), timeout=timeout
-            )
-            if progress is not None:
-                progress.finish()
-            return response
-        except grpc.aio.AioRpcError as exc:
-            error = translate(exc.code(), exc.details() or "", config.hub, "PushArtifact")
-            if error.exit_code == EXIT_REFUSED:
-                raise PushError(f"{error.code}: {error.message}") from None
-            raise PushError(f"{error.code}: {error.message}", error.exit_code) from None
+    addresses = config.addresses
+    for i, hub in enumerate(addresses):
+        async with _channel(config, hub) as channel:
+            stub = admin_pb2_grpc.AdminServiceStub(channel)  # type: ignore[no-untyped-call]
+            try:
+                delegated = await _delegated_targets(
+                    stub, envelope, targets_keys or [], targets_expire_in_s, targets_keys_given
+                )
+                response: admin_pb2.PushArtifactResponse = await stub.PushArtifact(
+                    _requests(model, envelope, extras or [], progress, delegated), timeout=timeout
+                )
+                if progress is not None:
+                    progress.finish()
+                return response
+            except grpc.aio.AioRpcError as exc:
+                error = translate(exc.code(), exc.details() or "", hub, "PushArtifact")
+                if (
+                    i + 1 < len(addresses)
+                    and not outcome_unknown(exc.code(), exc.details() or "", hub, "PushArtifact")
+                    and exc.code() is grpc.StatusCode.UNAVAILABLE
+                ):
+                    continue  # nothing was taken there (unreachable, or not the leader)
+                if error.exit_code == EXIT_REFUSED:
+                    raise PushError(f"{error.code}: {error.message}") from None
+                raise PushError(f"{error.code}: {error.message}", error.exit_code) from None
+    raise AssertionError("unreachable")
 
 
 async def _tuf_file(stub: admin_pb2_grpc.AdminServiceStub, name: str) -> bytes | None:

@@ -50,7 +50,9 @@ def _parser() -> argparse.ArgumentParser:
     doc.add_argument("--manifests", type=Path, help="static manifests (DeviceHealthPolicy)")
     doc.add_argument("-o", "--output", choices=("table", "json"), default="table")
     en = sub.add_parser("enroll", help="join a hub with a bootstrap token")
-    en.add_argument("--hub", required=True, help="the hub's HOST:PORT")
+    en.add_argument(
+        "--hub", required=True, help="the hub's HOST:PORT (its replicas: HOST:PORT,HOST:PORT,...)"
+    )
     en.add_argument(
         "--token",
         help="a bootstrap token (hub token create); default: $EDGED_TOKEN, which keeps it "

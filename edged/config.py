@@ -28,6 +28,7 @@ from edgefleet.api.quantities import (
 )
 from edgefleet.api.validating import Reader, as_bool, as_str, int_in, matching, one_of, within
 from edgefleet.configfiles import (
+    host_port,
     load_config_file,
     parse_config_document,
     parse_host_port,
@@ -169,6 +170,17 @@ class DiscoveryConfig:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
+class HubLinkConfig:
+    """``[hub]``: the hub's replicas (HOST:PORT), dialled in turn when one fails; empty: the
+    addresses enrollment wrote (``<dataDir>/hub/link.json``)."""
+
+    addresses: tuple[str, ...] = ()
+
+
+MAX_HUB_ADDRESSES = 16
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
 class DeviceConfig:
     """``[device]``: labels the operator sets on this device (merged with discovered ones)."""
 
@@ -222,6 +234,7 @@ class EdgedConfig:
     workers: WorkersConfig = field(default_factory=WorkersConfig)
     trust: TrustConfig = TrustConfig()
     discovery: DiscoveryConfig = DiscoveryConfig()
+    hub: HubLinkConfig = HubLinkConfig()
     device: DeviceConfig = field(default_factory=DeviceConfig)
     scaling: ScalingConfig = ScalingConfig()
     eviction: EvictionConfig = EvictionConfig()
@@ -391,6 +404,13 @@ def _read_discovery(r: Reader) -> DiscoveryConfig:
     )
 
 
+def _read_hub(r: Reader) -> HubLinkConfig:
+    addresses = r.list_of("addresses", host_port, unique=True) or []
+    if len(addresses) > MAX_HUB_ADDRESSES:
+        r.problems.add(r.at("addresses"), f"at most {MAX_HUB_ADDRESSES} addresses")
+    return HubLinkConfig(addresses=tuple(addresses[:MAX_HUB_ADDRESSES]))
+
+
 def _read_device(r: Reader) -> DeviceConfig:
     return DeviceConfig(labels=r.string_map("labels", label_key, label_value) or {})
 
@@ -460,6 +480,7 @@ def _reader(data_dir: Path | None, service: ServiceDirs) -> Callable[[Reader], E
             workers=_read_workers(table(r, "workers")),
             trust=_read_trust(table(r, "trust")),
             discovery=_read_discovery(table(r, "discovery")),
+            hub=_read_hub(table(r, "hub")),
             device=_read_device(table(r, "device")),
             scaling=_read_scaling(table(r, "scaling")),
             eviction=_read_eviction(table(r, "eviction")),
@@ -588,6 +609,12 @@ healthPeriod = "{_HEALTH_PERIOD_TEXT}"
 # ["OpenVINOExecutionProvider", "CPUExecutionProvider"]. Empty: ask it once at start.
 # A provider listed here that the build lacks makes workers fall back to CPU (they say so).
 executionProviders = []
+
+[hub]
+# The hub's replicas, e.g. ["hub-a.example:7443", "hub-b.example:7443"]: the link stays on
+# the one that works and dials the next when it fails. Empty: the addresses edged enroll
+# wrote (those given with --hub and those the hub named when it enrolled this device).
+addresses = []
 
 [scaling]
 # How often workers are sampled (requests in flight, CPU, memory) for spec.scaling and for

@@ -755,6 +755,7 @@ class Daemon:
                     tpm=cfg.trust.tpm,
                 ),
                 recent_logs=recent.tail,
+                addresses=cfg.hub.addresses,
             )
             self.hub_link = link
             self.board.hub_status = link.status

@@ -710,6 +710,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             )
             cache.models.pop((model.name, model.version), None)
             ctx.projector.mark_all()
+            if ctx.shared_blobs is not None:  # bytes no other model uses leave the store too
+                used = {d for m in cache.models.values() for d in m.digests()}
+                for digest in model.digests() - used:
+                    await ctx.shared_blobs.forget(digest)
         else:
             key = storekeys.object_key(kind, name)
             kv = await ctx.store.get(key)

@@ -47,6 +47,15 @@ def _parser() -> argparse.ArgumentParser:
         help="HOST:PORT devices and edgectl use to reach this hub",
     )
     init.add_argument(
+        "--replica-address",
+        action="append",
+        default=[],
+        type=address_option,
+        metavar="HOST:PORT",
+        help="another replica of this hub (etcd store; repeatable): in the serving "
+        "certificate, sent to devices at enrollment and in admin.toml, so that both fail over",
+    )
+    init.add_argument(
         "--san",
         action="append",
         default=[],
@@ -210,12 +219,15 @@ async def _init(args: argparse.Namespace) -> int:
     if any(flags.values()) and not store.startswith("etcd:"):
         raise StoreError("--etcd-ca, --etcd-cert and --etcd-key apply only to --store etcd://...")
     etcd.tls(args.data_dir)  # both or neither, with a CA: refused before anything is made
+    if args.replica_address and not store.startswith("etcd:"):
+        raise StoreError("--replica-address: replicas share an etcd store (--store etcd://...)")
 
     result = await init_hub(
         args.data_dir,
         region=args.region,
         hub_address=args.hub_address,
         sans=args.san,
+        replicas=args.replica_address,
         trust_setup=choose_trust_setup(
             no_trust_root=args.no_trust_root, trust_root=args.trust_root, tuf=args.tuf
         ),

@@ -8,7 +8,7 @@ with every default spelled out (:func:`default_config_text`).
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -31,6 +31,7 @@ DEFAULT_REGION = "default"
 DEFAULT_LISTEN = "0.0.0.0:7443"
 DEFAULT_PORT = 7443
 DEFAULT_METRICS_LISTEN = "127.0.0.1:7445"
+MAX_REPLICAS = 16
 
 
 def _store_url(value: object) -> str:
@@ -134,6 +135,9 @@ class EtcdConfig:
     leader_lease_s: float = 10.0
     """Replicas on one etcd: a leader that stops renewing its lease for this long is replaced
     (hub/store/electing.py)."""
+    max_shared_artifact_bytes: int = 256 * 1024 * 1024
+    """Replicas share each artifact's bytes through etcd (hub/blobsharing.py): a larger
+    artifact is refused at push."""
 
     def tls(
         self,
@@ -171,6 +175,9 @@ class HubConfig:
     """Plain HTTP for /metrics, /healthz, /readyz (hub.observing); empty: none."""
     dashboard_listen: str = ""
     """HTTPS for the read-only web dashboard (hub.dashboard), authenticated; empty: none."""
+    replica_addresses: tuple[str, ...] = ()
+    """Every replica of this hub as devices and edgectl reach it (HOST:PORT); sent to devices
+    at enrollment so that they fail over between them. Empty: one hub at one address."""
     store: str = ""
     """A store URL; empty: ``sqlite:///<data dir>/hub.db``."""
     certificates: CertificatesConfig = CertificatesConfig()
@@ -277,6 +284,9 @@ def _read_etcd(r: Reader, store: str) -> EtcdConfig:
         cert_file=r.optional("certFile", as_str, d.cert_file),
         key_file=r.optional("keyFile", as_str, d.key_file),
         leader_lease_s=r.optional("leaderLease", positive_duration, d.leader_lease_s),
+        max_shared_artifact_bytes=r.optional(
+            "maxSharedArtifactBytes", int_in(1024 * 1024, 4 * 1024**3), d.max_shared_artifact_bytes
+        ),
     )
     if not 2 <= config.leader_lease_s <= 600:
         r.problems.add(r.at("leaderLease"), "must be from 2s to 10m")
@@ -295,6 +305,13 @@ def _optional_host_port(value: object) -> str:
     return "" if value == "" else host_port(value)
 
 
+def _read_replica_addresses(r: Reader) -> tuple[str, ...]:
+    addresses = r.list_of("replicaAddresses", host_port, unique=True) or []
+    if len(addresses) > MAX_REPLICAS:
+        r.problems.add(r.at("replicaAddresses"), f"at most {MAX_REPLICAS} replicas")
+    return tuple(addresses[:MAX_REPLICAS])
+
+
 def _read_config(r: Reader) -> HubConfig:
     store = r.optional("store", _store_url, "")
     return HubConfig(
@@ -302,6 +319,7 @@ def _read_config(r: Reader) -> HubConfig:
         listen=r.optional("listen", host_port, DEFAULT_LISTEN),
         metrics_listen=r.optional("metricsListen", _optional_host_port, DEFAULT_METRICS_LISTEN),
         dashboard_listen=r.optional("dashboardListen", _optional_host_port, ""),
+        replica_addresses=_read_replica_addresses(r),
         store=store,
         certificates=_read_certificates(table(r, "certificates")),
         tokens=_read_tokens(table(r, "tokens")),
@@ -332,6 +350,7 @@ def default_config_text(
     metrics_listen: str = DEFAULT_METRICS_LISTEN,
     store: str = "",
     etcd: EtcdConfig | None = None,
+    replica_addresses: Sequence[str] = (),
 ) -> str:
     """A commented ``hub.toml`` with every key at its default (and the given region, store
     and etcd settings)."""
@@ -351,6 +370,10 @@ metricsListen = "{metrics_listen}"
 # HTTPS for the read-only web dashboard, e.g. "0.0.0.0:7446": every request needs an admin
 # client certificate or a short-lived token from `edgectl dashboard`. Empty: no dashboard.
 dashboardListen = ""
+# Every replica of this hub (HOST:PORT as devices and edgectl reach them), sent to devices at
+# enrollment: they fail over between them. Each must be in the serving certificate's names
+# (hub init --replica-address puts it there). Empty: one hub at one address.
+replicaAddresses = [{", ".join(_toml_string(a) for a in replica_addresses)}]
 # The store: sqlite:///ABSOLUTE/PATH (empty: hub.db in the data directory) or
 # etcd://HOST:PORT,HOST:PORT[/NAMESPACE] (hub replicas on one etcd cluster; see [etcd]).
 store = {_toml_string(store)}
@@ -412,4 +435,7 @@ certFile = {_toml_string(x.cert_file)}
 keyFile = {_toml_string(x.key_file)}
 # Hub replicas on one etcd: a leader that stops renewing its lease this long is replaced.
 leaderLease = "{format_duration(x.leader_lease_s)}"
+# Replicas share artifacts' bytes through etcd: the largest artifact a push may bring, in
+# bytes (1 MiB to 4 GiB; they count against etcd's --quota-backend-bytes).
+maxSharedArtifactBytes = {x.max_shared_artifact_bytes}
 """

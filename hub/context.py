@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from edgefleet.artifacts.storing import ArtifactStore
+from hub.blobsharing import SharedBlobs
 from hub.caching import Cache
 from hub.config import HubConfig
 from hub.dashboard.access import DashboardAccess
@@ -49,6 +50,7 @@ class HubContext:
     dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.dashboard
     tuf: TufRepository | None = None  # D/tuf/: the TUF repository, when the hub keeps one
     secret_key: bytes = b""  # D/secrets.key: seals Secrets at rest (hub.secrets)
+    shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)
 
     @property
     def region(self) -> str:

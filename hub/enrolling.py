@@ -280,7 +280,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             "Device", name, "Normal", "Enrolled", f"enrolled with bootstrap token {record.id}"
         )
         try:
-            await ctx.store.txn(
+            revision = await ctx.store.txn(
                 [Compare(storekeys.device_key(name), 0)],
                 [Put(storekeys.device_key(name), storekeys.dumps(device.to_json())), event.put],
             )
@@ -289,6 +289,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
                 grpc.StatusCode.ALREADY_EXISTS, f"a device named {name!r} was enrolled meanwhile"
             )
         ctx.cache.devices[name] = device
+        ctx.writer.observed(name, revision, device.to_json())
         ctx.writer.committed(event)
         if tpm_answer.ak_refused:
             ctx.writer.event(
@@ -307,6 +308,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             ca_certificate_pem=pki.certificate_pem(ctx.ca.certificate),
             trust_root=HubRoots(ctx.cache.trust_roots).enrollment_bytes(),
             device_name=name,
+            hub_addresses=list(ctx.config.replica_addresses),
         )
         response.MergeFrom(tpm_answer)
         return response

@@ -23,7 +23,7 @@ import asyncio
 import ipaddress
 import os
 import socket
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -161,14 +161,22 @@ def default_sans(hub_address: str) -> list[str]:
     return list(dict.fromkeys(names))
 
 
-def _admin_toml(paths: HubPaths, hub_address: str) -> str:
+def replica_sans(addresses: Sequence[str]) -> list[str]:
+    """The hosts of every replica's address: each must be in the serving certificate (pure)."""
+    return list(dict.fromkeys(parse_host_port(a)[0].strip("[]") for a in addresses))
+
+
+def _admin_toml(paths: HubPaths, hub_address: str, replicas: Sequence[str] = ()) -> str:
     def quoted(path: Path) -> str:
         return '"' + str(path.absolute()).replace("\\", "\\\\").replace('"', '\\"') + '"'
+
+    hubs = list(dict.fromkeys([hub_address, *replicas]))
+    hub = f'"{hub_address}"' if len(hubs) == 1 else "[" + ", ".join(f'"{h}"' for h in hubs) + "]"
 
     return f"""\
 # admin.toml: how edgectl reaches this hub (like a kubeconfig). Keep it private: it points
 # at the admin key.
-hub = "{hub_address}"
+hub = {hub}
 caCertificate = {quoted(paths.ca_certificate)}
 certificate = {quoted(paths.admin_certificate)}
 key = {quoted(paths.admin_key)}
@@ -201,6 +209,7 @@ def _write_credentials(
     now: datetime,
     store: str = "",
     etcd: EtcdConfig | None = None,
+    replicas: Sequence[str] = (),
 ) -> pki.CertifiedKey:
     """The CA, serving and admin credentials and both config files; returns the CA."""
     secure_data_dir(paths.data_dir)
@@ -209,7 +218,7 @@ def _write_credentials(
     served = pki.issue_serving_certificate(
         ca,
         pki.Identity(pki.Role.HUB, HUB_NAME, region),
-        [*default_sans(hub_address), *sans],
+        [*default_sans(hub_address), *replica_sans(replicas), *sans],
         now=now,
         lifetime=timedelta(seconds=lifetimes.serving_lifetime_s),
     )
@@ -225,14 +234,18 @@ def _write_credentials(
     pki.write_certificate(paths.hub_certificate, served.certificate, ca.certificate)
     pki.write_private_key(paths.admin_key, admin.key)
     pki.write_certificate(paths.admin_certificate, admin.certificate)
-    write_atomic(paths.admin_config, _admin_toml(paths, hub_address).encode(), mode=0o600)
+    admin_toml = _admin_toml(paths, hub_address, replicas)
+    write_atomic(paths.admin_config, admin_toml.encode(), mode=0o600)
     listen = listen_for(hub_address)
+    if len(replica_sans([hub_address, *replicas])) > 1:  # copies listen on other hosts
+        listen = f"0.0.0.0:{parse_host_port(hub_address)[1]}"
     config_text = default_config_text(
         region=region,
         listen=listen,
         metrics_listen=metrics_listen_for(listen),
         store=store,
         etcd=etcd,
+        replica_addresses=list(dict.fromkeys([hub_address, *replicas])) if replicas else (),
     )
     write_atomic(paths.config, config_text.encode(), mode=0o600)
     return ca
@@ -256,19 +269,22 @@ async def init_hub(
     trust_setup: TrustSetup | None = None,
     store: str = "",
     etcd: EtcdConfig | None = None,
+    replicas: Sequence[str] = (),
 ) -> InitResult:
     """Create a hub in ``data_dir``, which must not exist or be empty (HubDirError otherwise).
     On any failure the files written so far are removed again.
 
     ``store`` (empty: SQLite in ``data_dir``) and ``etcd`` (TLS to etcd) go into hub.toml; an
     etcd store's namespace must not hold a hub yet (more replicas of a hub: copies of its
-    data directory, docs/etcd.md)."""
+    data directory, docs/etcd.md). ``replicas``: the other replicas' addresses (HOST:PORT):
+    in the serving certificate's names, in ``replicaAddresses`` of hub.toml (sent to devices
+    at enrollment) and in admin.toml (edgectl fails over between them)."""
     _check_empty(data_dir)
     now = now or datetime.now(UTC)
     paths = HubPaths.of(data_dir)
     try:
         ca = await asyncio.to_thread(
-            _write_credentials, paths, region, hub_address, sans or [], now, store, etcd
+            _write_credentials, paths, region, hub_address, sans or [], now, store, etcd, replicas
         )
         if trust_setup is not None:
             await trust_setup(paths, ca)

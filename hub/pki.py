@@ -191,6 +191,28 @@ def _ip_or_dns(value: str) -> x509.GeneralName:
     return x509.DNSName(value)
 
 
+def uncovered_hosts(certificate: x509.Certificate, hosts: list[str]) -> list[str]:
+    """The hosts (DNS names or IP addresses) the certificate's DNS and IP SANs do not cover
+    (a ``*.`` DNS name covers one label); pure."""
+    try:
+        sans = certificate.extensions.get_extension_for_class(x509.SubjectAlternativeName).value
+    except x509.ExtensionNotFound:
+        return list(hosts)
+    dns = {n.lower() for n in sans.get_values_for_type(x509.DNSName)}
+    ips = set(sans.get_values_for_type(x509.IPAddress))
+    missing = []
+    for host in hosts:
+        try:
+            if ipaddress.ip_address(host) in ips:
+                continue
+        except ValueError:
+            name = host.lower().rstrip(".")
+            if name in dns or ("." in name and "*." + name.split(".", 1)[1] in dns):
+                continue
+        missing.append(host)
+    return missing
+
+
 def issue_serving_certificate(
     ca: CertifiedKey,
     identity: Identity,

@@ -107,6 +107,14 @@ async def receive_artifact(
         raise _exists(what, existing.sha256, info.sha256)
 
     extras = {n: f for n, f in meta.files.items() if f.role != "model"}
+    if ctx.shared_blobs is not None:  # replicas: the bytes must fit in the store
+        for file_name, f in [(model_file, info), *extras.items()]:
+            try:
+                ctx.shared_blobs.check_size(f"{what}: {file_name}", f.length)
+            except ArtifactError as exc:
+                raise PushRefused(
+                    grpc.StatusCode.FAILED_PRECONDITION, exc.reason, str(exc)
+                ) from None
     pushed = [d for d in {info.sha256, *(f.sha256 for f in extras.values())} if ctx.blobs.has(d)]
     had = set(pushed)
     reader = _ChunkReader(it, asyncio.get_running_loop())
@@ -134,6 +142,9 @@ async def receive_artifact(
                 "FileMissing",
                 f"{what}: the signed metadata lists {', '.join(missing)}, which were not sent",
             )
+        if ctx.shared_blobs is not None:  # before the record: no replica lacks the bytes
+            for digest in sorted({sha256, *stored_extras.values()}):
+                await ctx.shared_blobs.publish(digest)
         response = await _record(
             ctx,
             meta,

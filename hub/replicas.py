@@ -21,9 +21,11 @@ device writer), enrollment and admin reads. One replica leads (:mod:`hub.store.e
   desired state, revisions, rollouts, revocations, events), so admin reads on any replica
   show the fleet as the leader changes it.
 
-Not built yet: devices and edgectl failing over between replicas' addresses. Writes to one
-device record by two replicas (a heartbeat here, a phase change by the leader) are
-last-writer-wins.
+Devices and edgectl fail over between the replicas' addresses (``replicaAddresses``; edged's
+hub link, edgectl's client). Writes to one device record by two replicas (a heartbeat here, a
+phase change by the leader) are conditional on the record's revision and merged field by
+field when it changed meanwhile (:mod:`hub.writing`). Artifacts' bytes are shared through the
+store (:mod:`hub.blobsharing`).
 """
 
 from __future__ import annotations
@@ -41,13 +43,12 @@ from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub import storekeys
 from hub.caching import Cache
-from hub.devices import Device
 from hub.projecting import Projector
 from hub.rolling import Revision, RolloutState
 from hub.sessions import Sessions
 from hub.store.electing import Elector
 from hub.store.identity import IDENTITY_KEY
-from hub.store.protocol import Event, EventType, Store
+from hub.store.protocol import Event, EventType, KeyValue, Store
 from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
@@ -61,6 +62,7 @@ ADMIN_WRITES = frozenset(
         "Uncordon",
         "RevokeDevice",
         "PushArtifact",
+        "PushRollbackAllowance",
         "CreateToken",
         "RolloutAction",
     )
@@ -149,15 +151,17 @@ class ReplicaDevices:
     def _local(self, name: str) -> bool:
         return self.sessions.get(name) is not None
 
-    def _take(self, name: str, device: Device | None) -> None:
-        """A record written elsewhere, for a device not connected here."""
+    def _take(self, name: str, kv: KeyValue | None) -> None:
+        """A record written elsewhere, for a device not connected here (None: deleted)."""
         if self._local(name):
             return
         old = self.cache.devices.get(name)
-        if device is None:
+        if kv is None:
             if self.cache.devices.pop(name, None) is not None:
                 self.projector.mark([name])
             return
+        # what a write here starts from; a change made here and not written yet is kept
+        device = self.writer.taken(name, kv.mod_revision, storekeys.loads(kv.value))
         self.cache.devices[name] = device
         if old is None or old.with_(last_heartbeat=None) != device.with_(last_heartbeat=None):
             self.projector.mark([name])  # not only a heartbeat: project it again
@@ -165,10 +169,10 @@ class ReplicaDevices:
     async def _follow(self) -> None:
         listed = await self.store.range(storekeys.DEVICES)
         for kv in listed.kvs:
-            self._take(kv.key[len(storekeys.DEVICES) :], _device(kv.value))
+            self._take(kv.key[len(storekeys.DEVICES) :], kv)
         async for event in self.store.watch(storekeys.DEVICES, listed.revision + 1):
             name = event.kv.key[len(storekeys.DEVICES) :]
-            self._take(name, None if event.type is EventType.DELETE else _device(event.kv.value))
+            self._take(name, None if event.type is EventType.DELETE else event.kv)
 
     def record_heartbeats(self) -> list[str]:
         """Queue the heartbeat times of connected devices not written for a while; the names."""
@@ -193,10 +197,6 @@ class ReplicaDevices:
         finally:
             follower.cancel()
             await asyncio.gather(follower, return_exceptions=True)
-
-
-def _device(value: bytes) -> Device:
-    return Device.from_json(storekeys.loads(value))
 
 
 class CacheFollower:

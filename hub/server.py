@@ -24,7 +24,7 @@ from __future__ import annotations
 import asyncio
 import importlib.util
 import signal
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +39,7 @@ from edgefleet.supervising import Component, supervise, wait_for_stop
 from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2
 from hub import pki
 from hub.admin import AdminServicer
+from hub.blobsharing import SharedBlobs
 from hub.caching import Cache
 from hub.config import HubConfig, load_config
 from hub.context import HubContext
@@ -120,7 +121,8 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     sessions = Sessions()
     metrics.watch(cache, sessions)
     roots = load_roots(paths.data_dir)
-    writer = DeviceWriter(store, cache, on_event=metrics.count_event)
+    # Replicas: two replicas may write one device's record; each write is conditional.
+    writer = DeviceWriter(store, cache, on_event=metrics.count_event, conditional=replicated)
     # Replicas on etcd: the controllers write only while this replica leads (hub.replicas).
     elector = (
         Elector(store, identity=replica_identity(), ttl=config.etcd.leader_lease_s)
@@ -159,6 +161,10 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         tuf=TufRepository.load(paths.data_dir),
         secret_key=load_or_create_key(paths.data_dir),
     )
+    if replicated:  # a push lands on the leader; every replica serves its bytes
+        ctx.shared_blobs = SharedBlobs(
+            store, ctx.blobs, max_bytes=config.etcd.max_shared_artifact_bytes
+        )
     install_roots(ctx, roots)
     if elector is not None:
 
@@ -169,6 +175,26 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
 
         elector.on_elected = elected
     return ctx
+
+
+def check_replica_names(paths: HubPaths, addresses: Sequence[str]) -> None:
+    """Refuse to serve when a replica address (hub.toml ``replicaAddresses``) is not in the
+    serving certificate's names: devices failing over to that replica would refuse it."""
+    from cryptography import x509
+
+    from edgefleet.configfiles import parse_host_port
+
+    if not addresses:
+        return
+    certificate = x509.load_pem_x509_certificate(paths.hub_certificate.read_bytes())
+    hosts = list(dict.fromkeys(parse_host_port(a)[0].strip("[]") for a in addresses))
+    missing = pki.uncovered_hosts(certificate, hosts)
+    if missing:
+        raise HubDirError(
+            f"{paths.config}: replicaAddresses: {', '.join(missing)} not in the serving "
+            f"certificate's names ({paths.hub_certificate}): devices would refuse that replica; "
+            "make the hub with hub init --replica-address for each replica"
+        )
 
 
 def _server_credentials(paths: HubPaths, *, mutual: bool) -> grpc.ServerCredentials:
@@ -287,6 +313,7 @@ async def _serve(
     if not paths.config.exists():
         raise HubDirError(f"{data_dir} is not a hub data directory (no hub.toml): run hub init")
     config = load_config(paths.config)
+    check_replica_names(paths, config.replica_addresses)
     ctx = await build_context(
         data_dir,
         store=await open_hub_store(

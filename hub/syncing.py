@@ -36,7 +36,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from edgefleet.errors import CsrRejected, EdgefleetError, PkiError
+from edgefleet.errors import ArtifactError, CsrRejected, EdgefleetError, PkiError
 from edgefleet.logs import get_logger
 from edgefleet.sealing import SealError, public_key_of
 from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
@@ -643,6 +643,13 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"artifact {request.sha256[:16]} is not in device {caller.name}'s desired state",
             )
+        shared = self.ctx.shared_blobs
+        if shared is not None and not self.ctx.blobs.has(request.sha256):
+            try:  # replicas: pushed through another one; its bytes are in the store
+                await shared.ensure_local(request.sha256)
+            except ArtifactError as exc:
+                log.error("shared artifact refused", sha256=request.sha256, error=str(exc))
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"artifact copy failed: {exc}")
         path = self.ctx.blobs.path_for(request.sha256)
         try:
             # A local file in the page cache: reads of 256 KiB do not stall the loop noticeably.

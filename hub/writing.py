@@ -2,6 +2,17 @@
 
 Updates (reports, acks, phase changes) go to the cache at once and to the store at the next
 batch (every ``period``, 0.2 s): 2,000 acknowledgements cost a handful of fsyncs, not 2,000.
+
+**Conditional writes** (``conditional=True``: hub replicas, where two replicas write one
+device's record — the one holding its stream the status and heartbeats, the leader its phase,
+admin calls its spec): each record is written with a compare on the mod revision of the stored
+version this writer's copy was made from (its *base*: its own last write, or the record taken
+from another replica through :meth:`observed`). When the compare fails, the stored record is
+read and merged field by field (:func:`merge_record`, three-way): a field this writer changed
+since its base takes its value, every other field the stored one; then written again on the
+new revision. So a heartbeat written here never undoes a cordon or a phase change written
+elsewhere meanwhile, and a record deleted meanwhile is not brought back (it leaves the
+cache).
 """
 
 from __future__ import annotations
@@ -14,12 +25,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from edgefleet.backoff import Backoff
+from edgefleet.errors import CompareFailed
 from edgefleet.logs import get_logger
 from hub import storekeys
 from hub.batching import GIVE_UP_AFTER, BatchLoop
 from hub.caching import MAX_EVENTS, Cache
 from hub.devices import Device
-from hub.store import Put, Store
+from hub.store import Compare, Put, Store
 
 log = get_logger(__name__)
 
@@ -68,9 +80,16 @@ class DeviceWriter:
         period: float = 0.2,
         give_up_after: float = GIVE_UP_AFTER,
         on_event: Callable[[dict[str, Any]], None] | None = None,
+        conditional: bool = False,
     ) -> None:
         self._store = store
         self._cache = cache
+        self.conditional = conditional
+        self._base: dict[str, tuple[int, dict[str, Any]]] = {}
+        """Conditional writes: per device, the stored version (mod revision, record) that the
+        cache's copy was made from."""
+        self.merged = 0
+        """Conditional writes that found the record changed elsewhere and merged (metrics)."""
         self._on_event = on_event  # told of every event recorded (the hub's metrics count them)
         self._dirty: set[str] = set()
         self._events: list[dict[str, Any]] = []
@@ -83,6 +102,24 @@ class DeviceWriter:
             give_up_after=give_up_after,
             final=True,
         )
+
+    def observed(self, name: str, mod_revision: int, record: dict[str, Any]) -> None:
+        """The stored version (``record`` at ``mod_revision``) the cache's copy of ``name`` now
+        comes from (a record taken from another replica, or written by enrollment)."""
+        if self.conditional:
+            self._base[name] = (mod_revision, record)
+
+    def taken(self, name: str, mod_revision: int, record: dict[str, Any]) -> Device:
+        """A record another replica wrote, for the cache: as it is, or, when this writer has a
+        change of ``name`` not written yet, merged with it (that change is kept); it becomes
+        the base of the next write here."""
+        device = Device.from_json(record)
+        base = self._base.get(name)
+        mine = self._cache.devices.get(name)
+        if self.conditional and name in self._dirty and base is not None and mine is not None:
+            device = Device.from_json(merge_record(base[1], mine.to_json(), record))
+        self.observed(name, mod_revision, record)
+        return device
 
     def update(self, device: Device) -> None:
         self._cache.devices[device.name] = device
@@ -132,15 +169,17 @@ class DeviceWriter:
             return
         names, self._dirty = self._dirty, set()
         events, self._events = self._events, []
-        ops: list[Put] = [
-            Put(storekeys.device_key(n), storekeys.dumps(self._cache.devices[n].to_json()))
-            for n in sorted(names)
-            if n in self._cache.devices
-        ]
-        for ev in events:
-            ops.append(Put(self._event_key(ev), storekeys.dumps(ev)))
         try:
-            await self._store.txn((), ops)
+            if self.conditional:
+                await self._write_conditionally(sorted(names), events)
+            else:
+                ops: list[Put] = [
+                    Put(storekeys.device_key(n), storekeys.dumps(self._cache.devices[n].to_json()))
+                    for n in sorted(names)
+                    if n in self._cache.devices
+                ]
+                ops += [Put(self._event_key(ev), storekeys.dumps(ev)) for ev in events]
+                await self._store.txn((), ops)
         except Exception:
             self._dirty |= names  # retried at the next flush
             self._events = events + self._events
@@ -148,6 +187,58 @@ class DeviceWriter:
             raise
         if events:
             await self._trim_events()
+
+    async def _base_of(self, name: str) -> tuple[int, dict[str, Any]]:
+        base = self._base.get(name)
+        if base is None:  # loaded at start: the stored version now is the best guess
+            kv = await self._store.get(storekeys.device_key(name))
+            if kv is None:  # a new record: it must not exist when written
+                return (0, self._cache.devices[name].to_json())
+            base = self._base[name] = (kv.mod_revision, storekeys.loads(kv.value))
+        return base
+
+    async def _write_conditionally(self, names: list[str], events: list[dict[str, Any]]) -> None:
+        event_ops = [Put(self._event_key(ev), storekeys.dumps(ev)) for ev in events]
+        pending = [n for n in names if n in self._cache.devices]
+        for _ in range(len(pending) + 3):  # each failed compare settles one record
+            compares: list[Compare] = []
+            ops: list[Put] = []
+            records: dict[str, dict[str, Any]] = {}
+            for name in pending:
+                base = await self._base_of(name)
+                records[name] = self._cache.devices[name].to_json()
+                key = storekeys.device_key(name)
+                compares.append(Compare(key, base[0]))
+                ops.append(Put(key, storekeys.dumps(records[name])))
+            try:
+                revision = await self._store.txn(compares, [*ops, *event_ops])
+            except CompareFailed as exc:
+                await self._merge(exc.key[len(storekeys.DEVICES) :], pending)
+                continue
+            for name, record in records.items():
+                self._base[name] = (revision, record)
+            return
+        raise CompareFailed(storekeys.DEVICES, 0, 0)  # changed elsewhere all along: next batch
+
+    async def _merge(self, name: str, pending: list[str]) -> None:
+        """The stored record of ``name`` changed elsewhere: merge it into the cache's copy."""
+        kv = await self._store.get(storekeys.device_key(name))
+        if kv is None:  # deleted elsewhere (edgectl delete device): not brought back
+            self._base.pop(name, None)
+            self._cache.devices.pop(name, None)
+            if name in pending:
+                pending.remove(name)
+            log.info("device record deleted elsewhere", device=name)
+            return
+        theirs = storekeys.loads(kv.value)
+        base = self._base.get(name, (0, theirs))[1]
+        device = self._cache.devices.get(name)
+        if device is not None:
+            merged = merge_record(base, device.to_json(), theirs)
+            self._cache.devices[name] = Device.from_json(merged)
+        self._base[name] = (kv.mod_revision, theirs)
+        self.merged += 1
+        log.info("device record merged", device=name)
 
     async def _trim_events(self) -> None:
         kvs = (await self._store.range(storekeys.EVENTS)).kvs
@@ -157,3 +248,18 @@ class DeviceWriter:
     async def run(self, stop: asyncio.Event) -> None:
         """Flush batch after batch until ``stop``, then once more (:class:`BatchLoop`)."""
         await self._batches.run(stop)
+
+
+def merge_record(
+    base: dict[str, Any], ours: dict[str, Any], theirs: dict[str, Any]
+) -> dict[str, Any]:
+    """A device record changed here (``ours``) and elsewhere (``theirs``) since ``base``:
+    each top-level field takes ours where we changed it since ``base``, else theirs (pure)."""
+    merged = dict(theirs)
+    for key in ours.keys() | base.keys():
+        if ours.get(key) != base.get(key):
+            if key in ours:
+                merged[key] = ours[key]
+            else:
+                merged.pop(key, None)
+    return merged

@@ -68,12 +68,14 @@ def test_default_text_names_every_key() -> None:
         "workers",
         "trust",
         "discovery",
+        "hub",
         "device",
         "scaling",
         "eviction",
         "power",
         "secrets",
     }
+    assert set(doc["hub"]) == {"addresses"}
     assert set(doc["discovery"]) == {"enabled", "healthPeriod", "executionProviders"}
     assert set(doc["reconcile"]) == {"resyncPeriod", "backoffBase", "backoffMax", "workers"}
 
@@ -334,3 +336,31 @@ def test_hub_reschedule_after_defaults_to_at_least_the_grace_and_is_checked() ->
     assert parse_config({"devices": fast}).devices.reschedule_after_s == 4.0
     with pytest.raises(ConfigError, match="rescheduleAfter: must be at least heartbeatGrace"):
         parse_config({"devices": {**fast, "rescheduleAfter": "2s"}})
+
+
+def test_hub_addresses_are_host_ports_each_once() -> None:
+    config = parse_config({"hub": {"addresses": ["hub-a.example:7443", "10.0.0.2:7443"]}})
+    assert config.hub.addresses == ("hub-a.example:7443", "10.0.0.2:7443")
+    assert parse_config({}).hub.addresses == ()
+    with pytest.raises(ConfigError) as info:
+        parse_config({"hub": {"addresses": ["hub-a.example:7443", "hub-a", "hub-a.example:7443"]}})
+    text = str(info.value)
+    assert "hub.addresses[1]" in text and "hub.addresses[2]" in text
+
+
+def test_link_json_keeps_every_replica_address(tmp_path: Path) -> None:
+    import orjson
+
+    from edged.hublink.files import LinkFiles
+
+    files = LinkFiles(tmp_path)
+    files.dir.mkdir(parents=True)
+    files.link.write_bytes(
+        orjson.dumps({"hub": "a:7443", "hubs": ["a:7443", "b:7443"], "deviceName": "d"})
+    )
+    assert files.load().addresses == ("a:7443", "b:7443")
+    files.link.write_bytes(orjson.dumps({"hub": "a:7443", "deviceName": "d"}))  # older edged
+    assert files.load().addresses == ("a:7443",)
+    files.link.write_bytes(orjson.dumps({"hub": "a:7443", "hubs": ["b"], "deviceName": "d"}))
+    with pytest.raises(Exception, match="not a hub link"):
+        files.load()

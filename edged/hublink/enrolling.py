@@ -13,7 +13,8 @@
    token. The hub's roots must chain from that anchor (old and new root thresholds); a root of
    an accepted version with other content is a conflict, and enrollment fails.
 4. Written atomically under ``D/hub/``: ``ca.crt``, ``device.crt``, ``link.json`` (hub
-   address, device name); the trust root goes through the trust gate (``D/trust/root.json``);
+   addresses: those given, ``--hub A,B``, then the replicas the hub names in its answer;
+   device name); the trust root goes through the trust gate (``D/trust/root.json``);
    the operator's ``--label``s go to ``D/labels.json`` (published by discovery).
 
 The private key never leaves the device. grpc's Python API cannot use a TPM-held key for TLS,
@@ -35,7 +36,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from edged.hublink.files import LinkFiles, parse_address
+from edged.hublink.files import LinkFiles, hub_addresses, parse_address
 from edged.trust.admitting import ArtifactGate
 from edged.trust.tpmattesting import EnrollmentMaterial, TpmAttestationKey
 from edgefleet.errors import EdgefleetError, PkiError, TrustError
@@ -252,12 +253,29 @@ async def enroll(
         raise EnrollError(
             f"{data_dir} is already enrolled ({files.link}); use --force to enroll again"
         )
-    host, port = parse_address(hub)
+    given = hub_addresses([a.strip() for a in hub.split(",")])
+    host, port = parse_address(given[0])
     ehost, eport = parse_address(enroll_address) if enroll_address else (host, port + 1)
     if ca_hash is None:
         raise EnrollError("--ca-hash is required (printed with the token by `hub token create`)")
     gate, anchor = trust_anchor(data_dir, root_file=root_file, root_hash=root_hash, tpm=tpm)
-    chain = await asyncio.to_thread(fetch_presented_chain, ehost, eport)
+    try:
+        chain = await asyncio.to_thread(fetch_presented_chain, ehost, eport)
+    except EnrollError:
+        if enroll_address or len(given) == 1:
+            raise
+        # the first replica is down: enroll at the next one that answers (nothing was sent)
+        for other in given[1:]:
+            host, port = parse_address(other)
+            ehost, eport = host, port + 1
+            try:
+                chain = await asyncio.to_thread(fetch_presented_chain, ehost, eport)
+                break
+            except EnrollError:
+                continue
+        else:
+            raise
+        given = [other, *(a for a in given if a != other)]
     ca_pem = pinned_ca(chain, ca_hash)
     # The TLS identity is a file key (grpc cannot use a TPM key); the TPM, when trust.tpm
     # selects one, holds an attestation key bound to its endorsement key (tpmattesting.py).
@@ -297,9 +315,14 @@ async def enroll(
     write_atomic(files.certificate, bytes(resp.certificate_chain_pem), mode=0o644)
     write_json_atomic(data_dir / "labels.json", dict(sorted(labels.items())))
     not_after = files.certificate_not_after()
-    write_json_atomic(
-        files.link,
-        {"hub": f"{host}:{port}", "deviceName": resp.device_name, "enrolledAt": time.time()},
-    )
+    try:  # the replicas the hub names, after the ones given here
+        hubs = hub_addresses([f"{host}:{port}", *given[1:]], list(resp.hub_addresses))
+    except ValueError as exc:
+        log.warning("hub replica addresses ignored", error=str(exc))
+        hubs = hub_addresses([f"{host}:{port}", *given[1:]])
+    link: dict[str, object] = {"hub": hubs[0], "deviceName": resp.device_name}
+    if len(hubs) > 1:
+        link["hubs"] = hubs
+    write_json_atomic(files.link, {**link, "enrolledAt": time.time()})
     log.info("enrolled", hub=f"{host}:{port}", device=resp.device_name, attestation=attestation)
     return Enrolled(resp.device_name, not_after, attestation)

@@ -1,6 +1,8 @@
 """Where an enrolled device keeps its hub link (``D/hub/``), and reading it back.
 
-D/hub/link.json     {"hub": "HOST:PORT", "deviceName": ..., "enrolledAt": ...}
+D/hub/link.json     {"hub": "HOST:PORT", "hubs": ["HOST:PORT", ...], "deviceName": ...,
+                    "enrolledAt": ...}; ``hubs``: every replica of the hub (the link fails
+                    over between them), ``hub`` the first; absent: ``hub`` only
 D/hub/ca.crt        the hub CA (pinned at enrollment): the only CA trusted for the hub
 D/hub/device.crt    this device's certificate (renewed before expiry)
 D/identity/key.pem  the identity key (edged.trust.identity), the TLS client key
@@ -26,10 +28,37 @@ def parse_address(text: str) -> tuple[str, int]:
     return host, int(port)
 
 
+MAX_HUB_ADDRESSES = 16
+
+
 @dataclass(frozen=True, slots=True)
 class Link:
     hub: str
     device_name: str
+    hubs: tuple[str, ...] = ()
+    """Every replica's address, ``hub`` first (empty: ``hub`` alone)."""
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return self.hubs or (self.hub,)
+
+
+def hub_addresses(*groups: object) -> list[str]:
+    """Addresses from ``groups`` (lists of HOST:PORT), in order, each once, at most
+    :data:`MAX_HUB_ADDRESSES`; ValueError naming a bad one."""
+    result: list[str] = []
+    for group in groups:
+        if not isinstance(group, list | tuple):
+            raise ValueError(f"hub addresses must be a list, got {type(group).__name__}")
+        for text in group:
+            if not isinstance(text, str):
+                raise ValueError(f"a hub address must be a string, got {text!r}")
+            parse_address(text)
+            if text not in result:
+                result.append(text)
+    if len(result) > MAX_HUB_ADDRESSES:
+        raise ValueError(f"at most {MAX_HUB_ADDRESSES} hub addresses, got {len(result)}")
+    return result
 
 
 class LinkFiles:
@@ -47,8 +76,10 @@ class LinkFiles:
     def load(self) -> Link:
         try:
             doc = orjson.loads(self.link.read_bytes())
-            link = Link(str(doc["hub"]), str(doc["deviceName"]))
-            parse_address(link.hub)
+            hub = str(doc["hub"])
+            parse_address(hub)
+            hubs = tuple(hub_addresses([hub], doc.get("hubs", [])))
+            link = Link(hub, str(doc["deviceName"]), hubs if len(hubs) > 1 else ())
         except (OSError, ValueError, KeyError, TypeError) as exc:
             raise StateError(f"{self.link}: not a hub link: {exc}") from None
         return link

@@ -12,6 +12,11 @@
   delay up to the current bound, :data:`RECONNECT_BACKOFF`), so a hub restart does not bring
   every device back at once.
   Meanwhile edged keeps serving its last verified state, across its own restarts too.
+* **Hub replicas** (``link.json`` ``hubs``, from ``edged enroll --hub A,B`` and the hub's
+  enrollment answer): the link sticks to the address that works; when its session fails it
+  dials the next one, and the backoff grows once per round of every address (a replica that
+  dies costs a device a delay of at most ``BACKOFF_BASE_S``, jittered, before it dials the
+  next one).
 * The device certificate is renewed at a random point between 70 % and 90 % of its lifetime.
 * A hub that refuses this device (UNAUTHENTICATED: revoked; PERMISSION_DENIED: deleted or not
   enrolled there) :data:`REFUSALS_BEFORE_GIVING_UP` times in a row, with the usual backoff
@@ -28,8 +33,9 @@ from __future__ import annotations
 import asyncio
 import random
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import AbstractContextManager
+from dataclasses import replace
 from typing import Any
 
 import grpc
@@ -131,12 +137,15 @@ class HubLink:
         recent_logs: Callable[[int, str], list[str]] | None = None,
         status_period: float = 1.0,
         rng: random.Random | None = None,
+        addresses: Sequence[str] = (),
     ) -> None:
         """``source``: where desired states from the hub go; ``on_accepted``: called once one
         is accepted; ``syncing``: held while one is applied (no artifact garbage collection
         meanwhile); ``report``: what to say about the device (for Hello and each Status)."""
         self.files = files
         self.link: Link = files.load()
+        if addresses:  # edged.toml [hub] addresses: the replicas, instead of link.json's
+            self.link = replace(self.link, hub=addresses[0], hubs=tuple(addresses))
         self._source = source
         self._on_accepted = on_accepted
         self._syncing = syncing
@@ -145,6 +154,7 @@ class HubLink:
         self._recent_logs = recent_logs  # (tail, workload) -> lines, for edgectl logs
         self._status_period = status_period
         self._rng = rng or random.Random()
+        self._index = 0  # which of link.addresses the link uses (sticks while it works)
         self.connected = False
         self.last_error = ""
         self.refused = False  # the hub refused this device for good: not dialled again
@@ -162,10 +172,22 @@ class HubLink:
                 self._pending.append(self._last_state)
             self._wake.set()
 
+    @property
+    def hub(self) -> str:
+        """The hub address (replica) the link uses now."""
+        addresses = self.link.addresses
+        return addresses[self._index % len(addresses)]
+
+    def next_hub(self) -> str:
+        """Move on to the next replica's address (after a failure); the new address."""
+        self._index = (self._index + 1) % len(self.link.addresses)
+        return self.hub
+
     def status(self) -> dict[str, Any]:
         """The ``hub`` section of ``/v1/status``: the link and the hub source."""
         return {
-            "hub": self.link.hub,
+            "hub": self.hub,
+            "hubs": list(self.link.addresses),
             "deviceName": self.link.device_name,
             "connected": self.connected,
             "refused": self.refused,
@@ -217,7 +239,11 @@ class HubLink:
                 if stop.is_set():
                     break
                 attempt = 0 if time.monotonic() - started > STABLE_AFTER_S else attempt + 1
-                delay = RECONNECT_BACKOFF.delay(attempt, self._rng)
+                failed, hubs = self.hub, len(self.link.addresses)
+                if hubs > 1:
+                    log.info("hub link moving on", failed=failed, next=self.next_hub())
+                # the delay grows once per round of every replica
+                delay = RECONNECT_BACKOFF.delay(attempt // hubs, self._rng)
                 await wait_for_stop(stop, delay)
         finally:
             renewer.cancel()
@@ -230,7 +256,7 @@ class HubLink:
         )
         log.error(
             "hub refused this device, link stopped",
-            hub=self.link.hub,
+            hub=self.hub,
             device=self.link.device_name,
             code=exc.code().name,
             details=exc.details(),
@@ -245,7 +271,7 @@ class HubLink:
 
     async def _session(self, stop: asyncio.Event) -> None:
         async with grpc.aio.secure_channel(
-            self.link.hub, self._credentials(), options=CHANNEL_OPTIONS
+            self.hub, self._credentials(), options=CHANNEL_OPTIONS
         ) as channel:
             stub = device_pb2_grpc.DeviceServiceStub(channel)  # type: ignore[no-untyped-call]
             call = stub.Sync()
@@ -259,7 +285,7 @@ class HubLink:
             await call.write(device_pb2.DeviceMessage(hello=hello))
             self.connected = True
             self.last_error = ""
-            log.info("hub link up", hub=self.link.hub, device=self.link.device_name)
+            log.info("hub link up", hub=self.hub, device=self.link.device_name)
             pending: list[device_pb2.DesiredState] = []
             wake = asyncio.Event()
             self._pending, self._wake = pending, wake
@@ -394,7 +420,7 @@ class HubLink:
         finally:
             identity.close()
         async with grpc.aio.secure_channel(
-            self.link.hub, self._credentials(), options=CHANNEL_OPTIONS
+            self.hub, self._credentials(), options=CHANNEL_OPTIONS
         ) as channel:
             stub = device_pb2_grpc.DeviceServiceStub(channel)  # type: ignore[no-untyped-call]
             resp = await stub.RenewCertificate(

@@ -58,6 +58,9 @@ LEADER_KEY = "/hub/leader"
 """Held (on a lease) by the replica that runs the controllers (hub/store/electing.py)."""
 RESTORE_BATCH = 100
 """Operations per transaction when restoring into etcd (its default bound is 128)."""
+RESTORE_BATCH_BYTES = 8 * 1024 * 1024
+"""And bytes: shared artifacts' chunks are 1 MiB each (hub/blobsharing.py), and etcd bounds
+a request's size."""
 
 
 class StoreIdentityError(StoreError):
@@ -424,8 +427,17 @@ async def restore_store(backup: Path, store: Store, data_dir: Path, *, where: st
     current = [kv.key for kv in (await store.range("")).kvs if kv.key not in keep]
     ops: list[Put | Delete] = [Delete(k) for k in current]
     ops += [Put(k, v) for k, v in rows if k != IDENTITY_KEY]
-    for i in range(0, len(ops), RESTORE_BATCH):
-        await store.txn((), ops[i : i + RESTORE_BATCH])
+    batch: list[Put | Delete] = []
+    size = 0
+    for op in ops:  # at most RESTORE_BATCH keys and about RESTORE_BATCH_BYTES per transaction
+        op_size = len(op.value) if isinstance(op, Put) else 0
+        if batch and (len(batch) >= RESTORE_BATCH or size + op_size > RESTORE_BATCH_BYTES):
+            await store.txn((), batch)
+            batch, size = [], 0
+        batch.append(op)
+        size += op_size
+    if batch:
+        await store.txn((), batch)
     identity = dict(rows)[IDENTITY_KEY]
     await store.put(IDENTITY_KEY, identity, expect_mod_revision=0)
     if read_marker(data_dir) is None:

@@ -154,3 +154,55 @@ def test_a_lost_reply_is_reported_as_an_unknown_outcome(tmp_path: Path) -> None:
 
 async def _deployments(hub: object) -> set[str]:
     return set(hub.ctx.cache.deployments)  # type: ignore[attr-defined]
+
+
+@pytest.mark.parametrize(
+    ("code", "details", "method", "again"),
+    [
+        (grpc.StatusCode.UNAVAILABLE, "Socket closed", "List", True),  # a read
+        (grpc.StatusCode.UNAVAILABLE, "Socket closed", "Apply", True),  # idempotent
+        (grpc.StatusCode.UNAVAILABLE, "Socket closed", "CreateToken", False),  # maybe done
+        (grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses", "CreateToken", True),
+        (
+            grpc.StatusCode.UNAVAILABLE,
+            "this hub replica (h pid 1) does not lead; admin writes go to the leading replica",
+            "PushArtifact",
+            True,
+        ),
+        (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", "List", False),
+        (grpc.StatusCode.INVALID_ARGUMENT, "documents[0]: bad", "Apply", False),
+    ],
+)
+def test_which_failed_calls_go_to_the_next_replica(
+    code: grpc.StatusCode, details: str, method: str, again: bool
+) -> None:
+    from edgectl.client import outcome_unknown, try_next_replica
+
+    assert try_next_replica(code, details, method) is again
+    if "does not lead" in details:  # a follower's refusal: nothing was done
+        assert not outcome_unknown(code, details, "h:1", method)
+
+
+def test_a_context_keeps_every_replica_address(tmp_path: Path) -> None:
+    import tomllib
+
+    from edgectl.client import AdminConfig, parse_admin_config
+    from edgectl.configuring import render
+
+    replicas = AdminConfig(
+        hub="a.example:7443",
+        hubs=("a.example:7443", "b.example:7443"),
+        ca_certificate=tmp_path / "ca.crt",
+        certificate=tmp_path / "admin.crt",
+        key=tmp_path / "admin.key",
+    )
+    text = render({"eu": replicas}, "eu")
+    assert 'hub = ["a.example:7443", "b.example:7443"]' in text
+    parsed = parse_admin_config(tomllib.loads(text), source="admin.toml", base=tmp_path)
+    assert parsed.addresses == ("a.example:7443", "b.example:7443")
+    with pytest.raises(Exception, match="hub"):
+        parse_admin_config(
+            {"hub": [], "caCertificate": "c", "certificate": "c", "key": "k"},
+            source="admin.toml",
+            base=tmp_path,
+        )

@@ -19,6 +19,7 @@ from hub.initializing import init_hub
 from hub.replicas import CacheFollower, ReplicaDevices
 from hub.server import build_context
 from hub.store import EtcdStore
+from hub.writing import merge_record
 
 
 @async_test
@@ -114,3 +115,94 @@ async def test_a_followers_cache_follows_the_leaders_writes(
         stop.set()
         await task
         await ctx.store.close()
+
+
+def test_a_three_way_merge_keeps_each_sides_changes() -> None:
+    base = {"phase": "Ready", "cordoned": False, "lastHeartbeat": 1.0, "facts": {}}
+    ours = {**base, "lastHeartbeat": 2.0}  # the stream's replica: a heartbeat
+    theirs = {**base, "cordoned": True, "phase": "NotReady"}  # elsewhere: cordon, phase
+    assert merge_record(base, ours, theirs) == {
+        "phase": "NotReady",
+        "cordoned": True,
+        "lastHeartbeat": 2.0,
+        "facts": {},
+    }
+    # the same field changed on both sides: ours (the later write) wins for that field only
+    assert merge_record(base, {**base, "phase": "Pending"}, theirs)["phase"] == "Pending"
+
+
+@async_test
+async def test_two_replicas_writing_one_device_record_lose_neither_change(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    """Last-writer-wins would let the heartbeat written by the device's replica undo the
+    cordon written by another one meanwhile; the conditional write merges them."""
+    url = f"etcd://{etcd_server.endpoint}{etcd_namespace}"
+    await init_hub(tmp_path / "r0", region="eu", store=url)
+    shutil.copytree(tmp_path / "r0", tmp_path / "r1")
+    contexts = []
+    for d in ("r0", "r1"):
+        store = await EtcdStore.open([etcd_server.endpoint], namespace=etcd_namespace)
+        contexts.append(await build_context(tmp_path / d, store=store))
+    here, there = contexts
+    try:
+        assert here.writer.conditional and there.writer.conditional
+        here.sessions.open("cam-1", "01")
+        here.writer.update(Device("cam-1", phase=DevicePhase.READY, last_heartbeat=1.0))
+        await here.writer.flush()
+        kv = await there.store.get("/devices/cam-1")
+        assert kv is not None
+        record = storekeys.loads(kv.value)
+        there.writer.observed("cam-1", kv.mod_revision, record)  # as its watch would
+        there.cache.devices["cam-1"] = Device.from_json(record)
+
+        # at the same time: cordoned there, a heartbeat here (which has not seen the cordon)
+        there.writer.update(there.cache.devices["cam-1"].with_(cordoned=True))
+        await there.writer.flush()
+        here.writer.update(here.cache.devices["cam-1"].with_(last_heartbeat=2.0))
+        await here.writer.flush()
+
+        kv = await here.store.get("/devices/cam-1")
+        assert kv is not None
+        stored = Device.from_json(storekeys.loads(kv.value))
+        assert stored.cordoned and stored.last_heartbeat == 2.0
+        assert stored.phase is DevicePhase.READY
+        assert here.writer.merged == 1
+        assert here.cache.devices["cam-1"].cordoned  # the merge reached this replica's cache
+
+        # deleted elsewhere meanwhile: a late heartbeat does not bring the record back
+        await there.store.delete("/devices/cam-1")
+        here.writer.update(here.cache.devices["cam-1"].with_(last_heartbeat=3.0))
+        await here.writer.flush()
+        assert await here.store.get("/devices/cam-1") is None
+    finally:
+        for ctx in contexts:
+            await ctx.store.close()
+
+
+@async_test
+async def test_a_change_not_written_yet_survives_a_record_taken_from_another_replica() -> None:
+    """The leader marks a device NotReady; before its writer's batch, the device's replica
+    writes a heartbeat, which the leader takes from its watch: the phase change is kept."""
+    from hub.caching import Cache
+    from hub.store import MemoryStore
+    from hub.writing import DeviceWriter
+
+    store, cache = MemoryStore(), Cache()
+    writer = DeviceWriter(store, cache, conditional=True)
+    first = Device("cam-1", phase=DevicePhase.READY, last_heartbeat=1.0)
+    revision = await store.put("/devices/cam-1", storekeys.dumps(first.to_json()))
+    cache.devices["cam-1"] = writer.taken("cam-1", revision, first.to_json())
+    writer.update(cache.devices["cam-1"].with_(phase=DevicePhase.NOT_READY))  # not written yet
+
+    beat = first.with_(last_heartbeat=2.0).to_json()  # written by the device's replica
+    revision = await store.put("/devices/cam-1", storekeys.dumps(beat))
+    cache.devices["cam-1"] = writer.taken("cam-1", revision, beat)
+    assert cache.devices["cam-1"].phase is DevicePhase.NOT_READY
+    assert cache.devices["cam-1"].last_heartbeat == 2.0
+    await writer.flush()
+    kv = await store.get("/devices/cam-1")
+    assert kv is not None
+    stored = Device.from_json(storekeys.loads(kv.value))
+    assert (stored.phase, stored.last_heartbeat) == (DevicePhase.NOT_READY, 2.0)
+    assert writer.merged == 0  # taken in time: the write's compare held
