@@ -26,7 +26,9 @@ from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from edgefleet.logs import get_logger, timestamp
+import orjson
+
+from edgefleet.logs import MAX_RECENT_LINE, get_logger, timestamp
 
 log = get_logger(__name__)
 
@@ -89,27 +91,31 @@ class OutputRing:
 
     def records(self) -> list[tuple[float, str]]:
         """Each line as ``(time, JSON log record)``, oldest first, in the shape of edged's own
-        records (event ``worker output``)."""
-        import orjson
+        records (event ``worker output``), each at most :data:`MAX_RECENT_LINE` characters
+        (what the hub accepts per line)."""
+        return [(line.at, self._record(line)) for line in self.lines]
 
-        return [
-            (
-                line.at,
-                orjson.dumps(
-                    {
-                        "ts": timestamp(line.at),
-                        "level": "warning",
-                        "logger": "worker",
-                        "event": WORKER_OUTPUT_EVENT,
-                        "replica": self.replica,
-                        "workload": self.workload,
-                        "stream": "stderr",
-                        "line": line.text,
-                    }
-                ).decode(),
-            )
-            for line in self.lines
-        ]
+    def _record(self, line: OutputLine) -> str:
+        text = line.text
+        while True:
+            record = orjson.dumps(
+                {
+                    "ts": timestamp(line.at),
+                    "level": "warning",
+                    "logger": "worker",
+                    "event": WORKER_OUTPUT_EVENT,
+                    "replica": self.replica,
+                    "workload": self.workload,
+                    "stream": "stderr",
+                    "line": text,
+                }
+            ).decode()
+            if len(record) <= MAX_RECENT_LINE:
+                return record
+            # JSON escapes (quotes, control characters) made it longer: cut the text further
+            over = len(record) - MAX_RECENT_LINE
+            keep = len(text) - len(CUT_MARK) - over if over < len(text) // 2 else len(text) // 2
+            text = text[:keep].removesuffix(CUT_MARK) + CUT_MARK
 
 
 class OutputReader(asyncio.Protocol):

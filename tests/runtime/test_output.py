@@ -21,7 +21,7 @@ from edged.runtime.output import (
     OutputRing,
     merge_records,
 )
-from edgefleet.logs import RecentLines
+from edgefleet.logs import MAX_RECENT_LINE, RecentLines
 
 
 async def _read_from_process(ring: OutputRing, program: str) -> None:
@@ -91,6 +91,18 @@ def test_the_ring_keeps_the_newest_lines() -> None:
     assert [r["line"] for r in records] == ["line 7", "line 8", "line 9"]
     assert records[0]["replica"] == "r" and records[0]["workload"] == "w"
     assert records[0]["event"] == "worker output" and records[0]["stream"] == "stderr"
+
+
+@pytest.mark.parametrize("char", ['"', "\x01", "\\", "é", "x"])
+def test_every_record_fits_the_hubs_bound_on_a_line(char: str) -> None:
+    """JSON escapes can make a 1 KiB line six times longer: the record is cut to fit what the
+    hub accepts (else it would refuse the whole answer)."""
+    ring = OutputRing("det-abc-0", "det")
+    ring.add(char * MAX_LINE + CUT_MARK, 1000.0)
+    ((_, record),) = ring.records()
+    assert len(record) <= MAX_RECENT_LINE
+    doc = orjson.loads(record)
+    assert doc["line"].startswith(char) and doc["replica"] == "det-abc-0"
 
 
 def test_forwarding_to_edgeds_log_is_rate_limited(caplog: pytest.LogCaptureFixture) -> None:
