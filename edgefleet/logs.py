@@ -178,7 +178,7 @@ class RecentLines(logging.Handler):
         self._lines: deque[tuple[float, str, str]] = deque(maxlen=capacity)
 
     def emit(self, record: logging.LogRecord) -> None:
-        if record.msg in self._skip:
+        if isinstance(record.msg, str) and record.msg in self._skip:
             return  # kept elsewhere (edged keeps its workers' output per replica)
         try:
             line = self.format(record)
