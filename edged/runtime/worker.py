@@ -300,12 +300,12 @@ class WorkerProtocol(asyncio.Protocol):
             self._transport.write(data)
 
     def _reply(self, req_id: int, status: int, body: bytes, header_len: int | None) -> None:
+        self._inflight -= 1
         self._send_results(_result_frame(req_id, status, body, header_len))
 
     def _send_results(self, parts: list[bytes]) -> None:
-        """Answers (each a frame head and a body): one vectored write for all of them, with
-        no copy of the bodies."""
-        self._inflight -= len(parts) // 2
+        """Answers (each a frame head and a body; no longer counted in flight): one vectored
+        write for all of them, with no copy of the bodies."""
         if self._transport is not None and not self._transport.is_closing():
             self._transport.writelines(parts)
         if self._draining:
@@ -409,6 +409,11 @@ class WorkerProtocol(asyncio.Protocol):
             self._last_run_s = now - self._running_since
         self._running_since = None
         self._idle_since = now
+        self._inflight -= len(batch)  # answered below
+        if self._executor is not None:
+            # Start the next batch (requests that came while this one ran) before encoding this
+            # one's answers: ONNX Runtime runs in its thread meanwhile instead of waiting.
+            self._maybe_run()
         tensors = self._tensors
         frames: list[bytes] = []
         if exc is not None or results is None:
@@ -432,7 +437,8 @@ class WorkerProtocol(asyncio.Protocol):
                 )
                 frames += _result_frame(p.req_id, 200, out, hlen)
         self._send_results(frames)
-        self._maybe_run()
+        if self._executor is None:
+            self._maybe_run()
 
 
 def _result_frame(req_id: int, status: int, body: bytes, header_len: int | None) -> list[bytes]:
