@@ -119,7 +119,11 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
             for _ in range(args.reps):
                 bare = bare_loop(sess, x, duration=args.bare_s, warmup=50)
                 # the ceiling for batching: bare loop at batch maxBatchSize, same thread count
+                cpu_big0 = time.process_time()
                 big = bare_loop(sess, x8, duration=args.bare8_s, warmup=20)
+                # ONNX Runtime's own CPU per row at batch 8 (the bare loop is all ORT): CPU
+                # time, so it holds on a machine shared with other work, where wall time does not
+                ort_us_per_row = 1e6 * (time.process_time() - cpu_big0) / ((len(big) + 20) * 8)
                 # concurrency 1 on the same model, for context (per-request cost, big payload)
                 with RawClient(edged.infer_sock) as c:
                     timed_calls(c, req, 50)
@@ -174,6 +178,27 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
                 r["clients_us_per_req"] = 1e6 * client_cpu / max(1.0, rate * args.dur_s)
                 r["control_us_per_req"] = 1e6 * (cpu1[0] - cpu0[0]) / max(1.0, rate * args.dur_s)
                 r["worker_us_per_req"] = 1e6 * (cpu1[1] - cpu0[1]) / max(1.0, rate * args.dur_s)
+                _, bcpu0, bcpu1 = windows["binary"]
+                r["binary_control_us_per_req"] = (
+                    1e6 * (bcpu1[0] - bcpu0[0]) / max(1.0, brate * args.dur_s)
+                )
+                r["binary_worker_us_per_req"] = (
+                    1e6 * (bcpu1[1] - bcpu0[1]) / max(1.0, brate * args.dur_s)
+                )
+                r["ort_us_per_row"] = ort_us_per_row
+                # what edged spends per request beyond ONNX Runtime's work for its row
+                r["overhead_us_per_req"] = (
+                    r["control_us_per_req"] + r["worker_us_per_req"] - ort_us_per_row
+                )
+                r["binary_overhead_us_per_req"] = (
+                    r["binary_control_us_per_req"] + r["binary_worker_us_per_req"] - ort_us_per_row
+                )
+                # CPU-bound ratio: ORT's CPU per row over edged's whole CPU per request
+                # (control + worker); 1.0 = no overhead. Holds under outside load.
+                r["cpu_ratio"] = ort_us_per_row / (ort_us_per_row + r["overhead_us_per_req"])
+                r["binary_cpu_ratio"] = ort_us_per_row / (
+                    ort_us_per_row + r["binary_overhead_us_per_req"]
+                )
                 reps.append(r)
     finally:
         pool.terminate()
@@ -291,6 +316,20 @@ def main() -> int:
                 ("clients_us_per_req", "clients us/req", ".1f"),
                 ("bare_batch_ms", f"bare b{args.max_batch} ms", ".3f"),
                 ("bare_batch_rows_per_s", f"bare b{args.max_batch} rows/s", ".0f"),
+            ],
+        )
+        print_table(
+            "  CPU per request beyond ONNX Runtime's own (its CPU per row at batch "
+            f"{args.max_batch}, from the bare loop), edged's control + worker processes",
+            thr["reps"] + [thr["median"]],
+            [
+                ("ort_us_per_row", "ORT us/row", ".1f"),
+                ("overhead_us_per_req", "json extra us", ".1f"),
+                ("cpu_ratio", "json cpu ratio", ".2f"),
+                ("binary_control_us_per_req", "bin control us", ".1f"),
+                ("binary_worker_us_per_req", "bin worker us", ".1f"),
+                ("binary_overhead_us_per_req", "bin extra us", ".1f"),
+                ("binary_cpu_ratio", "bin cpu ratio", ".2f"),
             ],
         )
 

@@ -152,8 +152,8 @@ def add_commands(sub: Any) -> None:
 
     logs = sub.add_parser(
         "logs",
-        help="a connected device's recent log lines (edged's, about WORKLOAD if given), "
-        "asked of the device through the hub",
+        help="a connected device's recent log lines (edged's and what its workers wrote to "
+        "stderr, about WORKLOAD if given), asked of the device through the hub",
     )
     logs.add_argument("resource", nargs="+", metavar="ARG", help="device/NAME [WORKLOAD]")
     logs.add_argument(

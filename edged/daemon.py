@@ -738,9 +738,20 @@ class Daemon:
             from edged.hublink.linking import HubLink
 
             self.acceptor.accept()  # hub.json may be newer than desired.json after a crash
+            from edged.runtime.output import WORKER_OUTPUT_EVENT, merge_records
             from edgefleet.logs import keep_recent_lines
 
-            recent = keep_recent_lines()  # what edgectl logs reads, through the hub
+            # what edgectl logs reads, through the hub: edged's own records, and what its
+            # workers wrote to stderr (kept per replica, so a chatty worker cannot push
+            # edged's records out)
+            recent = keep_recent_lines(skip_events=frozenset({WORKER_OUTPUT_EVENT}))
+            pool = self.pool
+
+            def recent_logs(tail: int, workload: str) -> list[str]:
+                return merge_records(
+                    [recent.records(workload), *pool.output_records(workload)], tail
+                )
+
             link = HubLink(
                 self.link_files,
                 source=self.hub_source,
@@ -754,7 +765,7 @@ class Daemon:
                     model_digests=lambda: [w.sha256 for w in self.desired.workloads.values()],
                     tpm=cfg.trust.tpm,
                 ),
-                recent_logs=recent.tail,
+                recent_logs=recent_logs,
                 addresses=cfg.hub.addresses,
             )
             self.hub_link = link

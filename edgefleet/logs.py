@@ -170,12 +170,16 @@ class RecentLines(logging.Handler):
     logger's level. A record is about the workload its ``workload`` field names, or that of
     its ``replica`` field (edged's ``WORKLOAD-REVISION-SLOT``)."""
 
-    def __init__(self, capacity: int = 1000) -> None:
+    def __init__(self, capacity: int = 1000, *, skip_events: frozenset[str] = frozenset()) -> None:
         super().__init__()
         self.setFormatter(JsonFormatter())
-        self._lines: deque[tuple[str, str]] = deque(maxlen=capacity)  # (workload, line)
+        self._skip = skip_events
+        # (time, workload, line)
+        self._lines: deque[tuple[float, str, str]] = deque(maxlen=capacity)
 
     def emit(self, record: logging.LogRecord) -> None:
+        if isinstance(record.msg, str) and record.msg in self._skip:
+            return  # kept elsewhere (edged keeps its workers' output per replica)
         try:
             line = self.format(record)
         except Exception:  # a record that cannot be formatted is not kept
@@ -186,16 +190,22 @@ class RecentLines(logging.Handler):
         workload = fields.get("workload") or ""
         if not workload and isinstance(fields.get("replica"), str):
             workload = fields["replica"].rsplit("-", 2)[0]  # edged's WORKLOAD-REVISION-SLOT
-        self._lines.append((str(workload), line))
+        self._lines.append((record.created, str(workload), line))
 
     def tail(self, count: int, workload: str = "") -> list[str]:
         """The newest ``count`` lines (about ``workload`` only, if given), oldest first."""
-        picked = [line for w, line in self._lines if not workload or w == workload]
-        return picked[-count:] if count > 0 else []
+        return [line for _, line in self.records(workload)[-count:]] if count > 0 else []
+
+    def records(self, workload: str = "") -> list[tuple[float, str]]:
+        """Every kept line (about ``workload`` only, if given) with its time, oldest first."""
+        return [(at, line) for at, w, line in self._lines if not workload or w == workload]
 
 
-def keep_recent_lines(capacity: int = 1000) -> RecentLines:
-    """Add a :class:`RecentLines` to the root logger (after :func:`configure_logging`)."""
-    handler = RecentLines(capacity)
+def keep_recent_lines(
+    capacity: int = 1000, *, skip_events: frozenset[str] = frozenset()
+) -> RecentLines:
+    """Add a :class:`RecentLines` to the root logger (after :func:`configure_logging`);
+    records whose event is in ``skip_events`` are not kept."""
+    handler = RecentLines(capacity, skip_events=skip_events)
     logging.getLogger().addHandler(handler)
     return handler

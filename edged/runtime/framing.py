@@ -64,13 +64,23 @@ class FrameReader:
 
     def feed(self, data: bytes) -> None:
         buf = self._buf
-        if not buf and len(data) >= HEADER_SIZE:
-            # Fast path: the whole frame usually arrives in one read.
-            length, ftype, req_id = HEADER.unpack_from(data, 0)
-            end = HEADER_SIZE + length
-            if len(data) == end:
-                self._on_frame(ftype, req_id, data[HEADER_SIZE:])
+        if not buf:
+            # Fast path: whole frames (one, or a batch's answers) usually arrive in one read;
+            # take them straight from ``data`` and buffer only an unfinished tail.
+            start = 0
+            n = len(data)
+            while n - start >= HEADER_SIZE:
+                length, ftype, req_id = HEADER.unpack_from(data, start)
+                if length > MAX_FRAME:
+                    raise FrameError(f"frame of {length} bytes exceeds the limit")
+                end = start + HEADER_SIZE + length
+                if end > n:
+                    break
+                self._on_frame(ftype, req_id, data[start + HEADER_SIZE : end])
+                start = end
+            if start == n:
                 return
+            data = data[start:]
         buf += data
         offset = 0
         n = len(buf)

@@ -11,6 +11,7 @@ Probes run per replica on one timer (no task); what a tick or an answer means is
 from __future__ import annotations
 
 import asyncio
+import collections
 import os
 import signal
 import socket
@@ -35,6 +36,7 @@ from edged.runtime.framing import (
 )
 from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import prepare_cgroup, remove_cgroup
+from edged.runtime.output import OutputReader, OutputRing
 from edged.runtime.probing import ProbeState, check_probes, record_pong
 from edged.workloads import ReplicaId, WorkloadName
 from edgefleet.api import Probes
@@ -47,6 +49,7 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 DRAIN_TIMEOUT_S = 30.0
+GONE_OUTPUTS_KEPT = 16  # stderr rings of replicas that left the pool, kept for edgectl logs
 TERM_TIMEOUT_S = 5.0
 ARTIFACT_DIGEST_MISMATCH = "ArtifactDigestMismatch"  # the worker's reason (worker.py)
 
@@ -181,6 +184,9 @@ class Replica:
         self.stopping_task: asyncio.Task[None] | None = None
         self.batch_limit: int | None = None  # rows per batch edged allows now (None: declared)
         self.worker_batch_rows: int | None = None  # what the worker said it applies (PONG)
+        # what this slot's processes wrote to stderr (kept across restarts: output.py)
+        self.output = OutputRing(self.id, workload)
+        self._output_pipe: asyncio.ReadTransport | None = None
 
     # -- observation --------------------------------------------------------------------------
     def observation(self) -> ReplicaObservation:
@@ -331,6 +337,7 @@ class Replica:
         self._probe_state = ProbeState(last_pong=time.monotonic())
         self.batch_limit = None  # a new process starts with the declared maxBatchSize
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        err_read, err_write = os.pipe2(os.O_CLOEXEC)
         try:
             prepare_cgroup(self.spec.limits)
             self.proc = await asyncio.create_subprocess_exec(
@@ -341,16 +348,23 @@ class Replica:
                 orjson.dumps(self.spec.to_json()).decode(),
                 pass_fds=(child.fileno(),),
                 stdin=asyncio.subprocess.DEVNULL,
+                stderr=err_write,  # read into self.output (output.py)
                 start_new_session=True,
                 env=_worker_env(),
             )
         except Exception:
             parent.close()
+            os.close(err_read)
             raise
         finally:
             child.close()
+            os.close(err_write)
         self.pid = self.proc.pid
         loop = asyncio.get_running_loop()
+        ring = self.output
+        self._output_pipe, _ = await loop.connect_read_pipe(
+            lambda: OutputReader(ring), os.fdopen(err_read, "rb", buffering=0)
+        )
         parent.setblocking(False)
         _, channel = await loop.connect_accepted_socket(lambda: ReplicaChannel(self), sock=parent)
         self.channel = channel
@@ -460,6 +474,10 @@ class WorkerPool:
         self._python = python or sys.executable
         self._replicas: dict[ReplicaId, Replica] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
+        # the stderr lines of replicas no longer in the pool (stopped, forgotten), newest kept
+        self._gone_outputs: collections.deque[OutputRing] = collections.deque(
+            maxlen=GONE_OUTPUTS_KEPT
+        )
 
     def track(self, task: asyncio.Future[Any]) -> None:
         self._tasks.add(task)
@@ -519,11 +537,24 @@ class WorkerPool:
         rep = self._replicas.get(replica_id)
         if rep is not None and rep.phase is Phase.EXITED:
             del self._replicas[replica_id]
+            self._keep_output(rep)
 
     def remove(self, rep: Replica) -> None:
         if self._replicas.get(rep.id) is rep:
             del self._replicas[rep.id]
+            self._keep_output(rep)
         self.notify(rep.workload)
+
+    def _keep_output(self, rep: Replica) -> None:
+        if rep.output.lines:
+            self._gone_outputs.append(rep.output)
+
+    def output_records(self, workload: str = "") -> list[list[tuple[float, str]]]:
+        """What the workers wrote to stderr, per replica slot (those in the pool, then the last
+        few that left it), each oldest first as ``(time, JSON record)``; only ``workload``'s
+        when given."""
+        rings = [r.output for r in self._replicas.values()] + list(self._gone_outputs)
+        return [ring.records() for ring in rings if not workload or ring.workload == workload]
 
     def serving_changed(self, rep: Replica, *, ready: bool) -> None:
         self._on_serving_change(rep, ready)

@@ -8,6 +8,14 @@ The binary tensor data extension is supported both ways: a request whose body st
 ``Inference-Header-Content-Length`` bytes of JSON followed by raw tensor bytes (inputs carry
 ``parameters.binary_data_size``), and binary outputs when the request asks for them with
 ``parameters.binary_data_output`` (all outputs) or per output ``parameters.binary_data``.
+
+JSON bodies up to :data:`FAST_JSON_MAX` bytes are parsed with simdjson (pysimdjson) when it is
+installed: the ``data`` array of a float tensor goes from the parsed document straight into a
+numpy buffer, without a Python float per value (about 3x faster than ``orjson.loads`` plus a
+conversion for the medium MLP's 1,024 values); every other field becomes the Python value
+``orjson`` would give, and the checks below are the same. Anything simdjson does not take as
+is (invalid JSON, big integers, duplicate keys, nested or mixed ``data``) is decoded by the
+general path (orjson), which names what is wrong.
 """
 
 from __future__ import annotations
@@ -17,6 +25,16 @@ from typing import Any
 
 import numpy as np
 import orjson
+
+simdjson: Any
+try:
+    import simdjson
+except ImportError:  # pragma: no cover - optional: the orjson path serves every request
+    simdjson = None
+
+FAST_JSON_MAX = 4 << 20
+"""Bodies up to this size take the simdjson path (its parser keeps buffers the size of the
+largest document it parsed, so larger, rarer bodies go to orjson)."""
 
 # OIP datatype <-> numpy dtype <-> ONNX Runtime type string
 _OIP_TO_NUMPY: dict[str, Any] = {
@@ -139,6 +157,11 @@ def _as_array(
     data = tensor.get("data")
     if data is None:
         raise InferenceRequestError(f"input {name!r}: 'data' is missing")
+    if type(data) is _Numbers:  # parsed by simdjson straight into numbers (float64)
+        flat = _cast_numbers(data.values, dtype, count)
+        if flat is not None:
+            return flat.reshape(shape)
+        data = data.values.tolist()  # the general path says what is wrong
     fast = _flat_floats(data, dtype, count)
     if fast is not None:
         return fast.reshape(shape)
@@ -210,6 +233,138 @@ def _flat_floats(data: Any, dtype: Any, count: int) -> np.ndarray | None:
     return arr
 
 
+class _Numbers:
+    """A flat JSON array of numbers for a float tensor, already in a float64 buffer."""
+
+    __slots__ = ("values",)
+
+    def __init__(self, values: np.ndarray) -> None:
+        self.values = values
+
+
+def _cast_numbers(values: np.ndarray, dtype: Any, count: int) -> np.ndarray | None:
+    """``values`` as ``dtype`` (always a copy: never a view of the parser's memory); None when
+    the count is wrong or a value does not fit (the general path then says so)."""
+    if values.size != count or dtype not in _FLOAT_KINDS or not count:
+        return None
+    with np.errstate(over="ignore"):  # checked just below
+        arr = values.astype(dtype)
+    if not np.isfinite(arr).all():
+        return None
+    return arr
+
+
+_FLOAT_DATATYPES = frozenset({"FP16", "FP32", "FP64"})
+_parser: Any = None
+
+
+def _simd_value(value: Any) -> Any:
+    """A simdjson value as orjson would give it (dicts, lists, scalars)."""
+    if isinstance(value, simdjson.Object):
+        return value.as_dict()
+    if isinstance(value, simdjson.Array):
+        return value.as_list()
+    return value
+
+
+def _simd_tensor(tensor: Any) -> Any:
+    """One element of ``inputs``: a float tensor's flat ``data`` as :class:`_Numbers`."""
+    if not isinstance(tensor, simdjson.Object):
+        return _simd_value(tensor)
+    keys = list(tensor.keys())
+    if len(set(keys)) != len(keys):
+        raise ValueError("duplicate keys")  # orjson keeps the last one: let it decide
+    out: dict[str, Any] = {k: tensor[k] for k in keys}
+    data: Any = out.get("data")
+    numbers = isinstance(data, simdjson.Array) and out.get("datatype") in _FLOAT_DATATYPES
+    for k, v in out.items():
+        if k != "data" or not numbers:
+            out[k] = _simd_value(v)
+    if numbers:
+        values = np.frombuffer(data.as_buffer(of_type="d"), dtype=np.float64)
+        if values.size != len(data):
+            raise ValueError("nested data")  # the general path checks the nesting
+        out["data"] = _Numbers(values)
+    return out
+
+
+def _simd_loads(body: bytes | memoryview) -> Any:
+    """The request document by simdjson (see the module doc), or None when the general path
+    should decode it. Nothing of the parser's memory outlives this call."""
+    global _parser
+    if _parser is None:
+        _parser = simdjson.Parser()
+    try:
+        doc = _parser.parse(body)
+    except RuntimeError:  # e.g. a big integer; or a parser still in use: start a new one
+        _parser = simdjson.Parser()
+        return None
+    except Exception:
+        return None
+    try:
+        if not isinstance(doc, simdjson.Object):
+            return _simd_value(doc)
+        keys = list(doc.keys())
+        if len(set(keys)) != len(keys):
+            return None
+        out = {}
+        for k in keys:
+            v = doc[k]
+            if k == "inputs" and isinstance(v, simdjson.Array):
+                out[k] = [_simd_tensor(t) for t in v]
+            else:
+                out[k] = _simd_value(v)
+        return out
+    except Exception:  # bools, nulls or strings in data, duplicate keys, nesting
+        return None
+    finally:
+        del doc
+
+
+@dataclass(frozen=True, slots=True)
+class _BinaryPlan:
+    """What a binary request's JSON header decoded to, all its inputs binary: where each
+    input's bytes are and what they are."""
+
+    # each input: name, offset and size in the binary part, dtype, shape
+    inputs: tuple[tuple[str, int, int, Any, tuple[int, ...]], ...]
+    request_id: str | None
+    rows: int
+    outputs: tuple[str, ...]
+    binary_outputs: frozenset[str]
+    batch_key: tuple[Any, ...]
+
+    def decode(self, binary: memoryview) -> DecodedRequest:
+        feeds = {
+            name: np.frombuffer(binary[offset : offset + size], dtype=dtype).reshape(shape)
+            for name, offset, size, dtype, shape in self.inputs
+        }
+        return DecodedRequest(
+            self.request_id, feeds, self.rows, self.outputs, self.binary_outputs, self.batch_key
+        )
+
+
+class BinaryPlans:
+    """Decoded binary-request headers, for one model: a client sends the same JSON header with
+    every request (same shapes, same parameters), so the header is checked once and later
+    requests with the same header bytes and binary length only wrap their bytes in arrays.
+    Bounded: the newest :attr:`capacity` headers of at most :attr:`max_header` bytes."""
+
+    capacity = 64
+    max_header = 4096
+
+    def __init__(self) -> None:
+        self._plans: dict[tuple[bytes, int], _BinaryPlan] = {}
+
+    def get(self, key: tuple[bytes, int]) -> _BinaryPlan | None:
+        return self._plans.get(key)
+
+    def put(self, key: tuple[bytes, int], plan: _BinaryPlan) -> None:
+        if len(self._plans) >= self.capacity:
+            del self._plans[next(iter(self._plans))]  # the oldest
+        self._plans[key] = plan
+
+
 def decode_request(
     body: bytes | memoryview,
     header_length: int | None,
@@ -217,21 +372,34 @@ def decode_request(
     outputs: tuple[str, ...],
     *,
     batchable: bool,
+    plans: BinaryPlans | None = None,
 ) -> DecodedRequest:
-    """Parse and check a v2 infer request body against the model's inputs and outputs."""
+    """Parse and check a v2 infer request body against the model's inputs and outputs.
+    ``plans``: the model's cache of binary-request headers (one per model, never shared)."""
+    plan_key = None
     if header_length is not None:
         if header_length > len(body):
             raise InferenceRequestError(
                 "Inference-Header-Content-Length is larger than the request body"
             )
         json_part: bytes | memoryview = memoryview(body)[:header_length]
-        binary_part: memoryview | None = memoryview(body)[header_length:]
+        binary: memoryview = memoryview(body)[header_length:]
+        binary_part: memoryview | None = binary
+        if plans is not None and header_length <= plans.max_header:
+            plan_key = (bytes(json_part), len(binary))
+            plan = plans.get(plan_key)
+            if plan is not None:
+                return plan.decode(binary)
     else:
         json_part, binary_part = body, None
-    try:
-        doc = orjson.loads(json_part)
-    except orjson.JSONDecodeError as exc:
-        raise InferenceRequestError(f"request body is not valid JSON: {exc}") from None
+    doc = None
+    if binary_part is None and simdjson is not None and len(body) <= FAST_JSON_MAX:
+        doc = _simd_loads(body)
+    if doc is None:
+        try:
+            doc = orjson.loads(json_part)
+        except orjson.JSONDecodeError as exc:
+            raise InferenceRequestError(f"request body is not valid JSON: {exc}") from None
     if not isinstance(doc, dict):
         raise InferenceRequestError("request body must be a JSON object")
     tensors = doc.get("inputs")
@@ -242,6 +410,7 @@ def decode_request(
         raise InferenceRequestError("'parameters' must be an object")
     feeds: dict[str, np.ndarray] = {}
     offset = 0
+    placed: list[tuple[str, int, int, Any, tuple[int, ...]]] = []  # binary inputs
     for i, tensor in enumerate(tensors):
         if not isinstance(tensor, dict):
             raise InferenceRequestError(f"inputs[{i}] must be an object")
@@ -267,8 +436,10 @@ def decode_request(
             if not isinstance(size, int) or size < 0 or offset + size > len(binary_part):
                 raise InferenceRequestError(f"input {name!r}: bad binary_data_size {size!r}")
             chunk = binary_part[offset : offset + size]
-            offset += size
-        feeds[name] = _as_array(name, spec, tensor, chunk)
+        feeds[name] = arr = _as_array(name, spec, tensor, chunk)
+        if chunk is not None:
+            placed.append((name, offset, len(chunk), arr.dtype, arr.shape))
+            offset += len(chunk)
     missing = [n for n in inputs if n not in feeds]
     if missing:
         raise InferenceRequestError(f"missing input(s): {', '.join(missing)}")
@@ -286,14 +457,10 @@ def decode_request(
         tuple((n, a.dtype.str, a.shape[1:]) for n, a in feeds.items()),
         wanted,
     )
-    return DecodedRequest(
-        request_id if isinstance(request_id, str) else None,
-        feeds,
-        rows,
-        wanted,
-        binary_outputs,
-        key,
-    )
+    rid = request_id if isinstance(request_id, str) else None
+    if plan_key is not None and plans is not None and len(placed) == len(feeds):
+        plans.put(plan_key, _BinaryPlan(tuple(placed), rid, rows, wanted, binary_outputs, key))
+    return DecodedRequest(rid, feeds, rows, wanted, binary_outputs, key)
 
 
 def _requested_outputs(

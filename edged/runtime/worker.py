@@ -242,6 +242,7 @@ class WorkerProtocol(asyncio.Protocol):
         self._last_run_s = model.run_s
         self._idle_since = 0.0
         self._batch_rows = model.max_batch  # lowered by edged when memory is short
+        self._plans = tensors.BinaryPlans()  # binary-request headers already checked
 
     # -- connection ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -280,6 +281,7 @@ class WorkerProtocol(asyncio.Protocol):
                     self._model.inputs,
                     self._model.outputs,
                     batchable=self._model.batchable,
+                    plans=self._plans,
                 )
             except self._tensors.InferenceRequestError as exc:
                 self._reply(req_id, 400, self._tensors.error_body(str(exc)), None)
@@ -314,9 +316,13 @@ class WorkerProtocol(asyncio.Protocol):
 
     def _reply(self, req_id: int, status: int, body: bytes, header_len: int | None) -> None:
         self._inflight -= 1
-        prefix = RESULT_PREFIX.pack(status, NO_HEADER_LENGTH if header_len is None else header_len)
-        header = HEADER.pack(len(prefix) + len(body), FrameType.RESULT, req_id)
-        self._write(b"".join((header, prefix, body)))  # one copy of the answer, not two
+        self._send_results(_result_frame(req_id, status, body, header_len))
+
+    def _send_results(self, parts: list[bytes]) -> None:
+        """Answers (each a frame head and a body; no longer counted in flight): one vectored
+        write for all of them, with no copy of the bodies."""
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.writelines(parts)
         if self._draining:
             self._maybe_exit()
 
@@ -418,17 +424,23 @@ class WorkerProtocol(asyncio.Protocol):
             self._last_run_s = now - self._running_since
         self._running_since = None
         self._idle_since = now
+        self._inflight -= len(batch)  # answered below
+        if self._executor is not None:
+            # Start the next batch (requests that came while this one ran) before encoding this
+            # one's answers: ONNX Runtime runs in its thread meanwhile instead of waiting.
+            self._maybe_run()
         tensors = self._tensors
+        frames: list[bytes] = []
         if exc is not None or results is None:
             body = tensors.error_body(f"inference failed: {exc}")
             for p in batch:
-                self._reply(p.req_id, 500, body, None)
+                frames += _result_frame(p.req_id, 500, body, None)
         elif len(batch) == 1:
             p = batch[0]
             out, hlen = tensors.encode_response(
                 self._spec.model_name, self._spec.model_version, p.decoded, results
             )
-            self._reply(p.req_id, 200, out, hlen)
+            frames += _result_frame(p.req_id, 200, out, hlen)
         else:
             start = 0
             for p in batch:
@@ -438,8 +450,16 @@ class WorkerProtocol(asyncio.Protocol):
                 out, hlen = tensors.encode_response(
                     self._spec.model_name, self._spec.model_version, p.decoded, part
                 )
-                self._reply(p.req_id, 200, out, hlen)
-        self._maybe_run()
+                frames += _result_frame(p.req_id, 200, out, hlen)
+        self._send_results(frames)
+        if self._executor is None:
+            self._maybe_run()
+
+
+def _result_frame(req_id: int, status: int, body: bytes, header_len: int | None) -> list[bytes]:
+    """A RESULT frame as two parts: its head (header and prefix) and the body."""
+    prefix = RESULT_PREFIX.pack(status, NO_HEADER_LENGTH if header_len is None else header_len)
+    return [HEADER.pack(len(prefix) + len(body), FrameType.RESULT, req_id) + prefix, body]
 
 
 def _run_test_probe(text: str) -> list[dict[str, str]]:

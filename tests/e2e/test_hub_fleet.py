@@ -7,6 +7,10 @@ with ``edgectl models push`` and applies a ModelDeployment with ``edgectl apply`
 from __future__ import annotations
 
 import json
+import os
+import signal
+import subprocess
+import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -18,7 +22,9 @@ import pytest
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll
 from harness import Edged, wait_for
 
+from edged.runtime.worker import TEST_PROBE_ENV
 from edgefleet.demo import MEDIUM_MLP, TINY_MLP, build_mlp
+from edgefleet.launching import program_command
 
 DEPLOYMENT = """\
 apiVersion: edgefleet.io/v1
@@ -365,3 +371,81 @@ def test_logs_are_asked_of_the_device_through_the_hub(
     assert all(e.get("replica", "det-").startswith("det-") for e in events)
     every = hub.edgectl("logs", "device/dev-a").stdout.splitlines()
     assert len(every) >= len(events)
+
+
+def test_logs_carry_what_the_workers_write_to_stderr(
+    hub: HubProcess,
+    device: Callable[..., Edged],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """Each worker's stderr is a pipe edged reads into a ring per replica: edgectl logs shows
+    its lines with the replica named (``--tail``, ``-f``), kept across the worker's restart,
+    and edged still forwards them to its own log. The worker here is a real one, writing
+    with the test probe hook (one line on stderr when its model is loaded)."""
+    monkeypatch.setenv(TEST_PROBE_ENV, json.dumps([{"open": "/nonexistent-edgefleet-probe"}]))
+    a = device("dev-a", {"site": "a"})
+    push(hub, tmp_path, "det", "1.0.0")
+    apply(hub, tmp_path, name="det", model="det", version="1.0.0", site="a")
+    wait_for(lambda: serving(a, "det", "1.0.0"), 60, "dev-a to serve det 1.0.0")
+
+    def worker_lines(*args: str) -> list[dict[str, Any]]:
+        """The probe's lines (onnxruntime may write a warning of its own too)."""
+        out = hub.edgectl("logs", "device/dev-a", *args).stdout.splitlines()
+        events = [json.loads(line) for line in out]
+        return [
+            e
+            for e in events
+            if e["event"] == "worker output" and e["line"].startswith("worker test probe: ")
+        ]
+
+    lines = wait_for(lambda: worker_lines("det", "--tail", "100"), 30, "the worker's line")
+    assert len(lines) == 1, lines
+    first = lines[0]
+    assert "nonexistent-edgefleet-probe" in first["line"]
+    assert first["replica"].startswith("det-") and first["workload"] == "det"
+    assert first["stream"] == "stderr" and first["ts"].endswith("Z")
+    assert worker_lines("other-workload") == []
+    assert len(hub.edgectl("logs", "device/dev-a", "det", "--tail", "1").stdout.splitlines()) == 1
+    # forwarded to edged's own log (journald under systemd), replica named
+    forwarded = [
+        json.loads(line)
+        for line in a.log_path.read_text().splitlines()
+        if '"worker output"' in line and "worker test probe" in line
+    ]
+    assert forwarded and forwarded[0]["replica"] == first["replica"]
+    assert forwarded[0]["line"] == first["line"]
+
+    # -f: the next process of the slot writes its line; the follower prints it
+    follower = subprocess.Popen(
+        program_command("edgectl", "--config", hub.admin_config, "logs", "device/dev-a", "det",
+                        "--tail", "5", "-f"),
+        stdout=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    followed: list[str] = []
+    reader = threading.Thread(
+        target=lambda: followed.extend(iter(follower.stdout.readline, "")),  # type: ignore[union-attr]
+        daemon=True,
+    )
+    reader.start()
+    try:
+        wait_for(lambda: any("worker test probe" in line for line in followed), 30, "-f to start")
+        (pid,) = a.worker_pids("det")
+        os.kill(pid, signal.SIGKILL)
+        wait_for(
+            lambda: a.worker_pids("det") not in ([], [pid]) and serving(a, "det", "1.0.0"),
+            90,
+            "the replica to restart",
+        )
+        wait_for(
+            lambda: sum("worker test probe" in line for line in followed) >= 2,
+            30,
+            "-f to print the new process's line",
+        )
+    finally:
+        follower.terminate()
+        follower.wait(30)
+    # the slot's ring kept the first process's line across the restart
+    again = worker_lines("det")
+    assert len(again) == 2 and again[0] == first
+    assert again[1]["replica"] == first["replica"]

@@ -11,7 +11,9 @@ import numpy as np
 import orjson
 import pytest
 
+from edged.runtime import tensors
 from edged.runtime.tensors import (
+    BinaryPlans,
     DecodedRequest,
     InferenceRequestError,
     TensorSpec,
@@ -67,6 +69,17 @@ def results(rows: int = 2) -> list[np.ndarray]:
 
 
 X = np.arange(8, dtype=np.float32).reshape(2, 4) / 4
+
+
+@pytest.fixture(params=["simdjson", "orjson"])
+def parser(request: pytest.FixtureRequest, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Decode JSON bodies with simdjson's fast path, or with orjson alone (as without
+    pysimdjson installed): every answer and every error must be the same."""
+    if request.param == "orjson":
+        monkeypatch.setattr(tensors, "simdjson", None)
+    elif tensors.simdjson is None:
+        pytest.skip("pysimdjson is not installed")
+    return str(request.param)
 
 
 # -- decoding ----------------------------------------------------------------------------------
@@ -214,7 +227,7 @@ SPECS = {
 
 
 @pytest.mark.parametrize(("doc", "message"), ERRORS.values(), ids=ERRORS.keys())
-def test_bad_request_names_the_problem(doc: Any, message: str) -> None:
+def test_bad_request_names_the_problem(doc: Any, message: str, parser: str) -> None:
     tensors = doc.get("inputs") if isinstance(doc, dict) else None
     first = tensors[0] if tensors and isinstance(tensors[0], dict) else {}
     spec = SPECS.get(first.get("name", ""), SPECS["input"])
@@ -390,9 +403,121 @@ FLAT = {
 
 
 @pytest.mark.parametrize(("datatype", "values"), FLAT.values(), ids=FLAT.keys())
-def test_flat_float_data_decodes_as_numpy_would(datatype: str, values: list[Any]) -> None:
+def test_flat_float_data_decodes_as_numpy_would(
+    datatype: str, values: list[Any], parser: str
+) -> None:
     spec = TensorSpec("x", datatype, (-1, 4))
     got = decode({"inputs": [tensor("x", [1, 4], values, datatype)]}, {"x": spec}).feeds["x"]
     want = np.asarray(values).astype(got.dtype).reshape(1, 4)
     assert got.dtype == np.dtype(datatype.replace("FP", "float"))
     np.testing.assert_array_equal(got, want)
+
+
+# -- the simdjson fast path ----------------------------------------------------------------------
+
+
+@pytest.mark.skipif(tensors.simdjson is None, reason="pysimdjson is not installed")
+def test_flat_float_data_skips_python_floats() -> None:
+    body = orjson.dumps({"inputs": [tensor("input", [2, 4], X.ravel().tolist())], "id": "a"})
+    doc = tensors._simd_loads(body)
+    assert doc is not None
+    assert type(doc["inputs"][0]["data"]) is tensors._Numbers
+    assert doc["id"] == "a" and doc["inputs"][0]["shape"] == [2, 4]
+    got = decode_request(body, None, INPUTS, OUTPUTS, batchable=True)
+    np.testing.assert_array_equal(got.feeds["input"], X)
+    assert got.feeds["input"].dtype == np.float32 and got.request_id == "a"
+
+
+def test_feeds_outlive_the_next_parse(parser: str) -> None:
+    """A decoded request waits in the batch queue while later ones are parsed: its arrays
+    must never be views of the parser's memory."""
+    first = decode({"inputs": [tensor("input", [2, 4], X.ravel().tolist())]})
+    decode({"inputs": [tensor("input", [2, 4], (X + 100).ravel().tolist())]})
+    np.testing.assert_array_equal(first.feeds["input"], X)
+
+
+ODD_JSON = {
+    "duplicate data: the last one, as orjson": (
+        b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,4],'
+        b'"data":[1,2,3,4],"data":[5,6,7,8]}]}',
+        [[5, 6, 7, 8]],
+    ),
+    "duplicate inputs key": (
+        b'{"inputs":[{"name":"nope"}],"inputs":[{"name":"input","datatype":"FP32",'
+        b'"shape":[1,4],"data":[1,2,3,4]}]}',
+        [[1, 2, 3, 4]],
+    ),
+    "nested data": (
+        b'{"inputs":[{"name":"input","datatype":"FP32","shape":[2,4],'
+        b'"data":[[1,2,3,4],[5,6,7,8]]}]}',
+        [[1, 2, 3, 4], [5, 6, 7, 8]],
+    ),
+    "integers and floats": (
+        b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,4],"data":[1,2.5,-3,4e3]}]}',
+        [[1, 2.5, -3, 4000]],
+    ),
+}
+
+
+@pytest.mark.parametrize(("body", "want"), ODD_JSON.values(), ids=ODD_JSON.keys())
+def test_odd_json_decodes_as_orjson_reads_it(body: bytes, want: Any, parser: str) -> None:
+    got = decode_request(body, None, INPUTS, OUTPUTS, batchable=True)
+    np.testing.assert_array_equal(got.feeds["input"], np.array(want, dtype=np.float32))
+
+
+@pytest.mark.parametrize(
+    "body",
+    [
+        b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,4],"data":[1,2,3,'
+        + b"9" * 400
+        + b"]}]}",
+        b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,4],"data":[1,2,3,1e400]}]}',
+        b'{"inputs":[{"name":"input","datatype":"FP32","shape":[1,4],"data":[1,2,3,4]}',
+    ],
+    ids=["a 400-digit integer", "1e400", "unfinished"],
+)
+def test_numbers_json_cannot_hold_are_refused(body: bytes, parser: str) -> None:
+    with pytest.raises(InferenceRequestError, match=r"input 'input'|not valid JSON"):
+        decode_request(body, None, INPUTS, OUTPUTS, batchable=True)
+
+
+# -- binary plans -------------------------------------------------------------------------------
+
+
+def binary_body(arr: np.ndarray, **extra: Any) -> tuple[bytes, int]:
+    head = orjson.dumps({"inputs": [binary_tensor("input", arr)], **extra})
+    return head + arr.tobytes(), len(head)
+
+
+def test_a_binary_header_is_checked_once_per_model() -> None:
+    plans = BinaryPlans()
+    body, hlen = binary_body(X, id="r1", parameters={"binary_data_output": True})
+    first = decode_request(body, hlen, INPUTS, OUTPUTS, batchable=True, plans=plans)
+    again_body = body[:hlen] + (X * 2).tobytes()
+    again = decode_request(again_body, hlen, INPUTS, OUTPUTS, batchable=True, plans=plans)
+    assert plans.get((body[:hlen], X.nbytes)) is not None
+    np.testing.assert_array_equal(first.feeds["input"], X)
+    np.testing.assert_array_equal(again.feeds["input"], X * 2)
+    for field in ("request_id", "rows", "outputs", "binary_outputs", "batch_key"):
+        assert getattr(again, field) == getattr(first, field)
+
+
+def test_a_binary_plan_never_serves_another_length() -> None:
+    plans = BinaryPlans()
+    body, hlen = binary_body(X)
+    decode_request(body, hlen, INPUTS, OUTPUTS, batchable=True, plans=plans)
+    with pytest.raises(InferenceRequestError, match="bad binary_data_size"):
+        decode_request(body[:-4], hlen, INPUTS, OUTPUTS, batchable=True, plans=plans)
+
+
+def test_binary_plans_are_bounded_and_skip_json_inputs() -> None:
+    plans = BinaryPlans()
+    for i in range(plans.capacity + 10):
+        body, hlen = binary_body(X, id=str(i))
+        decode_request(body, hlen, INPUTS, OUTPUTS, batchable=True, plans=plans)
+    assert len(plans._plans) == plans.capacity
+    mixed = {"inputs": [binary_tensor("input", X), tensor("mask", [2, 4], [True] * 8, "BOOL")]}
+    head = orjson.dumps(mixed)
+    plans = BinaryPlans()
+    decode_request(head + X.tobytes(), len(head), TWO_INPUTS, OUTPUTS, batchable=True, plans=plans)
+    assert not plans._plans  # a JSON input's data is in the header: nothing to reuse
