@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgefleet.artifacts.storing import ArtifactStore
 from hub.caching import Cache
@@ -27,6 +28,9 @@ from hub.store import Store
 from hub.store.electing import Elector
 from hub.tufrepo import TufRepository
 from hub.writing import DeviceWriter
+
+if TYPE_CHECKING:
+    from hub.regions import Regions
 
 
 @dataclass(slots=True)
@@ -48,6 +52,7 @@ class HubContext:
     elector: Elector | None = None  # hub replicas on etcd (hub.replicas); None: the only hub
     dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.dashboard
     tuf: TufRepository | None = None  # D/tuf/: the TUF repository, when the hub keeps one
+    regions: Regions | None = None  # hub.regions: the regional hubs below this one (a root)
 
     @property
     def region(self) -> str:
