@@ -324,6 +324,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
         log.info("region connected", region=caller.name, generation=first.hello.generation)
         failure: list[tuple[grpc.StatusCode, str]] = []
         reader = asyncio.ensure_future(self._read(state, it, failure))
+        waiter = asyncio.ensure_future(replaced.wait())
         try:
             while not reader.done() and not replaced.is_set():
                 s = self._slice(caller.name)
@@ -353,11 +354,9 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                         )
                     state.digest_sent = s.digest
                     state.generation_sent = generation
-                waiter = asyncio.ensure_future(replaced.wait())
                 await asyncio.wait(
                     [reader, waiter], timeout=SLICE_POLL_S, return_when=asyncio.FIRST_COMPLETED
                 )
-                waiter.cancel()
             if failure:
                 await context.abort(*failure[0])
             if replaced.is_set():
@@ -366,6 +365,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                 )
         finally:
             reader.cancel()
+            waiter.cancel()
             if state.stream is replaced:
                 state.connected = False
                 state.stream = None

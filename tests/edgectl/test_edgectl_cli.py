@@ -101,7 +101,7 @@ def test_get_tables_json_yaml_and_selectors(config: Path) -> None:
         "READY",
         "AVAILABLE",
     ]
-    assert deployments[1].split()[:3] == ["fraud", "default", "fraud:2.4.1"]
+    assert deployments[1].split()[:3] == ["fraud", "eu-frankfurt", "fraud:2.4.1"]
     assert edgectl(config, "get", "models").stdout.strip() == "No resources found."
 
     bad = edgectl(config, "get", "devices", "-l", "a=b=c")
