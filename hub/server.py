@@ -350,7 +350,8 @@ async def _serve(
         )
     parent = ParentFiles.load(ctx.paths.data_dir)
     if parent is not None:  # a regional hub: its root's slice in, its status up (hub.federating)
-        controllers.append(ParentLink(ctx, parent))
+        link = ParentLink(ctx, parent)
+        controllers.append(link if elector is None else LeaderOnly(link, elector))
     components: list[Component] = [
         ctx.writer,
         *controllers,
