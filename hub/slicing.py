@@ -17,7 +17,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from edgefleet.api.meta import label_key, label_value
+from edgefleet.api.meta import dns_label, label_key, label_value
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import federation_pb2
 from hub import storekeys
@@ -44,6 +44,53 @@ class Slice:
     models: tuple[storekeys.ModelRecord, ...]
     trust_roots: tuple[bytes, ...]
     digest: str
+
+
+REPLICAS_OVERRIDE = "federation.edgefleet.io/replicas."
+"""An annotation ``federation.edgefleet.io/replicas.<region>: "N"`` on a ModelDeployment at the
+root: that region gets the deployment with N replicas (``total`` or ``perDevice``, whichever
+the deployment uses)."""
+MAX_OVERRIDE_REPLICAS = 100_000
+
+
+def _overrides(manifest: Mapping[str, Any]) -> dict[str, str]:
+    annotations = manifest.get("metadata", {}).get("annotations") or {}
+    return {
+        str(k)[len(REPLICAS_OVERRIDE) :]: str(v)
+        for k, v in annotations.items()
+        if str(k).startswith(REPLICAS_OVERRIDE)
+    }
+
+
+def override_problems(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
+    """(field path, reason) of every per-region override that cannot be applied."""
+    problems: list[tuple[str, str]] = []
+    for region, value in sorted(_overrides(manifest).items()):
+        path = f'metadata.annotations["{REPLICAS_OVERRIDE}{region}"]'
+        if manifest.get("kind") != "ModelDeployment":
+            problems.append((path, "a replica override applies to a ModelDeployment only"))
+            continue
+        try:
+            dns_label(region)
+        except ValueError as exc:
+            problems.append((path, f"the region: {exc}"))
+        if not (value.isdigit() and 1 <= int(value) <= MAX_OVERRIDE_REPLICAS):
+            problems.append(
+                (path, f"must be a whole number from 1 to {MAX_OVERRIDE_REPLICAS}, got {value!r}")
+            )
+    return problems
+
+
+def with_overrides(manifest: Mapping[str, Any], region: str) -> Mapping[str, Any]:
+    """The deployment as ``region`` gets it: its replica override applied, if it has one."""
+    value = _overrides(manifest).get(region)
+    if value is None or not value.isdigit():
+        return manifest
+    spec = dict(manifest["spec"])
+    replicas = dict(spec.get("replicas") or {})
+    key = "total" if replicas.get("total") is not None else "perDevice"
+    spec["replicas"] = {key: int(value)}
+    return {**manifest, "spec": spec}
 
 
 def goes_to(manifest: Mapping[str, Any], region: str) -> bool:
@@ -77,7 +124,7 @@ def plan_slice(
     """``region``'s slice of the root's ``objects`` (canonical manifests); a model not pushed
     at the root is left out (the region's deployment then says ModelNotPushed, as the root's)."""
     chosen = sorted(
-        (o for o in objects if goes_to(o, region)),
+        (with_overrides(o, region) for o in objects if goes_to(o, region)),
         key=lambda o: (str(o["kind"]), str(o["metadata"]["name"])),
     )
     wanted: set[tuple[str, str]] = set()

@@ -355,3 +355,46 @@ async def test_the_stream_sends_the_slice_and_refuses_what_is_out_of_bounds(tmp_
             assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
             call.cancel()
         await asyncio.sleep(0.6)  # the request generators' last wait
+
+
+def with_annotations(doc: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    return {**doc, "metadata": {**doc["metadata"], "annotations": annotations}}
+
+
+def test_a_region_gets_its_replica_override() -> None:
+    total = deployment("a")
+    total["spec"]["replicas"] = {"total": 2}
+    doc = with_annotations(total, {"federation.edgefleet.io/replicas.eu": "5"})
+    s = slicing.plan_slice("eu", [doc], {}, {}, [])
+    assert s.objects[0]["spec"]["replicas"] == {"total": 5}
+    assert slicing.plan_slice("us", [doc], {}, {}, []).objects[0]["spec"]["replicas"] == {
+        "total": 2
+    }
+    per = with_annotations(deployment("b"), {"federation.edgefleet.io/replicas.eu": "3"})
+    assert slicing.with_overrides(per, "eu")["spec"]["replicas"] == {"perDevice": 3}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "problem"),
+    [
+        (
+            {"federation.edgefleet.io/replicas.eu": "0"},
+            "must be a whole number from 1 to 100000, got '0'",
+        ),
+        ({"federation.edgefleet.io/replicas.eu": "two"}, "got 'two'"),
+        ({"federation.edgefleet.io/replicas.EU_1": "2"}, "the region: must be a DNS label"),
+    ],
+)
+def test_a_bad_override_is_refused_at_apply_naming_the_annotation(
+    annotations: dict[str, str], problem: str
+) -> None:
+    from edgefleet.errors import ValidationError
+    from hub import applying
+
+    doc = with_annotations(deployment("a"), annotations)
+    with pytest.raises(ValidationError) as err:
+        applying.parse_documents([storekeys.dumps(doc)])
+    text = "\n".join(str(p) for p in err.value.problems)
+    assert 'documents[0].metadata.annotations["federation.edgefleet.io/replicas.' in text, text
+    assert problem in text, text
+    assert applying.parse_documents([storekeys.dumps(deployment("a"))])  # no override: fine
