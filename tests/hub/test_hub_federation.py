@@ -281,6 +281,34 @@ async def test_a_region_enrolls_with_its_token_only(tmp_path: Path) -> None:
                     target, parent=root.address, token=token, ca_hash=root.pin, region=region
                 )
             assert not (target.data_dir / "parent.json").exists()
+        # a region's token enrolls no device (the same answer as any refused token)
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.x509.oid import NameOID
+
+        from edgefleet.v1 import enrollment_pb2, enrollment_pb2_grpc
+        from hub.enrolling import REFUSED
+
+        key = pki.generate_key()
+        csr = (
+            x509.CertificateSigningRequestBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cam")]))
+            .sign(key, hashes.SHA256())
+            .public_bytes(serialization.Encoding.PEM)
+        )
+        host, port = root.address.split(":")
+        creds = grpc.ssl_channel_credentials(root.paths.ca_certificate.read_bytes())
+        async with grpc.aio.secure_channel(f"{host}:{int(port) + 1}", creds) as channel:
+            request = enrollment_pb2.EnrollRequest(
+                token=await root.token("us"), csr_pem=csr, name="cam"
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await enrollment_pb2_grpc.EnrollmentServiceStub(channel).Enroll(request, timeout=10)
+            assert (err.value.code(), err.value.details()) == (
+                grpc.StatusCode.UNAUTHENTICATED,
+                REFUSED,
+            )
+        assert "cam" not in root.ctx.cache.devices
         with pytest.raises(federating.FederationError, match="no CA certificate matching"):
             await enroll_with_parent(
                 HubPaths.of(tmp_path), parent=root.address, token=await root.token("us"),
