@@ -63,6 +63,7 @@ def _device_row(doc: Doc, now: float, wide: bool) -> Row:
     health = status.get("health", {})
     row = [
         _name(doc),
+        str(status.get("region") or "<none>"),
         _device_status(doc),
         "ok" if health.get("schedulable", True) else ";".join(health.get("reasons", [])),
         str(status.get("attestation", {}).get("state", "Unknown")),
@@ -109,8 +110,10 @@ def downloads_of(status: Doc) -> list[tuple[str, str, str, str]]:
 def _deployment_row(doc: Doc, now: float, wide: bool) -> Row:
     spec, status = doc.get("spec", {}), doc.get("status", {})
     model = spec.get("model", {})
+    regions = status.get("regions")
     row = [
         _name(doc),
+        ",".join(regions) if regions else str(status.get("region") or "<none>"),
         f"{model.get('name')}:{model.get('version')}",
         str(status.get("desiredDevices", 0)),
         str(status.get("updatedDevices", 0)),
@@ -195,12 +198,12 @@ def _generic_row(doc: Doc, now: float, wide: bool) -> Row:
 Columns = tuple[Sequence[str], Sequence[str], Callable[[Doc, float, bool], Row]]
 COLUMNS: dict[str, Columns] = {
     "Device": (
-        ("NAME", "STATUS", "HEALTH", "ATTESTATION", "DEPLOYMENTS", "LAST-HEARTBEAT"),
+        ("NAME", "REGION", "STATUS", "HEALTH", "ATTESTATION", "DEPLOYMENTS", "LAST-HEARTBEAT"),
         ("GENERATION", "LABELS", "TAINTS", "DOWNLOADS"),
         _device_row,
     ),
     "ModelDeployment": (
-        ("NAME", "MODEL", "DESIRED", "UP-TO-DATE", "READY", "AVAILABLE"),
+        ("NAME", "REGION", "MODEL", "DESIRED", "UP-TO-DATE", "READY", "AVAILABLE"),
         ("REPLICAS", "SELECTOR", "REGIONS"),
         _deployment_row,
     ),

@@ -185,6 +185,7 @@ class TokenRefusal(StrEnum):
     WRONG_SECRET = "WrongSecret"
     EXPIRED = "Expired"
     ALREADY_USED = "AlreadyUsed"
+    WRONG_PURPOSE = "WrongPurpose"  # a regional hub's token used by a device, or the reverse
 
 
 class TokenError(EdgefleetError):

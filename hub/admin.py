@@ -44,7 +44,7 @@ from edgefleet.logs import get_logger
 from edgefleet.selecting import parse_selector
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
-from hub import applying, pki, prioritizing, storekeys, tokens
+from hub import applying, pki, prioritizing, slicing, storekeys, tokens
 from hub.auth import Caller, authorize, caller_of
 from hub.caching import Cache
 from hub.context import HubContext
@@ -52,6 +52,7 @@ from hub.dashboard import access as dashboard_access
 from hub.desired import MAX_DESIRED_STATE_BYTES, FleetPolicies, build_desired, wire_size
 from hub.devices import Device
 from hub.pki import Role
+from hub.placing import REGION_LABEL
 from hub.presenting import (
     KIND_TOKEN,
     deployment_object,
@@ -159,6 +160,18 @@ def _rpc(fn: Handler[Req, Resp]) -> Handler[Req, Resp]:
         raise AssertionError("unreachable: context.abort raises")
 
     return handle
+
+
+def _refuse_root_owned(kind: str, name: str, value: bytes, what: str) -> None:
+    """A regional hub's objects that came from its root hub change only at the root
+    (hub.federating): FAILED_PRECONDITION, also while the root is unreachable."""
+    generation = storekeys.federated_generation(value)
+    if generation is not None:
+        raise Refused(
+            grpc.StatusCode.FAILED_PRECONDITION,
+            f"{kind} {name} is owned by the root hub (federation, generation {generation}): "
+            f"{what} it at the root; a regional hub keeps enforcing it meanwhile",
+        )
 
 
 @dataclass(slots=True)
@@ -324,7 +337,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         assert isinstance(dep, ModelDeployment)
         cache = self._ctx.cache
         pushed = (dep.spec.model.name, dep.spec.model.version) in cache.models
-        return placement_warnings(dep, cache.devices.values(), self._ctx.region, pushed)
+        warnings = placement_warnings(dep, cache.devices.values(), self._ctx.region, pushed)
+        regions = self._ctx.regions
+        if regions is not None and any(slicing.goes_to(obj.manifest, r) for r in regions.regions):
+            # a root hub: the deployment runs in its regions (hub.regions), not on its devices
+            warnings = [w for w in warnings if "matches no device" not in w]
+        return warnings
 
     async def _plan(self, obj: applying.ParsedObject) -> _Planned:
         key = storekeys.object_key(obj.kind, obj.name)
@@ -342,6 +360,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 raise Refused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
             if new_values and outcome is applying.Outcome.UNCHANGED:
                 outcome = applying.Outcome.CONFIGURED
+        if kv is not None and outcome is not applying.Outcome.UNCHANGED:
+            _refuse_root_owned(obj.kind, obj.name, kv.value, "change")
         return _Planned(obj, key, read_revision, outcome, read_revision, created, secret)
 
     def _check_secret_count(self, planned: list[_Planned]) -> None:
@@ -361,17 +381,32 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     def _device_json(self, device: Device) -> dict[str, Any]:
         cache = self._ctx.cache
         content = self._ctx.projector.content_for(device.name)
-        return device_object(
+        doc = device_object(
             device,
             cache.security_policy(),
             cache.desired.get(device.name),
             content.excluded if content is not None else None,
         )
+        doc["status"]["region"] = device.all_labels().get(REGION_LABEL, self._ctx.region)
+        return doc
 
     def _assigned(self) -> dict[str, tuple[str, ...]]:
         return {name: record.deployments for name, record in self._ctx.cache.desired.items()}
 
+    def shown_object(self, kind: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """An object as ``edgectl get`` shows it at this hub, regions' figures not added."""
+        return self._local_object_json(kind, manifest)
+
     def _object_json(self, kind: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        doc = self._local_object_json(kind, manifest)
+        regions = self._ctx.regions
+        if kind == "ModelDeployment":
+            doc["status"]["region"] = self._ctx.region
+            if regions is not None and regions.regions:
+                doc = regions.with_regions(doc)
+        return doc
+
+    def _local_object_json(self, kind: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
         if kind == "ModelDeployment":
             cache = self._ctx.cache
             dep = cache.deployments.get(str(manifest["metadata"]["name"]))
@@ -468,6 +503,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 (self._device_json(d), storekeys.device_key(d.name))
                 for d in sorted(cache.devices.values(), key=lambda d: d.name)
             ]
+            if self._ctx.regions is not None:  # a root hub: its regions' devices too
+                docs += [(d, "") for d in self._ctx.regions.devices()]
         elif kind == storekeys.KIND_MODEL:
             revisions, revision = await self._revisions(storekeys.MODELS)
             docs = [
@@ -501,6 +538,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             device = cache.devices.get(name)
             if device is not None:
                 doc, key = self._device_json(device), storekeys.device_key(name)
+            elif self._ctx.regions is not None:  # a device of a region, as it summarised it
+                shown = [d for d in self._ctx.regions.devices() if d["metadata"]["name"] == name]
+                if shown:
+                    return common_pb2.Object(json=storekeys.dumps(shown[0]))
         elif kind == storekeys.KIND_MODEL:
             model = self._model_records().get(name)
             if model is not None:
@@ -719,6 +760,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             kv = await ctx.store.get(key)
             if kv is None:
                 return admin_pb2.DeleteResponse(deleted=False)
+            _refuse_root_owned(kind, name, kv.value, "delete")
             await ctx.store.txn([Compare(key, kv.mod_revision)], [Delete(key), event.put])
             cache.drop_object(kind, name)
             if ctx.rollouts is not None and kind == "ModelDeployment":

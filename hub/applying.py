@@ -18,6 +18,7 @@ from edgefleet.api import SUPPORTED_KINDS, Secret, parse_manifest
 from edgefleet.api.quantities import describe
 from edgefleet.api.validating import Problems
 from edgefleet.errors import ValidationError
+from hub import slicing
 
 OBJECT_KINDS: tuple[str, ...] = SUPPORTED_KINDS
 """The kinds an operator applies (stored under ``/objects/KIND/NAME``)."""
@@ -124,6 +125,8 @@ def parse_documents(documents: Sequence[bytes]) -> list[ParsedObject]:
         except ValidationError as exc:
             problems.extend(exc.problems, prefix=prefix)
             continue
+        for path, reason in slicing.override_problems(obj.manifest):  # federation overrides
+            problems.add(f"{prefix}.{path}", reason)
         key = (obj.kind, obj.name)
         if key in first_of:
             problems.add(

@@ -16,7 +16,7 @@ from edgefleet.logs import configure_logging
 from edgefleet.versioning import version_text
 from hub import pki, tokens
 from hub.config import DEFAULT_PORT, DEFAULT_REGION, HubConfig, load_config
-from hub.initializing import HubPaths, init_hub
+from hub.initializing import HubPaths, TrustSetup, init_hub
 from hub.store import Store, default_store_url, open_hub_store, open_store, parse_store_url
 from hub.store.identity import (
     StoreIdentityError,
@@ -26,6 +26,15 @@ from hub.store.identity import (
     restore_sqlite,
     restore_store,
 )
+
+
+def _region_option(value: str) -> str:
+    from edgefleet.api.meta import dns_label
+
+    try:
+        return dns_label(value)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -82,6 +91,24 @@ def _parser() -> argparse.ArgumentParser:
         "delegated publisher's signed targets list (quickstart keys; docs/trust.md)",
     )
 
+    parent = init.add_argument_group("federation (docs/federation.md)")
+    parent.add_argument(
+        "--parent",
+        type=address_option,
+        metavar="HOST:PORT",
+        help="make this a regional hub under the root hub at HOST:PORT (enrolls with it now; "
+        "the region's trust roots come from the root)",
+    )
+    parent.add_argument(
+        "--token", default="", help="with --parent: a token from hub token create --for-region"
+    )
+    parent.add_argument(
+        "--parent-ca-hash",
+        default="",
+        metavar="sha256:HEX",
+        help="with --parent: the root's CA pin (printed by hub token create)",
+    )
+
     init.add_argument(
         "--store",
         default="",
@@ -131,6 +158,12 @@ def _parser() -> argparse.ArgumentParser:
     )
     create.add_argument("--single-use", action="store_true", help="valid for one enrollment")
     create.add_argument("--description", default="")
+    create.add_argument(
+        "--for-region",
+        type=_region_option,
+        metavar="REGION",
+        help="a token that enrolls only the regional hub of REGION (hub init --parent), no device",
+    )
     add_token_label_options(create)
     listing = tsub.add_parser("list", help="the bootstrap tokens (ids only, never secrets)")
     listing.add_argument("--data-dir", type=Path, required=True)
@@ -222,15 +255,20 @@ async def _init(args: argparse.Namespace) -> int:
     if args.replica_address and not store.startswith("etcd:"):
         raise StoreError("--replica-address: replicas share an etcd store (--store etcd://...)")
 
+    trust_setup = choose_trust_setup(
+        no_trust_root=args.no_trust_root, trust_root=args.trust_root, tuf=args.tuf
+    )
+    if args.parent:
+        trust_setup = _parent_setup(args)
+    elif args.token or args.parent_ca_hash:
+        raise HubDirError("--token and --parent-ca-hash apply only with --parent")
     result = await init_hub(
         args.data_dir,
         region=args.region,
         hub_address=args.hub_address,
         sans=args.san,
         replicas=args.replica_address,
-        trust_setup=choose_trust_setup(
-            no_trust_root=args.no_trust_root, trust_root=args.trust_root, tuf=args.tuf
-        ),
+        trust_setup=trust_setup,
         store=store,
         etcd=etcd,
     )
@@ -245,6 +283,33 @@ async def _init(args: argparse.Namespace) -> int:
     pin = root_pin(result.paths)
     print(f"  {result.enroll_command}" + (f" --root-hash {pin}" if pin else ""))
     return 0
+
+
+def _parent_setup(args: argparse.Namespace) -> TrustSetup:
+    """``hub init --parent``: enroll with the root hub instead of making a trust root."""
+    from hub.federating import enroll_with_parent
+
+    if args.no_trust_root or args.trust_root is not None or args.tuf:
+        raise HubDirError(
+            "--parent takes the fleet's trust roots from the root hub: not with --trust-root, "
+            "--no-trust-root or --tuf"
+        )
+    if not args.token or not args.parent_ca_hash:
+        raise HubDirError("--parent needs --token and --parent-ca-hash (hub token create "
+                          "--for-region REGION on the root prints both)")  # fmt: skip
+    if args.region == DEFAULT_REGION:
+        raise HubDirError("--parent needs --region: the region this hub serves")
+
+    async def setup(paths: HubPaths, ca: pki.CertifiedKey) -> None:
+        await enroll_with_parent(
+            paths,
+            parent=args.parent,
+            token=args.token,
+            ca_hash=args.parent_ca_hash,
+            region=args.region,
+        )
+
+    return setup
 
 
 async def _token_create(args: argparse.Namespace) -> int:
@@ -280,6 +345,7 @@ async def _token_create(args: argparse.Namespace) -> int:
             event_for=lambda token_id: offline_event(
                 "Token", token_id, "Normal", "Created", f"bootstrap token {token_id}"
             ),
+            for_region=args.for_region or "",
         )
     finally:
         await store.close()

@@ -11,6 +11,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgefleet.artifacts.storing import ArtifactStore
 from hub.blobsharing import SharedBlobs
@@ -28,6 +29,9 @@ from hub.store import Store
 from hub.store.electing import Elector
 from hub.tufrepo import TufRepository
 from hub.writing import DeviceWriter
+
+if TYPE_CHECKING:
+    from hub.regions import Regions
 
 
 @dataclass(slots=True)
@@ -51,6 +55,7 @@ class HubContext:
     tuf: TufRepository | None = None  # D/tuf/: the TUF repository, when the hub keeps one
     secret_key: bytes = b""  # D/secrets.key: seals Secrets at rest (hub.secrets)
     shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)
+    regions: Regions | None = None  # hub.regions: the regional hubs below this one (a root)
 
     @property
     def region(self) -> str:

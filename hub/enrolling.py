@@ -232,6 +232,16 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         except TokenError as exc:
             await self._refuse(context, exc, token_id, source)
             raise AssertionError("unreachable") from None
+        if record.for_region:  # a regional hub's token (hub.regions) enrolls no device
+            await self._refuse(
+                context,
+                TokenError(
+                    TokenRefusal.WRONG_PURPOSE,
+                    f"bootstrap token {record.id} is for the regional hub {record.for_region}",
+                ),
+                token_id,
+                source,
+            )
         labels, label_problems = enrollment_labels(
             record, request.labels, ctx.config.enrollment.reserved_labels
         )

@@ -42,6 +42,7 @@ CA_LIFETIME = timedelta(days=3650)
 SERVING_LIFETIME = timedelta(days=365)
 ADMIN_LIFETIME = timedelta(days=365)
 DEVICE_LIFETIME = timedelta(days=7)
+CHILD_HUB_LIFETIME = timedelta(days=365)  # a regional hub's federation certificate (no renewal yet)
 CLOCK_SKEW = timedelta(minutes=5)
 """Certificates are valid from this long before ``now``: device clocks drift."""
 
@@ -308,6 +309,23 @@ def sign_device_csr(
     are ignored: what the certificate says comes only from ``identity``."""
     if identity.role is not Role.DEVICE:
         raise PkiError(f"sign_device_csr signs device certificates, not {identity.role.value}")
+    public_key = load_csr(csr_pem).public_key()
+    assert isinstance(public_key, ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey)
+    return _client_certificate(ca, identity, public_key, now or now_utc(), lifetime)
+
+
+def sign_child_hub_csr(
+    ca: CertifiedKey,
+    csr_pem: bytes,
+    identity: Identity,
+    *,
+    now: datetime | None = None,
+    lifetime: timedelta = CHILD_HUB_LIFETIME,
+) -> x509.Certificate:
+    """A hub-role client certificate for a regional hub (federation, :mod:`hub.regions`) on
+    the CSR's public key; like :func:`sign_device_csr`, only ``identity`` decides what it says."""
+    if identity.role is not Role.HUB:
+        raise PkiError(f"sign_child_hub_csr signs hub certificates, not {identity.role.value}")
     public_key = load_csr(csr_pem).public_key()
     assert isinstance(public_key, ec.EllipticCurvePublicKey | ed25519.Ed25519PublicKey)
     return _client_certificate(ca, identity, public_key, now or now_utc(), lifetime)

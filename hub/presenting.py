@@ -188,6 +188,7 @@ def token_object(record: TokenRecord) -> dict[str, Any]:
             "deviceLabels": dict(sorted(record.labels.items())),
             "allowOwnLabels": record.device_labels,
             "ownLabelPrefix": record.device_label_prefix,
+            **({"forRegion": record.for_region} if record.for_region else {}),
         },
         "status": {"used": rfc3339(record.used)},
     }

@@ -36,7 +36,7 @@ from edgefleet.errors import HubDirError
 from edgefleet.logs import get_logger
 from edgefleet.notifying import Notifier, WatchdogPinger
 from edgefleet.supervising import Component, supervise, wait_for_stop
-from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2
+from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2, federation_pb2
 from hub import pki
 from hub.admin import AdminServicer
 from hub.blobsharing import SharedBlobs
@@ -44,6 +44,7 @@ from hub.caching import Cache
 from hub.config import HubConfig, load_config
 from hub.context import HubContext
 from hub.enrolling import EnrollmentServicer
+from hub.federating import ParentFiles, ParentLink
 from hub.fleetscaling import FleetAutoscaler
 from hub.initializing import HubPaths
 from hub.lifecycle import Lifecycle
@@ -56,6 +57,7 @@ from hub.observing import (
 )
 from hub.placements import Scheduler
 from hub.projecting import Projector
+from hub.regions import FederationServicer, HubEnrollmentServicer, Regions
 from hub.registering import add_servicer
 from hub.replicas import (
     CacheFollower,
@@ -166,6 +168,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
             store, ctx.blobs, max_bytes=config.etcd.max_shared_artifact_bytes
         )
     install_roots(ctx, roots)
+    ctx.regions = await Regions.load(store)  # federation: the regional hubs below this one
     if elector is not None:
 
         async def elected() -> None:
@@ -236,6 +239,12 @@ async def start_server(
         enrollment_pb2.DESCRIPTOR.services_by_name["EnrollmentService"],
     )
     add_servicer(server, AdminServicer(ctx), admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
+    if ctx.regions is not None:  # federation (hub.regions): regional hubs enroll and stream in
+        services = federation_pb2.DESCRIPTOR.services_by_name
+        add_servicer(
+            server, HubEnrollmentServicer(ctx, ctx.regions), services["HubEnrollmentService"]
+        )
+        add_servicer(server, FederationServicer(ctx, ctx.regions), services["FederationService"])
     port = server.add_secure_port(listen, _server_credentials(ctx.paths, mutual=True))
     enroll_port = server.add_secure_port(
         enroll_listen, _server_credentials(ctx.paths, mutual=False)
@@ -372,6 +381,10 @@ async def _serve(
                 grace_s=ctx.config.devices.heartbeat_grace_s,
             )
         )
+    parent = ParentFiles.load(ctx.paths.data_dir)
+    if parent is not None:  # a regional hub: its root's slice in, its status up (hub.federating)
+        link = ParentLink(ctx, parent)
+        controllers.append(link if elector is None else LeaderOnly(link, elector))
     components: list[Component] = [
         ctx.writer,
         *controllers,

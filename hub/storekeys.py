@@ -100,6 +100,23 @@ def object_value(
     return dumps(doc)
 
 
+def federated_object_value(
+    manifest: Mapping[str, Any], created: float | None, generation: int
+) -> bytes:
+    """What a regional hub stores for an object its root owns (hub.federating): the manifest
+    and ``"federated": {"generation": G}``, the generation of the root's slice it came in."""
+    doc: dict[str, Any] = {"manifest": manifest, "federated": {"generation": generation}}
+    if created is not None:
+        doc["created"] = created
+    return dumps(doc)
+
+
+def federated_generation(value: bytes) -> int | None:
+    """The root's generation of an object a root hub owns; None: a local object."""
+    federated = loads(value).get("federated")
+    return int(federated["generation"]) if isinstance(federated, dict) else None
+
+
 def created_of(value: bytes) -> float | None:
     """When the object stored as ``value`` was first applied (None: before this was kept)."""
     created = loads(value).get("created")

@@ -59,6 +59,9 @@ class TokenRecord:
     """Whether a device enrolling with this token may add labels of its own."""
     device_label_prefix: str = ""
     """If set, the only label keys a device may add are those starting with it."""
+    for_region: str = ""
+    """If set, the token enrolls only the regional hub of that region (federation), never a
+    device; if empty, only devices."""
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -73,6 +76,7 @@ class TokenRecord:
                 "labels": dict(self.labels),
                 "deviceLabels": self.device_labels,
                 "deviceLabelPrefix": self.device_label_prefix,
+                **({"forRegion": self.for_region} if self.for_region else {}),
             },
             option=orjson.OPT_SORT_KEYS,
         )
@@ -91,6 +95,7 @@ class TokenRecord:
             labels=doc["labels"],
             device_labels=doc.get("deviceLabels", True),
             device_label_prefix=doc.get("deviceLabelPrefix", ""),
+            for_region=doc.get("forRegion", ""),
         )
 
 
@@ -168,6 +173,7 @@ async def create_token(
     device_labels: bool = True,
     device_label_prefix: str = "",
     event_for: Callable[[str], Put] | None = None,
+    for_region: str = "",
 ) -> tuple[str, TokenRecord]:
     """A new token (the only time its secret is seen) and the record stored for it.
 
@@ -189,6 +195,7 @@ async def create_token(
             labels=dict(labels or {}),
             device_labels=device_labels,
             device_label_prefix=device_label_prefix,
+            for_region=for_region,
         )
         key = _key(token_id)
         try:

@@ -71,6 +71,7 @@ def test_get_tables_json_yaml_and_selectors(config: Path) -> None:
     lines = table.stdout.splitlines()
     assert lines[0].split() == [
         "NAME",
+        "REGION",
         "STATUS",
         "HEALTH",
         "ATTESTATION",
@@ -93,13 +94,14 @@ def test_get_tables_json_yaml_and_selectors(config: Path) -> None:
     deployments = edgectl(config, "get", "deployments").stdout.splitlines()
     assert deployments[0].split() == [
         "NAME",
+        "REGION",
         "MODEL",
         "DESIRED",
         "UP-TO-DATE",
         "READY",
         "AVAILABLE",
     ]
-    assert deployments[1].split()[:2] == ["fraud", "fraud:2.4.1"]
+    assert deployments[1].split()[:3] == ["fraud", "eu-frankfurt", "fraud:2.4.1"]
     assert edgectl(config, "get", "models").stdout.strip() == "No resources found."
 
     bad = edgectl(config, "get", "devices", "-l", "a=b=c")

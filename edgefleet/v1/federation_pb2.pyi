@@ -1,0 +1,208 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class EnrollHubRequest(_message.Message):
+    __slots__ = ("token", "csr_pem", "region")
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    CSR_PEM_FIELD_NUMBER: _ClassVar[int]
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    token: str
+    csr_pem: bytes
+    region: str
+    def __init__(self, token: _Optional[str] = ..., csr_pem: _Optional[bytes] = ..., region: _Optional[str] = ...) -> None: ...
+
+class EnrollHubResponse(_message.Message):
+    __slots__ = ("certificate_chain_pem", "ca_certificate_pem", "trust_roots", "root_region")
+    CERTIFICATE_CHAIN_PEM_FIELD_NUMBER: _ClassVar[int]
+    CA_CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
+    TRUST_ROOTS_FIELD_NUMBER: _ClassVar[int]
+    ROOT_REGION_FIELD_NUMBER: _ClassVar[int]
+    certificate_chain_pem: bytes
+    ca_certificate_pem: bytes
+    trust_roots: _containers.RepeatedScalarFieldContainer[bytes]
+    root_region: str
+    def __init__(self, certificate_chain_pem: _Optional[bytes] = ..., ca_certificate_pem: _Optional[bytes] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., root_region: _Optional[str] = ...) -> None: ...
+
+class RegionMessage(_message.Message):
+    __slots__ = ("hello", "applied", "report")
+    HELLO_FIELD_NUMBER: _ClassVar[int]
+    APPLIED_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    hello: RegionHello
+    applied: SliceApplied
+    report: RegionReport
+    def __init__(self, hello: _Optional[_Union[RegionHello, _Mapping]] = ..., applied: _Optional[_Union[SliceApplied, _Mapping]] = ..., report: _Optional[_Union[RegionReport, _Mapping]] = ...) -> None: ...
+
+class RegionHello(_message.Message):
+    __slots__ = ("region", "generation")
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    region: str
+    generation: int
+    def __init__(self, region: _Optional[str] = ..., generation: _Optional[int] = ...) -> None: ...
+
+class SliceApplied(_message.Message):
+    __slots__ = ("generation",)
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    def __init__(self, generation: _Optional[int] = ...) -> None: ...
+
+class RootMessage(_message.Message):
+    __slots__ = ("slice",)
+    SLICE_FIELD_NUMBER: _ClassVar[int]
+    slice: RegionSlice
+    def __init__(self, slice: _Optional[_Union[RegionSlice, _Mapping]] = ...) -> None: ...
+
+class RegionSlice(_message.Message):
+    __slots__ = ("generation", "objects", "models", "trust_roots", "digest")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    OBJECTS_FIELD_NUMBER: _ClassVar[int]
+    MODELS_FIELD_NUMBER: _ClassVar[int]
+    TRUST_ROOTS_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    objects: _containers.RepeatedScalarFieldContainer[bytes]
+    models: _containers.RepeatedCompositeFieldContainer[FederatedModel]
+    trust_roots: _containers.RepeatedScalarFieldContainer[bytes]
+    digest: str
+    def __init__(self, generation: _Optional[int] = ..., objects: _Optional[_Iterable[bytes]] = ..., models: _Optional[_Iterable[_Union[FederatedModel, _Mapping]]] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., digest: _Optional[str] = ...) -> None: ...
+
+class FederatedModel(_message.Message):
+    __slots__ = ("name", "version", "sha256", "length", "envelope", "extras", "rollback_allowance", "pushed_at")
+    class ExtrasEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    ENVELOPE_FIELD_NUMBER: _ClassVar[int]
+    EXTRAS_FIELD_NUMBER: _ClassVar[int]
+    ROLLBACK_ALLOWANCE_FIELD_NUMBER: _ClassVar[int]
+    PUSHED_AT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    sha256: str
+    length: int
+    envelope: bytes
+    extras: _containers.ScalarMap[str, str]
+    rollback_allowance: bytes
+    pushed_at: float
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., sha256: _Optional[str] = ..., length: _Optional[int] = ..., envelope: _Optional[bytes] = ..., extras: _Optional[_Mapping[str, str]] = ..., rollback_allowance: _Optional[bytes] = ..., pushed_at: _Optional[float] = ...) -> None: ...
+
+class RegionReport(_message.Message):
+    __slots__ = ("generation", "deployments", "inventory")
+    GENERATION_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENTS_FIELD_NUMBER: _ClassVar[int]
+    INVENTORY_FIELD_NUMBER: _ClassVar[int]
+    generation: int
+    deployments: _containers.RepeatedCompositeFieldContainer[RegionDeploymentStatus]
+    inventory: RegionInventory
+    def __init__(self, generation: _Optional[int] = ..., deployments: _Optional[_Iterable[_Union[RegionDeploymentStatus, _Mapping]]] = ..., inventory: _Optional[_Union[RegionInventory, _Mapping]] = ...) -> None: ...
+
+class RegionDeploymentStatus(_message.Message):
+    __slots__ = ("name", "desired", "updated", "ready", "available", "failing", "versions", "rollout_phase", "rollout_revision")
+    class FailingEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class VersionsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DESIRED_FIELD_NUMBER: _ClassVar[int]
+    UPDATED_FIELD_NUMBER: _ClassVar[int]
+    READY_FIELD_NUMBER: _ClassVar[int]
+    AVAILABLE_FIELD_NUMBER: _ClassVar[int]
+    FAILING_FIELD_NUMBER: _ClassVar[int]
+    VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_PHASE_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    desired: int
+    updated: int
+    ready: int
+    available: int
+    failing: _containers.ScalarMap[str, str]
+    versions: _containers.ScalarMap[str, int]
+    rollout_phase: str
+    rollout_revision: int
+    def __init__(self, name: _Optional[str] = ..., desired: _Optional[int] = ..., updated: _Optional[int] = ..., ready: _Optional[int] = ..., available: _Optional[int] = ..., failing: _Optional[_Mapping[str, str]] = ..., versions: _Optional[_Mapping[str, int]] = ..., rollout_phase: _Optional[str] = ..., rollout_revision: _Optional[int] = ...) -> None: ...
+
+class RegionInventory(_message.Message):
+    __slots__ = ("total", "by_phase", "devices", "truncated")
+    class ByPhaseEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    BY_PHASE_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    TRUNCATED_FIELD_NUMBER: _ClassVar[int]
+    total: int
+    by_phase: _containers.ScalarMap[str, int]
+    devices: _containers.RepeatedCompositeFieldContainer[RegionDevice]
+    truncated: bool
+    def __init__(self, total: _Optional[int] = ..., by_phase: _Optional[_Mapping[str, int]] = ..., devices: _Optional[_Iterable[_Union[RegionDevice, _Mapping]]] = ..., truncated: _Optional[bool] = ...) -> None: ...
+
+class RegionDevice(_message.Message):
+    __slots__ = ("name", "phase", "labels", "deployments", "cordoned", "schedulable", "attestation", "last_heartbeat")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    DEPLOYMENTS_FIELD_NUMBER: _ClassVar[int]
+    CORDONED_FIELD_NUMBER: _ClassVar[int]
+    SCHEDULABLE_FIELD_NUMBER: _ClassVar[int]
+    ATTESTATION_FIELD_NUMBER: _ClassVar[int]
+    LAST_HEARTBEAT_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    phase: str
+    labels: _containers.ScalarMap[str, str]
+    deployments: _containers.RepeatedScalarFieldContainer[str]
+    cordoned: bool
+    schedulable: bool
+    attestation: str
+    last_heartbeat: float
+    def __init__(self, name: _Optional[str] = ..., phase: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., deployments: _Optional[_Iterable[str]] = ..., cordoned: _Optional[bool] = ..., schedulable: _Optional[bool] = ..., attestation: _Optional[str] = ..., last_heartbeat: _Optional[float] = ...) -> None: ...
+
+class FetchFederatedArtifactRequest(_message.Message):
+    __slots__ = ("sha256", "offset")
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    sha256: str
+    offset: int
+    def __init__(self, sha256: _Optional[str] = ..., offset: _Optional[int] = ...) -> None: ...
+
+class FederatedChunk(_message.Message):
+    __slots__ = ("offset", "data")
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    offset: int
+    data: bytes
+    def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...

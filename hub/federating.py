@@ -1,0 +1,608 @@
+"""A regional hub's side of federation (docs/federation.md).
+
+* :func:`enroll_with_parent` (``hub init --parent HOST:PORT --token T --parent-ca-hash PIN
+  --region R``): the token-and-pin flow devices use. The root's enrollment port is read over TLS
+  without verification to get the chain it presents, whose CA must match the pin; then, over
+  TLS to that CA, ``EnrollHub(token, CSR, region)``. Written (0600 keys, atomically):
+  ``D/parent.json`` (the root's address, its region), ``D/parent-ca.crt``,
+  ``D/federation.{crt,key}`` (the hub-role client certificate) and the fleet's trust roots as
+  the root sent them (``D/trust-root.json``, ``D/trust-roots/``): the region carries the
+  fleet's roots to its devices; it has no root or publisher key of its own.
+* :class:`ParentLink` (component ``federation``, run by ``hub serve`` when ``D/parent.json``
+  exists): one Federate stream to the root, reconnected with full-jitter backoff. Each slice
+  is applied whole (:func:`plan_apply`, pure): artifacts the region lacks are fetched from
+  the root first and stored only if their bytes have the signed digest and length; then every
+  object and model record the slice adds, changes or drops is written in **one** transaction
+  with ``/federation/state`` (generation, digest); a slice older than the one applied is
+  ignored, so the root's state wins by generation. Objects written so carry
+  ``"federated": {"generation": G}``: AdminService refuses to apply or delete them at the
+  region (FAILED_PRECONDITION, "owned by the root hub"). The region's own controllers
+  (scheduler, rollouts, projector) then act on them as on any object; with the root away the
+  region keeps enforcing the last slice. Status goes up every ``REPORT_PERIOD_S`` when it
+  changed, and at least every ``REPORT_EVERY_S``; every new stream resends it.
+
+Signed bytes are relayed as they came: model envelopes and rollback allowances go into the
+region's model records unchanged, so devices verify the publisher's signature, never the
+region's; a region that changes an artifact or its metadata is refused by its own devices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import socket
+import ssl
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+from cryptography import x509
+from cryptography.hazmat.primitives import hashes, serialization
+from cryptography.x509.oid import NameOID
+
+from edgefleet.api import parse_manifest
+from edgefleet.artifacts.storing import PinnedDigest
+from edgefleet.backoff import Backoff, Jitter
+from edgefleet.configfiles import parse_host_port
+from edgefleet.errors import ArtifactError, EdgefleetError, StoreError
+from edgefleet.logs import get_logger
+from edgefleet.persisting import write_atomic
+from edgefleet.pinning import parse_pin, pin_matches
+from edgefleet.supervising import wait_for_stop
+from edgefleet.v1 import federation_pb2, federation_pb2_grpc
+from hub import pki, slicing, storekeys
+from hub.context import HubContext
+from hub.initializing import HubPaths
+from hub.store import Compare, Delete, Op, Put
+from hub.trustroots import HISTORY_DIR, ROOT_FILE
+
+log = get_logger(__name__)
+
+PARENT_FILE = "parent.json"
+PARENT_CA_FILE = "parent-ca.crt"
+FEDERATION_CERT_FILE = "federation.crt"
+FEDERATION_KEY_FILE = "federation.key"
+STATE_KEY = "/federation/state"
+REPORT_PERIOD_S = 1.0
+REPORT_EVERY_S = 30.0
+REPORT_CPU_FACTOR = 10.0
+RECONNECT = Backoff(0.5, 30.0, Jitter.FULL)
+MAX_ARTIFACT_BYTES = 16 * 2**30
+CHANNEL_OPTIONS = [
+    ("grpc.max_receive_message_length", 4 * 1024 * 1024),
+    ("grpc.max_send_message_length", 4 * 1024 * 1024),
+    ("grpc.keepalive_time_ms", 20_000),
+    ("grpc.keepalive_timeout_ms", 10_000),
+    ("grpc.keepalive_permit_without_calls", 1),
+]
+
+
+class FederationError(EdgefleetError):
+    """Enrolling with a parent hub failed, or the parent's answer is unusable."""
+
+
+# -- enrollment -----------------------------------------------------------------------------
+
+
+def _presented_chain(host: str, port: int, timeout: float = 10.0) -> list[bytes]:
+    ctx = ssl.create_default_context()
+    ctx.check_hostname = False
+    ctx.verify_mode = ssl.CERT_NONE
+    ctx.set_alpn_protocols(["h2"])
+    try:
+        with (
+            socket.create_connection((host, port), timeout=timeout) as raw,
+            ctx.wrap_socket(raw, server_hostname=host) as tls,
+        ):
+            getter: Any = getattr(tls, "get_unverified_chain", None)
+            if getter is None:
+                getter = getattr(tls, "_sslobj").get_unverified_chain  # noqa: B009
+            der = getattr(getattr(ssl, "_ssl", None), "ENCODING_DER", 2)
+            return [c if isinstance(c, bytes) else c.public_bytes(der) for c in getter() or []]
+    except OSError as exc:
+        raise FederationError(
+            f"cannot reach the parent's enrollment port {host}:{port}: {exc}"
+        ) from None
+
+
+def _pinned_ca(chain: list[bytes], pin: str) -> bytes:
+    try:
+        expected = parse_pin(pin)
+    except EdgefleetError:
+        raise FederationError(
+            f"--parent-ca-hash must look like sha256:<64 hex digits>, got {pin!r}"
+        ) from None
+    for der in chain:
+        if pin_matches(der, expected):
+            return ssl.DER_cert_to_PEM_cert(der).encode()
+    raise FederationError(
+        "the parent presented no CA certificate matching --parent-ca-hash: wrong hub, or a "
+        "machine in the middle"
+    )
+
+
+async def enroll_with_parent(
+    paths: HubPaths, *, parent: str, token: str, ca_hash: str, region: str
+) -> None:
+    """Enroll this (new) hub with its parent (module doc); writes nothing when it fails."""
+    host, port = parse_host_port(parent)
+    eport = port + 1
+    chain = await asyncio.to_thread(_presented_chain, host, eport)
+    ca_pem = _pinned_ca(chain, ca_hash)
+    key = pki.generate_key()
+    csr = (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, region)]))
+        .sign(key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM)
+    )
+    request = federation_pb2.EnrollHubRequest(token=token, csr_pem=csr, region=region)
+    creds = grpc.ssl_channel_credentials(root_certificates=ca_pem)
+    async with grpc.aio.secure_channel(f"{host}:{eport}", creds) as channel:
+        stub = federation_pb2_grpc.HubEnrollmentServiceStub(channel)  # type: ignore[no-untyped-call]
+        try:
+            resp = await stub.EnrollHub(request, timeout=30)
+        except grpc.aio.AioRpcError as exc:
+            raise FederationError(
+                f"the parent refused enrollment: {exc.code().name}: {exc.details()}"
+            ) from None
+    d = paths.data_dir
+    roots = list(resp.trust_roots)
+    write_atomic(d / PARENT_CA_FILE, bytes(resp.ca_certificate_pem), mode=0o644)
+    write_atomic(d / FEDERATION_CERT_FILE, bytes(resp.certificate_chain_pem), mode=0o644)
+    pki.write_private_key(d / FEDERATION_KEY_FILE, key)
+    if roots:
+        _write_roots(d, roots)
+    doc = {"parent": f"{host}:{port}", "region": region, "rootRegion": resp.root_region}
+    write_atomic(d / PARENT_FILE, orjson.dumps(doc), mode=0o600)
+    log.info("hub enrolled with parent", parent=parent, region=region, root=resp.root_region)
+
+
+def _write_roots(data_dir: Path, roots: Sequence[bytes]) -> None:
+    """The fleet's roots as the root sent them: the newest as the current one, the others as
+    history (what :func:`hub.trustroots.load_roots` reads)."""
+    if len(roots) > 1:
+        history = data_dir / HISTORY_DIR
+        history.mkdir(mode=0o700, exist_ok=True)
+        for i, raw in enumerate(roots[:-1]):
+            version = orjson.loads(_payload(raw)).get("version", i + 1)
+            write_atomic(history / f"{int(version)}.json", raw, mode=0o644)
+    write_atomic(data_dir / ROOT_FILE, roots[-1], mode=0o644)
+
+
+def _payload(envelope: bytes) -> bytes:
+    import base64
+
+    return base64.b64decode(orjson.loads(envelope)["payload"])
+
+
+# -- applying a slice (pure) ----------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredValue:
+    key: str
+    value: bytes
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class ApplyPlan:
+    """One transaction that makes the region's store hold the slice."""
+
+    compares: tuple[Compare, ...]
+    ops: tuple[Op, ...]
+    put_objects: tuple[Mapping[str, Any], ...]
+    dropped_objects: tuple[tuple[str, str], ...]
+    put_models: tuple[storekeys.ModelRecord, ...]
+
+
+def model_from(m: federation_pb2.FederatedModel) -> storekeys.ModelRecord:
+    return storekeys.ModelRecord(
+        name=m.name,
+        version=m.version,
+        sha256=m.sha256,
+        length=m.length,
+        envelope=bytes(m.envelope),
+        pushed_at=m.pushed_at,
+        extras=dict(m.extras),
+        rollback_allowance=bytes(m.rollback_allowance),
+    )
+
+
+def plan_apply(
+    generation: int,
+    digest: str,
+    objects: Sequence[Mapping[str, Any]],
+    models: Sequence[storekeys.ModelRecord],
+    stored_objects: Mapping[str, StoredValue],
+    stored_models: Mapping[str, StoredValue],
+    now: float,
+) -> ApplyPlan:
+    """What to write so that the store holds ``objects`` and ``models`` as the root's (pure).
+    ``stored_*``: what the store holds now, by key. A local object of the same name is
+    replaced (the root wins); root-owned objects the slice no longer has are deleted; the
+    region's own objects are left alone."""
+    compares: list[Compare] = []
+    ops: list[Op] = []
+    put_objects: list[Mapping[str, Any]] = []
+    wanted: set[str] = set()
+    for manifest in objects:
+        kind, name = str(manifest["kind"]), str(manifest["metadata"]["name"])
+        key = storekeys.object_key(kind, name)
+        wanted.add(key)
+        had = stored_objects.get(key)
+        owned = had is not None and storekeys.federated_generation(had.value) is not None
+        if owned and had is not None and storekeys.manifest_of(had.value) == manifest:
+            continue
+        created = storekeys.created_of(had.value) if had is not None else now
+        compares.append(Compare(key, had.mod_revision if had is not None else 0))
+        ops.append(Put(key, storekeys.federated_object_value(manifest, created, generation)))
+        put_objects.append(manifest)
+    dropped: list[tuple[str, str]] = []
+    for key, had in sorted(stored_objects.items()):
+        if key in wanted or storekeys.federated_generation(had.value) is None:
+            continue
+        manifest = storekeys.manifest_of(had.value)
+        compares.append(Compare(key, had.mod_revision))
+        ops.append(Delete(key))
+        dropped.append((str(manifest["kind"]), str(manifest["metadata"]["name"])))
+    put_models: list[storekeys.ModelRecord] = []
+    for record in models:
+        key = storekeys.model_key(record.name, record.version)
+        had = stored_models.get(key)
+        doc = {**record.to_json(), "federated": {"generation": generation}}
+        if had is not None:
+            old = storekeys.ModelRecord.from_json(storekeys.loads(had.value))
+            if (old.sha256, old.envelope, old.rollback_allowance, dict(old.extras)) == (
+                record.sha256,
+                record.envelope,
+                record.rollback_allowance,
+                dict(record.extras),
+            ):
+                continue
+        compares.append(Compare(key, had.mod_revision if had is not None else 0))
+        ops.append(Put(key, storekeys.dumps(doc)))
+        put_models.append(record)
+    ops.append(Put(STATE_KEY, storekeys.dumps({"generation": generation, "digest": digest})))
+    return ApplyPlan(
+        tuple(compares), tuple(ops), tuple(put_objects), tuple(dropped), tuple(put_models)
+    )
+
+
+def check_slice(message: federation_pb2.RegionSlice) -> list[str]:
+    """Problems of a slice from the root (bounded and well-formed; every object parses)."""
+    problems: list[str] = []
+    if len(message.objects) > slicing.MAX_SLICE_OBJECTS:
+        problems.append(f"slice.objects: at most {slicing.MAX_SLICE_OBJECTS}")
+        return problems
+    for i, raw in enumerate(message.objects):
+        try:
+            doc = orjson.loads(raw)
+            if doc.get("kind") not in slicing.FEDERATED_KINDS:
+                problems.append(f"slice.objects[{i}].kind: {doc.get('kind')!r} is not federated")
+                continue
+            if doc["kind"] == "ModelDeployment":
+                parse_manifest(dict(doc))
+        except Exception as exc:  # a manifest the region cannot take
+            problems.append(f"slice.objects[{i}]: {exc}")
+    for i, m in enumerate(message.models):
+        if len(m.sha256) != 64 or m.length > MAX_ARTIFACT_BYTES:
+            problems.append(f"slice.models[{i}]: bad sha256 or length")
+    return problems
+
+
+# -- the link ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class ParentFiles:
+    parent: str
+    region: str
+    root_region: str
+    ca: bytes
+    certificate: bytes
+    key: bytes
+
+    @classmethod
+    def load(cls, data_dir: Path) -> ParentFiles | None:
+        path = data_dir / PARENT_FILE
+        if not path.exists():
+            return None
+        doc = orjson.loads(path.read_bytes())
+        return cls(
+            parent=str(doc["parent"]),
+            region=str(doc["region"]),
+            root_region=str(doc.get("rootRegion", "")),
+            ca=(data_dir / PARENT_CA_FILE).read_bytes(),
+            certificate=(data_dir / FEDERATION_CERT_FILE).read_bytes(),
+            key=(data_dir / FEDERATION_KEY_FILE).read_bytes(),
+        )
+
+
+class ParentLink:
+    """The component that keeps this regional hub federated with its root (module doc)."""
+
+    name = "federation"
+
+    def __init__(self, ctx: HubContext, files: ParentFiles) -> None:
+        self.ctx = ctx
+        self.files = files
+        self.connected = False
+        self.generation = 0
+        self.digest = ""
+        self.slices_applied = 0
+        self._failures = 0
+
+    async def run(self, stop: asyncio.Event) -> None:
+        kv = await self.ctx.store.get(STATE_KEY)
+        if kv is not None:
+            state = storekeys.loads(kv.value)
+            self.generation, self.digest = int(state["generation"]), str(state["digest"])
+        while not stop.is_set():
+            started = time.monotonic()
+            try:
+                await self._session(stop)
+            except grpc.aio.AioRpcError as exc:
+                log.warning(
+                    "parent link lost",
+                    code=exc.code().name,
+                    error=exc.details(),
+                    parent=self.files.parent,
+                )
+            except (StoreError, FederationError, ArtifactError, OSError) as exc:
+                log.warning("parent link failed", error=str(exc), parent=self.files.parent)
+            finally:
+                self.connected = False
+            if time.monotonic() - started > 30:
+                self._failures = 0
+            delay = RECONNECT.delay(self._failures)
+            self._failures += 1
+            await wait_for_stop(stop, delay)
+
+    def _channel(self) -> grpc.aio.Channel:
+        creds = grpc.ssl_channel_credentials(self.files.ca, self.files.key, self.files.certificate)
+        return grpc.aio.secure_channel(self.files.parent, creds, options=CHANNEL_OPTIONS)
+
+    async def _session(self, stop: asyncio.Event) -> None:
+        async with self._channel() as channel:
+            stub = federation_pb2_grpc.FederationServiceStub(channel)  # type: ignore[no-untyped-call]
+            outbox: asyncio.Queue[federation_pb2.RegionMessage] = asyncio.Queue(maxsize=16)
+            await outbox.put(
+                federation_pb2.RegionMessage(
+                    hello=federation_pb2.RegionHello(
+                        region=self.files.region, generation=self.generation
+                    )
+                )
+            )
+
+            async def outgoing() -> AsyncIterator[federation_pb2.RegionMessage]:
+                while True:
+                    yield await outbox.get()
+
+            call = stub.Federate(outgoing())
+            reporter = asyncio.ensure_future(self._report(outbox))
+            stopper = asyncio.ensure_future(stop.wait())
+            try:
+                reader = asyncio.ensure_future(self._receive(call, stub, outbox))
+                done, _ = await asyncio.wait([reader, stopper], return_when=asyncio.FIRST_COMPLETED)
+                if reader in done:
+                    reader.result()
+                else:
+                    reader.cancel()
+                    call.cancel()
+            finally:
+                reporter.cancel()
+                stopper.cancel()
+
+    async def _receive(
+        self,
+        call: Any,
+        stub: Any,
+        outbox: asyncio.Queue[federation_pb2.RegionMessage],
+    ) -> None:
+        async for message in call:
+            self.connected = True
+            self._failures = 0
+            if message.WhichOneof("kind") != "slice":
+                continue
+            s = message.slice
+            if s.generation < self.generation:
+                log.warning("stale slice ignored", generation=s.generation, applied=self.generation)
+                continue
+            if s.generation == self.generation and s.digest == self.digest:
+                await outbox.put(
+                    federation_pb2.RegionMessage(
+                        applied=federation_pb2.SliceApplied(generation=s.generation)
+                    )
+                )
+                continue
+            problems = check_slice(s)
+            if problems:
+                log.error("slice refused", generation=s.generation, problems=problems[:5])
+                self.ctx.writer.event(
+                    "Region", self.files.region, "Warning", "SliceRefused", "; ".join(problems[:5])
+                )
+                continue
+            await self._apply(s, stub)
+            await outbox.put(
+                federation_pb2.RegionMessage(
+                    applied=federation_pb2.SliceApplied(generation=s.generation)
+                )
+            )
+        raise FederationError("the parent ended the stream")
+
+    async def _fetch(self, stub: Any, sha256: str, length: int, name: str, version: str) -> None:
+        """One artifact from the root into the blob store, kept only with its signed digest."""
+        blobs = self.ctx.blobs
+        if blobs.has(sha256):
+            return
+        fd, tmp = tempfile.mkstemp(dir=self.ctx.paths.data_dir, prefix=".fetch-")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                got = 0
+                async for chunk in stub.FetchFederatedArtifact(
+                    federation_pb2.FetchFederatedArtifactRequest(sha256=sha256, offset=0)
+                ):
+                    got += len(chunk.data)
+                    if got > length:
+                        raise ArtifactError(
+                            "LengthExceeded",
+                            f"{name} {version}: more than the signed {length} bytes",
+                        )
+                    f.write(chunk.data)
+            await asyncio.to_thread(
+                blobs.ingest_file,
+                Path(tmp),
+                name=name,
+                version=version,
+                verifiers=[PinnedDigest(sha256)],
+                max_bytes=length,
+            )
+        finally:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+
+    async def _apply(self, s: federation_pb2.RegionSlice, stub: Any) -> None:
+        ctx = self.ctx
+        models = [model_from(m) for m in s.models]
+        for record in models:
+            await self._fetch(stub, record.sha256, record.length, record.name, record.version)
+            for fname, digest in record.extras.items():
+                await self._fetch(
+                    stub, digest, MAX_ARTIFACT_BYTES, record.name, f"{record.version}/{fname}"
+                )
+        objects = [orjson.loads(raw) for raw in s.objects]
+        stored_objects = {
+            kv.key: StoredValue(kv.key, kv.value, kv.mod_revision)
+            for kv in (await ctx.store.range(storekeys.OBJECTS)).kvs
+        }
+        stored_models = {
+            kv.key: StoredValue(kv.key, kv.value, kv.mod_revision)
+            for kv in (await ctx.store.range(storekeys.MODELS)).kvs
+        }
+        plan = plan_apply(
+            s.generation, s.digest, objects, models, stored_objects, stored_models, ctx.clock()
+        )
+        changed = [(str(o["kind"]), str(o["metadata"]["name"])) for o in plan.put_objects]
+        events = [
+            ctx.writer.prepare_event(
+                kind,
+                name,
+                "Normal",
+                "Federated",
+                f"{kind} {name} from the root, generation {s.generation}",
+            )
+            for kind, name in [*changed, *plan.dropped_objects]
+        ]
+        revision = await ctx.store.txn(plan.compares, [*plan.ops, *(e.put for e in events)])
+        for manifest in plan.put_objects:
+            ctx.cache.put_object(manifest, revision)
+        for kind, name in plan.dropped_objects:
+            ctx.cache.drop_object(kind, name)
+        for record in plan.put_models:
+            ctx.cache.models[(record.name, record.version)] = record
+        for e in events:
+            ctx.writer.committed(e)
+        self.generation, self.digest = s.generation, s.digest
+        self.slices_applied += 1
+        current = ctx.cache.trust_roots[-1] if ctx.cache.trust_roots else b""
+        if s.trust_roots and bytes(s.trust_roots[-1]) != current:
+            # a rotation at the root: the trust-roots watcher checks that the new root follows
+            # the current one, then carries it to this region's devices
+            write_atomic(ctx.paths.data_dir / ROOT_FILE, bytes(s.trust_roots[-1]), mode=0o644)
+        if ctx.rollouts is not None:
+            await ctx.rollouts.reconcile(
+                name for kind, name in changed if kind == "ModelDeployment"
+            )
+        ctx.projector.mark_all()
+        log.info(
+            "slice applied",
+            generation=s.generation,
+            changed=len(changed),
+            dropped=len(plan.dropped_objects),
+            models=len(plan.put_models),
+        )
+
+    async def _report(self, outbox: asyncio.Queue[federation_pb2.RegionMessage]) -> None:
+        last = b""
+        sent_at = 0.0
+        while True:
+            began = time.process_time()
+            report = build_report(self.ctx, self.generation)
+            encoded = report.SerializeToString(deterministic=True)
+            took = time.process_time() - began
+            now = time.monotonic()
+            if encoded != last or now - sent_at >= REPORT_EVERY_S:
+                await outbox.put(federation_pb2.RegionMessage(report=report))
+                last, sent_at = encoded, now
+            # a report that cost T seconds of CPU waits 10 T before the next: at most a tenth
+            # of a core for reports, whatever the region's size (the dashboard's rule)
+            await asyncio.sleep(max(REPORT_PERIOD_S, REPORT_CPU_FACTOR * took))
+
+
+def build_report(ctx: HubContext, generation: int) -> federation_pb2.RegionReport:
+    """The region's status: its root-owned deployments' figures and its device inventory."""
+    from hub.admin import AdminServicer  # the same status edgectl shows at the region
+
+    admin = AdminServicer(ctx)
+    cache = ctx.cache
+    deployments = []
+    for (kind, name), stored in sorted(cache.stored.items()):
+        if kind != "ModelDeployment":
+            continue
+        status = admin.shown_object(kind, stored.manifest).get("status", {})
+        rollout = cache.rollouts.get(name)
+        failing = dict(sorted(status.get("failing", {}).items())[: slicing.MAX_FAILING])
+        deployments.append(
+            federation_pb2.RegionDeploymentStatus(
+                name=name,
+                desired=int(status.get("desiredDevices", 0)),
+                updated=int(status.get("updatedDevices", 0)),
+                ready=int(status.get("readyDevices", 0)),
+                available=int(status.get("availableDevices", 0)),
+                failing={k: str(v)[: slicing.MAX_TEXT] for k, v in failing.items()},
+                versions={
+                    v: int(c.get("devices", 0))
+                    for v, c in list(status.get("versions", {}).items())[: slicing.MAX_VERSIONS]
+                },
+                rollout_phase=rollout.phase.value if rollout is not None else "",
+                rollout_revision=rollout.revision if rollout is not None else 0,
+            )
+        )
+    by_phase: dict[str, int] = {}
+    rows: list[federation_pb2.RegionDevice] = []
+    for device in sorted(cache.devices.values(), key=lambda d: d.name):
+        by_phase[device.phase.value] = by_phase.get(device.phase.value, 0) + 1
+        if len(rows) >= slicing.MAX_REPORT_DEVICES:
+            continue
+        desired = cache.desired.get(device.name)
+        labels = dict(sorted(device.all_labels().items())[: slicing.MAX_LABELS])
+        rows.append(
+            federation_pb2.RegionDevice(
+                name=device.name,
+                phase=device.phase.value,
+                labels=labels,
+                deployments=list(desired.deployments) if desired is not None else [],
+                cordoned=device.cordoned,
+                schedulable=device.health.schedulable,
+                attestation=device.attestation.state.value,
+                last_heartbeat=device.last_heartbeat or 0.0,
+            )
+        )
+    return federation_pb2.RegionReport(
+        generation=generation,
+        deployments=deployments[: slicing.MAX_REPORT_DEPLOYMENTS],
+        inventory=federation_pb2.RegionInventory(
+            total=len(cache.devices),
+            by_phase=by_phase,
+            devices=rows,
+            truncated=len(cache.devices) > len(rows),
+        ),
+    )

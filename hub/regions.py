@@ -1,0 +1,462 @@
+"""The root hub's side of federation (docs/federation.md): regional hubs enroll, stream in,
+get their slice of the fleet, and report their status.
+
+* **HubEnrollmentService** (enrollment port, server TLS): a bootstrap token made for a region
+  (``hub token create --for-region R``; a device token cannot enroll a hub nor a region token
+  a device), a CSR; the answer is a hub-role certificate
+  ``spiffe://edgefleet/<root region>/hub/<region>`` from the root CA, the root CA and the
+  fleet's trust roots. The region's record ``/regions/R`` (its certificate serial) is written
+  with its ``Enrolled`` event in one transaction; enrolling a region again replaces the serial,
+  so the older certificate is refused from then on.
+* **FederationService** (mutual TLS, hub role, an enrolled region's current certificate):
+  ``Federate``: a RegionHello naming the certificate's region, then the root sends the
+  region's slice (:func:`hub.slicing.plan_slice`) at once and whenever its digest changes
+  (looked at every ``SLICE_POLL_S``), with a generation that only grows (the root's store
+  revision when the slice changed). The region acknowledges (SliceApplied) and reports
+  (RegionReport, bounded by :func:`hub.slicing.check_report`, at most ``REPORT_RATE`` a
+  second with a burst): a message over a bound ends the stream with INVALID_ARGUMENT or
+  RESOURCE_EXHAUSTED and nothing of it is kept. A second stream of a region replaces the first.
+  ``FetchFederatedArtifact``: a blob named by the caller's slice, from an offset.
+* :class:`Regions`: what the root knows of its regions, in memory (reports are sent again on
+  every connection): shown by AdminService (a REGION column; deployments' status adds every
+  region's figures, devices are listed with the region's summary of them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import grpc
+
+from edgefleet.api.meta import dns_label
+from edgefleet.errors import CompareFailed, CsrRejected, PkiError, TokenError
+from edgefleet.logs import get_logger
+from edgefleet.v1 import federation_pb2, federation_pb2_grpc
+from hub import pki, slicing, storekeys, tokens
+from hub.auth import Caller, authorize
+from hub.context import HubContext
+from hub.enrolling import REFUSED, source_of
+from hub.initializing import HUB_NAME
+from hub.limiting import Rate, RateLimiter
+from hub.pki import Role
+from hub.store import Compare, Put
+
+log = get_logger(__name__)
+
+REGIONS = "/regions/"
+HELLO_TIMEOUT_S = 30.0
+SLICE_POLL_S = 0.5
+REPORT_RATE = Rate(2.0, 20)  # reports per second per region, burst
+CHUNK = 256 * 1024
+
+
+def region_key(region: str) -> str:
+    return f"{REGIONS}{region}"
+
+
+@dataclass(slots=True)
+class RegionState:
+    """One region as the root knows it now."""
+
+    name: str
+    serial: str
+    enrolled_at: float
+    connected: bool = False
+    connected_at: float | None = None
+    last_message: float | None = None
+    generation_sent: int = 0
+    generation_applied: int = 0
+    digest_sent: str = ""
+    report: federation_pb2.RegionReport | None = None
+    artifacts: frozenset[str] = frozenset()  # blobs the region's slice names (may be fetched)
+    stream: asyncio.Event | None = None  # set: this stream must end (another replaced it)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "region": self.name,
+            "certificateSerial": self.serial,
+            "enrolledAt": self.enrolled_at,
+        }
+
+
+@dataclass(slots=True)
+class Regions:
+    """The root's regions: their records (from the store) and what each last said."""
+
+    regions: dict[str, RegionState] = field(default_factory=dict)
+
+    @classmethod
+    async def load(cls, store: Any) -> Regions:
+        out = cls()
+        for kv in (await store.range(REGIONS)).kvs:
+            doc = storekeys.loads(kv.value)
+            name = str(doc["region"])
+            out.regions[name] = RegionState(
+                name, str(doc["certificateSerial"]), float(doc["enrolledAt"])
+            )
+        return out
+
+    def deployment_status(self, name: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
+        """Each region the deployment goes to -> its figures (None: not reported yet)."""
+        shown: dict[str, dict[str, Any] | None] = {}
+        for region, state in sorted(self.regions.items()):
+            if not slicing.goes_to(manifest, region):
+                continue
+            figures: dict[str, Any] | None = None
+            if state.report is not None:
+                for d in state.report.deployments:
+                    if d.name == name:
+                        figures = slicing.region_deployment_json(d)
+                        break
+            if figures is not None:
+                figures["connected"] = state.connected
+            shown[region] = figures
+        return shown
+
+    def with_regions(self, doc: dict[str, Any]) -> dict[str, Any]:
+        """A deployment as the root shows it: its status with every region's added."""
+        name = str(doc["metadata"]["name"])
+        doc = dict(doc)
+        doc["status"] = slicing.add_regions(
+            doc.get("status", {}), self.deployment_status(name, doc)
+        )
+        return doc
+
+    def devices(self) -> list[dict[str, Any]]:
+        """Every region's devices, as their regions last summarised them."""
+        out: list[dict[str, Any]] = []
+        for region, state in sorted(self.regions.items()):
+            if state.report is not None:
+                out += [
+                    slicing.region_device_json(region, d) for d in state.report.inventory.devices
+                ]
+        return out
+
+    def summary(self) -> list[dict[str, Any]]:
+        """One line per region: connected, generations, devices by phase."""
+        out = []
+        for region, state in sorted(self.regions.items()):
+            inv = state.report.inventory if state.report is not None else None
+            out.append(
+                {
+                    "region": region,
+                    "connected": state.connected,
+                    "generationSent": state.generation_sent,
+                    "generationApplied": state.generation_applied,
+                    "devices": inv.total if inv is not None else None,
+                    "devicesByPhase": dict(inv.by_phase) if inv is not None else {},
+                }
+            )
+        return out
+
+
+class HubEnrollmentServicer(federation_pb2_grpc.HubEnrollmentServiceServicer):
+    """A regional hub joins the root (module doc)."""
+
+    def __init__(self, ctx: HubContext, regions: Regions) -> None:
+        self.ctx = ctx
+        self.regions = regions
+        limits = ctx.config.enrollment
+        self.per_source = RateLimiter(Rate(limits.per_source_rate, limits.per_source_burst))
+
+    async def EnrollHub(
+        self, request: federation_pb2.EnrollHubRequest, context: grpc.aio.ServicerContext
+    ) -> federation_pb2.EnrollHubResponse:
+        ctx = self.ctx
+        now = ctx.clock()
+        source = source_of(context.peer() or "")
+        if not self.per_source.allow(source, now):
+            await context.abort(
+                grpc.StatusCode.RESOURCE_EXHAUSTED, "too many enrollments; retry later"
+            )
+        problems: list[str] = []
+        try:
+            dns_label(request.region)
+        except ValueError as exc:
+            problems.append(f"region: {exc}")
+        if request.region in (ctx.region, HUB_NAME):
+            problems.append(f"region: {request.region!r} is this hub's own region or name")
+        if len(request.csr_pem) > 16 * 1024:
+            problems.append("csr_pem: at most 16 KiB")
+        try:
+            token_id = tokens.token_id_of(request.token)
+        except TokenError as exc:
+            problems.append(f"token: {exc}")
+        if problems:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(problems))
+        try:
+            record = await tokens.validate(ctx.store, request.token, now=now)
+        except TokenError as exc:
+            log.warning(
+                "hub enrollment refused", reason=exc.reason.value, token=token_id, source=source
+            )
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSED)
+            raise AssertionError("unreachable") from None
+        if record.for_region != request.region:
+            log.warning(
+                "hub enrollment refused",
+                reason="WrongPurpose",
+                token=token_id,
+                region=request.region,
+            )
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSED)
+        identity = pki.Identity(Role.HUB, request.region, ctx.region)
+        try:
+            certificate = pki.sign_child_hub_csr(ctx.ca, request.csr_pem, identity)
+        except (CsrRejected, PkiError) as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
+            raise AssertionError("unreachable") from None
+        try:
+            await tokens.consume(ctx.store, request.token, now=now)
+        except TokenError:
+            await context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSED)
+        state = RegionState(request.region, format(certificate.serial_number, "x"), now)
+        event = ctx.writer.prepare_event(
+            "Region",
+            request.region,
+            "Normal",
+            "Enrolled",
+            f"regional hub enrolled with token {record.id}",
+        )
+        key = region_key(request.region)
+        existing = await ctx.store.get(key)
+        try:
+            await ctx.store.txn(
+                [Compare(key, existing.mod_revision if existing else 0)],
+                [Put(key, storekeys.dumps(state.to_json())), event.put],
+            )
+        except CompareFailed:
+            await context.abort(
+                grpc.StatusCode.ABORTED, f"region {request.region} enrolled meanwhile"
+            )
+        old = self.regions.regions.get(request.region)
+        if old is not None and old.stream is not None:
+            old.stream.set()  # its certificate is superseded
+        self.regions.regions[request.region] = state
+        ctx.writer.committed(event)
+        log.info("region enrolled", region=request.region, token=record.id, source=source)
+        return federation_pb2.EnrollHubResponse(
+            certificate_chain_pem=pki.certificate_pem(certificate),
+            ca_certificate_pem=pki.certificate_pem(ctx.ca.certificate),
+            trust_roots=list(ctx.cache.trust_roots),
+            root_region=ctx.region,
+        )
+
+
+class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
+    """The root's end of the regions' streams (module doc)."""
+
+    def __init__(self, ctx: HubContext, regions: Regions) -> None:
+        self.ctx = ctx
+        self.regions = regions
+        self.reports = RateLimiter(REPORT_RATE)
+        self._generations: dict[str, tuple[str, int]] = {}  # region -> (slice digest, generation)
+
+    async def _caller(self, context: grpc.aio.ServicerContext) -> tuple[Caller, RegionState]:
+        caller = await authorize(
+            context, region=self.ctx.region, revoked=self.ctx.cache.revoked, roles={Role.HUB}
+        )
+        state = self.regions.regions.get(caller.name)
+        if state is None:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED, f"region {caller.name} is not enrolled here"
+            )
+            raise AssertionError("unreachable")
+        if state.serial != caller.serial:
+            await context.abort(
+                grpc.StatusCode.UNAUTHENTICATED,
+                f"certificate {caller.serial} of region {caller.name} was superseded by a later "
+                "enrollment",
+            )
+        return caller, state
+
+    def _slice(self, region: str) -> slicing.Slice:
+        cache = self.ctx.cache
+        revision_models = {
+            name: [r.model for r in revisions.values()]
+            for name, revisions in cache.revisions.items()
+        }
+        return slicing.plan_slice(
+            region,
+            [o.manifest for o in cache.stored.values()],
+            cache.models,
+            revision_models,
+            cache.trust_roots,
+        )
+
+    async def Federate(
+        self,
+        request_iterator: AsyncIterator[federation_pb2.RegionMessage],
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[federation_pb2.RootMessage]:
+        caller, state = await self._caller(context)
+        it = request_iterator.__aiter__()
+        try:
+            first = await asyncio.wait_for(it.__anext__(), HELLO_TIMEOUT_S)
+        except (TimeoutError, StopAsyncIteration):
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the stream must open with hello")
+            return
+        if first.WhichOneof("kind") != "hello":
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"the first message must be hello, got {first.WhichOneof('kind')}",
+            )
+        if first.hello.region != caller.name:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"region {caller.name} may not speak for region {first.hello.region!r}",
+            )
+        if state.stream is not None:
+            state.stream.set()  # a second stream replaces the first
+        replaced = asyncio.Event()
+        state.stream = replaced
+        now = self.ctx.clock()
+        state.connected, state.connected_at, state.last_message = True, now, now
+        state.generation_applied = first.hello.generation
+        state.digest_sent = ""  # the whole slice again on every connection
+        self.ctx.writer.event(
+            "Region", caller.name, "Normal", "Connected", "the regional hub connected"
+        )
+        log.info("region connected", region=caller.name, generation=first.hello.generation)
+        failure: list[tuple[grpc.StatusCode, str]] = []
+        reader = asyncio.ensure_future(self._read(state, it, failure))
+        waiter = asyncio.ensure_future(replaced.wait())
+        try:
+            while not reader.done() and not replaced.is_set():
+                s = self._slice(caller.name)
+                if s.digest != state.digest_sent:
+                    generation = await self._generation(caller.name, s.digest)
+                    message = slicing.slice_message(s, generation)
+                    size = message.ByteSize()
+                    if size > slicing.MAX_SLICE_BYTES or len(s.objects) > slicing.MAX_SLICE_OBJECTS:
+                        log.error("region slice too large", region=caller.name, bytes=size)
+                        self.ctx.writer.event(
+                            "Region",
+                            caller.name,
+                            "Warning",
+                            "SliceTooLarge",
+                            f"the region's slice is {size} bytes and {len(s.objects)} objects "
+                            f"(at most {slicing.MAX_SLICE_BYTES} and {slicing.MAX_SLICE_OBJECTS}): "
+                            "not sent; the region keeps its last slice",
+                        )
+                    else:
+                        state.artifacts = frozenset(d for m in s.models for d in m.digests())
+                        yield federation_pb2.RootMessage(slice=message)
+                        log.info(
+                            "region slice sent",
+                            region=caller.name,
+                            generation=generation,
+                            objects=len(s.objects),
+                        )
+                    state.digest_sent = s.digest
+                    state.generation_sent = generation
+                await asyncio.wait(
+                    [reader, waiter], timeout=SLICE_POLL_S, return_when=asyncio.FIRST_COMPLETED
+                )
+            if failure:
+                await context.abort(*failure[0])
+            if replaced.is_set():
+                await context.abort(
+                    grpc.StatusCode.ABORTED, "replaced by a newer stream of this region"
+                )
+        finally:
+            reader.cancel()
+            waiter.cancel()
+            if state.stream is replaced:
+                state.connected = False
+                state.stream = None
+                self.ctx.writer.event(
+                    "Region",
+                    caller.name,
+                    "Warning",
+                    "Disconnected",
+                    "the regional hub's stream ended",
+                )
+                log.info("region disconnected", region=caller.name)
+
+    async def _generation(self, region: str, digest: str) -> int:
+        """The generation of a slice: the same for the same content, else the store's
+        revision now (it only grows, across root restarts too)."""
+        known = self._generations.get(region)
+        if known is not None and known[0] == digest:
+            return known[1]
+        revision = (await self.ctx.store.range(REGIONS)).revision
+        generation = max(revision, known[1] + 1 if known else 1)
+        self._generations[region] = (digest, generation)
+        return generation
+
+    async def _read(
+        self,
+        state: RegionState,
+        it: AsyncIterator[federation_pb2.RegionMessage],
+        failure: list[tuple[grpc.StatusCode, str]],
+    ) -> None:
+        async for message in it:
+            now = self.ctx.clock()
+            state.last_message = now
+            kind = message.WhichOneof("kind")
+            if kind == "applied":
+                if message.applied.generation > state.generation_sent:
+                    failure.append(
+                        (
+                            grpc.StatusCode.INVALID_ARGUMENT,
+                            f"applied.generation: {message.applied.generation} was never sent",
+                        )
+                    )
+                    return
+                state.generation_applied = message.applied.generation
+            elif kind == "report":
+                if not self.reports.allow(state.name, time.monotonic()):
+                    failure.append(
+                        (
+                            grpc.StatusCode.RESOURCE_EXHAUSTED,
+                            f"reports faster than {REPORT_RATE.per_second:g}/s",
+                        )
+                    )
+                    return
+                problems = slicing.check_report(message.report)
+                if problems:
+                    log.warning("region input refused", region=state.name, problems=problems[:5])
+                    failure.append((grpc.StatusCode.INVALID_ARGUMENT, "; ".join(problems[:20])))
+                    return
+                state.report = message.report
+            else:
+                failure.append(
+                    (grpc.StatusCode.INVALID_ARGUMENT, f"unexpected {kind} on an open stream")
+                )
+                return
+
+    async def FetchFederatedArtifact(
+        self,
+        request: federation_pb2.FetchFederatedArtifactRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[federation_pb2.FederatedChunk]:
+        caller, state = await self._caller(context)
+        if request.sha256 not in state.artifacts:
+            await context.abort(
+                grpc.StatusCode.PERMISSION_DENIED,
+                f"artifact {request.sha256[:16]} is not in region {caller.name}'s slice",
+            )
+        path = self.ctx.blobs.path_for(request.sha256)
+        try:
+            f = open(path, "rb")  # noqa: SIM115, ASYNC230 - closed below
+        except FileNotFoundError:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND, f"artifact {request.sha256} is not stored"
+            )
+            return
+        with f:
+            size = f.seek(0, 2)
+            if request.offset > size:
+                await context.abort(
+                    grpc.StatusCode.OUT_OF_RANGE,
+                    f"offset {request.offset} is past the end ({size} bytes)",
+                )
+            offset = f.seek(request.offset)
+            while data := f.read(CHUNK):
+                yield federation_pb2.FederatedChunk(offset=offset, data=data)
+                offset += len(data)

@@ -1,0 +1,274 @@
+"""Federation end to end (docs/federation.md): a root hub, two regional hubs enrolled with it
+(``hub init --parent``), real edged devices enrolled with the regions, all real processes with
+real certificates on loopback. The eu region talks to the root through a TCP proxy that the
+test cuts and heals.
+
+* apply at the root -> only the devices of the region the deployment names run it; the root
+  shows the whole fleet (a REGION column), each region its own;
+* a region refuses to change or delete what the root owns;
+* root <-> eu cut: eu keeps its last desired state, and reschedules a replica off a killed
+  device on its own; a change made at the root meanwhile arrives once the link heals;
+* a compromised region that injects a forged artifact (signed by a key the fleet's trust root
+  does not list) gets it refused by its own devices.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll
+from harness import Edged, wait_for
+
+from edgefleet.demo import TINY_MLP, build_mlp
+from edgefleet.launching import program_command
+
+DEPLOYMENT = """\
+apiVersion: edgefleet.io/v1
+kind: ModelDeployment
+metadata: {{name: det}}
+spec:
+  model: {{name: det, version: "{version}"}}
+  runtime: {{executionProviders: [CPUExecutionProvider]}}
+  replicas: {{total: 1}}
+  placement: {{regions: [eu], nodeSelector: {{site: a}}}}
+  probes:
+    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
+"""
+FORGED = {
+    "apiVersion": "edgefleet.io/v1",
+    "kind": "ModelDeployment",
+    "metadata": {"name": "forged"},
+    "spec": {
+        "model": {"name": "forged", "version": "1.0.0"},
+        "runtime": {"executionProviders": ["CPUExecutionProvider"]},
+        "replicas": {"perDevice": 1},
+    },
+}
+RESCHEDULE_AFTER = 4.0
+SLACK = 90.0  # deadlines for a loaded machine, not timed assertions
+
+
+def serving(e: Edged, name: str = "det", version: str | None = None) -> bool:
+    if e.proc is None or e.proc.poll() is not None:
+        return False
+    try:
+        w = e.workload(name)
+    except (KeyError, StopIteration, OSError):
+        return False
+    if version is not None and w.get("model", {}).get("version") != version:
+        return False
+    return any(r.get("ready") for r in w.get("replicas", []))
+
+
+def configure(hub: HubProcess) -> None:
+    toml = hub.data / "hub.toml"
+    lines = toml.read_text().splitlines()
+    for key, value in (
+        ("heartbeatInterval", "1s"),
+        ("heartbeatGrace", "3s"),
+        ("rescheduleAfter", f"{RESCHEDULE_AFTER:g}s"),
+    ):
+        lines = [f'{key} = "{value}"' if line.startswith(f"{key} =") else line for line in lines]
+    toml.write_text("\n".join(lines) + "\n")
+
+
+def get_json(hub: HubProcess, *args: str) -> Any:
+    return json.loads(hub.edgectl("get", *args, "-o", "json").stdout)
+
+
+def region_figures(root: HubProcess, region: str) -> dict[str, Any] | None:
+    status = get_json(root, "deployments", "det")["status"]
+    figures: dict[str, Any] | None = status.get("regions", {}).get(region)
+    return figures
+
+
+def forge_into_region(data: Path, tmp_path: Path) -> None:
+    """What a compromised regional hub could do: put an artifact and metadata signed by a key
+    of its own, and a deployment using it, into its store (the hub is stopped)."""
+    from edgefleet.api import parse_manifest
+    from edgefleet.artifacts.storing import ArtifactStore
+    from edgefleet.trust import signing
+    from hub import storekeys
+    from hub.store import Put, open_hub_store
+
+    model = tmp_path / "forged.onnx"
+    build_mlp(model, TINY_MLP, seed=7)
+    signing.generate_key_pair(tmp_path / "attacker")
+    _, envelope = signing.sign_artifact(
+        model, name="forged", version="1.0.0", keys=[tmp_path / "attacker.key"]
+    )
+    sha256 = ArtifactStore(data / "blobs").ingest_file(
+        model, name="forged", version="1.0.0", verifiers=[]
+    )
+    record = storekeys.ModelRecord(
+        name="forged",
+        version="1.0.0",
+        sha256=sha256,
+        length=model.stat().st_size,
+        envelope=envelope.to_bytes(),
+        pushed_at=0.0,
+    )
+    manifest = parse_manifest(dict(FORGED)).to_dict()
+
+    async def write() -> None:
+        store = await open_hub_store(None, data_dir=data)
+        try:
+            await store.txn(
+                [],
+                [
+                    Put(storekeys.model_key("forged", "1.0.0"), storekeys.dumps(record.to_json())),
+                    Put(
+                        storekeys.object_key("ModelDeployment", "forged"),
+                        storekeys.object_value(manifest, 0.0),
+                    ),
+                ],
+            )
+        finally:
+            await store.close()
+
+    asyncio.run(write())
+
+
+@pytest.mark.scenario
+def test_root_regions_devices_partition_and_forgery(
+    tmp_path: Path, edged_factory: Callable[..., Edged]
+) -> None:
+    root = HubProcess(tmp_path / "root", tmp_path / "root.log").init("--region", "root").start()
+    regions: dict[str, HubProcess] = {}
+    proxy = TcpProxy(("127.0.0.1", root.port))
+    devices: dict[str, Edged] = {}
+    try:
+        for name in ("eu", "us"):
+            token, pin = root.token("--for-region", name)
+            hub = HubProcess(tmp_path / name, tmp_path / f"{name}.log")
+            hub.init("--region", name, "--parent", root.address, "--token", token,
+                     "--parent-ca-hash", pin)  # fmt: skip
+            if name == "eu":  # the root <-> eu link goes through the proxy from now on
+                parent = hub.data / "parent.json"
+                doc = json.loads(parent.read_text())
+                doc["parent"] = proxy.address
+                parent.write_text(json.dumps(doc))
+            configure(hub)
+            regions[name] = hub.start()
+        eu, us = regions["eu"], regions["us"]
+        # the fleet's trust root reached the regions unchanged: devices pin the same root
+        assert (eu.data / "trust-root.json").read_bytes() == (
+            root.data / "trust-root.json"
+        ).read_bytes()
+        # a device token enrolls no regional hub
+        device_token, pin = root.token()
+        intruder = subprocess.run(
+            program_command("hub", "init", "--data-dir", tmp_path / "intruder", "--region", "eu2",
+                            "--parent", root.address, "--token", device_token,
+                            "--parent-ca-hash", pin),
+            capture_output=True, text=True, timeout=60, check=False,
+        )  # fmt: skip
+        assert intruder.returncode != 0 and "refused" in intruder.stderr, intruder.stderr
+        for name, hub in (("dev-eu-0", eu), ("dev-eu-1", eu), ("dev-us-0", us)):
+            out = enroll(hub, tmp_path / name, name, {"site": "a"})
+            assert out.returncode == 0, out.stdout + out.stderr
+            config = SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "no-root")
+            devices[name] = edged_factory(None, data=tmp_path / name, config=config).start()
+
+        for version, seed in (("1.0.0", 1), ("2.0.0", 2)):
+            model = tmp_path / f"det-{version}.onnx"
+            build_mlp(model, TINY_MLP, seed=seed)
+            out = root.edgectl("models", "push", str(model), "--name", "det", "--version", version)
+            assert "pushed" in out.stdout, out.stdout + out.stderr
+        doc = tmp_path / "det.yaml"
+        doc.write_text(DEPLOYMENT.format(version="1.0.0"))
+        root.edgectl("apply", "-f", str(doc))
+
+        eu_devices = [devices["dev-eu-0"], devices["dev-eu-1"]]
+        wait_for(
+            lambda: sum(serving(e) for e in eu_devices) == 1, SLACK, "one eu device serving det"
+        )
+        assert devices["dev-us-0"].status()["workloads"] == []  # us is not in placement.regions
+        wait_for(
+            lambda: (region_figures(root, "eu") or {}).get("readyDevices") == 1,
+            SLACK,
+            "the root to see eu's device ready",
+        )
+        status = get_json(root, "deployments", "det")["status"]
+        assert set(status["regions"]) == {"eu"} and status["readyDevices"] == 1, status
+        listed = wait_for(
+            lambda: (
+                (d := get_json(root, "devices"))
+                and {"dev-eu-0", "dev-eu-1", "dev-us-0"}
+                <= {i["metadata"]["name"] for i in d["items"]}
+                and d
+            ),
+            SLACK,
+            "the root to list every region's devices",
+        )
+        shown = {i["metadata"]["name"]: i["status"]["region"] for i in listed["items"]}
+        assert shown["dev-eu-0"] == "eu" and shown["dev-us-0"] == "us", shown
+        table = root.edgectl("get", "devices").stdout.splitlines()
+        assert table[0].split()[:2] == ["NAME", "REGION"], table
+        assert any(line.split()[:2] == ["dev-us-0", "us"] for line in table), table
+        at_eu = {i["metadata"]["name"] for i in get_json(eu, "devices")["items"]}
+        assert at_eu == {"dev-eu-0", "dev-eu-1"}  # a region shows its own
+
+        # the region refuses to change what the root owns
+        refused_delete = eu.edgectl("delete", "deployment", "det", check=False)
+        assert refused_delete.returncode == 1
+        assert "owned by the root hub" in refused_delete.stderr, refused_delete.stderr
+        doc2 = tmp_path / "det2.yaml"
+        doc2.write_text(DEPLOYMENT.format(version="2.0.0"))
+        refused_apply = eu.edgectl("apply", "-f", str(doc2), check=False)
+        assert "owned by the root hub" in refused_apply.stderr, refused_apply.stderr
+
+        # cut root <-> eu: eu reschedules on its own, and keeps version 1
+        proxy.cut()
+        wait_for(
+            lambda: (region_figures(root, "eu") or {}).get("connected") is False,
+            SLACK,
+            "the root to see eu gone",
+        )
+        root.edgectl("apply", "-f", str(doc2))  # not reaching eu while cut
+        victim = next(e for e in eu_devices if serving(e))
+        spare = next(e for e in eu_devices if e is not victim)
+        victim.kill9()
+        wait_for(lambda: serving(spare, version="1.0.0"), SLACK, "eu to reschedule det, cut off")
+        assert "Rescheduled" in eu.edgectl("get", "events").stdout
+
+        # heal: the root's state wins, eu converges to version 2 and reports it
+        proxy.heal()
+        wait_for(lambda: serving(spare, version="2.0.0"), SLACK * 2, "eu to take version 2")
+        wait_for(
+            lambda: (
+                (f := region_figures(root, "eu") or {}).get("connected")
+                and f.get("updatedDevices") == 1
+                and f.get("readyDevices") == 1
+            ),
+            SLACK,
+            "the root to see eu converged",
+        )
+
+        # a compromised region injects a forged artifact: its device refuses it
+        us.stop()
+        forge_into_region(us.data, tmp_path)
+        us.start()
+        dev_us = devices["dev-us-0"]
+
+        def refused_forgery() -> bool:
+            problems = dev_us.status()["hub"]["problems"]
+            return any("forged" in json.dumps(p) for p in problems)
+
+        wait_for(refused_forgery, SLACK, "dev-us-0 to refuse the forged artifact")
+        assert not serving(dev_us, "forged")
+        print("problems on dev-us-0:", dev_us.status()["hub"]["problems"])
+    finally:
+        for e in devices.values():
+            if e.proc is not None and e.proc.poll() is None:
+                e.terminate()
+        for hub in regions.values():
+            hub.stop()
+        root.stop()
+        proxy.close()

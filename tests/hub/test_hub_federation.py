@@ -1,0 +1,428 @@
+"""Federation at the hub (docs/federation.md): the pure slice, apply and report decisions as
+tables, and the root's two services over real gRPC with real certificates on loopback (a hub
+made by ``hub init``, a region enrolled with ``hub.federating.enroll_with_parent``)."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import grpc
+import pytest
+from asynctesting import async_test
+
+from edgefleet.api import parse_manifest
+from edgefleet.launching import free_port_pair
+from edgefleet.v1 import federation_pb2, federation_pb2_grpc
+from hub import federating, pki, slicing, storekeys, tokens
+from hub.federating import StoredValue, enroll_with_parent, plan_apply
+from hub.initializing import HubPaths, init_hub
+from hub.server import build_context, start_server
+from hub.store import Delete, Put
+from hub.trustsetup import quickstart_trust
+
+
+def deployment(
+    name: str, regions: list[str] | None = None, version: str = "1.0.0"
+) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": name},
+        "spec": {"model": {"name": name, "version": version}, "replicas": {"perDevice": 1}},
+    }
+    if regions is not None:
+        doc["spec"]["placement"] = {"regions": regions}
+    return parse_manifest(doc).to_dict()
+
+
+def record(name: str, version: str, envelope: bytes = b"{}") -> storekeys.ModelRecord:
+    return storekeys.ModelRecord(
+        name, version, f"{name}{version}".ljust(64, "0")[:64], 10, envelope, 1.0
+    )
+
+
+# -- pure --------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("regions", "region", "expected"),
+    [(None, "eu", True), ([], "eu", True), (["eu"], "eu", True), (["us"], "eu", False)],
+)
+def test_a_deployment_goes_to_the_regions_it_names_or_to_all(
+    regions: list[str] | None, region: str, expected: bool
+) -> None:
+    assert slicing.goes_to(deployment("d", regions), region) is expected
+
+
+def test_other_kinds_go_everywhere_and_unknown_kinds_nowhere() -> None:
+    assert slicing.goes_to({"kind": "SecurityBaseline", "metadata": {"name": "b"}}, "eu")
+    assert not slicing.goes_to({"kind": "Secret", "metadata": {"name": "s"}}, "eu")
+
+
+def test_a_slice_carries_the_models_of_its_deployments_and_their_revisions() -> None:
+    models = {
+        ("a", "1.0.0"): record("a", "1.0.0"),
+        ("a", "0.9.0"): record("a", "0.9.0"),
+        ("b", "1.0.0"): record("b", "1.0.0"),
+    }
+    objects = [deployment("a", ["eu"]), deployment("b", ["us"]), deployment("c")]
+    s = slicing.plan_slice("eu", objects, models, {"a": [("a", "0.9.0")]}, [b"root"])
+    assert [o["metadata"]["name"] for o in s.objects] == ["a", "c"]
+    assert [(m.name, m.version) for m in s.models] == [("a", "0.9.0"), ("a", "1.0.0")]  # c unpushed
+    again = slicing.plan_slice(
+        "eu", list(reversed(objects)), models, {"a": [("a", "0.9.0")]}, [b"root"]
+    )
+    assert again.digest == s.digest
+    other = slicing.plan_slice("eu", objects, models, {}, [b"root2"])
+    assert other.digest != s.digest
+    message = slicing.slice_message(s, 7)
+    assert message.models[1].envelope == b"{}" and message.generation == 7
+
+
+def test_applying_a_slice_replaces_local_objects_drops_old_root_objects_keeps_own() -> None:
+    a, b = deployment("a"), deployment("b")
+    root_owned_old = storekeys.federated_object_value(deployment("old"), 1.0, 3)
+    stored = {
+        storekeys.object_key("ModelDeployment", "a"): StoredValue(
+            "k", storekeys.object_value(a, 1.0), 5
+        ),
+        storekeys.object_key("ModelDeployment", "old"): StoredValue("k", root_owned_old, 6),
+        storekeys.object_key("ModelDeployment", "mine"): StoredValue(
+            "k", storekeys.object_value(deployment("mine"), 1.0), 7
+        ),
+        storekeys.object_key("ModelDeployment", "b"): StoredValue(
+            "k", storekeys.federated_object_value(b, 2.0, 4), 8
+        ),
+    }
+    plan = plan_apply(9, "d", [a, b], [record("a", "1.0.0")], stored, {}, now=100.0)
+    assert [o["metadata"]["name"] for o in plan.put_objects] == ["a"]  # b unchanged, mine kept
+    assert plan.dropped_objects == (("ModelDeployment", "old"),)
+    assert [(c.key, c.mod_revision) for c in plan.compares] == [
+        (storekeys.object_key("ModelDeployment", "a"), 5),
+        (storekeys.object_key("ModelDeployment", "old"), 6),
+        (storekeys.model_key("a", "1.0.0"), 0),
+    ]
+    puts = {op.key: op for op in plan.ops if isinstance(op, Put)}
+    assert (
+        storekeys.federated_generation(puts[storekeys.object_key("ModelDeployment", "a")].value)
+        == 9
+    )
+    assert storekeys.created_of(puts[storekeys.object_key("ModelDeployment", "a")].value) == 1.0
+    assert storekeys.loads(puts[federating.STATE_KEY].value) == {"generation": 9, "digest": "d"}
+    assert any(isinstance(op, Delete) for op in plan.ops)
+    model_doc = storekeys.loads(puts[storekeys.model_key("a", "1.0.0")].value)
+    assert storekeys.ModelRecord.from_json(model_doc).envelope == b"{}"  # relayed as it came
+    # the same slice again changes nothing but the state key
+    stored_models = {
+        storekeys.model_key("a", "1.0.0"): StoredValue(
+            "k", puts[storekeys.model_key("a", "1.0.0")].value, 10
+        )
+    }
+    stored[storekeys.object_key("ModelDeployment", "a")] = StoredValue(
+        "k", puts[storekeys.object_key("ModelDeployment", "a")].value, 10
+    )
+    del stored[storekeys.object_key("ModelDeployment", "old")]
+    again = plan_apply(9, "d", [a, b], [record("a", "1.0.0")], stored, stored_models, now=101.0)
+    assert again.compares == () and len(again.ops) == 1
+
+
+def report(devices: int = 1, **fields: Any) -> federation_pb2.RegionReport:
+    deployments = [federation_pb2.RegionDeploymentStatus(name="a", desired=2, updated=1, ready=1)]
+    inventory = federation_pb2.RegionInventory(
+        total=devices,
+        devices=[federation_pb2.RegionDevice(name=f"d{i}", phase="Ready") for i in range(devices)],
+    )
+    r = federation_pb2.RegionReport(generation=1, deployments=deployments, inventory=inventory)
+    for k, v in fields.items():
+        setattr(r, k, v)
+    return r
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (lambda r: r.deployments.add(name="a"), "report.deployments[1].name: 'a' twice"),
+        (lambda r: setattr(r.deployments[0], "ready", 9), "must not exceed desired"),
+        (
+            lambda r: setattr(r.deployments[0], "name", "x" * 300),
+            "report.deployments[0].name: at most 253",
+        ),
+        (lambda r: r.deployments[0].failing.update({"d": "y" * 2000}), "at most 1024 characters"),
+        (lambda r: setattr(r.inventory, "total", 0), "report.inventory.total"),
+        (
+            lambda r: r.inventory.devices[0].labels.update({"bad key!": "v"}),
+            "report.inventory.devices[0].labels",
+        ),
+        (
+            lambda r: r.inventory.devices[0].labels.update({f"k{i}": "v" for i in range(65)}),
+            "labels: at most 64",
+        ),
+    ],
+)
+def test_a_report_over_a_bound_is_refused_naming_the_field(change: Any, problem: str) -> None:
+    r = report()
+    assert slicing.check_report(r) == []
+    change(r)
+    assert any(problem in p for p in slicing.check_report(r)), slicing.check_report(r)
+
+
+def test_too_many_devices_in_a_report() -> None:
+    r = report(devices=slicing.MAX_REPORT_DEVICES + 1)
+    assert any("report.inventory.devices: at most" in p for p in slicing.check_report(r))
+
+
+def test_the_root_adds_every_regions_figures() -> None:
+    own = {"desiredDevices": 1, "readyDevices": 1, "failing": {"x": "Failed"}, "versions": {}}
+    regions: dict[str, dict[str, Any] | None] = {
+        "eu": {
+            "desiredDevices": 2,
+            "readyDevices": 1,
+            "failing": {"d1": "Refused"},
+            "versions": {"1.0.0": 2},
+        },
+        "us": None,
+    }
+    out = slicing.add_regions(own, regions)
+    assert out["desiredDevices"] == 3 and out["readyDevices"] == 2
+    assert out["failing"] == {"eu/d1": "Refused", "x": "Failed"}
+    assert out["versions"]["1.0.0"]["devices"] == 2
+    assert out["regions"]["us"] is None
+
+
+# -- the root's services over real gRPC ------------------------------------------------------
+
+
+class Root:
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+
+    async def __aenter__(self) -> Root:
+        port = free_port_pair()
+        result = await init_hub(
+            self.tmp / "root",
+            region="root",
+            hub_address=f"127.0.0.1:{port}",
+            trust_setup=quickstart_trust,
+        )
+        self.paths = result.paths
+        self.ctx = await build_context(self.paths.data_dir)
+        self._stop = asyncio.Event()
+        self._tasks = [asyncio.create_task(self.ctx.writer.run(self._stop))]
+        self.running = await start_server(self.ctx, listen=f"127.0.0.1:{port}")
+        self.address = f"127.0.0.1:{port}"
+        self.pin = result.ca_pin
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.running.server.stop(None)
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+        await self.ctx.store.close()
+
+    async def token(self, region: str = "") -> str:
+        token, _ = await tokens.create_token(
+            self.ctx.store, now=self.ctx.clock(), ttl=600, for_region=region
+        )
+        return token
+
+    async def enroll(self, region: str) -> HubPaths:
+        paths = HubPaths.of(self.tmp / f"region-{region}-{len(list(self.tmp.iterdir()))}")
+        paths.data_dir.mkdir()
+        await enroll_with_parent(
+            paths,
+            parent=self.address,
+            token=await self.token(region),
+            ca_hash=self.pin,
+            region=region,
+        )
+        return paths
+
+    def channel(self, cert: bytes, key: bytes) -> grpc.aio.Channel:
+        creds = grpc.ssl_channel_credentials(self.paths.ca_certificate.read_bytes(), key, cert)
+        return grpc.aio.secure_channel(self.address, creds)
+
+    def region_channel(self, paths: HubPaths) -> grpc.aio.Channel:
+        d = paths.data_dir
+        return self.channel(
+            (d / "federation.crt").read_bytes(), (d / "federation.key").read_bytes()
+        )
+
+
+async def messages(
+    *items: federation_pb2.RegionMessage, hold: float = 0.5
+) -> AsyncIterator[federation_pb2.RegionMessage]:
+    for item in items:
+        yield item
+    await asyncio.sleep(hold)
+
+
+def hello(region: str) -> federation_pb2.RegionMessage:
+    return federation_pb2.RegionMessage(hello=federation_pb2.RegionHello(region=region))
+
+
+@async_test
+async def test_a_region_enrolls_with_its_token_only(tmp_path: Path) -> None:
+    async with Root(tmp_path) as root:
+        paths = await root.enroll("eu")
+        cert = pki.load_certificate((paths.data_dir / "federation.crt").read_bytes())
+        identity = pki.identity_from_certificate(cert)
+        assert (identity.role, identity.name, identity.region) == (pki.Role.HUB, "eu", "root")
+        assert (paths.data_dir / "trust-root.json").read_bytes() == (
+            root.paths.data_dir / "trust-root.json"
+        ).read_bytes()
+        for token, region in ((await root.token(), "us"), (await root.token("eu"), "us")):
+            target = HubPaths.of(tmp_path / f"x-{region}-{token[:6]}")
+            target.data_dir.mkdir()
+            with pytest.raises(federating.FederationError, match="UNAUTHENTICATED"):
+                await enroll_with_parent(
+                    target, parent=root.address, token=token, ca_hash=root.pin, region=region
+                )
+            assert not (target.data_dir / "parent.json").exists()
+        # a region's token enrolls no device (the same answer as any refused token)
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.x509.oid import NameOID
+
+        from edgefleet.v1 import enrollment_pb2, enrollment_pb2_grpc
+        from hub.enrolling import REFUSED
+
+        key = pki.generate_key()
+        csr = (
+            x509.CertificateSigningRequestBuilder()
+            .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "cam")]))
+            .sign(key, hashes.SHA256())
+            .public_bytes(serialization.Encoding.PEM)
+        )
+        host, port = root.address.split(":")
+        creds = grpc.ssl_channel_credentials(root.paths.ca_certificate.read_bytes())
+        async with grpc.aio.secure_channel(f"{host}:{int(port) + 1}", creds) as channel:
+            request = enrollment_pb2.EnrollRequest(
+                token=await root.token("us"), csr_pem=csr, name="cam"
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await enrollment_pb2_grpc.EnrollmentServiceStub(channel).Enroll(request, timeout=10)
+            assert (err.value.code(), err.value.details()) == (
+                grpc.StatusCode.UNAUTHENTICATED,
+                REFUSED,
+            )
+        assert "cam" not in root.ctx.cache.devices
+        with pytest.raises(federating.FederationError, match="no CA certificate matching"):
+            await enroll_with_parent(
+                HubPaths.of(tmp_path), parent=root.address, token=await root.token("us"),
+                ca_hash="sha256:" + "0" * 64, region="us",
+            )  # fmt: skip
+
+
+@async_test
+async def test_the_stream_sends_the_slice_and_refuses_what_is_out_of_bounds(tmp_path: Path) -> None:
+    async with Root(tmp_path) as root:
+        paths = await root.enroll("eu")
+        async with root.region_channel(paths) as channel:
+            stub = federation_pb2_grpc.FederationServiceStub(channel)
+            call = stub.Federate(messages(hello("eu"), hold=2))
+            first = await call.read()
+            assert first.slice.generation > 0 and first.slice.trust_roots
+            call.cancel()
+
+            call = stub.Federate(messages(hello("us")))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED
+            call.cancel()
+
+            big = report(devices=slicing.MAX_REPORT_DEVICES + 1)
+            call = stub.Federate(messages(hello("eu"), federation_pb2.RegionMessage(report=big)))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                while True:
+                    await call.read()
+            assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+            assert "report.inventory.devices" in (err.value.details() or "")
+            call.cancel()
+
+            flood = [federation_pb2.RegionMessage(report=report()) for _ in range(60)]
+            call = stub.Federate(messages(hello("eu"), *flood))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                while True:
+                    await call.read()
+            # the root ends the stream with RESOURCE_EXHAUSTED; a client still writing may see
+            # its own write fail first (gRPC's INTERNAL "execute_batch"), as elsewhere under load
+            assert err.value.code() in (
+                grpc.StatusCode.RESOURCE_EXHAUSTED,
+                grpc.StatusCode.INTERNAL,
+            )
+
+            fetch = stub.FetchFederatedArtifact(
+                federation_pb2.FetchFederatedArtifactRequest(sha256="a" * 64)
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await fetch.read()
+            assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED
+
+        # an admin certificate may not federate; a region enrolled again supersedes its old one
+        admin = pki.load_certified_key(root.paths.admin_certificate, root.paths.admin_key)
+        async with root.channel(
+            pki.certificate_pem(admin.certificate), pki.private_key_pem(admin.key)
+        ) as channel:
+            call = federation_pb2_grpc.FederationServiceStub(channel).Federate(
+                messages(hello("eu"))
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED
+            call.cancel()
+        await root.enroll("eu")
+        async with root.region_channel(paths) as channel:
+            call = federation_pb2_grpc.FederationServiceStub(channel).Federate(
+                messages(hello("eu"))
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            call.cancel()
+        await asyncio.sleep(0.6)  # the request generators' last wait
+
+
+def with_annotations(doc: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
+    return {**doc, "metadata": {**doc["metadata"], "annotations": annotations}}
+
+
+def test_a_region_gets_its_replica_override() -> None:
+    total = deployment("a")
+    total["spec"]["replicas"] = {"total": 2}
+    doc = with_annotations(total, {"federation.edgefleet.io/replicas.eu": "5"})
+    s = slicing.plan_slice("eu", [doc], {}, {}, [])
+    assert s.objects[0]["spec"]["replicas"] == {"total": 5}
+    assert slicing.plan_slice("us", [doc], {}, {}, []).objects[0]["spec"]["replicas"] == {
+        "total": 2
+    }
+    per = with_annotations(deployment("b"), {"federation.edgefleet.io/replicas.eu": "3"})
+    assert slicing.with_overrides(per, "eu")["spec"]["replicas"] == {"perDevice": 3}
+
+
+@pytest.mark.parametrize(
+    ("annotations", "problem"),
+    [
+        (
+            {"federation.edgefleet.io/replicas.eu": "0"},
+            "must be a whole number from 1 to 100000, got '0'",
+        ),
+        ({"federation.edgefleet.io/replicas.eu": "two"}, "got 'two'"),
+        ({"federation.edgefleet.io/replicas.EU_1": "2"}, "the region: must be a DNS label"),
+    ],
+)
+def test_a_bad_override_is_refused_at_apply_naming_the_annotation(
+    annotations: dict[str, str], problem: str
+) -> None:
+    from edgefleet.errors import ValidationError
+    from hub import applying
+
+    doc = with_annotations(deployment("a"), annotations)
+    with pytest.raises(ValidationError) as err:
+        applying.parse_documents([storekeys.dumps(doc)])
+    text = "\n".join(str(p) for p in err.value.problems)
+    assert 'documents[0].metadata.annotations["federation.edgefleet.io/replicas.' in text, text
+    assert problem in text, text
+    assert applying.parse_documents([storekeys.dumps(deployment("a"))])  # no override: fine
