@@ -117,8 +117,31 @@ def _tcp_address(hex_addr: str) -> tuple[str, int]:
     return str(ipaddress.ip_address(words)), int(port, 16)
 
 
-def listening_sockets(proc: Path = PROC) -> dict[int, tuple[str, str, int]]:
-    """Listening sockets of edged's network namespace: inode -> (family, address, port)."""
+def unix_sockets(proc: Path = PROC) -> tuple[dict[int, str], set[int]]:
+    """The unix sockets of edged's network namespace: those listening (inode -> path,
+    ``@name`` when abstract) and the inodes of all (socket pairs too)."""
+    listening: dict[int, str] = {}
+    every: set[int] = set()
+    try:
+        lines = (proc / "net" / "unix").read_text().splitlines()[1:]
+    except OSError:
+        return listening, every
+    for line in lines:
+        f = line.split()
+        # Num RefCount Protocol Flags Type St Inode [Path]
+        if len(f) < 7 or not f[6].isdigit():
+            continue
+        inode = int(f[6])
+        every.add(inode)
+        if int(f[3], 16) & UNIX_ACCEPTCON:
+            listening[inode] = f[7] if len(f) > 7 else "(unnamed)"
+    return listening, every
+
+
+def tcp_listeners(proc: Path = PROC) -> dict[int, tuple[str, str, int]]:
+    """Listening TCP sockets of edged's network namespace: inode -> (family, address, port).
+    Dearer than the unix table (the kernel walks every TCP socket to print it): read only
+    when a process in scope holds a socket that is not a unix one."""
     out: dict[int, tuple[str, str, int]] = {}
     for family in ("tcp", "tcp6"):
         try:
@@ -133,17 +156,34 @@ def listening_sockets(proc: Path = PROC) -> dict[int, tuple[str, str, int]]:
                 except ValueError:
                     continue
                 out[int(f[9])] = (family, address, port)
-    try:
-        lines = (proc / "net" / "unix").read_text().splitlines()[1:]
-    except OSError:
-        lines = []
-    for line in lines:
-        f = line.split()
-        # Num RefCount Protocol Flags Type St Inode [Path]
-        if len(f) >= 7 and f[6].isdigit() and int(f[3], 16) & UNIX_ACCEPTCON:
-            path = f[7] if len(f) > 7 else "(unnamed)"
-            out[int(f[6])] = ("unix", path, 0)
     return out
+
+
+def descendants(pid: int, proc: Path = PROC) -> set[int] | None:
+    """Every process below ``pid`` (its workers), from ``/proc/PID/task/*/children``; None
+    when the kernel does not offer that file."""
+    found: set[int] = set()
+    todo = [pid]
+    while todo:
+        cur = todo.pop()
+        try:
+            tasks = os.listdir(f"{proc}/{cur}/task")
+        except OSError:
+            continue
+        for task in tasks:
+            try:
+                text = Path(f"{proc}/{cur}/task/{task}/children").read_text()
+            except FileNotFoundError:
+                if cur == pid:
+                    return None
+                continue
+            except OSError:
+                continue
+            for child in map(int, text.split()):
+                if child not in found:
+                    found.add(child)
+                    todo.append(child)
+    return found
 
 
 def process_uid(pid: int, proc: Path = PROC) -> int | None:
@@ -335,27 +375,43 @@ class DriftWatch:
         own = os.getpid()
         scan = scan_fds(self._blobs)
         self._fds_complete = scan.complete
-        listeners: list[tuple[int, str, str, int]] = []
-        if self._ingress is not None:
-            for inode, (family, address, port) in listening_sockets().items():
-                pid = scan.sockets.get(inode)
-                if pid is not None and pid != own:
-                    listeners.append((pid, family, address, port))
-        asked = set(scan.open_blobs) | {pid for pid, *_ in listeners}
-        parent, names = process_table(sorted(asked))
-        findings = check_openers(scan.open_blobs, parent, own, names)
+        below = descendants(own)
+        openers = {
+            pid: blobs
+            for pid, blobs in scan.open_blobs.items()
+            if pid != own and (below is None or pid not in below)
+        }
+        held: dict[int, int] = {}  # socket inode -> pid, of the processes in scope
         if self._ingress is not None:
             uid = os.getuid()
-            in_scope = [
-                Listener(pid, family, address, port)
-                for pid, family, address, port in listeners
-                if pid in cgroup_pids
-                or _descends_from(pid, own, parent)
-                or (uid != 0 and process_uid(pid) == uid)
-            ]
+            for inode, pid in scan.sockets.items():
+                if pid == own:
+                    continue
+                if (
+                    pid in cgroup_pids
+                    or (below is not None and pid in below)
+                    or (below is None and _descends_from(pid, own, process_table([pid])[0]))
+                    or (uid != 0 and process_uid(pid) == uid)
+                ):
+                    held[inode] = pid
+        listeners: list[Listener] = []
+        if held:
+            unix, every_unix = unix_sockets()
+            listeners += [Listener(held[i], "unix", path) for i, path in unix.items() if i in held]
+            if any(i not in every_unix for i in held):
+                listeners += [
+                    Listener(held[i], family, address, port)
+                    for i, (family, address, port) in tcp_listeners().items()
+                    if i in held
+                ]
+        if not openers and not listeners:
+            return []
+        parent, names = process_table(sorted(set(openers) | {li.pid for li in listeners}))
+        findings = check_openers(openers, parent, own, names)
+        if self._ingress is not None:
             rules = self._ingress()
             findings += check_listeners(
-                in_scope, tcp_ports=rules.tcp_ports, unix_paths=rules.unix_paths, names=names
+                listeners, tcp_ports=rules.tcp_ports, unix_paths=rules.unix_paths, names=names
             )
         return findings
 

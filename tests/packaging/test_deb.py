@@ -13,7 +13,11 @@ import pytest
 from debhelper import PACKAGES, DebhelperBuild
 from debroot import chroot, debian_root, snapshot
 
-pytestmark = [pytest.mark.scenario, pytest.mark.needs_root]
+pytestmark = [
+    pytest.mark.scenario,
+    pytest.mark.needs_root,
+    pytest.mark.timeout(1800),  # the debhelper build when this test runs first: minutes
+]
 
 
 def test_packages_install_run_and_purge_cleanly(

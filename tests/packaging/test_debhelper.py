@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from debhelper import DebhelperBuild
 
-pytestmark = [pytest.mark.scenario]
+pytestmark = [pytest.mark.scenario, pytest.mark.timeout(1800)]  # the build: minutes
 
 EXPECTED = {
     "edgefleet-common": ["./opt/edgefleet/bin/edged", "./opt/edgefleet/bin/python",
