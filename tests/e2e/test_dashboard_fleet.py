@@ -215,7 +215,7 @@ def measured_devices(
 POINTS = """
 const out = {};
 document.querySelectorAll("svg.compare").forEach(function (svg) {
-  const fig = {threshold: svg.dataset.threshold || null};
+  const fig = {limit: svg.dataset.threshold || null};
   svg.querySelectorAll("polyline[data-series]").forEach(function (p) {
     fig[p.dataset.series] = Number(p.dataset.points);
   });
@@ -288,9 +288,9 @@ def test_the_canary_against_stable_over_time_survives_a_hub_restart(
             _until(lambda: field("phase") == "Paused", "the canary held at its pause", 180)
             _until(lambda: plotted(3), "both sides and the limits plotted over time", 120)
             first = figures()
-            assert first["errorRate"]["threshold"] == "10"  # stable 0% + maxErrorRateIncrease
-            assert first["latencyP95Seconds"]["threshold"] == "2000"  # ms
-            assert first["accuracy"]["threshold"] == "0.9"
+            assert first["errorRate"]["limit"] == "10"  # stable 0% + maxErrorRateIncrease
+            assert first["latencyP95Seconds"]["limit"] == "2000"  # ms
+            assert first["accuracy"]["limit"] == "0.9"
             count = first["accuracy"]["canary"]
             _until(lambda: figures()["accuracy"]["canary"] > count, "the plots to grow live", 60)
             assert driver.execute_script("return window.notReloaded")
