@@ -384,16 +384,19 @@ class DriftWatch:
         held: dict[int, int] = {}  # socket inode -> pid, of the processes in scope
         if self._ingress is not None:
             uid = os.getuid()
-            for inode, pid in scan.sockets.items():
-                if pid == own:
-                    continue
-                if (
-                    pid in cgroup_pids
-                    or (below is not None and pid in below)
-                    or (below is None and _descends_from(pid, own, process_table([pid])[0]))
-                    or (uid != 0 and process_uid(pid) == uid)
-                ):
-                    held[inode] = pid
+            scope: dict[int, bool] = {own: False}  # pid -> in scope, asked once per process
+
+            def in_scope(pid: int) -> bool:
+                if pid not in scope:
+                    scope[pid] = (
+                        pid in cgroup_pids
+                        or (below is not None and pid in below)
+                        or (below is None and _descends_from(pid, own, process_table([pid])[0]))
+                        or (uid != 0 and process_uid(pid) == uid)
+                    )
+                return scope[pid]
+
+            held = {inode: pid for inode, pid in scan.sockets.items() if in_scope(pid)}
         listeners: list[Listener] = []
         if held:
             unix, every_unix = unix_sockets()
