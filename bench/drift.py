@@ -5,7 +5,8 @@ of one core at the default period (30 s) and at 1 s.
 
 A store of N blobs (default 50, 1 MiB each, named by their digest, read-only), a config
 file, and the watch's real ``check()`` (scandir, stat fingerprints, the config's digest,
-edged's cgroup and ``/proc`` when it has a cgroup of its own), measured with
+edged's cgroup and ``/proc`` when it has a cgroup of its own, the descriptors of every process
+of the machine and ``/proc/net/{tcp,tcp6,unix}`` for open model files and listeners), measured with
 ``time.process_time`` over many checks once the first (which trusts what it finds) is done.
 Baseline in the same run: one ``os.scandir`` of the same directory (the least any store
 check must do). Target: < 0.2% of one core at the default period.
@@ -30,7 +31,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from edged.compliance.checking import DriftAction  # noqa: E402
-from edged.compliance.watching import DEFAULT_PERIOD_S, DriftWatch  # noqa: E402
+from edged.compliance.watching import (  # noqa: E402
+    DEFAULT_PERIOD_S,
+    DriftWatch,
+    IngressRules,
+)
 
 TARGET_PCT = 0.2
 
@@ -59,6 +64,7 @@ def main() -> int:
             period=lambda: DEFAULT_PERIOD_S,
             act=lambda plan: None,
             on_change=lambda: None,
+            ingress=lambda: IngressRules(None, ()),
         )
 
         async def run() -> list[float]:
@@ -90,6 +96,8 @@ def main() -> int:
         "idle_pct_of_core_default_period": round(per_check / DEFAULT_PERIOD_S * 100, 4),
         "idle_pct_of_core_at_1s": round(per_check / 1.0 * 100, 3),
         "processes_checked": watch.status(quarantined=None)["processesChecked"],
+        "descriptors_checked": watch.status(quarantined=None)["descriptorsChecked"],
+        "processes_on_machine": sum(1 for n in os.listdir("/proc") if n.isdigit()),
     }
     print(f"drift watch over {args.blobs} blobs, {checks} checks (mean CPU)")
     print(f"  per check           {figures['cpu_per_check_ms']:.3f} ms "
@@ -100,6 +108,10 @@ def main() -> int:
     )
     print(f"  idle, every 1 s     {figures['idle_pct_of_core_at_1s']} % of a core")
     print(f"  processes in edged's cgroup checked: {figures['processes_checked']}")
+    print(
+        f"  descriptors of {figures['processes_on_machine']} processes scanned (open model "
+        f"files, listeners): {figures['descriptors_checked']}"
+    )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

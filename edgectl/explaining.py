@@ -11,8 +11,8 @@ import textwrap
 from typing import Any
 
 from edgectl.errors import EXIT_DONE, UsageError
-from edgectl.resources import APPLIED_KINDS, PLURALS, kind_of
-from edgefleet.api.explaining import FieldSchema, explain
+from edgectl.resources import PLURALS, kind_of
+from edgefleet.api.explaining import EXPLAINED_KINDS, FieldSchema, explain
 from edgefleet.api.meta import API_VERSION
 
 WIDTH = 100
@@ -24,7 +24,7 @@ def add_commands(sub: Any) -> None:
         help="the fields of a kind and what each must be (from the API's own validation)",
         description="Describe a kind or one of its fields: type, whether required, what the "
         "validation accepts, the default. Kinds: "
-        + ", ".join(PLURALS[k] for k in APPLIED_KINDS)
+        + ", ".join(PLURALS[k] for k in EXPLAINED_KINDS)
         + ". Example: edgectl explain deployment.spec.runtime",
     )
     p.add_argument("what", metavar="KIND[.FIELD.PATH]")
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int | None:
                 "API, no hub)"
             )
     word, _, path = args.what.partition(".")
-    kind = kind_of(word, allow=APPLIED_KINDS)
+    kind = kind_of(word, allow=EXPLAINED_KINDS)
     node = explain(kind, path)
     print(render(kind, node, recursive=args.recursive), end="", flush=True)
     return EXIT_DONE

@@ -146,13 +146,25 @@ def _model_row(doc: Doc, now: float, wide: bool) -> Row:
 
 def _baseline_row(doc: Doc, now: float, wide: bool) -> Row:
     spec = doc.get("spec", {})
-    return [
+    devices = doc.get("status", {}).get("devices", {})
+    row = [
         _name(doc),
+        str(devices.get("compliant", 0)),
+        str(devices.get("drifted", 0)),
+        str(devices.get("unknown", 0)),
+        str(spec.get("drift", {}).get("action", "alert")),
         str(spec.get("requireAttestation", False)).lower(),
-        str(len(spec.get("allowedCodeDigests", []))),
-        str(len(spec.get("allowedConfigDigests", []))),
-        str(len(spec.get("allowedModelDigests", []))),
     ]
+    if wide:
+        kinds = doc.get("status", {}).get("findingKinds", {})
+        row += [
+            str(devices.get("quarantined", 0)),
+            ",".join(f"{k}={n}" for k, n in sorted(kinds.items())) or "<none>",
+            str(len(spec.get("allowedCodeDigests", []))),
+            str(len(spec.get("allowedConfigDigests", []))),
+            str(len(spec.get("allowedModelDigests", []))),
+        ]
+    return row
 
 
 def _secret_row(doc: Doc, now: float, wide: bool) -> Row:
@@ -209,8 +221,8 @@ COLUMNS: dict[str, Columns] = {
     ),
     "Model": (("NAME", "VERSION", "SHA256", "BYTES", "PUSHED"), (), _model_row),
     "SecurityBaseline": (
-        ("NAME", "REQUIRE-ATTESTATION", "CODE-DIGESTS", "CONFIG-DIGESTS", "MODEL-DIGESTS"),
-        (),
+        ("NAME", "COMPLIANT", "DRIFTED", "UNKNOWN", "DRIFT-ACTION", "REQUIRE-ATTESTATION"),
+        ("QUARANTINED", "FINDINGS", "CODE-DIGESTS", "CONFIG-DIGESTS", "MODEL-DIGESTS"),
         _baseline_row,
     ),
     "Secret": (("NAME", "KEYS", "VERSION", "BYTES"), (), _secret_row),
@@ -457,6 +469,7 @@ def describe_device(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
                 table(("WORKLOAD", "VERSION", "PROGRESS", "BYTES"), [list(d) for d in downloads])
             ),
         ]
+    lines += compliance_lines(status.get("compliance"))
     facts = status.get("facts", {})
     if facts:
         lines += ["Facts:", *_indented("\n".join(plain_lines(facts)))]
@@ -464,6 +477,55 @@ def describe_device(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
         lines.append(_field("Facts", "<none>"))
     lines += events_section(events, now)
     return "\n".join(lines)
+
+
+def compliance_lines(compliance: Mapping[str, Any] | None) -> list[str]:
+    """A device's drift report (``status.compliance``): compliant or not, the action in
+    force, each finding with the remediation the action takes."""
+    if not compliance or not compliance.get("checked"):
+        return [_field("Compliance", "Unknown (not checked yet)")]
+    action = str(compliance.get("action", "alert"))
+    state = "Compliant" if compliance.get("compliant") else "Drifted"
+    lines = [_field("Compliance", f"{state} (drift action {action})")]
+    if compliance.get("quarantined"):
+        lines.append(_field("Quarantined", compliance["quarantined"]))
+    if not compliance.get("processesChecked"):
+        lines.append(_field("Processes", "not checked (edged has no cgroup of its own)"))
+    findings = compliance.get("findings", [])
+    if findings:
+        rows = [
+            [
+                str(f.get("kind", "")),
+                str(f.get("subject", "")),
+                remedy(action, f),
+                str(f.get("message", "")),
+            ]
+            for f in findings
+        ]
+        lines += [
+            "Findings:",
+            *_indented(table(("KIND", "SUBJECT", "REMEDIATION", "MESSAGE"), rows)),
+        ]
+    return lines
+
+
+REMEDIES = {
+    "ArtifactAdded": "moved to quarantine/",
+    "ArtifactChanged": "checked, quarantined if rotten, workloads restarted",
+    "ConfigChanged": "reported only",
+    "StrayProcess": "killed",
+    "ModelFileOpened": "process killed",
+    "ListeningSocket": "process killed (a worker: restarted)",
+}
+
+
+def remedy(action: str, finding: Mapping[str, Any]) -> str:
+    """What the drift action does about ``finding`` (edged/compliance/checking.py)."""
+    if action == "quarantine":
+        return "workloads stopped (quarantine)"
+    if action == "restartWorkload":
+        return REMEDIES.get(str(finding.get("kind", "")), "reported only")
+    return "reported only (alert)"
 
 
 def describe_deployment(doc: Doc, events: Sequence[Doc], *, now: float) -> str:

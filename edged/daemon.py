@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edged.compliance.checking import DriftAction, Remediation
-from edged.compliance.watching import DriftWatch
+from edged.compliance.watching import DriftWatch, IngressRules
 from edged.config import EdgedConfig, ServiceDirs
 from edged.discovery.discovering import Discovery
 from edged.discovery.power import PowerReader
@@ -184,6 +184,10 @@ class Daemon:
             period=lambda: self.security.drift_period_s,
             act=self._remediate,
             on_change=self._on_drift_changed,
+            ingress=lambda: IngressRules(
+                self.security.tcp_ports,
+                (str(config.paths.inference_socket), str(config.paths.status_socket)),
+            ),
         )
         ev = config.eviction
         self.sizer = Sizer(
@@ -501,7 +505,7 @@ class Daemon:
         for pid in plan.kill_pids:
             try:
                 os.kill(pid, signal.SIGKILL)
-                log.warning("drift remediated", action="killed stray process", pid=pid)
+                log.warning("drift remediated", action="killed process", pid=pid)
             except OSError as exc:
                 log.error("drift not remediated", pid=pid, error=str(exc))
         if plan.quarantine and not self.quarantine_path.exists():

@@ -57,6 +57,7 @@ from hub.presenting import (
     KIND_TOKEN,
     deployment_object,
     device_object,
+    fleet_compliance,
     model_object,
     object_labels,
     token_object,
@@ -467,6 +468,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                     "bytes": record.size,
                 }
             return shown
+        if kind == "SecurityBaseline":
+            return {**manifest, "status": fleet_compliance(self._ctx.cache.devices.values())}
         return dict(manifest)
 
     def _model_records(self) -> dict[str, storekeys.ModelRecord]:

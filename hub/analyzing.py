@@ -330,3 +330,110 @@ def _latency(threshold: float, min_requests: int, canary: Figures) -> Check:
     if p95 > threshold:
         return Check("latencyP95", Verdict.FAIL, p95, threshold, f"{text} above {limit}")
     return Check("latencyP95", Verdict.PASS, p95, threshold, f"{text} within {limit}")
+
+
+# -- the analysis over time (kept in the store: hub.rollouts, storekeys.ANALYSIS) ---------------
+TIMELINE_SAMPLES = 240
+"""Samples kept per deployment (all its revisions together), oldest dropped first."""
+
+
+def timeline_period(window_s: float) -> float:
+    """Seconds between two samples of a rollout's analysis kept over time: a tenth of the
+    window, from 1 s to 30 s (240 samples cover at least 4 minutes, at most 2 hours)."""
+    return min(30.0, max(1.0, window_s / 10))
+
+
+@dataclass(frozen=True, slots=True)
+class TimelineSample:
+    """The analysis of one pass, as plotted over time: each side's figures and each check's
+    threshold and verdict. ``limits`` are what the canary's figure is held to at that moment:
+    ``accuracy`` (minAccuracy), ``latencyP95Seconds`` (maxLatencyP95) and ``errorRate`` (the
+    stable revision's rate, or 0 when it has too few requests, plus maxErrorRateIncrease)."""
+
+    at: float
+    revision: int
+    stable_revision: int
+    step: int
+    verdict: str
+    canary: Mapping[str, float | None]
+    stable: Mapping[str, float | None]
+    limits: Mapping[str, float]
+    verdicts: Mapping[str, str]  # check name -> Pass | Wait | Fail
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "at": self.at,
+            "revision": self.revision,
+            "stableRevision": self.stable_revision,
+            "step": self.step,
+            "verdict": self.verdict,
+            "canary": dict(self.canary),
+            "stable": dict(self.stable),
+            "limits": dict(self.limits),
+            "verdicts": dict(self.verdicts),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> TimelineSample:
+        return cls(
+            at=float(doc["at"]),
+            revision=int(doc["revision"]),
+            stable_revision=int(doc.get("stableRevision", 0)),
+            step=int(doc.get("step", 0)),
+            verdict=str(doc.get("verdict", "")),
+            canary=dict(doc.get("canary", {})),
+            stable=dict(doc.get("stable", {})),
+            limits={str(k): float(v) for k, v in doc.get("limits", {}).items()},
+            verdicts={str(k): str(v) for k, v in doc.get("verdicts", {}).items()},
+        )
+
+
+TIMELINE_FIGURES = ("errorRate", "latencyP95Seconds", "accuracy", "requests", "devices")
+CHECK_FIGURE = {"errorRate": "errorRate", "latencyP95": "latencyP95Seconds", "accuracy": "accuracy"}
+
+
+def _side(f: Figures) -> dict[str, float | None]:
+    doc = f.to_json()
+    return {k: doc[k] for k in TIMELINE_FIGURES}
+
+
+def timeline_sample(
+    spec: CanaryAnalysis,
+    analysis: Analysis,
+    *,
+    at: float,
+    revision: int,
+    stable_revision: int,
+    step: int,
+) -> TimelineSample:
+    """The sample of ``analysis`` to keep over time (pure)."""
+    limits: dict[str, float] = {}
+    if spec.min_accuracy is not None:
+        limits["accuracy"] = spec.min_accuracy
+    if spec.max_latency_p95_s is not None:
+        limits["latencyP95Seconds"] = spec.max_latency_p95_s
+    if spec.max_error_rate_increase is not None:
+        stable = analysis.stable
+        base = stable.error_rate if stable.requests >= spec.min_requests else None
+        limits["errorRate"] = (base or 0.0) + spec.max_error_rate_increase
+    return TimelineSample(
+        at=at,
+        revision=revision,
+        stable_revision=stable_revision,
+        step=step,
+        verdict=analysis.verdict.value,
+        canary=_side(analysis.canary),
+        stable=_side(analysis.stable),
+        limits=limits,
+        verdicts={CHECK_FIGURE[c.name]: c.verdict.value for c in analysis.checks},
+    )
+
+
+def timeline_due(last: TimelineSample | None, sample: TimelineSample, period: float) -> bool:
+    """Whether ``sample`` is kept: the first of its revision, a verdict that changed (a
+    failure is always kept, it ends the rollout), or ``period`` seconds after the last one."""
+    if last is None or last.revision != sample.revision:
+        return True
+    if last.verdict != sample.verdict or last.verdicts != sample.verdicts:
+        return True
+    return sample.at - last.at >= period

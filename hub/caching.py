@@ -13,6 +13,7 @@ from typing import Any
 
 from edgefleet.api import ModelDeployment, parse_manifest
 from hub import storekeys
+from hub.analyzing import TimelineSample
 from hub.devices import Device
 from hub.placing import SecurityPolicy
 from hub.rolling import Revision, RolloutState
@@ -76,6 +77,8 @@ class Cache:
     revisions: dict[str, dict[int, Revision]] = field(default_factory=dict)  # by deployment
     rollouts: dict[str, RolloutState] = field(default_factory=dict)  # by deployment
     rollout_revisions: dict[str, int] = field(default_factory=dict)  # their store mod revisions
+    # each deployment's canary analysis over time: sequence number -> sample, oldest first
+    analysis: dict[str, dict[int, TimelineSample]] = field(default_factory=dict)
     events: EventLog = field(default_factory=EventLog)
     # replicas.total deployment -> the devices the scheduler placed it on (hub.placements)
     placements: dict[str, frozenset[str]] = field(default_factory=dict)
@@ -112,6 +115,8 @@ class Cache:
             state = RolloutState.from_json(storekeys.loads(kv.value))
             cache.rollouts[state.deployment] = state
             cache.rollout_revisions[state.deployment] = kv.mod_revision
+        for kv in (await store.range(storekeys.ANALYSIS)).kvs:
+            cache.put_analysis(kv.key, storekeys.loads(kv.value))
         for kv in (await store.range(storekeys.PLACEMENTS)).kvs:
             doc = storekeys.loads(kv.value)
             cache.set_placement(
@@ -158,6 +163,21 @@ class Cache:
     def drop_placement(self, name: str) -> None:
         for table in (self.placements, self.sent_placements, self.draining, self.waiting):
             table.pop(name, None)
+
+    def put_analysis(self, key: str, doc: Mapping[str, Any]) -> None:
+        """A sample of ``/analysis/NAME/SEQ`` (keys come in order: a ring, oldest first)."""
+        deployment, _, seq = key[len(storekeys.ANALYSIS) :].rpartition("/")
+        if seq.isdigit():
+            samples = self.analysis.setdefault(deployment, {})
+            samples[int(seq)] = TimelineSample.from_json(doc)
+
+    def drop_analysis(self, key: str) -> None:
+        deployment, _, seq = key[len(storekeys.ANALYSIS) :].rpartition("/")
+        samples = self.analysis.get(deployment)
+        if samples is not None and seq.isdigit():
+            samples.pop(int(seq), None)
+            if not samples:
+                del self.analysis[deployment]
 
     def drop_object(self, kind: str, name: str) -> None:
         self.stored.pop((kind, name), None)

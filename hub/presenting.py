@@ -192,3 +192,34 @@ def token_object(record: TokenRecord) -> dict[str, Any]:
         },
         "status": {"used": rfc3339(record.used)},
     }
+
+
+def fleet_compliance(devices: Iterable[Device]) -> dict[str, Any]:
+    """``status`` of a SecurityBaseline (every baseline applies fleet-wide): the devices by
+    what their drift watch last reported: ``compliant``, ``drifted`` (findings, or
+    quarantined) or ``unknown`` (not checked yet, or never reported), and the findings by
+    kind across the fleet."""
+    compliant = drifted = unknown = quarantined = 0
+    kinds: dict[str, int] = {}
+    for device in devices:
+        c = device.compliance
+        if c is None or not c.get("checked"):
+            unknown += 1
+            continue
+        if c.get("quarantined"):
+            quarantined += 1
+        if c.get("compliant"):
+            compliant += 1
+            continue
+        drifted += 1
+        for kind in {str(f.get("kind", "")) for f in c.get("findings", [])}:
+            kinds[kind] = kinds.get(kind, 0) + 1
+    return {
+        "devices": {
+            "compliant": compliant,
+            "drifted": drifted,
+            "unknown": unknown,
+            "quarantined": quarantined,
+        },
+        "findingKinds": dict(sorted(kinds.items())),
+    }

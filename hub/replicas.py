@@ -268,6 +268,11 @@ class CacheFollower:
             else:
                 c.rollouts.pop(deployment, None)
                 c.rollout_revisions.pop(deployment, None)
+        elif key.startswith(storekeys.ANALYSIS):
+            if put:
+                c.put_analysis(key, storekeys.loads(value))
+            else:
+                c.drop_analysis(key)
         elif key.startswith(storekeys.REVOKED):
             serial = key[len(storekeys.REVOKED) :]
             if put:

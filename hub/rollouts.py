@@ -25,11 +25,23 @@ from typing import Any
 
 from edgefleet.api import Canary, ModelDeployment
 from edgefleet.backoff import Backoff
-from edgefleet.errors import CompareFailed
+from edgefleet.errors import CompareFailed, EdgefleetError
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub import storekeys
-from hub.analyzing import Analysis, History, Observed, Sample, analyze, figures
+from hub.analyzing import (
+    TIMELINE_SAMPLES,
+    Analysis,
+    History,
+    Observed,
+    Sample,
+    TimelineSample,
+    analyze,
+    figures,
+    timeline_due,
+    timeline_period,
+    timeline_sample,
+)
 from hub.batching import GIVE_UP_AFTER, BatchLoop
 from hub.caching import Cache
 from hub.projecting import Projector
@@ -147,6 +159,7 @@ class RolloutController:
         clock: Callable[[], float] = time.time,
         tick: float = TICK,
         give_up_after: float = GIVE_UP_AFTER,
+        timeline_samples: int = TIMELINE_SAMPLES,
     ) -> None:
         self._store = store
         self._cache = cache
@@ -163,6 +176,7 @@ class RolloutController:
         self._history = History()
         self._sampled: set[Hashable] = set()
         self._analyses: dict[str, Analysis] = {}
+        self.timeline_samples = timeline_samples  # the ring kept per deployment
 
     def wake(self) -> None:
         self._batches.wake()
@@ -192,6 +206,8 @@ class RolloutController:
             self._history.keep(self._sampled)  # devices and revisions no longer analysed
             for name in set(self._analyses) - set(cache.deployments):
                 del self._analyses[name]
+            for name in sorted(set(cache.analysis) - set(cache.deployments)):
+                await self._forget_timeline(name)
 
     async def reconcile(self, names: Iterable[str]) -> None:
         """Take the steps owed to ``names`` now (an apply: its revision exists when it
@@ -221,7 +237,48 @@ class RolloutController:
         devices = views(cache, name, current)
         analysis = self._analyze(name, dep, state, now)
         step = plan_rollout(dep, stored.manifest, revisions, state, devices, now, pushed, analysis)
-        return await self._write(name, state, step)
+        wrote = await self._write(name, state, step)
+        canary = dep.spec.rollout.canary
+        if analysis is not None and state is not None and canary and canary.analysis:
+            sample = timeline_sample(
+                canary.analysis,
+                analysis,
+                at=now,
+                revision=state.revision,
+                stable_revision=state.stable,
+                step=state.step,
+            )
+            await self.keep_sample(name, sample, timeline_period(canary.analysis.window_s))
+        return wrote
+
+    async def keep_sample(self, name: str, sample: TimelineSample, period: float) -> None:
+        """Keep ``sample`` of ``name``'s analysis over time when it is due: written with the
+        deletion of the oldest beyond the ring's size in one transaction, then the cache. A
+        sample that cannot be written is logged and skipped (the rollout never waits on it)."""
+        ring = self._cache.analysis.get(name, {})
+        last_seq = next(reversed(ring)) if ring else 0
+        if not timeline_due(ring[last_seq] if ring else None, sample, period):
+            return
+        seq = last_seq + 1
+        oldest = list(ring)[: max(0, len(ring) + 1 - self.timeline_samples)]
+        ops: list[Put | Delete] = [
+            Put(storekeys.analysis_key(name, seq), storekeys.dumps(sample.to_json()))
+        ]
+        ops += [Delete(storekeys.analysis_key(name, n)) for n in oldest]
+        try:
+            await self._store.txn((), ops)
+        except EdgefleetError as exc:
+            log.warning("analysis sample not kept", deployment=name, error=str(exc))
+            return
+        ring = self._cache.analysis.setdefault(name, {})
+        for n in oldest:
+            ring.pop(n, None)
+        ring[seq] = sample
+
+    async def _forget_timeline(self, name: str) -> None:
+        ring = self._cache.analysis.get(name, {})
+        await self._store.txn((), [Delete(storekeys.analysis_key(name, n)) for n in ring])
+        self._cache.analysis.pop(name, None)
 
     def analysis(self, name: str) -> Analysis | None:
         """The canary analysis of ``name`` at the last pass (None: none running)."""
@@ -334,7 +391,9 @@ class RolloutController:
         ops += [
             Delete(storekeys.revision_key(name, n)) for n in self._cache.revisions.get(name, {})
         ]
+        ops += [Delete(storekeys.analysis_key(name, n)) for n in self._cache.analysis.get(name, {})]
         await self._store.txn((), ops)
+        self._cache.analysis.pop(name, None)
         self._cache.rollouts.pop(name, None)
         self._cache.rollout_revisions.pop(name, None)
         self._cache.revisions.pop(name, None)

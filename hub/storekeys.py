@@ -16,6 +16,9 @@ Keys (values are JSON unless said otherwise)::
     /revisions/NAME/NUMBER          a deployment's revisions (hub.rolling.Revision), NUMBER
                                     zero-padded to 10 digits so keys sort by number
     /rollouts/NAME                  a deployment's rollout (hub.rolling.RolloutState)
+    /analysis/NAME/SEQ              its canary analysis over time (hub.analyzing.TimelineSample),
+                                    a ring of at most TIMELINE_SAMPLES per deployment: each
+                                    sample written with the deletion of the oldest in one txn
 
 Objects are stored canonically (``to_dict()`` of the typed manifest), so applying the same
 document twice compares equal and is "unchanged".
@@ -38,6 +41,7 @@ REVOKED = "/revoked/"
 EVENTS = "/events/"
 REVISIONS = "/revisions/"
 ROLLOUTS = "/rollouts/"
+ANALYSIS = "/analysis/"
 PLACEMENTS = "/placements/"  # by deployment: the devices the scheduler put its replicas.total on
 
 KIND_DEVICE = "Device"
@@ -74,6 +78,14 @@ def revision_key(deployment: str, number: int) -> str:
 
 def rollout_key(deployment: str) -> str:
     return f"{ROLLOUTS}{deployment}"
+
+
+def analysis_prefix(deployment: str) -> str:
+    return f"{ANALYSIS}{deployment}/"
+
+
+def analysis_key(deployment: str, seq: int) -> str:
+    return f"{ANALYSIS}{deployment}/{seq:010d}"
 
 
 def placement_key(deployment: str) -> str:

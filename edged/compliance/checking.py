@@ -8,7 +8,14 @@
 * edged's config file: its digest differs from the one edged started with: ``ConfigChanged``;
 * processes in edged's cgroup (and the cgroups below it) that neither edged nor one of its
   descendants started: ``StrayProcess``. Checked only when edged has a cgroup of its own
-  (systemd: its service's); otherwise the check is reported as not done.
+  (systemd: its service's); otherwise the check is reported as not done;
+* processes that hold a model file open (a descriptor into ``artifacts/sha256/``) and are
+  neither edged nor one of its descendants (its workers): ``ModelFileOpened``;
+* sockets listening that the ingress policy does not allow, of processes in edged's cgroup,
+  of edged's descendants, or of edged's user when it is not root (edged's own are what it
+  was told to serve): TCP not on loopback, or on a port outside the baselines'
+  ``network.ingress.tcpPorts`` (when set); unix sockets other than infer.sock and the status
+  socket: ``ListeningSocket``.
 
 :func:`plan_remediation` says what to do about findings under a baseline's ``drift.action``.
 """
@@ -29,6 +36,8 @@ class FindingKind(StrEnum):
     ARTIFACT_CHANGED = "ArtifactChanged"
     CONFIG_CHANGED = "ConfigChanged"
     STRAY_PROCESS = "StrayProcess"
+    MODEL_FILE_OPENED = "ModelFileOpened"
+    LISTENING_SOCKET = "ListeningSocket"
 
 
 class DriftAction(StrEnum):
@@ -149,6 +158,86 @@ def check_processes(
     return findings
 
 
+def _descends(pid: int, own: int, parent_of: Mapping[int, int]) -> bool:
+    seen = set()
+    cur = pid
+    while cur not in (own, 0, 1) and cur not in seen and cur in parent_of:
+        seen.add(cur)
+        cur = parent_of[cur]
+    return cur == own
+
+
+def check_openers(
+    open_blobs: Mapping[int, Iterable[str]],
+    parent_of: Mapping[int, int],
+    own: int,
+    names: Mapping[int, str],
+) -> list[Finding]:
+    """Processes holding model files open (pid -> names in the store) that are neither
+    edged (``own``) nor descended from it; only blobs count (a file edged did not commit
+    is ``ArtifactAdded`` already)."""
+    findings = []
+    for pid, blobs in sorted(open_blobs.items()):
+        shown = sorted({b for b in blobs if _HEX.fullmatch(b)})  # others are ArtifactAdded
+        if not shown or pid == own or _descends(pid, own, parent_of):
+            continue
+        findings.append(
+            Finding(
+                FindingKind.MODEL_FILE_OPENED,
+                str(pid),
+                f"process {pid} ({names.get(pid, '?')}) has model file "
+                f"{', '.join(b[:12] for b in shown[:3])}{' ...' if len(shown) > 3 else ''} "
+                "open; only edged's workers may",
+            )
+        )
+    return findings
+
+
+@dataclass(frozen=True, slots=True)
+class Listener:
+    """A listening socket and the process that holds it (``family``: tcp, tcp6 or unix;
+    ``address``: the bound address, or the unix path, ``@name`` when abstract)."""
+
+    pid: int
+    family: str
+    address: str
+    port: int = 0
+
+
+LOOPBACK = ("127.", "::1", "::ffff:127.")
+
+
+def check_listeners(
+    listeners: Iterable[Listener],
+    *,
+    tcp_ports: Iterable[int] | None,
+    unix_paths: Iterable[str],
+    names: Mapping[int, str],
+) -> list[Finding]:
+    """Listening sockets the ingress policy does not allow (see the module doc);
+    ``listeners`` are those of the processes in scope, edged's own left out."""
+    ports = None if tcp_ports is None else set(tcp_ports)
+    paths = set(unix_paths)
+    findings = []
+    for li in sorted(set(listeners), key=lambda x: (x.pid, x.family, x.address, x.port)):
+        who = f"process {li.pid} ({names.get(li.pid, '?')})"
+        if li.family == "unix":
+            if li.address in paths:
+                continue
+            why = f"listens on unix socket {li.address}; only infer.sock and edged.sock may be"
+        else:
+            shown = f"[{li.address}]:{li.port}" if ":" in li.address else f"{li.address}:{li.port}"
+            if not li.address.startswith(LOOPBACK):
+                why = f"listens on {shown}, not loopback; the inference API is loopback only"
+            elif ports is not None and li.port not in ports:
+                allowed = ", ".join(map(str, sorted(ports))) or "none"
+                why = f"listens on {shown}; the baselines' tcpPorts allow {allowed}"
+            else:
+                continue
+        findings.append(Finding(FindingKind.LISTENING_SOCKET, str(li.pid), f"{who} {why}"))
+    return findings
+
+
 @dataclass(frozen=True, slots=True)
 class Remediation:
     """What to do about findings (pure: :func:`plan_remediation`)."""
@@ -162,7 +251,9 @@ class Remediation:
 def plan_remediation(findings: Iterable[Finding], action: DriftAction) -> Remediation:
     """What ``action`` does about ``findings``: ``alert`` nothing; ``restartWorkload`` moves
     added files to quarantine, has changed blobs checked (and quarantined, so their workloads
-    fetch them again and restart), kills stray processes; ``quarantine`` stops every workload
+    fetch them again and restart), kills stray processes, processes holding a model file open
+    and processes listening where the policy does not allow (a worker among them is started
+    again by its workload); ``quarantine`` stops every workload
     and starts none until an operator clears it, leaving the evidence where it is. A config
     edited by hand is only reported (edged does not rewrite its own config)."""
     items = list(findings)
@@ -175,5 +266,18 @@ def plan_remediation(findings: Iterable[Finding], action: DriftAction) -> Remedi
         requarantine_blobs=tuple(
             f.subject for f in items if f.kind is FindingKind.ARTIFACT_CHANGED
         ),
-        kill_pids=tuple(int(f.subject) for f in items if f.kind is FindingKind.STRAY_PROCESS),
+        kill_pids=tuple(
+            sorted(
+                {
+                    int(f.subject)
+                    for f in items
+                    if f.kind in KILLED and f.subject.isdigit() and int(f.subject) > 1
+                }
+            )
+        ),
     )
+
+
+KILLED = frozenset(
+    {FindingKind.STRAY_PROCESS, FindingKind.MODEL_FILE_OPENED, FindingKind.LISTENING_SOCKET}
+)

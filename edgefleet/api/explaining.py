@@ -23,7 +23,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from edgefleet.api import manifests
+from edgefleet.api import manifests, shown
 from edgefleet.api.baselines import SecurityBaseline
 from edgefleet.api.meta import API_VERSION, SERVER_METADATA
 from edgefleet.api.priorities import PriorityClass
@@ -361,10 +361,34 @@ def schema_of(kind: str) -> FieldSchema:
     return root
 
 
+def _from_node(name: str, path: str, node: shown.Node) -> FieldSchema:
+    type_, description, fields = node
+    schema = FieldSchema(name=name, path=path, type=type_, description=description)
+    for child, sub in fields.items():
+        schema.fields[child] = _from_node(child, f"{path}.{child}" if path else child, sub)
+    return schema
+
+
+def shown_schema(kind: str) -> FieldSchema:
+    """The schema of a kind only the hub makes (:data:`edgefleet.api.shown.SHOWN`)."""
+    return _from_node(kind, "", shown.SHOWN[kind])
+
+
+EXPLAINED_KINDS = (*manifests.SUPPORTED_KINDS, *shown.SHOWN)
+"""Every kind ``explain`` knows: the applied ones and those only the hub makes."""
+
+
 def explain(kind: str, path: str = "") -> FieldSchema:
     """The schema node at ``path`` (``spec.runtime``) of ``kind``; ExplainError naming the
     first part that does not exist, with the fields there are."""
-    node = schema_of(kind)
+    if kind in shown.SHOWN:
+        node = shown_schema(kind)
+    elif kind in EXPLAINED_KINDS:
+        node = schema_of(kind)
+        if kind in shown.STATUS:
+            node.fields["status"] = _from_node("status", "status", shown.STATUS[kind])
+    else:
+        raise ExplainError(f"unknown kind {kind!r} (one of {', '.join(EXPLAINED_KINDS)})")
     walked = kind
     for part in [p for p in path.split(".") if p] if path else []:
         child = node.fields.get(part)

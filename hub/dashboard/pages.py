@@ -19,6 +19,7 @@ from typing import Any
 from urllib.parse import quote, urlencode
 
 from edgefleet.timestamps import rfc3339
+from hub.analyzing import TimelineSample
 from hub.dashboard.access import Viewer
 from hub.dashboard.views import (
     MAX_LISTED,
@@ -562,3 +563,136 @@ def models_body(models: Sequence[ModelVersion]) -> str:
         "<th>bytes</th><th>pushed</th><th>signers (key ids)</th><th>used by</th></tr></thead>"
         f"<tbody>{rows}</tbody></table>"
     )
+
+
+# -- a canary against its stable revision, over time ---------------------------------------------
+COMPARE_W, COMPARE_H = 520, 160
+COMPARED = (
+    # (figure, title, unit scale, unit, how the canary is held to its limit)
+    ("errorRate", "error rate", 100.0, "%", "at most"),
+    ("latencyP95Seconds", "latency p95", 1000.0, "ms", "at most"),
+    ("accuracy", "accuracy on the validation set", 1.0, "", "at least"),
+)
+LIMIT_NAMES = {
+    "errorRate": "stable + maxErrorRateIncrease",
+    "latencyP95Seconds": "maxLatencyP95",
+    "accuracy": "minAccuracy",
+}
+
+
+def _fmt(value: float | None, scale: float, unit: str) -> str:
+    if value is None:
+        return "—"
+    return f"{value * scale:.4g}{(' ' + unit) if unit and unit != '%' else unit}"
+
+
+def comparison_svg(
+    figure: str,
+    samples: Sequence[TimelineSample],
+    scale: float = 1.0,
+) -> str:
+    """One figure of the canary and of the stable revision over time (x: the samples' times),
+    with the limit the canary is held to drawn dashed (it moves with the stable revision's
+    error rate). Missing values (nothing measured yet) leave gaps; ``data-*`` attributes say
+    what is drawn (how many points per series, the latest limit)."""
+    lines: dict[str, list[tuple[float, float]]] = {"canary": [], "stable": [], "threshold": []}
+    for s in samples:
+        for side, doc in (("canary", s.canary), ("stable", s.stable)):
+            v = doc.get(figure)
+            if _number(v):
+                lines[side].append((s.at, float(v) * scale))  # type: ignore[arg-type]
+        limit = s.limits.get(figure)
+        if limit is not None and _number(limit):
+            lines["threshold"].append((s.at, float(limit) * scale))
+    times = [t for pts in lines.values() for t, _ in pts]
+    values = [v for pts in lines.values() for _, v in pts]
+    if not values:
+        return "<p class=muted>nothing measured yet</p>"
+    t0, t1 = min(times), max(times)
+    low, high = min(0.0, *values), max(values)
+    span_t, span_v = (t1 - t0) or 1.0, (high - low) or 1.0
+    pad = 6
+
+    def xy(t: float, v: float) -> str:
+        x = pad + (t - t0) / span_t * (COMPARE_W - 2 * pad)
+        y = COMPARE_H - pad - (v - low) / span_v * (COMPARE_H - 2 * pad)
+        return f"{round(x, 1)},{round(y, 1)}"
+
+    drawn = []
+    for i, (series, pts) in enumerate(lines.items()):
+        if not pts:
+            continue
+        cls = "threshold" if series == "threshold" else f"series s{i % 4}"
+        last = f"{pts[-1][1]:.4g}"
+        drawn.append(
+            f'<polyline class="{cls}" data-series={series} data-points={len(pts)} '
+            f'data-last="{esc(last)}" points="{" ".join(xy(t, v) for t, v in pts)}">'
+            f"<title>{esc(series)}: last {esc(last)}</title></polyline>"
+        )
+    limit_now = lines["threshold"][-1][1] if lines["threshold"] else None
+    attrs = f"data-figure={esc(figure)}" + (
+        f' data-threshold="{esc(f"{limit_now:.6g}")}"' if limit_now is not None else ""
+    )
+    axis = (
+        f"<text x={pad} y=12 class=axis>{esc(f'{high:.4g}')}</text>"
+        f"<text x={pad} y={COMPARE_H - 8} class=axis>{esc(f'{low:.4g}')}</text>"
+    )
+    return (
+        f'<svg class=compare {attrs} viewBox="0 0 {COMPARE_W} {COMPARE_H}" width={COMPARE_W} '
+        f'height={COMPARE_H} role=img aria-label="{esc(figure)}">{axis}{"".join(drawn)}</svg>'
+    )
+
+
+def canary_fragment(
+    name: str,
+    samples: Sequence[TimelineSample],
+    phase: str,
+    message: str,
+) -> str:
+    """The comparison of a deployment's canary with its stable revision: the latest figures
+    side by side, then each figure over time with its limit (one plot per figure)."""
+    if not samples:
+        return (
+            f"<p class=muted>no canary analysis kept for {esc(name)}: it appears while a "
+            "rollout with <code>spec.rollout.canary.analysis</code> runs</p>"
+        )
+    last = samples[-1]
+    head = (
+        f"<p class=rollout>revision <b data-field=canaryRevision>{last.revision}</b> against "
+        f"stable revision <b data-field=stableRevision>{last.stable_revision}</b>: rollout "
+        f"<b data-field=phase class={'bad' if phase == 'RolledBack' else ''}>{esc(phase)}</b>, "
+        f"analysis <b data-field=verdict class={'bad' if last.verdict == 'Fail' else ''}>"
+        f"{esc(last.verdict)}</b> at canary step {last.step + 1}. {esc(message)}</p>"
+        f"<p class=muted>{len(samples)} samples from {when(samples[0].at)} to "
+        f"{when(last.at)}, kept by the hub across restarts</p>"
+    )
+    rows = "".join(
+        f"<tr data-figure={esc(fig)}><th>{esc(title)}</th>"
+        f"<td class=num>{esc(_fmt(last.canary.get(fig), sc, unit))}</td>"
+        f"<td class=num>{esc(_fmt(last.stable.get(fig), sc, unit))}</td>"
+        f"<td>{esc(held)} {esc(_fmt(last.limits.get(fig), sc, unit))}"
+        f" <span class=muted>({esc(LIMIT_NAMES[fig])})</span></td>"
+        f"<td class={'bad' if last.verdicts.get(fig) == 'Fail' else ''}>"
+        f"{esc(last.verdicts.get(fig, 'not checked'))}</td></tr>"
+        for fig, title, sc, unit, held in COMPARED
+    )
+    counts = "".join(
+        f"<tr><th>{esc(title)}</th><td class=num>{esc(_fmt(last.canary.get(fig), 1, ''))}</td>"
+        f"<td class=num>{esc(_fmt(last.stable.get(fig), 1, ''))}</td><td></td><td></td></tr>"
+        for fig, title in (("devices", "devices"), ("requests", "requests in the window"))
+    )
+    table = (
+        "<table class=grid id=compare><thead><tr><th></th><th>canary</th><th>stable</th>"
+        f"<th>limit</th><th>check</th></tr></thead><tbody>{rows}{counts}</tbody></table>"
+    )
+    plots = "".join(
+        f"<div class=figure id=plot-{esc(fig)}><h3>{esc(title)}"
+        f"{(' (' + esc(unit) + ')') if unit else ''}</h3>"
+        f"{comparison_svg(fig, samples, sc)}</div>"
+        for fig, title, sc, unit, _ in COMPARED
+    )
+    legend = (
+        "<p class=legend><span class='key s0'>canary</span> <span class='key s1'>stable</span> "
+        "<span class='key threshold'>limit</span></p>"
+    )
+    return f"{head}{table}<h2>Over time</h2>{legend}<div class=figures>{plots}</div>"

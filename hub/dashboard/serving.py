@@ -131,6 +131,8 @@ class Dashboard:
         r.add_get("/deployments", self.deployments)
         r.add_get("/deployments/{name}", self.deployment)
         r.add_get("/live/deployments/{name}", self.live_deployment)
+        r.add_get("/deployments/{name}/canary", self.canary)
+        r.add_get("/live/deployments/{name}/canary", self.live_canary)
         r.add_get("/events", self.events)
         r.add_get("/events/stream", self.event_stream)
         r.add_get("/models", self.models)
@@ -341,8 +343,49 @@ class Dashboard:
         html = self._deployment_html(name)
         if html is None:
             raise web.HTTPNotFound(text=f"no deployment {name!r}")
-        body = pages.live(f"/live/deployments/{pages.seg(name)}", html)
+        link = (
+            f'<p><a id=canary-link href="/deployments/{pages.seg(name)}/canary">'
+            "canary against stable, over time →</a></p>"
+        )
+        body = link + pages.live(f"/live/deployments/{pages.seg(name)}", html)
         return self._page(request, f"Deployment {name}", body, "/deployments")
+
+    def _canary_html(self, name: str) -> str | None:
+        """The canary-against-stable page of ``name`` from the analysis the rollout
+        controller keeps over time (``cache.analysis``, loaded from the store at start):
+        the samples of the current revision, else of the newest revision that has some."""
+
+        def compute() -> str | None:
+            cache = self.ctx.cache
+            if name not in cache.deployments:
+                return None
+            ring = list(cache.analysis.get(name, {}).values())
+            state = cache.rollouts.get(name)
+            revision = state.revision if state is not None else 0
+            if ring and not any(s.revision == revision for s in ring):
+                revision = ring[-1].revision
+            samples = [s for s in ring if s.revision == revision]
+            phase = state.phase.value if state is not None else "—"
+            message = state.message if state is not None and state.revision == revision else ""
+            return pages.canary_fragment(name, samples, phase, message)
+
+        html: str | None = self.memo.get(f"canary/{name}", compute)
+        return html
+
+    async def canary(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        html = self._canary_html(name)
+        if html is None:
+            raise web.HTTPNotFound(text=f"no deployment {name!r}")
+        link = f'<p><a href="/deployments/{pages.seg(name)}">← deployment {pages.esc(name)}</a></p>'
+        body = link + pages.live(f"/live/deployments/{pages.seg(name)}/canary", html)
+        return self._page(request, f"Canary of {name} against stable", body, "/deployments")
+
+    async def live_canary(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if self._canary_html(name) is None:
+            raise web.HTTPNotFound(text=f"no deployment {name!r}")
+        return await self._live(request, lambda: self._canary_html(name))
 
     async def events(self, request: web.Request) -> web.StreamResponse:
         log_ = self.ctx.cache.events

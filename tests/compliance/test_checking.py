@@ -6,9 +6,12 @@ from edged.compliance.checking import (
     DriftAction,
     Finding,
     FindingKind,
+    Listener,
     Remediation,
     StoreEntry,
     check_config,
+    check_listeners,
+    check_openers,
     check_processes,
     check_store,
     hash_findings,
@@ -73,3 +76,53 @@ def test_remediation_per_action() -> None:
     )
     assert plan_remediation(findings, DriftAction.QUARANTINE) == Remediation(quarantine=True)
     assert plan_remediation([], DriftAction.QUARANTINE) == Remediation()
+
+
+def test_model_files_open_in_processes_edged_did_not_start() -> None:
+    parent = {200: 100, 201: 200, 300: 1, 301: 300}  # edged is 100: 200 and 201 are its own
+    found = check_openers(
+        {100: [A], 200: [A], 201: [B], 300: [A, B, A], 301: ["evil.onnx"]},
+        parent,
+        100,
+        {300: "cat"},
+    )
+    assert [(f.kind, f.subject) for f in found] == [(FindingKind.MODEL_FILE_OPENED, "300")]
+    assert f"process 300 (cat) has model file {A[:12]}, {B[:12]} open" in found[0].message
+
+
+def test_listeners_the_ingress_policy_does_not_allow() -> None:
+    listeners = [
+        Listener(10, "tcp", "127.0.0.1", 8080),  # allowed port
+        Listener(11, "tcp", "127.0.0.1", 9999),  # loopback, another port
+        Listener(12, "tcp", "0.0.0.0", 8080),  # not loopback
+        Listener(13, "tcp6", "::1", 8080),
+        Listener(14, "tcp6", "::", 8080),
+        Listener(15, "unix", "/run/edged/infer.sock"),
+        Listener(16, "unix", "/tmp/other.sock"),
+        Listener(17, "unix", "@abstract"),
+    ]
+    found = check_listeners(
+        listeners, tcp_ports=(8080,), unix_paths=("/run/edged/infer.sock",), names={11: "nc"}
+    )
+    assert [f.subject for f in found] == ["11", "12", "14", "16", "17"]
+    assert all(f.kind is FindingKind.LISTENING_SOCKET for f in found)
+    assert "process 11 (nc) listens on 127.0.0.1:9999; the baselines' tcpPorts allow 8080" in (
+        found[0].message
+    )
+    assert "[::]:8080, not loopback" in found[2].message
+    # no tcpPorts in any baseline: any loopback port, still never another address
+    anyport = check_listeners(listeners[:3], tcp_ports=None, unix_paths=(), names={})
+    assert [f.subject for f in anyport] == ["12"]
+
+
+def test_openers_and_listeners_are_killed_under_restart_workload() -> None:
+    findings = [
+        Finding(FindingKind.MODEL_FILE_OPENED, "300", ""),
+        Finding(FindingKind.LISTENING_SOCKET, "301", "tcp"),
+        Finding(FindingKind.LISTENING_SOCKET, "301", "unix"),
+        Finding(FindingKind.STRAY_PROCESS, "301", ""),
+    ]
+    assert plan_remediation(findings, DriftAction.RESTART_WORKLOAD) == Remediation(
+        kill_pids=(300, 301)
+    )
+    assert plan_remediation(findings, DriftAction.ALERT) == Remediation()

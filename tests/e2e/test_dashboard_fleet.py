@@ -165,3 +165,145 @@ def test_a_real_fleet_on_the_dashboard(
         assert "dev-0" not in text()
     finally:
         driver.quit()
+
+
+CANARY = """\
+apiVersion: edgefleet.io/v1
+kind: ModelDeployment
+metadata: {{name: det}}
+spec:
+  model: {{name: det, version: "{version}"}}
+  runtime: {{executionProviders: [CPUExecutionProvider]}}
+  replicas: {{perDevice: 1}}
+  placement: {{nodeSelector: {{site: a}}}}
+  probes:
+    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
+  rollout:
+    maxSurge: 0
+    maxUnavailable: 1
+    progressDeadlineSeconds: 600
+    canary:
+      steps: ["50%", {{pause: {{}}}}]
+      analysis:
+        minAccuracy: 0.9
+        maxErrorRateIncrease: 0.1
+        maxLatencyP95: 2s
+        window: 3s
+        minRequests: 5
+"""
+
+
+@pytest.fixture
+def measured_devices(
+    hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
+) -> Iterator[list[Edged]]:
+    """The two devices, reporting their figures every second (what the analysis reads)."""
+    started = []
+    for name in NAMES:
+        data = tmp_path / name
+        out = enroll(hub, data, name, {"site": "a"})
+        assert out.returncode == 0, out.stdout + out.stderr
+        config = SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "no-root")
+        config += '\n[inference]\nmetricsPeriod = "1s"\n'
+        started.append(edged_factory(None, data=data, config=config).start())
+    yield started
+    for e in started:
+        if e.proc is not None and e.proc.poll() is None:
+            e.terminate()
+
+
+POINTS = """
+const out = {};
+document.querySelectorAll("svg.compare").forEach(function (svg) {
+  const fig = {limit: svg.dataset.threshold || null};
+  svg.querySelectorAll("polyline[data-series]").forEach(function (p) {
+    fig[p.dataset.series] = Number(p.dataset.points);
+  });
+  out[svg.dataset.figure] = fig;
+});
+return out;
+"""
+
+
+@pytest.mark.scenario
+def test_the_canary_against_stable_over_time_survives_a_hub_restart(
+    hub: HubProcess, measured_devices: list[Edged], tmp_path: Path
+) -> None:
+    """A real canary (real traffic on both devices, the validation set evaluated by the
+    workers) held at an indefinite pause: its page plots error rate, latency p95 and accuracy
+    of the canary against the stable revision over time, each with its limit dashed, grows
+    without a reload, and after the hub is restarted still starts where it started."""
+    from test_canary import Traffic, labels_of, push
+
+    artifacts = Path(os.environ.get("EDGEFLEET_TEST_ARTIFACTS", tmp_path / "screenshots"))
+    artifacts.mkdir(parents=True, exist_ok=True)
+    stable = build_mlp(tmp_path / "det-1.0.0.onnx", TINY_MLP, seed=1)
+    truth = labels_of(stable)
+    push(hub, tmp_path, "1.0.0", stable, truth)
+    push(
+        hub,
+        tmp_path,
+        "1.1.0",
+        build_mlp(tmp_path / "det-1.1.0.onnx", TINY_MLP, seed=1, scale=1.5),
+        truth,
+    )
+
+    def apply(version: str) -> None:
+        doc = tmp_path / f"canary-{version}.yaml"
+        doc.write_text(CANARY.format(version=version))
+        hub.edgectl("apply", "-f", str(doc))
+
+    apply("1.0.0")
+    url = hub.edgectl("dashboard").stdout.splitlines()[0]
+    base = url.split("/login", 1)[0]
+    driver = _driver()
+    try:
+
+        def text() -> str:
+            return str(driver.execute_script("return document.body.innerText"))
+
+        def field(name: str) -> str:
+            script = "const e = document.querySelector(arguments[0]); return e && e.textContent"
+            return str(driver.execute_script(script, f"[data-field={name}]"))
+
+        def figures() -> dict[str, dict[str, Any]]:
+            return dict(driver.execute_script(POINTS))
+
+        def plotted(at_least: int) -> bool:
+            got = figures()
+            return all(
+                (got.get(f) or {}).get(side, 0) >= at_least
+                for f in ("errorRate", "latencyP95Seconds", "accuracy")
+                for side in ("canary", "stable", "threshold")
+            )
+
+        driver.get(url)
+        driver.get(f"{base}/deployments/det")
+        _until(lambda: field("updatedDevices") == "2", "1.0.0 on both devices")
+        with Traffic(measured_devices):
+            apply("1.1.0")
+            driver.find_element("id", "canary-link").click()
+            _until(lambda: field("canaryRevision") == "2", "the canary's page", within=60)
+            driver.execute_script("window.notReloaded = true")
+            _until(lambda: field("phase") == "Paused", "the canary held at its pause", 180)
+            _until(lambda: plotted(3), "both sides and the limits plotted over time", 120)
+            first = figures()
+            assert first["errorRate"]["limit"] == "10"  # stable 0% + maxErrorRateIncrease
+            assert first["latencyP95Seconds"]["limit"] == "2000"  # ms
+            assert first["accuracy"]["limit"] == "0.9"
+            count = first["accuracy"]["canary"]
+            _until(lambda: figures()["accuracy"]["canary"] > count, "the plots to grow live", 60)
+            assert driver.execute_script("return window.notReloaded")
+            assert field("verdict") == "Pass"
+            since = text().split(" samples from ", 1)[1].split(" ", 1)[0]
+            driver.save_screenshot(str(artifacts / "canary-against-stable.png"))
+
+            hub.stop()
+            hub.start()
+            url = hub.edgectl("dashboard").stdout.splitlines()[0]
+            driver.get(url)
+            driver.get(f"{base}/deployments/det/canary")
+            _until(lambda: plotted(count), "the figures kept across the restart", 60)
+            assert text().split(" samples from ", 1)[1].split(" ", 1)[0] == since
+    finally:
+        driver.quit()

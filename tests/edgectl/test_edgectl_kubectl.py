@@ -95,7 +95,7 @@ def test_get_by_type_slash_name_and_output_formats(config: Path) -> None:
         (["get", "devices", "-l", "!accelerator", "-o", "name"], "device/cam-2\n"),
         (["get", "policies", "--no-headers"], "needs-gpu   <none>\n"),
         (["get", "baselines", "--show-labels", "--no-headers"],
-         "fleet   false   0   0   0   <none>\n"),
+         "fleet   0   0   2   alert   false   <none>\n"),  # 2 devices, not checked yet
     ]  # fmt: skip
     for args, expected in cases:
         result = edgectl(config, *args)
@@ -359,11 +359,21 @@ def test_explain_describes_fields_from_the_validation(config: Path) -> None:
     assert "   replicas\t<Object>\n" in fields
     tree = _run("explain", "baselines", "--recursive").stdout.splitlines()
     assert "      requireTpm\t<boolean>" in tree
+    assert "         compliant\t<integer>" in tree  # the fleet's compliance the hub shows
+    # the kinds the hub makes: their pages come from edgefleet/api/shown.py
+    device = _run("explain", "device.status.compliance.findings.kind").stdout
+    assert device.startswith("KIND:     Device\nVERSION:  edgefleet.io/v1\n\nFIELD:    kind")
+    assert "StrayProcess, ModelFileOpened or\n     ListeningSocket." in device
+    for word, kind in (("models", "Model"), ("tokens", "BootstrapToken"), ("events", "Event")):
+        page = _run("explain", word)
+        assert page.returncode == 0 and page.stdout.startswith(f"KIND:     {kind}\n"), page
     for args, code, message in (
         (["explain", "md.spec.nope"], 1, 'error: field "nope" does not exist in '
          "ModelDeployment.spec (fields: model, runtime,"),
-        (["explain", "devices"], 2, "error: unknown resource type 'devices' (one of "
-         "deployments, baselines, policies, secrets, priorityclasses)"),
+        (["explain", "events.object.nope"], 1, 'error: field "nope" does not exist in '
+         "Event.object (fields: kind, name)"),
+        (["explain", "nodes"], 2, "error: unknown resource type 'nodes' (one of "
+         "deployments, policies, baselines, devices, models, tokens, events)"),
         (["explain", "md", "--config", str(config)], 2, "error: explain: --config does not "
          "apply"),
     ):  # fmt: skip

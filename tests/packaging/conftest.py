@@ -1,17 +1,35 @@
-"""Packaging: the Debian package installed into a real Debian root, the Yocto layer's recipes.
+"""Packaging: the Debian packages installed into a real Debian root, the Yocto layer's recipes.
 
-What is real: ``packaging/deb/build`` (pip, dpkg-deb), a bookworm root made by ``debootstrap``
-(cached, see debroot.py), ``dpkg`` inside it via ``chroot``. Tests that need root or debootstrap
-skip with the reason when those are missing; CI (.ci/run) runs as root with debootstrap.
+What is real: ``dpkg-buildpackage`` on ``debian/`` (debhelper, pip, lintian), built once per
+session (:func:`debhelper_build`, shared by the tests that look into the packages and the one
+that installs them), a bookworm root made by ``debootstrap`` (cached, see debroot.py),
+``dpkg`` inside it via ``chroot``. Tests that need root, debootstrap or the debhelper tools
+skip with the reason when those are missing; CI (.ci/run) runs as root with all of them.
 """
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
+from debhelper import TOOLS_REASON, DebhelperBuild, build_packages
 from debroot import ROOT_REASON
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    here = Path(__file__).parent
     for item in items:
         if "needs_root" in item.keywords and ROOT_REASON:
             item.add_marker(pytest.mark.skip(reason=ROOT_REASON))
+        if "debhelper_build" in getattr(item, "fixturenames", ()) and here in item.path.parents:
+            # one pytest-xdist worker runs every test of the build (scripts/test uses
+            # --dist loadgroup), so the session fixture builds the packages once, not per worker
+            item.add_marker(pytest.mark.xdist_group("debhelper-build"))
+
+
+@pytest.fixture(scope="session")
+def debhelper_build(tmp_path_factory: pytest.TempPathFactory) -> DebhelperBuild:
+    """The debhelper packages, built once for the session (minutes)."""
+    if TOOLS_REASON:
+        pytest.skip(TOOLS_REASON)
+    return build_packages(tmp_path_factory.mktemp("debhelper"))

@@ -1,55 +1,36 @@
-"""The Debian package: build it with packaging/deb/build, install it into a clean bookworm root
-(chroot), run edged there, purge it and find nothing left."""
+"""The debhelper packages (edgefleet-common, -edged, -hub, -edgectl, built once per session by
+conftest.debhelper_build) installed into a clean bookworm root (chroot): the edged user made,
+edged's units enabled through deb-systemd-helper and the hub's not, the three programs run
+there (``edged doctor``, ``hub --version``), and a purge of the four leaves nothing."""
 
 from __future__ import annotations
 
 import shutil
-import subprocess
 import time
 from pathlib import Path
 
 import pytest
+from debhelper import PACKAGES, DebhelperBuild
 from debroot import chroot, debian_root, snapshot
 
-REPO = Path(__file__).parents[2]
+pytestmark = [
+    pytest.mark.scenario,
+    pytest.mark.needs_root,
+    pytest.mark.timeout(1800),  # the debhelper build when this test runs first: minutes
+]
 
-pytestmark = [pytest.mark.scenario, pytest.mark.needs_root]
 
-
-def test_package_installs_runs_and_purges_cleanly(tmp_path: Path) -> None:
+def test_packages_install_run_and_purge_cleanly(
+    debhelper_build: DebhelperBuild, tmp_path: Path
+) -> None:
+    assert debhelper_build.returncode == 0, debhelper_build.output
+    debs = [debhelper_build.debs[name] for name in PACKAGES]
     started = time.monotonic()
-    out = tmp_path / "dist"
-    build = subprocess.run(
-        [str(REPO / "packaging" / "deb" / "build"), str(out)],
-        capture_output=True,
-        text=True,
-        check=False,
-    )
-    assert build.returncode == 0, build.stdout + build.stderr
-    (deb,) = out.glob("edgefleet_*.deb")
-    contents = subprocess.run(
-        ["dpkg-deb", "--contents", str(deb)], capture_output=True, text=True, check=True
-    ).stdout
-    for path in (
-        "./opt/edgefleet/bin/edged",
-        "./lib/systemd/system/edged.service",
-        "./lib/systemd/system/edged-enroll.service",
-        "./lib/systemd/system/hub.service",
-        "./lib/udev/rules.d/70-edgefleet-accelerators.rules",
-        "./etc/edged/edged.toml",
-        "./usr/share/man/man8/edged.8.gz",
-        "./usr/share/man/man8/hub.8.gz",
-        "./usr/share/man/man1/edgectl.1.gz",
-        "./usr/share/doc/edgefleet/examples/grafana-dashboard.json",
-    ):
-        assert path in contents, path
-    assert "__pycache__" not in contents
-    built = time.monotonic()
-
     with debian_root(tmp_path) as root:
         before = snapshot(root)
-        shutil.copy(deb, root / "tmp" / deb.name)
-        installed = chroot(root, "dpkg", "-i", f"/tmp/{deb.name}", check=False)
+        for deb in debs:
+            shutil.copy(deb, root / "tmp" / deb.name)
+        installed = chroot(root, "dpkg", "-i", *(f"/tmp/{d.name}" for d in debs), check=False)
         assert installed.returncode == 0, installed.stdout + installed.stderr
         assert chroot(root, "getent", "passwd", "edged").stdout.startswith("edged:")
         assert chroot(root, "getent", "group", "edged").stdout.startswith("edged:")
@@ -58,6 +39,7 @@ def test_package_installs_runs_and_purges_cleanly(tmp_path: Path) -> None:
         assert (wants / "edged.service").is_symlink()
         assert not (wants / "hub.service").exists()
         assert "hub 0.1.0" in chroot(root, "hub", "--version").stdout
+        assert "edgectl 0.1.0" in chroot(root, "edgectl", "--version").stdout
 
         version = chroot(root, "edged", "--version")
         assert "edged 0.1.0" in version.stdout, version.stdout
@@ -74,13 +56,15 @@ def test_package_installs_runs_and_purges_cleanly(tmp_path: Path) -> None:
             "print(load_config(Path('/etc/edged/edged.toml')).paths.data_dir)",
         )
         assert config.stdout.strip() == "/var/lib/edged"
+        for page in ("man8/edged.8.gz", "man8/hub.8.gz", "man1/edgectl.1.gz"):
+            assert (root / "usr" / "share" / "man" / page).is_file(), page
 
-        (root / "tmp" / deb.name).unlink()
+        for deb in debs:
+            (root / "tmp" / deb.name).unlink()
         shutil.rmtree(root / "tmp" / "doctor", ignore_errors=True)
-        purged = chroot(root, "dpkg", "--purge", "edgefleet", check=False)
+        purged = chroot(root, "dpkg", "--purge", *reversed(PACKAGES), check=False)
         assert purged.returncode == 0, purged.stdout + purged.stderr
         left = snapshot(root) - before
         assert not left, f"left after purge: {sorted(left)[:20]}"
         assert chroot(root, "getent", "passwd", "edged", check=False).returncode != 0
-    spent = time.monotonic() - built
-    print(f"deb: built in {built - started:.0f}s, root+install+purge {spent:.0f}s")
+    print(f"debhelper packages: root+install+purge {time.monotonic() - started:.0f}s")

@@ -1,27 +1,19 @@
 """The debhelper packages (debian/): dpkg-buildpackage builds edgefleet-common (the venv under
-/opt/edgefleet), edgefleet-edged, edgefleet-hub and edgefleet-edgectl from a copy of the tree,
-each holds what it should and nothing of another, and lintian finds no error and no warning
-(every remaining tag is overridden with its reason in debian/*.lintian-overrides). Real
-dpkg-buildpackage, debhelper, pip and lintian (Debian packages debhelper, lintian:
-scripts/install-system-deps)."""
+/opt/edgefleet), edgefleet-edged, edgefleet-hub and edgefleet-edgectl from a copy of the tree
+(once per session: conftest.debhelper_build, which test_deb.py installs), each holds what it
+should and nothing of another, and lintian finds no error and no warning (every remaining tag
+is overridden with its reason in debian/*.lintian-overrides). Real dpkg-buildpackage,
+debhelper, pip and lintian (Debian packages debhelper, lintian: scripts/install-system-deps)."""
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+from debhelper import DebhelperBuild
 
-REPO = Path(__file__).parents[2]
-
-pytestmark = [
-    pytest.mark.scenario,
-    pytest.mark.skipif(
-        not (shutil.which("dpkg-buildpackage") and shutil.which("dh") and shutil.which("lintian")),
-        reason="needs dpkg-buildpackage, debhelper and lintian (scripts/install-system-deps)",
-    ),
-]
+pytestmark = [pytest.mark.scenario, pytest.mark.timeout(1800)]  # the build: minutes
 
 EXPECTED = {
     "edgefleet-common": ["./opt/edgefleet/bin/edged", "./opt/edgefleet/bin/python",
@@ -42,17 +34,11 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
 
 
 def test_dpkg_buildpackage_builds_the_split_packages_and_lintian_finds_no_error(
-    tmp_path: Path,
+    debhelper_build: DebhelperBuild,
 ) -> None:
-    src = tmp_path / "src"
-    files = _run("git", "ls-files", "-z", "--cached", "--others", "--exclude-standard", cwd=REPO)
-    for name in filter(None, files.stdout.split("\0")):
-        if (REPO / name).is_file():
-            (src / name).parent.mkdir(parents=True, exist_ok=True)
-            shutil.copy2(REPO / name, src / name)
-    build = _run("dpkg-buildpackage", "-b", "-us", "-uc", cwd=src)
-    assert build.returncode == 0, build.stdout[-4000:] + build.stderr[-4000:]
-    debs = {p.name.split("_")[0]: p for p in tmp_path.glob("*.deb")}
+    build = debhelper_build
+    assert build.returncode == 0, build.output
+    debs, tmp_path = build.debs, build.directory
     assert set(debs) == set(EXPECTED)
     listed = {
         name: _run("dpkg-deb", "--contents", str(deb), cwd=tmp_path).stdout
