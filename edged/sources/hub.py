@@ -46,6 +46,7 @@ from edged.reconcile.model import RevisionPhase, RevisionStatus
 from edged.sources.static import SourceProblem
 from edged.state.merging import HUB_SOURCE
 from edged.trust.admitting import ArtifactGate
+from edged.trust.tpmattesting import AK_FILE
 from edged.trust.tufclient import FetchAsync, TufClient, sync_fetch
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import DeviceHealthPolicy, ModelDeployment, SecurityBaseline, parse_manifest
@@ -181,6 +182,7 @@ class HubSource:
     ) -> None:
         self._clock = clock  # paces the download progress reported
         self._state_path = data_dir / "state" / "hub.json"
+        self._ak_path = data_dir / AK_FILE  # a TPM attestation key the hub bound to the EK
         self._downloads = data_dir / "downloads"
         self._downloads.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._store = store
@@ -409,6 +411,17 @@ class HubSource:
             name = WorkloadName(manifest.metadata.name)
             named.add(name)
             model = manifest.spec.model
+            if manifest.spec.placement.require_tpm and not self._ak_path.exists():
+                # the hub places it only on TPM-attested devices; a device without an
+                # attestation key bound to its TPM's EK never runs it, whatever the hub says
+                message = (
+                    f"{name}: placement.requireTpm: this device is software-attested (no TPM "
+                    f"attestation key in {self._ak_path}), so it does not run this deployment"
+                )
+                problems.append(SourceProblem(HUB_SOURCE, name, "TpmRequired", message))
+                self._mark(name, model.version, "", RevisionPhase.REFUSED, "TpmRequired", message)
+                log.warning("deployment refused", workload=name, reason="TpmRequired")
+                continue
             back = self._already_verified(
                 name, manifest, envelopes.get((model.name, model.version)), now
             )

@@ -41,6 +41,7 @@ from edgefleet.api.quantities import (
 from edgefleet.api.validating import (
     Problems,
     Reader,
+    as_bool,
     field_path,
     int_in,
     matching,
@@ -278,9 +279,14 @@ class Placement:
     deployment_affinity: tuple[str, ...] = ()
     deployment_anti_affinity: tuple[str, ...] = ()
     strategy: PlacementStrategy = PlacementStrategy.SPREAD
+    # only on TPM-attested devices (an attestation key bound to the TPM's EK, last evidence
+    # trusted); the device refuses it too when it holds no such key (docs/trust.md)
+    require_tpm: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        if self.require_tpm:
+            out["requireTpm"] = True
         if self.node_selector:
             out["nodeSelector"] = dict(sorted(self.node_selector.items()))
         if self.match_expressions:
@@ -825,6 +831,7 @@ def _read_placement(r: Reader | None) -> Placement:
             r.list_of("deploymentAntiAffinity", dns_label, unique=True) or ()
         ),
         strategy=r.optional("strategy", one_of(PlacementStrategy), PlacementStrategy.SPREAD),
+        require_tpm=r.optional("requireTpm", as_bool, False),
     )
 
 
