@@ -63,7 +63,7 @@ from edged.state.collecting import ArtifactCollector
 from edged.state.desired import DesiredState
 from edged.state.merging import MergedState, SourceState, static_workloads
 from edged.trust.admitting import ArtifactGate
-from edged.trust.attesting import ChallengeAnswerer
+from edged.trust.attesting import ChallengeAnswerer, MeasurementLog
 from edged.workloads import ReplicaId, WorkloadName
 from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import EdgefleetError, StateError
@@ -724,6 +724,11 @@ class Daemon:
                     trust_root_path=self.gate.root_path,
                     model_digests=lambda: [w.sha256 for w in self.desired.workloads.values()],
                     tpm=cfg.trust.tpm,
+                    measurement=(
+                        None
+                        if cfg.trust.measurement_pcr is None
+                        else MeasurementLog(cfg.trust.measurement_log, cfg.trust.measurement_pcr)
+                    ),
                 ),
                 recent_logs=recent.tail,
             )
