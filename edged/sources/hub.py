@@ -466,7 +466,9 @@ class HubSource:
                     reason=exc.reason,
                     message=str(exc),
                 )
-                if name in acc.workloads:
+                if name in acc.workloads and await self._still_allowed(
+                    acc, acc.workloads[name], manifest, baselines
+                ):
                     workloads[name] = acc.workloads[name]  # the previous good version serves
                 continue
             except TemporaryError as exc:
@@ -567,6 +569,25 @@ class HubSource:
         except (ArtifactError, TemporaryError):
             return False
         return True
+
+    async def _still_allowed(
+        self,
+        acc: _Accepted,
+        current: DesiredWorkload,
+        deployment: ModelDeployment,
+        baselines: tuple[SecurityBaseline, ...],
+    ) -> bool:
+        """Whether the artifact ``current`` runs may keep serving ``deployment`` under the
+        baselines' publishers (always, when none lists publishers): a baseline that no longer
+        allows its publisher stops it rather than leave it running (``PublisherNotAllowed``
+        of the new state says why)."""
+        if not _lists(baselines):
+            return True
+        model = current.deployment.spec.model
+        for env in acc.metadata:
+            if _envelope_subject(env) == (model.name, model.version):
+                return await self._in_targets(env, deployment, baselines)
+        return False
 
     def _check_publisher(
         self,
