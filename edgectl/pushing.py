@@ -96,6 +96,14 @@ def add_command(models: argparse._SubParsersAction[argparse.ArgumentParser]) -> 
         help="a key that signs this publisher's delegated TUF targets, for a hub that keeps a "
         "TUF repository (default: --key, else admin.toml [publisher] key)",
     )
+    push.add_argument(
+        "--allow-rollback",
+        metavar="DURATION",
+        help="for a hub that keeps a TUF repository: the publisher's targets also allow devices "
+        "that accepted a higher version to go back to exactly these bytes, for DURATION (e.g. "
+        "7d); push the older version again with it (it is signed anew, so its metadata is "
+        "newer than what devices accepted since)",
+    )
 
 
 def run(args: argparse.Namespace) -> int | None:
@@ -129,6 +137,11 @@ def run(args: argparse.Namespace) -> int | None:
                 targets_keys=targets_keys,
                 targets_expire_in_s=signing.parse_duration_days(args.expires),
                 targets_keys_given=bool(args.targets_key),
+                rollback_in_s=(
+                    signing.parse_duration_days(args.allow_rollback)
+                    if args.allow_rollback
+                    else None
+                ),
             )
         )
     except PushError as exc:
@@ -232,18 +245,25 @@ async def push(
     targets_keys: list[Path] | None = None,
     targets_expire_in_s: float = 90 * signing.DAY,
     targets_keys_given: bool = False,
+    rollback_in_s: float | None = None,
 ) -> admin_pb2.PushArtifactResponse:
     """Upload ``model`` and its ``extras`` (name, path) with their signed metadata; the hub's
     PushArtifactResponse. ``progress`` is told the bytes sent, and finished once the hub
     answered. A hub that keeps a TUF repository also gets the publisher's delegated targets
-    with this artifact added, signed here with ``targets_keys``."""
+    with this artifact added, signed here with ``targets_keys`` (with a rollback allowance
+    for ``rollback_in_s`` seconds, when given: only to such a hub)."""
     addresses = config.addresses
     for i, hub in enumerate(addresses):
         async with _channel(config, hub) as channel:
             stub = admin_pb2_grpc.AdminServiceStub(channel)  # type: ignore[no-untyped-call]
             try:
                 delegated = await _delegated_targets(
-                    stub, envelope, targets_keys or [], targets_expire_in_s, targets_keys_given
+                    stub,
+                    envelope,
+                    targets_keys or [],
+                    targets_expire_in_s,
+                    targets_keys_given,
+                    rollback_in_s,
                 )
                 response: admin_pb2.PushArtifactResponse = await stub.PushArtifact(
                     _requests(model, envelope, extras or [], progress, delegated), timeout=timeout
@@ -287,6 +307,7 @@ async def _delegated_targets(
     keys: list[Path],
     expires_in_s: float,
     keys_given: bool,
+    rollback_in_s: float | None = None,
 ) -> tuple[str, bytes] | None:
     """For a hub with a TUF repository: the role of the top-level targets that delegates
     this model's name to the first key, and that role's targets as the hub holds them with
@@ -299,6 +320,11 @@ async def _delegated_targets(
     if targets is None:
         if keys_given:
             raise PushError("--targets-key: the hub keeps no TUF repository (not supported)")
+        if rollback_in_s is not None:
+            raise PushError(
+                "--allow-rollback: the hub keeps no TUF repository (not supported; give it a "
+                "signed allowance with edgectl rollback allow and rollback push)"
+            )
         return None
     if not keys:
         raise PushError(
@@ -314,5 +340,6 @@ async def _delegated_targets(
         meta,
         [tufmeta.tuf_signer(k) for k in keys],
         expires=time.time() + expires_in_s,
+        rollback_expires=None if rollback_in_s is None else time.time() + rollback_in_s,
     )
     return role, data

@@ -158,6 +158,10 @@ class TrustConfig:
     root_file: Path = DEFAULT_TRUST_ROOT
     tpm: str = "auto"  # "auto" | "off" | a TCTI string such as "device:/dev/tpmrm0"
     require_tuf: bool = False  # refuse the hub's artifacts until it serves TUF metadata
+    # edged's own measurements extended into this static PCR (8-15) with a TPM attestation
+    # key; None: not extended (docs/trust.md, "edged's measurements in a PCR")
+    measurement_pcr: int | None = None
+    measurement_log: Path = Path("/run/edged/measurements.json")
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -384,7 +388,20 @@ def _read_trust(r: Reader) -> TrustConfig:
         root_file=r.optional("rootFile", _absolute_path, default.root_file),
         tpm=r.optional("tpm", _tpm, default.tpm),
         require_tuf=r.optional("requireTuf", as_bool, False),
+        measurement_pcr=r.optional("measurementPcr", _measurement_pcr, None),
+        measurement_log=r.optional("measurementLog", _absolute_path, default.measurement_log),
     )
+
+
+def _measurement_pcr(value: object) -> int | None:
+    if value == "off":
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 8 <= value <= 15:
+        raise ValueError(
+            'must be "off" or a PCR index 8-15 (reset only by a reboot; one the image\'s boot '
+            f"chain does not use), got {value!r}"
+        )
+    return value
 
 
 _provider_name = matching(
@@ -597,6 +614,12 @@ rootFile = "{DEFAULT_TRUST_ROOT}"
 # key, and every attestation answer carries a quote by it. The identity (TLS) key is the file
 # <dataDir>/identity/key.pem either way.
 tpm = "auto"
+# With that attestation key: extend edged's code and config digests and each model in use
+# into this PCR (8-15: reset only by a reboot; pick one the image's boot chain leaves alone)
+# before quoting it, with an event log since boot that the hub replays. "off": not extended.
+measurementPcr = "off"
+# The event log of those extends; under /run so that it is cleared at reboot, like the PCR.
+measurementLog = "/run/edged/measurements.json"
 
 [discovery]
 # Find accelerators through udev (and follow hotplug), sample health, publish device labels.

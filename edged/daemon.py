@@ -64,7 +64,7 @@ from edged.state.collecting import ArtifactCollector
 from edged.state.desired import DesiredState
 from edged.state.merging import MergedState, SourceState, static_workloads
 from edged.trust.admitting import ArtifactGate
-from edged.trust.attesting import ChallengeAnswerer
+from edged.trust.attesting import ChallengeAnswerer, MeasurementLog
 from edged.trust.secrets import SecretVolumes
 from edged.trust.secrets import default_root as default_secrets_root
 from edged.workloads import ReplicaId, WorkloadName
@@ -768,6 +768,11 @@ class Daemon:
                     trust_root_path=self.gate.root_path,
                     model_digests=lambda: [w.sha256 for w in self.desired.workloads.values()],
                     tpm=cfg.trust.tpm,
+                    measurement=(
+                        None
+                        if cfg.trust.measurement_pcr is None
+                        else MeasurementLog(cfg.trust.measurement_log, cfg.trust.measurement_pcr)
+                    ),
                 ),
                 recent_logs=recent_logs,
                 addresses=cfg.hub.addresses,

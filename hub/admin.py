@@ -208,6 +208,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
     async def Apply(self, request: admin_pb2.ApplyRequest, context: Any) -> admin_pb2.ApplyResponse:
         try:
             parsed = applying.parse_documents(list(request.documents))
+            if any(p.manifest.get("spec", {}).get("publishers") is not None for p in parsed):
+                applying.check_publisher_keys(list(request.documents), self._publisher_keys())
         except ValidationError as exc:
             raise _invalid(problems_text(exc)) from None
         self._check_priority_classes(parsed)
@@ -257,6 +259,27 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 for p in planned
             ]
         )
+
+    def _publisher_keys(self) -> frozenset[str]:
+        """The publisher keys this hub knows: the artifacts keys of its trust root and the
+        keys of its TUF delegations."""
+        from edgefleet.errors import TrustError
+        from edgefleet.trust.documents import ROLE_ARTIFACTS, parse_root
+        from edgefleet.trust.envelopes import ROOT_TYPE, decode_payload, parse_envelope_bytes
+
+        known: set[str] = set()
+        if self._ctx.trust_root:
+            try:
+                env = parse_envelope_bytes(self._ctx.trust_root, what="the hub's trust root")
+                root = parse_root(decode_payload(env, expected_type=ROOT_TYPE, what="root"))
+                known.update(root.role(ROLE_ARTIFACTS).keyids)
+            except TrustError:
+                pass  # checked at start; a hub without a usable root knows no publisher
+        if self._ctx.tuf is not None:
+            delegations = self._ctx.tuf.targets.delegations
+            if delegations is not None:
+                known.update(delegations.keys)
+        return frozenset(known)
 
     def _check_desired_sizes(self, changed: list[_Planned]) -> None:
         """Refuse an apply after which a device's desired state would not fit in a message

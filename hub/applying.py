@@ -145,3 +145,23 @@ def outcome_of(new: Mapping[str, Any], stored: Mapping[str, Any] | None) -> Outc
     if stored is None:
         return Outcome.CREATED
     return Outcome.UNCHANGED if dict(new) == dict(stored) else Outcome.CONFIGURED
+
+
+def check_publisher_keys(documents: Sequence[bytes], known: frozenset[str]) -> None:
+    """Every publisher key a SecurityBaseline of the request names (``spec.publishers[].keys``)
+    is one this hub knows: an artifacts key of its trust root or a key of a TUF delegation
+    (``known``). ValidationError naming ``documents[i].spec.publishers[j].keys[k]`` otherwise.
+    Call after :func:`parse_documents` passed (the documents parse)."""
+    from edgefleet.api import SecurityBaseline
+    from edgefleet.trust.publishers import known_key_problems
+
+    problems = Problems()
+    for i, data in enumerate(documents):
+        doc = _decode(data)
+        if not isinstance(doc, Mapping) or doc.get("kind") != SecurityBaseline.KIND:
+            continue
+        baseline = parse_manifest(doc)
+        assert isinstance(baseline, SecurityBaseline)
+        for path, message in known_key_problems(baseline, known, prefix=f"documents[{i}]."):
+            problems.add(path, message)
+    problems.raise_if_any(ValidationError)

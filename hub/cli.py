@@ -84,11 +84,25 @@ def _parser() -> argparse.ArgumentParser:
         action="store_true",
         help="make no trust root (the hub then refuses every artifact push)",
     )
-    init.add_argument(
+    tuf_flags = init.add_mutually_exclusive_group()
+    tuf_flags.add_argument(
         "--tuf",
-        action="store_true",
-        help="also keep a TUF repository (D/tuf/): devices then admit only artifacts a "
-        "delegated publisher's signed targets list (quickstart keys; docs/trust.md)",
+        dest="tuf",
+        action="store_const",
+        const=True,
+        default=None,
+        help="keep a TUF repository (D/tuf/) with quickstart keys: devices then admit only "
+        "artifacts a delegated publisher's signed targets list (the default with the "
+        "quickstart trust root; docs/trust.md)",
+    )
+    tuf_flags.add_argument(
+        "--no-tuf",
+        dest="tuf",
+        action="store_const",
+        const=False,
+        help="keep no TUF repository: devices rely on the per-artifact envelopes alone (no "
+        "signed current set, no short freeze bound, no publisher delegations); for a "
+        "repository from an offline ceremony later (hub tuf online-key, hub tuf install)",
     )
 
     parent = init.add_argument_group("federation (docs/federation.md)")

@@ -22,6 +22,7 @@ TAINT_NOT_READY = "node.edgefleet.io/not-ready"
 TAINT_UNHEALTHY = "node.edgefleet.io/unhealthy"
 TAINT_UNTRUSTED = "node.edgefleet.io/untrusted"
 TAINT_REVOKED = "node.edgefleet.io/revoked"
+TPM_LABEL = "attestation.edgefleet.io/tpm"  # set by the hub on the scheduler's view only
 REGION_LABEL = "topology.edgefleet.io/region"  # a device's region: the hub's unless labelled
 ZONE_LABEL = "topology.edgefleet.io/zone"
 
@@ -51,6 +52,25 @@ def taints_for(device: Device, policy: SecurityPolicy) -> tuple[Taint, ...]:
         why = "; ".join(device.attestation.reasons) or f"attestation {device.attestation.state}"
         out.append(Taint(TAINT_UNTRUSTED, TaintEffect.NO_EXECUTE, reason=why))
     return tuple(out)
+
+
+def tpm_attested(device: Device) -> bool:
+    """Whether ``device`` is TPM-attested: its attestation key is bound to its TPM's EK and
+    its last evidence (a quote by that key) was trusted."""
+    return bool(device.attestation_key_pem) and device.attestation.state is TrustState.TRUSTED
+
+
+def tpm_mismatch(dep: ModelDeployment, device: Device) -> str | None:
+    """``None`` unless ``placement.requireTpm`` keeps ``dep`` off ``device``; then why."""
+    if not dep.spec.placement.require_tpm or tpm_attested(device):
+        return None
+    if not device.attestation_key_pem:
+        return (
+            "placement.requireTpm: the device is software-attested (no TPM attestation key "
+            "bound to its endorsement key)"
+        )
+    why = "; ".join(device.attestation.reasons) or f"attestation {device.attestation.state}"
+    return f"placement.requireTpm: the device's TPM attestation is not trusted ({why})"
 
 
 def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:
@@ -137,7 +157,7 @@ def project(
         if dep.spec.replicas.per_device == 0:
             excluded[name] = "replicas.perDevice is 0"
             continue
-        mismatch = labels_mismatch(dep, labels, region)
+        mismatch = labels_mismatch(dep, labels, region) or tpm_mismatch(dep, device)
         if mismatch is not None:
             excluded[name] = mismatch
             continue

@@ -258,8 +258,8 @@ def _verify_delegated(
             raise PushRefused(
                 grpc.StatusCode.INVALID_ARGUMENT,
                 "NoTufRepository",
-                "header.delegated_targets: this hub keeps no TUF repository (hub init --tuf): "
-                "not supported here",
+                "header.delegated_targets: this hub keeps no TUF repository (hub init "
+                "--no-tuf made none): not supported here",
             )
         return None
     if not data or not role:

@@ -61,10 +61,12 @@ from hub.devices import Device, DevicePhase, Taint
 from hub.placing import (
     REGION_LABEL,
     TAINT_NOT_READY,
+    TPM_LABEL,
     ZONE_LABEL,
     SecurityPolicy,
     taints_for,
     tolerates,
+    tpm_attested,
 )
 
 ACCELERATOR_CLASSES = ("gpu", "npu", "tpu", "vpu")
@@ -120,6 +122,7 @@ def node_of(
     labels = device.all_labels()
     if region and REGION_LABEL not in labels:
         labels[REGION_LABEL] = region
+    labels[TPM_LABEL] = "true" if tpm_attested(device) else "false"  # the hub's, never the device's
     facts = device.facts.get("facts") if isinstance(device.facts, Mapping) else None
     facts = facts if isinstance(facts, Mapping) else {}
     cpus, memory = facts.get("cpuCount"), facts.get("memoryTotalBytes")
@@ -483,6 +486,10 @@ class Fleet:
                     f"outside zone {','.join(placement.zones)}",
                     self.any_value(ZONE_LABEL, placement.zones),
                 )
+            )
+        if placement.require_tpm:
+            out.append(
+                ("not TPM-attested (placement.requireTpm)", self.label_mask(TPM_LABEL, "true"))
             )
         for key, value in sorted(placement.node_selector.items()):
             out.append((f"not matching nodeSelector {key}={value}", self.label_mask(key, value)))

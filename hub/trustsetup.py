@@ -9,7 +9,8 @@
                                        publisher key, threshold 1, signed by the root key
 
 and adds ``[publisher] key = "D/publisher.key"`` to ``D/admin.toml`` so that
-``edgectl models push`` signs with it by default.
+``edgectl models push`` signs with it by default. By default it also keeps a TUF repository
+(:func:`make_quickstart_tuf`; ``hub init --no-tuf`` leaves it out).
 
 **This is for a quickstart or a lab.** Keys that sign models and roots belong offline (an
 HSM, a signing service, a laptop that never talks to the fleet): the hub is not trusted to
@@ -152,9 +153,14 @@ def operator_trust(source: Path) -> TrustSetup:
 
 
 def choose_trust_setup(
-    *, no_trust_root: bool, trust_root: Path | None, tuf: bool = False
+    *, no_trust_root: bool, trust_root: Path | None, tuf: bool | None = None
 ) -> TrustSetup | None:
-    """What ``hub init`` does about trust, from its options."""
+    """What ``hub init`` does about trust, from its options. ``tuf``: None is the default,
+    a TUF repository whenever ``hub init`` makes the keys (the quickstart trust); with an
+    operator's root (``--trust-root``) the repository comes from the offline ceremony
+    (``hub tuf online-key``, ``hub tuf install``), and ``--no-trust-root`` has none."""
+    if tuf is None:
+        tuf = not no_trust_root and trust_root is None
     if tuf and (no_trust_root or trust_root is not None):
         raise HubDirError(
             "--tuf: not supported yet with --trust-root or --no-trust-root (it makes a "
@@ -195,6 +201,11 @@ def describe_trust(paths: HubPaths) -> list[str]:
         lines.append(
             f"TUF repository:   {paths.data_dir / 'tuf'}  (snapshot and timestamp signed by "
             "the hub's online key; targets by targets.key, delegated to the publisher key)"
+        )
+    else:
+        lines.append(
+            "TUF repository:   none (devices rely on the per-artifact envelopes; install one "
+            "from an offline ceremony with hub tuf online-key and hub tuf install)"
         )
     publisher = publisher_key_path(paths)
     if publisher.exists():

@@ -47,6 +47,7 @@ from edged.sources.static import SourceProblem
 from edged.state.merging import HUB_SOURCE
 from edged.trust.admitting import ArtifactGate
 from edged.trust.secrets import SecretVolumes
+from edged.trust.tpmattesting import AK_FILE
 from edged.trust.tufclient import FetchAsync, TufClient, sync_fetch
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import DeviceHealthPolicy, ModelDeployment, SecurityBaseline, parse_manifest
@@ -56,6 +57,7 @@ from edgefleet.errors import ArtifactError, StateError, TemporaryError, Validati
 from edgefleet.logs import get_logger
 from edgefleet.persisting import read_json, write_json_atomic
 from edgefleet.sealing import SealedForDevice
+from edgefleet.trust.documents import ArtifactMetadata
 from edgefleet.trust.envelopes import parse_envelope_bytes
 from edgefleet.trust.verifying import TrustState, verify_artifact_metadata
 
@@ -109,6 +111,25 @@ def _previous(
         elif name in acc.previous and acc.previous[name][1].sha256 != new.sha256:
             out[name] = acc.previous[name]
     return out
+
+
+def _baselines_of(manifests: list[bytes]) -> tuple[SecurityBaseline, ...]:
+    """The SecurityBaselines among a desired state's manifests (bad ones are reported with
+    the state's other problems)."""
+    found = []
+    for raw in manifests:
+        try:
+            doc = orjson.loads(raw)
+            if isinstance(doc, dict) and doc.get("kind") == SecurityBaseline.KIND:
+                found.append(parse_security_baseline(doc))
+        except (ValueError, ValidationError):
+            continue
+    return tuple(found)
+
+
+def _lists(baselines: tuple[SecurityBaseline, ...]) -> bool:
+    """Whether any baseline lists publishers (``spec.publishers``)."""
+    return any(b.spec.publishers is not None for b in baselines)
 
 
 def _envelope_subject(envelope: bytes) -> tuple[str, str] | None:
@@ -167,6 +188,7 @@ class HubSource:
         self._secrets = secrets
         self._clock = clock  # paces the download progress reported
         self._state_path = data_dir / "state" / "hub.json"
+        self._ak_path = data_dir / AK_FILE  # a TPM attestation key the hub bound to the EK
         self._downloads = data_dir / "downloads"
         self._downloads.mkdir(parents=True, exist_ok=True, mode=0o700)
         self._store = store
@@ -206,15 +228,7 @@ class HubSource:
         """The fleet's SecurityBaselines in the accepted state (read from its manifests)."""
         acc = self._accepted
         if self._baselines[0] != acc.generation:
-            found = []
-            for raw in acc.manifests:
-                try:
-                    doc = orjson.loads(raw)
-                    if isinstance(doc, dict) and doc.get("kind") == SecurityBaseline.KIND:
-                        found.append(parse_security_baseline(doc))
-                except (ValueError, ValidationError):
-                    continue  # reported as a problem when the state was applied
-            self._baselines = (acc.generation, tuple(found))
+            self._baselines = (acc.generation, _baselines_of(acc.manifests))
         return self._baselines[1]
 
     # -- persisted state -----------------------------------------------------------------
@@ -372,6 +386,7 @@ class HubSource:
             subject = _envelope_subject(env)
             if subject is not None:
                 allow[subject] = env
+        baselines = _baselines_of(manifests)
         workloads: dict[WorkloadName, DesiredWorkload] = {}
         policies: list[DeviceHealthPolicy] = []
         named: set[WorkloadName] = set()
@@ -407,11 +422,22 @@ class HubSource:
             name = WorkloadName(manifest.metadata.name)
             named.add(name)
             model = manifest.spec.model
+            if manifest.spec.placement.require_tpm and not self._ak_path.exists():
+                # the hub places it only on TPM-attested devices; a device without an
+                # attestation key bound to its TPM's EK never runs it, whatever the hub says
+                message = (
+                    f"{name}: placement.requireTpm: this device is software-attested (no TPM "
+                    f"attestation key in {self._ak_path}), so it does not run this deployment"
+                )
+                problems.append(SourceProblem(HUB_SOURCE, name, "TpmRequired", message))
+                self._mark(name, model.version, "", RevisionPhase.REFUSED, "TpmRequired", message)
+                log.warning("deployment refused", workload=name, reason="TpmRequired")
+                continue
             back = self._already_verified(
                 name, manifest, envelopes.get((model.name, model.version)), now
             )
             if back is not None and not await self._in_targets(
-                envelopes[(model.name, model.version)]
+                envelopes[(model.name, model.version)], manifest, baselines
             ):
                 back = None  # the normal path refuses it, with the reason
             if back is not None:
@@ -430,7 +456,8 @@ class HubSource:
             self._mark(name, model.version, "", RevisionPhase.VERIFYING)
             try:
                 sha, extras = await self._admit(
-                    name,
+                    manifest,
+                    baselines,
                     model.name,
                     model.version,
                     envelopes.get((model.name, model.version)),
@@ -450,7 +477,9 @@ class HubSource:
                     reason=exc.reason,
                     message=str(exc),
                 )
-                if name in acc.workloads:
+                if name in acc.workloads and await self._still_allowed(
+                    acc, acc.workloads[name], manifest, baselines
+                ):
                     workloads[name] = acc.workloads[name]  # the previous good version serves
                 continue
             except TemporaryError as exc:
@@ -566,10 +595,16 @@ class HubSource:
         if self._tuf_updater is not None:
             TufClient.check(self._tuf_updater, meta)
 
-    async def _in_targets(self, envelope: bytes) -> bool:
+    async def _in_targets(
+        self,
+        envelope: bytes,
+        deployment: ModelDeployment,
+        baselines: tuple[SecurityBaseline, ...],
+    ) -> bool:
         """Whether an envelope already verified is in a publisher's targets (when TUF is in
-        use): going back to an earlier artifact needs the current signed set to list it."""
-        if self._tuf_refusal is None and self._tuf_updater is None:
+        use) and from a publisher the baselines allow for ``deployment``: going back to an
+        earlier artifact needs the current signed set and the current baselines to allow it."""
+        if self._tuf_refusal is None and self._tuf_updater is None and not _lists(baselines):
             return True
         from edgefleet.trust.documents import parse_artifact
         from edgefleet.trust.envelopes import ARTIFACT_TYPE, decode_payload
@@ -578,9 +613,63 @@ class HubSource:
         meta = parse_artifact(decode_payload(env, expected_type=ARTIFACT_TYPE, what="metadata"))
         try:
             await asyncio.to_thread(self._check_tuf, meta)
+            await asyncio.to_thread(self._check_publisher, deployment, baselines, envelope, meta)
         except (ArtifactError, TemporaryError):
             return False
         return True
+
+    async def _still_allowed(
+        self,
+        acc: _Accepted,
+        current: DesiredWorkload,
+        deployment: ModelDeployment,
+        baselines: tuple[SecurityBaseline, ...],
+    ) -> bool:
+        """Whether the artifact ``current`` runs may keep serving ``deployment`` under the
+        baselines' publishers (always, when none lists publishers): a baseline that no longer
+        allows its publisher stops it rather than leave it running (``PublisherNotAllowed``
+        of the new state says why)."""
+        if not _lists(baselines):
+            return True
+        model = current.deployment.spec.model
+        for env in acc.metadata:
+            if _envelope_subject(env) == (model.name, model.version):
+                return await self._in_targets(env, deployment, baselines)
+        return False
+
+    def _check_publisher(
+        self,
+        deployment: ModelDeployment,
+        baselines: tuple[SecurityBaseline, ...],
+        envelope: bytes,
+        meta: ArtifactMetadata,
+    ) -> None:
+        """The baselines' ``spec.publishers`` allow the keys that signed the artifact (and,
+        with TUF, the publisher role that lists it) for ``deployment``
+        (``PublisherNotAllowed``). Called after the envelope and the TUF targets passed."""
+        if not _lists(baselines):
+            return
+        from edgefleet.trust.documents import ROLE_ARTIFACTS
+        from edgefleet.trust.envelopes import valid_signers
+        from edgefleet.trust.publishers import check_publisher
+
+        root = self._gate.root
+        if root is None:  # verify_remote refused it already; never admit without a root
+            raise ArtifactError("NoTrustRoot", "no trust root to check the publisher with")
+        role = root.role(ROLE_ARTIFACTS)
+        env = parse_envelope_bytes(envelope, what="signed metadata")
+        tuf_role = None
+        if self._tuf is not None and self._tuf_updater is not None:
+            tuf_role = self._tuf.publisher_role(meta)
+        check_publisher(
+            baselines,
+            what=f"{meta.name} {meta.version}",
+            deployment=deployment.metadata.name,
+            labels=deployment.metadata.labels,
+            signers=valid_signers(env, root.keys, role.keyids),
+            threshold=role.threshold,
+            role=tuf_role,
+        )
 
     def _accept_roots(self, roots: list[bytes], now: float) -> None:
         """The hub's roots, followed from the root this device trusts (before the state's
@@ -635,7 +724,8 @@ class HubSource:
 
     async def _admit(
         self,
-        workload: WorkloadName,
+        deployment: ModelDeployment,
+        baselines: tuple[SecurityBaseline, ...],
         name: str,
         version: str,
         envelope: bytes | None,
@@ -646,15 +736,20 @@ class HubSource:
         """Verify the signed metadata, then fetch what the store lacks of its files (extras
         first, the model last: storing the model accepts the metadata). The model's sha256 and
         the extras' (by file name)."""
+        workload = WorkloadName(deployment.metadata.name)
         if envelope is None:
             raise ArtifactError(
                 "UnsignedArtifact",
                 f"{name} {version}: the hub sent no signed metadata for this model",
             )
+        grant = None
+        if self._tuf_updater is not None:
+            grant = await asyncio.to_thread(TufClient.rollback_grant, self._tuf_updater, envelope)
         meta, info = self._gate.verify_remote(
-            envelope, name=name, version=version, allowance=allowance, now=now
+            envelope, name=name, version=version, allowance=allowance, now=now, grant=grant
         )
         await asyncio.to_thread(self._check_tuf, meta)
+        await asyncio.to_thread(self._check_publisher, deployment, baselines, envelope, meta)
         extras: dict[str, str] = {}
         for fname, extra in sorted(meta.files.items()):
             if extra.role == "model":

@@ -146,6 +146,18 @@ class StaticManifests:
                 SourceProblem(
                     fname,
                     "",
+                    "NotSupported",
+                    f"SecurityBaseline {m.name!r}: spec.publishers is not supported yet in a "
+                    "device's static manifests (it applies to the hub's deployments: apply the "
+                    "baseline at the hub); its other fields apply",
+                )
+                for m in baselines_by_file[fname]
+                if m.spec.publishers is not None
+            ]
+            problems += [
+                SourceProblem(
+                    fname,
+                    "",
                     "UnsupportedKind",
                     f"{m.kind} {m.name!r} is applied at the hub (edgectl apply), not in a "
                     "device's static manifests: ignored",

@@ -25,7 +25,14 @@ from edgefleet.artifacts.storing import ArtifactStore, LooksLikeOnnx, PinnedDige
 from edgefleet.errors import ArtifactError, StateError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import read_json, write_atomic, write_json_atomic
-from edgefleet.trust.documents import ArtifactMetadata, FileInfo, Root, format_time, parse_root
+from edgefleet.trust.documents import (
+    ArtifactMetadata,
+    FileInfo,
+    RollbackAllowance,
+    Root,
+    format_time,
+    parse_root,
+)
 from edgefleet.trust.envelopes import (
     ROOT_TYPE,
     Envelope,
@@ -477,11 +484,19 @@ class ArtifactGate:
     # -- status ---------------------------------------------------------------------------
     # -- artifacts from the hub: verify first, download within the signed length, then store --
     def verify_remote(
-        self, envelope: bytes, *, name: str, version: str, allowance: bytes | None, now: float
+        self,
+        envelope: bytes,
+        *,
+        name: str,
+        version: str,
+        allowance: bytes | None,
+        now: float,
+        grant: RollbackAllowance | None = None,
     ) -> tuple[ArtifactMetadata, FileInfo]:
         """Check signed metadata that came with the hub's desired state, before any download:
-        root valid, threshold met, not expired, no metadata or model-version rollback, and it
-        names this model and version. Returns the metadata and the signed model file."""
+        root valid, threshold met, not expired, no metadata or model-version rollback (unless
+        a rollback allowance: ``grant`` from the publisher's TUF targets, or ``allowance``),
+        and it names this model and version. Returns the metadata and the signed model file."""
         what = f"{name} {version}"
         try:
             env = parse_envelope_bytes(envelope, what=f"{what}: signed metadata")
@@ -504,7 +519,9 @@ class ArtifactGate:
                 else None
             )
             root = check_root_usable(self.root, now)
-            check_model_version(meta, state=self.state, root=root, allowance=allowance_env, now=now)
+            check_model_version(
+                meta, state=self.state, root=root, allowance=allowance_env, now=now, grant=grant
+            )
         except ArtifactError as exc:
             self._on_result("refused", exc.reason)
             raise

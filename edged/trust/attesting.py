@@ -75,9 +75,55 @@ def measurements(
     return {"code": code, "config": config, "trustRoot": trust_root, "models": sorted(set(models))}
 
 
-Quoter = Callable[[bytes], dict[str, Any]]
-"""``quote(qualifying_data)``: a quote by the device's EK-bound attestation key
-(:meth:`edged.trust.tpmattesting.TpmAttestationKey.quote`)."""
+Quoter = Callable[[bytes, dict[str, Any]], dict[str, Any]]
+"""``quote(qualifying_data, measurements)``: a quote by the device's EK-bound attestation key
+(:meth:`edged.trust.tpmattesting.TpmAttestationKey.quote`); with a measurement PCR, the
+measurements are extended into it first (:class:`MeasurementLog`)."""
+
+
+class MeasurementLog:
+    """edged's own measurements in a static PCR (docs/trust.md): each code, config and model
+    digest not extended since boot is appended to the event log (``path``, under ``/run``:
+    cleared at reboot, like the PCR) and then extended into ``pcr``. The log is written before
+    the extend: a crash between them leaves an event the PCR lacks, which the hub sees as a
+    mismatch until the next reboot rather than a measurement it cannot see."""
+
+    def __init__(self, path: Path, pcr: int) -> None:
+        from edgefleet.trust.evidence import MEASUREMENT_PCRS
+
+        if pcr not in MEASUREMENT_PCRS:
+            raise ValueError(f"a measurement PCR is 8-15 (reset only by a reboot), got {pcr}")
+        self.path = path
+        self.pcr = pcr
+
+    def read(self) -> list[dict[str, str]]:
+        try:
+            doc = orjson.loads(self.path.read_bytes())
+        except FileNotFoundError:
+            return []
+        return list(doc["events"]) if isinstance(doc, dict) else []
+
+    def extend(
+        self, m: dict[str, Any], extend: Callable[[int, bytes], None]
+    ) -> list[dict[str, str]]:
+        """Extend what ``m`` measures and the log lacks; the whole log since boot."""
+        from edgefleet.persisting import write_atomic
+        from edgefleet.trust.evidence import event_digest
+
+        events = self.read()
+        seen = {(e["kind"], e["sha256"]) for e in events}
+        wanted = [("code", m["code"]), ("config", m["config"])]
+        wanted += [("model", d) for d in m["models"]]
+        for kind, digest in wanted:
+            if digest is None or (kind, digest) in seen:
+                continue
+            event = {"kind": kind, "sha256": digest}
+            events.append(event)
+            seen.add((kind, digest))
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_atomic(self.path, orjson.dumps({"pcr": self.pcr, "events": events}), mode=0o600)
+            extend(self.pcr, event_digest(event))
+        return events
 
 
 class Attester:
@@ -119,7 +165,7 @@ class Attester:
             "signature": base64.b64encode(sig).decode(),
         }
         if self._quoter is not None:
-            evidence["tpm"] = self._quoter(statement_digest(statement))
+            evidence["tpm"] = self._quoter(statement_digest(statement), m)
         elif self._identity.kind == "tpm":
             q = self._identity.measure_and_quote(measurement_digest(m), nonce)
             ((pcr, value),) = q.pcrs.items()
@@ -149,9 +195,11 @@ class ChallengeAnswerer:
         trust_root_path: Path,
         model_digests: Callable[[], Iterable[str]],
         tpm: str = "off",
+        measurement: MeasurementLog | None = None,
     ) -> None:
         self._data_dir = data_dir
         self._tpm = tpm
+        self._measurement = measurement
         self._config_path = config_path
         self._trust_root_path = trust_root_path
         self._model_digests = model_digests
@@ -165,16 +213,21 @@ class ChallengeAnswerer:
         if tcti is None or not (self._data_dir / AK_FILE).exists():
             return None
 
-        def quote(qualifying: bytes) -> dict[str, Any]:
+        def quote(qualifying: bytes, m: dict[str, Any]) -> dict[str, Any]:
             from edged.trust.tpmattesting import TpmAttestationError, TpmAttestationKey
 
+            log_ = self._measurement
             try:
                 key = TpmAttestationKey.load(self._data_dir, tcti)
                 if key is None:
                     raise TpmAttestationError("the attestation key file is gone")
                 with key:
-                    return key.quote(qualifying)
-            except TpmAttestationError as exc:
+                    if log_ is None:
+                        return key.quote(qualifying)
+                    events = log_.extend(m, key.extend)
+                    out = key.quote(qualifying, extra_pcr=log_.pcr)
+                    return {**out, "measurementPcr": log_.pcr, "eventLog": events}
+            except (TpmAttestationError, OSError, ValueError) as exc:
                 # Answer anyway: the hub judges a missing quote (Untrusted, with the reason).
                 log.error("tpm quote failed", error=str(exc))
                 return {"format": "unavailable", "error": str(exc)[:500]}

@@ -200,12 +200,25 @@ class TpmAttestationKey:
         return bytes(secret)
 
     # -- attestation -----------------------------------------------------------------------
-    def quote(self, qualifying_data: bytes) -> dict[str, Any]:
-        """A quote of :data:`QUOTED_PCRS` (sha256 bank) with ``qualifying_data`` (the digest
-        of the signed statement: it binds the nonce and the measurements), for the evidence."""
+    def extend(self, pcr: int, digest: bytes) -> None:
+        """TPM2_PCR_Extend of ``pcr`` (sha256 bank) with ``digest`` (edged's measurements)."""
+        from tpm2_pytss import ESYS_TR, TPM2_ALG, TPML_DIGEST_VALUES, TPMT_HA
+
+        try:
+            ha = TPMT_HA(hashAlg=TPM2_ALG.SHA256)
+            ha.digest.sha256 = digest
+            self._esapi.pcr_extend(getattr(ESYS_TR, f"PCR{pcr}"), TPML_DIGEST_VALUES([ha]))
+        except Exception as exc:
+            raise TpmAttestationError(f"TPM ({self.tcti}): extend PCR {pcr}: {exc}") from exc
+
+    def quote(self, qualifying_data: bytes, *, extra_pcr: int | None = None) -> dict[str, Any]:
+        """A quote of :data:`QUOTED_PCRS` (and ``extra_pcr``, edged's measurement PCR; sha256
+        bank) with ``qualifying_data`` (the digest of the signed statement: it binds the nonce
+        and the measurements), for the evidence."""
         from tpm2_pytss import TPM2_ALG, TPM2B_DATA, TPML_PCR_SELECTION, TPMT_SIG_SCHEME
 
-        selection = TPML_PCR_SELECTION.parse("sha256:" + ",".join(map(str, QUOTED_PCRS)))
+        quoted = (*QUOTED_PCRS, *(() if extra_pcr is None else (extra_pcr,)))
+        selection = TPML_PCR_SELECTION.parse("sha256:" + ",".join(map(str, quoted)))
         try:
             attest, sig = self._esapi.quote(
                 self._ak,
@@ -214,7 +227,7 @@ class TpmAttestationKey:
                 TPMT_SIG_SCHEME(scheme=TPM2_ALG.NULL),
             )
             values: dict[str, str] = {}
-            pending = list(QUOTED_PCRS)
+            pending = list(quoted)
             while pending:  # pcr_read returns at most 8 digests per call
                 sel = TPML_PCR_SELECTION.parse("sha256:" + ",".join(map(str, pending)))
                 _, got_sel, digests = self._esapi.pcr_read(sel)

@@ -24,7 +24,8 @@ from edgefleet.errors import TemporaryError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic
 from edgefleet.trust import tufmeta
-from edgefleet.trust.documents import ROLE_ROOT, ArtifactMetadata, Root
+from edgefleet.trust.documents import ROLE_ROOT, ArtifactMetadata, RollbackAllowance, Root
+from edgefleet.trust.publishers import DelegatedRole
 
 log = get_logger(__name__)
 
@@ -206,6 +207,73 @@ class TufClient:
             raise TemporaryError(f"TUF metadata could not be fetched: {exc}") from None
         except (TimeoutError, OSError) as exc:
             raise TemporaryError(f"TUF metadata could not be fetched: {exc}") from None
+
+    @staticmethod
+    def rollback_grant(updater: Any, envelope: bytes) -> RollbackAllowance | None:
+        """The rollback allowance the publisher's targets carry on the model target of the
+        artifact ``envelope`` names (read before the envelope is verified only to find the
+        target; the device then checks the allowance against the verified metadata). None
+        when there is none, or when the targets cannot be read now (the TUF check that
+        follows reports that)."""
+        from tuf.api.exceptions import DownloadError, RepositoryError
+
+        from edgefleet.trust.documents import parse_artifact
+        from edgefleet.trust.envelopes import ARTIFACT_TYPE, decode_payload, parse_envelope_bytes
+
+        try:
+            env = parse_envelope_bytes(envelope, what="signed metadata")
+            meta = parse_artifact(decode_payload(env, expected_type=ARTIFACT_TYPE, what="meta"))
+            fname, _ = meta.model_file()
+            path = tufmeta.target_path(meta.name, meta.version, fname)
+            target = updater.get_targetinfo(path)
+        except (TrustError, RepositoryError, DownloadError, TimeoutError, OSError):
+            return None
+        return tufmeta.rollback_grant(target, what=f"the TUF target {path}")
+
+    def publisher_role(self, meta: ArtifactMetadata) -> DelegatedRole:
+        """The TUF role whose targets list the model file of ``meta`` (call after
+        :meth:`check` passed): read from the metadata python-tuf verified and keeps in
+        ``D/trust/tuf/``, walked as python-tuf walks it (the top-level targets, then the
+        delegations in order, a terminating one ending the walk)."""
+        from tuf.api.metadata import Root as TufRoot
+        from tuf.api.metadata import Targets
+
+        fname, _ = meta.model_file()
+        path = tufmeta.target_path(meta.name, meta.version, fname)
+
+        def load(role: str) -> Any:
+            data = (self.dir / tufmeta.role_file(role)).read_bytes()
+            signed, _ = tufmeta.parse(data, Targets, what=f"{self.dir}/{role}.json")
+            return signed
+
+        try:
+            top = load(tufmeta.TARGETS)
+            if path in top.targets:
+                root, _ = tufmeta.parse(
+                    (self.dir / "root.json").read_bytes(), TufRoot, what="the TUF root"
+                )
+                r = root.roles[tufmeta.TARGETS]
+                return DelegatedRole(tufmeta.TARGETS, frozenset(r.keyids), r.threshold)
+            delegations = top.delegations
+            if delegations is not None and delegations.roles is not None:
+                for name, terminating in delegations.get_roles_for_target(path):
+                    role_file = self.dir / tufmeta.role_file(name)
+                    if role_file.exists() and path in load(name).targets:
+                        r = delegations.roles[name]
+                        return DelegatedRole(name, frozenset(r.keyids), r.threshold)
+                    if terminating:
+                        break
+        except (OSError, TrustError) as exc:
+            raise TrustError(
+                "PublisherNotAllowed",
+                f"{meta.name} {meta.version}: cannot tell which TUF publisher role lists "
+                f"{path}: {exc}",
+            ) from None
+        raise TrustError(
+            "PublisherNotAllowed",
+            f"{meta.name} {meta.version}: no TUF publisher role of the top-level targets lists "
+            f"{path} directly (nested delegations are not supported yet)",
+        )
 
     def status(self) -> dict[str, Any]:
         return {

@@ -20,6 +20,10 @@ sorted), so applying the same baseline twice is "unchanged"::
         egress: [{port: 8080}]          # TCP ports; [] = no egress for any worker
         ingress: {socketGroup: apps, socketMode: "0660", tcpPorts: []}   # who uses infer.sock
       drift: {action: alert, period: 30s}   # or restartWorkload, quarantine
+      publishers:                       # which publisher keys may sign which deployments' models
+      - keys: [<64 hex key id>]         # publisher keys (``edgectl keys generate`` prints ids)
+        deployments: ["vision-*"]       # deployment name patterns ...
+        deploymentLabels: {team: vision}  # ... or deployments carrying all these labels
 
 Every baseline applies fleet-wide (the hub's cache reads them together). The digest lists
 are for the attestation controller; an empty list allows any digest. ``requireSandbox`` and
@@ -27,15 +31,20 @@ are for the attestation controller; an empty list allows any digest. ``requireSa
 in force there (no Landlock), or whose deployment asks for egress beyond ``network.egress``,
 does not start and says why (docs/security.md). A PCR with reference
 values must be quoted by an EK-bound attestation key with one of them (docs/trust.md).
+Once any baseline lists ``publishers``, a device admits a hub-assigned artifact only when a
+rule covering its deployment names a threshold of the keys that signed it (and, with TUF, of
+the keys of the delegated role that lists it): docs/trust.md, "Publishers per deployment".
 """
 
 from __future__ import annotations
 
+import fnmatch
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from edgefleet.api.meta import API_VERSION, ObjectMeta
+from edgefleet.api.meta import API_VERSION, ObjectMeta, label_key, label_value
 from edgefleet.api.networking import NetworkPolicy, read_network
 from edgefleet.api.quantities import format_duration, parse_duration
 from edgefleet.api.validating import Reader, as_bool, matching
@@ -91,6 +100,91 @@ def _read_drift(r: Reader | None) -> DriftPolicy | None:
     )
 
 
+MAX_PUBLISHER_RULES = 256
+MAX_PUBLISHER_KEYS = 64
+MAX_PATTERNS = 64
+_PATTERN = re.compile(r"[a-z0-9*?]([a-z0-9.*?-]{0,252})?")
+_keyid_text = matching(r"[0-9a-fA-F]{64}", "a key id: 64 hexadecimal digits")
+
+
+def _keyid(value: object) -> str:
+    return _keyid_text(value).lower()
+
+
+def _name_pattern(value: object) -> str:
+    """A deployment-name pattern: a name whose ``*`` matches any run of characters and ``?``
+    one (fnmatch without character classes, so nothing in it is read as syntax)."""
+    if not isinstance(value, str) or not _PATTERN.fullmatch(value):
+        raise ValueError(
+            "must be a deployment-name pattern: lowercase letters, digits, '-', '.', with "
+            f"'*' and '?' as wildcards, 1-253 characters, got {value!r}"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class PublisherRule:
+    """One entry of ``spec.publishers``: the publisher keys (key ids) that may sign the
+    artifacts of the deployments it covers (by name pattern, or by labels: all of them)."""
+
+    keys: tuple[str, ...]
+    deployments: tuple[str, ...] = ()
+    deployment_labels: Mapping[str, str] = field(default_factory=dict)
+
+    def covers(self, deployment: str, labels: Mapping[str, str]) -> bool:
+        """Whether this rule speaks for the deployment ``deployment`` with ``labels``."""
+        if any(fnmatch.fnmatchcase(deployment, p) for p in self.deployments):
+            return True
+        return bool(self.deployment_labels) and all(
+            labels.get(k) == v for k, v in self.deployment_labels.items()
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"keys": sorted(self.keys)}
+        if self.deployments:
+            out["deployments"] = sorted(self.deployments)
+        if self.deployment_labels:
+            out["deploymentLabels"] = dict(sorted(self.deployment_labels.items()))
+        return out
+
+
+def _read_publishers(r: Reader) -> tuple[PublisherRule, ...] | None:
+    items = r.items("publishers")
+    if r.raw("publishers") is None:
+        return None
+    if len(items) > MAX_PUBLISHER_RULES:
+        r.problems.add(r.at("publishers"), f"at most {MAX_PUBLISHER_RULES} rules")
+        return ()
+    rules = []
+    for path, item in items:
+        rule = r.problems.reader(item, path)
+        if rule is None:
+            continue
+        keys = rule.list_of("keys", _keyid, unique=True) or []
+        if not rule.raw("keys"):
+            rule.problems.add(rule.at("keys"), "must name at least one publisher key id")
+        elif len(keys) > MAX_PUBLISHER_KEYS:
+            rule.problems.add(rule.at("keys"), f"at most {MAX_PUBLISHER_KEYS} keys")
+        patterns = rule.list_of("deployments", _name_pattern, unique=True) or []
+        if len(patterns) > MAX_PATTERNS:
+            rule.problems.add(rule.at("deployments"), f"at most {MAX_PATTERNS} patterns")
+        labels = rule.string_map("deploymentLabels", label_key, label_value) or {}
+        if not patterns and not labels:
+            rule.problems.add(
+                path,
+                "must say which deployments it covers: deployments (name patterns) or "
+                "deploymentLabels",
+            )
+        rules.append(
+            PublisherRule(
+                keys=tuple(keys),  # the document's order (field paths); to_dict sorts
+                deployments=tuple(patterns),
+                deployment_labels=labels,
+            )
+        )
+    return tuple(rules)
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class SecurityBaselineSpec:
     require_attestation: bool = False
@@ -105,6 +199,8 @@ class SecurityBaselineSpec:
     require_sandbox: bool = False
     network: NetworkPolicy | None = None
     drift: DriftPolicy | None = None
+    # None: the baseline says nothing of publishers; () is "no publisher for any deployment"
+    publishers: tuple[PublisherRule, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -124,6 +220,8 @@ class SecurityBaselineSpec:
             out["network"] = self.network.to_dict()
         if self.drift is not None:
             out["drift"] = self.drift.to_dict()
+        if self.publishers is not None:
+            out["publishers"] = [p.to_dict() for p in self.publishers]
         return out
 
 
@@ -164,6 +262,7 @@ def _read_spec(r: Reader | None) -> SecurityBaselineSpec:
         require_sandbox=r.optional("requireSandbox", as_bool, False),
         network=read_network(r.section("network"), ingress=True),
         drift=_read_drift(r.section("drift")),
+        publishers=_read_publishers(r),
     )
 
 

@@ -49,6 +49,7 @@ from edgefleet.api.secrets import (
 from edgefleet.api.validating import (
     Problems,
     Reader,
+    as_bool,
     field_path,
     int_in,
     matching,
@@ -290,9 +291,14 @@ class Placement:
     # starts there) is above this; a device not measured yet may be placed, and is left when
     # its figure is over
     max_latency_p95_s: float | None = None
+    # only on TPM-attested devices (an attestation key bound to the TPM's EK, last evidence
+    # trusted); the device refuses it too when it holds no such key (docs/trust.md)
+    require_tpm: bool = False
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        if self.require_tpm:
+            out["requireTpm"] = True
         if self.node_selector:
             out["nodeSelector"] = dict(sorted(self.node_selector.items()))
         if self.match_expressions:
@@ -871,6 +877,7 @@ def _read_placement(r: Reader | None) -> Placement:
         ),
         max_latency_p95_s=r.optional("maxLatencyP95", _latency_bound, None),
         strategy=r.optional("strategy", one_of(PlacementStrategy), PlacementStrategy.SPREAD),
+        require_tpm=r.optional("requireTpm", as_bool, False),
     )
 
 

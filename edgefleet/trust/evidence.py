@@ -54,6 +54,29 @@ TPM_ST_ATTEST_QUOTE = 0x8018
 TPM_ALG_SHA256 = 0x000B
 
 
+# edged's own measurements (docs/trust.md, "edged's measurements in a PCR"): extended into a
+# static PCR (8-15: reset only by a reboot; 16 and 23 are reset by any software) named in the
+# device's config, with an event log since boot that the hub replays against the quote.
+MEASUREMENT_PCRS = range(8, 16)
+MAX_EVENTS = 4096
+EVENT_KINDS = ("code", "config", "model")
+
+
+def event_digest(event: Mapping[str, Any]) -> bytes:
+    """What one event extends into the measurement PCR: sha256 of its canonical JSON."""
+    return hashlib.sha256(
+        canonical_json({"kind": event["kind"], "sha256": event["sha256"]})
+    ).digest()
+
+
+def replay(events: list[Mapping[str, Any]]) -> bytes:
+    """The PCR value after a reboot (zeros) and one SHA-256 extend per event, in order."""
+    value = b"\x00" * 32
+    for event in events:
+        value = hashlib.sha256(value + event_digest(event)).digest()
+    return value
+
+
 def measurement_digest(m: Mapping[str, Any]) -> bytes:
     return hashlib.sha256(canonical_json(m)).digest()
 
@@ -206,7 +229,13 @@ def _check_ak_quote(tpm: Any, statement: Mapping[str, Any], ak_public: Any) -> l
             raise ValueError(f"format must be {AK_QUOTE_FORMAT!r}")
         attest = base64.b64decode(tpm["attest"], validate=True)
         sig = encode_dss_signature(int(tpm["r"], 16), int(tpm["s"], 16))
-        values = [bytes.fromhex(tpm["pcrs"][str(i)]) for i in AK_QUOTE_PCRS]
+        selected = AK_QUOTE_PCRS
+        if "measurementPcr" in tpm:
+            pcr = tpm["measurementPcr"]
+            if isinstance(pcr, bool) or not isinstance(pcr, int) or pcr not in MEASUREMENT_PCRS:
+                raise ValueError(f"measurementPcr must be a PCR index 8-15, got {pcr!r}")
+            selected = (*AK_QUOTE_PCRS, pcr)
+        values = [bytes.fromhex(tpm["pcrs"][str(i)]) for i in selected]
         q = parse_quote(attest)
         key = _load_public(ak_public)
     except (KeyError, TypeError, ValueError) as exc:
@@ -218,7 +247,7 @@ def _check_ak_quote(tpm: Any, statement: Mapping[str, Any], ak_public: Any) -> l
         reasons.append(f"QuoteTypeInvalid: type {q.type:#x} is not TPM_ST_ATTEST_QUOTE")
     if not hmac.compare_digest(q.extra_data, statement_digest(statement)):
         reasons.append("QuoteNonceMismatch: the quote does not bind this statement and nonce")
-    if q.pcr_selection != ((TPM_ALG_SHA256, AK_QUOTE_PCRS),):
+    if q.pcr_selection != ((TPM_ALG_SHA256, selected),):
         reasons.append(f"QuotePcrSelectionMismatch: quote selects {q.pcr_selection}")
     if q.pcr_digest != hashlib.sha256(b"".join(values)).digest():
         reasons.append("QuotePcrDigestMismatch: the quoted PCR digest is not the claimed values")
@@ -227,6 +256,48 @@ def _check_ak_quote(tpm: Any, statement: Mapping[str, Any], ak_public: Any) -> l
             "QuoteSignatureInvalid: the quote is not signed by this device's EK-bound "
             "attestation key"
         )
+    return reasons
+
+
+def _check_event_log(tpm: Mapping[str, Any], m: Mapping[str, Any], policy: Policy) -> list[str]:
+    """edged's measurements in a PCR: the event log replays to the quoted value of the
+    measurement PCR, the statement's code, config and models are among its events, and every
+    code and config event since boot is an allowed value (a device that ran code the baselines
+    do not allow since its last reboot is not trusted until it reboots)."""
+    pcr = tpm["measurementPcr"]
+    try:
+        events = tpm["eventLog"]
+        if not isinstance(events, list) or len(events) > MAX_EVENTS:
+            raise ValueError(f"eventLog must be a list of at most {MAX_EVENTS} events")
+        for e in events:
+            if not isinstance(e, Mapping) or set(e) != {"kind", "sha256"}:
+                raise ValueError("an event is {kind, sha256}")
+            if e["kind"] not in EVENT_KINDS or not isinstance(e["sha256"], str):
+                raise ValueError(f"an event's kind is one of {', '.join(EVENT_KINDS)}")
+            if len(e["sha256"]) != 64 or bytes.fromhex(e["sha256"]).hex() != e["sha256"]:
+                raise ValueError("an event's sha256 is 64 lowercase hexadecimal digits")
+        quoted = bytes.fromhex(tpm["pcrs"][str(pcr)])
+    except (KeyError, TypeError, ValueError) as exc:
+        return [f"EventLogMalformed: {exc}"]
+    if not hmac.compare_digest(replay(events), quoted):
+        return [f"EventLogMismatch: the event log does not replay to the quoted PCR {pcr}"]
+    reasons = []
+    seen = {(e["kind"], e["sha256"]) for e in events}
+    claimed = [("code", m.get("code")), ("config", m.get("config"))]
+    claimed += [("model", d) for d in m.get("models", ())]
+    for kind, digest in claimed:
+        if digest is not None and (kind, digest) not in seen:
+            reasons.append(f"MeasurementNotExtended: {kind} {digest} is not in PCR {pcr}")
+    # code and config since boot; models as the statement claims them (checked below in
+    # verify_evidence): a model replaced since boot need not stay owed
+    allowed = {"code": policy.allowed_code, "config": policy.allowed_config}
+    for kind, digest in sorted(seen):
+        names = allowed.get(kind)
+        if names is not None and digest not in names:
+            reasons.append(
+                f"EventNotAllowed: {kind} {digest} was extended into PCR {pcr} since boot "
+                "and is not a reference value"
+            )
     return reasons
 
 
@@ -278,6 +349,8 @@ def verify_evidence(
             )
         else:
             quote_reasons = _check_ak_quote(tpm, st, attestation_key)
+            if not quote_reasons and "measurementPcr" in tpm:
+                quote_reasons = _check_event_log(tpm, m, policy)
             reasons += quote_reasons
             tpm_attested = not quote_reasons
     elif tpm is not None:

@@ -30,7 +30,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edgefleet.errors import TrustError
-from edgefleet.trust.documents import ArtifactMetadata
+from edgefleet.trust.documents import (
+    ArtifactMetadata,
+    RollbackAllowance,
+    format_time,
+    parse_rollback,
+)
 from edgefleet.trust.envelopes import key_id
 
 if TYPE_CHECKING:
@@ -51,6 +56,7 @@ SNAPSHOT_MAX_BYTES = 1024 * 1024
 TARGETS_MAX_BYTES = 3 * 1024 * 1024  # within the device channel's 4 MiB message limit
 MAX_DELEGATIONS = 1000
 CUSTOM_FIELD = "edgefleet"
+ROLLBACK_FIELD = "rollbackAllowance"  # in the custom field of an artifact's model target
 
 
 def role_file(role: str) -> str:
@@ -116,15 +122,24 @@ def name_pattern_paths(patterns: Iterable[str]) -> list[str]:
     return out
 
 
-def artifact_targets(meta: ArtifactMetadata) -> dict[str, TargetFile]:
+def artifact_targets(
+    meta: ArtifactMetadata, *, rollback_expires: float | None = None
+) -> dict[str, TargetFile]:
     """The target of every file of ``meta``, with length, sha256 and a custom field naming
-    the artifact and the file's role."""
+    the artifact and the file's role. ``rollback_expires``: the model's target also carries
+    a **rollback allowance** until then, bound to the model's sha256 (a device that accepted
+    a higher version admits exactly these bytes again: :func:`rollback_grant`)."""
     from tuf.api.metadata import TargetFile
 
     out = {}
     for fname, info in sorted(meta.files.items()):
         path = target_path(meta.name, meta.version, fname)
-        custom = {"name": meta.name, "version": meta.version, "role": info.role}
+        custom: dict[str, Any] = {"name": meta.name, "version": meta.version, "role": info.role}
+        if rollback_expires is not None and info.role == "model":
+            custom[ROLLBACK_FIELD] = {
+                "sha256": info.sha256,
+                "expires": format_time(rollback_expires),
+            }
         out[path] = TargetFile(
             info.length,
             {"sha256": info.sha256},
@@ -132,6 +147,29 @@ def artifact_targets(meta: ArtifactMetadata) -> dict[str, TargetFile]:
             unrecognized_fields={"custom": {CUSTOM_FIELD: custom}},
         )
     return out
+
+
+def rollback_grant(target: TargetFile | None, *, what: str) -> RollbackAllowance | None:
+    """The rollback allowance a publisher's targets carry on a model's target (custom field
+    ``edgefleet.rollbackAllowance``: ``{"sha256": HEX, "expires": TIME}``), or None. Signed by
+    the delegated publisher (python-tuf verified the role) and bound to the digest it names;
+    the device checks name, version, digest and expiry (``check_model_version``)."""
+    if target is None:
+        return None
+    custom = target.unrecognized_fields.get("custom")
+    ours = custom.get(CUSTOM_FIELD) if isinstance(custom, dict) else None
+    raw = ours.get(ROLLBACK_FIELD) if isinstance(ours, dict) else None
+    if raw is None:
+        return None
+    if not isinstance(raw, dict) or set(raw) != {"sha256", "expires"}:
+        raise TrustError(
+            "MalformedMetadata",
+            f"{what}: custom.{CUSTOM_FIELD}.{ROLLBACK_FIELD} must be "
+            '{"sha256": HEX, "expires": TIME}',
+        )
+    assert isinstance(ours, dict)
+    doc = {"_type": "rollback", "name": ours.get("name"), "version": ours.get("version"), **raw}
+    return parse_rollback(doc, what=what)
 
 
 def check_assigned(lookup: Callable[[str], TargetFile | None], meta: ArtifactMetadata) -> None:
@@ -382,10 +420,16 @@ def find_role(targets_data: bytes, public_raw: bytes, name: str) -> str:
 
 
 def add_artifact(
-    current: bytes | None, meta: ArtifactMetadata, signers: Sequence[Signer], *, expires: float
+    current: bytes | None,
+    meta: ArtifactMetadata,
+    signers: Sequence[Signer],
+    *,
+    expires: float,
+    rollback_expires: float | None = None,
 ) -> bytes:
     """A publisher's delegated targets with the files of ``meta`` added (or replaced), the
-    next version, signed by ``signers``. ``current``: the role's metadata the hub holds."""
+    next version, signed by ``signers``. ``current``: the role's metadata the hub holds.
+    ``rollback_expires``: with a rollback allowance until then (:func:`artifact_targets`)."""
     from tuf.api.metadata import Targets
 
     if current:
@@ -394,7 +438,7 @@ def add_artifact(
     else:
         signed = Targets(version=1)
     signed.expires = _expiry(expires)
-    signed.targets.update(artifact_targets(meta))
+    signed.targets.update(artifact_targets(meta, rollback_expires=rollback_expires))
     return sign(signed, signers)
 
 

@@ -24,6 +24,7 @@ from edgefleet.trust.documents import (
     ROLE_ROOT,
     ArtifactMetadata,
     FileInfo,
+    RollbackAllowance,
     Root,
     format_time,
     parse_artifact,
@@ -390,9 +391,12 @@ def check_model_version(
     root: Root,
     allowance: Envelope | None,
     now: float,
+    grant: RollbackAllowance | None = None,
 ) -> None:
     """Refuse a model version lower than the highest accepted, unless a valid signed rollback
-    allowance names exactly this name and version."""
+    allowance names exactly this name, version and model sha256: ``grant``, the one in the
+    publisher's TUF targets (custom field of the model's target, verified by python-tuf), or
+    else ``allowance``, a separate envelope signed by artifacts keys."""
     accepted = state.artifacts.get(meta.name)
     if accepted is None or not _comparable(accepted.model_version):
         return  # nothing accepted, or a version recorded before such versions were refused
@@ -400,6 +404,25 @@ def check_model_version(
     if compare_versions(meta.version, accepted.model_version) >= 0:
         return
     what = f"{meta.name} {meta.version}"
+    if grant is not None:
+        gwhat = f"rollback allowance in the TUF targets for {what}"
+        _, model = meta.model_file()
+        if (grant.name, grant.version) != (meta.name, meta.version):
+            raise TrustError(
+                "RollbackAllowanceMismatch",
+                f"{gwhat}: the allowance is for {grant.name} {grant.version}",
+            )
+        if grant.sha256 != model.sha256:
+            raise TrustError(
+                "RollbackAllowanceMismatch",
+                f"{gwhat}: the allowance is for other bytes (sha256 {grant.sha256}, the signed "
+                f"model is {model.sha256})",
+            )
+        if now >= grant.expires:
+            raise TrustError(
+                "RollbackAllowanceExpired", f"{gwhat}: expired at {format_time(grant.expires)}"
+            )
+        return
     if allowance is None:
         raise TrustError(
             "ModelVersionRollback",

@@ -115,3 +115,72 @@ def test_baseline_network_problems(spec: dict[str, Any], problem: str) -> None:
     with pytest.raises(ValidationError) as info:
         baselines.parse_security_baseline(_baseline(**spec))
     assert any(str(p).startswith(problem) for p in info.value.problems), info.value.problems
+
+
+KEY_A, KEY_B = "a" * 64, "B" * 64
+
+
+def test_baseline_publishers_are_canonical_and_keep_the_document_order() -> None:
+    parsed = baselines.parse_security_baseline(
+        _baseline(
+            publishers=[
+                {"keys": [KEY_B, KEY_A], "deployments": ["vision-*", "cam?"]},
+                {"keys": [KEY_A], "deploymentLabels": {"team": "audio"}},
+            ]
+        )
+    )
+    rules = parsed.spec.publishers
+    assert rules is not None and rules[0].keys == ("b" * 64, KEY_A)  # field paths follow it
+    assert parsed.to_dict()["spec"]["publishers"] == [
+        {"keys": [KEY_A, "b" * 64], "deployments": ["cam?", "vision-*"]},
+        {"keys": [KEY_A], "deploymentLabels": {"team": "audio"}},
+    ]
+    assert baselines.parse_security_baseline(parsed.to_dict()).to_dict() == parsed.to_dict()
+    assert rules[0].covers("vision-front", {}) and rules[0].covers("cam1", {})
+    assert not rules[0].covers("camera", {}) and not rules[0].covers("audio", {"team": "audio"})
+    assert rules[1].covers("x", {"team": "audio", "a": "b"}) and not rules[1].covers("x", {})
+    # absent: says nothing of publishers; [] is "no publisher for any deployment"
+    assert baselines.parse_security_baseline(_baseline()).spec.publishers is None
+    empty = baselines.parse_security_baseline(_baseline(publishers=[]))
+    assert empty.spec.publishers == () and empty.to_dict()["spec"]["publishers"] == []
+
+
+@pytest.mark.parametrize(
+    ("publishers", "problem"),
+    [
+        ({"keys": [KEY_A]}, "spec.publishers[0]: must say which deployments"),
+        ({"keys": [], "deployments": ["x"]}, "spec.publishers[0].keys: must name at least one"),
+        (
+            {"keys": ["sha256:" + KEY_A], "deployments": ["x"]},
+            "spec.publishers[0].keys[0]: must be a key id",
+        ),
+        ({"keys": [KEY_A, KEY_A], "deployments": ["x"]}, "spec.publishers[0].keys[1]: duplicates"),
+        ({"keys": [KEY_A], "deployments": ["vision/*"]}, "spec.publishers[0].deployments[0]: must"),
+        ({"keys": [KEY_A], "deployments": ["[a-z]*"]}, "spec.publishers[0].deployments[0]: must"),
+        ({"keys": [KEY_A], "deployments": ["Det"]}, "spec.publishers[0].deployments[0]: must"),
+        ({"keys": [KEY_A], "deployments": [""]}, "spec.publishers[0].deployments[0]: must"),
+        (
+            {"keys": [KEY_A], "deploymentLabels": {"team": 3}},
+            "spec.publishers[0].deploymentLabels.team",
+        ),
+        (
+            {"keys": [KEY_A], "deployments": ["x"], "roles": ["v"]},
+            "spec.publishers[0].roles: unknown",
+        ),
+    ],
+)
+def test_baseline_publisher_problems(publishers: dict[str, Any], problem: str) -> None:
+    with pytest.raises(ValidationError) as info:
+        baselines.parse_security_baseline(_baseline(publishers=[publishers]))
+    assert problem in str(info.value)
+
+
+def test_unknown_publisher_keys_are_refused_with_their_field_path() -> None:
+    doc = orjson.dumps(_baseline(publishers=[{"keys": [KEY_A, KEY_B], "deployments": ["*"]}]))
+    other = orjson.dumps({"apiVersion": "edgefleet.io/v1", "kind": "SecurityBaseline",
+                          "metadata": {"name": "b"}, "spec": {}})  # fmt: skip
+    with pytest.raises(ValidationError) as info:
+        applying.check_publisher_keys([other, doc], frozenset({KEY_A}))
+    assert [p.path for p in info.value.problems] == ["documents[1].spec.publishers[0].keys[1]"]
+    assert "is not a publisher key of this hub" in str(info.value)
+    applying.check_publisher_keys([other, doc], frozenset({KEY_A, "b" * 64}))

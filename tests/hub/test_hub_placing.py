@@ -198,3 +198,29 @@ def test_device_json_round_trip() -> None:
         generation_acked=7,
     )
     assert Device.from_json(d.to_json()) == d
+
+
+def test_require_tpm_places_only_on_tpm_attested_devices() -> None:
+    """placement.requireTpm: a software-attested device (no AK bound to its EK) or one whose
+    TPM attestation is not trusted does not get the deployment, with the reason; a
+    TPM-attested one does (a device cannot claim it with a label of its own)."""
+    from hub.placing import TPM_LABEL
+
+    tpm = deployment("tpm", placement={"requireTpm": True})
+    assert tpm.to_dict()["spec"]["placement"] == {"requireTpm": True}
+    assert "requireTpm" not in deployment("p").to_dict()["spec"].get("placement", {})
+    software = READY.with_(attestation=Attestation(TrustState.TRUSTED), labels={TPM_LABEL: "true"})
+    bound = READY.with_(attestation_key_pem="-----BEGIN PUBLIC KEY-----\n...")
+    trusted = bound.with_(attestation=Attestation(TrustState.TRUSTED))
+    untrusted = bound.with_(attestation=Attestation(TrustState.UNTRUSTED, ("NoTpmQuote: x",)))
+    policy = SecurityPolicy()
+    out = project(software, [tpm, PLAIN], previous=NONE, policy=policy)
+    assert out.names == ("plain",)
+    assert out.excluded["tpm"] == (
+        "placement.requireTpm: the device is software-attested (no TPM attestation key bound "
+        "to its endorsement key)"
+    )
+    assert project(trusted, [tpm], previous=NONE, policy=policy).names == ("tpm",)
+    out = project(untrusted, [tpm], previous=frozenset({"tpm"}), policy=policy)
+    assert out.names == ()  # taken off a device whose TPM attestation fails
+    assert "not trusted (NoTpmQuote: x)" in out.excluded["tpm"]

@@ -698,3 +698,25 @@ def test_property_preemption_evicts_a_minimal_set(
                 best = k if best is None else min(best, k)
                 break
     assert len(preempted) == best
+
+
+def test_require_tpm_places_only_on_tpm_attested_devices() -> None:
+    from hub.devices import Attestation, TrustState
+
+    base = Device("soft", labels={"attestation.edgefleet.io/tpm": "true"})  # claims it
+    devices = [
+        base,
+        Device("tpm", attestation_key_pem="pem", attestation=Attestation(TrustState.TRUSTED)),
+        Device("failing", attestation_key_pem="pem"),
+    ]
+    policy = SecurityPolicy()
+    nodes = [
+        node_of(d.with_(phase=DevicePhase.READY, last_heartbeat=NOW), policy, region="eu")
+        for d in devices
+    ]
+    nodes = [Node(n.name, n.labels, cpu_millis=4000, memory_bytes=4 * GiB, last_heartbeat=NOW)
+             for n in nodes]  # fmt: skip
+    want = dep("tpm", total=3, placement={"requireTpm": True})
+    result = schedule([want], nodes, {}, NOW)
+    assert set(result.placements["tpm"]) == {"tpm"}
+    assert "2 not TPM-attested (placement.requireTpm)" in result.explanations["tpm"].message()

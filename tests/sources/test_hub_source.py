@@ -458,3 +458,70 @@ def test_baselines_in_the_hubs_state_are_accepted_and_survive_a_restart(
     assert [b.name for b in again.baselines] == ["fleet"]
     apply(source, hub, 6, [deployment("1.0.0")], [meta])
     assert source.baselines == ()
+
+
+def _baseline(publishers: list[dict[str, object]]) -> bytes:
+    return orjson.dumps(
+        {"apiVersion": "edgefleet.io/v1", "kind": "SecurityBaseline",
+         "metadata": {"name": "pubs"}, "spec": {"publishers": publishers}}
+    )  # fmt: skip
+
+
+def test_a_publisher_not_allowed_for_the_deployment_is_refused_before_download(
+    env: tuple[Hub, HubSource, Path],
+) -> None:
+    """Without TUF: the keys that signed the envelope must be allowed for the deployment by
+    the baselines of the same desired state. Both keys here are in the trust root."""
+    from edgefleet.trust.envelopes import key_id
+    from edgefleet.trust.signing import load_public_key_raw
+
+    hub, source, _ = env
+    tmp = hub.tmp
+    create_root(  # before the device read it: pub and stranger both sign artifacts
+        root_keys=[tmp / "pub.key"],
+        artifact_keys=[tmp / "pub.pub", tmp / "stranger.pub"],
+        out=tmp / "root.json",
+    )
+    pub = key_id(load_public_key_raw(tmp / "pub.pub"))
+    meta, sha = hub.model("1.0.0")
+    others = _baseline([{"keys": [pub], "deployments": ["other-*"]}])
+    r = apply(source, hub, 1, [deployment("1.0.0"), others], [meta])
+    assert [p.reason for p in r.problems] == ["PublisherNotAllowed"], r.problems
+    assert "no rule of SecurityBaseline pubs's spec.publishers covers deployment 'det'" in (
+        r.problems[0].message
+    )
+    assert hub.calls == [] and "det" not in r.workloads  # never fetched, never loaded
+    assert source.incoming["det"].reason == "PublisherNotAllowed"
+    allowed = _baseline([{"keys": [pub], "deployments": ["det"]}])
+    r = apply(source, hub, 2, [deployment("1.0.0"), allowed], [meta])
+    assert r.problems == () and r.workloads["det"].sha256 == sha
+    # 2.0.0 signed by a key the trust root trusts but the baseline does not allow for det:
+    # refused before download, and 1.0.0 (still allowed) keeps serving
+    meta2, _ = hub.model("2.0.0", key="stranger", seed=2)
+    hub.calls.clear()
+    r = apply(source, hub, 3, [deployment("2.0.0"), allowed], [meta2])
+    assert [p.reason for p in r.problems] == ["PublisherNotAllowed"], r.problems
+    assert "signed by key(s)" in r.problems[0].message and hub.calls == []
+    assert r.workloads["det"].sha256 == sha
+    # the baseline no longer allows 1.0.0's publisher either: it stops
+    r = apply(source, hub, 4, [deployment("1.0.0"), others], [meta])
+    assert [p.reason for p in r.problems] == ["PublisherNotAllowed"]
+    assert "det" not in r.workloads
+
+
+def test_a_deployment_requiring_a_tpm_is_not_run_by_a_software_attested_device(
+    env: tuple[Hub, HubSource, Path],
+) -> None:
+    hub, source, data = env
+    meta, sha = hub.model("1.0.0")
+    doc = orjson.loads(deployment("1.0.0"))
+    doc["spec"]["placement"] = {"requireTpm": True}
+    tpm = orjson.dumps(doc)
+    r = apply(source, hub, 1, [tpm], [meta])
+    assert [p.reason for p in r.problems] == ["TpmRequired"]
+    assert "software-attested" in r.problems[0].message and "det" not in r.workloads
+    assert hub.calls == []
+    (data / "identity").mkdir(parents=True, exist_ok=True)
+    (data / "identity" / "ak.json").write_text("{}")  # an AK the hub bound at enrollment
+    r = apply(source, hub, 2, [tpm], [meta])
+    assert r.problems == () and r.workloads["det"].sha256 == sha

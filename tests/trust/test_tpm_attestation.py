@@ -387,3 +387,80 @@ def test_a_failed_enrollment_keeps_no_attestation_key(tpm: Tpm, tmp_path: Path) 
             assert not (tmp_path / "cam-4" / "hub" / "link.json").exists()
 
     run(main())
+
+
+def test_edgeds_measurements_in_a_static_pcr_are_replayed_and_checked(
+    tpm: Tpm, tmp_path: Path
+) -> None:
+    """trust.measurementPcr: edged's code digest and each model in use are extended into PCR
+    15 (reset only by a reboot) before the quote; the hub replays the event log against the
+    quoted value and checks every event. A log that lost an event, or was deleted while the
+    PCR kept its extends, does not replay; code the reference values do not allow, extended
+    once since boot, keeps the device untrusted."""
+    from edged.trust.attesting import MeasurementLog
+
+    root, pin = _root(tmp_path)
+    model = "cd" * 32
+    log_path = tmp_path / "run" / "measurements.json"
+
+    async def main() -> None:
+        async with await _hub(tmp_path, tpm.ca) as hub:
+            install_roots(hub.ctx, HubRoots((root,)))
+            result = await _enroll(hub, tmp_path / "cam-m", pin, tpm.tcti)
+            assert result.attestation == "tpm"
+            await hub.ctx.writer.flush()
+            device = hub.ctx.cache.devices["cam-m"]
+            data = tmp_path / "cam-m"
+
+            def answer(nonce: bytes) -> dict[str, Any]:
+                answerer = ChallengeAnswerer(
+                    data, config_path=None, trust_root_path=data / "trust" / "root.json",
+                    model_digests=lambda: [model], tpm=tpm.tcti,
+                    measurement=MeasurementLog(log_path, 15),
+                )  # fmt: skip
+                return dict(orjson.loads(answerer._answer(nonce)))
+
+            def verdict(doc: dict[str, Any], nonce: bytes, policy: Policy = POLICY) -> Any:
+                return verify_evidence(
+                    doc, expected_nonce=nonce, identity_public_key=device.public_key_pem,
+                    policy=policy, now=time.time(), attestation_key=device.attestation_key_pem,
+                )  # fmt: skip
+
+            nonce = os.urandom(32)
+            doc = await asyncio.to_thread(answer, nonce)
+            tpm_part = doc["tpm"]
+            assert tpm_part["measurementPcr"] == 15 and sorted(tpm_part["pcrs"], key=int) == [
+                *(str(i) for i in range(8)),
+                "15",
+            ]
+            code = doc["statement"]["measurements"]["code"]
+            assert tpm_part["eventLog"] == [
+                {"kind": "code", "sha256": code},
+                {"kind": "model", "sha256": model},
+            ]
+            v = verdict(doc, nonce)
+            assert (v.trusted, v.tpm_attested) == (True, True), v.reasons
+            # a second answer extends nothing new: the same log replays to the same value
+            nonce2 = os.urandom(32)
+            again = await asyncio.to_thread(answer, nonce2)
+            assert again["tpm"]["pcrs"]["15"] == tpm_part["pcrs"]["15"]
+            assert verdict(again, nonce2).trusted
+
+            def reasons(d: dict[str, Any], n: bytes, policy: Policy = POLICY) -> list[str]:
+                return [r.split(":")[0] for r in verdict(d, n, policy).reasons]
+
+            dropped = copy.deepcopy(doc)
+            dropped["tpm"]["eventLog"] = dropped["tpm"]["eventLog"][:1]
+            assert reasons(dropped, nonce) == ["EventLogMismatch"]
+            strict = dataclasses.replace(POLICY, allowed_code=frozenset({"ab" * 32}))
+            assert reasons(doc, nonce, strict) == ["EventNotAllowed", "CodeNotAllowed"]
+            bad_pcr = copy.deepcopy(doc)
+            bad_pcr["tpm"]["measurementPcr"] = 23  # resettable by software: refused
+            assert reasons(bad_pcr, nonce) == ["QuoteMalformed"]
+            # the log deleted while the PCR keeps its extends (not a reboot): no replay
+            log_path.unlink()
+            nonce3 = os.urandom(32)
+            lost = await asyncio.to_thread(answer, nonce3)
+            assert reasons(lost, nonce3) == ["EventLogMismatch"]
+
+    run(main())

@@ -23,7 +23,7 @@ from edged.trust.tufclient import TufClient
 from edgefleet.errors import TrustError
 from edgefleet.trust import tufmeta
 from edgefleet.trust.documents import ArtifactMetadata, FileInfo, Root, parse_root
-from edgefleet.trust.envelopes import ROOT_TYPE, decode_payload
+from edgefleet.trust.envelopes import ROOT_TYPE, decode_payload, key_id
 from hub.tufrepo import TufRepository, create_repository
 
 DAY = 86400.0
@@ -65,13 +65,16 @@ class Hub:
     def reload(self, **kwargs: Any) -> None:
         self.repo = TufRepository(self.data / "tuf", **kwargs)
 
-    def publish(self, key: str, role: str, meta: ArtifactMetadata) -> bytes:
+    def publish(
+        self, key: str, role: str, meta: ArtifactMetadata, *, rollback: float | None = None
+    ) -> bytes:
         """What ``edgectl models push`` does: the role's targets plus ``meta``, signed."""
         data = tufmeta.add_artifact(
             self.repo.read(tufmeta.role_file(role)),
             meta,
             [tufmeta.tuf_signer(self.keys[key].key_file)],
             expires=time.time() + 30 * DAY,
+            rollback_expires=rollback,
         )
         version = self.repo.check_delegated(role, data, meta, now=time.time())
         self.repo.store_delegated(role, data, version)
@@ -380,3 +383,66 @@ def test_tuf_metadata_that_went_missing_is_detected(hub: Hub, tmp_path: Path) ->
     shutil.rmtree(client.dir)
     refused("TrustStateLost", client.refresh, hub.fetch, hub.fleet_root, floor=version)
     assert not client.dir.exists()
+
+
+def test_the_publisher_role_that_lists_an_artifact_is_found(hub: Hub, tmp_path: Path) -> None:
+    """Publishers per deployment check the keys of the role python-tuf took a target from."""
+    vision, audio = artifact("vision-det", "1.0.0"), artifact("audio-asr", "1.0.0", b"asr")
+    hub.publish("pub1", "vision", vision)
+    hub.publish("pub2", "audio", audio)
+    client, updater = device(tmp_path, hub)
+    for meta, role, key in ((vision, "vision", "pub1"), (audio, "audio", "pub2")):
+        TufClient.check(updater, meta)
+        found = client.publisher_role(meta)
+        assert (found.name, found.keyids, found.threshold) == (
+            role,
+            frozenset({key_id(hub.keys[key].raw)}),
+            1,
+        )
+    refused("PublisherNotAllowed", client.publisher_role, artifact("vision-det", "9.0.0"))
+
+
+def test_a_rollback_allowance_in_the_targets_is_bound_to_the_digest(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """An allowance as a custom field of the publisher's model target lets exactly those
+    bytes in again after a higher version; one naming another digest, an expired one, or
+    none at all is refused."""
+    from tuf.api.metadata import Targets
+
+    from edgefleet.trust.verifying import Accepted, TrustState, check_model_version
+
+    old = artifact("vision-det", "1.0.0", b"v1")
+    hub.publish("pub1", "vision", old, rollback=time.time() + DAY)
+    client, updater = device(tmp_path, hub)
+    path = "vision-det/1.0.0/model.onnx"
+    grant = tufmeta.rollback_grant(updater.get_targetinfo(path), what=path)
+    assert grant is not None and grant.sha256 == old.files["model.onnx"].sha256
+    state = TrustState(artifacts={"vision-det": Accepted(1, "2.0.0")})
+    root, now = hub.fleet_root, time.time()
+
+    def check(meta: ArtifactMetadata, g: Any) -> None:
+        check_model_version(meta, state=state, root=root, allowance=None, now=now, grant=g)
+
+    check(old, grant)
+    refused("RollbackAllowanceMismatch", check, artifact("vision-det", "1.0.0", b"other"), grant)
+    refused("RollbackAllowanceExpired", lambda: check_model_version(
+        old, state=state, root=root, allowance=None, now=grant.expires, grant=grant))  # fmt: skip
+    refused("ModelVersionRollback", check, old, None)
+
+    # the publisher's targets carry an allowance naming other bytes than the target lists
+    held, _ = tufmeta.parse(hub.repo.read("vision.json") or b"", Targets, what="vision")
+    custom = held.targets[path].unrecognized_fields["custom"]["edgefleet"]
+    custom["rollbackAllowance"]["sha256"] = "0" * 64
+    held.version += 1
+    data = tufmeta.sign(held, [tufmeta.tuf_signer(hub.keys["pub1"].key_file)])
+    hub.repo.store_delegated("vision", data, hub.repo.check_delegated("vision", data, old, now=now))
+    updater = client.refresh(hub.fetch, hub.fleet_root)
+    other = tufmeta.rollback_grant(updater.get_targetinfo(path), what=path)
+    assert other is not None and other.sha256 == "0" * 64
+    refused("RollbackAllowanceMismatch", check, old, other)
+    # a custom field that is not an allowance
+    bad = dict(custom, rollbackAllowance={"sha256": "0" * 64})
+    target = held.targets[path]
+    target.unrecognized_fields["custom"]["edgefleet"] = bad
+    refused("MalformedMetadata", tufmeta.rollback_grant, target, what=path)

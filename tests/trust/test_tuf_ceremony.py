@@ -22,7 +22,8 @@ def test_offline_root_and_targets_installed_then_rotated(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     d = tmp_path / "hub"
-    assert hub(["init", "--data-dir", str(d)]) == 0  # quickstart root key: the fleet root's
+    # quickstart root key: the fleet root's; no quickstart TUF repository (the ceremony's)
+    assert hub(["init", "--data-dir", str(d), "--no-tuf"]) == 0
     assert hub(["tuf", "online-key", "--data-dir", str(d)]) == 0
     online = d / "tuf" / "online.pub"
     assert online.exists() and "online key" in capsys.readouterr().out
