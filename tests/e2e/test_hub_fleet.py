@@ -315,7 +315,9 @@ def test_certificate_renewal_and_device_lifecycle(
     toml = hub.data / "hub.toml"
     text = toml.read_text()
     for key, value in (
-        ("deviceLifetime", "12s"),
+        # long enough for edged to start and connect on a loaded machine before the first
+        # certificate expires (an expired one cannot connect: that device must re-enroll)
+        ("deviceLifetime", "30s"),
         ("heartbeatInterval", "1s"),
         ("heartbeatGrace", "3s"),
     ):
@@ -339,7 +341,7 @@ def test_certificate_renewal_and_device_lifecycle(
         wait_for(lambda: phase() == "Ready", 30, "dev-a Ready")
         wait_for(
             lambda: (data / "hub" / "device.crt").read_bytes() != first,
-            20,
+            40,
             "the certificate to be renewed",
         )
         # logged after the rename and the directory's fsync: poll, do not race it

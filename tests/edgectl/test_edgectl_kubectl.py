@@ -373,7 +373,8 @@ def test_explain_describes_fields_from_the_validation(config: Path) -> None:
         (["explain", "events.object.nope"], 1, 'error: field "nope" does not exist in '
          "Event.object (fields: kind, name)"),
         (["explain", "nodes"], 2, "error: unknown resource type 'nodes' (one of "
-         "deployments, policies, baselines, devices, models, tokens, events)"),
+         "deployments, policies, baselines, secrets, priorityclasses, devices, models, tokens, "
+         "events)"),
         (["explain", "md", "--config", str(config)], 2, "error: explain: --config does not "
          "apply"),
     ):  # fmt: skip

@@ -23,7 +23,15 @@ from hub import tokens
 from hub.initializing import HubPaths
 from hub.store.identity import MARKER_NAME, read_marker
 
-PUBLIC = {"ca.crt", "hub.crt", "admin.crt", "trust-root.json", "publisher.pub", "root.pub"}
+PUBLIC = {
+    "ca.crt",
+    "hub.crt",
+    "admin.crt",
+    "trust-root.json",
+    "publisher.pub",
+    "root.pub",
+    "targets.pub",
+}
 
 
 def _hub(*args: object, timeout: float = 60) -> subprocess.CompletedProcess[str]:
