@@ -186,12 +186,28 @@ def manifest_for(
     return _rewritten(encoded, total, accelerator, priority)
 
 
+SCHEDULER_ONLY_PLACEMENT = (
+    "deploymentAffinity",
+    "deploymentAntiAffinity",
+    "strategy",
+    "maxLatencyP95",
+)
+"""``spec.placement`` fields of a ``replicas.total`` deployment that only the scheduler acts
+on (edgefleet.api.manifests refuses them with ``perDevice``): not sent to a device."""
+
+
 @functools.lru_cache(maxsize=4096)
 def _rewritten(encoded: bytes, per_device: bool, accelerator: str, priority: int | None) -> bytes:
     doc = orjson.loads(encoded)
     spec = doc.get("spec", {})
     if per_device:
         spec["replicas"] = {"perDevice": 1}
+        placement = spec.get("placement")
+        if isinstance(placement, dict):
+            # what the scheduler acted on is the hub's: edged refuses it with perDevice (it
+            # would otherwise drop the whole deployment as an invalid manifest)
+            for key in SCHEDULER_ONLY_PLACEMENT:
+                placement.pop(key, None)
         if isinstance(spec.get("scaling"), dict):
             # the hub scales replicas.total (hub/autoscaling.py): the device keeps its one
             # replica and samples the load it reports (min = max = 1: it never scales)

@@ -108,3 +108,38 @@ def test_never_preempt_places_in_priority_order_but_evicts_nothing() -> None:
     assert kept.placements == {"low": ("a",), "urgent": ()} and not kept.evictions
     taken = schedule([low, urgent], nodes, {"low": ["a"]}, NOW)
     assert taken.placements == {"low": (), "urgent": ("a",)}
+
+
+def test_a_placed_device_gets_a_manifest_it_accepts_without_the_scheduler_only_fields() -> None:
+    """A ``replicas.total`` deployment reaches its devices as ``perDevice: 1``; the placement
+    fields only the scheduler acts on (which edged refuses with ``perDevice``) stay at the
+    hub, so the device parses what it is sent (found end to end: it dropped the deployment
+    as an invalid manifest)."""
+    import orjson
+
+    from edgefleet.api import parse_manifest
+    from hub.desired import SCHEDULER_ONLY_PLACEMENT, manifest_for
+    from hub.rolling import Revision, template_hash
+
+    manifest = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "lat"},
+        "spec": {
+            "model": {"name": "lat", "version": "1.0.0"},
+            "replicas": {"total": 2},
+            "placement": {
+                "nodeSelector": {"site": "a"},
+                "maxLatencyP95": "50ms",
+                "strategy": "BinPack",
+                "deploymentAntiAffinity": ["other"],
+            },
+        },
+    }
+    hub_side = parse_manifest(manifest).to_dict()
+    revision = Revision("lat", 1, template_hash(hub_side), hub_side, 0.0)
+    sent = orjson.loads(manifest_for(revision, {"site": "a"}))
+    assert sent["spec"]["replicas"] == {"perDevice": 1}
+    assert sent["spec"]["placement"] == {"nodeSelector": {"site": "a"}}
+    assert not set(SCHEDULER_ONLY_PLACEMENT) & set(sent["spec"]["placement"])
+    parse_manifest(sent)  # what edged does with it: no ValidationError
