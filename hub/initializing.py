@@ -22,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import ipaddress
 import os
+import shutil
 import socket
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -252,10 +253,13 @@ def _write_credentials(
 
 
 def _remove_files(data_dir: Path) -> None:
-    """Leave the directory as empty as ``hub init`` found it."""
+    """Leave the directory as empty as ``hub init`` found it (it was empty: _check_empty),
+    directories it made included (``tuf/``, the TUF repository)."""
     if data_dir.is_dir():
         for entry in os.scandir(data_dir):
-            if not entry.is_dir():
+            if entry.is_dir(follow_symlinks=False):
+                shutil.rmtree(entry.path)
+            else:
                 os.unlink(entry.path)
 
 

@@ -238,7 +238,9 @@ class Scheduler:
                 if name in cache.deployments
             }
             explanations = dict(result.explanations)
-        budgets = {n: _budget(cache.deployments[n]) for n in after}
+        # the moves' budget counts from the total the scheduler placed: the fleet autoscaler's
+        # when it changed it (else new replicas past the spec's total + maxSurge would wait)
+        budgets = {n: _budget(_with_total(cache.deployments[n], self.totals(n))) for n in after}
         steps = plan_moves(
             budgets,
             after,

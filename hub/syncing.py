@@ -293,18 +293,25 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         request_iterator: AsyncIterator[device_pb2.DeviceMessage],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[device_pb2.HubMessage]:
-        caller, device = await self._caller(context)
         ctx = self.ctx
         it = request_iterator.__aiter__()
+        # The first message is read before the caller is checked: a refusal sent while the
+        # device is still writing its hello reaches it as INTERNAL ("Internal error from
+        # Core", gRPC's client turns the failed write into that), not as the refusal. The
+        # caller passed mutual TLS; the read is bounded in size and time.
+        missing: BaseException | None = None
         try:
             first = await asyncio.wait_for(it.__anext__(), HELLO_TIMEOUT_S)
         except (TimeoutError, StopAsyncIteration) as exc:
-            log.warning("sync without hello", device=caller.name, error=type(exc).__name__)
+            missing = exc
+        except asyncio.CancelledError:
+            log.warning("sync cancelled before hello", peer=context.peer())
+            raise
+        caller, device = await self._caller(context)
+        if missing is not None:
+            log.warning("sync without hello", device=caller.name, error=type(missing).__name__)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the stream must open with Hello")
             return
-        except asyncio.CancelledError:
-            log.warning("sync cancelled before hello", device=caller.name)
-            raise
         if first.WhichOneof("message") != "hello":
             await context.abort(
                 grpc.StatusCode.INVALID_ARGUMENT,

@@ -5,6 +5,7 @@ benchmarks use too."""
 
 from __future__ import annotations
 
+import json
 import subprocess
 import time
 from collections.abc import Callable
@@ -167,6 +168,19 @@ class Edged:
 
     def worker_pids(self, name: str) -> list[int]:
         return [r["pid"] for r in self.workload(name)["replicas"] if r["pid"]]
+
+    def probe_results(self) -> list[Any]:
+        """What each worker's test probe reported (``EDGEFLEET_TEST_WORKER_PROBE``): the
+        worker writes it to its stderr, which edged forwards into its own log as a
+        "worker output" record (edged/runtime/output.py)."""
+        found = []
+        for line in self.log_path.read_text().splitlines():
+            if '"worker output"' not in line or "worker test probe: " not in line:
+                continue
+            text = str(json.loads(line).get("line", ""))
+            if text.startswith("worker test probe: "):
+                found.append(json.loads(text.split(": ", 1)[1]))
+        return found
 
     def logs(self) -> str:
         try:

@@ -108,7 +108,7 @@ def test_a_model_the_disk_cannot_hold_is_refused_and_the_link_goes_on(
                 shown = hub.edgectl("get", "devices", "disk-1", "-o", "json").stdout
                 return "InsufficientDisk" in shown
 
-            wait_for(hub_knows, 30, "the hub to see InsufficientDisk in the device's status")
+            wait_for(hub_knows, 90, "the hub to see InsufficientDisk in the device's status")
             assert e.status()["hub"]["connected"]
             by.wait_for_answers(10)
         assert not by.errors, by.errors[:3]

@@ -9,22 +9,15 @@ skip with the reason when those are missing; CI (.ci/run) runs as root with all 
 
 from __future__ import annotations
 
-from pathlib import Path
-
 import pytest
 from debhelper import TOOLS_REASON, DebhelperBuild, build_packages
 from debroot import ROOT_REASON
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
-    here = Path(__file__).parent
     for item in items:
         if "needs_root" in item.keywords and ROOT_REASON:
             item.add_marker(pytest.mark.skip(reason=ROOT_REASON))
-        if "debhelper_build" in getattr(item, "fixturenames", ()) and here in item.path.parents:
-            # one pytest-xdist worker runs every test of the build (scripts/test uses
-            # --dist loadgroup), so the session fixture builds the packages once, not per worker
-            item.add_marker(pytest.mark.xdist_group("debhelper-build"))
 
 
 @pytest.fixture(scope="session")

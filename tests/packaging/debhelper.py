@@ -10,6 +10,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).parents[2]
 PACKAGES = ("edgefleet-common", "edgefleet-edged", "edgefleet-hub", "edgefleet-edgectl")
 TOOLS_REASON = (
@@ -43,3 +45,9 @@ def build_packages(directory: Path) -> DebhelperBuild:
     return DebhelperBuild(
         directory, build.returncode, build.stdout[-4000:] + build.stderr[-4000:], debs
     )
+
+
+BUILD_GROUP = pytest.mark.xdist_group("debhelper-build")
+"""On every test of the debhelper build: one pytest-xdist worker runs them all (scripts/test
+uses --dist loadgroup), so the session fixture builds the packages once, not once per worker.
+A static mark: xdist reads the groups before directory hooks could add them."""
