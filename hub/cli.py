@@ -270,7 +270,10 @@ async def _init(args: argparse.Namespace) -> int:
         raise StoreError("--replica-address: replicas share an etcd store (--store etcd://...)")
 
     trust_setup = choose_trust_setup(
-        no_trust_root=args.no_trust_root, trust_root=args.trust_root, tuf=args.tuf
+        no_trust_root=args.no_trust_root,
+        trust_root=args.trust_root,
+        tuf=args.tuf,
+        replicas=bool(args.replica_address),
     )
     if args.parent:
         trust_setup = _parent_setup(args)

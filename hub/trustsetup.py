@@ -153,14 +153,26 @@ def operator_trust(source: Path) -> TrustSetup:
 
 
 def choose_trust_setup(
-    *, no_trust_root: bool, trust_root: Path | None, tuf: bool | None = None
+    *,
+    no_trust_root: bool,
+    trust_root: Path | None,
+    tuf: bool | None = None,
+    replicas: bool = False,
 ) -> TrustSetup | None:
     """What ``hub init`` does about trust, from its options. ``tuf``: None is the default,
     a TUF repository whenever ``hub init`` makes the keys (the quickstart trust); with an
     operator's root (``--trust-root``) the repository comes from the offline ceremony
-    (``hub tuf online-key``, ``hub tuf install``), and ``--no-trust-root`` has none."""
+    (``hub tuf online-key``, ``hub tuf install``), and ``--no-trust-root`` has none.
+    ``replicas`` (``--replica-address``): no repository by default, and ``--tuf`` is refused:
+    each replica would sign its own timestamps and snapshots in its own ``D/tuf/``, and a
+    device moving between replicas would rightly refuse the lower versions as a rollback."""
+    if tuf and replicas:
+        raise HubDirError(
+            "--tuf: not supported yet with --replica-address (the TUF repository is not "
+            "shared between hub replicas: docs/etcd.md)"
+        )
     if tuf is None:
-        tuf = not no_trust_root and trust_root is None
+        tuf = not no_trust_root and trust_root is None and not replicas
     if tuf and (no_trust_root or trust_root is not None):
         raise HubDirError(
             "--tuf: not supported yet with --trust-root or --no-trust-root (it makes a "
