@@ -20,6 +20,7 @@ from edgefleet.api.baselines import SecurityBaseline, read_security_baseline
 from edgefleet.api.meta import (
     API_VERSION,
     ObjectMeta,
+    SpecObject,
     dns_label,
     label_key,
     label_value,
@@ -571,34 +572,13 @@ class ModelDeploymentSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class ModelDeployment:
+class ModelDeployment(SpecObject):
     """Run a model on the devices that match, kept so by the hub and by edged."""
 
     KIND: ClassVar[str] = "ModelDeployment"
 
     metadata: ObjectMeta
     spec: ModelDeploymentSpec
-
-    @property
-    def kind(self) -> str:
-        return self.KIND
-
-    @property
-    def api_version(self) -> str:
-        return API_VERSION
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    def to_dict(self) -> dict[str, Any]:
-        """The canonical camelCase document; :func:`parse_manifest` reads it back equal."""
-        return {
-            "apiVersion": API_VERSION,
-            "kind": self.KIND,
-            "metadata": self.metadata.to_dict(),
-            "spec": self.spec.to_dict(),
-        }
 
 
 # -- DeviceHealthPolicy (discovery) ----------------------------------------------------------
@@ -639,33 +619,13 @@ class DeviceHealthPolicySpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class DeviceHealthPolicy:
+class DeviceHealthPolicy(SpecObject):
     """When this device reports itself schedulable (evaluated by edged; nothing is killed)."""
 
     KIND: ClassVar[str] = "DeviceHealthPolicy"
 
     metadata: ObjectMeta
     spec: DeviceHealthPolicySpec
-
-    @property
-    def kind(self) -> str:
-        return self.KIND
-
-    @property
-    def api_version(self) -> str:
-        return API_VERSION
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "apiVersion": API_VERSION,
-            "kind": self.KIND,
-            "metadata": self.metadata.to_dict(),
-            "spec": self.spec.to_dict(),
-        }
 
 
 Manifest: TypeAlias = (

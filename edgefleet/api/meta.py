@@ -6,7 +6,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 from edgefleet.api.quantities import describe
 from edgefleet.api.validating import Reader, as_str, matching
@@ -84,3 +84,36 @@ def read_metadata(r: Reader | None) -> ObjectMeta:
         labels=r.string_map("labels", label_key, label_value) or {},
         annotations=r.string_map("annotations", label_key, as_str) or {},
     )
+
+
+class SpecObject:
+    """What every kind made of ``metadata`` and ``spec`` shares: its kind, apiVersion and name,
+    and the canonical camelCase document (:func:`edgefleet.api.parse_manifest` reads it back
+    equal). Subclasses are frozen dataclasses that declare ``KIND``, ``metadata`` and ``spec``
+    (whose ``to_dict`` gives the spec's document)."""
+
+    __slots__ = ()
+
+    KIND: ClassVar[str]
+    metadata: ObjectMeta
+    spec: Any
+
+    @property
+    def kind(self) -> str:
+        return self.KIND
+
+    @property
+    def api_version(self) -> str:
+        return API_VERSION
+
+    @property
+    def name(self) -> str:
+        return self.metadata.name
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "apiVersion": API_VERSION,
+            "kind": self.KIND,
+            "metadata": self.metadata.to_dict(),
+            "spec": self.spec.to_dict(),
+        }

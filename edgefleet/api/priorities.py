@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from edgefleet.api.meta import API_VERSION, ObjectMeta
+from edgefleet.api.meta import ObjectMeta, SpecObject
 from edgefleet.api.validating import Reader, int_in, one_of
 
 KIND = "PriorityClass"
@@ -56,31 +56,11 @@ class PriorityClassSpec:
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
-class PriorityClass:
+class PriorityClass(SpecObject):
     KIND: ClassVar[str] = KIND
 
     metadata: ObjectMeta
     spec: PriorityClassSpec
-
-    @property
-    def kind(self) -> str:
-        return self.KIND
-
-    @property
-    def api_version(self) -> str:
-        return API_VERSION
-
-    @property
-    def name(self) -> str:
-        return self.metadata.name
-
-    def to_dict(self) -> dict[str, Any]:
-        return {
-            "apiVersion": API_VERSION,
-            "kind": self.KIND,
-            "metadata": self.metadata.to_dict(),
-            "spec": self.spec.to_dict(),
-        }
 
 
 def _description(value: object) -> str:
