@@ -188,6 +188,26 @@ class Edged:
         except OSError:
             return ""
 
+    def refusals(self) -> list[dict[str, Any]]:
+        """The artifacts edged has logged refusing (workload, reason, message...). Its status
+        shows a refusal only while the revision is desired, and a hub rolls back at once a
+        revision that its only device refused, so a test that polls status can miss it."""
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except OSError:
+            return []
+        found = []
+        for line in text.splitlines():
+            if '"artifact refused"' in line:
+                try:
+                    found.append(orjson.loads(line))
+                except orjson.JSONDecodeError:
+                    continue
+        return found
+
+    def refused(self, reason: str) -> bool:
+        return any(r.get("reason") == reason for r in self.refusals())
+
     def terminate(self, timeout: float = 40.0) -> int:
         """SIGTERM; SIGKILL after ``timeout`` (then the exit code is -9, which tests refuse)."""
         assert self.launched is not None

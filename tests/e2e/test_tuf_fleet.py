@@ -163,7 +163,11 @@ def check_fleet(hub: HubProcess, tmp_path: Path, e: Edged, data: Path) -> None:
         push("3.0.0", model3, keep=False)
     doc.write_text(DEPLOYMENT.format(version="2.0.0"))
     hub.edgectl("apply", "-f", str(doc))
-    wait_for(lambda: "NotInTargets" in problems(e), 60, "the device to refuse det 2.0.0")
+    wait_for(
+        lambda: "NotInTargets" in problems(e) or e.refused("NotInTargets"),
+        60,
+        "the device to refuse det 2.0.0",
+    )
     assert serving(e, "1.0.0")
     doc.write_text(DEPLOYMENT.format(version="3.0.0"))
     hub.edgectl("apply", "-f", str(doc))

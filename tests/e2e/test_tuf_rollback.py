@@ -134,7 +134,9 @@ def test_an_allowance_in_the_publishers_targets_is_bound_to_the_digest(
         doc.write_text(DEPLOYMENT.format(version="1.0.0"))
         hub.edgectl("apply", "-f", str(doc))
         wait_for(
-            lambda: "RollbackAllowanceMismatch" in problems(e),
+            lambda: (
+                "RollbackAllowanceMismatch" in problems(e) or e.refused("RollbackAllowanceMismatch")
+            ),
             90,
             "the device to refuse an allowance for another digest",
         )
