@@ -14,11 +14,15 @@ import pytest
 
 def _weight(item: pytest.Item) -> int:
     path = str(item.fspath)
+    if "debhelper_build" in getattr(item, "fixturenames", ()):
+        # the Debian package build (minutes) first; what installs the packages after the other
+        # scenarios, so that it finds the build made and does not hold a worker waiting for it
+        return 2 if "needs_root" in item.keywords else 0
     if "/tests/packaging/" in path and "scenario" in item.keywords:
-        return 0  # package builds and chroot installs: minutes each
+        return 1  # chroot installs: minutes each
     if "scenario" in item.keywords:
         return 1
-    return 2
+    return 3
 
 
 @pytest.hookimpl(trylast=True)  # after the directory conftests have added their markers

@@ -10,7 +10,7 @@ skip with the reason when those are missing; CI (.ci/run) runs as root with all 
 from __future__ import annotations
 
 import pytest
-from debhelper import TOOLS_REASON, DebhelperBuild, build_packages
+from debhelper import TOOLS_REASON, DebhelperBuild, build_packages, shared_build
 from debroot import ROOT_REASON
 
 
@@ -21,8 +21,11 @@ def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
 
 
 @pytest.fixture(scope="session")
-def debhelper_build(tmp_path_factory: pytest.TempPathFactory) -> DebhelperBuild:
-    """The debhelper packages, built once for the session (minutes)."""
+def debhelper_build(tmp_path_factory: pytest.TempPathFactory, worker_id: str) -> DebhelperBuild:
+    """The debhelper packages, built once for the session (minutes), on whichever
+    pytest-xdist worker asks first."""
     if TOOLS_REASON:
         pytest.skip(TOOLS_REASON)
-    return build_packages(tmp_path_factory.mktemp("debhelper"))
+    if worker_id == "master":  # one process: its own temporary directory
+        return build_packages(tmp_path_factory.mktemp("debhelper"))
+    return shared_build(tmp_path_factory.getbasetemp().parent)  # common to the workers

@@ -1,16 +1,17 @@
 """The debhelper packages (debian/) built once per test session: ``dpkg-buildpackage -b`` on
 a copy of the tree (what git tracks or would, as CI checks it out). The build takes minutes,
 so the tests that look into the packages (test_debhelper.py) and the one that installs them
-into a Debian root (test_deb.py) share it: the first to ask builds, the other reuses it."""
+into a Debian root (test_deb.py) share it: the first to ask builds, the other reuses it, on
+the same pytest-xdist worker or another (:func:`shared_build`)."""
 
 from __future__ import annotations
 
+import fcntl
+import json
 import shutil
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
-
-import pytest
 
 REPO = Path(__file__).parents[2]
 PACKAGES = ("edgefleet-common", "edgefleet-edged", "edgefleet-hub", "edgefleet-edgectl")
@@ -47,10 +48,32 @@ def build_packages(directory: Path) -> DebhelperBuild:
     )
 
 
-BUILD_GROUP = pytest.mark.xdist_group("debhelper-build")
-"""On every test of the debhelper build: one pytest-xdist worker runs them all (scripts/test
-uses --dist loadgroup), so the session fixture builds the packages once, not once per worker.
-A static mark: xdist reads the groups before directory hooks could add them.
-Open: with pytest-xdist 3.8 here the grouping was seen not to take effect (the two tests ran
-on two workers, each building: about 7 min of one core each); a build shared through a file
-lock in the session's common temp directory is the way to build once."""
+def shared_build(base: Path) -> DebhelperBuild:
+    """The build in ``base`` (the session's temporary directory common to every pytest-xdist
+    worker), made by whichever worker asks first while holding a lock on ``base/debhelper.lock``;
+    the others wait on the lock and read the result it left. The result file is written last
+    (temp file, rename), so a worker killed mid-build leaves no result and the next one builds."""
+    directory = base / "debhelper-shared"
+    result = directory / "result.json"
+    with open(base / "debhelper.lock", "a") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes
+        if result.exists():
+            doc = json.loads(result.read_text())
+            return DebhelperBuild(
+                directory,
+                int(doc["returncode"]),
+                str(doc["output"]),
+                {k: Path(v) for k, v in doc["debs"].items()},
+            )
+        shutil.rmtree(directory, ignore_errors=True)  # a build killed halfway
+        directory.mkdir()
+        build = build_packages(directory)
+        doc = {
+            "returncode": build.returncode,
+            "output": build.output,
+            "debs": {k: str(v) for k, v in build.debs.items()},
+        }
+        tmp = result.with_suffix(".tmp")
+        tmp.write_text(json.dumps(doc))
+        tmp.rename(result)
+        return build

@@ -10,11 +10,10 @@ import time
 from pathlib import Path
 
 import pytest
-from debhelper import BUILD_GROUP, PACKAGES, DebhelperBuild
+from debhelper import PACKAGES, DebhelperBuild
 from debroot import chroot, debian_root, snapshot
 
 pytestmark = [
-    BUILD_GROUP,
     pytest.mark.scenario,
     pytest.mark.needs_root,
     pytest.mark.timeout(1800),  # the debhelper build when this test runs first: minutes

@@ -11,9 +11,9 @@ import subprocess
 from pathlib import Path
 
 import pytest
-from debhelper import BUILD_GROUP, DebhelperBuild
+from debhelper import DebhelperBuild
 
-pytestmark = [BUILD_GROUP, pytest.mark.scenario, pytest.mark.timeout(1800)]  # the build: minutes
+pytestmark = [pytest.mark.scenario, pytest.mark.timeout(1800)]  # the build: minutes
 
 EXPECTED = {
     "edgefleet-common": ["./opt/edgefleet/bin/edged", "./opt/edgefleet/bin/python",
