@@ -372,7 +372,9 @@ def test_a_rotten_blob_is_quarantined_and_fetched_again(
         wait_for(
             lambda: list((e.data / "artifacts" / "quarantine").iterdir()), 30, "the quarantine"
         )
-        assert "rotten artifact quarantined" in e.log_path.read_text()
+        wait_for(  # logged once the move (in a thread) has returned
+            lambda: "rotten artifact quarantined" in e.log_path.read_text(), 10, "the log line"
+        )
         # meanwhile the other replica, model in memory, keeps serving
         assert_serving(e)
         wait_for(
