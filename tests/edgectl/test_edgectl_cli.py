@@ -164,6 +164,9 @@ def test_tokens_create(config: Path, hub: ThreadedHub) -> None:
 
 
 def test_watch_prints_the_list_then_changes(config: Path) -> None:
+    # a baseline to list (the other tests' applies may run on another xdist worker)
+    fleet = MANIFESTS.split("---\n")[1]
+    assert edgectl(config, "apply", "-f", "-", stdin=fleet).returncode == 0
     proc = subprocess.Popen(
         [EDGECTL, "--config", str(config), "get", "baselines", "--watch"],
         stdout=subprocess.PIPE,
@@ -173,7 +176,7 @@ def test_watch_prints_the_list_then_changes(config: Path) -> None:
     try:
         assert proc.stdout is not None
         assert proc.stdout.readline().split()[0] == "NAME"
-        doc = MANIFESTS.split("---\n")[1].replace("name: fleet", "name: watched")
+        doc = fleet.replace("name: fleet", "name: watched")
         assert edgectl(config, "apply", "-f", "-", stdin=doc).returncode == 0
         seen = []
         while not any(line.startswith("watched") for line in seen):
