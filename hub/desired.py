@@ -155,6 +155,8 @@ def build_desired(
         h.update(b"--secrets")
         for secret_name, secret_version in secrets:
             h.update(f"{secret_name}\x00{secret_version}\x00".encode())
+            if secret_name in fleet.tpm_secrets:  # sealed to the TPM key: requireTpm turned on
+                h.update(b"requireTpm\x00")  # or off is a new generation (sealed again)
     return DesiredContent(
         tuple(names),
         tuple(manifests),

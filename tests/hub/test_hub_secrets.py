@@ -202,3 +202,60 @@ def test_a_secret_sealed_under_another_key_is_sealed_again_when_applied() -> Non
     assert same is first and not changed
     again, changed = plan_record(new, s, first)  # a store restored without its key
     assert changed and again.version == 2 and again.open(new.current) == {"token": b"x"}
+
+
+@async_test
+async def test_turning_require_tpm_on_keeps_the_version_and_is_a_new_generation(
+    tmp_path: Path,
+) -> None:
+    """spec.requireTpm turned on with the same values: the same version (nothing to re-seal at
+    rest), the deployment taken off a device without a TPM sealing key (with the reason), and a
+    new generation for a TPM-attested device (its copy is sealed again, to its TPM key)."""
+    from hub.desired import build_desired
+    from hub.devices import Attestation, Device, DevicePhase, TrustState
+
+    def doc(require_tpm: bool) -> bytes:
+        spec: dict[str, Any] = {"stringData": {"token": VALUE}}
+        if require_tpm:
+            spec["requireTpm"] = True
+        return orjson.dumps(
+            {"apiVersion": "edgefleet.io/v1", "kind": "Secret", "metadata": {"name": "tls"},
+             "spec": spec}
+        )  # fmt: skip
+
+    deployment = orjson.dumps(
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": "d"},
+            "spec": {
+                "model": {"name": "m", "version": "1.0.0"},
+                "secrets": [{"name": "tls", "mountPath": "/s/tls"}],
+            },
+        }
+    )
+    trusted = Attestation(TrustState.TRUSTED)
+    tpm = Device("cam-1", phase=DevicePhase.READY, attestation=trusted,
+                 attestation_key_pem="AK", sealing_key_pem="SK")  # fmt: skip
+    soft = Device("cam-2", phase=DevicePhase.READY, attestation=trusted)
+    async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        model = storekeys.ModelRecord("m", "1.0.0", "ab" * 32, 1, b"{signed}", 1.0)
+        hub.ctx.cache.models[("m", "1.0.0")] = model
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[doc(False), deployment]))
+
+        def content(device: Device) -> Any:
+            return build_desired(device, hub.ctx.cache, previous=frozenset(), region=hub.ctx.region)
+
+        before_tpm, before_soft = content(tpm), content(soft)
+        assert before_tpm.secrets == before_soft.secrets == (("tls", 1),)
+        got = await stub.Apply(admin_pb2.ApplyRequest(documents=[doc(True)]))
+        assert got.results[0].outcome == admin_pb2.ApplyResult.CONFIGURED
+        assert hub.ctx.cache.secrets["tls"].version == 1
+        assert hub.ctx.cache.tpm_secrets() == {"tls"}
+        after_tpm, after_soft = content(tpm), content(soft)
+        assert after_tpm.secrets == (("tls", 1),) and after_tpm.digest != before_tpm.digest
+        assert after_soft.secrets == () and after_soft.deployments == ()
+        assert after_soft.excluded["d"].startswith("secret tls requires a TPM (spec.requireTpm)")
+        shown = orjson.loads((await stub.Get(admin_pb2.GetRequest(kind="Secret", name="tls"))).json)
+        assert shown["spec"] == {"keys": ["token"], "requireTpm": True}
