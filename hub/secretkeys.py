@@ -9,10 +9,10 @@ so a rotation killed at any point loses nothing, and running it again finishes i
    ``--prepare`` stops here, so that hub replicas can be given the file before anything is
    sealed under it.
 2. **Re-seal** every stored Secret not sealed under the new key (same version, a new nonce,
-   ``keyId`` the new key's), in store transactions of at most :data:`BATCH_RECORDS` records
-   and :data:`BATCH_BYTES` bytes (etcd's request limits), each conditional on the records it
-   read (a concurrent apply makes it read them again). Nothing is written for a Secret that
-   does not open.
+   ``keyId`` the new key's), read once, in store transactions of at most
+   :data:`BATCH_RECORDS` records and :data:`BATCH_BYTES` bytes (etcd's request limits), each
+   conditional on the records it read (a concurrent apply makes it read those again). Nothing
+   is written for a batch with a Secret that does not open.
 3. **Swap the files**: the current key is written to ``secrets.key.old``, then
    ``secrets.key.next`` is renamed over ``secrets.key`` (``rename(2)``: atomic).
 4. **Re-seal again**: what a running hub sealed under the old key between 2 and 3 (it reads
@@ -45,7 +45,7 @@ from hub.secrets import (
     read_key,
     record_of,
 )
-from hub.store import Compare, Put, Store
+from hub.store import Compare, KeyValue, Put, Store
 
 log = get_logger(__name__)
 
@@ -80,48 +80,65 @@ def prepare(data_dir: Path) -> bytes:
 
 
 async def reseal(store: Store, keys: SecretKeys, target: bytes) -> int:
-    """Every stored Secret not sealed under ``target`` sealed under it (step 2); how many."""
+    """Every stored Secret not sealed under ``target`` sealed under it (step 2); how many.
+    The Secrets are read once; a batch whose compare fails (an apply meanwhile) reads its
+    records again, at most :data:`MAX_ATTEMPTS` times."""
     target_id = key_id(target)
+    pending = [
+        kv
+        for kv in (await store.range(storekeys.object_prefix("Secret"))).kvs
+        if _needs(kv, target_id)
+    ]
     done = 0
-    for _ in range(10_000):  # each pass writes one batch, or ends
-        batch = await _one_batch(store, keys, target, target_id)
-        if batch == 0:
-            return done
-        done += batch
-    raise SecretKeyError("the rotation did not end (the store kept changing)")
-
-
-async def _one_batch(store: Store, keys: SecretKeys, target: bytes, target_id: str) -> int:
-    for _ in range(MAX_ATTEMPTS):
-        kvs = (await store.range(storekeys.object_prefix("Secret"))).kvs
-        compares: list[Compare] = []
-        ops: list[Put] = []
-        size = 0
-        for kv in kvs:
-            doc = storekeys.loads(kv.value)
-            name = str(doc["manifest"]["metadata"]["name"])
-            record = record_of(doc, name)
-            if record is None or record.key_id == target_id:
-                continue
-            values = keys.open(record)  # SealError: nothing written, the rotation stops
-            sealed = seal_at_rest(target, name, record.version, values)
-            doc["secret"] = replace(record, sealed=sealed, key_id=target_id).to_json()
-            value = storekeys.dumps(doc)
-            if ops and (len(ops) >= BATCH_RECORDS or size + len(value) > BATCH_BYTES):
+    while pending:
+        batch = _batch(pending)
+        pending = pending[len(batch) :]
+        for _ in range(MAX_ATTEMPTS):
+            ops = [_resealed(kv, keys, target, target_id) for kv in batch]
+            try:
+                await store.txn([Compare(kv.key, kv.mod_revision) for kv in batch], ops)
                 break
-            compares.append(Compare(kv.key, kv.mod_revision))
-            ops.append(Put(kv.key, value))
-            size += len(value)
-        if not ops:
-            return 0
-        try:
-            await store.txn(compares, ops)
-        except CompareFailed:  # an apply changed one meanwhile: read them again
-            continue
-        return len(ops)
-    raise SecretKeyError(
-        f"Secrets kept changing during the rotation ({MAX_ATTEMPTS} attempts): run it again"
-    )
+            except CompareFailed:  # changed meanwhile: read those again
+                fresh = [await store.get(kv.key) for kv in batch]
+                batch = [kv for kv in fresh if kv is not None and _needs(kv, target_id)]
+                if not batch:
+                    break
+        else:
+            raise SecretKeyError(
+                f"Secrets kept changing during the rotation ({MAX_ATTEMPTS} attempts): run it again"
+            )
+        done += len(batch)
+    return done
+
+
+def _needs(kv: KeyValue, target_id: str) -> bool:
+    doc = storekeys.loads(kv.value)
+    record = record_of(doc, str(doc["manifest"]["metadata"]["name"]))
+    return record is not None and record.key_id != target_id
+
+
+def _batch(pending: list[KeyValue]) -> list[KeyValue]:
+    """The first records of ``pending`` within :data:`BATCH_RECORDS` and :data:`BATCH_BYTES`
+    (at least one)."""
+    out: list[KeyValue] = []
+    size = 0
+    for kv in pending:
+        if out and (len(out) >= BATCH_RECORDS or size + len(kv.value) > BATCH_BYTES):
+            break
+        out.append(kv)
+        size += len(kv.value)
+    return out
+
+
+def _resealed(kv: KeyValue, keys: SecretKeys, target: bytes, target_id: str) -> Put:
+    doc = storekeys.loads(kv.value)
+    name = str(doc["manifest"]["metadata"]["name"])
+    record = record_of(doc, name)
+    assert record is not None
+    values = keys.open(record)  # SealError: nothing of this batch written, the rotation stops
+    sealed = seal_at_rest(target, name, record.version, values)
+    doc["secret"] = replace(record, sealed=sealed, key_id=target_id).to_json()
+    return Put(kv.key, storekeys.dumps(doc))
 
 
 async def rotate_key(

@@ -13,6 +13,7 @@ import asyncio
 import base64
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
@@ -33,11 +34,12 @@ from hub.secrets import (
     SecretKeyError,
     SecretKeys,
     key_id,
+    plan_record,
     read_key,
     record_of,
     seal_for,
 )
-from hub.store import open_hub_store
+from hub.store import Compare, Put, open_hub_store
 
 VALUES = {f"s{i}": f"rot4te-value-{i}-never-shown" for i in range(3)}
 
@@ -206,3 +208,51 @@ async def test_prepare_makes_only_the_next_key_and_a_key_readable_by_others_is_r
         assert done.new_key_id == key_id(prepared) == key_id(read_key(d / KEY_FILE))
     finally:
         await store.close()
+
+
+@async_test
+async def test_an_apply_during_the_rotation_is_read_again_not_overwritten(tmp_path: Path) -> None:
+    """A Secret applied again (a new version) between the rotation's read and its write: the
+    batch's compare fails, the rotation reads that record again and re-seals the new version;
+    the new value is kept, under the new key."""
+    from edgefleet.api import ObjectMeta, Secret
+    from hub.secretkeys import reseal
+
+    paths = await _hub_with_secrets(tmp_path)
+    d = paths.data_dir
+    keys = SecretKeys.load(d, create=False)
+    target = read_key(d / KEY_FILE)[::-1]  # any 32 bytes: the key rotated to
+    store = await open_hub_store(None, data_dir=d)
+    real_txn = store.txn
+    raced = []
+
+    async def txn_after_an_apply(compares: Any, ops: Any) -> int:
+        if not raced:  # an apply lands between the rotation's read and its first write
+            raced.append(True)
+            key = storekeys.object_key("Secret", "s1")
+            kv = await store.get(key)
+            assert kv is not None
+            doc = storekeys.loads(kv.value)
+            secret = Secret(metadata=ObjectMeta(name="s1"), data={"token": b"applied-meanwhile"})
+            old = record_of(doc, "s1")
+            record, _ = plan_record(keys, secret, old)
+            doc["secret"] = record.to_json()
+            await real_txn([Compare(key, kv.mod_revision)], [Put(key, storekeys.dumps(doc))])
+        return await real_txn(compares, ops)
+
+    store.txn = txn_after_an_apply  # type: ignore[method-assign]
+    try:
+        assert await reseal(store, keys, target) == 3
+    finally:
+        store.txn = real_txn  # type: ignore[method-assign]
+        await store.close()
+    assert raced
+    store = await open_hub_store(None, data_dir=d)
+    try:
+        kv = await store.get(storekeys.object_key("Secret", "s1"))
+    finally:
+        await store.close()
+    assert kv is not None
+    record = record_of(storekeys.loads(kv.value), "s1")
+    assert record is not None and record.version == 2 and record.key_id == key_id(target)
+    assert record.open(target) == {"token": b"applied-meanwhile"}
