@@ -169,12 +169,16 @@ def _baseline_row(doc: Doc, now: float, wide: bool) -> Row:
 
 def _secret_row(doc: Doc, now: float, wide: bool) -> Row:
     status = doc.get("status", {})  # names, keys and a version: the hub never shows a value
-    return [
+    spec = doc.get("spec", {})
+    row = [
         _name(doc),
-        ",".join(str(k) for k in status.get("keys", doc.get("spec", {}).get("keys", []))),
+        ",".join(str(k) for k in status.get("keys", spec.get("keys", []))),
         str(status.get("version", "")),
         str(status.get("bytes", "")),
     ]
+    if wide:
+        row.append("true" if spec.get("requireTpm") is True else "false")
+    return row
 
 
 def _priority_class_row(doc: Doc, now: float, wide: bool) -> Row:
@@ -225,7 +229,7 @@ COLUMNS: dict[str, Columns] = {
         ("QUARANTINED", "FINDINGS", "CODE-DIGESTS", "CONFIG-DIGESTS", "MODEL-DIGESTS"),
         _baseline_row,
     ),
-    "Secret": (("NAME", "KEYS", "VERSION", "BYTES"), (), _secret_row),
+    "Secret": (("NAME", "KEYS", "VERSION", "BYTES"), ("REQUIRE-TPM",), _secret_row),
     "PriorityClass": (
         ("NAME", "VALUE", "PREEMPTION-POLICY", "DESCRIPTION"),
         (),

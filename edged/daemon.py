@@ -260,6 +260,7 @@ class Daemon:
                     data_dir=data,
                     device_name=self.link_files.load().device_name,
                     allow_non_tmpfs=config.secrets.allow_non_tmpfs,
+                    tpm=config.trust.tpm,
                 ),
             )
         self.collector = ArtifactCollector(self.store, in_use=self._artifacts_in_use)

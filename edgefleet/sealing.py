@@ -9,7 +9,10 @@
   (salt: the ephemeral public point, info: a label and the device's public point) to an
   AES-256-GCM key, used once; associated data binds the device's name, the secret's name and
   version, so a sealed secret replayed to another device, under another name, or as another
-  version does not open. Only the holder of the device's private key opens it.
+  version does not open. Only the holder of the device's private key opens it. A secret with
+  ``spec.requireTpm`` is sealed with that flag in the associated data too, so the flag the
+  device acts on (it refuses to open one without a TPM attestation key) cannot be dropped
+  without the seal failing.
 
 The plaintext of both is :func:`encode_values` (canonical JSON of key -> base64). Nothing here
 logs, and errors never carry a value. ``cryptography`` is imported inside the functions.
@@ -110,6 +113,7 @@ class SealedForDevice:
     ephemeral_public: bytes  # X9.62 uncompressed point, 65 bytes
     nonce: bytes
     ciphertext: bytes
+    require_tpm: bool = False  # the Secret's spec.requireTpm, bound in the associated data
 
     def to_json(self) -> dict[str, Any]:
         b64 = base64.b64encode
@@ -119,6 +123,7 @@ class SealedForDevice:
             "ephemeralPublic": b64(self.ephemeral_public).decode(),
             "nonce": b64(self.nonce).decode(),
             "ciphertext": b64(self.ciphertext).decode(),
+            **({"requireTpm": True} if self.require_tpm else {}),
         }
 
     @classmethod
@@ -130,6 +135,7 @@ class SealedForDevice:
             b64(doc["ephemeralPublic"]),
             b64(doc["nonce"]),
             b64(doc["ciphertext"]),
+            doc.get("requireTpm") is True,
         )
 
 
@@ -168,8 +174,20 @@ def public_key_of(pem: bytes) -> Any:
     return key
 
 
+def _device_aad(device: str, name: str, version: int, require_tpm: bool) -> bytes:
+    # the flag only when set: seals made before it existed open as they did
+    parts: tuple[str | int, ...] = (_TO_DEVICE.decode(), device, name, version)
+    return _aad(*parts, "requireTpm") if require_tpm else _aad(*parts)
+
+
 def seal_for_device(
-    device_public_key: Any, device: str, name: str, version: int, data: Mapping[str, bytes]
+    device_public_key: Any,
+    device: str,
+    name: str,
+    version: int,
+    data: Mapping[str, bytes],
+    *,
+    require_tpm: bool = False,
 ) -> SealedForDevice:
     from cryptography.hazmat.primitives.asymmetric import ec
     from cryptography.hazmat.primitives.ciphers.aead import AESGCM
@@ -179,9 +197,14 @@ def seal_for_device(
     eph_point = _point(ephemeral.public_key())
     key = _transit_key(shared, eph_point, _point(device_public_key))
     nonce = os.urandom(NONCE_BYTES)
-    aad = _aad(_TO_DEVICE.decode(), device, name, version)
+    aad = _device_aad(device, name, version, require_tpm)
     return SealedForDevice(
-        name, version, eph_point, nonce, AESGCM(key).encrypt(nonce, encode_values(data), aad)
+        name,
+        version,
+        eph_point,
+        nonce,
+        AESGCM(key).encrypt(nonce, encode_values(data), aad),
+        require_tpm,
     )
 
 
@@ -203,7 +226,7 @@ def open_from_hub(
         plain = AESGCM(key).decrypt(
             sealed.nonce,
             sealed.ciphertext,
-            _aad(_TO_DEVICE.decode(), device, sealed.name, sealed.version),
+            _device_aad(device, sealed.name, sealed.version, sealed.require_tpm),
         )
     except (InvalidTag, ValueError):
         raise SealError(

@@ -379,7 +379,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if obj.secret is not None:  # the values decide too; they are sealed before any write
             old = record_of(storekeys.loads(kv.value), obj.name) if kv is not None else None
             try:
-                secret, new_values = plan_record(self._ctx.secret_key, obj.secret, old)
+                secret, new_values = plan_record(self._ctx.secret_keys, obj.secret, old)
             except EdgefleetError as exc:
                 raise Refused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
             if new_values and outcome is applying.Outcome.UNCHANGED:

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgefleet.api import ModelDeployment, parse_manifest
+from edgefleet.api.secrets import requires_tpm
 from hub import storekeys
 from hub.analyzing import TimelineSample
 from hub.devices import Device
@@ -195,6 +196,11 @@ class Cache:
 
     def objects_of(self, kind: str) -> list[StoredObject]:
         return sorted((o for (k, _), o in self.stored.items() if k == kind), key=lambda o: o.name)
+
+    def tpm_secrets(self) -> frozenset[str]:
+        """The names of the Secrets with ``spec.requireTpm`` (sent only to TPM-attested
+        devices: hub.secrets.secret_refs)."""
+        return frozenset(o.name for o in self.objects_of("Secret") if requires_tpm(o.manifest))
 
     def security_policy(self) -> SecurityPolicy:
         """Every SecurityBaseline applies fleet-wide; any one requiring attestation wins."""

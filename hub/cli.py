@@ -1,5 +1,5 @@
-"""The ``hub`` command: ``hub init``, ``hub serve``, ``hub token create|list`` and
-``hub backup|restore``."""
+"""The ``hub`` command: ``hub init``, ``hub serve``, ``hub token create|list``,
+``hub backup|restore`` and ``hub secrets rotate-key``."""
 
 from __future__ import annotations
 
@@ -181,6 +181,20 @@ def _parser() -> argparse.ArgumentParser:
     add_token_label_options(create)
     listing = tsub.add_parser("list", help="the bootstrap tokens (ids only, never secrets)")
     listing.add_argument("--data-dir", type=Path, required=True)
+
+    secrets = sub.add_parser("secrets", help="the hub's key for Secrets at rest")
+    ssub = secrets.add_subparsers(dest="secrets_command", required=True, metavar="COMMAND")
+    rotate = ssub.add_parser(
+        "rotate-key",
+        help="re-seal every stored Secret under a new secrets.key (the hub may keep serving; "
+        "a rotation stopped halfway is finished by running it again)",
+    )
+    rotate.add_argument("--data-dir", type=Path, required=True)
+    rotate.add_argument(
+        "--prepare",
+        action="store_true",
+        help="only make the new key (secrets.key.next), to copy to every hub replica first",
+    )
 
     tuf = sub.add_parser("tuf", help="the hub's TUF repository (docs/trust.md, TUF roles)")
     tufsub = tuf.add_subparsers(dest="tuf_command", required=True, metavar="COMMAND")
@@ -493,6 +507,30 @@ async def _serve(args: argparse.Namespace) -> int:
     )
 
 
+async def _secrets_rotate_key(args: argparse.Namespace) -> int:
+    from hub.secretkeys import rotate_key
+
+    config = _config(args.data_dir)
+    d = HubPaths.of(args.data_dir).data_dir
+    store = await _open(args.data_dir, config)
+    try:
+        done = await rotate_key(store, d, prepare_only=args.prepare)
+    finally:
+        await store.close()
+    if done.prepared_only:
+        print(
+            f"new key {done.new_key_id} in {d / 'secrets.key.next'}: copy it (mode 0600) to "
+            "every hub replica's data directory, then run hub secrets rotate-key"
+        )
+        return 0
+    print(
+        f"{done.resealed} Secret(s) sealed under the new key {done.new_key_id}; the previous "
+        f"key {done.old_key_id} is kept as {d / 'secrets.key.old'} (backups made before now "
+        "need it)"
+    )
+    return 0
+
+
 async def _tuf_online_key(args: argparse.Namespace) -> int:
     from hub.tufrepo import online_key
 
@@ -523,6 +561,8 @@ def main(argv: list[str] | None = None) -> int:
         action = _backup
     elif args.command == "restore":
         action = _restore
+    elif args.command == "secrets":
+        action = _secrets_rotate_key
     elif args.command == "tuf":
         action = _tuf_online_key if args.tuf_command == "online-key" else _tuf_install
     else:

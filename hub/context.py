@@ -24,6 +24,7 @@ from hub.pki import CertifiedKey
 from hub.placements import Scheduler
 from hub.projecting import Projector
 from hub.rollouts import RolloutController
+from hub.secrets import SecretKeys
 from hub.sessions import Sessions
 from hub.store import Store
 from hub.store.electing import Elector
@@ -53,7 +54,8 @@ class HubContext:
     elector: Elector | None = None  # hub replicas on etcd (hub.replicas); None: the only hub
     dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.dashboard
     tuf: TufRepository | None = None  # D/tuf/: the TUF repository, when the hub keeps one
-    secret_key: bytes = b""  # D/secrets.key: seals Secrets at rest (hub.secrets)
+    # D/secrets.key (and a rotation's other key files): seal Secrets at rest (hub.secrets)
+    secret_keys: SecretKeys = field(default_factory=SecretKeys)
     shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)
     regions: Regions | None = None  # hub.regions: the regional hubs below this one (a root)
 

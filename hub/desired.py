@@ -19,7 +19,13 @@ import orjson
 from edgefleet.api import PRIORITY_CLASSES, PriorityClass
 from hub.caching import Cache
 from hub.devices import Device, TrustState
-from hub.placing import Projection, SecurityPolicy, project
+from hub.placing import (
+    Projection,
+    SecurityPolicy,
+    project,
+    secret_tpm_mismatch,
+    tpm_attested,
+)
 from hub.prioritizing import classes_of
 from hub.rolling import Revision
 from hub.scheduling import accelerator_slots
@@ -43,6 +49,7 @@ class FleetPolicies:
     trust_roots: tuple[bytes, ...] = ()
     baselines: tuple[bytes, ...] = ()
     priority_classes: Mapping[str, int] = field(default_factory=dict)  # applied, by name
+    tpm_secrets: frozenset[str] = frozenset()  # Secrets with spec.requireTpm, by name
 
     @classmethod
     def of(cls, cache: Cache) -> FleetPolicies:
@@ -53,6 +60,7 @@ class FleetPolicies:
             cache.trust_roots,
             tuple(o.encoded for o in cache.objects_of("SecurityBaseline")),
             {name: c.value for name, c in classes.items()},
+            cache.tpm_secrets(),
         )
 
 
@@ -116,10 +124,13 @@ def build_desired(
         if model is None:
             excluded[name] = f"model {model_name} {version} has not been pushed"
             continue
+        mounts = [str(m.get("name")) for m in revision.manifest.get("spec", {}).get("secrets", ())]
+        tpm_needed = secret_tpm_mismatch(mounts, fleet.tpm_secrets, device)
+        if tpm_needed is not None:  # never sent: a workload without its secret does not run
+            excluded[name] = tpm_needed
+            continue
         names.append(name)
-        mounted.update(
-            str(m.get("name")) for m in revision.manifest.get("spec", {}).get("secrets", ())
-        )
+        mounted.update(mounts)
         manifests.append(manifest_for(revision, labels, fleet.priority_classes))
         metadata.append(model.envelope)
         if model.rollback_allowance:  # hub.allowing: lets a device go back to this version
@@ -133,6 +144,8 @@ def build_desired(
         cache.secrets,
         require_attestation=fleet.security.require_attestation,
         trusted=device.attestation.state is TrustState.TRUSTED,
+        tpm_secrets=fleet.tpm_secrets,
+        tpm_attested=tpm_attested(device) and bool(device.sealing_key_pem),
     )
     h = hashlib.sha256()
     for part in (*manifests, b"--", *metadata, b"--", *allowances, b"--", *fleet.trust_roots):
@@ -142,6 +155,8 @@ def build_desired(
         h.update(b"--secrets")
         for secret_name, secret_version in secrets:
             h.update(f"{secret_name}\x00{secret_version}\x00".encode())
+            if secret_name in fleet.tpm_secrets:  # sealed to the TPM key: requireTpm turned on
+                h.update(b"requireTpm\x00")  # or off is a new generation (sealed again)
     return DesiredContent(
         tuple(names),
         tuple(manifests),

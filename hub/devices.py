@@ -304,6 +304,10 @@ class Device:
     attestation_key_pem: str = ""
     # An attestation key offered at enrollment, not activated yet: {"akPem", "secretSha256"}.
     ak_offer: Mapping[str, str] | None = None
+    # The device's TPM sealing key (an ECDH key in the TPM, certified by the attestation key
+    # when it was bound): the Secrets with spec.requireTpm are sealed to it, not to the
+    # identity key, so only that TPM opens them. "": none (no TPM, or enrolled before).
+    sealing_key_pem: str = ""
     # The device's last drift check as it reported it (None: never reported one).
     compliance: Mapping[str, Any] | None = None
     # The self-benchmarks the device reported (p95 seconds by model artifact sha256, the
@@ -346,6 +350,7 @@ class Device:
             "enrolledAt": self.enrolled_at,
             "attestationKeyPem": self.attestation_key_pem,
             "akOffer": dict(self.ak_offer) if self.ak_offer is not None else None,
+            **({"sealingKeyPem": self.sealing_key_pem} if self.sealing_key_pem else {}),
             **({"compliance": dict(self.compliance)} if self.compliance is not None else {}),
             **({"latencies": dict(self.latencies)} if self.latencies else {}),
         }
@@ -372,6 +377,7 @@ class Device:
             public_key_pem=str(doc.get("publicKeyPem", "")),
             enrolled_at=doc.get("enrolledAt"),
             attestation_key_pem=str(doc.get("attestationKeyPem", "")),
+            sealing_key_pem=str(doc.get("sealingKeyPem", "")),
             compliance=dict(doc["compliance"]) if isinstance(doc.get("compliance"), dict) else None,
             latencies={str(k): float(v) for k, v in doc.get("latencies", {}).items()},
             ak_offer=(

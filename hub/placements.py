@@ -39,7 +39,7 @@ from hub.batching import GIVE_UP_AFTER, BatchLoop
 from hub.caching import Cache
 from hub.devices import Device, DevicePhase
 from hub.moving import MOVING, MoveStep, Replica, plan_moves
-from hub.placing import taints_for, tolerates
+from hub.placing import taints_for, tolerates, with_secret_tpm
 from hub.prioritizing import class_of, classes_of, resolved
 from hub.projecting import Projector
 from hub.rolling import Budget, resolve_budget
@@ -140,8 +140,13 @@ class Scheduler:
             for _, device in sorted(cache.devices.items())
         ]
         classes = classes_of(o.manifest for o in cache.objects_of(PriorityClass.KIND))
+        tpm_secrets = cache.tpm_secrets()
         deployments = [
-            resolved(_with_total(d, self.totals(d.metadata.name)), classes)
+            # a deployment mounting a Secret that requires a TPM is placed on TPM-attested
+            # devices only, as one with placement.requireTpm
+            with_secret_tpm(
+                resolved(_with_total(d, self.totals(d.metadata.name)), classes), tpm_secrets
+            )
             for d in cache.deployments.values()
         ]
         never = frozenset(d.metadata.name for d in deployments if not class_of(d, classes).preempts)

@@ -12,7 +12,7 @@ requires attestation, revoked) take everything off.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 from edgefleet.api import ModelDeployment, TaintEffect, Toleration, TolerationOperator
 from hub.devices import Device, DevicePhase, Taint, TrustState
@@ -71,6 +71,38 @@ def tpm_mismatch(dep: ModelDeployment, device: Device) -> str | None:
         )
     why = "; ".join(device.attestation.reasons) or f"attestation {device.attestation.state}"
     return f"placement.requireTpm: the device's TPM attestation is not trusted ({why})"
+
+
+def secret_tpm_mismatch(
+    mounted: Iterable[str], tpm_secrets: Collection[str], device: Device
+) -> str | None:
+    """``None`` unless a Secret that ``mounted`` names requires a TPM (``spec.requireTpm``) and
+    ``device`` is not TPM-attested; then why (the first such Secret by name)."""
+    needing = sorted(set(mounted) & set(tpm_secrets))
+    if not needing or (tpm_attested(device) and device.sealing_key_pem):
+        return None
+    what = f"secret {needing[0]} requires a TPM (spec.requireTpm)"
+    if not device.attestation_key_pem:
+        return (
+            f"{what}: the device is software-attested (no TPM attestation key bound to its "
+            "endorsement key), so the secret is never sent to it"
+        )
+    if not device.sealing_key_pem:
+        return (
+            f"{what}: the hub holds no TPM sealing key of this device (enrolled before "
+            "sealing keys, or its key was refused: enroll it again)"
+        )
+    why = "; ".join(device.attestation.reasons) or f"attestation {device.attestation.state}"
+    return f"{what}: the device's TPM attestation is not trusted ({why})"
+
+
+def with_secret_tpm(dep: ModelDeployment, tpm_secrets: Collection[str]) -> ModelDeployment:
+    """``dep`` as the scheduler should place it: a deployment mounting a Secret that requires
+    a TPM is placed as one with ``placement.requireTpm`` (only on TPM-attested devices)."""
+    if dep.spec.placement.require_tpm or not any(m.name in tpm_secrets for m in dep.spec.secrets):
+        return dep
+    placement = replace(dep.spec.placement, require_tpm=True)
+    return replace(dep, spec=replace(dep.spec, placement=placement))
 
 
 def tolerates(tolerations: Iterable[Toleration], taint: Taint) -> bool:

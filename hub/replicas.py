@@ -45,6 +45,7 @@ from hub import storekeys
 from hub.caching import Cache
 from hub.projecting import Projector
 from hub.rolling import Revision, RolloutState
+from hub.secrets import record_of
 from hub.sessions import Sessions
 from hub.store.electing import Elector
 from hub.store.identity import IDENTITY_KEY
@@ -236,8 +237,10 @@ class CacheFollower:
         c = self.cache
         if key.startswith(storekeys.OBJECTS):
             kind, _, name = key[len(storekeys.OBJECTS) :].partition("/")
-            if put:
-                c.put_object(storekeys.manifest_of(value), event.kv.mod_revision)
+            if put:  # a Secret's sealed record too: a new version, or re-sealed by a rotation
+                doc = storekeys.loads(value)
+                secret = record_of(doc, name) if kind == "Secret" else None
+                c.put_object(doc["manifest"], event.kv.mod_revision, secret=secret)
             else:
                 c.drop_object(kind, name)
         elif key.startswith(storekeys.MODELS):

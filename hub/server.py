@@ -67,7 +67,7 @@ from hub.replicas import (
     replica_identity,
 )
 from hub.rollouts import RolloutController
-from hub.secrets import load_or_create_key
+from hub.secrets import SecretKeys
 from hub.sessions import Sessions
 from hub.store import EtcdStore, Store, open_hub_store
 from hub.store.compacting import Compactor
@@ -161,7 +161,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         metrics=metrics,
         elector=elector,
         tuf=TufRepository.load(paths.data_dir),
-        secret_key=load_or_create_key(paths.data_dir),
+        secret_keys=SecretKeys.load(paths.data_dir),
     )
     if replicated:  # a push lands on the leader; every replica serves its bytes
         ctx.shared_blobs = SharedBlobs(

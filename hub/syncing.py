@@ -36,9 +36,10 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
-from edgefleet.errors import ArtifactError, CsrRejected, EdgefleetError, PkiError
+from edgefleet.errors import ArtifactError, CsrRejected, EdgefleetError, PkiError, TrustError
 from edgefleet.logs import get_logger
-from edgefleet.sealing import SealError, public_key_of
+from edgefleet.sealing import public_key_of
+from edgefleet.trust import tpmbinding
 from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
 from hub import pki
 from hub.auth import Caller, authorize
@@ -57,6 +58,7 @@ from hub.devices import (
 )
 from hub.limiting import Rate, RateLimiter
 from hub.pki import Role
+from hub.placing import tpm_attested
 from hub.secrets import seal_for
 from hub.sessions import Session
 from hub.statusing import broken_revisions, describe_failure
@@ -261,7 +263,8 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
     ) -> list[device_pb2.SealedSecret]:
         """The secrets of a desired state sealed to the key of the certificate this stream
         was opened with (the device's identity key). Checked again here: none to a device
-        that is not trusted while a baseline requires attestation."""
+        that is not trusted while a baseline requires attestation, and none that requires a
+        TPM to a device that is not TPM-attested; those go sealed to its TPM sealing key."""
         if not refs:
             return []
         ctx = self.ctx
@@ -269,11 +272,26 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         trusted = record is not None and record.attestation.state is TrustState.TRUSTED
         if ctx.cache.security_policy().require_attestation and not trusted:
             return []
+        tpm_secrets = ctx.cache.tpm_secrets()
+        sealing_pem = ""
+        if record is not None and tpm_attested(record):
+            sealing_pem = record.sealing_key_pem
+        if not sealing_pem:  # spec.requireTpm: only to TPM-attested devices with a sealing key
+            refs = tuple(ref for ref in refs if ref[0] not in tpm_secrets)
         try:
+            sealing_key = public_key_of(sealing_pem.encode()) if sealing_pem else None
             pem = (context.auth_context().get("x509_pem_cert") or (b"",))[0]
             key = public_key_of(pem)
-            sealed = seal_for(device, key, refs, ctx.cache.secrets, ctx.secret_key)
-        except (SealError, ValueError) as exc:
+            sealed = seal_for(
+                device,
+                key,
+                refs,
+                ctx.cache.secrets,
+                ctx.secret_keys,
+                tpm_secrets=tpm_secrets,
+                tpm_key=sealing_key,
+            )
+        except (EdgefleetError, ValueError) as exc:  # SealError: no key of this hub opens one
             log.error("secrets not sealed", device=device, error=str(exc))
             return []
         return [
@@ -283,6 +301,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 ephemeral_public_key=s.ephemeral_public,
                 nonce=s.nonce,
                 ciphertext=s.ciphertext,
+                require_tpm=s.require_tpm,
             )
             for s in sealed
         ]
@@ -618,14 +637,40 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 grpc.StatusCode.PERMISSION_DENIED,
                 "the secret does not match the credential: attestation key not bound",
             )
-        ctx.writer.update(device.with_(attestation_key_pem=offer["akPem"], ak_offer=None))
+        sealing_pem, refused = "", ""
+        if request.sealing_key_public:
+            try:
+                sealing_pem = tpmbinding.check_sealing_key(
+                    bytes(request.sealing_key_public),
+                    bytes(request.sealing_key_attest),
+                    bytes(request.sealing_key_signature_r),
+                    bytes(request.sealing_key_signature_s),
+                    ak_pem=offer["akPem"],
+                    qualifying_data=tpmbinding.sealing_qualifying_data(bytes(request.secret[:64])),
+                )
+            except TrustError as exc:
+                refused = str(exc)
+        ctx.writer.update(
+            device.with_(
+                attestation_key_pem=offer["akPem"], ak_offer=None, sealing_key_pem=sealing_pem
+            )
+        )
         ctx.writer.event(
             "Device", caller.name, "Normal", "AttestationKeyBound",
-            "TPM attestation key bound to the endorsement key: only quotes are accepted now",
+            "TPM attestation key bound to the endorsement key: only quotes are accepted now"
+            + ("; TPM sealing key recorded (Secrets that require a TPM are sealed to it)"
+               if sealing_pem else ""),
         )  # fmt: skip
+        if refused:
+            ctx.writer.event(
+                "Device", caller.name, "Warning", "SealingKeyRefused",
+                f"{refused}; Secrets that require a TPM are not sent to this device",
+            )  # fmt: skip
         await ctx.writer.flush()
-        log.info("attestation key bound", device=caller.name)
-        return device_pb2.ActivateAttestationKeyResponse()
+        log.info("attestation key bound", device=caller.name, sealing_key=bool(sealing_pem))
+        return device_pb2.ActivateAttestationKeyResponse(
+            sealing_key_recorded=bool(sealing_pem), sealing_key_refused=refused
+        )
 
     # -- artifacts --------------------------------------------------------------------------------
     async def FetchTufMetadata(

@@ -187,7 +187,13 @@ async def bind_attestation_key(
     import grpc
 
     from edged.trust.identity import resolve_tcti
-    from edged.trust.tpmattesting import TpmAttestationError, TpmAttestationKey
+    from edged.trust.tpmattesting import (
+        SealingKeyMaterial,
+        TpmAttestationError,
+        TpmAttestationKey,
+        TpmSealingKey,
+    )
+    from edgefleet.trust.tpmbinding import sealing_qualifying_data
     from edgefleet.v1 import device_pb2, device_pb2_grpc
 
     if not resp.ak_credential_blob:
@@ -197,15 +203,24 @@ async def bind_attestation_key(
     tcti = resolve_tcti(tpm)
     assert tcti is not None
 
-    def activate() -> bytes:
+    def activate() -> tuple[bytes, SealingKeyMaterial | None]:
         key = TpmAttestationKey.load(data_dir, tcti)
         if key is None:
             raise TpmAttestationError("the attestation key file is gone")
         with key:
-            return key.activate(bytes(resp.ak_credential_blob), bytes(resp.ak_encrypted_secret))
+            secret = key.activate(bytes(resp.ak_credential_blob), bytes(resp.ak_encrypted_secret))
+            # the key the hub seals TPM-only Secrets to, certified by the AK for this
+            # enrollment (edgefleet.trust.tpmbinding.check_sealing_key); a TPM that cannot
+            # make one still binds the AK (such Secrets are then not sent to this device)
+            try:
+                return secret, key.make_sealing_key(sealing_qualifying_data(secret))
+            except TpmAttestationError as exc:
+                log.warning("sealing key not made", error=str(exc))
+                return secret, None
 
+    TpmSealingKey.forget(data_dir)
     try:
-        secret = await asyncio.to_thread(activate)
+        secret, sealing = await asyncio.to_thread(activate)
         identity_key = (data_dir / "identity" / "key.pem").read_bytes()
         creds = grpc.ssl_channel_credentials(
             root_certificates=ca_pem,
@@ -214,8 +229,21 @@ async def bind_attestation_key(
         )
         async with grpc.aio.secure_channel(hub, creds) as channel:
             stub = device_pb2_grpc.DeviceServiceStub(channel)  # type: ignore[no-untyped-call]
-            await stub.ActivateAttestationKey(
-                device_pb2.ActivateAttestationKeyRequest(secret=secret), timeout=30
+            answer = await stub.ActivateAttestationKey(
+                device_pb2.ActivateAttestationKeyRequest(
+                    secret=secret,
+                    **(
+                        {
+                            "sealing_key_public": sealing.public,
+                            "sealing_key_attest": sealing.attest,
+                            "sealing_key_signature_r": sealing.r,
+                            "sealing_key_signature_s": sealing.s,
+                        }
+                        if sealing is not None
+                        else {}
+                    ),
+                ),
+                timeout=30,
             )
     except (TpmAttestationError, grpc.aio.AioRpcError, OSError) as exc:
         detail = (
@@ -226,6 +254,10 @@ async def bind_attestation_key(
         log.error("attestation key not bound", error=detail)
         TpmAttestationKey.forget(data_dir)
         return "software"
+    if sealing is not None and answer.sealing_key_recorded:
+        sealing.save(data_dir)
+    elif sealing is not None:
+        log.warning("sealing key not recorded", reason=answer.sealing_key_refused or "old hub")
     return "tpm"
 
 

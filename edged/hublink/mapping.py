@@ -206,6 +206,7 @@ def sealed_secrets(state: device_pb2.DesiredState) -> list[SealedForDevice]:
             bytes(s.ephemeral_public_key),
             bytes(s.nonce),
             bytes(s.ciphertext),
+            bool(s.require_tpm),
         )
         for s in list(state.secrets)[:MAX_SECRETS_IN_STATE]
     ]

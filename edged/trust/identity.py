@@ -255,6 +255,17 @@ class TpmIdentity:
         der = build_csr_der(self._public_pem, self.sign, common_name, dns_names)
         return _pem(der, "CERTIFICATE REQUEST")
 
+    def exchange(self, peer_public_key: Any) -> bytes:
+        """Refused: this key is a TPM *signing* key (its template has ``sign``, not
+        ``decrypt``), so the TPM will not do ECDH with it (TPM2_ECDH_ZGen), and secrets sealed
+        to it cannot be opened. edged's identity is the file key (the TLS key, which also opens
+        the secrets); the TPM holds the attestation key."""
+        raise DeviceKeyError(
+            f"opening secrets with a TPM-held identity key ({self.tcti}) is not supported yet: "
+            "the key is a TPM signing key and cannot do ECDH; edged's identity (TLS and "
+            "secrets) is the file key D/identity/key.pem"
+        )
+
     def measure_and_quote(self, measurement: bytes, nonce: bytes, pcr: int = ATTEST_PCR) -> Quote:
         """Reset ``pcr``, extend it with ``measurement`` (32 bytes), quote it with ``nonce``."""
         from tpm2_pytss import (

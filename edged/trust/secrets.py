@@ -15,6 +15,11 @@ allows otherwise (tests). Workers run as edged's user, so file modes cannot tell
 from another: the kernel does, through each worker's Landlock rules, which grant read access to
 ``<root>/<its workload>`` only (``runtime/sandboxing.py``).
 
+A Secret with ``spec.requireTpm`` (the flag is bound in the seal) is opened only when this
+device holds a TPM attestation key the hub bound to its TPM's endorsement key
+(``D/identity/ak.json``, kept only when the hub bound it): otherwise the workload mounting it
+is refused with :class:`SecretTpmRequired`'s reason, whatever the hub sent.
+
 The sealed secrets (ciphertext only) are kept in ``D/state/secrets.json`` so that after a
 reboot (the tmpfs is empty) the files are written again without the hub. No value is ever
 logged, reported or written anywhere else.
@@ -32,6 +37,7 @@ from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
+from edged.trust.tpmattesting import AK_FILE
 from edgefleet.errors import EdgefleetError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import read_json, write_json_atomic
@@ -46,6 +52,10 @@ DATA_LINK = "..data"
 
 class SecretsUnavailable(EdgefleetError):
     """The secrets directory cannot be used (not a tmpfs, owned by another user...)."""
+
+
+class SecretTpmRequired(EdgefleetError):
+    """A Secret that requires a TPM reached a device with no EK-bound attestation key."""
 
 
 def default_root(data_dir: Path, runtime_dir: Path | None) -> Path:
@@ -93,15 +103,21 @@ class SecretVolumes:
         data_dir: Path,
         device_name: str,
         allow_non_tmpfs: bool = False,
+        identity: Any = None,
+        tpm: str = "off",
     ) -> None:
+        """``identity``: the key that opens the secrets (default: the file identity key of
+        ``data_dir``, loaded at the first use). ``tpm``: ``trust.tpm``, the TPM whose sealing
+        key opens the Secrets that require a TPM."""
         self.root = root
         self._state = data_dir / "state" / "secrets.json"
         self._identity_dir = data_dir
         self._device = device_name
         self._allow_non_tmpfs = allow_non_tmpfs
+        self._tpm = tpm
         self._sealed: dict[str, SealedForDevice] = {}
         self._opened: dict[tuple[str, int], dict[str, bytes]] = {}
-        self._identity: Any = None
+        self._identity: Any = identity
         self.problem: str = ""  # why no secret can be written here (status)
         # workloads of the last write whose secret the hub did not send (withdrawn: deleted at
         # the hub, or this device is no longer trusted): they must not keep running on it
@@ -150,22 +166,56 @@ class SecretVolumes:
 
     # -- opening ----------------------------------------------------------------------------------
     def _open(self, sealed: SealedForDevice) -> dict[str, bytes]:
+        if sealed.require_tpm and not (self._identity_dir / AK_FILE).exists():
+            raise SecretTpmRequired(
+                "requires a TPM (spec.requireTpm) and this device is software-attested (no TPM "
+                f"attestation key bound to its endorsement key in {self._identity_dir / AK_FILE})"
+                ": not opened"
+            )
         cached = self._opened.get((sealed.name, sealed.version))
         if cached is not None:
             return cached
-        if self._identity is None:
-            from edged.trust.identity import load_or_create_identity
-
-            self._identity = load_or_create_identity(self._identity_dir, tpm="off")
-        ident = self._identity
-        values = open_from_hub(
-            ident.exchange, public_key_of(ident.public_key_pem()), self._device, sealed
-        )
+        if sealed.require_tpm:
+            values = self._open_in_tpm(sealed)
+        else:
+            values = self._open_with_identity(sealed)
         self._opened = {
             k: v for k, v in self._opened.items() if k[0] != sealed.name
         }  # only the newest version of each stays in memory
         self._opened[(sealed.name, sealed.version)] = values
         return values
+
+    def _open_in_tpm(self, sealed: SealedForDevice) -> dict[str, bytes]:
+        """A Secret that requires a TPM: sealed to the TPM sealing key, opened by ECDH in the
+        TPM (the identity file key does not open it)."""
+        from edged.trust.identity import resolve_tcti
+        from edged.trust.tpmattesting import TpmAttestationError, TpmSealingKey
+
+        tcti = resolve_tcti(self._tpm)
+        if tcti is None:
+            raise SecretTpmRequired(
+                f"requires a TPM (spec.requireTpm) and trust.tpm ({self._tpm!r}) selects none "
+                "on this device: not opened"
+            )
+        try:
+            with TpmSealingKey(self._identity_dir, tcti) as key:
+                return open_from_hub(
+                    key.exchange, public_key_of(key.public_key_pem()), self._device, sealed
+                )
+        except TpmAttestationError as exc:
+            raise SecretTpmRequired(f"requires a TPM (spec.requireTpm): {exc}") from None
+
+    def _open_with_identity(self, sealed: SealedForDevice) -> dict[str, bytes]:
+        if self._identity is None:
+            from edged.trust.identity import load_or_create_identity
+
+            # the file key, whatever trust.tpm says: it is the key the hub seals to (the TLS
+            # key of the stream); a TPM identity key refuses ECDH (TpmIdentity.exchange)
+            self._identity = load_or_create_identity(self._identity_dir, tpm="off")
+        ident = self._identity
+        return open_from_hub(
+            ident.exchange, public_key_of(ident.public_key_pem()), self._device, sealed
+        )
 
     # -- one desired state ----------------------------------------------------------------------
     def update(

@@ -29,6 +29,7 @@ from edgefleet.persisting import write_atomic
 log = get_logger(__name__)
 
 AK_FILE = Path("identity") / "ak.json"
+SEALING_KEY_FILE = Path("identity") / "sealing-key.json"  # the TPM key secrets are sealed to
 QUOTED_PCRS = tuple(range(8))  # measured boot (firmware, boot loader): not resettable
 QUOTE_FORMAT = "ak-quote/v1"
 
@@ -66,6 +67,44 @@ def ak_template() -> Any:
     )
     template.publicArea.parameters.eccDetail.symmetric.algorithm = TPM2_ALG.NULL
     return template
+
+
+def sealing_key_template() -> Any:
+    """An ECC P-256 decryption key for ECDH (TPM2_ECDH_ZGen), never a signing key, that cannot
+    leave its TPM; used with an auth value."""
+    from tpm2_pytss import TPM2B_PUBLIC, TPMA_OBJECT
+
+    return TPM2B_PUBLIC.parse(
+        "ecc256:ecdh-sha256",
+        objectAttributes=TPMA_OBJECT.DECRYPT
+        | TPMA_OBJECT.FIXEDTPM
+        | TPMA_OBJECT.FIXEDPARENT
+        | TPMA_OBJECT.SENSITIVEDATAORIGIN
+        | TPMA_OBJECT.USERWITHAUTH,
+    )
+
+
+@dataclass(frozen=True, slots=True)
+class SealingKeyMaterial:
+    """A new TPM sealing key (not yet saved) and the AK's certification of it."""
+
+    public: bytes  # TPM2B_PUBLIC, marshalled
+    private: bytes  # TPM2B_PRIVATE, marshalled (wrapped by this TPM's storage key)
+    auth: bytes
+    attest: bytes  # TPMS_ATTEST of TPM2_Certify, as the TPM signed it
+    r: bytes
+    s: bytes
+
+    def save(self, data_dir: Path) -> None:
+        """``D/identity/sealing-key.json`` (0600): once the hub recorded the key."""
+        doc = {
+            "public": base64.b64encode(self.public).decode(),
+            "private": base64.b64encode(self.private).decode(),
+            "auth": base64.b64encode(self.auth).decode(),
+        }
+        path = Path(data_dir) / SEALING_KEY_FILE
+        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        write_atomic(path, orjson.dumps(doc), mode=0o600)
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,7 +182,9 @@ class TpmAttestationKey:
 
     @staticmethod
     def forget(data_dir: Path) -> None:
+        """Remove the AK's file, and the sealing key it certified."""
         (Path(data_dir) / AK_FILE).unlink(missing_ok=True)
+        (Path(data_dir) / SEALING_KEY_FILE).unlink(missing_ok=True)
 
     # -- enrollment ------------------------------------------------------------------------
     def _endorsement_key(self) -> tuple[bytes, Any, Any]:
@@ -198,6 +239,51 @@ class TpmAttestationKey:
         except Exception as exc:
             raise TpmAttestationError(f"TPM ({self.tcti}): credential activation: {exc}") from exc
         return bytes(secret)
+
+    # -- the sealing key ---------------------------------------------------------------------
+    def make_sealing_key(self, qualifying_data: bytes) -> SealingKeyMaterial:
+        """A new sealing key (:func:`sealing_key_template`, random auth) under the storage
+        key, certified by this AK (TPM2_Certify) with ``qualifying_data``: the hub records it
+        and seals the Secrets that require a TPM to it (edgefleet.trust.tpmbinding)."""
+        from tpm2_pytss import (
+            TPM2_ALG,
+            TPM2B_AUTH,
+            TPM2B_DATA,
+            TPM2B_SENSITIVE_CREATE,
+            TPMS_SENSITIVE_CREATE,
+            TPMT_SIG_SCHEME,
+        )
+
+        auth = os.urandom(32)
+        # a TPM holds few transient objects (swtpm: 3): keep the storage key and the AK only
+        while len(self._handles) > 2:
+            try:
+                self._esapi.flush_context(self._handles.pop())
+            except Exception:  # an object already gone (a policy session ends with its use)
+                pass
+        try:
+            srk = self._handles[0]
+            sensitive = TPM2B_SENSITIVE_CREATE(TPMS_SENSITIVE_CREATE(userAuth=TPM2B_AUTH(auth)))
+            private, public, *_ = self._esapi.create(srk, sensitive, sealing_key_template())
+            handle = self._esapi.load(srk, private, public)
+            self._handles.append(handle)
+            self._esapi.tr_set_auth(handle, auth)
+            attest, sig = self._esapi.certify(
+                handle,
+                self._ak,
+                TPM2B_DATA(qualifying_data),
+                TPMT_SIG_SCHEME(scheme=TPM2_ALG.NULL),
+            )
+        except Exception as exc:  # tpm2-pytss raises TSS2_Exception and friends
+            raise TpmAttestationError(f"TPM ({self.tcti}): sealing key: {exc}") from exc
+        return SealingKeyMaterial(
+            bytes(public.marshal()),
+            bytes(private.marshal()),
+            auth,
+            bytes(attest),
+            bytes(sig.signature.ecdsa.signatureR),
+            bytes(sig.signature.ecdsa.signatureS),
+        )
 
     # -- attestation -----------------------------------------------------------------------
     def extend(self, pcr: int, digest: bytes) -> None:
@@ -270,3 +356,89 @@ class TpmAttestationKey:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+class TpmSealingKey:
+    """The device's TPM sealing key (``D/identity/sealing-key.json``), loaded for ECDH: what
+    opens the Secrets that require a TPM. ``with`` closes the TPM session."""
+
+    def __init__(self, data_dir: Path, tcti: str) -> None:
+        from tpm2_pytss import (
+            ESAPI,
+            ESYS_TR,
+            TPM2B_PRIVATE,
+            TPM2B_PUBLIC,
+            TPM2B_SENSITIVE_CREATE,
+        )
+
+        path = Path(data_dir) / SEALING_KEY_FILE
+        try:
+            doc = orjson.loads(path.read_bytes())
+            self.public, _ = TPM2B_PUBLIC.unmarshal(base64.b64decode(doc["public"]))
+            private, _ = TPM2B_PRIVATE.unmarshal(base64.b64decode(doc["private"]))
+            auth = base64.b64decode(doc["auth"])
+        except FileNotFoundError:
+            raise TpmAttestationError(
+                f"{path} is missing: this device has no TPM sealing key (enroll it again)"
+            ) from None
+        except (ValueError, KeyError, TypeError) as exc:
+            raise TpmAttestationError(f"{path} is not a sealing key: {exc}") from None
+        self.tcti = tcti
+        self._handles: list[Any] = []
+        try:
+            self._esapi: Any = ESAPI(tcti)
+        except Exception as exc:
+            raise TpmAttestationError(f"TPM ({tcti}): {exc}") from exc
+        try:
+            srk, *_ = self._esapi.create_primary(
+                TPM2B_SENSITIVE_CREATE(), _srk_template(), ESYS_TR.OWNER
+            )
+            self._handles.append(srk)
+            self._key = self._esapi.load(srk, private, self.public)
+            self._handles.append(self._key)
+            self._esapi.tr_set_auth(self._key, auth)
+        except Exception as exc:
+            self.close()
+            raise TpmAttestationError(f"TPM ({tcti}): sealing key: {exc}") from exc
+
+    def public_key_pem(self) -> bytes:
+        pem: bytes = self.public.to_pem()
+        return pem
+
+    def exchange(self, peer_public_key: Any) -> bytes:
+        """ECDH in the TPM (TPM2_ECDH_ZGen) with ``peer_public_key`` (a ``cryptography`` P-256
+        public key): the x coordinate of the shared point, as ``cryptography``'s ECDH gives."""
+        from tpm2_pytss import TPM2B_ECC_POINT, TPMS_ECC_POINT
+
+        numbers = peer_public_key.public_numbers()
+        point = TPM2B_ECC_POINT(
+            TPMS_ECC_POINT(x=numbers.x.to_bytes(32, "big"), y=numbers.y.to_bytes(32, "big"))
+        )
+        try:
+            out = self._esapi.ecdh_zgen(self._key, point)
+        except Exception as exc:
+            raise TpmAttestationError(f"TPM ({self.tcti}): ECDH: {exc}") from exc
+        return bytes(out.point.x).rjust(32, b"\x00")
+
+    def close(self) -> None:
+        esapi = getattr(self, "_esapi", None)
+        if esapi is None:
+            return
+        for handle in reversed(self._handles):
+            try:
+                esapi.flush_context(handle)
+            except Exception:  # best effort: the TPM flushes transient objects on reset
+                pass
+        self._handles.clear()
+        esapi.close()
+        self._esapi = None
+
+    def __enter__(self) -> TpmSealingKey:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    @staticmethod
+    def forget(data_dir: Path) -> None:
+        (Path(data_dir) / SEALING_KEY_FILE).unlink(missing_ok=True)

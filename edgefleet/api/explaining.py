@@ -133,6 +133,16 @@ FIELD_HELP: Mapping[str, str] = {
 }
 
 
+KIND_FIELD_HELP: Mapping[str, Mapping[str, str]] = {
+    "Secret": {
+        "spec.requireTpm": "Sent only to TPM-attested devices (an attestation key bound to "
+        "the TPM's endorsement key, last evidence trusted); a deployment mounting it is not "
+        "placed on other devices, and a device without such a key refuses to open it.",
+    },
+}
+"""Descriptions of a field of one kind where :data:`FIELD_HELP`'s (by path) is another's."""
+
+
 KIND_HELP: Mapping[str, str] = {
     "PriorityClass": "A named priority that ModelDeployments refer to (spec.priorityClassName).",
     "SecurityBaseline": "What devices must prove to keep their workloads: attestation, a TPM, "
@@ -355,6 +365,11 @@ def schema_of(kind: str) -> FieldSchema:
         if path and not node.fields and not node.required and _lookup(minimal, path) is None:
             node.default = _lookup(canonical, path)
     _describe(root, cls)
+    for path, text in KIND_FIELD_HELP.get(kind, {}).items():
+        node = root
+        for part in path.split("."):
+            node = node.fields[part]
+        node.description = text
     for name in ("apiVersion", "kind"):
         root.fields[name].description = FIELD_HELP[name]
     root.fields["metadata"].description = FIELD_HELP["metadata"]

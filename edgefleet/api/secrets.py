@@ -10,6 +10,7 @@ identity key, and shows only names, keys and a version (docs/security.md, "Secre
     spec:
       data: {tls.key: <base64>}          # bytes, base64 (as Kubernetes' Secret.data)
       stringData: {endpoint: "https://..."}   # text, taken as UTF-8
+      requireTpm: true                   # only to TPM-attested devices (default false)
 
 A deployment mounts it with ``spec.secrets: [{name: sensor-tls, mountPath: /secrets/tls}]``
 (:class:`SecretMount`). Values are never echoed in a problem: a bad value is named by its
@@ -29,7 +30,14 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from edgefleet.api.meta import API_VERSION, ObjectMeta
-from edgefleet.api.validating import Problems, Reader, field_path, index_path, matching
+from edgefleet.api.validating import (
+    Problems,
+    Reader,
+    as_bool,
+    field_path,
+    index_path,
+    matching,
+)
 from edgefleet.errors import Problem
 
 KIND = "Secret"
@@ -62,6 +70,9 @@ class Secret:
 
     metadata: ObjectMeta
     data: Mapping[str, bytes] = field(default_factory=dict, repr=False)
+    # Sent only to TPM-attested devices (an attestation key bound to the TPM's endorsement
+    # key, last evidence trusted); a device without such a key refuses to open it.
+    require_tpm: bool = False
 
     @property
     def kind(self) -> str:
@@ -83,9 +94,15 @@ class Secret:
             "kind": self.KIND,
             "metadata": self.metadata.to_dict(),
             "spec": {
-                "data": {k: base64.b64encode(v).decode() for k, v in sorted(self.data.items())}
+                "data": {k: base64.b64encode(v).decode() for k, v in sorted(self.data.items())},
+                "requireTpm": self.require_tpm,
             },
         }
+
+    def _policy(self) -> dict[str, Any]:
+        # only when set: the stored documents of Secrets applied before the field existed stay
+        # as they were (an apply of the same values is still "unchanged")
+        return {"requireTpm": True} if self.require_tpm else {}
 
     def redacted(self) -> dict[str, Any]:
         """The document without its values: names of the keys only (what the hub stores in
@@ -94,7 +111,7 @@ class Secret:
             "apiVersion": API_VERSION,
             "kind": self.KIND,
             "metadata": self.metadata.to_dict(),
-            "spec": {"keys": list(self.keys)},
+            "spec": {"keys": list(self.keys), **self._policy()},
         }
 
 
@@ -142,7 +159,9 @@ def _read_values(r: Reader, name: str, convert: Any, out: dict[str, bytes]) -> N
 def read_secret(metadata: ObjectMeta, r: Reader | None) -> Secret:
     """The kind's reader for :func:`edgefleet.api.manifests.read_manifest`."""
     data: dict[str, bytes] = {}
+    require_tpm = False
     if r is not None:
+        require_tpm = r.optional("requireTpm", as_bool, False)
         _read_values(r, "data", _base64, data)
         _read_values(r, "stringData", _text, data)
         if r.has("keys"):
@@ -161,7 +180,13 @@ def read_secret(metadata: ObjectMeta, r: Reader | None) -> Secret:
                 path,
                 f"its values take {size} bytes, more than {MAX_SECRET_BYTES}, the most allowed",
             )
-    return Secret(metadata=metadata, data=dict(sorted(data.items())))
+    return Secret(metadata=metadata, data=dict(sorted(data.items())), require_tpm=require_tpm)
+
+
+def requires_tpm(manifest: Mapping[str, Any]) -> bool:
+    """Whether a Secret's stored (redacted) document says ``spec.requireTpm: true``."""
+    spec = manifest.get("spec")
+    return isinstance(spec, Mapping) and spec.get("requireTpm") is True
 
 
 # -- mounting: a deployment's spec.secrets -------------------------------------------------------

@@ -170,3 +170,85 @@ def make_ak_challenge(ek_public: Any, ak: AttestationKey) -> tuple[bytes, AkChal
     return secret, AkChallenge(
         hashlib.sha256(secret).hexdigest(), bytes(blob.marshal()), bytes(enc.marshal())
     )
+
+
+# -- the sealing key: secrets that only the TPM opens ---------------------------------------------
+
+_SEALING_REQUIRED = ("DECRYPT", "FIXEDTPM", "FIXEDPARENT", "SENSITIVEDATAORIGIN")
+SEALING_QUALIFIER = b"edgefleet sealing key v1\x00"
+
+
+def sealing_qualifying_data(activation_secret: bytes) -> bytes:
+    """What the AK's certification of the sealing key must carry as ``extraData``: bound to
+    this enrollment's credential (only the TPM that activated it knows the secret)."""
+    return hashlib.sha256(SEALING_QUALIFIER + activation_secret).digest()
+
+
+def check_sealing_key(
+    public_bytes: bytes,
+    attest: bytes,
+    r: bytes,
+    s: bytes,
+    *,
+    ak_pem: str,
+    qualifying_data: bytes,
+) -> str:
+    """The PEM of a device's TPM sealing key, once proven: an ECC P-256 decryption key (ECDH,
+    never a signing key) that never left its TPM (fixedTPM, fixedParent,
+    sensitiveDataOrigin), certified (TPM2_Certify) by the EK-bound attestation key ``ak_pem``
+    with ``qualifying_data``. A restricted AK signs only what its TPM produced, so the
+    certification proves the key is in the same TPM as the AK. TrustError
+    ``SealingKeyInvalid`` otherwise."""
+    from cryptography.exceptions import InvalidSignature
+    from cryptography.hazmat.primitives import hashes
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.hazmat.primitives.asymmetric.utils import encode_dss_signature
+    from cryptography.hazmat.primitives.serialization import load_pem_public_key
+
+    t = _tpm()
+
+    def bad(why: str) -> TrustError:
+        return TrustError("SealingKeyInvalid", f"the TPM sealing key is refused: {why}")
+
+    try:
+        public = unmarshal_public(public_bytes, "sealing_key_public")
+    except TrustError as exc:
+        raise bad(str(exc)) from None
+    area = public.publicArea
+    attrs = area.objectAttributes
+    problems = [
+        f"attribute {a.lower()} is not set"
+        for a in _SEALING_REQUIRED
+        if not attrs & getattr(t.TPMA_OBJECT, a)
+    ]
+    if attrs & t.TPMA_OBJECT.SIGN_ENCRYPT or attrs & t.TPMA_OBJECT.RESTRICTED:
+        problems.append("it is a signing or restricted key")
+    if area.type != t.TPM2_ALG.ECC or area.parameters.eccDetail.curveID != t.TPM2_ECC.NIST_P256:
+        problems.append("it is not an ECC P-256 key")
+    if area.nameAlg != t.TPM2_ALG.SHA256:
+        problems.append("its name algorithm is not SHA-256")
+    if problems:
+        raise bad("; ".join(problems))
+    try:
+        parsed, used = t.TPMS_ATTEST.unmarshal(_bounded(attest, "sealing_key_attest"))
+    except Exception as exc:
+        raise bad(f"the certification is not a TPMS_ATTEST: {exc}") from None
+    if used != len(attest):
+        raise bad("the certification has trailing bytes")
+    if parsed.magic != t.TPM2_GENERATED.VALUE or parsed.type != t.TPM2_ST.ATTEST_CERTIFY:
+        raise bad("the certification is not a TPM-generated TPM2_Certify")
+    if bytes(parsed.attested.certify.name) != bytes(public.get_name()):
+        raise bad("the certification names another key")
+    if bytes(parsed.extraData) != qualifying_data:
+        raise bad("the certification is not for this enrollment (qualifying data)")
+    if len(r) > 66 or len(s) > 66:
+        raise bad("the signature is malformed")
+    ak = load_pem_public_key(ak_pem.encode())
+    assert isinstance(ak, ec.EllipticCurvePublicKey)
+    signature = encode_dss_signature(int.from_bytes(r, "big"), int.from_bytes(s, "big"))
+    try:
+        ak.verify(signature, attest, ec.ECDSA(hashes.SHA256()))
+    except InvalidSignature:
+        raise bad("the certification is not signed by the attestation key") from None
+    pem: bytes = public.to_pem()
+    return pem.decode()

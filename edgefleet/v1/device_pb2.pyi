@@ -319,18 +319,20 @@ class DesiredState(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., manifests: _Optional[_Iterable[bytes]] = ..., artifact_metadata: _Optional[_Iterable[bytes]] = ..., rollback_allowances: _Optional[_Iterable[bytes]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., secrets: _Optional[_Iterable[_Union[SealedSecret, _Mapping]]] = ...) -> None: ...
 
 class SealedSecret(_message.Message):
-    __slots__ = ("name", "version", "ephemeral_public_key", "nonce", "ciphertext")
+    __slots__ = ("name", "version", "ephemeral_public_key", "nonce", "ciphertext", "require_tpm")
     NAME_FIELD_NUMBER: _ClassVar[int]
     VERSION_FIELD_NUMBER: _ClassVar[int]
     EPHEMERAL_PUBLIC_KEY_FIELD_NUMBER: _ClassVar[int]
     NONCE_FIELD_NUMBER: _ClassVar[int]
     CIPHERTEXT_FIELD_NUMBER: _ClassVar[int]
+    REQUIRE_TPM_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: int
     ephemeral_public_key: bytes
     nonce: bytes
     ciphertext: bytes
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., ephemeral_public_key: _Optional[bytes] = ..., nonce: _Optional[bytes] = ..., ciphertext: _Optional[bytes] = ...) -> None: ...
+    require_tpm: bool
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[int] = ..., ephemeral_public_key: _Optional[bytes] = ..., nonce: _Optional[bytes] = ..., ciphertext: _Optional[bytes] = ..., require_tpm: _Optional[bool] = ...) -> None: ...
 
 class AttestationChallenge(_message.Message):
     __slots__ = ("nonce", "pcr_selection")
@@ -359,14 +361,26 @@ class RenewCertificateResponse(_message.Message):
     def __init__(self, certificate_chain_pem: _Optional[bytes] = ...) -> None: ...
 
 class ActivateAttestationKeyRequest(_message.Message):
-    __slots__ = ("secret",)
+    __slots__ = ("secret", "sealing_key_public", "sealing_key_attest", "sealing_key_signature_r", "sealing_key_signature_s")
     SECRET_FIELD_NUMBER: _ClassVar[int]
+    SEALING_KEY_PUBLIC_FIELD_NUMBER: _ClassVar[int]
+    SEALING_KEY_ATTEST_FIELD_NUMBER: _ClassVar[int]
+    SEALING_KEY_SIGNATURE_R_FIELD_NUMBER: _ClassVar[int]
+    SEALING_KEY_SIGNATURE_S_FIELD_NUMBER: _ClassVar[int]
     secret: bytes
-    def __init__(self, secret: _Optional[bytes] = ...) -> None: ...
+    sealing_key_public: bytes
+    sealing_key_attest: bytes
+    sealing_key_signature_r: bytes
+    sealing_key_signature_s: bytes
+    def __init__(self, secret: _Optional[bytes] = ..., sealing_key_public: _Optional[bytes] = ..., sealing_key_attest: _Optional[bytes] = ..., sealing_key_signature_r: _Optional[bytes] = ..., sealing_key_signature_s: _Optional[bytes] = ...) -> None: ...
 
 class ActivateAttestationKeyResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("sealing_key_recorded", "sealing_key_refused")
+    SEALING_KEY_RECORDED_FIELD_NUMBER: _ClassVar[int]
+    SEALING_KEY_REFUSED_FIELD_NUMBER: _ClassVar[int]
+    sealing_key_recorded: bool
+    sealing_key_refused: str
+    def __init__(self, sealing_key_recorded: _Optional[bool] = ..., sealing_key_refused: _Optional[str] = ...) -> None: ...
 
 class FetchArtifactRequest(_message.Message):
     __slots__ = ("sha256", "offset")

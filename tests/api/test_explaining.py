@@ -66,6 +66,7 @@ def test_every_field_of_a_full_canonical_manifest_is_explained() -> None:
         ("ModelDeployment", "spec.rollout.maxSurge", "<string>", False, None, "25%"),
         ("SecurityBaseline", "spec.requireTpm", "<boolean>", False, ("must be true or false",),
          False),
+        ("Secret", "spec.requireTpm", "<boolean>", False, ("must be true or false",), False),
         ("DeviceHealthPolicy", "spec.hysteresis", "<string>", False,
          ('must be a percentage such as "50%"',), "5%"),
     ],
@@ -91,6 +92,9 @@ def test_every_kind_has_a_schema_with_descriptions() -> None:
         assert list(schema.fields)[:4] == ["apiVersion", "kind", "metadata", "spec"]
         assert schema.fields["metadata"].fields["name"].required
     assert "ONNX Runtime" in _node("ModelDeployment", "spec.runtime").description
+    # a field two kinds share a path for says what it means for each
+    assert "TPM-attested devices" in _node("Secret", "spec.requireTpm").description
+    assert "implies requireAttestation" in _node("SecurityBaseline", "spec.requireTpm").description
 
 
 @pytest.mark.parametrize(

@@ -154,3 +154,17 @@ def test_a_secrets_own_values_are_not_looked_at_but_its_metadata_is() -> None:
     assert embedded_key_problems(doc) == []
     doc["metadata"]["annotations"] = {"k": PEM_KEY}
     assert [p.path for p in embedded_key_problems(doc)] == ["metadata.annotations.k"]
+
+
+def test_a_secret_may_require_a_tpm_and_says_so_without_its_values() -> None:
+    s = parse_manifest(_secret({"stringData": {"token": VALUE}, "requireTpm": True}))
+    assert isinstance(s, Secret) and s.require_tpm
+    assert s.redacted()["spec"] == {"keys": ["token"], "requireTpm": True}
+    assert parse_manifest(s.to_dict()) == s
+    plain = parse_manifest(_secret({"stringData": {"token": VALUE}}))
+    assert isinstance(plain, Secret) and not plain.require_tpm
+    # the stored document of a Secret that does not require one is as it was before the field
+    assert plain.redacted()["spec"] == {"keys": ["token"]}
+    assert _problems(_secret({"stringData": {"k": "x"}, "requireTpm": "yes"})) == [
+        'spec.requireTpm: must be true or false, got "yes"'
+    ]

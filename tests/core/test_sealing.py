@@ -8,6 +8,7 @@ import pytest
 from cryptography.hazmat.primitives.asymmetric import ec
 
 from edgefleet.sealing import (
+    SealedForDevice,
     SealError,
     new_key,
     open_at_rest,
@@ -65,3 +66,29 @@ def test_each_seal_uses_a_new_ephemeral_key() -> None:
     a = seal_for_device(mine.public_key(), "d", "s", 1, VALUES)
     b = seal_for_device(mine.public_key(), "d", "s", 1, VALUES)
     assert a.ephemeral_public != b.ephemeral_public and a.ciphertext != b.ciphertext
+
+
+def test_a_secrets_require_tpm_flag_is_bound_in_the_seal() -> None:
+    """A seal made with requireTpm opens only with the flag set: a flag dropped on the way
+    (so that a device without a TPM would open it) makes the seal fail."""
+    mine = _device()
+    sealed = seal_for_device(mine.public_key(), "dev-1", "tls", 1, VALUES, require_tpm=True)
+    assert sealed.require_tpm
+    assert SealedForDevice.from_json(sealed.to_json()) == sealed
+    assert open_from_hub(_exchange(mine), mine.public_key(), "dev-1", sealed) == VALUES
+    with pytest.raises(SealError):
+        open_from_hub(
+            _exchange(mine),
+            mine.public_key(),
+            "dev-1",
+            dataclasses.replace(sealed, require_tpm=False),
+        )
+    plain = seal_for_device(mine.public_key(), "dev-1", "tls", 1, VALUES)
+    assert "requireTpm" not in plain.to_json()  # seals without the flag are as they were
+    with pytest.raises(SealError):
+        open_from_hub(
+            _exchange(mine),
+            mine.public_key(),
+            "dev-1",
+            dataclasses.replace(plain, require_tpm=True),
+        )

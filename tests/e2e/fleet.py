@@ -99,12 +99,21 @@ class HubProcess:
 
 
 def enroll(
-    hub: HubProcess, data: Path, name: str, labels: dict[str, str], *, via: str | None = None
+    hub: HubProcess,
+    data: Path,
+    name: str,
+    labels: dict[str, str],
+    *,
+    via: str | None = None,
+    config: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
+    """``edged enroll``; ``config``: an edged.toml to read (``[trust] tpm`` selects a TPM)."""
     token, pin = hub.token()
     cmd = program_command("edged", "enroll", "--hub", via or hub.address, "--ca-hash", pin,
                           "--root-hash", hub.root_pin, "--data-dir", data, "--name", name,
                           "--enroll-address", f"127.0.0.1:{hub.port + 1}")  # fmt: skip
+    if config is not None:
+        cmd += ["--config", str(config)]
     for k, v in labels.items():
         cmd += ["--label", f"{k}={v}"]
     env = {**os.environ, "EDGED_TOKEN": token}  # as edged-enroll.service passes it

@@ -224,3 +224,36 @@ def test_require_tpm_places_only_on_tpm_attested_devices() -> None:
     out = project(untrusted, [tpm], previous=frozenset({"tpm"}), policy=policy)
     assert out.names == ()  # taken off a device whose TPM attestation fails
     assert "not trusted (NoTpmQuote: x)" in out.excluded["tpm"]
+
+
+def test_a_secret_requiring_a_tpm_keeps_its_deployments_off_devices_without_one() -> None:
+    """A deployment mounting a Secret with spec.requireTpm: the reason for a software-attested
+    device and for one whose TPM attestation fails; none for a TPM-attested one; and the
+    scheduler places it as one with placement.requireTpm."""
+    from hub.placing import secret_tpm_mismatch, with_secret_tpm
+
+    software = READY.with_(attestation=Attestation(TrustState.TRUSTED))
+    bound = READY.with_(attestation_key_pem="-----BEGIN PUBLIC KEY-----\n...")
+    no_sealing_key = bound.with_(attestation=Attestation(TrustState.TRUSTED))
+    trusted = no_sealing_key.with_(sealing_key_pem="-----BEGIN PUBLIC KEY-----\n...")
+    untrusted = trusted.with_(attestation=Attestation(TrustState.UNTRUSTED, ("NoTpmQuote: x",)))
+    tpm = frozenset({"vault", "hsm"})
+    assert secret_tpm_mismatch(["plain", "vault"], tpm, software) == (
+        "secret vault requires a TPM (spec.requireTpm): the device is software-attested (no "
+        "TPM attestation key bound to its endorsement key), so the secret is never sent to it"
+    )
+    assert secret_tpm_mismatch(["vault"], tpm, untrusted) == (
+        "secret vault requires a TPM (spec.requireTpm): the device's TPM attestation is not "
+        "trusted (NoTpmQuote: x)"
+    )
+    assert secret_tpm_mismatch(["vault"], tpm, no_sealing_key) == (
+        "secret vault requires a TPM (spec.requireTpm): the hub holds no TPM sealing key of "
+        "this device (enrolled before sealing keys, or its key was refused: enroll it again)"
+    )
+    assert secret_tpm_mismatch(["vault"], tpm, trusted) is None
+    assert secret_tpm_mismatch(["plain"], tpm, software) is None
+    mounting = deployment("m", secrets=[{"name": "vault", "mountPath": "/s/vault"}])
+    placed = with_secret_tpm(mounting, tpm)
+    assert placed.spec.placement.require_tpm and not mounting.spec.placement.require_tpm
+    assert with_secret_tpm(PLAIN, tpm) is PLAIN
+    assert with_secret_tpm(mounting, frozenset()) is mounting

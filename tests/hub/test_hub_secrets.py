@@ -20,6 +20,7 @@ from hub import secrets as hub_secrets
 from hub import storekeys
 from hub.secrets import (
     SecretKeyError,
+    SecretKeys,
     SecretRecord,
     load_or_create_key,
     plan_record,
@@ -70,7 +71,7 @@ async def test_apply_seals_versions_and_never_shows_a_value(tmp_path: Path) -> N
         assert rotated.results[0].outcome == admin_pb2.ApplyResult.CONFIGURED
         record = hub.ctx.cache.secrets["tls"]
         assert record.version == 2 and record.keys == ("raw", "token")
-        assert record.open(hub.ctx.secret_key)["token"] == ROTATED.encode()
+        assert hub.ctx.secret_keys.open(record)["token"] == ROTATED.encode()
 
         labelled = await stub.Apply(
             admin_pb2.ApplyRequest(documents=[secret(value=ROTATED, labels={"a": "b"})])
@@ -106,7 +107,7 @@ async def test_a_secret_is_read_back_after_a_restart_and_refused_without_the_key
         await hub.stub(channel).Apply(admin_pb2.ApplyRequest(documents=[secret()]))
     async with AdminHub(paths) as hub:
         record = hub.ctx.cache.secrets["tls"]
-        assert record.open(hub.ctx.secret_key)["token"] == VALUE.encode()
+        assert hub.ctx.secret_keys.open(record)["token"] == VALUE.encode()
     os.chmod(paths.data_dir / "secrets.key", 0o644)
     with pytest.raises(SecretKeyError, match="readable by others"):
         load_or_create_key(paths.data_dir)
@@ -166,15 +167,95 @@ def test_which_secrets_a_device_gets(
     assert secret_refs(mounted, records, require_attestation=require, trusted=trusted) == expected
 
 
+@pytest.mark.parametrize(
+    ("require", "trusted", "tpm_attested", "expected"),
+    [
+        (False, False, False, (("b", 1),)),  # a: requireTpm, the device is software-attested
+        (False, True, True, (("a", 3), ("b", 1))),  # TPM-attested: both
+        (True, False, True, ()),  # requireAttestation and not trusted: nothing at all
+    ],
+)  # fmt: skip
+def test_a_secret_requiring_a_tpm_goes_only_to_tpm_attested_devices(
+    require: bool, trusted: bool, tpm_attested: bool, expected: tuple[tuple[str, int], ...]
+) -> None:
+    records = {"a": _record("a", 3), "b": _record("b", 1)}
+    got = secret_refs(
+        {"a", "b"},
+        records,
+        require_attestation=require,
+        trusted=trusted,
+        tpm_secrets=frozenset({"a"}),
+        tpm_attested=tpm_attested,
+    )
+    assert got == expected
+
+
 def test_a_secret_sealed_under_another_key_is_sealed_again_when_applied() -> None:
     from edgefleet.api import ObjectMeta, Secret
     from edgefleet.sealing import new_key
 
-    old_key, new = new_key(), new_key()
+    old_key, new = SecretKeys(new_key()), SecretKeys(new_key())
     s = Secret(metadata=ObjectMeta(name="tls"), data={"token": b"x"})
     first, changed = plan_record(old_key, s, None)
-    assert changed and first.version == 1
+    assert changed and first.version == 1 and first.key_id == old_key.current_id
     same, changed = plan_record(old_key, s, first)
     assert same is first and not changed
     again, changed = plan_record(new, s, first)  # a store restored without its key
-    assert changed and again.version == 2 and again.open(new) == {"token": b"x"}
+    assert changed and again.version == 2 and again.open(new.current) == {"token": b"x"}
+
+
+@async_test
+async def test_turning_require_tpm_on_keeps_the_version_and_is_a_new_generation(
+    tmp_path: Path,
+) -> None:
+    """spec.requireTpm turned on with the same values: the same version (nothing to re-seal at
+    rest), the deployment taken off a device without a TPM sealing key (with the reason), and a
+    new generation for a TPM-attested device (its copy is sealed again, to its TPM key)."""
+    from hub.desired import build_desired
+    from hub.devices import Attestation, Device, DevicePhase, TrustState
+
+    def doc(require_tpm: bool) -> bytes:
+        spec: dict[str, Any] = {"stringData": {"token": VALUE}}
+        if require_tpm:
+            spec["requireTpm"] = True
+        return orjson.dumps(
+            {"apiVersion": "edgefleet.io/v1", "kind": "Secret", "metadata": {"name": "tls"},
+             "spec": spec}
+        )  # fmt: skip
+
+    deployment = orjson.dumps(
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": "d"},
+            "spec": {
+                "model": {"name": "m", "version": "1.0.0"},
+                "secrets": [{"name": "tls", "mountPath": "/s/tls"}],
+            },
+        }
+    )
+    trusted = Attestation(TrustState.TRUSTED)
+    tpm = Device("cam-1", phase=DevicePhase.READY, attestation=trusted,
+                 attestation_key_pem="AK", sealing_key_pem="SK")  # fmt: skip
+    soft = Device("cam-2", phase=DevicePhase.READY, attestation=trusted)
+    async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        model = storekeys.ModelRecord("m", "1.0.0", "ab" * 32, 1, b"{signed}", 1.0)
+        hub.ctx.cache.models[("m", "1.0.0")] = model
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[doc(False), deployment]))
+
+        def content(device: Device) -> Any:
+            return build_desired(device, hub.ctx.cache, previous=frozenset(), region=hub.ctx.region)
+
+        before_tpm, before_soft = content(tpm), content(soft)
+        assert before_tpm.secrets == before_soft.secrets == (("tls", 1),)
+        got = await stub.Apply(admin_pb2.ApplyRequest(documents=[doc(True)]))
+        assert got.results[0].outcome == admin_pb2.ApplyResult.CONFIGURED
+        assert hub.ctx.cache.secrets["tls"].version == 1
+        assert hub.ctx.cache.tpm_secrets() == {"tls"}
+        after_tpm, after_soft = content(tpm), content(soft)
+        assert after_tpm.secrets == (("tls", 1),) and after_tpm.digest != before_tpm.digest
+        assert after_soft.secrets == () and after_soft.deployments == ()
+        assert after_soft.excluded["d"].startswith("secret tls requires a TPM (spec.requireTpm)")
+        shown = orjson.loads((await stub.Get(admin_pb2.GetRequest(kind="Secret", name="tls"))).json)
+        assert shown["spec"] == {"keys": ["token"], "requireTpm": True}

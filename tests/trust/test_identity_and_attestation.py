@@ -292,3 +292,49 @@ def test_a_fabricated_quote_from_a_device_without_a_tpm_is_refused(
     )
     assert not v.trusted and not v.tpm_attested
     assert [r.split(":")[0] for r in v.reasons] == ["QuoteKeyNotEkBound"]
+
+
+def test_secrets_sealed_to_a_tpm_identity_key_are_refused_as_not_supported_yet(
+    swtpm: str, tmp_path: Path
+) -> None:
+    """A TPM identity key is a signing key: the TPM does no ECDH with it, so a secret sealed
+    to it cannot be opened. The refusal says so (not an AttributeError deep in the device's
+    desired-state handling, nor a silently missing file), and the workload is refused with it;
+    edged's identity for secrets is the file key whatever trust.tpm says."""
+    from edged.trust.identity import DeviceKeyError
+    from edged.trust.secrets import SecretVolumes
+    from edgefleet.sealing import public_key_of, seal_for_device
+
+    ident = load_or_create_identity(tmp_path / "tpm", tpm=swtpm)
+    try:
+        assert isinstance(ident, TpmIdentity)
+        key = public_key_of(ident.public_key_pem())
+        sealed = seal_for_device(key, "dev-1", "tls", 1, {"token": b"never-opened"})
+        with pytest.raises(DeviceKeyError, match="not supported yet"):
+            ident.exchange(key)
+        vols = SecretVolumes(
+            tmp_path / "secrets",
+            data_dir=tmp_path / "tpm",
+            device_name="dev-1",
+            allow_non_tmpfs=True,
+            identity=ident,
+        )
+        problems = vols.update([sealed], {"web": ("tls",)})
+        assert problems["web"].startswith(
+            "secret tls version 1: opening secrets with a TPM-held identity key"
+        )
+        assert "not supported yet" in problems["web"]
+        assert not (tmp_path / "secrets" / "web" / "tls").exists()
+    finally:
+        ident.close()
+    # without an identity given, the device opens with its file key (what the hub seals to)
+    file_ident = load_or_create_identity(tmp_path / "file", tpm="off")
+    assert isinstance(file_ident, FileIdentity)
+    sealed = seal_for_device(
+        public_key_of(file_ident.public_key_pem()), "dev-1", "tls", 1, {"token": b"opened"}
+    )
+    vols = SecretVolumes(
+        tmp_path / "secrets2", data_dir=tmp_path / "file", device_name="dev-1", allow_non_tmpfs=True
+    )
+    assert vols.update([sealed], {"web": ("tls",)}) == {}
+    assert (tmp_path / "secrets2" / "web" / "tls" / "token").read_bytes() == b"opened"

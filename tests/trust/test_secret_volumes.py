@@ -108,3 +108,38 @@ def test_after_a_reboot_the_files_are_written_again_from_the_sealed_copy(
     assert again.write({"web": ("tls",)}) == {}
     assert (shm_root / "web" / "tls" / "token").read_bytes() == b"kept"
     assert again.versions == {"tls": 4}
+
+
+def test_a_secret_requiring_a_tpm_is_not_opened_without_an_ek_bound_key(
+    tmp_path: Path, shm_root: Path
+) -> None:
+    """Whatever the hub sends: a sealed secret flagged requireTpm (the flag is bound in the
+    seal) is refused by a device with no TPM attestation key (D/identity/ak.json), with the
+    reason, and nothing is written; the same device opens one without the flag. Even with an
+    attestation key file, it is never opened with the identity file key: only a TPM does
+    (tests/trust/test_tpm_attestation.py opens one with swtpm)."""
+    from edged.trust.tpmattesting import AK_FILE
+
+    ident = load_or_create_identity(tmp_path, tpm="off")
+    key = public_key_of(ident.public_key_pem())
+    vault = seal_for_device(key, "dev-1", "vault", 1, {"token": b"tpm-only"}, require_tpm=True)
+    plain = seal_for_device(key, "dev-1", "plain", 1, {"token": b"anyone"})
+    vols = SecretVolumes(shm_root, data_dir=tmp_path, device_name="dev-1")
+    problems = vols.update([vault, plain], {"a": ("vault",), "b": ("plain",)})
+    assert list(problems) == ["a"]
+    assert problems["a"].startswith(
+        "secret vault version 1: requires a TPM (spec.requireTpm) and this device is "
+        "software-attested"
+    )
+    assert not (shm_root / "a").exists()
+    assert (shm_root / "b" / "plain" / "token").read_bytes() == b"anyone"
+    # the flag survives the device's own copy (after a reboot it is read back, still refused)
+    again = SecretVolumes(shm_root, data_dir=tmp_path, device_name="dev-1")
+    assert "requires a TPM" in again.write({"a": ("vault",)})["a"]
+    # an attestation key file, but no TPM: still not opened (never with the file key)
+    (tmp_path / AK_FILE).write_text("{}")
+    assert again.write({"a": ("vault",)})["a"] == (
+        "secret vault version 1: requires a TPM (spec.requireTpm) and trust.tpm ('off') "
+        "selects none on this device: not opened"
+    )
+    assert not (shm_root / "a").exists()

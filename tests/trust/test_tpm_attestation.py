@@ -11,8 +11,6 @@ import copy
 import dataclasses
 import os
 import shutil
-import socket
-import subprocess
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -23,12 +21,12 @@ import grpc
 import orjson
 import pytest
 from hubserving import AdminHub, make_hub_dir
+from swtpmek import Tpm, ek_swtpm
 
 from edged.hublink.enrolling import enroll
 from edged.trust.attesting import ChallengeAnswerer
 from edged.trust.tpmattesting import AK_FILE, TpmAttestationKey
 from edgefleet.errors import TrustError
-from edgefleet.launching import free_port_pair
 from edgefleet.trust import tpmbinding
 from edgefleet.trust.evidence import Policy, verify_evidence
 from edgefleet.trust.signing import create_root, generate_key_pair
@@ -48,77 +46,12 @@ POLICY = Policy(
 )
 
 
-@dataclass
-class Tpm:
-    tcti: str
-    ca: Path  # the CA that issued the EK certificate (what the hub must trust)
-    other_ca: Path  # a CA that issued nothing here
-
-
-def _setup_config(d: Path) -> Path:
-    (d / "ca").mkdir()
-    (d / "localca.conf").write_text(
-        f"statedir = {d / 'ca'}\nsigningkey = {d / 'ca' / 'signkey.pem'}\n"
-        f"issuercert = {d / 'ca' / 'issuercert.pem'}\ncertserial = {d / 'ca' / 'certserial'}\n"
-    )
-    (d / "localca.options").write_text("--platform-manufacturer test\n--platform-version 2.1\n")
-    conf = d / "setup.conf"
-    conf.write_text(
-        "create_certs_tool = /usr/bin/swtpm_localca\n"
-        f"create_certs_tool_config = {d / 'localca.conf'}\n"
-        f"create_certs_tool_options = {d / 'localca.options'}\n"
-        "active_pcr_banks = sha256\n"
-    )
-    return conf
-
-
 @pytest.fixture(scope="module")
 def tpm(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Tpm]:
-    """swtpm with an RSA EK certificate made by swtpm_setup and a local CA; fails (does not
-    skip) when swtpm is missing (Debian packages swtpm, swtpm-tools)."""
-    exe, setup = shutil.which("swtpm"), shutil.which("swtpm_setup")
-    assert exe and setup, "swtpm/swtpm_setup missing (scripts/install-system-deps)"
-    d = tmp_path_factory.mktemp("swtpm")
-    state = d / "state"
-    state.mkdir()
-    conf = _setup_config(d)
-    out = subprocess.run(
-        [setup, "--tpm2", "--tpmstate", str(state), "--create-ek-cert", "--config", str(conf),
-         "--overwrite"],
-        capture_output=True, text=True, timeout=120, check=False,
-    )  # fmt: skip
-    assert out.returncode == 0, out.stdout + out.stderr
-    other = tmp_path_factory.mktemp("otherca")
-    conf2 = _setup_config(other)
-    state2 = other / "state"
-    state2.mkdir()
-    subprocess.run(
-        [setup, "--tpm2", "--tpmstate", str(state2), "--create-ek-cert", "--config", str(conf2)],
-        capture_output=True, timeout=120, check=True,
-    )  # fmt: skip
-    port = free_port_pair()
-    proc = subprocess.Popen(
-        [exe, "socket", "--tpm2", "--tpmstate", f"dir={state}",
-         "--server", f"type=tcp,port={port}", "--ctrl", f"type=tcp,port={port + 1}",
-         "--flags", "not-need-init,startup-clear"],
-        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
-    )  # fmt: skip
-    deadline = time.monotonic() + 10
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), 0.2).close()
-            break
-        except OSError:
-            assert proc.poll() is None, proc.stderr.read() if proc.stderr else b""
-            assert time.monotonic() < deadline, "swtpm did not start"
-            time.sleep(0.05)
-    yield Tpm(
-        f"swtpm:host=127.0.0.1,port={port}",
-        d / "ca" / "issuercert.pem",
-        other / "ca" / "issuercert.pem",
-    )
-    proc.terminate()
-    proc.wait(10)
+    """swtpm with an RSA EK certificate made by swtpm_setup and a local CA (tests/swtpmek.py);
+    fails (does not skip) when swtpm is missing."""
+    with ek_swtpm(tmp_path_factory.mktemp, other_ca=True) as t:
+        yield t
 
 
 def run(coro: Any) -> Any:
@@ -464,3 +397,99 @@ def test_edgeds_measurements_in_a_static_pcr_are_replayed_and_checked(
             assert reasons(lost, nonce3) == ["EventLogMismatch"]
 
     run(main())
+
+
+def test_a_secret_requiring_a_tpm_is_sealed_to_a_key_only_that_tpm_opens(
+    tpm: Tpm, tmp_path: Path
+) -> None:
+    """At enrollment the device makes a sealing key in its TPM (ECDH, never leaves it) and the
+    EK-bound attestation key certifies it for this enrollment; the hub records it and seals
+    requireTpm Secrets to it. The device opens one by ECDH in the TPM; the identity file key
+    does not open it (a copy of key.pem and of D/state/secrets.json is not enough), and a
+    certification of another key, for another enrollment or by another key is refused."""
+    from edged.trust.identity import load_or_create_identity
+    from edged.trust.secrets import SecretVolumes
+    from edged.trust.tpmattesting import SEALING_KEY_FILE, TpmSealingKey
+    from edgefleet.sealing import SealError, new_key, open_from_hub, public_key_of, seal_at_rest
+    from hub.secrets import SecretKeys, SecretRecord, key_id, seal_for
+
+    root, pin = _root(tmp_path)
+    data = tmp_path / "cam-s"
+
+    async def main() -> str:
+        async with await _hub(tmp_path, tpm.ca) as hub:
+            install_roots(hub.ctx, HubRoots((root,)))
+            result = await _enroll(hub, data, pin, tpm.tcti)
+            assert result.attestation == "tpm"
+            await hub.ctx.writer.flush()
+            device = hub.ctx.cache.devices["cam-s"]
+            assert device.sealing_key_pem and device.attestation_key_pem
+            assert [e["reason"] for e in hub.ctx.cache.events][-1] == "AttestationKeyBound"
+            assert "TPM sealing key recorded" in hub.ctx.cache.events[-1]["message"]
+            return device.sealing_key_pem
+
+    sealing_pem = run(main())
+    assert (data / SEALING_KEY_FILE).stat().st_mode & 0o777 == 0o600
+    with TpmSealingKey(data, tpm.tcti) as key:
+        assert key.public_key_pem().decode() == sealing_pem
+
+    # the hub seals a requireTpm secret to it (what hub/syncing.py does for this device)
+    at_rest = new_key()
+    record = SecretRecord(
+        "vault", 1, ("token",), seal_at_rest(at_rest, "vault", 1, {"token": b"tpm-only"}),
+        key_id=key_id(at_rest),
+    )  # fmt: skip
+    identity = load_or_create_identity(data, tpm="off")
+    (sealed,) = seal_for(
+        "cam-s", public_key_of(identity.public_key_pem()), [("vault", 1)], {"vault": record},
+        SecretKeys(at_rest), tpm_secrets={"vault"}, tpm_key=public_key_of(sealing_pem.encode()),
+    )  # fmt: skip
+    assert sealed.require_tpm
+    # the identity file key does not open it
+    with pytest.raises(SealError):
+        open_from_hub(identity.exchange, public_key_of(identity.public_key_pem()), "cam-s", sealed)
+    # the device opens it in its TPM and writes the file
+    vols = SecretVolumes(
+        tmp_path / "secrets", data_dir=data, device_name="cam-s", allow_non_tmpfs=True,
+        tpm=tpm.tcti,
+    )  # fmt: skip
+    assert vols.update([sealed], {"w": ("vault",)}) == {}
+    assert (tmp_path / "secrets" / "w" / "vault" / "token").read_bytes() == b"tpm-only"
+    # without the TPM selected (trust.tpm off), refused with the reason
+    off = SecretVolumes(
+        tmp_path / "secrets-off", data_dir=data, device_name="cam-s", allow_non_tmpfs=True
+    )
+    assert "trust.tpm ('off') selects none" in off.update([sealed], {"w": ("vault",)})["w"]
+
+    # the hub's check refuses what is not a certified sealing key of this enrollment
+    ak = TpmAttestationKey.load(data, tpm.tcti)
+    assert ak is not None
+    with ak:
+        material = ak.make_sealing_key(tpmbinding.sealing_qualifying_data(b"s" * 32))
+        other_key = ak.make_sealing_key(tpmbinding.sealing_qualifying_data(b"s" * 32))
+        ak_pem = ak.public.to_pem().decode()
+        ak_public = bytes(ak.public.marshal())
+    good = (material.public, material.attest, material.r, material.s)
+    assert tpmbinding.check_sealing_key(
+        *good, ak_pem=ak_pem, qualifying_data=tpmbinding.sealing_qualifying_data(b"s" * 32)
+    )
+    refusals = {
+        "another enrollment": (good, tpmbinding.sealing_qualifying_data(b"t" * 32), ak_pem),
+        "another key certified": (
+            (other_key.public, *good[1:]),
+            tpmbinding.sealing_qualifying_data(b"s" * 32),
+            ak_pem,
+        ),
+        "not a sealing key": (
+            (ak_public, *good[1:]), tpmbinding.sealing_qualifying_data(b"s" * 32), ak_pem
+        ),
+        "a signature by another key": (
+            good, tpmbinding.sealing_qualifying_data(b"s" * 32), identity.public_key_pem().decode()
+        ),
+    }  # fmt: skip
+    for what, (parts, qualifying, signer) in refusals.items():
+        with pytest.raises(TrustError) as info:
+            tpmbinding.check_sealing_key(
+                bytes(parts[0]), *parts[1:], ak_pem=signer, qualifying_data=qualifying
+            )
+        assert info.value.reason == "SealingKeyInvalid", what
