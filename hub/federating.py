@@ -547,7 +547,12 @@ class ParentLink:
         sent_at = 0.0
         while True:
             began = time.process_time()
-            report = build_report(self.ctx, self.generation)
+            try:
+                report = build_report(self.ctx, self.generation)
+            except Exception as exc:  # a bug must not end the reports silently (the task's)
+                log.error("region report failed", error=repr(exc))
+                await asyncio.sleep(REPORT_EVERY_S)
+                continue
             encoded = report.SerializeToString(deterministic=True)
             took = time.process_time() - began
             now = time.monotonic()

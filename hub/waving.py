@@ -199,7 +199,13 @@ def start(
         stable = rollout.revision if rollout.phase is RolloutPhase.COMPLETE else rollout.stable
         kept = revisions.get(stable)
         stable_manifest = kept.manifest if kept is not None else {}
-    if not waves or stable is None or not stable_manifest or stable == revision.number:
+    if (
+        not waves
+        or stable is None
+        or not stable_manifest
+        or stable == revision.number
+        or template_hash(stable_manifest) == revision.template  # back to the stable template
+    ):
         done = WaveState(
             name,
             revision.number,

@@ -200,6 +200,11 @@ def test_a_new_revision_starts_waves_from_the_stable_one() -> None:
     third, _ = start(second, None, revision(3, "3.0.0"), {**revisions, 3: revision(3, "3.0.0")},
                      waves, 30.0)  # fmt: skip
     assert (third.revision, third.stable, third.released) == (3, 1, frozenset())
+    # the stable revision's template again (rollout undo after a rollback): nothing to wave
+    back = _replace(second, phase=WavePhase.ROLLED_BACK)
+    copy = Revision("det", 3, revisions[1].template, revisions[1].manifest, 30.0, source=1)
+    undone, events = start(back, None, copy, {**revisions, 3: copy}, waves, 30.0)
+    assert (undone.phase, undone.stable, events) == (WavePhase.COMPLETE, 3, ())
     # without waves: every region at once
     plain, events = start(first, None, revisions[2], revisions, (), 20.0)
     assert (plain.phase, plain.stable, events) == (WavePhase.COMPLETE, 2, ())
