@@ -172,6 +172,8 @@ def _waves(name: str, waves: dict[str, Any]) -> str:
     for row in waves["waves"]:
         if "pause" in row:
             what = "pause " + (row["pause"].get("duration") or "until rollout resume")
+        elif "percent" in row:
+            what = f"{row['percent']}% of the devices of " + (", ".join(row["regions"]) or "-")
         elif row.get("rest"):
             what = "the remaining regions " + (", ".join(row["regions"]) or "(none)")
         else:

@@ -54,6 +54,7 @@ from hub.rolling import (
     Step,
     canary_target,
     canary_weight,
+    max_weight_of,
     measure,
     plan_rollout,
     prune,
@@ -246,7 +247,17 @@ class RolloutController:
         pushed = current is None or current.model in cache.models
         devices = views(cache, name, current)
         analysis = self._analyze(name, dep, state, now)
-        step = plan_rollout(dep, stored.manifest, revisions, state, devices, now, pushed, analysis)
+        step = plan_rollout(
+            dep,
+            stored.manifest,
+            revisions,
+            state,
+            devices,
+            now,
+            pushed,
+            analysis,
+            max_weight_of(stored.manifest),  # a root hub's wave of a percentage
+        )
         wrote = await self._write(name, state, step)
         canary = dep.spec.rollout.canary
         if analysis is not None and state is not None and canary and canary.analysis:

@@ -21,6 +21,7 @@ from edgefleet.api.meta import dns_label, label_key, label_value
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import federation_pb2
 from hub import storekeys
+from hub.rolling import MAX_WEIGHT
 
 MAX_SLICE_OBJECTS = 2000
 MAX_SLICE_BYTES = 4 * 1024 * 1024 - 64 * 1024  # gRPC's message limit on both ends, less framing
@@ -67,6 +68,15 @@ def _overrides(manifest: Mapping[str, Any]) -> dict[str, str]:
 def override_problems(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(field path, reason) of every per-region override that cannot be applied."""
     problems: list[tuple[str, str]] = []
+    annotations = manifest.get("metadata", {}).get("annotations") or {}
+    if MAX_WEIGHT in annotations:
+        problems.append(
+            (
+                f'metadata.annotations["{MAX_WEIGHT}"]',
+                "is set by a root hub on what it sends a region during a wave of a percentage "
+                "(spec.rollout.waves), not applied by hand",
+            )
+        )
     for region, value in sorted(_overrides(manifest).items()):
         path = f'metadata.annotations["{REPLICAS_OVERRIDE}{region}"]'
         if manifest.get("kind") != "ModelDeployment":

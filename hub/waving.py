@@ -38,7 +38,7 @@ from typing import Any
 from edgefleet.api import CanaryAnalysis, Wave
 from hub import slicing
 from hub.analyzing import Analysis, Figures, Sample, Verdict, analyze, windowed
-from hub.rolling import Event, Revision, RolloutPhase, RolloutState, template_hash
+from hub.rolling import MAX_WEIGHT, Event, Revision, RolloutPhase, RolloutState, template_hash
 
 
 class WavePhase(StrEnum):
@@ -72,14 +72,23 @@ class WaveState:
     changed_at: float = 0.0
     history: tuple[Mapping[str, Any], ...] = ()  # {wave, outcome, at, message, regions}
     ready_at: float = 0.0  # every region of the wave done: analysed from then (0: not yet)
+    # regions sent the new revision on a percentage of their devices (a percent wave), not
+    # released whole yet: region -> the percentage
+    weights: Mapping[str, int] = field(default_factory=dict)
 
     def sends_new(self, region: str) -> bool:
-        """Whether ``region`` is sent the new revision now."""
+        """Whether ``region`` is sent the new revision now (on some of its devices, maybe)."""
         if self.phase is WavePhase.COMPLETE:
             return True
         if self.phase is WavePhase.ROLLED_BACK:
             return False
-        return region in self.released
+        return region in self.released or region in self.weights
+
+    def weight_for(self, region: str) -> int | None:
+        """The percentage of its devices ``region`` may give the new revision (None: all)."""
+        if self.phase in (WavePhase.COMPLETE, WavePhase.ROLLED_BACK) or region in self.released:
+            return None
+        return self.weights.get(region)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -99,6 +108,7 @@ class WaveState:
             "changedAt": self.changed_at,
             "history": [dict(h) for h in self.history],
             "readyAt": self.ready_at,
+            "weights": dict(sorted(self.weights.items())),
         }
 
     @classmethod
@@ -120,6 +130,7 @@ class WaveState:
             changed_at=float(doc.get("changedAt", 0.0)),
             history=tuple(dict(h) for h in doc.get("history", ())),
             ready_at=float(doc.get("readyAt", 0.0)),
+            weights={str(k): int(v) for k, v in doc.get("weights", {}).items()},
         )
 
 
@@ -158,9 +169,19 @@ def stable_of(manifest: Mapping[str, Any], stable: Mapping[str, Any]) -> dict[st
 def region_manifest(
     manifest: Mapping[str, Any], state: WaveState | None, region: str
 ) -> Mapping[str, Any]:
-    """What ``region`` is sent of a ModelDeployment (``manifest`` as applied at the root)."""
+    """What ``region`` is sent of a ModelDeployment (``manifest`` as applied at the root):
+    the stable revision, the new one, or the new one capped at a wave's percentage of the
+    region's devices (:data:`hub.rolling.MAX_WEIGHT`, which the region's rollout honours)."""
     if state is not None and not state.sends_new(region) and state.stable_manifest:
         manifest = stable_of(manifest, state.stable_manifest)
+    weight = state.weight_for(region) if state is not None else None
+    if weight is not None:
+        metadata = dict(manifest.get("metadata", {}))
+        metadata["annotations"] = {
+            **(metadata.get("annotations") or {}),
+            MAX_WEIGHT: str(weight),
+        }
+        manifest = {**manifest, "metadata": metadata}
     return without_waves(manifest)
 
 
@@ -347,30 +368,37 @@ def wave_text(waves: Sequence[Wave], step: int) -> str:
     if step >= len(waves):
         return "the remaining regions"
     w = waves[step]
-    what = (
-        ", ".join(w.regions)
-        if not w.pause
-        else "a pause" + (f" of {w.pause_s:g} s" if w.pause_s is not None else "")
-    )
+    if w.percent is not None:
+        what = f"{w.percent}% of every region not given it yet"
+    elif w.pause:
+        what = "a pause" + (f" of {w.pause_s:g} s" if w.pause_s is not None else "")
+    else:
+        what = ", ".join(w.regions)
     return f"wave {step + 1} of {len(waves)} ({what})"
 
 
-def wave_regions(waves: Sequence[Wave], step: int, placed: Sequence[str]) -> list[str]:
-    """The regions of wave ``step``: those it names that the deployment goes to; past the
-    last wave, the placed regions no wave names."""
+def wave_regions(
+    waves: Sequence[Wave], step: int, placed: Sequence[str], released: frozenset[str] = frozenset()
+) -> list[str]:
+    """The regions of wave ``step``: those it names that the deployment goes to; of a percent
+    wave, the placed regions not ``released`` whole; past the last wave, the placed regions
+    no wave names."""
     if step >= len(waves):
         named = {r for w in waves for r in w.regions}
         return [r for r in placed if r not in named]
+    if waves[step].percent is not None:
+        return [r for r in placed if r not in released]
     return [r for r in waves[step].regions if r in placed]
 
 
-def _done(view: RegionView | None, expected: str) -> bool:
-    return (
-        view is not None
-        and view.reported
-        and view.template == expected
-        and view.phase == RolloutPhase.COMPLETE.value
-    )
+def _done(view: RegionView | None, expected: str, held: bool = False) -> bool:
+    """Whether the region's rollout of ``expected`` is Complete (``held``: or held at the
+    percentage of a percent wave, every device given it ready on it)."""
+    if view is None or not view.reported or view.template != expected:
+        return False
+    if view.phase == RolloutPhase.COMPLETE.value:
+        return True
+    return held and view.phase == RolloutPhase.PROGRESSING.value and view.reason == "WeightHeld"
 
 
 def plan_waves(
@@ -391,7 +419,7 @@ def plan_waves(
         return WaveStep()
     if not waves:
         return _complete(state, placed, "the waves were removed from the deployment", now)
-    for region in sorted(state.released):
+    for region in sorted(state.released | frozenset(state.weights)):
         v = views.get(region)
         if (
             v is not None
@@ -407,8 +435,21 @@ def plan_waves(
     i = state.step
     if i < len(waves) and waves[i].pause:
         return _pause(state, waves, now)
-    regions = wave_regions(waves, i, placed)
-    new = [r for r in regions if r not in state.released]
+    regions = wave_regions(waves, i, placed, state.released)
+    percent = waves[i].percent if i < len(waves) else None
+    if percent is not None:
+        new = [r for r in regions if state.weights.get(r) != percent]
+        if new:
+            moved = replace(
+                state,
+                weights={**state.weights, **dict.fromkeys(new, percent)},
+                changed_at=now,
+                reason="WaveStarted",
+                message=f"{wave_text(waves, i)}: revision {state.revision} ({state.version}) "
+                f"sent to {percent}% of the devices of {', '.join(new)}",
+            )
+            return WaveStep(moved, (Event("Normal", "WaveStarted", moved.message),))
+    new = [r for r in regions if r not in state.released] if percent is None else []
     if new:
         moved = replace(
             state,
@@ -431,7 +472,7 @@ def plan_waves(
             return WaveStep()
         held = replace(state, reason="RegionUnreachable", message=message, changed_at=now)
         return WaveStep(held, (Event("Warning", "WaveWaiting", message),))
-    if not all(_done(views.get(r), expected.get(r, "")) for r in regions):
+    if not all(_done(views.get(r), expected.get(r, ""), percent is not None) for r in regions):
         if state.reason == "RegionUnreachable":  # back: the condition is cleared
             going = replace(
                 state,
@@ -554,6 +595,7 @@ def resume(waves: Sequence[Wave], state: WaveState, now: float) -> WaveState | N
             "by an operator",
             history=(),
             ready_at=0.0,
+            weights={},
         )
     if state.phase is not WavePhase.PAUSED:
         return None
@@ -605,7 +647,7 @@ def _complete(
 def _roll_back(
     state: WaveState, waves: Sequence[Wave], region: str, view: RegionView, now: float
 ) -> WaveStep:
-    back = sorted(state.released)
+    back = sorted(state.released | frozenset(state.weights))
     message = (
         f"revision {state.revision} ({state.version}) failed in region {region} at "
         f"{wave_text(waves, state.step)}: {view.text()}; every region "
@@ -625,7 +667,7 @@ def _roll_back(
 def _analysis_failed(
     state: WaveState, waves: Sequence[Wave], analysis: Analysis, now: float
 ) -> WaveStep:
-    back = sorted(state.released)
+    back = sorted(state.released | frozenset(state.weights))
     why = "; ".join(c.message for c in analysis.failed)
     message = (
         f"revision {state.revision} ({state.version}) failed the analysis across regions at "
@@ -662,6 +704,13 @@ def waves_status(
         if i < len(waves) and waves[i].pause:
             regions: list[str] = []
             kind: dict[str, Any] = {"pause": waves[i].to_dict()["pause"]}
+        elif i < len(waves) and waves[i].percent is not None:
+            pct = waves[i].percent or 0
+            if i < state.step or state.phase is WavePhase.COMPLETE:
+                regions = sorted(r for r, w in state.weights.items() if w >= pct)
+            else:
+                regions = wave_regions(waves, i, placed, state.released)
+            kind = {"percent": pct}
         else:
             regions = wave_regions(waves, i, placed)
             kind = {"regions": regions}
@@ -680,7 +729,13 @@ def waves_status(
             v = views.get(r)
             region_rows[r] = {
                 "connected": bool(v and v.connected),
-                "sent": "new" if state.sends_new(r) else "stable",
+                "sent": (
+                    f"{state.weight_for(r)}%"
+                    if state.weight_for(r) is not None
+                    else "new"
+                    if state.sends_new(r)
+                    else "stable"
+                ),
                 "updatedToRevision": _done(v, expected.get(r, "")),
                 **(v.figures() if v is not None and v.reported else {}),
             }

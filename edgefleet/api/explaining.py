@@ -106,8 +106,8 @@ FIELD_HELP: Mapping[str, str] = {
     "region is in at most one wave.",
     "spec.rollout.waves.pause": "A pause between waves: for a duration, or (empty) until "
     "edgectl rollout resume.",
-    "spec.rollout.waves.percent": "Not supported yet: a percentage of every region's devices "
-    "(use spec.rollout.canary, which each region honours).",
+    "spec.rollout.waves.percent": "Every region not given the new revision yet gets it on this "
+    "percentage of its devices (each region's rollout is held there) before the next wave.",
     "spec.scaling.minReplicas": "Replicas per device at least (replicas.total: in all).",
     "spec.scaling.maxReplicas": "Replicas per device at most (replicas.total: in all).",
     "spec.scaling.queueDepthUp": "Queued requests per replica that add a replica.",

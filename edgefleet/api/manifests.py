@@ -423,15 +423,20 @@ MAX_WAVES = 20
 @dataclass(frozen=True, slots=True, kw_only=True)
 class Wave:
     """One wave of a root hub's rollout (federation): the regions given the new revision
-    together, each rolling it out with its own rollout settings, before the next wave; or a
-    pause (``pause_s`` seconds; ``None``: until ``edgectl rollout resume``). The regions of the
-    deployment no wave names follow after the last wave."""
+    together, each rolling it out with its own rollout settings, before the next wave; a
+    percentage of the devices of every region not given it yet; or a pause (``pause_s``
+    seconds; ``None``: until ``edgectl rollout resume``). The regions of the deployment no
+    wave names follow after the last wave."""
 
     regions: tuple[str, ...] = ()
     pause: bool = False
     pause_s: float | None = None
+    # every region not given the new revision yet gets it on this percentage of its devices
+    percent: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
+        if self.percent is not None:
+            return {"percent": f"{self.percent}%"}
         if not self.pause:
             return {"regions": list(self.regions)}
         return {
@@ -945,16 +950,15 @@ def _read_canary(r: Reader) -> Canary:
     return Canary(steps=tuple(steps), analysis=analysis)
 
 
-def _no_percent(value: object) -> int:
-    raise ValueError(
-        "not supported yet: a wave is a list of regions (regions: [...]) or a pause; a "
-        "percentage of every region's devices is what spec.rollout.canary does inside each region"
-    )
+_wave_percent = within(
+    parse_percent, lambda v: "must be from 1% to 99%" if not 0 < v < 100 else None
+)
 
 
 def _read_wave(r: Reader, path: str, item: object, seen: dict[str, str]) -> Wave | None:
-    """A wave: ``{regions: [eu-west, ...]}`` or ``{pause: {}}`` / ``{pause: {duration: 10m}}``;
-    ``{percent: N}`` (a percentage of every region's devices) is refused as not supported yet."""
+    """A wave: ``{regions: [eu-west, ...]}``, ``{percent: 25%}`` (that percentage of the
+    devices of every region not given the new revision yet) or ``{pause: {}}`` /
+    ``{pause: {duration: 10m}}``."""
     w = r.problems.reader(item, path)
     if w is None:
         return None
@@ -962,12 +966,12 @@ def _read_wave(r: Reader, path: str, item: object, seen: dict[str, str]) -> Wave
     regions = w.list_of("regions", dns_label, unique=True) or []
     p = w.section("pause")
     duration = None if p is None else p.optional("duration", _pause_duration, None)
-    w.optional("percent", _no_percent, None)
+    percent = w.optional("percent", _wave_percent, None)
+    if has_regions + has_pause + has_percent != 1:
+        w.problems.add(path, "must have exactly one of regions, percent or pause")
+        return None
     if has_percent:
-        return None
-    if has_regions == has_pause:
-        w.problems.add(path, "must have exactly one of regions or pause")
-        return None
+        return None if percent is None else Wave(percent=percent)
     if has_pause:
         return Wave(pause=True, pause_s=duration)
     if w.raw("regions") == []:
@@ -996,7 +1000,10 @@ def _read_waves(r: Reader) -> tuple[Wave, ...]:
         if wave is not None:
             waves.append(wave)
     if waves and all(w.pause for w in waves):
-        r.problems.add(r.at("waves"), "must have at least one wave of regions")
+        r.problems.add(r.at("waves"), "must have at least one wave of regions or a percent")
+    percents = [w.percent for w in waves if w.percent is not None]
+    if any(later <= earlier for earlier, later in itertools.pairwise(percents)):
+        r.problems.add(r.at("waves"), "percent waves must be strictly increasing percentages")
     return tuple(waves)
 
 

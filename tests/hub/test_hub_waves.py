@@ -268,11 +268,13 @@ async def devices(
     refuse: frozenset[str] = frozenset(),
     hold: dict[str, asyncio.Event] | None = None,
     failing: frozenset[str] = frozenset(),
+    per_region: int = 1,
 ) -> Any:
     stop = asyncio.Event()
     tasks = [
-        asyncio.create_task(device(h, f"cam-{h.ctx.region}", stop, refuse, hold or {}, failing))
+        asyncio.create_task(device(h, f"cam-{h.ctx.region}-{i}", stop, refuse, hold or {}, failing))
         for h in hubs
+        for i in range(per_region)
     ]
     try:
         yield
@@ -494,3 +496,37 @@ async def test_errors_after_a_region_completed_fail_the_analysis_across_regions(
             assert state.history[-1]["analysis"]["canary"]["errors"] > 0
             await until(lambda: eu.version() == "1.0.0", "eu back on 1.0.0")
             assert all(r.model[1] == "1.0.0" for r in us.ctx.cache.revisions["det"].values())
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_a_percent_wave_holds_every_region_at_its_weight_first(tmp_path: Path) -> None:
+    """Two devices a region; waves: 50% of every region, then eu, then (the rest) us."""
+    waves_spec = [{"percent": "50%"}, {"regions": ["eu"]}]
+    fleet = Fleet(tmp_path)
+    await fleet.make()
+    async with fleet.root() as root:
+        eu_paths, us_paths = await fleet.region(root, "eu"), await fleet.region(root, "us")
+        await push(root, "1.0.0")
+        await push(root, "2.0.0")
+        await root.apply(deployment("1.0.0", waves_spec))
+        async with Hub(eu_paths) as eu, Hub(us_paths) as us, devices(eu, us, per_region=2):
+            await everywhere_on(root, eu, us, "1.0.0")
+            await root.apply(deployment("2.0.0", waves_spec))
+            waves = root.ctx.waves
+            assert waves is not None
+            await until(
+                lambda: waves.states["det"].phase is WavePhase.COMPLETE, "the waves complete"
+            )
+            first = waves.states["det"].history[0]
+            assert first["wave"] == 1 and first["outcome"] == "Passed"
+            for region in ("eu", "us"):  # each held at one of its two devices
+                figures = first["regions"][region]
+                assert figures["rollout"]["reason"] == "WeightHeld", figures
+                assert figures["updatedDevices"] == 1, figures
+            await everywhere_on(root, eu, us, "2.0.0")
+            for hub in (eu, us):
+                state = hub.ctx.cache.rollouts["det"]
+                assert len(state.updated) == 2 and state.phase.value == "Complete"
+                events = [e["reason"] for e in hub.ctx.cache.events]
+                assert "WeightHeld" in events, events

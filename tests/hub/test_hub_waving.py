@@ -13,7 +13,14 @@ from edgefleet.errors import ValidationError
 from edgefleet.v1 import federation_pb2
 from hub import slicing
 from hub.analyzing import Sample
-from hub.rolling import Revision, RolloutPhase, RolloutState, template_hash
+from hub.rolling import (
+    MAX_WEIGHT,
+    Revision,
+    RolloutPhase,
+    RolloutState,
+    max_weight_of,
+    template_hash,
+)
 from hub.waving import (
     RegionSide,
     RegionView,
@@ -83,8 +90,11 @@ def test_waves_parse_and_round_trip() -> None:
         ([{"regions": ["eu"]}, {"regions": ["eu"]}], "spec.rollout.waves[1].regions[0]", "already"),
         ([{"regions": ["eu", "eu"]}], "spec.rollout.waves[0].regions[1]", "duplicates"),
         ([{"regions": ["eu"], "pause": {}}], "spec.rollout.waves[0]", "exactly one"),
-        ([{}], "spec.rollout.waves[0]", "exactly one of regions or pause"),
-        ([{"percent": 25}], "spec.rollout.waves[0].percent", "not supported yet"),
+        ([{}], "spec.rollout.waves[0]", "exactly one of regions, percent or pause"),
+        ([{"percent": 25}], "spec.rollout.waves[0].percent", "must be a percentage"),
+        ([{"percent": "100%"}], "spec.rollout.waves[0].percent", "from 1% to 99%"),
+        ([{"percent": "50%"}, {"percent": "25%"}], "spec.rollout.waves", "strictly increasing"),
+        ([{"percent": "5%", "regions": ["eu"]}], "spec.rollout.waves[0]", "exactly one"),
         ([{"pause": {}}], "spec.rollout.waves", "at least one wave of regions"),
         ([{"pause": {"duration": "soon"}}, {"regions": ["eu"]}], "spec.rollout.waves[0].pause", ""),
         ([{"regions": ["eu"], "extra": 1}], "spec.rollout.waves[0].extra", "unknown field"),
@@ -125,7 +135,7 @@ def test_explain_has_the_waves() -> None:
     node = explain("ModelDeployment", "spec.rollout.waves")
     assert "root hub" in node.description
     assert {"regions", "pause", "percent"} <= set(node.fields)
-    assert "not supported yet" in node.fields["percent"].description.lower()
+    assert "percentage" in node.fields["percent"].description
 
 
 # -- what regions are sent ----------------------------------------------------------------------
@@ -551,3 +561,60 @@ def test_a_regions_rollout_figures_are_bounded(change: Any, problem: str) -> Non
     change(r)
     problems = slicing.check_report(r)
     assert any(problem in p and "report.deployments[0]" in p for p in problems), problems
+
+
+# -- waves of a percentage of every region --------------------------------------------------------
+
+PERCENT_WAVES = [{"percent": "10%"}, {"regions": ["eu"]}]
+
+
+def test_a_percent_wave_caps_every_region_then_a_region_wave_releases_one_whole() -> None:
+    waves = parse_waves(PERCENT_WAVES)
+    state = progressing()
+    step = plan(state, view("eu"), view("us"), view("ap"), waves=PERCENT_WAVES)
+    assert step.state is not None and step.state.weights == {"ap": 10, "eu": 10, "us": 10}
+    assert "sent to 10% of the devices of ap, eu, us" in step.state.message
+    current = manifest("2.0.0", PERCENT_WAVES)
+    sent = region_manifest(current, step.state, "eu")
+    assert sent["spec"]["model"]["version"] == "2.0.0"
+    assert sent["metadata"]["annotations"] == {MAX_WEIGHT: "10"}
+    assert max_weight_of(sent) == 10 and template_hash(sent) == template_hash(current)
+    # held at the weight in two regions, rolling out in the third: waits
+    held = view("eu", NEW["eu"], "Progressing", reason="WeightHeld")
+    going = view("ap", NEW["ap"], "Progressing", reason="RollingUpdate")
+    us_held = view("us", NEW["us"], "Progressing", reason="WeightHeld")
+    assert plan(step.state, held, going, us_held, waves=PERCENT_WAVES).state is None
+    # all held (or complete: a small region): the wave passes
+    small = view("ap", NEW["ap"], "Complete")
+    passed = plan(step.state, held, small, us_held, waves=PERCENT_WAVES)
+    assert passed.state is not None and passed.state.reason == "WavePassed"
+    # a region that fails at the weight rolls everything back
+    failed = view("us", NEW["us"], "RolledBack", reason="RevisionFailed")
+    back = plan(step.state, held, going, failed, waves=PERCENT_WAVES)
+    assert back.state is not None and back.state.phase is WavePhase.ROLLED_BACK
+    assert "every region (ap, eu, us) is sent revision 1" in back.state.message
+    assert region_manifest(current, back.state, "eu")["spec"]["model"]["version"] == "1.0.0"
+    # wave 2 releases eu whole: its cap goes
+    assert passed.state is not None
+    eu_wave = plan(passed.state, held, small, us_held, waves=PERCENT_WAVES)
+    assert eu_wave.state is not None and eu_wave.state.released == frozenset({"eu"})
+    whole = region_manifest(current, eu_wave.state, "eu")
+    assert MAX_WEIGHT not in (whole["metadata"].get("annotations") or {})
+    assert region_manifest(current, eu_wave.state, "us")["metadata"]["annotations"] == {
+        MAX_WEIGHT: "10"
+    }
+    shown = waves_status(waves, eu_wave.state, PLACED, NEW, {"eu": held, "us": us_held})
+    assert shown["waves"][0]["percent"] == 10 and shown["waves"][0]["state"] == "Passed"
+    assert list(shown["waves"][0]["regions"]) == ["ap", "eu", "us"]
+    assert shown["waves"][2]["regions"]["us"]["sent"] == "10%"
+    from edgectl.rollouts import render
+
+    text, _ = render({"metadata": {"name": "det"}, "status": {"rollout": {"waves": shown}}})
+    assert "wave 1 [Passed]: 10% of the devices of ap, eu, us" in text
+
+
+def test_the_max_weight_annotation_is_refused_at_apply() -> None:
+    m = manifest("1.0.0")
+    m["metadata"]["annotations"] = {MAX_WEIGHT: "10"}
+    problems = slicing.override_problems(m)
+    assert problems and problems[0][0] == f'metadata.annotations["{MAX_WEIGHT}"]'
