@@ -169,6 +169,11 @@ def _waves(name: str, waves: dict[str, Any]) -> str:
         + (f" ({waves['reason']})" if waves.get("reason") else ""),
         f"  {waves['message']}" if waves.get("message") else "",
     ]
+    lines += [
+        f"  condition {c['type']}={c['status']} ({c['reason']})"
+        for c in waves.get("conditions", [])
+        if c["status"] != "True"
+    ]
     for row in waves["waves"]:
         if "pause" in row:
             what = "pause " + (row["pause"].get("duration") or "until rollout resume")

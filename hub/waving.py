@@ -35,7 +35,7 @@ from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
-from edgefleet.api import CanaryAnalysis, Wave
+from edgefleet.api import CanaryAnalysis, Condition, ConditionStatus, Wave
 from hub import slicing
 from hub.analyzing import Analysis, Figures, Sample, Verdict, analyze, windowed
 from hub.rolling import MAX_WEIGHT, Event, Revision, RolloutPhase, RolloutState, template_hash
@@ -751,7 +751,15 @@ def waves_status(
         rows.append({"wave": i + 1, **kind, "state": shown, "regions": region_rows})
     if not rows[-1]["regions"]:
         rows = rows[:-1]  # no region is left for after the last wave
+    away = state.reason == "RegionUnreachable"
+    reachable = Condition(
+        "RegionsReachable",
+        ConditionStatus.of(not away),
+        "RegionUnreachable" if away else "Reachable",
+        state.message if away else "every region of the current wave reports to the root",
+    )
     return {
+        "conditions": [reachable.to_json()],
         "revision": state.revision,
         "stableRevision": state.stable,
         "version": state.version,

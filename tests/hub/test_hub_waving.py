@@ -383,8 +383,17 @@ def test_an_unreachable_region_holds_the_wave_neither_pass_nor_fail() -> None:
     assert step.state.phase is WavePhase.PROGRESSING and step.state.reason == "RegionUnreachable"
     assert "region eu is unreachable" in step.state.message and step.state.step == 0
     assert [(e.type, e.reason) for e in step.events] == [("Warning", "WaveWaiting")]
-    # said once
+    # said once, and as a condition
     assert plan(step.state, view("eu", NEW["eu"], "Complete", connected=False)).state is None
+    shown = waves_status(parse_waves(WAVES), step.state, PLACED, NEW, {})
+    assert shown["conditions"] == [
+        {
+            "type": "RegionsReachable",
+            "status": "False",
+            "reason": "RegionUnreachable",
+            "message": step.state.message,
+        }
+    ]
     # a region not heard from at all (a root restarted): the same
     quiet = plan(state, RegionView("eu", connected=True)).state
     assert quiet is not None and "has not reported the deployment yet" in quiet.message
