@@ -530,3 +530,43 @@ async def test_a_percent_wave_holds_every_region_at_its_weight_first(tmp_path: P
                 assert len(state.updated) == 2 and state.phase.value == "Complete"
                 events = [e["reason"] for e in hub.ctx.cache.events]
                 assert "WeightHeld" in events, events
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_a_region_unreachable_during_its_wave_holds_it_until_it_is_back(
+    tmp_path: Path,
+) -> None:
+    fleet = Fleet(tmp_path)
+    await fleet.make()
+    hold = {"2.0.0": asyncio.Event()}
+    async with fleet.root() as root:
+        eu_paths, us_paths = await fleet.region(root, "eu"), await fleet.region(root, "us")
+        await push(root, "1.0.0")
+        await push(root, "2.0.0")
+        await root.apply(deployment("1.0.0", WAVES))
+        async with Hub(us_paths) as us:
+            eu = await Hub(eu_paths).__aenter__()
+            try:
+                async with devices(eu, us, hold=hold):
+                    await everywhere_on(root, eu, us, "1.0.0")
+                    await root.apply(deployment("2.0.0", WAVES))
+                    await until(lambda: eu.version() == "2.0.0", "eu sent 2.0.0")
+            finally:
+                await eu.__aexit__(None, None, None)  # eu's hub goes away mid-wave
+            waves = root.ctx.waves
+            assert waves is not None
+            await until(lambda: waves.states["det"].reason == "RegionUnreachable", "the wave waits")
+            state = waves.states["det"]
+            assert state.phase is WavePhase.PROGRESSING and state.step == 0
+            assert "region eu is unreachable" in state.message
+            shown = (await root.get())["status"]["rollout"]["waves"]
+            assert shown["conditions"][0]["status"] == "False"
+            assert us.version() == "1.0.0"
+            hold["2.0.0"].set()
+            async with Hub(eu_paths) as eu_again, devices(eu_again, us, hold=hold):
+                await until(
+                    lambda: waves.states["det"].phase is WavePhase.COMPLETE, "the waves complete"
+                )
+                await everywhere_on(root, eu_again, us, "2.0.0")
+            assert any(e["reason"] == "WaveWaiting" for e in root.ctx.cache.events)
