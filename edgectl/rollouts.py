@@ -6,7 +6,9 @@
   and failing with their reasons. With ``--watch`` it prints every change
   until the rollout ends: exit 0 when it is Complete, 1 when it was rolled back (the reason is
   printed), 1 as well when ``--timeout`` passes first. Without ``--watch``: the current view,
-  exit 1 only when the rollout was rolled back.
+  exit 1 only when the rollout was rolled back. At a root hub, a deployment rolled out in
+  waves (``spec.rollout.waves``) shows the waves instead: each wave with its state, its
+  regions, what each is sent (the new or the stable revision) and its figures.
 * ``history NAME``: the revisions kept, oldest first (the stable and the current one marked).
 * ``pause NAME`` / ``resume NAME`` (after a rollback: roll the same revision out again),
   ``undo NAME [--to-revision N]`` (default: the stable revision, or the one before it).
@@ -131,6 +133,8 @@ def render(doc: dict[str, Any]) -> tuple[str, str]:
     name = doc["metadata"]["name"]
     if rollout is None:
         return f"{name}: no revision yet", ""
+    if rollout.get("waves"):  # a root hub's rollout across its regions
+        return _waves(name, rollout["waves"]), rollout["waves"]["phase"]
     version = doc["spec"]["model"]["version"]
     lines = [
         f"{name}: revision {rollout['revision']} ({version}), stable revision "
@@ -155,6 +159,55 @@ def render(doc: dict[str, Any]) -> tuple[str, str]:
     lines += [f"  skipped {d}: {why}" for d, why in sorted(rollout.get("skipped", {}).items())]
     lines += [f"  failing {d}: {why}" for d, why in sorted(status.get("failing", {}).items())]
     return "\n".join(line for line in lines if line), rollout["phase"]
+
+
+def _waves(name: str, waves: dict[str, Any]) -> str:
+    """A rollout in waves at a root hub: each wave, its regions, state and figures."""
+    lines = [
+        f"{name}: revision {waves['revision']} ({waves['version']}) across regions, stable "
+        f"revision {waves['stableRevision']} ({waves['stableVersion']}): {waves['phase']}"
+        + (f" ({waves['reason']})" if waves.get("reason") else ""),
+        f"  {waves['message']}" if waves.get("message") else "",
+    ]
+    lines += [
+        f"  condition {c['type']}={c['status']} ({c['reason']})"
+        for c in waves.get("conditions", [])
+        if c["status"] != "True"
+    ]
+    for row in waves["waves"]:
+        if "pause" in row:
+            what = "pause " + (row["pause"].get("duration") or "until rollout resume")
+        elif "percent" in row:
+            what = f"{row['percent']}% of the devices of " + (", ".join(row["regions"]) or "-")
+        elif row.get("rest"):
+            what = "the remaining regions " + (", ".join(row["regions"]) or "(none)")
+        else:
+            what = "regions " + ", ".join(row["regions"])
+        label = "then" if row.get("rest") else f"wave {row['wave']}"
+        lines.append(f"  {label} [{row['state']}]: {what}")
+        for region, fig in row["regions"].items():
+            desired = fig.get("desiredDevices")
+            figures = (
+                f"updated {fig['updatedDevices']}/{desired}, ready {fig['readyDevices']}, "
+                f"available {fig['availableDevices']}, rollout "
+                f"{fig.get('rollout', {}).get('phase') or '-'}"
+                if desired is not None
+                else "not reported yet"
+            )
+            reach = "" if fig.get("connected") else ", unreachable"
+            lines.append(f"    {region:<16} sent {fig['sent']:<6} {figures}{reach}")
+            lines += [f"      failing {d}: {why}" for d, why in fig.get("failing", {}).items()]
+    analysis = waves.get("analysis")
+    if analysis is not None and waves["phase"] in ("Progressing", "Paused"):
+        lines.append(
+            f"  analysis across regions over {analysis['windowSeconds']:g}s: {analysis['verdict']}"
+        )
+        for check in analysis["checks"]:
+            lines.append(f"    {check['name']:<11} {check['verdict']:<5} {check['message']}")
+    for h in waves.get("history", []):
+        if h.get("outcome") == "Failed":
+            lines.append(f"  wave {h['wave']} failed: {h['message']}")
+    return "\n".join(line for line in lines if line)
 
 
 def _canary_lines(rollout: dict[str, Any]) -> list[str]:
@@ -200,6 +253,7 @@ def _status(client: AdminClient, name: str, *, watch: bool, timeout: float | Non
             last = text
         if phase == "RolledBack":
             rollout = doc["status"]["rollout"]
+            rollout = rollout.get("waves") or rollout
             print(
                 f"rollout of {name} failed: rolled back ({rollout.get('reason', '')}): "
                 f"{rollout.get('message', '')}",

@@ -213,6 +213,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         except ValidationError as exc:
             raise _invalid(problems_text(exc)) from None
         self._check_priority_classes(parsed)
+        self._check_waves(parsed)
         planned = [await self._plan(obj) for obj in parsed]
         changed = [p for p in planned if p.outcome is not applying.Outcome.UNCHANGED]
         self._check_secret_count(planned)
@@ -352,6 +353,39 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 + f" (built-in: {builtin}; PriorityClasses applied: {applied})"
             )
 
+    def _check_waves(self, parsed: list[applying.ParsedObject]) -> None:
+        """``spec.rollout.waves`` rolls a revision out across regions: only at a root hub with
+        regions enrolled, naming enrolled regions (hub.waving)."""
+        problems: list[str] = []
+        regions = self._ctx.regions
+        enrolled = sorted(regions.regions) if regions is not None else []
+        for i, obj in enumerate(parsed):
+            waves = obj.manifest.get("spec", {}).get("rollout", {}).get("waves")
+            if obj.kind != "ModelDeployment" or not waves:
+                continue
+            path = f"documents[{i}].spec.rollout.waves"
+            if self._ctx.waves is None:
+                problems.append(
+                    f"{path}: this is a regional hub: waves roll a revision out across regions "
+                    "and are set at the root hub (docs/federation.md)"
+                )
+            elif not enrolled:
+                problems.append(
+                    f"{path}: this hub has no regional hubs enrolled (federation, "
+                    "docs/federation.md): waves roll a revision out across the regions of a "
+                    "root hub"
+                )
+            else:
+                for j, wave in enumerate(waves):
+                    for k, region in enumerate(wave.get("regions", [])):
+                        if region not in enrolled:
+                            problems.append(
+                                f"{path}[{j}].regions[{k}]: {region!r} is not an enrolled "
+                                f"region (enrolled: {', '.join(enrolled)})"
+                            )
+        if problems:
+            raise _invalid("; ".join(problems))
+
     def _warnings(self, obj: applying.ParsedObject) -> list[str]:
         """An accepted deployment that cannot run anywhere says so at once (and the same
         words are conditions in its status)."""
@@ -428,6 +462,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             doc["status"]["region"] = self._ctx.region
             if regions is not None and regions.regions:
                 doc = regions.with_regions(doc)
+            waves = self._ctx.waves
+            shown = waves.status(str(manifest["metadata"]["name"])) if waves is not None else None
+            if shown is not None:  # a root hub's rollout across its regions (hub.waving)
+                doc["status"] = {**doc["status"]}
+                doc["status"]["rollout"] = {**doc["status"].get("rollout", {}), "waves": shown}
         return doc
 
     def _local_object_json(self, kind: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
@@ -935,6 +974,16 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         action = request.action
         if action in (admin_pb2.RolloutActionRequest.PAUSE, admin_pb2.RolloutActionRequest.RESUME):
             verb = "pause" if action == admin_pb2.RolloutActionRequest.PAUSE else "resume"
+            waves = self._ctx.waves
+            if waves is not None and waves.in_progress(name):  # a rollout across regions
+                moved = await waves.act(name, verb)
+                if moved is None:
+                    raise Refused(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"the rollout of {name} across regions is "
+                        f"{waves.states[name].phase.value}: nothing to {verb}",
+                    )
+                return admin_pb2.RolloutActionResponse(message=f"{name}: {moved.message}")
             try:
                 new = await controller.act(name, verb)
             except ActionRefused as exc:

@@ -33,6 +33,7 @@ from hub.writing import DeviceWriter
 
 if TYPE_CHECKING:
     from hub.regions import Regions
+    from hub.waves import WaveController
 
 
 @dataclass(slots=True)
@@ -58,6 +59,7 @@ class HubContext:
     secret_keys: SecretKeys = field(default_factory=SecretKeys)
     shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)
     regions: Regions | None = None  # hub.regions: the regional hubs below this one (a root)
+    waves: WaveController | None = None  # hub.waves: rollouts across regions (not at a region)
 
     @property
     def region(self) -> str:

@@ -59,6 +59,9 @@ from edgefleet.v1 import federation_pb2, federation_pb2_grpc
 from hub import pki, slicing, storekeys
 from hub.context import HubContext
 from hub.initializing import HubPaths
+from hub.rolling import Revision
+from hub.rollouts import targeted
+from hub.statusing import revisions_of, wanted_revision
 from hub.store import Compare, Delete, Op, Put
 from hub.trustroots import HISTORY_DIR, ROOT_FILE
 
@@ -81,6 +84,10 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
 ]
+
+
+Outbox = asyncio.Queue[federation_pb2.RegionMessage | None]
+"""What a regional hub sends its root on the open stream; None ends it."""
 
 
 class FederationError(EdgefleetError):
@@ -373,7 +380,9 @@ class ParentLink:
     async def _session(self, stop: asyncio.Event) -> None:
         async with self._channel() as channel:
             stub = federation_pb2_grpc.FederationServiceStub(channel)  # type: ignore[no-untyped-call]
-            outbox: asyncio.Queue[federation_pb2.RegionMessage] = asyncio.Queue(maxsize=16)
+            # None ends the stream's request iterator (else grpc's task consuming it would wait
+            # on this queue forever after the call ended: one task leaked per reconnection)
+            outbox: Outbox = asyncio.Queue(maxsize=16)
             await outbox.put(
                 federation_pb2.RegionMessage(
                     hello=federation_pb2.RegionHello(
@@ -383,8 +392,8 @@ class ParentLink:
             )
 
             async def outgoing() -> AsyncIterator[federation_pb2.RegionMessage]:
-                while True:
-                    yield await outbox.get()
+                while (message := await outbox.get()) is not None:
+                    yield message
 
             call = stub.Federate(outgoing())
             reporter = asyncio.ensure_future(self._report(outbox))
@@ -400,12 +409,15 @@ class ParentLink:
             finally:
                 reporter.cancel()
                 stopper.cancel()
+                while not outbox.empty():
+                    outbox.get_nowait()
+                outbox.put_nowait(None)
 
     async def _receive(
         self,
         call: Any,
         stub: Any,
-        outbox: asyncio.Queue[federation_pb2.RegionMessage],
+        outbox: Outbox,
     ) -> None:
         async for message in call:
             self.connected = True
@@ -530,12 +542,17 @@ class ParentLink:
             models=len(plan.put_models),
         )
 
-    async def _report(self, outbox: asyncio.Queue[federation_pb2.RegionMessage]) -> None:
+    async def _report(self, outbox: Outbox) -> None:
         last = b""
         sent_at = 0.0
         while True:
             began = time.process_time()
-            report = build_report(self.ctx, self.generation)
+            try:
+                report = build_report(self.ctx, self.generation)
+            except Exception as exc:  # a bug must not end the reports silently (the task's)
+                log.error("region report failed", error=repr(exc))
+                await asyncio.sleep(REPORT_EVERY_S)
+                continue
             encoded = report.SerializeToString(deterministic=True)
             took = time.process_time() - began
             now = time.monotonic()
@@ -545,6 +562,45 @@ class ParentLink:
             # a report that cost T seconds of CPU waits 10 T before the next: at most a tenth
             # of a core for reports, whatever the region's size (the dashboard's rule)
             await asyncio.sleep(max(REPORT_PERIOD_S, REPORT_CPU_FACTOR * took))
+
+
+def revision_figures(
+    ctx: HubContext, name: str, revision: Revision
+) -> federation_pb2.RegionRevisionFigures:
+    """What ``revision`` of deployment ``name`` did on the region's devices where it serves:
+    the devices' counters added up, the highest latency p95, the lowest accuracy (what the
+    root's waves analyse, :mod:`hub.waving`)."""
+    cache = ctx.cache
+    record = cache.models.get(revision.model)
+    sha = record.sha256 if record is not None else None
+    out = federation_pb2.RegionRevisionFigures(template=revision.template)
+    for device_name in targeted(cache, name):
+        device = cache.devices.get(device_name)
+        report = device.workloads.get(name) if device is not None else None
+        got = (
+            wanted_revision(revisions_of(report), revision.model[1], sha)
+            if report is not None
+            else None
+        )
+        if got is None or not got.serves:
+            continue
+        out.devices += 1
+        out.requests += got.requests
+        out.errors += min(got.errors, got.requests)
+        p95 = got.latency_p95_s if got.window_requests > 0 else None
+        if p95 is not None and (not out.HasField("latency_p95_s") or p95 > out.latency_p95_s):
+            out.latency_p95_s = p95
+        if got.validation_reason:
+            if len(out.validation_problems) < slicing.MAX_VALIDATION_PROBLEMS:
+                why = got.validation_reason + (
+                    f": {got.validation_message}" if got.validation_message else ""
+                )
+                out.validation_problems[device_name[: slicing.MAX_NAME]] = why[: slicing.MAX_TEXT]
+        elif got.accuracy is not None:
+            out.accuracy_devices += 1
+            if not out.HasField("accuracy") or got.accuracy < out.accuracy:
+                out.accuracy = got.accuracy
+    return out
 
 
 def build_report(ctx: HubContext, generation: int) -> federation_pb2.RegionReport:
@@ -559,6 +615,9 @@ def build_report(ctx: HubContext, generation: int) -> federation_pb2.RegionRepor
             continue
         status = admin.shown_object(kind, stored.manifest).get("status", {})
         rollout = cache.rollouts.get(name)
+        revisions = cache.revisions.get(name, {})
+        current = revisions.get(rollout.revision) if rollout is not None else None
+        stable = revisions.get(rollout.stable) if rollout is not None else None
         failing = dict(sorted(status.get("failing", {}).items())[: slicing.MAX_FAILING])
         deployments.append(
             federation_pb2.RegionDeploymentStatus(
@@ -574,6 +633,14 @@ def build_report(ctx: HubContext, generation: int) -> federation_pb2.RegionRepor
                 },
                 rollout_phase=rollout.phase.value if rollout is not None else "",
                 rollout_revision=rollout.revision if rollout is not None else 0,
+                rollout_template=current.template if current is not None else "",
+                stable_template=stable.template if stable is not None else "",
+                rollout_reason=rollout.reason[:64] if rollout is not None else "",
+                rollout_message=rollout.message[: slicing.MAX_TEXT] if rollout is not None else "",
+                revision_figures=[
+                    revision_figures(ctx, name, rev)
+                    for rev in {r.number: r for r in (current, stable) if r is not None}.values()
+                ],
             )
         )
     by_phase: dict[str, int] = {}

@@ -280,9 +280,13 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
             name: [r.model for r in revisions.values()]
             for name, revisions in cache.revisions.items()
         }
+        waves = self.ctx.waves  # a deployment in waves: the stable revision until released
         return slicing.plan_slice(
             region,
-            [o.manifest for o in cache.stored.values()],
+            [
+                waves.manifest_for(region, o.manifest) if waves is not None else o.manifest
+                for o in cache.stored.values()
+            ],
             cache.models,
             revision_models,
             cache.trust_roots,

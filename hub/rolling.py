@@ -336,12 +336,15 @@ def plan_rollout(
     now: float,
     model_pushed: bool = True,
     analysis: Analysis | None = None,
+    max_weight: int | None = None,
 ) -> Step:
     """The next step of ``dep``'s rollout (see the module doc). ``manifest``: its canonical
     manifest as applied; ``revisions``: its stored revisions by number; ``devices``: the
     targeted devices; ``model_pushed``: whether the current revision's model can be sent
     (no device is given it before); ``analysis``: the canary analysis now (None: no
-    ``canary.analysis``, or no canary device serves yet)."""
+    ``canary.analysis``, or no canary device serves yet); ``max_weight``: the percentage of
+    the targeted devices the new revision may go to at most (a root hub's wave,
+    :func:`max_weight_of`; None: no cap): reached, the rollout is held there."""
     name = dep.metadata.name
     wanted = template_hash(manifest)
     current = revisions.get(state.revision) if state is not None else None
@@ -373,7 +376,13 @@ def plan_rollout(
         )
     deadline = rollout.progress_deadline_s
     since = _progress_since(state, canary)
-    if deadline is not None and state.phase is RolloutPhase.PROGRESSING and now - since > deadline:
+    held = state.reason == "WeightHeld"  # by the root's waves: not a lack of progress
+    if (
+        deadline is not None
+        and state.phase is RolloutPhase.PROGRESSING
+        and not held
+        and now - since > deadline
+    ):
         waiting = f" ({analysis.message})" if analysis is not None else ""
         return _give_up(
             state,
@@ -390,6 +399,12 @@ def plan_rollout(
     eligible = [d for d in devices if d.eligible]
     if devices and not eligible:
         return Step(progress=progress)  # wait: nobody could take a step
+    cap = canary_target(max_weight, len(devices)) if max_weight is not None else len(devices)
+    if cap < len(devices):
+        weight = canary_weight(canary, state.step) if canary is not None else 100
+        if canary_target(weight, len(devices)) > cap:  # held below what it would do
+            return _capped(state, current, devices, budget, cap, max_weight or 0, now,
+                           model_pushed)  # fmt: skip
     if canary is not None:
         return _canary_step(state, current, devices, budget, canary, analysis, now, model_pushed)
     if all(d.name in state.updated and d.target is TargetPhase.READY for d in devices):
@@ -397,6 +412,53 @@ def plan_rollout(
     if state.phase is RolloutPhase.PAUSED or not model_pushed:
         return Step(progress=progress)
     return _assign(state, current, devices, budget, len(devices), now)
+
+
+MAX_WEIGHT = "federation.edgefleet.io/max-weight"
+"""An annotation a root hub puts on a ModelDeployment it sends a region during a wave of a
+percentage (hub.waving): the region's rollout gives the new revision to that percentage of
+its targeted devices at most, and holds there (reason ``WeightHeld``)."""
+
+
+def max_weight_of(manifest: Mapping[str, Any]) -> int | None:
+    """The cap of :data:`MAX_WEIGHT` on ``manifest`` (None: none, or not a percentage)."""
+    value = (manifest.get("metadata", {}).get("annotations") or {}).get(MAX_WEIGHT)
+    if not isinstance(value, str) or not value.isdigit() or not 1 <= int(value) <= 100:
+        return None
+    return int(value)
+
+
+def _capped(
+    state: RolloutState,
+    current: Revision,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    cap: int,
+    weight: int,
+    now: float,
+    model_pushed: bool,
+) -> Step:
+    """A rollout held at a root hub's wave weight: devices assigned up to ``cap``; once they
+    are all ready on the new revision, the rollout says so (``WeightHeld``) and waits."""
+    progress = measure(state, devices, budget)
+    assigned = [d for d in devices if d.name in state.updated]
+    if len(state.updated) >= cap and all(d.target is TargetPhase.READY for d in assigned):
+        if state.reason == "WeightHeld":
+            return Step(progress=progress)
+        held = replace(
+            state,
+            reason="WeightHeld",
+            message=f"revision {state.revision} ({_version(current)}) ready on "
+            f"{len(state.updated)} of {len(devices)} devices, held at {weight}% by the root "
+            "hub's waves",
+            changed_at=now,
+            progress_at=now,
+        )
+        return Step(state=held, events=(Event("Normal", "WeightHeld", held.message),),
+                    progress=progress)  # fmt: skip
+    if state.phase is RolloutPhase.PAUSED or not model_pushed:
+        return Step(progress=progress)
+    return _assign(state, current, devices, budget, cap, now)
 
 
 def _progress_since(state: RolloutState, canary: Canary | None) -> float:

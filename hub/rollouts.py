@@ -54,6 +54,7 @@ from hub.rolling import (
     Step,
     canary_target,
     canary_weight,
+    max_weight_of,
     measure,
     plan_rollout,
     prune,
@@ -69,6 +70,14 @@ log = get_logger(__name__)
 TICK = 0.5  # seconds between looks when nothing woke the controller
 GATHER = 0.02
 RETRY = Backoff(0.05, 10.0)
+
+
+RevisionHook = Callable[
+    [str, RolloutState | None, Revision, Mapping[int, Revision]],
+    tuple[list[Put], Callable[[int], None]],
+]
+"""Given a deployment, its rollout state before, its new revision and its revisions: more
+puts for the revision's transaction, and what to call with the store revision it committed."""
 
 
 class ActionRefused(Exception):
@@ -177,6 +186,8 @@ class RolloutController:
         self._sampled: set[Hashable] = set()
         self._analyses: dict[str, Analysis] = {}
         self.timeline_samples = timeline_samples  # the ring kept per deployment
+        # a root hub's waves (hub.waves): what to write with a new revision, in its transaction
+        self.revision_hook: RevisionHook | None = None
 
     def wake(self) -> None:
         self._batches.wake()
@@ -236,7 +247,17 @@ class RolloutController:
         pushed = current is None or current.model in cache.models
         devices = views(cache, name, current)
         analysis = self._analyze(name, dep, state, now)
-        step = plan_rollout(dep, stored.manifest, revisions, state, devices, now, pushed, analysis)
+        step = plan_rollout(
+            dep,
+            stored.manifest,
+            revisions,
+            state,
+            devices,
+            now,
+            pushed,
+            analysis,
+            max_weight_of(stored.manifest),  # a root hub's wave of a percentage
+        )
         wrote = await self._write(name, state, step)
         canary = dep.spec.rollout.canary
         if analysis is not None and state is not None and canary and canary.analysis:
@@ -342,13 +363,17 @@ class RolloutController:
             compares.append(Compare(key, 0))
             puts.append(Put(key, storekeys.dumps(step.revision.to_json())))
         state = step.state
+        revisions = dict(cache.revisions.get(name, {}))
+        if step.revision is not None:
+            revisions[step.revision.number] = step.revision
         if state is not None:
             puts.append(Put(storekeys.rollout_key(name), storekeys.dumps(state.to_json())))
-            revisions = dict(cache.revisions.get(name, {}))
-            if step.revision is not None:
-                revisions[step.revision.number] = step.revision
             stale = prune(revisions.values(), state)
             puts += [Delete(storekeys.revision_key(name, n)) for n in stale]
+        hooked: Callable[[int], None] | None = None
+        if step.revision is not None and self.revision_hook is not None:
+            more, hooked = self.revision_hook(name, before, step.revision, revisions)
+            puts += more
         try:
             revision = await self._store.txn(compares, puts)
         except CompareFailed:
@@ -365,6 +390,8 @@ class RolloutController:
                 cache.revisions.get(name, {}).pop(n, None)
         for event in step.events:
             self._writer.event("ModelDeployment", name, event.type, event.reason, event.message)
+        if hooked is not None:
+            hooked(revision)
         log.info(
             "rollout step",
             deployment=name,

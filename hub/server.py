@@ -44,7 +44,7 @@ from hub.caching import Cache
 from hub.config import HubConfig, load_config
 from hub.context import HubContext
 from hub.enrolling import EnrollmentServicer
-from hub.federating import ParentFiles, ParentLink
+from hub.federating import PARENT_FILE, ParentFiles, ParentLink
 from hub.fleetscaling import FleetAutoscaler
 from hub.initializing import HubPaths
 from hub.lifecycle import Lifecycle
@@ -77,6 +77,7 @@ from hub.syncing import DeviceServicer
 from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
 from hub.tufrepo import TufRepository
 from hub.tufwatching import TufWatcher
+from hub.waves import WaveController
 from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
@@ -169,10 +170,17 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         )
     install_roots(ctx, roots)
     ctx.regions = await Regions.load(store)  # federation: the regional hubs below this one
+    if not (paths.data_dir / PARENT_FILE).exists():  # a regional hub never rolls out in waves
+        ctx.waves = WaveController(controller_store, cache, ctx.regions, writer)
+        await ctx.waves.load()
+        assert ctx.rollouts is not None
+        ctx.rollouts.revision_hook = ctx.waves.revision_ops
     if elector is not None:
 
         async def elected() -> None:
             await reload_cache(cache, store, sessions)
+            if ctx.waves is not None:
+                await ctx.waves.load()
             install_roots(ctx, roots)
             projector.mark_all()
 
@@ -361,6 +369,8 @@ async def _serve(
     ]
     if ctx.rollouts is not None:
         controllers.append(ctx.rollouts)
+    if ctx.waves is not None:
+        controllers.append(ctx.waves)
     if ctx.scheduler is not None:
         controllers.append(ctx.scheduler)
         autoscaler = FleetAutoscaler(ctx.cache, ctx.writer, wake_scheduler=ctx.scheduler.wake)

@@ -21,6 +21,7 @@ from edgefleet.api.meta import dns_label, label_key, label_value
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import federation_pb2
 from hub import storekeys
+from hub.rolling import MAX_WEIGHT
 
 MAX_SLICE_OBJECTS = 2000
 MAX_SLICE_BYTES = 4 * 1024 * 1024 - 64 * 1024  # gRPC's message limit on both ends, less framing
@@ -32,6 +33,8 @@ MAX_TEXT = 1024
 MAX_LABELS = 64
 MAX_VERSIONS = 64
 MAX_PHASES = 16
+MAX_REVISION_FIGURES = 4  # a region reports its rollout's revision and its stable one
+MAX_VALIDATION_PROBLEMS = 8
 
 FEDERATED_KINDS = ("ModelDeployment", "DeviceHealthPolicy", "SecurityBaseline")
 
@@ -65,6 +68,15 @@ def _overrides(manifest: Mapping[str, Any]) -> dict[str, str]:
 def override_problems(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
     """(field path, reason) of every per-region override that cannot be applied."""
     problems: list[tuple[str, str]] = []
+    annotations = manifest.get("metadata", {}).get("annotations") or {}
+    if MAX_WEIGHT in annotations:
+        problems.append(
+            (
+                f'metadata.annotations["{MAX_WEIGHT}"]',
+                "is set by a root hub on what it sends a region during a wave of a percentage "
+                "(spec.rollout.waves), not applied by hand",
+            )
+        )
     for region, value in sorted(_overrides(manifest).items()):
         path = f'metadata.annotations["{REPLICAS_OVERRIDE}{region}"]'
         if manifest.get("kind") != "ModelDeployment":
@@ -199,6 +211,33 @@ def check_report(report: federation_pb2.RegionReport) -> list[str]:
         for version in list(d.versions)[:MAX_VERSIONS]:
             _text(problems, f"{path}.versions", version, 128)
         _text(problems, f"{path}.rollout_phase", d.rollout_phase, 64)
+        _text(problems, f"{path}.rollout_template", d.rollout_template, 64)
+        _text(problems, f"{path}.stable_template", d.stable_template, 64)
+        _text(problems, f"{path}.rollout_reason", d.rollout_reason, 64)
+        _text(problems, f"{path}.rollout_message", d.rollout_message, MAX_TEXT)
+        if len(d.revision_figures) > MAX_REVISION_FIGURES:
+            problems.append(
+                f"{path}.revision_figures: at most {MAX_REVISION_FIGURES}, "
+                f"got {len(d.revision_figures)}"
+            )
+        for j, f in enumerate(d.revision_figures[:MAX_REVISION_FIGURES]):
+            fpath = f"{path}.revision_figures[{j}]"
+            _text(problems, f"{fpath}.template", f.template, 64)
+            if f.errors > f.requests:
+                problems.append(f"{fpath}.errors: more than its requests ({f.requests})")
+            if f.accuracy_devices > f.devices:
+                problems.append(f"{fpath}.accuracy_devices: more than its devices ({f.devices})")
+            for name, value in (("latency_p95_s", f.latency_p95_s), ("accuracy", f.accuracy)):
+                if f.HasField(name) and not 0.0 <= value <= 1e6:
+                    problems.append(f"{fpath}.{name}: must be from 0 to 1e6, got {value}")
+            if len(f.validation_problems) > MAX_VALIDATION_PROBLEMS:
+                problems.append(
+                    f"{fpath}.validation_problems: at most {MAX_VALIDATION_PROBLEMS}, "
+                    f"got {len(f.validation_problems)}"
+                )
+            for device, why in list(f.validation_problems.items())[:MAX_VALIDATION_PROBLEMS]:
+                _text(problems, f"{fpath}.validation_problems", device)
+                _text(problems, f"{fpath}.validation_problems[{device[:64]!r}]", why, MAX_TEXT)
     inv = report.inventory
     if len(inv.devices) > MAX_REPORT_DEVICES:
         problems.append(
@@ -240,7 +279,14 @@ def region_deployment_json(d: federation_pb2.RegionDeploymentStatus) -> dict[str
         "failing": dict(sorted(d.failing.items())),
         "versions": dict(sorted(d.versions.items())),
         **(
-            {"rollout": {"phase": d.rollout_phase, "revision": d.rollout_revision}}
+            {
+                "rollout": {
+                    "phase": d.rollout_phase,
+                    "revision": d.rollout_revision,
+                    **({"reason": d.rollout_reason} if d.rollout_reason else {}),
+                    **({"message": d.rollout_message} if d.rollout_message else {}),
+                }
+            }
             if d.rollout_phase
             else {}
         ),

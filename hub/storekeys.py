@@ -42,6 +42,7 @@ EVENTS = "/events/"
 REVISIONS = "/revisions/"
 ROLLOUTS = "/rollouts/"
 ANALYSIS = "/analysis/"
+WAVES = "/waves/"  # by deployment: a root hub's rollout across regions (hub.waving)
 PLACEMENTS = "/placements/"  # by deployment: the devices the scheduler put its replicas.total on
 
 KIND_DEVICE = "Device"
@@ -82,6 +83,10 @@ def rollout_key(deployment: str) -> str:
 
 def analysis_prefix(deployment: str) -> str:
     return f"{ANALYSIS}{deployment}/"
+
+
+def wave_key(deployment: str) -> str:
+    return f"{WAVES}{deployment}"
 
 
 def analysis_key(deployment: str, seq: int) -> str:

@@ -43,6 +43,7 @@ from edgefleet.api.manifests import (
     Toleration,
     TolerationOperator,
     TopologySpread,
+    Wave,
     parse_manifest,
     read_manifest,
 )
@@ -104,6 +105,7 @@ __all__ = [
     "Toleration",
     "TolerationOperator",
     "TopologySpread",
+    "Wave",
     "format_cpu",
     "format_duration",
     "format_memory",

@@ -99,6 +99,15 @@ FIELD_HELP: Mapping[str, str] = {
     "spec.probes.liveness": "A replica silent for periodSeconds x failureThreshold is restarted.",
     "spec.rollout.canary": "Steps of the fleet a new revision goes to, each checked by the "
     "analysis before the next.",
+    "spec.rollout.waves": "At a root hub (federation): the regions a new revision goes to, "
+    "wave by wave, each wave's regions done before the next; a failing region rolls every "
+    "region back. The regions no wave names follow the last wave.",
+    "spec.rollout.waves.regions": "The regions of this wave (of placement.regions, if set); a "
+    "region is in at most one wave.",
+    "spec.rollout.waves.pause": "A pause between waves: for a duration, or (empty) until "
+    "edgectl rollout resume.",
+    "spec.rollout.waves.percent": "Every region not given the new revision yet gets it on this "
+    "percentage of its devices (each region's rollout is held there) before the next wave.",
     "spec.scaling.minReplicas": "Replicas per device at least (replicas.total: in all).",
     "spec.scaling.maxReplicas": "Replicas per device at most (replicas.total: in all).",
     "spec.scaling.queueDepthUp": "Queued requests per replica that add a replica.",

@@ -417,6 +417,33 @@ class Canary:
         return out
 
 
+MAX_WAVES = 20
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class Wave:
+    """One wave of a root hub's rollout (federation): the regions given the new revision
+    together, each rolling it out with its own rollout settings, before the next wave; a
+    percentage of the devices of every region not given it yet; or a pause (``pause_s``
+    seconds; ``None``: until ``edgectl rollout resume``). The regions of the deployment no
+    wave names follow after the last wave."""
+
+    regions: tuple[str, ...] = ()
+    pause: bool = False
+    pause_s: float | None = None
+    # every region not given the new revision yet gets it on this percentage of its devices
+    percent: int | None = None
+
+    def to_dict(self) -> dict[str, Any]:
+        if self.percent is not None:
+            return {"percent": f"{self.percent}%"}
+        if not self.pause:
+            return {"regions": list(self.regions)}
+        return {
+            "pause": {} if self.pause_s is None else {"duration": format_duration(self.pause_s)}
+        }
+
+
 _QUARTER = IntOrPercent(25, percent=True)
 
 
@@ -428,6 +455,8 @@ class Rollout:
     max_surge: IntOrPercent = _QUARTER
     canary: Canary | None = None
     progress_deadline_s: int | None = None  # no progress for this long: rolled back
+    # a root hub (federation): the regions a new revision goes to, wave by wave
+    waves: tuple[Wave, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -436,6 +465,8 @@ class Rollout:
         }
         if self.canary is not None:
             out["canary"] = self.canary.to_dict()
+        if self.waves:
+            out["waves"] = [w.to_dict() for w in self.waves]
         if self.progress_deadline_s is not None:
             out["progressDeadlineSeconds"] = self.progress_deadline_s
         return out
@@ -919,6 +950,63 @@ def _read_canary(r: Reader) -> Canary:
     return Canary(steps=tuple(steps), analysis=analysis)
 
 
+_wave_percent = within(
+    parse_percent, lambda v: "must be from 1% to 99%" if not 0 < v < 100 else None
+)
+
+
+def _read_wave(r: Reader, path: str, item: object, seen: dict[str, str]) -> Wave | None:
+    """A wave: ``{regions: [eu-west, ...]}``, ``{percent: 25%}`` (that percentage of the
+    devices of every region not given the new revision yet) or ``{pause: {}}`` /
+    ``{pause: {duration: 10m}}``."""
+    w = r.problems.reader(item, path)
+    if w is None:
+        return None
+    has_regions, has_pause, has_percent = w.has("regions"), w.has("pause"), w.has("percent")
+    regions = w.list_of("regions", dns_label, unique=True) or []
+    p = w.section("pause")
+    duration = None if p is None else p.optional("duration", _pause_duration, None)
+    percent = w.optional("percent", _wave_percent, None)
+    if has_regions + has_pause + has_percent != 1:
+        w.problems.add(path, "must have exactly one of regions, percent or pause")
+        return None
+    if has_percent:
+        return None if percent is None else Wave(percent=percent)
+    if has_pause:
+        return Wave(pause=True, pause_s=duration)
+    if w.raw("regions") == []:
+        w.problems.add(w.at("regions"), "must list at least one region")
+    raw = w.raw("regions")
+    for i, region in enumerate(raw if isinstance(raw, list) else []):
+        if region not in regions:
+            continue  # not a region name: said above
+        if region in seen and seen[region] != path:
+            w.problems.add(f"{w.at('regions')}[{i}]", f"{region!r} is already in {seen[region]}")
+        seen.setdefault(region, path)
+    return Wave(regions=tuple(regions)) if regions else None
+
+
+def _read_waves(r: Reader) -> tuple[Wave, ...]:
+    waves: list[Wave] = []
+    seen: dict[str, str] = {}
+    items = r.items("waves")
+    if r.raw("waves") == []:
+        r.problems.add(r.at("waves"), "must list at least one wave")
+    if len(items) > MAX_WAVES:
+        r.problems.add(r.at("waves"), f"at most {MAX_WAVES} waves, got {len(items)}")
+        return ()
+    for path, item in items:
+        wave = _read_wave(r, path, item, seen)
+        if wave is not None:
+            waves.append(wave)
+    if waves and all(w.pause for w in waves):
+        r.problems.add(r.at("waves"), "must have at least one wave of regions or a percent")
+    percents = [w.percent for w in waves if w.percent is not None]
+    if any(later <= earlier for earlier, later in itertools.pairwise(percents)):
+        r.problems.add(r.at("waves"), "percent waves must be strictly increasing percentages")
+    return tuple(waves)
+
+
 def _read_rollout(r: Reader | None) -> Rollout:
     default = Rollout()
     if r is None:
@@ -929,6 +1017,7 @@ def _read_rollout(r: Reader | None) -> Rollout:
         max_surge=r.optional("maxSurge", parse_int_or_percent, default.max_surge),
         canary=None if canary is None else _read_canary(canary),
         progress_deadline_s=r.optional("progressDeadlineSeconds", int_in(1, 30 * 86400), None),
+        waves=_read_waves(r),
     )
     if rollout.max_unavailable.value == 0 and rollout.max_surge.value == 0:
         r.problems.add(r.at("maxUnavailable"), "must not be 0 when maxSurge is 0")
@@ -1013,8 +1102,23 @@ def _read_model_deployment(metadata: ObjectMeta, r: Reader | None) -> ModelDeplo
             r.problems.add(r.path, "set at most one of priority and priorityClassName")
         if spec.replicas.per_device is not None:
             _check_total_only(r, spec)
+        _check_wave_regions(r, spec)
         _refuse_unbuilt(r, spec)
     return ModelDeployment(metadata=metadata, spec=spec)
+
+
+def _check_wave_regions(r: Reader, spec: ModelDeploymentSpec) -> None:
+    """A wave may name only regions the deployment goes to (``placement.regions``, if set)."""
+    placed = spec.placement.regions
+    if not placed:
+        return
+    for i, wave in enumerate(spec.rollout.waves):
+        for j, region in enumerate(wave.regions):
+            if region not in placed:
+                r.problems.add(
+                    f"{r.path}.rollout.waves[{i}].regions[{j}]",
+                    f"{region!r} is not in placement.regions ({', '.join(placed)})",
+                )
 
 
 def _check_total_only(r: Reader, spec: ModelDeploymentSpec) -> None:

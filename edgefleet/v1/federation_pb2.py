@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65\x64gefleet/v1/federation.proto\x12\x0c\x65\x64gefleet.v1\"B\n\x10\x45nrollHubRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0f\n\x07\x63sr_pem\x18\x02 \x01(\x0c\x12\x0e\n\x06region\x18\x03 \x01(\t\"x\n\x11\x45nrollHubResponse\x12\x1d\n\x15\x63\x65rtificate_chain_pem\x18\x01 \x01(\x0c\x12\x1a\n\x12\x63\x61_certificate_pem\x18\x02 \x01(\x0c\x12\x13\n\x0btrust_roots\x18\x03 \x03(\x0c\x12\x13\n\x0broot_region\x18\x04 \x01(\t\"\xa0\x01\n\rRegionMessage\x12*\n\x05hello\x18\x01 \x01(\x0b\x32\x19.edgefleet.v1.RegionHelloH\x00\x12-\n\x07\x61pplied\x18\x02 \x01(\x0b\x32\x1a.edgefleet.v1.SliceAppliedH\x00\x12,\n\x06report\x18\x03 \x01(\x0b\x32\x1a.edgefleet.v1.RegionReportH\x00\x42\x06\n\x04kind\"1\n\x0bRegionHello\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x04\"\"\n\x0cSliceApplied\x12\x12\n\ngeneration\x18\x01 \x01(\x04\"A\n\x0bRootMessage\x12*\n\x05slice\x18\x01 \x01(\x0b\x32\x19.edgefleet.v1.RegionSliceH\x00\x42\x06\n\x04kind\"\x85\x01\n\x0bRegionSlice\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x0f\n\x07objects\x18\x02 \x03(\x0c\x12,\n\x06models\x18\x03 \x03(\x0b\x32\x1c.edgefleet.v1.FederatedModel\x12\x13\n\x0btrust_roots\x18\x04 \x03(\x0c\x12\x0e\n\x06\x64igest\x18\x05 \x01(\t\"\xf9\x01\n\x0e\x46\x65\x64\x65ratedModel\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0e\n\x06length\x18\x04 \x01(\x04\x12\x10\n\x08\x65nvelope\x18\x05 \x01(\x0c\x12\x38\n\x06\x65xtras\x18\x06 \x03(\x0b\x32(.edgefleet.v1.FederatedModel.ExtrasEntry\x12\x1a\n\x12rollback_allowance\x18\x07 \x01(\x0c\x12\x11\n\tpushed_at\x18\x08 \x01(\x01\x1a-\n\x0b\x45xtrasEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8f\x01\n\x0cRegionReport\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x39\n\x0b\x64\x65ployments\x18\x02 \x03(\x0b\x32$.edgefleet.v1.RegionDeploymentStatus\x12\x30\n\tinventory\x18\x03 \x01(\x0b\x32\x1d.edgefleet.v1.RegionInventory\"\x86\x03\n\x16RegionDeploymentStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65sired\x18\x02 \x01(\r\x12\x0f\n\x07updated\x18\x03 \x01(\r\x12\r\n\x05ready\x18\x04 \x01(\r\x12\x11\n\tavailable\x18\x05 \x01(\r\x12\x42\n\x07\x66\x61iling\x18\x06 \x03(\x0b\x32\x31.edgefleet.v1.RegionDeploymentStatus.FailingEntry\x12\x44\n\x08versions\x18\x07 \x03(\x0b\x32\x32.edgefleet.v1.RegionDeploymentStatus.VersionsEntry\x12\x15\n\rrollout_phase\x18\x08 \x01(\t\x12\x18\n\x10rollout_revision\x18\t \x01(\r\x1a.\n\x0c\x46\x61ilingEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\xce\x01\n\x0fRegionInventory\x12\r\n\x05total\x18\x01 \x01(\r\x12<\n\x08\x62y_phase\x18\x02 \x03(\x0b\x32*.edgefleet.v1.RegionInventory.ByPhaseEntry\x12+\n\x07\x64\x65vices\x18\x03 \x03(\x0b\x32\x1a.edgefleet.v1.RegionDevice\x12\x11\n\ttruncated\x18\x04 \x01(\x08\x1a.\n\x0c\x42yPhaseEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\xfb\x01\n\x0cRegionDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x36\n\x06labels\x18\x03 \x03(\x0b\x32&.edgefleet.v1.RegionDevice.LabelsEntry\x12\x13\n\x0b\x64\x65ployments\x18\x04 \x03(\t\x12\x10\n\x08\x63ordoned\x18\x05 \x01(\x08\x12\x13\n\x0bschedulable\x18\x06 \x01(\x08\x12\x13\n\x0b\x61ttestation\x18\x07 \x01(\t\x12\x16\n\x0elast_heartbeat\x18\x08 \x01(\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"?\n\x1d\x46\x65tchFederatedArtifactRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\".\n\x0e\x46\x65\x64\x65ratedChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x32\x64\n\x14HubEnrollmentService\x12L\n\tEnrollHub\x12\x1e.edgefleet.v1.EnrollHubRequest\x1a\x1f.edgefleet.v1.EnrollHubResponse2\xc2\x01\n\x11\x46\x65\x64\x65rationService\x12\x46\n\x08\x46\x65\x64\x65rate\x12\x1b.edgefleet.v1.RegionMessage\x1a\x19.edgefleet.v1.RootMessage(\x01\x30\x01\x12\x65\n\x16\x46\x65tchFederatedArtifact\x12+.edgefleet.v1.FetchFederatedArtifactRequest\x1a\x1c.edgefleet.v1.FederatedChunk0\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65\x64gefleet/v1/federation.proto\x12\x0c\x65\x64gefleet.v1\"B\n\x10\x45nrollHubRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0f\n\x07\x63sr_pem\x18\x02 \x01(\x0c\x12\x0e\n\x06region\x18\x03 \x01(\t\"x\n\x11\x45nrollHubResponse\x12\x1d\n\x15\x63\x65rtificate_chain_pem\x18\x01 \x01(\x0c\x12\x1a\n\x12\x63\x61_certificate_pem\x18\x02 \x01(\x0c\x12\x13\n\x0btrust_roots\x18\x03 \x03(\x0c\x12\x13\n\x0broot_region\x18\x04 \x01(\t\"\xa0\x01\n\rRegionMessage\x12*\n\x05hello\x18\x01 \x01(\x0b\x32\x19.edgefleet.v1.RegionHelloH\x00\x12-\n\x07\x61pplied\x18\x02 \x01(\x0b\x32\x1a.edgefleet.v1.SliceAppliedH\x00\x12,\n\x06report\x18\x03 \x01(\x0b\x32\x1a.edgefleet.v1.RegionReportH\x00\x42\x06\n\x04kind\"1\n\x0bRegionHello\x12\x0e\n\x06region\x18\x01 \x01(\t\x12\x12\n\ngeneration\x18\x02 \x01(\x04\"\"\n\x0cSliceApplied\x12\x12\n\ngeneration\x18\x01 \x01(\x04\"A\n\x0bRootMessage\x12*\n\x05slice\x18\x01 \x01(\x0b\x32\x19.edgefleet.v1.RegionSliceH\x00\x42\x06\n\x04kind\"\x85\x01\n\x0bRegionSlice\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x0f\n\x07objects\x18\x02 \x03(\x0c\x12,\n\x06models\x18\x03 \x03(\x0b\x32\x1c.edgefleet.v1.FederatedModel\x12\x13\n\x0btrust_roots\x18\x04 \x03(\x0c\x12\x0e\n\x06\x64igest\x18\x05 \x01(\t\"\xf9\x01\n\x0e\x46\x65\x64\x65ratedModel\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\x12\x0e\n\x06sha256\x18\x03 \x01(\t\x12\x0e\n\x06length\x18\x04 \x01(\x04\x12\x10\n\x08\x65nvelope\x18\x05 \x01(\x0c\x12\x38\n\x06\x65xtras\x18\x06 \x03(\x0b\x32(.edgefleet.v1.FederatedModel.ExtrasEntry\x12\x1a\n\x12rollback_allowance\x18\x07 \x01(\x0c\x12\x11\n\tpushed_at\x18\x08 \x01(\x01\x1a-\n\x0b\x45xtrasEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\x8f\x01\n\x0cRegionReport\x12\x12\n\ngeneration\x18\x01 \x01(\x04\x12\x39\n\x0b\x64\x65ployments\x18\x02 \x03(\x0b\x32$.edgefleet.v1.RegionDeploymentStatus\x12\x30\n\tinventory\x18\x03 \x01(\x0b\x32\x1d.edgefleet.v1.RegionInventory\"\xae\x04\n\x16RegionDeploymentStatus\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65sired\x18\x02 \x01(\r\x12\x0f\n\x07updated\x18\x03 \x01(\r\x12\r\n\x05ready\x18\x04 \x01(\r\x12\x11\n\tavailable\x18\x05 \x01(\r\x12\x42\n\x07\x66\x61iling\x18\x06 \x03(\x0b\x32\x31.edgefleet.v1.RegionDeploymentStatus.FailingEntry\x12\x44\n\x08versions\x18\x07 \x03(\x0b\x32\x32.edgefleet.v1.RegionDeploymentStatus.VersionsEntry\x12\x15\n\rrollout_phase\x18\x08 \x01(\t\x12\x18\n\x10rollout_revision\x18\t \x01(\r\x12\x19\n\x10rollout_template\x18\x9e\x05 \x01(\t\x12\x18\n\x0fstable_template\x18\x9f\x05 \x01(\t\x12\x17\n\x0erollout_reason\x18\xa0\x05 \x01(\t\x12\x18\n\x0frollout_message\x18\xa1\x05 \x01(\t\x12>\n\x10revision_figures\x18\xa2\x05 \x03(\x0b\x32#.edgefleet.v1.RegionRevisionFigures\x1a.\n\x0c\x46\x61ilingEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x1a/\n\rVersionsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\xdd\x02\n\x15RegionRevisionFigures\x12\x10\n\x08template\x18\x01 \x01(\t\x12\x0f\n\x07\x64\x65vices\x18\x02 \x01(\r\x12\x10\n\x08requests\x18\x03 \x01(\x04\x12\x0e\n\x06\x65rrors\x18\x04 \x01(\x04\x12\x1a\n\rlatency_p95_s\x18\x05 \x01(\x01H\x00\x88\x01\x01\x12\x15\n\x08\x61\x63\x63uracy\x18\x06 \x01(\x01H\x01\x88\x01\x01\x12\x18\n\x10\x61\x63\x63uracy_devices\x18\x07 \x01(\r\x12X\n\x13validation_problems\x18\x08 \x03(\x0b\x32;.edgefleet.v1.RegionRevisionFigures.ValidationProblemsEntry\x1a\x39\n\x17ValidationProblemsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\x42\x10\n\x0e_latency_p95_sB\x0b\n\t_accuracy\"\xce\x01\n\x0fRegionInventory\x12\r\n\x05total\x18\x01 \x01(\r\x12<\n\x08\x62y_phase\x18\x02 \x03(\x0b\x32*.edgefleet.v1.RegionInventory.ByPhaseEntry\x12+\n\x07\x64\x65vices\x18\x03 \x03(\x0b\x32\x1a.edgefleet.v1.RegionDevice\x12\x11\n\ttruncated\x18\x04 \x01(\x08\x1a.\n\x0c\x42yPhaseEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\r:\x02\x38\x01\"\xfb\x01\n\x0cRegionDevice\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05phase\x18\x02 \x01(\t\x12\x36\n\x06labels\x18\x03 \x03(\x0b\x32&.edgefleet.v1.RegionDevice.LabelsEntry\x12\x13\n\x0b\x64\x65ployments\x18\x04 \x03(\t\x12\x10\n\x08\x63ordoned\x18\x05 \x01(\x08\x12\x13\n\x0bschedulable\x18\x06 \x01(\x08\x12\x13\n\x0b\x61ttestation\x18\x07 \x01(\t\x12\x16\n\x0elast_heartbeat\x18\x08 \x01(\x01\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"?\n\x1d\x46\x65tchFederatedArtifactRequest\x12\x0e\n\x06sha256\x18\x01 \x01(\t\x12\x0e\n\x06offset\x18\x02 \x01(\x04\".\n\x0e\x46\x65\x64\x65ratedChunk\x12\x0e\n\x06offset\x18\x01 \x01(\x04\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x32\x64\n\x14HubEnrollmentService\x12L\n\tEnrollHub\x12\x1e.edgefleet.v1.EnrollHubRequest\x1a\x1f.edgefleet.v1.EnrollHubResponse2\xc2\x01\n\x11\x46\x65\x64\x65rationService\x12\x46\n\x08\x46\x65\x64\x65rate\x12\x1b.edgefleet.v1.RegionMessage\x1a\x19.edgefleet.v1.RootMessage(\x01\x30\x01\x12\x65\n\x16\x46\x65tchFederatedArtifact\x12+.edgefleet.v1.FetchFederatedArtifactRequest\x1a\x1c.edgefleet.v1.FederatedChunk0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -37,6 +37,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REGIONDEPLOYMENTSTATUS_FAILINGENTRY']._serialized_options = b'8\001'
   _globals['_REGIONDEPLOYMENTSTATUS_VERSIONSENTRY']._loaded_options = None
   _globals['_REGIONDEPLOYMENTSTATUS_VERSIONSENTRY']._serialized_options = b'8\001'
+  _globals['_REGIONREVISIONFIGURES_VALIDATIONPROBLEMSENTRY']._loaded_options = None
+  _globals['_REGIONREVISIONFIGURES_VALIDATIONPROBLEMSENTRY']._serialized_options = b'8\001'
   _globals['_REGIONINVENTORY_BYPHASEENTRY']._loaded_options = None
   _globals['_REGIONINVENTORY_BYPHASEENTRY']._serialized_options = b'8\001'
   _globals['_REGIONDEVICE_LABELSENTRY']._loaded_options = None
@@ -62,25 +64,29 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_REGIONREPORT']._serialized_start=943
   _globals['_REGIONREPORT']._serialized_end=1086
   _globals['_REGIONDEPLOYMENTSTATUS']._serialized_start=1089
-  _globals['_REGIONDEPLOYMENTSTATUS']._serialized_end=1479
-  _globals['_REGIONDEPLOYMENTSTATUS_FAILINGENTRY']._serialized_start=1384
-  _globals['_REGIONDEPLOYMENTSTATUS_FAILINGENTRY']._serialized_end=1430
-  _globals['_REGIONDEPLOYMENTSTATUS_VERSIONSENTRY']._serialized_start=1432
-  _globals['_REGIONDEPLOYMENTSTATUS_VERSIONSENTRY']._serialized_end=1479
-  _globals['_REGIONINVENTORY']._serialized_start=1482
-  _globals['_REGIONINVENTORY']._serialized_end=1688
-  _globals['_REGIONINVENTORY_BYPHASEENTRY']._serialized_start=1642
-  _globals['_REGIONINVENTORY_BYPHASEENTRY']._serialized_end=1688
-  _globals['_REGIONDEVICE']._serialized_start=1691
-  _globals['_REGIONDEVICE']._serialized_end=1942
-  _globals['_REGIONDEVICE_LABELSENTRY']._serialized_start=1897
-  _globals['_REGIONDEVICE_LABELSENTRY']._serialized_end=1942
-  _globals['_FETCHFEDERATEDARTIFACTREQUEST']._serialized_start=1944
-  _globals['_FETCHFEDERATEDARTIFACTREQUEST']._serialized_end=2007
-  _globals['_FEDERATEDCHUNK']._serialized_start=2009
-  _globals['_FEDERATEDCHUNK']._serialized_end=2055
-  _globals['_HUBENROLLMENTSERVICE']._serialized_start=2057
-  _globals['_HUBENROLLMENTSERVICE']._serialized_end=2157
-  _globals['_FEDERATIONSERVICE']._serialized_start=2160
-  _globals['_FEDERATIONSERVICE']._serialized_end=2354
+  _globals['_REGIONDEPLOYMENTSTATUS']._serialized_end=1647
+  _globals['_REGIONDEPLOYMENTSTATUS_FAILINGENTRY']._serialized_start=1552
+  _globals['_REGIONDEPLOYMENTSTATUS_FAILINGENTRY']._serialized_end=1598
+  _globals['_REGIONDEPLOYMENTSTATUS_VERSIONSENTRY']._serialized_start=1600
+  _globals['_REGIONDEPLOYMENTSTATUS_VERSIONSENTRY']._serialized_end=1647
+  _globals['_REGIONREVISIONFIGURES']._serialized_start=1650
+  _globals['_REGIONREVISIONFIGURES']._serialized_end=1999
+  _globals['_REGIONREVISIONFIGURES_VALIDATIONPROBLEMSENTRY']._serialized_start=1911
+  _globals['_REGIONREVISIONFIGURES_VALIDATIONPROBLEMSENTRY']._serialized_end=1968
+  _globals['_REGIONINVENTORY']._serialized_start=2002
+  _globals['_REGIONINVENTORY']._serialized_end=2208
+  _globals['_REGIONINVENTORY_BYPHASEENTRY']._serialized_start=2162
+  _globals['_REGIONINVENTORY_BYPHASEENTRY']._serialized_end=2208
+  _globals['_REGIONDEVICE']._serialized_start=2211
+  _globals['_REGIONDEVICE']._serialized_end=2462
+  _globals['_REGIONDEVICE_LABELSENTRY']._serialized_start=2417
+  _globals['_REGIONDEVICE_LABELSENTRY']._serialized_end=2462
+  _globals['_FETCHFEDERATEDARTIFACTREQUEST']._serialized_start=2464
+  _globals['_FETCHFEDERATEDARTIFACTREQUEST']._serialized_end=2527
+  _globals['_FEDERATEDCHUNK']._serialized_start=2529
+  _globals['_FEDERATEDCHUNK']._serialized_end=2575
+  _globals['_HUBENROLLMENTSERVICE']._serialized_start=2577
+  _globals['_HUBENROLLMENTSERVICE']._serialized_end=2677
+  _globals['_FEDERATIONSERVICE']._serialized_start=2680
+  _globals['_FEDERATIONSERVICE']._serialized_end=2874
 # @@protoc_insertion_point(module_scope)

@@ -110,7 +110,7 @@ class RegionReport(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., deployments: _Optional[_Iterable[_Union[RegionDeploymentStatus, _Mapping]]] = ..., inventory: _Optional[_Union[RegionInventory, _Mapping]] = ...) -> None: ...
 
 class RegionDeploymentStatus(_message.Message):
-    __slots__ = ("name", "desired", "updated", "ready", "available", "failing", "versions", "rollout_phase", "rollout_revision")
+    __slots__ = ("name", "desired", "updated", "ready", "available", "failing", "versions", "rollout_phase", "rollout_revision", "rollout_template", "stable_template", "rollout_reason", "rollout_message", "revision_figures")
     class FailingEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -134,6 +134,11 @@ class RegionDeploymentStatus(_message.Message):
     VERSIONS_FIELD_NUMBER: _ClassVar[int]
     ROLLOUT_PHASE_FIELD_NUMBER: _ClassVar[int]
     ROLLOUT_REVISION_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    STABLE_TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_REASON_FIELD_NUMBER: _ClassVar[int]
+    ROLLOUT_MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIGURES_FIELD_NUMBER: _ClassVar[int]
     name: str
     desired: int
     updated: int
@@ -143,7 +148,39 @@ class RegionDeploymentStatus(_message.Message):
     versions: _containers.ScalarMap[str, int]
     rollout_phase: str
     rollout_revision: int
-    def __init__(self, name: _Optional[str] = ..., desired: _Optional[int] = ..., updated: _Optional[int] = ..., ready: _Optional[int] = ..., available: _Optional[int] = ..., failing: _Optional[_Mapping[str, str]] = ..., versions: _Optional[_Mapping[str, int]] = ..., rollout_phase: _Optional[str] = ..., rollout_revision: _Optional[int] = ...) -> None: ...
+    rollout_template: str
+    stable_template: str
+    rollout_reason: str
+    rollout_message: str
+    revision_figures: _containers.RepeatedCompositeFieldContainer[RegionRevisionFigures]
+    def __init__(self, name: _Optional[str] = ..., desired: _Optional[int] = ..., updated: _Optional[int] = ..., ready: _Optional[int] = ..., available: _Optional[int] = ..., failing: _Optional[_Mapping[str, str]] = ..., versions: _Optional[_Mapping[str, int]] = ..., rollout_phase: _Optional[str] = ..., rollout_revision: _Optional[int] = ..., rollout_template: _Optional[str] = ..., stable_template: _Optional[str] = ..., rollout_reason: _Optional[str] = ..., rollout_message: _Optional[str] = ..., revision_figures: _Optional[_Iterable[_Union[RegionRevisionFigures, _Mapping]]] = ...) -> None: ...
+
+class RegionRevisionFigures(_message.Message):
+    __slots__ = ("template", "devices", "requests", "errors", "latency_p95_s", "accuracy", "accuracy_devices", "validation_problems")
+    class ValidationProblemsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    REQUESTS_FIELD_NUMBER: _ClassVar[int]
+    ERRORS_FIELD_NUMBER: _ClassVar[int]
+    LATENCY_P95_S_FIELD_NUMBER: _ClassVar[int]
+    ACCURACY_FIELD_NUMBER: _ClassVar[int]
+    ACCURACY_DEVICES_FIELD_NUMBER: _ClassVar[int]
+    VALIDATION_PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    template: str
+    devices: int
+    requests: int
+    errors: int
+    latency_p95_s: float
+    accuracy: float
+    accuracy_devices: int
+    validation_problems: _containers.ScalarMap[str, str]
+    def __init__(self, template: _Optional[str] = ..., devices: _Optional[int] = ..., requests: _Optional[int] = ..., errors: _Optional[int] = ..., latency_p95_s: _Optional[float] = ..., accuracy: _Optional[float] = ..., accuracy_devices: _Optional[int] = ..., validation_problems: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RegionInventory(_message.Message):
     __slots__ = ("total", "by_phase", "devices", "truncated")

@@ -12,6 +12,7 @@ from hub.analyzing import Analysis, Check, Figures, Verdict
 from hub.devices import Device, DevicePhase, Health, RevisionPhase, RevisionReport, WorkloadReport
 from hub.rolling import (
     MAX_REVISIONS,
+    MAX_WEIGHT,
     Budget,
     DeviceView,
     Revision,
@@ -19,6 +20,7 @@ from hub.rolling import (
     RolloutState,
     TargetPhase,
     canary_target,
+    max_weight_of,
     plan_rollout,
     prune,
     resolve_budget,
@@ -468,3 +470,38 @@ def test_neither_a_timed_pause_nor_the_analysis_window_is_a_lack_of_progress() -
     assert plan_rollout(dep, m, REVS, held, devices, T + 600, analysis=waiting).state is None
     late = plan_rollout(dep, m, REVS, held, devices, T + 661, analysis=waiting)
     assert late.state is not None and late.state.reason == "ProgressDeadlineExceeded"
+
+
+def test_a_root_hubs_max_weight_holds_the_rollout_there() -> None:
+    """A region's rollout under a root hub's percent wave (hub.waving): 10 devices at 30%:
+    three get the new revision, then it is held (WeightHeld), never Complete; no progress
+    deadline while held; the cap raised or lifted, it goes on."""
+    dep, m = rolling(maxSurge="100%", maxUnavailable=0, progressDeadlineSeconds=10)
+    state, t = replace(STARTED, started_at=T, progress_at=T), T
+    for i in range(20):
+        step = plan_rollout(
+            dep, m, REVS, state, views_of(DEVICES, state, TargetPhase.READY), t, max_weight=30
+        )
+        state = step.state or state
+        t += 1 if i < 5 else 100  # held: then far past the progress deadline
+    assert (state.phase, state.reason, len(state.updated)) == (
+        RolloutPhase.PROGRESSING,
+        "WeightHeld",
+        3,
+    )
+    assert "held at 30% by the root hub's waves" in state.message
+    lifted = plan_rollout(dep, m, REVS, state, views_of(DEVICES, state, TargetPhase.READY), t)
+    assert lifted.state is not None and len(lifted.state.updated) == 10
+    # within a canary: the smaller of the step's weight and the cap
+    dep, m = canary(["20%", "80%"])
+    state = STARTED
+    for _ in range(20):
+        step = plan_rollout(
+            dep, m, REVS, state, views_of(DEVICES, state, TargetPhase.READY), t, max_weight=50
+        )
+        state = step.state or state
+        t += 1
+    assert (state.step, len(state.updated), state.reason) == (1, 5, "WeightHeld")
+    assert max_weight_of({"metadata": {"annotations": {MAX_WEIGHT: "30"}}}) == 30
+    assert max_weight_of({"metadata": {"annotations": {MAX_WEIGHT: "x"}}}) is None
+    assert max_weight_of({"metadata": {}}) is None

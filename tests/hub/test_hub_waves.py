@@ -1,0 +1,572 @@
+"""Federated rollouts in waves at the hub (docs/federation.md, "Rollouts in waves"): a root hub
+and two regional hubs (eu, us) made by ``hub init`` (the regions enrolled with the root's
+token and pin), in this process, each with its real controllers (projector, rollouts, the
+root's wave controller, the regions' federation link) over real SQLite stores and real gRPC
+with real certificates on loopback. Each region has one device whose reports are written as
+its Sync stream would (through the region's device writer), answering what the region sends
+it: that revision Ready, or Refused.
+
+* wave 1 (eu) passes -> us gets the new revision only then; a root restarted mid-wave goes on
+  from its stored state; ``edgectl rollout status`` at the root shows the waves;
+* wave 1 fails (eu's device refuses the new revision, eu rolls back) -> the root rolls every
+  region back; us never got the new revision;
+* ``spec.rollout.waves`` is refused at a regional hub and at a hub without regions.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+from collections.abc import Callable, Coroutine
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
+
+import grpc
+import orjson
+import pytest
+from asynctesting import async_test
+from hubserving import AdminHub, client_credentials, make_hub_dir
+
+from edgefleet.launching import free_port_pair
+from edgefleet.supervising import Component
+from edgefleet.v1 import admin_pb2, admin_pb2_grpc
+from hub import pki, storekeys, tokens
+from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
+from hub.federating import ParentFiles, ParentLink, enroll_with_parent
+from hub.initializing import HubPaths, init_hub
+from hub.server import build_context, start_server
+from hub.trustsetup import quickstart_trust
+from hub.waving import WavePhase
+
+DEADLINE = 60.0  # for a loaded machine; not a timed assertion
+
+
+def slow_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Like :func:`asynctesting.async_test`, with a guard sized for three hubs."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        async def main() -> None:
+            await asyncio.wait_for(fn(*args, **kwargs), 240)
+            await asyncio.sleep(0.2)  # tasks cancelled by the hubs' links finish
+            leaked = asyncio.all_tasks() - {asyncio.current_task()}
+            assert not leaked, f"leaked tasks: {leaked}"
+
+        asyncio.run(main())
+
+    return wrapper
+
+
+def deployment(
+    version: str, waves: list[Any] | None = None, canary: dict[str, Any] | None = None
+) -> bytes:
+    rollout: dict[str, Any] = {"maxSurge": 1, "maxUnavailable": 0}
+    if waves is not None:
+        rollout["waves"] = waves
+    if canary is not None:
+        rollout["canary"] = canary
+    return orjson.dumps(
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": "det"},
+            "spec": {
+                "model": {"name": "det", "version": version},
+                "replicas": {"perDevice": 1},
+                "rollout": rollout,
+            },
+        }
+    )
+
+
+WAVES = [{"regions": ["eu"]}]
+
+
+async def until(
+    what: Callable[[], Any],
+    why: str,
+    timeout: float = DEADLINE,
+    detail: Callable[[], str] | None = None,
+) -> Any:
+    loop = asyncio.get_running_loop()
+    end = loop.time() + timeout
+    while loop.time() < end:
+        got = what()
+        if got:
+            return got
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {why}" + (f": {detail()}" if detail else ""))
+
+
+class Hub:
+    """A hub of a data directory, serving, with its controllers running."""
+
+    def __init__(self, paths: HubPaths, listen: str = "127.0.0.1:0") -> None:
+        self.paths = paths
+        self.listen = listen
+        self._stop = asyncio.Event()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    async def __aenter__(self) -> Hub:
+        ctx = self.ctx = await build_context(self.paths.data_dir)
+        components: list[Component] = [ctx.writer, ctx.projector]
+        assert ctx.rollouts is not None
+        components.append(ctx.rollouts)
+        if ctx.waves is not None:
+            components.append(ctx.waves)
+        parent = ParentFiles.load(self.paths.data_dir)
+        if parent is not None:
+            components.append(ParentLink(ctx, parent))
+        self._tasks = [asyncio.create_task(c.run(self._stop)) for c in components]
+        enroll = "127.0.0.1:0" if self.listen.endswith(":0") else None
+        running = await start_server(ctx, listen=self.listen, enroll_listen=enroll)
+        self.server, self.port = running.server, running.port
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.server.stop(None)
+        self._stop.set()
+        await asyncio.gather(*self._tasks)
+        await self.ctx.store.close()
+
+    def stub(self, channel: grpc.aio.Channel) -> admin_pb2_grpc.AdminServiceStub:
+        return admin_pb2_grpc.AdminServiceStub(channel)
+
+    def channel(self) -> grpc.aio.Channel:
+        admin = pki.load_certified_key(self.paths.admin_certificate, self.paths.admin_key)
+        return grpc.aio.secure_channel(
+            f"127.0.0.1:{self.port}", client_credentials(self.paths, admin)
+        )
+
+    async def apply(self, document: bytes) -> None:
+        async with self.channel() as channel:
+            await self.stub(channel).Apply(admin_pb2.ApplyRequest(documents=[document]))
+
+    async def get(self) -> dict[str, Any]:
+        async with self.channel() as channel:
+            got = await self.stub(channel).Get(
+                admin_pb2.GetRequest(kind="ModelDeployment", name="det")
+            )
+        doc: dict[str, Any] = orjson.loads(got.json)
+        return doc
+
+    def version(self) -> str | None:
+        dep = self.ctx.cache.deployments.get("det")
+        return dep.spec.model.version if dep is not None else None
+
+    def events(self, reason: str) -> list[dict[str, Any]]:
+        return [e for e in self.ctx.cache.events if e.get("reason") == reason]
+
+
+class Fleet:
+    """The root's and the regions' data directories, made once."""
+
+    def __init__(self, tmp: Path) -> None:
+        self.tmp = tmp
+        self.port = free_port_pair()
+        self.address = f"127.0.0.1:{self.port}"
+
+    async def make(self) -> None:
+        result = await init_hub(
+            self.tmp / "root",
+            region="root",
+            hub_address=self.address,
+            trust_setup=quickstart_trust,
+        )
+        self.root_paths, self.pin = result.paths, result.ca_pin
+
+    async def region(self, root: Hub, name: str) -> HubPaths:
+        token, _ = await tokens.create_token(
+            root.ctx.store, now=root.ctx.clock(), ttl=600, for_region=name
+        )
+
+        async def setup(paths: HubPaths, ca: pki.CertifiedKey) -> None:
+            await enroll_with_parent(
+                paths, parent=self.address, token=token, ca_hash=self.pin, region=name
+            )
+
+        result = await init_hub(
+            self.tmp / name, region=name, hub_address="127.0.0.1:7443", trust_setup=setup
+        )
+        return result.paths
+
+    def root(self) -> Hub:
+        return Hub(self.root_paths, listen=self.address)
+
+
+async def push(root: Hub, version: str) -> None:
+    """A model pushed at the root: its bytes in the blob store (the regions fetch them)."""
+    path = root.paths.data_dir / f"det-{version}.bin"
+    path.write_bytes(f"model {version}".encode() * 100)
+    sha = root.ctx.blobs.ingest_file(path, name="det", version=version, verifiers=[])
+    record = storekeys.ModelRecord("det", version, sha, path.stat().st_size, b"{}", 1.0)
+    await root.ctx.store.put(storekeys.model_key("det", version), storekeys.dumps(record.to_json()))
+    root.ctx.cache.models[("det", version)] = record
+
+
+async def device(
+    hub: Hub,
+    name: str,
+    stop: asyncio.Event,
+    refuse: frozenset[str],
+    hold: dict[str, asyncio.Event],
+    failing: frozenset[str] = frozenset(),
+) -> None:
+    """One device of a region: reports what the region sends it Ready (Refused for a version
+    in ``refuse``; Loading while ``hold[version]`` is not set), answering 10 requests every
+    0.05 s; a version in ``failing`` answers half of them with errors once the region's
+    rollout of it is Complete."""
+    writer, cache = hub.ctx.writer, hub.ctx.cache
+    writer.update(Device(name=name, phase=DevicePhase.READY))
+    counters: dict[str, tuple[int, int]] = {}
+    while not stop.is_set():
+        sent = cache.revision_for("det", name)
+        record = cache.models.get(sent.model) if sent is not None else None
+        current = cache.devices[name]
+        if sent is not None and record is not None:
+            version = sent.model[1]
+            requests, errors = counters.get(version, (0, 0))
+            rollout = cache.rollouts.get("det")
+            complete = rollout is not None and rollout.phase.value == "Complete"
+            counters[version] = (
+                requests + 10,
+                errors + (5 if version in failing and complete else 0),
+            )
+            requests, errors = counters[version]
+            if version in refuse:
+                rev = RevisionReport(
+                    version,
+                    record.sha256,
+                    RevisionPhase.REFUSED,
+                    wanted=True,
+                    reason="UnknownKey",
+                    message="signed only by keys the trust root does not allow",
+                )
+            elif version in hold and not hold[version].is_set():
+                rev = RevisionReport(version, record.sha256, RevisionPhase.LOADING, wanted=True)
+            else:
+                rev = RevisionReport(
+                    version,
+                    record.sha256,
+                    RevisionPhase.READY,
+                    1,
+                    wanted=True,
+                    requests=requests,
+                    errors=errors,
+                )
+            report = WorkloadReport(version, desired_replicas=1, ready_replicas=1, revisions=(rev,))
+            if current.workloads.get("det") != report:
+                writer.update(replace(current, workloads={"det": report}))
+        await asyncio.sleep(0.05)
+
+
+@contextlib.asynccontextmanager
+async def devices(
+    *hubs: Hub,
+    refuse: frozenset[str] = frozenset(),
+    hold: dict[str, asyncio.Event] | None = None,
+    failing: frozenset[str] = frozenset(),
+    per_region: int = 1,
+) -> Any:
+    stop = asyncio.Event()
+    tasks = [
+        asyncio.create_task(device(h, f"cam-{h.ctx.region}-{i}", stop, refuse, hold or {}, failing))
+        for h in hubs
+        for i in range(per_region)
+    ]
+    try:
+        yield
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+
+
+def rolled_out(hub: Hub, version: str) -> bool:
+    state = hub.ctx.cache.rollouts.get("det")
+    if state is None or hub.version() != version:
+        return False
+    rev = hub.ctx.cache.revisions.get("det", {}).get(state.revision)
+    return rev is not None and rev.model[1] == version and state.phase.value == "Complete"
+
+
+def reported(root: Hub, region: str, version: str) -> bool:
+    state = root.ctx.regions.regions.get(region) if root.ctx.regions else None
+    if state is None or not state.connected or state.report is None:
+        return False
+    return any(
+        d.name == "det" and d.rollout_phase == "Complete" and d.versions.get(version)
+        for d in state.report.deployments
+    )
+
+
+async def everywhere_on(root: Hub, eu: Hub, us: Hub, version: str) -> None:
+    for hub in (eu, us):
+        await until(lambda h=hub: rolled_out(h, version), f"{hub.ctx.region} on {version}")
+    for region in ("eu", "us"):
+        state = root.ctx.regions.regions.get(region) if root.ctx.regions else None
+        await until(
+            lambda r=region: reported(root, r, version),
+            f"{region} reports {version}",
+            detail=lambda s=state: f"connected {s and s.connected}, report {s and s.report}",
+        )
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_wave_one_passes_then_the_other_region_follows_across_a_root_restart(
+    tmp_path: Path,
+) -> None:
+    fleet = Fleet(tmp_path)
+    await fleet.make()
+    hold = {"2.0.0": asyncio.Event()}
+    root = await fleet.root().__aenter__()
+    running = [root]
+    try:
+        eu_paths, us_paths = await fleet.region(root, "eu"), await fleet.region(root, "us")
+        await push(root, "1.0.0")
+        await push(root, "2.0.0")
+        await root.apply(deployment("1.0.0", WAVES))  # a first revision goes everywhere
+        async with Hub(eu_paths) as eu, Hub(us_paths) as us, devices(eu, us, hold=hold):
+            await everywhere_on(root, eu, us, "1.0.0")
+            await root.apply(deployment("2.0.0", WAVES))
+            waves = root.ctx.waves
+            assert waves is not None
+            await until(lambda: eu.version() == "2.0.0", "eu sent 2.0.0")
+            state = waves.states["det"]
+            assert (state.phase, state.released, state.step) == (
+                WavePhase.PROGRESSING,
+                frozenset({"eu"}),
+                0,
+            )
+            await asyncio.sleep(1.5)  # eu rolls out (held): us keeps the stable revision
+            assert us.version() == "1.0.0" and max(us.ctx.cache.revisions["det"]) == 1
+
+            # the root restarts mid-wave: it goes on from its stored state
+            running.remove(root)
+            await root.__aexit__(None, None, None)
+            root = await fleet.root().__aenter__()
+            running.append(root)
+            waves = root.ctx.waves
+            assert waves is not None
+            assert waves.states["det"].released == frozenset({"eu"})
+            await until(lambda: reported(root, "us", "1.0.0"), "us reconnects")
+            assert us.version() == "1.0.0"
+            hold["2.0.0"].set()  # eu's device gets ready on 2.0.0: wave 1 passes
+            await until(
+                lambda: waves.states["det"].phase is WavePhase.COMPLETE, "the waves complete"
+            )
+            final = waves.states["det"]
+            assert final.stable == final.revision
+            passed_at = next(h["at"] for h in final.history if h["wave"] == 1)
+            await everywhere_on(root, eu, us, "2.0.0")
+            us_new = max(us.ctx.cache.revisions["det"].values(), key=lambda r: r.number)
+            assert us_new.model == ("det", "2.0.0") and us_new.created_at >= passed_at
+            reasons = [e["reason"] for e in root.ctx.cache.events]
+            for reason in ("WaveStarted", "WavePassed", "RolloutComplete"):
+                assert reason in reasons, reasons
+
+            from edgectl.rollouts import render
+
+            doc = await root.get()
+            shown = doc["status"]["rollout"]["waves"]
+            assert [(w["wave"], w["state"]) for w in shown["waves"]] == [
+                (1, "Passed"),
+                (2, "Passed"),
+            ]
+            text, phase = render(doc)
+            assert phase == "Complete"
+            assert "wave 1 [Passed]: regions eu" in text
+            assert "then [Passed]: the remaining regions us" in text
+    finally:
+        for hub in running:
+            await hub.__aexit__(None, None, None)
+
+
+@slow_test
+async def test_a_failed_wave_rolls_every_region_back(tmp_path: Path) -> None:
+    fleet = Fleet(tmp_path)
+    await fleet.make()
+    async with fleet.root() as root:
+        eu_paths, us_paths = await fleet.region(root, "eu"), await fleet.region(root, "us")
+        await push(root, "1.0.0")
+        await push(root, "2.0.0")
+        # a wave naming a region not enrolled is refused, naming the field
+        async with root.channel() as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await root.stub(channel).Apply(
+                    admin_pb2.ApplyRequest(documents=[deployment("1.0.0", [{"regions": ["ap"]}])])
+                )
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "spec.rollout.waves[0].regions[0]: 'ap' is not an enrolled region" in str(
+            err.value.details()
+        )
+        await root.apply(deployment("1.0.0", WAVES))
+        async with (
+            Hub(eu_paths) as eu,
+            Hub(us_paths) as us,
+            devices(eu, us, refuse=frozenset({"2.0.0"})),
+        ):
+            await everywhere_on(root, eu, us, "1.0.0")
+            # a regional hub refuses waves: they are the root's
+            async with eu.channel() as channel:
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await eu.stub(channel).Apply(
+                        admin_pb2.ApplyRequest(documents=[deployment("1.0.0", WAVES)])
+                    )
+            assert "spec.rollout.waves: this is a regional hub" in str(err.value.details())
+
+            await root.apply(deployment("2.0.0", WAVES))
+            waves = root.ctx.waves
+            assert waves is not None
+            await until(
+                lambda: waves.states["det"].phase is WavePhase.ROLLED_BACK, "the waves roll back"
+            )
+            state = waves.states["det"]
+            assert "failed in region eu at wave 1 of 1 (eu)" in state.message
+            assert "UnknownKey" in state.message  # the region's figures and reasons
+            events = root.events("RolledBack")
+            assert events and events[-1]["type"] == "Warning"
+            assert "region eu" in events[-1]["message"]
+            # eu is sent the stable revision again; us never got the new one
+            await until(lambda: eu.version() == "1.0.0", "eu back on 1.0.0")
+            await everywhere_on(root, eu, us, "1.0.0")
+            assert all(r.model[1] == "1.0.0" for r in us.ctx.cache.revisions["det"].values())
+            assert us.version() == "1.0.0"
+
+            from edgectl.rollouts import render
+
+            text, phase = render(await root.get())
+            assert phase == "RolledBack"
+            assert "wave 1 [Failed]: regions eu" in text and "wave 1 failed:" in text
+
+
+@async_test
+async def test_waves_are_refused_at_a_hub_without_regions(tmp_path: Path) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub, hub.channel() as channel:
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await hub.stub(channel).Apply(
+                admin_pb2.ApplyRequest(documents=[deployment("1.0.0", WAVES)])
+            )
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert "documents[0].spec.rollout.waves: this hub has no regional hubs enrolled" in str(
+            err.value.details()
+        )
+        assert "det" not in hub.ctx.cache.deployments
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_errors_after_a_region_completed_fail_the_analysis_across_regions(
+    tmp_path: Path,
+) -> None:
+    """eu's own canary passes (no errors while it analyses), then its device answers half of
+    the requests with errors: the root, holding wave 1 for the analysis window, compares eu's
+    error rate with us's on the stable revision and rolls every region back."""
+    canary = {
+        "steps": ["100%"],
+        "analysis": {"maxErrorRateIncrease": 0.05, "minRequests": 10, "window": "2s"},
+    }
+    fleet = Fleet(tmp_path)
+    await fleet.make()
+    async with fleet.root() as root:
+        eu_paths, us_paths = await fleet.region(root, "eu"), await fleet.region(root, "us")
+        await push(root, "1.0.0")
+        await push(root, "2.0.0")
+        await root.apply(deployment("1.0.0", WAVES, canary))
+        async with (
+            Hub(eu_paths) as eu,
+            Hub(us_paths) as us,
+            devices(eu, us, failing=frozenset({"2.0.0"})),
+        ):
+            await everywhere_on(root, eu, us, "1.0.0")
+            await root.apply(deployment("2.0.0", WAVES, canary))
+            waves = root.ctx.waves
+            assert waves is not None
+            await until(lambda: rolled_out(eu, "2.0.0"), "eu's own rollout completes")
+            await until(
+                lambda: waves.states["det"].phase is WavePhase.ROLLED_BACK, "the waves roll back"
+            )
+            state = waves.states["det"]
+            assert state.reason == "AnalysisFailed", state.message
+            assert "failed the analysis across regions at wave 1 of 1 (eu)" in state.message
+            assert "above maxErrorRateIncrease 5.00%" in state.message
+            assert state.history[-1]["analysis"]["canary"]["errors"] > 0
+            await until(lambda: eu.version() == "1.0.0", "eu back on 1.0.0")
+            assert all(r.model[1] == "1.0.0" for r in us.ctx.cache.revisions["det"].values())
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_a_percent_wave_holds_every_region_at_its_weight_first(tmp_path: Path) -> None:
+    """Two devices a region; waves: 50% of every region, then eu, then (the rest) us."""
+    waves_spec = [{"percent": "50%"}, {"regions": ["eu"]}]
+    fleet = Fleet(tmp_path)
+    await fleet.make()
+    async with fleet.root() as root:
+        eu_paths, us_paths = await fleet.region(root, "eu"), await fleet.region(root, "us")
+        await push(root, "1.0.0")
+        await push(root, "2.0.0")
+        await root.apply(deployment("1.0.0", waves_spec))
+        async with Hub(eu_paths) as eu, Hub(us_paths) as us, devices(eu, us, per_region=2):
+            await everywhere_on(root, eu, us, "1.0.0")
+            await root.apply(deployment("2.0.0", waves_spec))
+            waves = root.ctx.waves
+            assert waves is not None
+            await until(
+                lambda: waves.states["det"].phase is WavePhase.COMPLETE, "the waves complete"
+            )
+            first = waves.states["det"].history[0]
+            assert first["wave"] == 1 and first["outcome"] == "Passed"
+            for region in ("eu", "us"):  # each held at one of its two devices
+                figures = first["regions"][region]
+                assert figures["rollout"]["reason"] == "WeightHeld", figures
+                assert figures["updatedDevices"] == 1, figures
+            await everywhere_on(root, eu, us, "2.0.0")
+            for hub in (eu, us):
+                state = hub.ctx.cache.rollouts["det"]
+                assert len(state.updated) == 2 and state.phase.value == "Complete"
+                events = [e["reason"] for e in hub.ctx.cache.events]
+                assert "WeightHeld" in events, events
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_a_region_unreachable_during_its_wave_holds_it_until_it_is_back(
+    tmp_path: Path,
+) -> None:
+    fleet = Fleet(tmp_path)
+    await fleet.make()
+    hold = {"2.0.0": asyncio.Event()}
+    async with fleet.root() as root:
+        eu_paths, us_paths = await fleet.region(root, "eu"), await fleet.region(root, "us")
+        await push(root, "1.0.0")
+        await push(root, "2.0.0")
+        await root.apply(deployment("1.0.0", WAVES))
+        async with Hub(us_paths) as us:
+            eu = await Hub(eu_paths).__aenter__()
+            try:
+                async with devices(eu, us, hold=hold):
+                    await everywhere_on(root, eu, us, "1.0.0")
+                    await root.apply(deployment("2.0.0", WAVES))
+                    await until(lambda: eu.version() == "2.0.0", "eu sent 2.0.0")
+            finally:
+                await eu.__aexit__(None, None, None)  # eu's hub goes away mid-wave
+            waves = root.ctx.waves
+            assert waves is not None
+            await until(lambda: waves.states["det"].reason == "RegionUnreachable", "the wave waits")
+            state = waves.states["det"]
+            assert state.phase is WavePhase.PROGRESSING and state.step == 0
+            assert "region eu is unreachable" in state.message
+            shown = (await root.get())["status"]["rollout"]["waves"]
+            assert shown["conditions"][0]["status"] == "False"
+            assert us.version() == "1.0.0"
+            hold["2.0.0"].set()
+            async with Hub(eu_paths) as eu_again, devices(eu_again, us, hold=hold):
+                await until(
+                    lambda: waves.states["det"].phase is WavePhase.COMPLETE, "the waves complete"
+                )
+                await everywhere_on(root, eu_again, us, "2.0.0")
+            assert any(e["reason"] == "WaveWaiting" for e in root.ctx.cache.events)
