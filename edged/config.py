@@ -614,7 +614,7 @@ seccomp = true
 # taken from uidBase .. uidBase + uidCount - 1 (default 61184-65519, systemd's dynamic users,
 # locked in /run/systemd/dynamic-uid as systemd does) and freed when it stops. false: workers
 # run as edged's user (root) unless a baseline requires the sandbox. Ignored (said in status)
-# when edged is not root.
+# when edged is not root: the packaged unit runs edged as user edged (docs/security.md).
 separateUids = true
 uidBase = {WorkersConfig().uid_base}
 uidCount = {WorkersConfig().uid_count}
