@@ -181,7 +181,7 @@ def main() -> int:
     figures: dict[str, Any] = {"rounds": rounds, "requests": requests, "sandboxes": {}}
     print(f"worker start (spawn to READY) and tiny-model p50 over frames; {rounds} rounds")
     print(
-        f"{'sandbox':<18} {'start ms':>9} {'+ms':>7} {'p50 us':>8} {'+%':>7}"
+        f"{'sandbox':<21} {'start ms':>9} {'+ms':>7} {'p50 us':>8} {'+%':>7}"
         f" {'start cpu ms':>13} {'+ms':>7} {'cpu/req us':>11} {'+%':>7}"
     )
     for name in SANDBOXES:
@@ -205,7 +205,7 @@ def main() -> int:
             "in_force": in_force.get(name),
         }
         print(
-            f"{name:<18} {start:9.1f} {extra_ms:7.1f} {p50:8.1f} {extra_pct:7.2f}"
+            f"{name:<21} {start:9.1f} {extra_ms:7.1f} {p50:8.1f} {extra_pct:7.2f}"
             f" {cpu_start:13.1f} {cpu_start_extra:7.1f} {cpu_req:11.1f} {cpu_req_pct:7.2f}"
         )
     default = figures["sandboxes"]["landlock+seccomp"]
