@@ -510,7 +510,13 @@ def _run_test_probe(text: str) -> list[dict[str, str]]:
     return results
 
 
-RUNTIME_MODULES = ("numpy", "edged.runtime.tensors", "edged.runtime.validating", "uvloop")
+RUNTIME_MODULES = (
+    "numpy",
+    "edged.runtime.tensors",
+    "edged.runtime.validating",
+    "encodings.cp437",  # zipfile's names (the validation set), imported when first needed
+    "uvloop",
+)
 """What a worker with a uid of its own imports while it is still root: the standard library
 may live where only root can read (a Python under /root); nothing of the model or its inputs
 yet. Not onnxruntime: importing it starts a thread, which must start inside the sandbox (it

@@ -9,6 +9,7 @@ Needs root (skipped otherwise, with the reason): only root can switch to another
 from __future__ import annotations
 
 import hashlib
+import io
 import os
 import shutil
 import uuid
@@ -16,6 +17,7 @@ from collections.abc import Iterator
 from dataclasses import replace
 from pathlib import Path
 
+import numpy as np
 import orjson
 import pytest
 from workerprocess import Worker, launch_spec
@@ -47,6 +49,11 @@ def device(tmp_path: Path) -> Iterator[dict[str, Path]]:
     blob = blobs / sha
     shutil.copyfile(model, blob)
     blob.chmod(0o444)
+    samples = io.BytesIO()  # its validation set (validating.py), another blob of the store
+    np.savez(samples, inputs=np.zeros((4, TINY_MLP[0]), np.float32), labels=np.zeros(4, np.int64))
+    validation = blobs / hashlib.sha256(samples.getvalue()).hexdigest()
+    validation.write_bytes(samples.getvalue())
+    validation.chmod(0o444)
     other = blobs / ("0" * 64)
     other.write_bytes(b"another workload's model")
     other.chmod(0o444)
@@ -59,7 +66,7 @@ def device(tmp_path: Path) -> Iterator[dict[str, Path]]:
     ]
     volumes = SecretVolumes(root, data_dir=data, device_name="dev", worker_uids=True)
     assert volumes.update(sealed, {"a": ("s-a",), "b": ("s-b",)}) == {}
-    yield {"data": data, "blob": blob, "other": other, "secrets": root}
+    yield {"data": data, "blob": blob, "other": other, "secrets": root, "validation": validation}
     for dirpath, dirnames, _ in os.walk(root):
         os.chmod(dirpath, 0o700)
         for d in dirnames:
@@ -91,6 +98,9 @@ def worker_spec(device: dict[str, Path], workload: str, uid: int, mode: str) -> 
             (f"/run/secrets/{secret}", str(secret_dir(device["secrets"], workload, secret))),
         ),
         uid=uid,
+        validate=True,
+        validation_path=str(device["validation"]),
+        validation_sha256=device["validation"].name,
     )
 
 
@@ -143,6 +153,7 @@ def test_two_workers_get_their_own_uids_read_only_their_own_and_serve(
             sandbox = meta["sandbox"]
             assert sandbox["uid"] == uid and sandbox["gid"] == uid and sandbox["separateUid"]
             assert sandbox["problems"] == [], sandbox
+            assert meta["validation"]["samples"] == 4, meta["validation"]  # read as its uid
             assert infer(w) == 200
         outcomes = [
             {f"{r['step']} {r['target']}": r["outcome"] for r in m["testProbe"]} for m in metas
