@@ -1,7 +1,8 @@
 """A uid of its own per worker replica under a real ``edged run`` as root: two replicas run as
 two uids that are neither root nor edged's (read from ``/proc/PID/status``), serve inference,
 are not findings of the drift watch, free their uids when they stop, and get the same ones
-back when their slots start again. ``separateUids = false`` keeps them as root and says why.
+back when their slots start again. ``separateUids = false`` keeps them as root and says why,
+unless a baseline requires the sandbox.
 
 Needs root (skipped otherwise): only root can give workers another uid.
 """
@@ -94,8 +95,22 @@ def test_each_replica_runs_as_its_own_uid_which_is_freed_and_reused(
     assert not any((LOCK_DIR / str(u)).exists() for u in uids.values())
 
 
-def test_separate_uids_can_be_turned_off(model_dir: Path, edged_factory, tmp_path: Path) -> None:
+REQUIRE = """\
+apiVersion: edgefleet.io/v1
+kind: SecurityBaseline
+metadata: {name: strict}
+spec:
+  requireSandbox: true
+"""
+
+
+@pytest.mark.parametrize("required", [False, True], ids=["off", "off-but-required"])
+def test_separate_uids_can_be_turned_off_unless_a_baseline_requires_the_sandbox(
+    model_dir: Path, edged_factory, tmp_path: Path, required: bool
+) -> None:
     write_manifest(model_dir)
+    if required:
+        (model_dir / "baseline.yaml").write_text(REQUIRE)
     config = UNSIGNED_CONFIG.format(absent=tmp_path / "no-root") + (
         "[workers]\nseparateUids = false\n"
     )
@@ -103,7 +118,12 @@ def test_separate_uids_can_be_turned_off(model_dir: Path, edged_factory, tmp_pat
     e.wait_ready()
     (replica,) = e.workload("mlp")["replicas"]
     sandbox = replica["sandbox"]
-    assert sandbox["separateUid"] is False and sandbox["uid"] == os.geteuid() == 0
-    assert sandbox["uidNote"] == "turned off ([workers] separateUids = false)"
-    assert ids_of(replica["pid"])[0] == [0] * 4
+    if required:  # the baseline wins over edged.toml, as it does over sandbox = "off"
+        assert sandbox["separateUid"] is True and sandbox["uid"] not in (0, os.getuid())
+        assert "uidNote" not in sandbox
+        assert ids_of(replica["pid"])[0] == [sandbox["uid"]] * 4
+    else:
+        assert sandbox["separateUid"] is False and sandbox["uid"] == os.geteuid() == 0
+        assert sandbox["uidNote"] == "turned off ([workers] separateUids = false)"
+        assert ids_of(replica["pid"])[0] == [0] * 4
     assert e.terminate() == 0
