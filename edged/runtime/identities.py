@@ -122,7 +122,10 @@ class WorkerUids:
             return have[0]
         mine = {uid for uid, _ in self._held.values()}
         busy = running_uids()
-        self._lock_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        try:
+            self._lock_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
+        except OSError as exc:
+            raise NoUidFree(f"cannot make {self._lock_dir}: {exc.strerror}") from None
         refused: set[int] = set()
         for _ in range(min(MAX_TRIES, self.range.count)):
             uid = choose_uid(key, self.range, _Union(mine, busy, refused))
@@ -131,7 +134,12 @@ class WorkerUids:
             refused.add(uid)
             if _in_user_database(uid):
                 continue
-            fd = self._lock(uid, replica_id)
+            try:
+                fd = self._lock(uid, replica_id)
+            except OSError as exc:
+                raise NoUidFree(
+                    f"cannot lock {self._lock_dir / str(uid)}: {exc.strerror}"
+                ) from None
             if fd is None:
                 continue
             self._held[replica_id] = (uid, fd)

@@ -109,3 +109,10 @@ def test_only_the_groups_of_accelerator_nodes_that_need_one(tmp_path: Path) -> N
     os.chown(tmp_path / "plain", 0, 47)
     found = accelerator_groups([str(nodes), str(tmp_path / "plain"), "/dev/absent"])
     assert found == (44,)
+
+
+def test_a_lock_directory_that_cannot_be_made_is_said(tmp_path: Path) -> None:
+    (tmp_path / "file").write_text("not a directory")
+    locks = tmp_path / "file" / "locks"
+    with pytest.raises(NoUidFree, match=f"cannot make {locks}: Not a directory"):
+        WorkerUids(SMALL, lock_dir=locks).acquire("w-0", "w/0")
