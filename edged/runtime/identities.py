@@ -106,8 +106,13 @@ def running_uids(proc: Path = Path("/proc")) -> set[int]:
 class WorkerUids:
     """The uids this edged's live replicas hold (see the module doc)."""
 
-    def __init__(self, uids: UidRange = UidRange(), *, lock_dir: Path = LOCK_DIR) -> None:
+    def __init__(
+        self, uids: UidRange = UidRange(), *, lock_dir: Path = LOCK_DIR, blocker: str = ""
+    ) -> None:
+        """``blocker``: why no worker could run as another uid here (the runtime it imports is
+        not readable to other users: :func:`unreadable_to_others`); every acquire says it."""
         self.range = uids
+        self.blocker = blocker
         self._lock_dir = lock_dir
         self._held: dict[str, tuple[int, int]] = {}  # replica id -> (uid, lock fd)
 
@@ -120,6 +125,8 @@ class WorkerUids:
         have = self._held.get(replica_id)
         if have is not None:
             return have[0]
+        if self.blocker:
+            raise NoUidFree(self.blocker)
         mine = {uid for uid, _ in self._held.values()}
         busy = running_uids()
         try:
@@ -213,3 +220,37 @@ def accelerator_groups(paths: Iterable[str]) -> tuple[int, ...]:
         except OSError:
             continue
     return tuple(sorted(groups))
+
+
+def unreadable_to_others(path: str) -> str:
+    """Why another uid could not read ``path`` (a directory it imports from: a directory on
+    the way it may not pass, or the directory itself it may not list), or ``""``."""
+    target = os.path.realpath(path)
+    parts = target.split(os.sep)
+    for i in range(1, len(parts) + 1):
+        here = os.sep + os.path.join(*parts[1:i]) if i > 1 else os.sep
+        try:
+            mode = os.stat(here).st_mode
+        except OSError as exc:
+            return f"{here}: {exc.strerror}"
+        need = 0o005 if here == target else 0o001
+        if mode & need != need:
+            what = "read" if here == target else "pass"
+            return f"{here} is {stat.filemode(mode)}: other users cannot {what} it"
+    return ""
+
+
+def runtime_blocker() -> str:
+    """Why workers of their own uids could not import onnxruntime here (its package is not
+    readable to other users), or ``""``. Looked up without importing it."""
+    import importlib.util
+
+    try:
+        found = importlib.util.find_spec("onnxruntime")
+    except (ImportError, ValueError):
+        return ""
+    if found is None or not found.submodule_search_locations:
+        return ""
+    package = next(iter(found.submodule_search_locations))
+    why = unreadable_to_others(package)
+    return f"onnxruntime ({package}) cannot be read by a worker's own uid: {why}" if why else ""

@@ -116,3 +116,31 @@ def test_a_lock_directory_that_cannot_be_made_is_said(tmp_path: Path) -> None:
     locks = tmp_path / "file" / "locks"
     with pytest.raises(NoUidFree, match=f"cannot make {locks}: Not a directory"):
         WorkerUids(SMALL, lock_dir=locks).acquire("w-0", "w/0")
+
+
+def test_a_runtime_other_users_cannot_read_is_named() -> None:
+    import shutil
+    import tempfile
+
+    from edged.runtime.identities import runtime_blocker, unreadable_to_others
+
+    tmp_path = Path(tempfile.mkdtemp(dir="/tmp"))  # pytest's own temp root is 0700
+    try:
+        check_runtime_paths(tmp_path, unreadable_to_others)
+    finally:
+        shutil.rmtree(tmp_path)
+    assert runtime_blocker() == ""  # this machine's onnxruntime: readable (the tests need it)
+
+
+def check_runtime_paths(tmp_path: Path, unreadable_to_others) -> None:
+    package = tmp_path / "site" / "onnxruntime"
+    package.mkdir(parents=True)
+    tmp_path.chmod(0o755)
+    assert unreadable_to_others(str(package)) == ""
+    (tmp_path / "site").chmod(0o700)  # like a Python under /root
+    why = unreadable_to_others(str(package))
+    assert why == f"{tmp_path / 'site'} is drwx------: other users cannot pass it"
+    (tmp_path / "site").chmod(0o755)
+    package.chmod(0o711)
+    assert "other users cannot read it" in unreadable_to_others(str(package))
+    package.chmod(0o755)
