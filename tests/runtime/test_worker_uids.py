@@ -206,34 +206,38 @@ def test_without_a_uid_and_not_required_it_runs_and_says_why(device: dict[str, P
     assert sandbox["problems"] == ["no uid of its own: no uid is free"]
 
 
+SWITCH = """
+import os, sys
+from edged.runtime.privileges import capabilities, drop_to
+uid = int(sys.argv[1])
+drop_to(uid, uid)
+caps = capabilities()
+ok = (os.getresuid() == (uid,) * 3 and os.getresgid() == (uid,) * 3 and os.getgroups() == []
+      and not (caps["CapPrm"] or caps["CapEff"] or caps["CapAmb"]))
+for back in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.setgroups([0])):
+    try:
+        back()
+        ok = False
+    except PermissionError:
+        pass
+sys.exit(0 if ok else 2)
+"""
+
+
 def test_the_switch_leaves_no_way_back_to_root(uids: WorkerUids) -> None:
-    """In a forked child (the test process stays root): after ``drop_to`` every id is the new
-    one, no group and no capability is left, and setuid(0), setgid(0) and setgroups fail."""
-    from edged.runtime.privileges import DropFailed, capabilities, drop_to
+    """In a process of its own started as root: after ``drop_to`` every id is the new one, no
+    group and no capability is left, and setuid(0), setgid(0) and setgroups fail."""
+    import subprocess
+    import sys
+
+    from workerprocess import REPO
+
+    from edged.runtime.privileges import DropFailed, drop_to
 
     uid = uids.acquire("t-0", slot_key("t", 0))
-    pid = os.fork()
-    if pid == 0:  # pragma: no cover - the child reports through its exit code
-        code = 1
-        try:
-            drop_to(uid, uid)
-            caps = capabilities()
-            ok = (
-                os.getresuid() == (uid,) * 3
-                and os.getresgid() == (uid,) * 3
-                and os.getgroups() == []
-                and not (caps["CapPrm"] or caps["CapEff"] or caps["CapAmb"])
-            )
-            for back in (lambda: os.setuid(0), lambda: os.setgid(0), lambda: os.setgroups([0])):
-                try:
-                    back()
-                    ok = False
-                except PermissionError:
-                    pass
-            code = 0 if ok else 2
-        finally:
-            os._exit(code)
-    _, status = os.waitpid(pid, 0)
-    assert os.waitstatus_to_exitcode(status) == 0
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    argv = [sys.executable, "-c", SWITCH, str(uid)]
+    done = subprocess.run(argv, check=False, env=env, cwd="/", timeout=60)
+    assert done.returncode == 0
     with pytest.raises(DropFailed, match="refusing"):
         drop_to(0, 0)  # never "switch" to root (and the test process stays as it is)
