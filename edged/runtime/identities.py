@@ -60,10 +60,16 @@ def uid_candidates(key: str, uids: UidRange) -> Iterator[int]:
             yield uid
 
 
+def free_candidates(key: str, uids: UidRange, unavailable: Container[int]) -> Iterator[int]:
+    """Pure: the uids slot ``key`` tries (:func:`uid_candidates`) that are not
+    ``unavailable``, in that order."""
+    return (u for u in uid_candidates(key, uids) if u not in unavailable)
+
+
 def choose_uid(key: str, uids: UidRange, unavailable: Container[int]) -> int | None:
-    """Pure: the first uid slot ``key`` tries that is not ``unavailable``; None when none is
+    """Pure: the uid slot ``key`` gets when ``unavailable`` are taken; None when none is
     left."""
-    return next((u for u in uid_candidates(key, uids) if u not in unavailable), None)
+    return next(free_candidates(key, uids, unavailable), None)
 
 
 def slot_key(workload: str, slot: int) -> str:
@@ -133,16 +139,13 @@ class WorkerUids:
             self._lock_dir.mkdir(mode=0o755, parents=True, exist_ok=True)
         except OSError as exc:
             raise NoUidFree(f"cannot make {self._lock_dir}: {exc.strerror}") from None
-        refused: set[int] = set()
-        for _ in range(min(MAX_TRIES, self.range.count)):
-            uid = choose_uid(key, self.range, _Union(mine, busy, refused))
-            if uid is None:
+        for tried, uid in enumerate(free_candidates(key, self.range, mine | busy)):
+            if tried >= MAX_TRIES:
                 break
-            refused.add(uid)
             if _in_user_database(uid):
                 continue
             try:
-                fd = self._lock(uid, replica_id)
+                fd = self._lock(uid)
             except OSError as exc:
                 raise NoUidFree(
                     f"cannot lock {self._lock_dir / str(uid)}: {exc.strerror}"
@@ -172,7 +175,7 @@ class WorkerUids:
         for rid in list(self._held):
             self.release(rid)
 
-    def _lock(self, uid: int, replica_id: str) -> int | None:
+    def _lock(self, uid: int) -> int | None:
         path = self._lock_dir / str(uid)
         while True:
             fd = os.open(path, os.O_CREAT | os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
@@ -188,16 +191,6 @@ class WorkerUids:
         os.ftruncate(fd, 0)
         os.pwrite(fd, name, 0)
         return fd
-
-
-class _Union:
-    """``x in _Union(a, b, ...)``: in any of them (no copy of large sets)."""
-
-    def __init__(self, *parts: Container[int]) -> None:
-        self._parts = parts
-
-    def __contains__(self, item: object) -> bool:
-        return any(item in p for p in self._parts)
 
 
 def accelerator_groups(paths: Iterable[str]) -> tuple[int, ...]:
