@@ -8,7 +8,10 @@ neighbour hits each alike:
 
 * ``off`` — the baseline: no Landlock, no no_new_privs, no seccomp;
 * ``landlock`` — Landlock (filesystem, TCP, scopes) and no_new_privs;
-* ``landlock+seccomp`` — what edged does by default.
+* ``landlock+seccomp`` — what edged does by default when it is not root;
+* ``landlock+seccomp+uid`` — what edged does by default as root: the worker also switches to
+  a uid of its own (``runtime/identities.py``; only when this runs as root). Its start is
+  also given as a ratio to ``landlock+seccomp``'s.
 
 1. Start: from spawning the process until READY (imports, sandbox, artifact read and hash,
    session, warm-up). Median over the rounds; target <= 50 ms more than ``off``.
@@ -44,6 +47,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from edged.runtime.framing import HEADER, HEADER_SIZE, U32, FrameType  # noqa: E402
+from edged.runtime.identities import WorkerUids  # noqa: E402
 from edged.runtime.launching import LaunchSpec, LimitsSpec, SandboxSpec  # noqa: E402
 from edgefleet.demo import TINY_MLP, build_mlp  # noqa: E402
 
@@ -56,15 +60,20 @@ SANDBOXES = {
     "landlock": SandboxSpec(mode="landlock"),
     "landlock+seccomp": SandboxSpec(mode="landlock", seccomp=True),
 }
+if os.geteuid() == 0:
+    SANDBOXES["landlock+seccomp+uid"] = SandboxSpec(
+        mode="landlock", seccomp=True, separate_uid=True
+    )
 
 
 class Worker:
-    def __init__(self, artifact: Path, sha256: str, sandbox: SandboxSpec) -> None:
+    def __init__(self, artifact: Path, sha256: str, sandbox: SandboxSpec, uid: int = -1) -> None:
         spec = LaunchSpec(
             replica_id="bench-0", workload="bench", model_name="mlp", model_version="1",
             artifact_path=str(artifact), artifact_sha256=sha256,
             providers=("CPUExecutionProvider",), intra_op_threads=1, max_batch_size=8,
             max_queue_delay_s=0.002, limits=LimitsSpec(), sandbox=sandbox,
+            uid=uid if sandbox.separate_uid else -1,
         )  # fmt: skip
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
@@ -146,10 +155,12 @@ def main() -> int:
         start_cpu: dict[str, list[float]] = {k: [] for k in SANDBOXES}
         request_cpu: dict[str, list[float]] = {k: [] for k in SANDBOXES}
         in_force: dict[str, Any] = {}
+        uids = WorkerUids()
+        uid = uids.acquire("bench-0", "bench/0") if "landlock+seccomp+uid" in SANDBOXES else -1
         for r in range(rounds):
             order = list(SANDBOXES) if r % 2 == 0 else list(reversed(SANDBOXES))
             for name in order:
-                w = Worker(model, sha, SANDBOXES[name])
+                w = Worker(model, sha, SANDBOXES[name], uid)
                 try:
                     elapsed, meta = w.ready()
                     start_cpu[name].append(w.cpu_s() * 1000)
@@ -162,6 +173,7 @@ def main() -> int:
                     w.close()
                 starts[name].append(elapsed * 1000)
                 p50s[name].append(statistics.median(lat) * 1e6)
+        uids.release_all()
     base_start = statistics.median(starts["off"])
     base_p50 = statistics.median(p50s["off"])
     base_start_cpu = statistics.median(start_cpu["off"])
@@ -169,7 +181,7 @@ def main() -> int:
     figures: dict[str, Any] = {"rounds": rounds, "requests": requests, "sandboxes": {}}
     print(f"worker start (spawn to READY) and tiny-model p50 over frames; {rounds} rounds")
     print(
-        f"{'sandbox':<18} {'start ms':>9} {'+ms':>7} {'p50 us':>8} {'+%':>7}"
+        f"{'sandbox':<21} {'start ms':>9} {'+ms':>7} {'p50 us':>8} {'+%':>7}"
         f" {'start cpu ms':>13} {'+ms':>7} {'cpu/req us':>11} {'+%':>7}"
     )
     for name in SANDBOXES:
@@ -193,7 +205,7 @@ def main() -> int:
             "in_force": in_force.get(name),
         }
         print(
-            f"{name:<18} {start:9.1f} {extra_ms:7.1f} {p50:8.1f} {extra_pct:7.2f}"
+            f"{name:<21} {start:9.1f} {extra_ms:7.1f} {p50:8.1f} {extra_pct:7.2f}"
             f" {cpu_start:13.1f} {cpu_start_extra:7.1f} {cpu_req:11.1f} {cpu_req_pct:7.2f}"
         )
     default = figures["sandboxes"]["landlock+seccomp"]
@@ -203,6 +215,19 @@ def main() -> int:
         f"{TARGET_P50_PCT:.0f}%); CPU: start +{default['start_cpu_extra_ms']:.1f} ms, "
         f"per request {default['cpu_per_request_extra_pct']:+.2f}%"
     )
+    with_uid = figures["sandboxes"].get("landlock+seccomp+uid")
+    if with_uid is None:
+        print("separate uid: not measured (needs root)")
+    else:
+        ratio = with_uid["start_ms"] / default["start_ms"]
+        figures["uid_start_ratio"] = round(ratio, 3)
+        print(
+            f"separate uid: start {with_uid['start_ms']:.1f} ms against "
+            f"{default['start_ms']:.1f} ms without it: ratio {ratio:.3f} "
+            f"({with_uid['start_ms'] - default['start_ms']:+.1f} ms); CPU to READY "
+            f"{with_uid['start_cpu_ms']:.1f} ms against {default['start_cpu_ms']:.1f} ms; "
+            f"p50 {with_uid['p50_us']:.1f} us against {default['p50_us']:.1f} us"
+        )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0

@@ -148,6 +148,10 @@ class WorkersConfig:
     python_executable: Path = field(default_factory=_running_python)
     sandbox: str = "landlock"  # "landlock" | "off" (edged/runtime/securing.py)
     seccomp: bool = True
+    # when edged runs as root: a uid of its own per worker replica (runtime/identities.py)
+    separate_uids: bool = True
+    uid_base: int = 61184
+    uid_count: int = 4336  # 61184-65519, systemd's dynamic users (locked as systemd does)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -353,7 +357,7 @@ def _read_reconcile(r: Reader) -> ReconcileConfig:
 def _read_workers(r: Reader) -> WorkersConfig:
     default = WorkersConfig()
     python = r.optional("pythonExecutable", as_str, "")
-    return WorkersConfig(
+    config = WorkersConfig(
         cgroup_root=r.optional("cgroupRoot", _cgroup_root, default.cgroup_root),
         python_executable=r.problems.convert(
             r.at("pythonExecutable"), python, _absolute_path, default.python_executable
@@ -362,7 +366,17 @@ def _read_workers(r: Reader) -> WorkersConfig:
         else default.python_executable,
         sandbox=r.optional("sandbox", _one_of_text(SANDBOX_MODES), default.sandbox),
         seccomp=r.optional("seccomp", as_bool, default.seccomp),
+        separate_uids=r.optional("separateUids", as_bool, default.separate_uids),
+        uid_base=r.optional("uidBase", int_in(1000, 2**31 - 2), default.uid_base),
+        uid_count=r.optional("uidCount", int_in(1, 1 << 20), default.uid_count),
     )
+    if config.uid_base + config.uid_count - 1 > 2**31 - 1:
+        r.problems.add(
+            r.at("uidCount"),
+            f"uidBase + uidCount - 1 must be at most {2**31 - 1}, got "
+            f"{config.uid_base + config.uid_count - 1}",
+        )
+    return config
 
 
 def _one_of_text(choices: tuple[str, ...]) -> Callable[[object], str]:
@@ -596,6 +610,14 @@ pythonExecutable = ""
 sandbox = "landlock"
 # With the sandbox: a seccomp filter (no UDP/raw sockets, no ptrace, mount, bpf, ...).
 seccomp = true
+# When edged runs as root: each worker replica leaves root for a uid (and gid) of its own,
+# taken from uidBase .. uidBase + uidCount - 1 (default 61184-65519, systemd's dynamic users,
+# locked in /run/systemd/dynamic-uid as systemd does) and freed when it stops. false: workers
+# run as edged's user (root) unless a baseline requires the sandbox. Ignored (said in status)
+# when edged is not root: the packaged unit runs edged as user edged (docs/security.md).
+separateUids = true
+uidBase = {WorkersConfig().uid_base}
+uidCount = {WorkersConfig().uid_count}
 
 [trust]
 # Accept model artifacts without signed metadata. For development only: loud in status and logs.

@@ -17,6 +17,7 @@ import asyncio
 import fcntl
 import os
 import signal
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -41,6 +42,7 @@ from edged.reconcile.reconciling import (
 from edged.reconcile.running import Runner
 from edged.reconcile.sizing import Sizer
 from edged.reporting import StatusBoard
+from edged.runtime.identities import UidRange, WorkerUids, runtime_blocker
 from edged.runtime.limiting import detect_cgroup_root, raise_open_files_limit
 from edged.runtime.processes import Replica, WorkerPool
 from edged.runtime.sandboxing import accelerator_nodes
@@ -150,11 +152,21 @@ class Daemon:
             on_artifact_rotten=self._on_artifact_rotten,
             on_restart=self._on_restart,
             python=str(config.workers.python_executable),
+            uids=WorkerUids(
+                UidRange(config.workers.uid_base, config.workers.uid_count),
+                # the workers' onnxruntime must be readable to their uids (edged's Python)
+                blocker=runtime_blocker()
+                if os.geteuid() == 0 and config.workers.python_executable == Path(sys.executable)
+                else "",
+            ),
         )
         # -- worker sandboxes (docs/security.md): edged.toml, then the accepted baselines --
         self.baselines_path = data / "state" / "baselines.json"
         self.security = DeviceSecurity(
-            sandbox=config.workers.sandbox, seccomp=config.workers.seccomp
+            sandbox=config.workers.sandbox,
+            seccomp=config.workers.seccomp,
+            separate_uids=config.workers.separate_uids,
+            edged_root=os.geteuid() == 0,
         ).with_baselines(load_baselines(self.baselines_path))
         self.infer_server: HttpServer | None = None
         self._tcp_listener: asyncio.AbstractServer | None = None
@@ -261,6 +273,8 @@ class Daemon:
                     device_name=self.link_files.load().device_name,
                     allow_non_tmpfs=config.secrets.allow_non_tmpfs,
                     tpm=config.trust.tpm,
+                    # workers of their own uid read them through a descriptor (security.md)
+                    worker_uids=os.geteuid() == 0,
                 ),
             )
         self.collector = ArtifactCollector(self.store, in_use=self._artifacts_in_use)

@@ -54,20 +54,23 @@ def fetch_status(sock_path: str | os.PathLike[str]) -> dict[str, Any]:
 
 
 def _sandbox_summary(replicas: list[dict[str, Any]]) -> str:
-    """What confines a workload's replicas: ``landlock(fs,net,scoped)+nnp+seccomp``, ``off``,
-    ``mixed`` when they differ, ``-`` before any reported it."""
+    """What confines a workload's replicas: ``landlock(fs,net,scoped)+nnp+seccomp+uid``,
+    ``off`` (``off+uid``), ``mixed`` when they differ, ``-`` before any reported it
+    (``+uid``: each runs as a uid of its own)."""
     seen = set()
     for r in replicas:
         sb = r.get("sandbox") or {}
         if not sb.get("inForce"):
             continue
+        uid = "+uid" if sb.get("separateUid") else ""
         if sb.get("mode") == "off":
-            seen.add("off")
+            seen.add("off" + uid + ("!" if sb.get("problems") else ""))
             continue
         short = {"filesystem": "fs", "network": "net", "scoped": "scoped"}
         text = f"landlock({','.join(v for k, v in short.items() if sb.get(k))})"
         text += "+nnp" if sb.get("noNewPrivs") else ""
         text += "+seccomp" if sb.get("seccomp") else ""
+        text += uid
         seen.add(text + ("!" if sb.get("problems") else ""))
     if not seen:
         return "-"

@@ -178,6 +178,7 @@ def _sandbox(x: device_pb2.ReplicaSandbox) -> dict[str, Any]:
         "scoped": x.scoped,
         "connectPorts": list(x.connect_ports),
         "uid": x.uid,
+        "separateUid": x.separate_uid,
         "problems": list(x.problems),
     }
 

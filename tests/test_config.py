@@ -46,6 +46,8 @@ def test_defaults() -> None:
     assert config.reconcile.workers == 4
     assert config.workers.cgroup_root == "auto"
     assert config.workers.python_executable == Path(sys.executable)
+    assert config.workers.separate_uids is True
+    assert (config.workers.uid_base, config.workers.uid_count) == (61184, 4336)  # to 65519
     assert config.trust.allow_unsigned is False
     assert config == EdgedConfig()
 
@@ -204,6 +206,10 @@ def test_non_loopback_or_bad_tcp_addresses(address: str, message: str) -> None:
         ),
         ({"workers": {"cgroupRoot": "on"}}, "workers.cgroupRoot", '"auto", "off" or'),
         ({"workers": {"pythonExecutable": "python3"}}, "workers.pythonExecutable", "absolute"),
+        ({"workers": {"separateUids": "no"}}, "workers.separateUids", "true or false"),
+        ({"workers": {"uidBase": 0}}, "workers.uidBase", "from 1000 to"),
+        ({"workers": {"uidCount": 0}}, "workers.uidCount", "from 1 to"),
+        ({"workers": {"uidBase": 2**31 - 10, "uidCount": 20}}, "workers.uidCount", "at most"),
         ({"trust": {"allowUnsigned": "yes"}}, "trust.allowUnsigned", "true or false"),
         ({"trust": {"rootFile": "root.json"}}, "trust.rootFile", "absolute path"),
         ({"trust": {"tpm": ""}}, "trust.tpm", "TCTI"),

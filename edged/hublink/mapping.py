@@ -101,6 +101,7 @@ def _sandbox(x: SandboxReport) -> device_pb2.ReplicaSandbox:
         scoped=x.scoped,
         connect_ports=list(x.connect_ports),
         uid=x.uid,
+        separate_uid=x.separate_uid,
         problems=list(x.problems),
     )
 

@@ -44,6 +44,7 @@ class SandboxReport:
     scoped: bool = False
     connect_ports: tuple[int, ...] = ()
     uid: int = 0
+    separate_uid: bool = False
     problems: tuple[str, ...] = ()
 
     @classmethod
@@ -61,6 +62,7 @@ class SandboxReport:
             scoped=bool(doc.get("scoped")),
             connect_ports=tuple(int(p) for p in doc.get("connectPorts", ())),
             uid=int(doc.get("uid", 0)),
+            separate_uid=bool(doc.get("separateUid")),
             problems=tuple(str(p) for p in doc.get("problems", ())),
         )
 

@@ -36,6 +36,9 @@ class SandboxSpec:
     ``required`` says. ``device_paths``: accelerator nodes the worker may open read-write.
     ``refused``: edged decided the worker may not run (egress beyond the baseline); the worker
     reports it (``NetworkPolicyDenied``) and exits, so the refusal shows like any failed start.
+    ``separate_uid``: the worker leaves root for a uid of its own (edged runs as root and
+    ``[workers] separateUids`` is on, or a baseline requires the sandbox); when not,
+    ``uid_note`` says why (status shows it).
     """
 
     mode: str = "off"
@@ -48,6 +51,8 @@ class SandboxSpec:
     refused: str = ""  # why this worker may not start at all (a policy refused it)
     # directories the worker may read (its workload's secrets directory: edged/trust/secrets.py)
     read_dirs: tuple[str, ...] = ()
+    separate_uid: bool = False
+    uid_note: str = ""  # why the worker keeps edged's uid (when not separate_uid)
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,6 +77,12 @@ class LaunchSpec:
     # spec.secrets: (mountPath, the directory that serves it), told to the worker as
     # EDGEFLEET_SECRET_DIRS (workers have no mount namespace: docs/security.md)
     secret_dirs: tuple[tuple[str, str], ...] = ()
+    # the uid (and gid of the same number) the pool took for this replica when
+    # ``sandbox.separate_uid`` (runtime/identities.py); -1: none, ``uid_problem`` says why
+    uid: int = -1
+    uid_problem: str = ""
+    # its supplementary groups then: only those of the accelerator nodes it may open
+    groups: tuple[int, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -83,6 +94,7 @@ class LaunchSpec:
         doc["providers"] = tuple(doc["providers"])
         sandbox = doc.pop("sandbox", None) or {}
         doc["secret_dirs"] = tuple(tuple(pair) for pair in doc.get("secret_dirs", ()))
+        doc["groups"] = tuple(doc.get("groups", ()))
         for key in ("connect_ports", "bind_ports", "device_paths", "read_dirs"):
             if key in sandbox:
                 sandbox[key] = tuple(sandbox[key])

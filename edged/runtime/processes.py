@@ -18,6 +18,7 @@ import socket
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -34,6 +35,7 @@ from edged.runtime.framing import (
     FrameType,
     encode_frame,
 )
+from edged.runtime.identities import NoUidFree, WorkerUids, accelerator_groups, slot_key
 from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import prepare_cgroup, remove_cgroup
 from edged.runtime.output import OutputReader, OutputRing
@@ -336,6 +338,7 @@ class Replica:
         self._failed = self._killed = None
         self._probe_state = ProbeState(last_pong=time.monotonic())
         self.batch_limit = None  # a new process starts with the declared maxBatchSize
+        self.spec = self._with_uid(self.spec)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         err_read, err_write = os.pipe2(os.O_CLOEXEC)
         try:
@@ -351,10 +354,13 @@ class Replica:
                 stderr=err_write,  # read into self.output (output.py)
                 start_new_session=True,
                 env=_worker_env(),
+                # a worker of its own uid cannot reach edged's working directory
+                cwd="/" if self.spec.uid >= 0 else None,
             )
         except Exception:
             parent.close()
             os.close(err_read)
+            self.pool.uids.release(self.id)
             raise
         finally:
             child.close()
@@ -371,9 +377,23 @@ class Replica:
         log.info("replica starting", replica=self.id, pid=self.pid, restarts=self.restarts)
         self.pool.track(asyncio.ensure_future(self._wait()))
 
+    def _with_uid(self, spec: LaunchSpec) -> LaunchSpec:
+        """``spec`` with the uid of its own this replica runs as (held until its process has
+        exited: runtime/identities.py), when its sandbox asks for one."""
+        if not spec.sandbox.separate_uid:
+            return replace(spec, uid=-1, uid_problem="", groups=())
+        try:
+            uid = self.pool.uids.acquire(self.id, slot_key(self.workload, self.slot))
+        except (NoUidFree, OSError) as exc:
+            log.error("no worker uid", replica=self.id, error=str(exc))
+            return replace(spec, uid=-1, uid_problem=str(exc), groups=())
+        groups = accelerator_groups(spec.sandbox.device_paths)
+        return replace(spec, uid=uid, uid_problem="", groups=groups)
+
     async def _wait(self) -> None:
         assert self.proc is not None
         code = await self.proc.wait()
+        self.pool.uids.release(self.id)  # the process is gone: its uid may serve another
         now = time.monotonic()
         self._cancel_probe()
         if self.channel is not None and self.channel.transport is not None:
@@ -463,9 +483,13 @@ class WorkerPool:
         on_artifact_rotten: Callable[[WorkloadName, str], None] | None = None,
         on_restart: Callable[[Replica], None] | None = None,
         python: str = "",
+        uids: WorkerUids | None = None,
     ) -> None:
         """``on_artifact_rotten(workload, sha256)``: a worker found that blob's bytes no longer
-        match its digest (the store should check it and quarantine it)."""
+        match its digest (the store should check it and quarantine it). ``uids``: where
+        workers whose sandbox asks for a uid of their own get it (default: the default
+        range)."""
+        self.uids = uids if uids is not None else WorkerUids()
         self.notify = notify
         self._on_artifact_rotten = on_artifact_rotten
         self._on_serving_change = on_serving_change

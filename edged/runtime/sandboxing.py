@@ -18,6 +18,11 @@ afterwards). With ``mode = "landlock"``:
 * **no_new_privs**: set before anything else; exec can never grant privileges again.
 * **seccomp** (``seccomp.py``, when asked): refuses new sockets other than Unix and TCP, and
   the system calls a worker never needs (ptrace, mount, bpf, kexec, ...).
+* **a uid of its own** (``separate_uid``: edged runs as root): the Landlock rules are made
+  while the worker is still root (it can open every path they name), then it switches to the
+  uid the pool took for it (``privileges.py``: setgroups, setresgid, setresuid, and a check
+  that there is no way back), then no_new_privs, Landlock and seccomp are put in force. It
+  happens whatever ``mode`` is (``[workers] separateUids`` turns it off).
 
 What is in force is returned as :class:`Protections` (the worker sends it in READY; edged shows
 it per replica). A protection that cannot be had (no Landlock: an old kernel or ``lsm=``
@@ -30,14 +35,15 @@ from __future__ import annotations
 import os
 import sys
 import sysconfig
-from collections.abc import Iterable
-from dataclasses import dataclass, field
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
 from edged.runtime import landlock
 from edged.runtime import seccomp as seccomp_filter
 from edged.runtime.launching import SandboxSpec
+from edged.runtime.privileges import DropFailed, StillPrivileged, drop_to
 
 SYSTEM_LIBRARIES = ("/lib", "/lib64", "/usr/lib", "/usr/lib64", "/usr/local/lib")
 """System library directories (shared objects ONNX Runtime and numpy load)."""
@@ -83,6 +89,10 @@ class Protections:
     connect_ports: tuple[int, ...] = ()
     bind_ports: tuple[int, ...] = ()
     uid: int = field(default_factory=os.getuid)
+    gid: int = field(default_factory=os.getgid)
+    groups: tuple[int, ...] = ()  # supplementary groups with a uid of its own
+    separate_uid: bool = False  # a uid of its own, not edged's
+    uid_note: str = ""  # why not (when it was not wanted)
     problems: tuple[str, ...] = ()  # what was wanted and is not in force
 
     def to_json(self) -> dict[str, Any]:
@@ -97,6 +107,10 @@ class Protections:
             "connectPorts": list(self.connect_ports),
             "bindPorts": list(self.bind_ports),
             "uid": self.uid,
+            "gid": self.gid,
+            **({"groups": list(self.groups)} if self.groups else {}),
+            "separateUid": self.separate_uid,
+            **({"uidNote": self.uid_note} if self.uid_note else {}),
             "problems": list(self.problems),
         }
 
@@ -134,23 +148,74 @@ def _python_paths() -> list[str]:
     )
 
 
+class _UidSwitch:
+    """The switch to the worker's own uid, made once, at the point :func:`apply_sandbox`
+    chooses (after the Landlock rules are made, before they are enforced)."""
+
+    def __init__(
+        self, spec: SandboxSpec, uid: int, why_none: str, groups: tuple[int, ...] = ()
+    ) -> None:
+        self.spec, self.uid, self.why_none, self.groups = spec, uid, why_none, groups
+        self.done = False
+        self.separate = False
+        self.problems: list[str] = []
+
+    def __call__(self) -> None:
+        if self.done or not self.spec.separate_uid:
+            self.done = True
+            return
+        self.done = True
+        if self.uid < 0:
+            self._missing(f"no uid of its own: {self.why_none or 'none was given'}")
+            return
+        try:
+            drop_to(self.uid, self.uid, self.groups)
+        except StillPrivileged as exc:
+            raise SandboxUnavailable("SandboxUnavailable", f"uid {self.uid}: {exc}") from None
+        except DropFailed as exc:
+            self._missing(f"cannot switch to uid {self.uid}: {exc}")
+            return
+        self.separate = True
+
+    def _missing(self, message: str) -> None:
+        if self.spec.required:
+            raise SandboxUnavailable("SandboxUnavailable", f"{message}; the baseline requires it")
+        self.problems.append(message)
+
+    def note(self) -> str:
+        return "" if self.separate else self.spec.uid_note
+
+
 def apply_sandbox(
-    spec: SandboxSpec, artifact_path: str, extra_files: tuple[str, ...] = ()
+    spec: SandboxSpec,
+    artifact_path: str,
+    extra_files: tuple[str, ...] = (),
+    *,
+    uid: int = -1,
+    uid_problem: str = "",
+    groups: tuple[int, ...] = (),
 ) -> Protections:
     """Confine the calling process as ``spec`` says (see the module's docstring); what is in
     force. ``extra_files``: other blobs of the artifact the worker reads after confining
-    itself (its validation set), read-only like the model. :class:`SandboxUnavailable` when
-    something that must be in force cannot be."""
+    itself (its validation set), read-only like the model. ``uid``: the uid of its own the
+    worker switches to when ``spec.separate_uid`` (-1: none could be had, ``uid_problem``
+    says why), with supplementary ``groups`` only (the accelerator nodes').
+    :class:`SandboxUnavailable` when something that must be in force cannot be."""
     if spec.refused:
         raise SandboxUnavailable("NetworkPolicyDenied", spec.refused)
+    switch = _UidSwitch(spec, uid, uid_problem, groups)
     if spec.mode == "off":
-        return Protections(mode="off")
+        switch()
+        return _protections(Protections(mode="off"), switch)
     threads = _thread_count()
     if threads != 1:  # Landlock and seccomp would leave the other threads unconfined
         message = f"the worker has {threads} threads when it would confine itself (needs one)"
         if spec.required or spec.network:
             raise SandboxUnavailable("SandboxUnavailable", message)
-        return Protections(mode=spec.mode, problems=(f"{message}: not confined",))
+        switch()
+        return _protections(
+            Protections(mode=spec.mode, problems=(f"{message}: not confined",)), switch
+        )
     abi = landlock.abi_version()
     problems: list[str] = []
     wants_network = spec.network or spec.required
@@ -184,13 +249,14 @@ def apply_sandbox(
     enforced: landlock.Enforced | None = None
     if abi >= 1:
         try:
-            enforced = _restrict(abi, spec, artifact_path, extra_files)
+            enforced = _restrict(abi, spec, artifact_path, extra_files, switch)
         except OSError as exc:
             if spec.required or spec.network:
                 raise SandboxUnavailable(
                     "SandboxUnavailable", f"Landlock refused the ruleset: {exc}"
                 ) from None
             problems.append(f"Landlock refused the ruleset: {exc}")
+    switch()  # no Landlock (or its ruleset refused): the switch still comes before seccomp
     seccomp = False
     if spec.seccomp:
         try:
@@ -201,17 +267,33 @@ def apply_sandbox(
                 raise SandboxUnavailable("SandboxUnavailable", f"seccomp: {exc}") from None
             problems.append(f"seccomp: {exc}")
     network = enforced is not None and enforced.net_rights != 0
-    return Protections(
-        mode=spec.mode,
-        landlock_abi=abi,
-        filesystem=enforced is not None,
-        network=network,
-        scoped=enforced is not None and enforced.scopes != 0,
-        no_new_privs=nnp and landlock.no_new_privs(),
-        seccomp=seccomp,
-        connect_ports=spec.connect_ports if network else (),
-        bind_ports=spec.bind_ports if network else (),
-        problems=tuple(problems),
+    return _protections(
+        Protections(
+            mode=spec.mode,
+            landlock_abi=abi,
+            filesystem=enforced is not None,
+            network=network,
+            scoped=enforced is not None and enforced.scopes != 0,
+            no_new_privs=nnp and landlock.no_new_privs(),
+            seccomp=seccomp,
+            connect_ports=spec.connect_ports if network else (),
+            bind_ports=spec.bind_ports if network else (),
+            problems=tuple(problems),
+        ),
+        switch,
+    )
+
+
+def _protections(found: Protections, switch: _UidSwitch) -> Protections:
+    """``found`` with the uid the process has now and what the switch did."""
+    return replace(
+        found,
+        uid=os.getuid(),
+        gid=os.getgid(),
+        groups=tuple(sorted(set(os.getgroups()) - {os.getgid()})) if switch.separate else (),
+        separate_uid=switch.separate,
+        uid_note=switch.note(),
+        problems=found.problems + tuple(switch.problems),
     )
 
 
@@ -226,8 +308,14 @@ def _thread_count() -> int:
 
 
 def _restrict(
-    abi: int, spec: SandboxSpec, artifact_path: str, extra_files: tuple[str, ...] = ()
+    abi: int,
+    spec: SandboxSpec,
+    artifact_path: str,
+    extra_files: tuple[str, ...] = (),
+    before_enforcing: Callable[[], None] | None = None,
 ) -> landlock.Enforced:
+    """Make the ruleset (``before_enforcing`` runs once it is made: the uid switch, so that
+    the rules could name paths only root may open), then enforce it."""
     with landlock.Ruleset(abi) as rules:
         if not rules.allow_path(artifact_path, landlock.FS_READ_FILE):
             raise FileNotFoundError(f"the artifact {artifact_path} is not there")
@@ -247,6 +335,8 @@ def _restrict(
                 rules.allow_port(port, landlock.NET_CONNECT_TCP)
             for port in spec.bind_ports:
                 rules.allow_port(port, landlock.NET_BIND_TCP)
+        if before_enforcing is not None:
+            before_enforcing()
         return rules.restrict_self()
 
 

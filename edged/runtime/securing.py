@@ -9,6 +9,10 @@ a :class:`~edged.runtime.launching.SandboxSpec` out. The worker puts it in force
   ``network.egress`` bounds what any deployment may be granted (several baselines: only what
   each allows). A deployment asking beyond the bound is refused (``refused``): its worker
   reports ``NetworkPolicyDenied`` and does not start.
+* ``[workers] separateUids`` (default on): when edged runs as root, each worker replica
+  leaves root for a uid of its own (``identities.py``, ``privileges.py``); a baseline's
+  ``requireSandbox`` overrides ``separateUids = false`` there. When edged is not root its
+  workers are not root either and keep its uid (status says why).
 """
 
 from __future__ import annotations
@@ -39,6 +43,8 @@ class DeviceSecurity:
     tcp_ports: tuple[int, ...] | None = None  # the ports every baseline allows
     drift_action: str = "alert"  # the most severe of the baselines' drift.action
     drift_period_s: float = 30.0  # the shortest of their drift.period
+    separate_uids: bool = True  # [workers] separateUids
+    edged_root: bool = False  # edged's effective uid is 0 (only then can workers get a uid)
 
     def with_baselines(self, baselines: Iterable[SecurityBaseline]) -> DeviceSecurity:
         """This device's settings under ``baselines`` (replacing any it held)."""
@@ -78,6 +84,8 @@ class DeviceSecurity:
             tcp_ports=None if tcp is None else tuple(sorted(tcp)),
             drift_action=action,
             drift_period_s=min(periods, default=30.0),
+            separate_uids=self.separate_uids,
+            edged_root=self.edged_root,
         )
 
 
@@ -106,6 +114,7 @@ def choose_sandbox(
             )
     mode = "landlock" if security.require_sandbox else security.sandbox
     needs_devices = any(p not in CPU_ONLY_PROVIDERS for p in providers)
+    separate_uid, uid_note = uid_separation(security)
     return SandboxSpec(
         mode=mode,
         required=security.require_sandbox,
@@ -114,7 +123,18 @@ def choose_sandbox(
         device_paths=tuple(device_paths) if needs_devices else (),
         seccomp=security.seccomp and mode != "off",
         refused=refused,
+        separate_uid=separate_uid,
+        uid_note=uid_note,
     )
+
+
+def uid_separation(security: DeviceSecurity) -> tuple[bool, str]:
+    """Pure: whether workers get a uid of their own, and if not, why."""
+    if not security.edged_root:
+        return False, "edged is not root"
+    if security.separate_uids or security.require_sandbox:
+        return True, ""
+    return False, "turned off ([workers] separateUids = false)"
 
 
 DEFAULT_SOCKET_MODE = 0o660

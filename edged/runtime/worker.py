@@ -4,6 +4,10 @@ Started by edged as ``python -m edged.runtime.worker FD SPEC_JSON``; FD is its e
 socket pair to edged (see ``framing.py``). It:
 
 1. dies with edged (PR_SET_PDEATHSIG) and applies its resource limits before anything else;
+   with a uid of its own (edged runs as root), it then imports numpy and the standard library
+   it needs and opens its artifact, validation set and secrets' directories while still root,
+   and its sandbox
+   (``sandboxing.py``) switches it to that uid before it reads any of them;
 2. reads the artifact from the content-addressed store, checks its sha256 *again* (so a file
    swapped on disk after verification is never loaded) and builds the session from those bytes;
 3. picks execution providers: the requested ones that this onnxruntime build offers, falling
@@ -55,9 +59,11 @@ PEAK_WINDOW = 8  # batches over which the recent peak of requests in flight is r
 TEST_PROBE_ENV = "EDGEFLEET_TEST_WORKER_PROBE"
 SECRET_DIRS_ENV = "EDGEFLEET_SECRET_DIRS"
 """Tests only: a JSON list of ``{"open": PATH}`` / ``{"connect": "HOST:PORT"}`` /
-``{"bind": "HOST:PORT"}`` the worker tries once its sandbox is in force and its model loaded,
-reporting each outcome in READY (``testProbe``). Read from the environment edged was started
-with, never from edged.toml or a manifest; it only tries and reports, it grants nothing."""
+``{"bind": "HOST:PORT"}`` / ``{"udp": ""}`` / ``{"secret": "MOUNTPATH/KEY"}`` (a secret's file
+through ``EDGEFLEET_SECRET_DIRS``, as a workload finds it) the worker tries once its sandbox
+is in force and its model loaded, reporting each outcome in READY (``testProbe``). Read from
+the environment edged was started with, never from edged.toml or a manifest; it only tries
+and reports, it grants nothing."""
 
 
 class LoadError(Exception):
@@ -488,12 +494,77 @@ def _run_test_probe(text: str) -> list[dict[str, str]]:
                         s.bind((host, int(port)))
             elif what == "udp":
                 socket.socket(socket.AF_INET, socket.SOCK_DGRAM).close()
+            elif what == "secret":  # MOUNTPATH/KEY, through EDGEFLEET_SECRET_DIRS
+                mount, _, key = str(target).rpartition("/")
+                dirs = orjson.loads(os.environ.get(SECRET_DIRS_ENV, "{}"))
+                if mount not in dirs:
+                    outcome = "not mounted"
+                else:
+                    with open(os.path.join(dirs[mount], key), "rb") as f:
+                        f.read(1)
             else:
                 outcome = "unknown step"
         except OSError as exc:
             outcome = f"{type(exc).__name__}: errno {exc.errno}"
         results.append({"step": what, "target": str(target), "outcome": outcome})
     return results
+
+
+RUNTIME_MODULES = (
+    "numpy",
+    "edged.runtime.tensors",
+    "edged.runtime.validating",
+    "encodings.cp437",  # zipfile's names (the validation set), imported when first needed
+    "uvloop",
+)
+"""What a worker with a uid of its own imports while it is still root: the standard library
+may live where only root can read (a Python under /root); nothing of the model or its inputs
+yet. Not onnxruntime: importing it starts a thread, which must start inside the sandbox (it
+imports no more of the standard library than these do; its own package must be readable)."""
+FD_PATH = "/proc/self/fd/"
+
+
+def _open_before_switch(spec: LaunchSpec) -> tuple[str, str]:
+    """Still root, before the switch to the worker's own uid: import the runtime, and open
+    what the worker reads later that its uid could not reach by path (its artifact and
+    validation set in edged's 0700 data directory, its secrets under the 0700 secrets
+    directory). Returns the paths to read them by afterwards (``/proc/self/fd/N``: the kernel
+    checks the file's own mode there, not its parents'); each secret's is put in
+    ``EDGEFLEET_SECRET_DIRS``."""
+    import importlib
+
+    for name in RUNTIME_MODULES:
+        try:
+            importlib.import_module(name)
+        except ImportError:
+            pass  # uvloop is optional
+
+    def by_fd(path: str, flags: int = os.O_RDONLY) -> str:
+        return f"{FD_PATH}{os.open(path, flags | os.O_CLOEXEC)}"
+
+    try:
+        artifact = by_fd(spec.artifact_path)
+    except OSError as exc:
+        raise LoadError(
+            "ArtifactUnreadable", f"cannot read {spec.artifact_path}: {exc.strerror}"
+        ) from None
+    validation = spec.validation_path
+    if spec.validate and validation:
+        try:
+            validation = by_fd(validation)
+        except OSError:
+            pass  # evaluate() reports it missing
+    if spec.secret_dirs:
+        dirs: dict[str, str] = {}
+        for mount, path in spec.secret_dirs:
+            try:
+                dirs[mount] = by_fd(path, os.O_RDONLY | os.O_DIRECTORY)
+            except OSError as exc:
+                raise LoadError(
+                    "SecretUnavailable", f"cannot open {path}: {exc.strerror}"
+                ) from None
+        os.environ[SECRET_DIRS_ENV] = orjson.dumps(dirs).decode()
+    return artifact, validation
 
 
 def _send_failure(sock: socket.socket, reason: str, message: str) -> None:
@@ -532,18 +603,27 @@ def main(argv: list[str] | None = None) -> int:
     sock = socket.socket(fileno=fd)
     try:
         apply_limits(spec.limits)
+        artifact, validation = spec.artifact_path, spec.validation_path
+        if spec.sandbox.separate_uid and spec.uid >= 0:
+            artifact, validation = _open_before_switch(spec)
         protections = apply_sandbox(
             spec.sandbox,
             spec.artifact_path,
             (spec.validation_path,) if spec.validate and spec.validation_path else (),
+            uid=spec.uid,
+            uid_problem=spec.uid_problem,
+            groups=spec.groups,
         )
-        data = _read_verified(spec.artifact_path, spec.artifact_sha256)
+        data = _read_verified(artifact, spec.artifact_sha256)
         model = Model(spec, data, protections)
         del data
         if spec.validate:  # the revision's accuracy, before READY (runtime/validating.py)
             from edged.runtime.validating import evaluate
 
-            model.validation = evaluate(model.session, spec.validation_path, spec.validation_sha256)
+            model.validation = evaluate(model.session, validation, spec.validation_sha256)
+        for path in (artifact, validation):  # opened before the switch: read, not kept
+            if path.startswith(FD_PATH):
+                os.close(int(path[len(FD_PATH) :]))
     except SandboxUnavailable as exc:
         _send_failure(sock, exc.reason, str(exc))
         return EXIT_LOAD_FAILED

@@ -105,10 +105,16 @@ class SecretVolumes:
         allow_non_tmpfs: bool = False,
         identity: Any = None,
         tpm: str = "off",
+        worker_uids: bool = False,
     ) -> None:
         """``identity``: the key that opens the secrets (default: the file identity key of
         ``data_dir``, loaded at the first use). ``tpm``: ``trust.tpm``, the TPM whose sealing
-        key opens the Secrets that require a TPM."""
+        key opens the Secrets that require a TPM. ``worker_uids``: workers may run as uids of
+        their own (edged is root); they read their secrets through a descriptor of its
+        directory opened while they were root, so the files below ``<root>/<workload>/`` are
+        readable to all (0444, directories 0555 and 0755) while ``<root>`` and
+        ``<root>/<workload>`` (0700) let nobody else reach them by path."""
+        self._modes = _SHARED_MODES if worker_uids else _OWNER_MODES
         self.root = root
         self._state = data_dir / "state" / "secrets.json"
         self._identity_dir = data_dir
@@ -273,12 +279,17 @@ class SecretVolumes:
 
     def _materialize(self, path: Path, version: int, values: Mapping[str, bytes]) -> None:
         """The files of ``version`` at ``path``, swapped in atomically (no-op when there)."""
+        secret_mode, version_mode, file_mode = self._modes
         path.parent.mkdir(mode=0o700, exist_ok=True)
         path.mkdir(mode=0o700, exist_ok=True)
+        os.chmod(path, secret_mode)
         link = path / DATA_LINK
         current = os.readlink(link) if link.is_symlink() else ""
         prefix = f"..v{version}-"
         if current.startswith(prefix) and all((path / current / k).is_file() for k in values):
+            for key in values:  # modes of another setting (edged was root, or not, before)
+                os.chmod(path / current / key, file_mode)
+            os.chmod(path / current, version_mode)
             return
         target = f"{prefix}{random_tokens.token_hex(4)}"
         staged = path / target
@@ -287,9 +298,10 @@ class SecretVolumes:
             fd = os.open(staged / key, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o400)
             try:
                 os.write(fd, value)
+                os.fchmod(fd, file_mode)
             finally:
                 os.close(fd)
-        os.chmod(staged, 0o500)
+        os.chmod(staged, version_mode)
         tmp_link = path / f"..data.{random_tokens.token_hex(4)}"
         os.symlink(target, tmp_link)
         os.rename(tmp_link, link)  # the swap: atomic
@@ -325,6 +337,11 @@ class SecretVolumes:
             "held": self.versions,
             **({"problem": self.problem} if self.problem else {}),
         }
+
+
+# (secret directory, version directory, file) modes
+_OWNER_MODES = (0o700, 0o500, 0o400)  # workers run as edged's user
+_SHARED_MODES = (0o755, 0o555, 0o444)  # workers of their own uids, below a 0700 <root>/<workload>
 
 
 def _remove_tree(path: Path) -> None:

@@ -159,7 +159,7 @@ class ScalingDecision(_message.Message):
     def __init__(self, from_replicas: _Optional[int] = ..., to_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ReplicaSandbox(_message.Message):
-    __slots__ = ("replica", "revision", "mode", "landlock_abi", "filesystem", "network", "no_new_privs", "seccomp", "scoped", "connect_ports", "uid", "problems")
+    __slots__ = ("replica", "revision", "mode", "landlock_abi", "filesystem", "network", "no_new_privs", "seccomp", "scoped", "connect_ports", "uid", "problems", "separate_uid")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
@@ -172,6 +172,7 @@ class ReplicaSandbox(_message.Message):
     CONNECT_PORTS_FIELD_NUMBER: _ClassVar[int]
     UID_FIELD_NUMBER: _ClassVar[int]
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
+    SEPARATE_UID_FIELD_NUMBER: _ClassVar[int]
     replica: str
     revision: str
     mode: str
@@ -184,7 +185,8 @@ class ReplicaSandbox(_message.Message):
     connect_ports: _containers.RepeatedScalarFieldContainer[int]
     uid: int
     problems: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, replica: _Optional[str] = ..., revision: _Optional[str] = ..., mode: _Optional[str] = ..., landlock_abi: _Optional[int] = ..., filesystem: _Optional[bool] = ..., network: _Optional[bool] = ..., no_new_privs: _Optional[bool] = ..., seccomp: _Optional[bool] = ..., scoped: _Optional[bool] = ..., connect_ports: _Optional[_Iterable[int]] = ..., uid: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ...) -> None: ...
+    separate_uid: bool
+    def __init__(self, replica: _Optional[str] = ..., revision: _Optional[str] = ..., mode: _Optional[str] = ..., landlock_abi: _Optional[int] = ..., filesystem: _Optional[bool] = ..., network: _Optional[bool] = ..., no_new_privs: _Optional[bool] = ..., seccomp: _Optional[bool] = ..., scoped: _Optional[bool] = ..., connect_ports: _Optional[_Iterable[int]] = ..., uid: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ..., separate_uid: _Optional[bool] = ...) -> None: ...
 
 class RevisionStatus(_message.Message):
     __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted", "metrics", "validation", "bytes_done", "bytes_total", "benchmark")

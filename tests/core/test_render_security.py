@@ -22,6 +22,10 @@ def test_sandbox_column() -> None:
     assert "landlock(fs,scoped)+nnp+seccomp!" in render_status(doc(no_net))
     assert render_status(doc(IN_FORCE, {"inForce": True, "mode": "off"})).count("mixed") == 1
     assert render_status(doc({"inForce": False, "mode": "landlock"})).splitlines()[-1].endswith("-")
+    # each worker a uid of its own (edged is root)
+    own = {**IN_FORCE, "separateUid": True}
+    assert "landlock(fs,net,scoped)+nnp+seccomp+uid" in render_status(doc(own))
+    assert "off+uid" in render_status(doc({"inForce": True, "mode": "off", "separateUid": True}))
 
 
 def test_drift_and_ingress_lines() -> None:

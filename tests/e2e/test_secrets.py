@@ -107,7 +107,10 @@ def test_secrets_reach_only_their_workers_rotate_in_place_and_never_leak(
         assert out.returncode == 0, out.stdout + out.stderr
         file_a = secrets_dir / "a" / "s-a" / "token"
         file_b = secrets_dir / "b" / "s-b" / "token"
-        probe = [{"open": str(file_a)}, {"open": str(file_b)}]
+        # each worker tries both secrets as a workload finds them (EDGEFLEET_SECRET_DIRS) and
+        # both files by their paths
+        probe = [{"secret": "/run/secrets/s-a/token"}, {"secret": "/run/secrets/s-b/token"},
+                 {"open": str(file_a)}, {"open": str(file_b)}]  # fmt: skip
         monkeypatch.setenv(TEST_PROBE_ENV, orjson.dumps(probe).decode())
         config = SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "no-root")
         config += f'\n[secrets]\ndir = "{secrets_dir}"\n'
@@ -148,18 +151,28 @@ def test_secrets_reach_only_their_workers_rotate_in_place_and_never_leak(
 
         wait_for(both_ready, 120, "workloads a and b to be ready with their secrets")
         assert file_a.read_text() == VALUE_A and file_b.read_text() == VALUE_B
-        assert oct(file_a.resolve().stat().st_mode & 0o777) == "0o400"
-        assert oct(file_a.resolve().parent.stat().st_mode & 0o777) == "0o500"
+        # as root, each worker runs as a uid of its own and reads its secrets through a
+        # descriptor it opened before leaving root: readable files below 0700 directories
+        own_uids = os.geteuid() == 0
+        modes = ("0o444", "0o555") if own_uids else ("0o400", "0o500")
+        assert oct(file_a.resolve().stat().st_mode & 0o777) == modes[0]
+        assert oct(file_a.resolve().parent.stat().st_mode & 0o777) == modes[1]
+        assert oct(secrets_dir.stat().st_mode & 0o777) == "0o700"
+        assert oct((secrets_dir / "a").stat().st_mode & 0o777) == "0o700"
 
         # the kernel's verdicts: each worker reads its own secret, not the other's
         # (each worker's stderr, forwarded into edged's log)
         lines = wait_for(lambda: e.probe_results()[:2] if len(e.probe_results()) >= 2 else [],
                          30, "both workers' probe results")  # fmt: skip
+        denied = "PermissionError: errno 13"
+        own_path = denied if own_uids else "ok"  # its own file by path: only as edged's user
         verdicts = sorted(tuple(r["outcome"] for r in line) for line in lines)
-        assert verdicts[:2] == [
-            ("PermissionError: errno 13", "ok"),
-            ("ok", "PermissionError: errno 13"),
-        ], lines
+        assert verdicts[:2] == sorted(
+            [
+                ("ok", "not mounted", own_path, denied),  # a's worker
+                ("not mounted", "ok", denied, own_path),  # b's worker
+            ]
+        ), lines
 
         # 3. rotation: the file is replaced, the worker keeps running
         (pid_a,) = e.worker_pids("a")

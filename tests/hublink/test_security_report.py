@@ -11,8 +11,8 @@ from hub.syncing import _compliance, _workload
 
 SANDBOX = {
     "inForce": True, "mode": "landlock", "landlockAbi": 7, "filesystem": True, "network": True,
-    "noNewPrivs": True, "seccomp": True, "scoped": True, "connectPorts": [8080], "uid": 998,
-    "problems": [],
+    "noNewPrivs": True, "seccomp": True, "scoped": True, "connectPorts": [8080], "uid": 61200,
+    "gid": 61200, "separateUid": True, "problems": [],
 }  # fmt: skip
 COMPLIANCE = {
     "checked": True,
@@ -38,7 +38,8 @@ def test_the_hub_reads_back_what_the_device_reported() -> None:
     assert sandbox == {
         "replica": "mlp-abc-0", "revision": "abc", "mode": "landlock", "landlockAbi": 7,
         "filesystem": True, "network": True, "noNewPrivs": True, "seccomp": True,
-        "scoped": True, "connectPorts": [8080], "uid": 998, "problems": [],
+        "scoped": True, "connectPorts": [8080], "uid": 61200, "separateUid": True,
+        "problems": [],
     }  # fmt: skip
     assert _compliance(msg.compliance) == COMPLIANCE
 

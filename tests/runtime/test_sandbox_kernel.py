@@ -137,3 +137,16 @@ def test_a_refused_policy_fails_the_start_with_its_reason(store) -> None:
     )
     assert kind == "failed"
     assert doc == {"reason": "NetworkPolicyDenied", "message": "port 22 is not allowed"}
+
+
+@needs_landlock
+def test_a_worker_that_keeps_edgeds_uid_says_why(store) -> None:
+    """As edged's pool starts it when edged is not root (securing.uid_separation)."""
+    import os
+
+    kind, meta = run_worker(store, SandboxSpec(mode="landlock", uid_note="edged is not root"), [])
+    assert kind == "ready", meta
+    sandbox = meta["sandbox"]
+    assert sandbox["separateUid"] is False and sandbox["uidNote"] == "edged is not root"
+    assert (sandbox["uid"], sandbox["gid"]) == (os.getuid(), os.getgid())
+    assert sandbox["problems"] == []

@@ -3,6 +3,7 @@ SandboxSpec out; and the pieces of the sandbox that are pure (paths, the seccomp
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
@@ -79,7 +80,35 @@ DEVICE = DeviceSecurity()
     ],
 )  # fmt: skip
 def test_choose_sandbox(network, security: DeviceSecurity, expected: SandboxSpec) -> None:
+    # edged is not root in these rows (the uid rows: test_separate_uids below)
+    expected = replace(expected, uid_note="edged is not root")
     assert choose_sandbox(deployment(network), CPU, security) == expected
+
+
+ROOT = DeviceSecurity(edged_root=True)
+REQUIRED = [baseline("b", requireSandbox=True)]
+
+
+@pytest.mark.parametrize(
+    ("security", "separate", "note"),
+    [
+        # edged is root: a uid of its own per worker, by default
+        (ROOT, True, ""),
+        # turned off in edged.toml...
+        (DeviceSecurity(edged_root=True, separate_uids=False), False,
+         "turned off ([workers] separateUids = false)"),
+        # ... unless a baseline requires the sandbox
+        (DeviceSecurity(edged_root=True, separate_uids=False).with_baselines(REQUIRED), True, ""),
+        # edged is not root: its workers are not either, and keep its uid, whatever is asked
+        (DEVICE, False, "edged is not root"),
+        (DEVICE.with_baselines(REQUIRED), False, "edged is not root"),
+        # the sandbox off in edged.toml does not turn the uid off
+        (DeviceSecurity(sandbox="off", edged_root=True), True, ""),
+    ],
+)  # fmt: skip
+def test_separate_uids(security: DeviceSecurity, separate: bool, note: str) -> None:
+    spec = choose_sandbox(deployment(), CPU, security)
+    assert (spec.separate_uid, spec.uid_note) == (separate, note)
 
 
 def test_accelerator_nodes_only_for_accelerator_providers() -> None:
