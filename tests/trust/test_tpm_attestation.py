@@ -501,7 +501,7 @@ def test_a_baseline_that_requires_the_measurement_pcr(tpm: Tpm, tmp_path: Path) 
     extends and whose log replays stays Trusted, and one without an EK-bound attestation key
     is Untrusted as under requireTpm. The verifier as a table, then the hub's own attestation
     path (a baseline applied through AdminService, the controller judging real evidence)."""
-    from edged.trust.attesting import MeasurementLog
+    from edged.trust.attesting import LoadMeasurer, MeasurementLog
     from edgefleet.v1 import admin_pb2
     from hub.attesting import AttestationController
 
@@ -510,11 +510,13 @@ def test_a_baseline_that_requires_the_measurement_pcr(tpm: Tpm, tmp_path: Path) 
     log_path = tmp_path / "run-r" / "measurements.json"
     measured_policy = dataclasses.replace(POLICY, require_tpm=True, require_measurement_pcr=True)
 
+    measurement = MeasurementLog(log_path, 13)
+
     def answer(nonce: bytes, *, measured: bool) -> bytes:
         answerer = ChallengeAnswerer(
             data, config_path=None, trust_root_path=data / "trust" / "root.json",
             model_digests=lambda: ["ef" * 32], tpm=tpm.tcti,
-            measurement=MeasurementLog(log_path, 13) if measured else None,
+            measurement=measurement if measured else None,
         )  # fmt: skip
         return answerer._answer(nonce)
 
@@ -535,9 +537,18 @@ def test_a_baseline_that_requires_the_measurement_pcr(tpm: Tpm, tmp_path: Path) 
                 assert v.trusted == (not v.reasons)
                 return [r.split(":")[0] for r in v.reasons]
 
+            # the model measured when its worker started (edged's LoadMeasurer), sharing the
+            # log with the answers: the quote then extends only the code
+            measurer = LoadMeasurer(data, tpm=tpm.tcti, measurement=measurement)
+            assert await asyncio.to_thread(measurer.measure, "ef" * 32)
             n1, n2 = os.urandom(32), os.urandom(32)
             plain = await asyncio.to_thread(answer, n1, measured=False)
             extended = await asyncio.to_thread(answer, n2, measured=True)
+            code = orjson.loads(extended)["statement"]["measurements"]["code"]
+            assert orjson.loads(extended)["tpm"]["eventLog"] == [
+                {"kind": "model", "sha256": "ef" * 32},
+                {"kind": "code", "sha256": code},
+            ]
             ak = {"attestation_key": device.attestation_key_pem}
             # what a device without an EK-bound key sends: the signed statement, no quote
             software = orjson.dumps({k: x for k, x in orjson.loads(plain).items() if k != "tpm"})
