@@ -66,7 +66,7 @@ from edged.state.collecting import ArtifactCollector
 from edged.state.desired import DesiredState
 from edged.state.merging import MergedState, SourceState, static_workloads
 from edged.trust.admitting import ArtifactGate
-from edged.trust.attesting import ChallengeAnswerer, MeasurementLog
+from edged.trust.attesting import ChallengeAnswerer, LoadMeasurer, MeasurementLog
 from edged.trust.secrets import SecretVolumes
 from edged.trust.secrets import default_root as default_secrets_root
 from edged.workloads import ReplicaId, WorkloadName
@@ -145,7 +145,20 @@ class Daemon:
             base_delay=config.reconcile.backoff_base_s,
             max_delay=config.reconcile.backoff_max_s,
         )
+        # edged's measurements in a PCR (docs/trust.md): one event log, extended when a worker
+        # starts loading a model and before each attestation quote
+        trust = config.trust
+        self.measurement_log = (
+            None
+            if trust.measurement_pcr is None
+            else MeasurementLog(trust.measurement_log, trust.measurement_pcr)
+        )
         self.pool = WorkerPool(
+            measure=(
+                None
+                if self.measurement_log is None
+                else LoadMeasurer(data, tpm=trust.tpm, measurement=self.measurement_log)
+            ),
             notify=self.workload_queue.add,
             on_serving_change=self._on_serving_change,
             on_result=self._on_result,
@@ -783,11 +796,7 @@ class Daemon:
                     trust_root_path=self.gate.root_path,
                     model_digests=lambda: [w.sha256 for w in self.desired.workloads.values()],
                     tpm=cfg.trust.tpm,
-                    measurement=(
-                        None
-                        if cfg.trust.measurement_pcr is None
-                        else MeasurementLog(cfg.trust.measurement_log, cfg.trust.measurement_pcr)
-                    ),
+                    measurement=self.measurement_log,
                 ),
                 recent_logs=recent_logs,
                 addresses=cfg.hub.addresses,

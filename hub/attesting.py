@@ -15,7 +15,9 @@ The decisions are pure functions, tested as tables:
   digest of the hub's trust root (checked when the hub has one; never the file's bytes), and
   the models the device is owed (always allowed, so a device is not Untrusted for running
   what the hub sent it); ``requireTpm`` in any baseline makes a device without an EK-bound
-  attestation key Untrusted (``NoTpmQuote``);
+  attestation key Untrusted (``NoTpmQuote``), and ``requireMeasurementPcr`` (which implies
+  it) also one whose quote carries no measurement PCR and event log
+  (``MeasurementPcrRequired``);
 * :func:`assess` — given the device, its outstanding challenge, the evidence that arrived (if
   any) and ``now``: the device's new :class:`~hub.devices.Attestation`. Evidence is verified by
   the pure :func:`~edgefleet.trust.evidence.verify_evidence` against the outstanding nonce (an
@@ -99,11 +101,14 @@ def reference_policy(
     models: set[str] = set()
     pcrs: dict[int, set[str]] = {}
     require_tpm = False
+    require_measurement_pcr = False
     for manifest in baselines:
         spec = manifest.get("spec")
         if not isinstance(spec, Mapping):
             continue
-        require_tpm = require_tpm or bool(spec.get("requireTpm"))
+        measured = bool(spec.get("requireMeasurementPcr"))
+        require_measurement_pcr = require_measurement_pcr or measured
+        require_tpm = require_tpm or measured or bool(spec.get("requireTpm"))
         raw_pcrs = spec.get("allowedPcrValues")
         if isinstance(raw_pcrs, Mapping):
             for index, values in raw_pcrs.items():
@@ -118,6 +123,7 @@ def reference_policy(
         trust_root=_root_measurement(trust_root) if trust_root else None,
         allowed_models=frozenset(models | set(owed_models)) if models else None,
         require_tpm=require_tpm,
+        require_measurement_pcr=require_measurement_pcr,
         check_trust_root=bool(trust_root),
         allowed_pcrs={i: frozenset(v) for i, v in sorted(pcrs.items())} or None,
     )

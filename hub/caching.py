@@ -205,6 +205,6 @@ class Cache:
     def security_policy(self) -> SecurityPolicy:
         """Every SecurityBaseline applies fleet-wide; any one requiring attestation wins."""
         spec = [o.manifest.get("spec", {}) for o in self.objects_of("SecurityBaseline")]
-        tpm = any(bool(s.get("requireTpm")) for s in spec)
+        tpm = any(bool(s.get("requireTpm") or s.get("requireMeasurementPcr")) for s in spec)
         require = tpm or any(bool(s.get("requireAttestation")) for s in spec)
         return SecurityPolicy(require_attestation=require)

@@ -17,7 +17,7 @@ import signal
 import socket
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -51,6 +51,9 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 DRAIN_TIMEOUT_S = 30.0
+# how long a replica whose worker is ready waits for its model's measurement (a TPM extend,
+# WorkerPool's ``measure``) before it serves anyway: a slow TPM does not hold serving up
+MEASURE_WAIT_S = 5.0
 GONE_OUTPUTS_KEPT = 16  # stderr rings of replicas that left the pool, kept for edgectl logs
 TERM_TIMEOUT_S = 5.0
 ARTIFACT_DIGEST_MISMATCH = "ArtifactDigestMismatch"  # the worker's reason (worker.py)
@@ -189,6 +192,8 @@ class Replica:
         # what this slot's processes wrote to stderr (kept across restarts: output.py)
         self.output = OutputRing(self.id, workload)
         self._output_pipe: asyncio.ReadTransport | None = None
+        # the model's measurement (WorkerPool's ``measure``), started with the process
+        self._measuring: asyncio.Future[None] | None = None
 
     # -- observation --------------------------------------------------------------------------
     def observation(self) -> ReplicaObservation:
@@ -243,16 +248,39 @@ class Replica:
         )
         for cond in self.conditions:
             log.warning("worker condition", replica=self.id, type=cond.type, message=cond.message)
+        measuring = self._measuring
+        if self.phase is Phase.STARTING and measuring is not None and not measuring.done():
+            # serve once the model is measured (the PCR holds it), within a bound
+            self.pool.track(asyncio.ensure_future(self._ready_when_measured(measuring)))
+            return
+        self._become_ready()
+
+    def _become_ready(self) -> None:
         if self.phase is Phase.STARTING:
             self._set_phase(Phase.READY)
             log.info(
                 "replica ready",
                 replica=self.id,
                 pid=self.pid,
-                providers=",".join(meta.get("providers", [])),
+                providers=",".join(self.metadata.get("providers", [])),
                 startup_s=round(time.monotonic() - self.started_at, 3),
             )
         self._schedule_probe()
+
+    async def _ready_when_measured(self, measuring: asyncio.Future[None]) -> None:
+        proc = self.proc
+        try:
+            await asyncio.wait_for(asyncio.shield(measuring), self.pool.measure_wait_s)
+        except TimeoutError:
+            log.warning(
+                "replica ready before its measurement",
+                replica=self.id,
+                waited_s=self.pool.measure_wait_s,
+            )
+        except Exception as exc:  # the measurer logs its own errors; serve regardless
+            log.error("model measurement failed", replica=self.id, error=str(exc))
+        if self.proc is proc and self.phase is Phase.STARTING:  # the same process, waiting
+            self._become_ready()
 
     def on_failed(self, reason: str, message: str) -> None:
         self._failed = (reason, message)
@@ -339,6 +367,10 @@ class Replica:
         self._probe_state = ProbeState(last_pong=time.monotonic())
         self.batch_limit = None  # a new process starts with the declared maxBatchSize
         self.spec = self._with_uid(self.spec)
+        self._measuring = None
+        if self.pool.measure is not None:  # measured as the worker starts loading it
+            self._measuring = asyncio.ensure_future(self.pool.measure(self.spec.artifact_sha256))
+            self.pool.track(self._measuring)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         err_read, err_write = os.pipe2(os.O_CLOEXEC)
         try:
@@ -484,13 +516,20 @@ class WorkerPool:
         on_restart: Callable[[Replica], None] | None = None,
         python: str = "",
         uids: WorkerUids | None = None,
+        measure: Callable[[str], Awaitable[None]] | None = None,
+        measure_wait_s: float = MEASURE_WAIT_S,
     ) -> None:
         """``on_artifact_rotten(workload, sha256)``: a worker found that blob's bytes no longer
         match its digest (the store should check it and quarantine it). ``uids``: where
         workers whose sandbox asks for a uid of their own get it (default: the default
-        range)."""
+        range). ``measure(sha256)``: started as each replica's process starts (the model's
+        measurement into a TPM PCR, :class:`edged.trust.attesting.LoadMeasurer`); a worker
+        that is ready before it ends serves once it ends, or after ``measure_wait_s`` at most.
+        It must not raise."""
         self.uids = uids if uids is not None else WorkerUids()
         self.notify = notify
+        self.measure = measure
+        self.measure_wait_s = measure_wait_s
         self._on_artifact_rotten = on_artifact_rotten
         self._on_serving_change = on_serving_change
         self._on_result = on_result

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import contextlib
 import hashlib
+import threading
 import time
 from collections.abc import Callable, Iterable
 from pathlib import Path
@@ -86,7 +88,12 @@ class MeasurementLog:
     digest not extended since boot is appended to the event log (``path``, under ``/run``:
     cleared at reboot, like the PCR) and then extended into ``pcr``. The log is written before
     the extend: a crash between them leaves an event the PCR lacks, which the hub sees as a
-    mismatch until the next reboot rather than a measurement it cannot see."""
+    mismatch until the next reboot rather than a measurement it cannot see.
+
+    Two threads extend: a model's measurement when a worker starts loading it
+    (:class:`LoadMeasurer`) and the attestation answer before its quote. ``lock`` (held for
+    each read-append-extend, and by the answer for its whole TPM session) keeps the log's
+    order the PCR's order."""
 
     def __init__(self, path: Path, pcr: int) -> None:
         from edgefleet.trust.evidence import MEASUREMENT_PCRS
@@ -95,6 +102,7 @@ class MeasurementLog:
             raise ValueError(f"a measurement PCR is 8-15 (reset only by a reboot), got {pcr}")
         self.path = path
         self.pcr = pcr
+        self.lock = threading.RLock()
 
     def read(self) -> list[dict[str, str]]:
         try:
@@ -107,23 +115,68 @@ class MeasurementLog:
         self, m: dict[str, Any], extend: Callable[[int, bytes], None]
     ) -> list[dict[str, str]]:
         """Extend what ``m`` measures and the log lacks; the whole log since boot."""
+        wanted = [("code", m["code"]), ("config", m["config"])]
+        wanted += [("model", d) for d in m["models"]]
+        return self.extend_events(wanted, extend)
+
+    def extend_events(
+        self, wanted: Iterable[tuple[str, str | None]], extend: Callable[[int, bytes], None]
+    ) -> list[dict[str, str]]:
+        """Append and extend each ``(kind, sha256)`` the log lacks, in order; the whole log
+        since boot. ``extend(pcr, digest)`` is called only for new events."""
         from edgefleet.persisting import write_atomic
         from edgefleet.trust.evidence import event_digest
 
-        events = self.read()
-        seen = {(e["kind"], e["sha256"]) for e in events}
-        wanted = [("code", m["code"]), ("config", m["config"])]
-        wanted += [("model", d) for d in m["models"]]
-        for kind, digest in wanted:
-            if digest is None or (kind, digest) in seen:
-                continue
-            event = {"kind": kind, "sha256": digest}
-            events.append(event)
-            seen.add((kind, digest))
-            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-            write_atomic(self.path, orjson.dumps({"pcr": self.pcr, "events": events}), mode=0o600)
-            extend(self.pcr, event_digest(event))
-        return events
+        with self.lock:
+            events = self.read()
+            seen = {(e["kind"], e["sha256"]) for e in events}
+            for kind, digest in wanted:
+                if digest is None or (kind, digest) in seen:
+                    continue
+                event = {"kind": kind, "sha256": digest}
+                events.append(event)
+                seen.add((kind, digest))
+                self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+                doc = orjson.dumps({"pcr": self.pcr, "events": events})
+                write_atomic(self.path, doc, mode=0o600)
+                extend(self.pcr, event_digest(event))
+            return events
+
+
+class LoadMeasurer:
+    """Extends a model's measurement into the measurement PCR when a worker starts loading
+    it (``await measurer(sha256)``, from :class:`edged.runtime.processes.WorkerPool`), so the
+    PCR holds every model edged ran since boot before any attestation challenge; the
+    attestation answer extends what is still missing before its quote. Only with an EK-bound
+    attestation key (``D/identity/ak.json``) and a TPM ``trust.tpm`` selects, as the answer.
+    Runs in a thread; a TPM error is logged (the next answer tries again) and never raised:
+    serving does not wait on the TPM beyond the pool's bound."""
+
+    def __init__(self, data_dir: Path, *, tpm: str, measurement: MeasurementLog) -> None:
+        self._data_dir = data_dir
+        self._tpm = tpm
+        self.log = measurement
+
+    async def __call__(self, sha256: str) -> None:
+        await asyncio.to_thread(self.measure, sha256)
+
+    def measure(self, sha256: str) -> bool:
+        """Append and extend ``sha256`` as a model event unless the log has it; whether the
+        PCR holds it now."""
+        from edged.trust.identity import resolve_tcti
+        from edged.trust.tpmattesting import AK_FILE, TpmAttestationError, extend_pcr
+
+        tcti = resolve_tcti(self._tpm)
+        if tcti is None or not (self._data_dir / AK_FILE).exists():
+            return False
+        try:
+            self.log.extend_events(
+                [("model", sha256)], lambda pcr, digest: extend_pcr(tcti, pcr, digest)
+            )
+        except (TpmAttestationError, OSError, ValueError) as exc:
+            log.error("model measurement failed", sha256=sha256, error=str(exc))
+            return False
+        return True
 
 
 class Attester:
@@ -218,15 +271,18 @@ class ChallengeAnswerer:
 
             log_ = self._measurement
             try:
-                key = TpmAttestationKey.load(self._data_dir, tcti)
-                if key is None:
-                    raise TpmAttestationError("the attestation key file is gone")
-                with key:
-                    if log_ is None:
-                        return key.quote(qualifying)
-                    events = log_.extend(m, key.extend)
-                    out = key.quote(qualifying, extra_pcr=log_.pcr)
-                    return {**out, "measurementPcr": log_.pcr, "eventLog": events}
+                # one TPM session at a time with the model measurer (a TPM behind a single
+                # connection, like swtpm's socket, would otherwise wait on itself)
+                with log_.lock if log_ is not None else contextlib.nullcontext():
+                    key = TpmAttestationKey.load(self._data_dir, tcti)
+                    if key is None:
+                        raise TpmAttestationError("the attestation key file is gone")
+                    with key:
+                        if log_ is None:
+                            return key.quote(qualifying)
+                        events = log_.extend(m, key.extend)
+                        out = key.quote(qualifying, extra_pcr=log_.pcr)
+                        return {**out, "measurementPcr": log_.pcr, "eventLog": events}
             except (TpmAttestationError, OSError, ValueError) as exc:
                 # Answer anyway: the hub judges a missing quote (Untrusted, with the reason).
                 log.error("tpm quote failed", error=str(exc))

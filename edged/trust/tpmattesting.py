@@ -288,14 +288,7 @@ class TpmAttestationKey:
     # -- attestation -----------------------------------------------------------------------
     def extend(self, pcr: int, digest: bytes) -> None:
         """TPM2_PCR_Extend of ``pcr`` (sha256 bank) with ``digest`` (edged's measurements)."""
-        from tpm2_pytss import ESYS_TR, TPM2_ALG, TPML_DIGEST_VALUES, TPMT_HA
-
-        try:
-            ha = TPMT_HA(hashAlg=TPM2_ALG.SHA256)
-            ha.digest.sha256 = digest
-            self._esapi.pcr_extend(getattr(ESYS_TR, f"PCR{pcr}"), TPML_DIGEST_VALUES([ha]))
-        except Exception as exc:
-            raise TpmAttestationError(f"TPM ({self.tcti}): extend PCR {pcr}: {exc}") from exc
+        _pcr_extend(self._esapi, self.tcti, pcr, digest)
 
     def quote(self, qualifying_data: bytes, *, extra_pcr: int | None = None) -> dict[str, Any]:
         """A quote of :data:`QUOTED_PCRS` (and ``extra_pcr``, edged's measurement PCR; sha256
@@ -356,6 +349,33 @@ class TpmAttestationKey:
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _pcr_extend(esapi: Any, tcti: str, pcr: int, digest: bytes) -> None:
+    from tpm2_pytss import ESYS_TR, TPM2_ALG, TPML_DIGEST_VALUES, TPMT_HA
+
+    try:
+        ha = TPMT_HA(hashAlg=TPM2_ALG.SHA256)
+        ha.digest.sha256 = digest
+        esapi.pcr_extend(getattr(ESYS_TR, f"PCR{pcr}"), TPML_DIGEST_VALUES([ha]))
+    except Exception as exc:  # tpm2-pytss raises TSS2_Exception and friends
+        raise TpmAttestationError(f"TPM ({tcti}): extend PCR {pcr}: {exc}") from exc
+
+
+def extend_pcr(tcti: str, pcr: int, digest: bytes) -> None:
+    """TPM2_PCR_Extend of ``pcr`` (sha256 bank) in a session of its own: a PCR extend needs
+    no key, so a model's measurement (when a worker starts loading it) does not load the
+    attestation key."""
+    from tpm2_pytss import ESAPI
+
+    try:
+        esapi = ESAPI(tcti)
+    except Exception as exc:
+        raise TpmAttestationError(f"TPM ({tcti}): {exc}") from exc
+    try:
+        _pcr_extend(esapi, tcti, pcr, digest)
+    finally:
+        esapi.close()
 
 
 class TpmSealingKey:

@@ -10,6 +10,8 @@ sorted), so applying the same baseline twice is "unchanged"::
     spec:
       requireAttestation: true          # untrusted devices get a NoExecute taint
       requireTpm: true                  # ...and so do devices that are not TPM-attested
+      requireMeasurementPcr: true       # ...and TPM-attested ones whose quote lacks edged's
+                                        # measurement PCR and its event log (implies requireTpm)
       allowedCodeDigests: [sha256:...]  # measurements an attesting device may report
       allowedConfigDigests: []
       allowedModelDigests: []
@@ -30,7 +32,9 @@ are for the attestation controller; an empty list allows any digest. ``requireSa
 ``network`` reach every device with its desired state: a worker whose sandbox cannot be put
 in force there (no Landlock), or whose deployment asks for egress beyond ``network.egress``,
 does not start and says why (docs/security.md). A PCR with reference
-values must be quoted by an EK-bound attestation key with one of them (docs/trust.md).
+values must be quoted by an EK-bound attestation key with one of them (docs/trust.md);
+``requireMeasurementPcr`` makes a TPM-attested device whose quote does not carry edged's
+measurement PCR and its event log (``trust.measurementPcr`` off) Untrusted.
 Once any baseline lists ``publishers``, a device admits a hub-assigned artifact only when a
 rule covering its deployment names a threshold of the keys that signed it (and, with TUF, of
 the keys of the delegated role that lists it): docs/trust.md, "Publishers per deployment".
@@ -191,6 +195,9 @@ class SecurityBaselineSpec:
     # Only TPM-attested devices (an attestation key bound to the EK) are trusted; implies
     # require_attestation.
     require_tpm: bool = False
+    # TPM-attested devices must also quote edged's measurement PCR with its event log
+    # (trust.measurementPcr); implies require_tpm (and so require_attestation).
+    require_measurement_pcr: bool = False
     allowed_code_digests: tuple[str, ...] = ()
     allowed_config_digests: tuple[str, ...] = ()
     allowed_model_digests: tuple[str, ...] = ()
@@ -214,6 +221,8 @@ class SecurityBaselineSpec:
             },
         }
         # written only when set: baselines stored before these fields keep their canonical form
+        if self.require_measurement_pcr:
+            out["requireMeasurementPcr"] = True
         if self.require_sandbox:
             out["requireSandbox"] = True
         if self.network is not None:
@@ -255,6 +264,7 @@ def _read_spec(r: Reader | None) -> SecurityBaselineSpec:
     return SecurityBaselineSpec(
         require_attestation=r.optional("requireAttestation", as_bool, False),
         require_tpm=r.optional("requireTpm", as_bool, False),
+        require_measurement_pcr=r.optional("requireMeasurementPcr", as_bool, False),
         allowed_code_digests=tuple(r.list_of("allowedCodeDigests", _digest, unique=True) or ()),
         allowed_config_digests=tuple(r.list_of("allowedConfigDigests", _digest, unique=True) or ()),
         allowed_model_digests=tuple(r.list_of("allowedModelDigests", _digest, unique=True) or ()),
@@ -316,8 +326,15 @@ def requires_attestation(manifest: Mapping[str, Any]) -> bool:
 
 
 def requires_tpm(manifest: Mapping[str, Any]) -> bool:
-    """Whether a stored (canonical) baseline document requires TPM attestation."""
-    return bool(manifest.get("spec", {}).get("requireTpm"))
+    """Whether a stored (canonical) baseline document requires TPM attestation
+    (requireMeasurementPcr implies it)."""
+    spec = manifest.get("spec", {})
+    return bool(spec.get("requireTpm")) or requires_measurement_pcr(manifest)
+
+
+def requires_measurement_pcr(manifest: Mapping[str, Any]) -> bool:
+    """Whether a stored (canonical) baseline document requires edged's measurement PCR."""
+    return bool(manifest.get("spec", {}).get("requireMeasurementPcr"))
 
 
 def parse_security_baseline(doc: object, *, source: str = "") -> SecurityBaseline:

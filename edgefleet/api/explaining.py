@@ -117,6 +117,8 @@ FIELD_HELP: Mapping[str, str] = {
     "spec.power.lowBattery.below": "The battery charge under which the precision applies.",
     "spec.requireAttestation": "Devices must pass attestation to keep their workloads.",
     "spec.requireTpm": "Devices must attest with a TPM quote (implies requireAttestation).",
+    "spec.requireMeasurementPcr": "TPM quotes must also cover edged's measurement PCR with an "
+    "event log that replays: edged.toml trust.measurementPcr (implies requireTpm).",
     "spec.allowedCodeDigests": "Digests of edged's code that pass attestation (empty: any).",
     "spec.allowedConfigDigests": "Digests of edged's config that pass attestation (empty: any).",
     "spec.allowedModelDigests": "Artifact digests a device may hold (empty: any).",

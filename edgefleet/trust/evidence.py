@@ -104,6 +104,9 @@ class Policy:
     # PCR index -> allowed values (hex): measured-boot reference values; a PCR listed here
     # must be quoted by an EK-bound attestation key with one of them
     allowed_pcrs: Mapping[int, frozenset[str]] | None = None
+    # a baseline's requireMeasurementPcr: the quote must cover edged's measurement PCR with
+    # an event log that replays (docs/trust.md); implies require_tpm
+    require_measurement_pcr: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -353,9 +356,15 @@ def verify_evidence(
                 quote_reasons = _check_event_log(tpm, m, policy)
             reasons += quote_reasons
             tpm_attested = not quote_reasons
+            if tpm_attested and policy.require_measurement_pcr and "measurementPcr" not in tpm:
+                reasons.append(
+                    "MeasurementPcrRequired: a SecurityBaseline requires edged's measurements "
+                    "in a PCR and this device's quote carries no measurement PCR and event log "
+                    "(set trust.measurementPcr in its edged.toml)"
+                )
     elif tpm is not None:
         reasons += _check_tpm(tpm, expected_nonce, m, public)
-    elif policy.require_tpm:
+    elif policy.require_tpm or policy.require_measurement_pcr:
         reasons.append(
             "NoTpmQuote: a SecurityBaseline requires TPM attestation and this device has no "
             "attestation key bound to a TPM endorsement key"

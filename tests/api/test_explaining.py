@@ -67,6 +67,8 @@ def test_every_field_of_a_full_canonical_manifest_is_explained() -> None:
         ("SecurityBaseline", "spec.requireTpm", "<boolean>", False, ("must be true or false",),
          False),
         ("Secret", "spec.requireTpm", "<boolean>", False, ("must be true or false",), False),
+        ("SecurityBaseline", "spec.requireMeasurementPcr", "<boolean>", False,
+         ("must be true or false",), None),  # written only when set (to_dict)
         ("DeviceHealthPolicy", "spec.hysteresis", "<string>", False,
          ('must be a percentage such as "50%"',), "5%"),
     ],
@@ -95,6 +97,8 @@ def test_every_kind_has_a_schema_with_descriptions() -> None:
     # a field two kinds share a path for says what it means for each
     assert "TPM-attested devices" in _node("Secret", "spec.requireTpm").description
     assert "implies requireAttestation" in _node("SecurityBaseline", "spec.requireTpm").description
+    measured = _node("SecurityBaseline", "spec.requireMeasurementPcr").description
+    assert "trust.measurementPcr" in measured and "implies requireTpm" in measured
 
 
 @pytest.mark.parametrize(

@@ -47,12 +47,23 @@ def test_baseline_is_canonical() -> None:
         "7": ["01" * 32, "cd" * 32],
     }
     assert baselines.parse_security_baseline(pcrs.to_dict()) == pcrs
+    # requireMeasurementPcr: written only when set (stored baselines keep their form); it
+    # implies requireTpm and requireAttestation
+    measured = baselines.parse_security_baseline(_baseline(requireMeasurementPcr=True))
+    assert measured.spec.require_measurement_pcr
+    assert measured.to_dict()["spec"]["requireMeasurementPcr"] is True
+    assert "requireMeasurementPcr" not in parsed.to_dict()["spec"]
+    assert baselines.parse_security_baseline(measured.to_dict()) == measured
+    assert baselines.requires_tpm(measured.to_dict())
+    assert baselines.requires_attestation(measured.to_dict())
+    assert not baselines.requires_measurement_pcr(parsed.to_dict())
 
 
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
         ({"requireAttestation": 1}, "spec.requireAttestation: must be true or false"),
+        ({"requireMeasurementPcr": "yes"}, "spec.requireMeasurementPcr: must be true or false"),
         ({"allowedCodeDigests": "sha256:x"}, "spec.allowedCodeDigests: must be a list"),
         ({"allowedConfigDigests": ["md5:00"]}, "spec.allowedConfigDigests[0]: must be"),
         ({"allowedModelDigests": [DIGEST, DIGEST]}, "spec.allowedModelDigests[1]: duplicates"),

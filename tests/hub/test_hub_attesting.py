@@ -197,6 +197,40 @@ def test_a_baseline_that_requires_a_tpm(attester: Attester, device: Device) -> N
     assert cache.security_policy().require_attestation
 
 
+def test_a_baseline_that_requires_the_measurement_pcr(attester: Attester, device: Device) -> None:
+    """requireMeasurementPcr implies requireTpm: a software-attested device is Untrusted
+    (NoTpmQuote) and tainted NoExecute (the TPM-attested cases, with real quotes from swtpm:
+    tests/trust/test_tpm_attestation.py)."""
+    from hub.caching import Cache
+
+    policy = reference_policy(
+        [{"spec": {"requireMeasurementPcr": True}}], trust_root=b"", owed_models=()
+    )
+    assert policy.require_tpm and policy.require_measurement_pcr
+    tpm_only = reference_policy([{"spec": {"requireTpm": True}}], trust_root=b"", owed_models=())
+    assert not tpm_only.require_measurement_pcr
+    got = assess(
+        device.with_(attestation=TRUSTED),
+        CHALLENGE,
+        evidence=_answer(attester),
+        policy=policy,
+        now=NOW,
+        timeout_s=TIMEOUT,
+    )
+    assert got.state is TrustState.UNTRUSTED and got.reasons[0].startswith("NoTpmQuote: ")
+    cache = Cache()
+    cache.put_object(
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "SecurityBaseline",
+            "metadata": {"name": "measured"},
+            "spec": {"requireMeasurementPcr": True},
+        },
+        1,
+    )
+    assert cache.security_policy().require_attestation
+
+
 @pytest.mark.parametrize(
     ("verified_at", "connected", "outstanding", "due"),
     [

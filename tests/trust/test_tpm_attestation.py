@@ -493,3 +493,104 @@ def test_a_secret_requiring_a_tpm_is_sealed_to_a_key_only_that_tpm_opens(
                 bytes(parts[0]), *parts[1:], ak_pem=signer, qualifying_data=qualifying
             )
         assert info.value.reason == "SealingKeyInvalid", what
+
+
+def test_a_baseline_that_requires_the_measurement_pcr(tpm: Tpm, tmp_path: Path) -> None:
+    """requireMeasurementPcr: a TPM-attested device whose quote carries no measurement PCR
+    and event log (trust.measurementPcr off) is Untrusted (MeasurementPcrRequired), one that
+    extends and whose log replays stays Trusted, and one without an EK-bound attestation key
+    is Untrusted as under requireTpm. The verifier as a table, then the hub's own attestation
+    path (a baseline applied through AdminService, the controller judging real evidence)."""
+    from edged.trust.attesting import LoadMeasurer, MeasurementLog
+    from edgefleet.v1 import admin_pb2
+    from hub.attesting import AttestationController
+
+    root, pin = _root(tmp_path)
+    data = tmp_path / "cam-r"
+    log_path = tmp_path / "run-r" / "measurements.json"
+    measured_policy = dataclasses.replace(POLICY, require_tpm=True, require_measurement_pcr=True)
+
+    measurement = MeasurementLog(log_path, 13)
+
+    def answer(nonce: bytes, *, measured: bool) -> bytes:
+        answerer = ChallengeAnswerer(
+            data, config_path=None, trust_root_path=data / "trust" / "root.json",
+            model_digests=lambda: ["ef" * 32], tpm=tpm.tcti,
+            measurement=measurement if measured else None,
+        )  # fmt: skip
+        return answerer._answer(nonce)
+
+    async def main() -> None:
+        async with await _hub(tmp_path, tpm.ca) as hub:
+            install_roots(hub.ctx, HubRoots((root,)))
+            result = await _enroll(hub, data, pin, tpm.tcti)
+            assert result.attestation == "tpm"
+            await hub.ctx.writer.flush()
+            device = hub.ctx.cache.devices["cam-r"]
+
+            def reasons(evidence: bytes, nonce: bytes, **kw: Any) -> list[str]:
+                v = verify_evidence(
+                    orjson.loads(evidence), expected_nonce=nonce,
+                    identity_public_key=device.public_key_pem, policy=measured_policy,
+                    now=time.time(), **kw,
+                )  # fmt: skip
+                assert v.trusted == (not v.reasons)
+                return [r.split(":")[0] for r in v.reasons]
+
+            # the model measured when its worker started (edged's LoadMeasurer), sharing the
+            # log with the answers: the quote then extends only the code
+            measurer = LoadMeasurer(data, tpm=tpm.tcti, measurement=measurement)
+            assert await asyncio.to_thread(measurer.measure, "ef" * 32)
+            n1, n2 = os.urandom(32), os.urandom(32)
+            plain = await asyncio.to_thread(answer, n1, measured=False)
+            extended = await asyncio.to_thread(answer, n2, measured=True)
+            code = orjson.loads(extended)["statement"]["measurements"]["code"]
+            assert orjson.loads(extended)["tpm"]["eventLog"] == [
+                {"kind": "model", "sha256": "ef" * 32},
+                {"kind": "code", "sha256": code},
+            ]
+            ak = {"attestation_key": device.attestation_key_pem}
+            # what a device without an EK-bound key sends: the signed statement, no quote
+            software = orjson.dumps({k: x for k, x in orjson.loads(plain).items() if k != "tpm"})
+            table = [
+                # (evidence, nonce, attestation key, reasons)
+                (plain, n1, ak, ["MeasurementPcrRequired"]),  # TPM-attested, no PCR/log
+                (extended, n2, ak, []),  # extends, the log replays
+                (software, n1, {}, ["NoTpmQuote"]),  # no EK-bound key: as requireTpm
+            ]
+            for evidence, nonce, key, want in table:
+                assert reasons(evidence, nonce, **key) == want
+            # the same quote without that baseline: trusted (nothing else changed)
+            v = verify_evidence(
+                orjson.loads(plain), expected_nonce=n1, identity_public_key=device.public_key_pem,
+                policy=POLICY, now=time.time(), attestation_key=device.attestation_key_pem,
+            )  # fmt: skip
+            assert (v.trusted, v.tpm_attested) == (True, True), v.reasons
+
+            # through the hub: the baseline applied like edgectl apply, the controller judging
+            baseline = {
+                "apiVersion": "edgefleet.io/v1", "kind": "SecurityBaseline",
+                "metadata": {"name": "measured"}, "spec": {"requireMeasurementPcr": True},
+            }  # fmt: skip
+            async with hub.channel() as ch:
+                await hub.stub(ch).Apply(admin_pb2.ApplyRequest(documents=[orjson.dumps(baseline)]))
+            await hub.ctx.writer.flush()
+            controller = AttestationController(hub.ctx)
+            policy = controller.policy_for("cam-r")
+            assert policy.require_tpm and policy.require_measurement_pcr
+            assert hub.ctx.cache.security_policy().require_attestation
+            for measured, state, first in (
+                (False, TrustState.UNTRUSTED, "MeasurementPcrRequired: "),
+                (True, TrustState.TRUSTED, None),
+            ):
+                nonce = os.urandom(32)
+                controller.outstanding["cam-r"] = Challenge(nonce, hub.ctx.clock())
+                evidence = await asyncio.to_thread(answer, nonce, measured=measured)
+                controller.on_evidence("cam-r", nonce, evidence)
+                att = hub.ctx.cache.devices["cam-r"].attestation
+                assert att.state is state, att.reasons
+                if first is not None:
+                    assert att.reasons[0].startswith(first), att.reasons
+                    assert "trust.measurementPcr" in att.reasons[0]
+
+    run(main())
