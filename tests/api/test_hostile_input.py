@@ -119,7 +119,7 @@ _spec = st.recursive(
 )
 
 
-@examples(2000)
+@examples(600)
 @given(
     st.sampled_from(["ModelDeployment", "DeviceHealthPolicy", "SecurityBaseline", "Other", 3]),
     _value,

@@ -207,7 +207,7 @@ _workloads = st.lists(
 )
 
 
-@examples(1000)
+@examples(300)  # large messages: ~0.1 s each on a loaded CI core
 @given(
     _workloads,
     st.lists(_sized(2000), max_size=34),
@@ -224,7 +224,7 @@ def test_arbitrary_messages_get_field_named_problems_never_exceptions(
         assert all(p.startswith(_FIELD) for p in problems)
 
 
-@examples(1000)
+@examples(300)  # large messages: ~0.1 s each on a loaded CI core
 @given(
     st.lists(
         st.builds(
