@@ -158,6 +158,18 @@ class StaticManifests:
                 SourceProblem(
                     fname,
                     "",
+                    "NotSupported",
+                    f"SecurityBaseline {m.name!r}: {', '.join(fields)} not supported in a "
+                    "device's static manifests: attestation is judged by a hub (apply the "
+                    "baseline there); its other fields apply",
+                )
+                for m in baselines_by_file[fname]
+                if (fields := _attestation_fields(m))
+            ]
+            problems += [
+                SourceProblem(
+                    fname,
+                    "",
                     "UnsupportedKind",
                     f"{m.kind} {m.name!r} is applied at the hub (edgectl apply), not in a "
                     "device's static manifests: ignored",
@@ -270,3 +282,19 @@ class StaticManifests:
             else:
                 seen[model] = name
         return problems
+
+
+def _attestation_fields(baseline: SecurityBaseline) -> list[str]:
+    """The fields of ``baseline`` set that only a hub acts on (it judges the device's
+    attestation evidence); edged alone has nobody to prove anything to."""
+    spec = baseline.spec
+    named = (
+        ("spec.requireAttestation", spec.require_attestation),
+        ("spec.requireTpm", spec.require_tpm),
+        ("spec.requireMeasurementPcr", spec.require_measurement_pcr),
+        ("spec.allowedCodeDigests", spec.allowed_code_digests),
+        ("spec.allowedConfigDigests", spec.allowed_config_digests),
+        ("spec.allowedModelDigests", spec.allowed_model_digests),
+        ("spec.allowedPcrValues", spec.allowed_pcr_values),
+    )
+    return [name for name, value in named if value]

@@ -383,3 +383,34 @@ def test_a_model_larger_than_the_free_disk_is_refused_and_leaves_nothing(
     assert "bytes are free" in problem.message
     assert list(result.workloads) == ["mnist"]  # the other file is applied
     assert list((small_disk / "artifacts" / "staging").iterdir()) == []
+
+
+def baseline(**spec: Any) -> dict[str, Any]:
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "SecurityBaseline",
+        "metadata": {"name": "fleet"},
+        "spec": spec,
+    }
+
+
+def test_a_static_baselines_hub_only_fields_are_reported_not_ignored(d: Dir) -> None:
+    d.model("a")
+    d.write("a.yaml", doc("a"), baseline(requireTpm=True, requireSandbox=True))
+    result = d.sync()
+    assert set(result.workloads) == {"a"}  # the file's other documents apply
+    problem = only_problem(result)
+    assert (problem.file, problem.reason) == ("a.yaml", "NotSupported")
+    assert "spec.requireTpm not supported in a device's static manifests" in problem.message
+    assert "requireSandbox" not in problem.message  # edged enforces that one itself
+    d.write("a.yaml", doc("a"), baseline(requireSandbox=True))
+    assert d.sync().problems == ()
+
+
+def test_a_static_baselines_publishers_are_reported_not_ignored(d: Dir) -> None:
+    d.model("a")
+    d.write("a.yaml", doc("a"), baseline(publishers=[]))
+    problem = only_problem(d.sync())
+    assert (
+        problem.reason == "NotSupported" and "spec.publishers is not supported" in problem.message
+    )
