@@ -30,7 +30,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
+import random
 import socket
 import ssl
 import tempfile
@@ -143,13 +145,7 @@ async def enroll_with_parent(
     chain = await asyncio.to_thread(_presented_chain, host, eport)
     ca_pem = _pinned_ca(chain, ca_hash)
     key = pki.generate_key()
-    csr = (
-        x509.CertificateSigningRequestBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, region)]))
-        .sign(key, hashes.SHA256())
-        .public_bytes(serialization.Encoding.PEM)
-    )
-    request = federation_pb2.EnrollHubRequest(token=token, csr_pem=csr, region=region)
+    request = federation_pb2.EnrollHubRequest(token=token, csr_pem=_csr(key, region), region=region)
     creds = grpc.ssl_channel_credentials(root_certificates=ca_pem)
     async with grpc.aio.secure_channel(f"{host}:{eport}", creds) as channel:
         stub = federation_pb2_grpc.HubEnrollmentServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -169,6 +165,26 @@ async def enroll_with_parent(
     doc = {"parent": f"{host}:{port}", "region": region, "rootRegion": resp.root_region}
     write_atomic(d / PARENT_FILE, orjson.dumps(doc), mode=0o600)
     log.info("hub enrolled with parent", parent=parent, region=region, root=resp.root_region)
+
+
+def _csr(key: Any, region: str) -> bytes:
+    return (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, region)]))
+        .sign(key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM)
+    )
+
+
+def renewal_due(certificate_pem: bytes, received: float, fraction: float) -> float:
+    """Wall-clock time to renew a federation certificate (pure): ``fraction`` (0.7-0.9,
+    jittered by the caller) into its life, which starts when the region received it unless
+    ``notBefore`` is later (the root backdates it a little for clock skew, which is not life
+    used), as a device's renewal is timed."""
+    cert = x509.load_pem_x509_certificate(certificate_pem)
+    start = max(cert.not_valid_before_utc.timestamp(), received)
+    end = cert.not_valid_after_utc.timestamp()
+    return start + max(end - start, 0.0) * fraction
 
 
 def _write_roots(data_dir: Path, roots: Sequence[bytes]) -> None:
@@ -345,9 +361,69 @@ class ParentLink:
         self.generation = 0
         self.digest = ""
         self.slices_applied = 0
+        self.renewed_at: float | None = None
         self._failures = 0
+        self._rng = random.Random()
 
     async def run(self, stop: asyncio.Event) -> None:
+        renewer = asyncio.ensure_future(self._renew_loop(stop))
+        try:
+            await self._run(stop)
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+
+    # -- renewing the federation certificate ---------------------------------------------------
+    def renewal_due(self) -> float:
+        path = self.ctx.paths.data_dir / FEDERATION_CERT_FILE
+        received = min(path.stat().st_mtime, time.time())
+        return renewal_due(self.files.certificate, received, self._rng.uniform(0.7, 0.9))
+
+    async def _renew_loop(self, stop: asyncio.Event) -> None:
+        attempt = 0
+        due = self.renewal_due()
+        while not stop.is_set():
+            if await wait_for_stop(stop, max(due - time.time(), 0.0)):
+                return
+            try:
+                await self.renew()
+                attempt = 0
+                due = self.renewal_due()
+            except (grpc.aio.AioRpcError, OSError, ValueError, EdgefleetError) as exc:
+                attempt += 1
+                error = (
+                    f"{exc.code().name}: {exc.details()}"
+                    if isinstance(exc, grpc.aio.AioRpcError)
+                    else str(exc)
+                )
+                log.warning("federation certificate renewal failed", error=error)
+                due = time.time() + RECONNECT.delay(attempt, self._rng) + 1.0
+
+    async def renew(self) -> None:
+        """Ask the root for a new certificate (the same key) and write it atomically; the
+        next connection uses it (the open one goes on with the certificate it was made with,
+        which the root accepts until this region renews again)."""
+        key = serialization.load_pem_private_key(self.files.key, password=None)
+        request = federation_pb2.RenewFederationCertificateRequest(
+            csr_pem=_csr(key, self.files.region)
+        )
+        async with self._channel() as channel:
+            stub = federation_pb2_grpc.FederationServiceStub(channel)  # type: ignore[no-untyped-call]
+            resp = await stub.RenewFederationCertificate(request, timeout=30)
+        certificate = bytes(resp.certificate_chain_pem)
+        identity = pki.identity_from_certificate(pki.load_certificate(certificate))
+        if (identity.role, identity.name) != (pki.Role.HUB, self.files.region):
+            raise FederationError(
+                f"the root sent a certificate for {identity.role.value} {identity.name}, not "
+                f"for hub {self.files.region}: not written"
+            )
+        write_atomic(self.ctx.paths.data_dir / FEDERATION_CERT_FILE, certificate, mode=0o644)
+        self.files = dataclasses.replace(self.files, certificate=certificate)
+        self.renewed_at = time.time()
+        log.info("federation certificate renewed", region=self.files.region)
+
+    async def _run(self, stop: asyncio.Event) -> None:
         kv = await self.ctx.store.get(STATE_KEY)
         if kv is not None:
             state = storekeys.loads(kv.value)

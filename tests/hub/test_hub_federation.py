@@ -15,10 +15,11 @@ from asynctesting import async_test
 
 from edgefleet.api import parse_manifest
 from edgefleet.launching import free_port_pair
-from edgefleet.v1 import federation_pb2, federation_pb2_grpc
+from edgefleet.v1 import admin_pb2, admin_pb2_grpc, federation_pb2, federation_pb2_grpc
 from hub import federating, pki, slicing, storekeys, tokens
 from hub.federating import StoredValue, enroll_with_parent, plan_apply
 from hub.initializing import HubPaths, init_hub
+from hub.regions import Regions
 from hub.server import build_context, start_server
 from hub.store import Delete, Put
 from hub.trustsetup import quickstart_trust
@@ -426,3 +427,84 @@ def test_a_bad_override_is_refused_at_apply_naming_the_annotation(
     assert 'documents[0].metadata.annotations["federation.edgefleet.io/replicas.' in text, text
     assert problem in text, text
     assert applying.parse_documents([storekeys.dumps(deployment("a"))])  # no override: fine
+
+
+def admin_channel(root: Root) -> grpc.aio.Channel:
+    admin = pki.load_certified_key(root.paths.admin_certificate, root.paths.admin_key)
+    return root.channel(pki.certificate_pem(admin.certificate), pki.private_key_pem(admin.key))
+
+
+@async_test
+async def test_a_revoked_region_is_cut_off_until_it_enrolls_again(tmp_path: Path) -> None:
+    async with Root(tmp_path) as root:
+        paths = await root.enroll("eu")
+        serial = format(
+            pki.load_certificate((paths.data_dir / "federation.crt").read_bytes()).serial_number,
+            "x",
+        )
+        async with root.region_channel(paths) as channel, admin_channel(root) as admin:
+            stub = federation_pb2_grpc.FederationServiceStub(channel)
+            admin_stub = admin_pb2_grpc.AdminServiceStub(admin)
+            ended = asyncio.Event()
+
+            async def held_open() -> AsyncIterator[federation_pb2.RegionMessage]:
+                yield hello("eu")
+                await ended.wait()
+
+            call = stub.Federate(held_open())
+            assert (await call.read()).slice.generation > 0
+            response = await admin_stub.RevokeRegion(
+                admin_pb2.RevokeRegionRequest(region="eu"), timeout=30
+            )
+            assert list(response.serials) == [serial]
+            # the open stream is closed, naming the revocation
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                while True:
+                    await asyncio.wait_for(call.read(), 30)
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            assert "revoked" in (err.value.details() or "")
+            ended.set()
+            # every later call with that certificate is refused
+            call = stub.Federate(messages(hello("eu")))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            assert f"certificate {serial} of hub eu has been revoked" in (err.value.details() or "")
+            call.cancel()
+            fetch = stub.FetchFederatedArtifact(
+                federation_pb2.FetchFederatedArtifactRequest(sha256="a" * 64)
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await fetch.read()
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            # revoking again answers the same; a region that never enrolled is NOT_FOUND
+            again = await admin_stub.RevokeRegion(
+                admin_pb2.RevokeRegionRequest(region="eu"), timeout=30
+            )
+            assert list(again.serials) == [serial]
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await admin_stub.RevokeRegion(
+                    admin_pb2.RevokeRegionRequest(region="us"), timeout=30
+                )
+            assert err.value.code() is grpc.StatusCode.NOT_FOUND
+        # the root no longer counts it, now or after a restart, and says why
+        regions = root.ctx.regions
+        assert regions is not None and "eu" not in regions.regions
+        assert regions.deployment_status("a", deployment("a")) == {}
+        assert "eu" not in (await Regions.load(root.ctx.store)).regions
+        revoked = [
+            e
+            for e in root.ctx.cache.events
+            if e["object"] == {"kind": "Region", "name": "eu"} and e["reason"] == "Revoked"
+        ]
+        assert len(revoked) == 1 and serial in revoked[0]["message"]
+        # enrolled again with a new token: a new certificate that works
+        fresh = await root.enroll("eu")
+        async with root.region_channel(fresh) as channel:
+            call = federation_pb2_grpc.FederationServiceStub(channel).Federate(
+                messages(hello("eu"), hold=1)
+            )
+            assert (await call.read()).slice.generation > 0
+            call.cancel()
+        assert "eu" in (await Regions.load(root.ctx.store)).regions
+        await asyncio.sleep(1.2)  # the request generators' last wait
