@@ -5,7 +5,10 @@ made by ``hub init``, a region enrolled with ``hub.federating.enroll_with_parent
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import dataclasses
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +22,7 @@ from edgefleet.v1 import admin_pb2, admin_pb2_grpc, federation_pb2, federation_p
 from hub import federating, pki, slicing, storekeys, tokens
 from hub.federating import StoredValue, enroll_with_parent, plan_apply
 from hub.initializing import HubPaths, init_hub
-from hub.regions import Regions
+from hub.regions import Regions, revoke_region
 from hub.server import build_context, start_server
 from hub.store import Delete, Put
 from hub.trustsetup import quickstart_trust
@@ -508,3 +511,129 @@ async def test_a_revoked_region_is_cut_off_until_it_enrolls_again(tmp_path: Path
             call.cancel()
         assert "eu" in (await Regions.load(root.ctx.store)).regions
         await asyncio.sleep(1.2)  # the request generators' last wait
+
+
+def slow_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Like :func:`asynctesting.async_test`, with a guard sized for a certificate's life."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        async def main() -> None:
+            await asyncio.wait_for(fn(*args, **kwargs), 240)
+            await asyncio.sleep(0.2)  # tasks cancelled by the link finish
+            leaked = asyncio.all_tasks() - {asyncio.current_task()}
+            assert not leaked, f"leaked tasks: {leaked}"
+
+        asyncio.run(main())
+
+    return wrapper
+
+
+def serial_of(pem: bytes) -> str:
+    return format(pki.load_certificate(pem).serial_number, "x")
+
+
+def test_renewal_is_due_70_to_90_percent_into_the_life_as_received() -> None:
+    ca = pki.create_ca("root")
+    key = pki.generate_key()
+    now = pki.now_utc()
+    cert = pki.sign_child_hub_csr(
+        ca,
+        federating._csr(key, "eu"),
+        pki.Identity(pki.Role.HUB, "eu", "root"),
+        now=now,
+        lifetime=timedelta(seconds=100),
+    )
+    pem = pki.certificate_pem(cert)
+    t = now.timestamp()
+    # notBefore is backdated for clock skew: life counts from when it was received
+    assert federating.renewal_due(pem, t, 0.7) == pytest.approx(t + 70, abs=1)
+    assert federating.renewal_due(pem, t, 0.9) == pytest.approx(t + 90, abs=1)
+    assert federating.renewal_due(pem, t + 1000, 0.8) == pytest.approx(t + 1000, abs=1)
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_a_region_renews_its_certificate_over_the_link(tmp_path: Path) -> None:
+    async with Root(tmp_path) as root:
+        c = root.ctx.config
+        root.ctx.config = dataclasses.replace(
+            c, certificates=dataclasses.replace(c.certificates, region_lifetime_s=30.0)
+        )
+        token = await root.token("eu")
+
+        async def setup(paths: HubPaths, ca: pki.CertifiedKey) -> None:
+            await enroll_with_parent(
+                paths, parent=root.address, token=token, ca_hash=root.pin, region="eu"
+            )
+
+        paths = (
+            await init_hub(
+                tmp_path / "eu", region="eu", hub_address="127.0.0.1:7443", trust_setup=setup
+            )
+        ).paths
+        cert_file = paths.data_dir / "federation.crt"
+        first = cert_file.read_bytes()
+        region = await build_context(paths.data_dir)
+        files = federating.ParentFiles.load(paths.data_dir)
+        assert files is not None
+        link = federating.ParentLink(region, files)
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(link.run(stop)), asyncio.create_task(region.writer.run(stop))]
+        try:
+            for _ in range(900):  # due 21-27 s in; up to 180 s for a loaded machine
+                if link.renewed_at is not None:
+                    break
+                await asyncio.sleep(0.2)
+            assert link.renewed_at is not None, "no renewal before the deadline"
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+            await region.store.close()
+        second = cert_file.read_bytes()
+        assert second != first and link.files.certificate == second  # the next connection's
+        identity = pki.identity_from_certificate(pki.load_certificate(second))
+        assert (identity.role, identity.name, identity.region) == (pki.Role.HUB, "eu", "root")
+        assert cert_file.stat().st_mode & 0o777 == 0o644
+        assert [p.name for p in paths.data_dir.iterdir() if p.name.endswith(".tmp")] == []
+        record = storekeys.loads((await root.ctx.store.get("/regions/eu")).value)  # type: ignore[union-attr]
+        assert (record["certificateSerial"], record["previousSerial"]) == (
+            serial_of(second),
+            serial_of(first),
+        )
+        assert any(
+            e["object"] == {"kind": "Region", "name": "eu"} and e["reason"] == "CertificateRenewed"
+            for e in root.ctx.cache.events
+        )
+
+        async def federates(pem: bytes) -> grpc.StatusCode:
+            key = (paths.data_dir / "federation.key").read_bytes()
+            async with root.channel(pem, key) as channel:
+                call = federation_pb2_grpc.FederationServiceStub(channel).Federate(
+                    messages(hello("eu"), hold=0.2)
+                )
+                try:
+                    await call.read()
+                    return grpc.StatusCode.OK
+                except grpc.aio.AioRpcError as exc:
+                    return exc.code()
+                finally:
+                    call.cancel()
+
+        # the new certificate works; the one it was asked with too, until the next renewal
+        assert await federates(second) is grpc.StatusCode.OK
+        assert await federates(first) is grpc.StatusCode.OK
+        link = federating.ParentLink(region, federating.ParentFiles.load(paths.data_dir))  # type: ignore[arg-type]
+        await link.renew()
+        third = cert_file.read_bytes()
+        assert await federates(third) is grpc.StatusCode.OK
+        assert await federates(first) is grpc.StatusCode.UNAUTHENTICATED
+        # a revoked region is refused a certificate
+        regions = root.ctx.regions
+        assert regions is not None
+        await revoke_region(root.ctx, regions, "eu")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await link.renew()
+        assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        assert cert_file.read_bytes() == third
+        await asyncio.sleep(0.5)  # the request generators' last wait
