@@ -37,7 +37,7 @@ import socket
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -224,6 +224,7 @@ class ApplyPlan:
     put_objects: tuple[Mapping[str, Any], ...]
     dropped_objects: tuple[tuple[str, str], ...]
     put_models: tuple[storekeys.ModelRecord, ...]
+    dropped_models: tuple[tuple[str, str], ...] = ()  # root-owned models no longer used
 
 
 def model_from(m: federation_pb2.FederatedModel) -> storekeys.ModelRecord:
@@ -247,11 +248,15 @@ def plan_apply(
     stored_objects: Mapping[str, StoredValue],
     stored_models: Mapping[str, StoredValue],
     now: float,
+    kept: Collection[tuple[str, str]] = frozenset(),
 ) -> ApplyPlan:
     """What to write so that the store holds ``objects`` and ``models`` as the root's (pure).
     ``stored_*``: what the store holds now, by key. A local object of the same name is
     replaced (the root wins); root-owned objects the slice no longer has are deleted; the
-    region's own objects are left alone."""
+    region's own objects are left alone. A root-owned model (stored from a slice) that the
+    slice no longer has is deleted once nothing refers to it: no deployment of the slice, no
+    object of the region's own, nothing in ``kept`` (the (name, version) of the region's
+    revisions, which a rollback may go back to). The region's own pushes are never deleted."""
     compares: list[Compare] = []
     ops: list[Op] = []
     put_objects: list[Mapping[str, Any]] = []
@@ -293,9 +298,34 @@ def plan_apply(
         compares.append(Compare(key, had.mod_revision if had is not None else 0))
         ops.append(Put(key, storekeys.dumps(doc)))
         put_models.append(record)
+    sent = {storekeys.model_key(r.name, r.version) for r in models}
+    used = set(kept)
+    for manifest in objects:
+        used |= slicing.models_of(manifest, ())
+    for key, had in stored_objects.items():
+        if key not in wanted and storekeys.federated_generation(had.value) is None:
+            used |= slicing.models_of(storekeys.manifest_of(had.value), ())  # the region's own
+    dropped_models: list[tuple[str, str]] = []
+    for key, had in sorted(stored_models.items()):
+        if key in sent:
+            continue
+        doc = storekeys.loads(had.value)
+        if not isinstance(doc.get("federated"), Mapping):
+            continue  # pushed at the region: the region's to delete
+        name, version = str(doc["spec"]["name"]), str(doc["spec"]["version"])
+        if (name, version) in used:
+            continue
+        compares.append(Compare(key, had.mod_revision))
+        ops.append(Delete(key))
+        dropped_models.append((name, version))
     ops.append(Put(STATE_KEY, storekeys.dumps({"generation": generation, "digest": digest})))
     return ApplyPlan(
-        tuple(compares), tuple(ops), tuple(put_objects), tuple(dropped), tuple(put_models)
+        tuple(compares),
+        tuple(ops),
+        tuple(put_objects),
+        tuple(dropped),
+        tuple(put_models),
+        tuple(dropped_models),
     )
 
 
@@ -575,8 +605,16 @@ class ParentLink:
             kv.key: StoredValue(kv.key, kv.value, kv.mod_revision)
             for kv in (await ctx.store.range(storekeys.MODELS)).kvs
         }
+        kept = {r.model for revisions in ctx.cache.revisions.values() for r in revisions.values()}
         plan = plan_apply(
-            s.generation, s.digest, objects, models, stored_objects, stored_models, ctx.clock()
+            s.generation,
+            s.digest,
+            objects,
+            models,
+            stored_objects,
+            stored_models,
+            ctx.clock(),
+            kept,
         )
         changed = [(str(o["kind"]), str(o["metadata"]["name"])) for o in plan.put_objects]
         events = [
@@ -588,6 +626,16 @@ class ParentLink:
                 f"{kind} {name} from the root, generation {s.generation}",
             )
             for kind, name in [*changed, *plan.dropped_objects]
+        ] + [
+            ctx.writer.prepare_event(
+                storekeys.KIND_MODEL,
+                f"{name}-{version}",
+                "Normal",
+                "Federated",
+                f"model {name} {version} removed: the root no longer sends it and nothing in "
+                "this region refers to it",
+            )
+            for name, version in plan.dropped_models
         ]
         revision = await ctx.store.txn(plan.compares, [*plan.ops, *(e.put for e in events)])
         for manifest in plan.put_objects:
@@ -596,6 +644,12 @@ class ParentLink:
             ctx.cache.drop_object(kind, name)
         for record in plan.put_models:
             ctx.cache.models[(record.name, record.version)] = record
+        for name, version in plan.dropped_models:
+            gone = ctx.cache.models.pop((name, version), None)
+            if gone is not None and ctx.shared_blobs is not None:  # as a delete at a hub does
+                still = {d for m in ctx.cache.models.values() for d in m.digests()}
+                for digest in gone.digests() - still:
+                    await ctx.shared_blobs.forget(digest)
         for e in events:
             ctx.writer.committed(e)
         self.generation, self.digest = s.generation, s.digest
@@ -616,6 +670,7 @@ class ParentLink:
             changed=len(changed),
             dropped=len(plan.dropped_objects),
             models=len(plan.put_models),
+            models_removed=len(plan.dropped_models),
         )
 
     async def _report(self, outbox: Outbox) -> None:

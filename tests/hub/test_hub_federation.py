@@ -637,3 +637,74 @@ async def test_a_region_renews_its_certificate_over_the_link(tmp_path: Path) -> 
         assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
         assert cert_file.read_bytes() == third
         await asyncio.sleep(0.5)  # the request generators' last wait
+
+
+def model_value(r: storekeys.ModelRecord, generation: int | None) -> bytes:
+    doc = r.to_json()
+    if generation is not None:
+        doc["federated"] = {"generation": generation}
+    return storekeys.dumps(doc)
+
+
+def test_root_models_no_longer_sent_nor_used_are_removed_never_the_regions_own() -> None:
+    records = {v: record("m", v) for v in ("1.0.0", "2.0.0", "3.0.0", "4.0.0", "5.0.0", "6.0.0")}
+    owned = {"1.0.0", "2.0.0", "3.0.0", "4.0.0", "6.0.0"}  # 5.0.0 was pushed at the region
+    stored_models = {
+        storekeys.model_key("m", v): StoredValue(
+            "k", model_value(r, 3 if v in owned else None), 10 + i
+        )
+        for i, (v, r) in enumerate(sorted(records.items()))
+    }
+    local = deployment("mine", version="3.0.0")  # the region's own deployment uses m 3.0.0
+    local["spec"]["model"]["name"] = "m"
+    stored_objects = {
+        storekeys.object_key("ModelDeployment", "mine"): StoredValue(
+            "k", storekeys.object_value(local, 1.0), 5
+        )
+    }
+    plan = plan_apply(
+        9,
+        "d",
+        [deployment("m", version="2.0.0")],  # sent without its model record: still used
+        [records["6.0.0"]],  # still sent
+        stored_objects,
+        stored_models,
+        now=100.0,
+        kept={("m", "4.0.0")},  # a revision of the region's may go back to it
+    )
+    assert plan.dropped_models == (("m", "1.0.0"),)
+    key = storekeys.model_key("m", "1.0.0")
+    assert [op.key for op in plan.ops if isinstance(op, Delete)] == [key]
+    assert (key, 10) in [(c.key, c.mod_revision) for c in plan.compares]
+    # nothing sent and nothing used: every root-owned model goes, the region's push stays
+    bare = plan_apply(10, "e", [], [], {}, stored_models, now=101.0)
+    assert sorted(v for _, v in bare.dropped_models) == sorted(owned)
+
+
+@async_test
+async def test_a_region_removes_root_models_from_its_store_when_no_longer_used(
+    tmp_path: Path,
+) -> None:
+    result = await init_hub(
+        tmp_path / "eu", region="eu", hub_address="127.0.0.1:7443", trust_setup=quickstart_trust
+    )
+    ctx = await build_context(result.paths.data_dir)
+    try:
+        old, own = record("old", "1.0.0"), record("own", "1.0.0")
+        for r, generation in ((old, 3), (own, None)):
+            await ctx.store.put(storekeys.model_key(r.name, r.version), model_value(r, generation))
+            ctx.cache.models[(r.name, r.version)] = r
+        files = federating.ParentFiles("127.0.0.1:1", "eu", "root", b"", b"", b"")
+        link = federating.ParentLink(ctx, files)
+        empty = federation_pb2.RegionSlice(generation=5, digest="x")
+        await link._apply(empty, stub=None)
+        assert await ctx.store.get(storekeys.model_key("old", "1.0.0")) is None
+        assert ("old", "1.0.0") not in ctx.cache.models
+        assert await ctx.store.get(storekeys.model_key("own", "1.0.0")) is not None
+        assert ("own", "1.0.0") in ctx.cache.models
+        assert any(
+            e["object"] == {"kind": storekeys.KIND_MODEL, "name": "old-1.0.0"}
+            for e in ctx.cache.events
+        )
+    finally:
+        await ctx.store.close()
