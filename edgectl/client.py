@@ -67,7 +67,7 @@ MAX_HUBS = 16
 
 IDEMPOTENT = frozenset(
     {"Get", "List", "ListEvents", "ListRevisions", "FetchTufMetadata", "DeviceLogs"}
-    | {"Apply", "Delete", "Cordon", "Uncordon", "RevokeDevice"}
+    | {"Apply", "Delete", "Cordon", "Uncordon", "RevokeDevice", "RevokeRegion"}
 )
 """Calls made again on the next replica after any UNAVAILABLE: reads, and writes whose second
 application changes nothing more (apply of the same documents, delete, cordon, revoke)."""
@@ -203,6 +203,7 @@ CHECKS = {
     "Cordon": "edgectl get devices NAME",
     "Uncordon": "edgectl get devices NAME",
     "RevokeDevice": "edgectl get devices NAME (spec and taints) or edgectl get events",
+    "RevokeRegion": "edgectl get events (a Revoked event of the region)",
     "CreateToken": "hub token list on the hub, or edgectl get events",
     "PushArtifact": "edgectl get models",
 }
@@ -334,6 +335,10 @@ class AdminClient:
 
     def revoke(self, name: str) -> list[str]:
         response = self._call("RevokeDevice", admin_pb2.RevokeDeviceRequest(device_name=name))
+        return list(response.serials)
+
+    def revoke_region(self, region: str) -> list[str]:
+        response = self._call("RevokeRegion", admin_pb2.RevokeRegionRequest(region=region))
         return list(response.serials)
 
     def device_logs(self, name: str, workload: str = "", tail: int = 0) -> list[str]:

@@ -5,7 +5,8 @@
 * ``get TYPE [NAME...]|TYPE/NAME... [-o wide|name|json|yaml|jsonpath=T] [-l SELECTOR]
   [--no-headers] [--sort-by PATH] [--show-labels] [-w]``, ``get events [--for TYPE/NAME]``;
 * ``describe TYPE NAME|TYPE/NAME``; ``label`` and ``annotate TYPE NAME KEY=VALUE... KEY-``;
-* ``devices cordon|uncordon|revoke NAME``, ``tokens create``, ``get tokens``,
+* ``devices cordon|uncordon|revoke NAME``, ``regions revoke REGION`` (at a root hub),
+  ``tokens create``, ``get tokens``,
   ``delete token ID``.
 
 ``add_commands`` registers them on the top-level parser; ``run`` runs the one parsed (None when
@@ -172,6 +173,12 @@ def add_commands(sub: Any) -> None:
     ):
         dsub.add_parser(name, help=text).add_argument("name")
 
+    regions = sub.add_parser("regions", help="regional hub commands (at a root hub)")
+    rsub = regions.add_subparsers(dest="region_command", required=True, metavar="COMMAND")
+    rsub.add_parser(
+        "revoke", help="revoke a regional hub's federation certificate and close its stream"
+    ).add_argument("region")
+
     tokens = sub.add_parser("tokens", help="bootstrap tokens for enrolling devices")
     tsub = tokens.add_subparsers(dest="token_command", required=True, metavar="COMMAND")
     create = tsub.add_parser("create", help="a new bootstrap token (printed once)")
@@ -197,7 +204,8 @@ def add_commands(sub: Any) -> None:
 
 
 COMMANDS = (
-    "apply", "diff", "get", "describe", "delete", "label", "annotate", "logs", "devices", "tokens",
+    "apply", "diff", "get", "describe", "delete", "label", "annotate", "logs", "devices", "regions",
+    "tokens",
 )  # fmt: skip
 
 
@@ -554,6 +562,12 @@ def _logs(client: AdminClient, args: argparse.Namespace) -> int:
 
 
 # -- devices, tokens -----------------------------------------------------------------------------
+def _regions(client: AdminClient, args: argparse.Namespace) -> int:
+    serials = client.revoke_region(args.region)  # region_command: only "revoke"
+    _print(f"region/{args.region} revoked (certificates: {', '.join(serials)})")
+    return 0
+
+
 def _devices(client: AdminClient, args: argparse.Namespace) -> int:
     if args.device_command == "revoke":
         serials = client.revoke(args.name)
@@ -594,6 +608,7 @@ _HANDLERS: dict[str, Callable[[AdminClient, argparse.Namespace], int]] = {
     "label": _relabel,
     "annotate": _relabel,
     "devices": _devices,
+    "regions": _regions,
     "tokens": _tokens,
     "logs": _logs,
 }

@@ -63,6 +63,7 @@ from hub.presenting import (
     token_object,
     with_store_metadata,
 )
+from hub.regions import revoke_region
 from hub.rolling import Revision, RolloutState, template_hash
 from hub.rollouts import ActionRefused, canary_status, progress_of, undo_manifest
 from hub.secrets import MAX_SECRETS, SecretRecord, plan_record, record_of
@@ -940,6 +941,26 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             session.close("certificate revoked")
         ctx.projector.mark([name])
         return admin_pb2.RevokeDeviceResponse(serials=serials)
+
+    @_rpc
+    async def RevokeRegion(
+        self, request: admin_pb2.RevokeRegionRequest, context: Any
+    ) -> admin_pb2.RevokeRegionResponse:
+        """A regional hub's federation certificates revoked (hub.regions.revoke_region)."""
+        if not request.region:
+            raise _invalid("region: required (an enrolled regional hub)")
+        regions = self._ctx.regions
+        if regions is None:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "this hub has no regions")
+        try:
+            serials = await revoke_region(self._ctx, regions, request.region)
+        except KeyError:
+            raise Refused(
+                grpc.StatusCode.NOT_FOUND,
+                f"region {request.region} never enrolled at this hub (hub token create "
+                "--for-region, hub init --parent)",
+            ) from None
+        return admin_pb2.RevokeRegionResponse(serials=serials)
 
     # -- rollouts -----------------------------------------------------------------------------
     def _rollout_of(self, name: str) -> RolloutState:

@@ -51,6 +51,7 @@ class CertificatesConfig:
     device_lifetime_s: float = 7 * 24 * 3600.0
     admin_lifetime_s: float = 365 * 24 * 3600.0
     serving_lifetime_s: float = 365 * 24 * 3600.0
+    region_lifetime_s: float = 365 * 24 * 3600.0  # a regional hub's federation certificate
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -195,6 +196,7 @@ def _read_certificates(r: Reader) -> CertificatesConfig:
         device_lifetime_s=r.optional("deviceLifetime", positive_duration, d.device_lifetime_s),
         admin_lifetime_s=r.optional("adminLifetime", positive_duration, d.admin_lifetime_s),
         serving_lifetime_s=r.optional("servingLifetime", positive_duration, d.serving_lifetime_s),
+        region_lifetime_s=r.optional("regionLifetime", positive_duration, d.region_lifetime_s),
     )
 
 
@@ -383,6 +385,8 @@ store = {_toml_string(store)}
 deviceLifetime = "{format_duration(c.device_lifetime_s)}"
 adminLifetime = "{format_duration(c.admin_lifetime_s)}"
 servingLifetime = "{format_duration(c.serving_lifetime_s)}"
+# A regional hub's federation certificate (at a root hub); regions renew theirs at 70-90%.
+regionLifetime = "{format_duration(c.region_lifetime_s)}"
 
 [tokens]
 # Bootstrap tokens made without --ttl expire after this long.

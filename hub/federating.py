@@ -30,12 +30,14 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
+import random
 import socket
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -143,13 +145,7 @@ async def enroll_with_parent(
     chain = await asyncio.to_thread(_presented_chain, host, eport)
     ca_pem = _pinned_ca(chain, ca_hash)
     key = pki.generate_key()
-    csr = (
-        x509.CertificateSigningRequestBuilder()
-        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, region)]))
-        .sign(key, hashes.SHA256())
-        .public_bytes(serialization.Encoding.PEM)
-    )
-    request = federation_pb2.EnrollHubRequest(token=token, csr_pem=csr, region=region)
+    request = federation_pb2.EnrollHubRequest(token=token, csr_pem=_csr(key, region), region=region)
     creds = grpc.ssl_channel_credentials(root_certificates=ca_pem)
     async with grpc.aio.secure_channel(f"{host}:{eport}", creds) as channel:
         stub = federation_pb2_grpc.HubEnrollmentServiceStub(channel)  # type: ignore[no-untyped-call]
@@ -169,6 +165,26 @@ async def enroll_with_parent(
     doc = {"parent": f"{host}:{port}", "region": region, "rootRegion": resp.root_region}
     write_atomic(d / PARENT_FILE, orjson.dumps(doc), mode=0o600)
     log.info("hub enrolled with parent", parent=parent, region=region, root=resp.root_region)
+
+
+def _csr(key: Any, region: str) -> bytes:
+    return (
+        x509.CertificateSigningRequestBuilder()
+        .subject_name(x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, region)]))
+        .sign(key, hashes.SHA256())
+        .public_bytes(serialization.Encoding.PEM)
+    )
+
+
+def renewal_due(certificate_pem: bytes, received: float, fraction: float) -> float:
+    """Wall-clock time to renew a federation certificate (pure): ``fraction`` (0.7-0.9,
+    jittered by the caller) into its life, which starts when the region received it unless
+    ``notBefore`` is later (the root backdates it a little for clock skew, which is not life
+    used), as a device's renewal is timed."""
+    cert = x509.load_pem_x509_certificate(certificate_pem)
+    start = max(cert.not_valid_before_utc.timestamp(), received)
+    end = cert.not_valid_after_utc.timestamp()
+    return start + max(end - start, 0.0) * fraction
 
 
 def _write_roots(data_dir: Path, roots: Sequence[bytes]) -> None:
@@ -208,6 +224,7 @@ class ApplyPlan:
     put_objects: tuple[Mapping[str, Any], ...]
     dropped_objects: tuple[tuple[str, str], ...]
     put_models: tuple[storekeys.ModelRecord, ...]
+    dropped_models: tuple[tuple[str, str], ...] = ()  # root-owned models no longer used
 
 
 def model_from(m: federation_pb2.FederatedModel) -> storekeys.ModelRecord:
@@ -231,11 +248,15 @@ def plan_apply(
     stored_objects: Mapping[str, StoredValue],
     stored_models: Mapping[str, StoredValue],
     now: float,
+    kept: Collection[tuple[str, str]] = frozenset(),
 ) -> ApplyPlan:
     """What to write so that the store holds ``objects`` and ``models`` as the root's (pure).
     ``stored_*``: what the store holds now, by key. A local object of the same name is
     replaced (the root wins); root-owned objects the slice no longer has are deleted; the
-    region's own objects are left alone."""
+    region's own objects are left alone. A root-owned model (stored from a slice) that the
+    slice no longer has is deleted once nothing refers to it: no deployment of the slice, no
+    object of the region's own, nothing in ``kept`` (the (name, version) of the region's
+    revisions, which a rollback may go back to). The region's own pushes are never deleted."""
     compares: list[Compare] = []
     ops: list[Op] = []
     put_objects: list[Mapping[str, Any]] = []
@@ -277,9 +298,34 @@ def plan_apply(
         compares.append(Compare(key, had.mod_revision if had is not None else 0))
         ops.append(Put(key, storekeys.dumps(doc)))
         put_models.append(record)
+    sent = {storekeys.model_key(r.name, r.version) for r in models}
+    used = set(kept)
+    for manifest in objects:
+        used |= slicing.models_of(manifest, ())
+    for key, had in stored_objects.items():
+        if key not in wanted and storekeys.federated_generation(had.value) is None:
+            used |= slicing.models_of(storekeys.manifest_of(had.value), ())  # the region's own
+    dropped_models: list[tuple[str, str]] = []
+    for key, had in sorted(stored_models.items()):
+        if key in sent:
+            continue
+        doc = storekeys.loads(had.value)
+        if not isinstance(doc.get("federated"), Mapping):
+            continue  # pushed at the region: the region's to delete
+        name, version = str(doc["spec"]["name"]), str(doc["spec"]["version"])
+        if (name, version) in used:
+            continue
+        compares.append(Compare(key, had.mod_revision))
+        ops.append(Delete(key))
+        dropped_models.append((name, version))
     ops.append(Put(STATE_KEY, storekeys.dumps({"generation": generation, "digest": digest})))
     return ApplyPlan(
-        tuple(compares), tuple(ops), tuple(put_objects), tuple(dropped), tuple(put_models)
+        tuple(compares),
+        tuple(ops),
+        tuple(put_objects),
+        tuple(dropped),
+        tuple(put_models),
+        tuple(dropped_models),
     )
 
 
@@ -345,9 +391,69 @@ class ParentLink:
         self.generation = 0
         self.digest = ""
         self.slices_applied = 0
+        self.renewed_at: float | None = None
         self._failures = 0
+        self._rng = random.Random()
 
     async def run(self, stop: asyncio.Event) -> None:
+        renewer = asyncio.ensure_future(self._renew_loop(stop))
+        try:
+            await self._run(stop)
+        finally:
+            renewer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await renewer
+
+    # -- renewing the federation certificate ---------------------------------------------------
+    def renewal_due(self) -> float:
+        path = self.ctx.paths.data_dir / FEDERATION_CERT_FILE
+        received = min(path.stat().st_mtime, time.time())
+        return renewal_due(self.files.certificate, received, self._rng.uniform(0.7, 0.9))
+
+    async def _renew_loop(self, stop: asyncio.Event) -> None:
+        attempt = 0
+        due = self.renewal_due()
+        while not stop.is_set():
+            if await wait_for_stop(stop, max(due - time.time(), 0.0)):
+                return
+            try:
+                await self.renew()
+                attempt = 0
+                due = self.renewal_due()
+            except (grpc.aio.AioRpcError, OSError, ValueError, EdgefleetError) as exc:
+                attempt += 1
+                error = (
+                    f"{exc.code().name}: {exc.details()}"
+                    if isinstance(exc, grpc.aio.AioRpcError)
+                    else str(exc)
+                )
+                log.warning("federation certificate renewal failed", error=error)
+                due = time.time() + RECONNECT.delay(attempt, self._rng) + 1.0
+
+    async def renew(self) -> None:
+        """Ask the root for a new certificate (the same key) and write it atomically; the
+        next connection uses it (the open one goes on with the certificate it was made with,
+        which the root accepts until this region renews again)."""
+        key = serialization.load_pem_private_key(self.files.key, password=None)
+        request = federation_pb2.RenewFederationCertificateRequest(
+            csr_pem=_csr(key, self.files.region)
+        )
+        async with self._channel() as channel:
+            stub = federation_pb2_grpc.FederationServiceStub(channel)  # type: ignore[no-untyped-call]
+            resp = await stub.RenewFederationCertificate(request, timeout=30)
+        certificate = bytes(resp.certificate_chain_pem)
+        identity = pki.identity_from_certificate(pki.load_certificate(certificate))
+        if (identity.role, identity.name) != (pki.Role.HUB, self.files.region):
+            raise FederationError(
+                f"the root sent a certificate for {identity.role.value} {identity.name}, not "
+                f"for hub {self.files.region}: not written"
+            )
+        write_atomic(self.ctx.paths.data_dir / FEDERATION_CERT_FILE, certificate, mode=0o644)
+        self.files = dataclasses.replace(self.files, certificate=certificate)
+        self.renewed_at = time.time()
+        log.info("federation certificate renewed", region=self.files.region)
+
+    async def _run(self, stop: asyncio.Event) -> None:
         kv = await self.ctx.store.get(STATE_KEY)
         if kv is not None:
             state = storekeys.loads(kv.value)
@@ -499,8 +605,16 @@ class ParentLink:
             kv.key: StoredValue(kv.key, kv.value, kv.mod_revision)
             for kv in (await ctx.store.range(storekeys.MODELS)).kvs
         }
+        kept = {r.model for revisions in ctx.cache.revisions.values() for r in revisions.values()}
         plan = plan_apply(
-            s.generation, s.digest, objects, models, stored_objects, stored_models, ctx.clock()
+            s.generation,
+            s.digest,
+            objects,
+            models,
+            stored_objects,
+            stored_models,
+            ctx.clock(),
+            kept,
         )
         changed = [(str(o["kind"]), str(o["metadata"]["name"])) for o in plan.put_objects]
         events = [
@@ -512,6 +626,16 @@ class ParentLink:
                 f"{kind} {name} from the root, generation {s.generation}",
             )
             for kind, name in [*changed, *plan.dropped_objects]
+        ] + [
+            ctx.writer.prepare_event(
+                storekeys.KIND_MODEL,
+                f"{name}-{version}",
+                "Normal",
+                "Federated",
+                f"model {name} {version} removed: the root no longer sends it and nothing in "
+                "this region refers to it",
+            )
+            for name, version in plan.dropped_models
         ]
         revision = await ctx.store.txn(plan.compares, [*plan.ops, *(e.put for e in events)])
         for manifest in plan.put_objects:
@@ -520,6 +644,12 @@ class ParentLink:
             ctx.cache.drop_object(kind, name)
         for record in plan.put_models:
             ctx.cache.models[(record.name, record.version)] = record
+        for name, version in plan.dropped_models:
+            gone = ctx.cache.models.pop((name, version), None)
+            if gone is not None and ctx.shared_blobs is not None:  # as a delete at a hub does
+                still = {d for m in ctx.cache.models.values() for d in m.digests()}
+                for digest in gone.digests() - still:
+                    await ctx.shared_blobs.forget(digest)
         for e in events:
             ctx.writer.committed(e)
         self.generation, self.digest = s.generation, s.digest
@@ -540,6 +670,7 @@ class ParentLink:
             changed=len(changed),
             dropped=len(plan.dropped_objects),
             models=len(plan.put_models),
+            models_removed=len(plan.dropped_models),
         )
 
     async def _report(self, outbox: Outbox) -> None:

@@ -42,7 +42,7 @@ CA_LIFETIME = timedelta(days=3650)
 SERVING_LIFETIME = timedelta(days=365)
 ADMIN_LIFETIME = timedelta(days=365)
 DEVICE_LIFETIME = timedelta(days=7)
-CHILD_HUB_LIFETIME = timedelta(days=365)  # a regional hub's federation certificate (no renewal yet)
+CHILD_HUB_LIFETIME = timedelta(days=365)  # a regional hub's federation certificate
 CLOCK_SKEW = timedelta(minutes=5)
 """Certificates are valid from this long before ``now``: device clocks drift."""
 

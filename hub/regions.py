@@ -8,6 +8,12 @@ get their slice of the fleet, and report their status.
   fleet's trust roots. The region's record ``/regions/R`` (its certificate serial) is written
   with its ``Enrolled`` event in one transaction; enrolling a region again replaces the serial,
   so the older certificate is refused from then on.
+* **Revoking a region** (:func:`revoke_region`, AdminService ``RevokeRegion``, ``edgectl
+  regions revoke R``): its certificate serials go to ``/revoked/`` with the record marked
+  revoked and a ``Revoked`` event, in one transaction; its open stream ends with
+  UNAUTHENTICATED, every later call with those certificates is refused (:func:`hub.auth.authorize`),
+  and the root stops counting the region. Enrolling it again with a new token gives it a new
+  certificate that works.
 * **FederationService** (mutual TLS, hub role, an enrolled region's current certificate):
   ``Federate``: a RegionHello naming the certificate's region, then the root sends the
   region's slice (:func:`hub.slicing.plan_slice`) at once and whenever its digest changes
@@ -17,6 +23,10 @@ get their slice of the fleet, and report their status.
   second with a burst): a message over a bound ends the stream with INVALID_ARGUMENT or
   RESOURCE_EXHAUSTED and nothing of it is kept. A second stream of a region replaces the first.
   ``FetchFederatedArtifact``: a blob named by the caller's slice, from an offset.
+  ``RenewFederationCertificate``: a new certificate for the caller's own region (the root's
+  ``[certificates] regionLifetime``); the record keeps the certificate it was asked with as
+  ``previousSerial`` (accepted until the region renews again: a reply lost on the way does not
+  lock the region out) with a ``CertificateRenewed`` event, in one transaction.
 * :class:`Regions`: what the root knows of its regions, in memory (reports are sent again on
   every connection): shown by AdminService (a REGION column; deployments' status adds every
   region's figures, devices are listed with the region's summary of them).
@@ -28,6 +38,7 @@ import asyncio
 import time
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from datetime import timedelta
 from typing import Any
 
 import grpc
@@ -65,22 +76,27 @@ class RegionState:
     name: str
     serial: str
     enrolled_at: float
+    previous_serial: str = ""  # the certificate a renewal was asked with, still accepted
     connected: bool = False
     connected_at: float | None = None
     last_message: float | None = None
     generation_sent: int = 0
     generation_applied: int = 0
     digest_sent: str = ""
+    revoked: bool = False  # set with ``stream``: the stream ends as revoked
     report: federation_pb2.RegionReport | None = None
     artifacts: frozenset[str] = frozenset()  # blobs the region's slice names (may be fetched)
     stream: asyncio.Event | None = None  # set: this stream must end (another replaced it)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "region": self.name,
             "certificateSerial": self.serial,
             "enrolledAt": self.enrolled_at,
         }
+        if self.previous_serial:
+            doc["previousSerial"] = self.previous_serial
+        return doc
 
 
 @dataclass(slots=True)
@@ -94,9 +110,14 @@ class Regions:
         out = cls()
         for kv in (await store.range(REGIONS)).kvs:
             doc = storekeys.loads(kv.value)
+            if doc.get("revoked"):
+                continue  # a revoked region is not counted until it enrolls again
             name = str(doc["region"])
             out.regions[name] = RegionState(
-                name, str(doc["certificateSerial"]), float(doc["enrolledAt"])
+                name,
+                str(doc["certificateSerial"]),
+                float(doc["enrolledAt"]),
+                str(doc.get("previousSerial", "")),
             )
         return out
 
@@ -154,6 +175,52 @@ class Regions:
         return out
 
 
+async def revoke_region(ctx: HubContext, regions: Regions, name: str) -> list[str]:
+    """Revoke region ``name``'s federation certificates (module doc); the serials revoked.
+    A region revoked already: its serials again, nothing written. Raises KeyError when no
+    region of that name ever enrolled here."""
+    key = region_key(name)
+    kv = await ctx.store.get(key)
+    if kv is None:
+        raise KeyError(name)
+    doc = storekeys.loads(kv.value)
+    serials = [str(doc["certificateSerial"])]
+    if doc.get("previousSerial"):
+        serials.append(str(doc["previousSerial"]))
+    if doc.get("revoked"):
+        return serials
+    event = ctx.writer.prepare_event(
+        "Region",
+        name,
+        "Warning",
+        "Revoked",
+        f"region {name}: federation certificate revoked ({', '.join(serials)}); its stream is "
+        "closed until it enrolls again with a new token",
+    )
+    revoked = {**doc, "revoked": True, "revokedAt": ctx.clock()}
+    await ctx.store.txn(
+        [Compare(key, kv.mod_revision)],
+        [
+            *(Put(storekeys.revoked_key(s), name.encode()) for s in serials),
+            Put(key, storekeys.dumps(revoked)),
+            event.put,
+        ],
+    )
+    ctx.writer.committed(event)
+    ctx.cache.revoked.update(dict.fromkeys(serials, name))
+    state = regions.regions.pop(name, None)
+    if state is not None:
+        state.revoked = True
+        if state.stream is not None:
+            state.stream.set()  # its open stream ends (FederationServicer.Federate)
+    log.info("region revoked", region=name, serials=serials)
+    return serials
+
+
+def region_lifetime(ctx: HubContext) -> timedelta:
+    return timedelta(seconds=ctx.config.certificates.region_lifetime_s)
+
+
 class HubEnrollmentServicer(federation_pb2_grpc.HubEnrollmentServiceServicer):
     """A regional hub joins the root (module doc)."""
 
@@ -206,7 +273,9 @@ class HubEnrollmentServicer(federation_pb2_grpc.HubEnrollmentServiceServicer):
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSED)
         identity = pki.Identity(Role.HUB, request.region, ctx.region)
         try:
-            certificate = pki.sign_child_hub_csr(ctx.ca, request.csr_pem, identity)
+            certificate = pki.sign_child_hub_csr(
+                ctx.ca, request.csr_pem, identity, lifetime=region_lifetime(ctx)
+            )
         except (CsrRejected, PkiError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
             raise AssertionError("unreachable") from None
@@ -266,7 +335,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                 grpc.StatusCode.PERMISSION_DENIED, f"region {caller.name} is not enrolled here"
             )
             raise AssertionError("unreachable")
-        if state.serial != caller.serial:
+        if caller.serial not in (state.serial, state.previous_serial):
             await context.abort(
                 grpc.StatusCode.UNAUTHENTICATED,
                 f"certificate {caller.serial} of region {caller.name} was superseded by a later "
@@ -363,6 +432,12 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                 )
             if failure:
                 await context.abort(*failure[0])
+            if state.revoked:
+                await context.abort(
+                    grpc.StatusCode.UNAUTHENTICATED,
+                    f"certificate {caller.serial} of region {caller.name} has been revoked: "
+                    "enroll the region again with a new token (hub token create --for-region)",
+                )
             if replaced.is_set():
                 await context.abort(
                     grpc.StatusCode.ABORTED, "replaced by a newer stream of this region"
@@ -433,6 +508,59 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                     (grpc.StatusCode.INVALID_ARGUMENT, f"unexpected {kind} on an open stream")
                 )
                 return
+
+    async def RenewFederationCertificate(
+        self,
+        request: federation_pb2.RenewFederationCertificateRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> federation_pb2.RenewFederationCertificateResponse:
+        caller, state = await self._caller(context)  # enrolled, not revoked, current
+        ctx = self.ctx
+        if len(request.csr_pem) > 16 * 1024:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "csr_pem: at most 16 KiB")
+        identity = pki.Identity(Role.HUB, caller.name, ctx.region)  # the caller's own, only
+        try:
+            certificate = pki.sign_child_hub_csr(
+                ctx.ca, request.csr_pem, identity, lifetime=region_lifetime(ctx)
+            )
+        except (CsrRejected, PkiError) as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
+            raise AssertionError("unreachable") from None
+        serial = format(certificate.serial_number, "x")
+        renewed = RegionState(caller.name, serial, state.enrolled_at, caller.serial)
+        key = region_key(caller.name)
+        kv = await ctx.store.get(key)
+        current = storekeys.loads(kv.value) if kv is not None else {}
+        if kv is None or current.get("revoked") or current.get("certificateSerial") != state.serial:
+            await context.abort(
+                grpc.StatusCode.ABORTED,
+                f"region {caller.name} was enrolled again or revoked meanwhile",
+            )
+            raise AssertionError("unreachable")
+        event = ctx.writer.prepare_event(
+            "Region",
+            caller.name,
+            "Normal",
+            "CertificateRenewed",
+            f"federation certificate {serial} issued; {caller.serial} is accepted until the "
+            "region renews again",
+        )
+        try:
+            await ctx.store.txn(
+                [Compare(key, kv.mod_revision)],
+                [Put(key, storekeys.dumps(renewed.to_json())), event.put],
+            )
+        except CompareFailed:
+            await context.abort(
+                grpc.StatusCode.ABORTED, f"region {caller.name} changed meanwhile; ask again"
+            )
+        ctx.writer.committed(event)
+        if self.regions.regions.get(caller.name) is state and not state.revoked:
+            state.serial, state.previous_serial = serial, caller.serial
+        log.info("region certificate renewed", region=caller.name, serial=serial)
+        return federation_pb2.RenewFederationCertificateResponse(
+            certificate_chain_pem=pki.certificate_pem(certificate)
+        )
 
     async def FetchFederatedArtifact(
         self,

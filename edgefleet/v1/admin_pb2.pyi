@@ -128,6 +128,18 @@ class RevokeDeviceResponse(_message.Message):
     serials: _containers.RepeatedScalarFieldContainer[str]
     def __init__(self, serials: _Optional[_Iterable[str]] = ...) -> None: ...
 
+class RevokeRegionRequest(_message.Message):
+    __slots__ = ("region",)
+    REGION_FIELD_NUMBER: _ClassVar[int]
+    region: str
+    def __init__(self, region: _Optional[str] = ...) -> None: ...
+
+class RevokeRegionResponse(_message.Message):
+    __slots__ = ("serials",)
+    SERIALS_FIELD_NUMBER: _ClassVar[int]
+    serials: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, serials: _Optional[_Iterable[str]] = ...) -> None: ...
+
 class ListEventsRequest(_message.Message):
     __slots__ = ("kind", "name", "limit")
     KIND_FIELD_NUMBER: _ClassVar[int]

@@ -120,6 +120,11 @@ class AdminServiceStub:
                 request_serializer=edgefleet_dot_v1_dot_admin__pb2.DeviceLogsRequest.SerializeToString,
                 response_deserializer=edgefleet_dot_v1_dot_admin__pb2.DeviceLogsResponse.FromString,
                 _registered_method=True)
+        self.RevokeRegion = channel.unary_unary(
+                '/edgefleet.v1.AdminService/RevokeRegion',
+                request_serializer=edgefleet_dot_v1_dot_admin__pb2.RevokeRegionRequest.SerializeToString,
+                response_deserializer=edgefleet_dot_v1_dot_admin__pb2.RevokeRegionResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -245,6 +250,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RevokeRegion(self, request, context):
+        """At a root hub: revoke an enrolled regional hub's federation certificates (docs/federation.md):
+        its open Federate stream is closed and every later call with them is refused. Enrolling the
+        region again with a new token gives it a new certificate.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -332,6 +346,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DeviceLogs,
                     request_deserializer=edgefleet_dot_v1_dot_admin__pb2.DeviceLogsRequest.FromString,
                     response_serializer=edgefleet_dot_v1_dot_admin__pb2.DeviceLogsResponse.SerializeToString,
+            ),
+            'RevokeRegion': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeRegion,
+                    request_deserializer=edgefleet_dot_v1_dot_admin__pb2.RevokeRegionRequest.FromString,
+                    response_serializer=edgefleet_dot_v1_dot_admin__pb2.RevokeRegionResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -793,6 +812,33 @@ class AdminService:
             '/edgefleet.v1.AdminService/DeviceLogs',
             edgefleet_dot_v1_dot_admin__pb2.DeviceLogsRequest.SerializeToString,
             edgefleet_dot_v1_dot_admin__pb2.DeviceLogsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeRegion(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgefleet.v1.AdminService/RevokeRegion',
+            edgefleet_dot_v1_dot_admin__pb2.RevokeRegionRequest.SerializeToString,
+            edgefleet_dot_v1_dot_admin__pb2.RevokeRegionResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -28,6 +28,18 @@ class EnrollHubResponse(_message.Message):
     root_region: str
     def __init__(self, certificate_chain_pem: _Optional[bytes] = ..., ca_certificate_pem: _Optional[bytes] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., root_region: _Optional[str] = ...) -> None: ...
 
+class RenewFederationCertificateRequest(_message.Message):
+    __slots__ = ("csr_pem",)
+    CSR_PEM_FIELD_NUMBER: _ClassVar[int]
+    csr_pem: bytes
+    def __init__(self, csr_pem: _Optional[bytes] = ...) -> None: ...
+
+class RenewFederationCertificateResponse(_message.Message):
+    __slots__ = ("certificate_chain_pem",)
+    CERTIFICATE_CHAIN_PEM_FIELD_NUMBER: _ClassVar[int]
+    certificate_chain_pem: bytes
+    def __init__(self, certificate_chain_pem: _Optional[bytes] = ...) -> None: ...
+
 class RegionMessage(_message.Message):
     __slots__ = ("hello", "applied", "report")
     HELLO_FIELD_NUMBER: _ClassVar[int]

@@ -116,6 +116,11 @@ class FederationServiceStub:
                 request_serializer=edgefleet_dot_v1_dot_federation__pb2.FetchFederatedArtifactRequest.SerializeToString,
                 response_deserializer=edgefleet_dot_v1_dot_federation__pb2.FederatedChunk.FromString,
                 _registered_method=True)
+        self.RenewFederationCertificate = channel.unary_unary(
+                '/edgefleet.v1.FederationService/RenewFederationCertificate',
+                request_serializer=edgefleet_dot_v1_dot_federation__pb2.RenewFederationCertificateRequest.SerializeToString,
+                response_deserializer=edgefleet_dot_v1_dot_federation__pb2.RenewFederationCertificateResponse.FromString,
+                _registered_method=True)
 
 
 class FederationServiceServicer:
@@ -136,6 +141,15 @@ class FederationServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RenewFederationCertificate(self, request, context):
+        """A new hub-role certificate for the caller's own region (the same identity), asked with its
+        current one before it expires. The certificate it was asked with stays valid until the
+        region uses the new one; a revoked region gets none.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_FederationServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -148,6 +162,11 @@ def add_FederationServiceServicer_to_server(servicer, server):
                     servicer.FetchFederatedArtifact,
                     request_deserializer=edgefleet_dot_v1_dot_federation__pb2.FetchFederatedArtifactRequest.FromString,
                     response_serializer=edgefleet_dot_v1_dot_federation__pb2.FederatedChunk.SerializeToString,
+            ),
+            'RenewFederationCertificate': grpc.unary_unary_rpc_method_handler(
+                    servicer.RenewFederationCertificate,
+                    request_deserializer=edgefleet_dot_v1_dot_federation__pb2.RenewFederationCertificateRequest.FromString,
+                    response_serializer=edgefleet_dot_v1_dot_federation__pb2.RenewFederationCertificateResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -204,6 +223,33 @@ class FederationService:
             '/edgefleet.v1.FederationService/FetchFederatedArtifact',
             edgefleet_dot_v1_dot_federation__pb2.FetchFederatedArtifactRequest.SerializeToString,
             edgefleet_dot_v1_dot_federation__pb2.FederatedChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RenewFederationCertificate(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgefleet.v1.FederationService/RenewFederationCertificate',
+            edgefleet_dot_v1_dot_federation__pb2.RenewFederationCertificateRequest.SerializeToString,
+            edgefleet_dot_v1_dot_federation__pb2.RenewFederationCertificateResponse.FromString,
             options,
             channel_credentials,
             insecure,

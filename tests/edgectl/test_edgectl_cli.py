@@ -15,6 +15,8 @@ from hubserving import ThreadedHub
 
 from edgectl.client import ClientError, load_admin_config
 from edgefleet.errors import ConfigError
+from hub import storekeys
+from hub.regions import RegionState, region_key
 
 
 def test_apply_is_idempotent_and_reports_each_object(config: Path, tmp_path: Path) -> None:
@@ -151,6 +153,26 @@ def test_devices_cordon_revoke_delete_and_events(config: Path, hub: ThreadedHub)
     again = edgectl(config, "delete", "device", "cam-2")
     assert again.returncode == 1 and "NOT_FOUND" in again.stderr
     hub.run(seed(hub.hub))  # back for the other tests
+
+
+def test_regions_revoke(config: Path, hub: ThreadedHub) -> None:
+    assert hub.hub is not None
+    ctx = hub.hub.ctx
+    assert ctx.regions is not None
+    missing = edgectl(config, "regions", "revoke", "eu")
+    assert missing.returncode == 1 and "NOT_FOUND" in missing.stderr
+    assert "never enrolled" in missing.stderr
+    state = RegionState("eu", "abc123", 1.0)
+    hub.run(ctx.store.put(region_key("eu"), storekeys.dumps(state.to_json())))
+    ctx.regions.regions["eu"] = state  # as an enrollment leaves it (tests/hub: the real one)
+    revoked = edgectl(config, "regions", "revoke", "eu")
+    assert (revoked.returncode, revoked.stdout.strip()) == (
+        0,
+        "region/eu revoked (certificates: abc123)",
+    )
+    assert "eu" not in ctx.regions.regions and ctx.cache.revoked["abc123"] == "eu"
+    usage = edgectl(config, "regions", "forget", "eu")
+    assert usage.returncode == 2
 
 
 def test_tokens_create(config: Path, hub: ThreadedHub) -> None:

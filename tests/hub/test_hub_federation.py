@@ -5,7 +5,10 @@ made by ``hub init``, a region enrolled with ``hub.federating.enroll_with_parent
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import dataclasses
+import functools
+from collections.abc import AsyncIterator, Callable, Coroutine
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -15,10 +18,11 @@ from asynctesting import async_test
 
 from edgefleet.api import parse_manifest
 from edgefleet.launching import free_port_pair
-from edgefleet.v1 import federation_pb2, federation_pb2_grpc
+from edgefleet.v1 import admin_pb2, admin_pb2_grpc, federation_pb2, federation_pb2_grpc
 from hub import federating, pki, slicing, storekeys, tokens
 from hub.federating import StoredValue, enroll_with_parent, plan_apply
 from hub.initializing import HubPaths, init_hub
+from hub.regions import Regions, revoke_region
 from hub.server import build_context, start_server
 from hub.store import Delete, Put
 from hub.trustsetup import quickstart_trust
@@ -426,3 +430,281 @@ def test_a_bad_override_is_refused_at_apply_naming_the_annotation(
     assert 'documents[0].metadata.annotations["federation.edgefleet.io/replicas.' in text, text
     assert problem in text, text
     assert applying.parse_documents([storekeys.dumps(deployment("a"))])  # no override: fine
+
+
+def admin_channel(root: Root) -> grpc.aio.Channel:
+    admin = pki.load_certified_key(root.paths.admin_certificate, root.paths.admin_key)
+    return root.channel(pki.certificate_pem(admin.certificate), pki.private_key_pem(admin.key))
+
+
+@async_test
+async def test_a_revoked_region_is_cut_off_until_it_enrolls_again(tmp_path: Path) -> None:
+    async with Root(tmp_path) as root:
+        paths = await root.enroll("eu")
+        serial = format(
+            pki.load_certificate((paths.data_dir / "federation.crt").read_bytes()).serial_number,
+            "x",
+        )
+        async with root.region_channel(paths) as channel, admin_channel(root) as admin:
+            stub = federation_pb2_grpc.FederationServiceStub(channel)
+            admin_stub = admin_pb2_grpc.AdminServiceStub(admin)
+            ended = asyncio.Event()
+
+            async def held_open() -> AsyncIterator[federation_pb2.RegionMessage]:
+                yield hello("eu")
+                await ended.wait()
+
+            call = stub.Federate(held_open())
+            assert (await call.read()).slice.generation > 0
+            response = await admin_stub.RevokeRegion(
+                admin_pb2.RevokeRegionRequest(region="eu"), timeout=30
+            )
+            assert list(response.serials) == [serial]
+            # the open stream is closed, naming the revocation
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                while True:
+                    await asyncio.wait_for(call.read(), 30)
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            assert "revoked" in (err.value.details() or "")
+            ended.set()
+            # every later call with that certificate is refused
+            call = stub.Federate(messages(hello("eu")))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            assert f"certificate {serial} of hub eu has been revoked" in (err.value.details() or "")
+            call.cancel()
+            fetch = stub.FetchFederatedArtifact(
+                federation_pb2.FetchFederatedArtifactRequest(sha256="a" * 64)
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await fetch.read()
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            # revoking again answers the same; a region that never enrolled is NOT_FOUND
+            again = await admin_stub.RevokeRegion(
+                admin_pb2.RevokeRegionRequest(region="eu"), timeout=30
+            )
+            assert list(again.serials) == [serial]
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await admin_stub.RevokeRegion(
+                    admin_pb2.RevokeRegionRequest(region="us"), timeout=30
+                )
+            assert err.value.code() is grpc.StatusCode.NOT_FOUND
+        # the root no longer counts it, now or after a restart, and says why
+        regions = root.ctx.regions
+        assert regions is not None and "eu" not in regions.regions
+        assert regions.deployment_status("a", deployment("a")) == {}
+        assert "eu" not in (await Regions.load(root.ctx.store)).regions
+        revoked = [
+            e
+            for e in root.ctx.cache.events
+            if e["object"] == {"kind": "Region", "name": "eu"} and e["reason"] == "Revoked"
+        ]
+        assert len(revoked) == 1 and serial in revoked[0]["message"]
+        # enrolled again with a new token: a new certificate that works
+        fresh = await root.enroll("eu")
+        async with root.region_channel(fresh) as channel:
+            call = federation_pb2_grpc.FederationServiceStub(channel).Federate(
+                messages(hello("eu"), hold=1)
+            )
+            assert (await call.read()).slice.generation > 0
+            call.cancel()
+        assert "eu" in (await Regions.load(root.ctx.store)).regions
+        await asyncio.sleep(1.2)  # the request generators' last wait
+
+
+def slow_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
+    """Like :func:`asynctesting.async_test`, with a guard sized for a certificate's life."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> None:
+        async def main() -> None:
+            await asyncio.wait_for(fn(*args, **kwargs), 240)
+            await asyncio.sleep(0.2)  # tasks cancelled by the link finish
+            leaked = asyncio.all_tasks() - {asyncio.current_task()}
+            assert not leaked, f"leaked tasks: {leaked}"
+
+        asyncio.run(main())
+
+    return wrapper
+
+
+def serial_of(pem: bytes) -> str:
+    return format(pki.load_certificate(pem).serial_number, "x")
+
+
+def test_renewal_is_due_70_to_90_percent_into_the_life_as_received() -> None:
+    ca = pki.create_ca("root")
+    key = pki.generate_key()
+    now = pki.now_utc()
+    cert = pki.sign_child_hub_csr(
+        ca,
+        federating._csr(key, "eu"),
+        pki.Identity(pki.Role.HUB, "eu", "root"),
+        now=now,
+        lifetime=timedelta(seconds=100),
+    )
+    pem = pki.certificate_pem(cert)
+    t = now.timestamp()
+    # notBefore is backdated for clock skew: life counts from when it was received
+    assert federating.renewal_due(pem, t, 0.7) == pytest.approx(t + 70, abs=1)
+    assert federating.renewal_due(pem, t, 0.9) == pytest.approx(t + 90, abs=1)
+    assert federating.renewal_due(pem, t + 1000, 0.8) == pytest.approx(t + 1000, abs=1)
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_a_region_renews_its_certificate_over_the_link(tmp_path: Path) -> None:
+    async with Root(tmp_path) as root:
+        c = root.ctx.config
+        root.ctx.config = dataclasses.replace(
+            c, certificates=dataclasses.replace(c.certificates, region_lifetime_s=30.0)
+        )
+        token = await root.token("eu")
+
+        async def setup(paths: HubPaths, ca: pki.CertifiedKey) -> None:
+            await enroll_with_parent(
+                paths, parent=root.address, token=token, ca_hash=root.pin, region="eu"
+            )
+
+        paths = (
+            await init_hub(
+                tmp_path / "eu", region="eu", hub_address="127.0.0.1:7443", trust_setup=setup
+            )
+        ).paths
+        cert_file = paths.data_dir / "federation.crt"
+        first = cert_file.read_bytes()
+        region = await build_context(paths.data_dir)
+        files = federating.ParentFiles.load(paths.data_dir)
+        assert files is not None
+        link = federating.ParentLink(region, files)
+        stop = asyncio.Event()
+        tasks = [asyncio.create_task(link.run(stop)), asyncio.create_task(region.writer.run(stop))]
+        try:
+            for _ in range(900):  # due 21-27 s in; up to 180 s for a loaded machine
+                if link.renewed_at is not None:
+                    break
+                await asyncio.sleep(0.2)
+            assert link.renewed_at is not None, "no renewal before the deadline"
+        finally:
+            stop.set()
+            await asyncio.gather(*tasks)
+            await region.store.close()
+        second = cert_file.read_bytes()
+        assert second != first and link.files.certificate == second  # the next connection's
+        identity = pki.identity_from_certificate(pki.load_certificate(second))
+        assert (identity.role, identity.name, identity.region) == (pki.Role.HUB, "eu", "root")
+        assert cert_file.stat().st_mode & 0o777 == 0o644
+        assert [p.name for p in paths.data_dir.iterdir() if p.name.endswith(".tmp")] == []
+        record = storekeys.loads((await root.ctx.store.get("/regions/eu")).value)  # type: ignore[union-attr]
+        assert (record["certificateSerial"], record["previousSerial"]) == (
+            serial_of(second),
+            serial_of(first),
+        )
+        assert any(
+            e["object"] == {"kind": "Region", "name": "eu"} and e["reason"] == "CertificateRenewed"
+            for e in root.ctx.cache.events
+        )
+
+        async def federates(pem: bytes) -> grpc.StatusCode:
+            key = (paths.data_dir / "federation.key").read_bytes()
+            async with root.channel(pem, key) as channel:
+                call = federation_pb2_grpc.FederationServiceStub(channel).Federate(
+                    messages(hello("eu"), hold=0.2)
+                )
+                try:
+                    await call.read()
+                    return grpc.StatusCode.OK
+                except grpc.aio.AioRpcError as exc:
+                    return exc.code()
+                finally:
+                    call.cancel()
+
+        # the new certificate works; the one it was asked with too, until the next renewal
+        assert await federates(second) is grpc.StatusCode.OK
+        assert await federates(first) is grpc.StatusCode.OK
+        link = federating.ParentLink(region, federating.ParentFiles.load(paths.data_dir))  # type: ignore[arg-type]
+        await link.renew()
+        third = cert_file.read_bytes()
+        assert await federates(third) is grpc.StatusCode.OK
+        assert await federates(first) is grpc.StatusCode.UNAUTHENTICATED
+        # a revoked region is refused a certificate
+        regions = root.ctx.regions
+        assert regions is not None
+        await revoke_region(root.ctx, regions, "eu")
+        with pytest.raises(grpc.aio.AioRpcError) as err:
+            await link.renew()
+        assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+        assert cert_file.read_bytes() == third
+        await asyncio.sleep(0.5)  # the request generators' last wait
+
+
+def model_value(r: storekeys.ModelRecord, generation: int | None) -> bytes:
+    doc = r.to_json()
+    if generation is not None:
+        doc["federated"] = {"generation": generation}
+    return storekeys.dumps(doc)
+
+
+def test_root_models_no_longer_sent_nor_used_are_removed_never_the_regions_own() -> None:
+    records = {v: record("m", v) for v in ("1.0.0", "2.0.0", "3.0.0", "4.0.0", "5.0.0", "6.0.0")}
+    owned = {"1.0.0", "2.0.0", "3.0.0", "4.0.0", "6.0.0"}  # 5.0.0 was pushed at the region
+    stored_models = {
+        storekeys.model_key("m", v): StoredValue(
+            "k", model_value(r, 3 if v in owned else None), 10 + i
+        )
+        for i, (v, r) in enumerate(sorted(records.items()))
+    }
+    local = deployment("mine", version="3.0.0")  # the region's own deployment uses m 3.0.0
+    local["spec"]["model"]["name"] = "m"
+    stored_objects = {
+        storekeys.object_key("ModelDeployment", "mine"): StoredValue(
+            "k", storekeys.object_value(local, 1.0), 5
+        )
+    }
+    plan = plan_apply(
+        9,
+        "d",
+        [deployment("m", version="2.0.0")],  # sent without its model record: still used
+        [records["6.0.0"]],  # still sent
+        stored_objects,
+        stored_models,
+        now=100.0,
+        kept={("m", "4.0.0")},  # a revision of the region's may go back to it
+    )
+    assert plan.dropped_models == (("m", "1.0.0"),)
+    key = storekeys.model_key("m", "1.0.0")
+    assert [op.key for op in plan.ops if isinstance(op, Delete)] == [key]
+    assert (key, 10) in [(c.key, c.mod_revision) for c in plan.compares]
+    # nothing sent and nothing used: every root-owned model goes, the region's push stays
+    bare = plan_apply(10, "e", [], [], {}, stored_models, now=101.0)
+    assert sorted(v for _, v in bare.dropped_models) == sorted(owned)
+
+
+@async_test
+async def test_a_region_removes_root_models_from_its_store_when_no_longer_used(
+    tmp_path: Path,
+) -> None:
+    result = await init_hub(
+        tmp_path / "eu", region="eu", hub_address="127.0.0.1:7443", trust_setup=quickstart_trust
+    )
+    ctx = await build_context(result.paths.data_dir)
+    try:
+        old, own = record("old", "1.0.0"), record("own", "1.0.0")
+        for r, generation in ((old, 3), (own, None)):
+            await ctx.store.put(storekeys.model_key(r.name, r.version), model_value(r, generation))
+            ctx.cache.models[(r.name, r.version)] = r
+        files = federating.ParentFiles("127.0.0.1:1", "eu", "root", b"", b"", b"")
+        link = federating.ParentLink(ctx, files)
+        empty = federation_pb2.RegionSlice(generation=5, digest="x")
+        await link._apply(empty, stub=None)
+        assert await ctx.store.get(storekeys.model_key("old", "1.0.0")) is None
+        assert ("old", "1.0.0") not in ctx.cache.models
+        assert await ctx.store.get(storekeys.model_key("own", "1.0.0")) is not None
+        assert ("own", "1.0.0") in ctx.cache.models
+        assert any(
+            e["object"] == {"kind": storekeys.KIND_MODEL, "name": "old-1.0.0"}
+            for e in ctx.cache.events
+        )
+    finally:
+        await ctx.store.close()
