@@ -332,23 +332,28 @@ class TpmAttestationKey:
         }
 
     def close(self) -> None:
-        esapi = getattr(self, "_esapi", None)
-        if esapi is None:
-            return
-        for handle in reversed(self._handles):
-            try:
-                esapi.flush_context(handle)
-            except Exception:  # best effort: the TPM flushes transient objects on reset
-                pass
-        self._handles.clear()
-        esapi.close()
-        self._esapi = None
+        _close_session(self)
 
     def __enter__(self) -> TpmAttestationKey:
         return self
 
     def __exit__(self, *exc: object) -> None:
         self.close()
+
+
+def _close_session(owner: Any) -> None:
+    """Flush ``owner._handles`` (newest first) and close ``owner._esapi``, once."""
+    esapi = getattr(owner, "_esapi", None)
+    if esapi is None:
+        return
+    for handle in reversed(owner._handles):
+        try:
+            esapi.flush_context(handle)
+        except Exception:  # best effort: the TPM flushes transient objects on reset
+            pass
+    owner._handles.clear()
+    esapi.close()
+    owner._esapi = None
 
 
 def _pcr_extend(esapi: Any, tcti: str, pcr: int, digest: bytes) -> None:
@@ -441,17 +446,7 @@ class TpmSealingKey:
         return bytes(out.point.x).rjust(32, b"\x00")
 
     def close(self) -> None:
-        esapi = getattr(self, "_esapi", None)
-        if esapi is None:
-            return
-        for handle in reversed(self._handles):
-            try:
-                esapi.flush_context(handle)
-            except Exception:  # best effort: the TPM flushes transient objects on reset
-                pass
-        self._handles.clear()
-        esapi.close()
-        self._esapi = None
+        _close_session(self)
 
     def __enter__(self) -> TpmSealingKey:
         return self
