@@ -197,7 +197,7 @@ class Daemon:
             log_level=config.log_level,
             security=lambda: self.security,
             device_paths=accelerator_nodes(),
-            hold=self._quarantined_reason,
+            hold=self._held_reason,
         )
         # -- drift (docs/security.md): what differs from what edged made ---------------------
         self.quarantine_path = data / "state" / "quarantine.json"
@@ -213,6 +213,7 @@ class Daemon:
                 self.security.tcp_ports,
                 (str(config.paths.inference_socket), str(config.paths.status_socket)),
             ),
+            started=lambda: self.pool.started_pids,
         )
         ev = config.eviction
         self.sizer = Sizer(
@@ -488,6 +489,20 @@ class Daemon:
                 "a SecurityBaseline changed: started again under the new sandbox",
             )
 
+    def _held_reason(self) -> str | None:
+        """Why no replica may start now: quarantine, or a baseline's
+        ``drift.requireOpenWatch`` on a device where the open watch is not in force."""
+        quarantined = self._quarantined_reason()
+        if quarantined is not None:
+            return quarantined
+        why = self.drift.open_watch_reason
+        if self.security.require_open_watch and why is not None:
+            return (
+                f"the SecurityBaseline {', '.join(self.security.baselines)} requires the open "
+                f"watch (drift.requireOpenWatch) and it is not in force: {why}"
+            )
+        return None
+
     def _quarantined_reason(self) -> str | None:
         """Why this device is quarantined (drift under ``drift.action: quarantine``), until an
         operator removes ``D/state/quarantine.json``."""
@@ -534,6 +549,8 @@ class Daemon:
             try:
                 os.kill(pid, signal.SIGKILL)
                 log.warning("drift remediated", action="killed process", pid=pid)
+            except ProcessLookupError:
+                log.info("drift not remediated", pid=pid, reason="the process is gone")
             except OSError as exc:
                 log.error("drift not remediated", pid=pid, error=str(exc))
         if plan.quarantine and not self.quarantine_path.exists():
@@ -633,6 +650,7 @@ class Daemon:
         cfg = self.config
         # built before the sockets open, so that status shows every part (the hub link's
         # section included) from its first answer
+        self.drift.start_open_watch()  # before any worker opens its model
         components = self._components()
         open_files = raise_open_files_limit()
         infer_cap, status_cap, lowered = connection_caps(open_files, cfg.inference.max_connections)

@@ -28,7 +28,8 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
 
-_HEX = re.compile(r"[0-9a-f]{64}")
+HEX_NAME = re.compile(r"[0-9a-f]{64}")  # a blob's name
+_HEX = HEX_NAME
 
 
 class FindingKind(StrEnum):

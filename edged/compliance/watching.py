@@ -9,24 +9,36 @@ its stat fingerprint changed since it was last trusted. Open files and listeners
 :data:`MAX_PROCESSES` processes of :data:`MAX_FDS` descriptors each: a check that stops
 there says so in status), and one read of ``/proc/net/{tcp,tcp6,unix}``; ``/proc/PID/stat``
 only of the processes found holding a model file or a listener.
+
+Opens between two checks: where edged has ``CAP_SYS_ADMIN`` the kernel reports each open of
+a file of the store (``fanotifying.py``); edged wakes only then, and an open by a process
+that is neither edged nor one of its descendants is a ``ModelFileOpened`` finding at once,
+remediated at once under the baselines' action. Bounded: at most
+:data:`MAX_OPEN_EVENTS_PER_S` events read a second (the rest wait in the kernel's bounded
+queue), at most :data:`MAX_OPEN_FINDINGS` such findings kept, each for one drift period
+after its last open. Without the capability or kernel support the watch is not in force
+(status says why) and the descriptor scan of each check stays the only way.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import hashlib
 import ipaddress
 import os
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Container
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from edged.compliance.checking import (
+    HEX_NAME,
     DriftAction,
     Finding,
+    FindingKind,
     Listener,
     Remediation,
     StoreEntry,
@@ -38,6 +50,7 @@ from edged.compliance.checking import (
     hash_findings,
     plan_remediation,
 )
+from edged.compliance.fanotifying import OpenEvent, OpenWatch, open_watch
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 
@@ -47,6 +60,9 @@ DEFAULT_PERIOD_S = 30.0
 MAX_PROCESSES = 4096
 MAX_FDS = 4096
 PROC = Path("/proc")
+MAX_OPEN_EVENTS_PER_S = 200
+MAX_OPEN_FINDINGS = 32
+GONE_GRACE_S = 1.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -299,7 +315,10 @@ class DriftWatch:
         act: Callable[[Remediation], None],
         on_change: Callable[[], None],
         ingress: Callable[[], IngressRules] | None = None,
+        started: Callable[[], Container[int]] | None = None,
     ) -> None:
+        """``started()``: the pids of the latest workers edged started (one that opened its
+        model and is gone, reaped, before edged looks is told from a stranger by it)."""
         self._blobs = blobs
         self._config_path = config_path
         self._config_digest = file_digest(config_path) if config_path else None
@@ -312,15 +331,163 @@ class DriftWatch:
         self._first = True
         self._cgroup: Path | None = None
         self._ingress = ingress
+        self._started = started
         self._fds_complete: bool | None = None
         self.findings: tuple[Finding, ...] = ()
         self.checked_at: float | None = None
+        self._polled: tuple[Finding, ...] = ()  # of the last check
+        self._watch: OpenWatch | None = None
+        self.open_watch_reason: str | None = "not started yet"  # None: in force
+        self._opened: dict[tuple[int, str], tuple[Finding, float]] = {}  # (pid, blob) -> seen
+        self._window = (0.0, 0)  # rate bound: (second it began, events read in it)
+        self._timers: list[asyncio.TimerHandle] = []  # resume reading; judge the gone
+        self._gone: list[tuple[int, str, float]] = []  # (pid, blob, when): judged soon
+        self.open_counts = {"events": 0, "edged": 0, "paused": 0, "findingsDropped": 0}
 
     async def run(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            await self.check()
-            if await wait_for_stop(stop, self._period()):
-                return
+        self.start_open_watch()
+        try:
+            while not stop.is_set():
+                await self.check()
+                if await wait_for_stop(stop, self._period()):
+                    return
+        finally:
+            self.stop_open_watch()
+
+    # -- opens, as the kernel reports them (fanotify) ---------------------------------------
+    def start_open_watch(self) -> None:
+        """Watch opens of the store from now on (on the running loop), or say why not."""
+        if self._watch is not None:
+            return
+        found = open_watch(self._blobs)
+        if isinstance(found, str):
+            if self.open_watch_reason != found:
+                log.warning("open watch not in force", reason=found)
+            self.open_watch_reason = found
+            return
+        self._watch = found
+        self.open_watch_reason = None
+        asyncio.get_running_loop().add_reader(found.fd, self._on_open_events)
+        log.info("open watch in force", path=str(self._blobs))
+
+    def stop_open_watch(self) -> None:
+        if self._watch is None:
+            return
+        with contextlib.suppress(RuntimeError, ValueError):  # loop closed: nothing to remove
+            asyncio.get_running_loop().remove_reader(self._watch.fd)
+        for timer in self._timers:
+            timer.cancel()
+        self._timers = []
+        self._watch.close()
+        self._watch = None
+        self.open_watch_reason = "stopped"
+
+    def _on_open_events(self) -> None:
+        watch = self._watch
+        if watch is None:
+            return
+        clock = asyncio.get_running_loop().time()
+        self._timers = [t for t in self._timers if t.when() > clock]  # those still to fire
+        now = time.monotonic()
+        began, count = self._window
+        if now - began >= 1.0:
+            began, count = now, 0
+        budget = MAX_OPEN_EVENTS_PER_S - count
+        if budget <= 0:  # the rest waits in the kernel's queue until the next second
+            loop = asyncio.get_running_loop()
+            loop.remove_reader(watch.fd)
+            self.open_counts["paused"] += 1
+            self._timers.append(loop.call_later(began + 1.0 - now, self._resume_open_watch))
+            return
+        events = list(watch.read(budget))
+        self._window = (began, count + len(events))
+        self.open_counts["events"] += len(events)
+        self._publish(self._judge_opens(events, time.time()))
+
+    def _publish(self, new: list[Finding]) -> None:
+        """Report findings the open watch made, and remediate them at once."""
+        if not new:
+            return
+        for f in new:
+            log.warning("drift detected", kind=f.kind.value, subject=f.subject, message=f.message)
+        self._compose()
+        self._on_change()
+        remediation = plan_remediation(new, self._action())
+        if remediation != Remediation():
+            self._act(remediation)
+
+    def _resume_open_watch(self) -> None:
+        if self._watch is not None:
+            self._window = (time.monotonic(), 0)
+            asyncio.get_running_loop().add_reader(self._watch.fd, self._on_open_events)
+
+    def _judge_opens(self, events: list[OpenEvent], now: float) -> list[Finding]:
+        """The new findings among ``events``: opens of a blob by a process that is neither
+        edged nor one of its descendants. A process gone (reaped) before edged looked is
+        judged again :data:`GONE_GRACE_S` later against the workers edged started (a worker
+        may open its model and exit before edged has noted its pid); not one of them: a
+        finding."""
+        own = os.getpid()
+        prefix = str(self._blobs.resolve()) + "/"
+        new: list[Finding] = []
+        for ev in events:
+            blob = ev.path[len(prefix) :] if ev.path.startswith(prefix) else ""
+            if ev.pid == own or not HEX_NAME.fullmatch(blob):
+                continue  # edged itself; other names are ArtifactAdded findings already
+            parent, names = process_table([ev.pid])
+            if _descends_from(ev.pid, own, parent):
+                self.open_counts["edged"] += 1
+                continue
+            if ev.pid not in parent and self._started is not None:
+                if ev.pid in self._started():
+                    self.open_counts["edged"] += 1
+                elif len(self._gone) < MAX_OPEN_FINDINGS:
+                    if not self._gone:
+                        loop = asyncio.get_running_loop()
+                        self._timers.append(loop.call_later(GONE_GRACE_S, self._judge_gone))
+                    self._gone.append((ev.pid, blob, now))
+                else:  # too many to wait for: judged now
+                    new += self._record(ev.pid, blob, "", now)
+                continue
+            try:
+                who = os.readlink(f"{PROC}/{ev.pid}/exe")
+            except OSError:
+                who = names.get(ev.pid, "")
+            new += self._record(ev.pid, blob, who, now)
+        return new
+
+    def _judge_gone(self) -> None:
+        gone, self._gone = self._gone, []
+        started = self._started() if self._started is not None else ()
+        new: list[Finding] = []
+        for pid, blob, at in gone:
+            if pid in started:
+                self.open_counts["edged"] += 1
+            else:
+                new += self._record(pid, blob, "", at)
+        self._publish(new)
+
+    def _record(self, pid: int, blob: str, who: str, now: float) -> list[Finding]:
+        """A finding for ``pid`` opening ``blob`` (``who``: its executable), when new."""
+        key = (pid, blob)
+        if key in self._opened:
+            self._opened[key] = (self._opened[key][0], now)
+            return []
+        finding = Finding(
+            FindingKind.MODEL_FILE_OPENED,
+            str(pid),
+            f"process {pid} ({who or 'exited before edged looked'}) opened model file "
+            f"{blob[:12]} (seen by fanotify); only edged's workers may",
+        )
+        if len(self._opened) >= MAX_OPEN_FINDINGS:
+            oldest = min(self._opened, key=lambda k: self._opened[k][1])
+            del self._opened[oldest]
+            self.open_counts["findingsDropped"] += 1
+        self._opened[key] = (finding, now)
+        return [finding]
+
+    def _compose(self) -> None:
+        self.findings = self._polled + tuple(f for f, _ in self._opened.values())
 
     async def check(self) -> tuple[Finding, ...]:
         entries = scan_store(self._blobs)
@@ -359,9 +526,16 @@ class DriftWatch:
         new = [f for f in findings if f not in self.findings]
         for f in new:
             log.warning("drift detected", kind=f.kind.value, subject=f.subject, message=f.message)
-        changed = tuple(findings) != self.findings
-        self.findings = tuple(findings)
-        self.checked_at = time.time()
+        if self._watch is None and self.open_watch_reason != "not started yet":
+            self.start_open_watch()  # the store may have appeared, or be a directory again
+        at = time.time()
+        keep = self._period()
+        self._opened = {k: v for k, v in self._opened.items() if at - v[1] < keep}
+        before = self.findings
+        self._polled = tuple(findings)
+        self._compose()
+        changed = self.findings != before
+        self.checked_at = at
         if changed:
             self._on_change()
         remediation = plan_remediation(findings, self._action())
@@ -428,6 +602,12 @@ class DriftWatch:
             "findings": [f.to_json() for f in self.findings],
             "processesChecked": self._cgroup is not None,
             "descriptorsChecked": self._fds_complete,
+            "opensWatched": self.open_watch_reason is None,
+            "opensWatch": {
+                "reason": self.open_watch_reason,
+                "overflows": self._watch.overflows if self._watch is not None else 0,
+                **self.open_counts,
+            },
             "quarantined": quarantined,
             "condition": {
                 "type": "Compliant",

@@ -398,6 +398,7 @@ class Replica:
             child.close()
             os.close(err_write)
         self.pid = self.proc.pid
+        self.pool.started_pids.append(self.pid)
         loop = asyncio.get_running_loop()
         ring = self.output
         self._output_pipe, _ = await loop.connect_read_pipe(
@@ -503,6 +504,9 @@ def _worker_env() -> dict[str, str]:
     return env
 
 
+STARTED_PIDS_KEPT = 256
+
+
 class WorkerPool:
     """All replicas of all workloads on this device."""
 
@@ -541,6 +545,9 @@ class WorkerPool:
         self._gone_outputs: collections.deque[OutputRing] = collections.deque(
             maxlen=GONE_OUTPUTS_KEPT
         )
+        # the pids of the latest worker processes started (the drift watch tells a worker
+        # that opened its model and exited at once from a process edged did not start)
+        self.started_pids: collections.deque[int] = collections.deque(maxlen=STARTED_PIDS_KEPT)
 
     def track(self, task: asyncio.Future[Any]) -> None:
         self._tasks.add(task)

@@ -43,6 +43,7 @@ class DeviceSecurity:
     tcp_ports: tuple[int, ...] | None = None  # the ports every baseline allows
     drift_action: str = "alert"  # the most severe of the baselines' drift.action
     drift_period_s: float = 30.0  # the shortest of their drift.period
+    require_open_watch: bool = False  # a baseline's drift.requireOpenWatch
     separate_uids: bool = True  # [workers] separateUids
     edged_root: bool = False  # edged's effective uid is 0 (only then can workers get a uid)
 
@@ -84,6 +85,9 @@ class DeviceSecurity:
             tcp_ports=None if tcp is None else tuple(sorted(tcp)),
             drift_action=action,
             drift_period_s=min(periods, default=30.0),
+            require_open_watch=any(
+                b.spec.drift is not None and b.spec.drift.require_open_watch for b in items
+            ),
             separate_uids=self.separate_uids,
             edged_root=self.edged_root,
         )

@@ -22,6 +22,8 @@ sorted), so applying the same baseline twice is "unchanged"::
         egress: [{port: 8080}]          # TCP ports; [] = no egress for any worker
         ingress: {socketGroup: apps, socketMode: "0660", tcpPorts: []}   # who uses infer.sock
       drift: {action: alert, period: 30s}   # or restartWorkload, quarantine
+                                        # requireOpenWatch: true: no worker starts on a device
+                                        # where fanotify cannot watch opens of the store
       publishers:                       # which publisher keys may sign which deployments' models
       - keys: [<64 hex key id>]         # publisher keys (``edgectl keys generate`` prints ids)
         deployments: ["vision-*"]       # deployment name patterns ...
@@ -73,13 +75,19 @@ class DriftPolicy:
     (files added to or changed in the artifact store, its config edited by hand, processes
     in its cgroup it did not start): ``alert`` reports, ``restartWorkload`` undoes (moves
     files away, kills strays, fetches and restarts), ``quarantine`` stops every workload and
-    starts none until an operator clears it. ``period``: seconds between checks."""
+    starts none until an operator clears it. ``period``: seconds between checks.
+    ``requireOpenWatch``: a device where opens of the store cannot be watched by the kernel
+    (fanotify: ``CAP_SYS_ADMIN``) starts no worker, and says why."""
 
     action: str = "alert"
     period_s: float = 30.0
+    require_open_watch: bool = False
 
     def to_dict(self) -> dict[str, Any]:
-        return {"action": self.action, "period": format_duration(self.period_s)}
+        out: dict[str, Any] = {"action": self.action, "period": format_duration(self.period_s)}
+        if self.require_open_watch:
+            out["requireOpenWatch"] = True
+        return out
 
 
 def _drift_action(value: object) -> str:
@@ -101,6 +109,7 @@ def _read_drift(r: Reader | None) -> DriftPolicy | None:
     return DriftPolicy(
         action=r.optional("action", _drift_action, "alert"),
         period_s=r.optional("period", _drift_period, 30.0),
+        require_open_watch=r.optional("requireOpenWatch", as_bool, False),
     )
 
 

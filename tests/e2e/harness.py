@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -84,6 +85,21 @@ def write_manifest(
 UNSIGNED_CONFIG = '[trust]\nallowUnsigned = true\nrootFile = "{absent}"\n'
 
 
+def python_without_sys_admin(tmp_path: Path) -> Path | None:
+    """A "python" that runs this one with CAP_SYS_ADMIN out of its bounding set (an edged
+    without it has no fanotify open watch), or None where setpriv cannot drop it."""
+    probe = subprocess.run(
+        ["setpriv", "--bounding-set=-sys_admin", "true"], check=False, capture_output=True
+    )
+    if probe.returncode != 0:
+        return None
+    wrapper = tmp_path / "python-no-sys-admin"
+    run = f'exec setpriv --bounding-set=-sys_admin -- {sys.executable} "$@"'
+    wrapper.write_text(f"#!/bin/sh\n{run}\n")
+    wrapper.chmod(0o755)
+    return wrapper
+
+
 class Edged:
     """One ``edged run`` process and a small client for its two sockets."""
 
@@ -99,6 +115,7 @@ class Edged:
             else UNSIGNED_CONFIG.format(absent=log.parent / "no-trust-root.json")
         )
         self.launched: LaunchedEdged | None = None  # the latest process: start() again after a stop
+        self.python: Path | None = None  # the interpreter edged runs on (None: this one)
         self.all_pids: set[int] = set()
 
     def start(self, *extra: str) -> Edged:
@@ -107,7 +124,12 @@ class Edged:
             config = self.log_path.with_suffix(".toml")
             config.write_text(self.config_text)
         self.launched = start_edged(
-            self.data, manifests=self.manifests, config=config, log=self.log_path, args=extra
+            self.data,
+            manifests=self.manifests,
+            config=config,
+            log=self.log_path,
+            args=extra,
+            python=self.python,
         )
         self.all_pids.add(self.launched.pid)
         return self

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 from fleet import free_port
-from harness import Edged, wait_for, write_manifest
+from harness import Edged, python_without_sys_admin, wait_for, write_manifest
 
 from edged.compliance.watching import own_cgroup
 
@@ -121,17 +121,25 @@ OPENER = (
 
 
 def test_a_process_holding_a_model_file_open_is_found_and_killed(
-    model_dir: Path, edged_factory
+    model_dir: Path, edged_factory, tmp_path: Path
 ) -> None:
     """Found through the real /proc: a process edged did not start with a blob of its store
-    open (its workers, which read the same blob, are not findings)."""
+    open (its workers, which read the same blob, are not findings). edged runs without
+    CAP_SYS_ADMIN, so that the descriptor scan finds it, not the open watch
+    (test_drift_opens.py)."""
+    python = python_without_sys_admin(tmp_path)
+    if python is None:
+        pytest.skip("setpriv cannot drop CAP_SYS_ADMIN here")
     write_manifest(model_dir)
     (model_dir / "baseline.yaml").write_text(BASELINE.format(action="restartWorkload"))
-    e: Edged = edged_factory(model_dir).start()
+    e: Edged = edged_factory(model_dir)
+    e.python = python
+    e.start()
     e.wait_ready()
     wait_for(lambda: compliance(e)["action"] == "restartWorkload", 30, "the baseline")
     wait_for(lambda: compliance(e)["compliant"] is True, 30, "a clean check")
     assert compliance(e)["descriptorsChecked"] is True
+    assert compliance(e)["opensWatched"] is False
     blob = next((e.data / "artifacts" / "sha256").iterdir())
     reader = subprocess.Popen(
         [sys.executable, "-c", OPENER, str(blob)], stdout=subprocess.PIPE, text=True

@@ -1,0 +1,95 @@
+"""The open watch's bounds, with the real kernel (fanotify, as root) and real processes on a
+store in a temporary directory (no edged: the watch's own component in this test's loop):
+events read at most MAX_OPEN_EVENTS_PER_S a second, at most MAX_OPEN_FINDINGS findings kept,
+this process's own opens and its children's not findings."""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+from asynctesting import async_test, eventually
+
+from edged.compliance.checking import DriftAction, Remediation
+from edged.compliance.watching import MAX_OPEN_EVENTS_PER_S, MAX_OPEN_FINDINGS, DriftWatch
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="fanotify needs CAP_SYS_ADMIN")
+
+
+def _store(tmp_path: Path) -> Path:
+    blobs = tmp_path / "sha256"
+    blobs.mkdir()
+    data = b"a model"
+    (blobs / hashlib.sha256(data).hexdigest()).write_bytes(data)
+    return blobs
+
+
+def _watch(blobs: Path, acted: list[Remediation], started: list[int] | None = None) -> DriftWatch:
+    return DriftWatch(
+        blobs=blobs,
+        config_path=None,
+        action=lambda: DriftAction.RESTART_WORKLOAD,
+        period=lambda: 3600.0,
+        act=acted.append,
+        on_change=lambda: None,
+        started=lambda: started or [],
+    )
+
+
+@async_test
+async def test_findings_are_bounded_and_edgeds_own_opens_are_not_findings(
+    tmp_path: Path,
+) -> None:
+    blobs = _store(tmp_path)
+    blob = next(blobs.iterdir())
+    acted: list[Remediation] = []
+    started: list[int] = []
+    watch = _watch(blobs, acted, started)
+    watch.start_open_watch()
+    try:
+        assert watch.open_watch_reason is None
+        blob.read_bytes()  # "edged" itself
+        # a "worker" of edged (this process) that is gone, reaped, before the watch looks
+        worker = await asyncio.create_subprocess_exec(
+            "head", "-c1", str(blob), stdout=subprocess.DEVNULL
+        )
+        started.append(worker.pid)
+        assert await worker.wait() == 0
+        await eventually(lambda: watch.open_counts["edged"] >= 1, 5)
+        assert watch.findings == ()
+        # 40 processes that edged did not start: a grandchild through setsid is still ours,
+        # so start them from a shell that is re-parented (double fork)
+        n = MAX_OPEN_FINDINGS + 8
+        script = f"(for i in $(seq {n}); do head -c1 {blob} >/dev/null; done) &"
+        await asyncio.to_thread(subprocess.run, ["sh", "-c", script], check=True)
+        await eventually(lambda: watch.open_counts["findingsDropped"] > 0, 10)
+        await eventually(lambda: len(watch.findings) == MAX_OPEN_FINDINGS, 5)
+        assert all(f.kind.value == "ModelFileOpened" for f in watch.findings)
+        assert acted and all(r.kill_pids for r in acted)  # remediated as they came
+    finally:
+        watch.stop_open_watch()
+
+
+@async_test
+async def test_events_are_read_at_a_bounded_rate(tmp_path: Path) -> None:
+    blobs = _store(tmp_path)
+    watch = _watch(blobs, [])
+    watch.start_open_watch()
+    opens = MAX_OPEN_EVENTS_PER_S * 3
+    for i in range(opens):  # one open of each: the kernel merges repeated opens of one file
+        (blobs / f"f{i}").write_bytes(b"x")
+    try:
+        code = f"import os\nos.chdir({str(blobs)!r})\nfor n in os.listdir(): open(n).close()"
+        t0 = asyncio.get_running_loop().time()
+        await asyncio.to_thread(subprocess.run, [sys.executable, "-c", code], check=True)
+        await eventually(lambda: watch.open_counts["events"] >= opens, 10)
+        took = asyncio.get_running_loop().time() - t0
+        assert watch.open_counts["paused"] >= 2
+        assert took >= 1.9  # three seconds' worth of events: read in three windows of 1 s
+    finally:
+        watch.stop_open_watch()
