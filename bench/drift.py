@@ -11,6 +11,11 @@ of the machine and ``/proc/net/{tcp,tcp6,unix}`` for open model files and listen
 Baseline in the same run: one ``os.scandir`` of the same directory (the least any store
 check must do). Target: < 0.2% of one core at the default period.
 
+The open watch (fanotify, when this runs with CAP_SYS_ADMIN): the component itself runs
+(``run()``, default period) for ``--idle`` seconds while nothing opens the store, and its CPU
+and the process's context switches are compared with the same wait with no watch at all; then
+one process opens every blob once, and the CPU per event edged reads is reported.
+
 Not a test; always exits 0 unless something broke. See bench/README.md.
 """
 
@@ -40,12 +45,74 @@ from edged.compliance.watching import (  # noqa: E402
 TARGET_PCT = 0.2
 
 
+def _switches() -> int:
+    """Context switches of this process's threads (a wakeup is one)."""
+    total = 0
+    for task in os.listdir("/proc/self/task"):
+        for line in Path(f"/proc/self/task/{task}/status").read_text().splitlines():
+            if line.startswith(("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches")):
+                total += int(line.split()[1])
+    return total
+
+
+async def measure_idle(blobs: Path, config: Path, seconds: float) -> dict[str, object]:
+    """Idle CPU and wakeups of the drift component with and without the open watch."""
+
+    def watch_of() -> DriftWatch:
+        return DriftWatch(
+            blobs=blobs,
+            config_path=config,
+            action=lambda: DriftAction.ALERT,
+            period=lambda: DEFAULT_PERIOD_S,
+            act=lambda plan: None,
+            on_change=lambda: None,
+        )
+
+    async def window() -> tuple[float, int]:
+        c0, s0 = time.process_time(), _switches()
+        await asyncio.sleep(seconds)
+        return time.process_time() - c0, _switches() - s0
+
+    out: dict[str, object] = {}
+    plain = watch_of()
+    await plain.check()
+    cpu, sw = await window()  # the check's period is 30 s: no check in the window
+    out["without_watch_pct_of_core"] = round(cpu / seconds * 100, 4)
+    out["without_watch_wakeups_per_s"] = round(sw / seconds, 2)
+    watch = watch_of()
+    stop = asyncio.Event()
+    task = asyncio.create_task(watch.run(stop))
+    while watch.checked_at is None:  # noqa: ASYNC110 (a bench: polls the watch's state)
+        await asyncio.sleep(0.01)
+    out["open_watch"] = watch.open_watch_reason or "in force"
+    cpu, sw = await window()
+    out["with_watch_pct_of_core"] = round(cpu / seconds * 100, 4)
+    out["with_watch_wakeups_per_s"] = round(sw / seconds, 2)
+    if watch.open_watch_reason is None:
+        names = [str(p) for p in await asyncio.to_thread(lambda: list(blobs.iterdir()))]
+        code = "import sys, time\nfor n in sys.argv[1:]: open(n, 'rb').close()\ntime.sleep(1)"
+        c0 = time.process_time()
+        proc = await asyncio.create_subprocess_exec(sys.executable, "-c", code, *names)
+        while watch.open_counts["events"] < len(names):  # noqa: ASYNC110
+            await asyncio.sleep(0.01)
+        used = time.process_time() - c0
+        await proc.wait()
+        out["open_events"] = watch.open_counts["events"]
+        out["cpu_per_open_event_us"] = round(used / len(names) * 1e6, 1)
+    stop.set()
+    await task
+    return out
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true")
     parser.add_argument("--blobs", type=int, default=50)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--idle", type=float, default=10.0, help="seconds of each idle wait")
     args = parser.parse_args()
+    if args.quick:
+        args.idle = min(args.idle, 3.0)
     checks = 50 if args.quick else 300
     with tempfile.TemporaryDirectory(prefix="ef-bench-drift-") as tmp:
         blobs = Path(tmp) / "sha256"
@@ -78,6 +145,7 @@ def main() -> int:
             return out
 
         costs = asyncio.run(run())
+        idle = asyncio.run(measure_idle(blobs, config, args.idle))
         scans = []
         for _ in range(checks):
             t0 = time.process_time()
@@ -112,6 +180,19 @@ def main() -> int:
         f"  descriptors of {figures['processes_on_machine']} processes scanned (open model "
         f"files, listeners): {figures['descriptors_checked']}"
     )
+    figures.update(idle)
+    print(f"  open watch: {idle['open_watch']}")
+    for mode in ("without_watch", "with_watch"):
+        print(
+            f"  idle {args.idle:.0f} s {mode.replace('_', ' '):14} "
+            f"{idle[mode + '_pct_of_core']} % of a core, "
+            f"{idle[mode + '_wakeups_per_s']} context switches/s"
+        )
+    if "cpu_per_open_event_us" in idle:
+        print(
+            f"  {idle['open_events']} opens by another process: "
+            f"{idle['cpu_per_open_event_us']} us of CPU per event"
+        )
     if args.json:
         args.json.write_text(json.dumps(figures, indent=2))
     return 0
