@@ -127,7 +127,11 @@ def render_status(doc: dict[str, Any]) -> str:
     compliance = dev.get("compliance")
     if compliance and compliance.get("compliant") is not None:
         verdict = "compliant" if compliance["compliant"] else "NOT compliant"
-        out.append(f"drift: {verdict} (action {compliance.get('action')})")
+        line = f"drift: {verdict} (action {compliance.get('action')})"
+        if compliance.get("opensWatched") is False:  # absent from an older edged: said nothing
+            reason = (compliance.get("opensWatch") or {}).get("reason")
+            line += f"; opens not watched: {reason}"
+        out.append(line)
         if compliance.get("quarantined"):
             out.append(f"WARNING: {compliance['quarantined']}")
         out += [f"  drift: {f['kind']}: {f['message']}" for f in compliance.get("findings", [])]

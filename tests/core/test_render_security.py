@@ -36,3 +36,14 @@ def test_drift_and_ingress_lines() -> None:
     assert "drift: NOT compliant (action alert)" in text
     assert "  drift: StrayProcess: process 4242 (sleep) runs in edged's cgroup" in text
     assert "  ingress: port 8000 not served" in text
+
+
+def test_an_open_watch_not_in_force_is_said_on_the_drift_line() -> None:
+    why = "fanotify needs CAP_SYS_ADMIN, which edged does not have"
+    off = {"compliant": True, "action": "alert", "findings": [], "opensWatched": False,
+           "opensWatch": {"reason": why}}  # fmt: skip
+    assert f"drift: compliant (action alert); opens not watched: {why}" in render_status(
+        doc(IN_FORCE, compliance=off)
+    )
+    on = {**off, "opensWatched": True, "opensWatch": {"reason": None}}
+    assert "opens not watched" not in render_status(doc(IN_FORCE, compliance=on))

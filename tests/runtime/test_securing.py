@@ -251,3 +251,20 @@ def test_ingress_is_canonical() -> None:
 def test_outdated_sandboxes_are_those_that_differ() -> None:
     a, b = SandboxSpec(mode="landlock"), SandboxSpec(mode="landlock", required=True)
     assert outdated_sandboxes([("r0", a, a), ("r1", a, b)]) == ["r1"]
+
+
+def test_one_baseline_requiring_the_open_watch_is_enough() -> None:
+    plain = baseline("a", drift={"action": "alert"})
+    strict = baseline("b", drift={"action": "quarantine", "period": "10s",
+                                  "requireOpenWatch": True})  # fmt: skip
+    assert not DEVICE.with_baselines([plain]).require_open_watch
+    both = DEVICE.with_baselines([plain, strict])
+    assert both.require_open_watch and both.drift_action == "quarantine"
+    assert strict.to_dict()["spec"]["drift"] == {
+        "action": "quarantine",
+        "period": "10s",
+        "requireOpenWatch": True,
+    }
+    assert "requireOpenWatch" not in plain.to_dict()["spec"]["drift"]
+    with pytest.raises(ValidationError, match=r"spec\.drift\.requireOpenWatch"):
+        baseline("c", drift={"requireOpenWatch": "yes please"})
