@@ -51,11 +51,13 @@ from edged.runtime.securing import (
     choose_sandbox,
     outdated_sandboxes,
     plan_ingress,
+    resolve_peers,
 )
 from edged.serving.bounding import connection_caps
 from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceMetrics, InferenceRouter
 from edged.serving.measuring import BenchmarkResult, RevisionMeters, ValidationResult
+from edged.serving.peers import PeerGate
 from edged.serving.status import StatusHandler
 from edged.sources.hub import HubSource
 from edged.sources.static import StaticManifests, SyncResult
@@ -183,6 +185,7 @@ class Daemon:
         ).with_baselines(load_baselines(self.baselines_path))
         self.infer_server: HttpServer | None = None
         self._tcp_listener: asyncio.AbstractServer | None = None
+        self._peer_gate: PeerGate | None = None  # infer.sock's per-connection user check
         self._ingress_tasks: set[asyncio.Future[None]] = set()
         # -- secrets (docs/security.md): the values hub Secrets give workloads, on a tmpfs --
         self.secrets_root = config.secrets.dir or default_secrets_root(
@@ -352,6 +355,11 @@ class Daemon:
                 "timedOutConnections",
                 "edged_http_timed_out_connections",
                 "Connections closed by a header, body or idle timeout",
+            ),
+            (
+                "forbiddenConnections",
+                "edged_http_forbidden_connections",
+                "Connections refused (403) by the baselines' ingress users and groups",
             ),
         ):
             gauge = self.registry.gauge(name, help_text, ("socket",))
@@ -580,6 +588,12 @@ class Daemon:
                 problems.append(f"cannot give infer.sock to group {plan.group}: {exc.strerror}")
                 mode &= 0o600
         os.chmod(path, mode)
+        rules, unknown = resolve_peers(self.security, user_id=_user_id, group_id=_group_id_or_none)
+        problems += [f"{p}: it lets no one in" for p in unknown]
+        assert self.infer_server is not None
+        if rules != (self._peer_gate.rules if self._peer_gate is not None else ()):
+            self._peer_gate = PeerGate(rules, os.geteuid()) if rules else None
+            self.infer_server.set_admit(self._peer_gate.admit if self._peer_gate else None)
         if plan.serve_tcp and tcp is not None and self._tcp_listener is None:
             assert self.infer_server is not None
             self._tcp_listener = await self.infer_server.listen_tcp(tcp.host, tcp.port)
@@ -587,6 +601,9 @@ class Daemon:
             self._tcp_listener.close()
             self._tcp_listener = None
         ingress = {
+            "users": sorted({u for users, _ in self.security.socket_peers for u in users}),
+            "groups": sorted({g for _, groups in self.security.socket_peers for g in groups}),
+            "peersChecked": self._peer_gate is not None,
             "socketGroup": plan.group,
             "socketMode": f"{mode:04o}",
             "tcp": str(tcp) if tcp is not None and self._tcp_listener is not None else None,
@@ -857,6 +874,22 @@ def _group_id(group: str) -> int:
     import grp
 
     return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
+
+
+def _group_id_or_none(group: str) -> int | None:
+    try:
+        return _group_id(group)
+    except KeyError:
+        return None
+
+
+def _user_id(user: str) -> int | None:
+    import pwd
+
+    try:
+        return pwd.getpwnam(user).pw_uid
+    except KeyError:
+        return None
 
 
 def _group_exists(group: str) -> bool:

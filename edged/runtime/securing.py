@@ -41,6 +41,9 @@ class DeviceSecurity:
     socket_groups: tuple[str, ...] = ()  # every group a baseline names (two: a conflict)
     socket_mode: int | None = None  # the modes of every baseline ANDed
     tcp_ports: tuple[int, ...] | None = None  # the ports every baseline allows
+    # who may use infer.sock, one (users, groups) per baseline that names any: a peer must
+    # be allowed by each
+    socket_peers: tuple[tuple[tuple[str, ...], tuple[str, ...]], ...] = ()
     drift_action: str = "alert"  # the most severe of the baselines' drift.action
     drift_period_s: float = 30.0  # the shortest of their drift.period
     require_open_watch: bool = False  # a baseline's drift.requireOpenWatch
@@ -55,6 +58,7 @@ class DeviceSecurity:
         mode: int | None = None
         tcp: set[int] | None = None
         action, periods = "alert", []
+        peers: list[tuple[tuple[str, ...], tuple[str, ...]]] = []
         for b in items:
             if b.spec.drift is not None:
                 if DRIFT_ACTIONS.index(b.spec.drift.action) > DRIFT_ACTIONS.index(action):
@@ -74,6 +78,8 @@ class DeviceSecurity:
             if ingress.tcp_ports is not None:
                 allowed = set(ingress.tcp_ports)
                 tcp = allowed if tcp is None else tcp & allowed
+            if ingress.users is not None or ingress.groups is not None:
+                peers.append((ingress.users or (), ingress.groups or ()))
         return DeviceSecurity(
             sandbox=self.sandbox,
             seccomp=self.seccomp,
@@ -83,6 +89,7 @@ class DeviceSecurity:
             socket_groups=tuple(sorted(groups)),
             socket_mode=mode,
             tcp_ports=None if tcp is None else tuple(sorted(tcp)),
+            socket_peers=tuple(peers),
             drift_action=action,
             drift_period_s=min(periods, default=30.0),
             require_open_watch=any(
@@ -142,6 +149,54 @@ def uid_separation(security: DeviceSecurity) -> tuple[bool, str]:
 
 
 DEFAULT_SOCKET_MODE = 0o660
+PEER_CHECKED_SOCKET_MODE = 0o666  # ingress.users/groups without a socketMode or socketGroup
+
+
+@dataclass(frozen=True, slots=True)
+class PeerRule:
+    """Who one baseline lets use infer.sock, as ids of this device."""
+
+    uids: frozenset[int]
+    gids: frozenset[int]
+
+
+def resolve_peers(
+    security: DeviceSecurity,
+    *,
+    user_id: Callable[[str], int | None],
+    group_id: Callable[[str], int | None],
+) -> tuple[tuple[PeerRule, ...], tuple[str, ...]]:
+    """Pure (``user_id``/``group_id`` ask the device's databases; a number is itself): the
+    baselines' ``ingress.users``/``groups`` as ids, and the names this device does not know
+    (they let no one in: tighter, never looser)."""
+    rules: list[PeerRule] = []
+    problems: list[str] = []
+    for users, groups in security.socket_peers:
+        uids: set[int] = set()
+        gids: set[int] = set()
+        for kind, names, lookup, into in (
+            ("user", users, user_id, uids),
+            ("group", groups, group_id, gids),
+        ):
+            for name in names:
+                found = int(name) if name.isdigit() else lookup(name)
+                if found is None:
+                    problems.append(
+                        f"{kind} {name!r} (ingress.{kind}s) does not exist on this device"
+                    )
+                else:
+                    into.add(found)
+        rules.append(PeerRule(frozenset(uids), frozenset(gids)))
+    return tuple(rules), tuple(problems)
+
+
+def peer_allowed(rules: Iterable[PeerRule], *, uid: int, gids: Iterable[int], own_uid: int) -> bool:
+    """Pure: whether a peer (its uid, primary and supplementary gids) may use infer.sock:
+    edged's own user always; others when every rule names its uid or one of its groups."""
+    if uid == own_uid:
+        return True
+    groups = set(gids)
+    return all(uid in r.uids or not groups.isdisjoint(r.gids) for r in rules)
 
 
 @dataclass(frozen=True, slots=True)
@@ -181,8 +236,17 @@ def plan_ingress(
             )
             group = None
             mode &= 0o600
+    if security.socket_peers and security.socket_mode is None:
+        mode = PEER_CHECKED_SOCKET_MODE if group is None else mode  # edged checks each peer
     serve_tcp = tcp_port is not None
-    if (
+    if tcp_port is not None and security.socket_peers:
+        serve_tcp = False
+        problems.append(
+            f"inference.listenTcp port {tcp_port} is not served: the SecurityBaseline "
+            f"{', '.join(security.baselines)} names who may use the inference API "
+            "(ingress.users, ingress.groups), which TCP cannot tell apart"
+        )
+    elif (
         tcp_port is not None
         and security.tcp_ports is not None
         and tcp_port not in security.tcp_ports

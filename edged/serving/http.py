@@ -152,6 +152,9 @@ class HttpServerState:
         self.evicted = 0  # idle connections closed to make room
         self.timed_out = 0
         self.closing = False
+        # who may connect (infer.sock's peer check): None to serve, else why not
+        self.admit: Callable[[Any], str | None] | None = None
+        self.forbidden = 0
 
     def make_room(self, now: float) -> bool:
         """At the connection cap, close the longest-idle connection if it has been idle for
@@ -191,6 +194,7 @@ class HttpConnection(asyncio.Protocol):
         self.phase = _IDLE
         self.phase_since = self._loop.time()
         self._timer: asyncio.TimerHandle | None = None
+        self._forbidden: str | None = None  # why this peer may not be served
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -212,6 +216,28 @@ class HttpConnection(asyncio.Protocol):
         self._transport = transport  # type: ignore[assignment]
         state.connections.add(self)
         self._arm(state.limits.idle_timeout_s)
+        sock = transport.get_extra_info("socket")
+        if state.admit is not None and sock is not None:
+            self._forbidden = state.admit(sock)
+            if self._forbidden is not None:
+                state.forbidden += 1
+
+    def _answer_forbidden(self, why: str) -> None:
+        """403 to whatever the refused peer sent first, then end our side: its request was
+        read (closing with unread bytes would reset the connection before it reads the
+        answer); the idle timeout closes a peer that never ends its side."""
+        self._parser = None
+        if self._transport is None:
+            return
+        body = orjson.dumps({"error": why})
+        self._transport.write(
+            b"%sContent-Type: application/json\r\nContent-Length: %d\r\n"
+            b"Connection: close\r\n\r\n%s" % (_status_line(403), len(body), body)
+        )
+        if self._transport.can_write_eof():
+            self._transport.write_eof()
+        else:
+            self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._state.connections.discard(self)
@@ -228,6 +254,10 @@ class HttpConnection(asyncio.Protocol):
             self._timer = None
 
     def data_received(self, data: bytes) -> None:
+        if self._forbidden is not None:
+            if self._parser is not None:
+                self._answer_forbidden(self._forbidden)
+            return  # what a refused peer sends is read and dropped
         parser = self._parser
         if self._close_after or parser is None:
             return  # requests after one that closes the connection are not served
@@ -472,6 +502,10 @@ class HttpServer:
     def active_connections(self) -> int:
         return len(self._state.connections)
 
+    def set_admit(self, admit: Callable[[Any], str | None] | None) -> None:
+        """Who may connect from now on (``admit(socket)``: None to serve, else why not)."""
+        self._state.admit = admit
+
     @property
     def limits(self) -> ServerLimits:
         return self._state.limits
@@ -485,6 +519,7 @@ class HttpServer:
             "refusedConnections": st.refused,
             "evictedIdleConnections": st.evicted,
             "timedOutConnections": st.timed_out,
+            "forbiddenConnections": st.forbidden,
         }
 
     def stop_accepting(self) -> None:

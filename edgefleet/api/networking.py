@@ -24,6 +24,11 @@ deployment asks for more, naming the port.
           socketGroup: apps     # infer.sock's group (a name or a number) ...
           socketMode: "0660"    # ... and mode: the kernel checks both at connect()
           tcpPorts: [8000]      # the loopback ports edged may serve inference on ([]: none)
+          users: [alice, 1001]  # who may use infer.sock: edged checks each connection's
+          groups: [apps]        # SO_PEERCRED (a user listed, or a member of a group listed)
+
+With ``users`` or ``groups``, edged refuses (HTTP 403) a connection to infer.sock from any
+other user (edged's own user aside), and serves no TCP port (TCP cannot tell users apart).
 """
 
 from __future__ import annotations
@@ -54,9 +59,15 @@ class IngressPolicy:
     socket_group: str | None = None
     socket_mode: int | None = None
     tcp_ports: tuple[int, ...] | None = None
+    users: tuple[str, ...] | None = None  # names or numbers
+    groups: tuple[str, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
+        if self.users is not None:
+            out["users"] = list(self.users)
+        if self.groups is not None:
+            out["groups"] = list(self.groups)
         if self.socket_group is not None:
             out["socketGroup"] = self.socket_group
         if self.socket_mode is not None:
@@ -94,6 +105,17 @@ def _group(value: object) -> str:
     raise ValueError(f"must be a group name or number, got {value!r}")
 
 
+def _user(value: object) -> str:
+    if isinstance(value, int) and not isinstance(value, bool) and 0 <= value < 2**31:
+        return str(value)
+    if isinstance(value, str) and re.fullmatch(r"[a-z_][a-z0-9_-]{0,31}\$?|[0-9]{1,10}", value):
+        return value
+    raise ValueError(f"must be a user name or number, got {value!r}")
+
+
+MAX_PEERS = 256
+
+
 def _socket_mode(value: object) -> int:
     if not isinstance(value, str) or not re.fullmatch(r"0?[0-7]{3}", value):
         raise ValueError(f'must be an octal mode as a string such as "0660", got {value!r}')
@@ -111,10 +133,17 @@ def _read_ingress(r: Reader | None) -> IngressPolicy | None:
     ports = r.list_of("tcpPorts", _port, unique=True)
     if ports is not None and len(ports) > MAX_EGRESS_RULES:
         r.problems.add(r.at("tcpPorts"), f"at most {MAX_EGRESS_RULES}, got {len(ports)}")
+    users = r.list_of("users", _user, unique=True)
+    groups = r.list_of("groups", _group, unique=True)
+    for name, items in (("users", users), ("groups", groups)):
+        if items is not None and len(items) > MAX_PEERS:
+            r.problems.add(r.at(name), f"at most {MAX_PEERS}, got {len(items)}")
     return IngressPolicy(
         socket_group=r.optional("socketGroup", _group, None),
         socket_mode=r.optional("socketMode", _socket_mode, None),
         tcp_ports=None if ports is None else tuple(sorted(ports)),
+        users=None if users is None else tuple(sorted(users)),
+        groups=None if groups is None else tuple(sorted(groups)),
     )
 
 

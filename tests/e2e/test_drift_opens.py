@@ -59,6 +59,7 @@ def test_a_brief_open_between_two_checks_is_seen_by_the_kernel_and_killed(
     os.kill(worker, 9)  # started again by its workload: opens the model again
     wait_for(lambda: e.worker_pids("mlp") not in ([], [worker]), 60, "a new worker")
     wait_for(lambda: compliance(e)["opensWatch"]["edged"] > seen, 30, "its open to be seen")
+    wait_for(lambda: e.request("GET", "/v2/models/mlp/ready")[0] == 200, 60, "ready again")
     assert not opened(e)
     checked_at = compliance(e)["checkedAt"]
 

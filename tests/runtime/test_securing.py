@@ -14,9 +14,12 @@ from edged.runtime.seccomp import RET_ALLOW, SeccompUnsupported, build_filter
 from edged.runtime.securing import (
     DeviceSecurity,
     IngressPlan,
+    PeerRule,
     choose_sandbox,
     outdated_sandboxes,
+    peer_allowed,
     plan_ingress,
+    resolve_peers,
 )
 from edgefleet.api import ModelDeployment, SecurityBaseline, parse_manifest
 from edgefleet.errors import ValidationError
@@ -200,6 +203,12 @@ def exists(group: str) -> bool:
         (ingress(socketGroup="nobody-here"), None, IngressPlan(None, 0o600, False, (
             "group 'nobody-here' does not exist on this device: only edged's own user may use "
             "infer.sock",))),
+        # users named: the kernel lets all connect, edged checks each; TCP cannot tell who
+        (ingress(users=["alice"]), 8000, IngressPlan(None, 0o666, False, (
+            "inference.listenTcp port 8000 is not served: the SecurityBaseline fleet names who "
+            "may use the inference API (ingress.users, ingress.groups), which TCP cannot tell "
+            "apart",))),
+        (ingress(groups=["apps"], socketMode="0660"), None, IngressPlan(None, 0o660, False)),
         (DEVICE.with_baselines([baseline("a", network={"ingress": {"socketGroup": "apps"}}),
                                 baseline("b", network={"ingress": {"socketGroup": "42"}})]),
          None, IngressPlan(None, 0o600, False, (
@@ -231,6 +240,8 @@ def test_ingress_belongs_to_baselines(network: dict[str, Any], path: str) -> Non
         ({"socketMode": 660}, "spec.network.ingress.socketMode: must be an octal mode"),
         ({"socketGroup": "Bad Group"}, "spec.network.ingress.socketGroup: must be a group"),
         ({"tcpPorts": [70000]}, "spec.network.ingress.tcpPorts[0]: must be"),
+        ({"users": ["Bad User"]}, "spec.network.ingress.users[0]: must be a user name"),
+        ({"groups": [True]}, "spec.network.ingress.groups[0]: must be a group"),
     ],
 )
 def test_ingress_problems(ingress_doc: dict[str, Any], problem: str) -> None:
@@ -268,3 +279,26 @@ def test_one_baseline_requiring_the_open_watch_is_enough() -> None:
     assert "requireOpenWatch" not in plain.to_dict()["spec"]["drift"]
     with pytest.raises(ValidationError, match=r"spec\.drift\.requireOpenWatch"):
         baseline("c", drift={"requireOpenWatch": "yes please"})
+
+
+def test_peers_resolve_and_every_baseline_must_allow() -> None:
+    security = DEVICE.with_baselines([
+        baseline("a", network={"ingress": {"users": ["alice", 1001], "groups": ["apps"]}}),
+        baseline("b", network={"ingress": {"users": ["ghost"], "groups": ["apps", "42"]}}),
+    ])  # fmt: skip
+    users = {"alice": 1000}.get
+    groups = {"apps": 500}.get
+    rules, problems = resolve_peers(security, user_id=users, group_id=groups)
+    assert rules == (PeerRule(frozenset({1000, 1001}), frozenset({500})),
+                     PeerRule(frozenset(), frozenset({42, 500})))  # fmt: skip
+    assert problems == ("user 'ghost' (ingress.users) does not exist on this device",)
+
+    def allowed(uid: int, *gids: int) -> bool:
+        return peer_allowed(rules, uid=uid, gids=gids, own_uid=0)
+
+    assert allowed(0)  # edged's own user
+    assert allowed(1000, 500)  # named by a, in a group of b
+    assert not allowed(1000, 1000)  # a allows, b does not
+    assert allowed(7, 7, 42, 500)  # in a group each allows (supplementary groups count)
+    assert not allowed(1001, 1001)
+    assert peer_allowed((), uid=9, gids=(), own_uid=0)  # no rules: the socket's mode decides
