@@ -495,6 +495,9 @@ def compliance_lines(compliance: Mapping[str, Any] | None) -> list[str]:
         lines.append(_field("Quarantined", compliance["quarantined"]))
     if not compliance.get("processesChecked"):
         lines.append(_field("Processes", "not checked (edged has no cgroup of its own)"))
+    if compliance.get("opensWatched") is False:
+        why = compliance.get("opensWatchReason") or "?"
+        lines.append(_field("Opens", f"not watched ({why}); found only at each check"))
     findings = compliance.get("findings", [])
     if findings:
         rows = [

@@ -641,6 +641,7 @@ class Daemon:
         not of every check."""
         doc = self.drift.status(quarantined=self._quarantined_reason())
         doc["checked"] = doc.pop("checkedAt") is not None
+        doc["opensWatchReason"] = doc.pop("opensWatch")["reason"]  # not its counters
         return doc
 
     def _sandboxes_of(self, workload: WorkloadName) -> tuple[SandboxReport, ...]:

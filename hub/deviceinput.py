@@ -230,6 +230,7 @@ MAX_FINDINGS = 32
 def _compliance(problems: list[str], path: str, c: device_pb2.DeviceCompliance) -> None:
     _text(problems, f"{path}.action", c.action, MAX_SHORT)
     _text(problems, f"{path}.quarantined", c.quarantined, MAX_MESSAGE_TEXT)
+    _text(problems, f"{path}.opens_watch_reason", c.opens_watch_reason, MAX_MESSAGE_TEXT)
     if len(c.findings) > MAX_FINDINGS:
         problems.append(f"{path}.findings: at most {MAX_FINDINGS}, got {len(c.findings)}")
     for i, f in enumerate(c.findings[:MAX_FINDINGS]):

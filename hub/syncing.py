@@ -162,6 +162,8 @@ def _compliance(c: device_pb2.DeviceCompliance) -> dict[str, Any]:
         ],
         "quarantined": c.quarantined or None,
         "processesChecked": c.processes_checked,
+        "opensWatched": c.opens_watched if c.HasField("opens_watched") else None,
+        "opensWatchReason": c.opens_watch_reason or None,
     }
 
 

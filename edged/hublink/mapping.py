@@ -59,6 +59,8 @@ def _compliance(doc: Mapping[str, Any] | None) -> device_pb2.DeviceCompliance | 
         ],
         quarantined=str(doc.get("quarantined") or ""),
         processes_checked=bool(doc.get("processesChecked")),
+        opens_watched=bool(doc.get("opensWatched")),
+        opens_watch_reason=str(doc.get("opensWatchReason") or "")[:512],
     )
 
 

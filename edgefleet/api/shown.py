@@ -191,6 +191,11 @@ DEVICE = _top(
             ),
             quarantined=_s("Why the device is quarantined (null: it is not)."),
             processesChecked=_b("Whether edged could check its cgroup's processes."),
+            opensWatched=_b(
+                "Whether the kernel reports each open of a model file to edged (fanotify; "
+                "null: the device did not say)."
+            ),
+            opensWatchReason=_s("Why opens are not watched (null: they are)."),
         ),
         notRunning=_labels("Why each deployment it does not run is not there."),
     ),

@@ -73,20 +73,24 @@ class Status(_message.Message):
     def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadStatus, _Mapping]]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., observed_generation: _Optional[int] = ..., compliance: _Optional[_Union[DeviceCompliance, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class DeviceCompliance(_message.Message):
-    __slots__ = ("checked", "compliant", "action", "findings", "quarantined", "processes_checked")
+    __slots__ = ("checked", "compliant", "action", "findings", "quarantined", "processes_checked", "opens_watched", "opens_watch_reason")
     CHECKED_FIELD_NUMBER: _ClassVar[int]
     COMPLIANT_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     FINDINGS_FIELD_NUMBER: _ClassVar[int]
     QUARANTINED_FIELD_NUMBER: _ClassVar[int]
     PROCESSES_CHECKED_FIELD_NUMBER: _ClassVar[int]
+    OPENS_WATCHED_FIELD_NUMBER: _ClassVar[int]
+    OPENS_WATCH_REASON_FIELD_NUMBER: _ClassVar[int]
     checked: bool
     compliant: bool
     action: str
     findings: _containers.RepeatedCompositeFieldContainer[ComplianceFinding]
     quarantined: str
     processes_checked: bool
-    def __init__(self, checked: _Optional[bool] = ..., compliant: _Optional[bool] = ..., action: _Optional[str] = ..., findings: _Optional[_Iterable[_Union[ComplianceFinding, _Mapping]]] = ..., quarantined: _Optional[str] = ..., processes_checked: _Optional[bool] = ...) -> None: ...
+    opens_watched: bool
+    opens_watch_reason: str
+    def __init__(self, checked: _Optional[bool] = ..., compliant: _Optional[bool] = ..., action: _Optional[str] = ..., findings: _Optional[_Iterable[_Union[ComplianceFinding, _Mapping]]] = ..., quarantined: _Optional[str] = ..., processes_checked: _Optional[bool] = ..., opens_watched: _Optional[bool] = ..., opens_watch_reason: _Optional[str] = ...) -> None: ...
 
 class ComplianceFinding(_message.Message):
     __slots__ = ("kind", "subject", "message")

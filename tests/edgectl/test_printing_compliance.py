@@ -36,6 +36,16 @@ def test_describe_device_shows_each_finding_with_its_remediation() -> None:
     assert printing.compliance_lines(None)[0].split()[1:] == ["Unknown", "(not", "checked", "yet)"]
     ok = printing.compliance_lines({**report, "compliant": True, "findings": []})
     assert ok == ["Compliance:       Compliant (drift action restartWorkload)"]
+    unwatched = printing.compliance_lines(
+        {**report, "opensWatched": False, "opensWatchReason": "fanotify needs CAP_SYS_ADMIN"}
+    )
+    assert any(
+        line.split(None, 1) == ["Opens:", "not watched (fanotify needs CAP_SYS_ADMIN); found "
+                                "only at each check"]
+        for line in unwatched
+    )  # fmt: skip
+    older = printing.compliance_lines({**report, "opensWatched": None})  # did not say
+    assert not any("Opens" in line for line in older)
 
 
 def test_get_baselines_counts_the_fleet() -> None:

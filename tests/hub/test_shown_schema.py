@@ -117,6 +117,8 @@ def _device() -> dict[str, Any]:
             "quarantined": "why",
             "findings": [{"kind": "StrayProcess", "subject": "7", "message": "m"}],
             "processesChecked": True,
+            "opensWatched": True,
+            "opensWatchReason": None,
         },
     )
     policy = SecurityPolicy(require_attestation=True)

@@ -21,6 +21,8 @@ COMPLIANCE = {
     "findings": [{"kind": "StrayProcess", "subject": "4242", "message": "process 4242 ..."}],
     "quarantined": None,
     "processesChecked": True,
+    "opensWatched": False,
+    "opensWatchReason": "fanotify needs CAP_SYS_ADMIN, which edged does not have",
 }
 
 
@@ -42,6 +44,8 @@ def test_the_hub_reads_back_what_the_device_reported() -> None:
         "problems": [],
     }  # fmt: skip
     assert _compliance(msg.compliance) == COMPLIANCE
+    older = device_pb2.DeviceCompliance(checked=True)  # an edged too old to say
+    assert _compliance(older)["opensWatched"] is None
 
 
 def test_a_report_over_the_bounds_is_refused_naming_the_field() -> None:
