@@ -383,6 +383,21 @@ class DriftWatch:
         self.open_watch_reason = "stopped"
 
     def _on_open_events(self) -> None:
+        self._guarded(self._read_open_events)
+
+    def _guarded(self, step: Callable[[], None]) -> None:
+        """Run a step of the watch called by the loop (a reader, a timer): nothing above it
+        would hear of a failure, so the watch stops and says why, and the next check starts
+        it again."""
+        try:
+            step()
+        except Exception as exc:
+            log.error("open watch failed", error=repr(exc))
+            self.stop_open_watch()
+            self.open_watch_reason = f"failed: {exc!r} (started again at the next check)"
+            self._on_change()
+
+    def _read_open_events(self) -> None:
         watch = self._watch
         if watch is None:
             return
@@ -444,7 +459,9 @@ class DriftWatch:
                 elif len(self._gone) < MAX_OPEN_FINDINGS:
                     if not self._gone:
                         loop = asyncio.get_running_loop()
-                        self._timers.append(loop.call_later(GONE_GRACE_S, self._judge_gone))
+                        self._timers.append(
+                            loop.call_later(GONE_GRACE_S, self._guarded, self._judge_gone)
+                        )
                     self._gone.append((ev.pid, blob, now))
                 else:  # too many to wait for: judged now
                     new += self._record(ev.pid, blob, "", now)
@@ -526,7 +543,7 @@ class DriftWatch:
         new = [f for f in findings if f not in self.findings]
         for f in new:
             log.warning("drift detected", kind=f.kind.value, subject=f.subject, message=f.message)
-        if self._watch is None and self.open_watch_reason != "not started yet":
+        if self._watch is None and self.open_watch_reason not in ("not started yet", "stopped"):
             self.start_open_watch()  # the store may have appeared, or be a directory again
         at = time.time()
         keep = self._period()

@@ -25,7 +25,9 @@ def _store(tmp_path: Path) -> Path:
     blobs = tmp_path / "sha256"
     blobs.mkdir()
     data = b"a model"
-    (blobs / hashlib.sha256(data).hexdigest()).write_bytes(data)
+    blob = blobs / hashlib.sha256(data).hexdigest()
+    blob.write_bytes(data)
+    blob.chmod(0o444)  # as edged keeps them
     return blobs
 
 
@@ -91,5 +93,42 @@ async def test_events_are_read_at_a_bounded_rate(tmp_path: Path) -> None:
         took = asyncio.get_running_loop().time() - t0
         assert watch.open_counts["paused"] >= 2
         assert took >= 1.9  # three seconds' worth of events: read in three windows of 1 s
+    finally:
+        watch.stop_open_watch()
+
+
+@async_test
+async def test_a_failure_in_the_watch_is_reported_and_the_next_check_starts_it_again(
+    tmp_path: Path,
+) -> None:
+    blobs = _store(tmp_path)
+    blob = next(blobs.iterdir())
+
+    def act(plan: Remediation) -> None:
+        raise RuntimeError("remediation broke")
+
+    watch = DriftWatch(
+        blobs=blobs,
+        config_path=None,
+        action=lambda: DriftAction.RESTART_WORKLOAD,
+        period=lambda: 3600.0,
+        act=act,
+        on_change=lambda: None,
+        started=lambda: [],
+    )
+    watch.start_open_watch()
+    try:
+        # re-parented away from this process: a finding, and act raises
+        opener = await asyncio.create_subprocess_exec("sh", "-c", f"(head -c1 {blob}) &")
+        await opener.wait()
+        await eventually(lambda: (watch.open_watch_reason or "").startswith("failed"), 5)
+        assert "remediation broke" in (watch.open_watch_reason or "")
+        assert watch.status(quarantined=None)["opensWatched"] is False
+        # the store is clean: the check remediates nothing (it keeps the open's finding)
+        found = await watch.check()
+        assert [
+            f.message.endswith("(seen by fanotify); only edged's workers may") for f in found
+        ] == [True]
+        assert watch.open_watch_reason is None  # in force again
     finally:
         watch.stop_open_watch()
