@@ -28,6 +28,7 @@ from hub.secrets import SecretKeys
 from hub.sessions import Sessions
 from hub.store import Store
 from hub.store.electing import Elector
+from hub.tufrelaying import RelayedTuf
 from hub.tufrepo import TufRepository
 from hub.writing import DeviceWriter
 
@@ -54,7 +55,9 @@ class HubContext:
     metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.observing
     elector: Elector | None = None  # hub replicas on etcd (hub.replicas); None: the only hub
     dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.dashboard
-    tuf: TufRepository | None = None  # D/tuf/: the TUF repository, when the hub keeps one
+    # D/tuf/: the TUF repository, when the hub keeps one; at a regional hub, its root's
+    # (D/tuf-relay/, hub.tufrelaying)
+    tuf: TufRepository | RelayedTuf | None = None
     # D/secrets.key (and a rotation's other key files): seal Secrets at rest (hub.secrets)
     secret_keys: SecretKeys = field(default_factory=SecretKeys)
     shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)

@@ -64,6 +64,7 @@ _TRUST_CODES = {
     "UnknownKey": grpc.StatusCode.PERMISSION_DENIED,
     "SignatureThresholdNotMet": grpc.StatusCode.PERMISSION_DENIED,
     "MetadataExpired": grpc.StatusCode.FAILED_PRECONDITION,
+    "TufRelayed": grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 

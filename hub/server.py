@@ -75,6 +75,7 @@ from hub.store.electing import Elector, FencedStore, LeaderOnly
 from hub.store.identity import data_dir_lock
 from hub.syncing import DeviceServicer
 from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
+from hub.tufrelaying import RelayedTuf
 from hub.tufrepo import TufRepository
 from hub.tufwatching import TufWatcher
 from hub.waves import WaveController
@@ -161,7 +162,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         ),
         metrics=metrics,
         elector=elector,
-        tuf=TufRepository.load(paths.data_dir),
+        tuf=_tuf_of(paths.data_dir),
         secret_keys=SecretKeys.load(paths.data_dir),
     )
     if replicated:  # a push lands on the leader; every replica serves its bytes
@@ -260,6 +261,19 @@ async def start_server(
     await server.start()
     log.info("hub serving", listen=listen, port=port, enroll_port=enroll_port, region=ctx.region)
     return RunningHub(ctx, server, port, enroll_port, devices)
+
+
+def _tuf_of(data_dir: Path) -> TufRepository | RelayedTuf | None:
+    """The hub's TUF repository (``D/tuf/``); at a regional hub, the root's metadata it last
+    adopted (``D/tuf-relay/``), which it may not mix with a repository of its own."""
+    if not (data_dir / PARENT_FILE).exists():
+        return TufRepository.load(data_dir)
+    if TufRepository.exists(data_dir):
+        raise HubDirError(
+            f"{data_dir / 'tuf'}: a regional hub serves its root hub's TUF metadata "
+            "(D/tuf-relay/) and keeps no repository of its own: not supported here"
+        )
+    return RelayedTuf.load(data_dir)
 
 
 async def _readiness(ctx: HubContext, stop: asyncio.Event) -> str | None:
@@ -400,8 +414,9 @@ async def _serve(
         *controllers,
         attestation,
         RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
-        TufWatcher(ctx),
     ]
+    if parent is None:  # a regional hub's TUF metadata is its root's (hub.tufrelaying)
+        components.append(TufWatcher(ctx))
     if metrics_listen is None:
         metrics_listen = ctx.config.metrics_listen
     if metrics_listen:

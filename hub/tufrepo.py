@@ -37,6 +37,8 @@ from edgefleet.trust.documents import ArtifactMetadata
 if TYPE_CHECKING:
     from tuf.api.metadata import Root, Snapshot, Targets, Timestamp
 
+    from hub.tufrelaying import RelayedTuf
+
 log = get_logger(__name__)
 
 TUF_DIR = "tuf"
@@ -44,6 +46,7 @@ DELEGATED_DIR = "delegated"
 ONLINE_KEY = "online.key"
 TIMESTAMP_LIFETIME_S = 3600.0  # a device's freeze bound: an hour, not the months of metadata
 SNAPSHOT_LIFETIME_S = 7 * 86400.0
+RELAY_CHECK_S = 5.0  # how often files() looks whether the timestamp is due to be signed again
 _VERSIONED_ROOT = re.compile(r"^([1-9][0-9]{0,8})\.root\.json$")
 
 
@@ -79,6 +82,8 @@ class TufRepository:
         self._snapshot_bytes = b""
         self._timestamp_bytes = b""
         self._signer: Any = None
+        self._relayed: tuple[bytes, dict[str, bytes], str] | None = None  # files() of a timestamp
+        self._relay_checked = float("-inf")
         self._load()
 
     @staticmethod
@@ -188,6 +193,32 @@ class TufRepository:
             if name.endswith(".json") and tufmeta.valid_role_name(role):
                 return self._delegated.get(role)
             return None
+
+    def files(self) -> tuple[dict[str, bytes], str]:
+        """Every metadata file by name, exactly as signed, and their digest
+        (:func:`hub.tufrelaying.digest_files`): what a root hub relays to its regions. The
+        timestamp is signed again first when half its life has passed (looked at every
+        :data:`RELAY_CHECK_S` at most), so a region gets a fresh one well before it expires."""
+        from hub.tufrelaying import digest_files
+
+        with self._lock:
+            now = self._clock()
+            if now - self._relay_checked >= RELAY_CHECK_S:
+                self._refresh(force=False)
+                self._relay_checked = now
+            cached = self._relayed
+            if cached is not None and cached[0] is self._timestamp_bytes:
+                return cached[1], cached[2]
+            out = {f"{v}.root.json": data for v, data in self._roots.items()}
+            out["root.json"] = self._roots[max(self._roots)]
+            out["targets.json"] = self._targets_bytes
+            for role, data in self._delegated.items():
+                out[tufmeta.role_file(role)] = data
+            out["snapshot.json"] = self._snapshot_bytes
+            out["timestamp.json"] = self._timestamp_bytes
+            digest = digest_files(out)
+            self._relayed = (self._timestamp_bytes, out, digest)
+            return out, digest
 
     # -- snapshot and timestamp (online) --------------------------------------------------
     def _snapshot_meta(self) -> dict[str, int]:
@@ -357,7 +388,7 @@ def create_repository(
     return d
 
 
-async def serve_metadata(tuf: TufRepository | None, request: Any, context: Any) -> Any:
+async def serve_metadata(tuf: TufRepository | RelayedTuf | None, request: Any, context: Any) -> Any:
     """``FetchTufMetadata`` (DeviceService and AdminService): one file, bounded."""
     import grpc
 
