@@ -6,6 +6,8 @@ certificates on loopback.
 * a model pushed at the root (with its publisher's delegated targets) reaches the device
   under the region, which verifies it with python-tuf against the root's metadata: the
   region serves the root's files byte for byte and holds no TUF key;
+* a root whose repository serves a timestamp its online key did not sign: the region
+  refuses it (an event ``TufMetadataRefused`` with the reason) and keeps the last good one;
 * a compromised region (the root away, the region's served TUF files replaced: a forged
   target in the publisher's targets, a snapshot and timestamp signed by a key of its own,
   and a forged artifact and deployment in its store) is refused by its device with a reason,
@@ -78,6 +80,19 @@ def compromise(region: HubProcess, tmp_path: Path) -> None:
     (d / "timestamp.json").write_bytes(tufmeta.sign(ts, [signer]))
 
 
+def forge_root_timestamp(root: HubProcess, tmp_path: Path) -> None:
+    """Replace the (stopped) root's timestamp with a newer one signed by another key."""
+    from tuf.api.metadata import Timestamp
+
+    from edgefleet.trust import signing, tufmeta
+
+    signing.generate_key_pair(tmp_path / "root-damage")
+    path = root.data / "tuf" / "timestamp.json"
+    ts, _ = tufmeta.parse(path.read_bytes(), Timestamp, what="timestamp")
+    ts.version += 1
+    path.write_bytes(tufmeta.sign(ts, [tufmeta.tuf_signer(tmp_path / "root-damage.key")]))
+
+
 def _meta(model: Path) -> Any:
     from edgefleet.trust import signing
     from edgefleet.trust.documents import parse_artifact
@@ -137,6 +152,21 @@ def test_a_device_under_a_region_verifies_the_roots_tuf_and_refuses_a_compromise
             "--key", str(root.data / "publisher.key"), check=False,
         )  # fmt: skip
         assert refused.returncode != 0 and "TufRelayed" in refused.stderr, refused.stderr
+
+        # the root serves a timestamp its online key did not sign (its repository damaged on
+        # disk): the region refuses it, says so, and keeps serving the last good one
+        good = served_files(eu)["timestamp.json"]
+        root.stop()
+        forge_root_timestamp(root, tmp_path)
+        root.start()
+        wait_for(
+            lambda: "TufMetadataRefused" in eu.edgectl("get", "events").stdout,
+            SLACK,
+            "the region to refuse the root's bad timestamp",
+        )
+        events = eu.edgectl("get", "events").stdout
+        assert "TufSignatureThresholdNotMet" in events, events
+        assert served_files(eu)["timestamp.json"] == good
 
         # a compromised region, the root away: other TUF files, a forged artifact and deployment
         root.stop()
