@@ -34,6 +34,7 @@ from hub.writing import DeviceWriter
 
 if TYPE_CHECKING:
     from hub.regions import Regions
+    from hub.tufsharing import SharedTuf
     from hub.waves import WaveController
 
 
@@ -58,6 +59,7 @@ class HubContext:
     # D/tuf/: the TUF repository, when the hub keeps one; at a regional hub, its root's
     # (D/tuf-relay/, hub.tufrelaying)
     tuf: TufRepository | RelayedTuf | None = None
+    tuf_shared: SharedTuf | None = None  # hub replicas: the repository's versions in the store
     # D/secrets.key (and a rotation's other key files): seal Secrets at rest (hub.secrets)
     secret_keys: SecretKeys = field(default_factory=SecretKeys)
     shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)
