@@ -25,7 +25,7 @@ import asyncio
 import contextlib
 from collections.abc import Callable
 
-from edgefleet.errors import StoreError, TrustError
+from edgefleet.errors import CompareFailed, StoreError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub.store import Compare, Put
@@ -159,7 +159,7 @@ class SharedTuf:
                     ],
                     [Put(key, data), Put(SNAPSHOT_KEY, signed[0]), Put(TIMESTAMP_KEY, signed[1])],
                 )
-            except StoreError as exc:
+            except CompareFailed as exc:
                 raise TufConflict(
                     f"the TUF metadata changed on another replica meanwhile ({exc}): push again"
                 ) from None

@@ -10,6 +10,7 @@ and on the device (``edged.trust.tufclient``). The gRPC path (root -> region -> 
 
 from __future__ import annotations
 
+import shutil
 import time
 from pathlib import Path
 from typing import Any
@@ -250,3 +251,18 @@ def test_a_regional_hub_cannot_add_targets(hub: Hub, tmp_path: Path) -> None:
     relayed = region_adopts(tmp_path / "region", hub)
     meta = artifact("vision-det", "1.0.0")
     refused("TufRelayed", relayed.check_delegated, "vision", b"", meta, now=time.time() + DAY)
+
+
+def test_a_regional_hub_keeps_no_repository_of_its_own(hub: Hub, tmp_path: Path) -> None:
+    from edgefleet.errors import HubDirError
+    from hub.server import _tuf_of
+
+    region = tmp_path / "region"
+    region.mkdir()
+    (region / "parent.json").write_text("{}")
+    assert _tuf_of(region, signing=True) is None  # nothing relayed yet
+    relayed = region_adopts(region, hub)
+    assert _tuf_of(region, signing=True) == relayed  # the last set, after a restart
+    shutil.copytree(hub.data / "tuf", region / "tuf")
+    with pytest.raises(HubDirError, match="keeps no repository of its own"):
+        _tuf_of(region, signing=True)
