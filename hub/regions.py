@@ -47,7 +47,7 @@ from edgefleet.api.meta import dns_label
 from edgefleet.errors import CompareFailed, CsrRejected, PkiError, TokenError
 from edgefleet.logs import get_logger
 from edgefleet.v1 import federation_pb2, federation_pb2_grpc
-from hub import pki, slicing, storekeys, tokens
+from hub import pki, slicing, storekeys, tokens, tufrelaying
 from hub.auth import Caller, authorize
 from hub.context import HubContext
 from hub.enrolling import REFUSED, source_of
@@ -83,6 +83,7 @@ class RegionState:
     generation_sent: int = 0
     generation_applied: int = 0
     digest_sent: str = ""
+    tuf_sent: str = ""  # the digest of the TUF metadata set last sent (hub.tufrelaying)
     revoked: bool = False  # set with ``stream``: the stream ends as revoked
     report: federation_pb2.RegionReport | None = None
     artifacts: frozenset[str] = frozenset()  # blobs the region's slice names (may be fetched)
@@ -391,6 +392,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
         state.connected, state.connected_at, state.last_message = True, now, now
         state.generation_applied = first.hello.generation
         state.digest_sent = ""  # the whole slice again on every connection
+        state.tuf_sent = ""
         self.ctx.writer.event(
             "Region", caller.name, "Normal", "Connected", "the regional hub connected"
         )
@@ -400,6 +402,10 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
         waiter = asyncio.ensure_future(replaced.wait())
         try:
             while not reader.done() and not replaced.is_set():
+                # TUF metadata first: a device the slice reaches finds its targets listed
+                tuf = self._tuf_message(caller.name, state)
+                if tuf is not None:
+                    yield federation_pb2.RootMessage(tuf=tuf)
                 s = self._slice(caller.name)
                 if s.digest != state.digest_sent:
                     generation = await self._generation(caller.name, s.digest)
@@ -456,6 +462,32 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                     "the regional hub's stream ended",
                 )
                 log.info("region disconnected", region=caller.name)
+
+    def _tuf_message(self, region: str, state: RegionState) -> federation_pb2.TufMetadataSet | None:
+        """This hub's TUF metadata when the region has not been sent it as it is now (a push,
+        a new root or targets, a timestamp signed again); None otherwise."""
+        tuf = self.ctx.tuf
+        if tuf is None:
+            return None
+        files, digest = tuf.files()
+        if digest == state.tuf_sent:
+            return None
+        state.tuf_sent = digest
+        message = tufrelaying.set_message(files, digest)
+        size = message.ByteSize()
+        if size > tufrelaying.MAX_SET_BYTES:
+            log.error("region tuf metadata too large", region=region, bytes=size)
+            self.ctx.writer.event(
+                "Region",
+                region,
+                "Warning",
+                "TufMetadataTooLarge",
+                f"the TUF metadata is {size} bytes (at most {tufrelaying.MAX_SET_BYTES}): not "
+                "sent; the region keeps serving the last it received",
+            )
+            return None
+        log.info("region tuf metadata sent", region=region, files=len(files), bytes=size)
+        return message
 
     async def _generation(self, region: str, digest: str) -> int:
         """The generation of a slice: the same for the same content, else the store's
