@@ -268,7 +268,14 @@ class WaveController:
                 dep, state, placed, expected, views = got
                 analysis = self._analyze(name, dep, state, placed, expected, views, now)
                 planned = plan_waves(
-                    dep.spec.rollout.waves, state, placed, expected, views, now, analysis
+                    dep.spec.rollout.waves,
+                    state,
+                    placed,
+                    expected,
+                    views,
+                    now,
+                    analysis,
+                    dep.spec.rollout.progress_deadline_s,
                 )
                 if planned.state is not None:
                     await self._write(name, planned.state, planned.events)

@@ -10,6 +10,8 @@ it: that revision Ready, or Refused.
   from its stored state; ``edgectl rollout status`` at the root shows the waves;
 * wave 1 fails (eu's device refuses the new revision, eu rolls back) -> the root rolls every
   region back; us never got the new revision;
+* wave 1 does not pass within ``progressDeadlineSeconds`` -> the root rolls every region back
+  (``ProgressDeadlineExceeded``), ``edgectl rollout status`` exits 1;
 * ``spec.rollout.waves`` is refused at a regional hub and at a hub without regions.
 """
 
@@ -60,13 +62,18 @@ def slow_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., Non
 
 
 def deployment(
-    version: str, waves: list[Any] | None = None, canary: dict[str, Any] | None = None
+    version: str,
+    waves: list[Any] | None = None,
+    canary: dict[str, Any] | None = None,
+    deadline: int | None = None,
 ) -> bytes:
     rollout: dict[str, Any] = {"maxSurge": 1, "maxUnavailable": 0}
     if waves is not None:
         rollout["waves"] = waves
     if canary is not None:
         rollout["canary"] = canary
+    if deadline is not None:
+        rollout["progressDeadlineSeconds"] = deadline
     return orjson.dumps(
         {
             "apiVersion": "edgefleet.io/v1",
@@ -440,6 +447,61 @@ async def test_a_failed_wave_rolls_every_region_back(tmp_path: Path) -> None:
             text, phase = render(await root.get())
             assert phase == "RolledBack"
             assert "wave 1 [Failed]: regions eu" in text and "wave 1 failed:" in text
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_a_wave_not_passed_within_the_progress_deadline_rolls_every_region_back(
+    tmp_path: Path,
+) -> None:
+    """eu's own rollout of 2.0.0 stops at a canary pause (which no region deadline bounds):
+    the root's wave 1 (eu) does not pass within progressDeadlineSeconds, and every region is
+    sent 1.0.0 again; ``edgectl rollout status`` at the root exits 1 with the reason."""
+    from edgectltesting import edgectl
+
+    canary = {"steps": [{"pause": {}}, "100%"]}
+    fleet = Fleet(tmp_path)
+    await fleet.make()
+    async with fleet.root() as root:
+        eu_paths, us_paths = await fleet.region(root, "eu"), await fleet.region(root, "us")
+        await push(root, "1.0.0")
+        await push(root, "2.0.0")
+        await root.apply(deployment("1.0.0", WAVES))
+        async with Hub(eu_paths) as eu, Hub(us_paths) as us, devices(eu, us):
+            await everywhere_on(root, eu, us, "1.0.0")
+            await root.apply(deployment("2.0.0", WAVES, canary, deadline=3))
+            waves = root.ctx.waves
+            assert waves is not None
+            await until(lambda: eu.version() == "2.0.0", "eu sent 2.0.0")
+            await until(
+                lambda: waves.states["det"].phase is WavePhase.ROLLED_BACK, "the waves roll back"
+            )
+            state = waves.states["det"]
+            assert state.reason == "ProgressDeadlineExceeded", state.message
+            assert (
+                "did not pass wave 1 of 1 (eu) within progressDeadlineSeconds 3 s: "
+                "not finished in eu (eu: "
+            ) in state.message
+            assert "rollout Paused" in state.message  # eu's figures: held at its canary pause
+            assert "every region (eu) is sent revision 1 (1.0.0) again" in state.message
+            events = root.events("RolledBack")
+            assert events and events[-1]["type"] == "Warning"
+            assert events[-1]["message"] == state.message
+            assert state.history[-1]["regions"]["eu"]["desiredDevices"] == 1
+            # eu is sent 1.0.0 again (a new rollout there, from its stable revision: its
+            # device never left 1.0.0); us never got 2.0.0
+            await until(lambda: eu.version() == "1.0.0", "eu back on 1.0.0")
+            sent = eu.ctx.cache.revision_for("det", "cam-eu-0")
+            assert sent is not None and sent.model == ("det", "1.0.0")
+            assert all(r.model[1] == "1.0.0" for r in us.ctx.cache.revisions["det"].values())
+            assert rolled_out(us, "1.0.0")
+
+            shown = await asyncio.to_thread(
+                edgectl, root.paths.admin_config, "rollout", "status", "det"
+            )
+            assert shown.returncode == 1, shown
+            assert "rolled back (ProgressDeadlineExceeded)" in shown.stderr, shown.stderr
+            assert "wave 1 [Failed]: regions eu" in shown.stdout, shown.stdout
 
 
 @async_test
