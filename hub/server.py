@@ -398,7 +398,10 @@ async def _serve(
     if elector is not None:
         elector.identity = replica_identity(f"port {running.port}")
         controllers = [elector, *(LeaderOnly(c, elector) for c in controllers)]
-        controllers.append(CacheFollower(ctx.store, ctx.cache, ctx.sessions, elector))
+        followers = [ctx.waves] if ctx.waves is not None else []
+        controllers.append(
+            CacheFollower(ctx.store, ctx.cache, ctx.sessions, elector, followers=followers)
+        )
         controllers.append(
             ReplicaDevices(
                 store=ctx.store,

@@ -11,6 +11,12 @@ root streams to its regions read :meth:`WaveController.manifest_for`: a region n
 yet (or after a rollback) gets the stable revision. A root restarted at any moment goes on
 from the stored states; the regions' reports come back as they reconnect (until then a wave
 waits: a region not heard from is neither a pass nor a failure).
+
+With hub replicas on etcd the controller runs on the leader only; every other replica keeps
+the states as the leader writes them (:meth:`WaveController.follow`, from its cache
+follower's watch), so ``edgectl rollout status`` and the slices any replica streams show the
+waves where they are. The analysis across regions is the leader's (its samples are in
+memory): a follower shows none.
 """
 
 from __future__ import annotations
@@ -29,7 +35,8 @@ from hub.analyzing import Analysis, History, Sample
 from hub.caching import Cache
 from hub.regions import Regions
 from hub.rolling import Revision, RolloutState
-from hub.store import Compare, Delete, Put, Store
+from hub.store import Compare, Delete, EventType, Put, Store
+from hub.store import Event as StoreEvent
 from hub.waving import (
     RegionSide,
     RegionView,
@@ -92,6 +99,23 @@ class WaveController:
             states[state.deployment] = state
             mods[state.deployment] = kv.mod_revision
         self.states, self._mods = states, mods
+
+    def follow(self, event: StoreEvent) -> bool:
+        """A follower replica's view of the leader's writes (:class:`hub.replicas.CacheFollower`
+        watching the store): a state at ``/waves/`` put or deleted (True), else False. The
+        wave controller itself runs on the leader only; this keeps every replica's
+        ``status.rollout.waves`` and the slices it streams to regions current."""
+        key = event.kv.key
+        if not key.startswith(storekeys.WAVES):
+            return False
+        name = key[len(storekeys.WAVES) :]
+        if event.type is EventType.PUT:
+            self.states[name] = WaveState.from_json(storekeys.loads(event.kv.value))
+            self._mods[name] = event.kv.mod_revision
+        else:
+            self.states.pop(name, None)
+            self._mods.pop(name, None)
+        return True
 
     def wake(self) -> None:
         self._wake.set()

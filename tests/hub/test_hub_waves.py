@@ -12,6 +12,8 @@ it: that revision Ready, or Refused.
   region back; us never got the new revision;
 * wave 1 does not pass within ``progressDeadlineSeconds`` -> the root rolls every region back
   (``ProgressDeadlineExceeded``), ``edgectl rollout status`` exits 1;
+* two root replicas on a real etcd: the one that does not lead shows the waves as the leader
+  moves them;
 * ``spec.rollout.waves`` is refused at a regional hub and at a hub without regions.
 """
 
@@ -20,6 +22,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import shutil
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
@@ -29,6 +32,7 @@ import grpc
 import orjson
 import pytest
 from asynctesting import async_test
+from etcdtesting import EtcdServer
 from hubserving import AdminHub, client_credentials, make_hub_dir
 
 from edgefleet.launching import free_port_pair
@@ -38,7 +42,9 @@ from hub import pki, storekeys, tokens
 from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
 from hub.federating import ParentFiles, ParentLink, enroll_with_parent
 from hub.initializing import HubPaths, init_hub
+from hub.replicas import CacheFollower
 from hub.server import build_context, start_server
+from hub.store.electing import LeaderOnly
 from hub.trustsetup import quickstart_trust
 from hub.waving import WavePhase
 
@@ -118,11 +124,20 @@ class Hub:
 
     async def __aenter__(self) -> Hub:
         ctx = self.ctx = await build_context(self.paths.data_dir)
-        components: list[Component] = [ctx.writer, ctx.projector]
+        components: list[Component] = [ctx.projector]
         assert ctx.rollouts is not None
         components.append(ctx.rollouts)
         if ctx.waves is not None:
             components.append(ctx.waves)
+        if ctx.elector is not None:  # a replica on etcd, as hub serve runs one
+            ctx.elector.identity = f"replica {self.paths.data_dir.name}"
+            followers = [ctx.waves] if ctx.waves is not None else []
+            components = [
+                ctx.elector,
+                *(LeaderOnly(c, ctx.elector) for c in components),
+                CacheFollower(ctx.store, ctx.cache, ctx.sessions, ctx.elector, followers),
+            ]
+        components.insert(0, ctx.writer)
         parent = ParentFiles.load(self.paths.data_dir)
         if parent is not None:
             components.append(ParentLink(ctx, parent))
@@ -175,12 +190,13 @@ class Fleet:
         self.port = free_port_pair()
         self.address = f"127.0.0.1:{self.port}"
 
-    async def make(self) -> None:
+    async def make(self, store: str = "") -> None:
         result = await init_hub(
             self.tmp / "root",
             region="root",
             hub_address=self.address,
             trust_setup=quickstart_trust,
+            store=store,
         )
         self.root_paths, self.pin = result.paths, result.ca_pin
 
@@ -502,6 +518,84 @@ async def test_a_wave_not_passed_within_the_progress_deadline_rolls_every_region
             assert shown.returncode == 1, shown
             assert "rolled back (ProgressDeadlineExceeded)" in shown.stderr, shown.stderr
             assert "wave 1 [Failed]: regions eu" in shown.stdout, shown.stdout
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_a_root_replica_that_does_not_lead_shows_the_waves_where_they_are(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    """Two root replicas on one real etcd (copies of one data directory), r0 leading; eu's
+    hub streams to r0. As r0's wave controller moves (wave 1 passes, then it waits for us,
+    unreachable; then an operator pauses it), r1 (following, its controllers idle) shows the
+    same state in ``status.rollout.waves`` and sends each region the same revision."""
+    fleet = Fleet(tmp_path)
+    await fleet.make(store=f"etcd://{etcd_server.endpoint}{etcd_namespace}")
+    shutil.copytree(fleet.root_paths.data_dir, tmp_path / "r1")
+    async with fleet.root() as leader:
+        assert leader.ctx.elector is not None
+        await until(lambda: leader.ctx.elector and leader.ctx.elector.leading, "r0 leads")
+        eu_paths = await fleet.region(leader, "eu")
+        await fleet.region(leader, "us")  # enrolled, never running: unreachable
+        await push(leader, "1.0.0")
+        await push(leader, "2.0.0")
+        await leader.apply(deployment("1.0.0", WAVES))
+        async with Hub(HubPaths.of(tmp_path / "r1")) as follower, Hub(eu_paths) as eu:
+            assert follower.ctx.elector is not None and not follower.ctx.elector.leading
+            assert follower.ctx.waves is not None and leader.ctx.waves is not None
+            async with devices(eu):
+                await until(lambda: rolled_out(eu, "1.0.0"), "eu on 1.0.0")
+                await leader.apply(deployment("2.0.0", WAVES))
+                waves = leader.ctx.waves
+                await until(
+                    lambda: (
+                        waves.states["det"].reason == "RegionUnreachable"
+                        and waves.states["det"].step == 1
+                    ),
+                    "wave 1 passes, then the wave waits for us",
+                    detail=lambda: waves.states["det"].message,
+                )
+
+            def shown_on_follower() -> dict[str, Any] | None:
+                assert follower.ctx.waves is not None
+                return follower.ctx.waves.status("det")
+
+            await until(
+                lambda: (shown_on_follower() or {}).get("reason") == "RegionUnreachable",
+                "the follower shows the waves' current state",
+                detail=lambda: str(shown_on_follower()),
+            )
+            on_follower = (await follower.get())["status"]["rollout"]["waves"]
+            on_leader = (await leader.get())["status"]["rollout"]["waves"]
+            for key in ("revision", "stableRevision", "phase", "reason", "message", "step"):
+                assert on_follower[key] == on_leader[key], key
+            assert (on_follower["revision"], on_follower["step"]) == (2, 2)
+            assert [w["state"] for w in on_follower["waves"]] == ["Passed", "Progressing"]
+            assert on_follower["conditions"][0]["status"] == "False"
+            assert on_follower["history"] == on_leader["history"]
+            # the slices a follower streams are the leader's: both regions released
+            assert follower.ctx.waves.states["det"].released == frozenset({"eu", "us"})
+            stored = follower.ctx.cache.stored[("ModelDeployment", "det")].manifest
+            for region in ("eu", "us"):
+                sent = follower.ctx.waves.manifest_for(region, stored)
+                assert sent == leader.ctx.waves.manifest_for(region, stored)
+                assert sent["spec"]["model"]["version"] == "2.0.0"
+            # an operator's pause at the leader: the follower shows it; it refuses one itself
+            async with leader.channel() as channel:
+                await leader.stub(channel).RolloutAction(
+                    admin_pb2.RolloutActionRequest(
+                        name="det", action=admin_pb2.RolloutActionRequest.PAUSE
+                    )
+                )
+            await until(
+                lambda: (shown_on_follower() or {}).get("phase") == "Paused",
+                "the follower shows the pause",
+            )
+
+            from edgectl.rollouts import render
+
+            text, phase = render(await follower.get())
+            assert phase == "Paused" and "wave 1 [Passed]: regions eu" in text, text
 
 
 @async_test
