@@ -356,7 +356,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     def _check_waves(self, parsed: list[applying.ParsedObject]) -> None:
         """``spec.rollout.waves`` rolls a revision out across regions: only at a root hub with
-        regions enrolled, naming enrolled regions (hub.waving)."""
+        regions enrolled, naming enrolled regions (hub.waving). A per-region override
+        (hub.slicing) may not name this hub's own region."""
         problems: list[str] = []
         regions = self._ctx.regions
         enrolled = sorted(regions.regions) if regions is not None else []
@@ -384,6 +385,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                                 f"{path}[{j}].regions[{k}]: {region!r} is not an enrolled "
                                 f"region (enrolled: {', '.join(enrolled)})"
                             )
+        for i, obj in enumerate(parsed):  # an override for this hub's own devices: none apply
+            for key, region in sorted(slicing.override_regions(obj.manifest).items()):
+                if region == self._ctx.region:
+                    problems.append(
+                        f'documents[{i}].metadata.annotations["{key}"]: names this hub\'s own '
+                        f"region {region!r}: per-region overrides apply to the regional hubs "
+                        "below it; its own devices run the deployment as applied"
+                    )
         if problems:
             raise _invalid("; ".join(problems))
 

@@ -406,6 +406,31 @@ def test_a_region_gets_its_replica_override() -> None:
     assert slicing.with_overrides(per, "eu")["spec"]["replicas"] == {"perDevice": 3}
 
 
+def test_a_region_gets_its_model_variant_at_the_deployments_versions() -> None:
+    doc = with_annotations(
+        deployment("det", version="2.0.0"),
+        {
+            "federation.edgefleet.io/model.eu": "det-int8",
+            "federation.edgefleet.io/replicas.eu": "2",
+        },
+    )
+    models = {
+        (n, v): record(n, v) for n in ("det", "det-int8") for v in ("1.0.0", "2.0.0", "3.0.0")
+    }
+    revisions = {"det": [("det", "1.0.0"), ("det", "2.0.0")]}
+    eu = slicing.plan_slice("eu", [doc], models, revisions, [])
+    assert eu.objects[0]["spec"]["model"] == {"name": "det-int8", "version": "2.0.0"}
+    assert eu.objects[0]["spec"]["replicas"] == {"perDevice": 2}  # both overrides
+    assert [(m.name, m.version) for m in eu.models] == [
+        ("det-int8", "1.0.0"),
+        ("det-int8", "2.0.0"),
+    ]
+    us = slicing.plan_slice("us", [doc], models, revisions, [])
+    assert us.objects[0]["spec"]["model"] == {"name": "det", "version": "2.0.0"}
+    assert [(m.name, m.version) for m in us.models] == [("det", "1.0.0"), ("det", "2.0.0")]
+    assert slicing.with_overrides(doc, "us") is doc
+
+
 @pytest.mark.parametrize(
     ("annotations", "problem"),
     [
@@ -415,6 +440,15 @@ def test_a_region_gets_its_replica_override() -> None:
         ),
         ({"federation.edgefleet.io/replicas.eu": "two"}, "got 'two'"),
         ({"federation.edgefleet.io/replicas.EU_1": "2"}, "the region: must be a DNS label"),
+        ({"federation.edgefleet.io/model.eu": "Det Int8"}, "the model name: must be a DNS label"),
+        ({"federation.edgefleet.io/model.eu": ""}, "the model name:"),
+        ({"federation.edgefleet.io/model.EU_1": "det-int8"}, "the region: must be a DNS label"),
+        (
+            {"federation.edgefleet.io/runtime.eu": "fp16"},
+            "not supported: the per-region overrides are federation.edgefleet.io/replicas.<region>"
+            " (a replica count) and federation.edgefleet.io/model.<region> (a model variant)",
+        ),
+        ({"federation.edgefleet.io/max-weight": "10"}, "not applied by hand"),
     ],
 )
 def test_a_bad_override_is_refused_at_apply_naming_the_annotation(
@@ -427,9 +461,33 @@ def test_a_bad_override_is_refused_at_apply_naming_the_annotation(
     with pytest.raises(ValidationError) as err:
         applying.parse_documents([storekeys.dumps(doc)])
     text = "\n".join(str(p) for p in err.value.problems)
-    assert 'documents[0].metadata.annotations["federation.edgefleet.io/replicas.' in text, text
+    key = next(iter(annotations))
+    assert f'documents[0].metadata.annotations["{key}"]' in text, text
     assert problem in text, text
     assert applying.parse_documents([storekeys.dumps(deployment("a"))])  # no override: fine
+
+
+def test_a_model_variant_is_refused_where_it_cannot_apply() -> None:
+    from edgefleet.errors import ValidationError
+    from hub import applying
+
+    pinned = deployment("a")
+    pinned["spec"]["model"]["sha256"] = "ab" * 32
+    baseline = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "SecurityBaseline",
+        "metadata": {"name": "fleet"},
+        "spec": {"requireAttestation": False},
+    }
+    for doc, problem in (
+        (pinned, "spec.model may not pin the artifact itself (it sets sha256)"),
+        (baseline, "a model override applies to a ModelDeployment only"),
+    ):
+        annotated = with_annotations(doc, {"federation.edgefleet.io/model.eu": "a-int8"})
+        with pytest.raises(ValidationError) as err:
+            applying.parse_documents([storekeys.dumps(annotated)])
+        text = "\n".join(str(p) for p in err.value.problems)
+        assert problem in text, text
 
 
 def admin_channel(root: Root) -> grpc.aio.Channel:

@@ -12,6 +12,8 @@ it: that revision Ready, or Refused.
   region back; us never got the new revision;
 * wave 1 does not pass within ``progressDeadlineSeconds`` -> the root rolls every region back
   (``ProgressDeadlineExceeded``), ``edgectl rollout status`` exits 1;
+* a model variant for eu (``federation.edgefleet.io/model.eu``) -> eu runs it, through the
+  waves;
 * two root replicas on a real etcd: the one that does not lead shows the waves as the leader
   moves them;
 * ``spec.rollout.waves`` is refused at a regional hub and at a hub without regions.
@@ -72,6 +74,7 @@ def deployment(
     waves: list[Any] | None = None,
     canary: dict[str, Any] | None = None,
     deadline: int | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> bytes:
     rollout: dict[str, Any] = {"maxSurge": 1, "maxUnavailable": 0}
     if waves is not None:
@@ -84,7 +87,7 @@ def deployment(
         {
             "apiVersion": "edgefleet.io/v1",
             "kind": "ModelDeployment",
-            "metadata": {"name": "det"},
+            "metadata": {"name": "det", **({"annotations": annotations} if annotations else {})},
             "spec": {
                 "model": {"name": "det", "version": version},
                 "replicas": {"perDevice": 1},
@@ -219,14 +222,14 @@ class Fleet:
         return Hub(self.root_paths, listen=self.address)
 
 
-async def push(root: Hub, version: str) -> None:
+async def push(root: Hub, version: str, name: str = "det") -> None:
     """A model pushed at the root: its bytes in the blob store (the regions fetch them)."""
-    path = root.paths.data_dir / f"det-{version}.bin"
-    path.write_bytes(f"model {version}".encode() * 100)
-    sha = root.ctx.blobs.ingest_file(path, name="det", version=version, verifiers=[])
-    record = storekeys.ModelRecord("det", version, sha, path.stat().st_size, b"{}", 1.0)
-    await root.ctx.store.put(storekeys.model_key("det", version), storekeys.dumps(record.to_json()))
-    root.ctx.cache.models[("det", version)] = record
+    path = root.paths.data_dir / f"{name}-{version}.bin"
+    path.write_bytes(f"model {name} {version}".encode() * 100)
+    sha = root.ctx.blobs.ingest_file(path, name=name, version=version, verifiers=[])
+    record = storekeys.ModelRecord(name, version, sha, path.stat().st_size, b"{}", 1.0)
+    await root.ctx.store.put(storekeys.model_key(name, version), storekeys.dumps(record.to_json()))
+    root.ctx.cache.models[(name, version)] = record
 
 
 async def device(
@@ -596,6 +599,62 @@ async def test_a_root_replica_that_does_not_lead_shows_the_waves_where_they_are(
 
             text, phase = render(await follower.get())
             assert phase == "Paused" and "wave 1 [Passed]: regions eu" in text, text
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_a_region_runs_its_model_variant_and_the_waves_move_it(tmp_path: Path) -> None:
+    """``federation.edgefleet.io/model.eu: det-int8``: eu runs det-int8 at the deployment's
+    versions (fetching only those artifacts), us runs det; a new version goes in waves."""
+    variant = {"federation.edgefleet.io/model.eu": "det-int8"}
+    fleet = Fleet(tmp_path)
+    await fleet.make()
+    async with fleet.root() as root:
+        eu_paths, us_paths = await fleet.region(root, "eu"), await fleet.region(root, "us")
+        for name in ("det", "det-int8"):
+            for version in ("1.0.0", "2.0.0"):
+                await push(root, version, name)
+        # an override for the root's own region would apply to nothing: refused
+        async with root.channel() as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await root.stub(channel).Apply(
+                    admin_pb2.ApplyRequest(
+                        documents=[
+                            deployment(
+                                "1.0.0", annotations={"federation.edgefleet.io/model.root": "x"}
+                            )
+                        ]
+                    )
+                )
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert (
+            'documents[0].metadata.annotations["federation.edgefleet.io/model.root"]: names '
+            "this hub's own region 'root'"
+        ) in str(err.value.details())
+        await root.apply(deployment("1.0.0", WAVES, annotations=variant))
+        async with Hub(eu_paths) as eu, Hub(us_paths) as us, devices(eu, us):
+            await everywhere_on(root, eu, us, "1.0.0")
+
+            def model_of(hub: Hub) -> tuple[str, str] | None:
+                sent = hub.ctx.cache.revision_for("det", f"cam-{hub.ctx.region}-0")
+                return sent.model if sent is not None else None
+
+            assert model_of(eu) == ("det-int8", "1.0.0")
+            assert model_of(us) == ("det", "1.0.0")
+            await root.apply(deployment("2.0.0", WAVES, annotations=variant))
+            waves = root.ctx.waves
+            assert waves is not None
+            await until(
+                lambda: waves.states["det"].phase is WavePhase.COMPLETE, "the waves complete"
+            )
+            assert waves.states["det"].history[0]["regions"]["eu"]["rollout"]["phase"] == (
+                "Complete"
+            )
+            await everywhere_on(root, eu, us, "2.0.0")
+            assert model_of(eu) == ("det-int8", "2.0.0")
+            assert model_of(us) == ("det", "2.0.0")
+            assert {m for m in eu.ctx.cache.models if m[0] == "det"} == set()
+            assert {m for m in us.ctx.cache.models if m[0] == "det-int8"} == set()
 
 
 @async_test

@@ -194,6 +194,25 @@ def test_the_expected_template_has_the_regions_replica_override() -> None:
     assert expected_template(m, "eu") == template_hash(slicing.with_overrides(m, "eu"))
 
 
+def test_a_regions_model_variant_moves_with_the_waves() -> None:
+    """eu runs the variant det-int8: before its wave at the stable version, after it at the
+    new one; the template the root expects from eu is the variant's."""
+    current = manifest("2.0.0", WAVES)
+    current["metadata"]["annotations"] = {f"{slicing.MODEL_OVERRIDE}eu": "det-int8"}
+    waiting = progressing()
+    released = progressing(released=frozenset({"eu"}))
+
+    def sent(state: WaveState, region: str) -> dict[str, Any]:
+        out = slicing.with_overrides(region_manifest(current, state, region), region)
+        return dict(out["spec"]["model"])
+
+    assert sent(waiting, "eu") == {"name": "det-int8", "version": "1.0.0"}
+    assert sent(released, "eu") == {"name": "det-int8", "version": "2.0.0"}
+    assert sent(released, "us") == {"name": "det", "version": "1.0.0"}
+    assert expected_template(current, "eu") != expected_template(current, "us")
+    assert expected_template(current, "eu") == template_hash(slicing.with_overrides(current, "eu"))
+
+
 # -- a new revision -----------------------------------------------------------------------------
 
 
