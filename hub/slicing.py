@@ -7,7 +7,11 @@ A ModelDeployment goes to the regions its ``spec.placement.regions`` lists, or t
 when it lists none; DeviceHealthPolicy and SecurityBaseline objects go to every region. A region
 also gets the artifacts its deployments use, and those of the revisions the root holds for
 them (so a rollout or a rollback inside the region finds the older version), each with its
-signed metadata exactly as the publisher signed it.
+signed metadata exactly as the publisher signed it. Per-region overrides, annotations on a
+ModelDeployment at the root, change what one region gets (:func:`with_overrides`): its
+replica count, its model variant (another model at the same versions) or its precision
+variant (``runtime.precision``); any other ``federation.edgefleet.io/`` annotation is refused
+at apply (:func:`override_problems`).
 """
 
 from __future__ import annotations
@@ -17,7 +21,9 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from edgefleet.api import Precision
 from edgefleet.api.meta import dns_label, label_key, label_value
+from edgefleet.api.validating import one_of
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import federation_pb2
 from hub import storekeys
@@ -60,8 +66,13 @@ MODEL_OVERRIDE = "federation.edgefleet.io/model."
 root: that region gets the deployment with the model NAME (a variant, e.g. an int8 build for
 a region of NPUs) at the deployment's own ``spec.model.version``, so every revision, and
 every wave of a rollout in waves, moves the variant with the deployment's version."""
+PRECISION_OVERRIDE = "federation.edgefleet.io/precision."
+"""An annotation ``federation.edgefleet.io/precision.<region>: "int8"`` on a ModelDeployment at
+the root: that region gets ``spec.runtime.precision`` set to it, so its devices serve that
+precision variant of the same signed artifact (an extra ``<stem>.<precision>.onnx``,
+docs/trust.md)."""
 MAX_OVERRIDE_REPLICAS = 100_000
-OVERRIDES = (REPLICAS_OVERRIDE, MODEL_OVERRIDE)
+OVERRIDES = (REPLICAS_OVERRIDE, MODEL_OVERRIDE, PRECISION_OVERRIDE)
 
 
 def _overrides(manifest: Mapping[str, Any], prefix: str = REPLICAS_OVERRIDE) -> dict[str, str]:
@@ -93,11 +104,16 @@ def override_problems(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
                 (
                     path,
                     "not supported: the per-region overrides are "
-                    f"{REPLICAS_OVERRIDE}<region> (a replica count) and {MODEL_OVERRIDE}<region> "
-                    "(a model variant)",
+                    f"{REPLICAS_OVERRIDE}<region> (a replica count), {MODEL_OVERRIDE}<region> "
+                    f"(a model variant) and {PRECISION_OVERRIDE}<region> (a precision variant)",
                 )
             )
-    for prefix, what in ((REPLICAS_OVERRIDE, "a replica"), (MODEL_OVERRIDE, "a model")):
+    kinds = (
+        (REPLICAS_OVERRIDE, "a replica"),
+        (MODEL_OVERRIDE, "a model"),
+        (PRECISION_OVERRIDE, "a precision"),
+    )
+    for prefix, what in kinds:
         for region, value in sorted(_overrides(manifest, prefix).items()):
             path = f'metadata.annotations["{prefix}{region}"]'
             if manifest.get("kind") != "ModelDeployment":
@@ -117,8 +133,17 @@ def override_problems(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
                         )
                     )
                 continue
+            if prefix == PRECISION_OVERRIDE:
+                try:
+                    _precision(value)
+                except ValueError as exc:
+                    problems.append((path, str(exc)))
+                continue
             problems += [(path, p) for p in _model_override_problems(manifest, value)]
     return problems
+
+
+_precision = one_of(Precision)
 
 
 def _model_override_problems(manifest: Mapping[str, Any], value: str) -> list[str]:
@@ -150,7 +175,8 @@ def with_overrides(manifest: Mapping[str, Any], region: str) -> Mapping[str, Any
     applied, if it has them."""
     replicas = _overrides(manifest).get(region)
     variant = _overrides(manifest, MODEL_OVERRIDE).get(region)
-    if (replicas is None or not replicas.isdigit()) and not variant:
+    precision = _overrides(manifest, PRECISION_OVERRIDE).get(region)
+    if (replicas is None or not replicas.isdigit()) and not variant and not precision:
         return manifest
     spec = dict(manifest["spec"])
     if replicas is not None and replicas.isdigit():
@@ -159,6 +185,8 @@ def with_overrides(manifest: Mapping[str, Any], region: str) -> Mapping[str, Any
         spec["replicas"] = {key: int(replicas)}
     if variant:
         spec["model"] = {**(spec.get("model") or {}), "name": variant}
+    if precision:
+        spec["runtime"] = {**(spec.get("runtime") or {}), "precision": precision}
     return {**manifest, "spec": spec}
 
 

@@ -431,6 +431,17 @@ def test_a_region_gets_its_model_variant_at_the_deployments_versions() -> None:
     assert slicing.with_overrides(doc, "us") is doc
 
 
+def test_a_region_gets_its_precision_variant() -> None:
+    doc = with_annotations(deployment("det"), {"federation.edgefleet.io/precision.eu": "int8"})
+    doc["spec"]["runtime"] = {"maxBatchSize": 4}
+    doc = parse_manifest(doc).to_dict()
+    eu = slicing.plan_slice("eu", [doc], {}, {}, []).objects[0]
+    assert eu["spec"]["runtime"] == {**doc["spec"]["runtime"], "precision": "int8"}
+    assert eu["spec"]["model"] == doc["spec"]["model"]  # the same artifact, another extra
+    assert parse_manifest(dict(eu)).to_dict() == eu  # a canonical manifest the region accepts
+    assert slicing.plan_slice("us", [doc], {}, {}, []).objects[0] == doc
+
+
 @pytest.mark.parametrize(
     ("annotations", "problem"),
     [
@@ -446,9 +457,14 @@ def test_a_region_gets_its_model_variant_at_the_deployments_versions() -> None:
         (
             {"federation.edgefleet.io/runtime.eu": "fp16"},
             "not supported: the per-region overrides are federation.edgefleet.io/replicas.<region>"
-            " (a replica count) and federation.edgefleet.io/model.<region> (a model variant)",
+            " (a replica count), federation.edgefleet.io/model.<region> (a model variant) and "
+            "federation.edgefleet.io/precision.<region> (a precision variant)",
         ),
         ({"federation.edgefleet.io/max-weight": "10"}, "not applied by hand"),
+        (
+            {"federation.edgefleet.io/precision.eu": "int4"},
+            'must be one of fp32, fp16, int8, got "int4"',
+        ),
     ],
 )
 def test_a_bad_override_is_refused_at_apply_naming_the_annotation(

@@ -37,6 +37,7 @@ from asynctesting import async_test
 from etcdtesting import EtcdServer
 from hubserving import AdminHub, client_credentials, make_hub_dir
 
+from edgefleet.api import Precision
 from edgefleet.launching import free_port_pair
 from edgefleet.supervising import Component
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
@@ -605,8 +606,12 @@ async def test_a_root_replica_that_does_not_lead_shows_the_waves_where_they_are(
 @slow_test
 async def test_a_region_runs_its_model_variant_and_the_waves_move_it(tmp_path: Path) -> None:
     """``federation.edgefleet.io/model.eu: det-int8``: eu runs det-int8 at the deployment's
-    versions (fetching only those artifacts), us runs det; a new version goes in waves."""
-    variant = {"federation.edgefleet.io/model.eu": "det-int8"}
+    versions (fetching only those artifacts), us runs det (at fp16, its own override); a new
+    version goes in waves."""
+    variant = {
+        "federation.edgefleet.io/model.eu": "det-int8",
+        "federation.edgefleet.io/precision.us": "fp16",  # us: det's fp16 extra
+    }
     fleet = Fleet(tmp_path)
     await fleet.make()
     async with fleet.root() as root:
@@ -653,6 +658,8 @@ async def test_a_region_runs_its_model_variant_and_the_waves_move_it(tmp_path: P
             await everywhere_on(root, eu, us, "2.0.0")
             assert model_of(eu) == ("det-int8", "2.0.0")
             assert model_of(us) == ("det", "2.0.0")
+            assert us.ctx.cache.deployments["det"].spec.runtime.precision == Precision.FP16
+            assert eu.ctx.cache.deployments["det"].spec.runtime.precision is None
             assert {m for m in eu.ctx.cache.models if m[0] == "det"} == set()
             assert {m for m in us.ctx.cache.models if m[0] == "det-int8"} == set()
 
