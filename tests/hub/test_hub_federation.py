@@ -161,6 +161,10 @@ def report(devices: int = 1, **fields: Any) -> federation_pb2.RegionReport:
             "report.inventory.devices[0].labels",
         ),
         (
+            lambda r: r.inventory.devices[0].labels.update({"k": "bad value!"}),
+            "report.inventory.devices[0].labels['k']: must be a label value",
+        ),
+        (
             lambda r: r.inventory.devices[0].labels.update({f"k{i}": "v" for i in range(65)}),
             "labels: at most 64",
         ),
