@@ -46,6 +46,9 @@ class Projector:
         self._region = region
         self._dirty: set[str] = set()
         self.on_mark: Callable[[], None] | None = None  # the scheduler: devices changed
+        # a root's region streams (hub.regions.Regions.changed): what marks devices (an
+        # apply, a push, a new revision, trust roots) may change the regions' slices too
+        self.on_change: Callable[[], None] | None = None
         self.contents: dict[str, DesiredContent] = {}
         self._on_pushed = on_pushed
         self._on_placed = on_placed  # (placements made, placements ended), for the metrics
@@ -62,6 +65,8 @@ class Projector:
         own marks do not)."""
         self._dirty.update(names)
         self._batches.wake()
+        if self.on_change is not None:
+            self.on_change()
         if notify and self.on_mark is not None:
             self.on_mark()
 
