@@ -49,7 +49,13 @@ from hub.auth import Caller, authorize, caller_of
 from hub.caching import Cache
 from hub.context import HubContext
 from hub.dashboard import access as dashboard_access
-from hub.desired import MAX_DESIRED_STATE_BYTES, FleetPolicies, build_desired, wire_size
+from hub.desired import (
+    MAX_DESIRED_STATE_BYTES,
+    FleetPolicies,
+    build_desired,
+    wire_size,
+    wire_size_bound,
+)
 from hub.devices import Device
 from hub.pki import Role
 from hub.placing import REGION_LABEL
@@ -305,6 +311,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             if dep is not None and dep.spec.replicas.per_device is None:
                 placements[p.obj.name] = frozenset(cache.devices)
         fleet = FleetPolicies.of(trial)
+        if wire_size_bound(trial, fleet, planned=planned) <= MAX_DESIRED_STATE_BYTES:
+            return  # no device's state can be larger: not built device by device
         too_big: list[tuple[str, int]] = []
         for name, device in sorted(cache.devices.items()):
             previous = cache.desired.get(name)

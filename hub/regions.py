@@ -17,11 +17,13 @@ get their slice of the fleet, and report their status.
 * **FederationService** (mutual TLS, hub role, an enrolled region's current certificate):
   ``Federate``: a RegionHello naming the certificate's region, then the root sends the
   region's slice (:func:`hub.slicing.plan_slice`) at once and whenever its digest changes
-  (looked at every ``SLICE_POLL_S``), with a generation that only grows (the root's store
-  revision when the slice changed). The region acknowledges (SliceApplied) and reports
-  (RegionReport, bounded by :func:`hub.slicing.check_report`, at most ``REPORT_RATE`` a
-  second with a burst): a message over a bound ends the stream with INVALID_ARGUMENT or
-  RESOURCE_EXHAUSTED and nothing of it is kept. A second stream of a region replaces the first.
+  (looked at ``SLICE_GATHER_S`` after every device is marked, :meth:`Regions.changed`, as
+  an apply, a push or a new revision do; and every ``SLICE_POLL_S`` for the rest), with a
+  generation that only grows (the root's store revision when the slice changed). The region
+  acknowledges (SliceApplied) and reports (RegionReport, bounded by
+  :func:`hub.slicing.check_report`, at most ``REPORT_RATE`` a second with a burst): a message
+  over a bound ends the stream with INVALID_ARGUMENT or RESOURCE_EXHAUSTED and nothing of it
+  is kept. A second stream of a region replaces the first.
   ``FetchFederatedArtifact``: a blob named by the caller's slice, from an offset.
   ``RenewFederationCertificate``: a new certificate for the caller's own region (the root's
   ``[certificates] regionLifetime``); the record keeps the certificate it was asked with as
@@ -61,6 +63,7 @@ log = get_logger(__name__)
 REGIONS = "/regions/"
 HELLO_TIMEOUT_S = 30.0
 SLICE_POLL_S = 0.5
+SLICE_GATHER_S = 0.02  # after a change: the rest of an apply's changes come with it
 REPORT_RATE = Rate(2.0, 20)  # reports per second per region, burst
 CHUNK = 256 * 1024
 
@@ -105,6 +108,13 @@ class Regions:
     """The root's regions: their records (from the store) and what each last said."""
 
     regions: dict[str, RegionState] = field(default_factory=dict)
+    # the open streams' wake-ups: set when what a slice is made of may have changed
+    wakers: set[asyncio.Event] = field(default_factory=set)
+
+    def changed(self) -> None:
+        """What slices are made of may have changed: every stream looks again soon."""
+        for waker in self.wakers:
+            waker.set()
 
     @classmethod
     async def load(cls, store: Any) -> Regions:
@@ -400,6 +410,8 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
         failure: list[tuple[grpc.StatusCode, str]] = []
         reader = asyncio.ensure_future(self._read(state, it, failure))
         waiter = asyncio.ensure_future(replaced.wait())
+        woken = asyncio.Event()
+        self.regions.wakers.add(woken)
         try:
             while not reader.done() and not replaced.is_set():
                 # TUF metadata first: a device the slice reaches finds its targets listed
@@ -433,9 +445,18 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                         )
                     state.digest_sent = s.digest
                     state.generation_sent = generation
-                await asyncio.wait(
-                    [reader, waiter], timeout=SLICE_POLL_S, return_when=asyncio.FIRST_COMPLETED
-                )
+                waking = asyncio.ensure_future(woken.wait())
+                try:
+                    await asyncio.wait(
+                        [reader, waiter, waking],
+                        timeout=SLICE_POLL_S,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                finally:
+                    waking.cancel()
+                if woken.is_set():
+                    await asyncio.sleep(SLICE_GATHER_S)
+                    woken.clear()
             if failure:
                 await context.abort(*failure[0])
             if state.revoked:
@@ -449,6 +470,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                     grpc.StatusCode.ABORTED, "replaced by a newer stream of this region"
                 )
         finally:
+            self.regions.wakers.discard(woken)
             reader.cancel()
             waiter.cancel()
             if state.stream is replaced:

@@ -176,6 +176,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         await ctx.tuf_shared.follow()
     install_roots(ctx, roots)
     ctx.regions = await Regions.load(store)  # federation: the regional hubs below this one
+    projector.on_change = ctx.regions.changed  # their streams look at their slices again
     if not (paths.data_dir / PARENT_FILE).exists():  # a regional hub never rolls out in waves
         ctx.waves = WaveController(controller_store, cache, ctx.regions, writer)
         await ctx.waves.load()

@@ -16,6 +16,7 @@ at apply (:func:`override_problems`).
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -284,6 +285,18 @@ def _text(problems: list[str], path: str, value: str, limit: int = MAX_NAME) -> 
         problems.append(f"{path}: at most {limit} characters, got {len(value)}")
 
 
+@functools.lru_cache(maxsize=4096)
+def _label_problem(key: str, value: str) -> str | None:
+    """What is wrong with one label (None: valid); remembered, as a region's devices mostly
+    share their labels and every report lists them all."""
+    try:
+        label_key(key)
+        label_value(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
 def check_report(report: federation_pb2.RegionReport) -> list[str]:
     """Every problem of a region's report (empty: within bounds); each names its field."""
     problems: list[str] = []
@@ -354,11 +367,9 @@ def check_report(report: federation_pb2.RegionReport) -> list[str]:
         if len(dev.labels) > MAX_LABELS:
             problems.append(f"{path}.labels: at most {MAX_LABELS}, got {len(dev.labels)}")
         for k, v in list(dev.labels.items())[:MAX_LABELS]:
-            try:
-                label_key(k)
-                label_value(v)
-            except ValueError as exc:
-                problems.append(f"{path}.labels[{k[:64]!r}]: {exc}")
+            problem = _label_problem(k, v)
+            if problem is not None:
+                problems.append(f"{path}.labels[{k[:64]!r}]: {problem}")
         if len(dev.deployments) > MAX_REPORT_DEPLOYMENTS:
             problems.append(f"{path}.deployments: at most {MAX_REPORT_DEPLOYMENTS}")
         if len(problems) > 50:

@@ -161,6 +161,10 @@ def report(devices: int = 1, **fields: Any) -> federation_pb2.RegionReport:
             "report.inventory.devices[0].labels",
         ),
         (
+            lambda r: r.inventory.devices[0].labels.update({"k": "bad value!"}),
+            "report.inventory.devices[0].labels['k']: must be a label value",
+        ),
+        (
             lambda r: r.inventory.devices[0].labels.update({f"k{i}": "v" for i in range(65)}),
             "labels: at most 64",
         ),
@@ -387,6 +391,36 @@ async def test_the_stream_sends_the_slice_and_refuses_what_is_out_of_bounds(tmp_
             assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
             call.cancel()
         await asyncio.sleep(0.6)  # the request generators' last wait
+
+
+@async_test
+async def test_a_change_at_the_root_reaches_an_open_stream_without_waiting_for_the_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hub import regions
+
+    monkeypatch.setattr(regions, "SLICE_POLL_S", 60.0)  # only the wake-up can send it in time
+    async with Root(tmp_path) as root:
+        paths = await root.enroll("eu")
+        async with root.region_channel(paths) as channel:
+            stub = federation_pb2_grpc.FederationServiceStub(channel)
+            call = stub.Federate(messages(hello("eu"), hold=30))
+            first = await asyncio.wait_for(call.read(), 10)
+            policy = {
+                "apiVersion": "edgefleet.io/v1",
+                "kind": "DeviceHealthPolicy",
+                "metadata": {"name": "health"},
+                "spec": {},
+            }
+            root.ctx.cache.put_object(policy, 99)
+            root.ctx.projector.mark_all()  # what an apply does once it is stored
+            second = await asyncio.wait_for(call.read(), 10)
+            assert second.slice.generation > first.slice.generation
+            assert any(b"DeviceHealthPolicy" in o for o in second.slice.objects)
+            assert len(root.ctx.regions.wakers) == 1
+            call.cancel()
+        await asyncio.sleep(0.1)
+        assert root.ctx.regions.wakers == set()  # the ended stream's is gone
 
 
 def with_annotations(doc: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
