@@ -398,9 +398,15 @@ class WaveController:
         dep, state, placed, expected, views = got
         if not dep.spec.rollout.waves and not state.history:
             return None
-        return waves_status(
+        shown = waves_status(
             dep.spec.rollout.waves, state, placed, expected, views, self._analyses.get(name)
         )
+        now = self._regions.clock()
+        for row in shown.get("waves", []):  # how old each region's last report is, now
+            for figures in row.get("regions", {}).values():
+                if figures.get("reportedAt"):
+                    figures["reportAgeSeconds"] = round(max(0.0, now - figures["reportedAt"]), 1)
+        return shown
 
 
 class WaveObserver:

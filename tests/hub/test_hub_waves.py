@@ -612,6 +612,12 @@ async def test_a_root_replica_that_does_not_lead_shows_the_waves_where_they_are(
             assert phase == "Paused" and "wave 1 [Passed]: regions eu" in text, text
 
 
+CANARY = {
+    "steps": ["100%"],
+    "analysis": {"maxErrorRateIncrease": 0.05, "minRequests": 10, "window": "2s"},
+}
+
+
 def seen_on(hub: Hub, region: str, version: str) -> bool:
     """``hub`` sees ``region`` connected, its rollout of ``version`` Complete, whatever
     replica the region streams to (hub.reportsharing)."""
@@ -633,8 +639,10 @@ async def test_regions_streaming_to_a_replica_that_does_not_lead_pass_the_leader
 ) -> None:
     """Two root replicas on one real etcd: r0 leads on another port, r1 (following) is at
     the address the regions enroll with and stream to. The regions' reports reach r0 through
-    the store: its wave 1 (eu) passes and us follows, never held as unreachable; both
-    replicas show each region's figures, connected, with the time of its report. Then the
+    the store: its wave 1 (eu) passes (its analysis across regions too) and us follows, never
+    held as unreachable; r1 shows the analysis across regions as well, sampling the reports
+    itself; both replicas show each region's figures, connected, with the time of its
+    report. Then the
     root restarts (both replicas stop, the regions too; r0 alone starts again): it shows the
     regions' last reports from the store with their age, the regions disconnected."""
     fleet = Fleet(tmp_path)
@@ -653,7 +661,7 @@ async def test_regions_streaming_to_a_replica_that_does_not_lead_pass_the_leader
             )
             await push(leader, "1.0.0")
             await push(leader, "2.0.0")
-            await leader.apply(deployment("1.0.0", WAVES))
+            await leader.apply(deployment("1.0.0", WAVES, CANARY))
             async with Hub(eu_paths) as eu, Hub(us_paths) as us, devices(eu, us):
                 for hub in (eu, us):
                     await until(lambda h=hub: rolled_out(h, "1.0.0"), f"{hub.ctx.region} on 1.0.0")
@@ -663,8 +671,21 @@ async def test_regions_streaming_to_a_replica_that_does_not_lead_pass_the_leader
                 assert regions is not None
                 assert not regions.regions["eu"].connected  # not streaming to r0 ...
                 assert follower.ctx.regions and follower.ctx.regions.regions["eu"].connected
-                await leader.apply(deployment("2.0.0", WAVES))
+                await leader.apply(deployment("2.0.0", WAVES, CANARY))
                 waves = leader.ctx.waves
+
+                def analysis_on_follower() -> dict[str, Any] | None:
+                    assert follower.ctx.waves is not None
+                    shown: dict[str, Any] | None = (follower.ctx.waves.status("det") or {}).get(
+                        "analysis"
+                    )
+                    return shown
+
+                await until(
+                    lambda: (analysis_on_follower() or {}).get("canary", {}).get("requests"),
+                    "r1 shows the analysis across regions, with eu's figures",
+                    detail=lambda: str(analysis_on_follower()),
+                )
                 await until(
                     lambda: (
                         waves.states["det"].revision == 2
@@ -885,8 +906,15 @@ async def test_a_region_unreachable_during_its_wave_holds_it_until_it_is_back(
             state = waves.states["det"]
             assert state.phase is WavePhase.PROGRESSING and state.step == 0
             assert "region eu is unreachable" in state.message
-            shown = (await root.get())["status"]["rollout"]["waves"]
+            doc = await root.get()
+            shown = doc["status"]["rollout"]["waves"]
             assert shown["conditions"][0]["status"] == "False"
+            eu_row = shown["waves"][0]["regions"]["eu"]  # its last report, and how old it is
+            assert eu_row["connected"] is False and eu_row["reportAgeSeconds"] >= 0, eu_row
+            from edgectl.rollouts import render
+
+            text, _ = render(doc)
+            assert "unreachable (last report" in text, text
             assert us.version() == "1.0.0"
             hold["2.0.0"].set()
             async with Hub(eu_paths) as eu_again, devices(eu_again, us, hold=hold):
