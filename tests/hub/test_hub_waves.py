@@ -708,6 +708,12 @@ async def test_regions_streaming_to_a_replica_that_does_not_lead_pass_the_leader
                         assert shown[region]["connected"] is True, (region, shown)
                         assert shown[region]["reportAgeSeconds"] < DEADLINE, shown[region]
                         assert shown[region]["versions"] == {"2.0.0": 1}, shown[region]
+            # the regions' hubs stop: r1 closes their links, and r0 shows them disconnected
+            for region in ("eu", "us"):
+                await until(
+                    lambda r=region: not regions.seen(regions.regions[r]).connected,
+                    f"r0 sees {region} disconnected",
+                )
             reported_at = {
                 r: leader.ctx.regions.seen(s).reported_at  # type: ignore[union-attr]
                 for r, s in leader.ctx.regions.regions.items()  # type: ignore[union-attr]
