@@ -103,6 +103,7 @@ class RegionState:
     link: Link | None = None  # the replica it streams to, as the store says (hub.reportsharing)
     artifacts: frozenset[str] = frozenset()  # blobs the region's slice names (may be fetched)
     stream: asyncio.Event | None = None  # set: this stream must end (another replaced it)
+    stream_serial: str = ""  # the certificate the open stream came with
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -188,6 +189,8 @@ class Regions:
             self.regions[name] = RegionState(name, serial, float(doc["enrolledAt"]), previous)
         elif (state.serial, state.previous_serial) != (serial, previous):
             state.serial, state.previous_serial = serial, previous
+            if state.stream is not None and state.stream_serial not in (serial, previous):
+                state.stream.set()  # enrolled again at another replica: its certificate is old
 
     def seen(self, state: RegionState) -> Seen:
         """What this replica knows of ``state``'s region now (see :class:`Seen`)."""
@@ -524,7 +527,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
         if state.stream is not None:
             state.stream.set()  # a second stream replaces the first
         replaced = asyncio.Event()
-        state.stream = replaced
+        state.stream, state.stream_serial = replaced, caller.serial
         now = self.ctx.clock()
         state.connected, state.connected_at, state.last_message = True, now, now
         state.generation_applied = first.hello.generation

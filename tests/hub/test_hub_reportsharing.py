@@ -162,6 +162,26 @@ def test_what_a_replica_shows_of_a_region(
     assert (seen.reported_at, seen.connected, seen.current) == (reported_at, connected, current)
 
 
+def test_a_region_enrolled_again_or_revoked_at_another_replica_ends_its_stream_here() -> None:
+    """The region records another replica wrote, as the watch delivers them: a renewal keeps
+    the open stream (its certificate is the previous one), a new enrollment ends it, and so
+    does a revocation (the region is no longer counted)."""
+    regions = Regions()
+    regions._take_record({"region": "eu", "certificateSerial": "s1", "enrolledAt": 1.0})
+    state = regions.regions["eu"]
+    state.stream, state.stream_serial = asyncio.Event(), "s1"
+    renewed = {"region": "eu", "certificateSerial": "s2", "previousSerial": "s1", "enrolledAt": 1.0}
+    regions._take_record(renewed)
+    assert (state.serial, state.previous_serial) == ("s2", "s1") and not state.stream.is_set()
+    regions._take_record({"region": "eu", "certificateSerial": "s3", "enrolledAt": 2.0})
+    assert state.stream.is_set()
+    state.stream = asyncio.Event()
+    regions._take_record(
+        {"region": "eu", "certificateSerial": "s3", "enrolledAt": 2.0, "revoked": True}
+    )
+    assert state.stream.is_set() and state.revoked and "eu" not in regions.regions
+
+
 async def _enroll(store: object, name: str = "eu") -> None:
     doc = {"region": name, "certificateSerial": "s1", "enrolledAt": 1.0}
     await store.put(region_key(name), storekeys.dumps(doc))  # type: ignore[attr-defined]
