@@ -1,30 +1,39 @@
-"""Federation: apply at the root -> every device of every region owed the deployment
+"""Federation: apply at the root -> every simulated device of every region acknowledged
 (docs/federation.md, issue 16's figure: 10 regions x 1,000 devices, p99 <= 5 s).
 
     .venv/bin/python bench/federation.py [--regions 10] [--devices 1000] [--repeat 3] [--json]
 
-What is real: a root hub and ``--regions`` regional hubs, each made by ``hub init`` (the
-regions with ``hub init --parent``'s enrollment, ``hub.federating.enroll_with_parent``, over
-real TLS with the CA pin), each on its own SQLite store, each running its writer, projector,
-rollout controller and scheduler; the root serves its gRPC services on loopback with mutual
-TLS and each region runs its real ``ParentLink`` (the Federate stream, the artifact fetched
-from the root, the slice applied in one transaction). The deployment is applied with a real
+**Processes.** The root hub runs in the bench's own process; each regional hub runs in a
+process of its own (``bench/federation.py --child ...``), with its simulated devices in that
+same process, as a regional hub runs on a machine of its own. So the figure is not one Python
+interpreter's GIL serving eleven hubs; the processes still share this machine's cores (say how
+many, and how loaded, when quoting it).
+
+What is real: the root and ``--regions`` regional hubs, each made by ``hub init`` (the regions
+with ``hub init --parent``'s enrollment, ``hub.federating.enroll_with_parent``, over real TLS
+with the CA pin), each on its own SQLite store, each running its writer, projector, rollout
+controller and scheduler; the root serves its gRPC services on loopback with mutual TLS and
+each region runs its real ``ParentLink`` (the Federate stream, the artifact fetched from the
+root, the slice applied in one transaction, reports up). The deployment is applied with a real
 ``AdminService.Apply`` call at the root with the admin certificate; the model is a real tiny
 ONNX file with publisher-signed metadata.
 
-What is simulated (stated, as the issue allows): the devices. ``--devices`` device records per
-region are written into each region's store before it starts (Ready, labelled), and a device
-counts as *acknowledged* when its region's projector has written its desired state carrying the
-deployment (an edged would then get it on its open Sync stream and acknowledge it; that part is
-measured by bench/fanout.py). All hubs run in this one process, on this machine's shared cores.
+What is simulated (stated, as the issue allows): the devices, ``--devices`` per region, as
+light in-process fakes of the device protocol. Each holds a real client certificate from its
+region's CA (as enrollment gives it) and drives the hub's real
+``DeviceServicer.Sync`` handler with a stand-in for gRPC's servicer context: a Hello, then, for
+every ``HubMessage``, the bytes a device would get (``SerializeToString`` and parse back), the
+deployments named in its manifests read, and an ``Ack`` of its generation sent back on the
+stream (serialized and parsed back too). No TLS, no HTTP/2, no edged: what a real device's
+stream adds is measured by bench/fanout.py. A device counts as *acknowledged* when its
+region's cache holds its ack (``generation_acked``) of a desired state carrying the
+deployment, as the Sync handler records it (the writer stores it with its next batch, 0.2 s).
 
-Baseline, same run: ``--regions`` hubs that are not federated, in this same process, each with
-``--devices`` devices, the same deployment applied at each of them at once (what the regions
-would cost if an operator applied at every one). The figure is p99 (and max) from the Apply
-call to a device's desired state, and the ratio federated / hubs alone: what the hop through
-the root costs. All hubs share this one process (one core at most): the absolute figures are
-about the sum of the regions' work; regional hubs on machines of their own would each take
-about one region's share.
+Baseline, same run: ``--regions`` hubs that are not federated, each in its own process with
+the same fake devices, the same deployment applied at each of them at once (what the regions
+would cost if an operator applied at every one). The figure is p50, p99 (and max) from the
+Apply call to a device's acknowledgement, over all devices, median of ``--repeat`` applies, and
+the ratio federated / hubs alone: what the hop through the root costs.
 """
 
 from __future__ import annotations
@@ -32,13 +41,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import sys
 import tempfile
 import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-REPO = Path(__file__).resolve().parent.parent
+SCRIPT = Path(__file__).resolve()
+REPO = SCRIPT.parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
@@ -54,6 +67,8 @@ spec:
   replicas: {{perDevice: 1}}
   placement: {{nodeSelector: {{site: a}}}}
 """
+LINE = "BENCH "  # a child's lines to the bench start with this (logs go to stderr)
+TIMEOUT = 300.0
 
 
 async def _seed_devices(data_dir: Path, count: int, prefix: str) -> None:
@@ -105,12 +120,14 @@ async def _push_model(ctx: Any, tmp: Path) -> None:
 
 
 class Hub:
-    """A hub context with its controllers running (no device-facing server needed)."""
+    """A hub context with its controllers running (the gRPC server when ``serve``)."""
 
-    def __init__(self, data_dir: Path) -> None:
+    def __init__(self, data_dir: Path, listen: str = "") -> None:
         self.data_dir = data_dir
+        self.listen = listen
         self.stop = asyncio.Event()
         self.tasks: list[asyncio.Task[None]] = []
+        self.running: Any = None
 
     async def start(self, *, serve: bool = False, link: bool = False) -> Hub:
         from hub.federating import ParentFiles, ParentLink
@@ -131,7 +148,7 @@ class Hub:
         return self
 
     async def close(self) -> None:
-        if getattr(self, "running", None) is not None:
+        if self.running is not None:
             await self.running.server.stop(None)
         self.stop.set()
         for t in self.tasks:
@@ -140,133 +157,354 @@ class Hub:
         await self.ctx.store.close()
 
 
-async def _apply(hub: Hub, address: str, name: str) -> float:
+async def _apply(data_dir: Path, address: str, name: str) -> float:
+    """Apply the deployment ``name`` at the hub of ``data_dir`` with its admin certificate;
+    the monotonic time just before the call."""
     import grpc
+    import yaml
 
     from edgefleet.v1 import admin_pb2, admin_pb2_grpc
     from hub import pki
+    from hub.initializing import HubPaths
 
-    paths = hub.ctx.paths
+    paths = HubPaths.of(data_dir)
     admin = pki.load_certified_key(paths.admin_certificate, paths.admin_key)
     creds = grpc.ssl_channel_credentials(
         paths.ca_certificate.read_bytes(),
         pki.private_key_pem(admin.key),
         pki.certificate_pem(admin.certificate),
     )
-    import yaml
-
     doc = json.dumps(yaml.safe_load(DEPLOYMENT.format(name=name))).encode()
     async with grpc.aio.secure_channel(address, creds) as channel:
+        stub = admin_pb2_grpc.AdminServiceStub(channel)
+        await channel.channel_ready()
         started = time.monotonic()
-        await admin_pb2_grpc.AdminServiceStub(channel).Apply(
-            admin_pb2.ApplyRequest(documents=[doc]), timeout=60
-        )
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[doc]), timeout=60)
     return started
 
 
-async def _wait_delivered(
-    hubs: list[Hub], name: str, started: float, total: int, timeout: float = 300.0
-) -> list[float]:
-    """Seconds from ``started`` until each device's desired state carries ``name``."""
-    seen: dict[tuple[int, str], float] = {}
-    deadline = time.monotonic() + timeout
-    while len(seen) < total and time.monotonic() < deadline:
-        now = time.monotonic()
-        for i, hub in enumerate(hubs):
-            for device, record in hub.ctx.cache.desired.items():
-                if (i, device) not in seen and name in record.deployments:
-                    seen[(i, device)] = now - started
-        await asyncio.sleep(0.02)
-    if len(seen) < total:
-        raise RuntimeError(f"only {len(seen)} of {total} devices got {name} within {timeout:g} s")
-    return sorted(seen.values())
+# -- the simulated devices (in the regional hub's process) ----------------------------------------
+class _Aborted(Exception):
+    pass
 
 
-async def _alone(tmp: Path, count: int, devices: int, repeat: int) -> list[list[float]]:
-    """The baseline: ``count`` hubs that are not federated, in this same process, each with
-    ``devices`` devices; the same deployment applied at every one of them at once."""
-    from edgefleet.launching import free_port_pair
+class _Context:
+    """What ``DeviceServicer.Sync`` asks of gRPC's servicer context: the peer's certificate
+    (as gRPC's auth context gives it after mutual TLS), its address, abort."""
+
+    def __init__(self, pem: bytes) -> None:
+        self._auth = {"x509_pem_cert": [pem]}
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return self._auth
+
+    def peer(self) -> str:
+        return "ipv4:127.0.0.1:0"
+
+    async def abort(self, code: Any, details: str) -> None:
+        raise _Aborted(f"{code}: {details}")
+
+
+class FakeDevice:
+    """One device's side of a Sync stream, in process: Hello, then an Ack of every desired
+    state, with the message bytes serialized and parsed both ways as over the wire."""
+
+    cpu = 0.0  # seconds of CPU the fakes' own work took, all of them (not the hub's)
+
+    def __init__(self, name: str, pem: bytes) -> None:
+        from edgefleet.v1 import device_pb2
+
+        self.name = name
+        self.context = _Context(pem)
+        self.outbox: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self.first: dict[str, int] = {}  # deployment -> first generation that carried it
+        self.states = 0
+        hello = device_pb2.DeviceMessage(
+            hello=device_pb2.Hello(device_name=name, edged_version="0.1.0")
+        )
+        self.outbox.put_nowait(hello.SerializeToString())
+
+    async def _requests(self) -> AsyncIterator[Any]:
+        from edgefleet.v1 import device_pb2
+
+        while (data := await self.outbox.get()) is not None:
+            started = time.process_time()
+            message = device_pb2.DeviceMessage.FromString(data)
+            FakeDevice.cpu += time.process_time() - started
+            yield message
+
+    async def run(self, servicer: Any) -> None:
+        import orjson
+
+        from edgefleet.v1 import device_pb2
+
+        async for message in servicer.Sync(self._requests(), self.context):
+            started = time.process_time()
+            received = device_pb2.HubMessage.FromString(message.SerializeToString())
+            if received.WhichOneof("message") != "desired_state":
+                continue
+            state = received.desired_state
+            self.states += 1
+            for manifest in state.manifests:
+                name = orjson.loads(manifest).get("metadata", {}).get("name")
+                if isinstance(name, str):
+                    self.first.setdefault(name, state.generation)
+            ack = device_pb2.DeviceMessage(ack=device_pb2.Ack(generation=state.generation))
+            self.outbox.put_nowait(ack.SerializeToString())
+            FakeDevice.cpu += time.process_time() - started
+
+
+async def _device_certificates(ctx: Any, names: list[str]) -> dict[str, bytes]:
+    """A client certificate from the hub's CA for each device (what enrollment gives it)."""
+    from hub import pki
+    from hub.pki import Identity, Role
+
+    ca = pki.load_certified_key(ctx.paths.ca_certificate, ctx.paths.ca_key)
+    pems = {}
+    for i, name in enumerate(names):
+        issued = pki.issue_client_certificate(ca, Identity(Role.DEVICE, name, ctx.region))
+        pems[name] = pki.certificate_pem(issued.certificate)
+        if i % 100 == 99:
+            await asyncio.sleep(0)
+    return pems
+
+
+def _say(doc: dict[str, Any]) -> None:
+    sys.stdout.write(LINE + json.dumps(doc) + "\n")
+    sys.stdout.flush()
+
+
+async def _child(args: argparse.Namespace) -> None:
+    """One regional hub (or a hub alone) and its simulated devices; says ``ready``, then, for
+    each deployment det0.. in turn, when each device acknowledged a state carrying it."""
     from hub.initializing import init_hub
+    from hub.syncing import DeviceServicer
     from hub.trustsetup import quickstart_trust
 
-    hubs: list[Hub] = []
-    addresses: list[str] = []
-    runs = []
-    try:
-        for i in range(count):
-            port = free_port_pair()
-            data = tmp / f"alone-{i}"
-            address = f"127.0.0.1:{port}"
-            await init_hub(data, region=f"a{i}", hub_address=address, trust_setup=quickstart_trust)
-            await _seed_devices(data, devices, "dev")
-            hub = Hub(data)
-            hub.listen = address  # type: ignore[attr-defined]
-            hubs.append(await hub.start(serve=True))
-            addresses.append(address)
-            await _push_model(hub.ctx, tmp)
-        for r in range(repeat):
-            starts = await asyncio.gather(
-                *(_apply(h, a, f"det{r}") for h, a in zip(hubs, addresses, strict=True))
+    data = Path(args.data)
+    name = args.name
+    if args.parent:
+        from hub.federating import enroll_with_parent
+
+        async def setup(paths: Any, ca: Any) -> None:
+            await enroll_with_parent(
+                paths, parent=args.parent, token=args.token, ca_hash=args.pin, region=name
             )
-            runs.append(await _wait_delivered(hubs, f"det{r}", min(starts), count * devices))
+
+        await init_hub(data, region=name, hub_address=args.listen, trust_setup=setup)
+    else:
+        await init_hub(data, region=name, hub_address=args.listen, trust_setup=quickstart_trust)
+    names = [f"{name}-dev-{i}" for i in range(args.devices)]
+    await _seed_devices(data, args.devices, f"{name}-dev")
+    hub = await Hub(data, args.listen).start(serve=not args.parent, link=bool(args.parent))
+    ctx = hub.ctx
+    if not args.parent:
+        await _push_model(ctx, data)
+    servicer = DeviceServicer(ctx)
+    pems = await _device_certificates(ctx, names)
+    fakes = [FakeDevice(n, pems[n]) for n in names]
+    streams = [asyncio.create_task(f.run(servicer)) for f in fakes]
+    try:
+        deadline = time.monotonic() + TIMEOUT
+        # ready: connected to the root (federated), every device sent its first state
+        while (args.parent and not hub.link.connected) or any(f.states == 0 for f in fakes):
+            if time.monotonic() > deadline:
+                raise RuntimeError(f"{name}: not ready within {TIMEOUT:g} s")
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(0.5)  # the hellos' writes and re-projections settle
+        profile = None
+        if args.profile:  # the measured part only
+            import cProfile
+
+            profile = cProfile.Profile()
+            profile.enable()
+        _say({"ready": name})
+        for r in range(args.repeat):
+            cpu, fakes_cpu = time.process_time(), FakeDevice.cpu
+            deployment = f"det{r}"
+            acked: dict[str, float] = {}
+            deadline = time.monotonic() + TIMEOUT
+            while len(acked) < len(fakes):
+                now = time.monotonic()
+                if now > deadline:
+                    raise RuntimeError(
+                        f"{name}: {len(acked)} of {len(fakes)} devices acknowledged {deployment}"
+                    )
+                for f in fakes:
+                    generation = f.first.get(deployment)
+                    if generation is None or f.name in acked:
+                        continue
+                    device = ctx.cache.devices.get(f.name)
+                    if device is not None and device.generation_acked >= generation:
+                        acked[f.name] = now
+                await asyncio.sleep(0.01)
+            _say(
+                {
+                    "name": deployment,
+                    "acked": sorted(acked.values()),
+                    # this process's CPU from the last apply's end to this one's, and the
+                    # fake devices' share of it
+                    "cpuS": time.process_time() - cpu,
+                    "fakesCpuS": FakeDevice.cpu - fakes_cpu,
+                }
+            )
+        await ctx.writer.flush()
+        if profile is not None:
+            profile.disable()
+            profile.dump_stats(Path(args.profile) / f"{name}.prof")
     finally:
-        for h in hubs:
-            await h.close()
-    return runs
+        for f in fakes:
+            f.outbox.put_nowait(None)
+        await asyncio.wait(streams, timeout=10)
+        for s in streams:
+            s.cancel()
+        await hub.close()
+
+
+# -- the bench's own process ---------------------------------------------------------------------
+class Child:
+    def __init__(self, proc: asyncio.subprocess.Process, name: str) -> None:
+        self.proc = proc
+        self.name = name
+
+    async def line(self, timeout: float = TIMEOUT) -> dict[str, Any]:
+        assert self.proc.stdout is not None
+        while True:
+            raw = await asyncio.wait_for(self.proc.stdout.readline(), timeout)
+            if not raw:
+                code = await self.proc.wait()
+                raise RuntimeError(f"{self.name} exited ({code}) early; see its stderr above")
+            text = raw.decode()
+            if text.startswith(LINE):
+                doc: dict[str, Any] = json.loads(text[len(LINE) :])
+                return doc
+
+
+async def _spawn(*args: str, name: str, profile: str = "") -> Child:
+    if profile:
+        args = (*args, "--profile", profile)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        str(SCRIPT),
+        "--child",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    return Child(proc, name)
+
+
+@dataclass
+class Measured:
+    runs: list[list[float]] = field(default_factory=list)  # per apply: each device's seconds
+    cpu_us: list[float] = field(default_factory=list)  # per apply: hubs' CPU per device
+    fakes_us: list[float] = field(default_factory=list)  # per apply: of which the fakes'
+
+
+async def _measure(children: list[Child], repeat: int, apply: Any) -> Measured:
+    for c in children:
+        await c.line()  # ready
+    out = Measured()
+    for r in range(repeat):
+        started = await apply(f"det{r}")
+        times: list[float] = []
+        cpu = fakes = 0.0
+        for c in children:
+            doc = await c.line()
+            assert doc["name"] == f"det{r}", doc
+            times.extend(t - started for t in doc["acked"])
+            cpu += doc["cpuS"]
+            fakes += doc["fakesCpuS"]
+        out.runs.append(sorted(times))
+        out.cpu_us.append(cpu / len(times) * 1e6)
+        out.fakes_us.append(fakes / len(times) * 1e6)
+    for c in children:
+        if await c.proc.wait() != 0:
+            raise RuntimeError(f"{c.name} failed")
+    return out
+
+
+async def _alone(tmp: Path, count: int, devices: int, repeat: int, profile: str = "") -> Measured:
+    """The baseline: ``count`` hubs that are not federated, each in its own process with its
+    ``devices`` fake devices; the same deployment applied at every one of them at once."""
+    from edgefleet.launching import free_port_pair
+
+    hubs = [(tmp / f"alone-{i}", f"127.0.0.1:{free_port_pair()}") for i in range(count)]
+    children = [
+        await _spawn(
+            "--data", str(d), "--name", f"a{i}", "--listen", a,
+            "--devices", str(devices), "--repeat", str(repeat), name=f"a{i}", profile=profile,
+        )
+        for i, (d, a) in enumerate(hubs)
+    ]  # fmt: skip
+
+    async def apply(name: str) -> float:
+        return min(await asyncio.gather(*(_apply(d, a, name) for d, a in hubs)))
+
+    try:
+        return await _measure(children, repeat, apply)
+    finally:
+        for c in children:
+            if c.proc.returncode is None:
+                c.proc.kill()
 
 
 async def _federated(
-    tmp: Path, regions: int, devices: int, repeat: int
-) -> tuple[list[list[float]], float]:
+    tmp: Path, regions: int, devices: int, repeat: int, profile: str = ""
+) -> Measured:
     from edgefleet.launching import free_port_pair
     from hub import tokens
-    from hub.federating import enroll_with_parent
     from hub.initializing import init_hub
     from hub.trustsetup import quickstart_trust
 
-    port = free_port_pair()
-    root_address = f"127.0.0.1:{port}"
+    root_address = f"127.0.0.1:{free_port_pair()}"
     result = await init_hub(
         tmp / "root", region="root", hub_address=root_address, trust_setup=quickstart_trust
     )
-    root = Hub(tmp / "root")
-    root.listen = root_address  # type: ignore[attr-defined]
-    await root.start(serve=True)
+    root = await Hub(tmp / "root", root_address).start(serve=True)
     await _push_model(root.ctx, tmp)
-    hubs: list[Hub] = []
+    children: list[Child] = []
     try:
         for r in range(regions):
             name = f"r{r}"
             token, _ = await tokens.create_token(
                 root.ctx.store, now=time.time(), ttl=600, for_region=name
             )
-
-            async def setup(paths: Any, ca: Any, token: str = token, name: str = name) -> None:
-                await enroll_with_parent(
-                    paths, parent=root_address, token=token, ca_hash=result.ca_pin, region=name
+            children.append(
+                await _spawn(
+                    "--data", str(tmp / name), "--name", name,
+                    "--listen", f"127.0.0.1:{free_port_pair()}",
+                    "--parent", root_address, "--token", token, "--pin", result.ca_pin,
+                    "--devices", str(devices), "--repeat", str(repeat), name=name, profile=profile,
                 )
+            )  # fmt: skip
 
-            await init_hub(
-                tmp / name,
-                region=name,
-                hub_address=f"127.0.0.1:{free_port_pair()}",
-                trust_setup=setup,
-            )
-            await _seed_devices(tmp / name, devices, f"{name}-dev")
-            hubs.append(await Hub(tmp / name).start(link=True))
-        connect_started = time.monotonic()
-        while not all(h.link.connected for h in hubs):  # noqa: ASYNC110 - a bench polls
-            await asyncio.sleep(0.05)
-        connected = time.monotonic() - connect_started
-        runs = []
-        for r in range(repeat):
-            started = await _apply(root, root_address, f"det{r}")
-            runs.append(await _wait_delivered(hubs, f"det{r}", started, regions * devices))
+        async def apply(name: str) -> float:
+            return await _apply(tmp / "root", root_address, name)
+
+        if not profile:
+            return await _measure(children, repeat, apply)
+        import cProfile
+
+        with cProfile.Profile() as root_profile:  # the root's process, the measured part
+            measured = await _measure(children, repeat, apply)
+        root_profile.dump_stats(Path(profile) / "root.prof")
+        return measured
     finally:
-        for h in hubs:
-            await h.close()
+        for c in children:
+            if c.proc.returncode is None:
+                c.proc.kill()
         await root.close()
-    return runs, connected
+
+
+def _figures(m: Measured) -> dict[str, float]:
+    return {
+        "p50": median(percentile(r, 50) for r in m.runs),
+        "p99": median(percentile(r, 99) for r in m.runs),
+        "max": median(r[-1] for r in m.runs),
+        "cpu": median(m.cpu_us),
+        "fakes": median(m.fakes_us),
+    }
 
 
 def main() -> int:
@@ -275,42 +513,72 @@ def main() -> int:
     p.add_argument("--devices", type=int, default=1000, help="per region")
     p.add_argument("--repeat", type=int, default=3)
     p.add_argument("--json", action="store_true")
+    p.add_argument(
+        "--profile",
+        default="",
+        metavar="DIR",
+        help="profile each hub's process (cProfile, the measured part) into DIR/NAME.prof",
+    )
+    p.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
+    for hidden in ("--data", "--name", "--listen", "--parent", "--token", "--pin"):
+        p.add_argument(hidden, default="", help=argparse.SUPPRESS)
     args = p.parse_args()
     from edgefleet.logs import configure_logging
 
     configure_logging("warning")
+    if args.child:
+        asyncio.run(_child(args))
+        return 0
+    load = os.getloadavg()[0]  # before this bench's own processes: the others' load
     with tempfile.TemporaryDirectory(prefix="bench-federation-") as d:
         tmp = Path(d)
-        single = asyncio.run(_alone(tmp, args.regions, args.devices, args.repeat))
-        federated, connected = asyncio.run(_federated(tmp, args.regions, args.devices, args.repeat))
-    single_p99 = median(percentile(r, 99) for r in single)
-    fed_p99 = median(percentile(r, 99) for r in federated)
-    fed_p50 = median(percentile(r, 50) for r in federated)
-    fed_max = median(r[-1] for r in federated)
+        profile = str(Path(args.profile).resolve()) if args.profile else ""
+        alone_runs = _alone(tmp, args.regions, args.devices, args.repeat, profile)
+        alone = _figures(asyncio.run(alone_runs))
+        fed_runs = _federated(tmp, args.regions, args.devices, args.repeat, profile)
+        fed = _figures(asyncio.run(fed_runs))
+    ratio = fed["p99"] / alone["p99"] if alone["p99"] else float("nan")
     out = {
         "regions": args.regions,
         "devicesPerRegion": args.devices,
         "devices": args.regions * args.devices,
         "repeat": args.repeat,
-        "aloneP99S": round(single_p99, 3),
-        "federatedP50S": round(fed_p50, 3),
-        "federatedP99S": round(fed_p99, 3),
-        "federatedMaxS": round(fed_max, 3),
-        "ratioP99": round(fed_p99 / single_p99, 2) if single_p99 else None,
-        "regionsConnectedS": round(connected, 2),
+        "processes": "root in the bench's process, each regional hub with its devices in its own",
+        "cpus": os.cpu_count(),
+        "loadAverageBefore": round(load, 1),
+        "aloneP50S": round(alone["p50"], 3),
+        "aloneP99S": round(alone["p99"], 3),
+        "federatedP50S": round(fed["p50"], 3),
+        "federatedP99S": round(fed["p99"], 3),
+        "federatedMaxS": round(fed["max"], 3),
+        "ratioP99": round(ratio, 2),
+        # CPU of a hub's process per device per apply (its controllers, the Sync handler,
+        # the fakes), and the fakes' own share of it
+        "aloneCpuPerDeviceUs": round(alone["cpu"]),
+        "federatedCpuPerDeviceUs": round(fed["cpu"]),
+        "fakesCpuPerDeviceUs": round(fed["fakes"]),
     }
     if args.json:
         print(json.dumps(out))
-    else:
-        print(
-            f"{args.regions} hubs alone (not federated, same process), {args.devices} devices "
-            f"each, applied at each: p99 {single_p99:.2f} s (baseline)"
-        )
-        print(
-            f"federated, {args.regions} regions x {args.devices} devices: p50 {fed_p50:.2f} s, "
-            f"p99 {fed_p99:.2f} s, max {fed_max:.2f} s (median of {args.repeat} applies)"
-        )
-        print(f"ratio p99 federated / hubs alone: {out['ratioP99']}")
+        return 0
+    print(
+        f"one process per hub (root in the bench's; each region with its {args.devices} fake "
+        f"devices in its own), {os.cpu_count()} CPUs, load average before it {load:.1f}"
+    )
+    print(
+        f"{args.regions} hubs alone (not federated), applied at each: p50 {alone['p50']:.2f} s, "
+        f"p99 {alone['p99']:.2f} s (baseline)"
+    )
+    print(
+        f"federated, {args.regions} regions x {args.devices} devices, applied at the root: "
+        f"p50 {fed['p50']:.2f} s, p99 {fed['p99']:.2f} s, max {fed['max']:.2f} s "
+        f"(apply -> device ack, median of {args.repeat} applies)"
+    )
+    print(f"ratio p99 federated / hubs alone: {out['ratioP99']}")
+    print(
+        f"CPU per device per apply, a region's process: {fed['cpu']:.0f} us federated, "
+        f"{alone['cpu']:.0f} us alone; of which the fake devices' own {fed['fakes']:.0f} us"
+    )
     return 0
 
 

@@ -12,6 +12,8 @@ neighbour hits each alike:
 * ``landlock+seccomp+uid`` — what edged does by default as root: the worker also switches to
   a uid of its own (``runtime/identities.py``; only when this runs as root). Its start is
   also given as a ratio to ``landlock+seccomp``'s.
+* ``landlock+seccomp+uid+addr`` — the same with egress rules that name addresses: edged's
+  cgroup and BPF programs (``runtime/egressfilter.py``) made for each start, counted in it.
 
 1. Start: from spawning the process until READY (imports, sandbox, artifact read and hash,
    session, warm-up). Median over the rounds; target <= 50 ms more than ``off``.
@@ -29,6 +31,7 @@ Not a test; always exits 0 unless something broke. See bench/README.md.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import hashlib
 import json
 import os
@@ -64,6 +67,12 @@ if os.geteuid() == 0:
     SANDBOXES["landlock+seccomp+uid"] = SandboxSpec(
         mode="landlock", seccomp=True, separate_uid=True
     )
+    # egress by address (a cgroup BPF program, egressfilter.py): the cgroup and its programs
+    # are made per start, as edged does, and that time counts in the start
+    SANDBOXES["landlock+seccomp+uid+addr"] = SandboxSpec(
+        mode="landlock", seccomp=True, separate_uid=True, network=True,
+        connect_ports=(8080,), egress_rules=((8080, "127.0.0.1/32"), (443, "")),
+    )  # fmt: skip
 
 
 class Worker:
@@ -78,6 +87,14 @@ class Worker:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         env = dict(os.environ, PYTHONPATH=str(ROOT), OMP_NUM_THREADS="1")
         self.t0 = time.perf_counter()
+        self.egress_cgroup = ""
+        if sandbox.egress_rules:
+            from edged.runtime import egressfilter
+
+            self.egress_cgroup = str(egressfilter.prepare("bench-0", sandbox.egress_rules))
+            spec = dataclasses.replace(
+                spec, sandbox=dataclasses.replace(sandbox, egress_cgroup=self.egress_cgroup)
+            )
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "edged.runtime.worker", str(child.fileno()),
              orjson.dumps(spec.to_json()).decode()],
@@ -135,6 +152,10 @@ class Worker:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait(10)
+        if self.egress_cgroup:
+            from edged.runtime import egressfilter
+
+            egressfilter.remove(self.egress_cgroup)
 
 
 def main() -> int:
@@ -181,7 +202,7 @@ def main() -> int:
     figures: dict[str, Any] = {"rounds": rounds, "requests": requests, "sandboxes": {}}
     print(f"worker start (spawn to READY) and tiny-model p50 over frames; {rounds} rounds")
     print(
-        f"{'sandbox':<21} {'start ms':>9} {'+ms':>7} {'p50 us':>8} {'+%':>7}"
+        f"{'sandbox':<26} {'start ms':>9} {'+ms':>7} {'p50 us':>8} {'+%':>7}"
         f" {'start cpu ms':>13} {'+ms':>7} {'cpu/req us':>11} {'+%':>7}"
     )
     for name in SANDBOXES:
@@ -205,7 +226,7 @@ def main() -> int:
             "in_force": in_force.get(name),
         }
         print(
-            f"{name:<21} {start:9.1f} {extra_ms:7.1f} {p50:8.1f} {extra_pct:7.2f}"
+            f"{name:<26} {start:9.1f} {extra_ms:7.1f} {p50:8.1f} {extra_pct:7.2f}"
             f" {cpu_start:13.1f} {cpu_start_extra:7.1f} {cpu_req:11.1f} {cpu_req_pct:7.2f}"
         )
     default = figures["sandboxes"]["landlock+seccomp"]

@@ -49,7 +49,13 @@ from hub.auth import Caller, authorize, caller_of
 from hub.caching import Cache
 from hub.context import HubContext
 from hub.dashboard import access as dashboard_access
-from hub.desired import MAX_DESIRED_STATE_BYTES, FleetPolicies, build_desired, wire_size
+from hub.desired import (
+    MAX_DESIRED_STATE_BYTES,
+    FleetPolicies,
+    build_desired,
+    wire_size,
+    wire_size_bound,
+)
 from hub.devices import Device
 from hub.pki import Role
 from hub.placing import REGION_LABEL
@@ -305,6 +311,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             if dep is not None and dep.spec.replicas.per_device is None:
                 placements[p.obj.name] = frozenset(cache.devices)
         fleet = FleetPolicies.of(trial)
+        if wire_size_bound(trial, fleet, planned=planned) <= MAX_DESIRED_STATE_BYTES:
+            return  # no device's state can be larger: not built device by device
         too_big: list[tuple[str, int]] = []
         for name, device in sorted(cache.devices.items()):
             previous = cache.desired.get(name)
@@ -356,7 +364,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
     def _check_waves(self, parsed: list[applying.ParsedObject]) -> None:
         """``spec.rollout.waves`` rolls a revision out across regions: only at a root hub with
-        regions enrolled, naming enrolled regions (hub.waving)."""
+        regions enrolled, naming enrolled regions (hub.waving). A per-region override
+        (hub.slicing) may not name this hub's own region."""
         problems: list[str] = []
         regions = self._ctx.regions
         enrolled = sorted(regions.regions) if regions is not None else []
@@ -384,6 +393,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                                 f"{path}[{j}].regions[{k}]: {region!r} is not an enrolled "
                                 f"region (enrolled: {', '.join(enrolled)})"
                             )
+        for i, obj in enumerate(parsed):  # an override for this hub's own devices: none apply
+            for key, region in sorted(slicing.override_regions(obj.manifest).items()):
+                if region == self._ctx.region:
+                    problems.append(
+                        f'documents[{i}].metadata.annotations["{key}"]: names this hub\'s own '
+                        f"region {region!r}: per-region overrides apply to the regional hubs "
+                        "below it; its own devices run the deployment as applied"
+                    )
         if problems:
             raise _invalid("; ".join(problems))
 
@@ -1086,15 +1103,22 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             labels=request.labels,
             device_labels=not request.no_device_labels,
             device_label_prefix=prefix,
+            for_region=request.for_region,
+            own_region=ctx.region,
         )
         if problems:
             raise _invalid("; ".join(problems))
+        what = (
+            f"regional hub token for {request.for_region}"
+            if request.for_region
+            else "bootstrap token"
+        )
         prepared: list[PreparedEvent] = []
 
         def event_for(token_id: str) -> Put:
             prepared[:] = [
                 ctx.writer.prepare_event(
-                    "Token", token_id, "Normal", "Created", f"bootstrap token {token_id}"
+                    "Token", token_id, "Normal", "Created", f"{what} {token_id}"
                 )
             ]
             return prepared[0].put
@@ -1109,6 +1133,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             device_labels=not request.no_device_labels,
             device_label_prefix=prefix,
             event_for=event_for,
+            for_region=request.for_region,
         )
         ctx.writer.committed(prepared[0])
         response = admin_pb2.CreateTokenResponse(

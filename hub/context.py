@@ -28,11 +28,13 @@ from hub.secrets import SecretKeys
 from hub.sessions import Sessions
 from hub.store import Store
 from hub.store.electing import Elector
+from hub.tufrelaying import RelayedTuf
 from hub.tufrepo import TufRepository
 from hub.writing import DeviceWriter
 
 if TYPE_CHECKING:
     from hub.regions import Regions
+    from hub.tufsharing import SharedTuf
     from hub.waves import WaveController
 
 
@@ -54,7 +56,10 @@ class HubContext:
     metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.observing
     elector: Elector | None = None  # hub replicas on etcd (hub.replicas); None: the only hub
     dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.dashboard
-    tuf: TufRepository | None = None  # D/tuf/: the TUF repository, when the hub keeps one
+    # D/tuf/: the TUF repository, when the hub keeps one; at a regional hub, its root's
+    # (D/tuf-relay/, hub.tufrelaying)
+    tuf: TufRepository | RelayedTuf | None = None
+    tuf_shared: SharedTuf | None = None  # hub replicas: the repository's versions in the store
     # D/secrets.key (and a rotation's other key files): seal Secrets at rest (hub.secrets)
     secret_keys: SecretKeys = field(default_factory=SecretKeys)
     shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)

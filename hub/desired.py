@@ -50,6 +50,13 @@ class FleetPolicies:
     baselines: tuple[bytes, ...] = ()
     priority_classes: Mapping[str, int] = field(default_factory=dict)  # applied, by name
     tpm_secrets: frozenset[str] = frozenset()  # Secrets with spec.requireTpm, by name
+    # what build_desired computed once for many devices with these policies (a projection
+    # batch shares one FleetPolicies; the cache does not change during it): digests by the
+    # parts hashed, manifest rewrites by revision
+    digests: dict[tuple[object, ...], str] = field(default_factory=dict, compare=False, repr=False)
+    rewrites: dict[int, tuple[Revision, tuple[bool, list[str], int | None]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
 
     @classmethod
     def of(cls, cache: Cache) -> FleetPolicies:
@@ -131,7 +138,7 @@ def build_desired(
             continue
         names.append(name)
         mounted.update(mounts)
-        manifests.append(manifest_for(revision, labels, fleet.priority_classes))
+        manifests.append(_manifest_for(revision, labels, fleet))
         metadata.append(model.envelope)
         if model.rollback_allowance:  # hub.allowing: lets a device go back to this version
             allowances.append(model.rollback_allowance)
@@ -147,27 +154,48 @@ def build_desired(
         tpm_secrets=fleet.tpm_secrets,
         tpm_attested=tpm_attested(device) and bool(device.sealing_key_pem),
     )
+    key = (*manifests, b"--", *metadata, b"--", *allowances, b"--", *fleet.trust_roots)
+    digest = fleet.digests.get((key, secrets))  # devices given the same: hashed once
+    if digest is None:
+        digest = _digest(key, secrets, fleet.tpm_secrets)
+        fleet.digests[(key, secrets)] = digest
+    return DesiredContent(
+        tuple(names),
+        tuple(manifests),
+        tuple(sorted(set(metadata))),
+        tuple(allowances),
+        digest,
+        excluded,
+        frozenset(artifacts),
+        fleet.trust_roots,
+        secrets,
+    )
+
+
+def _digest(
+    parts: tuple[bytes, ...], secrets: tuple[tuple[str, int], ...], tpm_secrets: frozenset[str]
+) -> str:
     h = hashlib.sha256()
-    for part in (*manifests, b"--", *metadata, b"--", *allowances, b"--", *fleet.trust_roots):
+    for part in parts:
         h.update(len(part).to_bytes(8, "big"))
         h.update(part)
     if secrets:  # only then: digests of states without secrets stay as they were
         h.update(b"--secrets")
         for secret_name, secret_version in secrets:
             h.update(f"{secret_name}\x00{secret_version}\x00".encode())
-            if secret_name in fleet.tpm_secrets:  # sealed to the TPM key: requireTpm turned on
+            if secret_name in tpm_secrets:  # sealed to the TPM key: requireTpm turned on
                 h.update(b"requireTpm\x00")  # or off is a new generation (sealed again)
-    return DesiredContent(
-        tuple(names),
-        tuple(manifests),
-        tuple(sorted(set(metadata))),
-        tuple(allowances),
-        h.hexdigest(),
-        excluded,
-        frozenset(artifacts),
-        fleet.trust_roots,
-        secrets,
-    )
+    return h.hexdigest()
+
+
+def _manifest_for(revision: Revision, labels: Mapping[str, str], fleet: FleetPolicies) -> bytes:
+    """:func:`manifest_for`, what it rewrites worked out once per revision for the batch."""
+    known = fleet.rewrites.get(id(revision))
+    if known is None or known[0] is not revision:
+        known = (revision, _rewrites(revision, fleet.priority_classes))
+        fleet.rewrites[id(revision)] = known
+    total, choices, priority = known[1]
+    return _rewritten_for(revision, labels, total, choices, priority)
 
 
 def manifest_for(
@@ -183,6 +211,31 @@ def manifest_for(
     load and reports it, and never scales). A ``priorityClassName`` of an applied
     PriorityClass is sent as its value (``priority``; ``priority_classes``: value by class
     name), as edged knows no classes."""
+    total, choices, priority = _rewrites(revision, priority_classes)
+    return _rewritten_for(revision, labels, total, choices, priority)
+
+
+def _rewritten_for(
+    revision: Revision,
+    labels: Mapping[str, str],
+    total: bool,
+    choices: list[str],
+    priority: int | None,
+) -> bytes:
+    if not total and not choices and priority is None:
+        return revision.encoded
+    accelerator = ""
+    if choices:
+        slots = accelerator_slots(labels)
+        accelerator = next((c for c in choices if slots.get(c, 0) > 0), choices[0])
+    return _rewritten(revision.encoded, total, accelerator, priority)
+
+
+def _rewrites(
+    revision: Revision, priority_classes: Mapping[str, int] | None
+) -> tuple[bool, list[str], int | None]:
+    """What :func:`manifest_for` changes in ``revision``'s manifest: ``replicas.total``, the
+    accelerator classes to choose from, the priority value to send instead of a class."""
     spec = revision.manifest.get("spec", {})
     total = "total" in spec.get("replicas", {})
     wanted = spec.get("resources", {}).get("accelerator")
@@ -191,14 +244,18 @@ def manifest_for(
     priority: int | None = None
     if isinstance(cls, str) and cls not in PRIORITY_CLASSES and "priority" not in spec:
         priority = (priority_classes or {}).get(cls, 0)  # deleted by force: 0
-    encoded = revision.encoded
+    return total, choices, priority
+
+
+def _largest_manifest(revision: Revision, priority_classes: Mapping[str, int]) -> int:
+    """The most bytes :func:`manifest_for` makes of ``revision`` for any device's labels."""
+    total, choices, priority = _rewrites(revision, priority_classes)
     if not total and not choices and priority is None:
-        return encoded
-    accelerator = ""
-    if choices:
-        slots = accelerator_slots(labels)
-        accelerator = next((c for c in choices if slots.get(c, 0) > 0), choices[0])
-    return _rewritten(encoded, total, accelerator, priority)
+        return len(revision.encoded)
+    return max(
+        len(_rewritten(revision.encoded, total, accelerator, priority))
+        for accelerator in (choices or [""])
+    )
 
 
 SCHEDULER_ONLY_PLACEMENT = (
@@ -233,6 +290,44 @@ def _rewritten(encoded: bytes, per_device: bool, accelerator: str, priority: int
         spec.pop("priorityClassName", None)
         spec["priority"] = priority
     return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+
+
+def wire_size_bound(
+    cache: Cache, fleet: FleetPolicies, *, planned: Mapping[str, Revision] | None = None
+) -> int:
+    """At least :func:`wire_size` of what :func:`build_desired` makes for any device of
+    ``cache`` (pure; same ``fleet`` and ``planned``): as if a device were sent every
+    deployment, each with the largest of the revisions it may get (``planned``'s, else any
+    the cache keeps for it) in its largest rewrite, with its model's metadata and rollback
+    allowance and every Secret those revisions mount. Costs deployments x revisions, not
+    devices: when it fits, no device's state can be over the limit."""
+    manifests = [len(m) for m in (*fleet.health_policies, *fleet.baselines)]
+    metadata: list[int] = []
+    allowances: list[int] = []
+    mounted: set[str] = set()
+    for name in cache.deployments:
+        if planned is not None and name in planned:
+            revisions = [planned[name]]
+        else:
+            revisions = list(cache.revisions.get(name, {}).values())
+        largest = envelope = allowance = 0
+        for revision in revisions:
+            model = cache.models.get(revision.model)
+            if model is None:  # never sent (excluded: not pushed)
+                continue
+            largest = max(largest, _largest_manifest(revision, fleet.priority_classes))
+            envelope = max(envelope, len(model.envelope))
+            allowance = max(allowance, len(model.rollback_allowance))
+            mounted.update(
+                str(m.get("name")) for m in revision.manifest.get("spec", {}).get("secrets", ())
+            )
+        if largest:
+            manifests.append(largest)
+            metadata.append(envelope)
+            if allowance:
+                allowances.append(allowance)
+    sealed = len(mounted & set(cache.secrets)) * SEALED_SECRET_BYTES
+    return sum(n + 6 for n in (*manifests, *metadata, *allowances)) + 64 + sealed
 
 
 def wire_size(content: DesiredContent) -> int:

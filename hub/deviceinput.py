@@ -250,6 +250,10 @@ def _sandboxes(
             _text(problems, f"{at}.{name}", value, MAX_SHORT)
         if len(x.connect_ports) > MAX_PORTS:
             problems.append(f"{at}.connect_ports: at most {MAX_PORTS}, got {len(x.connect_ports)}")
+        if len(x.connect_to) > MAX_PORTS:
+            problems.append(f"{at}.connect_to: at most {MAX_PORTS}, got {len(x.connect_to)}")
+        for j, text in enumerate(x.connect_to[:MAX_PORTS]):
+            _text(problems, f"{at}.connect_to[{j}]", text, MAX_SHORT)
         if len(x.problems) > MAX_SANDBOX_PROBLEMS:
             problems.append(f"{at}.problems: at most {MAX_SANDBOX_PROBLEMS}, got {len(x.problems)}")
         for j, text in enumerate(x.problems[:MAX_SANDBOX_PROBLEMS]):

@@ -52,13 +52,15 @@ from edgefleet.api import parse_manifest
 from edgefleet.artifacts.storing import PinnedDigest
 from edgefleet.backoff import Backoff, Jitter
 from edgefleet.configfiles import parse_host_port
-from edgefleet.errors import ArtifactError, EdgefleetError, StoreError
+from edgefleet.errors import ArtifactError, EdgefleetError, StoreError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic
 from edgefleet.pinning import parse_pin, pin_matches
 from edgefleet.supervising import wait_for_stop
+from edgefleet.trust.documents import Root, parse_root
+from edgefleet.trust.envelopes import ROOT_TYPE, decode_payload, parse_envelope_bytes
 from edgefleet.v1 import federation_pb2, federation_pb2_grpc
-from hub import pki, slicing, storekeys
+from hub import pki, slicing, storekeys, tufrelaying
 from hub.context import HubContext
 from hub.initializing import HubPaths
 from hub.rolling import Revision
@@ -94,6 +96,14 @@ Outbox = asyncio.Queue[federation_pb2.RegionMessage | None]
 
 class FederationError(EdgefleetError):
     """Enrolling with a parent hub failed, or the parent's answer is unusable."""
+
+
+def _fleet_root(signed: bytes) -> Root | None:
+    """The fleet trust root this hub holds, parsed (None: it holds none)."""
+    if not signed:
+        return None
+    env = parse_envelope_bytes(signed, what="the fleet trust root")
+    return parse_root(decode_payload(env, expected_type=ROOT_TYPE, what="the fleet trust root"))
 
 
 # -- enrollment -----------------------------------------------------------------------------
@@ -528,6 +538,9 @@ class ParentLink:
         async for message in call:
             self.connected = True
             self._failures = 0
+            if message.WhichOneof("kind") == "tuf":
+                await self._adopt_tuf(message.tuf)
+                continue
             if message.WhichOneof("kind") != "slice":
                 continue
             s = message.slice
@@ -555,6 +568,51 @@ class ParentLink:
                 )
             )
         raise FederationError("the parent ended the stream")
+
+    async def _adopt_tuf(self, message: federation_pb2.TufMetadataSet) -> None:
+        """The root's TUF metadata: served to this region's devices once it checked out
+        (:mod:`hub.tufrelaying`); else refused with an event, the last good one kept."""
+        ctx = self.ctx
+        held = ctx.tuf
+        if isinstance(held, tufrelaying.RelayedTuf) and held.digest == message.digest:
+            return
+        problems = tufrelaying.check_set(message)
+        try:
+            if problems:
+                raise TrustError("MalformedMetadata", "; ".join(problems[:5]))
+            files = {f.name: bytes(f.data) for f in message.files}
+            fleet_root = _fleet_root(ctx.trust_root)
+            relayed = await asyncio.to_thread(
+                tufrelaying.adopt, ctx.paths.data_dir, files, message.digest, fleet_root
+            )
+            versions = relayed.versions()
+        except (TrustError, OSError) as exc:
+            reason = exc.reason if isinstance(exc, TrustError) else "TufRelayFailed"
+            log.error("tuf metadata refused", reason=reason, error=str(exc))
+            ctx.writer.event(
+                "TufRepository",
+                "fleet",
+                "Warning",
+                "TufMetadataRefused",
+                f"{reason}: the root hub's TUF metadata refused ({exc}); this region keeps "
+                "serving the last it accepted",
+            )
+            return
+        before = held.versions() if isinstance(held, tufrelaying.RelayedTuf) else None
+        ctx.tuf = relayed
+        log.info("tuf metadata adopted", **versions)
+        if before is None or {k: v for k, v in before.items() if k != "timestamp"} != {
+            k: v for k, v in versions.items() if k != "timestamp"
+        }:  # a timestamp signed again alone is no news
+            ctx.writer.event(
+                "TufRepository",
+                "fleet",
+                "Normal",
+                "TufMetadataRelayed",
+                "the root hub's TUF metadata served: "
+                + ", ".join(f"{k} version {v}" for k, v in versions.items()),
+            )
+            ctx.projector.mark_all()
 
     async def _fetch(self, stub: Any, sha256: str, length: int, name: str, version: str) -> None:
         """One artifact from the root into the blob store, kept only with its signed digest."""

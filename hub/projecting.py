@@ -46,6 +46,10 @@ class Projector:
         self._region = region
         self._dirty: set[str] = set()
         self.on_mark: Callable[[], None] | None = None  # the scheduler: devices changed
+        # a root's region streams (hub.regions.Regions.changed), told by mark_all: what
+        # changes every device's state (an apply, a push, a new revision, trust roots) may
+        # change the regions' slices too; one device's marks (its labels, health) do not
+        self.on_change: Callable[[], None] | None = None
         self.contents: dict[str, DesiredContent] = {}
         self._on_pushed = on_pushed
         self._on_placed = on_placed  # (placements made, placements ended), for the metrics
@@ -66,7 +70,11 @@ class Projector:
             self.on_mark()
 
     def mark_all(self) -> None:
+        """Every device: what they all get may have changed (an apply, a delete, a push, a
+        new revision, trust roots), and so may the regions' slices (:attr:`on_change`)."""
         self.mark(self._cache.devices)
+        if self.on_change is not None:
+            self.on_change()
 
     async def project(self, names: Iterable[str]) -> None:
         changed: dict[str, tuple[DesiredContent, storekeys.DesiredRecord | None]] = {}

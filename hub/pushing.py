@@ -52,6 +52,7 @@ from edgefleet.v1 import admin_pb2
 from hub import storekeys
 from hub.context import HubContext
 from hub.store import Compare, Put
+from hub.tufsharing import MAX_SHARED_TARGETS_BYTES, TufConflict
 
 log = get_logger(__name__)
 
@@ -64,6 +65,7 @@ _TRUST_CODES = {
     "UnknownKey": grpc.StatusCode.PERMISSION_DENIED,
     "SignatureThresholdNotMet": grpc.StatusCode.PERMISSION_DENIED,
     "MetadataExpired": grpc.StatusCode.FAILED_PRECONDITION,
+    "TufRelayed": grpc.StatusCode.FAILED_PRECONDITION,
 }
 
 
@@ -157,7 +159,12 @@ async def receive_artifact(
         )
         if delegated is not None and ctx.tuf is not None:
             try:
-                ctx.tuf.store_delegated(*delegated)
+                if ctx.tuf_shared is not None:  # replicas: through the store (hub.tufsharing)
+                    await ctx.tuf_shared.publish_delegated(*delegated)
+                else:
+                    ctx.tuf.store_delegated(*delegated)
+            except TufConflict as exc:
+                raise PushRefused(grpc.StatusCode.ABORTED, "TufConflict", str(exc)) from None
             except TrustError as exc:
                 raise PushRefused(grpc.StatusCode.ABORTED, exc.reason, str(exc)) from None
             ctx.projector.mark_all()
@@ -269,6 +276,13 @@ def _verify_delegated(
             "header.delegated_targets: this hub keeps a TUF repository, so every artifact must "
             "come with its publisher's delegated targets listing it (edgectl models push signs "
             "them); devices refuse artifacts no publisher's targets list",
+        )
+    if ctx.tuf_shared is not None and len(data) > MAX_SHARED_TARGETS_BYTES:
+        raise PushRefused(
+            grpc.StatusCode.INVALID_ARGUMENT,
+            "MetadataTooLarge",
+            f"header.delegated_targets: {len(data)} bytes; hub replicas share them in the "
+            f"store, at most {MAX_SHARED_TARGETS_BYTES} bytes",
         )
     try:
         version = ctx.tuf.check_delegated(role, data, meta, now=now)

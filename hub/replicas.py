@@ -18,8 +18,9 @@ device writer), enrollment and admin reads. One replica leads (:mod:`hub.store.e
   message wherever it arrived.
 
 * a follower's cache follows the leader's writes (:class:`CacheFollower`: objects, models,
-  desired state, revisions, rollouts, revocations, events), so admin reads on any replica
-  show the fleet as the leader changes it.
+  desired state, revisions, rollouts, revocations, events, and through its ``followers`` a
+  root's rollouts in waves, :meth:`hub.waves.WaveController.follow`), so admin reads on any
+  replica show the fleet as the leader changes it.
 
 Devices and edgectl fail over between the replicas' addresses (``replicaAddresses``; edged's
 hub link, edgectl's client). Writes to one device record by two replicas (a heartbeat here, a
@@ -34,8 +35,8 @@ import asyncio
 import dataclasses
 import os
 import socket
-from collections.abc import Awaitable, Callable, Mapping
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
 
 import grpc
 
@@ -200,6 +201,17 @@ class ReplicaDevices:
             await asyncio.gather(follower, return_exceptions=True)
 
 
+class StoreFollower(Protocol):
+    """State of a component outside the cache that a follower replica keeps as the leader
+    writes it: loaded whole, then kept by the watch's events."""
+
+    async def load(self) -> None: ...
+
+    def follow(self, event: Event) -> bool:
+        """Apply ``event`` if it is one of this component's keys (True), else False."""
+        ...
+
+
 class CacheFollower:
     """The ``cache-follower`` component: while its replica follows, the leader's writes reach
     the cache through a watch (devices: :class:`ReplicaDevices`). A replica reloads its cache
@@ -207,11 +219,19 @@ class CacheFollower:
 
     name = "cache-follower"
 
-    def __init__(self, store: Store, cache: Cache, sessions: Sessions, elector: Elector) -> None:
+    def __init__(
+        self,
+        store: Store,
+        cache: Cache,
+        sessions: Sessions,
+        elector: Elector,
+        followers: Sequence[StoreFollower] = (),
+    ) -> None:
         self.store = store
         self.cache = cache
         self.sessions = sessions
         self.elector = elector
+        self.followers = tuple(followers)
         self.applied = 0
         """Events applied (for tests and metrics)."""
 
@@ -228,6 +248,8 @@ class CacheFollower:
     async def _follow(self) -> None:
         start = (await self.store.range(IDENTITY_KEY)).revision
         await reload_cache(self.cache, self.store, self.sessions)
+        for follower in self.followers:
+            await follower.load()
         async for event in self.store.watch("/", start + 1):
             self.apply(event)
 
@@ -284,7 +306,7 @@ class CacheFollower:
                 c.revoked.pop(serial, None)
         elif key.startswith(storekeys.EVENTS) and put:
             c.events.append(storekeys.loads(value))
-        else:
+        elif not any(f.follow(event) for f in self.followers):
             return
         self.applied += 1
 

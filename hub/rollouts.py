@@ -400,7 +400,7 @@ class RolloutController:
             updated=len(state.updated) if state else None,
             before=len(before.updated) if before else None,
         )
-        self._projector.mark(self._cache.devices)
+        self._projector.mark_all()
         return True
 
     async def _reload(self, name: str) -> None:
@@ -496,6 +496,6 @@ class RolloutController:
         cache.rollouts[name] = new
         cache.rollout_revisions[name] = revision
         self._writer.event("ModelDeployment", name, "Normal", new.reason, f"rollout {new.message}")
-        self._projector.mark(cache.devices)
+        self._projector.mark_all()
         self.wake()
         return new

@@ -57,7 +57,7 @@ from hub.observing import (
 )
 from hub.placements import Scheduler
 from hub.projecting import Projector
-from hub.regions import FederationServicer, HubEnrollmentServicer, Regions
+from hub.regions import FederationServicer, HubEnrollmentServicer, Regions, RegionsFollower
 from hub.registering import add_servicer
 from hub.replicas import (
     CacheFollower,
@@ -75,9 +75,11 @@ from hub.store.electing import Elector, FencedStore, LeaderOnly
 from hub.store.identity import data_dir_lock
 from hub.syncing import DeviceServicer
 from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
+from hub.tufrelaying import RelayedTuf
 from hub.tufrepo import TufRepository
+from hub.tufsharing import SharedTuf
 from hub.tufwatching import TufWatcher
-from hub.waves import WaveController
+from hub.waves import WaveController, WaveObserver
 from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
@@ -161,15 +163,21 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         ),
         metrics=metrics,
         elector=elector,
-        tuf=TufRepository.load(paths.data_dir),
+        tuf=_tuf_of(paths.data_dir, signing=not replicated),
         secret_keys=SecretKeys.load(paths.data_dir),
     )
     if replicated:  # a push lands on the leader; every replica serves its bytes
         ctx.shared_blobs = SharedBlobs(
             store, ctx.blobs, max_bytes=config.etcd.max_shared_artifact_bytes
         )
+    if elector is not None and isinstance(ctx.tuf, TufRepository):
+        # replicas: one repository, its versions in the store (hub.tufsharing)
+        ctx.tuf_shared = SharedTuf(lambda: ctx.tuf, store, controller_store, elector)
+        await ctx.tuf_shared.follow()
     install_roots(ctx, roots)
-    ctx.regions = await Regions.load(store)  # federation: the regional hubs below this one
+    # federation: the regional hubs below this one, and their last reports (hub.reportsharing)
+    ctx.regions = await Regions.load(store, replicated=replicated)
+    projector.on_change = ctx.regions.changed  # their streams look at their slices again
     if not (paths.data_dir / PARENT_FILE).exists():  # a regional hub never rolls out in waves
         ctx.waves = WaveController(controller_store, cache, ctx.regions, writer)
         await ctx.waves.load()
@@ -260,6 +268,19 @@ async def start_server(
     await server.start()
     log.info("hub serving", listen=listen, port=port, enroll_port=enroll_port, region=ctx.region)
     return RunningHub(ctx, server, port, enroll_port, devices)
+
+
+def _tuf_of(data_dir: Path, *, signing: bool) -> TufRepository | RelayedTuf | None:
+    """The hub's TUF repository (``D/tuf/``); at a regional hub, the root's metadata it last
+    adopted (``D/tuf-relay/``), which it may not mix with a repository of its own."""
+    if not (data_dir / PARENT_FILE).exists():
+        return TufRepository.load(data_dir, signing=signing)
+    if TufRepository.exists(data_dir):
+        raise HubDirError(
+            f"{data_dir / 'tuf'}: a regional hub serves its root hub's TUF metadata "
+            "(D/tuf-relay/) and keeps no repository of its own: not supported here"
+        )
+    return RelayedTuf.load(data_dir)
 
 
 async def _readiness(ctx: HubContext, stop: asyncio.Event) -> str | None:
@@ -379,7 +400,12 @@ async def _serve(
     if elector is not None:
         elector.identity = replica_identity(f"port {running.port}")
         controllers = [elector, *(LeaderOnly(c, elector) for c in controllers)]
-        controllers.append(CacheFollower(ctx.store, ctx.cache, ctx.sessions, elector))
+        followers = [ctx.waves] if ctx.waves is not None else []
+        controllers.append(
+            CacheFollower(ctx.store, ctx.cache, ctx.sessions, elector, followers=followers)
+        )
+        if ctx.waves is not None:  # the analysis across regions on a follower too
+            controllers.append(WaveObserver(ctx.waves, elector))
         controllers.append(
             ReplicaDevices(
                 store=ctx.store,
@@ -398,10 +424,14 @@ async def _serve(
     components: list[Component] = [
         ctx.writer,
         *controllers,
+        *([RegionsFollower(ctx.store, ctx.regions)] if ctx.regions is not None else []),
         attestation,
         RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
-        TufWatcher(ctx),
     ]
+    if parent is None:  # a regional hub's TUF metadata is its root's (hub.tufrelaying)
+        components.append(TufWatcher(ctx))
+    if ctx.tuf_shared is not None:
+        components.append(ctx.tuf_shared)
     if metrics_listen is None:
         metrics_listen = ctx.config.metrics_listen
     if metrics_listen:

@@ -7,17 +7,24 @@ A ModelDeployment goes to the regions its ``spec.placement.regions`` lists, or t
 when it lists none; DeviceHealthPolicy and SecurityBaseline objects go to every region. A region
 also gets the artifacts its deployments use, and those of the revisions the root holds for
 them (so a rollout or a rollback inside the region finds the older version), each with its
-signed metadata exactly as the publisher signed it.
+signed metadata exactly as the publisher signed it. Per-region overrides, annotations on a
+ModelDeployment at the root, change what one region gets (:func:`with_overrides`): its
+replica count, its model variant (another model at the same versions) or its precision
+variant (``runtime.precision``); any other ``federation.edgefleet.io/`` annotation is refused
+at apply (:func:`override_problems`).
 """
 
 from __future__ import annotations
 
+import functools
 import hashlib
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from edgefleet.api import Precision
 from edgefleet.api.meta import dns_label, label_key, label_value
+from edgefleet.api.validating import one_of
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import federation_pb2
 from hub import storekeys
@@ -49,60 +56,151 @@ class Slice:
     digest: str
 
 
+FEDERATION_ANNOTATIONS = "federation.edgefleet.io/"
+"""The annotations of federation; only those below are known (any other is refused)."""
 REPLICAS_OVERRIDE = "federation.edgefleet.io/replicas."
 """An annotation ``federation.edgefleet.io/replicas.<region>: "N"`` on a ModelDeployment at the
 root: that region gets the deployment with N replicas (``total`` or ``perDevice``, whichever
 the deployment uses)."""
+MODEL_OVERRIDE = "federation.edgefleet.io/model."
+"""An annotation ``federation.edgefleet.io/model.<region>: "NAME"`` on a ModelDeployment at the
+root: that region gets the deployment with the model NAME (a variant, e.g. an int8 build for
+a region of NPUs) at the deployment's own ``spec.model.version``, so every revision, and
+every wave of a rollout in waves, moves the variant with the deployment's version."""
+PRECISION_OVERRIDE = "federation.edgefleet.io/precision."
+"""An annotation ``federation.edgefleet.io/precision.<region>: "int8"`` on a ModelDeployment at
+the root: that region gets ``spec.runtime.precision`` set to it, so its devices serve that
+precision variant of the same signed artifact (an extra ``<stem>.<precision>.onnx``,
+docs/trust.md)."""
 MAX_OVERRIDE_REPLICAS = 100_000
+OVERRIDES = (REPLICAS_OVERRIDE, MODEL_OVERRIDE, PRECISION_OVERRIDE)
 
 
-def _overrides(manifest: Mapping[str, Any]) -> dict[str, str]:
+def _overrides(manifest: Mapping[str, Any], prefix: str = REPLICAS_OVERRIDE) -> dict[str, str]:
     annotations = manifest.get("metadata", {}).get("annotations") or {}
     return {
-        str(k)[len(REPLICAS_OVERRIDE) :]: str(v)
-        for k, v in annotations.items()
-        if str(k).startswith(REPLICAS_OVERRIDE)
+        str(k)[len(prefix) :]: str(v) for k, v in annotations.items() if str(k).startswith(prefix)
     }
 
 
 def override_problems(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
-    """(field path, reason) of every per-region override that cannot be applied."""
+    """(field path, reason) of every per-region override that cannot be applied, and of every
+    federation annotation that is not one (none is accepted and ignored)."""
     problems: list[tuple[str, str]] = []
     annotations = manifest.get("metadata", {}).get("annotations") or {}
-    if MAX_WEIGHT in annotations:
-        problems.append(
-            (
-                f'metadata.annotations["{MAX_WEIGHT}"]',
-                "is set by a root hub on what it sends a region during a wave of a percentage "
-                "(spec.rollout.waves), not applied by hand",
-            )
-        )
-    for region, value in sorted(_overrides(manifest).items()):
-        path = f'metadata.annotations["{REPLICAS_OVERRIDE}{region}"]'
-        if manifest.get("kind") != "ModelDeployment":
-            problems.append((path, "a replica override applies to a ModelDeployment only"))
+    for key in sorted(str(k) for k in annotations):
+        if not key.startswith(FEDERATION_ANNOTATIONS):
             continue
-        try:
-            dns_label(region)
-        except ValueError as exc:
-            problems.append((path, f"the region: {exc}"))
-        if not (value.isdigit() and 1 <= int(value) <= MAX_OVERRIDE_REPLICAS):
+        path = f'metadata.annotations["{key}"]'
+        if key == MAX_WEIGHT:
             problems.append(
-                (path, f"must be a whole number from 1 to {MAX_OVERRIDE_REPLICAS}, got {value!r}")
+                (
+                    path,
+                    "is set by a root hub on what it sends a region during a wave of a "
+                    "percentage (spec.rollout.waves), not applied by hand",
+                )
             )
+        elif not key.startswith(OVERRIDES):
+            problems.append(
+                (
+                    path,
+                    "not supported: the per-region overrides are "
+                    f"{REPLICAS_OVERRIDE}<region> (a replica count), {MODEL_OVERRIDE}<region> "
+                    f"(a model variant) and {PRECISION_OVERRIDE}<region> (a precision variant)",
+                )
+            )
+    kinds = (
+        (REPLICAS_OVERRIDE, "a replica"),
+        (MODEL_OVERRIDE, "a model"),
+        (PRECISION_OVERRIDE, "a precision"),
+    )
+    for prefix, what in kinds:
+        for region, value in sorted(_overrides(manifest, prefix).items()):
+            path = f'metadata.annotations["{prefix}{region}"]'
+            if manifest.get("kind") != "ModelDeployment":
+                problems.append((path, f"{what} override applies to a ModelDeployment only"))
+                continue
+            try:
+                dns_label(region)
+            except ValueError as exc:
+                problems.append((path, f"the region: {exc}"))
+            if prefix == REPLICAS_OVERRIDE:
+                if not (value.isdigit() and 1 <= int(value) <= MAX_OVERRIDE_REPLICAS):
+                    problems.append(
+                        (
+                            path,
+                            f"must be a whole number from 1 to {MAX_OVERRIDE_REPLICAS}, "
+                            f"got {value!r}",
+                        )
+                    )
+                continue
+            if prefix == PRECISION_OVERRIDE:
+                try:
+                    _precision(value)
+                except ValueError as exc:
+                    problems.append((path, str(exc)))
+                continue
+            problems += [(path, p) for p in _model_override_problems(manifest, value)]
     return problems
 
 
+_precision = one_of(Precision)
+
+
+def _model_override_problems(manifest: Mapping[str, Any], value: str) -> list[str]:
+    try:
+        dns_label(value)
+    except ValueError as exc:
+        return [f"the model name: {exc}"]
+    model = manifest.get("spec", {}).get("model", {})
+    pinned = sorted(k for k in ("path", "sha256", "metadata", "rollbackAllowance") if k in model)
+    if pinned:
+        return [
+            "a model variant names a model pushed at the root (the deployment's version of "
+            f"it), so spec.model may not pin the artifact itself (it sets {', '.join(pinned)})"
+        ]
+    return []
+
+
+def override_regions(manifest: Mapping[str, Any]) -> dict[str, str]:
+    """Annotation key -> the region it overrides, of every per-region override."""
+    return {
+        f"{prefix}{region}": region
+        for prefix in OVERRIDES
+        for region in _overrides(manifest, prefix)
+    }
+
+
 def with_overrides(manifest: Mapping[str, Any], region: str) -> Mapping[str, Any]:
-    """The deployment as ``region`` gets it: its replica override applied, if it has one."""
-    value = _overrides(manifest).get(region)
-    if value is None or not value.isdigit():
+    """The deployment as ``region`` gets it: its replica override and its model variant
+    applied, if it has them."""
+    replicas = _overrides(manifest).get(region)
+    variant = _overrides(manifest, MODEL_OVERRIDE).get(region)
+    precision = _overrides(manifest, PRECISION_OVERRIDE).get(region)
+    if (replicas is None or not replicas.isdigit()) and not variant and not precision:
         return manifest
     spec = dict(manifest["spec"])
-    replicas = dict(spec.get("replicas") or {})
-    key = "total" if replicas.get("total") is not None else "perDevice"
-    spec["replicas"] = {key: int(value)}
+    if replicas is not None and replicas.isdigit():
+        current = dict(spec.get("replicas") or {})
+        key = "total" if current.get("total") is not None else "perDevice"
+        spec["replicas"] = {key: int(replicas)}
+    if variant:
+        spec["model"] = {**(spec.get("model") or {}), "name": variant}
+    if precision:
+        spec["runtime"] = {**(spec.get("runtime") or {}), "precision": precision}
     return {**manifest, "spec": spec}
+
+
+def variant_models(
+    manifest: Mapping[str, Any], region: str, models: Iterable[tuple[str, str]]
+) -> set[tuple[str, str]]:
+    """``models`` (a deployment's revisions' artifacts) as ``region`` needs them: each version
+    of its model variant instead, when the deployment gives the region one."""
+    variant = _overrides(manifest, MODEL_OVERRIDE).get(region)
+    name = str(manifest.get("spec", {}).get("model", {}).get("name", ""))
+    if not variant:
+        return set(models)
+    return {(variant, v) if n == name else (n, v) for n, v in models}
 
 
 def goes_to(manifest: Mapping[str, Any], region: str) -> bool:
@@ -135,15 +233,17 @@ def plan_slice(
 ) -> Slice:
     """``region``'s slice of the root's ``objects`` (canonical manifests); a model not pushed
     at the root is left out (the region's deployment then says ModelNotPushed, as the root's)."""
-    chosen = sorted(
-        (with_overrides(o, region) for o in objects if goes_to(o, region)),
+    placed = sorted(
+        (o for o in objects if goes_to(o, region)),
         key=lambda o: (str(o["kind"]), str(o["metadata"]["name"])),
     )
+    chosen = [with_overrides(o, region) for o in placed]
     wanted: set[tuple[str, str]] = set()
-    for o in chosen:
+    for o, as_applied in zip(chosen, placed, strict=True):
         if o["kind"] == "ModelDeployment":
             name = str(o["metadata"]["name"])
-            wanted |= models_of(o, revision_models.get(name, ()))
+            kept = variant_models(as_applied, region, revision_models.get(name, ()))
+            wanted |= models_of(o, kept)
     records = tuple(models[m] for m in sorted(wanted) if m in models)
     h = hashlib.sha256()
     for o in chosen:
@@ -183,6 +283,18 @@ def slice_message(s: Slice, generation: int) -> federation_pb2.RegionSlice:
 def _text(problems: list[str], path: str, value: str, limit: int = MAX_NAME) -> None:
     if len(value) > limit:
         problems.append(f"{path}: at most {limit} characters, got {len(value)}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _label_problem(key: str, value: str) -> str | None:
+    """What is wrong with one label (None: valid); remembered, as a region's devices mostly
+    share their labels and every report lists them all."""
+    try:
+        label_key(key)
+        label_value(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
 
 
 def check_report(report: federation_pb2.RegionReport) -> list[str]:
@@ -255,11 +367,9 @@ def check_report(report: federation_pb2.RegionReport) -> list[str]:
         if len(dev.labels) > MAX_LABELS:
             problems.append(f"{path}.labels: at most {MAX_LABELS}, got {len(dev.labels)}")
         for k, v in list(dev.labels.items())[:MAX_LABELS]:
-            try:
-                label_key(k)
-                label_value(v)
-            except ValueError as exc:
-                problems.append(f"{path}.labels[{k[:64]!r}]: {exc}")
+            problem = _label_problem(k, v)
+            if problem is not None:
+                problems.append(f"{path}.labels[{k[:64]!r}]: {problem}")
         if len(dev.deployments) > MAX_REPORT_DEPLOYMENTS:
             problems.append(f"{path}.deployments: at most {MAX_REPORT_DEPLOYMENTS}")
         if len(problems) > 50:

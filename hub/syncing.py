@@ -179,6 +179,7 @@ def _sandbox(x: device_pb2.ReplicaSandbox) -> dict[str, Any]:
         "seccomp": x.seccomp,
         "scoped": x.scoped,
         "connectPorts": list(x.connect_ports),
+        **({"connectTo": list(x.connect_to)} if x.connect_to else {}),
         "uid": x.uid,
         "separateUid": x.separate_uid,
         "problems": list(x.problems),

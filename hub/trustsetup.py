@@ -163,14 +163,9 @@ def choose_trust_setup(
     a TUF repository whenever ``hub init`` makes the keys (the quickstart trust); with an
     operator's root (``--trust-root``) the repository comes from the offline ceremony
     (``hub tuf online-key``, ``hub tuf install``), and ``--no-trust-root`` has none.
-    ``replicas`` (``--replica-address``): no repository by default, and ``--tuf`` is refused:
-    each replica would sign its own timestamps and snapshots in its own ``D/tuf/``, and a
-    device moving between replicas would rightly refuse the lower versions as a rollback."""
-    if tuf and replicas:
-        raise HubDirError(
-            "--tuf: not supported yet with --replica-address (the TUF repository is not "
-            "shared between hub replicas: docs/etcd.md)"
-        )
+    ``replicas`` (``--replica-address``): no repository by default; with ``--tuf`` one that
+    every replica copies with the data directory, its snapshot and timestamp versions kept
+    in the shared store (:mod:`hub.tufsharing`)."""
     if tuf is None:
         tuf = not no_trust_root and trust_root is None and not replicas
     if tuf and (no_trust_root or trust_root is not None):

@@ -24,7 +24,7 @@ from __future__ import annotations
 import re
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -37,6 +37,8 @@ from edgefleet.trust.documents import ArtifactMetadata
 if TYPE_CHECKING:
     from tuf.api.metadata import Root, Snapshot, Targets, Timestamp
 
+    from hub.tufrelaying import RelayedTuf
+
 log = get_logger(__name__)
 
 TUF_DIR = "tuf"
@@ -44,6 +46,7 @@ DELEGATED_DIR = "delegated"
 ONLINE_KEY = "online.key"
 TIMESTAMP_LIFETIME_S = 3600.0  # a device's freeze bound: an hour, not the months of metadata
 SNAPSHOT_LIFETIME_S = 7 * 86400.0
+RELAY_CHECK_S = 5.0  # how often files() looks whether the timestamp is due to be signed again
 _VERSIONED_ROOT = re.compile(r"^([1-9][0-9]{0,8})\.root\.json$")
 
 
@@ -65,8 +68,11 @@ class TufRepository:
         clock: Callable[[], float] = time.time,
         timestamp_lifetime_s: float = TIMESTAMP_LIFETIME_S,
         snapshot_lifetime_s: float = SNAPSHOT_LIFETIME_S,
+        signing: bool = True,
     ) -> None:
         self.dir = Path(directory)
+        # False on hub replicas (hub.tufsharing): only the leader signs, through the store
+        self.signing = signing
         self._clock = clock
         self._ts_life = timestamp_lifetime_s
         self._snap_life = snapshot_lifetime_s
@@ -79,6 +85,8 @@ class TufRepository:
         self._snapshot_bytes = b""
         self._timestamp_bytes = b""
         self._signer: Any = None
+        self._relayed: tuple[bytes, dict[str, bytes], str] | None = None  # files() of a timestamp
+        self._relay_checked = float("-inf")
         self._load()
 
     @staticmethod
@@ -165,15 +173,17 @@ class TufRepository:
                     self._snapshot_bytes = data
                 else:
                     self._timestamp_bytes = data
-        with self._lock:
-            self._refresh(force=False)
+        if self.signing:
+            with self._lock:
+                self._refresh(force=False)
 
     def read(self, name: str) -> bytes | None:
         """A metadata file by the name python-tuf's client asks for (``timestamp.json``,
         ``3.root.json``, ``vision.json``...); None when there is none."""
         with self._lock:
             if name == "timestamp.json":
-                self._refresh(force=False)
+                if self.signing:
+                    self._refresh(force=False)
                 return self._timestamp_bytes
             if name == "snapshot.json":
                 return self._snapshot_bytes
@@ -189,6 +199,32 @@ class TufRepository:
                 return self._delegated.get(role)
             return None
 
+    def files(self) -> tuple[dict[str, bytes], str]:
+        """Every metadata file by name, exactly as signed, and their digest
+        (:func:`hub.tufrelaying.digest_files`): what a root hub relays to its regions. The
+        timestamp is signed again first when half its life has passed (looked at every
+        :data:`RELAY_CHECK_S` at most), so a region gets a fresh one well before it expires."""
+        from hub.tufrelaying import digest_files
+
+        with self._lock:
+            now = self._clock()
+            if self.signing and now - self._relay_checked >= RELAY_CHECK_S:
+                self._refresh(force=False)
+                self._relay_checked = now
+            cached = self._relayed
+            if cached is not None and cached[0] is self._timestamp_bytes:
+                return cached[1], cached[2]
+            out = {f"{v}.root.json": data for v, data in self._roots.items()}
+            out["root.json"] = self._roots[max(self._roots)]
+            out["targets.json"] = self._targets_bytes
+            for role, data in self._delegated.items():
+                out[tufmeta.role_file(role)] = data
+            out["snapshot.json"] = self._snapshot_bytes
+            out["timestamp.json"] = self._timestamp_bytes
+            digest = digest_files(out)
+            self._relayed = (self._timestamp_bytes, out, digest)
+            return out, digest
+
     # -- snapshot and timestamp (online) --------------------------------------------------
     def _snapshot_meta(self) -> dict[str, int]:
         meta = {"targets.json": self._targets_version}
@@ -199,13 +235,20 @@ class TufRepository:
     def _refresh(self, *, force: bool) -> None:
         """Sign a new snapshot when the targets changed (or ``force``) or it is half way to
         its expiry, and a new timestamp when the snapshot changed or it is half way."""
+        signed = self._next(self._snapshot_meta(), force=force)
+        if signed is not None:
+            self._commit(*signed)
+
+    def _next(self, want: dict[str, int], *, force: bool) -> tuple[bytes, bytes] | None:
+        """The snapshot and timestamp to sign for the targets versions ``want`` (the held
+        snapshot when it still holds), or None when neither is due. Changes nothing."""
         from tuf.api.metadata import MetaFile, Snapshot, Timestamp
 
         now = self._clock()
-        want = self._snapshot_meta()
         snap: Snapshot | None = None
-        if self._snapshot_bytes:
-            snap, _ = tufmeta.parse(self._snapshot_bytes, Snapshot, what="snapshot.json")
+        snapshot_bytes = self._snapshot_bytes
+        if snapshot_bytes:
+            snap, _ = tufmeta.parse(snapshot_bytes, Snapshot, what="snapshot.json")
         new_snapshot = (
             force
             or snap is None
@@ -218,29 +261,92 @@ class TufRepository:
                 expires=tufmeta._expiry(now + self._snap_life),
                 meta={k: MetaFile(v) for k, v in want.items()},
             )
-            self._snapshot_bytes = tufmeta.sign(snap, [self._signer])
-            write_atomic(self.dir / "snapshot.json", self._snapshot_bytes, mode=0o644)
+            snapshot_bytes = tufmeta.sign(snap, [self._signer])
         assert snap is not None
         ts: Timestamp | None = None
         if self._timestamp_bytes:
             ts, _ = tufmeta.parse(self._timestamp_bytes, Timestamp, what="timestamp.json")
-        if (
+        if not (
             new_snapshot
             or ts is None
             or ts.snapshot_meta.version != snap.version
             or ts.expires.timestamp() - now < self._ts_life / 2
         ):
-            ts = Timestamp(
-                version=(ts.version + 1) if ts is not None else 1,
-                expires=tufmeta._expiry(now + self._ts_life),
-                snapshot_meta=MetaFile(
-                    snap.version,
-                    len(self._snapshot_bytes),
-                    {"sha256": tufmeta.digest(self._snapshot_bytes)},
-                ),
+            return None
+        ts = Timestamp(
+            version=(ts.version + 1) if ts is not None else 1,
+            expires=tufmeta._expiry(now + self._ts_life),
+            snapshot_meta=MetaFile(
+                snap.version, len(snapshot_bytes), {"sha256": tufmeta.digest(snapshot_bytes)}
+            ),
+        )
+        return snapshot_bytes, tufmeta.sign(ts, [self._signer])
+
+    def _commit(self, snapshot: bytes, timestamp: bytes) -> None:
+        if snapshot != self._snapshot_bytes:
+            self._snapshot_bytes = snapshot
+            write_atomic(self.dir / "snapshot.json", snapshot, mode=0o644)
+        self._timestamp_bytes = timestamp
+        write_atomic(self.dir / "timestamp.json", timestamp, mode=0o644)
+
+    # -- shared between hub replicas (hub.tufsharing) -------------------------------------
+    def shared_state(self) -> tuple[bytes, bytes, dict[str, bytes]]:
+        """``(snapshot, timestamp, delegated targets by role)`` as held."""
+        with self._lock:
+            return self._snapshot_bytes, self._timestamp_bytes, dict(self._delegated)
+
+    def plan_signing(
+        self, *, force: bool = False, delegated: tuple[str, int] | None = None
+    ) -> tuple[bytes, bytes] | None:
+        """The snapshot and timestamp the leader of hub replicas should sign now (nothing
+        committed: :meth:`adopt_shared` once the store took them), with ``delegated``
+        (role, version) counted in; None when none is due."""
+        with self._lock:
+            want = self._snapshot_meta()
+            if delegated is not None:
+                want[tufmeta.role_file(delegated[0])] = delegated[1]
+            return self._next(want, force=force or delegated is not None)
+
+    def adopt_shared(
+        self, snapshot: bytes, timestamp: bytes, delegated: Mapping[str, bytes]
+    ) -> bool:
+        """Serve the snapshot, timestamp and delegated targets the replicas share in the
+        store (signed by the leader): each checked against this repository's TUF root and
+        top-level targets (TrustError otherwise, nothing changed), written to ``D/tuf/``.
+        Whether anything changed; a timestamp older than the one held changes nothing."""
+        from tuf.api.metadata import Snapshot, Targets, Timestamp
+
+        root, targets = self.root, self.targets
+        ts, _ = tufmeta.parse(timestamp, Timestamp, what="shared timestamp")
+        snap, _ = tufmeta.parse(snapshot, Snapshot, what="shared snapshot")
+        tufmeta.verify_delegate(root, tufmeta.TIMESTAMP, timestamp, what="shared timestamp")
+        tufmeta.verify_delegate(root, tufmeta.SNAPSHOT, snapshot, what="shared snapshot")
+        if ts.snapshot_meta.version != snap.version:
+            raise TrustError(
+                "TufMetadataMismatch",
+                f"shared timestamp names snapshot {ts.snapshot_meta.version}, not {snap.version}",
             )
-            self._timestamp_bytes = tufmeta.sign(ts, [self._signer])
-            write_atomic(self.dir / "timestamp.json", self._timestamp_bytes, mode=0o644)
+        roles = targets.delegations.roles if targets.delegations is not None else None
+        versions: dict[str, int] = {}
+        for role, data in delegated.items():
+            if not roles or role not in roles:
+                raise TrustError("UnknownRole", f"shared delegated targets {role!r}: not delegated")
+            signed, _ = tufmeta.parse(data, Targets, what=role)
+            tufmeta.verify_delegate(targets, role, data, what=f"shared delegated targets {role!r}")
+            versions[role] = int(signed.version)
+        with self._lock:
+            if self._timestamp_bytes:
+                held, _ = tufmeta.parse(self._timestamp_bytes, Timestamp, what="timestamp.json")
+                if ts.version < held.version or timestamp == self._timestamp_bytes:
+                    return False
+            for role, data in delegated.items():
+                if self._delegated.get(role) != data:
+                    path = self.dir / DELEGATED_DIR / tufmeta.role_file(role)
+                    write_atomic(path, data, mode=0o644)
+                    self._delegated[role] = data
+                    self._versions[role] = versions[role]
+            self._commit(snapshot, timestamp)
+        return True
 
     # -- a publisher's delegated targets (with a push) ------------------------------------
     def check_delegated(self, role: str, data: bytes, meta: ArtifactMetadata, *, now: float) -> int:
@@ -314,7 +420,8 @@ class TufRepository:
             write_atomic(self.dir / DELEGATED_DIR / tufmeta.role_file(role), data, mode=0o644)
             self._delegated[role] = data
             self._versions[role] = version
-            self._refresh(force=True)
+            if self.signing:
+                self._refresh(force=True)
         log.info("delegated targets stored", role=role)
 
 
@@ -357,7 +464,7 @@ def create_repository(
     return d
 
 
-async def serve_metadata(tuf: TufRepository | None, request: Any, context: Any) -> Any:
+async def serve_metadata(tuf: TufRepository | RelayedTuf | None, request: Any, context: Any) -> Any:
     """``FetchTufMetadata`` (DeviceService and AdminService): one file, bounded."""
     import grpc
 

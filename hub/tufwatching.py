@@ -51,7 +51,7 @@ class TufWatcher:
             return False
         self._seen = seen
         try:
-            repo = TufRepository.load(self.ctx.paths.data_dir)
+            repo = TufRepository.load(self.ctx.paths.data_dir, signing=self.ctx.tuf_shared is None)
         except HubDirError as exc:
             log.error("tuf repository refused", error=str(exc))
             self.ctx.writer.event(

@@ -22,7 +22,14 @@ makes (:func:`start`), so a root restarted at any moment resumes from it:
   its figures (its rollout's message);
 * a region of the current wave that is not connected, or has not reported the deployment,
   holds the wave (neither a pass nor a failure): the state's reason says
-  ``RegionUnreachable`` and which region, until it is back.
+  ``RegionUnreachable`` and which region, until it is back;
+* a wave of regions whose regions have not all finished (Complete, or held at a percent
+  wave's weight) within the deployment's ``progressDeadlineSeconds`` fails like a region that
+  rolled back (reason ``ProgressDeadlineExceeded``, naming the regions that did not finish and
+  their figures). The deadline counts from the wave's start, or from when it could last go on
+  (its regions sent the new revision, reachable again after ``RegionUnreachable``, or an
+  operator's resume), the later; a pause wave, a paused rollout, a wave held for the analysis
+  window and a wave waiting for an unreachable region are not bounded by it.
 
 Every step is a new state (or none) and events, written by :mod:`hub.waves` with a
 compare-and-swap; no I/O, no clock here.
@@ -75,6 +82,9 @@ class WaveState:
     # regions sent the new revision on a percentage of their devices (a percent wave), not
     # released whole yet: region -> the percentage
     weights: Mapping[str, int] = field(default_factory=dict)
+    # the current wave's progress deadline counts from here or from ``step_at``, the later:
+    # set when its regions are sent the new revision, are reachable again, or it is resumed
+    deadline_from: float = 0.0
 
     def sends_new(self, region: str) -> bool:
         """Whether ``region`` is sent the new revision now (on some of its devices, maybe)."""
@@ -109,6 +119,7 @@ class WaveState:
             "history": [dict(h) for h in self.history],
             "readyAt": self.ready_at,
             "weights": dict(sorted(self.weights.items())),
+            "deadlineFrom": self.deadline_from,
         }
 
     @classmethod
@@ -131,6 +142,7 @@ class WaveState:
             history=tuple(dict(h) for h in doc.get("history", ())),
             ready_at=float(doc.get("readyAt", 0.0)),
             weights={str(k): int(v) for k, v in doc.get("weights", {}).items()},
+            deadline_from=float(doc.get("deadlineFrom", 0.0)),
         )
 
 
@@ -329,6 +341,7 @@ class RegionView:
     name: str
     connected: bool = False
     reported: bool = False  # its last report has the deployment
+    reported_at: float | None = None  # when the root received its last report (any replica)
     template: str = ""  # the template hash of the revision its rollout is rolling out
     phase: str = ""  # its rollout's phase
     reason: str = ""
@@ -409,12 +422,14 @@ def plan_waves(
     views: Mapping[str, RegionView],
     now: float,
     analysis: Analysis | None = None,
+    deadline_s: float | None = None,
 ) -> WaveStep:
     """The next step of a rollout in waves (see the module doc). ``waves``: the deployment's
     ``spec.rollout.waves`` now; ``placed``: the enrolled regions it goes to, sorted;
     ``expected``: region -> the template hash of the new revision there; ``views``: region ->
     what it last said; ``analysis``: the analysis across regions now (None: the deployment
-    has no ``canary.analysis``)."""
+    has no ``canary.analysis``); ``deadline_s``: the deployment's ``progressDeadlineSeconds``
+    (None: a wave is not bounded)."""
     if state.phase in (WavePhase.COMPLETE, WavePhase.ROLLED_BACK):
         return WaveStep()
     if not waves:
@@ -444,6 +459,7 @@ def plan_waves(
                 state,
                 weights={**state.weights, **dict.fromkeys(new, percent)},
                 changed_at=now,
+                deadline_from=now,
                 reason="WaveStarted",
                 message=f"{wave_text(waves, i)}: revision {state.revision} ({state.version}) "
                 f"sent to {percent}% of the devices of {', '.join(new)}",
@@ -455,6 +471,7 @@ def plan_waves(
             state,
             released=state.released | frozenset(new),
             changed_at=now,
+            deadline_from=now,
             reason="WaveStarted",
             message=f"{wave_text(waves, i)}: revision {state.revision} ({state.version}) sent "
             f"to {', '.join(new)}",
@@ -472,15 +489,22 @@ def plan_waves(
             return WaveStep()
         held = replace(state, reason="RegionUnreachable", message=message, changed_at=now)
         return WaveStep(held, (Event("Warning", "WaveWaiting", message),))
-    if not all(_done(views.get(r), expected.get(r, ""), percent is not None) for r in regions):
+    unfinished = [
+        r for r in regions if not _done(views.get(r), expected.get(r, ""), percent is not None)
+    ]
+    if unfinished:
         if state.reason == "RegionUnreachable":  # back: the condition is cleared
             going = replace(
                 state,
                 reason="WaveProgressing",
                 message=f"{wave_text(waves, i)}: every region of the wave is reachable again",
                 changed_at=now,
+                deadline_from=now,  # the deadline counts again from now
             )
             return WaveStep(going, (Event("Normal", "WaveProgressing", going.message),))
+        since = max(state.step_at, state.deadline_from)
+        if deadline_s is not None and now - since > deadline_s:
+            return _deadline_exceeded(state, waves, deadline_s, unfinished, views, now)
         return WaveStep()
     figures = {r: views[r].figures() for r in regions}
     summary = "; ".join(f"{r}: {views[r].text()}" for r in regions) or "no region in it"
@@ -596,6 +620,7 @@ def resume(waves: Sequence[Wave], state: WaveState, now: float) -> WaveState | N
             history=(),
             ready_at=0.0,
             weights={},
+            deadline_from=now,
         )
     if state.phase is not WavePhase.PAUSED:
         return None
@@ -604,6 +629,7 @@ def resume(waves: Sequence[Wave], state: WaveState, now: float) -> WaveState | N
             state,
             phase=WavePhase.PROGRESSING,
             changed_at=now,
+            deadline_from=now,
             reason="Resumed",
             message=f"resumed by an operator at {wave_text(waves, state.step)}",
         )
@@ -660,6 +686,33 @@ def _roll_back(
         message=message,
         changed_at=now,
         history=_record(state, "Failed", message, {region: view.figures()}, now),
+    )
+    return WaveStep(new, (Event("Warning", "RolledBack", message),))
+
+
+def _deadline_exceeded(
+    state: WaveState,
+    waves: Sequence[Wave],
+    deadline_s: float,
+    unfinished: Sequence[str],
+    views: Mapping[str, RegionView],
+    now: float,
+) -> WaveStep:
+    back = sorted(state.released | frozenset(state.weights))
+    figures = "; ".join(f"{r}: {views[r].text()}" for r in unfinished)
+    message = (
+        f"revision {state.revision} ({state.version}) did not pass "
+        f"{wave_text(waves, state.step)} within progressDeadlineSeconds {deadline_s:g} s: "
+        f"not finished in {', '.join(unfinished)} ({figures}); every region "
+        f"({', '.join(back)}) is sent revision {state.stable} ({state.stable_version}) again"
+    )
+    new = replace(
+        state,
+        phase=WavePhase.ROLLED_BACK,
+        reason="ProgressDeadlineExceeded",
+        message=message,
+        changed_at=now,
+        history=_record(state, "Failed", message, {r: views[r].figures() for r in unfinished}, now),
     )
     return WaveStep(new, (Event("Warning", "RolledBack", message),))
 
@@ -729,6 +782,7 @@ def waves_status(
             v = views.get(r)
             region_rows[r] = {
                 "connected": bool(v and v.connected),
+                **({"reportedAt": v.reported_at} if v is not None and v.reported_at else {}),
                 "sent": (
                     f"{state.weight_for(r)}%"
                     if state.weight_for(r) is not None

@@ -102,6 +102,7 @@ def _sandbox(x: SandboxReport) -> device_pb2.ReplicaSandbox:
         seccomp=x.seccomp,
         scoped=x.scoped,
         connect_ports=list(x.connect_ports),
+        connect_to=list(x.connect_to),
         uid=x.uid,
         separate_uid=x.separate_uid,
         problems=list(x.problems),

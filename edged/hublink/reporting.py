@@ -43,6 +43,7 @@ class SandboxReport:
     seccomp: bool = False
     scoped: bool = False
     connect_ports: tuple[int, ...] = ()
+    connect_to: tuple[str, ...] = ()
     uid: int = 0
     separate_uid: bool = False
     problems: tuple[str, ...] = ()
@@ -61,6 +62,7 @@ class SandboxReport:
             seccomp=bool(doc.get("seccomp")),
             scoped=bool(doc.get("scoped")),
             connect_ports=tuple(int(p) for p in doc.get("connectPorts", ())),
+            connect_to=tuple(str(p) for p in doc.get("connectTo", ())),
             uid=int(doc.get("uid", 0)),
             separate_uid=bool(doc.get("separateUid")),
             problems=tuple(str(p) for p in doc.get("problems", ())),

@@ -46,6 +46,12 @@ class SandboxSpec:
     network: bool = False
     connect_ports: tuple[int, ...] = ()
     bind_ports: tuple[int, ...] = ()
+    # when a rule names addresses: every egress rule as (port, cidr or ""), enforced by a
+    # cgroup BPF program on ``egress_cgroup`` (made by edged before the start: egressfilter.py),
+    # which the worker joins first; ``egress_problem``: why edged could not make it
+    egress_rules: tuple[tuple[int, str], ...] = ()
+    egress_cgroup: str = ""
+    egress_problem: str = ""
     device_paths: tuple[str, ...] = ()
     seccomp: bool = False
     refused: str = ""  # why this worker may not start at all (a policy refused it)
@@ -98,4 +104,6 @@ class LaunchSpec:
         for key in ("connect_ports", "bind_ports", "device_paths", "read_dirs"):
             if key in sandbox:
                 sandbox[key] = tuple(sandbox[key])
+        if "egress_rules" in sandbox:
+            sandbox["egress_rules"] = tuple((int(p), str(c)) for p, c in sandbox["egress_rules"])
         return cls(limits=LimitsSpec(**limits), sandbox=SandboxSpec(**sandbox), **doc)

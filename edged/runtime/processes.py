@@ -25,6 +25,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from edged.reconcile.model import Phase, ReplicaObservation
+from edged.runtime import egressfilter
 from edged.runtime.exiting import classify_exit, classify_launch_failure
 from edged.runtime.framing import (
     HEADER,
@@ -375,6 +376,7 @@ class Replica:
         err_read, err_write = os.pipe2(os.O_CLOEXEC)
         try:
             prepare_cgroup(self.spec.limits)
+            self.spec = _with_egress_filter(self.spec)
             self.proc = await asyncio.create_subprocess_exec(
                 python,
                 "-m",
@@ -442,6 +444,11 @@ class Replica:
             now=now,
         )
         remove_cgroup(self.spec.limits)
+        if self.spec.sandbox.egress_cgroup not in ("", self.spec.limits.cgroup_path):
+            try:
+                egressfilter.remove(self.spec.sandbox.egress_cgroup)
+            except OSError as exc:
+                log.warning("egress cgroup not removed", replica=self.id, error=str(exc))
         self.pid = None
         self.exited_at = now
         if verdict.stopped:
@@ -651,3 +658,17 @@ class WorkerPool:
         for rep in list(self._replicas.values()):
             if rep.proc is not None and rep.proc.returncode is None:
                 rep.proc.kill()
+
+
+def _with_egress_filter(spec: LaunchSpec) -> LaunchSpec:
+    """``spec`` with the cgroup its worker joins to have its egress rules that name addresses
+    enforced (egressfilter.py), or with why there is none (the worker then does not start)."""
+    sandbox = spec.sandbox
+    if not sandbox.egress_rules or sandbox.refused:
+        return spec
+    limits_cgroup = spec.limits.cgroup_path if spec.limits.mode == "cgroup" else ""
+    try:
+        path = egressfilter.prepare(spec.replica_id, sandbox.egress_rules, limits_cgroup)
+    except (egressfilter.EgressFilterError, OSError) as exc:
+        return replace(spec, sandbox=replace(sandbox, egress_cgroup="", egress_problem=str(exc)))
+    return replace(spec, sandbox=replace(sandbox, egress_cgroup=str(path), egress_problem=""))

@@ -13,6 +13,9 @@ afterwards). With ``mode = "landlock"``:
 * **network** (Landlock ABI 4+): TCP ``connect`` only to ``connect_ports`` and ``bind`` only
   on ``bind_ports``; none by default. Landlock rules name *ports*, not addresses: a port
   allowed is allowed on every address. UDP and Unix sockets are not TCP: see ``seccomp``.
+* **egress by address** (``egress_rules``: a rule names ``cidr``): first of all, the worker
+  joins the cgroup edged made for it, whose BPF programs allow ``connect()`` only to what a
+  rule allows (``egressfilter.py``); the ports are still Landlock's too.
 * **scopes** (ABI 6+): no signals to, and no abstract Unix sockets of, processes outside the
   sandbox (edged, other workers).
 * **no_new_privs**: set before anything else; exec can never grant privileges again.
@@ -40,7 +43,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from edged.runtime import landlock
+from edged.runtime import egressfilter, landlock
 from edged.runtime import seccomp as seccomp_filter
 from edged.runtime.launching import SandboxSpec
 from edged.runtime.privileges import DropFailed, StillPrivileged, drop_to
@@ -88,6 +91,8 @@ class Protections:
     seccomp: bool = False
     connect_ports: tuple[int, ...] = ()
     bind_ports: tuple[int, ...] = ()
+    # egress by address too (cgroup BPF, egressfilter.py): "127.0.0.1/32:8080", "*:443"
+    connect_to: tuple[str, ...] = ()
     uid: int = field(default_factory=os.getuid)
     gid: int = field(default_factory=os.getgid)
     groups: tuple[int, ...] = ()  # supplementary groups with a uid of its own
@@ -106,6 +111,7 @@ class Protections:
             "seccomp": self.seccomp,
             "connectPorts": list(self.connect_ports),
             "bindPorts": list(self.bind_ports),
+            **({"connectTo": list(self.connect_to)} if self.connect_to else {}),
             "uid": self.uid,
             "gid": self.gid,
             **({"groups": list(self.groups)} if self.groups else {}),
@@ -203,10 +209,11 @@ def apply_sandbox(
     :class:`SandboxUnavailable` when something that must be in force cannot be."""
     if spec.refused:
         raise SandboxUnavailable("NetworkPolicyDenied", spec.refused)
+    connect_to = _join_egress_filter(spec)
     switch = _UidSwitch(spec, uid, uid_problem, groups)
     if spec.mode == "off":
         switch()
-        return _protections(Protections(mode="off"), switch)
+        return _protections(Protections(mode="off", connect_to=connect_to), switch)
     threads = _thread_count()
     if threads != 1:  # Landlock and seccomp would leave the other threads unconfined
         message = f"the worker has {threads} threads when it would confine itself (needs one)"
@@ -278,10 +285,32 @@ def apply_sandbox(
             seccomp=seccomp,
             connect_ports=spec.connect_ports if network else (),
             bind_ports=spec.bind_ports if network else (),
+            connect_to=connect_to,
             problems=tuple(problems),
         ),
         switch,
     )
+
+
+def _join_egress_filter(spec: SandboxSpec) -> tuple[str, ...]:
+    """Join the cgroup whose BPF programs enforce the egress rules that name addresses
+    (egressfilter.py; while the worker may still write to it); what they allow, for status.
+    A policy that cannot be enforced stops the start, whatever ``required`` says."""
+    if not spec.egress_rules:
+        return ()
+    problem = spec.egress_problem or ("" if spec.egress_cgroup else "edged made no cgroup")
+    if not problem:
+        try:
+            egressfilter.join(spec.egress_cgroup)
+        except OSError as exc:
+            problem = f"cannot join the cgroup {spec.egress_cgroup}: {exc.strerror or exc}"
+    if problem:
+        raise SandboxUnavailable(
+            "NetworkPolicyUnenforceable",
+            f"egress rules that name addresses cannot be enforced here ({problem}); they need "
+            "edged as root and a cgroup v2 hierarchy (a cgroup BPF connect program)",
+        )
+    return egressfilter.describe(spec.egress_rules)
 
 
 def _protections(found: Protections, switch: _UidSwitch) -> Protections:

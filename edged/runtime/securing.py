@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from edged.runtime.launching import SandboxSpec
 from edgefleet.api import ModelDeployment, SecurityBaseline
 from edgefleet.api.baselines import DRIFT_ACTIONS
-from edgefleet.api.networking import EgressRule, NetworkPolicy, egress_beyond
+from edgefleet.api.networking import EgressRule, egress_beyond, intersect_egress
 
 CPU_ONLY_PROVIDERS = frozenset({"CPUExecutionProvider", "XnnpackExecutionProvider"})
 
@@ -35,7 +35,7 @@ class DeviceSecurity:
     sandbox: str = "landlock"
     seccomp: bool = True
     require_sandbox: bool = False
-    egress_bound: tuple[int, ...] | None = None  # None: no baseline bounds egress
+    egress_bound: tuple[EgressRule, ...] | None = None  # None: no baseline bounds egress
     baselines: tuple[str, ...] = ()  # names, for messages
     # ingress (infer.sock and the loopback TCP ports): None = no baseline says
     socket_groups: tuple[str, ...] = ()  # every group a baseline names (two: a conflict)
@@ -53,7 +53,7 @@ class DeviceSecurity:
     def with_baselines(self, baselines: Iterable[SecurityBaseline]) -> DeviceSecurity:
         """This device's settings under ``baselines`` (replacing any it held)."""
         items = sorted(baselines, key=lambda b: b.name)
-        bound: set[int] | None = None
+        bound: tuple[EgressRule, ...] | None = None
         groups: set[str] = set()
         mode: int | None = None
         tcp: set[int] | None = None
@@ -66,8 +66,7 @@ class DeviceSecurity:
                 periods.append(b.spec.drift.period_s)
             net = b.spec.network
             if net is not None and net.egress is not None:
-                ports = set(net.egress_ports)
-                bound = ports if bound is None else bound & ports
+                bound = net.egress if bound is None else intersect_egress(bound, net.egress)
             ingress = net.ingress if net is not None else None
             if ingress is None:
                 continue
@@ -84,7 +83,7 @@ class DeviceSecurity:
             sandbox=self.sandbox,
             seccomp=self.seccomp,
             require_sandbox=any(b.spec.require_sandbox for b in items),
-            egress_bound=None if bound is None else tuple(sorted(bound)),
+            egress_bound=bound,
             baselines=tuple(b.name for b in items),
             socket_groups=tuple(sorted(groups)),
             socket_mode=mode,
@@ -113,16 +112,21 @@ def choose_sandbox(
     network = deployment.spec.network
     ports = network.egress_ports if network is not None else ()
     refused = ""
-    if security.egress_bound is not None:
-        bound = NetworkPolicy(egress=tuple(EgressRule(port=p) for p in security.egress_bound))
-        beyond = egress_beyond(network, bound)
-        if beyond:
-            allowed = ", ".join(map(str, security.egress_bound)) or "none"
-            refused = (
-                f"spec.network.egress asks for port {', '.join(map(str, beyond))}, which the "
-                f"SecurityBaseline {', '.join(security.baselines)} does not allow "
-                f"(allowed: {allowed})"
-            )
+    beyond = egress_beyond(network, security.egress_bound)
+    if beyond:
+        allowed = ", ".join(r.text() for r in security.egress_bound or ()) or "none"
+        refused = (
+            f"spec.network.egress asks for port {', '.join(r.text() for r in beyond)}, which "
+            f"the SecurityBaseline {', '.join(security.baselines)} does not allow "
+            f"(allowed: {allowed})"
+        )
+    # Rules that name addresses are enforced by a cgroup BPF program too (egressfilter.py):
+    # every rule then, since the program allows only what some rule allows.
+    rules = (
+        tuple((r.port, r.cidr or "") for r in network.egress or ())
+        if network is not None and network.egress_addresses
+        else ()
+    )
     mode = "landlock" if security.require_sandbox else security.sandbox
     needs_devices = any(p not in CPU_ONLY_PROVIDERS for p in providers)
     separate_uid, uid_note = uid_separation(security)
@@ -131,6 +135,7 @@ def choose_sandbox(
         required=security.require_sandbox,
         network=network is not None and network.egress is not None,
         connect_ports=ports,
+        egress_rules=rules,
         device_paths=tuple(device_paths) if needs_devices else (),
         seccomp=security.seccomp and mode != "off",
         refused=refused,

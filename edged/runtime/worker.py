@@ -58,7 +58,7 @@ BENCH_BUDGET_S = 2.0  # ...within this long (at least one run), before READY
 PEAK_WINDOW = 8  # batches over which the recent peak of requests in flight is remembered
 TEST_PROBE_ENV = "EDGEFLEET_TEST_WORKER_PROBE"
 SECRET_DIRS_ENV = "EDGEFLEET_SECRET_DIRS"
-"""Tests only: a JSON list of ``{"open": PATH}`` / ``{"connect": "HOST:PORT"}`` /
+"""Tests only: a JSON list of ``{"open": PATH}`` / ``{"connect": "HOST:PORT"}`` (``[V6]:PORT``) /
 ``{"bind": "HOST:PORT"}`` / ``{"udp": ""}`` / ``{"secret": "MOUNTPATH/KEY"}`` (a secret's file
 through ``EDGEFLEET_SECRET_DIRS``, as a workload finds it) the worker tries once its sandbox
 is in force and its model loaded, reporting each outcome in READY (``testProbe``). Read from
@@ -486,7 +486,9 @@ def _run_test_probe(text: str) -> list[dict[str, str]]:
                     f.read(1)
             elif what in ("connect", "bind"):
                 host, _, port = str(target).rpartition(":")
-                with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+                family = socket.AF_INET6 if host.startswith("[") else socket.AF_INET
+                host = host.strip("[]")
+                with socket.socket(family, socket.SOCK_STREAM) as s:
                     s.settimeout(5)
                     if what == "connect":
                         s.connect((host, int(port)))

@@ -1,20 +1,29 @@
 """Network policy of inference workers: ``spec.network`` of a ModelDeployment and of a
 SecurityBaseline.
 
-Egress is enforced on the device by the kernel (Landlock TCP rules, Linux 6.7+), which names
-TCP *ports*, never addresses: a rule for port 8080 lets the worker connect to 8080 on every
-address. So an egress rule is a port, and a rule that names a host is refused as "not
-supported yet" rather than enforced more loosely than it reads::
+Egress is enforced on the device by the kernel. An egress rule names a TCP port and, if it
+says ``cidr``, the addresses (one address, ``127.0.0.1``, or a network, ``10.0.0.0/8``, IPv4
+or IPv6) that port may be reached on::
 
     spec:
       network:
         egress:
-          - port: 8080          # the local sensor service; any address on that port
+          - port: 8080          # the local sensor service, on this address only
+            cidr: 127.0.0.1
+          - port: 443           # any address on port 443
+
+Ports are enforced by Landlock's TCP rules (Linux 6.7+), which name ports only; a rule with
+``cidr`` is enforced too by a cgroup BPF ``connect4``/``connect6`` program on the worker's
+cgroup (edged as root: ``edged/runtime/egressfilter.py``). A device that cannot enforce a rule
+does not start the worker (``NetworkPolicyUnenforceable``): never silently weaker. Host names
+are refused (nothing resolves them at connect time).
 
 In a ModelDeployment, ``egress`` is what the deployment's workers may connect to (nothing when
 absent). In a SecurityBaseline, ``egress`` bounds what any deployment may ask for (absent: no
-bound; ``[]``: no worker may connect anywhere); a device refuses to start a worker whose
-deployment asks for more, naming the port.
+bound; ``[]``: no worker may connect anywhere): a deployment's rule is within a baseline's
+when the baseline has a rule for its port whose addresses (all, when it has no ``cidr``)
+contain the deployment's. A device refuses to start a worker whose deployment asks for more,
+naming the rule.
 
 ``ingress`` (SecurityBaseline only: the inference API is one per device) says who may use it::
 
@@ -33,7 +42,9 @@ other user (edged's own user aside), and serves no TCP port (TCP cannot tell use
 
 from __future__ import annotations
 
+import ipaddress
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -44,12 +55,52 @@ MAX_EGRESS_RULES = 64
 _port = int_in(1, 65535)
 
 
+IpNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class EgressRule:
+    """A TCP port, on the addresses of ``cidr`` (a network in its canonical form, such as
+    ``127.0.0.1/32``; ``None``: every address)."""
+
     port: int
+    cidr: str | None = None
+
+    @property
+    def network(self) -> IpNetwork | None:
+        return None if self.cidr is None else ipaddress.ip_network(self.cidr)
+
+    def covers(self, other: EgressRule) -> bool:
+        """Whether this rule allows everything ``other`` allows."""
+        if self.port != other.port:
+            return False
+        if self.cidr is None:
+            return True
+        mine, theirs = self.network, other.network
+        if theirs is None or mine is None or mine.version != theirs.version:
+            return False
+        return theirs.subnet_of(mine)  # type: ignore[arg-type]
+
+    def text(self) -> str:
+        """``8080`` or ``8080 on 10.0.0.0/8`` (for messages)."""
+        return str(self.port) if self.cidr is None else f"{self.port} on {self.cidr}"
 
     def to_dict(self) -> dict[str, Any]:
-        return {"port": self.port}
+        return {"port": self.port} if self.cidr is None else {"port": self.port, "cidr": self.cidr}
+
+
+def _rule_key(rule: EgressRule) -> tuple[int, int, str]:
+    return (rule.port, 0 if rule.cidr is None else 1, rule.cidr or "")
+
+
+def _cidr(value: object) -> str:
+    if not isinstance(value, str) or len(value) > 64:
+        raise ValueError(f"must be an IP address or network as a string, got {value!r}")
+    try:
+        net = ipaddress.ip_network(value, strict=True)
+    except ValueError as exc:
+        raise ValueError(f"must be an IP address or network such as 10.0.0.0/8: {exc}") from None
+    return str(net)
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -87,6 +138,11 @@ class NetworkPolicy:
     @property
     def egress_ports(self) -> tuple[int, ...]:
         return tuple(sorted({r.port for r in self.egress or ()}))
+
+    @property
+    def egress_addresses(self) -> bool:
+        """Whether a rule names addresses (Landlock alone cannot enforce it)."""
+        return any(r.cidr is not None for r in self.egress or ())
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -166,35 +222,57 @@ def read_network(r: Reader | None, *, ingress: bool = False) -> NetworkPolicy | 
     if len(items) > MAX_EGRESS_RULES:
         r.problems.add(r.at("egress"), f"at most {MAX_EGRESS_RULES} rules, got {len(items)}")
     rules: list[EgressRule] = []
-    seen: set[int] = set()
+    seen: set[tuple[int, str | None]] = set()
     for path, item in items[:MAX_EGRESS_RULES]:
         rule = r.problems.reader(item, path)
         if rule is None:
             continue
-        for name in ("host", "address", "cidr", "to"):
+        if rule.has("host"):
+            rule.problems.add(
+                rule.at("host"),
+                "not supported yet: host names are not resolved at connect time; give the "
+                "addresses in cidr",
+            )
+        for name in ("address", "to"):
             if rule.has(name):
                 rule.problems.add(
-                    rule.at(name),
-                    "not supported yet: the kernel enforces egress by TCP port only (Landlock "
-                    "rules name ports, not addresses), so a rule naming an address would allow "
-                    "that port on every address; give only the port",
+                    rule.at(name), "not a field of an egress rule: give the addresses in cidr"
                 )
+        cidr = rule.optional("cidr", _cidr, None)
         port = rule.required("port", _port, None)
         if port is None:
             continue
-        if port in seen:
-            rule.problems.add(rule.at("port"), f"port {port} is listed twice")
+        if (port, cidr) in seen:
+            what = f"port {port}" + ("" if cidr is None else f" on {cidr}")
+            rule.problems.add(rule.at("port"), f"{what} is listed twice")
             continue
-        seen.add(port)
-        rules.append(EgressRule(port=port))
-    return NetworkPolicy(
-        egress=tuple(sorted(rules, key=lambda rule: rule.port)), ingress=ingress_policy
+        seen.add((port, cidr))
+        rules.append(EgressRule(port=port, cidr=cidr))
+    return NetworkPolicy(egress=tuple(sorted(rules, key=_rule_key)), ingress=ingress_policy)
+
+
+def egress_beyond(
+    asked: NetworkPolicy | None, bound: Iterable[EgressRule] | None
+) -> tuple[EgressRule, ...]:
+    """Pure: the rules of ``asked`` that no rule of ``bound`` (a baseline's egress, or several
+    baselines' together: :func:`intersect_egress`) covers. ``None``: no bound."""
+    if bound is None:
+        return ()
+    allowed = tuple(bound)
+    return tuple(
+        r for r in (asked.egress or () if asked else ()) if not any(b.covers(r) for b in allowed)
     )
 
 
-def egress_beyond(asked: NetworkPolicy | None, bound: NetworkPolicy | None) -> tuple[int, ...]:
-    """Pure: the ports ``asked`` wants that ``bound`` (a baseline's policy) does not allow."""
-    if bound is None or bound.egress is None:
-        return ()
-    allowed = set(bound.egress_ports)
-    return tuple(p for p in (asked.egress_ports if asked else ()) if p not in allowed)
+def intersect_egress(a: Iterable[EgressRule], b: Iterable[EgressRule]) -> tuple[EgressRule, ...]:
+    """Pure: what both bounds allow. Two networks are either nested or disjoint, so each pair
+    of rules for one port gives the narrower one, or nothing."""
+    out: set[EgressRule] = set()
+    bs = tuple(b)
+    for x in a:
+        for y in bs:
+            if x.covers(y):
+                out.add(y)
+            elif y.covers(x):
+                out.add(x)
+    return tuple(sorted(out, key=_rule_key))

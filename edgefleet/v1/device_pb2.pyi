@@ -163,7 +163,7 @@ class ScalingDecision(_message.Message):
     def __init__(self, from_replicas: _Optional[int] = ..., to_replicas: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class ReplicaSandbox(_message.Message):
-    __slots__ = ("replica", "revision", "mode", "landlock_abi", "filesystem", "network", "no_new_privs", "seccomp", "scoped", "connect_ports", "uid", "problems", "separate_uid")
+    __slots__ = ("replica", "revision", "mode", "landlock_abi", "filesystem", "network", "no_new_privs", "seccomp", "scoped", "connect_ports", "uid", "problems", "separate_uid", "connect_to")
     REPLICA_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
@@ -177,6 +177,7 @@ class ReplicaSandbox(_message.Message):
     UID_FIELD_NUMBER: _ClassVar[int]
     PROBLEMS_FIELD_NUMBER: _ClassVar[int]
     SEPARATE_UID_FIELD_NUMBER: _ClassVar[int]
+    CONNECT_TO_FIELD_NUMBER: _ClassVar[int]
     replica: str
     revision: str
     mode: str
@@ -190,7 +191,8 @@ class ReplicaSandbox(_message.Message):
     uid: int
     problems: _containers.RepeatedScalarFieldContainer[str]
     separate_uid: bool
-    def __init__(self, replica: _Optional[str] = ..., revision: _Optional[str] = ..., mode: _Optional[str] = ..., landlock_abi: _Optional[int] = ..., filesystem: _Optional[bool] = ..., network: _Optional[bool] = ..., no_new_privs: _Optional[bool] = ..., seccomp: _Optional[bool] = ..., scoped: _Optional[bool] = ..., connect_ports: _Optional[_Iterable[int]] = ..., uid: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ..., separate_uid: _Optional[bool] = ...) -> None: ...
+    connect_to: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, replica: _Optional[str] = ..., revision: _Optional[str] = ..., mode: _Optional[str] = ..., landlock_abi: _Optional[int] = ..., filesystem: _Optional[bool] = ..., network: _Optional[bool] = ..., no_new_privs: _Optional[bool] = ..., seccomp: _Optional[bool] = ..., scoped: _Optional[bool] = ..., connect_ports: _Optional[_Iterable[int]] = ..., uid: _Optional[int] = ..., problems: _Optional[_Iterable[str]] = ..., separate_uid: _Optional[bool] = ..., connect_to: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RevisionStatus(_message.Message):
     __slots__ = ("revision", "model_version", "sha256", "phase", "ready_replicas", "reason", "message", "wanted", "metrics", "validation", "bytes_done", "bytes_total", "benchmark")

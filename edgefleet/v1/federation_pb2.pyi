@@ -65,10 +65,28 @@ class SliceApplied(_message.Message):
     def __init__(self, generation: _Optional[int] = ...) -> None: ...
 
 class RootMessage(_message.Message):
-    __slots__ = ("slice",)
+    __slots__ = ("slice", "tuf")
     SLICE_FIELD_NUMBER: _ClassVar[int]
+    TUF_FIELD_NUMBER: _ClassVar[int]
     slice: RegionSlice
-    def __init__(self, slice: _Optional[_Union[RegionSlice, _Mapping]] = ...) -> None: ...
+    tuf: TufMetadataSet
+    def __init__(self, slice: _Optional[_Union[RegionSlice, _Mapping]] = ..., tuf: _Optional[_Union[TufMetadataSet, _Mapping]] = ...) -> None: ...
+
+class TufMetadataSet(_message.Message):
+    __slots__ = ("files", "digest")
+    FILES_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    files: _containers.RepeatedCompositeFieldContainer[TufMetadataFile]
+    digest: str
+    def __init__(self, files: _Optional[_Iterable[_Union[TufMetadataFile, _Mapping]]] = ..., digest: _Optional[str] = ...) -> None: ...
+
+class TufMetadataFile(_message.Message):
+    __slots__ = ("name", "data")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    data: bytes
+    def __init__(self, name: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class RegionSlice(_message.Message):
     __slots__ = ("generation", "objects", "models", "trust_roots", "digest")

@@ -5,6 +5,8 @@ The device enrolls at one replica and learns both addresses from the enrollment 
 replica it is connected to (the leader) is killed with kill -9: the device moves to the other
 replica and keeps syncing, and downloads from it an artifact pushed through the dead one (its
 bytes come out of etcd); edgectl, whose admin.toml lists the dead replica first, still works.
+With ``--tuf`` the same, the device verifying with python-tuf: the other replica serves the
+delegated targets, snapshot and timestamp the dead one signed into etcd (no rollback).
 """
 
 from __future__ import annotations
@@ -51,14 +53,20 @@ def _leader_port(etcd: EtcdServer) -> int | None:
     return asyncio.run(read())
 
 
-@pytest.fixture
-def replicas(tmp_path: Path, etcd: EtcdServer) -> Iterator[list[HubProcess]]:
+@pytest.fixture(params=["envelopes", "tuf"])
+def replicas(
+    request: pytest.FixtureRequest, tmp_path: Path, etcd: EtcdServer
+) -> Iterator[list[HubProcess]]:
+    """Two replicas; with ``tuf``, made with ``hub init --tuf``: one TUF repository whose
+    snapshot and timestamp versions the replicas share in etcd (hub.tufsharing)."""
     p0 = free_port_pair()
     p1 = free_port_pair()
     while p1 in (p0 - 1, p0, p0 + 1):
         p1 = free_port_pair()
     r0 = HubProcess(tmp_path / "r0", tmp_path / "r0.log", port=p0)
-    r0.init("--store", f"etcd://{etcd.endpoint}{NAMESPACE}", "--replica-address", f"127.0.0.1:{p1}")
+    tuf = ["--tuf"] if request.param == "tuf" else []
+    r0.init("--store", f"etcd://{etcd.endpoint}{NAMESPACE}", "--replica-address",
+            f"127.0.0.1:{p1}", *tuf)  # fmt: skip
     config = r0.data / "hub.toml"
     config.write_text(config.read_text().replace('leaderLease = "10s"', 'leaderLease = "3s"'))
     shutil.copytree(r0.data, tmp_path / "r1")  # another replica: a copy of the data directory
@@ -133,6 +141,10 @@ def _fail_over(r0: HubProcess, r1: HubProcess, a: Edged, tmp_path: Path) -> None
     wait_for(lambda: serving(a, "det", "2.0.0"), 120, "dev-a to serve det 2.0.0 through r1")
     assert any((r1.data / "blobs" / "sha256").iterdir())
     assert a.status()["hub"]["hub"] == r1.address
+    if (r0.data / "tuf").exists():  # one TUF repository: r1 serves the versions r0 signed, on
+        status = a.status()["hub"]  # (the device would refuse lower ones as a rollback)
+        assert status["tufRequired"] is True and status["tufProblem"] is None, status
+        assert (r1.data / "tuf" / "delegated" / "lab.json").exists()  # from the store
     devices = json.loads(r0.edgectl("get", "devices", "-o", "json").stdout)
     assert devices["items"][0]["status"]["phase"] == "Ready", devices
 

@@ -5,6 +5,7 @@ keeps its worker from starting, saying why. Skipped without Landlock TCP rules (
 
 from __future__ import annotations
 
+import os
 import socket
 from collections.abc import Iterator
 from pathlib import Path
@@ -13,7 +14,7 @@ import orjson
 import pytest
 from harness import Edged, wait_for
 
-from edged.runtime import landlock
+from edged.runtime import egressfilter, landlock
 from edged.runtime.worker import TEST_PROBE_ENV
 
 ABI = landlock.abi_version()
@@ -78,6 +79,59 @@ def test_status_shows_the_sandbox_and_egress_reaches_only_the_granted_port(
         f"127.0.0.1:{allowed}": "ok",
         f"127.0.0.1:{other}": "PermissionError: errno 13",
     }
+
+
+ADDRESS_DEPLOYMENT = """\
+apiVersion: edgefleet.io/v1
+kind: ModelDeployment
+metadata: {{name: mlp}}
+spec:
+  model: {{name: mlp, version: "1.0.0", path: mlp.onnx}}
+  runtime: {{executionProviders: [CPUExecutionProvider]}}
+  network: {{egress: [{{port: {port}, cidr: 127.0.0.1}}]}}
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="cgroup BPF programs need edged as root")
+def test_egress_reaches_only_the_granted_address(
+    model_dir: Path, edged_factory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``{port, cidr}``: the port on that address only, the kernel's verdict through a cgroup
+    BPF program (127.0.0.2 is loopback too and listening on the same port)."""
+    listener = socket.socket()
+    listener.bind(("0.0.0.0", 0))
+    listener.listen(8)
+    port = listener.getsockname()[1]
+    (model_dir / "mlp.yaml").write_text(ADDRESS_DEPLOYMENT.format(port=port))
+    probe = [
+        {"connect": f"127.0.0.1:{port}"},
+        {"connect": f"127.0.0.2:{port}"},
+        {"connect": f"[::ffff:127.0.0.2]:{port}"},
+    ]
+    monkeypatch.setenv(TEST_PROBE_ENV, orjson.dumps(probe).decode())
+    e: Edged = edged_factory(model_dir).start()
+    assert e.launched is not None
+    pid = e.launched.pid
+    try:
+        e.wait_ready()
+        (replica,) = e.workload("mlp")["replicas"]
+        sandbox = replica["sandbox"]
+        assert sandbox["inForce"] is True and sandbox["connectPorts"] == [port]
+        assert sandbox["connectTo"] == [f"127.0.0.1/32:{port}"]
+        status, doc = e.infer("mlp", [[0.5] * 64])
+        assert status == 200, doc
+        assert e.terminate() == 0
+        tried = {r["target"]: r["outcome"] for r in e.probe_results()[0]}
+        assert tried == {
+            f"127.0.0.1:{port}": "ok",
+            f"127.0.0.2:{port}": "PermissionError: errno 1",  # EPERM: the BPF program
+            f"[::ffff:127.0.0.2]:{port}": "PermissionError: errno 1",
+        }
+        # the worker's cgroup went with it
+        leftovers = list(egressfilter.egress_parent().glob(f"{pid}-*"))
+        assert leftovers == []
+    finally:
+        listener.close()
 
 
 def test_a_baseline_that_does_not_allow_the_egress_keeps_the_worker_from_starting(

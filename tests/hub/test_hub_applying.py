@@ -108,6 +108,33 @@ def test_baseline_sandbox_and_network_are_canonical_and_optional() -> None:
     assert "requireSandbox" not in plain and "network" not in plain  # older forms unchanged
 
 
+def test_baseline_egress_rules_name_addresses() -> None:
+    """A rule may say which addresses its port is reached on: one address (kept as a /32
+    network) or a network, IPv4 or IPv6; rules are kept sorted, port-only rules first."""
+    manifest = baselines.parse_security_baseline(
+        _baseline(
+            network={
+                "egress": [
+                    {"port": 8080, "cidr": "127.0.0.1"},
+                    {"port": 443},
+                    {"port": 8080, "cidr": "fd00::/8"},
+                    {"port": 8080},
+                ]
+            }
+        )
+    )
+    assert manifest.spec.to_dict()["network"] == {
+        "egress": [
+            {"port": 443},
+            {"port": 8080},
+            {"port": 8080, "cidr": "127.0.0.1/32"},
+            {"port": 8080, "cidr": "fd00::/8"},
+        ]
+    }
+    assert manifest.spec.network is not None and manifest.spec.network.egress_addresses
+    assert baselines.parse_security_baseline(manifest.to_dict()) == manifest
+
+
 @pytest.mark.parametrize(
     ("spec", "problem"),
     [
@@ -115,9 +142,34 @@ def test_baseline_sandbox_and_network_are_canonical_and_optional() -> None:
         ({"network": {"egress": [{"port": 0}]}}, "spec.network.egress[0].port: must be"),
         ({"network": {"egress": [{"port": 80}, {"port": 80}]}}, "spec.network.egress[1].port"),
         (
-            {"network": {"egress": [{"host": "127.0.0.1", "port": 8080}]}},
-            "spec.network.egress[0].host: not supported yet: the kernel enforces egress by TCP "
-            "port only",
+            {"network": {"egress": [{"host": "sensor.local", "port": 8080}]}},
+            "spec.network.egress[0].host: not supported yet: host names are not resolved",
+        ),
+        (
+            {"network": {"egress": [{"address": "127.0.0.1", "port": 8080}]}},
+            "spec.network.egress[0].address: not a field of an egress rule: give the addresses "
+            "in cidr",
+        ),
+        (
+            {"network": {"egress": [{"cidr": "10.1.2.3/8", "port": 8080}]}},
+            "spec.network.egress[0].cidr: must be an IP address or network such as 10.0.0.0/8: "
+            "10.1.2.3/8 has host bits set",
+        ),
+        (
+            {"network": {"egress": [{"cidr": "sensor", "port": 8080}]}},
+            "spec.network.egress[0].cidr",
+        ),
+        ({"network": {"egress": [{"cidr": 7, "port": 8080}]}}, "spec.network.egress[0].cidr"),
+        (
+            {
+                "network": {
+                    "egress": [
+                        {"cidr": "127.0.0.1", "port": 80},
+                        {"cidr": "127.0.0.1/32", "port": 80},
+                    ]
+                }
+            },
+            "spec.network.egress[1].port: port 80 on 127.0.0.1/32 is listed twice",
         ),
         ({"network": {"egres": []}}, "spec.network.egres: unknown field"),
     ],

@@ -161,6 +161,10 @@ def report(devices: int = 1, **fields: Any) -> federation_pb2.RegionReport:
             "report.inventory.devices[0].labels",
         ),
         (
+            lambda r: r.inventory.devices[0].labels.update({"k": "bad value!"}),
+            "report.inventory.devices[0].labels['k']: must be a label value",
+        ),
+        (
             lambda r: r.inventory.devices[0].labels.update({f"k{i}": "v" for i in range(65)}),
             "labels: at most 64",
         ),
@@ -389,6 +393,36 @@ async def test_the_stream_sends_the_slice_and_refuses_what_is_out_of_bounds(tmp_
         await asyncio.sleep(0.6)  # the request generators' last wait
 
 
+@async_test
+async def test_a_change_at_the_root_reaches_an_open_stream_without_waiting_for_the_poll(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from hub import regions
+
+    monkeypatch.setattr(regions, "SLICE_POLL_S", 60.0)  # only the wake-up can send it in time
+    async with Root(tmp_path) as root:
+        paths = await root.enroll("eu")
+        async with root.region_channel(paths) as channel:
+            stub = federation_pb2_grpc.FederationServiceStub(channel)
+            call = stub.Federate(messages(hello("eu"), hold=30))
+            first = await asyncio.wait_for(call.read(), 10)
+            policy = {
+                "apiVersion": "edgefleet.io/v1",
+                "kind": "DeviceHealthPolicy",
+                "metadata": {"name": "health"},
+                "spec": {},
+            }
+            root.ctx.cache.put_object(policy, 99)
+            root.ctx.projector.mark_all()  # what an apply does once it is stored
+            second = await asyncio.wait_for(call.read(), 10)
+            assert second.slice.generation > first.slice.generation
+            assert any(b"DeviceHealthPolicy" in o for o in second.slice.objects)
+            assert len(root.ctx.regions.wakers) == 1
+            call.cancel()
+        await asyncio.sleep(0.1)
+        assert root.ctx.regions.wakers == set()  # the ended stream's is gone
+
+
 def with_annotations(doc: dict[str, Any], annotations: dict[str, str]) -> dict[str, Any]:
     return {**doc, "metadata": {**doc["metadata"], "annotations": annotations}}
 
@@ -406,6 +440,42 @@ def test_a_region_gets_its_replica_override() -> None:
     assert slicing.with_overrides(per, "eu")["spec"]["replicas"] == {"perDevice": 3}
 
 
+def test_a_region_gets_its_model_variant_at_the_deployments_versions() -> None:
+    doc = with_annotations(
+        deployment("det", version="2.0.0"),
+        {
+            "federation.edgefleet.io/model.eu": "det-int8",
+            "federation.edgefleet.io/replicas.eu": "2",
+        },
+    )
+    models = {
+        (n, v): record(n, v) for n in ("det", "det-int8") for v in ("1.0.0", "2.0.0", "3.0.0")
+    }
+    revisions = {"det": [("det", "1.0.0"), ("det", "2.0.0")]}
+    eu = slicing.plan_slice("eu", [doc], models, revisions, [])
+    assert eu.objects[0]["spec"]["model"] == {"name": "det-int8", "version": "2.0.0"}
+    assert eu.objects[0]["spec"]["replicas"] == {"perDevice": 2}  # both overrides
+    assert [(m.name, m.version) for m in eu.models] == [
+        ("det-int8", "1.0.0"),
+        ("det-int8", "2.0.0"),
+    ]
+    us = slicing.plan_slice("us", [doc], models, revisions, [])
+    assert us.objects[0]["spec"]["model"] == {"name": "det", "version": "2.0.0"}
+    assert [(m.name, m.version) for m in us.models] == [("det", "1.0.0"), ("det", "2.0.0")]
+    assert slicing.with_overrides(doc, "us") is doc
+
+
+def test_a_region_gets_its_precision_variant() -> None:
+    doc = with_annotations(deployment("det"), {"federation.edgefleet.io/precision.eu": "int8"})
+    doc["spec"]["runtime"] = {"maxBatchSize": 4}
+    doc = parse_manifest(doc).to_dict()
+    eu = slicing.plan_slice("eu", [doc], {}, {}, []).objects[0]
+    assert eu["spec"]["runtime"] == {**doc["spec"]["runtime"], "precision": "int8"}
+    assert eu["spec"]["model"] == doc["spec"]["model"]  # the same artifact, another extra
+    assert parse_manifest(dict(eu)).to_dict() == eu  # a canonical manifest the region accepts
+    assert slicing.plan_slice("us", [doc], {}, {}, []).objects[0] == doc
+
+
 @pytest.mark.parametrize(
     ("annotations", "problem"),
     [
@@ -415,6 +485,20 @@ def test_a_region_gets_its_replica_override() -> None:
         ),
         ({"federation.edgefleet.io/replicas.eu": "two"}, "got 'two'"),
         ({"federation.edgefleet.io/replicas.EU_1": "2"}, "the region: must be a DNS label"),
+        ({"federation.edgefleet.io/model.eu": "Det Int8"}, "the model name: must be a DNS label"),
+        ({"federation.edgefleet.io/model.eu": ""}, "the model name:"),
+        ({"federation.edgefleet.io/model.EU_1": "det-int8"}, "the region: must be a DNS label"),
+        (
+            {"federation.edgefleet.io/runtime.eu": "fp16"},
+            "not supported: the per-region overrides are federation.edgefleet.io/replicas.<region>"
+            " (a replica count), federation.edgefleet.io/model.<region> (a model variant) and "
+            "federation.edgefleet.io/precision.<region> (a precision variant)",
+        ),
+        ({"federation.edgefleet.io/max-weight": "10"}, "not applied by hand"),
+        (
+            {"federation.edgefleet.io/precision.eu": "int4"},
+            'must be one of fp32, fp16, int8, got "int4"',
+        ),
     ],
 )
 def test_a_bad_override_is_refused_at_apply_naming_the_annotation(
@@ -427,9 +511,33 @@ def test_a_bad_override_is_refused_at_apply_naming_the_annotation(
     with pytest.raises(ValidationError) as err:
         applying.parse_documents([storekeys.dumps(doc)])
     text = "\n".join(str(p) for p in err.value.problems)
-    assert 'documents[0].metadata.annotations["federation.edgefleet.io/replicas.' in text, text
+    key = next(iter(annotations))
+    assert f'documents[0].metadata.annotations["{key}"]' in text, text
     assert problem in text, text
     assert applying.parse_documents([storekeys.dumps(deployment("a"))])  # no override: fine
+
+
+def test_a_model_variant_is_refused_where_it_cannot_apply() -> None:
+    from edgefleet.errors import ValidationError
+    from hub import applying
+
+    pinned = deployment("a")
+    pinned["spec"]["model"]["sha256"] = "ab" * 32
+    baseline = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "SecurityBaseline",
+        "metadata": {"name": "fleet"},
+        "spec": {"requireAttestation": False},
+    }
+    for doc, problem in (
+        (pinned, "spec.model may not pin the artifact itself (it sets sha256)"),
+        (baseline, "a model override applies to a ModelDeployment only"),
+    ):
+        annotated = with_annotations(doc, {"federation.edgefleet.io/model.eu": "a-int8"})
+        with pytest.raises(ValidationError) as err:
+            applying.parse_documents([storekeys.dumps(annotated)])
+        text = "\n".join(str(p) for p in err.value.problems)
+        assert problem in text, text
 
 
 def admin_channel(root: Root) -> grpc.aio.Channel:

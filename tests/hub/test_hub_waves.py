@@ -10,6 +10,14 @@ it: that revision Ready, or Refused.
   from its stored state; ``edgectl rollout status`` at the root shows the waves;
 * wave 1 fails (eu's device refuses the new revision, eu rolls back) -> the root rolls every
   region back; us never got the new revision;
+* wave 1 does not pass within ``progressDeadlineSeconds`` -> the root rolls every region back
+  (``ProgressDeadlineExceeded``), ``edgectl rollout status`` exits 1;
+* a model variant for eu (``federation.edgefleet.io/model.eu``) -> eu runs it, through the
+  waves;
+* two root replicas on a real etcd: the one that does not lead shows the waves as the leader
+  moves them; regions streaming to the one that does not lead pass the leader's waves (their
+  reports shared through the store), and a root restarted shows them from the store with
+  their age;
 * ``spec.rollout.waves`` is refused at a regional hub and at a hub without regions.
 """
 
@@ -18,6 +26,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
+import shutil
 from collections.abc import Callable, Coroutine
 from dataclasses import replace
 from pathlib import Path
@@ -27,8 +36,10 @@ import grpc
 import orjson
 import pytest
 from asynctesting import async_test
+from etcdtesting import EtcdServer
 from hubserving import AdminHub, client_credentials, make_hub_dir
 
+from edgefleet.api import Precision
 from edgefleet.launching import free_port_pair
 from edgefleet.supervising import Component
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
@@ -36,8 +47,12 @@ from hub import pki, storekeys, tokens
 from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
 from hub.federating import ParentFiles, ParentLink, enroll_with_parent
 from hub.initializing import HubPaths, init_hub
+from hub.regions import RegionsFollower
+from hub.replicas import CacheFollower
 from hub.server import build_context, start_server
+from hub.store.electing import LeaderOnly
 from hub.trustsetup import quickstart_trust
+from hub.waves import WaveObserver
 from hub.waving import WavePhase
 
 DEADLINE = 60.0  # for a loaded machine; not a timed assertion
@@ -60,18 +75,24 @@ def slow_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., Non
 
 
 def deployment(
-    version: str, waves: list[Any] | None = None, canary: dict[str, Any] | None = None
+    version: str,
+    waves: list[Any] | None = None,
+    canary: dict[str, Any] | None = None,
+    deadline: int | None = None,
+    annotations: dict[str, str] | None = None,
 ) -> bytes:
     rollout: dict[str, Any] = {"maxSurge": 1, "maxUnavailable": 0}
     if waves is not None:
         rollout["waves"] = waves
     if canary is not None:
         rollout["canary"] = canary
+    if deadline is not None:
+        rollout["progressDeadlineSeconds"] = deadline
     return orjson.dumps(
         {
             "apiVersion": "edgefleet.io/v1",
             "kind": "ModelDeployment",
-            "metadata": {"name": "det"},
+            "metadata": {"name": "det", **({"annotations": annotations} if annotations else {})},
             "spec": {
                 "model": {"name": "det", "version": version},
                 "replicas": {"perDevice": 1},
@@ -111,11 +132,24 @@ class Hub:
 
     async def __aenter__(self) -> Hub:
         ctx = self.ctx = await build_context(self.paths.data_dir)
-        components: list[Component] = [ctx.writer, ctx.projector]
+        components: list[Component] = [ctx.projector]
         assert ctx.rollouts is not None
         components.append(ctx.rollouts)
         if ctx.waves is not None:
             components.append(ctx.waves)
+        if ctx.elector is not None:  # a replica on etcd, as hub serve runs one
+            ctx.elector.identity = f"replica {self.paths.data_dir.name}"
+            followers = [ctx.waves] if ctx.waves is not None else []
+            components = [
+                ctx.elector,
+                *(LeaderOnly(c, ctx.elector) for c in components),
+                CacheFollower(ctx.store, ctx.cache, ctx.sessions, ctx.elector, followers),
+            ]
+            if ctx.waves is not None:
+                components.append(WaveObserver(ctx.waves, ctx.elector))
+        components.insert(0, ctx.writer)
+        if ctx.regions is not None:  # every region's report, whatever replica took it
+            components.append(RegionsFollower(ctx.store, ctx.regions))
         parent = ParentFiles.load(self.paths.data_dir)
         if parent is not None:
             components.append(ParentLink(ctx, parent))
@@ -168,12 +202,13 @@ class Fleet:
         self.port = free_port_pair()
         self.address = f"127.0.0.1:{self.port}"
 
-    async def make(self) -> None:
+    async def make(self, store: str = "") -> None:
         result = await init_hub(
             self.tmp / "root",
             region="root",
             hub_address=self.address,
             trust_setup=quickstart_trust,
+            store=store,
         )
         self.root_paths, self.pin = result.paths, result.ca_pin
 
@@ -196,14 +231,16 @@ class Fleet:
         return Hub(self.root_paths, listen=self.address)
 
 
-async def push(root: Hub, version: str) -> None:
+async def push(root: Hub, version: str, name: str = "det") -> None:
     """A model pushed at the root: its bytes in the blob store (the regions fetch them)."""
-    path = root.paths.data_dir / f"det-{version}.bin"
-    path.write_bytes(f"model {version}".encode() * 100)
-    sha = root.ctx.blobs.ingest_file(path, name="det", version=version, verifiers=[])
-    record = storekeys.ModelRecord("det", version, sha, path.stat().st_size, b"{}", 1.0)
-    await root.ctx.store.put(storekeys.model_key("det", version), storekeys.dumps(record.to_json()))
-    root.ctx.cache.models[("det", version)] = record
+    path = root.paths.data_dir / f"{name}-{version}.bin"
+    path.write_bytes(f"model {name} {version}".encode() * 100)
+    sha = root.ctx.blobs.ingest_file(path, name=name, version=version, verifiers=[])
+    record = storekeys.ModelRecord(name, version, sha, path.stat().st_size, b"{}", 1.0)
+    if root.ctx.shared_blobs is not None:  # replicas: the bytes for every replica, as a push
+        await root.ctx.shared_blobs.publish(sha)
+    await root.ctx.store.put(storekeys.model_key(name, version), storekeys.dumps(record.to_json()))
+    root.ctx.cache.models[(name, version)] = record
 
 
 async def device(
@@ -442,6 +479,321 @@ async def test_a_failed_wave_rolls_every_region_back(tmp_path: Path) -> None:
             assert "wave 1 [Failed]: regions eu" in text and "wave 1 failed:" in text
 
 
+@pytest.mark.scenario
+@slow_test
+async def test_a_wave_not_passed_within_the_progress_deadline_rolls_every_region_back(
+    tmp_path: Path,
+) -> None:
+    """eu's own rollout of 2.0.0 stops at a canary pause (which no region deadline bounds):
+    the root's wave 1 (eu) does not pass within progressDeadlineSeconds, and every region is
+    sent 1.0.0 again; ``edgectl rollout status`` at the root exits 1 with the reason."""
+    from edgectltesting import edgectl
+
+    canary = {"steps": [{"pause": {}}, "100%"]}
+    fleet = Fleet(tmp_path)
+    await fleet.make()
+    async with fleet.root() as root:
+        eu_paths, us_paths = await fleet.region(root, "eu"), await fleet.region(root, "us")
+        await push(root, "1.0.0")
+        await push(root, "2.0.0")
+        await root.apply(deployment("1.0.0", WAVES))
+        async with Hub(eu_paths) as eu, Hub(us_paths) as us, devices(eu, us):
+            await everywhere_on(root, eu, us, "1.0.0")
+            await root.apply(deployment("2.0.0", WAVES, canary, deadline=3))
+            waves = root.ctx.waves
+            assert waves is not None
+            await until(lambda: eu.version() == "2.0.0", "eu sent 2.0.0")
+            await until(
+                lambda: waves.states["det"].phase is WavePhase.ROLLED_BACK, "the waves roll back"
+            )
+            state = waves.states["det"]
+            assert state.reason == "ProgressDeadlineExceeded", state.message
+            assert (
+                "did not pass wave 1 of 1 (eu) within progressDeadlineSeconds 3 s: "
+                "not finished in eu (eu: "
+            ) in state.message
+            assert "devices updated" in state.message  # eu's figures
+            assert "every region (eu) is sent revision 1 (1.0.0) again" in state.message
+            events = root.events("RolledBack")
+            assert events and events[-1]["type"] == "Warning"
+            assert events[-1]["message"] == state.message
+            assert state.history[-1]["regions"]["eu"]["desiredDevices"] == 1
+            # eu is sent 1.0.0 again (a new rollout there, from its stable revision: its
+            # device never left 1.0.0); us never got 2.0.0
+            await until(lambda: eu.version() == "1.0.0", "eu back on 1.0.0")
+            sent = eu.ctx.cache.revision_for("det", "cam-eu-0")
+            assert sent is not None and sent.model == ("det", "1.0.0")
+            assert all(r.model[1] == "1.0.0" for r in us.ctx.cache.revisions["det"].values())
+            assert rolled_out(us, "1.0.0")
+
+            shown = await asyncio.to_thread(
+                edgectl, root.paths.admin_config, "rollout", "status", "det"
+            )
+            assert shown.returncode == 1, shown
+            assert "rolled back (ProgressDeadlineExceeded)" in shown.stderr, shown.stderr
+            assert "wave 1 [Failed]: regions eu" in shown.stdout, shown.stdout
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_a_root_replica_that_does_not_lead_shows_the_waves_where_they_are(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    """Two root replicas on one real etcd (copies of one data directory), r0 leading; eu's
+    hub streams to r0. As r0's wave controller moves (wave 1 passes, then it waits for us,
+    unreachable; then an operator pauses it), r1 (following, its controllers idle) shows the
+    same state in ``status.rollout.waves`` and sends each region the same revision."""
+    fleet = Fleet(tmp_path)
+    await fleet.make(store=f"etcd://{etcd_server.endpoint}{etcd_namespace}")
+    shutil.copytree(fleet.root_paths.data_dir, tmp_path / "r1")
+    async with fleet.root() as leader:
+        assert leader.ctx.elector is not None
+        await until(lambda: leader.ctx.elector and leader.ctx.elector.leading, "r0 leads")
+        eu_paths = await fleet.region(leader, "eu")
+        await fleet.region(leader, "us")  # enrolled, never running: unreachable
+        await push(leader, "1.0.0")
+        await push(leader, "2.0.0")
+        await leader.apply(deployment("1.0.0", WAVES))
+        async with Hub(HubPaths.of(tmp_path / "r1")) as follower, Hub(eu_paths) as eu:
+            assert follower.ctx.elector is not None and not follower.ctx.elector.leading
+            assert follower.ctx.waves is not None and leader.ctx.waves is not None
+            async with devices(eu):
+                await until(lambda: rolled_out(eu, "1.0.0"), "eu on 1.0.0")
+                await leader.apply(deployment("2.0.0", WAVES))
+                waves = leader.ctx.waves
+                await until(
+                    lambda: (
+                        waves.states["det"].reason == "RegionUnreachable"
+                        and waves.states["det"].step == 1
+                    ),
+                    "wave 1 passes, then the wave waits for us",
+                    detail=lambda: waves.states["det"].message,
+                )
+
+            def shown_on_follower() -> dict[str, Any] | None:
+                assert follower.ctx.waves is not None
+                return follower.ctx.waves.status("det")
+
+            await until(
+                lambda: (shown_on_follower() or {}).get("reason") == "RegionUnreachable",
+                "the follower shows the waves' current state",
+                detail=lambda: str(shown_on_follower()),
+            )
+            on_follower = (await follower.get())["status"]["rollout"]["waves"]
+            on_leader = (await leader.get())["status"]["rollout"]["waves"]
+            for key in ("revision", "stableRevision", "phase", "reason", "message", "step"):
+                assert on_follower[key] == on_leader[key], key
+            assert (on_follower["revision"], on_follower["step"]) == (2, 2)
+            assert [w["state"] for w in on_follower["waves"]] == ["Passed", "Progressing"]
+            assert on_follower["conditions"][0]["status"] == "False"
+            assert on_follower["history"] == on_leader["history"]
+            # the slices a follower streams are the leader's: both regions released
+            assert follower.ctx.waves.states["det"].released == frozenset({"eu", "us"})
+            stored = follower.ctx.cache.stored[("ModelDeployment", "det")].manifest
+            for region in ("eu", "us"):
+                sent = follower.ctx.waves.manifest_for(region, stored)
+                assert sent == leader.ctx.waves.manifest_for(region, stored)
+                assert sent["spec"]["model"]["version"] == "2.0.0"
+            # an operator's pause at the leader: the follower shows it; it refuses one itself
+            async with leader.channel() as channel:
+                await leader.stub(channel).RolloutAction(
+                    admin_pb2.RolloutActionRequest(
+                        name="det", action=admin_pb2.RolloutActionRequest.PAUSE
+                    )
+                )
+            await until(
+                lambda: (shown_on_follower() or {}).get("phase") == "Paused",
+                "the follower shows the pause",
+            )
+
+            from edgectl.rollouts import render
+
+            text, phase = render(await follower.get())
+            assert phase == "Paused" and "wave 1 [Passed]: regions eu" in text, text
+
+
+CANARY = {
+    "steps": ["100%"],
+    "analysis": {"maxErrorRateIncrease": 0.05, "minRequests": 10, "window": "2s"},
+}
+
+
+def seen_on(hub: Hub, region: str, version: str) -> bool:
+    """``hub`` sees ``region`` connected, its rollout of ``version`` Complete, whatever
+    replica the region streams to (hub.reportsharing)."""
+    regions = hub.ctx.regions
+    state = regions.regions.get(region) if regions is not None else None
+    if regions is None or state is None:
+        return False
+    seen = regions.seen(state)
+    return seen.connected and any(
+        d.name == "det" and d.rollout_phase == "Complete" and d.versions.get(version)
+        for d in (seen.report.deployments if seen.report is not None else ())
+    )
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_regions_streaming_to_a_replica_that_does_not_lead_pass_the_leaders_waves(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    """Two root replicas on one real etcd: r0 leads on another port, r1 (following) is at
+    the address the regions enroll with and stream to. The regions' reports reach r0 through
+    the store: its wave 1 (eu) passes (its analysis across regions too) and us follows, never
+    held as unreachable; r1 shows the analysis across regions as well, sampling the reports
+    itself; both replicas show each region's figures, connected, with the time of its
+    report. Then the
+    root restarts (both replicas stop, the regions too; r0 alone starts again): it shows the
+    regions' last reports from the store with their age, the regions disconnected."""
+    fleet = Fleet(tmp_path)
+    await fleet.make(store=f"etcd://{etcd_server.endpoint}{etcd_namespace}")
+    shutil.copytree(fleet.root_paths.data_dir, tmp_path / "r1")
+    async with Hub(fleet.root_paths) as leader:
+        assert leader.ctx.elector is not None and leader.ctx.waves is not None
+        await until(lambda: leader.ctx.elector and leader.ctx.elector.leading, "r0 leads")
+        async with Hub(HubPaths.of(tmp_path / "r1"), listen=fleet.address) as follower:
+            assert follower.ctx.elector is not None and not follower.ctx.elector.leading
+            eu_paths = await fleet.region(follower, "eu")  # enrolled at r1
+            us_paths = await fleet.region(follower, "us")
+            await until(
+                lambda: {"eu", "us"} <= set(leader.ctx.regions.regions),  # type: ignore[union-attr]
+                "the leader knows the regions enrolled at r1",
+            )
+            await push(leader, "1.0.0")
+            await push(leader, "2.0.0")
+            await leader.apply(deployment("1.0.0", WAVES, CANARY))
+            async with Hub(eu_paths) as eu, Hub(us_paths) as us, devices(eu, us):
+                for hub in (eu, us):
+                    await until(lambda h=hub: rolled_out(h, "1.0.0"), f"{hub.ctx.region} on 1.0.0")
+                for region in ("eu", "us"):
+                    await until(lambda r=region: seen_on(leader, r, "1.0.0"), f"r0 sees {region}")
+                regions = leader.ctx.regions
+                assert regions is not None
+                assert not regions.regions["eu"].connected  # not streaming to r0 ...
+                assert follower.ctx.regions and follower.ctx.regions.regions["eu"].connected
+                await leader.apply(deployment("2.0.0", WAVES, CANARY))
+                waves = leader.ctx.waves
+
+                def analysis_on_follower() -> dict[str, Any] | None:
+                    assert follower.ctx.waves is not None
+                    shown: dict[str, Any] | None = (follower.ctx.waves.status("det") or {}).get(
+                        "analysis"
+                    )
+                    return shown
+
+                await until(
+                    lambda: (analysis_on_follower() or {}).get("canary", {}).get("requests"),
+                    "r1 shows the analysis across regions, with eu's figures",
+                    detail=lambda: str(analysis_on_follower()),
+                )
+                await until(
+                    lambda: (
+                        waves.states["det"].revision == 2
+                        and waves.states["det"].phase is WavePhase.COMPLETE
+                    ),
+                    "the leader's waves pass eu, then us, on reports shared through the store",
+                    detail=lambda: waves.states["det"].message,
+                )
+                assert [h["outcome"] for h in waves.states["det"].history][-2:] == [
+                    "Passed",
+                    "Passed",
+                ], waves.states["det"].history
+                assert not leader.events("WaveWaiting"), leader.events("WaveWaiting")
+                for hub in (eu, us):
+                    await until(lambda h=hub: rolled_out(h, "2.0.0"), f"{hub.ctx.region} on 2.0.0")
+                await until(lambda: seen_on(leader, "us", "2.0.0"), "r0 sees us on 2.0.0")
+                for replica in (leader, follower):
+                    shown = (await replica.get())["status"]["regions"]
+                    for region in ("eu", "us"):
+                        assert shown[region]["connected"] is True, (region, shown)
+                        assert shown[region]["reportAgeSeconds"] < DEADLINE, shown[region]
+                        assert shown[region]["versions"] == {"2.0.0": 1}, shown[region]
+            # the regions' hubs stop: r1 closes their links, and r0 shows them disconnected
+            for region in ("eu", "us"):
+                await until(
+                    lambda r=region: not regions.seen(regions.regions[r]).connected,
+                    f"r0 sees {region} disconnected",
+                )
+            reported_at = {
+                r: leader.ctx.regions.seen(s).reported_at  # type: ignore[union-attr]
+                for r, s in leader.ctx.regions.regions.items()  # type: ignore[union-attr]
+            }
+    # the root restarts, its regions away: their last reports from the store, with their age
+    await asyncio.sleep(1.0)
+    async with Hub(fleet.root_paths) as again:
+        shown = (await again.get())["status"]["regions"]
+        for region in ("eu", "us"):
+            figures = shown[region]
+            assert figures["connected"] is False, figures  # never shown as fresh
+            assert figures["reportedAt"] == reported_at[region], figures
+            assert figures["reportAgeSeconds"] >= 1.0, figures
+            assert figures["versions"] == {"2.0.0": 1}, figures
+        summary = {row["region"]: row for row in again.ctx.regions.summary()}  # type: ignore[union-attr]
+        assert summary["eu"]["connected"] is False and summary["eu"]["reportAgeSeconds"] >= 1.0
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_a_region_runs_its_model_variant_and_the_waves_move_it(tmp_path: Path) -> None:
+    """``federation.edgefleet.io/model.eu: det-int8``: eu runs det-int8 at the deployment's
+    versions (fetching only those artifacts), us runs det (at fp16, its own override); a new
+    version goes in waves."""
+    variant = {
+        "federation.edgefleet.io/model.eu": "det-int8",
+        "federation.edgefleet.io/precision.us": "fp16",  # us: det's fp16 extra
+    }
+    fleet = Fleet(tmp_path)
+    await fleet.make()
+    async with fleet.root() as root:
+        eu_paths, us_paths = await fleet.region(root, "eu"), await fleet.region(root, "us")
+        for name in ("det", "det-int8"):
+            for version in ("1.0.0", "2.0.0"):
+                await push(root, version, name)
+        # an override for the root's own region would apply to nothing: refused
+        async with root.channel() as channel:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await root.stub(channel).Apply(
+                    admin_pb2.ApplyRequest(
+                        documents=[
+                            deployment(
+                                "1.0.0", annotations={"federation.edgefleet.io/model.root": "x"}
+                            )
+                        ]
+                    )
+                )
+        assert err.value.code() is grpc.StatusCode.INVALID_ARGUMENT
+        assert (
+            'documents[0].metadata.annotations["federation.edgefleet.io/model.root"]: names '
+            "this hub's own region 'root'"
+        ) in str(err.value.details())
+        await root.apply(deployment("1.0.0", WAVES, annotations=variant))
+        async with Hub(eu_paths) as eu, Hub(us_paths) as us, devices(eu, us):
+            await everywhere_on(root, eu, us, "1.0.0")
+
+            def model_of(hub: Hub) -> tuple[str, str] | None:
+                sent = hub.ctx.cache.revision_for("det", f"cam-{hub.ctx.region}-0")
+                return sent.model if sent is not None else None
+
+            assert model_of(eu) == ("det-int8", "1.0.0")
+            assert model_of(us) == ("det", "1.0.0")
+            await root.apply(deployment("2.0.0", WAVES, annotations=variant))
+            waves = root.ctx.waves
+            assert waves is not None
+            await until(
+                lambda: waves.states["det"].phase is WavePhase.COMPLETE, "the waves complete"
+            )
+            assert waves.states["det"].history[0]["regions"]["eu"]["rollout"]["phase"] == (
+                "Complete"
+            )
+            await everywhere_on(root, eu, us, "2.0.0")
+            assert model_of(eu) == ("det-int8", "2.0.0")
+            assert model_of(us) == ("det", "2.0.0")
+            assert us.ctx.cache.deployments["det"].spec.runtime.precision == Precision.FP16
+            assert eu.ctx.cache.deployments["det"].spec.runtime.precision is None
+            assert {m for m in eu.ctx.cache.models if m[0] == "det"} == set()
+            assert {m for m in us.ctx.cache.models if m[0] == "det-int8"} == set()
+
+
 @async_test
 async def test_waves_are_refused_at_a_hub_without_regions(tmp_path: Path) -> None:
     paths = await make_hub_dir(tmp_path / "hub")
@@ -560,8 +912,15 @@ async def test_a_region_unreachable_during_its_wave_holds_it_until_it_is_back(
             state = waves.states["det"]
             assert state.phase is WavePhase.PROGRESSING and state.step == 0
             assert "region eu is unreachable" in state.message
-            shown = (await root.get())["status"]["rollout"]["waves"]
+            doc = await root.get()
+            shown = doc["status"]["rollout"]["waves"]
             assert shown["conditions"][0]["status"] == "False"
+            eu_row = shown["waves"][0]["regions"]["eu"]  # its last report, and how old it is
+            assert eu_row["connected"] is False and eu_row["reportAgeSeconds"] >= 0, eu_row
+            from edgectl.rollouts import render
+
+            text, _ = render(doc)
+            assert "unreachable (last report" in text, text
             assert us.version() == "1.0.0"
             hold["2.0.0"].set()
             async with Hub(eu_paths) as eu_again, devices(eu_again, us, hold=hold):

@@ -194,6 +194,25 @@ def test_the_expected_template_has_the_regions_replica_override() -> None:
     assert expected_template(m, "eu") == template_hash(slicing.with_overrides(m, "eu"))
 
 
+def test_a_regions_model_variant_moves_with_the_waves() -> None:
+    """eu runs the variant det-int8: before its wave at the stable version, after it at the
+    new one; the template the root expects from eu is the variant's."""
+    current = manifest("2.0.0", WAVES)
+    current["metadata"]["annotations"] = {f"{slicing.MODEL_OVERRIDE}eu": "det-int8"}
+    waiting = progressing()
+    released = progressing(released=frozenset({"eu"}))
+
+    def sent(state: WaveState, region: str) -> dict[str, Any]:
+        out = slicing.with_overrides(region_manifest(current, state, region), region)
+        return dict(out["spec"]["model"])
+
+    assert sent(waiting, "eu") == {"name": "det-int8", "version": "1.0.0"}
+    assert sent(released, "eu") == {"name": "det-int8", "version": "2.0.0"}
+    assert sent(released, "us") == {"name": "det", "version": "1.0.0"}
+    assert expected_template(current, "eu") != expected_template(current, "us")
+    assert expected_template(current, "eu") == template_hash(slicing.with_overrides(current, "eu"))
+
+
 # -- a new revision -----------------------------------------------------------------------------
 
 
@@ -403,6 +422,123 @@ def test_an_unreachable_region_holds_the_wave_neither_pass_nor_fail() -> None:
     # back and done: the wave passes
     passed = plan(step.state, done("eu"))
     assert passed.state is not None and passed.state.reason == "WavePassed"
+
+
+def deadline_plan(state: WaveState, *views: RegionView, now: float, waves: Any = None) -> Any:
+    return plan_waves(
+        parse_waves(WAVES if waves is None else waves),
+        state,
+        PLACED,
+        NEW,
+        {v.name: v for v in views},
+        now,
+        None,
+        30,
+    )
+
+
+SLOW = view("eu", NEW["eu"], "Progressing", updated=1, ready=0, failing={"cam-2": "Loading"})
+
+
+@pytest.mark.parametrize(
+    ("state", "views", "now", "outcome"),
+    [
+        # within the deadline (30 s from the wave's start at 100): waits
+        (progressing(released=frozenset({"eu"})), [SLOW], 130.0, None),
+        # past it: the wave fails
+        (progressing(released=frozenset({"eu"})), [SLOW], 130.5, "ProgressDeadlineExceeded"),
+        # the region finished just in time: the wave passes, however late the pass looks
+        (progressing(released=frozenset({"eu"})), [done("eu")], 500.0, "WavePassed"),
+        # the deadline counts from when the regions were sent it (deadline_from), the later
+        (progressing(released=frozenset({"eu"}), deadline_from=120.0), [SLOW], 140.0, None),
+        (
+            progressing(released=frozenset({"eu"}), deadline_from=120.0),
+            [SLOW],
+            150.5,
+            "ProgressDeadlineExceeded",
+        ),
+        # a region unreachable holds the wave, deadline or not (neither pass nor fail)
+        (
+            progressing(released=frozenset({"eu"})),
+            [_replace(SLOW, connected=False)],
+            1000.0,
+            "RegionUnreachable",
+        ),
+        # back after the deadline: it counts again from now
+        (
+            progressing(released=frozenset({"eu"}), reason="RegionUnreachable", message="x"),
+            [SLOW],
+            1000.0,
+            "WaveProgressing",
+        ),
+        # a pause wave is not bounded by it
+        (progressing(released=frozenset({"eu"}), step=1), [done("eu")], 159.0, None),
+        # nor a wave held for the operator
+        (
+            progressing(released=frozenset({"eu"}), phase=WavePhase.PAUSED),
+            [SLOW],
+            1000.0,
+            None,
+        ),
+    ],
+)
+def test_a_wave_not_passed_within_the_progress_deadline_fails(
+    state: WaveState, views: list[RegionView], now: float, outcome: str | None
+) -> None:
+    waves = [{"regions": ["eu"]}, {"pause": {"duration": "60s"}}, {"regions": ["us"]}]
+    step = deadline_plan(state, *views, now=now, waves=waves)
+    if outcome is None:
+        assert step.state is None, step.state
+        return
+    assert step.state is not None and step.state.reason == outcome, step.state
+    if outcome == "WaveProgressing":
+        assert step.state.deadline_from == now
+        assert deadline_plan(step.state, *views, now=now + 30).state is None
+        late = deadline_plan(step.state, *views, now=now + 31).state
+        assert late is not None and late.reason == "ProgressDeadlineExceeded"
+    if outcome != "ProgressDeadlineExceeded":
+        return
+    assert step.state.phase is WavePhase.ROLLED_BACK
+    message = step.state.message
+    assert (
+        "revision 2 (2.0.0) did not pass wave 1 of 3 (eu) within progressDeadlineSeconds 30 s: "
+        "not finished in eu (eu: 1 of 2 devices updated, 0 ready, rollout Progressing)"
+    ) in message, message
+    assert "every region (eu) is sent revision 1 (1.0.0) again" in message
+    assert [(e.type, e.reason) for e in step.events] == [("Warning", "RolledBack")]
+    assert step.events[0].message == message
+    last = step.state.history[-1]
+    assert (last["wave"], last["outcome"]) == (1, "Failed")
+    assert last["regions"]["eu"]["failing"] == {"cam-2": "Loading"}
+    assert not any(step.state.sends_new(r) for r in PLACED)
+    # the state survives the store
+    assert WaveState.from_json(step.state.to_json()) == step.state
+
+
+def test_the_progress_deadline_bounds_a_percent_wave_and_the_remaining_regions() -> None:
+    held = view("eu", NEW["eu"], "Progressing", reason="WeightHeld", updated=1)
+    slow_us = view("us", NEW["us"], "Progressing", updated=0, ready=0)
+    percent = progressing(weights={"eu": 10, "us": 10, "ap": 10})
+    # eu held at its weight counts as finished; us did not get there
+    step = deadline_plan(percent, held, slow_us, done("ap"), now=131.0, waves=[{"percent": "10%"}])
+    assert step.state is not None and step.state.reason == "ProgressDeadlineExceeded"
+    assert "not finished in us (us: 0 of 2" in step.state.message
+    assert "every region (ap, eu, us) is sent revision 1 (1.0.0) again" in step.state.message
+    # the remaining regions after the last wave too
+    rest = progressing(released=frozenset(PLACED), step=3)
+    slow_ap = view("ap", NEW["ap"], "Progressing", updated=0, ready=0)
+    step = deadline_plan(rest, done("eu"), done("us"), slow_ap, now=131.0)
+    assert step.state is not None and step.state.reason == "ProgressDeadlineExceeded"
+    assert "did not pass the remaining regions within" in step.state.message
+    # resume after it: the same revision again from the first wave, the deadline from then
+    retried = resume(parse_waves(WAVES), step.state, 500.0)
+    assert retried is not None and retried.deadline_from == 500.0
+    # resume after an operator's pause: the deadline counts from the resume
+    paused = pause(progressing(released=frozenset({"eu"})), 110.0)
+    assert paused is not None
+    resumed = resume(parse_waves(WAVES), paused, 400.0)
+    assert resumed is not None and resumed.deadline_from == 400.0
+    assert deadline_plan(resumed, SLOW, now=430.0).state is None
 
 
 def test_a_pause_without_duration_waits_for_resume_and_an_operator_can_pause() -> None:

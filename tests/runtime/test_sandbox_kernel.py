@@ -150,3 +150,23 @@ def test_a_worker_that_keeps_edgeds_uid_says_why(store) -> None:
     assert sandbox["separateUid"] is False and sandbox["uidNote"] == "edged is not root"
     assert (sandbox["uid"], sandbox["gid"]) == (os.getuid(), os.getgid())
     assert sandbox["problems"] == []
+
+
+def test_egress_rules_by_address_that_cannot_be_enforced_fail_the_start(store) -> None:
+    """edged could not make the worker's BPF cgroup (not root, no cgroup v2): the worker does
+    not start, saying why, whatever ``required`` says (never silently weaker)."""
+    kind, doc = run_worker(
+        store,
+        SandboxSpec(
+            mode="landlock",
+            network=True,
+            connect_ports=(8080,),
+            egress_rules=((8080, "127.0.0.1/32"),),
+            egress_problem="no cgroup v2 hierarchy is mounted",
+        ),
+        [],
+    )
+    assert kind == "failed"
+    assert doc["reason"] == "NetworkPolicyUnenforceable"
+    assert "no cgroup v2 hierarchy is mounted" in doc["message"]
+    assert "edged as root" in doc["message"]

@@ -48,6 +48,14 @@ CPU = ("CPUExecutionProvider",)
 DEVICE = DeviceSecurity()
 
 
+def bound(*rules: dict) -> DeviceSecurity:
+    """DEVICE under one baseline "b" whose egress is ``rules``."""
+    return DEVICE.with_baselines([baseline("b", network={"egress": list(rules)})])
+
+
+LOOPBACK_8080 = {"port": 8080, "cidr": "127.0.0.0/8"}
+
+
 @pytest.mark.parametrize(
     ("network", "security", "expected"),
     [
@@ -80,6 +88,35 @@ DEVICE = DeviceSecurity()
          SandboxSpec(mode="landlock", network=True, connect_ports=(8080,), seccomp=True,
                      refused="spec.network.egress asks for port 8080, which the SecurityBaseline "
                      "a, b does not allow (allowed: none)")),
+        # a rule naming addresses: every rule goes to the BPF program too
+        ({"egress": [{"port": 8080, "cidr": "127.0.0.1"}, {"port": 443}]},
+         bound({"port": 8080}, {"port": 443}),
+         SandboxSpec(mode="landlock", network=True, connect_ports=(443, 8080), seccomp=True,
+                     egress_rules=((443, ""), (8080, "127.0.0.1/32")))),
+        # an address outside the baseline's network
+        ({"egress": [{"port": 8080, "cidr": "10.0.0.5"}]},
+         bound(LOOPBACK_8080),
+         SandboxSpec(mode="landlock", network=True, connect_ports=(8080,), seccomp=True,
+                     egress_rules=((8080, "10.0.0.5/32"),),
+                     refused="spec.network.egress asks for port 8080 on 10.0.0.5/32, which the "
+                     "SecurityBaseline b does not allow (allowed: 8080 on 127.0.0.0/8)")),
+        # every address is more than the baseline's network
+        ({"egress": [{"port": 8080}]},
+         bound(LOOPBACK_8080),
+         SandboxSpec(mode="landlock", network=True, connect_ports=(8080,), seccomp=True,
+                     refused="spec.network.egress asks for port 8080, which the "
+                     "SecurityBaseline b does not allow (allowed: 8080 on 127.0.0.0/8)")),
+        # two baselines: the narrower network of each pair
+        ({"egress": [{"port": 8080, "cidr": "10.1.2.3"}, {"port": 8080, "cidr": "10.2.0.1"}]},
+         DEVICE.with_baselines([
+             baseline("a", network={"egress": [{"port": 8080, "cidr": "10.0.0.0/8"}]}),
+             baseline("b", network={"egress": [{"port": 8080, "cidr": "10.1.0.0/16"},
+                                               {"port": 9}]}),
+         ]),
+         SandboxSpec(mode="landlock", network=True, connect_ports=(8080,), seccomp=True,
+                     egress_rules=((8080, "10.1.2.3/32"), (8080, "10.2.0.1/32")),
+                     refused="spec.network.egress asks for port 8080 on 10.2.0.1/32, which the "
+                     "SecurityBaseline a, b does not allow (allowed: 8080 on 10.1.0.0/16)")),
     ],
 )  # fmt: skip
 def test_choose_sandbox(network, security: DeviceSecurity, expected: SandboxSpec) -> None:

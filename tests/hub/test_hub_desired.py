@@ -1,0 +1,151 @@
+"""A device's desired state (``hub.desired``, pure over a Cache): what a projection batch
+works out once for many devices gives each the same as working it out for it alone; the size
+an apply checks before building each device's state (``wire_size_bound``) is at least every
+device's actual size, whatever its labels, placements and assigned revisions."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from edgefleet.api import parse_manifest
+from hub import storekeys
+from hub.caching import Cache
+from hub.desired import FleetPolicies, build_desired, wire_size, wire_size_bound
+from hub.devices import Device, DevicePhase
+from hub.rolling import Revision, RolloutState, template_hash
+
+
+def deployment(name: str, version: str = "1.0.0", **spec: Any) -> dict[str, Any]:
+    doc = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": name, "annotations": {"note": "n" * len(name) * 50}},
+        "spec": {"model": {"name": name, "version": version}, **spec},
+    }
+    return parse_manifest(doc).to_dict()
+
+
+def model(name: str, version: str, envelope: int, allowance: int = 0) -> storekeys.ModelRecord:
+    return storekeys.ModelRecord(
+        name, version, "a" * 64, 1, b"e" * envelope, 0.0, rollback_allowance=b"r" * allowance
+    )
+
+
+def test_the_bound_covers_every_device_and_every_revision_it_may_be_sent() -> None:
+    devices = {
+        "plain": Device("plain", labels={"site": "a"}, phase=DevicePhase.READY),
+        "npu": Device(
+            "npu",
+            labels={"site": "a"},
+            reported_labels={"accelerator.npu": "1"},
+            phase=DevicePhase.READY,
+        ),
+        "elsewhere": Device("elsewhere", labels={"site": "b"}, phase=DevicePhase.READY),
+    }
+    cache = Cache(devices=devices)
+    health = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "DeviceHealthPolicy",
+        "metadata": {"name": "health"},
+        "spec": {},
+    }
+    manifests = {
+        "per": deployment(
+            "per", replicas={"perDevice": 1}, placement={"nodeSelector": {"site": "a"}}
+        ),
+        "total": deployment(
+            "total",
+            replicas={"total": 2},
+            resources={"accelerator": {"anyOf": ["gpu", "a-much-longer-accelerator-class", "npu"]}},
+        ),
+        "rolled": deployment("rolled", replicas={"perDevice": 1}),
+        "unpushed": deployment("unpushed", version="9.9.9", replicas={"perDevice": 1}),
+    }
+    for i, m in enumerate(manifests.values()):
+        cache.put_object(m, i + 1)
+    cache.put_object(health, 10)
+    cache.models[("per", "1.0.0")] = model("per", "1.0.0", 300, 40)
+    cache.models[("total", "1.0.0")] = model("total", "1.0.0", 200)
+    cache.models[("rolled", "1.0.0")] = model("rolled", "1.0.0", 100)
+    cache.models[("rolled", "2.0.0")] = model("rolled", "2.0.0", 900, 70)
+    old = Revision("rolled", 1, "t1", manifests["rolled"], 0.0)
+    new_manifest = deployment(
+        "rolled", version="2.0.0", replicas={"perDevice": 1}, priorityClassName="custom"
+    )
+    new = Revision("rolled", 2, "t2", new_manifest, 0.0)
+    cache.revisions["rolled"] = {1: old, 2: new}
+    cache.rollouts["rolled"] = RolloutState(
+        "rolled", revision=2, stable=1, updated=frozenset({"npu"})
+    )
+    planned = {
+        name: Revision(name, 0, template_hash(m), m, 0.0)
+        for name, m in manifests.items()
+        if name != "rolled"
+    }
+    fleet = FleetPolicies.of(cache)
+    assert fleet.health_policies  # every device gets it: counted in the bound too
+    placements = {"total": frozenset(devices)}
+    bound = wire_size_bound(cache, fleet, planned=planned)
+    sizes = {
+        name: wire_size(
+            build_desired(
+                d,
+                cache,
+                previous=frozenset(),
+                region="eu",
+                fleet=fleet,
+                planned=planned,
+                placements=placements,
+            )
+        )
+        for name, d in devices.items()
+    }
+    assert all(0 < size <= bound for size in sizes.values()), (sizes, bound)
+    # npu gets the most: every sendable deployment, the longest rewrite is not its own (npu),
+    # and the new revision of "rolled", with the larger envelope and an allowance
+    assert sizes["npu"] == max(sizes.values())
+    # not loose beyond the longest accelerator class and the revisions npu was not sent
+    assert bound - sizes["npu"] < 200, (sizes, bound)
+
+
+def test_an_empty_hub_is_bounded_by_the_envelope() -> None:
+    cache = Cache()
+    assert wire_size_bound(cache, FleetPolicies.of(cache)) == 64
+
+
+def test_a_batch_shares_work_between_devices_and_gives_each_what_it_alone_would_get() -> None:
+    devices = {
+        f"d{i}": Device(
+            f"d{i}",
+            labels={"site": "a" if i % 3 else "b"},
+            reported_labels={"accelerator.npu": "1"} if i % 2 else {},
+            phase=DevicePhase.READY,
+        )
+        for i in range(12)
+    }
+    cache = Cache(devices=devices)
+    manifests = {
+        "per": deployment(
+            "per", replicas={"perDevice": 1}, placement={"nodeSelector": {"site": "a"}}
+        ),
+        "acc": deployment(
+            "acc", replicas={"perDevice": 1}, resources={"accelerator": {"anyOf": ["gpu", "npu"]}}
+        ),
+    }
+    for i, (name, m) in enumerate(manifests.items()):
+        cache.put_object(m, i + 1)
+        cache.models[(name, "1.0.0")] = model(name, "1.0.0", 100)
+        cache.revisions[name] = {1: Revision(name, 1, "t", m, 0.0)}
+        cache.rollouts[name] = RolloutState(name, revision=1, stable=1)
+    shared = FleetPolicies.of(cache)
+    batch = {
+        n: build_desired(d, cache, previous=frozenset(), region="eu", fleet=shared)
+        for n, d in devices.items()
+    }
+    alone = {
+        n: build_desired(d, cache, previous=frozenset(), region="eu") for n, d in devices.items()
+    }
+    assert batch == alone
+    # four kinds of device (site a or b, with an npu or not): four states, hashed once each
+    assert len({c.digest for c in batch.values()}) == 4 == len(shared.digests)
+    assert len(shared.rewrites) == 2
