@@ -61,15 +61,23 @@ def two_ready(e: Edged) -> bool:
     return len(found) == 2 and all(r["ready"] for r in found)
 
 
+# A range of its own, outside the default one every other edged of the suite takes from: a
+# test on another xdist worker, running edged as root with a workload of the same name
+# (the same preferred uid), could otherwise take a uid between this test's stop and start.
+OWN_RANGE = "[workers]\nuidBase = 60100\nuidCount = 64\n"
+
+
 def test_each_replica_runs_as_its_own_uid_which_is_freed_and_reused(
-    model_dir: Path, edged_factory
+    model_dir: Path, edged_factory, tmp_path: Path
 ) -> None:
     write_manifest(model_dir, replicas=2)
     (model_dir / "baseline.yaml").write_text(BASELINE)
-    e: Edged = edged_factory(model_dir).start()
+    config = UNSIGNED_CONFIG.format(absent=tmp_path / "no-root") + OWN_RANGE
+    e: Edged = edged_factory(model_dir, config=config).start()
     wait_for(lambda: two_ready(e), 90, "two ready replicas")
     uids = uids_by_slot(e)
     assert len(set(uids.values())) == 2 and not {0, os.getuid()} & set(uids.values())
+    assert all(60100 <= u < 60164 for u in uids.values()), uids
     for r in e.workload("mlp")["replicas"]:
         uid = r["sandbox"]["uid"]
         assert ids_of(r["pid"]) == ([uid] * 4, [uid] * 4, "")
