@@ -542,10 +542,13 @@ async def _tuf_online_key(args: argparse.Namespace) -> int:
 
 
 async def _tuf_install(args: argparse.Namespace) -> int:
+    from hub.config import tuf_lifetimes
     from hub.tufrepo import install_repository
 
-    _config(args.data_dir)
-    d = install_repository(HubPaths.of(args.data_dir).data_dir, args.root, args.targets)
+    config = _config(args.data_dir)
+    d = install_repository(
+        HubPaths.of(args.data_dir).data_dir, args.root, args.targets, **tuf_lifetimes(config)
+    )
     print(f"TUF repository installed in {d}; a running hub adopts it within seconds")
     return 0
 

@@ -41,7 +41,7 @@ from hub import pki
 from hub.admin import AdminServicer
 from hub.blobsharing import SharedBlobs
 from hub.caching import Cache
-from hub.config import HubConfig, load_config
+from hub.config import HubConfig, load_config, tuf_lifetimes
 from hub.context import HubContext
 from hub.enrolling import EnrollmentServicer
 from hub.federating import PARENT_FILE, ParentFiles, ParentLink
@@ -163,7 +163,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         ),
         metrics=metrics,
         elector=elector,
-        tuf=_tuf_of(paths.data_dir, signing=not replicated),
+        tuf=_tuf_of(paths.data_dir, signing=not replicated, config=config),
         secret_keys=SecretKeys.load(paths.data_dir),
     )
     if replicated:  # a push lands on the leader; every replica serves its bytes
@@ -269,11 +269,14 @@ async def start_server(
     return RunningHub(ctx, server, port, enroll_port, devices)
 
 
-def _tuf_of(data_dir: Path, *, signing: bool) -> TufRepository | RelayedTuf | None:
+def _tuf_of(
+    data_dir: Path, *, signing: bool, config: HubConfig | None = None
+) -> TufRepository | RelayedTuf | None:
     """The hub's TUF repository (``D/tuf/``); at a regional hub, the root's metadata it last
     adopted (``D/tuf-relay/``), which it may not mix with a repository of its own."""
     if not (data_dir / PARENT_FILE).exists():
-        return TufRepository.load(data_dir, signing=signing)
+        lifetimes = tuf_lifetimes(config) if config is not None else {}
+        return TufRepository.load(data_dir, signing=signing, **lifetimes)
     if TufRepository.exists(data_dir):
         raise HubDirError(
             f"{data_dir / 'tuf'}: a regional hub serves its root hub's TUF metadata "

@@ -16,7 +16,10 @@ delegation's keys, a higher version, every path within the delegation's model-na
 listing the pushed artifact), stores them, and signs a new snapshot and timestamp. The
 timestamp expires :data:`TIMESTAMP_LIFETIME_S` after it is signed and is signed again when
 half of that has passed, when a device asks for it; the snapshot is signed again when the
-targets change or half of its lifetime has passed.
+targets change or half of its lifetime has passed. Both lifetimes are the hub's ``[tuf]``
+settings (hub/config.py): the timestamp's is the freeze-attack window a device accepts, and,
+since regional hubs relay a root's timestamp unchanged (hub/tufrelaying.py), how long a region
+cut off from its root can still give its devices new artifacts.
 """
 
 from __future__ import annotations
@@ -501,7 +504,14 @@ def online_key(data_dir: Path) -> Path:
     return pub
 
 
-def install_repository(data_dir: Path, root: Path, targets: Path) -> Path:
+def install_repository(
+    data_dir: Path,
+    root: Path,
+    targets: Path,
+    *,
+    timestamp_lifetime_s: float = TIMESTAMP_LIFETIME_S,
+    snapshot_lifetime_s: float = SNAPSHOT_LIFETIME_S,
+) -> Path:
     """Install an operator's offline-signed TUF root (version 1, or the next of the one held:
     rotations keep every version) and top-level targets into ``D/tuf/``, after checking that
     the result holds together (:class:`TufRepository`; HubDirError otherwise): the root
@@ -546,7 +556,11 @@ def install_repository(data_dir: Path, root: Path, targets: Path) -> Path:
     write_atomic(staging / "root.json", root_bytes, mode=0o644)
     write_atomic(staging / "targets.json", targets_bytes, mode=0o644)
     try:
-        TufRepository(staging)
+        TufRepository(
+            staging,
+            timestamp_lifetime_s=timestamp_lifetime_s,
+            snapshot_lifetime_s=snapshot_lifetime_s,
+        )
     except (TrustError, OSError) as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise HubDirError(f"hub tuf install: {exc}") from None
