@@ -44,7 +44,7 @@ from hub.caching import Cache
 from hub.config import HubConfig, load_config, tuf_lifetimes
 from hub.context import HubContext
 from hub.enrolling import EnrollmentServicer
-from hub.federating import PARENT_FILE, ParentFiles, ParentLink
+from hub.federating import PARENT_FILE, ParentFiles, ParentLink, fleet_root_of
 from hub.fleetscaling import FleetAutoscaler
 from hub.initializing import HubPaths
 from hub.lifecycle import Lifecycle
@@ -77,7 +77,7 @@ from hub.syncing import DeviceServicer
 from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
 from hub.tufrelaying import RelayedTuf
 from hub.tufrepo import TufRepository
-from hub.tufsharing import SharedTuf
+from hub.tufsharing import SharedRelay, SharedTuf
 from hub.tufwatching import TufWatcher
 from hub.waves import WaveController
 from hub.writing import DeviceWriter
@@ -175,6 +175,22 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         ctx.tuf_shared = SharedTuf(lambda: ctx.tuf, store, controller_store, elector)
         await ctx.tuf_shared.follow()
     install_roots(ctx, roots)
+    if elector is not None and (paths.data_dir / PARENT_FILE).exists():
+        # a region's replicas: the root's TUF set in the store, each verifies it (tufsharing)
+
+        def relayed(tuf: RelayedTuf) -> None:
+            ctx.tuf = tuf
+            projector.mark_all()
+
+        ctx.tuf_relay_shared = SharedRelay(
+            paths.data_dir,
+            store,
+            controller_store,
+            held=lambda: ctx.tuf,
+            fleet_root=lambda: fleet_root_of(ctx.trust_root),
+            adopted=relayed,
+        )
+        await ctx.tuf_relay_shared.follow()
     ctx.regions = await Regions.load(store)  # federation: the regional hubs below this one
     projector.on_change = ctx.regions.changed  # their streams look at their slices again
     if not (paths.data_dir / PARENT_FILE).exists():  # a regional hub never rolls out in waves
@@ -431,6 +447,8 @@ async def _serve(
         components.append(TufWatcher(ctx))
     if ctx.tuf_shared is not None:
         components.append(ctx.tuf_shared)
+    if ctx.tuf_relay_shared is not None:
+        components.append(ctx.tuf_relay_shared)
     if metrics_listen is None:
         metrics_listen = ctx.config.metrics_listen
     if metrics_listen:

@@ -23,16 +23,24 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Callable
+import hashlib
+import json
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from edgefleet.errors import CompareFailed, StoreError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
-from hub.store import Compare, Put
+from hub import tufrelaying
+from hub.store import Compare, Delete, Put
 from hub.store.electing import Elector
 from hub.store.protocol import KeyValue, Store
 from hub.tufrelaying import RelayedTuf
 from hub.tufrepo import TufRepository
+
+if TYPE_CHECKING:
+    from edgefleet.trust.documents import Root
 
 log = get_logger(__name__)
 
@@ -187,4 +195,170 @@ class SharedTuf:
 
     async def _watch(self, revision: int) -> None:
         async for _ in self.store.watch(PREFIX, revision + 1):
+            await self.follow()
+
+
+# -- a regional hub's replicas: the root's relayed set in the store ---------------------------
+
+RELAY_PREFIX = "/tuf-relay/"
+RELAY_CURRENT_KEY = "/tuf-relay/current"
+RELAY_FILES_PREFIX = "/tuf-relay/files/"
+
+
+def _relay_current(names: Mapping[str, str], digest: str) -> bytes:
+    return json.dumps({"digest": digest, "files": dict(sorted(names.items()))}).encode()
+
+
+def read_relayed(kvs: tuple[KeyValue, ...]) -> tuple[dict[str, bytes], str] | None:
+    """The set the store holds under :data:`RELAY_PREFIX` (files by name, digest), None when
+    it holds none; TrustError when what it holds does not hold together (a name no set may
+    hold, a file missing or not of its sha256, files not of the digest)."""
+    by_key = {kv.key: kv.value for kv in kvs}
+    raw = by_key.get(RELAY_CURRENT_KEY)
+    if raw is None:
+        return None
+    try:
+        current = json.loads(raw)
+        digest, names = current["digest"], current["files"]
+        if not isinstance(digest, str) or not isinstance(names, dict):
+            raise TypeError("digest and files")
+    except (ValueError, KeyError, TypeError) as exc:
+        raise TrustError("MalformedMetadata", f"{RELAY_CURRENT_KEY}: {exc}") from None
+    files: dict[str, bytes] = {}
+    for name, sha in names.items():
+        bound = tufrelaying.file_bound(name) if isinstance(name, str) else None
+        data = by_key.get(RELAY_FILES_PREFIX + sha) if isinstance(sha, str) else None
+        if bound is None or data is None or len(data) > bound:
+            raise TrustError(
+                "MalformedMetadata", f"{RELAY_CURRENT_KEY}: {str(name)[:80]!r}: no such file"
+            )
+        if hashlib.sha256(data).hexdigest() != sha:
+            raise TrustError("TufMetadataMismatch", f"{name}: not the sha256 the store names")
+        files[name] = data
+    if tufrelaying.digest_files(files) != digest:
+        raise TrustError("TufMetadataMismatch", f"{RELAY_CURRENT_KEY}: not the files' digest")
+    return files, digest
+
+
+class SharedRelay:
+    """The component ``tuf-relay-shared`` of a regional hub with replicas: the root's TUF set
+    that the replica holding the root link (the leader) verified and adopted
+    (:func:`hub.tufrelaying.adopt`) goes into the store (:meth:`publish`); every replica
+    follows it with a watch and serves it only once it verified it itself against its own
+    ``D/tuf-relay/`` trusted state (python-tuf: signatures, versions never lower than it saw,
+    expiry), so a replica never serves what it did not check and never rolls back.
+
+    Store keys::
+
+        /tuf-relay/files/<sha256>   a file's bytes (content-addressed: unchanged files of
+                                    the next set are not written again)
+        /tuf-relay/current          {"digest": ..., "files": {name: sha256}}, the set
+    """
+
+    name = "tuf-relay-shared"
+
+    def __init__(
+        self,
+        data_dir: Path,
+        store: Store,
+        fenced: Store,
+        *,
+        held: Callable[[], TufRepository | RelayedTuf | None],
+        fleet_root: Callable[[], Root | None],
+        adopted: Callable[[RelayedTuf], None],
+    ) -> None:
+        self.data_dir = Path(data_dir)
+        self.store = store
+        self.fenced = fenced
+        self._held = held  # () -> what the hub serves now (ctx.tuf)
+        self._fleet_root = fleet_root
+        self._adopted = adopted  # serve a set adopted from the store
+        self._refused: str | None = None  # the digest of the set last refused: not again
+        self._lock = asyncio.Lock()
+
+    async def publish(self, files: Mapping[str, bytes], digest: str) -> bool:
+        """As the replica holding the root link, after it adopted ``files``: make them the
+        set the store holds (each new file first, then ``current`` with a compare on its
+        revision, through the fenced store: a deposed leader writes nothing). Whether the
+        store changed. TrustError ``MetadataTooLarge`` for a file above
+        :data:`MAX_SHARED_TARGETS_BYTES` (etcd's request bound)."""
+        for name, data in files.items():
+            if len(data) > MAX_SHARED_TARGETS_BYTES:
+                raise TrustError(
+                    "MetadataTooLarge",
+                    f"{name}: {len(data)} bytes; a region's replicas share the root's TUF "
+                    f"files in the store, at most {MAX_SHARED_TARGETS_BYTES} bytes each",
+                )
+        async with self._lock:
+            result = await self.store.range(RELAY_PREFIX)
+            by_key = {kv.key: kv for kv in result.kvs}
+            current = by_key.get(RELAY_CURRENT_KEY)
+            if current is not None:
+                try:
+                    if json.loads(current.value).get("digest") == digest:
+                        return False
+                except (ValueError, AttributeError):
+                    pass  # malformed: written over below
+            names = {name: hashlib.sha256(data).hexdigest() for name, data in files.items()}
+            for sha, name in sorted({sha: name for name, sha in names.items()}.items()):
+                if RELAY_FILES_PREFIX + sha not in by_key:
+                    await self.fenced.put(RELAY_FILES_PREFIX + sha, files[name])
+            wanted = {RELAY_FILES_PREFIX + sha for sha in names.values()}
+            ops: list[Put | Delete] = [Put(RELAY_CURRENT_KEY, _relay_current(names, digest))]
+            ops += [
+                Delete(kv.key)
+                for kv in result.kvs
+                if kv.key.startswith(RELAY_FILES_PREFIX) and kv.key not in wanted
+            ]
+            await self.fenced.txn(
+                [Compare(RELAY_CURRENT_KEY, current.mod_revision if current else 0)], ops
+            )
+        log.info("relayed tuf metadata stored for the replicas", digest=digest[:16])
+        return True
+
+    async def follow(self) -> int:
+        """Serve the set the store holds now, once verified here; the revision read at."""
+        result = await self.store.range(RELAY_PREFIX)
+        try:
+            got = read_relayed(result.kvs)
+        except TrustError as exc:
+            log.error("shared relayed tuf metadata refused", reason=exc.reason, error=str(exc))
+            return result.revision
+        if got is None:
+            return result.revision
+        files, digest = got
+        held = self._held()
+        if (isinstance(held, RelayedTuf) and held.digest == digest) or digest == self._refused:
+            return result.revision
+        try:
+            relayed = await asyncio.to_thread(
+                tufrelaying.adopt, self.data_dir, files, digest, self._fleet_root()
+            )
+        except (TrustError, OSError) as exc:
+            reason = exc.reason if isinstance(exc, TrustError) else "TufRelayFailed"
+            retry = not isinstance(exc, TrustError) or exc.reason == "NoTrustRoot"
+            self._refused = None if retry else digest
+            log.error(
+                "shared relayed tuf metadata refused; serving the last accepted",
+                reason=reason,
+                error=str(exc),
+            )
+            return result.revision
+        self._adopted(relayed)
+        log.info("shared relayed tuf metadata adopted", **relayed.versions())
+        return result.revision
+
+    async def run(self, stop: asyncio.Event) -> None:
+        revision = await self.follow()
+        watcher = asyncio.ensure_future(self._watch(revision))
+        try:
+            await stop.wait()
+        finally:
+            watcher.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await watcher
+
+    async def _watch(self, revision: int) -> None:
+        # the files are written before ``current``, which names them: a set changes with it
+        async for _ in self.store.watch(RELAY_CURRENT_KEY, revision + 1):
             await self.follow()
