@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from edgefleet.api.meta import dns_label, label_key
 from edgefleet.api.quantities import format_duration
@@ -209,7 +209,12 @@ class HubConfig:
     tuf: TufConfig = TufConfig()
 
 
-def tuf_lifetimes(config: HubConfig) -> dict[str, float]:
+class TufLifetimes(TypedDict):
+    timestamp_lifetime_s: float
+    snapshot_lifetime_s: float
+
+
+def tuf_lifetimes(config: HubConfig) -> TufLifetimes:
     """``[tuf]`` as :class:`hub.tufrepo.TufRepository`'s keyword arguments."""
     return {
         "timestamp_lifetime_s": config.tuf.timestamp_lifetime_s,

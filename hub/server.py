@@ -291,8 +291,7 @@ def _tuf_of(
     """The hub's TUF repository (``D/tuf/``); at a regional hub, the root's metadata it last
     adopted (``D/tuf-relay/``), which it may not mix with a repository of its own."""
     if not (data_dir / PARENT_FILE).exists():
-        lifetimes = tuf_lifetimes(config) if config is not None else {}
-        return TufRepository.load(data_dir, signing=signing, **lifetimes)
+        return TufRepository.load(data_dir, signing=signing, **tuf_lifetimes(config or HubConfig()))
     if TufRepository.exists(data_dir):
         raise HubDirError(
             f"{data_dir / 'tuf'}: a regional hub serves its root hub's TUF metadata "
