@@ -173,6 +173,7 @@ def _deployment(tmp_path: Path, version: str) -> Path:
     return doc
 
 
+@pytest.mark.parametrize("replicas", ["tuf"], indirect=True)
 def test_hub_tuf_install_on_one_replica_reaches_the_other(
     replicas: list[HubProcess], etcd: EtcdServer, tmp_path: Path
 ) -> None:
@@ -184,8 +185,6 @@ def test_hub_tuf_install_on_one_replica_reaches_the_other(
     from edgefleet.trust import tufmeta
 
     r0, r1 = replicas
-    if not (r1.data / "tuf").exists():
-        pytest.skip("a fleet without a TUF repository")
     targets2 = tmp_path / "targets2.json"
     out = subprocess.run(
         program_command("edgectl", "trust", "tuf", "targets", "--key",
