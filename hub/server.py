@@ -41,7 +41,7 @@ from hub import pki
 from hub.admin import AdminServicer
 from hub.blobsharing import SharedBlobs
 from hub.caching import Cache
-from hub.config import HubConfig, load_config, tuf_lifetimes
+from hub.config import HubConfig, TufConfig, load_config, tuf_lifetimes
 from hub.context import HubContext
 from hub.enrolling import EnrollmentServicer
 from hub.federating import PARENT_FILE, ParentFiles, ParentLink, fleet_root_of
@@ -292,6 +292,12 @@ def _tuf_of(
     adopted (``D/tuf-relay/``), which it may not mix with a repository of its own."""
     if not (data_dir / PARENT_FILE).exists():
         return TufRepository.load(data_dir, signing=signing, **tuf_lifetimes(config or HubConfig()))
+    if config is not None and config.tuf != TufConfig():
+        raise HubDirError(
+            f"{data_dir / 'hub.toml'}: tuf: a regional hub serves its root hub's TUF timestamp "
+            "and snapshot unchanged, so their lifetimes are the root's: set [tuf] at the root "
+            "(here it would have no effect)"
+        )
     if TufRepository.exists(data_dir):
         raise HubDirError(
             f"{data_dir / 'tuf'}: a regional hub serves its root hub's TUF metadata "

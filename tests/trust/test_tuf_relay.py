@@ -263,6 +263,12 @@ def test_a_regional_hub_keeps_no_repository_of_its_own(hub: Hub, tmp_path: Path)
     assert _tuf_of(region, signing=True) is None  # nothing relayed yet
     relayed = region_adopts(region, hub)
     assert _tuf_of(region, signing=True) == relayed  # the last set, after a restart
+    # a region's own [tuf] lifetimes would change nothing its devices see: refused
+    from hub.config import parse_config
+
+    assert _tuf_of(region, signing=True, config=parse_config({})) == relayed
+    with pytest.raises(HubDirError, match="tuf: a regional hub serves its root hub's"):
+        _tuf_of(region, signing=True, config=parse_config({"tuf": {"timestampLifetime": "24h"}}))
     shutil.copytree(hub.data / "tuf", region / "tuf")
     with pytest.raises(HubDirError, match="keeps no repository of its own"):
         _tuf_of(region, signing=True)
