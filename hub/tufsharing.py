@@ -452,7 +452,7 @@ class SharedRelay:
             retry = not isinstance(exc, TrustError) or exc.reason == "NoTrustRoot"
             self._refused = None if retry else digest
             log.error(
-                "shared relayed tuf metadata refused; serving the last accepted",
+                "shared relayed tuf metadata refused",
                 reason=reason,
                 error=str(exc),
             )
