@@ -383,6 +383,7 @@ class AdminClient:
         labels: Mapping[str, str] | None = None,
         no_device_labels: bool = False,
         device_label_prefix: str = "",
+        for_region: str = "",
     ) -> Any:
         request = admin_pb2.CreateTokenRequest(
             single_use=single_use,
@@ -390,6 +391,7 @@ class AdminClient:
             labels=dict(labels or {}),
             no_device_labels=no_device_labels,
             device_label_prefix=device_label_prefix,
+            for_region=for_region,
         )
         if ttl_s:
             request.ttl.FromTimedelta(timedelta(seconds=ttl_s))

@@ -188,6 +188,11 @@ def add_commands(sub: Any) -> None:
     create.add_argument("--single-use", action="store_true")
     create.add_argument("--description", default="")
     create.add_argument(
+        "--for-region", default="", metavar="REGION",
+        help="a token that enrolls only the regional hub of REGION (hub init --parent), no "
+        "device; at a root hub",
+    )  # fmt: skip
+    create.add_argument(
         "--label", type=_label, action="append", default=[], metavar="KEY=VALUE",
         help="a label every device enrolled with the token gets; the device cannot change "
         "it (repeatable)",
@@ -587,6 +592,7 @@ def _tokens(client: AdminClient, args: argparse.Namespace) -> int:
         labels=dict(args.label),
         no_device_labels=args.no_device_labels,
         device_label_prefix=args.device_label_prefix,
+        for_region=args.for_region,
     )
     expires = datetime.fromtimestamp(response.expires.ToSeconds(), UTC)
     _print(response.token)
@@ -596,6 +602,13 @@ def _tokens(client: AdminClient, args: argparse.Namespace) -> int:
         file=sys.stderr,
         flush=True,
     )
+    if args.for_region:
+        print(
+            f"on the regional hub: hub init --parent HOST:PORT --region {args.for_region} "
+            f"--token TOKEN --parent-ca-hash {response.ca_hash}",
+            file=sys.stderr,
+            flush=True,
+        )
     return EXIT_DONE
 
 

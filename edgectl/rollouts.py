@@ -195,6 +195,8 @@ def _waves(name: str, waves: dict[str, Any]) -> str:
                 else "not reported yet"
             )
             reach = "" if fig.get("connected") else ", unreachable"
+            if not fig.get("connected") and fig.get("reportAgeSeconds") is not None:
+                reach += f" (last report {fig['reportAgeSeconds']:g} s ago)"
             lines.append(f"    {region:<16} sent {fig['sent']:<6} {figures}{reach}")
             lines += [f"      failing {d}: {why}" for d, why in fig.get("failing", {}).items()]
     analysis = waves.get("analysis")

@@ -1103,15 +1103,22 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             labels=request.labels,
             device_labels=not request.no_device_labels,
             device_label_prefix=prefix,
+            for_region=request.for_region,
+            own_region=ctx.region,
         )
         if problems:
             raise _invalid("; ".join(problems))
+        what = (
+            f"regional hub token for {request.for_region}"
+            if request.for_region
+            else "bootstrap token"
+        )
         prepared: list[PreparedEvent] = []
 
         def event_for(token_id: str) -> Put:
             prepared[:] = [
                 ctx.writer.prepare_event(
-                    "Token", token_id, "Normal", "Created", f"bootstrap token {token_id}"
+                    "Token", token_id, "Normal", "Created", f"{what} {token_id}"
                 )
             ]
             return prepared[0].put
@@ -1126,6 +1133,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             device_labels=not request.no_device_labels,
             device_label_prefix=prefix,
             event_for=event_for,
+            for_region=request.for_region,
         )
         ctx.writer.committed(prepared[0])
         response = admin_pb2.CreateTokenResponse(

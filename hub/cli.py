@@ -355,6 +355,8 @@ async def _token_create(args: argparse.Namespace) -> int:
         labels=labels,
         device_labels=not args.no_device_labels,
         device_label_prefix=args.device_label_prefix,
+        for_region=args.for_region or "",
+        own_region=config.region,
     )
     if problems:
         for problem in problems:
@@ -391,6 +393,7 @@ async def _token_create(args: argparse.Namespace) -> int:
 
 
 _TOKEN_OPTIONS = (
+    ("for_region", "--for-region"),
     ("ttl", "--ttl"),
     ("description", "--description"),
     ("labels", "--label"),

@@ -29,16 +29,20 @@ get their slice of the fleet, and report their status.
   ``[certificates] regionLifetime``); the record keeps the certificate it was asked with as
   ``previousSerial`` (accepted until the region renews again: a reply lost on the way does not
   lock the region out) with a ``CertificateRenewed`` event, in one transaction.
-* :class:`Regions`: what the root knows of its regions, in memory (reports are sent again on
-  every connection): shown by AdminService (a REGION column; deployments' status adds every
-  region's figures, devices are listed with the region's summary of them).
+* :class:`Regions`: what the root knows of its regions: shown by AdminService (a REGION
+  column; deployments' status adds every region's figures, devices are listed with the
+  region's summary of them) and judged by the wave controller. The replica a region streams
+  to writes its reports to the store (:mod:`hub.reportsharing`); every replica loads them when
+  it starts and follows them, and the region records (enrollments, revocations) of the other
+  replicas, with a watch (:class:`RegionsFollower`), so each sees every region, with the age
+  of its last report, whatever replica it streams to.
 """
 
 from __future__ import annotations
 
 import asyncio
 import time
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
@@ -46,17 +50,25 @@ from typing import Any
 import grpc
 
 from edgefleet.api.meta import dns_label
-from edgefleet.errors import CompareFailed, CsrRejected, PkiError, TokenError
+from edgefleet.errors import (
+    ArtifactError,
+    CompareFailed,
+    CsrRejected,
+    EdgefleetError,
+    PkiError,
+    TokenError,
+)
 from edgefleet.logs import get_logger
 from edgefleet.v1 import federation_pb2, federation_pb2_grpc
-from hub import pki, slicing, storekeys, tokens, tufrelaying
+from hub import pki, reportsharing, slicing, storekeys, tokens, tufrelaying
 from hub.auth import Caller, authorize
 from hub.context import HubContext
 from hub.enrolling import REFUSED, source_of
 from hub.initializing import HUB_NAME
 from hub.limiting import Rate, RateLimiter
 from hub.pki import Role
-from hub.store import Compare, Put
+from hub.reportsharing import Link, ReportPublisher, StoredReport
+from hub.store import Compare, EventType, KeyValue, Put, Store
 
 log = get_logger(__name__)
 
@@ -88,9 +100,13 @@ class RegionState:
     digest_sent: str = ""
     tuf_sent: str = ""  # the digest of the TUF metadata set last sent (hub.tufrelaying)
     revoked: bool = False  # set with ``stream``: the stream ends as revoked
-    report: federation_pb2.RegionReport | None = None
+    report: federation_pb2.RegionReport | None = None  # the last one received here
+    reported_at: float | None = None  # when ``report`` was received
+    stored: StoredReport | None = None  # its last report in the store (whatever replica took it)
+    link: Link | None = None  # the replica it streams to, as the store says (hub.reportsharing)
     artifacts: frozenset[str] = frozenset()  # blobs the region's slice names (may be fetched)
     stream: asyncio.Event | None = None  # set: this stream must end (another replaced it)
+    stream_serial: str = ""  # the certificate the open stream came with
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
@@ -103,6 +119,18 @@ class RegionState:
         return doc
 
 
+@dataclass(frozen=True, slots=True)
+class Seen:
+    """What this replica knows of a region now: its last report (here or in the store),
+    when it was received, and whether the region is connected (here, or to another replica
+    that refreshed its link within ``hub.reportsharing.STALE_S``)."""
+
+    report: federation_pb2.RegionReport | None
+    reported_at: float | None
+    connected: bool
+    current: bool = False  # connected, and the report was received on this connection
+
+
 @dataclass(slots=True)
 class Regions:
     """The root's regions: their records (from the store) and what each last said."""
@@ -110,6 +138,8 @@ class Regions:
     regions: dict[str, RegionState] = field(default_factory=dict)
     # the open streams' wake-ups: set when what a slice is made of may have changed
     wakers: set[asyncio.Event] = field(default_factory=set)
+    replicated: bool = False  # replicas on etcd: a region may stream to another replica
+    clock: Callable[[], float] = time.time
 
     def changed(self) -> None:
         """What slices are made of may have changed: every stream looks again soon."""
@@ -117,20 +147,78 @@ class Regions:
             waker.set()
 
     @classmethod
-    async def load(cls, store: Any) -> Regions:
-        out = cls()
+    async def load(cls, store: Any, *, replicated: bool = False) -> Regions:
+        """The regions' records, and their last reports and links (a restarted root shows
+        the reports at once, with their age)."""
+        out = cls(replicated=replicated)
         for kv in (await store.range(REGIONS)).kvs:
-            doc = storekeys.loads(kv.value)
-            if doc.get("revoked"):
-                continue  # a revoked region is not counted until it enrolls again
-            name = str(doc["region"])
-            out.regions[name] = RegionState(
-                name,
-                str(doc["certificateSerial"]),
-                float(doc["enrolledAt"]),
-                str(doc.get("previousSerial", "")),
-            )
+            out.take(kv.key, kv)
+        for prefix in (reportsharing.REPORTS, reportsharing.LINKS):
+            for kv in (await store.range(prefix)).kvs:
+                out.take(kv.key, kv)
         return out
+
+    def take(self, key: str, kv: KeyValue | None) -> None:
+        """A record under ``/regions/``, ``/regionreports/`` or ``/regionlinks/`` as the store
+        has it now (None: deleted). A malformed report or link is logged and left out."""
+        if key.startswith(REGIONS):
+            if kv is not None:
+                self._take_record(storekeys.loads(kv.value))
+            return
+        for prefix in (reportsharing.REPORTS, reportsharing.LINKS):
+            if key.startswith(prefix):
+                name = key[len(prefix) :]
+                break
+        else:
+            return
+        state = self.regions.get(name)
+        if state is None:
+            return  # not enrolled (or revoked): not counted
+        try:
+            if prefix == reportsharing.REPORTS:
+                doc = storekeys.loads(kv.value) if kv is not None else None
+                state.stored = StoredReport.from_json(doc) if doc is not None else None
+            else:
+                doc = storekeys.loads(kv.value) if kv is not None else None
+                state.link = Link.from_json(doc) if doc is not None else None
+        except ValueError as exc:
+            log.warning("region record refused", region=name, key=key, error=str(exc))
+
+    def _take_record(self, doc: Mapping[str, Any]) -> None:
+        name = str(doc["region"])
+        if doc.get("revoked"):  # a revoked region is not counted until it enrolls again
+            state = self.regions.pop(name, None)
+            if state is not None:
+                state.revoked = True
+                if state.stream is not None:
+                    state.stream.set()  # its stream here ends (FederationServicer.Federate)
+            return
+        serial, previous = str(doc["certificateSerial"]), str(doc.get("previousSerial", ""))
+        state = self.regions.get(name)
+        if state is None:
+            self.regions[name] = RegionState(name, serial, float(doc["enrolledAt"]), previous)
+        elif (state.serial, state.previous_serial) != (serial, previous):
+            state.serial, state.previous_serial = serial, previous
+            if state.stream is not None and state.stream_serial not in (serial, previous):
+                state.stream.set()  # enrolled again at another replica: its certificate is old
+
+    def seen(self, state: RegionState) -> Seen:
+        """What this replica knows of ``state``'s region now (see :class:`Seen`)."""
+        here = state.connected
+        link = state.link
+        elsewhere = self.replicated and reportsharing.link_alive(link, self.clock())
+        report, at = state.report, state.reported_at
+        stored = state.stored
+        newer = stored is not None and (at is None or stored.reported_at > at)
+        if stored is not None and newer and not (here and report is not None):
+            report, at = stored.report, stored.reported_at
+        since: float | None = None
+        if here:
+            since = state.connected_at
+        elif elsewhere and link is not None:
+            since = link.connected_at
+        current = since is not None and at is not None and at >= since
+        return Seen(report, at, here or elsewhere, current)
 
     def deployment_status(self, name: str, manifest: Mapping[str, Any]) -> dict[str, Any]:
         """Each region the deployment goes to -> its figures (None: not reported yet)."""
@@ -139,13 +227,15 @@ class Regions:
             if not slicing.goes_to(manifest, region):
                 continue
             figures: dict[str, Any] | None = None
-            if state.report is not None:
-                for d in state.report.deployments:
+            seen = self.seen(state)
+            if seen.report is not None:
+                for d in seen.report.deployments:
                     if d.name == name:
                         figures = slicing.region_deployment_json(d)
                         break
             if figures is not None:
-                figures["connected"] = state.connected
+                figures["connected"] = seen.connected
+                figures.update(_age(seen, self.clock()))
             shown[region] = figures
         return shown
 
@@ -162,21 +252,25 @@ class Regions:
         """Every region's devices, as their regions last summarised them."""
         out: list[dict[str, Any]] = []
         for region, state in sorted(self.regions.items()):
-            if state.report is not None:
-                out += [
-                    slicing.region_device_json(region, d) for d in state.report.inventory.devices
-                ]
+            report = self.seen(state).report
+            if report is not None:
+                out += [slicing.region_device_json(region, d) for d in report.inventory.devices]
         return out
 
     def summary(self) -> list[dict[str, Any]]:
-        """One line per region: connected, generations, devices by phase."""
+        """One line per region: connected, generations, devices by phase, its report's age."""
         out = []
+        now = self.clock()
         for region, state in sorted(self.regions.items()):
-            inv = state.report.inventory if state.report is not None else None
+            seen = self.seen(state)
+            inv = seen.report.inventory if seen.report is not None else None
             out.append(
                 {
                     "region": region,
-                    "connected": state.connected,
+                    "connected": seen.connected,
+                    "streamsHere": state.connected,
+                    **_age(seen, now),
+                    **({"replica": state.link.replica} if state.link is not None else {}),
                     "generationSent": state.generation_sent,
                     "generationApplied": state.generation_applied,
                     "devices": inv.total if inv is not None else None,
@@ -184,6 +278,49 @@ class Regions:
                 }
             )
         return out
+
+
+def _age(seen: Seen, now: float) -> dict[str, Any]:
+    """``reportedAt`` and ``reportAgeSeconds`` of a region's last report (none: nothing)."""
+    if seen.reported_at is None:
+        return {}
+    return {
+        "reportedAt": seen.reported_at,
+        "reportAgeSeconds": round(max(0.0, now - seen.reported_at), 1),
+    }
+
+
+class RegionsFollower:
+    """The ``regions-follower`` component (every root replica): the store's region records,
+    reports and links reach :class:`Regions` through a watch (:meth:`Regions.take`), whatever
+    replica wrote them. A failed watch (compacted, store gone) raises: the supervisor restarts
+    it, and it lists everything again."""
+
+    name = "regions-follower"
+    PREFIX = "/region"  # /regions/, /regionreports/, /regionlinks/
+
+    def __init__(self, store: Store, regions: Regions) -> None:
+        self.store = store
+        self.regions = regions
+
+    async def run(self, stop: asyncio.Event) -> None:
+        follow = asyncio.ensure_future(self._follow())
+        stopped = asyncio.ensure_future(stop.wait())
+        try:
+            await asyncio.wait([follow, stopped], return_when=asyncio.FIRST_COMPLETED)
+            if follow.done():
+                follow.result()
+        finally:
+            for task in (follow, stopped):
+                task.cancel()
+            await asyncio.gather(follow, stopped, return_exceptions=True)
+
+    async def _follow(self) -> None:
+        listed = await self.store.range(self.PREFIX)
+        for kv in sorted(listed.kvs, key=lambda kv: not kv.key.startswith(REGIONS)):
+            self.regions.take(kv.key, kv)
+        async for event in self.store.watch(self.PREFIX, listed.revision + 1):
+            self.regions.take(event.kv.key, None if event.type is EventType.DELETE else event.kv)
 
 
 async def revoke_region(ctx: HubContext, regions: Regions, name: str) -> list[str]:
@@ -314,8 +451,10 @@ class HubEnrollmentServicer(federation_pb2_grpc.HubEnrollmentServiceServicer):
                 grpc.StatusCode.ABORTED, f"region {request.region} enrolled meanwhile"
             )
         old = self.regions.regions.get(request.region)
-        if old is not None and old.stream is not None:
-            old.stream.set()  # its certificate is superseded
+        if old is not None:
+            state.stored, state.link = old.stored, old.link  # its last report stays shown
+            if old.stream is not None:
+                old.stream.set()  # its certificate is superseded
         self.regions.regions[request.region] = state
         ctx.writer.committed(event)
         log.info("region enrolled", region=request.region, token=record.id, source=source)
@@ -334,6 +473,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
         self.ctx = ctx
         self.regions = regions
         self.reports = RateLimiter(REPORT_RATE)
+        self._closing: set[asyncio.Task[None]] = set()  # publishers' last writes (see Federate)
         self._generations: dict[str, tuple[str, int]] = {}  # region -> (slice digest, generation)
 
     async def _caller(self, context: grpc.aio.ServicerContext) -> tuple[Caller, RegionState]:
@@ -397,7 +537,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
         if state.stream is not None:
             state.stream.set()  # a second stream replaces the first
         replaced = asyncio.Event()
-        state.stream = replaced
+        state.stream, state.stream_serial = replaced, caller.serial
         now = self.ctx.clock()
         state.connected, state.connected_at, state.last_message = True, now, now
         state.generation_applied = first.hello.generation
@@ -407,13 +547,24 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
             "Region", caller.name, "Normal", "Connected", "the regional hub connected"
         )
         log.info("region connected", region=caller.name, generation=first.hello.generation)
+        # the region's reports and link go to the store, for every replica (hub.reportsharing)
+        publisher = ReportPublisher(self.ctx.store, caller.name, self._replica())
+        await self._publish(publisher.open(now), caller.name)
         failure: list[tuple[grpc.StatusCode, str]] = []
-        reader = asyncio.ensure_future(self._read(state, it, failure))
+        reader = asyncio.ensure_future(self._read(state, it, failure, publisher))
         waiter = asyncio.ensure_future(replaced.wait())
         woken = asyncio.Event()
         self.regions.wakers.add(woken)
         try:
             while not reader.done() and not replaced.is_set():
+                try:
+                    await self._publish(publisher.publish(self.ctx.clock()), caller.name)
+                except reportsharing.Replaced:
+                    log.info("region stream replaced on another replica", region=caller.name)
+                    await context.abort(
+                        grpc.StatusCode.ABORTED,
+                        "replaced by a newer stream of this region (on another hub replica)",
+                    )
                 # TUF metadata first: a device the slice reaches finds its targets listed
                 tuf = self._tuf_message(caller.name, state)
                 if tuf is not None:
@@ -473,6 +624,12 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
             self.regions.wakers.discard(woken)
             reader.cancel()
             waiter.cancel()
+            # not awaited here: the generator may be closing for a cancellation
+            closing = asyncio.ensure_future(
+                self._publish(publisher.close(self.ctx.clock()), caller.name)
+            )
+            self._closing.add(closing)
+            closing.add_done_callback(self._closing.discard)
             if state.stream is replaced:
                 state.connected = False
                 state.stream = None
@@ -484,6 +641,23 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                     "the regional hub's stream ended",
                 )
                 log.info("region disconnected", region=caller.name)
+
+    def _replica(self) -> str:
+        """This replica, as the store's region links name it."""
+        elector = self.ctx.elector
+        return elector.identity if elector is not None else HUB_NAME
+
+    @staticmethod
+    async def _publish(write: Any, region: str) -> None:
+        """Run a publisher's store write; a store that fails is logged (the next pass writes
+        again; meanwhile the other replicas see the region's last stored report, then, past
+        ``reportsharing.STALE_S``, the region as disconnected)."""
+        try:
+            await write
+        except reportsharing.Replaced:
+            raise
+        except EdgefleetError as exc:
+            log.warning("region report not stored", region=region, error=str(exc))
 
     def _tuf_message(self, region: str, state: RegionState) -> federation_pb2.TufMetadataSet | None:
         """This hub's TUF metadata when the region has not been sent it as it is now (a push,
@@ -527,6 +701,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
         state: RegionState,
         it: AsyncIterator[federation_pb2.RegionMessage],
         failure: list[tuple[grpc.StatusCode, str]],
+        publisher: ReportPublisher,
     ) -> None:
         async for message in it:
             now = self.ctx.clock()
@@ -556,7 +731,8 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                     log.warning("region input refused", region=state.name, problems=problems[:5])
                     failure.append((grpc.StatusCode.INVALID_ARGUMENT, "; ".join(problems[:20])))
                     return
-                state.report = message.report
+                state.report, state.reported_at = message.report, now
+                publisher.received(message.report, now)
             else:
                 failure.append(
                     (grpc.StatusCode.INVALID_ARGUMENT, f"unexpected {kind} on an open stream")
@@ -627,6 +803,13 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"artifact {request.sha256[:16]} is not in region {caller.name}'s slice",
             )
+        shared = self.ctx.shared_blobs
+        if shared is not None and not self.ctx.blobs.has(request.sha256):
+            try:  # replicas: pushed through another one; its bytes are in the store
+                await shared.ensure_local(request.sha256)
+            except ArtifactError as exc:
+                log.error("shared artifact refused", sha256=request.sha256, error=str(exc))
+                await context.abort(grpc.StatusCode.UNAVAILABLE, f"artifact copy failed: {exc}")
         path = self.ctx.blobs.path_for(request.sha256)
         try:
             f = open(path, "rb")  # noqa: SIM115, ASYNC230 - closed below

@@ -57,7 +57,7 @@ from hub.observing import (
 )
 from hub.placements import Scheduler
 from hub.projecting import Projector
-from hub.regions import FederationServicer, HubEnrollmentServicer, Regions
+from hub.regions import FederationServicer, HubEnrollmentServicer, Regions, RegionsFollower
 from hub.registering import add_servicer
 from hub.replicas import (
     CacheFollower,
@@ -79,7 +79,7 @@ from hub.tufrelaying import RelayedTuf
 from hub.tufrepo import TufRepository
 from hub.tufsharing import SharedRelay, SharedTuf
 from hub.tufwatching import TufWatcher
-from hub.waves import WaveController
+from hub.waves import WaveController, WaveObserver
 from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
@@ -191,7 +191,8 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
             adopted=relayed,
         )
         await ctx.tuf_relay_shared.follow()
-    ctx.regions = await Regions.load(store)  # federation: the regional hubs below this one
+    # federation: the regional hubs below this one, and their last reports (hub.reportsharing)
+    ctx.regions = await Regions.load(store, replicated=replicated)
     projector.on_change = ctx.regions.changed  # their streams look at their slices again
     if not (paths.data_dir / PARENT_FILE).exists():  # a regional hub never rolls out in waves
         ctx.waves = WaveController(controller_store, cache, ctx.regions, writer)
@@ -427,6 +428,8 @@ async def _serve(
         controllers.append(
             CacheFollower(ctx.store, ctx.cache, ctx.sessions, elector, followers=followers)
         )
+        if ctx.waves is not None:  # the analysis across regions on a follower too
+            controllers.append(WaveObserver(ctx.waves, elector))
         controllers.append(
             ReplicaDevices(
                 store=ctx.store,
@@ -445,6 +448,7 @@ async def _serve(
     components: list[Component] = [
         ctx.writer,
         *controllers,
+        *([RegionsFollower(ctx.store, ctx.regions)] if ctx.regions is not None else []),
         attestation,
         RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
     ]

@@ -106,10 +106,27 @@ def check_token_request(
     labels: Mapping[str, str],
     device_labels: bool,
     device_label_prefix: str,
+    for_region: str = "",
+    own_region: str = "",
 ) -> list[str]:
     """Every problem with what a new token asks for, each naming its field (pure): checked
-    before anything is written, by AdminService ``CreateToken`` and ``hub token create``."""
+    before anything is written, by AdminService ``CreateToken`` and ``hub token create``.
+    ``for_region``: a regional hub's token (``own_region``: this hub's, which it cannot be)."""
     problems = []
+    if for_region:
+        from edgefleet.api.meta import dns_label
+
+        try:
+            dns_label(for_region)
+        except ValueError as exc:
+            problems.append(f"for_region: {exc}")
+        if for_region == own_region:
+            problems.append(f"for_region: {for_region!r} is this hub's own region")
+        if labels or not device_labels or device_label_prefix:
+            problems.append(
+                "for_region: a regional hub's token enrolls no device: not with labels, "
+                "no_device_labels or device_label_prefix"
+            )
     if not MIN_TTL_S <= ttl <= MAX_TTL_S:
         problems.append(
             f"ttl: must be from 1s to 366 days (a year), got {ttl:g}s ({ttl / 86400:.4g} days)"

@@ -9,14 +9,17 @@ what each region last reported of it (:class:`hub.regions.Regions`), the plan's 
 written with a compare-and-swap on the state's mod revision, then its events. The slices the
 root streams to its regions read :meth:`WaveController.manifest_for`: a region not released
 yet (or after a rollback) gets the stable revision. A root restarted at any moment goes on
-from the stored states; the regions' reports come back as they reconnect (until then a wave
-waits: a region not heard from is neither a pass nor a failure).
+from the stored states; a wave judges a region by a report received on its current
+connection only (until the region reconnects and reports, a wave waits: a region not heard
+from is neither a pass nor a failure).
 
 With hub replicas on etcd the controller runs on the leader only; every other replica keeps
 the states as the leader writes them (:meth:`WaveController.follow`, from its cache
 follower's watch), so ``edgectl rollout status`` and the slices any replica streams show the
-waves where they are. The analysis across regions is the leader's (its samples are in
-memory): a follower shows none.
+waves where they are. The regions' reports reach every replica through the store
+(:mod:`hub.reportsharing`), so the leader judges a region whatever replica it streams to, and
+a follower samples the analysis across regions itself (:class:`WaveObserver`; samples are
+in memory: a replica started later fills its window again).
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from typing import Any
 from edgefleet.api import ModelDeployment
 from edgefleet.errors import CompareFailed, EdgefleetError
 from edgefleet.logs import get_logger
+from edgefleet.supervising import wait_for_stop
 from hub import slicing, storekeys
 from hub.analyzing import Analysis, History, Sample
 from hub.caching import Cache
@@ -37,6 +41,7 @@ from hub.regions import Regions
 from hub.rolling import Revision, RolloutState
 from hub.store import Compare, Delete, EventType, Put, Store
 from hub.store import Event as StoreEvent
+from hub.store.electing import Elector
 from hub.waving import (
     RegionSide,
     RegionView,
@@ -178,15 +183,19 @@ class WaveController:
             state = self._regions.regions.get(region)
             if state is None:
                 continue
+            seen = self._regions.seen(state)
             found = None
-            if state.report is not None:
-                found = next((d for d in state.report.deployments if d.name == name), None)
+            if seen.report is not None and seen.current:  # not one from before it connected
+                found = next((d for d in seen.report.deployments if d.name == name), None)
             if found is None:
-                views[region] = RegionView(region, connected=state.connected)
+                views[region] = RegionView(
+                    region, connected=seen.connected, reported_at=seen.reported_at
+                )
                 continue
             views[region] = RegionView(
                 region,
-                connected=state.connected,
+                connected=seen.connected,
+                reported_at=seen.reported_at,
                 reported=True,
                 template=found.rollout_template,
                 phase=found.rollout_phase,
@@ -338,6 +347,21 @@ class WaveController:
         self.states.pop(name, None)
         self._mods.pop(name, None)
 
+    def observe(self) -> None:
+        """A follower replica's pass (:class:`WaveObserver`): the analysis across regions
+        sampled from every region's reports as the store shares them, so that ``status`` shows
+        it here too; nothing written."""
+        now = self._clock()
+        self._sampled = set()
+        for name in sorted(self.states):
+            got = self._inputs(name)
+            if got is not None:
+                dep, state, placed, expected, views = got
+                self._analyze(name, dep, state, placed, expected, views, now)
+        self._history.keep(self._sampled)
+        for name in set(self._analyses) - set(self.states):
+            del self._analyses[name]
+
     # -- operators and edgectl --------------------------------------------------------------------
     def in_progress(self, name: str) -> bool:
         """Whether ``name`` is being rolled out in waves (Progressing or Paused), or its last
@@ -374,6 +398,29 @@ class WaveController:
         dep, state, placed, expected, views = got
         if not dep.spec.rollout.waves and not state.history:
             return None
-        return waves_status(
+        shown = waves_status(
             dep.spec.rollout.waves, state, placed, expected, views, self._analyses.get(name)
         )
+        now = self._regions.clock()
+        for row in shown.get("waves", []):  # how old each region's last report is, now
+            for figures in row.get("regions", {}).values():
+                if figures.get("reportedAt"):
+                    figures["reportAgeSeconds"] = round(max(0.0, now - figures["reportedAt"]), 1)
+        return shown
+
+
+class WaveObserver:
+    """The ``wave-observer`` component (root replicas on etcd): while its replica does not
+    lead, :meth:`WaveController.observe` every tick (the leader's ``step`` samples itself)."""
+
+    name = "wave-observer"
+
+    def __init__(self, waves: WaveController, elector: Elector, tick: float = TICK) -> None:
+        self.waves = waves
+        self.elector = elector
+        self.tick = tick
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not await wait_for_stop(stop, self.tick):
+            if not self.elector.leading:
+                self.waves.observe()

@@ -341,6 +341,7 @@ class RegionView:
     name: str
     connected: bool = False
     reported: bool = False  # its last report has the deployment
+    reported_at: float | None = None  # when the root received its last report (any replica)
     template: str = ""  # the template hash of the revision its rollout is rolling out
     phase: str = ""  # its rollout's phase
     reason: str = ""
@@ -781,6 +782,7 @@ def waves_status(
             v = views.get(r)
             region_rows[r] = {
                 "connected": bool(v and v.connected),
+                **({"reportedAt": v.reported_at} if v is not None and v.reported_at else {}),
                 "sent": (
                     f"{state.weight_for(r)}%"
                     if state.weight_for(r) is not None

@@ -228,7 +228,7 @@ class PushArtifactResponse(_message.Message):
     def __init__(self, sha256: _Optional[str] = ..., length: _Optional[int] = ..., stored: _Optional[bool] = ..., extras: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class CreateTokenRequest(_message.Message):
-    __slots__ = ("ttl", "single_use", "description", "labels", "no_device_labels", "device_label_prefix")
+    __slots__ = ("ttl", "single_use", "description", "labels", "no_device_labels", "device_label_prefix", "for_region")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -242,13 +242,15 @@ class CreateTokenRequest(_message.Message):
     LABELS_FIELD_NUMBER: _ClassVar[int]
     NO_DEVICE_LABELS_FIELD_NUMBER: _ClassVar[int]
     DEVICE_LABEL_PREFIX_FIELD_NUMBER: _ClassVar[int]
+    FOR_REGION_FIELD_NUMBER: _ClassVar[int]
     ttl: _duration_pb2.Duration
     single_use: bool
     description: str
     labels: _containers.ScalarMap[str, str]
     no_device_labels: bool
     device_label_prefix: str
-    def __init__(self, ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., single_use: _Optional[bool] = ..., description: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., no_device_labels: _Optional[bool] = ..., device_label_prefix: _Optional[str] = ...) -> None: ...
+    for_region: str
+    def __init__(self, ttl: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., single_use: _Optional[bool] = ..., description: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., no_device_labels: _Optional[bool] = ..., device_label_prefix: _Optional[str] = ..., for_region: _Optional[str] = ...) -> None: ...
 
 class CreateTokenResponse(_message.Message):
     __slots__ = ("token", "expires", "ca_hash", "root_hash")

@@ -567,6 +567,37 @@ async def test_create_token(tmp_path: Path) -> None:
 
 
 @async_test
+async def test_create_a_regional_hubs_token(tmp_path: Path) -> None:
+    """``for_region``: a token that enrolls the regional hub of that region and no device
+    (hub.enrolling refuses it to devices); nothing else of a device token applies to it."""
+    async with await served(tmp_path) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        before = await hub.ctx.store.range("/")
+        bad = [
+            (admin_pb2.CreateTokenRequest(for_region="Not_A_Label"), "for_region: "),
+            (admin_pb2.CreateTokenRequest(for_region=hub.ctx.region), "this hub's own region"),
+            (
+                admin_pb2.CreateTokenRequest(for_region="eu", labels={"site": "a"}),
+                "a regional hub's token enrolls no device",
+            ),
+            (
+                admin_pb2.CreateTokenRequest(for_region="eu", no_device_labels=True),
+                "a regional hub's token enrolls no device",
+            ),
+        ]
+        for request, words in bad:
+            code, details = await code_of(stub.CreateToken(request))
+            assert (code, words in details) == (grpc.StatusCode.INVALID_ARGUMENT, True), details
+        assert (await hub.ctx.store.range("/")).revision == before.revision  # nothing written
+        response = await stub.CreateToken(admin_pb2.CreateTokenRequest(for_region="eu"))
+        token_id = response.token.split(".")[0]
+        kv = await hub.ctx.store.get(tokens.PREFIX + token_id)
+        assert kv is not None
+        assert tokens.TokenRecord.from_json(kv.value).for_region == "eu"
+        assert response.ca_hash == pki.ca_pin(hub.ctx.ca.certificate)
+
+
+@async_test
 async def test_push_artifact_needs_a_header_first(tmp_path: Path) -> None:
     async with await served(tmp_path) as hub, hub.channel() as channel:
 

@@ -15,7 +15,9 @@ it: that revision Ready, or Refused.
 * a model variant for eu (``federation.edgefleet.io/model.eu``) -> eu runs it, through the
   waves;
 * two root replicas on a real etcd: the one that does not lead shows the waves as the leader
-  moves them;
+  moves them; regions streaming to the one that does not lead pass the leader's waves (their
+  reports shared through the store), and a root restarted shows them from the store with
+  their age;
 * ``spec.rollout.waves`` is refused at a regional hub and at a hub without regions.
 """
 
@@ -45,10 +47,12 @@ from hub import pki, storekeys, tokens
 from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
 from hub.federating import ParentFiles, ParentLink, enroll_with_parent
 from hub.initializing import HubPaths, init_hub
+from hub.regions import RegionsFollower
 from hub.replicas import CacheFollower
 from hub.server import build_context, start_server
 from hub.store.electing import LeaderOnly
 from hub.trustsetup import quickstart_trust
+from hub.waves import WaveObserver
 from hub.waving import WavePhase
 
 DEADLINE = 60.0  # for a loaded machine; not a timed assertion
@@ -141,7 +145,11 @@ class Hub:
                 *(LeaderOnly(c, ctx.elector) for c in components),
                 CacheFollower(ctx.store, ctx.cache, ctx.sessions, ctx.elector, followers),
             ]
+            if ctx.waves is not None:
+                components.append(WaveObserver(ctx.waves, ctx.elector))
         components.insert(0, ctx.writer)
+        if ctx.regions is not None:  # every region's report, whatever replica took it
+            components.append(RegionsFollower(ctx.store, ctx.regions))
         parent = ParentFiles.load(self.paths.data_dir)
         if parent is not None:
             components.append(ParentLink(ctx, parent))
@@ -229,6 +237,8 @@ async def push(root: Hub, version: str, name: str = "det") -> None:
     path.write_bytes(f"model {name} {version}".encode() * 100)
     sha = root.ctx.blobs.ingest_file(path, name=name, version=version, verifiers=[])
     record = storekeys.ModelRecord(name, version, sha, path.stat().st_size, b"{}", 1.0)
+    if root.ctx.shared_blobs is not None:  # replicas: the bytes for every replica, as a push
+        await root.ctx.shared_blobs.publish(sha)
     await root.ctx.store.put(storekeys.model_key(name, version), storekeys.dumps(record.to_json()))
     root.ctx.cache.models[(name, version)] = record
 
@@ -602,6 +612,126 @@ async def test_a_root_replica_that_does_not_lead_shows_the_waves_where_they_are(
             assert phase == "Paused" and "wave 1 [Passed]: regions eu" in text, text
 
 
+CANARY = {
+    "steps": ["100%"],
+    "analysis": {"maxErrorRateIncrease": 0.05, "minRequests": 10, "window": "2s"},
+}
+
+
+def seen_on(hub: Hub, region: str, version: str) -> bool:
+    """``hub`` sees ``region`` connected, its rollout of ``version`` Complete, whatever
+    replica the region streams to (hub.reportsharing)."""
+    regions = hub.ctx.regions
+    state = regions.regions.get(region) if regions is not None else None
+    if regions is None or state is None:
+        return False
+    seen = regions.seen(state)
+    return seen.connected and any(
+        d.name == "det" and d.rollout_phase == "Complete" and d.versions.get(version)
+        for d in (seen.report.deployments if seen.report is not None else ())
+    )
+
+
+@pytest.mark.scenario
+@slow_test
+async def test_regions_streaming_to_a_replica_that_does_not_lead_pass_the_leaders_waves(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    """Two root replicas on one real etcd: r0 leads on another port, r1 (following) is at
+    the address the regions enroll with and stream to. The regions' reports reach r0 through
+    the store: its wave 1 (eu) passes (its analysis across regions too) and us follows, never
+    held as unreachable; r1 shows the analysis across regions as well, sampling the reports
+    itself; both replicas show each region's figures, connected, with the time of its
+    report. Then the
+    root restarts (both replicas stop, the regions too; r0 alone starts again): it shows the
+    regions' last reports from the store with their age, the regions disconnected."""
+    fleet = Fleet(tmp_path)
+    await fleet.make(store=f"etcd://{etcd_server.endpoint}{etcd_namespace}")
+    shutil.copytree(fleet.root_paths.data_dir, tmp_path / "r1")
+    async with Hub(fleet.root_paths) as leader:
+        assert leader.ctx.elector is not None and leader.ctx.waves is not None
+        await until(lambda: leader.ctx.elector and leader.ctx.elector.leading, "r0 leads")
+        async with Hub(HubPaths.of(tmp_path / "r1"), listen=fleet.address) as follower:
+            assert follower.ctx.elector is not None and not follower.ctx.elector.leading
+            eu_paths = await fleet.region(follower, "eu")  # enrolled at r1
+            us_paths = await fleet.region(follower, "us")
+            await until(
+                lambda: {"eu", "us"} <= set(leader.ctx.regions.regions),  # type: ignore[union-attr]
+                "the leader knows the regions enrolled at r1",
+            )
+            await push(leader, "1.0.0")
+            await push(leader, "2.0.0")
+            await leader.apply(deployment("1.0.0", WAVES, CANARY))
+            async with Hub(eu_paths) as eu, Hub(us_paths) as us, devices(eu, us):
+                for hub in (eu, us):
+                    await until(lambda h=hub: rolled_out(h, "1.0.0"), f"{hub.ctx.region} on 1.0.0")
+                for region in ("eu", "us"):
+                    await until(lambda r=region: seen_on(leader, r, "1.0.0"), f"r0 sees {region}")
+                regions = leader.ctx.regions
+                assert regions is not None
+                assert not regions.regions["eu"].connected  # not streaming to r0 ...
+                assert follower.ctx.regions and follower.ctx.regions.regions["eu"].connected
+                await leader.apply(deployment("2.0.0", WAVES, CANARY))
+                waves = leader.ctx.waves
+
+                def analysis_on_follower() -> dict[str, Any] | None:
+                    assert follower.ctx.waves is not None
+                    shown: dict[str, Any] | None = (follower.ctx.waves.status("det") or {}).get(
+                        "analysis"
+                    )
+                    return shown
+
+                await until(
+                    lambda: (analysis_on_follower() or {}).get("canary", {}).get("requests"),
+                    "r1 shows the analysis across regions, with eu's figures",
+                    detail=lambda: str(analysis_on_follower()),
+                )
+                await until(
+                    lambda: (
+                        waves.states["det"].revision == 2
+                        and waves.states["det"].phase is WavePhase.COMPLETE
+                    ),
+                    "the leader's waves pass eu, then us, on reports shared through the store",
+                    detail=lambda: waves.states["det"].message,
+                )
+                assert [h["outcome"] for h in waves.states["det"].history][-2:] == [
+                    "Passed",
+                    "Passed",
+                ], waves.states["det"].history
+                assert not leader.events("WaveWaiting"), leader.events("WaveWaiting")
+                for hub in (eu, us):
+                    await until(lambda h=hub: rolled_out(h, "2.0.0"), f"{hub.ctx.region} on 2.0.0")
+                await until(lambda: seen_on(leader, "us", "2.0.0"), "r0 sees us on 2.0.0")
+                for replica in (leader, follower):
+                    shown = (await replica.get())["status"]["regions"]
+                    for region in ("eu", "us"):
+                        assert shown[region]["connected"] is True, (region, shown)
+                        assert shown[region]["reportAgeSeconds"] < DEADLINE, shown[region]
+                        assert shown[region]["versions"] == {"2.0.0": 1}, shown[region]
+            # the regions' hubs stop: r1 closes their links, and r0 shows them disconnected
+            for region in ("eu", "us"):
+                await until(
+                    lambda r=region: not regions.seen(regions.regions[r]).connected,
+                    f"r0 sees {region} disconnected",
+                )
+            reported_at = {
+                r: leader.ctx.regions.seen(s).reported_at  # type: ignore[union-attr]
+                for r, s in leader.ctx.regions.regions.items()  # type: ignore[union-attr]
+            }
+    # the root restarts, its regions away: their last reports from the store, with their age
+    await asyncio.sleep(1.0)
+    async with Hub(fleet.root_paths) as again:
+        shown = (await again.get())["status"]["regions"]
+        for region in ("eu", "us"):
+            figures = shown[region]
+            assert figures["connected"] is False, figures  # never shown as fresh
+            assert figures["reportedAt"] == reported_at[region], figures
+            assert figures["reportAgeSeconds"] >= 1.0, figures
+            assert figures["versions"] == {"2.0.0": 1}, figures
+        summary = {row["region"]: row for row in again.ctx.regions.summary()}  # type: ignore[union-attr]
+        assert summary["eu"]["connected"] is False and summary["eu"]["reportAgeSeconds"] >= 1.0
+
+
 @pytest.mark.scenario
 @slow_test
 async def test_a_region_runs_its_model_variant_and_the_waves_move_it(tmp_path: Path) -> None:
@@ -782,8 +912,15 @@ async def test_a_region_unreachable_during_its_wave_holds_it_until_it_is_back(
             state = waves.states["det"]
             assert state.phase is WavePhase.PROGRESSING and state.step == 0
             assert "region eu is unreachable" in state.message
-            shown = (await root.get())["status"]["rollout"]["waves"]
+            doc = await root.get()
+            shown = doc["status"]["rollout"]["waves"]
             assert shown["conditions"][0]["status"] == "False"
+            eu_row = shown["waves"][0]["regions"]["eu"]  # its last report, and how old it is
+            assert eu_row["connected"] is False and eu_row["reportAgeSeconds"] >= 0, eu_row
+            from edgectl.rollouts import render
+
+            text, _ = render(doc)
+            assert "unreachable (last report" in text, text
             assert us.version() == "1.0.0"
             hold["2.0.0"].set()
             async with Hub(eu_paths) as eu_again, devices(eu_again, us, hold=hold):
