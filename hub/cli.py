@@ -545,11 +545,25 @@ async def _tuf_online_key(args: argparse.Namespace) -> int:
 
 
 async def _tuf_install(args: argparse.Namespace) -> int:
+    from hub.config import tuf_lifetimes
     from hub.tufrepo import install_repository
 
-    _config(args.data_dir)
-    d = install_repository(HubPaths.of(args.data_dir).data_dir, args.root, args.targets)
+    config = _config(args.data_dir)
+    replicated = config.store.startswith("etcd:")  # the leader signs, through the store
+    d = install_repository(
+        HubPaths.of(args.data_dir).data_dir, args.root, args.targets,
+        signing=not replicated, **tuf_lifetimes(config),
+    )  # fmt: skip
     print(f"TUF repository installed in {d}; a running hub adopts it within seconds")
+    if replicated:  # once for every replica: each installs it from the store (hub.tufsharing)
+        from hub.tufsharing import share_installed
+
+        store = await _open(args.data_dir, config)
+        try:
+            await share_installed(store, d)
+        finally:
+            await store.close()
+        print("shared with every replica of this hub through the store")
     return 0
 
 

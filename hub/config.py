@@ -11,7 +11,7 @@ import json
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 from edgefleet.api.meta import dns_label, label_key
 from edgefleet.api.quantities import format_duration
@@ -25,6 +25,7 @@ from edgefleet.configfiles import (
 )
 from edgefleet.errors import StoreError
 from hub.store import EtcdTls, parse_store_url
+from hub.tufrepo import SNAPSHOT_LIFETIME_S, TIMESTAMP_LIFETIME_S
 
 CONFIG_FILE_NAME = "hub.toml"
 DEFAULT_REGION = "default"
@@ -168,6 +169,23 @@ class EtcdConfig:
         return EtcdTls(ca, cert, key)
 
 
+MIN_TIMESTAMP_LIFETIME_S = 5 * 60.0
+MAX_TIMESTAMP_LIFETIME_S = 30 * 86400.0
+MAX_SNAPSHOT_LIFETIME_S = 365 * 86400.0
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class TufConfig:
+    """``[tuf]``: lifetimes of what the hub's online key signs in its TUF repository
+    (hub/tufrepo.py), each signed again when half of it has passed."""
+
+    timestamp_lifetime_s: float = TIMESTAMP_LIFETIME_S
+    """The freeze-attack window: a device accepts a timestamp (and so no newer artifact
+    hidden from it) for this long; also how long a regional hub cut off from this root can
+    keep its devices taking artifacts (the root's timestamp is relayed unchanged)."""
+    snapshot_lifetime_s: float = SNAPSHOT_LIFETIME_S
+
+
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HubConfig:
     region: str = DEFAULT_REGION
@@ -188,6 +206,20 @@ class HubConfig:
     enrollment: EnrollmentConfig = EnrollmentConfig()
     history: HistoryConfig = HistoryConfig()
     etcd: EtcdConfig = EtcdConfig()
+    tuf: TufConfig = TufConfig()
+
+
+class TufLifetimes(TypedDict):
+    timestamp_lifetime_s: float
+    snapshot_lifetime_s: float
+
+
+def tuf_lifetimes(config: HubConfig) -> TufLifetimes:
+    """``[tuf]`` as :class:`hub.tufrepo.TufRepository`'s keyword arguments."""
+    return {
+        "timestamp_lifetime_s": config.tuf.timestamp_lifetime_s,
+        "snapshot_lifetime_s": config.tuf.snapshot_lifetime_s,
+    }
 
 
 def _read_certificates(r: Reader) -> CertificatesConfig:
@@ -303,6 +335,40 @@ def _read_etcd(r: Reader, store: str) -> EtcdConfig:
     return config
 
 
+def _hours(seconds: float) -> str:
+    """A long duration as people read it: "90s", "1h", "168h"."""
+    if seconds >= 3600 and seconds % 3600 == 0:
+        return f'"{int(seconds // 3600)}h"'
+    if seconds >= 60 and seconds % 60 == 0:
+        return f'"{int(seconds // 60)}m"'
+    return f'"{format_duration(seconds)}"'
+
+
+def _read_tuf(r: Reader) -> TufConfig:
+    d = TufConfig()
+    config = TufConfig(
+        timestamp_lifetime_s=r.optional(
+            "timestampLifetime", positive_duration, d.timestamp_lifetime_s
+        ),
+        snapshot_lifetime_s=r.optional(
+            "snapshotLifetime", positive_duration, d.snapshot_lifetime_s
+        ),
+    )
+    ts, snap = config.timestamp_lifetime_s, config.snapshot_lifetime_s
+    if not MIN_TIMESTAMP_LIFETIME_S <= ts <= MAX_TIMESTAMP_LIFETIME_S:
+        r.problems.add(
+            r.at("timestampLifetime"),
+            f'must be from "5m" to "720h" (30 days), got {_hours(ts)}',
+        )
+    elif not ts <= snap <= MAX_SNAPSHOT_LIFETIME_S:
+        r.problems.add(
+            r.at("snapshotLifetime"),
+            f'must be from timestampLifetime ({_hours(ts)}) to "8760h" (365 days), '
+            f"got {_hours(snap)}",
+        )
+    return config
+
+
 def _optional_host_port(value: object) -> str:
     return "" if value == "" else host_port(value)
 
@@ -330,6 +396,7 @@ def _read_config(r: Reader) -> HubConfig:
         enrollment=_read_enrollment(table(r, "enrollment")),
         history=_read_history(table(r, "history")),
         etcd=_read_etcd(table(r, "etcd"), store),
+        tuf=_read_tuf(table(r, "tuf")),
     )
 
 
@@ -358,6 +425,7 @@ def default_config_text(
     and etcd settings)."""
     c, t, d, a = CertificatesConfig(), TokensConfig(), DevicesConfig(), AttestationConfig()
     e, h, x = EnrollmentConfig(), HistoryConfig(), etcd or EtcdConfig()
+    u = TufConfig()
     reserved = ", ".join(f'"{k}"' for k in e.reserved_labels)
     return f"""\
 # hub.toml: the configuration of this edgefleet hub. Every key is optional.
@@ -442,4 +510,14 @@ leaderLease = "{format_duration(x.leader_lease_s)}"
 # Replicas share artifacts' bytes through etcd: the largest artifact a push may bring, in
 # bytes (1 MiB to 4 GiB; they count against etcd's --quota-backend-bytes).
 maxSharedArtifactBytes = {x.max_shared_artifact_bytes}
+
+[tuf]
+# Lifetimes of the TUF timestamp and snapshot this hub signs (each signed again at half).
+# The timestamp's is the freeze-attack window (how long a device accepts metadata that may
+# hide newer artifacts from it) and also how long a regional hub cut off from this root can
+# keep giving its devices new artifacts: regions relay this root's timestamp unchanged, so
+# the root's setting is the one their devices see. 5m to 720h; snapshot at least the
+# timestamp's, at most 8760h.
+timestampLifetime = {_hours(u.timestamp_lifetime_s)}
+snapshotLifetime = {_hours(u.snapshot_lifetime_s)}
 """

@@ -34,7 +34,7 @@ from hub.writing import DeviceWriter
 
 if TYPE_CHECKING:
     from hub.regions import Regions
-    from hub.tufsharing import SharedTuf
+    from hub.tufsharing import SharedRelay, SharedTuf
     from hub.waves import WaveController
 
 
@@ -60,6 +60,7 @@ class HubContext:
     # (D/tuf-relay/, hub.tufrelaying)
     tuf: TufRepository | RelayedTuf | None = None
     tuf_shared: SharedTuf | None = None  # hub replicas: the repository's versions in the store
+    tuf_relay_shared: SharedRelay | None = None  # a region's replicas: the root's set in it
     # D/secrets.key (and a rotation's other key files): seal Secrets at rest (hub.secrets)
     secret_keys: SecretKeys = field(default_factory=SecretKeys)
     shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)

@@ -98,7 +98,7 @@ class FederationError(EdgefleetError):
     """Enrolling with a parent hub failed, or the parent's answer is unusable."""
 
 
-def _fleet_root(signed: bytes) -> Root | None:
+def fleet_root_of(signed: bytes) -> Root | None:
     """The fleet trust root this hub holds, parsed (None: it holds none)."""
     if not signed:
         return None
@@ -575,13 +575,14 @@ class ParentLink:
         ctx = self.ctx
         held = ctx.tuf
         if isinstance(held, tufrelaying.RelayedTuf) and held.digest == message.digest:
+            await self._share_tuf(held)  # e.g. adopted before a store write that failed
             return
         problems = tufrelaying.check_set(message)
         try:
             if problems:
                 raise TrustError("MalformedMetadata", "; ".join(problems[:5]))
             files = {f.name: bytes(f.data) for f in message.files}
-            fleet_root = _fleet_root(ctx.trust_root)
+            fleet_root = fleet_root_of(ctx.trust_root)
             relayed = await asyncio.to_thread(
                 tufrelaying.adopt, ctx.paths.data_dir, files, message.digest, fleet_root
             )
@@ -601,6 +602,7 @@ class ParentLink:
         before = held.versions() if isinstance(held, tufrelaying.RelayedTuf) else None
         ctx.tuf = relayed
         log.info("tuf metadata adopted", **versions)
+        await self._share_tuf(relayed)
         if before is None or {k: v for k, v in before.items() if k != "timestamp"} != {
             k: v for k, v in versions.items() if k != "timestamp"
         }:  # a timestamp signed again alone is no news
@@ -613,6 +615,27 @@ class ParentLink:
                 + ", ".join(f"{k} version {v}" for k, v in versions.items()),
             )
             ctx.projector.mark_all()
+
+    async def _share_tuf(self, relayed: tufrelaying.RelayedTuf) -> None:
+        """A region's replicas: the set this replica adopted goes into the store, which the
+        others follow (:class:`hub.tufsharing.SharedRelay`); a failure is an event, and this
+        replica keeps serving the set."""
+        shared = self.ctx.tuf_relay_shared
+        if shared is None:
+            return
+        try:
+            await shared.publish(*relayed.files())
+        except (TrustError, StoreError) as exc:
+            reason = exc.reason if isinstance(exc, TrustError) else "StoreError"
+            log.error("relayed tuf metadata not shared", reason=reason, error=str(exc))
+            self.ctx.writer.event(
+                "TufRepository",
+                "fleet",
+                "Warning",
+                "TufRelayNotShared",
+                f"{reason}: the root hub's TUF metadata is served by this replica but not "
+                f"shared with the region's other replicas ({exc})",
+            )
 
     async def _fetch(self, stub: Any, sha256: str, length: int, name: str, version: str) -> None:
         """One artifact from the root into the blob store, kept only with its signed digest."""

@@ -41,10 +41,10 @@ from hub import pki
 from hub.admin import AdminServicer
 from hub.blobsharing import SharedBlobs
 from hub.caching import Cache
-from hub.config import HubConfig, load_config
+from hub.config import HubConfig, TufConfig, load_config, tuf_lifetimes
 from hub.context import HubContext
 from hub.enrolling import EnrollmentServicer
-from hub.federating import PARENT_FILE, ParentFiles, ParentLink
+from hub.federating import PARENT_FILE, ParentFiles, ParentLink, fleet_root_of
 from hub.fleetscaling import FleetAutoscaler
 from hub.initializing import HubPaths
 from hub.lifecycle import Lifecycle
@@ -77,7 +77,7 @@ from hub.syncing import DeviceServicer
 from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
 from hub.tufrelaying import RelayedTuf
 from hub.tufrepo import TufRepository
-from hub.tufsharing import SharedTuf
+from hub.tufsharing import SharedRelay, SharedTuf
 from hub.tufwatching import TufWatcher
 from hub.waves import WaveController, WaveObserver
 from hub.writing import DeviceWriter
@@ -163,7 +163,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         ),
         metrics=metrics,
         elector=elector,
-        tuf=_tuf_of(paths.data_dir, signing=not replicated),
+        tuf=_tuf_of(paths.data_dir, signing=not replicated, config=config),
         secret_keys=SecretKeys.load(paths.data_dir),
     )
     if replicated:  # a push lands on the leader; every replica serves its bytes
@@ -175,6 +175,22 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         ctx.tuf_shared = SharedTuf(lambda: ctx.tuf, store, controller_store, elector)
         await ctx.tuf_shared.follow()
     install_roots(ctx, roots)
+    if elector is not None and (paths.data_dir / PARENT_FILE).exists():
+        # a region's replicas: the root's TUF set in the store, each verifies it (tufsharing)
+
+        def relayed(tuf: RelayedTuf) -> None:
+            ctx.tuf = tuf
+            projector.mark_all()
+
+        ctx.tuf_relay_shared = SharedRelay(
+            paths.data_dir,
+            store,
+            controller_store,
+            held=lambda: ctx.tuf,
+            fleet_root=lambda: fleet_root_of(ctx.trust_root),
+            adopted=relayed,
+        )
+        await ctx.tuf_relay_shared.follow()
     # federation: the regional hubs below this one, and their last reports (hub.reportsharing)
     ctx.regions = await Regions.load(store, replicated=replicated)
     projector.on_change = ctx.regions.changed  # their streams look at their slices again
@@ -270,11 +286,19 @@ async def start_server(
     return RunningHub(ctx, server, port, enroll_port, devices)
 
 
-def _tuf_of(data_dir: Path, *, signing: bool) -> TufRepository | RelayedTuf | None:
+def _tuf_of(
+    data_dir: Path, *, signing: bool, config: HubConfig | None = None
+) -> TufRepository | RelayedTuf | None:
     """The hub's TUF repository (``D/tuf/``); at a regional hub, the root's metadata it last
     adopted (``D/tuf-relay/``), which it may not mix with a repository of its own."""
     if not (data_dir / PARENT_FILE).exists():
-        return TufRepository.load(data_dir, signing=signing)
+        return TufRepository.load(data_dir, signing=signing, **tuf_lifetimes(config or HubConfig()))
+    if config is not None and config.tuf != TufConfig():
+        raise HubDirError(
+            f"{data_dir / 'hub.toml'}: tuf: a regional hub serves its root hub's TUF timestamp "
+            "and snapshot unchanged, so their lifetimes are the root's: set [tuf] at the root "
+            "(here it would have no effect)"
+        )
     if TufRepository.exists(data_dir):
         raise HubDirError(
             f"{data_dir / 'tuf'}: a regional hub serves its root hub's TUF metadata "
@@ -432,6 +456,8 @@ async def _serve(
         components.append(TufWatcher(ctx))
     if ctx.tuf_shared is not None:
         components.append(ctx.tuf_shared)
+    if ctx.tuf_relay_shared is not None:
+        components.append(ctx.tuf_relay_shared)
     if metrics_listen is None:
         metrics_listen = ctx.config.metrics_listen
     if metrics_listen:

@@ -19,6 +19,10 @@ Files (``D/tuf-relay/``)::
     set-<digest>/trusted/          python-tuf's trusted metadata of the region (its rollback
                                    and freeze state), as after checking that set
 
+A regional hub with replicas shares the set through the store (:class:`hub.tufsharing.SharedRelay`):
+the replica holding the root link writes it there after adopting it, and every replica adopts
+it from there (checked here, against its own ``trusted/``) before serving it.
+
 A regional hub's devices still check everything themselves (edged's TUF client): a region
 that changes a file is refused by them (``TufSignatureThresholdNotMet``...).
 """
@@ -29,6 +33,7 @@ import hashlib
 import os
 import re
 import shutil
+import threading
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -300,13 +305,27 @@ class RelayedTuf:
         raise TrustError("TufRelayed", "this regional hub's TUF metadata is its root hub's")
 
 
+_adopting: dict[Path, threading.Lock] = {}
+_adopting_lock = threading.Lock()
+
+
 def adopt(
     data_dir: Path, files: Mapping[str, bytes], digest: str, fleet_root: Root | None
 ) -> RelayedTuf:
     """Check ``files`` (:func:`verify_files`) against the region's trusted metadata and, when
     they pass, make them the set served (``D/tuf-relay/current`` swapped atomically). A
-    TrustError leaves the set served as it was. Blocking: run it in a thread."""
-    relay = Path(data_dir) / RELAY_DIR
+    TrustError leaves the set served as it was. Blocking: run it in a thread; one at a time
+    per data directory (the root link and, on replicas, the store's set may both adopt)."""
+    relay = Path(data_dir).absolute() / RELAY_DIR
+    with _adopting_lock:
+        lock = _adopting.setdefault(relay, threading.Lock())
+    with lock:
+        return _adopt(relay, files, digest, fleet_root)
+
+
+def _adopt(
+    relay: Path, files: Mapping[str, bytes], digest: str, fleet_root: Root | None
+) -> RelayedTuf:
     relay.mkdir(mode=0o700, parents=True, exist_ok=True)
     name = f"set-{digest[:32]}"
     staging = relay / f".{name}.new"

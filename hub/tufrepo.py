@@ -16,7 +16,10 @@ delegation's keys, a higher version, every path within the delegation's model-na
 listing the pushed artifact), stores them, and signs a new snapshot and timestamp. The
 timestamp expires :data:`TIMESTAMP_LIFETIME_S` after it is signed and is signed again when
 half of that has passed, when a device asks for it; the snapshot is signed again when the
-targets change or half of its lifetime has passed.
+targets change or half of its lifetime has passed. Both lifetimes are the hub's ``[tuf]``
+settings (hub/config.py): the timestamp's is the freeze-attack window a device accepts, and,
+since regional hubs relay a root's timestamp unchanged (hub/tufrelaying.py), how long a region
+cut off from its root can still give its devices new artifacts.
 """
 
 from __future__ import annotations
@@ -501,14 +504,19 @@ def online_key(data_dir: Path) -> Path:
     return pub
 
 
-def install_repository(data_dir: Path, root: Path, targets: Path) -> Path:
+def install_repository(
+    data_dir: Path,
+    root: Path,
+    targets: Path,
+    *,
+    timestamp_lifetime_s: float = TIMESTAMP_LIFETIME_S,
+    snapshot_lifetime_s: float = SNAPSHOT_LIFETIME_S,
+    signing: bool = True,
+) -> Path:
     """Install an operator's offline-signed TUF root (version 1, or the next of the one held:
     rotations keep every version) and top-level targets into ``D/tuf/``, after checking that
-    the result holds together (:class:`TufRepository`; HubDirError otherwise): the root
-    signed by its own root keys (and by the previous root's, for a rotation), the hub's
-    online key its snapshot and timestamp key, the targets signed by its targets keys."""
+    the result holds together (:func:`install_roles`; HubDirError otherwise)."""
     from tuf.api.metadata import Root as TufRoot
-    from tuf.api.metadata import Targets
 
     d = Path(data_dir) / TUF_DIR
     if not (d / ONLINE_KEY).exists():
@@ -517,42 +525,119 @@ def install_repository(data_dir: Path, root: Path, targets: Path) -> Path:
         root_bytes = _read_bounded(root, tufmeta.ROOT_MAX_BYTES)
         targets_bytes = _read_bounded(targets, tufmeta.TARGETS_MAX_BYTES)
         new_root, _ = tufmeta.parse(root_bytes, TufRoot, what=str(root))
-        new_targets, _ = tufmeta.parse(targets_bytes, Targets, what=str(targets))
-        if (d / "root.json").exists():
-            held, _ = tufmeta.parse((d / "root.json").read_bytes(), TufRoot, what="root.json")
-            if new_root.version not in (held.version, held.version + 1):
-                raise TrustError(
-                    "RootVersionNotNext",
-                    f"{root}: version {new_root.version}, the hub holds {held.version}",
-                )
-        if (d / "targets.json").exists():
-            old, _ = tufmeta.parse((d / "targets.json").read_bytes(), Targets, what="targets")
-            if new_targets.version <= old.version and (d / "targets.json").read_bytes() != (
-                targets_bytes
-            ):
-                raise TrustError(
-                    "MetadataRollback",
-                    f"{targets}: version {new_targets.version} is not higher than "
-                    f"{old.version}, the targets the hub holds",
-                )
     except (TrustError, OSError) as exc:
         raise HubDirError(f"hub tuf install: {exc}") from None
-    staging = d.with_name(TUF_DIR + ".new")
+    install_roles(
+        d,
+        {int(new_root.version): root_bytes},
+        targets_bytes,
+        timestamp_lifetime_s=timestamp_lifetime_s,
+        snapshot_lifetime_s=snapshot_lifetime_s,
+        signing=signing,
+    )
+    return d
+
+
+def installed_roles(d: Path) -> tuple[dict[int, bytes], bytes]:
+    """Every TUF root version in the repository ``d`` (``D/tuf``) and its top-level targets,
+    as installed (what hub replicas share, hub.tufsharing)."""
+    roots: dict[int, bytes] = {}
+    for p in d.glob("*.root.json"):
+        m = _VERSIONED_ROOT.match(p.name)
+        if m:
+            roots[int(m.group(1))] = _read_bounded(p, tufmeta.ROOT_MAX_BYTES)
+    return roots, _read_bounded(d / "targets.json", tufmeta.TARGETS_MAX_BYTES)
+
+
+def install_roles(
+    d: Path,
+    roots: Mapping[int, bytes],
+    targets: bytes,
+    *,
+    timestamp_lifetime_s: float = TIMESTAMP_LIFETIME_S,
+    snapshot_lifetime_s: float = SNAPSHOT_LIFETIME_S,
+    signing: bool = True,
+) -> bool:
+    """Install TUF root versions and top-level targets into the repository ``d``
+    (``D/tuf``): the roots held again (the same bytes) or the next versions, one after the
+    other; targets whose version is higher than the one held (or the same bytes). The result
+    is checked as at start in a copy first (:class:`TufRepository`: the root chain, each
+    signed by its own root keys and the previous root's, the online key its snapshot and
+    timestamp key, the targets by its targets keys); HubDirError otherwise, nothing changed.
+    With ``signing`` the copy signs a snapshot and timestamp for the new targets, installed
+    too (hub replicas: False, their leader signs, hub.tufsharing). Whether anything changed."""
     import shutil
 
+    from tuf.api.metadata import Root as TufRoot
+    from tuf.api.metadata import Targets
+
+    try:
+        held_version = 0  # a first install: version 1 only
+        if (d / "root.json").exists():
+            held, _ = tufmeta.parse((d / "root.json").read_bytes(), TufRoot, what="root.json")
+            held_version = int(held.version)
+        versions = sorted(roots)
+        for v in versions:
+            r, _ = tufmeta.parse(roots[v], TufRoot, what=f"{v}.root.json")
+            if r.version != v:
+                raise TrustError("MalformedMetadata", f"{v}.root.json has version {r.version}")
+            if v <= held_version:
+                held_bytes = (d / f"{v}.root.json").read_bytes() if v < held_version else None
+                if v == held_version:
+                    held_bytes = (d / "root.json").read_bytes()
+                if held_bytes != roots[v]:
+                    raise TrustError(
+                        "RootVersionNotNext",
+                        f"TUF root version {v}: not the root the hub holds at that version "
+                        f"(it holds version {held_version}; install the next)",
+                    )
+        new = [v for v in versions if v > held_version]
+        if new != list(range(held_version + 1, held_version + 1 + len(new))):
+            raise TrustError(
+                "RootVersionNotNext",
+                f"TUF root version {new[0]}: the hub holds {held_version}; install "
+                f"{held_version + 1} first (every version in turn)",
+            )
+        new_targets, _ = tufmeta.parse(targets, Targets, what="targets")
+        held_targets = (d / "targets.json").read_bytes() if (d / "targets.json").exists() else b""
+        old_version = 0
+        if held_targets:
+            old, _ = tufmeta.parse(held_targets, Targets, what="targets.json")
+            old_version = int(old.version)
+        if new_targets.version <= old_version and held_targets != targets:
+            raise TrustError(
+                "MetadataRollback",
+                f"targets: version {new_targets.version} is not higher than "
+                f"{old_version}, the targets the hub holds",
+            )
+    except (TrustError, OSError) as exc:
+        raise HubDirError(f"hub tuf install: {exc}") from None
+    if not new and held_targets == targets:
+        return False
+    staging = d.with_name(d.name + ".new")
     shutil.rmtree(staging, ignore_errors=True)
     shutil.copytree(d, staging)
-    write_atomic(staging / f"{new_root.version}.root.json", root_bytes, mode=0o644)
-    write_atomic(staging / "root.json", root_bytes, mode=0o644)
-    write_atomic(staging / "targets.json", targets_bytes, mode=0o644)
+    top = max([held_version, *new])
+    for v in new:
+        write_atomic(staging / f"{v}.root.json", roots[v], mode=0o644)
+    if new:
+        write_atomic(staging / "root.json", roots[top], mode=0o644)
+    write_atomic(staging / "targets.json", targets, mode=0o644)
     try:
-        TufRepository(staging)
+        TufRepository(
+            staging,
+            timestamp_lifetime_s=timestamp_lifetime_s,
+            snapshot_lifetime_s=snapshot_lifetime_s,
+            signing=signing,
+        )
     except (TrustError, OSError) as exc:
         shutil.rmtree(staging, ignore_errors=True)
         raise HubDirError(f"hub tuf install: {exc}") from None
-    for name in (f"{new_root.version}.root.json", "root.json", "targets.json", "snapshot.json",
-                 "timestamp.json"):  # fmt: skip
+    names = [f"{v}.root.json" for v in new] + (["root.json"] if new else []) + ["targets.json"]
+    if signing:
+        names += ["snapshot.json", "timestamp.json"]
+    for name in names:
         if (staging / name).exists():
             write_atomic(d / name, (staging / name).read_bytes(), mode=0o644)
     shutil.rmtree(staging, ignore_errors=True)
-    return d
+    return True

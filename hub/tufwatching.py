@@ -16,6 +16,7 @@ import asyncio
 from edgefleet.errors import HubDirError
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
+from hub.config import tuf_lifetimes
 from hub.context import HubContext
 from hub.tufrepo import TUF_DIR, TufRepository
 
@@ -51,7 +52,11 @@ class TufWatcher:
             return False
         self._seen = seen
         try:
-            repo = TufRepository.load(self.ctx.paths.data_dir, signing=self.ctx.tuf_shared is None)
+            repo = TufRepository.load(
+                self.ctx.paths.data_dir,
+                signing=self.ctx.tuf_shared is None,
+                **tuf_lifetimes(self.ctx.config),
+            )
         except HubDirError as exc:
             log.error("tuf repository refused", error=str(exc))
             self.ctx.writer.event(

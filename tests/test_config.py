@@ -344,6 +344,29 @@ def test_hub_reschedule_after_defaults_to_at_least_the_grace_and_is_checked() ->
         parse_config({"devices": {**fast, "rescheduleAfter": "2s"}})
 
 
+def test_hub_tuf_lifetimes_are_bounded_and_named_in_errors() -> None:
+    from edgefleet.errors import ConfigError
+    from hub.config import parse_config
+
+    default = parse_config({}).tuf
+    assert (default.timestamp_lifetime_s, default.snapshot_lifetime_s) == (3600.0, 7 * 86400.0)
+    long = parse_config({"tuf": {"timestampLifetime": "168h", "snapshotLifetime": "168h"}})
+    assert long.tuf.timestamp_lifetime_s == long.tuf.snapshot_lifetime_s == 7 * 86400.0
+    for doc, message in (
+        ({"timestampLifetime": "1m"}, 'tuf.timestampLifetime: must be from "5m" to "720h"'),
+        ({"timestampLifetime": "721h"}, 'tuf.timestampLifetime: must be from "5m" to "720h"'),
+        (
+            {"timestampLifetime": "2h", "snapshotLifetime": "1h"},
+            'tuf.snapshotLifetime: must be from timestampLifetime \\("2h"\\)',
+        ),
+        ({"snapshotLifetime": "9000h"}, "tuf.snapshotLifetime: must be from"),
+        ({"timestampLifetime": "an hour"}, "tuf.timestampLifetime: must be a duration"),
+        ({"lifetime": "1h"}, "tuf.lifetime"),
+    ):
+        with pytest.raises(ConfigError, match=message):
+            parse_config({"tuf": doc})
+
+
 def test_hub_addresses_are_host_ports_each_once() -> None:
     config = parse_config({"hub": {"addresses": ["hub-a.example:7443", "10.0.0.2:7443"]}})
     assert config.hub.addresses == ("hub-a.example:7443", "10.0.0.2:7443")

@@ -6,7 +6,8 @@ replica it is connected to (the leader) is killed with kill -9: the device moves
 replica and keeps syncing, and downloads from it an artifact pushed through the dead one (its
 bytes come out of etcd); edgectl, whose admin.toml lists the dead replica first, still works.
 With ``--tuf`` the same, the device verifying with python-tuf: the other replica serves the
-delegated targets, snapshot and timestamp the dead one signed into etcd (no rollback).
+delegated targets, snapshot and timestamp the dead one signed into etcd (no rollback). And
+``hub tuf install`` run once, on one replica, reaches the other through etcd.
 """
 
 from __future__ import annotations
@@ -170,3 +171,47 @@ def _deployment(tmp_path: Path, version: str) -> Path:
     doc = tmp_path / f"det-{version}.yaml"
     doc.write_text(DEPLOYMENT.format(name="det", model="det", version=version, site="a"))
     return doc
+
+
+@pytest.mark.parametrize("replicas", ["tuf"], indirect=True)
+def test_hub_tuf_install_on_one_replica_reaches_the_other(
+    replicas: list[HubProcess], etcd: EtcdServer, tmp_path: Path
+) -> None:
+    """``hub tuf install`` run once, on the follower's data directory, while both serve: the
+    leader installs the new targets from etcd and signs a snapshot listing them, which the
+    follower serves too (hub.tufsharing ``share_installed``)."""
+    from tuf.api.metadata import Snapshot
+
+    from edgefleet.trust import tufmeta
+
+    r0, r1 = replicas
+    targets2 = tmp_path / "targets2.json"
+    out = subprocess.run(
+        program_command("edgectl", "trust", "tuf", "targets", "--key",
+                        str(r1.data / "targets.key"), "--delegate",
+                        f"lab={r1.data / 'publisher.pub'}:*", "--delegate",
+                        f"audio={r1.data / 'publisher.pub'}:audio-*", "--version", "2",
+                        "--out", str(targets2)),
+        check=False, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    out = subprocess.run(
+        program_command("hub", "tuf", "install", "--data-dir", str(r1.data), "--root",
+                        str(r1.data / "tuf" / "root.json"), "--targets", str(targets2)),
+        check=False, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "shared with every replica" in out.stdout
+
+    def snapshot_lists_targets_2(hub: HubProcess) -> bool:
+        path = hub.data / "tuf" / "snapshot.json"
+        snap, _ = tufmeta.parse(path.read_bytes(), Snapshot, what="snapshot")
+        return bool(snap.meta["targets.json"].version == 2)
+
+    wait_for(
+        lambda: (r0.data / "tuf" / "targets.json").read_bytes() == targets2.read_bytes(),
+        30,
+        "the leader to install the targets from etcd",
+    )
+    wait_for(lambda: snapshot_lists_targets_2(r0), 30, "the leader to sign a snapshot for them")
+    wait_for(lambda: snapshot_lists_targets_2(r1), 30, "the follower to serve that snapshot")

@@ -263,6 +263,54 @@ def test_a_regional_hub_keeps_no_repository_of_its_own(hub: Hub, tmp_path: Path)
     assert _tuf_of(region, signing=True) is None  # nothing relayed yet
     relayed = region_adopts(region, hub)
     assert _tuf_of(region, signing=True) == relayed  # the last set, after a restart
+    # a region's own [tuf] lifetimes would change nothing its devices see: refused
+    from hub.config import parse_config
+
+    assert _tuf_of(region, signing=True, config=parse_config({})) == relayed
+    with pytest.raises(HubDirError, match="tuf: a regional hub serves its root hub's"):
+        _tuf_of(region, signing=True, config=parse_config({"tuf": {"timestampLifetime": "24h"}}))
     shutil.copytree(hub.data / "tuf", region / "tuf")
     with pytest.raises(HubDirError, match="keeps no repository of its own"):
         _tuf_of(region, signing=True)
+
+
+@pytest.mark.parametrize(("lifetime", "outcome"), [(3600.0, "TufMetadataExpired"), (DAY, None)])
+def test_a_region_cut_off_from_its_root_lasts_as_long_as_the_roots_timestamp(
+    hub: Hub, tmp_path: Path, lifetime: float, outcome: str | None
+) -> None:
+    """The root signs its last timestamp, then is unreachable for two hours (its clock put
+    back: python-tuf on the region and the device reads the real time). With the default
+    hour the relayed set has expired and a device under the region refuses a new artifact;
+    with ``[tuf] timestampLifetime = "24h"`` at the root the region still checks and serves
+    the same bytes and its device verifies the artifact (to heal or reschedule onto it)."""
+    cut_off_at = time.time() - 2 * 3600.0
+    hub.reload(clock=lambda: cut_off_at, timestamp_lifetime_s=lifetime)
+    meta = artifact("vision-det", "1.0.0")
+    hub.publish("pub1", "vision", meta)  # the last push before the link went down
+    files, digest = hub.repo.files()
+    if outcome is None:
+        relayed = region_adopts(tmp_path / "region", hub, files)
+        assert relayed.digest == digest  # relayed unchanged: the root's lifetime is the one
+        TufClient.check(device_refresh(tmp_path, relayed, hub), meta)
+    else:
+        refused_by_region(outcome, tmp_path / "region", hub, files)
+        refused(outcome, device_refresh, tmp_path, RelayedTuf(files, digest), hub)
+
+
+def test_the_tuf_lifetimes_are_the_hubs_tuf_settings(hub: Hub, tmp_path: Path) -> None:
+    from tuf.api.metadata import Snapshot, Timestamp
+
+    from hub.config import parse_config
+    from hub.server import _tuf_of
+
+    config = parse_config({"tuf": {"timestampLifetime": "24h", "snapshotLifetime": "720h"}})
+    repo = _tuf_of(hub.data, signing=True, config=config)
+    assert isinstance(repo, TufRepository)
+    meta = artifact("vision-det", "1.0.0")
+    hub.repo = repo
+    hub.publish("pub1", "vision", meta)  # signs a new snapshot and timestamp
+    now = time.time()
+    ts, _ = tufmeta.parse(repo.read("timestamp.json") or b"", Timestamp, what="t")
+    snap, _ = tufmeta.parse(repo.read("snapshot.json") or b"", Snapshot, what="s")
+    assert abs(ts.expires.timestamp() - (now + DAY)) < 60
+    assert abs(snap.expires.timestamp() - (now + 30 * DAY)) < 60
