@@ -181,7 +181,8 @@ async def enroll_with_parent(
     """Enroll this (new) hub with its parent (module doc); writes nothing when it fails.
     ``parent``: the root's address, or several (its replicas, ``A,B``): tried in turn while
     one does not answer; a refusal or a CA that does not match the pin ends it at once. The
-    address that enrolled goes first in ``D/parent.json``, the others after it in order."""
+    address that enrolled goes first in ``D/parent.json``, the others after it in order, then
+    the root's replicas its answer names (``hub_addresses``) that were not given."""
     addresses = parent_addresses(parent)
     problems: list[str] = []
     for address in addresses:
@@ -202,6 +203,10 @@ async def enroll_with_parent(
     if roots:
         _write_roots(d, roots)
     ordered = [address, *(a for a in addresses if a != address)]
+    try:  # the root's replicas, after the addresses given here (as a device's enrollment)
+        ordered = address_list(ordered, list(resp.hub_addresses), what="parent")
+    except ValueError as exc:
+        log.warning("root replica addresses ignored", error=str(exc))
     write_atomic(
         d / PARENT_FILE, orjson.dumps(parent_doc(ordered, region, resp.root_region)), mode=0o600
     )

@@ -464,6 +464,7 @@ class HubEnrollmentServicer(federation_pb2_grpc.HubEnrollmentServiceServicer):
             ca_certificate_pem=pki.certificate_pem(ctx.ca.certificate),
             trust_roots=list(ctx.cache.trust_roots),
             root_region=ctx.region,
+            hub_addresses=list(ctx.config.replica_addresses),
         )
 
 

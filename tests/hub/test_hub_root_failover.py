@@ -11,8 +11,11 @@ is applied at the root. Also: a wave state written or followed wakes the regions
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import random
 import shutil
+import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -36,7 +39,6 @@ from edgefleet.backoff import Backoff, Jitter
 from edgefleet.failover import MAX_ADDRESSES, Rotation, round_delay, split_addresses
 from edgefleet.launching import free_port_pair
 from hub import federating, storekeys, tokens
-from hub.cli import main as hub_main
 from hub.federating import (
     FederationError,
     ParentFiles,
@@ -166,24 +168,30 @@ def test_parent_json_of_one_address_or_several_and_set_addresses(tmp_path: Path)
         set_parent_addresses(tmp_path, "r1:7443")
 
 
-def test_hub_parent_set_addresses_command(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
+def test_hub_parent_set_addresses_command(tmp_path: Path) -> None:
     asyncio.run(
         init_hub(tmp_path / "eu", region="eu", hub_address="127.0.0.1:7443",
                  trust_setup=quickstart_trust)
     )  # fmt: skip
-    d = tmp_path / "eu"
-    assert hub_main(["parent", "set-addresses", "--data-dir", str(d), "a:1,b:2"]) == 1
-    assert "is not a regional hub" in capsys.readouterr().err
-    (d / federating.PARENT_FILE).write_bytes(
+    d = str(tmp_path / "eu")
+    got = _hub("parent", "set-addresses", "--data-dir", d, "a:1,b:2")
+    assert got.returncode == 1 and "is not a regional hub" in got.stderr, got
+    (tmp_path / "eu" / federating.PARENT_FILE).write_bytes(
         orjson.dumps({"parent": "root:7443", "region": "eu", "rootRegion": "root"})
     )
-    assert hub_main(["parent", "set-addresses", "--data-dir", str(d), "a:1,b:2"]) == 0
-    assert "root hub addresses: a:1,b:2" in capsys.readouterr().out
-    with pytest.raises(SystemExit):
-        hub_main(["parent", "set-addresses", "--data-dir", str(d), "a:1,b"])
-    assert "must be HOST:PORT" in capsys.readouterr().err
+    got = _hub("parent", "set-addresses", "--data-dir", d, "a:1,b:2")
+    assert got.returncode == 0 and "root hub addresses: a:1,b:2" in got.stdout, got
+    got = _hub("parent", "set-addresses", "--data-dir", d, "a:1,b")
+    assert got.returncode == 2 and "must be HOST:PORT, got 'b'" in got.stderr, got
+    files = ParentFiles.read_addresses(tmp_path / "eu")
+    assert files[3] == ("a:1", "b:2")  # the refused list changed nothing
+
+
+def _hub(*args: str) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-c", "import sys; from hub.cli import main; sys.exit(main())"]
+    return subprocess.run(
+        [*command, *args], capture_output=True, text=True, timeout=60, check=False
+    )
 
 
 @async_test
@@ -243,10 +251,11 @@ def test_a_wave_state_followed_wakes_the_regions_streams() -> None:
 async def test_a_region_fails_over_to_another_root_replica_and_keeps_its_slices(
     tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
 ) -> None:
-    """Root replicas r0 (leading, at the fleet's address) and r1 on one real etcd; eu is
-    enrolled with ``--parent DEAD,R1,R0``: DEAD does not answer, so it enrolls at r1 and its
-    parent.json lists r1 first. It streams to r1 and runs 1.0.0; r1 stops: eu dials DEAD, then
-    r0, within the bound, and 2.0.0 applied at r0 after that reaches eu."""
+    """Root replicas r0 (leading, at the fleet's address) and r1 on one real etcd, whose
+    ``replicaAddresses`` name both; eu is enrolled with ``--parent DEAD,R1``: DEAD does not
+    answer, so it enrolls at r1, and its parent.json lists r1, DEAD, then r0 (from the root's
+    answer). It streams to r1 and runs 1.0.0; r1 stops: eu dials DEAD, then r0, within the
+    bound, and 2.0.0 applied at r0 after that reaches eu."""
     fleet = Fleet(tmp_path)
     await fleet.make(store=f"etcd://{etcd_server.endpoint}{etcd_namespace}")
     shutil.copytree(fleet.root_paths.data_dir, tmp_path / "r1")
@@ -258,6 +267,10 @@ async def test_a_region_fails_over_to_another_root_replica_and_keeps_its_slices(
         r1 = await Hub(HubPaths.of(tmp_path / "r1"), listen=r1_address).__aenter__()
         r1_open = True
         try:
+            for replica in (r0, r1):  # hub.toml replicaAddresses, as hub init --replica-address
+                replica.ctx.config = dataclasses.replace(
+                    replica.ctx.config, replica_addresses=(fleet.address, r1_address)
+                )
             token, _ = await tokens.create_token(
                 r0.ctx.store, now=r0.ctx.clock(), ttl=600, for_region="eu"
             )
@@ -265,7 +278,7 @@ async def test_a_region_fails_over_to_another_root_replica_and_keeps_its_slices(
             async def setup(paths: HubPaths, ca: object) -> None:
                 await enroll_with_parent(
                     paths,
-                    parent=f"{dead},{r1_address},{fleet.address}",
+                    parent=f"{dead},{r1_address}",
                     token=token,
                     ca_hash=fleet.pin,
                     region="eu",
@@ -278,7 +291,7 @@ async def test_a_region_fails_over_to_another_root_replica_and_keeps_its_slices(
             ).paths
             files = ParentFiles.load(eu_paths.data_dir)
             assert files is not None
-            assert files.addresses == (r1_address, dead, fleet.address)  # enrolled at r1
+            assert files.addresses == (r1_address, dead, fleet.address)  # enrolled at r1; r0
             await push(r0, "1.0.0")
             await push(r0, "2.0.0")
             await r0.apply(deployment("1.0.0"))
