@@ -50,7 +50,7 @@ from hub.federating import (
 from hub.initializing import HubPaths, init_hub
 from hub.regions import Regions
 from hub.server import build_context
-from hub.store import EventType, KeyValue
+from hub.store import EventType, KeyValue, MemoryStore
 from hub.store.protocol import Event
 from hub.trustsetup import quickstart_trust
 from hub.waves import WaveController
@@ -233,17 +233,25 @@ async def test_the_link_dials_each_address_in_turn_and_takes_a_new_list(tmp_path
         await ctx.store.close()
 
 
-def test_a_wave_state_followed_wakes_the_regions_streams() -> None:
-    """A follower replica: the leader's wave state arrives through the watch and wakes every
-    stream here (a wave released reaches its regions without waiting for the poll)."""
+@async_test
+async def test_a_wave_state_written_or_followed_wakes_the_regions_streams() -> None:
+    """The leader's wave controller writing a state (a wave released), and a follower
+    replica taking the leader's state from the watch, each wake every stream (a wave
+    released reaches its regions without waiting for the streams' poll)."""
     regions = Regions()
     waker = asyncio.Event()
     regions.wakers.add(waker)
-    waves = WaveController(None, None, regions, None)  # type: ignore[arg-type]
+    store = MemoryStore()
+    leader = WaveController(store, None, regions, None)  # type: ignore[arg-type]
     state = WaveState("det", 2, 1, {}, released=frozenset({"eu"}))
+    assert await leader._write("det", state, ())
+    assert waker.is_set() and leader.states["det"].released == frozenset({"eu"})
+
+    waker.clear()
+    follower = WaveController(None, None, regions, None)  # type: ignore[arg-type]
     kv = KeyValue(storekeys.wave_key("det"), storekeys.dumps(state.to_json()), 1, 5, 1)
-    assert waves.follow(Event(EventType.PUT, kv, None))
-    assert waker.is_set() and waves.states["det"].released == frozenset({"eu"})
+    assert follower.follow(Event(EventType.PUT, kv, None))
+    assert waker.is_set() and follower.states["det"].released == frozenset({"eu"})
 
 
 @pytest.mark.scenario
