@@ -108,10 +108,11 @@ def _parser() -> argparse.ArgumentParser:
     parent = init.add_argument_group("federation (docs/federation.md)")
     parent.add_argument(
         "--parent",
-        type=address_option,
-        metavar="HOST:PORT",
+        type=parent_option,
+        metavar="HOST:PORT[,HOST:PORT...]",
         help="make this a regional hub under the root hub at HOST:PORT (enrolls with it now; "
-        "the region's trust roots come from the root)",
+        "the region's trust roots come from the root); several addresses: the root's "
+        "replicas, tried in turn, and the link fails over between them",
     )
     parent.add_argument(
         "--token", default="", help="with --parent: a token from hub token create --for-region"
@@ -196,6 +197,18 @@ def _parser() -> argparse.ArgumentParser:
         help="only make the new key (secrets.key.next), to copy to every hub replica first",
     )
 
+    parent_cmd = sub.add_parser(
+        "parent", help="a regional hub's link to its root hub (docs/federation.md)"
+    )
+    psub = parent_cmd.add_subparsers(dest="parent_command", required=True, metavar="COMMAND")
+    set_addresses = psub.add_parser(
+        "set-addresses",
+        help="replace the root hub's addresses (its replicas) this regional hub dials; a "
+        "running hub uses them from its next connection",
+    )
+    set_addresses.add_argument("--data-dir", type=Path, required=True)
+    set_addresses.add_argument("addresses", type=parent_option, metavar="HOST:PORT[,HOST:PORT...]")
+
     tuf = sub.add_parser("tuf", help="the hub's TUF repository (docs/trust.md, TUF roles)")
     tufsub = tuf.add_subparsers(dest="tuf_command", required=True, metavar="COMMAND")
     online = tufsub.add_parser(
@@ -225,6 +238,16 @@ def _etcd_flags(args: argparse.Namespace) -> dict[str, Path | None]:
         "cert_file": args.etcd_cert and args.etcd_cert.absolute(),
         "key_file": args.etcd_key and args.etcd_key.absolute(),
     }
+
+
+def parent_option(text: str) -> list[str]:
+    """``--parent A,B``: the root hub's addresses (HOST:PORT each, 1 to 16)."""
+    from edgefleet.failover import split_addresses
+
+    try:
+        return split_addresses(text, what="parent")
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def label_option(text: str) -> tuple[str, str]:
@@ -567,6 +590,16 @@ async def _tuf_install(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _parent_set_addresses(args: argparse.Namespace) -> int:
+    from hub.federating import set_parent_addresses
+
+    _config(args.data_dir)
+    got = set_parent_addresses(HubPaths.of(args.data_dir).data_dir, args.addresses)
+    print(f"root hub addresses: {','.join(got)}; a running hub dials them from its next "
+          "connection")  # fmt: skip
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     configure_logging(getattr(args, "log_level", "warning"))
@@ -580,6 +613,8 @@ def main(argv: list[str] | None = None) -> int:
         action = _restore
     elif args.command == "secrets":
         action = _secrets_rotate_key
+    elif args.command == "parent":
+        action = _parent_set_addresses
     elif args.command == "tuf":
         action = _tuf_online_key if args.tuf_command == "online-key" else _tuf_install
     else:

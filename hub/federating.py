@@ -1,15 +1,21 @@
 """A regional hub's side of federation (docs/federation.md).
 
-* :func:`enroll_with_parent` (``hub init --parent HOST:PORT --token T --parent-ca-hash PIN
-  --region R``): the token-and-pin flow devices use. The root's enrollment port is read over TLS
-  without verification to get the chain it presents, whose CA must match the pin; then, over
-  TLS to that CA, ``EnrollHub(token, CSR, region)``. Written (0600 keys, atomically):
-  ``D/parent.json`` (the root's address, its region), ``D/parent-ca.crt``,
+* :func:`enroll_with_parent` (``hub init --parent HOST:PORT[,HOST:PORT...] --token T
+  --parent-ca-hash PIN --region R``): the token-and-pin flow devices use, at each of the
+  root's addresses (its replicas) in turn until one answers. The root's enrollment port is
+  read over TLS without verification to get the chain it presents, whose CA must match the
+  pin; then, over TLS to that CA, ``EnrollHub(token, CSR, region)``. Written (0600 keys,
+  atomically): ``D/parent.json`` (the root's addresses, its region;
+  :func:`set_parent_addresses` changes the addresses later), ``D/parent-ca.crt``,
   ``D/federation.{crt,key}`` (the hub-role client certificate) and the fleet's trust roots as
   the root sent them (``D/trust-root.json``, ``D/trust-roots/``): the region carries the
   fleet's roots to its devices; it has no root or publisher key of its own.
 * :class:`ParentLink` (component ``federation``, run by ``hub serve`` when ``D/parent.json``
-  exists): one Federate stream to the root, reconnected with full-jitter backoff. Each slice
+  exists): one Federate stream to the root, reconnected with full-jitter backoff; with
+  several addresses it sticks to the one that works and, when a session fails, dials the
+  next (:mod:`edgefleet.failover`, as edged's hub link does: the backoff grows once per
+  round of every address). Every root replica shares the root's CA, so the same pinned CA
+  and certificate work at each. Each slice
   is applied whole (:func:`plan_apply`, pure): artifacts the region lacks are fetched from
   the root first and stored only if their bytes have the signed digest and length; then every
   object and model record the slice adds, changes or drops is written in **one** transaction
@@ -53,6 +59,7 @@ from edgefleet.artifacts.storing import PinnedDigest
 from edgefleet.backoff import Backoff, Jitter
 from edgefleet.configfiles import parse_host_port
 from edgefleet.errors import ArtifactError, EdgefleetError, StoreError, TrustError
+from edgefleet.failover import Rotation, address_list, round_delay, split_addresses
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic
 from edgefleet.pinning import parse_pin, pin_matches
@@ -146,13 +153,84 @@ def _pinned_ca(chain: list[bytes], pin: str) -> bytes:
     )
 
 
+def parent_addresses(parent: str | Sequence[str]) -> list[str]:
+    """The root's addresses from ``hub init --parent A,B`` (or a list): each HOST:PORT, in
+    order, each once, 1 to :data:`~edgefleet.failover.MAX_ADDRESSES`; FederationError naming
+    what is wrong."""
+    try:
+        if isinstance(parent, str):
+            return split_addresses(parent, what="parent")
+        got = address_list(list(parent), what="parent")
+    except ValueError as exc:
+        raise FederationError(f"--parent: {exc}") from None
+    if not got:
+        raise FederationError("--parent: at least one HOST:PORT of the root hub")
+    return got
+
+
+_UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
+
+
+class _Unreachable(FederationError):
+    """This address of the root did not answer: the next one may (nothing was sent)."""
+
+
 async def enroll_with_parent(
-    paths: HubPaths, *, parent: str, token: str, ca_hash: str, region: str
+    paths: HubPaths, *, parent: str | Sequence[str], token: str, ca_hash: str, region: str
 ) -> None:
-    """Enroll this (new) hub with its parent (module doc); writes nothing when it fails."""
-    host, port = parse_host_port(parent)
+    """Enroll this (new) hub with its parent (module doc); writes nothing when it fails.
+    ``parent``: the root's address, or several (its replicas, ``A,B``): tried in turn while
+    one does not answer; a refusal or a CA that does not match the pin ends it at once. The
+    address that enrolled goes first in ``D/parent.json``, the others after it in order, then
+    the root's replicas its answer names (``hub_addresses``) that were not given."""
+    addresses = parent_addresses(parent)
+    problems: list[str] = []
+    for address in addresses:
+        try:
+            resp, key = await _enroll_at(address, token=token, ca_hash=ca_hash, region=region)
+        except _Unreachable as exc:
+            problems.append(str(exc))
+            log.warning("root hub address unreachable", parent=address, error=str(exc))
+            continue
+        break
+    else:
+        raise FederationError("no address of the root hub answered: " + "; ".join(problems))
+    d = paths.data_dir
+    roots = list(resp.trust_roots)
+    write_atomic(d / PARENT_CA_FILE, bytes(resp.ca_certificate_pem), mode=0o644)
+    write_atomic(d / FEDERATION_CERT_FILE, bytes(resp.certificate_chain_pem), mode=0o644)
+    pki.write_private_key(d / FEDERATION_KEY_FILE, key)
+    if roots:
+        _write_roots(d, roots)
+    ordered = [address, *(a for a in addresses if a != address)]
+    try:  # the root's replicas, after the addresses given here (as a device's enrollment)
+        ordered = address_list(ordered, list(resp.hub_addresses), what="parent")
+    except ValueError as exc:
+        log.warning("root replica addresses ignored", error=str(exc))
+    write_atomic(
+        d / PARENT_FILE, orjson.dumps(parent_doc(ordered, region, resp.root_region)), mode=0o600
+    )
+    log.info("hub enrolled with parent", parent=address, region=region, root=resp.root_region)
+
+
+def parent_doc(addresses: Sequence[str], region: str, root_region: str) -> dict[str, Any]:
+    """``D/parent.json``: ``parent`` the first address (what a hub before lists of addresses
+    reads), ``parents`` every address when there are several."""
+    doc: dict[str, Any] = {"parent": addresses[0], "region": region, "rootRegion": root_region}
+    if len(addresses) > 1:
+        doc["parents"] = list(addresses)
+    return doc
+
+
+async def _enroll_at(
+    address: str, *, token: str, ca_hash: str, region: str
+) -> tuple[federation_pb2.EnrollHubResponse, Any]:
+    host, port = parse_host_port(address)
     eport = port + 1
-    chain = await asyncio.to_thread(_presented_chain, host, eport)
+    try:
+        chain = await asyncio.to_thread(_presented_chain, host, eport)
+    except FederationError as exc:
+        raise _Unreachable(str(exc)) from None
     ca_pem = _pinned_ca(chain, ca_hash)
     key = pki.generate_key()
     request = federation_pb2.EnrollHubRequest(token=token, csr_pem=_csr(key, region), region=region)
@@ -162,19 +240,29 @@ async def enroll_with_parent(
         try:
             resp = await stub.EnrollHub(request, timeout=30)
         except grpc.aio.AioRpcError as exc:
+            if exc.code() in _UNREACHABLE:
+                raise _Unreachable(f"{host}:{eport}: {exc.code().name}: {exc.details()}") from None
             raise FederationError(
                 f"the parent refused enrollment: {exc.code().name}: {exc.details()}"
             ) from None
-    d = paths.data_dir
-    roots = list(resp.trust_roots)
-    write_atomic(d / PARENT_CA_FILE, bytes(resp.ca_certificate_pem), mode=0o644)
-    write_atomic(d / FEDERATION_CERT_FILE, bytes(resp.certificate_chain_pem), mode=0o644)
-    pki.write_private_key(d / FEDERATION_KEY_FILE, key)
-    if roots:
-        _write_roots(d, roots)
-    doc = {"parent": f"{host}:{port}", "region": region, "rootRegion": resp.root_region}
-    write_atomic(d / PARENT_FILE, orjson.dumps(doc), mode=0o600)
-    log.info("hub enrolled with parent", parent=parent, region=region, root=resp.root_region)
+    return resp, key
+
+
+def set_parent_addresses(data_dir: Path, addresses: str | Sequence[str]) -> list[str]:
+    """``hub parent set-addresses``: replace the root's addresses in ``D/parent.json``
+    (validated; atomically; the region and its certificate unchanged). A running hub's link
+    reads the file again before each connection; the addresses written are returned."""
+    path = data_dir / PARENT_FILE
+    if not path.exists():
+        raise FederationError(
+            f"{data_dir} is not a regional hub (no {PARENT_FILE}): enroll it with hub init --parent"
+        )
+    got = parent_addresses(addresses)
+    _, region, root_region, _ = ParentFiles.read_addresses(data_dir)
+    doc = parent_doc(got, region, root_region)
+    write_atomic(path, orjson.dumps(doc), mode=0o600)
+    log.info("root hub addresses set", parents=got)
+    return got
 
 
 def _csr(key: Any, region: str) -> bytes:
@@ -372,20 +460,41 @@ class ParentFiles:
     ca: bytes
     certificate: bytes
     key: bytes
+    parents: tuple[str, ...] = ()
+    """Every address of the root (its replicas), ``parent`` first; empty: ``parent`` alone."""
+
+    @property
+    def addresses(self) -> tuple[str, ...]:
+        return self.parents or (self.parent,)
+
+    @staticmethod
+    def read_addresses(data_dir: Path) -> tuple[str, str, str, tuple[str, ...]]:
+        """(first address, region, root region, every address) from ``D/parent.json`` (one
+        address in files written before lists: ``parent`` alone); FederationError naming
+        what is wrong."""
+        path = data_dir / PARENT_FILE
+        try:
+            doc = orjson.loads(path.read_bytes())
+            parent = str(doc["parent"])
+            parents = address_list([parent], doc.get("parents", []), what="parent")
+            return parent, str(doc["region"]), str(doc.get("rootRegion", "")), tuple(parents)
+        except (OSError, ValueError, KeyError, TypeError, orjson.JSONDecodeError) as exc:
+            raise FederationError(f"{path}: not a parent link: {exc}") from None
 
     @classmethod
     def load(cls, data_dir: Path) -> ParentFiles | None:
         path = data_dir / PARENT_FILE
         if not path.exists():
             return None
-        doc = orjson.loads(path.read_bytes())
+        parent, region, root_region, parents = cls.read_addresses(data_dir)
         return cls(
-            parent=str(doc["parent"]),
-            region=str(doc["region"]),
-            root_region=str(doc.get("rootRegion", "")),
+            parent=parent,
+            region=region,
+            root_region=root_region,
             ca=(data_dir / PARENT_CA_FILE).read_bytes(),
             certificate=(data_dir / FEDERATION_CERT_FILE).read_bytes(),
             key=(data_dir / FEDERATION_KEY_FILE).read_bytes(),
+            parents=parents if len(parents) > 1 else (),
         )
 
 
@@ -404,6 +513,39 @@ class ParentLink:
         self.renewed_at: float | None = None
         self._failures = 0
         self._rng = random.Random()
+        self._rotation = Rotation(files.addresses)  # the root's replicas (edgefleet.failover)
+        self._parent_stamp = self._stamp()
+
+    @property
+    def parent(self) -> str:
+        """The root's address (replica) the link dials now."""
+        return self._rotation.current
+
+    def _stamp(self) -> tuple[int, int] | None:
+        try:
+            st = (self.ctx.paths.data_dir / PARENT_FILE).stat()
+        except OSError:
+            return None
+        return st.st_mtime_ns, st.st_size
+
+    def _reload_addresses(self) -> None:
+        """``hub parent set-addresses`` changed ``D/parent.json``: dial the new list from
+        the next connection (a file that does not read keeps the old list, logged)."""
+        stamp = self._stamp()
+        if stamp is None or stamp == self._parent_stamp:
+            return
+        self._parent_stamp = stamp
+        try:
+            _, _, _, parents = ParentFiles.read_addresses(self.ctx.paths.data_dir)
+        except FederationError as exc:
+            log.error("root hub addresses not reloaded", error=str(exc))
+            return
+        if parents != self._rotation.addresses:
+            self._rotation.replace(parents)
+            self.files = dataclasses.replace(
+                self.files, parent=parents[0], parents=parents if len(parents) > 1 else ()
+            )
+            log.info("root hub addresses reloaded", parents=list(parents), next=self.parent)
 
     async def run(self, stop: asyncio.Event) -> None:
         renewer = asyncio.ensure_future(self._renew_loop(stop))
@@ -470,6 +612,7 @@ class ParentLink:
             self.generation, self.digest = int(state["generation"]), str(state["digest"])
         while not stop.is_set():
             started = time.monotonic()
+            self._reload_addresses()
             try:
                 await self._session(stop)
             except grpc.aio.AioRpcError as exc:
@@ -477,21 +620,26 @@ class ParentLink:
                     "parent link lost",
                     code=exc.code().name,
                     error=exc.details(),
-                    parent=self.files.parent,
+                    parent=self.parent,
                 )
             except (StoreError, FederationError, ArtifactError, OSError) as exc:
-                log.warning("parent link failed", error=str(exc), parent=self.files.parent)
+                log.warning("parent link failed", error=str(exc), parent=self.parent)
             finally:
                 self.connected = False
+            if stop.is_set():
+                break
             if time.monotonic() - started > 30:
                 self._failures = 0
-            delay = RECONNECT.delay(self._failures)
+            count = len(self._rotation.addresses)
+            if count > 1:  # the next replica of the root; the backoff grows once per round
+                log.info("parent link moving on", failed=self.parent, next=self._rotation.advance())
+            delay = round_delay(RECONNECT, self._failures, count, self._rng)
             self._failures += 1
             await wait_for_stop(stop, delay)
 
     def _channel(self) -> grpc.aio.Channel:
         creds = grpc.ssl_channel_credentials(self.files.ca, self.files.key, self.files.certificate)
-        return grpc.aio.secure_channel(self.files.parent, creds, options=CHANNEL_OPTIONS)
+        return grpc.aio.secure_channel(self.parent, creds, options=CHANNEL_OPTIONS)
 
     async def _session(self, stop: asyncio.Event) -> None:
         async with self._channel() as channel:
@@ -536,6 +684,8 @@ class ParentLink:
         outbox: Outbox,
     ) -> None:
         async for message in call:
+            if not self.connected:
+                log.info("parent link up", parent=self.parent)
             self.connected = True
             self._failures = 0
             if message.WhichOneof("kind") == "tuf":

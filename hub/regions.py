@@ -18,7 +18,8 @@ get their slice of the fleet, and report their status.
   ``Federate``: a RegionHello naming the certificate's region, then the root sends the
   region's slice (:func:`hub.slicing.plan_slice`) at once and whenever its digest changes
   (looked at ``SLICE_GATHER_S`` after every device is marked, :meth:`Regions.changed`, as
-  an apply, a push or a new revision do; and every ``SLICE_POLL_S`` for the rest), with a
+  an apply, a push, a new revision or a wave state written do; and every ``SLICE_POLL_S``
+  for the rest), with a
   generation that only grows (the root's store revision when the slice changed). The region
   acknowledges (SliceApplied) and reports (RegionReport, bounded by
   :func:`hub.slicing.check_report`, at most ``REPORT_RATE`` a second with a burst): a message
@@ -463,6 +464,7 @@ class HubEnrollmentServicer(federation_pb2_grpc.HubEnrollmentServiceServicer):
             ca_certificate_pem=pki.certificate_pem(ctx.ca.certificate),
             trust_roots=list(ctx.cache.trust_roots),
             root_region=ctx.region,
+            hub_addresses=list(ctx.config.replica_addresses),
         )
 
 

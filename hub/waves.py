@@ -8,10 +8,12 @@ it. Then, every :data:`TICK` (and when woken), one pass looks at every deploymen
 what each region last reported of it (:class:`hub.regions.Regions`), the plan's next step,
 written with a compare-and-swap on the state's mod revision, then its events. The slices the
 root streams to its regions read :meth:`WaveController.manifest_for`: a region not released
-yet (or after a rollback) gets the stable revision. A root restarted at any moment goes on
-from the stored states; a wave judges a region by a report received on its current
-connection only (until the region reconnects and reports, a wave waits: a region not heard
-from is neither a pass nor a failure).
+yet (or after a rollback) gets the stable revision; every state written (or, on a follower
+replica, followed) wakes the regions' streams (:meth:`hub.regions.Regions.changed`), so a
+wave released reaches its regions at once, not at the streams' next poll. A root restarted
+at any moment goes on from the stored states; a wave judges a region by a report received
+on its current connection only (until the region reconnects and reports, a wave waits: a
+region not heard from is neither a pass nor a failure).
 
 With hub replicas on etcd the controller runs on the leader only; every other replica keeps
 the states as the leader writes them (:meth:`WaveController.follow`, from its cache
@@ -120,6 +122,7 @@ class WaveController:
         else:
             self.states.pop(name, None)
             self._mods.pop(name, None)
+        self._regions.changed()  # a wave released (or rolled back): this replica's streams
         return True
 
     def wake(self) -> None:
@@ -160,6 +163,7 @@ class WaveController:
             self._mods[name] = store_revision
             for e in events:
                 self._writer.event("ModelDeployment", name, e.type, e.reason, e.message)
+            self._regions.changed()
             self.wake()
 
         return [put], committed
@@ -329,6 +333,7 @@ class WaveController:
             return False
         self.states[name] = state
         self._mods[name] = revision
+        self._regions.changed()  # what regions are sent may have changed: their streams look
         for e in events:
             self._writer.event("ModelDeployment", name, e.type, e.reason, e.message)
         log.info(

@@ -17,18 +17,11 @@ from pathlib import Path
 import orjson
 
 from edgefleet.errors import StateError
+from edgefleet.failover import MAX_ADDRESSES as MAX_HUB_ADDRESSES
+from edgefleet.failover import address_list as hub_addresses
+from edgefleet.failover import parse_address
 
-
-def parse_address(text: str) -> tuple[str, int]:
-    """``HOST:PORT`` (``[v6]:PORT`` too); ValueError saying what is wrong."""
-    host, sep, port = text.rpartition(":")
-    host = host.strip("[]")
-    if not sep or not host or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"must be HOST:PORT, got {text!r}")
-    return host, int(port)
-
-
-MAX_HUB_ADDRESSES = 16
+__all__ = ["MAX_HUB_ADDRESSES", "Link", "LinkFiles", "hub_addresses", "parse_address"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -41,24 +34,6 @@ class Link:
     @property
     def addresses(self) -> tuple[str, ...]:
         return self.hubs or (self.hub,)
-
-
-def hub_addresses(*groups: object) -> list[str]:
-    """Addresses from ``groups`` (lists of HOST:PORT), in order, each once, at most
-    :data:`MAX_HUB_ADDRESSES`; ValueError naming a bad one."""
-    result: list[str] = []
-    for group in groups:
-        if not isinstance(group, list | tuple):
-            raise ValueError(f"hub addresses must be a list, got {type(group).__name__}")
-        for text in group:
-            if not isinstance(text, str):
-                raise ValueError(f"a hub address must be a string, got {text!r}")
-            parse_address(text)
-            if text not in result:
-                result.append(text)
-    if len(result) > MAX_HUB_ADDRESSES:
-        raise ValueError(f"at most {MAX_HUB_ADDRESSES} hub addresses, got {len(result)}")
-    return result
 
 
 class LinkFiles:

@@ -46,6 +46,7 @@ from edged.hublink.mapping import hello_message, sealed_secrets, status_message
 from edged.hublink.reporting import DeviceReport
 from edged.sources.hub import HubSource
 from edgefleet.backoff import Backoff, Jitter
+from edgefleet.failover import round_delay
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic
 from edgefleet.supervising import wait_for_stop
@@ -243,7 +244,7 @@ class HubLink:
                 if hubs > 1:
                     log.info("hub link moving on", failed=failed, next=self.next_hub())
                 # the delay grows once per round of every replica
-                delay = RECONNECT_BACKOFF.delay(attempt // hubs, self._rng)
+                delay = round_delay(RECONNECT_BACKOFF, attempt, hubs, self._rng)
                 await wait_for_stop(stop, delay)
         finally:
             renewer.cancel()

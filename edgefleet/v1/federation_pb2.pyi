@@ -17,16 +17,18 @@ class EnrollHubRequest(_message.Message):
     def __init__(self, token: _Optional[str] = ..., csr_pem: _Optional[bytes] = ..., region: _Optional[str] = ...) -> None: ...
 
 class EnrollHubResponse(_message.Message):
-    __slots__ = ("certificate_chain_pem", "ca_certificate_pem", "trust_roots", "root_region")
+    __slots__ = ("certificate_chain_pem", "ca_certificate_pem", "trust_roots", "root_region", "hub_addresses")
     CERTIFICATE_CHAIN_PEM_FIELD_NUMBER: _ClassVar[int]
     CA_CERTIFICATE_PEM_FIELD_NUMBER: _ClassVar[int]
     TRUST_ROOTS_FIELD_NUMBER: _ClassVar[int]
     ROOT_REGION_FIELD_NUMBER: _ClassVar[int]
+    HUB_ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     certificate_chain_pem: bytes
     ca_certificate_pem: bytes
     trust_roots: _containers.RepeatedScalarFieldContainer[bytes]
     root_region: str
-    def __init__(self, certificate_chain_pem: _Optional[bytes] = ..., ca_certificate_pem: _Optional[bytes] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., root_region: _Optional[str] = ...) -> None: ...
+    hub_addresses: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, certificate_chain_pem: _Optional[bytes] = ..., ca_certificate_pem: _Optional[bytes] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., root_region: _Optional[str] = ..., hub_addresses: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RenewFederationCertificateRequest(_message.Message):
     __slots__ = ("csr_pem",)
