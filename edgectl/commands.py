@@ -6,7 +6,7 @@
   [--no-headers] [--sort-by PATH] [--show-labels] [-w]``, ``get events [--for TYPE/NAME]``;
 * ``describe TYPE NAME|TYPE/NAME``; ``label`` and ``annotate TYPE NAME KEY=VALUE... KEY-``;
 * ``devices cordon|uncordon|revoke NAME``, ``regions revoke REGION`` (at a root hub),
-  ``tokens create``, ``get tokens``,
+  ``get regions`` (at a root hub: read-only), ``tokens create``, ``get tokens``,
   ``delete token ID``.
 
 ``add_commands`` registers them on the top-level parser; ``run`` runs the one parsed (None when
@@ -31,7 +31,16 @@ import orjson
 from edgectl import jsonpath, printing
 from edgectl.client import AdminClient, ClientError, load_admin_config
 from edgectl.errors import EXIT_DONE, EXIT_REFUSED, InputError, UsageError
-from edgectl.resources import ALL_KINDS, APPLIED_KINDS, EVENT, TOKEN, Ref, kind_of, parse_refs
+from edgectl.resources import (
+    ALL_KINDS,
+    APPLIED_KINDS,
+    EVENT,
+    REGION,
+    TOKEN,
+    Ref,
+    kind_of,
+    parse_refs,
+)
 from edgefleet.api import Secret, load_documents, parse_manifest
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.configfiles import duration_option
@@ -105,7 +114,7 @@ def add_commands(sub: Any) -> None:
     get.add_argument(
         "resource", nargs="+", metavar="RESOURCE",
         help="TYPE [NAME...] or TYPE/NAME...; TYPE: devices, deployments, models, baselines, "
-        "policies, secrets, priorityclasses, tokens, events",
+        "policies, secrets, priorityclasses, tokens, regions (at a root hub), events",
     )  # fmt: skip
     get.add_argument(
         "-o", "--output", type=_output, default="", metavar="FORMAT",
@@ -341,6 +350,9 @@ def _check_get_flags(args: argparse.Namespace, kind: str, refs: list[Ref]) -> No
             _refuse("-w/--watch", "needs one resource type (TYPE [NAME...], not TYPE/NAME)")
         if kind == TOKEN:
             _refuse("-w/--watch", "does not apply to tokens")
+        if kind == REGION:
+            _refuse("-w/--watch", "does not apply to regions (their status is not stored; get "
+                    "them again)")  # fmt: skip
         if args.sort_by:
             _refuse("--sort-by", "does not apply with --watch")
     if args.output in ("name", "json", "yaml") or args.output.startswith("jsonpath="):
@@ -460,6 +472,8 @@ def _describe(client: AdminClient, args: argparse.Namespace) -> int:
         _print(printing.describe_device(doc, events, now=now))
     elif ref.kind == "ModelDeployment":
         _print(printing.describe_deployment(doc, events, now=now))
+    elif ref.kind == REGION:
+        _print(printing.describe_region(doc, events, now=now))
     else:
         _print(printing.describe_object(doc, events, now=now))
     return EXIT_DONE

@@ -207,6 +207,41 @@ def _token_row(doc: Doc, now: float, wide: bool) -> Row:
     ]
 
 
+def _expires_in(when: object, now: float) -> str:
+    """``364d``, ``<expired>``, ``<unknown>``: the time left until ``when``."""
+    at = epoch_of(when)
+    if at is None:
+        return "<unknown>"
+    return "<expired>" if at <= now else age(now, at)
+
+
+def _region_devices(status: Doc) -> str:
+    devices = status.get("devices")
+    if not devices:
+        return "<none>"
+    return f"{devices.get('ready', 0)}/{devices.get('total', 0)}"
+
+
+def _region_row(doc: Doc, now: float, wide: bool) -> Row:
+    status = doc.get("status", {})
+    deployments = status.get("deployments")
+    row = [
+        _name(doc),
+        "true" if status.get("connected") else "false",
+        age(status.get("reportedAt"), now) if status.get("reportedAt") else "<none>",
+        _region_devices(status),
+        "<none>" if deployments is None else str(deployments),
+    ]
+    if wide:
+        applied = status.get("generationApplied")
+        row += [
+            str(status.get("replica") or "<none>"),
+            _expires_in(status.get("certificate", {}).get("notAfter"), now),
+            "<unknown>" if applied is None else str(applied),
+        ]
+    return row
+
+
 def _generic_row(doc: Doc, now: float, wide: bool) -> Row:
     return [_name(doc), _labels(doc.get("metadata", {}).get("labels", {}))]
 
@@ -239,6 +274,11 @@ COLUMNS: dict[str, Columns] = {
         ("NAME", "EXPIRES-IN", "USAGE", "DESCRIPTION", "DEVICE-LABELS"),
         (),
         _token_row,
+    ),
+    "Region": (
+        ("NAME", "CONNECTED", "LAST-REPORT", "DEVICES", "DEPLOYMENTS"),
+        ("REPLICA", "CERT-EXPIRES-IN", "GENERATION"),
+        _region_row,
     ),
 }
 _GENERIC: Columns = (("NAME", "LABELS"), (), _generic_row)
@@ -570,5 +610,51 @@ def describe_deployment(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
         ]
     failing = status.get("failing", {})
     lines += _multi("Failing devices", [f"{d}: {why}" for d, why in sorted(failing.items())])
+    lines += events_section(events, now)
+    return "\n".join(lines)
+
+
+def describe_region(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
+    """A regional hub at its root: its link, last report, devices, generation, certificate."""
+    status = doc.get("status", {})
+    replica = status.get("replica")
+    if status.get("connected"):
+        where = "here" if status.get("streamsHere") else "to another root replica"
+        link = f"yes, to {replica} ({where}) since {_when(status.get('connectedAt'), now)}"
+    elif replica:
+        link = f"no (last to {replica}, last seen {_when(status.get('lastSeenAt'), now)})"
+    else:
+        link = "no (never connected)"
+    devices = status.get("devices")
+    if devices:
+        phases = ", ".join(f"{k} {n}" for k, n in sorted(devices.get("byPhase", {}).items()))
+        shown = f"{devices.get('ready', 0)} ready of {devices.get('total', 0)}"
+        shown += f" ({phases})" if phases else ""
+    else:
+        shown = "<unknown> (no report yet)"
+    deployments = status.get("deployments")
+    applied, sent = status.get("generationApplied"), status.get("generationSent")
+    generation = f"applied {'<unknown>' if applied is None else applied}"
+    if sent is not None:
+        generation += f", sent {sent}"
+    certificate = status.get("certificate", {})
+    not_after = certificate.get("notAfter")
+    left = _expires_in(not_after, now)
+    if left == "<unknown>":
+        expires = "<unknown> (enrolled at an older root)"
+    else:
+        expires = f"{not_after} ({'expired' if left == '<expired>' else 'in ' + left})"
+    lines = [
+        *_meta_lines(doc, now),
+        _field("Connected", link),
+        _field("Last report", _when(status.get("reportedAt"), now)),
+        _field("Devices", shown),
+        _field("Deployments", "<unknown>" if deployments is None else deployments),
+        _field("Generation", generation),
+        _field("Certificate", certificate.get("serial", "<none>")),
+        _field("Expires", expires),
+    ]
+    if certificate.get("previousSerial"):
+        lines.append(_field("Also accepted", certificate["previousSerial"]))
     lines += events_section(events, now)
     return "\n".join(lines)

@@ -9,6 +9,7 @@ from edgectl.errors import UsageError
 
 EVENT = "Event"
 TOKEN = "BootstrapToken"
+REGION = "Region"
 
 _ALIASES: dict[str, tuple[str, ...]] = {
     "Device": ("devices", "device", "dev"),
@@ -19,6 +20,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "Secret": ("secrets", "secret"),
     "PriorityClass": ("priorityclasses", "priorityclass", "pc"),
     TOKEN: ("tokens", "token", "bootstraptokens"),
+    REGION: ("regions", "region"),
     EVENT: ("events", "event", "ev"),
 }
 KINDS: dict[str, str] = {

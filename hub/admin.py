@@ -60,7 +60,9 @@ from hub.devices import Device
 from hub.pki import Role
 from hub.placing import REGION_LABEL
 from hub.presenting import (
+    KIND_REGION,
     KIND_TOKEN,
+    REGION_MANAGED,
     deployment_object,
     device_object,
     fleet_compliance,
@@ -69,7 +71,7 @@ from hub.presenting import (
     token_object,
     with_store_metadata,
 )
-from hub.regions import revoke_region
+from hub.regions import REGIONS, region_key, replica_name, revoke_region
 from hub.rolling import Revision, RolloutState, template_hash
 from hub.rollouts import ActionRefused, canary_status, progress_of, undo_manifest
 from hub.secrets import MAX_SECRETS, SecretRecord, plan_record, record_of
@@ -93,6 +95,7 @@ LISTED_KINDS: tuple[str, ...] = (
     storekeys.KIND_MODEL,
     *applying.OBJECT_KINDS,
     KIND_TOKEN,
+    KIND_REGION,
 )
 
 _OUTCOMES = {
@@ -600,6 +603,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 (token_object(tokens.TokenRecord.from_json(kv.value)), key)
                 for key, kv in sorted(revisions.items())
             ]
+        elif kind == KIND_REGION:  # read-only, shown from hub.regions (none: no region)
+            revisions, revision = await self._revisions(REGIONS)
+            regions = self._ctx.regions
+            here = replica_name(self._ctx)
+            shown = regions.objects(here) if regions is not None else []
+            docs = [(doc, region_key(doc["metadata"]["name"])) for doc in shown]
         else:
             revisions, revision = await self._revisions(storekeys.object_prefix(kind))
             docs = [
@@ -634,6 +643,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             kv = await self._ctx.store.get(key)
             if kv is not None:
                 doc = token_object(tokens.TokenRecord.from_json(kv.value))
+        elif kind == KIND_REGION:
+            key = region_key(name)
+            regions = self._ctx.regions
+            doc = regions.object(name, replica_name(self._ctx)) if regions is not None else None
+            if doc is None:
+                await self._refuse_revoked_region(name)
         else:
             stored = cache.stored.get((kind, name))
             if stored is not None:
@@ -644,6 +659,20 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if doc is None:
             raise _not_found(kind, name)
         return self._shown(kind, doc, await self._ctx.store.get(key))
+
+    async def _refuse_revoked_region(self, name: str) -> None:
+        """A region revoked here is not shown (the root stops counting it): NOT_FOUND saying
+        so, rather than as if it never enrolled."""
+        kv = await self._ctx.store.get(region_key(name))
+        record = storekeys.loads(kv.value) if kv is not None else {}
+        if record.get("revoked"):
+            when = rfc3339(record.get("revokedAt"))
+            raise Refused(
+                grpc.StatusCode.NOT_FOUND,
+                f'{KIND_REGION} "{name}" was revoked (at {when}): a revoked region is not '
+                "shown; to take it back, make a new token (hub token create --for-region) "
+                "and enroll it again (hub init --parent)",
+            )
 
     @_rpc
     async def List(self, request: admin_pb2.ListRequest, context: Any) -> admin_pb2.ListResponse:
@@ -695,6 +724,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         await self.authorize(context)
         try:
             self._check_kind(request.kind)
+            if request.kind == KIND_REGION:
+                raise _invalid(
+                    f"kind: {KIND_REGION} cannot be watched (a region's status is not stored, "
+                    "it is what its last report says now): list it again (edgectl get regions)"
+                )
             if request.resource_version < 0:
                 raise _invalid("resource_version: must be 0 or more")
         except Refused as exc:
@@ -778,6 +812,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if not request.name:
             raise _invalid("name: required (an object name)")
         kind, name = request.kind, request.name
+        if kind == KIND_REGION:
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{KIND_REGION} {name} is not deleted: {REGION_MANAGED}",
+            )
         ctx, cache = self._ctx, self._ctx.cache
         forced = ""
         if kind == KIND_PRIORITY_CLASS and (

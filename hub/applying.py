@@ -19,6 +19,7 @@ from edgefleet.api.quantities import describe
 from edgefleet.api.validating import Problems
 from edgefleet.errors import ValidationError
 from hub import slicing
+from hub.presenting import KIND_REGION, REGION_MANAGED
 
 OBJECT_KINDS: tuple[str, ...] = SUPPORTED_KINDS
 """The kinds an operator applies (stored under ``/objects/KIND/NAME``)."""
@@ -79,7 +80,10 @@ def parse_object(doc: object) -> ParsedObject:
     kind = doc.get("kind") if isinstance(doc, Mapping) else None
     if isinstance(doc, Mapping) and kind not in OBJECT_KINDS:
         problems = Problems()
-        problems.add("kind", f"must be one of {', '.join(OBJECT_KINDS)}, got {describe(kind)}")
+        if kind == KIND_REGION:  # shown by the hub, never applied
+            problems.add("kind", f"{KIND_REGION} objects are not applied: {REGION_MANAGED}")
+        else:
+            problems.add("kind", f"must be one of {', '.join(OBJECT_KINDS)}, got {describe(kind)}")
         problems.raise_if_any(ValidationError)
     manifest = parse_manifest(doc)
     if isinstance(manifest, Secret):

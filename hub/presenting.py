@@ -32,6 +32,12 @@ from hub.statusing import deployment_status
 from hub.tokens import TokenRecord
 
 KIND_TOKEN = "BootstrapToken"
+KIND_REGION = "Region"  # a regional hub below a root (hub.regions.region_object): shown only
+REGION_MANAGED = (
+    "a Region is made by enrolling its regional hub (hub token create --for-region NAME at the "
+    "root, then hub init --parent on the region's machine) and ended with edgectl regions "
+    "revoke NAME; edgectl get regions shows them"
+)
 _UID_NAMESPACE = uuid.UUID("8d0c5e0e-6f1e-4b8e-9a57-3c1f3c0e2a11")
 
 

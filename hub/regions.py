@@ -50,6 +50,7 @@ from typing import Any
 
 import grpc
 
+from edgefleet.api import API_VERSION
 from edgefleet.api.meta import dns_label
 from edgefleet.errors import (
     ArtifactError,
@@ -60,14 +61,17 @@ from edgefleet.errors import (
     TokenError,
 )
 from edgefleet.logs import get_logger
+from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import federation_pb2, federation_pb2_grpc
 from hub import pki, reportsharing, slicing, storekeys, tokens, tufrelaying
 from hub.auth import Caller, authorize
 from hub.context import HubContext
+from hub.devices import DevicePhase
 from hub.enrolling import REFUSED, source_of
 from hub.initializing import HUB_NAME
 from hub.limiting import Rate, RateLimiter
 from hub.pki import Role
+from hub.presenting import KIND_REGION
 from hub.reportsharing import Link, ReportPublisher, StoredReport
 from hub.store import Compare, EventType, KeyValue, Put, Store
 
@@ -93,6 +97,7 @@ class RegionState:
     serial: str
     enrolled_at: float
     previous_serial: str = ""  # the certificate a renewal was asked with, still accepted
+    not_after: float | None = None  # when the current certificate expires (None: not recorded)
     connected: bool = False
     connected_at: float | None = None
     last_message: float | None = None
@@ -117,6 +122,8 @@ class RegionState:
         }
         if self.previous_serial:
             doc["previousSerial"] = self.previous_serial
+        if self.not_after is not None:
+            doc["certificateNotAfter"] = self.not_after
         return doc
 
 
@@ -195,11 +202,15 @@ class Regions:
                     state.stream.set()  # its stream here ends (FederationServicer.Federate)
             return
         serial, previous = str(doc["certificateSerial"]), str(doc.get("previousSerial", ""))
+        not_after = doc.get("certificateNotAfter")  # absent in records of older roots
+        expires = float(not_after) if not_after is not None else None
         state = self.regions.get(name)
         if state is None:
-            self.regions[name] = RegionState(name, serial, float(doc["enrolledAt"]), previous)
+            self.regions[name] = RegionState(
+                name, serial, float(doc["enrolledAt"]), previous, expires
+            )
         elif (state.serial, state.previous_serial) != (serial, previous):
-            state.serial, state.previous_serial = serial, previous
+            state.serial, state.previous_serial, state.not_after = serial, previous, expires
             if state.stream is not None and state.stream_serial not in (serial, previous):
                 state.stream.set()  # enrolled again at another replica: its certificate is old
 
@@ -258,6 +269,22 @@ class Regions:
                 out += [slicing.region_device_json(region, d) for d in report.inventory.devices]
         return out
 
+    def objects(self, here: str) -> list[dict[str, Any]]:
+        """Every region as ``edgectl get regions`` shows it (:func:`region_object`), by name."""
+        now = self.clock()
+        return [
+            region_object(state, self.seen(state), now=now, here=here)
+            for _, state in sorted(self.regions.items())
+        ]
+
+    def object(self, name: str, here: str) -> dict[str, Any] | None:
+        """Region ``name`` as ``edgectl get region NAME`` shows it; None: not enrolled here
+        (or revoked)."""
+        state = self.regions.get(name)
+        if state is None:
+            return None
+        return region_object(state, self.seen(state), now=self.clock(), here=here)
+
     def summary(self) -> list[dict[str, Any]]:
         """One line per region: connected, generations, devices by phase, its report's age."""
         out = []
@@ -279,6 +306,59 @@ class Regions:
                 }
             )
         return out
+
+
+def region_object(state: RegionState, seen: Seen, *, now: float, here: str) -> dict[str, Any]:
+    """A region as ``edgectl get regions`` shows it (pure): its connection (to which root
+    replica, since when, last seen), its last report's age, its devices and deployments in
+    summary (counts only: the object stays small whatever the region's size), the slice
+    generation it acknowledged and its federation certificate. ``here`` is this replica's
+    name in the region links (a region streaming here is connected here, whatever the store's
+    link says)."""
+    link = state.link
+    if state.connected:
+        replica: str | None = here
+        connected_at, last_seen = state.connected_at, state.last_message
+    elif link is not None:
+        replica, connected_at, last_seen = link.replica, link.connected_at, link.seen_at
+    else:
+        replica = connected_at = last_seen = None
+    report = seen.report
+    devices: dict[str, Any] | None = None
+    applied = report.generation if report is not None else None
+    if report is not None:
+        inv = report.inventory
+        devices = {
+            "total": inv.total,
+            "ready": inv.by_phase.get(DevicePhase.READY.value, 0),
+            "byPhase": dict(sorted(inv.by_phase.items())),
+        }
+    if state.connected and state.generation_applied:  # its SliceApplied: newer than a report
+        applied = max(applied or 0, state.generation_applied)
+    age = _age(seen, now)
+    return {
+        "apiVersion": API_VERSION,
+        "kind": KIND_REGION,
+        "metadata": {"name": state.name, "creationTimestamp": rfc3339(state.enrolled_at)},
+        "status": {
+            "connected": seen.connected,
+            "replica": replica,
+            "streamsHere": state.connected,
+            "connectedAt": rfc3339(connected_at),
+            "lastSeenAt": rfc3339(last_seen),
+            "reportedAt": rfc3339(seen.reported_at),
+            "reportAgeSeconds": age.get("reportAgeSeconds"),
+            "devices": devices,
+            "deployments": len(report.deployments) if report is not None else None,
+            "generationApplied": applied,
+            "generationSent": state.generation_sent if state.connected else None,
+            "certificate": {
+                "serial": state.serial,
+                "previousSerial": state.previous_serial or None,
+                "notAfter": rfc3339(state.not_after),
+            },
+        },
+    }
 
 
 def _age(seen: Seen, now: float) -> dict[str, Any]:
@@ -366,6 +446,12 @@ async def revoke_region(ctx: HubContext, regions: Regions, name: str) -> list[st
     return serials
 
 
+def replica_name(ctx: HubContext) -> str:
+    """This replica, as the store's region links name it."""
+    elector = ctx.elector
+    return elector.identity if elector is not None else HUB_NAME
+
+
 def region_lifetime(ctx: HubContext) -> timedelta:
     return timedelta(seconds=ctx.config.certificates.region_lifetime_s)
 
@@ -432,7 +518,12 @@ class HubEnrollmentServicer(federation_pb2_grpc.HubEnrollmentServiceServicer):
             await tokens.consume(ctx.store, request.token, now=now)
         except TokenError:
             await context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSED)
-        state = RegionState(request.region, format(certificate.serial_number, "x"), now)
+        state = RegionState(
+            request.region,
+            format(certificate.serial_number, "x"),
+            now,
+            not_after=certificate.not_valid_after_utc.timestamp(),
+        )
         event = ctx.writer.prepare_event(
             "Region",
             request.region,
@@ -645,9 +736,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                 log.info("region disconnected", region=caller.name)
 
     def _replica(self) -> str:
-        """This replica, as the store's region links name it."""
-        elector = self.ctx.elector
-        return elector.identity if elector is not None else HUB_NAME
+        return replica_name(self.ctx)
 
     @staticmethod
     async def _publish(write: Any, region: str) -> None:
@@ -759,7 +848,8 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
             raise AssertionError("unreachable") from None
         serial = format(certificate.serial_number, "x")
-        renewed = RegionState(caller.name, serial, state.enrolled_at, caller.serial)
+        not_after = certificate.not_valid_after_utc.timestamp()
+        renewed = RegionState(caller.name, serial, state.enrolled_at, caller.serial, not_after)
         key = region_key(caller.name)
         kv = await ctx.store.get(key)
         current = storekeys.loads(kv.value) if kv is not None else {}
@@ -789,6 +879,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
         ctx.writer.committed(event)
         if self.regions.regions.get(caller.name) is state and not state.revoked:
             state.serial, state.previous_serial = serial, caller.serial
+            state.not_after = not_after
         log.info("region certificate renewed", region=caller.name, serial=serial)
         return federation_pb2.RenewFederationCertificateResponse(
             certificate_chain_pem=pki.certificate_pem(certificate)

@@ -1,6 +1,6 @@
 """The kinds the hub makes and only shows (``Device``, ``Model``, ``BootstrapToken``,
-``Event``), and the ``status`` the hub adds to an applied ``SecurityBaseline``: their fields
-for ``edgectl explain``. No reader reads these (nobody applies them), so the schema is
+``Region``, ``Event``), and the ``status`` the hub adds to an applied ``SecurityBaseline``:
+their fields for ``edgectl explain``. No reader reads these (nobody applies them), so the schema is
 written here, once; ``tests/api/test_explaining.py`` checks it against the documents a real
 hub shows (every field the hub shows is here, and nothing here is never shown). Pure.
 """
@@ -236,6 +236,46 @@ TOKEN = _top(
     status=_o("Its use.", used=_s("When it was used up (null: not yet)" + _TIME)),
 )
 
+REGION = _top(
+    "A regional hub enrolled at this (root) hub (docs/federation.md): its link and a summary "
+    "of its last report. Read-only: made by enrolling the region (hub init --parent), ended "
+    "with edgectl regions revoke.",
+    "The region's name.",
+    status=_o(
+        "What this hub knows of the region now.",
+        connected=_b(
+            "Streaming to this hub, or to another replica that vouched for it within 30 s."
+        ),
+        replica=_s("The root replica it streams to, or last streamed to (null: never)."),
+        streamsHere=_b("Whether it streams to the replica that answered."),
+        connectedAt=_s("When that stream opened" + _TIME),
+        lastSeenAt=_s("When that replica last heard from it, or vouched for its stream" + _TIME),
+        reportedAt=_s("When its last report was received (null: none yet)" + _TIME),
+        reportAgeSeconds=_n("The age of that report when shown, seconds."),
+        devices=_o(
+            "Its devices, as its last report counts them (null: no report yet).",
+            total=_i("Devices enrolled at the region."),
+            ready=_i("Of which Ready (heartbeats arrive)."),
+            byPhase=("<map[string]integer>", "Devices by phase (Pending, Ready, NotReady).", {}),
+        ),
+        deployments=_i("Deployments its last report has figures for (null: no report yet)."),
+        generationApplied=_i("The newest slice generation it acknowledged (null: unknown)."),
+        generationSent=_i(
+            "The generation of the slice this replica last sent it (null: it does not stream here)."
+        ),
+        certificate=_o(
+            "Its federation certificate.",
+            serial=_s("The current certificate's serial (hex)."),
+            previousSerial=_s(
+                "The certificate its last renewal was asked with, still accepted (null: none)."
+            ),
+            notAfter=_s(
+                "When the current certificate expires (null: enrolled at an older root)" + _TIME
+            ),
+        ),
+    ),
+)
+
 EVENT = _o(
     "Something that happened to an object, recorded by the hub (edgectl get events). "
     "Read-only; the newest are kept.",
@@ -266,6 +306,7 @@ SHOWN: Mapping[str, Node] = {
     "Device": DEVICE,
     "Model": MODEL,
     "BootstrapToken": TOKEN,
+    "Region": REGION,
     "Event": EVENT,
 }
 """The kinds only the hub makes, by kind."""

@@ -237,6 +237,9 @@ def test_root_regions_devices_partition_and_forgery(
             SLACK,
             "the root to see eu gone",
         )
+        regions_shown = root.edgectl("get", "regions").stdout.splitlines()
+        connected = {line.split()[0]: line.split()[1] for line in regions_shown[1:]}
+        assert connected == {"eu": "false", "us": "true"}, regions_shown  # edgectl get regions
         root.edgectl("apply", "-f", str(doc2))  # not reaching eu while cut
         victim = next(e for e in eu_devices if serving(e))
         spare = next(e for e in eu_devices if e is not victim)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import os
 import subprocess
+import time
 from pathlib import Path
 
 import orjson
@@ -15,6 +16,7 @@ from hubserving import ThreadedHub
 
 from edgectl.client import ClientError, load_admin_config
 from edgefleet.errors import ConfigError
+from edgefleet.v1 import federation_pb2
 from hub import storekeys
 from hub.regions import RegionState, region_key
 
@@ -173,6 +175,71 @@ def test_regions_revoke(config: Path, hub: ThreadedHub) -> None:
     assert "eu" not in ctx.regions.regions and ctx.cache.revoked["abc123"] == "eu"
     usage = edgectl(config, "regions", "forget", "eu")
     assert usage.returncode == 2
+
+
+def test_get_regions(config: Path, hub: ThreadedHub) -> None:
+    assert hub.hub is not None
+    ctx = hub.hub.ctx
+    assert ctx.regions is not None
+    empty = edgectl(config, "get", "regions")
+    assert (empty.returncode, empty.stdout.strip()) == (0, "No resources found.")
+    now = time.time()
+    ap = RegionState("ap", "abc1", now - 86400, not_after=now + 200 * 86400)
+    ap.connected, ap.connected_at, ap.last_message = True, now - 60, now
+    ap.generation_applied = ap.generation_sent = 12
+    ap.report, ap.reported_at = (
+        federation_pb2.RegionReport(
+            generation=12,
+            deployments=[federation_pb2.RegionDeploymentStatus(name="det")],
+            inventory=federation_pb2.RegionInventory(total=3, by_phase={"Ready": 2, "Pending": 1}),
+        ),
+        now - 5,
+    )
+    sa = RegionState("sa", "abc2", now - 86400)  # enrolled, never connected
+    for state in (ap, sa):
+        hub.run(ctx.store.put(region_key(state.name), storekeys.dumps(state.to_json())))
+        ctx.regions.regions[state.name] = state  # as a stream leaves it (tests/hub: the real one)
+    try:
+        table = edgectl(config, "get", "regions")
+        assert table.returncode == 0, table.stderr
+        rows = [line.split() for line in table.stdout.splitlines()]
+        assert rows[0] == ["NAME", "CONNECTED", "LAST-REPORT", "DEVICES", "DEPLOYMENTS"]
+        assert rows[1][:2] == ["ap", "true"] and rows[1][3:] == ["2/3", "1"]
+        assert rows[1][2].endswith("s")  # 5s (or a little more on a loaded machine)
+        assert rows[2] == ["sa", "false", "<none>", "<none>", "<none>"]
+        wide = edgectl(config, "get", "regions", "-o", "wide").stdout.splitlines()
+        assert wide[0].split()[5:] == ["REPLICA", "CERT-EXPIRES-IN", "GENERATION"]
+        assert wide[1].split()[5:] in (["hub", "199d", "12"], ["hub", "200d", "12"])
+        assert wide[2].split()[5:] == ["<none>", "<unknown>", "<unknown>"]
+        doc = orjson.loads(edgectl(config, "get", "region/ap", "-o", "json").stdout)
+        assert doc["kind"] == "Region" and doc["status"]["devices"]["ready"] == 2
+        assert doc["status"]["replica"] == "hub" and doc["status"]["generationSent"] == 12
+        names = edgectl(config, "get", "regions", "-o", "name").stdout.split()
+        assert names == ["region/ap", "region/sa"]
+        listed = yaml.safe_load(edgectl(config, "get", "regions", "-o", "yaml").stdout)
+        assert [i["metadata"]["name"] for i in listed["items"]] == ["ap", "sa"]
+        page = edgectl(config, "describe", "region", "ap")
+        assert page.returncode == 0, page.stderr
+        for line in ("Connected:", "to hub (here)", "2 ready of 3 (Pending 1, Ready 2)",
+                     "applied 12, sent 12", "Certificate:      abc1"):  # fmt: skip
+            assert line in page.stdout, page.stdout
+        assert "no (never connected)" in edgectl(config, "describe", "region/sa").stdout
+        missing = edgectl(config, "get", "region", "nope")
+        assert missing.returncode == 1 and 'Region "nope" not found' in missing.stderr
+        # read-only: delete, apply and label say so; a watch is a usage error
+        deleted = edgectl(config, "delete", "region", "ap")
+        assert deleted.returncode == 1 and "FAILED_PRECONDITION" in deleted.stderr
+        assert "edgectl regions revoke" in deleted.stderr
+        region_doc = "apiVersion: edgefleet.io/v1\nkind: Region\nmetadata: {name: ap}\n"
+        applied = edgectl(config, "apply", "-f", "-", stdin=region_doc)
+        assert applied.returncode == 1 and "Region objects are not applied" in applied.stderr
+        assert edgectl(config, "label", "region", "ap", "a=b").returncode == 2
+        watched = edgectl(config, "get", "regions", "-w")
+        assert watched.returncode == 2 and "does not apply to regions" in watched.stderr
+    finally:
+        for name in ("ap", "sa"):
+            ctx.regions.regions.pop(name, None)
+            hub.run(ctx.store.delete(region_key(name)))
 
 
 def test_tokens_create(config: Path, hub: ThreadedHub) -> None:

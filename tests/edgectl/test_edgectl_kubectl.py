@@ -296,7 +296,7 @@ def test_global_flags_anywhere_and_contexts(config: Path, tmp_path: Path) -> Non
         (["get", "device/a", "-w"],
          "error: get: -w/--watch needs one resource type (TYPE [NAME...], not TYPE/NAME)"),
         (["get", "pods"], "error: unknown resource type 'pods' (one of devices, deployments, "
-         "models, baselines, policies, secrets, priorityclasses, tokens, events)"),
+         "models, baselines, policies, secrets, priorityclasses, tokens, regions, events)"),
         (["get", "device/a", "b"], "error: 'b': give every object as TYPE/NAME, or TYPE NAME..."),
         (["get", "devices", "-o", "xml"], "error: edgectl get: argument -o/--output: unknown "
          "output format 'xml' (one of wide, name, json, yaml, jsonpath=TEMPLATE) "
@@ -364,7 +364,12 @@ def test_explain_describes_fields_from_the_validation(config: Path) -> None:
     device = _run("explain", "device.status.compliance.findings.kind").stdout
     assert device.startswith("KIND:     Device\nVERSION:  edgefleet.io/v1\n\nFIELD:    kind")
     assert "StrayProcess, ModelFileOpened or\n     ListeningSocket." in device
-    for word, kind in (("models", "Model"), ("tokens", "BootstrapToken"), ("events", "Event")):
+    for word, kind in (
+        ("models", "Model"),
+        ("tokens", "BootstrapToken"),
+        ("regions", "Region"),
+        ("events", "Event"),
+    ):
         page = _run("explain", word)
         assert page.returncode == 0 and page.stdout.startswith(f"KIND:     {kind}\n"), page
     for args, code, message in (
@@ -374,7 +379,7 @@ def test_explain_describes_fields_from_the_validation(config: Path) -> None:
          "Event.object (fields: kind, name)"),
         (["explain", "nodes"], 2, "error: unknown resource type 'nodes' (one of "
          "deployments, policies, baselines, secrets, priorityclasses, devices, models, tokens, "
-         "events)"),
+         "regions, events)"),
         (["explain", "md", "--config", str(config)], 2, "error: explain: --config does not "
          "apply"),
     ):  # fmt: skip

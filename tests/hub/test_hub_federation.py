@@ -13,16 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+import orjson
 import pytest
-from asynctesting import async_test
+from asynctesting import async_test, eventually
 
 from edgefleet.api import parse_manifest
 from edgefleet.launching import free_port_pair
+from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, federation_pb2, federation_pb2_grpc
 from hub import federating, pki, slicing, storekeys, tokens
+from hub import regions as regions_module
 from hub.federating import StoredValue, enroll_with_parent, plan_apply
 from hub.initializing import HubPaths, init_hub
-from hub.regions import Regions, revoke_region
+from hub.regions import Regions, RegionState, revoke_region
 from hub.server import build_context, start_server
 from hub.store import Delete, Put
 from hub.trustsetup import quickstart_trust
@@ -621,6 +624,147 @@ async def test_a_revoked_region_is_cut_off_until_it_enrolls_again(tmp_path: Path
         await asyncio.sleep(1.2)  # the request generators' last wait
 
 
+def inventory_report(phases: dict[str, int], deployments: int = 1) -> federation_pb2.RegionReport:
+    rows = [
+        federation_pb2.RegionDevice(name=f"{phase.lower()}-{i}", phase=phase)
+        for phase, n in phases.items()
+        for i in range(n)
+    ]
+    return federation_pb2.RegionReport(
+        generation=1,
+        deployments=[
+            federation_pb2.RegionDeploymentStatus(name=f"dep-{i}") for i in range(deployments)
+        ],
+        inventory=federation_pb2.RegionInventory(total=len(rows), by_phase=phases, devices=rows),
+    )
+
+
+def test_a_region_object_is_small_whatever_the_regions_size() -> None:
+    """``get regions`` is bounded by the number of regions: a Region carries counts, never
+    the region's device or deployment lists (a report may list 20,000 devices)."""
+    state = RegionState("eu", "ab", 1.0, not_after=2.0)
+    big = inventory_report({"Ready": slicing.MAX_REPORT_DEVICES}, deployments=2000)
+    seen = regions_module.Seen(big, 5.0, connected=True)
+    doc = regions_module.region_object(state, seen, now=7.0, here="hub")
+    assert len(storekeys.dumps(doc)) < 1024
+    assert doc["status"]["devices"] == {
+        "total": slicing.MAX_REPORT_DEVICES,
+        "ready": slicing.MAX_REPORT_DEVICES,
+        "byPhase": {"Ready": slicing.MAX_REPORT_DEVICES},
+    }
+    assert doc["status"]["deployments"] == 2000 and doc["status"]["reportAgeSeconds"] == 2.0
+
+
+async def list_regions(stub: admin_pb2_grpc.AdminServiceStub) -> dict[str, dict[str, Any]]:
+    listed = await stub.List(admin_pb2.ListRequest(kind="Region"), timeout=30)
+    docs = [storekeys.loads(item.json) for item in listed.items]
+    return {d["metadata"]["name"]: d for d in docs}
+
+
+@async_test
+async def test_get_regions_shows_each_regions_link_report_and_certificate(tmp_path: Path) -> None:
+    async with Root(tmp_path) as root, admin_channel(root) as admin:
+        stub = admin_pb2_grpc.AdminServiceStub(admin)
+        assert await list_regions(stub) == {}  # no region enrolled: an empty list
+        paths = await root.enroll("eu")
+        await root.enroll("us")
+        cert = pki.load_certificate((paths.data_dir / "federation.crt").read_bytes())
+        ended = asyncio.Event()
+        phases = {"Ready": 2, "NotReady": 1}
+
+        async def region_side(
+            generation: asyncio.Queue[int],
+        ) -> AsyncIterator[federation_pb2.RegionMessage]:
+            yield hello("eu")
+            applied = federation_pb2.SliceApplied(generation=await generation.get())
+            yield federation_pb2.RegionMessage(applied=applied)
+            yield federation_pb2.RegionMessage(report=inventory_report(phases, deployments=2))
+            await ended.wait()
+
+        async with root.region_channel(paths) as channel:
+            sent: asyncio.Queue[int] = asyncio.Queue()
+            call = federation_pb2_grpc.FederationServiceStub(channel).Federate(region_side(sent))
+            generation = (await asyncio.wait_for(call.read(), 30)).slice.generation
+            sent.put_nowait(generation)
+            regions = root.ctx.regions
+            assert regions is not None
+            await eventually(lambda: regions.regions["eu"].reported_at is not None, within=30)
+            shown = await list_regions(stub)
+            assert list(shown) == ["eu", "us"]
+            eu = shown["eu"]
+            assert eu["kind"] == "Region" and int(eu["metadata"]["resourceVersion"]) > 0
+            status = eu["status"]
+            assert status["connected"] is True and status["streamsHere"] is True
+            assert status["replica"] == "hub"  # the only replica: the name its links use
+            assert status["devices"] == {
+                "total": 3,
+                "ready": 2,
+                "byPhase": {"NotReady": 1, "Ready": 2},
+            }
+            assert status["deployments"] == 2
+            assert status["generationApplied"] == status["generationSent"] == generation
+            assert status["reportAgeSeconds"] >= 0 and status["reportedAt"].endswith("Z")
+            assert status["certificate"] == {
+                "serial": format(cert.serial_number, "x"),
+                "previousSerial": None,
+                "notAfter": rfc3339(cert.not_valid_after_utc.timestamp()),
+            }
+            us = shown["us"]["status"]
+            assert (us["connected"], us["replica"], us["devices"], us["reportedAt"]) == (
+                False,
+                None,
+                None,
+                None,
+            )
+            one = await stub.Get(admin_pb2.GetRequest(kind="Region", name="eu"), timeout=30)
+            assert storekeys.loads(one.json)["status"]["devices"]["total"] == 3
+            call.cancel()  # the region goes away
+            ended.set()
+        # the stream ended: not connected, its last report still shown with its age
+        await eventually(lambda: not regions.regions["eu"].connected, within=30)
+        status = (await list_regions(stub))["eu"]["status"]
+        assert (status["connected"], status["streamsHere"]) == (False, False)
+        # another replica (or this one restarted) reads the link the stream's end wrote
+        for _ in range(300):
+            loaded = await Regions.load(root.ctx.store)
+            link = loaded.regions["eu"].link
+            if link is not None and not link.connected:
+                break
+            await asyncio.sleep(0.1)
+        else:
+            raise AssertionError("the stream's end was not written to the store")
+        elsewhere = loaded.object("eu", here="other")
+        assert elsewhere is not None
+        assert (elsewhere["status"]["connected"], elsewhere["status"]["replica"]) == (False, "hub")
+        assert elsewhere["status"]["lastSeenAt"] is not None
+        assert status["devices"]["total"] == 3 and status["generationSent"] is None
+
+        async def refused(call: Any) -> tuple[grpc.StatusCode, str]:
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call
+            return err.value.code(), err.value.details() or ""
+
+        code, text = await refused(stub.Get(admin_pb2.GetRequest(kind="Region", name="ap")))
+        assert code is grpc.StatusCode.NOT_FOUND and 'Region "ap" not found' in text
+        await revoke_region(root.ctx, regions, "us")
+        code, text = await refused(stub.Get(admin_pb2.GetRequest(kind="Region", name="us")))
+        assert code is grpc.StatusCode.NOT_FOUND and "was revoked" in text
+        assert list(await list_regions(stub)) == ["eu"]
+        # read-only: apply and delete say how regions are managed, watch says to list again
+        doc = orjson.dumps(
+            {"apiVersion": "edgefleet.io/v1", "kind": "Region", "metadata": {"name": "x"}}
+        )
+        code, text = await refused(stub.Apply(admin_pb2.ApplyRequest(documents=[doc])))
+        assert code is grpc.StatusCode.INVALID_ARGUMENT
+        assert "Region objects are not applied" in text and "regions revoke" in text
+        code, text = await refused(stub.Delete(admin_pb2.DeleteRequest(kind="Region", name="eu")))
+        assert code is grpc.StatusCode.FAILED_PRECONDITION and "hub init --parent" in text
+        assert "eu" in regions.regions
+        watch = stub.Watch(admin_pb2.WatchRequest(kind="Region"))
+        code, text = await refused(watch.read())
+        assert code is grpc.StatusCode.INVALID_ARGUMENT and "cannot be watched" in text
+
+
 def slow_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., None]:
     """Like :func:`asynctesting.async_test`, with a guard sized for a certificate's life."""
 
@@ -709,6 +853,9 @@ async def test_a_region_renews_its_certificate_over_the_link(tmp_path: Path) -> 
             serial_of(second),
             serial_of(first),
         )
+        not_after = pki.load_certificate(second).not_valid_after_utc.timestamp()
+        assert record["certificateNotAfter"] == not_after  # edgectl get regions -o wide
+        assert root.ctx.regions.regions["eu"].not_after == not_after  # type: ignore[union-attr]
         assert any(
             e["object"] == {"kind": "Region", "name": "eu"} and e["reason"] == "CertificateRenewed"
             for e in root.ctx.cache.events

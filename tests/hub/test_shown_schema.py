@@ -1,5 +1,5 @@
 """``edgectl explain`` of the kinds only the hub makes (edgefleet/api/shown.py) against what
-a hub shows: every field of fully filled Device, Model, BootstrapToken and Event documents,
+a hub shows: every field of fully filled Device, Model, BootstrapToken, Region and Event documents,
 made by the hub's own presenting code, is in the schema, and every field of the schema is
 in one of them (nothing explained that is never shown). Pure."""
 
@@ -11,6 +11,7 @@ from typing import Any
 import pytest
 
 from edgefleet.api.explaining import FieldSchema, explain
+from edgefleet.v1 import federation_pb2
 from hub import storekeys
 from hub.devices import (
     Attestation,
@@ -30,6 +31,7 @@ from hub.presenting import (
     token_object,
     with_store_metadata,
 )
+from hub.regions import RegionState, Seen, region_key, region_object
 from hub.tokens import TokenRecord
 from hub.writing import _event
 
@@ -146,10 +148,24 @@ def _token() -> dict[str, Any]:
     return _stamped(token_object(record), "/tokens/abcdef")
 
 
+def _region() -> dict[str, Any]:
+    state = RegionState("eu", "ab", 1.0, "aa", not_after=9.0)
+    state.connected, state.connected_at, state.last_message = True, 2.0, 3.0
+    state.generation_sent = 4
+    report = federation_pb2.RegionReport(
+        generation=4,
+        deployments=[federation_pb2.RegionDeploymentStatus(name="det")],
+        inventory=federation_pb2.RegionInventory(total=1, by_phase={"Ready": 1}),
+    )
+    doc = region_object(state, Seen(report, 3.0, connected=True), now=5.0, here="hub")
+    return _stamped(doc, region_key("eu"))
+
+
 DOCS = {
     "Device": _device,
     "Model": _model,
     "BootstrapToken": _token,
+    "Region": _region,
     "Event": lambda: _event("Device", "dev-1", "Normal", "Enrolled", "m"),
 }
 
