@@ -45,7 +45,7 @@ from edgefleet.supervising import Component
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 from hub import pki, storekeys, tokens
 from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
-from hub.federating import ParentFiles, ParentLink, enroll_with_parent
+from hub.federating import ParentFiles, ParentLink, build_report, enroll_with_parent
 from hub.initializing import HubPaths, init_hub
 from hub.regions import RegionsFollower
 from hub.replicas import CacheFollower
@@ -257,6 +257,9 @@ async def device(
     rollout of it is Complete."""
     writer, cache = hub.ctx.writer, hub.ctx.cache
     writer.update(Device(name=name, phase=DevicePhase.READY))
+    # what enrollment and a Sync hello do for a real device: without it, a slice that
+    # arrived before this device was written would never be projected onto it
+    hub.ctx.projector.mark([name])
     counters: dict[str, tuple[int, int]] = {}
     while not stop.is_set():
         sent = cache.revision_for("det", name)
@@ -341,12 +344,21 @@ def reported(root: Hub, region: str, version: str) -> bool:
 async def everywhere_on(root: Hub, eu: Hub, us: Hub, version: str) -> None:
     for hub in (eu, us):
         await until(lambda h=hub: rolled_out(h, version), f"{hub.ctx.region} on {version}")
+
+    def now(region: str) -> str:  # the region's state at the time of the failure
+        s = root.ctx.regions.regions.get(region) if root.ctx.regions else None
+        hub = eu if region == "eu" else us
+        return (
+            f"connected {s and s.connected}, at {s and s.reported_at}, report {s and s.report}"
+            f"; the region's own report now: {build_report(hub.ctx, 0)}"
+            f"; its desired states: {sorted(hub.ctx.cache.desired)}"
+        )
+
     for region in ("eu", "us"):
-        state = root.ctx.regions.regions.get(region) if root.ctx.regions else None
         await until(
             lambda r=region: reported(root, r, version),
             f"{region} reports {version}",
-            detail=lambda s=state: f"connected {s and s.connected}, report {s and s.report}",
+            detail=lambda r=region: now(r),
         )
 
 
