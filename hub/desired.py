@@ -86,6 +86,8 @@ class DesiredContent:
     # (name, version) of the Secrets this device's workloads mount and it may have (sealed
     # to it when sent: hub.secrets.seal_for); a new version changes the digest
     secrets: tuple[tuple[str, int], ...] = ()
+    # (deployment, revision number) of every deployment sent, sorted
+    revisions: tuple[tuple[str, int], ...] = ()
 
 
 def build_desired(
@@ -116,6 +118,7 @@ def build_desired(
     labels = device.all_labels()
     excluded = dict(projection.excluded)
     names: list[str] = []
+    numbers: list[tuple[str, int]] = []
     manifests: list[bytes] = []
     metadata: list[bytes] = []
     allowances: list[bytes] = []
@@ -137,6 +140,7 @@ def build_desired(
             excluded[name] = tpm_needed
             continue
         names.append(name)
+        numbers.append((name, revision.number))
         mounted.update(mounts)
         manifests.append(_manifest_for(revision, labels, fleet))
         metadata.append(model.envelope)
@@ -169,6 +173,7 @@ def build_desired(
         frozenset(artifacts),
         fleet.trust_roots,
         secrets,
+        tuple(sorted(numbers)),
     )
 
 

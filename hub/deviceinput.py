@@ -186,6 +186,11 @@ def check_status(status: device_pb2.Status, *, reserved: Sequence[str] = ()) -> 
     """Every problem with a Status (pure)."""
     problems: list[str] = []
     _labels(problems, "status.labels", status.labels, reserved)
+    if status.observed_generation > MAX_GENERATION:
+        problems.append(
+            f"status.observed_generation: at most {MAX_GENERATION}, "
+            f"got {status.observed_generation}"
+        )
     size = status.ByteSize()
     if size > MAX_STATUS_BYTES:
         problems.append(f"status: at most {MAX_STATUS_BYTES} bytes, got {size}")

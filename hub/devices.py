@@ -292,6 +292,11 @@ class Device:
     facts: Mapping[str, Any] = field(default_factory=dict)
     generation_acked: int = 0
     workloads: Mapping[str, WorkloadReport] = field(default_factory=dict)
+    # The desired-state generation ``workloads`` were reconciled against (the status
+    # message's observed_generation; 0: not said, an edged too old to say or a report made
+    # before it accepted anything). A rollout trusts a report's claim that the new revision
+    # serves only when this reached the generation that carried the revision (hub.rollouts).
+    observed_generation: int = 0
     certificate_serial: str = ""
     """The serial (hex) of the certificate the hub issued this device last: its current one."""
     previous_serial: str = ""
@@ -344,6 +349,7 @@ class Device:
             "facts": dict(self.facts),
             "generationAcked": self.generation_acked,
             "workloads": {k: v.to_json() for k, v in sorted(self.workloads.items())},
+            "observedGeneration": self.observed_generation,
             "certificateSerial": self.certificate_serial,
             "previousSerial": self.previous_serial,
             "publicKeyPem": self.public_key_pem,
@@ -372,6 +378,7 @@ class Device:
             workloads={
                 str(k): WorkloadReport.from_json(v) for k, v in doc.get("workloads", {}).items()
             },
+            observed_generation=int(doc.get("observedGeneration", 0)),
             certificate_serial=str(doc.get("certificateSerial", "")),
             previous_serial=str(doc.get("previousSerial", "")),
             public_key_pem=str(doc.get("publicKeyPem", "")),

@@ -96,6 +96,9 @@ class Projector:
             if (
                 previous is None
                 or previous.digest != content.digest
+                # another revision with the same documents (a copy of an older one): a new
+                # generation, so that a rollout can tell reports made after it came
+                or previous.numbers() != content.revisions
                 # the device acknowledged more than this hub ever issued (its store was
                 # restored from a backup): issue the state again, above what it holds
                 or previous.generation < self._acked(name)
@@ -112,8 +115,13 @@ class Projector:
         records: dict[str, storekeys.DesiredRecord] = {}
         for name, (content, previous) in changed.items():
             floor = max(previous.generation if previous else 0, self._acked(name))
+            issued = max(generation, floor + 1)
+            carried = tuple(
+                (d, n, (previous.carried(d, n) if previous else None) or issued)
+                for d, n in content.revisions
+            )
             records[name] = storekeys.DesiredRecord(
-                max(generation, floor + 1), content.deployments, content.digest
+                issued, content.deployments, content.digest, carried
             )
         await self._store.txn(
             (),

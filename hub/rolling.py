@@ -220,8 +220,14 @@ class DeviceView:
     serving: bool = False  # some revision of the deployment serves there
 
 
-def view_device(device: Device, deployment: str, version: str, sha256: str | None) -> DeviceView:
-    """A targeted device as the rollout of ``version`` (artifact ``sha256``) sees it."""
+def view_device(
+    device: Device, deployment: str, version: str, sha256: str | None, *, fresh: bool = True
+) -> DeviceView:
+    """A targeted device as the rollout of ``version`` (artifact ``sha256``) sees it.
+    ``fresh``: whether the device's report was made after it received the revision
+    (:func:`hub.rollouts.fresh_report`); a report from before says nothing of it yet: one that
+    shows the version serving (the old revision still draining, or a copy of it) or refused
+    (the previous attempt) counts as still progressing, never as ready nor broken."""
     if device.phase is not DevicePhase.READY:
         eligible, why = False, f"device is {device.phase.value}"
     elif not device.health.schedulable:
@@ -245,6 +251,8 @@ def view_device(device: Device, deployment: str, version: str, sha256: str | Non
     elif rev.phase is RevisionPhase.DRAINING:
         target, broken = TargetPhase.ABSENT, ""
     else:
+        target, broken = TargetPhase.PROGRESSING, ""
+    if not fresh and target is not TargetPhase.ABSENT:
         target, broken = TargetPhase.PROGRESSING, ""
     return DeviceView(device.name, eligible, why, target, broken, serving)
 

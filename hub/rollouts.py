@@ -44,6 +44,7 @@ from hub.analyzing import (
 )
 from hub.batching import GIVE_UP_AFTER, BatchLoop
 from hub.caching import Cache
+from hub.devices import Device
 from hub.projecting import Projector
 from hub.rolling import (
     DeviceView,
@@ -100,8 +101,25 @@ def views(cache: Cache, deployment: str, revision: Revision | None) -> list[Devi
     for name in targeted(cache, deployment):
         device = cache.devices.get(name)
         if device is not None:
-            out.append(view_device(device, deployment, version, sha))
+            fresh = revision is None or fresh_report(cache, device, deployment, revision.number)
+            out.append(view_device(device, deployment, version, sha, fresh=fresh))
     return out
+
+
+def fresh_report(cache: Cache, device: Device, deployment: str, number: int) -> bool:
+    """Whether ``device``'s report was made after it received revision ``number`` of
+    ``deployment``: its desired record carries that revision and the report's generation
+    reached the one that first carried it (Kubernetes' observedGeneration; a later generation
+    for another deployment's sake does not make it stale). Without it, a report that
+    arrives after the rollout gave the device the revision but was made before (the hub
+    reads reports as they come) would count the old revision's replicas, still draining, as
+    the new one's, or the last attempt's refusal as this one's. A device that does not say its
+    generation (0: an edged too old to say) is taken at its word."""
+    if device.observed_generation == 0:
+        return True
+    record = cache.desired.get(device.name)
+    since = record.carried(deployment, number) if record is not None else None
+    return since is not None and device.observed_generation >= since
 
 
 def progress_of(cache: Cache, deployment: str) -> Progress | None:

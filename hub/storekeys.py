@@ -208,19 +208,40 @@ class ModelRecord:
 
 @dataclass(frozen=True, slots=True)
 class DesiredRecord:
-    """What a device is owed. ``generation`` only ever grows; ``digest`` detects changes."""
+    """What a device is owed. ``generation`` only ever grows; ``digest`` detects changes;
+    ``revisions``: (deployment, revision number, the generation that first carried that
+    revision to the device), sorted: a rollout trusts the device's reports about the
+    revision from that generation on (hub.rollouts.fresh_report)."""
 
     generation: int
     deployments: tuple[str, ...]
     digest: str
+    revisions: tuple[tuple[str, int, int], ...] = ()
+
+    def numbers(self) -> tuple[tuple[str, int], ...]:
+        """(deployment, revision number), sorted."""
+        return tuple((d, n) for d, n, _ in self.revisions)
+
+    def carried(self, deployment: str, number: int) -> int | None:
+        """The generation that first carried revision ``number`` of ``deployment`` (None:
+        this record does not carry it)."""
+        return next((g for d, n, g in self.revisions if d == deployment and n == number), None)
 
     def to_json(self) -> dict[str, Any]:
         return {
             "generation": self.generation,
             "deployments": list(self.deployments),
             "digest": self.digest,
+            "revisions": {d: [n, g] for d, n, g in self.revisions},
         }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> DesiredRecord:
-        return cls(int(doc["generation"]), tuple(doc["deployments"]), str(doc["digest"]))
+        return cls(
+            int(doc["generation"]),
+            tuple(doc["deployments"]),
+            str(doc["digest"]),
+            tuple(
+                sorted((str(d), int(v[0]), int(v[1])) for d, v in doc.get("revisions", {}).items())
+            ),
+        )

@@ -519,6 +519,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 health = _health(msg.status.health) if msg.status.HasField("health") else None
                 changed = device.with_(
                     workloads=workloads,
+                    observed_generation=msg.status.observed_generation,
                     health=health or device.health,
                     last_heartbeat=now,
                     compliance=(

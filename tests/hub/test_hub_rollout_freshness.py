@@ -1,0 +1,156 @@
+"""A rollout reads a device's report only as of the generation that carried the revision to
+it (observedGeneration), over a real SQLite store, the real projector and real gRPC; device
+reports are written as the Sync stream would, the controller is stepped by hand.
+
+The race this closes (seen in the TUF rollback e2e test): the hub gives a device the new
+revision, and a report the device made *before* receiving it arrives next. When it shows the
+new version serving (a rollout back to a version whose replicas still drain) the rollout was
+declared complete at once, and the refusal that followed was never rolled back; when it shows
+the last attempt's refusal of the same version, the retry was rolled back at once.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import orjson
+from asynctesting import async_test
+from hubserving import AdminHub, make_hub_dir
+
+from edgefleet.v1 import admin_pb2
+from hub import storekeys as objects
+from hub.caching import Cache
+from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
+from hub.rolling import RolloutPhase, RolloutState, TargetPhase, view_device
+from hub.rollouts import fresh_report
+
+
+def deployment(version: str) -> bytes:
+    return orjson.dumps(
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": "det"},
+            "spec": {"model": {"name": "det", "version": version}},
+        }
+    )
+
+
+def sha(version: str) -> str:
+    return version.replace(".", "")[:1] * 64
+
+
+async def push(hub: AdminHub, version: str) -> None:
+    model = objects.ModelRecord("det", version, sha(version), 1234, b"{signed}", 1.0)
+    await hub.ctx.store.put(objects.model_key("det", version), objects.dumps(model.to_json()))
+    hub.ctx.cache.models[("det", version)] = model
+
+
+async def report(
+    hub: AdminHub, version: str, generation: int, phase: RevisionPhase = RevisionPhase.READY
+) -> None:
+    ready = 1 if phase is RevisionPhase.READY else 0
+    rev = RevisionReport(version, sha(version), phase, ready, wanted=True)
+    hub.ctx.writer.update(
+        Device(
+            name="dev",
+            phase=DevicePhase.READY,
+            workloads={"det": WorkloadReport(version, desired_replicas=1, revisions=(rev,))},
+            observed_generation=generation,
+        )
+    )
+    await hub.ctx.writer.flush()
+
+
+async def step(hub: AdminHub) -> RolloutState:
+    assert hub.ctx.rollouts is not None
+    for _ in range(3):
+        await hub.ctx.rollouts.reconcile(["det"])
+    return hub.ctx.cache.rollouts["det"]
+
+
+async def carried(hub: AdminHub, number: int) -> int:
+    """Project the device as the projector does and return the generation that carried
+    revision ``number`` of det to it."""
+    await hub.ctx.projector.project(["dev"])
+    record = hub.ctx.cache.desired["dev"]
+    since = record.carried("det", number)
+    assert since is not None, record
+    return since
+
+
+@async_test
+async def test_a_report_made_before_the_revision_arrived_neither_completes_nor_breaks_it(
+    tmp_path: Path,
+) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        for version in ("1.0.0", "2.0.0"):
+            await push(hub, version)
+        await report(hub, "1.0.0", generation=1)
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment("1.0.0")]))
+        assert (await step(hub)).phase is RolloutPhase.COMPLETE  # the first revision
+        first = await carried(hub, 1)
+        await report(hub, "1.0.0", generation=first)
+
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment("2.0.0")]))
+        state = await step(hub)
+        assert state.revision == 2 and state.updated == frozenset({"dev"})
+        since = await carried(hub, 2)
+        assert since > first
+
+        # made before generation `since` reached the device: 2.0.0 ready (say, a copy of
+        # what it ran once) is not this rollout's doing, nor is a refusal from before
+        await report(hub, "2.0.0", generation=since - 1)
+        state = await step(hub)
+        assert state.phase is RolloutPhase.PROGRESSING, state.message
+        await report(hub, "2.0.0", generation=since - 1, phase=RevisionPhase.REFUSED)
+        state = await step(hub)
+        assert state.phase is RolloutPhase.PROGRESSING, state.message
+
+        # a later generation for another reason keeps a report of `since` fresh
+        await report(hub, "2.0.0", generation=since)
+        state = await step(hub)
+        assert (state.phase, state.reason) == (RolloutPhase.COMPLETE, "RolloutComplete")
+
+        # the same for a refusal made after the revision arrived: rolled back
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment("1.0.0")]))
+        state = await step(hub)
+        assert state.revision == 3 and hub.ctx.cache.revisions["det"][3].source == 1
+        again = await carried(hub, 3)
+        assert again > since  # the same documents as revision 1, a generation of its own
+        await report(hub, "1.0.0", generation=again - 1)  # revision 1's report, say
+        assert (await step(hub)).phase is RolloutPhase.PROGRESSING
+        await report(hub, "1.0.0", generation=again, phase=RevisionPhase.REFUSED)
+        state = await step(hub)
+        assert state.phase is RolloutPhase.ROLLED_BACK, state.message
+
+
+def test_fresh_is_from_the_generation_that_first_carried_the_revision() -> None:
+    cache = Cache()
+    cache.desired["dev"] = objects.DesiredRecord(9, ("det",), "d", (("det", 4, 6),))
+    rev = RevisionReport("2.0.0", sha("2.0.0"), RevisionPhase.READY, 1, wanted=True)
+    report = WorkloadReport("2.0.0", desired_replicas=1, revisions=(rev,))
+
+    def device(generation: int) -> Device:
+        return Device("dev", phase=DevicePhase.READY, workloads={"det": report},
+                      observed_generation=generation)  # fmt: skip
+
+    assert not fresh_report(cache, device(5), "det", 4)
+    assert fresh_report(cache, device(6), "det", 4)  # generation 9 is another change
+    assert not fresh_report(cache, device(9), "det", 3)  # not the revision it carries
+    assert not fresh_report(cache, device(9), "other", 4)
+    assert fresh_report(cache, device(0), "det", 4)  # an edged too old to say: its word
+    view = view_device(device(5), "det", "2.0.0", sha("2.0.0"), fresh=False)
+    assert view.target is TargetPhase.PROGRESSING and view.serving
+    assert view_device(device(6), "det", "2.0.0", sha("2.0.0")).target is TargetPhase.READY
+
+
+def test_the_record_keeps_what_carried_each_revision_across_the_store() -> None:
+    record = objects.DesiredRecord(9, ("a", "b"), "d", (("a", 2, 4), ("b", 7, 9)))
+    back = objects.DesiredRecord.from_json(orjson.loads(objects.dumps(record.to_json())))
+    assert back == record
+    assert back.numbers() == (("a", 2), ("b", 7))
+    old = objects.DesiredRecord.from_json({"generation": 3, "deployments": ["a"], "digest": "x"})
+    assert old.revisions == () and old.carried("a", 1) is None
