@@ -11,6 +11,7 @@ target: one naming other bytes (2.0.0's digest) is refused on the device
 from __future__ import annotations
 
 import hashlib
+import json
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -49,6 +50,11 @@ def serving(e: Edged, version: str) -> bool:
     except (KeyError, StopIteration):
         return False
     return w.get("model", {}).get("version") == version and w.get("readyReplicas") == 1
+
+
+def rollout_phase(hub: HubProcess) -> str:
+    doc = json.loads(hub.edgectl("get", "deployments", "det", "-o", "json").stdout)
+    return str(doc.get("status", {}).get("rollout", {}).get("phase", ""))
 
 
 def problems(e: Edged) -> list[str]:
@@ -127,6 +133,8 @@ def test_an_allowance_in_the_publishers_targets_is_bound_to_the_digest(
             doc.write_text(DEPLOYMENT.format(version=version))
             hub.edgectl("apply", "-f", str(doc))
             wait_for(lambda v=version: serving(e, v), 120, f"the device to serve det {version}")
+            # and the hub to know it: the next rollout starts from this revision
+            wait_for(lambda: rollout_phase(hub) == "Complete", 60, f"det {version} complete")
 
         # an allowance on 1.0.0's target that names other bytes (2.0.0's model): refused
         other = hashlib.sha256(models["2.0.0"].read_bytes()).hexdigest()
@@ -140,7 +148,12 @@ def test_an_allowance_in_the_publishers_targets_is_bound_to_the_digest(
             90,
             "the device to refuse an allowance for another digest",
         )
-        assert serving(e, "3.0.0")
+        # 3.0.0 keeps serving (waited for: under load a readiness probe may miss one period)
+        wait_for(lambda: serving(e, "3.0.0"), 30, "det 3.0.0 to keep serving")
+        # the refusal reaches the hub, which rolls the rollout back; resume only after that
+        # (a resume while it is still Progressing is refused, "nothing to resume", and the
+        # rollback that follows would then hold the device on 3.0.0)
+        wait_for(lambda: rollout_phase(hub) == "RolledBack", 90, "the hub to roll back")
 
         # the publisher's own allowance (edgectl): 1.0.0 signed anew, its target allowing it
         again = hub.edgectl(
@@ -148,7 +161,7 @@ def test_an_allowance_in_the_publishers_targets_is_bound_to_the_digest(
             "--allow-rollback", "7d", check=False,
         )  # fmt: skip
         assert again.returncode == 0, again.stdout + again.stderr
-        hub.edgectl("rollout", "resume", "det", check=False)  # if the refusal paused it
+        hub.edgectl("rollout", "resume", "det")  # retries the rolled-back revision
         wait_for(lambda: serving(e, "1.0.0"), 120, "the device to go back to det 1.0.0")
     finally:
         e.terminate()
