@@ -11,6 +11,7 @@ the last attempt's refusal of the same version, the retry was rolled back at onc
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import orjson
@@ -70,13 +71,18 @@ async def step(hub: AdminHub) -> RolloutState:
 
 
 async def carried(hub: AdminHub, number: int) -> int:
-    """Project the device as the projector does and return the generation that carried
-    revision ``number`` of det to it."""
-    await hub.ctx.projector.project(["dev"])
-    record = hub.ctx.cache.desired["dev"]
-    since = record.carried("det", number)
-    assert since is not None, record
-    return since
+    """The generation that carried revision ``number`` of det to the device, once the hub's
+    projector (its one batch loop, as in production) has written it."""
+    hub.ctx.projector.mark(["dev"])
+    for _ in range(500):
+        record = hub.ctx.cache.desired.get("dev")
+        since = record.carried("det", number) if record is not None else None
+        if since is not None:
+            await asyncio.sleep(0.05)  # a batch still writing would change it: settled
+            assert hub.ctx.cache.desired["dev"].carried("det", number) == since
+            return since
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"revision {number} never projected: {hub.ctx.cache.desired}")
 
 
 @async_test
