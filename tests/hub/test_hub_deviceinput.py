@@ -149,6 +149,11 @@ def test_evidence_and_messages_table() -> None:
     assert di.check_message(ack, issued=7) == []
     hello = device_pb2.Hello(applied_generation=2**63)
     assert di.check_hello(hello)[0].startswith("hello.applied_generation: at most")
+    status = device_pb2.Status(observed_generation=2**63)
+    assert di.check_status(status) == [
+        f"status.observed_generation: at most {di.MAX_GENERATION}, got {2**63}"
+    ]
+    assert di.check_status(device_pb2.Status(observed_generation=di.MAX_GENERATION)) == []
     for fine in (device_pb2.Ack(generation=2**64 - 1), device_pb2.Heartbeat()):
         kind = "ack" if isinstance(fine, device_pb2.Ack) else "heartbeat"
         assert di.check_message(device_pb2.DeviceMessage(**{kind: fine})) == []
