@@ -31,6 +31,13 @@ def _store(tmp_path: Path) -> Path:
     return blobs
 
 
+def _stranger(commands: str) -> list[str]:
+    """A shell that runs ``commands`` in a background subshell that waits until the shell is
+    gone (exited and reaped) first: by then the subshell is re-parented away from this
+    process, so the watch cannot count its opens as this process's descendants'."""
+    return ["sh", "-c", f"(while kill -0 $$ 2>/dev/null; do sleep 0.02; done; {commands}) &"]
+
+
 def _watch(blobs: Path, acted: list[Remediation], started: list[int] | None = None) -> DriftWatch:
     return DriftWatch(
         blobs=blobs,
@@ -65,10 +72,10 @@ async def test_findings_are_bounded_and_edgeds_own_opens_are_not_findings(
         await eventually(lambda: watch.open_counts["edged"] >= 1, 5)
         assert watch.findings == ()
         # 40 processes that edged did not start: a grandchild through setsid is still ours,
-        # so start them from a shell that is re-parented (double fork)
+        # so start them from a subshell that is re-parented (double fork) before they open
         n = MAX_OPEN_FINDINGS + 8
-        script = f"(for i in $(seq {n}); do head -c1 {blob} >/dev/null; done) &"
-        await asyncio.to_thread(subprocess.run, ["sh", "-c", script], check=True)
+        script = f"for i in $(seq {n}); do head -c1 {blob} >/dev/null; done"
+        await asyncio.to_thread(subprocess.run, _stranger(script), check=True)
         await eventually(lambda: watch.open_counts["findingsDropped"] > 0, 10)
         await eventually(lambda: len(watch.findings) == MAX_OPEN_FINDINGS, 5)
         assert all(f.kind.value == "ModelFileOpened" for f in watch.findings)
@@ -119,7 +126,7 @@ async def test_a_failure_in_the_watch_is_reported_and_the_next_check_starts_it_a
     watch.start_open_watch()
     try:
         # re-parented away from this process: a finding, and act raises
-        opener = await asyncio.create_subprocess_exec("sh", "-c", f"(head -c1 {blob}) &")
+        opener = await asyncio.create_subprocess_exec(*_stranger(f"head -c1 {blob}"))
         await opener.wait()
         await eventually(lambda: (watch.open_watch_reason or "").startswith("failed"), 5)
         assert "remediation broke" in (watch.open_watch_reason or "")

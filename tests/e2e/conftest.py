@@ -3,7 +3,8 @@
 Nothing is faked. Models are tiny MLPs built with ``onnx`` in a temp dir. Every test here is
 marked ``scenario``; ``pytest -m scenario`` runs only these, ``-m "not scenario"`` skips them.
 The ``edged_factory`` fixture fails the test if an edged or worker process it started is still
-alive afterwards.
+alive afterwards (unless the test failed first), and a failed test's report ends with the
+tail of each edged's log.
 """
 
 from __future__ import annotations
@@ -35,8 +36,27 @@ def model_dir(tmp_path: Path) -> Path:
     return d
 
 
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
+    report: pytest.TestReport = yield
+    if report.when == "call":
+        item.stash[CALL_FAILED] = report.failed
+        if report.failed:  # what edged said: the cause is often there, not in the assertion
+            for log_path in item.stash.get(EDGED_LOGS, []):
+                try:
+                    lines = log_path.read_text(errors="replace").splitlines()
+                except OSError:
+                    continue
+                report.sections.append((f"{log_path.name} (last 60 lines)", "\n".join(lines[-60:])))
+    return report
+
+
+CALL_FAILED = pytest.StashKey[bool]()
+EDGED_LOGS = pytest.StashKey[list[Path]]()
+
+
 @pytest.fixture
-def edged_factory(tmp_path: Path) -> Iterator[Callable[..., Edged]]:
+def edged_factory(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Callable[..., Edged]]:
     started: list[Edged] = []
 
     def make(manifests: Path | None, data: Path | None = None, config: str | None = None) -> Edged:
@@ -47,6 +67,7 @@ def edged_factory(tmp_path: Path) -> Iterator[Callable[..., Edged]]:
             config=config,
         )
         started.append(e)
+        request.node.stash.setdefault(EDGED_LOGS, []).append(e.log_path)
         return e
 
     yield make
@@ -70,4 +91,8 @@ def edged_factory(tmp_path: Path) -> Iterator[Callable[..., Edged]]:
             except AssertionError:
                 os.kill(pid, signal.SIGKILL)
                 leaked.append(f"pid {pid}")
-    assert not leaked, f"processes left running: {leaked}"
+    # after a failed test the processes it did not get to stop are only cleaned up: the
+    # failure is already reported
+    assert not leaked or request.node.stash.get(CALL_FAILED, False), (
+        f"processes left running: {leaked}"
+    )
