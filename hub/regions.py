@@ -610,11 +610,20 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
         request_iterator: AsyncIterator[federation_pb2.RegionMessage],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[federation_pb2.RootMessage]:
-        caller, state = await self._caller(context)
         it = request_iterator.__aiter__()
+        # The first message is read before the caller is checked, as Sync does: a refusal sent
+        # while the region is still writing its hello reaches it as gRPC's INTERNAL (its
+        # client turns the failed write into that), not as the refusal it should log. The
+        # caller passed mutual TLS; the read is bounded in size (the server's message limit)
+        # and time.
         try:
-            first = await asyncio.wait_for(it.__anext__(), HELLO_TIMEOUT_S)
+            first: federation_pb2.RegionMessage | None = await asyncio.wait_for(
+                it.__anext__(), HELLO_TIMEOUT_S
+            )
         except (TimeoutError, StopAsyncIteration):
+            first = None
+        caller, state = await self._caller(context)
+        if first is None:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "the stream must open with hello")
             return
         if first.WhichOneof("kind") != "hello":

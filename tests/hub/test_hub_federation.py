@@ -270,26 +270,6 @@ async def messages(
     await asyncio.sleep(hold)
 
 
-async def refusal(open_call: Callable[[], Any], attempts: int = 3) -> grpc.aio.AioRpcError | None:
-    """The error that ends the first read of a Federate call (None: it read a message). A
-    refusal before the hub reads the hello races the client's write of it: that write can fail
-    first and end the call with gRPC's INTERNAL (the client's own), so such an end is tried
-    again; an accepted call never ends that way."""
-    error: grpc.aio.AioRpcError | None = None
-    for _ in range(attempts):
-        call = open_call()
-        try:
-            await call.read()
-            return None
-        except grpc.aio.AioRpcError as exc:
-            error = exc
-            if exc.code() is not grpc.StatusCode.INTERNAL:
-                return exc
-        finally:
-            call.cancel()
-    return error
-
-
 def hello(region: str) -> federation_pb2.RegionMessage:
     return federation_pb2.RegionMessage(hello=federation_pb2.RegionHello(region=region))
 
@@ -406,9 +386,13 @@ async def test_the_stream_sends_the_slice_and_refuses_what_is_out_of_bounds(tmp_
             call.cancel()
         await root.enroll("eu")
         async with root.region_channel(paths) as channel:
-            stub = federation_pb2_grpc.FederationServiceStub(channel)
-            refused = await refusal(lambda: stub.Federate(messages(hello("eu"))))
-            assert refused is not None and refused.code() is grpc.StatusCode.UNAUTHENTICATED
+            call = federation_pb2_grpc.FederationServiceStub(channel).Federate(
+                messages(hello("eu"))
+            )
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            call.cancel()
         await asyncio.sleep(0.6)  # the request generators' last wait
 
 
@@ -595,9 +579,12 @@ async def test_a_revoked_region_is_cut_off_until_it_enrolls_again(tmp_path: Path
             assert "revoked" in (err.value.details() or "")
             ended.set()
             # every later call with that certificate is refused
-            refused = await refusal(lambda: stub.Federate(messages(hello("eu"))))
-            assert refused is not None and refused.code() is grpc.StatusCode.UNAUTHENTICATED
-            assert f"certificate {serial} of hub eu has been revoked" in (refused.details() or "")
+            call = stub.Federate(messages(hello("eu")))
+            with pytest.raises(grpc.aio.AioRpcError) as err:
+                await call.read()
+            assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED
+            assert f"certificate {serial} of hub eu has been revoked" in (err.value.details() or "")
+            call.cancel()
             fetch = stub.FetchFederatedArtifact(
                 federation_pb2.FetchFederatedArtifactRequest(sha256="a" * 64)
             )
@@ -877,9 +864,16 @@ async def test_a_region_renews_its_certificate_over_the_link(tmp_path: Path) -> 
         async def federates(pem: bytes) -> grpc.StatusCode:
             key = (paths.data_dir / "federation.key").read_bytes()
             async with root.channel(pem, key) as channel:
-                stub = federation_pb2_grpc.FederationServiceStub(channel)
-                refused = await refusal(lambda: stub.Federate(messages(hello("eu"), hold=0.2)))
-                return grpc.StatusCode.OK if refused is None else refused.code()
+                call = federation_pb2_grpc.FederationServiceStub(channel).Federate(
+                    messages(hello("eu"), hold=0.2)
+                )
+                try:
+                    await call.read()
+                    return grpc.StatusCode.OK
+                except grpc.aio.AioRpcError as exc:
+                    return exc.code()
+                finally:
+                    call.cancel()
 
         # the new certificate works; the one it was asked with too, until the next renewal
         assert await federates(second) is grpc.StatusCode.OK
@@ -969,3 +963,25 @@ async def test_a_region_removes_root_models_from_its_store_when_no_longer_used(
         )
     finally:
         await ctx.store.close()
+
+
+@async_test
+async def test_a_refused_region_hears_the_refusal_not_a_broken_call(tmp_path: Path) -> None:
+    """The root reads the hello before it refuses a caller: a refusal sent while the region
+    still writes its hello would reach it as the client's own INTERNAL (its failed write), and
+    the region would log a broken link instead of why it was refused. A new connection each
+    time, as a region that reconnects makes: its hello goes out as the root answers."""
+    async with Root(tmp_path) as root:
+        paths = await root.enroll("eu")
+        await root.enroll("eu")  # enrolled again: the first certificate is superseded
+        codes: dict[str, int] = {}
+        for _ in range(40):
+            async with root.region_channel(paths) as channel:
+                stub = federation_pb2_grpc.FederationServiceStub(channel)
+                call = stub.Federate(messages(hello("eu"), hold=0.05))
+                with pytest.raises(grpc.aio.AioRpcError) as err:
+                    await call.read()
+                codes[err.value.code().name] = codes.get(err.value.code().name, 0) + 1
+                call.cancel()
+        assert codes == {"UNAUTHENTICATED": 40}
+        await asyncio.sleep(0.2)  # the request generators' last wait
