@@ -359,6 +359,13 @@ def test_a_rotten_blob_is_quarantined_and_fetched_again(
     blob = e.data / "artifacts" / "sha256" / sha
     with Bystander(e.infer_sock, "bystander", two_models / "bystander.onnx") as by:
         by.wait_for_answers(10)
+        # both replicas have the model in memory (edged is ready with one): a replica still
+        # loading would read the rotten blob below, be refused, and start again like the victim
+        wait_for(
+            lambda: len([r for r in e.workload("mlp")["replicas"] if r["ready"]]) == 2,
+            60,
+            "both replicas ready",
+        )
         blob.chmod(0o644)  # a bit rots on disk
         data = bytearray(blob.read_bytes())
         data[len(data) // 2] ^= 0x10
