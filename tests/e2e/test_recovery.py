@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 from pathlib import Path
@@ -107,6 +108,9 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path, edged_factory) -> Non
     # Batch 1 at ~1-2 ms each: once the first answer is back, the others are queued in the
     # worker. Stop edged now; every request it accepted must still be answered.
     first = _read_response(socks[0])
+    # and every connection accepted: on a loaded machine some may still wait in the listen
+    # backlog, which closes with the listener (never accepted: reset, as it should be)
+    wait_for(lambda: _inference_connections(e) == len(socks), 20, "every connection accepted")
     assert e.proc is not None
     e.proc.send_signal(signal.SIGTERM)
     statuses = [first] + [_read_response(s) for s in socks[1:]]
@@ -115,6 +119,12 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path, edged_factory) -> Non
     assert not os.path.exists(e.infer_sock)
     for s in socks:
         s.close()
+
+
+def _inference_connections(e: Edged) -> float:
+    _, metrics, _ = e.request("GET", "/metrics", sock=e.status_sock)
+    found = re.search(rb'edged_http_connections\{socket="inference"\} ([0-9.e+]+)', metrics)
+    return float(found.group(1)) if found else -1.0
 
 
 def _read_response(sock: socket.socket) -> int:
