@@ -36,6 +36,11 @@ def model_dir(tmp_path: Path) -> Path:
     return d
 
 
+# whether the test's call failed; the logs of the edgeds it started
+CALL_FAILED = pytest.StashKey[bool]()
+EDGED_LOGS = pytest.StashKey[list[Path]]()
+
+
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> pytest.TestReport:
     report: pytest.TestReport = yield
@@ -49,10 +54,6 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
                     continue
                 report.sections.append((f"{log_path.name} (last 60 lines)", "\n".join(lines[-60:])))
     return report
-
-
-CALL_FAILED = pytest.StashKey[bool]()
-EDGED_LOGS = pytest.StashKey[list[Path]]()
 
 
 @pytest.fixture

@@ -210,22 +210,27 @@ class Edged:
         except OSError:
             return ""
 
-    def refusals(self) -> list[dict[str, Any]]:
-        """The artifacts edged has logged refusing (workload, reason, message...). Its status
-        shows a refusal only while the revision is desired, and a hub rolls back at once a
-        revision that its only device refused, so a test that polls status can miss it."""
+    def log_records(self, event: str) -> list[dict[str, Any]]:
+        """edged's log records of ``event``, parsed (lines that are not JSON skipped)."""
         try:
             text = self.log_path.read_text(errors="replace")
         except OSError:
             return []
         found = []
+        marker = f'"event":"{event}"'
         for line in text.splitlines():
-            if '"artifact refused"' in line:
+            if marker in line:
                 try:
                     found.append(orjson.loads(line))
                 except orjson.JSONDecodeError:
                     continue
         return found
+
+    def refusals(self) -> list[dict[str, Any]]:
+        """The artifacts edged has logged refusing (workload, reason, message...). Its status
+        shows a refusal only while the revision is desired, and a hub rolls back at once a
+        revision that its only device refused, so a test that polls status can miss it."""
+        return self.log_records("artifact refused")
 
     def refused(self, reason: str) -> bool:
         return any(r.get("reason") == reason for r in self.refusals())

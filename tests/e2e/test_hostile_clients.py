@@ -357,15 +357,15 @@ def test_a_rotten_blob_is_quarantined_and_fetched_again(
     e = start(edged_factory, two_models, config(tmp_path))
     sha = e.workload("mlp")["model"]["sha256"]
     blob = e.data / "artifacts" / "sha256" / sha
+
+    def ready_replicas() -> int:
+        return len([r for r in e.workload("mlp")["replicas"] if r["ready"]])
+
     with Bystander(e.infer_sock, "bystander", two_models / "bystander.onnx") as by:
         by.wait_for_answers(10)
         # both replicas have the model in memory (edged is ready with one): a replica still
         # loading would read the rotten blob below, be refused, and start again like the victim
-        wait_for(
-            lambda: len([r for r in e.workload("mlp")["replicas"] if r["ready"]]) == 2,
-            60,
-            "both replicas ready",
-        )
+        wait_for(lambda: ready_replicas() == 2, 60, "both replicas ready")
         blob.chmod(0o644)  # a bit rots on disk
         data = bytearray(blob.read_bytes())
         data[len(data) // 2] ^= 0x10
@@ -389,21 +389,13 @@ def test_a_rotten_blob_is_quarantined_and_fetched_again(
             30,
             "the other replica to serve",
         )
-        wait_for(
-            lambda: len([r for r in e.workload("mlp")["replicas"] if r["ready"]]) == 2,
-            60,
-            "the killed replica back from a good blob",
-        )
+        wait_for(lambda: ready_replicas() == 2, 60, "the killed replica back from a good blob")
         assert blob.read_bytes() == (two_models / "mlp.onnx").read_bytes()
         # the quarantine stopped nothing that was serving: the other replica runs as it did,
         # unless its probes failed on a loaded machine (a liveness kill, logged as such)
         if other["pid"] not in [r["pid"] for r in e.workload("mlp")["replicas"]]:
-            events = [
-                ev
-                for line in e.log_path.read_text().splitlines()
-                if line.startswith("{") and (ev := orjson.loads(line)).get("replica") == other["id"]
-            ]
-            assert any(ev["event"] == "replica liveness failed" for ev in events), events
+            failed = e.log_records("replica liveness failed")
+            assert any(r.get("replica") == other["id"] for r in failed), e.logs()
         by.wait_for_answers(10)
     assert_serving(e)
     assert not by.errors, by.errors[:3]
