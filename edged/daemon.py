@@ -166,6 +166,7 @@ class Daemon:
             on_result=self._on_result,
             on_artifact_rotten=self._on_artifact_rotten,
             on_restart=self._on_restart,
+            on_batches=lambda rep, delta: self._inference_metrics.batched(rep.workload, delta),
             python=str(config.workers.python_executable),
             uids=WorkerUids(
                 UidRange(config.workers.uid_base, config.workers.uid_count),

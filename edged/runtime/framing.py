@@ -15,7 +15,9 @@ worker -> edged
     RESULT payload = ``!HI`` HTTP status, inference-header length (``NO_HEADER_LENGTH`` for a
            plain JSON body) + the response body.
     PONG   payload = JSON ``{"inflight": n, "busy_s": seconds the current batch has run,
-           "batch_rows": the most rows a batch merges now}``.
+           "batch_rows": the most rows a batch merges now, "batches", "requests", "compute_s":
+           running totals of the batches run, the requests in them and ONNX Runtime's seconds
+           in them (``batchstats.py``)}``.
     READY  payload = JSON model metadata (see ``worker.py``), sent once after warm-up.
     FAILED payload = JSON ``{"reason": ..., "message": ...}``, sent before exiting on a load error.
 """

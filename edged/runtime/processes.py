@@ -26,6 +26,7 @@ import orjson
 
 from edged.reconcile.model import Phase, ReplicaObservation
 from edged.runtime import egressfilter
+from edged.runtime.batchstats import BatchCounts, advance, from_pong
 from edged.runtime.exiting import classify_exit, classify_launch_failure
 from edged.runtime.framing import (
     HEADER,
@@ -190,6 +191,10 @@ class Replica:
         self.stopping_task: asyncio.Task[None] | None = None
         self.batch_limit: int | None = None  # rows per batch edged allows now (None: declared)
         self.worker_batch_rows: int | None = None  # what the worker said it applies (PONG)
+        # the current process's batch totals as last counted, and when (batchstats.py)
+        self._batches_seen = BatchCounts()
+        self._batches_seen_at = time.monotonic()
+        self._batches_refused = False  # logged once per process
         # what this slot's processes wrote to stderr (kept across restarts: output.py)
         self.output = OutputRing(self.id, workload)
         self._output_pipe: asyncio.ReadTransport | None = None
@@ -294,6 +299,7 @@ class Replica:
         rows = doc.get("batch_rows")
         self.worker_batch_rows = rows if isinstance(rows, int) else None
         busy = float(doc.get("busy_s", 0.0))
+        self._count_batches(doc)
         self._probe_state, not_live = record_pong(
             self._probe_state, busy, self.probes, now=time.monotonic()
         )
@@ -302,6 +308,25 @@ class Replica:
             return
         if self.phase is Phase.UNREADY:
             self._set_phase(Phase.READY)
+
+    def _count_batches(self, doc: dict[str, Any]) -> None:
+        report = from_pong(doc)
+        if report is None:
+            return
+        now = time.monotonic()
+        delta, why = advance(
+            self._batches_seen,
+            report,
+            max_batch=self.spec.max_batch_size,
+            wall_s=now - self._batches_seen_at,
+        )
+        self._batches_seen, self._batches_seen_at = report, now
+        if delta is None:
+            if not self._batches_refused:
+                self._batches_refused = True
+                log.warning("worker's batch totals not counted", replica=self.id, reason=why)
+        elif delta.batches:
+            self.pool.record_batches(self, delta)
 
     def on_channel_lost(self) -> None:
         self._cancel_probe()
@@ -367,6 +392,8 @@ class Replica:
         self._failed = self._killed = None
         self._probe_state = ProbeState(last_pong=time.monotonic())
         self.batch_limit = None  # a new process starts with the declared maxBatchSize
+        self._batches_seen, self._batches_seen_at = BatchCounts(), time.monotonic()
+        self._batches_refused = False
         self.spec = self._with_uid(self.spec)
         self._measuring = None
         if self.pool.measure is not None:  # measured as the worker starts loading it
@@ -525,6 +552,7 @@ class WorkerPool:
         on_result: Callable[[Replica, int, float], None],
         on_artifact_rotten: Callable[[WorkloadName, str], None] | None = None,
         on_restart: Callable[[Replica], None] | None = None,
+        on_batches: Callable[[Replica, BatchCounts], None] | None = None,
         python: str = "",
         uids: WorkerUids | None = None,
         measure: Callable[[str], Awaitable[None]] | None = None,
@@ -536,7 +564,8 @@ class WorkerPool:
         range). ``measure(sha256)``: started as each replica's process starts (the model's
         measurement into a TPM PCR, :class:`edged.trust.attesting.LoadMeasurer`); a worker
         that is ready before it ends serves once it ends, or after ``measure_wait_s`` at most.
-        It must not raise."""
+        It must not raise. ``on_batches(replica, increment)``: batches a worker ran since its
+        last liveness probe (``batchstats.py``)."""
         self.uids = uids if uids is not None else WorkerUids()
         self.notify = notify
         self.measure = measure
@@ -545,6 +574,7 @@ class WorkerPool:
         self._on_serving_change = on_serving_change
         self._on_result = on_result
         self._on_restart = on_restart
+        self._on_batches = on_batches
         self._python = python or sys.executable
         self._replicas: dict[ReplicaId, Replica] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -646,6 +676,10 @@ class WorkerPool:
 
     def record_result(self, rep: Replica, status: int, seconds: float) -> None:
         self._on_result(rep, status, seconds)
+
+    def record_batches(self, rep: Replica, delta: BatchCounts) -> None:
+        if self._on_batches is not None:
+            self._on_batches(rep, delta)
 
     async def shutdown(self, timeout: float = DRAIN_TIMEOUT_S) -> None:
         """Drain and stop every replica (edged is stopping)."""

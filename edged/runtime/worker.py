@@ -37,6 +37,7 @@ from typing import Any
 import orjson
 
 from edged.runtime.batching import QueueShape, choose_batch, hold_queue
+from edged.runtime.batchstats import BatchCounts
 from edged.runtime.framing import (
     HEADER,
     NO_HEADER_LENGTH,
@@ -249,6 +250,7 @@ class WorkerProtocol(asyncio.Protocol):
         self._idle_since = 0.0
         self._batch_rows = model.max_batch  # lowered by edged when memory is short
         self._plans = tensors.BinaryPlans()  # binary-request headers already checked
+        self._counts = BatchCounts()  # batches run to completion, sent in each PONG
 
     # -- connection ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -307,7 +309,12 @@ class WorkerProtocol(asyncio.Protocol):
         elif ftype == FrameType.PING:
             busy = 0.0 if self._running_since is None else time.monotonic() - self._running_since
             pong = orjson.dumps(
-                {"inflight": self._inflight, "busy_s": busy, "batch_rows": self._batch_rows}
+                {
+                    "inflight": self._inflight,
+                    "busy_s": busy,
+                    "batch_rows": self._batch_rows,
+                    **self._counts.to_pong(),
+                }
             )
             self._write(encode_frame(FrameType.PONG, req_id, pong))
         elif ftype == FrameType.DRAIN:
@@ -397,20 +404,21 @@ class WorkerProtocol(asyncio.Protocol):
         self._running_since = time.monotonic()
         if self._executor is None:
             try:
-                results = self._run(batch)
+                ran = self._run(batch)
             except Exception as exc:
                 self._batch_done(batch, None, exc)
             else:
-                self._batch_done(batch, results, None)
+                self._batch_done(batch, ran, None)
             return
         fut = self._executor.submit(self._run, batch)
         fut.add_done_callback(lambda f: self._loop.call_soon_threadsafe(self._on_future, batch, f))
 
-    def _on_future(self, batch: list[_Pending], fut: Future[list[Any]]) -> None:
+    def _on_future(self, batch: list[_Pending], fut: Future[tuple[list[Any], float]]) -> None:
         exc = fut.exception()
         self._batch_done(batch, None if exc else fut.result(), exc)
 
-    def _run(self, batch: list[_Pending]) -> list[Any]:
+    def _run(self, batch: list[_Pending]) -> tuple[list[Any], float]:
+        """The batch's outputs, and the seconds ONNX Runtime took."""
         import numpy as np
 
         first = batch[0].decoded
@@ -420,10 +428,15 @@ class WorkerProtocol(asyncio.Protocol):
             feeds = {
                 name: np.concatenate([p.decoded.feeds[name] for p in batch]) for name in first.feeds
             }
-        return list(self._model.session.run(list(first.outputs), feeds))
+        t0 = time.perf_counter()
+        outputs = self._model.session.run(list(first.outputs), feeds)
+        return list(outputs), time.perf_counter() - t0
 
     def _batch_done(
-        self, batch: list[_Pending], results: list[Any] | None, exc: BaseException | None
+        self,
+        batch: list[_Pending],
+        ran: tuple[list[Any], float] | None,
+        exc: BaseException | None,
     ) -> None:
         now = time.monotonic()
         if self._running_since is not None:
@@ -437,6 +450,10 @@ class WorkerProtocol(asyncio.Protocol):
             self._maybe_run()
         tensors = self._tensors
         frames: list[bytes] = []
+        results = None if ran is None else ran[0]
+        if ran is not None:
+            c = self._counts
+            self._counts = BatchCounts(c.batches + 1, c.requests + len(batch), c.compute_s + ran[1])
         if exc is not None or results is None:
             body = tensors.error_body(f"inference failed: {exc}")
             for p in batch:

@@ -21,6 +21,7 @@ from edged.serving.bounding import request_body_limit
 from edgefleet.metrics import CounterChild, HistogramChild, Registry
 
 if TYPE_CHECKING:
+    from edged.runtime.batchstats import BatchCounts
     from edged.runtime.processes import Replica
     from edged.serving.http import Request, Response
 
@@ -61,7 +62,9 @@ LATENCY_BUCKETS = (
 
 class InferenceMetrics:
     """Requests answered by workers, by workload and code, and their latency, by workload
-    (``workload`` is the one label name every edged metric uses for a workload)."""
+    (``workload`` is the one label name every edged metric uses for a workload); the batches
+    workers ran, the requests merged into them and ONNX Runtime's time in them, by workload
+    (as of each worker's last liveness probe: ``runtime/batchstats.py``)."""
 
     def __init__(self, registry: Registry) -> None:
         self._requests = registry.counter(
@@ -74,6 +77,21 @@ class InferenceMetrics:
             "Time from forwarding a request to a worker to its answer",
             ("workload",),
             buckets=LATENCY_BUCKETS,
+        )
+        self._batches = registry.counter(
+            "edged_inference_batches_total",
+            "Batches workers ran to completion (requests merged by dynamic batching)",
+            ("workload",),
+        )
+        self._batched = registry.counter(
+            "edged_inference_batched_requests_total",
+            "Requests in the batches workers ran to completion",
+            ("workload",),
+        )
+        self._compute = registry.counter(
+            "edged_inference_compute_seconds_total",
+            "Seconds ONNX Runtime spent running those batches (no decoding or encoding)",
+            ("workload",),
         )
         self._req_children: dict[tuple[str, int], CounterChild] = {}
         self._lat_children: dict[str, HistogramChild] = {}
@@ -88,6 +106,11 @@ class InferenceMetrics:
         if h is None:
             h = self._lat_children[workload] = self._latency.labels(workload=workload)
         h.observe(seconds)
+
+    def batched(self, workload: str, delta: BatchCounts) -> None:
+        self._batches.labels(workload=workload).inc(delta.batches)
+        self._batched.labels(workload=workload).inc(delta.requests)
+        self._compute.labels(workload=workload).inc(delta.compute_s)
 
 
 class InferenceRouter:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import time
 from pathlib import Path
 
 import numpy as np
@@ -205,6 +206,14 @@ def test_bad_requests_get_4xx_and_never_kill_the_worker(model_dir: Path, edged_f
     assert e.terminate() == 0
 
 
+def _sample(text: str, series: str) -> float:
+    """The value of one series (``name{labels}``) in a Prometheus text exposition; 0 if absent."""
+    for line in text.splitlines():
+        if line.startswith(series + " "):
+            return float(line.rsplit(" ", 1)[1])
+    return 0.0
+
+
 def test_status_socket_reports_and_metrics(model_dir: Path, edged_factory) -> None:
     write_manifest(model_dir)
     e: Edged = edged_factory(model_dir).start()
@@ -236,6 +245,24 @@ def test_status_socket_reports_and_metrics(model_dir: Path, edged_factory) -> No
         [promtool, "check", "metrics"], check=False, input=text, capture_output=True, text=True
     )
     assert checked.returncode == 0, checked.stdout + checked.stderr
+    # The worker's batches, counted as of its next liveness probe (every 5 s): one request at a
+    # time never merges, so 6 requests are 6 batches; ONNX Runtime's time in them is real and
+    # less than the time they took.
+    t0 = time.monotonic()
+    for _ in range(5):
+        assert e.infer("mlp", np.zeros((1, 64), dtype=np.float32))[0] == 200
+    took = time.monotonic() - t0
+
+    def batch_totals() -> tuple[float, float, float]:
+        text = e.request("GET", "/metrics", sock=e.status_sock)[1].decode()
+        return tuple(  # type: ignore[return-value]
+            _sample(text, f'edged_inference_{name}{{workload="mlp"}}')
+            for name in ("batches_total", "batched_requests_total", "compute_seconds_total")
+        )
+
+    wait_for(lambda: batch_totals()[0] == 6, 30, "6 batches counted")
+    batches, batched, compute_s = batch_totals()
+    assert batches == batched == 6 and 0 < compute_s < took + 1
     # A worker killed from outside is started again: counted, as status counts it.
     os.kill(rep["pid"], signal.SIGKILL)
     wait_for(lambda: e.workload("mlp")["replicas"][0]["restarts"] == 1, 60, "a restart")
