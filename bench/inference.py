@@ -42,6 +42,7 @@ from common import (
     median,
     percentile,
     timed_calls,
+    wake_penalty,
     window_client,
 )
 
@@ -83,6 +84,8 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
                     "edged_p99_ms": ms(percentile(path, 99)),
                     "http_only_p50_ms": ms(percentile(http, 50)),
                 }
+                # the machine: the same tiny run after a 0.3 ms sleep against back to back
+                r["wake_penalty"] = wake_penalty(sess, x)
                 r["added_p50_ms"] = r["edged_p50_ms"] - r["bare_p50_ms"]
                 r["added_p99_ms"] = r["edged_p99_ms"] - r["bare_p99_ms"]
                 reps.append(r)
@@ -99,7 +102,10 @@ def latency(args: argparse.Namespace) -> dict[str, Any]:
 def throughput(args: argparse.Namespace) -> dict[str, Any]:
     from edgefleet.demo import MEDIUM_MLP
 
-    model = ModelDef("medium", MEDIUM_MLP, max_batch_size=args.max_batch, cpu=args.cpu)
+    # readiness probes every 0.5 s: the worker's batch totals reach /metrics with each PONG
+    model = ModelDef(
+        "medium", MEDIUM_MLP, max_batch_size=args.max_batch, cpu=args.cpu, probe_period_s=0.5
+    )
     x = make_input(MEDIUM_MLP[0], seed=2)
     requests = {"json": infer_request(model.name, x), "binary": infer_request_binary(model.name, x)}
     req = requests["json"]
@@ -129,6 +135,7 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
                     timed_calls(c, req, 50)
                     one = timed_calls(c, req, args.c1_n)
                 windows = {}
+                batching: dict[str, list[float]] = {}
                 for kind, request in requests.items():
                     t_start = time.monotonic() + args.warm_s
                     t_end = t_start + args.dur_s
@@ -139,9 +146,12 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
                     )
                     time.sleep(max(0.0, t_start - time.monotonic()))
                     cpu0 = (cpu_seconds(edged.pid), cpu_seconds(worker) if worker else 0.0)
+                    batches0 = _batch_totals(edged.metrics())
                     time.sleep(max(0.0, t_end - time.monotonic()))
                     cpu1 = (cpu_seconds(edged.pid), cpu_seconds(worker) if worker else 0.0)
+                    batches1 = _batch_totals(edged.metrics())
                     windows[kind] = (res.get(args.dur_s + args.warm_s + 60), cpu0, cpu1)
+                    batching[kind] = [b - a for a, b in zip(batches0, batches1, strict=True)]
                 out, cpu0, cpu1 = windows["json"]
                 rate = sum(cnt / el for cnt, el, _, _ in out if el > 0)
                 lat = [v for _, _, ls, _ in out for v in ls]
@@ -186,6 +196,20 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
                     1e6 * (bcpu1[1] - bcpu0[1]) / max(1.0, brate * args.dur_s)
                 )
                 r["ort_us_per_row"] = ort_us_per_row
+                # inside the worker (edged's own metrics, as of its PONGs every 0.5 s): requests
+                # merged per batch, ONNX Runtime's time per batch against the bare batch-8
+                # call (the same work: >1 is contention for the caches and cores), the share
+                # of the window ONNX Runtime ran, and the time per batch it did not
+                for kind, prefix in (("json", ""), ("binary", "binary_")):
+                    nb, nreq, comp = batching[kind]
+                    krate = rate if kind == "json" else brate
+                    per_batch = nreq / nb if nb else 0.0
+                    batch_s = comp / nb if nb else 0.0
+                    r[prefix + "reqs_per_batch"] = per_batch
+                    r[prefix + "worker_batch_ms"] = ms(batch_s)
+                    r[prefix + "batch_vs_bare"] = ms(batch_s) / r["bare_batch_ms"]
+                    r[prefix + "ort_busy_pct"] = 100 * krate / per_batch * batch_s if nb else 0.0
+                    r[prefix + "gap_ms"] = ms(per_batch / krate - batch_s) if nb else 0.0
                 # what edged spends per request beyond ONNX Runtime's work for its row
                 r["overhead_us_per_req"] = (
                     r["control_us_per_req"] + r["worker_us_per_req"] - ort_us_per_row
@@ -213,6 +237,14 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
         "reps": reps,
         "median": {k: median(r[k] for r in reps) for k in reps[0]},
     }
+
+
+def _batch_totals(metrics: dict[str, float]) -> list[float]:
+    """The medium workload's batches, requests in them and ONNX Runtime seconds in them."""
+    return [
+        metrics.get(f'edged_inference_{name}{{workload="medium"}}', 0.0)
+        for name in ("batches_total", "batched_requests_total", "compute_seconds_total")
+    ]
 
 
 def print_table(title: str, rows: list[dict[str, float]], cols: list[tuple[str, str, str]]) -> None:
@@ -279,6 +311,7 @@ def main() -> int:
                 ("added_p50_ms", "added p50", ".4f"),
                 ("added_p99_ms", "added p99", ".4f"),
                 ("http_only_p50_ms", "HTTP-only p50", ".4f"),
+                ("wake_penalty", "wake penalty", ".2f"),
             ],
         )
     if args.only in (None, "throughput"):
@@ -333,6 +366,24 @@ def main() -> int:
             ],
         )
 
+        print_table(
+            "  Inside the worker (edged's batch metrics): requests per batch, ONNX Runtime's "
+            f"time per batch and against the bare batch-{args.max_batch} call, the share of the "
+            "window it ran, and the time per batch outside it",
+            thr["reps"] + [thr["median"]],
+            [
+                ("reqs_per_batch", "json req/batch", ".2f"),
+                ("worker_batch_ms", "json ORT ms", ".3f"),
+                ("batch_vs_bare", "json ORT/bare", ".2f"),
+                ("ort_busy_pct", "json ORT busy %", ".0f"),
+                ("gap_ms", "json gap ms", ".3f"),
+                ("binary_reqs_per_batch", "bin req/batch", ".2f"),
+                ("binary_batch_vs_bare", "bin ORT/bare", ".2f"),
+                ("binary_ort_busy_pct", "bin ORT busy %", ".0f"),
+                ("binary_gap_ms", "bin gap ms", ".3f"),
+            ],
+        )
+
     summary: dict[str, Any] = {}
     print(f"\n==== summary (medians of {args.reps} repetition{'s' * (args.reps > 1)}) ====")
     if "latency" in result:
@@ -349,6 +400,10 @@ def main() -> int:
             f"           added p50 {m['added_p50_ms']:.3f} ms (target <= "
             f"{TARGET_ADDED_P50_MS} ms) {'OK' if ok else 'MISSED'}; added p99 "
             f"{m['added_p99_ms']:.3f} ms; HTTP layer alone p50 {m['http_only_p50_ms']:.3f} ms"
+        )
+        print(
+            f"           waking on this machine: a tiny run after a 0.3 ms sleep takes "
+            f"{m['wake_penalty']:.2f}x its time back to back (each process hop pays it)"
         )
     if "throughput" in result:
         m = result["throughput"]["median"]
@@ -382,6 +437,12 @@ def main() -> int:
             f"the bare batch-{args.max_batch} call ({m['bare_batch_ms']:.3f} ms) (target <= "
             f"{TARGET_P99_VS_BATCH}x) {'OK' if ok_p else 'MISSED'}; binary p99 "
             f"{m['binary_p99_ms']:.3f} ms = {m['binary_p99_vs_batch']:.2f}x"
+        )
+        print(
+            f"           in the worker (JSON): {m['reqs_per_batch']:.2f} requests per batch, "
+            f"ONNX Runtime {m['worker_batch_ms']:.3f} ms per batch = {m['batch_vs_bare']:.2f}x "
+            f"the bare call, busy {m['ort_busy_pct']:.0f}% of the window, "
+            f"{m['gap_ms']:.3f} ms per batch outside it"
         )
     print(f"(took {time.perf_counter() - t0:.0f} s)")
     result["summary"] = summary
