@@ -186,6 +186,20 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
                 r["p99_vs_bare_p99"] = r["edged_p99_ms"] / r["bare_p99_ms"]
                 r["clients_cpu_pct"] = 100 * client_cpu / args.dur_s
                 r["clients_us_per_req"] = 1e6 * client_cpu / max(1.0, rate * args.dur_s)
+                bclient_cpu = sum(c for _, _, _, c in bout)
+                r["binary_clients_us_per_req"] = 1e6 * bclient_cpu / max(1.0, brate * args.dur_s)
+                # What a server costing nothing could reach here: with as many clients as
+                # maxBatchSize, every client waits on the batch that holds its request, so
+                # the clients' own CPU per batch (their turnaround: read the answer, send the
+                # next request) cannot overlap ONNX Runtime and needs at least
+                # rows x clients us/req / cores of wall time between batches.
+                cores = os.cpu_count() or 1
+                for prefix in ("", "binary_"):
+                    turnaround_s = args.max_batch * r[prefix + "clients_us_per_req"] / 1e6 / cores
+                    b8_s = r["bare_batch_ms"] / 1e3
+                    r[prefix + "zero_cost_bound"] = (
+                        b8_s / (b8_s + turnaround_s) if n == args.max_batch else float("nan")
+                    )
                 r["control_us_per_req"] = 1e6 * (cpu1[0] - cpu0[0]) / max(1.0, rate * args.dur_s)
                 r["worker_us_per_req"] = 1e6 * (cpu1[1] - cpu0[1]) / max(1.0, rate * args.dur_s)
                 _, bcpu0, bcpu1 = windows["binary"]
@@ -383,6 +397,18 @@ def main() -> int:
                 ("binary_gap_ms", "bin gap ms", ".3f"),
             ],
         )
+        print_table(
+            "  The most a server that cost nothing could reach with these clients on this "
+            f"machine ({os.cpu_count()} cores): the batch-{args.max_batch} call plus the "
+            "clients' own turnaround, which no batch can hide when every client waits on it",
+            thr["reps"] + [thr["median"]],
+            [
+                ("clients_us_per_req", "json client us", ".1f"),
+                ("zero_cost_bound", "json bound/ceil", ".2f"),
+                ("binary_clients_us_per_req", "bin client us", ".1f"),
+                ("binary_zero_cost_bound", "bin bound/ceil", ".2f"),
+            ],
+        )
 
     summary: dict[str, Any] = {}
     print(f"\n==== summary (medians of {args.reps} repetition{'s' * (args.reps > 1)}) ====")
@@ -414,6 +440,8 @@ def main() -> int:
             ceiling_ratio=m["ceiling_ratio"],
             binary_ceiling_ratio=m["binary_ceiling_ratio"],
             p99_vs_batch=m["p99_vs_batch"],
+            zero_cost_bound=m["zero_cost_bound"],
+            binary_zero_cost_bound=m["binary_zero_cost_bound"],
             throughput_ok=ok_r,
             binary_ok=ok_b,
             p99_ok=ok_p,
@@ -443,6 +471,10 @@ def main() -> int:
             f"ONNX Runtime {m['worker_batch_ms']:.3f} ms per batch = {m['batch_vs_bare']:.2f}x "
             f"the bare call, busy {m['ort_busy_pct']:.0f}% of the window, "
             f"{m['gap_ms']:.3f} ms per batch outside it"
+        )
+        print(
+            f"           a server costing nothing could reach at most {m['zero_cost_bound']:.2f}x "
+            f"(JSON) and {m['binary_zero_cost_bound']:.2f}x (binary) with these clients here"
         )
     print(f"(took {time.perf_counter() - t0:.0f} s)")
     result["summary"] = summary
