@@ -9,9 +9,10 @@ a restarted worker counts from zero again.
 
 A worker runs a model edged does not trust, so a report is checked before it counts: whole,
 non-negative numbers that never go down; at least one request and at most ``maxBatchSize``
-requests per batch (each takes a row at least); no more ONNX Runtime seconds than wall-clock
-seconds passed since the last report (batches run one at a time). A report that breaks a rule
-adds nothing; counting starts again from it.
+requests per batch (each takes a row at least); no more ONNX Runtime seconds than could have
+passed: the wall-clock time since the last report, plus how long the batch running then had
+already run (its ``busy_s``; batches run one at a time). A report that breaks a rule adds
+nothing; counting starts again from it.
 """
 
 from __future__ import annotations
@@ -20,9 +21,9 @@ import math
 from dataclasses import dataclass
 from typing import Any
 
-CLOCK_SLACK_S = 1.0
-"""Compute seconds a report may exceed the wall-clock time since the last one by (timers on
-both ends, a batch that began before the last report)."""
+CLOCK_SLACK_S = 0.5
+"""Compute seconds a report may exceed the time that could have passed by (two clocks, and
+when each end read them)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -55,8 +56,9 @@ def from_pong(doc: dict[str, Any]) -> BatchCounts | None:
 def advance(
     seen: BatchCounts, report: BatchCounts, *, max_batch: int, wall_s: float
 ) -> tuple[BatchCounts | None, str]:
-    """The increment from ``seen`` (the last report counted) to ``report``, which came
-    ``wall_s`` seconds later; or None and why it cannot be right."""
+    """The increment from ``seen`` (the last report counted) to ``report``; or None and why it
+    cannot be right. ``wall_s``: the most ONNX Runtime time that can lie between them (seconds
+    since ``seen`` came, plus the ``busy_s`` it came with)."""
     delta = BatchCounts(
         report.batches - seen.batches,
         report.requests - seen.requests,

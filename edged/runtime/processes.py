@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import os
 import signal
 import socket
@@ -191,9 +192,9 @@ class Replica:
         self.stopping_task: asyncio.Task[None] | None = None
         self.batch_limit: int | None = None  # rows per batch edged allows now (None: declared)
         self.worker_batch_rows: int | None = None  # what the worker said it applies (PONG)
-        # the current process's batch totals as last counted, and when (batchstats.py)
-        self._batches_seen = BatchCounts()
-        self._batches_seen_at = time.monotonic()
+        # the current process's batch totals as last counted, when, and the busy_s they came
+        # with (batchstats.py)
+        self._batches_seen = (BatchCounts(), time.monotonic(), 0.0)
         self._batches_refused = False  # logged once per process
         # what this slot's processes wrote to stderr (kept across restarts: output.py)
         self.output = OutputRing(self.id, workload)
@@ -299,7 +300,7 @@ class Replica:
         rows = doc.get("batch_rows")
         self.worker_batch_rows = rows if isinstance(rows, int) else None
         busy = float(doc.get("busy_s", 0.0))
-        self._count_batches(doc)
+        self._count_batches(doc, busy)
         self._probe_state, not_live = record_pong(
             self._probe_state, busy, self.probes, now=time.monotonic()
         )
@@ -309,18 +310,17 @@ class Replica:
         if self.phase is Phase.UNREADY:
             self._set_phase(Phase.READY)
 
-    def _count_batches(self, doc: dict[str, Any]) -> None:
+    def _count_batches(self, doc: dict[str, Any], busy_s: float) -> None:
         report = from_pong(doc)
         if report is None:
             return
         now = time.monotonic()
+        seen, seen_at, busy_then = self._batches_seen
         delta, why = advance(
-            self._batches_seen,
-            report,
-            max_batch=self.spec.max_batch_size,
-            wall_s=now - self._batches_seen_at,
+            seen, report, max_batch=self.spec.max_batch_size, wall_s=now - seen_at + busy_then
         )
-        self._batches_seen, self._batches_seen_at = report, now
+        # a batch still running at this report may finish with up to busy_s already spent
+        self._batches_seen = (report, now, max(0.0, busy_s) if math.isfinite(busy_s) else 0.0)
         if delta is None:
             if not self._batches_refused:
                 self._batches_refused = True
@@ -392,7 +392,7 @@ class Replica:
         self._failed = self._killed = None
         self._probe_state = ProbeState(last_pong=time.monotonic())
         self.batch_limit = None  # a new process starts with the declared maxBatchSize
-        self._batches_seen, self._batches_seen_at = BatchCounts(), time.monotonic()
+        self._batches_seen = (BatchCounts(), time.monotonic(), 0.0)
         self._batches_refused = False
         self.spec = self._with_uid(self.spec)
         self._measuring = None
