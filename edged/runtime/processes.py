@@ -324,7 +324,7 @@ class Replica:
         if delta is None:
             if not self._batches_refused:
                 self._batches_refused = True
-                log.warning("worker's batch totals not counted", replica=self.id, reason=why)
+                log.warning("worker batch totals not counted", replica=self.id, reason=why)
         elif delta.batches:
             self.pool.record_batches(self, delta)
 
