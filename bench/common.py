@@ -240,8 +240,8 @@ def bare_session(model_path: str | Path) -> Any:
 def wake_penalty(session: Any, x: Any, *, n: int = 400, idle_s: float = 0.0003) -> float:
     """How much slower the same small ``session.run`` is right after the thread slept for
     ``idle_s`` than back to back (medians): the cost of waking an idle CPU on this machine.
-    A request that crosses processes pays it at each hop; a VM whose idle vCPUs halt (no
-    polling) shows 2-3x here, bare metal about 1x."""
+    A request that crosses processes pays it at each hop (1 would be no penalty; the 2-core
+    CI machine, a VM, shows 3-4.6x)."""
     feeds = {"input": x}
     run = session.run
     pc = time.perf_counter
