@@ -11,6 +11,7 @@ import numpy as np
 import onnxruntime as ort
 import orjson
 from harness import Edged, wait_for, write_manifest
+from metricstesting import series_value
 
 
 def direct(model: Path, x: np.ndarray) -> np.ndarray:
@@ -206,14 +207,6 @@ def test_bad_requests_get_4xx_and_never_kill_the_worker(model_dir: Path, edged_f
     assert e.terminate() == 0
 
 
-def _sample(text: str, series: str) -> float:
-    """The value of one series (``name{labels}``) in a Prometheus text exposition; 0 if absent."""
-    for line in text.splitlines():
-        if line.startswith(series + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 def test_status_socket_reports_and_metrics(model_dir: Path, edged_factory) -> None:
     write_manifest(model_dir)
     e: Edged = edged_factory(model_dir).start()
@@ -256,7 +249,7 @@ def test_status_socket_reports_and_metrics(model_dir: Path, edged_factory) -> No
     def batch_totals() -> tuple[float, float, float]:
         text = e.request("GET", "/metrics", sock=e.status_sock)[1].decode()
         return tuple(  # type: ignore[return-value]
-            _sample(text, f'edged_inference_{name}{{workload="mlp"}}')
+            series_value(text, f'edged_inference_{name}{{workload="mlp"}}')
             for name in ("batches_total", "batched_requests_total", "compute_seconds_total")
         )
 

@@ -19,6 +19,7 @@ import orjson
 import pytest
 from asynctesting import async_test
 from hubserving import AdminHub, client_credentials, make_hub_dir
+from metricstesting import series_value
 
 from edgefleet.launching import LaunchedHub, free_port_pair, start_hub
 from edgefleet.v1 import admin_pb2, enrollment_pb2, enrollment_pb2_grpc
@@ -169,14 +170,6 @@ def test_the_listener_is_on_loopback_by_default(tmp_path: Path) -> None:
     assert (config.listen, config.metrics_listen) == ("0.0.0.0:9443", "127.0.0.1:9445")
 
 
-def _value(text: str, series: str) -> float:
-    """The value of one series in an exposition (0 when absent)."""
-    for line in text.splitlines():
-        if line.startswith(series + " "):
-            return float(line.rsplit(" ", 1)[1])
-    return 0.0
-
-
 @async_test
 async def test_events_rollout_steps_and_placements_are_counted(tmp_path: Path) -> None:
     """An apply places a deployment on the devices that match (hub_placements,
@@ -203,17 +196,17 @@ async def test_events_rollout_steps_and_placements_are_counted(tmp_path: Path) -
             deadline = time.monotonic() + 20
             while True:
                 text = hub.ctx.metrics.render()
-                if _value(text, series) == value:
+                if series_value(text, series) == value:
                     return text
                 assert time.monotonic() < deadline, f"{series} != {value}:\n{text}"
                 await asyncio.sleep(0.05)
 
         text = await until('hub_placement_changes_total{change="placed"}', 2)
-        assert _value(text, "hub_placements") == 2
-        assert _value(text, 'hub_rollout_steps_total{reason="RevisionCreated"}') == 1
+        assert series_value(text, "hub_placements") == 2
+        assert series_value(text, 'hub_rollout_steps_total{reason="RevisionCreated"}') == 1
         created = 'hub_events_total{kind="ModelDeployment",type="Normal",reason="Created"}'
-        assert _value(text, created) == 1
+        assert series_value(text, created) == 1
 
         await stub.Delete(admin_pb2.DeleteRequest(kind="ModelDeployment", name="fraud"))
         text = await until('hub_placement_changes_total{change="removed"}', 2)
-        assert _value(text, "hub_placements") == 0
+        assert series_value(text, "hub_placements") == 0
