@@ -39,6 +39,16 @@ def free_port() -> int:
         return port
 
 
+PORT_TAKEN = "address already in use"
+"""In etcd's log when a port :func:`free_port` chose was taken by another process (a test on
+another xdist worker) before etcd bound it: the members start again on fresh ports."""
+LAUNCH_TRIES = 3
+
+
+class PortTaken(RuntimeError):
+    """etcd exited because a port it was to listen on had been taken meanwhile."""
+
+
 class EtcdServer:
     """``EtcdServer(dir).start()``; ``endpoint`` is HOST:PORT for clients; ``stop()``."""
 
@@ -104,7 +114,8 @@ class EtcdServer:
         deadline = time.monotonic() + ready_within
         while time.monotonic() < deadline:
             if self.process.poll() is not None:
-                raise RuntimeError(f"etcd exited: {self.log_tail()}")
+                tail = self.log_tail()
+                raise (PortTaken if PORT_TAKEN in tail else RuntimeError)(f"etcd exited: {tail}")
             with contextlib.suppress(OSError):
                 url = f"http://127.0.0.1:{self.metrics_port}/health"
                 with urllib.request.urlopen(url, timeout=2) as response:
@@ -131,20 +142,30 @@ class EtcdServer:
 
 
 def start_cluster(directory: Path, size: int = 3) -> list[EtcdServer]:
-    """A ``size``-member etcd cluster on loopback (members started together, then awaited)."""
-    members = [EtcdServer(directory / f"m{i}", name=f"m{i}") for i in range(size)]
-    cluster = ",".join(f"{m.name}={m.peer_url}" for m in members)
-    try:
-        for m in members:
-            m.initial_cluster = cluster
-            m.launch()
-        for m in members:
-            m.wait_healthy(90)
-    except BaseException:
-        for m in members:
-            m.stop()
-        raise
-    return members
+    """A ``size``-member etcd cluster on loopback (members started together, then awaited;
+    all again on fresh ports and fresh data when one lost a port before binding it)."""
+    for attempt in range(LAUNCH_TRIES):
+        base = directory / f"try{attempt}" if attempt else directory
+        members = [EtcdServer(base / f"m{i}", name=f"m{i}") for i in range(size)]
+        cluster = ",".join(f"{m.name}={m.peer_url}" for m in members)
+        try:
+            for m in members:
+                m.initial_cluster = cluster
+                m.launch()
+            for m in members:
+                m.wait_healthy(90)
+        except PortTaken:
+            for m in members:
+                m.stop()
+            if attempt == LAUNCH_TRIES - 1:
+                raise
+            continue
+        except BaseException:
+            for m in members:
+                m.stop()
+            raise
+        return members
+    raise AssertionError("unreachable")
 
 
 def _environment() -> dict[str, str]:
@@ -156,7 +177,14 @@ def _environment() -> dict[str, str]:
 
 @contextlib.contextmanager
 def running_etcd(directory: Path) -> Iterator[EtcdServer]:
-    server = EtcdServer(directory).start()
+    for attempt in range(LAUNCH_TRIES):  # fresh ports when one was taken before etcd bound it
+        try:
+            server = EtcdServer(directory).start()
+            break
+        except PortTaken:
+            shutil.rmtree(directory, ignore_errors=True)
+            if attempt == LAUNCH_TRIES - 1:
+                raise
     try:
         yield server
     finally:
