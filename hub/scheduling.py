@@ -22,11 +22,12 @@ How a pass goes:
    a deployment over its ``total`` its lowest scored ones.
 2. **Place** the missing replicas, deployments by priority (highest first) then name: devices
    that pass every filter (taints and tolerations, ``nodeSelector`` and ``matchExpressions``,
-   regions, zones, the accelerator's ``anyOf`` classes, deployment affinity and anti-affinity,
-   capacity: cpu, memory and accelerator slots less what is placed), scored ``Spread`` (least
-   allocated, the default) or ``BinPack`` (most allocated), devices already holding the
-   artifact preferred; ``topologySpread`` places each replica in the domain with the fewest
-   (``maxSkew``: never more than that above the emptiest domain).
+   regions, zones — for a deployment mounting a Secret, on the device's token labels too:
+   :meth:`Fleet.trusted_filter` —, the accelerator's ``anyOf`` classes, deployment affinity
+   and anti-affinity, capacity: cpu, memory and accelerator slots less what is placed), scored
+   ``Spread`` (least allocated, the default) or ``BinPack`` (most allocated), devices already
+   holding the artifact preferred; ``topologySpread`` places each replica in the domain with
+   the fewest (``maxSkew``: never more than that above the emptiest domain).
 3. **Preempt** when a replica fits nowhere: on the device where it needs the fewest evictions
    of strictly lower-priority placements (then the least important ones), those are evicted,
    each an :class:`Eviction` with its reason; their deployments, lower in the order, are placed
