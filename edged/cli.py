@@ -68,7 +68,11 @@ def _parser() -> argparse.ArgumentParser:
         "needed when the image has no trust root (trust.rootFile)",
     )
     en.add_argument("--config", type=Path, help="edged.toml (for trust.rootFile and trust.tpm)")
-    en.add_argument("--label", action="append", default=[], metavar="KEY=VALUE", help="repeatable")
+    en.add_argument(
+        "--label", action="append", default=[], metavar="KEY=VALUE",
+        help="a label of the device's own choosing, where its token allows (repeatable); a "
+        "Secret never follows it: label through the token (hub token create --label) instead",
+    )  # fmt: skip
     en.add_argument("--name", default="", help="the device name (default: the hub picks)")
     en.add_argument("--enroll-address", help="HOST:PORT of enrollment (default: hub port + 1)")
     en.add_argument("--force", action="store_true", help="enroll again, replacing the link")

@@ -57,6 +57,7 @@ from hub.desired import (
     wire_size_bound,
 )
 from hub.devices import Device
+from hub.labeltrust import secrets_withheld
 from hub.pki import Role
 from hub.placing import REGION_LABEL
 from hub.presenting import (
@@ -519,6 +520,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 scheduled=cache.explanations.get(name)
                 if dep.spec.replicas.per_device is None
                 else None,
+                withheld=secrets_withheld(dep, cache.devices.values(), self._ctx.region),
             )
             state = cache.rollouts.get(name)
             if state is not None:

@@ -3,8 +3,10 @@
 :func:`build_desired` places deployments with :func:`hub.placing.project`, sends each the
 revision its rollout assigns this device (:meth:`hub.caching.Cache.revision_for`: the
 stable one, or the one being rolled out once the device was given it), leaves out those
-whose model was not pushed (with the reason), adds the fleet's DeviceHealthPolicies and
-digests it all. :class:`hub.projecting.Projector` calls it and does the writing and sending.
+whose model was not pushed and those mounting a Secret that may not go to this device (a TPM
+it lacks; a placement it matches only through labels it chose: :mod:`hub.labeltrust`), each
+with the reason, adds the fleet's DeviceHealthPolicies and digests it all.
+:class:`hub.projecting.Projector` calls it and does the writing and sending.
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ import orjson
 from edgefleet.api import PRIORITY_CLASSES, PriorityClass
 from hub.caching import Cache
 from hub.devices import Device, TrustState
+from hub.labeltrust import untrusted_match
 from hub.placing import (
     Projection,
     SecurityPolicy,
@@ -138,6 +141,11 @@ def build_desired(
         tpm_needed = secret_tpm_mismatch(mounts, fleet.tpm_secrets, device)
         if tpm_needed is not None:  # never sent: a workload without its secret does not run
             excluded[name] = tpm_needed
+            continue
+        dep = cache.deployments.get(name)
+        chosen = untrusted_match(dep, device, region, mounted=mounts) if dep else None
+        if chosen is not None:  # a Secret follows only labels no device chose
+            excluded[name] = chosen
             continue
         names.append(name)
         numbers.append((name, revision.number))

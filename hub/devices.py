@@ -276,13 +276,18 @@ def with_latencies(known: Mapping[str, float], reported: Mapping[str, float]) ->
 class Device:
     """One enrolled device.
 
-    ``labels`` are the operator's (set at enrollment or with ``edgectl``) and win over
-    ``reported_labels`` (what the device discovered: ``arch``, ``accelerator``...) on conflict.
+    ``labels`` are those set at enrollment and win over ``reported_labels`` (what the device
+    says in its Hello and status: what it discovered, ``arch``, ``accelerator``..., and what its
+    own config sets) on conflict. ``own_labels`` names the keys of ``labels`` the device asked
+    for itself at enrollment (its token allowed it); the others are its bootstrap token's.
+    :meth:`trusted_labels` are the labels no device chose: a Secret follows only those
+    (:mod:`hub.labeltrust`).
     """
 
     name: str
     labels: Mapping[str, str] = field(default_factory=dict)
     reported_labels: Mapping[str, str] = field(default_factory=dict)
+    own_labels: frozenset[str] = frozenset()
     cordoned: bool = False
     revoked: bool = False
     phase: DevicePhase = DevicePhase.PENDING
@@ -332,6 +337,11 @@ class Device:
     def all_labels(self) -> dict[str, str]:
         return {**self.reported_labels, **self.labels}
 
+    def trusted_labels(self) -> dict[str, str]:
+        """The labels the device did not choose: its bootstrap token's (a record enrolled
+        before ``own_labels`` was kept counts every enrollment label as its token's)."""
+        return {k: v for k, v in self.labels.items() if k not in self.own_labels}
+
     def with_(self, **changes: Any) -> Device:
         return replace(self, **changes)
 
@@ -340,6 +350,7 @@ class Device:
             "name": self.name,
             "labels": dict(sorted(self.labels.items())),
             "reportedLabels": dict(sorted(self.reported_labels.items())),
+            **({"ownLabels": sorted(self.own_labels)} if self.own_labels else {}),
             "cordoned": self.cordoned,
             "revoked": self.revoked,
             "phase": self.phase.value,
@@ -367,6 +378,7 @@ class Device:
             name=str(doc["name"]),
             labels=dict(doc.get("labels", {})),
             reported_labels=dict(doc.get("reportedLabels", {})),
+            own_labels=frozenset(str(k) for k in doc.get("ownLabels", ())),
             cordoned=bool(doc.get("cordoned", False)),
             revoked=bool(doc.get("revoked", False)),
             phase=DevicePhase(doc.get("phase", DevicePhase.PENDING.value)),

@@ -10,7 +10,8 @@ Labels: the token's labels win. A device may add labels of its own only where it
 allows it (not at all with ``no_device_labels``, only keys under ``device_label_prefix`` if set),
 never a key the token sets to another value, and never a key reserved in ``[enrollment]
 reservedLabels`` (those are for tokens and ``edgectl label`` alone, like Kubernetes'
-NodeRestriction): :func:`enrollment_labels` decides, purely.
+NodeRestriction): :func:`enrollment_labels` decides, purely. The device record keeps which
+keys the device asked for (``own_labels``): a Secret never follows those (:mod:`hub.labeltrust`).
 
 Guessing: attempts are rate limited per source address and, for refused attempts, per token
 id (:mod:`hub.limiting`): when a token id's refusals exceed its rate, addresses refused in
@@ -281,6 +282,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         device = Device(
             name,
             labels=labels,
+            own_labels=frozenset(labels) - set(record.labels),  # the device asked for these
             certificate_serial=format(certificate.serial_number, "x"),
             public_key_pem=pki.public_key_pem(certificate),
             enrolled_at=now,

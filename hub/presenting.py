@@ -150,6 +150,7 @@ def deployment_object(
     placeable: int | None = None,
     assigned_models: Mapping[str, tuple[str, str | None]] | None = None,
     scheduled: Explanation | None = None,
+    withheld: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """The stored manifest with its status computed from device reports."""
     if dep is None:
@@ -165,6 +166,7 @@ def deployment_object(
         placeable=placeable,
         assigned_models=assigned_models,
         scheduled=scheduled,
+        withheld=withheld,
     )
     return {**manifest, "status": status.to_json()}
 

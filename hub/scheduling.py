@@ -22,11 +22,12 @@ How a pass goes:
    a deployment over its ``total`` its lowest scored ones.
 2. **Place** the missing replicas, deployments by priority (highest first) then name: devices
    that pass every filter (taints and tolerations, ``nodeSelector`` and ``matchExpressions``,
-   regions, zones, the accelerator's ``anyOf`` classes, deployment affinity and anti-affinity,
-   capacity: cpu, memory and accelerator slots less what is placed), scored ``Spread`` (least
-   allocated, the default) or ``BinPack`` (most allocated), devices already holding the
-   artifact preferred; ``topologySpread`` places each replica in the domain with the fewest
-   (``maxSkew``: never more than that above the emptiest domain).
+   regions, zones — for a deployment mounting a Secret, on the device's token labels too:
+   :meth:`Fleet.trusted_filter` —, the accelerator's ``anyOf`` classes, deployment affinity
+   and anti-affinity, capacity: cpu, memory and accelerator slots less what is placed), scored
+   ``Spread`` (least allocated, the default) or ``BinPack`` (most allocated), devices already
+   holding the artifact preferred; ``topologySpread`` places each replica in the domain with
+   the fewest (``maxSkew``: never more than that above the emptiest domain).
 3. **Preempt** when a replica fits nowhere: on the device where it needs the fewest evictions
    of strictly lower-priority placements (then the least important ones), those are evicted,
    each an :class:`Eviction` with its reason; their deployments, lower in the order, are placed
@@ -74,6 +75,7 @@ ARTIFACT_BONUS = 0.5  # in score units: a whole device's worth of free room is 1
 SCORE_SPAN = 8.0  # every score is below this (room 0-1, bonuses 0.75)
 TIE_BREAK = 1e-13  # per device index: orders equal scores by name, below any real difference
 CLASS_BONUS = 0.25  # anyOf: the first class scores this much more than the last
+TRUSTED_NOTE = "a Secret follows only bootstrap token labels"
 MAX_VICTIMS_SEARCHED = 12  # exact fewest-victims search up to this many placements per device
 
 Mask = npt.NDArray[np.bool_]
@@ -94,6 +96,9 @@ class Node:
     phase: DevicePhase = DevicePhase.READY
     last_heartbeat: float | None = None
     latencies: Mapping[str, float] = field(default_factory=dict)  # sha256 -> self-benchmark p95
+    # the labels no device chose (its bootstrap token's, the hub's): a deployment mounting a
+    # Secret must match these alone (hub.labeltrust); None: every label (a test's node)
+    trusted_labels: Mapping[str, str] | None = None
 
 
 def accelerator_slots(labels: Mapping[str, str]) -> dict[str, int]:
@@ -118,11 +123,14 @@ def node_of(
     device: Device, policy: SecurityPolicy, *, region: str, artifacts: frozenset[str] = frozenset()
 ) -> Node:
     """The scheduler's view of ``device`` (pure). Labels: the device's, plus its region
-    (``topology.edgefleet.io/region``: the hub's region unless the device is labelled)."""
-    labels = device.all_labels()
-    if region and REGION_LABEL not in labels:
-        labels[REGION_LABEL] = region
-    labels[TPM_LABEL] = "true" if tpm_attested(device) else "false"  # the hub's, never the device's
+    (``topology.edgefleet.io/region``: the hub's region unless the device is labelled); and
+    the same of its trusted labels alone (:meth:`hub.devices.Device.trusted_labels`)."""
+    labels, trusted = device.all_labels(), device.trusted_labels()
+    tpm = "true" if tpm_attested(device) else "false"  # the hub's, never the device's
+    for view in (labels, trusted):
+        if region and REGION_LABEL not in view:
+            view[REGION_LABEL] = region
+        view[TPM_LABEL] = tpm
     facts = device.facts.get("facts") if isinstance(device.facts, Mapping) else None
     facts = facts if isinstance(facts, Mapping) else {}
     cpus, memory = facts.get("cpuCount"), facts.get("memoryTotalBytes")
@@ -140,6 +148,7 @@ def node_of(
         phase=device.phase,
         last_heartbeat=device.last_heartbeat,
         latencies=device.latencies,
+        trusted_labels=trusted,
     )
 
 
@@ -256,6 +265,7 @@ class Fleet:
         self.pinned: dict[str, set[int]] = {}
         self.deployments: dict[str, ModelDeployment] = {}
         self.shunned_by: dict[str, list[str]] = {}  # X -> deployments with anti-affinity to X
+        self._trusted: Fleet | None = None  # these devices as their trusted labels alone show
 
     def know(self, dep: ModelDeployment) -> None:
         """Take ``dep`` into account (its anti-affinity applies to the others too)."""
@@ -498,6 +508,9 @@ class Fleet:
         if dep.spec.resources.accelerators:
             choice, wanted = self.accelerator_choice(dep)
             out.append((f"lack accelerator {'|'.join(wanted)}", choice >= 0))
+        trusted = self.trusted_filter(dep)
+        if trusted is not None:
+            out.append(trusted)
         if placement.topology_spread is not None:
             key = placement.topology_spread.key
             out.append((f"without label {key}", self.label_mask(key)))
@@ -513,6 +526,28 @@ class Fleet:
         for other in self.shunned_by.get(dep.metadata.name, ()):
             out.append((f"running {other} (its anti-affinity)", ~self.running(other)))
         return out
+
+    def trusted_filter(self, dep: ModelDeployment) -> tuple[str, Mask] | None:
+        """For a deployment mounting a Secret: the devices whose trusted labels alone (no
+        label the device chose: :mod:`hub.labeltrust`) pass its regions, zones and selectors."""
+        if not dep.spec.secrets:
+            return None
+        if self._trusted is None:
+            self._trusted = Fleet(
+                [Node(x.name, x.labels if x.trusted_labels is None else x.trusted_labels)
+                 for x in self.nodes]
+            )  # fmt: skip
+        view, placement = self._trusted, dep.spec.placement
+        mask = np.ones(self.n, dtype=np.bool_)
+        if placement.regions:
+            mask &= view.any_value(REGION_LABEL, placement.regions)
+        if placement.zones:
+            mask &= view.any_value(ZONE_LABEL, placement.zones)
+        for key, value in placement.node_selector.items():
+            mask &= view.label_mask(key, value)
+        for req in placement.match_expressions:
+            mask &= view._requirement(req)
+        return (f"matching only through labels the device chose ({TRUSTED_NOTE})", mask)
 
     # -- latency (placement.maxLatencyP95) -----------------------------------------------------
     def latencies(self, sha256: str) -> npt.NDArray[np.float64]:

@@ -18,7 +18,9 @@ that did not happen:
 ``versions`` counts, per version, the devices where that version serves. Conditions:
 ``Available``, ``Progressing`` (``RevisionFailed`` when the wanted version failed or was
 refused somewhere), and the guard rails of an apply: ``ModelPushed`` (the version was never
-pushed) and ``Placed`` (the placement matches no device).
+pushed) and ``Placed`` (the placement matches no device); ``SecretsDelivered`` False names the
+devices a Secret-mounting deployment's placement matches only through labels they chose
+(:mod:`hub.labeltrust`: not sent there).
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ from typing import Any
 from edgefleet.api import ModelDeployment
 from edgefleet.api.conditions import Condition, ConditionStatus
 from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
+from hub.labeltrust import secrets_withheld, withheld_message
 from hub.placing import labels_mismatch
 from hub.scheduling import Explanation
 
@@ -121,6 +124,7 @@ def deployment_status(
     placeable: int | None = None,
     assigned_models: Mapping[str, tuple[str, str | None]] | None = None,
     scheduled: Explanation | None = None,
+    withheld: Mapping[str, str] | None = None,
 ) -> DeploymentStatus:
     """Status of ``dep`` from device reports; ``assigned`` maps device name -> deployments.
 
@@ -130,7 +134,8 @@ def deployment_status(
     ``assigned_models``: per device, the (version, sha256) of the revision its rollout sends
     it (the stable one until the device is given the new one; default: the deployment's).
     ``scheduled``: the scheduler's explanation of a ``replicas.total`` deployment, shown as
-    the ``Scheduled`` condition.
+    the ``Scheduled`` condition. ``withheld``: per device, why the deployment's Secret is not
+    sent there (:func:`hub.labeltrust.secrets_withheld`), the ``SecretsDelivered`` condition.
     *updated* counts the deployment's own version; *available* and *failing* what each
     device is sent.
     """
@@ -184,6 +189,7 @@ def deployment_status(
         (
             *_conditions(want, desired, updated, available, failing, model_pushed, placeable, dep),
             *_scheduled(scheduled),
+            *_withheld(withheld),
         ),
         failing,
     )
@@ -201,6 +207,13 @@ def _scheduled(explanation: Explanation | None) -> tuple[Condition, ...]:
             explanation.message(),
         ),
     )
+
+
+def _withheld(withheld: Mapping[str, str] | None) -> tuple[Condition, ...]:
+    if not withheld:
+        return ()
+    message = withheld_message(withheld)
+    return (Condition("SecretsDelivered", ConditionStatus.FALSE, "DeviceChosenLabels", message),)
 
 
 def _conditions(
@@ -282,8 +295,12 @@ def placement_warnings(
             f"model {model.name} version {model.version} has not been pushed: no device runs "
             "this deployment until it is (edgectl models push)"
         )
+    devices = list(devices)
     if count_placeable(dep, devices, region) == 0:
         out.append(_no_match(dep))
+    withheld = secrets_withheld(dep, devices, region)
+    if withheld:
+        out.append(withheld_message(withheld))
     return out
 
 

@@ -106,9 +106,12 @@ def enroll(
     *,
     via: str | None = None,
     config: Path | None = None,
+    token_labels: dict[str, str] | None = None,
 ) -> subprocess.CompletedProcess[str]:
-    """``edged enroll``; ``config``: an edged.toml to read (``[trust] tpm`` selects a TPM)."""
-    token, pin = hub.token()
+    """``edged enroll``; ``labels``: the device asks for them (``--label``); ``token_labels``:
+    its bootstrap token sets them (the only labels a Secret follows); ``config``: an
+    edged.toml to read (``[trust] tpm`` selects a TPM)."""
+    token, pin = hub.token(*(f"--label={k}={v}" for k, v in (token_labels or {}).items()))
     cmd = program_command("edged", "enroll", "--hub", via or hub.address, "--ca-hash", pin,
                           "--root-hash", hub.root_pin, "--data-dir", data, "--name", name,
                           "--enroll-address", f"127.0.0.1:{hub.port + 1}")  # fmt: skip

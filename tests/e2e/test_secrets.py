@@ -103,7 +103,7 @@ def test_secrets_reach_only_their_workers_rotate_in_place_and_never_leak(
         for name in ("ma", "mb"):
             hub.edgectl("models", "push", str(model), "--name", name, "--version", "1.0.0")
         data = tmp_path / "dev-0"
-        out = enroll(hub, data, "dev-0", {"site": "a"})
+        out = enroll(hub, data, "dev-0", {}, token_labels={"site": "a"})  # a Secret follows it
         assert out.returncode == 0, out.stdout + out.stderr
         file_a = secrets_dir / "a" / "s-a" / "token"
         file_b = secrets_dir / "b" / "s-b" / "token"

@@ -99,7 +99,7 @@ def test_a_secret_requiring_a_tpm_reaches_only_the_tpm_attested_device(
                 toml = tmp_path / f"{name}.toml"
                 toml.write_text(config)
                 data = tmp_path / name
-                out = enroll(hub, data, name, {"site": "a"}, config=toml)
+                out = enroll(hub, data, name, {}, config=toml, token_labels={"site": "a"})
                 assert out.returncode == 0, out.stdout + out.stderr
                 expected = "TPM-attested" if name == "cam-tpm" else "software-attested"
                 assert expected in out.stdout, out.stdout
