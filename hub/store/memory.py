@@ -19,8 +19,8 @@ from hub.store.protocol import (
     Put,
     RangeResult,
     check_key,
-    check_past_revision,
     check_ops,
+    check_past_revision,
     check_ttl,
     system_clock,
 )

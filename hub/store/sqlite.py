@@ -35,8 +35,8 @@ from hub.store.protocol import (
     Put,
     RangeResult,
     check_key,
-    check_past_revision,
     check_ops,
+    check_past_revision,
     check_ttl,
     prefix_end,
     system_clock,
@@ -195,9 +195,7 @@ class SqliteStore:
         bound = "" if end is None else " AND key < ?"
         keys = (prefix,) if end is None else (prefix, end)
         with self._transaction(write=False) as db:
-            check_past_revision(
-                revision, self._meta(db, "revision"), self._meta(db, "compacted")
-            )
+            check_past_revision(revision, self._meta(db, "revision"), self._meta(db, "compacted"))
             rows = db.execute(f"SELECT {_KV_COLUMNS} FROM kv WHERE key >= ?{bound}", keys)
             state = {row[0]: _kv(row) for row in rows}
             changes = db.execute(
