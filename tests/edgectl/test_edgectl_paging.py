@@ -71,4 +71,3 @@ def test_chunk_size_is_checked_and_zero_asks_for_one_response(large: ThreadedHub
         assert out.returncode == 2 and "--chunk-size" in out.stderr, out.stderr
     out = edgectl(config, "get", "deployments", "big-0", "--chunk-size", "5")
     assert out.returncode == 2 and "--chunk-size applies to lists" in out.stderr
-

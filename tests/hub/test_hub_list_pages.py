@@ -170,15 +170,15 @@ async def test_bad_paging_fields_are_refused_naming_them(tmp_path: Path) -> None
         )
         for request, field, words in [
             (admin_pb2.ListRequest(kind=KIND, limit=-1), "limit", "must be 0 (all) or more"),
-            (admin_pb2.ListRequest(kind=KIND, continue_token="garbage!"), "continue_token", "not a"),
+            (admin_pb2.ListRequest(kind=KIND, continue_token="junk!"), "continue_token", "not a"),
             (admin_pb2.ListRequest(kind=KIND, continue_token=good[:-4]), "continue_token", "not a"),
-            (admin_pb2.ListRequest(kind="Device", continue_token=good), "continue_token", "other"),
+            (admin_pb2.ListRequest(kind="Device", continue_token=good), "continue_token", "of"),
             (forged_future, "continue_token", "is after the store's"),
         ]:
             code, details = await refused(stub.List(request))
             assert code is grpc.StatusCode.INVALID_ARGUMENT, details
             assert details.startswith(f"{field}: "), details
-            assert words in details or words == "other", details
+            assert words in details, details
 
         # the history of the first page's revision compacted: expired, list again
         await apply(stub, deployment("d"))
