@@ -739,10 +739,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 continue
             item = self._shown(kind, doc, kv)
             size = item.ByteSize() + 8  # and its tag and length
-            oversize = paging.oversize_message(kind, _name_of(doc), size)
+            budget = paging.MAX_PAGE_BYTES
+            oversize = paging.oversize_message(kind, _name_of(doc), size, budget)
             if oversize is not None:
                 raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, oversize)
-            if not paging.fits(len(response.items), total, size, limit):
+            if not paging.fits(len(response.items), total, size, limit, budget):
                 break
             response.items.append(item)
             total += size
@@ -752,7 +753,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 raise Refused(
                     grpc.StatusCode.RESOURCE_EXHAUSTED,
                     f"the list of {kind} ({len(keys)} objects) is more than one response "
-                    f"carries ({paging.MAX_PAGE_BYTES / 2**20:.2f} MiB): ask for it in pages "
+                    f"carries ({budget / 2**20:.2f} MiB): ask for it in pages "
                     "(limit and continue_token; edgectl get --chunk-size)",
                 )
             last = keys[i - 1][0]  # i > 0: a page holds at least one item
@@ -814,8 +815,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         start = request.resource_version + 1
         if request.resource_version == 0:
             current = await self._ctx.store.range(prefix)
-            for kv in current.kvs:
-                yield _watch_event(admin_pb2.WatchEvent.ADDED, kv, show(kv.key, kv.value))
+            for kv in current.kvs:  # one object per message (hub.paging: none is too big)
+                added = _watch_event(admin_pb2.WatchEvent.ADDED, kv, show(kv.key, kv.value))
+                await _refuse_oversize(context, request.kind, added)
+                yield added
             start = current.revision + 1
         changes = self._ctx.store.watch(prefix, start)
         if request.kind == "ModelDeployment":
@@ -823,7 +826,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             changes = self._with_status_changes(changes, show)  # type: ignore[assignment]
         try:
             async for event in changes:
-                yield event if isinstance(event, admin_pb2.WatchEvent) else _change(event, show)
+                sent = event if isinstance(event, admin_pb2.WatchEvent) else _change(event, show)
+                await _refuse_oversize(context, request.kind, sent)
+                yield sent
         except Compacted as exc:
             await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
 
@@ -1328,6 +1333,15 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
 
 def _name_of(doc: Mapping[str, Any]) -> str:
     return str(doc.get("metadata", {}).get("name", ""))
+
+
+async def _refuse_oversize(context: Any, kind: str, event: admin_pb2.WatchEvent) -> None:
+    """End a watch, naming the object, rather than let gRPC fail it on a too-large message."""
+    size = event.ByteSize()
+    if size > paging.MAX_PAGE_BYTES:
+        name = _name_of(storekeys.loads(event.object.json))
+        message = paging.oversize_message(kind, name, size, paging.MAX_PAGE_BYTES)
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
 
 def _watch_event(

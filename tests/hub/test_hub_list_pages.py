@@ -230,3 +230,27 @@ async def test_pages_of_devices_models_and_tokens(tmp_path: Path) -> None:
             assert len(pages) == -(-count // 2)
             whole = await stub.List(admin_pb2.ListRequest(kind=kind))
             assert [orjson.loads(i.json)["metadata"]["name"] for i in whole.items] == listed
+
+
+@async_test
+async def test_an_object_larger_than_a_response_is_refused_by_name(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Apply's 1 MiB per document keeps objects under the budget; were one shown larger (a
+    huge status), List and Watch name it rather than fail on gRPC's limit."""
+    monkeypatch.setattr("hub.paging.MAX_PAGE_BYTES", 100_000)
+    async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        await apply(stub, deployment("a", note="x" * 60_000), deployment("b", note="x" * 60_000))
+        pages = await every_page(stub, 10)
+        assert [len(p.items) for p in pages] == [1, 1]  # the byte budget, not the limit
+        await apply(stub, deployment("huge", note="x" * 150_000))
+        watch = stub.Watch(admin_pb2.WatchRequest(kind=KIND))
+
+        async def watched() -> list[str]:
+            return [orjson.loads(e.object.json)["metadata"]["name"] async for e in watch]
+
+        for call in (every_page(stub, 10), watched()):
+            code, details = await refused(call)
+            assert code is grpc.StatusCode.RESOURCE_EXHAUSTED, details
+            assert "ModelDeployment 'huge' is shown as" in details
