@@ -55,6 +55,9 @@ from edgefleet.errors import ConfigError, Problem
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 
 DEFAULT_TIMEOUT_S = 30.0
+DEFAULT_CHUNK_SIZE = 500
+"""Objects per List call (``edgectl get --chunk-size``, as kubectl's): a list is read in pages,
+each continuing the one before, all at the first page's revision (docs/architecture.md)."""
 
 _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 _READS = {"Get", "List", "ListEvents"}
@@ -322,9 +325,27 @@ class AdminClient:
         doc: dict[str, Any] = orjson.loads(item.json)
         return doc
 
-    def list_objects(self, kind: str, selector: str = "") -> tuple[list[dict[str, Any]], int]:
-        response = self._call("List", admin_pb2.ListRequest(kind=kind, label_selector=selector))
-        return [orjson.loads(i.json) for i in response.items], int(response.resource_version)
+    def list_objects(
+        self, kind: str, selector: str = "", *, chunk_size: int = DEFAULT_CHUNK_SIZE
+    ) -> tuple[list[dict[str, Any]], int]:
+        """Every object of ``kind`` (matching ``selector``) and the revision the list was read
+        at: pages of at most ``chunk_size`` (0: one response, refused by the hub when the list
+        does not fit in one), each continuing the one before."""
+        docs: list[dict[str, Any]] = []
+        token = ""
+        while True:
+            request = admin_pb2.ListRequest(
+                kind=kind, label_selector=selector, limit=chunk_size, continue_token=token
+            )
+            response = self._call("List", request)
+            docs += [orjson.loads(i.json) for i in response.items]
+            if not response.continue_token:
+                return docs, int(response.resource_version)
+            if response.continue_token == token or not response.items:
+                raise ClientError(  # a hub that does not move on would loop for ever
+                    "INTERNAL", f"the hub at {self._hub} gave the same page of {kind} again"
+                )
+            token = response.continue_token
 
     def delete(self, kind: str, name: str, *, force: bool = False) -> bool:
         request = admin_pb2.DeleteRequest(kind=kind, name=name, force=force)

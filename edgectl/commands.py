@@ -3,7 +3,8 @@
 * ``apply -f FILE|DIR|- [-R] [--dry-run]``, ``diff -f ...`` (what apply would change),
   ``delete TYPE NAME...|TYPE/NAME...|-f ...``;
 * ``get TYPE [NAME...]|TYPE/NAME... [-o wide|name|json|yaml|jsonpath=T] [-l SELECTOR]
-  [--no-headers] [--sort-by PATH] [--show-labels] [-w]``, ``get events [--for TYPE/NAME]``;
+  [--no-headers] [--sort-by PATH] [--show-labels] [--chunk-size N] [-w]``,
+  ``get events [--for TYPE/NAME]``;
 * ``describe TYPE NAME|TYPE/NAME``; ``label`` and ``annotate TYPE NAME KEY=VALUE... KEY-``;
 * ``devices cordon|uncordon|revoke NAME``, ``regions revoke REGION`` (at a root hub),
   ``get regions`` (at a root hub: read-only), ``tokens create``, ``get tokens``,
@@ -29,7 +30,7 @@ from typing import Any
 import orjson
 
 from edgectl import jsonpath, printing
-from edgectl.client import AdminClient, ClientError, load_admin_config
+from edgectl.client import DEFAULT_CHUNK_SIZE, AdminClient, ClientError, load_admin_config
 from edgectl.errors import EXIT_DONE, EXIT_REFUSED, InputError, UsageError
 from edgectl.resources import (
     ALL_KINDS,
@@ -72,6 +73,16 @@ def _label(text: str) -> tuple[str, str]:
     if not eq or not key:
         raise argparse.ArgumentTypeError(f"must be KEY=VALUE, got {text!r}")
     return key, value
+
+
+def _chunk_size(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"not a whole number: {text!r}") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must be 0 (one call) or more, got {value}")
+    return value
 
 
 def _output(text: str) -> str:
@@ -133,6 +144,10 @@ def add_commands(sub: Any) -> None:
         "--sort-by", default="", metavar="PATH", help="order by a field, e.g. .metadata.name"
     )
     get.add_argument("--show-labels", action="store_true", help="a LABELS column")
+    get.add_argument(
+        "--chunk-size", type=_chunk_size, default=None, metavar="N",
+        help=f"read a list N objects per call (default {DEFAULT_CHUNK_SIZE}; 0: in one call)",
+    )  # fmt: skip
 
     describe = sub.add_parser("describe", help="one object, readable: status, conditions, events")
     describe.add_argument("resource", nargs="+", metavar="RESOURCE", help="TYPE NAME or TYPE/NAME")
@@ -334,6 +349,7 @@ def _check_get_flags(args: argparse.Namespace, kind: str, refs: list[Ref]) -> No
             ("-w/--watch", args.watch),
             ("-l/--selector", args.selector),
             ("--show-labels", args.show_labels),
+            ("--chunk-size", args.chunk_size is not None),
             ("-o " + args.output, args.output in ("wide", "name")),
         ):
             if given:
@@ -345,6 +361,8 @@ def _check_get_flags(args: argparse.Namespace, kind: str, refs: list[Ref]) -> No
         _refuse("--for", "applies only to events (get events --for TYPE/NAME)")
     if refs and args.selector:
         _refuse("-l/--selector", "does not apply with names (give names or a selector)")
+    if refs and args.chunk_size is not None:
+        _refuse("--chunk-size", "applies to lists, not to names")
     if args.watch:
         if not kind:
             _refuse("-w/--watch", "needs one resource type (TYPE [NAME...], not TYPE/NAME)")
@@ -434,7 +452,8 @@ def _get(client: AdminClient, args: argparse.Namespace) -> int:
     if refs:
         docs = [client.get(r.kind, r.name) for r in refs]
     else:
-        docs, resource_version = client.list_objects(kind, args.selector)
+        chunk = DEFAULT_CHUNK_SIZE if args.chunk_size is None else args.chunk_size
+        docs, resource_version = client.list_objects(kind, args.selector, chunk_size=chunk)
     if args.sort_by:
         docs.sort(key=printing.sort_key(args.sort_by))
     single = len(refs) == 1

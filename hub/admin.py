@@ -41,10 +41,10 @@ from edgefleet.errors import (
     ValidationError,
 )
 from edgefleet.logs import get_logger
-from edgefleet.selecting import parse_selector
+from edgefleet.selecting import Selector, parse_selector
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
-from hub import applying, pki, prioritizing, slicing, storekeys, tokens
+from hub import applying, paging, pki, prioritizing, slicing, storekeys, tokens
 from hub.auth import Caller, authorize, caller_of
 from hub.caching import Cache
 from hub.context import HubContext
@@ -77,7 +77,7 @@ from hub.rolling import Revision, RolloutState, template_hash
 from hub.rollouts import ActionRefused, canary_status, progress_of, undo_manifest
 from hub.secrets import MAX_SECRETS, SecretRecord, plan_record, record_of
 from hub.statusing import count_placeable, placement_warnings
-from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
+from hub.store import Compare, Delete, Event, EventType, KeyValue, Put, RangeResult
 from hub.trustroots import root_pin
 from hub.writing import PreparedEvent
 
@@ -98,6 +98,9 @@ LISTED_KINDS: tuple[str, ...] = (
     KIND_TOKEN,
     KIND_REGION,
 )
+
+_Show = Callable[[], dict[str, Any]]
+"""An object of a list, shown when called (hub.paging: only the page's are)."""
 
 _OUTCOMES = {
     applying.Outcome.CREATED: admin_pb2.ApplyResult.CREATED,
@@ -563,10 +566,6 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             for m in sorted(self._ctx.cache.models.values(), key=lambda m: (m.name, m.version))
         }
 
-    async def _revisions(self, prefix: str) -> tuple[dict[str, KeyValue], int]:
-        result = await self._ctx.store.range(prefix)
-        return {kv.key: kv for kv in result.kvs}, result.revision
-
     def _shown(self, kind: str, doc: Mapping[str, Any], kv: KeyValue | None) -> common_pb2.Object:
         """``doc`` with its store metadata (uid, resourceVersion, creationTimestamp)."""
         if kv is None:
@@ -581,44 +580,46 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
         return common_pb2.Object(json=storekeys.dumps(stamped), resource_version=kv.mod_revision)
 
-    async def _all_of(self, kind: str) -> tuple[list[common_pb2.Object], int]:
-        """Every object of ``kind`` as shown to operators, and the store revision read at."""
+    async def _view(self, kind: str) -> tuple[str | None, RangeResult, dict[str, _Show]]:
+        """What a list of ``kind`` shows now: the store prefix it pages a snapshot of (None: no
+        history, shown as now), that prefix's keys now, and each object by its key, shown
+        when called (a region's device at a root has a key of its own, after the devices')."""
         cache = self._ctx.cache
-        docs: list[tuple[dict[str, Any], str]] = []
+        view: dict[str, _Show] = {}
         if kind == storekeys.KIND_DEVICE:
-            revisions, revision = await self._revisions(storekeys.DEVICES)
-            docs = [
-                (self._device_json(d), storekeys.device_key(d.name))
-                for d in sorted(cache.devices.values(), key=lambda d: d.name)
-            ]
+            prefix: str | None = storekeys.DEVICES
+            for d in cache.devices.values():
+                view[storekeys.device_key(d.name)] = functools.partial(self._device_json, d)
             if self._ctx.regions is not None:  # a root hub: its regions' devices too
-                docs += [(d, "") for d in self._ctx.regions.devices()]
+                for doc in self._ctx.regions.devices():
+                    name = doc["metadata"]["name"]
+                    view[f"{REGIONS}{doc['status']['region']}/{name}"] = functools.partial(
+                        dict, doc
+                    )
         elif kind == storekeys.KIND_MODEL:
-            revisions, revision = await self._revisions(storekeys.MODELS)
-            docs = [
-                (model_object(m), storekeys.model_key(m.name, m.version))
-                for m in self._model_records().values()
-            ]
+            prefix = storekeys.MODELS
+            for m in cache.models.values():
+                view[storekeys.model_key(m.name, m.version)] = functools.partial(model_object, m)
         elif kind == KIND_TOKEN:
-            revisions, revision = await self._revisions(tokens.PREFIX)
-            docs = [
-                (token_object(tokens.TokenRecord.from_json(kv.value)), key)
-                for key, kv in sorted(revisions.items())
-            ]
+            prefix = tokens.PREFIX
         elif kind == KIND_REGION:  # read-only, shown from hub.regions (none: no region)
-            revisions, revision = await self._revisions(REGIONS)
+            prefix = None
             regions = self._ctx.regions
             here = replica_name(self._ctx)
-            shown = regions.objects(here) if regions is not None else []
-            docs = [(doc, region_key(doc["metadata"]["name"])) for doc in shown]
+            for doc in regions.objects(here) if regions is not None else []:
+                view[region_key(doc["metadata"]["name"])] = functools.partial(dict, doc)
         else:
-            revisions, revision = await self._revisions(storekeys.object_prefix(kind))
-            docs = [
-                (self._object_json(kind, o.manifest), storekeys.object_key(kind, o.name))
-                for o in cache.objects_of(kind)
-            ]
-        items = [self._shown(kind, doc, revisions.get(key)) for doc, key in docs]
-        return items, revision
+            prefix = storekeys.object_prefix(kind)
+            for o in cache.objects_of(kind):
+                view[storekeys.object_key(kind, o.name)] = functools.partial(
+                    self._object_json, kind, o.manifest
+                )
+        now = await self._ctx.store.range(REGIONS if prefix is None else prefix)
+        if kind == KIND_TOKEN:
+            for kv in now.kvs:
+                record = tokens.TokenRecord.from_json(kv.value)
+                view[kv.key] = functools.partial(token_object, record)
+        return prefix, now, view
 
     @_rpc
     async def Get(self, request: admin_pb2.GetRequest, context: Any) -> common_pb2.Object:
@@ -683,10 +684,87 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             selector = parse_selector(request.label_selector)
         except ValueError as exc:
             raise _invalid(f"label_selector: {exc}") from None
-        items, revision = await self._all_of(request.kind)
-        if selector.requirements:
-            items = [i for i in items if selector.matches(object_labels(storekeys.loads(i.json)))]
-        return admin_pb2.ListResponse(items=items, resource_version=revision)
+        try:
+            limit = paging.page_limit(request.limit)
+            token = (
+                paging.decode_token(
+                    request.continue_token, kind=request.kind, selector=request.label_selector
+                )
+                if request.continue_token
+                else None
+            )
+        except paging.BadPage as exc:
+            raise _invalid(str(exc)) from None
+        return await self._page(request.kind, request.label_selector, selector, limit, token)
+
+    async def _page(
+        self,
+        kind: str,
+        selector_text: str,
+        selector: Selector,
+        limit: int,
+        token: paging.ContinueToken | None,
+    ) -> admin_pb2.ListResponse:
+        """One page of a list (hub.paging): read at the token's revision (none: now), in key
+        order after the token's key, at most ``limit`` items (0: all, or RESOURCE_EXHAUSTED)
+        and :data:`hub.paging.MAX_PAGE_BYTES`."""
+        prefix, now, view = await self._view(kind)
+        revision = now.revision if token is None else token.revision
+        problem = paging.revision_problem(revision, now.revision)
+        if problem is not None:
+            raise _invalid(problem)
+        current = {kv.key: kv for kv in now.kvs}
+        at = current
+        if prefix is not None and revision != now.revision:
+            try:
+                at = {kv.key: kv for kv in (await self._ctx.store.range_at(prefix, revision)).kvs}
+            except Compacted:
+                raise Refused(
+                    grpc.StatusCode.OUT_OF_RANGE,
+                    f"continue_token: expired (revision {revision} of this list is compacted): "
+                    "list again without a continue_token",
+                ) from None
+        stored = {} if prefix is None else {k: kv.mod_revision for k, kv in current.items()}
+        stored_at = {} if prefix is None else {k: kv.mod_revision for k, kv in at.items()}
+        keys = paging.snapshot(list(view), stored, stored_at)
+        _, show = self._watched(kind) if prefix is not None else (None, None)
+        response = admin_pb2.ListResponse(resource_version=revision)
+        i, total = paging.after([k for k, _ in keys], token), 0
+        while i < len(keys):
+            key, source = keys[i]
+            if source is paging.Source.AT and show is not None:
+                doc, kv = show(key, at[key].value), at.get(key)
+            else:
+                doc, kv = view[key](), current.get(key)
+            if selector.requirements and not selector.matches(object_labels(doc)):
+                i += 1
+                continue
+            item = self._shown(kind, doc, kv)
+            size = item.ByteSize() + 8  # and its tag and length
+            budget = paging.MAX_PAGE_BYTES
+            oversize = paging.oversize_message(kind, _name_of(doc), size, budget)
+            if oversize is not None:
+                raise Refused(grpc.StatusCode.RESOURCE_EXHAUSTED, oversize)
+            if not paging.fits(len(response.items), total, size, limit, budget):
+                break
+            response.items.append(item)
+            total += size
+            i += 1
+        if i < len(keys):
+            if not limit:
+                raise Refused(
+                    grpc.StatusCode.RESOURCE_EXHAUSTED,
+                    f"the list of {kind} ({len(keys)} objects) is more than one response "
+                    f"carries ({budget / 2**20:.2f} MiB): ask for it in pages "
+                    "(limit and continue_token; edgectl get --chunk-size)",
+                )
+            last = keys[i - 1][0]  # i > 0: a page holds at least one item
+            response.continue_token = paging.ContinueToken(
+                kind, selector_text, revision, last
+            ).encode()
+            if not selector.requirements:
+                response.remaining_item_count = len(keys) - i
+        return response
 
     @_rpc
     async def ListEvents(
@@ -739,8 +817,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         start = request.resource_version + 1
         if request.resource_version == 0:
             current = await self._ctx.store.range(prefix)
-            for kv in current.kvs:
-                yield _watch_event(admin_pb2.WatchEvent.ADDED, kv, show(kv.key, kv.value))
+            for kv in current.kvs:  # one object per message (hub.paging: none is too big)
+                added = _watch_event(admin_pb2.WatchEvent.ADDED, kv, show(kv.key, kv.value))
+                await _refuse_oversize(context, request.kind, added)
+                yield added
             start = current.revision + 1
         changes = self._ctx.store.watch(prefix, start)
         if request.kind == "ModelDeployment":
@@ -748,7 +828,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             changes = self._with_status_changes(changes, show)  # type: ignore[assignment]
         try:
             async for event in changes:
-                yield event if isinstance(event, admin_pb2.WatchEvent) else _change(event, show)
+                sent = event if isinstance(event, admin_pb2.WatchEvent) else _change(event, show)
+                await _refuse_oversize(context, request.kind, sent)
+                yield sent
         except Compacted as exc:
             await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
 
@@ -1249,6 +1331,19 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             self._ctx.tuf, request, context
         )
         return response
+
+
+def _name_of(doc: Mapping[str, Any]) -> str:
+    return str(doc.get("metadata", {}).get("name", ""))
+
+
+async def _refuse_oversize(context: Any, kind: str, event: admin_pb2.WatchEvent) -> None:
+    """End a watch, naming the object, rather than let gRPC fail it on a too-large message."""
+    size = event.ByteSize()
+    if size > paging.MAX_PAGE_BYTES:
+        name = _name_of(storekeys.loads(event.object.json))
+        message = paging.oversize_message(kind, name, size, paging.MAX_PAGE_BYTES)
+        await context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, message)
 
 
 def _watch_event(

@@ -291,6 +291,9 @@ class InstrumentedStore:
     async def range(self, prefix: str) -> RangeResult:
         return await self._timed("range", self.inner.range(prefix))
 
+    async def range_at(self, prefix: str, revision: int) -> RangeResult:
+        return await self._timed("range_at", self.inner.range_at(prefix, revision))
+
     async def put(self, key: str, value: bytes, *, expect_mod_revision: int | None = None,
                   lease: LeaseId | None = None) -> int:  # fmt: skip
         kwargs: dict[str, Any] = {"expect_mod_revision": expect_mod_revision}

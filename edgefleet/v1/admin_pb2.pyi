@@ -75,20 +75,28 @@ class GetRequest(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., name: _Optional[str] = ...) -> None: ...
 
 class ListRequest(_message.Message):
-    __slots__ = ("kind", "label_selector")
+    __slots__ = ("kind", "label_selector", "limit", "continue_token")
     KIND_FIELD_NUMBER: _ClassVar[int]
     LABEL_SELECTOR_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    CONTINUE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     kind: str
     label_selector: str
-    def __init__(self, kind: _Optional[str] = ..., label_selector: _Optional[str] = ...) -> None: ...
+    limit: int
+    continue_token: str
+    def __init__(self, kind: _Optional[str] = ..., label_selector: _Optional[str] = ..., limit: _Optional[int] = ..., continue_token: _Optional[str] = ...) -> None: ...
 
 class ListResponse(_message.Message):
-    __slots__ = ("items", "resource_version")
+    __slots__ = ("items", "resource_version", "continue_token", "remaining_item_count")
     ITEMS_FIELD_NUMBER: _ClassVar[int]
     RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    CONTINUE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    REMAINING_ITEM_COUNT_FIELD_NUMBER: _ClassVar[int]
     items: _containers.RepeatedCompositeFieldContainer[_common_pb2.Object]
     resource_version: int
-    def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.Object, _Mapping]]] = ..., resource_version: _Optional[int] = ...) -> None: ...
+    continue_token: str
+    remaining_item_count: int
+    def __init__(self, items: _Optional[_Iterable[_Union[_common_pb2.Object, _Mapping]]] = ..., resource_version: _Optional[int] = ..., continue_token: _Optional[str] = ..., remaining_item_count: _Optional[int] = ...) -> None: ...
 
 class DeleteRequest(_message.Message):
     __slots__ = ("kind", "name", "force")

@@ -549,7 +549,7 @@ def events_body(events: Sequence[Mapping[str, Any]], position: int) -> str:
     )
 
 
-def models_body(models: Sequence[ModelVersion]) -> str:
+def models_body(models: Sequence[ModelVersion], page: int = 1, pages_: int = 1) -> str:
     rows = "".join(
         f"<tr><td>{esc(m.name)}</td><td>{esc(m.version)}</td>"
         f"<td><code>{esc(m.sha256[:16])}</code></td><td class=num>{m.length}</td>"
@@ -561,7 +561,7 @@ def models_body(models: Sequence[ModelVersion]) -> str:
     return (
         "<table class=grid id=models><thead><tr><th>model</th><th>version</th><th>sha256</th>"
         "<th>bytes</th><th>pushed</th><th>signers (key ids)</th><th>used by</th></tr></thead>"
-        f"<tbody>{rows}</tbody></table>"
+        f"<tbody>{rows}</tbody></table>{_pager('/models', page, pages_)}"
     )
 
 

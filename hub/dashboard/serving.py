@@ -44,6 +44,7 @@ COOKIE = "edgefleet_dashboard"
 LIVE_PERIOD_S = 1.0
 COST_FACTOR = 10.0
 DEPLOYMENTS_PER_PAGE = 20
+MODELS_PER_PAGE = 50
 KEEPALIVE_S = 15.0
 MAX_STREAMS = 64
 MAX_EVENTS_SHOWN = 100
@@ -393,12 +394,19 @@ class Dashboard:
         return self._page(request, "Events", pages.events_body(shown, log_.appended), "/events")
 
     async def models(self, request: web.Request) -> web.StreamResponse:
+        """One page of pushed model versions, by name and version (each row parses its
+        signed metadata: a page bounds the work and what is sent)."""
+        page = views.page_param(request.query)
         cache = self.ctx.cache
+        keys = sorted(cache.models)
+        pages_ = max(1, -(-len(keys) // MODELS_PER_PAGE))
+        start = (page - 1) * MODELS_PER_PAGE
+        shown = {key: cache.models[key] for key in keys[start : start + MODELS_PER_PAGE]}
         wanted = {
             name: (dep.spec.model.name, dep.spec.model.version)
             for name, dep in cache.deployments.items()
         }
-        body = pages.models_body(views.model_versions(cache.models, wanted))
+        body = pages.models_body(views.model_versions(shown, wanted), page, pages_)
         return self._page(request, "Models", body, "/models")
 
     async def static(self, request: web.Request) -> web.StreamResponse:

@@ -211,6 +211,9 @@ class FencedStore:
     async def range(self, prefix: str) -> RangeResult:
         return await self.inner.range(prefix)
 
+    async def range_at(self, prefix: str, revision: int) -> RangeResult:
+        return await self.inner.range_at(prefix, revision)
+
     async def txn(self, compares: Sequence[Compare], ops: Sequence[Op]) -> int:
         fence = self._fence()
         try:

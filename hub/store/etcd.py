@@ -280,6 +280,28 @@ class EtcdStore:
                 return RangeResult(tuple(kvs), revision)
             start = bytes(response.kvs[-1].key) + b"\0"
 
+    async def range_at(self, prefix: str, revision: int) -> RangeResult:
+        if revision < 1:
+            raise StoreError(f"cannot read at revision {revision}: revisions start at 1")
+        start, end = self._bounds(prefix)
+        kvs: list[KeyValue] = []
+        while True:
+            request = rpc.RangeRequest(
+                key=start, range_end=end, limit=RANGE_PAGE, revision=revision
+            )
+            try:
+                response = await self._call("range", self._ranger(request), retry=True)
+            except StoreError as exc:
+                if "required revision has been compacted" in str(exc):
+                    raise Compacted(revision, revision) from None  # etcd does not say where
+                if "future revision" in str(exc):
+                    raise StoreError(f"cannot read at revision {revision}: {exc}") from None
+                raise
+            kvs.extend(self._kv(kv) for kv in response.kvs)
+            if not response.more or not response.kvs:
+                return RangeResult(tuple(kvs), revision)
+            start = bytes(response.kvs[-1].key) + b"\0"
+
     def _ranger(self, request: Any) -> Callable[[_Stubs], Awaitable[Any]]:
         return lambda st: st.kv.Range(request, timeout=self.timeout)
 

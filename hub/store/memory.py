@@ -20,6 +20,7 @@ from hub.store.protocol import (
     RangeResult,
     check_key,
     check_ops,
+    check_past_revision,
     check_ttl,
     system_clock,
 )
@@ -55,6 +56,20 @@ class MemoryStore:
     async def range(self, prefix: str) -> RangeResult:
         kvs = tuple(self._kv[k] for k in sorted(self._kv) if k.startswith(prefix))
         return RangeResult(kvs, self._revision)
+
+    async def range_at(self, prefix: str, revision: int) -> RangeResult:
+        check_past_revision(revision, self._revision, self._compacted)
+        state = {k: kv for k, kv in self._kv.items() if k.startswith(prefix)}
+        for event in reversed(self._log):  # undo what came after ``revision``
+            if event.revision <= revision:
+                break
+            if not event.kv.key.startswith(prefix):
+                continue
+            if event.prev_kv is None:
+                state.pop(event.kv.key, None)
+            else:
+                state[event.kv.key] = event.prev_kv
+        return RangeResult(tuple(state[k] for k in sorted(state)), revision)
 
     async def put(
         self,

@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from enum import Enum
 from typing import NewType, Protocol
 
-from edgefleet.errors import StoreError
+from edgefleet.errors import Compacted, StoreError
 
 LeaseId = NewType("LeaseId", int)
 """A lease, as granted by :meth:`Store.grant`; ``0`` is never a lease."""
@@ -111,6 +111,15 @@ class Store(Protocol):
         """Every key starting with ``prefix`` (``""``: all), sorted, with the revision read at."""
         ...
 
+    async def range_at(self, prefix: str, revision: int) -> RangeResult:
+        """The keys starting with ``prefix`` as they were at ``revision`` (a past revision, at
+        or after the compaction point), sorted; the result's ``revision`` is ``revision``.
+
+        Raises Compacted when history before ``revision`` is gone, StoreError for a revision
+        after the current one (or below 1).
+        """
+        ...
+
     async def put(
         self,
         key: str,
@@ -187,6 +196,14 @@ def check_ops(ops: Sequence[Op]) -> None:
         seen.add(op.key)
         if isinstance(op, Put) and not isinstance(op.value, bytes):
             raise StoreError(f"a value must be bytes, got {type(op.value).__name__} for {op.key}")
+
+
+def check_past_revision(revision: int, current: int, compacted: int) -> None:
+    """Refuse a :meth:`Store.range_at` revision the store cannot read (see its doc)."""
+    if revision < 1 or revision > current:
+        raise StoreError(f"cannot read at revision {revision}: the revision is {current}")
+    if revision < compacted:
+        raise Compacted(revision, compacted)
 
 
 def check_ttl(ttl: float) -> None:

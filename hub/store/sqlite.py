@@ -36,6 +36,7 @@ from hub.store.protocol import (
     RangeResult,
     check_key,
     check_ops,
+    check_past_revision,
     check_ttl,
     prefix_end,
     system_clock,
@@ -186,6 +187,36 @@ class SqliteStore:
 
     async def range(self, prefix: str) -> RangeResult:
         return await self._run(lambda: self._range(prefix))
+
+    def _range_at(self, prefix: str, revision: int) -> RangeResult:
+        """The current keys, each changed since ``revision`` replaced by the previous value
+        of its first change after it (none: it did not exist then)."""
+        end = prefix_end(prefix)
+        bound = "" if end is None else " AND key < ?"
+        keys = (prefix,) if end is None else (prefix, end)
+        with self._transaction(write=False) as db:
+            check_past_revision(revision, self._meta(db, "revision"), self._meta(db, "compacted"))
+            rows = db.execute(f"SELECT {_KV_COLUMNS} FROM kv WHERE key >= ?{bound}", keys)
+            state = {row[0]: _kv(row) for row in rows}
+            changes = db.execute(
+                "SELECT key, prev_value, prev_create_revision, prev_mod_revision, prev_version,"
+                f" prev_lease FROM events WHERE revision > ? AND key >= ?{bound}"
+                " ORDER BY revision, seq",
+                (revision, *keys),
+            )
+            undone: set[str] = set()
+            for key, value, create, mod, version, lease in changes:
+                if key in undone:
+                    continue  # only its first change after ``revision`` says what it was
+                undone.add(key)
+                if value is None:
+                    state.pop(key, None)
+                else:
+                    state[key] = KeyValue(key, bytes(value), create, mod, version, LeaseId(lease))
+        return RangeResult(tuple(state[k] for k in sorted(state)), revision)
+
+    async def range_at(self, prefix: str, revision: int) -> RangeResult:
+        return await self._run(lambda: self._range_at(prefix, revision))
 
     # Writes
 

@@ -270,6 +270,33 @@ async def test_deployments_pages(tmp_path: Path) -> None:
 
 
 @async_test
+async def test_models_pages(tmp_path: Path) -> None:
+    """The models page lists a page of model versions, not every one (issue 29, item 7)."""
+    from hub.dashboard.serving import MODELS_PER_PAGE
+    from hub.storekeys import ModelRecord
+
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with (
+        DashboardHub(paths) as d,
+        _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
+    ):
+        count = MODELS_PER_PAGE + 3
+        for i in range(count):
+            record = ModelRecord("detector", f"1.{i:03d}.0", "ab" * 32, 10, b"{}", 1.0)
+            d.hub.ctx.cache.models[("detector", record.version)] = record
+        shown = []
+        for page in (1, 2):
+            async with s.get(d.url + "/models", params={"page": str(page)}) as r:
+                assert r.status == 200
+                text = await r.text()
+            assert f"page {page} of 2" in text
+            shown += re.findall(r"<td>(1\.\d{3}\.0)</td>", text)
+        assert shown == [f"1.{i:03d}.0" for i in range(count)]
+        async with s.get(d.url + "/models", params={"page": "0"}) as r:
+            assert r.status == 400
+
+
+@async_test
 async def test_edgectl_dashboard_prints_a_url_that_logs_in(
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

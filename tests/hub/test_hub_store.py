@@ -230,6 +230,40 @@ async def test_watch_below_the_compaction_point_is_refused(make_store: MakeStore
 
 
 @async_test
+async def test_range_at_a_past_revision_sees_the_keys_as_they_were(make_store: MakeStore) -> None:
+    """What a paged List reads after its first page: the snapshot of the list's revision,
+    whatever was put, changed or deleted since (also in one txn, also outside the prefix)."""
+    store = await make_store()
+    try:
+        r0 = await _r0(store)
+        await store.put("/d/a", b"a1")
+        await store.put("/d/b", b"b1")
+        await store.put("/other", b"o")
+        then = (await store.range("/d/")).revision
+        await store.put("/d/a", b"a2")  # changed twice: the value before the first change
+        await store.put("/d/a", b"a3")
+        await store.delete("/d/b")
+        await store.txn([], [Put("/d/c", b"c1"), Put("/other", b"o2")])  # created since
+        await store.put("/d/b", b"b2")  # deleted, then created again
+        at = await store.range_at("/d/", then)
+        assert at.revision == then
+        assert [(kv.key, kv.value, kv.mod_revision) for kv in at.kvs] == [
+            ("/d/a", b"a1", r0 + 1),
+            ("/d/b", b"b1", r0 + 2),
+        ]
+        assert [kv.value for kv in (await store.range_at("/d/", r0 + 1)).kvs] == [b"a1"]
+        now = await store.range("/d/")
+        assert (await store.range_at("/d/", now.revision)).kvs == now.kvs
+        with pytest.raises(StoreError, match="cannot read at revision"):
+            await store.range_at("/d/", now.revision + 5)
+        await store.compact(now.revision - 1)
+        with pytest.raises(Compacted):
+            await store.range_at("/d/", then)
+    finally:
+        await store.close()
+
+
+@async_test
 async def test_leases_expire_by_the_clock_and_delete_their_keys(
     make_store: MakeStore, clock: FakeClock
 ) -> None:
