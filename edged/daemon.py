@@ -71,7 +71,7 @@ from edged.trust.admitting import ArtifactGate
 from edged.trust.attesting import ChallengeAnswerer, LoadMeasurer, MeasurementLog
 from edged.trust.secrets import SecretVolumes
 from edged.trust.secrets import default_root as default_secrets_root
-from edged.workloads import ReplicaId, WorkloadName
+from edged.workloads import ReplicaId, WorkloadName, serving_order
 from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import EdgefleetError, StateError
 from edgefleet.logs import get_logger
@@ -133,7 +133,9 @@ class Daemon:
         self.store = ArtifactStore(data / "artifacts")
         self.desired = DesiredState(data / "state" / "desired.json")
         self.router = InferenceRouter(
-            ready=self._ready, max_request_bytes=config.inference.max_request_bytes
+            ready=self._ready,
+            max_request_bytes=config.inference.max_request_bytes,
+            refused=self._on_refused,
         )
         self.cgroup_root = detect_cgroup_root(str(config.workers.cgroup_root))
         self.limits_mode = "cgroup" if self.cgroup_root is not None else "rlimit"
@@ -373,6 +375,19 @@ class Daemon:
         self.sizer.meter.answered(rep.workload, seconds)
         self.meters.answered(rep.workload, rep.revision, status, seconds)
 
+    def _on_refused(self, workload: str, version: str | None) -> None:
+        """The router answered a request of ``workload`` 503 itself: an error of the revision
+        it would have served (of ``version``, when asked for; else the wanted one)."""
+        self._inference_metrics.refused(workload)
+        self.board.refused(WorkloadName(workload))
+        st = self.board.workload_status(WorkloadName(workload))
+        revision = st.revision if st is not None else ""
+        if st is not None and version is not None:
+            revision = next(
+                (r.revision for r in st.revisions if r.model_version == version), revision
+            )
+        self.meters.refused(workload, revision)
+
     def _validation_of(self, workload: WorkloadName, revision: str) -> ValidationResult | None:
         """What a replica of that revision found on the validation set (slot 0's)."""
         for rep in self.pool.replicas(workload):
@@ -433,10 +448,11 @@ class Daemon:
         self.collector.collect()
 
     def _refresh_routes(self) -> None:
+        workloads = self.desired.workloads
         self.router.set_models(
             {
-                w.deployment.spec.model.name: (w.name, w.deployment.spec.model.version)
-                for w in self.desired.workloads.values()
+                model: tuple((w, workloads[w].deployment.spec.model.version) for w in names)
+                for model, names in serving_order(workloads).items()
             }
         )
 

@@ -14,6 +14,7 @@ import os
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,8 @@ from edged.reconcile.model import Phase, RevisionPhase, WorkloadStatus
 from edged.runtime.processes import WorkerPool
 from edged.sources.static import SourceProblem
 from edged.state.desired import DesiredState
-from edged.workloads import WorkloadName
+from edged.workloads import WorkloadName, serving_order
+from edgefleet.api.conditions import Condition, ConditionStatus
 from edgefleet.artifacts.variants import variants_of
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_json_atomic
@@ -30,6 +32,52 @@ from edgefleet.persisting import write_json_atomic
 log = get_logger(__name__)
 
 PERSIST_DELAY_S = 1.0
+# a workload whose requests edged answered 503 itself (no ready replica) within this long is
+# not shown Running
+REFUSED_RECENTLY_S = 30.0
+
+
+def overlay_serving(
+    status: WorkloadStatus,
+    *,
+    model: str,
+    serving: WorkloadName | None,
+    refused: int,
+    refused_recently: bool,
+) -> WorkloadStatus:
+    """A workload's planned status as seen by those it serves (pure).
+
+    ``serving``: the workload the model name is served by when it is not this one
+    (``serving_order`` in ``edged/workloads.py``): this one stands by. ``refused``: the infer
+    requests edged answered 503 itself (no ready replica), ``refused_recently`` whether one was
+    within :data:`REFUSED_RECENTLY_S`. Either way a condition says so and a Running workload is
+    shown Degraded: never green while requests to it fail or go to another workload."""
+    extra: list[Condition] = []
+    if serving is not None:
+        extra.append(
+            Condition(
+                "ModelNameConflict",
+                ConditionStatus.TRUE,
+                "StandingBy",
+                f"model {model!r} is also given by workload {serving!r}, which serves it on "
+                f"this device; this one answers only while {serving!r} has no ready replica "
+                "(a device serves one deployment per model name: delete one of the two)",
+            )
+        )
+    if refused_recently:
+        extra.append(
+            Condition(
+                "Serving",
+                ConditionStatus.FALSE,
+                "NoReadyReplica",
+                f"edged answered inference requests 503 within the last "
+                f"{REFUSED_RECENTLY_S:.0f}s: no ready replica ({refused} so far)",
+            )
+        )
+    if not extra:
+        return status
+    phase = "Degraded" if status.phase == "Running" else status.phase
+    return replace(status, phase=phase, conditions=(*status.conditions, *extra))
 
 
 class StatusBoard:
@@ -50,6 +98,8 @@ class StatusBoard:
         self._allow_unsigned = allow_unsigned
         self._manifests_dir = manifests_dir
         self._workloads: dict[WorkloadName, WorkloadStatus] = {}
+        # infer requests edged answered 503 itself, by workload: how many, when last (monotonic)
+        self._refused: dict[WorkloadName, tuple[int, float]] = {}
         self._problems: tuple[SourceProblem, ...] = ()
         self._files: tuple[str, ...] = ()
         self._started = time.time()
@@ -77,6 +127,7 @@ class StatusBoard:
 
     def set_workload(self, name: WorkloadName, status: WorkloadStatus | None) -> None:
         if status is None:
+            self._refused.pop(name, None)
             if self._workloads.pop(name, None) is not None:
                 self._schedule_persist()
             return
@@ -122,7 +173,29 @@ class StatusBoard:
             self._schedule_persist()
 
     def workload_status(self, name: WorkloadName) -> WorkloadStatus | None:
-        return self._workloads.get(name)
+        """The planned status with what serving adds (:func:`overlay_serving`)."""
+        st = self._workloads.get(name)
+        desired = self._desired.get(name)
+        if st is None or desired is None:
+            return st
+        model = desired.deployment.spec.model.name
+        order = serving_order(self._desired.workloads).get(model, ())
+        count, last = self._refused.get(name, (0, -REFUSED_RECENTLY_S))
+        return overlay_serving(
+            st,
+            model=model,
+            serving=order[0] if order and order[0] != name else None,
+            refused=count,
+            refused_recently=time.monotonic() - last < REFUSED_RECENTLY_S,
+        )
+
+    def refused(self, name: WorkloadName) -> None:
+        """edged answered an infer request of ``name`` 503 itself (no ready replica)."""
+        count, last = self._refused.get(name, (0, 0.0))
+        now = time.monotonic()
+        self._refused[name] = (count + 1, now)
+        if now - last >= REFUSED_RECENTLY_S:  # the status changes: persist it
+            self._schedule_persist()
 
     def ready(self) -> bool:
         """Every desired workload has at least one ready replica (or wants none).
@@ -147,7 +220,7 @@ class StatusBoard:
         names = sorted(set(self._desired.workloads) | set(self._workloads) | self._pool.workloads())
         for name in names:
             desired = self._desired.get(name)
-            st = self._workloads.get(name)
+            st = self.workload_status(name)
             item: dict[str, Any] = {"name": name}
             if desired is not None:
                 model = desired.deployment.spec.model
@@ -169,6 +242,7 @@ class StatusBoard:
                     desiredReplicas=st.desired_replicas,
                     conditions=[c.to_json() for c in st.conditions],
                     revisions=[r.to_json() for r in st.revisions],
+                    refusedRequests=self._refused.get(name, (0, 0.0))[0],
                 )
             if self.sizing_status is not None:
                 item.update(self.sizing_status(name) or {})

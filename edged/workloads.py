@@ -68,3 +68,17 @@ class DesiredWorkload:
             material = {"base": base, "variant": variant}
             base = hashlib.sha256(orjson.dumps(material)).hexdigest()[:10]
         return base
+
+
+def serving_order(
+    workloads: Mapping[WorkloadName, DesiredWorkload],
+) -> dict[str, tuple[WorkloadName, ...]]:
+    """For each model name, the workloads that give it, in the order the inference router
+    prefers them: by workload name (pure). A name is served by one workload: the first with a
+    ready replica; any other stands by (its status says so) and takes over at once when the
+    first is deleted or has no ready replica. The hub never sends two (hub.modelclaiming); a
+    static manifest beside a hub deployment, or an older hub, may."""
+    out: dict[str, list[WorkloadName]] = {}
+    for name in sorted(workloads):
+        out.setdefault(workloads[name].deployment.spec.model.name, []).append(name)
+    return {model: tuple(names) for model, names in out.items()}

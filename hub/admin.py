@@ -58,6 +58,7 @@ from hub.desired import (
 )
 from hub.devices import Device
 from hub.labeltrust import secrets_withheld
+from hub.modelclaiming import apply_refusal
 from hub.pki import Role
 from hub.placing import REGION_LABEL
 from hub.presenting import (
@@ -228,6 +229,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise _invalid(problems_text(exc)) from None
         self._check_priority_classes(parsed)
         self._check_waves(parsed)
+        if (claimed := apply_refusal(parsed, self._ctx.cache.deployments)) is not None:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, claimed)  # hub.modelclaiming
         planned = [await self._plan(obj) for obj in parsed]
         changed = [p for p in planned if p.outcome is not applying.Outcome.UNCHANGED]
         self._check_secret_count(planned)

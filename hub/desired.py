@@ -22,6 +22,7 @@ from edgefleet.api import PRIORITY_CLASSES, PriorityClass
 from hub.caching import Cache
 from hub.devices import Device, TrustState
 from hub.labeltrust import untrusted_match
+from hub.modelclaiming import one_per_model
 from hub.placing import (
     Projection,
     SecurityPolicy,
@@ -118,6 +119,8 @@ def build_desired(
         region=region,
         placed=cache.sent_placements if placements is None else placements,
     )
+    # one deployment per model name on a device, whatever was stored (hub.modelclaiming)
+    projection = one_per_model(projection, cache.deployments, previous=previous)
     labels = device.all_labels()
     excluded = dict(projection.excluded)
     names: list[str] = []

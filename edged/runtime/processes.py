@@ -89,8 +89,10 @@ class ReplicaChannel(asyncio.Protocol):
     def connection_lost(self, exc: Exception | None) -> None:
         self.transport = None
         pending, self.pending = self.pending, {}
-        for resp, _ in pending.values():
+        now = time.perf_counter()
+        for resp, t0 in pending.values():
             resp.send_error(503, "the model replica exited while serving this request")
+            self._replica.on_result(503, now - t0)  # edged's own 503s are errors too
         self._replica.on_channel_lost()
 
     def send(self, ftype: int, payload: bytes = b"") -> int:
@@ -123,6 +125,7 @@ class ReplicaChannel(asyncio.Protocol):
         transport = self.transport
         if transport is None:
             resp.send_error(503, "the model replica is not connected")
+            self._replica.on_result(503, 0.0)
             return
         body = req.body
         transport.write(

@@ -1,9 +1,12 @@
 """Open Inference Protocol v2 (REST) for applications on the device.
 
 The router keeps, per model name, the replicas that are ready; a request goes to the one with
-the fewest requests in flight. Request bodies are not parsed here: the worker decodes them
-(``runtime/tensors.py``), so the control process stays small and its per-request cost is
-one HTTP parse, one frame write and one frame read.
+the fewest requests in flight, of the first workload of the name (in ``serving_order``) that
+has one: a name given by two workloads is served by one, and by the other at once when the
+first goes. An infer request it cannot route is answered 503 and reported (``refused``), so
+that it counts as an error of the workload, as a worker's own 5xx does. Request bodies are
+not parsed here: the worker decodes them (``runtime/tensors.py``), so the control process
+stays small and its per-request cost is one HTTP parse, one frame write and one frame read.
 
 Routes: ``GET /v2``, ``GET /v2/health/live``, ``GET /v2/health/ready``,
 ``GET /v2/models/{name}[/versions/{v}]``, ``GET /v2/models/{name}[/versions/{v}]/ready``,
@@ -28,13 +31,23 @@ if TYPE_CHECKING:
 
 @dataclass
 class ModelEntry:
-    """A model name this device is meant to serve."""
+    """A model name this device is meant to serve.
+
+    ``workloads``: the workloads that give the name, in serving order (``serving_order`` in
+    ``edged/workloads.py``); the first is the one it is meant to be served by, its version is
+    ``version``. ``replicas``: the ready replicas of every workload of the name (one still
+    draining after its workload was deleted included), so that routing never waits for a
+    replica to become ready again when the workloads change."""
 
     name: str
-    workload: str
+    workloads: tuple[str, ...]
     version: str
     replicas: list[Replica] = field(default_factory=list)
     body_limit: tuple[int, str] | None = None  # from the ready replicas' inputs
+
+    @property
+    def workload(self) -> str:
+        return self.workloads[0] if self.workloads else ""
 
 
 _OTHER_PATHS = frozenset({"/v2", "/v2/", "/v2/health/live", "/v2/health/ready"})
@@ -61,7 +74,8 @@ LATENCY_BUCKETS = (
 
 
 class InferenceMetrics:
-    """Requests answered by workers, by workload and code, and their latency, by workload
+    """Requests answered by workers (or by edged, 503, when no replica was ready), by workload
+    and code, and their latency (of those workers answered), by workload
     (``workload`` is the one label name every edged metric uses for a workload); the batches
     workers ran, the requests merged into them and ONNX Runtime's time in them, by workload
     (as of each worker's last liveness probe: ``runtime/batchstats.py``)."""
@@ -69,7 +83,7 @@ class InferenceMetrics:
     def __init__(self, registry: Registry) -> None:
         self._requests = registry.counter(
             "edged_inference_requests_total",
-            "Inference requests answered by workers",
+            "Inference requests answered by workers, or 503 by edged when none was ready",
             ("workload", "code"),
         )
         self._latency = registry.histogram(
@@ -107,6 +121,15 @@ class InferenceMetrics:
             h = self._lat_children[workload] = self._latency.labels(workload=workload)
         h.observe(seconds)
 
+    def refused(self, workload: str, status: int = 503) -> None:
+        """edged answered a request of ``workload`` itself (no ready replica): counted under
+        its code, with no latency (no worker was asked)."""
+        key = (workload, status)
+        c = self._req_children.get(key)
+        if c is None:
+            c = self._req_children[key] = self._requests.labels(workload=workload, code=str(status))
+        c.inc()
+
     def batched(self, workload: str, delta: BatchCounts) -> None:
         self._batches.labels(workload=workload).inc(delta.batches)
         self._batched.labels(workload=workload).inc(delta.requests)
@@ -114,19 +137,29 @@ class InferenceMetrics:
 
 
 class InferenceRouter:
-    def __init__(self, ready: Callable[[], bool], *, max_request_bytes: int = 64 << 20) -> None:
+    def __init__(
+        self,
+        ready: Callable[[], bool],
+        *,
+        max_request_bytes: int = 64 << 20,
+        refused: Callable[[str, str | None], None] | None = None,
+    ) -> None:
+        """``refused(workload, version)``: the router answered an infer request of that
+        workload 503 itself (no ready replica); ``version``: the one asked for, if any."""
         self._models: dict[str, ModelEntry] = {}
         self._ready = ready
         self._ceiling = max_request_bytes
+        self._refused = refused
 
     # -- kept current by the daemon -----------------------------------------------------------
-    def set_models(self, entries: dict[str, tuple[str, str]]) -> None:
-        """Known models: name -> (workload, version). Ready replicas of kept names stay."""
+    def set_models(self, entries: dict[str, tuple[tuple[str, str], ...]]) -> None:
+        """Known models: name -> its workloads in serving order, each ``(workload, version)``.
+        Ready replicas of kept names stay, whichever workload they belong to."""
         new: dict[str, ModelEntry] = {}
-        for name, (workload, version) in entries.items():
+        for name, workloads in entries.items():
             old = self._models.get(name)
-            entry = ModelEntry(name, workload, version)
-            if old is not None and old.workload == workload:
+            entry = ModelEntry(name, tuple(w for w, _ in workloads), workloads[0][1])
+            if old is not None:
                 entry.replicas = old.replicas
                 entry.body_limit = old.body_limit
             new[name] = entry
@@ -138,7 +171,8 @@ class InferenceRouter:
         if entry is None:
             if not ready:
                 return
-            entry = self._models[name] = ModelEntry(name, rep.workload, rep.spec.model_version)
+            entry = ModelEntry(name, (rep.workload,), rep.spec.model_version)
+            self._models[name] = entry
         if ready and rep not in entry.replicas:
             entry.replicas.append(rep)
         elif not ready and rep in entry.replicas:
@@ -222,14 +256,25 @@ class InferenceRouter:
             )
 
     def _candidates(self, entry: ModelEntry, version: str | None) -> list[Replica]:
-        if version is None:
-            return entry.replicas
-        return [r for r in entry.replicas if r.spec.model_version == version]
+        """The ready replicas a request goes to: those of the first workload in serving order
+        that has one (of ``version``, when given), else of any workload of the name (one whose
+        workload was deleted, while it drains)."""
+        reps = entry.replicas
+        if version is not None:
+            reps = [r for r in reps if r.spec.model_version == version]
+        if len(entry.workloads) > 1 and reps:
+            for workload in entry.workloads:
+                mine = [r for r in reps if r.workload == workload]
+                if mine:
+                    return mine
+        return reps
 
     def _infer(self, entry: ModelEntry, version: str | None, req: Request, resp: Response) -> None:
         reps = self._candidates(entry, version)
         if not reps:
             resp.send_error(503, f"model {entry.name!r} has no ready replica")
+            if self._refused is not None:  # an error of that workload's, as a worker's 5xx
+                self._refused(entry.workload, version)
             return
         best = reps[0]
         if len(reps) > 1:

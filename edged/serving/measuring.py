@@ -1,11 +1,12 @@
 """What each workload revision answered on this device, for the hub's canary analysis.
 
 Per (workload, revision) a :class:`RevisionMeter`: counters of requests and errors (answers
-with a status of 500 or more: the worker's own failures) since the revision first answered in
-this process, and a bounded reservoir of the latest latencies (:data:`RESERVOIR` of them,
-each with the time it was answered) from which the p95 over the last ``latency_window``
-seconds is computed when a report is made. Recording is two increments and one append on
-the inference path; nothing is sorted there.
+with a status of 500 or more: the worker's own failures, and the 503s of edged's own router
+when it has no ready replica for the request, :meth:`RevisionMeters.refused`) since the
+revision first answered in this process, and a bounded reservoir of the latest latencies
+(:data:`RESERVOIR` of them, each with the time it was answered) from which the p95 over the
+last ``latency_window`` seconds is computed when a report is made. Recording is two
+increments and one append on the inference path; nothing is sorted there.
 
 Snapshots are refreshed at most every ``period`` seconds (:meth:`RevisionMeters.snapshot`),
 so a device under steady traffic does not send the hub a new status every second; a meter
@@ -85,6 +86,17 @@ class RevisionMeters:
             meter.errors += 1
         meter.latencies.append((now, seconds))
         meter.last_at = now
+
+    def refused(self, workload: str, revision: str) -> None:
+        """edged itself answered a request of that revision 503 (its router had no ready
+        replica, the replica went away while serving it): an error, with no latency."""
+        key = (workload, revision)
+        meter = self._meters.get(key)
+        if meter is None:
+            meter = self._meters[key] = RevisionMeter()
+        meter.requests += 1
+        meter.errors += 1
+        meter.last_at = self._clock()
 
     def snapshot(self) -> dict[tuple[str, str], RevisionMeasures]:
         """Every revision's figures, refreshed at most every ``period`` seconds."""

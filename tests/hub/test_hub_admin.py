@@ -685,10 +685,12 @@ async def test_apply_refuses_a_desired_state_a_device_could_not_receive(tmp_path
         model = objects.ModelRecord("fraud", "2.4.1", "ab" * 32, 1234, b"{signed}", 1.0)
         await hub.ctx.store.put(objects.model_key("fraud", "2.4.1"), objects.dumps(model.to_json()))
         hub.ctx.cache.models[("fraud", "2.4.1")] = model
+        for i in range(5):  # a device serves one deployment per model name: one model each
+            hub.ctx.cache.models[(f"d{i}", "2.4.1")] = model
 
         def big(name: str) -> bytes:
             doc = orjson.loads(deployment(name))
-            doc["spec"]["model"] = {"name": "fraud", "version": "2.4.1"}
+            doc["spec"]["model"] = {"name": name, "version": "2.4.1"}
             doc["spec"]["placement"] = {"nodeSelector": {"site": "retail"}}
             doc["metadata"]["annotations"] = {"note": "x" * 900_000}
             return orjson.dumps(doc)
@@ -800,11 +802,15 @@ async def test_deleting_a_model_in_use_is_refused_unless_forced(tmp_path: Path) 
     async with await served(tmp_path) as hub, hub.channel() as channel:
         stub = hub.stub(channel)
         await _push_record(hub, "fraud", "2.4.1")
+        on_a = {"nodeSelector": {"site": "a"}}
         await stub.Apply(
-            admin_pb2.ApplyRequest(documents=[deployment("fraud"), deployment("fraud-eu")])
+            admin_pb2.ApplyRequest(
+                documents=[deployment("fraud", placement=on_a), deployment("fraud-eu")]
+            )
         )
         # fraud-eu's model is "fraud-eu", so only one user; add a second of the same model
-        other = orjson.loads(deployment("fraud-b"))
+        # (on other devices: a device serves one deployment per model name)
+        other = orjson.loads(deployment("fraud-b", placement={"nodeSelector": {"site": "b"}}))
         other["spec"]["model"]["name"] = "fraud"
         await stub.Apply(admin_pb2.ApplyRequest(documents=[orjson.dumps(other)]))
         request = admin_pb2.DeleteRequest(kind="Model", name="fraud-2.4.1")

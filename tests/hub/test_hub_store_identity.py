@@ -124,18 +124,18 @@ def test_backup_while_serving_and_restore_when_stopped(tmp_path: Path) -> None:
     backup.parent.mkdir()
     manifest = (
         b'{"apiVersion": "edgefleet.io/v1", "kind": "ModelDeployment", "metadata": '
-        b'{"name": "%s"}, "spec": {"model": {"name": "m", "version": "1.0.0"}, '
+        b'{"name": "%s"}, "spec": {"model": {"name": "m-%s", "version": "1.0.0"}, '
         b'"replicas": {"perDevice": 1}}}'
     )
 
     async def backup_while_serving() -> subprocess.CompletedProcess[str]:
         async with AdminHub(paths) as hub, hub.channel() as channel:  # online: the hub writes
             stub = hub.stub(channel)
-            await stub.Apply(admin_pb2.ApplyRequest(documents=[manifest % b"before"]))
+            await stub.Apply(admin_pb2.ApplyRequest(documents=[manifest % (b"before", b"before")]))
             out = await asyncio.to_thread(
                 _hub, "backup", "--data-dir", paths.data_dir, "--out", backup
             )
-            await stub.Apply(admin_pb2.ApplyRequest(documents=[manifest % b"after"]))
+            await stub.Apply(admin_pb2.ApplyRequest(documents=[manifest % (b"after", b"after")]))
             return out
 
     out = asyncio.run(backup_while_serving())
