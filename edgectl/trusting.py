@@ -154,7 +154,11 @@ def add_commands(
     rollback = sub.add_parser("rollback", help="signed rollback allowances").add_subparsers(
         dest="rollback_cmd"
     )
-    allow = rollback.add_parser("allow", help="allow devices to install an older model version")
+    allow = rollback.add_parser(
+        "allow",
+        help="allow devices to install an older model version (hubs without TUF; with TUF: "
+        "edgectl models push ... --allow-rollback)",
+    )
     allow.add_argument("--name", required=True)
     allow.add_argument("--version", required=True)
     bytes_of = allow.add_mutually_exclusive_group(required=True)
@@ -166,7 +170,9 @@ def add_commands(
     allow.add_argument("--expires", default="7d")
     allow.add_argument("--out", type=Path, required=True)
     push = rollback.add_parser(
-        "push", help="give the hub a signed allowance: it sends it with that model version"
+        "push",
+        help="give the hub a signed allowance: it sends it with that model version (a hub "
+        "with TUF refuses it: the allowance goes in the publisher's targets)",
     )
     push.add_argument("file", type=Path, help="the allowance (edgectl rollback allow --out)")
     return models

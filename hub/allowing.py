@@ -13,6 +13,10 @@ pushed with the very bytes it names; then it is kept in the model's record (one
 compare-and-swap), an event is recorded and every device is projected again: a device sent
 that model version gets the allowance with its metadata (:mod:`hub.desired`). A newer
 allowance for the same version replaces the older; deleting the model deletes it.
+
+A hub with a TUF repository (its own or relayed) refuses them: its devices honour only the
+allowance a publisher puts in its own delegated targets (``edgectl models push
+--allow-rollback``), which TUF binds to the model names delegated to that publisher.
 """
 
 from __future__ import annotations
@@ -30,7 +34,7 @@ from edgefleet.trust.envelopes import (
     parse_envelope_bytes,
     require_threshold,
 )
-from edgefleet.trust.verifying import verify_initial_root
+from edgefleet.trust.verifying import TUF_ALLOWANCE_FIELD, verify_initial_root
 from hub import storekeys
 from hub.context import HubContext
 from hub.pushing import PushRefused
@@ -40,9 +44,24 @@ log = get_logger(__name__)
 MAX_ALLOWANCE_BYTES = 64 * 1024
 
 
-def verify_allowance(root: Root, envelope: bytes, now: float) -> RollbackAllowance:
-    """The allowance, if the fleet's artifact keys signed it and it has not expired (pure)."""
+def verify_allowance(
+    root: Root, envelope: bytes, now: float, *, tuf: bool = False
+) -> RollbackAllowance:
+    """The allowance, if the fleet's artifact keys signed it and it has not expired (pure).
+    ``tuf``: this hub keeps (or relays) a TUF repository, so its devices honour only the
+    allowance in the publisher's own targets, and a separate envelope is refused
+    (``RollbackAllowanceNotInTargets``): any artifacts key may sign one, also a publisher's
+    that is not delegated the model name."""
     what = "rollback allowance"
+    if tuf:
+        raise TrustError(
+            "RollbackAllowanceNotInTargets",
+            f"{what}: this hub keeps a TUF repository, and its devices honour only a rollback "
+            "allowance in the publisher's own delegated targets (custom "
+            f"{TUF_ALLOWANCE_FIELD} of the model's target), never a separate envelope: "
+            "the publisher pushes that model version again with "
+            "edgectl models push FILE --name N --version V --allow-rollback DURATION",
+        )
     env = parse_envelope_bytes(envelope, what=what)
     role = root.role(ROLE_ARTIFACTS)
     require_threshold(env, root.keys, role.keyids, role.threshold, what=what)
@@ -77,9 +96,14 @@ async def receive_allowance(
             now,
             what="the hub's trust root",
         )
-        allow = verify_allowance(root, envelope, now)
+        allow = verify_allowance(root, envelope, now, tuf=ctx.tuf is not None)
     except TrustError as exc:
-        raise PushRefused(grpc.StatusCode.INVALID_ARGUMENT, exc.reason, str(exc)) from None
+        code = (
+            grpc.StatusCode.FAILED_PRECONDITION
+            if exc.reason == "RollbackAllowanceNotInTargets"
+            else grpc.StatusCode.INVALID_ARGUMENT
+        )
+        raise PushRefused(code, exc.reason, str(exc)) from None
     what = f"{allow.name} {allow.version}"
     model = ctx.cache.models.get((allow.name, allow.version))
     if model is None:

@@ -179,6 +179,12 @@ def _parser() -> argparse.ArgumentParser:
         metavar="REGION",
         help="a token that enrolls only the regional hub of REGION (hub init --parent), no device",
     )
+    create.add_argument(
+        "--allow-shared-ek",
+        action="store_true",
+        help="let a device enroll whose TPM (endorsement key) backs a device already enrolled "
+        "(refused by default: one TPM, one device record)",
+    )
     add_token_label_options(create)
     listing = tsub.add_parser("list", help="the bootstrap tokens (ids only, never secrets)")
     listing.add_argument("--data-dir", type=Path, required=True)
@@ -402,6 +408,7 @@ async def _token_create(args: argparse.Namespace) -> int:
                 "Token", token_id, "Normal", "Created", f"bootstrap token {token_id}"
             ),
             for_region=args.for_region or "",
+            allow_shared_ek=args.allow_shared_ek,
         )
     finally:
         await store.close()

@@ -312,8 +312,13 @@ class Device:
     # The device's TPM attestation key, bound to its endorsement key (edgefleet.trust.tpmbinding):
     # once set, only evidence with a quote by it is trusted.
     attestation_key_pem: str = ""
-    # An attestation key offered at enrollment, not activated yet: {"akPem", "secretSha256"}.
+    # An attestation key offered at enrollment, not activated yet: {"akPem", "secretSha256",
+    # "ekSha256"}.
     ak_offer: Mapping[str, str] | None = None
+    # The sha256 of the endorsement key (SubjectPublicKeyInfo DER of the EK certificate's key)
+    # of the TPM that holds the bound attestation key: one TPM backs one device record unless
+    # the operator allowed otherwise (hub.enrolling). "": no TPM bound.
+    ek_sha256: str = ""
     # The device's TPM sealing key (an ECDH key in the TPM, certified by the attestation key
     # when it was bound): the Secrets with spec.requireTpm are sealed to it, not to the
     # identity key, so only that TPM opens them. "": none (no TPM, or enrolled before).
@@ -367,6 +372,7 @@ class Device:
             "enrolledAt": self.enrolled_at,
             "attestationKeyPem": self.attestation_key_pem,
             "akOffer": dict(self.ak_offer) if self.ak_offer is not None else None,
+            **({"ekSha256": self.ek_sha256} if self.ek_sha256 else {}),
             **({"sealingKeyPem": self.sealing_key_pem} if self.sealing_key_pem else {}),
             **({"compliance": dict(self.compliance)} if self.compliance is not None else {}),
             **({"latencies": dict(self.latencies)} if self.latencies else {}),
@@ -397,6 +403,7 @@ class Device:
             enrolled_at=doc.get("enrolledAt"),
             attestation_key_pem=str(doc.get("attestationKeyPem", "")),
             sealing_key_pem=str(doc.get("sealingKeyPem", "")),
+            ek_sha256=str(doc.get("ekSha256", "")),
             compliance=dict(doc["compliance"]) if isinstance(doc.get("compliance"), dict) else None,
             latencies={str(k): float(v) for k, v in doc.get("latencies", {}).items()},
             ak_offer=(

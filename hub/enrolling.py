@@ -20,6 +20,13 @@ secret) still enrolls. Every refusal of a token looks the same from outside
 (UNAUTHENTICATED, one message, the secret hashed and compared even for an unknown id), so
 refusals do not tell which token ids exist; the hub's log says exactly why, and so does an
 event on the token when the id exists.
+
+TPM: a device whose EK certificate the hub verifies is offered an attestation key bound to
+that EK, and the EK's hash (:func:`edgefleet.trust.tpmbinding.ek_sha256`) goes with the offer
+into the device record (``ekSha256`` once the key is activated). One genuine TPM backs one
+device record: a second enrollment with the same EK is ALREADY_EXISTS ``EkInUse``, naming
+the record that holds it, unless its token was made with ``hub token create
+--allow-shared-ek`` (:func:`shared_ek_refusal`, pure).
 """
 
 from __future__ import annotations
@@ -27,7 +34,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections import OrderedDict
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from datetime import timedelta
 
 import grpc
@@ -163,10 +170,39 @@ def offer_attestation_key(
         if exc.reason in ("AttestationKeyInvalid", "EkMismatch"):
             raise
         return None, enrollment_pb2.EnrollResponse(ak_refused=f"{exc.reason}: {exc}")
-    offer = {"akPem": ak.pem, "secretSha256": challenge.secret_sha256}
+    offer = {
+        "akPem": ak.pem,
+        "secretSha256": challenge.secret_sha256,
+        "ekSha256": tpmbinding.ek_sha256(bytes(request.ek_certificate)),
+    }
     return offer, enrollment_pb2.EnrollResponse(
         ak_credential_blob=challenge.credential_blob,
         ak_encrypted_secret=challenge.encrypted_secret,
+    )
+
+
+def shared_ek_refusal(
+    ek_sha256: str, devices: Iterable[Device], *, allowed: bool, name: str
+) -> str | None:
+    """Why a device ``name`` whose TPM has the EK ``ek_sha256`` may not be enrolled, or None
+    (pure). One genuine TPM backs one device record: another record whose attestation key is
+    bound to that EK, or offered with it and not activated yet, is a refusal unless the
+    token allows it (``allowed``: ``hub token create --allow-shared-ek``)."""
+    if not ek_sha256 or allowed:
+        return None
+    holders = sorted(
+        d.name
+        for d in devices
+        if d.name != name
+        and (d.ek_sha256 == ek_sha256 or (d.ak_offer or {}).get("ekSha256") == ek_sha256)
+    )
+    if not holders:
+        return None
+    return (
+        f"EkInUse: the TPM of this device (EK sha256 {ek_sha256}) already backs device(s) "
+        f"{', '.join(holders)}: one TPM, one device record. Delete the old record "
+        f"(edgectl delete device {holders[0]}), or enroll with a token made with "
+        "hub token create --allow-shared-ek"
     )
 
 
@@ -275,6 +311,15 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
                 offer, tpm_answer = offer_attestation_key(ctx, request, now=now)
             except TrustError as exc:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.reason}: {exc}")
+            shared = shared_ek_refusal(
+                (offer or {}).get("ekSha256", ""),
+                ctx.cache.devices.values(),
+                allowed=record.allow_shared_ek,
+                name=name,
+            )
+            if shared is not None:
+                log.warning("enrollment refused", reason="EkInUse", token=record.id, device=name)
+                await context.abort(grpc.StatusCode.ALREADY_EXISTS, shared)
         try:
             record = await tokens.consume(ctx.store, request.token, now=now)
         except TokenError as exc:  # used by a concurrent enrollment meanwhile

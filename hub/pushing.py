@@ -6,7 +6,9 @@ would check, so that junk is refused at the door rather than on every device:
 1. the first message is a header carrying the publisher-signed metadata envelope;
 2. the hub has a trust root (``D/trust-root.json``; FAILED_PRECONDITION otherwise) and the
    envelope verifies against it with the devices' own code (:mod:`edgefleet.trust.verifying`):
-   well-formed, a threshold of artifacts-role signatures, not expired;
+   well-formed, a threshold of artifacts-role signatures, not expired; with a TUF repository,
+   the publisher's delegated targets list it and a threshold of that role's own keys signed
+   the envelope (``SignerNotDelegated``: a publisher re-signs no other publisher's model);
 3. versions are immutable: a (name, version) already pushed with other bytes is
    ALREADY_EXISTS, decided before any byte is read;
 4. the chunks stream into the content-addressed blob store with the **signed length as a hard
@@ -246,6 +248,7 @@ _TUF_CODES = {
     "PathNotDelegated": grpc.StatusCode.PERMISSION_DENIED,
     "UnknownKey": grpc.StatusCode.PERMISSION_DENIED,
     "SignatureThresholdNotMet": grpc.StatusCode.PERMISSION_DENIED,
+    "SignerNotDelegated": grpc.StatusCode.PERMISSION_DENIED,
     "MetadataRollback": grpc.StatusCode.FAILED_PRECONDITION,
     "MetadataExpired": grpc.StatusCode.FAILED_PRECONDITION,
 }
@@ -285,7 +288,15 @@ def _verify_delegated(
             f"store, at most {MAX_SHARED_TARGETS_BYTES} bytes",
         )
     try:
-        version = ctx.tuf.check_delegated(role, data, meta, now=now)
+        version = ctx.tuf.check_delegated(
+            role,
+            data,
+            meta,
+            now=now,
+            envelope=parse_envelope_bytes(
+                bytes(header.signed_metadata), what="header.signed_metadata"
+            ),
+        )
     except TrustError as exc:
         code = _TUF_CODES.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT)
         raise PushRefused(code, exc.reason, f"header.delegated_targets: {exc}") from None

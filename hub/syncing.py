@@ -657,7 +657,10 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 refused = str(exc)
         ctx.writer.update(
             device.with_(
-                attestation_key_pem=offer["akPem"], ak_offer=None, sealing_key_pem=sealing_pem
+                attestation_key_pem=offer["akPem"],
+                ak_offer=None,
+                sealing_key_pem=sealing_pem,
+                ek_sha256=offer.get("ekSha256", ""),
             )
         )
         ctx.writer.event(

@@ -62,6 +62,9 @@ class TokenRecord:
     for_region: str = ""
     """If set, the token enrolls only the regional hub of that region (federation), never a
     device; if empty, only devices."""
+    allow_shared_ek: bool = False
+    """Whether a device enrolling with this token may have the TPM (EK) of a device already
+    enrolled: refused by default (``hub token create --allow-shared-ek``; hub.enrolling)."""
 
     def to_json(self) -> bytes:
         return orjson.dumps(
@@ -77,6 +80,7 @@ class TokenRecord:
                 "deviceLabels": self.device_labels,
                 "deviceLabelPrefix": self.device_label_prefix,
                 **({"forRegion": self.for_region} if self.for_region else {}),
+                **({"allowSharedEk": True} if self.allow_shared_ek else {}),
             },
             option=orjson.OPT_SORT_KEYS,
         )
@@ -96,6 +100,7 @@ class TokenRecord:
             device_labels=doc.get("deviceLabels", True),
             device_label_prefix=doc.get("deviceLabelPrefix", ""),
             for_region=doc.get("forRegion", ""),
+            allow_shared_ek=bool(doc.get("allowSharedEk", False)),
         )
 
 
@@ -191,6 +196,7 @@ async def create_token(
     device_label_prefix: str = "",
     event_for: Callable[[str], Put] | None = None,
     for_region: str = "",
+    allow_shared_ek: bool = False,
 ) -> tuple[str, TokenRecord]:
     """A new token (the only time its secret is seen) and the record stored for it.
 
@@ -213,6 +219,7 @@ async def create_token(
             device_labels=device_labels,
             device_label_prefix=device_label_prefix,
             for_region=for_region,
+            allow_shared_ek=allow_shared_ek,
         )
         key = _key(token_id)
         try:

@@ -43,6 +43,7 @@ from edgefleet.errors import TrustError
 from edgefleet.persisting import write_atomic
 from edgefleet.trust import tufmeta
 from edgefleet.trust.documents import ArtifactMetadata
+from edgefleet.trust.envelopes import Envelope
 from edgefleet.v1 import federation_pb2
 
 if TYPE_CHECKING:
@@ -294,7 +295,15 @@ class RelayedTuf:
             out[name.removesuffix(".json")] = int(signed.version)
         return out
 
-    def check_delegated(self, role: str, data: bytes, meta: ArtifactMetadata, *, now: float) -> int:
+    def check_delegated(
+        self,
+        role: str,
+        data: bytes,
+        meta: ArtifactMetadata,
+        *,
+        now: float,
+        envelope: Envelope | None = None,
+    ) -> int:
         raise TrustError(
             "TufRelayed",
             "this regional hub serves its root hub's TUF metadata and cannot add targets to "

@@ -36,6 +36,8 @@ from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic
 from edgefleet.trust import tufmeta
 from edgefleet.trust.documents import ArtifactMetadata
+from edgefleet.trust.envelopes import Envelope
+from edgefleet.trust.publishers import DelegatedRole, check_signed_by_role
 
 if TYPE_CHECKING:
     from tuf.api.metadata import Root, Snapshot, Targets, Timestamp
@@ -352,13 +354,23 @@ class TufRepository:
         return True
 
     # -- a publisher's delegated targets (with a push) ------------------------------------
-    def check_delegated(self, role: str, data: bytes, meta: ArtifactMetadata, *, now: float) -> int:
+    def check_delegated(
+        self,
+        role: str,
+        data: bytes,
+        meta: ArtifactMetadata,
+        *,
+        now: float,
+        envelope: Envelope | None = None,
+    ) -> int:
         """Check a publisher's new delegated targets that come with a push of ``meta``
         (TrustError otherwise): the top-level targets delegate ``role``; a threshold of its
         keys signed it; its version is higher than the one held (the same bytes again are
-        fine: False, nothing to store); not expired; every target path is within the
-        role's model-name patterns; it lists every file of ``meta`` with the signed length
-        and sha256. Its version when it is new, else 0."""
+        fine: 0, nothing to store, but they must list ``meta`` too); not expired; every
+        target path is within the role's model-name patterns; it lists every file of
+        ``meta`` with the signed length and sha256; and ``envelope`` (the artifact's, when
+        given) is signed by a threshold of ``role``'s own keys, as a device requires
+        (``SignerNotDelegated``). Its version when it is new, else 0."""
         from tuf.api.metadata import Targets
 
         what = f"delegated targets {role!r}"
@@ -375,9 +387,23 @@ class TufRepository:
                 f"{what}: the top-level targets delegate no such role "
                 f"(delegated: {', '.join(sorted(roles)) or 'none'})",
             )
+        delegated = roles[role]
+        if envelope is not None:
+            check_signed_by_role(
+                envelope,
+                DelegatedRole(
+                    role,
+                    frozenset(delegated.keyids),
+                    delegated.threshold,
+                    tufmeta.raw_keys(delegations.keys, delegated.keyids),
+                ),
+                what=f"{meta.name} {meta.version}",
+            )
         with self._lock:
             held = self._delegated.get(role)
         if held == data:
+            held_targets, _ = tufmeta.parse(held, Targets, what=what)
+            tufmeta.check_assigned(held_targets.targets.get, meta)
             return 0
         tufmeta.verify_delegate(targets, role, data, what=what)
         signed, _ = tufmeta.parse(data, Targets, what=what)
@@ -391,7 +417,6 @@ class TufRepository:
                 )
         if signed.expires.timestamp() <= now:
             raise TrustError("MetadataExpired", f"{what}: expired at {signed.expires.isoformat()}")
-        delegated = roles[role]
         outside = [p for p in signed.targets if not delegated.is_delegated_path(p)]
         if outside:
             raise TrustError(

@@ -7,16 +7,17 @@ The hub sends the device's complete desired state with a generation. :meth:`HubS
    everywhere; an invalid one is a problem and keeps what that name had;
 3. for each deployment, finds the publisher-signed metadata that came with the state and has
    the trust gate verify it **before** any byte is fetched (root, threshold, expiry, no
-   rollback); then fetches the artifact from the hub into ``D/downloads/<sha256>.part``,
-   resuming from the bytes already there (after a broken stream or a restart of edged), never
-   past the signed length; then the gate moves it into the content-addressed store, checking
-   length and digest again on the way. The artifact's signed extra files (a validation set)
-   are fetched and verified the same way, before the model. What is in the store already is
-   not fetched. Disk space is checked first (the rest of the download plus the store's copy,
-   with the store's reserve left free): a model that does not fit is refused as
-   ``InsufficientDisk`` naming the sizes, and a ``.part`` that will not be resumed (refused,
-   or the disk filled up during the download) is removed, so the device's own writes and the
-   hub link go on;
+   rollback; with TUF, the publisher role whose targets list it signed it, and only a
+   rollback allowance in that role's targets counts); then fetches the artifact from the hub
+   into ``D/downloads/<sha256>.part``, resuming from the bytes already there (after a broken
+   stream or a restart of edged), never past the signed length; then the gate moves it into
+   the content-addressed store, checking length and digest again on the way. The artifact's
+   signed extra files (a validation set) are fetched and verified the same way, before the
+   model. What is in the store already is not fetched. Disk space is checked first (the rest
+   of the download plus the store's copy, with the store's reserve left free): a model that
+   does not fit is refused as ``InsufficientDisk`` naming the sizes, and a ``.part`` that
+   will not be resumed (refused, or the disk filled up during the download) is removed, so
+   the device's own writes and the hub link go on;
 4. before all this, follows the fleet's trust roots the state carries from the root this
    device trusts (a root that does not chain is refused and reported; the hub cannot make
    one), so a rotation reaches the device with its next desired state;
@@ -59,6 +60,7 @@ from edgefleet.persisting import read_json, write_json_atomic
 from edgefleet.sealing import SealedForDevice
 from edgefleet.trust.documents import ArtifactMetadata
 from edgefleet.trust.envelopes import parse_envelope_bytes
+from edgefleet.trust.publishers import check_signed_by_role
 from edgefleet.trust.verifying import TrustState, verify_artifact_metadata
 
 log = get_logger(__name__)
@@ -586,14 +588,27 @@ class HubSource:
         if self._tuf_updater is not None:
             self._gate.accept_tuf_root(await asyncio.to_thread(self._tuf.root_version))
 
-    def _check_tuf(self, meta: Any) -> None:
+    @property
+    def _tuf_in_use(self) -> bool:
+        """Whether this device uses TUF: it holds a TUF root, its image requires TUF, or its
+        trust state recorded one (then only TUF's rollback allowances count)."""
+        if self._tuf is None:
+            return False
+        return self._tuf.active or bool(self._gate.state.tuf_root_version)
+
+    def _check_tuf(self, meta: Any, envelope: bytes) -> None:
         """Every file of the artifact is in a publisher's delegated targets, when TUF is in
-        use (ArtifactError otherwise; TemporaryError when a delegated role could not be
-        fetched)."""
+        use, and the role whose targets list it signed ``envelope`` (ArtifactError otherwise;
+        TemporaryError when a delegated role could not be fetched)."""
         if self._tuf_refusal is not None:
             raise self._tuf_refusal
-        if self._tuf_updater is not None:
+        if self._tuf_updater is not None and self._tuf is not None:
             TufClient.check(self._tuf_updater, meta)
+            check_signed_by_role(
+                parse_envelope_bytes(envelope, what="signed metadata"),
+                self._tuf.publisher_role(meta),
+                what=f"{meta.name} {meta.version}",
+            )
 
     async def _in_targets(
         self,
@@ -612,7 +627,7 @@ class HubSource:
         env = parse_envelope_bytes(envelope, what="signed metadata")
         meta = parse_artifact(decode_payload(env, expected_type=ARTIFACT_TYPE, what="metadata"))
         try:
-            await asyncio.to_thread(self._check_tuf, meta)
+            await asyncio.to_thread(self._check_tuf, meta, envelope)
             await asyncio.to_thread(self._check_publisher, deployment, baselines, envelope, meta)
         except (ArtifactError, TemporaryError):
             return False
@@ -746,9 +761,15 @@ class HubSource:
         if self._tuf_updater is not None:
             grant = await asyncio.to_thread(TufClient.rollback_grant, self._tuf_updater, envelope)
         meta, info = self._gate.verify_remote(
-            envelope, name=name, version=version, allowance=allowance, now=now, grant=grant
+            envelope,
+            name=name,
+            version=version,
+            allowance=allowance,
+            now=now,
+            grant=grant,
+            tuf=self._tuf_in_use,
         )
-        await asyncio.to_thread(self._check_tuf, meta)
+        await asyncio.to_thread(self._check_tuf, meta, envelope)
         await asyncio.to_thread(self._check_publisher, deployment, baselines, envelope, meta)
         extras: dict[str, str] = {}
         for fname, extra in sorted(meta.files.items()):

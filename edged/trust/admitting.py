@@ -492,11 +492,13 @@ class ArtifactGate:
         allowance: bytes | None,
         now: float,
         grant: RollbackAllowance | None = None,
+        tuf: bool = False,
     ) -> tuple[ArtifactMetadata, FileInfo]:
         """Check signed metadata that came with the hub's desired state, before any download:
         root valid, threshold met, not expired, no metadata or model-version rollback (unless
-        a rollback allowance: ``grant`` from the publisher's TUF targets, or ``allowance``),
-        and it names this model and version. Returns the metadata and the signed model file."""
+        a rollback allowance: ``grant`` from the publisher's TUF targets, or ``allowance``;
+        with ``tuf``, the device uses TUF and only ``grant`` counts), and it names this model
+        and version. Returns the metadata and the signed model file."""
         what = f"{name} {version}"
         try:
             env = parse_envelope_bytes(envelope, what=f"{what}: signed metadata")
@@ -520,7 +522,13 @@ class ArtifactGate:
             )
             root = check_root_usable(self.root, now)
             check_model_version(
-                meta, state=self.state, root=root, allowance=allowance_env, now=now, grant=grant
+                meta,
+                state=self.state,
+                root=root,
+                allowance=allowance_env,
+                now=now,
+                grant=grant,
+                tuf=tuf,
             )
         except ArtifactError as exc:
             self._on_result("refused", exc.reason)

@@ -232,9 +232,10 @@ class TufClient:
 
     def publisher_role(self, meta: ArtifactMetadata) -> DelegatedRole:
         """The TUF role whose targets list the model file of ``meta`` (call after
-        :meth:`check` passed): read from the metadata python-tuf verified and keeps in
-        ``D/trust/tuf/``, walked as python-tuf walks it (the top-level targets, then the
-        delegations in order, a terminating one ending the walk)."""
+        :meth:`check` passed), with its keys: the artifact's envelope must be signed by them
+        (:func:`~edgefleet.trust.publishers.check_signed_by_role`). Read from the metadata
+        python-tuf verified and keeps in ``D/trust/tuf/``, walked as python-tuf walks it (the
+        top-level targets, then the delegations in order, a terminating one ending the walk)."""
         from tuf.api.metadata import Root as TufRoot
         from tuf.api.metadata import Targets
 
@@ -253,14 +254,24 @@ class TufClient:
                     (self.dir / "root.json").read_bytes(), TufRoot, what="the TUF root"
                 )
                 r = root.roles[tufmeta.TARGETS]
-                return DelegatedRole(tufmeta.TARGETS, frozenset(r.keyids), r.threshold)
+                return DelegatedRole(
+                    tufmeta.TARGETS,
+                    frozenset(r.keyids),
+                    r.threshold,
+                    tufmeta.raw_keys(root.keys, r.keyids),
+                )
             delegations = top.delegations
             if delegations is not None and delegations.roles is not None:
                 for name, terminating in delegations.get_roles_for_target(path):
                     role_file = self.dir / tufmeta.role_file(name)
                     if role_file.exists() and path in load(name).targets:
                         r = delegations.roles[name]
-                        return DelegatedRole(name, frozenset(r.keyids), r.threshold)
+                        return DelegatedRole(
+                            name,
+                            frozenset(r.keyids),
+                            r.threshold,
+                            tufmeta.raw_keys(delegations.keys or {}, r.keyids),
+                        )
                     if terminating:
                         break
         except (OSError, TrustError) as exc:

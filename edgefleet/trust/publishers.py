@@ -11,6 +11,11 @@ that lists publishers, the rules covering the deployment name
 * with TUF, a threshold (the delegation's) of the keys of the delegated targets role that
   lists the artifact: the publisher python-tuf took it from.
 
+Apart from baselines, with TUF the artifact's envelope must be signed by a threshold of the
+keys of that very role (:func:`check_signed_by_role`): any key of the trust root's artifacts
+role is not enough, or a publisher delegated ``vision-*`` could re-sign another publisher's
+``audio-x`` (issue 29, item 9). A delegated key reaches only its delegated names.
+
 A deployment no rule of such a baseline covers gets no publisher: ``PublisherNotAllowed``.
 Baselines only narrow: a hub that drops one gives back only what the offline-signed trust
 root and TUF delegations allow.
@@ -19,19 +24,22 @@ root and TUF delegations allow.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from edgefleet.api.baselines import PublisherRule, SecurityBaseline
 from edgefleet.errors import TrustError
+from edgefleet.trust.envelopes import Envelope, valid_signers
 
 
 @dataclass(frozen=True, slots=True)
 class DelegatedRole:
-    """The TUF role whose targets list an artifact: its name, key ids and threshold."""
+    """The TUF role whose targets list an artifact: its name, key ids and threshold, and
+    the raw Ed25519 public keys of those ids as its delegator names them (``keys``)."""
 
     name: str
     keyids: frozenset[str]
     threshold: int
+    keys: Mapping[str, bytes] = field(default_factory=dict, compare=False)
 
 
 def _short(keys: Iterable[str]) -> str:
@@ -90,6 +98,23 @@ def check_publisher(
                 f"{_short(role.keyids)}, threshold {role.threshold}), which {source} does "
                 f"not allow for deployment {deployment!r} (allowed keys: {_short(allowed)})",
             )
+
+
+def check_signed_by_role(env: Envelope, role: DelegatedRole, *, what: str) -> None:
+    """Raise ``SignerNotDelegated`` unless a threshold of the keys of ``role`` — the TUF
+    role whose targets list the artifact — signed its envelope ``env`` (pure; ``what``:
+    "audio-x 1.0.0"). Called on top of the trust root's artifacts threshold, never instead."""
+    by_role = valid_signers(env, role.keys, role.keyids)
+    if len(by_role) >= role.threshold:
+        return
+    signed = frozenset(kid for kid, _ in env.signatures)
+    raise TrustError(
+        "SignerNotDelegated",
+        f"{what}: the signed metadata is signed by key(s) {_short(signed)}, but the TUF role "
+        f"{role.name!r} that lists it needs {role.threshold} signature(s) by its own keys "
+        f"({_short(role.keyids)}), {len(by_role)} valid: a publisher signs only the model "
+        "names delegated to it",
+    )
 
 
 def known_key_problems(

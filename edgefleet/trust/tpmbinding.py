@@ -71,6 +71,19 @@ def load_ca_certificates(pems: Iterable[bytes]) -> list[Any]:
     return out
 
 
+def ek_sha256(cert_der: bytes) -> str:
+    """What identifies a TPM: the sha256 (hex) of its EK certificate's SubjectPublicKeyInfo
+    (DER). Call after :func:`verify_ek_certificate` accepted the certificate."""
+    import hashlib
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat
+
+    cert = x509.load_der_x509_certificate(_bounded(cert_der, "ek_certificate"))
+    spki = cert.public_key().public_bytes(Encoding.DER, PublicFormat.SubjectPublicKeyInfo)
+    return hashlib.sha256(spki).hexdigest()
+
+
 def verify_ek_certificate(cert_der: bytes, cas: list[Any], ek_public: bytes, *, now: float) -> Any:
     """The EK certificate is issued by one of ``cas`` (the manufacturers' CAs the hub trusts),
     valid at ``now``, and certifies the RSA key of ``ek_public``. Returns the EK public area."""

@@ -85,6 +85,25 @@ def tuf_key(public_raw: bytes) -> SSlibKey:
     return SSlibKey(key_id(public_raw), "ed25519", "ed25519", {"public": public_raw.hex()})
 
 
+def raw_keys(keys: Mapping[str, Any], keyids: Iterable[str]) -> dict[str, bytes]:
+    """The raw Ed25519 public keys of ``keyids`` among TUF ``keys`` (key id -> python-tuf
+    ``Key``), as the fleet's envelopes verify them; a key of another type is left out (it
+    cannot sign the fleet's envelopes)."""
+    out: dict[str, bytes] = {}
+    for kid in keyids:
+        key = keys.get(kid)
+        if key is None or getattr(key, "keytype", None) != "ed25519":
+            continue
+        public = key.keyval.get("public") if isinstance(key.keyval, dict) else None
+        try:
+            raw = bytes.fromhex(public) if isinstance(public, str) else b""
+        except ValueError:
+            continue
+        if len(raw) == 32:
+            out[kid] = raw
+    return out
+
+
 def tuf_signer(private_key_path: Path) -> Signer:
     """A python-tuf signer for an Ed25519 PEM private key (``edgectl keys generate``)."""
     from cryptography.hazmat.primitives.serialization import Encoding, PublicFormat

@@ -42,6 +42,8 @@ from edgefleet.trust.envelopes import (
 from edgefleet.trust.versions import compare_versions, require_comparable_version, version_key
 
 ROOT_HISTORY_MAX = 1000  # root digests remembered (one per rotation)
+# where a rollback allowance goes with TUF (edgefleet.trust.tufmeta CUSTOM_FIELD/ROLLBACK_FIELD)
+TUF_ALLOWANCE_FIELD = "edgefleet.rollbackAllowance"
 
 
 @dataclass(frozen=True, slots=True)
@@ -392,11 +394,16 @@ def check_model_version(
     allowance: Envelope | None,
     now: float,
     grant: RollbackAllowance | None = None,
+    tuf: bool = False,
 ) -> None:
     """Refuse a model version lower than the highest accepted, unless a valid signed rollback
     allowance names exactly this name, version and model sha256: ``grant``, the one in the
     publisher's TUF targets (custom field of the model's target, verified by python-tuf), or
-    else ``allowance``, a separate envelope signed by artifacts keys."""
+    else ``allowance``, a separate envelope signed by artifacts keys.
+
+    With ``tuf`` (the device uses TUF) only ``grant`` counts: a separate envelope may be
+    signed by any artifacts key, so by a publisher not delegated this model name, and it is
+    refused (``RollbackAllowanceNotInTargets``) rather than honoured."""
     accepted = state.artifacts.get(meta.name)
     if accepted is None or not _comparable(accepted.model_version):
         return  # nothing accepted, or a version recorded before such versions were refused
@@ -423,6 +430,14 @@ def check_model_version(
                 "RollbackAllowanceExpired", f"{gwhat}: expired at {format_time(grant.expires)}"
             )
         return
+    if tuf and allowance is not None:
+        raise TrustError(
+            "RollbackAllowanceNotInTargets",
+            f"{what} is older than {accepted.model_version}, the highest version this device "
+            f"accepted, and its rollback allowance is a separate envelope: with TUF, only an "
+            f"allowance in the publisher's own targets counts (custom {TUF_ALLOWANCE_FIELD} of "
+            f"the model's target; edgectl models push ... --allow-rollback DURATION)",
+        )
     if allowance is None:
         raise TrustError(
             "ModelVersionRollback",

@@ -3,7 +3,9 @@
 rolled back to 1.2.0: first for its metadata (signed before what the devices accepted since),
 then, signed again, for its model version (no allowance). With a signed allowance for 1.0.0
 pushed to the hub (``edgectl rollback push``), the same revision goes through and the devices
-serve 1.0.0."""
+serve 1.0.0. The hub keeps no TUF repository (``hub init --no-tuf``): with TUF a separate
+allowance is refused, and the allowance goes in the publisher's targets
+(``test_tuf_rollback.py``; ``test_tuf_publisher_reach.py``)."""
 
 from __future__ import annotations
 
@@ -20,7 +22,7 @@ N = 2
 
 @pytest.fixture
 def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init().start()
+    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init("--no-tuf").start()
     yield h
     h.stop()
 

@@ -4,6 +4,7 @@ in SQLite and put in the desired state of the devices sent that version."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import grpc
@@ -86,3 +87,58 @@ async def test_an_allowance_is_checked_kept_and_sent_with_its_version(tmp_path: 
         content = build_desired(device, hub.ctx.cache, previous=frozenset(), region=hub.ctx.region)
         assert content.rollback_allowances == (good,)
         assert content.artifact_metadata == (b"{signed}",)
+
+
+@async_test
+async def test_a_hub_with_tuf_refuses_a_separate_allowance_and_says_where_it_goes(
+    tmp_path: Path,
+) -> None:
+    """With TUF, devices honour only the allowance in the publisher's own delegated targets
+    (issue 29, item 9): any artifacts key could sign a separate one, also the key of a
+    publisher not delegated that model name. The hub refuses it before anything is kept."""
+    paths = await make_hub_dir(tmp_path / "hub")
+    make_quickstart_trust(paths, tuf=True)
+    key = publisher_key_path(paths)
+    async with AdminHub(paths) as hub, hub.channel() as channel:
+        assert hub.ctx.tuf is not None
+        stub = hub.stub(channel)
+        model = objects.ModelRecord("det", "1.0.0", SHA, 1234, b"{signed}", 1.0)
+        await hub.ctx.store.put(objects.model_key("det", "1.0.0"), objects.dumps(model.to_json()))
+        hub.ctx.cache.models[("det", "1.0.0")] = model
+        code, details = await refused(stub, allowance(tmp_path, key))
+        assert code is grpc.StatusCode.FAILED_PRECONDITION
+        assert details.startswith("RollbackAllowanceNotInTargets"), details
+        assert "--allow-rollback" in details and "delegated targets" in details
+        stored = await hub.ctx.store.get(objects.model_key("det", "1.0.0"))
+        assert stored is not None
+        assert not objects.ModelRecord.from_json(orjson.loads(stored.value)).rollback_allowance
+
+
+@pytest.mark.parametrize(
+    ("tuf", "reason"), [(False, None), (True, "RollbackAllowanceNotInTargets")]
+)
+def test_verify_allowance_refuses_any_envelope_with_tuf(
+    tmp_path: Path, tuf: bool, reason: str | None
+) -> None:
+    """The pure check: a valid allowance by a trusted artifacts key, with and without TUF."""
+    import time
+
+    from edgefleet.errors import TrustError
+    from edgefleet.trust.envelopes import parse_envelope_bytes
+    from edgefleet.trust.verifying import verify_initial_root
+    from hub.allowing import verify_allowance
+    from hub.trustsetup import trust_root_path
+
+    paths = asyncio.run(make_hub_dir(tmp_path / "hub"))
+    make_quickstart_trust(paths)
+    now = time.time()
+    root = verify_initial_root(
+        parse_envelope_bytes(trust_root_path(paths).read_bytes(), what="r"), now
+    )
+    envelope = allowance(tmp_path, publisher_key_path(paths))
+    if reason is None:
+        assert verify_allowance(root, envelope, now, tuf=tuf).name == "det"
+        return
+    with pytest.raises(TrustError) as info:
+        verify_allowance(root, envelope, now, tuf=tuf)
+    assert info.value.reason == reason

@@ -405,3 +405,48 @@ class SourceRelay:
 
     def close(self) -> None:
         self.listener.close()
+
+
+EK, OTHER_EK = "ee" * 32, "0f" * 32
+SHARED_EK_CASES = [
+    # (id, the device records (name, bound ek, offered ek), the new device's ek, allowed, holders)
+    ("no TPM", [("a", EK, "")], "", False, None),
+    ("a new TPM", [("a", EK, "")], OTHER_EK, False, None),
+    ("bound to another record", [("a", EK, "")], EK, False, "a"),
+    ("offered to another record, not activated yet", [("a", "", EK)], EK, False, "a"),
+    ("the operator allows it", [("a", EK, "")], EK, True, None),
+    ("two records hold it", [("b", EK, ""), ("a", EK, "")], EK, False, "a, b"),
+    ("the record of the same name", [("new", EK, "")], EK, False, None),
+]
+
+
+@pytest.mark.parametrize(
+    ("devices", "ek", "allowed", "holders"),
+    [c[1:] for c in SHARED_EK_CASES],
+    ids=[c[0] for c in SHARED_EK_CASES],
+)
+def test_one_tpm_backs_one_device_record(
+    devices: list[tuple[str, str, str]], ek: str, allowed: bool, holders: str | None
+) -> None:
+    from hub.devices import Device
+    from hub.enrolling import shared_ek_refusal
+
+    records = [
+        Device(name, ek_sha256=bound, ak_offer={"ekSha256": offered} if offered else None)
+        for name, bound, offered in devices
+    ]
+    got = shared_ek_refusal(ek, records, allowed=allowed, name="new")
+    if holders is None:
+        assert got is None
+        return
+    assert got is not None and got.startswith("EkInUse")
+    assert f"device(s) {holders}:" in got and "--allow-shared-ek" in got
+
+
+def test_a_token_that_allows_a_shared_ek_says_so_and_older_tokens_do_not() -> None:
+    fields = {"id": "id", "secret_sha256": "00" * 32, "created": 1.0, "expires": 2.0}
+    record = tokens.TokenRecord(**fields, allow_shared_ek=True)
+    assert tokens.TokenRecord.from_json(record.to_json()).allow_shared_ek is True
+    plain = tokens.TokenRecord(**fields)
+    assert b"allowSharedEk" not in plain.to_json()
+    assert tokens.TokenRecord.from_json(plain.to_json()).allow_shared_ek is False

@@ -78,8 +78,11 @@ def _root(tmp_path: Path) -> tuple[bytes, str]:
     return env.to_bytes(), f"sha256:{root_digest(env)}"
 
 
-async def _enroll(hub: AdminHub, data: Path, pin: str, tcti: str) -> Any:
-    token, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
+async def _enroll(
+    hub: AdminHub, data: Path, pin: str, tcti: str, *, allow_shared_ek: bool = False
+) -> Any:
+    shared = {"allow_shared_ek": True} if allow_shared_ek else {}
+    token, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600, **shared)
     return await enroll(
         data,
         hub=f"127.0.0.1:{hub.port}",
@@ -592,5 +595,47 @@ def test_a_baseline_that_requires_the_measurement_pcr(tpm: Tpm, tmp_path: Path) 
                 if first is not None:
                     assert att.reasons[0].startswith(first), att.reasons
                     assert "trust.measurementPcr" in att.reasons[0]
+
+    run(main())
+
+
+def test_one_tpm_backs_one_device_record_unless_the_operator_allows_it(
+    tpm: Tpm, tmp_path: Path
+) -> None:
+    """Issue 29, item 9 (related): the hub records the EK's hash with the device, and a second
+    device record on the same genuine TPM is refused with the reason and the way out; a token
+    made with ``--allow-shared-ek`` lets it in."""
+    from edged.hublink.enrolling import EnrollError
+
+    root, pin = _root(tmp_path)
+
+    async def main() -> None:
+        async with await _hub(tmp_path, tpm.ca) as hub:
+            install_roots(hub.ctx, HubRoots((root,)))
+            first = await _enroll(hub, tmp_path / "cam-a", pin, tpm.tcti)
+            assert first.attestation == "tpm"
+            await hub.ctx.writer.flush()
+
+            with pytest.raises(EnrollError) as err:
+                await _enroll(hub, tmp_path / "cam-b", pin, tpm.tcti)
+            said = str(err.value)
+            assert "EkInUse" in said and "cam-a" in said and "--allow-shared-ek" in said, said
+            assert "cam-b" not in hub.ctx.cache.devices  # nothing written
+            ek = hub.ctx.cache.devices["cam-a"].ek_sha256
+            assert len(ek) == 64 and ek in said
+            assert hub.ctx.cache.devices["cam-a"].to_json()["ekSha256"] == ek
+
+            second = await _enroll(hub, tmp_path / "cam-c", pin, tpm.tcti, allow_shared_ek=True)
+            assert second.attestation == "tpm"
+            await hub.ctx.writer.flush()
+            assert hub.ctx.cache.devices["cam-c"].ek_sha256 == ek
+            # the decision itself, pure: a pending offer on that EK counts too
+            from hub.enrolling import shared_ek_refusal
+
+            devices = list(hub.ctx.cache.devices.values())
+            assert shared_ek_refusal(ek, devices, allowed=False, name="cam-d") is not None
+            assert shared_ek_refusal(ek, devices, allowed=True, name="cam-d") is None
+            assert shared_ek_refusal("ab" * 32, devices, allowed=False, name="cam-d") is None
+            assert shared_ek_refusal("", devices, allowed=False, name="cam-d") is None
 
     run(main())

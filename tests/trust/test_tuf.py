@@ -446,3 +446,60 @@ def test_a_rollback_allowance_in_the_targets_is_bound_to_the_digest(
     target = held.targets[path]
     target.unrecognized_fields["custom"]["edgefleet"] = bad
     refused("MalformedMetadata", tufmeta.rollback_grant, target, what=path)
+
+
+def test_a_publisher_cannot_re_sign_another_publishers_model(
+    hub: Hub, tmp_path: Path, keys: dict[str, Key]
+) -> None:
+    """Issue 29, item 9: pub1 (``vision-*``) re-signs audio-x 1.0.0, audio's bytes that audio's
+    targets list. Both keys are artifacts keys of the fleet root, and python-tuf finds the
+    target, but the role that lists it is audio: the hub refuses the push (audio's own held
+    targets given as the push's) and the device refuses the envelope."""
+    from trusttesting import make_metadata
+
+    from edgefleet.trust.documents import parse_artifact
+    from edgefleet.trust.envelopes import ARTIFACT_TYPE
+    from edgefleet.trust.publishers import check_signed_by_role
+
+    model = tmp_path / "audio-x.onnx"
+    model.write_bytes(b"audio's model")
+    by_audio = make_metadata(keys, model, name="audio-x", version="1.0.0", signers=("pub2",))
+    by_vision = make_metadata(keys, model, name="audio-x", version="1.0.0", signers=("pub1",))
+    meta = parse_artifact(decode_payload(by_audio, expected_type=ARTIFACT_TYPE, what="m"))
+    held = hub.publish("pub2", "audio", meta)
+    now = time.time()
+    refused(
+        "SignerNotDelegated",
+        hub.repo.check_delegated, "audio", held, meta, now=now, envelope=by_vision,
+    )  # fmt: skip
+    assert hub.repo.check_delegated("audio", held, meta, now=now, envelope=by_audio) == 0
+    # held targets pushed again must list what is pushed
+    other = artifact("audio-y", "1.0.0")
+    refused("NotInTargets", hub.repo.check_delegated, "audio", held, other, now=now)
+
+    client, updater = device(tmp_path, hub)
+    TufClient.check(updater, meta)  # the bytes are listed: TUF alone lets it through
+    role = client.publisher_role(meta)
+    assert role.name == "audio" and set(role.keys) == {key_id(keys["pub2"].raw)}
+    check_signed_by_role(by_audio, role, what="audio-x 1.0.0")
+    error = refused("SignerNotDelegated", check_signed_by_role, by_vision, role, what="audio-x")
+    assert "'audio'" in str(error)
+
+
+def test_a_grant_for_a_name_outside_the_delegation_is_never_found(hub: Hub, tmp_path: Path) -> None:
+    """pub1 lists audio-x with a rollback allowance in its own (vision) targets: the hub
+    refuses it, and a compromised hub serving it gets no grant to the device (python-tuf
+    looks audio-x up in the audio role only)."""
+    from tuf.api.metadata import Targets
+
+    audio = artifact("audio-x", "1.0.0")
+    hub.publish("pub2", "audio", audio)
+    mine = Targets(version=1, expires=tufmeta._expiry(time.time() + DAY))
+    mine.targets.update(tufmeta.artifact_targets(audio, rollback_expires=time.time() + DAY))
+    data = tufmeta.sign(mine, [tufmeta.tuf_signer(hub.keys["pub1"].key_file)])
+    refused("PathNotDelegated", hub.repo.check_delegated, "vision", data, audio, now=time.time())
+    hub.served["vision.json"] = data
+    hub.forge_snapshot({"targets.json": 1, "vision.json": 1, "audio.json": 1})
+    _, updater = device(tmp_path, hub)
+    path = tufmeta.target_path("audio-x", "1.0.0", "model.onnx")
+    assert tufmeta.rollback_grant(updater.get_targetinfo(path), what=path) is None
