@@ -30,9 +30,11 @@ SECRET = {"apiVersion": "edgefleet.io/v1", "kind": "Secret", "metadata": {"name"
           "spec": {"stringData": {"token": VALUE}}}  # fmt: skip
 
 
-def deployment(name: str = "pos", *, secrets: bool = True, **placement: Any) -> dict[str, Any]:
+def deployment(
+    name: str = "pos", *, secrets: bool = True, model: str = "m", **placement: Any
+) -> dict[str, Any]:
     spec: dict[str, Any] = {
-        "model": {"name": "m", "version": "1.0.0"},
+        "model": {"name": model, "version": "1.0.0"},
         "placement": placement or {"nodeSelector": {"site": "retail"}},
     }
     if secrets:
@@ -122,9 +124,10 @@ async def test_a_device_never_gets_a_secret_through_labels_it_gave_itself(tmp_pa
         # asks for site=retail at enrollment (the token lets devices add labels: the default)
         asker = await _enroll(hub, tmp_path, "s1-y", lab, {"site": "retail"})
         honest = await _enroll(hub, tmp_path, "s1-z", retail)
-        hub.ctx.cache.models[("m", "1.0.0")] = storekeys.ModelRecord(
-            "m", "1.0.0", "ab" * 32, 1, b"{signed}", 1.0
-        )
+        for model in ("m", "m2"):  # one model name per device (hub.modelclaiming)
+            hub.ctx.cache.models[(model, "1.0.0")] = storekeys.ModelRecord(
+                model, "1.0.0", "ab" * 32, 1, b"{signed}", 1.0
+            )
         stop = asyncio.Event()
         syncing = [
             asyncio.ensure_future(liar.sync(hub.port, {"site": "retail", "pool": "retail"}, stop)),
@@ -133,7 +136,7 @@ async def test_a_device_never_gets_a_secret_through_labels_it_gave_itself(tmp_pa
         ]
         try:
             await eventually(lambda: all(d.states for d in (liar, asker, honest)), within=10)
-            selecting_pool = deployment("pool-retail", nodeSelector={"pool": "retail"})
+            selecting_pool = deployment("pool-retail", model="m2", nodeSelector={"pool": "retail"})
             applied = await stub.Apply(
                 admin_pb2.ApplyRequest(
                     documents=[orjson.dumps(d) for d in (SECRET, deployment(), selecting_pool)]
