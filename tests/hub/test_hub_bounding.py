@@ -5,17 +5,23 @@ some device past it (``refused_devices``). Pure: no hub, no store."""
 
 from __future__ import annotations
 
+from dataclasses import replace
+from typing import Any
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from propertytesting import examples
 from test_hub_scheduling import NOW, dep, fleets, node
 
-from edgefleet.api import ModelDeployment, TaintEffect
-from hub.bounding import refused_devices
+from edgefleet.api import ModelDeployment, TaintEffect, parse_manifest
+from hub import storekeys
+from hub.bounding import grown_past_bound, refused_devices, state_bound
+from hub.caching import Cache
 from hub.desired import MAX_DESIRED_STATE_BYTES
-from hub.devices import Taint
+from hub.devices import Device, DevicePhase, Taint
 from hub.placing import TAINT_NOT_READY
+from hub.rolling import Revision, RolloutState, template_hash
 from hub.scheduling import Node, StateBound, schedule
 
 LIMIT = MAX_DESIRED_STATE_BYTES  # 3.94 MiB
@@ -153,3 +159,89 @@ def test_an_apply_is_refused_only_where_it_grows_a_device_past_the_bound(
     before: dict[str, int], after: dict[str, int], refused: list[tuple[str, int]]
 ) -> None:
     assert refused_devices(before, after) == refused
+
+
+# -- over a real Cache: what the scheduler is given, and the apply check ------------------------
+
+
+def manifest(name: str, replicas: dict[str, int], site: str, filler: int = 0) -> dict[str, Any]:
+    doc: dict[str, Any] = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": name, "annotations": {"filler": "x" * filler}},
+        "spec": {
+            "model": {"name": "det", "version": "1.0.0"},
+            "replicas": replicas,
+            "placement": {"nodeSelector": {"site": site}},
+        },
+    }
+    return parse_manifest(doc).to_dict()
+
+
+def oversize_fleet() -> Cache:
+    """What the unbounded scheduler left (issue 29): six ~840 KB ``total: 1`` deployments all
+    sent to s1-a (4.8 MiB), and s2-a beside it."""
+    devices = {
+        "s1-a": Device("s1-a", labels={"site": "s1"}, phase=DevicePhase.READY),
+        "s2-a": Device("s2-a", labels={"site": "s2"}, phase=DevicePhase.READY),
+    }
+    cache = Cache(devices=devices)
+    cache.models[("det", "1.0.0")] = storekeys.ModelRecord(
+        "det", "1.0.0", "a" * 64, 1, b"e" * 600, 0.0
+    )
+    for i in range(6):
+        m = manifest(f"big{i}", {"total": 1}, "s1", BIG)
+        cache.put_object(m, i + 1)
+        cache.revisions[f"big{i}"] = {1: Revision(f"big{i}", 1, template_hash(m), m, 0.0)}
+        cache.rollouts[f"big{i}"] = RolloutState(f"big{i}", revision=1, stable=1)
+        cache.set_placement(f"big{i}", frozenset({"s1-a"}))
+    return cache
+
+
+def trial_of(cache: Cache, *manifests: dict[str, Any]) -> tuple[Cache, dict[str, Revision]]:
+    trial = replace(cache, stored=dict(cache.stored), deployments=dict(cache.deployments))
+    for m in manifests:
+        trial.put_object(m, 0)
+    planned = {
+        m["metadata"]["name"]: Revision(m["metadata"]["name"], 0, template_hash(m), m, 0.0)
+        for m in manifests
+    }
+    return trial, planned
+
+
+def test_an_oversize_device_refuses_only_the_applies_that_grow_it() -> None:
+    cache = oversize_fleet()
+    cases = [
+        # a perDevice deployment selecting only s2-a: through (before: refused, naming s1-a)
+        (manifest("other", {"perDevice": 1}, "s2"), []),
+        # a new total deployment: the scheduler places it only where it fits (before: counted
+        # on every device, so refused)
+        (manifest("big6", {"total": 1}, "s2", BIG), []),
+        # one that grows s1-a, already over: refused, naming it
+        (manifest("grow", {"perDevice": 1}, "s1", BIG), ["s1-a"]),
+        # a larger revision of a deployment s1-a is sent: refused too
+        (manifest("big0", {"total": 1}, "s1", BIG + 10_000), ["s1-a"]),
+    ]
+    for doc, refused in cases:
+        trial, planned = trial_of(cache, doc)
+        got = grown_past_bound(cache, trial, planned=planned, region="eu")
+        assert [name for name, _ in got] == refused, doc["metadata"]["name"]
+        assert all(size > LIMIT for _, size in got)
+
+
+def test_the_scheduler_given_the_caches_bound_brings_an_oversize_device_back_under_it() -> None:
+    cache = oversize_fleet()
+    bound = state_bound(cache, region="eu")
+    assert bound is not None and bound.limit == LIMIT
+    assert set(bound.replica) == {f"big{i}" for i in range(6)}
+    assert all(BIG < size < BIG + 2_000 for size in bound.replica.values())
+    assert bound.base["s1-a"] < 10_000  # without the placements: policies only
+    deps = list(cache.deployments.values())
+    nodes = [node("s1-a", labels={"site": "s1"}), node("s2-a", labels={"site": "s2"})]
+    result = schedule(deps, nodes, dict(cache.placements), NOW, bound=bound)
+    kept = sorted(n for n, p in result.placements.items() if p == ("s1-a",))
+    assert len(kept) == 4
+    assert {e.reason for e in result.evictions} == {"device's desired state over 3.94 MiB"}
+    # a fleet that fits (the common case) is not built device by device
+    small = Cache(devices=dict(cache.devices))
+    assert state_bound(small, region="eu") is None
