@@ -44,18 +44,12 @@ from edgefleet.logs import get_logger
 from edgefleet.selecting import Selector, parse_selector
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
-from hub import applying, paging, pki, prioritizing, slicing, storekeys, tokens
+from hub import applying, bounding, paging, pki, prioritizing, slicing, storekeys, tokens
 from hub.auth import Caller, authorize, caller_of
 from hub.caching import Cache
 from hub.context import HubContext
 from hub.dashboard import access as dashboard_access
-from hub.desired import (
-    MAX_DESIRED_STATE_BYTES,
-    FleetPolicies,
-    build_desired,
-    wire_size,
-    wire_size_bound,
-)
+from hub.desired import MAX_DESIRED_STATE_BYTES
 from hub.devices import Device
 from hub.labeltrust import secrets_withheld
 from hub.modelclaiming import apply_refusal
@@ -300,8 +294,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         return frozenset(known)
 
     def _check_desired_sizes(self, changed: list[_Planned]) -> None:
-        """Refuse an apply after which a device's desired state would not fit in a message
-        (it could then never be sent to that device), naming the devices and sizes."""
+        """Refuse an apply that makes a device's desired state too large for a message (it
+        could then never be sent to that device), naming the devices and sizes; a device
+        already over the bound refuses only an apply that grows it (hub.bounding)."""
         cache = self._ctx.cache
         trial = dataclasses.replace(
             cache, stored=dict(cache.stored), deployments=dict(cache.deployments)
@@ -314,30 +309,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             for p in changed
             if p.obj.kind == "ModelDeployment"
         }
-        # a replicas.total deployment may be placed on any device: count it on each
-        placements = dict(cache.sent_placements)
-        for p in changed:
-            dep = trial.deployments.get(p.obj.name) if p.obj.kind == "ModelDeployment" else None
-            if dep is not None and dep.spec.replicas.per_device is None:
-                placements[p.obj.name] = frozenset(cache.devices)
-        fleet = FleetPolicies.of(trial)
-        if wire_size_bound(trial, fleet, planned=planned) <= MAX_DESIRED_STATE_BYTES:
-            return  # no device's state can be larger: not built device by device
-        too_big: list[tuple[str, int]] = []
-        for name, device in sorted(cache.devices.items()):
-            previous = cache.desired.get(name)
-            content = build_desired(
-                device,
-                trial,
-                previous=frozenset(previous.deployments) if previous else frozenset(),
-                region=self._ctx.region,
-                fleet=fleet,
-                planned=planned,
-                placements=placements,
-            )
-            size = wire_size(content)
-            if size > MAX_DESIRED_STATE_BYTES:
-                too_big.append((name, size))
+        too_big = bounding.grown_past_bound(cache, trial, planned=planned, region=self._ctx.region)
         if too_big:
             shown = ", ".join(f"{n} ({s / 2**20:.1f} MiB)" for n, s in too_big[:10])
             more = f" and {len(too_big) - 10} more" if len(too_big) > 10 else ""

@@ -94,10 +94,12 @@ class DevicesConfig:
 
     heartbeat_interval_s: float = 30.0
     heartbeat_grace_s: float = 90.0
-    """No heartbeat for this long: the device becomes NotReady."""
+    """No heartbeat for this long: the device becomes NotReady (counted from the later of its
+    last heartbeat and this hub's start or election: hub.staleness)."""
     reschedule_after_s: float = 300.0
     """No message for this long: the scheduler moves the device's ``replicas.total``
-    placements to other devices (at least heartbeatGrace; unset: 5m or heartbeatGrace)."""
+    placements to other devices (at least heartbeatGrace; unset: 5m or heartbeatGrace;
+    counted as heartbeatGrace is)."""
     status_rate: float = 1.0
     """Status messages per second one device may send, after a burst (edged sends status
     only when it changed, checked every second)."""
@@ -465,7 +467,8 @@ singleUse = {str(t.single_use).lower()}
 [devices]
 # How often devices send a heartbeat.
 heartbeatInterval = "{format_duration(d.heartbeat_interval_s)}"
-# No heartbeat for this long: the device becomes NotReady.
+# No heartbeat for this long: the device becomes NotReady. Both this and rescheduleAfter
+# count from the hub's start when it started later: its own downtime is not the device's.
 heartbeatGrace = "{format_duration(d.heartbeat_grace_s)}"
 # No message for this long: the scheduler moves the device's replicas.total placements.
 rescheduleAfter = "{format_duration(d.reschedule_after_s)}"

@@ -26,6 +26,7 @@ from hub.projecting import Projector
 from hub.rollouts import RolloutController
 from hub.secrets import SecretKeys
 from hub.sessions import Sessions
+from hub.staleness import ObservedSince
 from hub.store import Store
 from hub.store.electing import Elector
 from hub.tufrelaying import RelayedTuf
@@ -66,6 +67,8 @@ class HubContext:
     shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)
     regions: Regions | None = None  # hub.regions: the regional hubs below this one (a root)
     waves: WaveController | None = None  # hub.waves: rollouts across regions (not at a region)
+    # when this hub began to observe devices: its start, its election (hub.staleness)
+    observed_since: ObservedSince = field(default_factory=ObservedSince.now)
 
     @property
     def region(self) -> str:

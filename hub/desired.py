@@ -352,3 +352,31 @@ def wire_size(content: DesiredContent) -> int:
     parts = (*content.manifests, *content.artifact_metadata, *content.rollback_allowances)
     sealed = len(content.secrets) * SEALED_SECRET_BYTES
     return sum(len(p) + 6 for p in parts) + 64 + sealed
+
+
+def replica_wire_size(
+    cache: Cache, fleet: FleetPolicies, name: str, *, planned: Revision | None = None
+) -> int:
+    """At least the bytes deployment ``name`` adds to a device's desired state when sent there
+    (pure): its largest revision (of those the cache keeps and ``planned``, one not made yet)
+    in its largest rewrite, its model's metadata and rollback allowance, every Secret its
+    revisions mount (0: none whose model was pushed, so it is never sent). What the scheduler
+    counts per placement (:mod:`hub.bounding`)."""
+    largest = envelope = allowance = 0
+    mounted: set[str] = set()
+    revisions = list(cache.revisions.get(name, {}).values())
+    for revision in [*revisions, planned] if planned is not None else revisions:
+        model = cache.models.get(revision.model)
+        if model is None:  # never sent (excluded: not pushed)
+            continue
+        largest = max(largest, _largest_manifest(revision, fleet.priority_classes))
+        envelope = max(envelope, len(model.envelope))
+        allowance = max(allowance, len(model.rollback_allowance))
+        mounted.update(
+            str(m.get("name")) for m in revision.manifest.get("spec", {}).get("secrets", ())
+        )
+    if not largest:
+        return 0
+    parts = [largest, envelope, *([allowance] if allowance else [])]
+    sealed: int = len(mounted & set(cache.secrets)) * SEALED_SECRET_BYTES
+    return sum(n + 6 for n in parts) + sealed

@@ -4,7 +4,9 @@ A device whose last message is older than ``devices.heartbeatGrace`` becomes Not
 event, and its desired state is projected again: NoSchedule taint); a message brings it back to
 Ready. The decision is :func:`hub.placing.lifecycle_phase` (pure); this loop only applies it. It
 scans every device once per ``grace / 4`` (a scan of 2,000 devices costs about a millisecond),
-so no per-device timers exist.
+so no per-device timers exist. Silence counts from this hub's own observations
+(:mod:`hub.staleness`): after a hub start or election, a device Ready before gets the whole
+grace period to reconnect.
 """
 
 from __future__ import annotations
@@ -39,7 +41,9 @@ class Lifecycle:
             device = stored
             if seen is not None and (stored.last_heartbeat or 0) < seen:
                 device = stored.with_(last_heartbeat=seen)
-            phase, _ = lifecycle_phase(device, now=now, grace_s=grace)
+            phase, _ = lifecycle_phase(
+                device, now=now, grace_s=grace, observed_since=ctx.observed_since.since
+            )
             if phase is device.phase:
                 if (
                     seen is not None

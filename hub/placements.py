@@ -13,7 +13,10 @@ Placements are stored, so a restarted hub keeps them (the first pass keeps every
 that still qualifies). Wakes: any projection mark (an apply, a label, health, attestation or
 phase change, a device connecting), and, while a device holding a placement is not Ready, a
 tick of a quarter of ``devices.rescheduleAfter`` (at most 5 s), which notices it silent for
-longer than that. A quiet fleet costs no passes.
+longer than that. A quiet fleet costs no passes. A device's silence counts from its last
+heartbeat or from when this hub began to observe (its start, its election: ``observed_since``,
+:mod:`hub.staleness`), whichever is later: the hub's own downtime moves nothing. No placement
+makes a device's desired state larger than it can receive (:mod:`hub.bounding`).
 
 Moves keep the rollout budget (:mod:`hub.moving`): each pass plans, per deployment, which
 devices are sent it now (placements started, old devices draining until their replacements
@@ -36,6 +39,7 @@ from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub import storekeys
 from hub.batching import GIVE_UP_AFTER, BatchLoop
+from hub.bounding import state_bound
 from hub.caching import Cache
 from hub.devices import Device, DevicePhase
 from hub.moving import MOVING, MoveStep, Replica, plan_moves
@@ -43,7 +47,8 @@ from hub.placing import taints_for, tolerates, with_secret_tpm
 from hub.prioritizing import class_of, classes_of, resolved
 from hub.projecting import Projector
 from hub.rolling import Budget, resolve_budget
-from hub.scheduling import Eviction, Node, Schedule, node_of, schedule
+from hub.scheduling import Eviction, Node, Schedule, StateBound, node_of, schedule
+from hub.staleness import ObservedSince
 from hub.statusing import revisions_of
 from hub.store import Delete, Put, Store
 from hub.writing import DeviceWriter, PreparedEvent
@@ -73,6 +78,7 @@ class Scheduler:
         reschedule_after_s: float,
         clock: Callable[[], float] = time.time,
         give_up_after: float = GIVE_UP_AFTER,
+        observed_since: ObservedSince | None = None,
     ) -> None:
         self._store = store
         self._cache = cache
@@ -81,6 +87,8 @@ class Scheduler:
         self._region = region
         self._grace = reschedule_after_s
         self._clock = clock
+        # when this hub began to observe devices (hub.staleness): its start, its election
+        self.observed_since = observed_since or ObservedSince(clock())
         self._tick = min(max(reschedule_after_s / 4, 0.05), MAX_TICK)
         self._batches = BatchLoop(
             self.name, self._pass, gather=GATHER, backoff=RETRY, give_up_after=give_up_after
@@ -161,6 +169,7 @@ class Scheduler:
                 pinned.setdefault(name, set()).add(device)
         current = {k: v for k, v in cache.placements.items() if k in cache.deployments}
         draining = {k: v for k, v in cache.draining.items() if k in cache.deployments}
+        bound = state_bound(cache, region=self._region)  # None: no device could exceed it
         return _Snapshot(
             deployments,
             nodes,
@@ -171,6 +180,8 @@ class Scheduler:
             self._grace,
             draining,
             never,
+            self.observed_since.since,
+            bound,
         )
 
     async def pass_now(self) -> None:
@@ -371,6 +382,8 @@ class _Snapshot:
     grace: float
     draining: dict[str, frozenset[str]]
     never_preempt: frozenset[str]
+    observed_since: float
+    bound: StateBound | None
 
     def decide(self) -> Schedule:
         return schedule(
@@ -383,6 +396,8 @@ class _Snapshot:
             not_ready_grace_s=self.grace,
             draining=self.draining,
             never_preempt=self.never_preempt,
+            observed_since=self.observed_since,
+            bound=self.bound,
         )
 
 

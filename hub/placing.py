@@ -16,6 +16,7 @@ from dataclasses import dataclass, field, replace
 
 from edgefleet.api import ModelDeployment, TaintEffect, Toleration, TolerationOperator
 from hub.devices import Device, DevicePhase, Taint, TrustState
+from hub.staleness import silent_for
 
 TAINT_UNSCHEDULABLE = "node.edgefleet.io/unschedulable"
 TAINT_NOT_READY = "node.edgefleet.io/not-ready"
@@ -206,11 +207,22 @@ def project(
     return Projection(tuple(names), excluded)
 
 
-def lifecycle_phase(device: Device, *, now: float, grace_s: float) -> tuple[DevicePhase, float]:
-    """The phase ``device`` should be in at ``now``, and seconds until it could next change."""
+def lifecycle_phase(
+    device: Device, *, now: float, grace_s: float, observed_since: float | None = None
+) -> tuple[DevicePhase, float]:
+    """The phase ``device`` should be in at ``now``, and seconds until it could next change.
+
+    ``observed_since``: when this hub began to observe devices (its start or election,
+    :mod:`hub.staleness`). A device Ready when the hub started stays Ready until it has been
+    silent for ``grace_s`` since then: the hub's own downtime is not the device's silence. It
+    never makes a NotReady device Ready (only a message does)."""
     if device.last_heartbeat is None:
         return DevicePhase.PENDING, grace_s
     silent = now - device.last_heartbeat
-    if silent > grace_s:
-        return DevicePhase.NOT_READY, grace_s
-    return DevicePhase.READY, max(grace_s - silent, 0.0) + 0.001
+    if silent <= grace_s:
+        return DevicePhase.READY, max(grace_s - silent, 0.0) + 0.001
+    if device.phase is DevicePhase.READY:
+        observed = silent_for(device.last_heartbeat, now, observed_since)
+        if observed <= grace_s:  # not heard from since this hub's start, within the grace
+            return DevicePhase.READY, max(grace_s - observed, 0.0) + 0.001
+    return DevicePhase.NOT_READY, grace_s

@@ -18,16 +18,20 @@ How a pass goes:
    the accelerator. A device NotReady for longer than ``not_ready_grace_s`` loses its
    placements; NoSchedule taints (cordoned, NotReady within the grace) keep them, as a
    Kubernetes pod survives a cordon. Affinity is not checked again (as Kubernetes'
-   ``IgnoredDuringExecution``). A device over capacity loses its least important placements;
-   a deployment over its ``total`` its lowest scored ones.
+   ``IgnoredDuringExecution``). A device over capacity (or over the desired-state bound)
+   loses its least important placements;
+   a deployment over its ``total`` its lowest scored ones. A device NotReady is silent from
+   its last heartbeat or the hub's start, whichever is later (:mod:`hub.staleness`).
 2. **Place** the missing replicas, deployments by priority (highest first) then name: devices
    that pass every filter (taints and tolerations, ``nodeSelector`` and ``matchExpressions``,
    regions, zones — for a deployment mounting a Secret, on the device's token labels too:
    :meth:`Fleet.trusted_filter` —, the accelerator's ``anyOf`` classes, deployment affinity
-   and anti-affinity, capacity: cpu, memory and accelerator slots less what is placed), scored
-   ``Spread`` (least allocated, the default) or ``BinPack`` (most allocated), devices already
-   holding the artifact preferred; ``topologySpread`` places each replica in the domain with
-   the fewest (``maxSkew``: never more than that above the emptiest domain).
+   and anti-affinity, capacity: cpu, memory and accelerator slots less what is placed, and the
+   desired-state bound: the bytes each placement adds to the device's desired state,
+   :class:`StateBound`), scored ``Spread`` (least allocated, the default) or ``BinPack`` (most
+   allocated), devices already holding the artifact preferred; ``topologySpread`` places each
+   replica in the domain with the fewest (``maxSkew``: never more than that above the emptiest
+   domain).
 3. **Preempt** when a replica fits nowhere: on the device where it needs the fewest evictions
    of strictly lower-priority placements (then the least important ones), those are evicted,
    each an :class:`Eviction` with its reason; their deployments, lower in the order, are placed
@@ -69,6 +73,7 @@ from hub.placing import (
     tolerates,
     tpm_attested,
 )
+from hub.staleness import silent_for
 
 ACCELERATOR_CLASSES = ("gpu", "npu", "tpu", "vpu")
 ARTIFACT_BONUS = 0.5  # in score units: a whole device's worth of free room is 1.0
@@ -77,6 +82,8 @@ TIE_BREAK = 1e-13  # per device index: orders equal scores by name, below any re
 CLASS_BONUS = 0.25  # anyOf: the first class scores this much more than the last
 TRUSTED_NOTE = "a Secret follows only bootstrap token labels"
 MAX_VICTIMS_SEARCHED = 12  # exact fewest-victims search up to this many placements per device
+UNBOUNDED = 2**62  # a device's room for desired-state bytes when no bound is given
+MAX_NAMED = 5  # devices named in an explanation
 
 Mask = npt.NDArray[np.bool_]
 Ints = npt.NDArray[np.int64]
@@ -99,6 +106,24 @@ class Node:
     # the labels no device chose (its bootstrap token's, the hub's): a deployment mounting a
     # Secret must match these alone (hub.labeltrust); None: every label (a test's node)
     trusted_labels: Mapping[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class StateBound:
+    """The desired-state bound as the scheduler keeps it: no placement may make a device's
+    desired state larger than ``limit`` bytes (what a device can receive,
+    :data:`hub.desired.MAX_DESIRED_STATE_BYTES`). ``base``: per device, the bytes its state
+    takes without any ``replicas.total`` placement (perDevice deployments, policies, secrets);
+    ``replica``: per deployment, the most bytes one replica adds to a device's state (its
+    largest manifest, model metadata, rollback allowance and mounted Secrets). Both are upper
+    bounds (:mod:`hub.bounding` computes them), so a placement this allows always fits."""
+
+    limit: int
+    base: Mapping[str, int] = field(default_factory=dict)
+    replica: Mapping[str, int] = field(default_factory=dict)
+
+    def reason(self) -> str:
+        return f"desired state would exceed {self.limit / 2**20:.2f} MiB"
 
 
 def accelerator_slots(labels: Mapping[str, str]) -> dict[str, int]:
@@ -225,10 +250,27 @@ class Fleet:
     milliseconds (:meth:`place`), which is what the benchmark's incremental figure measures.
     """
 
-    def __init__(self, nodes: Sequence[Node], artifacts: Mapping[str, str] | None = None) -> None:
+    def __init__(
+        self,
+        nodes: Sequence[Node],
+        artifacts: Mapping[str, str] | None = None,
+        *,
+        observed_since: float | None = None,
+        bound: StateBound | None = None,
+    ) -> None:
         self.nodes = list(nodes)
         self.artifacts: Mapping[str, str] = artifacts or {}  # deployment -> model sha256
+        # when the hub began to observe devices (hub.staleness): silence counts from then
+        self.observed_since = observed_since
         self.n = n = len(self.nodes)
+        # the desired-state bound: per device the bytes placements may still add to its state
+        self.bound = bound
+        room = [
+            bound.limit - bound.base.get(x.name, 0) if bound is not None else UNBOUNDED
+            for x in self.nodes
+        ]
+        self.bytes_cap: Ints = np.array(room, dtype=np.int64)
+        self.bytes_used: Ints = np.zeros(n, dtype=np.int64)
         self.index = {node.name: i for i, node in enumerate(self.nodes)}
         self.cpu_cap: Ints = np.array([x.cpu_millis for x in self.nodes], dtype=np.int64)
         self.mem_cap: Ints = np.array([x.memory_bytes for x in self.nodes], dtype=np.int64)
@@ -359,6 +401,7 @@ class Fleet:
         prio = self.on_device.setdefault(i, {})[name] = dep.spec.effective_priority
         self._by_priority[prio] = self._by_priority.get(prio, 0) + 1
         self._use(dep, i, +1)
+        self.bytes_used[i] += self.state_bytes(dep)
         self._use_at_priority(dep, i, prio, +1)
 
     def remove(self, dep: ModelDeployment, i: int) -> None:
@@ -369,7 +412,13 @@ class Fleet:
         prio = self.on_device[i].pop(name)
         self._by_priority[prio] -= 1
         self._use(dep, i, -1)
+        self.bytes_used[i] -= self.state_bytes(dep)
         self._use_at_priority(dep, i, prio, -1)
+
+    def state_bytes(self, dep: ModelDeployment) -> int:
+        """The most bytes one replica of ``dep`` adds to a device's desired state (0: no
+        bound given)."""
+        return self.bound.replica.get(dep.metadata.name, 0) if self.bound is not None else 0
 
     def _use_at_priority(self, dep: ModelDeployment, i: int, prio: int, sign: int) -> None:
         """What placements of each priority take per device (what preemption could free)."""
@@ -378,10 +427,12 @@ class Fleet:
             use = self._prio_use[prio] = {
                 "cpu": np.zeros(self.n, dtype=np.int64),
                 "memory": np.zeros(self.n, dtype=np.int64),
+                "bytes": np.zeros(self.n, dtype=np.int64),
             }
         res = dep.spec.resources
         use["cpu"][i] += sign * (res.cpu_millis or 0)
         use["memory"][i] += sign * (res.memory_bytes or 0)
+        use["bytes"][i] += sign * self.state_bytes(dep)
         for cls in res.accelerators:
             if self.slots(cls)[i] > 0:
                 if cls not in use:
@@ -403,6 +454,7 @@ class Fleet:
         for d in devices:
             if d in self.index:
                 self._use(dep, self.index[d], +1)
+                self.bytes_used[self.index[d]] += self.state_bytes(dep)
 
     def running(self, name: str) -> Mask:
         mask = np.zeros(self.n, dtype=np.bool_)
@@ -426,10 +478,14 @@ class Fleet:
                 free = self.slots(cls) - self._acc_used[cls] >= 1
                 room |= (choice == k) & free
             out.append((f"without a free {'|'.join(wanted)} slot", room | (choice < 0)))
+        size = self.state_bytes(dep)
+        if size and self.bound is not None:
+            out.append((self.bound.reason(), self.bytes_cap - self.bytes_used >= size))
         return out
 
-    def free_after(self, i: int, dep: ModelDeployment) -> tuple[int, int, int]:
-        """What device ``i`` would lack for one replica of ``dep``: (cpu, memory, slots)."""
+    def free_after(self, i: int, dep: ModelDeployment) -> tuple[int, int, int, int]:
+        """What device ``i`` would lack for one replica of ``dep``: (cpu, memory, slots,
+        desired-state bytes)."""
         res = dep.spec.resources
         cpu = (res.cpu_millis or 0) - int(self.cpu_cap[i] - self.cpu_used[i])
         mem = (res.memory_bytes or 0) - int(self.mem_cap[i] - self.mem_used[i])
@@ -438,7 +494,8 @@ class Fleet:
             if self.slots(cls)[i] > 0:
                 acc = 1 - int(self.slots(cls)[i] - self._acc_used[cls][i])
                 break
-        return max(cpu, 0), max(mem, 0), max(acc, 0)
+        size = self.state_bytes(dep) - int(self.bytes_cap[i] - self.bytes_used[i])
+        return max(cpu, 0), max(mem, 0), max(acc, 0), max(size, 0)
 
     # -- filters ----------------------------------------------------------------------------
     def filters(
@@ -470,8 +527,7 @@ class Fleet:
                 stale = [
                     i
                     for i in idx
-                    if self.nodes[i].last_heartbeat is None
-                    or now - (self.nodes[i].last_heartbeat or 0.0) > grace_s
+                    if silent_for(self.nodes[i].last_heartbeat, now, self.observed_since) > grace_s
                 ]
                 mask[stale] = False
                 out.append((f"not ready for longer than {grace_s:g}s", mask))
@@ -756,17 +812,20 @@ class Fleet:
         that spares the exact search on devices that cannot help)."""
         cpu = self.cpu_cap - self.cpu_used
         mem = self.mem_cap - self.mem_used
+        size = self.bytes_cap - self.bytes_used
         acc = {c: self._slots[c] - self._acc_used[c] for c in self._slots}
         for prio, use in self._prio_use.items():
             if prio >= priority:
                 continue
             cpu += use["cpu"]
             mem += use["memory"]
+            size += use["bytes"]
             for cls, count in use.items():
                 if cls in acc:
                     acc[cls] += count
         res = dep.spec.resources
         ok = (cpu >= (res.cpu_millis or 0)) & (mem >= (res.memory_bytes or 0))
+        ok &= size >= self.state_bytes(dep)
         if res.accelerators:
             choice, wanted = self.accelerator_choice(dep)
             room = np.zeros(self.n, dtype=np.bool_)
@@ -795,13 +854,13 @@ class Fleet:
         self, dep: ModelDeployment, i: int, lower: Mapping[str, int]
     ) -> list[str] | None:
         need = self.free_after(i, dep)
-        if need == (0, 0, 0):
+        if need == (0, 0, 0, 0):
             return []
         names = sorted(lower, key=lambda d: (lower[d], d))
         gains = {v: self._gain(self.deployments[v], dep, i) for v in names}
         if len(names) > MAX_VICTIMS_SEARCHED:  # greedy, least important first
             picked: list[str] = []
-            total = [0, 0, 0]
+            total = [0, 0, 0, 0]
             for v in names:
                 picked.append(v)
                 total = [a + b for a, b in zip(total, gains[v], strict=True)]
@@ -811,7 +870,7 @@ class Fleet:
         for k in range(1, len(names) + 1):
             best: tuple[tuple[int, int], list[str]] | None = None
             for combo in itertools.combinations(names, k):
-                freed = [sum(gains[v][j] for v in combo) for j in range(3)]
+                freed = [sum(gains[v][j] for v in combo) for j in range(len(need))]
                 if all(g >= n for g, n in zip(freed, need, strict=True)):
                     key = (max(lower[v] for v in combo), sum(lower[v] for v in combo))
                     if best is None or key < best[0]:
@@ -820,14 +879,16 @@ class Fleet:
                 return best[1]
         return None
 
-    def _gain(self, victim: ModelDeployment, dep: ModelDeployment, i: int) -> tuple[int, int, int]:
+    def _gain(
+        self, victim: ModelDeployment, dep: ModelDeployment, i: int
+    ) -> tuple[int, int, int, int]:
         vres = victim.spec.resources
         acc = 0
         for cls in dep.spec.resources.accelerators:
             if self.slots(cls)[i] > 0:
                 acc = int(self._victim_class(victim, i) == cls)
                 break
-        return vres.cpu_millis or 0, vres.memory_bytes or 0, acc
+        return vres.cpu_millis or 0, vres.memory_bytes or 0, acc, self.state_bytes(victim)
 
     def _victim_class(self, victim: ModelDeployment, i: int) -> str | None:
         for cls in victim.spec.resources.accelerators:
@@ -835,10 +896,15 @@ class Fleet:
                 return cls
         return None
 
-    def over_capacity(self, i: int) -> bool:
+    def over_capacity(self, i: int) -> str | None:
+        """Why device ``i`` holds more than it may (None: it does not)."""
         if self.cpu_used[i] > self.cpu_cap[i] or self.mem_used[i] > self.mem_cap[i]:
-            return True
-        return any(self._acc_used[c][i] > self._slots[c][i] for c in self._slots)
+            return "device over capacity"
+        if any(self._acc_used[c][i] > self._slots[c][i] for c in self._slots):
+            return "device over capacity"
+        if self.bytes_used[i] > self.bytes_cap[i] and self.bound is not None:
+            return f"device's desired state over {self.bound.limit / 2**20:.2f} MiB"
+        return None
 
     def explain(self, dep: ModelDeployment, now: float, grace_s: float) -> Explanation:
         name = dep.metadata.name
@@ -871,9 +937,13 @@ class Fleet:
         remaining = np.ones(self.n, dtype=np.bool_)
         counts: dict[str, int] = {}
         for why, mask in filters:
-            out = int(np.count_nonzero(remaining & ~mask))
+            left = remaining & ~mask
+            out = int(np.count_nonzero(left))
             if out:
-                counts[why] = counts.get(why, 0) + out
+                # the desired-state bound names the devices it keeps the replica off
+                named = self.bound is not None and why == self.bound.reason()
+                label = _named(self, why, left, out) if named else why
+                counts[label] = counts.get(label, 0) + out
                 remaining &= mask
         if spread is not None and spread.max_skew is not None and np.count_nonzero(remaining):
             notes.insert(
@@ -883,6 +953,13 @@ class Fleet:
             )
         reasons = tuple(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
         return Explanation(wanted, placed, self.n, reasons, tuple(notes))
+
+
+def _named(fleet: Fleet, why: str, left: Mask, count: int) -> str:
+    """``why`` with the first of the ``left`` devices named."""
+    names = [fleet.nodes[int(i)].name for i in np.flatnonzero(left)[:MAX_NAMED]]
+    more = f" and {count - MAX_NAMED} more" if count > MAX_NAMED else ""
+    return f"{why} ({', '.join(names)}{more})"
 
 
 def _total(dep: ModelDeployment) -> bool:
@@ -900,6 +977,8 @@ def schedule(
     not_ready_grace_s: float = 60.0,
     draining: Mapping[str, Collection[str]] | None = None,
     never_preempt: Collection[str] = (),
+    observed_since: float | None = None,
+    bound: StateBound | None = None,
 ) -> Schedule:
     """Place every ``replicas.total`` deployment (pure; see the module doc).
 
@@ -908,7 +987,11 @@ def schedule(
     are preferred); ``draining``: deployment -> devices it is moving off, whose replicas
     still serve (their room is taken; they are not placements); ``never_preempt``:
     deployments whose PriorityClass says ``preemptionPolicy: Never`` (placed in priority order,
-    evicting nothing)."""
+    evicting nothing); ``observed_since``: when the hub began to observe devices (its start or
+    election): a NotReady device's silence counts from its last heartbeat or from then,
+    whichever is later (:mod:`hub.staleness`); ``bound``: the desired-state bound, which no
+    placement exceeds (a replica that fits nowhere else is left unplaced, and a device over
+    it loses its least important placements)."""
     fleet, evictions = _run(
         deployments,
         nodes,
@@ -919,6 +1002,8 @@ def schedule(
         not_ready_grace_s,
         draining or {},
         frozenset(never_preempt),
+        observed_since,
+        bound,
     )
     placements = {
         name: tuple(sorted(fleet.nodes[i].name for i in fleet.placed.get(name, ())))
@@ -943,8 +1028,10 @@ def _run(
     grace_s: float,
     draining: Mapping[str, Collection[str]],
     never_preempt: frozenset[str] = frozenset(),
+    observed_since: float | None = None,
+    bound: StateBound | None = None,
 ) -> tuple[Fleet, list[Eviction]]:
-    fleet = Fleet(nodes, artifacts)
+    fleet = Fleet(nodes, artifacts, observed_since=observed_since, bound=bound)
     deps = sorted(deployments, key=lambda d: (-d.spec.effective_priority, d.metadata.name))
     for dep in deps:
         fleet.know(dep)
@@ -988,10 +1075,10 @@ def _run(
                 fleet.remove(dep, i)
                 evictions.append(Eviction(name, fleet.nodes[i].name, "scaled down"))
     for i in sorted(fleet.on_device):
-        while fleet.over_capacity(i) and fleet.on_device.get(i):
+        while (over := fleet.over_capacity(i)) is not None and fleet.on_device.get(i):
             victim = min(fleet.on_device[i], key=lambda d: (fleet.on_device[i][d], d))
             fleet.remove(fleet.deployments[victim], i)
-            evictions.append(Eviction(victim, fleet.nodes[i].name, "device over capacity"))
+            evictions.append(Eviction(victim, fleet.nodes[i].name, over))
 
     # 2. place what is missing, most important first; 3. preempt when nothing fits
     def place_all() -> bool:

@@ -69,6 +69,7 @@ from hub.replicas import (
 from hub.rollouts import RolloutController
 from hub.secrets import SecretKeys
 from hub.sessions import Sessions
+from hub.staleness import ObservedSince
 from hub.store import EtcdStore, Store, open_hub_store
 from hub.store.compacting import Compactor
 from hub.store.electing import Elector, FencedStore, LeaderOnly
@@ -142,6 +143,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         region=config.region,
         on_placed=metrics.count_placements,
     )
+    observed = ObservedSince.now()  # restarted when it serves, and each time it is elected
     ctx = HubContext(
         paths=paths,
         config=config,
@@ -160,7 +162,9 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
             writer,
             region=config.region,
             reschedule_after_s=config.devices.reschedule_after_s,
+            observed_since=observed,
         ),
+        observed_since=observed,
         metrics=metrics,
         elector=elector,
         tuf=_tuf_of(paths.data_dir, signing=not replicated, config=config),
@@ -202,6 +206,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     if elector is not None:
 
         async def elected() -> None:
+            observed.restart(ctx.clock())  # devices' silence counts from this term (staleness)
             await reload_cache(cache, store, sessions)
             if ctx.waves is not None:
                 await ctx.waves.load()
@@ -392,6 +397,7 @@ async def _serve(
     from hub.attesting import AttestationController
 
     running = await start_server(ctx, listen=listen, enroll_listen=enroll_listen)
+    ctx.observed_since.restart(ctx.clock())  # devices can reach it from now (hub.staleness)
     attestation = AttestationController(ctx)
     running.devices.on_evidence = attestation.on_evidence
     print(
