@@ -74,6 +74,7 @@ from hub.presenting import (
 from hub.regions import REGIONS, region_key, replica_name, revoke_region
 from hub.rolling import Revision, RolloutState, template_hash
 from hub.rollouts import ActionRefused, canary_status, progress_of, undo_manifest
+from hub.rolloutstatus import rollout_versions, with_rollout
 from hub.secrets import MAX_SECRETS, SecretRecord, plan_record, record_of
 from hub.statusing import count_placeable, placement_warnings
 from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
@@ -523,17 +524,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             state = cache.rollouts.get(name)
             if state is not None:
                 progress = progress_of(cache, name)
-                doc["status"]["rollout"] = {
-                    "revision": state.revision,
-                    "stableRevision": state.stable,
-                    "phase": state.phase.value,
-                    "reason": state.reason,
-                    "message": state.message,
-                    "startedAt": state.started_at,
-                    "changedAt": state.changed_at,
-                    "steps": state.steps,
-                    **(progress.to_json() if progress is not None else {}),
-                }
+                doc["status"] = with_rollout(
+                    doc["status"],
+                    state,
+                    *rollout_versions(cache.revisions.get(name, {}), state),
+                    progress.to_json() if progress is not None else None,
+                )
                 canary = dep.spec.rollout.canary
                 if canary is not None and progress is not None:
                     analysis = self._ctx.rollouts.analysis(name) if self._ctx.rollouts else None
