@@ -79,6 +79,7 @@ from hub.secrets import MAX_SECRETS, SecretRecord, plan_record, record_of
 from hub.statusing import count_placeable, placement_warnings
 from hub.store import Compare, Delete, Event, EventType, KeyValue, Put
 from hub.trustroots import root_pin
+from hub.undoing import undo_refused
 from hub.writing import PreparedEvent
 
 log = get_logger(__name__)
@@ -1091,6 +1092,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             return admin_pb2.RolloutActionResponse(
                 message=f"{name} already asks for revision {to}'s template: nothing to undo"
             )
+        floor = undo_refused(cache, self._ctx.tuf, name, state, to, self._ctx.clock())
+        if floor is not None:  # the devices' anti-rollback floor (hub.undoing)
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, floor)
         key = storekeys.object_key("ModelDeployment", name)
         current = await self._ctx.store.get(key)  # keeps its creationTimestamp
         created = storekeys.created_of(current.value) if current is not None else None
