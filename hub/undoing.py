@@ -130,10 +130,10 @@ def refusal_message(
         f"{deployment}: revision {to} ({name} {version}) would be refused by {len(refusals)} "
         f"of {targeted} device(s) ({devices}): "
     )
-    allow = (
-        f"edgectl models push MODEL_FILE --name {name} --version {version} --allow-rollback 7d"
-        if tuf
-        else f"edgectl rollback allow --name {name} --version {version} --sha256 {sha256} "
+    resign = f"edgectl models push MODEL_FILE --name {name} --version {version}"
+    in_tuf = f"{resign} --allow-rollback 7d"  # signed anew, its TUF target allowing it
+    envelope = (
+        f"edgectl rollback allow --name {name} --version {version} --sha256 {sha256} "
         f"--key PUBLISHER_KEY --out {name}-{version}.rollback.json, then edgectl rollback push "
         f"{name}-{version}.rollback.json"
     )
@@ -148,24 +148,24 @@ def refusal_message(
             f"the metadata they accepted with {name} {first.floor.version} (metadataVersion "
             f"{first.floor.metadata_version}) (MetadataRollback). "
         )
-        if tuf:
-            fix = f"Sign it again with a rollback allowance: {allow}"
-        else:
+        if tuf and older:
             fix = (
-                f"Sign it again and push it (edgectl models push MODEL_FILE --name {name} "
-                f"--version {version})"
-                + (
-                    f"; it is older than {first.floor.version}, so also allow it: {allow}"
-                    if older
-                    else ""
-                )
+                f"Sign it again with a rollback allowance in the publisher's TUF targets: "
+                f"{in_tuf}; or sign it again ({resign}) and allow it: {envelope}"
             )
+        elif older:
+            fix = f"Sign it again and push it ({resign}); it is older than "
+            fix += f"{first.floor.version}, so also allow it: {envelope}"
+        else:
+            fix = f"Sign it again and push it ({resign})"
     else:
         why = (
             f"{version} is older than {first.floor.version}, which they accepted, and no "
             "rollback allowance covers it (ModelVersionRollback). "
         )
-        fix = f"Allow it: {allow}"
+        fix = f"Allow it: {envelope}"
+        if tuf:
+            fix = f"Allow it in the publisher's TUF targets ({in_tuf}) or with {envelope}"
     return head + why + fix + "; then run the undo again"
 
 

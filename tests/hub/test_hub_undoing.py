@@ -54,4 +54,8 @@ def test_the_refusal_names_the_command_that_permits_it() -> None:
     assert "edgectl rollback allow --name det --version 1.0.0" in msg  # older too
 
     msg = refusal_message("det", 1, ("det", "1.0.0"), "ab" * 32, V100, refused, 2, tuf=True)
-    assert "--allow-rollback 7d" in msg and "rollback push" not in msg
+    assert "edgectl models push MODEL_FILE --name det --version 1.0.0 --allow-rollback 7d" in msg
+
+    newer = {"dev-0": Refusal("MetadataRollback", Signed("0.9.0", 120))}
+    msg = refusal_message("det", 1, ("det", "1.0.0"), "ab" * 32, V100, newer, 1, tuf=False)
+    assert "rollback allow" not in msg  # not an older version: signing it again is enough
