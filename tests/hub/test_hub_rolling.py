@@ -512,7 +512,7 @@ def test_a_root_hubs_max_weight_holds_the_rollout_there() -> None:
     assert max_weight_of({"metadata": {}}) is None
 
 
-def test_what_devices_ran_before_the_stable_revision_is_kept_and_a_retry_forgets_failures() -> None:
+def test_what_devices_ran_before_the_stable_revision_is_kept() -> None:
     """``previous``: the stable revision before the current stable one, with another model
     (rollout undo to it needs no rollback allowance: devices still hold it)."""
     dep, m = rolling()
