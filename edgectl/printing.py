@@ -107,14 +107,36 @@ def downloads_of(status: Doc) -> list[tuple[str, str, str, str]]:
     return out
 
 
-def _deployment_row(doc: Doc, now: float, wide: bool) -> Row:
+def serving_model(doc: Doc) -> str:
+    """The MODEL column: ``NAME:VERSION`` of what serves on the devices (several versions
+    during a rollout, the most served first); after a rollback, the rejected version named
+    beside it. Nothing serving yet (or an older hub): the version the deployment asks for."""
     spec, status = doc.get("spec", {}), doc.get("status", {})
     model = spec.get("model", {})
+    counts = status.get("versions") or {}
+    serving = sorted(
+        (v for v, c in counts.items() if isinstance(c, Mapping) and c.get("devices")),
+        key=lambda v: (-int(counts[v].get("devices", 0)), v),
+    )
+    rollout = status.get("rollout") or {}
+    rolled_back = rollout.get("phase") == "RolledBack"
+    if not serving:
+        stable = rollout.get("stableVersion") if rolled_back else None
+        serving = [str(stable or model.get("version"))]
+    shown = f"{model.get('name')}:{','.join(serving)}"
+    rejected = rollout.get("version") or model.get("version")
+    if rolled_back and rejected not in serving:
+        shown += f" ({rejected} rolled back)"
+    return shown
+
+
+def _deployment_row(doc: Doc, now: float, wide: bool) -> Row:
+    spec, status = doc.get("spec", {}), doc.get("status", {})
     regions = status.get("regions")
     row = [
         _name(doc),
         ",".join(regions) if regions else str(status.get("region") or "<none>"),
-        f"{model.get('name')}:{model.get('version')}",
+        serving_model(doc),
         str(status.get("desiredDevices", 0)),
         str(status.get("updatedDevices", 0)),
         str(status.get("readyDevices", 0)),
@@ -608,10 +630,33 @@ def describe_deployment(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
             "Conditions:",
             *_indented(table(("TYPE", "STATUS", "REASON", "MESSAGE"), rows)),
         ]
-    failing = status.get("failing", {})
-    lines += _multi("Failing devices", [f"{d}: {why}" for d, why in sorted(failing.items())])
+    rollout = status.get("rollout") or {}
+    if rollout:
+        lines.append(_field("Rollout", rollout_line(rollout)))
+    failing = [f"{d}: {why}" for d, why in sorted(status.get("failing", {}).items())]
+    if rollout.get("phase") == "RolledBack":
+        failing += [
+            f"{d}: {why} (revision {rollout.get('revision')}, rolled back)"
+            for d, why in sorted((rollout.get("failedDevices") or {}).items())
+        ]
+    lines += _multi("Failing devices", failing)
     lines += events_section(events, now)
     return "\n".join(lines)
+
+
+def rollout_line(rollout: Doc) -> str:
+    """``revision 3 (2.0.0) RolledBack (RevisionFailed), stable revision 2 (1.1.0)``."""
+
+    def rev(number: object, version: object) -> str:
+        return f"revision {number}" + (f" ({version})" if version else "")
+
+    line = f"{rev(rollout.get('revision'), rollout.get('version'))} {rollout.get('phase', '?')}"
+    if rollout.get("reason"):
+        line += f" ({rollout['reason']})"
+    if rollout.get("stableRevision") != rollout.get("revision"):
+        stable = rev(rollout.get("stableRevision"), rollout.get("stableVersion"))
+        line += f", stable {stable}"
+    return line
 
 
 def describe_region(doc: Doc, events: Sequence[Doc], *, now: float) -> str:

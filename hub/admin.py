@@ -70,10 +70,12 @@ from hub.presenting import (
 from hub.regions import REGIONS, region_key, replica_name, revoke_region
 from hub.rolling import Revision, RolloutState, template_hash
 from hub.rollouts import ActionRefused, canary_status, progress_of, undo_manifest
+from hub.rolloutstatus import rollout_versions, with_rollout
 from hub.secrets import MAX_SECRETS, SecretRecord, plan_record, record_of
 from hub.statusing import count_placeable, placement_warnings
 from hub.store import Compare, Delete, Event, EventType, KeyValue, Put, RangeResult
 from hub.trustroots import root_pin
+from hub.undoing import undo_refused
 from hub.writing import PreparedEvent
 
 log = get_logger(__name__)
@@ -503,17 +505,12 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             state = cache.rollouts.get(name)
             if state is not None:
                 progress = progress_of(cache, name)
-                doc["status"]["rollout"] = {
-                    "revision": state.revision,
-                    "stableRevision": state.stable,
-                    "phase": state.phase.value,
-                    "reason": state.reason,
-                    "message": state.message,
-                    "startedAt": state.started_at,
-                    "changedAt": state.changed_at,
-                    "steps": state.steps,
-                    **(progress.to_json() if progress is not None else {}),
-                }
+                doc["status"] = with_rollout(
+                    doc["status"],
+                    state,
+                    *rollout_versions(cache.revisions.get(name, {}), state),
+                    progress.to_json() if progress is not None else None,
+                )
                 canary = dep.spec.rollout.canary
                 if canary is not None and progress is not None:
                     analysis = self._ctx.rollouts.analysis(name) if self._ctx.rollouts else None
@@ -1154,6 +1151,9 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             return admin_pb2.RolloutActionResponse(
                 message=f"{name} already asks for revision {to}'s template: nothing to undo"
             )
+        floor = undo_refused(cache, self._ctx.tuf, name, state, to, self._ctx.clock())
+        if floor is not None:  # the devices' anti-rollback floor (hub.undoing)
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, floor)
         key = storekeys.object_key("ModelDeployment", name)
         current = await self._ctx.store.get(key)  # keeps its creationTimestamp
         created = storekeys.created_of(current.value) if current is not None else None

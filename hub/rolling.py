@@ -151,6 +151,11 @@ class RolloutState:
     step_at: float = 0.0
     step_ready_at: float = 0.0
     progress_at: float = 0.0  # the last step of any kind (progressDeadlineSeconds counts from it)
+    # rolled back: the devices that made it so, and why (device -> reason; empty otherwise)
+    failed: Mapping[str, str] = field(default_factory=dict)
+    # the stable revision before ``stable`` with another model: what devices ran just before
+    # the stable one (0: none known); ``rollout undo`` to it needs no rollback allowance
+    previous: int = 0
 
     def revision_for(self, device: str) -> int:
         """The revision ``device`` is sent."""
@@ -176,6 +181,8 @@ class RolloutState:
             "stepAt": self.step_at,
             "stepReadyAt": self.step_ready_at,
             "progressAt": self.progress_at,
+            "failed": dict(sorted(self.failed.items())),
+            "previous": self.previous,
         }
 
     @classmethod
@@ -195,6 +202,8 @@ class RolloutState:
             float(doc.get("stepAt", 0.0)),
             float(doc.get("stepReadyAt", 0.0)),
             float(doc.get("progressAt", doc.get("changedAt", 0.0))),
+            {str(k): str(v) for k, v in (doc.get("failed") or {}).items()},
+            int(doc.get("previous", 0)),
         )
 
 
@@ -353,6 +362,37 @@ def plan_rollout(
     ``canary.analysis``, or no canary device serves yet); ``max_weight``: the percentage of
     the targeted devices the new revision may go to at most (a root hub's wave,
     :func:`max_weight_of`; None: no cap): reached, the rollout is held there."""
+    step = _plan(dep, manifest, revisions, state, devices, now, model_pushed, analysis, max_weight)
+    return _with_previous(step, state, revisions)
+
+
+def _with_previous(
+    step: Step, before: RolloutState | None, revisions: Mapping[int, Revision]
+) -> Step:
+    """A rollout that completes with another model than the stable one's: that stable
+    revision becomes ``previous`` (what every device ran just before)."""
+    new = step.state
+    if new is None or before is None or new.stable == before.stable:
+        return step
+    old, now_stable = revisions.get(before.stable), revisions.get(new.stable)
+    if step.revision is not None and step.revision.number == new.stable:
+        now_stable = step.revision
+    if old is None or now_stable is None or old.model == now_stable.model:
+        return step
+    return replace(step, state=replace(new, previous=before.stable))
+
+
+def _plan(
+    dep: ModelDeployment,
+    manifest: Mapping[str, Any],
+    revisions: Mapping[int, Revision],
+    state: RolloutState | None,
+    devices: Sequence[DeviceView],
+    now: float,
+    model_pushed: bool,
+    analysis: Analysis | None,
+    max_weight: int | None,
+) -> Step:
     name = dep.metadata.name
     wanted = template_hash(manifest)
     current = revisions.get(state.revision) if state is not None else None
@@ -698,6 +738,7 @@ def _new_revision(
         changed_at=now,
         step_at=now,
         progress_at=now,
+        previous=state.previous,
     )
     return Step(revision, new, (Event("Normal", "RolloutStarted", new.message),))
 
@@ -718,9 +759,20 @@ def _give_up(
         message=f"revision {state.revision} ({_version(current)}) {why}; every device is back "
         f"on revision {state.stable}",
         changed_at=now,
+        failed=given_up_on(
+            state, devices, f"{reason}: revision {state.revision} ({_version(current)}) {why}"
+        ),
     )
     event = Event("Warning", "RolledBack", new.message)
     return Step(state=new, events=(event,), progress=measure(new, devices, budget))
+
+
+def given_up_on(state: RolloutState, devices: Sequence[DeviceView], why: str) -> dict[str, str]:
+    """The devices a rollout given up (analysis, deadline) is rolled back for, each with
+    ``why``: those given the new revision that are not ready on it, else all of them."""
+    given = [d for d in devices if d.name in state.updated]
+    behind = [d.name for d in given if d.target is not TargetPhase.READY]
+    return dict.fromkeys(sorted(behind or (d.name for d in given)), why)
 
 
 def _roll_back(
@@ -740,6 +792,7 @@ def _roll_back(
         message=f"revision {state.revision} ({_version(current)}) failed on {len(broken)} "
         f"device(s) ({first}{more}); every device is back on revision {state.stable}",
         changed_at=now,
+        failed=dict(broken),
     )
     event = Event("Warning", "RolledBack", new.message)
     return Step(state=new, events=(event,), progress=measure(new, devices, budget))

@@ -28,6 +28,7 @@ from edgefleet.backoff import Backoff
 from edgefleet.errors import CompareFailed, EdgefleetError
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
+from edgefleet.timestamps import rfc3339
 from hub import storekeys
 from hub.analyzing import (
     TIMELINE_SAMPLES,
@@ -148,8 +149,8 @@ def canary_status(
         "pastLastStep": state.step >= len(canary.steps),
         "weight": weight,
         "weightDevices": canary_target(weight, targeted),
-        "stepStartedAt": state.step_at,
-        "stepReadyAt": state.step_ready_at or None,
+        "stepStartedAt": rfc3339(state.step_at) if state.step_at else None,
+        "stepReadyAt": rfc3339(state.step_ready_at) if state.step_ready_at else None,
         "steps": [s.to_dict() for s in canary.steps],
     }
     if canary.analysis is not None:
@@ -496,6 +497,7 @@ class RolloutController:
                     step_at=now,
                     step_ready_at=0.0,
                     progress_at=now,
+                    failed={},
                 )
             else:
                 raise ActionRefused(

@@ -43,6 +43,7 @@ from enum import StrEnum
 from typing import Any
 
 from edgefleet.api import CanaryAnalysis, Condition, ConditionStatus, Wave
+from edgefleet.timestamps import rfc3339
 from hub import slicing
 from hub.analyzing import Analysis, Figures, Sample, Verdict, analyze, windowed
 from hub.rolling import MAX_WEIGHT, Event, Revision, RolloutPhase, RolloutState, template_hash
@@ -741,6 +742,12 @@ def _analysis_failed(
 # -- what edgectl shows -------------------------------------------------------------------------
 
 
+def _shown_entry(entry: Mapping[str, Any]) -> dict[str, Any]:
+    """A history entry as status shows it: its time in RFC 3339."""
+    at = entry.get("at")
+    return {**entry, "at": rfc3339(at)} if isinstance(at, int | float) else dict(entry)
+
+
 def waves_status(
     waves: Sequence[Wave],
     state: WaveState,
@@ -824,10 +831,10 @@ def waves_status(
         "step": state.step + 1,
         "waveCount": len(waves),
         "released": sorted(state.released),
-        "startedAt": state.started_at,
-        "changedAt": state.changed_at,
+        "startedAt": rfc3339(state.started_at) if state.started_at else None,
+        "changedAt": rfc3339(state.changed_at) if state.changed_at else None,
         "waves": rows,
-        "history": [dict(h) for h in state.history],
+        "history": [_shown_entry(h) for h in state.history],
         **({"analysis": analysis.to_json()} if analysis is not None else {}),
-        **({"readyAt": state.ready_at} if state.ready_at else {}),
+        **({"readyAt": rfc3339(state.ready_at)} if state.ready_at else {}),
     }

@@ -211,6 +211,7 @@ def test_a_failure_or_refusal_on_an_updated_device_rolls_everything_back() -> No
     assert step.state is not None
     assert (step.state.phase, step.state.reason) == (RolloutPhase.ROLLED_BACK, "RevisionFailed")
     assert "d00: 2.0.0 Failed: ModelLoadFailed" in step.state.message
+    assert step.state.failed == {"d00": "2.0.0 Failed: ModelLoadFailed"}  # for status
     assert all(step.state.revision_for(d) == 1 for d in ("d00", "d01", "d02"))
     assert [e.reason for e in step.events] == ["RolledBack"]
     # and it stays rolled back: the same template is not retried by itself
@@ -415,6 +416,10 @@ def test_a_failing_analysis_rolls_every_canary_device_back_and_says_why() -> Non
     assert (step.state.phase, step.state.reason) == (RolloutPhase.ROLLED_BACK, "AnalysisFailed")
     assert "step 1 of 1 (20%)" in step.state.message
     assert "error rate 50.00% (50/100)" in step.state.message
+    assert sorted(step.state.failed) == ["d00", "d01"]  # the canary devices, with the why
+    assert all(
+        r.startswith("AnalysisFailed: revision 2 (2.0.0)") for r in step.state.failed.values()
+    )
     assert all(step.state.revision_for(d) == 1 for d in DEVICES)
     assert [e.reason for e in step.events] == ["RolledBack"]
 
@@ -505,3 +510,28 @@ def test_a_root_hubs_max_weight_holds_the_rollout_there() -> None:
     assert max_weight_of({"metadata": {"annotations": {MAX_WEIGHT: "30"}}}) == 30
     assert max_weight_of({"metadata": {"annotations": {MAX_WEIGHT: "x"}}}) is None
     assert max_weight_of({"metadata": {}}) is None
+
+
+def test_what_devices_ran_before_the_stable_revision_is_kept() -> None:
+    """``previous``: the stable revision before the current stable one, with another model
+    (rollout undo to it needs no rollback allowance: devices still hold it)."""
+    dep, m = rolling()
+    state = replace(STARTED, updated=frozenset({"a"}), failed={"x": "old"}, previous=0)
+    done = plan_rollout(dep, m, REVS, state, [ready("a")], T).state
+    assert done is not None and (done.phase, done.stable, done.previous) == (
+        RolloutPhase.COMPLETE, 2, 1,
+    )  # fmt: skip
+    # a new template that keeps the model (replicas only): 3 completes, previous stays 1
+    m3 = {**m, "spec": {**m["spec"], "replicas": {"perDevice": 2}}}
+    revs = {**REVS, 3: Revision("det", 3, template_hash(m3), m3, T)}
+    started = plan_rollout(dep_of(m3), m3, REVS, done, [ready("a")], T).state
+    assert started is not None and (started.revision, started.previous) == (3, 1)
+    started = replace(started, updated=frozenset({"a"}))
+    again = plan_rollout(dep_of(m3), m3, revs, started, [ready("a")], T).state
+    assert again is not None and (again.phase, again.stable, again.previous) == (
+        RolloutPhase.COMPLETE, 3, 1,
+    )  # fmt: skip
+    # stored and read back
+    assert RolloutState.from_json(replace(again, failed={"a": "why"}).to_json()) == replace(
+        again, failed={"a": "why"}
+    )
