@@ -150,8 +150,7 @@ def refusal_message(
         )
         if tuf and older:
             fix = (
-                f"Sign it again with a rollback allowance in the publisher's TUF targets: "
-                f"{in_tuf}; or sign it again ({resign}) and allow it: {envelope}"
+                f"Sign it again with a rollback allowance in the publisher's TUF targets: {in_tuf}"
             )
         elif older:
             fix = f"Sign it again and push it ({resign}); it is older than "
@@ -164,8 +163,8 @@ def refusal_message(
             "rollback allowance covers it (ModelVersionRollback). "
         )
         fix = f"Allow it: {envelope}"
-        if tuf:
-            fix = f"Allow it in the publisher's TUF targets ({in_tuf}) or with {envelope}"
+        if tuf:  # a TUF device honours only the allowance in the publisher's targets
+            fix = f"Allow it in the publisher's TUF targets: {in_tuf}"
     return head + why + fix + "; then run the undo again"
 
 
@@ -211,9 +210,10 @@ def held_by_device(
 def has_allowance(record: ModelRecord, tuf: Any, now: float) -> bool:
     """Whether a rollback allowance for ``record`` exists and has not expired: the one kept
     with the model (``edgectl rollback push``), or one in a publisher's TUF targets on its
-    model target (``tuf``: the hub's repository, or None)."""
+    model target (``tuf``: the hub's repository, or None). With TUF only the latter counts:
+    a TUF device refuses a separate allowance envelope (``RollbackAllowanceNotInTargets``)."""
     allowances: list[RollbackAllowance] = []
-    if record.rollback_allowance:
+    if record.rollback_allowance and tuf is None:
         try:
             env = parse_envelope_bytes(record.rollback_allowance, what="rollback allowance")
             doc = decode_payload(env, expected_type=ROLLBACK_TYPE, what="rollback allowance")
@@ -242,6 +242,8 @@ def _tuf_grant(record: ModelRecord, tuf: Any) -> RollbackAllowance | None:
         delegations = tuf.targets.delegations
         roles = delegations.roles.values() if delegations and delegations.roles else ()
         for role in roles:
+            if not role.is_delegated_path(path):
+                continue  # a role's grant counts only for the names delegated to it
             data = tuf.read(tufmeta.role_file(role.name))
             if not data:
                 continue

@@ -55,6 +55,10 @@ def test_the_refusal_names_the_command_that_permits_it() -> None:
 
     msg = refusal_message("det", 1, ("det", "1.0.0"), "ab" * 32, V100, refused, 2, tuf=True)
     assert "edgectl models push MODEL_FILE --name det --version 1.0.0 --allow-rollback 7d" in msg
+    assert "rollback push" not in msg  # a TUF device refuses a separate allowance envelope
+    version_floor = {"dev-0": Refusal("ModelVersionRollback", V120)}
+    msg = refusal_message("det", 1, ("det", "1.0.0"), "ab" * 32, V100, version_floor, 2, tuf=True)
+    assert "--allow-rollback 7d" in msg and "rollback push" not in msg
 
     newer = {"dev-0": Refusal("MetadataRollback", Signed("0.9.0", 120))}
     msg = refusal_message("det", 1, ("det", "1.0.0"), "ab" * 32, V100, newer, 1, tuf=False)
