@@ -414,7 +414,9 @@ def honest_regions(draw: st.DrawFn, prefix: str, least: int) -> list[RegionSide]
     for i in range(draw(st.integers(least, 4))):
         requests = draw(st.integers(0, 5000))
         out.append(
-            region(f"{prefix}{i}", draw(st.integers(1, 5)), requests, draw(st.integers(0, requests)))
+            region(
+                f"{prefix}{i}", draw(st.integers(1, 5)), requests, draw(st.integers(0, requests))
+            )
         )
     return out
 
