@@ -62,29 +62,6 @@ class Sample:
     errors: int
 
 
-def windowed(samples: Sequence[Sample], now: float, window: float) -> tuple[int, int]:
-    """(requests, errors) answered within the last ``window`` seconds of ``samples`` (oldest
-    first): from the newest sample taken at least a window ago (else the oldest) to the
-    newest. A counter that went down (edged restarted) counts again from 0."""
-    if not samples:
-        return 0, 0
-    start = 0
-    for i, s in enumerate(samples):
-        if s.at <= now - window:
-            start = i
-    requests = errors = 0
-    prev = samples[start]
-    for s in samples[start + 1 :]:
-        if s.requests < prev.requests or s.errors < prev.errors:
-            requests += s.requests
-            errors += s.errors
-        else:
-            requests += s.requests - prev.requests
-            errors += s.errors - prev.errors
-        prev = s
-    return requests, min(errors, requests) if requests else 0
-
-
 class History:
     """Counter samples per key (device, revision), bounded: :data:`HISTORY_SAMPLES` per key,
     keys not seen in a pass forgotten by :meth:`keep`."""

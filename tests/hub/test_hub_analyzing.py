@@ -15,9 +15,9 @@ from hub.analyzing import (
     Verdict,
     analyze,
     figures,
-    windowed,
 )
 from hub.devices import RevisionPhase, RevisionReport
+from hub.weighing import screen
 
 
 def samples(*points: tuple[float, int, int]) -> list[Sample]:
@@ -38,7 +38,7 @@ def samples(*points: tuple[float, int, int]) -> list[Sample]:
 def test_windowed_counts(
     points: list[tuple[float, int, int]], now: float, window: float, expected: tuple[int, int]
 ) -> None:
-    assert windowed(samples(*points), now, window) == expected
+    assert screen(samples(*points), now, window, per_second=1e6) == expected
 
 
 def test_history_is_bounded_and_spaced() -> None:
