@@ -236,6 +236,9 @@ def _canary_lines(rollout: dict[str, Any]) -> list[str]:
         )
         for check in analysis["checks"]:
             lines.append(f"    {check['name']:<11} {check['verdict']:<5} {check['message']}")
+        for side in ("canary", "stable"):  # impossible figures (docs/rollouts.md)
+            for device, why in (analysis.get(side, {}).get("excluded") or {}).items():
+                lines.append(f"    left out    {device} ({side}): {why}")
     return lines
 
 

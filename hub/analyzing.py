@@ -20,18 +20,35 @@ the *stable* revision on the other targeted devices:
   request in their latency window) against the threshold; waits for ``minRequests``.
 
 Any check failing fails the analysis; any waiting makes it wait; otherwise it passes.
+
+No single device decides the error rate (:mod:`hub.weighing`): each device's counters are
+screened (impossible ones leave the device out of the analysis, named in
+:attr:`Figures.excluded`), each side's rate weighs every device by its requests but none more
+than the heaviest other one, and the error rate check (and a passing latency check) is
+decided only where leaving out any one device (the canary's only device excepted: it *is*
+the canary) decides it the same; otherwise it waits, naming the device. ``minAccuracy`` and
+``maxLatencyP95`` stay worst-device checks: one device below (above) fails the canary, so a
+device can make a rollout go back, never go on.
 """
 
 from __future__ import annotations
 
 from collections import deque
 from collections.abc import Hashable, Iterable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
 
 from edgefleet.api import CanaryAnalysis
 from hub.devices import RevisionReport
+from hub.weighing import (
+    Counts,
+    replicas_bound,
+    screen,
+    weigh,
+    without_each,
+    worst_latency_without_each,
+)
 
 HISTORY_SAMPLES = 64
 """Samples kept per device and revision; taken at most every ``window / 32`` seconds, so
@@ -43,29 +60,6 @@ class Sample:
     at: float
     requests: int
     errors: int
-
-
-def windowed(samples: Sequence[Sample], now: float, window: float) -> tuple[int, int]:
-    """(requests, errors) answered within the last ``window`` seconds of ``samples`` (oldest
-    first): from the newest sample taken at least a window ago (else the oldest) to the
-    newest. A counter that went down (edged restarted) counts again from 0."""
-    if not samples:
-        return 0, 0
-    start = 0
-    for i, s in enumerate(samples):
-        if s.at <= now - window:
-            start = i
-    requests = errors = 0
-    prev = samples[start]
-    for s in samples[start + 1 :]:
-        if s.requests < prev.requests or s.errors < prev.errors:
-            requests += s.requests
-            errors += s.errors
-        else:
-            requests += s.requests - prev.requests
-            errors += s.errors - prev.errors
-        prev = s
-    return requests, min(errors, requests) if requests else 0
 
 
 class History:
@@ -111,6 +105,10 @@ class Figures:
     accuracy: float | None = None  # the lowest a device reports
     accuracy_devices: int = 0  # devices that reported an accuracy
     validation_problems: Mapping[str, str] = field(default_factory=dict)  # device -> why
+    # each counted device's (or region's) own figures, for the decision no one of them makes
+    # alone (empty: figures given whole, decided as they are)
+    members: tuple[Counts, ...] = ()
+    excluded: Mapping[str, str] = field(default_factory=dict)  # impossible figures: who -> why
 
     @property
     def error_rate(self) -> float | None:
@@ -126,6 +124,7 @@ class Figures:
             "accuracy": self.accuracy,
             "accuracyDevices": self.accuracy_devices,
             "validationProblems": dict(sorted(self.validation_problems.items())),
+            "excluded": dict(sorted(self.excluded.items())),
         }
 
 
@@ -138,20 +137,38 @@ class Observed:
     samples: Sequence[Sample] = ()
 
 
+def implausible(report: RevisionReport) -> str:
+    """Why a report's latency or accuracy cannot be true ("" when they can): what the hub's
+    input checks refuse already, checked again where it decides."""
+    p95 = report.latency_p95_s
+    if p95 is not None and not 0.0 <= p95 <= 1e6:  # also NaN
+        return f"latency p95 {p95} s"
+    if report.accuracy is not None and not 0.0 <= report.accuracy <= 1.0:
+        return f"accuracy {report.accuracy}"
+    return ""
+
+
 def figures(observed: Iterable[Observed], now: float, window: float) -> Figures:
-    """The figures of one side over the last ``window`` seconds (pure)."""
-    devices = requests = errors = measured = 0
+    """The figures of one side over the last ``window`` seconds (pure): a device whose
+    figures are impossible is left out (``excluded``), the others' requests and errors are
+    weighed (:func:`hub.weighing.weigh`), the highest p95 and the lowest accuracy kept."""
+    measured = 0
     p95: float | None = None
     accuracy: float | None = None
     problems: dict[str, str] = {}
+    members: list[Counts] = []
+    excluded: dict[str, str] = {}
     for o in observed:
-        devices += 1
-        r, e = windowed(o.samples, now, window)
-        requests += r
-        errors += e
         rep = o.report
-        if rep.latency_p95_s is not None and rep.window_requests > 0:
-            p95 = rep.latency_p95_s if p95 is None else max(p95, rep.latency_p95_s)
+        counted = screen(o.samples, now, window, replicas_bound(rep.ready_replicas))
+        why = counted if isinstance(counted, str) else implausible(rep)
+        if why or isinstance(counted, str):
+            excluded[o.device] = why
+            continue
+        latency = rep.latency_p95_s if rep.window_requests > 0 else None
+        members.append(Counts(o.device, counted[0], counted[1], latency))
+        if latency is not None:
+            p95 = latency if p95 is None else max(p95, latency)
         if rep.validation_reason:
             problems[o.device] = rep.validation_reason + (
                 f": {rep.validation_message}" if rep.validation_message else ""
@@ -159,7 +176,10 @@ def figures(observed: Iterable[Observed], now: float, window: float) -> Figures:
         elif rep.accuracy is not None:
             measured += 1
             accuracy = rep.accuracy if accuracy is None else min(accuracy, rep.accuracy)
-    return Figures(devices, requests, errors, p95, accuracy, measured, problems)
+    requests, errors = weigh(members)
+    return Figures(
+        len(members), requests, errors, p95, accuracy, measured, problems, tuple(members), excluded
+    )
 
 
 class Verdict(StrEnum):
@@ -224,9 +244,13 @@ def analyze(spec: CanaryAnalysis, canary: Figures, stable: Figures) -> Analysis:
     if spec.min_accuracy is not None:
         checks.append(_accuracy(spec.min_accuracy, canary))
     if spec.max_error_rate_increase is not None:
-        checks.append(_error_rate(spec.max_error_rate_increase, spec.min_requests, canary, stable))
+        check = _error_rate(spec.max_error_rate_increase, spec.min_requests, canary, stable)
+        checks.append(_alone(check, spec, canary, stable))
     if spec.max_latency_p95_s is not None:
-        checks.append(_latency(spec.max_latency_p95_s, spec.min_requests, canary))
+        check = _latency(spec.max_latency_p95_s, spec.min_requests, canary)
+        checks.append(
+            check if check.verdict is Verdict.FAIL else _alone(check, spec, canary, stable)
+        )
     if any(c.verdict is Verdict.FAIL for c in checks):
         verdict = Verdict.FAIL
     elif any(c.verdict is Verdict.WAIT for c in checks):
@@ -234,6 +258,52 @@ def analyze(spec: CanaryAnalysis, canary: Figures, stable: Figures) -> Analysis:
     else:
         verdict = Verdict.PASS
     return Analysis(verdict, tuple(checks), canary, stable, spec.window_s)
+
+
+def _without(side: Figures, totals: tuple[int, int], p95: float | None) -> Figures:
+    """``side`` with one member left out, as a check reads it (its totals given)."""
+    return replace(side, devices=side.devices - 1, requests=totals[0], errors=totals[1],
+                   latency_p95_s=p95, members=())  # fmt: skip
+
+
+CHECK_TEXT = {"errorRate": "error rate", "latencyP95": "latency p95"}
+
+
+def _check(name: str, spec: CanaryAnalysis, canary: Figures, stable: Figures) -> Check:
+    if name == "errorRate":
+        assert spec.max_error_rate_increase is not None
+        return _error_rate(spec.max_error_rate_increase, spec.min_requests, canary, stable)
+    assert spec.max_latency_p95_s is not None
+    return _latency(spec.max_latency_p95_s, spec.min_requests, canary)
+
+
+def _alone(check: Check, spec: CanaryAnalysis, canary: Figures, stable: Figures) -> Check:
+    """``check`` as it is where leaving out any one device (or region) of either side gives
+    the same verdict; else Wait, naming the first (by name) that alone decides it. The
+    canary's only member is never left out: it is the canary."""
+    if check.verdict is Verdict.WAIT:
+        return check
+    leaving: list[tuple[str, Figures, Figures]] = []
+    if len(canary.members) > 1:
+        totals = without_each(canary.members)
+        worst = worst_latency_without_each(canary.members)
+        leaving += [(n, _without(canary, t, worst[n]), stable) for n, t in totals.items()]
+    if check.name == "errorRate":
+        for n, t in without_each(stable.members).items():
+            leaving.append((n, canary, _without(stable, t, stable.latency_p95_s)))
+    for name, c, s in sorted(leaving, key=lambda x: x[0]):
+        other = _check(check.name, spec, c, s)
+        if other.verdict is not check.verdict:
+            return Check(
+                check.name,
+                Verdict.WAIT,
+                check.value,
+                check.threshold,
+                f"{CHECK_TEXT[check.name]} inconclusive: {name} alone decides it "
+                f"({check.verdict.value} with it, {other.verdict.value} without), so it waits: "
+                f"{check.message}",
+            )
+    return check
 
 
 def _accuracy(threshold: float, canary: Figures) -> Check:

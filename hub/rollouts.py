@@ -65,6 +65,7 @@ from hub.rolling import (
 )
 from hub.statusing import revisions_of, wanted_revision
 from hub.store import Compare, Delete, Put, Store
+from hub.weighing import newly_excluded
 from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
@@ -204,6 +205,7 @@ class RolloutController:
         self._history = History()
         self._sampled: set[Hashable] = set()
         self._analyses: dict[str, Analysis] = {}
+        self._excluded: dict[str, set[str]] = {}  # devices named as left out, per deployment
         self.timeline_samples = timeline_samples  # the ring kept per deployment
         # a root hub's waves (hub.waves): what to write with a new revision, in its transaction
         self.revision_hook: RevisionHook | None = None
@@ -236,6 +238,8 @@ class RolloutController:
             self._history.keep(self._sampled)  # devices and revisions no longer analysed
             for name in set(self._analyses) - set(cache.deployments):
                 del self._analyses[name]
+            for name in set(self._excluded) - set(self._analyses):
+                del self._excluded[name]
             for name in sorted(set(cache.analysis) - set(cache.deployments)):
                 await self._forget_timeline(name)
 
@@ -369,7 +373,22 @@ class RolloutController:
             figures(sides["stable"], now, spec.window_s),
         )
         self._analyses[name] = result
+        self._announce(name, {**result.canary.excluded, **result.stable.excluded})
         return result
+
+    def _announce(self, name: str, excluded: Mapping[str, str]) -> None:
+        """An event for each device newly left out of ``name``'s analysis (once while it
+        stays out; again if it comes back and is left out again)."""
+        for device, why in newly_excluded(excluded, self._excluded.get(name, ())):
+            self._writer.event(
+                "ModelDeployment",
+                name,
+                "Warning",
+                "AnalysisExcluded",
+                f"device {device} is left out of the canary analysis: its figures are "
+                f"impossible ({why})",
+            )
+        self._excluded[name] = set(excluded)
 
     async def _write(self, name: str, before: RolloutState | None, step: Step) -> bool:
         if step.state is None and step.revision is None:

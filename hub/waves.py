@@ -59,6 +59,7 @@ from hub.waving import (
     start,
     waves_status,
 )
+from hub.weighing import newly_excluded
 from hub.writing import DeviceWriter
 
 log = get_logger(__name__)
@@ -96,6 +97,7 @@ class WaveController:
         self._history = History()
         self._sampled: set[Hashable] = set()
         self._analyses: dict[str, Analysis] = {}
+        self._excluded: dict[str, set[str]] = {}  # regions named as left out, per deployment
 
     async def load(self) -> None:
         """Every stored state (at start, and after a write that lost a race)."""
@@ -304,6 +306,8 @@ class WaveController:
                     continue
                 dep, state, placed, expected, views = got
                 analysis = self._analyze(name, dep, state, placed, expected, views, now)
+                if analysis is not None:
+                    self._announce(name, {**analysis.canary.excluded, **analysis.stable.excluded})
                 planned = plan_waves(
                     dep.spec.rollout.waves,
                     state,
@@ -319,6 +323,22 @@ class WaveController:
             self._history.keep(self._sampled)
             for name in set(self._analyses) - set(self.states):
                 del self._analyses[name]
+            for name in set(self._excluded) - set(self._analyses):
+                del self._excluded[name]
+
+    def _announce(self, name: str, excluded: Mapping[str, str]) -> None:
+        """An event for each region newly left out of ``name``'s analysis across regions
+        (once while it stays out)."""
+        for region, why in newly_excluded(excluded, self._excluded.get(name, ())):
+            self._writer.event(
+                "ModelDeployment",
+                name,
+                "Warning",
+                "AnalysisExcluded",
+                f"region {region} is left out of the analysis across regions: its figures are "
+                f"impossible ({why})",
+            )
+        self._excluded[name] = set(excluded)
 
     async def _write(self, name: str, state: WaveState, events: Any) -> bool:
         key = storekeys.wave_key(name)

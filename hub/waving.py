@@ -45,8 +45,9 @@ from typing import Any
 from edgefleet.api import CanaryAnalysis, Condition, ConditionStatus, Wave
 from edgefleet.timestamps import rfc3339
 from hub import slicing
-from hub.analyzing import Analysis, Figures, Sample, Verdict, analyze, windowed
+from hub.analyzing import Analysis, Figures, Sample, Verdict, analyze
 from hub.rolling import MAX_WEIGHT, Event, Revision, RolloutPhase, RolloutState, template_hash
+from hub.weighing import MAX_REQUESTS_PER_DEVICE_S, Counts, screen, weigh
 
 
 class WavePhase(StrEnum):
@@ -304,26 +305,47 @@ class RegionSide:
 
 def side_figures(observed: Sequence[RegionSide], now: float, window: float) -> Figures:
     """One side of the analysis across regions (the regions given the new revision, or the
-    others on the stable one), as :func:`hub.analyzing.figures` is for devices: requests and
-    errors over the window from the samples of each region's counters, the highest p95, the
-    lowest accuracy; a device without accuracy named ``region/device``."""
-    devices = requests = errors = measured = 0
+    others on the stable one), as :func:`hub.analyzing.figures` is for devices: each
+    region's requests and errors over the window from the samples of its counters, bounded
+    by its devices (:data:`hub.weighing.MAX_REQUESTS_PER_DEVICE_S` each: a region above is
+    left out, ``excluded``), weighed with no region heavier than the heaviest other one; the
+    highest p95, the lowest accuracy; a device without accuracy named ``region/device``."""
+    devices = measured = 0
     p95: float | None = None
     accuracy: float | None = None
     problems: dict[str, str] = {}
+    members: list[Counts] = []
+    excluded: dict[str, str] = {}
     for o in observed:
         f = o.figures
+        counted = screen(o.samples, now, window, MAX_REQUESTS_PER_DEVICE_S * max(1, f.devices))
+        why = counted if isinstance(counted, str) else _implausible(f)
+        if why or isinstance(counted, str):
+            excluded[o.region] = why
+            continue
+        members.append(Counts(o.region, counted[0], counted[1], f.latency_p95_s))
         devices += f.devices
-        r, e = windowed(o.samples, now, window)
-        requests += r
-        errors += e
         if f.latency_p95_s is not None:
             p95 = f.latency_p95_s if p95 is None else max(p95, f.latency_p95_s)
         if f.accuracy is not None:
             accuracy = f.accuracy if accuracy is None else min(accuracy, f.accuracy)
         measured += f.accuracy_devices
         problems.update({f"{o.region}/{d}": why for d, why in f.validation_problems.items()})
-    return Figures(devices, requests, errors, p95, accuracy, measured, problems)
+    requests, errors = weigh(members)
+    return Figures(
+        devices, requests, errors, p95, accuracy, measured, problems, tuple(members), excluded
+    )
+
+
+def _implausible(f: RevisionFigures) -> str:
+    """Why a region's latency, accuracy or counts cannot be true ("" when they can)."""
+    if f.latency_p95_s is not None and not 0.0 <= f.latency_p95_s <= 1e6:  # also NaN
+        return f"latency p95 {f.latency_p95_s} s"
+    if f.accuracy is not None and not 0.0 <= f.accuracy <= 1.0:
+        return f"accuracy {f.accuracy}"
+    if not 0 <= f.accuracy_devices <= f.devices:
+        return f"{f.accuracy_devices} devices with an accuracy of {f.devices}"
+    return ""
 
 
 def analyze_regions(

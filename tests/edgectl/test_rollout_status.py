@@ -81,3 +81,9 @@ def test_a_pause_and_a_rollback() -> None:
     text, phase = render(failed)
     assert phase == "RolledBack" and "(AnalysisFailed)" in text and "0.5000" in text
     assert "analysis over" not in text  # the figures of a rollout that ended: in its message
+
+
+def test_a_device_left_out_of_the_analysis_is_named() -> None:
+    analysis = {**CANARY["analysis"], "stable": {"excluded": {"dev-3": "2^40 requests in 3 s"}}}
+    text, _ = render(doc("Progressing", {**CANARY, "analysis": analysis}))
+    assert "left out    dev-3 (stable): 2^40 requests in 3 s" in text

@@ -15,9 +15,9 @@ from hub.analyzing import (
     Verdict,
     analyze,
     figures,
-    windowed,
 )
 from hub.devices import RevisionPhase, RevisionReport
+from hub.weighing import screen
 
 
 def samples(*points: tuple[float, int, int]) -> list[Sample]:
@@ -38,7 +38,7 @@ def samples(*points: tuple[float, int, int]) -> list[Sample]:
 def test_windowed_counts(
     points: list[tuple[float, int, int]], now: float, window: float, expected: tuple[int, int]
 ) -> None:
-    assert windowed(samples(*points), now, window) == expected
+    assert screen(samples(*points), now, window, per_second=1e6) == expected
 
 
 def test_history_is_bounded_and_spaced() -> None:
@@ -72,7 +72,9 @@ def rev(
     )
 
 
-def test_figures_add_devices_take_the_worst_latency_and_accuracy() -> None:
+def test_figures_weigh_devices_take_the_worst_latency_and_accuracy() -> None:
+    """a's 100 requests weigh no more than b's 50 (the heaviest other device): a counts
+    50 requests at its own rate (1%: 0.5 errors, rounded to 1)."""
     got = figures(
         [
             Observed("a", rev(100, 1, p95=0.010, accuracy=0.97), samples((0, 0, 0), (60, 100, 1))),
@@ -82,7 +84,7 @@ def test_figures_add_devices_take_the_worst_latency_and_accuracy() -> None:
         now=60,
         window=60,
     )
-    assert (got.devices, got.requests, got.errors) == (3, 150, 5)
+    assert (got.devices, got.requests, got.errors) == (3, 100, 5)
     assert got.latency_p95_s == 0.030 and got.accuracy == 0.91 and got.accuracy_devices == 2
     assert got.validation_problems == {"c": "NoValidationSet"}
 
