@@ -24,7 +24,7 @@ def _big(name: str) -> bytes:
             "kind": "ModelDeployment",
             "metadata": {"name": name, "annotations": {"note": "x" * 840_000}},
             "spec": {
-                "model": {"name": "fraud", "version": "2.4.1"},
+                "model": {"name": name, "version": "2.4.1"},  # one deployment per model
                 "replicas": {"total": 1},
             },
         }

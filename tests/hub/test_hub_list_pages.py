@@ -26,7 +26,7 @@ def deployment(name: str, *, note: str = "", version: str = "1.0.0") -> bytes:
         "kind": KIND,
         "metadata": {"name": name, "labels": {"team": "risk" if name < "m" else "ops"}},
         "spec": {
-            "model": {"name": "fraud", "version": version},
+            "model": {"name": name, "version": version},  # one deployment per model name
             "replicas": {"perDevice": 1},
             "placement": {"nodeSelector": {"site": "nowhere"}},
         },

@@ -32,7 +32,7 @@ pytestmark = pytest.mark.scenario
 LEASE_S = 3.0
 MANIFEST = (
     b'{"apiVersion": "edgefleet.io/v1", "kind": "ModelDeployment", "metadata": '
-    b'{"name": "%s"}, "spec": {"model": {"name": "m", "version": "1.0.0"}, '
+    b'{"name": "%(name)s"}, "spec": {"model": {"name": "%(name)s", "version": "1.0.0"}, '
     b'"replicas": {"perDevice": 1}}}'
 )
 
@@ -112,7 +112,7 @@ async def _leader(store: EtcdStore, replicas: list[_Replica], *, not_: _Replica 
 async def _apply(replica: _Replica, name: bytes) -> None:
     channel, stub = replica.stub()
     async with channel:
-        await stub.Apply(admin_pb2.ApplyRequest(documents=[MANIFEST % name]), timeout=20)
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[MANIFEST % {b"name": name}]), timeout=20)
 
 
 async def _names(replica: _Replica) -> set[str]:
