@@ -34,7 +34,7 @@ def deployment(name: str, replicas: str, site: str, filler: int) -> str:
         "apiVersion: edgefleet.io/v1\nkind: ModelDeployment\n"
         f"metadata:\n  name: {name}\n{notes}"
         "spec:\n"
-        '  model: {name: det, version: "1.0.0"}\n'
+        f'  model: {{name: {name}, version: "1.0.0"}}\n'  # a device serves one per model name
         f"  replicas: {{{replicas}}}\n"
         f"  placement: {{nodeSelector: {{site: {site}}}}}\n"
     )
@@ -64,8 +64,9 @@ def test_the_scheduler_keeps_the_bound_and_an_oversize_device_blocks_no_other_ap
         devices["s2-a"] = enrolled(hub, tmp_path, "s2-a", {"site": "s2"}).connect()
         model = tmp_path / "det.onnx"
         build_mlp(model, TINY_MLP, seed=1)
-        out = hub.edgectl("models", "push", str(model), "--name", "det", "--version", "1.0.0")
-        assert "pushed" in out.stdout, out.stdout + out.stderr
+        for name in [*BIG, "other", "grow"]:  # each deployment its own model name
+            out = hub.edgectl("models", "push", str(model), "--name", name, "--version", "1.0.0")
+            assert "pushed" in out.stdout, out.stdout + out.stderr
 
         for name in BIG:  # each accepted
             out = apply(hub, tmp_path, name, deployment(name, "total: 1", "s1", FILLER))
