@@ -12,12 +12,13 @@ goes in the publisher's targets (``test_tuf_rollback.py``; ``test_tuf_publisher_
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enrolled_devices
-from harness import Edged
+from harness import Edged, wait_for
 from test_rollouts import apply, on_device, push, run_until
 
 N = 2
@@ -52,11 +53,16 @@ def complete(s: dict[str, object]) -> bool:
 def test_an_allowance_pushed_to_the_hub_lets_devices_go_back_two_versions(
     hub: HubProcess, devices: list[Edged], tmp_path: Path
 ) -> None:
-    for version in ("1.0.0", "1.1.0", "1.2.0"):
-        push(hub, tmp_path, version)
+    # without TUF a push signs metadataVersion = the Unix second: 1.0.0 is signed in an earlier
+    # second than the versions after it, so its metadata is older than what devices accept later
+    pushed_at = int(time.time())
+    push(hub, tmp_path, "1.0.0")
     apply(hub, tmp_path, "1.0.0")
     run_until(hub, devices, lambda s: s["readyDevices"] == N, 120, new="1.0.0", budget=N)
+    wait_for(lambda: int(time.time()) > pushed_at + 1, 5, "the next second")
     for version in ("1.1.0", "1.2.0"):
+        push(hub, tmp_path, version)
+        latest_at = int(time.time())
         apply(hub, tmp_path, version)
         run_until(hub, devices, complete, 180, new=version, budget=1)
 
@@ -79,6 +85,7 @@ def test_an_allowance_pushed_to_the_hub_lets_devices_go_back_two_versions(
     )
 
     # signed again (the same bytes, newer metadata): an older model version, no allowance
+    wait_for(lambda: int(time.time()) > latest_at + 1, 5, "a second after 1.2.0 was signed")
     again = hub.edgectl(
         "models", "push", str(tmp_path / "det-1.0.0.onnx"), "--name", "det", "--version", "1.0.0",
         check=False,
