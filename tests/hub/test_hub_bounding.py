@@ -170,7 +170,7 @@ def manifest(name: str, replicas: dict[str, int], site: str, filler: int = 0) ->
         "kind": "ModelDeployment",
         "metadata": {"name": name, "annotations": {"filler": "x" * filler}},
         "spec": {
-            "model": {"name": "det", "version": "1.0.0"},
+            "model": {"name": name, "version": "1.0.0"},  # one deployment per model name
             "replicas": replicas,
             "placement": {"nodeSelector": {"site": site}},
         },
@@ -186,9 +186,10 @@ def oversize_fleet() -> Cache:
         "s2-a": Device("s2-a", labels={"site": "s2"}, phase=DevicePhase.READY),
     }
     cache = Cache(devices=devices)
-    cache.models[("det", "1.0.0")] = storekeys.ModelRecord(
-        "det", "1.0.0", "a" * 64, 1, b"e" * 600, 0.0
-    )
+    for name in [*(f"big{i}" for i in range(7)), "other", "grow"]:
+        cache.models[(name, "1.0.0")] = storekeys.ModelRecord(
+            name, "1.0.0", "a" * 64, 1, b"e" * 600, 0.0
+        )
     for i in range(6):
         m = manifest(f"big{i}", {"total": 1}, "s1", BIG)
         cache.put_object(m, i + 1)
