@@ -103,13 +103,15 @@ def build_desired(
     fleet: FleetPolicies | None = None,
     planned: Mapping[str, Revision] | None = None,
     placements: Mapping[str, Collection[str]] | None = None,
+    left_out: Mapping[str, str] | None = None,
 ) -> DesiredContent:
     """What ``device`` should be sent (pure over the cache). ``fleet``: what applies to every
     device, read from the cache once per batch (read here when not given). ``planned``:
     revisions to send instead of the rollout's choice, by deployment (an apply is checked
     against the worst case: its new revisions on every device they reach). ``placements``:
     the scheduler's, by ``replicas.total`` deployment (default: the devices the cache says
-    are sent it now, :attr:`hub.caching.Cache.sent_placements`)."""
+    are sent it now, :attr:`hub.caching.Cache.sent_placements`). ``left_out``: deployments not
+    sent, with the reason shown for each (:func:`build_within_bound`)."""
     fleet = fleet or FleetPolicies.of(cache)
     projection: Projection = project(
         device,
@@ -131,6 +133,9 @@ def build_desired(
     artifacts: set[str] = set()
     mounted: set[str] = set()
     for name in projection.names:
+        if left_out and name in left_out:
+            excluded[name] = left_out[name]
+            continue
         revision = (planned or {}).get(name) or cache.revision_for(name, device.name)
         if revision is None:
             excluded[name] = "no revision made yet (the rollout controller makes one)"
@@ -186,6 +191,68 @@ def build_desired(
         secrets,
         tuple(sorted(numbers)),
     )
+
+
+def shed_order(
+    names: Collection[str], previous: frozenset[str], priority: Mapping[str, int]
+) -> list[str]:
+    """The deployments of ``names`` in the order a device over the bound goes without them
+    (pure): first those it was not sent before (what it runs keeps running), then the lowest
+    priority, then the last by name."""
+    return sorted(names, key=lambda n: (n in previous, priority.get(n, 0), _desc(n)))
+
+
+def _desc(name: str) -> tuple[int, ...]:
+    return (*(-ord(c) for c in name), 0)  # later names first (a longer name before its prefix)
+
+
+def build_within_bound(
+    device: Device,
+    cache: Cache,
+    *,
+    previous: frozenset[str],
+    region: str,
+    fleet: FleetPolicies | None = None,
+    limit: int = MAX_DESIRED_STATE_BYTES,
+) -> DesiredContent:
+    """:func:`build_desired`, kept within what a device can receive (pure over the cache):
+    whatever path made the state too large (a wave's slice, a label, a push, a placement the
+    scheduler could not foresee), the device still gets a state it can receive, without the
+    deployments :func:`shed_order` names first, each left out with the reason. Apply and the
+    scheduler refuse what would overfill a device (:mod:`hub.bounding`); this is the net
+    under them, so a device never stops receiving updates."""
+    fleet = fleet or FleetPolicies.of(cache)
+    content = build_desired(device, cache, previous=previous, region=region, fleet=fleet)
+    if wire_size(content) <= limit:
+        return content
+    priority = {n: _priority_of(cache, n, fleet) for n in content.deployments}
+    reason = (
+        f"not sent: the device's desired state would exceed {limit / 2**20:.2f} MiB, the most "
+        "a device can receive (deployments it was not sent before, then the lowest priority, "
+        "go without)"
+    )
+    left_out: dict[str, str] = {}
+    for name in shed_order(content.deployments, previous, priority):
+        left_out[name] = reason
+        content = build_desired(
+            device, cache, previous=previous, region=region, fleet=fleet, left_out=left_out
+        )
+        if wire_size(content) <= limit:
+            break
+    return content
+
+
+def _priority_of(cache: Cache, name: str, fleet: FleetPolicies) -> int:
+    """A deployment's priority as the scheduler ranks it: ``priority``, else its class's (an
+    applied PriorityClass's value, else a built-in one's), else 0."""
+    dep = cache.deployments.get(name)
+    if dep is None:
+        return 0
+    spec = dep.spec
+    cls = spec.priority_class_name
+    if spec.priority is None and cls is not None and cls not in PRIORITY_CLASSES:
+        return fleet.priority_classes.get(cls, 0)
+    return spec.effective_priority
 
 
 def _digest(

@@ -1,10 +1,10 @@
 """The projector: devices marked dirty get their desired state recomputed, written and sent.
 
 Batched and level-based: every device marked since the last batch (by an apply, a label,
-health, attestation or phase change...) is projected together with :func:`build_desired`
-(pure), every changed desired record is written in one transaction (its generation: that
-transaction's revision, raised above anything the device acknowledged), then the devices'
-sessions get the new state. Marking a device twice is harmless.
+health, attestation or phase change...) is projected together with
+:func:`hub.desired.build_within_bound` (pure), every changed desired record is written in one
+transaction (its generation: that transaction's revision, raised above anything the device
+acknowledged), then the devices' sessions get the new state. Marking a device twice is harmless.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from edgefleet.backoff import Backoff
 from hub import storekeys
 from hub.batching import GIVE_UP_AFTER, BatchLoop
 from hub.caching import Cache
-from hub.desired import DesiredContent, FleetPolicies, build_desired
+from hub.desired import DesiredContent, FleetPolicies, build_within_bound
 from hub.sessions import Sessions
 from hub.store import Put, Store
 
@@ -85,7 +85,7 @@ class Projector:
                 self.contents.pop(name, None)
                 continue
             previous = self._cache.desired.get(name)
-            content = build_desired(
+            content = build_within_bound(  # never a state the device cannot receive
                 device,
                 self._cache,
                 previous=frozenset(previous.deployments) if previous else frozenset(),

@@ -118,3 +118,58 @@ def test_the_scheduler_keeps_the_bound_and_an_oversize_device_blocks_no_other_ap
         for d in devices.values():
             d.disconnect()
         hub.stop()
+
+
+def test_a_label_that_would_overfill_a_device_sheds_deployments_instead_of_cutting_it_off(
+    tmp_path: Path,
+) -> None:
+    """A path no apply check sees: six ~840 KB ``perDevice`` deployments select ``hw=big``,
+    which no device has; then s1-a reports ``hw=big`` itself (as discovery reports hardware
+    that appeared), reconnecting with it in its Hello. Before: s1-a's state was
+    4.8 MiB, never sent (DesiredStateTooLarge), so it stopped receiving anything, even the
+    small deployment it ran. Now it is sent what it can receive, the small one kept, and the
+    deployments left out say why."""
+    hub = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init().start()
+    device: SyncDevice | None = None
+    try:
+        device = enrolled(hub, tmp_path, "s1-a", {"site": "s1", "pool": "p"}).connect()
+        model = tmp_path / "det.onnx"
+        build_mlp(model, TINY_MLP, seed=1)
+        for name in [*BIG, "small"]:
+            out = hub.edgectl("models", "push", str(model), "--name", name, "--version", "1.0.0")
+            assert "pushed" in out.stdout, out.stdout + out.stderr
+        small = deployment("small", "perDevice: 1", "s1", 0).replace("site: s1", "pool: p")
+        out = apply(hub, tmp_path, "small", small)
+        assert out.returncode == 0, out.stdout + out.stderr
+        for name in BIG:  # each accepted: no device has hw=big yet
+            big = deployment(name, "perDevice: 1", "s9", FILLER).replace("site: s9", "hw: big")
+            out = apply(hub, tmp_path, name, big)
+            assert out.returncode == 0, out.stdout + out.stderr
+        wait_for(lambda: "small" in device.deployments(), 30, "s1-a sent small")
+
+        device.disconnect()
+        device.labels = {**device.labels, "hw": "big"}
+        device.connect()
+        wait_for(
+            lambda: len(device.deployments() & set(BIG)) == 4 or too_large(hub),
+            60,
+            "s1-a sent what it can receive",
+        )
+        assert not too_large(hub), too_large(hub)  # before: 4.8 MiB, not sent
+        size = device.desired.ByteSize() if device.desired is not None else 0
+        assert size <= 4 * 2**20 - 64 * 2**10, size
+        assert "small" in device.deployments()  # what it ran before is kept
+        left = sorted(set(BIG) - device.deployments())
+        assert len(left) == 2, left
+        shown = json.loads(hub.edgectl("get", "devices", "s1-a", "-o", "json").stdout)
+        not_running = shown["status"]["notRunning"]
+        for name in left:
+            assert "desired state would exceed 3.94 MiB" in not_running[name], not_running
+    finally:
+        if device is not None:
+            device.disconnect()
+        hub.stop()
+
+
+def too_large(hub: HubProcess) -> list[dict]:
+    return [e for e in event_log(hub) if e["reason"] == "DesiredStateTooLarge"]

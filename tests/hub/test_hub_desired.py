@@ -10,7 +10,14 @@ from typing import Any
 from edgefleet.api import parse_manifest
 from hub import storekeys
 from hub.caching import Cache
-from hub.desired import FleetPolicies, build_desired, wire_size, wire_size_bound
+from hub.desired import (
+    FleetPolicies,
+    build_desired,
+    build_within_bound,
+    shed_order,
+    wire_size,
+    wire_size_bound,
+)
 from hub.devices import Device, DevicePhase
 from hub.rolling import Revision, RolloutState, template_hash
 
@@ -149,3 +156,53 @@ def test_a_batch_shares_work_between_devices_and_gives_each_what_it_alone_would_
     # four kinds of device (site a or b, with an npu or not): four states, hashed once each
     assert len({c.digest for c in batch.values()}) == 4 == len(shared.digests)
     assert len(shared.rewrites) == 2
+
+
+def _perdevice_fleet(names: list[str], **priorities: int) -> Cache:
+    """One device sent every one of ``names`` (perDevice, as a wave's slice arrives), each
+    with a revision and a pushed model; ``priorities``: a deployment's ``priority``."""
+    cache = Cache(devices={"d": Device("d", labels={"site": "a"}, phase=DevicePhase.READY)})
+    for i, name in enumerate(names):
+        extra = {"priority": priorities[name]} if name in priorities else {}
+        m = deployment(name, replicas={"perDevice": 1}, **extra)
+        cache.put_object(m, i + 1)
+        cache.revisions[name] = {1: Revision(name, 1, template_hash(m), m, 0.0)}
+        cache.rollouts[name] = RolloutState(name, revision=1, stable=1)
+        cache.models[(name, "1.0.0")] = model(name, "1.0.0", 400)
+    return cache
+
+
+def test_a_state_over_the_bound_is_never_built_for_sending_it_sheds_the_least_wanted() -> None:
+    """Whatever made a device's state too large (a wave's slice, a label, a push), the state
+    it is sent stays within the bound: deployments it was not sent before go first, then the
+    lowest priority, then the last by name; each left out with the reason (issue 29, item 2)."""
+    names = ["a", "b", "c", "d", "e", "f"]
+    cache = _perdevice_fleet(names, e=100)
+    device = cache.devices["d"]
+    full = build_desired(device, cache, previous=frozenset(), region="eu")
+    assert set(full.deployments) == set(names)
+    each = wire_size(full) // len(names)
+    limit = wire_size(full) - 2 * each + each // 2  # room for four of six, not five
+
+    within = build_within_bound(device, cache, previous=frozenset("ab"), region="eu", limit=limit)
+    assert wire_size(within) <= limit
+    kept = set(within.deployments)
+    # a and b were sent before: kept; e has the highest priority: kept; d and f (the last by
+    # name of the rest, at priority 0) go without
+    assert kept == {"a", "b", "c", "e"}, kept
+    for name in ("d", "f"):
+        assert within.excluded[name].startswith("not sent: the device's desired state would")
+    # within the bound: the same as build_desired, nothing left out
+    assert build_within_bound(device, cache, previous=frozenset(), region="eu") == full
+
+
+def test_the_shed_order_keeps_what_runs_then_priority_then_name() -> None:
+    cases = [
+        (["a", "b"], set(), {}, ["b", "a"]),
+        (["a", "b"], {"b"}, {}, ["a", "b"]),
+        (["a", "b", "c"], set(), {"a": 10}, ["c", "b", "a"]),
+        (["a", "b", "c"], {"c"}, {"a": 10}, ["b", "a", "c"]),
+        (["ab", "abc"], set(), {}, ["abc", "ab"]),
+    ]
+    for names, previous, priority, order in cases:
+        assert shed_order(names, frozenset(previous), priority) == order, (names, previous)
