@@ -1,6 +1,6 @@
 """A hub restart does not count its own downtime against devices (issue 29, item 4).
 
-A real ``hub serve`` process with shortened timers (heartbeatGrace 3 s, rescheduleAfter 4 s);
+A real ``hub serve`` process with shortened timers (heartbeatGrace 4 s, rescheduleAfter 5 s);
 three enrolled devices speak Sync from the test (tests/e2e/syncdevice.py: real gRPC clients
 with their enrolled certificates), so when each reconnects is exact. A ``total: 2``
 deployment is placed on two of them. The hub is stopped for longer than rescheduleAfter, then
@@ -23,8 +23,8 @@ from syncdevice import enrolled, set_device_timers
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
-GRACE = 3.0
-RESCHEDULE_AFTER = 4.0
+GRACE = 4.0  # a loaded CI machine: the devices that come back reconnect well within it
+RESCHEDULE_AFTER = 5.0
 SLACK = 45.0  # a deadline for a loaded machine, not a timed assertion
 
 DEPLOYMENT = """\
