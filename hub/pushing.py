@@ -20,8 +20,8 @@ would check, so that junk is refused at the door rather than on every device:
    and its event (``Pushed``, ``MetadataUpdated``) go to the store in one transaction, so a
    stored model always has its event; then the cache, and every device is projected again.
 
-The same bytes and metadata again are ``stored=False``; a new model version is ``stored=True``
-even when its bytes were already held under another name. The same bytes with newer signed
+The same bytes again are ``stored=False``; a new model version is ``stored=True`` even when its
+bytes were already held under another name. The same bytes with newer signed
 metadata (a higher ``metadataVersion``, e.g. re-signed to extend its expiry) replace the
 record's envelope; older or equal metadata leaves it as it is.
 
@@ -366,10 +366,11 @@ async def _record(
     ctx.writer.committed(event)
     ctx.projector.mark_all()
     log.info("artifact pushed", model=meta.name, version=meta.version, sha256=sha256)
-    # a model version recorded (or its metadata renewed) is "pushed" even when its bytes were
-    # already held under another name: "unchanged" would hide the new record
+    # a model version recorded for the first time is "pushed" even when its bytes were already
+    # held under another name: "unchanged" would hide the new record (renewed metadata of a
+    # version already recorded is not: same bytes, same version)
     return admin_pb2.PushArtifactResponse(
-        sha256=sha256, length=info.length, stored=True, extras=extras
+        sha256=sha256, length=info.length, stored=current is None, extras=extras
     )
 
 

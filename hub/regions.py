@@ -366,7 +366,7 @@ def _age(seen: Seen, now: float) -> dict[str, Any]:
     if seen.reported_at is None:
         return {}
     return {
-        "reportedAt": seen.reported_at,
+        "reportedAt": rfc3339(seen.reported_at),  # every time field shown: RFC 3339
         "reportAgeSeconds": round(max(0.0, now - seen.reported_at), 1),
     }
 

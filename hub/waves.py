@@ -428,9 +428,11 @@ class WaveController:
         )
         now = self._regions.clock()
         for row in shown.get("waves", []):  # how old each region's last report is, now
-            for figures in row.get("regions", {}).values():
-                if figures.get("reportedAt"):
-                    figures["reportAgeSeconds"] = round(max(0.0, now - figures["reportedAt"]), 1)
+            for region, figures in row.get("regions", {}).items():
+                view = views.get(region)
+                if view is not None and view.reported_at and figures.get("reportedAt"):
+                    age = round(max(0.0, now - view.reported_at), 1)
+                    figures["reportAgeSeconds"] = age
         return shown
 
 

@@ -811,7 +811,11 @@ def waves_status(
             v = views.get(r)
             region_rows[r] = {
                 "connected": bool(v and v.connected),
-                **({"reportedAt": v.reported_at} if v is not None and v.reported_at else {}),
+                **(
+                    {"reportedAt": rfc3339(v.reported_at)}
+                    if v is not None and v.reported_at
+                    else {}
+                ),
                 "sent": (
                     f"{state.weight_for(r)}%"
                     if state.weight_for(r) is not None

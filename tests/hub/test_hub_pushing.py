@@ -173,7 +173,7 @@ async def test_newer_metadata_for_the_same_bytes_replaces_the_envelope(
     async with _serve(hub_dir) as hub:
         await _push(hub, old, model.read_bytes())
         response = await _push(hub, new, model.read_bytes())
-        assert response.stored  # the record's envelope was renewed: not "unchanged"
+        assert not response.stored  # the same version and bytes: its metadata renewed
         assert hub.ctx.cache.models[("mlp", "1.0.0")].envelope == new
         await _push(hub, old, model.read_bytes())  # older metadata: kept as it is
         assert hub.ctx.cache.models[("mlp", "1.0.0")].envelope == new

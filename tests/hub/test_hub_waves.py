@@ -42,6 +42,7 @@ from hubserving import AdminHub, client_credentials, make_hub_dir
 from edgefleet.api import Precision
 from edgefleet.launching import free_port_pair
 from edgefleet.supervising import Component
+from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 from hub import pki, storekeys, tokens
 from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
@@ -737,7 +738,7 @@ async def test_regions_streaming_to_a_replica_that_does_not_lead_pass_the_leader
         for region in ("eu", "us"):
             figures = shown[region]
             assert figures["connected"] is False, figures  # never shown as fresh
-            assert figures["reportedAt"] == reported_at[region], figures
+            assert figures["reportedAt"] == rfc3339(reported_at[region]), figures
             assert figures["reportAgeSeconds"] >= 1.0, figures
             assert figures["versions"] == {"2.0.0": 1}, figures
         summary = {row["region"]: row for row in again.ctx.regions.summary()}  # type: ignore[union-attr]
