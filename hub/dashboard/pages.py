@@ -375,6 +375,13 @@ def deployment_fragment(
         for c in status.get("conditions", [])[:MAX_ITEMS]
     )
     failing_all = list(status.get("failing", {}).items())
+    rolled = status.get("rollout")
+    if isinstance(rolled, Mapping) and rolled.get("phase") == "RolledBack":
+        # the devices the rollout was rolled back for, as edgectl describe lists them
+        failing_all += [
+            (d, f"{why} (revision {rolled.get('revision')}, rolled back)")
+            for d, why in sorted((rolled.get("failedDevices") or {}).items())
+        ]
     failing = "".join(
         f'<tr><td><a href="/devices/{esc(seg(str(d)))}">{esc(d)}</a></td><td>{esc(r)}</td></tr>'
         for d, r in failing_all[:MAX_LISTED]

@@ -30,6 +30,7 @@ import orjson
 from aiohttp import web
 
 from edgefleet.configfiles import parse_host_port
+from edgefleet.deploymentstatus import serving_model
 from edgefleet.errors import EdgefleetError
 from edgefleet.logs import get_logger
 from hub import pki
@@ -284,13 +285,12 @@ class Dashboard:
             for name in names[start : start + DEPLOYMENTS_PER_PAGE]:
                 dep = self.ctx.cache.deployments[name]
                 model = dep.spec.model
-                rows.append(
-                    {
-                        "name": name,
-                        "model": f"{model.name} {model.version}",
-                        "status": self._status(name) or {},
-                    }
-                )
+                status = self._status(name) or {}
+                spec = {"model": {"name": model.name, "version": model.version}}
+                # what serves (after a rollback: the stable version, the rejected one named),
+                # as edgectl's MODEL column, never only the version asked for
+                shown = serving_model({"spec": spec, "status": status})
+                rows.append({"name": name, "model": shown, "status": status})
             return rows
 
         rows: list[dict[str, Any]] = self.memo.get(f"deployments/{page}", compute)

@@ -110,6 +110,24 @@ def test_rollout_analysis_is_shown_generically_with_plots_and_thresholds() -> No
     assert "data-pct=30" in html  # updated 3 of 10
 
 
+def test_a_rolled_back_deployment_lists_the_devices_it_was_rolled_back_for() -> None:
+    """After a rollback ``status.failing`` (failing now) is empty; the devices the rollout was
+    given up for are listed all the same, as ``edgectl describe`` lists them (issue 29, 5)."""
+    status = {
+        "failing": {},
+        "rollout": {
+            "phase": "RolledBack",
+            "revision": 3,
+            "failedDevices": {"dev-0": "2.0.0 Failed: ModelLoadFailed"},
+        },
+    }
+    html = pages.deployment_fragment(status, [])
+    assert "dev-0" in html
+    assert "2.0.0 Failed: ModelLoadFailed (revision 3, rolled back)" in html
+    status["rollout"]["phase"] = "Complete"  # type: ignore[index]
+    assert "ModelLoadFailed" not in pages.deployment_fragment(status, []).split("Failing")[1]
+
+
 def test_values_are_escaped_and_bounded() -> None:
     hostile = {
         "<k>": ['"><script>x</script>'],

@@ -254,7 +254,11 @@ async def test_deployments_pages(tmp_path: Path) -> None:
             )
         async with s.get(d.url + "/deployments") as r:
             assert r.status == 200
-            assert 'href="/deployments/fraud"' in await r.text()
+            text = await r.text()
+            assert 'href="/deployments/fraud"' in text
+            # the model column as edgectl's: what serves (nothing yet: what it asks for), after
+            # a rollback the stable version (edgefleet.deploymentstatus.serving_model)
+            assert "<td>fraud:1.0.0</td>" in text
         async with s.get(d.url + "/deployments/fraud") as r:
             text = await r.text()
             assert r.status == 200 and "ModelNotPushed" in text

@@ -7,8 +7,9 @@ from typing import Any
 
 import pytest
 
-from edgectl.printing import describe_deployment, serving_model
+from edgectl.printing import describe_deployment
 from edgefleet.api import ModelDeployment, parse_manifest
+from edgefleet.deploymentstatus import serving_model
 from edgefleet.timestamps import epoch_of
 from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
 from hub.rolling import RolloutPhase, RolloutState
