@@ -218,7 +218,7 @@ def has_allowance(record: ModelRecord, tuf: Any, now: float) -> bool:
             env = parse_envelope_bytes(record.rollback_allowance, what="rollback allowance")
             doc = decode_payload(env, expected_type=ROLLBACK_TYPE, what="rollback allowance")
             allowances.append(parse_rollback(doc, what="rollback allowance"))
-        except EdgefleetError:
+        except EdgefleetError:  # unreadable: it allows nothing (a device refuses it too)
             pass
     if tuf is not None:
         grant = _tuf_grant(record, tuf)

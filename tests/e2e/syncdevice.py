@@ -95,7 +95,7 @@ class SyncDevice:
                         self.connected.set()
                         if message.HasField("desired_state"):
                             self.desired = message.desired_state
-                except grpc.RpcError:
+                except grpc.RpcError:  # the stream ended (hub gone, or cancelled): connect again
                     pass
                 finally:
                     self.connected.clear()

@@ -88,7 +88,7 @@ class Device:
                 await call.write(device_pb2.DeviceMessage(heartbeat=device_pb2.Heartbeat()))
                 try:
                     await asyncio.wait_for(stop.wait(), REPORT_EVERY)
-                except TimeoutError:
+                except TimeoutError:  # not stopped: report again
                     pass
         finally:
             reader.cancel()
