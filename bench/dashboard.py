@@ -4,7 +4,7 @@ A hub data directory (``hub init``) whose SQLite store is given N device records
 10,000: 5 regions, 200 sites, a few NotReady, unhealthy and Untrusted, each reporting a
 workload of one ModelDeployment) by the hub's own device writer; the hub's context is then
 loaded from that store as ``hub serve`` loads it, and its dashboard
-(:class:`hub.dashboard.serving.DashboardServer`, HTTPS, token auth) serves on loopback.
+(:class:`hub.api.dashboard.serving.DashboardServer`, HTTPS, token auth) serves on loopback.
 
 1. **Pages**: each page is fetched R times over one keep-alive HTTPS connection (an aiohttp
    client in the same process); the dashboard's per-second render memo is cleared before
@@ -58,7 +58,7 @@ def _manifest() -> dict[str, Any]:
 
 
 def _device(i: int, version: str) -> Any:
-    from hub.devices import (
+    from hub.decide.devices import (
         Attestation,
         Device,
         DevicePhase,
@@ -90,16 +90,17 @@ def _device(i: int, version: str) -> Any:
 
 async def _seed(data_dir: Path, devices: int) -> None:
     """Write the fleet into the hub's SQLite store through its writer."""
-    from hub import applying, storekeys
+    from hub.decide import apply
     from hub.server import build_context
-    from hub.store import Put
+    from hub.state import storekeys
+    from hub.state.store import Put
 
     ctx = await build_context(data_dir)
     try:
         for i in range(devices):
             ctx.writer.update(_device(i, "1.0.0"))
         await ctx.writer.flush()
-        manifest = applying.parse_documents([storekeys.dumps(_manifest())])[0].manifest
+        manifest = apply.parse_documents([storekeys.dumps(_manifest())])[0].manifest
         key = storekeys.object_key("ModelDeployment", DEPLOYMENT)
         ops = [Put(key, storekeys.object_value(manifest, time.time()))]
         for i in range(devices):
@@ -161,7 +162,7 @@ async def _pages(server: Any, url: str, token: str, repeat: int, devices: int) -
 
 async def _rollout(ctx: Any, devices: int, window: float) -> float:
     """Every device reports a new revision once over ``window`` seconds; CPU seconds used."""
-    from hub.devices import RevisionPhase
+    from hub.decide.devices import RevisionPhase
 
     started_cpu = time.process_time()
     started = time.monotonic()
@@ -191,7 +192,7 @@ async def _rollout(ctx: Any, devices: int, window: float) -> float:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from aiohttp import web
 
-    from hub.dashboard.serving import DashboardServer
+    from hub.api.dashboard.serving import DashboardServer
     from hub.initializing import init_hub
     from hub.server import build_context
 

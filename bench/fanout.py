@@ -340,9 +340,9 @@ def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -
 
     from edgefleet.launching import free_port_pair, program_command, start_hub
     from hub import pki
-    from hub import storekeys as objects
-    from hub.devices import Device
-    from hub.store import Put, open_store
+    from hub.decide.devices import Device
+    from hub.state import storekeys as objects
+    from hub.state.store import Put, open_store
 
     data = workdir / f"hub-{n}"
     port = free_port_pair()

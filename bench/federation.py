@@ -10,7 +10,8 @@ interpreter's GIL serving eleven hubs; the processes still share this machine's 
 many, and how loaded, when quoting it).
 
 What is real: the root and ``--regions`` regional hubs, each made by ``hub init`` (the regions
-with ``hub init --parent``'s enrollment, ``hub.federating.enroll_with_parent``, over real TLS
+with ``hub init --parent``'s enrollment, ``hub.controllers.parentlink.enroll_with_parent``, over
+real TLS
 with the CA pin), each on its own SQLite store, each running its writer, projector, rollout
 controller and scheduler; the root serves its gRPC services on loopback with mutual TLS and
 each region runs its real ``ParentLink`` (the Federate stream, the artifact fetched from the
@@ -72,9 +73,9 @@ TIMEOUT = 300.0
 
 
 async def _seed_devices(data_dir: Path, count: int, prefix: str) -> None:
-    from hub import storekeys
-    from hub.devices import Device, DevicePhase
-    from hub.store import Put, open_hub_store
+    from hub.decide.devices import Device, DevicePhase
+    from hub.state import storekeys
+    from hub.state.store import Put, open_hub_store
 
     store = await open_hub_store(None, data_dir=data_dir)
     now = time.time()
@@ -104,7 +105,7 @@ async def _push_model(ctx: Any, tmp: Path) -> None:
     """A signed tiny model into a hub's blob store and model records (what a push leaves)."""
     from edgefleet.demo import TINY_MLP, build_mlp
     from edgefleet.trust import signing
-    from hub import storekeys
+    from hub.state import storekeys
 
     model = tmp / "det.onnx"
     build_mlp(model, TINY_MLP, seed=1)
@@ -130,7 +131,7 @@ class Hub:
         self.running: Any = None
 
     async def start(self, *, serve: bool = False, link: bool = False) -> Hub:
-        from hub.federating import ParentFiles, ParentLink
+        from hub.controllers.parentlink import ParentFiles, ParentLink
         from hub.server import build_context, start_server
 
         self.ctx = await build_context(self.data_dir)
@@ -277,14 +278,14 @@ def _say(doc: dict[str, Any]) -> None:
 async def _child(args: argparse.Namespace) -> None:
     """One regional hub (or a hub alone) and its simulated devices; says ``ready``, then, for
     each deployment det0.. in turn, when each device acknowledged a state carrying it."""
+    from hub.api.devicesync import DeviceServicer
     from hub.initializing import init_hub
-    from hub.syncing import DeviceServicer
     from hub.trustsetup import quickstart_trust
 
     data = Path(args.data)
     name = args.name
     if args.parent:
-        from hub.federating import enroll_with_parent
+        from hub.controllers.parentlink import enroll_with_parent
 
         async def setup(paths: Any, ca: Any) -> None:
             await enroll_with_parent(
@@ -453,8 +454,8 @@ async def _federated(
     tmp: Path, regions: int, devices: int, repeat: int, profile: str = ""
 ) -> Measured:
     from edgefleet.launching import free_port_pair
-    from hub import tokens
     from hub.initializing import init_hub
+    from hub.state import tokens
     from hub.trustsetup import quickstart_trust
 
     root_address = f"127.0.0.1:{free_port_pair()}"

@@ -172,9 +172,9 @@ def _status_client_main(
 def _make_hub(workdir: Path, name: str, n: int, k: float, *, compaction: bool) -> dict[str, Any]:
     from edgefleet.launching import free_port_pair, program_command
     from hub import pki
-    from hub import storekeys as objects
-    from hub.devices import Device
-    from hub.store import Put, open_store
+    from hub.decide.devices import Device
+    from hub.state import storekeys as objects
+    from hub.state.store import Put, open_store
 
     data = workdir / name
     port = free_port_pair()

@@ -2,7 +2,7 @@
 
 Method (/work/shared/BENCHMARKS.md: ratios against a baseline in the same run, medians):
 
-1. **Rotating the hub's key** (``hub secrets rotate-key``, :func:`hub.secretkeys.rotate_key`)
+1. **Rotating the hub's key** (``hub secrets rotate-key``, :func:`hub.state.secretkeys.rotate_key`)
    over a real SQLite store holding --secrets Secrets of --bytes each: the rotation's time
    against the baseline of writing the same records again with the same transactions (the
    store's own cost: what the rotation adds is opening and sealing each value twice, and the
@@ -34,9 +34,9 @@ from bench.trustroots import start_swtpm  # noqa: E402
 
 async def _fill(data_dir: Path, count: int, size: int) -> None:
     from edgefleet.api import ObjectMeta, Secret
-    from hub import storekeys
-    from hub.secrets import SecretKeys, plan_record
-    from hub.store import Put, open_hub_store
+    from hub.state import storekeys
+    from hub.state.secrets import SecretKeys, plan_record
+    from hub.state.store import Put, open_hub_store
 
     keys = SecretKeys.load(data_dir)
     store = await open_hub_store(None, data_dir=data_dir)
@@ -52,9 +52,9 @@ async def _fill(data_dir: Path, count: int, size: int) -> None:
 
 async def _rewrite(data_dir: Path) -> float:
     """The baseline: the same records read and written back, in the rotation's batches."""
-    from hub import storekeys
-    from hub.secretkeys import BATCH_BYTES, BATCH_RECORDS
-    from hub.store import Compare, Put, open_hub_store
+    from hub.state import storekeys
+    from hub.state.secretkeys import BATCH_BYTES, BATCH_RECORDS
+    from hub.state.store import Compare, Put, open_hub_store
 
     store = await open_hub_store(None, data_dir=data_dir)
     try:
@@ -77,8 +77,8 @@ async def _rewrite(data_dir: Path) -> float:
 
 
 async def _rotate(data_dir: Path) -> tuple[float, int]:
-    from hub.secretkeys import rotate_key
-    from hub.store import open_hub_store
+    from hub.state.secretkeys import rotate_key
+    from hub.state.store import open_hub_store
 
     store = await open_hub_store(None, data_dir=data_dir)
     try:

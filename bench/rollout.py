@@ -217,9 +217,9 @@ class Fleet:
     def __init__(self, n: int, clients: int, load_s: float, workdir: Path) -> None:
         from edgefleet.launching import free_port_pair, program_command, start_hub
         from hub import pki
-        from hub import storekeys as objects
-        from hub.devices import Device
-        from hub.store import Put, open_store
+        from hub.decide.devices import Device
+        from hub.state import storekeys as objects
+        from hub.state.store import Put, open_store
 
         self.n = n
         self.data = workdir / "hub"

@@ -120,8 +120,8 @@ def measure_hub(
 
 
 async def _device_records(data: Path) -> list[bytes]:
-    from hub import storekeys
-    from hub.store import open_store
+    from hub.state import storekeys
+    from hub.state.store import open_store
 
     store = await open_store(None, data_dir=data)
     try:
@@ -216,8 +216,8 @@ async def measure_etcd(workdir: Path, records: list[bytes], n: int) -> dict[str,
     import aetcd
     from etcdtesting import EtcdServer
 
-    from hub import storekeys
-    from hub.store import EtcdStore, Put
+    from hub.state import storekeys
+    from hub.state.store import EtcdStore, Put
 
     etcd = EtcdServer(workdir / "etcd").start()
     try:
@@ -245,9 +245,9 @@ async def measure_etcd(workdir: Path, records: list[bytes], n: int) -> dict[str,
 
 def watch_cost(records: list[bytes], rounds: int = 20) -> float:
     """CPU seconds per device record a replica takes from its watch (every replica follows
-    every device record, hub/replicas.py ReplicaDevices): decode, Device, compare."""
-    from hub import storekeys
-    from hub.devices import Device
+    every device record, hub/controllers/replicas.py ReplicaDevices): decode, Device, compare."""
+    from hub.decide.devices import Device
+    from hub.state import storekeys
 
     previous = {}
     started = time.process_time()

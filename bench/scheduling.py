@@ -1,4 +1,4 @@
-"""The hub scheduler (``hub.scheduling``) on a synthetic fleet: placements per second from
+"""The hub scheduler (``hub.decide.schedule``) on a synthetic fleet: placements per second from
 scratch, with every constraint and with a basic set (the baseline of the same run), with and
 without topology spread; the incremental placement of one new ``total: 5`` deployment; and how
 the cost grows from 1,000 to 10,000 to 50,000 devices.
@@ -43,9 +43,9 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from edgefleet.api import ModelDeployment, TaintEffect, parse_manifest
-from hub.devices import Taint
-from hub.placing import TAINT_UNHEALTHY, TAINT_UNSCHEDULABLE
-from hub.scheduling import REGION_LABEL, ZONE_LABEL, Fleet, Node, schedule
+from hub.decide.devices import Taint
+from hub.decide.placement import TAINT_UNHEALTHY, TAINT_UNSCHEDULABLE
+from hub.decide.schedule import REGION_LABEL, ZONE_LABEL, Fleet, Node, schedule
 
 GiB = 1024**3
 REGIONS = ["eu-central", "eu-west", "us-east", "ap-south"]

@@ -37,7 +37,7 @@ for path in (REPO, REPO / "tests"):
 import aetcd  # noqa: E402
 from etcdtesting import EtcdServer  # noqa: E402  (tests/etcdtesting.py: etcd on loopback)
 
-from hub.store import EtcdStore, SqliteStore  # noqa: E402
+from hub.state.store import EtcdStore, SqliteStore  # noqa: E402
 
 VALUE = b"x" * 200
 

@@ -2,7 +2,7 @@
 Not a test.
 
 Method (/work/shared/BENCHMARKS.md: ratios against a baseline in the same run, medians):
-the hub's real repository (``hub.tufrepo``) with --models artifacts (one model file and one
+the hub's real repository (``hub.state.tufrepo``) with --models artifacts (one model file and one
 extra each) spread over --publishers delegated roles, and the device's real client
 (``edged.trust.tufclient``: python-tuf's Updater with the project's fetcher), the fetch
 reading the hub's files in process (no network: the figures are the device's verification
@@ -106,7 +106,7 @@ def main() -> int:
     )
     from edgefleet.trust.signing import create_root, generate_key_pair, load_private_key
     from edgefleet.trust.verifying import TrustState, verify_artifact_metadata
-    from hub.tufrepo import TufRepository, create_repository
+    from hub.state.tufrepo import TufRepository, create_repository
 
     work = Path(tempfile.mkdtemp(prefix="bench-tuf-"))
     try:

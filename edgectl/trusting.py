@@ -1,6 +1,6 @@
 """``edgectl keys``, ``edgectl models sign``, ``edgectl trust root ...``, ``edgectl rollback
 allow``: thin command-line wrappers over :mod:`edgefleet.trust.signing` (see docs/trust.md);
-``edgectl rollback push FILE`` gives the hub a signed allowance (hub/allowing.py)."""
+``edgectl rollback push FILE`` gives the hub a signed allowance (hub/api/allowances.py)."""
 
 from __future__ import annotations
 

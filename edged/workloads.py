@@ -76,7 +76,7 @@ def serving_order(
     """For each model name, the workloads that give it, in the order the inference router
     prefers them: by workload name (pure). A name is served by one workload: the first with a
     ready replica; any other stands by (its status says so) and takes over at once when the
-    first is deleted or has no ready replica. The hub never sends two (hub.modelclaiming); a
+    first is deleted or has no ready replica. The hub never sends two (hub.decide.modelclaim); a
     static manifest beside a hub deployment, or an older hub, may."""
     out: dict[str, list[WorkloadName]] = {}
     for name in sorted(workloads):

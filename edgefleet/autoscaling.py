@@ -1,6 +1,6 @@
 """The autoscaler of one workload (pure: the sample, the bounds and ``now`` in): edged runs it
 per device (``edged/reconcile/sizing.py``), the hub for the fleet's ``replicas.total``
-(``hub/autoscaling.py``), so both have the same semantics and windows.
+(``hub/decide/autoscale.py``), so both have the same semantics and windows.
 
 Kubernetes HPA semantics, with the two triggers of ``spec.scaling``:
 

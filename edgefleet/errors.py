@@ -21,15 +21,16 @@ them, still under this root (they are listed here so the whole tree is in one pl
     │   ├── LeaseNotFound      the lease does not exist (never granted, revoked or expired)
     │   ├── StoreUnavailable   the store URL names a backend that is not available
     │   └── StoreIdentityError the store is missing, empty or another hub's; or a backup is
-    │                          unusable (hub.store.identity)
+    │                          unusable (hub.state.store.identity)
     ├── PkiError               a certificate, key or CSR is invalid or cannot be made
     │   ├── CsrRejected        a CSR is malformed or its signature does not verify
     │   ├── CaPinMismatch      a presented CA does not match the pinned hash
     │   └── IdentityError      a certificate carries no valid edgefleet identity
     ├── TokenError             a bootstrap token was refused; ``reason`` says why
     ├── HubDirError            the hub data directory is missing, incomplete or already exists
-    ├── StreamRefused          a device's message was refused; its Sync stream ends (hub.syncing)
-    ├── PushRefused            an artifact push was refused (hub.pushing)
+    ├── StreamRefused          a device's message was refused; its Sync stream ends
+    (hub.api.devicesync)
+    ├── PushRefused            an artifact push was refused (hub.api.push)
     ├── LaunchError            a program started by edgefleet.launching exited or never got ready
     ├── AlreadyRunning         another edged holds the data directory (edged.daemon)
     ├── DeviceKeyError         the device identity key cannot be made or used (edged.trust.identity)

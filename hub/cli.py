@@ -14,11 +14,12 @@ from edgefleet.configfiles import address_option, duration_option
 from edgefleet.errors import ConfigError, EdgefleetError, HubDirError, StoreError
 from edgefleet.logs import configure_logging
 from edgefleet.versioning import version_text
-from hub import pki, tokens
+from hub import pki
 from hub.config import DEFAULT_PORT, DEFAULT_REGION, HubConfig, load_config
 from hub.initializing import HubPaths, TrustSetup, init_hub
-from hub.store import Store, default_store_url, open_hub_store, open_store, parse_store_url
-from hub.store.identity import (
+from hub.state import tokens
+from hub.state.store import Store, default_store_url, open_hub_store, open_store, parse_store_url
+from hub.state.store.identity import (
     StoreIdentityError,
     backup_sqlite,
     backup_store,
@@ -347,7 +348,7 @@ async def _init(args: argparse.Namespace) -> int:
 
 def _parent_setup(args: argparse.Namespace) -> TrustSetup:
     """``hub init --parent``: enroll with the root hub instead of making a trust root."""
-    from hub.federating import enroll_with_parent
+    from hub.controllers.parentlink import enroll_with_parent
 
     if args.no_trust_root or args.trust_root is not None or args.tuf:
         raise HubDirError(
@@ -391,7 +392,7 @@ async def _token_create(args: argparse.Namespace) -> int:
         for problem in problems:
             print(f"hub: {_as_option(problem)}", file=sys.stderr)
         return 2
-    from hub.writing import offline_event
+    from hub.state.writer import offline_event
 
     store = await _open(args.data_dir, config)
     try:
@@ -541,7 +542,7 @@ async def _serve(args: argparse.Namespace) -> int:
 
 
 async def _secrets_rotate_key(args: argparse.Namespace) -> int:
-    from hub.secretkeys import rotate_key
+    from hub.state.secretkeys import rotate_key
 
     config = _config(args.data_dir)
     d = HubPaths.of(args.data_dir).data_dir
@@ -565,7 +566,7 @@ async def _secrets_rotate_key(args: argparse.Namespace) -> int:
 
 
 async def _tuf_online_key(args: argparse.Namespace) -> int:
-    from hub.tufrepo import online_key
+    from hub.state.tufrepo import online_key
 
     _config(args.data_dir)
     pub = online_key(HubPaths.of(args.data_dir).data_dir)
@@ -576,7 +577,7 @@ async def _tuf_online_key(args: argparse.Namespace) -> int:
 
 async def _tuf_install(args: argparse.Namespace) -> int:
     from hub.config import tuf_lifetimes
-    from hub.tufrepo import install_repository
+    from hub.state.tufrepo import install_repository
 
     config = _config(args.data_dir)
     replicated = config.store.startswith("etcd:")  # the leader signs, through the store
@@ -585,8 +586,8 @@ async def _tuf_install(args: argparse.Namespace) -> int:
         signing=not replicated, **tuf_lifetimes(config),
     )  # fmt: skip
     print(f"TUF repository installed in {d}; a running hub adopts it within seconds")
-    if replicated:  # once for every replica: each installs it from the store (hub.tufsharing)
-        from hub.tufsharing import share_installed
+    if replicated:  # once for every replica: each installs it from the store (hub.state.sharedtuf)
+        from hub.state.sharedtuf import share_installed
 
         store = await _open(args.data_dir, config)
         try:
@@ -598,7 +599,7 @@ async def _tuf_install(args: argparse.Namespace) -> int:
 
 
 async def _parent_set_addresses(args: argparse.Namespace) -> int:
-    from hub.federating import set_parent_addresses
+    from hub.controllers.parentlink import set_parent_addresses
 
     _config(args.data_dir)
     got = set_parent_addresses(HubPaths.of(args.data_dir).data_dir, args.addresses)

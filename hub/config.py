@@ -24,8 +24,8 @@ from edgefleet.configfiles import (
     table,
 )
 from edgefleet.errors import StoreError
-from hub.store import EtcdTls, parse_store_url
-from hub.tufrepo import SNAPSHOT_LIFETIME_S, TIMESTAMP_LIFETIME_S
+from hub.state.store import EtcdTls, parse_store_url
+from hub.state.tufrepo import SNAPSHOT_LIFETIME_S, TIMESTAMP_LIFETIME_S
 
 CONFIG_FILE_NAME = "hub.toml"
 DEFAULT_REGION = "default"
@@ -95,7 +95,7 @@ class DevicesConfig:
     heartbeat_interval_s: float = 30.0
     heartbeat_grace_s: float = 90.0
     """No heartbeat for this long: the device becomes NotReady (counted from the later of its
-    last heartbeat and this hub's start or election: hub.staleness)."""
+    last heartbeat and this hub's start or election: hub.decide.staleness)."""
     reschedule_after_s: float = 300.0
     """No message for this long: the scheduler moves the device's ``replicas.total``
     placements to other devices (at least heartbeatGrace; unset: 5m or heartbeatGrace;
@@ -108,7 +108,8 @@ class DevicesConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AttestationConfig:
-    """``[attestation]``: how the hub challenges connected devices (hub/attesting.py)."""
+    """``[attestation]``: how the hub challenges connected devices
+    (hub/controllers/attestation.py)."""
 
     period_s: float = 300.0
     """How often each connected device is challenged (and a new one at once)."""
@@ -120,7 +121,8 @@ class AttestationConfig:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class HistoryConfig:
-    """``[history]``: how much of the store's change history is kept (hub/store/compacting.py)."""
+    """``[history]``: how much of the store's change history is kept
+    (hub/state/store/compacting.py)."""
 
     retention_s: float = 15 * 60.0
     """A watcher can resume from any revision it saw this recently."""
@@ -138,9 +140,9 @@ class EtcdConfig:
     key_file: str = ""
     leader_lease_s: float = 10.0
     """Replicas on one etcd: a leader that stops renewing its lease for this long is replaced
-    (hub/store/electing.py)."""
+    (hub/state/store/electing.py)."""
     max_shared_artifact_bytes: int = 256 * 1024 * 1024
-    """Replicas share each artifact's bytes through etcd (hub/blobsharing.py): a larger
+    """Replicas share each artifact's bytes through etcd (hub/state/sharedblobs.py): a larger
     artifact is refused at push."""
 
     def tls(
@@ -179,7 +181,7 @@ MAX_SNAPSHOT_LIFETIME_S = 365 * 86400.0
 @dataclass(frozen=True, slots=True, kw_only=True)
 class TufConfig:
     """``[tuf]``: lifetimes of what the hub's online key signs in its TUF repository
-    (hub/tufrepo.py), each signed again when half of it has passed."""
+    (hub/state/tufrepo.py), each signed again when half of it has passed."""
 
     timestamp_lifetime_s: float = TIMESTAMP_LIFETIME_S
     """The freeze-attack window: a device accepts a timestamp (and so no newer artifact
@@ -193,9 +195,9 @@ class HubConfig:
     region: str = DEFAULT_REGION
     listen: str = DEFAULT_LISTEN
     metrics_listen: str = DEFAULT_METRICS_LISTEN
-    """Plain HTTP for /metrics, /healthz, /readyz (hub.observing); empty: none."""
+    """Plain HTTP for /metrics, /healthz, /readyz (hub.api.observability); empty: none."""
     dashboard_listen: str = ""
-    """HTTPS for the read-only web dashboard (hub.dashboard), authenticated; empty: none."""
+    """HTTPS for the read-only web dashboard (hub.api.dashboard), authenticated; empty: none."""
     replica_addresses: tuple[str, ...] = ()
     """Every replica of this hub as devices and edgectl reach it (HOST:PORT); sent to devices
     at enrollment so that they fail over between them. Empty: one hub at one address."""
@@ -217,7 +219,7 @@ class TufLifetimes(TypedDict):
 
 
 def tuf_lifetimes(config: HubConfig) -> TufLifetimes:
-    """``[tuf]`` as :class:`hub.tufrepo.TufRepository`'s keyword arguments."""
+    """``[tuf]`` as :class:`hub.state.tufrepo.TufRepository`'s keyword arguments."""
     return {
         "timestamp_lifetime_s": config.tuf.timestamp_lifetime_s,
         "snapshot_lifetime_s": config.tuf.snapshot_lifetime_s,

@@ -14,29 +14,29 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from edgefleet.artifacts.storing import ArtifactStore
-from hub.blobsharing import SharedBlobs
-from hub.caching import Cache
+from hub.api.dashboard.access import DashboardAccess
+from hub.api.observability import HubMetrics
 from hub.config import HubConfig
-from hub.dashboard.access import DashboardAccess
+from hub.controllers.placement import Scheduler
+from hub.controllers.rollout import RolloutController
+from hub.decide.staleness import ObservedSince
 from hub.initializing import HubPaths
-from hub.observing import HubMetrics
 from hub.pki import CertifiedKey
-from hub.placements import Scheduler
-from hub.projecting import Projector
-from hub.rollouts import RolloutController
-from hub.secrets import SecretKeys
-from hub.sessions import Sessions
-from hub.staleness import ObservedSince
-from hub.store import Store
-from hub.store.electing import Elector
-from hub.tufrelaying import RelayedTuf
-from hub.tufrepo import TufRepository
-from hub.writing import DeviceWriter
+from hub.state.cache import Cache
+from hub.state.projector import Projector
+from hub.state.secrets import SecretKeys
+from hub.state.sessions import Sessions
+from hub.state.sharedblobs import SharedBlobs
+from hub.state.store import Store
+from hub.state.store.electing import Elector
+from hub.state.tufrelay import RelayedTuf
+from hub.state.tufrepo import TufRepository
+from hub.state.writer import DeviceWriter
 
 if TYPE_CHECKING:
-    from hub.regions import Regions
-    from hub.tufsharing import SharedRelay, SharedTuf
-    from hub.waves import WaveController
+    from hub.api.regions import Regions
+    from hub.controllers.wave import WaveController
+    from hub.state.sharedtuf import SharedRelay, SharedTuf
 
 
 @dataclass(slots=True)
@@ -51,23 +51,31 @@ class HubContext:
     sessions: Sessions
     blobs: ArtifactStore
     trust_root: bytes = b""  # the fleet trust root as signed (D/trust-root.json), if any
-    rollouts: RolloutController | None = None  # hub.rollouts; None: no rollout controller
-    scheduler: Scheduler | None = None  # hub.placements; None: replicas.total never placed
+    rollouts: RolloutController | None = (
+        None  # hub.controllers.rollout; None: no rollout controller
+    )
+    scheduler: Scheduler | None = (
+        None  # hub.controllers.placement; None: replicas.total never placed
+    )
     clock: Callable[[], float] = field(default=time.time)
-    metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.observing
-    elector: Elector | None = None  # hub replicas on etcd (hub.replicas); None: the only hub
-    dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.dashboard
+    metrics: HubMetrics = field(default_factory=HubMetrics)  # served by hub.api.observability
+    elector: Elector | None = (
+        None  # hub replicas on etcd (hub.controllers.replicas); None: the only hub
+    )
+    dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.api.dashboard
     # D/tuf/: the TUF repository, when the hub keeps one; at a regional hub, its root's
-    # (D/tuf-relay/, hub.tufrelaying)
+    # (D/tuf-relay/, hub.state.tufrelay)
     tuf: TufRepository | RelayedTuf | None = None
     tuf_shared: SharedTuf | None = None  # hub replicas: the repository's versions in the store
     tuf_relay_shared: SharedRelay | None = None  # a region's replicas: the root's set in it
-    # D/secrets.key (and a rotation's other key files): seal Secrets at rest (hub.secrets)
+    # D/secrets.key (and a rotation's other key files): seal Secrets at rest (hub.state.secrets)
     secret_keys: SecretKeys = field(default_factory=SecretKeys)
     shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)
-    regions: Regions | None = None  # hub.regions: the regional hubs below this one (a root)
-    waves: WaveController | None = None  # hub.waves: rollouts across regions (not at a region)
-    # when this hub began to observe devices: its start, its election (hub.staleness)
+    regions: Regions | None = None  # hub.api.regions: the regional hubs below this one (a root)
+    waves: WaveController | None = (
+        None  # hub.controllers.wave: rollouts across regions (not at a region)
+    )
+    # when this hub began to observe devices: its start, its election (hub.decide.staleness)
     observed_since: ObservedSince = field(default_factory=ObservedSince.now)
 
     @property

@@ -33,7 +33,7 @@ from edgefleet.configfiles import parse_host_port
 from edgefleet.errors import HubDirError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic
-from hub import pki, tokens
+from hub import pki
 from hub.config import (
     CONFIG_FILE_NAME,
     DEFAULT_PORT,
@@ -42,8 +42,9 @@ from hub.config import (
     TokensConfig,
     default_config_text,
 )
-from hub.store import default_store_url, open_store
-from hub.store.identity import StoreIdentity, StoreIdentityError, stamp, write_marker
+from hub.state import tokens
+from hub.state.store import default_store_url, open_store
+from hub.state.store.identity import StoreIdentity, StoreIdentityError, stamp, write_marker
 
 log = get_logger(__name__)
 

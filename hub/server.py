@@ -3,7 +3,7 @@
 One grpc.aio server, two ports:
 
 * ``listen`` (default ``0.0.0.0:7443``): mutual TLS. DeviceService for device certificates,
-  AdminService for admin certificates (authorization in :mod:`hub.auth`).
+  AdminService for admin certificates (authorization in :mod:`hub.api.auth`).
 * the enrollment port, ``listen``'s port + 1 unless configured: server-authenticated TLS only,
   because a device that enrolls has no certificate yet (it pins the CA by hash). grpc's
   Python API cannot ask for a client certificate without requiring one, hence two ports.
@@ -13,8 +13,10 @@ One grpc.aio server, two ports:
 Components (each ``name`` + ``async run(stop)``, supervised with restart backoff like edged's):
 the device writer, the projector, the lifecycle controller, the attestation controller (when
 the trust package provides a verifier), lease expiry, the store's compactor, the rollout
-controller and the scheduler (:mod:`hub.placements`). The writer, the projector, the rollout
-controller and the scheduler are critical: when their store keeps failing (:mod:`hub.batching`),
+controller and the scheduler (:mod:`hub.controllers.placement`). The writer, the projector, the
+rollout
+controller and the scheduler are critical: when their store keeps failing
+(:mod:`hub.state.batchloop`),
 ``serve`` raises :class:`~edgefleet.supervising.CriticalComponentError` and ``hub serve``
 exits 1, for systemd to restart it.
 """
@@ -38,50 +40,50 @@ from edgefleet.notifying import Notifier, WatchdogPinger
 from edgefleet.supervising import Component, supervise, wait_for_stop
 from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2, federation_pb2
 from hub import pki
-from hub.admin import AdminServicer
-from hub.blobsharing import SharedBlobs
-from hub.caching import Cache
-from hub.config import HubConfig, TufConfig, load_config, tuf_lifetimes
-from hub.context import HubContext
-from hub.enrolling import EnrollmentServicer
-from hub.federating import PARENT_FILE, ParentFiles, ParentLink, fleet_root_of
-from hub.fleetscaling import FleetAutoscaler
-from hub.initializing import HubPaths
-from hub.lifecycle import Lifecycle
-from hub.observing import (
+from hub.api.admin import AdminServicer
+from hub.api.devicesync import DeviceServicer
+from hub.api.enrollment import EnrollmentServicer
+from hub.api.observability import (
     READY_STORE_TIMEOUT_S,
     HubMetrics,
     InstrumentedStore,
     MetricsInterceptor,
     ObservabilityServer,
 )
-from hub.placements import Scheduler
-from hub.projecting import Projector
-from hub.regions import FederationServicer, HubEnrollmentServicer, Regions, RegionsFollower
-from hub.registering import add_servicer
-from hub.replicas import (
+from hub.api.regions import FederationServicer, HubEnrollmentServicer, Regions, RegionsFollower
+from hub.api.registering import add_servicer
+from hub.config import HubConfig, TufConfig, load_config, tuf_lifetimes
+from hub.context import HubContext
+from hub.controllers.autoscaler import FleetAutoscaler
+from hub.controllers.lifecycle import Lifecycle
+from hub.controllers.parentlink import PARENT_FILE, ParentFiles, ParentLink, fleet_root_of
+from hub.controllers.placement import Scheduler
+from hub.controllers.replicas import (
     CacheFollower,
     LeaderWrites,
     ReplicaDevices,
     reload_cache,
     replica_identity,
 )
-from hub.rollouts import RolloutController
-from hub.secrets import SecretKeys
-from hub.sessions import Sessions
-from hub.staleness import ObservedSince
-from hub.store import EtcdStore, Store, open_hub_store
-from hub.store.compacting import Compactor
-from hub.store.electing import Elector, FencedStore, LeaderOnly
-from hub.store.identity import data_dir_lock
-from hub.syncing import DeviceServicer
-from hub.trustroots import HubRoots, RootWatcher, install_roots, load_roots
-from hub.tufrelaying import RelayedTuf
-from hub.tufrepo import TufRepository
-from hub.tufsharing import SharedRelay, SharedTuf
-from hub.tufwatching import TufWatcher
-from hub.waves import WaveController, WaveObserver
-from hub.writing import DeviceWriter
+from hub.controllers.rollout import RolloutController
+from hub.controllers.tufwatch import TufWatcher
+from hub.controllers.wave import WaveController, WaveObserver
+from hub.decide.staleness import ObservedSince
+from hub.initializing import HubPaths
+from hub.state.cache import Cache
+from hub.state.projector import Projector
+from hub.state.secrets import SecretKeys
+from hub.state.sessions import Sessions
+from hub.state.sharedblobs import SharedBlobs
+from hub.state.sharedtuf import SharedRelay, SharedTuf
+from hub.state.store import EtcdStore, Store, open_hub_store
+from hub.state.store.compacting import Compactor
+from hub.state.store.electing import Elector, FencedStore, LeaderOnly
+from hub.state.store.identity import data_dir_lock
+from hub.state.trustroots import HubRoots, RootWatcher, install_roots, load_roots
+from hub.state.tufrelay import RelayedTuf
+from hub.state.tufrepo import TufRepository
+from hub.state.writer import DeviceWriter
 
 log = get_logger(__name__)
 
@@ -129,7 +131,8 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     roots = load_roots(paths.data_dir)
     # Replicas: two replicas may write one device's record; each write is conditional.
     writer = DeviceWriter(store, cache, on_event=metrics.count_event, conditional=replicated)
-    # Replicas on etcd: the controllers write only while this replica leads (hub.replicas).
+    # Replicas on etcd: the controllers write only while this replica leads
+    # (hub.controllers.replicas).
     elector = (
         Elector(store, identity=replica_identity(), ttl=config.etcd.leader_lease_s)
         if replicated
@@ -175,7 +178,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
             store, ctx.blobs, max_bytes=config.etcd.max_shared_artifact_bytes
         )
     if elector is not None and isinstance(ctx.tuf, TufRepository):
-        # replicas: one repository, its versions in the store (hub.tufsharing)
+        # replicas: one repository, its versions in the store (hub.state.sharedtuf)
         ctx.tuf_shared = SharedTuf(lambda: ctx.tuf, store, controller_store, elector)
         await ctx.tuf_shared.follow()
     install_roots(ctx, roots)
@@ -195,7 +198,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
             adopted=relayed,
         )
         await ctx.tuf_relay_shared.follow()
-    # federation: the regional hubs below this one, and their last reports (hub.reportsharing)
+    # federation: the regional hubs below this one, and their last reports (hub.state.sharedreports)
     ctx.regions = await Regions.load(store, replicated=replicated)
     projector.on_change = ctx.regions.changed  # their streams look at their slices again
     if not (paths.data_dir / PARENT_FILE).exists():  # a regional hub never rolls out in waves
@@ -276,7 +279,7 @@ async def start_server(
         enrollment_pb2.DESCRIPTOR.services_by_name["EnrollmentService"],
     )
     add_servicer(server, AdminServicer(ctx), admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
-    if ctx.regions is not None:  # federation (hub.regions): regional hubs enroll and stream in
+    if ctx.regions is not None:  # federation (hub.api.regions): regional hubs enroll and stream in
         services = federation_pb2.DESCRIPTOR.services_by_name
         add_servicer(
             server, HubEnrollmentServicer(ctx, ctx.regions), services["HubEnrollmentService"]
@@ -350,8 +353,10 @@ async def serve(
 ) -> int:
     """Run the hub until SIGTERM/SIGINT, holding the data directory's lock (one hub per data
     directory; ``hub restore`` waits for none). ``metrics_listen`` (default: hub.toml's
-    ``metricsListen``; ``""``: none) serves /metrics, /healthz, /readyz (:mod:`hub.observing`);
-    ``dashboard_listen`` (default: ``dashboardListen``) the web dashboard (:mod:`hub.dashboard`)."""
+    ``metricsListen``; ``""``: none) serves /metrics, /healthz, /readyz
+    (:mod:`hub.api.observability`);
+    ``dashboard_listen`` (default: ``dashboardListen``) the web dashboard
+    (:mod:`hub.api.dashboard`)."""
     with data_dir_lock(HubPaths.of(data_dir).data_dir, purpose="hub serve"):
         return await _serve(
             data_dir,
@@ -394,10 +399,10 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    from hub.attesting import AttestationController
+    from hub.controllers.attestation import AttestationController
 
     running = await start_server(ctx, listen=listen, enroll_listen=enroll_listen)
-    ctx.observed_since.restart(ctx.clock())  # devices can reach it from now (hub.staleness)
+    ctx.observed_since.restart(ctx.clock())  # devices can reach it from now (hub.decide.staleness)
     attestation = AttestationController(ctx)
     running.devices.on_evidence = attestation.on_evidence
     print(
@@ -448,7 +453,9 @@ async def _serve(
             )
         )
     parent = ParentFiles.load(ctx.paths.data_dir)
-    if parent is not None:  # a regional hub: its root's slice in, its status up (hub.federating)
+    if (
+        parent is not None
+    ):  # a regional hub: its root's slice in, its status up (hub.controllers.parentlink)
         link = ParentLink(ctx, parent)
         controllers.append(link if elector is None else LeaderOnly(link, elector))
     components: list[Component] = [
@@ -458,7 +465,7 @@ async def _serve(
         attestation,
         RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
     ]
-    if parent is None:  # a regional hub's TUF metadata is its root's (hub.tufrelaying)
+    if parent is None:  # a regional hub's TUF metadata is its root's (hub.state.tufrelay)
         components.append(TufWatcher(ctx))
     if ctx.tuf_shared is not None:
         components.append(ctx.tuf_shared)
@@ -481,7 +488,7 @@ async def _serve(
                 f"dashboardListen {dashboard_listen!r} needs the aiohttp package, which is not "
                 "installed: pip install 'edgefleet[dashboard]'"
             )
-        from hub.dashboard.serving import DashboardServer
+        from hub.api.dashboard.serving import DashboardServer
 
         components.append(DashboardServer(ctx, dashboard_listen))
     if ready is not None:

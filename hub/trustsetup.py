@@ -97,7 +97,7 @@ def make_quickstart_tuf(paths: HubPaths, *, now: float | None = None) -> None:
     timestamp (``D/tuf/online.key``). Production makes the root, the targets and the
     delegations offline (docs/trust.md, "TUF roles")."""
     from edgefleet.trust import tufmeta
-    from hub.tufrepo import create_repository
+    from hub.state.tufrepo import create_repository
 
     d = paths.data_dir
     now = time.time() if now is None else now
@@ -165,7 +165,7 @@ def choose_trust_setup(
     (``hub tuf online-key``, ``hub tuf install``), and ``--no-trust-root`` has none.
     ``replicas`` (``--replica-address``): no repository by default; with ``--tuf`` one that
     every replica copies with the data directory, its snapshot and timestamp versions kept
-    in the shared store (:mod:`hub.tufsharing`)."""
+    in the shared store (:mod:`hub.state.sharedtuf`)."""
     if tuf is None:
         tuf = not no_trust_root and trust_root is None and not replicas
     if tuf and (no_trust_root or trust_root is not None):

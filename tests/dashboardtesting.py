@@ -1,5 +1,5 @@
 """A real hub (:class:`hubserving.AdminHub`: ``hub init`` data directory, SQLite store, mutual
-TLS gRPC on loopback) with its web dashboard (:class:`hub.dashboard.serving.DashboardServer`)
+TLS gRPC on loopback) with its web dashboard (:class:`hub.api.dashboard.serving.DashboardServer`)
 on a free loopback port, and HTTPS clients for it: with the admin's client certificate, with
 another certificate, or with none."""
 
@@ -14,8 +14,8 @@ from hubserving import AdminHub
 
 from edgefleet.v1 import admin_pb2
 from hub import pki
-from hub.dashboard.serving import DashboardServer
-from hub.devices import Device, DevicePhase
+from hub.api.dashboard.serving import DashboardServer
+from hub.decide.devices import Device, DevicePhase
 from hub.initializing import HubPaths
 
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from hubserving import AdminHub
 
-from hub.devices import Device, DevicePhase, WorkloadReport
+from hub.decide.devices import Device, DevicePhase, WorkloadReport
 
 EDGECTL = str(Path(sys.executable).with_name("edgectl"))
 

@@ -19,7 +19,8 @@ quoted with the nonce as qualifying data, so the quote binds the same measuremen
 reason for every failed check.
 
 Freshness is the nonce's job: the hub's challenge is fresh and answered within the hub's
-timeout (measured on the hub's clock, :func:`hub.attesting.assess`), so the device's clock is
+timeout (measured on the hub's clock, :func:`hub.controllers.attestation.assess`), so the device's
+clock is
 not consulted (``statement.time`` must only be a finite number).
 
 A quote proves something only when it is signed by an attestation key (AK) the hub bound to

@@ -94,8 +94,8 @@ def forge_into_region(data: Path, tmp_path: Path) -> None:
     from edgefleet.api import parse_manifest
     from edgefleet.artifacts.storing import ArtifactStore
     from edgefleet.trust import signing
-    from hub import storekeys
-    from hub.store import Put, open_hub_store
+    from hub.state import storekeys
+    from hub.state.store import Put, open_hub_store
 
     model = tmp_path / "forged.onnx"
     build_mlp(model, TINY_MLP, seed=7)

@@ -1,5 +1,5 @@
 """A regional hub with two replicas on a real etcd under a root hub with a TUF repository
-(docs/federation.md, hub.tufsharing ``SharedRelay``): all real processes on loopback.
+(docs/federation.md, hub.state.sharedtuf ``SharedRelay``): all real processes on loopback.
 
 Only the replica leading the region runs the root link, yet both serve the root's TUF files:
 the leader writes the set it checked into etcd and the other replica takes it from there

@@ -29,8 +29,8 @@ from harness import Edged, wait_for
 from test_hub_fleet import apply, push, serving
 
 from edgefleet.launching import free_port_pair, program_command
-from hub.store import EtcdStore
-from hub.store.identity import LEADER_KEY
+from hub.state.store import EtcdStore
+from hub.state.store.identity import LEADER_KEY
 
 NAMESPACE = "/fleet"
 
@@ -59,7 +59,7 @@ def replicas(
     request: pytest.FixtureRequest, tmp_path: Path, etcd: EtcdServer
 ) -> Iterator[list[HubProcess]]:
     """Two replicas; with ``tuf``, made with ``hub init --tuf``: one TUF repository whose
-    snapshot and timestamp versions the replicas share in etcd (hub.tufsharing)."""
+    snapshot and timestamp versions the replicas share in etcd (hub.state.sharedtuf)."""
     p0 = free_port_pair()
     p1 = free_port_pair()
     while p1 in (p0 - 1, p0, p0 + 1):
@@ -179,7 +179,7 @@ def test_hub_tuf_install_on_one_replica_reaches_the_other(
 ) -> None:
     """``hub tuf install`` run once, on the follower's data directory, while both serve: the
     leader installs the new targets from etcd and signs a snapshot listing them, which the
-    follower serves too (hub.tufsharing ``share_installed``)."""
+    follower serves too (hub.state.sharedtuf ``share_installed``)."""
     from tuf.api.metadata import Snapshot
 
     from edgefleet.trust import tufmeta

@@ -210,8 +210,8 @@ def plant(hub: HubProcess, version: str, envelope: bytes, allowance: bytes = b""
 
     import orjson
 
-    from hub import storekeys
-    from hub.store.sqlite import SqliteStore
+    from hub.state import storekeys
+    from hub.state.store.sqlite import SqliteStore
 
     async def write() -> None:
         store = await SqliteStore.open(hub.data / "hub.db")

@@ -16,7 +16,7 @@ from edgectltesting import EDGECTL, MANIFESTS, edgectl
 from hubserving import ThreadedHub
 
 from edgefleet.versioning import version_text
-from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
+from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
 
 DEPLOYMENT = """\
 apiVersion: edgefleet.io/v1

@@ -1,7 +1,7 @@
 """``edgectl models push``, run as the real console command (a subprocess) against a real
 grpc.aio server with mutual TLS on loopback: a hub data directory made by ``hub init`` (its
 admin.toml, admin certificate and quickstart publisher key), real SQLite, a real blob store.
-The AdminService here is a minimal one of this test's own around ``hub.pushing`` (the real one
+The AdminService here is a minimal one of this test's own around ``hub.api.push`` (the real one
 is built apart)."""
 
 from __future__ import annotations
@@ -22,9 +22,9 @@ from asynctesting import async_test
 from edgefleet.demo import build_mlp
 from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
+from hub.api.push import PushRefused, receive_artifact
 from hub.context import HubContext
 from hub.initializing import init_hub
-from hub.pushing import PushRefused, receive_artifact
 from hub.server import build_context
 from hub.trustsetup import quickstart_trust
 

@@ -110,10 +110,10 @@ def test_the_hub_dashboard_finds_its_script_and_style_in_the_install(
 ) -> None:
     script = (
         "from importlib import resources\n"
-        "import hub.dashboard\n"
-        "print(hub.dashboard.__file__)\n"
+        "import hub.api.dashboard\n"
+        "print(hub.api.dashboard.__file__)\n"
         "for name in ('dashboard.js', 'dashboard.css'):\n"
-        "    assert resources.files('hub.dashboard').joinpath('static', name).read_text()\n"
+        "    assert resources.files('hub.api.dashboard').joinpath('static', name).read_text()\n"
     )
     (line,) = _run(installed / "python", "-c", script, cwd=elsewhere).stdout.splitlines()
     assert Path(line).is_relative_to(installed.parent), line

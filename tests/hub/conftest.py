@@ -14,9 +14,9 @@ import pytest
 from etcdtesting import EtcdServer, running_etcd
 from hubtesting import FakeClock, MakeStore
 
-from hub.store import MemoryStore, SqliteStore
-from hub.store.etcd import EtcdStore
-from hub.store.protocol import Clock
+from hub.state.store import MemoryStore, SqliteStore
+from hub.state.store.etcd import EtcdStore
+from hub.state.store.protocol import Clock
 
 _namespaces = itertools.count(1)
 

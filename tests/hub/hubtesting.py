@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
 
-from hub.store import MemoryStore, SqliteStore
-from hub.store.etcd import EtcdStore
+from hub.state.store import MemoryStore, SqliteStore
+from hub.state.store.etcd import EtcdStore
 
 
 class FakeClock:

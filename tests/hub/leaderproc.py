@@ -12,8 +12,8 @@ import sys
 
 from edgefleet.errors import StoreError
 from edgefleet.supervising import supervise, wait_for_stop
-from hub.store.electing import Elector, FencedStore, LeaderOnly
-from hub.store.etcd import EtcdStore
+from hub.state.store.electing import Elector, FencedStore, LeaderOnly
+from hub.state.store.etcd import EtcdStore
 
 
 class Ticker:

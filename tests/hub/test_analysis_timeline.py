@@ -14,8 +14,8 @@ from test_hub_canary import DEVICES, deployment, push, report, step
 
 from edgefleet.api import CanaryAnalysis
 from edgefleet.v1 import admin_pb2
-from hub import storekeys
-from hub.analyzing import (
+from hub.api.dashboard import pages
+from hub.decide.analysis import (
     Analysis,
     Check,
     Figures,
@@ -25,7 +25,7 @@ from hub.analyzing import (
     timeline_period,
     timeline_sample,
 )
-from hub.dashboard import pages
+from hub.state import storekeys
 
 
 def sample(at: float, revision: int = 2, verdict: str = "Wait", **verdicts: str) -> TimelineSample:

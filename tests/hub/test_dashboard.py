@@ -8,7 +8,7 @@ import json
 import re
 from pathlib import Path
 
-from hub.observing import HubMetrics
+from hub.api.observability import HubMetrics
 
 ROOT = Path(__file__).resolve().parents[2]
 

@@ -21,8 +21,8 @@ from dashboardtesting import DashboardHub, fake_device
 from hubserving import make_hub_dir
 
 from edgefleet.v1 import admin_pb2
-from hub.devices import Device, RevisionPhase, RevisionReport, WorkloadReport
-from hub.storekeys import ModelRecord
+from hub.decide.devices import Device, RevisionPhase, RevisionReport, WorkloadReport
+from hub.state.storekeys import ModelRecord
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"

@@ -9,11 +9,11 @@ import re
 import pytest
 
 from edgectl.dashboards import dashboard_url
-from hub.dashboard import pages, views
-from hub.dashboard.access import AccessRefused, DashboardAccess
-from hub.devices import Attestation, Device, DevicePhase, Health, TrustState
-from hub.placing import SecurityPolicy
-from hub.storekeys import DesiredRecord
+from hub.api.dashboard import pages, views
+from hub.api.dashboard.access import AccessRefused, DashboardAccess
+from hub.decide.devices import Attestation, Device, DevicePhase, Health, TrustState
+from hub.decide.placement import SecurityPolicy
+from hub.state.storekeys import DesiredRecord
 
 
 def _device(name: str, **kw: object) -> Device:

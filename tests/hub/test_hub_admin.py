@@ -18,12 +18,13 @@ from google.protobuf.duration_pb2 import Duration
 from hubserving import REGION, AdminHub, make_hub_dir
 
 from edgefleet.v1 import admin_pb2
-from hub import pki, tokens
-from hub import storekeys as objects
-from hub.caching import Cache
-from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
-from hub.store import EventType
-from hub.storekeys import DesiredRecord
+from hub import pki
+from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
+from hub.state import storekeys as objects
+from hub.state import tokens
+from hub.state.cache import Cache
+from hub.state.store import EventType
+from hub.state.storekeys import DesiredRecord
 
 DIGEST = "sha256:" + "ab" * 32
 
@@ -275,7 +276,7 @@ async def test_a_certificate_from_another_ca_is_refused_at_the_handshake(tmp_pat
 @async_test
 async def test_a_revoked_admin_certificate_is_refused(tmp_path: Path) -> None:
     async with await served(tmp_path) as hub:
-        admin = hub.admin()
+        admin = hub.api.admin()
         hub.ctx.cache.revoked[format(admin.certificate.serial_number, "x")] = "admin"
         async with hub.channel() as channel:
             code, details = await code_of(
@@ -550,7 +551,7 @@ async def test_create_token(tmp_path: Path) -> None:
         assert response.root_hash == ""  # this hub has no trust root
         from edgefleet.trust.signing import create_root, generate_key_pair
         from edgefleet.trust.verifying import root_digest
-        from hub.trustroots import HubRoots, install_roots
+        from hub.state.trustroots import HubRoots, install_roots
 
         generate_key_pair(tmp_path / "root")
         root = create_root(root_keys=[tmp_path / "root.key"], artifact_keys=[tmp_path / "root.pub"])
@@ -569,7 +570,7 @@ async def test_create_token(tmp_path: Path) -> None:
 @async_test
 async def test_create_a_regional_hubs_token(tmp_path: Path) -> None:
     """``for_region``: a token that enrolls the regional hub of that region and no device
-    (hub.enrolling refuses it to devices); nothing else of a device token applies to it."""
+    (hub.api.enrollment refuses it to devices); nothing else of a device token applies to it."""
     async with await served(tmp_path) as hub, hub.channel() as channel:
         stub = hub.stub(channel)
         before = await hub.ctx.store.range("/")
@@ -876,7 +877,7 @@ async def test_a_model_a_rollout_still_sends_is_in_use(tmp_path: Path) -> None:
 
 @async_test
 async def test_baselines_go_to_every_device_with_its_desired_state(tmp_path: Path) -> None:
-    from hub.desired import build_desired
+    from hub.decide.desired import build_desired
 
     async with await served(tmp_path) as hub, hub.channel() as channel:
         await seed_devices(hub)

@@ -15,9 +15,9 @@ from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2
-from hub import storekeys as objects
-from hub.desired import build_desired
-from hub.devices import Device, DevicePhase
+from hub.decide.desired import build_desired
+from hub.decide.devices import Device, DevicePhase
+from hub.state import storekeys as objects
 from hub.trustsetup import make_quickstart_trust, publisher_key_path
 
 SHA = "ab" * 32
@@ -126,7 +126,7 @@ def test_verify_allowance_refuses_any_envelope_with_tuf(
     from edgefleet.errors import TrustError
     from edgefleet.trust.envelopes import parse_envelope_bytes
     from edgefleet.trust.verifying import verify_initial_root
-    from hub.allowing import verify_allowance
+    from hub.api.allowances import verify_allowance
     from hub.trustsetup import trust_root_path
 
     paths = asyncio.run(make_hub_dir(tmp_path / "hub"))

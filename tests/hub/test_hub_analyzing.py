@@ -7,7 +7,7 @@ from typing import Any
 import pytest
 
 from edgefleet.api import CanaryAnalysis
-from hub.analyzing import (
+from hub.decide.analysis import (
     Figures,
     History,
     Observed,
@@ -16,8 +16,8 @@ from hub.analyzing import (
     analyze,
     figures,
 )
-from hub.devices import RevisionPhase, RevisionReport
-from hub.weighing import screen
+from hub.decide.devices import RevisionPhase, RevisionReport
+from hub.decide.weighing import screen
 
 
 def samples(*points: tuple[float, int, int]) -> list[Sample]:

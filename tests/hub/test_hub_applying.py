@@ -10,7 +10,7 @@ import pytest
 
 from edgefleet.api import baselines
 from edgefleet.errors import ValidationError
-from hub import applying
+from hub.decide import apply
 
 
 def _baseline(**spec: Any) -> dict[str, Any]:
@@ -83,13 +83,13 @@ def test_baseline_problems(spec: dict[str, Any], problem: str) -> None:
 
 def test_documents_are_numbered_and_outcomes_compare_canonical_forms() -> None:
     doc = _baseline(requireAttestation=False)
-    [parsed] = applying.parse_documents([orjson.dumps(doc)])
-    assert applying.outcome_of(parsed.manifest, None) is applying.Outcome.CREATED
-    assert applying.outcome_of(parsed.manifest, parsed.manifest) is applying.Outcome.UNCHANGED
+    [parsed] = apply.parse_documents([orjson.dumps(doc)])
+    assert apply.outcome_of(parsed.manifest, None) is apply.Outcome.CREATED
+    assert apply.outcome_of(parsed.manifest, parsed.manifest) is apply.Outcome.UNCHANGED
     changed = {**parsed.manifest, "spec": {**parsed.manifest["spec"], "requireAttestation": True}}
-    assert applying.outcome_of(parsed.manifest, changed) is applying.Outcome.CONFIGURED
+    assert apply.outcome_of(parsed.manifest, changed) is apply.Outcome.CONFIGURED
     with pytest.raises(ValidationError) as info:
-        applying.parse_documents([orjson.dumps(doc), b'{"a": 1, "a": 2}', b"\xff"])
+        apply.parse_documents([orjson.dumps(doc), b'{"a": 1, "a": 2}', b"\xff"])
     assert [str(p) for p in info.value.problems] == [
         "documents[1]: invalid JSON: duplicate key 'a'",
         "documents[2]: is not UTF-8 text (byte 0)",
@@ -243,7 +243,7 @@ def test_unknown_publisher_keys_are_refused_with_their_field_path() -> None:
     other = orjson.dumps({"apiVersion": "edgefleet.io/v1", "kind": "SecurityBaseline",
                           "metadata": {"name": "b"}, "spec": {}})  # fmt: skip
     with pytest.raises(ValidationError) as info:
-        applying.check_publisher_keys([other, doc], frozenset({KEY_A}))
+        apply.check_publisher_keys([other, doc], frozenset({KEY_A}))
     assert [p.path for p in info.value.problems] == ["documents[1].spec.publishers[0].keys[1]"]
     assert "is not a publisher key of this hub" in str(info.value)
-    applying.check_publisher_keys([other, doc], frozenset({KEY_A, "b" * 64}))
+    apply.check_publisher_keys([other, doc], frozenset({KEY_A, "b" * 64}))

@@ -20,17 +20,17 @@ from hubtesting import FakeClock
 from edged.trust.attesting import Attester
 from edged.trust.identity import load_or_create_identity
 from edgefleet.trust.evidence import Policy
-from hub import storekeys as objects
-from hub.attesting import (
+from hub.controllers.attestation import (
     AttestationController,
     Challenge,
     assess,
     challenge_due,
     reference_policy,
 )
-from hub.devices import Attestation, Device, TrustState
+from hub.decide.devices import Attestation, Device, TrustState
 from hub.initializing import init_hub
 from hub.server import build_context
+from hub.state import storekeys as objects
 from hub.trustsetup import quickstart_trust
 
 NOW = 1_900_000_000.0
@@ -170,7 +170,7 @@ def test_reference_policy() -> None:
 def test_a_baseline_that_requires_a_tpm(attester: Attester, device: Device) -> None:
     """requireTpm: a software-attested device is Untrusted (and, as requireTpm implies
     requireAttestation, tainted NoExecute)."""
-    from hub.caching import Cache
+    from hub.state.cache import Cache
 
     baseline = {"spec": {"requireTpm": True}}
     policy = reference_policy([baseline], trust_root=b"", owed_models=())
@@ -201,7 +201,7 @@ def test_a_baseline_that_requires_the_measurement_pcr(attester: Attester, device
     """requireMeasurementPcr implies requireTpm: a software-attested device is Untrusted
     (NoTpmQuote) and tainted NoExecute (the TPM-attested cases, with real quotes from swtpm:
     tests/trust/test_tpm_attestation.py)."""
-    from hub.caching import Cache
+    from hub.state.cache import Cache
 
     policy = reference_policy(
         [{"spec": {"requireMeasurementPcr": True}}], trust_root=b"", owed_models=()

@@ -1,4 +1,4 @@
-"""Fleet autoscaling of ``replicas.total`` (``hub/autoscaling.py``, pure) as tables, and the
+"""Fleet autoscaling of ``replicas.total`` (``hub/decide/autoscale.py``, pure) as tables, and the
 controller with the real scheduler controller on a real SQLite store: the load devices report
 moves the number of placements, each decision an event. Faked: the clock and the device
 reports (set in the cache as a Status would)."""
@@ -15,17 +15,17 @@ from hubtesting import FakeClock
 
 from edgefleet.api import ModelDeployment, parse_manifest
 from edgefleet.autoscaling import LoadSample
-from hub.autoscaling import DeviceLoad, FleetScaler, fleet_sample, plan_totals
-from hub.caching import Cache
-from hub.desired import manifest_for
-from hub.devices import Device, DevicePhase, WorkloadReport
-from hub.fleetscaling import FleetAutoscaler
-from hub.placements import Scheduler
-from hub.projecting import Projector
-from hub.rolling import Revision, template_hash
-from hub.sessions import Sessions
-from hub.store import SqliteStore
-from hub.writing import DeviceWriter
+from hub.controllers.autoscaler import FleetAutoscaler
+from hub.controllers.placement import Scheduler
+from hub.decide.autoscale import DeviceLoad, FleetScaler, fleet_sample, plan_totals
+from hub.decide.desired import manifest_for
+from hub.decide.devices import Device, DevicePhase, WorkloadReport
+from hub.decide.rollout import Revision, template_hash
+from hub.state.cache import Cache
+from hub.state.projector import Projector
+from hub.state.sessions import Sessions
+from hub.state.store import SqliteStore
+from hub.state.writer import DeviceWriter
 
 GiB = 1024**3
 T = 1000.0

@@ -1,4 +1,4 @@
-"""The hub's batch loop (hub.batching), then the device writer and the projector over it.
+"""The hub's batch loop (hub.state.batchloop), then the device writer and the projector over it.
 
 The loop's table runs on a clock the work moves (a pass "takes" its seconds), with real but
 tiny backoff waits. The writer and projector run over a real SQLite store; the failures are a
@@ -23,15 +23,15 @@ from edgefleet.api import parse_manifest
 from edgefleet.backoff import Backoff
 from edgefleet.errors import StoreError
 from edgefleet.supervising import CriticalComponentError, supervise
-from hub import storekeys
-from hub.batching import BatchLoop
-from hub.caching import Cache
-from hub.devices import Device
-from hub.projecting import Projector
-from hub.sessions import Sessions
-from hub.store import SqliteStore
-from hub.store.protocol import Compare, Op
-from hub.writing import DeviceWriter
+from hub.decide.devices import Device
+from hub.state import storekeys
+from hub.state.batchloop import BatchLoop
+from hub.state.cache import Cache
+from hub.state.projector import Projector
+from hub.state.sessions import Sessions
+from hub.state.store import SqliteStore
+from hub.state.store.protocol import Compare, Op
+from hub.state.writer import DeviceWriter
 
 TINY = Backoff(0.001, 0.004)
 

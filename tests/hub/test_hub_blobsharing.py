@@ -1,4 +1,4 @@
-"""Artifacts shared between hub replicas through the store (hub/blobsharing.py): a blob
+"""Artifacts shared between hub replicas through the store (hub/state/sharedblobs.py): a blob
 published by one replica's blob directory is copied into another's, digest-checked, on every
 store kind (etcd: a real one on loopback)."""
 
@@ -16,8 +16,8 @@ from hubtesting import MakeStore
 
 from edgefleet.artifacts.storing import ArtifactStore, PinnedDigest
 from edgefleet.errors import ArtifactError
-from hub.blobsharing import CHUNK_BYTES, SharedBlobs, chunk_key, manifest_key
-from hub.store import Put
+from hub.state.sharedblobs import CHUNK_BYTES, SharedBlobs, chunk_key, manifest_key
+from hub.state.store import Put
 
 
 def _ingest(blobs: ArtifactStore, data: bytes) -> str:
@@ -71,7 +71,7 @@ async def test_bytes_that_do_not_match_their_digest_are_refused(make_store, tmp_
 
 
 def test_an_artifact_larger_than_the_bound_is_refused_naming_the_setting(tmp_path: Path) -> None:
-    from hub.store import MemoryStore
+    from hub.state.store import MemoryStore
 
     shared = SharedBlobs(MemoryStore(), ArtifactStore(tmp_path), max_bytes=1024 * 1024)
     shared.check_size("m 1.0.0: model.onnx", 1024 * 1024)

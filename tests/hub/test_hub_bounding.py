@@ -1,6 +1,6 @@
 """The desired-state bound on every path that changes a device's desired state
-(``hub.bounding``): the scheduler never places past it (tables and a property over
-``hub.scheduling.schedule`` with a ``StateBound``), and an apply is refused only when it grows
+(``hub.decide.statebound``): the scheduler never places past it (tables and a property over
+``hub.decide.schedule.schedule`` with a ``StateBound``), and an apply is refused only when it grows
 some device past it (``refused_devices``). Pure: no hub, no store."""
 
 from __future__ import annotations
@@ -15,14 +15,14 @@ from propertytesting import examples
 from test_hub_scheduling import NOW, dep, fleets, node
 
 from edgefleet.api import ModelDeployment, TaintEffect, parse_manifest
-from hub import storekeys
-from hub.bounding import grown_past_bound, refused_devices, state_bound
-from hub.caching import Cache
-from hub.desired import MAX_DESIRED_STATE_BYTES
-from hub.devices import Device, DevicePhase, Taint
-from hub.placing import TAINT_NOT_READY
-from hub.rolling import Revision, RolloutState, template_hash
-from hub.scheduling import Node, StateBound, schedule
+from hub.decide.desired import MAX_DESIRED_STATE_BYTES
+from hub.decide.devices import Device, DevicePhase, Taint
+from hub.decide.placement import TAINT_NOT_READY
+from hub.decide.rollout import Revision, RolloutState, template_hash
+from hub.decide.schedule import Node, StateBound, schedule
+from hub.decide.statebound import grown_past_bound, refused_devices, state_bound
+from hub.state import storekeys
+from hub.state.cache import Cache
 
 LIMIT = MAX_DESIRED_STATE_BYTES  # 3.94 MiB
 BIG = 840_000  # the issue's deployments: about 840 KB each

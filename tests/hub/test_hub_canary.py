@@ -12,9 +12,9 @@ from asynctesting import async_test
 from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.v1 import admin_pb2
-from hub import storekeys as objects
-from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
-from hub.rolling import RolloutPhase, RolloutState
+from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
+from hub.decide.rollout import RolloutPhase, RolloutState
+from hub.state import storekeys as objects
 
 DEVICES = [f"dev-{i}" for i in range(4)]
 

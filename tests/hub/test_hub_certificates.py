@@ -21,7 +21,8 @@ from edgefleet.v1 import (
     enrollment_pb2,
     enrollment_pb2_grpc,
 )
-from hub import pki, tokens
+from hub import pki
+from hub.state import tokens
 
 
 class Device:

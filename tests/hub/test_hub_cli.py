@@ -15,11 +15,12 @@ from typing import Any
 import pytest
 
 from edgefleet.errors import ConfigError
-from hub import pki, storekeys, tokens
+from hub import pki
+from hub.api.enrollment import enrollment_labels
 from hub.config import default_config_text, load_config, parse_config
-from hub.enrolling import enrollment_labels
 from hub.initializing import listen_for
-from hub.store import SqliteStore
+from hub.state import storekeys, tokens
+from hub.state.store import SqliteStore
 
 HUB = [sys.executable, "-c", "import sys; from hub.cli import main; sys.exit(main())"]
 

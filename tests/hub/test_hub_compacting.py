@@ -17,8 +17,14 @@ from hubtesting import FakeClock
 
 from edgefleet.errors import Compacted
 from edgefleet.v1 import admin_pb2
-from hub.store import SqliteStore
-from hub.store.compacting import MAX_CHUNK, MIN_CHUNK, Compactor, compaction_target, next_chunk
+from hub.state.store import SqliteStore
+from hub.state.store.compacting import (
+    MAX_CHUNK,
+    MIN_CHUNK,
+    Compactor,
+    compaction_target,
+    next_chunk,
+)
 
 
 @pytest.mark.parametrize(

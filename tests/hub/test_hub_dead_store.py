@@ -2,7 +2,7 @@
 
 The store dies the way a full disk kills it: the test lowers the running hub's file size limit
 (``RLIMIT_FSIZE``, which binds root too) to one byte, so every SQLite write fails with a disk
-I/O error while reads still work. The writer retries for ``hub.batching.GIVE_UP_AFTER``
+I/O error while reads still work. The writer retries for ``hub.state.batchloop.GIVE_UP_AFTER``
 seconds, then the supervisor's quick restarts fail too and it gives up: about 50 s in all.
 """
 
@@ -24,10 +24,11 @@ from hubserving import client_credentials
 
 from edgefleet.launching import free_port_pair
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
-from hub import pki, storekeys
-from hub.devices import Device
+from hub import pki
+from hub.decide.devices import Device
 from hub.initializing import HubPaths
-from hub.store import SqliteStore
+from hub.state import storekeys
+from hub.state.store import SqliteStore
 
 pytestmark = [
     pytest.mark.scenario,

@@ -1,4 +1,4 @@
-"""A device's desired state (``hub.desired``, pure over a Cache): what a projection batch
+"""A device's desired state (``hub.decide.desired``, pure over a Cache): what a projection batch
 works out once for many devices gives each the same as working it out for it alone; the size
 an apply checks before building each device's state (``wire_size_bound``) is at least every
 device's actual size, whatever its labels, placements and assigned revisions."""
@@ -8,9 +8,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgefleet.api import parse_manifest
-from hub import storekeys
-from hub.caching import Cache
-from hub.desired import (
+from hub.decide.desired import (
     FleetPolicies,
     build_desired,
     build_within_bound,
@@ -18,8 +16,10 @@ from hub.desired import (
     wire_size,
     wire_size_bound,
 )
-from hub.devices import Device, DevicePhase
-from hub.rolling import Revision, RolloutState, template_hash
+from hub.decide.devices import Device, DevicePhase
+from hub.decide.rollout import Revision, RolloutState, template_hash
+from hub.state import storekeys
+from hub.state.cache import Cache
 
 
 def deployment(name: str, version: str = "1.0.0", **spec: Any) -> dict[str, Any]:

@@ -1,4 +1,4 @@
-"""hub.deviceinput: the bounds on what a device sends, as tables and as properties (hypothesis:
+"""hub.api.deviceinput: the bounds on what a device sends, as tables and as properties (hypothesis:
 arbitrary bytes parsed as messages, and arbitrary messages, never raise; every message within
 the bounds passes; every problem names a field). Pure: no hub, no network."""
 
@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 from propertytesting import examples
 
 from edgefleet.v1 import common_pb2, device_pb2
-from hub import deviceinput as di
+from hub.api import deviceinput as di
 
 
 def _status(**kw: object) -> device_pb2.Status:

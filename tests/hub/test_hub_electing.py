@@ -18,9 +18,9 @@ from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
 
 from edgefleet.supervising import supervise
-from hub.store.electing import Elector, FencedStore, LeaderOnly, NotLeader
-from hub.store.etcd import EtcdStore
-from hub.store.identity import LEADER_KEY
+from hub.state.store.electing import Elector, FencedStore, LeaderOnly, NotLeader
+from hub.state.store.etcd import EtcdStore
+from hub.state.store.identity import LEADER_KEY
 
 LEADERPROC = Path(__file__).with_name("leaderproc.py")
 

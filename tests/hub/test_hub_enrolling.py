@@ -23,10 +23,11 @@ from edgefleet.trust.envelopes import Envelope
 from edgefleet.trust.signing import create_root, generate_key_pair
 from edgefleet.trust.verifying import root_digest
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, enrollment_pb2, enrollment_pb2_grpc
-from hub import pki, tokens
-from hub.enrolling import REFUSED, enrollment_labels, source_of
+from hub import pki
+from hub.api.enrollment import REFUSED, enrollment_labels, source_of
 from hub.initializing import HubPaths
-from hub.trustroots import HubRoots, install_roots
+from hub.state import tokens
+from hub.state.trustroots import HubRoots, install_roots
 
 
 def _enroll_stub(
@@ -428,8 +429,8 @@ SHARED_EK_CASES = [
 def test_one_tpm_backs_one_device_record(
     devices: list[tuple[str, str, str]], ek: str, allowed: bool, holders: str | None
 ) -> None:
-    from hub.devices import Device
-    from hub.enrolling import shared_ek_refusal
+    from hub.api.enrollment import shared_ek_refusal
+    from hub.decide.devices import Device
 
     records = [
         Device(name, ek_sha256=bound, ak_offer={"ekSha256": offered} if offered else None)

@@ -14,8 +14,8 @@ import pytest
 from etcdtesting import EtcdServer
 
 from edgefleet.launching import program_command
-from hub.store import EtcdStore
-from hub.store.identity import IDENTITY_KEY, read_marker
+from hub.state.store import EtcdStore
+from hub.state.store.identity import IDENTITY_KEY, read_marker
 
 pytestmark = pytest.mark.scenario  # several hub processes: more than 10 s on a busy machine
 

@@ -1,6 +1,6 @@
 """Federation at the hub (docs/federation.md): the pure slice, apply and report decisions as
 tables, and the root's two services over real gRPC with real certificates on loopback (a hub
-made by ``hub init``, a region enrolled with ``hub.federating.enroll_with_parent``)."""
+made by ``hub init``, a region enrolled with ``hub.controllers.parentlink.enroll_with_parent``)."""
 
 from __future__ import annotations
 
@@ -22,13 +22,16 @@ from edgefleet.api import parse_manifest
 from edgefleet.launching import free_port_pair
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, federation_pb2, federation_pb2_grpc
-from hub import federating, pki, slicing, storekeys, tokens
-from hub import regions as regions_module
-from hub.federating import StoredValue, enroll_with_parent, plan_apply
+from hub import pki
+from hub.api import regions as regions_module
+from hub.api.regions import Regions, RegionState, revoke_region
+from hub.controllers import parentlink
+from hub.controllers.parentlink import StoredValue, enroll_with_parent, plan_apply
+from hub.decide import regionslice
 from hub.initializing import HubPaths, init_hub
-from hub.regions import Regions, RegionState, revoke_region
 from hub.server import build_context, start_server
-from hub.store import Delete, Put
+from hub.state import storekeys, tokens
+from hub.state.store import Delete, Put
 from hub.trustsetup import quickstart_trust
 
 
@@ -62,12 +65,12 @@ def record(name: str, version: str, envelope: bytes = b"{}") -> storekeys.ModelR
 def test_a_deployment_goes_to_the_regions_it_names_or_to_all(
     regions: list[str] | None, region: str, expected: bool
 ) -> None:
-    assert slicing.goes_to(deployment("d", regions), region) is expected
+    assert regionslice.goes_to(deployment("d", regions), region) is expected
 
 
 def test_other_kinds_go_everywhere_and_unknown_kinds_nowhere() -> None:
-    assert slicing.goes_to({"kind": "SecurityBaseline", "metadata": {"name": "b"}}, "eu")
-    assert not slicing.goes_to({"kind": "Secret", "metadata": {"name": "s"}}, "eu")
+    assert regionslice.goes_to({"kind": "SecurityBaseline", "metadata": {"name": "b"}}, "eu")
+    assert not regionslice.goes_to({"kind": "Secret", "metadata": {"name": "s"}}, "eu")
 
 
 def test_a_slice_carries_the_models_of_its_deployments_and_their_revisions() -> None:
@@ -77,16 +80,16 @@ def test_a_slice_carries_the_models_of_its_deployments_and_their_revisions() -> 
         ("b", "1.0.0"): record("b", "1.0.0"),
     }
     objects = [deployment("a", ["eu"]), deployment("b", ["us"]), deployment("c")]
-    s = slicing.plan_slice("eu", objects, models, {"a": [("a", "0.9.0")]}, [b"root"])
+    s = regionslice.plan_slice("eu", objects, models, {"a": [("a", "0.9.0")]}, [b"root"])
     assert [o["metadata"]["name"] for o in s.objects] == ["a", "c"]
     assert [(m.name, m.version) for m in s.models] == [("a", "0.9.0"), ("a", "1.0.0")]  # c unpushed
-    again = slicing.plan_slice(
+    again = regionslice.plan_slice(
         "eu", list(reversed(objects)), models, {"a": [("a", "0.9.0")]}, [b"root"]
     )
     assert again.digest == s.digest
-    other = slicing.plan_slice("eu", objects, models, {}, [b"root2"])
+    other = regionslice.plan_slice("eu", objects, models, {}, [b"root2"])
     assert other.digest != s.digest
-    message = slicing.slice_message(s, 7)
+    message = regionslice.slice_message(s, 7)
     assert message.models[1].envelope == b"{}" and message.generation == 7
 
 
@@ -119,7 +122,7 @@ def test_applying_a_slice_replaces_local_objects_drops_old_root_objects_keeps_ow
         == 9
     )
     assert storekeys.created_of(puts[storekeys.object_key("ModelDeployment", "a")].value) == 1.0
-    assert storekeys.loads(puts[federating.STATE_KEY].value) == {"generation": 9, "digest": "d"}
+    assert storekeys.loads(puts[parentlink.STATE_KEY].value) == {"generation": 9, "digest": "d"}
     assert any(isinstance(op, Delete) for op in plan.ops)
     model_doc = storekeys.loads(puts[storekeys.model_key("a", "1.0.0")].value)
     assert storekeys.ModelRecord.from_json(model_doc).envelope == b"{}"  # relayed as it came
@@ -176,14 +179,14 @@ def report(devices: int = 1, **fields: Any) -> federation_pb2.RegionReport:
 )
 def test_a_report_over_a_bound_is_refused_naming_the_field(change: Any, problem: str) -> None:
     r = report()
-    assert slicing.check_report(r) == []
+    assert regionslice.check_report(r) == []
     change(r)
-    assert any(problem in p for p in slicing.check_report(r)), slicing.check_report(r)
+    assert any(problem in p for p in regionslice.check_report(r)), regionslice.check_report(r)
 
 
 def test_too_many_devices_in_a_report() -> None:
-    r = report(devices=slicing.MAX_REPORT_DEVICES + 1)
-    assert any("report.inventory.devices: at most" in p for p in slicing.check_report(r))
+    r = report(devices=regionslice.MAX_REPORT_DEVICES + 1)
+    assert any("report.inventory.devices: at most" in p for p in regionslice.check_report(r))
 
 
 def test_the_root_adds_every_regions_figures() -> None:
@@ -197,7 +200,7 @@ def test_the_root_adds_every_regions_figures() -> None:
         },
         "us": None,
     }
-    out = slicing.add_regions(own, regions)
+    out = regionslice.add_regions(own, regions)
     assert out["desiredDevices"] == 3 and out["readyDevices"] == 2
     assert out["failing"] == {"eu/d1": "Refused", "x": "Failed"}
     assert out["versions"]["1.0.0"]["devices"] == 2
@@ -288,7 +291,7 @@ async def test_a_region_enrolls_with_its_token_only(tmp_path: Path) -> None:
         for token, region in ((await root.token(), "us"), (await root.token("eu"), "us")):
             target = HubPaths.of(tmp_path / f"x-{region}-{token[:6]}")
             target.data_dir.mkdir()
-            with pytest.raises(federating.FederationError, match="UNAUTHENTICATED"):
+            with pytest.raises(parentlink.FederationError, match="UNAUTHENTICATED"):
                 await enroll_with_parent(
                     target, parent=root.address, token=token, ca_hash=root.pin, region=region
                 )
@@ -299,7 +302,7 @@ async def test_a_region_enrolls_with_its_token_only(tmp_path: Path) -> None:
         from cryptography.x509.oid import NameOID
 
         from edgefleet.v1 import enrollment_pb2, enrollment_pb2_grpc
-        from hub.enrolling import REFUSED
+        from hub.api.enrollment import REFUSED
 
         key = pki.generate_key()
         csr = (
@@ -321,7 +324,7 @@ async def test_a_region_enrolls_with_its_token_only(tmp_path: Path) -> None:
                 REFUSED,
             )
         assert "cam" not in root.ctx.cache.devices
-        with pytest.raises(federating.FederationError, match="no CA certificate matching"):
+        with pytest.raises(parentlink.FederationError, match="no CA certificate matching"):
             await enroll_with_parent(
                 HubPaths.of(tmp_path), parent=root.address, token=await root.token("us"),
                 ca_hash="sha256:" + "0" * 64, region="us",
@@ -345,7 +348,7 @@ async def test_the_stream_sends_the_slice_and_refuses_what_is_out_of_bounds(tmp_
             assert err.value.code() is grpc.StatusCode.PERMISSION_DENIED
             call.cancel()
 
-            big = report(devices=slicing.MAX_REPORT_DEVICES + 1)
+            big = report(devices=regionslice.MAX_REPORT_DEVICES + 1)
             call = stub.Federate(messages(hello("eu"), federation_pb2.RegionMessage(report=big)))
             with pytest.raises(grpc.aio.AioRpcError) as err:
                 while True:
@@ -401,7 +404,7 @@ async def test_the_stream_sends_the_slice_and_refuses_what_is_out_of_bounds(tmp_
 async def test_a_change_at_the_root_reaches_an_open_stream_without_waiting_for_the_poll(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hub import regions
+    from hub.api import regions
 
     monkeypatch.setattr(regions, "SLICE_POLL_S", 60.0)  # only the wake-up can send it in time
     async with Root(tmp_path) as root:
@@ -435,13 +438,13 @@ def test_a_region_gets_its_replica_override() -> None:
     total = deployment("a")
     total["spec"]["replicas"] = {"total": 2}
     doc = with_annotations(total, {"federation.edgefleet.io/replicas.eu": "5"})
-    s = slicing.plan_slice("eu", [doc], {}, {}, [])
+    s = regionslice.plan_slice("eu", [doc], {}, {}, [])
     assert s.objects[0]["spec"]["replicas"] == {"total": 5}
-    assert slicing.plan_slice("us", [doc], {}, {}, []).objects[0]["spec"]["replicas"] == {
+    assert regionslice.plan_slice("us", [doc], {}, {}, []).objects[0]["spec"]["replicas"] == {
         "total": 2
     }
     per = with_annotations(deployment("b"), {"federation.edgefleet.io/replicas.eu": "3"})
-    assert slicing.with_overrides(per, "eu")["spec"]["replicas"] == {"perDevice": 3}
+    assert regionslice.with_overrides(per, "eu")["spec"]["replicas"] == {"perDevice": 3}
 
 
 def test_a_region_gets_its_model_variant_at_the_deployments_versions() -> None:
@@ -456,28 +459,28 @@ def test_a_region_gets_its_model_variant_at_the_deployments_versions() -> None:
         (n, v): record(n, v) for n in ("det", "det-int8") for v in ("1.0.0", "2.0.0", "3.0.0")
     }
     revisions = {"det": [("det", "1.0.0"), ("det", "2.0.0")]}
-    eu = slicing.plan_slice("eu", [doc], models, revisions, [])
+    eu = regionslice.plan_slice("eu", [doc], models, revisions, [])
     assert eu.objects[0]["spec"]["model"] == {"name": "det-int8", "version": "2.0.0"}
     assert eu.objects[0]["spec"]["replicas"] == {"perDevice": 2}  # both overrides
     assert [(m.name, m.version) for m in eu.models] == [
         ("det-int8", "1.0.0"),
         ("det-int8", "2.0.0"),
     ]
-    us = slicing.plan_slice("us", [doc], models, revisions, [])
+    us = regionslice.plan_slice("us", [doc], models, revisions, [])
     assert us.objects[0]["spec"]["model"] == {"name": "det", "version": "2.0.0"}
     assert [(m.name, m.version) for m in us.models] == [("det", "1.0.0"), ("det", "2.0.0")]
-    assert slicing.with_overrides(doc, "us") is doc
+    assert regionslice.with_overrides(doc, "us") is doc
 
 
 def test_a_region_gets_its_precision_variant() -> None:
     doc = with_annotations(deployment("det"), {"federation.edgefleet.io/precision.eu": "int8"})
     doc["spec"]["runtime"] = {"maxBatchSize": 4}
     doc = parse_manifest(doc).to_dict()
-    eu = slicing.plan_slice("eu", [doc], {}, {}, []).objects[0]
+    eu = regionslice.plan_slice("eu", [doc], {}, {}, []).objects[0]
     assert eu["spec"]["runtime"] == {**doc["spec"]["runtime"], "precision": "int8"}
     assert eu["spec"]["model"] == doc["spec"]["model"]  # the same artifact, another extra
     assert parse_manifest(dict(eu)).to_dict() == eu  # a canonical manifest the region accepts
-    assert slicing.plan_slice("us", [doc], {}, {}, []).objects[0] == doc
+    assert regionslice.plan_slice("us", [doc], {}, {}, []).objects[0] == doc
 
 
 @pytest.mark.parametrize(
@@ -509,21 +512,21 @@ def test_a_bad_override_is_refused_at_apply_naming_the_annotation(
     annotations: dict[str, str], problem: str
 ) -> None:
     from edgefleet.errors import ValidationError
-    from hub import applying
+    from hub.decide import apply
 
     doc = with_annotations(deployment("a"), annotations)
     with pytest.raises(ValidationError) as err:
-        applying.parse_documents([storekeys.dumps(doc)])
+        apply.parse_documents([storekeys.dumps(doc)])
     text = "\n".join(str(p) for p in err.value.problems)
     key = next(iter(annotations))
     assert f'documents[0].metadata.annotations["{key}"]' in text, text
     assert problem in text, text
-    assert applying.parse_documents([storekeys.dumps(deployment("a"))])  # no override: fine
+    assert apply.parse_documents([storekeys.dumps(deployment("a"))])  # no override: fine
 
 
 def test_a_model_variant_is_refused_where_it_cannot_apply() -> None:
     from edgefleet.errors import ValidationError
-    from hub import applying
+    from hub.decide import apply
 
     pinned = deployment("a")
     pinned["spec"]["model"]["sha256"] = "ab" * 32
@@ -539,7 +542,7 @@ def test_a_model_variant_is_refused_where_it_cannot_apply() -> None:
     ):
         annotated = with_annotations(doc, {"federation.edgefleet.io/model.eu": "a-int8"})
         with pytest.raises(ValidationError) as err:
-            applying.parse_documents([storekeys.dumps(annotated)])
+            apply.parse_documents([storekeys.dumps(annotated)])
         text = "\n".join(str(p) for p in err.value.problems)
         assert problem in text, text
 
@@ -644,14 +647,14 @@ def test_a_region_object_is_small_whatever_the_regions_size() -> None:
     """``get regions`` is bounded by the number of regions: a Region carries counts, never
     the region's device or deployment lists (a report may list 20,000 devices)."""
     state = RegionState("eu", "ab", 1.0, not_after=2.0)
-    big = inventory_report({"Ready": slicing.MAX_REPORT_DEVICES}, deployments=2000)
+    big = inventory_report({"Ready": regionslice.MAX_REPORT_DEVICES}, deployments=2000)
     seen = regions_module.Seen(big, 5.0, connected=True)
     doc = regions_module.region_object(state, seen, now=7.0, here="hub")
     assert len(storekeys.dumps(doc)) < 1024
     assert doc["status"]["devices"] == {
-        "total": slicing.MAX_REPORT_DEVICES,
-        "ready": slicing.MAX_REPORT_DEVICES,
-        "byPhase": {"Ready": slicing.MAX_REPORT_DEVICES},
+        "total": regionslice.MAX_REPORT_DEVICES,
+        "ready": regionslice.MAX_REPORT_DEVICES,
+        "byPhase": {"Ready": regionslice.MAX_REPORT_DEVICES},
     }
     assert doc["status"]["deployments"] == 2000 and doc["status"]["reportAgeSeconds"] == 2.0
 
@@ -792,7 +795,7 @@ def test_renewal_is_due_70_to_90_percent_into_the_life_as_received() -> None:
     now = pki.now_utc()
     cert = pki.sign_child_hub_csr(
         ca,
-        federating._csr(key, "eu"),
+        parentlink._csr(key, "eu"),
         pki.Identity(pki.Role.HUB, "eu", "root"),
         now=now,
         lifetime=timedelta(seconds=100),
@@ -800,9 +803,9 @@ def test_renewal_is_due_70_to_90_percent_into_the_life_as_received() -> None:
     pem = pki.certificate_pem(cert)
     t = now.timestamp()
     # notBefore is backdated for clock skew: life counts from when it was received
-    assert federating.renewal_due(pem, t, 0.7) == pytest.approx(t + 70, abs=1)
-    assert federating.renewal_due(pem, t, 0.9) == pytest.approx(t + 90, abs=1)
-    assert federating.renewal_due(pem, t + 1000, 0.8) == pytest.approx(t + 1000, abs=1)
+    assert parentlink.renewal_due(pem, t, 0.7) == pytest.approx(t + 70, abs=1)
+    assert parentlink.renewal_due(pem, t, 0.9) == pytest.approx(t + 90, abs=1)
+    assert parentlink.renewal_due(pem, t + 1000, 0.8) == pytest.approx(t + 1000, abs=1)
 
 
 @pytest.mark.scenario
@@ -828,9 +831,9 @@ async def test_a_region_renews_its_certificate_over_the_link(tmp_path: Path) -> 
         cert_file = paths.data_dir / "federation.crt"
         first = cert_file.read_bytes()
         region = await build_context(paths.data_dir)
-        files = federating.ParentFiles.load(paths.data_dir)
+        files = parentlink.ParentFiles.load(paths.data_dir)
         assert files is not None
-        link = federating.ParentLink(region, files)
+        link = parentlink.ParentLink(region, files)
         stop = asyncio.Event()
         tasks = [asyncio.create_task(link.run(stop)), asyncio.create_task(region.writer.run(stop))]
         try:
@@ -879,7 +882,7 @@ async def test_a_region_renews_its_certificate_over_the_link(tmp_path: Path) -> 
         # the new certificate works; the one it was asked with too, until the next renewal
         assert await federates(second) is grpc.StatusCode.OK
         assert await federates(first) is grpc.StatusCode.OK
-        link = federating.ParentLink(region, federating.ParentFiles.load(paths.data_dir))  # type: ignore[arg-type]
+        link = parentlink.ParentLink(region, parentlink.ParentFiles.load(paths.data_dir))  # type: ignore[arg-type]
         await link.renew()
         third = cert_file.read_bytes()
         assert await federates(third) is grpc.StatusCode.OK
@@ -950,8 +953,8 @@ async def test_a_region_removes_root_models_from_its_store_when_no_longer_used(
         for r, generation in ((old, 3), (own, None)):
             await ctx.store.put(storekeys.model_key(r.name, r.version), model_value(r, generation))
             ctx.cache.models[(r.name, r.version)] = r
-        files = federating.ParentFiles("127.0.0.1:1", "eu", "root", b"", b"", b"")
-        link = federating.ParentLink(ctx, files)
+        files = parentlink.ParentFiles("127.0.0.1:1", "eu", "root", b"", b"", b"")
+        link = parentlink.ParentLink(ctx, files)
         empty = federation_pb2.RegionSlice(generation=5, digest="x")
         await link._apply(empty, stub=None)
         assert await ctx.store.get(storekeys.model_key("old", "1.0.0")) is None

@@ -33,8 +33,8 @@ from edgefleet.v1 import (
     enrollment_pb2,
     enrollment_pb2_grpc,
 )
-from hub import tokens
-from hub.devices import Device
+from hub.decide.devices import Device
+from hub.state import tokens
 
 C = grpc.StatusCode
 SYNC_ANSWERS = {C.OK, C.INVALID_ARGUMENT, C.RESOURCE_EXHAUSTED, C.PERMISSION_DENIED}

@@ -1,4 +1,4 @@
-"""Which labels a Secret follows (hub/labeltrust.py), as tables: who set a label, when a
+"""Which labels a Secret follows (hub/decide/labeltrust.py), as tables: who set a label, when a
 Secret-mounting placement matches on the labels no device chose, and the scheduler's view of
 it for ``replicas.total`` deployments. Pure: no hub, no clock. The attack over real gRPC:
 ``test_hub_secret_labels.py``."""
@@ -11,10 +11,10 @@ import orjson
 import pytest
 
 from edgefleet.api import ModelDeployment, parse_manifest
-from hub.devices import Device, DevicePhase
-from hub.labeltrust import LabelSource, label_source, secrets_withheld, untrusted_match
-from hub.placing import REGION_LABEL, SecurityPolicy
-from hub.scheduling import node_of, schedule
+from hub.decide.devices import Device, DevicePhase
+from hub.decide.labeltrust import LabelSource, label_source, secrets_withheld, untrusted_match
+from hub.decide.placement import REGION_LABEL, SecurityPolicy
+from hub.decide.schedule import node_of, schedule
 
 
 def deployment(name: str = "pos", *, secrets: bool = True, **placement: Any) -> dict[str, Any]:

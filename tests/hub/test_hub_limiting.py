@@ -1,11 +1,11 @@
-"""hub.limiting.RateLimiter as a table: calls with the ``now`` passed in, answers expected.
+"""hub.api.ratelimit.RateLimiter as a table: calls with the ``now`` passed in, answers expected.
 Nothing faked: the limiter has no clock of its own."""
 
 from __future__ import annotations
 
 import pytest
 
-from hub.limiting import Rate, RateLimiter
+from hub.api.ratelimit import Rate, RateLimiter
 
 
 @pytest.mark.parametrize(

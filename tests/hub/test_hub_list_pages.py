@@ -13,7 +13,7 @@ from asynctesting import async_test
 from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
-from hub.paging import MAX_PAGE_BYTES
+from hub.decide.paging import MAX_PAGE_BYTES
 
 KIND = "ModelDeployment"
 LIMIT = 4 * 1024 * 1024  # gRPC's default, the hub's (hub.server.MAX_MESSAGE_BYTES)
@@ -192,7 +192,7 @@ async def test_bad_paging_fields_are_refused_naming_them(tmp_path: Path) -> None
 
 
 def _token(revision: int, after: str) -> str:
-    from hub.paging import ContinueToken
+    from hub.decide.paging import ContinueToken
 
     return ContinueToken(KIND, "", revision, after).encode()
 
@@ -200,8 +200,8 @@ def _token(revision: int, after: str) -> str:
 @async_test
 async def test_pages_of_devices_models_and_tokens(tmp_path: Path) -> None:
     """The other kinds page the same way (their objects are not stored as manifests)."""
-    from hub import storekeys
-    from hub.devices import Device
+    from hub.decide.devices import Device
+    from hub.state import storekeys
 
     async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
         stub = hub.stub(channel)
@@ -238,7 +238,7 @@ async def test_an_object_larger_than_a_response_is_refused_by_name(
 ) -> None:
     """Apply's 1 MiB per document keeps objects under the budget; were one shown larger (a
     huge status), List and Watch name it rather than fail on gRPC's limit."""
-    monkeypatch.setattr("hub.paging.MAX_PAGE_BYTES", 100_000)
+    monkeypatch.setattr("hub.decide.paging.MAX_PAGE_BYTES", 100_000)
     async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
         stub = hub.stub(channel)
         await apply(stub, deployment("a", note="x" * 60_000), deployment("b", note="x" * 60_000))

@@ -1,4 +1,4 @@
-"""One model name per device (hub.modelclaiming) as tables: pure functions, no hub, no store."""
+"""One model name per device (hub.decide.modelclaim) as tables: pure functions, no hub, no store."""
 
 from __future__ import annotations
 
@@ -7,9 +7,14 @@ from typing import Any
 import pytest
 
 from edgefleet.api import ModelDeployment, parse_manifest
-from hub.applying import parse_documents
-from hub.modelclaiming import apply_refusal, could_share_a_device, model_conflicts, one_per_model
-from hub.placing import Projection
+from hub.decide.apply import parse_documents
+from hub.decide.modelclaim import (
+    apply_refusal,
+    could_share_a_device,
+    model_conflicts,
+    one_per_model,
+)
+from hub.decide.placement import Projection
 
 
 def deployment(name: str, model: str = "mlp", **placement: Any) -> ModelDeployment:

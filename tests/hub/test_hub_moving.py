@@ -1,4 +1,4 @@
-"""Moving ``replicas.total`` placements within maxUnavailable and maxSurge (``hub.moving``):
+"""Moving ``replicas.total`` placements within maxUnavailable and maxSurge (``hub.decide.moves``):
 the pure planner as a table, and the scheduler controller applying it in a real hub over
 real mutual-TLS gRPC (devices enrolled with the real Enroll RPC, reporting in Status
 messages; a real SQLite store). Faked: nothing (the devices are gRPC clients, not edged)."""
@@ -16,10 +16,10 @@ from test_hub_syncing import _enrolled
 
 from edgefleet.api import parse_manifest
 from edgefleet.v1 import device_pb2, device_pb2_grpc
-from hub import storekeys
-from hub.caching import Cache
-from hub.moving import MoveStep, Replica, plan_move
-from hub.rolling import Budget
+from hub.decide.moves import MoveStep, Replica, plan_move
+from hub.decide.rollout import Budget
+from hub.state import storekeys
+from hub.state.cache import Cache
 
 S = Replica(serving=True)  # serves, may drain
 N = Replica(serving=False)  # does not serve (not started, loading, NotReady)

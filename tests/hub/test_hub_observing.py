@@ -23,9 +23,9 @@ from metricstesting import series_value
 
 from edgefleet.launching import LaunchedHub, free_port_pair, start_hub
 from edgefleet.v1 import admin_pb2, enrollment_pb2, enrollment_pb2_grpc
-from hub import storekeys as objects
-from hub.devices import Device, DevicePhase
+from hub.decide.devices import Device, DevicePhase
 from hub.initializing import HubPaths
+from hub.state import storekeys as objects
 
 EDGECTL = str(Path(sys.executable).with_name("edgectl"))
 HUB = str(Path(sys.executable).with_name("hub"))

@@ -1,4 +1,4 @@
-"""The decisions of a paged List (hub.paging), as tables: no hub, no store."""
+"""The decisions of a paged List (hub.decide.paging), as tables: no hub, no store."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ import base64
 import orjson
 import pytest
 
-from hub.paging import (
+from hub.decide.paging import (
     MAX_PAGE_BYTES,
     MAX_PAGE_ITEMS,
     MAX_TOKEN_CHARS,

@@ -1,4 +1,5 @@
-"""The scheduler controller (``hub.placements``) on a real SQLite store: placements stored and
+"""The scheduler controller (``hub.controllers.placement``) on a real SQLite store: placements
+stored and
 kept across a restart, moved off a device silent for too long, each move an event; what
 devices are sent for a ``replicas.total`` deployment. Faked: the clock only."""
 
@@ -12,17 +13,17 @@ from asynctesting import async_test
 from hubtesting import FakeClock
 
 from edgefleet.api import parse_manifest
-from hub import storekeys
-from hub.caching import Cache
-from hub.desired import build_desired
-from hub.devices import Device, DevicePhase
-from hub.placements import Scheduler
-from hub.projecting import Projector
-from hub.rolling import Revision, template_hash
-from hub.sessions import Sessions
-from hub.statusing import deployment_status
-from hub.store import SqliteStore
-from hub.writing import DeviceWriter
+from hub.controllers.placement import Scheduler
+from hub.decide.desired import build_desired
+from hub.decide.devices import Device, DevicePhase
+from hub.decide.rollout import Revision, template_hash
+from hub.decide.status import deployment_status
+from hub.state import storekeys
+from hub.state.cache import Cache
+from hub.state.projector import Projector
+from hub.state.sessions import Sessions
+from hub.state.store import SqliteStore
+from hub.state.writer import DeviceWriter
 
 GiB = 1024**3
 
@@ -167,8 +168,8 @@ def test_a_placed_device_is_sent_one_replica_and_its_own_accelerator_class() -> 
 
 def test_describe_device_says_why_a_deployment_is_not_there() -> None:
     from edgectl.printing import describe_device
-    from hub.placing import SecurityPolicy
-    from hub.presenting import device_object
+    from hub.decide.placement import SecurityPolicy
+    from hub.decide.presentation import device_object
 
     why = {"fraud": "replicas.total: the scheduler placed no replica here"}
     doc = device_object(device("d1", 0.0), SecurityPolicy(), None, why)

@@ -7,8 +7,8 @@ from typing import Any
 import pytest
 
 from edgefleet.api import ModelDeployment, parse_manifest
-from hub.devices import Attestation, Device, DevicePhase, Health, TrustState
-from hub.placing import (
+from hub.decide.devices import Attestation, Device, DevicePhase, Health, TrustState
+from hub.decide.placement import (
     TAINT_NOT_READY,
     TAINT_UNHEALTHY,
     TAINT_UNSCHEDULABLE,
@@ -204,7 +204,7 @@ def test_require_tpm_places_only_on_tpm_attested_devices() -> None:
     """placement.requireTpm: a software-attested device (no AK bound to its EK) or one whose
     TPM attestation is not trusted does not get the deployment, with the reason; a
     TPM-attested one does (a device cannot claim it with a label of its own)."""
-    from hub.placing import TPM_LABEL
+    from hub.decide.placement import TPM_LABEL
 
     tpm = deployment("tpm", placement={"requireTpm": True})
     assert tpm.to_dict()["spec"]["placement"] == {"requireTpm": True}
@@ -230,7 +230,7 @@ def test_a_secret_requiring_a_tpm_keeps_its_deployments_off_devices_without_one(
     """A deployment mounting a Secret with spec.requireTpm: the reason for a software-attested
     device and for one whose TPM attestation fails; none for a TPM-attested one; and the
     scheduler places it as one with placement.requireTpm."""
-    from hub.placing import secret_tpm_mismatch, with_secret_tpm
+    from hub.decide.placement import secret_tpm_mismatch, with_secret_tpm
 
     software = READY.with_(attestation=Attestation(TrustState.TRUSTED))
     bound = READY.with_(attestation_key_pem="-----BEGIN PUBLIC KEY-----\n...")

@@ -18,12 +18,12 @@ from test_hub_placements import device, parts
 
 from edgefleet.api import parse_manifest
 from edgefleet.v1 import admin_pb2
-from hub import storekeys
-from hub.caching import Cache
-from hub.desired import manifest_for
-from hub.prioritizing import ClassValue, class_of, resolved, unknown_classes, users_of
-from hub.rolling import Revision, template_hash
-from hub.store import SqliteStore
+from hub.decide.desired import manifest_for
+from hub.decide.priority import ClassValue, class_of, resolved, unknown_classes, users_of
+from hub.decide.rollout import Revision, template_hash
+from hub.state import storekeys
+from hub.state.cache import Cache
+from hub.state.store import SqliteStore
 
 
 def klass(name: str, value: int, **spec: Any) -> dict[str, Any]:

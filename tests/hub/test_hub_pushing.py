@@ -21,11 +21,11 @@ from asynctesting import async_test
 from edgefleet.demo import build_mlp
 from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
-from hub import storekeys as objects
+from hub.api.push import PushRefused, receive_artifact
 from hub.context import HubContext
 from hub.initializing import HubPaths, init_hub
-from hub.pushing import PushRefused, receive_artifact
 from hub.server import build_context
+from hub.state import storekeys as objects
 from hub.trustsetup import quickstart_trust
 
 CHUNK = 64 * 1024

@@ -1,4 +1,5 @@
-"""Device records across hub replicas (hub.replicas.ReplicaDevices), in this process: two hub
+"""Device records across hub replicas (hub.controllers.replicas.ReplicaDevices), in this process:
+two hub
 contexts built from copies of one data directory on one real etcd, as two replicas are. A
 device connected to one replica is written there, heartbeats included, and shows in the other
 replica's cache (where the leader's lifecycle controller judges it)."""
@@ -13,13 +14,13 @@ from pathlib import Path
 from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
 
-from hub import storekeys
-from hub.devices import Device, DevicePhase
+from hub.controllers.replicas import CacheFollower, ReplicaDevices
+from hub.decide.devices import Device, DevicePhase
 from hub.initializing import init_hub
-from hub.replicas import CacheFollower, ReplicaDevices
 from hub.server import build_context
-from hub.store import EtcdStore
-from hub.writing import merge_record
+from hub.state import storekeys
+from hub.state.store import EtcdStore
+from hub.state.writer import merge_record
 
 
 @async_test
@@ -184,9 +185,9 @@ async def test_two_replicas_writing_one_device_record_lose_neither_change(
 async def test_a_change_not_written_yet_survives_a_record_taken_from_another_replica() -> None:
     """The leader marks a device NotReady; before its writer's batch, the device's replica
     writes a heartbeat, which the leader takes from its watch: the phase change is kept."""
-    from hub.caching import Cache
-    from hub.store import MemoryStore
-    from hub.writing import DeviceWriter
+    from hub.state.cache import Cache
+    from hub.state.store import MemoryStore
+    from hub.state.writer import DeviceWriter
 
     store, cache = MemoryStore(), Cache()
     writer = DeviceWriter(store, cache, conditional=True)

@@ -24,8 +24,8 @@ from edgefleet.launching import program_command
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 from hub import pki
 from hub.initializing import HubPaths
-from hub.store import EtcdStore
-from hub.store.identity import LEADER_KEY
+from hub.state.store import EtcdStore
+from hub.state.store.identity import LEADER_KEY
 
 pytestmark = pytest.mark.scenario
 

@@ -8,9 +8,16 @@ from typing import Any
 import pytest
 
 from edgefleet.api import IntOrPercent, ModelDeployment, parse_manifest
-from hub.analyzing import Analysis, Check, Figures, Verdict
-from hub.devices import Device, DevicePhase, Health, RevisionPhase, RevisionReport, WorkloadReport
-from hub.rolling import (
+from hub.decide.analysis import Analysis, Check, Figures, Verdict
+from hub.decide.devices import (
+    Device,
+    DevicePhase,
+    Health,
+    RevisionPhase,
+    RevisionReport,
+    WorkloadReport,
+)
+from hub.decide.rollout import (
     MAX_REVISIONS,
     MAX_WEIGHT,
     Budget,
@@ -478,7 +485,7 @@ def test_neither_a_timed_pause_nor_the_analysis_window_is_a_lack_of_progress() -
 
 
 def test_a_root_hubs_max_weight_holds_the_rollout_there() -> None:
-    """A region's rollout under a root hub's percent wave (hub.waving): 10 devices at 30%:
+    """A region's rollout under a root hub's percent wave (hub.decide.wave): 10 devices at 30%:
     three get the new revision, then it is held (WeightHeld), never Complete; no progress
     deadline while held; the cap raised or lifted, it goes on."""
     dep, m = rolling(maxSurge="100%", maxUnavailable=0, progressDeadlineSeconds=10)

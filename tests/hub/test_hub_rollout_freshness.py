@@ -19,11 +19,11 @@ from asynctesting import async_test
 from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.v1 import admin_pb2
-from hub import storekeys as objects
-from hub.caching import Cache
-from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
-from hub.rolling import RolloutPhase, RolloutState, TargetPhase, view_device
-from hub.rollouts import fresh_report
+from hub.controllers.rollout import fresh_report
+from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
+from hub.decide.rollout import RolloutPhase, RolloutState, TargetPhase, view_device
+from hub.state import storekeys as objects
+from hub.state.cache import Cache
 
 
 def deployment(version: str) -> bytes:

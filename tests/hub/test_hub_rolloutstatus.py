@@ -11,10 +11,10 @@ from edgectl.printing import describe_deployment
 from edgefleet.api import ModelDeployment, parse_manifest
 from edgefleet.deploymentstatus import serving_model
 from edgefleet.timestamps import epoch_of
-from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
-from hub.rolling import RolloutPhase, RolloutState
-from hub.rolloutstatus import rollout_condition, rollout_json, with_rollout
-from hub.statusing import deployment_status
+from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
+from hub.decide.rollout import RolloutPhase, RolloutState
+from hub.decide.rolloutstatus import rollout_condition, rollout_json, with_rollout
+from hub.decide.status import deployment_status
 
 T = 1_767_225_600.0  # 2026-01-01T00:00:00Z
 ROLLED_BACK = RolloutState(

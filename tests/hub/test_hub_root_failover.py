@@ -38,8 +38,9 @@ from test_hub_waves import (
 from edgefleet.backoff import Backoff, Jitter
 from edgefleet.failover import MAX_ADDRESSES, Rotation, round_delay, split_addresses
 from edgefleet.launching import free_port_pair
-from hub import federating, storekeys, tokens
-from hub.federating import (
+from hub.api.regions import Regions
+from hub.controllers import parentlink
+from hub.controllers.parentlink import (
     FederationError,
     ParentFiles,
     ParentLink,
@@ -47,14 +48,14 @@ from hub.federating import (
     parent_addresses,
     set_parent_addresses,
 )
+from hub.controllers.wave import WaveController
+from hub.decide.wave import WaveState
 from hub.initializing import HubPaths, init_hub
-from hub.regions import Regions
 from hub.server import build_context
-from hub.store import EventType, KeyValue, MemoryStore
-from hub.store.protocol import Event
+from hub.state import storekeys, tokens
+from hub.state.store import EventType, KeyValue, MemoryStore
+from hub.state.store.protocol import Event
 from hub.trustsetup import quickstart_trust
-from hub.waves import WaveController
-from hub.waving import WaveState
 
 FAILOVER_BOUND_S = 15.0  # a replica gone -> the region streams to another (loaded machine)
 
@@ -130,10 +131,10 @@ def test_the_backoff_grows_once_per_round_of_every_address(
 def _parent_dir(tmp_path: Path, doc: object) -> Path:
     d = tmp_path / "region"
     d.mkdir(exist_ok=True)
-    for name in (federating.PARENT_CA_FILE, federating.FEDERATION_CERT_FILE):
+    for name in (parentlink.PARENT_CA_FILE, parentlink.FEDERATION_CERT_FILE):
         (d / name).write_bytes(b"pem")
-    (d / federating.FEDERATION_KEY_FILE).write_bytes(b"key")
-    (d / federating.PARENT_FILE).write_bytes(orjson.dumps(doc))
+    (d / parentlink.FEDERATION_KEY_FILE).write_bytes(b"key")
+    (d / parentlink.PARENT_FILE).write_bytes(orjson.dumps(doc))
     return d
 
 
@@ -144,7 +145,7 @@ def test_parent_json_of_one_address_or_several_and_set_addresses(tmp_path: Path)
     assert files is not None and files.addresses == ("root:7443",) and files.parents == ()
 
     assert set_parent_addresses(d, "r1:7443, r2:7443") == ["r1:7443", "r2:7443"]
-    doc = orjson.loads((d / federating.PARENT_FILE).read_bytes())
+    doc = orjson.loads((d / parentlink.PARENT_FILE).read_bytes())
     assert doc == {
         "parent": "r1:7443",
         "parents": ["r1:7443", "r2:7443"],
@@ -153,15 +154,15 @@ def test_parent_json_of_one_address_or_several_and_set_addresses(tmp_path: Path)
     }
     files = ParentFiles.load(d)
     assert files is not None and files.addresses == ("r1:7443", "r2:7443")
-    assert (d / federating.PARENT_FILE).stat().st_mode & 0o777 == 0o600
+    assert (d / parentlink.PARENT_FILE).stat().st_mode & 0o777 == 0o600
 
-    before = (d / federating.PARENT_FILE).read_bytes()
+    before = (d / parentlink.PARENT_FILE).read_bytes()
     for bad in ("", "r1", "r1:7443,nope"):
         with pytest.raises(FederationError, match="--parent: must be HOST:PORT"):
             set_parent_addresses(d, bad)
-    assert (d / federating.PARENT_FILE).read_bytes() == before  # nothing written
+    assert (d / parentlink.PARENT_FILE).read_bytes() == before  # nothing written
 
-    (d / federating.PARENT_FILE).write_bytes(orjson.dumps({**doc, "parents": ["r1:7443", 5]}))
+    (d / parentlink.PARENT_FILE).write_bytes(orjson.dumps({**doc, "parents": ["r1:7443", 5]}))
     with pytest.raises(FederationError, match="not a parent link: a parent address must be"):
         ParentFiles.load(d)
     with pytest.raises(FederationError, match="is not a regional hub"):
@@ -176,7 +177,7 @@ def test_hub_parent_set_addresses_command(tmp_path: Path) -> None:
     d = str(tmp_path / "eu")
     got = _hub("parent", "set-addresses", "--data-dir", d, "a:1,b:2")
     assert got.returncode == 1 and "is not a regional hub" in got.stderr, got
-    (tmp_path / "eu" / federating.PARENT_FILE).write_bytes(
+    (tmp_path / "eu" / parentlink.PARENT_FILE).write_bytes(
         orjson.dumps({"parent": "root:7443", "region": "eu", "rootRegion": "root"})
     )
     got = _hub("parent", "set-addresses", "--data-dir", d, "a:1,b:2")
@@ -203,10 +204,10 @@ async def test_the_link_dials_each_address_in_turn_and_takes_a_new_list(tmp_path
     )
     d = result.paths.data_dir
     doc = {"parent": "a:1", "parents": ["a:1", "b:1", "c:1"], "region": "eu", "rootRegion": "r"}
-    for name in (federating.PARENT_CA_FILE, federating.FEDERATION_CERT_FILE):
+    for name in (parentlink.PARENT_CA_FILE, parentlink.FEDERATION_CERT_FILE):
         (d / name).write_bytes(b"pem")
-    (d / federating.FEDERATION_KEY_FILE).write_bytes(b"key")
-    (d / federating.PARENT_FILE).write_bytes(orjson.dumps(doc))
+    (d / parentlink.FEDERATION_KEY_FILE).write_bytes(b"key")
+    (d / parentlink.PARENT_FILE).write_bytes(orjson.dumps(doc))
     ctx = await build_context(d)
     try:
         files = ParentFiles.load(d)

@@ -1,4 +1,4 @@
-"""The scheduler as tables and properties: pure, no hub, no store (``hub.scheduling``)."""
+"""The scheduler as tables and properties: pure, no hub, no store (``hub.decide.schedule``)."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from hypothesis import strategies as st
 from propertytesting import examples
 
 from edgefleet.api import ModelDeployment, TaintEffect, parse_manifest
-from hub.devices import Device, DevicePhase, Health, RevisionReport, Taint, WorkloadReport
-from hub.placing import (
+from hub.decide.devices import Device, DevicePhase, Health, RevisionReport, Taint, WorkloadReport
+from hub.decide.placement import (
     REGION_LABEL,
     TAINT_NOT_READY,
     TAINT_UNHEALTHY,
@@ -21,7 +21,7 @@ from hub.placing import (
     ZONE_LABEL,
     SecurityPolicy,
 )
-from hub.scheduling import (
+from hub.decide.schedule import (
     Node,
     accelerator_slots,
     node_of,
@@ -701,7 +701,7 @@ def test_property_preemption_evicts_a_minimal_set(
 
 
 def test_require_tpm_places_only_on_tpm_attested_devices() -> None:
-    from hub.devices import Attestation, TrustState
+    from hub.decide.devices import Attestation, TrustState
 
     base = Device("soft", labels={"attestation.edgefleet.io/tpm": "true"})  # claims it
     devices = [

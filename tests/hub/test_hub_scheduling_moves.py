@@ -1,4 +1,5 @@
-"""The scheduler's inputs for moves, latency and PriorityClasses, as tables (``hub.scheduling``):
+"""The scheduler's inputs for moves, latency and PriorityClasses, as tables
+(``hub.decide.schedule``):
 which evictions may drain, draining replicas' room, ``placement.maxLatencyP95`` against the
 devices' self-benchmarks, ``never_preempt``. Pure: no hub, no store."""
 
@@ -8,9 +9,9 @@ import pytest
 from test_hub_scheduling import NOW, dep, node
 
 from edgefleet.api import TaintEffect
-from hub.devices import Device, DevicePhase, Taint
-from hub.placing import TAINT_NOT_READY, ZONE_LABEL, SecurityPolicy
-from hub.scheduling import node_of, schedule
+from hub.decide.devices import Device, DevicePhase, Taint
+from hub.decide.placement import TAINT_NOT_READY, ZONE_LABEL, SecurityPolicy
+from hub.decide.schedule import node_of, schedule
 
 SHA = "ab" * 32
 NOT_READY = Taint(TAINT_NOT_READY, TaintEffect.NO_SCHEDULE)
@@ -118,8 +119,8 @@ def test_a_placed_device_gets_a_manifest_it_accepts_without_the_scheduler_only_f
     import orjson
 
     from edgefleet.api import parse_manifest
-    from hub.desired import SCHEDULER_ONLY_PLACEMENT, manifest_for
-    from hub.rolling import Revision, template_hash
+    from hub.decide.desired import SCHEDULER_ONLY_PLACEMENT, manifest_for
+    from hub.decide.rollout import Revision, template_hash
 
     manifest = {
         "apiVersion": "edgefleet.io/v1",

@@ -1,4 +1,4 @@
-"""A Secret follows only the labels no device chose (hub/labeltrust.py), over real gRPC with
+"""A Secret follows only the labels no device chose (hub/decide/labeltrust.py), over real gRPC with
 mutual TLS into a real SQLite store: the attack of issue 29 item 8.
 
 Devices enrolled through the real Enroll RPC with a token labelled ``pool=lab`` claim
@@ -23,7 +23,7 @@ from hubserving import AdminHub, make_hub_dir
 from edged.trust.identity import load_or_create_identity
 from edgefleet.sealing import SealedForDevice, open_from_hub
 from edgefleet.v1 import admin_pb2, device_pb2, device_pb2_grpc, enrollment_pb2, enrollment_pb2_grpc
-from hub import storekeys, tokens
+from hub.state import storekeys, tokens
 
 VALUE = "retail-till-key-" + "7" * 16
 SECRET = {"apiVersion": "edgefleet.io/v1", "kind": "Secret", "metadata": {"name": "till"},
@@ -124,7 +124,7 @@ async def test_a_device_never_gets_a_secret_through_labels_it_gave_itself(tmp_pa
         # asks for site=retail at enrollment (the token lets devices add labels: the default)
         asker = await _enroll(hub, tmp_path, "s1-y", lab, {"site": "retail"})
         honest = await _enroll(hub, tmp_path, "s1-z", retail)
-        for model in ("m", "m2"):  # one model name per device (hub.modelclaiming)
+        for model in ("m", "m2"):  # one model name per device (hub.decide.modelclaim)
             hub.ctx.cache.models[(model, "1.0.0")] = storekeys.ModelRecord(
                 model, "1.0.0", "ab" * 32, 1, b"{signed}", 1.0
             )

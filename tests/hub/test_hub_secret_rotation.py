@@ -23,11 +23,11 @@ from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.launching import program_command
 from edgefleet.v1 import admin_pb2
-from hub import storekeys
 from hub.config import load_config
 from hub.initializing import HubPaths
-from hub.secretkeys import rotate_key
-from hub.secrets import (
+from hub.state import storekeys
+from hub.state.secretkeys import rotate_key
+from hub.state.secrets import (
     KEY_FILE,
     NEXT_KEY_FILE,
     OLD_KEY_FILE,
@@ -39,7 +39,7 @@ from hub.secrets import (
     record_of,
     seal_for,
 )
-from hub.store import Compare, Put, open_hub_store
+from hub.state.store import Compare, Put, open_hub_store
 
 VALUES = {f"s{i}": f"rot4te-value-{i}-never-shown" for i in range(3)}
 
@@ -216,7 +216,7 @@ async def test_an_apply_during_the_rotation_is_read_again_not_overwritten(tmp_pa
     batch's compare fails, the rotation reads that record again and re-seals the new version;
     the new value is kept, under the new key."""
     from edgefleet.api import ObjectMeta, Secret
-    from hub.secretkeys import reseal
+    from hub.state.secretkeys import reseal
 
     paths = await _hub_with_secrets(tmp_path)
     d = paths.data_dir

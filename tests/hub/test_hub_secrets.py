@@ -16,9 +16,9 @@ from asynctesting import async_test
 from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.v1 import admin_pb2
-from hub import secrets as hub_secrets
-from hub import storekeys
-from hub.secrets import (
+from hub.state import secrets as hub_secrets
+from hub.state import storekeys
+from hub.state.secrets import (
     SecretKeyError,
     SecretKeys,
     SecretRecord,
@@ -117,7 +117,7 @@ async def test_a_secret_is_read_back_after_a_restart_and_refused_without_the_key
 async def test_the_number_of_secrets_is_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("hub.admin.MAX_SECRETS", 2)
+    monkeypatch.setattr("hub.api.admin.MAX_SECRETS", 2)
     async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
         stub = hub.stub(channel)
         await stub.Apply(admin_pb2.ApplyRequest(documents=[secret("a"), secret("b")]))
@@ -211,8 +211,8 @@ async def test_turning_require_tpm_on_keeps_the_version_and_is_a_new_generation(
     """spec.requireTpm turned on with the same values: the same version (nothing to re-seal at
     rest), the deployment taken off a device without a TPM sealing key (with the reason), and a
     new generation for a TPM-attested device (its copy is sealed again, to its TPM key)."""
-    from hub.desired import build_desired
-    from hub.devices import Attestation, Device, DevicePhase, TrustState
+    from hub.decide.desired import build_desired
+    from hub.decide.devices import Attestation, Device, DevicePhase, TrustState
 
     def doc(require_tpm: bool) -> bytes:
         spec: dict[str, Any] = {"stringData": {"token": VALUE}}

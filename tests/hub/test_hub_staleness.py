@@ -1,4 +1,5 @@
-"""A device's silence as this hub saw it (``hub.staleness``), as tables: the pure decision, the
+"""A device's silence as this hub saw it (``hub.decide.staleness``), as tables: the pure decision,
+the
 lifecycle phase and the scheduler's NotReady eviction after a hub start. Pure: no hub, no
 store, no clock (``now`` and the observation start are passed in)."""
 
@@ -8,10 +9,10 @@ import pytest
 from test_hub_scheduling import NOW, dep, node
 
 from edgefleet.api import TaintEffect
-from hub.devices import Device, DevicePhase, Taint
-from hub.placing import TAINT_NOT_READY, lifecycle_phase
-from hub.scheduling import schedule
-from hub.staleness import ObservedSince, silent_for
+from hub.decide.devices import Device, DevicePhase, Taint
+from hub.decide.placement import TAINT_NOT_READY, lifecycle_phase
+from hub.decide.schedule import schedule
+from hub.decide.staleness import ObservedSince, silent_for
 
 NOT_READY = Taint(TAINT_NOT_READY, TaintEffect.NO_SCHEDULE)
 

@@ -6,8 +6,8 @@ from __future__ import annotations
 import pytest
 
 from edgefleet.api import ModelDeployment, parse_manifest
-from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
-from hub.statusing import (
+from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
+from hub.decide.status import (
     broken_revisions,
     count_placeable,
     deployment_status,

@@ -15,7 +15,7 @@ from etcdtesting import EtcdServer
 from hubtesting import FakeClock, MakeStore
 
 from edgefleet.errors import Compacted, CompareFailed, LeaseNotFound, StoreError
-from hub.store import (
+from hub.state.store import (
     Compare,
     Delete,
     EtcdStore,

@@ -15,7 +15,7 @@ from asynctesting import async_test
 from etcdtesting import EtcdServer, start_cluster
 
 from edgefleet.errors import StoreUnavailable
-from hub.store import EtcdStore
+from hub.state.store import EtcdStore
 
 pytestmark = pytest.mark.scenario
 

@@ -10,13 +10,13 @@ import sys
 import textwrap
 from pathlib import Path
 
-from hub.store import SqliteStore
+from hub.state.store import SqliteStore
 
 _WRITER = textwrap.dedent(
     """
     import asyncio, sys
     from pathlib import Path
-    from hub.store import SqliteStore
+    from hub.state.store import SqliteStore
 
     async def main() -> None:
         store = await SqliteStore.open(Path(sys.argv[1]))

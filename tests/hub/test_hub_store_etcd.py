@@ -17,8 +17,8 @@ from etcdtesting import EtcdServer, free_port
 from edgefleet.errors import LeaseNotFound, StoreError, StoreUnavailable
 from hub import pki
 from hub.config import parse_config
-from hub.store import EtcdStore, EtcdTls, EventType, Put, open_store, parse_store_url
-from hub.store.etcd import RANGE_PAGE
+from hub.state.store import EtcdStore, EtcdTls, EventType, Put, open_store, parse_store_url
+from hub.state.store.etcd import RANGE_PAGE
 
 
 @async_test
@@ -181,7 +181,7 @@ def test_without_aetcd_the_hub_runs_and_etcd_is_refused_saying_why(tmp_path: Pat
     """aetcd is the ``etcd`` extra (hubs); a device's install without it still imports."""
     code = (
         "import sys, asyncio; sys.modules['aetcd'] = None\n"
-        "from hub.store import open_store\n"
+        "from hub.state.store import open_store\n"
         "from edgefleet.errors import StoreUnavailable\n"
         "try:\n"
         f"    asyncio.run(open_store('etcd://127.0.0.1:1', data_dir={str(tmp_path)!r}))\n"

@@ -19,9 +19,9 @@ from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.launching import program_command
 from edgefleet.v1 import admin_pb2
-from hub import tokens
 from hub.initializing import HubPaths
-from hub.store.identity import MARKER_NAME, read_marker
+from hub.state import tokens
+from hub.state.store.identity import MARKER_NAME, read_marker
 
 PUBLIC = {
     "ca.crt",

@@ -23,8 +23,9 @@ from edgefleet.v1 import (
     enrollment_pb2,
     enrollment_pb2_grpc,
 )
-from hub import admin, tokens
+from hub.api import admin
 from hub.initializing import HubPaths
+from hub.state import tokens
 
 
 async def _enrolled(hub: AdminHub, tmp_path: Path, name: str) -> grpc.ChannelCredentials:

@@ -10,7 +10,7 @@ from asynctesting import async_test
 from hubtesting import FakeClock, MakeStore
 
 from edgefleet.errors import TokenError, TokenRefusal
-from hub import tokens
+from hub.state import tokens
 
 
 @async_test

@@ -1,4 +1,4 @@
-"""The hub's root chain on disk (hub/trustroots.py): real keys, real signed roots, real files.
+"""The hub's root chain on disk (hub/state/trustroots.py): real keys, real signed roots, real files.
 A rotation is adopted and remembered across restarts; a root the hub cannot verify is refused
 while running and stops the hub at its next start."""
 
@@ -17,7 +17,7 @@ from edgefleet.trust.signing import (
     sign_root,
     write_envelope,
 )
-from hub.trustroots import ROOT_FILE, adopt_root, load_roots
+from hub.state.trustroots import ROOT_FILE, adopt_root, load_roots
 
 
 def test_rotation_is_adopted_kept_and_checked_at_start(tmp_path: Path) -> None:

@@ -1,4 +1,4 @@
-"""A regional hub's replicas share the root's TUF set (``hub.tufsharing.SharedRelay``,
+"""A regional hub's replicas share the root's TUF set (``hub.state.sharedtuf.SharedRelay``,
 docs/federation.md) on a real etcd: two region replicas, each with its own data directory
 (``D/tuf-relay/``), etcd client and elector, in this process. The one holding the root link
 (the leader) adopts the root's set and writes it to the store; the other serves it only after
@@ -25,19 +25,19 @@ from edged.trust.tufclient import TufClient
 from edgefleet.errors import TrustError
 from edgefleet.trust import tufmeta
 from edgefleet.trust.documents import ArtifactMetadata, Root
-from hub.store import Put
-from hub.store.electing import Elector, FencedStore, NotLeader
-from hub.store.etcd import EtcdStore
-from hub.store.protocol import KeyValue
-from hub.tufrelaying import RelayedTuf, adopt
-from hub.tufrepo import TufRepository, create_repository
-from hub.tufsharing import (
+from hub.state.sharedtuf import (
     RELAY_CURRENT_KEY,
     RELAY_FILES_PREFIX,
     RELAY_PREFIX,
     SharedRelay,
     read_relayed,
 )
+from hub.state.store import Put
+from hub.state.store.electing import Elector, FencedStore, NotLeader
+from hub.state.store.etcd import EtcdStore
+from hub.state.store.protocol import KeyValue
+from hub.state.tufrelay import RelayedTuf, adopt
+from hub.state.tufrepo import TufRepository, create_repository
 
 DAY = 86400.0
 keys = trusttesting.keys  # the fixture: real Ed25519 keys
@@ -70,7 +70,7 @@ class RegionReplica:
         self.tasks.append(asyncio.create_task(self.relay.run(self.stop)))
 
     async def from_root(self, root: TufRepository) -> None:
-        """What the root link does with a set (hub.federating ParentLink._adopt_tuf)."""
+        """What the root link does with a set (hub.controllers.parentlink ParentLink._adopt_tuf)."""
         files, digest = root.files()
         self.tuf = await asyncio.to_thread(adopt, self.data, files, digest, self.fleet)
         await self.relay.publish(files, digest)
@@ -132,7 +132,7 @@ async def test_region_replicas_share_the_roots_tuf_set_and_each_verifies_it(
     keys: dict[str, Key],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    from hub.tufrelaying import digest_files
+    from hub.state.tufrelay import digest_files
 
     def refusals() -> list[str]:
         return [
@@ -225,7 +225,7 @@ async def test_region_replicas_share_the_roots_tuf_set_and_each_verifies_it(
 async def test_a_file_too_large_for_the_store_is_refused_before_any_write(
     etcd_server: EtcdServer, etcd_namespace: str, tmp_path: Path, keys: dict[str, Key]
 ) -> None:
-    from hub.tufsharing import MAX_SHARED_TARGETS_BYTES
+    from hub.state.sharedtuf import MAX_SHARED_TARGETS_BYTES
 
     a = await RegionReplica("a", tmp_path / "a", fleet_root(keys)).start(
         etcd_server.endpoint, etcd_namespace

@@ -1,4 +1,4 @@
-"""One TUF repository for hub replicas (``hub.tufsharing``, docs/etcd.md) on a real etcd: two
+"""One TUF repository for hub replicas (``hub.state.sharedtuf``, docs/etcd.md) on a real etcd: two
 replicas, each with its own copy of the data directory's ``D/tuf/`` and its own etcd client
 and elector, in this process. Only the leader signs, through the fenced store; the follower
 serves what the store holds; after a failover the new leader signs the next versions, so a
@@ -24,10 +24,10 @@ from edgefleet.errors import TrustError
 from edgefleet.trust import tufmeta
 from edgefleet.trust.documents import ArtifactMetadata, FileInfo, Root, parse_root
 from edgefleet.trust.envelopes import ROOT_TYPE, decode_payload
-from hub.store.electing import Elector, FencedStore, NotLeader
-from hub.store.etcd import EtcdStore
-from hub.tufrepo import TufRepository, create_repository
-from hub.tufsharing import TIMESTAMP_KEY, SharedTuf
+from hub.state.sharedtuf import TIMESTAMP_KEY, SharedTuf
+from hub.state.store.electing import Elector, FencedStore, NotLeader
+from hub.state.store.etcd import EtcdStore
+from hub.state.tufrepo import TufRepository, create_repository
 
 DAY = 86400.0
 keys = trusttesting.keys  # the fixture: real Ed25519 keys
@@ -203,8 +203,8 @@ async def test_hub_tuf_install_on_one_replica_reaches_every_replica_through_the_
     etcd_server: EtcdServer, etcd_namespace: str, tmp_path: Path, keys: dict[str, Key]
 ) -> None:
     from edgefleet.errors import HubDirError
-    from hub.tufrepo import install_repository
-    from hub.tufsharing import ROOTS_PREFIX, TARGETS_KEY, share_installed
+    from hub.state.sharedtuf import ROOTS_PREFIX, TARGETS_KEY, share_installed
+    from hub.state.tufrepo import install_repository
 
     create_repository(
         tmp_path / "a",
@@ -271,7 +271,7 @@ async def test_hub_tuf_install_with_an_etcd_store_shares_the_roles_and_signs_not
 ) -> None:
     from edgectl.cli import main as edgectl
     from hub.cli import main as hub
-    from hub.tufsharing import ROOTS_PREFIX, TARGETS_KEY
+    from hub.state.sharedtuf import ROOTS_PREFIX, TARGETS_KEY
 
     d = tmp_path / "hub"
     store = f"etcd://{etcd_server.endpoint}{etcd_namespace}"

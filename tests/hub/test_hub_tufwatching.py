@@ -1,4 +1,4 @@
-"""The running hub adopts a new TUF repository (hub/tufwatching.py): a real hub data
+"""The running hub adopts a new TUF repository (hub/controllers/tufwatch.py): a real hub data
 directory (``hub init`` with the quickstart TUF repository), the real context (SQLite), real
 keys and files. New top-level targets installed with ``hub tuf install``'s function are
 adopted; a targets file that does not verify is refused and the previous one kept."""
@@ -12,11 +12,11 @@ from pathlib import Path
 from asynctesting import async_test
 
 from edgefleet.trust import signing, tufmeta
+from hub.controllers.tufwatch import TufWatcher
 from hub.initializing import init_hub
 from hub.server import build_context
+from hub.state.tufrepo import install_repository
 from hub.trustsetup import quickstart_trust_with_tuf
-from hub.tufrepo import install_repository
-from hub.tufwatching import TufWatcher
 
 
 @async_test

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import pytest
 
-from hub.undoing import Refusal, Signed, device_refusal, refusal_message, undo_refusals
+from hub.decide.undo import Refusal, Signed, device_refusal, refusal_message, undo_refusals
 
 V100, V110, V120 = Signed("1.0.0", 100), Signed("1.1.0", 110), Signed("1.2.0", 120)
 V100_RESIGNED = Signed("1.0.0", 130)  # the same bytes, signed again after 1.2.0

@@ -44,17 +44,18 @@ from edgefleet.launching import free_port_pair
 from edgefleet.supervising import Component
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
-from hub import pki, storekeys, tokens
-from hub.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
-from hub.federating import ParentFiles, ParentLink, build_report, enroll_with_parent
+from hub import pki
+from hub.api.regions import RegionsFollower
+from hub.controllers.parentlink import ParentFiles, ParentLink, build_report, enroll_with_parent
+from hub.controllers.replicas import CacheFollower
+from hub.controllers.wave import WaveObserver
+from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
+from hub.decide.wave import WavePhase
 from hub.initializing import HubPaths, init_hub
-from hub.regions import RegionsFollower
-from hub.replicas import CacheFollower
 from hub.server import build_context, start_server
-from hub.store.electing import LeaderOnly
+from hub.state import storekeys, tokens
+from hub.state.store.electing import LeaderOnly
 from hub.trustsetup import quickstart_trust
-from hub.waves import WaveObserver
-from hub.waving import WavePhase
 
 DEADLINE = 60.0  # for a loaded machine; not a timed assertion
 
@@ -633,7 +634,7 @@ CANARY = {
 
 def seen_on(hub: Hub, region: str, version: str) -> bool:
     """``hub`` sees ``region`` connected, its rollout of ``version`` Complete, whatever
-    replica the region streams to (hub.reportsharing)."""
+    replica the region streams to (hub.state.sharedreports)."""
     regions = hub.ctx.regions
     state = regions.regions.get(region) if regions is not None else None
     if regions is None or state is None:

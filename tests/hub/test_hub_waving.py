@@ -1,4 +1,4 @@
-"""Federated rollouts in waves (hub.waving): the spec's validation, what each region is sent,
+"""Federated rollouts in waves (hub.decide.wave): the spec's validation, what each region is sent,
 and the planner's steps as tables. Pure: no store, no clock, no network."""
 
 from __future__ import annotations
@@ -11,9 +11,9 @@ from edgefleet.api import API_VERSION, CanaryAnalysis, ModelDeployment, Wave, pa
 from edgefleet.api.explaining import explain
 from edgefleet.errors import ValidationError
 from edgefleet.v1 import federation_pb2
-from hub import slicing
-from hub.analyzing import Sample
-from hub.rolling import (
+from hub.decide import regionslice
+from hub.decide.analysis import Sample
+from hub.decide.rollout import (
     MAX_WEIGHT,
     Revision,
     RolloutPhase,
@@ -21,7 +21,7 @@ from hub.rolling import (
     max_weight_of,
     template_hash,
 )
-from hub.waving import (
+from hub.decide.wave import (
     RegionSide,
     RegionView,
     RevisionFigures,
@@ -189,28 +189,30 @@ def test_a_region_not_released_gets_the_stable_revision_and_never_the_waves() ->
 
 def test_the_expected_template_has_the_regions_replica_override() -> None:
     m = manifest("2.0.0", WAVES)
-    m["metadata"]["annotations"] = {f"{slicing.REPLICAS_OVERRIDE}eu": "3"}
+    m["metadata"]["annotations"] = {f"{regionslice.REPLICAS_OVERRIDE}eu": "3"}
     assert expected_template(m, "eu") != expected_template(m, "us")
-    assert expected_template(m, "eu") == template_hash(slicing.with_overrides(m, "eu"))
+    assert expected_template(m, "eu") == template_hash(regionslice.with_overrides(m, "eu"))
 
 
 def test_a_regions_model_variant_moves_with_the_waves() -> None:
     """eu runs the variant det-int8: before its wave at the stable version, after it at the
     new one; the template the root expects from eu is the variant's."""
     current = manifest("2.0.0", WAVES)
-    current["metadata"]["annotations"] = {f"{slicing.MODEL_OVERRIDE}eu": "det-int8"}
+    current["metadata"]["annotations"] = {f"{regionslice.MODEL_OVERRIDE}eu": "det-int8"}
     waiting = progressing()
     released = progressing(released=frozenset({"eu"}))
 
     def sent(state: WaveState, region: str) -> dict[str, Any]:
-        out = slicing.with_overrides(region_manifest(current, state, region), region)
+        out = regionslice.with_overrides(region_manifest(current, state, region), region)
         return dict(out["spec"]["model"])
 
     assert sent(waiting, "eu") == {"name": "det-int8", "version": "1.0.0"}
     assert sent(released, "eu") == {"name": "det-int8", "version": "2.0.0"}
     assert sent(released, "us") == {"name": "det", "version": "1.0.0"}
     assert expected_template(current, "eu") != expected_template(current, "us")
-    assert expected_template(current, "eu") == template_hash(slicing.with_overrides(current, "eu"))
+    assert expected_template(current, "eu") == template_hash(
+        regionslice.with_overrides(current, "eu")
+    )
 
 
 # -- a new revision -----------------------------------------------------------------------------
@@ -702,9 +704,9 @@ def region_report(**figures: Any) -> federation_pb2.RegionReport:
 )
 def test_a_regions_rollout_figures_are_bounded(change: Any, problem: str) -> None:
     r = region_report(accuracy=0.9, latency_p95_s=0.01)
-    assert slicing.check_report(r) == []
+    assert regionslice.check_report(r) == []
     change(r)
-    problems = slicing.check_report(r)
+    problems = regionslice.check_report(r)
     assert any(problem in p and "report.deployments[0]" in p for p in problems), problems
 
 
@@ -761,5 +763,5 @@ def test_a_percent_wave_caps_every_region_then_a_region_wave_releases_one_whole(
 def test_the_max_weight_annotation_is_refused_at_apply() -> None:
     m = manifest("1.0.0")
     m["metadata"]["annotations"] = {MAX_WEIGHT: "10"}
-    problems = slicing.override_problems(m)
+    problems = regionslice.override_problems(m)
     assert problems and problems[0][0] == f'metadata.annotations["{MAX_WEIGHT}"]'

@@ -1,11 +1,11 @@
-"""No single device (or region) decides a canary: the pure functions of ``hub.weighing`` as
+"""No single device (or region) decides a canary: the pure functions of ``hub.decide.weighing`` as
 tables, and the property that makes them worth having (hypothesis): for any honest set of
 devices and any one more device reporting anything, the analysis decides as it does without
 that device, or waits. Pure: no clock, no store.
 
 What "as without it" means, exactly (the error rate is the counters' check, the one a sum let
 a liar decide; ``minAccuracy`` and ``maxLatencyP95`` stay worst-device checks by design, see
-``hub.analyzing``):
+``hub.decide.analysis``):
 
 * the error rate check, decided for the honest devices, is the same or Wait with one more;
 * a verdict the honest devices reach is never turned around: Pass stays Pass or Wait (or
@@ -30,10 +30,10 @@ from hypothesis import strategies as st
 from propertytesting import examples
 
 from edgefleet.api import CanaryAnalysis
-from hub.analyzing import Analysis, Observed, Sample, Verdict, analyze, figures
-from hub.devices import RevisionPhase, RevisionReport
-from hub.waving import RegionSide, RevisionFigures, analyze_regions, side_figures
-from hub.weighing import (
+from hub.decide.analysis import Analysis, Observed, Sample, Verdict, analyze, figures
+from hub.decide.devices import RevisionPhase, RevisionReport
+from hub.decide.wave import RegionSide, RevisionFigures, analyze_regions, side_figures
+from hub.decide.weighing import (
     MAX_REQUESTS_PER_REPLICA_S,
     Counts,
     newly_excluded,

@@ -12,8 +12,8 @@ import pytest
 
 from edgefleet.api.explaining import FieldSchema, explain
 from edgefleet.v1 import federation_pb2
-from hub import storekeys
-from hub.devices import (
+from hub.api.regions import RegionState, Seen, region_key, region_object
+from hub.decide.devices import (
     Attestation,
     Device,
     DevicePhase,
@@ -23,17 +23,17 @@ from hub.devices import (
     TrustState,
     WorkloadReport,
 )
-from hub.placing import SecurityPolicy
-from hub.presenting import (
+from hub.decide.placement import SecurityPolicy
+from hub.decide.presentation import (
     device_object,
     fleet_compliance,
     model_object,
     token_object,
     with_store_metadata,
 )
-from hub.regions import RegionState, Seen, region_key, region_object
-from hub.tokens import TokenRecord
-from hub.writing import _event
+from hub.state import storekeys
+from hub.state.tokens import TokenRecord
+from hub.state.writer import _event
 
 OPAQUE = (
     "<map[string]string>",

@@ -231,7 +231,7 @@ def test_sizing_is_reported_without_the_samples() -> None:
 
 def test_revision_figures_go_to_the_hub_within_its_bounds() -> None:
     """What a revision answered and its validation accuracy reach the Status message, and the
-    hub's bounds (hub.deviceinput is the hub's; checked here on the real message) take it."""
+    hub's bounds (hub.api.deviceinput is the hub's; checked here on the real message) take it."""
     from edged.serving.measuring import BenchmarkResult, RevisionMeasures, ValidationResult
 
     rev = RevisionStatus("rev1", "2.1", "a" * 64, RevisionPhase.READY, 2, wanted=True)

@@ -6,8 +6,8 @@ from __future__ import annotations
 from edged.hublink.mapping import status_message
 from edged.hublink.reporting import DeviceReport, SandboxReport, WorkloadReport
 from edgefleet.v1 import device_pb2
-from hub.deviceinput import check_status
-from hub.syncing import _compliance, _workload
+from hub.api.deviceinput import check_status
+from hub.api.devicesync import _compliance, _workload
 
 SANDBOX = {
     "inForce": True, "mode": "landlock", "landlockAbi": 7, "filesystem": True, "network": True,

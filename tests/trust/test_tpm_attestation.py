@@ -32,10 +32,11 @@ from edgefleet.trust.evidence import Policy, verify_evidence
 from edgefleet.trust.signing import create_root, generate_key_pair
 from edgefleet.trust.verifying import root_digest
 from edgefleet.v1 import device_pb2, device_pb2_grpc, enrollment_pb2, enrollment_pb2_grpc
-from hub import pki, tokens
-from hub.attesting import Challenge, assess
-from hub.devices import TrustState
-from hub.trustroots import HubRoots, install_roots
+from hub import pki
+from hub.controllers.attestation import Challenge, assess
+from hub.decide.devices import TrustState
+from hub.state import tokens
+from hub.state.trustroots import HubRoots, install_roots
 
 POLICY = Policy(
     allowed_code=None,
@@ -414,7 +415,7 @@ def test_a_secret_requiring_a_tpm_is_sealed_to_a_key_only_that_tpm_opens(
     from edged.trust.secrets import SecretVolumes
     from edged.trust.tpmattesting import SEALING_KEY_FILE, TpmSealingKey
     from edgefleet.sealing import SealError, new_key, open_from_hub, public_key_of, seal_at_rest
-    from hub.secrets import SecretKeys, SecretRecord, key_id, seal_for
+    from hub.state.secrets import SecretKeys, SecretRecord, key_id, seal_for
 
     root, pin = _root(tmp_path)
     data = tmp_path / "cam-s"
@@ -436,7 +437,7 @@ def test_a_secret_requiring_a_tpm_is_sealed_to_a_key_only_that_tpm_opens(
     with TpmSealingKey(data, tpm.tcti) as key:
         assert key.public_key_pem().decode() == sealing_pem
 
-    # the hub seals a requireTpm secret to it (what hub/syncing.py does for this device)
+    # the hub seals a requireTpm secret to it (what hub/api/devicesync.py does for this device)
     at_rest = new_key()
     record = SecretRecord(
         "vault", 1, ("token",), seal_at_rest(at_rest, "vault", 1, {"token": b"tpm-only"}),
@@ -506,7 +507,7 @@ def test_a_baseline_that_requires_the_measurement_pcr(tpm: Tpm, tmp_path: Path) 
     path (a baseline applied through AdminService, the controller judging real evidence)."""
     from edged.trust.attesting import LoadMeasurer, MeasurementLog
     from edgefleet.v1 import admin_pb2
-    from hub.attesting import AttestationController
+    from hub.controllers.attestation import AttestationController
 
     root, pin = _root(tmp_path)
     data = tmp_path / "cam-r"
@@ -630,7 +631,7 @@ def test_one_tpm_backs_one_device_record_unless_the_operator_allows_it(
             await hub.ctx.writer.flush()
             assert hub.ctx.cache.devices["cam-c"].ek_sha256 == ek
             # the decision itself, pure: a pending offer on that EK counts too
-            from hub.enrolling import shared_ek_refusal
+            from hub.api.enrollment import shared_ek_refusal
 
             devices = list(hub.ctx.cache.devices.values())
             assert shared_ek_refusal(ek, devices, allowed=False, name="cam-d") is not None

@@ -1,4 +1,4 @@
-"""TUF roles through python-tuf: the hub's repository (``hub.tufrepo``) and the device's
+"""TUF roles through python-tuf: the hub's repository (``hub.state.tufrepo``) and the device's
 client (``edged.trust.tufclient``: python-tuf's ``Updater`` with the project's fetcher).
 
 Real keys, real files, the real repository code of the hub and python-tuf's real client. A
@@ -24,7 +24,7 @@ from edgefleet.errors import TrustError
 from edgefleet.trust import tufmeta
 from edgefleet.trust.documents import ArtifactMetadata, FileInfo, Root, parse_root
 from edgefleet.trust.envelopes import ROOT_TYPE, decode_payload, key_id
-from hub.tufrepo import TufRepository, create_repository
+from hub.state.tufrepo import TufRepository, create_repository
 
 DAY = 86400.0
 

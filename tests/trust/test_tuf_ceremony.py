@@ -15,7 +15,7 @@ from edgefleet.trust import tufmeta
 from edgefleet.trust.documents import ArtifactMetadata, FileInfo, parse_root
 from edgefleet.trust.envelopes import ROOT_TYPE, decode_payload, parse_envelope_bytes
 from hub.cli import main as hub
-from hub.tufrepo import TufRepository
+from hub.state.tufrepo import TufRepository
 
 
 def test_offline_root_and_targets_installed_then_rotated(

@@ -1,9 +1,9 @@
-"""TUF metadata through the hierarchy (``hub.tufrelaying``): a regional hub checks the root
+"""TUF metadata through the hierarchy (``hub.state.tufrelay``): a regional hub checks the root
 hub's TUF files as a device would, serves them byte for byte, refuses a set that does not
 check out and keeps the last good one; a device under the region verifies what the region
 serves as it would the root's.
 
-Real keys, a real root repository (``hub.tufrepo``), python-tuf's real client on the region
+Real keys, a real root repository (``hub.state.tufrepo``), python-tuf's real client on the region
 and on the device (``edged.trust.tufclient``). The gRPC path (root -> region -> edged) is
 ``tests/e2e/test_federation_tuf.py``.
 """
@@ -22,9 +22,9 @@ from trusttesting import Key, make_root
 from edged.trust.tufclient import TufClient
 from edgefleet.errors import TrustError
 from edgefleet.trust import tufmeta
-from hub import tufrelaying
-from hub.tufrelaying import RelayedTuf, adopt, check_set, digest_files, set_message
-from hub.tufrepo import TufRepository, create_repository
+from hub.state import tufrelay
+from hub.state.tufrelay import RelayedTuf, adopt, check_set, digest_files, set_message
+from hub.state.tufrepo import TufRepository, create_repository
 
 
 @pytest.fixture(name="hub")
@@ -244,7 +244,7 @@ def test_the_shape_of_a_set_is_checked_before_its_signatures(
     message = set_message(good, digest)
     message.files.append(message.files[0])
     assert any("twice" in p for p in check_set(message))
-    assert tufrelaying.MAX_SET_BYTES < 4 * 1024 * 1024
+    assert tufrelay.MAX_SET_BYTES < 4 * 1024 * 1024
 
 
 def test_a_regional_hub_cannot_add_targets(hub: Hub, tmp_path: Path) -> None:

@@ -1,0 +1,542 @@
+"""The dashboard's listener (``dashboardListen`` in hub.toml): aiohttp over HTTPS with the
+hub's serving certificate, read-only, every request authenticated (:mod:`hub.api.dashboard.access`):
+
+* a client certificate, asked for in the handshake (optional there, verified against the hub
+  CA): an admin certificate of this region, not revoked, is let in; any other is refused;
+* or a dashboard token: ``GET /login?token=T`` (the URL ``edgectl dashboard`` prints) sets it
+  as an HttpOnly, Secure, SameSite=Strict cookie that lives as long as the token, and
+  redirects to ``/``; ``Authorization: Bearer T`` works too. The access log is off (a URL
+  may carry a token); refusals are logged without it.
+
+Pages (:mod:`hub.api.dashboard.pages`) are computed from the cache (:mod:`hub.api.dashboard.views`).
+Live sections are server-sent events: ``/live/fleet`` and ``/live/deployments/NAME`` send the
+section's HTML again when it changed (woken by each new event, checked every
+:data:`LIVE_PERIOD_S` at most; rendered at most once per period for every viewer together),
+``/events/stream`` sends each new event as JSON from the cache's event log (resuming after
+``Last-Event-ID``). Every response has a Content-Security-Policy that allows only the
+dashboard's own script and style.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import ssl
+import time
+from collections.abc import Awaitable, Callable
+from importlib import resources
+from typing import Any
+
+import orjson
+from aiohttp import web
+
+from edgefleet.configfiles import parse_host_port
+from edgefleet.deploymentstatus import serving_model
+from edgefleet.errors import EdgefleetError
+from edgefleet.logs import get_logger
+from hub import pki
+from hub.api.dashboard import pages, views
+from hub.api.dashboard.access import AccessRefused, Viewer
+from hub.context import HubContext
+from hub.pki import Role
+
+log = get_logger(__name__)
+
+COOKIE = "edgefleet_dashboard"
+LIVE_PERIOD_S = 1.0
+COST_FACTOR = 10.0
+DEPLOYMENTS_PER_PAGE = 20
+MODELS_PER_PAGE = 50
+KEEPALIVE_S = 15.0
+MAX_STREAMS = 64
+MAX_EVENTS_SHOWN = 100
+MAX_DEVICE_EVENTS = 50
+STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
+    "connect-src 'self'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+    "X-Frame-Options": "DENY",
+}
+VIEWER: web.RequestKey[Viewer] = web.RequestKey("viewer", Viewer)
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+class DashboardError(EdgefleetError):
+    """The dashboard cannot start (its listen address, its certificate)."""
+
+
+def tls_context(ctx: HubContext) -> ssl.SSLContext:
+    """The hub's serving certificate; a client certificate asked for, verified if given."""
+    paths = ctx.paths
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        context.load_cert_chain(paths.hub_certificate, paths.hub_key)
+        context.load_verify_locations(cafile=str(paths.ca_certificate))
+    except (OSError, ssl.SSLError) as exc:
+        raise DashboardError(f"the dashboard cannot load the hub's certificate: {exc}") from None
+    context.verify_mode = ssl.CERT_OPTIONAL
+    return context
+
+
+class Memo:
+    """Values computed at most once per ``period`` whoever asks (many viewers, one render),
+    and kept longer when they are dear: a value that took T seconds is kept ``COST_FACTOR``
+    times T, so live views never take more than about 1/COST_FACTOR of the hub's CPU per
+    page, whatever the fleet's size."""
+
+    def __init__(self, period: float) -> None:
+        self.period = period
+        self._values: dict[str, tuple[float, float, Any]] = {}  # key -> (at, keep, value)
+
+    def get(self, key: str, compute: Callable[[], Any]) -> Any:
+        now = time.monotonic()
+        hit = self._values.get(key)
+        if hit is not None and now - hit[0] < hit[1]:
+            return hit[2]
+        value = compute()
+        cost = time.monotonic() - now
+        if len(self._values) > 1000:
+            self._values.clear()
+        self._values[key] = (now, max(self.period, COST_FACTOR * cost), value)
+        return value
+
+    def clear(self) -> None:
+        self._values.clear()
+
+
+class Dashboard:
+    """The dashboard's aiohttp application over a hub context (see the module doc)."""
+
+    def __init__(self, ctx: HubContext) -> None:
+        from hub.api.admin import AdminServicer
+
+        self.ctx = ctx
+        self._admin = AdminServicer(ctx)  # its deployment status, as `edgectl get` shows it
+        self.memo = Memo(LIVE_PERIOD_S)
+        self.history = views.FigureHistory()  # each deployment's figures over time
+        self.streams = 0
+        self.stopping = asyncio.Event()
+        self.app = web.Application(middlewares=[self._headers, self._authenticate])
+        r = self.app.router
+        r.add_get("/login", self.login)
+        r.add_get("/", self.fleet)
+        r.add_get("/live/fleet", self.live_fleet)
+        r.add_get("/devices", self.devices)
+        r.add_get("/devices/{name}", self.device)
+        r.add_get("/deployments", self.deployments)
+        r.add_get("/deployments/{name}", self.deployment)
+        r.add_get("/live/deployments/{name}", self.live_deployment)
+        r.add_get("/deployments/{name}/canary", self.canary)
+        r.add_get("/live/deployments/{name}/canary", self.live_canary)
+        r.add_get("/events", self.events)
+        r.add_get("/events/stream", self.event_stream)
+        r.add_get("/models", self.models)
+        r.add_get("/static/{file}", self.static)
+
+    # -- middlewares -----------------------------------------------------------------------
+    @web.middleware
+    async def _headers(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        try:
+            response = await handler(request)
+        except web.HTTPException as exc:
+            if exc.status < 400:
+                exc.headers.update(SECURITY_HEADERS)
+                raise
+            response = self._error(exc.status, exc.text or exc.reason)
+        except views.BadQuery as exc:
+            response = self._error(400, str(exc))
+        if not response.prepared:
+            response.headers.update(SECURITY_HEADERS)
+        return response
+
+    def _error(self, status: int, message: str) -> web.Response:
+        text = pages.error_page(status, message, region=self.ctx.region)
+        response = web.Response(status=status, text=text, content_type="text/html")
+        if status == 401:
+            response.headers["WWW-Authenticate"] = 'Bearer realm="edgefleet dashboard"'
+        return response
+
+    def viewer_of(self, request: web.Request) -> Viewer:
+        """Who makes ``request``; raises :class:`AccessRefused` (401) or HTTPForbidden."""
+        ssl_object = request.transport.get_extra_info("ssl_object") if request.transport else None
+        der = ssl_object.getpeercert(binary_form=True) if ssl_object is not None else None
+        if der:
+            cert = pki.load_certificate(der)
+            identity = pki.identity_from_certificate(cert)
+            serial = format(cert.serial_number, "x")
+            if identity.role is not Role.ADMIN or identity.region != self.ctx.region:
+                raise web.HTTPForbidden(
+                    text=f"a {identity.role.value} certificate of region {identity.region} may "
+                    "not see the dashboard (needs an admin certificate of this hub)"
+                )
+            if serial in self.ctx.cache.revoked:
+                raise web.HTTPForbidden(text=f"certificate {serial} has been revoked")
+            return Viewer(identity.name, serial, "certificate")
+        token = request.cookies.get(COOKIE, "")
+        auth = request.headers.get("Authorization", "")
+        if auth.startswith("Bearer "):
+            token = auth[len("Bearer ") :].strip()
+        if not token:
+            raise AccessRefused(
+                "authentication required: an admin client certificate, or a token from "
+                "edgectl dashboard"
+            )
+        return self.ctx.dashboard.verify(
+            token, now=self.ctx.clock(), revoked=self.ctx.cache.revoked
+        )
+
+    @web.middleware
+    async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
+        if request.path == "/login":
+            return await handler(request)
+        try:
+            viewer = self.viewer_of(request)
+        except (AccessRefused, EdgefleetError) as exc:
+            log.info("dashboard request refused", path=request.path, reason=str(exc))
+            return self._error(401, str(exc))
+        request[VIEWER] = viewer
+        return await handler(request)
+
+    # -- pages -----------------------------------------------------------------------------
+    def _page(self, request: web.Request, title: str, body: str, active: str) -> web.Response:
+        text = pages.layout(title, body, request[VIEWER], region=self.ctx.region, active=active)
+        return web.Response(text=text, content_type="text/html")
+
+    async def login(self, request: web.Request) -> web.StreamResponse:
+        token = request.query.get("token", "")
+        try:
+            viewer = self.ctx.dashboard.verify(
+                token, now=self.ctx.clock(), revoked=self.ctx.cache.revoked
+            )
+        except AccessRefused as exc:
+            log.info("dashboard login refused", reason=str(exc))
+            return self._error(401, str(exc))
+        assert viewer.expires is not None
+        log.info("dashboard login", admin=viewer.name)
+        response = web.HTTPSeeOther("/")
+        response.set_cookie(
+            COOKIE,
+            token,
+            max_age=max(1, int(viewer.expires - self.ctx.clock())),
+            path="/",
+            secure=True,
+            httponly=True,
+            samesite="Strict",
+        )
+        raise response
+
+    def _fleet_html(self) -> str:
+        cache = self.ctx.cache
+
+        def compute() -> str:
+            summary = views.fleet_summary(
+                cache.devices.values(), cache.desired, cache.security_policy(), self.ctx.region
+            )
+            return pages.fleet_fragment(summary)
+
+        return str(self.memo.get("fleet", compute))
+
+    async def fleet(self, request: web.Request) -> web.StreamResponse:
+        body = pages.live("/live/fleet", self._fleet_html())
+        return self._page(request, "Fleet", body, "/")
+
+    async def devices(self, request: web.Request) -> web.StreamResponse:
+        query = views.parse_device_query(request.query)
+        devices = self.ctx.cache.devices
+        names: list[str] = self.memo.get("names", lambda: sorted(devices))
+        in_order = (d for n in names if (d := devices.get(n)) is not None)
+        page = views.device_page(in_order, query, by_name=True)
+        return self._page(request, "Devices", pages.devices_body(page, query), "/devices")
+
+    async def device(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        cache = self.ctx.cache
+        device = cache.devices.get(name)
+        if device is None:
+            raise web.HTTPNotFound(text=f"no device {name!r}")
+        events = views.events_of(cache.events, kind="Device", name=name, limit=MAX_DEVICE_EVENTS)
+        body = pages.device_body(device, cache.desired.get(name), events)
+        return self._page(request, f"Device {name}", body, "/devices")
+
+    def _status(self, name: str) -> dict[str, Any] | None:
+        stored = self.ctx.cache.stored.get(("ModelDeployment", name))
+        if stored is None:
+            return None
+        doc = self._admin._object_json("ModelDeployment", stored.manifest)
+        status: dict[str, Any] = doc.get("status", {})
+        return status
+
+    def _deployment_rows(self, page: int) -> tuple[list[dict[str, Any]], int]:
+        """One page of deployments with their status, and how many pages there are (each
+        status is a pass over the devices: a page bounds the work)."""
+        names = sorted(self.ctx.cache.deployments)
+        pages_ = max(1, -(-len(names) // DEPLOYMENTS_PER_PAGE))
+        start = (page - 1) * DEPLOYMENTS_PER_PAGE
+
+        def compute() -> list[dict[str, Any]]:
+            rows = []
+            for name in names[start : start + DEPLOYMENTS_PER_PAGE]:
+                dep = self.ctx.cache.deployments[name]
+                model = dep.spec.model
+                status = self._status(name) or {}
+                spec = {"model": {"name": model.name, "version": model.version}}
+                # what serves (after a rollback: the stable version, the rejected one named),
+                # as edgectl's MODEL column, never only the version asked for
+                shown = serving_model({"spec": spec, "status": status})
+                rows.append({"name": name, "model": shown, "status": status})
+            return rows
+
+        rows: list[dict[str, Any]] = self.memo.get(f"deployments/{page}", compute)
+        return rows, pages_
+
+    async def deployments(self, request: web.Request) -> web.StreamResponse:
+        page = views.page_param(request.query)
+        rows, pages_ = self._deployment_rows(page)
+        body = pages.deployments_body(rows, page, pages_)
+        return self._page(request, "Deployments", body, "/deployments")
+
+    def _deployment_html(self, name: str) -> str | None:
+        def compute() -> str | None:
+            status = self._status(name)
+            if status is None:
+                self.history.forget(name)
+                return None
+            cache = self.ctx.cache
+            state = cache.rollouts.get(name)
+            revisions = []
+            for number, rev in sorted(cache.revisions.get(name, {}).items()):
+                role = ""
+                if state is not None:
+                    role = (
+                        "current"
+                        if number == state.revision
+                        else "stable"
+                        if number == state.stable
+                        else ""
+                    )
+                serving = status.get("versions", {}).get(rev.model[1], {})
+                revisions.append(
+                    {
+                        "number": number,
+                        "model": " ".join(rev.model),
+                        "createdAt": rev.created_at,
+                        "role": role,
+                        "devices": serving.get("devices", 0),
+                        "ready": serving.get("ready", 0),
+                    }
+                )
+            self.history.record(name, status, time.time())
+            series, thresholds = self.history.of(name)
+            return pages.deployment_fragment(status, revisions, series, thresholds)
+
+        html: str | None = self.memo.get(f"deployment/{name}", compute)
+        return html
+
+    async def deployment(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        html = self._deployment_html(name)
+        if html is None:
+            raise web.HTTPNotFound(text=f"no deployment {name!r}")
+        link = (
+            f'<p><a id=canary-link href="/deployments/{pages.seg(name)}/canary">'
+            "canary against stable, over time →</a></p>"
+        )
+        body = link + pages.live(f"/live/deployments/{pages.seg(name)}", html)
+        return self._page(request, f"Deployment {name}", body, "/deployments")
+
+    def _canary_html(self, name: str) -> str | None:
+        """The canary-against-stable page of ``name`` from the analysis the rollout
+        controller keeps over time (``cache.analysis``, loaded from the store at start):
+        the samples of the current revision, else of the newest revision that has some."""
+
+        def compute() -> str | None:
+            cache = self.ctx.cache
+            if name not in cache.deployments:
+                return None
+            ring = list(cache.analysis.get(name, {}).values())
+            state = cache.rollouts.get(name)
+            revision = state.revision if state is not None else 0
+            if ring and not any(s.revision == revision for s in ring):
+                revision = ring[-1].revision
+            samples = [s for s in ring if s.revision == revision]
+            phase = state.phase.value if state is not None else "—"
+            message = state.message if state is not None and state.revision == revision else ""
+            return pages.canary_fragment(name, samples, phase, message)
+
+        html: str | None = self.memo.get(f"canary/{name}", compute)
+        return html
+
+    async def canary(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        html = self._canary_html(name)
+        if html is None:
+            raise web.HTTPNotFound(text=f"no deployment {name!r}")
+        link = f'<p><a href="/deployments/{pages.seg(name)}">← deployment {pages.esc(name)}</a></p>'
+        body = link + pages.live(f"/live/deployments/{pages.seg(name)}/canary", html)
+        return self._page(request, f"Canary of {name} against stable", body, "/deployments")
+
+    async def live_canary(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if self._canary_html(name) is None:
+            raise web.HTTPNotFound(text=f"no deployment {name!r}")
+        return await self._live(request, lambda: self._canary_html(name))
+
+    async def events(self, request: web.Request) -> web.StreamResponse:
+        log_ = self.ctx.cache.events
+        shown = views.events_of(log_, limit=MAX_EVENTS_SHOWN)
+        return self._page(request, "Events", pages.events_body(shown, log_.appended), "/events")
+
+    async def models(self, request: web.Request) -> web.StreamResponse:
+        """One page of pushed model versions, by name and version (each row parses its
+        signed metadata: a page bounds the work and what is sent)."""
+        page = views.page_param(request.query)
+        cache = self.ctx.cache
+        keys = sorted(cache.models)
+        pages_ = max(1, -(-len(keys) // MODELS_PER_PAGE))
+        start = (page - 1) * MODELS_PER_PAGE
+        shown = {key: cache.models[key] for key in keys[start : start + MODELS_PER_PAGE]}
+        wanted = {
+            name: (dep.spec.model.name, dep.spec.model.version)
+            for name, dep in cache.deployments.items()
+        }
+        body = pages.models_body(views.model_versions(shown, wanted), page, pages_)
+        return self._page(request, "Models", body, "/models")
+
+    async def static(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["file"]
+        if name not in STATIC:
+            raise web.HTTPNotFound(text="no such file")
+        data = resources.files("hub.api.dashboard").joinpath("static", name).read_bytes()
+        return web.Response(body=data, content_type=STATIC[name], charset="utf-8")
+
+    # -- live ------------------------------------------------------------------------------
+    async def _stream(self, request: web.Request) -> web.StreamResponse:
+        if self.streams >= MAX_STREAMS:
+            raise web.HTTPServiceUnavailable(text=f"at most {MAX_STREAMS} live views at once")
+        response = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", **SECURITY_HEADERS}
+        )
+        await response.prepare(request)
+        return response
+
+    async def _wait(self, woken: asyncio.Event, timeout: float) -> bool:
+        """Wait for a new event, the timeout or the end; False when the dashboard stops."""
+        stop = asyncio.ensure_future(self.stopping.wait())
+        wake = asyncio.ensure_future(woken.wait())
+        try:
+            await asyncio.wait((stop, wake), timeout=timeout, return_when="FIRST_COMPLETED")
+        finally:
+            stop.cancel()
+            wake.cancel()
+        woken.clear()
+        return not self.stopping.is_set()
+
+    async def _live(
+        self, request: web.Request, render: Callable[[], str | None]
+    ) -> web.StreamResponse:
+        """Send ``render()`` whenever it changed (see the module doc) until the viewer leaves."""
+        response = await self._stream(request)
+        woken = asyncio.Event()
+        self.ctx.cache.events.listeners.add(woken.set)
+        self.streams += 1
+        last: str | None = None
+        quiet = 0.0
+        try:
+            while True:
+                html = render()
+                if html is None:
+                    break
+                if html != last:
+                    data = "".join(f"data: {line}\n" for line in html.splitlines() or [""])
+                    await response.write(f"event: html\n{data}\n".encode())
+                    last, quiet = html, 0.0
+                elif quiet >= KEEPALIVE_S:
+                    await response.write(b": keepalive\n\n")
+                    quiet = 0.0
+                if not await self._wait(woken, LIVE_PERIOD_S):
+                    break
+                quiet += LIVE_PERIOD_S
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self.streams -= 1
+            self.ctx.cache.events.listeners.discard(woken.set)
+        return response
+
+    async def live_fleet(self, request: web.Request) -> web.StreamResponse:
+        return await self._live(request, self._fleet_html)
+
+    async def live_deployment(self, request: web.Request) -> web.StreamResponse:
+        name = request.match_info["name"]
+        if self._deployment_html(name) is None:
+            raise web.HTTPNotFound(text=f"no deployment {name!r}")
+        return await self._live(request, lambda: self._deployment_html(name))
+
+    async def event_stream(self, request: web.Request) -> web.StreamResponse:
+        log_ = self.ctx.cache.events
+        position = log_.appended
+        last_id = request.headers.get("Last-Event-ID", request.query.get("after", ""))
+        if last_id.isdigit() and len(last_id) < 19:
+            position = min(int(last_id), log_.appended)
+        response = await self._stream(request)
+        woken = asyncio.Event()
+        log_.listeners.add(woken.set)
+        self.streams += 1
+        try:
+            await response.write(b"retry: 2000\n\n")
+            while True:
+                missed = log_.since(position)
+                position = log_.appended
+                for i, ev in enumerate(missed):
+                    data = orjson.dumps(views.event_json(ev)).decode()
+                    ident = position - len(missed) + i + 1
+                    await response.write(f"id: {ident}\nevent: event\ndata: {data}\n\n".encode())
+                if not missed:
+                    await response.write(b": keepalive\n\n")
+                if not await self._wait(woken, KEEPALIVE_S):
+                    break
+        except (ConnectionError, asyncio.CancelledError):
+            pass
+        finally:
+            self.streams -= 1
+            log_.listeners.discard(woken.set)
+        return response
+
+
+class DashboardServer:
+    """The dashboard listener as a hub component (``name`` + ``run(stop)``)."""
+
+    name = "dashboard"
+
+    def __init__(self, ctx: HubContext, listen: str) -> None:
+        self.host, self.port = parse_host_port(listen)
+        self.ctx = ctx
+        self.dashboard = Dashboard(ctx)
+        self.bound = asyncio.Event()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        context = tls_context(self.ctx)
+        self.dashboard.stopping.clear()
+        runner = web.AppRunner(self.dashboard.app, access_log=None, handle_signals=False)
+        await runner.setup()
+        try:
+            site = web.TCPSite(runner, self.host, self.port, ssl_context=context)
+            await site.start()
+            server = getattr(site, "_server", None)
+            if server is not None and server.sockets:
+                self.port = server.sockets[0].getsockname()[1]
+            self.ctx.dashboard.port = self.port
+            log.info("dashboard listening", host=self.host, port=self.port)
+            self.bound.set()
+            await stop.wait()
+        finally:
+            self.ctx.dashboard.port = 0
+            self.dashboard.stopping.set()
+            await runner.cleanup()

@@ -1,0 +1,324 @@
+"""Hub replicas on one etcd store: what ``hub serve`` adds when its store is etcd.
+
+Every replica serves device streams (its devices' records go to the store through its own
+device writer), enrollment and admin reads. One replica leads (:mod:`hub.state.store.electing`):
+
+* the controllers (projection, rollouts, lifecycle, compaction) run only on the leader, each
+  writing through a :class:`~hub.state.store.electing.FencedStore`;
+* admin writes (apply, delete, cordon, revoke, push, tokens, rollout actions) are served by the
+  leader only: a follower refuses them with UNAVAILABLE naming the leader (:class:`LeaderWrites`),
+  so that every change the controllers act on is made where they run;
+* a replica that becomes leader first reloads its cache from the store (:func:`reload_cache`),
+  as the previous leader may have changed anything since this replica started; then the
+  controllers project everything again;
+* device records follow the store on every replica (:class:`ReplicaDevices`): a replica
+  writes the heartbeat time of the devices connected to it every ``heartbeatGrace / 4``
+  (a single hub keeps it in memory), and takes the records of devices connected elsewhere
+  from a watch, so that the leader's lifecycle controller judges every device by its last
+  message wherever it arrived.
+
+* a follower's cache follows the leader's writes (:class:`CacheFollower`: objects, models,
+  desired state, revisions, rollouts, revocations, events, and through its ``followers`` a
+  root's rollouts in waves, :meth:`hub.controllers.wave.WaveController.follow`), so admin reads on
+  any
+  replica show the fleet as the leader changes it.
+
+Devices and edgectl fail over between the replicas' addresses (``replicaAddresses``; edged's
+hub link, edgectl's client). Writes to one device record by two replicas (a heartbeat here, a
+phase change by the leader) are conditional on the record's revision and merged field by
+field when it changed meanwhile (:mod:`hub.state.writer`). Artifacts' bytes are shared through the
+store (:mod:`hub.state.sharedblobs`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import os
+import socket
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Any, Protocol
+
+import grpc
+
+from edgefleet.logs import get_logger
+from edgefleet.supervising import wait_for_stop
+from hub.decide.rollout import Revision, RolloutState
+from hub.state import storekeys
+from hub.state.cache import Cache
+from hub.state.projector import Projector
+from hub.state.secrets import record_of
+from hub.state.sessions import Sessions
+from hub.state.store.electing import Elector
+from hub.state.store.identity import IDENTITY_KEY
+from hub.state.store.protocol import Event, EventType, KeyValue, Store
+from hub.state.writer import DeviceWriter
+
+log = get_logger(__name__)
+
+ADMIN_WRITES = frozenset(
+    f"/edgefleet.v1.AdminService/{m}"
+    for m in (
+        "Apply",
+        "Delete",
+        "Cordon",
+        "Uncordon",
+        "RevokeDevice",
+        "PushArtifact",
+        "PushRollbackAllowance",
+        "CreateToken",
+        "RolloutAction",
+    )
+)
+"""AdminService methods that write: served by the leading replica only."""
+
+
+def replica_identity(listen: str = "") -> str:
+    """Who a replica is, in the leader key: host, process and (when known) address."""
+    where = f" {listen}" if listen else ""
+    return f"{socket.gethostname()} pid {os.getpid()}{where}"
+
+
+async def reload_cache(cache: Cache, store: Store, sessions: Sessions) -> None:
+    """Replace ``cache``'s contents (in place: every component holds it) with the store's,
+    except the records of devices connected to this replica (its own are newer)."""
+    fresh = await Cache.load(store)
+    for name, device in cache.devices.items():
+        if sessions.get(name) is not None:
+            fresh.devices[name] = device
+    for f in dataclasses.fields(Cache):
+        if f.name != "trust_roots":  # installed from the data directory, not the store
+            setattr(cache, f.name, getattr(fresh, f.name))
+    log.info("cache reloaded", devices=len(cache.devices), deployments=len(cache.deployments))
+
+
+class LeaderWrites(grpc.aio.ServerInterceptor):  # type: ignore[misc]
+    """Refuses admin writes on a replica that does not lead (UNAVAILABLE, naming the leader)."""
+
+    def __init__(self, elector: Elector) -> None:
+        self.elector = elector
+
+    def _message(self) -> str:
+        leader = self.elector.leader or "none yet (an election is under way)"
+        return (
+            f"this hub replica ({self.elector.identity}) does not lead; admin writes go to the "
+            f"leading replica: {leader}"
+        )
+
+    async def intercept_service(
+        self,
+        continuation: Callable[[grpc.HandlerCallDetails], Awaitable[grpc.RpcMethodHandler]],
+        details: grpc.HandlerCallDetails,
+    ) -> grpc.RpcMethodHandler:
+        handler = await continuation(details)
+        if handler is None or str(details.method) not in ADMIN_WRITES or self.elector.leading:
+            return handler
+        message = self._message()
+
+        async def refuse(_request: Any, context: grpc.aio.ServicerContext) -> None:
+            await context.abort(grpc.StatusCode.UNAVAILABLE, message)
+
+        kwargs = {
+            "request_deserializer": handler.request_deserializer,
+            "response_serializer": handler.response_serializer,
+        }
+        if handler.stream_unary is not None:
+            return grpc.stream_unary_rpc_method_handler(refuse, **kwargs)
+        return grpc.unary_unary_rpc_method_handler(refuse, **kwargs)
+
+
+class ReplicaDevices:
+    """The ``replica-devices`` component (every replica on etcd; see the module doc)."""
+
+    name = "replica-devices"
+
+    def __init__(
+        self,
+        *,
+        store: Store,
+        cache: Cache,
+        sessions: Sessions,
+        writer: DeviceWriter,
+        projector: Projector,
+        last_seen: Mapping[str, float],
+        grace_s: float,
+    ) -> None:
+        self.store = store
+        self.cache = cache
+        self.sessions = sessions
+        self.writer = writer
+        self.projector = projector
+        self.last_seen = last_seen
+        self.period = grace_s / 4
+
+    def _local(self, name: str) -> bool:
+        return self.sessions.get(name) is not None
+
+    def _take(self, name: str, kv: KeyValue | None) -> None:
+        """A record written elsewhere, for a device not connected here (None: deleted)."""
+        if self._local(name):
+            return
+        old = self.cache.devices.get(name)
+        if kv is None:
+            if self.cache.devices.pop(name, None) is not None:
+                self.projector.mark([name])
+            return
+        # what a write here starts from; a change made here and not written yet is kept
+        device = self.writer.taken(name, kv.mod_revision, storekeys.loads(kv.value))
+        self.cache.devices[name] = device
+        if old is None or old.with_(last_heartbeat=None) != device.with_(last_heartbeat=None):
+            self.projector.mark([name])  # not only a heartbeat: project it again
+
+    async def _follow(self) -> None:
+        listed = await self.store.range(storekeys.DEVICES)
+        for kv in listed.kvs:
+            self._take(kv.key[len(storekeys.DEVICES) :], kv)
+        async for event in self.store.watch(storekeys.DEVICES, listed.revision + 1):
+            name = event.kv.key[len(storekeys.DEVICES) :]
+            self._take(name, None if event.type is EventType.DELETE else event.kv)
+
+    def record_heartbeats(self) -> list[str]:
+        """Queue the heartbeat times of connected devices not written for a while; the names."""
+        due = []
+        for name, seen in self.last_seen.items():
+            device = self.cache.devices.get(name)
+            if device is None or not self._local(name):
+                continue
+            if (device.last_heartbeat or 0) < seen - self.period:
+                due.append(name)
+                self.writer.update(device.with_(last_heartbeat=seen))
+        return due
+
+    async def run(self, stop: asyncio.Event) -> None:
+        follower = asyncio.ensure_future(self._follow())
+        try:
+            while not await wait_for_stop(stop, self.period):
+                if follower.done():
+                    follower.result()  # it failed (compacted, store gone): raise, be restarted
+                    return
+                self.record_heartbeats()
+        finally:
+            follower.cancel()
+            await asyncio.gather(follower, return_exceptions=True)
+
+
+class StoreFollower(Protocol):
+    """State of a component outside the cache that a follower replica keeps as the leader
+    writes it: loaded whole, then kept by the watch's events."""
+
+    async def load(self) -> None: ...
+
+    def follow(self, event: Event) -> bool:
+        """Apply ``event`` if it is one of this component's keys (True), else False."""
+        ...
+
+
+class CacheFollower:
+    """The ``cache-follower`` component: while its replica follows, the leader's writes reach
+    the cache through a watch (devices: :class:`ReplicaDevices`). A replica reloads its cache
+    when elected, so this stops during a term and starts again after it."""
+
+    name = "cache-follower"
+
+    def __init__(
+        self,
+        store: Store,
+        cache: Cache,
+        sessions: Sessions,
+        elector: Elector,
+        followers: Sequence[StoreFollower] = (),
+    ) -> None:
+        self.store = store
+        self.cache = cache
+        self.sessions = sessions
+        self.elector = elector
+        self.followers = tuple(followers)
+        self.applied = 0
+        """Events applied (for tests and metrics)."""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            if self.elector.leading:  # the leader's cache is its own: wait for the term's end
+                await _race(stop.wait(), self.elector.wait_term_over(self.elector.term))
+                continue
+            follow = asyncio.ensure_future(self._follow())
+            await _race(follow, stop.wait(), self.elector.wait_leading())
+            if follow.done() and not follow.cancelled() and not stop.is_set():
+                follow.result()  # the watch failed (compacted, store gone): raise, be restarted
+
+    async def _follow(self) -> None:
+        start = (await self.store.range(IDENTITY_KEY)).revision
+        await reload_cache(self.cache, self.store, self.sessions)
+        for follower in self.followers:
+            await follower.load()
+        async for event in self.store.watch("/", start + 1):
+            self.apply(event)
+
+    def apply(self, event: Event) -> None:
+        key, put = event.kv.key, event.type is EventType.PUT
+        value = event.kv.value
+        c = self.cache
+        if key.startswith(storekeys.OBJECTS):
+            kind, _, name = key[len(storekeys.OBJECTS) :].partition("/")
+            if put:  # a Secret's sealed record too: a new version, or re-sealed by a rotation
+                doc = storekeys.loads(value)
+                secret = record_of(doc, name) if kind == "Secret" else None
+                c.put_object(doc["manifest"], event.kv.mod_revision, secret=secret)
+            else:
+                c.drop_object(kind, name)
+        elif key.startswith(storekeys.MODELS):
+            name, _, version = key[len(storekeys.MODELS) :].rpartition("/")
+            if put:
+                model = storekeys.ModelRecord.from_json(storekeys.loads(value))
+                c.models[(model.name, model.version)] = model
+            else:
+                c.models.pop((name, version), None)
+        elif key.startswith(storekeys.DESIRED):
+            name = key[len(storekeys.DESIRED) :]
+            if put:
+                c.desired[name] = storekeys.DesiredRecord.from_json(storekeys.loads(value))
+            else:
+                c.desired.pop(name, None)
+        elif key.startswith(storekeys.REVISIONS):
+            deployment, _, number = key[len(storekeys.REVISIONS) :].rpartition("/")
+            if put:
+                rev = Revision.from_json(storekeys.loads(value))
+                c.revisions.setdefault(rev.deployment, {})[rev.number] = rev
+            elif number.isdigit():
+                c.revisions.get(deployment, {}).pop(int(number), None)
+        elif key.startswith(storekeys.ROLLOUTS):
+            deployment = key[len(storekeys.ROLLOUTS) :]
+            if put:
+                c.rollouts[deployment] = RolloutState.from_json(storekeys.loads(value))
+                c.rollout_revisions[deployment] = event.kv.mod_revision
+            else:
+                c.rollouts.pop(deployment, None)
+                c.rollout_revisions.pop(deployment, None)
+        elif key.startswith(storekeys.ANALYSIS):
+            if put:
+                c.put_analysis(key, storekeys.loads(value))
+            else:
+                c.drop_analysis(key)
+        elif key.startswith(storekeys.REVOKED):
+            serial = key[len(storekeys.REVOKED) :]
+            if put:
+                c.revoked[serial] = value.decode()
+            else:
+                c.revoked.pop(serial, None)
+        elif key.startswith(storekeys.EVENTS) and put:
+            c.events.append(storekeys.loads(value))
+        elif not any(f.follow(event) for f in self.followers):
+            return
+        self.applied += 1
+
+
+async def _race(*awaitables: Awaitable[object]) -> None:
+    """Wait for the first of ``awaitables`` to finish; cancel the others (and wait for them)."""
+    tasks = [asyncio.ensure_future(a) for a in awaitables]
+    try:
+        await asyncio.wait(tasks, return_when=asyncio.FIRST_COMPLETED)
+    finally:
+        for task in tasks:
+            if not task.done():
+                task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)

@@ -1,0 +1,541 @@
+"""The rollout controller: applies :func:`hub.decide.rollout.plan_rollout` to every deployment.
+
+Level-triggered, on one :class:`hub.state.batchloop.BatchLoop`: an apply, an operator's rollout
+action or a periodic tick (:data:`TICK`, which also sees what devices reported meanwhile) wakes
+it, and one pass looks at every deployment: the targeted devices (those the projector placed
+it on), their reports, the stored revisions and rollout state, ``now``. A step is written to
+the store before anything is sent: the new revision (must not exist) and the rollout record
+(compared with the mod revision it was read at) in **one** transaction, then the cache, the
+events, and the devices are projected again. A hub killed at any moment restarts from what
+the store holds: a step either happened (its devices are in the record) or did not, and is
+never taken twice. Records of deleted deployments are removed; old revisions are pruned
+(:func:`hub.decide.rollout.prune`).
+
+Operators act through :meth:`RolloutController.act` (pause, resume, retry after a rollback);
+``rollout undo`` is an apply of an older revision's template (:func:`undo_manifest`).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import Callable, Hashable, Iterable, Mapping
+from dataclasses import replace
+from typing import Any
+
+from edgefleet.api import Canary, ModelDeployment
+from edgefleet.backoff import Backoff
+from edgefleet.errors import CompareFailed, EdgefleetError
+from edgefleet.logs import get_logger
+from edgefleet.supervising import wait_for_stop
+from edgefleet.timestamps import rfc3339
+from hub.decide.analysis import (
+    TIMELINE_SAMPLES,
+    Analysis,
+    History,
+    Observed,
+    Sample,
+    TimelineSample,
+    analyze,
+    figures,
+    timeline_due,
+    timeline_period,
+    timeline_sample,
+)
+from hub.decide.devices import Device
+from hub.decide.rollout import (
+    DeviceView,
+    Progress,
+    Revision,
+    RolloutPhase,
+    RolloutState,
+    Step,
+    canary_target,
+    canary_weight,
+    max_weight_of,
+    measure,
+    plan_rollout,
+    prune,
+    resolve_budget,
+    view_device,
+)
+from hub.decide.status import revisions_of, wanted_revision
+from hub.decide.weighing import newly_excluded
+from hub.state import storekeys
+from hub.state.batchloop import GIVE_UP_AFTER, BatchLoop
+from hub.state.cache import Cache
+from hub.state.projector import Projector
+from hub.state.store import Compare, Delete, Put, Store
+from hub.state.writer import DeviceWriter
+
+log = get_logger(__name__)
+
+TICK = 0.5  # seconds between looks when nothing woke the controller
+GATHER = 0.02
+RETRY = Backoff(0.05, 10.0)
+
+
+RevisionHook = Callable[
+    [str, RolloutState | None, Revision, Mapping[int, Revision]],
+    tuple[list[Put], Callable[[int], None]],
+]
+"""Given a deployment, its rollout state before, its new revision and its revisions: more
+puts for the revision's transaction, and what to call with the store revision it committed."""
+
+
+class ActionRefused(Exception):
+    """An operator's rollout action that does not apply now; the message says why."""
+
+
+def targeted(cache: Cache, deployment: str) -> list[str]:
+    """The devices the projector placed ``deployment`` on, by name."""
+    return sorted(n for n, rec in cache.desired.items() if deployment in rec.deployments)
+
+
+def views(cache: Cache, deployment: str, revision: Revision | None) -> list[DeviceView]:
+    out = []
+    sha: str | None = None
+    version = ""
+    if revision is not None:
+        version = revision.model[1]
+        model = cache.models.get(revision.model)
+        sha = model.sha256 if model is not None else None
+    for name in targeted(cache, deployment):
+        device = cache.devices.get(name)
+        if device is not None:
+            fresh = revision is None or fresh_report(cache, device, deployment, revision.number)
+            out.append(view_device(device, deployment, version, sha, fresh=fresh))
+    return out
+
+
+def fresh_report(cache: Cache, device: Device, deployment: str, number: int) -> bool:
+    """Whether ``device``'s report was made after it received revision ``number`` of
+    ``deployment``: its desired record carries that revision and the report's generation
+    reached the one that first carried it (Kubernetes' observedGeneration; a later generation
+    for another deployment's sake does not make it stale). Without it, a report that
+    arrives after the rollout gave the device the revision but was made before (the hub
+    reads reports as they come) would count the old revision's replicas, still draining, as
+    the new one's, or the last attempt's refusal as this one's. A device that does not say its
+    generation (0: an edged too old to say) is taken at its word."""
+    if device.observed_generation == 0:
+        return True
+    record = cache.desired.get(device.name)
+    since = record.carried(deployment, number) if record is not None else None
+    return since is not None and device.observed_generation >= since
+
+
+def progress_of(cache: Cache, deployment: str) -> Progress | None:
+    """The rollout's counts now, from the cache (for status)."""
+    state = cache.rollouts.get(deployment)
+    dep = cache.deployments.get(deployment)
+    if state is None or dep is None:
+        return None
+    revision = cache.revisions.get(deployment, {}).get(state.revision)
+    devices = views(cache, deployment, revision)
+    rollout = dep.spec.rollout
+    return measure(
+        state, devices, resolve_budget(rollout.max_surge, rollout.max_unavailable, len(devices))
+    )
+
+
+def canary_status(
+    canary: Canary, state: RolloutState, targeted: int, analysis: Analysis | None
+) -> dict[str, Any]:
+    """``status.rollout.canary``: the current step, its weight and device count, and the
+    analysis figures against their thresholds."""
+    weight = canary_weight(canary, state.step)
+    out: dict[str, Any] = {
+        "step": min(state.step + 1, len(canary.steps)),
+        "stepCount": len(canary.steps),
+        "pastLastStep": state.step >= len(canary.steps),
+        "weight": weight,
+        "weightDevices": canary_target(weight, targeted),
+        "stepStartedAt": rfc3339(state.step_at) if state.step_at else None,
+        "stepReadyAt": rfc3339(state.step_ready_at) if state.step_ready_at else None,
+        "steps": [s.to_dict() for s in canary.steps],
+    }
+    if canary.analysis is not None:
+        out["analysisWindowSeconds"] = canary.analysis.window_s
+    if analysis is not None:
+        out["analysis"] = analysis.to_json()
+    return out
+
+
+def undo_manifest(manifest: Mapping[str, Any], revision: Revision) -> dict[str, Any]:
+    """The deployment's manifest with ``revision``'s template (model, runtime, ...) and its own
+    placement and rollout settings: what ``rollout undo`` applies."""
+    spec = dict(revision.manifest["spec"])
+    for key in ("placement", "rollout"):
+        if key in manifest.get("spec", {}):
+            spec[key] = manifest["spec"][key]
+        else:
+            spec.pop(key, None)
+    return {**manifest, "spec": spec}
+
+
+class RolloutController:
+    """Drives every deployment's rollout (see the module doc)."""
+
+    name = "rollouts"
+
+    def __init__(
+        self,
+        store: Store,
+        cache: Cache,
+        projector: Projector,
+        writer: DeviceWriter,
+        *,
+        clock: Callable[[], float] = time.time,
+        tick: float = TICK,
+        give_up_after: float = GIVE_UP_AFTER,
+        timeline_samples: int = TIMELINE_SAMPLES,
+    ) -> None:
+        self._store = store
+        self._cache = cache
+        self._projector = projector
+        self._writer = writer
+        self._clock = clock
+        self._tick = tick
+        self._batches = BatchLoop(
+            self.name, self._pass, gather=GATHER, backoff=RETRY, give_up_after=give_up_after
+        )
+        self._lock = asyncio.Lock()  # one pass at a time: a pass, an apply's, an action
+        # canary analysis: counter samples per (deployment, device, version, sha256), in
+        # memory only (after a restart the window fills again), and the last verdicts
+        self._history = History()
+        self._sampled: set[Hashable] = set()
+        self._analyses: dict[str, Analysis] = {}
+        self._excluded: dict[str, set[str]] = {}  # devices named as left out, per deployment
+        self.timeline_samples = timeline_samples  # the ring kept per deployment
+        # a root hub's waves (hub.controllers.wave): what to write with a new revision, in its
+        # transaction
+        self.revision_hook: RevisionHook | None = None
+
+    def wake(self) -> None:
+        self._batches.wake()
+
+    async def run(self, stop: asyncio.Event) -> None:
+        ticker = asyncio.create_task(self._ticks(stop))
+        try:
+            await self._batches.run(stop)
+        finally:
+            ticker.cancel()
+
+    async def _ticks(self, stop: asyncio.Event) -> None:
+        self.wake()
+        while not await wait_for_stop(stop, self._tick):
+            self.wake()
+
+    # -- one pass ---------------------------------------------------------------------------
+    async def _pass(self) -> None:
+        async with self._lock:
+            cache = self._cache
+            now = self._clock()
+            self._sampled = set()
+            for name in sorted(cache.deployments):
+                await self._step(name, now)
+            for name in sorted(set(cache.rollouts) - set(cache.deployments)):
+                await self._forget(name)
+            self._history.keep(self._sampled)  # devices and revisions no longer analysed
+            for name in set(self._analyses) - set(cache.deployments):
+                del self._analyses[name]
+            for name in set(self._excluded) - set(self._analyses):
+                del self._excluded[name]
+            for name in sorted(set(cache.analysis) - set(cache.deployments)):
+                await self._forget_timeline(name)
+
+    async def reconcile(self, names: Iterable[str]) -> None:
+        """Take the steps owed to ``names`` now (an apply: its revision exists when it
+        answers, and a first revision is sent at once), then let the loop go on."""
+        async with self._lock:
+            now = self._clock()
+            for name in sorted(set(names)):
+                if name in self._cache.deployments:
+                    for _ in range(2):  # a new revision, then its first devices
+                        if not await self._step(name, now):
+                            break
+                elif name in self._cache.rollouts:
+                    await self._forget(name)
+        self.wake()
+
+    async def _step(self, name: str, now: float) -> bool:
+        """One step of ``name``'s rollout; whether something was written."""
+        cache = self._cache
+        dep = cache.deployments[name]
+        stored = cache.stored.get(("ModelDeployment", name))
+        if stored is None:
+            return False
+        state = cache.rollouts.get(name)
+        revisions = cache.revisions.get(name, {})
+        current = revisions.get(state.revision) if state is not None else None
+        pushed = current is None or current.model in cache.models
+        devices = views(cache, name, current)
+        analysis = self._analyze(name, dep, state, now)
+        step = plan_rollout(
+            dep,
+            stored.manifest,
+            revisions,
+            state,
+            devices,
+            now,
+            pushed,
+            analysis,
+            max_weight_of(stored.manifest),  # a root hub's wave of a percentage
+        )
+        wrote = await self._write(name, state, step)
+        canary = dep.spec.rollout.canary
+        if analysis is not None and state is not None and canary and canary.analysis:
+            sample = timeline_sample(
+                canary.analysis,
+                analysis,
+                at=now,
+                revision=state.revision,
+                stable_revision=state.stable,
+                step=state.step,
+            )
+            await self.keep_sample(name, sample, timeline_period(canary.analysis.window_s))
+        return wrote
+
+    async def keep_sample(self, name: str, sample: TimelineSample, period: float) -> None:
+        """Keep ``sample`` of ``name``'s analysis over time when it is due: written with the
+        deletion of the oldest beyond the ring's size in one transaction, then the cache. A
+        sample that cannot be written is logged and skipped (the rollout never waits on it)."""
+        ring = self._cache.analysis.get(name, {})
+        last_seq = next(reversed(ring)) if ring else 0
+        if not timeline_due(ring[last_seq] if ring else None, sample, period):
+            return
+        seq = last_seq + 1
+        oldest = list(ring)[: max(0, len(ring) + 1 - self.timeline_samples)]
+        ops: list[Put | Delete] = [
+            Put(storekeys.analysis_key(name, seq), storekeys.dumps(sample.to_json()))
+        ]
+        ops += [Delete(storekeys.analysis_key(name, n)) for n in oldest]
+        try:
+            await self._store.txn((), ops)
+        except EdgefleetError as exc:
+            log.warning("analysis sample not kept", deployment=name, error=str(exc))
+            return
+        ring = self._cache.analysis.setdefault(name, {})
+        for n in oldest:
+            ring.pop(n, None)
+        ring[seq] = sample
+
+    async def _forget_timeline(self, name: str) -> None:
+        ring = self._cache.analysis.get(name, {})
+        await self._store.txn((), [Delete(storekeys.analysis_key(name, n)) for n in ring])
+        self._cache.analysis.pop(name, None)
+
+    def analysis(self, name: str) -> Analysis | None:
+        """The canary analysis of ``name`` at the last pass (None: none running)."""
+        return self._analyses.get(name)
+
+    def _analyze(
+        self, name: str, dep: ModelDeployment, state: RolloutState | None, now: float
+    ) -> Analysis | None:
+        """The canary analysis of a rollout in progress with ``canary.analysis``: the devices
+        given the new revision where it serves, against the others where the stable one
+        serves; each device's counters sampled into the history."""
+        canary = dep.spec.rollout.canary
+        spec = canary.analysis if canary is not None else None
+        if (
+            spec is None
+            or state is None
+            or state.phase not in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
+        ):
+            self._analyses.pop(name, None)
+            return None
+        cache = self._cache
+        revisions = cache.revisions.get(name, {})
+        wanted = {}
+        for which, number in (("canary", state.revision), ("stable", state.stable)):
+            rev = revisions.get(number)
+            if rev is not None:
+                model = cache.models.get(rev.model)
+                wanted[which] = (rev.model[1], model.sha256 if model is not None else None)
+        sides: dict[str, list[Observed]] = {"canary": [], "stable": []}
+        spacing = spec.window_s / 32
+        for device_name in targeted(cache, name):
+            device = cache.devices.get(device_name)
+            report = device.workloads.get(name) if device is not None else None
+            which = "canary" if device_name in state.updated else "stable"
+            if report is None or which not in wanted:
+                continue
+            version, sha = wanted[which]
+            got = wanted_revision(revisions_of(report), version, sha)
+            if got is None or not got.serves:
+                continue
+            key = (name, device_name, version, got.sha256)
+            self._history.record(key, Sample(now, got.requests, got.errors), spacing)
+            self._sampled.add(key)
+            sides[which].append(Observed(device_name, got, self._history.samples(key)))
+        result = analyze(
+            spec,
+            figures(sides["canary"], now, spec.window_s),
+            figures(sides["stable"], now, spec.window_s),
+        )
+        self._analyses[name] = result
+        self._announce(name, {**result.canary.excluded, **result.stable.excluded})
+        return result
+
+    def _announce(self, name: str, excluded: Mapping[str, str]) -> None:
+        """An event for each device newly left out of ``name``'s analysis (once while it
+        stays out; again if it comes back and is left out again)."""
+        for device, why in newly_excluded(excluded, self._excluded.get(name, ())):
+            self._writer.event(
+                "ModelDeployment",
+                name,
+                "Warning",
+                "AnalysisExcluded",
+                f"device {device} is left out of the canary analysis: its figures are "
+                f"impossible ({why})",
+            )
+        self._excluded[name] = set(excluded)
+
+    async def _write(self, name: str, before: RolloutState | None, step: Step) -> bool:
+        if step.state is None and step.revision is None:
+            return False
+        cache = self._cache
+        puts: list[Put | Delete] = []
+        compares = [Compare(storekeys.rollout_key(name), cache.rollout_revisions.get(name, 0))]
+        if step.revision is not None:
+            key = storekeys.revision_key(name, step.revision.number)
+            compares.append(Compare(key, 0))
+            puts.append(Put(key, storekeys.dumps(step.revision.to_json())))
+        state = step.state
+        revisions = dict(cache.revisions.get(name, {}))
+        if step.revision is not None:
+            revisions[step.revision.number] = step.revision
+        if state is not None:
+            puts.append(Put(storekeys.rollout_key(name), storekeys.dumps(state.to_json())))
+            stale = prune(revisions.values(), state)
+            puts += [Delete(storekeys.revision_key(name, n)) for n in stale]
+        hooked: Callable[[int], None] | None = None
+        if step.revision is not None and self.revision_hook is not None:
+            more, hooked = self.revision_hook(name, before, step.revision, revisions)
+            puts += more
+        try:
+            revision = await self._store.txn(compares, puts)
+        except CompareFailed:
+            # Someone else wrote it (an operator's action): read it again next pass.
+            await self._reload(name)
+            self.wake()
+            return False
+        if step.revision is not None:
+            cache.revisions.setdefault(name, {})[step.revision.number] = step.revision
+        if state is not None:
+            cache.rollouts[name] = state
+            cache.rollout_revisions[name] = revision
+            for n in stale:
+                cache.revisions.get(name, {}).pop(n, None)
+        for event in step.events:
+            self._writer.event("ModelDeployment", name, event.type, event.reason, event.message)
+        if hooked is not None:
+            hooked(revision)
+        log.info(
+            "rollout step",
+            deployment=name,
+            revision=state.revision if state else None,
+            phase=state.phase.value if state else None,
+            updated=len(state.updated) if state else None,
+            before=len(before.updated) if before else None,
+        )
+        self._projector.mark_all()
+        return True
+
+    async def _reload(self, name: str) -> None:
+        kv = await self._store.get(storekeys.rollout_key(name))
+        if kv is None:
+            self._cache.rollouts.pop(name, None)
+            self._cache.rollout_revisions.pop(name, None)
+            return
+        self._cache.rollouts[name] = RolloutState.from_json(storekeys.loads(kv.value))
+        self._cache.rollout_revisions[name] = kv.mod_revision
+
+    async def _forget(self, name: str) -> None:
+        """The deployment was deleted: its rollout and revisions go too."""
+        ops: list[Put | Delete] = [Delete(storekeys.rollout_key(name))]
+        ops += [
+            Delete(storekeys.revision_key(name, n)) for n in self._cache.revisions.get(name, {})
+        ]
+        ops += [Delete(storekeys.analysis_key(name, n)) for n in self._cache.analysis.get(name, {})]
+        await self._store.txn((), ops)
+        self._cache.analysis.pop(name, None)
+        self._cache.rollouts.pop(name, None)
+        self._cache.rollout_revisions.pop(name, None)
+        self._cache.revisions.pop(name, None)
+
+    # -- operators -------------------------------------------------------------------------
+    async def act(self, name: str, action: str) -> RolloutState:
+        """``pause``, ``resume`` (also: retry a rolled-back revision from the start)."""
+        cache = self._cache
+        state = cache.rollouts.get(name)
+        if name not in cache.deployments or state is None:
+            raise ActionRefused(f"deployment {name} has no rollout")
+        async with self._lock:
+            return await self._act(name, action)
+
+    async def _act(self, name: str, action: str) -> RolloutState:
+        cache = self._cache
+        state = cache.rollouts[name]
+        now = self._clock()
+        if action == "pause":
+            if state.phase is not RolloutPhase.PROGRESSING:
+                raise ActionRefused(
+                    f"the rollout of {name} is {state.phase.value}, not Progressing"
+                )
+            new = replace(
+                state,
+                phase=RolloutPhase.PAUSED,
+                reason="Paused",
+                message="paused by an operator",
+                changed_at=now,
+            )
+        elif action == "resume":
+            if state.phase is RolloutPhase.PAUSED:
+                at_pause = state.reason == "CanaryPause"  # a pause step: go past it
+                new = replace(
+                    state,
+                    phase=RolloutPhase.PROGRESSING,
+                    reason="Resumed",
+                    message="resumed by an operator"
+                    + (f" after the pause of canary step {state.step + 1}" if at_pause else ""),
+                    changed_at=now,
+                    progress_at=now,
+                    step=state.step + 1 if at_pause else state.step,
+                    step_at=now if at_pause else state.step_at,
+                )
+            elif state.phase is RolloutPhase.ROLLED_BACK:
+                new = replace(
+                    state,
+                    phase=RolloutPhase.PROGRESSING,
+                    updated=frozenset(),
+                    reason="Retried",
+                    message=f"revision {state.revision} retried from the start by an operator",
+                    changed_at=now,
+                    started_at=now,
+                    step=0,
+                    step_at=now,
+                    step_ready_at=0.0,
+                    progress_at=now,
+                    failed={},
+                )
+            else:
+                raise ActionRefused(
+                    f"the rollout of {name} is {state.phase.value}: nothing to resume"
+                )
+        else:
+            raise ActionRefused(f"unknown rollout action {action!r}")
+        try:
+            revision = await self._store.txn(
+                [Compare(storekeys.rollout_key(name), cache.rollout_revisions.get(name, 0))],
+                [Put(storekeys.rollout_key(name), storekeys.dumps(new.to_json()))],
+            )
+        except CompareFailed:
+            await self._reload(name)
+            raise ActionRefused(f"the rollout of {name} changed meanwhile; try again") from None
+        cache.rollouts[name] = new
+        cache.rollout_revisions[name] = revision
+        self._writer.event("ModelDeployment", name, "Normal", new.reason, f"rollout {new.message}")
+        self._projector.mark_all()
+        self.wake()
+        return new

@@ -1,0 +1,449 @@
+"""A device's desired state, computed here: what exactly it is sent (pure over the cache).
+
+:func:`build_desired` places deployments with :func:`hub.decide.placement.project`, sends each the
+revision its rollout assigns this device (:meth:`hub.state.cache.Cache.revision_for`: the
+stable one, or the one being rolled out once the device was given it), leaves out those
+whose model was not pushed and those mounting a Secret that may not go to this device (a TPM
+it lacks; a placement it matches only through labels it chose: :mod:`hub.decide.labeltrust`), each
+with the reason, adds the fleet's DeviceHealthPolicies and digests it all.
+:class:`hub.state.projector.Projector` calls it and does the writing and sending.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Collection, Mapping
+from dataclasses import dataclass, field
+
+import orjson
+
+from edgefleet.api import PRIORITY_CLASSES, PriorityClass
+from hub.decide.devices import Device, TrustState
+from hub.decide.labeltrust import untrusted_match
+from hub.decide.modelclaim import one_per_model
+from hub.decide.placement import (
+    Projection,
+    SecurityPolicy,
+    project,
+    secret_tpm_mismatch,
+    tpm_attested,
+)
+from hub.decide.priority import classes_of
+from hub.decide.rollout import Revision
+from hub.decide.schedule import accelerator_slots
+from hub.state.cache import Cache
+from hub.state.secrets import secret_refs
+
+SEALED_SECRET_BYTES = 4 * 64 * 1024 // 3 + 512
+"""The most one sealed secret takes in a desired state (64 KiB of values, base64 inside)."""
+MAX_DESIRED_STATE_BYTES = 4 * 1024 * 1024 - 64 * 1024
+"""The most one device's desired state may take on the wire: gRPC's 4 MiB message limit (the
+hub's send limit and edged's receive limit), less room for the envelope."""
+
+
+@dataclass(frozen=True, slots=True)
+class FleetPolicies:
+    """What every device gets alike: the SecurityBaseline verdict, the DeviceHealthPolicies,
+    the fleet's trust roots, the SecurityBaselines themselves (edged enforces their worker
+    sandbox and network policy)."""
+
+    security: SecurityPolicy
+    health_policies: tuple[bytes, ...]
+    trust_roots: tuple[bytes, ...] = ()
+    baselines: tuple[bytes, ...] = ()
+    priority_classes: Mapping[str, int] = field(default_factory=dict)  # applied, by name
+    tpm_secrets: frozenset[str] = frozenset()  # Secrets with spec.requireTpm, by name
+    # what build_desired computed once for many devices with these policies (a projection
+    # batch shares one FleetPolicies; the cache does not change during it): digests by the
+    # parts hashed, manifest rewrites by revision
+    digests: dict[tuple[object, ...], str] = field(default_factory=dict, compare=False, repr=False)
+    rewrites: dict[int, tuple[Revision, tuple[bool, list[str], int | None]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+
+    @classmethod
+    def of(cls, cache: Cache) -> FleetPolicies:
+        classes = classes_of(o.manifest for o in cache.objects_of(PriorityClass.KIND))
+        return cls(
+            cache.security_policy(),
+            tuple(o.encoded for o in cache.objects_of("DeviceHealthPolicy")),
+            cache.trust_roots,
+            tuple(o.encoded for o in cache.objects_of("SecurityBaseline")),
+            {name: c.value for name, c in classes.items()},
+            cache.tpm_secrets(),
+        )
+
+
+@dataclass(frozen=True, slots=True)
+class DesiredContent:
+    """The documents of one device's desired state, and a digest that changes with them."""
+
+    deployments: tuple[str, ...]
+    manifests: tuple[bytes, ...]
+    artifact_metadata: tuple[bytes, ...]
+    rollback_allowances: tuple[bytes, ...]
+    digest: str
+    excluded: Mapping[str, str]
+    artifacts: frozenset[str]  # sha256 of every artifact the device may fetch
+    trust_roots: tuple[bytes, ...] = ()  # a rotation changes the digest: a new generation
+    # (name, version) of the Secrets this device's workloads mount and it may have (sealed
+    # to it when sent: hub.state.secrets.seal_for); a new version changes the digest
+    secrets: tuple[tuple[str, int], ...] = ()
+    # (deployment, revision number) of every deployment sent, sorted
+    revisions: tuple[tuple[str, int], ...] = ()
+
+
+def build_desired(
+    device: Device,
+    cache: Cache,
+    *,
+    previous: frozenset[str],
+    region: str,
+    fleet: FleetPolicies | None = None,
+    planned: Mapping[str, Revision] | None = None,
+    placements: Mapping[str, Collection[str]] | None = None,
+    left_out: Mapping[str, str] | None = None,
+) -> DesiredContent:
+    """What ``device`` should be sent (pure over the cache). ``fleet``: what applies to every
+    device, read from the cache once per batch (read here when not given). ``planned``:
+    revisions to send instead of the rollout's choice, by deployment (an apply is checked
+    against the worst case: its new revisions on every device they reach). ``placements``:
+    the scheduler's, by ``replicas.total`` deployment (default: the devices the cache says
+    are sent it now, :attr:`hub.state.cache.Cache.sent_placements`). ``left_out``: deployments not
+    sent, with the reason shown for each (:func:`build_within_bound`)."""
+    fleet = fleet or FleetPolicies.of(cache)
+    projection: Projection = project(
+        device,
+        cache.deployments.values(),
+        previous=previous,
+        policy=fleet.security,
+        region=region,
+        placed=cache.sent_placements if placements is None else placements,
+    )
+    # one deployment per model name on a device, whatever was stored (hub.decide.modelclaim)
+    projection = one_per_model(projection, cache.deployments, previous=previous)
+    labels = device.all_labels()
+    excluded = dict(projection.excluded)
+    names: list[str] = []
+    numbers: list[tuple[str, int]] = []
+    manifests: list[bytes] = []
+    metadata: list[bytes] = []
+    allowances: list[bytes] = []
+    artifacts: set[str] = set()
+    mounted: set[str] = set()
+    for name in projection.names:
+        if left_out and name in left_out:
+            excluded[name] = left_out[name]
+            continue
+        revision = (planned or {}).get(name) or cache.revision_for(name, device.name)
+        if revision is None:
+            excluded[name] = "no revision made yet (the rollout controller makes one)"
+            continue
+        model_name, version = revision.model
+        model = cache.models.get((model_name, version))
+        if model is None:
+            excluded[name] = f"model {model_name} {version} has not been pushed"
+            continue
+        mounts = [str(m.get("name")) for m in revision.manifest.get("spec", {}).get("secrets", ())]
+        tpm_needed = secret_tpm_mismatch(mounts, fleet.tpm_secrets, device)
+        if tpm_needed is not None:  # never sent: a workload without its secret does not run
+            excluded[name] = tpm_needed
+            continue
+        dep = cache.deployments.get(name)
+        chosen = untrusted_match(dep, device, region, mounted=mounts) if dep else None
+        if chosen is not None:  # a Secret follows only labels no device chose
+            excluded[name] = chosen
+            continue
+        names.append(name)
+        numbers.append((name, revision.number))
+        mounted.update(mounts)
+        manifests.append(_manifest_for(revision, labels, fleet))
+        metadata.append(model.envelope)
+        if model.rollback_allowance:  # hub.api.allowances: lets a device go back to this version
+            allowances.append(model.rollback_allowance)
+        artifacts |= model.digests()
+    manifests.extend(fleet.health_policies)
+    manifests.extend(fleet.baselines)
+    allowances = sorted(set(allowances))
+    secrets = secret_refs(
+        mounted,
+        cache.secrets,
+        require_attestation=fleet.security.require_attestation,
+        trusted=device.attestation.state is TrustState.TRUSTED,
+        tpm_secrets=fleet.tpm_secrets,
+        tpm_attested=tpm_attested(device) and bool(device.sealing_key_pem),
+    )
+    key = (*manifests, b"--", *metadata, b"--", *allowances, b"--", *fleet.trust_roots)
+    digest = fleet.digests.get((key, secrets))  # devices given the same: hashed once
+    if digest is None:
+        digest = _digest(key, secrets, fleet.tpm_secrets)
+        fleet.digests[(key, secrets)] = digest
+    return DesiredContent(
+        tuple(names),
+        tuple(manifests),
+        tuple(sorted(set(metadata))),
+        tuple(allowances),
+        digest,
+        excluded,
+        frozenset(artifacts),
+        fleet.trust_roots,
+        secrets,
+        tuple(sorted(numbers)),
+    )
+
+
+def shed_order(
+    names: Collection[str], previous: frozenset[str], priority: Mapping[str, int]
+) -> list[str]:
+    """The deployments of ``names`` in the order a device over the bound goes without them
+    (pure): first those it was not sent before (what it runs keeps running), then the lowest
+    priority, then the last by name."""
+    return sorted(names, key=lambda n: (n in previous, priority.get(n, 0), _desc(n)))
+
+
+def _desc(name: str) -> tuple[int, ...]:
+    return (*(-ord(c) for c in name), 0)  # later names first (a longer name before its prefix)
+
+
+def build_within_bound(
+    device: Device,
+    cache: Cache,
+    *,
+    previous: frozenset[str],
+    region: str,
+    fleet: FleetPolicies | None = None,
+    limit: int = MAX_DESIRED_STATE_BYTES,
+) -> DesiredContent:
+    """:func:`build_desired`, kept within what a device can receive (pure over the cache):
+    whatever path made the state too large (a wave's slice, a label, a push, a placement the
+    scheduler could not foresee), the device still gets a state it can receive, without the
+    deployments :func:`shed_order` names first, each left out with the reason. Apply and the
+    scheduler refuse what would overfill a device (:mod:`hub.decide.statebound`); this is the net
+    under them, so a device never stops receiving updates."""
+    fleet = fleet or FleetPolicies.of(cache)
+    content = build_desired(device, cache, previous=previous, region=region, fleet=fleet)
+    if wire_size(content) <= limit:
+        return content
+    priority = {n: _priority_of(cache, n, fleet) for n in content.deployments}
+    reason = (
+        f"not sent: the device's desired state would exceed {limit / 2**20:.2f} MiB, the most "
+        "a device can receive (deployments it was not sent before, then the lowest priority, "
+        "go without)"
+    )
+    left_out: dict[str, str] = {}
+    for name in shed_order(content.deployments, previous, priority):
+        left_out[name] = reason
+        content = build_desired(
+            device, cache, previous=previous, region=region, fleet=fleet, left_out=left_out
+        )
+        if wire_size(content) <= limit:
+            break
+    return content
+
+
+def _priority_of(cache: Cache, name: str, fleet: FleetPolicies) -> int:
+    """A deployment's priority as the scheduler ranks it: ``priority``, else its class's (an
+    applied PriorityClass's value, else a built-in one's), else 0."""
+    dep = cache.deployments.get(name)
+    if dep is None:
+        return 0
+    spec = dep.spec
+    cls = spec.priority_class_name
+    if spec.priority is None and cls is not None and cls not in PRIORITY_CLASSES:
+        return fleet.priority_classes.get(cls, 0)
+    return spec.effective_priority
+
+
+def _digest(
+    parts: tuple[bytes, ...], secrets: tuple[tuple[str, int], ...], tpm_secrets: frozenset[str]
+) -> str:
+    h = hashlib.sha256()
+    for part in parts:
+        h.update(len(part).to_bytes(8, "big"))
+        h.update(part)
+    if secrets:  # only then: digests of states without secrets stay as they were
+        h.update(b"--secrets")
+        for secret_name, secret_version in secrets:
+            h.update(f"{secret_name}\x00{secret_version}\x00".encode())
+            if secret_name in tpm_secrets:  # sealed to the TPM key: requireTpm turned on
+                h.update(b"requireTpm\x00")  # or off is a new generation (sealed again)
+    return h.hexdigest()
+
+
+def _manifest_for(revision: Revision, labels: Mapping[str, str], fleet: FleetPolicies) -> bytes:
+    """:func:`manifest_for`, what it rewrites worked out once per revision for the batch."""
+    known = fleet.rewrites.get(id(revision))
+    if known is None or known[0] is not revision:
+        known = (revision, _rewrites(revision, fleet.priority_classes))
+        fleet.rewrites[id(revision)] = known
+    total, choices, priority = known[1]
+    return _rewritten_for(revision, labels, total, choices, priority)
+
+
+def manifest_for(
+    revision: Revision,
+    labels: Mapping[str, str],
+    priority_classes: Mapping[str, int] | None = None,
+) -> bytes:
+    """The revision's manifest as one device is sent it: a ``replicas.total`` deployment runs
+    one replica on each device the scheduler chose (``perDevice: 1`` there), an
+    ``accelerator: {anyOf: [...]}`` names the first class this device has (else the first),
+    so edged, which knows neither, runs what the hub decided. ``spec.scaling`` of a ``total``
+    deployment is the hub's to act on: the device gets it with min = max = 1 (it samples the
+    load and reports it, and never scales). A ``priorityClassName`` of an applied
+    PriorityClass is sent as its value (``priority``; ``priority_classes``: value by class
+    name), as edged knows no classes."""
+    total, choices, priority = _rewrites(revision, priority_classes)
+    return _rewritten_for(revision, labels, total, choices, priority)
+
+
+def _rewritten_for(
+    revision: Revision,
+    labels: Mapping[str, str],
+    total: bool,
+    choices: list[str],
+    priority: int | None,
+) -> bytes:
+    if not total and not choices and priority is None:
+        return revision.encoded
+    accelerator = ""
+    if choices:
+        slots = accelerator_slots(labels)
+        accelerator = next((c for c in choices if slots.get(c, 0) > 0), choices[0])
+    return _rewritten(revision.encoded, total, accelerator, priority)
+
+
+def _rewrites(
+    revision: Revision, priority_classes: Mapping[str, int] | None
+) -> tuple[bool, list[str], int | None]:
+    """What :func:`manifest_for` changes in ``revision``'s manifest: ``replicas.total``, the
+    accelerator classes to choose from, the priority value to send instead of a class."""
+    spec = revision.manifest.get("spec", {})
+    total = "total" in spec.get("replicas", {})
+    wanted = spec.get("resources", {}).get("accelerator")
+    choices = [str(c) for c in wanted.get("anyOf", ())] if isinstance(wanted, Mapping) else []
+    cls = spec.get("priorityClassName")
+    priority: int | None = None
+    if isinstance(cls, str) and cls not in PRIORITY_CLASSES and "priority" not in spec:
+        priority = (priority_classes or {}).get(cls, 0)  # deleted by force: 0
+    return total, choices, priority
+
+
+def _largest_manifest(revision: Revision, priority_classes: Mapping[str, int]) -> int:
+    """The most bytes :func:`manifest_for` makes of ``revision`` for any device's labels."""
+    total, choices, priority = _rewrites(revision, priority_classes)
+    if not total and not choices and priority is None:
+        return len(revision.encoded)
+    return max(
+        len(_rewritten(revision.encoded, total, accelerator, priority))
+        for accelerator in (choices or [""])
+    )
+
+
+SCHEDULER_ONLY_PLACEMENT = (
+    "deploymentAffinity",
+    "deploymentAntiAffinity",
+    "strategy",
+    "maxLatencyP95",
+)
+"""``spec.placement`` fields of a ``replicas.total`` deployment that only the scheduler acts
+on (edgefleet.api.manifests refuses them with ``perDevice``): not sent to a device."""
+
+
+@functools.lru_cache(maxsize=4096)
+def _rewritten(encoded: bytes, per_device: bool, accelerator: str, priority: int | None) -> bytes:
+    doc = orjson.loads(encoded)
+    spec = doc.get("spec", {})
+    if per_device:
+        spec["replicas"] = {"perDevice": 1}
+        placement = spec.get("placement")
+        if isinstance(placement, dict):
+            # what the scheduler acted on is the hub's: edged refuses it with perDevice (it
+            # would otherwise drop the whole deployment as an invalid manifest)
+            for key in SCHEDULER_ONLY_PLACEMENT:
+                placement.pop(key, None)
+        if isinstance(spec.get("scaling"), dict):
+            # the hub scales replicas.total (hub/decide/autoscale.py): the device keeps its one
+            # replica and samples the load it reports (min = max = 1: it never scales)
+            spec["scaling"] = {**spec["scaling"], "minReplicas": 1, "maxReplicas": 1}
+    if accelerator:
+        spec.setdefault("resources", {})["accelerator"] = accelerator
+    if priority is not None:
+        spec.pop("priorityClassName", None)
+        spec["priority"] = priority
+    return orjson.dumps(doc, option=orjson.OPT_SORT_KEYS)
+
+
+def wire_size_bound(
+    cache: Cache, fleet: FleetPolicies, *, planned: Mapping[str, Revision] | None = None
+) -> int:
+    """At least :func:`wire_size` of what :func:`build_desired` makes for any device of
+    ``cache`` (pure; same ``fleet`` and ``planned``): as if a device were sent every
+    deployment, each with the largest of the revisions it may get (``planned``'s, else any
+    the cache keeps for it) in its largest rewrite, with its model's metadata and rollback
+    allowance and every Secret those revisions mount. Costs deployments x revisions, not
+    devices: when it fits, no device's state can be over the limit."""
+    manifests = [len(m) for m in (*fleet.health_policies, *fleet.baselines)]
+    metadata: list[int] = []
+    allowances: list[int] = []
+    mounted: set[str] = set()
+    for name in cache.deployments:
+        if planned is not None and name in planned:
+            revisions = [planned[name]]
+        else:
+            revisions = list(cache.revisions.get(name, {}).values())
+        largest = envelope = allowance = 0
+        for revision in revisions:
+            model = cache.models.get(revision.model)
+            if model is None:  # never sent (excluded: not pushed)
+                continue
+            largest = max(largest, _largest_manifest(revision, fleet.priority_classes))
+            envelope = max(envelope, len(model.envelope))
+            allowance = max(allowance, len(model.rollback_allowance))
+            mounted.update(
+                str(m.get("name")) for m in revision.manifest.get("spec", {}).get("secrets", ())
+            )
+        if largest:
+            manifests.append(largest)
+            metadata.append(envelope)
+            if allowance:
+                allowances.append(allowance)
+    sealed = len(mounted & set(cache.secrets)) * SEALED_SECRET_BYTES
+    return sum(n + 6 for n in (*manifests, *metadata, *allowances)) + 64 + sealed
+
+
+def wire_size(content: DesiredContent) -> int:
+    """An upper bound of the bytes ``content`` takes as a HubMessage (pure): each document with
+    its field tag and length prefix, plus generation and heartbeat interval."""
+    parts = (*content.manifests, *content.artifact_metadata, *content.rollback_allowances)
+    sealed = len(content.secrets) * SEALED_SECRET_BYTES
+    return sum(len(p) + 6 for p in parts) + 64 + sealed
+
+
+def replica_wire_size(
+    cache: Cache, fleet: FleetPolicies, name: str, *, planned: Revision | None = None
+) -> int:
+    """At least the bytes deployment ``name`` adds to a device's desired state when sent there
+    (pure): its largest revision (of those the cache keeps and ``planned``, one not made yet)
+    in its largest rewrite, its model's metadata and rollback allowance, every Secret its
+    revisions mount (0: none whose model was pushed, so it is never sent). What the scheduler
+    counts per placement (:mod:`hub.decide.statebound`)."""
+    largest = envelope = allowance = 0
+    mounted: set[str] = set()
+    revisions = list(cache.revisions.get(name, {}).values())
+    for revision in [*revisions, planned] if planned is not None else revisions:
+        model = cache.models.get(revision.model)
+        if model is None:  # never sent (excluded: not pushed)
+            continue
+        largest = max(largest, _largest_manifest(revision, fleet.priority_classes))
+        envelope = max(envelope, len(model.envelope))
+        allowance = max(allowance, len(model.rollback_allowance))
+        mounted.update(
+            str(m.get("name")) for m in revision.manifest.get("spec", {}).get("secrets", ())
+        )
+    if not largest:
+        return 0
+    parts = [largest, envelope, *([allowance] if allowance else [])]
+    sealed: int = len(mounted & set(cache.secrets)) * SEALED_SECRET_BYTES
+    return sum(n + 6 for n in parts) + sealed

@@ -1,0 +1,808 @@
+"""Revisions and rolling updates across devices: pure decisions, tested as tables.
+
+A **revision** of a ModelDeployment is what devices are sent: its manifest as applied, except
+for how it is placed and rolled out (``spec.placement``, ``spec.rollout``), which never reach a
+worker. Each change of that *template* is a new revision, numbered from 1 and kept in the store
+(:mod:`hub.controllers.rollout`), so ``edgectl rollout history`` lists them and a device can be
+sent an
+older one.
+
+A **rollout** moves the targeted devices from the *stable* revision to a new one. Its state
+(:class:`RolloutState`, one store record per deployment) names the devices assigned the new
+revision so far; every other targeted device keeps the stable revision. :func:`plan_rollout`
+decides the next step from that state and what devices report, with ``now`` passed in:
+
+* a new template: a new revision and a new rollout from the current stable revision (the
+  first revision of a deployment goes everywhere at once: nothing serves that could be
+  protected);
+* a device assigned the new revision that reports it **Refused** or **Failed**: the rollout is
+  rolled back (every device is sent the stable revision again) and says which device failed
+  and why; an older template applied again (``rollout undo``) is a new rollout like any other;
+* otherwise, while not paused, more devices are assigned, in name order, within the budget:
+  edged switches a device without downtime (the new replicas start beside the old ones), so
+  a device being updated is a *surge* while its stable revision still serves. At any moment,
+  ``updating + unavailable <= maxSurge + maxUnavailable`` where *updating* counts assigned
+  devices whose new revision is not ready yet and *unavailable* the other eligible devices
+  on which nothing serves; ``maxSurge`` rounds up and ``maxUnavailable`` down (Kubernetes'
+  rule; both 0 after rounding is 1 unavailable). Percentages are of the targeted devices;
+* devices that are not connected or outside their health policy are **skipped**: not
+  assigned, not counted as progress or in the budget, and listed with the reason; while away
+  they keep the stable revision (so never one that was rolled back meanwhile), and when they
+  return they are assigned within the budget like the others;
+* when every targeted device serves the new revision with all replicas ready, the rollout is
+  Complete and the new revision is the stable one (a device away holds completion: the
+  rollout says it waits for it, rather than letting it switch unbudgeted on its return).
+
+With ``spec.rollout.canary`` the devices are given the new revision step by step: each
+``setWeight`` step raises how many of the targeted devices may have it (the percentage,
+rounded up, at least one), still within the budget; when they are all ready on it, the step
+is marked ready and held for the analysis ``window`` while :func:`hub.decide.analysis.analyze`
+passes (not enough data: it waits), then the next step starts. A ``pause`` step waits its
+duration, or (none given) sets the rollout Paused until ``rollout resume``. After the last
+step the rest of the devices follow (100%). An analysis that **fails** at any moment rolls the
+rollout back, its message naming the check and its figures; so does
+``progressDeadlineSeconds`` without progress (a step of any kind) while Progressing.
+
+Every step only *adds* device names to the state (or moves the step index on) and is written
+with a compare-and-swap, so a hub killed at any moment resumes from the store and never takes
+a step twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from enum import StrEnum
+from typing import Any
+
+import orjson
+
+from edgefleet.api import Canary, IntOrPercent, ModelDeployment
+from hub.decide.analysis import Analysis, Verdict
+from hub.decide.devices import Device, DevicePhase, RevisionPhase
+from hub.decide.status import BROKEN, describe_failure, revisions_of, wanted_revision
+
+MAX_REVISIONS = 10
+"""Revisions kept per deployment (besides the stable and the current one), like Kubernetes'
+revisionHistoryLimit."""
+
+
+def template_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """The part of a canonical ModelDeployment manifest that devices act on."""
+    spec = {k: v for k, v in manifest.get("spec", {}).items() if k not in ("placement", "rollout")}
+    meta = manifest.get("metadata", {})
+    return {"name": meta.get("name"), "labels": meta.get("labels", {}), "spec": spec}
+
+
+def template_hash(manifest: Mapping[str, Any]) -> str:
+    data = orjson.dumps(template_of(manifest), option=orjson.OPT_SORT_KEYS)
+    return hashlib.sha256(data).hexdigest()[:16]
+
+
+@dataclass(frozen=True, slots=True)
+class Revision:
+    """One revision of a deployment: the manifest devices are sent for it."""
+
+    deployment: str
+    number: int
+    template: str  # template_hash of the manifest
+    manifest: Mapping[str, Any]
+    created_at: float
+    source: int = 0  # the revision it was made from again (rollout undo), 0: none
+    encoded: bytes = b""  # the manifest as sent to devices: encoded once
+
+    def __post_init__(self) -> None:
+        if not self.encoded:
+            data = orjson.dumps(self.manifest, option=orjson.OPT_SORT_KEYS)
+            object.__setattr__(self, "encoded", data)
+
+    @property
+    def model(self) -> tuple[str, str]:
+        model = self.manifest["spec"]["model"]
+        return str(model["name"]), str(model["version"])
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "deployment": self.deployment,
+            "number": self.number,
+            "template": self.template,
+            "manifest": self.manifest,
+            "createdAt": self.created_at,
+            "source": self.source,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Revision:
+        return cls(
+            str(doc["deployment"]),
+            int(doc["number"]),
+            str(doc["template"]),
+            dict(doc["manifest"]),
+            float(doc["createdAt"]),
+            int(doc.get("source", 0)),
+        )
+
+
+class RolloutPhase(StrEnum):
+    PROGRESSING = "Progressing"
+    PAUSED = "Paused"
+    COMPLETE = "Complete"
+    ROLLED_BACK = "RolledBack"
+
+
+@dataclass(frozen=True, slots=True)
+class RolloutState:
+    """Where a deployment's rollout stands; stored at ``/rollouts/NAME``."""
+
+    deployment: str
+    revision: int  # the revision being rolled out (the current one)
+    stable: int  # the revision the other devices keep, and go back to
+    updated: frozenset[str] = frozenset()  # devices assigned ``revision``
+    phase: RolloutPhase = RolloutPhase.PROGRESSING
+    reason: str = ""
+    message: str = ""
+    started_at: float = 0.0
+    changed_at: float = 0.0
+    steps: int = 0  # how many times devices were assigned
+    # canary: the index of the current step of spec.rollout.canary.steps (== len: past the
+    # last), when it started, when its devices were all ready on the revision (0: not yet)
+    step: int = 0
+    step_at: float = 0.0
+    step_ready_at: float = 0.0
+    progress_at: float = 0.0  # the last step of any kind (progressDeadlineSeconds counts from it)
+    # rolled back: the devices that made it so, and why (device -> reason; empty otherwise)
+    failed: Mapping[str, str] = field(default_factory=dict)
+    # the stable revision before ``stable`` with another model: what devices ran just before
+    # the stable one (0: none known); ``rollout undo`` to it needs no rollback allowance
+    previous: int = 0
+
+    def revision_for(self, device: str) -> int:
+        """The revision ``device`` is sent."""
+        if self.phase is RolloutPhase.COMPLETE:
+            return self.revision
+        if self.phase is RolloutPhase.ROLLED_BACK:
+            return self.stable
+        return self.revision if device in self.updated else self.stable
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "deployment": self.deployment,
+            "revision": self.revision,
+            "stable": self.stable,
+            "updated": sorted(self.updated),
+            "phase": self.phase.value,
+            "reason": self.reason,
+            "message": self.message,
+            "startedAt": self.started_at,
+            "changedAt": self.changed_at,
+            "steps": self.steps,
+            "step": self.step,
+            "stepAt": self.step_at,
+            "stepReadyAt": self.step_ready_at,
+            "progressAt": self.progress_at,
+            "failed": dict(sorted(self.failed.items())),
+            "previous": self.previous,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> RolloutState:
+        return cls(
+            str(doc["deployment"]),
+            int(doc["revision"]),
+            int(doc["stable"]),
+            frozenset(doc.get("updated", ())),
+            RolloutPhase(doc.get("phase", RolloutPhase.PROGRESSING.value)),
+            str(doc.get("reason", "")),
+            str(doc.get("message", "")),
+            float(doc.get("startedAt", 0.0)),
+            float(doc.get("changedAt", 0.0)),
+            int(doc.get("steps", 0)),
+            int(doc.get("step", 0)),
+            float(doc.get("stepAt", 0.0)),
+            float(doc.get("stepReadyAt", 0.0)),
+            float(doc.get("progressAt", doc.get("changedAt", 0.0))),
+            {str(k): str(v) for k, v in (doc.get("failed") or {}).items()},
+            int(doc.get("previous", 0)),
+        )
+
+
+class TargetPhase(StrEnum):
+    """How far a device got with the revision being rolled out (from its report)."""
+
+    ABSENT = "Absent"  # not reported yet
+    PROGRESSING = "Progressing"  # fetching, verifying, loading
+    SERVING = "Serving"  # serves, not every replica ready yet
+    READY = "Ready"  # serves with every replica ready
+    BROKEN = "Broken"  # Refused or Failed
+
+
+@dataclass(frozen=True, slots=True)
+class DeviceView:
+    """What the rollout needs to know of one targeted device."""
+
+    name: str
+    eligible: bool = True  # connected and within its health policy
+    skip_reason: str = ""
+    target: TargetPhase = TargetPhase.ABSENT
+    broken_reason: str = ""  # why the new revision is Refused or Failed there
+    serving: bool = False  # some revision of the deployment serves there
+
+
+def view_device(
+    device: Device, deployment: str, version: str, sha256: str | None, *, fresh: bool = True
+) -> DeviceView:
+    """A targeted device as the rollout of ``version`` (artifact ``sha256``) sees it.
+    ``fresh``: whether the device's report was made after it received the revision
+    (:func:`hub.controllers.rollout.fresh_report`); a report from before says nothing of it yet:
+    one that
+    shows the version serving (the old revision still draining, or a copy of it) or refused
+    (the previous attempt) counts as still progressing, never as ready nor broken."""
+    if device.phase is not DevicePhase.READY:
+        eligible, why = False, f"device is {device.phase.value}"
+    elif not device.health.schedulable:
+        reasons = "; ".join(device.health.reasons) or "unschedulable"
+        eligible, why = False, f"outside its health policy: {reasons}"
+    else:
+        eligible, why = True, ""
+    report = device.workloads.get(deployment)
+    if report is None:
+        return DeviceView(device.name, eligible, why)
+    revisions = revisions_of(report)
+    serving = any(r.serves for r in revisions)
+    rev = wanted_revision(revisions, version, sha256)
+    if rev is None:
+        return DeviceView(device.name, eligible, why, serving=serving)
+    if rev.phase in BROKEN:
+        target, broken = TargetPhase.BROKEN, describe_failure(rev)
+    elif rev.serves:
+        full = report.desired_replicas > 0 and rev.ready_replicas >= report.desired_replicas
+        target, broken = (TargetPhase.READY if full else TargetPhase.SERVING), ""
+    elif rev.phase is RevisionPhase.DRAINING:
+        target, broken = TargetPhase.ABSENT, ""
+    else:
+        target, broken = TargetPhase.PROGRESSING, ""
+    if not fresh and target is not TargetPhase.ABSENT:
+        target, broken = TargetPhase.PROGRESSING, ""
+    return DeviceView(device.name, eligible, why, target, broken, serving)
+
+
+@dataclass(frozen=True, slots=True)
+class Budget:
+    surge: int
+    unavailable: int
+
+    @property
+    def total(self) -> int:
+        return self.surge + self.unavailable
+
+
+def resolve_budget(max_surge: IntOrPercent, max_unavailable: IntOrPercent, targeted: int) -> Budget:
+    """Counts from counts or percentages of ``targeted`` devices (Kubernetes' fenceposts)."""
+    surge = max_surge.resolve(targeted, round_up=True)
+    unavailable = max_unavailable.resolve(targeted, round_up=False)
+    if surge == 0 and unavailable == 0:
+        unavailable = 1
+    return Budget(surge, unavailable)
+
+
+@dataclass(frozen=True, slots=True)
+class Progress:
+    """The counts of one rollout at one moment (shown in status; checked by tests)."""
+
+    targeted: int
+    updated: int  # assigned the new revision
+    ready: int  # assigned, and the new revision serves with every replica ready
+    updating: int  # assigned, not ready yet (nor broken)
+    unavailable: int  # eligible, not assigned, nothing serves
+    skipped: Mapping[str, str] = field(default_factory=dict)  # device -> why
+    budget: Budget = Budget(0, 1)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "targetedDevices": self.targeted,
+            "updatedDevices": self.updated,
+            "readyDevices": self.ready,
+            "updatingDevices": self.updating,
+            "unavailableDevices": self.unavailable,
+            "skipped": dict(sorted(self.skipped.items())),
+            "maxSurge": self.budget.surge,
+            "maxUnavailable": self.budget.unavailable,
+        }
+
+
+def measure(state: RolloutState, devices: Sequence[DeviceView], budget: Budget) -> Progress:
+    updated = ready = updating = unavailable = 0
+    skipped: dict[str, str] = {}
+    for d in devices:
+        if d.name in state.updated:
+            updated += 1
+            if d.target is TargetPhase.READY:
+                ready += 1
+            elif d.target is not TargetPhase.BROKEN:
+                updating += 1
+        elif not d.eligible:
+            skipped[d.name] = d.skip_reason
+        elif not d.serving:
+            unavailable += 1
+    return Progress(len(devices), updated, ready, updating, unavailable, skipped, budget)
+
+
+@dataclass(frozen=True, slots=True)
+class Event:
+    type: str  # Normal | Warning
+    reason: str
+    message: str
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """What to write: a new revision (or None) and the new state (None: nothing changes)."""
+
+    revision: Revision | None = None
+    state: RolloutState | None = None
+    events: tuple[Event, ...] = ()
+    progress: Progress | None = None
+
+
+def plan_rollout(
+    dep: ModelDeployment,
+    manifest: Mapping[str, Any],
+    revisions: Mapping[int, Revision],
+    state: RolloutState | None,
+    devices: Sequence[DeviceView],
+    now: float,
+    model_pushed: bool = True,
+    analysis: Analysis | None = None,
+    max_weight: int | None = None,
+) -> Step:
+    """The next step of ``dep``'s rollout (see the module doc). ``manifest``: its canonical
+    manifest as applied; ``revisions``: its stored revisions by number; ``devices``: the
+    targeted devices; ``model_pushed``: whether the current revision's model can be sent
+    (no device is given it before); ``analysis``: the canary analysis now (None: no
+    ``canary.analysis``, or no canary device serves yet); ``max_weight``: the percentage of
+    the targeted devices the new revision may go to at most (a root hub's wave,
+    :func:`max_weight_of`; None: no cap): reached, the rollout is held there."""
+    step = _plan(dep, manifest, revisions, state, devices, now, model_pushed, analysis, max_weight)
+    return _with_previous(step, state, revisions)
+
+
+def _with_previous(
+    step: Step, before: RolloutState | None, revisions: Mapping[int, Revision]
+) -> Step:
+    """A rollout that completes with another model than the stable one's: that stable
+    revision becomes ``previous`` (what every device ran just before)."""
+    new = step.state
+    if new is None or before is None or new.stable == before.stable:
+        return step
+    old, now_stable = revisions.get(before.stable), revisions.get(new.stable)
+    if step.revision is not None and step.revision.number == new.stable:
+        now_stable = step.revision
+    if old is None or now_stable is None or old.model == now_stable.model:
+        return step
+    return replace(step, state=replace(new, previous=before.stable))
+
+
+def _plan(
+    dep: ModelDeployment,
+    manifest: Mapping[str, Any],
+    revisions: Mapping[int, Revision],
+    state: RolloutState | None,
+    devices: Sequence[DeviceView],
+    now: float,
+    model_pushed: bool,
+    analysis: Analysis | None,
+    max_weight: int | None,
+) -> Step:
+    name = dep.metadata.name
+    wanted = template_hash(manifest)
+    current = revisions.get(state.revision) if state is not None else None
+    if current is None or current.template != wanted:
+        return _new_revision(name, manifest, wanted, revisions, state, now)
+    assert state is not None
+    rollout = dep.spec.rollout
+    budget = resolve_budget(rollout.max_surge, rollout.max_unavailable, len(devices))
+    if state.phase in (RolloutPhase.COMPLETE, RolloutPhase.ROLLED_BACK):
+        return Step(progress=measure(state, devices, budget))
+    broken = sorted(
+        (d.name, d.broken_reason)
+        for d in devices
+        if d.name in state.updated and d.target is TargetPhase.BROKEN
+    )
+    if broken:
+        return _roll_back(state, current, broken, devices, budget, now)
+    canary = rollout.canary
+    if canary is not None and analysis is not None and analysis.verdict is Verdict.FAIL:
+        why = "; ".join(c.message for c in analysis.failed)
+        return _give_up(
+            state,
+            current,
+            "AnalysisFailed",
+            f"failed the canary analysis at {_step_text(canary, state.step)}: {why}",
+            devices,
+            budget,
+            now,
+        )
+    deadline = rollout.progress_deadline_s
+    since = _progress_since(state, canary)
+    held = state.reason == "WeightHeld"  # by the root's waves: not a lack of progress
+    if (
+        deadline is not None
+        and state.phase is RolloutPhase.PROGRESSING
+        and not held
+        and now - since > deadline
+    ):
+        waiting = f" ({analysis.message})" if analysis is not None else ""
+        return _give_up(
+            state,
+            current,
+            "ProgressDeadlineExceeded",
+            f"made no progress for {deadline} s (progressDeadlineSeconds)"
+            + (f" at {_step_text(canary, state.step)}" if canary is not None else "")
+            + waiting,
+            devices,
+            budget,
+            now,
+        )
+    progress = measure(state, devices, budget)
+    eligible = [d for d in devices if d.eligible]
+    if devices and not eligible:
+        return Step(progress=progress)  # wait: nobody could take a step
+    cap = canary_target(max_weight, len(devices)) if max_weight is not None else len(devices)
+    if cap < len(devices):
+        weight = canary_weight(canary, state.step) if canary is not None else 100
+        if canary_target(weight, len(devices)) > cap:  # held below what it would do
+            return _capped(state, current, devices, budget, cap, max_weight or 0, now,
+                           model_pushed)  # fmt: skip
+    if canary is not None:
+        return _canary_step(state, current, devices, budget, canary, analysis, now, model_pushed)
+    if all(d.name in state.updated and d.target is TargetPhase.READY for d in devices):
+        return _complete(state, current, devices, budget, now)
+    if state.phase is RolloutPhase.PAUSED or not model_pushed:
+        return Step(progress=progress)
+    return _assign(state, current, devices, budget, len(devices), now)
+
+
+MAX_WEIGHT = "federation.edgefleet.io/max-weight"
+"""An annotation a root hub puts on a ModelDeployment it sends a region during a wave of a
+percentage (hub.decide.wave): the region's rollout gives the new revision to that percentage of
+its targeted devices at most, and holds there (reason ``WeightHeld``)."""
+
+
+def max_weight_of(manifest: Mapping[str, Any]) -> int | None:
+    """The cap of :data:`MAX_WEIGHT` on ``manifest`` (None: none, or not a percentage)."""
+    value = (manifest.get("metadata", {}).get("annotations") or {}).get(MAX_WEIGHT)
+    if not isinstance(value, str) or not value.isdigit() or not 1 <= int(value) <= 100:
+        return None
+    return int(value)
+
+
+def _capped(
+    state: RolloutState,
+    current: Revision,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    cap: int,
+    weight: int,
+    now: float,
+    model_pushed: bool,
+) -> Step:
+    """A rollout held at a root hub's wave weight: devices assigned up to ``cap``; once they
+    are all ready on the new revision, the rollout says so (``WeightHeld``) and waits."""
+    progress = measure(state, devices, budget)
+    assigned = [d for d in devices if d.name in state.updated]
+    if len(state.updated) >= cap and all(d.target is TargetPhase.READY for d in assigned):
+        if state.reason == "WeightHeld":
+            return Step(progress=progress)
+        held = replace(
+            state,
+            reason="WeightHeld",
+            message=f"revision {state.revision} ({_version(current)}) ready on "
+            f"{len(state.updated)} of {len(devices)} devices, held at {weight}% by the root "
+            "hub's waves",
+            changed_at=now,
+            progress_at=now,
+        )
+        return Step(state=held, events=(Event("Normal", "WeightHeld", held.message),),
+                    progress=progress)  # fmt: skip
+    if state.phase is RolloutPhase.PAUSED or not model_pushed:
+        return Step(progress=progress)
+    return _assign(state, current, devices, budget, cap, now)
+
+
+def _progress_since(state: RolloutState, canary: Canary | None) -> float:
+    """Since when the rollout made no progress (progressDeadlineSeconds): its last step; a
+    timed pause, and the analysis window of a step whose devices are ready, are not lack of
+    progress."""
+    since = state.progress_at or state.started_at
+    if canary is None:
+        return since
+    if state.step < len(canary.steps) and canary.steps[state.step].pause:
+        return math.inf  # pausing is what it was asked to do
+    if state.step_ready_at and canary.analysis is not None:
+        since = max(since, state.step_ready_at + canary.analysis.window_s)
+    return since
+
+
+def _complete(
+    state: RolloutState,
+    current: Revision,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    now: float,
+) -> Step:
+    done = replace(
+        state,
+        phase=RolloutPhase.COMPLETE,
+        stable=state.revision,
+        reason="RolloutComplete",
+        message=f"revision {state.revision} ({_version(current)}) serves on every "
+        f"targeted device ({len(devices)})",
+        changed_at=now,
+        progress_at=now,
+    )
+    event = Event("Normal", "RolloutComplete", done.message)
+    return Step(state=done, events=(event,), progress=measure(done, devices, budget))
+
+
+def _assign(
+    state: RolloutState,
+    current: Revision,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    target: int,
+    now: float,
+) -> Step:
+    """Give the new revision to more devices, in name order, within the budget and up to
+    ``target`` devices in all."""
+    progress = measure(state, devices, budget)
+    room = min(budget.total - progress.updating - progress.unavailable, target - progress.updated)
+    candidates = [d.name for d in devices if d.eligible and d.name not in state.updated]
+    chosen = candidates[: max(0, room)]
+    if not chosen:
+        return Step(progress=progress)
+    moved = replace(
+        state,
+        updated=state.updated | frozenset(chosen),
+        changed_at=now,
+        progress_at=now,
+        steps=state.steps + 1,
+        reason="RollingUpdate",
+        message=f"revision {state.revision} ({_version(current)}) sent to "
+        f"{len(state.updated) + len(chosen)} of {len(devices)} devices",
+    )
+    event = Event(
+        "Normal",
+        "DevicesUpdated",
+        f"revision {state.revision} ({_version(current)}) sent to {', '.join(chosen)}",
+    )
+    return Step(state=moved, events=(event,), progress=measure(moved, devices, budget))
+
+
+def canary_weight(canary: Canary, step: int) -> int:
+    """The percentage of targeted devices the new revision goes to at ``step`` (the weight
+    of the last setWeight at or before it; 100 past the last step)."""
+    if step >= len(canary.steps):
+        return 100
+    weights = [s.weight for s in canary.steps[: step + 1] if s.weight is not None]
+    return weights[-1] if weights else 0
+
+
+def canary_target(weight: int, targeted: int) -> int:
+    """How many of ``targeted`` devices ``weight`` percent is: rounded up, at least one."""
+    if weight <= 0 or targeted == 0:
+        return 0
+    return min(targeted, max(1, math.ceil(weight * targeted / 100)))
+
+
+def _step_text(canary: Canary | None, step: int) -> str:
+    if canary is None:
+        return "the rollout"
+    if step >= len(canary.steps):
+        return "the end of the canary steps (100%)"
+    s = canary.steps[step]
+    what = (
+        f"{s.weight}%"
+        if not s.pause
+        else "a pause" + (f" of {s.pause_s:g} s" if s.pause_s is not None else "")
+    )
+    return f"step {step + 1} of {len(canary.steps)} ({what})"
+
+
+def _canary_step(
+    state: RolloutState,
+    current: Revision,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    canary: Canary,
+    analysis: Analysis | None,
+    now: float,
+    model_pushed: bool,
+) -> Step:
+    """A canary's next step: pauses, then each weight's devices given the new revision within
+    the budget, all ready on it, held for the analysis window with the analysis passing."""
+    progress = measure(state, devices, budget)
+    i = state.step
+    if i < len(canary.steps) and canary.steps[i].pause:
+        pause = canary.steps[i]
+        if state.phase is RolloutPhase.PAUSED:
+            return Step(progress=progress)  # until rollout resume
+        if pause.pause_s is None:
+            paused = replace(
+                state,
+                phase=RolloutPhase.PAUSED,
+                reason="CanaryPause",
+                message=f"paused at {_step_text(canary, i)} until edgectl rollout resume",
+                changed_at=now,
+            )
+            event = Event("Normal", "CanaryPaused", paused.message)
+            return Step(state=paused, events=(event,), progress=progress)
+        if now - state.step_at >= pause.pause_s:
+            return _next_step(state, current, devices, budget, canary, now, "paused")
+        return Step(progress=progress)
+    weight = canary_weight(canary, i)
+    target = canary_target(weight, len(devices))
+    assigned = [d for d in devices if d.name in state.updated]
+    if len(state.updated) >= target and all(d.target is TargetPhase.READY for d in assigned):
+        if i >= len(canary.steps):
+            return _complete(state, current, devices, budget, now)
+        if not state.step_ready_at:
+            ready = replace(
+                state,
+                step_ready_at=now,
+                progress_at=now,
+                changed_at=now,
+                reason="CanaryStepReady",
+                message=f"{_step_text(canary, i)}: revision {state.revision} "
+                f"({_version(current)}) ready on {len(state.updated)} of {len(devices)} devices"
+                + (", analysing" if canary.analysis is not None else ""),
+            )
+            return Step(state=ready, progress=progress)
+        window = canary.analysis.window_s if canary.analysis is not None else 0.0
+        if canary.analysis is not None and (
+            analysis is None
+            or analysis.verdict is not Verdict.PASS
+            or now - state.step_ready_at < window
+        ):
+            return Step(progress=progress)  # analysing: the window, or enough data
+        why = analysis.message if analysis is not None else "no analysis"
+        return _next_step(state, current, devices, budget, canary, now, why)
+    if state.phase is RolloutPhase.PAUSED or not model_pushed:
+        return Step(progress=progress)
+    return _assign(state, current, devices, budget, target, now)
+
+
+def _next_step(
+    state: RolloutState,
+    current: Revision,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    canary: Canary,
+    now: float,
+    why: str,
+) -> Step:
+    done = _step_text(canary, state.step)
+    moved = replace(
+        state,
+        step=state.step + 1,
+        step_at=now,
+        step_ready_at=0.0,
+        progress_at=now,
+        changed_at=now,
+        reason="CanaryStepPassed",
+        message=f"{done} passed ({why}); now at {_step_text(canary, state.step + 1)}",
+    )
+    event = Event("Normal", "CanaryStepPassed", moved.message)
+    return Step(state=moved, events=(event,), progress=measure(moved, devices, budget))
+
+
+def _version(rev: Revision) -> str:
+    return rev.model[1]
+
+
+def _new_revision(
+    name: str,
+    manifest: Mapping[str, Any],
+    wanted: str,
+    revisions: Mapping[int, Revision],
+    state: RolloutState | None,
+    now: float,
+) -> Step:
+    number = max(revisions, default=0) + 1
+    source = next((r.number for r in revisions.values() if r.template == wanted), 0)
+    revision = Revision(name, number, wanted, dict(manifest), now, source)
+    version = _version(revision)
+    if state is None:  # the first revision: nothing serves that a rollout could protect
+        new = RolloutState(
+            name,
+            number,
+            number,
+            phase=RolloutPhase.COMPLETE,
+            reason="FirstRevision",
+            message=f"revision {number} ({version}) sent to every placed device",
+            started_at=now,
+            changed_at=now,
+            step_at=now,
+            progress_at=now,
+        )
+        return Step(revision, new, (Event("Normal", "RevisionCreated", new.message),))
+    stable = state.revision if state.phase is RolloutPhase.COMPLETE else state.stable
+    new = RolloutState(
+        name,
+        number,
+        stable,
+        phase=RolloutPhase.PROGRESSING,
+        reason="NewRevision",
+        message=f"rolling out revision {number} ({version}) from revision {stable}"
+        + (f" (a copy of revision {source})" if source else ""),
+        started_at=now,
+        changed_at=now,
+        step_at=now,
+        progress_at=now,
+        previous=state.previous,
+    )
+    return Step(revision, new, (Event("Normal", "RolloutStarted", new.message),))
+
+
+def _give_up(
+    state: RolloutState,
+    current: Revision,
+    reason: str,
+    why: str,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    now: float,
+) -> Step:
+    new = replace(
+        state,
+        phase=RolloutPhase.ROLLED_BACK,
+        reason=reason,
+        message=f"revision {state.revision} ({_version(current)}) {why}; every device is back "
+        f"on revision {state.stable}",
+        changed_at=now,
+        failed=given_up_on(
+            state, devices, f"{reason}: revision {state.revision} ({_version(current)}) {why}"
+        ),
+    )
+    event = Event("Warning", "RolledBack", new.message)
+    return Step(state=new, events=(event,), progress=measure(new, devices, budget))
+
+
+def given_up_on(state: RolloutState, devices: Sequence[DeviceView], why: str) -> dict[str, str]:
+    """The devices a rollout given up (analysis, deadline) is rolled back for, each with
+    ``why``: those given the new revision that are not ready on it, else all of them."""
+    given = [d for d in devices if d.name in state.updated]
+    behind = [d.name for d in given if d.target is not TargetPhase.READY]
+    return dict.fromkeys(sorted(behind or (d.name for d in given)), why)
+
+
+def _roll_back(
+    state: RolloutState,
+    current: Revision,
+    broken: list[tuple[str, str]],
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    now: float,
+) -> Step:
+    first = "; ".join(f"{d}: {r}" for d, r in broken[:3])
+    more = f" and {len(broken) - 3} more" if len(broken) > 3 else ""
+    new = replace(
+        state,
+        phase=RolloutPhase.ROLLED_BACK,
+        reason="RevisionFailed",
+        message=f"revision {state.revision} ({_version(current)}) failed on {len(broken)} "
+        f"device(s) ({first}{more}); every device is back on revision {state.stable}",
+        changed_at=now,
+        failed=dict(broken),
+    )
+    event = Event("Warning", "RolledBack", new.message)
+    return Step(state=new, events=(event,), progress=measure(new, devices, budget))
+
+
+def prune(revisions: Iterable[Revision], state: RolloutState) -> list[int]:
+    """Revision numbers to delete: all but the newest :data:`MAX_REVISIONS`, never the stable
+    or the current one."""
+    numbers = sorted((r.number for r in revisions), reverse=True)
+    keep = set(numbers[:MAX_REVISIONS]) | {state.stable, state.revision}
+    return sorted(n for n in numbers if n not in keep)

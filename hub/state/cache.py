@@ -1,0 +1,211 @@
+"""The hub's in-memory cache of its store: everything it knows, loaded at start, written through.
+
+The hub is its store's only writer, so it never reads the store on a hot path (the design:
+docs/architecture.md, "The hub").
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from edgefleet.api import ModelDeployment, parse_manifest
+from edgefleet.api.secrets import requires_tpm
+from hub.decide.analysis import TimelineSample
+from hub.decide.devices import Device
+from hub.decide.placement import SecurityPolicy
+from hub.decide.rollout import Revision, RolloutState
+from hub.decide.schedule import Explanation
+from hub.state import storekeys
+from hub.state.secrets import SecretRecord, record_of
+from hub.state.store import Store
+
+MAX_EVENTS = 1000
+
+
+class EventLog(deque[dict[str, Any]]):
+    """The newest events, oldest first, that tells listeners of each one appended (the
+    dashboard's live stream: the hub's own events as they happen, not the store polled).
+    ``appended`` counts every event ever appended: a listener's position."""
+
+    def __init__(self, maxlen: int = MAX_EVENTS) -> None:
+        super().__init__(maxlen=maxlen)
+        self.appended = 0
+        self.listeners: set[Callable[[], None]] = set()
+
+    def append(self, event: dict[str, Any]) -> None:
+        super().append(event)
+        self.appended += 1
+        for listener in list(self.listeners):
+            listener()
+
+    def since(self, position: int) -> list[dict[str, Any]]:
+        """The events appended after ``position`` (of :attr:`appended`) still held."""
+        missed = min(self.appended - position, len(self))
+        return list(self)[len(self) - missed :] if missed > 0 else []
+
+
+@dataclass(frozen=True, slots=True)
+class StoredObject:
+    """An operator object as applied: its canonical manifest and the revision it was written at."""
+
+    kind: str
+    name: str
+    manifest: Mapping[str, Any]
+    revision: int
+    encoded: bytes = b""  # the manifest as sent to devices: encoded once, shared by all
+
+    def __post_init__(self) -> None:
+        if not self.encoded:
+            object.__setattr__(self, "encoded", storekeys.dumps(self.manifest))
+
+
+@dataclass(slots=True)
+class Cache:
+    """Everything the hub knows, as last written to the store."""
+
+    devices: dict[str, Device] = field(default_factory=dict)
+    stored: dict[tuple[str, str], StoredObject] = field(default_factory=dict)
+    deployments: dict[str, ModelDeployment] = field(default_factory=dict)
+    models: dict[tuple[str, str], storekeys.ModelRecord] = field(default_factory=dict)
+    desired: dict[str, storekeys.DesiredRecord] = field(default_factory=dict)
+    revoked: dict[str, str] = field(default_factory=dict)  # serial hex -> device name
+    # The fleet's trust roots the hub carries, oldest first, as signed (hub.state.trustroots).
+    trust_roots: tuple[bytes, ...] = ()
+
+    revisions: dict[str, dict[int, Revision]] = field(default_factory=dict)  # by deployment
+    rollouts: dict[str, RolloutState] = field(default_factory=dict)  # by deployment
+    rollout_revisions: dict[str, int] = field(default_factory=dict)  # their store mod revisions
+    # each deployment's canary analysis over time: sequence number -> sample, oldest first
+    analysis: dict[str, dict[int, TimelineSample]] = field(default_factory=dict)
+    events: EventLog = field(default_factory=EventLog)
+    # replicas.total deployment -> the devices the scheduler placed it on
+    # (hub.controllers.placement)
+    placements: dict[str, frozenset[str]] = field(default_factory=dict)
+    # and the devices sent it now (hub.decide.moves): placements started, and those it is moving
+    # off that serve until their replacements are ready; by deployment
+    sent_placements: dict[str, frozenset[str]] = field(default_factory=dict)
+    draining: dict[str, frozenset[str]] = field(default_factory=dict)  # only while moving
+    waiting: dict[str, frozenset[str]] = field(default_factory=dict)  # held back by maxSurge
+    # and why, from the scheduler's last pass (not stored: computed again after a restart)
+    explanations: dict[str, Explanation] = field(default_factory=dict)
+    # Secret name -> its values sealed with the hub's key (hub.state.secrets), never in the clear
+    secrets: dict[str, SecretRecord] = field(default_factory=dict)
+
+    @classmethod
+    async def load(cls, store: Store) -> Cache:
+        cache = cls()
+        for kv in (await store.range(storekeys.DEVICES)).kvs:
+            device = Device.from_json(storekeys.loads(kv.value))
+            cache.devices[device.name] = device
+        for kv in (await store.range(storekeys.OBJECTS)).kvs:
+            manifest = storekeys.manifest_of(kv.value)
+            secret = record_of(storekeys.loads(kv.value), manifest["metadata"]["name"])
+            cache.put_object(manifest, kv.mod_revision, secret=secret)
+        for kv in (await store.range(storekeys.MODELS)).kvs:
+            model = storekeys.ModelRecord.from_json(storekeys.loads(kv.value))
+            cache.models[(model.name, model.version)] = model
+        for kv in (await store.range(storekeys.DESIRED)).kvs:
+            name = kv.key[len(storekeys.DESIRED) :]
+            cache.desired[name] = storekeys.DesiredRecord.from_json(storekeys.loads(kv.value))
+        for kv in (await store.range(storekeys.REVISIONS)).kvs:
+            rev = Revision.from_json(storekeys.loads(kv.value))
+            cache.revisions.setdefault(rev.deployment, {})[rev.number] = rev
+        for kv in (await store.range(storekeys.ROLLOUTS)).kvs:
+            state = RolloutState.from_json(storekeys.loads(kv.value))
+            cache.rollouts[state.deployment] = state
+            cache.rollout_revisions[state.deployment] = kv.mod_revision
+        for kv in (await store.range(storekeys.ANALYSIS)).kvs:
+            cache.put_analysis(kv.key, storekeys.loads(kv.value))
+        for kv in (await store.range(storekeys.PLACEMENTS)).kvs:
+            doc = storekeys.loads(kv.value)
+            cache.set_placement(
+                kv.key[len(storekeys.PLACEMENTS) :],
+                frozenset(doc["devices"]),
+                draining=frozenset(doc.get("draining", ())),
+                waiting=frozenset(doc.get("waiting", ())),
+            )
+        for kv in (await store.range(storekeys.REVOKED)).kvs:
+            cache.revoked[kv.key[len(storekeys.REVOKED) :]] = kv.value.decode()
+        for kv in (await store.range(storekeys.EVENTS)).kvs[-MAX_EVENTS:]:
+            cache.events.append(storekeys.loads(kv.value))
+        return cache
+
+    def put_object(
+        self, manifest: Mapping[str, Any], revision: int, *, secret: SecretRecord | None = None
+    ) -> None:
+        kind, name = manifest["kind"], manifest["metadata"]["name"]
+        self.stored[(kind, name)] = StoredObject(kind, name, manifest, revision)
+        if kind == "Secret" and secret is not None:
+            self.secrets[name] = secret
+        if kind == "ModelDeployment":
+            dep = parse_manifest(dict(manifest))
+            assert isinstance(dep, ModelDeployment)
+            self.deployments[name] = dep
+
+    def set_placement(
+        self,
+        name: str,
+        devices: frozenset[str],
+        *,
+        draining: frozenset[str] = frozenset(),
+        waiting: frozenset[str] = frozenset(),
+    ) -> None:
+        """A ``replicas.total`` deployment's placements and its move (:mod:`hub.decide.moves`)."""
+        self.placements[name] = devices
+        self.sent_placements[name] = (devices - waiting) | draining
+        for table, value in ((self.draining, draining), (self.waiting, waiting)):
+            if value:
+                table[name] = value
+            else:
+                table.pop(name, None)
+
+    def drop_placement(self, name: str) -> None:
+        for table in (self.placements, self.sent_placements, self.draining, self.waiting):
+            table.pop(name, None)
+
+    def put_analysis(self, key: str, doc: Mapping[str, Any]) -> None:
+        """A sample of ``/analysis/NAME/SEQ`` (keys come in order: a ring, oldest first)."""
+        deployment, _, seq = key[len(storekeys.ANALYSIS) :].rpartition("/")
+        if seq.isdigit():
+            samples = self.analysis.setdefault(deployment, {})
+            samples[int(seq)] = TimelineSample.from_json(doc)
+
+    def drop_analysis(self, key: str) -> None:
+        deployment, _, seq = key[len(storekeys.ANALYSIS) :].rpartition("/")
+        samples = self.analysis.get(deployment)
+        if samples is not None and seq.isdigit():
+            samples.pop(int(seq), None)
+            if not samples:
+                del self.analysis[deployment]
+
+    def drop_object(self, kind: str, name: str) -> None:
+        self.stored.pop((kind, name), None)
+        if kind == "Secret":
+            self.secrets.pop(name, None)
+        if kind == "ModelDeployment":
+            self.deployments.pop(name, None)
+
+    def revision_for(self, deployment: str, device: str) -> Revision | None:
+        """The revision of ``deployment`` that ``device`` is sent (None: none made yet)."""
+        state = self.rollouts.get(deployment)
+        if state is None:
+            return None
+        return self.revisions.get(deployment, {}).get(state.revision_for(device))
+
+    def objects_of(self, kind: str) -> list[StoredObject]:
+        return sorted((o for (k, _), o in self.stored.items() if k == kind), key=lambda o: o.name)
+
+    def tpm_secrets(self) -> frozenset[str]:
+        """The names of the Secrets with ``spec.requireTpm`` (sent only to TPM-attested
+        devices: hub.state.secrets.secret_refs)."""
+        return frozenset(o.name for o in self.objects_of("Secret") if requires_tpm(o.manifest))
+
+    def security_policy(self) -> SecurityPolicy:
+        """Every SecurityBaseline applies fleet-wide; any one requiring attestation wins."""
+        spec = [o.manifest.get("spec", {}) for o in self.objects_of("SecurityBaseline")]
+        tpm = any(bool(s.get("requireTpm") or s.get("requireMeasurementPcr")) for s in spec)
+        require = tpm or any(bool(s.get("requireAttestation")) for s in spec)
+        return SecurityPolicy(require_attestation=require)

@@ -1,0 +1,163 @@
+"""The projector: devices marked dirty get their desired state recomputed, written and sent.
+
+Batched and level-based: every device marked since the last batch (by an apply, a label,
+health, attestation or phase change...) is projected together with
+:func:`hub.decide.desired.build_within_bound` (pure), every changed desired record is written in one
+transaction (its generation: that transaction's revision, raised above anything the device
+acknowledged), then the devices' sessions get the new state. Marking a device twice is harmless.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable, Iterable
+
+from edgefleet.backoff import Backoff
+from hub.decide.desired import DesiredContent, FleetPolicies, build_within_bound
+from hub.state import storekeys
+from hub.state.batchloop import GIVE_UP_AFTER, BatchLoop
+from hub.state.cache import Cache
+from hub.state.sessions import Sessions
+from hub.state.store import Put, Store
+
+GATHER = 0.01  # an apply marks every device at once
+RETRY = Backoff(0.05, 10.0)
+
+
+class Projector:
+    """Batched, level-based projection of desired state onto devices (see module doc)."""
+
+    name = "projector"
+
+    def __init__(
+        self,
+        store: Store,
+        cache: Cache,
+        sessions: Sessions,
+        *,
+        region: str,
+        on_pushed: Callable[[str, int], None] | None = None,
+        on_placed: Callable[[int, int], None] | None = None,
+        give_up_after: float = GIVE_UP_AFTER,
+    ) -> None:
+        self._store = store
+        self._cache = cache
+        self._sessions = sessions
+        self._region = region
+        self._dirty: set[str] = set()
+        self.on_mark: Callable[[], None] | None = None  # the scheduler: devices changed
+        # a root's region streams (hub.api.regions.Regions.changed), told by mark_all: what
+        # changes every device's state (an apply, a push, a new revision, trust roots) may
+        # change the regions' slices too; one device's marks (its labels, health) do not
+        self.on_change: Callable[[], None] | None = None
+        self.contents: dict[str, DesiredContent] = {}
+        self._on_pushed = on_pushed
+        self._on_placed = on_placed  # (placements made, placements ended), for the metrics
+        self._batches = BatchLoop(
+            self.name,
+            self._project_marked,
+            gather=GATHER,
+            backoff=RETRY,
+            give_up_after=give_up_after,
+        )
+
+    def mark(self, names: Iterable[str], *, notify: bool = True) -> None:
+        """Project ``names`` again soon; ``notify``: tell :attr:`on_mark` (the scheduler, whose
+        own marks do not)."""
+        self._dirty.update(names)
+        self._batches.wake()
+        if notify and self.on_mark is not None:
+            self.on_mark()
+
+    def mark_all(self) -> None:
+        """Every device: what they all get may have changed (an apply, a delete, a push, a
+        new revision, trust roots), and so may the regions' slices (:attr:`on_change`)."""
+        self.mark(self._cache.devices)
+        if self.on_change is not None:
+            self.on_change()
+
+    async def project(self, names: Iterable[str]) -> None:
+        changed: dict[str, tuple[DesiredContent, storekeys.DesiredRecord | None]] = {}
+        fleet = FleetPolicies.of(self._cache)
+        for name in sorted(set(names)):
+            device = self._cache.devices.get(name)
+            if device is None:
+                self.contents.pop(name, None)
+                continue
+            previous = self._cache.desired.get(name)
+            content = build_within_bound(  # never a state the device cannot receive
+                device,
+                self._cache,
+                previous=frozenset(previous.deployments) if previous else frozenset(),
+                region=self._region,
+                fleet=fleet,
+            )
+            self.contents[name] = content
+            if (
+                previous is None
+                or previous.digest != content.digest
+                # another revision with the same documents (a copy of an older one): a new
+                # generation, so that a rollout can tell reports made after it came
+                or previous.numbers() != content.revisions
+                # the device acknowledged more than this hub ever issued (its store was
+                # restored from a backup): issue the state again, above what it holds
+                or previous.generation < self._acked(name)
+            ):
+                changed[name] = (content, previous)
+            else:
+                session = self._sessions.get(name)
+                if session is not None and not session.sent_any and session.desired is None:
+                    session.offer(content)  # connected before this hub had projected it
+        if not changed:
+            return
+        current = (await self._store.range(storekeys.DESIRED + "\x00")).revision  # cheap read
+        generation = current + 1  # the revision of the transaction below
+        records: dict[str, storekeys.DesiredRecord] = {}
+        for name, (content, previous) in changed.items():
+            floor = max(previous.generation if previous else 0, self._acked(name))
+            issued = max(generation, floor + 1)
+            carried = tuple(
+                (d, n, (previous.carried(d, n) if previous else None) or issued)
+                for d, n in content.revisions
+            )
+            records[name] = storekeys.DesiredRecord(
+                issued, content.deployments, content.digest, carried
+            )
+        await self._store.txn(
+            (),
+            [
+                Put(storekeys.desired_key(n), storekeys.dumps(r.to_json()))
+                for n, r in sorted(records.items())
+            ],
+        )
+        self._cache.desired.update(records)
+        if self._on_placed is not None:
+            placed = ended = 0
+            for content, previous in changed.values():
+                before = set(previous.deployments) if previous else set()
+                placed += len(set(content.deployments) - before)
+                ended += len(before - set(content.deployments))
+            self._on_placed(placed, ended)
+        for name in changed:
+            session = self._sessions.get(name)
+            if session is not None:
+                session.offer(self.contents[name])
+
+    def _acked(self, name: str) -> int:
+        device = self._cache.devices.get(name)
+        return device.generation_acked if device else 0
+
+    def content_for(self, name: str) -> DesiredContent | None:
+        return self.contents.get(name)
+
+    async def _project_marked(self) -> None:
+        names, self._dirty = self._dirty, set()
+        try:
+            await self.project(names)
+        except BaseException:
+            self._dirty |= names  # still owed: the next pass projects them
+            raise
+
+    async def run(self, stop: asyncio.Event) -> None:
+        """Project batch after batch until ``stop`` (:class:`hub.state.batchloop.BatchLoop`)."""
+        await self._batches.run(stop)
