@@ -24,6 +24,7 @@ from hub.decide.devices import Device, TrustState
 from hub.decide.fleetview import FleetView, SecretVersion
 from hub.decide.labeltrust import untrusted_match
 from hub.decide.modelclaim import one_per_model
+from hub.decide.nodes import accelerator_slots
 from hub.decide.placement import (
     Projection,
     SecurityPolicy,
@@ -33,7 +34,6 @@ from hub.decide.placement import (
 )
 from hub.decide.priority import classes_of
 from hub.decide.rollout import Revision
-from hub.decide.schedule import accelerator_slots
 
 SEALED_SECRET_BYTES = 4 * 64 * 1024 // 3 + 512
 """The most one sealed secret takes in a desired state (64 KiB of values, base64 inside)."""

@@ -25,9 +25,9 @@ from typing import Any
 from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
 from edgefleet.timestamps import rfc3339
 from hub.decide.devices import Device, WorkloadReport
+from hub.decide.nodes import Explanation
 from hub.decide.placement import SecurityPolicy, taints_for
 from hub.decide.records import KIND_DEVICE, DesiredRecord, ModelRecord, TokenRecord
-from hub.decide.schedule import Explanation
 from hub.decide.status import deployment_status
 
 KIND_TOKEN = "BootstrapToken"

@@ -29,8 +29,8 @@ from hub.decide.desired import (
     wire_size_bound,
 )
 from hub.decide.fleetview import FleetView
+from hub.decide.nodes import StateBound
 from hub.decide.rollout import Revision, template_hash
-from hub.decide.schedule import StateBound
 
 
 def unmade_revisions(view: FleetView, names: Iterable[str]) -> dict[str, Revision]:
