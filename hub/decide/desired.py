@@ -33,7 +33,7 @@ from hub.decide.placement import (
     tpm_attested,
 )
 from hub.decide.priority import classes_of
-from hub.decide.rollout import Revision
+from hub.decide.revisions import Revision
 
 SEALED_SECRET_BYTES = 4 * 64 * 1024 // 3 + 512
 """The most one sealed secret takes in a desired state (64 KiB of values, base64 inside)."""

@@ -23,7 +23,7 @@ from edgefleet.api.secrets import requires_tpm
 from hub.decide.devices import Device
 from hub.decide.placement import SecurityPolicy
 from hub.decide.records import DesiredRecord, ModelRecord, StoredObject
-from hub.decide.rollout import Revision, RolloutState
+from hub.decide.revisions import Revision, RolloutState
 
 
 class SecretVersion(Protocol):

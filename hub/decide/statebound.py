@@ -30,7 +30,7 @@ from hub.decide.desired import (
 )
 from hub.decide.fleetview import FleetView
 from hub.decide.nodes import StateBound
-from hub.decide.rollout import Revision, template_hash
+from hub.decide.revisions import Revision, template_hash
 
 
 def unmade_revisions(view: FleetView, names: Iterable[str]) -> dict[str, Revision]:

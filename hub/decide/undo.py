@@ -33,7 +33,7 @@ from edgefleet.trust.versions import compare_versions, version_key
 from hub.decide.devices import RevisionPhase
 from hub.decide.fleetview import FleetView
 from hub.decide.records import ModelRecord
-from hub.decide.rollout import RolloutState
+from hub.decide.revisions import RolloutState
 from hub.decide.status import revisions_of
 
 MAX_NAMED = 3  # devices a refusal names before "and N more"

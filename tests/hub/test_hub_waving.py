@@ -36,8 +36,8 @@ from hub.decide.wave import (
     resume,
     side_figures,
     start,
-    waves_status,
 )
+from hub.decide.wavestatus import waves_status
 
 
 def manifest(version: str = "2.0.0", waves: list[Any] | None = None, **spec: Any) -> dict[str, Any]:
