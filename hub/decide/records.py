@@ -1,6 +1,7 @@
 """The records the hub keeps, as plain data: what the state wing stores (hub.state.storekeys,
 hub.state.tokens) and caches (hub.state.cache), and what the deciders read. Frozen dataclasses
-with their JSON encodings; no I/O."""
+with their JSON encodings, and the keys and values of operator objects and pushed models (what
+:func:`hub.decide.regionslice.plan_apply` writes); no I/O."""
 
 from __future__ import annotations
 
@@ -13,6 +14,69 @@ import orjson
 
 KIND_DEVICE = "Device"
 KIND_MODEL = "Model"
+
+
+# the store's keys of operator objects and pushed models (the whole layout: hub.state.storekeys)
+OBJECTS = "/objects/"
+MODELS = "/models/"
+
+
+def object_key(kind: str, name: str) -> str:
+    return f"{OBJECTS}{kind}/{name}"
+
+
+def model_key(name: str, version: str) -> str:
+    return f"{MODELS}{name}/{version}"
+
+
+def object_value(
+    manifest: Mapping[str, Any],
+    created: float | None = None,
+    secret: Mapping[str, Any] | None = None,
+) -> bytes:
+    """What is stored under :func:`object_key` for a canonical manifest first applied at
+    ``created`` (kept across updates; shown as ``metadata.creationTimestamp``). ``secret``: a
+    Secret's sealed values (hub/state/secrets.py), beside its redacted manifest."""
+    doc: dict[str, Any] = {"manifest": manifest}
+    if created is not None:
+        doc["created"] = created
+    if secret is not None:
+        doc["secret"] = secret
+    return dumps(doc)
+
+
+def federated_object_value(
+    manifest: Mapping[str, Any], created: float | None, generation: int
+) -> bytes:
+    """What a regional hub stores for an object its root owns (hub.controllers.parentlink): the
+    manifest
+    and ``"federated": {"generation": G}``, the generation of the root's slice it came in."""
+    doc: dict[str, Any] = {"manifest": manifest, "federated": {"generation": generation}}
+    if created is not None:
+        doc["created"] = created
+    return dumps(doc)
+
+
+def federated_generation(value: bytes) -> int | None:
+    """The root's generation of an object a root hub owns; None: a local object."""
+    federated = loads(value).get("federated")
+    return int(federated["generation"]) if isinstance(federated, dict) else None
+
+
+def created_of(value: bytes) -> float | None:
+    """When the object stored as ``value`` was first applied (None: before this was kept)."""
+    created = loads(value).get("created")
+    return float(created) if isinstance(created, int | float) else None
+
+
+def manifest_of(value: bytes) -> dict[str, Any]:
+    """The canonical manifest stored under an :func:`object_key` (see :func:`object_value`)."""
+    manifest: dict[str, Any] = loads(value)["manifest"]
+    return manifest
+
+
+def loads(data: bytes) -> Any:
+    return orjson.loads(data)
 
 
 def dumps(doc: Any) -> bytes:

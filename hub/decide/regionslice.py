@@ -1,6 +1,7 @@
 """Federation's pure decisions (docs/federation.md): which objects and artifacts a region is
 owed (its *slice*), the bounds on what a regional hub reports, and how the root adds the
-regions' reports into what ``edgectl`` shows. No I/O, no clock, no protobuf (the messages are
+regions' reports into what ``edgectl`` shows; at a region, what applying a slice writes
+(:func:`plan_apply`). No I/O, no clock, no protobuf (the messages are
 mapped, and a region's report checked against these bounds, in :mod:`hub.api.regionmapping`):
 tested as tables in ``tests/hub/test_hub_federation.py`` and ``tests/hub/test_hub_waving.py``.
 
@@ -18,14 +19,24 @@ at apply (:func:`override_problems`).
 from __future__ import annotations
 
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from edgefleet.api import Precision
 from edgefleet.api.meta import dns_label
 from edgefleet.api.validating import one_of
-from hub.decide.records import ModelRecord, dumps
+from hub.decide.records import (
+    ModelRecord,
+    created_of,
+    dumps,
+    federated_generation,
+    federated_object_value,
+    loads,
+    manifest_of,
+    model_key,
+    object_key,
+)
 from hub.decide.rollout import MAX_WEIGHT
 
 MAX_SLICE_OBJECTS = 2000
@@ -251,6 +262,126 @@ def plan_slice(
     for root in trust_roots:
         h.update(hashlib.sha256(root).digest())
     return Slice(tuple(chosen), records, tuple(trust_roots), h.hexdigest())
+
+
+# -- applying a slice at a region ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredValue:
+    """A key as the region's store holds it."""
+
+    key: str
+    value: bytes
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One key of a slice's apply: written (``value``) or deleted (None), only while its mod
+    revision is still ``expected`` (0: the key does not exist)."""
+
+    key: str
+    value: bytes | None
+    expected: int
+
+
+@dataclass(frozen=True, slots=True)
+class SliceApply:
+    """What makes the region's store hold the slice, as one transaction (the caller maps it to
+    the store's operations): ``writes`` in order, then ``state`` (the slice's generation and
+    digest) at the federation's state key."""
+
+    writes: tuple[Write, ...]
+    state: bytes
+    put_objects: tuple[Mapping[str, Any], ...]
+    dropped_objects: tuple[tuple[str, str], ...]
+    put_models: tuple[ModelRecord, ...]
+    dropped_models: tuple[tuple[str, str], ...] = ()  # root-owned models no longer used
+
+
+def plan_apply(
+    generation: int,
+    digest: str,
+    objects: Sequence[Mapping[str, Any]],
+    models: Sequence[ModelRecord],
+    stored_objects: Mapping[str, StoredValue],
+    stored_models: Mapping[str, StoredValue],
+    now: float,
+    kept: Collection[tuple[str, str]] = frozenset(),
+) -> SliceApply:
+    """What to write so that the store holds ``objects`` and ``models`` as the root's (pure).
+    ``stored_*``: what the store holds now, by key. A local object of the same name is
+    replaced (the root wins); root-owned objects the slice no longer has are deleted; the
+    region's own objects are left alone. A root-owned model (stored from a slice) that the
+    slice no longer has is deleted once nothing refers to it: no deployment of the slice, no
+    object of the region's own, nothing in ``kept`` (the (name, version) of the region's
+    revisions, which a rollback may go back to). The region's own pushes are never deleted."""
+    writes: list[Write] = []
+    put_objects: list[Mapping[str, Any]] = []
+    wanted: set[str] = set()
+    for manifest in objects:
+        kind, name = str(manifest["kind"]), str(manifest["metadata"]["name"])
+        key = object_key(kind, name)
+        wanted.add(key)
+        had = stored_objects.get(key)
+        owned = had is not None and federated_generation(had.value) is not None
+        if owned and had is not None and manifest_of(had.value) == manifest:
+            continue
+        created = created_of(had.value) if had is not None else now
+        value = federated_object_value(manifest, created, generation)
+        writes.append(Write(key, value, had.mod_revision if had is not None else 0))
+        put_objects.append(manifest)
+    dropped: list[tuple[str, str]] = []
+    for key, had in sorted(stored_objects.items()):
+        if key in wanted or federated_generation(had.value) is None:
+            continue
+        manifest = manifest_of(had.value)
+        writes.append(Write(key, None, had.mod_revision))
+        dropped.append((str(manifest["kind"]), str(manifest["metadata"]["name"])))
+    put_models: list[ModelRecord] = []
+    for record in models:
+        key = model_key(record.name, record.version)
+        had = stored_models.get(key)
+        doc = {**record.to_json(), "federated": {"generation": generation}}
+        if had is not None:
+            old = ModelRecord.from_json(loads(had.value))
+            if (old.sha256, old.envelope, old.rollback_allowance, dict(old.extras)) == (
+                record.sha256,
+                record.envelope,
+                record.rollback_allowance,
+                dict(record.extras),
+            ):
+                continue
+        writes.append(Write(key, dumps(doc), had.mod_revision if had is not None else 0))
+        put_models.append(record)
+    sent = {model_key(r.name, r.version) for r in models}
+    used = set(kept)
+    for manifest in objects:
+        used |= models_of(manifest, ())
+    for key, had in stored_objects.items():
+        if key not in wanted and federated_generation(had.value) is None:
+            used |= models_of(manifest_of(had.value), ())  # the region's own
+    dropped_models: list[tuple[str, str]] = []
+    for key, had in sorted(stored_models.items()):
+        if key in sent:
+            continue
+        doc = loads(had.value)
+        if not isinstance(doc.get("federated"), Mapping):
+            continue  # pushed at the region: the region's to delete
+        name, version = str(doc["spec"]["name"]), str(doc["spec"]["version"])
+        if (name, version) in used:
+            continue
+        writes.append(Write(key, None, had.mod_revision))
+        dropped_models.append((name, version))
+    return SliceApply(
+        tuple(writes),
+        dumps({"generation": generation, "digest": digest}),
+        tuple(put_objects),
+        tuple(dropped),
+        tuple(put_models),
+        tuple(dropped_models),
+    )
 
 
 # -- what the root shows --------------------------------------------------------------------

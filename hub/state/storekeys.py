@@ -27,20 +27,45 @@ document twice compares equal and is "unchanged".
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from typing import Any
+from hub.decide.records import (
+    KIND_DEVICE,
+    KIND_MODEL,
+    MODELS,
+    OBJECTS,
+    DesiredRecord,
+    ModelRecord,
+    created_of,
+    dumps,
+    federated_generation,
+    federated_object_value,
+    loads,
+    manifest_of,
+    model_key,
+    object_key,
+    object_value,
+)
 
-import orjson
-
-from hub.decide.records import KIND_DEVICE, KIND_MODEL, DesiredRecord, ModelRecord, dumps
-
-# the records and their encoding are plain data the deciders read too (hub.decide.records):
-# importable from here as before
-__all__ = ["KIND_DEVICE", "KIND_MODEL", "DesiredRecord", "ModelRecord", "dumps"]
+# the records, the keys of objects and models and their values' encoding are plain data the
+# deciders read too (hub.decide.records): importable from here as before
+__all__ = [
+    "KIND_DEVICE",
+    "KIND_MODEL",
+    "MODELS",
+    "OBJECTS",
+    "DesiredRecord",
+    "ModelRecord",
+    "created_of",
+    "dumps",
+    "federated_generation",
+    "federated_object_value",
+    "loads",
+    "manifest_of",
+    "model_key",
+    "object_key",
+    "object_value",
+]
 
 DEVICES = "/devices/"
-OBJECTS = "/objects/"
-MODELS = "/models/"
 DESIRED = "/desired/"
 REVOKED = "/revoked/"
 EVENTS = "/events/"
@@ -57,14 +82,6 @@ def device_key(name: str) -> str:
 
 def object_prefix(kind: str) -> str:
     return f"{OBJECTS}{kind}/"
-
-
-def object_key(kind: str, name: str) -> str:
-    return f"{OBJECTS}{kind}/{name}"
-
-
-def model_key(name: str, version: str) -> str:
-    return f"{MODELS}{name}/{version}"
 
 
 def desired_key(device: str) -> str:
@@ -101,53 +118,3 @@ def placement_key(deployment: str) -> str:
 
 def revoked_key(serial_hex: str) -> str:
     return f"{REVOKED}{serial_hex}"
-
-
-def object_value(
-    manifest: Mapping[str, Any],
-    created: float | None = None,
-    secret: Mapping[str, Any] | None = None,
-) -> bytes:
-    """What is stored under :func:`object_key` for a canonical manifest first applied at
-    ``created`` (kept across updates; shown as ``metadata.creationTimestamp``). ``secret``: a
-    Secret's sealed values (hub/state/secrets.py), beside its redacted manifest."""
-    doc: dict[str, Any] = {"manifest": manifest}
-    if created is not None:
-        doc["created"] = created
-    if secret is not None:
-        doc["secret"] = secret
-    return dumps(doc)
-
-
-def federated_object_value(
-    manifest: Mapping[str, Any], created: float | None, generation: int
-) -> bytes:
-    """What a regional hub stores for an object its root owns (hub.controllers.parentlink): the
-    manifest
-    and ``"federated": {"generation": G}``, the generation of the root's slice it came in."""
-    doc: dict[str, Any] = {"manifest": manifest, "federated": {"generation": generation}}
-    if created is not None:
-        doc["created"] = created
-    return dumps(doc)
-
-
-def federated_generation(value: bytes) -> int | None:
-    """The root's generation of an object a root hub owns; None: a local object."""
-    federated = loads(value).get("federated")
-    return int(federated["generation"]) if isinstance(federated, dict) else None
-
-
-def created_of(value: bytes) -> float | None:
-    """When the object stored as ``value`` was first applied (None: before this was kept)."""
-    created = loads(value).get("created")
-    return float(created) if isinstance(created, int | float) else None
-
-
-def manifest_of(value: bytes) -> dict[str, Any]:
-    """The canonical manifest stored under an :func:`object_key` (see :func:`object_value`)."""
-    manifest: dict[str, Any] = loads(value)["manifest"]
-    return manifest
-
-
-def loads(data: bytes) -> Any:
-    return orjson.loads(data)
