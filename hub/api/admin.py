@@ -76,6 +76,7 @@ from hub.pki import Role
 from hub.state import storekeys, tokens
 from hub.state.cache import Cache
 from hub.state.secrets import MAX_SECRETS, SecretRecord, plan_record, record_of
+from hub.state.snapshots import snapshot_of
 from hub.state.store import Compare, Delete, Event, EventType, KeyValue, Put, RangeResult
 from hub.state.trustroots import root_pin
 from hub.state.writer import PreparedEvent
@@ -314,7 +315,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             if p.obj.kind == "ModelDeployment"
         }
         too_big = statebound.grown_past_bound(
-            cache, trial, planned=planned, region=self._ctx.region
+            snapshot_of(cache), snapshot_of(trial), planned=planned, region=self._ctx.region
         )
         if too_big:
             shown = ", ".join(f"{n} ({s / 2**20:.1f} MiB)" for n, s in too_big[:10])
@@ -1157,7 +1158,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             return admin_pb2.RolloutActionResponse(
                 message=f"{name} already asks for revision {to}'s template: nothing to undo"
             )
-        floor = undo_refused(cache, self._ctx.tuf, name, state, to, self._ctx.clock())
+        floor = undo_refused(snapshot_of(cache), self._ctx.tuf, name, state, to, self._ctx.clock())
         if floor is not None:  # the devices' anti-rollback floor (hub.decide.undo)
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, floor)
         key = storekeys.object_key("ModelDeployment", name)

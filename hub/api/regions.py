@@ -23,7 +23,7 @@ get their slice of the fleet, and report their status.
   for the rest), with a
   generation that only grows (the root's store revision when the slice changed). The region
   acknowledges (SliceApplied) and reports (RegionReport, bounded by
-  :func:`hub.decide.regionslice.check_report`, at most ``REPORT_RATE`` a second with a burst): a
+  :func:`hub.api.regionmapping.check_report`, at most ``REPORT_RATE`` a second with a burst): a
   message
   over a bound ends the stream with INVALID_ARGUMENT or RESOURCE_EXHAUSTED and nothing of it
   is kept. A second stream of a region replaces the first.
@@ -66,6 +66,7 @@ from edgefleet.logs import get_logger
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import federation_pb2, federation_pb2_grpc
 from hub import pki
+from hub.api import regionmapping
 from hub.api.auth import Caller, authorize
 from hub.api.enrollment import REFUSED, source_of
 from hub.api.ratelimit import Rate, RateLimiter
@@ -249,7 +250,7 @@ class Regions:
             if seen.report is not None:
                 for d in seen.report.deployments:
                     if d.name == name:
-                        figures = regionslice.region_deployment_json(d)
+                        figures = regionmapping.region_deployment_json(d)
                         break
             if figures is not None:
                 figures["connected"] = seen.connected
@@ -272,7 +273,9 @@ class Regions:
         for region, state in sorted(self.regions.items()):
             report = self.seen(state).report
             if report is not None:
-                out += [regionslice.region_device_json(region, d) for d in report.inventory.devices]
+                out += [
+                    regionmapping.region_device_json(region, d) for d in report.inventory.devices
+                ]
         return out
 
     def objects(self, here: str) -> list[dict[str, Any]]:
@@ -680,7 +683,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                 s = self._slice(caller.name)
                 if s.digest != state.digest_sent:
                     generation = await self._generation(caller.name, s.digest)
-                    message = regionslice.slice_message(s, generation)
+                    message = regionmapping.slice_message(s, generation)
                     size = message.ByteSize()
                     if (
                         size > regionslice.MAX_SLICE_BYTES
@@ -836,7 +839,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                         )
                     )
                     return
-                problems = regionslice.check_report(message.report)
+                problems = regionmapping.check_report(message.report)
                 if problems:
                     log.warning("region input refused", region=state.name, problems=problems[:5])
                     failure.append((grpc.StatusCode.INVALID_ARGUMENT, "; ".join(problems[:20])))

@@ -43,6 +43,7 @@ from hub.decide.analysis import (
     timeline_sample,
 )
 from hub.decide.devices import Device
+from hub.decide.fleetview import placed_on
 from hub.decide.rollout import (
     DeviceView,
     Progress,
@@ -89,7 +90,7 @@ class ActionRefused(Exception):
 
 def targeted(cache: Cache, deployment: str) -> list[str]:
     """The devices the projector placed ``deployment`` on, by name."""
-    return sorted(n for n, rec in cache.desired.items() if deployment in rec.deployments)
+    return placed_on(cache.desired, deployment)
 
 
 def views(cache: Cache, deployment: str, revision: Revision | None) -> list[DeviceView]:

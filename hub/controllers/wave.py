@@ -54,8 +54,8 @@ from hub.decide.wave import (
     region_manifest,
     resume,
     start,
-    waves_status,
 )
+from hub.decide.wavestatus import waves_status
 from hub.decide.weighing import newly_excluded
 from hub.state import storekeys
 from hub.state.cache import Cache

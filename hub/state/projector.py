@@ -18,6 +18,7 @@ from hub.state import storekeys
 from hub.state.batchloop import GIVE_UP_AFTER, BatchLoop
 from hub.state.cache import Cache
 from hub.state.sessions import Sessions
+from hub.state.snapshots import snapshot_of
 from hub.state.store import Put, Store
 
 GATHER = 0.01  # an apply marks every device at once
@@ -78,7 +79,8 @@ class Projector:
 
     async def project(self, names: Iterable[str]) -> None:
         changed: dict[str, tuple[DesiredContent, storekeys.DesiredRecord | None]] = {}
-        fleet = FleetPolicies.of(self._cache)
+        view = snapshot_of(self._cache)  # the deciders read plain data, not the cache
+        fleet = FleetPolicies.of(view)
         for name in sorted(set(names)):
             device = self._cache.devices.get(name)
             if device is None:
@@ -87,7 +89,7 @@ class Projector:
             previous = self._cache.desired.get(name)
             content = build_within_bound(  # never a state the device cannot receive
                 device,
-                self._cache,
+                view,
                 previous=frozenset(previous.deployments) if previous else frozenset(),
                 region=self._region,
                 fleet=fleet,

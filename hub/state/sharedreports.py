@@ -8,7 +8,7 @@ fenced store: any replica writes it, as any replica writes the records of its de
 
     /regionreports/REGION   {"region", "replica", "reportedAt", "report": base64 of the
                             RegionReport as received (bounded by
-                            hub.decide.regionslice.check_report)}
+                            hub.api.regionmapping.check_report)}
     /regionlinks/REGION     {"region", "replica", "connected", "connectedAt", "seenAt"}
 
 * the report when it changed, at most once every :data:`WRITE_INTERVAL_S` (reports arrive at

@@ -23,6 +23,7 @@ from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionRepor
 from hub.state import storekeys as objects
 from hub.state import tokens
 from hub.state.cache import Cache
+from hub.state.snapshots import snapshot_of
 from hub.state.store import EventType
 from hub.state.storekeys import DesiredRecord
 
@@ -885,7 +886,9 @@ async def test_baselines_go_to_every_device_with_its_desired_state(tmp_path: Pat
             admin_pb2.ApplyRequest(documents=[baseline(requireSandbox=True)])
         )
         device = hub.ctx.cache.devices["cam-2"]
-        content = build_desired(device, hub.ctx.cache, previous=frozenset(), region=REGION)
+        content = build_desired(
+            device, snapshot_of(hub.ctx.cache), previous=frozenset(), region=REGION
+        )
         sent = [orjson.loads(m) for m in content.manifests]
         assert [(m["kind"], m["spec"].get("requireSandbox")) for m in sent] == [
             ("SecurityBaseline", True)

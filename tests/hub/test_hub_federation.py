@@ -23,6 +23,7 @@ from edgefleet.launching import free_port_pair
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, federation_pb2, federation_pb2_grpc
 from hub import pki
+from hub.api import regionmapping
 from hub.api import regions as regions_module
 from hub.api.regions import Regions, RegionState, revoke_region
 from hub.controllers import parentlink
@@ -89,7 +90,7 @@ def test_a_slice_carries_the_models_of_its_deployments_and_their_revisions() -> 
     assert again.digest == s.digest
     other = regionslice.plan_slice("eu", objects, models, {}, [b"root2"])
     assert other.digest != s.digest
-    message = regionslice.slice_message(s, 7)
+    message = regionmapping.slice_message(s, 7)
     assert message.models[1].envelope == b"{}" and message.generation == 7
 
 
@@ -179,14 +180,14 @@ def report(devices: int = 1, **fields: Any) -> federation_pb2.RegionReport:
 )
 def test_a_report_over_a_bound_is_refused_naming_the_field(change: Any, problem: str) -> None:
     r = report()
-    assert regionslice.check_report(r) == []
+    assert regionmapping.check_report(r) == []
     change(r)
-    assert any(problem in p for p in regionslice.check_report(r)), regionslice.check_report(r)
+    assert any(problem in p for p in regionmapping.check_report(r)), regionmapping.check_report(r)
 
 
 def test_too_many_devices_in_a_report() -> None:
     r = report(devices=regionslice.MAX_REPORT_DEVICES + 1)
-    assert any("report.inventory.devices: at most" in p for p in regionslice.check_report(r))
+    assert any("report.inventory.devices: at most" in p for p in regionmapping.check_report(r))
 
 
 def test_the_root_adds_every_regions_figures() -> None:
