@@ -43,6 +43,8 @@ from hub import pki
 from hub.api.admin import AdminServicer
 from hub.api.devicesync import DeviceServicer
 from hub.api.enrollment import EnrollmentServicer
+from hub.api.federation import FederationServicer
+from hub.api.hubenrollment import HubEnrollmentServicer
 from hub.api.observability import (
     READY_STORE_TIMEOUT_S,
     HubMetrics,
@@ -50,7 +52,6 @@ from hub.api.observability import (
     MetricsInterceptor,
     ObservabilityServer,
 )
-from hub.api.regions import FederationServicer, HubEnrollmentServicer, Regions, RegionsFollower
 from hub.api.registering import add_servicer
 from hub.config import HubConfig, TufConfig, load_config, tuf_lifetimes
 from hub.context import HubContext
@@ -72,6 +73,7 @@ from hub.decide.staleness import ObservedSince
 from hub.initializing import HubPaths
 from hub.state.cache import Cache
 from hub.state.projector import Projector
+from hub.state.regions import Regions, RegionsFollower, replica_name
 from hub.state.secrets import SecretKeys
 from hub.state.sessions import Sessions
 from hub.state.sharedblobs import SharedBlobs
@@ -279,12 +281,37 @@ async def start_server(
         enrollment_pb2.DESCRIPTOR.services_by_name["EnrollmentService"],
     )
     add_servicer(server, AdminServicer(ctx), admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
-    if ctx.regions is not None:  # federation (hub.api.regions): regional hubs enroll and stream in
+    if ctx.regions is not None:  # federation (hub.api.federation): regional hubs enroll, stream in
         services = federation_pb2.DESCRIPTOR.services_by_name
-        add_servicer(
-            server, HubEnrollmentServicer(ctx, ctx.regions), services["HubEnrollmentService"]
+        hub_enrollment = HubEnrollmentServicer(
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.ca,
+            ctx.regions,
+            region=ctx.region,
+            limits=ctx.config.enrollment,
+            region_lifetime_s=ctx.config.certificates.region_lifetime_s,
+            replica_addresses=ctx.config.replica_addresses,
+            clock=ctx.clock,
         )
-        add_servicer(server, FederationServicer(ctx, ctx.regions), services["FederationService"])
+        add_servicer(server, hub_enrollment, services["HubEnrollmentService"])
+        federation = FederationServicer(
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.blobs,
+            ctx.ca,
+            ctx.regions,
+            region=ctx.region,
+            replica=replica_name(ctx.elector),
+            region_lifetime_s=ctx.config.certificates.region_lifetime_s,
+            tuf=lambda: ctx.tuf,
+            waves=ctx.waves,
+            shared_blobs=ctx.shared_blobs,
+            clock=ctx.clock,
+        )
+        add_servicer(server, federation, services["FederationService"])
     port = server.add_secure_port(listen, _server_credentials(ctx.paths, mutual=True))
     enroll_port = server.add_secure_port(
         enroll_listen, _server_credentials(ctx.paths, mutual=False)

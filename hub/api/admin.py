@@ -47,7 +47,6 @@ from edgefleet.v1 import admin_pb2, admin_pb2_grpc, common_pb2
 from hub import pki
 from hub.api.auth import Caller, authorize, caller_of
 from hub.api.dashboard import access as dashboard_access
-from hub.api.regions import REGIONS, region_key, replica_name, revoke_region
 from hub.context import HubContext
 from hub.controllers.rollout import ActionRefused, canary_status, progress_of, undo_manifest
 from hub.decide import apply, paging, priority, regionslice, statebound
@@ -75,6 +74,7 @@ from hub.decide.undo import undo_refused
 from hub.pki import Role
 from hub.state import storekeys, tokens
 from hub.state.cache import Cache
+from hub.state.regions import REGIONS, region_key, replica_name, revoke_region
 from hub.state.secrets import MAX_SECRETS, SecretRecord, plan_record, record_of
 from hub.state.store import Compare, Delete, Event, EventType, KeyValue, Put, RangeResult
 from hub.state.trustroots import root_pin
@@ -583,7 +583,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         elif kind == KIND_REGION:  # read-only, shown from hub.api.regions (none: no region)
             prefix = None
             regions = self._ctx.regions
-            here = replica_name(self._ctx)
+            here = replica_name(self._ctx.elector)
             for doc in regions.objects(here) if regions is not None else []:
                 view[region_key(doc["metadata"]["name"])] = functools.partial(dict, doc)
         else:
@@ -627,7 +627,11 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         elif kind == KIND_REGION:
             key = region_key(name)
             regions = self._ctx.regions
-            doc = regions.object(name, replica_name(self._ctx)) if regions is not None else None
+            doc = (
+                regions.object(name, replica_name(self._ctx.elector))
+                if regions is not None
+                else None
+            )
             if doc is None:
                 await self._refuse_revoked_region(name)
         else:
@@ -1071,7 +1075,14 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         if regions is None:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, "this hub has no regions")
         try:
-            serials = await revoke_region(self._ctx, regions, request.region)
+            serials = await revoke_region(
+                self._ctx.store,
+                self._ctx.cache,
+                self._ctx.writer,
+                regions,
+                request.region,
+                now=self._ctx.clock(),
+            )
         except KeyError:
             raise Refused(
                 grpc.StatusCode.NOT_FOUND,
