@@ -40,7 +40,16 @@ from edgefleet.notifying import Notifier, WatchdogPinger
 from edgefleet.supervising import Component, supervise, wait_for_stop
 from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2, federation_pb2
 from hub import pki
-from hub.api.admin import AdminServicer
+from hub.api.admin import AdminAuth, AdminServicer
+from hub.api.admin.applying import Applies
+from hub.api.admin.artifacts import Artifacts
+from hub.api.admin.deleting import Deletes
+from hub.api.admin.devices import Devices as AdminDevices
+from hub.api.admin.reading import Reads
+from hub.api.admin.rollouts import Rollouts as AdminRollouts
+from hub.api.admin.showing import Showing
+from hub.api.admin.tokens import Tokens
+from hub.api.admin.watching import Watches
 from hub.api.devicesync import DeviceServicer
 from hub.api.enrollment import EnrollmentServicer
 from hub.api.federation import FederationServicer
@@ -222,6 +231,91 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     return ctx
 
 
+def _admin_servicer(ctx: HubContext) -> AdminServicer:
+    """AdminService: a handler per group of calls, each with what it uses (hub.api.admin)."""
+    auth = AdminAuth(ctx.cache, region=ctx.region)
+    show = Showing(
+        ctx.cache,
+        ctx.projector,
+        region=ctx.region,
+        regions=ctx.regions,
+        waves=ctx.waves,
+        rollouts=ctx.rollouts,
+    )
+
+    def tuf() -> TufRepository | RelayedTuf | None:
+        return ctx.tuf  # replaced when the repository changes (tufwatch, a region's relay)
+
+    return AdminServicer(
+        applies=Applies(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.secret_keys,
+            region=ctx.region,
+            regions=ctx.regions,
+            waves=ctx.waves,
+            tuf=tuf,
+            clock=ctx.clock,
+            rollouts=ctx.rollouts,
+            projector=ctx.projector,
+        ),
+        reads=Reads(
+            auth,
+            ctx.store,
+            ctx.cache,
+            show,
+            regions=ctx.regions,
+            replica=replica_name(ctx.elector),
+        ),
+        watches=Watches(auth, ctx.store, ctx.cache, show),
+        deletes=Deletes(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.sessions,
+            shared_blobs=ctx.shared_blobs,
+            rollouts=ctx.rollouts,
+            projector=ctx.projector,
+        ),
+        devices=AdminDevices(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.sessions,
+            regions=ctx.regions,
+            clock=ctx.clock,
+            projector=ctx.projector,
+        ),
+        rollouts=AdminRollouts(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            tuf=tuf,
+            clock=ctx.clock,
+            rollouts=ctx.rollouts,
+            waves=ctx.waves,
+            projector=ctx.projector,
+        ),
+        tokens=Tokens(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.ca,
+            region=ctx.region,
+            config=ctx.config.tokens,
+            dashboard=ctx.dashboard,
+            clock=ctx.clock,
+        ),
+        artifacts=Artifacts(auth, ctx, tuf=tuf, clock=ctx.clock),
+    )
+
+
 def check_replica_names(paths: HubPaths, addresses: Sequence[str]) -> None:
     """Refuse to serve when a replica address (hub.toml ``replicaAddresses``) is not in the
     serving certificate's names: devices failing over to that replica would refuse it."""
@@ -280,7 +374,9 @@ async def start_server(
         EnrollmentServicer(ctx),
         enrollment_pb2.DESCRIPTOR.services_by_name["EnrollmentService"],
     )
-    add_servicer(server, AdminServicer(ctx), admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
+    add_servicer(
+        server, _admin_servicer(ctx), admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
+    )
     if ctx.regions is not None:  # federation (hub.api.federation): regional hubs enroll, stream in
         services = federation_pb2.DESCRIPTOR.services_by_name
         hub_enrollment = HubEnrollmentServicer(
