@@ -281,7 +281,7 @@ async def test_a_certificate_from_another_ca_is_refused_at_the_handshake(tmp_pat
 @async_test
 async def test_a_revoked_admin_certificate_is_refused(tmp_path: Path) -> None:
     async with await served(tmp_path) as hub:
-        admin = hub.api.admin()
+        admin = hub.admin()
         hub.ctx.cache.revoked[format(admin.certificate.serial_number, "x")] = "admin"
         async with hub.channel() as channel:
             code, details = await code_of(
