@@ -34,8 +34,8 @@ from hub.state.tufrepo import TufRepository
 from hub.state.writer import DeviceWriter
 
 if TYPE_CHECKING:
-    from hub.api.regions import Regions
     from hub.controllers.wave import WaveController
+    from hub.state.regions import Regions
     from hub.state.sharedtuf import SharedRelay, SharedTuf
 
 
@@ -71,7 +71,7 @@ class HubContext:
     # D/secrets.key (and a rotation's other key files): seal Secrets at rest (hub.state.secrets)
     secret_keys: SecretKeys = field(default_factory=SecretKeys)
     shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)
-    regions: Regions | None = None  # hub.api.regions: the regional hubs below this one (a root)
+    regions: Regions | None = None  # hub.state.regions: the regional hubs below this one (a root)
     waves: WaveController | None = (
         None  # hub.controllers.wave: rollouts across regions (not at a region)
     )

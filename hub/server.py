@@ -40,9 +40,20 @@ from edgefleet.notifying import Notifier, WatchdogPinger
 from edgefleet.supervising import Component, supervise, wait_for_stop
 from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2, federation_pb2
 from hub import pki
-from hub.api.admin import AdminServicer
+from hub.api.admin import AdminAuth, AdminServicer
+from hub.api.admin.applying import Applies
+from hub.api.admin.artifacts import Artifacts
+from hub.api.admin.deleting import Deletes
+from hub.api.admin.devices import Devices as AdminDevices
+from hub.api.admin.reading import Reads
+from hub.api.admin.rollouts import Rollouts as AdminRollouts
+from hub.api.admin.showing import Showing
+from hub.api.admin.tokens import Tokens
+from hub.api.admin.watching import Watches
 from hub.api.devicesync import DeviceServicer
 from hub.api.enrollment import EnrollmentServicer
+from hub.api.federation import FederationServicer
+from hub.api.hubenrollment import HubEnrollmentServicer
 from hub.api.observability import (
     READY_STORE_TIMEOUT_S,
     HubMetrics,
@@ -50,7 +61,6 @@ from hub.api.observability import (
     MetricsInterceptor,
     ObservabilityServer,
 )
-from hub.api.regions import FederationServicer, HubEnrollmentServicer, Regions, RegionsFollower
 from hub.api.registering import add_servicer
 from hub.config import HubConfig, TufConfig, load_config, tuf_lifetimes
 from hub.context import HubContext
@@ -72,6 +82,7 @@ from hub.decide.staleness import ObservedSince
 from hub.initializing import HubPaths
 from hub.state.cache import Cache
 from hub.state.projector import Projector
+from hub.state.regions import Regions, RegionsFollower, replica_name
 from hub.state.secrets import SecretKeys
 from hub.state.sessions import Sessions
 from hub.state.sharedblobs import SharedBlobs
@@ -220,6 +231,91 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     return ctx
 
 
+def _admin_servicer(ctx: HubContext) -> AdminServicer:
+    """AdminService: a handler per group of calls, each with what it uses (hub.api.admin)."""
+    auth = AdminAuth(ctx.cache, region=ctx.region)
+    show = Showing(
+        ctx.cache,
+        ctx.projector,
+        region=ctx.region,
+        regions=ctx.regions,
+        waves=ctx.waves,
+        rollouts=ctx.rollouts,
+    )
+
+    def tuf() -> TufRepository | RelayedTuf | None:
+        return ctx.tuf  # replaced when the repository changes (tufwatch, a region's relay)
+
+    return AdminServicer(
+        applies=Applies(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.secret_keys,
+            region=ctx.region,
+            regions=ctx.regions,
+            waves=ctx.waves,
+            tuf=tuf,
+            clock=ctx.clock,
+            rollouts=ctx.rollouts,
+            projector=ctx.projector,
+        ),
+        reads=Reads(
+            auth,
+            ctx.store,
+            ctx.cache,
+            show,
+            regions=ctx.regions,
+            replica=replica_name(ctx.elector),
+        ),
+        watches=Watches(auth, ctx.store, ctx.cache, show),
+        deletes=Deletes(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.sessions,
+            shared_blobs=ctx.shared_blobs,
+            rollouts=ctx.rollouts,
+            projector=ctx.projector,
+        ),
+        devices=AdminDevices(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.sessions,
+            regions=ctx.regions,
+            clock=ctx.clock,
+            projector=ctx.projector,
+        ),
+        rollouts=AdminRollouts(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            tuf=tuf,
+            clock=ctx.clock,
+            rollouts=ctx.rollouts,
+            waves=ctx.waves,
+            projector=ctx.projector,
+        ),
+        tokens=Tokens(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.ca,
+            region=ctx.region,
+            config=ctx.config.tokens,
+            dashboard=ctx.dashboard,
+            clock=ctx.clock,
+        ),
+        artifacts=Artifacts(auth, ctx, tuf=tuf, clock=ctx.clock),
+    )
+
+
 def check_replica_names(paths: HubPaths, addresses: Sequence[str]) -> None:
     """Refuse to serve when a replica address (hub.toml ``replicaAddresses``) is not in the
     serving certificate's names: devices failing over to that replica would refuse it."""
@@ -278,13 +374,40 @@ async def start_server(
         EnrollmentServicer(ctx),
         enrollment_pb2.DESCRIPTOR.services_by_name["EnrollmentService"],
     )
-    add_servicer(server, AdminServicer(ctx), admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
-    if ctx.regions is not None:  # federation (hub.api.regions): regional hubs enroll and stream in
+    add_servicer(
+        server, _admin_servicer(ctx), admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
+    )
+    if ctx.regions is not None:  # federation (hub.api.federation): regional hubs enroll, stream in
         services = federation_pb2.DESCRIPTOR.services_by_name
-        add_servicer(
-            server, HubEnrollmentServicer(ctx, ctx.regions), services["HubEnrollmentService"]
+        hub_enrollment = HubEnrollmentServicer(
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.ca,
+            ctx.regions,
+            region=ctx.region,
+            limits=ctx.config.enrollment,
+            region_lifetime_s=ctx.config.certificates.region_lifetime_s,
+            replica_addresses=ctx.config.replica_addresses,
+            clock=ctx.clock,
         )
-        add_servicer(server, FederationServicer(ctx, ctx.regions), services["FederationService"])
+        add_servicer(server, hub_enrollment, services["HubEnrollmentService"])
+        federation = FederationServicer(
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.blobs,
+            ctx.ca,
+            ctx.regions,
+            region=ctx.region,
+            replica=replica_name(ctx.elector),
+            region_lifetime_s=ctx.config.certificates.region_lifetime_s,
+            tuf=lambda: ctx.tuf,
+            waves=ctx.waves,
+            shared_blobs=ctx.shared_blobs,
+            clock=ctx.clock,
+        )
+        add_servicer(server, federation, services["FederationService"])
     port = server.add_secure_port(listen, _server_credentials(ctx.paths, mutual=True))
     enroll_port = server.add_secure_port(
         enroll_listen, _server_credentials(ctx.paths, mutual=False)

@@ -271,7 +271,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         except TokenError as exc:
             await self._refuse(context, exc, token_id, source)
             raise AssertionError("unreachable") from None
-        if record.for_region:  # a regional hub's token (hub.api.regions) enrolls no device
+        if record.for_region:  # a regional hub's token (hub.api.federation) enrolls no device
             await self._refuse(
                 context,
                 TokenError(

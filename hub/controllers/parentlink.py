@@ -904,15 +904,16 @@ def revision_figures(
 
 def build_report(ctx: HubContext, generation: int) -> federation_pb2.RegionReport:
     """The region's status: its root-owned deployments' figures and its device inventory."""
-    from hub.api.admin import AdminServicer  # the same status edgectl shows at the region
+    from hub.controllers.objectstatus import shown_object  # as edgectl shows it at the region
 
-    admin = AdminServicer(ctx)
     cache = ctx.cache
     deployments = []
     for (kind, name), stored in sorted(cache.stored.items()):
         if kind != "ModelDeployment":
             continue
-        status = admin.shown_object(kind, stored.manifest).get("status", {})
+        status = shown_object(
+            cache, kind, stored.manifest, region=ctx.region, rollouts=ctx.rollouts
+        ).get("status", {})
         rollout = cache.rollouts.get(name)
         revisions = cache.revisions.get(name, {})
         current = revisions.get(rollout.revision) if rollout is not None else None

@@ -31,7 +31,7 @@ from hub.decide.records import KIND_DEVICE, DesiredRecord, ModelRecord, TokenRec
 from hub.decide.status import deployment_status
 
 KIND_TOKEN = "BootstrapToken"
-KIND_REGION = "Region"  # a regional hub below a root (hub.api.regions.region_object): shown only
+KIND_REGION = "Region"  # a regional hub below a root (hub.state.regions.region_object): shown only
 REGION_MANAGED = (
     "a Region is made by enrolling its regional hub (hub token create --for-region NAME at the "
     "root, then hub init --parent on the region's machine) and ended with edgectl regions "

@@ -47,7 +47,7 @@ class Projector:
         self._region = region
         self._dirty: set[str] = set()
         self.on_mark: Callable[[], None] | None = None  # the scheduler: devices changed
-        # a root's region streams (hub.api.regions.Regions.changed), told by mark_all: what
+        # a root's region streams (hub.state.regions.Regions.changed), told by mark_all: what
         # changes every device's state (an apply, a push, a new revision, trust roots) may
         # change the regions' slices too; one device's marks (its labels, health) do not
         self.on_change: Callable[[], None] | None = None

@@ -145,12 +145,13 @@ def adopt_root(data_dir: Path, roots: HubRoots, data: bytes, *, now: float) -> H
     return HubRoots(chain)
 
 
-def root_pin(ctx: HubContext) -> str:
-    """``sha256:<payload digest>`` of the hub's current root, or "" without one."""
-    if not ctx.trust_root:
+def root_pin(root: bytes) -> str:
+    """``sha256:<payload digest>`` of the hub's current root (``HubRoots.current``), or ""
+    without one."""
+    if not root:
         return ""
     try:
-        env, _ = _parse(ctx.trust_root, ROOT_FILE)
+        env, _ = _parse(root, ROOT_FILE)
     except TrustError:
         return ""
     return f"sha256:{root_digest(env)}"

@@ -199,7 +199,7 @@ class RacingStore:
         return getattr(self._store, name)
 
     async def get(self, key: str) -> Any:
-        kv = await self._store.get(key)
+        kv = await type(self._store).get(self._store, key)
         await self._store.put(key, objects.object_value({"raced": True}))
         return kv
 
@@ -208,11 +208,16 @@ class RacingStore:
 async def test_a_concurrent_change_aborts_the_whole_apply(tmp_path: Path) -> None:
     async with await served(tmp_path) as hub, hub.channel() as channel:
         store = hub.ctx.store
-        hub.ctx.store = RacingStore(store)
-        code, details = await code_of(
-            hub.stub(channel).Apply(admin_pb2.ApplyRequest(documents=[deployment(), baseline()]))
-        )
-        hub.ctx.store = store
+        racing = RacingStore(store)
+        store.get = racing.get  # type: ignore[method-assign]  # the servicers' store, racing
+        try:
+            code, details = await code_of(
+                hub.stub(channel).Apply(
+                    admin_pb2.ApplyRequest(documents=[deployment(), baseline()])
+                )
+            )
+        finally:
+            del store.get  # type: ignore[method-assign]
         assert code is grpc.StatusCode.ABORTED
         assert "nothing was written; try again" in details
         for kind, name in (("ModelDeployment", "fraud"), ("SecurityBaseline", "fleet")):

@@ -64,6 +64,7 @@ def hub_dir(tmp_path: Path) -> Path:
 async def _serve(d: Path, *, trust_root: bool = True) -> AsyncIterator[Hub]:
     ctx = await build_context(d)
     if not trust_root:
+        ctx.cache.trust_roots = ()  # the current root is the chain's last
         ctx.trust_root = b""
     paths = ctx.paths
     server = grpc.aio.server()

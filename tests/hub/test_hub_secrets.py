@@ -118,7 +118,7 @@ async def test_a_secret_is_read_back_after_a_restart_and_refused_without_the_key
 async def test_the_number_of_secrets_is_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("hub.api.admin.MAX_SECRETS", 2)
+    monkeypatch.setattr("hub.api.admin.applying.MAX_SECRETS", 2)
     async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
         stub = hub.stub(channel)
         await stub.Apply(admin_pb2.ApplyRequest(documents=[secret("a"), secret("b")]))

@@ -11,7 +11,6 @@ from edgefleet.api import API_VERSION, CanaryAnalysis, ModelDeployment, Wave, pa
 from edgefleet.api.explaining import explain
 from edgefleet.errors import ValidationError
 from edgefleet.v1 import federation_pb2
-from hub.api import regionmapping
 from hub.decide import regionslice
 from hub.decide.analysis import Sample
 from hub.decide.rollout import (
@@ -38,6 +37,7 @@ from hub.decide.wave import (
     start,
 )
 from hub.decide.wavestatus import waves_status
+from hub.state import regionmapping
 
 
 def manifest(version: str = "2.0.0", waves: list[Any] | None = None, **spec: Any) -> dict[str, Any]:

@@ -115,10 +115,17 @@ class Dashboard:
     """The dashboard's aiohttp application over a hub context (see the module doc)."""
 
     def __init__(self, ctx: HubContext) -> None:
-        from hub.api.admin import AdminServicer
+        from hub.api.admin.showing import Showing
 
         self.ctx = ctx
-        self._admin = AdminServicer(ctx)  # its deployment status, as `edgectl get` shows it
+        self._show = Showing(  # its deployment status, as `edgectl get` shows it
+            ctx.cache,
+            ctx.projector,
+            region=ctx.region,
+            regions=ctx.regions,
+            waves=ctx.waves,
+            rollouts=ctx.rollouts,
+        )
         self.memo = Memo(LIVE_PERIOD_S)
         self.history = views.FigureHistory()  # each deployment's figures over time
         self.streams = 0
@@ -269,7 +276,7 @@ class Dashboard:
         stored = self.ctx.cache.stored.get(("ModelDeployment", name))
         if stored is None:
             return None
-        doc = self._admin._object_json("ModelDeployment", stored.manifest)
+        doc = self._show.object_json("ModelDeployment", stored.manifest)
         status: dict[str, Any] = doc.get("status", {})
         return status
 
