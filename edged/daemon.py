@@ -24,12 +24,12 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from edged.compliance.checking import DriftAction, Remediation
-from edged.compliance.watching import DriftWatch, IngressRules
+from edged.compliance.drift import DriftWatch, IngressRules
 from edged.config import EdgedConfig, ServiceDirs
 from edged.discovery.discovering import Discovery
 from edged.discovery.power import PowerReader
+from edged.hublink.devicereport import DeviceReport, SandboxReport, build_device_report
 from edged.hublink.files import LinkFiles
-from edged.hublink.reporting import DeviceReport, SandboxReport, build_device_report
 from edged.reconcile.applying import Applier
 from edged.reconcile.evicting import EvictionPolicy
 from edged.reconcile.queueing import WorkQueue
@@ -41,7 +41,6 @@ from edged.reconcile.reconciling import (
 )
 from edged.reconcile.running import Runner
 from edged.reconcile.sizing import Sizer
-from edged.reporting import StatusBoard
 from edged.runtime.identities import UidRange, WorkerUids, runtime_blocker
 from edged.runtime.limiting import detect_cgroup_root, raise_open_files_limit
 from edged.runtime.processes import Replica, WorkerPool
@@ -60,13 +59,14 @@ from edged.serving.measuring import BenchmarkResult, RevisionMeters, ValidationR
 from edged.serving.peers import PeerGate
 from edged.serving.status import StatusHandler
 from edged.sources.hub import HubSource
+from edged.sources.inotify import DirectoryWatcher
 from edged.sources.static import StaticManifests, SyncResult
-from edged.sources.watching import DirectoryWatcher
 from edged.state.accepting import Acceptor
 from edged.state.baselines import load_baselines, save_baselines
 from edged.state.collecting import ArtifactCollector
 from edged.state.desired import DesiredState
 from edged.state.merging import MergedState, SourceState, static_workloads
+from edged.statusboard import StatusBoard
 from edged.trust.admitting import ArtifactGate
 from edged.trust.attesting import ChallengeAnswerer, LoadMeasurer, MeasurementLog
 from edged.trust.secrets import SecretVolumes
