@@ -29,6 +29,7 @@ from edged.config import EdgedConfig, ServiceDirs
 from edged.discovery.discovering import Discovery
 from edged.discovery.power import PowerReader
 from edged.hublink.devicereport import DeviceReport, SandboxReport, build_device_report
+from edged.hublink.downloading import Downloads
 from edged.hublink.files import LinkFiles
 from edged.reconcile.applying import Applier
 from edged.reconcile.evicting import EvictionPolicy
@@ -286,6 +287,7 @@ class Daemon:
                 data,
                 self.store,
                 self.gate,
+                Downloads(data / "downloads"),
                 tuf=TufClient(data, required=config.trust.require_tuf),
                 secrets=SecretVolumes(
                     self.secrets_root,
