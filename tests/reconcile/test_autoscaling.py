@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
-from edgefleet.api.manifests import Scaling
+from edgefleet.api.deployments import Scaling
 from edgefleet.autoscaler import (
     Bounds,
     LoadSample,
