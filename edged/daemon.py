@@ -23,8 +23,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edged.compliance.checking import DriftAction, Remediation
+from edged.compliance.checking import DriftAction
 from edged.compliance.drift import DriftWatch, IngressRules
+from edged.compliance.remediating import Remediator
 from edged.config import EdgedConfig, ServiceDirs
 from edged.discovery.discovering import Discovery
 from edged.discovery.power import PowerReader
@@ -48,16 +49,12 @@ from edged.runtime.processes import Replica, WorkerPool
 from edged.runtime.sandboxing import accelerator_nodes
 from edged.runtime.securing import (
     DeviceSecurity,
-    choose_sandbox,
-    outdated_sandboxes,
-    plan_ingress,
-    resolve_peers,
 )
 from edged.serving.bounding import connection_caps
 from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceMetrics, InferenceRouter
+from edged.serving.ingress import Ingress
 from edged.serving.measuring import BenchmarkResult, RevisionMeters, ValidationResult
-from edged.serving.peers import PeerGate
 from edged.serving.status import StatusHandler
 from edged.sources.hub import HubSource
 from edged.sources.inotify import DirectoryWatcher
@@ -72,13 +69,12 @@ from edged.trust.admitting import ArtifactGate
 from edged.trust.attesting import ChallengeAnswerer, LoadMeasurer, MeasurementLog
 from edged.trust.secrets import SecretVolumes
 from edged.trust.secrets import default_root as default_secrets_root
-from edged.workloads import ReplicaId, WorkloadName, serving_order
+from edged.workloads import WorkloadName, serving_order
 from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import EdgefleetError, StateError
 from edgefleet.logs import get_logger
 from edgefleet.metrics import Registry
 from edgefleet.notifying import Notifier, WatchdogPinger
-from edgefleet.persisting import read_json, write_json_atomic
 from edgefleet.supervising import supervise
 
 if TYPE_CHECKING:
@@ -187,9 +183,7 @@ class Daemon:
             separate_uids=config.workers.separate_uids,
             edged_root=os.geteuid() == 0,
         ).with_baselines(load_baselines(self.baselines_path))
-        self.infer_server: HttpServer | None = None
-        self._tcp_listener: asyncio.AbstractServer | None = None
-        self._peer_gate: PeerGate | None = None  # infer.sock's per-connection user check
+        self.ingress: Ingress | None = None  # once the inference socket is open
         self._ingress_tasks: set[asyncio.Future[None]] = set()
         # -- secrets (docs/security.md): the values hub Secrets give workloads, on a tmpfs --
         self.secrets_root = config.secrets.dir or default_secrets_root(
@@ -206,16 +200,33 @@ class Daemon:
             device_paths=accelerator_nodes(),
             hold=self._held_reason,
         )
+        self.board = StatusBoard(
+            data / "state" / "status.json",
+            desired=self.desired,
+            pool=self.pool,
+            limits_mode=self.limits_mode,
+            allow_unsigned=config.trust.allow_unsigned,
+            manifests_dir=manifests,
+        )
         # -- drift (docs/security.md): what differs from what edged made ---------------------
-        self.quarantine_path = data / "state" / "quarantine.json"
-        self._was_quarantined = self.quarantine_path.exists()
+        self.drift: DriftWatch
+        self.remediator = Remediator(
+            data / "state" / "quarantine.json",
+            self.store,
+            self.pool,
+            workloads=lambda: self.desired.workloads,
+            findings=lambda: self.drift.findings,
+            rotten=self._on_artifact_rotten,
+            device_changed=self.board.device_changed,
+            enqueue_workloads=self._enqueue_workloads,
+        )
         self.drift = DriftWatch(
             blobs=self.store.root / "sha256",
             config_path=config_path,
             action=lambda: DriftAction(self.security.drift_action),
             period=lambda: self.security.drift_period_s,
-            act=self._remediate,
-            on_change=self._on_drift_changed,
+            act=self.remediator.remediate,
+            on_change=self.remediator.drift_changed,
             ingress=lambda: IngressRules(
                 self.security.tcp_ports,
                 (str(config.paths.inference_socket), str(config.paths.status_socket)),
@@ -237,18 +248,12 @@ class Daemon:
             else None,
             cpu_count=len(os.sched_getaffinity(0)),
         )
-        self.board = StatusBoard(
-            data / "state" / "status.json",
-            desired=self.desired,
-            pool=self.pool,
-            limits_mode=self.limits_mode,
-            allow_unsigned=config.trust.allow_unsigned,
-            manifests_dir=manifests,
-        )
         self.board.source_synced = manifests is None
         self.board.sizing_status = self.sizer.status
         self.board.memory_status = self.sizer.device_status
-        self.board.compliance = lambda: self.drift.status(quarantined=self._quarantined_reason())
+        self.board.compliance = lambda: self.drift.status(
+            quarantined=self.remediator.quarantined_reason()
+        )
         self.stop_event = asyncio.Event()
         self._init_metrics()
         # -- trust (docs/trust.md): every artifact passes the gate before the store ----------
@@ -437,9 +442,9 @@ class Daemon:
                 baselines=",".join(security.baselines),
                 require_sandbox=security.require_sandbox,
             )
-            self._restart_outdated_sandboxes()
-            if self.infer_server is not None:
-                task = asyncio.ensure_future(self._apply_ingress())
+            self.applier.restart_outdated_sandboxes(self.desired.get, security)
+            if self.ingress is not None:
+                task = asyncio.ensure_future(self.ingress.apply())
                 self._ingress_tasks.add(task)
                 task.add_done_callback(self._ingress_tasks.discard)
         if changed:
@@ -494,32 +499,10 @@ class Daemon:
     def _quarantined(self, sha256: str) -> bool:
         return sha256 in self.store.quarantined()
 
-    def _restart_outdated_sandboxes(self) -> None:
-        """The baselines changed: a worker whose sandbox would now differ is killed (and
-        started again by its reconciler, under the new one)."""
-        running = []
-        for rep in self.pool.replicas():
-            desired = self.desired.get(rep.workload)
-            if desired is None or rep.pid is None:
-                continue
-            want = choose_sandbox(
-                desired.deployment,
-                rep.spec.providers,
-                self.security,
-                device_paths=self.applier.device_paths,
-            )
-            running.append((rep.id, rep.spec.sandbox, want))
-        for replica_id in outdated_sandboxes(running):
-            self.pool.kill(
-                ReplicaId(replica_id),
-                "SandboxChanged",
-                "a SecurityBaseline changed: started again under the new sandbox",
-            )
-
     def _held_reason(self) -> str | None:
         """Why no replica may start now: quarantine, or a baseline's
         ``drift.requireOpenWatch`` on a device where the open watch is not in force."""
-        quarantined = self._quarantined_reason()
+        quarantined = self.remediator.quarantined_reason()
         if quarantined is not None:
             return quarantined
         why = self.drift.open_watch_reason
@@ -529,109 +512,6 @@ class Daemon:
                 f"watch (drift.requireOpenWatch) and it is not in force: {why}"
             )
         return None
-
-    def _quarantined_reason(self) -> str | None:
-        """Why this device is quarantined (drift under ``drift.action: quarantine``), until an
-        operator removes ``D/state/quarantine.json``."""
-        try:
-            doc = read_json(self.quarantine_path)
-        except (OSError, ValueError):
-            return f"quarantined ({self.quarantine_path} is unreadable)"
-        if doc is None:
-            return None
-        reason = doc.get("reason", "?")
-        return f"quarantined after drift: {reason} (clear: remove {self.quarantine_path})"
-
-    def _on_drift_changed(self) -> None:
-        self.board.device_changed()
-        quarantined = self.quarantine_path.exists()
-        if self._was_quarantined and not quarantined:
-            log.info("quarantine cleared")
-            self._enqueue_workloads()
-        self._was_quarantined = quarantined
-
-    def _remediate(self, plan: Remediation) -> None:
-        """Perform what the baselines' drift action asks (``plan_remediation`` decided)."""
-        now = time.time()
-        for name in plan.remove_files:
-            target = self.store.root / "quarantine" / f"{name}.{int(now)}"
-            try:
-                os.replace(self.store.root / "sha256" / name, target)
-                log.warning("drift remediated", action="moved to quarantine", path=str(target))
-            except OSError as exc:
-                log.error("drift not remediated", path=name, error=str(exc))
-        for sha in plan.requarantine_blobs:
-            try:
-                os.chmod(self.store.path_for(sha), 0o444)
-            except OSError:
-                pass
-            users = {w.name for w in self.desired.workloads.values() if w.sha256 == sha}
-            users |= {r.workload for r in self.pool.replicas() if r.spec.artifact_sha256 == sha}
-            for workload in sorted(users):
-                self._on_artifact_rotten(workload, sha)
-            for rep in self.pool.replicas():
-                if rep.spec.artifact_sha256 == sha and rep.pid is not None:
-                    self.pool.kill(rep.id, "ArtifactChanged", f"blob {sha} changed on disk")
-        for pid in plan.kill_pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                log.warning("drift remediated", action="killed process", pid=pid)
-            except ProcessLookupError:
-                log.info("drift not remediated", pid=pid, reason="the process is gone")
-            except OSError as exc:
-                log.error("drift not remediated", pid=pid, error=str(exc))
-        if plan.quarantine and not self.quarantine_path.exists():
-            reason = "; ".join(f.message for f in self.drift.findings[:4])
-            write_json_atomic(self.quarantine_path, {"at": now, "reason": reason})
-            self._was_quarantined = True
-            log.error("device quarantined", reason=reason)
-            for rep in self.pool.replicas():
-                self.pool.stop(rep.id)
-            self.board.device_changed()
-
-    async def _apply_ingress(self) -> None:
-        """Give infer.sock the group and mode the baselines say, and serve the configured
-        loopback TCP port only if they allow it (``plan_ingress``); status shows the result.
-        OSError when the TCP port cannot be opened (at start: edged exits)."""
-        tcp = self.config.inference.listen_tcp
-        plan = plan_ingress(
-            self.security, tcp_port=tcp.port if tcp else None, group_exists=_group_exists
-        )
-        problems = list(plan.problems)
-        path = self.config.paths.inference_socket
-        mode = plan.mode
-        if plan.group is not None:
-            try:
-                os.chown(path, -1, _group_id(plan.group))
-            except OSError as exc:
-                problems.append(f"cannot give infer.sock to group {plan.group}: {exc.strerror}")
-                mode &= 0o600
-        os.chmod(path, mode)
-        rules, unknown = resolve_peers(self.security, user_id=_user_id, group_id=_group_id_or_none)
-        problems += [f"{p}: it lets no one in" for p in unknown]
-        assert self.infer_server is not None
-        if rules != (self._peer_gate.rules if self._peer_gate is not None else ()):
-            self._peer_gate = PeerGate(rules, os.geteuid()) if rules else None
-            self.infer_server.set_admit(self._peer_gate.admit if self._peer_gate else None)
-        if plan.serve_tcp and tcp is not None and self._tcp_listener is None:
-            assert self.infer_server is not None
-            self._tcp_listener = await self.infer_server.listen_tcp(tcp.host, tcp.port)
-        elif not plan.serve_tcp and self._tcp_listener is not None:
-            self._tcp_listener.close()
-            self._tcp_listener = None
-        ingress = {
-            "users": sorted({u for users, _ in self.security.socket_peers for u in users}),
-            "groups": sorted({g for _, groups in self.security.socket_peers for g in groups}),
-            "peersChecked": self._peer_gate is not None,
-            "socketGroup": plan.group,
-            "socketMode": f"{mode:04o}",
-            "tcp": str(tcp) if tcp is not None and self._tcp_listener is not None else None,
-            "problems": problems,
-        }
-        if ingress != self.board.ingress:
-            for p in problems:
-                log.warning("ingress policy not followed as configured", problem=p)
-            self.board.ingress = ingress
 
     def _request_refetch(self) -> None:
         """An artifact of the desired state is missing from the store: ask its source again."""
@@ -658,7 +538,7 @@ class Daemon:
     def _compliance_report(self) -> dict[str, Any]:
         """``device.compliance`` without the time of the check: the hub hears of a change,
         not of every check."""
-        doc = self.drift.status(quarantined=self._quarantined_reason())
+        doc = self.drift.status(quarantined=self.remediator.quarantined_reason())
         doc["checked"] = doc.pop("checkedAt") is not None
         doc["opensWatchReason"] = doc.pop("opensWatch")["reason"]  # not its counters
         return doc
@@ -711,11 +591,18 @@ class Daemon:
             body_limit=self.router.body_limit,
         )
         self._server_metrics({"status": status_server, "inference": infer_server})
-        self.infer_server = infer_server
+        ingress = Ingress(
+            infer_server,
+            socket_path=cfg.paths.inference_socket,
+            tcp=cfg.inference.listen_tcp,
+            security=lambda: self.security,
+            board=self.board,
+        )
+        self.ingress = ingress
         try:
             await status_server.listen_unix(cfg.paths.status_socket)
             await infer_server.listen_unix(cfg.paths.inference_socket)
-            await self._apply_ingress()
+            await ingress.apply()
         except OSError as exc:
             # Typically another edged on the same data dir: say so, leave its sockets, exit.
             log.error("cannot open sockets", error=str(exc))
@@ -888,33 +775,3 @@ class Daemon:
         if not self.stop_event.is_set():
             log.info("signal received", signal=sig.name)
             self.stop_event.set()
-
-
-def _group_id(group: str) -> int:
-    import grp
-
-    return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
-
-
-def _group_id_or_none(group: str) -> int | None:
-    try:
-        return _group_id(group)
-    except KeyError:
-        return None
-
-
-def _user_id(user: str) -> int | None:
-    import pwd
-
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except KeyError:
-        return None
-
-
-def _group_exists(group: str) -> bool:
-    try:
-        _group_id(group)
-    except KeyError:
-        return False
-    return True
