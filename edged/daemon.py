@@ -54,7 +54,7 @@ from edged.serving.bounding import connection_caps
 from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceMetrics, InferenceRouter
 from edged.serving.ingress import Ingress
-from edged.serving.measuring import BenchmarkResult, RevisionMeters, ValidationResult
+from edged.serving.measuring import RevisionMeters, benchmark_of, validation_of
 from edged.serving.status import StatusHandler
 from edged.sources.hub import HubSource
 from edged.sources.inotify import DirectoryWatcher
@@ -233,19 +233,12 @@ class Daemon:
             ),
             started=lambda: self.pool.started_pids,
         )
-        ev = config.eviction
         self.sizer = Sizer(
             workloads=lambda: self.desired.workloads,
             replicas=self.pool.replicas,
             enqueue=self.workload_queue.add,
             period_s=config.scaling.sample_period_s,
-            eviction=EvictionPolicy(
-                floor_bytes=ev.memory_available_floor,
-                hysteresis_bytes=ev.memory_available_floor * ev.hysteresis_percent // 100,
-                settle_s=ev.interval_s,
-            )
-            if ev.memory_available_floor > 0
-            else None,
+            eviction=EvictionPolicy.from_config(config.eviction),
             cpu_count=len(os.sched_getaffinity(0)),
         )
         self.board.source_synced = manifests is None
@@ -395,25 +388,6 @@ class Daemon:
             )
         self.meters.refused(workload, revision)
 
-    def _validation_of(self, workload: WorkloadName, revision: str) -> ValidationResult | None:
-        """What a replica of that revision found on the validation set (slot 0's)."""
-        for rep in self.pool.replicas(workload):
-            if rep.revision == revision:
-                found = ValidationResult.from_worker(rep.metadata.get("validation"))
-                if found is not None:
-                    return found
-        return None
-
-    def _benchmark_of(self, workload: WorkloadName, revision: str) -> BenchmarkResult | None:
-        """The self-benchmark of a replica of that revision (the slowest one's p95)."""
-        found = [
-            b
-            for rep in self.pool.replicas(workload)
-            if rep.revision == revision
-            and (b := BenchmarkResult.from_worker(rep.metadata.get("benchmark"))) is not None
-        ]
-        return max(found, key=lambda b: b.p95_s) if found else None
-
     def _on_serving_change(self, rep: Replica, ready: bool) -> None:
         self.router.replica_ready(rep, ready)
         self._m_ready.labels(workload=rep.workload).set(
@@ -528,8 +502,8 @@ class Daemon:
             self.hub_source.problems if self.hub_source is not None else (),
             self.hub_source.incoming if self.hub_source is not None else None,
             measures_of=self.meters.of,
-            validation_of=self._validation_of,
-            benchmark_of=self._benchmark_of,
+            validation_of=lambda w, rev: validation_of(self.pool.replicas(w), rev),
+            benchmark_of=lambda w, rev: benchmark_of(self.pool.replicas(w), rev),
             sizing_of=self.sizer.status,
             sandboxes_of=self._sandboxes_of,
             compliance=self._compliance_report(),
