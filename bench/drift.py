@@ -36,7 +36,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from edged.compliance.checking import DriftAction  # noqa: E402
-from edged.compliance.watching import (  # noqa: E402
+from edged.compliance.drift import (  # noqa: E402
     DEFAULT_PERIOD_S,
     DriftWatch,
     IngressRules,

@@ -23,13 +23,15 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edged.compliance.checking import DriftAction, Remediation
-from edged.compliance.watching import DriftWatch, IngressRules
+from edged.compliance.checking import DriftAction
+from edged.compliance.drift import DriftWatch, IngressRules
+from edged.compliance.remediating import Remediator
 from edged.config import EdgedConfig, ServiceDirs
 from edged.discovery.discovering import Discovery
 from edged.discovery.power import PowerReader
+from edged.hublink.devicereport import DeviceReport, SandboxReport, build_device_report
+from edged.hublink.downloading import Downloads
 from edged.hublink.files import LinkFiles
-from edged.hublink.reporting import DeviceReport, SandboxReport, build_device_report
 from edged.reconcile.applying import Applier
 from edged.reconcile.evicting import EvictionPolicy
 from edged.reconcile.queueing import WorkQueue
@@ -41,43 +43,38 @@ from edged.reconcile.reconciling import (
 )
 from edged.reconcile.running import Runner
 from edged.reconcile.sizing import Sizer
-from edged.reporting import StatusBoard
 from edged.runtime.identities import UidRange, WorkerUids, runtime_blocker
 from edged.runtime.limiting import detect_cgroup_root, raise_open_files_limit
 from edged.runtime.processes import Replica, WorkerPool
 from edged.runtime.sandboxing import accelerator_nodes
 from edged.runtime.securing import (
     DeviceSecurity,
-    choose_sandbox,
-    outdated_sandboxes,
-    plan_ingress,
-    resolve_peers,
 )
 from edged.serving.bounding import connection_caps
 from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceMetrics, InferenceRouter
-from edged.serving.measuring import BenchmarkResult, RevisionMeters, ValidationResult
-from edged.serving.peers import PeerGate
+from edged.serving.ingress import Ingress
+from edged.serving.measuring import RevisionMeters, benchmark_of, validation_of
 from edged.serving.status import StatusHandler
 from edged.sources.hub import HubSource
+from edged.sources.inotify import DirectoryWatcher
 from edged.sources.static import StaticManifests, SyncResult
-from edged.sources.watching import DirectoryWatcher
 from edged.state.accepting import Acceptor
 from edged.state.baselines import load_baselines, save_baselines
 from edged.state.collecting import ArtifactCollector
 from edged.state.desired import DesiredState
 from edged.state.merging import MergedState, SourceState, static_workloads
+from edged.statusboard import StatusBoard
 from edged.trust.admitting import ArtifactGate
 from edged.trust.attesting import ChallengeAnswerer, LoadMeasurer, MeasurementLog
 from edged.trust.secrets import SecretVolumes
 from edged.trust.secrets import default_root as default_secrets_root
-from edged.workloads import ReplicaId, WorkloadName, serving_order
+from edged.workloads import WorkloadName, serving_order
 from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import EdgefleetError, StateError
 from edgefleet.logs import get_logger
 from edgefleet.metrics import Registry
 from edgefleet.notifying import Notifier, WatchdogPinger
-from edgefleet.persisting import read_json, write_json_atomic
 from edgefleet.supervising import supervise
 
 if TYPE_CHECKING:
@@ -186,9 +183,7 @@ class Daemon:
             separate_uids=config.workers.separate_uids,
             edged_root=os.geteuid() == 0,
         ).with_baselines(load_baselines(self.baselines_path))
-        self.infer_server: HttpServer | None = None
-        self._tcp_listener: asyncio.AbstractServer | None = None
-        self._peer_gate: PeerGate | None = None  # infer.sock's per-connection user check
+        self.ingress: Ingress | None = None  # once the inference socket is open
         self._ingress_tasks: set[asyncio.Future[None]] = set()
         # -- secrets (docs/security.md): the values hub Secrets give workloads, on a tmpfs --
         self.secrets_root = config.secrets.dir or default_secrets_root(
@@ -205,37 +200,6 @@ class Daemon:
             device_paths=accelerator_nodes(),
             hold=self._held_reason,
         )
-        # -- drift (docs/security.md): what differs from what edged made ---------------------
-        self.quarantine_path = data / "state" / "quarantine.json"
-        self._was_quarantined = self.quarantine_path.exists()
-        self.drift = DriftWatch(
-            blobs=self.store.root / "sha256",
-            config_path=config_path,
-            action=lambda: DriftAction(self.security.drift_action),
-            period=lambda: self.security.drift_period_s,
-            act=self._remediate,
-            on_change=self._on_drift_changed,
-            ingress=lambda: IngressRules(
-                self.security.tcp_ports,
-                (str(config.paths.inference_socket), str(config.paths.status_socket)),
-            ),
-            started=lambda: self.pool.started_pids,
-        )
-        ev = config.eviction
-        self.sizer = Sizer(
-            workloads=lambda: self.desired.workloads,
-            replicas=self.pool.replicas,
-            enqueue=self.workload_queue.add,
-            period_s=config.scaling.sample_period_s,
-            eviction=EvictionPolicy(
-                floor_bytes=ev.memory_available_floor,
-                hysteresis_bytes=ev.memory_available_floor * ev.hysteresis_percent // 100,
-                settle_s=ev.interval_s,
-            )
-            if ev.memory_available_floor > 0
-            else None,
-            cpu_count=len(os.sched_getaffinity(0)),
-        )
         self.board = StatusBoard(
             data / "state" / "status.json",
             desired=self.desired,
@@ -244,10 +208,45 @@ class Daemon:
             allow_unsigned=config.trust.allow_unsigned,
             manifests_dir=manifests,
         )
+        # -- drift (docs/security.md): what differs from what edged made ---------------------
+        self.drift: DriftWatch
+        self.remediator = Remediator(
+            data / "state" / "quarantine.json",
+            self.store,
+            self.pool,
+            workloads=lambda: self.desired.workloads,
+            findings=lambda: self.drift.findings,
+            rotten=self._on_artifact_rotten,
+            device_changed=self.board.device_changed,
+            enqueue_workloads=self._enqueue_workloads,
+        )
+        self.drift = DriftWatch(
+            blobs=self.store.root / "sha256",
+            config_path=config_path,
+            action=lambda: DriftAction(self.security.drift_action),
+            period=lambda: self.security.drift_period_s,
+            act=self.remediator.remediate,
+            on_change=self.remediator.drift_changed,
+            ingress=lambda: IngressRules(
+                self.security.tcp_ports,
+                (str(config.paths.inference_socket), str(config.paths.status_socket)),
+            ),
+            started=lambda: self.pool.started_pids,
+        )
+        self.sizer = Sizer(
+            workloads=lambda: self.desired.workloads,
+            replicas=self.pool.replicas,
+            enqueue=self.workload_queue.add,
+            period_s=config.scaling.sample_period_s,
+            eviction=EvictionPolicy.from_config(config.eviction),
+            cpu_count=len(os.sched_getaffinity(0)),
+        )
         self.board.source_synced = manifests is None
         self.board.sizing_status = self.sizer.status
         self.board.memory_status = self.sizer.device_status
-        self.board.compliance = lambda: self.drift.status(quarantined=self._quarantined_reason())
+        self.board.compliance = lambda: self.drift.status(
+            quarantined=self.remediator.quarantined_reason()
+        )
         self.stop_event = asyncio.Event()
         self._init_metrics()
         # -- trust (docs/trust.md): every artifact passes the gate before the store ----------
@@ -286,6 +285,7 @@ class Daemon:
                 data,
                 self.store,
                 self.gate,
+                Downloads(data / "downloads"),
                 tuf=TufClient(data, required=config.trust.require_tuf),
                 secrets=SecretVolumes(
                     self.secrets_root,
@@ -388,25 +388,6 @@ class Daemon:
             )
         self.meters.refused(workload, revision)
 
-    def _validation_of(self, workload: WorkloadName, revision: str) -> ValidationResult | None:
-        """What a replica of that revision found on the validation set (slot 0's)."""
-        for rep in self.pool.replicas(workload):
-            if rep.revision == revision:
-                found = ValidationResult.from_worker(rep.metadata.get("validation"))
-                if found is not None:
-                    return found
-        return None
-
-    def _benchmark_of(self, workload: WorkloadName, revision: str) -> BenchmarkResult | None:
-        """The self-benchmark of a replica of that revision (the slowest one's p95)."""
-        found = [
-            b
-            for rep in self.pool.replicas(workload)
-            if rep.revision == revision
-            and (b := BenchmarkResult.from_worker(rep.metadata.get("benchmark"))) is not None
-        ]
-        return max(found, key=lambda b: b.p95_s) if found else None
-
     def _on_serving_change(self, rep: Replica, ready: bool) -> None:
         self.router.replica_ready(rep, ready)
         self._m_ready.labels(workload=rep.workload).set(
@@ -435,9 +416,9 @@ class Daemon:
                 baselines=",".join(security.baselines),
                 require_sandbox=security.require_sandbox,
             )
-            self._restart_outdated_sandboxes()
-            if self.infer_server is not None:
-                task = asyncio.ensure_future(self._apply_ingress())
+            self.applier.restart_outdated_sandboxes(self.desired.get, security)
+            if self.ingress is not None:
+                task = asyncio.ensure_future(self.ingress.apply())
                 self._ingress_tasks.add(task)
                 task.add_done_callback(self._ingress_tasks.discard)
         if changed:
@@ -492,32 +473,10 @@ class Daemon:
     def _quarantined(self, sha256: str) -> bool:
         return sha256 in self.store.quarantined()
 
-    def _restart_outdated_sandboxes(self) -> None:
-        """The baselines changed: a worker whose sandbox would now differ is killed (and
-        started again by its reconciler, under the new one)."""
-        running = []
-        for rep in self.pool.replicas():
-            desired = self.desired.get(rep.workload)
-            if desired is None or rep.pid is None:
-                continue
-            want = choose_sandbox(
-                desired.deployment,
-                rep.spec.providers,
-                self.security,
-                device_paths=self.applier.device_paths,
-            )
-            running.append((rep.id, rep.spec.sandbox, want))
-        for replica_id in outdated_sandboxes(running):
-            self.pool.kill(
-                ReplicaId(replica_id),
-                "SandboxChanged",
-                "a SecurityBaseline changed: started again under the new sandbox",
-            )
-
     def _held_reason(self) -> str | None:
         """Why no replica may start now: quarantine, or a baseline's
         ``drift.requireOpenWatch`` on a device where the open watch is not in force."""
-        quarantined = self._quarantined_reason()
+        quarantined = self.remediator.quarantined_reason()
         if quarantined is not None:
             return quarantined
         why = self.drift.open_watch_reason
@@ -527,109 +486,6 @@ class Daemon:
                 f"watch (drift.requireOpenWatch) and it is not in force: {why}"
             )
         return None
-
-    def _quarantined_reason(self) -> str | None:
-        """Why this device is quarantined (drift under ``drift.action: quarantine``), until an
-        operator removes ``D/state/quarantine.json``."""
-        try:
-            doc = read_json(self.quarantine_path)
-        except (OSError, ValueError):
-            return f"quarantined ({self.quarantine_path} is unreadable)"
-        if doc is None:
-            return None
-        reason = doc.get("reason", "?")
-        return f"quarantined after drift: {reason} (clear: remove {self.quarantine_path})"
-
-    def _on_drift_changed(self) -> None:
-        self.board.device_changed()
-        quarantined = self.quarantine_path.exists()
-        if self._was_quarantined and not quarantined:
-            log.info("quarantine cleared")
-            self._enqueue_workloads()
-        self._was_quarantined = quarantined
-
-    def _remediate(self, plan: Remediation) -> None:
-        """Perform what the baselines' drift action asks (``plan_remediation`` decided)."""
-        now = time.time()
-        for name in plan.remove_files:
-            target = self.store.root / "quarantine" / f"{name}.{int(now)}"
-            try:
-                os.replace(self.store.root / "sha256" / name, target)
-                log.warning("drift remediated", action="moved to quarantine", path=str(target))
-            except OSError as exc:
-                log.error("drift not remediated", path=name, error=str(exc))
-        for sha in plan.requarantine_blobs:
-            try:
-                os.chmod(self.store.path_for(sha), 0o444)
-            except OSError:
-                pass
-            users = {w.name for w in self.desired.workloads.values() if w.sha256 == sha}
-            users |= {r.workload for r in self.pool.replicas() if r.spec.artifact_sha256 == sha}
-            for workload in sorted(users):
-                self._on_artifact_rotten(workload, sha)
-            for rep in self.pool.replicas():
-                if rep.spec.artifact_sha256 == sha and rep.pid is not None:
-                    self.pool.kill(rep.id, "ArtifactChanged", f"blob {sha} changed on disk")
-        for pid in plan.kill_pids:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                log.warning("drift remediated", action="killed process", pid=pid)
-            except ProcessLookupError:
-                log.info("drift not remediated", pid=pid, reason="the process is gone")
-            except OSError as exc:
-                log.error("drift not remediated", pid=pid, error=str(exc))
-        if plan.quarantine and not self.quarantine_path.exists():
-            reason = "; ".join(f.message for f in self.drift.findings[:4])
-            write_json_atomic(self.quarantine_path, {"at": now, "reason": reason})
-            self._was_quarantined = True
-            log.error("device quarantined", reason=reason)
-            for rep in self.pool.replicas():
-                self.pool.stop(rep.id)
-            self.board.device_changed()
-
-    async def _apply_ingress(self) -> None:
-        """Give infer.sock the group and mode the baselines say, and serve the configured
-        loopback TCP port only if they allow it (``plan_ingress``); status shows the result.
-        OSError when the TCP port cannot be opened (at start: edged exits)."""
-        tcp = self.config.inference.listen_tcp
-        plan = plan_ingress(
-            self.security, tcp_port=tcp.port if tcp else None, group_exists=_group_exists
-        )
-        problems = list(plan.problems)
-        path = self.config.paths.inference_socket
-        mode = plan.mode
-        if plan.group is not None:
-            try:
-                os.chown(path, -1, _group_id(plan.group))
-            except OSError as exc:
-                problems.append(f"cannot give infer.sock to group {plan.group}: {exc.strerror}")
-                mode &= 0o600
-        os.chmod(path, mode)
-        rules, unknown = resolve_peers(self.security, user_id=_user_id, group_id=_group_id_or_none)
-        problems += [f"{p}: it lets no one in" for p in unknown]
-        assert self.infer_server is not None
-        if rules != (self._peer_gate.rules if self._peer_gate is not None else ()):
-            self._peer_gate = PeerGate(rules, os.geteuid()) if rules else None
-            self.infer_server.set_admit(self._peer_gate.admit if self._peer_gate else None)
-        if plan.serve_tcp and tcp is not None and self._tcp_listener is None:
-            assert self.infer_server is not None
-            self._tcp_listener = await self.infer_server.listen_tcp(tcp.host, tcp.port)
-        elif not plan.serve_tcp and self._tcp_listener is not None:
-            self._tcp_listener.close()
-            self._tcp_listener = None
-        ingress = {
-            "users": sorted({u for users, _ in self.security.socket_peers for u in users}),
-            "groups": sorted({g for _, groups in self.security.socket_peers for g in groups}),
-            "peersChecked": self._peer_gate is not None,
-            "socketGroup": plan.group,
-            "socketMode": f"{mode:04o}",
-            "tcp": str(tcp) if tcp is not None and self._tcp_listener is not None else None,
-            "problems": problems,
-        }
-        if ingress != self.board.ingress:
-            for p in problems:
-                log.warning("ingress policy not followed as configured", problem=p)
-            self.board.ingress = ingress
 
     def _request_refetch(self) -> None:
         """An artifact of the desired state is missing from the store: ask its source again."""
@@ -646,8 +502,8 @@ class Daemon:
             self.hub_source.problems if self.hub_source is not None else (),
             self.hub_source.incoming if self.hub_source is not None else None,
             measures_of=self.meters.of,
-            validation_of=self._validation_of,
-            benchmark_of=self._benchmark_of,
+            validation_of=lambda w, rev: validation_of(self.pool.replicas(w), rev),
+            benchmark_of=lambda w, rev: benchmark_of(self.pool.replicas(w), rev),
             sizing_of=self.sizer.status,
             sandboxes_of=self._sandboxes_of,
             compliance=self._compliance_report(),
@@ -656,7 +512,7 @@ class Daemon:
     def _compliance_report(self) -> dict[str, Any]:
         """``device.compliance`` without the time of the check: the hub hears of a change,
         not of every check."""
-        doc = self.drift.status(quarantined=self._quarantined_reason())
+        doc = self.drift.status(quarantined=self.remediator.quarantined_reason())
         doc["checked"] = doc.pop("checkedAt") is not None
         doc["opensWatchReason"] = doc.pop("opensWatch")["reason"]  # not its counters
         return doc
@@ -709,11 +565,18 @@ class Daemon:
             body_limit=self.router.body_limit,
         )
         self._server_metrics({"status": status_server, "inference": infer_server})
-        self.infer_server = infer_server
+        ingress = Ingress(
+            infer_server,
+            socket_path=cfg.paths.inference_socket,
+            tcp=cfg.inference.listen_tcp,
+            security=lambda: self.security,
+            board=self.board,
+        )
+        self.ingress = ingress
         try:
             await status_server.listen_unix(cfg.paths.status_socket)
             await infer_server.listen_unix(cfg.paths.inference_socket)
-            await self._apply_ingress()
+            await ingress.apply()
         except OSError as exc:
             # Typically another edged on the same data dir: say so, leave its sockets, exit.
             log.error("cannot open sockets", error=str(exc))
@@ -886,33 +749,3 @@ class Daemon:
         if not self.stop_event.is_set():
             log.info("signal received", signal=sig.name)
             self.stop_event.set()
-
-
-def _group_id(group: str) -> int:
-    import grp
-
-    return int(group) if group.isdigit() else grp.getgrnam(group).gr_gid
-
-
-def _group_id_or_none(group: str) -> int | None:
-    try:
-        return _group_id(group)
-    except KeyError:
-        return None
-
-
-def _user_id(user: str) -> int | None:
-    import pwd
-
-    try:
-        return pwd.getpwnam(user).pw_uid
-    except KeyError:
-        return None
-
-
-def _group_exists(group: str) -> bool:
-    try:
-        _group_id(group)
-    except KeyError:
-        return False
-    return True

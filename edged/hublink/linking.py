@@ -41,9 +41,9 @@ from typing import Any
 import grpc
 
 from edged import __version__
+from edged.hublink.devicereport import DeviceReport
 from edged.hublink.files import Link, LinkFiles
 from edged.hublink.mapping import hello_message, sealed_secrets, status_message
-from edged.hublink.reporting import DeviceReport
 from edged.sources.hub import HubSource
 from edgefleet.backoff import Backoff, Jitter
 from edgefleet.failover import round_delay

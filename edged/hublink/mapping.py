@@ -11,7 +11,7 @@ from typing import Any
 import orjson
 from google.protobuf import struct_pb2
 
-from edged.hublink.reporting import DeviceReport, SandboxReport, WorkloadReport
+from edged.hublink.devicereport import DeviceReport, SandboxReport, WorkloadReport
 from edged.reconcile.model import RevisionStatus
 from edged.serving.measuring import BenchmarkResult, RevisionMeasures, ValidationResult
 from edgefleet.api.conditions import Condition

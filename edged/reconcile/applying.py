@@ -20,10 +20,10 @@ from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import choose_limits
 from edged.runtime.oomscoring import oom_score_adj, set_oom_score_adj
 from edged.runtime.processes import WorkerPool
-from edged.runtime.securing import DeviceSecurity, choose_sandbox
+from edged.runtime.securing import DeviceSecurity, choose_sandbox, outdated_sandboxes
 from edged.runtime.validating import FILE_NAME as VALIDATION_FILE
 from edged.trust.secrets import secret_dir, workload_dir
-from edged.workloads import DesiredWorkload, WorkloadName
+from edged.workloads import DesiredWorkload, ReplicaId, WorkloadName
 from edgefleet.errors import TemporaryError
 
 
@@ -169,6 +169,29 @@ class Applier:
                 self._request_refetch()
         if failures:
             raise TemporaryError("cannot start replicas: " + "; ".join(failures))
+
+    def restart_outdated_sandboxes(
+        self,
+        desired: Callable[[WorkloadName], DesiredWorkload | None],
+        security: DeviceSecurity,
+    ) -> None:
+        """The baselines changed (``security`` is what is in force now): a worker whose sandbox
+        would now differ is killed (and started again by its reconciler, under the new one)."""
+        running = []
+        for rep in self._pool.replicas():
+            wanted = desired(rep.workload)
+            if wanted is None or rep.pid is None:
+                continue
+            want = choose_sandbox(
+                wanted.deployment, rep.spec.providers, security, device_paths=self.device_paths
+            )
+            running.append((rep.id, rep.spec.sandbox, want))
+        for replica_id in outdated_sandboxes(running):
+            self._pool.kill(
+                ReplicaId(replica_id),
+                "SandboxChanged",
+                "a SecurityBaseline changed: started again under the new sandbox",
+            )
 
     def _steer_oom_killer(self, action: StartReplica, desired: DesiredWorkload) -> None:
         """Critical workers are the kernel's last choice, low-priority ones its first (only

@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 
+from edged.config import EvictionConfig
+
 
 @dataclass(frozen=True, slots=True)
 class Candidate:
@@ -48,6 +50,18 @@ class EvictionPolicy:
     floor_bytes: int
     hysteresis_bytes: int
     settle_s: float
+
+    @classmethod
+    def from_config(cls, config: EvictionConfig) -> EvictionPolicy | None:
+        """The policy edged.toml's ``[eviction]`` sets; None when eviction is off (no
+        floor)."""
+        if config.memory_available_floor <= 0:
+            return None
+        return cls(
+            floor_bytes=config.memory_available_floor,
+            hysteresis_bytes=config.memory_available_floor * config.hysteresis_percent // 100,
+            settle_s=config.interval_s,
+        )
 
 
 def plan_eviction(

@@ -15,7 +15,7 @@ Rules, for one workload:
   becomes ready therefore never takes the old one down (``Progressing`` says why).
 * A workload no longer desired has all its replicas stopped.
 * The count of replicas is ``observed.wanted_replicas`` when the autoscaler or eviction set
-  it (``reconcile/autoscaling.py``, ``reconcile/evicting.py``), else the spec's; slots
+  it (``edgefleet/autoscaler.py``, ``reconcile/evicting.py``), else the spec's; slots
   beyond it are drained and stopped (``ScaledDown``); their conditions join the status.
 * The precision variant (``observed.precision``, ``reconcile/precision.py``) is part of the
   revision too: a power window opening or closing is a zero-downtime switch to the other file.

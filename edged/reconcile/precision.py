@@ -19,7 +19,7 @@ from dataclasses import dataclass
 
 from edged.reconcile.model import PrecisionChoice
 from edgefleet.api.conditions import Condition, ConditionStatus
-from edgefleet.api.manifests import ModelDeploymentSpec, PowerWindow
+from edgefleet.api.deployments import ModelDeploymentSpec, PowerWindow
 from edgefleet.artifacts.variants import BASE_PRECISION
 
 DAY_S = 86400.0

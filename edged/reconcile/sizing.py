@@ -18,13 +18,6 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from edged.reconcile.autoscaling import (
-    Bounds,
-    LoadSample,
-    ScalerState,
-    autoscale,
-    initial_state,
-)
 from edged.reconcile.batchsizing import effective_batch, row_bytes, shape_row_bytes
 from edged.reconcile.evicting import (
     Candidate,
@@ -37,6 +30,13 @@ from edged.runtime.processes import Replica
 from edged.runtime.sampling import QueueMeter, cpu_seconds, mem_available, rss_bytes
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api.conditions import Condition, ConditionStatus
+from edgefleet.autoscaler import (
+    Bounds,
+    LoadSample,
+    ScalerState,
+    autoscale,
+    initial_state,
+)
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 

@@ -18,8 +18,12 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from edged.runtime.processes import Replica
 
 RESERVOIR = 2048
 FORGET_AFTER_S = 3600.0
@@ -163,3 +167,24 @@ class ValidationResult:
         if samples == 0:
             return cls(reason="ValidationInvalid", message="the validation set is empty")
         return cls(correct / samples, samples, correct)
+
+
+def validation_of(replicas: Iterable[Replica], revision: str) -> ValidationResult | None:
+    """What a replica of ``revision`` found on the validation set (the first that says)."""
+    for rep in replicas:
+        if rep.revision == revision:
+            found = ValidationResult.from_worker(rep.metadata.get("validation"))
+            if found is not None:
+                return found
+    return None
+
+
+def benchmark_of(replicas: Iterable[Replica], revision: str) -> BenchmarkResult | None:
+    """The self-benchmark of a replica of ``revision`` (the slowest one's p95)."""
+    found = [
+        b
+        for rep in replicas
+        if rep.revision == revision
+        and (b := BenchmarkResult.from_worker(rep.metadata.get("benchmark"))) is not None
+    ]
+    return max(found, key=lambda b: b.p95_s) if found else None

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING
 
-from edged.reporting import StatusBoard
+from edged.statusboard import StatusBoard
 from edgefleet.metrics import CONTENT_TYPE, Registry
 
 if TYPE_CHECKING:

@@ -6,6 +6,24 @@
 
 from edgefleet.api.baselines import SecurityBaseline, SecurityBaselineSpec
 from edgefleet.api.conditions import Condition, ConditionStatus
+from edgefleet.api.deployments import (
+    ModelDeployment,
+    ModelDeploymentSpec,
+    ModelRef,
+    Power,
+    PowerWindow,
+    Precision,
+    Probe,
+    Probes,
+    Replicas,
+    Resources,
+    RuntimeSpec,
+    Scaling,
+)
+from edgefleet.api.healthpolicies import (
+    DeviceHealthPolicy,
+    DeviceHealthPolicySpec,
+)
 from edgefleet.api.loading import (
     MAX_FILE_BYTES,
     load_documents,
@@ -14,41 +32,28 @@ from edgefleet.api.loading import (
     parse_documents,
 )
 from edgefleet.api.manifests import (
-    PRIORITY_CLASSES,
     SUPPORTED_KINDS,
-    Canary,
-    CanaryAnalysis,
-    CanaryStep,
-    DeviceHealthPolicy,
-    DeviceHealthPolicySpec,
     Manifest,
-    ModelDeployment,
-    ModelDeploymentSpec,
-    ModelRef,
+    parse_manifest,
+    read_manifest,
+)
+from edgefleet.api.meta import API_VERSION, ObjectMeta
+from edgefleet.api.placement import (
     Placement,
     PlacementStrategy,
-    Power,
-    PowerWindow,
-    Precision,
-    Probe,
-    Probes,
-    Replicas,
-    Resources,
-    Rollout,
-    RuntimeSpec,
-    Scaling,
     SelectorOperator,
     SelectorRequirement,
     TaintEffect,
     Toleration,
     TolerationOperator,
     TopologySpread,
-    Wave,
-    parse_manifest,
-    read_manifest,
 )
-from edgefleet.api.meta import API_VERSION, ObjectMeta
-from edgefleet.api.priorities import PreemptionPolicy, PriorityClass, PriorityClassSpec
+from edgefleet.api.priorities import (
+    PRIORITY_CLASSES,
+    PreemptionPolicy,
+    PriorityClass,
+    PriorityClassSpec,
+)
 from edgefleet.api.quantities import (
     IntOrPercent,
     format_cpu,
@@ -59,6 +64,13 @@ from edgefleet.api.quantities import (
     parse_int_or_percent,
     parse_memory,
     parse_percent,
+)
+from edgefleet.api.rollouts import (
+    Canary,
+    CanaryAnalysis,
+    CanaryStep,
+    Rollout,
+    Wave,
 )
 from edgefleet.api.secrets import Secret, SecretMount
 

@@ -25,6 +25,8 @@ from typing import Any
 
 from edgefleet.api import manifests, shown
 from edgefleet.api.baselines import SecurityBaseline
+from edgefleet.api.deployments import ModelDeployment
+from edgefleet.api.healthpolicies import DeviceHealthPolicy
 from edgefleet.api.meta import API_VERSION, SERVER_METADATA
 from edgefleet.api.priorities import PriorityClass
 from edgefleet.api.secrets import Secret
@@ -333,7 +335,7 @@ def _describe(node: FieldSchema, cls: type | None) -> None:
     hints: dict[str, Any] = {}
     if cls is not None:
         try:
-            hints = typing.get_type_hints(cls, vars(manifests))
+            hints = typing.get_type_hints(cls)  # in the globals of the class's own module
         except Exception:  # a hint it cannot resolve: no descriptions there
             hints = {}
     for name, child in node.fields.items():
@@ -347,8 +349,8 @@ def _describe(node: FieldSchema, cls: type | None) -> None:
 
 
 _KIND_CLASSES: Mapping[str, type] = {
-    "ModelDeployment": manifests.ModelDeployment,
-    "DeviceHealthPolicy": manifests.DeviceHealthPolicy,
+    "ModelDeployment": ModelDeployment,
+    "DeviceHealthPolicy": DeviceHealthPolicy,
     "SecurityBaseline": SecurityBaseline,
     "Secret": Secret,
     "PriorityClass": PriorityClass,

@@ -11,7 +11,7 @@ Like Kubernetes' PriorityClass (its range and its preemption policies)::
       description: collision avoidance        # optional, for people
 
 A deployment names it with ``spec.priorityClassName``; the hub refuses to apply a deployment
-naming a class that is neither built in (:data:`edgefleet.api.manifests.PRIORITY_CLASSES`)
+naming a class that is neither built in (:data:`PRIORITY_CLASSES`)
 nor applied, and to delete a class a deployment names. The built-in names cannot be applied
 as classes of one's own. The hub resolves the class when it schedules and sends each device
 the deployment with the class's value as ``spec.priority`` (so edged, which knows no
@@ -20,6 +20,7 @@ classes, evicts by it too).
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -32,6 +33,17 @@ KIND = "PriorityClass"
 MIN_PRIORITY = -2_147_483_648
 MAX_PRIORITY = 1_000_000_000  # Kubernetes' bound for user classes
 MAX_DESCRIPTION = 1024
+
+
+PRIORITY_CLASSES: Mapping[str, int] = {
+    "system-critical": 1_000_000_000,
+    "critical": 1_000_000,
+    "high": 1000,
+    "default": 0,
+    "low": -1000,
+}
+"""The built-in ``spec.priorityClassName`` values and their priorities (a ``PriorityClass``
+object of one's own, :mod:`edgefleet.api.priorities`, adds more; the hub resolves those)."""
 
 
 class PreemptionPolicy(StrEnum):
@@ -73,8 +85,6 @@ def _description(value: object) -> str:
 
 def read_priority_class(metadata: ObjectMeta, r: Reader | None) -> PriorityClass:
     """The kind's reader for :func:`edgefleet.api.manifests.read_manifest`."""
-    from edgefleet.api.manifests import PRIORITY_CLASSES
-
     if r is None:  # the spec is required: read_manifest recorded the problem
         return PriorityClass(metadata=metadata, spec=PriorityClassSpec(value=0))
     if metadata.name in PRIORITY_CLASSES:

@@ -6,7 +6,7 @@ The devices that hold a placement report, per workload, the latest sample of the
 ``cpu_percent``, refreshed at most every 5 s). :func:`fleet_sample` adds them up into one
 sample of the whole deployment (requests in flight of every device, CPU weighted by ready
 replicas), and :func:`plan_totals` runs the same autoscaler as edged's
-(:mod:`edgefleet.autoscaling`: Kubernetes HPA semantics, up and down stabilization windows,
+(:mod:`edgefleet.autoscaler`: Kubernetes HPA semantics, up and down stabilization windows,
 ``minReplicas..maxReplicas``) over the fleet's count: up when the requests in flight per
 ready replica stay above ``queueDepthUp``, down when CPU stays below ``cpuDownBelow``. The
 result is the ``total`` the scheduler places (``hub/controllers/placement.py``); ``replicas.total``
@@ -23,7 +23,7 @@ from dataclasses import dataclass
 
 from edgefleet.api import ModelDeployment
 from edgefleet.api.manifests import Scaling
-from edgefleet.autoscaling import (
+from edgefleet.autoscaler import (
     Bounds,
     Decision,
     LoadSample,

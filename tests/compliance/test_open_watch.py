@@ -16,7 +16,7 @@ import pytest
 from asynctesting import async_test, eventually
 
 from edged.compliance.checking import DriftAction, Remediation
-from edged.compliance.watching import MAX_OPEN_EVENTS_PER_S, MAX_OPEN_FINDINGS, DriftWatch
+from edged.compliance.drift import MAX_OPEN_EVENTS_PER_S, MAX_OPEN_FINDINGS, DriftWatch
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="fanotify needs CAP_SYS_ADMIN")
 

@@ -14,7 +14,7 @@ import pytest
 from fleet import free_port
 from harness import Edged, python_without_sys_admin, wait_for, write_manifest
 
-from edged.compliance.watching import own_cgroup
+from edged.compliance.drift import own_cgroup
 
 BASELINE = """\
 apiVersion: edgefleet.io/v1

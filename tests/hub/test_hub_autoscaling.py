@@ -14,7 +14,7 @@ from asynctesting import async_test
 from hubtesting import FakeClock
 
 from edgefleet.api import ModelDeployment, parse_manifest
-from edgefleet.autoscaling import LoadSample
+from edgefleet.autoscaler import LoadSample
 from hub.controllers.autoscaler import FleetAutoscaler
 from hub.controllers.placement import Scheduler
 from hub.decide.autoscale import DeviceLoad, FleetScaler, fleet_sample, plan_totals

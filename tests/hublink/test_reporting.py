@@ -6,9 +6,9 @@ import random
 
 import pytest
 
+from edged.hublink.devicereport import DeviceReport, WorkloadReport, build_device_report
 from edged.hublink.linking import BACKOFF_BASE_S, BACKOFF_MAX_S, RECONNECT_BACKOFF
 from edged.hublink.mapping import hello_message, status_message
-from edged.hublink.reporting import DeviceReport, WorkloadReport, build_device_report
 from edged.reconcile.model import RevisionPhase, RevisionStatus, WorkloadStatus
 from edged.sources.static import SourceProblem
 from edged.state.merging import HUB_SOURCE

@@ -3,8 +3,8 @@ protobuf Status out, read back by the hub (its bounds, its record), all pure."""
 
 from __future__ import annotations
 
+from edged.hublink.devicereport import DeviceReport, SandboxReport, WorkloadReport
 from edged.hublink.mapping import status_message
-from edged.hublink.reporting import DeviceReport, SandboxReport, WorkloadReport
 from edgefleet.v1 import device_pb2
 from hub.api.deviceinput import check_status
 from hub.api.devicesync import _compliance, _workload

@@ -7,7 +7,9 @@ from typing import Any
 
 import pytest
 
-from edged.reconcile.autoscaling import (
+from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
+from edgefleet.api.deployments import Scaling
+from edgefleet.autoscaler import (
     Bounds,
     LoadSample,
     ScalerState,
@@ -15,8 +17,6 @@ from edged.reconcile.autoscaling import (
     initial_state,
     recommend,
 )
-from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
-from edgefleet.api.manifests import Scaling
 
 T = 1000.0
 

@@ -10,9 +10,9 @@ from typing import Any
 import pytest
 
 from edged.reconcile.model import WorkloadStatus
-from edged.reporting import overlay_serving
 from edged.serving.inference import InferenceRouter
 from edged.serving.measuring import RevisionMeters
+from edged.statusboard import overlay_serving
 from edged.workloads import DesiredWorkload, WorkloadName, serving_order
 from edgefleet.api import ModelDeployment, parse_manifest
 

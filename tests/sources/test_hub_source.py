@@ -14,6 +14,7 @@ from pathlib import Path
 import orjson
 import pytest
 
+from edged.hublink.downloading import Downloads
 from edged.sources.hub import HubSource
 from edged.trust.admitting import ArtifactGate
 from edgefleet.api import parse_manifest
@@ -94,7 +95,11 @@ def env(tmp_path: Path) -> tuple[Hub, HubSource, Path]:
     hub = Hub(tmp_path)
     data = tmp_path / "device"
     gate = ArtifactGate(data, root_file=tmp_path / "root.json", allow_unsigned=False)
-    return hub, HubSource(data, ArtifactStore(data / "artifacts"), gate), data
+    return (
+        hub,
+        HubSource(data, ArtifactStore(data / "artifacts"), gate, Downloads(data / "downloads")),
+        data,
+    )
 
 
 def apply(source: HubSource, hub: Hub, gen: int, manifests: list[bytes], meta: list[bytes]):  # type: ignore[no-untyped-def]
@@ -113,6 +118,7 @@ def test_accepts_persists_and_ignores_stale(env: tuple[Hub, HubSource, Path]) ->
         data,
         ArtifactStore(data / "artifacts"),
         ArtifactGate(data, root_file=None, allow_unsigned=False),
+        Downloads(data / "downloads"),
     )
     assert again.generation == 5 and again.workloads["det"].sha256 == sha
 
@@ -226,7 +232,9 @@ def test_roots_from_the_hub_chain_from_the_device_root_or_are_refused(
 def on_small_disk(hub: Hub, small_disk: Path) -> tuple[HubSource, Path]:
     data = small_disk / "device"
     gate = ArtifactGate(data, root_file=hub.tmp / "root.json", allow_unsigned=False)
-    return HubSource(data, ArtifactStore(data / "artifacts"), gate), data
+    return HubSource(
+        data, ArtifactStore(data / "artifacts"), gate, Downloads(data / "downloads")
+    ), data
 
 
 def test_a_model_larger_than_the_free_disk_is_refused_before_download(
@@ -318,7 +326,11 @@ def test_a_download_reports_its_progress_every_few_seconds(tmp_path: Path) -> No
     gate = ArtifactGate(data, root_file=tmp_path / "root.json", allow_unsigned=False)
     ticks = iter(range(1_000_000))
     source = HubSource(
-        data, ArtifactStore(data / "artifacts"), gate, clock=lambda: float(next(ticks))
+        data,
+        ArtifactStore(data / "artifacts"),
+        gate,
+        Downloads(data / "downloads"),
+        clock=lambda: float(next(ticks)),
     )
     meta, sha = hub.model("1.0.0", sizes=(64, 256, 10))
     total = len(hub.blobs[sha])
@@ -383,6 +395,7 @@ def test_extras_are_fetched_verified_stored_and_persisted(env: tuple[Hub, HubSou
         data,
         ArtifactStore(data / "artifacts"),
         ArtifactGate(data, root_file=None, allow_unsigned=False),
+        Downloads(data / "downloads"),
     )
     assert again.workloads["det"].extras == {"validation.npz": extra_sha}
     assert w.revision != w.__class__(w.deployment, w.sha256, w.source).revision
@@ -426,6 +439,7 @@ def test_going_back_to_the_previous_version_needs_no_download_and_no_allowance(
         data,
         ArtifactStore(data / "artifacts"),
         ArtifactGate(data, root_file=None, allow_unsigned=False),
+        Downloads(data / "downloads"),
     )
     assert again.held == {sha2}  # persisted
     # the same state again (a new generation): the running version stays, although newer
@@ -454,6 +468,7 @@ def test_baselines_in_the_hubs_state_are_accepted_and_survive_a_restart(
         data,
         ArtifactStore(data / "artifacts"),
         ArtifactGate(data, root_file=None, allow_unsigned=False),
+        Downloads(data / "downloads"),
     )
     assert [b.name for b in again.baselines] == ["fleet"]
     apply(source, hub, 6, [deployment("1.0.0")], [meta])

@@ -28,7 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, replace
 
-from edgefleet.api.manifests import Scaling
+from edgefleet.api.deployments import Scaling
 
 
 @dataclass(frozen=True, slots=True)

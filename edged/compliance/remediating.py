@@ -1,0 +1,116 @@
+"""Doing what the baselines' drift action asks (:func:`edged.compliance.checking.plan_remediation`
+decided), and the device's quarantine.
+
+:meth:`Remediator.remediate` moves files added to the store into ``quarantine/``, has changed
+blobs checked again (``rotten``: quarantined in the store, so their workloads fetch them again),
+kills stray processes, and quarantines the device when the action says so: every replica stops
+and none starts (:meth:`Remediator.quarantined_reason`) until an operator removes
+``D/state/quarantine.json``.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import time
+from collections.abc import Callable, Mapping, Sequence
+from pathlib import Path
+
+from edged.compliance.checking import Finding, Remediation
+from edged.runtime.processes import WorkerPool
+from edged.workloads import DesiredWorkload, WorkloadName
+from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.logs import get_logger
+from edgefleet.persisting import read_json, write_json_atomic
+
+log = get_logger(__name__)
+
+
+class Remediator:
+    def __init__(
+        self,
+        quarantine_path: Path,
+        store: ArtifactStore,
+        pool: WorkerPool,
+        *,
+        workloads: Callable[[], Mapping[WorkloadName, DesiredWorkload]],
+        findings: Callable[[], Sequence[Finding]],
+        rotten: Callable[[WorkloadName, str], None],
+        device_changed: Callable[[], None],
+        enqueue_workloads: Callable[[], None],
+    ) -> None:
+        """``workloads``: the accepted desired state's; ``findings``: the drift watch's last;
+        ``rotten(workload, sha256)``: have a blob checked and quarantined if its bytes changed;
+        ``device_changed``: the device's status changed; ``enqueue_workloads``: every workload
+        looks again (the quarantine was cleared)."""
+        self.quarantine_path = quarantine_path
+        self._store = store
+        self._pool = pool
+        self._workloads = workloads
+        self._findings = findings
+        self._rotten = rotten
+        self._device_changed = device_changed
+        self._enqueue_workloads = enqueue_workloads
+        self._was_quarantined = quarantine_path.exists()
+
+    def quarantined_reason(self) -> str | None:
+        """Why this device is quarantined (drift under ``drift.action: quarantine``), until an
+        operator removes ``D/state/quarantine.json``."""
+        try:
+            doc = read_json(self.quarantine_path)
+        except (OSError, ValueError):
+            return f"quarantined ({self.quarantine_path} is unreadable)"
+        if doc is None:
+            return None
+        reason = doc.get("reason", "?")
+        return f"quarantined after drift: {reason} (clear: remove {self.quarantine_path})"
+
+    def drift_changed(self) -> None:
+        """The drift watch's view changed: status, and the workloads once the quarantine is
+        cleared."""
+        self._device_changed()
+        quarantined = self.quarantine_path.exists()
+        if self._was_quarantined and not quarantined:
+            log.info("quarantine cleared")
+            self._enqueue_workloads()
+        self._was_quarantined = quarantined
+
+    def remediate(self, plan: Remediation) -> None:
+        """Perform what the baselines' drift action asks (``plan_remediation`` decided)."""
+        now = time.time()
+        store, pool = self._store, self._pool
+        for name in plan.remove_files:
+            target = store.root / "quarantine" / f"{name}.{int(now)}"
+            try:
+                os.replace(store.root / "sha256" / name, target)
+                log.warning("drift remediated", action="moved to quarantine", path=str(target))
+            except OSError as exc:
+                log.error("drift not remediated", path=name, error=str(exc))
+        for sha in plan.requarantine_blobs:
+            try:
+                os.chmod(store.path_for(sha), 0o444)
+            except OSError:
+                pass  # gone or not ours: the check that follows finds out what it is
+            users = {w.name for w in self._workloads().values() if w.sha256 == sha}
+            users |= {r.workload for r in pool.replicas() if r.spec.artifact_sha256 == sha}
+            for workload in sorted(users):
+                self._rotten(workload, sha)
+            for rep in pool.replicas():
+                if rep.spec.artifact_sha256 == sha and rep.pid is not None:
+                    pool.kill(rep.id, "ArtifactChanged", f"blob {sha} changed on disk")
+        for pid in plan.kill_pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                log.warning("drift remediated", action="killed process", pid=pid)
+            except ProcessLookupError:
+                log.info("drift not remediated", pid=pid, reason="the process is gone")
+            except OSError as exc:
+                log.error("drift not remediated", pid=pid, error=str(exc))
+        if plan.quarantine and not self.quarantine_path.exists():
+            reason = "; ".join(f.message for f in self._findings()[:4])
+            write_json_atomic(self.quarantine_path, {"at": now, "reason": reason})
+            self._was_quarantined = True
+            log.error("device quarantined", reason=reason)
+            for rep in pool.replicas():
+                pool.stop(rep.id)
+            self._device_changed()
