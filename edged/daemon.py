@@ -45,6 +45,7 @@ from edged.reporting import StatusBoard
 from edged.runtime.delegating import delegate
 from edged.runtime.identities import UidRange, WorkerUids, runtime_blocker
 from edged.runtime.limiting import raise_open_files_limit
+from edged.runtime.privileges import warn_missing_capabilities
 from edged.runtime.processes import Replica, WorkerPool
 from edged.runtime.sandboxing import accelerator_nodes
 from edged.runtime.securing import (
@@ -140,6 +141,7 @@ class Daemon:
         )
         # edged into its supervisor leaf, workers below <delegated>/workloads (delegating.py)
         self.cgroups = delegate(str(config.workers.cgroup_root))
+        warn_missing_capabilities()  # the unit's CapabilityBoundingSet= (packaging/systemd)
         self.cgroup_root = self.cgroups.workloads
         self.limits_mode = self.cgroups.limits_mode
         self.workload_queue: WorkQueue[WorkloadName] = WorkQueue(
