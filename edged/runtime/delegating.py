@@ -240,7 +240,7 @@ def _report(layout: CgroupLayout) -> CgroupLayout:
         log.info("worker cgroups", delegated=str(layout.delegated), workloads=str(layout.workloads))
     else:
         log.warning(
-            "worker limits are not enforced by cgroup v2; rlimits instead",
+            "worker limits are rlimits, not cgroup v2",
             hierarchy=layout.hierarchy.value,
             problem=layout.problem,
         )

@@ -124,6 +124,14 @@ def test_edged_service_capabilities_are_what_edged_needs() -> None:
     assert "/run/systemd/dynamic-uid" in s[("Service", "ReadWritePaths")]
 
 
+def test_edged_service_lets_journald_read_priorities() -> None:
+    """edged's lines carry ``<N>`` (edgefleet/logs.py); unprefixed ones are warnings."""
+    s = settings("edged.service")
+    assert s[("Service", "SyslogLevel")] == ["warning"]
+    assert ("Service", "SyslogLevelPrefix") not in s  # the default: yes
+    assert ("Service", "StandardError") not in s  # the journal, so $JOURNAL_STREAM names it
+
+
 # `systemd-analyze security` of edged.service: 6.1 as User=edged (no worker uids, no egress
 # filter), 6.4 with the root drop-in docs/security.md used to give; 5.1 as shipped now
 SECURITY_SCORE_AT_MOST = 5.1
