@@ -214,6 +214,9 @@ def delegate(setting: str) -> CgroupLayout:
     except OSError as exc:
         return _report(CgroupLayout(Hierarchy.NONE, problem=f"cannot read /proc: {exc}"))
     layout = plan_layout(setting, mountinfo=mountinfo, proc_cgroup=proc_cgroup)
+    if setting == "off":
+        log.info("worker limits are rlimits, as configured", problem=layout.problem)
+        return layout
     if layout.delegated is not None and not layout.problem:
         root = layout.delegated
         try:

@@ -215,9 +215,10 @@ def test_yocto_rewrites_the_units_for_its_paths() -> None:
 
 def test_both_make_the_edged_group_the_unit_names() -> None:
     """edged.service runs as root with Group=edged: both packagings create that group."""
-    assert "adduser --quiet --system --group" in (
-        REPO / "debian" / "edgefleet-edged.postinst"
-    ).read_text()
+    assert (
+        "adduser --quiet --system --group"
+        in (REPO / "debian" / "edgefleet-edged.postinst").read_text()
+    )
     recipe = (LAYER / "recipes-edgefleet" / "edgefleet" / "edged_0.1.0.bb").read_text()
     assert 'GROUPADD_PARAM:${PN} = "--system edged"' in recipe
 
