@@ -12,6 +12,7 @@ import yaml
 
 from edgectl import jsonpath
 from edgefleet.deploymentstatus import serving_model
+from edgefleet.devicestatus import termination_text
 from edgefleet.timestamps import epoch_of
 
 Row = list[str]
@@ -503,6 +504,13 @@ def describe_device(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
             for name, w in sorted(workloads.items())
         ]
         lines += ["Workloads:", *_indented(table(("NAME", "VERSION", "READY", "PHASE"), rows))]
+        ended = [
+            f"{name}: {termination_text(w['lastTermination'])}, {w.get('restartCount', 0)} restarts"
+            for name, w in sorted(workloads.items())
+            if w.get("lastTermination")
+        ]
+        if ended:  # only when a worker ended unasked (an OOM kill, a crash)
+            lines += _multi("Last terminations", ended)
     else:
         lines.append(_field("Workloads", "<none>"))
     downloads = downloads_of(status)
@@ -618,6 +626,12 @@ def describe_deployment(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
             for d, why in sorted((rollout.get("failedDevices") or {}).items())
         ]
     lines += _multi("Failing devices", failing)
+    ended = [
+        f"{d}: {termination_text(t['lastTermination'])}, {t.get('restartCount', 0)} restarts"
+        for d, t in sorted((status.get("terminations") or {}).items())
+    ]
+    if ended:  # only when a worker ended unasked somewhere (an OOM kill, a crash)
+        lines += _multi("Last terminations", ended)
     lines += events_section(events, now)
     return "\n".join(lines)
 

@@ -245,6 +245,10 @@ class StatusBoard:
                     conditions=[c.to_json() for c in st.conditions],
                     revisions=[r.to_json() for r in st.revisions],
                     refusedRequests=self._refused.get(name, (0, 0.0))[0],
+                    restartCount=st.restarts,
+                    lastTermination=(
+                        st.last_termination.to_json() if st.last_termination is not None else None
+                    ),
                 )
             if self.sizing_status is not None:
                 item.update(self.sizing_status(name) or {})
@@ -285,7 +289,12 @@ class StatusBoard:
                         ),
                     },
                     "lastExit": (
-                        {"reason": r.exit_reason, "message": r.exit_message}
+                        {
+                            "reason": r.exit_reason,
+                            "message": r.exit_message,
+                            "exitCode": r.exit_code,  # negative: the signal (None: not run)
+                            "finishedAt": r.finished_at,
+                        }
                         if r.exit_reason
                         else None
                     ),

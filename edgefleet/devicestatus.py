@@ -8,6 +8,7 @@ import http.client
 import os
 import socket
 from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Any
 
 import orjson
@@ -164,11 +165,37 @@ def render_status(doc: dict[str, Any]) -> str:
                 out.append(
                     f"  {w['name']}: {c['type']}={c['status']} {c['reason']}: {c['message']}"
                 )
+    out += _termination_lines(doc)
     out += _sizing_lines(doc)
     for p in doc.get("source", {}).get("problems", []):
         where = p["file"] + (f" ({p['workload']})" if p["workload"] else "")
         out.append(f"  manifest {where}: {p['reason']}: {p['message']}")
     return "\n".join(out)
+
+
+def termination_text(last: Mapping[str, Any]) -> str:
+    """``OOMKilled (signal 9) at 2026-12-06T03:15:34Z: worker killed by ...``: a replica's
+    last termination (edged's ``lastTermination``, the hub's too), for people."""
+    how = (
+        f"signal {last['signal']}" if last.get("signal") else f"exit code {last.get('exitCode', 0)}"
+    )
+    text = f"{last.get('reason', '?')} ({how})"
+    finished = last.get("finishedAt")
+    if isinstance(finished, int | float):
+        when = datetime.fromtimestamp(finished, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        text += f" at {when}"
+    if last.get("replica"):
+        text += f", replica {last['replica']}"
+    return text + (f": {last['message']}" if last.get("message") else "")
+
+
+def _termination_lines(doc: dict[str, Any]) -> list[str]:
+    """Each workload's last termination that edged did not ask for (OOMKilled...)."""
+    return [
+        f"  {w['name']}: last termination {termination_text(w['lastTermination'])}"
+        for w in doc.get("workloads", [])
+        if w.get("lastTermination")
+    ]
 
 
 def _sizing_lines(doc: dict[str, Any]) -> list[str]:

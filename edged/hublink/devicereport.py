@@ -11,7 +11,9 @@ for, which is either still with the hub source (``incoming``: Verifying, Downloa
 or the planner's current revision (Loading, Ready, Failed), then older ones still serving or
 draining. ``model_version`` is the version the hub asks for; whether it *serves* is only in
 ``revisions``, each with what its inference path answered and its validation accuracy when
-known. ``mapping.py`` turns the report into protobuf, so
+known; ``last_termination`` and ``restart_count`` come from the planned status (the newest
+unasked-for end of a replica, ``OOMKilled`` included). ``mapping.py`` turns the report into
+protobuf, so
 nothing outside the hub link touches the generated stubs.
 """
 
@@ -21,7 +23,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from edged.reconcile.model import RevisionPhase, RevisionStatus, WorkloadStatus
+from edged.reconcile.model import RevisionPhase, RevisionStatus, Termination, WorkloadStatus
 from edged.serving.measuring import BenchmarkResult, RevisionMeasures, ValidationResult
 from edged.sources.static import SourceProblem
 from edged.state.merging import HUB_SOURCE
@@ -86,6 +88,8 @@ class WorkloadReport:
     validations: Mapping[str, ValidationResult] = field(default_factory=dict)
     benchmarks: Mapping[str, BenchmarkResult] = field(default_factory=dict)
     sandboxes: tuple[SandboxReport, ...] = ()
+    last_termination: Termination | None = None
+    restart_count: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -163,6 +167,8 @@ def build_device_report(
                 validations=validations,
                 benchmarks=benchmarks,
                 sandboxes=sandboxes_of(name) if sandboxes_of is not None else (),
+                last_termination=st.last_termination if st else None,
+                restart_count=st.restarts if st else 0,
             )
         )
     reported = {x.name for x in workloads}

@@ -12,7 +12,7 @@ import orjson
 from google.protobuf import struct_pb2
 
 from edged.hublink.devicereport import DeviceReport, SandboxReport, WorkloadReport
-from edged.reconcile.model import RevisionStatus
+from edged.reconcile.model import RevisionStatus, Termination
 from edged.serving.measuring import BenchmarkResult, RevisionMeasures, ValidationResult
 from edgefleet.api.conditions import Condition
 from edgefleet.sealing import SealedForDevice
@@ -87,7 +87,28 @@ def _workload(w: WorkloadReport) -> device_pb2.WorkloadStatus:
         ],
         sizing=_sizing(w.sizing) if w.sizing else None,
         replica_sandboxes=[_sandbox(x) for x in w.sandboxes],
+        last_termination=_termination(w.last_termination) if w.last_termination else None,
+        restart_count=min(w.restart_count, MAX_UINT32),
     )
+
+
+MAX_UINT32 = 2**32 - 1
+MAX_REASON = 64  # the hub's bound (hub.api.deviceinput.MAX_TERMINATION_REASON)
+MAX_MESSAGE = 1024
+
+
+def _termination(t: Termination) -> device_pb2.ReplicaTermination:
+    """Cut to what the hub accepts: a worker's own reason and message are its words."""
+    out = device_pb2.ReplicaTermination(
+        replica=t.replica[:128],
+        reason=t.reason[:MAX_REASON],
+        message=t.message[:MAX_MESSAGE],
+        exit_code=max(0, min(t.exit_code, 255)),
+        signal=max(0, min(t.signal, 64)),
+    )
+    if t.finished_at is not None:
+        out.finished_at.FromNanoseconds(int(t.finished_at * 1e9))
+    return out
 
 
 def _sandbox(x: SandboxReport) -> device_pb2.ReplicaSandbox:

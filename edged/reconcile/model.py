@@ -33,11 +33,38 @@ class ReplicaObservation:
     exit_reason: str = ""
     exit_message: str = ""
     restarts: int = 0  # total restarts of this slot
+    # the last unasked-for end, kept across restarts: its exit status (negative: the signal)
+    # and wall-clock time (None: none yet, or the process never started)
+    exit_code: int | None = None
+    finished_at: float | None = None
     crash_streak: int = 0  # consecutive failures, drives crash-loop backoff
     live: bool = True  # liveness probe verdict
     conditions: tuple[Condition, ...] = ()  # reported by the worker (e.g. ProviderFallback)
     model_version: str = ""  # what this replica's process loads
     sha256: str = ""  # the artifact it loads
+
+
+@dataclass(frozen=True, slots=True)
+class Termination:
+    """How a replica's worker last ended when edged did not stop it on purpose (Kubernetes'
+    ``lastState.terminated``): its reason (``OOMKilled``...), exit code or signal, when."""
+
+    replica: str
+    reason: str
+    message: str = ""
+    exit_code: int = 0  # the exit status of a worker that exited (0 when a signal ended it)
+    signal: int = 0  # the signal that ended it (0 when it exited or never started)
+    finished_at: float | None = None  # wall-clock seconds (time.time())
+
+    def to_json(self) -> dict[str, object]:
+        return {
+            "replica": self.replica,
+            "reason": self.reason,
+            "message": self.message,
+            "exitCode": self.exit_code,
+            "signal": self.signal,
+            "finishedAt": self.finished_at,
+        }
 
 
 @dataclass(frozen=True, slots=True)
@@ -188,6 +215,8 @@ class WorkloadStatus:
     providers: tuple[str, ...] = ()  # the planned execution providers (empty: discovery off)
     revisions: tuple[RevisionStatus, ...] = ()  # the wanted one first, then older ones
     precision: str = ""  # the precision variant served (empty: no variant chosen)
+    last_termination: Termination | None = None  # the newest unasked-for end of a replica
+    restarts: int = 0  # restarts of the replicas that exist now, summed
 
 
 @dataclass(frozen=True, slots=True)

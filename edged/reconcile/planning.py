@@ -28,6 +28,9 @@ Rules, for one workload:
   error is the reason) or Pending (artifact missing); older ones Ready while they still serve,
   Draining once superseded. The hub counts a device as updated from these, never from the
   workload's ready count, which includes the old revision during a switch.
+* The workload's last termination (:func:`last_termination`: the newest unasked-for end of
+  any of its replicas, ``OOMKilled`` included) and its replicas' restarts, summed, are in the
+  status too: one OOM kill followed by stable serving still reaches the hub.
 """
 
 from __future__ import annotations
@@ -46,6 +49,7 @@ from edged.reconcile.model import (
     RevisionStatus,
     StartReplica,
     StopReplica,
+    Termination,
     WorkloadStatus,
 )
 from edged.workloads import DesiredWorkload, ReplicaId, WorkloadName
@@ -185,8 +189,29 @@ def plan(
         revisions=_revisions(
             desired, revision, want, ready_current, old, crashlooping, switch_done, observed
         ),
+        last_termination=last_termination(observed.replicas),
+        restarts=sum(r.restarts for r in observed.replicas),
     )
     return Plan(tuple(actions), status, min(waits) if waits else None)
+
+
+def last_termination(replicas: tuple[ReplicaObservation, ...]) -> Termination | None:
+    """The newest end of a replica's worker that edged did not ask for (pure): its reason, the
+    exit code or the signal (a negative ``exit_code`` observed), and when. Replicas that never
+    ended so, or whose end has no time (an observation from before one was kept), give none."""
+    ended = [r for r in replicas if r.exit_reason and r.finished_at is not None]
+    if not ended:
+        return None
+    last = max(ended, key=lambda r: (r.finished_at or 0.0, r.replica_id))
+    code = last.exit_code
+    return Termination(
+        replica=last.replica_id,
+        reason=last.exit_reason,
+        message=last.exit_message,
+        exit_code=code if code is not None and code > 0 else 0,
+        signal=-code if code is not None and code < 0 else 0,
+        finished_at=last.finished_at,
+    )
 
 
 def _revisions(

@@ -185,6 +185,10 @@ class Replica:
         self.exit_message = ""
         self.restarts = 0
         self.crash_streak = 0
+        # the last unasked-for end (kept across restarts, like exit_reason): the exit status
+        # (negative: the signal; None: it never started) and its wall-clock time
+        self.exit_code: int | None = None
+        self.finished_at: float | None = None
         self.live = True
         self.conditions: tuple[Condition, ...] = ()
         self.metadata: dict[str, Any] = {}
@@ -220,6 +224,8 @@ class Replica:
             exit_reason=self.exit_reason,
             exit_message=self.exit_message,
             restarts=self.restarts,
+            exit_code=self.exit_code,
+            finished_at=self.finished_at,
             crash_streak=self.crash_streak,
             live=self.live,
             conditions=self.conditions,
@@ -492,6 +498,7 @@ class Replica:
             self.pool.remove(self)
             return
         self.exit_reason, self.exit_message = verdict.reason, verdict.message
+        self.exit_code, self.finished_at = code, time.time()
         self.crash_streak = verdict.crash_streak
         self.phase = Phase.EXITED
         if self._failed is not None and self._failed[0] == ARTIFACT_DIGEST_MISMATCH:
@@ -636,6 +643,7 @@ class WorkerPool:
             rep.phase = Phase.EXITED
             rep.exited_at = time.monotonic()
             rep.exit_reason, rep.exit_message = verdict.reason, verdict.message
+            rep.exit_code, rep.finished_at = None, time.time()
             rep.crash_streak = verdict.crash_streak
             raise
 

@@ -103,7 +103,7 @@ class ComplianceFinding(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., subject: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class WorkloadStatus(_message.Message):
-    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version", "revisions", "sizing", "replica_sandboxes")
+    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version", "revisions", "sizing", "replica_sandboxes", "last_termination", "restart_count")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     READY_REPLICAS_FIELD_NUMBER: _ClassVar[int]
@@ -113,6 +113,8 @@ class WorkloadStatus(_message.Message):
     REVISIONS_FIELD_NUMBER: _ClassVar[int]
     SIZING_FIELD_NUMBER: _ClassVar[int]
     REPLICA_SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    LAST_TERMINATION_FIELD_NUMBER: _ClassVar[int]
+    RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
     name: str
     revision: str
     ready_replicas: int
@@ -122,7 +124,25 @@ class WorkloadStatus(_message.Message):
     revisions: _containers.RepeatedCompositeFieldContainer[RevisionStatus]
     sizing: WorkloadSizing
     replica_sandboxes: _containers.RepeatedCompositeFieldContainer[ReplicaSandbox]
-    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ..., sizing: _Optional[_Union[WorkloadSizing, _Mapping]] = ..., replica_sandboxes: _Optional[_Iterable[_Union[ReplicaSandbox, _Mapping]]] = ...) -> None: ...
+    last_termination: ReplicaTermination
+    restart_count: int
+    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ..., sizing: _Optional[_Union[WorkloadSizing, _Mapping]] = ..., replica_sandboxes: _Optional[_Iterable[_Union[ReplicaSandbox, _Mapping]]] = ..., last_termination: _Optional[_Union[ReplicaTermination, _Mapping]] = ..., restart_count: _Optional[int] = ...) -> None: ...
+
+class ReplicaTermination(_message.Message):
+    __slots__ = ("replica", "reason", "message", "exit_code", "signal", "finished_at")
+    REPLICA_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
+    replica: str
+    reason: str
+    message: str
+    exit_code: int
+    signal: int
+    finished_at: _timestamp_pb2.Timestamp
+    def __init__(self, replica: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., finished_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ...) -> None: ...
 
 class WorkloadSizing(_message.Message):
     __slots__ = ("current_replicas", "desired_replicas", "min_replicas", "max_replicas", "last_decision", "evicted_replicas", "priority", "effective_max_batch_size", "queue_depth", "cpu_percent")

@@ -43,6 +43,11 @@ MAX_GENERATION = 2**62
 MAX_SANDBOXES = 64  # replicas' sandbox reports per workload
 MAX_SANDBOX_PROBLEMS = 8
 MAX_PORTS = 64
+MAX_TERMINATION_REASON = 64  # an event's reason at the hub: one CamelCase word
+MAX_RESTART_COUNT = 2**31 - 1
+MAX_SIGNAL = 64  # Linux's highest real-time signal
+MAX_EXIT_CODE = 255
+MAX_FINISHED_AT = 253_402_300_799  # 9999-12-31T23:59:59Z, as protobuf's Timestamp allows
 """Generations are store revisions; one past this would be a hostile device's number, and
 raising above it (the projector's floor + 1) must stay within DesiredState's uint64."""
 
@@ -224,6 +229,12 @@ def check_status(status: device_pb2.Status, *, reserved: Sequence[str] = ()) -> 
                     f"got {r.bytes_done}"
                 )
         _sandboxes(problems, f"{at}.replica_sandboxes", w.replica_sandboxes)
+        if w.restart_count > MAX_RESTART_COUNT:
+            problems.append(
+                f"{at}.restart_count: at most {MAX_RESTART_COUNT}, got {w.restart_count}"
+            )
+        if w.HasField("last_termination"):
+            _termination(problems, f"{at}.last_termination", w.last_termination)
     if status.HasField("health"):
         _health(problems, "status.health", status.health)
     if status.HasField("compliance"):
@@ -265,6 +276,33 @@ def _sandboxes(
             problems.append(f"{at}.problems: at most {MAX_SANDBOX_PROBLEMS}, got {len(x.problems)}")
         for j, text in enumerate(x.problems[:MAX_SANDBOX_PROBLEMS]):
             _text(problems, f"{at}.problems[{j}]", text, MAX_MESSAGE_TEXT)
+
+
+def _termination(problems: list[str], path: str, t: device_pb2.ReplicaTermination) -> None:
+    """A replica's last termination: its reason becomes an event's reason at the hub, so one
+    CamelCase word (``OOMKilled``), and either an exit code or a signal, never both."""
+    _text(problems, f"{path}.replica", t.replica, MAX_SHORT)
+    if not t.reason:
+        problems.append(f"{path}.reason: required (OOMKilled, Error...)")
+    elif len(t.reason) > MAX_TERMINATION_REASON:
+        problems.append(
+            f"{path}.reason: at most {MAX_TERMINATION_REASON} characters, got {len(t.reason)}"
+        )
+    elif not (t.reason.isascii() and t.reason.isalnum() and t.reason[0].isalpha()):
+        problems.append(f"{path}.reason: must be one CamelCase word, got {t.reason[:80]!r}")
+    _text(problems, f"{path}.message", t.message, MAX_MESSAGE_TEXT)
+    if not 0 <= t.exit_code <= MAX_EXIT_CODE:
+        problems.append(f"{path}.exit_code: from 0 to {MAX_EXIT_CODE}, got {t.exit_code}")
+    if t.signal > MAX_SIGNAL:
+        problems.append(f"{path}.signal: at most {MAX_SIGNAL}, got {t.signal}")
+    if t.exit_code and t.signal:
+        problems.append(f"{path}: an exit code ({t.exit_code}) or a signal ({t.signal}), not both")
+    if t.HasField("finished_at"):
+        at = t.finished_at
+        if not 0 <= at.seconds <= MAX_FINISHED_AT or not 0 <= at.nanos < 1_000_000_000:
+            problems.append(
+                f"{path}.finished_at: a time from 1970 to 9999, got {at.seconds}s {at.nanos}ns"
+            )
 
 
 def check_evidence(evidence: device_pb2.AttestationEvidence) -> list[str]:

@@ -53,12 +53,18 @@ from hub.decide.devices import (
     Health,
     RevisionPhase,
     RevisionReport,
+    Termination,
     TrustState,
     WorkloadReport,
     with_latencies,
 )
 from hub.decide.placement import tpm_attested
-from hub.decide.status import broken_revisions, describe_failure
+from hub.decide.status import (
+    broken_revisions,
+    describe_failure,
+    new_terminations,
+    termination_message,
+)
 from hub.pki import Role
 from hub.state.secrets import seal_for
 from hub.state.sessions import Session
@@ -149,7 +155,15 @@ def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
         ),
         sizing=_sizing(w.sizing) if w.HasField("sizing") else None,
         sandboxes=tuple(_sandbox(x) for x in w.replica_sandboxes[:MAX_REPORTED_SANDBOXES]),
+        last_termination=_termination(w) if w.HasField("last_termination") else None,
+        restart_count=w.restart_count,
     )
+
+
+def _termination(w: device_pb2.WorkloadStatus) -> Termination:
+    t = w.last_termination
+    finished = t.finished_at.ToNanoseconds() / 1e9 if t.HasField("finished_at") else None
+    return Termination(t.replica, t.reason, t.message, t.exit_code, t.signal, finished)
 
 
 def _compliance(c: device_pb2.DeviceCompliance) -> dict[str, Any]:
@@ -558,6 +572,14 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         "Warning",
                         "Revision" + rev.phase.value,
                         f"device {name}: {describe_failure(rev)}",
+                    )
+                for workload, ended in new_terminations(device.workloads, workloads):
+                    ctx.writer.event(
+                        "ModelDeployment",
+                        workload,
+                        "Warning",
+                        ended.reason,
+                        f"device {name}: {termination_message(ended)}",
                     )
                 ctx.writer.update(changed)
                 if ctx.rollouts is not None and _phases(changed.workloads) != _phases(

@@ -206,6 +206,42 @@ def _measures(doc: Mapping[str, Any]) -> dict[str, Any]:
 
 
 @dataclass(frozen=True, slots=True)
+class Termination:
+    """How a replica's worker last ended on a device when edged did not stop it on purpose
+    (Kubernetes' ``lastState.terminated``): ``OOMKilled``, ``Error``... with the exit code or
+    the signal, and when (wall-clock seconds of the device; None: not said)."""
+
+    replica: str
+    reason: str
+    message: str = ""
+    exit_code: int = 0
+    signal: int = 0
+    finished_at: float | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "replica": self.replica,
+            "reason": self.reason,
+            "message": self.message,
+            "exitCode": self.exit_code,
+            "signal": self.signal,
+            "finishedAt": self.finished_at,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Termination:
+        finished = doc.get("finishedAt")
+        return cls(
+            str(doc.get("replica", "")),
+            str(doc.get("reason", "")),
+            str(doc.get("message", "")),
+            int(doc.get("exitCode", 0)),
+            int(doc.get("signal", 0)),
+            float(finished) if isinstance(finished, int | float) else None,
+        )
+
+
+@dataclass(frozen=True, slots=True)
 class WorkloadReport:
     """What a device last said about one of its workloads.
 
@@ -224,6 +260,9 @@ class WorkloadReport:
     sizing: Mapping[str, Any] | None = None
     # what confines each replica's worker (Landlock, no_new_privs, seccomp, egress ports)
     sandboxes: tuple[Mapping[str, Any], ...] = ()
+    # the newest unasked-for end of one of its replicas' workers, and their restarts summed
+    last_termination: Termination | None = None
+    restart_count: int = 0
 
     def wanted(self, version: str) -> RevisionReport | None:
         """The revision of ``version`` the device reports (the one it calls wanted first)."""
@@ -246,6 +285,12 @@ class WorkloadReport:
             "revisions": [r.to_json() for r in self.revisions],
             **({"sizing": dict(self.sizing)} if self.sizing is not None else {}),
             **({"sandboxes": [dict(x) for x in self.sandboxes]} if self.sandboxes else {}),
+            **({"restartCount": self.restart_count} if self.restart_count else {}),
+            **(
+                {"lastTermination": self.last_termination.to_json()}
+                if self.last_termination is not None
+                else {}
+            ),
         }
 
     @classmethod
@@ -260,6 +305,12 @@ class WorkloadReport:
             tuple(RevisionReport.from_json(r) for r in doc.get("revisions", ())),
             dict(doc["sizing"]) if isinstance(doc.get("sizing"), Mapping) else None,
             tuple(dict(x) for x in doc.get("sandboxes", ())),
+            (
+                Termination.from_json(doc["lastTermination"])
+                if isinstance(doc.get("lastTermination"), Mapping)
+                else None
+            ),
+            int(doc.get("restartCount", 0)),
         )
 
 

@@ -21,6 +21,11 @@ refused somewhere), and the guard rails of an apply: ``ModelPushed`` (the versio
 pushed) and ``Placed`` (the placement matches no device); ``SecretsDelivered`` False names the
 devices a Secret-mounting deployment's placement matches only through labels they chose
 (:mod:`hub.decide.labeltrust`: not sent there).
+
+``terminations`` holds, per device, the last time a replica's worker ended there without edged
+asking (``OOMKilled``, ``Error``...; Kubernetes' ``lastState.terminated``) and the replicas'
+restarts: a device that was OOM-killed once and serves again is not failing, but an operator
+still reads why it restarted. :func:`new_terminations` gives one event per new termination.
 """
 
 from __future__ import annotations
@@ -31,7 +36,14 @@ from typing import Any
 
 from edgefleet.api import ModelDeployment
 from edgefleet.api.conditions import Condition, ConditionStatus
-from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
+from hub.decide.devices import (
+    Device,
+    DevicePhase,
+    RevisionPhase,
+    RevisionReport,
+    Termination,
+    WorkloadReport,
+)
 from hub.decide.labeltrust import secrets_withheld, withheld_message
 from hub.decide.nodes import Explanation
 from hub.decide.placement import labels_mismatch
@@ -65,6 +77,8 @@ class DeploymentStatus:
     versions: Mapping[str, VersionCounts] = field(default_factory=dict)
     conditions: tuple[Condition, ...] = ()
     failing: Mapping[str, str] = field(default_factory=dict)  # device -> reason
+    # device -> its last termination of the deployment's workload, with restartCount
+    terminations: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -75,6 +89,11 @@ class DeploymentStatus:
             "versions": {v: c.to_json() for v, c in sorted(self.versions.items())},
             "conditions": [c.to_json() for c in self.conditions],
             "failing": dict(sorted(self.failing.items())),
+            **(
+                {"terminations": dict(sorted(self.terminations.items()))}
+                if self.terminations
+                else {}
+            ),
         }
 
 
@@ -144,6 +163,7 @@ def deployment_status(
     desired = updated = ready = available = 0
     versions: dict[str, list[int]] = {}
     failing: dict[str, str] = {}
+    terminations: dict[str, Mapping[str, Any]] = {}
     for device in devices:
         if name not in set(assigned.get(device.name, ())):
             continue
@@ -151,6 +171,11 @@ def deployment_status(
         report = device.workloads.get(name)
         if report is None:
             continue
+        if report.last_termination is not None:
+            terminations[device.name] = {
+                "lastTermination": report.last_termination.to_json(),
+                "restartCount": report.restart_count,
+            }
         revisions = revisions_of(report)
         per_device = report.desired_replicas
         for r in revisions:
@@ -192,6 +217,7 @@ def deployment_status(
             *_withheld(withheld),
         ),
         failing,
+        terminations,
     )
 
 
@@ -332,3 +358,25 @@ def broken_revisions(
             if r.phase in BROKEN and (r.model_version, r.sha256, r.phase, r.reason) not in seen:
                 out.append((name, r))
     return out
+
+
+def new_terminations(
+    before: Mapping[str, WorkloadReport], after: Mapping[str, WorkloadReport]
+) -> list[tuple[str, Termination]]:
+    """(workload, termination) for each termination a device reports that its previous report
+    did not hold: one event each, not one per status message (the same replica ending at the
+    same time is the same termination)."""
+    out = []
+    for name, report in sorted(after.items()):
+        ended = report.last_termination
+        old = before.get(name)
+        if ended is not None and (old is None or old.last_termination != ended):
+            out.append((name, ended))
+    return out
+
+
+def termination_message(ended: Termination) -> str:
+    """``replica mlp-0 OOMKilled (signal 9): worker killed by ...``, an event's message."""
+    how = f"signal {ended.signal}" if ended.signal else f"exit code {ended.exit_code}"
+    text = f"replica {ended.replica} {ended.reason} ({how})"
+    return text + (f": {ended.message}" if ended.message else "")
