@@ -510,7 +510,7 @@ def describe_device(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
             if w.get("lastTermination")
         ]
         if ended:  # only when a worker ended unasked (an OOM kill, a crash)
-            lines += _multi("Last terminations", ended)
+            lines += _multi("Terminations", ended)
     else:
         lines.append(_field("Workloads", "<none>"))
     downloads = downloads_of(status)
@@ -631,7 +631,7 @@ def describe_deployment(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
         for d, t in sorted((status.get("terminations") or {}).items())
     ]
     if ended:  # only when a worker ended unasked somewhere (an OOM kill, a crash)
-        lines += _multi("Last terminations", ended)
+        lines += _multi("Terminations", ended)
     lines += events_section(events, now)
     return "\n".join(lines)
 
