@@ -107,7 +107,7 @@ def _termination(t: Termination) -> device_pb2.ReplicaTermination:
         signal=max(0, min(t.signal, 64)),
     )
     if t.finished_at is not None:
-        out.finished_at.FromNanoseconds(int(t.finished_at * 1e9))
+        out.finished_at.FromMicroseconds(round(t.finished_at * 1e6))  # time.time()'s precision
     return out
 
 
