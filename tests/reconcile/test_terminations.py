@@ -22,7 +22,7 @@ from edged.reconcile.planning import last_termination, plan, replica_id
 from edged.state.merging import HUB_SOURCE
 from edged.workloads import DesiredWorkload, ReplicaId, WorkloadName
 from edgefleet.api import API_VERSION, parse_manifest
-from edgefleet.devicestatus import termination_text
+from edgefleet.devicestatus import render_status, termination_text
 
 OOM = "worker killed by the kernel's OOM killer: it reached its cgroup's memory.max"
 
@@ -180,3 +180,19 @@ def test_a_workers_long_reason_and_message_are_cut_to_what_the_hub_accepts() -> 
 )  # fmt: skip
 def test_termination_text_table(doc: dict[str, object], text: str) -> None:
     assert termination_text(doc) == text
+
+
+def test_edged_status_prints_each_workloads_last_termination() -> None:
+    last = {"reason": "OOMKilled", "signal": 9, "exitCode": 0, "finishedAt": 0.0, "replica": "h-0"}
+    doc = {
+        "device": {"name": "d"},
+        "workloads": [
+            {"name": "hog", "lastTermination": last, "restartCount": 1},
+            {"name": "det", "lastTermination": None, "restartCount": 0},
+        ],
+    }
+    text = render_status(doc)
+    assert (
+        "  hog: last termination OOMKilled (signal 9) at 1970-01-01T00:00:00Z, replica h-0" in text
+    )
+    assert "det: last termination" not in text
