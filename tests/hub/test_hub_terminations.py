@@ -23,6 +23,7 @@ from edged.trust.identity import load_or_create_identity
 from edgefleet.api import ModelDeployment, parse_manifest
 from edgefleet.v1 import device_pb2, device_pb2_grpc, enrollment_pb2, enrollment_pb2_grpc
 from hub.api import deviceinput as di
+from hub.api.dashboard.pages import device_body
 from hub.decide.devices import (
     Device,
     DevicePhase,
@@ -230,6 +231,16 @@ def test_termination_message() -> None:
         "replica det-r-0 OOMKilled (signal 9): worker killed by the kernel's OOM killer"
     )
     assert termination_message(Termination("r", "Error", "", 3)) == "replica r Error (exit code 3)"
+
+
+def test_the_dashboards_device_page_shows_it_escaped() -> None:
+    ended = Termination("det-r-0", "OOMKilled", "<b>memory.max</b>", 0, 9, 0.0)
+    page = device_body(_device("cam-1", ended, restarts=2), None, [])
+    assert (
+        "last termination <b>OOMKilled</b> (signal 9) at 1970-01-01T00:00:00Z, replica det-r-0: "
+        "&lt;b&gt;memory.max&lt;/b&gt;; 2 restarts"
+    ) in page
+    assert "last termination" not in device_body(_device("cam-2", None), None, [])
 
 
 # -- a real hub over real gRPC --------------------------------------------------------------------

@@ -281,9 +281,19 @@ def device_body(
             f"<td>{esc(c.get('reason', ''))}</td><td>{esc(c.get('message', ''))}</td></tr>"
             for c in w.conditions[:MAX_ITEMS]
         )
+        ended = w.last_termination
+        last = (
+            f"<p>last termination <b>{esc(ended.reason)}</b> ("
+            + (f"signal {ended.signal}" if ended.signal else f"exit code {ended.exit_code}")
+            + f") at {when(ended.finished_at)}, replica {esc(ended.replica)}: "
+            f"{esc(ended.message)}; {w.restart_count} restarts</p>"
+            if ended is not None
+            else ""
+        )
         workloads.append(
             f"<h3>{esc(name)}</h3><p>model version {esc(w.model_version)}, phase "
             f"{esc(w.phase or '—')}, replicas {w.ready_replicas}/{w.desired_replicas} ready</p>"
+            f"{last}"
             "<table class=grid><thead><tr><th>version</th><th>sha256</th><th>phase</th>"
             "<th>ready</th><th>wanted</th><th>reason</th><th>message</th></tr></thead>"
             f"<tbody>{revs}</tbody></table>"
