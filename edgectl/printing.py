@@ -626,10 +626,14 @@ def describe_deployment(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
             for d, why in sorted((rollout.get("failedDevices") or {}).items())
         ]
     lines += _multi("Failing devices", failing)
+    shown = status.get("terminations") or {}
     ended = [
         f"{d}: {termination_text(t['lastTermination'])}, {t.get('restartCount', 0)} restarts"
-        for d, t in sorted((status.get("terminations") or {}).items())
+        for d, t in sorted(shown.items())
     ]
+    more = int(status.get("terminatedDevices", len(shown))) - len(shown)
+    if more > 0:  # the hub lists the newest only
+        ended.append(f"and {more} more devices")
     if ended:  # only when a worker ended unasked somewhere (an OOM kill, a crash)
         lines += _multi("Terminations", ended)
     lines += events_section(events, now)

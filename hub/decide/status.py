@@ -57,6 +57,9 @@ SWITCHING = frozenset(
     }
 )
 BROKEN = frozenset({RevisionPhase.REFUSED, RevisionPhase.FAILED})
+# devices whose last termination a deployment's status lists (the newest): a fleet-wide OOM
+# must not make one deployment's status megabytes; ``terminatedDevices`` counts them all
+MAX_TERMINATIONS_SHOWN = 32
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,8 +80,10 @@ class DeploymentStatus:
     versions: Mapping[str, VersionCounts] = field(default_factory=dict)
     conditions: tuple[Condition, ...] = ()
     failing: Mapping[str, str] = field(default_factory=dict)  # device -> reason
-    # device -> its last termination of the deployment's workload, with restartCount
+    # device -> its last termination of the deployment's workload, with restartCount (the
+    # newest MAX_TERMINATIONS_SHOWN), and how many devices have one
     terminations: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    terminated: int = 0
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -90,7 +95,10 @@ class DeploymentStatus:
             "conditions": [c.to_json() for c in self.conditions],
             "failing": dict(sorted(self.failing.items())),
             **(
-                {"terminations": dict(sorted(self.terminations.items()))}
+                {
+                    "terminations": dict(sorted(self.terminations.items())),
+                    "terminatedDevices": self.terminated,
+                }
                 if self.terminations
                 else {}
             ),
@@ -163,7 +171,7 @@ def deployment_status(
     desired = updated = ready = available = 0
     versions: dict[str, list[int]] = {}
     failing: dict[str, str] = {}
-    terminations: dict[str, Mapping[str, Any]] = {}
+    ended: list[tuple[str, WorkloadReport]] = []
     for device in devices:
         if name not in set(assigned.get(device.name, ())):
             continue
@@ -172,10 +180,7 @@ def deployment_status(
         if report is None:
             continue
         if report.last_termination is not None:
-            terminations[device.name] = {
-                "lastTermination": report.last_termination.to_json(),
-                "restartCount": report.restart_count,
-            }
+            ended.append((device.name, report))
         revisions = revisions_of(report)
         per_device = report.desired_replicas
         for r in revisions:
@@ -217,8 +222,26 @@ def deployment_status(
             *_withheld(withheld),
         ),
         failing,
-        terminations,
+        _newest_terminations(ended),
+        len(ended),
     )
+
+
+def _newest_terminations(
+    ended: list[tuple[str, WorkloadReport]],
+) -> dict[str, Mapping[str, Any]]:
+    def newest(item: tuple[str, WorkloadReport]) -> tuple[float, str]:
+        last = item[1].last_termination
+        return (-(last.finished_at or 0.0) if last is not None else 0.0, item[0])
+
+    return {
+        device: {
+            "lastTermination": report.last_termination.to_json(),
+            "restartCount": report.restart_count,
+        }
+        for device, report in sorted(ended, key=newest)[:MAX_TERMINATIONS_SHOWN]
+        if report.last_termination is not None
+    }
 
 
 def _scheduled(explanation: Explanation | None) -> tuple[Condition, ...]:

@@ -32,7 +32,12 @@ from hub.decide.devices import (
     Termination,
     WorkloadReport,
 )
-from hub.decide.status import deployment_status, new_terminations, termination_message
+from hub.decide.status import (
+    MAX_TERMINATIONS_SHOWN,
+    deployment_status,
+    new_terminations,
+    termination_message,
+)
 from hub.state import tokens
 
 OOM = Termination("det-r-0", "OOMKilled", "worker killed by the kernel's OOM killer", 0, 9, 1e9)
@@ -191,8 +196,21 @@ def test_the_deployment_status_shows_each_devices_last_termination() -> None:
     assert status.to_json()["terminations"] == {
         "cam-1": {"lastTermination": OOM.to_json(), "restartCount": 1}
     }
+    assert status.to_json()["terminatedDevices"] == 1
     quiet = deployment_status(_dep(), devices[1:], {"cam-2": ["det"]})
     assert "terminations" not in quiet.to_json()  # nothing ended: the status as before
+
+
+def test_a_fleet_wide_oom_lists_the_newest_devices_and_counts_them_all() -> None:
+    many = 5 * MAX_TERMINATIONS_SHOWN
+    devices = [
+        _device(f"cam-{i:03d}", Termination("det-r-0", "OOMKilled", "m" * 1024, 0, 9, float(i)))
+        for i in range(many)
+    ]
+    status = deployment_status(_dep(), devices, {d.name: ["det"] for d in devices}).to_json()
+    assert status["terminatedDevices"] == many
+    shown = sorted(status["terminations"])
+    assert shown == [f"cam-{i:03d}" for i in range(many - MAX_TERMINATIONS_SHOWN, many)]
 
 
 LATER = Termination("det-r-0", "OOMKilled", "again", 0, 9, 2e9)
