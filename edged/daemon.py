@@ -32,7 +32,6 @@ from edged.hublink.files import LinkFiles
 from edged.hublink.reporting import DeviceReport, SandboxReport, build_device_report
 from edged.reconcile.applying import Applier
 from edged.reconcile.evicting import EvictionPolicy
-from edged.reconcile.queueing import WorkQueue
 from edged.reconcile.reconciling import (
     STATIC_KEY,
     Resync,
@@ -79,6 +78,7 @@ from edgefleet.metrics import Registry
 from edgefleet.notifying import Notifier, WatchdogPinger
 from edgefleet.persisting import read_json, write_json_atomic
 from edgefleet.supervising import supervise
+from edgefleet.workqueue import WorkQueue
 
 if TYPE_CHECKING:
     from edged.hublink.linking import HubLink

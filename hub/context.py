@@ -50,7 +50,6 @@ class HubContext:
     projector: Projector
     sessions: Sessions
     blobs: ArtifactStore
-    trust_root: bytes = b""  # the fleet trust root as signed (D/trust-root.json), if any
     rollouts: RolloutController | None = (
         None  # hub.controllers.rollout; None: no rollout controller
     )
@@ -77,6 +76,16 @@ class HubContext:
     )
     # when this hub began to observe devices: its start, its election (hub.decide.staleness)
     observed_since: ObservedSince = field(default_factory=ObservedSince.now)
+
+    @property
+    def trust_root(self) -> bytes:
+        """The fleet trust root as signed (D/trust-root.json), if any: the cache's newest."""
+        roots = self.cache.trust_roots
+        return roots[-1] if roots else b""
+
+    @trust_root.setter
+    def trust_root(self, value: bytes) -> None:
+        self.cache.set_trust_roots((value,) if value else ())
 
     @property
     def region(self) -> str:

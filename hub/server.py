@@ -41,7 +41,7 @@ from edgefleet.supervising import Component, supervise, wait_for_stop
 from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2, federation_pb2
 from hub import pki
 from hub.api.admin import AdminServicer
-from hub.api.devicesync import DeviceServicer
+from hub.api.devicesync import DeviceServicer, EvidenceHandler
 from hub.api.enrollment import EnrollmentServicer
 from hub.api.observability import (
     READY_STORE_TIMEOUT_S,
@@ -131,22 +131,52 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     roots = load_roots(paths.data_dir)
     # Replicas: two replicas may write one device's record; each write is conditional.
     writer = DeviceWriter(store, cache, on_event=metrics.count_event, conditional=replicated)
+    observed = ObservedSince.now()  # restarted when it serves, and each time it is elected
+
+    async def elected() -> None:
+        observed.restart(ctx.clock())  # devices' silence counts from this term (staleness)
+        await reload_cache(cache, store, sessions)
+        if waves is not None:
+            await waves.load()
+        install_roots(ctx, roots)
+        projector.mark_all()
+        rollouts.wake()  # every deployment again: the cache was reloaded
+
     # Replicas on etcd: the controllers write only while this replica leads
     # (hub.controllers.replicas).
     elector = (
-        Elector(store, identity=replica_identity(), ttl=config.etcd.leader_lease_s)
+        Elector(
+            store,
+            identity=replica_identity(),
+            ttl=config.etcd.leader_lease_s,
+            on_elected=elected,
+        )
         if replicated
         else None
     )
     controller_store: Store = store if elector is None else FencedStore(store, elector)
+    # federation: the regional hubs below this one, and their last reports
+    # (hub.state.sharedreports)
+    regions = await Regions.load(store, replicated=replicated)
     projector = Projector(
         controller_store,
         cache,
         sessions,
         region=config.region,
         on_placed=metrics.count_placements,
+        on_change=regions.changed,  # their streams look at their slices again
     )
-    observed = ObservedSince.now()  # restarted when it serves, and each time it is elected
+    waves: WaveController | None = None
+    if not (paths.data_dir / PARENT_FILE).exists():  # a regional hub never rolls out in waves
+        waves = WaveController(controller_store, cache, regions, writer)
+        await waves.load()
+    rollouts = RolloutController(
+        controller_store,
+        cache,
+        projector,
+        writer,
+        revision_hook=waves.revision_ops if waves is not None else None,
+    )
     ctx = HubContext(
         paths=paths,
         config=config,
@@ -157,7 +187,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         projector=projector,
         sessions=sessions,
         blobs=ArtifactStore(paths.data_dir / "blobs"),
-        rollouts=RolloutController(controller_store, cache, projector, writer),
+        rollouts=rollouts,
         scheduler=Scheduler(
             controller_store,
             cache,
@@ -187,7 +217,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
 
         def relayed(tuf: RelayedTuf) -> None:
             ctx.tuf = tuf
-            projector.mark_all()
+            cache.trust_changed()
 
         ctx.tuf_relay_shared = SharedRelay(
             paths.data_dir,
@@ -198,25 +228,8 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
             adopted=relayed,
         )
         await ctx.tuf_relay_shared.follow()
-    # federation: the regional hubs below this one, and their last reports (hub.state.sharedreports)
-    ctx.regions = await Regions.load(store, replicated=replicated)
-    projector.on_change = ctx.regions.changed  # their streams look at their slices again
-    if not (paths.data_dir / PARENT_FILE).exists():  # a regional hub never rolls out in waves
-        ctx.waves = WaveController(controller_store, cache, ctx.regions, writer)
-        await ctx.waves.load()
-        assert ctx.rollouts is not None
-        ctx.rollouts.revision_hook = ctx.waves.revision_ops
-    if elector is not None:
-
-        async def elected() -> None:
-            observed.restart(ctx.clock())  # devices' silence counts from this term (staleness)
-            await reload_cache(cache, store, sessions)
-            if ctx.waves is not None:
-                await ctx.waves.load()
-            install_roots(ctx, roots)
-            projector.mark_all()
-
-        elector.on_elected = elected
+    ctx.regions = regions
+    ctx.waves = waves
     return ctx
 
 
@@ -261,7 +274,11 @@ class RunningHub:
 
 
 async def start_server(
-    ctx: HubContext, *, listen: str | None = None, enroll_listen: str | None = None
+    ctx: HubContext,
+    *,
+    listen: str | None = None,
+    enroll_listen: str | None = None,
+    on_evidence: EvidenceHandler | None = None,
 ) -> RunningHub:
     """Start the gRPC server (not the controllers); ports 0 pick free ones."""
     listen = listen or ctx.config.listen
@@ -270,7 +287,7 @@ async def start_server(
     if ctx.elector is not None:
         interceptors.append(LeaderWrites(ctx.elector))
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
-    devices = DeviceServicer(ctx)
+    devices = DeviceServicer(ctx, on_evidence=on_evidence)
     # Not the generated add_*_to_server: malformed messages must get INVALID_ARGUMENT.
     add_servicer(server, devices, device_pb2.DESCRIPTOR.services_by_name["DeviceService"])
     add_servicer(
@@ -401,10 +418,11 @@ async def _serve(
         loop.add_signal_handler(sig, stop.set)
     from hub.controllers.attestation import AttestationController
 
-    running = await start_server(ctx, listen=listen, enroll_listen=enroll_listen)
-    ctx.observed_since.restart(ctx.clock())  # devices can reach it from now (hub.decide.staleness)
     attestation = AttestationController(ctx)
-    running.devices.on_evidence = attestation.on_evidence
+    running = await start_server(
+        ctx, listen=listen, enroll_listen=enroll_listen, on_evidence=attestation.on_evidence
+    )
+    ctx.observed_since.restart(ctx.clock())  # devices can reach it from now (hub.decide.staleness)
     print(
         f"hub serving region {ctx.region} on port {running.port} "
         f"(enrollment on port {running.enroll_port}); {len(ctx.cache.devices)} devices known",

@@ -258,11 +258,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 p.revision = revision
                 self._ctx.cache.put_object(p.obj.manifest, revision, secret=p.secret)
                 writer.committed(e)
-            if self._ctx.rollouts is not None:  # the new revisions exist when apply answers
-                await self._ctx.rollouts.reconcile(
-                    p.obj.name for p in changed if p.obj.kind == "ModelDeployment"
-                )
-            self._ctx.projector.mark_all()
+            await self._ctx.cache.feed.settled()  # its revisions exist when it answers
         return admin_pb2.ApplyResponse(
             results=[
                 admin_pb2.ApplyResult(
@@ -920,8 +916,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                     event.put,
                 ],
             )
-            cache.devices.pop(name, None)
-            cache.desired.pop(name, None)
+            cache.drop_device(name)
             ctx.projector.mark([name])
         elif kind == KIND_TOKEN:
             if not await tokens.delete_token(ctx.store, name):
@@ -933,8 +928,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             await ctx.store.txn(
                 (), [Delete(storekeys.model_key(model.name, model.version)), event.put]
             )
-            cache.models.pop((model.name, model.version), None)
-            ctx.projector.mark_all()
+            cache.drop_model(model.name, model.version)
             if ctx.shared_blobs is not None:  # bytes no other model uses leave the store too
                 used = {d for m in cache.models.values() for d in m.digests()}
                 for digest in model.digests() - used:
@@ -946,10 +940,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
                 return admin_pb2.DeleteResponse(deleted=False)
             _refuse_root_owned(kind, name, kv.value, "delete")
             await ctx.store.txn([Compare(key, kv.mod_revision)], [Delete(key), event.put])
-            cache.drop_object(kind, name)
-            if ctx.rollouts is not None and kind == "ModelDeployment":
-                await ctx.rollouts.reconcile([name])  # its rollout and revisions go too
-            ctx.projector.mark_all()
+            cache.drop_object(kind, name)  # the controllers react (hub.state.feed)
+            await cache.feed.settled()  # its rollout and revisions are gone when it answers
         ctx.writer.committed(event)
         return admin_pb2.DeleteResponse(deleted=True)
 
@@ -1053,7 +1045,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
         ctx.writer.committed(event)
         ctx.cache.revoked.update(dict.fromkeys(serials, name))
-        ctx.cache.devices[name] = revoked
+        ctx.cache.put_device(revoked)
         session = ctx.sessions.get(name)
         if session is not None:
             session.close("certificate revoked")
@@ -1172,7 +1164,8 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             raise Refused(
                 grpc.StatusCode.ABORTED, f"{name} changed meanwhile; try the undo again"
             ) from None
-        cache.put_object(manifest, revision)
+        number = max(cache.revisions.get(name, {}), default=0) + 1  # what the controller makes
+        cache.put_object(manifest, revision)  # the rollout controller reacts (hub.state.feed)
         self._ctx.writer.event(
             "ModelDeployment",
             name,
@@ -1180,13 +1173,10 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
             "RolloutUndo",
             f"{name} set back to revision {to}'s template ({target.model[1]}) by an operator",
         )
-        assert self._ctx.rollouts is not None  # _rollout_of checked it
-        await self._ctx.rollouts.reconcile([name])
-        self._ctx.projector.mark_all()
-        new = cache.rollouts[name]
+        await cache.feed.settled()  # the new revision exists when it answers
         return admin_pb2.RolloutActionResponse(
             message=f"{name}: rolling back to revision {to} ({target.model[1]}) as revision "
-            f"{new.revision}"
+            f"{number}"
         )
 
     # -- tokens and artifacts ----------------------------------------------------------------

@@ -136,7 +136,7 @@ async def receive_allowance(
         raise PushRefused(
             grpc.StatusCode.ABORTED, "ConcurrentChange", f"{what} changed meanwhile; push again"
         ) from None
-    ctx.cache.models[(allow.name, allow.version)] = record
+    ctx.cache.put_model(record)
     ctx.writer.event(
         storekeys.KIND_MODEL,
         f"{allow.name}-{allow.version}",
@@ -144,6 +144,5 @@ async def receive_allowance(
         "RollbackAllowed",
         f"a signed rollback allowance for {what} is sent with it to devices",
     )
-    ctx.projector.mark_all()
     log.info("rollback allowance stored", model=allow.name, version=allow.version)
     return allow, True

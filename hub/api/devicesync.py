@@ -28,8 +28,7 @@ import asyncio
 import hashlib
 import hmac
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import replace
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -207,20 +206,6 @@ def _measures(r: device_pb2.RevisionStatus) -> dict[str, Any]:
             validation_message=v.message,
         )
     return out
-
-
-def _phases(workloads: Mapping[str, WorkloadReport]) -> dict[str, WorkloadReport]:
-    """The reports less the revisions' figures (requests, latency, accuracy)."""
-    return {
-        name: replace(
-            w,
-            revisions=tuple(
-                replace(r, requests=0, errors=0, latency_p95_s=None, window_requests=0)
-                for r in w.revisions
-            ),
-        )
-        for name, w in workloads.items()
-    }
 
 
 class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
@@ -559,13 +544,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         "Revision" + rev.phase.value,
                         f"device {name}: {describe_failure(rev)}",
                     )
-                ctx.writer.update(changed)
-                if ctx.rollouts is not None and _phases(changed.workloads) != _phases(
-                    device.workloads
-                ):
-                    # a rollout may take its next step now (new figures alone wait for the
-                    # controller's tick: steady traffic must not mean a pass per report)
-                    ctx.rollouts.wake()
+                ctx.writer.update(changed)  # a rollout reacts (hub.state.feed)
             elif kind == "attestation_evidence" and self.on_evidence is not None:
                 ev = msg.attestation_evidence
                 self.on_evidence(name, bytes(ev.nonce), bytes(ev.evidence))

@@ -347,7 +347,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             await context.abort(
                 grpc.StatusCode.ALREADY_EXISTS, f"a device named {name!r} was enrolled meanwhile"
             )
-        ctx.cache.devices[name] = device
+        ctx.cache.put_device(device)
         ctx.writer.observed(name, revision, device.to_json())
         ctx.writer.committed(event)
         if tpm_answer.ak_refused:

@@ -169,7 +169,7 @@ async def receive_artifact(
                 raise PushRefused(grpc.StatusCode.ABORTED, "TufConflict", str(exc)) from None
             except TrustError as exc:
                 raise PushRefused(grpc.StatusCode.ABORTED, exc.reason, str(exc)) from None
-            ctx.projector.mark_all()
+            ctx.cache.trust_changed()
         return response
     except BaseException:
         for digest in {info.sha256, *(f.sha256 for f in extras.values())} - had:
@@ -339,7 +339,7 @@ async def _record(
         if old.sha256 != sha256:
             raise _exists(what, old.sha256, sha256)
         if old.envelope == envelope or meta.metadata_version <= _metadata_version(old.envelope):
-            ctx.cache.models[(meta.name, meta.version)] = old
+            ctx.cache.put_model(old)
             log.info("artifact unchanged", model=meta.name, version=meta.version)
             return admin_pb2.PushArtifactResponse(
                 sha256=sha256, length=info.length, stored=False, extras=old.extras
@@ -362,9 +362,8 @@ async def _record(
             "ConcurrentPush",
             f"{what} was pushed by someone else at the same time; push again",
         ) from None
-    ctx.cache.models[(meta.name, meta.version)] = record
+    ctx.cache.put_model(record)
     ctx.writer.committed(event)
-    ctx.projector.mark_all()
     log.info("artifact pushed", model=meta.name, version=meta.version, sha256=sha256)
     # a model version recorded for the first time is "pushed" even when its bytes were already
     # held under another name: "unchanged" would hide the new record (renewed metadata of a

@@ -766,7 +766,7 @@ class ParentLink:
                 "the root hub's TUF metadata served: "
                 + ", ".join(f"{k} version {v}" for k, v in versions.items()),
             )
-            ctx.projector.mark_all()
+            ctx.cache.trust_changed()
 
     async def _share_tuf(self, relayed: tufrelay.RelayedTuf) -> None:
         """A region's replicas: the set this replica adopted goes into the store, which the
@@ -876,9 +876,9 @@ class ParentLink:
         for kind, name in plan.dropped_objects:
             ctx.cache.drop_object(kind, name)
         for record in plan.put_models:
-            ctx.cache.models[(record.name, record.version)] = record
+            ctx.cache.put_model(record)
         for name, version in plan.dropped_models:
-            gone = ctx.cache.models.pop((name, version), None)
+            gone = ctx.cache.drop_model(name, version)
             if gone is not None and ctx.shared_blobs is not None:  # as a delete at a hub does
                 still = {d for m in ctx.cache.models.values() for d in m.digests()}
                 for digest in gone.digests() - still:
@@ -892,11 +892,7 @@ class ParentLink:
             # a rotation at the root: the trust-roots watcher checks that the new root follows
             # the current one, then carries it to this region's devices
             write_atomic(ctx.paths.data_dir / ROOT_FILE, bytes(s.trust_roots[-1]), mode=0o644)
-        if ctx.rollouts is not None:
-            await ctx.rollouts.reconcile(
-                name for kind, name in changed if kind == "ModelDeployment"
-            )
-        ctx.projector.mark_all()
+        # the rollout controller and the projector react to what changed (hub.state.feed)
         log.info(
             "slice applied",
             generation=s.generation,

@@ -46,6 +46,7 @@ from hub.decide.schedule import Eviction, Node, Schedule, StateBound, node_of, s
 from hub.decide.staleness import ObservedSince
 from hub.decide.statebound import state_bound
 from hub.decide.status import revisions_of
+from hub.state import feed as kinds
 from hub.state import storekeys
 from hub.state.batchloop import GIVE_UP_AFTER, BatchLoop
 from hub.state.cache import Cache
@@ -95,10 +96,11 @@ class Scheduler:
         )
         self._lock = asyncio.Lock()
         self._full_owed = True  # a scheduling pass is owed (else only the moves advance)
-        projector.on_mark = self.wake
         # the fleet autoscaler's total for a deployment (hub/controllers/autoscaler.py); None: the
         # spec's
         self.totals: Callable[[str], int | None] = lambda name: None
+        # devices marked to be projected again (their labels, health, an apply...): look again
+        cache.feed.watch((kinds.PROJECTING,), lambda kind, name: self.wake())
 
     def wake(self) -> None:
         self._full_owed = True

@@ -75,7 +75,7 @@ class TufWatcher:
             "TufRepositoryAdopted",
             f"TUF root version {version} and targets version {repo.targets.version} adopted",
         )
-        self.ctx.projector.mark_all()
+        self.ctx.cache.trust_changed()
         return True
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -1,7 +1,9 @@
 """The hub's in-memory cache of its store: everything it knows, loaded at start, written through.
 
 The hub is its store's only writer, so it never reads the store on a hot path (the design:
-docs/architecture.md, "The hub").
+docs/architecture.md, "The hub"). Every write-through goes by a method here that tells the
+change feed (:attr:`Cache.feed`, :mod:`hub.state.feed`) the key it changed: the controllers
+that watch it queue that key.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from hub.decide.devices import Device
 from hub.decide.placement import SecurityPolicy
 from hub.decide.rollout import Revision, RolloutState
 from hub.decide.schedule import Explanation
+from hub.state import feed as kinds
 from hub.state import storekeys
+from hub.state.feed import ChangeFeed
 from hub.state.secrets import SecretRecord, record_of
 from hub.state.store import Store
 
@@ -93,6 +97,8 @@ class Cache:
     explanations: dict[str, Explanation] = field(default_factory=dict)
     # Secret name -> its values sealed with the hub's key (hub.state.secrets), never in the clear
     secrets: dict[str, SecretRecord] = field(default_factory=dict)
+    # told of every key written through (hub.state.feed): the controllers' watches
+    feed: ChangeFeed = field(default_factory=ChangeFeed)
 
     @classmethod
     async def load(cls, store: Store) -> Cache:
@@ -144,6 +150,8 @@ class Cache:
             dep = parse_manifest(dict(manifest))
             assert isinstance(dep, ModelDeployment)
             self.deployments[name] = dep
+        self.feed.changed(kind, name)
+        self.feed.changed(kinds.OBJECTS, f"{kind}/{name}")
 
     def set_placement(
         self,
@@ -161,10 +169,12 @@ class Cache:
                 table[name] = value
             else:
                 table.pop(name, None)
+        self.feed.changed(kinds.PLACEMENT, name)
 
     def drop_placement(self, name: str) -> None:
         for table in (self.placements, self.sent_placements, self.draining, self.waiting):
             table.pop(name, None)
+        self.feed.changed(kinds.PLACEMENT, name)
 
     def put_analysis(self, key: str, doc: Mapping[str, Any]) -> None:
         """A sample of ``/analysis/NAME/SEQ`` (keys come in order: a ring, oldest first)."""
@@ -187,6 +197,74 @@ class Cache:
             self.secrets.pop(name, None)
         if kind == "ModelDeployment":
             self.deployments.pop(name, None)
+        self.feed.changed(kind, name)
+        self.feed.changed(kinds.OBJECTS, f"{kind}/{name}")
+
+    # -- device records, desired records, models, rollouts: written through, told -----------
+    def put_device(self, device: Device) -> None:
+        self.devices[device.name] = device
+        self.feed.changed(kinds.DEVICE, device.name)
+
+    def drop_device(self, name: str) -> None:
+        """A device deleted: its record and its desired record."""
+        self.devices.pop(name, None)
+        self.desired.pop(name, None)
+        self.feed.changed(kinds.DEVICE, name)
+
+    def put_desired(self, records: Mapping[str, storekeys.DesiredRecord]) -> None:
+        """Desired records written (the projector); the feed is told each device's, and
+        :attr:`kinds.ROLLOUT` of each deployment that a device gained, lost or got again (its
+        rollout counts what its targeted devices report)."""
+        touched: set[str] = set()
+        for name, record in records.items():
+            before = self.desired.get(name)
+            self.desired[name] = record
+            touched.update(record.deployments)
+            if before is not None:
+                touched.update(before.deployments)
+            self.feed.changed(kinds.DESIRED, name)
+        for deployment in sorted(touched):
+            self.feed.changed(kinds.DESIRED_OF, deployment)
+
+    def put_model(self, record: storekeys.ModelRecord) -> None:
+        self.models[(record.name, record.version)] = record
+        self.feed.changed(kinds.MODEL, record.name)
+
+    def drop_model(self, name: str, version: str) -> storekeys.ModelRecord | None:
+        gone = self.models.pop((name, version), None)
+        self.feed.changed(kinds.MODEL, name)
+        return gone
+
+    def put_rollout(
+        self,
+        name: str,
+        state: RolloutState | None,
+        mod_revision: int = 0,
+        *,
+        revisions: Mapping[int, Revision] | None = None,
+    ) -> None:
+        """``name``'s rollout state as written at ``mod_revision`` (None: none) and, when
+        given, its revisions."""
+        if state is None:
+            self.rollouts.pop(name, None)
+            self.rollout_revisions.pop(name, None)
+        else:
+            self.rollouts[name] = state
+            self.rollout_revisions[name] = mod_revision
+        if revisions is not None:
+            if revisions:
+                self.revisions[name] = dict(revisions)
+            else:
+                self.revisions.pop(name, None)
+        self.feed.changed(kinds.ROLLOUT, name)
+
+    def set_trust_roots(self, roots: tuple[bytes, ...]) -> None:
+        self.trust_roots = roots
+        self.trust_changed()
+
+    def trust_changed(self) -> None:
+        """The fleet's trust roots or TUF metadata changed (held beside the cache: D/tuf/)."""
+        self.feed.changed(kinds.TRUST, "")
 
     def revision_for(self, deployment: str, device: str) -> Revision | None:
         """The revision of ``deployment`` that ``device`` is sent (None: none made yet)."""

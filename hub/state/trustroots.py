@@ -158,8 +158,7 @@ def root_pin(ctx: HubContext) -> str:
 
 def install_roots(ctx: HubContext, roots: HubRoots) -> None:
     """Make ``roots`` what the hub verifies pushes with, enrolls with and sends."""
-    ctx.trust_root = roots.current
-    ctx.cache.trust_roots = roots.chain
+    ctx.cache.set_trust_roots(roots.chain)
 
 
 class RootWatcher:
@@ -211,7 +210,6 @@ class RootWatcher:
             "TrustRootRotated",
             f"trust root version {root.version} adopted; sent to every device",
         )
-        self.ctx.projector.mark_all()
         return True
 
     async def run(self, stop: asyncio.Event) -> None:

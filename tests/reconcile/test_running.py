@@ -14,7 +14,7 @@ from contextlib import asynccontextmanager
 import pytest
 from asynctesting import async_test, eventually
 
-from edged.reconcile.queueing import WorkQueue
+from edgefleet.workqueue import WorkQueue
 from edged.reconcile.running import Result, Runner
 from edgefleet.errors import PermanentError, TemporaryError
 from edgefleet.metrics import Registry
