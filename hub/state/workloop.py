@@ -34,7 +34,6 @@ log = get_logger(__name__)
 
 K = TypeVar("K", bound=Hashable)
 
-SETTLE_POLL = 0.002
 RESYNC = 300.0
 """Seconds between two resyncs of every key, by default."""
 
@@ -65,6 +64,7 @@ class KeyLoop(Generic[K]):
         )
         self._failing_since: float | None = None
         self._running = False
+        self._progress = asyncio.Event()  # set after each key and when the loop ends
         self.reconciled = 0  # keys reconciled (successfully or not), for tests and metrics
 
     def add(self, key: K) -> None:
@@ -93,6 +93,7 @@ class KeyLoop(Generic[K]):
                 getter = None
         finally:
             self._running = False
+            self._progress.set()
             ticker.cancel()
             stopper.cancel()
             if getter is not None:
@@ -103,7 +104,8 @@ class KeyLoop(Generic[K]):
         runs: a writer that answers once its write was acted on (an apply answers once its
         revisions exist). Returns at once when the loop does not run."""
         while self._running and (len(self.queue) or self.queue.processing):
-            await asyncio.sleep(SETTLE_POLL)
+            self._progress.clear()
+            await self._progress.wait()
 
     async def drain(self) -> None:
         """Reconcile every key queued now (and those queued meanwhile), here; raises the
@@ -145,6 +147,7 @@ class KeyLoop(Generic[K]):
             return
         finally:
             self.reconciled += 1
+            self._progress.set()
         self.queue.done(key)
         self.queue.forget(key)
         self._failing_since = None

@@ -1,0 +1,163 @@
+"""Controllers per key (issue 30): the work loop's queue (dedup, backoff owned by the queue,
+one key at a time), the cache's change feed, a rollout step that projects again only the
+devices it changes, and an Apply from the API that reaches the rollout controller through the
+feed."""
+
+from __future__ import annotations
+
+import asyncio
+import sys
+from pathlib import Path
+
+import orjson
+from asynctesting import async_test, eventually
+from hubserving import AdminHub, make_hub_dir
+
+from edgefleet.v1 import admin_pb2
+from hub.decide.rollout import RolloutPhase
+from hub.state import feed as kinds
+from hub.state.cache import Cache
+from hub.state.workloop import KeyLoop
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from bench.hub_controllers import Fleet  # noqa: E402  (the bench's simulated fleet)
+
+
+@async_test
+async def test_a_key_queued_twice_is_reconciled_once_and_one_at_a_time() -> None:
+    seen: list[str] = []
+    running: set[str] = set()
+
+    async def reconcile(key: str) -> None:
+        assert key not in running  # never twice at once
+        running.add(key)
+        seen.append(key)
+        await asyncio.sleep(0)
+        running.discard(key)
+
+    loop: KeyLoop[str] = KeyLoop("t", reconcile, keys=lambda: ["a", "b"])
+    for key in ("a", "b", "a", "a"):
+        loop.add(key)
+    await loop.drain()
+    assert seen == ["a", "b"]
+
+
+@async_test
+async def test_a_failing_key_comes_back_after_its_own_backoff_and_others_go_on() -> None:
+    now = [0.0]
+    tries: dict[str, int] = {}
+
+    async def reconcile(key: str) -> None:
+        tries[key] = tries.get(key, 0) + 1
+        if key == "bad" and tries[key] < 3:
+            raise RuntimeError("store down")
+
+    loop: KeyLoop[str] = KeyLoop(
+        "t", reconcile, keys=lambda: [], base_delay=1.0, max_delay=8.0, clock=lambda: now[0]
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(loop.run(stop))
+    loop.add("bad")
+    loop.add("good")
+    await eventually(lambda: tries.get("good") == 1 and tries.get("bad") == 1)
+    assert loop.queue.num_requeues("bad") == 1 and loop.queue.delayed == 1  # the queue owns it
+    now[0] += 1.0  # its first backoff (0.5-1 s with jitter) has passed
+    await eventually(lambda: tries["bad"] == 2)
+    assert loop.queue.num_requeues("bad") == 2
+    now[0] += 2.0
+    await eventually(lambda: tries["bad"] == 3)
+    await eventually(lambda: loop.queue.num_requeues("bad") == 0)  # forgotten once it worked
+    assert tries["good"] == 1
+    stop.set()
+    await task
+
+
+@async_test
+async def test_a_failure_that_persists_is_raised_and_the_key_stays_owed() -> None:
+    now = [0.0]
+
+    async def reconcile(key: str) -> None:
+        now[0] += 20.0
+        raise RuntimeError("store down")
+
+    loop: KeyLoop[str] = KeyLoop(
+        "t", reconcile, keys=lambda: ["k"], give_up_after=30.0, clock=lambda: now[0]
+    )
+    stop = asyncio.Event()
+    task = asyncio.create_task(loop.run(stop))
+    now_before = now[0]
+    try:
+        await asyncio.wait_for(task, 10)
+    except RuntimeError as exc:
+        assert "store down" in str(exc)
+    else:
+        raise AssertionError("a persistent failure must be raised")
+    assert now[0] - now_before >= 30.0 and loop.queue.delayed == 1
+
+
+def test_the_feed_tells_the_watchers_of_a_kind_the_key_that_changed() -> None:
+    cache = Cache()
+    told: list[tuple[str, str]] = []
+    cache.feed.watch(("ModelDeployment", kinds.MODEL), lambda k, n: told.append((k, n)))
+    manifest = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "det"},
+        "spec": {"model": {"name": "det", "version": "1.0.0"}},
+    }
+    cache.put_object(manifest, 3)
+    cache.drop_object("ModelDeployment", "det")
+    cache.drop_object("Secret", "s")  # not watched
+    assert told == [("ModelDeployment", "det"), ("ModelDeployment", "det")]
+
+
+@async_test
+async def test_a_rollout_step_projects_again_only_the_devices_it_changes() -> None:
+    fleet = Fleet(1000)  # 50 deployments of 20 devices; maxSurge 10%: 2 devices a step
+    await fleet.start()
+    fleet.apply(0, "2.0.0")
+    await fleet.react()
+    steps = 0
+    while fleet.cache.rollouts["dep-0"].phase is not RolloutPhase.COMPLETE and steps < 20:
+        before = fleet.updated("dep-0")
+        for name in sorted(before):
+            fleet.report(name, ready=True)
+        fleet.projected = 0
+        reconciled = fleet.rollouts.reconciled
+        await fleet.react()
+        touched = len(fleet.updated("dep-0") - before)
+        if touched:
+            steps += 1
+            assert fleet.projected == touched  # not the fleet's 1,000
+            assert fleet.rollouts.reconciled - reconciled == 1  # dep-0 alone, not 50
+        await fleet.settle()
+    assert steps >= 5
+
+
+def deployment(version: str) -> bytes:
+    return orjson.dumps(
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "ModelDeployment",
+            "metadata": {"name": "det"},
+            "spec": {"model": {"name": "det", "version": version}},
+        }
+    )
+
+
+@async_test
+async def test_an_apply_reaches_the_rollout_controller_through_the_change_feed(
+    tmp_path: Path,
+) -> None:
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub, hub.channel() as channel:
+        rollouts = hub.ctx.rollouts
+        assert rollouts is not None
+        reconciled = rollouts.reconciled
+        await hub.stub(channel).Apply(admin_pb2.ApplyRequest(documents=[deployment("1.0.0")]))
+        # the handler only wrote and waited for the feed's watchers: the controller made the
+        # revision in its own loop
+        assert rollouts.reconciled > reconciled
+        assert hub.ctx.cache.rollouts["det"].revision == 1
+        await hub.stub(channel).Delete(admin_pb2.DeleteRequest(kind="ModelDeployment", name="det"))
+        assert "det" not in hub.ctx.cache.rollouts and "det" not in hub.ctx.cache.revisions
