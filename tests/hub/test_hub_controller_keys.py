@@ -20,7 +20,7 @@ from hub.state.cache import Cache
 from hub.state.workloop import KeyLoop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from bench.hub_controllers import Fleet  # noqa: E402  (the bench's simulated fleet)
+from bench.hub_controllers import Fleet
 
 
 @async_test
