@@ -166,10 +166,7 @@ class Scheduler:
             model = cache.models.get((dep.spec.model.name, dep.spec.model.version))
             if model is not None:
                 artifacts[dep.metadata.name] = model.sha256
-        pinned: dict[str, set[str]] = {}
-        for device, record in cache.desired.items():
-            for name in record.deployments:
-                pinned.setdefault(name, set()).add(device)
+        pinned = {name: set(devices) for name, devices in cache.desired.by_deployment().items()}
         current = {k: v for k, v in cache.placements.items() if k in cache.deployments}
         draining = {k: v for k, v in cache.draining.items() if k in cache.deployments}
         bound = state_bound(cache, region=self._region)  # None: no device could exceed it

@@ -95,8 +95,8 @@ class ActionRefused(Exception):
 
 
 def targeted(cache: Cache, deployment: str) -> list[str]:
-    """The devices the projector placed ``deployment`` on, by name."""
-    return sorted(n for n, rec in cache.desired.items() if deployment in rec.deployments)
+    """The devices the projector placed ``deployment`` on, by name (:meth:`Cache.targeted`)."""
+    return cache.targeted(deployment)
 
 
 def changed_devices(targeted: Iterable[str], before: RolloutState, after: RolloutState) -> set[str]:
@@ -130,7 +130,18 @@ def rollout_view_of(device: Device) -> Hashable:
     )
 
 
-def views(cache: Cache, deployment: str, revision: Revision | None) -> list[DeviceView]:
+ViewMemo = dict[str, tuple[Device, Hashable, DeviceView]]
+"""A deployment's device views by device name, with what each was computed from."""
+
+
+def views(
+    cache: Cache, deployment: str, revision: Revision | None, memo: ViewMemo | None = None
+) -> list[DeviceView]:
+    """How ``deployment``'s rollout of ``revision`` sees each of its targeted devices.
+    ``memo`` (the controller's, per deployment; replaced in place by this call's): a view
+    computed from the same device record (records are immutable: the same object), version,
+    artifact and freshness is reused, so a reconcile after one device's report computes one
+    view, not one per device."""
     out = []
     sha: str | None = None
     version = ""
@@ -138,11 +149,22 @@ def views(cache: Cache, deployment: str, revision: Revision | None) -> list[Devi
         version = revision.model[1]
         model = cache.models.get(revision.model)
         sha = model.sha256 if model is not None else None
+    previous = dict(memo) if memo is not None else {}
+    if memo is not None:
+        memo.clear()  # only the devices targeted now: the memo never outgrows the deployment
     for name in targeted(cache, deployment):
         device = cache.devices.get(name)
         if device is not None:
             fresh = revision is None or fresh_report(cache, device, deployment, revision.number)
-            out.append(view_device(device, deployment, version, sha, fresh=fresh))
+            basis = (version, sha, fresh)
+            seen = previous.get(name)
+            if seen is not None and seen[0] is device and seen[1] == basis:
+                view = seen[2]
+            else:
+                view = view_device(device, deployment, version, sha, fresh=fresh)
+            if memo is not None:
+                memo[name] = (device, basis, view)
+            out.append(view)
     return out
 
 
@@ -251,6 +273,7 @@ class RolloutController:
         self._history = History()
         self._analyses: dict[str, Analysis] = {}
         self._excluded: dict[str, set[str]] = {}  # devices named as left out, per deployment
+        self._views: dict[str, ViewMemo] = {}  # per deployment (views)
         self.timeline_samples = timeline_samples  # the ring kept per deployment
         # a root hub's waves (hub.controllers.wave): what to write with a new revision, in its
         # transaction
@@ -338,6 +361,7 @@ class RolloutController:
             await self._forget(name)
         self._analyses.pop(name, None)
         self._excluded.pop(name, None)
+        self._views.pop(name, None)
         if self._sampled_by.pop(name, None) is not None:
             self._keep_history()
         if name in cache.analysis:
@@ -365,7 +389,7 @@ class RolloutController:
         revisions = cache.revisions.get(name, {})
         current = revisions.get(state.revision) if state is not None else None
         pushed = current is None or current.model in cache.models
-        devices = views(cache, name, current)
+        devices = views(cache, name, current, self._views.setdefault(name, {}))
         analysis = self._analyze(name, dep, state, now)
         step = plan_rollout(
             dep,

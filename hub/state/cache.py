@@ -22,6 +22,7 @@ from hub.decide.rollout import Revision, RolloutState
 from hub.decide.schedule import Explanation
 from hub.state import feed as kinds
 from hub.state import storekeys
+from hub.state.desiredrecords import DesiredRecords
 from hub.state.feed import ChangeFeed
 from hub.state.secrets import SecretRecord, record_of
 from hub.state.store import Store
@@ -74,7 +75,8 @@ class Cache:
     stored: dict[tuple[str, str], StoredObject] = field(default_factory=dict)
     deployments: dict[str, ModelDeployment] = field(default_factory=dict)
     models: dict[tuple[str, str], storekeys.ModelRecord] = field(default_factory=dict)
-    desired: dict[str, storekeys.DesiredRecord] = field(default_factory=dict)
+    # device -> its desired record, indexed by deployment (DesiredRecords.holding)
+    desired: DesiredRecords = field(default_factory=DesiredRecords)
     revoked: dict[str, str] = field(default_factory=dict)  # serial hex -> device name
     # The fleet's trust roots the hub carries, oldest first, as signed (hub.state.trustroots).
     trust_roots: tuple[bytes, ...] = ()
@@ -265,6 +267,11 @@ class Cache:
     def trust_changed(self) -> None:
         """The fleet's trust roots or TUF metadata changed (held beside the cache: D/tuf/)."""
         self.feed.changed(kinds.TRUST, "")
+
+    def targeted(self, deployment: str) -> list[str]:
+        """The devices the projector placed ``deployment`` on (their desired records hold
+        it), by name; from the index, in proportion to those devices."""
+        return sorted(self.desired.holding(deployment))
 
     def revision_for(self, deployment: str, device: str) -> Revision | None:
         """The revision of ``deployment`` that ``device`` is sent (None: none made yet)."""

@@ -8,15 +8,20 @@ from __future__ import annotations
 import asyncio
 import sys
 from pathlib import Path
+from typing import Any
 
 import orjson
 from asynctesting import async_test, eventually
 from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.v1 import admin_pb2
-from hub.decide.rollout import RolloutPhase
+from hub.controllers import rollout
+from hub.decide.devices import Device
+from hub.decide.rollout import DeviceView, RolloutPhase
 from hub.state import feed as kinds
 from hub.state.cache import Cache
+from hub.state.desiredrecords import DesiredRecords
+from hub.state.storekeys import DesiredRecord
 from hub.state.workloop import KeyLoop
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
@@ -161,3 +166,71 @@ async def test_an_apply_reaches_the_rollout_controller_through_the_change_feed(
         assert hub.ctx.cache.rollouts["det"].revision == 1
         await hub.stub(channel).Delete(admin_pb2.DeleteRequest(kind="ModelDeployment", name="det"))
         assert "det" not in hub.ctx.cache.rollouts and "det" not in hub.ctx.cache.revisions
+
+
+def test_the_desired_records_index_devices_by_the_deployments_they_hold() -> None:
+    """Every way of writing the table keeps the index equal to a scan of every record."""
+    records = DesiredRecords()
+
+    def scan(deployment: str) -> frozenset[str]:
+        return frozenset(n for n, r in records.items() if deployment in r.deployments)
+
+    writes: list[tuple[str, str, tuple[str, ...]]] = [
+        ("set", "a", ("x", "y")),
+        ("set", "b", ("x",)),
+        ("set", "a", ("y", "z")),  # a record replaced: a loses x
+        ("del", "b", ()),
+        ("pop", "a", ()),
+        ("pop", "gone", ()),  # pop of no record: nothing
+        ("set", "c", ()),
+        ("update", "d", ("x", "z")),
+        ("setdefault", "d", ("y",)),  # already there: unchanged
+        ("clear", "", ()),
+        ("set", "e", ("z",)),
+    ]
+    for op, name, deployments in writes:
+        record = DesiredRecord(1, deployments, "digest")
+        if op == "set":
+            records[name] = record
+        elif op == "del":
+            del records[name]
+        elif op == "pop":
+            records.pop(name, None)
+        elif op == "update":
+            records.update({name: record})
+        elif op == "setdefault":
+            records.setdefault(name, record)
+        elif op == "clear":
+            records.clear()
+        for deployment in ("x", "y", "z"):
+            assert records.holding(deployment) == scan(deployment), (op, name, deployment)
+        assert records.by_deployment() == {d: scan(d) for d in ("x", "y", "z") if scan(d)}, (
+            op,
+            name,
+        )
+    assert dict(records) == {"e": DesiredRecord(1, ("z",), "digest")}
+
+
+@async_test
+async def test_a_report_computes_the_view_of_the_device_that_changed_only() -> None:
+    """The controller reuses each device's rollout view until its record changes: after one
+    report, one view is computed; the views equal those computed afresh."""
+    fleet = Fleet(1000)
+    await fleet.start()
+    computed: list[str] = []
+    real = rollout.view_device
+
+    def counted(device: Device, *args: Any, **kwargs: Any) -> DeviceView:
+        computed.append(device.name)
+        return real(device, *args, **kwargs)
+
+    rollout.view_device = counted  # type: ignore[assignment]
+    try:
+        fleet.report("d00001", ready=False)  # dep-1's device
+        await fleet.react()
+    finally:
+        rollout.view_device = real
+    assert computed == ["d00001"]
+    revision = fleet.cache.revisions["dep-1"][fleet.cache.rollouts["dep-1"].revision]
+    memo = fleet.rollouts._views["dep-1"]
+    assert [v for _, _, v in memo.values()] == rollout.views(fleet.cache, "dep-1", revision)
