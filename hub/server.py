@@ -447,9 +447,8 @@ async def _serve(
         controllers.append(ctx.waves)
     if ctx.scheduler is not None:
         controllers.append(ctx.scheduler)
-        autoscaler = FleetAutoscaler(ctx.cache, ctx.writer, wake_scheduler=ctx.scheduler.wake)
-        ctx.scheduler.totals = autoscaler.total
-        controllers.append(autoscaler)
+        # its totals reach the scheduler through the cache and its change feed
+        controllers.append(FleetAutoscaler(ctx.cache, ctx.writer))
     if elector is not None:
         elector.identity = replica_identity(f"port {running.port}")
         controllers = [elector, *(LeaderOnly(c, elector) for c in controllers)]

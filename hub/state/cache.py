@@ -97,6 +97,9 @@ class Cache:
     waiting: dict[str, frozenset[str]] = field(default_factory=dict)  # held back by maxSurge
     # and why, from the scheduler's last pass (not stored: computed again after a restart)
     explanations: dict[str, Explanation] = field(default_factory=dict)
+    # replicas.total deployment -> the total the fleet autoscaler placed instead of the
+    # spec's (hub.controllers.autoscaler; in memory: a restart starts from the spec's)
+    scaled_totals: dict[str, int] = field(default_factory=dict)
     # Secret name -> its values sealed with the hub's key (hub.state.secrets), never in the clear
     secrets: dict[str, SecretRecord] = field(default_factory=dict)
     # told of every key written through (hub.state.feed): the controllers' watches
@@ -172,6 +175,14 @@ class Cache:
             else:
                 table.pop(name, None)
         self.feed.changed(kinds.PLACEMENT, name)
+
+    def set_scaled_totals(self, totals: Mapping[str, int]) -> None:
+        """The fleet autoscaler's totals now; the feed is told each deployment whose total
+        changed, came or went (:data:`kinds.SCALED`: the scheduler places it again)."""
+        before, self.scaled_totals = self.scaled_totals, dict(totals)
+        for name in sorted(set(before) | set(totals)):
+            if before.get(name) != totals.get(name):
+                self.feed.changed(kinds.SCALED, name)
 
     def drop_placement(self, name: str) -> None:
         for table in (self.placements, self.sent_placements, self.draining, self.waiting):

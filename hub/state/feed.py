@@ -21,6 +21,7 @@ DESIRED = "Desired"  # a device's desired record (what the projector last wrote 
 DESIRED_OF = "DesiredOf"  # a deployment some device's desired record gained, lost or renewed
 ROLLOUT = "Rollout"  # a deployment's rollout state or revisions
 PLACEMENT = "Placement"  # a replicas.total deployment's placements
+SCALED = "Scaled"  # a deployment's replicas.total as the fleet autoscaler set it (or no more)
 MODEL = "Model"  # a model pushed or deleted; the name is the model's name (all its versions)
 TRUST = "Trust"  # the fleet's trust roots or TUF metadata; the name is "" (one fleet)
 PROJECTING = "Projecting"  # devices marked to be projected again; the name is "" (some)
