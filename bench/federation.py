@@ -131,8 +131,8 @@ class Hub:
         self.running: Any = None
 
     async def start(self, *, serve: bool = False, link: bool = False) -> Hub:
-        from hub.controllers.parentlink import ParentFiles, ParentLink
-        from hub.server import build_context, start_server
+        from hub.controllers.parentlink import ParentFiles
+        from hub.server import build_context, parent_link, start_server
 
         self.ctx = await build_context(self.data_dir)
         ctx = self.ctx
@@ -140,7 +140,7 @@ class Hub:
         if link:
             files = ParentFiles.load(self.data_dir)
             assert files is not None
-            self.link = ParentLink(ctx, files)
+            self.link = parent_link(ctx, files)
             components.append(self.link)
         self.tasks = [asyncio.create_task(c.run(self.stop)) for c in components if c is not None]
         if serve:

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from edgefleet.artifacts.storing import ArtifactStore
 from hub.api.dashboard.access import DashboardAccess
-from hub.api.observability import HubMetrics
 from hub.config import HubConfig
 from hub.controllers.placement import Scheduler
 from hub.controllers.rollout import RolloutController
@@ -23,6 +22,8 @@ from hub.decide.staleness import ObservedSince
 from hub.initializing import HubPaths
 from hub.pki import CertifiedKey
 from hub.state.cache import Cache
+from hub.state.heldtuf import HeldTuf
+from hub.state.metrics import HubMetrics
 from hub.state.projector import Projector
 from hub.state.secrets import SecretKeys
 from hub.state.sessions import Sessions
@@ -63,8 +64,8 @@ class HubContext:
     )
     dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.api.dashboard
     # D/tuf/: the TUF repository, when the hub keeps one; at a regional hub, its root's
-    # (D/tuf-relay/, hub.state.tufrelay)
-    tuf: TufRepository | RelayedTuf | None = None
+    # (D/tuf-relay/, hub.state.tufrelay); replaced while the hub runs (hub.state.heldtuf)
+    held_tuf: HeldTuf | None = None
     tuf_shared: SharedTuf | None = None  # hub replicas: the repository's versions in the store
     tuf_relay_shared: SharedRelay | None = None  # a region's replicas: the root's set in it
     # D/secrets.key (and a rotation's other key files): seal Secrets at rest (hub.state.secrets)
@@ -78,10 +79,14 @@ class HubContext:
     observed_since: ObservedSince = field(default_factory=ObservedSince.now)
 
     @property
+    def tuf(self) -> TufRepository | RelayedTuf | None:
+        """The TUF metadata served now (:attr:`held_tuf`'s)."""
+        return self.held_tuf.current if self.held_tuf is not None else None
+
+    @property
     def trust_root(self) -> bytes:
         """The fleet trust root as signed (D/trust-root.json), if any: the cache's newest."""
-        roots = self.cache.trust_roots
-        return roots[-1] if roots else b""
+        return self.cache.trust_root
 
     @trust_root.setter
     def trust_root(self, value: bytes) -> None:

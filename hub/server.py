@@ -45,7 +45,6 @@ from hub.api.devicesync import DeviceServicer, EvidenceHandler
 from hub.api.enrollment import EnrollmentServicer
 from hub.api.observability import (
     READY_STORE_TIMEOUT_S,
-    HubMetrics,
     InstrumentedStore,
     MetricsInterceptor,
     ObservabilityServer,
@@ -54,6 +53,7 @@ from hub.api.regions import FederationServicer, HubEnrollmentServicer, Regions, 
 from hub.api.registering import add_servicer
 from hub.config import HubConfig, TufConfig, load_config, tuf_lifetimes
 from hub.context import HubContext
+from hub.controllers.attestation import AttestationController
 from hub.controllers.autoscaler import FleetAutoscaler
 from hub.controllers.lifecycle import Lifecycle
 from hub.controllers.parentlink import PARENT_FILE, ParentFiles, ParentLink, fleet_root_of
@@ -71,6 +71,8 @@ from hub.controllers.wave import WaveController, WaveObserver
 from hub.decide.staleness import ObservedSince
 from hub.initializing import HubPaths
 from hub.state.cache import Cache
+from hub.state.heldtuf import HeldTuf
+from hub.state.metrics import HubMetrics
 from hub.state.projector import Projector
 from hub.state.secrets import SecretKeys
 from hub.state.sessions import Sessions
@@ -138,7 +140,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         await reload_cache(cache, store, sessions)
         if waves is not None:
             await waves.load()
-        install_roots(ctx, roots)
+        install_roots(cache, roots)
         projector.mark_all()
         rollouts.wake()  # every deployment again: the cache was reloaded
 
@@ -200,37 +202,77 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
         observed_since=observed,
         metrics=metrics,
         elector=elector,
-        tuf=_tuf_of(paths.data_dir, signing=not replicated, config=config),
+        held_tuf=HeldTuf(cache, _tuf_of(paths.data_dir, signing=not replicated, config=config)),
         secret_keys=SecretKeys.load(paths.data_dir),
     )
     if replicated:  # a push lands on the leader; every replica serves its bytes
         ctx.shared_blobs = SharedBlobs(
             store, ctx.blobs, max_bytes=config.etcd.max_shared_artifact_bytes
         )
-    if elector is not None and isinstance(ctx.tuf, TufRepository):
+    held = ctx.held_tuf
+    assert held is not None
+    if elector is not None and isinstance(held.current, TufRepository):
         # replicas: one repository, its versions in the store (hub.state.sharedtuf)
-        ctx.tuf_shared = SharedTuf(lambda: ctx.tuf, store, controller_store, elector)
+        ctx.tuf_shared = SharedTuf(held, store, controller_store, elector)
         await ctx.tuf_shared.follow()
-    install_roots(ctx, roots)
+    install_roots(cache, roots)
     if elector is not None and (paths.data_dir / PARENT_FILE).exists():
         # a region's replicas: the root's TUF set in the store, each verifies it (tufsharing)
-
-        def relayed(tuf: RelayedTuf) -> None:
-            ctx.tuf = tuf
-            cache.trust_changed()
-
         ctx.tuf_relay_shared = SharedRelay(
             paths.data_dir,
             store,
             controller_store,
-            held=lambda: ctx.tuf,
-            fleet_root=lambda: fleet_root_of(ctx.trust_root),
-            adopted=relayed,
+            held=held,
+            fleet_root=lambda: fleet_root_of(cache.trust_root),
+            adopted=held.adopt,
         )
         await ctx.tuf_relay_shared.follow()
     ctx.regions = regions
     ctx.waves = waves
     return ctx
+
+
+def attestation_controller(ctx: HubContext) -> AttestationController:
+    """The attestation controller (:mod:`hub.controllers.attestation`), wired."""
+    return AttestationController(
+        ctx.cache,
+        ctx.writer,
+        ctx.projector,
+        ctx.sessions,
+        config=ctx.config.attestation,
+        clock=ctx.clock,
+    )
+
+
+def tuf_watcher(ctx: HubContext) -> TufWatcher:
+    """The watcher of ``D/tuf/`` (:mod:`hub.controllers.tufwatch`), wired."""
+    assert ctx.held_tuf is not None
+    return TufWatcher(
+        ctx.paths.data_dir,
+        ctx.held_tuf,
+        ctx.writer,
+        signing=ctx.tuf_shared is None,
+        lifetimes=tuf_lifetimes(ctx.config),
+    )
+
+
+def parent_link(ctx: HubContext, files: ParentFiles) -> ParentLink:
+    """A regional hub's link to its root (:mod:`hub.controllers.parentlink`), wired."""
+    assert ctx.held_tuf is not None
+    return ParentLink(
+        files,
+        data_dir=ctx.paths.data_dir,
+        store=ctx.store,
+        cache=ctx.cache,
+        writer=ctx.writer,
+        blobs=ctx.blobs,
+        tuf=ctx.held_tuf,
+        region=ctx.region,
+        rollouts=ctx.rollouts,
+        tuf_relay_shared=ctx.tuf_relay_shared,
+        shared_blobs=ctx.shared_blobs,
+        clock=ctx.clock,
+    )
 
 
 def check_replica_names(paths: HubPaths, addresses: Sequence[str]) -> None:
@@ -416,9 +458,7 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    from hub.controllers.attestation import AttestationController
-
-    attestation = AttestationController(ctx)
+    attestation = attestation_controller(ctx)
     running = await start_server(
         ctx, listen=listen, enroll_listen=enroll_listen, on_evidence=attestation.on_evidence
     )
@@ -433,7 +473,15 @@ async def _serve(
     controller_store: Store = ctx.store if elector is None else FencedStore(ctx.store, elector)
     controllers: list[Component] = [
         ctx.projector,
-        Lifecycle(ctx, running.devices.last_seen),
+        Lifecycle(
+            ctx.cache,
+            ctx.writer,
+            ctx.projector,
+            running.devices.last_seen,
+            grace_s=ctx.config.devices.heartbeat_grace_s,
+            observed_since=ctx.observed_since,
+            clock=ctx.clock,
+        ),
         LeaseExpiry(controller_store),
         Compactor(
             controller_store,
@@ -473,17 +521,23 @@ async def _serve(
     if (
         parent is not None
     ):  # a regional hub: its root's slice in, its status up (hub.controllers.parentlink)
-        link = ParentLink(ctx, parent)
+        link = parent_link(ctx, parent)
         controllers.append(link if elector is None else LeaderOnly(link, elector))
     components: list[Component] = [
         ctx.writer,
         *controllers,
         *([RegionsFollower(ctx.store, ctx.regions)] if ctx.regions is not None else []),
         attestation,
-        RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
+        RootWatcher(
+            ctx.paths.data_dir,
+            ctx.cache,
+            ctx.writer,
+            HubRoots(ctx.cache.trust_roots),
+            clock=ctx.clock,
+        ),
     ]
     if parent is None:  # a regional hub's TUF metadata is its root's (hub.state.tufrelay)
-        components.append(TufWatcher(ctx))
+        components.append(tuf_watcher(ctx))
     if ctx.tuf_shared is not None:
         components.append(ctx.tuf_shared)
     if ctx.tuf_relay_shared is not None:

@@ -1231,7 +1231,7 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         )
         ctx.writer.committed(prepared[0])
         response = admin_pb2.CreateTokenResponse(
-            token=token, ca_hash=pki.ca_pin(ctx.ca.certificate), root_hash=root_pin(ctx)
+            token=token, ca_hash=pki.ca_pin(ctx.ca.certificate), root_hash=root_pin(ctx.trust_root)
         )
         response.expires.FromMilliseconds(int(record.expires * 1000))
         return response

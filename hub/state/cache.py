@@ -271,6 +271,11 @@ class Cache:
                 self.revisions.pop(name, None)
         self.feed.changed(kinds.ROLLOUT, name)
 
+    @property
+    def trust_root(self) -> bytes:
+        """The fleet trust root as signed (D/trust-root.json), if any: the newest held."""
+        return self.trust_roots[-1] if self.trust_roots else b""
+
     def set_trust_roots(self, roots: tuple[bytes, ...]) -> None:
         self.trust_roots = roots
         self.trust_changed()

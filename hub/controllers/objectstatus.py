@@ -1,0 +1,100 @@
+"""An object as ``edgectl get`` shows it at this hub (its computed status), regions' figures
+not added: what AdminService's reads show (:mod:`hub.api.admin.showing`, which adds a root's
+regions and waves) and what a regional hub reports to its root
+(:func:`hub.controllers.parentlink.build_report`).
+
+Here, not in api, because both call it; it reads the cache and the rollout controller's last
+canary analysis, and writes nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from edgefleet.api import ModelDeployment, parse_manifest
+from hub.controllers.rollout import RolloutController, canary_status, progress_of
+from hub.decide.labeltrust import secrets_withheld
+from hub.decide.presentation import deployment_object, fleet_compliance
+from hub.decide.rolloutstatus import rollout_versions, with_rollout
+from hub.decide.status import count_placeable
+from hub.state.cache import Cache
+
+
+def shown_object(
+    cache: Cache,
+    kind: str,
+    manifest: Mapping[str, Any],
+    *,
+    region: str,
+    rollouts: RolloutController | None,
+) -> dict[str, Any]:
+    """``manifest`` of ``kind`` with the status this hub computes for it now: a deployment's
+    devices, revisions and rollout (with its canary analysis), a Secret's keys and version
+    (never a value), a SecurityBaseline's fleet compliance; other kinds as applied."""
+    if kind == "ModelDeployment":
+        return _deployment(cache, manifest, region=region, rollouts=rollouts)
+    if kind == "Secret":  # names, keys, version: never a value
+        record = cache.secrets.get(str(manifest["metadata"]["name"]))
+        shown = dict(manifest)
+        if record is not None:
+            shown["status"] = {
+                "version": record.version,
+                "keys": list(record.keys),
+                "bytes": record.size,
+            }
+        return shown
+    if kind == "SecurityBaseline":
+        return {**manifest, "status": fleet_compliance(cache.devices.values())}
+    return dict(manifest)
+
+
+def _deployment(
+    cache: Cache,
+    manifest: Mapping[str, Any],
+    *,
+    region: str,
+    rollouts: RolloutController | None,
+) -> dict[str, Any]:
+    dep = cache.deployments.get(str(manifest["metadata"]["name"]))
+    if dep is None:
+        parsed = parse_manifest(dict(manifest))
+        assert isinstance(parsed, ModelDeployment)
+        dep = parsed
+    name = dep.metadata.name
+    model = cache.models.get((dep.spec.model.name, dep.spec.model.version))
+    assigned = {device: record.deployments for device, record in cache.desired.items()}
+    assigned_models: dict[str, tuple[str, str | None]] = {}
+    for device, deployments in assigned.items():
+        revision = cache.revision_for(name, device) if name in deployments else None
+        if revision is not None:
+            sent = cache.models.get(revision.model)
+            assigned_models[device] = (revision.model[1], sent.sha256 if sent else None)
+    doc = deployment_object(
+        manifest,
+        cache.devices.values(),
+        assigned,
+        dep,
+        model_sha256=model.sha256 if model is not None else None,
+        model_pushed=model is not None,
+        placeable=count_placeable(dep, cache.devices.values(), region),
+        assigned_models=assigned_models,
+        scheduled=cache.explanations.get(name) if dep.spec.replicas.per_device is None else None,
+        withheld=secrets_withheld(dep, cache.devices.values(), region),
+    )
+    state = cache.rollouts.get(name)
+    if state is not None:
+        progress = progress_of(cache, name)
+        doc["status"] = with_rollout(
+            doc["status"],
+            state,
+            *rollout_versions(cache.revisions.get(name, {}), state),
+            progress.to_json() if progress is not None else None,
+        )
+        canary = dep.spec.rollout.canary
+        if canary is not None and progress is not None:
+            analysis = rollouts.analysis(name) if rollouts is not None else None
+            doc["status"]["rollout"]["canary"] = canary_status(
+                canary, state, progress.targeted, analysis
+            )
+    return doc
