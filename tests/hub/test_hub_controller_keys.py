@@ -21,6 +21,7 @@ from hub.decide.rollout import DeviceView, RolloutPhase
 from hub.state import feed as kinds
 from hub.state.cache import Cache
 from hub.state.desiredrecords import DesiredRecords
+from hub.state.heldtuf import HeldTuf
 from hub.state.storekeys import DesiredRecord
 from hub.state.workloop import KeyLoop
 
@@ -234,3 +235,28 @@ async def test_a_report_computes_the_view_of_the_device_that_changed_only() -> N
     revision = fleet.cache.revisions["dep-1"][fleet.cache.rollouts["dep-1"].revision]
     memo = fleet.rollouts._views["dep-1"]
     assert [v for _, _, v in memo.values()] == rollout.views(fleet.cache, "dep-1", revision)
+
+
+def test_a_tuf_set_adopted_tells_the_feed_and_is_what_the_holder_serves() -> None:
+    cache = Cache()
+    told: list[tuple[str, str]] = []
+    cache.feed.watch((kinds.TRUST,), lambda k, n: told.append((k, n)))
+    held = HeldTuf(cache)
+    assert held() is None and told == []
+    held.adopt(None)  # what it serves replaced (here: by none): every device's state may change
+    assert told == [(kinds.TRUST, "")]
+
+
+def test_the_autoscalers_totals_tell_the_feed_of_each_deployment_whose_total_changed() -> None:
+    cache = Cache()
+    told: list[str] = []
+    cache.feed.watch((kinds.SCALED,), lambda k, n: told.append(n))
+    for totals, expected in (
+        ({"a": 3}, ["a"]),
+        ({"a": 3}, []),  # the same: nothing to place again
+        ({"a": 4, "b": 1}, ["a", "b"]),
+        ({"b": 1}, ["a"]),  # a back to its spec's total
+    ):
+        told.clear()
+        cache.set_scaled_totals(totals)
+        assert told == expected and cache.scaled_totals == totals
