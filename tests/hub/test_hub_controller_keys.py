@@ -15,15 +15,20 @@ from asynctesting import async_test, eventually
 from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.v1 import admin_pb2
+from hub.api.regions import Regions
 from hub.controllers import rollout
+from hub.controllers.wave import WaveController
 from hub.decide.devices import Device
-from hub.decide.rollout import DeviceView, RolloutPhase
+from hub.decide.rollout import DeviceView, Revision, RolloutPhase, template_hash
+from hub.decide.wave import WaveState
 from hub.state import feed as kinds
 from hub.state.cache import Cache
 from hub.state.desiredrecords import DesiredRecords
 from hub.state.heldtuf import HeldTuf
+from hub.state.store import open_hub_store
 from hub.state.storekeys import DesiredRecord
 from hub.state.workloop import KeyLoop
+from hub.state.writer import DeviceWriter
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from bench.hub_controllers import Fleet
@@ -260,3 +265,40 @@ def test_the_autoscalers_totals_tell_the_feed_of_each_deployment_whose_total_cha
         told.clear()
         cache.set_scaled_totals(totals)
         assert told == expected and cache.scaled_totals == totals
+
+
+def waved(version: str, waves: list[dict[str, Any]] | None) -> dict[str, Any]:
+    rollout = {"waves": waves} if waves is not None else {}
+    return {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "det"},
+        "spec": {"model": {"name": "det", "version": version}, "rollout": rollout},
+    }
+
+
+@async_test
+async def test_a_template_applied_in_waves_reaches_no_region_before_the_root_decided_it(
+    tmp_path: Path,
+) -> None:
+    """An apply's write reaches the feed (and wakes the regions' streams) before the rollout
+    controller made the revision and its wave state: until then each region is sent what it
+    was sent, not the new template (the state before may be Complete: "send the new one")."""
+    store = await open_hub_store("memory://", data_dir=tmp_path)
+    cache = Cache()
+    waves = WaveController(store, cache, Regions(), DeviceWriter(store, cache))
+    first = waved("1.0.0", [{"regions": ["eu"]}])
+    template = template_hash(first)
+    cache.put_object(first, 1)
+    cache.revisions["det"] = {1: Revision("det", 1, template, first, 0.0)}
+    waves.states["det"] = WaveState("det", 1, 1, first, "1.0.0", "1.0.0")  # Complete
+
+    def version(region: str) -> str:
+        manifest = cache.stored[("ModelDeployment", "det")].manifest
+        return str(waves.manifest_for(region, manifest)["spec"]["model"]["version"])
+
+    assert version("eu") == version("us") == "1.0.0"
+    cache.put_object(waved("2.0.0", [{"regions": ["eu"]}]), 2)  # not reconciled yet
+    assert version("eu") == version("us") == "1.0.0"
+    cache.put_object(waved("2.0.0", None), 3)  # without waves: every region at once
+    assert version("eu") == version("us") == "2.0.0"
