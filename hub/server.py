@@ -29,6 +29,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -50,8 +51,9 @@ from hub.api.admin.rollouts import Rollouts as AdminRollouts
 from hub.api.admin.showing import Showing
 from hub.api.admin.tokens import Tokens
 from hub.api.admin.watching import Watches
+from hub.api.allowances import AllowanceReceiver
 from hub.api.devicesync import DeviceServicer
-from hub.api.enrollment import EnrollmentServicer
+from hub.api.enrollment import EK_CA_DIR, EnrollmentServicer
 from hub.api.federation import FederationServicer
 from hub.api.hubenrollment import HubEnrollmentServicer
 from hub.api.observability import (
@@ -61,6 +63,7 @@ from hub.api.observability import (
     MetricsInterceptor,
     ObservabilityServer,
 )
+from hub.api.push import ArtifactReceiver
 from hub.api.registering import add_servicer
 from hub.config import HubConfig, TufConfig, load_config, tuf_lifetimes
 from hub.context import HubContext
@@ -95,6 +98,9 @@ from hub.state.trustroots import HubRoots, RootWatcher, install_roots, load_root
 from hub.state.tufrelay import RelayedTuf
 from hub.state.tufrepo import TufRepository
 from hub.state.writer import DeviceWriter
+
+if TYPE_CHECKING:
+    from hub.api.dashboard.serving import DashboardServer  # aiohttp: an optional extra
 
 log = get_logger(__name__)
 
@@ -312,8 +318,67 @@ def _admin_servicer(ctx: HubContext) -> AdminServicer:
             dashboard=ctx.dashboard,
             clock=ctx.clock,
         ),
-        artifacts=Artifacts(auth, ctx, tuf=tuf, clock=ctx.clock),
+        artifacts=Artifacts(
+            auth,
+            artifact_receiver(ctx),
+            AllowanceReceiver(ctx.store, ctx.cache, ctx.writer, ctx.projector, tuf=tuf),
+            tuf=tuf,
+            clock=ctx.clock,
+        ),
     )
+
+
+def artifact_receiver(ctx: HubContext) -> ArtifactReceiver:
+    """PushArtifact's receiver (hub.api.push), with what it uses."""
+    return ArtifactReceiver(
+        ctx.store,
+        ctx.cache,
+        ctx.writer,
+        ctx.projector,
+        ctx.blobs,
+        tuf=lambda: ctx.tuf,  # replaced when the repository changes (tufwatch, a region's relay)
+        tuf_shared=ctx.tuf_shared,
+        shared_blobs=ctx.shared_blobs,
+    )
+
+
+def device_servicer(ctx: HubContext) -> DeviceServicer:
+    """DeviceService (hub.api.devicesync), with what it uses."""
+    return DeviceServicer(
+        ctx.cache,
+        ctx.writer,
+        ctx.projector,
+        ctx.sessions,
+        ctx.ca,
+        ctx.blobs,
+        ctx.secret_keys,
+        region=ctx.region,
+        limits=ctx.config.devices,
+        reserved_labels=ctx.config.enrollment.reserved_labels,
+        pcrs=ctx.config.attestation.pcrs,
+        device_lifetime_s=ctx.config.certificates.device_lifetime_s,
+        sync_seconds=ctx.metrics.sync_seconds,
+        tuf=lambda: ctx.tuf,  # replaced when the repository changes (tufwatch, a region's relay)
+        shared_blobs=ctx.shared_blobs,
+        rollouts=ctx.rollouts,
+        clock=ctx.clock,
+    )
+
+
+def dashboard_server(ctx: HubContext, listen: str) -> DashboardServer:
+    """The web dashboard (hub.api.dashboard; needs aiohttp), with what it uses."""
+    from hub.api.dashboard.serving import Dashboard, DashboardServer
+
+    show = Showing(
+        ctx.cache,
+        ctx.projector,
+        region=ctx.region,
+        regions=ctx.regions,
+        waves=ctx.waves,
+        rollouts=ctx.rollouts,
+    )
+    dashboard = Dashboard(ctx.cache, show, ctx.dashboard, region=ctx.region, clock=ctx.clock)
+    return DashboardServer(dashboard, ctx.paths, listen)
 
 
 def check_replica_names(paths: HubPaths, addresses: Sequence[str]) -> None:
@@ -366,12 +431,24 @@ async def start_server(
     if ctx.elector is not None:
         interceptors.append(LeaderWrites(ctx.elector))
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
-    devices = DeviceServicer(ctx)
+    devices = device_servicer(ctx)
     # Not the generated add_*_to_server: malformed messages must get INVALID_ARGUMENT.
     add_servicer(server, devices, device_pb2.DESCRIPTOR.services_by_name["DeviceService"])
     add_servicer(
         server,
-        EnrollmentServicer(ctx),
+        EnrollmentServicer(
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.projector,
+            ctx.ca,
+            region=ctx.region,
+            limits=ctx.config.enrollment,
+            device_lifetime_s=ctx.config.certificates.device_lifetime_s,
+            replica_addresses=ctx.config.replica_addresses,
+            ek_cas=ctx.paths.data_dir / EK_CA_DIR,
+            clock=ctx.clock,
+        ),
         enrollment_pb2.DESCRIPTOR.services_by_name["EnrollmentService"],
     )
     add_servicer(
@@ -611,9 +688,7 @@ async def _serve(
                 f"dashboardListen {dashboard_listen!r} needs the aiohttp package, which is not "
                 "installed: pip install 'edgefleet[dashboard]'"
             )
-        from hub.api.dashboard.serving import DashboardServer
-
-        components.append(DashboardServer(ctx, dashboard_listen))
+        components.append(dashboard_server(ctx, dashboard_listen))
     if ready is not None:
         ready.set()
     # systemd (Type=notify): ready once the gRPC server listens; watchdog pings from this loop
