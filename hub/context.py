@@ -35,8 +35,8 @@ from hub.state.tufrepo import TufRepository
 from hub.state.writer import DeviceWriter
 
 if TYPE_CHECKING:
-    from hub.api.regions import Regions
     from hub.controllers.wave import WaveController
+    from hub.state.regions import Regions
     from hub.state.sharedtuf import SharedRelay, SharedTuf
 
 
@@ -51,6 +51,9 @@ class HubContext:
     projector: Projector
     sessions: Sessions
     blobs: ArtifactStore
+    # D/tuf/: the TUF repository, when the hub keeps one; at a regional hub, its root's
+    # (D/tuf-relay/, hub.state.tufrelay); replaced while the hub runs (hub.state.heldtuf)
+    held_tuf: HeldTuf
     rollouts: RolloutController | None = (
         None  # hub.controllers.rollout; None: no rollout controller
     )
@@ -63,15 +66,12 @@ class HubContext:
         None  # hub replicas on etcd (hub.controllers.replicas); None: the only hub
     )
     dashboard: DashboardAccess = field(default_factory=DashboardAccess)  # hub.api.dashboard
-    # D/tuf/: the TUF repository, when the hub keeps one; at a regional hub, its root's
-    # (D/tuf-relay/, hub.state.tufrelay); replaced while the hub runs (hub.state.heldtuf)
-    held_tuf: HeldTuf | None = None
     tuf_shared: SharedTuf | None = None  # hub replicas: the repository's versions in the store
     tuf_relay_shared: SharedRelay | None = None  # a region's replicas: the root's set in it
     # D/secrets.key (and a rotation's other key files): seal Secrets at rest (hub.state.secrets)
     secret_keys: SecretKeys = field(default_factory=SecretKeys)
     shared_blobs: SharedBlobs | None = None  # replicas: artifacts' bytes in etcd (blobsharing)
-    regions: Regions | None = None  # hub.api.regions: the regional hubs below this one (a root)
+    regions: Regions | None = None  # hub.state.regions: the regional hubs below this one (a root)
     waves: WaveController | None = (
         None  # hub.controllers.wave: rollouts across regions (not at a region)
     )
@@ -81,7 +81,7 @@ class HubContext:
     @property
     def tuf(self) -> TufRepository | RelayedTuf | None:
         """The TUF metadata served now (:attr:`held_tuf`'s)."""
-        return self.held_tuf.current if self.held_tuf is not None else None
+        return self.held_tuf.current
 
     @property
     def trust_root(self) -> bytes:

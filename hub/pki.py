@@ -322,7 +322,7 @@ def sign_child_hub_csr(
     now: datetime | None = None,
     lifetime: timedelta = CHILD_HUB_LIFETIME,
 ) -> x509.Certificate:
-    """A hub-role client certificate for a regional hub (federation, :mod:`hub.api.regions`) on
+    """A hub-role client certificate for a regional hub (federation, :mod:`hub.api.federation`) on
     the CSR's public key; like :func:`sign_device_csr`, only ``identity`` decides what it says."""
     if identity.role is not Role.HUB:
         raise PkiError(f"sign_child_hub_csr signs hub certificates, not {identity.role.value}")

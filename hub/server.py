@@ -29,6 +29,7 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -40,16 +41,28 @@ from edgefleet.notifying import Notifier, WatchdogPinger
 from edgefleet.supervising import Component, supervise, wait_for_stop
 from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2, federation_pb2
 from hub import pki
-from hub.api.admin import AdminServicer
+from hub.api.admin import AdminAuth, AdminServicer
+from hub.api.admin.applying import Applies
+from hub.api.admin.artifacts import Artifacts
+from hub.api.admin.deleting import Deletes
+from hub.api.admin.devices import Devices as AdminDevices
+from hub.api.admin.reading import Reads
+from hub.api.admin.rollouts import Rollouts as AdminRollouts
+from hub.api.admin.showing import Showing
+from hub.api.admin.tokens import Tokens
+from hub.api.admin.watching import Watches
+from hub.api.allowances import AllowanceReceiver
 from hub.api.devicesync import DeviceServicer, EvidenceHandler
-from hub.api.enrollment import EnrollmentServicer
+from hub.api.enrollment import EK_CA_DIR, EnrollmentServicer
+from hub.api.federation import FederationServicer
+from hub.api.hubenrollment import HubEnrollmentServicer
 from hub.api.observability import (
     READY_STORE_TIMEOUT_S,
     InstrumentedStore,
     MetricsInterceptor,
     ObservabilityServer,
 )
-from hub.api.regions import FederationServicer, HubEnrollmentServicer, Regions, RegionsFollower
+from hub.api.push import ArtifactReceiver
 from hub.api.registering import add_servicer
 from hub.config import HubConfig, TufConfig, load_config, tuf_lifetimes
 from hub.context import HubContext
@@ -74,6 +87,7 @@ from hub.state.cache import Cache
 from hub.state.heldtuf import HeldTuf
 from hub.state.metrics import HubMetrics
 from hub.state.projector import Projector
+from hub.state.regions import Regions, RegionsFollower, replica_name
 from hub.state.secrets import SecretKeys
 from hub.state.sessions import Sessions
 from hub.state.sharedblobs import SharedBlobs
@@ -86,6 +100,9 @@ from hub.state.trustroots import HubRoots, RootWatcher, install_roots, load_root
 from hub.state.tufrelay import RelayedTuf
 from hub.state.tufrepo import TufRepository
 from hub.state.writer import DeviceWriter
+
+if TYPE_CHECKING:
+    from hub.api.dashboard.serving import DashboardServer  # aiohttp: an optional extra
 
 log = get_logger(__name__)
 
@@ -210,7 +227,6 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
             store, ctx.blobs, max_bytes=config.etcd.max_shared_artifact_bytes
         )
     held = ctx.held_tuf
-    assert held is not None
     if elector is not None and isinstance(held.current, TufRepository):
         # replicas: one repository, its versions in the store (hub.state.sharedtuf)
         ctx.tuf_shared = SharedTuf(held, store, controller_store, elector)
@@ -232,6 +248,147 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubCon
     return ctx
 
 
+def _admin_servicer(ctx: HubContext) -> AdminServicer:
+    """AdminService: a handler per group of calls, each with what it uses (hub.api.admin)."""
+    auth = AdminAuth(ctx.cache, region=ctx.region)
+    show = Showing(
+        ctx.cache,
+        ctx.projector,
+        region=ctx.region,
+        regions=ctx.regions,
+        waves=ctx.waves,
+        rollouts=ctx.rollouts,
+    )
+
+    tuf = ctx.held_tuf  # replaced when the repository changes (tufwatch, a region's relay)
+
+    return AdminServicer(
+        applies=Applies(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.secret_keys,
+            region=ctx.region,
+            regions=ctx.regions,
+            waves=ctx.waves,
+            tuf=tuf,
+            clock=ctx.clock,
+        ),
+        reads=Reads(
+            auth,
+            ctx.store,
+            ctx.cache,
+            show,
+            regions=ctx.regions,
+            replica=replica_name(ctx.elector),
+        ),
+        watches=Watches(auth, ctx.store, ctx.cache, show),
+        deletes=Deletes(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.sessions,
+            shared_blobs=ctx.shared_blobs,
+            projector=ctx.projector,
+        ),
+        devices=AdminDevices(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.sessions,
+            regions=ctx.regions,
+            clock=ctx.clock,
+            projector=ctx.projector,
+        ),
+        rollouts=AdminRollouts(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            tuf=tuf,
+            clock=ctx.clock,
+            rollouts=ctx.rollouts,
+            waves=ctx.waves,
+        ),
+        tokens=Tokens(
+            auth,
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.ca,
+            region=ctx.region,
+            config=ctx.config.tokens,
+            dashboard=ctx.dashboard,
+            clock=ctx.clock,
+        ),
+        artifacts=Artifacts(
+            auth,
+            artifact_receiver(ctx),
+            AllowanceReceiver(ctx.store, ctx.cache, ctx.writer, tuf=tuf),
+            tuf=tuf,
+            clock=ctx.clock,
+        ),
+    )
+
+
+def artifact_receiver(ctx: HubContext) -> ArtifactReceiver:
+    """PushArtifact's receiver (hub.api.push), with what it uses."""
+    return ArtifactReceiver(
+        ctx.store,
+        ctx.cache,
+        ctx.writer,
+        ctx.blobs,
+        tuf=ctx.held_tuf,  # replaced when the repository changes (tufwatch, a region's relay)
+        tuf_shared=ctx.tuf_shared,
+        shared_blobs=ctx.shared_blobs,
+    )
+
+
+def device_servicer(
+    ctx: HubContext, *, on_evidence: EvidenceHandler | None = None
+) -> DeviceServicer:
+    """DeviceService (hub.api.devicesync), with what it uses; ``on_evidence``: the
+    attestation controller's."""
+    return DeviceServicer(
+        ctx.cache,
+        ctx.writer,
+        ctx.projector,
+        ctx.sessions,
+        ctx.ca,
+        ctx.blobs,
+        ctx.secret_keys,
+        region=ctx.region,
+        limits=ctx.config.devices,
+        reserved_labels=ctx.config.enrollment.reserved_labels,
+        pcrs=ctx.config.attestation.pcrs,
+        device_lifetime_s=ctx.config.certificates.device_lifetime_s,
+        sync_seconds=ctx.metrics.sync_seconds,
+        tuf=ctx.held_tuf,  # replaced when the repository changes (tufwatch, a region's relay)
+        shared_blobs=ctx.shared_blobs,
+        clock=ctx.clock,
+        on_evidence=on_evidence,
+    )
+
+
+def dashboard_server(ctx: HubContext, listen: str) -> DashboardServer:
+    """The web dashboard (hub.api.dashboard; needs aiohttp), with what it uses."""
+    from hub.api.dashboard.serving import Dashboard, DashboardServer
+
+    show = Showing(
+        ctx.cache,
+        ctx.projector,
+        region=ctx.region,
+        regions=ctx.regions,
+        waves=ctx.waves,
+        rollouts=ctx.rollouts,
+    )
+    dashboard = Dashboard(ctx.cache, show, ctx.dashboard, region=ctx.region, clock=ctx.clock)
+    return DashboardServer(dashboard, ctx.paths, listen)
+
+
 def attestation_controller(ctx: HubContext) -> AttestationController:
     """The attestation controller (:mod:`hub.controllers.attestation`), wired."""
     return AttestationController(
@@ -246,7 +403,6 @@ def attestation_controller(ctx: HubContext) -> AttestationController:
 
 def tuf_watcher(ctx: HubContext) -> TufWatcher:
     """The watcher of ``D/tuf/`` (:mod:`hub.controllers.tufwatch`), wired."""
-    assert ctx.held_tuf is not None
     return TufWatcher(
         ctx.paths.data_dir,
         ctx.held_tuf,
@@ -258,7 +414,6 @@ def tuf_watcher(ctx: HubContext) -> TufWatcher:
 
 def parent_link(ctx: HubContext, files: ParentFiles) -> ParentLink:
     """A regional hub's link to its root (:mod:`hub.controllers.parentlink`), wired."""
-    assert ctx.held_tuf is not None
     return ParentLink(
         files,
         data_dir=ctx.paths.data_dir,
@@ -329,21 +484,60 @@ async def start_server(
     if ctx.elector is not None:
         interceptors.append(LeaderWrites(ctx.elector))
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
-    devices = DeviceServicer(ctx, on_evidence=on_evidence)
+    devices = device_servicer(ctx, on_evidence=on_evidence)
     # Not the generated add_*_to_server: malformed messages must get INVALID_ARGUMENT.
     add_servicer(server, devices, device_pb2.DESCRIPTOR.services_by_name["DeviceService"])
     add_servicer(
         server,
-        EnrollmentServicer(ctx),
+        EnrollmentServicer(
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.projector,
+            ctx.ca,
+            region=ctx.region,
+            limits=ctx.config.enrollment,
+            device_lifetime_s=ctx.config.certificates.device_lifetime_s,
+            replica_addresses=ctx.config.replica_addresses,
+            ek_cas=ctx.paths.data_dir / EK_CA_DIR,
+            clock=ctx.clock,
+        ),
         enrollment_pb2.DESCRIPTOR.services_by_name["EnrollmentService"],
     )
-    add_servicer(server, AdminServicer(ctx), admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
-    if ctx.regions is not None:  # federation (hub.api.regions): regional hubs enroll and stream in
+    add_servicer(
+        server, _admin_servicer(ctx), admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
+    )
+    if ctx.regions is not None:  # federation (hub.api.federation): regional hubs enroll, stream in
         services = federation_pb2.DESCRIPTOR.services_by_name
-        add_servicer(
-            server, HubEnrollmentServicer(ctx, ctx.regions), services["HubEnrollmentService"]
+        hub_enrollment = HubEnrollmentServicer(
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.ca,
+            ctx.regions,
+            region=ctx.region,
+            limits=ctx.config.enrollment,
+            region_lifetime_s=ctx.config.certificates.region_lifetime_s,
+            replica_addresses=ctx.config.replica_addresses,
+            clock=ctx.clock,
         )
-        add_servicer(server, FederationServicer(ctx, ctx.regions), services["FederationService"])
+        add_servicer(server, hub_enrollment, services["HubEnrollmentService"])
+        federation = FederationServicer(
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.blobs,
+            ctx.ca,
+            ctx.regions,
+            region=ctx.region,
+            replica=replica_name(ctx.elector),
+            region_lifetime_s=ctx.config.certificates.region_lifetime_s,
+            tuf=ctx.held_tuf,
+            waves=ctx.waves,
+            shared_blobs=ctx.shared_blobs,
+            clock=ctx.clock,
+        )
+        add_servicer(server, federation, services["FederationService"])
     port = server.add_secure_port(listen, _server_credentials(ctx.paths, mutual=True))
     enroll_port = server.add_secure_port(
         enroll_listen, _server_credentials(ctx.paths, mutual=False)
@@ -559,9 +753,7 @@ async def _serve(
                 f"dashboardListen {dashboard_listen!r} needs the aiohttp package, which is not "
                 "installed: pip install 'edgefleet[dashboard]'"
             )
-        from hub.api.dashboard.serving import DashboardServer
-
-        components.append(DashboardServer(ctx, dashboard_listen))
+        components.append(dashboard_server(ctx, dashboard_listen))
     if ready is not None:
         ready.set()
     # systemd (Type=notify): ready once the gRPC server listens; watchdog pings from this loop

@@ -15,8 +15,8 @@
   several addresses it sticks to the one that works and, when a session fails, dials the
   next (:mod:`edgefleet.failover`, as edged's hub link does: the backoff grows once per
   round of every address). Every root replica shares the root's CA, so the same pinned CA
-  and certificate work at each. Each slice
-  is applied whole (:func:`plan_apply`, pure): artifacts the region lacks are fetched from
+  and certificate work at each. Each slice is applied whole
+  (:func:`hub.decide.regionslice.plan_apply`, pure): artifacts the region lacks are fetched from
   the root first and stored only if their bytes have the signed digest and length; then every
   object and model record the slice adds, changes or drops is written in **one** transaction
   with ``/federation/state`` (generation, digest); a slice older than the one applied is
@@ -71,6 +71,7 @@ from hub import pki
 from hub.controllers.objectstatus import shown_object
 from hub.controllers.rollout import RolloutController, targeted
 from hub.decide import regionslice
+from hub.decide.regionslice import StoredValue
 from hub.decide.rollout import Revision
 from hub.decide.status import revisions_of, wanted_revision
 from hub.initializing import HubPaths
@@ -310,14 +311,7 @@ def _payload(envelope: bytes) -> bytes:
     return base64.b64decode(orjson.loads(envelope)["payload"])
 
 
-# -- applying a slice (pure) ----------------------------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class StoredValue:
-    key: str
-    value: bytes
-    mod_revision: int
+# -- applying a slice (decided in hub.decide.regionslice) ------------------------------------
 
 
 @dataclass(frozen=True, slots=True)
@@ -355,82 +349,21 @@ def plan_apply(
     now: float,
     kept: Collection[tuple[str, str]] = frozenset(),
 ) -> ApplyPlan:
-    """What to write so that the store holds ``objects`` and ``models`` as the root's (pure).
-    ``stored_*``: what the store holds now, by key. A local object of the same name is
-    replaced (the root wins); root-owned objects the slice no longer has are deleted; the
-    region's own objects are left alone. A root-owned model (stored from a slice) that the
-    slice no longer has is deleted once nothing refers to it: no deployment of the slice, no
-    object of the region's own, nothing in ``kept`` (the (name, version) of the region's
-    revisions, which a rollback may go back to). The region's own pushes are never deleted."""
-    compares: list[Compare] = []
-    ops: list[Op] = []
-    put_objects: list[Mapping[str, Any]] = []
-    wanted: set[str] = set()
-    for manifest in objects:
-        kind, name = str(manifest["kind"]), str(manifest["metadata"]["name"])
-        key = storekeys.object_key(kind, name)
-        wanted.add(key)
-        had = stored_objects.get(key)
-        owned = had is not None and storekeys.federated_generation(had.value) is not None
-        if owned and had is not None and storekeys.manifest_of(had.value) == manifest:
-            continue
-        created = storekeys.created_of(had.value) if had is not None else now
-        compares.append(Compare(key, had.mod_revision if had is not None else 0))
-        ops.append(Put(key, storekeys.federated_object_value(manifest, created, generation)))
-        put_objects.append(manifest)
-    dropped: list[tuple[str, str]] = []
-    for key, had in sorted(stored_objects.items()):
-        if key in wanted or storekeys.federated_generation(had.value) is None:
-            continue
-        manifest = storekeys.manifest_of(had.value)
-        compares.append(Compare(key, had.mod_revision))
-        ops.append(Delete(key))
-        dropped.append((str(manifest["kind"]), str(manifest["metadata"]["name"])))
-    put_models: list[storekeys.ModelRecord] = []
-    for record in models:
-        key = storekeys.model_key(record.name, record.version)
-        had = stored_models.get(key)
-        doc = {**record.to_json(), "federated": {"generation": generation}}
-        if had is not None:
-            old = storekeys.ModelRecord.from_json(storekeys.loads(had.value))
-            if (old.sha256, old.envelope, old.rollback_allowance, dict(old.extras)) == (
-                record.sha256,
-                record.envelope,
-                record.rollback_allowance,
-                dict(record.extras),
-            ):
-                continue
-        compares.append(Compare(key, had.mod_revision if had is not None else 0))
-        ops.append(Put(key, storekeys.dumps(doc)))
-        put_models.append(record)
-    sent = {storekeys.model_key(r.name, r.version) for r in models}
-    used = set(kept)
-    for manifest in objects:
-        used |= regionslice.models_of(manifest, ())
-    for key, had in stored_objects.items():
-        if key not in wanted and storekeys.federated_generation(had.value) is None:
-            used |= regionslice.models_of(storekeys.manifest_of(had.value), ())  # the region's own
-    dropped_models: list[tuple[str, str]] = []
-    for key, had in sorted(stored_models.items()):
-        if key in sent:
-            continue
-        doc = storekeys.loads(had.value)
-        if not isinstance(doc.get("federated"), Mapping):
-            continue  # pushed at the region: the region's to delete
-        name, version = str(doc["spec"]["name"]), str(doc["spec"]["version"])
-        if (name, version) in used:
-            continue
-        compares.append(Compare(key, had.mod_revision))
-        ops.append(Delete(key))
-        dropped_models.append((name, version))
-    ops.append(Put(STATE_KEY, storekeys.dumps({"generation": generation, "digest": digest})))
+    """:func:`hub.decide.regionslice.plan_apply` (pure: what the slice adds, changes and
+    drops) as the store's transaction, ``/federation/state`` last."""
+    plan = regionslice.plan_apply(
+        generation, digest, objects, models, stored_objects, stored_models, now, kept
+    )
     return ApplyPlan(
-        tuple(compares),
-        tuple(ops),
-        tuple(put_objects),
-        tuple(dropped),
-        tuple(put_models),
-        tuple(dropped_models),
+        tuple(Compare(w.key, w.expected) for w in plan.writes),
+        (
+            *(Put(w.key, w.value) if w.value is not None else Delete(w.key) for w in plan.writes),
+            Put(STATE_KEY, plan.state),
+        ),
+        plan.put_objects,
+        plan.dropped_objects,
+        plan.put_models,
+        plan.dropped_models,
     )
 
 

@@ -61,6 +61,7 @@ from hub.state import storekeys
 from hub.state.batchloop import GIVE_UP_AFTER, BatchLoop
 from hub.state.cache import Cache
 from hub.state.projector import Projector
+from hub.state.snapshots import snapshot_of
 from hub.state.store import Delete, Put, Store
 from hub.state.writer import DeviceWriter, PreparedEvent
 
@@ -178,7 +179,8 @@ class Scheduler:
         pinned = {name: set(devices) for name, devices in cache.desired.by_deployment().items()}
         current = {k: v for k, v in cache.placements.items() if k in cache.deployments}
         draining = {k: v for k, v in cache.draining.items() if k in cache.deployments}
-        bound = state_bound(cache, region=self._region)  # None: no device could exceed it
+        # None: no device could exceed it
+        bound = state_bound(snapshot_of(cache), region=self._region)
         return _Snapshot(
             deployments,
             nodes,

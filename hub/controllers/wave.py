@@ -1,16 +1,16 @@
 """The root hub's wave controller: applies :func:`hub.decide.wave.plan_waves` to every deployment.
 
-A root hub (one with regional hubs, :mod:`hub.api.regions`) keeps a
+A root hub (one with regional hubs, :mod:`hub.state.regions`) keeps a
 :class:`hub.decide.wave.WaveState`
 per ModelDeployment at ``/waves/NAME``. The state of a new revision is written by the rollout
 controller in the same transaction as the revision itself (:meth:`WaveController.revision_ops`,
 its ``revision_hook``), so no revision exists without the state that says which regions get
 it. Then, every :data:`TICK` (and when woken), one pass looks at every deployment in waves:
-what each region last reported of it (:class:`hub.api.regions.Regions`), the plan's next step,
+what each region last reported of it (:class:`hub.state.regions.Regions`), the plan's next step,
 written with a compare-and-swap on the state's mod revision, then its events. The slices the
 root streams to its regions read :meth:`WaveController.manifest_for`: a region not released
 yet (or after a rollback) gets the stable revision; every state written (or, on a follower
-replica, followed) wakes the regions' streams (:meth:`hub.api.regions.Regions.changed`), so a
+replica, followed) wakes the regions' streams (:meth:`hub.state.regions.Regions.changed`), so a
 wave released reaches its regions at once, not at the streams' next poll. A root restarted
 at any moment goes on from the stored states; a wave judges a region by a report received
 on its current connection only (until the region reconnects and reports, a wave waits: a
@@ -37,7 +37,6 @@ from edgefleet.api import ModelDeployment
 from edgefleet.errors import CompareFailed, EdgefleetError
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
-from hub.api.regions import Regions
 from hub.decide import regionslice
 from hub.decide.analysis import Analysis, History, Sample
 from hub.decide.rollout import Revision, RolloutState, template_hash
@@ -55,11 +54,12 @@ from hub.decide.wave import (
     resume,
     stable_of,
     start,
-    waves_status,
 )
+from hub.decide.wavestatus import waves_status
 from hub.decide.weighing import newly_excluded
 from hub.state import storekeys
 from hub.state.cache import Cache
+from hub.state.regions import Regions
 from hub.state.store import Compare, Delete, EventType, Put, Store
 from hub.state.store import Event as StoreEvent
 from hub.state.store.electing import Elector

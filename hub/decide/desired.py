@@ -1,7 +1,8 @@
-"""A device's desired state, computed here: what exactly it is sent (pure over the cache).
+"""A device's desired state, computed here: what exactly it is sent (pure over a
+:class:`hub.decide.fleetview.FleetView`, which the state wing makes from its cache).
 
 :func:`build_desired` places deployments with :func:`hub.decide.placement.project`, sends each the
-revision its rollout assigns this device (:meth:`hub.state.cache.Cache.revision_for`: the
+revision its rollout assigns this device (:meth:`hub.decide.fleetview.FleetView.revision_for`: the
 stable one, or the one being rolled out once the device was given it), leaves out those
 whose model was not pushed and those mounting a Secret that may not go to this device (a TPM
 it lacks; a placement it matches only through labels it chose: :mod:`hub.decide.labeltrust`), each
@@ -13,15 +14,17 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Collection, Mapping
+from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
 
 import orjson
 
 from edgefleet.api import PRIORITY_CLASSES, PriorityClass
 from hub.decide.devices import Device, TrustState
+from hub.decide.fleetview import FleetView, SecretVersion
 from hub.decide.labeltrust import untrusted_match
 from hub.decide.modelclaim import one_per_model
+from hub.decide.nodes import accelerator_slots
 from hub.decide.placement import (
     Projection,
     SecurityPolicy,
@@ -30,10 +33,7 @@ from hub.decide.placement import (
     tpm_attested,
 )
 from hub.decide.priority import classes_of
-from hub.decide.rollout import Revision
-from hub.decide.schedule import accelerator_slots
-from hub.state.cache import Cache
-from hub.state.secrets import secret_refs
+from hub.decide.revisions import Revision
 
 SEALED_SECRET_BYTES = 4 * 64 * 1024 // 3 + 512
 """The most one sealed secret takes in a desired state (64 KiB of values, base64 inside)."""
@@ -55,7 +55,7 @@ class FleetPolicies:
     priority_classes: Mapping[str, int] = field(default_factory=dict)  # applied, by name
     tpm_secrets: frozenset[str] = frozenset()  # Secrets with spec.requireTpm, by name
     # what build_desired computed once for many devices with these policies (a projection
-    # batch shares one FleetPolicies; the cache does not change during it): digests by the
+    # batch shares one FleetPolicies; the fleet does not change during it): digests by the
     # parts hashed, manifest rewrites by revision
     digests: dict[tuple[object, ...], str] = field(default_factory=dict, compare=False, repr=False)
     rewrites: dict[int, tuple[Revision, tuple[bool, list[str], int | None]]] = field(
@@ -63,15 +63,15 @@ class FleetPolicies:
     )
 
     @classmethod
-    def of(cls, cache: Cache) -> FleetPolicies:
-        classes = classes_of(o.manifest for o in cache.objects_of(PriorityClass.KIND))
+    def of(cls, view: FleetView) -> FleetPolicies:
+        classes = classes_of(o.manifest for o in view.objects_of(PriorityClass.KIND))
         return cls(
-            cache.security_policy(),
-            tuple(o.encoded for o in cache.objects_of("DeviceHealthPolicy")),
-            cache.trust_roots,
-            tuple(o.encoded for o in cache.objects_of("SecurityBaseline")),
+            view.security_policy(),
+            tuple(o.encoded for o in view.objects_of("DeviceHealthPolicy")),
+            view.trust_roots,
+            tuple(o.encoded for o in view.objects_of("SecurityBaseline")),
             {name: c.value for name, c in classes.items()},
-            cache.tpm_secrets(),
+            view.tpm_secrets(),
         )
 
 
@@ -96,7 +96,7 @@ class DesiredContent:
 
 def build_desired(
     device: Device,
-    cache: Cache,
+    view: FleetView,
     *,
     previous: frozenset[str],
     region: str,
@@ -105,24 +105,24 @@ def build_desired(
     placements: Mapping[str, Collection[str]] | None = None,
     left_out: Mapping[str, str] | None = None,
 ) -> DesiredContent:
-    """What ``device`` should be sent (pure over the cache). ``fleet``: what applies to every
-    device, read from the cache once per batch (read here when not given). ``planned``:
+    """What ``device`` should be sent (pure over ``view``). ``fleet``: what applies to every
+    device, read from ``view`` once per batch (read here when not given). ``planned``:
     revisions to send instead of the rollout's choice, by deployment (an apply is checked
     against the worst case: its new revisions on every device they reach). ``placements``:
-    the scheduler's, by ``replicas.total`` deployment (default: the devices the cache says
-    are sent it now, :attr:`hub.state.cache.Cache.sent_placements`). ``left_out``: deployments not
-    sent, with the reason shown for each (:func:`build_within_bound`)."""
-    fleet = fleet or FleetPolicies.of(cache)
+    the scheduler's, by ``replicas.total`` deployment (default: the devices ``view`` says
+    are sent it now, :attr:`hub.decide.fleetview.FleetView.sent_placements`). ``left_out``:
+    deployments not sent, with the reason shown for each (:func:`build_within_bound`)."""
+    fleet = fleet or FleetPolicies.of(view)
     projection: Projection = project(
         device,
-        cache.deployments.values(),
+        view.deployments.values(),
         previous=previous,
         policy=fleet.security,
         region=region,
-        placed=cache.sent_placements if placements is None else placements,
+        placed=view.sent_placements if placements is None else placements,
     )
     # one deployment per model name on a device, whatever was stored (hub.decide.modelclaim)
-    projection = one_per_model(projection, cache.deployments, previous=previous)
+    projection = one_per_model(projection, view.deployments, previous=previous)
     labels = device.all_labels()
     excluded = dict(projection.excluded)
     names: list[str] = []
@@ -136,12 +136,12 @@ def build_desired(
         if left_out and name in left_out:
             excluded[name] = left_out[name]
             continue
-        revision = (planned or {}).get(name) or cache.revision_for(name, device.name)
+        revision = (planned or {}).get(name) or view.revision_for(name, device.name)
         if revision is None:
             excluded[name] = "no revision made yet (the rollout controller makes one)"
             continue
         model_name, version = revision.model
-        model = cache.models.get((model_name, version))
+        model = view.models.get((model_name, version))
         if model is None:
             excluded[name] = f"model {model_name} {version} has not been pushed"
             continue
@@ -150,7 +150,7 @@ def build_desired(
         if tpm_needed is not None:  # never sent: a workload without its secret does not run
             excluded[name] = tpm_needed
             continue
-        dep = cache.deployments.get(name)
+        dep = view.deployments.get(name)
         chosen = untrusted_match(dep, device, region, mounted=mounts) if dep else None
         if chosen is not None:  # a Secret follows only labels no device chose
             excluded[name] = chosen
@@ -168,7 +168,7 @@ def build_desired(
     allowances = sorted(set(allowances))
     secrets = secret_refs(
         mounted,
-        cache.secrets,
+        view.secrets,
         require_attestation=fleet.security.require_attestation,
         trusted=device.attestation.state is TrustState.TRUSTED,
         tpm_secrets=fleet.tpm_secrets,
@@ -208,24 +208,24 @@ def _desc(name: str) -> tuple[int, ...]:
 
 def build_within_bound(
     device: Device,
-    cache: Cache,
+    view: FleetView,
     *,
     previous: frozenset[str],
     region: str,
     fleet: FleetPolicies | None = None,
     limit: int = MAX_DESIRED_STATE_BYTES,
 ) -> DesiredContent:
-    """:func:`build_desired`, kept within what a device can receive (pure over the cache):
+    """:func:`build_desired`, kept within what a device can receive (pure over ``view``):
     whatever path made the state too large (a wave's slice, a label, a push, a placement the
     scheduler could not foresee), the device still gets a state it can receive, without the
     deployments :func:`shed_order` names first, each left out with the reason. Apply and the
     scheduler refuse what would overfill a device (:mod:`hub.decide.statebound`); this is the net
     under them, so a device never stops receiving updates."""
-    fleet = fleet or FleetPolicies.of(cache)
-    content = build_desired(device, cache, previous=previous, region=region, fleet=fleet)
+    fleet = fleet or FleetPolicies.of(view)
+    content = build_desired(device, view, previous=previous, region=region, fleet=fleet)
     if wire_size(content) <= limit:
         return content
-    priority = {n: _priority_of(cache, n, fleet) for n in content.deployments}
+    priority = {n: _priority_of(view, n, fleet) for n in content.deployments}
     reason = (
         f"not sent: the device's desired state would exceed {limit / 2**20:.2f} MiB, the most "
         "a device can receive (deployments it was not sent before, then the lowest priority, "
@@ -235,17 +235,17 @@ def build_within_bound(
     for name in shed_order(content.deployments, previous, priority):
         left_out[name] = reason
         content = build_desired(
-            device, cache, previous=previous, region=region, fleet=fleet, left_out=left_out
+            device, view, previous=previous, region=region, fleet=fleet, left_out=left_out
         )
         if wire_size(content) <= limit:
             break
     return content
 
 
-def _priority_of(cache: Cache, name: str, fleet: FleetPolicies) -> int:
+def _priority_of(view: FleetView, name: str, fleet: FleetPolicies) -> int:
     """A deployment's priority as the scheduler ranks it: ``priority``, else its class's (an
     applied PriorityClass's value, else a built-in one's), else 0."""
-    dep = cache.deployments.get(name)
+    dep = view.deployments.get(name)
     if dep is None:
         return 0
     spec = dep.spec
@@ -376,26 +376,26 @@ def _rewritten(encoded: bytes, per_device: bool, accelerator: str, priority: int
 
 
 def wire_size_bound(
-    cache: Cache, fleet: FleetPolicies, *, planned: Mapping[str, Revision] | None = None
+    view: FleetView, fleet: FleetPolicies, *, planned: Mapping[str, Revision] | None = None
 ) -> int:
     """At least :func:`wire_size` of what :func:`build_desired` makes for any device of
-    ``cache`` (pure; same ``fleet`` and ``planned``): as if a device were sent every
+    ``view`` (pure; same ``fleet`` and ``planned``): as if a device were sent every
     deployment, each with the largest of the revisions it may get (``planned``'s, else any
-    the cache keeps for it) in its largest rewrite, with its model's metadata and rollback
+    ``view`` keeps for it) in its largest rewrite, with its model's metadata and rollback
     allowance and every Secret those revisions mount. Costs deployments x revisions, not
     devices: when it fits, no device's state can be over the limit."""
     manifests = [len(m) for m in (*fleet.health_policies, *fleet.baselines)]
     metadata: list[int] = []
     allowances: list[int] = []
     mounted: set[str] = set()
-    for name in cache.deployments:
+    for name in view.deployments:
         if planned is not None and name in planned:
             revisions = [planned[name]]
         else:
-            revisions = list(cache.revisions.get(name, {}).values())
+            revisions = list(view.revisions.get(name, {}).values())
         largest = envelope = allowance = 0
         for revision in revisions:
-            model = cache.models.get(revision.model)
+            model = view.models.get(revision.model)
             if model is None:  # never sent (excluded: not pushed)
                 continue
             largest = max(largest, _largest_manifest(revision, fleet.priority_classes))
@@ -409,7 +409,7 @@ def wire_size_bound(
             metadata.append(envelope)
             if allowance:
                 allowances.append(allowance)
-    sealed = len(mounted & set(cache.secrets)) * SEALED_SECRET_BYTES
+    sealed = len(mounted & set(view.secrets)) * SEALED_SECRET_BYTES
     return sum(n + 6 for n in (*manifests, *metadata, *allowances)) + 64 + sealed
 
 
@@ -422,18 +422,18 @@ def wire_size(content: DesiredContent) -> int:
 
 
 def replica_wire_size(
-    cache: Cache, fleet: FleetPolicies, name: str, *, planned: Revision | None = None
+    view: FleetView, fleet: FleetPolicies, name: str, *, planned: Revision | None = None
 ) -> int:
     """At least the bytes deployment ``name`` adds to a device's desired state when sent there
-    (pure): its largest revision (of those the cache keeps and ``planned``, one not made yet)
+    (pure): its largest revision (of those ``view`` keeps and ``planned``, one not made yet)
     in its largest rewrite, its model's metadata and rollback allowance, every Secret its
     revisions mount (0: none whose model was pushed, so it is never sent). What the scheduler
     counts per placement (:mod:`hub.decide.statebound`)."""
     largest = envelope = allowance = 0
     mounted: set[str] = set()
-    revisions = list(cache.revisions.get(name, {}).values())
+    revisions = list(view.revisions.get(name, {}).values())
     for revision in [*revisions, planned] if planned is not None else revisions:
-        model = cache.models.get(revision.model)
+        model = view.models.get(revision.model)
         if model is None:  # never sent (excluded: not pushed)
             continue
         largest = max(largest, _largest_manifest(revision, fleet.priority_classes))
@@ -445,5 +445,28 @@ def replica_wire_size(
     if not largest:
         return 0
     parts = [largest, envelope, *([allowance] if allowance else [])]
-    sealed: int = len(mounted & set(cache.secrets)) * SEALED_SECRET_BYTES
+    sealed: int = len(mounted & set(view.secrets)) * SEALED_SECRET_BYTES
     return sum(n + 6 for n in parts) + sealed
+
+
+def secret_refs(
+    mounted: Iterable[str],
+    records: Mapping[str, SecretVersion],
+    *,
+    require_attestation: bool,
+    trusted: bool,
+    tpm_secrets: Collection[str] = frozenset(),
+    tpm_attested: bool = False,
+) -> tuple[tuple[str, int], ...]:
+    """Pure: the (name, version) of every secret a device is sent: mounted by a workload it
+    runs, existing, and — when attestation is required — only to a trusted device; one of
+    ``tpm_secrets`` (``spec.requireTpm``) only to a ``tpm_attested`` device."""
+    if require_attestation and not trusted:
+        return ()
+    return tuple(
+        sorted(
+            (name, records[name].version)
+            for name in set(mounted)
+            if name in records and (tpm_attested or name not in tpm_secrets)
+        )
+    )

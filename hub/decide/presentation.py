@@ -6,7 +6,7 @@
   generation and deployments).
 * Stored objects: the canonical manifest as applied; a ModelDeployment gets a computed
   ``status`` (:func:`hub.decide.status.deployment_status`).
-* Models: :meth:`hub.state.storekeys.ModelRecord.to_json`; bootstrap tokens (kind
+* Models: :meth:`hub.decide.records.ModelRecord.to_json`; bootstrap tokens (kind
   ``BootstrapToken``): :func:`token_object`, never with their secret.
 
 Every object gets ``metadata.uid`` (stable while the object exists: derived from its store key
@@ -25,14 +25,13 @@ from typing import Any
 from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
 from edgefleet.timestamps import rfc3339
 from hub.decide.devices import Device, WorkloadReport
+from hub.decide.nodes import Explanation
 from hub.decide.placement import SecurityPolicy, taints_for
-from hub.decide.schedule import Explanation
+from hub.decide.records import KIND_DEVICE, DesiredRecord, ModelRecord, TokenRecord
 from hub.decide.status import deployment_status
-from hub.state import storekeys
-from hub.state.tokens import TokenRecord
 
 KIND_TOKEN = "BootstrapToken"
-KIND_REGION = "Region"  # a regional hub below a root (hub.api.regions.region_object): shown only
+KIND_REGION = "Region"  # a regional hub below a root (hub.state.regions.region_object): shown only
 REGION_MANAGED = (
     "a Region is made by enrolling its regional hub (hub token create --for-region NAME at the "
     "root, then hub init --parent on the region's machine) and ended with edgectl regions "
@@ -96,7 +95,7 @@ def _workloads(device: Device) -> dict[str, Any]:
 def device_object(
     device: Device,
     policy: SecurityPolicy,
-    desired: storekeys.DesiredRecord | None,
+    desired: DesiredRecord | None,
     excluded: Mapping[str, str] | None = None,
 ) -> dict[str, Any]:
     """A device as operators see it; ``excluded``: why each deployment it does not run is
@@ -111,7 +110,7 @@ def device_object(
         metadata["creationTimestamp"] = rfc3339(device.enrolled_at)
     return {
         "apiVersion": API_VERSION,
-        "kind": storekeys.KIND_DEVICE,
+        "kind": KIND_DEVICE,
         "metadata": metadata,
         "spec": {"labels": record["labels"], "cordoned": device.cordoned},
         "status": {
@@ -176,7 +175,7 @@ def object_labels(doc: Mapping[str, Any]) -> Mapping[str, str]:
     return labels
 
 
-def model_object(record: storekeys.ModelRecord) -> dict[str, Any]:
+def model_object(record: ModelRecord) -> dict[str, Any]:
     doc = record.to_json()
     doc["metadata"] = {**doc["metadata"], "creationTimestamp": rfc3339(record.pushed_at)}
     doc["status"] = {**doc["status"], "pushedAt": rfc3339(record.pushed_at)}

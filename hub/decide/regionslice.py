@@ -1,7 +1,9 @@
 """Federation's pure decisions (docs/federation.md): which objects and artifacts a region is
 owed (its *slice*), the bounds on what a regional hub reports, and how the root adds the
-regions' reports into what ``edgectl`` shows. No I/O, no clock: tested as tables in
-``tests/hub/test_hub_slicing.py``.
+regions' reports into what ``edgectl`` shows; at a region, what applying a slice writes
+(:func:`plan_apply`). No I/O, no clock, no protobuf (the messages are
+mapped, and a region's report checked against these bounds, in :mod:`hub.state.regionmapping`):
+tested as tables in ``tests/hub/test_hub_federation.py`` and ``tests/hub/test_hub_waving.py``.
 
 A ModelDeployment goes to the regions its ``spec.placement.regions`` lists, or to every region
 when it lists none; DeviceHealthPolicy and SecurityBaseline objects go to every region. A region
@@ -16,19 +18,26 @@ at apply (:func:`override_problems`).
 
 from __future__ import annotations
 
-import functools
 import hashlib
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from edgefleet.api import Precision
-from edgefleet.api.meta import dns_label, label_key, label_value
+from edgefleet.api.meta import dns_label
 from edgefleet.api.validating import one_of
-from edgefleet.timestamps import rfc3339
-from edgefleet.v1 import federation_pb2
+from hub.decide.records import (
+    ModelRecord,
+    created_of,
+    dumps,
+    federated_generation,
+    federated_object_value,
+    loads,
+    manifest_of,
+    model_key,
+    object_key,
+)
 from hub.decide.rollout import MAX_WEIGHT
-from hub.state import storekeys
 
 MAX_SLICE_OBJECTS = 2000
 MAX_SLICE_BYTES = 4 * 1024 * 1024 - 64 * 1024  # gRPC's message limit on both ends, less framing
@@ -51,7 +60,7 @@ class Slice:
     """What a region is owed: canonical manifests, model records, trust roots, a digest."""
 
     objects: tuple[Mapping[str, Any], ...]
-    models: tuple[storekeys.ModelRecord, ...]
+    models: tuple[ModelRecord, ...]
     trust_roots: tuple[bytes, ...]
     digest: str
 
@@ -227,7 +236,7 @@ def models_of(
 def plan_slice(
     region: str,
     objects: Iterable[Mapping[str, Any]],
-    models: Mapping[tuple[str, str], storekeys.ModelRecord],
+    models: Mapping[tuple[str, str], ModelRecord],
     revision_models: Mapping[str, Iterable[tuple[str, str]]],
     trust_roots: Sequence[bytes],
 ) -> Slice:
@@ -247,160 +256,135 @@ def plan_slice(
     records = tuple(models[m] for m in sorted(wanted) if m in models)
     h = hashlib.sha256()
     for o in chosen:
-        h.update(storekeys.dumps(o))
+        h.update(dumps(o))
     for r in records:
-        h.update(storekeys.dumps(r.to_json()))
+        h.update(dumps(r.to_json()))
     for root in trust_roots:
         h.update(hashlib.sha256(root).digest())
     return Slice(tuple(chosen), records, tuple(trust_roots), h.hexdigest())
 
 
-def slice_message(s: Slice, generation: int) -> federation_pb2.RegionSlice:
-    return federation_pb2.RegionSlice(
-        generation=generation,
-        objects=[storekeys.dumps(o) for o in s.objects],
-        models=[
-            federation_pb2.FederatedModel(
-                name=m.name,
-                version=m.version,
-                sha256=m.sha256,
-                length=m.length,
-                envelope=m.envelope,
-                extras=dict(m.extras),
-                rollback_allowance=m.rollback_allowance,
-                pushed_at=m.pushed_at,
-            )
-            for m in s.models
-        ],
-        trust_roots=list(s.trust_roots),
-        digest=s.digest,
+# -- applying a slice at a region ----------------------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class StoredValue:
+    """A key as the region's store holds it."""
+
+    key: str
+    value: bytes
+    mod_revision: int
+
+
+@dataclass(frozen=True, slots=True)
+class Write:
+    """One key of a slice's apply: written (``value``) or deleted (None), only while its mod
+    revision is still ``expected`` (0: the key does not exist)."""
+
+    key: str
+    value: bytes | None
+    expected: int
+
+
+@dataclass(frozen=True, slots=True)
+class SliceApply:
+    """What makes the region's store hold the slice, as one transaction (the caller maps it to
+    the store's operations): ``writes`` in order, then ``state`` (the slice's generation and
+    digest) at the federation's state key."""
+
+    writes: tuple[Write, ...]
+    state: bytes
+    put_objects: tuple[Mapping[str, Any], ...]
+    dropped_objects: tuple[tuple[str, str], ...]
+    put_models: tuple[ModelRecord, ...]
+    dropped_models: tuple[tuple[str, str], ...] = ()  # root-owned models no longer used
+
+
+def plan_apply(
+    generation: int,
+    digest: str,
+    objects: Sequence[Mapping[str, Any]],
+    models: Sequence[ModelRecord],
+    stored_objects: Mapping[str, StoredValue],
+    stored_models: Mapping[str, StoredValue],
+    now: float,
+    kept: Collection[tuple[str, str]] = frozenset(),
+) -> SliceApply:
+    """What to write so that the store holds ``objects`` and ``models`` as the root's (pure).
+    ``stored_*``: what the store holds now, by key. A local object of the same name is
+    replaced (the root wins); root-owned objects the slice no longer has are deleted; the
+    region's own objects are left alone. A root-owned model (stored from a slice) that the
+    slice no longer has is deleted once nothing refers to it: no deployment of the slice, no
+    object of the region's own, nothing in ``kept`` (the (name, version) of the region's
+    revisions, which a rollback may go back to). The region's own pushes are never deleted."""
+    writes: list[Write] = []
+    put_objects: list[Mapping[str, Any]] = []
+    wanted: set[str] = set()
+    for manifest in objects:
+        kind, name = str(manifest["kind"]), str(manifest["metadata"]["name"])
+        key = object_key(kind, name)
+        wanted.add(key)
+        had = stored_objects.get(key)
+        owned = had is not None and federated_generation(had.value) is not None
+        if owned and had is not None and manifest_of(had.value) == manifest:
+            continue
+        created = created_of(had.value) if had is not None else now
+        value = federated_object_value(manifest, created, generation)
+        writes.append(Write(key, value, had.mod_revision if had is not None else 0))
+        put_objects.append(manifest)
+    dropped: list[tuple[str, str]] = []
+    for key, had in sorted(stored_objects.items()):
+        if key in wanted or federated_generation(had.value) is None:
+            continue
+        manifest = manifest_of(had.value)
+        writes.append(Write(key, None, had.mod_revision))
+        dropped.append((str(manifest["kind"]), str(manifest["metadata"]["name"])))
+    put_models: list[ModelRecord] = []
+    for record in models:
+        key = model_key(record.name, record.version)
+        had = stored_models.get(key)
+        doc = {**record.to_json(), "federated": {"generation": generation}}
+        if had is not None:
+            old = ModelRecord.from_json(loads(had.value))
+            if (old.sha256, old.envelope, old.rollback_allowance, dict(old.extras)) == (
+                record.sha256,
+                record.envelope,
+                record.rollback_allowance,
+                dict(record.extras),
+            ):
+                continue
+        writes.append(Write(key, dumps(doc), had.mod_revision if had is not None else 0))
+        put_models.append(record)
+    sent = {model_key(r.name, r.version) for r in models}
+    used = set(kept)
+    for manifest in objects:
+        used |= models_of(manifest, ())
+    for key, had in stored_objects.items():
+        if key not in wanted and federated_generation(had.value) is None:
+            used |= models_of(manifest_of(had.value), ())  # the region's own
+    dropped_models: list[tuple[str, str]] = []
+    for key, had in sorted(stored_models.items()):
+        if key in sent:
+            continue
+        doc = loads(had.value)
+        if not isinstance(doc.get("federated"), Mapping):
+            continue  # pushed at the region: the region's to delete
+        name, version = str(doc["spec"]["name"]), str(doc["spec"]["version"])
+        if (name, version) in used:
+            continue
+        writes.append(Write(key, None, had.mod_revision))
+        dropped_models.append((name, version))
+    return SliceApply(
+        tuple(writes),
+        dumps({"generation": generation, "digest": digest}),
+        tuple(put_objects),
+        tuple(dropped),
+        tuple(put_models),
+        tuple(dropped_models),
     )
 
 
-# -- what a region sends -------------------------------------------------------------------
-
-
-def _text(problems: list[str], path: str, value: str, limit: int = MAX_NAME) -> None:
-    if len(value) > limit:
-        problems.append(f"{path}: at most {limit} characters, got {len(value)}")
-
-
-@functools.lru_cache(maxsize=4096)
-def _label_problem(key: str, value: str) -> str | None:
-    """What is wrong with one label (None: valid); remembered, as a region's devices mostly
-    share their labels and every report lists them all."""
-    try:
-        label_key(key)
-        label_value(value)
-    except ValueError as exc:
-        return str(exc)
-    return None
-
-
-def check_report(report: federation_pb2.RegionReport) -> list[str]:
-    """Every problem of a region's report (empty: within bounds); each names its field."""
-    problems: list[str] = []
-    if len(report.deployments) > MAX_REPORT_DEPLOYMENTS:
-        problems.append(
-            f"report.deployments: at most {MAX_REPORT_DEPLOYMENTS}, got {len(report.deployments)}"
-        )
-    seen: set[str] = set()
-    for i, d in enumerate(report.deployments[:MAX_REPORT_DEPLOYMENTS]):
-        path = f"report.deployments[{i}]"
-        _text(problems, f"{path}.name", d.name)
-        if d.name in seen:
-            problems.append(f"{path}.name: {d.name!r} twice")
-        seen.add(d.name)
-        if not d.updated <= d.desired or not d.ready <= d.desired:
-            problems.append(f"{path}: updated and ready must not exceed desired ({d.desired})")
-        if len(d.failing) > MAX_FAILING:
-            problems.append(f"{path}.failing: at most {MAX_FAILING}, got {len(d.failing)}")
-        for device, reason in list(d.failing.items())[:MAX_FAILING]:
-            _text(problems, f"{path}.failing[{device[:64]!r}]", device)
-            _text(problems, f"{path}.failing[{device[:64]!r}]", reason, MAX_TEXT)
-        if len(d.versions) > MAX_VERSIONS:
-            problems.append(f"{path}.versions: at most {MAX_VERSIONS}, got {len(d.versions)}")
-        for version in list(d.versions)[:MAX_VERSIONS]:
-            _text(problems, f"{path}.versions", version, 128)
-        _text(problems, f"{path}.rollout_phase", d.rollout_phase, 64)
-        _text(problems, f"{path}.rollout_template", d.rollout_template, 64)
-        _text(problems, f"{path}.stable_template", d.stable_template, 64)
-        _text(problems, f"{path}.rollout_reason", d.rollout_reason, 64)
-        _text(problems, f"{path}.rollout_message", d.rollout_message, MAX_TEXT)
-        if len(d.revision_figures) > MAX_REVISION_FIGURES:
-            problems.append(
-                f"{path}.revision_figures: at most {MAX_REVISION_FIGURES}, "
-                f"got {len(d.revision_figures)}"
-            )
-        for j, f in enumerate(d.revision_figures[:MAX_REVISION_FIGURES]):
-            fpath = f"{path}.revision_figures[{j}]"
-            _text(problems, f"{fpath}.template", f.template, 64)
-            if f.errors > f.requests:
-                problems.append(f"{fpath}.errors: more than its requests ({f.requests})")
-            if f.accuracy_devices > f.devices:
-                problems.append(f"{fpath}.accuracy_devices: more than its devices ({f.devices})")
-            for name, value in (("latency_p95_s", f.latency_p95_s), ("accuracy", f.accuracy)):
-                if f.HasField(name) and not 0.0 <= value <= 1e6:
-                    problems.append(f"{fpath}.{name}: must be from 0 to 1e6, got {value}")
-            if len(f.validation_problems) > MAX_VALIDATION_PROBLEMS:
-                problems.append(
-                    f"{fpath}.validation_problems: at most {MAX_VALIDATION_PROBLEMS}, "
-                    f"got {len(f.validation_problems)}"
-                )
-            for device, why in list(f.validation_problems.items())[:MAX_VALIDATION_PROBLEMS]:
-                _text(problems, f"{fpath}.validation_problems", device)
-                _text(problems, f"{fpath}.validation_problems[{device[:64]!r}]", why, MAX_TEXT)
-    inv = report.inventory
-    if len(inv.devices) > MAX_REPORT_DEVICES:
-        problems.append(
-            f"report.inventory.devices: at most {MAX_REPORT_DEVICES}, got {len(inv.devices)}"
-        )
-    if len(inv.by_phase) > MAX_PHASES:
-        problems.append(f"report.inventory.by_phase: at most {MAX_PHASES}, got {len(inv.by_phase)}")
-    if len(inv.devices) > inv.total:
-        problems.append(f"report.inventory.total: {inv.total} is less than the devices listed")
-    for i, dev in enumerate(inv.devices[:MAX_REPORT_DEVICES]):
-        path = f"report.inventory.devices[{i}]"
-        _text(problems, f"{path}.name", dev.name)
-        _text(problems, f"{path}.phase", dev.phase, 32)
-        _text(problems, f"{path}.attestation", dev.attestation, 32)
-        if len(dev.labels) > MAX_LABELS:
-            problems.append(f"{path}.labels: at most {MAX_LABELS}, got {len(dev.labels)}")
-        for k, v in list(dev.labels.items())[:MAX_LABELS]:
-            problem = _label_problem(k, v)
-            if problem is not None:
-                problems.append(f"{path}.labels[{k[:64]!r}]: {problem}")
-        if len(dev.deployments) > MAX_REPORT_DEPLOYMENTS:
-            problems.append(f"{path}.deployments: at most {MAX_REPORT_DEPLOYMENTS}")
-        if len(problems) > 50:
-            break
-    return problems
-
-
 # -- what the root shows --------------------------------------------------------------------
-
-
-def region_deployment_json(d: federation_pb2.RegionDeploymentStatus) -> dict[str, Any]:
-    return {
-        "desiredDevices": d.desired,
-        "updatedDevices": d.updated,
-        "readyDevices": d.ready,
-        "availableDevices": d.available,
-        "failing": dict(sorted(d.failing.items())),
-        "versions": dict(sorted(d.versions.items())),
-        **(
-            {
-                "rollout": {
-                    "phase": d.rollout_phase,
-                    "revision": d.rollout_revision,
-                    **({"reason": d.rollout_reason} if d.rollout_reason else {}),
-                    **({"message": d.rollout_message} if d.rollout_message else {}),
-                }
-            }
-            if d.rollout_phase
-            else {}
-        ),
-    }
 
 
 def add_regions(
@@ -429,22 +413,3 @@ def add_regions(
     out["versions"] = dict(sorted(versions.items()))
     out["regions"] = {name: r for name, r in sorted(regions.items())}
     return out
-
-
-def region_device_json(region: str, dev: federation_pb2.RegionDevice) -> dict[str, Any]:
-    """A device of a region as the root shows it (what the region's summary says of it)."""
-    return {
-        "apiVersion": "edgefleet.io/v1",
-        "kind": storekeys.KIND_DEVICE,
-        "metadata": {"name": dev.name, "labels": dict(sorted(dev.labels.items()))},
-        "spec": {"cordoned": dev.cordoned},
-        "status": {
-            "region": region,
-            "phase": dev.phase,
-            "health": {"schedulable": dev.schedulable, "reasons": []},
-            "attestation": {"state": dev.attestation or "Unknown"},
-            "deployments": list(dev.deployments),
-            "lastHeartbeat": rfc3339(dev.last_heartbeat or None),
-            "federated": True,
-        },
-    }

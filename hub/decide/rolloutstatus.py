@@ -23,7 +23,7 @@ from typing import Any
 
 from edgefleet.api.conditions import Condition, ConditionStatus
 from edgefleet.timestamps import rfc3339
-from hub.decide.rollout import Revision, RolloutPhase, RolloutState
+from hub.decide.revisions import Revision, RolloutPhase, RolloutState
 
 MAX_NAMED = 3  # devices a condition's message names before "and N more"
 

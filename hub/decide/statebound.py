@@ -12,7 +12,8 @@ A device can receive a desired state of at most :data:`hub.decide.desired.MAX_DE
   state larger than the bound, or larger still on a device already over it, naming those
   devices. A device already over the bound never blocks an apply that does not grow it.
 
-Pure over the cache (no I/O, no clock); tested as tables in ``tests/hub/test_hub_bounding.py``.
+Pure over a :class:`hub.decide.fleetview.FleetView` (no I/O, no clock); tested as tables in
+``tests/hub/test_hub_bounding.py``.
 """
 
 from __future__ import annotations
@@ -27,19 +28,19 @@ from hub.decide.desired import (
     wire_size,
     wire_size_bound,
 )
-from hub.decide.rollout import Revision, template_hash
-from hub.decide.schedule import StateBound
-from hub.state.cache import Cache
+from hub.decide.fleetview import FleetView
+from hub.decide.nodes import StateBound
+from hub.decide.revisions import Revision, template_hash
 
 
-def unmade_revisions(cache: Cache, names: Iterable[str]) -> dict[str, Revision]:
+def unmade_revisions(view: FleetView, names: Iterable[str]) -> dict[str, Revision]:
     """For each deployment of ``names`` the rollout controller has made no revision of yet,
     the revision it will make (its manifest as applied): counted before it exists."""
     out: dict[str, Revision] = {}
     for name in names:
-        if cache.revisions.get(name):
+        if view.revisions.get(name):
             continue
-        stored = cache.stored.get(("ModelDeployment", name))
+        stored = view.stored.get(("ModelDeployment", name))
         if stored is not None:
             manifest = stored.manifest
             out[name] = Revision(name, 0, template_hash(manifest), manifest, 0.0)
@@ -47,22 +48,22 @@ def unmade_revisions(cache: Cache, names: Iterable[str]) -> dict[str, Revision]:
 
 
 def state_bound(
-    cache: Cache, *, region: str, limit: int = MAX_DESIRED_STATE_BYTES
+    view: FleetView, *, region: str, limit: int = MAX_DESIRED_STATE_BYTES
 ) -> StateBound | None:
-    """What the scheduler must keep within ``limit`` (pure over the cache); None when no
+    """What the scheduler must keep within ``limit`` (pure over ``view``); None when no
     device's state could exceed it even with every deployment on it (the common case: costs
     deployments x revisions, not devices)."""
-    fleet = FleetPolicies.of(cache)
-    totals = [n for n, d in cache.deployments.items() if d.spec.replicas.per_device is None]
-    planned = unmade_revisions(cache, totals)
-    if wire_size_bound(cache, fleet, planned=planned) <= limit:
+    fleet = FleetPolicies.of(view)
+    totals = [n for n, d in view.deployments.items() if d.spec.replicas.per_device is None]
+    planned = unmade_revisions(view, totals)
+    if wire_size_bound(view, fleet, planned=planned) <= limit:
         return None
     base: dict[str, int] = {}
-    for name, device in cache.devices.items():
-        previous = cache.desired.get(name)
+    for name, device in view.devices.items():
+        previous = view.desired.get(name)
         content = build_desired(
             device,
-            cache,
+            view,
             previous=frozenset(previous.deployments) if previous else frozenset(),
             region=region,
             fleet=fleet,
@@ -70,7 +71,7 @@ def state_bound(
         )
         base[name] = wire_size(content)
     replica = {
-        name: replica_wire_size(cache, fleet, name, planned=planned.get(name)) for name in totals
+        name: replica_wire_size(view, fleet, name, planned=planned.get(name)) for name in totals
     }
     return StateBound(limit, base, replica)
 
@@ -90,26 +91,26 @@ def refused_devices(
 
 
 def grown_past_bound(
-    cache: Cache,
-    trial: Cache,
+    view: FleetView,
+    trial: FleetView,
     *,
     planned: Mapping[str, Revision],
     region: str,
     limit: int = MAX_DESIRED_STATE_BYTES,
 ) -> list[tuple[str, int]]:
     """The devices whose desired state an apply would make too large (:func:`refused_devices`),
-    with their sizes after it (pure over the caches). ``cache``: as it is; ``trial``: with the
+    with their sizes after it (pure over the views). ``view``: as it is; ``trial``: with the
     apply's objects; ``planned``: its new revisions, counted on every device they reach (the
     worst case of a rollout). A ``replicas.total`` deployment counts where it is placed now:
     the scheduler places it anywhere else only where it fits (:func:`state_bound`)."""
     fleet = FleetPolicies.of(trial)
     if wire_size_bound(trial, fleet, planned=planned) <= limit:
         return []  # no device's state can be larger: not built device by device
-    fleet_now = FleetPolicies.of(cache)
+    fleet_now = FleetPolicies.of(view)
     before: dict[str, int] = {}
     after: dict[str, int] = {}
-    for name, device in sorted(cache.devices.items()):
-        record = cache.desired.get(name)
+    for name, device in sorted(view.devices.items()):
+        record = view.desired.get(name)
         previous = frozenset(record.deployments) if record else frozenset()
         content = build_desired(
             device,
@@ -118,10 +119,10 @@ def grown_past_bound(
             region=region,
             fleet=fleet,
             planned=planned,
-            placements=cache.sent_placements,
+            placements=view.sent_placements,
         )
         after[name] = wire_size(content)
         if after[name] > limit:  # was it as large before the apply?
-            now = build_desired(device, cache, previous=previous, region=region, fleet=fleet_now)
+            now = build_desired(device, view, previous=previous, region=region, fleet=fleet_now)
             before[name] = wire_size(now)
     return refused_devices(before, after, limit)

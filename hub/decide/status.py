@@ -33,8 +33,8 @@ from edgefleet.api import ModelDeployment
 from edgefleet.api.conditions import Condition, ConditionStatus
 from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
 from hub.decide.labeltrust import secrets_withheld, withheld_message
+from hub.decide.nodes import Explanation
 from hub.decide.placement import labels_mismatch
-from hub.decide.schedule import Explanation
 
 SWITCHING = frozenset(
     {

@@ -30,12 +30,11 @@ from edgefleet.trust.envelopes import (
     parse_envelope_bytes,
 )
 from edgefleet.trust.versions import compare_versions, version_key
-from hub.controllers.rollout import targeted
 from hub.decide.devices import RevisionPhase
-from hub.decide.rollout import RolloutState
+from hub.decide.fleetview import FleetView
+from hub.decide.records import ModelRecord
+from hub.decide.revisions import RolloutState
 from hub.decide.status import revisions_of
-from hub.state.cache import Cache
-from hub.state.storekeys import ModelRecord
 
 MAX_NAMED = 3  # devices a refusal names before "and N more"
 # what a device reports of a revision it has admitted (its signed metadata was accepted)
@@ -182,20 +181,20 @@ def signed_of(record: ModelRecord) -> Signed | None:
 
 
 def held_by_device(
-    cache: Cache, deployment: str, model: str, devices: Iterable[str]
+    view: FleetView, deployment: str, model: str, devices: Iterable[str]
 ) -> dict[str, list[Signed]]:
     """Per targeted device that reports ``deployment``: the versions of ``model`` it reports
     admitted (loading, serving, draining, failed after admission), as the hub holds them
     signed. A device that reports nothing of it is left out (nothing known)."""
     out: dict[str, list[Signed]] = {}
     for name in devices:
-        device = cache.devices.get(name)
+        device = view.devices.get(name)
         report = device.workloads.get(deployment) if device is not None else None
         if report is None:
             continue
         held = []
         for rev in revisions_of(report):
-            record = cache.models.get((model, rev.model_version))
+            record = view.models.get((model, rev.model_version))
             if rev.phase not in ADMITTED or record is None:
                 continue
             if rev.sha256 and rev.sha256 != record.sha256:
@@ -257,24 +256,24 @@ def _tuf_grant(record: ModelRecord, tuf: Any) -> RollbackAllowance | None:
 
 
 def undo_refused(
-    cache: Cache, tuf: Any, name: str, state: RolloutState, to: int, now: float
+    view: FleetView, tuf: Any, name: str, state: RolloutState, to: int, now: float
 ) -> str | None:
     """Why ``rollout undo`` of ``name`` to revision ``to`` would be refused by devices (None:
     nothing says so): what the devices placed for it hold, against revision ``to``'s signed
     model."""
-    revisions = cache.revisions.get(name, {})
+    revisions = view.revisions.get(name, {})
     target = revisions.get(to)
-    record = cache.models.get(target.model) if target is not None else None
+    record = view.models.get(target.model) if target is not None else None
     signed = signed_of(record) if record is not None else None
     if target is None or record is None or signed is None:
         return None  # not pushed (or unreadable): the apply's own guard rails say so
     model, version = target.model
     before = revisions.get(state.previous)
     previous = before.model[1] if before is not None and before.model[0] == model else None
-    devices = targeted(cache, name)
+    devices = view.placed_on(name)
     refusals = undo_refusals(
         signed,
-        held_by_device(cache, name, model, devices),
+        held_by_device(view, name, model, devices),
         allowed=has_allowance(record, tuf, now),
         previous=previous,
     )

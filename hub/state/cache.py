@@ -14,10 +14,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgefleet.api import ModelDeployment, parse_manifest
-from edgefleet.api.secrets import requires_tpm
+from hub.decide import fleetview
 from hub.decide.analysis import TimelineSample
 from hub.decide.devices import Device
 from hub.decide.placement import SecurityPolicy
+from hub.decide.records import StoredObject
 from hub.decide.rollout import Revision, RolloutState
 from hub.decide.schedule import Explanation
 from hub.state import feed as kinds
@@ -26,6 +27,8 @@ from hub.state.desiredrecords import DesiredRecords
 from hub.state.feed import ChangeFeed
 from hub.state.secrets import SecretRecord, record_of
 from hub.state.store import Store
+
+__all__ = ["StoredObject"]  # plain data the deciders read too (hub.decide.records)
 
 MAX_EVENTS = 1000
 
@@ -50,21 +53,6 @@ class EventLog(deque[dict[str, Any]]):
         """The events appended after ``position`` (of :attr:`appended`) still held."""
         missed = min(self.appended - position, len(self))
         return list(self)[len(self) - missed :] if missed > 0 else []
-
-
-@dataclass(frozen=True, slots=True)
-class StoredObject:
-    """An operator object as applied: its canonical manifest and the revision it was written at."""
-
-    kind: str
-    name: str
-    manifest: Mapping[str, Any]
-    revision: int
-    encoded: bytes = b""  # the manifest as sent to devices: encoded once, shared by all
-
-    def __post_init__(self) -> None:
-        if not self.encoded:
-            object.__setattr__(self, "encoded", storekeys.dumps(self.manifest))
 
 
 @dataclass(slots=True)
@@ -291,22 +279,16 @@ class Cache:
 
     def revision_for(self, deployment: str, device: str) -> Revision | None:
         """The revision of ``deployment`` that ``device`` is sent (None: none made yet)."""
-        state = self.rollouts.get(deployment)
-        if state is None:
-            return None
-        return self.revisions.get(deployment, {}).get(state.revision_for(device))
+        return fleetview.revision_of(self.rollouts, self.revisions, deployment, device)
 
     def objects_of(self, kind: str) -> list[StoredObject]:
-        return sorted((o for (k, _), o in self.stored.items() if k == kind), key=lambda o: o.name)
+        return fleetview.objects_of(self.stored, kind)
 
     def tpm_secrets(self) -> frozenset[str]:
         """The names of the Secrets with ``spec.requireTpm`` (sent only to TPM-attested
-        devices: hub.state.secrets.secret_refs)."""
-        return frozenset(o.name for o in self.objects_of("Secret") if requires_tpm(o.manifest))
+        devices: hub.decide.desired.secret_refs)."""
+        return fleetview.tpm_secrets_of(self.stored)
 
     def security_policy(self) -> SecurityPolicy:
         """Every SecurityBaseline applies fleet-wide; any one requiring attestation wins."""
-        spec = [o.manifest.get("spec", {}) for o in self.objects_of("SecurityBaseline")]
-        tpm = any(bool(s.get("requireTpm") or s.get("requireMeasurementPcr")) for s in spec)
-        require = tpm or any(bool(s.get("requireAttestation")) for s in spec)
-        return SecurityPolicy(require_attestation=require)
+        return fleetview.security_policy_of(self.stored)

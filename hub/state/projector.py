@@ -25,6 +25,7 @@ from hub.state import storekeys
 from hub.state.batchloop import GIVE_UP_AFTER, BatchLoop
 from hub.state.cache import Cache
 from hub.state.sessions import Sessions
+from hub.state.snapshots import snapshot_of
 from hub.state.store import Put, Store
 
 FLEET_WIDE = (kinds.OBJECTS, kinds.MODEL, kinds.TRUST)
@@ -58,7 +59,7 @@ class Projector:
         self._dirty: set[str] = set()
         self._all = False  # every device is owed (mark_all), expanded when the batch runs
         self.marked = 0  # devices projected so far (tests and benchmarks count them)
-        # a root's region streams (hub.api.regions.Regions.changed), told by mark_all and by
+        # a root's region streams (hub.state.regions.Regions.changed), told by mark_all and by
         # every rollout step: what changes every device's state (an apply, a push, a new
         # revision, trust roots) may change the regions' slices too; one device's marks (its
         # labels, health) do not
@@ -102,7 +103,8 @@ class Projector:
 
     async def project(self, names: Iterable[str]) -> None:
         changed: dict[str, tuple[DesiredContent, storekeys.DesiredRecord | None]] = {}
-        fleet = FleetPolicies.of(self._cache)
+        view = snapshot_of(self._cache)  # the deciders read plain data, not the cache
+        fleet = FleetPolicies.of(view)
         for name in sorted(set(names)):
             device = self._cache.devices.get(name)
             if device is None:
@@ -111,7 +113,7 @@ class Projector:
             previous = self._cache.desired.get(name)
             content = build_within_bound(  # never a state the device cannot receive
                 device,
-                self._cache,
+                view,
                 previous=frozenset(previous.deployments) if previous else frozenset(),
                 region=self._region,
                 fleet=fleet,

@@ -12,14 +12,14 @@
   "ciphertext"}`` (AES-256-GCM, the name and version as associated data:
   :mod:`edgefleet.sealing`). Its version starts at 1 and grows by one with every apply that
   changes a value; an apply with the same values is unchanged.
-* :func:`secret_refs` (pure) says which secrets (name, version) a device is owed: those its
-  workloads mount, none when a SecurityBaseline requires attestation and the device's last
-  verdict is not Trusted, and those with ``spec.requireTpm`` only when the device is
-  TPM-attested (:func:`hub.decide.placement.tpm_attested`; a deployment mounting one is not placed
-  on
-  other devices: :func:`hub.decide.placement.secret_tpm_mismatch`). The references are part of the
-  desired state's digest, so a new version is a new generation. :func:`seal_for` seals them
-  to the device's certificate key when the state is sent (never stored so).
+* :func:`hub.decide.desired.secret_refs` (pure, importable from here) says which secrets (name,
+  version) a device is owed: those its workloads mount, none when a SecurityBaseline requires
+  attestation and the device's last verdict is not Trusted, and those with ``spec.requireTpm``
+  only when the device is TPM-attested (:func:`hub.decide.placement.tpm_attested`; a deployment
+  mounting one is not placed on other devices: :func:`hub.decide.placement.secret_tpm_mismatch`).
+  The references are part of the desired state's digest, so a new version is a new generation.
+  :func:`seal_for` seals them to the device's certificate key when the state is sent (never
+  stored so).
 """
 
 from __future__ import annotations
@@ -45,6 +45,9 @@ from edgefleet.sealing import (
     seal_at_rest,
     seal_for_device,
 )
+from hub.decide.desired import secret_refs
+
+__all__ = ["secret_refs"]  # decided in hub.decide.desired, importable from here as before
 
 log = get_logger(__name__)
 
@@ -242,29 +245,6 @@ def plan_record(
 
 def mounted_by(deployments: Iterable[ModelDeployment]) -> set[str]:
     return {m.name for d in deployments for m in d.spec.secrets}
-
-
-def secret_refs(
-    mounted: Iterable[str],
-    records: Mapping[str, SecretRecord],
-    *,
-    require_attestation: bool,
-    trusted: bool,
-    tpm_secrets: Collection[str] = frozenset(),
-    tpm_attested: bool = False,
-) -> tuple[tuple[str, int], ...]:
-    """Pure: the (name, version) of every secret a device is sent: mounted by a workload it
-    runs, existing, and — when attestation is required — only to a trusted device; one of
-    ``tpm_secrets`` (``spec.requireTpm``) only to a ``tpm_attested`` device."""
-    if require_attestation and not trusted:
-        return ()
-    return tuple(
-        sorted(
-            (name, records[name].version)
-            for name in set(mounted)
-            if name in records and (tpm_attested or name not in tpm_secrets)
-        )
-    )
 
 
 def seal_for(

@@ -1,6 +1,6 @@
 """Regions' reports shared through the store, so that every root replica sees every region.
 
-A regional hub streams to one root replica (:class:`hub.api.regions.FederationServicer`); with
+A regional hub streams to one root replica (:class:`hub.api.federation.FederationServicer`); with
 hub replicas on etcd (docs/etcd.md) the leader's wave controller, and the admin reads of every
 other replica, must still see what that region last reported. The replica a region streams to
 writes (:class:`ReportPublisher`, one per stream, through the store itself, not the leader's
@@ -8,7 +8,7 @@ fenced store: any replica writes it, as any replica writes the records of its de
 
     /regionreports/REGION   {"region", "replica", "reportedAt", "report": base64 of the
                             RegionReport as received (bounded by
-                            hub.decide.regionslice.check_report)}
+                            hub.state.regionmapping.check_report)}
     /regionlinks/REGION     {"region", "replica", "connected", "connectedAt", "seenAt"}
 
 * the report when it changed, at most once every :data:`WRITE_INTERVAL_S` (reports arrive at
@@ -22,7 +22,7 @@ fenced store: any replica writes it, as any replica writes the records of its de
   region on one replica replaces the first).
 
 Every replica (the leader included) follows both prefixes with a watch
-(:meth:`hub.api.regions.Regions.follow_store`) and loads them when it starts, so a restarted root
+(:meth:`hub.state.regions.Regions.follow_store`) and loads them when it starts, so a restarted root
 shows the last reports at once, each with its age (``reportedAt``). A region is connected
 when the replica it streams to is this one, or when its link says so and was refreshed within
 :data:`STALE_S` (:func:`link_alive`: a replica that died stops refreshing, and its regions

@@ -20,14 +20,14 @@ import re
 import secrets
 import string
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
-from typing import Any
-
-import orjson
+from dataclasses import replace
 
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.errors import CompareFailed, TokenError, TokenRefusal
+from hub.decide.records import TokenRecord
 from hub.state.store import Compare, Put, Store
+
+__all__ = ["TokenRecord"]  # plain data the deciders read too (hub.decide.records)
 
 PREFIX = "/bootstraptokens/"
 _ALPHABET = string.ascii_lowercase + string.digits
@@ -39,69 +39,6 @@ MAX_TTL_S = 366 * 24 * 3600.0
 MAX_DESCRIPTION = 256
 MAX_LABELS = 64
 TOKEN_PATTERN = re.compile(rf"([a-z0-9]{{{_ID_LENGTH}}})\.([a-z0-9]{{{_SECRET_LENGTH}}})")
-
-
-@dataclass(frozen=True, slots=True, kw_only=True)
-class TokenRecord:
-    """What the store keeps about a token (never its secret)."""
-
-    id: str
-    secret_sha256: str
-    created: float
-    expires: float
-    single_use: bool = False
-    used: float | None = None
-    """When a single-use token was consumed."""
-    description: str = ""
-    labels: Mapping[str, str] = field(default_factory=dict)
-    """Labels every device enrolled with this token gets; the device cannot override them."""
-    device_labels: bool = True
-    """Whether a device enrolling with this token may add labels of its own."""
-    device_label_prefix: str = ""
-    """If set, the only label keys a device may add are those starting with it."""
-    for_region: str = ""
-    """If set, the token enrolls only the regional hub of that region (federation), never a
-    device; if empty, only devices."""
-    allow_shared_ek: bool = False
-    """Whether a device enrolling with this token may have the TPM (EK) of a device already
-    enrolled: refused by default (``hub token create --allow-shared-ek``; hub.api.enrollment)."""
-
-    def to_json(self) -> bytes:
-        return orjson.dumps(
-            {
-                "id": self.id,
-                "secretSha256": self.secret_sha256,
-                "created": self.created,
-                "expires": self.expires,
-                "singleUse": self.single_use,
-                "used": self.used,
-                "description": self.description,
-                "labels": dict(self.labels),
-                "deviceLabels": self.device_labels,
-                "deviceLabelPrefix": self.device_label_prefix,
-                **({"forRegion": self.for_region} if self.for_region else {}),
-                **({"allowSharedEk": True} if self.allow_shared_ek else {}),
-            },
-            option=orjson.OPT_SORT_KEYS,
-        )
-
-    @classmethod
-    def from_json(cls, data: bytes) -> TokenRecord:
-        doc: dict[str, Any] = orjson.loads(data)
-        return cls(
-            id=doc["id"],
-            secret_sha256=doc["secretSha256"],
-            created=doc["created"],
-            expires=doc["expires"],
-            single_use=doc["singleUse"],
-            used=doc["used"],
-            description=doc["description"],
-            labels=doc["labels"],
-            device_labels=doc.get("deviceLabels", True),
-            device_label_prefix=doc.get("deviceLabelPrefix", ""),
-            for_region=doc.get("forRegion", ""),
-            allow_shared_ek=bool(doc.get("allowSharedEk", False)),
-        )
 
 
 def check_token_request(

@@ -17,8 +17,8 @@ from hubserving import ThreadedHub
 from edgectl.client import ClientError, load_admin_config
 from edgefleet.errors import ConfigError
 from edgefleet.v1 import federation_pb2
-from hub.api.regions import RegionState, region_key
 from hub.state import storekeys
+from hub.state.regions import RegionState, region_key
 
 
 def test_apply_is_idempotent_and_reports_each_object(config: Path, tmp_path: Path) -> None:

@@ -22,10 +22,10 @@ from asynctesting import async_test
 from edgefleet.demo import build_mlp
 from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
-from hub.api.push import PushRefused, receive_artifact
+from hub.api.push import PushRefused
 from hub.context import HubContext
 from hub.initializing import init_hub
-from hub.server import build_context
+from hub.server import artifact_receiver, build_context
 from hub.trustsetup import quickstart_trust
 
 EDGECTL = [sys.executable, "-c", "import sys; from edgectl.cli import main; sys.exit(main())"]
@@ -33,7 +33,7 @@ EDGECTL = [sys.executable, "-c", "import sys; from edgectl.cli import main; sys.
 
 class _Servicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, ctx: HubContext) -> None:
-        self.ctx = ctx
+        self.receiver = artifact_receiver(ctx)
 
     async def PushArtifact(
         self,
@@ -41,7 +41,7 @@ class _Servicer(admin_pb2_grpc.AdminServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.PushArtifactResponse:
         try:
-            return await receive_artifact(self.ctx, request_iterator, now=time.time())
+            return await self.receiver.receive(request_iterator, now=time.time())
         except PushRefused as exc:
             await context.abort(exc.code, str(exc))
             raise AssertionError("unreachable") from None

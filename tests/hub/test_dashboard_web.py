@@ -59,7 +59,7 @@ async def test_admin_certificate_is_let_in_and_a_device_certificate_is_not(
     paths = await make_hub_dir(tmp_path / "hub")
     async with DashboardHub(paths) as d:
         async with (
-            _session(client_tls(paths, d.hub.api.admin(), tmp_path)) as s,
+            _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
             s.get(d.url + "/") as r,
         ):
             assert r.status == 200
@@ -106,15 +106,15 @@ async def test_token_login_expiry_and_revocation(
                 assert r.status == 401
             # expired: refused, with the way out
             ctx = d.hub.ctx
-            ctx.clock = lambda: time.time() + 121
+            d.server.dashboard.clock = lambda: time.time() + 121
             async with fresh.get(d.url + "/", headers=headers) as r:
                 assert r.status == 401
                 assert "expired" in await r.text()
             async with s.get(d.url + "/") as r:  # the cookie too
                 assert r.status == 401
-            ctx.clock = time.time
+            d.server.dashboard.clock = time.time
             # the admin certificate revoked: its tokens are refused
-            serial = format(d.hub.api.admin().certificate.serial_number, "x")
+            serial = format(d.hub.admin().certificate.serial_number, "x")
             ctx.cache.revoked[serial] = "admin"
             async with fresh.get(d.url + "/", headers=headers) as r:
                 assert r.status == 401
@@ -154,7 +154,7 @@ async def test_hostile_device_strings_render_inert(tmp_path: Path) -> None:
         ctx.writer.update(fake_device("cam-1", site=hostile, note='"><img src=x onerror=alert(1)>'))
         ctx.writer.event("Device", "cam-1", "Warning", "Hostile", hostile)
         await ctx.writer.flush()
-        async with _session(client_tls(paths, d.hub.api.admin(), tmp_path)) as s:
+        async with _session(client_tls(paths, d.hub.admin(), tmp_path)) as s:
             for path in ("/", "/devices", "/devices/cam-1", "/events"):
                 async with s.get(d.url + path) as r:
                     assert r.status == 200, path
@@ -176,7 +176,7 @@ async def test_devices_are_paginated_within_bounds(tmp_path: Path) -> None:
         for i in range(120):
             d.hub.ctx.writer.update(fake_device(f"dev-{i:03d}", site="a" if i % 2 else "b"))
         await d.hub.ctx.writer.flush()
-        async with _session(client_tls(paths, d.hub.api.admin(), tmp_path)) as s:
+        async with _session(client_tls(paths, d.hub.admin(), tmp_path)) as s:
 
             async def get(**params: str) -> tuple[int, str]:
                 async with s.get(d.url + "/devices", params=params) as r:
@@ -216,7 +216,7 @@ async def test_events_arrive_live_over_sse(tmp_path: Path) -> None:
     paths = await make_hub_dir(tmp_path / "hub")
     async with (
         DashboardHub(paths) as d,
-        _session(client_tls(paths, d.hub.api.admin(), tmp_path)) as s,
+        _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
     ):
         async with s.get(d.url + "/events/stream") as r:
             assert r.status == 200
@@ -246,7 +246,7 @@ async def test_deployments_pages(tmp_path: Path) -> None:
     }
     async with (
         DashboardHub(paths) as d,
-        _session(client_tls(paths, d.hub.api.admin(), tmp_path)) as s,
+        _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
     ):
         async with d.hub.channel() as channel:
             await d.hub.stub(channel).Apply(
@@ -282,7 +282,7 @@ async def test_models_pages(tmp_path: Path) -> None:
     paths = await make_hub_dir(tmp_path / "hub")
     async with (
         DashboardHub(paths) as d,
-        _session(client_tls(paths, d.hub.api.admin(), tmp_path)) as s,
+        _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
     ):
         count = MODELS_PER_PAGE + 3
         for i in range(count):
@@ -330,7 +330,7 @@ def test_a_fleet_of_10000_is_never_sent_whole(tmp_path: Path) -> None:
         paths = await make_hub_dir(tmp_path / "hub")
         async with (
             DashboardHub(paths) as d,
-            _session(client_tls(paths, d.hub.api.admin(), tmp_path)) as s,
+            _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
         ):
             ctx = d.hub.ctx
             for i in range(10_000):  # 1,000 sites: more groups than the fleet page lists

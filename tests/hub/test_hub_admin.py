@@ -23,6 +23,7 @@ from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionRepor
 from hub.state import storekeys as objects
 from hub.state import tokens
 from hub.state.cache import Cache
+from hub.state.snapshots import snapshot_of
 from hub.state.store import EventType
 from hub.state.storekeys import DesiredRecord
 
@@ -198,7 +199,7 @@ class RacingStore:
         return getattr(self._store, name)
 
     async def get(self, key: str) -> Any:
-        kv = await self._store.get(key)
+        kv = await type(self._store).get(self._store, key)
         await self._store.put(key, objects.object_value({"raced": True}))
         return kv
 
@@ -207,11 +208,16 @@ class RacingStore:
 async def test_a_concurrent_change_aborts_the_whole_apply(tmp_path: Path) -> None:
     async with await served(tmp_path) as hub, hub.channel() as channel:
         store = hub.ctx.store
-        hub.ctx.store = RacingStore(store)
-        code, details = await code_of(
-            hub.stub(channel).Apply(admin_pb2.ApplyRequest(documents=[deployment(), baseline()]))
-        )
-        hub.ctx.store = store
+        racing = RacingStore(store)
+        store.get = racing.get  # type: ignore[method-assign]  # the servicers' store, racing
+        try:
+            code, details = await code_of(
+                hub.stub(channel).Apply(
+                    admin_pb2.ApplyRequest(documents=[deployment(), baseline()])
+                )
+            )
+        finally:
+            del store.get  # type: ignore[method-assign]
         assert code is grpc.StatusCode.ABORTED
         assert "nothing was written; try again" in details
         for kind, name in (("ModelDeployment", "fraud"), ("SecurityBaseline", "fleet")):
@@ -276,7 +282,7 @@ async def test_a_certificate_from_another_ca_is_refused_at_the_handshake(tmp_pat
 @async_test
 async def test_a_revoked_admin_certificate_is_refused(tmp_path: Path) -> None:
     async with await served(tmp_path) as hub:
-        admin = hub.api.admin()
+        admin = hub.admin()
         hub.ctx.cache.revoked[format(admin.certificate.serial_number, "x")] = "admin"
         async with hub.channel() as channel:
             code, details = await code_of(
@@ -885,7 +891,9 @@ async def test_baselines_go_to_every_device_with_its_desired_state(tmp_path: Pat
             admin_pb2.ApplyRequest(documents=[baseline(requireSandbox=True)])
         )
         device = hub.ctx.cache.devices["cam-2"]
-        content = build_desired(device, hub.ctx.cache, previous=frozenset(), region=REGION)
+        content = build_desired(
+            device, snapshot_of(hub.ctx.cache), previous=frozenset(), region=REGION
+        )
         sent = [orjson.loads(m) for m in content.manifests]
         assert [(m["kind"], m["spec"].get("requireSandbox")) for m in sent] == [
             ("SecurityBaseline", True)

@@ -18,6 +18,7 @@ from edgefleet.v1 import admin_pb2
 from hub.decide.desired import build_desired
 from hub.decide.devices import Device, DevicePhase
 from hub.state import storekeys as objects
+from hub.state.snapshots import snapshot_of
 from hub.trustsetup import make_quickstart_trust, publisher_key_path
 
 SHA = "ab" * 32
@@ -84,7 +85,9 @@ async def test_an_allowance_is_checked_kept_and_sent_with_its_version(tmp_path: 
         )
         await stub.Apply(admin_pb2.ApplyRequest(documents=[dep]))
         device = Device("cam-1", phase=DevicePhase.READY)
-        content = build_desired(device, hub.ctx.cache, previous=frozenset(), region=hub.ctx.region)
+        content = build_desired(
+            device, snapshot_of(hub.ctx.cache), previous=frozenset(), region=hub.ctx.region
+        )
         assert content.rollback_allowances == (good,)
         assert content.artifact_metadata == (b"{signed}",)
 

@@ -23,6 +23,7 @@ from hub.decide.schedule import Node, StateBound, schedule
 from hub.decide.statebound import grown_past_bound, refused_devices, state_bound
 from hub.state import storekeys
 from hub.state.cache import Cache
+from hub.state.snapshots import snapshot_of
 
 LIMIT = MAX_DESIRED_STATE_BYTES  # 3.94 MiB
 BIG = 840_000  # the deployments: about 840 KB each
@@ -225,14 +226,14 @@ def test_an_oversize_device_refuses_only_the_applies_that_grow_it() -> None:
     ]
     for doc, refused in cases:
         trial, planned = trial_of(cache, doc)
-        got = grown_past_bound(cache, trial, planned=planned, region="eu")
+        got = grown_past_bound(snapshot_of(cache), snapshot_of(trial), planned=planned, region="eu")
         assert [name for name, _ in got] == refused, doc["metadata"]["name"]
         assert all(size > LIMIT for _, size in got)
 
 
 def test_the_scheduler_given_the_caches_bound_brings_an_oversize_device_back_under_it() -> None:
     cache = oversize_fleet()
-    bound = state_bound(cache, region="eu")
+    bound = state_bound(snapshot_of(cache), region="eu")
     assert bound is not None and bound.limit == LIMIT
     assert set(bound.replica) == {f"big{i}" for i in range(6)}
     assert all(BIG < size < BIG + 2_000 for size in bound.replica.values())
@@ -245,4 +246,4 @@ def test_the_scheduler_given_the_caches_bound_brings_an_oversize_device_back_und
     assert {e.reason for e in result.evictions} == {"device's desired state over 3.94 MiB"}
     # a fleet that fits (the common case) is not built device by device
     small = Cache(devices=dict(cache.devices))
-    assert state_bound(small, region="eu") is None
+    assert state_bound(snapshot_of(small), region="eu") is None

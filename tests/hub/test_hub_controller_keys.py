@@ -15,7 +15,6 @@ from asynctesting import async_test, eventually
 from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.v1 import admin_pb2
-from hub.api.regions import Regions
 from hub.controllers import rollout
 from hub.controllers.wave import WaveController
 from hub.decide.devices import Device
@@ -25,6 +24,7 @@ from hub.state import feed as kinds
 from hub.state.cache import Cache
 from hub.state.desiredrecords import DesiredRecords
 from hub.state.heldtuf import HeldTuf
+from hub.state.regions import Regions
 from hub.state.store import open_hub_store
 from hub.state.storekeys import DesiredRecord
 from hub.state.workloop import KeyLoop

@@ -1,4 +1,4 @@
-"""A device's desired state (``hub.decide.desired``, pure over a Cache): what a projection batch
+"""A device's desired state (``hub.decide.desired``, pure over a FleetView): what a projection batch
 works out once for many devices gives each the same as working it out for it alone; the size
 an apply checks before building each device's state (``wire_size_bound``) is at least every
 device's actual size, whatever its labels, placements and assigned revisions."""
@@ -20,6 +20,7 @@ from hub.decide.devices import Device, DevicePhase
 from hub.decide.rollout import Revision, RolloutState, template_hash
 from hub.state import storekeys
 from hub.state.cache import Cache
+from hub.state.snapshots import snapshot_of
 
 
 def deployment(name: str, version: str = "1.0.0", **spec: Any) -> dict[str, Any]:
@@ -89,10 +90,10 @@ def test_the_bound_covers_every_device_and_every_revision_it_may_be_sent() -> No
         for name, m in manifests.items()
         if name != "rolled"
     }
-    fleet = FleetPolicies.of(cache)
+    fleet = FleetPolicies.of(snapshot_of(cache))
     assert fleet.health_policies  # every device gets it: counted in the bound too
     placements = {"total": frozenset(devices)}
-    bound = wire_size_bound(cache, fleet, planned=planned)
+    bound = wire_size_bound(snapshot_of(cache), fleet, planned=planned)
     sizes = {
         name: wire_size(
             build_desired(
@@ -117,7 +118,7 @@ def test_the_bound_covers_every_device_and_every_revision_it_may_be_sent() -> No
 
 def test_an_empty_hub_is_bounded_by_the_envelope() -> None:
     cache = Cache()
-    assert wire_size_bound(cache, FleetPolicies.of(cache)) == 64
+    assert wire_size_bound(snapshot_of(cache), FleetPolicies.of(snapshot_of(cache))) == 64
 
 
 def test_a_batch_shares_work_between_devices_and_gives_each_what_it_alone_would_get() -> None:
@@ -144,13 +145,14 @@ def test_a_batch_shares_work_between_devices_and_gives_each_what_it_alone_would_
         cache.models[(name, "1.0.0")] = model(name, "1.0.0", 100)
         cache.revisions[name] = {1: Revision(name, 1, "t", m, 0.0)}
         cache.rollouts[name] = RolloutState(name, revision=1, stable=1)
-    shared = FleetPolicies.of(cache)
+    shared = FleetPolicies.of(snapshot_of(cache))
     batch = {
-        n: build_desired(d, cache, previous=frozenset(), region="eu", fleet=shared)
+        n: build_desired(d, snapshot_of(cache), previous=frozenset(), region="eu", fleet=shared)
         for n, d in devices.items()
     }
     alone = {
-        n: build_desired(d, cache, previous=frozenset(), region="eu") for n, d in devices.items()
+        n: build_desired(d, snapshot_of(cache), previous=frozenset(), region="eu")
+        for n, d in devices.items()
     }
     assert batch == alone
     # four kinds of device (site a or b, with an npu or not): four states, hashed once each
@@ -179,12 +181,14 @@ def test_a_state_over_the_bound_is_never_built_for_sending_it_sheds_the_least_wa
     names = ["a", "b", "c", "d", "e", "f"]
     cache = _perdevice_fleet(names, e=100)
     device = cache.devices["d"]
-    full = build_desired(device, cache, previous=frozenset(), region="eu")
+    full = build_desired(device, snapshot_of(cache), previous=frozenset(), region="eu")
     assert set(full.deployments) == set(names)
     each = wire_size(full) // len(names)
     limit = wire_size(full) - 2 * each + each // 2  # room for four of six, not five
 
-    within = build_within_bound(device, cache, previous=frozenset("ab"), region="eu", limit=limit)
+    within = build_within_bound(
+        device, snapshot_of(cache), previous=frozenset("ab"), region="eu", limit=limit
+    )
     assert wire_size(within) <= limit
     kept = set(within.deployments)
     # a and b were sent before: kept; e has the highest priority: kept; d and f (the last by
@@ -193,7 +197,7 @@ def test_a_state_over_the_bound_is_never_built_for_sending_it_sheds_the_least_wa
     for name in ("d", "f"):
         assert within.excluded[name].startswith("not sent: the device's desired state would")
     # within the bound: the same as build_desired, nothing left out
-    assert build_within_bound(device, cache, previous=frozenset(), region="eu") == full
+    assert build_within_bound(device, snapshot_of(cache), previous=frozenset(), region="eu") == full
 
 
 def test_the_shed_order_keeps_what_runs_then_priority_then_name() -> None:

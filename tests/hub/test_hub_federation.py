@@ -8,6 +8,7 @@ import asyncio
 import collections
 import dataclasses
 import functools
+import time
 from collections.abc import AsyncIterator, Callable, Coroutine
 from datetime import timedelta
 from pathlib import Path
@@ -23,14 +24,14 @@ from edgefleet.launching import free_port_pair
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc, federation_pb2, federation_pb2_grpc
 from hub import pki
-from hub.api import regions as regions_module
-from hub.api.regions import Regions, RegionState, revoke_region
 from hub.controllers import parentlink
 from hub.controllers.parentlink import StoredValue, enroll_with_parent, plan_apply
 from hub.decide import regionslice
 from hub.initializing import HubPaths, init_hub
 from hub.server import build_context, parent_link, start_server
-from hub.state import storekeys, tokens
+from hub.state import regionmapping, storekeys, tokens
+from hub.state import regions as regions_module
+from hub.state.regions import Regions, RegionState, revoke_region
 from hub.state.store import Delete, Put
 from hub.trustsetup import quickstart_trust
 
@@ -89,7 +90,7 @@ def test_a_slice_carries_the_models_of_its_deployments_and_their_revisions() -> 
     assert again.digest == s.digest
     other = regionslice.plan_slice("eu", objects, models, {}, [b"root2"])
     assert other.digest != s.digest
-    message = regionslice.slice_message(s, 7)
+    message = regionmapping.slice_message(s, 7)
     assert message.models[1].envelope == b"{}" and message.generation == 7
 
 
@@ -179,14 +180,14 @@ def report(devices: int = 1, **fields: Any) -> federation_pb2.RegionReport:
 )
 def test_a_report_over_a_bound_is_refused_naming_the_field(change: Any, problem: str) -> None:
     r = report()
-    assert regionslice.check_report(r) == []
+    assert regionmapping.check_report(r) == []
     change(r)
-    assert any(problem in p for p in regionslice.check_report(r)), regionslice.check_report(r)
+    assert any(problem in p for p in regionmapping.check_report(r)), regionmapping.check_report(r)
 
 
 def test_too_many_devices_in_a_report() -> None:
     r = report(devices=regionslice.MAX_REPORT_DEVICES + 1)
-    assert any("report.inventory.devices: at most" in p for p in regionslice.check_report(r))
+    assert any("report.inventory.devices: at most" in p for p in regionmapping.check_report(r))
 
 
 def test_the_root_adds_every_regions_figures() -> None:
@@ -211,8 +212,9 @@ def test_the_root_adds_every_regions_figures() -> None:
 
 
 class Root:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, region_lifetime_s: float | None = None) -> None:
         self.tmp = tmp
+        self.region_lifetime_s = region_lifetime_s  # [certificates] regionLifetime, if not default
 
     async def __aenter__(self) -> Root:
         port = free_port_pair()
@@ -224,6 +226,14 @@ class Root:
         )
         self.paths = result.paths
         self.ctx = await build_context(self.paths.data_dir)
+        if self.region_lifetime_s is not None:
+            c = self.ctx.config
+            self.ctx.config = dataclasses.replace(
+                c,
+                certificates=dataclasses.replace(
+                    c.certificates, region_lifetime_s=self.region_lifetime_s
+                ),
+            )
         self._stop = asyncio.Event()
         self._tasks = [asyncio.create_task(self.ctx.writer.run(self._stop))]
         self.running = await start_server(self.ctx, listen=f"127.0.0.1:{port}")
@@ -404,9 +414,9 @@ async def test_the_stream_sends_the_slice_and_refuses_what_is_out_of_bounds(tmp_
 async def test_a_change_at_the_root_reaches_an_open_stream_without_waiting_for_the_poll(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    from hub.api import regions
+    from hub.api import federation
 
-    monkeypatch.setattr(regions, "SLICE_POLL_S", 60.0)  # only the wake-up can send it in time
+    monkeypatch.setattr(federation, "SLICE_POLL_S", 60.0)  # only the wake-up can send it in time
     async with Root(tmp_path) as root:
         paths = await root.enroll("eu")
         async with root.region_channel(paths) as channel:
@@ -750,7 +760,9 @@ async def test_get_regions_shows_each_regions_link_report_and_certificate(tmp_pa
 
         code, text = await refused(stub.Get(admin_pb2.GetRequest(kind="Region", name="ap")))
         assert code is grpc.StatusCode.NOT_FOUND and 'Region "ap" not found' in text
-        await revoke_region(root.ctx, regions, "us")
+        await revoke_region(
+            root.ctx.store, root.ctx.cache, root.ctx.writer, regions, "us", now=time.time()
+        )
         code, text = await refused(stub.Get(admin_pb2.GetRequest(kind="Region", name="us")))
         assert code is grpc.StatusCode.NOT_FOUND and "was revoked" in text
         assert list(await list_regions(stub)) == ["eu"]
@@ -811,11 +823,7 @@ def test_renewal_is_due_70_to_90_percent_into_the_life_as_received() -> None:
 @pytest.mark.scenario
 @slow_test
 async def test_a_region_renews_its_certificate_over_the_link(tmp_path: Path) -> None:
-    async with Root(tmp_path) as root:
-        c = root.ctx.config
-        root.ctx.config = dataclasses.replace(
-            c, certificates=dataclasses.replace(c.certificates, region_lifetime_s=30.0)
-        )
+    async with Root(tmp_path, region_lifetime_s=30.0) as root:
         token = await root.token("eu")
 
         async def setup(paths: HubPaths, ca: pki.CertifiedKey) -> None:
@@ -890,7 +898,9 @@ async def test_a_region_renews_its_certificate_over_the_link(tmp_path: Path) -> 
         # a revoked region is refused a certificate
         regions = root.ctx.regions
         assert regions is not None
-        await revoke_region(root.ctx, regions, "eu")
+        await revoke_region(
+            root.ctx.store, root.ctx.cache, root.ctx.writer, regions, "eu", now=time.time()
+        )
         with pytest.raises(grpc.aio.AioRpcError) as err:
             await link.renew()
         assert err.value.code() is grpc.StatusCode.UNAUTHENTICATED

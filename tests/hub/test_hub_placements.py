@@ -22,6 +22,7 @@ from hub.state import storekeys
 from hub.state.cache import Cache
 from hub.state.projector import Projector
 from hub.state.sessions import Sessions
+from hub.state.snapshots import snapshot_of
 from hub.state.store import SqliteStore
 from hub.state.writer import DeviceWriter
 
@@ -155,10 +156,10 @@ def test_a_placed_device_is_sent_one_replica_and_its_own_accelerator_class() -> 
     )
     d1 = cache.devices["d1"]
     planned = {"fraud": revision}
-    off = build_desired(d1, cache, previous=frozenset(), region="eu", planned=planned)
+    off = build_desired(d1, snapshot_of(cache), previous=frozenset(), region="eu", planned=planned)
     assert off.deployments == () and "the scheduler placed no replica here" in off.excluded["fraud"]
     cache.set_placement("fraud", frozenset({"d1"}))
-    on = build_desired(d1, cache, previous=frozenset(), region="eu", planned=planned)
+    on = build_desired(d1, snapshot_of(cache), previous=frozenset(), region="eu", planned=planned)
     assert on.deployments == ("fraud",)
     sent = orjson.loads(on.manifests[0])
     assert sent["spec"]["replicas"] == {"perDevice": 1}

@@ -1,8 +1,8 @@
-"""``receive_artifact`` (AdminService PushArtifact) through a real grpc.aio server with mutual
-TLS on loopback, a real hub data directory made by ``hub init`` (CA, admin certificate, the
-quickstart trust root and publisher key), real SQLite and a real blob store. The servicer is a
-minimal one of this test's own (the real AdminService authorizes the admin, then calls the
-same function)."""
+"""``ArtifactReceiver.receive`` (AdminService PushArtifact) through a real grpc.aio server
+with mutual TLS on loopback, a real hub data directory made by ``hub init`` (CA, admin
+certificate, the quickstart trust root and publisher key), real SQLite and a real blob store.
+The servicer is a minimal one of this test's own (the real AdminService authorizes the admin,
+then calls the same receiver)."""
 
 from __future__ import annotations
 
@@ -21,10 +21,10 @@ from asynctesting import async_test
 from edgefleet.demo import build_mlp
 from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
-from hub.api.push import PushRefused, receive_artifact
+from hub.api.push import PushRefused
 from hub.context import HubContext
 from hub.initializing import HubPaths, init_hub
-from hub.server import build_context
+from hub.server import artifact_receiver, build_context
 from hub.state import storekeys as objects
 from hub.trustsetup import quickstart_trust
 
@@ -33,7 +33,7 @@ CHUNK = 64 * 1024
 
 class _Servicer(admin_pb2_grpc.AdminServiceServicer):
     def __init__(self, ctx: HubContext) -> None:
-        self.ctx = ctx
+        self.receiver = artifact_receiver(ctx)
 
     async def PushArtifact(
         self,
@@ -41,7 +41,7 @@ class _Servicer(admin_pb2_grpc.AdminServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.PushArtifactResponse:
         try:
-            return await receive_artifact(self.ctx, request_iterator, now=time.time())
+            return await self.receiver.receive(request_iterator, now=time.time())
         except PushRefused as exc:
             await context.abort(exc.code, str(exc))
             raise AssertionError("unreachable") from None
@@ -64,6 +64,7 @@ def hub_dir(tmp_path: Path) -> Path:
 async def _serve(d: Path, *, trust_root: bool = True) -> AsyncIterator[Hub]:
     ctx = await build_context(d)
     if not trust_root:
+        ctx.cache.trust_roots = ()  # the current root is the chain's last
         ctx.trust_root = b""
     paths = ctx.paths
     server = grpc.aio.server()

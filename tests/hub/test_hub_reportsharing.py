@@ -1,8 +1,8 @@
 """Regions' reports shared through the store (hub.state.sharedreports, docs/federation.md "Hub
 replicas at the root"): the write decision and a link's liveness as tables (pure), what a
-replica shows of a region (:meth:`hub.api.regions.Regions.seen`) as a table, and the publisher
+replica shows of a region (:meth:`hub.state.regions.Regions.seen`) as a table, and the publisher
 and the follower over each real store (memory, a SQLite file, the session's etcd): a report
-written by one "replica" reaches another's :class:`~hub.api.regions.Regions` through the watch,
+written by one "replica" reaches another's :class:`~hub.state.regions.Regions` through the watch,
 a newer stream elsewhere fences the older one's writes, and a restart loads the reports."""
 
 from __future__ import annotations
@@ -15,8 +15,8 @@ from asynctesting import async_test, eventually
 from hubtesting import MakeStore
 
 from edgefleet.v1 import federation_pb2
-from hub.api.regions import REGIONS, Regions, RegionsFollower, RegionState, region_key
 from hub.state import storekeys
+from hub.state.regions import REGIONS, Regions, RegionsFollower, RegionState, region_key
 from hub.state.sharedreports import (
     REFRESH_S,
     STALE_S,

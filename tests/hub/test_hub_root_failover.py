@@ -11,8 +11,8 @@ is applied at the root. Also: a wave state written or followed wakes the regions
 from __future__ import annotations
 
 import asyncio
-import dataclasses
 import random
+import re
 import shutil
 import subprocess
 import sys
@@ -38,7 +38,6 @@ from test_hub_waves import (
 from edgefleet.backoff import Backoff, Jitter
 from edgefleet.failover import MAX_ADDRESSES, Rotation, round_delay, split_addresses
 from edgefleet.launching import free_port_pair
-from hub.api.regions import Regions
 from hub.controllers import parentlink
 from hub.controllers.parentlink import (
     FederationError,
@@ -52,6 +51,7 @@ from hub.decide.wave import WaveState
 from hub.initializing import HubPaths, init_hub
 from hub.server import build_context, parent_link
 from hub.state import storekeys, tokens
+from hub.state.regions import Regions
 from hub.state.store import EventType, KeyValue, MemoryStore
 from hub.state.store.protocol import Event
 from hub.trustsetup import quickstart_trust
@@ -269,16 +269,21 @@ async def test_a_region_fails_over_to_another_root_replica_and_keeps_its_slices(
     shutil.copytree(fleet.root_paths.data_dir, tmp_path / "r1")
     r1_address = f"127.0.0.1:{free_port_pair()}"
     dead = f"127.0.0.1:{free_port_pair()}"
+    for data_dir in (fleet.root_paths.data_dir, tmp_path / "r1"):
+        # hub.toml replicaAddresses, as hub init --replica-address
+        toml = HubPaths.of(data_dir).config
+        addresses = f'replicaAddresses = ["{fleet.address}", "{r1_address}"]'
+        text = re.sub(r"(?m)^replicaAddresses = .*$", addresses, toml.read_text())
+        assert addresses in text
+        toml.write_text(text)
     async with fleet.root() as r0:
         assert r0.ctx.elector is not None and r0.ctx.regions is not None
         await until(lambda: r0.ctx.elector and r0.ctx.elector.leading, "r0 leads")
         r1 = await Hub(HubPaths.of(tmp_path / "r1"), listen=r1_address).__aenter__()
         r1_open = True
         try:
-            for replica in (r0, r1):  # hub.toml replicaAddresses, as hub init --replica-address
-                replica.ctx.config = dataclasses.replace(
-                    replica.ctx.config, replica_addresses=(fleet.address, r1_address)
-                )
+            for replica in (r0, r1):
+                assert replica.ctx.config.replica_addresses == (fleet.address, r1_address)
             token, _ = await tokens.create_token(
                 r0.ctx.store, now=r0.ctx.clock(), ttl=600, for_region="eu"
             )

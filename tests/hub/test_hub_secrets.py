@@ -26,6 +26,7 @@ from hub.state.secrets import (
     plan_record,
     secret_refs,
 )
+from hub.state.snapshots import snapshot_of
 
 VALUE = "v4lue-that-must-never-appear"
 ROTATED = "r0tated-value-never-shown-either"
@@ -117,7 +118,7 @@ async def test_a_secret_is_read_back_after_a_restart_and_refused_without_the_key
 async def test_the_number_of_secrets_is_bounded(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr("hub.api.admin.MAX_SECRETS", 2)
+    monkeypatch.setattr("hub.api.admin.applying.MAX_SECRETS", 2)
     async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
         stub = hub.stub(channel)
         await stub.Apply(admin_pb2.ApplyRequest(documents=[secret("a"), secret("b")]))
@@ -245,7 +246,9 @@ async def test_turning_require_tpm_on_keeps_the_version_and_is_a_new_generation(
         await stub.Apply(admin_pb2.ApplyRequest(documents=[doc(False), deployment]))
 
         def content(device: Device) -> Any:
-            return build_desired(device, hub.ctx.cache, previous=frozenset(), region=hub.ctx.region)
+            return build_desired(
+                device, snapshot_of(hub.ctx.cache), previous=frozenset(), region=hub.ctx.region
+            )
 
         before_tpm, before_soft = content(tpm), content(soft)
         assert before_tpm.secrets == before_soft.secrets == (("tls", 1),)

@@ -23,7 +23,7 @@ from edgefleet.v1 import (
     enrollment_pb2,
     enrollment_pb2_grpc,
 )
-from hub.api import admin
+from hub.api.admin import devices as admin_devices
 from hub.initializing import HubPaths
 from hub.state import tokens
 
@@ -161,7 +161,7 @@ async def test_device_logs_are_asked_of_the_device_and_relayed(
     """DeviceLogs: the hub sends a DeviceLogRequest on the device's stream and answers with
     the device's DeviceLogLines (nothing stored); a device that is not connected, or does not
     answer in time, gets a clear status; an answer over the bounds ends the stream."""
-    monkeypatch.setattr(admin, "LOG_ANSWER_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(admin_devices, "LOG_ANSWER_TIMEOUT_S", 1.0)
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub, hub.channel() as channel:
         stub = hub.stub(channel)

@@ -45,7 +45,6 @@ from edgefleet.supervising import Component
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 from hub import pki
-from hub.api.regions import RegionsFollower
 from hub.controllers.parentlink import ParentFiles, build_report, enroll_with_parent
 from hub.controllers.replicas import CacheFollower
 from hub.controllers.wave import WaveObserver
@@ -54,6 +53,7 @@ from hub.decide.wave import WavePhase
 from hub.initializing import HubPaths, init_hub
 from hub.server import build_context, parent_link, start_server
 from hub.state import storekeys, tokens
+from hub.state.regions import RegionsFollower
 from hub.state.store.electing import LeaderOnly
 from hub.trustsetup import quickstart_trust
 

@@ -35,8 +35,9 @@ from hub.decide.wave import (
     resume,
     side_figures,
     start,
-    waves_status,
 )
+from hub.decide.wavestatus import waves_status
+from hub.state import regionmapping
 
 
 def manifest(version: str = "2.0.0", waves: list[Any] | None = None, **spec: Any) -> dict[str, Any]:
@@ -704,9 +705,9 @@ def region_report(**figures: Any) -> federation_pb2.RegionReport:
 )
 def test_a_regions_rollout_figures_are_bounded(change: Any, problem: str) -> None:
     r = region_report(accuracy=0.9, latency_p95_s=0.01)
-    assert regionslice.check_report(r) == []
+    assert regionmapping.check_report(r) == []
     change(r)
-    problems = regionslice.check_report(r)
+    problems = regionmapping.check_report(r)
     assert any(problem in p and "report.deployments[0]" in p for p in problems), problems
 
 

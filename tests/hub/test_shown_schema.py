@@ -12,7 +12,6 @@ import pytest
 
 from edgefleet.api.explaining import FieldSchema, explain
 from edgefleet.v1 import federation_pb2
-from hub.api.regions import RegionState, Seen, region_key, region_object
 from hub.decide.devices import (
     Attestation,
     Device,
@@ -32,6 +31,7 @@ from hub.decide.presentation import (
     with_store_metadata,
 )
 from hub.state import storekeys
+from hub.state.regions import RegionState, Seen, region_key, region_object
 from hub.state.tokens import TokenRecord
 from hub.state.writer import _event
 

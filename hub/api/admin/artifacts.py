@@ -1,0 +1,69 @@
+"""AdminService's artifacts: PushArtifact (:class:`hub.api.push.ArtifactReceiver`; its
+refusals are listed in docs/trust.md, "The hub side"), PushRollbackAllowance
+(:class:`hub.api.allowances.AllowanceReceiver`) and FetchTufMetadata (the hub's TUF
+repository, :func:`hub.state.tufrepo.serve_metadata`)."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable
+from typing import Any
+
+from edgefleet.v1 import admin_pb2, common_pb2
+from hub.api.admin.common import AdminAuth
+from hub.api.allowances import AllowanceReceiver
+from hub.api.push import ArtifactReceiver, PushRefused
+from hub.state.tufrelay import RelayedTuf
+from hub.state.tufrepo import TufRepository
+
+
+class Artifacts:
+    """PushArtifact, PushRollbackAllowance and FetchTufMetadata (module doc)."""
+
+    def __init__(
+        self,
+        authorize: AdminAuth,
+        artifacts: ArtifactReceiver,
+        allowances: AllowanceReceiver,
+        *,
+        tuf: Callable[[], TufRepository | RelayedTuf | None],
+        clock: Callable[[], float],
+    ) -> None:
+        self.authorize = authorize
+        self.artifacts = artifacts
+        self.allowances = allowances
+        self.tuf = tuf  # the TUF repository held now
+        self.clock = clock
+
+    async def PushArtifact(
+        self, request_iterator: AsyncIterator[admin_pb2.PushArtifactRequest], context: Any
+    ) -> admin_pb2.PushArtifactResponse:
+        await self.authorize(context)
+        try:
+            return await self.artifacts.receive(request_iterator, now=self.clock())
+        except PushRefused as exc:
+            await context.abort(exc.code, str(exc))
+            raise AssertionError("unreachable: context.abort raises") from None
+
+    async def PushRollbackAllowance(
+        self, request: admin_pb2.PushRollbackAllowanceRequest, context: Any
+    ) -> admin_pb2.PushRollbackAllowanceResponse:
+        await self.authorize(context)
+        try:
+            allow, stored = await self.allowances.receive(bytes(request.envelope), now=self.clock())
+        except PushRefused as exc:
+            await context.abort(exc.code, str(exc))
+            raise AssertionError("unreachable: context.abort raises") from None
+        return admin_pb2.PushRollbackAllowanceResponse(
+            name=allow.name, version=allow.version, stored=stored
+        )
+
+    async def FetchTufMetadata(
+        self, request: common_pb2.TufMetadataRequest, context: Any
+    ) -> common_pb2.TufMetadataResponse:
+        await self.authorize(context)
+        from hub.state.tufrepo import serve_metadata
+
+        response: common_pb2.TufMetadataResponse = await serve_metadata(
+            self.tuf(), request, context
+        )
+        return response

@@ -1,0 +1,163 @@
+"""AdminService's rollout calls: ListRevisions, and RolloutAction (pause, resume, undo). A
+rollout across regions (hub.controllers.wave) is paused and resumed there; undo applies an
+older revision's template, unless the devices' anti-rollback floor refuses it
+(hub.decide.undo).
+
+Pause and resume go through the controllers' own ``act`` (a compare-and-swap on the rollout
+or wave record); undo only writes the deployment, and the rollout controller makes the new
+revision from the change feed (:mod:`hub.state.feed`) before the call answers
+(``cache.feed.settled()``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from edgefleet.errors import CompareFailed
+from edgefleet.v1 import admin_pb2
+from hub.api.admin.common import AdminAuth, Refused, invalid, not_found, rpc
+from hub.controllers.rollout import ActionRefused, RolloutController, undo_manifest
+from hub.controllers.wave import WaveController
+from hub.decide.rollout import RolloutState, template_hash
+from hub.decide.undo import undo_refused
+from hub.state import storekeys
+from hub.state.cache import Cache
+from hub.state.snapshots import snapshot_of
+from hub.state.store import Compare, Put, Store
+from hub.state.tufrelay import RelayedTuf
+from hub.state.tufrepo import TufRepository
+from hub.state.writer import DeviceWriter
+
+
+class Rollouts:
+    """ListRevisions and RolloutAction (module doc)."""
+
+    def __init__(
+        self,
+        authorize: AdminAuth,
+        store: Store,
+        cache: Cache,
+        writer: DeviceWriter,
+        *,
+        tuf: Callable[[], TufRepository | RelayedTuf | None],
+        clock: Callable[[], float],
+        rollouts: RolloutController | None,
+        waves: WaveController | None,
+    ) -> None:
+        self.authorize = authorize
+        self.store = store
+        self.cache = cache
+        self.writer = writer
+        self.tuf = tuf  # the TUF repository held now: the devices' anti-rollback floor
+        self.clock = clock
+        self.rollouts = rollouts  # None: no rollout controller (no revisions)
+        self.waves = waves  # a root hub's rollouts across regions
+
+    def _rollout_of(self, name: str) -> RolloutState:
+        if not name:
+            raise invalid("name: required (a ModelDeployment)")
+        if name not in self.cache.deployments:
+            raise not_found("ModelDeployment", name)
+        state = self.cache.rollouts.get(name)
+        if state is None or self.rollouts is None:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"{name} has no revision yet")
+        return state
+
+    @rpc
+    async def ListRevisions(
+        self, request: admin_pb2.ListRevisionsRequest, context: Any
+    ) -> admin_pb2.ListRevisionsResponse:
+        state = self._rollout_of(request.name)
+        revisions = self.cache.revisions.get(request.name, {})
+        return admin_pb2.ListRevisionsResponse(
+            revisions=[storekeys.dumps(revisions[n].to_json()) for n in sorted(revisions)],
+            rollout=storekeys.dumps(state.to_json()),
+        )
+
+    @rpc
+    async def RolloutAction(
+        self, request: admin_pb2.RolloutActionRequest, context: Any
+    ) -> admin_pb2.RolloutActionResponse:
+        name = request.name
+        state = self._rollout_of(name)
+        controller = self.rollouts
+        assert controller is not None
+        action = request.action
+        if action in (admin_pb2.RolloutActionRequest.PAUSE, admin_pb2.RolloutActionRequest.RESUME):
+            verb = "pause" if action == admin_pb2.RolloutActionRequest.PAUSE else "resume"
+            waves = self.waves
+            if waves is not None and waves.in_progress(name):  # a rollout across regions
+                moved = await waves.act(name, verb)
+                if moved is None:
+                    raise Refused(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"the rollout of {name} across regions is "
+                        f"{waves.states[name].phase.value}: nothing to {verb}",
+                    )
+                return admin_pb2.RolloutActionResponse(message=f"{name}: {moved.message}")
+            try:
+                new = await controller.act(name, verb)
+            except ActionRefused as exc:
+                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
+            return admin_pb2.RolloutActionResponse(message=f"{name}: {new.message}")
+        if action != admin_pb2.RolloutActionRequest.UNDO:
+            raise invalid("action: must be PAUSE, RESUME or UNDO")
+        return await self._undo(name, state, int(request.to_revision))
+
+    async def _undo(
+        self, name: str, state: RolloutState, to: int
+    ) -> admin_pb2.RolloutActionResponse:
+        cache = self.cache
+        revisions = cache.revisions.get(name, {})
+        if to == 0:
+            to = state.stable if state.stable != state.revision else 0
+            if to == 0:
+                older = [n for n in revisions if n < state.revision]
+                if not older:
+                    raise Refused(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"{name} has no revision before {state.revision} to go back to",
+                    )
+                to = max(older)
+        target = revisions.get(to)
+        if target is None:
+            kept = ", ".join(str(n) for n in sorted(revisions)) or "none"
+            raise invalid(f"to_revision: {name} has no revision {to} (kept: {kept})")
+        stored = cache.stored[("ModelDeployment", name)]
+        manifest = undo_manifest(stored.manifest, target)
+        if template_hash(manifest) == template_hash(stored.manifest):
+            return admin_pb2.RolloutActionResponse(
+                message=f"{name} already asks for revision {to}'s template: nothing to undo"
+            )
+        floor = undo_refused(snapshot_of(cache), self.tuf(), name, state, to, self.clock())
+        if floor is not None:  # the devices' anti-rollback floor (hub.decide.undo)
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, floor)
+        key = storekeys.object_key("ModelDeployment", name)
+        current = await self.store.get(key)  # keeps its creationTimestamp
+        created = storekeys.created_of(current.value) if current is not None else None
+        try:
+            revision = await self.store.txn(
+                [Compare(key, stored.revision)],
+                [Put(key, storekeys.object_value(manifest, created))],
+            )
+        except CompareFailed:
+            raise Refused(
+                grpc.StatusCode.ABORTED, f"{name} changed meanwhile; try the undo again"
+            ) from None
+        number = max(cache.revisions.get(name, {}), default=0) + 1  # what the controller makes
+        cache.put_object(manifest, revision)  # the rollout controller reacts (hub.state.feed)
+        self.writer.event(
+            "ModelDeployment",
+            name,
+            "Normal",
+            "RolloutUndo",
+            f"{name} set back to revision {to}'s template ({target.model[1]}) by an operator",
+        )
+        await cache.feed.settled()  # the new revision exists when it answers
+        return admin_pb2.RolloutActionResponse(
+            message=f"{name}: rolling back to revision {to} ({target.model[1]}) as revision "
+            f"{number}"
+        )

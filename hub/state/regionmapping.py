@@ -1,0 +1,195 @@
+"""Federation's protobuf mapping (docs/federation.md): a region's slice
+(:class:`hub.decide.regionslice.Slice`) as the ``RegionSlice`` message it is streamed in, a
+region's ``RegionReport`` checked against the bounds of :mod:`hub.decide.regionslice` before
+anything of it is kept, and what the root shows of a region's deployments and devices. The
+deciders read and return plain data; the messages are mapped here, at the servicer's side."""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from edgefleet.api.meta import label_key, label_value
+from edgefleet.timestamps import rfc3339
+from edgefleet.v1 import federation_pb2
+from hub.decide.records import KIND_DEVICE, dumps
+from hub.decide.regionslice import (
+    MAX_FAILING,
+    MAX_LABELS,
+    MAX_NAME,
+    MAX_PHASES,
+    MAX_REPORT_DEPLOYMENTS,
+    MAX_REPORT_DEVICES,
+    MAX_REVISION_FIGURES,
+    MAX_TEXT,
+    MAX_VALIDATION_PROBLEMS,
+    MAX_VERSIONS,
+    Slice,
+)
+
+
+def slice_message(s: Slice, generation: int) -> federation_pb2.RegionSlice:
+    return federation_pb2.RegionSlice(
+        generation=generation,
+        objects=[dumps(o) for o in s.objects],
+        models=[
+            federation_pb2.FederatedModel(
+                name=m.name,
+                version=m.version,
+                sha256=m.sha256,
+                length=m.length,
+                envelope=m.envelope,
+                extras=dict(m.extras),
+                rollback_allowance=m.rollback_allowance,
+                pushed_at=m.pushed_at,
+            )
+            for m in s.models
+        ],
+        trust_roots=list(s.trust_roots),
+        digest=s.digest,
+    )
+
+
+# -- what a region sends -------------------------------------------------------------------
+
+
+def _text(problems: list[str], path: str, value: str, limit: int = MAX_NAME) -> None:
+    if len(value) > limit:
+        problems.append(f"{path}: at most {limit} characters, got {len(value)}")
+
+
+@functools.lru_cache(maxsize=4096)
+def _label_problem(key: str, value: str) -> str | None:
+    """What is wrong with one label (None: valid); remembered, as a region's devices mostly
+    share their labels and every report lists them all."""
+    try:
+        label_key(key)
+        label_value(value)
+    except ValueError as exc:
+        return str(exc)
+    return None
+
+
+def check_report(report: federation_pb2.RegionReport) -> list[str]:
+    """Every problem of a region's report (empty: within bounds); each names its field."""
+    problems: list[str] = []
+    if len(report.deployments) > MAX_REPORT_DEPLOYMENTS:
+        problems.append(
+            f"report.deployments: at most {MAX_REPORT_DEPLOYMENTS}, got {len(report.deployments)}"
+        )
+    seen: set[str] = set()
+    for i, d in enumerate(report.deployments[:MAX_REPORT_DEPLOYMENTS]):
+        path = f"report.deployments[{i}]"
+        _text(problems, f"{path}.name", d.name)
+        if d.name in seen:
+            problems.append(f"{path}.name: {d.name!r} twice")
+        seen.add(d.name)
+        if not d.updated <= d.desired or not d.ready <= d.desired:
+            problems.append(f"{path}: updated and ready must not exceed desired ({d.desired})")
+        if len(d.failing) > MAX_FAILING:
+            problems.append(f"{path}.failing: at most {MAX_FAILING}, got {len(d.failing)}")
+        for device, reason in list(d.failing.items())[:MAX_FAILING]:
+            _text(problems, f"{path}.failing[{device[:64]!r}]", device)
+            _text(problems, f"{path}.failing[{device[:64]!r}]", reason, MAX_TEXT)
+        if len(d.versions) > MAX_VERSIONS:
+            problems.append(f"{path}.versions: at most {MAX_VERSIONS}, got {len(d.versions)}")
+        for version in list(d.versions)[:MAX_VERSIONS]:
+            _text(problems, f"{path}.versions", version, 128)
+        _text(problems, f"{path}.rollout_phase", d.rollout_phase, 64)
+        _text(problems, f"{path}.rollout_template", d.rollout_template, 64)
+        _text(problems, f"{path}.stable_template", d.stable_template, 64)
+        _text(problems, f"{path}.rollout_reason", d.rollout_reason, 64)
+        _text(problems, f"{path}.rollout_message", d.rollout_message, MAX_TEXT)
+        if len(d.revision_figures) > MAX_REVISION_FIGURES:
+            problems.append(
+                f"{path}.revision_figures: at most {MAX_REVISION_FIGURES}, "
+                f"got {len(d.revision_figures)}"
+            )
+        for j, f in enumerate(d.revision_figures[:MAX_REVISION_FIGURES]):
+            fpath = f"{path}.revision_figures[{j}]"
+            _text(problems, f"{fpath}.template", f.template, 64)
+            if f.errors > f.requests:
+                problems.append(f"{fpath}.errors: more than its requests ({f.requests})")
+            if f.accuracy_devices > f.devices:
+                problems.append(f"{fpath}.accuracy_devices: more than its devices ({f.devices})")
+            for name, value in (("latency_p95_s", f.latency_p95_s), ("accuracy", f.accuracy)):
+                if f.HasField(name) and not 0.0 <= value <= 1e6:
+                    problems.append(f"{fpath}.{name}: must be from 0 to 1e6, got {value}")
+            if len(f.validation_problems) > MAX_VALIDATION_PROBLEMS:
+                problems.append(
+                    f"{fpath}.validation_problems: at most {MAX_VALIDATION_PROBLEMS}, "
+                    f"got {len(f.validation_problems)}"
+                )
+            for device, why in list(f.validation_problems.items())[:MAX_VALIDATION_PROBLEMS]:
+                _text(problems, f"{fpath}.validation_problems", device)
+                _text(problems, f"{fpath}.validation_problems[{device[:64]!r}]", why, MAX_TEXT)
+    inv = report.inventory
+    if len(inv.devices) > MAX_REPORT_DEVICES:
+        problems.append(
+            f"report.inventory.devices: at most {MAX_REPORT_DEVICES}, got {len(inv.devices)}"
+        )
+    if len(inv.by_phase) > MAX_PHASES:
+        problems.append(f"report.inventory.by_phase: at most {MAX_PHASES}, got {len(inv.by_phase)}")
+    if len(inv.devices) > inv.total:
+        problems.append(f"report.inventory.total: {inv.total} is less than the devices listed")
+    for i, dev in enumerate(inv.devices[:MAX_REPORT_DEVICES]):
+        path = f"report.inventory.devices[{i}]"
+        _text(problems, f"{path}.name", dev.name)
+        _text(problems, f"{path}.phase", dev.phase, 32)
+        _text(problems, f"{path}.attestation", dev.attestation, 32)
+        if len(dev.labels) > MAX_LABELS:
+            problems.append(f"{path}.labels: at most {MAX_LABELS}, got {len(dev.labels)}")
+        for k, v in list(dev.labels.items())[:MAX_LABELS]:
+            problem = _label_problem(k, v)
+            if problem is not None:
+                problems.append(f"{path}.labels[{k[:64]!r}]: {problem}")
+        if len(dev.deployments) > MAX_REPORT_DEPLOYMENTS:
+            problems.append(f"{path}.deployments: at most {MAX_REPORT_DEPLOYMENTS}")
+        if len(problems) > 50:
+            break
+    return problems
+
+
+# -- what the root shows --------------------------------------------------------------------
+
+
+def region_deployment_json(d: federation_pb2.RegionDeploymentStatus) -> dict[str, Any]:
+    return {
+        "desiredDevices": d.desired,
+        "updatedDevices": d.updated,
+        "readyDevices": d.ready,
+        "availableDevices": d.available,
+        "failing": dict(sorted(d.failing.items())),
+        "versions": dict(sorted(d.versions.items())),
+        **(
+            {
+                "rollout": {
+                    "phase": d.rollout_phase,
+                    "revision": d.rollout_revision,
+                    **({"reason": d.rollout_reason} if d.rollout_reason else {}),
+                    **({"message": d.rollout_message} if d.rollout_message else {}),
+                }
+            }
+            if d.rollout_phase
+            else {}
+        ),
+    }
+
+
+def region_device_json(region: str, dev: federation_pb2.RegionDevice) -> dict[str, Any]:
+    """A device of a region as the root shows it (what the region's summary says of it)."""
+    return {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": KIND_DEVICE,
+        "metadata": {"name": dev.name, "labels": dict(sorted(dev.labels.items()))},
+        "spec": {"cordoned": dev.cordoned},
+        "status": {
+            "region": region,
+            "phase": dev.phase,
+            "health": {"schedulable": dev.schedulable, "reasons": []},
+            "attestation": {"state": dev.attestation or "Unknown"},
+            "deployments": list(dev.deployments),
+            "lastHeartbeat": rfc3339(dev.last_heartbeat or None),
+            "federated": True,
+        },
+    }
