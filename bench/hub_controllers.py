@@ -109,7 +109,9 @@ class Fleet:
     def _controller(self) -> Any:
         from hub.controllers.rollout import RolloutController
 
-        return RolloutController(self.store, self.cache, self.projector, self.writer)
+        # no tick: what is timed is the reaction to a change, and a rollout's timer would
+        # queue its deployment again in the middle of a slow machine's measurement
+        return RolloutController(self.store, self.cache, self.projector, self.writer, tick=3600.0)
 
     def apply(self, group: int, version: str) -> None:
         stored = self.cache.stored.get(("ModelDeployment", f"dep-{group}"))

@@ -22,17 +22,16 @@ from edgefleet.demo import build_mlp
 from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 from hub.api.push import PushRefused
-from hub.context import HubContext
 from hub.initializing import HubPaths, init_hub
-from hub.server import artifact_receiver, build_context
 from hub.state import storekeys as objects
 from hub.trustsetup import quickstart_trust
+from hub.wiring import HubParts, artifact_receiver, build_context
 
 CHUNK = 64 * 1024
 
 
 class _Servicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, ctx: HubContext) -> None:
+    def __init__(self, ctx: HubParts) -> None:
         self.receiver = artifact_receiver(ctx)
 
     async def PushArtifact(
@@ -49,7 +48,7 @@ class _Servicer(admin_pb2_grpc.AdminServiceServicer):
 
 @dataclass
 class Hub:
-    ctx: HubContext
+    ctx: HubParts
     stub: admin_pb2_grpc.AdminServiceStub
 
 
