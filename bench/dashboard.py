@@ -192,9 +192,8 @@ async def _rollout(ctx: Any, devices: int, window: float) -> float:
 async def main_async(args: argparse.Namespace) -> dict[str, Any]:
     from aiohttp import web
 
-    from hub.api.dashboard.serving import DashboardServer
     from hub.initializing import init_hub
-    from hub.server import build_context
+    from hub.server import build_context, dashboard_server
 
     with tempfile.TemporaryDirectory(prefix="bench-dashboard-") as tmp:
         data_dir = Path(tmp) / "hub"
@@ -205,7 +204,7 @@ async def main_async(args: argparse.Namespace) -> dict[str, Any]:
         ctx = await build_context(data_dir)  # loaded from the store, as hub serve does
         stop = asyncio.Event()
         writer = asyncio.create_task(ctx.writer.run(stop))
-        server = DashboardServer(ctx, "127.0.0.1:0")
+        server = dashboard_server(ctx, "127.0.0.1:0")
 
         async def baseline(request: web.Request) -> web.Response:
             return web.Response(text="<!doctype html><p>static</p>" * 50, content_type="text/html")

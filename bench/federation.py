@@ -131,8 +131,8 @@ class Hub:
         self.running: Any = None
 
     async def start(self, *, serve: bool = False, link: bool = False) -> Hub:
-        from hub.controllers.parentlink import ParentFiles, ParentLink
-        from hub.server import build_context, start_server
+        from hub.controllers.parentlink import ParentFiles
+        from hub.server import build_context, parent_link, start_server
 
         self.ctx = await build_context(self.data_dir)
         ctx = self.ctx
@@ -140,7 +140,7 @@ class Hub:
         if link:
             files = ParentFiles.load(self.data_dir)
             assert files is not None
-            self.link = ParentLink(ctx, files)
+            self.link = parent_link(ctx, files)
             components.append(self.link)
         self.tasks = [asyncio.create_task(c.run(self.stop)) for c in components if c is not None]
         if serve:
@@ -278,8 +278,8 @@ def _say(doc: dict[str, Any]) -> None:
 async def _child(args: argparse.Namespace) -> None:
     """One regional hub (or a hub alone) and its simulated devices; says ``ready``, then, for
     each deployment det0.. in turn, when each device acknowledged a state carrying it."""
-    from hub.api.devicesync import DeviceServicer
     from hub.initializing import init_hub
+    from hub.server import device_servicer
     from hub.trustsetup import quickstart_trust
 
     data = Path(args.data)
@@ -301,7 +301,7 @@ async def _child(args: argparse.Namespace) -> None:
     ctx = hub.ctx
     if not args.parent:
         await _push_model(ctx, data)
-    servicer = DeviceServicer(ctx)
+    servicer = device_servicer(ctx)
     pems = await _device_certificates(ctx, names)
     fakes = [FakeDevice(n, pems[n]) for n in names]
     streams = [asyncio.create_task(f.run(servicer)) for f in fakes]

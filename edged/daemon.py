@@ -34,7 +34,6 @@ from edged.hublink.downloading import Downloads
 from edged.hublink.files import LinkFiles
 from edged.reconcile.applying import Applier
 from edged.reconcile.evicting import EvictionPolicy
-from edged.reconcile.queueing import WorkQueue
 from edged.reconcile.reconciling import (
     STATIC_KEY,
     Resync,
@@ -78,6 +77,7 @@ from edgefleet.logs import get_logger
 from edgefleet.metrics import Registry
 from edgefleet.notifying import Notifier, WatchdogPinger
 from edgefleet.supervising import supervise
+from edgefleet.workqueue import WorkQueue
 
 if TYPE_CHECKING:
     from edged.hublink.linking import HubLink

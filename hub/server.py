@@ -1,4 +1,5 @@
-"""``hub serve``: the hub's gRPC services and controllers, wired together.
+"""``hub serve``: the hub's gRPC services and controllers, as :mod:`hub.wiring` builds them,
+served and supervised.
 
 One grpc.aio server, two ports:
 
@@ -29,10 +30,10 @@ import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grpc
 
-from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.configfiles import parse_host_port
 from edgefleet.errors import HubDirError
 from edgefleet.logs import get_logger
@@ -40,61 +41,47 @@ from edgefleet.notifying import Notifier, WatchdogPinger
 from edgefleet.supervising import Component, supervise, wait_for_stop
 from edgefleet.v1 import admin_pb2, device_pb2, enrollment_pb2, federation_pb2
 from hub import pki
-from hub.api.admin import AdminAuth, AdminServicer
-from hub.api.admin.applying import Applies
-from hub.api.admin.artifacts import Artifacts
-from hub.api.admin.deleting import Deletes
-from hub.api.admin.devices import Devices as AdminDevices
-from hub.api.admin.reading import Reads
-from hub.api.admin.rollouts import Rollouts as AdminRollouts
-from hub.api.admin.showing import Showing
-from hub.api.admin.tokens import Tokens
-from hub.api.admin.watching import Watches
-from hub.api.devicesync import DeviceServicer
-from hub.api.enrollment import EnrollmentServicer
+from hub.api.devicesync import DeviceServicer, EvidenceHandler
+from hub.api.enrollment import EK_CA_DIR, EnrollmentServicer
 from hub.api.federation import FederationServicer
 from hub.api.hubenrollment import HubEnrollmentServicer
 from hub.api.observability import (
     READY_STORE_TIMEOUT_S,
-    HubMetrics,
-    InstrumentedStore,
     MetricsInterceptor,
     ObservabilityServer,
 )
 from hub.api.registering import add_servicer
-from hub.config import HubConfig, TufConfig, load_config, tuf_lifetimes
-from hub.context import HubContext
+from hub.config import HubConfig, load_config
 from hub.controllers.autoscaler import FleetAutoscaler
 from hub.controllers.lifecycle import Lifecycle
-from hub.controllers.parentlink import PARENT_FILE, ParentFiles, ParentLink, fleet_root_of
-from hub.controllers.placement import Scheduler
+from hub.controllers.parentlink import ParentFiles
 from hub.controllers.replicas import (
     CacheFollower,
     LeaderWrites,
     ReplicaDevices,
-    reload_cache,
     replica_identity,
 )
-from hub.controllers.rollout import RolloutController
-from hub.controllers.tufwatch import TufWatcher
-from hub.controllers.wave import WaveController, WaveObserver
-from hub.decide.staleness import ObservedSince
+from hub.controllers.wave import WaveObserver
 from hub.initializing import HubPaths
-from hub.state.cache import Cache
-from hub.state.projector import Projector
-from hub.state.regions import Regions, RegionsFollower, replica_name
-from hub.state.secrets import SecretKeys
-from hub.state.sessions import Sessions
-from hub.state.sharedblobs import SharedBlobs
-from hub.state.sharedtuf import SharedRelay, SharedTuf
-from hub.state.store import EtcdStore, Store, open_hub_store
+from hub.state.regions import RegionsFollower, replica_name
+from hub.state.store import Store, open_hub_store
 from hub.state.store.compacting import Compactor
-from hub.state.store.electing import Elector, FencedStore, LeaderOnly
+from hub.state.store.electing import FencedStore, LeaderOnly
 from hub.state.store.identity import data_dir_lock
-from hub.state.trustroots import HubRoots, RootWatcher, install_roots, load_roots
-from hub.state.tufrelay import RelayedTuf
-from hub.state.tufrepo import TufRepository
-from hub.state.writer import DeviceWriter
+from hub.state.trustroots import HubRoots, RootWatcher
+from hub.wiring import (
+    HubParts,
+    admin_servicer,
+    attestation_controller,
+    build_context,
+    dashboard_server,
+    device_servicer,
+    parent_link,
+    tuf_watcher,
+)
+
+if TYPE_CHECKING:
+    pass  # aiohttp: an optional extra
 
 log = get_logger(__name__)
 
@@ -120,200 +107,6 @@ CRITICAL = frozenset({"device-writer", "projector", "rollouts", "scheduler"})
 def enrollment_address(listen: str) -> str:
     host, port = parse_host_port(listen)
     return f"{host}:{port + 1}"
-
-
-async def build_context(data_dir: Path, *, store: Store | None = None) -> HubContext:
-    """Load a hub data directory (made by ``hub init``) into a context; opens the store."""
-    paths = HubPaths.of(data_dir)
-    if not paths.config.exists():
-        raise HubDirError(f"{data_dir} is not a hub data directory (no hub.toml): run hub init")
-    config = load_config(paths.config)
-    ca = pki.load_certified_key(paths.ca_certificate, paths.ca_key)
-    metrics = HubMetrics()
-    if store is None:
-        store = await open_hub_store(
-            config.store or None, data_dir=paths.data_dir, etcd_tls=config.etcd.tls(paths.data_dir)
-        )
-    replicated = isinstance(store, EtcdStore)
-    store = InstrumentedStore(store, metrics)
-    cache = await Cache.load(store)
-    sessions = Sessions()
-    metrics.watch(cache, sessions)
-    roots = load_roots(paths.data_dir)
-    # Replicas: two replicas may write one device's record; each write is conditional.
-    writer = DeviceWriter(store, cache, on_event=metrics.count_event, conditional=replicated)
-    # Replicas on etcd: the controllers write only while this replica leads
-    # (hub.controllers.replicas).
-    elector = (
-        Elector(store, identity=replica_identity(), ttl=config.etcd.leader_lease_s)
-        if replicated
-        else None
-    )
-    controller_store: Store = store if elector is None else FencedStore(store, elector)
-    projector = Projector(
-        controller_store,
-        cache,
-        sessions,
-        region=config.region,
-        on_placed=metrics.count_placements,
-    )
-    observed = ObservedSince.now()  # restarted when it serves, and each time it is elected
-    ctx = HubContext(
-        paths=paths,
-        config=config,
-        ca=ca,
-        store=store,
-        cache=cache,
-        writer=writer,
-        projector=projector,
-        sessions=sessions,
-        blobs=ArtifactStore(paths.data_dir / "blobs"),
-        rollouts=RolloutController(controller_store, cache, projector, writer),
-        scheduler=Scheduler(
-            controller_store,
-            cache,
-            projector,
-            writer,
-            region=config.region,
-            reschedule_after_s=config.devices.reschedule_after_s,
-            observed_since=observed,
-        ),
-        observed_since=observed,
-        metrics=metrics,
-        elector=elector,
-        tuf=_tuf_of(paths.data_dir, signing=not replicated, config=config),
-        secret_keys=SecretKeys.load(paths.data_dir),
-    )
-    if replicated:  # a push lands on the leader; every replica serves its bytes
-        ctx.shared_blobs = SharedBlobs(
-            store, ctx.blobs, max_bytes=config.etcd.max_shared_artifact_bytes
-        )
-    if elector is not None and isinstance(ctx.tuf, TufRepository):
-        # replicas: one repository, its versions in the store (hub.state.sharedtuf)
-        ctx.tuf_shared = SharedTuf(lambda: ctx.tuf, store, controller_store, elector)
-        await ctx.tuf_shared.follow()
-    install_roots(ctx, roots)
-    if elector is not None and (paths.data_dir / PARENT_FILE).exists():
-        # a region's replicas: the root's TUF set in the store, each verifies it (tufsharing)
-
-        def relayed(tuf: RelayedTuf) -> None:
-            ctx.tuf = tuf
-            projector.mark_all()
-
-        ctx.tuf_relay_shared = SharedRelay(
-            paths.data_dir,
-            store,
-            controller_store,
-            held=lambda: ctx.tuf,
-            fleet_root=lambda: fleet_root_of(ctx.trust_root),
-            adopted=relayed,
-        )
-        await ctx.tuf_relay_shared.follow()
-    # federation: the regional hubs below this one, and their last reports (hub.state.sharedreports)
-    ctx.regions = await Regions.load(store, replicated=replicated)
-    projector.on_change = ctx.regions.changed  # their streams look at their slices again
-    if not (paths.data_dir / PARENT_FILE).exists():  # a regional hub never rolls out in waves
-        ctx.waves = WaveController(controller_store, cache, ctx.regions, writer)
-        await ctx.waves.load()
-        assert ctx.rollouts is not None
-        ctx.rollouts.revision_hook = ctx.waves.revision_ops
-    if elector is not None:
-
-        async def elected() -> None:
-            observed.restart(ctx.clock())  # devices' silence counts from this term (staleness)
-            await reload_cache(cache, store, sessions)
-            if ctx.waves is not None:
-                await ctx.waves.load()
-            install_roots(ctx, roots)
-            projector.mark_all()
-
-        elector.on_elected = elected
-    return ctx
-
-
-def _admin_servicer(ctx: HubContext) -> AdminServicer:
-    """AdminService: a handler per group of calls, each with what it uses (hub.api.admin)."""
-    auth = AdminAuth(ctx.cache, region=ctx.region)
-    show = Showing(
-        ctx.cache,
-        ctx.projector,
-        region=ctx.region,
-        regions=ctx.regions,
-        waves=ctx.waves,
-        rollouts=ctx.rollouts,
-    )
-
-    def tuf() -> TufRepository | RelayedTuf | None:
-        return ctx.tuf  # replaced when the repository changes (tufwatch, a region's relay)
-
-    return AdminServicer(
-        applies=Applies(
-            auth,
-            ctx.store,
-            ctx.cache,
-            ctx.writer,
-            ctx.secret_keys,
-            region=ctx.region,
-            regions=ctx.regions,
-            waves=ctx.waves,
-            tuf=tuf,
-            clock=ctx.clock,
-            rollouts=ctx.rollouts,
-            projector=ctx.projector,
-        ),
-        reads=Reads(
-            auth,
-            ctx.store,
-            ctx.cache,
-            show,
-            regions=ctx.regions,
-            replica=replica_name(ctx.elector),
-        ),
-        watches=Watches(auth, ctx.store, ctx.cache, show),
-        deletes=Deletes(
-            auth,
-            ctx.store,
-            ctx.cache,
-            ctx.writer,
-            ctx.sessions,
-            shared_blobs=ctx.shared_blobs,
-            rollouts=ctx.rollouts,
-            projector=ctx.projector,
-        ),
-        devices=AdminDevices(
-            auth,
-            ctx.store,
-            ctx.cache,
-            ctx.writer,
-            ctx.sessions,
-            regions=ctx.regions,
-            clock=ctx.clock,
-            projector=ctx.projector,
-        ),
-        rollouts=AdminRollouts(
-            auth,
-            ctx.store,
-            ctx.cache,
-            ctx.writer,
-            tuf=tuf,
-            clock=ctx.clock,
-            rollouts=ctx.rollouts,
-            waves=ctx.waves,
-            projector=ctx.projector,
-        ),
-        tokens=Tokens(
-            auth,
-            ctx.store,
-            ctx.cache,
-            ctx.writer,
-            ctx.ca,
-            region=ctx.region,
-            config=ctx.config.tokens,
-            dashboard=ctx.dashboard,
-            clock=ctx.clock,
-        ),
-        artifacts=Artifacts(auth, ctx, tuf=tuf, clock=ctx.clock),
-    )
 
 
 def check_replica_names(paths: HubPaths, addresses: Sequence[str]) -> None:
@@ -349,7 +142,7 @@ def _server_credentials(paths: HubPaths, *, mutual: bool) -> grpc.ServerCredenti
 
 @dataclass
 class RunningHub:
-    ctx: HubContext
+    ctx: HubParts
     server: grpc.aio.Server
     port: int
     enroll_port: int
@@ -357,7 +150,11 @@ class RunningHub:
 
 
 async def start_server(
-    ctx: HubContext, *, listen: str | None = None, enroll_listen: str | None = None
+    ctx: HubParts,
+    *,
+    listen: str | None = None,
+    enroll_listen: str | None = None,
+    on_evidence: EvidenceHandler | None = None,
 ) -> RunningHub:
     """Start the gRPC server (not the controllers); ports 0 pick free ones."""
     listen = listen or ctx.config.listen
@@ -366,17 +163,27 @@ async def start_server(
     if ctx.elector is not None:
         interceptors.append(LeaderWrites(ctx.elector))
     server = grpc.aio.server(options=SERVER_OPTIONS, interceptors=interceptors)
-    devices = DeviceServicer(ctx)
+    devices = device_servicer(ctx, on_evidence=on_evidence)
     # Not the generated add_*_to_server: malformed messages must get INVALID_ARGUMENT.
     add_servicer(server, devices, device_pb2.DESCRIPTOR.services_by_name["DeviceService"])
     add_servicer(
         server,
-        EnrollmentServicer(ctx),
+        EnrollmentServicer(
+            ctx.store,
+            ctx.cache,
+            ctx.writer,
+            ctx.projector,
+            ctx.ca,
+            region=ctx.region,
+            limits=ctx.config.enrollment,
+            device_lifetime_s=ctx.config.certificates.device_lifetime_s,
+            replica_addresses=ctx.config.replica_addresses,
+            ek_cas=ctx.paths.data_dir / EK_CA_DIR,
+            clock=ctx.clock,
+        ),
         enrollment_pb2.DESCRIPTOR.services_by_name["EnrollmentService"],
     )
-    add_servicer(
-        server, _admin_servicer(ctx), admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
-    )
+    add_servicer(server, admin_servicer(ctx), admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
     if ctx.regions is not None:  # federation (hub.api.federation): regional hubs enroll, stream in
         services = federation_pb2.DESCRIPTOR.services_by_name
         hub_enrollment = HubEnrollmentServicer(
@@ -402,7 +209,7 @@ async def start_server(
             region=ctx.region,
             replica=replica_name(ctx.elector),
             region_lifetime_s=ctx.config.certificates.region_lifetime_s,
-            tuf=lambda: ctx.tuf,
+            tuf=ctx.held_tuf,
             waves=ctx.waves,
             shared_blobs=ctx.shared_blobs,
             clock=ctx.clock,
@@ -417,28 +224,7 @@ async def start_server(
     return RunningHub(ctx, server, port, enroll_port, devices)
 
 
-def _tuf_of(
-    data_dir: Path, *, signing: bool, config: HubConfig | None = None
-) -> TufRepository | RelayedTuf | None:
-    """The hub's TUF repository (``D/tuf/``); at a regional hub, the root's metadata it last
-    adopted (``D/tuf-relay/``), which it may not mix with a repository of its own."""
-    if not (data_dir / PARENT_FILE).exists():
-        return TufRepository.load(data_dir, signing=signing, **tuf_lifetimes(config or HubConfig()))
-    if config is not None and config.tuf != TufConfig():
-        raise HubDirError(
-            f"{data_dir / 'hub.toml'}: tuf: a regional hub serves its root hub's TUF timestamp "
-            "and snapshot unchanged, so their lifetimes are the root's: set [tuf] at the root "
-            "(here it would have no effect)"
-        )
-    if TufRepository.exists(data_dir):
-        raise HubDirError(
-            f"{data_dir / 'tuf'}: a regional hub serves its root hub's TUF metadata "
-            "(D/tuf-relay/) and keeps no repository of its own: not supported here"
-        )
-    return RelayedTuf.load(data_dir)
-
-
-async def _readiness(ctx: HubContext, stop: asyncio.Event) -> str | None:
+async def _readiness(ctx: HubParts, stop: asyncio.Event) -> str | None:
     """Why the hub is not ready to serve (None: it is): stopping, or a store that does not
     answer within 2 s."""
     if stop.is_set():
@@ -522,12 +308,11 @@ async def _serve(
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
-    from hub.controllers.attestation import AttestationController
-
-    running = await start_server(ctx, listen=listen, enroll_listen=enroll_listen)
+    attestation = attestation_controller(ctx)
+    running = await start_server(
+        ctx, listen=listen, enroll_listen=enroll_listen, on_evidence=attestation.on_evidence
+    )
     ctx.observed_since.restart(ctx.clock())  # devices can reach it from now (hub.decide.staleness)
-    attestation = AttestationController(ctx)
-    running.devices.on_evidence = attestation.on_evidence
     print(
         f"hub serving region {ctx.region} on port {running.port} "
         f"(enrollment on port {running.enroll_port}); {len(ctx.cache.devices)} devices known",
@@ -538,7 +323,15 @@ async def _serve(
     controller_store: Store = ctx.store if elector is None else FencedStore(ctx.store, elector)
     controllers: list[Component] = [
         ctx.projector,
-        Lifecycle(ctx, running.devices.last_seen),
+        Lifecycle(
+            ctx.cache,
+            ctx.writer,
+            ctx.projector,
+            running.devices.last_seen,
+            grace_s=ctx.config.devices.heartbeat_grace_s,
+            observed_since=ctx.observed_since,
+            clock=ctx.clock,
+        ),
         LeaseExpiry(controller_store),
         Compactor(
             controller_store,
@@ -552,9 +345,8 @@ async def _serve(
         controllers.append(ctx.waves)
     if ctx.scheduler is not None:
         controllers.append(ctx.scheduler)
-        autoscaler = FleetAutoscaler(ctx.cache, ctx.writer, wake_scheduler=ctx.scheduler.wake)
-        ctx.scheduler.totals = autoscaler.total
-        controllers.append(autoscaler)
+        # its totals reach the scheduler through the cache and its change feed
+        controllers.append(FleetAutoscaler(ctx.cache, ctx.writer))
     if elector is not None:
         elector.identity = replica_identity(f"port {running.port}")
         controllers = [elector, *(LeaderOnly(c, elector) for c in controllers)]
@@ -579,17 +371,23 @@ async def _serve(
     if (
         parent is not None
     ):  # a regional hub: its root's slice in, its status up (hub.controllers.parentlink)
-        link = ParentLink(ctx, parent)
+        link = parent_link(ctx, parent)
         controllers.append(link if elector is None else LeaderOnly(link, elector))
     components: list[Component] = [
         ctx.writer,
         *controllers,
         *([RegionsFollower(ctx.store, ctx.regions)] if ctx.regions is not None else []),
         attestation,
-        RootWatcher(ctx, HubRoots(ctx.cache.trust_roots)),
+        RootWatcher(
+            ctx.paths.data_dir,
+            ctx.cache,
+            ctx.writer,
+            HubRoots(ctx.cache.trust_roots),
+            clock=ctx.clock,
+        ),
     ]
     if parent is None:  # a regional hub's TUF metadata is its root's (hub.state.tufrelay)
-        components.append(TufWatcher(ctx))
+        components.append(tuf_watcher(ctx))
     if ctx.tuf_shared is not None:
         components.append(ctx.tuf_shared)
     if ctx.tuf_relay_shared is not None:
@@ -611,9 +409,7 @@ async def _serve(
                 f"dashboardListen {dashboard_listen!r} needs the aiohttp package, which is not "
                 "installed: pip install 'edgefleet[dashboard]'"
             )
-        from hub.api.dashboard.serving import DashboardServer
-
-        components.append(DashboardServer(ctx, dashboard_listen))
+        components.append(dashboard_server(ctx, dashboard_listen))
     if ready is not None:
         ready.set()
     # systemd (Type=notify): ready once the gRPC server listens; watchdog pings from this loop

@@ -14,9 +14,9 @@ from hubserving import AdminHub
 
 from edgefleet.v1 import admin_pb2
 from hub import pki
-from hub.api.dashboard.serving import DashboardServer
 from hub.decide.devices import Device, DevicePhase
 from hub.initializing import HubPaths
+from hub.server import dashboard_server
 
 
 def client_tls(paths: HubPaths, client: pki.CertifiedKey | None, tmp: Path) -> ssl.SSLContext:
@@ -44,7 +44,7 @@ class DashboardHub:
 
     async def __aenter__(self) -> DashboardHub:
         await self.hub.__aenter__()
-        self.server = DashboardServer(self.hub.ctx, "127.0.0.1:0")
+        self.server = dashboard_server(self.hub.ctx, "127.0.0.1:0")
         self._tasks.append(asyncio.create_task(self.server.run(self._stop)))
         if self.rollouts and self.hub.ctx.rollouts is not None:
             self._tasks.append(asyncio.create_task(self.hub.ctx.rollouts.run(self._stop)))

@@ -50,6 +50,8 @@ class AdminHub:
             asyncio.create_task(self.ctx.writer.run(self._stop)),
             asyncio.create_task(self.ctx.projector.run(self._stop)),
         ]
+        if self.ctx.rollouts is not None:  # it reacts to applies (hub.state.feed)
+            self._tasks.append(asyncio.create_task(self.ctx.rollouts.run(self._stop)))
         running = await start_server(self.ctx, listen="127.0.0.1:0", enroll_listen="127.0.0.1:0")
         self.server, self.port = running.server, running.port
         self.enroll_port = running.enroll_port

@@ -26,10 +26,10 @@ from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Generic, Protocol, TypeVar
 
-from edged.reconcile.queueing import QueueShutDown, WorkQueue
 from edgefleet.errors import PermanentError, TemporaryError
 from edgefleet.logs import get_logger
 from edgefleet.metrics import Counter, Gauge, Histogram, Registry
+from edgefleet.workqueue import QueueShutDown, WorkQueue
 
 log = get_logger(__name__)
 

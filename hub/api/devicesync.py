@@ -28,16 +28,17 @@ import asyncio
 import hashlib
 import hmac
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
-from dataclasses import replace
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 from typing import Any
 
 import grpc
 from google.protobuf import json_format
 
+from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import ArtifactError, CsrRejected, EdgefleetError, PkiError, TrustError
 from edgefleet.logs import get_logger
+from edgefleet.metrics import Histogram
 from edgefleet.sealing import public_key_of
 from edgefleet.trust import tpmbinding
 from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
@@ -45,7 +46,7 @@ from hub import pki
 from hub.api.auth import Caller, authorize
 from hub.api.deviceinput import check_hello, check_message
 from hub.api.ratelimit import Rate, RateLimiter
-from hub.context import HubContext
+from hub.config import DevicesConfig
 from hub.decide.desired import MAX_DESIRED_STATE_BYTES
 from hub.decide.devices import (
     Device,
@@ -65,9 +66,15 @@ from hub.decide.status import (
     new_terminations,
     termination_message,
 )
-from hub.pki import Role
-from hub.state.secrets import seal_for
-from hub.state.sessions import Session
+from hub.pki import CertifiedKey, Role
+from hub.state.cache import Cache
+from hub.state.projector import Projector
+from hub.state.secrets import SecretKeys, seal_for
+from hub.state.sessions import Session, Sessions
+from hub.state.sharedblobs import SharedBlobs
+from hub.state.tufrelay import RelayedTuf
+from hub.state.tufrepo import TufRepository
+from hub.state.writer import DeviceWriter
 
 log = get_logger(__name__)
 
@@ -223,33 +230,55 @@ def _measures(r: device_pb2.RevisionStatus) -> dict[str, Any]:
     return out
 
 
-def _phases(workloads: Mapping[str, WorkloadReport]) -> dict[str, WorkloadReport]:
-    """The reports less the revisions' figures (requests, latency, accuracy)."""
-    return {
-        name: replace(
-            w,
-            revisions=tuple(
-                replace(r, requests=0, errors=0, latency_p95_s=None, window_requests=0)
-                for r in w.revisions
-            ),
-        )
-        for name, w in workloads.items()
-    }
-
-
 class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
-    def __init__(self, ctx: HubContext, *, on_evidence: EvidenceHandler | None = None) -> None:
-        self.ctx = ctx
+    """DeviceService (the module doc); hub.server builds it with what it uses."""
+
+    def __init__(
+        self,
+        cache: Cache,
+        writer: DeviceWriter,
+        projector: Projector,
+        sessions: Sessions,
+        ca: CertifiedKey,
+        blobs: ArtifactStore,
+        secret_keys: SecretKeys,
+        *,
+        region: str,
+        limits: DevicesConfig,
+        reserved_labels: tuple[str, ...],
+        pcrs: tuple[int, ...],
+        device_lifetime_s: float,
+        sync_seconds: Histogram,
+        tuf: Callable[[], TufRepository | RelayedTuf | None],
+        shared_blobs: SharedBlobs | None,
+        clock: Callable[[], float],
+        on_evidence: EvidenceHandler | None = None,
+    ) -> None:
+        self.cache = cache
+        self.writer = writer
+        self.projector = projector
+        self.sessions = sessions  # each device's open stream
+        self.ca = ca  # signs renewed device certificates
+        self.blobs = blobs  # the artifacts devices fetch
+        self.secret_keys = secret_keys  # open the Secrets sealed at rest, to seal them again
+        self.region = region
+        self.limits = limits  # [devices]: the heartbeat interval, the status rate
+        self.reserved_labels = reserved_labels  # [enrollment] reservedLabels
+        self.pcrs = pcrs  # [attestation] pcrs: what a challenge asks to quote
+        self.device_lifetime_s = device_lifetime_s  # a renewed certificate's lifetime
+        self.sync_seconds = sync_seconds  # hub_sync_latency_seconds (module doc)
+        self.tuf = tuf  # the TUF repository held now (tufwatch, a region's relay replace it)
+        self.shared_blobs = shared_blobs  # replicas: bytes pushed through another replica
+        self.clock = clock
         self.last_seen: dict[str, float] = {}
         self.on_evidence = on_evidence
-        limits = ctx.config.devices
         self.status_limit = RateLimiter(Rate(limits.status_rate, limits.status_burst))
 
     async def _caller(self, context: grpc.aio.ServicerContext) -> tuple[Caller, Device]:
         caller = await authorize(
-            context, region=self.ctx.region, revoked=self.ctx.cache.revoked, roles={Role.DEVICE}
+            context, region=self.region, revoked=self.cache.revoked, roles={Role.DEVICE}
         )
-        device = self.ctx.cache.devices.get(caller.name)
+        device = self.cache.devices.get(caller.name)
         if device is None:
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED, f"device {caller.name} is not enrolled here"
@@ -285,12 +314,11 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         TPM to a device that is not TPM-attested; those go sealed to its TPM sealing key."""
         if not refs:
             return []
-        ctx = self.ctx
-        record = ctx.cache.devices.get(device)
+        record = self.cache.devices.get(device)
         trusted = record is not None and record.attestation.state is TrustState.TRUSTED
-        if ctx.cache.security_policy().require_attestation and not trusted:
+        if self.cache.security_policy().require_attestation and not trusted:
             return []
-        tpm_secrets = ctx.cache.tpm_secrets()
+        tpm_secrets = self.cache.tpm_secrets()
         sealing_pem = ""
         if record is not None and tpm_attested(record):
             sealing_pem = record.sealing_key_pem
@@ -304,8 +332,8 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 device,
                 key,
                 refs,
-                ctx.cache.secrets,
-                ctx.secret_keys,
+                self.cache.secrets,
+                self.secret_keys,
                 tpm_secrets=tpm_secrets,
                 tpm_key=sealing_key,
             )
@@ -330,7 +358,6 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         request_iterator: AsyncIterator[device_pb2.DeviceMessage],
         context: grpc.aio.ServicerContext,
     ) -> AsyncIterator[device_pb2.HubMessage]:
-        ctx = self.ctx
         it = request_iterator.__aiter__()
         # The first message is read before the caller is checked: a refusal sent while the
         # device is still writing its hello reaches it as INTERNAL ("Internal error from
@@ -355,7 +382,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 f"the first message must be hello, got {first.WhichOneof('message')}",
             )
         hello = first.hello
-        problems = check_hello(hello, reserved=ctx.config.enrollment.reserved_labels)
+        problems = check_hello(hello, reserved=self.reserved_labels)
         if problems:
             log.warning("device input refused", device=caller.name, problems=problems[:5])
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, _joined(problems))
@@ -364,7 +391,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"device {caller.name} may not speak for device {hello.device_name}",
             )
-        now = ctx.clock()
+        now = self.clock()
         device = device.with_(
             reported_labels=dict(hello.labels),
             facts=json_format.MessageToDict(hello.inventory),
@@ -376,7 +403,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         handover = bool(device.previous_serial) and caller.serial == device.certificate_serial
         if handover:
             device = device.with_(previous_serial="")
-            ctx.writer.event(
+            self.writer.event(
                 "Device",
                 caller.name,
                 "Normal",
@@ -384,13 +411,13 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 f"connected with its renewed certificate {caller.serial}; the previous one "
                 "is refused from now on",
             )
-        if device.phase is not ctx.cache.devices[caller.name].phase:
-            ctx.writer.event("Device", caller.name, "Normal", "Connected", "the device connected")
-        ctx.writer.update(device)
+        if device.phase is not self.cache.devices[caller.name].phase:
+            self.writer.event("Device", caller.name, "Normal", "Connected", "the device connected")
+        self.writer.update(device)
         if handover:
-            await ctx.writer.flush()  # the old certificate stays refused across a restart
+            await self.writer.flush()  # the old certificate stays refused across a restart
         self.last_seen[caller.name] = now
-        session = ctx.sessions.open(caller.name, caller.serial)
+        session = self.sessions.open(caller.name, caller.serial)
         log.info("device connected", device=caller.name, generation=hello.applied_generation)
         sent_at: dict[int, float] = {}  # generation -> when it was sent on this stream
         reader = asyncio.ensure_future(self._read(caller.name, it, session, sent_at))
@@ -399,14 +426,14 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             # the device again (its labels and phase may have changed) and offers any newer
             # state to the session. Projecting inline here would cost one transaction per
             # connecting device: thousands when a hub restarts.
-            content = ctx.projector.content_for(caller.name)
-            if content is not None and caller.name in ctx.cache.desired:
+            content = self.projector.content_for(caller.name)
+            if content is not None and caller.name in self.cache.desired:
                 session.offer(content)
-            ctx.projector.mark([caller.name])
+            self.projector.mark([caller.name])
             sent = 0
             while not session.closed and not reader.done():
                 if session.desired is not None:
-                    record = ctx.cache.desired.get(caller.name)
+                    record = self.cache.desired.get(caller.name)
                     content, session.desired = session.desired, None
                     if record is not None and record.generation > sent:
                         sent = record.generation
@@ -417,9 +444,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                                 artifact_metadata=list(content.artifact_metadata),
                                 rollback_allowances=list(content.rollback_allowances),
                                 trust_roots=list(content.trust_roots),
-                                heartbeat_interval=_duration(
-                                    ctx.config.devices.heartbeat_interval_s
-                                ),
+                                heartbeat_interval=_duration(self.limits.heartbeat_interval_s),
                                 secrets=self._sealed(context, caller.name, content.secrets),
                             )
                         )
@@ -433,7 +458,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                                 generation=record.generation,
                                 bytes=size,
                             )
-                            ctx.writer.event(
+                            self.writer.event(
                                 "Device",
                                 caller.name,
                                 "Warning",
@@ -460,7 +485,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                     nonce = session.challenges.pop(0)
                     yield device_pb2.HubMessage(
                         attestation_challenge=device_pb2.AttestationChallenge(
-                            nonce=nonce, pcr_selection=list(ctx.config.attestation.pcrs)
+                            nonce=nonce, pcr_selection=list(self.pcrs)
                         )
                     )
                 waiter = asyncio.ensure_future(session.wait())
@@ -479,7 +504,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             reader.cancel()
             for answer in list(session.log_answers.values()):
                 answer.cancel()  # nobody will answer them on this stream
-            ctx.sessions.release(session)
+            self.sessions.release(session)
             log.info("device disconnected", device=caller.name)
 
     def _observe_ack(self, generation: int, sent_at: dict[int, float]) -> None:
@@ -487,7 +512,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         device acknowledges only the newest state it was given)."""
         at = sent_at.pop(generation, None)
         if at is not None:
-            self.ctx.metrics.sync_seconds.observe(time.monotonic() - at)
+            self.sync_seconds.observe(time.monotonic() - at)
         for older in [g for g in sent_at if g < generation]:
             del sent_at[older]
 
@@ -498,19 +523,16 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         session: Session,
         sent_at: dict[int, float],
     ) -> None:
-        ctx = self.ctx
         async for msg in it:
-            now = ctx.clock()
+            now = self.clock()
             self.last_seen[name] = now
             kind = msg.WhichOneof("message")
-            device = ctx.cache.devices.get(name)
+            device = self.cache.devices.get(name)
             if device is None or session.closed:
                 return
-            record = ctx.cache.desired.get(name)
+            record = self.cache.desired.get(name)
             issued = max(record.generation if record else 0, device.generation_acked)
-            problems = check_message(
-                msg, issued=issued, reserved=ctx.config.enrollment.reserved_labels
-            )
+            problems = check_message(msg, issued=issued, reserved=self.reserved_labels)
             if problems:
                 log.warning("device input refused", device=name, problems=problems[:5])
                 raise StreamRefused(grpc.StatusCode.INVALID_ARGUMENT, _joined(problems))
@@ -527,7 +549,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             elif kind == "ack":
                 self._observe_ack(msg.ack.generation, sent_at)
                 if msg.ack.generation > device.generation_acked:
-                    ctx.writer.update(device.with_(generation_acked=msg.ack.generation))
+                    self.writer.update(device.with_(generation_acked=msg.ack.generation))
             elif kind == "status":
                 workloads = {w.name: _workload(w) for w in msg.status.workloads}
                 health = _health(msg.status.health) if msg.status.HasField("health") else None
@@ -550,15 +572,15 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 }
                 if any(device.latencies.get(k) != v for k, v in measured.items()):
                     changed = changed.with_(latencies=with_latencies(device.latencies, measured))
-                    ctx.projector.mark([name])  # the scheduler reads them (maxLatencyP95)
+                    self.projector.mark([name])  # the scheduler reads them (maxLatencyP95)
                 labels = dict(msg.status.labels)
                 if labels and labels != device.reported_labels:  # empty: an older edged
                     changed = changed.with_(reported_labels=labels)
-                    ctx.projector.mark([name])  # placement reads labels (the scheduler too)
+                    self.projector.mark([name])  # placement reads labels (the scheduler too)
                     log.info("device labels changed", device=name)
                 if changed.health != device.health:
-                    ctx.projector.mark([name])
-                    ctx.writer.event(
+                    self.projector.mark([name])
+                    self.writer.event(
                         "Device",
                         name,
                         "Normal" if changed.health.schedulable else "Warning",
@@ -566,7 +588,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         "; ".join(changed.health.reasons) or "health policy met",
                     )
                 for workload, rev in broken_revisions(device.workloads, workloads):
-                    ctx.writer.event(
+                    self.writer.event(
                         "ModelDeployment",
                         workload,
                         "Warning",
@@ -574,20 +596,14 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         f"device {name}: {describe_failure(rev)}",
                     )
                 for workload, ended in new_terminations(device.workloads, workloads):
-                    ctx.writer.event(
+                    self.writer.event(
                         "ModelDeployment",
                         workload,
                         "Warning",
                         ended.reason,
                         f"device {name}: {termination_message(ended)}",
                     )
-                ctx.writer.update(changed)
-                if ctx.rollouts is not None and _phases(changed.workloads) != _phases(
-                    device.workloads
-                ):
-                    # a rollout may take its next step now (new figures alone wait for the
-                    # controller's tick: steady traffic must not mean a pass per report)
-                    ctx.rollouts.wake()
+                self.writer.update(changed)  # a rollout reacts (hub.state.feed)
             elif kind == "attestation_evidence" and self.on_evidence is not None:
                 ev = msg.attestation_evidence
                 self.on_evidence(name, bytes(ev.nonce), bytes(ev.evidence))
@@ -598,13 +614,12 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         self, request: device_pb2.RenewCertificateRequest, context: grpc.aio.ServicerContext
     ) -> device_pb2.RenewCertificateResponse:
         caller, device = await self._caller(context)
-        ctx = self.ctx
         try:
             certificate = pki.sign_device_csr(
-                ctx.ca,
+                self.ca,
                 request.csr_pem,
                 caller.identity,
-                lifetime=timedelta(seconds=ctx.config.certificates.device_lifetime_s),
+                lifetime=timedelta(seconds=self.device_lifetime_s),
             )
         except (CsrRejected, PkiError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
@@ -612,14 +627,14 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         serial = format(certificate.serial_number, "x")
         # The certificate this was asked with stays valid until the device connects with the
         # new one; any other earlier certificate is refused from now on.
-        ctx.writer.update(
+        self.writer.update(
             device.with_(
                 certificate_serial=serial,
                 previous_serial=caller.serial,
                 public_key_pem=pki.public_key_pem(certificate),
             )
         )
-        ctx.writer.event(
+        self.writer.event(
             "Device",
             caller.name,
             "Normal",
@@ -627,7 +642,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             f"certificate {serial} issued; {caller.serial} is accepted until the device "
             "connects with the new one",
         )
-        await ctx.writer.flush()
+        await self.writer.flush()
         log.info("certificate renewed", device=caller.name, serial=serial)
         return device_pb2.RenewCertificateResponse(
             certificate_chain_pem=pki.certificate_pem(certificate)
@@ -643,7 +658,6 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         it was made for is in the TPM whose EK certificate the hub checked. Bind it (one try:
         a wrong secret withdraws the offer)."""
         caller, device = await self._caller(context)
-        ctx = self.ctx
         offer = device.ak_offer
         if offer is None:
             await context.abort(
@@ -653,13 +667,13 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             raise AssertionError("unreachable")
         got = hashlib.sha256(bytes(request.secret[:64])).hexdigest()
         if not hmac.compare_digest(got, offer.get("secretSha256", "")):
-            ctx.writer.update(device.with_(ak_offer=None))
-            ctx.writer.event(
+            self.writer.update(device.with_(ak_offer=None))
+            self.writer.event(
                 "Device", caller.name, "Warning", "AttestationKeyRefused",
                 "the credential's secret is wrong: the key is not in the TPM the EK "
                 "certificate names; the device stays software-attested",
             )  # fmt: skip
-            await ctx.writer.flush()
+            await self.writer.flush()
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 "the secret does not match the credential: attestation key not bound",
@@ -677,7 +691,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 )
             except TrustError as exc:
                 refused = str(exc)
-        ctx.writer.update(
+        self.writer.update(
             device.with_(
                 attestation_key_pem=offer["akPem"],
                 ak_offer=None,
@@ -685,18 +699,18 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 ek_sha256=offer.get("ekSha256", ""),
             )
         )
-        ctx.writer.event(
+        self.writer.event(
             "Device", caller.name, "Normal", "AttestationKeyBound",
             "TPM attestation key bound to the endorsement key: only quotes are accepted now"
             + ("; TPM sealing key recorded (Secrets that require a TPM are sealed to it)"
                if sealing_pem else ""),
         )  # fmt: skip
         if refused:
-            ctx.writer.event(
+            self.writer.event(
                 "Device", caller.name, "Warning", "SealingKeyRefused",
                 f"{refused}; Secrets that require a TPM are not sent to this device",
             )  # fmt: skip
-        await ctx.writer.flush()
+        await self.writer.flush()
         log.info("attestation key bound", device=caller.name, sealing_key=bool(sealing_pem))
         return device_pb2.ActivateAttestationKeyResponse(
             sealing_key_recorded=bool(sealing_pem), sealing_key_refused=refused
@@ -711,7 +725,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         from hub.state.tufrepo import serve_metadata
 
         response: common_pb2.TufMetadataResponse = await serve_metadata(
-            self.ctx.tuf, request, context
+            self.tuf(), request, context
         )
         return response
 
@@ -719,20 +733,20 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         self, request: device_pb2.FetchArtifactRequest, context: grpc.aio.ServicerContext
     ) -> AsyncIterator[device_pb2.ArtifactChunk]:
         caller, _ = await self._caller(context)
-        content = self.ctx.projector.content_for(caller.name)
+        content = self.projector.content_for(caller.name)
         if content is None or request.sha256 not in content.artifacts:
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"artifact {request.sha256[:16]} is not in device {caller.name}'s desired state",
             )
-        shared = self.ctx.shared_blobs
-        if shared is not None and not self.ctx.blobs.has(request.sha256):
+        shared = self.shared_blobs
+        if shared is not None and not self.blobs.has(request.sha256):
             try:  # replicas: pushed through another one; its bytes are in the store
                 await shared.ensure_local(request.sha256)
             except ArtifactError as exc:
                 log.error("shared artifact refused", sha256=request.sha256, error=str(exc))
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"artifact copy failed: {exc}")
-        path = self.ctx.blobs.path_for(request.sha256)
+        path = self.blobs.path_for(request.sha256)
         try:
             # A local file in the page cache: reads of 256 KiB do not stall the loop noticeably.
             f = open(path, "rb")  # noqa: SIM115, ASYNC230 - closed below

@@ -35,8 +35,9 @@ from __future__ import annotations
 import re
 import secrets
 from collections import OrderedDict
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from datetime import timedelta
+from pathlib import Path
 
 import grpc
 
@@ -53,11 +54,14 @@ from edgefleet.logs import get_logger
 from edgefleet.v1 import enrollment_pb2, enrollment_pb2_grpc
 from hub import pki
 from hub.api.ratelimit import Rate, RateLimiter
-from hub.context import HubContext
+from hub.config import EnrollmentConfig
 from hub.decide.devices import Device
 from hub.state import storekeys, tokens
-from hub.state.store import Compare, Put
+from hub.state.cache import Cache
+from hub.state.projector import Projector
+from hub.state.store import Compare, Put, Store
 from hub.state.trustroots import HubRoots
+from hub.state.writer import DeviceWriter
 
 log = get_logger(__name__)
 
@@ -151,19 +155,18 @@ EK_CA_DIR = "ek-cas"  # D/ek-cas/*.pem: the TPM manufacturers' EK-issuing CAs th
 
 
 def offer_attestation_key(
-    ctx: HubContext, request: enrollment_pb2.EnrollRequest, *, now: float
+    ek_cas: Path, request: enrollment_pb2.EnrollRequest, *, now: float
 ) -> tuple[dict[str, str] | None, enrollment_pb2.EnrollResponse]:
     """The attestation-key part of enrollment: (the offer to keep in the device record, the
-    response fields). An AK that is not an attestation key is bad input (TrustError
-    AttestationKeyInvalid/EkMismatch, raised); an EK certificate this hub cannot verify, or a
-    hub without tpm2-pytss, leaves the device software-attested (``ak_refused`` says why)."""
+    response fields); ``ek_cas`` is the folder of EK-issuing CAs (``D/ek-cas/*.pem``). An AK
+    that is not an attestation key is bad input (TrustError AttestationKeyInvalid/EkMismatch,
+    raised); an EK certificate this hub cannot verify, or a hub without tpm2-pytss, leaves
+    the device software-attested (``ak_refused`` says why)."""
     from edgefleet.trust import tpmbinding
 
     try:
         ak = tpmbinding.check_attestation_key(bytes(request.ak_public))
-        cas = tpmbinding.load_ca_certificates(
-            p.read_bytes() for p in sorted((ctx.paths.data_dir / EK_CA_DIR).glob("*.pem"))
-        )
+        cas = tpmbinding.load_ca_certificates(p.read_bytes() for p in sorted(ek_cas.glob("*.pem")))
         ek = tpmbinding.verify_ek_certificate(
             bytes(request.ek_certificate), cas, bytes(request.ek_public), now=now
         )
@@ -209,9 +212,34 @@ def shared_ek_refusal(
 
 
 class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
-    def __init__(self, ctx: HubContext) -> None:
-        self.ctx = ctx
-        limits = ctx.config.enrollment
+    """EnrollmentService (the module doc); hub.server builds it with what it uses."""
+
+    def __init__(
+        self,
+        store: Store,
+        cache: Cache,
+        writer: DeviceWriter,
+        projector: Projector,
+        ca: pki.CertifiedKey,
+        *,
+        region: str,
+        limits: EnrollmentConfig,
+        device_lifetime_s: float,
+        replica_addresses: Sequence[str],
+        ek_cas: Path,
+        clock: Callable[[], float],
+    ) -> None:
+        self.store = store  # the tokens, the device records
+        self.cache = cache
+        self.writer = writer
+        self.projector = projector  # an enrolled device is projected
+        self.ca = ca  # signs the device's certificate
+        self.region = region
+        self.limits = limits  # [enrollment]: the rates, the reserved labels
+        self.device_lifetime_s = device_lifetime_s  # [certificates] deviceLifetime
+        self.replica_addresses = tuple(replica_addresses)  # told to the device (hubAddresses)
+        self.ek_cas = ek_cas  # D/ek-cas/: the TPM manufacturers' CAs (offer_attestation_key)
+        self.clock = clock
         self.per_source = RateLimiter(Rate(limits.per_source_rate, limits.per_source_burst))
         self.per_token = RateLimiter(
             Rate(limits.per_token_failure_rate, limits.per_token_failure_burst)
@@ -225,8 +253,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
     async def _refuse(
         self, context: grpc.aio.ServicerContext, exc: TokenError, token_id: str, source: str
     ) -> None:
-        ctx = self.ctx
-        now = ctx.clock()
+        now = self.clock()
         within_rate = self.per_token.allow(token_id, now)
         self.refused_sources[source] = now
         self.refused_sources.move_to_end(source)
@@ -236,14 +263,13 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         # An event on a token that exists, at most at the token's refusal rate: no store writes
         # for made-up ids, nor a flood of them while a known id is being guessed.
         if exc.reason is not TokenRefusal.UNKNOWN and within_rate:
-            ctx.writer.event("Token", token_id, "Warning", "EnrollmentRefused", str(exc))
+            self.writer.event("Token", token_id, "Warning", "EnrollmentRefused", str(exc))
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSED)
 
     async def Enroll(
         self, request: enrollment_pb2.EnrollRequest, context: grpc.aio.ServicerContext
     ) -> enrollment_pb2.EnrollResponse:
-        ctx = self.ctx
-        now = ctx.clock()
+        now = self.clock()
         source = source_of(context.peer() or "")
         if not self.per_source.allow(source, now):
             log.warning("enrollment rate limited", source=source, limit="source")
@@ -267,7 +293,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
                 RATE_LIMITED.format(max(1.0, self.per_token.retry_after(token_id, now))),
             )
         try:
-            record = await tokens.validate(ctx.store, request.token, now=now)
+            record = await tokens.validate(self.store, request.token, now=now)
         except TokenError as exc:
             await self._refuse(context, exc, token_id, source)
             raise AssertionError("unreachable") from None
@@ -282,26 +308,26 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
                 source,
             )
         labels, label_problems = enrollment_labels(
-            record, request.labels, ctx.config.enrollment.reserved_labels
+            record, request.labels, self.limits.reserved_labels
         )
         if label_problems:
             log.warning("enrollment labels refused", token=record.id, problems=label_problems)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(label_problems))
         name = request.name or f"device-{secrets.token_hex(4)}"
-        existing = ctx.cache.devices.get(name)
+        existing = self.cache.devices.get(name)
         if existing is not None:
             await context.abort(
                 grpc.StatusCode.ALREADY_EXISTS,
                 f"a device named {name!r} is already enrolled; delete it first "
                 f"(edgectl delete device {name}) or choose another --name",
             )
-        identity = pki.Identity(pki.Role.DEVICE, name, ctx.region)
+        identity = pki.Identity(pki.Role.DEVICE, name, self.region)
         try:
             certificate = pki.sign_device_csr(
-                ctx.ca,
+                self.ca,
                 request.csr_pem,
                 identity,
-                lifetime=timedelta(seconds=ctx.config.certificates.device_lifetime_s),
+                lifetime=timedelta(seconds=self.device_lifetime_s),
             )
         except (CsrRejected, PkiError) as exc:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
@@ -310,12 +336,12 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         tpm_answer = enrollment_pb2.EnrollResponse()
         if request.ak_public:
             try:
-                offer, tpm_answer = offer_attestation_key(ctx, request, now=now)
+                offer, tpm_answer = offer_attestation_key(self.ek_cas, request, now=now)
             except TrustError as exc:
                 await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"{exc.reason}: {exc}")
             shared = shared_ek_refusal(
                 (offer or {}).get("ekSha256", ""),
-                ctx.cache.devices.values(),
+                self.cache.devices.values(),
                 allowed=record.allow_shared_ek,
                 name=name,
             )
@@ -323,7 +349,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
                 log.warning("enrollment refused", reason="EkInUse", token=record.id, device=name)
                 await context.abort(grpc.StatusCode.ALREADY_EXISTS, shared)
         try:
-            record = await tokens.consume(ctx.store, request.token, now=now)
+            record = await tokens.consume(self.store, request.token, now=now)
         except TokenError as exc:  # used by a concurrent enrollment meanwhile
             await self._refuse(context, exc, token_id, source)
         device = Device(
@@ -335,11 +361,11 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             enrolled_at=now,
             ak_offer=offer,
         )
-        event = ctx.writer.prepare_event(
+        event = self.writer.prepare_event(
             "Device", name, "Normal", "Enrolled", f"enrolled with bootstrap token {record.id}"
         )
         try:
-            revision = await ctx.store.txn(
+            revision = await self.store.txn(
                 [Compare(storekeys.device_key(name), 0)],
                 [Put(storekeys.device_key(name), storekeys.dumps(device.to_json())), event.put],
             )
@@ -347,14 +373,14 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             await context.abort(
                 grpc.StatusCode.ALREADY_EXISTS, f"a device named {name!r} was enrolled meanwhile"
             )
-        ctx.cache.devices[name] = device
-        ctx.writer.observed(name, revision, device.to_json())
-        ctx.writer.committed(event)
+        self.cache.put_device(device)
+        self.writer.observed(name, revision, device.to_json())
+        self.writer.committed(event)
         if tpm_answer.ak_refused:
-            ctx.writer.event(
+            self.writer.event(
                 "Device", name, "Warning", "AttestationKeyRefused", tpm_answer.ak_refused
             )
-        ctx.projector.mark([name])
+        self.projector.mark([name])
         log.info(
             "device enrolled",
             device=name,
@@ -364,10 +390,10 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         )
         response = enrollment_pb2.EnrollResponse(
             certificate_chain_pem=pki.certificate_pem(certificate),
-            ca_certificate_pem=pki.certificate_pem(ctx.ca.certificate),
-            trust_root=HubRoots(ctx.cache.trust_roots).enrollment_bytes(),
+            ca_certificate_pem=pki.certificate_pem(self.ca.certificate),
+            trust_root=HubRoots(self.cache.trust_roots).enrollment_bytes(),
             device_name=name,
-            hub_addresses=list(ctx.config.replica_addresses),
+            hub_addresses=list(self.replica_addresses),
         )
         response.MergeFrom(tpm_answer)
         return response

@@ -25,22 +25,22 @@ bytes were already held under another name. The same bytes with newer signed
 metadata (a higher ``metadataVersion``, e.g. re-signed to extend its expiry) replace the
 record's envelope; older or equal metadata leaves it as it is.
 
-:func:`receive_artifact` raises :class:`PushRefused` (a gRPC status code and a message); the
-AdminService method translates it with ``context.abort``.
+:meth:`ArtifactReceiver.receive` raises :class:`PushRefused` (a gRPC status code and a
+message); the AdminService method translates it with ``context.abort``.
 """
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 from typing import Any, BinaryIO, cast
 
 import grpc
 
 from edgefleet.artifacts.onnxformat import ParsesAsOnnx
-from edgefleet.artifacts.storing import Verifier
+from edgefleet.artifacts.storing import ArtifactStore, Verifier
 from edgefleet.errors import ArtifactError, CompareFailed, EdgefleetError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.trust.documents import ArtifactMetadata, FileInfo, Root, parse_artifact
@@ -52,10 +52,15 @@ from edgefleet.trust.verifying import (
     verify_initial_root,
 )
 from edgefleet.v1 import admin_pb2
-from hub.context import HubContext
 from hub.state import storekeys
-from hub.state.sharedtuf import MAX_SHARED_TARGETS_BYTES, TufConflict
-from hub.state.store import Compare, Put
+from hub.state.cache import Cache
+from hub.state.sharedblobs import SharedBlobs
+from hub.state.sharedtuf import MAX_SHARED_TARGETS_BYTES, SharedTuf, TufConflict
+from hub.state.store import Compare, Put, Store
+from hub.state.trustroots import HubRoots
+from hub.state.tufrelay import RelayedTuf
+from hub.state.tufrepo import TufRepository
+from hub.state.writer import DeviceWriter
 
 log = get_logger(__name__)
 
@@ -82,167 +87,6 @@ class PushRefused(EdgefleetError):
         super().__init__(f"{reason}: {message}")
 
 
-async def receive_artifact(
-    ctx: HubContext,
-    requests: AsyncIterator[admin_pb2.PushArtifactRequest],
-    *,
-    now: float,
-) -> admin_pb2.PushArtifactResponse:
-    """Verify and store one pushed artifact (see the module doc); ``now`` fixes every time
-    check of this push."""
-    it = requests.__aiter__()
-    try:
-        first = await it.__anext__()
-    except StopAsyncIteration:
-        raise PushRefused(
-            grpc.StatusCode.INVALID_ARGUMENT, "NoHeader", "the stream is empty: send a header first"
-        ) from None
-    if first.WhichOneof("message") != "header":
-        raise PushRefused(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            "NoHeader",
-            f"the first message must be a header, got {first.WhichOneof('message') or 'nothing'}",
-        )
-    envelope_bytes = bytes(first.header.signed_metadata)
-    meta, model_file, info = _verify_header(ctx, envelope_bytes, now)
-    delegated = _verify_delegated(ctx, first.header, meta, now)
-    what = f"{meta.name} {meta.version}"
-    existing = ctx.cache.models.get((meta.name, meta.version))
-    if existing is not None and existing.sha256 != info.sha256:
-        raise _exists(what, existing.sha256, info.sha256)
-
-    extras = {n: f for n, f in meta.files.items() if f.role != "model"}
-    if ctx.shared_blobs is not None:  # replicas: the bytes must fit in the store
-        for file_name, f in [(model_file, info), *extras.items()]:
-            try:
-                ctx.shared_blobs.check_size(f"{what}: {file_name}", f.length)
-            except ArtifactError as exc:
-                raise PushRefused(
-                    grpc.StatusCode.FAILED_PRECONDITION, exc.reason, str(exc)
-                ) from None
-    pushed = [d for d in {info.sha256, *(f.sha256 for f in extras.values())} if ctx.blobs.has(d)]
-    had = set(pushed)
-    reader = _ChunkReader(it, asyncio.get_running_loop())
-    try:
-        sha256 = await _ingest(ctx, reader, meta, model_file, info, verify_onnx=True)
-        stored_extras: dict[str, str] = {}
-        while (fname := reader.begin_next_file()) is not None:
-            extra = extras.get(fname)
-            if extra is None or fname == model_file:
-                raise PushRefused(
-                    grpc.StatusCode.INVALID_ARGUMENT,
-                    "FileNotSigned",
-                    f"{what}: {fname!r} is not an extra file of the signed metadata "
-                    f"(it lists {', '.join(sorted(extras)) or 'none'})",
-                )
-            if fname in stored_extras:
-                raise PushRefused(
-                    grpc.StatusCode.INVALID_ARGUMENT, "FileRepeated", f"{what}: {fname} sent twice"
-                )
-            stored_extras[fname] = await _ingest(ctx, reader, meta, fname, extra, verify_onnx=False)
-        missing = sorted(set(extras) - set(stored_extras))
-        if missing:
-            raise PushRefused(
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "FileMissing",
-                f"{what}: the signed metadata lists {', '.join(missing)}, which were not sent",
-            )
-        if ctx.shared_blobs is not None:  # before the record: no replica lacks the bytes
-            for digest in sorted({sha256, *stored_extras.values()}):
-                await ctx.shared_blobs.publish(digest)
-        response = await _record(
-            ctx,
-            meta,
-            envelope_bytes,
-            info,
-            sha256,
-            now,
-            extras=stored_extras,
-        )
-        if delegated is not None and ctx.tuf is not None:
-            try:
-                if ctx.tuf_shared is not None:  # replicas: through the store (hub.state.sharedtuf)
-                    await ctx.tuf_shared.publish_delegated(*delegated)
-                else:
-                    ctx.tuf.store_delegated(*delegated)
-            except TufConflict as exc:
-                raise PushRefused(grpc.StatusCode.ABORTED, "TufConflict", str(exc)) from None
-            except TrustError as exc:
-                raise PushRefused(grpc.StatusCode.ABORTED, exc.reason, str(exc)) from None
-            ctx.projector.mark_all()
-        return response
-    except BaseException:
-        for digest in {info.sha256, *(f.sha256 for f in extras.values())} - had:
-            _drop_unreferenced(ctx, digest)
-        raise
-
-
-async def _ingest(
-    ctx: HubContext,
-    reader: _ChunkReader,
-    meta: ArtifactMetadata,
-    fname: str,
-    info: FileInfo,
-    *,
-    verify_onnx: bool,
-) -> str:
-    """Stream one file of the push into the blob store, within its signed length and digest."""
-    what = f"{meta.name} {meta.version}"
-    verifiers: list[Verifier] = [SignedFile(info, what if verify_onnx else f"{what}: {fname}")]
-    if verify_onnx:
-        verifiers.append(ParsesAsOnnx())
-    try:
-        return await asyncio.to_thread(
-            ctx.blobs.ingest_stream,
-            cast("BinaryIO", reader),  # it only calls read(size)
-            origin=f"pushed {fname}",
-            name=meta.name,
-            version=meta.version,
-            verifiers=verifiers,
-            max_bytes=info.length,
-        )
-    except PushRefused:
-        raise
-    except ArtifactError as exc:
-        reason = "LengthExceeded" if exc.reason == "ArtifactTooLarge" else exc.reason
-        message = (
-            f"{what}: the pushed bytes of {fname} are longer than the signed length {info.length}"
-            if reason == "LengthExceeded"
-            else str(exc)
-        )
-        raise PushRefused(grpc.StatusCode.INVALID_ARGUMENT, reason, message) from None
-
-
-def _verify_header(
-    ctx: HubContext, envelope_bytes: bytes, now: float
-) -> tuple[ArtifactMetadata, str, FileInfo]:
-    if not ctx.trust_root:
-        raise PushRefused(
-            grpc.StatusCode.FAILED_PRECONDITION,
-            "NoTrustRoot",
-            "this hub has no trust root (D/trust-root.json), so it cannot check who signed "
-            "the artifact: create one (hub init does by default) and restart the hub",
-        )
-    try:
-        root: Root = verify_initial_root(
-            parse_envelope_bytes(ctx.trust_root, what="the hub's trust root"),
-            now,
-            what="the hub's trust root",
-        )
-    except TrustError as exc:
-        raise PushRefused(grpc.StatusCode.FAILED_PRECONDITION, exc.reason, str(exc)) from None
-    try:
-        env = parse_envelope_bytes(envelope_bytes, what="header.signed_metadata")
-        meta = verify_artifact_metadata(
-            root, env, now=now, state=TrustState(), what="header.signed_metadata"
-        )
-    except TrustError as exc:
-        code = _TRUST_CODES.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT)
-        raise PushRefused(code, exc.reason, str(exc)) from None
-    model_file, info = meta.model_file()
-    return meta, model_file, info
-
-
 _TUF_CODES = {
     "UnknownRole": grpc.StatusCode.PERMISSION_DENIED,
     "PathNotDelegated": grpc.StatusCode.PERMISSION_DENIED,
@@ -254,53 +98,305 @@ _TUF_CODES = {
 }
 
 
-def _verify_delegated(
-    ctx: HubContext, header: admin_pb2.ArtifactHeader, meta: ArtifactMetadata, now: float
-) -> tuple[str, bytes, int] | None:
-    """A hub with a TUF repository needs the publisher's delegated targets listing the pushed
-    artifact (checked like a device would: :meth:`hub.state.tufrepo.TufRepository.check_delegated`);
-    one without refuses them rather than ignore them. ``(role, bytes, version)`` to store
-    once the artifact is, or None."""
-    data = bytes(header.delegated_targets)
-    role = str(header.delegated_role)
-    if ctx.tuf is None:
-        if data or role:
+class ArtifactReceiver:
+    """Receives pushed artifacts (the module doc) into the store, the cache and the blob
+    store; hub.server builds it with what it uses."""
+
+    def __init__(
+        self,
+        store: Store,
+        cache: Cache,
+        writer: DeviceWriter,
+        blobs: ArtifactStore,
+        *,
+        tuf: Callable[[], TufRepository | RelayedTuf | None],
+        tuf_shared: SharedTuf | None,
+        shared_blobs: SharedBlobs | None,
+    ) -> None:
+        self.store = store
+        self.cache = cache  # its trust roots verify the metadata; its models are what is held
+        self.writer = writer
+        self.blobs = blobs
+        self.tuf = tuf  # the TUF repository held now (tufwatch, a region's relay replace it)
+        self.tuf_shared = tuf_shared  # replicas: the repository's versions in the store
+        self.shared_blobs = shared_blobs  # replicas: the bytes published in the store
+
+    async def receive(
+        self,
+        requests: AsyncIterator[admin_pb2.PushArtifactRequest],
+        *,
+        now: float,
+    ) -> admin_pb2.PushArtifactResponse:
+        """Verify and store one pushed artifact (see the module doc); ``now`` fixes every time
+        check of this push."""
+        it = requests.__aiter__()
+        try:
+            first = await it.__anext__()
+        except StopAsyncIteration:
             raise PushRefused(
                 grpc.StatusCode.INVALID_ARGUMENT,
-                "NoTufRepository",
-                "header.delegated_targets: this hub keeps no TUF repository (hub init "
-                "--no-tuf made none): not supported here",
+                "NoHeader",
+                "the stream is empty: send a header first",
+            ) from None
+        if first.WhichOneof("message") != "header":
+            raise PushRefused(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "NoHeader",
+                "the first message must be a header, got "
+                f"{first.WhichOneof('message') or 'nothing'}",
             )
-        return None
-    if not data or not role:
-        raise PushRefused(
-            grpc.StatusCode.FAILED_PRECONDITION,
-            "TargetsMissing",
-            "header.delegated_targets: this hub keeps a TUF repository, so every artifact must "
-            "come with its publisher's delegated targets listing it (edgectl models push signs "
-            "them); devices refuse artifacts no publisher's targets list",
+        envelope_bytes = bytes(first.header.signed_metadata)
+        meta, model_file, info = self._verify_header(envelope_bytes, now)
+        delegated = self._verify_delegated(first.header, meta, now)
+        what = f"{meta.name} {meta.version}"
+        existing = self.cache.models.get((meta.name, meta.version))
+        if existing is not None and existing.sha256 != info.sha256:
+            raise _exists(what, existing.sha256, info.sha256)
+
+        extras = {n: f for n, f in meta.files.items() if f.role != "model"}
+        if self.shared_blobs is not None:  # replicas: the bytes must fit in the store
+            for file_name, f in [(model_file, info), *extras.items()]:
+                try:
+                    self.shared_blobs.check_size(f"{what}: {file_name}", f.length)
+                except ArtifactError as exc:
+                    raise PushRefused(
+                        grpc.StatusCode.FAILED_PRECONDITION, exc.reason, str(exc)
+                    ) from None
+        pushed = [
+            d for d in {info.sha256, *(f.sha256 for f in extras.values())} if self.blobs.has(d)
+        ]
+        had = set(pushed)
+        reader = _ChunkReader(it, asyncio.get_running_loop())
+        try:
+            sha256 = await self._ingest(reader, meta, model_file, info, verify_onnx=True)
+            stored_extras: dict[str, str] = {}
+            while (fname := reader.begin_next_file()) is not None:
+                extra = extras.get(fname)
+                if extra is None or fname == model_file:
+                    raise PushRefused(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "FileNotSigned",
+                        f"{what}: {fname!r} is not an extra file of the signed metadata "
+                        f"(it lists {', '.join(sorted(extras)) or 'none'})",
+                    )
+                if fname in stored_extras:
+                    raise PushRefused(
+                        grpc.StatusCode.INVALID_ARGUMENT,
+                        "FileRepeated",
+                        f"{what}: {fname} sent twice",
+                    )
+                stored_extras[fname] = await self._ingest(
+                    reader, meta, fname, extra, verify_onnx=False
+                )
+            missing = sorted(set(extras) - set(stored_extras))
+            if missing:
+                raise PushRefused(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "FileMissing",
+                    f"{what}: the signed metadata lists {', '.join(missing)}, which were not sent",
+                )
+            if self.shared_blobs is not None:  # before the record: no replica lacks the bytes
+                for digest in sorted({sha256, *stored_extras.values()}):
+                    await self.shared_blobs.publish(digest)
+            response = await self._record(
+                meta,
+                envelope_bytes,
+                info,
+                sha256,
+                now,
+                extras=stored_extras,
+            )
+            tuf = self.tuf()
+            if delegated is not None and tuf is not None:
+                try:
+                    if self.tuf_shared is not None:  # replicas: through the store (sharedtuf)
+                        await self.tuf_shared.publish_delegated(*delegated)
+                    else:
+                        tuf.store_delegated(*delegated)
+                except TufConflict as exc:
+                    raise PushRefused(grpc.StatusCode.ABORTED, "TufConflict", str(exc)) from None
+                except TrustError as exc:
+                    raise PushRefused(grpc.StatusCode.ABORTED, exc.reason, str(exc)) from None
+                self.cache.trust_changed()  # every device's TUF metadata (hub.state.feed)
+            return response
+        except BaseException:
+            for digest in {info.sha256, *(f.sha256 for f in extras.values())} - had:
+                self._drop_unreferenced(digest)
+            raise
+
+    async def _ingest(
+        self,
+        reader: _ChunkReader,
+        meta: ArtifactMetadata,
+        fname: str,
+        info: FileInfo,
+        *,
+        verify_onnx: bool,
+    ) -> str:
+        """Stream one file of the push into the blob store, within its signed length and digest."""
+        what = f"{meta.name} {meta.version}"
+        verifiers: list[Verifier] = [SignedFile(info, what if verify_onnx else f"{what}: {fname}")]
+        if verify_onnx:
+            verifiers.append(ParsesAsOnnx())
+        try:
+            return await asyncio.to_thread(
+                self.blobs.ingest_stream,
+                cast("BinaryIO", reader),  # it only calls read(size)
+                origin=f"pushed {fname}",
+                name=meta.name,
+                version=meta.version,
+                verifiers=verifiers,
+                max_bytes=info.length,
+            )
+        except PushRefused:
+            raise
+        except ArtifactError as exc:
+            reason = "LengthExceeded" if exc.reason == "ArtifactTooLarge" else exc.reason
+            message = (
+                f"{what}: the pushed bytes of {fname} are longer than the signed length "
+                f"{info.length}"
+                if reason == "LengthExceeded"
+                else str(exc)
+            )
+            raise PushRefused(grpc.StatusCode.INVALID_ARGUMENT, reason, message) from None
+
+    def _verify_header(
+        self, envelope_bytes: bytes, now: float
+    ) -> tuple[ArtifactMetadata, str, FileInfo]:
+        trust_root = HubRoots(self.cache.trust_roots).current
+        if not trust_root:
+            raise PushRefused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "NoTrustRoot",
+                "this hub has no trust root (D/trust-root.json), so it cannot check who signed "
+                "the artifact: create one (hub init does by default) and restart the hub",
+            )
+        try:
+            root: Root = verify_initial_root(
+                parse_envelope_bytes(trust_root, what="the hub's trust root"),
+                now,
+                what="the hub's trust root",
+            )
+        except TrustError as exc:
+            raise PushRefused(grpc.StatusCode.FAILED_PRECONDITION, exc.reason, str(exc)) from None
+        try:
+            env = parse_envelope_bytes(envelope_bytes, what="header.signed_metadata")
+            meta = verify_artifact_metadata(
+                root, env, now=now, state=TrustState(), what="header.signed_metadata"
+            )
+        except TrustError as exc:
+            code = _TRUST_CODES.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT)
+            raise PushRefused(code, exc.reason, str(exc)) from None
+        model_file, info = meta.model_file()
+        return meta, model_file, info
+
+    def _verify_delegated(
+        self, header: admin_pb2.ArtifactHeader, meta: ArtifactMetadata, now: float
+    ) -> tuple[str, bytes, int] | None:
+        """A hub with a TUF repository needs the publisher's delegated targets listing the
+        pushed artifact (checked like a device would:
+        :meth:`hub.state.tufrepo.TufRepository.check_delegated`); one without refuses them
+        rather than ignore them. ``(role, bytes, version)`` to store once the artifact is, or
+        None."""
+        data = bytes(header.delegated_targets)
+        role = str(header.delegated_role)
+        tuf = self.tuf()
+        if tuf is None:
+            if data or role:
+                raise PushRefused(
+                    grpc.StatusCode.INVALID_ARGUMENT,
+                    "NoTufRepository",
+                    "header.delegated_targets: this hub keeps no TUF repository (hub init "
+                    "--no-tuf made none): not supported here",
+                )
+            return None
+        if not data or not role:
+            raise PushRefused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                "TargetsMissing",
+                "header.delegated_targets: this hub keeps a TUF repository, so every artifact must "
+                "come with its publisher's delegated targets listing it (edgectl models push signs "
+                "them); devices refuse artifacts no publisher's targets list",
+            )
+        if self.tuf_shared is not None and len(data) > MAX_SHARED_TARGETS_BYTES:
+            raise PushRefused(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "MetadataTooLarge",
+                f"header.delegated_targets: {len(data)} bytes; hub replicas share them in the "
+                f"store, at most {MAX_SHARED_TARGETS_BYTES} bytes",
+            )
+        try:
+            version = tuf.check_delegated(
+                role,
+                data,
+                meta,
+                now=now,
+                envelope=parse_envelope_bytes(
+                    bytes(header.signed_metadata), what="header.signed_metadata"
+                ),
+            )
+        except TrustError as exc:
+            code = _TUF_CODES.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT)
+            raise PushRefused(code, exc.reason, f"header.delegated_targets: {exc}") from None
+        return (role, data, version) if version else None
+
+    async def _record(
+        self,
+        meta: ArtifactMetadata,
+        envelope: bytes,
+        info: FileInfo,
+        sha256: str,
+        now: float,
+        *,
+        extras: dict[str, str],
+    ) -> admin_pb2.PushArtifactResponse:
+        what = f"{meta.name} {meta.version}"
+        key = storekeys.model_key(meta.name, meta.version)
+        record = storekeys.ModelRecord(
+            meta.name, meta.version, sha256, info.length, envelope, now, extras
         )
-    if ctx.tuf_shared is not None and len(data) > MAX_SHARED_TARGETS_BYTES:
-        raise PushRefused(
-            grpc.StatusCode.INVALID_ARGUMENT,
-            "MetadataTooLarge",
-            f"header.delegated_targets: {len(data)} bytes; hub replicas share them in the "
-            f"store, at most {MAX_SHARED_TARGETS_BYTES} bytes",
+        current = await self.store.get(key)
+        if current is not None:
+            old = storekeys.ModelRecord.from_json(storekeys.loads(current.value))
+            if old.sha256 != sha256:
+                raise _exists(what, old.sha256, sha256)
+            if old.envelope == envelope or meta.metadata_version <= _metadata_version(old.envelope):
+                self.cache.put_model(old)
+                log.info("artifact unchanged", model=meta.name, version=meta.version)
+                return admin_pb2.PushArtifactResponse(
+                    sha256=sha256, length=info.length, stored=False, extras=old.extras
+                )
+            reason, message = "MetadataUpdated", f"{what}: newer signed metadata (same bytes)"
+            record = replace(record, rollback_allowance=old.rollback_allowance)
+        else:
+            reason, message = "Pushed", f"{what} pushed (sha256 {sha256}, {info.length} bytes)"
+        event = self.writer.prepare_event(
+            storekeys.KIND_MODEL, f"{meta.name}-{meta.version}", "Normal", reason, message
         )
-    try:
-        version = ctx.tuf.check_delegated(
-            role,
-            data,
-            meta,
-            now=now,
-            envelope=parse_envelope_bytes(
-                bytes(header.signed_metadata), what="header.signed_metadata"
-            ),
+        try:
+            await self.store.txn(
+                [Compare(key, current.mod_revision if current is not None else 0)],
+                [Put(key, storekeys.dumps(record.to_json())), event.put],
+            )
+        except CompareFailed:
+            raise PushRefused(
+                grpc.StatusCode.ABORTED,
+                "ConcurrentPush",
+                f"{what} was pushed by someone else at the same time; push again",
+            ) from None
+        self.cache.put_model(record)  # every device is projected again (hub.state.feed)
+        self.writer.committed(event)
+        log.info("artifact pushed", model=meta.name, version=meta.version, sha256=sha256)
+        # a model version recorded for the first time is "pushed" even when its bytes were already
+        # held under another name: "unchanged" would hide the new record (renewed metadata of a
+        # version already recorded is not: same bytes, same version)
+        return admin_pb2.PushArtifactResponse(
+            sha256=sha256, length=info.length, stored=current is None, extras=extras
         )
-    except TrustError as exc:
-        code = _TUF_CODES.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT)
-        raise PushRefused(code, exc.reason, f"header.delegated_targets: {exc}") from None
-    return (role, data, version) if version else None
+
+    def _drop_unreferenced(self, sha256: str) -> None:
+        if all(sha256 not in m.digests() for m in self.cache.models.values()):
+            self.blobs.path_for(sha256).unlink(missing_ok=True)
 
 
 def _exists(what: str, have: str, pushed: str) -> PushRefused:
@@ -316,67 +412,6 @@ def _metadata_version(envelope: bytes) -> int:
     env = parse_envelope_bytes(envelope, what="stored metadata")
     doc = decode_payload(env, expected_type=ARTIFACT_TYPE, what="stored metadata")
     return parse_artifact(doc).metadata_version
-
-
-async def _record(
-    ctx: HubContext,
-    meta: ArtifactMetadata,
-    envelope: bytes,
-    info: FileInfo,
-    sha256: str,
-    now: float,
-    *,
-    extras: dict[str, str],
-) -> admin_pb2.PushArtifactResponse:
-    what = f"{meta.name} {meta.version}"
-    key = storekeys.model_key(meta.name, meta.version)
-    record = storekeys.ModelRecord(
-        meta.name, meta.version, sha256, info.length, envelope, now, extras
-    )
-    current = await ctx.store.get(key)
-    if current is not None:
-        old = storekeys.ModelRecord.from_json(storekeys.loads(current.value))
-        if old.sha256 != sha256:
-            raise _exists(what, old.sha256, sha256)
-        if old.envelope == envelope or meta.metadata_version <= _metadata_version(old.envelope):
-            ctx.cache.models[(meta.name, meta.version)] = old
-            log.info("artifact unchanged", model=meta.name, version=meta.version)
-            return admin_pb2.PushArtifactResponse(
-                sha256=sha256, length=info.length, stored=False, extras=old.extras
-            )
-        reason, message = "MetadataUpdated", f"{what}: newer signed metadata (same bytes)"
-        record = replace(record, rollback_allowance=old.rollback_allowance)
-    else:
-        reason, message = "Pushed", f"{what} pushed (sha256 {sha256}, {info.length} bytes)"
-    event = ctx.writer.prepare_event(
-        storekeys.KIND_MODEL, f"{meta.name}-{meta.version}", "Normal", reason, message
-    )
-    try:
-        await ctx.store.txn(
-            [Compare(key, current.mod_revision if current is not None else 0)],
-            [Put(key, storekeys.dumps(record.to_json())), event.put],
-        )
-    except CompareFailed:
-        raise PushRefused(
-            grpc.StatusCode.ABORTED,
-            "ConcurrentPush",
-            f"{what} was pushed by someone else at the same time; push again",
-        ) from None
-    ctx.cache.models[(meta.name, meta.version)] = record
-    ctx.writer.committed(event)
-    ctx.projector.mark_all()
-    log.info("artifact pushed", model=meta.name, version=meta.version, sha256=sha256)
-    # a model version recorded for the first time is "pushed" even when its bytes were already
-    # held under another name: "unchanged" would hide the new record (renewed metadata of a
-    # version already recorded is not: same bytes, same version)
-    return admin_pb2.PushArtifactResponse(
-        sha256=sha256, length=info.length, stored=current is None, extras=extras
-    )
-
-
-def _drop_unreferenced(ctx: HubContext, sha256: str) -> None:
-    if all(sha256 not in m.digests() for m in ctx.cache.models.values()):
-        ctx.blobs.path_for(sha256).unlink(missing_ok=True)
 
 
 class _ChunkReader:

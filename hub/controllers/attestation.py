@@ -1,6 +1,6 @@
 """The attestation controller: challenge connected devices, judge their evidence.
 
-Every connected device (a session in ``ctx.sessions``) is challenged with a fresh 32-byte
+Every connected device (a session in the hub's sessions) is challenged with a fresh 32-byte
 nonce when it has no outstanding challenge and its last verdict is older than
 ``attestation.period`` (so a device that just connected is challenged at the next scan, not
 a period later). The device answers with evidence (:meth:`edged.trust.attesting.Attester.answer`,
@@ -25,8 +25,8 @@ The decisions are pure functions, tested as tables:
   answer to an older or unknown nonce fails with ``NonceMismatch``); no evidence within
   ``attestation.timeout`` is ``NoAnswer``.
 
-This loop only applies them: the device record (``ctx.writer.update``), an event and a new
-projection (``ctx.projector.mark``) when the state or its reasons change: under a baseline with
+This loop only applies them: the device record (the device writer's ``update``), an event and a new
+projection (the projector's ``mark``) when the state or its reasons change: under a baseline with
 ``requireAttestation: true`` an Untrusted device gets a NoExecute taint
 (:func:`hub.decide.placement.taints_for`). Devices that are not connected are not challenged and
 keep
@@ -38,6 +38,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import os
+import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, replace
 from typing import Any
@@ -50,8 +51,12 @@ from edgefleet.supervising import wait_for_stop
 from edgefleet.trust.envelopes import parse_envelope_bytes
 from edgefleet.trust.evidence import Policy, verify_evidence
 from edgefleet.trust.verifying import root_digest
-from hub.context import HubContext
+from hub.config import AttestationConfig
 from hub.decide.devices import Attestation, Device, TrustState
+from hub.state.cache import Cache
+from hub.state.projector import Projector
+from hub.state.sessions import Sessions
+from hub.state.writer import DeviceWriter
 
 log = get_logger(__name__)
 
@@ -203,31 +208,45 @@ class AttestationController:
 
     name = "attestation"
 
-    def __init__(self, ctx: HubContext, *, nonce: Callable[[int], bytes] = os.urandom) -> None:
-        self.ctx = ctx
+    def __init__(
+        self,
+        cache: Cache,
+        writer: DeviceWriter,
+        projector: Projector,
+        sessions: Sessions,
+        *,
+        config: AttestationConfig,
+        clock: Callable[[], float] = time.time,
+        nonce: Callable[[int], bytes] = os.urandom,
+    ) -> None:
+        self._cache = cache
+        self._writer = writer
+        self._projector = projector
+        self._sessions = sessions
+        self._config = config
+        self._clock = clock
         self._nonce = nonce
         self.outstanding: dict[str, Challenge] = {}
 
     # what the scan and the evidence handler share
     def policy_for(self, name: str) -> Policy:
-        ctx = self.ctx
-        content = ctx.projector.content_for(name)
+        content = self._projector.content_for(name)
         return reference_policy(
-            (o.manifest for o in ctx.cache.objects_of(KIND_BASELINE)),
-            trust_root=ctx.trust_root,
+            (o.manifest for o in self._cache.objects_of(KIND_BASELINE)),
+            trust_root=self._cache.trust_root,
             owed_models=content.artifacts if content is not None else (),
         )
 
     def _apply(self, name: str, new: Attestation) -> None:
-        device = self.ctx.cache.devices.get(name)
+        device = self._cache.devices.get(name)
         if device is None or device.attestation == new:
             return
         old = device.attestation
-        self.ctx.writer.update(device.with_(attestation=new))
+        self._writer.update(device.with_(attestation=new))
         if (old.state, old.reasons) == (new.state, new.reasons):
             return
         trusted = new.state is TrustState.TRUSTED
-        self.ctx.writer.event(
+        self._writer.event(
             "Device",
             name,
             "Normal" if trusted else "Warning",
@@ -241,11 +260,11 @@ class AttestationController:
             else "; ".join(new.reasons),
         )
         log.info("attestation", device=name, state=new.state.value, reasons=list(new.reasons))
-        self.ctx.projector.mark([name])
+        self._projector.mark([name])
 
     def on_evidence(self, name: str, nonce: bytes, evidence: bytes) -> None:
         """DeviceServicer's ``on_evidence``: judge a device's answer now."""
-        device = self.ctx.cache.devices.get(name)
+        device = self._cache.devices.get(name)
         if device is None:
             return
         if len(evidence) > MAX_EVIDENCE_BYTES:
@@ -256,18 +275,17 @@ class AttestationController:
             challenge,
             evidence=evidence,
             policy=self.policy_for(name),
-            now=self.ctx.clock(),
-            timeout_s=self.ctx.config.attestation.timeout_s,
+            now=self._clock(),
+            timeout_s=self._config.timeout_s,
         )
         self._apply(name, new)
 
     def scan(self) -> None:
         """Time out unanswered challenges and send the ones that are due."""
-        ctx = self.ctx
-        now = ctx.clock()
-        config = ctx.config.attestation
+        now = self._clock()
+        config = self._config
         for name, challenge in list(self.outstanding.items()):
-            device = ctx.cache.devices.get(name)
+            device = self._cache.devices.get(name)
             if device is None:
                 del self.outstanding[name]
                 continue
@@ -282,9 +300,9 @@ class AttestationController:
             if new.challenged_at is None:  # timed out: judged NoAnswer
                 del self.outstanding[name]
             self._apply(name, new)
-        for name in ctx.sessions.names():
-            device = ctx.cache.devices.get(name)
-            session = ctx.sessions.get(name)
+        for name in self._sessions.names():
+            device = self._cache.devices.get(name)
+            session = self._sessions.get(name)
             if device is None or session is None:
                 continue
             if not challenge_due(
@@ -301,7 +319,7 @@ class AttestationController:
             self._apply(name, replace(device.attestation, challenged_at=now))
 
     def tick_s(self) -> float:
-        config = self.ctx.config.attestation
+        config = self._config
         return max(min(1.0, config.timeout_s / 4, config.period_s / 4), 0.01)
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -1,8 +1,14 @@
 """The fleet autoscaler controller (component ``autoscaler``): every ``period`` it reads what
 the devices holding each scaled ``replicas.total`` deployment report (the cache), runs the pure
 :func:`hub.decide.autoscale.plan_totals`, records each decision as an event on the deployment
-(with the figures that caused it), and wakes the scheduler when a total changed; the
-scheduler places :meth:`FleetAutoscaler.total` instead of the spec's ``replicas.total``.
+(with the figures that caused it), and writes the totals to the cache
+(:meth:`hub.state.cache.Cache.set_scaled_totals`): the change feed tells the scheduler of each
+deployment whose total changed (:data:`hub.state.feed.SCALED`), and it places
+``cache.scaled_totals`` instead of the spec's ``replicas.total``. Neither knows the other.
+
+Periodic, not per key: its decisions are over windows of samples taken at a steady pace (the
+devices refresh their figures every :data:`PERIOD_S`), so time, not a change, is what it
+reacts to. A tick reads only the scaled deployments and the devices placed for them.
 
 Its state (the recommendations of the windows, the totals) is in memory: a restarted hub
 starts again from the spec's totals, and a window must be covered by new samples before it
@@ -34,21 +40,24 @@ class FleetAutoscaler:
         cache: Cache,
         writer: DeviceWriter,
         *,
-        wake_scheduler: Callable[[], None],
         period_s: float = PERIOD_S,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self._cache = cache
         self._writer = writer
-        self._wake = wake_scheduler
         self._period = period_s
         self._clock = clock
         self._scalers: dict[str, FleetScaler] = {}
-        self.totals: dict[str, int] = {}
+
+    @property
+    def totals(self) -> dict[str, int]:
+        """The totals the scheduler places instead of the spec's (the cache's), by
+        deployment."""
+        return self._cache.scaled_totals
 
     def total(self, name: str) -> int | None:
         """The total the scheduler places for ``name`` (None: the spec's)."""
-        return self.totals.get(name)
+        return self._cache.scaled_totals.get(name)
 
     async def run(self, stop: asyncio.Event) -> None:
         while not await wait_for_stop(stop, self._period):
@@ -81,7 +90,6 @@ class FleetAutoscaler:
         changed = any(
             total != self.totals.get(name, spec[name]) for name, total in result.totals.items()
         )
-        self.totals = dict(result.totals)
         for name, decision in result.decisions:
             self._writer.event(
                 "ModelDeployment",
@@ -99,8 +107,10 @@ class FleetAutoscaler:
                 replicas_to=decision.to_replicas,
                 detail=decision.message,
             )
-        if changed:
-            self._wake()
+        # those other than the spec's; the change feed wakes the scheduler for each changed
+        self._cache.set_scaled_totals(
+            {name: total for name, total in result.totals.items() if total != spec[name]}
+        )
         return changed
 
 

@@ -43,7 +43,7 @@ import socket
 import ssl
 import tempfile
 import time
-from collections.abc import AsyncIterator, Collection, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -55,7 +55,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import NameOID
 
 from edgefleet.api import parse_manifest
-from edgefleet.artifacts.storing import PinnedDigest
+from edgefleet.artifacts.storing import ArtifactStore, PinnedDigest
 from edgefleet.backoff import Backoff, Jitter
 from edgefleet.configfiles import parse_host_port
 from edgefleet.errors import ArtifactError, EdgefleetError, StoreError, TrustError
@@ -68,16 +68,21 @@ from edgefleet.trust.documents import Root, parse_root
 from edgefleet.trust.envelopes import ROOT_TYPE, decode_payload, parse_envelope_bytes
 from edgefleet.v1 import federation_pb2, federation_pb2_grpc
 from hub import pki
-from hub.context import HubContext
-from hub.controllers.rollout import targeted
+from hub.controllers.objectstatus import shown_object
+from hub.controllers.rollout import RolloutController, targeted
 from hub.decide import regionslice
 from hub.decide.regionslice import StoredValue
 from hub.decide.rollout import Revision
 from hub.decide.status import revisions_of, wanted_revision
 from hub.initializing import HubPaths
 from hub.state import storekeys, tufrelay
-from hub.state.store import Compare, Delete, Op, Put
+from hub.state.cache import Cache
+from hub.state.heldtuf import HeldTuf
+from hub.state.sharedblobs import SharedBlobs
+from hub.state.sharedtuf import SharedRelay
+from hub.state.store import Compare, Delete, Op, Put, Store
 from hub.state.trustroots import HISTORY_DIR, ROOT_FILE
+from hub.state.writer import DeviceWriter
 
 log = get_logger(__name__)
 
@@ -438,8 +443,37 @@ class ParentLink:
 
     name = "federation"
 
-    def __init__(self, ctx: HubContext, files: ParentFiles) -> None:
-        self.ctx = ctx
+    def __init__(
+        self,
+        files: ParentFiles,
+        *,
+        data_dir: Path,
+        store: Store,
+        cache: Cache,
+        writer: DeviceWriter,
+        blobs: ArtifactStore,
+        tuf: HeldTuf,
+        region: str,
+        rollouts: RolloutController | None = None,
+        tuf_relay_shared: SharedRelay | None = None,
+        shared_blobs: SharedBlobs | None = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        """``data_dir``: the hub's (its parent files, the relayed TUF set, the trust root a
+        slice rotates); ``tuf``: what this region serves, replaced by the root's set;
+        ``rollouts``: the status reported up is what ``edgectl get`` shows here (its canary
+        analysis); ``tuf_relay_shared``, ``shared_blobs``: at a region's replicas."""
+        self._data_dir = data_dir
+        self._store = store
+        self._cache = cache
+        self._writer = writer
+        self._blobs = blobs
+        self._tuf = tuf
+        self._region = region
+        self._rollouts = rollouts
+        self._tuf_relay_shared = tuf_relay_shared
+        self._shared_blobs = shared_blobs
+        self._clock = clock
         self.files = files
         self.connected = False
         self.generation = 0
@@ -458,7 +492,7 @@ class ParentLink:
 
     def _stamp(self) -> tuple[int, int] | None:
         try:
-            st = (self.ctx.paths.data_dir / PARENT_FILE).stat()
+            st = (self._data_dir / PARENT_FILE).stat()
         except OSError:
             return None
         return st.st_mtime_ns, st.st_size
@@ -471,7 +505,7 @@ class ParentLink:
             return
         self._parent_stamp = stamp
         try:
-            _, _, _, parents = ParentFiles.read_addresses(self.ctx.paths.data_dir)
+            _, _, _, parents = ParentFiles.read_addresses(self._data_dir)
         except FederationError as exc:
             log.error("root hub addresses not reloaded", error=str(exc))
             return
@@ -493,7 +527,7 @@ class ParentLink:
 
     # -- renewing the federation certificate ---------------------------------------------------
     def renewal_due(self) -> float:
-        path = self.ctx.paths.data_dir / FEDERATION_CERT_FILE
+        path = self._data_dir / FEDERATION_CERT_FILE
         received = min(path.stat().st_mtime, time.time())
         return renewal_due(self.files.certificate, received, self._rng.uniform(0.7, 0.9))
 
@@ -535,13 +569,13 @@ class ParentLink:
                 f"the root sent a certificate for {identity.role.value} {identity.name}, not "
                 f"for hub {self.files.region}: not written"
             )
-        write_atomic(self.ctx.paths.data_dir / FEDERATION_CERT_FILE, certificate, mode=0o644)
+        write_atomic(self._data_dir / FEDERATION_CERT_FILE, certificate, mode=0o644)
         self.files = dataclasses.replace(self.files, certificate=certificate)
         self.renewed_at = time.time()
         log.info("federation certificate renewed", region=self.files.region)
 
     async def _run(self, stop: asyncio.Event) -> None:
-        kv = await self.ctx.store.get(STATE_KEY)
+        kv = await self._store.get(STATE_KEY)
         if kv is not None:
             state = storekeys.loads(kv.value)
             self.generation, self.digest = int(state["generation"]), str(state["digest"])
@@ -642,7 +676,7 @@ class ParentLink:
             problems = check_slice(s)
             if problems:
                 log.error("slice refused", generation=s.generation, problems=problems[:5])
-                self.ctx.writer.event(
+                self._writer.event(
                     "Region", self.files.region, "Warning", "SliceRefused", "; ".join(problems[:5])
                 )
                 continue
@@ -657,8 +691,7 @@ class ParentLink:
     async def _adopt_tuf(self, message: federation_pb2.TufMetadataSet) -> None:
         """The root's TUF metadata: served to this region's devices once it checked out
         (:mod:`hub.state.tufrelay`); else refused with an event, the last good one kept."""
-        ctx = self.ctx
-        held = ctx.tuf
+        held = self._tuf.current
         if isinstance(held, tufrelay.RelayedTuf) and held.digest == message.digest:
             await self._share_tuf(held)  # e.g. adopted before a store write that failed
             return
@@ -667,15 +700,15 @@ class ParentLink:
             if problems:
                 raise TrustError("MalformedMetadata", "; ".join(problems[:5]))
             files = {f.name: bytes(f.data) for f in message.files}
-            fleet_root = fleet_root_of(ctx.trust_root)
+            fleet_root = fleet_root_of(self._cache.trust_root)
             relayed = await asyncio.to_thread(
-                tufrelay.adopt, ctx.paths.data_dir, files, message.digest, fleet_root
+                tufrelay.adopt, self._data_dir, files, message.digest, fleet_root
             )
             versions = relayed.versions()
         except (TrustError, OSError) as exc:
             reason = exc.reason if isinstance(exc, TrustError) else "TufRelayFailed"
             log.error("tuf metadata refused", reason=reason, error=str(exc))
-            ctx.writer.event(
+            self._writer.event(
                 "TufRepository",
                 "fleet",
                 "Warning",
@@ -685,13 +718,13 @@ class ParentLink:
             )
             return
         before = held.versions() if isinstance(held, tufrelay.RelayedTuf) else None
-        ctx.tuf = relayed
+        self._tuf.current = relayed  # the feed is told below when it is news
         log.info("tuf metadata adopted", **versions)
         await self._share_tuf(relayed)
         if before is None or {k: v for k, v in before.items() if k != "timestamp"} != {
             k: v for k, v in versions.items() if k != "timestamp"
         }:  # a timestamp signed again alone is no news
-            ctx.writer.event(
+            self._writer.event(
                 "TufRepository",
                 "fleet",
                 "Normal",
@@ -699,13 +732,13 @@ class ParentLink:
                 "the root hub's TUF metadata served: "
                 + ", ".join(f"{k} version {v}" for k, v in versions.items()),
             )
-            ctx.projector.mark_all()
+            self._tuf.adopt(relayed)  # the change feed projects every device again
 
     async def _share_tuf(self, relayed: tufrelay.RelayedTuf) -> None:
         """A region's replicas: the set this replica adopted goes into the store, which the
         others follow (:class:`hub.state.sharedtuf.SharedRelay`); a failure is an event, and this
         replica keeps serving the set."""
-        shared = self.ctx.tuf_relay_shared
+        shared = self._tuf_relay_shared
         if shared is None:
             return
         try:
@@ -713,7 +746,7 @@ class ParentLink:
         except (TrustError, StoreError) as exc:
             reason = exc.reason if isinstance(exc, TrustError) else "StoreError"
             log.error("relayed tuf metadata not shared", reason=reason, error=str(exc))
-            self.ctx.writer.event(
+            self._writer.event(
                 "TufRepository",
                 "fleet",
                 "Warning",
@@ -724,10 +757,10 @@ class ParentLink:
 
     async def _fetch(self, stub: Any, sha256: str, length: int, name: str, version: str) -> None:
         """One artifact from the root into the blob store, kept only with its signed digest."""
-        blobs = self.ctx.blobs
+        blobs = self._blobs
         if blobs.has(sha256):
             return
-        fd, tmp = tempfile.mkstemp(dir=self.ctx.paths.data_dir, prefix=".fetch-")
+        fd, tmp = tempfile.mkstemp(dir=self._data_dir, prefix=".fetch-")
         try:
             with os.fdopen(fd, "wb") as f:
                 got = 0
@@ -754,7 +787,7 @@ class ParentLink:
                 os.unlink(tmp)
 
     async def _apply(self, s: federation_pb2.RegionSlice, stub: Any) -> None:
-        ctx = self.ctx
+        store, cache, writer = self._store, self._cache, self._writer
         models = [model_from(m) for m in s.models]
         for record in models:
             await self._fetch(stub, record.sha256, record.length, record.name, record.version)
@@ -765,13 +798,13 @@ class ParentLink:
         objects = [orjson.loads(raw) for raw in s.objects]
         stored_objects = {
             kv.key: StoredValue(kv.key, kv.value, kv.mod_revision)
-            for kv in (await ctx.store.range(storekeys.OBJECTS)).kvs
+            for kv in (await store.range(storekeys.OBJECTS)).kvs
         }
         stored_models = {
             kv.key: StoredValue(kv.key, kv.value, kv.mod_revision)
-            for kv in (await ctx.store.range(storekeys.MODELS)).kvs
+            for kv in (await store.range(storekeys.MODELS)).kvs
         }
-        kept = {r.model for revisions in ctx.cache.revisions.values() for r in revisions.values()}
+        kept = {r.model for revisions in cache.revisions.values() for r in revisions.values()}
         plan = plan_apply(
             s.generation,
             s.digest,
@@ -779,12 +812,12 @@ class ParentLink:
             models,
             stored_objects,
             stored_models,
-            ctx.clock(),
+            self._clock(),
             kept,
         )
         changed = [(str(o["kind"]), str(o["metadata"]["name"])) for o in plan.put_objects]
         events = [
-            ctx.writer.prepare_event(
+            writer.prepare_event(
                 kind,
                 name,
                 "Normal",
@@ -793,7 +826,7 @@ class ParentLink:
             )
             for kind, name in [*changed, *plan.dropped_objects]
         ] + [
-            ctx.writer.prepare_event(
+            writer.prepare_event(
                 storekeys.KIND_MODEL,
                 f"{name}-{version}",
                 "Normal",
@@ -803,33 +836,29 @@ class ParentLink:
             )
             for name, version in plan.dropped_models
         ]
-        revision = await ctx.store.txn(plan.compares, [*plan.ops, *(e.put for e in events)])
+        revision = await store.txn(plan.compares, [*plan.ops, *(e.put for e in events)])
         for manifest in plan.put_objects:
-            ctx.cache.put_object(manifest, revision)
+            cache.put_object(manifest, revision)
         for kind, name in plan.dropped_objects:
-            ctx.cache.drop_object(kind, name)
+            cache.drop_object(kind, name)
         for record in plan.put_models:
-            ctx.cache.models[(record.name, record.version)] = record
+            cache.put_model(record)
         for name, version in plan.dropped_models:
-            gone = ctx.cache.models.pop((name, version), None)
-            if gone is not None and ctx.shared_blobs is not None:  # as a delete at a hub does
-                still = {d for m in ctx.cache.models.values() for d in m.digests()}
+            gone = cache.drop_model(name, version)
+            if gone is not None and self._shared_blobs is not None:  # as a delete at a hub does
+                still = {d for m in cache.models.values() for d in m.digests()}
                 for digest in gone.digests() - still:
-                    await ctx.shared_blobs.forget(digest)
+                    await self._shared_blobs.forget(digest)
         for e in events:
-            ctx.writer.committed(e)
+            writer.committed(e)
         self.generation, self.digest = s.generation, s.digest
         self.slices_applied += 1
-        current = ctx.cache.trust_roots[-1] if ctx.cache.trust_roots else b""
+        current = cache.trust_roots[-1] if cache.trust_roots else b""
         if s.trust_roots and bytes(s.trust_roots[-1]) != current:
             # a rotation at the root: the trust-roots watcher checks that the new root follows
             # the current one, then carries it to this region's devices
-            write_atomic(ctx.paths.data_dir / ROOT_FILE, bytes(s.trust_roots[-1]), mode=0o644)
-        if ctx.rollouts is not None:
-            await ctx.rollouts.reconcile(
-                name for kind, name in changed if kind == "ModelDeployment"
-            )
-        ctx.projector.mark_all()
+            write_atomic(self._data_dir / ROOT_FILE, bytes(s.trust_roots[-1]), mode=0o644)
+        # the rollout controller and the projector react to what changed (hub.state.feed)
         log.info(
             "slice applied",
             generation=s.generation,
@@ -845,7 +874,9 @@ class ParentLink:
         while True:
             began = time.process_time()
             try:
-                report = build_report(self.ctx, self.generation)
+                report = build_report(
+                    self._cache, self.generation, region=self._region, rollouts=self._rollouts
+                )
             except Exception as exc:  # a bug must not end the reports silently (the task's)
                 log.error("region report failed", error=repr(exc))
                 await asyncio.sleep(REPORT_EVERY_S)
@@ -862,12 +893,11 @@ class ParentLink:
 
 
 def revision_figures(
-    ctx: HubContext, name: str, revision: Revision
+    cache: Cache, name: str, revision: Revision
 ) -> federation_pb2.RegionRevisionFigures:
     """What ``revision`` of deployment ``name`` did on the region's devices where it serves:
     the devices' counters added up, the highest latency p95, the lowest accuracy (what the
     root's waves analyse, :mod:`hub.decide.wave`)."""
-    cache = ctx.cache
     record = cache.models.get(revision.model)
     sha = record.sha256 if record is not None else None
     out = federation_pb2.RegionRevisionFigures(template=revision.template)
@@ -902,17 +932,16 @@ def revision_figures(
     return out
 
 
-def build_report(ctx: HubContext, generation: int) -> federation_pb2.RegionReport:
+def build_report(
+    cache: Cache, generation: int, *, region: str, rollouts: RolloutController | None
+) -> federation_pb2.RegionReport:
     """The region's status: its root-owned deployments' figures and its device inventory."""
-    from hub.controllers.objectstatus import shown_object  # as edgectl shows it at the region
-
-    cache = ctx.cache
     deployments = []
     for (kind, name), stored in sorted(cache.stored.items()):
         if kind != "ModelDeployment":
             continue
-        status = shown_object(
-            cache, kind, stored.manifest, region=ctx.region, rollouts=ctx.rollouts
+        status = shown_object(  # as edgectl shows it at the region
+            cache, kind, stored.manifest, region=region, rollouts=rollouts
         ).get("status", {})
         rollout = cache.rollouts.get(name)
         revisions = cache.revisions.get(name, {})
@@ -940,7 +969,7 @@ def build_report(ctx: HubContext, generation: int) -> federation_pb2.RegionRepor
                 if rollout is not None
                 else "",
                 revision_figures=[
-                    revision_figures(ctx, name, rev)
+                    revision_figures(cache, name, rev)
                     for rev in {r.number: r for r in (current, stable) if r is not None}.values()
                 ],
             )

@@ -10,10 +10,20 @@ concerned for projection. The explanations of the last pass live in memory
 (``cache.explanations``: the deployment's ``Scheduled`` condition).
 
 Placements are stored, so a restarted hub keeps them (the first pass keeps every placement
-that still qualifies). Wakes: any projection mark (an apply, a label, health, attestation or
-phase change, a device connecting), and, while a device holding a placement is not Ready, a
+that still qualifies). Wakes, from the cache's change feed (:mod:`hub.state.feed`): any
+projection mark (:data:`~hub.state.feed.PROJECTING`: an apply, a label, health, attestation or
+phase change, a device connecting) and a total the fleet autoscaler changed
+(:data:`~hub.state.feed.SCALED`); and, while a device holding a placement is not Ready, a
 tick of a quarter of ``devices.rescheduleAfter`` (at most 5 s), which notices it silent for
-longer than that. A quiet fleet costs no passes. A device's silence counts from its last
+longer than that. A quiet fleet costs no passes.
+
+Not per key, unlike the rollout controller: where one replica goes depends on every other
+deployment's (capacity, priorities, preemption, spreading), so a decision is the whole
+fleet's by nature. A change wakes **one** pass, gathered (:data:`GATHER`: the changes that
+come together, an apply marking every device, make one pass) and never run twice at once
+(:class:`hub.state.batchloop.BatchLoop`); what a pass costs is the scheduler's
+(``bench/scheduling.py``), and what it changes is written and projected per deployment and
+device. A device's silence counts from its last
 heartbeat or from when this hub began to observe (its start, its election: ``observed_since``,
 :mod:`hub.decide.staleness`), whichever is later: the hub's own downtime moves nothing. No placement
 makes a device's desired state larger than it can receive (:mod:`hub.decide.statebound`).
@@ -46,6 +56,7 @@ from hub.decide.schedule import Eviction, Node, Schedule, StateBound, node_of, s
 from hub.decide.staleness import ObservedSince
 from hub.decide.statebound import state_bound
 from hub.decide.status import revisions_of
+from hub.state import feed as kinds
 from hub.state import storekeys
 from hub.state.batchloop import GIVE_UP_AFTER, BatchLoop
 from hub.state.cache import Cache
@@ -96,10 +107,9 @@ class Scheduler:
         )
         self._lock = asyncio.Lock()
         self._full_owed = True  # a scheduling pass is owed (else only the moves advance)
-        projector.on_mark = self.wake
-        # the fleet autoscaler's total for a deployment (hub/controllers/autoscaler.py); None: the
-        # spec's
-        self.totals: Callable[[str], int | None] = lambda name: None
+        # devices marked to be projected again (their labels, health, an apply...) and a
+        # total the fleet autoscaler changed: look again (module doc, "Wakes")
+        cache.feed.watch((kinds.PROJECTING, kinds.SCALED), lambda kind, name: self.wake())
 
     def wake(self) -> None:
         self._full_owed = True
@@ -155,7 +165,8 @@ class Scheduler:
             # a deployment mounting a Secret that requires a TPM is placed on TPM-attested
             # devices only, as one with placement.requireTpm
             with_secret_tpm(
-                resolved(_with_total(d, self.totals(d.metadata.name)), classes), tpm_secrets
+                resolved(_with_total(d, cache.scaled_totals.get(d.metadata.name)), classes),
+                tpm_secrets,
             )
             for d in cache.deployments.values()
         ]
@@ -165,10 +176,7 @@ class Scheduler:
             model = cache.models.get((dep.spec.model.name, dep.spec.model.version))
             if model is not None:
                 artifacts[dep.metadata.name] = model.sha256
-        pinned: dict[str, set[str]] = {}
-        for device, record in cache.desired.items():
-            for name in record.deployments:
-                pinned.setdefault(name, set()).add(device)
+        pinned = {name: set(devices) for name, devices in cache.desired.by_deployment().items()}
         current = {k: v for k, v in cache.placements.items() if k in cache.deployments}
         draining = {k: v for k, v in cache.draining.items() if k in cache.deployments}
         # None: no device could exceed it
@@ -259,7 +267,9 @@ class Scheduler:
             explanations = dict(result.explanations)
         # the moves' budget counts from the total the scheduler placed: the fleet autoscaler's
         # when it changed it (else new replicas past the spec's total + maxSurge would wait)
-        budgets = {n: _budget(_with_total(cache.deployments[n], self.totals(n))) for n in after}
+        budgets = {
+            n: _budget(_with_total(cache.deployments[n], cache.scaled_totals.get(n))) for n in after
+        }
         steps = plan_moves(
             budgets,
             after,

@@ -1,14 +1,21 @@
-"""The rollout controller: applies :func:`hub.decide.rollout.plan_rollout` to every deployment.
+"""The rollout controller: applies :func:`hub.decide.rollout.plan_rollout` to one deployment at
+a time.
 
-Level-triggered, on one :class:`hub.state.batchloop.BatchLoop`: an apply, an operator's rollout
-action or a periodic tick (:data:`TICK`, which also sees what devices reported meanwhile) wakes
-it, and one pass looks at every deployment: the targeted devices (those the projector placed
-it on), their reports, the stored revisions and rollout state, ``now``. A step is written to
-the store before anything is sent: the new revision (must not exist) and the rollout record
-(compared with the mod revision it was read at) in **one** transaction, then the cache, the
-events, and the devices are projected again. A hub killed at any moment restarts from what
-the store holds: a step either happened (its devices are in the record) or did not, and is
-never taken twice. Records of deleted deployments are removed; old revisions are pruned
+Per key, on a :class:`hub.state.workloop.KeyLoop` of deployment names. The cache's change feed
+(:mod:`hub.state.feed`) queues a deployment when it is applied or deleted, when a model of its
+is pushed, when a device's desired record gains, loses or renews it, and when a device that
+holds it reports; an operator's action queues it too. A rollout in progress comes back every
+:data:`TICK` (its pauses, deadlines and analysis are timers); every deployment is looked at
+again at the slow resync (:data:`RESYNC`), the only look at the whole fleet.
+
+One reconcile of a deployment: its targeted devices (those the projector placed it on), their
+reports, the stored revisions and rollout state, ``now``. A step is written to the store
+before anything is sent: the new revision (must not exist) and the rollout record (compared
+with the mod revision it was read at) in **one** transaction, then the cache, the events, and
+the devices whose revision the step changed are projected again (the whole fleet only for a
+deployment's first revision). A hub killed at any moment restarts from what the store holds:
+a step either happened (its devices are in the record) or did not, and is never taken twice.
+Records of deleted deployments are removed; old revisions are pruned
 (:func:`hub.decide.rollout.prune`).
 
 Operators act through :meth:`RolloutController.act` (pause, resume, retry after a rollback);
@@ -27,7 +34,6 @@ from edgefleet.api import Canary, ModelDeployment
 from edgefleet.backoff import Backoff
 from edgefleet.errors import CompareFailed, EdgefleetError
 from edgefleet.logs import get_logger
-from edgefleet.supervising import wait_for_stop
 from edgefleet.timestamps import rfc3339
 from hub.decide.analysis import (
     TIMELINE_SAMPLES,
@@ -43,7 +49,6 @@ from hub.decide.analysis import (
     timeline_sample,
 )
 from hub.decide.devices import Device
-from hub.decide.fleetview import placed_on
 from hub.decide.rollout import (
     DeviceView,
     Progress,
@@ -62,17 +67,18 @@ from hub.decide.rollout import (
 )
 from hub.decide.status import revisions_of, wanted_revision
 from hub.decide.weighing import newly_excluded
+from hub.state import feed as kinds
 from hub.state import storekeys
-from hub.state.batchloop import GIVE_UP_AFTER, BatchLoop
+from hub.state.batchloop import GIVE_UP_AFTER
 from hub.state.cache import Cache
 from hub.state.projector import Projector
 from hub.state.store import Compare, Delete, Put, Store
+from hub.state.workloop import RESYNC, KeyLoop
 from hub.state.writer import DeviceWriter
 
 log = get_logger(__name__)
 
-TICK = 0.5  # seconds between looks when nothing woke the controller
-GATHER = 0.02
+TICK = 0.5  # seconds between looks at a rollout in progress (its timers)
 RETRY = Backoff(0.05, 10.0)
 
 
@@ -89,11 +95,53 @@ class ActionRefused(Exception):
 
 
 def targeted(cache: Cache, deployment: str) -> list[str]:
-    """The devices the projector placed ``deployment`` on, by name."""
-    return placed_on(cache.desired, deployment)
+    """The devices the projector placed ``deployment`` on, by name (:meth:`Cache.targeted`)."""
+    return cache.targeted(deployment)
 
 
-def views(cache: Cache, deployment: str, revision: Revision | None) -> list[DeviceView]:
+def changed_devices(targeted: Iterable[str], before: RolloutState, after: RolloutState) -> set[str]:
+    """The devices (of ``targeted``, and those either state updated) that ``after`` sends
+    another revision than ``before`` does."""
+    candidates = set(targeted) | before.updated | after.updated
+    return {d for d in candidates if before.revision_for(d) != after.revision_for(d)}
+
+
+def rollout_view_of(device: Device) -> Hashable:
+    """What a rollout reads of ``device`` (its phase, health, the generation its report was
+    made at, its workloads' revisions less their figures): a report that changes it may let a
+    rollout step; new figures alone wait for the rollout's tick."""
+    return (
+        device.phase,
+        device.health.schedulable,
+        device.observed_generation,
+        tuple(
+            (
+                name,
+                w.model_version,
+                w.desired_replicas,
+                w.ready_replicas,
+                tuple(
+                    (r.model_version, r.sha256, r.phase, r.ready_replicas, r.wanted, r.revision)
+                    for r in w.revisions
+                ),
+            )
+            for name, w in sorted(device.workloads.items())
+        ),
+    )
+
+
+ViewMemo = dict[str, tuple[Device, Hashable, DeviceView]]
+"""A deployment's device views by device name, with what each was computed from."""
+
+
+def views(
+    cache: Cache, deployment: str, revision: Revision | None, memo: ViewMemo | None = None
+) -> list[DeviceView]:
+    """How ``deployment``'s rollout of ``revision`` sees each of its targeted devices.
+    ``memo`` (the controller's, per deployment; replaced in place by this call's): a view
+    computed from the same device record (records are immutable: the same object), version,
+    artifact and freshness is reused, so a reconcile after one device's report computes one
+    view, not one per device."""
     out = []
     sha: str | None = None
     version = ""
@@ -101,11 +149,22 @@ def views(cache: Cache, deployment: str, revision: Revision | None) -> list[Devi
         version = revision.model[1]
         model = cache.models.get(revision.model)
         sha = model.sha256 if model is not None else None
+    previous = dict(memo) if memo is not None else {}
+    if memo is not None:
+        memo.clear()  # only the devices targeted now: the memo never outgrows the deployment
     for name in targeted(cache, deployment):
         device = cache.devices.get(name)
         if device is not None:
             fresh = revision is None or fresh_report(cache, device, deployment, revision.number)
-            out.append(view_device(device, deployment, version, sha, fresh=fresh))
+            basis = (version, sha, fresh)
+            seen = previous.get(name)
+            if seen is not None and seen[0] is device and seen[1] == basis:
+                view = seen[2]
+            else:
+                view = view_device(device, deployment, version, sha, fresh=fresh)
+            if memo is not None:
+                memo[name] = (device, basis, view)
+            out.append(view)
     return out
 
 
@@ -188,8 +247,10 @@ class RolloutController:
         *,
         clock: Callable[[], float] = time.time,
         tick: float = TICK,
+        resync: float = RESYNC,
         give_up_after: float = GIVE_UP_AFTER,
         timeline_samples: int = TIMELINE_SAMPLES,
+        revision_hook: RevisionHook | None = None,
     ) -> None:
         self._store = store
         self._cache = cache
@@ -197,67 +258,125 @@ class RolloutController:
         self._writer = writer
         self._clock = clock
         self._tick = tick
-        self._batches = BatchLoop(
-            self.name, self._pass, gather=GATHER, backoff=RETRY, give_up_after=give_up_after
+        self._keys: KeyLoop[str] = KeyLoop(
+            self.name,
+            self._reconcile,
+            keys=lambda: sorted(set(cache.deployments) | set(cache.rollouts) | set(cache.analysis)),
+            resync=resync,
+            base_delay=RETRY.base,
+            max_delay=RETRY.cap,
+            give_up_after=give_up_after,
         )
-        self._lock = asyncio.Lock()  # one pass at a time: a pass, an apply's, an action
+        self._lock = asyncio.Lock()  # one reconcile at a time: the loop's, an action's
         # canary analysis: counter samples per (deployment, device, version, sha256), in
         # memory only (after a restart the window fills again), and the last verdicts
         self._history = History()
-        self._sampled: set[Hashable] = set()
         self._analyses: dict[str, Analysis] = {}
         self._excluded: dict[str, set[str]] = {}  # devices named as left out, per deployment
+        self._views: dict[str, ViewMemo] = {}  # per deployment (views)
         self.timeline_samples = timeline_samples  # the ring kept per deployment
         # a root hub's waves (hub.controllers.wave): what to write with a new revision, in its
         # transaction
-        self.revision_hook: RevisionHook | None = None
+        self._revision_hook = revision_hook
+        self._sampled_by: dict[str, set[Hashable]] = {}  # history keys each analysis sampled
+        # what a rollout last saw of each device (rollout_view_of): a report that changes it
+        # queues the device's deployments
+        self._seen: dict[str, Hashable] = {}
+        cache.feed.watch(
+            (
+                "ModelDeployment",
+                kinds.DESIRED_OF,
+                kinds.DEVICE,
+                kinds.MODEL,
+            ),
+            self._changed,
+            settled=self._keys.settled,
+        )
 
-    def wake(self) -> None:
-        self._batches.wake()
+    # -- what queues a deployment ------------------------------------------------------------
+    def _changed(self, kind: str, name: str) -> None:
+        """The change feed: queue the deployments a changed key concerns."""
+        cache = self._cache
+        if kind in ("ModelDeployment", kinds.DESIRED_OF):
+            self._keys.add(name)
+        elif kind == kinds.DEVICE:  # its report: the deployments it is sent and holds
+            device = cache.devices.get(name)
+            seen = rollout_view_of(device) if device is not None else None
+            if seen == self._seen.get(name):
+                return  # figures, a heartbeat, an ack: the loop's tick reads them
+            if seen is None:
+                self._seen.pop(name, None)
+            else:
+                self._seen[name] = seen
+            record = cache.desired.get(name)
+            if record is not None:
+                self._keys.add_all(record.deployments)
+            if device is not None:
+                self._keys.add_all(d for d in device.workloads if d in cache.deployments)
+        elif kind == kinds.MODEL:  # pushed: the deployments of that model may go on
+            self._keys.add_all(
+                d for d, dep in cache.deployments.items() if dep.spec.model.name == name
+            )
+
+    def wake(self, names: Iterable[str] | None = None) -> None:
+        """Look at ``names`` (None: every deployment) soon."""
+        if names is None:
+            self._keys.resync()
+        else:
+            self._keys.add_all(names)
 
     async def run(self, stop: asyncio.Event) -> None:
-        ticker = asyncio.create_task(self._ticks(stop))
-        try:
-            await self._batches.run(stop)
-        finally:
-            ticker.cancel()
+        await self._keys.run(stop)
 
-    async def _ticks(self, stop: asyncio.Event) -> None:
-        self.wake()
-        while not await wait_for_stop(stop, self._tick):
-            self.wake()
+    async def drain(self) -> None:
+        """Reconcile every deployment queued now, here (tests, benchmarks)."""
+        await self._keys.drain()
 
-    # -- one pass ---------------------------------------------------------------------------
-    async def _pass(self) -> None:
+    @property
+    def reconciled(self) -> int:
+        """Deployments reconciled so far (tests count them)."""
+        return self._keys.reconciled
+
+    # -- one deployment ------------------------------------------------------------------------
+    async def _reconcile(self, name: str) -> float | None:
+        """The loop's reconcile of ``name``; seconds until it looks again (a rollout in
+        progress), or None."""
         async with self._lock:
-            cache = self._cache
-            now = self._clock()
-            self._sampled = set()
-            for name in sorted(cache.deployments):
-                await self._step(name, now)
-            for name in sorted(set(cache.rollouts) - set(cache.deployments)):
-                await self._forget(name)
-            self._history.keep(self._sampled)  # devices and revisions no longer analysed
-            for name in set(self._analyses) - set(cache.deployments):
-                del self._analyses[name]
-            for name in set(self._excluded) - set(self._analyses):
-                del self._excluded[name]
-            for name in sorted(set(cache.analysis) - set(cache.deployments)):
-                await self._forget_timeline(name)
+            await self._reconcile_one(name, self._clock())
+        state = self._cache.rollouts.get(name)
+        if name in self._cache.deployments and (
+            state is None or state.phase in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
+        ):
+            return self._tick
+        return None
+
+    async def _reconcile_one(self, name: str, now: float) -> None:
+        cache = self._cache
+        if name in cache.deployments:
+            for _ in range(2):  # a new revision, then its first devices
+                if not await self._step(name, now):
+                    break
+            return
+        if name in cache.rollouts:
+            await self._forget(name)
+        self._analyses.pop(name, None)
+        self._excluded.pop(name, None)
+        self._views.pop(name, None)
+        if self._sampled_by.pop(name, None) is not None:
+            self._keep_history()
+        if name in cache.analysis:
+            await self._forget_timeline(name)
+
+    def _keep_history(self) -> None:
+        """Forget the counter samples of devices and revisions no longer analysed."""
+        self._history.keep(set().union(*self._sampled_by.values()))
 
     async def reconcile(self, names: Iterable[str]) -> None:
-        """Take the steps owed to ``names`` now (an apply: its revision exists when it
-        answers, and a first revision is sent at once), then let the loop go on."""
+        """Take the steps owed to ``names`` now, here (tests; the loop does it otherwise)."""
         async with self._lock:
             now = self._clock()
             for name in sorted(set(names)):
-                if name in self._cache.deployments:
-                    for _ in range(2):  # a new revision, then its first devices
-                        if not await self._step(name, now):
-                            break
-                elif name in self._cache.rollouts:
-                    await self._forget(name)
-        self.wake()
+                await self._reconcile_one(name, now)
 
     async def _step(self, name: str, now: float) -> bool:
         """One step of ``name``'s rollout; whether something was written."""
@@ -270,7 +389,7 @@ class RolloutController:
         revisions = cache.revisions.get(name, {})
         current = revisions.get(state.revision) if state is not None else None
         pushed = current is None or current.model in cache.models
-        devices = views(cache, name, current)
+        devices = views(cache, name, current, self._views.setdefault(name, {}))
         analysis = self._analyze(name, dep, state, now)
         step = plan_rollout(
             dep,
@@ -344,8 +463,11 @@ class RolloutController:
             or state.phase not in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
         ):
             self._analyses.pop(name, None)
+            if self._sampled_by.pop(name, None) is not None:
+                self._keep_history()
             return None
         cache = self._cache
+        sampled: set[Hashable] = set()
         revisions = cache.revisions.get(name, {})
         wanted = {}
         for which, number in (("canary", state.revision), ("stable", state.stable)):
@@ -367,7 +489,7 @@ class RolloutController:
                 continue
             key = (name, device_name, version, got.sha256)
             self._history.record(key, Sample(now, got.requests, got.errors), spacing)
-            self._sampled.add(key)
+            sampled.add(key)
             sides[which].append(Observed(device_name, got, self._history.samples(key)))
         result = analyze(
             spec,
@@ -375,6 +497,8 @@ class RolloutController:
             figures(sides["stable"], now, spec.window_s),
         )
         self._analyses[name] = result
+        self._sampled_by[name] = sampled
+        self._keep_history()
         self._announce(name, {**result.canary.excluded, **result.stable.excluded})
         return result
 
@@ -411,23 +535,28 @@ class RolloutController:
             stale = prune(revisions.values(), state)
             puts += [Delete(storekeys.revision_key(name, n)) for n in stale]
         hooked: Callable[[int], None] | None = None
-        if step.revision is not None and self.revision_hook is not None:
-            more, hooked = self.revision_hook(name, before, step.revision, revisions)
+        if step.revision is not None and self._revision_hook is not None:
+            more, hooked = self._revision_hook(name, before, step.revision, revisions)
             puts += more
         try:
             revision = await self._store.txn(compares, puts)
         except CompareFailed:
-            # Someone else wrote it (an operator's action): read it again next pass.
+            # Someone else wrote it (an operator's action): read it again, look again.
             await self._reload(name)
-            self.wake()
+            self._keys.add(name)
             return False
+        kept = dict(cache.revisions.get(name, {}))
         if step.revision is not None:
-            cache.revisions.setdefault(name, {})[step.revision.number] = step.revision
+            kept[step.revision.number] = step.revision
         if state is not None:
-            cache.rollouts[name] = state
-            cache.rollout_revisions[name] = revision
             for n in stale:
-                cache.revisions.get(name, {}).pop(n, None)
+                kept.pop(n, None)
+        cache.put_rollout(
+            name,
+            state if state is not None else before,
+            revision if state is not None else cache.rollout_revisions.get(name, 0),
+            revisions=kept,
+        )
         for event in step.events:
             self._writer.event("ModelDeployment", name, event.type, event.reason, event.message)
         if hooked is not None:
@@ -440,17 +569,24 @@ class RolloutController:
             updated=len(state.updated) if state else None,
             before=len(before.updated) if before else None,
         )
-        self._projector.mark_all()
+        self._project(name, before, cache.rollouts.get(name))
         return True
+
+    def _project(self, name: str, before: RolloutState | None, after: RolloutState | None) -> None:
+        """Project again the devices whose revision of ``name`` changed from ``before`` to
+        ``after``; a first revision: every device (none was sent the deployment yet)."""
+        if before is None or after is None:
+            self._projector.mark_all()
+            return
+        self._projector.mark(changed_devices(targeted(self._cache, name), before, after))
 
     async def _reload(self, name: str) -> None:
         kv = await self._store.get(storekeys.rollout_key(name))
         if kv is None:
-            self._cache.rollouts.pop(name, None)
-            self._cache.rollout_revisions.pop(name, None)
+            self._cache.put_rollout(name, None)
             return
-        self._cache.rollouts[name] = RolloutState.from_json(storekeys.loads(kv.value))
-        self._cache.rollout_revisions[name] = kv.mod_revision
+        state = RolloutState.from_json(storekeys.loads(kv.value))
+        self._cache.put_rollout(name, state, kv.mod_revision)
 
     async def _forget(self, name: str) -> None:
         """The deployment was deleted: its rollout and revisions go too."""
@@ -461,9 +597,7 @@ class RolloutController:
         ops += [Delete(storekeys.analysis_key(name, n)) for n in self._cache.analysis.get(name, {})]
         await self._store.txn((), ops)
         self._cache.analysis.pop(name, None)
-        self._cache.rollouts.pop(name, None)
-        self._cache.rollout_revisions.pop(name, None)
-        self._cache.revisions.pop(name, None)
+        self._cache.put_rollout(name, None, revisions={})
 
     # -- operators -------------------------------------------------------------------------
     async def act(self, name: str, action: str) -> RolloutState:
@@ -534,9 +668,8 @@ class RolloutController:
         except CompareFailed:
             await self._reload(name)
             raise ActionRefused(f"the rollout of {name} changed meanwhile; try again") from None
-        cache.rollouts[name] = new
-        cache.rollout_revisions[name] = revision
+        cache.put_rollout(name, new, revision)
         self._writer.event("ModelDeployment", name, "Normal", new.reason, f"rollout {new.message}")
-        self._projector.mark_all()
-        self.wake()
+        self._project(name, state, new)
+        self._keys.add(name)
         return new

@@ -12,13 +12,15 @@ again anyway. Connected devices read the new files at their next desired state.
 from __future__ import annotations
 
 import asyncio
+from pathlib import Path
 
 from edgefleet.errors import HubDirError
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
-from hub.config import tuf_lifetimes
-from hub.context import HubContext
+from hub.config import TufLifetimes
+from hub.state.heldtuf import HeldTuf
 from hub.state.tufrepo import TUF_DIR, TufRepository
+from hub.state.writer import DeviceWriter
 
 log = get_logger(__name__)
 
@@ -29,13 +31,29 @@ WATCHED = ("root.json", "targets.json")
 class TufWatcher:
     name = "tuf-repository"
 
-    def __init__(self, ctx: HubContext, *, period_s: float = WATCH_PERIOD_S) -> None:
-        self.ctx = ctx
+    def __init__(
+        self,
+        data_dir: Path,
+        held: HeldTuf,
+        writer: DeviceWriter,
+        *,
+        signing: bool,
+        lifetimes: TufLifetimes,
+        period_s: float = WATCH_PERIOD_S,
+    ) -> None:
+        """``held``: what the hub serves, replaced by a new repository; ``signing``: the
+        repository signs its timestamp and snapshot here (not at replicas sharing it:
+        :mod:`hub.state.sharedtuf`); ``lifetimes``: hub.toml's ``[tuf]``."""
+        self._data_dir = data_dir
+        self._held = held
+        self._writer = writer
+        self._signing = signing
+        self._lifetimes = lifetimes
         self._period = period_s
         self._seen = self._stat()
 
     def _stat(self) -> tuple[tuple[int, int, int] | None, ...]:
-        d = self.ctx.paths.data_dir / TUF_DIR
+        d = self._data_dir / TUF_DIR
         out: list[tuple[int, int, int] | None] = []
         for name in WATCHED:
             try:
@@ -52,30 +70,25 @@ class TufWatcher:
             return False
         self._seen = seen
         try:
-            repo = TufRepository.load(
-                self.ctx.paths.data_dir,
-                signing=self.ctx.tuf_shared is None,
-                **tuf_lifetimes(self.ctx.config),
-            )
+            repo = TufRepository.load(self._data_dir, signing=self._signing, **self._lifetimes)
         except HubDirError as exc:
             log.error("tuf repository refused", error=str(exc))
-            self.ctx.writer.event(
+            self._writer.event(
                 "TufRepository", "fleet", "Warning", "TufRepositoryRefused", str(exc)
             )
             return False
         if repo is None:
             return False
-        self.ctx.tuf = repo
         version = repo.root.version
         log.info("tuf repository adopted", root_version=version)
-        self.ctx.writer.event(
+        self._writer.event(
             "TufRepository",
             "fleet",
             "Normal",
             "TufRepositoryAdopted",
             f"TUF root version {version} and targets version {repo.targets.version} adopted",
         )
-        self.ctx.projector.mark_all()
+        self._held.adopt(repo)  # the change feed projects every device again
         return True
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -39,7 +39,7 @@ from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub.decide import regionslice
 from hub.decide.analysis import Analysis, History, Sample
-from hub.decide.rollout import Revision, RolloutState
+from hub.decide.rollout import Revision, RolloutState, template_hash
 from hub.decide.wave import (
     RegionSide,
     RegionView,
@@ -52,6 +52,7 @@ from hub.decide.wave import (
     plan_waves,
     region_manifest,
     resume,
+    stable_of,
     start,
 )
 from hub.decide.wavestatus import waves_status
@@ -180,7 +181,26 @@ class WaveController:
         if manifest.get("kind") != "ModelDeployment":
             return manifest
         name = str(manifest["metadata"]["name"])
-        return region_manifest(manifest, self.states.get(name), region)
+        state = self.states.get(name)
+        if state is not None:
+            manifest = self._decided(name, manifest, state, region)
+        return region_manifest(manifest, state, region)
+
+    def _decided(
+        self, name: str, manifest: Mapping[str, Any], state: WaveState, region: str
+    ) -> Mapping[str, Any]:
+        """``manifest``, or, while the root has not yet made its revision of a new template
+        in waves, what ``region`` was sent: the rollout controller makes a revision and its
+        wave state in one transaction, after the apply wrote the manifest (the change feed
+        queues it), and a slice streamed in between must not send every region the new
+        template at once (the state before it may be Complete: "send the new one")."""
+        waves = manifest.get("spec", {}).get("rollout", {}).get("waves")
+        current = self._cache.revisions.get(name, {}).get(state.revision)
+        if not waves or current is None or current.template == template_hash(manifest):
+            return manifest
+        return stable_of(
+            manifest, current.manifest if state.sends_new(region) else state.stable_manifest
+        )
 
     # -- one pass -----------------------------------------------------------------------------
     def _placed(self, manifest: Mapping[str, Any]) -> list[str]:

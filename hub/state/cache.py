@@ -1,7 +1,9 @@
 """The hub's in-memory cache of its store: everything it knows, loaded at start, written through.
 
 The hub is its store's only writer, so it never reads the store on a hot path (the design:
-docs/architecture.md, "The hub").
+docs/architecture.md, "The hub"). Every write-through goes by a method here that tells the
+change feed (:attr:`Cache.feed`, :mod:`hub.state.feed`) the key it changed: the controllers
+that watch it queue that key.
 """
 
 from __future__ import annotations
@@ -19,7 +21,10 @@ from hub.decide.placement import SecurityPolicy
 from hub.decide.records import StoredObject
 from hub.decide.rollout import Revision, RolloutState
 from hub.decide.schedule import Explanation
+from hub.state import feed as kinds
 from hub.state import storekeys
+from hub.state.desiredrecords import DesiredRecords
+from hub.state.feed import ChangeFeed
 from hub.state.secrets import SecretRecord, record_of
 from hub.state.store import Store
 
@@ -58,7 +63,8 @@ class Cache:
     stored: dict[tuple[str, str], StoredObject] = field(default_factory=dict)
     deployments: dict[str, ModelDeployment] = field(default_factory=dict)
     models: dict[tuple[str, str], storekeys.ModelRecord] = field(default_factory=dict)
-    desired: dict[str, storekeys.DesiredRecord] = field(default_factory=dict)
+    # device -> its desired record, indexed by deployment (DesiredRecords.holding)
+    desired: DesiredRecords = field(default_factory=DesiredRecords)
     revoked: dict[str, str] = field(default_factory=dict)  # serial hex -> device name
     # The fleet's trust roots the hub carries, oldest first, as signed (hub.state.trustroots).
     trust_roots: tuple[bytes, ...] = ()
@@ -79,8 +85,13 @@ class Cache:
     waiting: dict[str, frozenset[str]] = field(default_factory=dict)  # held back by maxSurge
     # and why, from the scheduler's last pass (not stored: computed again after a restart)
     explanations: dict[str, Explanation] = field(default_factory=dict)
+    # replicas.total deployment -> the total the fleet autoscaler placed instead of the
+    # spec's (hub.controllers.autoscaler; in memory: a restart starts from the spec's)
+    scaled_totals: dict[str, int] = field(default_factory=dict)
     # Secret name -> its values sealed with the hub's key (hub.state.secrets), never in the clear
     secrets: dict[str, SecretRecord] = field(default_factory=dict)
+    # told of every key written through (hub.state.feed): the controllers' watches
+    feed: ChangeFeed = field(default_factory=ChangeFeed)
 
     @classmethod
     async def load(cls, store: Store) -> Cache:
@@ -132,6 +143,8 @@ class Cache:
             dep = parse_manifest(dict(manifest))
             assert isinstance(dep, ModelDeployment)
             self.deployments[name] = dep
+        self.feed.changed(kind, name)
+        self.feed.changed(kinds.OBJECTS, f"{kind}/{name}")
 
     def set_placement(
         self,
@@ -149,10 +162,20 @@ class Cache:
                 table[name] = value
             else:
                 table.pop(name, None)
+        self.feed.changed(kinds.PLACEMENT, name)
+
+    def set_scaled_totals(self, totals: Mapping[str, int]) -> None:
+        """The fleet autoscaler's totals now; the feed is told each deployment whose total
+        changed, came or went (:data:`kinds.SCALED`: the scheduler places it again)."""
+        before, self.scaled_totals = self.scaled_totals, dict(totals)
+        for name in sorted(set(before) | set(totals)):
+            if before.get(name) != totals.get(name):
+                self.feed.changed(kinds.SCALED, name)
 
     def drop_placement(self, name: str) -> None:
         for table in (self.placements, self.sent_placements, self.draining, self.waiting):
             table.pop(name, None)
+        self.feed.changed(kinds.PLACEMENT, name)
 
     def put_analysis(self, key: str, doc: Mapping[str, Any]) -> None:
         """A sample of ``/analysis/NAME/SEQ`` (keys come in order: a ring, oldest first)."""
@@ -175,6 +198,84 @@ class Cache:
             self.secrets.pop(name, None)
         if kind == "ModelDeployment":
             self.deployments.pop(name, None)
+        self.feed.changed(kind, name)
+        self.feed.changed(kinds.OBJECTS, f"{kind}/{name}")
+
+    # -- device records, desired records, models, rollouts: written through, told -----------
+    def put_device(self, device: Device) -> None:
+        self.devices[device.name] = device
+        self.feed.changed(kinds.DEVICE, device.name)
+
+    def drop_device(self, name: str) -> None:
+        """A device deleted: its record and its desired record."""
+        self.devices.pop(name, None)
+        self.desired.pop(name, None)
+        self.feed.changed(kinds.DEVICE, name)
+
+    def put_desired(self, records: Mapping[str, storekeys.DesiredRecord]) -> None:
+        """Desired records written (the projector); the feed is told each device's, and
+        :attr:`kinds.ROLLOUT` of each deployment that a device gained, lost or got again (its
+        rollout counts what its targeted devices report)."""
+        touched: set[str] = set()
+        for name, record in records.items():
+            before = self.desired.get(name)
+            self.desired[name] = record
+            touched.update(record.deployments)
+            if before is not None:
+                touched.update(before.deployments)
+            self.feed.changed(kinds.DESIRED, name)
+        for deployment in sorted(touched):
+            self.feed.changed(kinds.DESIRED_OF, deployment)
+
+    def put_model(self, record: storekeys.ModelRecord) -> None:
+        self.models[(record.name, record.version)] = record
+        self.feed.changed(kinds.MODEL, record.name)
+
+    def drop_model(self, name: str, version: str) -> storekeys.ModelRecord | None:
+        gone = self.models.pop((name, version), None)
+        self.feed.changed(kinds.MODEL, name)
+        return gone
+
+    def put_rollout(
+        self,
+        name: str,
+        state: RolloutState | None,
+        mod_revision: int = 0,
+        *,
+        revisions: Mapping[int, Revision] | None = None,
+    ) -> None:
+        """``name``'s rollout state as written at ``mod_revision`` (None: none) and, when
+        given, its revisions."""
+        if state is None:
+            self.rollouts.pop(name, None)
+            self.rollout_revisions.pop(name, None)
+        else:
+            self.rollouts[name] = state
+            self.rollout_revisions[name] = mod_revision
+        if revisions is not None:
+            if revisions:
+                self.revisions[name] = dict(revisions)
+            else:
+                self.revisions.pop(name, None)
+        self.feed.changed(kinds.ROLLOUT, name)
+
+    @property
+    def trust_root(self) -> bytes:
+        """The fleet trust root as signed (D/trust-root.json), if any: the newest held."""
+        return self.trust_roots[-1] if self.trust_roots else b""
+
+    def set_trust_roots(self, roots: tuple[bytes, ...]) -> None:
+        self.trust_roots = roots
+        self.trust_changed()
+
+    def trust_changed(self) -> None:
+        """The fleet's trust roots or TUF metadata changed (held beside the cache: D/tuf/)."""
+        self.feed.changed(kinds.TRUST, "")
+
+    def targeted(self, deployment: str) -> list[str]:
+        """The devices the projector placed ``deployment`` on (their desired records hold
+        it), by name; from the index, in proportion to those devices."""
+        return sorted(self.desired.holding(deployment))
 
     def revision_for(self, deployment: str, device: str) -> Revision | None:
         """The revision of ``deployment`` that ``device`` is sent (None: none made yet)."""

@@ -5,6 +5,12 @@ health, attestation or phase change...) is projected together with
 :func:`hub.decide.desired.build_within_bound` (pure), every changed desired record is written in one
 transaction (its generation: that transaction's revision, raised above anything the device
 acknowledged), then the devices' sessions get the new state. Marking a device twice is harmless.
+
+Marks come from the change feed (:mod:`hub.state.feed`: an object applied or deleted, a model
+pushed, the trust roots: every device, lazily, as :meth:`Projector.mark_all`) and from the
+controllers that know which devices they changed (a rollout step, placements, a device's
+phase). Each mark is told to the feed as :data:`hub.state.feed.PROJECTING` (the scheduler
+watches it: what devices get may place them differently).
 """
 
 from __future__ import annotations
@@ -14,12 +20,16 @@ from collections.abc import Callable, Iterable
 
 from edgefleet.backoff import Backoff
 from hub.decide.desired import DesiredContent, FleetPolicies, build_within_bound
+from hub.state import feed as kinds
 from hub.state import storekeys
 from hub.state.batchloop import GIVE_UP_AFTER, BatchLoop
 from hub.state.cache import Cache
 from hub.state.sessions import Sessions
 from hub.state.snapshots import snapshot_of
 from hub.state.store import Put, Store
+
+FLEET_WIDE = (kinds.OBJECTS, kinds.MODEL, kinds.TRUST)
+"""What every device gets may change with these (the feed's kinds the projector watches)."""
 
 GATHER = 0.01  # an apply marks every device at once
 RETRY = Backoff(0.05, 10.0)
@@ -39,6 +49,7 @@ class Projector:
         region: str,
         on_pushed: Callable[[str, int], None] | None = None,
         on_placed: Callable[[int, int], None] | None = None,
+        on_change: Callable[[], None] | None = None,
         give_up_after: float = GIVE_UP_AFTER,
     ) -> None:
         self._store = store
@@ -46,11 +57,15 @@ class Projector:
         self._sessions = sessions
         self._region = region
         self._dirty: set[str] = set()
-        self.on_mark: Callable[[], None] | None = None  # the scheduler: devices changed
-        # a root's region streams (hub.state.regions.Regions.changed), told by mark_all: what
-        # changes every device's state (an apply, a push, a new revision, trust roots) may
-        # change the regions' slices too; one device's marks (its labels, health) do not
-        self.on_change: Callable[[], None] | None = None
+        self._all = False  # every device is owed (mark_all), expanded when the batch runs
+        self.marked = 0  # devices projected so far (tests and benchmarks count them)
+        # a root's region streams (hub.state.regions.Regions.changed), told by mark_all and by
+        # every rollout step: what changes every device's state (an apply, a push, a new
+        # revision, trust roots) may change the regions' slices too; one device's marks (its
+        # labels, health) do not
+        self._on_change = on_change
+        cache.feed.watch(FLEET_WIDE, self._changed)
+        cache.feed.watch((kinds.ROLLOUT,), self._rollout_changed)
         self.contents: dict[str, DesiredContent] = {}
         self._on_pushed = on_pushed
         self._on_placed = on_placed  # (placements made, placements ended), for the metrics
@@ -62,20 +77,29 @@ class Projector:
             give_up_after=give_up_after,
         )
 
+    def _changed(self, kind: str, name: str) -> None:
+        self.mark_all()
+
+    def _rollout_changed(self, kind: str, name: str) -> None:
+        if self._on_change is not None:
+            self._on_change()
+
     def mark(self, names: Iterable[str], *, notify: bool = True) -> None:
-        """Project ``names`` again soon; ``notify``: tell :attr:`on_mark` (the scheduler, whose
-        own marks do not)."""
+        """Project ``names`` again soon; ``notify``: tell the feed (:data:`kinds.PROJECTING`:
+        the scheduler, whose own marks do not)."""
         self._dirty.update(names)
         self._batches.wake()
-        if notify and self.on_mark is not None:
-            self.on_mark()
+        if notify:
+            self._cache.feed.changed(kinds.PROJECTING, "")
 
     def mark_all(self) -> None:
         """Every device: what they all get may have changed (an apply, a delete, a push, a
-        new revision, trust roots), and so may the regions' slices (:attr:`on_change`)."""
-        self.mark(self._cache.devices)
-        if self.on_change is not None:
-            self.on_change()
+        new revision, trust roots), and so may the regions' slices (``on_change``)."""
+        self._all = True
+        self._batches.wake()
+        self._cache.feed.changed(kinds.PROJECTING, "")
+        if self._on_change is not None:
+            self._on_change()
 
     async def project(self, names: Iterable[str]) -> None:
         changed: dict[str, tuple[DesiredContent, storekeys.DesiredRecord | None]] = {}
@@ -132,7 +156,7 @@ class Projector:
                 for n, r in sorted(records.items())
             ],
         )
-        self._cache.desired.update(records)
+        self._cache.put_desired(records)
         if self._on_placed is not None:
             placed = ended = 0
             for content, previous in changed.values():
@@ -153,7 +177,11 @@ class Projector:
         return self.contents.get(name)
 
     async def _project_marked(self) -> None:
+        if self._all:
+            self._dirty.update(self._cache.devices)
+            self._all = False
         names, self._dirty = self._dirty, set()
+        self.marked += len(names)
         try:
             await self.project(names)
         except BaseException:

@@ -383,7 +383,7 @@ class SharedRelay:
         self.data_dir = Path(data_dir)
         self.store = store
         self.fenced = fenced
-        self._held = held  # () -> what the hub serves now (ctx.tuf)
+        self._held = held  # () -> what the hub serves now (hub.state.heldtuf)
         self._fleet_root = fleet_root
         self._adopted = adopted  # serve a set adopted from the store
         self._refused: str | None = None  # the digest of the set last refused: not again

@@ -24,6 +24,8 @@ keeps carrying the roots it had; at the next start such a file stops the hub.
 from __future__ import annotations
 
 import asyncio
+import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,7 +41,8 @@ from edgefleet.trust.verifying import (
     verify_initial_root,
     verify_root_update,
 )
-from hub.context import HubContext
+from hub.state.cache import Cache
+from hub.state.writer import DeviceWriter
 
 log = get_logger(__name__)
 
@@ -157,10 +160,9 @@ def root_pin(root: bytes) -> str:
     return f"sha256:{root_digest(env)}"
 
 
-def install_roots(ctx: HubContext, roots: HubRoots) -> None:
+def install_roots(cache: Cache, roots: HubRoots) -> None:
     """Make ``roots`` what the hub verifies pushes with, enrolls with and sends."""
-    ctx.trust_root = roots.current
-    ctx.cache.trust_roots = roots.chain
+    cache.set_trust_roots(roots.chain)
 
 
 class RootWatcher:
@@ -168,15 +170,27 @@ class RootWatcher:
 
     name = "trust-roots"
 
-    def __init__(self, ctx: HubContext, roots: HubRoots, *, period_s: float = WATCH_PERIOD_S):
-        self.ctx = ctx
+    def __init__(
+        self,
+        data_dir: Path,
+        cache: Cache,
+        writer: DeviceWriter,
+        roots: HubRoots,
+        *,
+        clock: Callable[[], float] = time.time,
+        period_s: float = WATCH_PERIOD_S,
+    ):
+        self._data_dir = data_dir
+        self._cache = cache
+        self._writer = writer
+        self._clock = clock
         self.roots = roots
         self._period = period_s
         self._seen: tuple[int, int, int] | None = self._stat()
 
     @property
     def path(self) -> Path:
-        return self.ctx.paths.data_dir / ROOT_FILE
+        return self._data_dir / ROOT_FILE
 
     def _stat(self) -> tuple[int, int, int] | None:
         try:
@@ -193,26 +207,25 @@ class RootWatcher:
         self._seen = seen
         try:
             data = _read(self.path)
-            new = adopt_root(self.ctx.paths.data_dir, self.roots, data, now=self.ctx.clock())
+            new = adopt_root(self._data_dir, self.roots, data, now=self._clock())
         except (TrustError, OSError) as exc:
             reason = exc.reason if isinstance(exc, TrustError) else "RootUnreadable"
             log.error("trust root refused", file=str(self.path), reason=reason, error=str(exc))
-            self.ctx.writer.event("TrustRoot", "fleet", "Warning", "TrustRootRefused", str(exc))
+            self._writer.event("TrustRoot", "fleet", "Warning", "TrustRootRefused", str(exc))
             return False
         if new is None:
             return False
         self.roots = new
-        install_roots(self.ctx, new)
+        install_roots(self._cache, new)
         _, root = _parse(new.current, ROOT_FILE)
         log.info("trust root rotated", version=root.version, roots=len(new.chain))
-        self.ctx.writer.event(
+        self._writer.event(
             "TrustRoot",
             "fleet",
             "Normal",
             "TrustRootRotated",
             f"trust root version {root.version} adopted; sent to every device",
         )
-        self.ctx.projector.mark_all()
         return True
 
     async def run(self, stop: asyncio.Event) -> None:

@@ -244,9 +244,10 @@ def verify_files(files: Mapping[str, bytes], trusted: Path, fleet_root: Root | N
 
 @dataclass(frozen=True, slots=True)
 class RelayedTuf:
-    """The TUF metadata a regional hub serves: its root's, as received and checked. The
-    region's ``ctx.tuf`` (DeviceService and AdminService ``FetchTufMetadata``, the publishers
-    SecurityBaseline knows); a regional hub below this one gets the same files."""
+    """The TUF metadata a regional hub serves: its root's, as received and checked (held in
+    :class:`hub.state.heldtuf.HeldTuf`: DeviceService and AdminService ``FetchTufMetadata``,
+    the publishers SecurityBaseline knows); a regional hub below this one gets the same
+    files."""
 
     files_by_name: Mapping[str, bytes]
     digest: str

@@ -122,7 +122,7 @@ class DeviceWriter:
         return device
 
     def update(self, device: Device) -> None:
-        self._cache.devices[device.name] = device
+        self._cache.put_device(device)
         self._dirty.add(device.name)
         self._batches.wake()
 
@@ -225,7 +225,7 @@ class DeviceWriter:
         kv = await self._store.get(storekeys.device_key(name))
         if kv is None:  # deleted elsewhere (edgectl delete device): not brought back
             self._base.pop(name, None)
-            self._cache.devices.pop(name, None)
+            self._cache.drop_device(name)
             if name in pending:
                 pending.remove(name)
             log.info("device record deleted elsewhere", device=name)
@@ -235,7 +235,7 @@ class DeviceWriter:
         device = self._cache.devices.get(name)
         if device is not None:
             merged = merge_record(base, device.to_json(), theirs)
-            self._cache.devices[name] = Device.from_json(merged)
+            self._cache.put_device(Device.from_json(merged))
         self._base[name] = (kv.mod_revision, theirs)
         self.merged += 1
         log.info("device record merged", device=name)

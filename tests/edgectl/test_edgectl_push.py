@@ -22,18 +22,17 @@ from asynctesting import async_test
 from edgefleet.demo import build_mlp
 from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
-from hub.api.push import PushRefused, receive_artifact
-from hub.context import HubContext
+from hub.api.push import PushRefused
 from hub.initializing import init_hub
-from hub.server import build_context
 from hub.trustsetup import quickstart_trust
+from hub.wiring import HubParts, artifact_receiver, build_context
 
 EDGECTL = [sys.executable, "-c", "import sys; from edgectl.cli import main; sys.exit(main())"]
 
 
 class _Servicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, ctx: HubContext) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: HubParts) -> None:
+        self.receiver = artifact_receiver(ctx)
 
     async def PushArtifact(
         self,
@@ -41,7 +40,7 @@ class _Servicer(admin_pb2_grpc.AdminServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.PushArtifactResponse:
         try:
-            return await receive_artifact(self.ctx, request_iterator, now=time.time())
+            return await self.receiver.receive(request_iterator, now=time.time())
         except PushRefused as exc:
             await context.abort(exc.code, str(exc))
             raise AssertionError("unreachable") from None
@@ -55,7 +54,7 @@ def hub_dir(tmp_path: Path) -> Path:
 
 
 @asynccontextmanager
-async def _serve(d: Path) -> AsyncIterator[tuple[HubContext, Path]]:
+async def _serve(d: Path) -> AsyncIterator[tuple[HubParts, Path]]:
     """The hub's AdminService on a free port; yields the context and an admin.toml for it."""
     ctx = await build_context(d)
     paths = ctx.paths

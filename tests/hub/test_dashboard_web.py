@@ -106,13 +106,13 @@ async def test_token_login_expiry_and_revocation(
                 assert r.status == 401
             # expired: refused, with the way out
             ctx = d.hub.ctx
-            ctx.clock = lambda: time.time() + 121
+            d.server.dashboard.clock = lambda: time.time() + 121
             async with fresh.get(d.url + "/", headers=headers) as r:
                 assert r.status == 401
                 assert "expired" in await r.text()
             async with s.get(d.url + "/") as r:  # the cookie too
                 assert r.status == 401
-            ctx.clock = time.time
+            d.server.dashboard.clock = time.time
             # the admin certificate revoked: its tokens are refused
             serial = format(d.hub.admin().certificate.serial_number, "x")
             ctx.cache.revoked[serial] = "admin"

@@ -561,7 +561,7 @@ async def test_create_token(tmp_path: Path) -> None:
 
         generate_key_pair(tmp_path / "root")
         root = create_root(root_keys=[tmp_path / "root.key"], artifact_keys=[tmp_path / "root.pub"])
-        install_roots(hub.ctx, HubRoots((root.to_bytes(),)))
+        install_roots(hub.ctx.cache, HubRoots((root.to_bytes(),)))
         with_root = await stub.CreateToken(admin_pb2.CreateTokenRequest())
         assert with_root.root_hash == f"sha256:{root_digest(root)}"
         record = await tokens.validate(hub.ctx.store, response.token, now=hub.ctx.clock())

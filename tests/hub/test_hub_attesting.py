@@ -21,7 +21,6 @@ from edged.trust.attesting import Attester
 from edged.trust.identity import load_or_create_identity
 from edgefleet.trust.evidence import Policy
 from hub.controllers.attestation import (
-    AttestationController,
     Challenge,
     assess,
     challenge_due,
@@ -29,7 +28,7 @@ from hub.controllers.attestation import (
 )
 from hub.decide.devices import Attestation, Device, TrustState
 from hub.initializing import init_hub
-from hub.server import build_context
+from hub.server import attestation_controller, build_context
 from hub.state import storekeys as objects
 from hub.trustsetup import quickstart_trust
 
@@ -277,7 +276,7 @@ async def test_controller_challenges_trusts_and_times_out(
             },
             1,
         )
-        controller = AttestationController(ctx)
+        controller = attestation_controller(ctx)
         session = ctx.sessions.open(device.name, "01")
         # The device keeps the same root with other formatting (compact, a trailing newline):
         # roots compare by payload digest, so this is no TrustRootMismatch.

@@ -21,6 +21,7 @@ from hub.decide.autoscale import DeviceLoad, FleetScaler, fleet_sample, plan_tot
 from hub.decide.desired import manifest_for
 from hub.decide.devices import Device, DevicePhase, WorkloadReport
 from hub.decide.rollout import Revision, template_hash
+from hub.state import feed as kinds
 from hub.state.cache import Cache
 from hub.state.projector import Projector
 from hub.state.sessions import Sessions
@@ -189,11 +190,9 @@ async def test_reported_queue_depth_moves_the_number_of_placements(tmp_path: Pat
         scheduler = Scheduler(
             store, cache, projector, writer, region="eu", reschedule_after_s=60.0, clock=clock
         )
-        woken: list[int] = []
-        autoscaler = FleetAutoscaler(
-            cache, writer, wake_scheduler=lambda: woken.append(1), clock=clock
-        )
-        scheduler.totals = autoscaler.total
+        woken: list[str] = []  # the scheduler learns of a total through the change feed
+        cache.feed.watch((kinds.SCALED,), lambda kind, name: woken.append(name))
+        autoscaler = FleetAutoscaler(cache, writer, clock=clock)
         assert not autoscaler.tick()  # the spec's total: nothing to wake for
         await scheduler.pass_now()
         assert len(cache.placements["fraud"]) == 2
@@ -209,7 +208,7 @@ async def test_reported_queue_depth_moves_the_number_of_placements(tmp_path: Pat
         clock.advance(5)
         assert not autoscaler.tick()  # the window is not covered by samples yet
         clock.advance(5)
-        assert autoscaler.tick() and woken == [1]
+        assert autoscaler.tick() and woken == ["fraud"]
         assert autoscaler.total("fraud") == 5
         await scheduler.pass_now()
         assert len(cache.placements["fraud"]) == 5

@@ -187,7 +187,7 @@ async def test_a_hub_cannot_give_an_enrolling_device_its_own_root(tmp_path: Path
     roots = _roots(tmp_path)
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub:
-        install_roots(hub.ctx, HubRoots((roots.hub.to_bytes(),)))
+        install_roots(hub.ctx.cache, HubRoots((roots.hub.to_bytes(),)))
         got = await _attempt(hub, tmp_path / "dev-a", root_file=roots.image)
         assert "RootConflict" in got, got
         got = await _attempt(
@@ -206,7 +206,7 @@ async def test_the_fleet_root_is_taken_by_pin_or_from_the_image(tmp_path: Path) 
     roots = _roots(tmp_path)
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub:
-        install_roots(hub.ctx, HubRoots((roots.fleet.to_bytes(),)))
+        install_roots(hub.ctx.cache, HubRoots((roots.fleet.to_bytes(),)))
         got = await _attempt(
             hub, tmp_path / "dev-e", root_file=roots.absent, root_hash=roots.fleet_pin
         )

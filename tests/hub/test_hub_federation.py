@@ -28,7 +28,7 @@ from hub.controllers import parentlink
 from hub.controllers.parentlink import StoredValue, enroll_with_parent, plan_apply
 from hub.decide import regionslice
 from hub.initializing import HubPaths, init_hub
-from hub.server import build_context, start_server
+from hub.server import build_context, parent_link, start_server
 from hub.state import regionmapping, storekeys, tokens
 from hub.state import regions as regions_module
 from hub.state.regions import Regions, RegionState, revoke_region
@@ -841,7 +841,7 @@ async def test_a_region_renews_its_certificate_over_the_link(tmp_path: Path) -> 
         region = await build_context(paths.data_dir)
         files = parentlink.ParentFiles.load(paths.data_dir)
         assert files is not None
-        link = parentlink.ParentLink(region, files)
+        link = parent_link(region, files)
         stop = asyncio.Event()
         tasks = [asyncio.create_task(link.run(stop)), asyncio.create_task(region.writer.run(stop))]
         try:
@@ -890,7 +890,7 @@ async def test_a_region_renews_its_certificate_over_the_link(tmp_path: Path) -> 
         # the new certificate works; the one it was asked with too, until the next renewal
         assert await federates(second) is grpc.StatusCode.OK
         assert await federates(first) is grpc.StatusCode.OK
-        link = parentlink.ParentLink(region, parentlink.ParentFiles.load(paths.data_dir))  # type: ignore[arg-type]
+        link = parent_link(region, parentlink.ParentFiles.load(paths.data_dir))  # type: ignore[arg-type]
         await link.renew()
         third = cert_file.read_bytes()
         assert await federates(third) is grpc.StatusCode.OK
@@ -964,7 +964,7 @@ async def test_a_region_removes_root_models_from_its_store_when_no_longer_used(
             await ctx.store.put(storekeys.model_key(r.name, r.version), model_value(r, generation))
             ctx.cache.models[(r.name, r.version)] = r
         files = parentlink.ParentFiles("127.0.0.1:1", "eu", "root", b"", b"", b"")
-        link = parentlink.ParentLink(ctx, files)
+        link = parent_link(ctx, files)
         empty = federation_pb2.RegionSlice(generation=5, digest="x")
         await link._apply(empty, stub=None)
         assert await ctx.store.get(storekeys.model_key("old", "1.0.0")) is None

@@ -1,8 +1,8 @@
-"""``receive_artifact`` (AdminService PushArtifact) through a real grpc.aio server with mutual
-TLS on loopback, a real hub data directory made by ``hub init`` (CA, admin certificate, the
-quickstart trust root and publisher key), real SQLite and a real blob store. The servicer is a
-minimal one of this test's own (the real AdminService authorizes the admin, then calls the
-same function)."""
+"""``ArtifactReceiver.receive`` (AdminService PushArtifact) through a real grpc.aio server
+with mutual TLS on loopback, a real hub data directory made by ``hub init`` (CA, admin
+certificate, the quickstart trust root and publisher key), real SQLite and a real blob store.
+The servicer is a minimal one of this test's own (the real AdminService authorizes the admin,
+then calls the same receiver)."""
 
 from __future__ import annotations
 
@@ -21,19 +21,18 @@ from asynctesting import async_test
 from edgefleet.demo import build_mlp
 from edgefleet.trust import signing
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
-from hub.api.push import PushRefused, receive_artifact
-from hub.context import HubContext
+from hub.api.push import PushRefused
 from hub.initializing import HubPaths, init_hub
-from hub.server import build_context
 from hub.state import storekeys as objects
 from hub.trustsetup import quickstart_trust
+from hub.wiring import HubParts, artifact_receiver, build_context
 
 CHUNK = 64 * 1024
 
 
 class _Servicer(admin_pb2_grpc.AdminServiceServicer):
-    def __init__(self, ctx: HubContext) -> None:
-        self.ctx = ctx
+    def __init__(self, ctx: HubParts) -> None:
+        self.receiver = artifact_receiver(ctx)
 
     async def PushArtifact(
         self,
@@ -41,7 +40,7 @@ class _Servicer(admin_pb2_grpc.AdminServiceServicer):
         context: grpc.aio.ServicerContext,
     ) -> admin_pb2.PushArtifactResponse:
         try:
-            return await receive_artifact(self.ctx, request_iterator, now=time.time())
+            return await self.receiver.receive(request_iterator, now=time.time())
         except PushRefused as exc:
             await context.abort(exc.code, str(exc))
             raise AssertionError("unreachable") from None
@@ -49,7 +48,7 @@ class _Servicer(admin_pb2_grpc.AdminServiceServicer):
 
 @dataclass
 class Hub:
-    ctx: HubContext
+    ctx: HubParts
     stub: admin_pb2_grpc.AdminServiceStub
 
 

@@ -42,7 +42,6 @@ from hub.controllers import parentlink
 from hub.controllers.parentlink import (
     FederationError,
     ParentFiles,
-    ParentLink,
     enroll_with_parent,
     parent_addresses,
     set_parent_addresses,
@@ -50,7 +49,7 @@ from hub.controllers.parentlink import (
 from hub.controllers.wave import WaveController
 from hub.decide.wave import WaveState
 from hub.initializing import HubPaths, init_hub
-from hub.server import build_context
+from hub.server import build_context, parent_link
 from hub.state import storekeys, tokens
 from hub.state.regions import Regions
 from hub.state.store import EventType, KeyValue, MemoryStore
@@ -212,7 +211,7 @@ async def test_the_link_dials_each_address_in_turn_and_takes_a_new_list(tmp_path
     try:
         files = ParentFiles.load(d)
         assert files is not None
-        link = ParentLink(ctx, files)
+        link = parent_link(ctx, files)
         dials: list[str] = []
         stop = asyncio.Event()
 

@@ -12,9 +12,8 @@ from pathlib import Path
 from asynctesting import async_test
 
 from edgefleet.trust import signing, tufmeta
-from hub.controllers.tufwatch import TufWatcher
 from hub.initializing import init_hub
-from hub.server import build_context
+from hub.server import build_context, tuf_watcher
 from hub.state.tufrepo import install_repository
 from hub.trustsetup import quickstart_trust_with_tuf
 
@@ -26,7 +25,7 @@ async def test_new_targets_are_adopted_and_bad_ones_refused(tmp_path: Path) -> N
     ctx = await build_context(d)
     try:
         assert ctx.tuf is not None and ctx.tuf.targets.version == 1
-        watcher = TufWatcher(ctx)
+        watcher = tuf_watcher(ctx)
         assert not watcher.check()  # nothing changed
         signing.generate_key_pair(tmp_path / "vision")
         targets = tufmeta.build_targets(

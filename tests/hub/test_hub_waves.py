@@ -45,13 +45,13 @@ from edgefleet.supervising import Component
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 from hub import pki
-from hub.controllers.parentlink import ParentFiles, ParentLink, build_report, enroll_with_parent
+from hub.controllers.parentlink import ParentFiles, build_report, enroll_with_parent
 from hub.controllers.replicas import CacheFollower
 from hub.controllers.wave import WaveObserver
 from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport
 from hub.decide.wave import WavePhase
 from hub.initializing import HubPaths, init_hub
-from hub.server import build_context, start_server
+from hub.server import build_context, parent_link, start_server
 from hub.state import storekeys, tokens
 from hub.state.regions import RegionsFollower
 from hub.state.store.electing import LeaderOnly
@@ -154,7 +154,7 @@ class Hub:
             components.append(RegionsFollower(ctx.store, ctx.regions))
         parent = ParentFiles.load(self.paths.data_dir)
         if parent is not None:
-            components.append(ParentLink(ctx, parent))
+            components.append(parent_link(ctx, parent))
         self._tasks = [asyncio.create_task(c.run(self._stop)) for c in components]
         enroll = "127.0.0.1:0" if self.listen.endswith(":0") else None
         running = await start_server(ctx, listen=self.listen, enroll_listen=enroll)
@@ -350,9 +350,10 @@ async def everywhere_on(root: Hub, eu: Hub, us: Hub, version: str) -> None:
     def now(region: str) -> str:  # the region's state at the time of the failure
         s = root.ctx.regions.regions.get(region) if root.ctx.regions else None
         hub = eu if region == "eu" else us
+        own = build_report(hub.ctx.cache, 0, region=hub.ctx.region, rollouts=hub.ctx.rollouts)
         return (
             f"connected {s and s.connected}, at {s and s.reported_at}, report {s and s.report}"
-            f"; the region's own report now: {build_report(hub.ctx, 0)}"
+            f"; the region's own report now: {own}"
             f"; its desired states: {sorted(hub.ctx.cache.desired)}"
         )
 

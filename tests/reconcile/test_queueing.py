@@ -12,7 +12,7 @@ import time
 import pytest
 from asynctesting import async_test, eventually
 
-from edged.reconcile.queueing import QueueShutDown, WorkQueue
+from edgefleet.workqueue import QueueShutDown, WorkQueue
 
 
 class FakeClock:

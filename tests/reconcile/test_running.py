@@ -14,10 +14,10 @@ from contextlib import asynccontextmanager
 import pytest
 from asynctesting import async_test, eventually
 
-from edged.reconcile.queueing import WorkQueue
 from edged.reconcile.running import Result, Runner
 from edgefleet.errors import PermanentError, TemporaryError
 from edgefleet.metrics import Registry
+from edgefleet.workqueue import WorkQueue
 
 
 def fast_queue(base_delay: float = 0.001) -> WorkQueue[str]:

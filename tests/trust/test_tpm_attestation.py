@@ -113,7 +113,7 @@ def test_an_ek_bound_key_makes_the_device_tpm_attested_and_only_its_quotes_count
 
     async def main() -> None:
         async with await _hub(tmp_path, tpm.ca) as hub:
-            install_roots(hub.ctx, HubRoots((root,)))
+            install_roots(hub.ctx.cache, HubRoots((root,)))
             result = await _enroll(hub, tmp_path / "cam-1", pin, tpm.tcti)
             assert result.attestation == "tpm"
             await hub.ctx.writer.flush()
@@ -201,7 +201,7 @@ def test_an_ek_certificate_from_an_untrusted_ca_leaves_the_device_software_attes
 
     async def main() -> None:
         async with await _hub(tmp_path, tpm.other_ca) as hub:
-            install_roots(hub.ctx, HubRoots((root,)))
+            install_roots(hub.ctx.cache, HubRoots((root,)))
             result = await _enroll(hub, tmp_path / "cam-2", pin, tpm.tcti)
             assert result.attestation == "software"
             assert not (tmp_path / "cam-2" / AK_FILE).exists()  # nothing half-bound kept
@@ -225,7 +225,7 @@ def test_a_wrong_secret_withdraws_the_offer(tpm: Tpm, tmp_path: Path) -> None:
         from edged.trust.identity import load_or_create_identity
 
         async with await _hub(tmp_path, tpm.ca) as hub:
-            install_roots(hub.ctx, HubRoots((root,)))
+            install_roots(hub.ctx.cache, HubRoots((root,)))
             with TpmAttestationKey.create(data, tpm.tcti) as key:
                 material = key.enrollment_material()
             identity = load_or_create_identity(data, tpm="off")
@@ -316,7 +316,7 @@ def test_a_failed_enrollment_keeps_no_attestation_key(tpm: Tpm, tmp_path: Path) 
 
     async def main() -> None:
         async with await _hub(tmp_path, tpm.ca) as hub:
-            install_roots(hub.ctx, HubRoots((root,)))
+            install_roots(hub.ctx.cache, HubRoots((root,)))
             with pytest.raises(EnrollError) as err:  # the hub's root is not the pinned one
                 await _enroll(hub, tmp_path / "cam-4", other_pin, tpm.tcti)
             assert "RootPinMismatch" in str(err.value)
@@ -342,7 +342,7 @@ def test_edgeds_measurements_in_a_static_pcr_are_replayed_and_checked(
 
     async def main() -> None:
         async with await _hub(tmp_path, tpm.ca) as hub:
-            install_roots(hub.ctx, HubRoots((root,)))
+            install_roots(hub.ctx.cache, HubRoots((root,)))
             result = await _enroll(hub, tmp_path / "cam-m", pin, tpm.tcti)
             assert result.attestation == "tpm"
             await hub.ctx.writer.flush()
@@ -422,7 +422,7 @@ def test_a_secret_requiring_a_tpm_is_sealed_to_a_key_only_that_tpm_opens(
 
     async def main() -> str:
         async with await _hub(tmp_path, tpm.ca) as hub:
-            install_roots(hub.ctx, HubRoots((root,)))
+            install_roots(hub.ctx.cache, HubRoots((root,)))
             result = await _enroll(hub, data, pin, tpm.tcti)
             assert result.attestation == "tpm"
             await hub.ctx.writer.flush()
@@ -507,7 +507,7 @@ def test_a_baseline_that_requires_the_measurement_pcr(tpm: Tpm, tmp_path: Path) 
     path (a baseline applied through AdminService, the controller judging real evidence)."""
     from edged.trust.attesting import LoadMeasurer, MeasurementLog
     from edgefleet.v1 import admin_pb2
-    from hub.controllers.attestation import AttestationController
+    from hub.server import attestation_controller
 
     root, pin = _root(tmp_path)
     data = tmp_path / "cam-r"
@@ -526,7 +526,7 @@ def test_a_baseline_that_requires_the_measurement_pcr(tpm: Tpm, tmp_path: Path) 
 
     async def main() -> None:
         async with await _hub(tmp_path, tpm.ca) as hub:
-            install_roots(hub.ctx, HubRoots((root,)))
+            install_roots(hub.ctx.cache, HubRoots((root,)))
             result = await _enroll(hub, data, pin, tpm.tcti)
             assert result.attestation == "tpm"
             await hub.ctx.writer.flush()
@@ -579,7 +579,7 @@ def test_a_baseline_that_requires_the_measurement_pcr(tpm: Tpm, tmp_path: Path) 
             async with hub.channel() as ch:
                 await hub.stub(ch).Apply(admin_pb2.ApplyRequest(documents=[orjson.dumps(baseline)]))
             await hub.ctx.writer.flush()
-            controller = AttestationController(hub.ctx)
+            controller = attestation_controller(hub.ctx)
             policy = controller.policy_for("cam-r")
             assert policy.require_tpm and policy.require_measurement_pcr
             assert hub.ctx.cache.security_policy().require_attestation
@@ -612,7 +612,7 @@ def test_one_tpm_backs_one_device_record_unless_the_operator_allows_it(
 
     async def main() -> None:
         async with await _hub(tmp_path, tpm.ca) as hub:
-            install_roots(hub.ctx, HubRoots((root,)))
+            install_roots(hub.ctx.cache, HubRoots((root,)))
             first = await _enroll(hub, tmp_path / "cam-a", pin, tpm.tcti)
             assert first.attestation == "tpm"
             await hub.ctx.writer.flush()

@@ -255,7 +255,7 @@ def test_a_regional_hub_cannot_add_targets(hub: Hub, tmp_path: Path) -> None:
 
 def test_a_regional_hub_keeps_no_repository_of_its_own(hub: Hub, tmp_path: Path) -> None:
     from edgefleet.errors import HubDirError
-    from hub.server import _tuf_of
+    from hub.wiring import _tuf_of
 
     region = tmp_path / "region"
     region.mkdir()
@@ -301,7 +301,7 @@ def test_the_tuf_lifetimes_are_the_hubs_tuf_settings(hub: Hub, tmp_path: Path) -
     from tuf.api.metadata import Snapshot, Timestamp
 
     from hub.config import parse_config
-    from hub.server import _tuf_of
+    from hub.wiring import _tuf_of
 
     config = parse_config({"tuf": {"timestampLifetime": "24h", "snapshotLifetime": "720h"}})
     repo = _tuf_of(hub.data, signing=True, config=config)

@@ -6,9 +6,9 @@ decides the outcome, and every changed object is written in **one** store transa
 compares each key's mod revision as it was read. A concurrent change makes it fail whole:
 ABORTED, retryable. Unchanged objects are not written (no revision bump).
 
-The pokes after a write (``rollouts.reconcile``, ``projector.mark_all``) are constructor
-dependencies of their own: the controllers are to learn of changes from the cache instead
-(issue 30), and these two are then deleted.
+The handler only writes: the cache tells the controllers of what changed
+(:mod:`hub.state.feed`), and Apply answers once they acted on it (``cache.feed.settled()``:
+a deployment's new revision exists when it answers).
 """
 
 from __future__ import annotations
@@ -24,7 +24,6 @@ from edgefleet.api import PRIORITY_CLASSES, ModelDeployment, PriorityClass, pars
 from edgefleet.errors import EdgefleetError, ValidationError
 from edgefleet.v1 import admin_pb2
 from hub.api.admin.common import AdminAuth, Refused, invalid, problems_text, refuse_root_owned, rpc
-from hub.controllers.rollout import RolloutController
 from hub.controllers.wave import WaveController
 from hub.decide import apply, priority, regionslice, statebound
 from hub.decide.desired import MAX_DESIRED_STATE_BYTES
@@ -33,7 +32,6 @@ from hub.decide.rollout import Revision, template_hash
 from hub.decide.status import placement_warnings
 from hub.state import storekeys
 from hub.state.cache import Cache
-from hub.state.projector import Projector
 from hub.state.regions import Regions
 from hub.state.secrets import MAX_SECRETS, SecretKeys, SecretRecord, plan_record, record_of
 from hub.state.snapshots import snapshot_of
@@ -85,8 +83,6 @@ class Applies:
         waves: WaveController | None,
         tuf: Callable[[], TufRepository | RelayedTuf | None],
         clock: Callable[[], float],
-        rollouts: RolloutController | None,
-        projector: Projector,
     ) -> None:
         self.authorize = authorize
         self.store = store
@@ -98,9 +94,6 @@ class Applies:
         self.waves = waves  # None: a regional hub (no waves)
         self.tuf = tuf  # the TUF repository held now: its delegations are publisher keys
         self.clock = clock
-        # pokes, to go when the controllers follow the cache (module doc)
-        self.rollouts = rollouts
-        self.projector = projector
 
     @rpc
     async def Apply(self, request: admin_pb2.ApplyRequest, context: Any) -> admin_pb2.ApplyResponse:
@@ -143,11 +136,7 @@ class Applies:
                 p.revision = revision
                 self.cache.put_object(p.obj.manifest, revision, secret=p.secret)
                 writer.committed(e)
-            if self.rollouts is not None:  # the new revisions exist when apply answers
-                await self.rollouts.reconcile(
-                    p.obj.name for p in changed if p.obj.kind == "ModelDeployment"
-                )
-            self.projector.mark_all()
+            await self.cache.feed.settled()  # its revisions exist when it answers
         return admin_pb2.ApplyResponse(
             results=[
                 admin_pb2.ApplyResult(

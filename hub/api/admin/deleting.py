@@ -1,9 +1,10 @@
 """AdminService's Delete: an object, a device (its stream closed), a token or a pushed model;
 a PriorityClass or model in use only with force. Region objects are not deleted (revoked).
 
-The pokes after a write (``rollouts.reconcile``, ``projector.mark``/``mark_all``) are
-constructor dependencies of their own, to be deleted when the controllers follow the cache
-(issue 30).
+The handler only writes: the cache tells the controllers of what changed
+(:mod:`hub.state.feed`), and Delete answers once they acted on it (``cache.feed.settled()``:
+a deployment's rollout and revisions are gone when it answers). A deleted device is marked
+for the projector, which forgets what it sent it.
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from hub.api.admin.common import (
     refuse_root_owned,
     rpc,
 )
-from hub.controllers.rollout import RolloutController
 from hub.decide import priority
 from hub.decide.presentation import KIND_REGION, KIND_TOKEN, REGION_MANAGED
 from hub.state import storekeys, tokens
@@ -50,7 +50,6 @@ class Deletes:
         sessions: Sessions,
         *,
         shared_blobs: SharedBlobs | None,
-        rollouts: RolloutController | None,
         projector: Projector,
     ) -> None:
         self.authorize = authorize
@@ -59,9 +58,7 @@ class Deletes:
         self.writer = writer
         self.sessions = sessions  # a deleted device's stream is closed
         self.shared_blobs = shared_blobs  # replicas: a deleted model's bytes in the store
-        # pokes, to go when the controllers follow the cache (module doc)
-        self.rollouts = rollouts
-        self.projector = projector
+        self.projector = projector  # a deleted device is projected (to nothing)
 
     @rpc
     async def Delete(
@@ -117,8 +114,7 @@ class Deletes:
                     event.put,
                 ],
             )
-            cache.devices.pop(name, None)
-            cache.desired.pop(name, None)
+            cache.drop_device(name)
             self.projector.mark([name])
         elif kind == KIND_TOKEN:
             if not await tokens.delete_token(self.store, name):
@@ -130,8 +126,7 @@ class Deletes:
             await self.store.txn(
                 (), [Delete(storekeys.model_key(model.name, model.version)), event.put]
             )
-            cache.models.pop((model.name, model.version), None)
-            self.projector.mark_all()
+            cache.drop_model(model.name, model.version)  # every device is projected again
             if self.shared_blobs is not None:  # bytes no other model uses leave the store too
                 used = {d for m in cache.models.values() for d in m.digests()}
                 for digest in model.digests() - used:
@@ -143,9 +138,7 @@ class Deletes:
                 return admin_pb2.DeleteResponse(deleted=False)
             refuse_root_owned(kind, name, kv.value, "delete")
             await self.store.txn([Compare(key, kv.mod_revision)], [Delete(key), event.put])
-            cache.drop_object(kind, name)
-            if self.rollouts is not None and kind == "ModelDeployment":
-                await self.rollouts.reconcile([name])  # its rollout and revisions go too
-            self.projector.mark_all()
+            cache.drop_object(kind, name)  # the controllers react (hub.state.feed)
+            await cache.feed.settled()  # its rollout and revisions are gone when it answers
         self.writer.committed(event)
         return admin_pb2.DeleteResponse(deleted=True)

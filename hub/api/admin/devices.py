@@ -3,8 +3,8 @@ stream, nothing stored), RevokeDevice, and RevokeRegion (a regional hub's federa
 certificates, :func:`hub.state.regions.revoke_region`).
 
 Each changes the device record and persists it before answering, records an event, and marks
-the device for projection (``projector``: a poke, to be deleted when the controllers follow
-the cache, issue 30); revocation closes the device's stream.
+the device for projection (its taints change what it is sent); revocation closes the
+device's stream.
 """
 
 from __future__ import annotations
@@ -53,7 +53,7 @@ class Devices:
         self.sessions = sessions  # the devices' streams: logs asked, revoked ones closed
         self.regions = regions  # a root hub's regions (RevokeRegion)
         self.clock = clock
-        self.projector = projector  # a poke, to go when the controllers follow the cache
+        self.projector = projector  # the device is projected again (its taints)
 
     def _device(self, name: str) -> Device:
         if not name:
@@ -153,7 +153,7 @@ class Devices:
         )
         self.writer.committed(event)
         self.cache.revoked.update(dict.fromkeys(serials, name))
-        self.cache.devices[name] = revoked
+        self.cache.put_device(revoked)
         session = self.sessions.get(name)
         if session is not None:
             session.close("certificate revoked")

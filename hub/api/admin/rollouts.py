@@ -3,9 +3,10 @@ rollout across regions (hub.controllers.wave) is paused and resumed there; undo 
 older revision's template, unless the devices' anti-rollback floor refuses it
 (hub.decide.undo).
 
-The controllers are called here (``rollouts.act``/``reconcile``, ``waves.act``,
-``projector.mark_all``) as constructor dependencies of their own, to be replaced when the
-controllers follow the cache (issue 30).
+Pause and resume go through the controllers' own ``act`` (a compare-and-swap on the rollout
+or wave record); undo only writes the deployment, and the rollout controller makes the new
+revision from the change feed (:mod:`hub.state.feed`) before the call answers
+(``cache.feed.settled()``).
 """
 
 from __future__ import annotations
@@ -24,7 +25,6 @@ from hub.decide.rollout import RolloutState, template_hash
 from hub.decide.undo import undo_refused
 from hub.state import storekeys
 from hub.state.cache import Cache
-from hub.state.projector import Projector
 from hub.state.snapshots import snapshot_of
 from hub.state.store import Compare, Put, Store
 from hub.state.tufrelay import RelayedTuf
@@ -46,7 +46,6 @@ class Rollouts:
         clock: Callable[[], float],
         rollouts: RolloutController | None,
         waves: WaveController | None,
-        projector: Projector,
     ) -> None:
         self.authorize = authorize
         self.store = store
@@ -56,7 +55,6 @@ class Rollouts:
         self.clock = clock
         self.rollouts = rollouts  # None: no rollout controller (no revisions)
         self.waves = waves  # a root hub's rollouts across regions
-        self.projector = projector  # a poke, to go when the controllers follow the cache
 
     def _rollout_of(self, name: str) -> RolloutState:
         if not name:
@@ -149,7 +147,8 @@ class Rollouts:
             raise Refused(
                 grpc.StatusCode.ABORTED, f"{name} changed meanwhile; try the undo again"
             ) from None
-        cache.put_object(manifest, revision)
+        number = max(cache.revisions.get(name, {}), default=0) + 1  # what the controller makes
+        cache.put_object(manifest, revision)  # the rollout controller reacts (hub.state.feed)
         self.writer.event(
             "ModelDeployment",
             name,
@@ -157,11 +156,8 @@ class Rollouts:
             "RolloutUndo",
             f"{name} set back to revision {to}'s template ({target.model[1]}) by an operator",
         )
-        assert self.rollouts is not None  # _rollout_of checked it
-        await self.rollouts.reconcile([name])
-        self.projector.mark_all()
-        new = cache.rollouts[name]
+        await cache.feed.settled()  # the new revision exists when it answers
         return admin_pb2.RolloutActionResponse(
             message=f"{name}: rolling back to revision {to} ({target.model[1]}) as revision "
-            f"{new.revision}"
+            f"{number}"
         )

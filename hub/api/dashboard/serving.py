@@ -24,7 +24,7 @@ import ssl
 import time
 from collections.abc import Awaitable, Callable
 from importlib import resources
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 from aiohttp import web
@@ -35,9 +35,13 @@ from edgefleet.errors import EdgefleetError
 from edgefleet.logs import get_logger
 from hub import pki
 from hub.api.dashboard import pages, views
-from hub.api.dashboard.access import AccessRefused, Viewer
-from hub.context import HubContext
+from hub.api.dashboard.access import AccessRefused, DashboardAccess, Viewer
+from hub.initializing import HubPaths
 from hub.pki import Role
+from hub.state.cache import Cache
+
+if TYPE_CHECKING:
+    from hub.api.admin.showing import Showing
 
 log = get_logger(__name__)
 
@@ -71,9 +75,8 @@ class DashboardError(EdgefleetError):
     """The dashboard cannot start (its listen address, its certificate)."""
 
 
-def tls_context(ctx: HubContext) -> ssl.SSLContext:
+def tls_context(paths: HubPaths) -> ssl.SSLContext:
     """The hub's serving certificate; a client certificate asked for, verified if given."""
-    paths = ctx.paths
     context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
     context.minimum_version = ssl.TLSVersion.TLSv1_2
     try:
@@ -112,20 +115,23 @@ class Memo:
 
 
 class Dashboard:
-    """The dashboard's aiohttp application over a hub context (see the module doc)."""
+    """The dashboard's aiohttp application over the hub's cache (see the module doc);
+    hub.server builds it with what it uses."""
 
-    def __init__(self, ctx: HubContext) -> None:
-        from hub.api.admin.showing import Showing
-
-        self.ctx = ctx
-        self._show = Showing(  # its deployment status, as `edgectl get` shows it
-            ctx.cache,
-            ctx.projector,
-            region=ctx.region,
-            regions=ctx.regions,
-            waves=ctx.waves,
-            rollouts=ctx.rollouts,
-        )
+    def __init__(
+        self,
+        cache: Cache,
+        show: Showing,
+        access: DashboardAccess,
+        *,
+        region: str,
+        clock: Callable[[], float],
+    ) -> None:
+        self.cache = cache
+        self._show = show  # a deployment's status, as `edgectl get` shows it
+        self.access = access  # verifies tokens; told the port the dashboard is bound to
+        self.region = region
+        self.clock = clock
         self.memo = Memo(LIVE_PERIOD_S)
         self.history = views.FigureHistory()  # each deployment's figures over time
         self.streams = 0
@@ -164,7 +170,7 @@ class Dashboard:
         return response
 
     def _error(self, status: int, message: str) -> web.Response:
-        text = pages.error_page(status, message, region=self.ctx.region)
+        text = pages.error_page(status, message, region=self.region)
         response = web.Response(status=status, text=text, content_type="text/html")
         if status == 401:
             response.headers["WWW-Authenticate"] = 'Bearer realm="edgefleet dashboard"'
@@ -178,12 +184,12 @@ class Dashboard:
             cert = pki.load_certificate(der)
             identity = pki.identity_from_certificate(cert)
             serial = format(cert.serial_number, "x")
-            if identity.role is not Role.ADMIN or identity.region != self.ctx.region:
+            if identity.role is not Role.ADMIN or identity.region != self.region:
                 raise web.HTTPForbidden(
                     text=f"a {identity.role.value} certificate of region {identity.region} may "
                     "not see the dashboard (needs an admin certificate of this hub)"
                 )
-            if serial in self.ctx.cache.revoked:
+            if serial in self.cache.revoked:
                 raise web.HTTPForbidden(text=f"certificate {serial} has been revoked")
             return Viewer(identity.name, serial, "certificate")
         token = request.cookies.get(COOKIE, "")
@@ -195,9 +201,7 @@ class Dashboard:
                 "authentication required: an admin client certificate, or a token from "
                 "edgectl dashboard"
             )
-        return self.ctx.dashboard.verify(
-            token, now=self.ctx.clock(), revoked=self.ctx.cache.revoked
-        )
+        return self.access.verify(token, now=self.clock(), revoked=self.cache.revoked)
 
     @web.middleware
     async def _authenticate(self, request: web.Request, handler: Handler) -> web.StreamResponse:
@@ -213,15 +217,13 @@ class Dashboard:
 
     # -- pages -----------------------------------------------------------------------------
     def _page(self, request: web.Request, title: str, body: str, active: str) -> web.Response:
-        text = pages.layout(title, body, request[VIEWER], region=self.ctx.region, active=active)
+        text = pages.layout(title, body, request[VIEWER], region=self.region, active=active)
         return web.Response(text=text, content_type="text/html")
 
     async def login(self, request: web.Request) -> web.StreamResponse:
         token = request.query.get("token", "")
         try:
-            viewer = self.ctx.dashboard.verify(
-                token, now=self.ctx.clock(), revoked=self.ctx.cache.revoked
-            )
+            viewer = self.access.verify(token, now=self.clock(), revoked=self.cache.revoked)
         except AccessRefused as exc:
             log.info("dashboard login refused", reason=str(exc))
             return self._error(401, str(exc))
@@ -231,7 +233,7 @@ class Dashboard:
         response.set_cookie(
             COOKIE,
             token,
-            max_age=max(1, int(viewer.expires - self.ctx.clock())),
+            max_age=max(1, int(viewer.expires - self.clock())),
             path="/",
             secure=True,
             httponly=True,
@@ -240,11 +242,11 @@ class Dashboard:
         raise response
 
     def _fleet_html(self) -> str:
-        cache = self.ctx.cache
+        cache = self.cache
 
         def compute() -> str:
             summary = views.fleet_summary(
-                cache.devices.values(), cache.desired, cache.security_policy(), self.ctx.region
+                cache.devices.values(), cache.desired, cache.security_policy(), self.region
             )
             return pages.fleet_fragment(summary)
 
@@ -256,7 +258,7 @@ class Dashboard:
 
     async def devices(self, request: web.Request) -> web.StreamResponse:
         query = views.parse_device_query(request.query)
-        devices = self.ctx.cache.devices
+        devices = self.cache.devices
         names: list[str] = self.memo.get("names", lambda: sorted(devices))
         in_order = (d for n in names if (d := devices.get(n)) is not None)
         page = views.device_page(in_order, query, by_name=True)
@@ -264,7 +266,7 @@ class Dashboard:
 
     async def device(self, request: web.Request) -> web.StreamResponse:
         name = request.match_info["name"]
-        cache = self.ctx.cache
+        cache = self.cache
         device = cache.devices.get(name)
         if device is None:
             raise web.HTTPNotFound(text=f"no device {name!r}")
@@ -273,7 +275,7 @@ class Dashboard:
         return self._page(request, f"Device {name}", body, "/devices")
 
     def _status(self, name: str) -> dict[str, Any] | None:
-        stored = self.ctx.cache.stored.get(("ModelDeployment", name))
+        stored = self.cache.stored.get(("ModelDeployment", name))
         if stored is None:
             return None
         doc = self._show.object_json("ModelDeployment", stored.manifest)
@@ -283,14 +285,14 @@ class Dashboard:
     def _deployment_rows(self, page: int) -> tuple[list[dict[str, Any]], int]:
         """One page of deployments with their status, and how many pages there are (each
         status is a pass over the devices: a page bounds the work)."""
-        names = sorted(self.ctx.cache.deployments)
+        names = sorted(self.cache.deployments)
         pages_ = max(1, -(-len(names) // DEPLOYMENTS_PER_PAGE))
         start = (page - 1) * DEPLOYMENTS_PER_PAGE
 
         def compute() -> list[dict[str, Any]]:
             rows = []
             for name in names[start : start + DEPLOYMENTS_PER_PAGE]:
-                dep = self.ctx.cache.deployments[name]
+                dep = self.cache.deployments[name]
                 model = dep.spec.model
                 status = self._status(name) or {}
                 spec = {"model": {"name": model.name, "version": model.version}}
@@ -315,7 +317,7 @@ class Dashboard:
             if status is None:
                 self.history.forget(name)
                 return None
-            cache = self.ctx.cache
+            cache = self.cache
             state = cache.rollouts.get(name)
             revisions = []
             for number, rev in sorted(cache.revisions.get(name, {}).items()):
@@ -364,7 +366,7 @@ class Dashboard:
         the samples of the current revision, else of the newest revision that has some."""
 
         def compute() -> str | None:
-            cache = self.ctx.cache
+            cache = self.cache
             if name not in cache.deployments:
                 return None
             ring = list(cache.analysis.get(name, {}).values())
@@ -396,7 +398,7 @@ class Dashboard:
         return await self._live(request, lambda: self._canary_html(name))
 
     async def events(self, request: web.Request) -> web.StreamResponse:
-        log_ = self.ctx.cache.events
+        log_ = self.cache.events
         shown = views.events_of(log_, limit=MAX_EVENTS_SHOWN)
         return self._page(request, "Events", pages.events_body(shown, log_.appended), "/events")
 
@@ -404,7 +406,7 @@ class Dashboard:
         """One page of pushed model versions, by name and version (each row parses its
         signed metadata: a page bounds the work and what is sent)."""
         page = views.page_param(request.query)
-        cache = self.ctx.cache
+        cache = self.cache
         keys = sorted(cache.models)
         pages_ = max(1, -(-len(keys) // MODELS_PER_PAGE))
         start = (page - 1) * MODELS_PER_PAGE
@@ -451,7 +453,7 @@ class Dashboard:
         """Send ``render()`` whenever it changed (see the module doc) until the viewer leaves."""
         response = await self._stream(request)
         woken = asyncio.Event()
-        self.ctx.cache.events.listeners.add(woken.set)
+        self.cache.events.listeners.add(woken.set)
         self.streams += 1
         last: str | None = None
         quiet = 0.0
@@ -474,7 +476,7 @@ class Dashboard:
             pass
         finally:
             self.streams -= 1
-            self.ctx.cache.events.listeners.discard(woken.set)
+            self.cache.events.listeners.discard(woken.set)
         return response
 
     async def live_fleet(self, request: web.Request) -> web.StreamResponse:
@@ -487,7 +489,7 @@ class Dashboard:
         return await self._live(request, lambda: self._deployment_html(name))
 
     async def event_stream(self, request: web.Request) -> web.StreamResponse:
-        log_ = self.ctx.cache.events
+        log_ = self.cache.events
         position = log_.appended
         last_id = request.headers.get("Last-Event-ID", request.query.get("after", ""))
         if last_id.isdigit() and len(last_id) < 19:
@@ -522,14 +524,14 @@ class DashboardServer:
 
     name = "dashboard"
 
-    def __init__(self, ctx: HubContext, listen: str) -> None:
+    def __init__(self, dashboard: Dashboard, paths: HubPaths, listen: str) -> None:
         self.host, self.port = parse_host_port(listen)
-        self.ctx = ctx
-        self.dashboard = Dashboard(ctx)
+        self.dashboard = dashboard
+        self.paths = paths  # the hub's serving certificate and CA (tls_context)
         self.bound = asyncio.Event()
 
     async def run(self, stop: asyncio.Event) -> None:
-        context = tls_context(self.ctx)
+        context = tls_context(self.paths)
         self.dashboard.stopping.clear()
         runner = web.AppRunner(self.dashboard.app, access_log=None, handle_signals=False)
         await runner.setup()
@@ -539,11 +541,11 @@ class DashboardServer:
             server = getattr(site, "_server", None)
             if server is not None and server.sockets:
                 self.port = server.sockets[0].getsockname()[1]
-            self.ctx.dashboard.port = self.port
+            self.dashboard.access.port = self.port
             log.info("dashboard listening", host=self.host, port=self.port)
             self.bound.set()
             await stop.wait()
         finally:
-            self.ctx.dashboard.port = 0
+            self.dashboard.access.port = 0
             self.dashboard.stopping.set()
             await runner.cleanup()

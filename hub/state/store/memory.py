@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
@@ -22,6 +23,7 @@ from hub.state.store.protocol import (
     check_ops,
     check_past_revision,
     check_ttl,
+    prefix_end,
     system_clock,
 )
 from hub.state.store.watching import Broadcaster
@@ -38,6 +40,7 @@ class MemoryStore:
     def __init__(self, *, clock: Clock = system_clock) -> None:
         self._clock = clock
         self._kv: dict[str, KeyValue] = {}
+        self._keys: list[str] = []  # the keys of _kv, sorted: a range costs what it returns
         self._log: list[Event] = []
         self._revision = 0
         self._compacted = 0
@@ -54,7 +57,10 @@ class MemoryStore:
         return self._kv.get(key)
 
     async def range(self, prefix: str) -> RangeResult:
-        kvs = tuple(self._kv[k] for k in sorted(self._kv) if k.startswith(prefix))
+        lo = bisect.bisect_left(self._keys, prefix)
+        end = prefix_end(prefix)
+        hi = len(self._keys) if end is None else bisect.bisect_left(self._keys, end, lo=lo)
+        kvs = tuple(self._kv[k] for k in self._keys[lo:hi])
         return RangeResult(kvs, self._revision)
 
     async def range_at(self, prefix: str, revision: int) -> RangeResult:
@@ -122,12 +128,15 @@ class MemoryStore:
                     prev.version + 1 if prev else 1,
                     op.lease,
                 )
+                if prev is None:
+                    bisect.insort(self._keys, op.key)
                 self._kv[op.key] = kv
                 if op.lease != NO_LEASE:
                     self._leases[op.lease].keys.add(op.key)
                 events.append(Event(EventType.PUT, kv, prev))
             elif prev is not None:
                 del self._kv[op.key]
+                del self._keys[bisect.bisect_left(self._keys, op.key)]
                 gone = KeyValue(op.key, b"", 0, revision, 0)
                 events.append(Event(EventType.DELETE, gone, prev))
         if not events:

@@ -1,4 +1,5 @@
-"""A work queue of keys with de-duplication, delays and per-key backoff (client-go semantics).
+"""A work queue of keys with de-duplication, delays and per-key backoff (client-go semantics):
+edged's reconcilers and the hub's controllers (:mod:`hub.state.workloop`) each run on one.
 
 Producers (udev events, hub pushes, worker exits, the periodic resync) only ``add`` a key; the
 runner's workers ``get`` keys, reconcile them and call ``done``. The queue guarantees:
