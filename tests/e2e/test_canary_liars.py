@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Awaitable, Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -29,6 +28,7 @@ import grpc
 import orjson
 import pytest
 from fleet import HubProcess
+from polltesting import eventually
 
 from edged.trust.identity import load_or_create_identity
 from edgefleet.demo import TINY_MLP, build_mlp
@@ -183,15 +183,15 @@ async def until(
 ) -> list[dict[str, Any]]:
     """Every rollout status seen until ``check`` returns one it accepts (that one last)."""
     seen: list[dict[str, Any]] = []
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+
+    async def done() -> bool:
         got = await check()
         if got is not None:
             seen.append(got)
-            if got.get("done"):
-                return seen
-        await asyncio.sleep(0.5)
-    raise AssertionError(f"{what} within {within} s; last seen: {seen[-1:]}")
+        return got is not None and bool(got.get("done"))
+
+    await eventually(done, within, what, interval=0.5, detail=lambda: f"last seen: {seen[-1:]}")
+    return seen
 
 
 def test_one_lying_device_decides_no_canary(hub: HubProcess, tmp_path: Path) -> None:

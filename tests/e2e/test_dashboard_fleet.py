@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll, free_port
 from harness import Edged
+from polltesting import wait_for
 from test_fleet_status import build_unloadable
 
 from edgefleet.demo import TINY_MLP, build_mlp
@@ -104,14 +104,7 @@ def _driver() -> Any:
 
 
 def _until(check: Callable[[], Any], what: str, within: float = 120.0) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not seen in the browser: {what}")
-        time.sleep(0.3)
+    return wait_for(check, within, f"the browser to show {what}", interval=0.3, tolerate=())
 
 
 def test_a_real_fleet_on_the_dashboard(

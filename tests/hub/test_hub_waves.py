@@ -35,7 +35,7 @@ from typing import Any
 import grpc
 import orjson
 import pytest
-from asynctesting import async_test
+from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
 from hubserving import AdminHub, client_credentials, make_hub_dir
 
@@ -113,14 +113,7 @@ async def until(
     timeout: float = DEADLINE,
     detail: Callable[[], str] | None = None,
 ) -> Any:
-    loop = asyncio.get_running_loop()
-    end = loop.time() + timeout
-    while loop.time() < end:
-        got = what()
-        if got:
-            return got
-        await asyncio.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {why}" + (f": {detail()}" if detail else ""))
+    return await eventually(what, timeout, why, interval=0.05, detail=detail)
 
 
 class Hub:
