@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 from asynctesting import async_test, eventually
+from devicesynctesting import _enrolled
 from hubserving import AdminHub, make_hub_dir
-from test_hub_syncing import _enrolled
 
 from edgefleet.api import parse_manifest
 from edgefleet.v1 import device_pb2, device_pb2_grpc

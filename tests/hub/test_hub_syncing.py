@@ -12,38 +12,17 @@ from typing import Any
 import grpc
 import pytest
 from asynctesting import async_test, eventually
+from devicesynctesting import _enrolled
 from hubserving import AdminHub, make_hub_dir
 
-from edged.trust.identity import load_or_create_identity
 from edgefleet.v1 import (
     admin_pb2,
     common_pb2,
     device_pb2,
     device_pb2_grpc,
-    enrollment_pb2,
-    enrollment_pb2_grpc,
 )
 from hub.api import admin
 from hub.initializing import HubPaths
-from hub.state import tokens
-
-
-async def _enrolled(hub: AdminHub, tmp_path: Path, name: str) -> grpc.ChannelCredentials:
-    identity = load_or_create_identity(tmp_path / name, tpm="off")
-    try:
-        csr = identity.build_csr(name)
-    finally:
-        identity.close()
-    token, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
-    ca = hub.paths.ca_certificate.read_bytes()
-    async with grpc.aio.secure_channel(
-        f"127.0.0.1:{hub.enroll_port}", grpc.ssl_channel_credentials(ca)
-    ) as ch:
-        resp = await enrollment_pb2_grpc.EnrollmentServiceStub(ch).Enroll(
-            enrollment_pb2.EnrollRequest(token=token, csr_pem=csr, name=name), timeout=10
-        )
-    key = (tmp_path / name / "identity" / "key.pem").read_bytes()
-    return grpc.ssl_channel_credentials(ca, key, bytes(resp.certificate_chain_pem))
 
 
 @async_test
