@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import trusttesting
 from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
 from trusttesting import Key
@@ -27,6 +28,8 @@ from hub.state.sharedtuf import TIMESTAMP_KEY, SharedTuf
 from hub.state.store.electing import Elector, FencedStore, NotLeader
 from hub.state.store.etcd import EtcdStore
 from hub.state.tufrepo import TufRepository, create_repository
+
+keys = trusttesting.keys  # the fixture: real Ed25519 keys
 
 
 class Replica:

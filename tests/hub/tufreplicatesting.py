@@ -4,16 +4,12 @@ from __future__ import annotations
 
 import time
 
-import trusttesting
 from trusttesting import Key, make_root
 
 from edgefleet.trust.documents import ArtifactMetadata, FileInfo, Root, parse_root
 from edgefleet.trust.envelopes import ROOT_TYPE, decode_payload
 
 DAY = 86400.0
-
-
-keys = trusttesting.keys  # the fixture: real Ed25519 keys
 
 
 def artifact(version: str, data: bytes) -> ArtifactMetadata:
