@@ -18,7 +18,7 @@ import pytest
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll, free_port
 from harness import Edged
 from polltesting import wait_for
-from test_fleet_status import build_unloadable
+from rollouttesting import build_unloadable
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
@@ -226,7 +226,7 @@ def test_the_canary_against_stable_over_time_survives_a_hub_restart(
     workers) held at an indefinite pause: its page plots error rate, latency p95 and accuracy
     of the canary against the stable revision over time, each with its limit dashed, grows
     without a reload, and after the hub is restarted still starts where it started."""
-    from test_canary import Traffic, labels_of, push
+    from fleetcanarytesting import Traffic, labels_of, push
 
     artifacts = Path(os.environ.get("EDGEFLEET_TEST_ARTIFACTS", tmp_path / "screenshots"))
     artifacts.mkdir(parents=True, exist_ok=True)

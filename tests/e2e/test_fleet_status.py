@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
 from harness import Edged, wait_for
+from rollouttesting import build_unloadable
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
@@ -37,13 +38,6 @@ X = np.ones((1, 64), dtype=np.float32)
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init().start()
-    yield h
-    h.stop()
-
-
-@pytest.fixture
 def devices(
     hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
 ) -> Iterator[list[Edged]]:
@@ -58,22 +52,6 @@ def devices(
     for e in started:
         if e.proc is not None and e.proc.poll() is None:
             e.terminate()
-
-
-def build_unloadable(path: Path) -> Path:
-    """A valid ONNX file that ONNX Runtime cannot load: an operator that does not exist."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [helper.make_node("NoSuchOperator", ["input"], ["logits"])],
-        "unloadable",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 64])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(model, path)
-    return path
 
 
 def push(hub: HubProcess, path: Path, version: str) -> None:

@@ -10,7 +10,7 @@ is refused by the hub; a publisher's targets that list other bytes are refused b
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -36,10 +36,8 @@ spec:
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init("--tuf").start()
-    yield h
-    h.stop()
+def hub_init_args() -> tuple[str, ...]:
+    return ("--tuf",)
 
 
 def serving(e: Edged, version: str) -> bool:

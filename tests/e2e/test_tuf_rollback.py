@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
@@ -38,10 +38,8 @@ spec:
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init("--tuf").start()
-    yield h
-    h.stop()
+def hub_init_args() -> tuple[str, ...]:
+    return ("--tuf",)
 
 
 def serving(e: Edged, version: str) -> bool:

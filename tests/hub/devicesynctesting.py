@@ -16,7 +16,7 @@ from edgefleet.v1 import (
 from hub.state import tokens
 
 
-async def _enrolled(hub: AdminHub, tmp_path: Path, name: str) -> grpc.ChannelCredentials:
+async def enrolled_device(hub: AdminHub, tmp_path: Path, name: str) -> grpc.ChannelCredentials:
     identity = load_or_create_identity(tmp_path / name, tpm="off")
     try:
         csr = identity.build_csr(name)

@@ -12,7 +12,7 @@ from typing import Any
 import grpc
 import pytest
 from asynctesting import async_test, eventually
-from devicesynctesting import _enrolled
+from devicesynctesting import enrolled_device
 from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.v1 import (
@@ -29,7 +29,7 @@ from hub.initializing import HubPaths
 async def test_sync_sends_the_whole_state_and_refuses_bad_streams(tmp_path: Path) -> None:
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub:
-        creds = await _enrolled(hub, tmp_path, "cam-1")
+        creds = await enrolled_device(hub, tmp_path, "cam-1")
         async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
             stub = device_pb2_grpc.DeviceServiceStub(ch)
             call = stub.Sync()
@@ -99,7 +99,7 @@ async def test_sync_latency_is_measured_and_a_revoked_device_keeps_its_status(
     with UNAUTHENTICATED (a wrapped Sync turned that into INTERNAL)."""
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub:
-        creds = await _enrolled(hub, tmp_path, "cam-1")
+        creds = await enrolled_device(hub, tmp_path, "cam-1")
         assert _synced_count(hub) == 0
         async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
             stub = device_pb2_grpc.DeviceServiceStub(ch)
@@ -144,7 +144,7 @@ async def test_device_logs_are_asked_of_the_device_and_relayed(
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub, hub.channel() as channel:
         stub = hub.stub(channel)
-        creds = await _enrolled(hub, tmp_path, "cam-1")
+        creds = await enrolled_device(hub, tmp_path, "cam-1")
         ask = admin_pb2.DeviceLogsRequest(device_name="cam-1", workload="det", tail=2)
         code, details = await _code_of(stub.DeviceLogs(ask))
         assert code is grpc.StatusCode.FAILED_PRECONDITION
@@ -205,7 +205,7 @@ async def test_what_a_hostile_device_sends_is_bounded_and_changes_nothing(
     paths = await make_hub_dir(tmp_path / "hub")
     _set_config(paths, reservedLabels='["site"]', statusBurst=3, statusRate=0.01)
     async with AdminHub(paths) as hub:
-        creds = await _enrolled(hub, tmp_path, "cam-1")
+        creds = await enrolled_device(hub, tmp_path, "cam-1")
         hello = device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name="cam-1"))
         async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
             stub = device_pb2_grpc.DeviceServiceStub(ch)
@@ -259,7 +259,7 @@ async def test_labels_in_a_status_replace_the_hellos_and_reserved_ones_are_refus
     needed it); an empty map (an older edged) keeps the Hello's labels."""
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub:
-        creds = await _enrolled(hub, tmp_path, "cam-1")
+        creds = await enrolled_device(hub, tmp_path, "cam-1")
         gpu = {"arch": "amd64", "accelerator": "gpu", "accelerator.gpu": "1"}
         async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
             stub = device_pb2_grpc.DeviceServiceStub(ch)
@@ -309,7 +309,7 @@ async def test_a_gpu_that_disappears_moves_a_total_replica_to_the_device_with_an
         calls = {}
         channels = []
         for name, own in labels.items():
-            creds = await _enrolled(hub, tmp_path, name)
+            creds = await enrolled_device(hub, tmp_path, name)
             ch = grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds)
             channels.append(ch)
             call = device_pb2_grpc.DeviceServiceStub(ch).Sync()
