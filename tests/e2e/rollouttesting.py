@@ -11,24 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from deploymenttesting import DET_ROLLING as DEPLOYMENT
 from fleet import HubProcess
 from harness import Edged
 
 from edgefleet.demo import TINY_MLP, build_mlp
-
-DEPLOYMENT = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {{name: det}}
-spec:
-  model: {{name: det, version: "{version}"}}
-  runtime: {{executionProviders: [CPUExecutionProvider]}}
-  replicas: {{perDevice: 1}}
-  placement: {{nodeSelector: {{site: a}}}}
-  probes:
-    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
-  rollout: {{maxSurge: 0, maxUnavailable: 1}}
-"""
 
 
 def push(hub: HubProcess, tmp_path: Path, version: str, *, bad: bool = False) -> None:

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deploymenttesting import DET_ROLLING as DEPLOYMENT
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll, free_port
 from harness import Edged
 from polltesting import wait_for
@@ -24,19 +25,6 @@ from edgefleet.demo import TINY_MLP, build_mlp
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-DEPLOYMENT = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {{name: det}}
-spec:
-  model: {{name: det, version: "{version}"}}
-  runtime: {{executionProviders: [CPUExecutionProvider]}}
-  replicas: {{perDevice: 1}}
-  placement: {{nodeSelector: {{site: a}}}}
-  probes:
-    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
-  rollout: {{maxSurge: 0, maxUnavailable: 1}}
-"""
 NAMES = ("dev-0", "dev-1")
 
 pytestmark = pytest.mark.skipif(

@@ -17,24 +17,13 @@ from pathlib import Path
 
 import grpc
 import pytest
+from deploymenttesting import DET as DEPLOYMENT
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
 from harness import Edged, wait_for
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
 pytestmark = pytest.mark.scenario
-
-DEPLOYMENT = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {{name: det}}
-spec:
-  model: {{name: det, version: "{version}"}}
-  runtime: {{executionProviders: [CPUExecutionProvider]}}
-  replicas: {{perDevice: 1}}
-  probes:
-    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
-"""
 
 
 @pytest.fixture
