@@ -18,7 +18,7 @@ import numpy as np
 import pytest
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
 from harness import Edged, wait_for
-from rollouttesting import build_unloadable
+from rollouttesting import build_unloadable, status
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
@@ -63,11 +63,6 @@ def apply(hub: HubProcess, tmp_path: Path, version: str) -> None:
     doc = tmp_path / f"det-{version}.yaml"
     doc.write_text(DEPLOYMENT.format(version=version))
     hub.edgectl("apply", "-f", str(doc))
-
-
-def status(hub: HubProcess) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(hub.edgectl("get", "deployments", "det", "-o", "json").stdout)
-    return doc["status"]  # type: ignore[no-any-return]
 
 
 def sample_until(
