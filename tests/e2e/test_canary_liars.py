@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -27,7 +28,6 @@ from typing import Any
 import grpc
 import orjson
 from fleet import HubProcess
-from polltesting import eventually
 
 from edged.trust.identity import load_or_create_identity
 from edgefleet.demo import TINY_MLP, build_mlp
@@ -175,15 +175,15 @@ async def until(
 ) -> list[dict[str, Any]]:
     """Every rollout status seen until ``check`` returns one it accepts (that one last)."""
     seen: list[dict[str, Any]] = []
-
-    async def done() -> bool:
+    deadline = time.monotonic() + within
+    while time.monotonic() < deadline:
         got = await check()
         if got is not None:
             seen.append(got)
-        return got is not None and bool(got.get("done"))
-
-    await eventually(done, within, what, interval=0.5, detail=lambda: f"last seen: {seen[-1:]}")
-    return seen
+            if got.get("done"):
+                return seen
+        await asyncio.sleep(0.5)
+    raise AssertionError(f"{what} within {within} s; last seen: {seen[-1:]}")
 
 
 def test_one_lying_device_decides_no_canary(hub: HubProcess, tmp_path: Path) -> None:
