@@ -46,6 +46,7 @@ from edgefleet.api import Secret, load_documents, parse_manifest
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.configfiles import duration_option
 from edgefleet.errors import ValidationError
+from edgefleet.tokenoptions import add_token_label_options
 from edgefleet.v1 import admin_pb2
 
 CONFIG_ENV = "EDGECTL_CONFIG"
@@ -66,13 +67,6 @@ def _tail(text: str) -> int:
     if not 1 <= value <= 1000:
         raise argparse.ArgumentTypeError(f"must be from 1 to 1000, got {value}")
     return value
-
-
-def _label(text: str) -> tuple[str, str]:
-    key, eq, value = text.partition("=")
-    if not eq or not key:
-        raise argparse.ArgumentTypeError(f"must be KEY=VALUE, got {text!r}")
-    return key, value
 
 
 def _chunk_size(text: str) -> int:
@@ -216,20 +210,7 @@ def add_commands(sub: Any) -> None:
         help="a token that enrolls only the regional hub of REGION (hub init --parent), no "
         "device; at a root hub",
     )  # fmt: skip
-    create.add_argument(
-        "--label", type=_label, action="append", default=[], metavar="KEY=VALUE",
-        help="a label every device enrolled with the token gets; the device cannot change "
-        "it (repeatable)",
-    )  # fmt: skip
-    own = create.add_mutually_exclusive_group()
-    own.add_argument(
-        "--no-device-labels", action="store_true",
-        help="devices enrolling with the token may not add labels of their own",
-    )  # fmt: skip
-    own.add_argument(
-        "--device-label-prefix", default="", metavar="PREFIX",
-        help='devices may add only label keys starting with PREFIX (e.g. "device.acme.io/")',
-    )  # fmt: skip
+    add_token_label_options(create)
 
 
 COMMANDS = (

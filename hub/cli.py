@@ -13,6 +13,7 @@ from pathlib import Path
 from edgefleet.configfiles import address_option, duration_option
 from edgefleet.errors import ConfigError, EdgefleetError, HubDirError, StoreError
 from edgefleet.logs import configure_logging
+from edgefleet.tokenoptions import add_token_label_options
 from edgefleet.versioning import version_text
 from hub import pki
 from hub.config import DEFAULT_PORT, DEFAULT_REGION, HubConfig, load_config
@@ -255,31 +256,6 @@ def parent_option(text: str) -> list[str]:
         return split_addresses(text, what="parent")
     except ValueError as exc:
         raise argparse.ArgumentTypeError(str(exc)) from None
-
-
-def label_option(text: str) -> tuple[str, str]:
-    key, eq, value = text.partition("=")
-    if not eq or not key:
-        raise argparse.ArgumentTypeError(f"must be KEY=VALUE, got {text!r}")
-    return key, value
-
-
-def add_token_label_options(create: argparse.ArgumentParser) -> None:
-    """A token's labels and what devices enrolling with it may add of their own."""
-    create.add_argument(
-        "--label", type=label_option, action="append", default=[], metavar="KEY=VALUE",
-        help="a label every device enrolled with the token gets; the device cannot change "
-        "it (repeatable)",
-    )  # fmt: skip
-    own = create.add_mutually_exclusive_group()
-    own.add_argument(
-        "--no-device-labels", action="store_true",
-        help="devices enrolling with the token may not add labels of their own",
-    )  # fmt: skip
-    own.add_argument(
-        "--device-label-prefix", default="", metavar="PREFIX",
-        help='devices may add only label keys starting with PREFIX (e.g. "device.acme.io/")',
-    )  # fmt: skip
 
 
 def _config(data_dir: Path) -> HubConfig:

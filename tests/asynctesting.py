@@ -1,13 +1,15 @@
 """Helpers for async tests (pytest-asyncio is not used): a fresh loop per test, a timeout,
-a failure on leaked tasks, and polling with a deadline instead of sleeps."""
+a failure on leaked tasks; and, from :mod:`polltesting`, polling with a deadline instead of
+sleeps."""
 
 from __future__ import annotations
 
 import asyncio
 import functools
-import time
 from collections.abc import Callable, Coroutine
 from typing import Any
+
+from polltesting import eventually  # noqa: F401 - re-exported: the one polling helper
 
 TEST_TIMEOUT = (
     30.0  # a guard against hangs, not a timed assertion: CLI subprocesses on a busy machine
@@ -27,12 +29,3 @@ def async_test(fn: Callable[..., Coroutine[Any, Any, None]]) -> Callable[..., No
         asyncio.run(main())
 
     return wrapper
-
-
-async def eventually(predicate: Callable[[], bool], within: float = 2.0) -> None:
-    """Poll ``predicate`` until it holds or the deadline passes."""
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError("condition not met before the deadline")
-        await asyncio.sleep(0.001)

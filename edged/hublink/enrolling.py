@@ -28,8 +28,6 @@ by that key. A hub that cannot verify the EK leaves the device software-attested
 from __future__ import annotations
 
 import asyncio
-import socket
-import ssl
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -39,10 +37,11 @@ from typing import Any
 from edged.hublink.files import LinkFiles, hub_addresses, parse_address
 from edged.trust.admitting import ArtifactGate
 from edged.trust.tpmattesting import EnrollmentMaterial, TpmAttestationKey
+from edgefleet import pinning
 from edgefleet.errors import EdgefleetError, PkiError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic, write_json_atomic
-from edgefleet.pinning import parse_pin, pin_matches
+from edgefleet.pinning import parse_pin
 from edgefleet.trust.verifying import parse_root_pin
 
 log = get_logger(__name__)
@@ -53,22 +52,9 @@ class EnrollError(EdgefleetError):
 
 
 def fetch_presented_chain(host: str, port: int, *, timeout: float = 10.0) -> list[bytes]:
-    """The certificates (DER) the server presents, read without verifying them."""
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    ctx.set_alpn_protocols(["h2"])
+    """The certificates (DER) the hub's enrollment port presents, read without verifying them."""
     try:
-        with (
-            socket.create_connection((host, port), timeout=timeout) as raw,
-            ctx.wrap_socket(raw, server_hostname=host) as tls,
-        ):
-            # Public from Python 3.13; the same method of the underlying object before.
-            getter: Any = getattr(tls, "get_unverified_chain", None)
-            if getter is None:
-                getter = getattr(tls, "_sslobj").get_unverified_chain  # noqa: B009
-            der = getattr(getattr(ssl, "_ssl", None), "ENCODING_DER", 2)
-            return [c if isinstance(c, bytes) else c.public_bytes(der) for c in getter() or []]
+        return pinning.fetch_presented_chain(host, port, timeout=timeout)
     except OSError as exc:
         raise EnrollError(f"cannot reach the hub's enrollment port {host}:{port}: {exc}") from None
 
@@ -79,13 +65,13 @@ def pinned_ca(chain: list[bytes], pin: str) -> bytes:
         expected = parse_pin(pin)
     except PkiError:
         raise EnrollError(f"--ca-hash must look like sha256:<64 hex digits>, got {pin!r}") from None
-    for der in chain:
-        if pin_matches(der, expected):
-            return ssl.DER_cert_to_PEM_cert(der).encode()
-    raise EnrollError(
-        "the hub presented no CA certificate matching --ca-hash "
-        f"({len(chain)} certificates presented): wrong hub, or a machine in the middle"
-    )
+    found = pinning.find_pinned(chain, expected)
+    if found is None:
+        raise EnrollError(
+            "the hub presented no CA certificate matching --ca-hash "
+            f"({len(chain)} certificates presented): wrong hub, or a machine in the middle"
+        )
+    return found
 
 
 def trust_anchor(

@@ -36,6 +36,7 @@ import grpc
 from google.protobuf import json_format
 
 from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.artifacts.streaming import OffsetPastEnd, read_chunks
 from edgefleet.errors import ArtifactError, CsrRejected, EdgefleetError, PkiError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.metrics import Histogram
@@ -79,7 +80,6 @@ from hub.state.writer import DeviceWriter
 log = get_logger(__name__)
 
 HELLO_TIMEOUT_S = 30.0
-CHUNK = 256 * 1024
 TIMED_GENERATIONS = 8
 """Desired states sent on one stream whose Ack is timed; older ones are dropped."""
 
@@ -748,27 +748,17 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"artifact copy failed: {exc}")
         path = self.blobs.path_for(request.sha256)
         try:
-            # A local file in the page cache: reads of 256 KiB do not stall the loop noticeably.
-            f = open(path, "rb")  # noqa: SIM115, ASYNC230 - closed below
+            async for offset, data in read_chunks(path, request.offset):
+                yield device_pb2.ArtifactChunk(offset=offset, data=data)
         except FileNotFoundError:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"artifact {request.sha256} is not stored"
             )
-            return
-        with f:
-            size = f.seek(0, 2)
-            if request.offset > size:
-                await context.abort(
-                    grpc.StatusCode.OUT_OF_RANGE,
-                    f"offset {request.offset} is past the artifact's end ({size} bytes)",
-                )
-            offset = f.seek(request.offset)
-            while True:
-                data = f.read(CHUNK)
-                if not data:
-                    return
-                yield device_pb2.ArtifactChunk(offset=offset, data=data)
-                offset += len(data)
+        except OffsetPastEnd as exc:
+            await context.abort(
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"offset {request.offset} is past the artifact's end ({exc.size} bytes)",
+            )
 
 
 def _duration(seconds: float) -> Any:

@@ -30,6 +30,7 @@ from typing import Any
 import grpc
 
 from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.artifacts.streaming import OffsetPastEnd, read_chunks
 from edgefleet.errors import ArtifactError, CompareFailed, CsrRejected, EdgefleetError, PkiError
 from edgefleet.logs import get_logger
 from edgefleet.v1 import federation_pb2, federation_pb2_grpc
@@ -55,7 +56,6 @@ HELLO_TIMEOUT_S = 30.0
 SLICE_POLL_S = 0.5
 SLICE_GATHER_S = 0.02  # after a change: the rest of an apply's changes come with it
 REPORT_RATE = Rate(2.0, 20)  # reports per second per region, burst
-CHUNK = 256 * 1024
 
 
 class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
@@ -440,20 +440,14 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                 await context.abort(grpc.StatusCode.UNAVAILABLE, f"artifact copy failed: {exc}")
         path = self.blobs.path_for(request.sha256)
         try:
-            f = open(path, "rb")  # noqa: SIM115, ASYNC230 - closed below
+            async for offset, data in read_chunks(path, request.offset):
+                yield federation_pb2.FederatedChunk(offset=offset, data=data)
         except FileNotFoundError:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND, f"artifact {request.sha256} is not stored"
             )
-            return
-        with f:
-            size = f.seek(0, 2)
-            if request.offset > size:
-                await context.abort(
-                    grpc.StatusCode.OUT_OF_RANGE,
-                    f"offset {request.offset} is past the end ({size} bytes)",
-                )
-            offset = f.seek(request.offset)
-            while data := f.read(CHUNK):
-                yield federation_pb2.FederatedChunk(offset=offset, data=data)
-                offset += len(data)
+        except OffsetPastEnd as exc:
+            await context.abort(
+                grpc.StatusCode.OUT_OF_RANGE,
+                f"offset {request.offset} is past the end ({exc.size} bytes)",
+            )

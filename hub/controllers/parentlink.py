@@ -39,8 +39,6 @@ import contextlib
 import dataclasses
 import os
 import random
-import socket
-import ssl
 import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Collection, Mapping, Sequence
@@ -54,6 +52,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.x509.oid import NameOID
 
+from edgefleet import pinning
 from edgefleet.api import parse_manifest
 from edgefleet.artifacts.storing import ArtifactStore, PinnedDigest
 from edgefleet.backoff import Backoff, Jitter
@@ -62,7 +61,7 @@ from edgefleet.errors import ArtifactError, EdgefleetError, StoreError, TrustErr
 from edgefleet.failover import Rotation, address_list, round_delay, split_addresses
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic
-from edgefleet.pinning import parse_pin, pin_matches
+from edgefleet.pinning import parse_pin
 from edgefleet.supervising import wait_for_stop
 from edgefleet.trust.documents import Root, parse_root
 from edgefleet.trust.envelopes import ROOT_TYPE, decode_payload, parse_envelope_bytes
@@ -125,20 +124,8 @@ def fleet_root_of(signed: bytes) -> Root | None:
 
 
 def _presented_chain(host: str, port: int, timeout: float = 10.0) -> list[bytes]:
-    ctx = ssl.create_default_context()
-    ctx.check_hostname = False
-    ctx.verify_mode = ssl.CERT_NONE
-    ctx.set_alpn_protocols(["h2"])
     try:
-        with (
-            socket.create_connection((host, port), timeout=timeout) as raw,
-            ctx.wrap_socket(raw, server_hostname=host) as tls,
-        ):
-            getter: Any = getattr(tls, "get_unverified_chain", None)
-            if getter is None:
-                getter = getattr(tls, "_sslobj").get_unverified_chain  # noqa: B009
-            der = getattr(getattr(ssl, "_ssl", None), "ENCODING_DER", 2)
-            return [c if isinstance(c, bytes) else c.public_bytes(der) for c in getter() or []]
+        return pinning.fetch_presented_chain(host, port, timeout=timeout)
     except OSError as exc:
         raise FederationError(
             f"cannot reach the parent's enrollment port {host}:{port}: {exc}"
@@ -152,13 +139,13 @@ def _pinned_ca(chain: list[bytes], pin: str) -> bytes:
         raise FederationError(
             f"--parent-ca-hash must look like sha256:<64 hex digits>, got {pin!r}"
         ) from None
-    for der in chain:
-        if pin_matches(der, expected):
-            return ssl.DER_cert_to_PEM_cert(der).encode()
-    raise FederationError(
-        "the parent presented no CA certificate matching --parent-ca-hash: wrong hub, or a "
-        "machine in the middle"
-    )
+    found = pinning.find_pinned(chain, expected)
+    if found is None:
+        raise FederationError(
+            "the parent presented no CA certificate matching --parent-ca-hash: wrong hub, or a "
+            "machine in the middle"
+        )
+    return found
 
 
 def parent_addresses(parent: str | Sequence[str]) -> list[str]:

@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 import yaml
-from test_manifests import DESIGN_EXAMPLE
+from manifesttesting import DESIGN_EXAMPLE
 
 from edgefleet.api import SUPPORTED_KINDS, parse_manifest
 from edgefleet.api.explaining import ExplainError, FieldSchema, explain, schema_of

@@ -233,3 +233,27 @@ def pids_of_workers(edged_pid: int) -> set[int]:
         return {c.pid for c in psutil.Process(edged_pid).children(recursive=True)}
     except psutil.NoSuchProcess:
         return set()
+
+
+def set_device_timers(hub: HubProcess, **values: str) -> None:
+    """Set ``[devices]`` timers in the hub's hub.toml (``heartbeatGrace="3s"``...)."""
+    toml = hub.data / "hub.toml"
+    lines = toml.read_text().splitlines()
+    for key, value in values.items():
+        lines = [f'{key} = "{value}"' if line.startswith(f"{key} =") else line for line in lines]
+    toml.write_text("\n".join(lines) + "\n")
+
+
+RESCHEDULE_AFTER = 4.0
+"""``devices.rescheduleAfter`` with :func:`quick_rescheduling`, in seconds."""
+
+
+def quick_rescheduling(hub: HubProcess) -> None:
+    """Heartbeats every 1 s, a device late after 3 s, and a silent device's replicas moved
+    after :data:`RESCHEDULE_AFTER` (set in hub.toml before the hub starts)."""
+    set_device_timers(
+        hub,
+        heartbeatInterval="1s",
+        heartbeatGrace="3s",
+        rescheduleAfter=f"{RESCHEDULE_AFTER:g}s",
+    )

@@ -8,32 +8,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import orjson
+from polltesting import wait_for  # noqa: F401 - re-exported: the one polling helper
 
 from edgefleet.devicestatus import send_request
 from edgefleet.inference import infer_path, infer_request_body
 from edgefleet.launching import LaunchedEdged, LaunchError, start_edged
-
-
-def wait_for(cond: Callable[[], Any], timeout: float = 30.0, what: str = "condition") -> Any:
-    """Poll ``cond`` until it returns something truthy; fail after ``timeout``."""
-    deadline = time.monotonic() + timeout
-    last_exc: BaseException | None = None
-    while time.monotonic() < deadline:
-        try:
-            value = cond()
-            if value:
-                return value
-        except (OSError, KeyError, IndexError, ValueError) as exc:
-            last_exc = exc
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what} (last error: {last_exc})")
-
 
 MANIFEST = """\
 apiVersion: edgefleet.io/v1

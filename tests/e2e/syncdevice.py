@@ -19,15 +19,6 @@ from edgefleet.v1 import device_pb2, device_pb2_grpc
 RETRY = 0.2
 
 
-def set_device_timers(hub: HubProcess, **values: str) -> None:
-    """Set ``[devices]`` timers in the hub's hub.toml (``heartbeatGrace="3s"``...)."""
-    toml = hub.data / "hub.toml"
-    lines = toml.read_text().splitlines()
-    for key, value in values.items():
-        lines = [f'{key} = "{value}"' if line.startswith(f"{key} =") else line for line in lines]
-    toml.write_text("\n".join(lines) + "\n")
-
-
 def enrolled(hub: HubProcess, tmp_path: Path, name: str, labels: dict[str, str]) -> SyncDevice:
     """A device enrolled with ``edged enroll`` (labels set at enrollment), not connected yet."""
     data = tmp_path / name

@@ -19,9 +19,8 @@ from pathlib import Path
 
 import pytest
 from discovery.umockdevs import DEVICES, HERE, SYSTEM_PYTHON, check_umockdev
-from fleet import HubProcess, enroll
+from fleet import HubProcess, enroll, quick_rescheduling
 from harness import Edged, wait_for
-from test_scheduling import configure
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
@@ -123,7 +122,7 @@ def test_a_gpu_unplugged_moves_the_replica_to_the_device_with_an_npu(
     tmp_path: Path, testbeds: list[EdgedUnderTestbed]
 ) -> None:
     hub = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init()
-    configure(hub)
+    quick_rescheduling(hub)
     hub.start()
     try:
         boxes: dict[str, EdgedUnderTestbed] = {}

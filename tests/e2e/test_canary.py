@@ -12,20 +12,17 @@ from __future__ import annotations
 
 import json
 import subprocess
-import threading
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import onnxruntime as ort
 import pytest
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enrolled_devices
+from fleet import SIGNED_DEVICE_CONFIG, HubProcess
+from fleetcanarytesting import Traffic, labels_of, push
 from harness import Edged
-from test_rollouts import on_device, run_until
+from rollouttesting import on_device, run_until
 
 from edgefleet.demo import TINY_MLP, build_mlp
-from edgefleet.inference import infer_path, infer_request_body
 
 DEPLOYMENT = """\
 apiVersion: edgefleet.io/v1
@@ -48,6 +45,16 @@ spec:
 """
 DEVICE_CONFIG = SIGNED_DEVICE_CONFIG + '\n[inference]\nmetricsPeriod = "1s"\n'
 N = 3
+
+
+@pytest.fixture
+def fleet_size() -> int:
+    return N
+
+
+@pytest.fixture
+def device_config() -> str:
+    return DEVICE_CONFIG
 
 
 def build_erring(path: Path) -> Path:
@@ -80,78 +87,10 @@ def build_erring(path: Path) -> Path:
     return path
 
 
-INPUTS = np.random.default_rng(0).integers(0, 10, (200, 64)).astype(np.float32)
-
-
-def labels_of(model: Path) -> np.ndarray:
-    session = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
-    return np.asarray(session.run(None, {"input": INPUTS})[0]).argmax(axis=1)
-
-
-def push(hub: HubProcess, tmp_path: Path, version: str, model: Path, labels: np.ndarray) -> None:
-    """Push ``model`` with a validation set: INPUTS and ``labels``."""
-    extra = tmp_path / f"v{version}" / "validation.npz"
-    extra.parent.mkdir()
-    with extra.open("wb") as f:
-        np.savez(f, inputs=INPUTS, labels=labels)
-    out = hub.edgectl(
-        "models", "push", str(model), "--name", "det", "--version", version, "--extra", str(extra)
-    )
-    assert "pushed" in out.stdout, out.stdout + out.stderr
-
-
 def apply(hub: HubProcess, tmp_path: Path, version: str) -> None:
     doc = tmp_path / f"det-{version}.yaml"
     doc.write_text(DEPLOYMENT.format(version=version))
     hub.edgectl("apply", "-f", str(doc))
-
-
-class Traffic:
-    """Infer requests to every device, one after another, until stopped; every other request
-    has a first value (50) that the erring model cannot take."""
-
-    def __init__(self, devices: list[Edged]) -> None:
-        self.devices = devices
-        self.stop = threading.Event()
-        self.answers: dict[int, int] = {}
-        self.thread = threading.Thread(target=self._run, daemon=True)
-
-    def _run(self) -> None:
-        good = infer_request_body({"input": INPUTS[:1].tolist()})
-        bad = infer_request_body({"input": [[50.0] * 64]})
-        i = 0
-        while not self.stop.is_set():
-            for e in self.devices:
-                try:
-                    code, _, _ = e.request("POST", infer_path("det"), bad if i % 2 else good)
-                except OSError:
-                    code = 0
-                self.answers[code] = self.answers.get(code, 0) + 1
-            i += 1
-            self.stop.wait(0.02)
-
-    def __enter__(self) -> Traffic:
-        self.thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.stop.set()
-        self.thread.join(10)
-
-
-@pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init().start()
-    yield h
-    h.stop()
-
-
-@pytest.fixture
-def devices(
-    hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
-) -> Iterator[list[Edged]]:
-    with enrolled_devices(hub, tmp_path, edged_factory, N, DEVICE_CONFIG) as started:
-        yield started
 
 
 def rollout_status(hub: HubProcess, *args: str) -> subprocess.CompletedProcess[str]:

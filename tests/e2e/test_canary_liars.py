@@ -21,13 +21,12 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
 import grpc
 import orjson
-import pytest
 from fleet import HubProcess
 
 from edged.trust.identity import load_or_create_identity
@@ -153,13 +152,6 @@ def enroll(hub: HubProcess, tmp_path: Path, name: str) -> grpc.ChannelCredential
         )
     key = (tmp_path / name / "identity" / "key.pem").read_bytes()
     return grpc.ssl_channel_credentials(ca, key, bytes(resp.certificate_chain_pem))
-
-
-@pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init().start()
-    yield h
-    h.stop()
 
 
 def apply(hub: HubProcess, tmp_path: Path, version: str) -> None:

@@ -10,33 +10,21 @@ from __future__ import annotations
 
 import os
 import re
-import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+from deploymenttesting import DET_ROLLING as DEPLOYMENT
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll, free_port
 from harness import Edged
-from test_fleet_status import build_unloadable
+from polltesting import wait_for
+from rollouttesting import build_unloadable
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
 CHROMIUM = "/usr/bin/chromium"
 CHROMEDRIVER = "/usr/bin/chromedriver"
-DEPLOYMENT = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {{name: det}}
-spec:
-  model: {{name: det, version: "{version}"}}
-  runtime: {{executionProviders: [CPUExecutionProvider]}}
-  replicas: {{perDevice: 1}}
-  placement: {{nodeSelector: {{site: a}}}}
-  probes:
-    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
-  rollout: {{maxSurge: 0, maxUnavailable: 1}}
-"""
 NAMES = ("dev-0", "dev-1")
 
 pytestmark = pytest.mark.skipif(
@@ -104,14 +92,7 @@ def _driver() -> Any:
 
 
 def _until(check: Callable[[], Any], what: str, within: float = 120.0) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = check()
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not seen in the browser: {what}")
-        time.sleep(0.3)
+    return wait_for(check, within, f"the browser to show {what}", interval=0.3, tolerate=())
 
 
 def test_a_real_fleet_on_the_dashboard(
@@ -233,7 +214,7 @@ def test_the_canary_against_stable_over_time_survives_a_hub_restart(
     workers) held at an indefinite pause: its page plots error rate, latency p95 and accuracy
     of the canary against the stable revision over time, each with its limit dashed, grows
     without a reload, and after the hub is restarted still starts where it started."""
-    from test_canary import Traffic, labels_of, push
+    from fleetcanarytesting import Traffic, labels_of, push
 
     artifacts = Path(os.environ.get("EDGEFLEET_TEST_ARTIFACTS", tmp_path / "screenshots"))
     artifacts.mkdir(parents=True, exist_ok=True)

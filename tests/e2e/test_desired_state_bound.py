@@ -17,9 +17,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from fleet import HubProcess
+from fleet import HubProcess, set_device_timers
 from harness import wait_for
-from syncdevice import SyncDevice, enrolled, set_device_timers
+from syncdevice import SyncDevice, enrolled
 
 from edgefleet.demo import TINY_MLP, build_mlp
 

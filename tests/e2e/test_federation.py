@@ -14,7 +14,6 @@ test cuts and heals.
 
 from __future__ import annotations
 
-import asyncio
 import json
 import subprocess
 from collections.abc import Callable
@@ -22,7 +21,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll
+from federationtesting import SLACK, forge_into_region, serving
+from fleet import (
+    SIGNED_DEVICE_CONFIG,
+    HubProcess,
+    TcpProxy,
+    enroll,
+    quick_rescheduling,
+)
 from harness import Edged, wait_for
 
 from edgefleet.demo import TINY_MLP, build_mlp
@@ -40,42 +46,6 @@ spec:
   probes:
     readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
 """
-FORGED = {
-    "apiVersion": "edgefleet.io/v1",
-    "kind": "ModelDeployment",
-    "metadata": {"name": "forged"},
-    "spec": {
-        "model": {"name": "forged", "version": "1.0.0"},
-        "runtime": {"executionProviders": ["CPUExecutionProvider"]},
-        "replicas": {"perDevice": 1},
-    },
-}
-RESCHEDULE_AFTER = 4.0
-SLACK = 90.0  # deadlines for a loaded machine, not timed assertions
-
-
-def serving(e: Edged, name: str = "det", version: str | None = None) -> bool:
-    if e.proc is None or e.proc.poll() is not None:
-        return False
-    try:
-        w = e.workload(name)
-    except (KeyError, StopIteration, OSError):
-        return False
-    if version is not None and w.get("model", {}).get("version") != version:
-        return False
-    return any(r.get("ready") for r in w.get("replicas", []))
-
-
-def configure(hub: HubProcess) -> None:
-    toml = hub.data / "hub.toml"
-    lines = toml.read_text().splitlines()
-    for key, value in (
-        ("heartbeatInterval", "1s"),
-        ("heartbeatGrace", "3s"),
-        ("rescheduleAfter", f"{RESCHEDULE_AFTER:g}s"),
-    ):
-        lines = [f'{key} = "{value}"' if line.startswith(f"{key} =") else line for line in lines]
-    toml.write_text("\n".join(lines) + "\n")
 
 
 def get_json(hub: HubProcess, *args: str) -> Any:
@@ -86,53 +56,6 @@ def region_figures(root: HubProcess, region: str) -> dict[str, Any] | None:
     status = get_json(root, "deployments", "det")["status"]
     figures: dict[str, Any] | None = status.get("regions", {}).get(region)
     return figures
-
-
-def forge_into_region(data: Path, tmp_path: Path) -> None:
-    """What a compromised regional hub could do: put an artifact and metadata signed by a key
-    of its own, and a deployment using it, into its store (the hub is stopped)."""
-    from edgefleet.api import parse_manifest
-    from edgefleet.artifacts.storing import ArtifactStore
-    from edgefleet.trust import signing
-    from hub.state import storekeys
-    from hub.state.store import Put, open_hub_store
-
-    model = tmp_path / "forged.onnx"
-    build_mlp(model, TINY_MLP, seed=7)
-    signing.generate_key_pair(tmp_path / "attacker")
-    _, envelope = signing.sign_artifact(
-        model, name="forged", version="1.0.0", keys=[tmp_path / "attacker.key"]
-    )
-    sha256 = ArtifactStore(data / "blobs").ingest_file(
-        model, name="forged", version="1.0.0", verifiers=[]
-    )
-    record = storekeys.ModelRecord(
-        name="forged",
-        version="1.0.0",
-        sha256=sha256,
-        length=model.stat().st_size,
-        envelope=envelope.to_bytes(),
-        pushed_at=0.0,
-    )
-    manifest = parse_manifest(dict(FORGED)).to_dict()
-
-    async def write() -> None:
-        store = await open_hub_store(None, data_dir=data)
-        try:
-            await store.txn(
-                [],
-                [
-                    Put(storekeys.model_key("forged", "1.0.0"), storekeys.dumps(record.to_json())),
-                    Put(
-                        storekeys.object_key("ModelDeployment", "forged"),
-                        storekeys.object_value(manifest, 0.0),
-                    ),
-                ],
-            )
-        finally:
-            await store.close()
-
-    asyncio.run(write())
 
 
 @pytest.mark.scenario
@@ -160,7 +83,7 @@ def test_root_regions_devices_partition_and_forgery(
                 doc = json.loads(parent.read_text())
                 doc["parent"] = proxy.address
                 parent.write_text(json.dumps(doc))
-            configure(hub)
+            quick_rescheduling(hub)
             regions[name] = hub.start()
         eu, us = regions["eu"], regions["us"]
         # the fleet's trust root reached the regions unchanged: devices pin the same root

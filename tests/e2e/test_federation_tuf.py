@@ -22,9 +22,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from federationtesting import SLACK, forge_into_region, served_files, serving
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
 from harness import Edged, wait_for
-from test_federation import SLACK, forge_into_region, serving
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
@@ -40,11 +40,6 @@ spec:
   probes:
     readiness: {periodSeconds: 1, timeoutSeconds: 1}
 """
-
-
-def served_files(region: HubProcess) -> dict[str, bytes]:
-    d = region.data / "tuf-relay" / "current" / "files"
-    return {p.name: p.read_bytes() for p in d.iterdir()} if d.is_dir() else {}
 
 
 def compromise(region: HubProcess, tmp_path: Path) -> None:

@@ -17,16 +17,15 @@ from pathlib import Path
 
 import pytest
 from etcdtesting import EtcdServer, running_etcd
+from federationtesting import SLACK, served_files
 from fleet import HubProcess
 from harness import wait_for
-from test_federation import SLACK
-from test_federation_tuf import served_files
-from test_hub_replicas_fleet import _leader_port
+from hubreplicatesting import leader_port
 
 from edgefleet.demo import TINY_MLP, build_mlp
 from edgefleet.launching import free_port_pair
 
-NAMESPACE = "/fleet"  # test_hub_replicas_fleet._leader_port reads the leader there
+NAMESPACE = "/fleet"  # test_hub_replicas_fleet.leader_port reads the leader there
 
 
 @pytest.fixture
@@ -66,7 +65,7 @@ def test_region_replicas_both_serve_the_roots_tuf_metadata(
         config.write_text(text)
         r0.start()
         started.append(r0)
-        wait_for(lambda: _leader_port(etcd) == p0, 60, "r0 to lead the region")
+        wait_for(lambda: leader_port(etcd) == p0, 60, "r0 to lead the region")
         r1.start()
         started.append(r1)
 
@@ -92,7 +91,7 @@ def test_region_replicas_both_serve_the_roots_tuf_metadata(
 
         # the leader killed: r1 leads, runs the root link itself and takes the next set
         r0.kill9()
-        wait_for(lambda: _leader_port(etcd) == p1, 60, "r1 to lead the region")
+        wait_for(lambda: leader_port(etcd) == p1, 60, "r1 to lead the region")
         before = served_files(r1)
         push(root, tmp_path, "2.0.0", seed=2)
         wait_for(

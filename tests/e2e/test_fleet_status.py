@@ -18,6 +18,7 @@ import numpy as np
 import pytest
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
 from harness import Edged, wait_for
+from rollouttesting import build_unloadable, status
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
@@ -37,13 +38,6 @@ X = np.ones((1, 64), dtype=np.float32)
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init().start()
-    yield h
-    h.stop()
-
-
-@pytest.fixture
 def devices(
     hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
 ) -> Iterator[list[Edged]]:
@@ -60,22 +54,6 @@ def devices(
             e.terminate()
 
 
-def build_unloadable(path: Path) -> Path:
-    """A valid ONNX file that ONNX Runtime cannot load: an operator that does not exist."""
-    import onnx
-    from onnx import TensorProto, helper
-
-    graph = helper.make_graph(
-        [helper.make_node("NoSuchOperator", ["input"], ["logits"])],
-        "unloadable",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", 64])],
-        [helper.make_tensor_value_info("logits", TensorProto.FLOAT, ["batch", 10])],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    onnx.save(model, path)
-    return path
-
-
 def push(hub: HubProcess, path: Path, version: str) -> None:
     out = hub.edgectl("models", "push", str(path), "--name", "det", "--version", version)
     assert "pushed" in out.stdout, out.stdout + out.stderr
@@ -85,11 +63,6 @@ def apply(hub: HubProcess, tmp_path: Path, version: str) -> None:
     doc = tmp_path / f"det-{version}.yaml"
     doc.write_text(DEPLOYMENT.format(version=version))
     hub.edgectl("apply", "-f", str(doc))
-
-
-def status(hub: HubProcess) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(hub.edgectl("get", "deployments", "det", "-o", "json").stdout)
-    return doc["status"]  # type: ignore[no-any-return]
 
 
 def sample_until(

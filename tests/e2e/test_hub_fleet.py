@@ -12,7 +12,7 @@ import signal
 import subprocess
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -21,79 +21,11 @@ import numpy as np
 import pytest
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll
 from harness import Edged, wait_for
+from hubfleettesting import apply, push, serving
 
 from edged.runtime.worker import TEST_PROBE_ENV
-from edgefleet.demo import MEDIUM_MLP, TINY_MLP, build_mlp
+from edgefleet.demo import MEDIUM_MLP, build_mlp
 from edgefleet.launching import program_command
-
-DEPLOYMENT = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {{name: {name}}}
-spec:
-  model: {{name: {model}, version: "{version}"}}
-  runtime: {{executionProviders: [CPUExecutionProvider]}}
-  replicas: {{perDevice: 1}}
-  placement: {{nodeSelector: {{site: {site}}}}}
-  probes:
-    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
-"""
-
-
-@pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init().start()
-    yield h
-    h.stop()
-
-
-@pytest.fixture
-def device(
-    hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
-) -> Iterator[Callable[..., Edged]]:
-    started: list[Edged] = []
-
-    def make(name: str, labels: dict[str, str], *, via: str | None = None) -> Edged:
-        data = tmp_path / name
-        out = enroll(hub, data, name, labels, via=via)
-        assert out.returncode == 0, out.stdout + out.stderr
-        if via is not None:  # talk to the hub through the proxy from now on
-            link = data / "hub" / "link.json"
-            doc = json.loads(link.read_text())
-            doc["hub"] = via
-            link.write_text(json.dumps(doc))
-        e = edged_factory(
-            None, data=data, config=SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "no-root")
-        )
-        started.append(e)
-        return e.start()
-
-    yield make
-    for e in started:
-        if e.proc is not None and e.proc.poll() is None:
-            e.terminate()
-
-
-def push(hub: HubProcess, tmp_path: Path, model: str, version: str, seed: int = 1) -> Path:
-    path = tmp_path / f"{model}-{version}.onnx"
-    build_mlp(path, TINY_MLP, seed=seed)
-    out = hub.edgectl("models", "push", str(path), "--name", model, "--version", version)
-    assert "pushed" in out.stdout or "unchanged" in out.stdout, out.stdout
-    return path
-
-
-def apply(hub: HubProcess, tmp_path: Path, **fields: str) -> str:
-    doc = tmp_path / f"{fields['name']}.yaml"
-    doc.write_text(DEPLOYMENT.format(**fields))
-    return hub.edgectl("apply", "-f", str(doc)).stdout
-
-
-def serving(e: Edged, model: str, version: str) -> bool:
-    try:
-        w = e.workload(model)
-    except (KeyError, StopIteration):
-        return False
-    return w.get("model", {}).get("version") == version and w.get("readyReplicas") == 1
 
 
 def get_json(hub: HubProcess, *args: str) -> Any:

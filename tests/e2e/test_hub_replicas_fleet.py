@@ -12,7 +12,6 @@ delegated targets, snapshot and timestamp the dead one signed into etcd (no roll
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 import re
@@ -26,32 +25,16 @@ import pytest
 from etcdtesting import EtcdServer, running_etcd
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
 from harness import Edged, wait_for
-from test_hub_fleet import apply, push, serving
+from hubfleettesting import apply, push, serving
+from hubreplicatesting import NAMESPACE, leader_port
 
 from edgefleet.launching import free_port_pair, program_command
-from hub.state.store import EtcdStore
-from hub.state.store.identity import LEADER_KEY
-
-NAMESPACE = "/fleet"
 
 
 @pytest.fixture
 def etcd(tmp_path: Path) -> Iterator[EtcdServer]:
     with running_etcd(tmp_path / "etcd") as server:
         yield server
-
-
-def _leader_port(etcd: EtcdServer) -> int | None:
-    async def read() -> int | None:
-        store = await EtcdStore.open([etcd.endpoint], namespace=NAMESPACE)
-        try:
-            kv = await store.get(LEADER_KEY)
-        finally:
-            await store.close()
-        match = re.search(r"port (\d+)$", kv.value.decode()) if kv is not None else None
-        return int(match.group(1)) if match else None
-
-    return asyncio.run(read())
 
 
 @pytest.fixture(params=["envelopes", "tuf"])
@@ -77,7 +60,7 @@ def replicas(
     started = [r0]
     try:
         r0.start()  # r0 leads first: pushes and applies go to it while it lives
-        wait_for(lambda: _leader_port(etcd) == p0, 60, "r0 to lead")
+        wait_for(lambda: leader_port(etcd) == p0, 60, "r0 to lead")
         r1.start()
         started.append(r1)
         yield [r0, r1]
@@ -166,7 +149,7 @@ def _fail_over(r0: HubProcess, r1: HubProcess, a: Edged, tmp_path: Path) -> None
 
 
 def _deployment(tmp_path: Path, version: str) -> Path:
-    from test_hub_fleet import DEPLOYMENT
+    from hubfleettesting import DEPLOYMENT
 
     doc = tmp_path / f"det-{version}.yaml"
     doc.write_text(DEPLOYMENT.format(name="det", model="det", version=version, site="a"))

@@ -17,9 +17,9 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from fleet import HubProcess
+from fleet import HubProcess, set_device_timers
 from harness import wait_for
-from syncdevice import enrolled, set_device_timers
+from syncdevice import enrolled
 
 from edgefleet.demo import TINY_MLP, build_mlp
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from fleet import HubProcess
 from harness import Edged, wait_for
-from test_hub_fleet import apply, device, hub, push, serving  # noqa: F401 - fixtures
+from hubfleettesting import apply, push, serving
 
 from edgefleet.launching import program_command
 
@@ -23,8 +23,8 @@ def _hub(*args: object) -> subprocess.CompletedProcess[str]:
 
 
 def test_a_lost_store_refuses_to_start_and_a_restored_fleet_reconverges(
-    hub: HubProcess,  # noqa: F811
-    device: Callable[..., Edged],  # noqa: F811
+    hub: HubProcess,
+    device: Callable[..., Edged],
     tmp_path: Path,
 ) -> None:
     a = device("dev-a", {"site": "a"})

@@ -22,10 +22,9 @@ from pathlib import Path
 import numpy as np
 import onnx
 import pytest
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
+from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll, quick_rescheduling
 from harness import Edged, wait_for
 from onnx import TensorProto, helper
-from test_scheduling import configure
 
 CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
 PERIOD_US, QUOTA_US = 500_000, 40_000
@@ -116,7 +115,7 @@ def test_a_device_over_the_latency_budget_loses_the_model_with_its_figure(
     tmp_path: Path, edged_factory: Callable[..., Edged], slow_cgroup: Path
 ) -> None:
     hub = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init()
-    configure(hub)
+    quick_rescheduling(hub)
     hub.start()
     devices: dict[str, Edged] = {}
     try:

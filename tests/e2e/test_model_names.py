@@ -18,12 +18,11 @@ import contextlib
 import os
 import signal
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 import numpy as np
-import pytest
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
 from harness import Edged, wait_for, write_manifest
 from metricstesting import series_value
@@ -46,13 +45,6 @@ spec:
 # the static manifest (workload "zeta", model "det") is not signed
 DEVICE_CONFIG = SIGNED_DEVICE_CONFIG.replace("[trust]\n", "[trust]\nallowUnsigned = true\n")
 X = np.ones((1, 64), dtype=np.float32)
-
-
-@pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init().start()
-    yield h
-    h.stop()
 
 
 def apply(hub: HubProcess, tmp_path: Path, name: str, site: str) -> Any:

@@ -10,7 +10,7 @@ loaded). A baseline naming a key the hub does not know is refused at apply with 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -47,10 +47,8 @@ spec:
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init("--tuf").start()
-    yield h
-    h.stop()
+def hub_init_args() -> tuple[str, ...]:
+    return ("--tuf",)
 
 
 def ready(e: Edged, name: str) -> bool:

@@ -13,30 +13,24 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import pytest
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enrolled_devices
+from fleet import HubProcess
 from harness import Edged, wait_for
-from test_rollouts import apply, on_device, push, run_until
+from rollouttesting import apply, on_device, push, run_until
 
 N = 2
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init("--no-tuf").start()
-    yield h
-    h.stop()
+def fleet_size() -> int:
+    return N
 
 
 @pytest.fixture
-def devices(
-    hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
-) -> Iterator[list[Edged]]:
-    with enrolled_devices(hub, tmp_path, edged_factory, N, SIGNED_DEVICE_CONFIG) as started:
-        yield started
+def hub_init_args() -> tuple[str, ...]:
+    return ("--no-tuf",)
 
 
 def rollout_of(hub: HubProcess) -> tuple[object, object]:

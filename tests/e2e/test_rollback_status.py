@@ -11,14 +11,13 @@ versions, the failed devices and RFC 3339 times.
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enrolled_devices
+from fleet import HubProcess
 from harness import Edged
-from test_rollouts import on_device, push, run_until
+from rollouttesting import on_device, push, run_until
 
 from edgefleet.timestamps import epoch_of
 
@@ -43,18 +42,8 @@ N = 2
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init().start()
-    yield h
-    h.stop()
-
-
-@pytest.fixture
-def devices(
-    hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
-) -> Iterator[list[Edged]]:
-    with enrolled_devices(hub, tmp_path, edged_factory, N, SIGNED_DEVICE_CONFIG) as started:
-        yield started
+def fleet_size() -> int:
+    return N
 
 
 def apply(hub: HubProcess, tmp_path: Path, version: str) -> None:

@@ -8,111 +8,20 @@ from __future__ import annotations
 
 import json
 import subprocess
-import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import pytest
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll, enrolled_devices
+from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll
 from harness import Edged
-from test_fleet_status import build_unloadable
+from rollouttesting import apply, on_device, push, run_until
 
-from edgefleet.demo import TINY_MLP, build_mlp
-
-DEPLOYMENT = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {{name: det}}
-spec:
-  model: {{name: det, version: "{version}"}}
-  runtime: {{executionProviders: [CPUExecutionProvider]}}
-  replicas: {{perDevice: 1}}
-  placement: {{nodeSelector: {{site: a}}}}
-  probes:
-    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
-  rollout: {{maxSurge: 0, maxUnavailable: 1}}
-"""
 N = 4
 
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init().start()
-    yield h
-    h.stop()
-
-
-@pytest.fixture
-def devices(
-    hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
-) -> Iterator[list[Edged]]:
-    with enrolled_devices(hub, tmp_path, edged_factory, N, SIGNED_DEVICE_CONFIG) as started:
-        yield started
-
-
-def push(hub: HubProcess, tmp_path: Path, version: str, *, bad: bool = False) -> None:
-    path = tmp_path / f"det-{version}.onnx"
-    if bad:
-        build_unloadable(path)
-    else:
-        build_mlp(path, TINY_MLP, seed=int(version.replace(".", "")))
-    out = hub.edgectl("models", "push", str(path), "--name", "det", "--version", version)
-    assert "pushed" in out.stdout, out.stdout + out.stderr
-
-
-def apply(hub: HubProcess, tmp_path: Path, version: str) -> None:
-    doc = tmp_path / f"det-{version}.yaml"
-    doc.write_text(DEPLOYMENT.format(version=version))
-    hub.edgectl("apply", "-f", str(doc))
-
-
-def status(hub: HubProcess) -> dict[str, Any]:
-    doc: dict[str, Any] = json.loads(hub.edgectl("get", "deployments", "det", "-o", "json").stdout)
-    return doc["status"]  # type: ignore[no-any-return]
-
-
-def on_device(e: Edged) -> tuple[set[str], set[str]]:
-    """(versions with a ready replica, versions with a replica not ready) on one device."""
-    ready, not_ready = set(), set()
-    try:
-        w = e.workload("det")
-    except (KeyError, StopIteration, OSError):
-        return ready, not_ready
-    for r in w.get("replicas", []):
-        (ready if r.get("ready") else not_ready).add(r.get("version", "?"))
-    return ready, not_ready
-
-
-def run_until(
-    hub: HubProcess,
-    devices: list[Edged],
-    done: Callable[[dict[str, Any]], bool],
-    timeout: float,
-    *,
-    new: str,
-    budget: int,
-    hub_counts: bool = True,
-) -> list[dict[str, Any]]:
-    """Sample the hub and every device until ``done``; at every sample at most ``budget``
-    devices are being switched to ``new`` (a replica of it not ready yet, or nothing ready)."""
-    samples = []
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        views = [on_device(e) for e in devices]
-        switching = [
-            i for i, (ready, not_ready) in enumerate(views) if new in not_ready or not ready
-        ]
-        assert len(switching) <= budget, (switching, views)
-        s = status(hub)
-        rollout = s.get("rollout", {})
-        if hub_counts and rollout.get("phase") == "Progressing":
-            assert rollout["updatingDevices"] + rollout["unavailableDevices"] <= budget, rollout
-        samples.append(s)
-        if done(s):
-            return samples
-        time.sleep(0.1)
-    raise AssertionError(f"timed out; last status: {samples[-1] if samples else None}")
+def fleet_size() -> int:
+    return N
 
 
 def edgectl(hub: HubProcess, *args: str) -> subprocess.CompletedProcess[str]:

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
+from fleet import RESCHEDULE_AFTER, SIGNED_DEVICE_CONFIG, HubProcess, enroll, quick_rescheduling
 from harness import Edged, wait_for
 
 from edgefleet.demo import TINY_MLP, build_mlp
@@ -28,7 +28,6 @@ spec:
   probes:
     readiness: {periodSeconds: 1, timeoutSeconds: 1}
 """
-RESCHEDULE_AFTER = 4.0
 SLACK = 45.0  # a deadline for a loaded machine, not a timed assertion: the figure is printed
 
 
@@ -43,24 +42,12 @@ def serving(e: Edged) -> bool:
     return any(r.get("ready") for r in w.get("replicas", []))
 
 
-def configure(hub: HubProcess) -> None:
-    toml = hub.data / "hub.toml"
-    lines = toml.read_text().splitlines()
-    for key, value in (
-        ("heartbeatInterval", "1s"),
-        ("heartbeatGrace", "3s"),
-        ("rescheduleAfter", f"{RESCHEDULE_AFTER:g}s"),
-    ):
-        lines = [f'{key} = "{value}"' if line.startswith(f"{key} =") else line for line in lines]
-    toml.write_text("\n".join(lines) + "\n")
-
-
 @pytest.mark.scenario
 def test_a_killed_device_has_its_replica_moved_to_another(
     tmp_path: Path, edged_factory: Callable[..., Edged]
 ) -> None:
     hub = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init()
-    configure(hub)
+    quick_rescheduling(hub)
     hub.start()
     devices: list[Edged] = []
     try:

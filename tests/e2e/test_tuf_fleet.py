@@ -10,11 +10,12 @@ is refused by the hub; a publisher's targets that list other bytes are refused b
 from __future__ import annotations
 
 import json
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 
 import grpc
 import pytest
+from deploymenttesting import DET as DEPLOYMENT
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
 from harness import Edged, wait_for
 
@@ -22,24 +23,10 @@ from edgefleet.demo import TINY_MLP, build_mlp
 
 pytestmark = pytest.mark.scenario
 
-DEPLOYMENT = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {{name: det}}
-spec:
-  model: {{name: det, version: "{version}"}}
-  runtime: {{executionProviders: [CPUExecutionProvider]}}
-  replicas: {{perDevice: 1}}
-  probes:
-    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
-"""
-
 
 @pytest.fixture
-def hub(tmp_path: Path) -> Iterator[HubProcess]:
-    h = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init("--tuf").start()
-    yield h
-    h.stop()
+def hub_init_args() -> tuple[str, ...]:
+    return ("--tuf",)
 
 
 def serving(e: Edged, version: str) -> bool:

@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 from asynctesting import async_test
+from canarytesting import DEVICES, deployment, push, report, step
 from hubserving import AdminHub, make_hub_dir
-from test_hub_canary import DEVICES, deployment, push, report, step
 
 from edgefleet.api import CanaryAnalysis
 from edgefleet.v1 import admin_pb2

@@ -19,6 +19,7 @@ import orjson
 import pytest
 from dashboardtesting import DashboardHub, fake_device
 from hubserving import make_hub_dir
+from polltesting import eventually
 
 from edgefleet.v1 import admin_pb2
 from hub.decide.devices import Device, RevisionPhase, RevisionReport, WorkloadReport
@@ -79,14 +80,10 @@ def _serving(device: Device, version: str, phase: RevisionPhase, reason: str = "
 
 
 async def _until(check: Callable[[], Any], what: str, within: float = 60.0) -> Any:
-    deadline = time.monotonic() + within
-    while True:
-        value = await asyncio.to_thread(check)
-        if value:
-            return value
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not seen in the browser: {what}")
-        await asyncio.sleep(0.2)
+    async def seen() -> Any:
+        return await asyncio.to_thread(check)
+
+    return await eventually(seen, within, f"the browser to show {what}", interval=0.2)
 
 
 def test_dashboard_in_a_real_browser(tmp_path: Path) -> None:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 from propertytesting import examples
-from test_hub_scheduling import NOW, dep, fleets, node
+from schedulingtesting import NOW, dep, fleets, node
 
 from edgefleet.api import ModelDeployment, TaintEffect, parse_manifest
 from hub.decide.desired import MAX_DESIRED_STATE_BYTES

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 import grpc
+import polltesting
 import pytest
 from hubserving import client_credentials
 
@@ -72,11 +73,7 @@ class Hub:
 
 
 def wait_for(predicate: Callable[[], bool], within: float, what: str) -> None:
-    deadline = time.monotonic() + within
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        time.sleep(0.05)
+    polltesting.wait_for(predicate, within, what, tolerate=())
 
 
 def stored(db: Path, key: str) -> bytes | None:

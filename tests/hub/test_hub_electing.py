@@ -186,13 +186,11 @@ async def _holder(store: EtcdStore) -> str | None:
 
 
 async def _wait_holder(store: EtcdStore, *, other_than: str | None, within: float) -> str:
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    async def other() -> str | None:
         holder = await _holder(store)
-        if holder is not None and holder != other_than:
-            return holder
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"no leader other than {other_than} within {within} s")
+        return holder if holder is not None and holder != other_than else None
+
+    return str(await eventually(other, within, f"a leader other than {other_than}", interval=0.02))
 
 
 @pytest.mark.scenario

@@ -11,8 +11,8 @@ from pathlib import Path
 import grpc
 import pytest
 from asynctesting import async_test, eventually
+from devicesynctesting import enrolled_device
 from hubserving import AdminHub, make_hub_dir
-from test_hub_syncing import _enrolled
 
 from edgefleet.api import parse_manifest
 from edgefleet.v1 import device_pb2, device_pb2_grpc
@@ -223,7 +223,7 @@ async def test_a_moved_replica_serves_until_its_replacement_reports_ready(
         calls = {}
         channels = []
         for name in ("d1", "d2", "d3"):
-            creds = await _enrolled(hub, tmp_path, name)
+            creds = await enrolled_device(hub, tmp_path, name)
             ch = grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds)
             channels.append(ch)
             call = device_pb2_grpc.DeviceServiceStub(ch).Sync()
@@ -345,7 +345,7 @@ async def test_a_device_measured_over_max_latency_p95_loses_the_replica_with_its
         calls = {}
         channels = []
         for name in ("d1", "d2"):
-            creds = await _enrolled(hub, tmp_path, name)
+            creds = await enrolled_device(hub, tmp_path, name)
             ch = grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds)
             channels.append(ch)
             call = device_pb2_grpc.DeviceServiceStub(ch).Sync()

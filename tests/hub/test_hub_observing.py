@@ -4,7 +4,6 @@ exposition checked by ``promtool check metrics`` (Debian package ``prometheus``)
 
 from __future__ import annotations
 
-import asyncio
 import http.client
 import re
 import shutil
@@ -17,7 +16,7 @@ from pathlib import Path
 import grpc
 import orjson
 import pytest
-from asynctesting import async_test
+from asynctesting import async_test, eventually
 from hubserving import AdminHub, client_credentials, make_hub_dir
 from metricstesting import series_value
 
@@ -193,13 +192,18 @@ async def test_events_rollout_steps_and_placements_are_counted(tmp_path: Path) -
         await stub.Apply(admin_pb2.ApplyRequest(documents=[orjson.dumps(doc)]))
 
         async def until(series: str, value: float) -> str:
-            deadline = time.monotonic() + 20
-            while True:
+            def rendered() -> str | None:
                 text = hub.ctx.metrics.render()
-                if series_value(text, series) == value:
-                    return text
-                assert time.monotonic() < deadline, f"{series} != {value}:\n{text}"
-                await asyncio.sleep(0.05)
+                return text if series_value(text, series) == value else None
+
+            text: str = await eventually(
+                rendered,
+                20,
+                f"{series} == {value}",
+                interval=0.05,
+                detail=hub.ctx.metrics.render,
+            )
+            return text
 
         text = await until('hub_placement_changes_total{change="placed"}', 2)
         assert series_value(text, "hub_placements") == 2

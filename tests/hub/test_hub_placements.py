@@ -11,22 +11,17 @@ from typing import Any
 import orjson
 from asynctesting import async_test
 from hubtesting import FakeClock
+from placementtesting import device, parts
 
 from edgefleet.api import parse_manifest
-from hub.controllers.placement import Scheduler
 from hub.decide.desired import build_desired
-from hub.decide.devices import Device, DevicePhase
+from hub.decide.devices import DevicePhase
 from hub.decide.rollout import Revision, template_hash
 from hub.decide.status import deployment_status
 from hub.state import storekeys
 from hub.state.cache import Cache
-from hub.state.projector import Projector
-from hub.state.sessions import Sessions
 from hub.state.snapshots import snapshot_of
 from hub.state.store import SqliteStore
-from hub.state.writer import DeviceWriter
-
-GiB = 1024**3
 
 
 def deployment(name: str, **spec: Any) -> dict[str, Any]:
@@ -37,27 +32,6 @@ def deployment(name: str, **spec: Any) -> dict[str, Any]:
         "spec": {"model": {"name": name, "version": "1.0.0"}, **spec},
     }
     return parse_manifest(doc).to_dict()
-
-
-def device(name: str, now: float, **labels: str) -> Device:
-    return Device(
-        name,
-        labels=labels,
-        phase=DevicePhase.READY,
-        last_heartbeat=now,
-        facts={"facts": {"cpuCount": 4, "memoryTotalBytes": 4 * GiB}},
-    )
-
-
-def parts(
-    store: SqliteStore, cache: Cache, clock: FakeClock
-) -> tuple[Scheduler, Projector, DeviceWriter]:
-    writer = DeviceWriter(store, cache)
-    projector = Projector(store, cache, Sessions(), region="eu")
-    scheduler = Scheduler(
-        store, cache, projector, writer, region="eu", reschedule_after_s=60.0, clock=clock
-    )
-    return scheduler, projector, writer
 
 
 @async_test

@@ -14,7 +14,7 @@ import pytest
 from asynctesting import async_test
 from hubserving import AdminHub, make_hub_dir
 from hubtesting import FakeClock
-from test_hub_placements import device, parts
+from placementtesting import device, parts
 
 from edgefleet.api import parse_manifest
 from edgefleet.v1 import admin_pb2

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import grpc
 import pytest
-from asynctesting import async_test
+from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
 from hubserving import client_credentials
 
@@ -98,21 +98,28 @@ def replicas(
 
 async def _leader(store: EtcdStore, replicas: list[_Replica], *, not_: _Replica | None = None,
                   within: float) -> _Replica:  # fmt: skip
-    deadline = time.monotonic() + within
-    while time.monotonic() < deadline:
+    async def leading() -> _Replica | None:
         kv = await store.get(LEADER_KEY)
         if kv is not None:
             for r in replicas:
                 if r is not not_ and kv.value.decode().endswith(f"port {r.port}"):
                     return r
-        await asyncio.sleep(0.02)
-    raise AssertionError(f"no leader (other than {not_ and not_.port}) within {within} s")
+        return None
+
+    leader: _Replica = await eventually(
+        leading, within, f"a leader (other than {not_ and not_.port})", interval=0.02
+    )
+    return leader
 
 
 async def _apply(replica: _Replica, name: bytes) -> None:
     channel, stub = replica.stub()
     async with channel:
         await stub.Apply(admin_pb2.ApplyRequest(documents=[MANIFEST % {b"name": name}]), timeout=20)
+
+
+async def _shows(replica: _Replica, name: str) -> bool:
+    return name in await _names(replica)
 
 
 async def _names(replica: _Replica) -> set[str]:
@@ -137,10 +144,13 @@ async def test_one_replica_leads_the_others_serve_reads_and_the_leader_fails_ove
         assert f"port {leader.port}" in (refused.value.details() or "")
         assert "first" in await _names(leader)
         assert "refused" not in await _names(leader)
-        deadline = time.monotonic() + 15  # followers' caches follow the leader's writes
-        while "first" not in await _names(follower):
-            assert time.monotonic() < deadline, "a follower never showed the leader's write"
-            await asyncio.sleep(0.1)
+        # followers' caches follow the leader's writes
+        await eventually(
+            lambda: _shows(follower, "first"),
+            15,
+            "a follower to show the leader's write",
+            interval=0.1,
+        )
 
         leader.proc.kill()  # kill -9: its lease must expire
         killed = time.monotonic()

@@ -23,7 +23,7 @@ import orjson
 import pytest
 from asynctesting import async_test
 from etcdtesting import EtcdServer
-from test_hub_waves import (
+from wavetesting import (
     DEADLINE,
     Fleet,
     Hub,

@@ -6,7 +6,7 @@ devices' self-benchmarks, ``never_preempt``. Pure: no hub, no store."""
 from __future__ import annotations
 
 import pytest
-from test_hub_scheduling import NOW, dep, node
+from schedulingtesting import NOW, dep, node
 
 from edgefleet.api import TaintEffect
 from hub.decide.devices import Device, DevicePhase, Taint

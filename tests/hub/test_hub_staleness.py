@@ -6,7 +6,7 @@ store, no clock (``now`` and the observation start are passed in)."""
 from __future__ import annotations
 
 import pytest
-from test_hub_scheduling import NOW, dep, node
+from schedulingtesting import NOW, dep, node
 
 from edgefleet.api import TaintEffect
 from hub.decide.devices import Device, DevicePhase, Taint

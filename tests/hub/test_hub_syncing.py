@@ -5,52 +5,30 @@ from __future__ import annotations
 
 import asyncio
 import re
-import time
 from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 from asynctesting import async_test, eventually
+from devicesynctesting import enrolled_device
 from hubserving import AdminHub, make_hub_dir
 
-from edged.trust.identity import load_or_create_identity
 from edgefleet.v1 import (
     admin_pb2,
     common_pb2,
     device_pb2,
     device_pb2_grpc,
-    enrollment_pb2,
-    enrollment_pb2_grpc,
 )
 from hub.api.admin import devices as admin_devices
 from hub.initializing import HubPaths
-from hub.state import tokens
-
-
-async def _enrolled(hub: AdminHub, tmp_path: Path, name: str) -> grpc.ChannelCredentials:
-    identity = load_or_create_identity(tmp_path / name, tpm="off")
-    try:
-        csr = identity.build_csr(name)
-    finally:
-        identity.close()
-    token, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
-    ca = hub.paths.ca_certificate.read_bytes()
-    async with grpc.aio.secure_channel(
-        f"127.0.0.1:{hub.enroll_port}", grpc.ssl_channel_credentials(ca)
-    ) as ch:
-        resp = await enrollment_pb2_grpc.EnrollmentServiceStub(ch).Enroll(
-            enrollment_pb2.EnrollRequest(token=token, csr_pem=csr, name=name), timeout=10
-        )
-    key = (tmp_path / name / "identity" / "key.pem").read_bytes()
-    return grpc.ssl_channel_credentials(ca, key, bytes(resp.certificate_chain_pem))
 
 
 @async_test
 async def test_sync_sends_the_whole_state_and_refuses_bad_streams(tmp_path: Path) -> None:
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub:
-        creds = await _enrolled(hub, tmp_path, "cam-1")
+        creds = await enrolled_device(hub, tmp_path, "cam-1")
         async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
             stub = device_pb2_grpc.DeviceServiceStub(ch)
             call = stub.Sync()
@@ -120,7 +98,7 @@ async def test_sync_latency_is_measured_and_a_revoked_device_keeps_its_status(
     with UNAUTHENTICATED (a wrapped Sync turned that into INTERNAL)."""
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub:
-        creds = await _enrolled(hub, tmp_path, "cam-1")
+        creds = await enrolled_device(hub, tmp_path, "cam-1")
         assert _synced_count(hub) == 0
         async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
             stub = device_pb2_grpc.DeviceServiceStub(ch)
@@ -131,10 +109,12 @@ async def test_sync_latency_is_measured_and_a_revoked_device_keeps_its_status(
             ack = device_pb2.DeviceMessage(ack=device_pb2.Ack(generation=generation))
             for _ in range(2):  # the second Ack of it is not timed again
                 await call.write(ack)
-            deadline = time.monotonic() + 20
-            while hub.ctx.cache.devices["cam-1"].generation_acked < generation:
-                assert time.monotonic() < deadline, "the Ack was not recorded"
-                await asyncio.sleep(0.05)
+            await eventually(
+                lambda: hub.ctx.cache.devices["cam-1"].generation_acked >= generation,
+                20,
+                "the Ack to be recorded",
+                interval=0.05,
+            )
             await asyncio.sleep(0.2)
             assert _synced_count(hub) == 1
 
@@ -165,7 +145,7 @@ async def test_device_logs_are_asked_of_the_device_and_relayed(
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub, hub.channel() as channel:
         stub = hub.stub(channel)
-        creds = await _enrolled(hub, tmp_path, "cam-1")
+        creds = await enrolled_device(hub, tmp_path, "cam-1")
         ask = admin_pb2.DeviceLogsRequest(device_name="cam-1", workload="det", tail=2)
         code, details = await _code_of(stub.DeviceLogs(ask))
         assert code is grpc.StatusCode.FAILED_PRECONDITION
@@ -226,7 +206,7 @@ async def test_what_a_hostile_device_sends_is_bounded_and_changes_nothing(
     paths = await make_hub_dir(tmp_path / "hub")
     _set_config(paths, reservedLabels='["site"]', statusBurst=3, statusRate=0.01)
     async with AdminHub(paths) as hub:
-        creds = await _enrolled(hub, tmp_path, "cam-1")
+        creds = await enrolled_device(hub, tmp_path, "cam-1")
         hello = device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name="cam-1"))
         async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
             stub = device_pb2_grpc.DeviceServiceStub(ch)
@@ -280,7 +260,7 @@ async def test_labels_in_a_status_replace_the_hellos_and_reserved_ones_are_refus
     needed it); an empty map (an older edged) keeps the Hello's labels."""
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub:
-        creds = await _enrolled(hub, tmp_path, "cam-1")
+        creds = await enrolled_device(hub, tmp_path, "cam-1")
         gpu = {"arch": "amd64", "accelerator": "gpu", "accelerator.gpu": "1"}
         async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
             stub = device_pb2_grpc.DeviceServiceStub(ch)
@@ -330,7 +310,7 @@ async def test_a_gpu_that_disappears_moves_a_total_replica_to_the_device_with_an
         calls = {}
         channels = []
         for name, own in labels.items():
-            creds = await _enrolled(hub, tmp_path, name)
+            creds = await enrolled_device(hub, tmp_path, name)
             ch = grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds)
             channels.append(ch)
             call = device_pb2_grpc.DeviceServiceStub(ch).Sync()

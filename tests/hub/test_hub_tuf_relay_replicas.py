@@ -18,8 +18,8 @@ import pytest
 import trusttesting
 from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
-from test_hub_tuf_replicas import artifact, fleet_root
 from trusttesting import Key
+from tufreplicatesting import artifact, fleet_root
 
 from edged.trust.tufclient import TufClient
 from edgefleet.errors import TrustError

@@ -17,31 +17,19 @@ import pytest
 import trusttesting
 from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
-from trusttesting import Key, make_root
+from trusttesting import Key
+from tufreplicatesting import DAY, artifact, fleet_root
 
 from edged.trust.tufclient import TufClient
 from edgefleet.errors import TrustError
 from edgefleet.trust import tufmeta
-from edgefleet.trust.documents import ArtifactMetadata, FileInfo, Root, parse_root
-from edgefleet.trust.envelopes import ROOT_TYPE, decode_payload
+from edgefleet.trust.documents import ArtifactMetadata
 from hub.state.sharedtuf import TIMESTAMP_KEY, SharedTuf
 from hub.state.store.electing import Elector, FencedStore, NotLeader
 from hub.state.store.etcd import EtcdStore
 from hub.state.tufrepo import TufRepository, create_repository
 
-DAY = 86400.0
 keys = trusttesting.keys  # the fixture: real Ed25519 keys
-
-
-def artifact(version: str, data: bytes) -> ArtifactMetadata:
-    import hashlib
-
-    now = time.time()
-    return ArtifactMetadata(
-        name="vision-det", version=version, precision=None, metadata_version=1, created=now,
-        expires=now + 30 * DAY,
-        files={"model.onnx": FileInfo(hashlib.sha256(data).hexdigest(), len(data), "model")},
-    )  # fmt: skip
 
 
 class Replica:
@@ -75,14 +63,6 @@ class Replica:
         kind = Timestamp if name == "timestamp" else Snapshot
         signed, _ = tufmeta.parse(self.repo.read(f"{name}.json") or b"", kind, what=name)
         return int(signed.version)
-
-
-def fleet_root(keys: dict[str, Key]) -> Root:
-    return parse_root(
-        decode_payload(
-            make_root(keys, expires=time.time() + 365 * DAY), expected_type=ROOT_TYPE, what="r"
-        )
-    )
 
 
 def publish(

@@ -8,11 +8,10 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
-import time
 from collections.abc import Callable
 from pathlib import Path
 
-from asynctesting import async_test
+from asynctesting import async_test, eventually
 from workerprocess import launch_spec
 
 from edged.reconcile.model import Phase
@@ -24,10 +23,7 @@ from edgefleet.demo import TINY_MLP, build_mlp
 
 
 async def _until(cond: Callable[[], object], what: str, timeout: float = 120.0) -> None:
-    deadline = time.monotonic() + timeout
-    while not cond():
-        assert time.monotonic() < deadline, f"timed out waiting for {what}"
-        await asyncio.sleep(0.02)
+    await eventually(cond, timeout, what, interval=0.02)
 
 
 def _model(tmp_path: Path) -> tuple[Path, str]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import orjson
 from asynctesting import async_test, eventually
-from test_http import Handler, connected, read_closed, read_reply, request
+from httptesting import Handler, connected, read_closed, read_reply, request
 
 from edged.serving.http import EVICT_IDLE_AFTER_S, HttpConnection, HttpServer, Request, ServerLimits
 

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from asynctesting import async_test, eventually
+from polltesting import wait_for
 from systemdtesting import NotifySocket
 
 from edged.state.desired import FORMAT
@@ -136,10 +137,8 @@ def test_edged_run_notifies_ready_watchdog_and_stopping(
         # no watchdog ping before READY: they come from the loop that is serving
         first_ping = notify_socket.wait_for("WATCHDOG=1", 5)
         assert first_ping >= ready_at
-        deadline = time.monotonic() + 10
-        while notify_socket.count("WATCHDOG=1") < 5 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        assert notify_socket.count("WATCHDOG=1") >= 5  # every 0.2 s while healthy
+        # every 0.2 s while healthy
+        wait_for(lambda: notify_socket.count("WATCHDOG=1") >= 5, 10, "5 watchdog pings")
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, log.read_text()
         notify_socket.wait_for("STOPPING=1", 5)

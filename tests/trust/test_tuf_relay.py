@@ -16,8 +16,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from test_tuf import DAY, Hub, artifact, refused
 from trusttesting import Key, make_root
+from tuftesting import DAY, Hub, artifact, refused
 
 from edged.trust.tufclient import TufClient
 from edgefleet.errors import TrustError

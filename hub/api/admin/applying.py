@@ -282,7 +282,7 @@ class Applies:
         if regions is not None and any(
             regionslice.goes_to(obj.manifest, r) for r in regions.regions
         ):
-            # a root hub: the deployment runs in its regions (hub.api.regions), not on its devices
+            # a root hub: the deployment runs in its regions (hub.state.regions), not on its devices
             warnings = [w for w in warnings if "matches no device" not in w]
         return warnings
 

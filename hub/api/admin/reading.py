@@ -86,7 +86,7 @@ class Reads:
                 view[storekeys.model_key(m.name, m.version)] = functools.partial(model_object, m)
         elif kind == KIND_TOKEN:
             prefix = tokens.PREFIX
-        elif kind == KIND_REGION:  # read-only, shown from hub.api.regions (none: no region)
+        elif kind == KIND_REGION:  # read-only, shown from hub.state.regions (none: no region)
             prefix = None
             regions = self.regions
             here = self.replica
