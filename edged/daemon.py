@@ -27,7 +27,7 @@ from edged.compliance.remediating import Remediator
 from edged.config import EdgedConfig, ServiceDirs
 from edged.discovery.discovering import Discovery
 from edged.discovery.power import PowerReader
-from edged.hublink.downloading import Downloads
+from edged.hublink.attaching import hub_link, hub_source
 from edged.hublink.files import LinkFiles
 from edged.hublink.gathering import ReportGatherer
 from edged.reconcile.applying import Applier
@@ -44,20 +44,14 @@ from edged.reconcile.sizing import Sizer
 from edged.runtime.baselining import SecurityInForce
 from edged.runtime.delegating import delegate
 from edged.runtime.identities import configured_uids
-from edged.runtime.limiting import raise_open_files_limit
-from edged.runtime.output import RecentLogs
 from edged.runtime.privileges import warn_missing_capabilities
 from edged.runtime.processes import Replica, WorkerPool
 from edged.runtime.sandboxing import accelerator_nodes
 from edged.runtime.securing import DeviceSecurity
-from edged.serving.bounding import connection_caps
 from edged.serving.counting import Counters
-from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceRouter
-from edged.serving.ingress import Ingress
 from edged.serving.measuring import RevisionMeters
-from edged.serving.status import StatusHandler
-from edged.sources.hub import HubSource
+from edged.serving.sockets import Sockets
 from edged.sources.inotify import DirectoryWatcher
 from edged.sources.static import StaticManifests, SyncResult
 from edged.state.accepting import Acceptor
@@ -67,8 +61,7 @@ from edged.state.merging import MergedState, SourceState, static_workloads
 from edged.state.quarantining import BlobQuarantine
 from edged.statusboard import StatusBoard
 from edged.trust.admitting import ArtifactGate
-from edged.trust.attesting import ChallengeAnswerer, LoadMeasurer, MeasurementLog
-from edged.trust.secrets import SecretVolumes
+from edged.trust.attesting import LoadMeasurer, MeasurementLog
 from edged.trust.secrets import default_root as default_secrets_root
 from edged.workloads import WorkloadName
 from edgefleet.artifacts.storing import ArtifactStore
@@ -175,7 +168,6 @@ class Daemon:
             data / "state" / "baselines.json",
             on_change=self._on_security_changed,
         )
-        self.ingress: Ingress | None = None  # once the inference socket is open
         # -- secrets (docs/security.md): the values hub Secrets give workloads, on a tmpfs --
         self.secrets_root = config.secrets.dir or default_secrets_root(
             data, ServiceDirs.from_environ(os.environ).runtime
@@ -211,6 +203,15 @@ class Daemon:
             ready=self.board.ready,
             max_request_bytes=config.inference.max_request_bytes,
             refused=self.counters.refused,
+        )
+        self.sockets = Sockets(
+            config.paths,
+            config.inference,
+            board=self.board,
+            registry=self.registry,
+            router=self.router,
+            counters=self.counters,
+            security=self.security,
         )
         # -- drift (docs/security.md): what differs from what edged made ---------------------
         self.drift: DriftWatch
@@ -260,36 +261,15 @@ class Daemon:
             else None
         )
         self.link_files = LinkFiles(data)
-        self.hub_source: HubSource | None = None
-        if self.link_files.enrolled():
-            from edged.trust.tufclient import TufClient
-
-            self.hub_source = HubSource(
-                data,
-                self.store,
-                self.gate,
-                Downloads(data / "downloads"),
-                tuf=TufClient(data, required=config.trust.require_tuf),
-                secrets=SecretVolumes(
-                    self.secrets_root,
-                    data_dir=data,
-                    device_name=self.link_files.load().device_name,
-                    allow_non_tmpfs=config.secrets.allow_non_tmpfs,
-                    tpm=config.trust.tpm,
-                    # workers of their own uid read them through a descriptor (security.md)
-                    worker_uids=os.geteuid() == 0,
-                ),
-            )
+        self.hub_source = hub_source(
+            self.link_files, self.store, self.gate, config=config, secrets_root=self.secrets_root
+        )
         self.collector = ArtifactCollector(self.store, in_use=self._artifacts_in_use)
-        hub_source = self.hub_source
+        hub = self.hub_source
         self.acceptor = Acceptor(
             self.desired,
             static_read=manifests is None,
-            hub=(
-                (lambda: SourceState(hub_source.workloads, hub_source.policies))
-                if hub_source is not None
-                else None
-            ),
+            hub=(lambda: SourceState(hub.workloads, hub.policies)) if hub is not None else None,
             on_accepted=self._on_accepted,
         )
         # -- discovery (accelerators, health, labels) --
@@ -308,12 +288,12 @@ class Daemon:
         # -- the hub link (docs/architecture.md, "The hub link"), once enrolled --
         self.hub_link: HubLink | None = None
         if self.hub_source is not None:
-            from edged.hublink.linking import HubLink
-
             discovery = self.discovery
-            self.hub_link = HubLink(
+            self.hub_link = hub_link(
                 self.link_files,
-                source=self.hub_source,
+                self.hub_source,
+                config=config,
+                config_path=config_path,
                 on_accepted=self.acceptor.accept,
                 syncing=self.collector.syncing,
                 report=ReportGatherer(
@@ -326,16 +306,10 @@ class Daemon:
                     sizer=self.sizer,
                     compliance=self._compliance,
                 ).report,
-                answer_challenge=ChallengeAnswerer(
-                    data,
-                    config_path=config_path,
-                    trust_root_path=self.gate.root_path,
-                    model_digests=lambda: [w.sha256 for w in self.desired.workloads.values()],
-                    tpm=config.trust.tpm,
-                    measurement=self.measurement_log,
-                ),
-                recent_logs=RecentLogs(self.pool.output_records),  # edgectl logs
-                addresses=config.hub.addresses,
+                trust_root_path=self.gate.root_path,
+                model_digests=lambda: [w.sha256 for w in self.desired.workloads.values()],
+                measurement=self.measurement_log,
+                worker_records=self.pool.output_records,
             )
             self.board.hub_status = self.hub_link.status
             self.board.device_name = self.hub_link.link.device_name  # the hub's name for it
@@ -376,8 +350,7 @@ class Daemon:
     def _on_security_changed(self, security: DeviceSecurity) -> None:
         """Workers whose sandbox changed restart; the ingress follows the baselines."""
         self.applier.restart_outdated_sandboxes(self.desired.get, security)
-        if self.ingress is not None:
-            self.ingress.reapply()
+        self.sockets.baselines_changed()
 
     def _enqueue_workloads(self) -> None:
         """Every workload looks again (accelerators changed; events only enqueue keys)."""
@@ -433,46 +406,8 @@ class Daemon:
         # section included) from its first answer
         self.drift.start_open_watch()  # before any worker opens its model
         components = self._components()
-        open_files = raise_open_files_limit()
-        infer_cap, status_cap, lowered = connection_caps(open_files, cfg.inference.max_connections)
-        if lowered:
-            log.warning("connection cap lowered", reason=lowered, open_files=open_files)
-        status_server = HttpServer(
-            StatusHandler(self.board, self.registry, alive=lambda: True).handle,
-            limits=ServerLimits(max_body=1 << 16, max_connections=status_cap),
-        )
-        inf = cfg.inference
-        infer_server = HttpServer(
-            self.router.handle,
-            limits=ServerLimits(
-                max_body=inf.max_request_bytes,
-                max_connections=infer_cap,
-                max_buffered_bytes=inf.max_buffered_bytes,
-                header_timeout_s=inf.header_timeout_s,
-                body_timeout_s=inf.body_timeout_s,
-                idle_timeout_s=inf.idle_timeout_s,
-            ),
-            body_limit=self.router.body_limit,
-        )
-        self.counters.watch_servers({"status": status_server, "inference": infer_server})
-        ingress = Ingress(
-            infer_server,
-            socket_path=cfg.paths.inference_socket,
-            tcp=cfg.inference.listen_tcp,
-            security=self.security,
-            board=self.board,
-        )
-        self.ingress = ingress
-        try:
-            await status_server.listen_unix(cfg.paths.status_socket)
-            await infer_server.listen_unix(cfg.paths.inference_socket)
-            await ingress.apply()
-        except OSError as exc:
-            # Typically another edged on the same data dir: say so, leave its sockets, exit.
-            log.error("cannot open sockets", error=str(exc))
-            status_server.stop_accepting()
-            infer_server.stop_accepting()
-            return 1
+        if not await self.sockets.open():
+            return 1  # typically another edged on the same data dir: it keeps its sockets
         log.info(
             "edged started",
             data_dir=str(self.data_dir),
@@ -526,10 +461,7 @@ class Daemon:
         log.info("edged stopping")
         self.notifier.stopping("stopping: draining inference requests")
         self.board.draining = True
-        infer_server.stop_accepting()
-        drained = await infer_server.drain(DRAIN_TIMEOUT_S)
-        if not drained:
-            log.warning("in-flight requests did not finish in time", timeout=DRAIN_TIMEOUT_S)
+        await self.sockets.drain_inference(DRAIN_TIMEOUT_S)
         if watcher is not None:
             watcher.stop()
         components_stop.set()
@@ -538,8 +470,7 @@ class Daemon:
         stop_wait.cancel()
         await self.pool.shutdown()
         self.board.persist()
-        status_server.stop_accepting()
-        await status_server.drain(1.0)
+        await self.sockets.close_status()
         watchdog_stop.set()
         await watchdog
         log.info("edged stopped")
