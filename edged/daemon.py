@@ -1,7 +1,8 @@
 """edged run: builds the parts, connects them, and owns start-up and shutdown order.
 
-Each part gets what it needs from the others as explicit arguments (functions, mostly);
-the connections that take more than one line are the ``_on_*`` methods here.
+Wiring only: each job is in its part's module, and each part gets what it needs from the
+others as explicit arguments (functions, mostly); an event several parts hear of is fanned
+out by an ``_on_*`` method here.
 
 Start-up: validate config -> load the persisted desired state -> open the status and
 inference sockets -> tell systemd READY=1 (and ping its watchdog from the main loop, see
@@ -159,12 +160,7 @@ class Daemon:
         self.blobs = BlobQuarantine(self.store, enqueue=self.workload_queue.add)
         # -- worker sandboxes (docs/security.md): edged.toml, then the accepted baselines --
         self.security = SecurityInForce(
-            DeviceSecurity(
-                sandbox=config.workers.sandbox,
-                seccomp=config.workers.seccomp,
-                separate_uids=config.workers.separate_uids,
-                edged_root=os.geteuid() == 0,
-            ),
+            DeviceSecurity.from_config(config.workers, edged_root=os.geteuid() == 0),
             data / "state" / "baselines.json",
             on_change=self._on_security_changed,
         )
@@ -252,7 +248,7 @@ class Daemon:
         self.board.compliance = self._compliance
         self.stop_event = asyncio.Event()
         # -- trust (docs/trust.md): every artifact passes the gate before the store ----------
-        self.gate = ArtifactGate.configured(data, config.trust, self.registry)
+        self.gate = ArtifactGate.from_config(data, config.trust, self.registry)
         self.board.trust_status = self.gate.status
         # -- the sources of desired state, and what accepts their merge ----------------------
         self.source = (

@@ -110,7 +110,7 @@ class ArtifactGate:
         self._load()
 
     @classmethod
-    def configured(cls, data_dir: Path, trust: TrustConfig, registry: Registry) -> ArtifactGate:
+    def from_config(cls, data_dir: Path, trust: TrustConfig, registry: Registry) -> ArtifactGate:
         """edged's gate, as edged.toml's ``[trust]`` says: each verification counted in
         ``edged_artifact_verifications_total``, the trust state's version kept in the TPM's
         counter where edged has a TPM."""
