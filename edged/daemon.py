@@ -15,7 +15,6 @@ systemd -> become unready -> stop accepting inference connections -> drain in-fl
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
 import signal
 import sys
@@ -58,6 +57,7 @@ from edged.sources.static import StaticManifests, SyncResult
 from edged.state.accepting import Acceptor
 from edged.state.collecting import ArtifactCollector, artifacts_in_use
 from edged.state.desired import DesiredState
+from edged.state.locking import lock_data_dir
 from edged.state.merging import MergedState, SourceState, static_workloads
 from edged.state.quarantining import BlobQuarantine
 from edged.statusboard import StatusBoard
@@ -66,7 +66,7 @@ from edged.trust.attesting import LoadMeasurer, MeasurementLog
 from edged.trust.secrets import default_root as default_secrets_root
 from edged.workloads import WorkloadName
 from edgefleet.artifacts.storing import ArtifactStore
-from edgefleet.errors import EdgefleetError, StateError
+from edgefleet.errors import StateError
 from edgefleet.logs import get_logger
 from edgefleet.metrics import Registry
 from edgefleet.notifying import Notifier, WatchdogPinger
@@ -78,21 +78,6 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 DRAIN_TIMEOUT_S = 20.0
-
-
-class AlreadyRunning(EdgefleetError):
-    """Another edged holds the data directory."""
-
-
-def _lock_data_dir(data: Path) -> int:
-    """One edged per data directory: an exclusive flock held for the process's lifetime."""
-    fd = os.open(data / "edged.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise AlreadyRunning(f"another edged is running on {data}") from None
-    return fd
 
 
 class Daemon:
@@ -112,7 +97,7 @@ class Daemon:
         data = Path(config.paths.data_dir)
         self.data_dir = data
         data.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._lock = _lock_data_dir(data)
+        self._lock = lock_data_dir(data)
         self.registry = Registry()
         self.meters = RevisionMeters(
             period=config.inference.metrics_period_s,
