@@ -243,7 +243,8 @@ def _run(args: argparse.Namespace) -> int:
     if args.manifests is not None and not args.manifests.is_dir():
         print(f"edged: --manifests {args.manifests} is not a directory", file=sys.stderr)
         return 2
-    from edged.daemon import AlreadyRunning, Daemon
+    from edged.daemon import Daemon
+    from edged.state.locking import AlreadyRunning
 
     config_path = Path(args.config).resolve() if args.config else None
 

@@ -1,7 +1,8 @@
 """edged run: builds the parts, connects them, and owns start-up and shutdown order.
 
-Each part gets what it needs from the others as explicit arguments (functions, mostly);
-the connections that take more than one line are the ``_on_*`` methods here.
+Wiring only: each job is in its part's module, and each part gets what it needs from the
+others as explicit arguments (functions, mostly); an event several parts hear of is fanned
+out by an ``_on_*`` method here.
 
 Start-up: validate config -> load the persisted desired state -> open the status and
 inference sockets -> tell systemd READY=1 (and ping its watchdog from the main loop, see
@@ -14,24 +15,21 @@ systemd -> become unready -> stop accepting inference connections -> drain in-fl
 from __future__ import annotations
 
 import asyncio
-import fcntl
 import os
 import signal
 import sys
-import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from edged.compliance.checking import DriftAction
+from edged.compliance.checking import DriftAction, hold_reason
 from edged.compliance.drift import DriftWatch, IngressRules
 from edged.compliance.remediating import Remediator
 from edged.config import EdgedConfig, ServiceDirs
 from edged.discovery.discovering import Discovery
 from edged.discovery.power import PowerReader
-from edged.hublink.devicereport import DeviceReport, SandboxReport, build_device_report
-from edged.hublink.downloading import Downloads
+from edged.hublink.attaching import hub_link, hub_source
 from edged.hublink.files import LinkFiles
+from edged.hublink.gathering import ReportGatherer
 from edged.reconcile.applying import Applier
 from edged.reconcile.evicting import EvictionPolicy
 from edged.reconcile.reconciling import (
@@ -42,37 +40,32 @@ from edged.reconcile.reconciling import (
 )
 from edged.reconcile.running import Runner
 from edged.reconcile.sizing import Sizer
+from edged.runtime.baselining import SecurityInForce
 from edged.runtime.delegating import delegate
-from edged.runtime.identities import UidRange, WorkerUids, runtime_blocker
-from edged.runtime.limiting import raise_open_files_limit
+from edged.runtime.identities import configured_uids
 from edged.runtime.privileges import warn_missing_capabilities
 from edged.runtime.processes import Replica, WorkerPool
 from edged.runtime.sandboxing import accelerator_nodes
-from edged.runtime.securing import (
-    DeviceSecurity,
-)
-from edged.serving.bounding import connection_caps
-from edged.serving.http import HttpServer, ServerLimits
-from edged.serving.inference import InferenceMetrics, InferenceRouter
-from edged.serving.ingress import Ingress
-from edged.serving.measuring import RevisionMeters, benchmark_of, validation_of
-from edged.serving.status import StatusHandler
-from edged.sources.hub import HubSource
+from edged.runtime.securing import DeviceSecurity
+from edged.serving.counting import Counters
+from edged.serving.inference import InferenceRouter
+from edged.serving.measuring import RevisionMeters
+from edged.serving.sockets import Sockets
 from edged.sources.inotify import DirectoryWatcher
 from edged.sources.static import StaticManifests, SyncResult
 from edged.state.accepting import Acceptor
-from edged.state.baselines import load_baselines, save_baselines
-from edged.state.collecting import ArtifactCollector
+from edged.state.collecting import ArtifactCollector, artifacts_in_use
 from edged.state.desired import DesiredState
+from edged.state.locking import lock_data_dir
 from edged.state.merging import MergedState, SourceState, static_workloads
+from edged.state.quarantining import BlobQuarantine
 from edged.statusboard import StatusBoard
 from edged.trust.admitting import ArtifactGate
-from edged.trust.attesting import ChallengeAnswerer, LoadMeasurer, MeasurementLog
-from edged.trust.secrets import SecretVolumes
+from edged.trust.attesting import LoadMeasurer, MeasurementLog
 from edged.trust.secrets import default_root as default_secrets_root
-from edged.workloads import WorkloadName, serving_order
+from edged.workloads import WorkloadName
 from edgefleet.artifacts.storing import ArtifactStore
-from edgefleet.errors import EdgefleetError, StateError
+from edgefleet.errors import StateError
 from edgefleet.logs import get_logger
 from edgefleet.metrics import Registry
 from edgefleet.notifying import Notifier, WatchdogPinger
@@ -85,25 +78,6 @@ if TYPE_CHECKING:
 log = get_logger(__name__)
 
 DRAIN_TIMEOUT_S = 20.0
-
-
-class AlreadyRunning(EdgefleetError):
-    """Another edged holds the data directory."""
-
-
-def _counter_reader(server: HttpServer, key: str) -> Callable[[], float]:
-    return lambda: float(server.counters()[key])
-
-
-def _lock_data_dir(data: Path) -> int:
-    """One edged per data directory: an exclusive flock held for the process's lifetime."""
-    fd = os.open(data / "edged.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
-    try:
-        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    except BlockingIOError:
-        os.close(fd)
-        raise AlreadyRunning(f"another edged is running on {data}") from None
-    return fd
 
 
 class Daemon:
@@ -123,7 +97,7 @@ class Daemon:
         data = Path(config.paths.data_dir)
         self.data_dir = data
         data.mkdir(parents=True, exist_ok=True, mode=0o700)
-        self._lock = _lock_data_dir(data)
+        self._lock = lock_data_dir(data)
         self.registry = Registry()
         self.meters = RevisionMeters(
             period=config.inference.metrics_period_s,
@@ -131,25 +105,16 @@ class Daemon:
         )
         self.store = ArtifactStore(data / "artifacts")
         self.desired = DesiredState(data / "state" / "desired.json")
-        self.router = InferenceRouter(
-            ready=self._ready,
-            max_request_bytes=config.inference.max_request_bytes,
-            refused=self._on_refused,
-        )
         # edged into its supervisor leaf, workers below <delegated>/workloads (delegating.py)
         self.cgroups = delegate(str(config.workers.cgroup_root))
         warn_missing_capabilities()  # the unit's CapabilityBoundingSet= (packaging/systemd)
-        self.cgroup_root = self.cgroups.workloads
         self.limits_mode = self.cgroups.limits_mode
+        reconcile = config.reconcile
         self.workload_queue: WorkQueue[WorkloadName] = WorkQueue(
-            "workloads",
-            base_delay=config.reconcile.backoff_base_s,
-            max_delay=config.reconcile.backoff_max_s,
+            "workloads", base_delay=reconcile.backoff_base_s, max_delay=reconcile.backoff_max_s
         )
         self.source_queue: WorkQueue[str] = WorkQueue(
-            "source",
-            base_delay=config.reconcile.backoff_base_s,
-            max_delay=config.reconcile.backoff_max_s,
+            "source", base_delay=reconcile.backoff_base_s, max_delay=reconcile.backoff_max_s
         )
         # edged's measurements in a PCR (docs/trust.md): one event log, extended when a worker
         # starts loading a model and before each attestation quote
@@ -169,27 +134,21 @@ class Daemon:
             on_serving_change=self._on_serving_change,
             on_result=self._on_result,
             on_artifact_rotten=self._on_artifact_rotten,
-            on_restart=self._on_restart,
-            on_batches=lambda rep, delta: self._inference_metrics.batched(rep.workload, delta),
+            # late-bound: the counters read the board, which reads the pool
+            on_restart=lambda rep: self.counters.restarted(rep),  # noqa: PLW0108
+            on_batches=lambda rep, delta: self.counters.batched(rep, delta),  # noqa: PLW0108
             python=str(config.workers.python_executable),
-            uids=WorkerUids(
-                UidRange(config.workers.uid_base, config.workers.uid_count),
-                # the workers' onnxruntime must be readable to their uids (edged's Python)
-                blocker=runtime_blocker()
-                if os.geteuid() == 0 and config.workers.python_executable == Path(sys.executable)
-                else "",
+            uids=configured_uids(
+                config.workers, edged_root=os.geteuid() == 0, edged_python=Path(sys.executable)
             ),
         )
+        self.blobs = BlobQuarantine(self.store, enqueue=self.workload_queue.add)
         # -- worker sandboxes (docs/security.md): edged.toml, then the accepted baselines --
-        self.baselines_path = data / "state" / "baselines.json"
-        self.security = DeviceSecurity(
-            sandbox=config.workers.sandbox,
-            seccomp=config.workers.seccomp,
-            separate_uids=config.workers.separate_uids,
-            edged_root=os.geteuid() == 0,
-        ).with_baselines(load_baselines(self.baselines_path))
-        self.ingress: Ingress | None = None  # once the inference socket is open
-        self._ingress_tasks: set[asyncio.Future[None]] = set()
+        self.security = SecurityInForce(
+            DeviceSecurity.from_config(config.workers, edged_root=os.geteuid() == 0),
+            data / "state" / "baselines.json",
+            on_change=self._on_security_changed,
+        )
         # -- secrets (docs/security.md): the values hub Secrets give workloads, on a tmpfs --
         self.secrets_root = config.secrets.dir or default_secrets_root(
             data, ServiceDirs.from_environ(os.environ).runtime
@@ -199,9 +158,9 @@ class Daemon:
             secret_root=self.secrets_root,
             artifact_path=self.store.path_for,
             request_refetch=self._request_refetch,
-            cgroup_root=self.cgroup_root,
+            cgroup_root=self.cgroups.workloads,
             log_level=config.log_level,
-            security=lambda: self.security,
+            security=self.security,
             device_paths=accelerator_nodes(),
             hold=self._held_reason,
         )
@@ -213,6 +172,27 @@ class Daemon:
             limits_problem=self.cgroups.problem,
             allow_unsigned=config.trust.allow_unsigned,
             manifests_dir=manifests,
+        )
+        self.counters = Counters(
+            self.registry,
+            meters=self.meters,
+            board=self.board,
+            desired=self.desired,
+            replicas=self.pool.replicas,
+        )
+        self.router = InferenceRouter(
+            ready=self.board.ready,
+            max_request_bytes=config.inference.max_request_bytes,
+            refused=self.counters.refused,
+        )
+        self.sockets = Sockets(
+            config.paths,
+            config.inference,
+            board=self.board,
+            registry=self.registry,
+            router=self.router,
+            counters=self.counters,
+            security=self.security,
         )
         # -- drift (docs/security.md): what differs from what edged made ---------------------
         self.drift: DriftWatch
@@ -229,12 +209,12 @@ class Daemon:
         self.drift = DriftWatch(
             blobs=self.store.root / "sha256",
             config_path=config_path,
-            action=lambda: DriftAction(self.security.drift_action),
-            period=lambda: self.security.drift_period_s,
+            action=lambda: DriftAction(self.security.current.drift_action),
+            period=lambda: self.security.current.drift_period_s,
             act=self.remediator.remediate,
             on_change=self.remediator.drift_changed,
             ingress=lambda: IngressRules(
-                self.security.tcp_ports,
+                self.security.current.tcp_ports,
                 (str(config.paths.inference_socket), str(config.paths.status_socket)),
             ),
             started=lambda: self.pool.started_pids,
@@ -250,30 +230,10 @@ class Daemon:
         self.board.source_synced = manifests is None
         self.board.sizing_status = self.sizer.status
         self.board.memory_status = self.sizer.device_status
-        self.board.compliance = lambda: self.drift.status(
-            quarantined=self.remediator.quarantined_reason()
-        )
+        self.board.compliance = self._compliance
         self.stop_event = asyncio.Event()
-        self._init_metrics()
         # -- trust (docs/trust.md): every artifact passes the gate before the store ----------
-        verifications = self.registry.counter(
-            "edged_artifact_verifications_total",
-            "Artifact verifications by result (accepted, unsigned, refused) and reason",
-            ("result", "reason"),
-        )
-        from edged.trust.identity import resolve_tcti
-        from edged.trust.tpmcounter import TpmCounter
-
-        tcti = resolve_tcti(config.trust.tpm)
-        self.gate = ArtifactGate(
-            data,
-            root_file=config.trust.root_file,
-            allow_unsigned=config.trust.allow_unsigned,
-            on_result=lambda result, reason: verifications.labels(
-                result=result, reason=reason
-            ).inc(),
-            counter=TpmCounter(tcti) if tcti is not None else None,
-        )
+        self.gate = ArtifactGate.from_config(data, config.trust, self.registry)
         self.board.trust_status = self.gate.status
         # -- the sources of desired state, and what accepts their merge ----------------------
         self.source = (
@@ -282,37 +242,15 @@ class Daemon:
             else None
         )
         self.link_files = LinkFiles(data)
-        self.hub_source: HubSource | None = None
-        self.hub_link: HubLink | None = None
-        if self.link_files.enrolled():
-            from edged.trust.tufclient import TufClient
-
-            self.hub_source = HubSource(
-                data,
-                self.store,
-                self.gate,
-                Downloads(data / "downloads"),
-                tuf=TufClient(data, required=config.trust.require_tuf),
-                secrets=SecretVolumes(
-                    self.secrets_root,
-                    data_dir=data,
-                    device_name=self.link_files.load().device_name,
-                    allow_non_tmpfs=config.secrets.allow_non_tmpfs,
-                    tpm=config.trust.tpm,
-                    # workers of their own uid read them through a descriptor (security.md)
-                    worker_uids=os.geteuid() == 0,
-                ),
-            )
+        self.hub_source = hub_source(
+            self.link_files, self.store, self.gate, config=config, secrets_root=self.secrets_root
+        )
         self.collector = ArtifactCollector(self.store, in_use=self._artifacts_in_use)
-        hub_source = self.hub_source
+        hub = self.hub_source
         self.acceptor = Acceptor(
             self.desired,
             static_read=manifests is None,
-            hub=(
-                (lambda: SourceState(hub_source.workloads, hub_source.policies))
-                if hub_source is not None
-                else None
-            ),
+            hub=(lambda: SourceState(hub.workloads, hub.policies)) if hub is not None else None,
             on_accepted=self._on_accepted,
         )
         # -- discovery (accelerators, health, labels) --
@@ -328,80 +266,48 @@ class Daemon:
                 on_status_changed=self.board.device_changed,
             )
             self.board.device_status = self.discovery.status
-
-    def _init_metrics(self) -> None:
-        r = self.registry
-        self._inference_metrics = InferenceMetrics(r)
-        self._m_restarts = r.counter(
-            "edged_replica_restarts_total",
-            "Worker processes started again in a replica slot (after an exit or a kill)",
-            ("workload",),
-        )
-        self._m_ready = r.gauge("edged_replicas_ready", "Ready replicas", ("workload",))
-        r.gauge(
-            "edged_desired_generation", "Generation of the accepted desired state"
-        ).set_function(lambda: float(self.desired.generation))
-        r.gauge("edged_workloads", "Workloads in the desired state").set_function(
-            lambda: float(len(self.desired.workloads))
-        )
-
-    def _server_metrics(self, servers: dict[str, HttpServer]) -> None:
-        """What each socket's limits did (serving/http.py ServerLimits), read when scraped."""
-        for key, name, help_text in (
-            ("connections", "edged_http_connections", "Open connections"),
-            ("bufferedBytes", "edged_http_buffered_request_bytes", "Request body bytes being read"),
-            (
-                "refusedConnections",
-                "edged_http_refused_connections",
-                "Connections refused at the cap",
-            ),
-            (
-                "evictedIdleConnections",
-                "edged_http_evicted_idle_connections",
-                "Idle connections closed at the cap to make room",
-            ),
-            (
-                "timedOutConnections",
-                "edged_http_timed_out_connections",
-                "Connections closed by a header, body or idle timeout",
-            ),
-            (
-                "forbiddenConnections",
-                "edged_http_forbidden_connections",
-                "Connections refused (403) by the baselines' ingress users and groups",
-            ),
-        ):
-            gauge = self.registry.gauge(name, help_text, ("socket",))
-            for socket_name, server in servers.items():
-                gauge.labels(socket=socket_name).set_function(_counter_reader(server, key))
+        # -- the hub link (docs/architecture.md, "The hub link"), once enrolled --
+        self.hub_link: HubLink | None = None
+        if self.hub_source is not None:
+            discovery = self.discovery
+            self.hub_link = hub_link(
+                self.link_files,
+                self.hub_source,
+                config=config,
+                config_path=config_path,
+                on_accepted=self.acceptor.accept,
+                syncing=self.collector.syncing,
+                report=ReportGatherer(
+                    device=discovery.status if discovery is not None else dict,
+                    desired=self.desired,
+                    board=self.board,
+                    source=self.hub_source,
+                    meters=self.meters,
+                    pool=self.pool,
+                    sizer=self.sizer,
+                    compliance=self._compliance,
+                ).report,
+                trust_root_path=self.gate.root_path,
+                model_digests=lambda: [w.sha256 for w in self.desired.workloads.values()],
+                measurement=self.measurement_log,
+                worker_records=self.pool.output_records,
+            )
+            self.board.hub_status = self.hub_link.status
+            self.board.device_name = self.hub_link.link.device_name  # the hub's name for it
 
     # -- connections between the parts ----------------------------------------------------
     def _on_result(self, rep: Replica, status: int, seconds: float) -> None:
-        self._inference_metrics.answered(rep.workload, status, seconds)
+        self.counters.answered(rep, status, seconds)
         self.sizer.meter.answered(rep.workload, seconds)
-        self.meters.answered(rep.workload, rep.revision, status, seconds)
-
-    def _on_refused(self, workload: str, version: str | None) -> None:
-        """The router answered a request of ``workload`` 503 itself: an error of the revision
-        it would have served (of ``version``, when asked for; else the wanted one)."""
-        self._inference_metrics.refused(workload)
-        self.board.refused(WorkloadName(workload))
-        st = self.board.workload_status(WorkloadName(workload))
-        revision = st.revision if st is not None else ""
-        if st is not None and version is not None:
-            revision = next(
-                (r.revision for r in st.revisions if r.model_version == version), revision
-            )
-        self.meters.refused(workload, revision)
 
     def _on_serving_change(self, rep: Replica, ready: bool) -> None:
         self.router.replica_ready(rep, ready)
-        self._m_ready.labels(workload=rep.workload).set(
-            sum(1 for r in self.pool.replicas(rep.workload) if r.phase.value == "Ready")
-        )
+        self.counters.serving_changed(rep)
 
-    def _on_restart(self, rep: Replica) -> None:
-        self._m_restarts.labels(workload=rep.workload).inc()
+    def _on_artifact_rotten(self, workload: WorkloadName, sha256: str) -> None:
+        """A worker refused a blob whose bytes no longer match its digest: check it among
+        the pool's tasks (its shutdown waits for them)."""
+        self.pool.track(asyncio.ensure_future(self.blobs.check(workload, sha256)))
 
     def _on_static_read(self, result: SyncResult) -> None:
         self.board.set_source(result.problems, result.files)
@@ -409,39 +315,23 @@ class Daemon:
         self.acceptor.static_read(result.workloads, result.policies, result.baselines)
 
     def _on_accepted(self, merged: MergedState, changed: set[WorkloadName]) -> None:
-        """A merge of the sources was accepted: health policies, routes, changed keys, GC."""
+        """A merge of the sources was accepted: health policies, baselines, routes, changed
+        keys, GC."""
         if self.discovery is not None:
             self.discovery.set_policies(merged.policies)
         self.sizer.desired_changed()
-        security = self.security.with_baselines(merged.baselines)
-        if security != self.security:
-            self.security = security
-            save_baselines(self.baselines_path, merged.baselines)
-            log.info(
-                "security baselines accepted",
-                baselines=",".join(security.baselines),
-                require_sandbox=security.require_sandbox,
-            )
-            self.applier.restart_outdated_sandboxes(self.desired.get, security)
-            if self.ingress is not None:
-                task = asyncio.ensure_future(self.ingress.apply())
-                self._ingress_tasks.add(task)
-                task.add_done_callback(self._ingress_tasks.discard)
+        self.security.accept(merged.baselines)
         if changed:
-            self._refresh_routes()
+            self.router.route(self.desired.workloads)
             for name in changed:
                 self.workload_queue.add(name)
             self.notifier.status(self._status_line())
         self.collector.collect()
 
-    def _refresh_routes(self) -> None:
-        workloads = self.desired.workloads
-        self.router.set_models(
-            {
-                model: tuple((w, workloads[w].deployment.spec.model.version) for w in names)
-                for model, names in serving_order(workloads).items()
-            }
-        )
+    def _on_security_changed(self, security: DeviceSecurity) -> None:
+        """Workers whose sandbox changed restart; the ingress follows the baselines."""
+        self.applier.restart_outdated_sandboxes(self.desired.get, security)
+        self.sockets.baselines_changed()
 
     def _enqueue_workloads(self) -> None:
         """Every workload looks again (accelerators changed; events only enqueue keys)."""
@@ -453,46 +343,6 @@ class Daemon:
         if self.source is not None:
             self.source_queue.add(STATIC_KEY)
 
-    def _artifacts_in_use(self) -> set[str]:
-        keep = {w.sha256 for w in self.desired.workloads.values()}
-        keep |= {sha for w in self.desired.workloads.values() for sha in w.extras.values()}
-        if self.hub_source is not None:
-            keep |= self.hub_source.held  # the previous version: going back needs no download
-        return keep | {r.spec.artifact_sha256 for r in self.pool.replicas()}
-
-    def _on_artifact_rotten(self, workload: WorkloadName, sha256: str) -> None:
-        """A worker refused a blob whose bytes no longer match its digest: check it here
-        (hashing off the loop) and quarantine it; the next plan of the workload then finds
-        it missing, says so in a condition and asks its source for it again. Replicas of it
-        already running keep serving: their model is in memory."""
-
-        async def check() -> None:
-            moved = await asyncio.to_thread(
-                self.store.quarantine_if_rotten, sha256, now=time.time()
-            )
-            if moved is not None:
-                log.error("rotten artifact quarantined", workload=workload, sha256=sha256)
-            self.workload_queue.add(workload)
-
-        self.pool.track(asyncio.ensure_future(check()))
-
-    def _quarantined(self, sha256: str) -> bool:
-        return sha256 in self.store.quarantined()
-
-    def _held_reason(self) -> str | None:
-        """Why no replica may start now: quarantine, or a baseline's
-        ``drift.requireOpenWatch`` on a device where the open watch is not in force."""
-        quarantined = self.remediator.quarantined_reason()
-        if quarantined is not None:
-            return quarantined
-        why = self.drift.open_watch_reason
-        if self.security.require_open_watch and why is not None:
-            return (
-                f"the SecurityBaseline {', '.join(self.security.baselines)} requires the open "
-                f"watch (drift.requireOpenWatch) and it is not in force: {why}"
-            )
-        return None
-
     def _request_refetch(self) -> None:
         """An artifact of the desired state is missing from the store: ask its source again."""
         if self.source is not None:
@@ -500,36 +350,24 @@ class Daemon:
         if self.hub_link is not None:
             self.hub_link.refetch()
 
-    def _hub_report(self) -> DeviceReport:
-        return build_device_report(
-            self.discovery.status() if self.discovery is not None else {},
+    def _artifacts_in_use(self) -> set[str]:
+        return artifacts_in_use(
             self.desired.workloads,
-            self.board.workload_status,
-            self.hub_source.problems if self.hub_source is not None else (),
-            self.hub_source.incoming if self.hub_source is not None else None,
-            measures_of=self.meters.of,
-            validation_of=lambda w, rev: validation_of(self.pool.replicas(w), rev),
-            benchmark_of=lambda w, rev: benchmark_of(self.pool.replicas(w), rev),
-            sizing_of=self.sizer.status,
-            sandboxes_of=self._sandboxes_of,
-            compliance=self._compliance_report(),
+            held=self.hub_source.held if self.hub_source is not None else (),
+            running=(r.spec.artifact_sha256 for r in self.pool.replicas()),
         )
 
-    def _compliance_report(self) -> dict[str, Any]:
-        """``device.compliance`` without the time of the check: the hub hears of a change,
-        not of every check."""
-        doc = self.drift.status(quarantined=self.remediator.quarantined_reason())
-        doc["checked"] = doc.pop("checkedAt") is not None
-        doc["opensWatchReason"] = doc.pop("opensWatch")["reason"]  # not its counters
-        return doc
+    def _held_reason(self) -> str | None:
+        security = self.security.current
+        return hold_reason(
+            quarantined=self.remediator.quarantined_reason(),
+            open_watch_reason=self.drift.open_watch_reason,
+            require_open_watch=security.require_open_watch,
+            baselines=security.baselines,
+        )
 
-    def _sandboxes_of(self, workload: WorkloadName) -> tuple[SandboxReport, ...]:
-        out = []
-        for rep in sorted(self.pool.replicas(workload), key=lambda r: (r.revision, r.slot)):
-            doc = rep.sandbox_status()
-            if doc.get("inForce"):
-                out.append(SandboxReport.of(rep.id, rep.revision, doc))
-        return tuple(out)
+    def _compliance(self) -> dict[str, Any]:
+        return self.drift.status(quarantined=self.remediator.quarantined_reason())
 
     # -- lifecycle ------------------------------------------------------------------------
     async def run(self) -> int:
@@ -543,52 +381,14 @@ class Daemon:
             # and start empty rather than not at all; the source will provide state again.
             log.error("persisted desired state unreadable, starting empty", error=str(exc))
         self.board.loaded = True
-        self._refresh_routes()
+        self.router.route(self.desired.workloads)
         cfg = self.config
         # built before the sockets open, so that status shows every part (the hub link's
         # section included) from its first answer
         self.drift.start_open_watch()  # before any worker opens its model
         components = self._components()
-        open_files = raise_open_files_limit()
-        infer_cap, status_cap, lowered = connection_caps(open_files, cfg.inference.max_connections)
-        if lowered:
-            log.warning("connection cap lowered", reason=lowered, open_files=open_files)
-        status_server = HttpServer(
-            StatusHandler(self.board, self.registry, alive=lambda: True).handle,
-            limits=ServerLimits(max_body=1 << 16, max_connections=status_cap),
-        )
-        inf = cfg.inference
-        infer_server = HttpServer(
-            self.router.handle,
-            limits=ServerLimits(
-                max_body=inf.max_request_bytes,
-                max_connections=infer_cap,
-                max_buffered_bytes=inf.max_buffered_bytes,
-                header_timeout_s=inf.header_timeout_s,
-                body_timeout_s=inf.body_timeout_s,
-                idle_timeout_s=inf.idle_timeout_s,
-            ),
-            body_limit=self.router.body_limit,
-        )
-        self._server_metrics({"status": status_server, "inference": infer_server})
-        ingress = Ingress(
-            infer_server,
-            socket_path=cfg.paths.inference_socket,
-            tcp=cfg.inference.listen_tcp,
-            security=lambda: self.security,
-            board=self.board,
-        )
-        self.ingress = ingress
-        try:
-            await status_server.listen_unix(cfg.paths.status_socket)
-            await infer_server.listen_unix(cfg.paths.inference_socket)
-            await ingress.apply()
-        except OSError as exc:
-            # Typically another edged on the same data dir: say so, leave its sockets, exit.
-            log.error("cannot open sockets", error=str(exc))
-            status_server.stop_accepting()
-            infer_server.stop_accepting()
-            return 1
+        if not await self.sockets.open():
+            return 1  # typically another edged on the same data dir: it keeps its sockets
         log.info(
             "edged started",
             data_dir=str(self.data_dir),
@@ -642,10 +442,7 @@ class Daemon:
         log.info("edged stopping")
         self.notifier.stopping("stopping: draining inference requests")
         self.board.draining = True
-        infer_server.stop_accepting()
-        drained = await infer_server.drain(DRAIN_TIMEOUT_S)
-        if not drained:
-            log.warning("in-flight requests did not finish in time", timeout=DRAIN_TIMEOUT_S)
+        await self.sockets.drain_inference(DRAIN_TIMEOUT_S)
         if watcher is not None:
             watcher.stop()
         components_stop.set()
@@ -654,8 +451,7 @@ class Daemon:
         stop_wait.cancel()
         await self.pool.shutdown()
         self.board.persist()
-        status_server.stop_accepting()
-        await status_server.drain(1.0)
+        await self.sockets.close_status()
         watchdog_stop.set()
         await watchdog
         log.info("edged stopped")
@@ -671,7 +467,7 @@ class Daemon:
                     desired=self.desired.get,
                     observe=self.pool.observe,
                     has_artifact=self.store.has,
-                    quarantined=self._quarantined,
+                    quarantined=self.blobs.holds,
                     select_providers=self.discovery.select if self.discovery else None,
                     record_status=self.board.set_workload,
                     apply=self.applier.apply,
@@ -688,45 +484,9 @@ class Daemon:
         if self.discovery is not None:
             components.append(self.discovery)
         components.append(self.drift)
-        if self.hub_source is not None:
-            from edged.hublink.linking import HubLink
-
+        if self.hub_link is not None:
             self.acceptor.accept()  # hub.json may be newer than desired.json after a crash
-            from edged.runtime.output import WORKER_OUTPUT_EVENT, merge_records
-            from edgefleet.logs import keep_recent_lines
-
-            # what edgectl logs reads, through the hub: edged's own records, and what its
-            # workers wrote to stderr (kept per replica, so a chatty worker cannot push
-            # edged's records out)
-            recent = keep_recent_lines(skip_events=frozenset({WORKER_OUTPUT_EVENT}))
-            pool = self.pool
-
-            def recent_logs(tail: int, workload: str) -> list[str]:
-                return merge_records(
-                    [recent.records(workload), *pool.output_records(workload)], tail
-                )
-
-            link = HubLink(
-                self.link_files,
-                source=self.hub_source,
-                on_accepted=self.acceptor.accept,
-                syncing=self.collector.syncing,
-                report=self._hub_report,
-                answer_challenge=ChallengeAnswerer(
-                    self.data_dir,
-                    config_path=self.config_path,
-                    trust_root_path=self.gate.root_path,
-                    model_digests=lambda: [w.sha256 for w in self.desired.workloads.values()],
-                    tpm=cfg.trust.tpm,
-                    measurement=self.measurement_log,
-                ),
-                recent_logs=recent_logs,
-                addresses=cfg.hub.addresses,
-            )
-            self.hub_link = link
-            self.board.hub_status = link.status
-            self.board.device_name = link.link.device_name  # the hub's name for this device
-            components.append(link)
+            components.append(self.hub_link)
         if self.source is not None:
             components.append(
                 Runner(
@@ -747,9 +507,6 @@ class Daemon:
     def _status_line(self) -> str:
         """The one line ``systemctl status`` shows (sd_notify ``STATUS=``)."""
         return f"generation {self.desired.generation}, {len(self.desired.workloads)} workloads"
-
-    def _ready(self) -> bool:
-        return self.board.ready()
 
     def _request_stop(self, sig: signal.Signals) -> None:
         if not self.stop_event.is_set():

@@ -32,7 +32,7 @@ them, still under this root (they are listed here so the whole tree is in one pl
     (hub.api.devicesync)
     ├── PushRefused            an artifact push was refused (hub.api.push)
     ├── LaunchError            a program started by edgefleet.launching exited or never got ready
-    ├── AlreadyRunning         another edged holds the data directory (edged.daemon)
+    ├── AlreadyRunning         another edged holds the data directory (edged.state.locking)
     ├── DeviceKeyError         the device identity key cannot be made or used (edged.trust.identity)
     ├── TpmAttestationError    the TPM attestation key cannot be made, activated or used
     │                          (edged.trust.tpmattesting)

@@ -17,13 +17,14 @@
   ``network.ingress.tcpPorts`` (when set); unix sockets other than infer.sock and the status
   socket: ``ListeningSocket``.
 
-:func:`plan_remediation` says what to do about findings under a baseline's ``drift.action``.
+:func:`plan_remediation` says what to do about findings under a baseline's ``drift.action``;
+:func:`hold_reason` why no replica may start (quarantine, or an open watch a baseline requires).
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any
@@ -277,6 +278,26 @@ def plan_remediation(findings: Iterable[Finding], action: DriftAction) -> Remedi
             )
         ),
     )
+
+
+def hold_reason(
+    *,
+    quarantined: str | None,
+    open_watch_reason: str | None,
+    require_open_watch: bool,
+    baselines: Sequence[str],
+) -> str | None:
+    """Why no replica may start now, or None: the device's quarantine (``quarantined``: its
+    reason), or a baseline's ``drift.requireOpenWatch`` (``baselines``: their names) on a
+    device where the open watch is not in force (``open_watch_reason``: why not)."""
+    if quarantined is not None:
+        return quarantined
+    if require_open_watch and open_watch_reason is not None:
+        return (
+            f"the SecurityBaseline {', '.join(baselines)} requires the open "
+            f"watch (drift.requireOpenWatch) and it is not in force: {open_watch_reason}"
+        )
+    return None
 
 
 KILLED = frozenset(

@@ -26,6 +26,7 @@ from collections.abc import Container, Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+from edged.config import WorkersConfig
 from edgefleet.logs import get_logger
 
 log = get_logger(__name__)
@@ -231,6 +232,18 @@ def unreadable_to_others(path: str) -> str:
             what = "read" if here == target else "pass"
             return f"{here} is {stat.filemode(mode)}: other users cannot {what} it"
     return ""
+
+
+def configured_uids(workers: WorkersConfig, *, edged_root: bool, edged_python: Path) -> WorkerUids:
+    """The uids edged.toml's ``[workers]`` gives replicas; where edged (root) runs its workers
+    with its own Python, that Python's onnxruntime must be readable to those uids
+    (:func:`runtime_blocker`)."""
+    return WorkerUids(
+        UidRange(workers.uid_base, workers.uid_count),
+        blocker=runtime_blocker()
+        if edged_root and workers.python_executable == edged_python
+        else "",
+    )
 
 
 def runtime_blocker() -> str:

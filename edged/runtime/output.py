@@ -17,7 +17,8 @@ splits it into lines:
   ``journalctl -u edged -p warning`` leaves out a worker's informational chatter.
 
 The ring belongs to the replica slot, not to the process, so the last lines of a worker that
-crashed are still there after it restarted.
+crashed are still there after it restarted. :class:`RecentLogs` is what ``edgectl logs``
+reads: edged's own newest records merged with the rings.
 """
 
 from __future__ import annotations
@@ -32,7 +33,7 @@ from dataclasses import dataclass
 
 import orjson
 
-from edgefleet.logs import MAX_RECENT_LINE, get_logger, timestamp
+from edgefleet.logs import MAX_RECENT_LINE, get_logger, keep_recent_lines, timestamp
 
 log = get_logger(__name__)
 
@@ -221,3 +222,20 @@ def merge_records(sources: list[list[tuple[float, str]]], count: int) -> list[st
 
     merged = list(heapq.merge(*sources, key=lambda r: r[0]))
     return [text for _, text in merged[-count:]] if count > 0 else []
+
+
+class RecentLogs:
+    """What ``edgectl logs`` reads, through the hub (``logs(tail, workload)``): edged's own
+    records, kept from construction on by a handler on the root logger (without the
+    forwarded worker lines), merged with what its workers wrote to stderr, kept per replica
+    (so a chatty worker cannot push edged's records out)."""
+
+    def __init__(self, worker_records: Callable[[str], list[list[tuple[float, str]]]]) -> None:
+        """``worker_records(workload)``: each replica slot's records, oldest first
+        (``WorkerPool.output_records``)."""
+        self._own = keep_recent_lines(skip_events=frozenset({WORKER_OUTPUT_EVENT}))
+        self._workers = worker_records
+
+    def __call__(self, tail: int, workload: str) -> list[str]:
+        """The newest ``tail`` records (about ``workload`` only, if not empty), oldest first."""
+        return merge_records([self._own.records(workload), *self._workers(workload)], tail)

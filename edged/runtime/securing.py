@@ -20,6 +20,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 
+from edged.config import WorkersConfig
 from edged.runtime.launching import SandboxSpec
 from edgefleet.api import ModelDeployment, SecurityBaseline
 from edgefleet.api.baselines import DRIFT_ACTIONS
@@ -49,6 +50,16 @@ class DeviceSecurity:
     require_open_watch: bool = False  # a baseline's drift.requireOpenWatch
     separate_uids: bool = True  # [workers] separateUids
     edged_root: bool = False  # edged's effective uid is 0 (only then can workers get a uid)
+
+    @classmethod
+    def from_config(cls, workers: WorkersConfig, *, edged_root: bool) -> DeviceSecurity:
+        """What edged.toml's ``[workers]`` says, before any baseline."""
+        return cls(
+            sandbox=workers.sandbox,
+            seccomp=workers.seccomp,
+            separate_uids=workers.separate_uids,
+            edged_root=edged_root,
+        )
 
     def with_baselines(self, baselines: Iterable[SecurityBaseline]) -> DeviceSecurity:
         """This device's settings under ``baselines`` (replacing any it held)."""

@@ -15,12 +15,13 @@ Routes: ``GET /v2``, ``GET /v2/health/live``, ``GET /v2/health/ready``,
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edged import __version__
 from edged.serving.bounding import request_body_limit
+from edged.workloads import DesiredWorkload, WorkloadName, serving_order
 from edgefleet.metrics import CounterChild, HistogramChild, Registry
 
 if TYPE_CHECKING:
@@ -152,6 +153,16 @@ class InferenceRouter:
         self._refused = refused
 
     # -- kept current by the daemon -----------------------------------------------------------
+    def route(self, workloads: Mapping[WorkloadName, DesiredWorkload]) -> None:
+        """Route each model name of the desired ``workloads`` to them in serving order
+        (:func:`edged.workloads.serving_order`), each with its deployment's model version."""
+        self.set_models(
+            {
+                model: tuple((w, workloads[w].deployment.spec.model.version) for w in names)
+                for model, names in serving_order(workloads).items()
+            }
+        )
+
     def set_models(self, entries: dict[str, tuple[tuple[str, str], ...]]) -> None:
         """Known models: name -> its workloads in serving order, each ``(workload, version)``.
         Ready replicas of kept names stay, whichever workload they belong to."""

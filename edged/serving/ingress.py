@@ -2,8 +2,9 @@
 and mode of ``infer.sock``, the users and groups let in per connection (:class:`PeerGate`), and
 whether the configured loopback TCP port is served.
 
-:meth:`Ingress.apply` follows :func:`edged.runtime.securing.plan_ingress` (pure) each time the
-baselines change, and puts what is in force into status (``ingress``).
+:meth:`Ingress.apply` follows :func:`edged.runtime.securing.plan_ingress` (pure) at start and
+(:meth:`Ingress.reapply`) each time the baselines change, and puts what is in force into
+status (``ingress``).
 """
 
 from __future__ import annotations
@@ -43,6 +44,13 @@ class Ingress:
         self._board = board
         self._tcp_listener: asyncio.AbstractServer | None = None
         self._peer_gate: PeerGate | None = None  # infer.sock's per-connection user check
+        self._reapplying: set[asyncio.Future[None]] = set()
+
+    def reapply(self) -> None:
+        """:meth:`apply` again, in the background: the baselines changed."""
+        task = asyncio.ensure_future(self.apply())
+        self._reapplying.add(task)
+        task.add_done_callback(self._reapplying.discard)
 
     async def apply(self) -> None:
         """Give infer.sock the group and mode the baselines say, and serve the configured

@@ -8,10 +8,25 @@ has not handed over yet.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from contextlib import contextmanager
 
+from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.artifacts.storing import ArtifactStore
+
+
+def artifacts_in_use(
+    workloads: Mapping[WorkloadName, DesiredWorkload],
+    *,
+    held: Iterable[str],
+    running: Iterable[str],
+) -> set[str]:
+    """What the collector keeps (pure): the artifacts of the desired ``workloads`` (their
+    models and extras), those a source ``held`` (the hub's previous version: going back needs
+    no download) and those of the replicas ``running``."""
+    keep = {w.sha256 for w in workloads.values()}
+    keep |= {sha for w in workloads.values() for sha in w.extras.values()}
+    return keep | set(held) | set(running)
 
 
 class ArtifactCollector:

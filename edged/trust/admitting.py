@@ -20,10 +20,12 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from edged.config import TrustConfig
 from edged.trust.tpmcounter import TpmCounter, TpmCounterError, counter_lost
 from edgefleet.artifacts.storing import ArtifactStore, LooksLikeOnnx, PinnedDigest, Verifier
 from edgefleet.errors import ArtifactError, StateError, TrustError
 from edgefleet.logs import get_logger
+from edgefleet.metrics import Registry
 from edgefleet.persisting import read_json, write_atomic, write_json_atomic
 from edgefleet.trust.documents import (
     ArtifactMetadata,
@@ -106,6 +108,29 @@ class ArtifactGate:
         self._root_file_seen: tuple[int, int] | None = None
         self._stat_cache: dict[tuple[str, int, int, int], str] = {}
         self._load()
+
+    @classmethod
+    def from_config(cls, data_dir: Path, trust: TrustConfig, registry: Registry) -> ArtifactGate:
+        """edged's gate, as edged.toml's ``[trust]`` says: each verification counted in
+        ``edged_artifact_verifications_total``, the trust state's version kept in the TPM's
+        counter where edged has a TPM."""
+        from edged.trust.identity import resolve_tcti
+
+        verifications = registry.counter(
+            "edged_artifact_verifications_total",
+            "Artifact verifications by result (accepted, unsigned, refused) and reason",
+            ("result", "reason"),
+        )
+        tcti = resolve_tcti(trust.tpm)
+        return cls(
+            data_dir,
+            root_file=trust.root_file,
+            allow_unsigned=trust.allow_unsigned,
+            on_result=lambda result, reason: verifications.labels(
+                result=result, reason=reason
+            ).inc(),
+            counter=TpmCounter(tcti) if tcti is not None else None,
+        )
 
     # -- persisted state ----------------------------------------------------------------
     @property

@@ -15,6 +15,7 @@ from edged.compliance.checking import (
     check_processes,
     check_store,
     hash_findings,
+    hold_reason,
     plan_remediation,
 )
 
@@ -126,3 +127,31 @@ def test_openers_and_listeners_are_killed_under_restart_workload() -> None:
         kill_pids=(300, 301)
     )
     assert plan_remediation(findings, DriftAction.ALERT) == Remediation()
+
+
+def test_why_no_replica_may_start() -> None:
+    no_watch = "edged lacks CAP_SYS_ADMIN"
+    q = "quarantined after drift: ArtifactAdded (clear: remove q.json)"
+    cases = [
+        # (quarantined, open watch not in force because, required, expected)
+        (None, None, False, None),
+        (None, no_watch, False, None),  # not required: the periodic check is enough
+        (None, None, True, None),  # required and in force
+        (q, None, False, q),
+        (q, no_watch, True, q),  # the quarantine says it first
+        (
+            None,
+            no_watch,
+            True,
+            "the SecurityBaseline strict, plant requires the open watch "
+            f"(drift.requireOpenWatch) and it is not in force: {no_watch}",
+        ),
+    ]
+    for quarantined, why, required, expected in cases:
+        got = hold_reason(
+            quarantined=quarantined,
+            open_watch_reason=why,
+            require_open_watch=required,
+            baselines=("strict", "plant"),
+        )
+        assert got == expected, (quarantined, why, required)

@@ -19,6 +19,7 @@ from edged.runtime.output import (
     MAX_LINE,
     OutputReader,
     OutputRing,
+    RecentLogs,
     merge_records,
     worker_line_level,
 )
@@ -143,6 +144,31 @@ def test_recent_lines_skip_what_is_kept_per_replica() -> None:
     records = recent.records("det")
     assert [orjson.loads(text)["event"] for _, text in records] == ["replica ready"]
     assert recent.tail(5, "det") == [records[0][1]]
+
+
+def test_edgectl_logs_reads_edgeds_records_merged_with_the_workers() -> None:
+    root = logging.getLogger()
+    handlers = list(root.handlers)
+    asked: list[str] = []
+
+    def worker_records(workload: str) -> list[list[tuple[float, str]]]:
+        asked.append(workload)
+        return [[(0.0, "the oldest worker line")], [(1e12, "a worker line from the future")]]
+
+    try:
+        logs = RecentLogs(worker_records)
+        logging.getLogger("test-recent-logs").warning(
+            "replica exited", extra={"fields": {"workload": "det"}}
+        )
+        logging.getLogger("test-recent-logs").warning("worker output")  # kept per replica
+    finally:
+        root.handlers[:] = handlers
+    got = logs(10, "det")
+    assert asked == ["det"]
+    assert got[0] == "the oldest worker line" and got[-1] == "a worker line from the future"
+    assert [orjson.loads(line)["event"] for line in got[1:-1]] == ["replica exited"]
+    assert logs(1, "det") == ["a worker line from the future"]
+    assert logs(10, "other")[1:-1] == []  # edged's record is about det only
 
 
 LINE_LEVELS = {

@@ -157,6 +157,18 @@ def test_serving_order_is_by_workload_name() -> None:
     assert serving_order(workloads) == {"mlp": ("a", "z"), "x": ("x",)}
 
 
+def test_routes_follow_the_desired_workloads_in_serving_order() -> None:
+    r = Routed()
+    r.router.route({WorkloadName(n): desired(n, "mlp") for n in ("z", "a")})
+    a, z = replica("a"), replica("z")
+    r.ready(z, a)
+    assert infer(r.router) == 200 and (a.forwarded, z.forwarded) == (1, 0)
+    r.router.route({WorkloadName("z"): desired("z", "mlp")})  # "a" deleted: "z" serves
+    assert infer(r.router) == 200 and z.forwarded == 1
+    r.router.route({})
+    assert infer(r.router) == 404  # no workload gives the name any more
+
+
 RUNNING = WorkloadStatus("Running", 1, 1, "r1")
 
 

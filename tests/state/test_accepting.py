@@ -7,7 +7,7 @@ import io
 from pathlib import Path
 
 from edged.state.accepting import Acceptor
-from edged.state.collecting import ArtifactCollector
+from edged.state.collecting import ArtifactCollector, artifacts_in_use
 from edged.state.desired import DesiredState
 from edged.state.merging import HUB_SOURCE, MergedState, SourceState
 from edged.workloads import DesiredWorkload, WorkloadName
@@ -15,7 +15,7 @@ from edgefleet.api import API_VERSION, ModelDeployment, parse_manifest
 from edgefleet.artifacts.storing import ArtifactStore
 
 
-def workload(name: str, source: str) -> DesiredWorkload:
+def workload(name: str, source: str, sha256: str = "a" * 64) -> DesiredWorkload:
     dep = parse_manifest(
         {
             "apiVersion": API_VERSION,
@@ -25,7 +25,7 @@ def workload(name: str, source: str) -> DesiredWorkload:
         }
     )
     assert isinstance(dep, ModelDeployment)
-    return DesiredWorkload(dep, "a" * 64, source)
+    return DesiredWorkload(dep, sha256, source)
 
 
 CAMERA, SHELF = workload("camera", "camera.yaml"), workload("shelf", HUB_SOURCE)
@@ -83,3 +83,21 @@ def test_garbage_is_collected_only_when_no_source_syncs(tmp_path: Path) -> None:
         assert store.digests() == set(shas)
     collector.collect()
     assert store.digests() == {shas[0]}
+
+
+def test_what_the_collector_keeps() -> None:
+    a, b, c, d, e = (ch * 64 for ch in "abcde")
+    with_extras = DesiredWorkload(
+        workload("shelf", HUB_SOURCE, b).deployment, b, HUB_SOURCE, extras={"labels": c}
+    )
+    desired = {CAMERA.name: CAMERA, with_extras.name: with_extras}
+    cases = [
+        # (desired, held by a source, running, kept)
+        ({}, (), (), set()),
+        (desired, (), (), {a, b, c}),  # models and their extras
+        ({}, (d,), (), {d}),  # the hub's previous version: going back needs no download
+        ({}, (), (e, e), {e}),  # an old revision still draining
+        (desired, (d,), (e,), {a, b, c, d, e}),
+    ]
+    for workloads, held, running, kept in cases:
+        assert artifacts_in_use(workloads, held=held, running=running) == kept
