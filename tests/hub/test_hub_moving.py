@@ -5,6 +5,7 @@ messages; a real SQLite store). Faked: nothing (the devices are gRPC clients, no
 
 from __future__ import annotations
 
+import contextlib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -415,6 +416,12 @@ async def test_a_device_measured_over_max_latency_p95_loses_the_replica_with_its
         finally:
             for call in calls.values():
                 await call.done_writing()
+                # what the hub sent that this test did not read (the deployment's desired
+                # states, once its rollout controller made the revision): a call's status comes
+                # after its messages
+                with contextlib.suppress(grpc.aio.AioRpcError):
+                    while await call.read() is not grpc.aio.EOF:
+                        pass
                 await call.code()
             for ch in channels:
                 await ch.close()
