@@ -10,8 +10,8 @@ interpreter's GIL serving eleven hubs; the processes still share this machine's 
 many, and how loaded, when quoting it).
 
 What is real: the root and ``--regions`` regional hubs, each made by ``hub init`` (the regions
-with ``hub init --parent``'s enrollment, ``hub.controllers.parentlink.enroll_with_parent``, over
-real TLS
+with ``hub init --parent``'s enrollment,
+``hub.controllers.parentlink.regionenrollment.enroll_with_parent``, over real TLS
 with the CA pin), each on its own SQLite store, each running its writer, projector, rollout
 controller and scheduler; the root serves its gRPC services on loopback with mutual TLS and
 each region runs its real ``ParentLink`` (the Federate stream, the artifact fetched from the
@@ -131,7 +131,7 @@ class Hub:
         self.running: Any = None
 
     async def start(self, *, serve: bool = False, link: bool = False) -> Hub:
-        from hub.controllers.parentlink import ParentFiles
+        from hub.controllers.parentlink.regionenrollment import ParentFiles
         from hub.server import build_context, parent_link, start_server
 
         self.ctx = await build_context(self.data_dir)
@@ -285,7 +285,7 @@ async def _child(args: argparse.Namespace) -> None:
     data = Path(args.data)
     name = args.name
     if args.parent:
-        from hub.controllers.parentlink import enroll_with_parent
+        from hub.controllers.parentlink.regionenrollment import enroll_with_parent
 
         async def setup(paths: Any, ca: Any) -> None:
             await enroll_with_parent(

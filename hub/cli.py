@@ -324,7 +324,7 @@ async def _init(args: argparse.Namespace) -> int:
 
 def _parent_setup(args: argparse.Namespace) -> TrustSetup:
     """``hub init --parent``: enroll with the root hub instead of making a trust root."""
-    from hub.controllers.parentlink import enroll_with_parent
+    from hub.controllers.parentlink.regionenrollment import enroll_with_parent
 
     if args.no_trust_root or args.trust_root is not None or args.tuf:
         raise HubDirError(
@@ -575,7 +575,7 @@ async def _tuf_install(args: argparse.Namespace) -> int:
 
 
 async def _parent_set_addresses(args: argparse.Namespace) -> int:
-    from hub.controllers.parentlink import set_parent_addresses
+    from hub.controllers.parentlink.regionenrollment import set_parent_addresses
 
     _config(args.data_dir)
     got = set_parent_addresses(HubPaths.of(args.data_dir).data_dir, args.addresses)

@@ -37,7 +37,8 @@ from hub.api.observability import InstrumentedStore
 from hub.api.push import ArtifactReceiver
 from hub.config import HubConfig, TufConfig, load_config, tuf_lifetimes
 from hub.controllers.attestation import AttestationController
-from hub.controllers.parentlink import PARENT_FILE, ParentFiles, ParentLink, fleet_root_of
+from hub.controllers.parentlink.link import ParentLink
+from hub.controllers.parentlink.regionenrollment import PARENT_FILE, ParentFiles, fleet_root_of
 from hub.controllers.placement import Scheduler
 from hub.controllers.replicas import reload_cache, replica_identity
 from hub.controllers.rollout import RolloutController
@@ -414,7 +415,7 @@ def tuf_watcher(ctx: HubParts) -> TufWatcher:
 
 
 def parent_link(ctx: HubParts, files: ParentFiles) -> ParentLink:
-    """A regional hub's link to its root (:mod:`hub.controllers.parentlink`), wired."""
+    """A regional hub's link to its root (:mod:`hub.controllers.parentlink.link`), wired."""
     return ParentLink(
         files,
         data_dir=ctx.paths.data_dir,

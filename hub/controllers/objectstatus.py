@@ -1,7 +1,7 @@
 """An object as ``edgectl get`` shows it at this hub (its computed status), regions' figures
 not added: what AdminService's reads show (:mod:`hub.api.admin.showing`, which adds a root's
 regions and waves) and what a regional hub reports to its root
-(:func:`hub.controllers.parentlink.build_report`).
+(:func:`hub.controllers.parentlink.regionreport.build_report`).
 
 Here, not in api, because both call it; it reads the cache and the rollout controller's last
 canary analysis, and writes nothing.

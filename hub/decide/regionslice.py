@@ -3,7 +3,8 @@ owed (its *slice*), the bounds on what a regional hub reports, and how the root 
 regions' reports into what ``edgectl`` shows; at a region, what applying a slice writes
 (:func:`plan_apply`). No I/O, no clock, no protobuf (the messages are
 mapped, and a region's report checked against these bounds, in :mod:`hub.state.regionmapping`):
-tested as tables in ``tests/hub/test_hub_federation.py`` and ``tests/hub/test_hub_waving.py``.
+tested as tables in ``tests/hub/test_hub_federation_slices.py`` and
+``tests/hub/test_hub_waving.py``.
 
 A ModelDeployment goes to the regions its ``spec.placement.regions`` lists, or to every region
 when it lists none; DeviceHealthPolicy and SecurityBaseline objects go to every region. A region

@@ -38,8 +38,8 @@ from wavetesting import (
 from edgefleet.backoff import Backoff, Jitter
 from edgefleet.failover import MAX_ADDRESSES, Rotation, round_delay, split_addresses
 from edgefleet.launching import free_port_pair
-from hub.controllers import parentlink
-from hub.controllers.parentlink import (
+from hub.controllers.parentlink import regionenrollment
+from hub.controllers.parentlink.regionenrollment import (
     FederationError,
     ParentFiles,
     enroll_with_parent,
@@ -130,10 +130,10 @@ def test_the_backoff_grows_once_per_round_of_every_address(
 def _parent_dir(tmp_path: Path, doc: object) -> Path:
     d = tmp_path / "region"
     d.mkdir(exist_ok=True)
-    for name in (parentlink.PARENT_CA_FILE, parentlink.FEDERATION_CERT_FILE):
+    for name in (regionenrollment.PARENT_CA_FILE, regionenrollment.FEDERATION_CERT_FILE):
         (d / name).write_bytes(b"pem")
-    (d / parentlink.FEDERATION_KEY_FILE).write_bytes(b"key")
-    (d / parentlink.PARENT_FILE).write_bytes(orjson.dumps(doc))
+    (d / regionenrollment.FEDERATION_KEY_FILE).write_bytes(b"key")
+    (d / regionenrollment.PARENT_FILE).write_bytes(orjson.dumps(doc))
     return d
 
 
@@ -144,7 +144,7 @@ def test_parent_json_of_one_address_or_several_and_set_addresses(tmp_path: Path)
     assert files is not None and files.addresses == ("root:7443",) and files.parents == ()
 
     assert set_parent_addresses(d, "r1:7443, r2:7443") == ["r1:7443", "r2:7443"]
-    doc = orjson.loads((d / parentlink.PARENT_FILE).read_bytes())
+    doc = orjson.loads((d / regionenrollment.PARENT_FILE).read_bytes())
     assert doc == {
         "parent": "r1:7443",
         "parents": ["r1:7443", "r2:7443"],
@@ -153,15 +153,15 @@ def test_parent_json_of_one_address_or_several_and_set_addresses(tmp_path: Path)
     }
     files = ParentFiles.load(d)
     assert files is not None and files.addresses == ("r1:7443", "r2:7443")
-    assert (d / parentlink.PARENT_FILE).stat().st_mode & 0o777 == 0o600
+    assert (d / regionenrollment.PARENT_FILE).stat().st_mode & 0o777 == 0o600
 
-    before = (d / parentlink.PARENT_FILE).read_bytes()
+    before = (d / regionenrollment.PARENT_FILE).read_bytes()
     for bad in ("", "r1", "r1:7443,nope"):
         with pytest.raises(FederationError, match="--parent: must be HOST:PORT"):
             set_parent_addresses(d, bad)
-    assert (d / parentlink.PARENT_FILE).read_bytes() == before  # nothing written
+    assert (d / regionenrollment.PARENT_FILE).read_bytes() == before  # nothing written
 
-    (d / parentlink.PARENT_FILE).write_bytes(orjson.dumps({**doc, "parents": ["r1:7443", 5]}))
+    (d / regionenrollment.PARENT_FILE).write_bytes(orjson.dumps({**doc, "parents": ["r1:7443", 5]}))
     with pytest.raises(FederationError, match="not a parent link: a parent address must be"):
         ParentFiles.load(d)
     with pytest.raises(FederationError, match="is not a regional hub"):
@@ -176,7 +176,7 @@ def test_hub_parent_set_addresses_command(tmp_path: Path) -> None:
     d = str(tmp_path / "eu")
     got = _hub("parent", "set-addresses", "--data-dir", d, "a:1,b:2")
     assert got.returncode == 1 and "is not a regional hub" in got.stderr, got
-    (tmp_path / "eu" / parentlink.PARENT_FILE).write_bytes(
+    (tmp_path / "eu" / regionenrollment.PARENT_FILE).write_bytes(
         orjson.dumps({"parent": "root:7443", "region": "eu", "rootRegion": "root"})
     )
     got = _hub("parent", "set-addresses", "--data-dir", d, "a:1,b:2")
@@ -203,10 +203,10 @@ async def test_the_link_dials_each_address_in_turn_and_takes_a_new_list(tmp_path
     )
     d = result.paths.data_dir
     doc = {"parent": "a:1", "parents": ["a:1", "b:1", "c:1"], "region": "eu", "rootRegion": "r"}
-    for name in (parentlink.PARENT_CA_FILE, parentlink.FEDERATION_CERT_FILE):
+    for name in (regionenrollment.PARENT_CA_FILE, regionenrollment.FEDERATION_CERT_FILE):
         (d / name).write_bytes(b"pem")
-    (d / parentlink.FEDERATION_KEY_FILE).write_bytes(b"key")
-    (d / parentlink.PARENT_FILE).write_bytes(orjson.dumps(doc))
+    (d / regionenrollment.FEDERATION_KEY_FILE).write_bytes(b"key")
+    (d / regionenrollment.PARENT_FILE).write_bytes(orjson.dumps(doc))
     ctx = await build_context(d)
     try:
         files = ParentFiles.load(d)

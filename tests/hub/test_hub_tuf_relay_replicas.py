@@ -70,7 +70,8 @@ class RegionReplica:
         self.tasks.append(asyncio.create_task(self.relay.run(self.stop)))
 
     async def from_root(self, root: TufRepository) -> None:
-        """What the root link does with a set (hub.controllers.parentlink ParentLink._adopt_tuf)."""
+        """What the root link does with a set (hub.controllers.parentlink.tufadoption
+        TufAdoption.adopt)."""
         files, digest = root.files()
         self.tuf = await asyncio.to_thread(adopt, self.data, files, digest, self.fleet)
         await self.relay.publish(files, digest)

@@ -48,7 +48,7 @@ from wavetesting import (
 from edgefleet.api import Precision
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2
-from hub.controllers.parentlink import build_report
+from hub.controllers.parentlink.regionreport import build_report
 from hub.decide.wave import WavePhase
 from hub.initializing import HubPaths
 

@@ -21,7 +21,7 @@ from edgefleet.launching import free_port_pair
 from edgefleet.supervising import Component
 from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 from hub import pki
-from hub.controllers.parentlink import ParentFiles, enroll_with_parent
+from hub.controllers.parentlink.regionenrollment import ParentFiles, enroll_with_parent
 from hub.controllers.replicas import CacheFollower
 from hub.controllers.wave import WaveObserver
 from hub.decide.devices import Device, DevicePhase, RevisionPhase, RevisionReport, WorkloadReport

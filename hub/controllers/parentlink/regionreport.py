@@ -1,0 +1,128 @@
+"""A region's report to its root (docs/federation.md): its root-owned deployments' status and
+figures per revision (what the root's waves analyse) and its device inventory, bounded
+(:mod:`hub.decide.regionslice`); sent up by the link (:mod:`hub.controllers.parentlink.link`).
+"""
+
+from __future__ import annotations
+
+from edgefleet.v1 import federation_pb2
+from hub.controllers.objectstatus import shown_object
+from hub.controllers.rollout import RolloutController, targeted
+from hub.decide import regionslice
+from hub.decide.rollout import Revision
+from hub.decide.status import revisions_of, wanted_revision
+from hub.state.cache import Cache
+
+
+def revision_figures(
+    cache: Cache, name: str, revision: Revision
+) -> federation_pb2.RegionRevisionFigures:
+    """What ``revision`` of deployment ``name`` did on the region's devices where it serves:
+    the devices' counters added up, the highest latency p95, the lowest accuracy (what the
+    root's waves analyse, :mod:`hub.decide.wave`)."""
+    record = cache.models.get(revision.model)
+    sha = record.sha256 if record is not None else None
+    out = federation_pb2.RegionRevisionFigures(template=revision.template)
+    for device_name in targeted(cache, name):
+        device = cache.devices.get(device_name)
+        report = device.workloads.get(name) if device is not None else None
+        got = (
+            wanted_revision(revisions_of(report), revision.model[1], sha)
+            if report is not None
+            else None
+        )
+        if got is None or not got.serves:
+            continue
+        out.devices += 1
+        out.requests += got.requests
+        out.errors += min(got.errors, got.requests)
+        p95 = got.latency_p95_s if got.window_requests > 0 else None
+        if p95 is not None and (not out.HasField("latency_p95_s") or p95 > out.latency_p95_s):
+            out.latency_p95_s = p95
+        if got.validation_reason:
+            if len(out.validation_problems) < regionslice.MAX_VALIDATION_PROBLEMS:
+                why = got.validation_reason + (
+                    f": {got.validation_message}" if got.validation_message else ""
+                )
+                out.validation_problems[device_name[: regionslice.MAX_NAME]] = why[
+                    : regionslice.MAX_TEXT
+                ]
+        elif got.accuracy is not None:
+            out.accuracy_devices += 1
+            if not out.HasField("accuracy") or got.accuracy < out.accuracy:
+                out.accuracy = got.accuracy
+    return out
+
+
+def build_report(
+    cache: Cache, generation: int, *, region: str, rollouts: RolloutController | None
+) -> federation_pb2.RegionReport:
+    """The region's status: its root-owned deployments' figures and its device inventory."""
+    deployments = []
+    for (kind, name), stored in sorted(cache.stored.items()):
+        if kind != "ModelDeployment":
+            continue
+        status = shown_object(  # as edgectl shows it at the region
+            cache, kind, stored.manifest, region=region, rollouts=rollouts
+        ).get("status", {})
+        rollout = cache.rollouts.get(name)
+        revisions = cache.revisions.get(name, {})
+        current = revisions.get(rollout.revision) if rollout is not None else None
+        stable = revisions.get(rollout.stable) if rollout is not None else None
+        failing = dict(sorted(status.get("failing", {}).items())[: regionslice.MAX_FAILING])
+        deployments.append(
+            federation_pb2.RegionDeploymentStatus(
+                name=name,
+                desired=int(status.get("desiredDevices", 0)),
+                updated=int(status.get("updatedDevices", 0)),
+                ready=int(status.get("readyDevices", 0)),
+                available=int(status.get("availableDevices", 0)),
+                failing={k: str(v)[: regionslice.MAX_TEXT] for k, v in failing.items()},
+                versions={
+                    v: int(c.get("devices", 0))
+                    for v, c in list(status.get("versions", {}).items())[: regionslice.MAX_VERSIONS]
+                },
+                rollout_phase=rollout.phase.value if rollout is not None else "",
+                rollout_revision=rollout.revision if rollout is not None else 0,
+                rollout_template=current.template if current is not None else "",
+                stable_template=stable.template if stable is not None else "",
+                rollout_reason=rollout.reason[:64] if rollout is not None else "",
+                rollout_message=rollout.message[: regionslice.MAX_TEXT]
+                if rollout is not None
+                else "",
+                revision_figures=[
+                    revision_figures(cache, name, rev)
+                    for rev in {r.number: r for r in (current, stable) if r is not None}.values()
+                ],
+            )
+        )
+    by_phase: dict[str, int] = {}
+    rows: list[federation_pb2.RegionDevice] = []
+    for device in sorted(cache.devices.values(), key=lambda d: d.name):
+        by_phase[device.phase.value] = by_phase.get(device.phase.value, 0) + 1
+        if len(rows) >= regionslice.MAX_REPORT_DEVICES:
+            continue
+        desired = cache.desired.get(device.name)
+        labels = dict(sorted(device.all_labels().items())[: regionslice.MAX_LABELS])
+        rows.append(
+            federation_pb2.RegionDevice(
+                name=device.name,
+                phase=device.phase.value,
+                labels=labels,
+                deployments=list(desired.deployments) if desired is not None else [],
+                cordoned=device.cordoned,
+                schedulable=device.health.schedulable,
+                attestation=device.attestation.state.value,
+                last_heartbeat=device.last_heartbeat or 0.0,
+            )
+        )
+    return federation_pb2.RegionReport(
+        generation=generation,
+        deployments=deployments[: regionslice.MAX_REPORT_DEPLOYMENTS],
+        inventory=federation_pb2.RegionInventory(
+            total=len(cache.devices),
+            by_phase=by_phase,
+            devices=rows,
+            truncated=len(cache.devices) > len(rows),
+        ),
+    )
