@@ -1,0 +1,59 @@
+"""The VM lab: the device image booted in QEMU (TCG) against a real hub on the host.
+
+What is real: the image built by ``packaging/image/build`` (debootstrap, the project's .debs,
+systemd, the Debian cloud kernel, cgroup v2), a seed disk by ``packaging/image/seed``, QEMU
+guests with user networking restricted to the host's loopback, ``hub init``/``hub serve``/
+``hub token create`` and ``edgectl`` as processes on the host. The one test-only part is the
+image's command agent (``--test-agent``, packaging/image/lab), the lab's channel into a guest.
+
+The lab runs only when selected (``-m vmlab``; ``.ci/run`` runs it as its own step, one pytest
+process, ``-n 0``): the rest of the suite deselects it. Selected without QEMU, the tools or
+root, it is skipped with the reason on a development machine, and FAILS where ``CI`` is set.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from lab import LabHub, build_image, missing_tools
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if "vmlab" in (config.option.markexpr or ""):
+        return
+    lab = [i for i in items if "vmlab" in i.keywords]
+    if lab:
+        config.hook.pytest_deselected(items=lab)
+        items[:] = [i for i in items if "vmlab" not in i.keywords]
+
+
+def lab_reason() -> str:
+    missing = missing_tools()
+    if missing:
+        return f"the VM lab needs {', '.join(missing)} (scripts/install-system-deps)"
+    if os.geteuid() != 0:
+        return "the VM lab needs root (the image build chroots)"
+    return ""
+
+
+@pytest.fixture(scope="session")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """The lab's image: the production image plus the test agent (cached by the build)."""
+    reason = lab_reason()
+    if reason:
+        if os.environ.get("CI"):
+            pytest.fail(f"CI runs the VM lab: {reason}")
+        pytest.skip(reason)
+    base = tmp_path_factory.getbasetemp().parent
+    return build_image(base / "vmlab-image", base)
+
+
+@pytest.fixture(scope="module")
+def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHub]:
+    d = tmp_path_factory.mktemp("hub")
+    h = LabHub(d / "data", d / "hub.log").init().start()
+    yield h
+    h.stop()
