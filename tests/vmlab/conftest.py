@@ -24,10 +24,11 @@ from lab import LabHub, build_image, missing_tools
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     if "vmlab" in (config.option.markexpr or ""):
         return
-    lab = [i for i in items if "vmlab" in i.keywords]
+    # the marker, not the keyword: every item here has "vmlab" (its folder) as a keyword
+    lab = [i for i in items if i.get_closest_marker("vmlab") is not None]
     if lab:
         config.hook.pytest_deselected(items=lab)
-        items[:] = [i for i in items if "vmlab" not in i.keywords]
+        items[:] = [i for i in items if i.get_closest_marker("vmlab") is None]
 
 
 def lab_reason() -> str:
