@@ -48,6 +48,9 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
         if os.environ.get("CI"):
             pytest.fail(f"CI runs the VM lab: {reason}")
         pytest.skip(reason)
+    prebuilt = os.environ.get("EDGEFLEET_VMLAB_IMAGE")
+    if prebuilt:  # an image built with --test-agent beforehand (development, bench/vmboot.py)
+        return Path(prebuilt)
     base = tmp_path_factory.getbasetemp().parent
     return build_image(base / "vmlab-image", base)
 
