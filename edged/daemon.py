@@ -42,8 +42,10 @@ from edged.reconcile.reconciling import (
 from edged.reconcile.running import Runner
 from edged.reconcile.sizing import Sizer
 from edged.reporting import StatusBoard
+from edged.runtime.delegating import delegate
 from edged.runtime.identities import UidRange, WorkerUids, runtime_blocker
-from edged.runtime.limiting import detect_cgroup_root, raise_open_files_limit
+from edged.runtime.limiting import raise_open_files_limit
+from edged.runtime.privileges import warn_missing_capabilities
 from edged.runtime.processes import Replica, WorkerPool
 from edged.runtime.sandboxing import accelerator_nodes
 from edged.runtime.securing import (
@@ -137,8 +139,11 @@ class Daemon:
             max_request_bytes=config.inference.max_request_bytes,
             refused=self._on_refused,
         )
-        self.cgroup_root = detect_cgroup_root(str(config.workers.cgroup_root))
-        self.limits_mode = "cgroup" if self.cgroup_root is not None else "rlimit"
+        # edged into its supervisor leaf, workers below <delegated>/workloads (delegating.py)
+        self.cgroups = delegate(str(config.workers.cgroup_root))
+        warn_missing_capabilities()  # the unit's CapabilityBoundingSet= (packaging/systemd)
+        self.cgroup_root = self.cgroups.workloads
+        self.limits_mode = self.cgroups.limits_mode
         self.workload_queue: WorkQueue[WorkloadName] = WorkQueue(
             "workloads",
             base_delay=config.reconcile.backoff_base_s,
@@ -241,6 +246,7 @@ class Daemon:
             desired=self.desired,
             pool=self.pool,
             limits_mode=self.limits_mode,
+            limits_problem=self.cgroups.problem,
             allow_unsigned=config.trust.allow_unsigned,
             manifests_dir=manifests,
         )

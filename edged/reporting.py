@@ -90,11 +90,13 @@ class StatusBoard:
         limits_mode: str,
         allow_unsigned: bool,
         manifests_dir: Path | None,
+        limits_problem: str = "",
     ) -> None:
         self._path = path
         self._desired = desired
         self._pool = pool
         self._limits_mode = limits_mode
+        self._limits_problem = limits_problem  # why not cgroup v2 (runtime/delegating.py)
         self._allow_unsigned = allow_unsigned
         self._manifests_dir = manifests_dir
         self._workloads: dict[WorkloadName, WorkloadStatus] = {}
@@ -277,6 +279,10 @@ class StatusBoard:
                         "cpuMillis": r.spec.limits.cpu_millis,
                         "memoryBytes": r.spec.limits.memory_bytes,
                         "cpus": list(r.spec.limits.cpus),
+                        # rlimits approximate: say why the kernel's cgroup limits are not used
+                        "notEnforcedBecause": (
+                            self._limits_problem if r.spec.limits.mode == "rlimit" else ""
+                        ),
                     },
                     "lastExit": (
                         {"reason": r.exit_reason, "message": r.exit_message}
@@ -295,6 +301,7 @@ class StatusBoard:
                 "startedAt": self._started,
                 "uptimeSeconds": round(time.time() - self._started, 3),
                 "limitsMode": self._limits_mode,
+                "limitsProblem": self._limits_problem,
                 "ingress": self.ingress,
                 "compliance": self.compliance() if self.compliance is not None else None,
                 "trust": (

@@ -84,6 +84,8 @@ def render_status(doc: dict[str, Any]) -> str:
         f"up {dev.get('uptimeSeconds', 0):.0f}s  generation {doc.get('generation')}  "
         f"ready {'yes' if doc.get('ready') else 'no'}  limits {dev.get('limitsMode')}",
     ]
+    if dev.get("limitsProblem"):  # workers on rlimits (edged/runtime/delegating.py)
+        out.append(f"limits not enforced by cgroup v2: {dev['limitsProblem']}")
     health = dev.get("health")
     if health is not None:  # discovery is on
         accs = ", ".join(

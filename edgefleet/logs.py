@@ -8,7 +8,10 @@ JSON lines when stderr is not a terminal (journald, files), ``msg key=value`` on
 timestamps are RFC 3339 in UTC, to the millisecond (``2026-11-30T21:05:09.123Z``). Under
 systemd, when stderr is the journal (``$JOURNAL_STREAM`` names it), every line starts with its
 syslog priority (``<6>`` info, ``<4>`` warning, ``<3>`` error), which journald reads as the
-entry's priority (``journalctl -p warning`` then works).
+entry's priority (``journalctl -p warning`` then works). There Python's warnings become
+records (``py.warnings``, warning) and an uncaught exception one record (``uncaught
+exception``, critical) rather than unprefixed text; what still reaches stderr without a prefix
+(a native library's own lines) gets the unit's ``SyslogLevel=`` (edged.service: warning).
 
 gRPC's own logging (its C core writes glog lines such as ``I1130 ... fork_posix.cc:71]`` to
 stderr) is limited to errors unless ``$GRPC_VERBOSITY`` says otherwise, and its Python loggers
@@ -54,6 +57,10 @@ class EventLogger:
 
     def exception(self, event: str, **fields: Any) -> None:
         self._logger.exception(event, extra={"fields": fields})
+
+    def at(self, level: int, event: str, **fields: Any) -> None:
+        """At a level decided at run time (edged's forwarded worker output)."""
+        self._log(level, event, fields)
 
 
 def get_logger(name: str) -> EventLogger:
@@ -151,6 +158,8 @@ def configure_logging(
     formatter: logging.Formatter = JsonFormatter() if json_output else TextFormatter()
     if journal:
         formatter = JournalFormatter(formatter)
+        logging.captureWarnings(True)
+        sys.excepthook = _log_uncaught
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(formatter)
     root = logging.getLogger()
@@ -158,6 +167,16 @@ def configure_logging(
     root.setLevel(level.upper())
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")  # read by grpc's core when it starts
     logging.getLogger("grpc").setLevel(max(logging.WARNING, root.level))
+
+
+def _log_uncaught(kind: type[BaseException], exc: BaseException, tb: Any) -> None:
+    """sys.excepthook under the journal: the traceback as one critical record."""
+    if issubclass(kind, KeyboardInterrupt):
+        sys.__excepthook__(kind, exc, tb)
+        return
+    logging.getLogger("uncaught").critical(
+        "uncaught exception", exc_info=(kind, exc, tb), extra={"fields": {}}
+    )
 
 
 MAX_RECENT_LINE = 2048

@@ -19,8 +19,11 @@ libbpf. They stay attached until the cgroup is removed when the worker has exite
 
 Where the cgroup is: the replica's resource-limit cgroup when edged uses cgroup v2 for limits
 (``limiting.py``), else ``<edged's cgroup v2>/edgefleet-egress/<edged pid>-<replica>`` (on a
-hybrid hierarchy, in the unified one: ``/sys/fs/cgroup/unified``). Leaves of edged processes
-no longer running are removed when the next one is made.
+hybrid hierarchy, in the unified one: ``/sys/fs/cgroup/unified``). When edged sits in the
+``supervisor`` leaf of its delegated cgroup (``delegating.py``), that is
+``<delegated>/workloads/edgefleet-egress/...`` instead: workers stay below the workloads
+subtree, never below edged's own leaf. Leaves of edged processes no longer running are removed
+when the next one is made.
 """
 
 from __future__ import annotations
@@ -32,6 +35,8 @@ import os
 import struct
 from collections.abc import Iterable, Sequence
 from pathlib import Path
+
+from edged.runtime.delegating import SUPERVISOR, WORKLOADS
 
 # bpf(2) commands, program and attach types, flags (linux/bpf.h)
 _BPF_PROG_LOAD = 5
@@ -231,6 +236,16 @@ def own_cgroup2(proc_cgroup: str) -> str | None:
     return None
 
 
+def egress_base(own: str) -> str:
+    """Pure: the cgroup (relative to the cgroup v2 mount) below which egress leaves go, for a
+    process in ``own``: its delegated cgroup's workloads subtree when it sits in the
+    supervisor leaf, else its own cgroup."""
+    path = Path("/") / own.lstrip("/")
+    if path.name == SUPERVISOR:
+        return str(path.parent / WORKLOADS / "edgefleet-egress")
+    return str(path / "edgefleet-egress")
+
+
 def _alive(pid: int) -> bool:
     try:
         os.kill(pid, 0)
@@ -251,7 +266,7 @@ def egress_parent() -> Path:
         raise EgressFilterError(f"cannot find the cgroup v2 hierarchy: {exc}") from None
     if mount is None or own is None:
         raise EgressFilterError("no cgroup v2 hierarchy is mounted")
-    return mount / own.lstrip("/") / "edgefleet-egress"
+    return mount / egress_base(own).lstrip("/")
 
 
 def _sweep(parent: Path) -> None:
@@ -277,7 +292,7 @@ def prepare(replica_id: str, rules: Sequence[Rule], limits_cgroup: str = "") -> 
     else:
         parent = egress_parent()
         try:
-            parent.mkdir(exist_ok=True)
+            parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise EgressFilterError(f"cannot make the cgroup {parent}: {exc.strerror}") from None
         _sweep(parent)

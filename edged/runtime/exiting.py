@@ -6,6 +6,8 @@ backoff counts, first match wins:
 * the replica was being stopped (drain, scale-down, superseded): a clean stop, not a crash;
 * edged killed it (startup timeout, liveness): the reason edged gave;
 * the worker said why it could not start (FAILED frame: model load, limits, digest): that;
+* the kernel's OOM killer acted in the worker's cgroup (its ``memory.events`` ``oom_kill``
+  grew while it ran) and the worker died of SIGKILL: ``OOMKilled``, naming ``memory.max``;
 * a signal: ``Killed`` for SIGKILL (the OOM killer, or someone outside), else ``Signaled``;
 * an exit code: ``Error`` (non-zero) or ``Completed`` (zero; still unexpected).
 
@@ -30,6 +32,8 @@ class ExitReason(StrEnum):
     ERROR = "Error"
     COMPLETED = "Completed"
     LAUNCH_FAILED = "LaunchFailed"
+    OOM_KILLED = "OOMKilled"
+    LIMITS_FAILED = "LimitsFailed"  # also the worker's own reason when it cannot join its cgroup
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,16 +53,27 @@ def classify_exit(
     ready_since: float | None,
     crash_streak: int,
     now: float,
+    oom_kills: int = 0,
+    memory_max: int | None = None,
 ) -> ExitVerdict:
     """The verdict on a worker that exited with ``code`` (negative: killed by that signal).
 
     ``killed``: (reason, message) edged gave when it killed the worker; ``failed``: what the
-    worker reported before exiting; ``ready_since``: when the replica last became ready.
+    worker reported before exiting; ``ready_since``: when the replica last became ready;
+    ``oom_kills``: how many OOM kills its cgroup counted while it ran; ``memory_max``: its
+    cgroup's memory limit, for the message.
     """
     if stopping:
         return ExitVerdict(stopped=True, crash_streak=crash_streak)
     if killed is not None:
         reason, message = killed
+    elif oom_kills > 0 and code == -signal.SIGKILL:
+        reason = ExitReason.OOM_KILLED.value
+        limit = f"memory.max {memory_max} bytes" if memory_max is not None else "memory.max"
+        message = (
+            f"worker killed by the kernel's OOM killer: it reached its cgroup's {limit} "
+            f"(memory.events oom_kill +{oom_kills})"
+        )
     elif failed is not None:
         reason, message = failed
     elif code < 0:
@@ -76,6 +91,8 @@ def classify_exit(
     return ExitVerdict(False, reason, message, 1 if stable else crash_streak + 1)
 
 
-def classify_launch_failure(error: str, *, crash_streak: int) -> ExitVerdict:
-    """The process could not even be started (``error``: the OS's message)."""
-    return ExitVerdict(False, ExitReason.LAUNCH_FAILED.value, error, crash_streak + 1)
+def classify_launch_failure(error: str, *, crash_streak: int, limits: bool = False) -> ExitVerdict:
+    """The process could not even be started (``error``: the OS's message); ``limits``: it was
+    its cgroup or resource limits that could not be written (``LimitsFailed``)."""
+    reason = ExitReason.LIMITS_FAILED if limits else ExitReason.LAUNCH_FAILED
+    return ExitVerdict(False, reason.value, error, crash_streak + 1)

@@ -1,14 +1,19 @@
 """Resource limits for worker processes: cgroup v2 where edged may use one, else rlimits.
 
-The control process decides (:func:`choose_limits`, using what :func:`detect_cgroup_root`
-found); the worker applies them to itself first thing (:func:`apply_limits`), before it loads
-any model, so a model never runs unlimited.
+The control process decides (:func:`choose_limits`, using the workloads subtree
+``delegating.delegate`` laid out); the worker applies them to itself first thing
+(:func:`apply_limits`), before it loads any model, so a model never runs unlimited.
 
-cgroup v2 needs a delegated subtree (systemd ``Delegate=yes``): edged creates one child cgroup
-per replica under ``<root>/workers/`` and writes ``cpu.max`` (quota = cpu request) and
-``memory.max`` (memory request). Without one, memory is bounded with ``RLIMIT_DATA`` (heap and
-private mappings: an approximation that counts reservations, not resident pages) and CPU with
-the affinity mask (whole cores: ``ceil(cpu)``), spreading replicas over the cores.
+cgroup v2 needs a delegated subtree (systemd ``Delegate=yes``), laid out at edged's start by
+``delegating.py``: edged in ``<delegated>/supervisor``, and one leaf per replica under
+``<delegated>/workloads/`` with ``cpu.max`` (quota = cpu request) and ``memory.max`` (memory
+request). A write that fails fails the replica's start (:class:`LimitsError`, reason
+``LimitsFailed``): a worker never runs unlimited while status says it is limited. The leaf's
+``memory.events`` counts the kernel's OOM kills (:func:`read_oom_kills`).
+
+Without one, memory is bounded with ``RLIMIT_DATA`` (heap and private mappings: an
+approximation that counts reservations, not resident pages) and CPU with the affinity mask
+(whole cores: ``ceil(cpu)``), spreading replicas over the cores.
 """
 
 from __future__ import annotations
@@ -18,37 +23,8 @@ import os
 import resource
 from pathlib import Path
 
+from edged.runtime.delegating import CONTROLLERS
 from edged.runtime.launching import LimitsSpec
-
-
-def detect_cgroup_root(setting: str) -> Path | None:
-    """The cgroup v2 directory edged may manage, or None.
-
-    ``setting`` is the config value: ``off``, ``auto`` (edged's own cgroup when it is on the
-    unified hierarchy, delegated, and has the cpu and memory controllers), or a path.
-    """
-    if setting == "off":
-        return None
-    if setting != "auto":
-        path = Path(setting)
-        return path if _usable(path) else None
-    try:
-        lines = Path("/proc/self/cgroup").read_text().splitlines()
-    except OSError:
-        return None
-    for line in lines:
-        if line.startswith("0::"):
-            path = Path("/sys/fs/cgroup") / line[3:].lstrip("/")
-            return path if _usable(path) else None
-    return None
-
-
-def _usable(path: Path) -> bool:
-    try:
-        controllers = (path / "cgroup.controllers").read_text().split()
-    except OSError:
-        return False
-    return {"cpu", "memory"} <= set(controllers) and os.access(path, os.W_OK)
 
 
 def choose_limits(
@@ -60,13 +36,14 @@ def choose_limits(
     cgroup_root: Path | None,
     cpu_count: int,
 ) -> LimitsSpec:
-    """Pure: how to enforce a replica's requests given what this device allows."""
+    """Pure: how to enforce a replica's requests given what this device allows.
+    ``cgroup_root``: the workloads subtree (``CgroupLayout.workloads``), or None for rlimits."""
     if cpu_millis is None and memory_bytes is None:
         return LimitsSpec(mode="none")
     if cgroup_root is not None:
         return LimitsSpec(
             mode="cgroup",
-            cgroup_path=str(cgroup_root / "workers" / replica_id),
+            cgroup_path=str(cgroup_root / replica_id),
             memory_bytes=memory_bytes,
             cpu_millis=cpu_millis,
         )
@@ -78,26 +55,66 @@ def choose_limits(
     return LimitsSpec(mode="rlimit", cpus=cpus, memory_bytes=memory_bytes, cpu_millis=cpu_millis)
 
 
+class LimitsError(OSError):
+    """The replica's cgroup or its limits could not be written (the message says which)."""
+
+
 def prepare_cgroup(limits: LimitsSpec) -> None:
-    """Create the replica's cgroup and write its limits (control process, before launch)."""
+    """Create the replica's leaf below the workloads subtree and write its limits (control
+    process, before launch). :class:`LimitsError` names what failed."""
     if limits.mode != "cgroup":
         return
     path = Path(limits.cgroup_path)
-    parent = path.parent
-    parent.mkdir(exist_ok=True)
-    # Controllers must be enabled in every ancestor's subtree_control below the root.
-    for anc in (parent.parent, parent):
-        try:
-            (anc / "cgroup.subtree_control").write_text("+cpu +memory")
-        except OSError:
-            pass
-    path.mkdir(exist_ok=True)
+    try:
+        enabled = (path.parent / "cgroup.subtree_control").read_text().split()
+    except OSError as exc:
+        raise LimitsError(
+            exc.errno, f"cannot read {path.parent}/cgroup.subtree_control: {exc.strerror}"
+        ) from None
+    missing = [c for c in CONTROLLERS if c not in {w.lstrip("+") for w in enabled}]
+    if missing:
+        raise LimitsError(
+            0, f"the {' and '.join(missing)} controllers are not enabled in {path.parent}"
+        )
+    writes: list[tuple[str, str]] = []
     if limits.cpu_millis is not None:
         period = 100_000
         quota = max(1000, limits.cpu_millis * period // 1000)  # the kernel refuses < 1 ms
-        (path / "cpu.max").write_text(f"{quota} {period}")
+        writes.append(("cpu.max", f"{quota} {period}"))
     if limits.memory_bytes is not None:
-        (path / "memory.max").write_text(str(limits.memory_bytes))
+        writes.append(("memory.max", str(limits.memory_bytes)))
+    try:
+        path.mkdir(exist_ok=True)
+    except OSError as exc:
+        raise LimitsError(exc.errno, f"cannot make the cgroup {path}: {exc.strerror}") from None
+    for name, value in writes:
+        try:
+            (path / name).write_text(value)
+        except OSError as exc:
+            raise LimitsError(
+                exc.errno, f"cannot write {value} to {path / name}: {exc.strerror}"
+            ) from None
+
+
+def read_oom_kills(limits: LimitsSpec) -> int | None:
+    """How many times the kernel's OOM killer acted in the replica's cgroup (``oom_kill`` of
+    its ``memory.events``); None without a cgroup or when it cannot be read."""
+    if limits.mode != "cgroup":
+        return None
+    try:
+        text = (Path(limits.cgroup_path) / "memory.events").read_text()
+    except OSError:
+        return None
+    return parse_oom_kills(text)
+
+
+def parse_oom_kills(memory_events: str) -> int | None:
+    """Pure: ``oom_kill`` of a ``memory.events`` file's text."""
+    for line in memory_events.splitlines():
+        key, _, value = line.partition(" ")
+        if key == "oom_kill" and value.strip().isdigit():
+            return int(value)
+    return None
 
 
 def remove_cgroup(limits: LimitsSpec) -> None:
@@ -105,7 +122,7 @@ def remove_cgroup(limits: LimitsSpec) -> None:
         try:
             Path(limits.cgroup_path).rmdir()
         except OSError:
-            pass
+            pass  # gone already, or a process of it lingers: the next start reuses it
 
 
 def apply_limits(limits: LimitsSpec) -> None:

@@ -12,6 +12,9 @@ splits it into lines:
   forwarded to edged's own log (event ``worker output``, with the replica and workload named)
   so it reaches journald as before — at most :data:`FORWARD_PER_S` lines per second per
   replica; beyond that the ring still keeps them and edged logs how many it did not forward.
+  A line is forwarded at the level it states of itself (:func:`worker_line_level`: an
+  onnxruntime severity letter, a JSON record's ``level``, a traceback), else at warning, so
+  ``journalctl -u edged -p warning`` leaves out a worker's informational chatter.
 
 The ring belongs to the replica slot, not to the process, so the last lines of a worker that
 crashed are still there after it restarted.
@@ -20,6 +23,7 @@ crashed are still there after it restarted.
 from __future__ import annotations
 
 import asyncio
+import logging
 import re
 import time
 from collections import deque
@@ -41,6 +45,37 @@ FORWARD_PER_S = 50
 """Lines per second per replica forwarded to edged's own log (journald); the rest are counted."""
 WORKER_OUTPUT_EVENT = "worker output"
 _TERMINAL_CODES = re.compile(r"\x1b\[[0-9;?]*[A-Za-z]")  # colours (onnxruntime's warnings)
+# onnxruntime's own log lines: "2026-12-06 02:44:53.1 [W:onnxruntime:Default, ...] ..."
+_ORT_SEVERITY = re.compile(r"\[([VIWEF]):onnxruntime:")
+_ORT_LEVELS = {
+    "V": logging.DEBUG,
+    "I": logging.INFO,
+    "W": logging.WARNING,
+    "E": logging.ERROR,
+    "F": logging.CRITICAL,
+}
+_JSON_LEVEL = re.compile(r'^\{.*"level":\s*"(debug|info|warning|error|critical)"')
+_NAMED_LEVELS = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+
+
+def worker_line_level(text: str) -> int:
+    """Pure: the logging level a worker's stderr line is forwarded at: what the line states of
+    itself, else warning (a worker's stderr is out of band: unknown text is worth seeing)."""
+    found = _ORT_SEVERITY.search(text[:160])
+    if found is not None:
+        return _ORT_LEVELS[found[1]]
+    found = _JSON_LEVEL.match(text)
+    if found is not None:
+        return _NAMED_LEVELS[found[1]]
+    if text.startswith("Traceback (most recent call last)"):
+        return logging.ERROR
+    return logging.WARNING
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +114,8 @@ class OutputRing:
             self._forward_left = FORWARD_PER_S
         if self._forward_left > 0:
             self._forward_left -= 1
-            log.warning(  # a worker's stderr is out of band: shown at edged's usual levels
+            log.at(  # at the level the line states, else warning (worker_line_level)
+                worker_line_level(text),
                 WORKER_OUTPUT_EVENT,
                 replica=self.replica,
                 workload=self.workload,
@@ -97,11 +133,12 @@ class OutputRing:
 
     def _record(self, line: OutputLine) -> str:
         text = line.text
+        level = logging.getLevelName(worker_line_level(text)).lower()
         while True:
             record = orjson.dumps(
                 {
                     "ts": timestamp(line.at),
-                    "level": "warning",
+                    "level": level,
                     "logger": "worker",
                     "event": WORKER_OUTPUT_EVENT,
                     "replica": self.replica,

@@ -18,6 +18,19 @@ from pathlib import Path
 
 PR_SET_PDEATHSIG = 1
 
+# What edged as root needs for the protections of docs/security.md, by capability number
+# (linux/capability.h); the shipped unit's CapabilityBoundingSet= (packaging/systemd) holds
+# these and no more: tests/systemd/test_units.py compares the two.
+NEEDED_CAPABILITIES = {
+    "CAP_KILL": 5,  # stop workers that run as other uids
+    "CAP_SETGID": 6,  # a worker's switch to its own gid and groups
+    "CAP_SETUID": 7,  # a worker's switch to its own uid
+    "CAP_NET_ADMIN": 12,  # attach the egress programs (runtime/egressfilter.py)
+    "CAP_SYS_ADMIN": 21,  # bpf() before Linux 5.8; the fanotify open watch (compliance)
+    "CAP_SYS_RESOURCE": 24,  # a negative oom_score_adj (runtime/oomscoring.py)
+    "CAP_BPF": 39,  # load the egress programs
+}
+
 
 class DropFailed(Exception):
     """The worker could not switch to its uid (nothing or part of it changed)."""
@@ -70,6 +83,32 @@ def verify_dropped(uid: int, gid: int, groups: tuple[int, ...] = ()) -> None:
         pass
     else:
         raise StillPrivileged("setgid(0) succeeded after the switch")
+
+
+def missing_capabilities(effective: int) -> tuple[str, ...]:
+    """Pure: the names of :data:`NEEDED_CAPABILITIES` not in the mask ``effective``
+    (``CapEff`` of /proc/self/status)."""
+    return tuple(name for name, bit in NEEDED_CAPABILITIES.items() if not effective >> bit & 1)
+
+
+def warn_missing_capabilities() -> tuple[str, ...]:
+    """Log which needed capabilities edged as root lacks (a unit with a narrower
+    CapabilityBoundingSet=): the protections that need them are then reported not in force
+    per worker. Returns the names; nothing as a user other than root, which has none."""
+    if os.geteuid() != 0:
+        return ()
+    try:
+        missing = missing_capabilities(capabilities().get("CapEff", 0))
+    except OSError:
+        return ()  # no /proc/self/status: nothing to say, the protections report themselves
+    if missing:
+        from edgefleet.logs import get_logger
+
+        get_logger(__name__).warning(
+            "edged runs as root without capabilities its protections need",
+            missing=" ".join(missing),
+        )
+    return missing
 
 
 def capabilities(status: Path = Path("/proc/self/status")) -> dict[str, int]:

@@ -40,7 +40,7 @@ from edged.runtime.framing import (
 )
 from edged.runtime.identities import NoUidFree, WorkerUids, accelerator_groups, slot_key
 from edged.runtime.launching import LaunchSpec
-from edged.runtime.limiting import prepare_cgroup, remove_cgroup
+from edged.runtime.limiting import LimitsError, prepare_cgroup, read_oom_kills, remove_cgroup
 from edged.runtime.output import OutputReader, OutputRing
 from edged.runtime.probing import ProbeState, check_probes, record_pong
 from edged.workloads import ReplicaId, WorkloadName
@@ -190,6 +190,7 @@ class Replica:
         self.metadata: dict[str, Any] = {}
         self._failed: tuple[str, str] | None = None
         self._killed: tuple[str, str] | None = None
+        self._oom_kills_at_start = 0  # memory.events oom_kill of its cgroup at the last start
         self._probe_timer: asyncio.TimerHandle | None = None
         self._probe_state = ProbeState(last_pong=time.monotonic())
         self.stopping_task: asyncio.Task[None] | None = None
@@ -406,6 +407,8 @@ class Replica:
         err_read, err_write = os.pipe2(os.O_CLOEXEC)
         try:
             prepare_cgroup(self.spec.limits)
+            # a leaf that outlived its last worker keeps its count: OOM kills are counted since
+            self._oom_kills_at_start = read_oom_kills(self.spec.limits) or 0
             self.spec = _with_egress_filter(self.spec)
             self.proc = await asyncio.create_subprocess_exec(
                 python,
@@ -464,6 +467,7 @@ class Replica:
         if self.channel is not None and self.channel.transport is not None:
             self.channel.transport.close()
         was_ready = self.phase in (Phase.READY, Phase.UNREADY)
+        oom_kills = (read_oom_kills(self.spec.limits) or 0) - self._oom_kills_at_start
         verdict = classify_exit(
             code,
             stopping=self.phase is Phase.STOPPING,
@@ -472,6 +476,8 @@ class Replica:
             ready_since=self.ready_since,
             crash_streak=self.crash_streak,
             now=now,
+            oom_kills=max(0, oom_kills),
+            memory_max=self.spec.limits.memory_bytes,
         )
         remove_cgroup(self.spec.limits)
         if self.spec.sandbox.egress_cgroup not in ("", self.spec.limits.cgroup_path):
@@ -624,7 +630,9 @@ class WorkerPool:
         try:
             await rep.launch(self._python)
         except OSError as exc:
-            verdict = classify_launch_failure(str(exc), crash_streak=rep.crash_streak)
+            verdict = classify_launch_failure(
+                str(exc), crash_streak=rep.crash_streak, limits=isinstance(exc, LimitsError)
+            )
             rep.phase = Phase.EXITED
             rep.exited_at = time.monotonic()
             rep.exit_reason, rep.exit_message = verdict.reason, verdict.message

@@ -70,6 +70,40 @@ def test_the_journald_form_carries_syslog_priorities(tmp_path: Path) -> None:
     assert entries[1][1]["model"] == "m" and RFC3339.fullmatch(str(entries[1][1]["ts"]))
 
 
+UNCAUGHT = """
+import warnings
+from edgefleet.logs import configure_logging, get_logger
+configure_logging("info", json_output=True)
+warnings.warn("a deprecated thing", DeprecationWarning, stacklevel=1)
+get_logger("test").info("worker started")
+raise RuntimeError("boom")
+"""
+
+
+def test_warnings_and_a_crash_carry_priorities_on_the_journal(tmp_path: Path) -> None:
+    """Nothing edged's Python writes reaches the journal unprefixed (where it would take the
+    unit's default priority): warnings are warning records, a crash one critical record."""
+    err = tmp_path / "stderr"
+    with open(err, "wb") as f:
+        st = os.fstat(f.fileno())
+        env = {k: v for k, v in os.environ.items() if k != "GRPC_VERBOSITY"}
+        env["JOURNAL_STREAM"] = f"{st.st_dev}:{st.st_ino}"
+        env["PYTHONWARNINGS"] = "always"
+        done = subprocess.run(
+            [sys.executable, "-c", UNCAUGHT], check=False, stderr=f, env=env, timeout=60
+        )
+    assert done.returncode == 1
+    lines = err.read_text().splitlines()
+    assert all(re.match(r"<[0-7]>", line) for line in lines), lines
+    heads = [(int(line[1]), orjson.loads(line[3:])) for line in lines if line[3:].startswith("{")]
+    assert [(p, d["event"].split(":")[0] if p == 4 else d["event"]) for p, d in heads] == [
+        (4, "<string>"),  # py.warnings: "<string>:3: DeprecationWarning: a deprecated thing"
+        (6, "worker started"),
+        (2, "uncaught exception"),
+    ]
+    assert "RuntimeError: boom" in heads[2][1]["exc"]
+
+
 def test_a_journal_stream_that_is_not_stderr_is_ignored(tmp_path: Path) -> None:
     program = PROGRAM.replace(
         "import logging, sys", "import os\nos.environ['JOURNAL_STREAM'] = '1:2'"

@@ -1,5 +1,7 @@
 """The Yocto layer: python3-edgefleet's RDEPENDS are the recipes of pyproject's dependencies, the
-layer is compatible with current releases, and the recipes pass oelint-adv with no errors."""
+recipes install what the Debian packages install on a device (one table, read against both
+sides' files), the layer is compatible with current releases, and the recipes pass oelint-adv
+with no errors. No bitbake build runs here (docs/packaging.md, Yocto, says why)."""
 
 from __future__ import annotations
 
@@ -70,10 +72,22 @@ def test_vendored_python_recipes_satisfy_pyproject() -> None:
         r.stem.split("_")[0].removeprefix("python3-"): r
         for r in (LAYER / "recipes-devtools" / "python").glob("*.bb")
     }
-    assert set(ours) == {"tuf", "securesystemslib"}
+    fast = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["optional-dependencies"]
+    wanted.update({Requirement(d).name.lower(): Requirement(d).specifier for d in fast["fast"]})
+    assert set(ours) == {"tuf", "securesystemslib", "pysimdjson"}
     for name, recipe in ours.items():
         assert recipe.stem.split("_")[1] in wanted[name], recipe.name
     assert "python3-securesystemslib" in rdepends(ours["tuf"])
+
+
+def test_the_fast_extra_is_recommended_like_debian_installs_it() -> None:
+    """pyproject's ``fast`` extra (pysimdjson): the Debian venv installs it (stage-venv builds
+    ``.[fast]``); the Yocto image gets it through python3-edgefleet's RRECOMMENDS (an image may
+    leave it out: workers then decode JSON with orjson alone)."""
+    assert '"$repo[fast]"' in (REPO / "packaging" / "deb" / "stage-venv").read_text()
+    recipe = LAYER / "recipes-edgefleet" / "edgefleet" / "python3-edgefleet_0.1.0.bb"
+    found = re.search(r'^RRECOMMENDS:\$\{PN\} \+?= "([^"]*)"', recipe.read_text(), re.MULTILINE)
+    assert found is not None and found.group(1).split() == ["python3-pysimdjson"]
 
 
 def test_layer_is_compatible_with_current_releases() -> None:
@@ -92,6 +106,121 @@ def test_edged_recipe_installs_units_config_and_udev_rules() -> None:
         "packaging/udev/70-edgefleet-accelerators.rules",
     ):
         assert needle in text, needle
+
+
+SITE = "/opt/edgefleet/lib/python3/site-packages"  # the venv's (python3.X in the real path)
+
+# What a device gets, file by file: where the Debian packages put it (edgefleet-edged's
+# debian/*.install, *.links and *.manpages; the venv of edgefleet-common under /opt/edgefleet)
+# and where the Yocto recipes do (edged's do_install, python3-edgefleet's PEP 517 install,
+# the layer's Python recipes). None on one side: not installed there, for the reason given.
+DEVICE_FILES: dict[str, tuple[str | None, str | None, str]] = {
+    "edged unit": (
+        "/lib/systemd/system/edged.service",
+        "${systemd_system_unitdir}/edged.service",
+        "",
+    ),
+    "first-boot enrollment unit": (
+        "/lib/systemd/system/edged-enroll.service",
+        "${systemd_system_unitdir}/edged-enroll.service",
+        "",
+    ),
+    "accelerator udev rules": (
+        "/lib/udev/rules.d/70-edgefleet-accelerators.rules",
+        "${nonarch_base_libdir}/udev/rules.d/70-edgefleet-accelerators.rules",
+        "",
+    ),
+    "default config (a conffile)": ("/etc/edged/edged.toml", "${sysconfdir}/edged/edged.toml", ""),
+    "edged command": ("/usr/bin/edged", "${bindir}/edged", ""),
+    "the edged tree": (f"{SITE}/edged", "${PYTHON_SITEPACKAGES_DIR}/edged", ""),
+    "the shared core": (f"{SITE}/edgefleet", "${PYTHON_SITEPACKAGES_DIR}/edgefleet", ""),
+    "JSON tensors' fast path": (
+        f"{SITE}/simdjson",
+        "${PYTHON_SITEPACKAGES_DIR}/simdjson",
+        "",
+    ),
+    "edged man page": (
+        "/usr/share/man/man8/edged.8.gz",
+        None,
+        "Yocto images leave documentation out (the doc packages); the man page is built from "
+        "`edged --help` by debian/rules",
+    ),
+}
+
+
+def _debian_edged_paths() -> set[str]:
+    """What edgefleet-edged installs, from its debhelper files (destinations, absolute)."""
+    debian = REPO / "debian"
+    out: set[str] = set()
+    for line in (debian / "edgefleet-edged.install").read_text().splitlines():
+        if line.strip():
+            source, dest = line.split()
+            out.add("/" + dest.strip("/") + "/" + Path(source).name)
+    for line in (debian / "edgefleet-edged.links").read_text().splitlines():
+        if line.strip():
+            out.add("/" + line.split()[1])
+    for line in (debian / "edgefleet-edged.manpages").read_text().splitlines():
+        if line.strip():
+            name = Path(line).name
+            out.add(f"/usr/share/man/man{name.rsplit('.', 1)[1]}/{name}.gz")
+    return out
+
+
+def _yocto_installed() -> set[str]:
+    """What the recipes install, in bitbake's variables: edged's do_install destinations, the
+    console scripts and packages of python3-edgefleet (pyproject), the layer's Python recipes'
+    top-level modules."""
+    recipe = (LAYER / "recipes-edgefleet" / "edgefleet" / "edged_0.1.0.bb").read_text()
+    body = recipe.split("do_install() {", 1)[1].split("\n}", 1)[0]
+    out = {m for m in re.findall(r"\$\{D\}(\$\{\w+\}[\w./${}-]*)", body) if "." in m}
+    units = re.search(r"for unit in ([\w. -]+); do", body)
+    assert units is not None
+    out |= {f"${{systemd_system_unitdir}}/{u}" for u in units.group(1).split()}
+    project = tomllib.loads((REPO / "pyproject.toml").read_text())
+    out |= {f"${{bindir}}/{script}" for script in project["project"]["scripts"]}
+    found = project["tool"]["setuptools"]["packages"]["find"]["include"]
+    out |= {f"${{PYTHON_SITEPACKAGES_DIR}}/{pattern.rstrip('*')}" for pattern in found}
+    if (LAYER / "recipes-devtools" / "python" / "python3-pysimdjson_6.0.2.bb").exists():
+        out.add("${PYTHON_SITEPACKAGES_DIR}/simdjson")  # pysimdjson's package is simdjson
+    return out
+
+
+def test_debian_side_of_the_table_is_what_the_packages_install() -> None:
+    debian = {deb for deb, _, _ in DEVICE_FILES.values() if deb and not deb.startswith("/opt/")}
+    assert debian == _debian_edged_paths()  # both ways: a new file needs a row
+    # the venv's side: edgefleet-common ships /opt/edgefleet whole, built with pip from the tree
+    assert (REPO / "debian" / "edgefleet-common.install").read_text().split() == ["opt/edgefleet"]
+
+
+def test_yocto_side_of_the_table_is_what_the_recipes_install() -> None:
+    yocto = {path for _, path, _ in DEVICE_FILES.values() if path}
+    installed = _yocto_installed()
+    assert yocto <= installed, f"not installed by the recipes: {yocto - installed}"
+
+
+def test_every_difference_says_why() -> None:
+    for role, (deb, yocto, why) in DEVICE_FILES.items():
+        assert (deb is None or yocto is None) == bool(why), role
+
+
+def test_yocto_rewrites_the_units_for_its_paths() -> None:
+    """The units run /opt/edgefleet/bin/edged (Debian's venv); the recipe points them at
+    ${bindir}, where python3-edgefleet's console scripts are."""
+    recipe = (LAYER / "recipes-edgefleet" / "edgefleet" / "edged_0.1.0.bb").read_text()
+    assert "sed -e 's,/opt/edgefleet/bin/,${bindir}/,g'" in recipe
+    for unit in ("edged.service", "edged-enroll.service"):
+        text = (REPO / "packaging" / "systemd" / unit).read_text()
+        assert "/opt/edgefleet/" not in text.replace("/opt/edgefleet/bin/", "")
+
+
+def test_both_make_the_edged_group_the_unit_names() -> None:
+    """edged.service runs as root with Group=edged: both packagings create that group."""
+    assert (
+        "adduser --quiet --system --group"
+        in (REPO / "debian" / "edgefleet-edged.postinst").read_text()
+    )
+    recipe = (LAYER / "recipes-edgefleet" / "edgefleet" / "edged_0.1.0.bb").read_text()
+    assert 'GROUPADD_PARAM:${PN} = "--system edged"' in recipe
 
 
 def test_recipes_pass_oelint_adv_with_no_errors() -> None:

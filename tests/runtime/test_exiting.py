@@ -29,6 +29,8 @@ class Exit:
     failed: tuple[str, str] | None = None
     ready_since: float | None = None
     crash_streak: int = 2
+    oom_kills: int = 0  # how many OOM kills the worker's cgroup counted while it ran
+    memory_max: int | None = None
 
 
 EXITS = {
@@ -58,6 +60,36 @@ EXITS = {
         ExitVerdict(
             False, "Killed", "worker killed by SIGKILL (out of memory, or from outside)", 3
         ),
+    ),
+    "SIGKILL with the cgroup's oom_kill grown: OOMKilled, naming memory.max": Exit(
+        -signal.SIGKILL,
+        ExitVerdict(
+            False,
+            "OOMKilled",
+            "worker killed by the kernel's OOM killer: it reached its cgroup's memory.max "
+            "67108864 bytes (memory.events oom_kill +1)",
+            3,
+        ),
+        oom_kills=1,
+        memory_max=64 << 20,
+    ),
+    "OOM kill even after the worker reported a failure: the kill is why it ended": Exit(
+        -signal.SIGKILL,
+        ExitVerdict(
+            False,
+            "OOMKilled",
+            "worker killed by the kernel's OOM killer: it reached its cgroup's memory.max "
+            "(memory.events oom_kill +2)",
+            3,
+        ),
+        failed=LOAD_FAILED,
+        oom_kills=2,
+    ),
+    "edged's own kill wins over an OOM count": Exit(
+        -signal.SIGKILL, ExitVerdict(False, *LIVENESS, 3), killed=LIVENESS, oom_kills=1
+    ),
+    "an OOM count but no SIGKILL: the exit as it was": Exit(
+        1, ExitVerdict(False, "Error", "worker exited with code 1", 3), oom_kills=1
     ),
     "another signal: named": Exit(
         -signal.SIGSEGV, ExitVerdict(False, "Signaled", "worker killed by SIGSEGV", 3)
@@ -97,6 +129,8 @@ def test_classify_exit(case: Exit) -> None:
         ready_since=case.ready_since,
         crash_streak=case.crash_streak,
         now=T,
+        oom_kills=case.oom_kills,
+        memory_max=case.memory_max,
     )
     assert verdict == case.expected
 
@@ -104,3 +138,9 @@ def test_classify_exit(case: Exit) -> None:
 def test_a_process_that_cannot_start_is_a_launch_failure() -> None:
     verdict = classify_launch_failure("[Errno 2] No such file or directory", crash_streak=4)
     assert verdict == ExitVerdict(False, "LaunchFailed", "[Errno 2] No such file or directory", 5)
+
+
+def test_limits_that_cannot_be_written_are_their_own_reason() -> None:
+    error = "cannot write 1048576 to /sys/fs/cgroup/x/workloads/r/memory.max: Permission denied"
+    verdict = classify_launch_failure(error, crash_streak=0, limits=True)
+    assert verdict == ExitVerdict(False, "LimitsFailed", error, 1)

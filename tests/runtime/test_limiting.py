@@ -1,4 +1,5 @@
-"""Resource limits: the pure choice as a table; cgroup writes against a directory in tmp."""
+"""Resource limits: the pure choice as a table; cgroup writes against a directory in tmp (a
+fake cgroupfs: what the kernel enforces needs the VM lab, tests/vmlab)."""
 
 from __future__ import annotations
 
@@ -9,14 +10,16 @@ import pytest
 
 from edged.runtime.launching import LimitsSpec
 from edged.runtime.limiting import (
+    LimitsError,
     apply_limits,
     choose_limits,
-    detect_cgroup_root,
+    parse_oom_kills,
     prepare_cgroup,
+    read_oom_kills,
     remove_cgroup,
 )
 
-CGROUP = Path("/sys/fs/cgroup/edged.service")
+CGROUP = Path("/sys/fs/cgroup/system.slice/edged.service/workloads")
 MIB = 1 << 20
 
 CASES: dict[str, tuple[dict[str, object], LimitsSpec]] = {
@@ -28,14 +31,14 @@ CASES: dict[str, tuple[dict[str, object], LimitsSpec]] = {
         {"cpu_millis": 500, "memory_bytes": 256 * MIB, "cgroup_root": CGROUP},
         LimitsSpec(
             mode="cgroup",
-            cgroup_path=str(CGROUP / "workers" / "r-1"),
+            cgroup_path=str(CGROUP / "r-1"),
             memory_bytes=256 * MIB,
             cpu_millis=500,
         ),
     ),
     "cgroup: memory only": (
         {"cpu_millis": None, "memory_bytes": MIB, "cgroup_root": CGROUP},
-        LimitsSpec(mode="cgroup", cgroup_path=str(CGROUP / "workers" / "r-1"), memory_bytes=MIB),
+        LimitsSpec(mode="cgroup", cgroup_path=str(CGROUP / "r-1"), memory_bytes=MIB),
     ),
     "rlimit: half a core is one core": (
         {"cpu_millis": 500, "memory_bytes": None},
@@ -75,23 +78,16 @@ def test_choose_limits(given: dict[str, object], expected: LimitsSpec) -> None:
     assert choose_limits(**args) == expected  # type: ignore[arg-type]
 
 
-def fake_cgroup(root: Path, controllers: str = "cpuset cpu io memory pids") -> Path:
+def fake_workloads(root: Path, enabled: str = "cpu memory") -> Path:
+    """A workloads subtree as delegating.py leaves it: controllers on in its subtree_control
+    (the kernel reads it back without the plus signs)."""
     root.mkdir(parents=True, exist_ok=True)
-    (root / "cgroup.controllers").write_text(controllers + "\n")
+    (root / "cgroup.subtree_control").write_text(enabled + "\n")
     return root
 
 
-def test_detect_cgroup_root(tmp_path: Path) -> None:
-    usable = fake_cgroup(tmp_path / "usable")
-    no_memory = fake_cgroup(tmp_path / "no-memory", "cpu io pids")
-    assert detect_cgroup_root(str(usable)) == usable
-    assert detect_cgroup_root(str(no_memory)) is None
-    assert detect_cgroup_root(str(tmp_path / "absent")) is None
-    assert detect_cgroup_root("off") is None
-
-
 def test_prepare_cgroup_writes_limits(tmp_path: Path) -> None:
-    root = fake_cgroup(tmp_path / "edged.service")
+    root = fake_workloads(tmp_path / "edged.service" / "workloads")
     limits = choose_limits(
         replica_id="mnist-abc-0",
         slot=0,
@@ -101,11 +97,12 @@ def test_prepare_cgroup_writes_limits(tmp_path: Path) -> None:
         cpu_count=4,
     )
     prepare_cgroup(limits)
-    group = root / "workers" / "mnist-abc-0"
+    group = root / "mnist-abc-0"
     assert (group / "cpu.max").read_text() == "150000 100000"
     assert (group / "memory.max").read_text() == str(256 * MIB)
-    for parent in (root, root / "workers"):
-        assert (parent / "cgroup.subtree_control").read_text() == "+cpu +memory"
+    # the leaf's controllers come from the workloads subtree: nothing above it is written
+    assert (root / "cgroup.subtree_control").read_text() == "cpu memory\n"
+    assert not (root.parent / "cgroup.subtree_control").exists()
 
     apply_limits(limits)
     assert (group / "cgroup.procs").read_text() == str(os.getpid())
@@ -119,22 +116,70 @@ def test_prepare_cgroup_writes_limits(tmp_path: Path) -> None:
 
 def test_prepare_cgroup_cpu_quota_is_at_least_the_kernel_minimum(tmp_path: Path) -> None:
     """cgroup v2 refuses a cpu.max quota under 1 ms per period (EINVAL)."""
-    root = fake_cgroup(tmp_path / "edged.service")
+    root = fake_workloads(tmp_path / "workloads")
     limits = choose_limits(
         replica_id="r", slot=0, cpu_millis=1, memory_bytes=None, cgroup_root=root, cpu_count=4
     )
     prepare_cgroup(limits)
-    assert (root / "workers" / "r" / "cpu.max").read_text() == "1000 100000"
+    assert (root / "r" / "cpu.max").read_text() == "1000 100000"
 
 
 def test_prepare_cgroup_writes_only_what_is_requested(tmp_path: Path) -> None:
-    root = fake_cgroup(tmp_path / "edged.service")
+    root = fake_workloads(tmp_path / "workloads")
     limits = choose_limits(
         replica_id="r", slot=0, cpu_millis=None, memory_bytes=MIB, cgroup_root=root, cpu_count=4
     )
     prepare_cgroup(limits)
-    assert (root / "workers" / "r" / "memory.max").read_text() == str(MIB)
-    assert not (root / "workers" / "r" / "cpu.max").exists()
+    assert (root / "r" / "memory.max").read_text() == str(MIB)
+    assert not (root / "r" / "cpu.max").exists()
+
+
+FAILURES = {
+    "controllers not enabled in the workloads subtree": (
+        "cpu",
+        None,
+        "the memory controllers are not enabled in {root}",
+    ),
+    "no workloads subtree at all": (None, None, "cannot read {root}/cgroup.subtree_control"),
+    "memory.max cannot be written": (
+        "cpu memory",
+        "memory.max",
+        "cannot write 1048576 to {root}/r/memory.max",
+    ),
+}
+
+
+@pytest.mark.parametrize(("enabled", "blocked", "message"), FAILURES.values(), ids=FAILURES)
+def test_prepare_cgroup_says_what_it_could_not_write(
+    tmp_path: Path, enabled: str | None, blocked: str | None, message: str
+) -> None:
+    """Never swallowed: the replica's start fails with the write that did not happen."""
+    root = tmp_path / "workloads"
+    if enabled is not None:
+        fake_workloads(root, enabled)
+    if blocked is not None:
+        (root / "r" / blocked).mkdir(parents=True)  # a directory: the write fails (EISDIR)
+    limits = choose_limits(
+        replica_id="r", slot=0, cpu_millis=500, memory_bytes=MIB, cgroup_root=root, cpu_count=4
+    )
+    with pytest.raises(LimitsError) as caught:
+        prepare_cgroup(limits)
+    assert message.format(root=root) in str(caught.value)
+
+
+MEMORY_EVENTS = "low 0\nhigh 0\nmax 12\noom 3\noom_kill 2\noom_group_kill 0\n"
+
+
+def test_oom_kills_are_read_from_memory_events(tmp_path: Path) -> None:
+    assert parse_oom_kills(MEMORY_EVENTS) == 2
+    assert parse_oom_kills("low 0\n") is None
+    leaf = tmp_path / "r"
+    leaf.mkdir()
+    limits = LimitsSpec(mode="cgroup", cgroup_path=str(leaf), memory_bytes=MIB)
+    assert read_oom_kills(limits) is None  # no memory.events (no memory controller)
+    (leaf / "memory.events").write_text(MEMORY_EVENTS)
+    assert read_oom_kills(limits) == 2
+    assert read_oom_kills(LimitsSpec(mode="rlimit", memory_bytes=MIB)) is None
 
 
 @pytest.mark.parametrize("mode", ["none", "rlimit"])

@@ -20,6 +20,7 @@ from edged.runtime.output import (
     OutputReader,
     OutputRing,
     merge_records,
+    worker_line_level,
 )
 from edgefleet.logs import MAX_RECENT_LINE, RecentLines
 
@@ -142,3 +143,39 @@ def test_recent_lines_skip_what_is_kept_per_replica() -> None:
     records = recent.records("det")
     assert [orjson.loads(text)["event"] for _, text in records] == ["replica ready"]
     assert recent.tail(5, "det") == [records[0][1]]
+
+
+LINE_LEVELS = {
+    "onnxruntime warning": (
+        "2026-12-06 02:44:53.100 [W:onnxruntime:Default, graph.cc:3490 CleanUnusedInitializers]"
+        " Removing initializer 'x'",
+        logging.WARNING,
+    ),
+    "onnxruntime info": ("2026-12-06 02:44:53 [I:onnxruntime:, session.cc:1] x", logging.INFO),
+    "onnxruntime verbose": ("2026-12-06 [V:onnxruntime:, x.cc:1] y", logging.DEBUG),
+    "onnxruntime error": ("2026-12-06 [E:onnxruntime:, x.cc:1] y", logging.ERROR),
+    "onnxruntime fatal": ("2026-12-06 [F:onnxruntime:, x.cc:1] y", logging.CRITICAL),
+    "a JSON record at info": (
+        '{"ts": "x", "level": "info", "event": "model loaded"}',
+        logging.INFO,
+    ),
+    "a JSON record at error": ('{"level":"error","event":"x"}', logging.ERROR),
+    "a traceback": ("Traceback (most recent call last):", logging.ERROR),
+    "anything else: warning": ("numpy/core.py:12: RuntimeWarning: overflow", logging.WARNING),
+    "text that merely mentions a level: warning": ('says "level": "info" later', logging.WARNING),
+}
+
+
+@pytest.mark.parametrize(("text", "level"), LINE_LEVELS.values(), ids=LINE_LEVELS)
+def test_worker_line_level(text: str, level: int) -> None:
+    assert worker_line_level(text) == level
+
+
+def test_worker_lines_are_forwarded_at_their_own_level(caplog: pytest.LogCaptureFixture) -> None:
+    ring = OutputRing("det-abc-0", "det")
+    with caplog.at_level(logging.DEBUG, logger=output.__name__):
+        ring.add("2026-12-06 [I:onnxruntime:, session.cc:1] loaded", 7000.0)
+        ring.add("Traceback (most recent call last):", 7000.1)
+    forwarded = [(r.levelno, r.msg) for r in caplog.records]
+    assert forwarded == [(logging.INFO, "worker output"), (logging.ERROR, "worker output")]
+    assert [orjson.loads(rec)["level"] for _, rec in ring.records()] == ["info", "error"]

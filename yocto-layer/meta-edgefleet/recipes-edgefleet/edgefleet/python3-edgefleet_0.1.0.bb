@@ -30,3 +30,7 @@ RDEPENDS:${PN} += "\
     python3-tuf \
     python3-uvloop \
 "
+
+# pyproject's `fast` extra (the Debian packages install it too): JSON tensors parsed straight
+# into numpy; an image may leave it out (BAD_RECOMMENDATIONS), workers then use orjson alone
+RRECOMMENDS:${PN} = "python3-pysimdjson"
