@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from lab import LabHub, build_image, missing_tools
+from lab import LABELS, LabHub, Vm, build_image, make_seed, missing_tools
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -55,9 +55,23 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return build_image(base / "vmlab-image", base)
 
 
-@pytest.fixture(scope="module")
-def hub(tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHub]:
+@pytest.fixture(scope="session")
+def hub(image: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LabHub]:
     d = tmp_path_factory.mktemp("hub")
     h = LabHub(d / "data", d / "hub.log").init().start()
     yield h
     h.stop()
+
+
+@pytest.fixture(scope="session")
+def seeded(
+    image: Path, hub: LabHub, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[tuple[Vm, str]]:
+    """The lab's device: one VM booted from the image with a seed from ``hub token create``
+    (labels site=lab), shared by the lab's modules in order (test_device, test_limits,
+    test_powercut: one first boot, the costliest part under TCG). Yields it and the token."""
+    d = tmp_path_factory.mktemp("device")
+    token = make_seed(d / "seed.img", hub, labels=LABELS)
+    vm = Vm(image, d / "vm", hub, d / "seed.img").start()
+    yield vm, token
+    vm.stop()

@@ -36,6 +36,7 @@ AGENT_PORT = 7999  # the test agent in the guest (packaging/image/lab)
 INFER_GUEST_PORT = 18080  # the agent's forward to edged's inference.listenTcp
 TOOLS = ("qemu-system-x86_64", "qemu-img", "socat", "mke2fs", "debootstrap", "dpkg-buildpackage")
 
+LABELS = {"site": "lab", "device.lab/role": "first"}  # the lab device's seed labels
 DEVICE_TOML = """\
 [inference]
 listenTcp = "127.0.0.1:8080"
@@ -332,3 +333,55 @@ class Vm:
                 return resp.status, json.loads(resp.read())
         except urllib.error.HTTPError as e:
             return e.code, e.read().decode(errors="replace")
+
+
+DEPLOYMENT = """\
+apiVersion: edgefleet.io/v1
+kind: ModelDeployment
+metadata: {{name: {name}}}
+spec:
+  model: {{name: {model}, version: "{version}"}}
+  runtime: {{executionProviders: [CPUExecutionProvider]}}
+  replicas: {{perDevice: 1}}
+  placement: {{nodeSelector: {{site: lab}}}}
+  probes:
+    readiness: {{periodSeconds: 2, timeoutSeconds: 5}}
+"""
+
+
+def deploy(
+    hub: LabHub, folder: Path, name: str, version: str, extra: str = "", model: str = ""
+) -> None:
+    """``edgectl apply`` a ModelDeployment ``name`` of ``model`` (default: ``name``) at
+    ``version`` for the lab's devices; ``extra``: more lines under ``spec`` (indented)."""
+    doc = folder / f"{name}-{version}.yaml"
+    doc.write_text(DEPLOYMENT.format(name=name, model=model or name, version=version) + extra)
+    hub.edgectl("apply", "-f", str(doc))
+
+
+def push(hub: LabHub, path: Path, name: str, version: str) -> None:
+    out = hub.edgectl("models", "push", str(path), "--name", name, "--version", version)
+    assert "pushed" in out.stdout or "unchanged" in out.stdout, out.stdout
+
+
+def enrolled(hub: LabHub) -> list[dict[str, Any]]:
+    """The hub's devices labelled site=lab."""
+    return [d for d in hub.devices() if d["metadata"].get("labels", {}).get("site") == "lab"]
+
+
+def infer_request(x: Any) -> dict[str, Any]:
+    """An Open Inference Protocol request for the demo MLP's ``input`` (a numpy array)."""
+    return {
+        "inputs": [
+            {
+                "name": "input",
+                "datatype": "FP32",
+                "shape": list(x.shape),
+                "data": x.ravel().tolist(),
+            }
+        ]
+    }
+
+
+def main_pid(vm: Vm) -> int:
+    return int(vm.run("systemctl show -p MainPID --value edged").strip() or 0)

@@ -9,45 +9,19 @@ needs rather than assuming the one before passed.
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import onnxruntime as ort
 import pytest
-from lab import LabHub, Vm, make_seed, wait_for
+from lab import LabHub, Vm, deploy, enrolled, infer_request, main_pid, push, wait_for
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
 pytestmark = [pytest.mark.vmlab, pytest.mark.timeout(1200)]
 
-LABELS = {"site": "lab", "device.lab/role": "first"}
-DEPLOYMENT = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {name: det}
-spec:
-  model: {name: det, version: "1.0.0"}
-  runtime: {executionProviders: [CPUExecutionProvider]}
-  replicas: {perDevice: 1}
-  placement: {nodeSelector: {site: lab}}
-  probes:
-    readiness: {periodSeconds: 2, timeoutSeconds: 5}
-"""
 X = np.random.default_rng(7).standard_normal((2, 64)).astype(np.float32)
 BOOT_TIMEOUT = 420  # TCG on two shared cores: a first boot with enrollment takes minutes
-
-
-@pytest.fixture(scope="module")
-def seeded(
-    image: Path, hub: LabHub, tmp_path_factory: pytest.TempPathFactory
-) -> Iterator[tuple[Vm, str]]:
-    d = tmp_path_factory.mktemp("device")
-    token = make_seed(d / "seed.img", hub, labels=LABELS)
-    vm = Vm(image, d / "vm", hub, d / "seed.img").start()
-    yield vm, token
-    vm.stop()
 
 
 @pytest.fixture(scope="module")
@@ -57,26 +31,9 @@ def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
-def enrolled(hub: LabHub) -> list[dict[str, Any]]:
-    return [d for d in hub.devices() if d["metadata"].get("labels", {}).get("site") == "lab"]
-
-
-def request(x: np.ndarray) -> dict[str, Any]:
-    return {
-        "inputs": [
-            {
-                "name": "input",
-                "datatype": "FP32",
-                "shape": list(x.shape),
-                "data": x.ravel().tolist(),
-            }
-        ]
-    }
-
-
 def answer(vm: Vm) -> np.ndarray | None:
     try:
-        code, doc = vm.infer("det", request(X), timeout=20)
+        code, doc = vm.infer("det", infer_request(X), timeout=20)
     except OSError:
         return None  # not forwarded yet (edged or the agent starting)
     if code != 200:
@@ -89,10 +46,6 @@ def expected(model: Path) -> np.ndarray:
     sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
     out: np.ndarray = sess.run(None, {"input": X})[0]
     return out
-
-
-def main_pid(vm: Vm) -> int:
-    return int(vm.run("systemctl show -p MainPID --value edged").strip() or 0)
 
 
 def test_first_boot_enrolls_from_the_seed_and_keeps_the_token_out_of_logs(
@@ -123,11 +76,8 @@ def test_a_model_deployed_at_the_hub_answers_from_the_host_as_onnxruntime_does(
 ) -> None:
     vm, _ = seeded
     wait_for(lambda: enrolled(hub), BOOT_TIMEOUT, "the device at the hub", period=3)
-    out = hub.edgectl("models", "push", str(model), "--name", "det", "--version", "1.0.0")
-    assert "pushed" in out.stdout or "unchanged" in out.stdout, out.stdout
-    manifest = tmp_path / "det.yaml"
-    manifest.write_text(DEPLOYMENT)
-    hub.edgectl("apply", "-f", str(manifest))
+    push(hub, model, "det", "1.0.0")
+    deploy(hub, tmp_path, "det", "1.0.0")
     got = wait_for(lambda: answer(vm), BOOT_TIMEOUT, "an answer from det in the guest", period=3)
     np.testing.assert_allclose(got, expected(model), rtol=1e-5, atol=1e-5)
 
