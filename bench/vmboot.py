@@ -78,10 +78,12 @@ def boot_to_answer(vm: Vm, hub: LabHub | None) -> dict[str, float]:
 
 
 def rss_kib(vm: Vm) -> dict[str, float]:
+    # no procps in the image: /proc directly; the workers are edged's children
     script = (
         "pid=$(systemctl show -p MainPID --value edged); "
-        "echo main $(ps -o rss= -p $pid); "
-        "for c in $(ps -o pid= --ppid $pid); do echo worker $(ps -o rss= -p $c); done"
+        "echo main $(awk '/^VmRSS/ {print $2}' /proc/$pid/status); "
+        "for c in $(cat /proc/$pid/task/*/children); do "
+        "echo worker $(awk '/^VmRSS/ {print $2}' /proc/$c/status); done"
     )
     mains: list[int] = []
     workers: list[int] = []
