@@ -58,7 +58,11 @@ def test_first_boot_enrolls_from_the_seed_and_keeps_the_token_out_of_logs(
     assert devices[0]["metadata"]["labels"]["device.lab/role"] == "first"
     # the seed was applied once and the token spent
     assert vm.run("cat /var/lib/edgefleet-seed/applied").strip() == "applied"
-    assert vm.run("test -e /etc/edged/enroll.token; echo $?").strip() == "1"
+    wait_for(  # edged-enroll.service's ExecStartPost, once edged enroll has returned
+        lambda: vm.run("test -e /etc/edged/enroll.token; echo $?").strip() == "1",
+        60,
+        "the spent token removed",
+    )
     wait_for(
         lambda: vm.run("systemctl is-active edged", check=False).strip() == "active",
         BOOT_TIMEOUT,
