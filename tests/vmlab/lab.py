@@ -385,3 +385,17 @@ def infer_request(x: Any) -> dict[str, Any]:
 
 def main_pid(vm: Vm) -> int:
     return int(vm.run("systemctl show -p MainPID --value edged").strip() or 0)
+
+
+def wait_active(vm: Vm, unit: str, timeout: float) -> None:
+    """Wait until ``unit`` is active in the guest; fail at once, with its journal, if systemd
+    gave up on it (``failed``)."""
+
+    def active() -> bool:
+        state = vm.run(f"systemctl is-active {unit}", check=False).strip()
+        if state == "failed":
+            journal = vm.run(f"journalctl -b -u {unit} --no-pager -o cat | tail -30", check=False)
+            raise AssertionError(f"{unit} failed in the guest:\n{journal}")
+        return state == "active"
+
+    wait_for(active, timeout, f"{unit} to be active", period=2)

@@ -14,7 +14,7 @@ from pathlib import Path
 import numpy as np
 import onnxruntime as ort
 import pytest
-from lab import LabHub, Vm, deploy, enrolled, infer_request, main_pid, push, wait_for
+from lab import LabHub, Vm, deploy, enrolled, infer_request, main_pid, push, wait_active, wait_for
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
@@ -63,11 +63,7 @@ def test_first_boot_enrolls_from_the_seed_and_keeps_the_token_out_of_logs(
         60,
         "the spent token removed",
     )
-    wait_for(
-        lambda: vm.run("systemctl is-active edged", check=False).strip() == "active",
-        BOOT_TIMEOUT,
-        "edged to be active",
-    )
+    wait_active(vm, "edged", BOOT_TIMEOUT)
     # the token reached neither the journal nor the console
     journal = vm.run("journalctl -b --no-pager -o verbose", timeout=120)
     assert "edgefleet-seed: provisioned" in journal
