@@ -1,0 +1,129 @@
+"""One device booted from the image, in order: first-boot enrollment from the seed, a model
+deployed at the hub and answering from the host, ``systemctl restart edged`` and a clean
+reboot (serving again, not enrolled again), and the systemd watchdog.
+
+The tests share the module's VM and run in file order (``-n 0``); each waits for the state it
+needs rather than assuming the one before passed.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import numpy as np
+import onnxruntime as ort
+import pytest
+from lab import LabHub, Vm, deploy, enrolled, infer_request, main_pid, push, wait_active, wait_for
+
+from edgefleet.demo import TINY_MLP, build_mlp
+
+pytestmark = [pytest.mark.vmlab, pytest.mark.timeout(1200)]
+
+X = np.random.default_rng(7).standard_normal((2, 64)).astype(np.float32)
+BOOT_TIMEOUT = 420  # TCG on two shared cores: a first boot with enrollment takes minutes
+
+
+@pytest.fixture(scope="module")
+def model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    path = tmp_path_factory.mktemp("model") / "det.onnx"
+    build_mlp(path, TINY_MLP, seed=11)
+    return path
+
+
+def answer(vm: Vm) -> np.ndarray | None:
+    try:
+        code, doc = vm.infer("det", infer_request(X), timeout=20)
+    except OSError:
+        return None  # not forwarded yet (edged or the agent starting)
+    if code != 200:
+        return None
+    out = doc["outputs"][0]
+    return np.asarray(out["data"], dtype=np.float32).reshape(out["shape"])
+
+
+def answered(vm: Vm) -> list[np.ndarray]:
+    """[det's answer], or [] (false, for wait_for) while it does not answer."""
+    got = answer(vm)
+    return [] if got is None else [got]
+
+
+def expected(model: Path) -> np.ndarray:
+    sess = ort.InferenceSession(str(model), providers=["CPUExecutionProvider"])
+    out: np.ndarray = sess.run(None, {"input": X})[0]
+    return out
+
+
+def test_first_boot_enrolls_from_the_seed_and_keeps_the_token_out_of_logs(
+    seeded: tuple[Vm, str], hub: LabHub
+) -> None:
+    vm, token = seeded
+    vm.wait_agent(BOOT_TIMEOUT)
+    devices = wait_for(lambda: enrolled(hub), BOOT_TIMEOUT, "the device at the hub", period=3)
+    assert len(devices) == 1
+    assert devices[0]["metadata"]["labels"]["device.lab/role"] == "first"
+    # the seed was applied once and the token spent
+    assert vm.run("cat /var/lib/edgefleet-seed/applied").strip() == "applied"
+    wait_for(  # edged-enroll.service's ExecStartPost, once edged enroll has returned
+        lambda: vm.run("test -e /etc/edged/enroll.token; echo $?").strip() == "1",
+        60,
+        "the spent token removed",
+    )
+    wait_active(vm, "edged", BOOT_TIMEOUT)
+    # the token reached neither the journal nor the console
+    journal = vm.run("journalctl -b --no-pager -o verbose", timeout=120)
+    assert "edgefleet-seed: provisioned" in journal
+    assert token not in journal
+    assert token not in vm.console.read_text(errors="replace")
+
+
+def test_a_model_deployed_at_the_hub_answers_from_the_host_as_onnxruntime_does(
+    seeded: tuple[Vm, str], hub: LabHub, model: Path, tmp_path: Path
+) -> None:
+    vm, _ = seeded
+    wait_for(lambda: enrolled(hub), BOOT_TIMEOUT, "the device at the hub", period=3)
+    push(hub, model, "det", "1.0.0")
+    deploy(hub, tmp_path, "det", "1.0.0")
+    got = wait_for(lambda: answered(vm), BOOT_TIMEOUT, "det to answer", period=3)[0]
+    np.testing.assert_allclose(got, expected(model), rtol=1e-5, atol=1e-5)
+
+
+def test_restart_and_clean_reboot_serve_again_without_enrolling_again(
+    seeded: tuple[Vm, str], hub: LabHub, model: Path
+) -> None:
+    vm, _ = seeded
+    wait_for(lambda: answer(vm) is not None, BOOT_TIMEOUT, "det to answer", period=3)
+    name = enrolled(hub)[0]["metadata"]["name"]
+    before = main_pid(vm)
+    vm.run("systemctl restart edged", timeout=180)
+    assert main_pid(vm) not in (0, before)
+    got = wait_for(lambda: answered(vm), 300, "det to answer after the restart", period=3)[0]
+    np.testing.assert_allclose(got, expected(model), rtol=1e-5, atol=1e-5)
+
+    vm.reboot(BOOT_TIMEOUT)
+    got = wait_for(lambda: answered(vm), BOOT_TIMEOUT, "det after the reboot", period=3)[0]
+    np.testing.assert_allclose(got, expected(model), rtol=1e-5, atol=1e-5)
+    # neither the seed nor the enrollment ran in this boot, and the hub knows one device
+    for unit in ("edgefleet-seed", "edged-enroll"):
+        assert vm.run(f"systemctl show -p ConditionResult --value {unit}").strip() == "no", unit
+    assert [d["metadata"]["name"] for d in enrolled(hub)] == [name]
+
+
+def test_watchdog_kills_and_restarts_a_stopped_edged(seeded: tuple[Vm, str]) -> None:
+    vm, _ = seeded
+    wait_for(lambda: answer(vm) is not None, BOOT_TIMEOUT, "det to answer", period=3)
+    watchdog_s = int(vm.run("systemctl show -p WatchdogUSec --value edged").strip().rstrip("s"))
+    pid = main_pid(vm)
+    vm.run(f"kill -STOP {pid}")
+    stopped = time.monotonic()
+    wait_for(
+        lambda: main_pid(vm) not in (0, pid),
+        watchdog_s + 60,  # WatchdogSec, then the abort and RestartSec, slowed by TCG
+        "systemd to restart the stopped edged",
+        period=2,
+    )
+    took = time.monotonic() - stopped
+    journal = vm.run("journalctl -b -u edged --no-pager -o cat", timeout=120)
+    assert "Watchdog timeout" in journal, journal[-2000:]
+    print(f"watchdog: stopped edged replaced after {took:.0f}s (WatchdogSec={watchdog_s}s)")
+    wait_for(lambda: answer(vm) is not None, 300, "det to answer after the watchdog", period=3)
