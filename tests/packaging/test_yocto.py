@@ -130,6 +130,11 @@ DEVICE_FILES: dict[str, tuple[str | None, str | None, str]] = {
         "${nonarch_base_libdir}/udev/rules.d/70-edgefleet-accelerators.rules",
         "",
     ),
+    "tmpfiles.d entry (/run/systemd/dynamic-uid before edged's namespace)": (
+        "/usr/lib/tmpfiles.d/edged.conf",
+        "${nonarch_libdir}/tmpfiles.d/edged.conf",
+        "",
+    ),
     "default config (a conffile)": ("/etc/edged/edged.toml", "${sysconfdir}/edged/edged.toml", ""),
     "edged command": ("/usr/bin/edged", "${bindir}/edged", ""),
     "the edged tree": (f"{SITE}/edged", "${PYTHON_SITEPACKAGES_DIR}/edged", ""),

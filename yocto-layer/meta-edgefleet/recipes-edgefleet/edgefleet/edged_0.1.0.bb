@@ -26,7 +26,8 @@ do_configure[noexec] = "1"
 do_compile[noexec] = "1"
 
 do_install() {
-    install -d ${D}${systemd_system_unitdir} ${D}${sysconfdir}/edged ${D}${nonarch_base_libdir}/udev/rules.d
+    install -d ${D}${systemd_system_unitdir} ${D}${sysconfdir}/edged ${D}${nonarch_base_libdir}/udev/rules.d \
+        ${D}${nonarch_libdir}/tmpfiles.d
     # the units run /opt/edgefleet/bin/edged (the Debian package's venv); here it is in bindir
     for unit in edged.service edged-enroll.service; do
         sed -e 's,/opt/edgefleet/bin/,${bindir}/,g' ${S}/packaging/systemd/${unit} \
@@ -36,9 +37,11 @@ do_install() {
     install -m 0644 ${S}/packaging/config/edged.toml ${D}${sysconfdir}/edged/edged.toml
     install -m 0644 ${S}/packaging/udev/70-edgefleet-accelerators.rules \
         ${D}${nonarch_base_libdir}/udev/rules.d/70-edgefleet-accelerators.rules
+    # /run/systemd/dynamic-uid before edged.service's namespace is set up (packaging/tmpfiles)
+    install -m 0644 ${S}/packaging/tmpfiles/edged.conf ${D}${nonarch_libdir}/tmpfiles.d/edged.conf
 }
 
-FILES:${PN} += "${systemd_system_unitdir} ${nonarch_base_libdir}/udev/rules.d"
+FILES:${PN} += "${systemd_system_unitdir} ${nonarch_base_libdir}/udev/rules.d ${nonarch_libdir}/tmpfiles.d"
 CONFFILES:${PN} = "${sysconfdir}/edged/edged.toml"
 
 RDEPENDS:${PN} = "python3-edgefleet"
