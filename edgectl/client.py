@@ -57,7 +57,7 @@ from edgefleet.v1 import admin_pb2, admin_pb2_grpc
 DEFAULT_TIMEOUT_S = 30.0
 DEFAULT_CHUNK_SIZE = 500
 """Objects per List call (``edgectl get --chunk-size``, as kubectl's): a list is read in pages,
-each continuing the one before, all at the first page's revision (docs/architecture.md)."""
+each continuing the one before, all at the first page's revision (docs/admin.md)."""
 
 _UNREACHABLE = {grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED}
 _READS = {"Get", "List", "ListEvents"}

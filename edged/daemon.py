@@ -266,7 +266,7 @@ class Daemon:
                 on_status_changed=self.board.device_changed,
             )
             self.board.device_status = self.discovery.status
-        # -- the hub link (docs/architecture.md, "The hub link"), once enrolled --
+        # -- the hub link (docs/edged.md, "The hub link"), once enrolled --
         self.hub_link: HubLink | None = None
         if self.hub_source is not None:
             discovery = self.discovery

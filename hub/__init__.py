@@ -1,4 +1,4 @@
 """hub: the edgefleet regional control plane (``hub init``, ``hub serve``, ``hub token``).
 
-One module per job, named for it; the design is in docs/architecture.md, "The hub".
+One module per job, named for it; the wings are in docs/architecture.md ("The hub's wings"), the details in docs/hub.md.
 """

@@ -5,7 +5,7 @@ device...); ``merge(records)`` groups what was classified by physical device, so
 PCI device, render node and ``/dev/nvidia0`` become one accelerator with all its nodes, and
 decides whether it is usable now. No I/O: records carry what the effects side read.
 
-Recognised (see docs/architecture.md, "Discovery"):
+Recognised (see docs/edged.md, "Discovery"):
 
 * GPUs: ``drm`` render nodes on a PCI device of NVIDIA (0x10de), AMD (0x1002) or Intel
   (0x8086); NVIDIA PCI display devices (their nodes, ``/dev/nvidia*``, are not in udev);

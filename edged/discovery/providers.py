@@ -1,6 +1,6 @@
 """Pure: which ONNX Runtime execution providers the hardware enables, and each workload's choice.
 
-Rules (documented in docs/architecture.md, "Discovery"):
+Rules (documented in docs/edged.md, "Discovery"):
 
 * Providers that need no device (CPU, XNNPACK, DNNL, ACL, ArmNN, Azure) are usable whenever the
   onnxruntime build offers them.

@@ -1,4 +1,4 @@
-"""An enrolled edged attached to its hub (docs/architecture.md, "The hub link"): the hub's
+"""An enrolled edged attached to its hub (docs/edged.md, "The hub link"): the hub's
 source of desired state and the link that feeds it, each built as edged.toml says.
 
 :func:`hub_source` is None until the device is enrolled (``D/hub/link.json``). :func:`hub_link`

@@ -1,4 +1,4 @@
-"""edged's own counts of what it serves (docs/architecture.md, "Serving"): the Prometheus
+"""edged's own counts of what it serves (docs/edged.md, "Serving"): the Prometheus
 metrics of the replicas, of the desired state and of each socket's limits, and the
 per-revision measures the hub reads (:class:`edged.serving.measuring.RevisionMeters`).
 

@@ -12,7 +12,7 @@ authentication, so expose it only where scrapers are trusted).
 * :class:`InstrumentedStore`: the store, with every operation counted and timed.
 * :class:`ObservabilityServer`: the HTTP listener, a component (``name`` + ``run(stop)``).
 
-Metrics (``docs/architecture.md``, "Observing the hub", has the table).
+Metrics (``docs/observability.md`` has the table).
 """
 
 from __future__ import annotations

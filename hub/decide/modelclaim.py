@@ -16,7 +16,7 @@ workloads of one model name on one device would share one route, so requests wou
 * when a device's desired state is built (:func:`one_per_model`): should two deployments of a
   model still reach one device (stored by a hub before this rule, or by federation), it is sent
   one, the one it already runs, else the first by name, and the other is excluded with a reason;
-* on the device: edged routes each model name to one workload and says so (docs/architecture.md).
+* on the device: edged routes each model name to one workload and says so (docs/edged.md).
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 A device refuses signed metadata older than the newest it accepted for that model name
 (``MetadataRollback``), and a model version lower than the highest it accepted unless a
 signed rollback allowance covers it (``ModelVersionRollback``); what it runs now, or ran
-just before, is admitted without those checks (docs/architecture.md, "Going back"). The hub
+just before, is admitted without those checks (docs/edged.md, "Going back"). The hub
 holds the signed metadata of every version it sends and devices report what they hold, so an
 undo that devices would refuse is refused here, before anything is written, with the
 commands that would permit it; with an allowance (``edgectl rollback push``, or the

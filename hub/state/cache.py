@@ -1,7 +1,7 @@
 """The hub's in-memory cache of its store: everything it knows, loaded at start, written through.
 
 The hub is its store's only writer, so it never reads the store on a hot path (the design:
-docs/architecture.md, "The hub"). Every write-through goes by a method here that tells the
+docs/hub.md). Every write-through goes by a method here that tells the
 change feed (:attr:`Cache.feed`, :mod:`hub.state.feed`) the key it changed: the controllers
 that watch it queue that key.
 """

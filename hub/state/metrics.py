@@ -2,8 +2,7 @@
 
 Here in state, below the controllers and the API, so that whoever counts (the device writer's
 events, the projector's placements, a controller) needs no upper wing. Served by
-:mod:`hub.api.observability` (``/metrics``); the table is in ``docs/architecture.md``,
-"Observing the hub".
+:mod:`hub.api.observability` (``/metrics``); the table is in ``docs/observability.md``.
 """
 
 from __future__ import annotations

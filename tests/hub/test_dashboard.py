@@ -1,5 +1,5 @@
 """The Grafana dashboard in packaging/ asks only for metrics that exist: the hub's (from its
-registry) and edged's (the table in docs/architecture.md, itself checked against a running
+registry) and edged's (the table in docs/edged.md, itself checked against a running
 edged in tests/e2e/test_serving.py for the names it asserts)."""
 
 from __future__ import annotations
@@ -23,7 +23,7 @@ def test_every_metric_of_the_dashboard_exists() -> None:
         for name in re.findall(r"(?<![$\w])(?:hub|edged)_[a-z_]+", e)
     }
     hub = set(re.findall(r"^# TYPE (\S+) ", HubMetrics().render(), re.M))
-    docs = (ROOT / "docs" / "architecture.md").read_text()
+    docs = (ROOT / "docs" / "edged.md").read_text()
     edged = set(re.findall(r"^\s*\| `(edged_[a-z_]+)` \|", docs, re.M))
     assert {"edged_replica_restarts_total", "edged_inference_requests_total"} <= edged
     assert asked - hub - edged == set()
