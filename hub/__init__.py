@@ -1,4 +1,6 @@
 """hub: the edgefleet regional control plane (``hub init``, ``hub serve``, ``hub token``).
 
-One module per job, named for it; the wings are in docs/architecture.md ("The hub's wings"), the details in docs/hub.md.
+In wings: ``api`` (servicers), ``controllers``, ``state``, ``decide`` (pure); the folder says
+the role, the file the subject. The wings are in docs/architecture.md ("The hub's wings"), the
+details in docs/hub.md.
 """
