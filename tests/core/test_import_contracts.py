@@ -58,6 +58,10 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
         ("hub/decide/desired.py", "import grpc", "hub.decide (the deciders) imports no gRPC"),
         ("hub/decide/regionslice.py", "from edgefleet.v1 import federation_pb2", "hub.decide ("),
         ("hub/decide/undo.py", "from hub.state.cache import Cache", "hub.decide (the deciders)"),
+        # the hub's wings: api > controllers > state > decide, never upwards
+        ("hub/state/cache.py", "from hub.controllers import rollout", "the hub's wings"),
+        ("hub/controllers/lifecycle.py", "from hub.api import devicesync", "the hub's wings"),
+        ("hub/api/auth.py", "from hub import wiring", "the hub's wings"),
     ],
 )
 def test_a_forbidden_import_breaks_its_contract(
