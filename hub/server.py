@@ -52,7 +52,7 @@ from hub.api.observability import (
 )
 from hub.api.registering import add_servicer
 from hub.config import HubConfig, load_config
-from hub.controllers.autoscaler import FleetAutoscaler
+from hub.controllers.fleetautoscaler import FleetAutoscaler
 from hub.controllers.lifecycle import Lifecycle
 from hub.controllers.parentlink.regionenrollment import ParentFiles
 from hub.controllers.replicas import (

@@ -89,7 +89,7 @@ async def reload_cache(cache: Cache, store: Store, sessions: Sessions) -> None:
     for f in dataclasses.fields(Cache):
         # the trust roots are installed from the data directory, not the store; the feed's
         # watchers registered with this cache; the fleet autoscaler's totals are its own, in
-        # memory (hub.controllers.autoscaler): not in the store
+        # memory (hub.controllers.fleetautoscaler): not in the store
         if f.name not in ("trust_roots", "feed", "scaled_totals"):
             setattr(cache, f.name, getattr(fresh, f.name))
     log.info("cache reloaded", devices=len(cache.devices), deployments=len(cache.deployments))

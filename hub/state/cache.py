@@ -86,7 +86,7 @@ class Cache:
     # and why, from the scheduler's last pass (not stored: computed again after a restart)
     explanations: dict[str, Explanation] = field(default_factory=dict)
     # replicas.total deployment -> the total the fleet autoscaler placed instead of the
-    # spec's (hub.controllers.autoscaler; in memory: a restart starts from the spec's)
+    # spec's (hub.controllers.fleetautoscaler; in memory: a restart starts from the spec's)
     scaled_totals: dict[str, int] = field(default_factory=dict)
     # Secret name -> its values sealed with the hub's key (hub.state.secrets), never in the clear
     secrets: dict[str, SecretRecord] = field(default_factory=dict)

@@ -15,7 +15,7 @@ from hubtesting import FakeClock
 
 from edgefleet.api import ModelDeployment, parse_manifest
 from edgefleet.autoscaler import LoadSample
-from hub.controllers.autoscaler import FleetAutoscaler
+from hub.controllers.fleetautoscaler import FleetAutoscaler
 from hub.controllers.placement import Scheduler
 from hub.decide.autoscale import DeviceLoad, FleetScaler, fleet_sample, plan_totals
 from hub.decide.desired import manifest_for

@@ -7,6 +7,7 @@ from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass, field
 
 from edgefleet.errors import Compacted, CompareFailed, LeaseNotFound, StoreError
+from hub.state.store.fanout import Broadcaster
 from hub.state.store.protocol import (
     NO_LEASE,
     Clock,
@@ -26,7 +27,6 @@ from hub.state.store.protocol import (
     prefix_end,
     system_clock,
 )
-from hub.state.store.watching import Broadcaster
 
 
 @dataclass

@@ -22,6 +22,7 @@ from typing import TypeVar
 
 from edgefleet.errors import Compacted, CompareFailed, LeaseNotFound, StoreError
 from edgefleet.logs import get_logger
+from hub.state.store.fanout import Broadcaster
 from hub.state.store.protocol import (
     NO_LEASE,
     Clock,
@@ -41,7 +42,6 @@ from hub.state.store.protocol import (
     prefix_end,
     system_clock,
 )
-from hub.state.store.watching import Broadcaster
 
 log = get_logger(__name__)
 
