@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import onnxruntime as ort
@@ -86,6 +87,47 @@ def test_a_model_deployed_at_the_hub_answers_from_the_host_as_onnxruntime_does(
     deploy(hub, tmp_path, "det", "1.0.0")
     got = wait_for(lambda: answered(vm), BOOT_TIMEOUT, "det to answer", period=3)[0]
     np.testing.assert_allclose(got, expected(model), rtol=1e-5, atol=1e-5)
+
+
+EGRESS = """\
+  network:
+    egress:
+      - port: 9
+        cidr: 127.0.0.1
+"""
+
+
+def sandbox_of(vm: Vm, workload: str) -> dict[str, Any]:
+    """The sandbox ``edged status`` reports for ``workload``'s first replica once in force;
+    {} before (false, for wait_for)."""
+    for w in vm.status().get("workloads", []):
+        if w.get("name") == workload:
+            for r in w.get("replicas", []):
+                sb = r.get("sandbox") or {}
+                if sb.get("inForce"):
+                    return dict(sb)
+    return {}
+
+
+def test_the_shipped_unit_runs_workers_on_their_own_uids_sandboxed_and_egress_filtered(
+    seeded: tuple[Vm, str], hub: LabHub, tmp_path: Path
+) -> None:
+    """The unit as the package ships it (root, a bounded capability set, no drop-in): each
+    worker on a uid of its own, in the sandbox, and an egress rule naming an address enforced
+    by the cgroup BPF filter, as ``edged status`` reports them."""
+    vm, _ = seeded
+    wait_for(lambda: enrolled(hub), BOOT_TIMEOUT, "the device at the hub", period=3)
+    assert vm.run("systemctl show -p User --value edged").strip() in ("", "root")
+    deploy(hub, tmp_path, "egr", "1.0.0", extra=EGRESS, model="det")
+    sb = wait_for(lambda: sandbox_of(vm, "egr"), BOOT_TIMEOUT, "egr's sandbox in force", period=3)
+    assert sb["separateUid"] is True and sb["uid"] != 0, sb
+    assert sb["noNewPrivs"] is True and sb["seccomp"] is True, sb
+    assert sb["problems"] == [], sb
+    assert sb.get("connectTo"), sb  # the address rule, enforced by the cgroup BPF program
+    assert "127.0.0.1" in " ".join(sb["connectTo"]), sb
+    text = vm.run("edged status --socket /run/edged/edged.sock", timeout=60)
+    assert "+uid" in text, text
+    hub.edgectl("delete", "deployment", "egr")
 
 
 def test_restart_and_clean_reboot_serve_again_without_enrolling_again(
