@@ -17,7 +17,7 @@ from typing import Any
 import grpc
 import pytest
 from asynctesting import async_test
-from federationtesting import (
+from hubfederationtesting import (
     Root,
     admin_channel,
     deployment,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from federationtesting import (
+from hubfederationtesting import (
     deployment,
     inventory_report,
     model_value,

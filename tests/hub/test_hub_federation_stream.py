@@ -14,7 +14,7 @@ import grpc
 import orjson
 import pytest
 from asynctesting import async_test, eventually
-from federationtesting import (
+from hubfederationtesting import (
     Root,
     admin_channel,
     hello,

@@ -110,7 +110,7 @@ def sandbox_of(vm: Vm, workload: str) -> dict[str, Any]:
 
 
 def test_the_shipped_unit_runs_workers_on_their_own_uids_sandboxed_and_egress_filtered(
-    seeded: tuple[Vm, str], hub: LabHub, tmp_path: Path
+    seeded: tuple[Vm, str], hub: LabHub, model: Path, tmp_path: Path
 ) -> None:
     """The unit as the package ships it (root, a bounded capability set, no drop-in): each
     worker on a uid of its own, in the sandbox, and an egress rule naming an address enforced
@@ -118,7 +118,8 @@ def test_the_shipped_unit_runs_workers_on_their_own_uids_sandboxed_and_egress_fi
     vm, _ = seeded
     wait_for(lambda: enrolled(hub), BOOT_TIMEOUT, "the device at the hub", period=3)
     assert vm.run("systemctl show -p User --value edged").strip() in ("", "root")
-    deploy(hub, tmp_path, "egr", "1.0.0", extra=EGRESS, model="det")
+    push(hub, model, "egr", "1.0.0")  # a model name of its own: one deployment per name
+    deploy(hub, tmp_path, "egr", "1.0.0", extra=EGRESS)
     sb = wait_for(lambda: sandbox_of(vm, "egr"), BOOT_TIMEOUT, "egr's sandbox in force", period=3)
     assert sb["separateUid"] is True and sb["uid"] != 0, sb
     assert sb["noNewPrivs"] is True and sb["seccomp"] is True, sb

@@ -1,0 +1,21 @@
+"""The test tree's own rules: tests import their helpers by bare module name (``pythonpath``
+in pyproject.toml and pytest's rootdir insertion put each test folder on ``sys.path``), so two
+helper modules of one name in two folders shadow each other, and which one a test gets
+depends on what was collected before it (seen: ``federationtesting`` in tests/e2e and
+tests/hub, fine alone, an ImportError in the whole suite)."""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from pathlib import Path
+
+TESTS = Path(__file__).resolve().parents[1]
+
+
+def test_every_test_module_name_is_unique_across_the_tree() -> None:
+    seen: dict[str, list[str]] = defaultdict(list)
+    for path in TESTS.rglob("*.py"):
+        if path.name in ("conftest.py", "__init__.py") or "__pycache__" in path.parts:
+            continue
+        seen[path.name].append(str(path.relative_to(TESTS)))
+    assert {name: where for name, where in seen.items() if len(where) > 1} == {}
