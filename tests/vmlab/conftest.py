@@ -51,7 +51,13 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     prebuilt = os.environ.get("EDGEFLEET_VMLAB_IMAGE")
     if prebuilt:  # an image built with --test-agent beforehand (development, bench/vmboot.py)
         return Path(prebuilt)
-    base = tmp_path_factory.getbasetemp().parent
+    # one image per session: under pytest-xdist the workers' base folders share a parent of
+    # the session's own; without it, the parent is shared by every session of this user
+    # (pytest-of-USER), and an image there would outlive the sources it was built from (the
+    # build's cache, keyed by those sources, makes a new session's copy cheap)
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent
     return build_image(base / "vmlab-image", base)
 
 
