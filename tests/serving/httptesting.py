@@ -44,7 +44,7 @@ async def connected(path: Path) -> AsyncIterator[tuple[asyncio.StreamReader, asy
         try:
             await writer.wait_closed()
         except OSError:
-            pass
+            pass  # the server closed the connection first (the tests' hostile clients): closed
 
 
 def request(path: str = "/", *, method: str = "GET", body: bytes = b"", headers: str = "") -> bytes:
