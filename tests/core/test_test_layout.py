@@ -19,3 +19,19 @@ def test_every_test_module_name_is_unique_across_the_tree() -> None:
             continue
         seen[path.name].append(str(path.relative_to(TESTS)))
     assert {name: where for name, where in seen.items() if len(where) > 1} == {}
+
+
+def test_no_test_imports_the_tests_folder_as_a_package() -> None:
+    """``from tests.x import y`` works only when the repository root happens to be on
+    ``sys.path`` (another module put it there), so a file run alone fails to import: helpers
+    are imported by bare name, like every other test does."""
+    offenders = [
+        str(path.relative_to(TESTS))
+        for path in TESTS.rglob("*.py")
+        if "__pycache__" not in path.parts
+        and any(
+            line.lstrip().startswith(("from tests.", "import tests.", "from tests import"))
+            for line in path.read_text().splitlines()
+        )
+    ]
+    assert offenders == []

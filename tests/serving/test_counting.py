@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from metricstesting import series_value
+
 from edged.reconcile.model import RevisionPhase, RevisionStatus, WorkloadStatus
 from edged.runtime.processes import WorkerPool
 from edged.serving.counting import Counters
@@ -15,7 +17,6 @@ from edged.statusboard import StatusBoard
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import ModelDeployment, parse_manifest
 from edgefleet.metrics import Registry
-from tests.metricstesting import series_value
 
 CAMERA = WorkloadName("camera")
 

@@ -6,10 +6,11 @@ from __future__ import annotations
 import io
 from pathlib import Path
 
+from asynctesting import async_test
+
 from edged.state.quarantining import BlobQuarantine
 from edged.workloads import WorkloadName
 from edgefleet.artifacts.storing import ArtifactStore
-from tests.asynctesting import async_test
 
 
 def flip_a_bit(blob: Path) -> None:
