@@ -7,21 +7,20 @@ reported."""
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 
 import grpc
 import pytest
 from asynctesting import async_test, eventually
+from devicesynctesting import enrolled_device
 from google.protobuf.timestamp_pb2 import Timestamp
 from hubserving import AdminHub, make_hub_dir
 from hypothesis import given
 from hypothesis import strategies as st
 from propertytesting import examples
 
-from edged.trust.identity import load_or_create_identity
 from edgefleet.api import ModelDeployment, parse_manifest
-from edgefleet.v1 import device_pb2, device_pb2_grpc, enrollment_pb2, enrollment_pb2_grpc
+from edgefleet.v1 import device_pb2, device_pb2_grpc
 from hub.api import deviceinput as di
 from hub.api.dashboard.pages import device_body
 from hub.decide.devices import (
@@ -38,7 +37,6 @@ from hub.decide.status import (
     new_terminations,
     termination_message,
 )
-from hub.state import tokens
 
 OOM = Termination("det-r-0", "OOMKilled", "worker killed by the kernel's OOM killer", 0, 9, 1e9)
 NOW = 1_765_000_000
@@ -264,31 +262,13 @@ def test_the_dashboards_device_page_shows_it_escaped() -> None:
 # -- a real hub over real gRPC --------------------------------------------------------------------
 
 
-async def _enrolled(hub: AdminHub, tmp_path: Path, name: str) -> grpc.ChannelCredentials:
-    identity = load_or_create_identity(tmp_path / name, tpm="off")
-    try:
-        csr = identity.build_csr(name)
-    finally:
-        identity.close()
-    token, _ = await tokens.create_token(hub.ctx.store, now=time.time(), ttl=600)
-    ca = hub.paths.ca_certificate.read_bytes()
-    async with grpc.aio.secure_channel(
-        f"127.0.0.1:{hub.enroll_port}", grpc.ssl_channel_credentials(ca)
-    ) as ch:
-        resp = await enrollment_pb2_grpc.EnrollmentServiceStub(ch).Enroll(
-            enrollment_pb2.EnrollRequest(token=token, csr_pem=csr, name=name), timeout=10
-        )
-    key = (tmp_path / name / "identity" / "key.pem").read_bytes()
-    return grpc.ssl_channel_credentials(ca, key, bytes(resp.certificate_chain_pem))
-
-
 @async_test
 async def test_a_hostile_termination_is_refused_and_an_honest_one_is_one_event(
     tmp_path: Path,
 ) -> None:
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub:
-        creds = await _enrolled(hub, tmp_path, "cam-1")
+        creds = await enrolled_device(hub, tmp_path, "cam-1")
         hello = device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name="cam-1"))
 
         def oom_events() -> list[dict[str, object]]:
