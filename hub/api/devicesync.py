@@ -36,8 +36,7 @@ import grpc
 from google.protobuf import json_format
 
 from edgefleet.artifacts.storing import ArtifactStore
-from edgefleet.artifacts.streaming import OffsetPastEnd, read_chunks
-from edgefleet.errors import ArtifactError, CsrRejected, EdgefleetError, PkiError, TrustError
+from edgefleet.errors import CsrRejected, EdgefleetError, PkiError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.metrics import Histogram
 from edgefleet.sealing import public_key_of
@@ -45,6 +44,7 @@ from edgefleet.trust import tpmbinding
 from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
 from hub import pki
 from hub.api.auth import Caller, authorize
+from hub.api.blobserving import blob_chunks
 from hub.api.deviceinput import check_hello, check_message
 from hub.api.ratelimit import Rate, RateLimiter
 from hub.config import DevicesConfig
@@ -739,26 +739,15 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"artifact {request.sha256[:16]} is not in device {caller.name}'s desired state",
             )
-        shared = self.shared_blobs
-        if shared is not None and not self.blobs.has(request.sha256):
-            try:  # replicas: pushed through another one; its bytes are in the store
-                await shared.ensure_local(request.sha256)
-            except ArtifactError as exc:
-                log.error("shared artifact refused", sha256=request.sha256, error=str(exc))
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"artifact copy failed: {exc}")
-        path = self.blobs.path_for(request.sha256)
-        try:
-            async for offset, data in read_chunks(path, request.offset):
-                yield device_pb2.ArtifactChunk(offset=offset, data=data)
-        except FileNotFoundError:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND, f"artifact {request.sha256} is not stored"
-            )
-        except OffsetPastEnd as exc:
-            await context.abort(
-                grpc.StatusCode.OUT_OF_RANGE,
-                f"offset {request.offset} is past the artifact's end ({exc.size} bytes)",
-            )
+        async for offset, data in blob_chunks(
+            self.blobs,
+            self.shared_blobs,
+            request.sha256,
+            request.offset,
+            context,
+            end="the artifact's end",
+        ):
+            yield device_pb2.ArtifactChunk(offset=offset, data=data)
 
 
 def _duration(seconds: float) -> Any:

@@ -30,12 +30,12 @@ from typing import Any
 import grpc
 
 from edgefleet.artifacts.storing import ArtifactStore
-from edgefleet.artifacts.streaming import OffsetPastEnd, read_chunks
-from edgefleet.errors import ArtifactError, CompareFailed, CsrRejected, EdgefleetError, PkiError
+from edgefleet.errors import CompareFailed, CsrRejected, EdgefleetError, PkiError
 from edgefleet.logs import get_logger
 from edgefleet.v1 import federation_pb2, federation_pb2_grpc
 from hub import pki
 from hub.api.auth import Caller, authorize
+from hub.api.blobserving import blob_chunks
 from hub.api.ratelimit import Rate, RateLimiter
 from hub.controllers.wave import WaveController
 from hub.decide import regionslice
@@ -431,23 +431,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"artifact {request.sha256[:16]} is not in region {caller.name}'s slice",
             )
-        shared = self.shared_blobs
-        if shared is not None and not self.blobs.has(request.sha256):
-            try:  # replicas: pushed through another one; its bytes are in the store
-                await shared.ensure_local(request.sha256)
-            except ArtifactError as exc:
-                log.error("shared artifact refused", sha256=request.sha256, error=str(exc))
-                await context.abort(grpc.StatusCode.UNAVAILABLE, f"artifact copy failed: {exc}")
-        path = self.blobs.path_for(request.sha256)
-        try:
-            async for offset, data in read_chunks(path, request.offset):
-                yield federation_pb2.FederatedChunk(offset=offset, data=data)
-        except FileNotFoundError:
-            await context.abort(
-                grpc.StatusCode.NOT_FOUND, f"artifact {request.sha256} is not stored"
-            )
-        except OffsetPastEnd as exc:
-            await context.abort(
-                grpc.StatusCode.OUT_OF_RANGE,
-                f"offset {request.offset} is past the end ({exc.size} bytes)",
-            )
+        async for offset, data in blob_chunks(
+            self.blobs, self.shared_blobs, request.sha256, request.offset, context
+        ):
+            yield federation_pb2.FederatedChunk(offset=offset, data=data)
