@@ -12,6 +12,50 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 
 DESCRIPTOR: _descriptor.FileDescriptor
 
+class PushAgentReleaseResponse(_message.Message):
+    __slots__ = ("version", "arch", "python_abi", "sha256", "length", "stored")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ARCH_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_ABI_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    STORED_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    arch: str
+    python_abi: str
+    sha256: str
+    length: int
+    stored: bool
+    def __init__(self, version: _Optional[str] = ..., arch: _Optional[str] = ..., python_abi: _Optional[str] = ..., sha256: _Optional[str] = ..., length: _Optional[int] = ..., stored: _Optional[bool] = ...) -> None: ...
+
+class ListAgentReleasesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class AgentRelease(_message.Message):
+    __slots__ = ("version", "arch", "python_abi", "sha256", "length", "pushed_at", "signers")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ARCH_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_ABI_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    PUSHED_AT_FIELD_NUMBER: _ClassVar[int]
+    SIGNERS_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    arch: str
+    python_abi: str
+    sha256: str
+    length: int
+    pushed_at: _timestamp_pb2.Timestamp
+    signers: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, version: _Optional[str] = ..., arch: _Optional[str] = ..., python_abi: _Optional[str] = ..., sha256: _Optional[str] = ..., length: _Optional[int] = ..., pushed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., signers: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListAgentReleasesResponse(_message.Message):
+    __slots__ = ("releases",)
+    RELEASES_FIELD_NUMBER: _ClassVar[int]
+    releases: _containers.RepeatedCompositeFieldContainer[AgentRelease]
+    def __init__(self, releases: _Optional[_Iterable[_Union[AgentRelease, _Mapping]]] = ...) -> None: ...
+
 class DeviceLogsRequest(_message.Message):
     __slots__ = ("device_name", "workload", "tail")
     DEVICE_NAME_FIELD_NUMBER: _ClassVar[int]

@@ -125,6 +125,16 @@ class AdminServiceStub:
                 request_serializer=edgefleet_dot_v1_dot_admin__pb2.RevokeRegionRequest.SerializeToString,
                 response_deserializer=edgefleet_dot_v1_dot_admin__pb2.RevokeRegionResponse.FromString,
                 _registered_method=True)
+        self.PushAgentRelease = channel.stream_unary(
+                '/edgefleet.v1.AdminService/PushAgentRelease',
+                request_serializer=edgefleet_dot_v1_dot_admin__pb2.PushArtifactRequest.SerializeToString,
+                response_deserializer=edgefleet_dot_v1_dot_admin__pb2.PushAgentReleaseResponse.FromString,
+                _registered_method=True)
+        self.ListAgentReleases = channel.unary_unary(
+                '/edgefleet.v1.AdminService/ListAgentReleases',
+                request_serializer=edgefleet_dot_v1_dot_admin__pb2.ListAgentReleasesRequest.SerializeToString,
+                response_deserializer=edgefleet_dot_v1_dot_admin__pb2.ListAgentReleasesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -259,6 +269,23 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def PushAgentRelease(self, request_iterator, context):
+        """Publish a signed edged release (`edgectl agent push`): a header whose signed_metadata is
+        an agent release envelope (edgefleet/trust/agentreleases.py) and whose delegated targets
+        are the agent publisher's (TUF role delegated `agent/edged/*/*` only), then the release
+        file in chunks. Checked as a device would before anything is stored.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListAgentReleases(self, request, context):
+        """The edged releases the hub holds, newest first.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -351,6 +378,16 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RevokeRegion,
                     request_deserializer=edgefleet_dot_v1_dot_admin__pb2.RevokeRegionRequest.FromString,
                     response_serializer=edgefleet_dot_v1_dot_admin__pb2.RevokeRegionResponse.SerializeToString,
+            ),
+            'PushAgentRelease': grpc.stream_unary_rpc_method_handler(
+                    servicer.PushAgentRelease,
+                    request_deserializer=edgefleet_dot_v1_dot_admin__pb2.PushArtifactRequest.FromString,
+                    response_serializer=edgefleet_dot_v1_dot_admin__pb2.PushAgentReleaseResponse.SerializeToString,
+            ),
+            'ListAgentReleases': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListAgentReleases,
+                    request_deserializer=edgefleet_dot_v1_dot_admin__pb2.ListAgentReleasesRequest.FromString,
+                    response_serializer=edgefleet_dot_v1_dot_admin__pb2.ListAgentReleasesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -839,6 +876,60 @@ class AdminService:
             '/edgefleet.v1.AdminService/RevokeRegion',
             edgefleet_dot_v1_dot_admin__pb2.RevokeRegionRequest.SerializeToString,
             edgefleet_dot_v1_dot_admin__pb2.RevokeRegionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PushAgentRelease(request_iterator,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.stream_unary(
+            request_iterator,
+            target,
+            '/edgefleet.v1.AdminService/PushAgentRelease',
+            edgefleet_dot_v1_dot_admin__pb2.PushArtifactRequest.SerializeToString,
+            edgefleet_dot_v1_dot_admin__pb2.PushAgentReleaseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListAgentReleases(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/edgefleet.v1.AdminService/ListAgentReleases',
+            edgefleet_dot_v1_dot_admin__pb2.ListAgentReleasesRequest.SerializeToString,
+            edgefleet_dot_v1_dot_admin__pb2.ListAgentReleasesResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -52,7 +52,7 @@ class Hello(_message.Message):
     def __init__(self, device_name: _Optional[str] = ..., inventory: _Optional[_Union[_struct_pb2.Struct, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., applied_generation: _Optional[int] = ..., edged_version: _Optional[str] = ...) -> None: ...
 
 class Status(_message.Message):
-    __slots__ = ("workloads", "health", "observed_generation", "compliance", "labels")
+    __slots__ = ("workloads", "health", "observed_generation", "compliance", "labels", "agent")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -65,12 +65,50 @@ class Status(_message.Message):
     OBSERVED_GENERATION_FIELD_NUMBER: _ClassVar[int]
     COMPLIANCE_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
     workloads: _containers.RepeatedCompositeFieldContainer[WorkloadStatus]
     health: _common_pb2.Health
     observed_generation: int
     compliance: DeviceCompliance
     labels: _containers.ScalarMap[str, str]
-    def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadStatus, _Mapping]]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., observed_generation: _Optional[int] = ..., compliance: _Optional[_Union[DeviceCompliance, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    agent: AgentStatus
+    def __init__(self, workloads: _Optional[_Iterable[_Union[WorkloadStatus, _Mapping]]] = ..., health: _Optional[_Union[_common_pb2.Health, _Mapping]] = ..., observed_generation: _Optional[int] = ..., compliance: _Optional[_Union[DeviceCompliance, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., agent: _Optional[_Union[AgentStatus, _Mapping]] = ...) -> None: ...
+
+class AgentStatus(_message.Message):
+    __slots__ = ("version", "slot", "committed_version", "phase", "desired_version", "reason", "message", "tries", "changed_at", "arch", "python_abi", "launcher", "bytes_done", "bytes_total", "upgrade", "upgrade_revision")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SLOT_FIELD_NUMBER: _ClassVar[int]
+    COMMITTED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    DESIRED_VERSION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    TRIES_FIELD_NUMBER: _ClassVar[int]
+    CHANGED_AT_FIELD_NUMBER: _ClassVar[int]
+    ARCH_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_ABI_FIELD_NUMBER: _ClassVar[int]
+    LAUNCHER_FIELD_NUMBER: _ClassVar[int]
+    BYTES_DONE_FIELD_NUMBER: _ClassVar[int]
+    BYTES_TOTAL_FIELD_NUMBER: _ClassVar[int]
+    UPGRADE_FIELD_NUMBER: _ClassVar[int]
+    UPGRADE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    slot: str
+    committed_version: str
+    phase: str
+    desired_version: str
+    reason: str
+    message: str
+    tries: int
+    changed_at: _timestamp_pb2.Timestamp
+    arch: str
+    python_abi: str
+    launcher: bool
+    bytes_done: int
+    bytes_total: int
+    upgrade: str
+    upgrade_revision: int
+    def __init__(self, version: _Optional[str] = ..., slot: _Optional[str] = ..., committed_version: _Optional[str] = ..., phase: _Optional[str] = ..., desired_version: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., tries: _Optional[int] = ..., changed_at: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., arch: _Optional[str] = ..., python_abi: _Optional[str] = ..., launcher: _Optional[bool] = ..., bytes_done: _Optional[int] = ..., bytes_total: _Optional[int] = ..., upgrade: _Optional[str] = ..., upgrade_revision: _Optional[int] = ...) -> None: ...
 
 class DeviceCompliance(_message.Message):
     __slots__ = ("checked", "compliant", "action", "findings", "quarantined", "processes_checked", "opens_watched", "opens_watch_reason")
@@ -329,7 +367,7 @@ class DeviceLogLines(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DesiredState(_message.Message):
-    __slots__ = ("generation", "manifests", "artifact_metadata", "rollback_allowances", "heartbeat_interval", "trust_roots", "secrets")
+    __slots__ = ("generation", "manifests", "artifact_metadata", "rollback_allowances", "heartbeat_interval", "trust_roots", "secrets", "agent")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MANIFESTS_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_METADATA_FIELD_NUMBER: _ClassVar[int]
@@ -337,6 +375,7 @@ class DesiredState(_message.Message):
     HEARTBEAT_INTERVAL_FIELD_NUMBER: _ClassVar[int]
     TRUST_ROOTS_FIELD_NUMBER: _ClassVar[int]
     SECRETS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_FIELD_NUMBER: _ClassVar[int]
     generation: int
     manifests: _containers.RepeatedScalarFieldContainer[bytes]
     artifact_metadata: _containers.RepeatedScalarFieldContainer[bytes]
@@ -344,7 +383,24 @@ class DesiredState(_message.Message):
     heartbeat_interval: _duration_pb2.Duration
     trust_roots: _containers.RepeatedScalarFieldContainer[bytes]
     secrets: _containers.RepeatedCompositeFieldContainer[SealedSecret]
-    def __init__(self, generation: _Optional[int] = ..., manifests: _Optional[_Iterable[bytes]] = ..., artifact_metadata: _Optional[_Iterable[bytes]] = ..., rollback_allowances: _Optional[_Iterable[bytes]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., secrets: _Optional[_Iterable[_Union[SealedSecret, _Mapping]]] = ...) -> None: ...
+    agent: DesiredAgent
+    def __init__(self, generation: _Optional[int] = ..., manifests: _Optional[_Iterable[bytes]] = ..., artifact_metadata: _Optional[_Iterable[bytes]] = ..., rollback_allowances: _Optional[_Iterable[bytes]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., secrets: _Optional[_Iterable[_Union[SealedSecret, _Mapping]]] = ..., agent: _Optional[_Union[DesiredAgent, _Mapping]] = ...) -> None: ...
+
+class DesiredAgent(_message.Message):
+    __slots__ = ("version", "signed_metadata", "upgrade", "upgrade_revision", "commit_deadline", "max_tries")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    SIGNED_METADATA_FIELD_NUMBER: _ClassVar[int]
+    UPGRADE_FIELD_NUMBER: _ClassVar[int]
+    UPGRADE_REVISION_FIELD_NUMBER: _ClassVar[int]
+    COMMIT_DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    MAX_TRIES_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    signed_metadata: bytes
+    upgrade: str
+    upgrade_revision: int
+    commit_deadline: _duration_pb2.Duration
+    max_tries: int
+    def __init__(self, version: _Optional[str] = ..., signed_metadata: _Optional[bytes] = ..., upgrade: _Optional[str] = ..., upgrade_revision: _Optional[int] = ..., commit_deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., max_tries: _Optional[int] = ...) -> None: ...
 
 class SealedSecret(_message.Message):
     __slots__ = ("name", "version", "ephemeral_public_key", "nonce", "ciphertext", "require_tpm")
