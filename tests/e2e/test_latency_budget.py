@@ -2,9 +2,13 @@
 Runtime workers measuring the model themselves (the self-benchmark before READY).
 
 One device is made slow for real: its edged, and so every worker it starts, runs in a cgroup
-(v1 ``cpu`` controller, CFS quota) that allows 40 ms of CPU per 500 ms. A run of the test
-model costs about 10 ms of CPU, so a run in four waits out the rest of the period and the
-slow device's p95 is hundreds of milliseconds; the other device's is about 10 ms. The
+(v1 ``cpu`` controller, CFS quota) that allows 20 ms of CPU per 500 ms. A run of the test
+model costs about 30 ms of CPU on the 2-core machines the project is developed on, so every
+run waits out a period and the slow device's p95 is hundreds of milliseconds; the other
+device's is about 15 ms. On a machine eight times faster a run costs about 4 ms: one run in
+five still waits out a period, which puts the p95 (the 19th of 20 runs) over the budget too.
+(With 40 ms per 500 ms and a model of an eighth of the work, 4 ms a run here, a faster CI
+machine waited once in its 20 runs and measured itself under the budget.) The
 deployment is placed first on the slow device (the fast one is cordoned): it serves there,
 measures itself over the budget, and the hub says so with the figure. Once the fast device
 may take it, the replica moves there (the slow device serves until the fast one does) and
@@ -27,7 +31,7 @@ from harness import Edged, wait_for
 from onnx import TensorProto, helper
 
 CPU_CGROUPS = Path("/sys/fs/cgroup/cpu")
-PERIOD_US, QUOTA_US = 500_000, 40_000
+PERIOD_US, QUOTA_US = 500_000, 20_000
 BUDGET = "200ms"
 DEPLOYMENT = """\
 apiVersion: edgefleet.io/v1
@@ -44,7 +48,7 @@ spec:
 """
 
 
-def build_heavy(path: Path, n: int = 512) -> None:
+def build_heavy(path: Path, n: int = 1024) -> None:
     """A model with few weights and much arithmetic (three n x n matrix products per run),
     any batch size: the batch's mean row is expanded to n rows and multiplied out."""
     nodes = [
@@ -154,7 +158,12 @@ def test_a_device_over_the_latency_budget_loses_the_model_with_its_figure(
             message = str(conditions.get("Scheduled", {}).get("message", ""))
             return message if f"over maxLatencyP95 {BUDGET}" in message else ""
 
-        wait_for(over_budget, 90, "the hub to see dev-slow over the budget")
+        def measured() -> str:
+            deployment = hub.edgectl("get", "deployments", "heavy", "-o", "yaml").stdout
+            replicas = json.dumps(slow.workload("heavy").get("replicas", []))[:3000]
+            return f"deployment:\n{deployment}\ndev-slow's replicas: {replicas}"
+
+        wait_for(over_budget, 90, "the hub to see dev-slow over the budget", detail=measured)
         figure = re.search(r"measured p95 (?:up to )?([0-9.]+)ms", over_budget())
         assert figure is not None, over_budget()
         print(f"dev-slow's self-benchmark p95: {figure.group(1)} ms (budget {BUDGET})")
