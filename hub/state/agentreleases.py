@@ -1,0 +1,55 @@
+"""The edged releases the hub holds, in the store (issue 32, docs/agent-updates.md "Releases").
+
+One key per release and platform (:func:`hub.decide.agentreleases.agent_release_key`), its
+value the JSON of :class:`~hub.decide.agentreleases.AgentReleaseRecord`; the bytes are in the
+blob store, like a model's. Written only by the push (:mod:`hub.api.agentpush`), after the
+release was checked as a device would check it and its bytes were stored; read by the push,
+``ListAgentReleases`` and the AgentUpgrade controller.
+"""
+
+from __future__ import annotations
+
+from edgefleet.errors import CompareFailed, StoreError
+from hub.decide.agentreleases import AGENT_RELEASES, AgentReleaseRecord, agent_release_key
+from hub.state import storekeys
+from hub.state.store import Compare, Put, Store
+
+MAX_AGENT_RELEASES = 10_000
+"""Records read at most by a listing (a fleet keeps a few dozen releases)."""
+
+
+def _record(value: bytes, key: str) -> AgentReleaseRecord:
+    try:
+        return AgentReleaseRecord.from_json(storekeys.loads(value))
+    except (ValueError, KeyError, TypeError) as exc:
+        raise StoreError(f"{key}: not an agent release record: {exc}") from None
+
+
+async def agent_release(
+    store: Store, version: str, arch: str, python_abi: str
+) -> AgentReleaseRecord | None:
+    """The release of ``version`` for the platform (``x86_64``, ``cp311``), or None."""
+    key = agent_release_key(version, arch, python_abi)
+    kv = await store.get(key)
+    return None if kv is None else _record(kv.value, key)
+
+
+async def agent_releases(store: Store) -> list[AgentReleaseRecord]:
+    """Every release the hub holds, newest push first (at most :data:`MAX_AGENT_RELEASES`)."""
+    result = await store.range(AGENT_RELEASES)
+    records = [_record(kv.value, kv.key) for kv in result.kvs[:MAX_AGENT_RELEASES]]
+    return sorted(records, key=lambda r: (-r.pushed_at, r.key))
+
+
+async def put_agent_release(store: Store, record: AgentReleaseRecord) -> bool:
+    """Write ``record`` unless its release and platform are held already: True when written;
+    False when the same bytes are held (nothing to do). ``CompareFailed`` when other bytes
+    are held or another push wrote it meanwhile: releases are immutable."""
+    kv = await store.get(record.key)
+    if kv is not None:
+        held = _record(kv.value, record.key)
+        if held.sha256 == record.sha256 and held.length == record.length:
+            return False
+        raise CompareFailed(record.key, 0, kv.mod_revision)
+    await store.txn([Compare(record.key, 0)], [Put(record.key, storekeys.dumps(record.to_json()))])
+    return True
