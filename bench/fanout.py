@@ -235,6 +235,7 @@ def _device_client_main(
     import grpc
 
     from edgefleet.v1 import device_pb2, device_pb2_grpc
+    from edgefleet.versioning import installed_version
 
     async def session(name: str, creds: Any, seen: dict[str, Any]) -> None:
         async with grpc.aio.secure_channel(
@@ -247,7 +248,11 @@ def _device_client_main(
         ) as channel:
             call = device_pb2_grpc.DeviceServiceStub(channel).Sync()
             lock = asyncio.Lock()
-            await call.write(device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name=name)))
+            await call.write(
+                device_pb2.DeviceMessage(
+                    hello=device_pb2.Hello(edged_version=installed_version(), device_name=name)
+                )
+            )
             beat: asyncio.Task[None] | None = None
 
             async def heartbeats(interval: float) -> None:

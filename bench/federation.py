@@ -214,6 +214,7 @@ class FakeDevice:
 
     def __init__(self, name: str, pem: bytes) -> None:
         from edgefleet.v1 import device_pb2
+        from edgefleet.versioning import installed_version
 
         self.name = name
         self.context = _Context(pem)
@@ -221,7 +222,7 @@ class FakeDevice:
         self.first: dict[str, int] = {}  # deployment -> first generation that carried it
         self.states = 0
         hello = device_pb2.DeviceMessage(
-            hello=device_pb2.Hello(device_name=name, edged_version="0.1.0")
+            hello=device_pb2.Hello(edged_version=installed_version(), device_name=name)
         )
         self.outbox.put_nowait(hello.SerializeToString())
 

@@ -103,6 +103,7 @@ def _status_client_main(
     import grpc
 
     from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
+    from edgefleet.versioning import installed_version
 
     async def session(
         name: str, creds: Any, deadline: float, counts: dict[str, int], i: list[int]
@@ -116,7 +117,11 @@ def _status_client_main(
             ],
         ) as channel:
             call = device_pb2_grpc.DeviceServiceStub(channel).Sync()
-            await call.write(device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name=name)))
+            await call.write(
+                device_pb2.DeviceMessage(
+                    hello=device_pb2.Hello(edged_version=installed_version(), device_name=name)
+                )
+            )
             await call.read()
             await asyncio.sleep(random.uniform(0, status_every))
             next_beat = time.monotonic() + heartbeat_every

@@ -69,6 +69,7 @@ def _devices_main(
     import grpc
 
     from edgefleet.v1 import device_pb2, device_pb2_grpc
+    from edgefleet.versioning import installed_version
 
     async def session(name: str, creds: Any, out: list[Any], wake: asyncio.Event) -> None:
         async with grpc.aio.secure_channel(
@@ -81,7 +82,11 @@ def _devices_main(
         ) as channel:
             call = device_pb2_grpc.DeviceServiceStub(channel).Sync()
             lock = asyncio.Lock()
-            await call.write(device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name=name)))
+            await call.write(
+                device_pb2.DeviceMessage(
+                    hello=device_pb2.Hello(edged_version=installed_version(), device_name=name)
+                )
+            )
             loading: asyncio.Task[None] | None = None
             # what each (workload, version) answered: requests, errors (edged's counters)
             counters: dict[tuple[str, str], list[int]] = {}

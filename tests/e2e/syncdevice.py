@@ -15,6 +15,7 @@ import orjson
 from fleet import HubProcess, enroll
 
 from edgefleet.v1 import device_pb2, device_pb2_grpc
+from edgefleet.versioning import installed_version
 
 RETRY = 0.2
 
@@ -71,7 +72,9 @@ class SyncDevice:
         self.connected.clear()
 
     def _messages(self):  # type: ignore[no-untyped-def]
-        hello = device_pb2.Hello(device_name=self.name, labels=self.labels)
+        hello = device_pb2.Hello(
+            edged_version=installed_version(), device_name=self.name, labels=self.labels
+        )
         yield device_pb2.DeviceMessage(hello=hello)
         while not self._stop.wait(self.interval):
             yield device_pb2.DeviceMessage(heartbeat=device_pb2.Heartbeat())

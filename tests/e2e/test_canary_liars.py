@@ -32,6 +32,7 @@ from fleet import HubProcess
 from edged.trust.identity import load_or_create_identity
 from edgefleet.demo import TINY_MLP, build_mlp
 from edgefleet.v1 import device_pb2, device_pb2_grpc, enrollment_pb2, enrollment_pb2_grpc
+from edgefleet.versioning import installed_version
 from hub.initializing import HubPaths
 
 DEPLOYMENT = """\
@@ -77,7 +78,9 @@ class Device:
         call = device_pb2_grpc.DeviceServiceStub(self.channel).Sync()
         await call.write(
             device_pb2.DeviceMessage(
-                hello=device_pb2.Hello(device_name=self.name, labels={"site": "a"})
+                hello=device_pb2.Hello(
+                    edged_version=installed_version(), device_name=self.name, labels={"site": "a"}
+                )
             )
         )
         reader = asyncio.create_task(self._read(call))

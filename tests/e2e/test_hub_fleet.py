@@ -74,6 +74,7 @@ def test_a_device_certificate_reads_only_its_own_state(
     hub: HubProcess, device: Callable[..., Edged], tmp_path: Path
 ) -> None:
     from edgefleet.v1 import admin_pb2, admin_pb2_grpc, device_pb2, device_pb2_grpc
+    from edgefleet.versioning import installed_version
 
     a = device("dev-a", {"site": "a"})
     device("dev-b", {"site": "b"})
@@ -85,7 +86,9 @@ def test_a_device_certificate_reads_only_its_own_state(
     )
     with grpc.secure_channel(hub.address, creds) as ch:
         stub = device_pb2_grpc.DeviceServiceStub(ch)
-        hello = device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name="dev-b"))
+        hello = device_pb2.DeviceMessage(
+            hello=device_pb2.Hello(edged_version=installed_version(), device_name="dev-b")
+        )
         with pytest.raises(grpc.RpcError) as err:
             list(stub.Sync(iter([hello]), timeout=10))
         assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED

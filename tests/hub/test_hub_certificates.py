@@ -21,6 +21,7 @@ from edgefleet.v1 import (
     enrollment_pb2,
     enrollment_pb2_grpc,
 )
+from edgefleet.versioning import installed_version
 from hub import pki
 from hub.state import tokens
 
@@ -81,7 +82,11 @@ class Device:
             call = device_pb2_grpc.DeviceServiceStub(ch).Sync(timeout=10)
             try:
                 await call.write(
-                    device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name=self.name))
+                    device_pb2.DeviceMessage(
+                        hello=device_pb2.Hello(
+                            edged_version=installed_version(), device_name=self.name
+                        )
+                    )
                 )
                 msg = await call.read()
             except grpc.aio.AioRpcError as exc:

@@ -17,6 +17,7 @@ from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.api import parse_manifest
 from edgefleet.v1 import device_pb2, device_pb2_grpc
+from edgefleet.versioning import installed_version
 from hub.decide.moves import MoveStep, Replica, plan_move
 from hub.decide.rollout import Budget
 from hub.state import storekeys
@@ -228,7 +229,9 @@ async def test_a_moved_replica_serves_until_its_replacement_reports_ready(
             ch = grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds)
             channels.append(ch)
             call = device_pb2_grpc.DeviceServiceStub(ch).Sync()
-            hello = device_pb2.Hello(device_name=name, labels={"site": "shop"})
+            hello = device_pb2.Hello(
+                edged_version=installed_version(), device_name=name, labels={"site": "shop"}
+            )
             await call.write(device_pb2.DeviceMessage(hello=hello))
             await call.read()
             calls[name] = call
@@ -350,7 +353,9 @@ async def test_a_device_measured_over_max_latency_p95_loses_the_replica_with_its
             ch = grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds)
             channels.append(ch)
             call = device_pb2_grpc.DeviceServiceStub(ch).Sync()
-            hello = device_pb2.Hello(device_name=name, labels={"site": "shop"})
+            hello = device_pb2.Hello(
+                edged_version=installed_version(), device_name=name, labels={"site": "shop"}
+            )
             await call.write(device_pb2.DeviceMessage(hello=hello))
             await call.read()
             calls[name] = call

@@ -23,6 +23,7 @@ from hubserving import AdminHub, make_hub_dir
 from edged.trust.identity import load_or_create_identity
 from edgefleet.sealing import SealedForDevice, open_from_hub
 from edgefleet.v1 import admin_pb2, device_pb2, device_pb2_grpc, enrollment_pb2, enrollment_pb2_grpc
+from edgefleet.versioning import installed_version
 from hub.state import storekeys, tokens
 
 VALUE = "retail-till-key-" + "7" * 16
@@ -71,7 +72,9 @@ class EnrolledDevice:
     async def sync(self, port: int, labels: dict[str, str], stop: asyncio.Event) -> None:
         async with grpc.aio.secure_channel(f"127.0.0.1:{port}", self.creds) as ch:
             call = device_pb2_grpc.DeviceServiceStub(ch).Sync()
-            hello = device_pb2.Hello(device_name=self.name, labels=labels)
+            hello = device_pb2.Hello(
+                edged_version=installed_version(), device_name=self.name, labels=labels
+            )
             await call.write(device_pb2.DeviceMessage(hello=hello))
             reading = asyncio.ensure_future(self._read(call))
             await stop.wait()

@@ -20,6 +20,7 @@ from edgefleet.v1 import (
     device_pb2,
     device_pb2_grpc,
 )
+from edgefleet.versioning import installed_version
 from hub.api.admin import devices as admin_devices
 from hub.initializing import HubPaths
 
@@ -34,7 +35,11 @@ async def test_sync_sends_the_whole_state_and_refuses_bad_streams(tmp_path: Path
             call = stub.Sync()
             await call.write(
                 device_pb2.DeviceMessage(
-                    hello=device_pb2.Hello(device_name="cam-1", labels={"arch": "arm64"})
+                    hello=device_pb2.Hello(
+                        edged_version=installed_version(),
+                        device_name="cam-1",
+                        labels={"arch": "arm64"},
+                    )
                 )
             )
             msg = await call.read()
@@ -62,7 +67,9 @@ async def test_sync_sends_the_whole_state_and_refuses_bad_streams(tmp_path: Path
                 response_deserializer=lambda b: b,
             )()
             hello = device_pb2.DeviceMessage(
-                hello=device_pb2.Hello(device_name="cam-1", labels={"arch": "arm64"})
+                hello=device_pb2.Hello(
+                    edged_version=installed_version(), device_name="cam-1", labels={"arch": "arm64"}
+                )
             )
             await raw.write(hello.SerializeToString())
             await raw.read()  # the desired state
@@ -103,7 +110,9 @@ async def test_sync_latency_is_measured_and_a_revoked_device_keeps_its_status(
         async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
             stub = device_pb2_grpc.DeviceServiceStub(ch)
             call = stub.Sync()
-            hello = device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name="cam-1"))
+            hello = device_pb2.DeviceMessage(
+                hello=device_pb2.Hello(edged_version=installed_version(), device_name="cam-1")
+            )
             await call.write(hello)
             generation = (await call.read()).desired_state.generation
             ack = device_pb2.DeviceMessage(ack=device_pb2.Ack(generation=generation))
@@ -153,7 +162,11 @@ async def test_device_logs_are_asked_of_the_device_and_relayed(
         before = (await hub.ctx.store.range("/")).revision
         async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
             call = device_pb2_grpc.DeviceServiceStub(ch).Sync()
-            await call.write(device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name="cam-1")))
+            await call.write(
+                device_pb2.DeviceMessage(
+                    hello=device_pb2.Hello(edged_version=installed_version(), device_name="cam-1")
+                )
+            )
             assert (await call.read()).WhichOneof("message") == "desired_state"
 
             asked = asyncio.ensure_future(stub.DeviceLogs(ask, timeout=20))
@@ -207,13 +220,17 @@ async def test_what_a_hostile_device_sends_is_bounded_and_changes_nothing(
     _set_config(paths, reservedLabels='["site"]', statusBurst=3, statusRate=0.01)
     async with AdminHub(paths) as hub:
         creds = await enrolled_device(hub, tmp_path, "cam-1")
-        hello = device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name="cam-1"))
+        hello = device_pb2.DeviceMessage(
+            hello=device_pb2.Hello(edged_version=installed_version(), device_name="cam-1")
+        )
         async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
             stub = device_pb2_grpc.DeviceServiceStub(ch)
 
             # a reserved label in Hello: the device cannot place itself
             call = stub.Sync()
-            bad = device_pb2.Hello(device_name="cam-1", labels={"site": "retail"})
+            bad = device_pb2.Hello(
+                edged_version=installed_version(), device_name="cam-1", labels={"site": "retail"}
+            )
             await call.write(device_pb2.DeviceMessage(hello=bad))
             code, details = await _refused(call)
             assert code is grpc.StatusCode.INVALID_ARGUMENT and "hello.labels['site']" in details
@@ -265,7 +282,9 @@ async def test_labels_in_a_status_replace_the_hellos_and_reserved_ones_are_refus
         async with grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds) as ch:
             stub = device_pb2_grpc.DeviceServiceStub(ch)
             call = stub.Sync()
-            hello = device_pb2.Hello(device_name="cam-1", labels=gpu)
+            hello = device_pb2.Hello(
+                edged_version=installed_version(), device_name="cam-1", labels=gpu
+            )
             await call.write(device_pb2.DeviceMessage(hello=hello))
             await call.read()
             await call.write(device_pb2.DeviceMessage(status=device_pb2.Status()))
@@ -314,7 +333,9 @@ async def test_a_gpu_that_disappears_moves_a_total_replica_to_the_device_with_an
             ch = grpc.aio.secure_channel(f"127.0.0.1:{hub.port}", creds)
             channels.append(ch)
             call = device_pb2_grpc.DeviceServiceStub(ch).Sync()
-            hello = device_pb2.Hello(device_name=name, labels=own)
+            hello = device_pb2.Hello(
+                edged_version=installed_version(), device_name=name, labels=own
+            )
             await call.write(device_pb2.DeviceMessage(hello=hello))
             await call.read()
             calls[name] = call

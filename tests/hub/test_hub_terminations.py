@@ -21,6 +21,7 @@ from propertytesting import examples
 
 from edgefleet.api import ModelDeployment, parse_manifest
 from edgefleet.v1 import device_pb2, device_pb2_grpc
+from edgefleet.versioning import installed_version
 from hub.api import deviceinput as di
 from hub.api.dashboard.pages import device_body
 from hub.decide.devices import (
@@ -269,7 +270,9 @@ async def test_a_hostile_termination_is_refused_and_an_honest_one_is_one_event(
     paths = await make_hub_dir(tmp_path / "hub")
     async with AdminHub(paths) as hub:
         creds = await enrolled_device(hub, tmp_path, "cam-1")
-        hello = device_pb2.DeviceMessage(hello=device_pb2.Hello(device_name="cam-1"))
+        hello = device_pb2.DeviceMessage(
+            hello=device_pb2.Hello(edged_version=installed_version(), device_name="cam-1")
+        )
 
         def oom_events() -> list[dict[str, object]]:
             return [e for e in hub.ctx.cache.events if e.get("reason") == "OOMKilled"]

@@ -7,11 +7,15 @@ from __future__ import annotations
 
 import shutil
 import time
+import tomllib
 from pathlib import Path
 
 import pytest
 from debhelper import PACKAGES, DebhelperBuild
 from debroot import chroot, debian_root, snapshot
+
+REPO = Path(__file__).resolve().parents[2]
+VERSION = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
 
 pytestmark = [
     pytest.mark.scenario,
@@ -38,11 +42,11 @@ def test_packages_install_run_and_purge_cleanly(
         wants = root / "etc" / "systemd" / "system" / "multi-user.target.wants"
         assert (wants / "edged.service").is_symlink()
         assert not (wants / "hub.service").exists()
-        assert "hub 0.1.0" in chroot(root, "hub", "--version").stdout
-        assert "edgectl 0.1.0" in chroot(root, "edgectl", "--version").stdout
+        assert f"hub {VERSION}" in chroot(root, "hub", "--version").stdout
+        assert f"edgectl {VERSION}" in chroot(root, "edgectl", "--version").stdout
 
         version = chroot(root, "edged", "--version")
-        assert "edged 0.1.0" in version.stdout, version.stdout
+        assert f"edged {VERSION}" in version.stdout, version.stdout
         assert "onnxruntime" in version.stdout
         doctor = chroot(root, "edged", "doctor", "--data-dir", "/tmp/doctor", check=False)
         assert doctor.returncode in (0, 1), doctor.stderr  # 1: something missing, reported

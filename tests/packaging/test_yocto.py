@@ -49,7 +49,7 @@ def test_python_recipe_rdepends_match_pyproject() -> None:
     names = {re.split(r"[<>=!~;\[ ]", d, maxsplit=1)[0].lower() for d in deps}
     unmapped = names - set(RECIPE_OF)
     assert not unmapped, f"add to RECIPE_OF (and the recipe): {unmapped}"
-    recipe = LAYER / "recipes-edgefleet" / "edgefleet" / "python3-edgefleet_0.1.0.bb"
+    recipe = LAYER / "recipes-edgefleet" / "edgefleet" / "python3-edgefleet_0.2.0.bb"
     assert rdepends(recipe) == {RECIPE_OF[n] for n in names} | STDLIB
 
 
@@ -85,7 +85,7 @@ def test_the_fast_extra_is_recommended_like_debian_installs_it() -> None:
     ``.[fast]``); the Yocto image gets it through python3-edgefleet's RRECOMMENDS (an image may
     leave it out: workers then decode JSON with orjson alone)."""
     assert '"$repo[fast]"' in (REPO / "packaging" / "deb" / "stage-venv").read_text()
-    recipe = LAYER / "recipes-edgefleet" / "edgefleet" / "python3-edgefleet_0.1.0.bb"
+    recipe = LAYER / "recipes-edgefleet" / "edgefleet" / "python3-edgefleet_0.2.0.bb"
     found = re.search(r'^RRECOMMENDS:\$\{PN\} \+?= "([^"]*)"', recipe.read_text(), re.MULTILINE)
     assert found is not None and found.group(1).split() == ["python3-pysimdjson"]
 
@@ -98,7 +98,7 @@ def test_layer_is_compatible_with_current_releases() -> None:
 
 
 def test_edged_recipe_installs_units_config_and_udev_rules() -> None:
-    text = (LAYER / "recipes-edgefleet" / "edgefleet" / "edged_0.1.0.bb").read_text()
+    text = (LAYER / "recipes-edgefleet" / "edgefleet" / "edged_0.2.0.bb").read_text()
     for needle in (
         "inherit systemd useradd",
         "edged.service edged-enroll.service",
@@ -175,7 +175,7 @@ def _yocto_installed() -> set[str]:
     """What the recipes install, in bitbake's variables: edged's do_install destinations, the
     console scripts and packages of python3-edgefleet (pyproject), the layer's Python recipes'
     top-level modules."""
-    recipe = (LAYER / "recipes-edgefleet" / "edgefleet" / "edged_0.1.0.bb").read_text()
+    recipe = (LAYER / "recipes-edgefleet" / "edgefleet" / "edged_0.2.0.bb").read_text()
     body = recipe.split("do_install() {", 1)[1].split("\n}", 1)[0]
     out = {m for m in re.findall(r"\$\{D\}(\$\{\w+\}[\w./${}-]*)", body) if "." in m}
     units = re.search(r"for unit in ([\w. -]+); do", body)
@@ -211,7 +211,7 @@ def test_every_difference_says_why() -> None:
 def test_yocto_rewrites_the_units_for_its_paths() -> None:
     """The units run /opt/edgefleet/bin/edged (Debian's venv); the recipe points them at
     ${bindir}, where python3-edgefleet's console scripts are."""
-    recipe = (LAYER / "recipes-edgefleet" / "edgefleet" / "edged_0.1.0.bb").read_text()
+    recipe = (LAYER / "recipes-edgefleet" / "edgefleet" / "edged_0.2.0.bb").read_text()
     assert "sed -e 's,/opt/edgefleet/bin/,${bindir}/,g'" in recipe
     for unit in ("edged.service", "edged-enroll.service"):
         text = (REPO / "packaging" / "systemd" / unit).read_text()
@@ -224,7 +224,7 @@ def test_both_make_the_edged_group_the_unit_names() -> None:
         "adduser --quiet --system --group"
         in (REPO / "debian" / "edgefleet-edged.postinst").read_text()
     )
-    recipe = (LAYER / "recipes-edgefleet" / "edgefleet" / "edged_0.1.0.bb").read_text()
+    recipe = (LAYER / "recipes-edgefleet" / "edgefleet" / "edged_0.2.0.bb").read_text()
     assert 'GROUPADD_PARAM:${PN} = "--system edged"' in recipe
 
 
