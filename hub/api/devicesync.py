@@ -4,7 +4,12 @@ Sync, from the hub's side:
 
 1. The caller must hold a device certificate of this hub's region, not revoked, for a device
    that exists and is not revoked; its first message must be a Hello naming that same device.
-2. The Hello's labels, inventory and health go into the device record; the device is Ready.
+2. The Hello's edged version must be inside the window this hub accepts
+   (:func:`edgefleet.agentskew.check_skew`: its own and the two previous minor versions);
+   outside it the stream ends with FAILED_PRECONDITION ``AgentVersionOutsideWindow: ...``
+   naming the window, an event, and the record showing the version and why, nothing else of
+   the Hello kept. Inside: the Hello's labels, inventory, health and version go into the
+   device record; the device is Ready.
 3. The hub sends the device's complete desired state now, and again whenever it changes
    (level-based: always the whole state; a slow device only ever gets the newest).
 4. Status, Ack and Heartbeat messages update the record through the coalescing writer;
@@ -35,6 +40,7 @@ from typing import Any
 import grpc
 from google.protobuf import json_format
 
+from edgefleet.agentskew import SkewVerdict, check_skew
 from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import CsrRejected, EdgefleetError, PkiError, TrustError
 from edgefleet.logs import get_logger
@@ -42,6 +48,7 @@ from edgefleet.metrics import Histogram
 from edgefleet.sealing import public_key_of
 from edgefleet.trust import tpmbinding
 from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
+from edgefleet.versioning import installed_version
 from hub import pki
 from hub.api.auth import Caller, authorize
 from hub.api.blobserving import blob_chunks
@@ -273,6 +280,8 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         self.last_seen: dict[str, float] = {}
         self.on_evidence = on_evidence
         self.status_limit = RateLimiter(Rate(limits.status_rate, limits.status_burst))
+        # The edged versions this hub accepts are a window around its own (agentskew).
+        self.hub_version = installed_version()
 
     async def _caller(self, context: grpc.aio.ServicerContext) -> tuple[Caller, Device]:
         caller = await authorize(
@@ -391,8 +400,13 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"device {caller.name} may not speak for device {hello.device_name}",
             )
+        verdict = check_skew(hello.edged_version, self.hub_version)
+        if not verdict.allowed:
+            await self._refuse_version(context, device, hello.edged_version, verdict)
         now = self.clock()
         device = device.with_(
+            agent_version=hello.edged_version,
+            agent_refused="",
             reported_labels=dict(hello.labels),
             facts=json_format.MessageToDict(hello.inventory),
             health=_health(hello.health) if hello.HasField("health") else device.health,
@@ -506,6 +520,23 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 answer.cancel()  # nobody will answer them on this stream
             self.sessions.release(session)
             log.info("device disconnected", device=caller.name)
+
+    async def _refuse_version(
+        self,
+        context: grpc.aio.ServicerContext,
+        device: Device,
+        version: str,
+        verdict: SkewVerdict,
+    ) -> None:
+        """End a Sync from an edged outside the version window (edgefleet.agentskew): the
+        record shows the version and why (an event when that changes: a refused edged
+        reconnects on its backoff), and nothing else of its Hello is kept."""
+        refused = f"{verdict.reason}: {verdict.message}"
+        log.warning("edged version refused", device=device.name, version=version)
+        if (device.agent_version, device.agent_refused) != (version, refused):
+            self.writer.update(device.with_(agent_version=version, agent_refused=refused))
+            self.writer.event("Device", device.name, "Warning", verdict.reason, verdict.message)
+        await context.abort(grpc.StatusCode.FAILED_PRECONDITION, refused)
 
     def _observe_ack(self, generation: int, sent_at: dict[int, float]) -> None:
         """The time from sending ``generation`` to its Ack; older ones sent are now moot (a

@@ -383,6 +383,11 @@ class Device:
     # scheduler does not place a deployment with placement.maxLatencyP95 back on a device
     # known to be too slow for it.
     latencies: Mapping[str, float] = field(default_factory=dict)
+    # edged's version as its last Hello said ("": never connected, or a record written before
+    # the hub kept it), and why the hub refused that version ("": accepted), a sentence that
+    # names the window (hub.api.devicesync, edgefleet.agentskew).
+    agent_version: str = ""
+    agent_refused: str = ""
 
     def accepts_serial(self, serial: str) -> bool:
         """Whether a certificate with this serial may speak for the device: its current one,
@@ -429,6 +434,8 @@ class Device:
             **({"sealingKeyPem": self.sealing_key_pem} if self.sealing_key_pem else {}),
             **({"compliance": dict(self.compliance)} if self.compliance is not None else {}),
             **({"latencies": dict(self.latencies)} if self.latencies else {}),
+            **({"agentVersion": self.agent_version} if self.agent_version else {}),
+            **({"agentRefused": self.agent_refused} if self.agent_refused else {}),
         }
 
     @classmethod
@@ -459,6 +466,8 @@ class Device:
             ek_sha256=str(doc.get("ekSha256", "")),
             compliance=dict(doc["compliance"]) if isinstance(doc.get("compliance"), dict) else None,
             latencies={str(k): float(v) for k, v in doc.get("latencies", {}).items()},
+            agent_version=str(doc.get("agentVersion", "")),
+            agent_refused=str(doc.get("agentRefused", "")),
             ak_offer=(
                 {str(k): str(v) for k, v in doc["akOffer"].items()}
                 if isinstance(doc.get("akOffer"), dict)
