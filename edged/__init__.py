@@ -11,6 +11,14 @@ import os
 # script). tests/e2e/test_worker_starts.py starts workers during a live Sync stream.
 os.environ["GRPC_ENABLE_FORK_SUPPORT"] = "0"
 
-from edgefleet.versioning import installed_version
 
-__version__ = installed_version()
+def __getattr__(name: str) -> str:
+    """``edged.__version__``, read when asked (importlib.metadata is not free): edged.launcher
+    imports this package too and starts before anything else on a device."""
+    if name == "__version__":
+        from edgefleet.versioning import installed_version
+
+        version = installed_version()
+        globals()["__version__"] = version
+        return version
+    raise AttributeError(f"module 'edged' has no attribute {name!r}")

@@ -1,7 +1,764 @@
-"""The A/B launcher systemd starts (docs/agent-updates.md): stdlib only. Written in issue 32."""
+"""The A/B launcher systemd starts (docs/agent-updates.md, "On the device"): stdlib only.
+
+``edged-launcher [--launcher-OPTION ...] ARGS...`` runs ``python -P -m edged ARGS...`` from one
+of three places: the base install (``package``) or an installed release in ``D/agent/slots/a``
+or ``D/agent/slots/b`` (``PYTHONPATH=<slot>/lib``). ``D`` is edged's ``--data-dir`` (else
+``$STATE_DIRECTORY``, else /var/lib/edged).
+
+* ``D/agent/launcher.json`` (:data:`STATE_FORMAT`) is this launcher's state and it alone
+  writes it (temp file, fsync, rename, fsync of the directory): the committed slot, the slot on
+  trial with its try counter, and the last outcome (Committed or RolledBack, with a reason).
+* ``D/agent/request.json`` is edged's request (``{"action": "try", "slot": "b", ...}`` or
+  ``{"action": "abort", "reason": ...}``), consumed when edged exits or the launcher starts.
+* Boot counting, as systemd-boot does it: each start of the slot on trial increments its tries
+  (persisted) before the exec; the trial fails when edged has been started ``maxTries`` times
+  without a commit (CrashLoop) or one start does not commit within ``commitDeadlineSeconds``
+  (CommitDeadlineExceeded). Then the committed slot runs again. Commit: edged sends
+  ``EDGED_COMMIT=1`` on the launcher's notify socket.
+* sd_notify both ways: edged's ``NOTIFY_SOCKET`` is the launcher's; ``READY=1``, ``STATUS=``,
+  ``STOPPING=1`` go on to systemd; ``WATCHDOG=1`` feeds the launcher's own watchdog on edged
+  (a stuck edged is killed here, since the unit's ``KillMode=process`` lets systemd signal the
+  launcher only) and the launcher pings systemd while edged is healthy; ``FDSTORE=1``
+  descriptors are kept (and passed on to systemd's store) and handed to the next edged as
+  ``LISTEN_FDS``/``LISTEN_FDNAMES``.
+* SIGTERM, SIGINT and SIGHUP go to edged; the launcher exits when edged exits for good (not a
+  switch, not a trial restart) with edged's status, and systemd restarts it.
+
+A power cut at any instant leaves a bootable device: each step is one atomic write; an
+unreadable state falls back to the package; a slot without its ``installed.json`` (written
+last by edged.agent.installing, inside the temporary tree renamed into place) is never run.
+"""
 
 from __future__ import annotations
 
+import errno
+import json
+import os
+import secrets
+import selectors
+import signal
+import socket
+import sys
+import time
+from pathlib import Path
+from typing import Any
 
-def main() -> int:
-    raise SystemExit("edged-launcher: not built yet")
+STATE_FORMAT = 1
+SLOTS = ("a", "b")
+PACKAGE = "package"
+DEFAULT_DATA_DIR = "/var/lib/edged"
+DEFAULT_MAX_TRIES = 3
+DEFAULT_COMMIT_DEADLINE_S = 300.0
+MAX_REQUEST_BYTES = 64 << 10
+MAX_FDS = 64
+TRIAL_RESTART_DELAY_S = 1.0
+STOP_TIMEOUT_S = 40.0  # under the unit's TimeoutStopSec=45s: the launcher kills edged itself
+FORWARDED = ("READY=", "STATUS=", "STOPPING=", "RELOADING=", "ERRNO=", "EXTEND_TIMEOUT_USEC=")
+COMMIT_LINE = "EDGED_COMMIT=1"
+
+
+def _log(text: str) -> None:
+    """One line on stderr (the journal); ``<4>``/``<6>`` is its syslog priority."""
+    sys.stderr.write(f"<6>edged-launcher: {text}\n")
+    sys.stderr.flush()
+
+
+def _warn(text: str) -> None:
+    sys.stderr.write(f"<4>edged-launcher: {text}\n")
+    sys.stderr.flush()
+
+
+# -- files -------------------------------------------------------------------------------------
+def write_json_atomic(path: Path, doc: dict[str, Any], between: Any = None) -> None:
+    """``doc`` at ``path``, whole or not at all (temp file, fsync, rename, fsync the dir);
+    ``between()`` runs before the rename (a test's power cut there)."""
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    data = json.dumps(doc, indent=2, sort_keys=True).encode()
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o600)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+    if between is not None:
+        between()
+    os.replace(tmp, path)
+    fsync_dir(path.parent)
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_small_json(path: Path, limit: int = MAX_REQUEST_BYTES) -> dict[str, Any]:
+    with open(path, "rb") as f:
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise ValueError(f"larger than {limit} bytes")
+    doc = json.loads(data)
+    if not isinstance(doc, dict):
+        raise ValueError("not a JSON object")
+    return doc
+
+
+def slot_dir(data_dir: Path, slot: str) -> Path:
+    return data_dir / "agent" / "slots" / slot
+
+
+def slot_version(data_dir: Path, slot: str, package_version: str = "") -> str | None:
+    """The release a slot holds, or None when it is not completely installed: its
+    ``installed.json`` (the installer's last file) must name the version ``release.json`` has.
+    The package is always there."""
+    if slot == PACKAGE:
+        return package_version
+    if slot not in SLOTS:
+        return None
+    root = slot_dir(data_dir, slot)
+    try:
+        release = _read_small_json(root / "release.json")
+        installed = _read_small_json(root / "installed.json")
+    except (OSError, ValueError):
+        return None
+    version = release.get("version")
+    if not isinstance(version, str) or not version or installed.get("version") != version:
+        return None
+    return version if (root / "lib" / "edged").is_dir() else None
+
+
+# -- state -------------------------------------------------------------------------------------
+def empty_state() -> dict[str, Any]:
+    return {
+        "format": STATE_FORMAT,
+        "committed": PACKAGE,
+        "committedVersion": "",
+        "trying": None,
+        "last": None,
+        "lastRequest": "",
+    }
+
+
+def read_state(path: Path) -> tuple[dict[str, Any], str]:
+    """The state, and a problem ("" when none). An absent file is a device that never updated;
+    an unreadable or invalid one falls back to the package (always installed), said loudly."""
+    try:
+        doc = _read_small_json(path)
+    except FileNotFoundError:
+        return empty_state(), ""
+    except (OSError, ValueError) as exc:
+        return empty_state(), f"{path} unreadable ({exc}): running the package"
+    state = empty_state()
+    committed = doc.get("committed")
+    if doc.get("format") != STATE_FORMAT or committed not in (PACKAGE, *SLOTS):
+        return state, f"{path} has an unknown format or committed slot: running the package"
+    state["committed"] = committed
+    state["committedVersion"] = str(doc.get("committedVersion", ""))
+    state["lastRequest"] = str(doc.get("lastRequest", ""))
+    if isinstance(doc.get("last"), dict):
+        state["last"] = doc["last"]
+    trying = doc.get("trying")
+    if isinstance(trying, dict) and trying.get("slot") in (PACKAGE, *SLOTS):
+        try:
+            trying["tries"] = int(trying.get("tries", 0))
+            trying["maxTries"] = max(1, int(trying.get("maxTries", DEFAULT_MAX_TRIES)))
+            trying["commitDeadlineSeconds"] = float(
+                trying.get("commitDeadlineSeconds", DEFAULT_COMMIT_DEADLINE_S)
+            )
+        except (TypeError, ValueError):
+            return state, f"{path}: the trial is unreadable: it is dropped"
+        state["trying"] = trying
+    return state, ""
+
+
+def _positive(doc: dict[str, Any], key: str, default: float, low: float, high: float) -> float:
+    value = doc.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or not low <= value <= high:
+        raise ValueError(f"{key} must be a number in [{low}, {high}]")
+    return float(value)
+
+
+# -- the launcher ------------------------------------------------------------------------------
+class Launcher:
+    """One launcher process: runs edged from the right slot until it exits for good."""
+
+    def __init__(
+        self,
+        edged_args: list[str],
+        *,
+        data_dir: Path,
+        package_path: str = "",
+        python: str = sys.executable,
+        stop_timeout_s: float = STOP_TIMEOUT_S,
+        restart_delay_s: float = TRIAL_RESTART_DELAY_S,
+        environ: dict[str, str] | None = None,
+    ) -> None:
+        self.args = edged_args
+        self.data_dir = data_dir
+        self.agent_dir = data_dir / "agent"
+        self.state_path = self.agent_dir / "launcher.json"
+        self.request_path = self.agent_dir / "request.json"
+        self.package_path = package_path
+        self.python = python
+        self.stop_timeout_s = stop_timeout_s
+        self.restart_delay_s = restart_delay_s
+        self.env = dict(os.environ if environ is None else environ)
+        self.systemd_notify = _notify_address(self.env.pop("NOTIFY_SOCKET", ""))
+        self.watchdog_s = _watchdog_seconds(self.env)
+        self.fds: dict[str, int] = {}  # FDNAME -> descriptor, in the order they came
+        self._take_listen_fds()
+        self.state, problem = read_state(self.state_path)
+        if problem:
+            _warn(problem)
+            self.state["last"] = {"outcome": "StateUnreadable", "reason": "StateUnreadable",
+                                  "message": problem, "at": time.time()}  # fmt: skip
+        # a power cut at the Nth step, for the tests (tests/agent/test_launcher_powercuts.py)
+        self._fail_at = int(self.env.pop("EDGED_LAUNCHER_FAILPOINT", "0") or 0)
+        self._steps = 0
+        self.stopping: int | None = None  # the signal asked to stop with
+        self.committed_now = False  # the run in progress committed its trial
+        self._pinged_at = 0.0
+        self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+        self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+        name = f"edged-launcher/{os.getpid()}/{secrets.token_hex(8)}"
+        self._notify.bind("\0" + name)
+        self._notify.setsockopt(socket.SOL_SOCKET, socket.SO_PASSCRED, 1)
+        self._notify.setblocking(False)
+        self.notify_env = "@" + name
+
+    # -- state changes (each one atomic write) -------------------------------------------
+    def _save(self) -> None:
+        self.step("save")
+        write_json_atomic(self.state_path, self.state, between=lambda: self.step("renaming"))
+        self.step("saved")
+
+    def step(self, name: str) -> None:
+        """A step a power cut may fall on: the tests kill -9 the launcher at the Nth one
+        ($EDGED_LAUNCHER_FAILPOINT=N) to check that every one of them leaves a bootable device."""
+        self._steps += 1
+        if self._steps == self._fail_at:
+            _warn(f"failpoint {self._steps} ({name}): kill -9")
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    def _finish_trial(self, outcome: str, reason: str, message: str) -> None:
+        trying = self.state["trying"] or {}
+        if outcome == "Committed":
+            self.state["committed"] = trying["slot"]
+            self.state["committedVersion"] = trying.get("version", "")
+        self.state["last"] = {
+            "outcome": outcome,
+            "slot": trying.get("slot", ""),
+            "version": trying.get("version", ""),
+            "reason": reason,
+            "message": message,
+            "tries": trying.get("tries", 0),
+            "upgrade": trying.get("upgrade", ""),
+            "upgradeRevision": trying.get("upgradeRevision", 0),
+            "at": time.time(),
+        }
+        self.state["trying"] = None
+        self._save()
+        (_log if outcome == "Committed" else _warn)(
+            f"{outcome} {trying.get('slot')} ({trying.get('version')}): {reason}: {message}"
+        )
+
+    def consume_request(self) -> None:
+        """Take ``request.json`` if there is one: a trial of an installed slot, or the abort
+        of the trial. A request already taken (a power cut before its removal) is dropped;
+        an invalid one is refused (reported as the last outcome) and removed."""
+        try:
+            doc = _read_small_json(self.request_path)
+        except FileNotFoundError:
+            return
+        except (OSError, ValueError) as exc:
+            doc = {"action": "invalid", "error": str(exc)}
+        request_id = str(doc.get("id", ""))
+        if request_id and request_id == self.state.get("lastRequest"):
+            self._remove_request()
+            return
+        try:
+            self._apply_request(doc)
+        except ValueError as exc:
+            _warn(f"request refused: {exc}")
+            self.state["last"] = {"outcome": "RequestRefused", "reason": "InvalidRequest",
+                                  "message": str(exc), "at": time.time()}  # fmt: skip
+        self.state["lastRequest"] = request_id
+        self._save()
+        self._remove_request()
+
+    def _apply_request(self, doc: dict[str, Any]) -> None:
+        action = doc.get("action")
+        if action == "abort":
+            if self.state["trying"] is not None:
+                reason = str(doc.get("reason", "Aborted"))[:64] or "Aborted"
+                self.state["lastRequest"] = str(doc.get("id", ""))
+                self._finish_trial("RolledBack", reason, str(doc.get("message", ""))[:1024])
+            return
+        if action != "try":
+            raise ValueError(doc.get("error") or f"unknown action {action!r}")
+        slot = doc.get("slot")
+        if slot not in (PACKAGE, *SLOTS):
+            raise ValueError(f"slot {slot!r} is not one of a, b, package")
+        if slot == self.state["committed"]:
+            raise ValueError(f"slot {slot} is the committed one")
+        version = slot_version(self.data_dir, slot, str(doc.get("version", "")))
+        if version is None or version != doc.get("version"):
+            raise ValueError(f"slot {slot} does not hold a complete release {doc.get('version')}")
+        self.state["trying"] = {
+            "slot": slot,
+            "version": version,
+            "tries": 0,
+            "maxTries": int(_positive(doc, "maxTries", DEFAULT_MAX_TRIES, 1, 100)),
+            "commitDeadlineSeconds": _positive(
+                doc, "commitDeadlineSeconds", DEFAULT_COMMIT_DEADLINE_S, 1, 86400
+            ),
+            "upgrade": str(doc.get("upgrade", ""))[:256],
+            "upgradeRevision": int(_positive(doc, "upgradeRevision", 0, 0, 2**63)),
+            "fromSlot": self.state["committed"],
+            "fromVersion": self.state["committedVersion"],
+            # edged's own context (what served before the switch), returned to it as is
+            "context": doc.get("context") if isinstance(doc.get("context"), dict) else {},
+            "requestedAt": time.time(),
+        }
+        _log(f"trial of slot {slot} ({version}) requested")
+
+    def _remove_request(self) -> None:
+        self.step("remove-request")
+        try:
+            self.request_path.unlink()
+            fsync_dir(self.agent_dir)
+        except FileNotFoundError:
+            pass
+
+    def next_slot(self) -> tuple[str, bool]:
+        """The slot to start now and whether it is on trial; ends a trial that used its tries
+        or lost its slot, and falls back to the package when the committed slot is gone."""
+        trying = self.state["trying"]
+        if trying is not None:
+            if slot_version(self.data_dir, trying["slot"], trying.get("version", "")) is None:
+                self._finish_trial("RolledBack", "SlotNotInstalled", "the slot is incomplete")
+            elif trying["tries"] >= trying["maxTries"]:
+                self._finish_trial(
+                    "RolledBack",
+                    "CrashLoop",
+                    f"edged exited {trying['tries']} times without committing",
+                )
+            else:
+                trying["tries"] += 1
+                self._save()  # counted before the exec: a power cut mid-start counts too
+                return trying["slot"], True
+        committed = self.state["committed"]
+        if committed != PACKAGE and slot_version(self.data_dir, committed) is None:
+            _warn(f"committed slot {committed} is not installed: running the package")
+            return PACKAGE, False
+        return committed, False
+
+    # -- running edged --------------------------------------------------------------------
+    def child_env(self, slot: str, trial: bool) -> dict[str, str]:
+        env = dict(self.env)
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        first = self.package_path if slot == PACKAGE else str(slot_dir(self.data_dir, slot) / "lib")
+        env["PYTHONPATH"] = os.pathsep.join(([first] if first else []) + paths)
+        env["NOTIFY_SOCKET"] = self.notify_env
+        env["EDGED_SLOT"] = slot
+        env["EDGED_TRIAL"] = "1" if trial else "0"
+        env["EDGED_LAUNCHER_STATE"] = str(self.state_path)
+        env.pop("WATCHDOG_PID", None)
+        for key in ("LISTEN_FDS", "LISTEN_FDNAMES", "LISTEN_PID"):
+            env.pop(key, None)
+        if self.watchdog_s is not None:
+            env["WATCHDOG_USEC"] = str(int(self.watchdog_s * 1_000_000))
+        return env
+
+    def spawn(self, slot: str, trial: bool) -> int:
+        """Fork and exec edged with the stored descriptors at 3.. (``LISTEN_FDS``)."""
+        env = self.child_env(slot, trial)
+        argv = [self.python, "-P", "-m", "edged", *self.args]
+        fds = list(self.fds.items())
+        self.step("spawn")
+        libc, parent = _libc(), os.getpid()
+        pid = os.fork()
+        if pid == 0:  # the child: only async-signal-safe-ish work, then exec
+            try:
+                for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
+                    signal.signal(sig, signal.SIG_DFL)
+                signal.pthread_sigmask(signal.SIG_SETMASK, [])
+                if libc is not None:
+                    libc.prctl(1, signal.SIGTERM, 0, 0, 0)  # PR_SET_PDEATHSIG
+                if os.getppid() != parent:
+                    os._exit(127)  # the launcher died before the prctl
+                if fds:
+                    high = [os.dup(fd) for _, fd in fds]  # out of the way of 3..3+n
+                    for i, fd in enumerate(high):
+                        os.dup2(fd, 3 + i, inheritable=True)
+                    env["LISTEN_FDS"] = str(len(fds))
+                    env["LISTEN_FDNAMES"] = ":".join(name for name, _ in fds)
+                    env["LISTEN_PID"] = str(os.getpid())
+                os.execve(self.python, argv, env)
+            except BaseException:  # the child must never return into the launcher
+                os._exit(127)
+        return pid
+
+    def run_once(self, slot: str, trial: bool) -> tuple[int, str]:
+        """Start edged from ``slot``, serve its notifications until it exits; its exit status
+        (shell-style: 128+signal) and what ended it ("exit", "deadline", "watchdog")."""
+        pid = self.spawn(slot, trial)
+        _log(f"started edged from slot {slot}{' on trial' if trial else ''} (pid {pid})")
+        pidfd = os.pidfd_open(pid)
+        sel = selectors.DefaultSelector()
+        sel.register(pidfd, selectors.EVENT_READ, "exit")
+        sel.register(self._notify, selectors.EVENT_READ, "notify")
+        sel.register(self._wake_r, selectors.EVENT_READ, "signal")
+        started = time.monotonic()
+        last_ping = started
+        ended = "exit"
+        kill_at: float | None = None
+        if self.stopping is not None:
+            os.kill(pid, self.stopping)
+            kill_at = started + self.stop_timeout_s
+        try:
+            while True:
+                now = time.monotonic()
+                trying = self.state["trying"]
+                deadline = (
+                    started + trying["commitDeadlineSeconds"]
+                    if trial and trying is not None and ended == "exit"
+                    else None
+                )
+                timeout = min(
+                    t
+                    for t in (
+                        deadline,
+                        kill_at,
+                        last_ping + self.watchdog_s if self.watchdog_s else None,
+                        now + (self.watchdog_s / 2 if self.watchdog_s else 60.0),
+                    )
+                    if t is not None
+                )
+                events = sel.select(max(0.0, timeout - now))
+                for key, _ in events:
+                    if key.data == "exit":
+                        _, status = os.waitpid(pid, 0)
+                        return _exit_code(status), ended
+                    if key.data == "notify" and self._on_datagrams(pid, trial):
+                        last_ping = time.monotonic()
+                    if key.data == "signal":
+                        sig = self._drain_signals()
+                        if sig is not None and kill_at is None:
+                            self.stopping = sig
+                            _log(f"signal {signal.Signals(sig).name}: passed on to edged")
+                            os.kill(pid, sig)
+                            kill_at = time.monotonic() + self.stop_timeout_s
+                now = time.monotonic()
+                trying = self.state["trying"]
+                if deadline is not None and now >= deadline and kill_at is None:
+                    _warn(f"edged did not commit within {trying['commitDeadlineSeconds']}s")
+                    ended = "deadline"
+                    os.kill(pid, signal.SIGTERM)
+                    kill_at = now + self.stop_timeout_s
+                if self.watchdog_s and now - last_ping > self.watchdog_s and kill_at is None:
+                    _warn(f"edged sent no WATCHDOG=1 for {self.watchdog_s}s: killing it")
+                    ended = "watchdog"
+                    os.kill(pid, signal.SIGABRT)
+                    kill_at = now + 5.0
+                if kill_at is not None and now >= kill_at:
+                    os.kill(pid, signal.SIGKILL)
+                    kill_at = now + 3600
+                if self.watchdog_s and ended == "exit" and now - last_ping < self.watchdog_s:
+                    self._ping_systemd(now)
+        finally:
+            sel.close()
+            os.close(pidfd)
+
+    def _on_datagrams(self, pid: int, trial: bool) -> bool:
+        """Handle what edged sent; True when it pinged the watchdog."""
+        pinged = False
+        while True:
+            try:
+                data, ancdata, _, _ = self._notify.recvmsg(
+                    4096, socket.CMSG_SPACE(MAX_FDS * 4) + socket.CMSG_SPACE(12)
+                )
+            except BlockingIOError:
+                return pinged
+            fds: list[int] = []
+            sender = None
+            for level, kind, payload in ancdata:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds.extend(
+                        int.from_bytes(payload[i : i + 4], sys.byteorder)
+                        for i in range(0, len(payload) - len(payload) % 4, 4)
+                    )
+                elif level == socket.SOL_SOCKET and kind == socket.SCM_CREDENTIALS:
+                    sender = int.from_bytes(payload[:4], sys.byteorder, signed=True)
+            for fd in fds:
+                os.set_inheritable(fd, False)
+            if sender != pid:  # NotifyAccess=main: edged alone, never its workers
+                for fd in fds:
+                    os.close(fd)
+                continue
+            lines = data.decode(errors="replace").split("\n")
+            if "WATCHDOG=1" in lines:
+                pinged = True
+            if COMMIT_LINE in lines and trial and self.state["trying"] is not None:
+                self._finish_trial("Committed", "Committed", "edged committed the release")
+                self.committed_now = True
+            self._on_fds(lines, fds)
+            forward = [line for line in lines if line.startswith(FORWARDED)]
+            if forward:
+                self._to_systemd(*forward)
+
+    def _on_fds(self, lines: list[str], fds: list[int]) -> None:
+        names = [line[7:] for line in lines if line.startswith("FDNAME=")]
+        name = names[0] if names else "stored"
+        if "FDSTOREREMOVE=1" in lines:
+            old = self.fds.pop(name, None)
+            if old is not None:
+                os.close(old)
+            self._to_systemd("FDSTOREREMOVE=1", f"FDNAME={name}")
+        if "FDSTORE=1" not in lines:
+            for fd in fds:
+                os.close(fd)
+            return
+        for fd in fds:
+            if name in self.fds or len(self.fds) < MAX_FDS:
+                old = self.fds.pop(name, None)
+                if old is not None:
+                    os.close(old)
+                self.fds[name] = fd
+                self._to_systemd("FDSTORE=1", f"FDNAME={name}", fds=[fd])
+            else:
+                _warn(f"FDSTORE: more than {MAX_FDS} descriptors: {name} dropped")
+                os.close(fd)
+
+    def _to_systemd(self, *lines: str, fds: list[int] | None = None) -> None:
+        if self.systemd_notify is None:
+            return
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+                payload = "\n".join(lines).encode()
+                if fds:  # socket.send_fds ignores its address before Python 3.12
+                    rights = b"".join(fd.to_bytes(4, sys.byteorder) for fd in fds)
+                    s.sendmsg(
+                        [payload],
+                        [(socket.SOL_SOCKET, socket.SCM_RIGHTS, rights)],
+                        0,
+                        self.systemd_notify,
+                    )
+                else:
+                    s.sendto(payload, self.systemd_notify)
+        except OSError as exc:
+            if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
+                _warn(f"cannot notify systemd: {exc}")
+
+    def _ping_systemd(self, now: float) -> None:
+        """WATCHDOG=1 to systemd, at most every quarter of the watchdog interval."""
+        if self.watchdog_s and now - self._pinged_at >= self.watchdog_s / 4:
+            self._pinged_at = now
+            self._to_systemd("WATCHDOG=1")
+
+    def _take_listen_fds(self) -> None:
+        """Descriptors systemd handed the launcher (its fd store, after a launcher restart)."""
+        if self.env.pop("LISTEN_PID", "") != str(os.getpid()):
+            self.env.pop("LISTEN_FDS", None)
+            self.env.pop("LISTEN_FDNAMES", None)
+            return
+        try:
+            count = min(int(self.env.pop("LISTEN_FDS", "0")), MAX_FDS)
+        except ValueError:
+            count = 0
+        names = self.env.pop("LISTEN_FDNAMES", "").split(":")
+        for i in range(count):
+            fd = 3 + i
+            os.set_inheritable(fd, False)
+            name = names[i] if i < len(names) and names[i] else f"stored{i}"
+            self.fds[name] = fd
+
+    # -- signals --------------------------------------------------------------------------
+    def install_signals(self) -> None:
+        def handler(sig: int, _frame: object) -> None:
+            try:
+                os.write(self._wake_w, bytes([sig]))
+            except OSError:
+                pass
+
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            signal.signal(sig, handler)
+
+    def _drain_signals(self) -> int | None:
+        got = None
+        try:
+            while data := os.read(self._wake_r, 64):
+                for sig in data:
+                    if got is None or sig != signal.SIGHUP:
+                        got = sig
+        except BlockingIOError:
+            pass
+        return got
+
+    def _wait(self, seconds: float) -> None:
+        """Sleep, woken by a stop signal (pinging systemd meanwhile: the launcher is alive)."""
+        end = time.monotonic() + seconds
+        while (left := end - time.monotonic()) > 0 and self.stopping is None:
+            sel = selectors.DefaultSelector()
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            if sel.select(min(left, self.watchdog_s / 2 if self.watchdog_s else left)):
+                self.stopping = self._drain_signals() or self.stopping
+            sel.close()
+            self._ping_systemd(time.monotonic())
+
+    # -- the loop -------------------------------------------------------------------------
+    def run(self) -> int:
+        self.install_signals()
+        self.agent_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        self.consume_request()
+        while True:
+            slot, trial = self.next_slot()
+            self._wait_for_data_dir_lock()
+            if self.stopping is not None:
+                return 0
+            self.committed_now = False
+            code, ended = self.run_once(slot, trial)
+            _log(f"edged from slot {slot} exited ({code}, {ended})")
+            trying = self.state["trying"]
+            if trial and trying is not None and ended == "deadline":
+                self._finish_trial(
+                    "RolledBack",
+                    "CommitDeadlineExceeded",
+                    f"edged did not commit within {trying['commitDeadlineSeconds']:g}s",
+                )
+            self.consume_request()
+            if self.stopping is not None:
+                return 0 if code in (0, 128 + self.stopping) else code
+            if self.state["trying"] is not None:
+                if trial:  # the trial goes on: its next start (counted by next_slot)
+                    self._wait(self.restart_delay_s)
+                continue  # a new trial starts at once
+            if trial and not self.committed_now:
+                continue  # the trial was rolled back: the committed slot starts now
+            return code  # edged exited for good: systemd restarts the launcher
+
+    def _wait_for_data_dir_lock(self, timeout_s: float = 30.0) -> None:
+        """A previous edged (from before a launcher crash) may still hold the data directory
+        while it drains: give it some time rather than start one that fails at once."""
+        import fcntl
+
+        try:
+            fd = os.open(self.data_dir / "edged.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+        except OSError:
+            return
+        try:
+            end = time.monotonic() + timeout_s
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    fcntl.flock(fd, fcntl.LOCK_UN)
+                    return
+                except BlockingIOError:
+                    if time.monotonic() > end:
+                        return
+                    self._wait(0.2)
+                    if self.stopping is not None:
+                        return
+        finally:
+            os.close(fd)
+
+
+_LIBC: list[Any] = []
+
+
+def _libc() -> Any:
+    """The C library, for prctl(PR_SET_PDEATHSIG, SIGTERM) in the child: an edged whose
+    launcher was killed stops too (the unit's KillMode=process signals the launcher only).
+    Loaded in the parent, once, so that the child between fork and exec does no import."""
+    if not _LIBC:
+        try:
+            import ctypes
+
+            _LIBC.append(ctypes.CDLL(None, use_errno=True))
+        except (ImportError, OSError):
+            _LIBC.append(None)
+    return _LIBC[0]
+
+
+def _exit_code(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return 128 + os.WTERMSIG(status)
+    return os.WEXITSTATUS(status)
+
+
+def _notify_address(value: str) -> str | None:
+    if value.startswith("@"):
+        return "\0" + value[1:]
+    return value if value.startswith("/") else None
+
+
+def _watchdog_seconds(env: dict[str, str]) -> float | None:
+    usec, pid = env.pop("WATCHDOG_USEC", ""), env.pop("WATCHDOG_PID", "")
+    if pid and pid != str(os.getpid()):
+        return None
+    try:
+        value = int(usec)
+    except ValueError:
+        return None
+    return value / 1_000_000 if value > 0 else None
+
+
+def data_dir_of(args: list[str], env: dict[str, str]) -> Path:
+    """edged's ``--data-dir`` (as ``edged run`` resolves it: the flag, else
+    ``$STATE_DIRECTORY``, else /var/lib/edged)."""
+    for i, arg in enumerate(args):
+        if arg == "--data-dir" and i + 1 < len(args):
+            return Path(args[i + 1])
+        if arg.startswith("--data-dir="):
+            return Path(arg.split("=", 1)[1])
+    state = env.get("STATE_DIRECTORY", "").split(":")[0]
+    return Path(state) if state.startswith("/") else Path(DEFAULT_DATA_DIR)
+
+
+USAGE = """usage: edged-launcher [--launcher-package-path DIR] [--launcher-python PYTHON]
+                      [--launcher-stop-timeout SECONDS] EDGED-ARGS...
+Runs `python -m edged EDGED-ARGS` from the committed or trial slot (docs/agent-updates.md)."""
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    options: dict[str, str] = {}
+    while args and args[0].startswith("--launcher-"):
+        key, sep, value = args.pop(0).partition("=")
+        if not sep:
+            if not args:
+                sys.stderr.write(f"edged-launcher: {key} needs a value\n{USAGE}\n")
+                return 2
+            value = args.pop(0)
+        options[key] = value
+    unknown = set(options) - {
+        "--launcher-package-path",
+        "--launcher-python",
+        "--launcher-stop-timeout",
+        "--launcher-restart-delay",
+    }
+    if unknown or not args or args[0] in ("-h", "--help"):
+        sys.stderr.write(
+            (f"edged-launcher: unknown {sorted(unknown)}\n" if unknown else "") + USAGE + "\n"
+        )
+        return 2
+    try:
+        launcher = Launcher(
+            args,
+            data_dir=data_dir_of(args, dict(os.environ)),
+            package_path=options.get("--launcher-package-path", ""),
+            python=options.get("--launcher-python", sys.executable),
+            stop_timeout_s=float(options.get("--launcher-stop-timeout", STOP_TIMEOUT_S)),
+            restart_delay_s=float(options.get("--launcher-restart-delay", TRIAL_RESTART_DELAY_S)),
+        )
+    except ValueError as exc:
+        sys.stderr.write(f"edged-launcher: {exc}\n")
+        return 2
+    return launcher.run()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,241 @@
+"""The A/B launcher as a process over fake slots: a commit, a crash loop and a missed deadline
+roll back by themselves, an unreadable state falls back to the package, sd_notify is proxied
+and stored descriptors reach the next edged."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import time
+from pathlib import Path
+
+import pytest
+from launchertesting import (
+    install_fake,
+    install_slot,
+    launcher,
+    runs,
+    set_behaviour,
+    state,
+    try_request,
+    wait_runs,
+    write_request,
+)
+from polltesting import wait_for
+from systemdtesting import open_notify_socket
+
+from edged import launcher as launching
+
+
+@pytest.fixture
+def package(tmp_path: Path) -> Path:
+    return install_fake(tmp_path / "package", "0.1.0", "serve")
+
+
+def test_a_device_that_never_updated_runs_the_package(tmp_path: Path, package: Path) -> None:
+    data = tmp_path / "d"
+    with launcher(data, package) as lp:
+        first = wait_runs(data, 1)[0]
+        assert first["slot"] == "package" and first["trial"] == "0"
+        assert lp.stop() == 0
+    assert not (data / "agent" / "launcher.json").exists()  # nothing happened to write
+
+
+def test_a_trial_that_commits_is_the_committed_slot(tmp_path: Path, package: Path) -> None:
+    data = tmp_path / "d"
+    install_slot(data, "b", "0.2.0", "commit")
+    set_behaviour(package, "request")
+    (data / "next-request.json").write_text(json.dumps(try_request("b", "0.2.0", upgrade="u")))
+    with launcher(data, package) as lp:
+        wait_for(lambda: state(data)["committed"] == "b", 20, "the commit")
+        s = state(data)
+        assert s["committedVersion"] == "0.2.0" and s["trying"] is None
+        assert s["last"]["outcome"] == "Committed" and s["last"]["tries"] == 1
+        assert s["last"]["upgrade"] == "u"
+        assert [(r["slot"], r["trial"]) for r in runs(data)] == [("package", "0"), ("b", "1")]
+        assert not (data / "agent" / "request.json").exists()
+        assert lp.stop() == 0
+    with launcher(data, package) as lp:  # the next boot runs the committed slot
+        assert wait_runs(data, 3)[2]["slot"] == "b"
+        assert wait_runs(data, 3)[2]["trial"] == "0"
+        lp.stop()
+
+
+def test_a_release_that_crashes_at_start_rolls_back_after_max_tries(
+    tmp_path: Path, package: Path
+) -> None:
+    data = tmp_path / "d"
+    install_slot(data, "a", "0.2.0", "crash")
+    write_request(data, try_request("a", "0.2.0", maxTries=3))
+    with launcher(data, package) as lp:
+        wait_for(lambda: len(runs(data)) >= 4 and runs(data)[3]["slot"] == "package", 20, "back")
+        s = state(data)
+        assert s["committed"] == "package" and s["trying"] is None
+        assert s["last"]["outcome"] == "RolledBack"
+        assert s["last"]["reason"] == "CrashLoop" and s["last"]["tries"] == 3
+        assert [r["slot"] for r in runs(data)] == ["a", "a", "a", "package"]
+        assert lp.stop() == 0
+
+
+def test_a_release_that_never_commits_rolls_back_at_the_deadline(
+    tmp_path: Path, package: Path
+) -> None:
+    data = tmp_path / "d"
+    install_slot(data, "b", "0.2.0", "serve")
+    write_request(data, try_request("b", "0.2.0", commitDeadlineSeconds=1.5))
+    with launcher(data, package) as lp:
+        wait_for(lambda: len(runs(data)) >= 2, 20, "the rollback")
+        s = state(data)
+        assert s["last"]["reason"] == "CommitDeadlineExceeded"
+        assert s["committed"] == "package" and s["trying"] is None
+        assert [r["slot"] for r in runs(data)] == ["b", "package"]
+        lp.stop()
+
+
+def test_edged_can_abort_its_own_trial(tmp_path: Path, package: Path) -> None:
+    data = tmp_path / "d"
+    slot = install_slot(data, "b", "0.2.0", "request")
+    (data / "next-request.json").write_text(
+        json.dumps({"action": "abort", "id": "x", "reason": "RolledBackByHub"})
+    )
+    write_request(data, try_request("b", "0.2.0"))
+    with launcher(data, package) as lp:
+        wait_for(lambda: len(runs(data)) >= 2, 20, "the package again")
+        assert state(data)["last"]["reason"] == "RolledBackByHub"
+        assert [r["slot"] for r in runs(data)] == ["b", "package"]
+        set_behaviour(slot, "serve")
+        lp.stop()
+
+
+@pytest.mark.parametrize(
+    ("request_doc", "why"),
+    [
+        (try_request("a", "0.2.0"), "does not hold a complete release"),  # not installed
+        (try_request("c", "0.2.0"), "is not one of"),
+        (try_request("package", "0.1.0"), "is the committed one"),
+        (try_request("b", "0.2.0", maxTries=0), "maxTries"),
+        ({"action": "format"}, "unknown action"),
+    ],
+)
+def test_an_invalid_request_is_refused_and_changes_nothing(
+    tmp_path: Path, package: Path, request_doc: dict[str, object], why: str
+) -> None:
+    data = tmp_path / "d"
+    install_slot(data, "b", "0.2.0", "commit")
+    install_slot(data, "a", "0.2.0", "commit", complete=False)  # half installed: never tried
+    write_request(data, request_doc)
+    with launcher(data, package) as lp:
+        assert wait_runs(data, 1)[0]["slot"] == "package"
+        s = state(data)
+        assert s["committed"] == "package" and s["trying"] is None
+        assert s["last"]["reason"] == "InvalidRequest" and why in s["last"]["message"]
+        assert not (data / "agent" / "request.json").exists()
+        lp.stop()
+
+
+@pytest.mark.parametrize("content", [b"", b'{"format": 1, "committed": "b"', b"\x00" * 300, b"[]"])
+def test_an_unreadable_state_falls_back_to_the_package(
+    tmp_path: Path, package: Path, content: bytes
+) -> None:
+    data = tmp_path / "d"
+    install_slot(data, "b", "0.2.0", "crash")
+    (data / "agent").mkdir(parents=True, exist_ok=True)
+    (data / "agent" / "launcher.json").write_bytes(content)
+    with launcher(data, package) as lp:
+        assert wait_runs(data, 1)[0]["slot"] == "package"
+        assert "running the package" in lp.output()
+        lp.stop()
+
+
+def test_a_committed_slot_that_lost_its_release_falls_back_to_the_package(
+    tmp_path: Path, package: Path
+) -> None:
+    data = tmp_path / "d"
+    slot = install_slot(data, "a", "0.2.0", "serve")
+    (data / "agent" / "launcher.json").write_text(
+        json.dumps({**launching.empty_state(), "committed": "a", "committedVersion": "0.2.0"})
+    )
+    (slot / "installed.json").unlink()
+    with launcher(data, package) as lp:
+        assert wait_runs(data, 1)[0]["slot"] == "package"
+        lp.stop()
+
+
+def test_sd_notify_is_proxied_and_the_launcher_pings_the_watchdog(
+    tmp_path: Path, package: Path
+) -> None:
+    data = tmp_path / "d"
+    with (
+        open_notify_socket() as ns,
+        launcher(
+            data, package, env={"NOTIFY_SOCKET": ns.env_value, "WATCHDOG_USEC": "2000000"}
+        ) as lp,
+    ):
+        ns.wait_for("READY=1", 20)
+        assert any("STATUS=fake edged serving" in text for _, text in ns.received())
+        ns.wait_for("WATCHDOG=1", 20)
+        assert runs(data)[0]["watchdog"] == "2000000"
+        lp.stop()
+
+
+def test_a_stuck_edged_is_killed_by_the_launchers_watchdog(tmp_path: Path, package: Path) -> None:
+    data = tmp_path / "d"
+    set_behaviour(package, "silent")
+    with launcher(data, package, env={"WATCHDOG_USEC": "1000000"}) as lp:
+        wait_runs(data, 1)
+        assert lp.proc.wait(20) == 128 + 6  # SIGABRT: systemd restarts the launcher
+        assert "sent no WATCHDOG=1" in lp.output()
+
+
+def test_stored_descriptors_reach_the_next_edged(tmp_path: Path, package: Path) -> None:
+    data = tmp_path / "d"
+    set_behaviour(package, "store-fd")
+    install_slot(data, "b", "0.2.0", "serve")
+    with launcher(data, package) as lp:
+        wait_runs(data, 1)
+        time.sleep(0.5)  # the fake stores its pipe before READY, and READY at once
+        write_request(data, try_request("b", "0.2.0"))  # as edged does before it exits
+        os.kill(runs(data)[0]["pid"], signal.SIGTERM)
+        second = wait_runs(data, 2)[1]
+        assert second["slot"] == "b"
+        assert second["fdnames"] == "inference"
+        assert second["fdcontent"] == ["kept across edged"]
+        lp.stop()
+
+
+def test_datagrams_from_another_process_are_ignored(tmp_path: Path, package: Path) -> None:
+    """NotifyAccess=main: a worker (or anyone) cannot commit a trial for edged."""
+    data = tmp_path / "d"
+    install_slot(data, "b", "0.2.0", "serve")
+    write_request(data, try_request("b", "0.2.0", commitDeadlineSeconds=3))
+    with launcher(data, package) as lp:
+        wait_runs(data, 1)
+        name = wait_for(
+            lambda: [
+                line.split("@", 1)[1]
+                for line in open("/proc/net/unix").read().splitlines()  # noqa: SIM115
+                if "@edged-launcher/" + str(lp.proc.pid) + "/" in line
+            ],
+            10,
+            "the launcher's socket",
+        )[0]
+        with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as s:
+            s.sendto(b"EDGED_COMMIT=1", "\0" + name)
+        wait_for(lambda: len(runs(data)) >= 2, 20, "the rollback")
+        assert state(data)["last"]["reason"] == "CommitDeadlineExceeded"
+        lp.stop()
+
+
+def test_data_dir_comes_from_the_flag_then_the_state_directory() -> None:
+    assert launching.data_dir_of(["run", "--data-dir", "/x"], {}) == Path("/x")
+    assert launching.data_dir_of(["run", "--data-dir=/y"], {}) == Path("/y")
+    assert launching.data_dir_of(["run"], {"STATE_DIRECTORY": "/s:/t"}) == Path("/s")
+    assert launching.data_dir_of(["run"], {}) == Path("/var/lib/edged")
+
+
+def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert launching.main([]) == 2
+    assert launching.main(["--launcher-bogus=1", "run"]) == 2
+    assert "unknown" in capsys.readouterr().err
