@@ -60,6 +60,12 @@ def _device_status(doc: Doc) -> str:
     return ",".join(parts)
 
 
+def _agent(status: Doc) -> str:
+    """The AGENT column: edged's version, ``(refused)`` when outside the hub's window."""
+    version = str(status.get("agentVersion") or "<unknown>")
+    return f"{version}(refused)" if status.get("agentRefused") else version
+
+
 def _device_row(doc: Doc, now: float, wide: bool) -> Row:
     status = doc.get("status", {})
     health = status.get("health", {})
@@ -76,6 +82,7 @@ def _device_row(doc: Doc, now: float, wide: bool) -> Row:
         taints = [f"{t['key']}:{t['effect']}" for t in status.get("taints", [])]
         downloads = [f"{name}:{percent}" for name, _, percent, _ in downloads_of(status)]
         row += [
+            _agent(status),
             f"{status.get('generationAcked', 0)}/{status.get('generationDesired', 0)}",
             _labels(doc.get("metadata", {}).get("labels", {})),
             ",".join(taints) or "<none>",
@@ -251,7 +258,7 @@ Columns = tuple[Sequence[str], Sequence[str], Callable[[Doc, float, bool], Row]]
 COLUMNS: dict[str, Columns] = {
     "Device": (
         ("NAME", "REGION", "STATUS", "HEALTH", "ATTESTATION", "DEPLOYMENTS", "LAST-HEARTBEAT"),
-        ("GENERATION", "LABELS", "TAINTS", "DOWNLOADS"),
+        ("AGENT", "GENERATION", "LABELS", "TAINTS", "DOWNLOADS"),
         _device_row,
     ),
     "ModelDeployment": (
@@ -476,6 +483,11 @@ def describe_device(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
             "Attestation",
             " ".join([attestation.get("state", "Unknown"), *attestation.get("reasons", [])])
             + (f", verified {attestation['verifiedAt']}" if attestation.get("verifiedAt") else ""),
+        ),
+        _field(
+            "Agent",
+            f"edged {status.get('agentVersion') or '<unknown>'}"
+            + (f", refused: {status['agentRefused']}" if status.get("agentRefused") else ""),
         ),
         _field(
             "Generation",

@@ -18,7 +18,7 @@ import bisect
 import itertools
 import math
 import re
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Generic, TypeVar
 
 from edgefleet.logs import get_logger
@@ -210,6 +210,15 @@ class Gauge(_Family[GaugeChild]):
 
     def set_function(self, function: Callable[[], float]) -> None:
         self._unlabelled().set_function(function)
+
+    def replace(self, series: Mapping[tuple[str, ...], float]) -> None:
+        """Exactly these labelled series from now on, the others dropped: for label values
+        that come and go (the versions devices run). The caller bounds how many."""
+        if not self.labelnames or any(len(v) != len(self.labelnames) for v in series):
+            raise ValueError(f"{self.name}: each series needs values for {list(self.labelnames)}")
+        self._children = {}
+        for values, value in series.items():
+            self._child_for(tuple(str(v) for v in values)).set(value)
 
     def samples(self) -> Iterator[str]:
         for values, child in self._children.items():

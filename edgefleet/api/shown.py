@@ -151,6 +151,11 @@ DEVICE = _top(
         lastHeartbeat=_s("The last message on its Sync stream" + _TIME),
         enrolledAt=_s("When it enrolled" + _TIME),
         certificateSerial=_s("The serial of its current client certificate (hex)."),
+        agentVersion=_s('The edged version its last Hello stated ("": not connected yet).'),
+        agentRefused=_s(
+            "Why the hub refuses that version (AgentVersionOutsideWindow: the window it "
+            'accepts); "": accepted.'
+        ),
         generationAcked=_i("The newest desired-state generation it acknowledged."),
         generationDesired=_i("The generation of the desired state the hub holds for it."),
         deployments=_strings("The deployments placed on it."),

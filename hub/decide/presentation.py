@@ -127,6 +127,8 @@ def device_object(
             "lastHeartbeat": rfc3339(device.last_heartbeat),
             "enrolledAt": rfc3339(device.enrolled_at),
             "certificateSerial": device.certificate_serial,
+            "agentVersion": device.agent_version,
+            "agentRefused": device.agent_refused,
             "generationAcked": device.generation_acked,
             "generationDesired": desired.generation if desired else 0,
             "deployments": list(desired.deployments) if desired else [],

@@ -7,14 +7,16 @@ events, the projector's placements, a controller) needs no upper wing. Served by
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections import Counter
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from edgefleet.metrics import Registry
-from hub.decide.devices import DevicePhase
+from hub.decide.devices import Device, DevicePhase
 from hub.state.cache import Cache
 from hub.state.sessions import Sessions
 
+MAX_AGENT_VERSION_SERIES = 32
 SYNC_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
 STORE_BUCKETS = (0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0)
 ROLLOUT_STEP_REASONS = frozenset(
@@ -37,6 +39,14 @@ class HubMetrics:
             "hub_devices_out_of_sync",
             "Devices that have not acknowledged their newest desired state",
         )
+        self.devices_by_agent = r.gauge(
+            "hub_devices_by_agent_version",
+            "Enrolled devices by the edged version they last stated (refused: outside the "
+            "hub's version window; unknown: never connected; other: past the "
+            f"{MAX_AGENT_VERSION_SERIES} most common)",
+            ("agent_version",),
+        )
+        self._cache: Cache | None = None
         self.streams = r.gauge("hub_device_streams", "Open device Sync streams")
         self.objects = r.gauge("hub_objects", "Applied objects by kind", ("kind",))
         self.requests = r.counter(
@@ -104,6 +114,8 @@ class HubMetrics:
             self.placement_changes.labels(change="removed").inc(removed)
 
     def watch(self, cache: Cache, sessions: Sessions) -> None:
+        self._cache = cache
+
         def in_phase(phase: DevicePhase) -> Callable[[], float]:
             return lambda: sum(1 for d in cache.devices.values() if d.phase is phase)
 
@@ -137,4 +149,21 @@ class HubMetrics:
             self.objects.labels(kind=kind).set_function(of_kind(kind))
 
     def render(self) -> str:
+        if self._cache is not None:
+            self.devices_by_agent.replace(agent_versions(self._cache.devices.values()))
         return self.registry.render()
+
+
+def agent_versions(devices: Iterable[Device]) -> dict[tuple[str, ...], float]:
+    """Devices per edged version (:attr:`HubMetrics.devices_by_agent`), at most
+    :data:`MAX_AGENT_VERSION_SERIES` series and ``other``: a version is what a device says,
+    so the series are bounded here, not by the devices."""
+    counts = Counter(
+        "refused" if d.agent_refused else (d.agent_version or "unknown") for d in devices
+    )
+    common = counts.most_common(MAX_AGENT_VERSION_SERIES)
+    series: dict[tuple[str, ...], float] = {(version,): n for version, n in common}
+    rest = sum(counts.values()) - sum(n for _, n in common)
+    if rest:
+        series[("other",)] = series.get(("other",), 0) + rest
+    return series

@@ -47,3 +47,26 @@ def test_describe_deployment_lists_the_devices_the_hub_shows_and_counts_the_rest
     )
     assert lines[at + 2].strip() == "and 5 more devices"
     assert "Terminations:" not in printing.describe_deployment({"status": {}}, [], now=0.0)
+
+
+def test_devices_show_their_agent_version_wide_and_described() -> None:
+    """``get devices -o wide`` has an AGENT column, ``describe device`` an Agent field; a
+    version the hub refuses is marked, and describe says why."""
+    refused = "AgentVersionOutsideWindow: edged 0.9.0 is outside what hub 0.2.0 accepts"
+    docs = [
+        {"metadata": {"name": "cam-1"}, "status": {"agentVersion": "0.2.0"}},
+        {
+            "metadata": {"name": "cam-2"},
+            "status": {"agentVersion": "0.9.0", "agentRefused": refused},
+        },
+        {"metadata": {"name": "cam-3"}, "status": {}},  # an older hub: no version shown
+    ]
+    header = printing.header_of("Device", wide=True)
+    assert "AGENT" not in printing.header_of("Device", wide=False)
+    column = [
+        row[header.index("AGENT")] for row in printing.rows_of("Device", docs, now=0.0, wide=True)
+    ]
+    assert column == ["0.2.0", "0.9.0(refused)", "<unknown>"]
+    lines = printing.describe_device(docs[1], [], now=0.0).splitlines()
+    assert f"Agent:            edged 0.9.0, refused: {refused}" in lines
+    assert "Agent:            edged 0.2.0" in printing.describe_device(docs[0], [], now=0.0)

@@ -197,3 +197,19 @@ def test_figures_are_recorded_over_time_with_their_thresholds() -> None:
     many.record("x", {"rollout": {f"k{i}": i for i in range(100)}}, now=0)
     many.record("x", {"rollout": {f"k{i}": i + 1 for i in range(100)}}, now=1)
     assert len(many.of("x")[0]) == views.MAX_SERIES
+
+
+def test_each_device_shows_its_agent_version_and_a_refusal() -> None:
+    refused = "AgentVersionOutsideWindow: edged 0.9.0 is outside what hub 0.2.0 accepts"
+    rows = [
+        _device("cam-1", agent_version="0.2.0"),
+        _device("cam-2", agent_version="0.9.0", agent_refused=refused),
+        _device("cam-3"),
+    ]
+    page = views.DevicePage(rows, 3, 1, 1)
+    html = pages.devices_body(page, views.parse_device_query({}))
+    assert "<th>agent</th>" in html
+    assert "<td>0.2.0</td>" in html and "<td>unknown</td>" in html
+    assert f'title="{refused}">0.9.0 (refused)</span>' in html
+    body = pages.device_body(rows[1], None, [])
+    assert f"edged 0.9.0 refused: {refused}" in body

@@ -2,22 +2,28 @@
 whose edged is outside what the hub accepts is refused at its Hello with
 FAILED_PRECONDITION ``AgentVersionOutsideWindow`` naming the window, one event (not one per
 retry), and its record shows the version and why; nothing else of its Hello is kept. A device
-inside the window syncs as before, and the refusal is cleared. Real mutual TLS, a device
-enrolled through the real Enroll RPC."""
+inside the window syncs as before, and the refusal is cleared. Operators see each device's
+version: the Device object (edgectl get -o wide, describe), the dashboard, a metric. Real
+mutual TLS, a device enrolled through the real Enroll RPC."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 import grpc
+import orjson
 from asynctesting import async_test
 from devicesynctesting import enrolled_device
 from hubserving import AdminHub, make_hub_dir
 
+from edgectl import printing
 from edgefleet.agentskew import window_text
 from edgefleet.trust.versions import version_key
-from edgefleet.v1 import device_pb2, device_pb2_grpc
+from edgefleet.v1 import admin_pb2, device_pb2, device_pb2_grpc
 from edgefleet.versioning import installed_version
+from hub.decide.devices import Device
+from hub.state.metrics import MAX_AGENT_VERSION_SERIES as MAX_SERIES
+from hub.state.metrics import agent_versions
 
 HUB = installed_version()
 MAJOR, MINOR = (version_key(HUB)[0] + (0, 0))[:2]
@@ -50,6 +56,20 @@ async def test_an_edged_outside_the_window_is_refused_and_shown(tmp_path: Path) 
             assert device.agent_version == newer
             assert device.agent_refused == details
             assert device.reported_labels == {}  # nothing else of the Hello was kept
+            # operators see it: edgectl get/describe (the Device object), the metrics
+            async with hub.channel() as admin:
+                got = await hub.stub(admin).Get(admin_pb2.GetRequest(kind="Device", name="cam-1"))
+            status = orjson.loads(got.json)["status"]
+            assert (status["agentVersion"], status["agentRefused"]) == (newer, details)
+            assert (
+                printing.rows_of("Device", [{"status": status}], now=0.0, wide=True)[0][
+                    printing.header_of("Device", wide=True).index("AGENT")
+                ]
+                == f"{newer}(refused)"
+            )
+            assert 'hub_devices_by_agent_version{agent_version="refused"} 1' in (
+                hub.ctx.metrics.render()
+            )
             events = [e for e in hub.ctx.cache.events if e["object"]["name"] == "cam-1"]
             refusals = [e for e in events if e["reason"] == "AgentVersionOutsideWindow"]
             assert len(refusals) == 1, events
@@ -74,3 +94,17 @@ async def test_an_edged_outside_the_window_is_refused_and_shown(tmp_path: Path) 
         device = hub.ctx.cache.devices["cam-1"]
         assert (device.agent_version, device.agent_refused) == (oldest, "")
         assert device.reported_labels == {"arch": "arm64"}
+        metrics = hub.ctx.metrics.render()
+        assert f'hub_devices_by_agent_version{{agent_version="{oldest}"}} 1' in metrics
+        assert 'agent_version="refused"' not in metrics
+
+
+def test_the_version_series_are_bounded() -> None:
+    """A version is what a device says: at most MAX_AGENT_VERSION_SERIES series, the rest
+    counted as other."""
+    devices = [Device(f"d{i}", agent_version=f"0.2.{i}") for i in range(MAX_SERIES + 5)]
+    devices += [Device("d-new", agent_version="0.2.0"), Device("never")]
+    series = agent_versions(devices)
+    assert len(series) == MAX_SERIES + 1 and series[("other",)] == 6
+    assert series[("0.2.0",)] == 2 and sum(series.values()) == len(devices)
+    assert agent_versions([Device("never")]) == {("unknown",): 1}

@@ -191,6 +191,7 @@ def devices_body(page: DevicePage, query: DeviceQuery) -> str:
         f"<td class={_phase_class(d.phase.value)}>{esc(d.phase.value)}</td>"
         f"<td>{'yes' if d.health.schedulable else 'no: ' + esc('; '.join(d.health.reasons))}</td>"
         f"<td>{esc(d.attestation.state.value)}</td>"
+        f"<td>{_agent(d)}</td>"
         f"<td>{len(d.workloads)}</td>"
         f"<td class=labels>{_labels(d.all_labels(), limit=6)}</td>"
         f"<td>{when(d.last_heartbeat)}</td>"
@@ -199,8 +200,10 @@ def devices_body(page: DevicePage, query: DeviceQuery) -> str:
     )
     heads = "".join(
         f"<th>{h}</th>"
-        for h in ("name", "phase", "healthy", "attestation", "workloads", "labels", "heartbeat")
-    )
+        for h in (
+            "name", "phase", "healthy", "attestation", "agent", "workloads", "labels", "heartbeat"
+        )
+    )  # fmt: skip
     pager = []
     if page.page > 1:
         pager.append(f'<a rel=prev href="{href("/devices", query.params(page=page.page - 1))}">'
@@ -214,6 +217,14 @@ def devices_body(page: DevicePage, query: DeviceQuery) -> str:
         f"{form}<table class=grid id=devices><thead><tr>{heads}</tr></thead>"
         f"<tbody>{rows}</tbody></table>{empty}<nav class=pager>{' '.join(pager)}</nav>"
     )
+
+
+def _agent(d: Device) -> str:
+    """edged's version; refused by the hub (outside its version window): marked, and why."""
+    version = esc(d.agent_version or "unknown")
+    if d.agent_refused:
+        return f'<span class=bad title="{esc(d.agent_refused)}">{version} (refused)</span>'
+    return version
 
 
 def _labels(labels: Mapping[str, str], *, limit: int = MAX_ITEMS) -> str:
@@ -257,6 +268,8 @@ def device_body(
         f"<tr><th>attestation</th><td>{esc(d.attestation.state.value)} "
         f"{esc('; '.join(d.attestation.reasons))} (verified {when(d.attestation.verified_at)})"
         "</td></tr>"
+        f"<tr><th>agent</th><td>edged {esc(d.agent_version or 'unknown')}"
+        f"{' refused: ' + esc(d.agent_refused) if d.agent_refused else ''}</td></tr>"
         f"<tr><th>cordoned</th><td>{'yes' if d.cordoned else 'no'}</td></tr>"
         f"<tr><th>revoked</th><td>{'yes' if d.revoked else 'no'}</td></tr>"
         f"<tr><th>generation</th><td>acknowledged {d.generation_acked} of "
