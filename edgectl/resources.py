@@ -19,6 +19,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "DeviceHealthPolicy": ("policies", "policy", "devicehealthpolicies"),
     "Secret": ("secrets", "secret"),
     "PriorityClass": ("priorityclasses", "priorityclass", "pc"),
+    "AgentUpgrade": ("agentupgrades", "agentupgrade", "au"),
     TOKEN: ("tokens", "token", "bootstraptokens"),
     REGION: ("regions", "region"),
     EVENT: ("events", "event", "ev"),
@@ -37,6 +38,7 @@ APPLIED_KINDS = (
     "DeviceHealthPolicy",
     "Secret",
     "PriorityClass",
+    "AgentUpgrade",
 )
 """The kinds ``apply`` writes (and ``label``/``annotate`` change)."""
 

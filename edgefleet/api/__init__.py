@@ -4,6 +4,7 @@
 :class:`edgefleet.errors.ValidationError` listing every problem with its field path.
 """
 
+from edgefleet.api.agentupgrades import AgentUpgrade, AgentUpgradeSpec
 from edgefleet.api.baselines import SecurityBaseline, SecurityBaselineSpec
 from edgefleet.api.conditions import Condition, ConditionStatus
 from edgefleet.api.deployments import (
@@ -79,6 +80,8 @@ __all__ = [
     "MAX_FILE_BYTES",
     "PRIORITY_CLASSES",
     "SUPPORTED_KINDS",
+    "AgentUpgrade",
+    "AgentUpgradeSpec",
     "Canary",
     "CanaryAnalysis",
     "CanaryStep",

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from edgefleet.api import manifests, shown
+from edgefleet.api.agentupgrades import AgentUpgrade
 from edgefleet.api.baselines import SecurityBaseline
 from edgefleet.api.deployments import ModelDeployment
 from edgefleet.api.healthpolicies import DeviceHealthPolicy
@@ -157,6 +158,8 @@ KIND_FIELD_HELP: Mapping[str, Mapping[str, str]] = {
 
 
 KIND_HELP: Mapping[str, str] = {
+    "AgentUpgrade": "edged moved to another release on the selected devices, canary steps "
+    "first; stopped and reverted past its failure threshold (docs/agent-updates.md).",
     "PriorityClass": "A named priority that ModelDeployments refer to (spec.priorityClassName).",
     "SecurityBaseline": "What devices must prove to keep their workloads: attestation, a TPM, "
     "the digests of their code, config and models.",
@@ -286,6 +289,7 @@ _MINIMAL_SPEC: Mapping[str, Mapping[str, Any]] = {
     "ModelDeployment": {"model": {"name": "m", "version": "1"}, "replicas": {"perDevice": 1}},
     "Secret": {"stringData": {"k": "v"}},
     "PriorityClass": {"value": 0},
+    "AgentUpgrade": {"version": "0.1.0"},
 }
 
 
@@ -354,6 +358,7 @@ _KIND_CLASSES: Mapping[str, type] = {
     "SecurityBaseline": SecurityBaseline,
     "Secret": Secret,
     "PriorityClass": PriorityClass,
+    "AgentUpgrade": AgentUpgrade,
 }
 
 

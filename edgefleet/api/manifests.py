@@ -16,6 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TypeAlias
 
+from edgefleet.api.agentupgrades import AgentUpgrade, read_agent_upgrade
 from edgefleet.api.baselines import SecurityBaseline, read_security_baseline
 from edgefleet.api.deployments import (
     LowBattery,
@@ -84,6 +85,7 @@ __all__ = [
     "MAX_WAVES",
     "PRIORITY_CLASSES",
     "SUPPORTED_KINDS",
+    "AgentUpgrade",
     "Canary",
     "CanaryAnalysis",
     "CanaryStep",
@@ -119,7 +121,7 @@ __all__ = [
 
 
 Manifest: TypeAlias = (
-    ModelDeployment | DeviceHealthPolicy | SecurityBaseline | Secret | PriorityClass
+    ModelDeployment | DeviceHealthPolicy | SecurityBaseline | Secret | PriorityClass | AgentUpgrade
 )
 """Any manifest kind."""
 
@@ -130,6 +132,7 @@ _KINDS: dict[str, Callable[[ObjectMeta, Reader | None], Manifest]] = {
     SecurityBaseline.KIND: read_security_baseline,
     Secret.KIND: read_secret,
     PriorityClass.KIND: read_priority_class,
+    AgentUpgrade.KIND: read_agent_upgrade,
 }
 
 

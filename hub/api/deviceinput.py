@@ -239,7 +239,38 @@ def check_status(status: device_pb2.Status, *, reserved: Sequence[str] = ()) -> 
         _health(problems, "status.health", status.health)
     if status.HasField("compliance"):
         _compliance(problems, "status.compliance", status.compliance)
+    if status.HasField("agent"):
+        _agent(problems, "status.agent", status.agent)
     return problems
+
+
+MAX_AGENT_TRIES = 1000
+MAX_AGENT_BYTES = 2**40  # a release's size a device may report (1 TiB)
+
+
+def _agent(problems: list[str], path: str, a: device_pb2.AgentStatus) -> None:
+    """edged's release and self-update (issue 32): each text bounded, counters sane."""
+    for name in (
+        "version",
+        "slot",
+        "committed_version",
+        "phase",
+        "desired_version",
+        "reason",
+        "arch",
+        "python_abi",
+        "upgrade",
+    ):
+        _text(problems, f"{path}.{name}", getattr(a, name), MAX_SHORT)
+    _text(problems, f"{path}.message", a.message, MAX_MESSAGE_TEXT)
+    if a.tries > MAX_AGENT_TRIES:
+        problems.append(f"{path}.tries: at most {MAX_AGENT_TRIES}, got {a.tries}")
+    if a.upgrade_revision > MAX_GENERATION:
+        problems.append(f"{path}.upgrade_revision: at most {MAX_GENERATION}")
+    if a.bytes_total > MAX_AGENT_BYTES:
+        problems.append(f"{path}.bytes_total: at most {MAX_AGENT_BYTES}, got {a.bytes_total}")
+    if a.bytes_done > a.bytes_total:
+        problems.append(f"{path}.bytes_done: at most bytes_total ({a.bytes_total})")
 
 
 MAX_FINDINGS = 32

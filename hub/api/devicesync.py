@@ -57,6 +57,7 @@ from hub.api.ratelimit import Rate, RateLimiter
 from hub.config import DevicesConfig
 from hub.decide.desired import MAX_DESIRED_STATE_BYTES
 from hub.decide.devices import (
+    AgentReport,
     Device,
     DevicePhase,
     Health,
@@ -193,6 +194,29 @@ def _compliance(c: device_pb2.DeviceCompliance) -> dict[str, Any]:
         "opensWatched": c.opens_watched if c.HasField("opens_watched") else None,
         "opensWatchReason": c.opens_watch_reason or None,
     }
+
+
+def _agent(a: device_pb2.AgentStatus) -> AgentReport:
+    """The status message's ``agent`` (bounds: ``hub.api.deviceinput``)."""
+    changed = a.changed_at.ToNanoseconds() / 1e9 if a.HasField("changed_at") else None
+    return AgentReport(
+        version=a.version,
+        committed_version=a.committed_version,
+        phase=a.phase,
+        desired_version=a.desired_version,
+        reason=a.reason,
+        message=a.message,
+        tries=a.tries,
+        slot=a.slot,
+        arch=a.arch,
+        python_abi=a.python_abi,
+        launcher=a.launcher,
+        upgrade=a.upgrade,
+        upgrade_revision=a.upgrade_revision,
+        changed_at=changed,
+        bytes_done=a.bytes_done,
+        bytes_total=a.bytes_total,
+    )
 
 
 def _sandbox(x: device_pb2.ReplicaSandbox) -> dict[str, Any]:
@@ -594,6 +618,9 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         if msg.status.HasField("compliance")
                         else device.compliance
                     ),
+                    agent=_agent(msg.status.agent)
+                    if msg.status.HasField("agent")
+                    else device.agent,
                 )
                 measured = {
                     r.sha256: r.benchmark.p95_seconds

@@ -314,6 +314,72 @@ class WorkloadReport:
         )
 
 
+@dataclass(frozen=True, slots=True)
+class AgentReport:
+    """edged's own release and where its self-update stands, as the device last reported it
+    (the status message's ``agent``, issue 32): every field is the device's word, for itself
+    only (hub.decide.agentupgrade bounds what it may claim)."""
+
+    version: str = ""
+    committed_version: str = ""
+    phase: str = ""  # Idle, Downloading, ... Trying, Committed, RolledBack, Failed
+    desired_version: str = ""
+    reason: str = ""
+    message: str = ""
+    tries: int = 0
+    slot: str = ""
+    arch: str = ""
+    python_abi: str = ""
+    launcher: bool = False
+    upgrade: str = ""
+    upgrade_revision: int = 0
+    changed_at: float | None = None
+    bytes_done: int = 0
+    bytes_total: int = 0
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "version": self.version,
+            "committedVersion": self.committed_version,
+            "phase": self.phase,
+            "desiredVersion": self.desired_version,
+            "reason": self.reason,
+            "message": self.message,
+            "tries": self.tries,
+            "slot": self.slot,
+            "arch": self.arch,
+            "pythonAbi": self.python_abi,
+            "launcher": self.launcher,
+            "upgrade": self.upgrade,
+            "upgradeRevision": self.upgrade_revision,
+            "changedAt": self.changed_at,
+            "bytesDone": self.bytes_done,
+            "bytesTotal": self.bytes_total,
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> AgentReport:
+        changed = doc.get("changedAt")
+        return cls(
+            str(doc.get("version", "")),
+            str(doc.get("committedVersion", "")),
+            str(doc.get("phase", "")),
+            str(doc.get("desiredVersion", "")),
+            str(doc.get("reason", "")),
+            str(doc.get("message", "")),
+            int(doc.get("tries", 0)),
+            str(doc.get("slot", "")),
+            str(doc.get("arch", "")),
+            str(doc.get("pythonAbi", "")),
+            bool(doc.get("launcher", False)),
+            str(doc.get("upgrade", "")),
+            int(doc.get("upgradeRevision", 0)),
+            float(changed) if isinstance(changed, int | float) else None,
+            int(doc.get("bytesDone", 0)),
+            int(doc.get("bytesTotal", 0)),
+        )
+
+
 MAX_LATENCIES = 64  # self-benchmarks a device record keeps (the newest)
 
 
@@ -388,6 +454,9 @@ class Device:
     # names the window (hub.api.devicesync, edgefleet.agentskew).
     agent_version: str = ""
     agent_refused: str = ""
+    # edged's release and self-update as its last status reported them (None: never, an
+    # edged too old to say); the AgentUpgrade controller reads it (hub.decide.agentupgrade)
+    agent: AgentReport | None = None
 
     def accepts_serial(self, serial: str) -> bool:
         """Whether a certificate with this serial may speak for the device: its current one,
@@ -436,6 +505,7 @@ class Device:
             **({"latencies": dict(self.latencies)} if self.latencies else {}),
             **({"agentVersion": self.agent_version} if self.agent_version else {}),
             **({"agentRefused": self.agent_refused} if self.agent_refused else {}),
+            **({"agent": self.agent.to_json()} if self.agent is not None else {}),
         }
 
     @classmethod
@@ -468,6 +538,9 @@ class Device:
             latencies={str(k): float(v) for k, v in doc.get("latencies", {}).items()},
             agent_version=str(doc.get("agentVersion", "")),
             agent_refused=str(doc.get("agentRefused", "")),
+            agent=(
+                AgentReport.from_json(doc["agent"]) if isinstance(doc.get("agent"), dict) else None
+            ),
             ak_offer=(
                 {str(k): str(v) for k, v in doc["akOffer"].items()}
                 if isinstance(doc.get("akOffer"), dict)

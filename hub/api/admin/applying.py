@@ -23,9 +23,11 @@ import grpc
 from edgefleet.api import PRIORITY_CLASSES, ModelDeployment, PriorityClass, parse_manifest
 from edgefleet.errors import EdgefleetError, ValidationError
 from edgefleet.v1 import admin_pb2
+from edgefleet.versioning import installed_version
 from hub.api.admin.common import AdminAuth, Refused, invalid, problems_text, refuse_root_owned, rpc
 from hub.controllers.wave import WaveController
 from hub.decide import apply, priority, regionslice, statebound
+from hub.decide.agentupgrade import version_refusal
 from hub.decide.desired import MAX_DESIRED_STATE_BYTES
 from hub.decide.modelclaim import apply_refusal
 from hub.decide.rollout import Revision, template_hash
@@ -42,6 +44,7 @@ from hub.state.tufrepo import TufRepository
 from hub.state.writer import DeviceWriter
 
 KIND_PRIORITY_CLASS = PriorityClass.KIND
+AGENT_UPGRADES_DRIVEN = False  # until hub.controllers.agentupgrade is wired: refused, not ignored
 
 _OUTCOMES = {
     apply.Outcome.CREATED: admin_pb2.ApplyResult.CREATED,
@@ -105,6 +108,7 @@ class Applies:
             raise invalid(problems_text(exc)) from None
         self._check_priority_classes(parsed)
         self._check_waves(parsed)
+        self._check_agent_versions(parsed)
         if (claimed := apply_refusal(parsed, self.cache.deployments)) is not None:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, claimed)  # hub.decide.modelclaim
         planned = [await self._plan(obj) for obj in parsed]
@@ -225,6 +229,23 @@ class Applies:
                 )
                 + f" (built-in: {builtin}; PriorityClasses applied: {applied})"
             )
+
+    def _check_agent_versions(self, parsed: list[apply.ParsedObject]) -> None:
+        """An AgentUpgrade to a version outside this hub's window is refused, and nothing is
+        applied (edgefleet.agentskew)."""
+        problems = []
+        for i, obj in enumerate(parsed):
+            if obj.kind == "AgentUpgrade" and not AGENT_UPGRADES_DRIVEN:
+                problems.append(
+                    f"documents[{i}].kind: AgentUpgrade is not supported yet by this hub (no "
+                    "controller drives it)"
+                )
+            elif obj.kind == "AgentUpgrade":
+                why = version_refusal(str(obj.manifest["spec"]["version"]), installed_version())
+                if why is not None:
+                    problems.append(f"documents[{i}].{why}")
+        if problems:
+            raise invalid("nothing applied: " + "; ".join(problems))
 
     def _check_waves(self, parsed: list[apply.ParsedObject]) -> None:
         """``spec.rollout.waves`` rolls a revision out across regions: only at a root hub with

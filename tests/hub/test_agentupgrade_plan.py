@@ -1,0 +1,463 @@
+"""The AgentUpgrade planner (hub.decide.agentupgrade), pure: steps, budget, thresholds,
+deadlines, rollback, and what a lying device can and cannot claim."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from typing import Any
+
+import pytest
+
+from edgefleet.api import AgentUpgrade, parse_manifest
+from hub.decide.agentreleases import AgentReleaseRecord
+from hub.decide.agentupgrade import (
+    AgentDeviceView,
+    AgentPlan,
+    AgentUpgradeState,
+    desired_agent,
+    desired_agent_of,
+    plan_upgrade,
+    retry_plan,
+    step_target,
+)
+from hub.decide.devices import AgentReport
+from hub.decide.revisions import RolloutPhase
+
+HUB = "0.2.0"
+OLD, NEW = "0.2.0", "0.2.1"
+
+
+def release(version: str, arch: str = "x86_64", abi: str = "cp311") -> AgentReleaseRecord:
+    return AgentReleaseRecord(version, arch, abi, "0" * 64, 10, f"env-{version}".encode(), 1.0)
+
+
+RELEASES = {r.key: r for r in (release(OLD), release(NEW), release(NEW, "aarch64"))}
+
+
+def upgrade(**rollout: Any) -> AgentUpgrade:
+    spec: dict[str, Any] = {"version": NEW, "rollout": {"progressDeadlineSeconds": 900, **rollout}}
+    got = parse_manifest(
+        {"apiVersion": "edgefleet.io/v1", "kind": "AgentUpgrade",
+         "metadata": {"name": "up"}, "spec": spec}
+    )  # fmt: skip
+    assert isinstance(got, AgentUpgrade)
+    return got
+
+
+def report(**changes: Any) -> AgentReport:
+    base = AgentReport(
+        version=OLD,
+        committed_version=OLD,
+        phase="Idle",
+        arch="x86_64",
+        python_abi="cp311",
+        launcher=True,
+    )
+    return replace(base, **changes)
+
+
+def committed(revision: int = 1, upgrade_name: str = "up") -> AgentReport:
+    return report(
+        version=NEW,
+        committed_version=NEW,
+        phase="Committed",
+        upgrade=upgrade_name,
+        upgrade_revision=revision,
+    )
+
+
+def rolled_back(revision: int = 1, reason: str = "CrashLoop") -> AgentReport:
+    return report(
+        phase="RolledBack", reason=reason, message="exited 3 times", upgrade="up",
+        upgrade_revision=revision,
+    )  # fmt: skip
+
+
+def fleet(n: int, **changes: Any) -> dict[str, AgentDeviceView]:
+    return {f"d{i:02}": AgentDeviceView(f"d{i:02}", True, report(**changes)) for i in range(n)}
+
+
+class Run:
+    """An upgrade driven by the planner, with the fleet's reports changed between steps."""
+
+    def __init__(self, up: AgentUpgrade, devices: dict[str, AgentDeviceView]) -> None:
+        self.up = up
+        self.devices = devices
+        self.state: AgentUpgradeState | None = None
+        self.now = 1000.0
+        self.events: list[str] = []
+
+    def step(self, dt: float = 1.0) -> AgentPlan:
+        self.now += dt
+        plan = plan_upgrade(
+            self.up, self.state, list(self.devices.values()), RELEASES, HUB, self.now
+        )
+        if plan.state is not None:
+            self.state = plan.state
+        self.events += [e.reason for e in plan.events]
+        return plan
+
+    def settle(self) -> AgentPlan:
+        plan = self.step()
+        for _ in range(20):
+            if self.step(0).state is None:
+                break
+        return plan
+
+    @property
+    def sent(self) -> list[str]:
+        assert self.state is not None
+        return sorted(d for d, s in self.state.sent.items() if s.revision == self.state.revision)
+
+    def report(self, name: str, r: AgentReport, *, connected: bool = True) -> None:
+        self.devices[name] = replace(self.devices[name], report=r, connected=connected)
+
+    def commit_all_sent(self) -> None:
+        assert self.state is not None
+        for name in self.sent:
+            if name not in self.state.failed:
+                self.report(name, committed(self.state.revision))
+
+
+def test_a_new_upgrade_is_revision_1_and_sends_nothing_until_the_next_step() -> None:
+    run = Run(upgrade(), fleet(3))
+    plan = run.step()
+    assert plan.state is not None and plan.state.revision == 1
+    assert plan.state.sent == {} and run.events == ["RolloutStarted"]
+    assert plan.state.current.version == NEW
+
+
+def test_canary_steps_by_percentage_then_all() -> None:
+    run = Run(upgrade(canary={"steps": ["10%", "50%"]}, maxUnavailable="100%"), fleet(20))
+    run.settle()
+    assert run.sent == ["d00", "d01"]  # 10% of 20
+    run.settle()
+    assert run.sent == ["d00", "d01"]  # not back healthy yet: nothing more
+    run.commit_all_sent()
+    run.settle()
+    assert len(run.sent) == 10  # 50%
+    assert "CanaryStepPassed" in run.events
+    run.commit_all_sent()
+    run.settle()
+    assert len(run.sent) == 20
+    run.commit_all_sent()
+    run.settle()
+    assert run.state is not None and run.state.phase is RolloutPhase.COMPLETE
+    assert "20 of 20" in run.state.message
+
+
+def test_max_unavailable_bounds_the_devices_mid_update() -> None:
+    run = Run(upgrade(maxUnavailable=2), fleet(7))
+    run.settle()
+    assert run.sent == ["d00", "d01"]
+    run.report("d00", committed())
+    run.settle()
+    assert run.sent == ["d00", "d01", "d02"]  # one came back: one more
+    plan = run.step(0)
+    assert len(plan.progress.updating) == 2 and plan.progress.max_unavailable == 2
+
+
+def test_max_unavailable_percent_rounds_down_but_at_least_one() -> None:
+    run = Run(upgrade(maxUnavailable="10%"), fleet(5))
+    run.settle()
+    assert run.sent == ["d00"]
+
+
+def test_step_target_rounds_up_at_least_one() -> None:
+    assert step_target((1, 50), 0, 10) == 1
+    assert step_target((1, 50), 1, 3) == 2
+    assert step_target((1, 50), 2, 3) == 3
+    assert step_target((10,), 0, 0) == 0
+
+
+def test_a_failure_at_the_canary_stops_and_reverts() -> None:
+    run = Run(upgrade(canary={"steps": ["20%"]}, maxUnavailable="100%"), fleet(10))
+    run.settle()
+    assert run.sent == ["d00", "d01"]
+    run.report("d00", committed())  # came back healthy: must be sent back explicitly
+    run.report("d01", rolled_back())
+    run.settle()
+    state = run.state
+    assert state is not None and state.phase is RolloutPhase.ROLLED_BACK
+    assert state.reason == "FailureThresholdReached"
+    assert state.failed == {"d01": "CrashLoop: exited 3 times"}
+    assert "d01 (CrashLoop: exited 3 times)" in state.message
+    assert state.rollback == {"d00": OLD}
+    assert run.sent == ["d00", "d01"]  # no more devices were sent
+    assert "RolledBack" in run.events and "DeviceFailed" in run.events
+    # what each device is sent now
+    d00 = desired_agent(state, "d00", run.devices["d00"].report, RELEASES)
+    assert d00 is not None and d00.version == OLD and d00.signed_metadata == b"env-0.2.0"
+    assert desired_agent(state, "d01", run.devices["d01"].report, RELEASES) is None
+    assert desired_agent(state, "d05", run.devices["d05"].report, RELEASES) is None
+
+
+def test_a_device_that_commits_after_the_rollback_is_sent_back_too() -> None:
+    run = Run(upgrade(maxUnavailable=3), fleet(5))
+    run.settle()
+    run.report("d00", rolled_back())
+    run.settle()
+    assert run.state is not None and run.state.rollback == {}
+    run.report("d01", committed())
+    run.settle()
+    assert run.state.rollback == {"d01": OLD}
+    assert "DevicesRolledBack" in run.events
+
+
+def test_failure_threshold_as_a_count() -> None:
+    run = Run(upgrade(failureThreshold=2, maxUnavailable=3), fleet(6))
+    run.settle()
+    run.report("d00", rolled_back())
+    run.settle()
+    assert run.state is not None and run.state.phase is RolloutPhase.PROGRESSING
+    assert run.state.failed.keys() == {"d00"}
+    assert desired_agent(run.state, "d00", run.devices["d00"].report, RELEASES) is None
+    run.report("d01", rolled_back(reason="SmokeTestFailed"))
+    run.settle()
+    assert run.state.phase is RolloutPhase.ROLLED_BACK
+    assert run.state.failed.keys() == {"d00", "d01"}
+
+
+@pytest.mark.parametrize(
+    ("threshold", "pool", "stops_at"), [("10%", 20, 2), ("10%", 5, 1), ("50%", 4, 2)]
+)
+def test_failure_threshold_as_a_percentage_of_the_pool(
+    threshold: str, pool: int, stops_at: int
+) -> None:
+    run = Run(upgrade(failureThreshold=threshold, maxUnavailable="100%"), fleet(pool))
+    run.settle()
+    for i in range(stops_at):
+        assert run.state is not None and run.state.phase is RolloutPhase.PROGRESSING
+        run.report(f"d{i:02}", rolled_back())
+        run.settle()
+    assert run.state is not None and run.state.phase is RolloutPhase.ROLLED_BACK
+    assert len(run.state.failed) == stops_at
+
+
+def test_no_commit_within_the_progress_deadline_is_a_failure() -> None:
+    run = Run(upgrade(progressDeadlineSeconds=900), fleet(3))
+    run.settle()
+    run.report("d00", report(phase="Trying", version=NEW, upgrade="up", upgrade_revision=1),
+               connected=False)  # fmt: skip
+    run.step(899)
+    assert run.state is not None and run.state.phase is RolloutPhase.PROGRESSING
+    run.step(2)
+    assert run.state.phase is RolloutPhase.ROLLED_BACK
+    why = run.state.failed["d00"]
+    assert why.startswith("ProgressDeadlineExceeded") and "not connected" in why
+
+
+def test_committed_but_a_workload_that_served_before_does_not_serve_again() -> None:
+    devices = fleet(2)
+    devices["d00"] = replace(devices["d00"], serving=("cam", "det"))
+    run = Run(upgrade(), devices)
+    run.settle()
+    assert run.state is not None and run.state.sent["d00"].serving == ("cam", "det")
+    run.devices["d00"] = replace(run.devices["d00"], report=committed(), serving=("cam",))
+    run.settle()
+    assert run.sent == ["d00"]  # not done: det does not serve
+    run.step(1000)
+    assert "det do not serve again" in run.state.failed["d00"]
+    again = fleet(2)
+    again["d00"] = replace(again["d00"], serving=("cam", "det"))
+    run2 = Run(upgrade(), again)
+    run2.settle()
+    run2.devices["d00"] = replace(run2.devices["d00"], report=committed(), serving=("cam", "det"))
+    run2.settle()
+    assert run2.sent == ["d00", "d01"]
+
+
+def test_refused_devices_are_named_and_out_of_the_pool() -> None:
+    devices = fleet(6)
+    devices["d01"] = replace(devices["d01"], report=None)
+    devices["d02"] = replace(devices["d02"], report=report(launcher=False))
+    devices["d03"] = replace(
+        devices["d03"], report=report(version="0.9.0", committed_version="0.9.0")
+    )
+    devices["d04"] = replace(devices["d04"], report=report(arch="riscv64"))
+    devices["d05"] = replace(devices["d05"], claimed_by="other")
+    run = Run(upgrade(maxUnavailable="100%"), devices)
+    plan = run.settle()
+    plan = run.step(0)
+    refused = plan.progress.refused
+    assert refused["d01"].startswith("AgentStatusNotReported")
+    assert refused["d02"].startswith("NoLauncher")
+    assert refused["d03"].startswith("AgentVersionOutsideWindow")
+    assert refused["d04"].startswith("NoReleaseForPlatform") and "riscv64/cp311" in refused["d04"]
+    assert refused["d05"].startswith("ClaimedByAnotherUpgrade")
+    assert run.sent == ["d00"] and plan.progress.pool == 1
+
+
+def test_devices_not_connected_are_skipped_and_hold_completion() -> None:
+    devices = fleet(2)
+    devices["d01"] = replace(devices["d01"], connected=False)
+    run = Run(upgrade(maxUnavailable=2), devices)
+    run.settle()
+    assert run.sent == ["d00"]
+    run.commit_all_sent()
+    plan = run.settle()
+    plan = run.step(0)
+    assert run.state is not None and run.state.phase is RolloutPhase.PROGRESSING
+    assert plan.progress.skipped == {"d01": "not connected"}
+    run.devices["d01"] = replace(run.devices["d01"], connected=True)
+    run.settle()
+    run.commit_all_sent()
+    run.settle()
+    assert run.state.phase is RolloutPhase.COMPLETE
+
+
+def test_an_up_to_date_device_is_not_sent_and_not_counted() -> None:
+    devices = fleet(3)
+    devices["d00"] = replace(devices["d00"], report=report(version=NEW, committed_version=NEW))
+    run = Run(upgrade(canary={"steps": ["50%"]}, maxUnavailable="100%"), devices)
+    run.settle()
+    assert run.sent == ["d01"]  # 50% of the two that need it
+    assert run.state is not None
+    assert desired_agent(run.state, "d00", devices["d00"].report, RELEASES) is None
+
+
+# -- liars ----------------------------------------------------------------------------------
+
+
+def test_committed_for_an_upgrade_never_sent_counts_for_nothing() -> None:
+    run = Run(upgrade(canary={"steps": ["10%"]}, maxUnavailable="100%"), fleet(20))
+    run.settle()
+    assert run.sent == ["d00", "d01"]
+    # d05 claims it committed this very upgrade and revision: it was never sent it
+    run.report("d05", committed())
+    # d00 claims Committed for another upgrade; d01 for another revision
+    run.report("d00", committed(upgrade_name="elsewhere"))
+    run.report("d01", committed(revision=7))
+    plan = run.settle()
+    plan = run.step(0)
+    assert run.sent == ["d00", "d01"]  # the canary step did not pass
+    assert plan.progress.done == ()
+    assert "d05" in plan.progress.up_to_date  # it can only take itself out
+
+
+def test_rolled_back_for_an_upgrade_never_sent_does_not_fail_the_rollout() -> None:
+    run = Run(upgrade(), fleet(5))
+    run.settle()
+    run.report("d03", rolled_back())  # never sent
+    run.report("d00", rolled_back(revision=9))  # sent, but another revision
+    run.settle()
+    assert run.state is not None and run.state.phase is RolloutPhase.PROGRESSING
+    assert run.state.failed == {}
+
+
+def test_a_failed_device_counts_once() -> None:
+    run = Run(upgrade(failureThreshold=2, maxUnavailable=1), fleet(5))
+    run.settle()
+    run.report("d00", rolled_back())
+    for _ in range(5):
+        run.settle()
+    assert run.state is not None and run.state.phase is RolloutPhase.PROGRESSING
+    assert list(run.state.failed) == ["d00"]
+
+
+def test_a_device_cannot_step_the_canary_for_another() -> None:
+    # one device reporting Committed many times is still one device
+    run = Run(upgrade(canary={"steps": ["50%"]}, maxUnavailable="100%"), fleet(4))
+    run.settle()
+    assert run.sent == ["d00", "d01"]
+    run.report("d00", committed())
+    for _ in range(3):
+        run.settle()
+    assert run.sent == ["d00", "d01"]
+
+
+# -- revisions, pause, resume, complete -----------------------------------------------------
+
+
+def test_a_new_version_is_a_new_revision_and_starts_over() -> None:
+    run = Run(upgrade(), fleet(3))
+    run.settle()
+    assert run.sent == ["d00"]
+    run.up = replace(run.up, spec=replace(run.up.spec, version="0.2.2"))
+    run.settle()
+    assert run.state is not None and run.state.revision == 2
+    assert [r.version for r in run.state.revisions] == [NEW, "0.2.2"]
+    assert run.sent == []  # no release 0.2.2 held: every device refused
+
+
+def test_pause_stops_sending_but_failures_still_count() -> None:
+    run = Run(upgrade(maxUnavailable=1), fleet(4))
+    run.settle()
+    assert run.state is not None
+    run.state = replace(run.state, phase=RolloutPhase.PAUSED)
+    run.commit_all_sent()
+    run.settle()
+    assert run.sent == ["d00"]
+    run.state = replace(run.state, phase=RolloutPhase.PROGRESSING)
+    run.settle()
+    assert run.sent == ["d00", "d01"]
+    run.state = replace(run.state, phase=RolloutPhase.PAUSED)
+    run.report("d01", rolled_back())
+    run.settle()
+    assert run.state.phase is RolloutPhase.ROLLED_BACK
+
+
+def test_resume_after_a_rollback_retries_as_a_new_revision() -> None:
+    run = Run(upgrade(), fleet(3))
+    run.settle()
+    run.report("d00", rolled_back())
+    run.settle()
+    assert run.state is not None and run.state.phase is RolloutPhase.ROLLED_BACK
+    plan = retry_plan(run.up, run.state, run.now)
+    assert plan.state is not None and plan.state.revision == 2 and plan.state.current.source == 1
+    run.state = plan.state
+    run.settle()
+    # d00's report is about revision 1: it does not fail revision 2
+    assert run.state.phase is RolloutPhase.PROGRESSING and run.sent == ["d00"]
+
+
+def test_after_complete_a_late_failure_reverts_nothing() -> None:
+    devices = fleet(2)
+    run = Run(upgrade(maxUnavailable=2), devices)
+    run.settle()
+    run.commit_all_sent()
+    run.settle()
+    assert run.state is not None and run.state.phase is RolloutPhase.COMPLETE
+    run.devices["d02"] = AgentDeviceView("d02", True, report())  # selected later
+    run.settle()
+    assert "d02" in run.sent
+    run.report("d02", rolled_back())
+    run.settle()
+    assert run.state.phase is RolloutPhase.COMPLETE and "d02" in run.state.failed
+
+
+def test_desired_agent_carries_the_commit_settings_and_the_first_upgrade_wins() -> None:
+    run = Run(upgrade(), fleet(1))
+    run.settle()
+    assert run.state is not None
+    spec = desired_agent(run.state, "d00", run.devices["d00"].report, RELEASES)
+    assert spec is not None
+    assert (spec.version, spec.upgrade, spec.upgrade_revision) == (NEW, "up", 1)
+    assert (spec.commit_deadline_s, spec.max_tries) == (300, 3)
+    other = replace(run.state, upgrade="aaa")
+    assert desired_agent_of({"up": run.state, "aaa": other}, "d00", run.devices["d00"].report,
+                            RELEASES).upgrade == "aaa"  # fmt: skip
+    # another platform's release
+    arm = report(arch="aarch64")
+    got = desired_agent(run.state, "d00", arm, RELEASES)
+    assert got is not None and got.signed_metadata == b"env-0.2.1"
+
+
+def test_state_round_trips_through_json() -> None:
+    run = Run(upgrade(maxUnavailable=2), fleet(3))
+    run.settle()
+    run.report("d00", rolled_back())
+    run.settle()
+    assert run.state is not None
+    assert AgentUpgradeState.from_json(run.state.to_json()) == run.state
+
+
+def test_apply_refuses_a_version_outside_the_hub_window() -> None:
+    from hub.decide.agentupgrade import version_refusal
+
+    assert version_refusal("0.3.0", "0.2.0") is not None  # a newer minor than the hub
+    assert version_refusal("0.2.1", "0.2.0") is None  # a patch: same minor
+    assert version_refusal("0.1.5", "0.2.0") is None
+    assert version_refusal("0.4.0", "0.4.9") is None
+    refused = version_refusal("0.1.0", "0.4.0")
+    assert refused is not None and "0.2.x to 0.4.x" in refused and "spec.version" in refused
