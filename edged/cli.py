@@ -39,6 +39,13 @@ def _parser() -> argparse.ArgumentParser:
     run.add_argument("--config", type=Path, help="edged.toml")
     run.add_argument("--manifests", type=Path, help="directory of static ModelDeployment files")
     run.add_argument("--log-level", help="debug|info|warning|error (overrides the config)")
+    ck = sub.add_parser(
+        "check",
+        help="check, read-only, that this edged runs here: config, state, runtime (the smoke "
+        "test of a new release, docs/agent-updates.md)",
+    )
+    ck.add_argument("--data-dir", help=f"state directory (default {DEFAULT_DATA_DIR})")
+    ck.add_argument("--config", type=Path, help="edged.toml")
     st = sub.add_parser("status", help="what the running daemon says")
     st.add_argument("--data-dir", default=DEFAULT_DATA_DIR)
     st.add_argument("--socket", help="status socket path (default DATA_DIR/edged.sock)")
@@ -97,6 +104,8 @@ def main(argv: list[str] | None = None) -> int:
         return _run(args)
     if args.command == "status":
         return _status(args)
+    if args.command == "check":
+        return _check(args)
     if args.command == "doctor":
         return _doctor(args)
     if args.command == "enroll":
@@ -105,6 +114,16 @@ def main(argv: list[str] | None = None) -> int:
         return _trust_reset(args)
     _parser().print_help()
     return 2
+
+
+def _check(args: argparse.Namespace) -> int:
+    """``edged check``: 0 when this edged can run with this config and state, 1 otherwise;
+    one JSON line either way (edged.agent.checking)."""
+    from edged.agent.checking import check
+
+    result = check(args.config, Path(args.data_dir) if args.data_dir else None)
+    sys.stdout.write(orjson.dumps(result.to_json()).decode() + "\n")
+    return 0 if result.ok else 1
 
 
 def _trust_reset(args: argparse.Namespace) -> int:

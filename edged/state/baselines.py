@@ -9,12 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
+from edged.state import formats
 from edgefleet.api import SecurityBaseline
 from edgefleet.api.baselines import parse_security_baseline
 from edgefleet.errors import StateError, ValidationError
 from edgefleet.persisting import read_json, write_json_atomic
 
-FORMAT = 1
+NAME = "state/baselines.json"  # its formats: edged.state.formats
+FORMAT = formats.FORMATS[NAME].writes
 
 
 def load_baselines(path: Path) -> tuple[SecurityBaseline, ...]:
@@ -24,8 +26,10 @@ def load_baselines(path: Path) -> tuple[SecurityBaseline, ...]:
     if doc is None:
         return ()
     try:
-        if doc["format"] != FORMAT:
-            raise ValueError(f"format {doc['format']!r}, expected {FORMAT}")
+        if not formats.readable(NAME, doc["format"]):
+            raise ValueError(
+                f"format {doc['format']!r}, reads {sorted(formats.FORMATS[NAME].reads)}"
+            )
         return tuple(parse_security_baseline(b) for b in doc["baselines"])
     except (KeyError, TypeError, ValueError, ValidationError) as exc:
         raise StateError(f"{path} is not a baselines file: {exc}") from None
@@ -34,4 +38,7 @@ def load_baselines(path: Path) -> tuple[SecurityBaseline, ...]:
 def save_baselines(path: Path, baselines: Sequence[SecurityBaseline]) -> None:
     """Written atomically (temporary file, fsync, rename)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(path, {"format": FORMAT, "baselines": [b.to_dict() for b in baselines]})
+    write_json_atomic(
+        path,
+        {"format": formats.write_format(NAME), "baselines": [b.to_dict() for b in baselines]},
+    )

@@ -11,12 +11,14 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from edged.state import formats
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import ModelDeployment, parse_manifest
 from edgefleet.errors import EdgefleetError, StateError
 from edgefleet.persisting import read_json, write_json_atomic
 
-FORMAT = 1
+NAME = "state/desired.json"  # its formats: edged.state.formats
+FORMAT = formats.FORMATS[NAME].writes
 
 
 @dataclass(frozen=True, slots=True)
@@ -43,7 +45,7 @@ class DesiredState:
         if doc is None:
             return
         try:
-            if doc.get("format") != FORMAT:
+            if not formats.readable(NAME, doc.get("format")):
                 raise StateError(f"{self._path}: unknown format {doc.get('format')!r}")
             workloads = {}
             for item in doc["workloads"]:
@@ -81,7 +83,7 @@ class DesiredState:
         write_json_atomic(
             self._path,
             {
-                "format": FORMAT,
+                "format": formats.write_format(NAME),
                 "generation": generation,
                 "workloads": [_encode(workloads[n]) for n in sorted(workloads)],
             },

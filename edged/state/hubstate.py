@@ -15,6 +15,7 @@ from typing import Any
 
 import orjson
 
+from edged.state import formats
 from edged.state.merging import HUB_SOURCE
 from edged.trust.tufchecking import envelope_subject
 from edged.workloads import DesiredWorkload, WorkloadName
@@ -88,12 +89,17 @@ def _workload(item: Any) -> DesiredWorkload:
     )
 
 
+NAME = "state/hub.json"  # its formats: edged.state.formats
+
+
 def load_hub_state(path: Path) -> AcceptedHubState:
     """The state persisted at ``path``; an empty one (generation 0) when there is none.
     StateError when the file is not a hub state."""
     doc = read_json(path)
     if doc is None:
         return AcceptedHubState()
+    if not isinstance(doc, dict) or not formats.readable(NAME, doc.get("format", 0)):
+        raise StateError(f"{path}: a hub state format this release does not read")
     try:
         workloads = {}
         for item in doc["workloads"]:
@@ -122,9 +128,11 @@ def load_hub_state(path: Path) -> AcceptedHubState:
 
 def save_hub_state(path: Path, acc: AcceptedHubState) -> None:
     """Persist ``acc`` at ``path`` (atomically)."""
+    fmt = formats.write_format(NAME)
     write_json_atomic(
         path,
         {
+            **({"format": fmt} if fmt else {}),  # format 0 has no field
             "generation": acc.generation,
             "manifests": [m.decode() for m in acc.manifests],
             "metadata": [m.decode() for m in acc.metadata],
