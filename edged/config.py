@@ -56,6 +56,7 @@ _BACKOFF_MAX_TEXT = "5m"
 _HEALTH_PERIOD_TEXT = "30s"
 _SAMPLE_PERIOD_TEXT = "1s"
 _EVICTION_INTERVAL_TEXT = "5s"
+_ORPHAN_TIMEOUT_TEXT = "5m"
 
 
 class LogLevel(StrEnum):
@@ -132,6 +133,8 @@ class ReconcileConfig:
     workers: int = 4
 
 
+KeepOnExit = bool | Literal["auto"]
+
 SANDBOX_MODES = ("landlock", "off")
 """``[workers] sandbox``: how workers confine themselves (edged/runtime/securing.py)."""
 
@@ -152,6 +155,18 @@ class WorkersConfig:
     separate_uids: bool = True
     uid_base: int = 61184
     uid_count: int = 4336  # 61184-65519, systemd's dynamic users (locked as systemd does)
+    # workers outlive edged's stop and the next edged adopts them (runtime/adopting.py):
+    # "auto" (when systemd or edged's launcher runs edged), True or False
+    keep_on_exit: KeepOnExit = "auto"
+    # a kept worker that no edged comes back for within this long exits by itself
+    orphan_timeout_s: float = parse_duration(_ORPHAN_TIMEOUT_TEXT)
+
+    def keeps_workers(self, environ: Mapping[str, str]) -> bool:
+        """Whether workers outlive this edged: ``keepOnExit``, where ``auto`` means edged
+        runs under systemd or its launcher (``INVOCATION_ID`` or ``NOTIFY_SOCKET`` set)."""
+        if self.keep_on_exit == "auto":
+            return bool(environ.get("INVOCATION_ID") or environ.get("NOTIFY_SOCKET"))
+        return self.keep_on_exit
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -258,6 +273,14 @@ def _absolute_path(value: object) -> Path:
     if not text or not os.path.isabs(text):
         raise ValueError(f"must be an absolute path, got {describe(value)}")
     return Path(text)
+
+
+def _keep_on_exit(value: object) -> KeepOnExit:
+    if value == "auto":
+        return "auto"
+    if isinstance(value, bool):
+        return value
+    raise ValueError(f'must be "auto", true or false, got {describe(value)}')
 
 
 def _cgroup_root(value: object) -> CgroupRoot:
@@ -369,6 +392,8 @@ def _read_workers(r: Reader) -> WorkersConfig:
         separate_uids=r.optional("separateUids", as_bool, default.separate_uids),
         uid_base=r.optional("uidBase", int_in(1000, 2**31 - 2), default.uid_base),
         uid_count=r.optional("uidCount", int_in(1, 1 << 20), default.uid_count),
+        keep_on_exit=r.optional("keepOnExit", _keep_on_exit, default.keep_on_exit),
+        orphan_timeout_s=r.optional("orphanTimeout", positive_duration, default.orphan_timeout_s),
     )
     if config.uid_base + config.uid_count - 1 > 2**31 - 1:
         r.problems.add(
@@ -618,6 +643,13 @@ seccomp = true
 separateUids = true
 uidBase = {WorkersConfig().uid_base}
 uidCount = {WorkersConfig().uid_count}
+# Workers outlive edged's stop (an update, a crash, systemctl restart): the next edged adopts
+# each one it can prove is what its record says (docs/agent-updates.md, "Workers outlive
+# edged"). "auto": when systemd or edged's launcher runs edged; true; false: workers stop
+# with edged, as before.
+keepOnExit = "auto"
+# A kept worker that no edged comes back for within this long exits by itself.
+orphanTimeout = "{_ORPHAN_TIMEOUT_TEXT}"
 
 [trust]
 # Accept model artifacts without signed metadata. For development only: loud in status and logs.

@@ -40,6 +40,7 @@ from edged.reconcile.reconciling import (
 )
 from edged.reconcile.running import Runner
 from edged.reconcile.sizing import Sizer
+from edged.runtime.adopting import WorkerRecords
 from edged.runtime.baselining import SecurityInForce
 from edged.runtime.delegating import delegate
 from edged.runtime.identities import configured_uids
@@ -91,6 +92,8 @@ class Daemon:
     ) -> None:
         self.config_path = config_path
         self.notifier = notifier if notifier is not None else Notifier.from_environ()
+        # workers outlive this edged (runtime/adopting.py): decided before NOTIFY_SOCKET goes
+        self.keep_workers = config.workers.keeps_workers(os.environ)
         # Only edged talks to systemd: worker processes must not inherit the socket.
         os.environ.pop("NOTIFY_SOCKET", None)
         self.config = config
@@ -141,6 +144,9 @@ class Daemon:
             uids=configured_uids(
                 config.workers, edged_root=os.geteuid() == 0, edged_python=Path(sys.executable)
             ),
+            records=WorkerRecords(data / "state" / "workers"),
+            keep=self.keep_workers,
+            orphan_timeout_s=config.workers.orphan_timeout_s,
         )
         self.blobs = BlobQuarantine(self.store, enqueue=self.workload_queue.add)
         # -- worker sandboxes (docs/security.md): edged.toml, then the accepted baselines --
@@ -382,6 +388,7 @@ class Daemon:
             log.error("persisted desired state unreadable, starting empty", error=str(exc))
         self.board.loaded = True
         self.router.route(self.desired.workloads)
+        await self._adopt_workers()  # those the last edged left running, before any start
         cfg = self.config
         # built before the sockets open, so that status shows every part (the hub link's
         # section included) from its first answer
@@ -449,13 +456,25 @@ class Daemon:
         if not supervisor.done():
             await supervisor
         stop_wait.cancel()
-        await self.pool.shutdown()
+        await self.pool.shutdown(keep=self.keep_workers)
         self.board.persist()
         await self.sockets.close_status()
         watchdog_stop.set()
         await watchdog
         log.info("edged stopped")
         return code
+
+    async def _adopt_workers(self) -> None:
+        """Adopt the workers a previous edged left running that prove to be what their
+        records say and run what is desired (runtime/adopting.py)."""
+        workloads = self.desired.workloads
+        refused = await self.pool.adopt(
+            {n: frozenset({w.sha256, *w.extras.values()}) for n, w in workloads.items()},
+            lambda name: workloads[WorkloadName(name)].deployment.spec.probes,
+        )
+        adopted = len(self.pool.replicas())
+        if adopted or refused:
+            log.info("kept workers", adopted=adopted, refused=len(refused))
 
     def _components(self) -> list[object]:
         """The supervised components, each given what it needs."""

@@ -209,6 +209,8 @@ def test_non_loopback_or_bad_tcp_addresses(address: str, message: str) -> None:
         ({"workers": {"separateUids": "no"}}, "workers.separateUids", "true or false"),
         ({"workers": {"uidBase": 0}}, "workers.uidBase", "from 1000 to"),
         ({"workers": {"uidCount": 0}}, "workers.uidCount", "from 1 to"),
+        ({"workers": {"keepOnExit": "yes"}}, "workers.keepOnExit", '"auto", true or false'),
+        ({"workers": {"orphanTimeout": "0s"}}, "workers.orphanTimeout", "more than 0s"),
         ({"workers": {"uidBase": 2**31 - 10, "uidCount": 20}}, "workers.uidCount", "at most"),
         ({"trust": {"allowUnsigned": "yes"}}, "trust.allowUnsigned", "true or false"),
         ({"trust": {"rootFile": "root.json"}}, "trust.rootFile", "absolute path"),
@@ -393,3 +395,14 @@ def test_link_json_keeps_every_replica_address(tmp_path: Path) -> None:
     files.link.write_bytes(orjson.dumps({"hub": "a:7443", "hubs": ["b"], "deviceName": "d"}))
     with pytest.raises(Exception, match="not a hub link"):
         files.load()
+
+
+def test_keep_on_exit_auto_means_under_systemd_or_the_launcher() -> None:
+    auto = parse_config({}).workers
+    assert auto.keep_on_exit == "auto" and auto.orphan_timeout_s == 300.0
+    assert not auto.keeps_workers({})
+    assert auto.keeps_workers({"INVOCATION_ID": "0123"})
+    assert auto.keeps_workers({"NOTIFY_SOCKET": "/run/systemd/notify"})
+    off = parse_config({"workers": {"keepOnExit": False, "orphanTimeout": "30s"}}).workers
+    assert not off.keeps_workers({"INVOCATION_ID": "0123"}) and off.orphan_timeout_s == 30.0
+    assert parse_config({"workers": {"keepOnExit": True}}).workers.keeps_workers({})

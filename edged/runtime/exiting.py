@@ -33,6 +33,7 @@ class ExitReason(StrEnum):
     COMPLETED = "Completed"
     LAUNCH_FAILED = "LaunchFailed"
     OOM_KILLED = "OOMKilled"
+    EXITED = "Exited"  # an adopted worker ended: how is not known
     LIMITS_FAILED = "LimitsFailed"  # also the worker's own reason when it cannot join its cgroup
 
 
@@ -45,7 +46,7 @@ class ExitVerdict:
 
 
 def classify_exit(
-    code: int,
+    code: int | None,
     *,
     stopping: bool,
     killed: tuple[str, str] | None,
@@ -56,7 +57,8 @@ def classify_exit(
     oom_kills: int = 0,
     memory_max: int | None = None,
 ) -> ExitVerdict:
-    """The verdict on a worker that exited with ``code`` (negative: killed by that signal).
+    """The verdict on a worker that exited with ``code`` (negative: killed by that signal;
+    None: not known, the worker was adopted and is not edged's child).
 
     ``killed``: (reason, message) edged gave when it killed the worker; ``failed``: what the
     worker reported before exiting; ``ready_since``: when the replica last became ready;
@@ -67,7 +69,7 @@ def classify_exit(
         return ExitVerdict(stopped=True, crash_streak=crash_streak)
     if killed is not None:
         reason, message = killed
-    elif oom_kills > 0 and code == -signal.SIGKILL:
+    elif oom_kills > 0 and code in (None, -signal.SIGKILL):
         reason = ExitReason.OOM_KILLED.value
         limit = f"memory.max {memory_max} bytes" if memory_max is not None else "memory.max"
         message = (
@@ -76,6 +78,9 @@ def classify_exit(
         )
     elif failed is not None:
         reason, message = failed
+    elif code is None:
+        reason = ExitReason.EXITED.value
+        message = "the adopted worker exited (not edged's child: its exit status is not known)"
     elif code < 0:
         if code == -signal.SIGKILL:
             reason = ExitReason.KILLED.value

@@ -160,6 +160,17 @@ class WorkerUids:
             "group of that number, or a systemd dynamic user)"
         )
 
+    def lock_fd(self, replica_id: str) -> int | None:
+        """The descriptor of ``replica_id``'s uid lock (None: it holds none, or not by one):
+        a kept worker inherits it, and so holds its uid's lock for as long as it lives."""
+        item = self._held.get(replica_id)
+        return item[1] if item is not None and item[1] >= 0 else None
+
+    def adopt(self, replica_id: str, uid: int) -> None:
+        """An adopted worker runs as ``uid``, whose lock it holds itself (:meth:`lock_fd`):
+        held here too, so that it is released (its lock file removed) once it exits."""
+        self._held[replica_id] = (uid, -1)
+
     def release(self, replica_id: str) -> None:
         """``replica_id``'s process has exited: its uid is free again."""
         item = self._held.pop(replica_id, None)
@@ -170,7 +181,8 @@ class WorkerUids:
             (self._lock_dir / str(uid)).unlink(missing_ok=True)
         except OSError as exc:
             log.warning("worker uid lock not removed", uid=uid, error=str(exc))
-        os.close(fd)  # the lock goes with it
+        if fd >= 0:
+            os.close(fd)  # the lock goes with it (an adopted worker's went with it)
 
     def release_all(self) -> None:
         for rid in list(self._held):

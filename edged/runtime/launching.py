@@ -89,6 +89,12 @@ class LaunchSpec:
     uid_problem: str = ""
     # its supplementary groups then: only those of the accelerator nodes it may open
     groups: tuple[int, ...] = ()
+    # workers that outlive edged (runtime/adopting.py): the abstract Unix socket name the
+    # worker listens on for the next edged ("": it dies with edged, as before), how long it
+    # waits for one, and the uid a connection must come from (edged's)
+    attach_name: str = ""
+    orphan_timeout_s: float = 0.0
+    supervisor_uid: int = -1
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)

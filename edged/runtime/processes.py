@@ -14,8 +14,11 @@ import asyncio
 import collections
 import math
 import os
+import secrets
 import signal
 import socket
+import struct
+import subprocess
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -27,6 +30,16 @@ import orjson
 
 from edged.reconcile.model import Phase, ReplicaObservation
 from edged.runtime import egressfilter
+from edged.runtime.adopting import (
+    ATTACH_HELLO,
+    WorkerRecord,
+    WorkerRecords,
+    check_desired,
+    check_identity,
+    identify,
+    record_for,
+)
+from edged.runtime.adopting import boot_id as current_boot_id
 from edged.runtime.batchstats import BatchCounts, advance, from_pong
 from edged.runtime.exiting import classify_exit, classify_launch_failure
 from edged.runtime.framing import (
@@ -176,7 +189,17 @@ class Replica:
         self.probes = probes
         self.phase = Phase.STARTING
         self.pid: int | None = None
-        self.proc: asyncio.subprocess.Process | None = None
+        # the current process, when edged started it (its pidfd watches it: asyncio's
+        # subprocess transport would kill it when edged's loop closes, and a kept worker must
+        # outlive edged)
+        self.proc: subprocess.Popen[bytes] | None = None
+        # the current process's end: its exit status (None: not known, an adopted worker is
+        # not edged's child), set by its waiter (a child's wait, or an adopted one's pidfd)
+        self.gone: asyncio.Future[int | None] | None = None
+        self.pidfd: int | None = None  # an adopted worker's (adopting.py)
+        self.adopted = False
+        # an adoption waiting for the worker's READY and PONG (adopt())
+        self._adopting: asyncio.Future[dict[str, Any]] | None = None
         self.channel: ReplicaChannel | None = None
         self.started_at = time.monotonic()
         self.ready_since: float | None = None
@@ -258,6 +281,10 @@ class Replica:
 
     # -- events from the channel --------------------------------------------------------------
     def on_ready(self, meta: dict[str, Any]) -> None:
+        if self._adopting is not None:
+            if not self._adopting.done():
+                self._adopting.set_result(meta)
+            return
         self.metadata = meta
         self.conditions = tuple(
             Condition(c["type"], ConditionStatus.TRUE, c["reason"], c.get("message", ""))
@@ -307,6 +334,10 @@ class Replica:
         self.pool.record_result(self, status, seconds)
 
     def on_pong(self, doc: dict[str, Any]) -> None:
+        if self._adopting is not None:
+            if not self._adopting.done():
+                self._adopting.set_result(doc)
+            return
         rows = doc.get("batch_rows")
         self.worker_batch_rows = rows if isinstance(rows, int) else None
         busy = float(doc.get("busy_s", 0.0))
@@ -405,25 +436,40 @@ class Replica:
         self._batches_seen = (BatchCounts(), time.monotonic(), 0.0)
         self._batches_refused = False
         self.spec = self._with_uid(self.spec)
+        if self.pool.keep:  # it outlives edged, and the next edged adopts it (adopting.py)
+            self.spec = replace(
+                self.spec,
+                attach_name=f"edgefleet-worker/{os.getpid()}/{secrets.token_hex(8)}",
+                orphan_timeout_s=self.pool.orphan_timeout_s,
+                supervisor_uid=os.geteuid(),
+            )
         self._measuring = None
         if self.pool.measure is not None:  # measured as the worker starts loading it
             self._measuring = asyncio.ensure_future(self.pool.measure(self.spec.artifact_sha256))
             self.pool.track(self._measuring)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         err_read, err_write = os.pipe2(os.O_CLOEXEC)
+        # a kept worker holds its uid's lock itself (the lock is the open file's): systemd
+        # gives the uid to no one while the worker lives, whichever edged is there
+        lock = self.pool.uids.lock_fd(self.id) if self.pool.keep else None
         try:
             prepare_cgroup(self.spec.limits)
             # a leaf that outlived its last worker keeps its count: OOM kills are counted since
             self._oom_kills_at_start = read_oom_kills(self.spec.limits) or 0
             self.spec = _with_egress_filter(self.spec)
-            self.proc = await asyncio.create_subprocess_exec(
-                python,
-                "-m",
-                "edged.runtime.worker",
-                str(child.fileno()),
-                orjson.dumps(self.spec.to_json()).decode(),
-                pass_fds=(child.fileno(),),
-                stdin=asyncio.subprocess.DEVNULL,
+            # Popen, not asyncio's subprocess transport: that kills its child when edged's
+            # loop closes, and a kept worker outlives edged; it blocks for the fork and exec
+            # only, as create_subprocess_exec does
+            self.proc = subprocess.Popen(  # noqa: ASYNC220
+                [
+                    python,
+                    "-m",
+                    "edged.runtime.worker",
+                    str(child.fileno()),
+                    orjson.dumps(self.spec.to_json()).decode(),
+                ],
+                pass_fds=(child.fileno(),) if lock is None else (child.fileno(), lock),
+                stdin=subprocess.DEVNULL,
                 stderr=err_write,  # read into self.output (output.py)
                 start_new_session=True,
                 env=_worker_env(),
@@ -439,17 +485,101 @@ class Replica:
             child.close()
             os.close(err_write)
         self.pid = self.proc.pid
+        self.adopted = False
         self.pool.started_pids.append(self.pid)
         loop = asyncio.get_running_loop()
-        ring = self.output
-        self._output_pipe, _ = await loop.connect_read_pipe(
-            lambda: OutputReader(ring), os.fdopen(err_read, "rb", buffering=0)
-        )
+        self._watch_pidfd(os.pidfd_open(self.pid), self.proc)
+        self.pool.track(asyncio.ensure_future(self._wait()))
+        self.pool.write_record(self)
+        await self._read_output(err_read)
         parent.setblocking(False)
         _, channel = await loop.connect_accepted_socket(lambda: ReplicaChannel(self), sock=parent)
         self.channel = channel
         log.info("replica starting", replica=self.id, pid=self.pid, restarts=self.restarts)
+
+    async def _read_output(self, err_read: int) -> None:
+        ring = self.output
+        self._output_pipe, _ = await asyncio.get_running_loop().connect_read_pipe(
+            lambda: OutputReader(ring), os.fdopen(err_read, "rb", buffering=0)
+        )
+
+    def _watch_pidfd(self, pidfd: int, child: subprocess.Popen[bytes] | None) -> None:
+        """Resolve :attr:`gone` when the process behind ``pidfd`` exits: with its status when
+        it is edged's ``child`` (reaped here), None when it is not (adopted)."""
+        loop = asyncio.get_running_loop()
+        self.pidfd = pidfd
+        self.gone = gone = loop.create_future()
+
+        def on_exit() -> None:
+            loop.remove_reader(pidfd)
+            code: int | None = None
+            if child is not None:
+                try:
+                    _, status = os.waitpid(child.pid, os.WNOHANG)
+                    code = os.waitstatus_to_exitcode(status)
+                except ChildProcessError:
+                    code = child.returncode
+                child.returncode = code
+            if not gone.done():
+                gone.set_result(code)
+
+        loop.add_reader(pidfd, on_exit)
+
+    # -- adoption (adopting.py) ---------------------------------------------------------------
+    def watch(self, record: WorkerRecord, pidfd: int) -> None:
+        """Supervise the kept worker of ``record`` (proven already; ``pidfd`` open on it): its
+        exit is seen through the pidfd (it is not edged's child: edged neither reaps it nor
+        learns its exit status)."""
+        self.pid, self.proc, self.adopted = record.pid, None, True
+        self.restarts, self.crash_streak = record.restarts, record.crash_streak
+        self._watch_pidfd(pidfd, None)
         self.pool.track(asyncio.ensure_future(self._wait()))
+
+    async def attach(self, record: WorkerRecord, timeout: float) -> str:
+        """Connect to the watched kept worker of ``record``, hand it a stderr pipe, and wait
+        for its READY (naming its pid) and a PONG to a PING within ``timeout``: "" once it
+        serves here, else why not (the caller kills it)."""
+        loop = asyncio.get_running_loop()
+        gone = self.gone
+        assert gone is not None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+        err_read, err_write = os.pipe2(os.O_CLOEXEC)
+        try:
+            sock.setblocking(False)
+            await asyncio.wait_for(loop.sock_connect(sock, "\0" + self.spec.attach_name), timeout)
+            peer_pid, _, _ = PEERCRED.unpack(
+                sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
+            )
+            if peer_pid != record.pid:
+                return f"its socket is held by pid {peer_pid}, not by pid {record.pid}"
+            socket.send_fds(sock, [ATTACH_HELLO], [err_write])
+        except (OSError, TimeoutError) as exc:
+            sock.close()
+            os.close(err_read)
+            return f"its socket @{self.spec.attach_name} does not answer: {exc!s}"
+        finally:
+            os.close(err_write)
+        await self._read_output(err_read)
+        self._adopting = loop.create_future()
+        _, channel = await loop.connect_accepted_socket(lambda: ReplicaChannel(self), sock=sock)
+        self.channel = channel
+        try:
+            meta = await asyncio.wait_for(asyncio.shield(self._adopting), timeout)
+            if meta.get("pid") != record.pid:
+                return f"its READY names pid {meta.get('pid')}, not {record.pid}"
+            self._adopting = loop.create_future()
+            channel.send(FrameType.PING)
+            await asyncio.wait_for(asyncio.shield(self._adopting), timeout)
+        except TimeoutError:
+            return f"no READY and PONG within {timeout:g}s"
+        finally:
+            self._adopting = None
+        if gone.done():
+            return "it exited while being adopted"
+        self.started_at = time.monotonic()
+        self.on_ready(meta)  # Starting -> Ready, probes from now on
+        log.info("replica adopted", replica=self.id, pid=self.pid, restarts=self.restarts)
+        return ""
 
     def _with_uid(self, spec: LaunchSpec) -> LaunchSpec:
         """``spec`` with the uid of its own this replica runs as (held until its process has
@@ -465,8 +595,12 @@ class Replica:
         return replace(spec, uid=uid, uid_problem="", groups=groups)
 
     async def _wait(self) -> None:
-        assert self.proc is not None
-        code = await self.proc.wait()
+        assert self.gone is not None
+        code = await self.gone
+        if self.pidfd is not None:
+            os.close(self.pidfd)
+            self.pidfd = None
+        self.pool.records_remove(self.id)  # it exited under edged's eyes: nothing to adopt
         self.pool.uids.release(self.id)  # the process is gone: its uid may serve another
         now = time.monotonic()
         self._cancel_probe()
@@ -476,7 +610,7 @@ class Replica:
         oom_kills = (read_oom_kills(self.spec.limits) or 0) - self._oom_kills_at_start
         verdict = classify_exit(
             code,
-            stopping=self.phase is Phase.STOPPING,
+            stopping=self.phase is Phase.STOPPING or self.pool.detached,
             killed=self._killed,
             failed=self._failed,
             ready_since=self.ready_since,
@@ -517,8 +651,22 @@ class Replica:
 
     def kill(self, reason: str, message: str) -> None:
         self._killed = (reason, message)
-        if self.proc is not None and self.proc.returncode is None:
-            self.proc.kill()
+        self.signal(signal.SIGKILL)
+
+    @property
+    def running(self) -> bool:
+        return self.gone is not None and not self.gone.done()
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the current process, through its pidfd (a child edged started or
+        a worker it adopted)."""
+        if not self.running:
+            return
+        try:
+            if self.pidfd is not None:  # never a bare pid: it may be another's by now
+                signal.pidfd_send_signal(self.pidfd, sig)
+        except ProcessLookupError:
+            pass
 
     async def stop(self) -> None:
         """Out of serving, DRAIN, wait; then SIGTERM, then SIGKILL."""
@@ -526,21 +674,31 @@ class Replica:
             self.pool.serving_changed(self, ready=False)
         self.phase = Phase.STOPPING
         self._cancel_probe()
-        proc = self.proc
-        if proc is None or proc.returncode is not None:
+        gone = self.gone
+        if gone is None or gone.done():
             self.pool.remove(self)
             return
         if self.channel is not None:
             self.channel.send(FrameType.DRAIN)
         for sig, timeout in ((None, DRAIN_TIMEOUT_S), (signal.SIGTERM, TERM_TIMEOUT_S)):
             if sig is not None:
-                proc.send_signal(sig)
+                self.signal(sig)
             try:
-                await asyncio.wait_for(asyncio.shield(proc.wait()), timeout)
+                await asyncio.wait_for(asyncio.shield(gone), timeout)
                 return
             except TimeoutError:
                 log.warning("replica did not stop in time", replica=self.id, timeout=timeout)
-        proc.kill()
+        self.signal(signal.SIGKILL)
+
+    def detach(self) -> None:
+        """edged stops and keeps this worker: leave it running, its record written, its
+        channel and stderr pipe closed (it waits for the next edged); its uid stays locked by
+        the worker itself."""
+        self._cancel_probe()
+        self.pool.write_record(self)
+        for transport in (self.channel.transport if self.channel else None, self._output_pipe):
+            if transport is not None:
+                transport.close()
 
 
 def _worker_env() -> dict[str, str]:
@@ -555,6 +713,9 @@ def _worker_env() -> dict[str, str]:
 
 
 STARTED_PIDS_KEPT = 256
+PEERCRED = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
+ADOPT_TIMEOUT_S = 5.0
+NOT_ADOPTED = "NotAdopted"  # the exit reason of a kept worker the next edged would not adopt
 
 
 class WorkerPool:
@@ -573,6 +734,9 @@ class WorkerPool:
         uids: WorkerUids | None = None,
         measure: Callable[[str], Awaitable[None]] | None = None,
         measure_wait_s: float = MEASURE_WAIT_S,
+        records: WorkerRecords | None = None,
+        keep: bool = False,
+        orphan_timeout_s: float = 300.0,
     ) -> None:
         """``on_artifact_rotten(workload, sha256)``: a worker found that blob's bytes no longer
         match its digest (the store should check it and quarantine it). ``uids``: where
@@ -581,7 +745,13 @@ class WorkerPool:
         measurement into a TPM PCR, :class:`edged.trust.attesting.LoadMeasurer`); a worker
         that is ready before it ends serves once it ends, or after ``measure_wait_s`` at most.
         It must not raise. ``on_batches(replica, increment)``: batches a worker ran since its
-        last liveness probe (``batchstats.py``)."""
+        last liveness probe (``batchstats.py``). ``records``: where kept workers' records are
+        (adopting.py); ``keep``: workers started from now on outlive edged (and each gets a
+        record there), waiting ``orphan_timeout_s`` at most for the next edged."""
+        self.records = records
+        self.keep = keep and records is not None
+        self.orphan_timeout_s = orphan_timeout_s
+        self.detached = False  # edged stopped and left its workers running
         self.uids = uids if uids is not None else WorkerUids()
         self.notify = notify
         self.measure = measure
@@ -700,8 +870,20 @@ class WorkerPool:
         if self._on_batches is not None:
             self._on_batches(rep, delta)
 
-    async def shutdown(self, timeout: float = DRAIN_TIMEOUT_S) -> None:
-        """Drain and stop every replica (edged is stopping)."""
+    async def shutdown(self, timeout: float = DRAIN_TIMEOUT_S, *, keep: bool = False) -> None:
+        """edged is stopping: drain and stop every replica, or with ``keep`` leave every kept
+        worker running for the next edged (those being stopped still stop)."""
+        if keep:
+            self.detached = True
+            for rep in list(self._replicas.values()):
+                if rep.running and rep.phase is not Phase.STOPPING and rep.spec.attach_name:
+                    rep.detach()
+                elif rep.phase is not Phase.EXITED:
+                    self.stop(rep.id)
+            stopping = [r.stopping_task for r in self._replicas.values() if r.stopping_task]
+            if stopping:
+                await asyncio.wait(stopping, timeout=timeout + TERM_TIMEOUT_S + 1)
+            return
         for rep in list(self._replicas.values()):
             if rep.phase is Phase.EXITED:
                 continue
@@ -709,8 +891,103 @@ class WorkerPool:
         if self._tasks:
             await asyncio.wait(list(self._tasks), timeout=timeout + TERM_TIMEOUT_S + 1)
         for rep in list(self._replicas.values()):
-            if rep.proc is not None and rep.proc.returncode is None:
-                rep.proc.kill()
+            rep.signal(signal.SIGKILL)
+
+    # -- kept workers (adopting.py) -----------------------------------------------------------
+    def write_record(self, rep: Replica) -> None:
+        if self.records is None or not rep.spec.attach_name or rep.pid is None:
+            return
+        try:
+            if rep.adopted:
+                old = next((r for r in self.records.load() if r.replica_id == rep.id), None)
+                if old is None:
+                    return
+                record = replace(old, restarts=rep.restarts, crash_streak=rep.crash_streak)
+            else:
+                record = record_for(
+                    rep.spec,
+                    workload=rep.workload,
+                    revision=rep.revision,
+                    slot=rep.slot,
+                    pid=rep.pid,
+                    restarts=rep.restarts,
+                    crash_streak=rep.crash_streak,
+                )
+            self.records.write(record)
+        except (OSError, ValueError) as exc:
+            log.error("worker record not written", replica=rep.id, error=str(exc))
+
+    def records_remove(self, replica_id: str) -> None:
+        if self.records is not None:
+            self.records.remove(replica_id)
+
+    async def adopt(
+        self,
+        digests: dict[str, frozenset[str]],
+        probes: Callable[[str], Probes],
+        *,
+        timeout: float = ADOPT_TIMEOUT_S,
+    ) -> dict[str, str]:
+        """Adopt every kept worker the records name that proves to be what its record says
+        and runs what ``digests`` (per desired workload, the model digests it may run) want;
+        ``probes(workload)``: its probes. Returns, per replica not adopted, why (each
+        logged as an event): a process that is not the recorded worker is left alone, a
+        worker that is but cannot be adopted is killed; either way its record goes."""
+        refused: dict[str, str] = {}
+        if self.records is None:
+            return refused
+        boot = current_boot_id()
+        for record in list(self.records.load()):
+            why = await self._adopt_one(record, digests, probes, boot, timeout)
+            if why:
+                refused[record.replica_id] = why
+        return refused
+
+    async def _adopt_one(
+        self,
+        record: WorkerRecord,
+        digests: dict[str, frozenset[str]],
+        probes: Callable[[str], Probes],
+        boot: str,
+        timeout: float,
+    ) -> str:
+        assert self.records is not None
+        rid = ReplicaId(record.replica_id)
+        if rid in self._replicas:
+            return "a replica of that id runs already"
+        try:
+            pidfd = os.pidfd_open(record.pid)  # first: the pid stays this process's from now
+        except OSError:
+            self.records.remove(rid)
+            log.info("kept worker gone: record dropped", replica=rid, pid=record.pid)
+            return f"pid {record.pid} is gone"
+        try:
+            seen = identify(record.pid)
+        except OSError:
+            seen = None
+        why = check_identity(record, seen, boot=boot)
+        if why:  # not our worker: never signal it
+            os.close(pidfd)
+            self.records.remove(rid)
+            log.warning("kept worker not adopted", replica=rid, pid=record.pid, reason=why)
+            return why
+        spec = record.spec
+        workload = WorkloadName(record.workload)
+        rep = Replica(self, spec, workload, record.revision, record.slot, probes(workload))
+        self._replicas[rep.id] = rep
+        if spec.uid >= 0:
+            self.uids.adopt(rid, spec.uid)  # its own lock holds it; freed once it exits
+        rep.watch(record, pidfd)
+        why = check_desired(record, digests) or await rep.attach(record, timeout)
+        if why:
+            # the worker it proved to be, killed through its pidfd; it shows as this slot's
+            # last exit (NotAdopted), and the reconciler starts what is desired
+            log.warning("kept worker not adopted: killed", replica=rid, pid=record.pid, reason=why)
+            rep.kill(NOT_ADOPTED, why)
+            self.records.remove(rid)
+            return why
+        self.notify(workload)
+        return ""
 
 
 def _with_egress_filter(spec: LaunchSpec) -> LaunchSpec:

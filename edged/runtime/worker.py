@@ -3,7 +3,9 @@
 Started by edged as ``python -m edged.runtime.worker FD SPEC_JSON``; FD is its end of a Unix
 socket pair to edged (see ``framing.py``). It:
 
-1. dies with edged (PR_SET_PDEATHSIG) and applies its resource limits before anything else;
+1. dies with edged (PR_SET_PDEATHSIG), unless it is a kept worker (``attach_name``: it
+   outlives edged and waits for the next one on that socket, ``adopting.py``), and applies its
+   resource limits before anything else;
    with a uid of its own (edged runs as root), it then imports numpy and the standard library
    it needs and opens its artifact, validation set and secrets' directories while still root,
    and its sandbox
@@ -29,6 +31,7 @@ import hashlib
 import os
 import signal
 import socket
+import struct
 import sys
 import time
 from concurrent.futures import Future, ThreadPoolExecutor
@@ -36,6 +39,7 @@ from typing import Any
 
 import orjson
 
+from edged.runtime.adopting import ATTACH_HELLO
 from edged.runtime.batching import QueueShape, choose_batch, hold_queue
 from edged.runtime.batchstats import BatchCounts
 from edged.runtime.framing import (
@@ -77,6 +81,14 @@ def _die_with_parent() -> None:
     try:
         libc = ctypes.CDLL(None, use_errno=True)
         libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def _outlive_parent() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, 0)  # PR_SET_PDEATHSIG: none
     except (OSError, AttributeError):
         pass
 
@@ -226,7 +238,9 @@ class _Pending:
 class WorkerProtocol(asyncio.Protocol):
     """Serves frames from edged; owns the batch queue."""
 
-    def __init__(self, spec: LaunchSpec, model: Model, done: asyncio.Future[int]) -> None:
+    def __init__(
+        self, spec: LaunchSpec, model: Model, done: asyncio.Future[int], *, kept: bool = False
+    ) -> None:
         from edged.runtime import tensors
 
         self._tensors = tensors
@@ -251,10 +265,16 @@ class WorkerProtocol(asyncio.Protocol):
         self._batch_rows = model.max_batch  # lowered by edged when memory is short
         self._plans = tensors.BinaryPlans()  # binary-request headers already checked
         self._counts = BatchCounts()  # batches run to completion, sent in each PONG
+        # a kept worker outlives its connection to edged: ``lost`` ends each connection
+        self._kept = kept
+        self.lost: asyncio.Future[None] = self._loop.create_future()
 
     # -- connection ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
+        self._reader = FrameReader(self._on_frame)  # a new edged starts at a frame's start
+        if self.lost.done():
+            self.lost = self._loop.create_future()
         meta = self._model.metadata(self._spec)
         self._write(encode_frame(FrameType.READY, 0, orjson.dumps(meta)))
 
@@ -268,8 +288,20 @@ class WorkerProtocol(asyncio.Protocol):
         self._maybe_run()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        # edged went away (or closed us): nobody is left to answer.
-        self._finish(0)
+        self._transport = None
+        if not self._kept or self._draining:
+            self._finish(0)  # edged went away (or closed us): nobody is left to answer
+            return
+        # kept: what edged asked and is not running yet has nobody to answer it; the batch that
+        # runs ends (and is counted) as usual, its answers unsent
+        self._inflight -= len(self._queue)
+        self._queue.clear()
+        self._queued_rows = 0
+        if self._delay_handle is not None:
+            self._delay_handle.cancel()
+            self._delay_handle = None
+        if not self.lost.done():
+            self.lost.set_result(None)
 
     def _finish(self, code: int) -> None:
         if not self._done.done():
@@ -594,7 +626,11 @@ def _send_failure(sock: socket.socket, reason: str, message: str) -> None:
         pass
 
 
-async def _serve(sock: socket.socket, spec: LaunchSpec, model: Model) -> int:
+async def _serve(
+    sock: socket.socket, spec: LaunchSpec, model: Model, kept: tuple[socket.socket, int] | None
+) -> int:
+    """Serve edged on ``sock``; ``kept`` (a kept worker's listening socket and a descriptor of
+    /dev/null): when edged goes, wait for the next one there, up to ``orphan_timeout_s``."""
     loop = asyncio.get_running_loop()
     done: asyncio.Future[int] = loop.create_future()
 
@@ -603,24 +639,97 @@ async def _serve(sock: socket.socket, spec: LaunchSpec, model: Model) -> int:
             done.set_result(0)
 
     loop.add_signal_handler(signal.SIGTERM, on_term)
-    transport, _ = await loop.connect_accepted_socket(
-        lambda: WorkerProtocol(spec, model, done), sock=sock
-    )
+    proto = WorkerProtocol(spec, model, done, kept=kept is not None)
+    transport, _ = await loop.connect_accepted_socket(lambda: proto, sock=sock)
+    while kept is not None:
+        either: list[asyncio.Future[Any]] = [done, proto.lost]
+        await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+        if done.done():
+            break
+        listener, null = kept
+        os.dup2(null, 2)  # edged's end of the stderr pipe is gone: nobody reads it now
+        conn = await _next_edged(listener, spec, done)
+        if conn is None:
+            if not done.done():
+                done.set_result(0)  # orphaned: no edged came back within the bound
+            break
+        transport, _ = await loop.connect_accepted_socket(lambda: proto, sock=conn)
     code = await done
     transport.close()
     return code
 
 
+ATTACH_HELLO_TIMEOUT_S = 5.0
+_PEERCRED = struct.Struct("3i")
+
+
+async def _next_edged(
+    listener: socket.socket, spec: LaunchSpec, done: asyncio.Future[int]
+) -> socket.socket | None:
+    """The next edged's connection on ``listener``, within ``orphan_timeout_s``: from edged's
+    uid only, saying :data:`ATTACH_HELLO`, with its end of a stderr pipe (that becomes this
+    worker's stderr). None at the bound, or once the worker is told to stop."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + spec.orphan_timeout_s
+    while not done.done():
+        left = deadline - loop.time()
+        if left <= 0:
+            return None
+        accepting = asyncio.ensure_future(loop.sock_accept(listener))
+        waiting: list[asyncio.Future[Any]] = [accepting, done]
+        await asyncio.wait(waiting, timeout=left, return_when=asyncio.FIRST_COMPLETED)
+        if not accepting.done():
+            accepting.cancel()
+            continue
+        conn, _ = accepting.result()
+        _, uid, _ = _PEERCRED.unpack(
+            conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _PEERCRED.size)
+        )
+        if uid != spec.supervisor_uid:
+            conn.close()  # not edged: the worker keeps waiting for edged
+            continue
+        try:
+            conn.settimeout(ATTACH_HELLO_TIMEOUT_S)
+            msg, fds, _, _ = socket.recv_fds(conn, len(ATTACH_HELLO), 1)
+        except OSError:
+            conn.close()
+            continue
+        for fd in fds:
+            if msg == ATTACH_HELLO:
+                os.dup2(fd, 2)
+            os.close(fd)
+        if msg != ATTACH_HELLO:
+            conn.close()
+            continue
+        conn.setblocking(False)
+        return conn
+    return None
+
+
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
-    _die_with_parent()
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # edged decides when a worker stops
+    signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nor does a terminal that goes
     fd = int(argv[0])
     spec = LaunchSpec.from_json(orjson.loads(argv[1]))
+    if not spec.attach_name:
+        _die_with_parent()
     if spec.secret_dirs:  # mountPath -> the directory serving it (docs/security.md, Secrets)
         os.environ[SECRET_DIRS_ENV] = orjson.dumps(dict(spec.secret_dirs)).decode()
     sock = socket.socket(fileno=fd)
+    kept: tuple[socket.socket, int] | None = None
     try:
+        if spec.attach_name:  # before the sandbox: /dev/null is not among what it may open
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM | socket.SOCK_CLOEXEC)
+            try:
+                listener.bind("\0" + spec.attach_name)
+                listener.listen(4)
+            except OSError as exc:
+                raise LoadError(
+                    "AttachFailed", f"cannot listen on @{spec.attach_name}: {exc.strerror}"
+                ) from None
+            listener.setblocking(False)
+            kept = (listener, os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC))
         apply_limits(spec.limits)
         artifact, validation = spec.artifact_path, spec.validation_path
         if spec.sandbox.separate_uid and spec.uid >= 0:
@@ -633,6 +742,8 @@ def main(argv: list[str] | None = None) -> int:
             uid_problem=spec.uid_problem,
             groups=spec.groups,
         )
+        if spec.attach_name:  # the uid switch set the parent-death signal again: not for it
+            _outlive_parent()
         data = _read_verified(artifact, spec.artifact_sha256)
         model = Model(spec, data, protections)
         del data
@@ -659,7 +770,7 @@ def main(argv: list[str] | None = None) -> int:
         runner: Any = uvloop.run
     except ImportError:  # pragma: no cover - non-Linux
         runner = asyncio.run
-    return int(runner(_serve(sock, spec, model)))
+    return int(runner(_serve(sock, spec, model, kept)))
 
 
 if __name__ == "__main__":

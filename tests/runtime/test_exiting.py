@@ -144,3 +144,20 @@ def test_limits_that_cannot_be_written_are_their_own_reason() -> None:
     error = "cannot write 1048576 to /sys/fs/cgroup/x/workloads/r/memory.max: Permission denied"
     verdict = classify_launch_failure(error, crash_streak=0, limits=True)
     assert verdict == ExitVerdict(False, "LimitsFailed", error, 1)
+
+
+def test_an_adopted_worker_ends_with_no_status_known() -> None:
+    verdict = classify_exit(
+        None, stopping=False, killed=None, failed=None, ready_since=None, crash_streak=0, now=1.0
+    )
+    assert verdict.reason == "Exited" and "not known" in verdict.message
+    killed = classify_exit(
+        None,
+        stopping=False,
+        killed=("NotAdopted", "its socket does not answer"),
+        failed=None,
+        ready_since=None,
+        crash_streak=0,
+        now=1.0,
+    )
+    assert killed.reason == "NotAdopted"

@@ -1,0 +1,200 @@
+"""Workers outlive edged (docs/agent-updates.md, "Workers outlive edged"): a restart of edged,
+clean or kill -9, leaves the inference workers running and the next edged adopts them, after it
+has proven each one is what its record says; a process that is not, or a record that lies, is
+never adopted; a kept worker no edged comes back for exits by itself."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import orjson
+import psutil
+from harness import UNSIGNED_CONFIG, Edged, wait_for, write_manifest
+
+X = np.zeros((1, 64), dtype=np.float32)
+
+
+def _config(tmp_path: Path, *, keep: bool = True, orphan: str = "2m") -> str:
+    absent = tmp_path / "no-trust-root.json"
+    keep_text = "true" if keep else "false"
+    return UNSIGNED_CONFIG.format(absent=absent) + (
+        f'[workers]\nkeepOnExit = {keep_text}\norphanTimeout = "{orphan}"\n'
+    )
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def _records(e: Edged) -> dict[str, dict]:
+    d = e.data / "state" / "workers"
+    return {p.stem: orjson.loads(p.read_bytes()) for p in d.glob("*.json")} if d.is_dir() else {}
+
+
+def _stop_for_good(e: Edged, tmp_path: Path) -> None:
+    """Stop edged (it keeps its workers), start it once more without keepOnExit and stop it:
+    the workers it adopted stop with it."""
+    if e.launched is not None and e.launched.running():
+        assert e.terminate() == 0
+    e.config_text = _config(tmp_path, keep=False)
+    e.start().wait_ready()
+    assert e.terminate() == 0
+
+
+def test_restart_keeps_workers_serving(model_dir: Path, tmp_path: Path, edged_factory) -> None:
+    write_manifest(model_dir, replicas=2)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path)).start()
+    e.wait_ready()
+    wait_for(lambda: len(e.worker_pids("mlp")) == 2, 30, "two workers")
+    before = sorted(e.worker_pids("mlp"))
+    assert set(_records(e)) == {r["id"] for r in e.workload("mlp")["replicas"]}
+    assert e.terminate() == 0
+    assert all(_alive(pid) for pid in before), "the workers stopped with edged"
+
+    e.start().wait_ready()
+    wait_for(lambda: e.workload("mlp")["readyReplicas"] == 2, 30, "both replicas ready again")
+    assert sorted(e.worker_pids("mlp")) == before
+    for rep in e.workload("mlp")["replicas"]:
+        assert rep["restarts"] == 0 and rep.get("lastExit") is None
+    assert e.log_records("replica adopted")
+    assert e.infer("mlp", X)[0] == 200
+    # an adopted worker is supervised: killed, it is seen through its pidfd and replaced
+    os.kill(before[0], signal.SIGKILL)
+
+    def replaced() -> bool:
+        pids = e.worker_pids("mlp")
+        return before[0] not in pids and len(pids) == 2 and e.workload("mlp")["readyReplicas"] == 2
+
+    wait_for(replaced, 30, "the killed adopted worker replaced")
+    assert e.infer("mlp", X)[0] == 200
+    _stop_for_good(e, tmp_path)
+    assert not any(_alive(pid) for pid in before[1:])
+    assert _records(e) == {}
+
+
+def test_kill9_of_edged_then_adopted(model_dir: Path, tmp_path: Path, edged_factory) -> None:
+    write_manifest(model_dir)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path)).start()
+    e.wait_ready()
+    (pid,) = e.worker_pids("mlp")
+    e.kill9()
+    time.sleep(0.5)
+    assert _alive(pid)
+    e.start().wait_ready()
+    wait_for(lambda: e.workload("mlp")["readyReplicas"] == 1, 30, "the replica ready again")
+    assert e.worker_pids("mlp") == [pid]
+    assert e.infer("mlp", X)[0] == 200
+    _stop_for_good(e, tmp_path)
+
+
+def test_impostor_with_the_recorded_pid_is_not_adopted(
+    model_dir: Path, tmp_path: Path, edged_factory
+) -> None:
+    """The worker is gone and another process runs the very argv it ran (what a reused pid
+    looks like, and more): its start time differs, so it is neither adopted nor signalled."""
+    write_manifest(model_dir)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path)).start()
+    e.wait_ready()
+    (pid,) = e.worker_pids("mlp")
+    assert e.terminate() == 0
+    (name, record) = next(iter(_records(e).items()))
+    os.kill(pid, signal.SIGKILL)
+    wait_for(lambda: not _alive(pid), 10, "the worker gone")
+    # an impostor: a process that holds nothing of the worker's but looks like it by argv
+    impostor = subprocess.Popen(
+        [sys.executable, "-c", "import time; time.sleep(60)", *record["argv"][1:]],
+        stdin=subprocess.DEVNULL,
+    )
+    try:
+        record["pid"] = impostor.pid  # the record now lies: it names the impostor
+        (e.data / "state" / "workers" / f"{name}.json").write_bytes(orjson.dumps(record))
+        e.start().wait_ready()
+        wait_for(lambda: e.workload("mlp")["readyReplicas"] == 1, 60, "a new worker")
+        assert e.worker_pids("mlp") != [impostor.pid]
+        assert impostor.poll() is None, "edged signalled a process that is not its worker"
+        assert any(
+            "not the worker" in str(r) or "started at tick" in str(r) or "argv" in str(r)
+            for r in e.log_records("kept worker not adopted")
+        )
+    finally:
+        impostor.kill()
+        impostor.wait()
+    _stop_for_good(e, tmp_path)
+
+
+def test_tampered_record_is_not_adopted_and_the_worker_is_replaced(
+    model_dir: Path, tmp_path: Path, edged_factory
+) -> None:
+    """A record that says the worker runs as another uid (or any field it does not) is not
+    the worker's: it is not adopted; the real worker waits for no one and exits at its bound."""
+    write_manifest(model_dir)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path, orphan="3s")).start()
+    e.wait_ready()
+    (pid,) = e.worker_pids("mlp")
+    assert e.terminate() == 0
+    (name, record) = next(iter(_records(e).items()))
+    record["uid"] = record["uid"] + 1
+    (e.data / "state" / "workers" / f"{name}.json").write_bytes(orjson.dumps(record))
+    e.start().wait_ready()
+    wait_for(lambda: e.workload("mlp")["readyReplicas"] == 1, 60, "a new worker")
+    assert e.worker_pids("mlp") != [pid]
+    assert any("uid" in str(r.get("reason")) for r in e.log_records("kept worker not adopted"))
+    wait_for(lambda: not _alive(pid), 15, "the unadopted worker to exit by its orphan timeout")
+    _stop_for_good(e, tmp_path)
+
+
+def test_a_new_model_while_edged_was_away_replaces_the_adopted_worker(
+    model_dir: Path, tmp_path: Path, edged_factory
+) -> None:
+    """The manifest names other bytes when edged comes back: the worker of the accepted
+    revision is adopted (it serves meanwhile), then replaced the way any new revision is."""
+    from edgefleet.demo import TINY_MLP, build_mlp
+
+    write_manifest(model_dir)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path)).start()
+    e.wait_ready()
+    (pid,) = e.worker_pids("mlp")
+    assert e.terminate() == 0
+    build_mlp(model_dir / "mlp.onnx", TINY_MLP, seed=7)
+    e.start().wait_ready()
+    wait_for(lambda: not _alive(pid), 30, "the worker of the old model stopped")
+    assert [r["replica"] for r in e.log_records("replica adopted")]
+    wait_for(lambda: e.workload("mlp")["readyReplicas"] == 1, 60, "a worker of the new model")
+    assert e.worker_pids("mlp") != [pid]
+    _stop_for_good(e, tmp_path)
+
+
+def test_orphaned_worker_exits_by_itself(model_dir: Path, tmp_path: Path, edged_factory) -> None:
+    write_manifest(model_dir)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path, orphan="2s")).start()
+    e.wait_ready()
+    (pid,) = e.worker_pids("mlp")
+    assert e.terminate() == 0
+    assert _alive(pid)
+    wait_for(lambda: not _alive(pid), 15, "the orphaned worker to exit")
+    # the next edged drops its record and starts a new one
+    e.start().wait_ready()
+    wait_for(lambda: e.workload("mlp")["readyReplicas"] == 1, 60, "a new worker")
+    assert e.worker_pids("mlp") != [pid]
+    _stop_for_good(e, tmp_path)
+
+
+def test_keep_on_exit_off_stops_workers_with_edged(
+    model_dir: Path, tmp_path: Path, edged_factory
+) -> None:
+    write_manifest(model_dir)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path, keep=False)).start()
+    e.wait_ready()
+    (pid,) = e.worker_pids("mlp")
+    assert _records(e) == {}
+    assert e.terminate() == 0
+    wait_for(lambda: not _alive(pid), 10, "the worker stopped with edged")
