@@ -16,7 +16,8 @@ from debhelper import DebhelperBuild
 pytestmark = [pytest.mark.scenario, pytest.mark.timeout(1800)]  # the build: minutes
 
 EXPECTED = {
-    "edgefleet-common": ["./opt/edgefleet/bin/edged", "./opt/edgefleet/bin/python",
+    "edgefleet-common": ["./opt/edgefleet/bin/edged", "./opt/edgefleet/bin/edged-launcher",
+                         "./opt/edgefleet/bin/python",
                          "./usr/share/doc/edgefleet-common/copyright"],
     "edgefleet-edged": ["./usr/bin/edged", "./lib/systemd/system/edged.service",
                         "./lib/systemd/system/edged-enroll.service",

@@ -82,8 +82,13 @@ def test_edged_service_is_notify_with_watchdog_and_hardening() -> None:
     assert svc["Restart"] == "always"
     assert svc["RestartSec"]
     assert svc["ExecStart"] == (
-        "/opt/edgefleet/bin/edged run --config /etc/edged/edged.toml --data-dir /var/lib/edged"
+        "/opt/edgefleet/bin/edged-launcher run --config /etc/edged/edged.toml"
+        " --data-dir /var/lib/edged"
     )
+    # the launcher alone gets SIGTERM (workers outlive edged) and keeps edged's descriptors
+    assert svc["KillMode"] == "process"
+    assert svc["NotifyAccess"] == "main"
+    assert int(svc["FileDescriptorStoreMax"]) > 0
     for key, value in {
         "ProtectSystem": "strict",
         "ProtectHome": "yes",
