@@ -33,10 +33,23 @@ def free_port() -> int:
 
 
 class HubProcess:
-    def __init__(self, data: Path, log: Path, *, port: int | None = None) -> None:
+    """``env``, ``cwd``: what its programs (hub, edgectl) run with; a previous release's come
+    from tests/releasetesting.py."""
+
+    def __init__(
+        self,
+        data: Path,
+        log: Path,
+        *,
+        port: int | None = None,
+        env: dict[str, str] | None = None,
+        cwd: Path | None = None,
+    ) -> None:
         self.data = data
         self.log = log
         self.port = port or free_port_pair()
+        self.env = env
+        self.cwd = cwd
         self.launched: LaunchedHub | None = None  # the latest ``hub serve``
         self.root_pin = ""  # the hub's trust root pin, printed with each token
 
@@ -53,7 +66,7 @@ class HubProcess:
             program_command(
                 "hub", "init", "--data-dir", self.data, "--hub-address", self.address, *extra
             ),
-            capture_output=True, text=True, check=True, timeout=60,
+            capture_output=True, text=True, check=True, timeout=60, env=self.env, cwd=self.cwd,
         )  # fmt: skip
         assert "bootstrap token" in out.stdout, out.stdout + out.stderr
         return self
@@ -63,7 +76,9 @@ class HubProcess:
         return self.launched.process if self.launched is not None else None
 
     def start(self) -> HubProcess:
-        self.launched = start_hub(self.data, listen=self.address, log=self.log)
+        self.launched = start_hub(
+            self.data, listen=self.address, log=self.log, env=self.env, cwd=self.cwd
+        )
         try:
             self.launched.wait_listening(30)
         except LaunchError as exc:
@@ -82,7 +97,7 @@ class HubProcess:
         """A new bootstrap token and the CA pin."""
         out = subprocess.run(
             program_command("hub", "token", "create", "--data-dir", self.data, *extra),
-            capture_output=True, text=True, check=True, timeout=60,
+            capture_output=True, text=True, check=True, timeout=60, env=self.env, cwd=self.cwd,
         )  # fmt: skip
         pin = out.stderr.split("CA hash ")[1].strip()
         self.root_pin = out.stderr.split("root hash ")[1].split(";")[0]
@@ -91,7 +106,7 @@ class HubProcess:
     def edgectl(self, *args: str, check: bool = True) -> subprocess.CompletedProcess[str]:
         out = subprocess.run(
             program_command("edgectl", "--config", self.admin_config, *args),
-            check=False, capture_output=True, text=True, timeout=120,
+            check=False, capture_output=True, text=True, timeout=120, env=self.env, cwd=self.cwd,
         )  # fmt: skip
         if check and out.returncode != 0:
             raise AssertionError(f"edgectl {' '.join(args)}: {out.stdout}{out.stderr}")
@@ -107,10 +122,13 @@ def enroll(
     via: str | None = None,
     config: Path | None = None,
     token_labels: dict[str, str] | None = None,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
 ) -> subprocess.CompletedProcess[str]:
     """``edged enroll``; ``labels``: the device asks for them (``--label``); ``token_labels``:
     its bootstrap token sets them (the only labels a Secret follows); ``config``: an
-    edged.toml to read (``[trust] tpm`` selects a TPM)."""
+    edged.toml to read (``[trust] tpm`` selects a TPM); ``env``, ``cwd``: what edged runs
+    with (a previous release's)."""
     token, pin = hub.token(*(f"--label={k}={v}" for k, v in (token_labels or {}).items()))
     cmd = program_command("edged", "enroll", "--hub", via or hub.address, "--ca-hash", pin,
                           "--root-hash", hub.root_pin, "--data-dir", data, "--name", name,
@@ -119,8 +137,10 @@ def enroll(
         cmd += ["--config", str(config)]
     for k, v in labels.items():
         cmd += ["--label", f"{k}={v}"]
-    env = {**os.environ, "EDGED_TOKEN": token}  # as edged-enroll.service passes it
-    return subprocess.run(cmd, check=False, capture_output=True, text=True, timeout=60, env=env)
+    env = {**(env or os.environ), "EDGED_TOKEN": token}  # as edged-enroll.service passes it
+    return subprocess.run(
+        cmd, check=False, capture_output=True, text=True, timeout=60, env=env, cwd=cwd
+    )
 
 
 @contextmanager

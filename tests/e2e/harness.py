@@ -99,6 +99,10 @@ class Edged:
         )
         self.launched: LaunchedEdged | None = None  # the latest process: start() again after a stop
         self.python: Path | None = None  # the interpreter edged runs on (None: this one)
+        # its environment and working directory (None: this test's; a previous release's
+        # come from tests/releasetesting.py)
+        self.env: dict[str, str] | None = None
+        self.cwd: Path | None = None
         self.all_pids: set[int] = set()
 
     def start(self, *extra: str) -> Edged:
@@ -113,6 +117,8 @@ class Edged:
             log=self.log_path,
             args=extra,
             python=self.python,
+            env=self.env,
+            cwd=self.cwd,
         )
         self.all_pids.add(self.launched.pid)
         return self
