@@ -3,7 +3,8 @@
 * ``edgectl quickstart``: the whole main job on one machine.
 * The publisher's trust commands (``keys``, ``models sign``, ``trust root``, ``rollback
   allow``): :mod:`edgectl.trusting`; ``models push``: :mod:`edgectl.pushing`; ``models
-  variants``: :mod:`edgectl.variants`.
+  variants``: :mod:`edgectl.variants`; ``agent push|list`` (edged releases):
+  :mod:`edgectl.agentpush`.
 * Hub commands (``apply``, ``diff``, ``get``, ``describe``, ``delete``, ``label``,
   ``annotate``, ``devices``, ``tokens``) talk to a hub's AdminService with the credentials of
   ``--config`` (default ``$EDGECTL_CONFIG``, else ``./admin.toml``) and ``--context``:
@@ -34,6 +35,7 @@ from edgefleet.versioning import version_text
 
 MODULES = (
     "edgectl.commands",
+    "edgectl.agentpush",
     "edgectl.configuring",
     "edgectl.completing",
     "edgectl.rollouts",

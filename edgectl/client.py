@@ -83,6 +83,8 @@ class AdminConfig:
     certificate: Path
     key: Path
     publisher_key: Path | None = None  # [publisher] key: what `edgectl models push` signs with
+    # [publisher] agentKey: what `edgectl agent push` signs edged releases with
+    agent_key: Path | None = None
     context: str = DEFAULT_CONTEXT
     hubs: tuple[str, ...] = ()
     """Every replica of the hub (``hub`` first); empty: ``hub`` alone."""
@@ -113,7 +115,9 @@ def _hub_fields(r: Reader, base: Path, context: str) -> AdminConfig:
         text = r.required(name, non_empty_str, "")
         return base / text if text else Path()
 
-    publisher_key = table(r, "publisher").optional("key", non_empty_str, "")
+    publisher = table(r, "publisher")
+    publisher_key = publisher.optional("key", non_empty_str, "")
+    agent_key = publisher.optional("agentKey", non_empty_str, "")
     if isinstance(r.raw("hub"), list):  # the replicas of one hub
         hubs = r.list_of("hub", host_port, unique=True) or []
         if not hubs or len(hubs) > MAX_HUBS:
@@ -128,6 +132,7 @@ def _hub_fields(r: Reader, base: Path, context: str) -> AdminConfig:
         certificate=path("certificate"),
         key=path("key"),
         publisher_key=base / publisher_key if publisher_key else None,
+        agent_key=base / agent_key if agent_key else None,
         context=context,
     )
 

@@ -61,12 +61,12 @@ def render(contexts: dict[str, AdminConfig], current: str) -> str:
             f"certificate = {_quoted(str(c.certificate.absolute()))}",
             f"key = {_quoted(str(c.key.absolute()))}",
         ]
+        if c.publisher_key is not None or c.agent_key is not None:
+            lines += ["", f"[contexts.{_quoted(name)}.publisher]"]
         if c.publisher_key is not None:
-            lines += [
-                "",
-                f"[contexts.{_quoted(name)}.publisher]",
-                f"key = {_quoted(str(c.publisher_key.absolute()))}",
-            ]
+            lines.append(f"key = {_quoted(str(c.publisher_key.absolute()))}")
+        if c.agent_key is not None:
+            lines.append(f"agentKey = {_quoted(str(c.agent_key.absolute()))}")
     return "\n".join(lines) + "\n"
 
 

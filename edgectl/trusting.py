@@ -146,6 +146,14 @@ def add_commands(
         help="a publisher role: its keys and the model names it may sign (repeatable)",
     )
     ttargets.add_argument(
+        "--delegate-agent",
+        action="append",
+        default=[],
+        metavar="ROLE=PUB.pub[+PUB.pub][@THRESHOLD]",
+        help="the role that signs edged releases (path agent/edged/*/* only; "
+        "docs/agent-updates.md): its keys; give the targets again to add or rotate them",
+    )
+    ttargets.add_argument(
         "--version", type=int, required=True, help="higher than the targets in force"
     )
     ttargets.add_argument("--expires", default="365d")
@@ -313,10 +321,14 @@ def _tuf(args: argparse.Namespace) -> int:
         print(f"TUF root version {root.version}: {args.out}")
         return 0
     delegations = [tufmeta.parse_delegation(d) for d in args.delegate]
+    delegations += [tufmeta.parse_agent_delegation(d) for d in args.delegate_agent]
     targets = tufmeta.build_targets(delegations, version=args.version, expires=expires)
     write_atomic(
         args.out, tufmeta.sign(targets, [tufmeta.tuf_signer(k) for k in args.key]), mode=0o644
     )
-    roles = ", ".join(f"{d.role} ({', '.join(d.name_patterns)})" for d in delegations)
+    roles = ", ".join(
+        f"{d.role} ({'edged releases' if d.agent else ', '.join(d.name_patterns)})"
+        for d in delegations
+    )
     print(f"TUF targets version {args.version}: {args.out}; delegations: {roles or 'none'}")
     return 0

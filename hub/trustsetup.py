@@ -38,6 +38,7 @@ from hub.initializing import HubPaths, TrustSetup
 
 TRUST_ROOT_FILE = "trust-root.json"  # the same name hub.server reads
 PUBLISHER_PREFIX = "publisher"
+AGENT_PUBLISHER_PREFIX = "agent-publisher"  # signs edged releases (docs/agent-updates.md)
 TARGETS_PREFIX = "targets"
 LAB_ROLE = "lab"  # the quickstart's delegation: the publisher key, every model name
 ROOT_PREFIX = "root"
@@ -56,15 +57,24 @@ def _quoted(path: Path) -> str:
     return '"' + str(path).replace("\\", "\\\\").replace('"', '\\"') + '"'
 
 
-def add_publisher_to_admin_config(paths: HubPaths, key: Path) -> None:
-    """Add ``[publisher] key = ...`` to admin.toml unless it has a publisher already."""
+def agent_publisher_key_path(paths: HubPaths) -> Path:
+    return paths.data_dir / f"{AGENT_PUBLISHER_PREFIX}.key"
+
+
+def add_publisher_to_admin_config(
+    paths: HubPaths, key: Path, *, agent_key: Path | None = None
+) -> None:
+    """Add ``[publisher] key = ...`` (and ``agentKey``, what ``edgectl agent push`` signs
+    with) to admin.toml unless it has a publisher already."""
     text = paths.admin_config.read_text()
     if "publisher" in tomllib.loads(text):
         return
     text += (
-        "\n# The publisher key edgectl models push signs with by default. Made by hub init for a\n"
-        "# quickstart: production keeps publisher keys offline, not next to the hub.\n"
+        "\n# The publisher key edgectl models push signs with by default (agentKey: edgectl agent\n"
+        "# push). Made by hub init for a quickstart: production keeps publisher keys offline,\n"
+        "# not next to the hub.\n"
         f"[publisher]\nkey = {_quoted(key.absolute())}\n"
+        + (f"agentKey = {_quoted(agent_key.absolute())}\n" if agent_key is not None else "")
     )
     write_atomic(paths.admin_config, text.encode(), mode=0o600)
 
@@ -84,24 +94,31 @@ def make_quickstart_trust(paths: HubPaths, *, now: float | None = None, tuf: boo
         out=trust_root_path(paths),
         now=now,
     )
-    add_publisher_to_admin_config(paths, publisher_key_path(paths))
     if tuf:
         make_quickstart_tuf(paths, now=now)
+    add_publisher_to_admin_config(
+        paths,
+        publisher_key_path(paths),
+        agent_key=agent_publisher_key_path(paths) if tuf else None,
+    )
 
 
 def make_quickstart_tuf(paths: HubPaths, *, now: float | None = None) -> None:
     """The TUF repository of a quickstart (``hub init --tuf``): a TUF root signed by the
     quickstart root key (so devices check it against the fleet root), a targets key
     ``D/targets.key`` that signs the top-level targets, one delegation ``lab`` to the
-    quickstart publisher key for every model name, and the hub's online key for snapshot and
-    timestamp (``D/tuf/online.key``). Production makes the root, the targets and the
-    delegations offline (docs/trust.md, "TUF roles")."""
+    quickstart publisher key for every model name, one delegation ``agent`` of edged releases
+    (path ``agent/edged/*/*`` only) to the key ``D/agent-publisher.key``, and the hub's online
+    key for snapshot and timestamp (``D/tuf/online.key``). Production makes the root, the
+    targets and the delegations offline (docs/trust.md, "TUF roles")."""
     from edgefleet.trust import tufmeta
+    from edgefleet.trust.agentreleases import AGENT_ROLE
     from hub.state.tufrepo import create_repository
 
     d = paths.data_dir
     now = time.time() if now is None else now
     signing.generate_key_pair(d / TARGETS_PREFIX)
+    signing.generate_key_pair(d / AGENT_PUBLISHER_PREFIX)
     create_repository(
         d,
         root_keys=[d / f"{ROOT_PREFIX}.key"],
@@ -112,7 +129,14 @@ def make_quickstart_tuf(paths: HubPaths, *, now: float | None = None) -> None:
                 (signing.load_public_key_raw(d / f"{PUBLISHER_PREFIX}.pub"),),
                 1,
                 ("*",),
-            )
+            ),
+            tufmeta.Delegation(
+                AGENT_ROLE,
+                (signing.load_public_key_raw(d / f"{AGENT_PUBLISHER_PREFIX}.pub"),),
+                1,
+                (),
+                agent=True,
+            ),
         ],
         now=now,
         root_lifetime_s=ROOT_LIFETIME_S,
@@ -207,7 +231,8 @@ def describe_trust(paths: HubPaths) -> list[str]:
     if (paths.data_dir / "tuf" / "root.json").exists():
         lines.append(
             f"TUF repository:   {paths.data_dir / 'tuf'}  (snapshot and timestamp signed by "
-            "the hub's online key; targets by targets.key, delegated to the publisher key)"
+            "the hub's online key; targets by targets.key, delegated to the publisher key and, "
+            "for edged releases, to agent-publisher.key)"
         )
     else:
         lines.append(

@@ -10,6 +10,7 @@ dependencies in their constructors (issue 30), and callbacks are constructor arg
 
 from __future__ import annotations
 
+import functools
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -30,6 +31,7 @@ from hub.api.admin.rollouts import Rollouts as AdminRollouts
 from hub.api.admin.showing import Showing
 from hub.api.admin.tokens import Tokens
 from hub.api.admin.watching import Watches
+from hub.api.agentpush import AgentReleaseReceiver
 from hub.api.allowances import AllowanceReceiver
 from hub.api.dashboard.access import DashboardAccess
 from hub.api.devicesync import DeviceServicer, EvidenceHandler
@@ -47,6 +49,7 @@ from hub.controllers.wave import WaveController
 from hub.decide.staleness import ObservedSince
 from hub.initializing import HubPaths
 from hub.pki import CertifiedKey
+from hub.state.agentreleases import holds_agent_release
 from hub.state.cache import Cache
 from hub.state.heldtuf import HeldTuf
 from hub.state.metrics import HubMetrics
@@ -332,6 +335,7 @@ def admin_servicer(ctx: HubParts) -> AdminServicer:
             auth,
             artifact_receiver(ctx),
             AllowanceReceiver(ctx.store, ctx.cache, ctx.writer, tuf=tuf),
+            agent_release_receiver(ctx),
             tuf=tuf,
             clock=ctx.clock,
         ),
@@ -346,6 +350,17 @@ def artifact_receiver(ctx: HubParts) -> ArtifactReceiver:
         ctx.writer,
         ctx.blobs,
         tuf=ctx.held_tuf,  # replaced when the repository changes (tufwatch, a region's relay)
+        tuf_shared=ctx.tuf_shared,
+        shared_blobs=ctx.shared_blobs,
+    )
+
+
+def agent_release_receiver(ctx: HubParts) -> AgentReleaseReceiver:
+    """PushAgentRelease's receiver (hub.api.agentpush), with what it uses."""
+    return AgentReleaseReceiver(
+        ctx.store,
+        ctx.blobs,
+        tuf=ctx.held_tuf,
         tuf_shared=ctx.tuf_shared,
         shared_blobs=ctx.shared_blobs,
     )
@@ -372,6 +387,7 @@ def device_servicer(ctx: HubParts, *, on_evidence: EvidenceHandler | None = None
         shared_blobs=ctx.shared_blobs,
         clock=ctx.clock,
         on_evidence=on_evidence,
+        agent_release=functools.partial(holds_agent_release, ctx.store),
     )
 
 

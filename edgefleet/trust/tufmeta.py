@@ -219,12 +219,28 @@ def check_assigned(lookup: Callable[[str], TargetFile | None], meta: ArtifactMet
 
 @dataclass(frozen=True, slots=True)
 class Delegation:
-    """A publisher role in the top-level targets: its keys, threshold and model names."""
+    """A publisher role in the top-level targets: its keys, threshold and model names; or,
+    with ``agent``, the role of agent releases (its only path ``agent/edged/*/*``,
+    edgefleet.trust.agentreleases), with no model names."""
 
     role: str
     keys: tuple[bytes, ...]  # raw Ed25519 public keys
     threshold: int
     name_patterns: tuple[str, ...]
+    agent: bool = False
+
+    @property
+    def paths(self) -> list[str]:
+        from edgefleet.trust.agentreleases import AGENT_PATH_PATTERN
+
+        if self.agent:
+            if self.name_patterns:
+                raise TrustError(
+                    "MalformedMetadata",
+                    f"delegation {self.role}: an agent-release role signs no model names",
+                )
+            return [AGENT_PATH_PATTERN]
+        return name_pattern_paths(self.name_patterns)
 
 
 def build_root(
@@ -281,7 +297,7 @@ def build_targets(delegations: Sequence[Delegation], *, version: int, expires: f
             sorted({key_id(raw) for raw in d.keys}),
             d.threshold,
             True,  # terminating: a path matched here is decided here
-            paths=name_pattern_paths(d.name_patterns),
+            paths=d.paths,
         )
     return Targets(
         version=version,
@@ -384,6 +400,28 @@ def parse_delegation(text: str) -> Delegation:
         raise TrustError("MalformedMetadata", f"--delegate: role name {role!r} is not usable")
     name_pattern_paths(patterns)  # checks them
     return Delegation(role, keys, threshold, patterns)
+
+
+def parse_agent_delegation(text: str) -> Delegation:
+    """``ROLE=PUB.pub[+PUB.pub...][@THRESHOLD]`` (``edgectl trust tuf targets
+    --delegate-agent``) -> the :class:`Delegation` of agent releases."""
+    from edgefleet.trust.signing import load_public_key_raw
+
+    role, sep, keys_part = text.partition("=")
+    threshold = 1
+    if "@" in keys_part:
+        keys_part, _, t = keys_part.rpartition("@")
+        threshold = int(t) if t.isdigit() else 0
+    if not sep or not keys_part or threshold < 1:
+        raise TrustError(
+            "MalformedMetadata",
+            f"--delegate-agent {text!r}: expected ROLE=PUB.pub[+PUB.pub...][@THRESHOLD], e.g. "
+            "agent=agent-publisher.pub",
+        )
+    if not valid_role_name(role):
+        raise TrustError("MalformedMetadata", f"--delegate-agent: role name {role!r} is not usable")
+    keys = tuple(load_public_key_raw(Path(k)) for k in keys_part.split("+"))
+    return Delegation(role, keys, threshold, (), agent=True)
 
 
 def next_root(

@@ -33,7 +33,7 @@ import asyncio
 import hashlib
 import hmac
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import Any
 
@@ -284,7 +284,11 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         shared_blobs: SharedBlobs | None,
         clock: Callable[[], float],
         on_evidence: EvidenceHandler | None = None,
+        agent_release: Callable[[str], Awaitable[bool]] | None = None,
     ) -> None:
+        # whether a sha256 is the file of an edged release the hub holds (any device may
+        # fetch those: hub.state.agentreleases.holds_agent_release)
+        self.agent_release = agent_release
         self.cache = cache
         self.writer = writer
         self.projector = projector
@@ -792,7 +796,9 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
     ) -> AsyncIterator[device_pb2.ArtifactChunk]:
         caller, _ = await self._caller(context)
         content = self.projector.content_for(caller.name)
-        if content is None or request.sha256 not in content.artifacts:
+        if (content is None or request.sha256 not in content.artifacts) and not (
+            self.agent_release is not None and await self.agent_release(request.sha256)
+        ):
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
                 f"artifact {request.sha256[:16]} is not in device {caller.name}'s desired state",

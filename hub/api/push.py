@@ -166,7 +166,7 @@ class ArtifactReceiver:
             d for d in {info.sha256, *(f.sha256 for f in extras.values())} if self.blobs.has(d)
         ]
         had = set(pushed)
-        reader = _ChunkReader(it, asyncio.get_running_loop())
+        reader = ChunkReader(it, asyncio.get_running_loop())
         try:
             sha256 = await self._ingest(reader, meta, model_file, info, verify_onnx=True)
             stored_extras: dict[str, str] = {}
@@ -226,7 +226,7 @@ class ArtifactReceiver:
 
     async def _ingest(
         self,
-        reader: _ChunkReader,
+        reader: ChunkReader,
         meta: ArtifactMetadata,
         fname: str,
         info: FileInfo,
@@ -414,7 +414,7 @@ def _metadata_version(envelope: bytes) -> int:
     return parse_artifact(doc).metadata_version
 
 
-class _ChunkReader:
+class ChunkReader:
     """A blocking ``read()`` over the request stream, for the store's ingest in a thread: each
     call fetches the next message on the event loop. Every message after the header must be
     a chunk or a ``file`` message, which ends the current file (:meth:`begin_next_file`)."""

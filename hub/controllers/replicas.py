@@ -66,6 +66,7 @@ ADMIN_WRITES = frozenset(
         "RevokeDevice",
         "PushArtifact",
         "PushRollbackAllowance",
+        "PushAgentRelease",
         "CreateToken",
         "RolloutAction",
     )

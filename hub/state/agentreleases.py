@@ -41,6 +41,13 @@ async def agent_releases(store: Store) -> list[AgentReleaseRecord]:
     return sorted(records, key=lambda r: (-r.pushed_at, r.key))
 
 
+async def holds_agent_release(store: Store, sha256: str) -> bool:
+    """Whether ``sha256`` is the file of a release the hub holds. Any enrolled device may
+    fetch a release's bytes (FetchArtifact): releases are not secret, and a device verifies
+    one against the TUF agent delegation before it fetches a byte."""
+    return any(r.sha256 == sha256 for r in await agent_releases(store))
+
+
 async def put_agent_release(store: Store, record: AgentReleaseRecord) -> bool:
     """Write ``record`` unless its release and platform are held already: True when written;
     False when the same bytes are held (nothing to do). ``CompareFailed`` when other bytes

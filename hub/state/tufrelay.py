@@ -43,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 from edgefleet.errors import TrustError
 from edgefleet.persisting import write_atomic
 from edgefleet.trust import tufmeta
+from edgefleet.trust.agentreleases import AgentReleaseMetadata
 from edgefleet.trust.documents import ArtifactMetadata
 from edgefleet.trust.envelopes import Envelope
 from edgefleet.v1 import federation_pb2
@@ -310,6 +311,21 @@ class RelayedTuf:
             "TufRelayed",
             "this regional hub serves its root hub's TUF metadata and cannot add targets to "
             "it: push the model at the root hub (it reaches this region with its deployment)",
+        )
+
+    def check_delegated_release(
+        self,
+        role: str,
+        data: bytes,
+        meta: AgentReleaseMetadata,
+        *,
+        now: float,
+        envelope: Envelope,
+    ) -> int:
+        raise TrustError(
+            "TufRelayed",
+            "this regional hub serves its root hub's TUF metadata and cannot add targets to "
+            "it: push the edged release at the root hub",
         )
 
     def store_delegated(self, role: str, data: bytes, version: int) -> None:

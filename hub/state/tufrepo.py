@@ -35,6 +35,7 @@ from edgefleet.errors import HubDirError, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.persisting import write_atomic
 from edgefleet.trust import tufmeta
+from edgefleet.trust.agentreleases import AgentReleaseMetadata
 from edgefleet.trust.documents import ArtifactMetadata
 from edgefleet.trust.envelopes import Envelope
 from edgefleet.trust.publishers import DelegatedRole, check_signed_by_role
@@ -371,6 +372,57 @@ class TufRepository:
         ``meta`` with the signed length and sha256; and ``envelope`` (the artifact's, when
         given) is signed by a threshold of ``role``'s own keys, as a device requires
         (``SignerNotDelegated``). Its version when it is new, else 0."""
+        what = f"{meta.name} {meta.version}"
+
+        def check_role(delegated: DelegatedRole, paths: list[str] | None) -> None:
+            if envelope is not None:
+                check_signed_by_role(envelope, delegated, what=what)
+
+        return self._check_delegated(
+            role,
+            data,
+            now=now,
+            check_role=check_role,
+            check_listed=lambda lookup: tufmeta.check_assigned(lookup, meta),
+            scope="the model names this publisher may sign",
+        )
+
+    def check_delegated_release(
+        self,
+        role: str,
+        data: bytes,
+        meta: AgentReleaseMetadata,
+        *,
+        now: float,
+        envelope: Envelope,
+    ) -> int:
+        """:meth:`check_delegated` for an edged release (edgefleet.trust.agentreleases):
+        ``role`` must be an agent-release role (its only path ``agent/edged/*/*``:
+        ``NotAnAgentRole``) whose keys signed ``envelope``, and its targets must list the
+        release file with the signed length and sha256."""
+        from edgefleet.trust import agentreleases
+
+        return self._check_delegated(
+            role,
+            data,
+            now=now,
+            check_role=lambda delegated, paths: agentreleases.check_agent_role(
+                envelope, delegated, paths
+            ),
+            check_listed=lambda lookup: agentreleases.check_listed(lookup, meta),
+            scope="the agent releases this role signs",
+        )
+
+    def _check_delegated(
+        self,
+        role: str,
+        data: bytes,
+        *,
+        now: float,
+        check_role: Callable[[DelegatedRole, list[str] | None], None],
+        check_listed: Callable[[Callable[[str], Any]], None],
+        scope: str,
+    ) -> int:
         from tuf.api.metadata import Targets
 
         what = f"delegated targets {role!r}"
@@ -388,22 +440,20 @@ class TufRepository:
                 f"(delegated: {', '.join(sorted(roles)) or 'none'})",
             )
         delegated = roles[role]
-        if envelope is not None:
-            check_signed_by_role(
-                envelope,
-                DelegatedRole(
-                    role,
-                    frozenset(delegated.keyids),
-                    delegated.threshold,
-                    tufmeta.raw_keys(delegations.keys, delegated.keyids),
-                ),
-                what=f"{meta.name} {meta.version}",
-            )
+        check_role(
+            DelegatedRole(
+                role,
+                frozenset(delegated.keyids),
+                delegated.threshold,
+                tufmeta.raw_keys(delegations.keys, delegated.keyids),
+            ),
+            delegated.paths,
+        )
         with self._lock:
             held = self._delegated.get(role)
         if held == data:
             held_targets, _ = tufmeta.parse(held, Targets, what=what)
-            tufmeta.check_assigned(held_targets.targets.get, meta)
+            check_listed(held_targets.targets.get)
             return 0
         tufmeta.verify_delegate(targets, role, data, what=what)
         signed, _ = tufmeta.parse(data, Targets, what=what)
@@ -421,10 +471,10 @@ class TufRepository:
         if outside:
             raise TrustError(
                 "PathNotDelegated",
-                f"{what}: {', '.join(sorted(outside)[:5])} outside the model names this "
-                f"publisher may sign ({', '.join(delegated.paths or [])})",
+                f"{what}: {', '.join(sorted(outside)[:5])} outside {scope} "
+                f"({', '.join(delegated.paths or [])})",
             )
-        tufmeta.check_assigned(signed.targets.get, meta)
+        check_listed(signed.targets.get)
         return int(signed.version)
 
     def store_delegated(self, role: str, data: bytes, version: int) -> None:

@@ -51,7 +51,8 @@ def test_init_creates_a_working_hub_and_refuses_to_overwrite_it(tmp_path: Path) 
         "caCertificate": str(d / "ca.crt"),
         "certificate": str(d / "admin.crt"),
         "key": str(d / "admin.key"),
-        "publisher": {"key": str(d / "publisher.key")},  # the quickstart trust setup's
+        # the quickstart trust setup's, with the TUF delegation of edged releases
+        "publisher": {"key": str(d / "publisher.key"), "agentKey": str(d / "agent-publisher.key")},
     }
     assert load_config(d / "hub.toml").region == "eu-dublin"
     assert load_config(d / "hub.toml").listen == "localhost:7443"  # where admin.toml looks

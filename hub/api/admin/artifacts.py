@@ -1,7 +1,8 @@
 """AdminService's artifacts: PushArtifact (:class:`hub.api.push.ArtifactReceiver`; its
 refusals are listed in docs/trust.md, "The hub side"), PushRollbackAllowance
-(:class:`hub.api.allowances.AllowanceReceiver`) and FetchTufMetadata (the hub's TUF
-repository, :func:`hub.state.tufrepo.serve_metadata`)."""
+(:class:`hub.api.allowances.AllowanceReceiver`), FetchTufMetadata (the hub's TUF
+repository, :func:`hub.state.tufrepo.serve_metadata`), and edged releases: PushAgentRelease
+(:class:`hub.api.agentpush.AgentReleaseReceiver`) and ListAgentReleases."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from typing import Any
 
 from edgefleet.v1 import admin_pb2, common_pb2
 from hub.api.admin.common import AdminAuth
+from hub.api.agentpush import AgentReleaseReceiver, list_releases
 from hub.api.allowances import AllowanceReceiver
 from hub.api.push import ArtifactReceiver, PushRefused
 from hub.state.tufrelay import RelayedTuf
@@ -17,13 +19,15 @@ from hub.state.tufrepo import TufRepository
 
 
 class Artifacts:
-    """PushArtifact, PushRollbackAllowance and FetchTufMetadata (module doc)."""
+    """PushArtifact, PushRollbackAllowance, FetchTufMetadata, PushAgentRelease and
+    ListAgentReleases (module doc)."""
 
     def __init__(
         self,
         authorize: AdminAuth,
         artifacts: ArtifactReceiver,
         allowances: AllowanceReceiver,
+        agent_releases: AgentReleaseReceiver,
         *,
         tuf: Callable[[], TufRepository | RelayedTuf | None],
         clock: Callable[[], float],
@@ -31,6 +35,7 @@ class Artifacts:
         self.authorize = authorize
         self.artifacts = artifacts
         self.allowances = allowances
+        self.agent_releases = agent_releases
         self.tuf = tuf  # the TUF repository held now
         self.clock = clock
 
@@ -67,3 +72,19 @@ class Artifacts:
             self.tuf(), request, context
         )
         return response
+
+    async def PushAgentRelease(
+        self, request_iterator: AsyncIterator[admin_pb2.PushArtifactRequest], context: Any
+    ) -> admin_pb2.PushAgentReleaseResponse:
+        await self.authorize(context)
+        try:
+            return await self.agent_releases.receive(request_iterator, now=self.clock())
+        except PushRefused as exc:
+            await context.abort(exc.code, str(exc))
+            raise AssertionError("unreachable: context.abort raises") from None
+
+    async def ListAgentReleases(
+        self, request: admin_pb2.ListAgentReleasesRequest, context: Any
+    ) -> admin_pb2.ListAgentReleasesResponse:
+        await self.authorize(context)
+        return await list_releases(self.agent_releases.store)

@@ -124,3 +124,13 @@ class AdminServicer(admin_pb2_grpc.AdminServiceServicer):
         self, request: common_pb2.TufMetadataRequest, context: Any
     ) -> common_pb2.TufMetadataResponse:
         return await self.artifacts.FetchTufMetadata(request, context)
+
+    async def PushAgentRelease(
+        self, request_iterator: AsyncIterator[admin_pb2.PushArtifactRequest], context: Any
+    ) -> admin_pb2.PushAgentReleaseResponse:
+        return await self.artifacts.PushAgentRelease(request_iterator, context)
+
+    async def ListAgentReleases(
+        self, request: admin_pb2.ListAgentReleasesRequest, context: Any
+    ) -> admin_pb2.ListAgentReleasesResponse:
+        return await self.artifacts.ListAgentReleases(request, context)
