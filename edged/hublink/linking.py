@@ -157,6 +157,9 @@ class HubLink:
         self._rng = rng or random.Random()
         self._index = 0  # which of link.addresses the link uses (sticks while it works)
         self.connected = False
+        # the session's artifact and TUF fetcher (None between sessions): what the agent
+        # release fetch uses (edged.hublink.agentreleases.make_fetch: lambda: link.fetcher)
+        self.fetcher: Fetcher | None = None
         self.last_error = ""
         self.refused = False  # the hub refused this device for good: not dialled again
         self.heartbeat_interval = 30.0
@@ -284,7 +287,9 @@ class HubLink:
                 edged_version=__version__,
             )
             await call.write(device_pb2.DeviceMessage(hello=hello))
+            fetcher = Fetcher(stub)
             self.connected = True
+            self.fetcher = fetcher
             self.last_error = ""
             log.info("hub link up", hub=self.hub, device=self.link.device_name)
             pending: list[device_pb2.DesiredState] = []
@@ -293,7 +298,7 @@ class HubLink:
             tasks = [
                 asyncio.ensure_future(self._read(call, pending, wake, outbox)),
                 asyncio.ensure_future(self._write(call, outbox)),
-                asyncio.ensure_future(self._applier(pending, wake, outbox, Fetcher(stub))),
+                asyncio.ensure_future(self._applier(pending, wake, outbox, fetcher)),
                 asyncio.ensure_future(self._reporter(outbox)),
             ]
             stopper = asyncio.ensure_future(stop.wait())
@@ -303,6 +308,7 @@ class HubLink:
                     if t is not stopper and t.exception() is not None:
                         raise t.exception()  # type: ignore[misc]
             finally:
+                self.fetcher = None
                 stopper.cancel()
                 for t in tasks:
                     t.cancel()

@@ -16,6 +16,7 @@ A device whose image sets ``trust.requireTuf`` requires it before its first TUF 
 from __future__ import annotations
 
 import asyncio
+import threading
 from collections.abc import Callable, Coroutine, Iterator
 from pathlib import Path
 from typing import Any
@@ -90,6 +91,17 @@ def _refusal(exc: Exception) -> TrustError:
     return TrustError(reason, f"TUF metadata from the hub refused: {type(exc).__name__}: {exc}")
 
 
+_refreshing: dict[Path, threading.RLock] = {}
+_refreshing_lock = threading.Lock()
+
+
+def _refresh_lock(directory: Path) -> threading.RLock:
+    """One lock per TUF directory: the hub source and the agent release fetch update the
+    same python-tuf cache, one at a time."""
+    with _refreshing_lock:
+        return _refreshing.setdefault(directory, threading.RLock())
+
+
 class TufClient:
     def __init__(self, data_dir: Path, *, required: bool = False) -> None:
         self.dir = Path(data_dir) / "trust" / "tuf"
@@ -129,7 +141,17 @@ class TufClient:
         log.info("tuf root accepted", origin="hub")
         return True
 
+    def lock(self) -> threading.RLock:
+        """Held while python-tuf updates ``D/trust/tuf/`` (:meth:`refresh`); hold it around a
+        refresh and the lookups that follow it (they may fetch delegated targets)."""
+        return _refresh_lock(self.dir.resolve())
+
     def refresh(self, fetch: FetchSync, fleet_root: Root | None, *, floor: int = 0) -> Any | None:
+        """:meth:`_refresh` under :meth:`lock`."""
+        with self.lock():
+            return self._refresh(fetch, fleet_root, floor=floor)
+
+    def _refresh(self, fetch: FetchSync, fleet_root: Root | None, *, floor: int = 0) -> Any | None:
         """Update the TUF metadata (root, timestamp, snapshot, top-level targets) from the
         hub; return the updater to look targets up with, or None when TUF is not in use
         (the hub keeps no repository and this device never held a TUF root). ``floor``: the
@@ -233,14 +255,19 @@ class TufClient:
     def publisher_role(self, meta: ArtifactMetadata) -> DelegatedRole:
         """The TUF role whose targets list the model file of ``meta`` (call after
         :meth:`check` passed), with its keys: the artifact's envelope must be signed by them
-        (:func:`~edgefleet.trust.publishers.check_signed_by_role`). Read from the metadata
+        (:func:`~edgefleet.trust.publishers.check_signed_by_role`)."""
+        fname, _ = meta.model_file()
+        path = tufmeta.target_path(meta.name, meta.version, fname)
+        role, _ = self.role_for_path(path, what=f"{meta.name} {meta.version}")
+        return role
+
+    def role_for_path(self, path: str, *, what: str) -> tuple[DelegatedRole, list[str] | None]:
+        """The TUF role whose targets list ``path`` (a target python-tuf found), with its keys,
+        and its delegated path patterns (None: the top-level targets). Read from the metadata
         python-tuf verified and keeps in ``D/trust/tuf/``, walked as python-tuf walks it (the
         top-level targets, then the delegations in order, a terminating one ending the walk)."""
         from tuf.api.metadata import Root as TufRoot
         from tuf.api.metadata import Targets
-
-        fname, _ = meta.model_file()
-        path = tufmeta.target_path(meta.name, meta.version, fname)
 
         def load(role: str) -> Any:
             data = (self.dir / tufmeta.role_file(role)).read_bytes()
@@ -259,7 +286,7 @@ class TufClient:
                     frozenset(r.keyids),
                     r.threshold,
                     tufmeta.raw_keys(root.keys, r.keyids),
-                )
+                ), None
             delegations = top.delegations
             if delegations is not None and delegations.roles is not None:
                 for name, terminating in delegations.get_roles_for_target(path):
@@ -271,18 +298,17 @@ class TufClient:
                             frozenset(r.keyids),
                             r.threshold,
                             tufmeta.raw_keys(delegations.keys or {}, r.keyids),
-                        )
+                        ), list(r.paths or [])
                     if terminating:
                         break
         except (OSError, TrustError) as exc:
             raise TrustError(
                 "PublisherNotAllowed",
-                f"{meta.name} {meta.version}: cannot tell which TUF publisher role lists "
-                f"{path}: {exc}",
+                f"{what}: cannot tell which TUF publisher role lists {path}: {exc}",
             ) from None
         raise TrustError(
             "PublisherNotAllowed",
-            f"{meta.name} {meta.version}: no TUF publisher role of the top-level targets lists "
+            f"{what}: no TUF publisher role of the top-level targets lists "
             f"{path} directly (nested delegations are not supported yet)",
         )
 

@@ -98,10 +98,20 @@ def metadata_doc(
             "sha256": sha256 or sha,
             "length": size if length is None else length,
         },
-        "requires": requires or {},
+        "requires": _requires_of(path) if requires is None else requires,
         "created": format_time(now),
         "expires": format_time(now + 86400),
     }
+
+
+def _requires_of(path: Path) -> dict[str, str]:
+    """What the release's release.json requires ({} when it is no valid release)."""
+    from edgefleet.errors import ArtifactError
+
+    try:
+        return dict(agentreleases.inspect_release(path).requires)
+    except ArtifactError:
+        return {}
 
 
 def signed_metadata(doc: dict[str, Any], key: Path, payload_type: str | None = None) -> bytes:
