@@ -21,6 +21,10 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from edged import __version__
+from edged.agent.controller import KEY as AGENT_KEY
+from edged.agent.controller import AgentController
+from edged.agent.planning import Health
 from edged.compliance.checking import DriftAction, hold_reason
 from edged.compliance.drift import DriftWatch, IngressRules
 from edged.compliance.remediating import Remediator
@@ -74,6 +78,7 @@ from edgefleet.supervising import supervise
 from edgefleet.workqueue import WorkQueue
 
 if TYPE_CHECKING:
+    from edged.hublink.agentreleases import FetchRelease
     from edged.hublink.linking import HubLink
 
 log = get_logger(__name__)
@@ -272,6 +277,23 @@ class Daemon:
                 on_status_changed=self.board.device_changed,
             )
             self.board.device_status = self.discovery.status
+        # -- edged updating itself (docs/agent-updates.md, "On the device") --
+        self.agent_queue: WorkQueue[str] = WorkQueue(
+            "agent", base_delay=reconcile.backoff_base_s, max_delay=reconcile.backoff_max_s
+        )
+        self.components_running = False  # set once the supervisor runs the components
+        self.agent = AgentController(
+            data,
+            version=__version__,
+            config_path=config_path,
+            notify=self.notifier.send,
+            fetch=None,  # made once the hub link exists (below)
+            health=self._agent_health,
+            serving=self._serving_workloads,
+            request_stop=self._agent_stop,
+            enqueue=lambda: self.agent_queue.add(AGENT_KEY),
+        )
+        self.board.agent_status = self.agent.status
         # -- the hub link (docs/edged.md, "The hub link"), once enrolled --
         self.hub_link: HubLink | None = None
         if self.hub_source is not None:
@@ -292,12 +314,15 @@ class Daemon:
                     pool=self.pool,
                     sizer=self.sizer,
                     compliance=self._compliance,
+                    agent=self.agent.status,
                 ).report,
                 trust_root_path=self.gate.root_path,
                 model_digests=lambda: [w.sha256 for w in self.desired.workloads.values()],
                 measurement=self.measurement_log,
                 worker_records=self.pool.output_records,
+                on_agent=self.agent.desired_changed,
             )
+            self.agent.set_fetch(self._agent_fetch())
             self.board.hub_status = self.hub_link.status
             self.board.device_name = self.hub_link.link.device_name  # the hub's name for it
 
@@ -372,6 +397,46 @@ class Daemon:
             baselines=security.baselines,
         )
 
+    def _agent_health(self) -> Health:
+        """What a release on trial needs before it commits (edged.agent.planning)."""
+        link = self.hub_link
+        return Health(
+            connected=link is not None and link.connected,
+            state_loaded=self.board.loaded,
+            reconcile_running=self.components_running,
+            serving=frozenset(self._serving_workloads()),
+        )
+
+    def _serving_workloads(self) -> set[str]:
+        """The workloads with a ready replica now."""
+        out = set()
+        for name in self.desired.workloads:
+            status = self.board.workload_status(name)
+            if status is not None and status.ready_replicas > 0:
+                out.add(str(name))
+        return out
+
+    def _agent_fetch(self) -> FetchRelease | None:
+        link, source = self.hub_link, self.hub_source
+        if link is None or source is None or source.tuf is None:
+            return None
+        from edged.hublink.agentreleases import make_fetch
+
+        return make_fetch(
+            self.data_dir,
+            link=lambda: link.fetcher,
+            tuf=source.tuf,
+            gate=self.gate,
+            progress=self.agent.progress,
+        )
+
+    def _agent_stop(self, why: str) -> None:
+        """The agent controller asked the launcher for a switch: edged stops (exit 0) and the
+        launcher starts the slot asked for."""
+        if not self.stop_event.is_set():
+            log.info("stopping for the launcher", why=why)
+            self.stop_event.set()
+
     def _compliance(self) -> dict[str, Any]:
         return self.drift.status(quarantined=self.remediator.quarantined_reason())
 
@@ -438,6 +503,8 @@ class Daemon:
                 critical={"workloads", "source"} & {c.name for c in components},  # type: ignore[attr-defined]
             )
         )
+        self.components_running = True
+        self.agent_queue.add(AGENT_KEY)
         stop_wait = asyncio.ensure_future(self.stop_event.wait())
         await asyncio.wait([supervisor, stop_wait], return_when=asyncio.FIRST_COMPLETED)
         code = 0
@@ -499,6 +566,15 @@ class Daemon:
             ),
             Resync(self._enqueue_all, cfg.reconcile.resync_period_s),
             self.sizer,
+            # edged's own release: one key, one worker; a download may take a while
+            Runner(
+                "agent",
+                self.agent,
+                self.agent_queue,
+                workers=1,
+                metrics=self.registry,
+                timeout=3600.0,
+            ),
         ]
         if self.discovery is not None:
             components.append(self.discovery)

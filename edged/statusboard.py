@@ -111,6 +111,7 @@ class StatusBoard:
         self.source_synced = False  # the desired-state source has been read once
         self.trust_status: Callable[[], dict[str, Any]] | None = None  # the trust gate's view
         self.hub_status: Callable[[], dict[str, Any]] | None = None  # the hub link's view
+        self.agent_status: Callable[[], dict[str, Any]] | None = None  # edged.agent's view
         # discovery: facts, accelerators, labels, health (None: discovery is off)
         self.device_status: Callable[[], dict[str, Any]] | None = None
         # the name the hub enrolled this device under (None: not enrolled, the hostname)
@@ -335,6 +336,7 @@ class StatusBoard:
                 "problems": [p.to_json() for p in self._problems],
             },
             "hub": self.hub_status() if self.hub_status is not None else None,
+            "agent": self.agent_status() if self.agent_status is not None else None,
             "workloads": workloads,
         }
 

@@ -13,7 +13,7 @@ import os
 from collections.abc import Callable, Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from edged.config import EdgedConfig
 from edged.hublink.devicereport import DeviceReport
@@ -77,6 +77,7 @@ def hub_link(
     model_digests: Callable[[], Iterable[str]],
     measurement: MeasurementLog | None,
     worker_records: Callable[[str], list[list[tuple[float, str]]]],
+    on_agent: Callable[[Any], None] | None = None,
 ) -> HubLink:
     """The link to the hub (:class:`HubLink`: its arguments), answering challenges with the
     config at ``config_path``, the trust root at ``trust_root_path``, the desired state's
@@ -100,4 +101,5 @@ def hub_link(
         ),
         recent_logs=RecentLogs(worker_records),
         addresses=config.hub.addresses,
+        on_agent=on_agent,
     )

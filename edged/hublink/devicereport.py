@@ -100,6 +100,7 @@ class DeviceReport:
     reasons: tuple[str, ...]
     workloads: tuple[WorkloadReport, ...]
     compliance: Mapping[str, Any] | None = None  # device.compliance of the status (drift)
+    agent: Mapping[str, Any] | None = None  # edged.agent.controller's status
 
 
 def build_device_report(

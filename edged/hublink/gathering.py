@@ -9,6 +9,7 @@ hands them to :func:`edged.hublink.devicereport.build_device_report` (pure).
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from edged.hublink.devicereport import DeviceReport, SandboxReport, build_device_report
@@ -33,6 +34,7 @@ class ReportGatherer:
         pool: WorkerPool,
         sizer: Sizer,
         compliance: Callable[[], dict[str, Any]],
+        agent: Callable[[], dict[str, Any]] | None = None,
     ) -> None:
         """``device``: discovery's status (``{}`` when discovery is off); ``board``: each
         workload's status; ``source``: the hub's desired state (its problems and incoming
@@ -46,8 +48,17 @@ class ReportGatherer:
         self._pool = pool
         self._sizer = sizer
         self._compliance = compliance
+        self._agent = agent
 
     def report(self) -> DeviceReport:
+        report = self._report()
+        if self._agent is None:
+            return report
+        doc = self._agent()
+        doc.pop("changedAt", None)  # the hub hears of a change, not of every pass
+        return replace(report, agent=doc)
+
+    def _report(self) -> DeviceReport:
         pool = self._pool
         return build_device_report(
             self._device(),

@@ -139,10 +139,13 @@ class HubLink:
         status_period: float = 1.0,
         rng: random.Random | None = None,
         addresses: Sequence[str] = (),
+        on_agent: Callable[[device_pb2.DesiredAgent | None], None] | None = None,
     ) -> None:
         """``source``: where desired states from the hub go; ``on_accepted``: called once one
         is accepted; ``syncing``: held while one is applied (no artifact garbage collection
-        meanwhile); ``report``: what to say about the device (for Hello and each Status)."""
+        meanwhile); ``report``: what to say about the device (for Hello and each Status);
+        ``on_agent``: each DesiredState's ``agent`` (None when it names none), for the agent
+        controller (edged.agent)."""
         self.files = files
         self.link: Link = files.load()
         if addresses:  # edged.toml [hub] addresses: the replicas, instead of link.json's
@@ -155,6 +158,7 @@ class HubLink:
         self._recent_logs = recent_logs  # (tail, workload) -> lines, for edgectl logs
         self._status_period = status_period
         self._rng = rng or random.Random()
+        self._on_agent = on_agent
         self._index = 0  # which of link.addresses the link uses (sticks while it works)
         self.connected = False
         # the session's artifact and TUF fetcher (None between sessions): what the agent
@@ -336,6 +340,8 @@ class HubLink:
                 pending[:] = [state]  # only the newest matters (level-based)
                 self._last_state = state
                 wake.set()
+                if self._on_agent is not None:
+                    self._on_agent(state.agent if state.HasField("agent") else None)
             elif kind == "log_request":
                 outbox.put_nowait(answer_log_request(msg.log_request, self._recent_logs))
             elif kind == "attestation_challenge" and self._answer is not None:

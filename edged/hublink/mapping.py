@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import orjson
-from google.protobuf import struct_pb2
+from google.protobuf import struct_pb2, timestamp_pb2
 
 from edged.hublink.devicereport import DeviceReport, SandboxReport, WorkloadReport
 from edged.reconcile.model import RevisionStatus, Termination
@@ -39,6 +39,33 @@ def status_message(report: DeviceReport, *, generation: int) -> device_pb2.Statu
         observed_generation=generation,
         compliance=_compliance(report.compliance),
         labels=report.labels,
+        agent=_agent(report.agent),
+    )
+
+
+def _agent(doc: Mapping[str, Any] | None) -> device_pb2.AgentStatus | None:
+    """edged.agent.controller's status as AgentStatus (None: no agent controller)."""
+    if doc is None:
+        return None
+    changed = timestamp_pb2.Timestamp()
+    changed.FromNanoseconds(int(float(doc.get("changedAt", 0)) * 1e9))
+    return device_pb2.AgentStatus(
+        version=str(doc.get("version", ""))[:64],
+        slot=str(doc.get("slot", ""))[:16],
+        committed_version=str(doc.get("committedVersion", ""))[:64],
+        phase=str(doc.get("phase", ""))[:32],
+        desired_version=str(doc.get("desiredVersion", ""))[:64],
+        reason=str(doc.get("reason", ""))[:64],
+        message=str(doc.get("message", ""))[:1024],
+        tries=int(doc.get("tries", 0)),
+        changed_at=changed,
+        arch=str(doc.get("arch", ""))[:32],
+        python_abi=str(doc.get("pythonAbi", ""))[:16],
+        launcher=bool(doc.get("launcher")),
+        bytes_done=int(doc.get("bytesDone", 0)),
+        bytes_total=int(doc.get("bytesTotal", 0)),
+        upgrade=str(doc.get("upgrade", ""))[:256],
+        upgrade_revision=int(doc.get("upgradeRevision", 0)),
     )
 
 

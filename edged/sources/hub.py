@@ -123,6 +123,7 @@ class HubSource:
         self._downloads = downloads
         self._store = store
         self._gate = gate
+        self.tuf = tuf  # also the agent release fetch's (edged.hublink.agentreleases)
         self._checks = HubMetadataChecks(gate, tuf)
         self._baselines: tuple[int, tuple[SecurityBaseline, ...]] = (-1, ())
         self.problems: tuple[SourceProblem, ...] = ()
