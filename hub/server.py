@@ -341,6 +341,8 @@ async def _serve(
     ]
     if ctx.rollouts is not None:
         controllers.append(ctx.rollouts)
+    if ctx.agent_upgrades is not None:
+        controllers.append(ctx.agent_upgrades)
     if ctx.waves is not None:
         controllers.append(ctx.waves)
     if ctx.scheduler is not None:

@@ -38,6 +38,7 @@ from hub.api.devicesync import DeviceServicer, EvidenceHandler
 from hub.api.observability import InstrumentedStore
 from hub.api.push import ArtifactReceiver
 from hub.config import HubConfig, TufConfig, load_config, tuf_lifetimes
+from hub.controllers.agentupgrade import AgentUpgradeController
 from hub.controllers.attestation import AttestationController
 from hub.controllers.parentlink.link import ParentLink
 from hub.controllers.parentlink.regionenrollment import PARENT_FILE, ParentFiles, fleet_root_of
@@ -111,6 +112,8 @@ class HubParts:
     waves: WaveController | None = (
         None  # hub.controllers.wave: rollouts across regions (not at a region)
     )
+    # hub.controllers.agentupgrade: AgentUpgrade rollouts (issue 32)
+    agent_upgrades: AgentUpgradeController | None = None
     # when this hub began to observe devices: its start, its election (hub.decide.staleness)
     observed_since: ObservedSince = field(default_factory=ObservedSince.now)
 
@@ -167,6 +170,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubPar
         install_roots(cache, roots)
         projector.mark_all()
         rollouts.wake()  # every deployment again: the cache was reloaded
+        agent_upgrades.wake()
 
     # Replicas on etcd: the controllers write only while this replica leads
     # (hub.controllers.replicas).
@@ -203,6 +207,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubPar
         writer,
         revision_hook=waves.revision_ops if waves is not None else None,
     )
+    agent_upgrades = AgentUpgradeController(controller_store, cache, projector, writer)
     ctx = HubParts(
         paths=paths,
         config=config,
@@ -214,6 +219,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubPar
         sessions=sessions,
         blobs=ArtifactStore(paths.data_dir / "blobs"),
         rollouts=rollouts,
+        agent_upgrades=agent_upgrades,
         scheduler=Scheduler(
             controller_store,
             cache,

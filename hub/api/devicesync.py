@@ -55,6 +55,7 @@ from hub.api.blobserving import blob_chunks
 from hub.api.deviceinput import check_hello, check_message
 from hub.api.ratelimit import Rate, RateLimiter
 from hub.config import DevicesConfig
+from hub.decide.agentupgrade import DesiredAgentSpec
 from hub.decide.desired import MAX_DESIRED_STATE_BYTES
 from hub.decide.devices import (
     AgentReport,
@@ -194,6 +195,20 @@ def _compliance(c: device_pb2.DeviceCompliance) -> dict[str, Any]:
         "opensWatched": c.opens_watched if c.HasField("opens_watched") else None,
         "opensWatchReason": c.opens_watch_reason or None,
     }
+
+
+def _desired_agent(agent: DesiredAgentSpec | None) -> device_pb2.DesiredAgent | None:
+    """``DesiredState.agent`` (None: unset, the device keeps its committed release)."""
+    if agent is None:
+        return None
+    return device_pb2.DesiredAgent(
+        version=agent.version,
+        signed_metadata=agent.signed_metadata,
+        upgrade=agent.upgrade,
+        upgrade_revision=agent.upgrade_revision,
+        commit_deadline=_duration(agent.commit_deadline_s),
+        max_tries=agent.max_tries,
+    )
 
 
 def _agent(a: device_pb2.AgentStatus) -> AgentReport:
@@ -488,6 +503,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                                 trust_roots=list(content.trust_roots),
                                 heartbeat_interval=_duration(self.limits.heartbeat_interval_s),
                                 secrets=self._sealed(context, caller.name, content.secrets),
+                                agent=_desired_agent(content.agent),
                             )
                         )
                         size = message.ByteSize()

@@ -9,11 +9,15 @@ canary analysis, and writes nothing.
 
 from __future__ import annotations
 
+import time
 from collections.abc import Mapping
 from typing import Any
 
-from edgefleet.api import ModelDeployment, parse_manifest
+from edgefleet.api import AgentUpgrade, ModelDeployment, parse_manifest
+from edgefleet.versioning import installed_version
+from hub.controllers.agentupgrade import device_views, upgrades_of
 from hub.controllers.rollout import RolloutController, canary_status, progress_of
+from hub.decide.agentupgrade import plan_upgrade, upgrade_status
 from hub.decide.labeltrust import secrets_withheld
 from hub.decide.presentation import deployment_object, fleet_compliance
 from hub.decide.rolloutstatus import rollout_versions, with_rollout
@@ -46,7 +50,27 @@ def shown_object(
         return shown
     if kind == "SecurityBaseline":
         return {**manifest, "status": fleet_compliance(cache.devices.values())}
+    if kind == "AgentUpgrade":
+        return _agent_upgrade(cache, manifest)
     return dict(manifest)
+
+
+def _agent_upgrade(cache: Cache, manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """An AgentUpgrade with its rollout's status, as the planner sees it now (writes nothing)."""
+    upgrade = parse_manifest(dict(manifest))
+    assert isinstance(upgrade, AgentUpgrade)
+    upgrades = upgrades_of(cache)
+    upgrades[upgrade.name] = upgrade
+    state = cache.agent_upgrades.get(upgrade.name)
+    progress = plan_upgrade(
+        upgrade,
+        state,
+        device_views(cache, upgrade, upgrades),
+        cache.agent_releases,
+        installed_version(),
+        time.time(),
+    ).progress
+    return {**manifest, "status": upgrade_status(upgrade, state, progress)}
 
 
 def _deployment(

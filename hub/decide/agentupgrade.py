@@ -65,11 +65,18 @@ from hub.decide.agentreleases import AgentReleaseRecord, agent_release_key
 from hub.decide.devices import AgentReport
 from hub.decide.revisions import RolloutPhase
 
+AGENT_UPGRADES = "/agentupgrades/"
+"""Store prefix of the rollout records: ``/agentupgrades/NAME`` (:class:`AgentUpgradeState`)."""
+
 MAX_REVISIONS = 10
 MAX_NAMED = 5  # devices a message names before "and N more"
 
 COMMITTED = "Committed"
 FAILED_PHASES = ("RolledBack", "Failed")
+
+
+def agent_upgrade_key(name: str) -> str:
+    return f"{AGENT_UPGRADES}{name}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -253,7 +260,7 @@ class AgentProgress:
             "poolDevices": self.pool,
             "doneDevices": len(self.done),
             "updatingDevices": len(self.updating),
-            "failedDevices": len(self.failed),
+            "failedCount": len(self.failed),
             "waitingDevices": self.waiting,
             "upToDateDevices": len(self.up_to_date),
             "updating": list(self.updating[:100]),
@@ -716,6 +723,52 @@ def _hold_rollback(
         "back to the release each had committed",
     )
     return AgentPlan(new, (event,), progress)
+
+
+# -- status -----------------------------------------------------------------------------------
+
+
+def upgrade_status(
+    upgrade: AgentUpgrade, state: AgentUpgradeState | None, progress: AgentProgress
+) -> dict[str, Any]:
+    """An AgentUpgrade's ``status``: its rollout (phase, revision, version, canary step), the
+    devices' counts, every failed device with its reason, the devices sent back, and the
+    ``Progressing`` condition (Kubernetes' words: RolloutPaused, RolledBack...)."""
+    from edgefleet.api.conditions import Condition, ConditionStatus
+    from edgefleet.timestamps import rfc3339
+
+    if state is None:
+        return {"phase": "Pending", "message": "no revision yet", **progress.to_json()}
+    steps = upgrade.spec.rollout.steps
+    if state.phase is RolloutPhase.ROLLED_BACK:
+        condition = Condition("Progressing", ConditionStatus.FALSE, "RolledBack", state.message)
+    elif state.phase is RolloutPhase.PAUSED:
+        condition = Condition(
+            "Progressing", ConditionStatus.UNKNOWN, "RolloutPaused", state.message
+        )
+    elif state.phase is RolloutPhase.COMPLETE:
+        condition = Condition("Progressing", ConditionStatus.TRUE, "RolloutComplete", state.message)
+    else:
+        condition = Condition(
+            "Progressing", ConditionStatus.TRUE, state.reason or "RollingUpdate", state.message
+        )
+    return {
+        "phase": state.phase.value,
+        "reason": state.reason,
+        "message": state.message,
+        "revision": state.revision,
+        "version": state.current.version,
+        "startedAt": rfc3339(state.started_at) if state.started_at else None,
+        "changedAt": rfc3339(state.changed_at) if state.changed_at else None,
+        "step": min(state.step + 1, len(steps)) if steps else 0,
+        "stepCount": len(steps),
+        "pastLastStep": state.step >= len(steps),
+        "steps": [f"{w}%" for w in steps],
+        **progress.to_json(),
+        "failedDevices": dict(sorted(state.failed.items())),
+        "rollbackDevices": dict(sorted(state.rollback.items())),
+        "conditions": [condition.to_json()],
+    }
 
 
 # -- apply ----------------------------------------------------------------------------------

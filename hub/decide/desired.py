@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import orjson
 
 from edgefleet.api import PRIORITY_CLASSES, PriorityClass
+from hub.decide.agentupgrade import DesiredAgentSpec, desired_agent_of
 from hub.decide.devices import Device, TrustState
 from hub.decide.fleetview import FleetView, SecretVersion
 from hub.decide.labeltrust import untrusted_match
@@ -92,6 +93,9 @@ class DesiredContent:
     secrets: tuple[tuple[str, int], ...] = ()
     # (deployment, revision number) of every deployment sent, sorted
     revisions: tuple[tuple[str, int], ...] = ()
+    # the edged release the device is asked to run (an AgentUpgrade's); None: none, it keeps
+    # its committed one (hub.decide.agentupgrade)
+    agent: DesiredAgentSpec | None = None
 
 
 def build_desired(
@@ -175,6 +179,9 @@ def build_desired(
         tpm_attested=tpm_attested(device) and bool(device.sealing_key_pem),
     )
     key = (*manifests, b"--", *metadata, b"--", *allowances, b"--", *fleet.trust_roots)
+    agent = desired_agent_of(view.agent_upgrades, device.name, device.agent, view.agent_releases)
+    if agent is not None:  # only then: digests of states without one stay as they were
+        key = (*key, b"--agent", *_agent_parts(agent))
     digest = fleet.digests.get((key, secrets))  # devices given the same: hashed once
     if digest is None:
         digest = _digest(key, secrets, fleet.tpm_secrets)
@@ -190,6 +197,16 @@ def build_desired(
         fleet.trust_roots,
         secrets,
         tuple(sorted(numbers)),
+        agent,
+    )
+
+
+def _agent_parts(agent: DesiredAgentSpec) -> tuple[bytes, ...]:
+    return (
+        agent.version.encode(),
+        agent.signed_metadata,
+        agent.upgrade.encode(),
+        f"{agent.upgrade_revision}:{agent.commit_deadline_s}:{agent.max_tries}".encode(),
     )
 
 
@@ -418,7 +435,9 @@ def wire_size(content: DesiredContent) -> int:
     its field tag and length prefix, plus generation and heartbeat interval."""
     parts = (*content.manifests, *content.artifact_metadata, *content.rollback_allowances)
     sealed = len(content.secrets) * SEALED_SECRET_BYTES
-    return sum(len(p) + 6 for p in parts) + 64 + sealed
+    agent = content.agent
+    extra = 0 if agent is None else sum(len(p) + 8 for p in _agent_parts(agent)) + 32
+    return sum(len(p) + 6 for p in parts) + 64 + sealed + extra
 
 
 def replica_wire_size(

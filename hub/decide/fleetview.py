@@ -20,6 +20,8 @@ from typing import Protocol
 
 from edgefleet.api import ModelDeployment
 from edgefleet.api.secrets import requires_tpm
+from hub.decide.agentreleases import AgentReleaseRecord
+from hub.decide.agentupgrade import AgentUpgradeState
 from hub.decide.devices import Device
 from hub.decide.placement import SecurityPolicy
 from hub.decide.records import DesiredRecord, ModelRecord, StoredObject
@@ -49,6 +51,9 @@ class FleetView:
     # replicas.total deployment -> the devices sent it now (hub.decide.moves)
     sent_placements: Mapping[str, frozenset[str]] = field(default_factory=dict)
     secrets: Mapping[str, SecretVersion] = field(default_factory=dict)  # by name
+    # AgentUpgrade rollouts by upgrade, and the edged releases held by key (issue 32)
+    agent_upgrades: Mapping[str, AgentUpgradeState] = field(default_factory=dict)
+    agent_releases: Mapping[str, AgentReleaseRecord] = field(default_factory=dict)
 
     def revision_for(self, deployment: str, device: str) -> Revision | None:
         """The revision of ``deployment`` that ``device`` is sent (None: none made yet)."""

@@ -15,6 +15,8 @@ from typing import Any
 
 from edgefleet.api import ModelDeployment, parse_manifest
 from hub.decide import fleetview
+from hub.decide.agentreleases import AGENT_RELEASES, AgentReleaseRecord
+from hub.decide.agentupgrade import AGENT_UPGRADES, AgentUpgradeState
 from hub.decide.analysis import TimelineSample
 from hub.decide.devices import Device
 from hub.decide.placement import SecurityPolicy
@@ -90,6 +92,11 @@ class Cache:
     scaled_totals: dict[str, int] = field(default_factory=dict)
     # Secret name -> its values sealed with the hub's key (hub.state.secrets), never in the clear
     secrets: dict[str, SecretRecord] = field(default_factory=dict)
+    # AgentUpgrade rollouts (hub.controllers.agentupgrade) by upgrade, their store mod
+    # revisions, and the edged releases the hub holds by key (hub.decide.agentreleases)
+    agent_upgrades: dict[str, AgentUpgradeState] = field(default_factory=dict)
+    agent_upgrade_revisions: dict[str, int] = field(default_factory=dict)
+    agent_releases: dict[str, AgentReleaseRecord] = field(default_factory=dict)
     # told of every key written through (hub.state.feed): the controllers' watches
     feed: ChangeFeed = field(default_factory=ChangeFeed)
 
@@ -126,6 +133,13 @@ class Cache:
                 draining=frozenset(doc.get("draining", ())),
                 waiting=frozenset(doc.get("waiting", ())),
             )
+        for kv in (await store.range(AGENT_UPGRADES)).kvs:
+            upgrade = AgentUpgradeState.from_json(storekeys.loads(kv.value))
+            cache.agent_upgrades[upgrade.upgrade] = upgrade
+            cache.agent_upgrade_revisions[upgrade.upgrade] = kv.mod_revision
+        for kv in (await store.range(AGENT_RELEASES)).kvs:
+            release = AgentReleaseRecord.from_json(storekeys.loads(kv.value))
+            cache.agent_releases[release.key] = release
         for kv in (await store.range(storekeys.REVOKED)).kvs:
             cache.revoked[kv.key[len(storekeys.REVOKED) :]] = kv.value.decode()
         for kv in (await store.range(storekeys.EVENTS)).kvs[-MAX_EVENTS:]:

@@ -21,4 +21,6 @@ def snapshot_of(cache: Cache) -> FleetView:
         rollouts=cache.rollouts,
         sent_placements=cache.sent_placements,
         secrets=cache.secrets,
+        agent_upgrades=cache.agent_upgrades,
+        agent_releases=cache.agent_releases,
     )

@@ -393,7 +393,8 @@ async def test_unknown_kinds_and_names(tmp_path: Path) -> None:
         assert code is grpc.StatusCode.INVALID_ARGUMENT
         assert details == (
             "unknown kind 'Pod': must be one of Device, Model, ModelDeployment, "
-            "DeviceHealthPolicy, SecurityBaseline, Secret, PriorityClass, BootstrapToken, Region"
+            "DeviceHealthPolicy, SecurityBaseline, Secret, PriorityClass, AgentUpgrade, "
+            "BootstrapToken, Region"
         )
         code, details = await code_of(stub.Get(admin_pb2.GetRequest(kind="Device", name="nope")))
         assert code is grpc.StatusCode.NOT_FOUND

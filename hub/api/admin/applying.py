@@ -44,7 +44,6 @@ from hub.state.tufrepo import TufRepository
 from hub.state.writer import DeviceWriter
 
 KIND_PRIORITY_CLASS = PriorityClass.KIND
-AGENT_UPGRADES_DRIVEN = False  # until hub.controllers.agentupgrade is wired: refused, not ignored
 
 _OUTCOMES = {
     apply.Outcome.CREATED: admin_pb2.ApplyResult.CREATED,
@@ -235,12 +234,7 @@ class Applies:
         applied (edgefleet.agentskew)."""
         problems = []
         for i, obj in enumerate(parsed):
-            if obj.kind == "AgentUpgrade" and not AGENT_UPGRADES_DRIVEN:
-                problems.append(
-                    f"documents[{i}].kind: AgentUpgrade is not supported yet by this hub (no "
-                    "controller drives it)"
-                )
-            elif obj.kind == "AgentUpgrade":
+            if obj.kind == "AgentUpgrade":
                 why = version_refusal(str(obj.manifest["spec"]["version"]), installed_version())
                 if why is not None:
                     problems.append(f"documents[{i}].{why}")

@@ -1,0 +1,171 @@
+"""AgentUpgrade end to end (issue 32, item 2): a real ``hub serve`` process, devices speaking
+Sync over mTLS from the test and reporting ``Status.agent`` as edged under its launcher would
+(tests/e2e/agentdevice.py), the releases held in the hub's store as the push writes them.
+
+* canary first, then all: one device is sent the release, comes back healthy, then the rest
+  one at a time (maxUnavailable 1); a device outside the selector is never sent anything;
+* a failure at the canary stops the rollout and reverts it: the device whose launcher rolled
+  back is named with its reason, the device that had committed the new release is sent its
+  previous one explicitly and goes back, nobody else was sent anything;
+* apply refuses a version outside the hub's window and waves, and changes nothing.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentdevice import ABI, ARCH, AgentDevice, agent_device
+from fleet import HubProcess
+from harness import wait_for
+
+from edgefleet.versioning import installed_version
+from hub.decide.agentreleases import AgentReleaseRecord
+from hub.state.agentreleases import put_agent_release
+from hub.state.store import open_hub_store
+
+OLD = installed_version()  # what the devices run: the hub's own version
+_MAJOR, _MINOR, _PATCH = (int(x) for x in OLD.split(".")[:3])
+NEW = f"{_MAJOR}.{_MINOR}.{_PATCH + 1}"  # a patch release: inside the window
+
+
+def hold_releases(hub: HubProcess, *versions: str) -> None:
+    """The release records the push writes (hub.state.agentreleases), before the hub starts."""
+
+    async def put() -> None:
+        store = await open_hub_store(None, data_dir=hub.data)
+        try:
+            for v in versions:
+                record = AgentReleaseRecord(
+                    v, ARCH, ABI, "ab" * 32, 1000, f'{{"version": "{v}"}}'.encode(), 1.0
+                )
+                await put_agent_release(store, record)
+        finally:
+            await store.close()
+
+    asyncio.run(put())
+
+
+def apply(hub: HubProcess, tmp_path: Path, text: str) -> Any:
+    doc = tmp_path / "upgrade.yaml"
+    doc.write_text(text)
+    return hub.edgectl("apply", "-f", str(doc), check=False)
+
+
+def upgrade_yaml(version: str, rollout: str = "") -> str:
+    return (
+        "apiVersion: edgefleet.io/v1\nkind: AgentUpgrade\nmetadata: {name: edged-next}\n"
+        f'spec:\n  version: "{version}"\n  selector: {{matchLabels: {{site: retail}}}}\n'
+        f"  rollout: {{progressDeadlineSeconds: 900{rollout}}}\n"
+    )
+
+
+def status(hub: HubProcess) -> dict[str, Any]:
+    out = hub.edgectl("get", "agentupgrade", "edged-next", "-o", "json")
+    return dict(json.loads(out.stdout).get("status", {}))
+
+
+def events(hub: HubProcess) -> list[str]:
+    doc = json.loads(hub.edgectl("get", "events", "-o", "json").stdout)
+    items = doc["items"] if isinstance(doc, dict) else doc
+    return [e["reason"] for e in items if e.get("object", {}).get("kind") == "AgentUpgrade"]
+
+
+def desired_version(device: AgentDevice) -> str:
+    d = device.desired
+    return d.agent.version if d is not None and d.HasField("agent") else ""
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[tuple[HubProcess, dict[str, AgentDevice]]]:
+    hub = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init()
+    hold_releases(hub, OLD, NEW)
+    hub.start()
+    devices: dict[str, AgentDevice] = {}
+    try:
+        for i in range(4):
+            name = f"r{i}"
+            devices[name] = agent_device(hub, tmp_path, name, {"site": "retail"}, version=OLD)
+        devices["depot"] = agent_device(hub, tmp_path, "depot", {"site": "depot"}, version=OLD)
+        for d in devices.values():
+            d.connect()
+        yield hub, devices
+    finally:
+        for d in devices.values():
+            d.disconnect()
+        hub.stop()
+
+
+def test_canary_first_then_all(
+    fleet: tuple[HubProcess, dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    hub, devices = fleet
+    for d in devices.values():
+        d.behaviour = "hold"
+    out = apply(hub, tmp_path, upgrade_yaml(NEW, ", canary: {steps: [25%]}"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_for(lambda: desired_version(devices["r0"]) == NEW, 30, "the canary sent the release")
+    shown = wait_for(lambda: (s := status(hub)).get("updatingDevices") == 1 and s, 30)
+    assert shown["phase"] == "Progressing" and shown["stepDevices"] == 1, shown
+    assert [desired_version(devices[n]) for n in ("r1", "r2", "r3")] == ["", "", ""]
+    devices["r0"].behaviour = "good"  # the canary comes back healthy
+    for d in devices.values():
+        d.behaviour = "good"
+    done = wait_for(lambda: (s := status(hub)).get("phase") == "Complete" and s, 60, "Complete")
+    assert done["doneDevices"] == 4 and done["failedDevices"] == {}, done
+    assert all(devices[f"r{i}"].committed == NEW for i in range(4))
+    assert devices["depot"].committed == OLD and desired_version(devices["depot"]) == ""
+    # the devices came back with a Hello of the new version: the hub shows it
+    wide = hub.edgectl("get", "devices", "-o", "json").stdout
+    assert NEW in wide
+    reasons = events(hub)
+    assert "CanaryStepPassed" in reasons and "RolloutComplete" in reasons, reasons
+
+
+def test_a_failure_at_the_canary_stops_and_reverts(
+    fleet: tuple[HubProcess, dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    hub, devices = fleet
+    devices["r1"].behaviour = "hold"  # its launcher will roll back, after r0 committed
+    out = apply(hub, tmp_path, upgrade_yaml(NEW, ", maxUnavailable: 2, canary: {steps: [50%]}"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_for(lambda: devices["r0"].committed == NEW, 30, "r0 committed the new release")
+    wait_for(lambda: desired_version(devices["r1"]) == NEW, 30, "r1 was sent it")
+    devices["r1"].behaviour = "crash"
+    rolled = wait_for(lambda: (s := status(hub)).get("phase") == "RolledBack" and s, 30)
+    assert rolled["reason"] == "FailureThresholdReached", rolled
+    assert rolled["failedDevices"] == {"r1": f"CrashLoop: edged {NEW} exited 3 times"}, rolled
+    assert "r1 (CrashLoop" in rolled["message"], rolled
+    assert rolled["rollbackDevices"] == {"r0": OLD}, rolled
+    # r0 had committed the new release: sent its previous one, it goes back
+    wait_for(lambda: devices["r0"].committed == OLD, 30, "r0 went back to its release")
+    assert devices["r1"].committed == OLD and desired_version(devices["r1"]) == ""
+    for name in ("r2", "r3", "depot"):  # never sent anything
+        assert devices[name].tried == set() and devices[name].committed == OLD
+    condition = rolled["conditions"][0]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "Progressing",
+        "False",
+        "RolledBack",
+    )
+    assert "RolledBack" in events(hub) and "DeviceFailed" in events(hub)
+
+
+def test_apply_refusals_change_nothing(
+    fleet: tuple[HubProcess, dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    hub, _ = fleet
+    outside = f"{_MAJOR}.{_MINOR + 1}.0"  # newer than the hub
+    out = apply(hub, tmp_path, upgrade_yaml(outside))
+    assert out.returncode != 0
+    assert "spec.version" in out.stderr and "outside the versions this hub accepts" in out.stderr
+    out = apply(hub, tmp_path, upgrade_yaml(NEW, ", waves: [{regions: [eu]}]"))
+    assert out.returncode != 0 and "spec.rollout.waves: not supported yet" in out.stderr
+    out = apply(hub, tmp_path, upgrade_yaml(NEW, ", maxSurge: 1"))
+    assert out.returncode != 0 and "spec.rollout.maxSurge: unknown field" in out.stderr
+    listed = hub.edgectl("get", "agentupgrades", "-o", "json").stdout
+    assert "edged-next" not in listed
