@@ -73,7 +73,7 @@ from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import StateError
 from edgefleet.logs import get_logger
 from edgefleet.metrics import Registry
-from edgefleet.notifying import Notifier, WatchdogPinger
+from edgefleet.notifying import Notifier, WatchdogPinger, take_listen_fds
 from edgefleet.supervising import supervise
 from edgefleet.workqueue import WorkQueue
 
@@ -99,6 +99,8 @@ class Daemon:
         self.notifier = notifier if notifier is not None else Notifier.from_environ()
         # workers outlive this edged (runtime/adopting.py): decided before NOTIFY_SOCKET goes
         self.keep_workers = config.workers.keeps_workers(os.environ)
+        # the sockets the previous edged stored (LISTEN_FDS: systemd's or the launcher's store)
+        inherited = take_listen_fds(os.environ)
         # Only edged talks to systemd: worker processes must not inherit the socket.
         os.environ.pop("NOTIFY_SOCKET", None)
         self.config = config
@@ -204,6 +206,8 @@ class Daemon:
             router=self.router,
             counters=self.counters,
             security=self.security,
+            inherited=inherited,
+            store=self.notifier.store_fd if self.notifier.enabled else None,
         )
         # -- drift (docs/security.md): what differs from what edged made ---------------------
         self.drift: DriftWatch

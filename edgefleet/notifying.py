@@ -8,7 +8,10 @@ Each notification is one datagram of ``KEY=value`` lines:
 * ``STATUS=...`` one human line shown by ``systemctl status``, on notable changes;
 * ``WATCHDOG=1`` from the main event loop every half ``$WATCHDOG_USEC`` (:class:`WatchdogPinger`):
   a loop that is stuck sends none, and systemd kills and restarts the service;
-* ``STOPPING=1`` when shutdown begins.
+* ``STOPPING=1`` when shutdown begins;
+* ``FDSTORE=1`` with ``FDNAME=`` and the descriptor (SCM_RIGHTS): keep it for the next start
+  of the service (:meth:`Notifier.store_fd`), which gets it back as ``LISTEN_FDS`` (from 3),
+  ``LISTEN_FDNAMES`` and ``LISTEN_PID`` (:func:`listen_fds`). edged's launcher speaks the same.
 
 Without ``$NOTIFY_SOCKET`` (not under systemd) every call is a no-op. Sending never raises: a
 notification that cannot be sent is logged once and dropped.
@@ -19,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
-from collections.abc import Mapping
+import sys
+from collections.abc import Mapping, MutableMapping
 
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
@@ -52,6 +56,43 @@ def watchdog_interval(env: Mapping[str, str], pid: int) -> float | None:
     if usec <= 0:
         return None
     return usec / 2 / 1_000_000
+
+
+MAX_LISTEN_FDS = 64
+
+
+def listen_fds(env: Mapping[str, str], pid: int) -> list[tuple[str, int]]:
+    """Pure: the descriptors handed to process ``pid`` by systemd's protocol (``LISTEN_PID``,
+    ``LISTEN_FDS`` from descriptor 3, ``LISTEN_FDNAMES`` colon-separated), as (name, fd);
+    none when ``LISTEN_PID`` names another process (they were not meant for this one)."""
+    if env.get("LISTEN_PID", "") != str(pid):
+        return []
+    try:
+        count = int(env.get("LISTEN_FDS", "0"))
+    except ValueError:
+        return []
+    names = env.get("LISTEN_FDNAMES", "").split(":")
+    count = max(0, min(count, MAX_LISTEN_FDS))
+    return [(names[i] if i < len(names) and names[i] else "unknown", 3 + i) for i in range(count)]
+
+
+def take_listen_fds(env: MutableMapping[str, str]) -> dict[str, int]:
+    """The descriptors systemd (or edged's launcher) handed this process, by name, taken out
+    of ``env`` (the ``LISTEN_*`` variables go: no child must take them for its own) and made
+    non-inheritable; a name given twice keeps its first descriptor, the others are closed."""
+    found: dict[str, int] = {}
+    for name, fd in listen_fds(env, os.getpid()):
+        try:
+            os.set_inheritable(fd, False)
+        except OSError:
+            continue  # not open after all
+        if name in found:
+            os.close(fd)
+        else:
+            found[name] = fd
+    for key in ("LISTEN_PID", "LISTEN_FDS", "LISTEN_FDNAMES"):
+        env.pop(key, None)
+    return found
 
 
 class Notifier:
@@ -98,6 +139,23 @@ class Notifier:
 
     def watchdog(self) -> bool:
         return self.send("WATCHDOG=1")
+
+    def store_fd(self, name: str, fd: int) -> bool:
+        """Keep ``fd`` in the service's descriptor store as ``name``, replacing one of that
+        name; False when there is no store (not under systemd or the launcher) or the send
+        failed."""
+        if self.address is None:
+            return False
+        self.send("FDSTOREREMOVE=1", f"FDNAME={name}")
+        payload = f"FDSTORE=1\nFDNAME={name}".encode()
+        rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fd.to_bytes(4, sys.byteorder))]
+        try:
+            with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC) as s:
+                s.sendmsg([payload], rights, 0, self.address)  # send_fds drops the address
+        except OSError as exc:
+            log.warning("cannot store a descriptor", name=name, error=str(exc))
+            return False
+        return True
 
 
 class WatchdogPinger:

@@ -478,14 +478,47 @@ class HttpServer:
         self._servers: list[asyncio.AbstractServer] = []
         self._unix_paths: list[Path] = []
 
-    async def listen_unix(self, path: Path, *, mode: int = 0o660) -> None:
+    async def listen_unix(
+        self,
+        path: Path,
+        *,
+        mode: int = 0o660,
+        sock: socket.socket | None = None,
+        backlog: int = 100,
+    ) -> None:
+        """Serve ``path``: bound here, or ``sock``, a socket already listening there (the
+        previous edged's, from the descriptor store: what waits in its backlog is served)."""
         loop = asyncio.get_running_loop()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _remove_stale_socket(path)
-        server = await loop.create_unix_server(lambda: HttpConnection(self._state), str(path))
+        if sock is None:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            _remove_stale_socket(path)
+            server = await loop.create_unix_server(
+                lambda: HttpConnection(self._state), str(path), backlog=backlog
+            )
+        else:
+            server = await loop.create_unix_server(
+                lambda: HttpConnection(self._state), sock=sock, backlog=backlog
+            )
         os.chmod(path, mode)
         self._servers.append(server)
         self._unix_paths.append(path)
+
+    def unlink_at_stop(self, path: Path) -> None:
+        """Remove ``path`` again when this server stops accepting (undoes :meth:`hand_on`)."""
+        if path not in self._unix_paths:
+            self._unix_paths.append(path)
+
+    def hand_on(self, path: Path) -> int | None:
+        """The descriptor of the socket listening on ``path``, which from now on outlives this
+        server: its file is left in place when it stops accepting (a copy of the descriptor in
+        the service's store keeps it listening). None when it does not serve ``path``."""
+        for server in self._servers:
+            for sock in getattr(server, "sockets", None) or ():
+                if sock.family == socket.AF_UNIX and sock.getsockname() == str(path):
+                    if path in self._unix_paths:
+                        self._unix_paths.remove(path)
+                    return int(sock.fileno())
+        return None
 
     async def listen_tcp(self, host: str, port: int) -> asyncio.AbstractServer:
         """Listen on ``host:port`` too; the listener (close it to stop serving there alone)."""

@@ -9,13 +9,18 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
 import numpy as np
 import orjson
 import psutil
+from fdstoretesting import FdStore
 from harness import UNSIGNED_CONFIG, Edged, wait_for, write_manifest
+
+from edgefleet.devicestatus import send_request
+from edgefleet.inference import infer_path, infer_request_body
 
 X = np.zeros((1, 64), dtype=np.float32)
 
@@ -198,3 +203,82 @@ def test_keep_on_exit_off_stops_workers_with_edged(
     assert _records(e) == {}
     assert e.terminate() == 0
     wait_for(lambda: not _alive(pid), 10, "the worker stopped with edged")
+
+
+class SteadyLoad:
+    """One client sending inference requests back to back, each on a new connection, retrying
+    a failed one once (what a client of a restarting service does): counts what failed even
+    so, and the longest time without an answer."""
+
+    def __init__(self, sock: str) -> None:
+        self.sock = sock
+        self.body = infer_request_body({"input": X})
+        self.answered = 0
+        self.failed: list[str] = []
+        self.longest_gap = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def _one(self) -> str:
+        try:
+            status, _, _ = send_request(
+                self.sock, "POST", infer_path("mlp"), self.body, timeout=30.0
+            )
+        except OSError as exc:
+            return f"{type(exc).__name__}: {exc}"
+        return "" if status == 200 else f"HTTP {status}"
+
+    def _run(self) -> None:
+        last = time.monotonic()
+        while not self._stop.is_set():
+            why = self._one()
+            if why:
+                why = self._one()  # the one retry
+            now = time.monotonic()
+            if why:
+                self.failed.append(why)
+            else:
+                self.answered += 1
+                self.longest_gap = max(self.longest_gap, now - last)
+                last = now
+
+    def __enter__(self) -> SteadyLoad:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *_: object) -> None:
+        self._stop.set()
+        self._thread.join(40)
+
+
+def test_restart_under_load_fails_no_request(
+    model_dir: Path, tmp_path: Path, edged_factory
+) -> None:
+    """edged under a descriptor store (as systemd or the launcher runs it): its inference
+    socket is stored and taken back, its workers adopted; a client that retries once sees no
+    failure across restarts, clean and kill -9."""
+    store = FdStore(tmp_path / "fdstore")
+    write_manifest(model_dir, replicas=2)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path))
+    e.python, e.env = store.python, store.env
+    try:
+        e.start().wait_ready()
+        wait_for(lambda: e.workload("mlp")["readyReplicas"] == 2, 30, "two replicas")
+        wait_for(lambda: "inference" in store.names(), 10, "infer.sock in the store")
+        before = sorted(e.worker_pids("mlp"))
+        with SteadyLoad(e.infer_sock) as load:
+            wait_for(lambda: load.answered > 20, 30, "requests answered")
+            for crash in (False, True, False):
+                if crash:
+                    e.kill9()
+                else:
+                    assert e.terminate() == 0
+                e.start()
+                answered = load.answered
+                wait_for(lambda n=answered: load.answered > n + 20, 60, "answers after the restart")
+        assert load.failed == [], load.failed[:5]
+        assert sorted(e.worker_pids("mlp")) == before
+        assert len(e.log_records("socket taken from the descriptor store")) >= 2
+    finally:
+        _stop_for_good(e, tmp_path)
+        store.close()

@@ -175,3 +175,38 @@ def test_hub_serve_notifies_ready_once_listening(
         if proc.poll() is None:
             proc.kill()
             proc.wait(10)
+
+
+def test_listen_fds_for_this_pid_only() -> None:
+    from edgefleet.notifying import listen_fds
+
+    env = {"LISTEN_PID": "42", "LISTEN_FDS": "2", "LISTEN_FDNAMES": "inference:status"}
+    assert listen_fds(env, 42) == [("inference", 3), ("status", 4)]
+    assert listen_fds(env, 7) == []
+    assert listen_fds({**env, "LISTEN_FDS": "many"}, 42) == []
+    assert listen_fds({**env, "LISTEN_FDNAMES": ""}, 42) == [("unknown", 3), ("unknown", 4)]
+    assert len(listen_fds({**env, "LISTEN_FDS": "100000"}, 42)) == 64  # bounded
+
+
+def test_store_fd_sends_the_descriptor_with_its_name(tmp_path: Path) -> None:
+    import array
+
+    path = tmp_path / "notify.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM) as server:
+        server.bind(str(path))
+        r, w = os.pipe()
+        try:
+            assert Notifier(str(path)).store_fd("inference", r)
+            removed = server.recv(1024)
+            msg, anc, _, _ = server.recvmsg(1024, socket.CMSG_SPACE(4))
+        finally:
+            os.close(r)
+        assert removed == b"FDSTOREREMOVE=1\nFDNAME=inference"
+        assert msg == b"FDSTORE=1\nFDNAME=inference"
+        fds = array.array("i")
+        fds.frombytes(anc[0][2])
+        os.write(w, b"x")
+        assert os.read(fds[0], 1) == b"x"  # the very pipe
+        os.close(fds[0])
+        os.close(w)
+    assert not Notifier(None).store_fd("inference", 0)
