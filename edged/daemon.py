@@ -405,7 +405,7 @@ class Daemon:
         """What a release on trial needs before it commits (edged.agent.planning)."""
         link = self.hub_link
         return Health(
-            connected=link is not None and link.connected,
+            connected=link is None or link.connected,  # a device with no hub: none to reach
             state_loaded=self.board.loaded,
             reconcile_running=self.components_running,
             serving=frozenset(self._serving_workloads()),

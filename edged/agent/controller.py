@@ -214,9 +214,10 @@ class AgentController:
             if not self._notify("EDGED_COMMIT=1"):
                 raise TemporaryError("cannot reach the launcher's notify socket to commit")
             formats.committed()
-            self._set(Phase.COMMITTED, "Committed", "connected, state loaded, workloads serving")
-            log.info("agent release committed", version=self.running.version)
-            return Result(requeue_after=TRIAL_POLL_S)  # the launcher's state says it next
+            # Committed once launcher.json says so (the next pass), not before
+            self._set(Phase.TRYING, "Committing", "connected, state loaded, workloads serving")
+            log.info("agent release commits", version=self.running.version)
+            return Result(requeue_after=TRIAL_POLL_S)
         if isinstance(step, AbortTrial):
             self._request({"action": "abort", "reason": step.reason, "message": step.message})
             self._switching(step.message)

@@ -57,7 +57,9 @@ class Platform:
 
     @classmethod
     def of_this_device(cls) -> Platform:
-        return cls(platform.machine(), f"cp{sys.version_info.major}{sys.version_info.minor}")
+        return cls(
+            platform.machine().lower(), f"cp{sys.version_info.major}{sys.version_info.minor}"
+        )
 
 
 @dataclass(frozen=True, slots=True)
