@@ -393,7 +393,9 @@ def device_servicer(ctx: HubParts, *, on_evidence: EvidenceHandler | None = None
         shared_blobs=ctx.shared_blobs,
         clock=ctx.clock,
         on_evidence=on_evidence,
-        agent_release=functools.partial(holds_agent_release, ctx.store),
+        agent_release=functools.partial(
+            holds_agent_release, ctx.store, cached=ctx.cache.agent_releases
+        ),
     )
 
 

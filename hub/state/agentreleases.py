@@ -9,6 +9,8 @@ release was checked as a device would check it and its bytes were stored; read b
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from edgefleet.errors import CompareFailed, StoreError
 from hub.decide.agentreleases import AGENT_RELEASES, AgentReleaseRecord, agent_release_key
 from hub.state import storekeys
@@ -41,10 +43,16 @@ async def agent_releases(store: Store) -> list[AgentReleaseRecord]:
     return sorted(records, key=lambda r: (-r.pushed_at, r.key))
 
 
-async def holds_agent_release(store: Store, sha256: str) -> bool:
-    """Whether ``sha256`` is the file of a release the hub holds. Any enrolled device may
-    fetch a release's bytes (FetchArtifact): releases are not secret, and a device verifies
-    one against the TUF agent delegation before it fetches a byte."""
+async def holds_agent_release(
+    store: Store, sha256: str, cached: Mapping[str, AgentReleaseRecord] | None = None
+) -> bool:
+    """Whether ``sha256`` is the file of a release the hub holds: in ``cached`` (the cache's,
+    which the AgentUpgrade controller refreshes), else in the store (one bounded range read:
+    a release pushed since). Any enrolled device may fetch a release's bytes (FetchArtifact):
+    releases are not secret, and a device verifies one against the TUF agent delegation
+    before it fetches a byte."""
+    if cached is not None and any(r.sha256 == sha256 for r in cached.values()):
+        return True
     return any(r.sha256 == sha256 for r in await agent_releases(store))
 
 
