@@ -159,6 +159,13 @@ def _parser() -> argparse.ArgumentParser:
     )
     backup.add_argument("--data-dir", type=Path, required=True)
     backup.add_argument("--out", type=Path, required=True, metavar="FILE")
+    migrate = sub.add_parser(
+        "migrate",
+        help="bring the store to this hub's schema, the migrations older replicas cannot "
+        "follow included: run it once every replica runs this release (hub serve applies "
+        "the others itself)",
+    )
+    migrate.add_argument("--data-dir", type=Path, required=True)
     restore = sub.add_parser(
         "restore",
         help="replace a stopped hub's store with a backup of it (made by hub backup)",
@@ -503,6 +510,24 @@ async def _restore(args: argparse.Namespace) -> int:
     return 0
 
 
+async def _migrate(args: argparse.Namespace) -> int:
+    from hub.state.migrations import SCHEMA, migrate, read_schema
+
+    config = _config(args.data_dir)
+    store = await _open(args.data_dir, config)
+    try:
+        before = (await read_schema(store)).version
+        applied = await migrate(store, shared=not _is_sqlite(args.data_dir, config),
+                                allow_incompatible=True)  # fmt: skip
+    finally:
+        await store.close()
+    if not applied:
+        print(f"store schema {before}: nothing to migrate (this hub's schema is {SCHEMA})")
+    else:
+        print(f"store migrated from schema {before} to {applied[-1]}")
+    return 0
+
+
 async def _serve(args: argparse.Namespace) -> int:
     from hub.server import serve
 
@@ -595,6 +620,8 @@ def main(argv: list[str] | None = None) -> int:
         action = _backup
     elif args.command == "restore":
         action = _restore
+    elif args.command == "migrate":
+        action = _migrate
     elif args.command == "secrets":
         action = _secrets_rotate_key
     elif args.command == "parent":

@@ -43,6 +43,7 @@ from hub.config import (
     default_config_text,
 )
 from hub.state import tokens
+from hub.state.migrations import stamp_schema
 from hub.state.store import default_store_url, open_store
 from hub.state.store.identity import StoreIdentity, StoreIdentityError, stamp, write_marker
 
@@ -309,6 +310,7 @@ async def init_hub(
                     "hub, copy its data directory"
                 ) from None
             write_marker(paths.data_dir, identity)
+            await stamp_schema(opened, clock=now.timestamp)
             token, _ = await tokens.create_token(
                 opened,
                 now=now.timestamp(),

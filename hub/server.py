@@ -63,8 +63,9 @@ from hub.controllers.replicas import (
 )
 from hub.controllers.wave import WaveObserver
 from hub.initializing import HubPaths
+from hub.state.migrations import migrate
 from hub.state.regions import RegionsFollower, replica_name
-from hub.state.store import Store, open_hub_store
+from hub.state.store import EtcdStore, Store, open_hub_store
 from hub.state.store.compacting import Compactor
 from hub.state.store.electing import FencedStore, LeaderOnly
 from hub.state.store.identity import data_dir_lock
@@ -295,14 +296,17 @@ async def _serve(
         raise HubDirError(f"{data_dir} is not a hub data directory (no hub.toml): run hub init")
     config = load_config(paths.config)
     check_replica_names(paths, config.replica_addresses)
-    ctx = await build_context(
-        data_dir,
-        store=await open_hub_store(
-            store_url or config.store or None,
-            data_dir=paths.data_dir,
-            etcd_tls=config.etcd.tls(paths.data_dir, **etcd_flags),
-        ),
+    store = await open_hub_store(
+        store_url or config.store or None,
+        data_dir=paths.data_dir,
+        etcd_tls=config.etcd.tls(paths.data_dir, **etcd_flags),
     )
+    try:  # a store of an older schema is brought to this hub's (hub.state.migrations)
+        await migrate(store, shared=isinstance(store, EtcdStore))
+    except BaseException:
+        await store.close()
+        raise
+    ctx = await build_context(data_dir, store=store)
     # SIGTERM is handled before anything says the hub serves (a supervisor may stop it at once).
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()

@@ -164,7 +164,9 @@ async def open_hub_store(
     """The store of the hub in ``data_dir``, opened only if it is that hub's store: present,
     not empty, with the identity its marker names (:mod:`hub.state.store.identity`;
     StoreIdentityError
-    saying what is missing and how to restore it otherwise). ``memory://`` is not checked."""
+    saying what is missing and how to restore it otherwise), and of a schema this hub reads
+    (:func:`hub.state.migrations.check_schema`; StoreSchemaError otherwise, nothing written).
+    ``memory://`` is not checked."""
     location = parse_store_url(url or default_store_url(data_dir))
     _check_tls(location, etcd_tls)
     if location.scheme == "sqlite":
@@ -173,8 +175,12 @@ async def open_hub_store(
     store = await open_store(url, data_dir=data_dir, clock=clock, etcd_tls=etcd_tls)
     if location.scheme == "memory":
         return store
+    from hub.state.migrations import check_schema  # the migrations build on this package
+
     try:
-        await check_identity(store, data_dir, where=str(location.path or url))
+        where = str(location.path or url)
+        await check_identity(store, data_dir, where=where)
+        await check_schema(store, where=f"the store {where}")
     except BaseException:
         await store.close()
         raise
