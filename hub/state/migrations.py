@@ -65,9 +65,10 @@ async def _nothing_to_rewrite(store: Store) -> None:
 MIGRATIONS: tuple[Migration, ...] = (
     Migration(
         1,
-        "schema versions begin (edgefleet 0.2.0): device records may carry agentVersion and "
-        "agentRefused, agent releases live under /agentreleases/, AgentUpgrade objects under "
-        "/objects/; all additive, a 0.1.0 hub ignores them",
+        "schema versions begin (edgefleet 0.2.0): device records may carry agentVersion, "
+        "agentRefused and agent, agent releases live under /agentreleases/, AgentUpgrade "
+        "objects under /objects/ and their rollouts under /agentupgrades/; all additive, a "
+        "0.1.0 hub ignores them",
         _nothing_to_rewrite,
         compatible=True,
     ),
