@@ -338,6 +338,8 @@ class Daemon:
     def _on_serving_change(self, rep: Replica, ready: bool) -> None:
         self.router.replica_ready(rep, ready)
         self.counters.serving_changed(rep)
+        if self.agent.running.trial:  # a release on trial may commit now
+            self.agent_queue.add(AGENT_KEY)
 
     def _on_artifact_rotten(self, workload: WorkloadName, sha256: str) -> None:
         """A worker refused a blob whose bytes no longer match its digest: check it among
