@@ -33,11 +33,15 @@ from edgefleet.v1 import (
     enrollment_pb2,
     enrollment_pb2_grpc,
 )
+from edgefleet.versioning import installed_version
 from hub.decide.devices import Device
 from hub.state import tokens
 
 C = grpc.StatusCode
-SYNC_ANSWERS = {C.OK, C.INVALID_ARGUMENT, C.RESOURCE_EXHAUSTED, C.PERMISSION_DENIED}
+# FAILED_PRECONDITION: an edged version outside the hub's window (AgentVersionOutsideWindow)
+SYNC_ANSWERS = {
+    C.OK, C.INVALID_ARGUMENT, C.RESOURCE_EXHAUSTED, C.PERMISSION_DENIED, C.FAILED_PRECONDITION
+}  # fmt: skip
 ENROLL_ANSWERS = {C.INVALID_ARGUMENT, C.UNAUTHENTICATED, C.RESOURCE_EXHAUSTED, C.ALREADY_EXISTS}
 
 
@@ -106,7 +110,8 @@ _hello = st.builds(
     labels=st.dictionaries(_sized(70), _sized(70), max_size=5),
     health=_health,
     applied_generation=st.integers(0, 2**64 - 1),
-    edged_version=_sized(200),
+    # mostly this hub's own version, so that what follows the Hello is fuzzed too
+    edged_version=st.one_of(st.just(installed_version()), _sized(200)),
 )
 _workload = st.builds(
     device_pb2.WorkloadStatus,
