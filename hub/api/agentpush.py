@@ -167,7 +167,7 @@ class AgentReleaseReceiver:
                 length=meta.length,
                 envelope=envelope_bytes,
                 pushed_at=now,
-                signers=tuple(sorted({kid for kid, _ in env.signatures})),
+                signers=self._signers(env, delegated[0]),
             )
             try:
                 stored = await put_agent_release(self.store, record)
@@ -230,6 +230,20 @@ class AgentReleaseReceiver:
         except TrustError as exc:
             raise _refused(exc, "header.delegated_targets: ") from None
         return env, meta, (role, data, version)
+
+    def _signers(self, env: Envelope, role: str) -> tuple[str, ...]:
+        """The key ids of the agent role with a valid signature on the envelope (what the
+        record shows; a signature by any other key was never counted)."""
+        from edgefleet.trust import tufmeta
+        from edgefleet.trust.envelopes import valid_signers
+
+        tuf = self.tuf()
+        delegations = tuf.targets.delegations if tuf is not None else None
+        if delegations is None or not delegations.roles or role not in delegations.roles:
+            return ()
+        keyids = delegations.roles[role].keyids
+        keys = tufmeta.raw_keys(delegations.keys, keyids)
+        return tuple(sorted(valid_signers(env, keys, keyids)))
 
     async def _ingest(self, reader: ChunkReader, meta: AgentReleaseMetadata) -> str:
         info = FileInfo(meta.sha256, meta.length, "release")

@@ -295,3 +295,28 @@ def test_an_operator_without_admin_rights_cannot_push_or_list(
             PERMISSION_DENIED,
             "",
         )
+
+
+def test_the_record_names_only_the_agent_role_signers(hub: HubProcess, tmp_path: Path) -> None:
+    from edgefleet.trust.envelopes import key_id, sign_envelope
+
+    path = handmade_release(tmp_path / "r.tar.gz", minimal_entries("0.7.0"))
+    doc = metadata_doc(path, "0.7.0")
+    meta = agentreleases.parse_release_metadata(doc)
+    both = sign_envelope(
+        agentreleases.AGENT_RELEASE_TYPE,
+        doc,
+        [signing.load_private_key(agent_key(hub)), signing.load_private_key(model_key(hub))],
+    )
+    with admin_stub(hub) as stub:
+        got = push_raw(
+            stub,
+            both.to_bytes(),
+            path.read_bytes(),
+            role="agent",
+            targets=role_targets(hub, "agent", meta, agent_key(hub)),
+        )
+    assert got.stored and got.version == "0.7.0"
+    listed = json.loads(hub.edgectl("agent", "list", "-o", "json").stdout)["releases"]
+    (r,) = [r for r in listed if r["version"] == "0.7.0"]
+    assert r["signers"] == [key_id(signing.load_public_key_raw(hub.data / "agent-publisher.pub"))]
