@@ -8,11 +8,14 @@ import json
 import os
 import signal
 import socket
+import subprocess
+import sys
 import time
 from pathlib import Path
 
 import pytest
 from launchertesting import (
+    ROOT,
     install_fake,
     install_slot,
     launcher,
@@ -239,3 +242,55 @@ def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert launching.main([]) == 2
     assert launching.main(["--launcher-bogus=1", "run"]) == 2
     assert "unknown" in capsys.readouterr().err
+
+
+def test_stored_descriptors_go_on_to_systemds_store(tmp_path: Path, package: Path) -> None:
+    data = tmp_path / "d"
+    set_behaviour(package, "store-fd")
+    with open_notify_socket() as ns, launcher(data, package, env={"NOTIFY_SOCKET": ns.env_value}):
+        ns.wait_for("FDSTORE=1", 20)
+        assert any("FDNAME=inference" in text for _, text in ns.received())
+
+
+def test_descriptors_systemd_gave_the_launcher_reach_edged(tmp_path: Path, package: Path) -> None:
+    """After a restart of the unit, systemd hands its store to the launcher (LISTEN_FDS with
+    the launcher's pid): the launcher hands it on to edged."""
+    data = tmp_path / "d"
+    data.mkdir()
+    r, w = os.pipe()
+    os.write(w, b"from systemd's store")
+    os.close(w)
+    wrapper = (
+        "import os, sys; os.dup2(int(sys.argv[1]), 3); os.environ['LISTEN_PID'] = str(os.getpid());"
+        " os.environ['LISTEN_FDS'] = '1'; os.environ['LISTEN_FDNAMES'] = 'inference';"
+        " os.execv(sys.executable, [sys.executable, '-m', 'edged.launcher', *sys.argv[2:]])"
+    )
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    env.pop("NOTIFY_SOCKET", None)
+    proc = subprocess.Popen(
+        [sys.executable, "-c", wrapper, str(r), f"--launcher-package-path={package / 'lib'}",
+         "run", "--data-dir", str(data)],
+        pass_fds=(r,), env=env, start_new_session=True,
+    )  # fmt: skip
+    os.close(r)
+    try:
+        first = wait_runs(data, 1)[0]
+        assert first["fdnames"] == "inference" and first["fdcontent"] == ["from systemd's store"]
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+
+
+def test_the_package_can_be_tried_again_after_a_commit(tmp_path: Path, package: Path) -> None:
+    """A rollback by the hub after a commit: the package is tried, commits, and is committed."""
+    data = tmp_path / "d"
+    install_slot(data, "b", "0.2.0", "serve")
+    (data / "agent" / "launcher.json").write_text(
+        json.dumps({**launching.empty_state(), "committed": "b", "committedVersion": "0.2.0"})
+    )
+    set_behaviour(package, "commit")
+    write_request(data, try_request("package", "0.1.0"))
+    with launcher(data, package) as lp:
+        wait_for(lambda: state(data)["committed"] == "package", 20, "the package committed")
+        assert runs(data)[0]["slot"] == "package" and runs(data)[0]["trial"] == "1"
+        lp.stop()

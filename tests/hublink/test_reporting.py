@@ -256,3 +256,27 @@ def test_revision_figures_go_to_the_hub_within_its_bounds() -> None:
     assert (got.benchmark.p95_seconds, got.benchmark.runs) == (0.0042, 20)
     doors = next(w for w in msg.workloads if w.name == "doors")
     assert not doors.revisions[0].HasField("metrics")  # nothing measured: nothing sent
+
+
+def test_status_carries_the_agent_controllers_status_bounded() -> None:
+    """Status.agent: what edged.agent.controller says, each field bounded; none without it."""
+    from dataclasses import replace
+
+    assert not status_message(REPORT, generation=1).HasField("agent")
+    agent = {
+        "version": "0.2.1", "slot": "a", "committedVersion": "0.2.0", "phase": "Trying",
+        "reason": "WaitingForHealth", "message": "x" * 5000, "tries": 2, "launcher": True,
+        "desiredVersion": "0.2.1", "upgrade": "edged-next", "upgradeRevision": 3,
+        "bytesDone": 10, "bytesTotal": 20, "arch": "x86_64", "pythonAbi": "cp311",
+    }  # fmt: skip
+    msg = status_message(replace(REPORT, agent=agent), generation=1).agent
+    assert (msg.version, msg.slot, msg.committed_version, msg.phase) == (
+        "0.2.1", "a", "0.2.0", "Trying",
+    )  # fmt: skip
+    assert msg.reason == "WaitingForHealth" and len(msg.message) == 1024
+    assert (msg.tries, msg.launcher, msg.upgrade, msg.upgrade_revision) == (
+        2, True, "edged-next", 3,
+    )  # fmt: skip
+    assert (msg.bytes_done, msg.bytes_total, msg.arch, msg.python_abi) == (
+        10, 20, "x86_64", "cp311",
+    )  # fmt: skip
