@@ -369,6 +369,7 @@ def agent_release_receiver(ctx: HubParts) -> AgentReleaseReceiver:
         tuf=ctx.held_tuf,
         tuf_shared=ctx.tuf_shared,
         shared_blobs=ctx.shared_blobs,
+        writer=ctx.writer,
     )
 
 

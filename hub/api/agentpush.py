@@ -21,7 +21,8 @@ device would take is refused at the door:
    and the tarball must be what the metadata says: only files and folders under ``lib/`` and
    ``release.json`` (``UnsafeReleasePath``), its ``release.json`` of the same version
    (``VersionMismatch``), platform (``PlatformMismatch``) and requirements;
-5. then the record (:mod:`hub.state.agentreleases`) and the agent role's targets (a new
+5. then the record (:mod:`hub.state.agentreleases`) with its event (``AgentRelease``
+   ``VERSION-ARCH-ABI``, ``Pushed``) in one transaction, and the agent role's targets (a new
    snapshot and timestamp: devices see the release in TUF).
 
 A refused push leaves no blob and no record. Operators only (AdminService's authorization).
@@ -52,8 +53,11 @@ from hub.state.sharedtuf import MAX_SHARED_TARGETS_BYTES, SharedTuf, TufConflict
 from hub.state.store import Store
 from hub.state.tufrelay import RelayedTuf
 from hub.state.tufrepo import TufRepository
+from hub.state.writer import DeviceWriter
 
 log = get_logger(__name__)
+
+KIND_AGENT_RELEASE = "AgentRelease"  # the kind its events name
 
 _CODES = {
     "UnknownRole": grpc.StatusCode.PERMISSION_DENIED,
@@ -113,9 +117,11 @@ class AgentReleaseReceiver:
         tuf: Callable[[], TufRepository | RelayedTuf | None],
         tuf_shared: SharedTuf | None,
         shared_blobs: SharedBlobs | None,
+        writer: DeviceWriter | None = None,
     ) -> None:
         self.store = store
         self.blobs = blobs
+        self.writer = writer  # the event of each release pushed
         self.tuf = tuf
         self.tuf_shared = tuf_shared
         self.shared_blobs = shared_blobs
@@ -169,10 +175,23 @@ class AgentReleaseReceiver:
                 pushed_at=now,
                 signers=self._signers(env, delegated[0]),
             )
+            event = None
+            if self.writer is not None:
+                event = self.writer.prepare_event(
+                    KIND_AGENT_RELEASE,
+                    f"{meta.version}-{meta.platform.arch}-{meta.platform.python_abi}",
+                    "Normal",
+                    "Pushed",
+                    f"{meta.what} pushed (sha256 {sha256}, {meta.length} bytes)",
+                )
             try:
-                stored = await put_agent_release(self.store, record)
+                stored = await put_agent_release(
+                    self.store, record, with_ops=[event.put] if event is not None else []
+                )
             except CompareFailed:
                 raise _exists(meta, "other bytes pushed meanwhile") from None
+            if stored and event is not None and self.writer is not None:
+                self.writer.committed(event)
             await self._store_targets(delegated)
         except BaseException:
             if not had:  # bytes this push brought

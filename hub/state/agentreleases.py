@@ -9,7 +9,7 @@ release was checked as a device would check it and its bytes were stored; read b
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from edgefleet.errors import CompareFailed, StoreError
 from hub.decide.agentreleases import AGENT_RELEASES, AgentReleaseRecord, agent_release_key
@@ -56,15 +56,19 @@ async def holds_agent_release(
     return any(r.sha256 == sha256 for r in await agent_releases(store))
 
 
-async def put_agent_release(store: Store, record: AgentReleaseRecord) -> bool:
-    """Write ``record`` unless its release and platform are held already: True when written;
-    False when the same bytes are held (nothing to do). ``CompareFailed`` when other bytes
-    are held or another push wrote it meanwhile: releases are immutable."""
+async def put_agent_release(
+    store: Store, record: AgentReleaseRecord, *, with_ops: Sequence[Put] = ()
+) -> bool:
+    """Write ``record`` (and ``with_ops``, its event, in the same transaction) unless its
+    release and platform are held already: True when written; False when the same bytes are
+    held (nothing written). ``CompareFailed`` when other bytes are held or another push wrote
+    it meanwhile: releases are immutable."""
     kv = await store.get(record.key)
     if kv is not None:
         held = _record(kv.value, record.key)
         if held.sha256 == record.sha256 and held.length == record.length:
             return False
         raise CompareFailed(record.key, 0, kv.mod_revision)
-    await store.txn([Compare(record.key, 0)], [Put(record.key, storekeys.dumps(record.to_json()))])
+    put = Put(record.key, storekeys.dumps(record.to_json()))
+    await store.txn([Compare(record.key, 0)], [put, *with_ops])
     return True

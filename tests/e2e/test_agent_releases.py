@@ -91,6 +91,14 @@ def test_push_then_list(hub: HubProcess, release: Path) -> None:
 
     assert (r["sha256"], r["length"], r["signers"]) == (sha, size, [key_id(pub)])
 
+    # one event, for the push that stored it
+    events = json.loads(hub.edgectl("get", "events", "-o", "json").stdout)
+    items = events["items"] if isinstance(events, dict) else events
+    pushed = [e for e in items if e.get("object", {}).get("kind") == "AgentRelease"]
+    assert [(e["object"]["name"], e["reason"]) for e in pushed] == [
+        (f"0.2.1-{plat.arch}-{plat.python_abi}", "Pushed")
+    ], pushed
+
     # immutable: other bytes under the same version and platform are refused
     other = build_release(release.with_name("other.tar.gz"), "0.2.1", epoch=1)
     assert agentreleases.file_digest(other)[0] != sha
