@@ -127,6 +127,16 @@ def render_status(doc: dict[str, Any]) -> str:
             f"  hub state refused for {p['workload'] or 'all'}: {p['reason']}: {p['message']}"
             for p in hub.get("problems", [])
         ]
+    agent = doc.get("agent")
+    if agent:  # edged.agent: the release running and its self-update (docs/agent-updates.md)
+        where = f"slot {agent.get('slot')}" if agent.get("launcher") else "no launcher"
+        line = f"agent {agent.get('version')} ({where}), committed {agent.get('committedVersion')}"
+        line += f": {agent.get('phase')}"
+        if agent.get("desiredVersion"):
+            line += f", hub asks {agent['desiredVersion']}"
+        if agent.get("reason"):
+            line += f" ({agent['reason']}: {agent.get('message')})"
+        out.append(line)
     compliance = dev.get("compliance")
     if compliance and compliance.get("compliant") is not None:
         verdict = "compliant" if compliance["compliant"] else "NOT compliant"

@@ -149,8 +149,11 @@ class AgentController:
         self._fetch = fetch
 
     def progress(self, done: int, total: int) -> None:
-        """The download's progress (the fetch calls it), for AgentStatus.bytes_done/total."""
+        """The download's progress (the fetch calls it once the metadata verified), for
+        AgentStatus.bytes_done/total."""
         self.bytes_done, self.bytes_total = done, total
+        if self.phase == Phase.VERIFYING:
+            self._set(Phase.DOWNLOADING, "", f"downloading {total} bytes")
 
     # -- inputs ---------------------------------------------------------------------------
     def desired_changed(self, agent: device_pb2.DesiredAgent | None) -> None:
@@ -235,7 +238,8 @@ class AgentController:
         if self._fetch is None:
             self._record_failed(desired, "NotSupportedYet", "this edged has no release fetch")
             return Result()
-        self._set(Phase.DOWNLOADING, "", f"fetching {desired.version}")
+        self._set(Phase.VERIFYING, "", f"checking the signed metadata of {desired.version}")
+        self.bytes_done, self.bytes_total = 0, 0
         try:
             release = await self._fetch(agent)
         except TemporaryError as exc:

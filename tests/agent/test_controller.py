@@ -182,3 +182,23 @@ def test_status_names_the_platform_and_the_launcher(tmp_path: Path) -> None:
     outside = Harness(tmp_path, env={}).controller.status()
     assert outside["launcher"] is False
     assert agentcontrol.desired_of(device_pb2.DesiredAgent()) is None
+
+
+def test_phases_while_fetching_and_what_edged_status_shows(tmp_path: Path) -> None:
+    from edgefleet.devicestatus import render_status
+
+    h = Harness(tmp_path, env=ON_PACKAGE)
+    seen: list[str] = []
+
+    async def fetch(desired: device_pb2.DesiredAgent) -> VerifiedRelease:
+        seen.append(h.controller.status()["phase"])  # the metadata is checked first
+        h.controller.progress(5, 10)
+        seen.append(h.controller.status()["phase"])
+        return build_release(tmp_path / "r.tgz", desired.version)
+
+    h.controller.set_fetch(fetch)
+    h.want("0.2.1")
+    h.reconcile()
+    assert seen == ["Verifying", "Downloading"]
+    text = render_status({"agent": h.controller.status()})
+    assert "agent 0.2.0 (slot package), committed 0.2.0: Switching, hub asks 0.2.1" in text
