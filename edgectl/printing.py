@@ -199,6 +199,38 @@ def _priority_class_row(doc: Doc, now: float, wide: bool) -> Row:
     ]
 
 
+def _agent_upgrade_row(doc: Doc, now: float, wide: bool) -> Row:
+    spec, status = doc.get("spec", {}), doc.get("status", {})
+    pool = status.get("poolDevices", 0)
+    steps = status.get("stepCount", 0)
+    step = (
+        "-"
+        if not steps
+        else "all"
+        if status.get("pastLastStep")
+        else (f"{status.get('step')}/{steps}")
+    )
+    row = [
+        _name(doc),
+        str(spec.get("version", "")),
+        str(status.get("phase", "<none>")),
+        f"{status.get('doneDevices', 0)}/{pool}",
+        str(status.get("updatingDevices", 0)),
+        str(len(status.get("failedDevices", {}))),
+        step,
+    ]
+    if wide:
+        selector = spec.get("selector", {})
+        shown = [f"{k}={v}" for k, v in sorted(selector.get("matchLabels", {}).items())]
+        shown += [str(e.get("key")) for e in selector.get("matchExpressions", [])]
+        row += [
+            ",".join(shown) or "<all>",
+            str(status.get("revision", "<none>")),
+            str(len(status.get("refused", {}))),
+        ]
+    return row
+
+
 def _token_row(doc: Doc, now: float, wide: bool) -> Row:
     spec, status = doc.get("spec", {}), doc.get("status", {})
     expires = epoch_of(spec.get("expires"))
@@ -277,6 +309,11 @@ COLUMNS: dict[str, Columns] = {
         ("NAME", "VALUE", "PREEMPTION-POLICY", "DESCRIPTION"),
         (),
         _priority_class_row,
+    ),
+    "AgentUpgrade": (
+        ("NAME", "VERSION", "PHASE", "DONE", "UPDATING", "FAILED", "STEP"),
+        ("SELECTOR", "REVISION", "REFUSED"),
+        _agent_upgrade_row,
     ),
     "BootstrapToken": (
         ("NAME", "EXPIRES-IN", "USAGE", "DESCRIPTION", "DEVICE-LABELS"),

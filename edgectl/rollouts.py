@@ -1,4 +1,5 @@
-"""``edgectl rollout status|history|pause|resume|undo NAME``: a deployment's rollout.
+"""``edgectl rollout status|history|pause|resume|undo NAME``: a deployment's rollout, or an
+AgentUpgrade's as ``agentupgrade/NAME`` (``au/NAME``; ``deployment/NAME`` is a deployment).
 
 * ``status NAME [--watch] [--timeout D]``: the revision being rolled out and the stable one,
   the phase, the canary's current step and its analysis figures against their thresholds,
@@ -12,6 +13,11 @@
 * ``history NAME``: the revisions kept, oldest first (the stable and the current one marked).
 * ``pause NAME`` / ``resume NAME`` (after a rollback: roll the same revision out again),
   ``undo NAME [--to-revision N]`` (default: the stable revision, or the one before it).
+
+An AgentUpgrade's ``status`` shows its phase, canary step, the devices done, updating,
+waiting, failed (each with its reason), refused and sent back; ``history`` its revisions
+(version and commit settings); ``resume`` after a rollback retries the same version as a new
+revision; ``undo`` applies the version of the revision before (or ``--to-revision N``).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import orjson
 
 from edgectl.client import AdminClient, load_admin_config
 from edgectl.errors import EXIT_REFUSED
+from edgectl.resources import kind_of
 from edgefleet.configfiles import duration_option
 from edgefleet.v1 import admin_pb2
 
@@ -34,7 +41,9 @@ POLL_S = 0.5
 
 
 def add_commands(sub: Any) -> None:
-    rollout = sub.add_parser("rollout", help="a deployment's rollout: status, history, undo...")
+    rollout = sub.add_parser(
+        "rollout", help="a deployment's (or agentupgrade/NAME's) rollout: status, history, undo..."
+    )
     actions = rollout.add_subparsers(dest="rollout_cmd", required=True)
     status = actions.add_parser("status", help="where the rollout stands")
     status.add_argument("name")
@@ -75,29 +84,72 @@ def run(args: argparse.Namespace) -> int | None:
         return 0
 
 
+UPGRADE = "AgentUpgrade"
+
+
+def target_of(text: str) -> tuple[str, str]:
+    """``NAME`` (a deployment), ``deployment/NAME`` or ``agentupgrade/NAME``: (kind, name)."""
+    kind_text, slash, name = text.partition("/")
+    if not slash:
+        return "ModelDeployment", text
+    return kind_of(kind_text, allow=("ModelDeployment", UPGRADE)), name
+
+
 def _run(client: AdminClient, args: argparse.Namespace) -> int:
     cmd = args.rollout_cmd
+    kind, name = target_of(args.name)
     if cmd == "status":
-        return _status(client, args.name, watch=args.watch, timeout=args.timeout)
+        return _status(client, kind, name, watch=args.watch, timeout=args.timeout)
     if cmd == "history":
-        return _history(client, args.name)
+        return _history(client, kind, name)
     if cmd == "undo":
-        return _act(client, args.name, admin_pb2.RolloutActionRequest.UNDO, args.to_revision)
+        return _act(client, kind, name, admin_pb2.RolloutActionRequest.UNDO, args.to_revision)
     action = {
         "pause": admin_pb2.RolloutActionRequest.PAUSE,
         "resume": admin_pb2.RolloutActionRequest.RESUME,
     }[cmd]
-    return _act(client, args.name, action, 0)
+    return _act(client, kind, name, action, 0)
 
 
-def _act(client: AdminClient, name: str, action: Any, to: int) -> int:
-    request = admin_pb2.RolloutActionRequest(name=name, action=action, to_revision=to)
+def _act(client: AdminClient, kind: str, name: str, action: Any, to: int) -> int:
+    request = admin_pb2.RolloutActionRequest(
+        name=name, action=action, to_revision=to, kind="" if kind != UPGRADE else kind
+    )
     response = client.call("RolloutAction", request)
     print(response.message)
     return 0
 
 
-def _history(client: AdminClient, name: str) -> int:
+def _upgrade_history(client: AdminClient, name: str) -> int:
+    request = admin_pb2.ListRevisionsRequest(name=name, kind=UPGRADE)
+    response = client.call("ListRevisions", request)
+    rollout = orjson.loads(response.rollout)
+    rows = [("REVISION", "VERSION", "COMMIT-DEADLINE", "MAX-TRIES", "CREATED", "NOTE")]
+    for raw in response.revisions:
+        rev = orjson.loads(raw)
+        notes = []
+        if rev["number"] == rollout["revision"]:
+            notes.append(rollout["phase"].lower())
+        if rev.get("source"):
+            notes.append(f"copy of {rev['source']}")
+        created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rev["createdAt"]))
+        rows.append(
+            (
+                str(rev["number"]),
+                rev["version"],
+                f"{rev['deadlineSeconds']}s",
+                str(rev["maxTries"]),
+                created,
+                ", ".join(notes),
+            )
+        )
+    print(_table(rows))
+    return 0
+
+
+def _history(client: AdminClient, kind: str, name: str) -> int:
+    if kind == UPGRADE:
+        return _upgrade_history(client, name)
     response = client.call("ListRevisions", admin_pb2.ListRevisionsRequest(name=name))
     rollout = orjson.loads(response.rollout)
     rows = [("REVISION", "MODEL", "VERSION", "CREATED", "NOTE")]
@@ -159,6 +211,47 @@ def render(doc: dict[str, Any]) -> tuple[str, str]:
     lines += [f"  skipped {d}: {why}" for d, why in sorted(rollout.get("skipped", {}).items())]
     lines += [f"  failing {d}: {why}" for d, why in sorted(status.get("failing", {}).items())]
     return "\n".join(line for line in lines if line), rollout["phase"]
+
+
+def render_upgrade(doc: dict[str, Any]) -> tuple[str, str]:
+    """An AgentUpgrade's rollout for a person, and its phase."""
+    status = doc.get("status", {})
+    name = doc["metadata"]["name"]
+    phase = str(status.get("phase", ""))
+    if "revision" not in status:
+        return f"agentupgrade/{name}: no revision yet", ""
+    lines = [
+        f"agentupgrade/{name}: edged {status['version']} (revision {status['revision']}): "
+        f"{phase}" + (f" ({status['reason']})" if status.get("reason") else ""),
+        f"  {status['message']}" if status.get("message") else "",
+    ]
+    if status.get("stepCount"):
+        lines.append(
+            f"  canary: past its {status['stepCount']} steps, every device"
+            if status.get("pastLastStep")
+            else f"  canary step {status['step']} of {status['stepCount']}: "
+            f"{status['steps'][status['step'] - 1]} ({status.get('stepDevices', 0)} devices)"
+        )
+    pool = status.get("poolDevices", 0)
+    lines.append(
+        f"  done      {_bar(status.get('doneDevices', 0), pool)} "
+        f"{status.get('doneDevices', 0)}/{pool}"
+    )
+    lines.append(
+        f"  updating {status.get('updatingDevices', 0)} (at most maxUnavailable "
+        f"{status.get('maxUnavailable')}), waiting {status.get('waitingDevices', 0)}, up to "
+        f"date {status.get('upToDateDevices', 0)}, failure threshold "
+        f"{status.get('failureThreshold')}"
+    )
+    lines += [f"  failed {d}: {why}" for d, why in sorted(status.get("failedDevices", {}).items())]
+    lines += [f"  sent back {d}: {v}" for d, v in sorted(status.get("rollbackDevices", {}).items())]
+    lines += [
+        f"  cannot send back {d}: {why}"
+        for d, why in sorted(status.get("rollbackBlocked", {}).items())
+    ]
+    lines += [f"  refused {d}: {why}" for d, why in sorted(status.get("refused", {}).items())]
+    lines += [f"  skipped {d}: {why}" for d, why in sorted(status.get("skipped", {}).items())]
+    return "\n".join(line for line in lines if line), phase
 
 
 def _waves(name: str, waves: dict[str, Any]) -> str:
@@ -247,18 +340,23 @@ def _bar(count: int, total: int) -> str:
     return "[" + "#" * filled + "." * (BAR - filled) + "]"
 
 
-def _status(client: AdminClient, name: str, *, watch: bool, timeout: float | None) -> int:
+def _status(
+    client: AdminClient, kind: str, name: str, *, watch: bool, timeout: float | None
+) -> int:
     deadline = None if timeout is None else time.monotonic() + timeout
     last = ""
     while True:
-        doc = client.get("ModelDeployment", name)
-        text, phase = render(doc)
+        doc = client.get(kind, name)
+        text, phase = render_upgrade(doc) if kind == UPGRADE else render(doc)
         if text != last:
             print(text, flush=True)
             last = text
         if phase == "RolledBack":
-            rollout = doc["status"]["rollout"]
-            rollout = rollout.get("waves") or rollout
+            if kind == UPGRADE:
+                rollout = doc["status"]
+            else:
+                rollout = doc["status"]["rollout"]
+                rollout = rollout.get("waves") or rollout
             print(
                 f"rollout of {name} failed: rolled back ({rollout.get('reason', '')}): "
                 f"{rollout.get('message', '')}",

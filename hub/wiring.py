@@ -325,6 +325,7 @@ def admin_servicer(ctx: HubParts) -> AdminServicer:
             clock=ctx.clock,
             rollouts=ctx.rollouts,
             waves=ctx.waves,
+            agent_upgrades=ctx.agent_upgrades,
         ),
         tokens=Tokens(
             auth,

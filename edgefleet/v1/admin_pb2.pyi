@@ -317,7 +317,7 @@ class CreateTokenResponse(_message.Message):
     def __init__(self, token: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ca_hash: _Optional[str] = ..., root_hash: _Optional[str] = ...) -> None: ...
 
 class RolloutActionRequest(_message.Message):
-    __slots__ = ("name", "action", "to_revision")
+    __slots__ = ("name", "action", "to_revision", "kind")
     class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ACTION_UNSPECIFIED: _ClassVar[RolloutActionRequest.Action]
@@ -331,10 +331,12 @@ class RolloutActionRequest(_message.Message):
     NAME_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     TO_REVISION_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     name: str
     action: RolloutActionRequest.Action
     to_revision: int
-    def __init__(self, name: _Optional[str] = ..., action: _Optional[_Union[RolloutActionRequest.Action, str]] = ..., to_revision: _Optional[int] = ...) -> None: ...
+    kind: str
+    def __init__(self, name: _Optional[str] = ..., action: _Optional[_Union[RolloutActionRequest.Action, str]] = ..., to_revision: _Optional[int] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class RolloutActionResponse(_message.Message):
     __slots__ = ("message",)
@@ -343,10 +345,12 @@ class RolloutActionResponse(_message.Message):
     def __init__(self, message: _Optional[str] = ...) -> None: ...
 
 class ListRevisionsRequest(_message.Message):
-    __slots__ = ("name",)
+    __slots__ = ("name", "kind")
     NAME_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
     name: str
-    def __init__(self, name: _Optional[str] = ...) -> None: ...
+    kind: str
+    def __init__(self, name: _Optional[str] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class ListRevisionsResponse(_message.Message):
     __slots__ = ("revisions", "rollout")

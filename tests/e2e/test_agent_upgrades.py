@@ -7,6 +7,8 @@ Sync over mTLS from the test and reporting ``Status.agent`` as edged under its l
 * a failure at the canary stops the rollout and reverts it: the device whose launcher rolled
   back is named with its reason, the device that had committed the new release is sent its
   previous one explicitly and goes back, nobody else was sent anything;
+* ``edgectl rollout pause|resume|undo|status|history agentupgrade/NAME``, and resume after
+  a rollback retrying the same version as a new revision;
 * apply refuses a version outside the hub's window and waves, and changes nothing.
 """
 
@@ -31,6 +33,7 @@ from hub.state.store import open_hub_store
 OLD = installed_version()  # what the devices run: the hub's own version
 _MAJOR, _MINOR, _PATCH = (int(x) for x in OLD.split(".")[:3])
 NEW = f"{_MAJOR}.{_MINOR}.{_PATCH + 1}"  # a patch release: inside the window
+NEWER = f"{_MAJOR}.{_MINOR}.{_PATCH + 2}"
 
 
 def hold_releases(hub: HubProcess, *versions: str) -> None:
@@ -83,7 +86,7 @@ def desired_version(device: AgentDevice) -> str:
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[tuple[HubProcess, dict[str, AgentDevice]]]:
     hub = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init()
-    hold_releases(hub, OLD, NEW)
+    hold_releases(hub, OLD, NEW, NEWER)
     hub.start()
     devices: dict[str, AgentDevice] = {}
     try:
@@ -153,6 +156,16 @@ def test_a_failure_at_the_canary_stops_and_reverts(
         "RolledBack",
     )
     assert "RolledBack" in events(hub) and "DeviceFailed" in events(hub)
+    watched = hub.edgectl("rollout", "status", "agentupgrade/edged-next", check=False)
+    assert watched.returncode == 1 and "failed r1: CrashLoop" in watched.stdout, watched
+    # fixed (the same version, a device that no longer crashes): resume retries it
+    devices["r1"].behaviour = "good"
+    out = hub.edgectl("rollout", "resume", "au/edged-next")
+    assert "retrying" in out.stdout and "revision 2" in out.stdout, out.stdout
+    done = wait_for(lambda: (s := status(hub)).get("phase") == "Complete" and s, 60, "Complete")
+    assert done["revision"] == 2 and done["doneDevices"] == 4, done
+    history = hub.edgectl("rollout", "history", "agentupgrade/edged-next").stdout
+    assert "copy of 1" in history and "complete" in history, history
 
 
 def test_apply_refusals_change_nothing(
@@ -169,3 +182,43 @@ def test_apply_refusals_change_nothing(
     assert out.returncode != 0 and "spec.rollout.maxSurge: unknown field" in out.stderr
     listed = hub.edgectl("get", "agentupgrades", "-o", "json").stdout
     assert "edged-next" not in listed
+
+
+def test_pause_resume_undo(
+    fleet: tuple[HubProcess, dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    hub, devices = fleet
+    for d in devices.values():
+        d.behaviour = "hold"
+    out = apply(hub, tmp_path, upgrade_yaml(NEW))
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_for(lambda: desired_version(devices["r0"]) == NEW, 30, "r0 sent the release")
+    out = hub.edgectl("rollout", "pause", "agentupgrade/edged-next")
+    assert "paused" in out.stdout, out.stdout
+    again = hub.edgectl("rollout", "pause", "agentupgrade/edged-next", check=False)
+    assert again.returncode != 0 and "Paused, not Progressing" in again.stderr, again
+    for d in devices.values():
+        d.behaviour = "good"
+    wait_for(lambda: status(hub).get("doneDevices") == 1, 30, "r0 came back healthy")
+    table = hub.edgectl("get", "agentupgrades").stdout
+    assert "Paused" in table and "1/4" in table and NEW in table, table
+    assert [desired_version(devices[n]) for n in ("r1", "r2", "r3")] == ["", "", ""]
+    hub.edgectl("rollout", "resume", "agentupgrade/edged-next")
+    wait_for(lambda: status(hub).get("phase") == "Complete", 60, "Complete")
+    shown = hub.edgectl("rollout", "status", "agentupgrade/edged-next").stdout
+    assert "Complete" in shown and "4/4" in shown, shown
+    # a newer version: revision 2; then undo goes back to revision 1's version as revision 3
+    out = apply(hub, tmp_path, upgrade_yaml(NEWER))
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_for(lambda: status(hub).get("phase") == "Complete" and status(hub)["revision"] == 2, 60)
+    assert all(devices[f"r{i}"].committed == NEWER for i in range(4))
+    out = hub.edgectl("rollout", "undo", "agentupgrade/edged-next")
+    assert f"rolling back to revision 1 ({NEW})" in out.stdout, out.stdout
+    wait_for(lambda: status(hub).get("phase") == "Complete" and status(hub)["revision"] == 3, 60)
+    assert all(devices[f"r{i}"].committed == NEW for i in range(4))
+    spec = json.loads(hub.edgectl("get", "agentupgrade", "edged-next", "-o", "json").stdout)
+    assert spec["spec"]["version"] == NEW
+    history = hub.edgectl("rollout", "history", "au/edged-next").stdout
+    assert "copy of 1" in history and NEWER in history, history
+    described = hub.edgectl("describe", "agentupgrade", "edged-next").stdout
+    assert "RolloutUndo" in described and "phase: Complete" in described, described

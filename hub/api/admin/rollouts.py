@@ -1,7 +1,8 @@
 """AdminService's rollout calls: ListRevisions, and RolloutAction (pause, resume, undo). A
 rollout across regions (hub.controllers.wave) is paused and resumed there; undo applies an
 older revision's template, unless the devices' anti-rollback floor refuses it
-(hub.decide.undo).
+(hub.decide.undo). An AgentUpgrade's rollout (``kind: AgentUpgrade``) is acted on by its own
+controller (hub.controllers.agentupgrade); its undo applies an older revision's version.
 
 Pause and resume go through the controllers' own ``act`` (a compare-and-swap on the rollout
 or wave record); undo only writes the deployment, and the rollout controller makes the new
@@ -18,9 +19,13 @@ import grpc
 
 from edgefleet.errors import CompareFailed
 from edgefleet.v1 import admin_pb2
+from edgefleet.versioning import installed_version
 from hub.api.admin.common import AdminAuth, Refused, invalid, not_found, rpc
+from hub.controllers import agentupgrade as agentupgrades
+from hub.controllers.agentupgrade import AgentUpgradeController
 from hub.controllers.rollout import ActionRefused, RolloutController, undo_manifest
 from hub.controllers.wave import WaveController
+from hub.decide.agentupgrade import AgentUpgradeState, version_refusal
 from hub.decide.rollout import RolloutState, template_hash
 from hub.decide.undo import undo_refused
 from hub.state import storekeys
@@ -30,6 +35,8 @@ from hub.state.store import Compare, Put, Store
 from hub.state.tufrelay import RelayedTuf
 from hub.state.tufrepo import TufRepository
 from hub.state.writer import DeviceWriter
+
+KIND_UPGRADE = "AgentUpgrade"
 
 
 class Rollouts:
@@ -46,6 +53,7 @@ class Rollouts:
         clock: Callable[[], float],
         rollouts: RolloutController | None,
         waves: WaveController | None,
+        agent_upgrades: AgentUpgradeController | None = None,
     ) -> None:
         self.authorize = authorize
         self.store = store
@@ -55,6 +63,7 @@ class Rollouts:
         self.clock = clock
         self.rollouts = rollouts  # None: no rollout controller (no revisions)
         self.waves = waves  # a root hub's rollouts across regions
+        self.agent_upgrades = agent_upgrades  # AgentUpgrade rollouts (None: none driven)
 
     def _rollout_of(self, name: str) -> RolloutState:
         if not name:
@@ -66,10 +75,34 @@ class Rollouts:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"{name} has no revision yet")
         return state
 
+    def _kind(self, kind: str) -> str:
+        if kind in ("", "ModelDeployment"):
+            return "ModelDeployment"
+        if kind == KIND_UPGRADE:
+            return kind
+        raise invalid(f"kind: must be ModelDeployment or {KIND_UPGRADE}, got {kind!r}")
+
+    def _upgrade_of(self, name: str) -> AgentUpgradeState:
+        if not name:
+            raise invalid(f"name: required (an {KIND_UPGRADE})")
+        if (KIND_UPGRADE, name) not in self.cache.stored:
+            raise not_found(KIND_UPGRADE, name)
+        state = self.cache.agent_upgrades.get(name)
+        if state is None or self.agent_upgrades is None:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"{name} has no revision yet")
+        return state
+
     @rpc
     async def ListRevisions(
         self, request: admin_pb2.ListRevisionsRequest, context: Any
     ) -> admin_pb2.ListRevisionsResponse:
+        if self._kind(request.kind) == KIND_UPGRADE:
+            upgrade = self._upgrade_of(request.name)
+            summary = {k: v for k, v in upgrade.to_json().items() if k not in ("sent", "revisions")}
+            return admin_pb2.ListRevisionsResponse(
+                revisions=[storekeys.dumps(r.to_json()) for r in upgrade.revisions],
+                rollout=storekeys.dumps(summary),
+            )
         state = self._rollout_of(request.name)
         revisions = self.cache.revisions.get(request.name, {})
         return admin_pb2.ListRevisionsResponse(
@@ -82,6 +115,8 @@ class Rollouts:
         self, request: admin_pb2.RolloutActionRequest, context: Any
     ) -> admin_pb2.RolloutActionResponse:
         name = request.name
+        if self._kind(request.kind) == KIND_UPGRADE:
+            return await self._upgrade_action(name, request.action, int(request.to_revision))
         state = self._rollout_of(name)
         controller = self.rollouts
         assert controller is not None
@@ -106,6 +141,68 @@ class Rollouts:
         if action != admin_pb2.RolloutActionRequest.UNDO:
             raise invalid("action: must be PAUSE, RESUME or UNDO")
         return await self._undo(name, state, int(request.to_revision))
+
+    async def _upgrade_action(
+        self, name: str, action: int, to: int
+    ) -> admin_pb2.RolloutActionResponse:
+        state = self._upgrade_of(name)
+        controller = self.agent_upgrades
+        assert controller is not None
+        if action in (admin_pb2.RolloutActionRequest.PAUSE, admin_pb2.RolloutActionRequest.RESUME):
+            verb = "pause" if action == admin_pb2.RolloutActionRequest.PAUSE else "resume"
+            try:
+                new = await controller.act(name, verb)
+            except agentupgrades.ActionRefused as exc:
+                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
+            return admin_pb2.RolloutActionResponse(message=f"agentupgrade/{name}: {new.message}")
+        if action != admin_pb2.RolloutActionRequest.UNDO:
+            raise invalid("action: must be PAUSE, RESUME or UNDO")
+        numbers = [r.number for r in state.revisions]
+        if to == 0:
+            older = [n for n in numbers if n < state.revision]
+            if not older:
+                raise Refused(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"{name} has no revision before {state.revision} to go back to",
+                )
+            to = max(older)
+        target = state.revision_of(to)
+        if target is None:
+            kept = ", ".join(str(n) for n in numbers) or "none"
+            raise invalid(f"to_revision: {name} has no revision {to} (kept: {kept})")
+        stored = self.cache.stored[(KIND_UPGRADE, name)]
+        manifest = agentupgrades.undo_manifest(stored.manifest, target)
+        if manifest == dict(stored.manifest):
+            return admin_pb2.RolloutActionResponse(
+                message=f"{name} already asks for revision {to}'s version: nothing to undo"
+            )
+        refused = version_refusal(target.version, installed_version())
+        if refused is not None:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, refused)
+        key = storekeys.object_key(KIND_UPGRADE, name)
+        current = await self.store.get(key)
+        created = storekeys.created_of(current.value) if current is not None else None
+        try:
+            revision = await self.store.txn(
+                [Compare(key, stored.revision)],
+                [Put(key, storekeys.object_value(manifest, created))],
+            )
+        except CompareFailed:
+            raise Refused(
+                grpc.StatusCode.ABORTED, f"{name} changed meanwhile; try the undo again"
+            ) from None
+        self.cache.put_object(manifest, revision)  # the controller reacts (hub.state.feed)
+        self.writer.event(
+            KIND_UPGRADE,
+            name,
+            "Normal",
+            "RolloutUndo",
+            f"{name} set back to revision {to}'s version ({target.version}) by an operator",
+        )
+        await self.cache.feed.settled()  # the new revision exists when it answers
+        return admin_pb2.RolloutActionResponse(
+            message=f"agentupgrade/{name}: rolling back to revision {to} ({target.version})"
+        )
 
     async def _undo(
         self, name: str, state: RolloutState, to: int
