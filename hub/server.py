@@ -63,7 +63,7 @@ from hub.controllers.replicas import (
 )
 from hub.controllers.wave import WaveObserver
 from hub.initializing import HubPaths
-from hub.state.migrations import migrate
+from hub.state.migrations import SchemaWatch, StoreSchemaError, migrate
 from hub.state.regions import RegionsFollower, replica_name
 from hub.state.store import EtcdStore, Store, open_hub_store
 from hub.state.store.compacting import Compactor
@@ -394,6 +394,9 @@ async def _serve(
     ]
     if parent is None:  # a regional hub's TUF metadata is its root's (hub.state.tufrelay)
         components.append(tuf_watcher(ctx))
+    schema_watch = SchemaWatch(ctx.store) if elector is not None else None
+    if schema_watch is not None:  # another replica's `hub migrate` may outdate this one
+        components.append(schema_watch)
     if ctx.tuf_shared is not None:
         components.append(ctx.tuf_shared)
     if ctx.tuf_relay_shared is not None:
@@ -438,6 +441,8 @@ async def _serve(
         watchdog_stop.set()
         await watchdog
         log.info("hub stopped")
+    if schema_watch is not None and schema_watch.refused:
+        raise StoreSchemaError(schema_watch.refused)
     return code
 
 

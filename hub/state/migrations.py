@@ -22,11 +22,13 @@ on etcd it waits for ``hub migrate``, run once every replica runs the new releas
 
 A hub opens only a store it can read (:func:`check_schema`, every command): a store of a newer
 schema whose ``oldestReader`` is above this hub's :data:`SCHEMA` is refused with
-:class:`StoreSchemaError`, naming both, and nothing is written.
+:class:`StoreSchemaError`, naming both, and nothing is written. A replica already serving a
+shared store stops when the store becomes one it cannot read (:class:`SchemaWatch`).
 """
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
@@ -36,6 +38,7 @@ import orjson
 
 from edgefleet.errors import CompareFailed, StoreError
 from edgefleet.logs import get_logger
+from edgefleet.supervising import wait_for_stop
 from edgefleet.versioning import installed_version
 from hub.state.store.protocol import Store
 
@@ -199,6 +202,34 @@ async def migrate(
         record = await read_schema(store)
         applied.append(step.version)
     return applied
+
+
+class SchemaWatch:
+    """A component of a replica on a shared store (etcd): every ``period`` seconds it reads the
+    schema key, and when another replica's ``hub migrate`` has made the store one this hub
+    cannot read it stops the hub (``stop`` set; :attr:`refused` says why, and ``hub serve``
+    exits with it) rather than serve a store it no longer understands."""
+
+    name = "schema-watch"
+
+    def __init__(self, store: Store, *, schema: int = SCHEMA, period: float = 5.0) -> None:
+        self.store = store
+        self.schema = schema
+        self.period = period
+        self.refused = ""
+
+    async def run(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            try:
+                await check_schema(self.store, schema=self.schema, where="the shared store")
+            except StoreSchemaError as exc:
+                log.error("store schema no longer readable: stopping", error=str(exc))
+                self.refused = str(exc)
+                stop.set()
+                return
+            except StoreError as exc:  # the store is unreachable: its users report it
+                log.debug("store schema not read", error=str(exc))
+            await wait_for_stop(stop, self.period)
 
 
 async def stamp_schema(store: Store, *, clock: Callable[[], float] = time.time) -> None:

@@ -233,6 +233,23 @@ def test_replicas_on_etcd_are_upgraded_one_at_a_time_while_the_fleet_is_served(
             device = _get(new0, "devices", "dev-a")
             assert device["status"]["agentVersion"] == previous.version
             assert e.terminate() == 0
+
+            # a later release's `hub migrate` run too early: running replicas that cannot read
+            # the store any more stop, saying why, instead of serving it
+            async def outgrow() -> None:
+                store = await EtcdStore.open([etcd.endpoint], namespace=NAMESPACE)
+                try:
+                    future = {"version": SCHEMA + 1, "oldestReader": SCHEMA + 1, "hub": "9.0.0"}
+                    await store.put(SCHEMA_KEY, orjson.dumps(future))
+                finally:
+                    await store.close()
+
+            asyncio.run(outgrow())
+            for h in (new0, new1):
+                assert h.proc is not None
+                assert h.proc.wait(60) == 1, h.log.read_text()[-2000:]
+                running.remove(h)
+                assert "store schema no longer readable" in h.log.read_text()
         finally:
             for h in running:
                 h.stop()

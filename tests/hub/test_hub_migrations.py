@@ -20,6 +20,7 @@ from hub.state.migrations import (
     SCHEMA,
     SCHEMA_KEY,
     Migration,
+    SchemaWatch,
     StoreSchemaError,
     check_schema,
     migrate,
@@ -154,3 +155,21 @@ def test_hub_migrate(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None
     asyncio.run(forget())
     assert main(["migrate", "--data-dir", str(paths.data_dir)]) == 0
     assert f"store migrated from schema 0 to {SCHEMA}" in capsys.readouterr().out
+
+
+@async_test
+async def test_a_replica_stops_when_the_shared_store_outgrows_it() -> None:
+    """SchemaWatch: a newer schema this hub still reads leaves it serving; one it cannot read
+    (another replica ran `hub migrate`) stops it, saying why."""
+    store = MemoryStore()
+    await stamp_schema(store)
+    watch, stop = SchemaWatch(store, period=0.01), asyncio.Event()
+    running = asyncio.ensure_future(watch.run(stop))
+    compatible = {"version": SCHEMA + 1, "oldestReader": SCHEMA, "hub": "7.0.0"}
+    await store.put(SCHEMA_KEY, orjson.dumps(compatible))
+    await asyncio.sleep(0.1)
+    assert not stop.is_set() and not watch.refused
+    await store.put(SCHEMA_KEY, orjson.dumps({**compatible, "oldestReader": SCHEMA + 1}))
+    await asyncio.wait_for(running, 5)
+    assert stop.is_set() and "it is older than the store" in watch.refused
+    await store.close()
