@@ -220,6 +220,7 @@ class Launcher:
         self._steps = 0
         self.stopping: int | None = None  # the signal asked to stop with
         self.committed_now = False  # the run in progress committed its trial
+        self.child: int | None = None  # the edged running now
         self._pinged_at = 0.0
         self._wake_r, self._wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
         self._notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
@@ -230,10 +231,17 @@ class Launcher:
         self.notify_env = "@" + name
 
     # -- state changes (each one atomic write) -------------------------------------------
-    def _save(self) -> None:
+    def _save(self) -> bool:
+        """Write the state; False (said loudly) when it cannot be written (a full or
+        read-only disk): the caller then does the safe thing, never an uncounted try."""
         self.step("save")
-        write_json_atomic(self.state_path, self.state, between=lambda: self.step("renaming"))
+        try:
+            write_json_atomic(self.state_path, self.state, between=lambda: self.step("renaming"))
+        except OSError as exc:
+            _warn(f"cannot write {self.state_path}: {exc}")
+            return False
         self.step("saved")
+        return True
 
     def step(self, name: str) -> None:
         """A step a power cut may fall on: the tests kill -9 the launcher at the Nth one
@@ -286,8 +294,8 @@ class Launcher:
             self.state["last"] = {"outcome": "RequestRefused", "reason": "InvalidRequest",
                                   "message": str(exc), "at": time.time()}  # fmt: skip
         self.state["lastRequest"] = request_id
-        self._save()
-        self._remove_request()
+        if self._save():
+            self._remove_request()  # else taken again at the next start
 
     def _apply_request(self, doc: dict[str, Any]) -> None:
         action = doc.get("action")
@@ -348,8 +356,10 @@ class Launcher:
                 )
             else:
                 trying["tries"] += 1
-                self._save()  # counted before the exec: a power cut mid-start counts too
-                return trying["slot"], True
+                if self._save():  # counted before the exec: a power cut mid-start counts too
+                    return trying["slot"], True
+                _warn("the try could not be counted: the committed slot runs instead")
+                self.state["trying"] = None  # in memory: never a try that was not counted
         committed = self.state["committed"]
         if committed != PACKAGE and slot_version(self.data_dir, committed) is None:
             _warn(f"committed slot {committed} is not installed: running the package")
@@ -405,11 +415,15 @@ class Launcher:
     def run_once(self, slot: str, trial: bool) -> tuple[int, str]:
         """Start edged from ``slot``, serve its notifications until it exits; its exit status
         (shell-style: 128+signal) and what ended it ("exit", "deadline", "watchdog")."""
-        pid = self.spawn(slot, trial)
+        pid = self.child = self.spawn(slot, trial)
         _log(f"started edged from slot {slot}{' on trial' if trial else ''} (pid {pid})")
-        pidfd = os.pidfd_open(pid)
+        try:
+            pidfd: int | None = os.pidfd_open(pid)
+        except OSError:  # a kernel before 5.3: SIGCHLD wakes the loop instead
+            pidfd = None
         sel = selectors.DefaultSelector()
-        sel.register(pidfd, selectors.EVENT_READ, "exit")
+        if pidfd is not None:
+            sel.register(pidfd, selectors.EVENT_READ, "exit")
         sel.register(self._notify, selectors.EVENT_READ, "notify")
         sel.register(self._wake_r, selectors.EVENT_READ, "signal")
         started = time.monotonic()
@@ -435,6 +449,7 @@ class Launcher:
                         kill_at,
                         last_ping + self.watchdog_s if self.watchdog_s else None,
                         now + (self.watchdog_s / 2 if self.watchdog_s else 60.0),
+                        now + 1.0 if pidfd is None else None,
                     )
                     if t is not None
                 )
@@ -442,6 +457,7 @@ class Launcher:
                 for key, _ in events:
                     if key.data == "exit":
                         _, status = os.waitpid(pid, 0)
+                        self.child = None
                         return _exit_code(status), ended
                     if key.data == "notify" and self._on_datagrams(pid, trial):
                         last_ping = time.monotonic()
@@ -452,6 +468,11 @@ class Launcher:
                             _log(f"signal {signal.Signals(sig).name}: passed on to edged")
                             os.kill(pid, sig)
                             kill_at = time.monotonic() + self.stop_timeout_s
+                if pidfd is None:
+                    done, status = os.waitpid(pid, os.WNOHANG)
+                    if done:
+                        self.child = None
+                        return _exit_code(status), ended
                 now = time.monotonic()
                 trying = self.state["trying"]
                 if deadline is not None and now >= deadline and kill_at is None:
@@ -471,7 +492,8 @@ class Launcher:
                     self._ping_systemd(now)
         finally:
             sel.close()
-            os.close(pidfd)
+            if pidfd is not None:
+                os.close(pidfd)
 
     def _on_datagrams(self, pid: int, trial: bool) -> bool:
         """Handle what edged sent; True when it pinged the watchdog."""
@@ -553,6 +575,23 @@ class Launcher:
             if exc.errno not in (errno.ECONNREFUSED, errno.ENOENT):
                 _warn(f"cannot notify systemd: {exc}")
 
+    def stop_child(self) -> None:
+        """Stop the edged still running (before the launcher gives up on itself)."""
+        pid, self.child = self.child, None
+        if pid is None:
+            return
+        try:
+            os.kill(pid, signal.SIGTERM)
+            end = time.monotonic() + self.stop_timeout_s
+            while time.monotonic() < end:
+                if os.waitpid(pid, os.WNOHANG)[0]:
+                    return
+                time.sleep(0.1)
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+        except (ProcessLookupError, ChildProcessError):
+            pass
+
     def _ping_systemd(self, now: float) -> None:
         """WATCHDOG=1 to systemd, at most every quarter of the watchdog interval."""
         if self.watchdog_s and now - self._pinged_at >= self.watchdog_s / 4:
@@ -584,7 +623,7 @@ class Launcher:
             except OSError:
                 pass
 
-        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+        for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGCHLD):
             signal.signal(sig, handler)
 
     def _drain_signals(self) -> int | None:
@@ -592,7 +631,7 @@ class Launcher:
         try:
             while data := os.read(self._wake_r, 64):
                 for sig in data:
-                    if got is None or sig != signal.SIGHUP:
+                    if sig != signal.SIGCHLD and (got is None or sig != signal.SIGHUP):
                         got = sig
         except BlockingIOError:
             pass
@@ -746,18 +785,32 @@ def main(argv: list[str] | None = None) -> int:
         )
         return 2
     try:
-        launcher = Launcher(
-            args,
-            data_dir=data_dir_of(args, dict(os.environ)),
-            package_path=options.get("--launcher-package-path", ""),
-            python=options.get("--launcher-python", sys.executable),
-            stop_timeout_s=float(options.get("--launcher-stop-timeout", STOP_TIMEOUT_S)),
-            restart_delay_s=float(options.get("--launcher-restart-delay", TRIAL_RESTART_DELAY_S)),
-        )
+        stop_timeout = float(options.get("--launcher-stop-timeout", STOP_TIMEOUT_S))
+        restart_delay = float(options.get("--launcher-restart-delay", TRIAL_RESTART_DELAY_S))
     except ValueError as exc:
         sys.stderr.write(f"edged-launcher: {exc}\n")
         return 2
-    return launcher.run()
+    python = options.get("--launcher-python", sys.executable)
+    package_path = options.get("--launcher-package-path", "")
+    launcher = None
+    try:
+        launcher = Launcher(
+            args,
+            data_dir=data_dir_of(args, dict(os.environ)),
+            package_path=package_path,
+            python=python,
+            stop_timeout_s=stop_timeout,
+            restart_delay_s=restart_delay,
+        )
+        return launcher.run()
+    except Exception as exc:  # a fault of the launcher must not keep edged from running
+        _warn(f"launcher failed ({exc!r}): running the package's edged without it")
+        if launcher is not None:
+            launcher.stop_child()
+        env = {k: v for k, v in os.environ.items() if not k.startswith("LISTEN_")}
+        paths = [p for p in env.get("PYTHONPATH", "").split(os.pathsep) if p]
+        env["PYTHONPATH"] = os.pathsep.join(([package_path] if package_path else []) + paths)
+        os.execve(python, [python, "-P", "-m", "edged", *args], env)
 
 
 if __name__ == "__main__":

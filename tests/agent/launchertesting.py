@@ -94,6 +94,16 @@ sys.exit(0)
 """
 
 
+# the launcher on a kernel without pidfd_open (before 5.3: Jetson's 4.9, say)
+NO_PIDFD = (
+    "import os, runpy, sys\n"
+    "def no(pid): raise OSError(38, 'Function not implemented')\n"
+    "os.pidfd_open = no\n"
+    "sys.argv[0] = 'edged-launcher'\n"
+    "runpy.run_module('edged.launcher', run_name='__main__', alter_sys=True)\n"
+)
+
+
 def install_fake(root: Path, version: str, behaviour: str, *, complete: bool = True) -> Path:
     """A fake edged tree at ``root`` (a slot, or the package's lib's parent)."""
     pkg = root / "lib" / "edged"
@@ -172,6 +182,7 @@ def launcher(
     *,
     env: dict[str, str] | None = None,
     extra: list[str] | None = None,
+    no_pidfd: bool = False,
 ) -> Iterator[LauncherProcess]:
     """A real ``edged-launcher`` process in a process group of its own (a power cut kills it
     all), over the fake slots under ``data`` and the fake package at ``package``."""
@@ -187,8 +198,7 @@ def launcher(
         proc = subprocess.Popen(
             [
                 sys.executable,
-                "-m",
-                "edged.launcher",
+                *(["-c", NO_PIDFD] if no_pidfd else ["-m", "edged.launcher"]),
                 f"--launcher-package-path={package / 'lib'}",
                 "--launcher-restart-delay=0.1",
                 "--launcher-stop-timeout=5",

@@ -82,6 +82,17 @@ def test_a_release_that_crashes_at_start_rolls_back_after_max_tries(
         assert lp.stop() == 0
 
 
+def test_without_pidfd_a_crash_loop_still_rolls_back(tmp_path: Path, package: Path) -> None:
+    data = tmp_path / "d"
+    install_slot(data, "a", "0.2.0", "crash")
+    write_request(data, try_request("a", "0.2.0", maxTries=2))
+    with launcher(data, package, no_pidfd=True) as lp:
+        wait_for(lambda: len(runs(data)) >= 3, 20, "back to the package", detail=lp.output)
+        assert [r["slot"] for r in runs(data)] == ["a", "a", "package"]
+        assert state(data)["last"]["reason"] == "CrashLoop"
+        assert lp.stop() == 0
+
+
 def test_a_release_that_never_commits_rolls_back_at_the_deadline(
     tmp_path: Path, package: Path
 ) -> None:
@@ -294,3 +305,29 @@ def test_the_package_can_be_tried_again_after_a_commit(tmp_path: Path, package: 
         wait_for(lambda: state(data)["committed"] == "package", 20, "the package committed")
         assert runs(data)[0]["slot"] == "package" and runs(data)[0]["trial"] == "1"
         lp.stop()
+
+
+def test_a_state_that_cannot_be_written_never_runs_an_uncounted_try(
+    tmp_path: Path, package: Path
+) -> None:
+    data = tmp_path / "d"
+    install_slot(data, "b", "0.2.0", "commit")
+    (data / "agent" / "launcher.json").mkdir()  # every write of the state fails
+    write_request(data, try_request("b", "0.2.0"))
+    with launcher(data, package) as lp:
+        assert wait_runs(data, 1)[0]["slot"] == "package"
+        assert "cannot write" in lp.output() and "committed slot runs instead" in lp.output()
+        assert (data / "agent" / "request.json").exists()  # taken again at the next start
+        lp.stop()
+
+
+def test_a_fault_of_the_launcher_still_runs_the_packages_edged(
+    tmp_path: Path, package: Path
+) -> None:
+    data = tmp_path / "d"
+    data.mkdir()
+    (data / "agent").write_text("not a directory")  # the launcher cannot keep its state
+    with launcher(data, package) as lp:
+        first = wait_runs(data, 1)[0]
+        assert first["slot"] is None  # edged itself, exec'd in the launcher's place
+        assert "running the package's edged without it" in lp.output()
