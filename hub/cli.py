@@ -162,8 +162,8 @@ def _parser() -> argparse.ArgumentParser:
     migrate = sub.add_parser(
         "migrate",
         help="bring the store to this hub's schema, the migrations older replicas cannot "
-        "follow included: run it once every replica runs this release (hub serve applies "
-        "the others itself)",
+        "follow included: run it with every replica stopped (hub serve applies the others "
+        "itself)",
     )
     migrate.add_argument("--data-dir", type=Path, required=True)
     restore = sub.add_parser(
@@ -512,13 +512,15 @@ async def _restore(args: argparse.Namespace) -> int:
 
 async def _migrate(args: argparse.Namespace) -> int:
     from hub.state.migrations import SCHEMA, migrate, read_schema
+    from hub.state.store.identity import LEADER_KEY
 
     config = _config(args.data_dir)
     store = await _open(args.data_dir, config)
     try:
         before = (await read_schema(store)).version
-        applied = await migrate(store, shared=not _is_sqlite(args.data_dir, config),
-                                allow_incompatible=True)  # fmt: skip
+        shared = not _is_sqlite(args.data_dir, config)
+        leader = await store.get(LEADER_KEY) if shared else None  # a replica runs (its lease)
+        applied = await migrate(store, shared=shared, allow_incompatible=leader is None)
     finally:
         await store.close()
     if not applied:

@@ -18,7 +18,9 @@ before it go on working on the migrated store (additive changes: a new key prefi
 optional field an older hub ignores): those are applied by ``hub serve`` itself, with replicas
 of the previous release still serving the same etcd store (a rolling upgrade). A step that is
 not compatible is applied by ``hub serve`` only on a store no other replica shares (SQLite);
-on etcd it waits for ``hub migrate``, run once every replica runs the new release.
+on etcd it waits for ``hub migrate``, run while every replica is stopped. Write a change as
+compatible steps where it can be (add in one release, stop using the old form in the next):
+only those roll.
 
 A hub opens only a store it can read (:func:`check_schema`, every command): a store of a newer
 schema whose ``oldestReader`` is above this hub's :data:`SCHEMA` is refused with
@@ -176,7 +178,8 @@ async def migrate(
         raise StoreSchemaError(
             f"the store has schema {record.version}; migration {first.version} ({first.title}) "
             "cannot be read by hubs of older releases that may still serve this shared store: "
-            "upgrade every replica, then run `hub migrate`; nothing was changed"
+            "stop every replica (`hub migrate` refuses while one leads), run `hub migrate` "
+            "once, then start the replicas of this release; nothing was changed"
         )
     hub = hub_version or installed_version()
     applied = []
