@@ -262,6 +262,8 @@ class AgentController:
         except InstallRefused as exc:
             self._record_failed(desired, exc.reason, exc.message)
             return Result()
+        finally:  # installed or refused: the slot holds it now, or it is never wanted again
+            release.path.unlink(missing_ok=True)
         if self.desired != desired:  # the hub changed its mind meanwhile: look again
             return Result(requeue_after=0)
         self._request_try(step.slot, desired.version, desired)

@@ -89,6 +89,7 @@ def test_an_update_installs_smoke_tests_and_asks_the_launcher(tmp_path: Path) ->
     assert req["context"] == {"servedBefore": ["mlp"]}
     assert h.stopped and h.controller.status()["phase"] == "Switching"
     assert (h.data / "agent" / "slots" / "a" / "installed.json").exists()
+    assert not (tmp_path / "0.2.1.tgz").exists()  # the download, once installed
 
 
 @pytest.mark.parametrize(
