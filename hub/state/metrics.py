@@ -25,6 +25,13 @@ ROLLOUT_STEP_REASONS = frozenset(
 )  # fmt: skip
 """Reasons of the ModelDeployment events that record a rollout's step (:mod:`hub.decide.rollout`,
 :mod:`hub.controllers.rollout`)."""
+AGENT_UPGRADE_STEP_REASONS = frozenset(
+    {"RolloutStarted", "DevicesUpdated", "CanaryStepPassed", "RolloutComplete", "RolledBack",
+     "DeviceFailed", "DevicesRolledBack", "Paused", "Resumed", "RolloutUndo"}
+)  # fmt: skip
+"""Reasons of the AgentUpgrade events that record its rollout's steps
+(:mod:`hub.decide.agentupgrade`, :mod:`hub.controllers.agentupgrade`)."""
+MAX_AGENT_UPGRADE_SERIES = 64
 
 
 class HubMetrics:
@@ -80,6 +87,19 @@ class HubMetrics:
             "RolloutStarted, DevicesUpdated, RolloutComplete, RolledBack, an operator's action)",
             ("reason",),
         )
+        self.agent_upgrade_steps = r.counter(
+            "hub_agent_upgrade_steps_total",
+            "AgentUpgrade rollout steps taken, by the event that records them (RolloutStarted, "
+            "DevicesUpdated, CanaryStepPassed, DeviceFailed, RolledBack, RolloutComplete...)",
+            ("reason",),
+        )
+        self.agent_upgrade_devices = r.gauge(
+            "hub_agent_upgrade_devices",
+            "Devices of each AgentUpgrade's current revision: sent the release (sent), failed "
+            "(failed), sent back to their previous release after a rollback (rolledBack); at "
+            f"most {MAX_AGENT_UPGRADE_SERIES} upgrades",
+            ("upgrade", "state"),
+        )
         self.placements = r.gauge(
             "hub_placements", "Deployments placed on devices (one per device and deployment)"
         )
@@ -104,6 +124,8 @@ class HubMetrics:
         self.events.labels(kind=kind, type=event["type"], reason=reason).inc()
         if kind == "ModelDeployment" and reason in ROLLOUT_STEP_REASONS:
             self.rollout_steps.labels(reason=reason).inc()
+        elif kind == "AgentUpgrade" and reason in AGENT_UPGRADE_STEP_REASONS:
+            self.agent_upgrade_steps.labels(reason=reason).inc()
 
     def count_placements(self, placed: int, removed: int) -> None:
         """The projector wrote desired states (:class:`hub.state.projector.Projector` calls
@@ -145,12 +167,13 @@ class HubMetrics:
         def of_kind(kind: str) -> Callable[[], float]:
             return lambda: len(list(cache.objects_of(kind)))
 
-        for kind in ("ModelDeployment", "DeviceHealthPolicy", "SecurityBaseline"):
+        for kind in ("ModelDeployment", "DeviceHealthPolicy", "SecurityBaseline", "AgentUpgrade"):
             self.objects.labels(kind=kind).set_function(of_kind(kind))
 
     def render(self) -> str:
         if self._cache is not None:
             self.devices_by_agent.replace(agent_versions(self._cache.devices.values()))
+            self.agent_upgrade_devices.replace(agent_upgrade_series(self._cache))
         return self.registry.render()
 
 
@@ -166,4 +189,18 @@ def agent_versions(devices: Iterable[Device]) -> dict[tuple[str, ...], float]:
     rest = sum(counts.values()) - sum(n for _, n in common)
     if rest:
         series[("other",)] = series.get(("other",), 0) + rest
+    return series
+
+
+def agent_upgrade_series(cache: Cache) -> dict[tuple[str, ...], float]:
+    """:attr:`HubMetrics.agent_upgrade_devices`: per upgrade (the first
+    :data:`MAX_AGENT_UPGRADE_SERIES` by name), its current revision's devices sent, failed and
+    sent back."""
+    series: dict[tuple[str, ...], float] = {}
+    for name in sorted(cache.agent_upgrades)[:MAX_AGENT_UPGRADE_SERIES]:
+        state = cache.agent_upgrades[name]
+        sent = sum(1 for s in state.sent.values() if s.revision == state.revision)
+        series[(name, "sent")] = sent
+        series[(name, "failed")] = len(state.failed)
+        series[(name, "rolledBack")] = len(state.rollback)
     return series

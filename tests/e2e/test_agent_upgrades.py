@@ -222,3 +222,32 @@ def test_pause_resume_undo(
     assert "copy of 1" in history and NEWER in history, history
     described = hub.edgectl("describe", "agentupgrade", "edged-next").stdout
     assert "RolloutUndo" in described and "phase: Complete" in described, described
+
+
+def test_a_hub_killed_mid_rollout_resumes_from_the_store(
+    fleet: tuple[HubProcess, dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    hub, devices = fleet
+    for d in devices.values():
+        d.behaviour = "hold"
+    out = apply(hub, tmp_path, upgrade_yaml(NEW, ", maxUnavailable: 2"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_for(lambda: status(hub).get("updatingDevices") == 2, 30, "two devices sent")
+    hub.kill9()
+    hub.start()
+    shown = wait_for(lambda: (s := status(hub)).get("updatingDevices") == 2 and s, 30)
+    assert shown["revision"] == 1 and shown["phase"] == "Progressing", shown
+    wait_for(lambda: desired_version(devices["r0"]) == NEW, 30, "r0 still sent it")
+    for d in devices.values():
+        d.behaviour = "good"
+    done = wait_for(lambda: (s := status(hub)).get("phase") == "Complete" and s, 60, "Complete")
+    assert done["revision"] == 1 and done["doneDevices"] == 4, done
+    doc = json.loads(hub.edgectl("get", "events", "-o", "json").stdout)
+    items = doc["items"] if isinstance(doc, dict) else doc
+    sent = [
+        e["message"].rsplit(" sent to ", 1)[1]
+        for e in items
+        if e["reason"] == "DevicesUpdated" and e["object"]["kind"] == "AgentUpgrade"
+    ]
+    names = [n for m in sent for n in m.split(", ")]
+    assert sorted(names) == ["r0", "r1", "r2", "r3"], sent  # no device sent twice

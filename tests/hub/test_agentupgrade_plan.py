@@ -37,9 +37,13 @@ RELEASES = {r.key: r for r in (release(OLD), release(NEW), release(NEW, "aarch64
 def upgrade(**rollout: Any) -> AgentUpgrade:
     spec: dict[str, Any] = {"version": NEW, "rollout": {"progressDeadlineSeconds": 900, **rollout}}
     got = parse_manifest(
-        {"apiVersion": "edgefleet.io/v1", "kind": "AgentUpgrade",
-         "metadata": {"name": "up"}, "spec": spec}
-    )  # fmt: skip
+        {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "AgentUpgrade",
+            "metadata": {"name": "up"},
+            "spec": spec,
+        }
+    )
     assert isinstance(got, AgentUpgrade)
     return got
 
@@ -68,9 +72,12 @@ def committed(revision: int = 1, upgrade_name: str = "up") -> AgentReport:
 
 def rolled_back(revision: int = 1, reason: str = "CrashLoop") -> AgentReport:
     return report(
-        phase="RolledBack", reason=reason, message="exited 3 times", upgrade="up",
+        phase="RolledBack",
+        reason=reason,
+        message="exited 3 times",
+        upgrade="up",
         upgrade_revision=revision,
-    )  # fmt: skip
+    )
 
 
 def fleet(n: int, **changes: Any) -> dict[str, AgentDeviceView]:
@@ -237,8 +244,11 @@ def test_failure_threshold_as_a_percentage_of_the_pool(
 def test_no_commit_within_the_progress_deadline_is_a_failure() -> None:
     run = Run(upgrade(progressDeadlineSeconds=900), fleet(3))
     run.settle()
-    run.report("d00", report(phase="Trying", version=NEW, upgrade="up", upgrade_revision=1),
-               connected=False)  # fmt: skip
+    run.report(
+        "d00",
+        report(phase="Trying", version=NEW, upgrade="up", upgrade_revision=1),
+        connected=False,
+    )
     run.step(899)
     assert run.state is not None and run.state.phase is RolloutPhase.PROGRESSING
     run.step(2)
@@ -435,8 +445,12 @@ def test_desired_agent_carries_the_commit_settings_and_the_first_upgrade_wins() 
     assert (spec.version, spec.upgrade, spec.upgrade_revision) == (NEW, "up", 1)
     assert (spec.commit_deadline_s, spec.max_tries) == (300, 3)
     other = replace(run.state, upgrade="aaa")
-    assert desired_agent_of({"up": run.state, "aaa": other}, "d00", run.devices["d00"].report,
-                            RELEASES).upgrade == "aaa"  # fmt: skip
+    assert (
+        desired_agent_of(
+            {"up": run.state, "aaa": other}, "d00", run.devices["d00"].report, RELEASES
+        ).upgrade
+        == "aaa"
+    )
     # another platform's release
     arm = report(arch="aarch64")
     got = desired_agent(run.state, "d00", arm, RELEASES)
@@ -461,3 +475,26 @@ def test_apply_refuses_a_version_outside_the_hub_window() -> None:
     assert version_refusal("0.4.0", "0.4.9") is None
     refused = version_refusal("0.1.0", "0.4.0")
     assert refused is not None and "0.2.x to 0.4.x" in refused and "spec.version" in refused
+
+
+def test_metrics_series_per_upgrade() -> None:
+    from hub.state.cache import Cache
+    from hub.state.metrics import HubMetrics, agent_upgrade_series
+
+    run = Run(upgrade(maxUnavailable=2), fleet(4))
+    run.settle()
+    run.report("d00", rolled_back())
+    run.settle()
+    cache = Cache()
+    assert run.state is not None
+    cache.agent_upgrades["up"] = run.state
+    assert agent_upgrade_series(cache) == {
+        ("up", "sent"): 2,
+        ("up", "failed"): 1,
+        ("up", "rolledBack"): 0,
+    }
+    metrics = HubMetrics()
+    metrics.count_event(
+        {"object": {"kind": "AgentUpgrade"}, "type": "Warning", "reason": "RolledBack"}
+    )
+    assert 'hub_agent_upgrade_steps_total{reason="RolledBack"} 1' in metrics.render()
