@@ -5,7 +5,8 @@ under the real ``edged-launcher``: its agent controller fetches the release over
 link (TUF and the envelope first), installs it into the inactive slot, smoke-tests it, asks
 the launcher for the trial and commits once connected again; the hub shows the new version.
 Then a broken release (its check passes, its ``edged run`` crashes): the launcher rolls it
-back by itself after maxTries, the device reports CrashLoop, and the hub's rollout says so."""
+back by itself after maxTries, the device reports CrashLoop, and the hub's rollout says so.
+Last, an upgrade back to the base install's version: the device goes back to its package."""
 
 from __future__ import annotations
 
@@ -104,7 +105,8 @@ def world(tmp_path: Path) -> Iterator[tuple[HubProcess, LaunchedDevice]]:
         bad = build_release(
             tmp_path / "bad.tar.gz", BROKEN, "--source", str(broken_source(tmp_path))
         )
-        for path, version in ((good, NEW), (bad, BROKEN)):
+        old = build_release(tmp_path / "old.tar.gz", OLD)  # the package's own, for a way back
+        for path, version in ((good, NEW), (bad, BROKEN), (old, OLD)):
             out = hub.edgectl("agent", "push", str(path), "--version", version)
             assert "pushed" in out.stdout, out.stdout + out.stderr
         data = tmp_path / "dev"
@@ -167,3 +169,11 @@ def test_a_device_updates_itself_and_rolls_a_broken_release_back(
     rolled = wait_for(lambda: (s := upgrade_status(hub)).get("phase") == "RolledBack" and s,
                       120, "the hub's rollout RolledBack", detail=device.logs)  # fmt: skip
     assert "CrashLoop" in json.dumps(rolled.get("failedDevices", {})), rolled
+
+    # the operator goes back to the base install's release: the package, tried and committed
+    apply(hub, tmp_path, OLD)
+    wait_for(lambda: device.launcher()["committed"] == "package", 180, "back on the package",
+             detail=device.logs)  # fmt: skip
+    wait_for(lambda: device.agent()["phase"] == "Committed", 60, "Committed reported")
+    agent = device.agent()
+    assert agent["version"] == OLD and agent["slot"] == "package"
