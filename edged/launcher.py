@@ -315,6 +315,8 @@ class Launcher:
         version = slot_version(self.data_dir, slot, str(doc.get("version", "")))
         if version is None or version != doc.get("version"):
             raise ValueError(f"slot {slot} does not hold a complete release {doc.get('version')}")
+        if self.state["trying"] is not None:  # never dropped silently: it ends, with why
+            self._finish_trial("RolledBack", "Superseded", f"a trial of {version} was asked for")
         self.state["trying"] = {
             "slot": slot,
             "version": version,

@@ -331,3 +331,16 @@ def test_a_fault_of_the_launcher_still_runs_the_packages_edged(
         first = wait_runs(data, 1)[0]
         assert first["slot"] is None  # edged itself, exec'd in the launcher's place
         assert "running the package's edged without it" in lp.output()
+
+
+def test_a_new_trial_ends_the_one_before_with_why(tmp_path: Path, package: Path) -> None:
+    data = tmp_path / "d"
+    install_slot(data, "a", "0.2.1", "commit")
+    slot_b = install_slot(data, "b", "0.2.2", "request")
+    (data / "next-request.json").write_text(json.dumps(try_request("a", "0.2.1")))
+    write_request(data, try_request("b", "0.2.2"))
+    with launcher(data, package) as lp:
+        wait_for(lambda: state(data)["committed"] == "a", 20, "a committed", detail=lp.output)
+        assert "RolledBack b (0.2.2): Superseded" in lp.output()
+        set_behaviour(slot_b, "serve")
+        lp.stop()
