@@ -276,6 +276,9 @@ class StatusBoard:
                     "phase": r.phase.value,
                     "ready": r.phase is Phase.READY,
                     "restarts": r.restarts,
+                    # it outlives edged (keepOnExit), and this edged adopted it from the last
+                    "kept": bool(r.spec.attach_name),
+                    "adopted": r.adopted,
                     "batchRows": r.worker_batch_rows,
                     "providers": r.metadata.get("providers", []),
                     "sandbox": r.sandbox_status(),
@@ -293,7 +296,7 @@ class StatusBoard:
                         {
                             "reason": r.exit_reason,
                             "message": r.exit_message,
-                            "exitCode": r.exit_code,  # negative: the signal (None: not run)
+                            "exitCode": r.exit_code,  # negative: the signal (None: not run, adopted)
                             "finishedAt": r.finished_at,
                         }
                         if r.exit_reason

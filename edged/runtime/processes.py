@@ -937,8 +937,12 @@ class WorkerPool:
         if self.records is None:
             return refused
         boot = current_boot_id()
-        for record in list(self.records.load()):
-            why = await self._adopt_one(record, digests, probes, boot, timeout)
+        records = list(self.records.load())
+        # all at once: a worker that does not answer costs ``timeout`` once, not per worker
+        outcomes = await asyncio.gather(
+            *(self._adopt_one(r, digests, probes, boot, timeout) for r in records)
+        )
+        for record, why in zip(records, outcomes, strict=True):
             if why:
                 refused[record.replica_id] = why
         return refused

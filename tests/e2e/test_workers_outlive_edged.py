@@ -70,6 +70,7 @@ def test_restart_keeps_workers_serving(model_dir: Path, tmp_path: Path, edged_fa
     assert sorted(e.worker_pids("mlp")) == before
     for rep in e.workload("mlp")["replicas"]:
         assert rep["restarts"] == 0 and rep.get("lastExit") is None
+        assert rep["kept"] and rep["adopted"]
     assert e.log_records("replica adopted")
     assert e.infer("mlp", X)[0] == 200
     # an adopted worker is supervised: killed, it is seen through its pidfd and replaced
