@@ -296,7 +296,7 @@ class StatusBoard:
                         {
                             "reason": r.exit_reason,
                             "message": r.exit_message,
-                            "exitCode": r.exit_code,  # negative: the signal (None: not run, adopted)
+                            "exitCode": r.exit_code,  # negative: a signal (None: not run, adopted)
                             "finishedAt": r.finished_at,
                         }
                         if r.exit_reason
