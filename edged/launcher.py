@@ -315,9 +315,7 @@ class Launcher:
         version = slot_version(self.data_dir, slot, str(doc.get("version", "")))
         if version is None or version != doc.get("version"):
             raise ValueError(f"slot {slot} does not hold a complete release {doc.get('version')}")
-        if self.state["trying"] is not None:  # never dropped silently: it ends, with why
-            self._finish_trial("RolledBack", "Superseded", f"a trial of {version} was asked for")
-        self.state["trying"] = {
+        trial = {
             "slot": slot,
             "version": version,
             "tries": 0,
@@ -333,6 +331,9 @@ class Launcher:
             "context": doc.get("context") if isinstance(doc.get("context"), dict) else {},
             "requestedAt": time.time(),
         }
+        if self.state["trying"] is not None:  # never dropped silently: it ends, with why
+            self._finish_trial("RolledBack", "Superseded", f"a trial of {version} was asked for")
+        self.state["trying"] = trial
         _log(f"trial of slot {slot} ({version}) requested")
 
     def _remove_request(self) -> None:
