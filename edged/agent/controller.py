@@ -159,8 +159,9 @@ class AgentController:
     def desired_changed(self, agent: device_pb2.DesiredAgent | None) -> None:
         """The hub's DesiredState.agent (from each DesiredState the link accepts)."""
         desired = desired_of(agent)
+        self._desired_proto = agent  # the newest signed metadata, even for the same version
         if desired != self.desired:
-            self.desired, self._desired_proto = desired, agent
+            self.desired = desired
             self._enqueue()
 
     def _load_failed(self) -> Outcome | None:
