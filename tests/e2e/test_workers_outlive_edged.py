@@ -283,3 +283,50 @@ def test_restart_under_load_fails_no_request(
     finally:
         _stop_for_good(e, tmp_path)
         store.close()
+
+
+def test_restart_under_the_launcher_and_a_store_above_it(
+    model_dir: Path, tmp_path: Path, edged_factory
+) -> None:
+    """The whole chain as on a device: edged under the real edged-launcher, the launcher under
+    a descriptor store as systemd keeps one. edged stores infer.sock with the launcher, which
+    passes it on to the store; a restart of the service (the launcher and edged) gets it back
+    through both, and the workers are adopted: no request fails."""
+    from edgefleet.launching import launch
+
+    store = FdStore(tmp_path / "fdstore")
+    write_manifest(model_dir)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path))  # its helpers, its data dir
+    config = tmp_path / "launcher-edged.toml"
+    config.write_text(_config(tmp_path))
+    args = ["run", "--data-dir", e.data, "--manifests", model_dir, "--config", config]
+
+    def start() -> subprocess.Popen[bytes]:
+        env = {**store.env, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+        return launch(
+            "edged.launcher", *args, log=tmp_path / "launcher.log", env=env, python=store.python
+        ).process
+
+    launcher = start()
+    try:
+        wait_for(lambda: e.workload("mlp")["readyReplicas"] == 1, 60, "a ready replica")
+        wait_for(lambda: "inference" in store.names(), 10, "infer.sock in the store")
+        before = e.worker_pids("mlp")
+        with SteadyLoad(e.infer_sock) as load:
+            wait_for(lambda: load.answered > 20, 30, "requests answered")
+            for _ in range(2):
+                launcher.send_signal(signal.SIGTERM)
+                assert launcher.wait(60) == 0
+                launcher = start()
+                answered = load.answered
+                wait_for(lambda n=answered: load.answered > n + 20, 60, "answers after the restart")
+        assert load.failed == [], load.failed[:5]
+        assert e.worker_pids("mlp") == before
+        log = (tmp_path / "launcher.log").read_text()
+        assert log.count("socket taken from the descriptor store") >= 2
+    finally:
+        if launcher.poll() is None:
+            launcher.send_signal(signal.SIGTERM)
+            launcher.wait(60)
+        store.close()  # the sockets it held go: the next edged binds its paths anew
+        _stop_for_good(e, tmp_path)
