@@ -40,6 +40,10 @@ def _alive(pid: int) -> bool:
         return False
 
 
+def _fds(pid: int) -> list[str]:
+    return [fd for fd in os.listdir(f"/proc/{pid}/fd") if os.path.exists(f"/proc/{pid}/fd/{fd}")]
+
+
 def _records(e: Edged) -> dict[str, dict]:
     d = e.data / "state" / "workers"
     return {p.stem: orjson.loads(p.read_bytes()) for p in d.glob("*.json")} if d.is_dir() else {}
@@ -73,6 +77,11 @@ def test_restart_keeps_workers_serving(model_dir: Path, tmp_path: Path, edged_fa
         assert rep["kept"] and rep["adopted"]
     assert e.log_records("replica adopted")
     assert e.infer("mlp", X)[0] == 200
+    # each adopted worker's stderr is a pipe the new edged reads (handed over on attach)
+    assert e.launched is not None
+    edged_pipes = {os.stat(f"/proc/{e.launched.pid}/fd/{fd}").st_ino for fd in _fds(e.launched.pid)}
+    for pid in before:
+        assert os.stat(f"/proc/{pid}/fd/2").st_ino in edged_pipes
     # an adopted worker is supervised: killed, it is seen through its pidfd and replaced
     os.kill(before[0], signal.SIGKILL)
 
