@@ -195,7 +195,8 @@ def check_identity(record: WorkerRecord, seen: ProcIdentity | None, *, boot: str
             f"pid {record.pid} started at tick {seen.start_time}, the worker at "
             f"{record.start_time}: another process has its pid"
         )
-    if seen.exe != record.exe:
+    # an interpreter replaced on disk since (a package upgrade) still runs the worker
+    if seen.exe not in (record.exe, f"{record.exe} (deleted)"):
         return f"pid {record.pid} runs {seen.exe}, the worker ran {record.exe}"
     if seen.argv != record.argv:
         return f"pid {record.pid}'s argv is not the worker's"

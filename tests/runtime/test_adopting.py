@@ -109,6 +109,14 @@ def test_a_process_that_is_not_the_worker_is_refused(
     assert why in check_identity(record, identity, boot=boot)
 
 
+def test_an_interpreter_replaced_on_disk_still_runs_the_worker() -> None:
+    record = _record()
+    seen = _seen(record, exe=record.exe + " (deleted)")
+    assert check_identity(record, seen, boot="boot-1") == ""
+    other = _seen(record, exe="/usr/bin/python3.12 (deleted)")
+    assert "runs /usr/bin/python3.12" in check_identity(record, other, boot="boot-1")
+
+
 def test_a_record_whose_argv_is_no_worker_is_refused() -> None:
     record = replace(_record(), argv=("/bin/sleep", "60", orjson.dumps(_spec().to_json()).decode()))
     assert "not an inference worker" in check_identity(record, _seen(record), boot="boot-1")
