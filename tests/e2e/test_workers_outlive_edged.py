@@ -339,3 +339,27 @@ def test_restart_under_the_launcher_and_a_store_above_it(
             launcher.wait(60)
         store.close()  # the sockets it held go: the next edged binds its paths anew
         _stop_for_good(e, tmp_path)
+
+
+def test_a_worker_that_does_not_answer_is_killed_and_restarted(
+    model_dir: Path, tmp_path: Path, edged_factory
+) -> None:
+    """A kept worker that is what its record says but does not answer on its socket (here:
+    stopped with SIGSTOP) is not adopted: killed through its pidfd, restarted, and its slot's
+    last exit says why."""
+    write_manifest(model_dir)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path)).start()
+    e.wait_ready()
+    (pid,) = e.worker_pids("mlp")
+    assert e.terminate() == 0
+    os.kill(pid, signal.SIGSTOP)
+    e.start().wait_ready(60)
+    wait_for(lambda: not _alive(pid), 30, "the silent worker killed")
+    wait_for(lambda: e.workload("mlp")["readyReplicas"] == 1, 60, "a new worker")
+    (rep,) = e.workload("mlp")["replicas"]
+    assert rep["pid"] != pid and not rep["adopted"] and rep["restarts"] == 1
+    assert rep["lastExit"]["reason"] == "NotAdopted"
+    assert "READY" in rep["lastExit"]["message"]
+    (event,) = e.log_records("kept worker not adopted: killed")
+    assert event["pid"] == pid
+    _stop_for_good(e, tmp_path)
