@@ -208,6 +208,7 @@ class Daemon:
             security=self.security,
             inherited=inherited,
             store=self.notifier.store_fd if self.notifier.enabled else None,
+            unstore=self.notifier.remove_fd if self.notifier.enabled else None,
         )
         # -- drift (docs/security.md): what differs from what edged made ---------------------
         self.drift: DriftWatch

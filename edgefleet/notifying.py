@@ -140,13 +140,17 @@ class Notifier:
     def watchdog(self) -> bool:
         return self.send("WATCHDOG=1")
 
+    def remove_fd(self, name: str) -> bool:
+        """Drop the descriptor stored as ``name`` (``FDSTOREREMOVE=1``)."""
+        return self.send("FDSTOREREMOVE=1", f"FDNAME={name}")
+
     def store_fd(self, name: str, fd: int) -> bool:
         """Keep ``fd`` in the service's descriptor store as ``name``, replacing one of that
         name; False when there is no store (not under systemd or the launcher) or the send
         failed."""
         if self.address is None:
             return False
-        self.send("FDSTOREREMOVE=1", f"FDNAME={name}")
+        self.remove_fd(name)
         payload = f"FDSTORE=1\nFDNAME={name}".encode()
         rights = [(socket.SOL_SOCKET, socket.SCM_RIGHTS, fd.to_bytes(4, sys.byteorder))]
         try:

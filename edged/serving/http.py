@@ -520,14 +520,20 @@ class HttpServer:
                     return int(sock.fileno())
         return None
 
-    async def listen_tcp(self, host: str, port: int) -> asyncio.AbstractServer:
-        """Listen on ``host:port`` too; the listener (close it to stop serving there alone)."""
+    async def listen_tcp(
+        self, host: str, port: int, *, sock: socket.socket | None = None
+    ) -> asyncio.AbstractServer:
+        """Listen on ``host:port`` too (or on ``sock``, already listening there: the previous
+        edged's); the listener (close it to stop serving there alone)."""
         loop = asyncio.get_running_loop()
-        server = await loop.create_server(
-            lambda: HttpConnection(self._state), host, port, reuse_address=True
-        )
-        for sock in server.sockets:
-            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        if sock is not None:
+            server = await loop.create_server(lambda: HttpConnection(self._state), sock=sock)
+        else:
+            server = await loop.create_server(
+                lambda: HttpConnection(self._state), host, port, reuse_address=True
+            )
+        for listener in server.sockets:
+            listener.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
         self._servers.append(server)
         return server
 

@@ -31,7 +31,7 @@ from edged.serving.bounding import connection_caps
 from edged.serving.counting import Counters
 from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceRouter
-from edged.serving.ingress import Ingress
+from edged.serving.ingress import TCP_FDNAME, Ingress
 from edged.serving.status import StatusHandler
 from edged.statusboard import StatusBoard
 from edgefleet.logs import get_logger
@@ -86,14 +86,17 @@ class Sockets:
         security: Callable[[], DeviceSecurity],
         inherited: dict[str, int] | None = None,
         store: Callable[[str, int], bool] | None = None,
+        unstore: Callable[[str], bool] | None = None,
     ) -> None:
         """``board`` and ``registry``: what the status socket serves; ``router``: what
         infer.sock serves; ``counters``: where each socket's limits are counted;
         ``security``: the baselines in force (the ingress); ``inherited``: descriptors the
         previous edged stored, by name (taken: those not used are closed); ``store(name,
-        fd)``: keep a descriptor for the next edged (False: there is no store)."""
+        fd)``: keep a descriptor for the next edged (False: there is no store);
+        ``unstore(name)``: drop one."""
         self._inherited = dict(inherited or {})
         self._store = store
+        self._unstore = unstore
         self._paths = paths
         self._inference = inference
         self._board = board
@@ -140,6 +143,9 @@ class Sockets:
             tcp=inf.listen_tcp,
             security=self._security,
             board=self._board,
+            inherited_tcp=self._inherited.pop(TCP_FDNAME, None),
+            store=self._store,
+            unstore=self._unstore,
         )
         self._ingress = ingress
         status_path, infer_path = self._paths.status_socket, self._paths.inference_socket

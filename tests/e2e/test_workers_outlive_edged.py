@@ -5,8 +5,10 @@ never adopted; a kept worker no edged comes back for exits by itself."""
 
 from __future__ import annotations
 
+import http.client
 import os
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -16,6 +18,7 @@ from pathlib import Path
 import numpy as np
 import orjson
 import psutil
+import pytest
 from fdstoretesting import FdStore
 from harness import UNSIGNED_CONFIG, Edged, wait_for, write_manifest
 
@@ -220,8 +223,9 @@ class SteadyLoad:
     a failed one once (what a client of a restarting service does): counts what failed even
     so, and the longest time without an answer."""
 
-    def __init__(self, sock: str) -> None:
+    def __init__(self, sock: str, tcp_port: int | None = None) -> None:
         self.sock = sock
+        self.tcp_port = tcp_port
         self.body = infer_request_body({"input": X})
         self.answered = 0
         self.failed: list[str] = []
@@ -231,10 +235,18 @@ class SteadyLoad:
 
     def _one(self) -> str:
         try:
-            status, _, _ = send_request(
-                self.sock, "POST", infer_path("mlp"), self.body, timeout=30.0
-            )
-        except OSError as exc:
+            if self.tcp_port is None:
+                status, _, _ = send_request(
+                    self.sock, "POST", infer_path("mlp"), self.body, timeout=30.0
+                )
+            else:
+                conn = http.client.HTTPConnection("127.0.0.1", self.tcp_port, timeout=30.0)
+                try:
+                    conn.request("POST", infer_path("mlp"), self.body)
+                    status = conn.getresponse().status
+                finally:
+                    conn.close()
+        except (OSError, http.client.HTTPException) as exc:
             return f"{type(exc).__name__}: {exc}"
         return "" if status == 200 else f"HTTP {status}"
 
@@ -363,3 +375,67 @@ def test_a_worker_that_does_not_answer_is_killed_and_restarted(
     (event,) = e.log_records("kept worker not adopted: killed")
     assert event["pid"] == pid
     _stop_for_good(e, tmp_path)
+
+
+def test_the_loopback_tcp_port_is_kept_too(model_dir: Path, tmp_path: Path, edged_factory) -> None:
+    """``[inference] listenTcp``: its listener is stored as well (FDNAME=inference-tcp) and
+    taken back, so a TCP client is not refused during a restart either."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = FdStore(tmp_path / "fdstore")
+    write_manifest(model_dir)
+    config = _config(tmp_path) + f'[inference]\nlistenTcp = "127.0.0.1:{port}"\n'
+    e: Edged = edged_factory(model_dir, config=config)
+    e.python, e.env = store.python, store.env
+    try:
+        e.start().wait_ready()
+        wait_for(lambda: "inference-tcp" in store.names(), 10, "the TCP listener in the store")
+        with SteadyLoad(e.infer_sock, tcp_port=port) as load:
+            wait_for(lambda: load.answered > 20, 30, "requests answered over TCP")
+            for _ in range(2):
+                assert e.terminate() == 0
+                e.start()
+                answered = load.answered
+                wait_for(lambda n=answered: load.answered > n + 20, 60, "answers after the restart")
+        assert load.failed == [], load.failed[:5]
+        taken = [r for r in e.log_records("socket taken from the descriptor store")]
+        assert sum(r.get("name") == "inference-tcp" for r in taken) >= 2
+    finally:
+        _stop_for_good(e, tmp_path)
+        store.close()
+
+
+NO_TCP_BASELINE = """\
+apiVersion: edgefleet.io/v1
+kind: SecurityBaseline
+metadata: {name: fleet}
+spec:
+  network:
+    ingress: {tcpPorts: []}
+"""
+
+
+def test_a_tcp_port_no_longer_allowed_leaves_the_store(
+    model_dir: Path, tmp_path: Path, edged_factory
+) -> None:
+    """A baseline that stops the TCP port drops its listener from the descriptor store too:
+    the store must not keep a port listening that nothing may serve."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    store = FdStore(tmp_path / "fdstore")
+    write_manifest(model_dir)
+    config = _config(tmp_path) + f'[inference]\nlistenTcp = "127.0.0.1:{port}"\n'
+    e: Edged = edged_factory(model_dir, config=config)
+    e.python, e.env = store.python, store.env
+    try:
+        e.start().wait_ready()
+        wait_for(lambda: "inference-tcp" in store.names(), 10, "the TCP listener in the store")
+        (model_dir / "baseline.yaml").write_text(NO_TCP_BASELINE)
+        wait_for(lambda: "inference-tcp" not in store.names(), 60, "the listener dropped")
+        with pytest.raises(OSError), socket.create_connection(("127.0.0.1", port), timeout=2):
+            pass
+    finally:
+        _stop_for_good(e, tmp_path)
+        store.close()

@@ -67,3 +67,28 @@ def test_a_socket_whose_file_was_removed_is_refused(tmp_path: Path) -> None:
     fd = s.detach()
     sock, why = inherited_listener(fd, path)
     assert sock is None and "cannot check" in why and _closed(fd)
+
+
+def test_a_stored_tcp_listener_on_the_configured_address_is_taken() -> None:
+    from edged.config import TcpAddress
+    from edged.serving.ingress import inherited_tcp_listener
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    port = s.getsockname()[1]
+    sock, why = inherited_tcp_listener(s.detach(), TcpAddress("127.0.0.1", port))
+    assert why == "" and sock is not None
+    sock.close()
+
+    s = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    fd = s.detach()
+    sock, why = inherited_tcp_listener(fd, TcpAddress("127.0.0.1", 1))
+    assert sock is None and "not 127.0.0.1:1" in why and _closed(fd)
+
+    u = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    fd = u.detach()
+    sock, why = inherited_tcp_listener(fd, TcpAddress("127.0.0.1", 0))
+    assert sock is None and why == "not a TCP socket" and _closed(fd)
