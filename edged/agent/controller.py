@@ -144,6 +144,24 @@ class AgentController:
         self.bytes_done = self.bytes_total = 0
         self._view = LauncherView()
         self._stopping = False
+        self._observe_at_start()
+
+    def _observe_at_start(self) -> None:
+        """The phase launcher.json gives before the first pass (the status socket opens
+        before the controllers start): a rollback or commit is said from the first answer."""
+        step = plan(None, self.running, self._read_view(), Health(False, False, False))
+        if isinstance(step, Report):
+            self._set(step.phase, step.reason, step.message)
+        elif isinstance(step, WaitHealthy):
+            self._set(Phase.TRYING, "WaitingForHealth", step.missing)
+
+    def _read_view(self) -> LauncherView:
+        state, problem = read_state(self.agent_dir / "launcher.json")
+        if problem:
+            log.warning("launcher state", problem=problem)
+        slots = {s: v for s in SLOTS if (v := slot_version(self.data_dir, s))}
+        self._view = LauncherView.of(state, slots)
+        return self._view
 
     def set_fetch(self, fetch: FetchRelease | None) -> None:
         self._fetch = fetch
@@ -202,12 +220,7 @@ class AgentController:
     async def reconcile(self, key: str) -> Result:
         if self._stopping:
             return Result()
-        state, problem = read_state(self.agent_dir / "launcher.json")
-        if problem:
-            log.warning("launcher state", problem=problem)
-        slots = {s: v for s in SLOTS if (v := slot_version(self.data_dir, s))}
-        self._view = LauncherView.of(state, slots)
-        step = plan(self.desired, self.running, self._view, self._health(), self.failed)
+        step = plan(self.desired, self.running, self._read_view(), self._health(), self.failed)
         if isinstance(step, Report):
             self._set(step.phase, step.reason, step.message)
             return Result(requeue_after=RESYNC_S)

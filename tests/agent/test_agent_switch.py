@@ -219,6 +219,7 @@ def test_a_release_commits_and_a_broken_one_rolls_back_by_itself(
     assert last["reason"] == "CrashLoop" and last["tries"] == 2 and last["version"] == "9.0.2"
     assert launcher_state(device.data)["committed"] == "a"
     wait_for(lambda: serving(device.data), 90, "mlp serving again", detail=device.logs)
+    wait_for(lambda: status(device.data)["agent"]["phase"] == "RolledBack", 30, "RolledBack")
     agent = status(device.data)["agent"]
     assert agent["version"] == "9.0.1" and agent["phase"] == "RolledBack"
     assert agent["reason"] == "CrashLoop" and agent["tries"] == 2
