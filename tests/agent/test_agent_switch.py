@@ -1,7 +1,8 @@
 """The real edged under the real launcher switches releases: a release built by
 packaging/agent/build-release from this checkout with a higher version is installed into the
 inactive slot, smoke-tested, asked for as the controller asks (request.json, then edged
-exits), and commits by itself once it serves the workload that served before; then a broken
+exits), and commits by itself once it serves the workload that served before (workers stopped
+with each edged, or kept and adopted by the next); then a broken
 release (it passes its smoke test but crashes at every start) rolls back by itself, and the
 committed edged reports why. Real processes, a real ONNX model, no fakes."""
 
@@ -101,7 +102,7 @@ def launcher_state(data: Path) -> dict[str, Any]:
 
 
 class Device:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, keep_workers: bool = False) -> None:
         self.tmp = tmp
         self.data = tmp / "d"
         self.manifests = tmp / "manifests"
@@ -111,7 +112,7 @@ class Device:
         self.config = tmp / "edged.toml"
         self.config.write_text(
             f'[trust]\nallowUnsigned = true\nrootFile = "{tmp / "absent.json"}"\n'
-            "[workers]\nkeepOnExit = false\n"
+            f"[workers]\nkeepOnExit = {'true' if keep_workers else 'false'}\n"
         )
         self.log = tmp / "launcher.log"
         self.proc: subprocess.Popen[bytes] | None = None
@@ -149,11 +150,16 @@ class Device:
                 os.killpg(self.proc.pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
+            for proc in psutil.process_iter(["cmdline"]):  # kept workers: sessions of their own
+                if str(self.data) in " ".join(proc.info["cmdline"] or ()):
+                    proc.kill()
 
 
-@pytest.fixture
-def device(tmp_path: Path) -> Iterator[Device]:
-    dev = Device(tmp_path)
+@pytest.fixture(params=[False, True], ids=["workers-stop", "workers-kept"])
+def device(tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Device]:
+    """Workers stopped with each edged, or kept and adopted by the next one (the default
+    under the launcher: keepOnExit auto)."""
+    dev = Device(tmp_path, keep_workers=request.param)
     try:
         yield dev
     finally:
