@@ -16,7 +16,10 @@ leaves it. Each repetition:
 
 The ratio is update / restart: what an update costs over the restart it cannot avoid.
 
-    .venv/bin/python bench/agentcommit.py [--reps 3] [--json PATH]
+Workers are kept across edged and adopted by the next one (the default under the launcher);
+``--stop-workers``: they stop with each edged and start again.
+
+    .venv/bin/python bench/agentcommit.py [--reps 3] [--stop-workers] [--json PATH]
 """
 
 from __future__ import annotations
@@ -86,7 +89,7 @@ def wait(cond: Any, timeout: float, what: str) -> None:
 
 
 class Device:
-    def __init__(self, tmp: Path) -> None:
+    def __init__(self, tmp: Path, *, keep_workers: bool) -> None:
         self.tmp, self.data = tmp, tmp / "d"
         self.manifests = tmp / "manifests"
         self.manifests.mkdir()
@@ -95,7 +98,7 @@ class Device:
         self.config = tmp / "edged.toml"
         self.config.write_text(
             f'[trust]\nallowUnsigned = true\nrootFile = "{tmp / "absent.json"}"\n'
-            "[workers]\nkeepOnExit = false\n"
+            f"[workers]\nkeepOnExit = {'true' if keep_workers else 'false'}\n"
         )
         self.proc: subprocess.Popen[bytes] | None = None
 
@@ -165,12 +168,17 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--json", type=Path)
+    parser.add_argument(
+        "--stop-workers",
+        action="store_true",
+        help="workers stop with each edged (keepOnExit = false) instead of being adopted",
+    )
     args = parser.parse_args()
     with tempfile.TemporaryDirectory(prefix="agentcommit-") as tmp_text:
         tmp = Path(tmp_text)
         releases = [build(f"9.0.{i + 1}", tmp / f"r{i}.tar.gz") for i in range(args.reps)]
         print(f"release: {releases[0].length / 1e6:.2f} MB (.tar.gz)")
-        dev = Device(tmp)
+        dev = Device(tmp, keep_workers=not args.stop_workers)
         updates: list[dict[str, float]] = []
         restarts: list[float] = []
         try:
@@ -187,6 +195,11 @@ def main() -> None:
                       f"{u['switch_to_commit']:.2f}); restart {restarts[-1]:.2f} s")  # fmt: skip
         finally:
             dev.kill()
+            import psutil
+
+            for proc in psutil.process_iter(["cmdline"]):  # kept workers: their own sessions
+                if str(dev.data) in " ".join(proc.info["cmdline"] or ()):
+                    proc.kill()
     medians = {k: median(u[k] for u in updates) for k in updates[0]}
     base = median(restarts)
     print(f"median: received -> committed {medians['total']:.2f} s; restart (baseline) "
