@@ -20,6 +20,7 @@ import socket
 import struct
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
@@ -488,7 +489,11 @@ class Replica:
         self.adopted = False
         self.pool.started_pids.append(self.pid)
         loop = asyncio.get_running_loop()
-        self._watch_pidfd(os.pidfd_open(self.pid), self.proc)
+        try:
+            pidfd: int | None = os.pidfd_open(self.pid)
+        except OSError:  # Linux before 5.3: a thread waits for the child instead
+            pidfd = None
+        self._watch_pidfd(pidfd, self.proc)
         self.pool.track(asyncio.ensure_future(self._wait()))
         self.pool.write_record(self)
         await self._read_output(err_read)
@@ -503,12 +508,25 @@ class Replica:
             lambda: OutputReader(ring), os.fdopen(err_read, "rb", buffering=0)
         )
 
-    def _watch_pidfd(self, pidfd: int, child: subprocess.Popen[bytes] | None) -> None:
+    def _watch_pidfd(self, pidfd: int | None, child: subprocess.Popen[bytes] | None) -> None:
         """Resolve :attr:`gone` when the process behind ``pidfd`` exits: with its status when
-        it is edged's ``child`` (reaped here), None when it is not (adopted)."""
+        it is edged's ``child`` (reaped here), None when it is not (adopted). Without a pidfd
+        (a kernel before 5.3), a thread waits for the child."""
         loop = asyncio.get_running_loop()
         self.pidfd = pidfd
         self.gone = gone = loop.create_future()
+        if pidfd is None:
+            assert child is not None
+
+            def ended(code: int) -> None:
+                if not gone.done():
+                    gone.set_result(code)
+
+            def wait() -> None:
+                loop.call_soon_threadsafe(ended, child.wait())
+
+            threading.Thread(target=wait, name=f"wait-{child.pid}", daemon=True).start()
+            return
 
         def on_exit() -> None:
             loop.remove_reader(pidfd)
@@ -665,6 +683,8 @@ class Replica:
         try:
             if self.pidfd is not None:  # never a bare pid: it may be another's by now
                 signal.pidfd_send_signal(self.pidfd, sig)
+            elif self.proc is not None:  # no pidfds (Linux < 5.3): the child, not yet reaped
+                self.proc.send_signal(sig)
         except ProcessLookupError:
             pass
 
@@ -699,6 +719,15 @@ class Replica:
         for transport in (self.channel.transport if self.channel else None, self._output_pipe):
             if transport is not None:
                 transport.close()
+
+
+def pidfds_supported() -> bool:
+    """Whether this kernel has pidfd_open (Linux 5.3): what adopting a worker needs."""
+    try:
+        os.close(os.pidfd_open(os.getpid()))
+    except (OSError, AttributeError):
+        return False
+    return True
 
 
 def _worker_env() -> dict[str, str]:
@@ -749,7 +778,9 @@ class WorkerPool:
         (adopting.py); ``keep``: workers started from now on outlive edged (and each gets a
         record there), waiting ``orphan_timeout_s`` at most for the next edged."""
         self.records = records
-        self.keep = keep and records is not None
+        self.keep = keep and records is not None and pidfds_supported()
+        if keep and not self.keep:
+            log.warning("workers stop with edged: keepOnExit needs pidfds (Linux 5.3)")
         self.orphan_timeout_s = orphan_timeout_s
         self.detached = False  # edged stopped and left its workers running
         self.uids = uids if uids is not None else WorkerUids()

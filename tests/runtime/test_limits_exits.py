@@ -19,6 +19,7 @@ from asynctesting import async_test
 from workerprocess import launch_spec
 
 from edged.reconcile.model import Phase
+from edged.runtime.adopting import WorkerRecords
 from edged.runtime.launching import LaunchSpec, SandboxSpec
 from edged.runtime.limiting import LimitsError, choose_limits
 from edged.runtime.processes import WorkerPool
@@ -104,3 +105,40 @@ async def test_limits_that_cannot_be_set_fail_the_start(tmp_path: Path) -> None:
     assert rep.exit_reason == "LimitsFailed"
     assert f"the memory controllers are not enabled in {workloads}" in rep.exit_message
     await pool.shutdown(timeout=10)
+
+
+@async_test
+async def test_without_pidfds_a_thread_waits_for_the_worker(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A kernel before 5.3 has no pidfd_open: workers still start, their exits are seen (by
+    a thread that waits for each child) and stopping them works; they are not kept."""
+    import errno
+
+    def no_pidfds(_pid: int, _flags: int = 0) -> int:
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(os, "pidfd_open", no_pidfds)
+    model = build_mlp(tmp_path / "m.onnx", TINY_MLP, seed=1)
+    sha = hashlib.sha256(model.read_bytes()).hexdigest()
+    spec = launch_spec(model, sha, SandboxSpec(mode="off"))
+    pool = WorkerPool(
+        notify=lambda _w: None,
+        on_serving_change=lambda _r, _ready: None,
+        on_result=lambda *_: None,
+        records=WorkerRecords(tmp_path / "records"),
+        keep=True,
+    )
+    assert not pool.keep
+    await pool.start(spec, WorkloadName("w"), "r1", 0, Probes())
+    (rep,) = pool.replicas()
+    await _until(lambda: rep.phase is Phase.READY, "the worker ready")
+    assert rep.pidfd is None and not rep.spec.attach_name
+    assert rep.pid is not None
+    os.kill(rep.pid, signal.SIGKILL)
+    await _until(lambda: rep.phase is Phase.EXITED, "the exit seen")
+    assert rep.exit_reason == "Killed" and rep.exit_code == -signal.SIGKILL
+    await pool.start(spec, WorkloadName("w"), "r1", 0, Probes())
+    await _until(lambda: rep.phase is Phase.READY, "the restarted worker ready")
+    await pool.shutdown(timeout=10)
+    assert not rep.running
