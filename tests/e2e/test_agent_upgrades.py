@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -251,3 +252,32 @@ def test_a_hub_killed_mid_rollout_resumes_from_the_store(
     ]
     names = [n for m in sent for n in m.split(", ")]
     assert sorted(names) == ["r0", "r1", "r2", "r3"], sent  # no device sent twice
+
+
+def test_lying_devices_speak_only_for_themselves(
+    fleet: tuple[HubProcess, dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    """Devices never sent the release claim it committed, or rolled back, for this very
+    upgrade and revision: neither passes the canary step nor fails the rollout; the liar who
+    claims to be up to date only takes itself out of the pool. Deleting the upgrade sends no
+    device a release any more."""
+    hub, devices = fleet
+    for d in devices.values():
+        d.behaviour = "hold"
+    out = apply(hub, tmp_path, upgrade_yaml(NEW, ", canary: {steps: [25%]}"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_for(lambda: desired_version(devices["r0"]) == NEW, 30, "the canary sent the release")
+    # never sent: claims it committed this upgrade's revision 1
+    devices["r3"].claim(version=NEW, committed=NEW, phase="Committed", upgrade="edged-next",
+                        upgrade_revision=1)  # fmt: skip
+    # never sent: claims its launcher rolled it back
+    devices["r2"].claim(phase="RolledBack", reason="CrashLoop", upgrade="edged-next",
+                        upgrade_revision=1)  # fmt: skip
+    shown = wait_for(lambda: (s := status(hub)).get("upToDateDevices") == 1 and s, 30)
+    time.sleep(2.0)  # several of the controller's ticks
+    shown = status(hub)
+    assert shown["phase"] == "Progressing" and shown["failedDevices"] == {}, shown
+    assert shown["doneDevices"] == 0 and shown["updating"] == ["r0"], shown
+    assert [desired_version(devices[n]) for n in ("r1", "r2", "r3")] == ["", "", ""]
+    hub.edgectl("delete", "agentupgrade", "edged-next")
+    wait_for(lambda: desired_version(devices["r0"]) == "", 30, "r0 sent no release any more")

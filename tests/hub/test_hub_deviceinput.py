@@ -318,3 +318,26 @@ def test_revision_figures_table(status: device_pb2.Status, problem: str | None) 
         assert problems == []
     else:
         assert len(problems) == 1 and problem in problems[0], problems
+
+
+@pytest.mark.parametrize(
+    ("agent", "problem"),
+    [
+        (device_pb2.AgentStatus(version="0.2.1", committed_version="0.2.0", phase="Trying",
+                                upgrade="u", upgrade_revision=3, tries=2), None),
+        (device_pb2.AgentStatus(version="v" * 129), "status.agent.version: at most 128"),
+        (device_pb2.AgentStatus(upgrade="u" * 200), "status.agent.upgrade: at most 128"),
+        (device_pb2.AgentStatus(message="m" * 2000), "status.agent.message: at most 1024"),
+        (device_pb2.AgentStatus(tries=5000), "status.agent.tries: at most 1000"),
+        (device_pb2.AgentStatus(upgrade_revision=2**63), "status.agent.upgrade_revision"),
+        (device_pb2.AgentStatus(bytes_done=5, bytes_total=4), "status.agent.bytes_done"),
+        (device_pb2.AgentStatus(bytes_total=2**41), "status.agent.bytes_total"),
+    ],
+)  # fmt: skip
+def test_agent_status_is_bounded(agent: device_pb2.AgentStatus, problem: str | None) -> None:
+    """A hostile device's AgentStatus (issue 32): every field bounded, refused naming it."""
+    problems = di.check_status(device_pb2.Status(agent=agent))
+    if problem is None:
+        assert problems == []
+    else:
+        assert len(problems) == 1 and problems[0].startswith(problem), problems
