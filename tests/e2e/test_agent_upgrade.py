@@ -19,6 +19,9 @@ Seconds to commit per device are printed (``-s``)."""
 
 from __future__ import annotations
 
+import json
+import os
+import signal
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -27,9 +30,11 @@ import pytest
 from agentupgradetesting import (
     OLD,
     Fleet,
+    LaunchedDevice,
     Load,
     build,
     patch_version,
+    poll,
     push,
     timed_commits,
     upgrade_yaml,
@@ -203,3 +208,136 @@ def test_a_broken_release_stops_at_the_canary(fleet: Fleet, broken: str, tmp_pat
     untouched()
     assert {d.name: d.worker_pids() for d in others} == workers
     assert set(fleet.agent_column().values()) == {OLD}
+
+
+def untouched(devices: list[LaunchedDevice]) -> None:
+    for d in devices:
+        assert d.committed() in ("", OLD), (d.name, d.launcher())
+        assert d.agent().get("desiredVersion") == "", (d.name, d.agent())
+
+
+def test_pause_resume_undo_and_two_upgrades_in_a_row(
+    fleet: Fleet, releases: dict[str, Path]
+) -> None:
+    push(fleet.hub, releases[NEW], NEW)
+    push(fleet.hub, releases[NEWER], NEWER)
+    connected_as(fleet, OLD)
+    workers = {d.name: d.worker_pids() for d in fleet.devices}
+    canary, others = fleet.devices[0], fleet.devices[1:]
+    with Load(fleet.devices) as load:
+        fleet.apply(upgrade_yaml(NEW))
+        wait_for(lambda: fleet.upgrade().get("updatingDevices") == 1, 60, "the canary sent",
+                 interval=0.2, detail=fleet.logs)  # fmt: skip
+        out = fleet.hub.edgectl("rollout", "pause", UPGRADE)
+        assert "paused" in out.stdout, out.stdout
+        # the canary sent before the pause finishes; nobody else is sent anything
+        wait_for(lambda: fleet.upgrade().get("doneDevices") == 1, 120, "the canary done",
+                 detail=fleet.logs)  # fmt: skip
+        assert canary.committed() == NEW
+        time.sleep(3)
+        untouched(others)
+        table = fleet.hub.edgectl("get", "agentupgrades").stdout
+        assert "Paused" in table and "1/3" in table, table
+        fleet.hub.edgectl("rollout", "resume", UPGRADE)
+        first = timed_commits(fleet, NEW, 300)
+        fleet.wait_phase("Complete", 120)
+        report(f"{OLD} -> {NEW} after resume", first)
+        assert connected_as(fleet, NEW)
+        # a second upgrade in a row: the same object, the next version (revision 2)
+        started = time.monotonic()
+        fleet.apply(upgrade_yaml(NEWER))
+        second = timed_commits(fleet, NEWER, 300, since=started)
+        done = wait_for(
+            lambda: (s := fleet.upgrade()).get("phase") == "Complete" and s["revision"] == 2
+            and s, 120, "revision 2 Complete", detail=fleet.logs,
+        )  # fmt: skip
+        report(f"{NEW} -> {NEWER}", second)
+        assert done["doneDevices"] == 3, done
+        assert connected_as(fleet, NEWER)
+        slots = {d.name: d.launcher()["committed"] for d in fleet.devices}
+        # undo: revision 1's version again, as revision 3 (its slot is still installed)
+        started = time.monotonic()
+        out = fleet.hub.edgectl("rollout", "undo", UPGRADE)
+        assert f"rolling back to revision 1 ({NEW})" in out.stdout, out.stdout
+        third = timed_commits(fleet, NEW, 300, since=started)
+        wait_for(
+            lambda: (s := fleet.upgrade()).get("phase") == "Complete" and s["revision"] == 3,
+            120, "revision 3 Complete", detail=fleet.logs,
+        )  # fmt: skip
+        report(f"undo {NEWER} -> {NEW}", third)
+    print(f"[agent upgrade] requests during the three rollouts: {load.summary()}")
+    assert connected_as(fleet, NEW)
+    for d in fleet.devices:  # each went back to the slot it had installed NEW into
+        assert d.launcher()["committed"] != slots[d.name], d.launcher()
+        assert d.agent()["phase"] == "Committed", d.agent()
+    assert {d.name: d.worker_pids() for d in fleet.devices} == workers
+    assert sum(load.failed.values()) == 0, (load.summary(), load.errors)
+    history = fleet.hub.edgectl("rollout", "history", UPGRADE).stdout
+    assert NEW in history and NEWER in history and "copy of 1" in history, history
+    shown = fleet.hub.edgectl("rollout", "status", UPGRADE).stdout
+    assert "Complete" in shown and "3/3" in shown, shown
+
+
+def power_cut(d: LaunchedDevice, *, workers: bool) -> None:
+    """kill -9 of the launcher and its edged (and of the workers: a power cut takes them)."""
+    pids = d.worker_pids() if workers else []
+    d.kill9()
+    for pid in pids:
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@pytest.mark.parametrize("moment", ["request", "trial"])
+def test_kill9_during_the_install_and_during_the_switch(
+    fleet: Fleet, releases: dict[str, Path], moment: str
+) -> None:
+    """r0 (the canary) loses its launcher and edged while it installs the release, r1 loses
+    them and its workers (a power cut) while it switches to it (``request``: its edged asked
+    for the trial, the launcher has not taken it; ``trial``: the new edged runs on trial, not
+    committed); each starts again (systemd's restart, the next boot), comes back to a working
+    edged, and the rollout completes."""
+    push(fleet.hub, releases[NEW], NEW)
+    connected_as(fleet, OLD)
+    r0, r1, r2 = fleet.devices
+    r2_workers = r2.worker_pids()
+    started = time.monotonic()
+    fleet.apply(upgrade_yaml(NEW, deadline=60, tries=3, progress=300))
+
+    caught = poll(lambda: (p := r0.agent().get("phase")) in ("Installing", "SmokeTesting") and p,
+                  60)  # fmt: skip
+    assert caught, f"r0 never seen installing: {r0.agent()}"
+    power_cut(r0, workers=False)
+    left = {p.name for p in (r0.data / "agent" / "slots").iterdir()}
+    print(f"\n[agent upgrade] r0 killed while {caught}; its slots folder held {sorted(left)}")
+    r0.start()
+    wait_for(lambda: r0.committed() == NEW, 180, "r0 committed after its restart",
+             detail=fleet.logs)  # fmt: skip
+    r0_s = time.monotonic() - started
+
+    def switching() -> str:
+        if moment == "request" and (r1.data / "agent" / "request.json").exists():
+            return "request.json written"
+        if moment == "trial" and r1.launcher().get("trying"):
+            return "on trial"
+        return ""
+
+    caught = poll(switching, 120, interval=0.02)
+    assert caught, f"r1 never seen switching: {r1.launcher()} {r1.agent()}"
+    power_cut(r1, workers=True)
+    print(f"[agent upgrade] r1 killed with its workers: {caught}; launcher.json "
+          f"{json.dumps(r1.launcher())}")  # fmt: skip
+    r1.start()
+    # a working edged again, the committed one or the trial: it serves
+    wait_for(r1.serving, 120, "r1 serving after the power cut", detail=fleet.logs)
+    seconds = timed_commits(fleet, NEW, 300, since=started)
+    done = fleet.wait_phase("Complete", 180)
+    report("with r0 killed installing and r1 killed switching", {**seconds, "r0": r0_s})
+    assert done["doneDevices"] == 3 and not done.get("failedDevices"), done
+    assert connected_as(fleet, NEW)
+    for d in fleet.devices:
+        assert d.agent()["phase"] == "Committed" and d.infer() == 200, d.agent()
+    assert r2.worker_pids() == r2_workers
+    # what the install cut short was cleaned up
+    assert not [p for p in (r0.data / "agent" / "slots").iterdir() if p.name.startswith(".")]
