@@ -197,8 +197,9 @@ class Replica:
         # the current process's end: its exit status (None: not known, an adopted worker is
         # not edged's child), set by its waiter (a child's wait, or an adopted one's pidfd)
         self.gone: asyncio.Future[int | None] | None = None
-        self.pidfd: int | None = None  # an adopted worker's (adopting.py)
+        self.pidfd: int | None = None  # the current process (a child or an adopted worker)
         self.adopted = False
+        self.record: WorkerRecord | None = None  # an adopted worker's, as the last edged wrote it
         # an adoption waiting for the worker's READY and PONG (adopt())
         self._adopting: asyncio.Future[dict[str, Any]] | None = None
         self.channel: ReplicaChannel | None = None
@@ -486,7 +487,7 @@ class Replica:
             child.close()
             os.close(err_write)
         self.pid = self.proc.pid
-        self.adopted = False
+        self.adopted, self.record = False, None
         self.pool.started_pids.append(self.pid)
         loop = asyncio.get_running_loop()
         try:
@@ -548,7 +549,7 @@ class Replica:
         """Supervise the kept worker of ``record`` (proven already; ``pidfd`` open on it): its
         exit is seen through the pidfd (it is not edged's child: edged neither reaps it nor
         learns its exit status)."""
-        self.pid, self.proc, self.adopted = record.pid, None, True
+        self.pid, self.proc, self.adopted, self.record = record.pid, None, True, record
         self.restarts, self.crash_streak = record.restarts, record.crash_streak
         self._watch_pidfd(pidfd, None)
         self.pool.track(asyncio.ensure_future(self._wait()))
@@ -568,15 +569,19 @@ class Replica:
             peer_pid, _, _ = PEERCRED.unpack(
                 sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, PEERCRED.size)
             )
+            why = ""
             if peer_pid != record.pid:
-                return f"its socket is held by pid {peer_pid}, not by pid {record.pid}"
-            socket.send_fds(sock, [ATTACH_HELLO], [err_write])
+                why = f"its socket is held by pid {peer_pid}, not by pid {record.pid}"
+            else:
+                socket.send_fds(sock, [ATTACH_HELLO], [err_write])
         except (OSError, TimeoutError) as exc:
-            sock.close()
-            os.close(err_read)
-            return f"its socket @{self.spec.attach_name} does not answer: {exc!s}"
+            why = f"its socket @{self.spec.attach_name} does not answer: {exc!s}"
         finally:
             os.close(err_write)
+        if why:
+            sock.close()
+            os.close(err_read)
+            return why
         await self._read_output(err_read)
         self._adopting = loop.create_future()
         _, channel = await loop.connect_accepted_socket(lambda: ReplicaChannel(self), sock=sock)
@@ -929,11 +934,8 @@ class WorkerPool:
         if self.records is None or not rep.spec.attach_name or rep.pid is None:
             return
         try:
-            if rep.adopted:
-                old = next((r for r in self.records.load() if r.replica_id == rep.id), None)
-                if old is None:
-                    return
-                record = replace(old, restarts=rep.restarts, crash_streak=rep.crash_streak)
+            if rep.record is not None:  # adopted: what the kernel said of it then still holds
+                record = replace(rep.record, restarts=rep.restarts, crash_streak=rep.crash_streak)
             else:
                 record = record_for(
                     rep.spec,
