@@ -348,3 +348,47 @@ def test_a_fleet_of_10000_is_never_sent_whole(tmp_path: Path) -> None:
                 assert "and 900 smaller groups not shown" in body
 
     asyncio.run(asyncio.wait_for(scenario(), 240))
+
+
+@async_test
+async def test_the_agent_upgrades_page(tmp_path: Path) -> None:
+    """An AgentUpgrade rolled back shows its phase, counts and every failed device with its
+    reason (text from a device is escaped)."""
+    from dataclasses import replace
+
+    from edgefleet.api import parse_manifest
+    from hub.decide.agentupgrade import AgentUpgradeState, SentAgent, plan_upgrade
+    from hub.decide.revisions import RolloutPhase
+
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with (
+        DashboardHub(paths) as d,
+        _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
+    ):
+        async with s.get(d.url + "/agentupgrades") as r:
+            assert r.status == 200 and "no AgentUpgrade applied" in await r.text()
+        manifest = {
+            "apiVersion": "edgefleet.io/v1",
+            "kind": "AgentUpgrade",
+            "metadata": {"name": "edged-next"},
+            "spec": {"version": "0.2.1"},
+        }
+        upgrade = parse_manifest(manifest)
+        cache = d.hub.ctx.cache
+        cache.put_object(upgrade.to_dict(), 1)
+        first = plan_upgrade(upgrade, None, [], {}, "0.2.0", 1.0).state  # type: ignore[arg-type]
+        assert first is not None
+        state: AgentUpgradeState = replace(
+            first,
+            phase=RolloutPhase.ROLLED_BACK,
+            message="stopped",
+            sent={"dev-1": SentAgent(1, 1.0, "0.2.0")},
+            failed={"dev-1": "CrashLoop: <b>exited</b>"},
+        )
+        cache.agent_upgrades["edged-next"] = state
+        d.server.dashboard.memo.clear()  # the page's memo (LIVE_PERIOD_S)
+        async with s.get(d.url + "/agentupgrades") as r:
+            assert r.status == 200
+            text = await r.text()
+        assert "<td>edged-next</td><td>0.2.1</td><td>RolledBack</td>" in text, text
+        assert "failed dev-1: CrashLoop: &lt;b&gt;exited&lt;/b&gt;" in text, text

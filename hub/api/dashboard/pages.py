@@ -67,6 +67,7 @@ NAV = (
     ("/deployments", "Deployments"),
     ("/events", "Events"),
     ("/models", "Models"),
+    ("/agentupgrades", "Agent upgrades"),
 )
 
 
@@ -338,6 +339,57 @@ def deployments_body(rows: Sequence[Mapping[str, Any]], page: int = 1, pages_: i
         "<th>desired</th><th>updated</th><th>ready</th><th>available</th><th>rollout</th>"
         f"</tr></thead><tbody>{body}</tbody></table>{_pager('/deployments', page, pages_)}"
     )
+
+
+def agent_upgrades_body(rows: Sequence[Mapping[str, Any]]) -> str:
+    """Each AgentUpgrade (issue 32): version, phase, devices done of the pool, updating,
+    refused, the canary step, then every failed device with its reason and every device sent
+    back, as ``edgectl rollout status agentupgrade/NAME`` says them."""
+    if not rows:
+        return "<p class=muted>no AgentUpgrade applied</p>"
+    table = "".join(
+        f"<tr><td>{esc(r['name'])}</td><td>{esc(r['version'])}</td>"
+        f"<td>{esc(r['status'].get('phase', '—'))}</td>"
+        f"<td class=num>{esc(r['status'].get('doneDevices', 0))}/"
+        f"{esc(r['status'].get('poolDevices', 0))}</td>"
+        + "".join(
+            f"<td class=num>{esc(n)}</td>"
+            for n in (
+                r["status"].get("updatingDevices", 0),
+                len(r["status"].get("failedDevices", {})),
+                len(r["status"].get("refused", {})),
+            )
+        )
+        + f"<td>{esc(_upgrade_step(r['status']))}</td></tr>"
+        for r in rows
+    )
+    details = "".join(
+        f"<h2>{esc(r['name'])}</h2><p>{esc(r['status'].get('message', ''))}</p>"
+        + "".join(
+            f"<p class=warn>failed {esc(d)}: {esc(why)}</p>"
+            for d, why in sorted(r["status"].get("failedDevices", {}).items())[:50]
+        )
+        + "".join(
+            f"<p>sent back {esc(d)}: {esc(v)}</p>"
+            for d, v in sorted(r["status"].get("rollbackDevices", {}).items())[:50]
+        )
+        for r in rows
+        if r["status"].get("failedDevices") or r["status"].get("rollbackDevices")
+    )
+    return (
+        "<table class=grid id=agentupgrades><thead><tr><th>name</th><th>version</th>"
+        "<th>phase</th><th>done</th><th>updating</th><th>failed</th><th>refused</th>"
+        f"<th>step</th></tr></thead><tbody>{table}</tbody></table>{details}"
+    )
+
+
+def _upgrade_step(status: Mapping[str, Any]) -> str:
+    count = status.get("stepCount", 0)
+    if not count:
+        return "—"
+    if status.get("pastLastStep"):
+        return "all"
+    return f"{status.get('step')} of {count}"
 
 
 def _pager(path: str, page: int, pages_: int) -> str:

@@ -50,6 +50,7 @@ LIVE_PERIOD_S = 1.0
 COST_FACTOR = 10.0
 DEPLOYMENTS_PER_PAGE = 20
 MODELS_PER_PAGE = 50
+MAX_AGENT_UPGRADES_SHOWN = 100
 KEEPALIVE_S = 15.0
 MAX_STREAMS = 64
 MAX_EVENTS_SHOWN = 100
@@ -151,6 +152,7 @@ class Dashboard:
         r.add_get("/events", self.events)
         r.add_get("/events/stream", self.event_stream)
         r.add_get("/models", self.models)
+        r.add_get("/agentupgrades", self.agent_upgrades)
         r.add_get("/static/{file}", self.static)
 
     # -- middlewares -----------------------------------------------------------------------
@@ -401,6 +403,27 @@ class Dashboard:
         log_ = self.cache.events
         shown = views.events_of(log_, limit=MAX_EVENTS_SHOWN)
         return self._page(request, "Events", pages.events_body(shown, log_.appended), "/events")
+
+    async def agent_upgrades(self, request: web.Request) -> web.StreamResponse:
+        """Every AgentUpgrade with its status (at most MAX_AGENT_UPGRADES_SHOWN: they are
+        operators' objects, few)."""
+
+        def compute() -> list[dict[str, Any]]:
+            rows = []
+            for stored in self.cache.objects_of("AgentUpgrade")[:MAX_AGENT_UPGRADES_SHOWN]:
+                doc = self._show.object_json("AgentUpgrade", stored.manifest)
+                rows.append(
+                    {
+                        "name": stored.name,
+                        "version": str(stored.manifest.get("spec", {}).get("version", "")),
+                        "status": doc.get("status", {}),
+                    }
+                )
+            return rows
+
+        rows: list[dict[str, Any]] = self.memo.get("agentupgrades", compute)
+        body = pages.agent_upgrades_body(rows)
+        return self._page(request, "Agent upgrades", body, "/agentupgrades")
 
     async def models(self, request: web.Request) -> web.StreamResponse:
         """One page of pushed model versions, by name and version (each row parses its
