@@ -8,7 +8,8 @@ Content-Length framing; a slow answer delays the next, nothing is sent in a burs
 request that fails (connection refused, reset or closed, any status but 200) is sent again
 once on a new connection, and counts as failed only when that fails too. While they run, edged
 is restarted ``--restarts`` times (SIGTERM, wait for its exit, start it again at once: what
-``systemctl restart`` does) and the bench waits for answers again before the next one.
+``systemctl restart`` does; with ``--crash``, SIGKILL instead: a crash, then ``Restart=``)
+and the bench waits for answers again before the next one.
 
 Three ways, same run, same load:
 
@@ -24,7 +25,8 @@ Figures per way: requests answered, failed (after the retry), retried, the longe
 without an answer (any client), and the median of the per-restart gaps; the ratio of each
 way's longest gap to the baseline's. Goal: 0 failed with adopt+fdstore.
 
-    .venv/bin/python bench/agentswitch.py [--restarts 5] [--clients 2] [--rate 100] [--json PATH]
+    .venv/bin/python bench/agentswitch.py [--restarts 5] [--crash] [--clients 2] [--rate 100]
+                                          [--json PATH]
 """
 
 from __future__ import annotations
@@ -147,7 +149,9 @@ def _wait(what: str, check: Any, timeout: float) -> None:
     raise RuntimeError(f"timed out waiting for {what}")
 
 
-def run_way(way: str, restarts: int, clients: int, rate: float) -> dict[str, Any]:
+def run_way(
+    way: str, restarts: int, clients: int, rate: float, *, crash: bool = False
+) -> dict[str, Any]:
     from edgefleet.demo import TINY_MLP, build_mlp
     from edgefleet.launching import start_edged
 
@@ -196,7 +200,10 @@ def run_way(way: str, restarts: int, clients: int, rate: float) -> dict[str, Any
             for _ in range(restarts):
                 before = _worker_pids(data)
                 since = time.monotonic()
-                launched.stop(60)
+                if crash:
+                    launched.kill()  # a crash: SIGKILL, no drain, no record written at the stop
+                else:
+                    launched.stop(60)
                 launched = start()
                 count = load.answered()
                 _wait("answers after the restart", lambda n=count: load.answered() > n + 20, 120)
@@ -250,6 +257,9 @@ def _kill_kept(data: Path) -> None:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--restarts", type=int, default=5)
+    parser.add_argument(
+        "--crash", action="store_true", help="kill -9 edged instead of SIGTERM (a crash)"
+    )
     parser.add_argument("--clients", type=int, default=2)
     parser.add_argument("--rate", type=float, default=100.0, help="requests/s per client")
     parser.add_argument("--json", type=Path)
@@ -258,11 +268,12 @@ def main() -> int:
     results = {}
     for way in WAYS:
         print(
-            f"-- {way}: {args.restarts} restarts under {args.clients} clients at "
+            f"-- {way}: {args.restarts} {'crashes' if args.crash else 'restarts'} under "
+            f"{args.clients} clients at "
             f"{args.rate:g} requests/s each",
             flush=True,
         )
-        results[way] = run_way(way, args.restarts, args.clients, args.rate)
+        results[way] = run_way(way, args.restarts, args.clients, args.rate, crash=args.crash)
         r = results[way]
         print(
             f"   answered {r['answered']}, failed {r['failed']} {r['failures'] or ''}, "
