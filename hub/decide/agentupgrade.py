@@ -37,8 +37,12 @@ report (:class:`AgentDeviceView`), with ``now`` passed in:
   and its reason. Rollback semantics: a device that did not commit the new version is sent
   no release at all (its launcher already keeps, or goes back to, its committed one); a
   device that *did* commit it is sent an explicit release, the one it had committed when it
-  was sent (``rollback``), and stays pinned there while the upgrade is RolledBack. A device
-  whose previous release is not held for its platform cannot be sent back: status says so;
+  was sent (``rollback``), and stays pinned there while the upgrade is RolledBack. That
+  release is still on the device (A/B: the slot it switched from, or the base install's
+  edged, which the hub never holds as a release), so it is sent by version, with its signed
+  metadata when the hub holds it and without otherwise: the device switches to what it has
+  and never fetches (a device that no longer has it fails to fetch it and says so). A device
+  whose previous release is not known cannot be sent back: status says so;
 * when every device of the pool is done or failed (failures under the threshold), the
   rollout is Complete; devices selected later are still sent the release within the budget,
   and a failure then is recorded but reverts nothing (the fleet's verdict was given).
@@ -688,10 +692,7 @@ def rollback_targets(
         if not back or back == version:
             blocked[d.name] = "no earlier committed release known"
             continue
-        if release_for(releases, back, a) is None:
-            blocked[d.name] = f"no release {back} for {a.arch}/{a.python_abi} to send it back to"
-            continue
-        out[d.name] = back
+        out[d.name] = back  # still on the device (module doc): held by the hub or not
     return out, blocked
 
 
@@ -801,11 +802,21 @@ def desired_agent(
         version = state.rollback.get(device)
         if version is None:
             return None
-    else:
-        sent = state.sent.get(device)
-        if sent is None or sent.revision != state.revision or device in state.failed:
-            return None
-        version = revision.version
+        back = release_for(releases, version, report)
+        # the release it came from is still on the device: by version when the hub does not
+        # hold it (the base install's edged), the device switches and never fetches
+        return DesiredAgentSpec(
+            version,
+            back.envelope if back is not None else b"",
+            state.upgrade,
+            revision.number,
+            revision.deadline_s,
+            revision.max_tries,
+        )
+    sent = state.sent.get(device)
+    if sent is None or sent.revision != state.revision or device in state.failed:
+        return None
+    version = revision.version
     record = release_for(releases, version, report)
     if record is None:
         return None

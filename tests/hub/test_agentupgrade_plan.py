@@ -93,12 +93,15 @@ class Run:
         self.state: AgentUpgradeState | None = None
         self.now = 1000.0
         self.events: list[str] = []
+        self.releases: dict[str, AgentReleaseRecord] = dict(RELEASES)
+        self.last: AgentPlan | None = None
 
     def step(self, dt: float = 1.0) -> AgentPlan:
         self.now += dt
         plan = plan_upgrade(
-            self.up, self.state, list(self.devices.values()), RELEASES, HUB, self.now
+            self.up, self.state, list(self.devices.values()), self.releases, HUB, self.now
         )
+        self.last = plan
         if plan.state is not None:
             self.state = plan.state
         self.events += [e.reason for e in plan.events]
@@ -197,6 +200,26 @@ def test_a_failure_at_the_canary_stops_and_reverts() -> None:
     assert d00 is not None and d00.version == OLD and d00.signed_metadata == b"env-0.2.0"
     assert desired_agent(state, "d01", run.devices["d01"].report, RELEASES) is None
     assert desired_agent(state, "d05", run.devices["d05"].report, RELEASES) is None
+
+
+def test_a_device_is_sent_back_to_its_base_install_the_hub_holds_no_release_of() -> None:
+    """The first upgrade of a fleet starts from the base install's edged, which nobody pushes
+    as a release: a device that committed the rejected version is still sent back to it, by
+    version alone (its launcher switches to the base install; nothing to fetch)."""
+    held = {k: r for k, r in RELEASES.items() if r.version != OLD}
+    run = Run(upgrade(canary={"steps": ["20%"]}, maxUnavailable="100%"), fleet(10))
+    run.releases = held
+    run.settle()
+    run.report("d00", committed())
+    run.report("d01", rolled_back())
+    run.settle()
+    state = run.state
+    assert state is not None and state.phase is RolloutPhase.ROLLED_BACK
+    assert state.rollback == {"d00": OLD}
+    assert run.last is not None and "rollbackBlocked" not in run.last.progress.to_json()
+    d00 = desired_agent(state, "d00", run.devices["d00"].report, held)
+    assert d00 is not None and (d00.version, d00.signed_metadata) == (OLD, b"")
+    assert desired_agent(state, "d01", run.devices["d01"].report, held) is None
 
 
 def test_a_device_that_commits_after_the_rollback_is_sent_back_too() -> None:
