@@ -98,6 +98,15 @@ _WORKER = '"edged.runtime.worker",'
 BROKEN: dict[str, list[tuple[str, str, str]]] = {
     # crashes at start: its ``edged run`` exits 3 at once, every try (CrashLoop)
     "crash": [("edged/cli.py", _RUN, _RUN + "    raise SystemExit(3)  # broken: crashes\n")],
+    # crashes at start on r1 only (it works on the canary, r0): CrashLoop after the canary
+    "crash-r1": [
+        (
+            "edged/cli.py",
+            _RUN,
+            _RUN + "    if str(args.data_dir).endswith('/r1'):\n"
+            "        raise SystemExit(3)  # broken on r1\n",
+        ),
+    ],
     # starts but never connects: its hub link waits for the stop instead of dialling
     # (CommitDeadlineExceeded)
     "silent": [

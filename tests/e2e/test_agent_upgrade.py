@@ -341,3 +341,41 @@ def test_kill9_during_the_install_and_during_the_switch(
     assert r2.worker_pids() == r2_workers
     # what the install cut short was cleaned up
     assert not [p for p in (r0.data / "agent" / "slots").iterdir() if p.name.startswith(".")]
+
+
+def test_a_failure_after_the_canary_sends_the_committed_devices_back(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """A release that works on the canary (r0 commits it) and crashes on r1: the rollout stops
+    there, r0 is sent the release it had (the package's) and goes back to it, r2 is never
+    sent anything; every device serves throughout on the workers it had."""
+    version = patch_version(3)
+    push(fleet.hub, build(tmp_path, version, "crash-r1"), version)
+    connected_as(fleet, OLD)
+    r0, r1, r2 = fleet.devices
+    workers = {d.name: d.worker_pids() for d in fleet.devices}
+    with Load([r0, r2]) as load:
+        fleet.apply(upgrade_yaml(version, deadline=30, tries=2, progress=120))
+        wait_for(lambda: r0.committed() == version, 120, "r0 committed", detail=fleet.logs)
+        stopped = fleet.wait_phase("RolledBack", 120)
+        assert list(stopped["failedDevices"]) == ["r1"], stopped
+        assert stopped["failedDevices"]["r1"].startswith("CrashLoop"), stopped
+        assert stopped["rollbackDevices"] == {"r0": OLD}, json.dumps(stopped, indent=1)
+        started = time.monotonic()
+        wait_for(
+            lambda: (a := r0.agent()).get("version") == OLD and a.get("phase") == "Committed",
+            120, "r0 back on its release, committed", detail=fleet.logs,
+        )  # fmt: skip
+        back = time.monotonic() - started
+        assert r0.launcher()["committed"] == "package", r0.launcher()
+    print(f"\n[agent upgrade] r0 sent back to {OLD}: committed after {back:.1f} s; requests: "
+          f"{load.summary()}")  # fmt: skip
+    assert sum(load.failed.values()) == 0, (load.summary(), load.errors)
+    last = r1.launcher()["last"]
+    assert (last["outcome"], last["reason"]) == ("RolledBack", "CrashLoop"), last
+    assert r2.launcher() == {} and r2.agent()["desiredVersion"] == "", r2.agent()
+    wait_for(lambda: set(fleet.agent_column().values()) == {OLD}, 60, "every device on OLD")
+    wait_for(r1.serving, 60, "r1 serving", detail=fleet.logs)
+    assert {d.name: d.worker_pids() for d in fleet.devices} == workers
+    # the hub's record of it stays RolledBack, r0 pinned to its release
+    assert fleet.upgrade()["phase"] == "RolledBack"
