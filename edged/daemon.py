@@ -46,7 +46,7 @@ from edged.reconcile.running import Runner
 from edged.reconcile.sizing import Sizer
 from edged.runtime.adopting import WorkerRecords
 from edged.runtime.baselining import SecurityInForce
-from edged.runtime.delegating import delegate
+from edged.runtime.delegating import delegate, keep_blocker, read_delegate_subgroup, unit_of
 from edged.runtime.identities import configured_uids
 from edged.runtime.privileges import warn_missing_capabilities
 from edged.runtime.processes import Replica, WorkerPool
@@ -117,6 +117,19 @@ class Daemon:
         self.desired = DesiredState(data / "state" / "desired.json")
         # edged into its supervisor leaf, workers below <delegated>/workloads (delegating.py)
         self.cgroups = delegate(str(config.workers.cgroup_root))
+        self.keep_problem = ""  # why workers do not outlive this edged although asked to
+        if self.keep_workers:
+            self.keep_problem = keep_blocker(
+                self.cgroups,
+                delegate_subgroup=read_delegate_subgroup(unit_of(self.cgroups.delegated))
+                if self.cgroups.usable
+                else None,
+            )
+            if self.keep_problem:
+                log.error(
+                    "workers stop with edged: keepOnExit not in force", reason=self.keep_problem
+                )
+                self.keep_workers = False
         warn_missing_capabilities()  # the unit's CapabilityBoundingSet= (packaging/systemd)
         self.limits_mode = self.cgroups.limits_mode
         reconcile = config.reconcile
@@ -244,6 +257,7 @@ class Daemon:
             cpu_count=len(os.sched_getaffinity(0)),
         )
         self.board.source_synced = manifests is None
+        self.board.keep_workers = {"inForce": self.keep_workers, "problem": self.keep_problem}
         self.board.sizing_status = self.sizer.status
         self.board.memory_status = self.sizer.device_status
         self.board.compliance = self._compliance

@@ -97,6 +97,8 @@ class StatusBoard:
         self._pool = pool
         self._limits_mode = limits_mode
         self._limits_problem = limits_problem  # why not cgroup v2 (runtime/delegating.py)
+        # whether workers outlive edged, and why not when keepOnExit asked for it
+        self.keep_workers: dict[str, Any] = {"inForce": False, "problem": ""}
         self._allow_unsigned = allow_unsigned
         self._manifests_dir = manifests_dir
         self._workloads: dict[WorkloadName, WorkloadStatus] = {}
@@ -315,6 +317,7 @@ class StatusBoard:
                 "uptimeSeconds": round(time.time() - self._started, 3),
                 "limitsMode": self._limits_mode,
                 "limitsProblem": self._limits_problem,
+                "keepWorkers": self.keep_workers,
                 "ingress": self.ingress,
                 "compliance": self.compliance() if self.compliance is not None else None,
                 "trust": (

@@ -248,3 +248,52 @@ def _report(layout: CgroupLayout) -> CgroupLayout:
             problem=layout.problem,
         )
     return layout
+
+
+# -- workers that outlive edged (runtime/adopting.py) ------------------------------------------
+def keep_blocker(layout: CgroupLayout, *, delegate_subgroup: str | None) -> str:
+    """Pure: why workers must not outlive edged with this layout ("" when they may).
+
+    With cgroup v2 limits in use, edged enabled controllers in the delegated cgroup's
+    ``subtree_control`` and its workers live in leaves below it; while they run systemd cannot
+    remove that cgroup when the unit stops, and cannot start the unit's next process in it
+    (the no-internal-processes rule: the start fails with 219/CGROUP, again at each restart,
+    until the start limit gives up). Only ``DelegateSubgroup=`` (systemd 254) starts the next
+    process in a leaf of its own: ``delegate_subgroup`` is the unit's (None: not known, or no
+    systemd unit; "": not set)."""
+    if not layout.usable:
+        return ""  # workers share edged's cgroup: nothing keeps systemd from starting again
+    if delegate_subgroup:
+        return ""
+    return (
+        "workers in cgroup v2 leaves of the delegated cgroup would keep the next start of the "
+        "unit from placing its process (no-internal-processes rule: 219/CGROUP): the unit needs "
+        "DelegateSubgroup=supervisor (systemd 254)"
+    )
+
+
+def unit_of(cgroup: Path | None) -> str:
+    """Pure: the systemd unit a cgroup path belongs to (its last ``.service`` component)."""
+    if cgroup is None:
+        return ""
+    return next((p for p in reversed(cgroup.parts) if p.endswith(".service")), "")
+
+
+def read_delegate_subgroup(unit: str) -> str | None:
+    """The unit's ``DelegateSubgroup=`` as systemd says (``systemctl show``); None when it
+    cannot be asked. systemd before 254 knows no such property: ""."""
+    import subprocess
+
+    if not unit:
+        return None
+    try:
+        done = subprocess.run(
+            ["systemctl", "show", "--property=DelegateSubgroup", "--value", unit],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return done.stdout.strip() if done.returncode == 0 else None

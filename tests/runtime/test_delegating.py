@@ -268,3 +268,17 @@ EGRESS_BASES = {
 @pytest.mark.parametrize(("own", "expected"), EGRESS_BASES.values(), ids=EGRESS_BASES)
 def test_egress_leaves_stay_below_workloads(own: str, expected: str) -> None:
     assert egress_base(own) == expected
+
+
+def test_workers_may_outlive_edged_only_where_systemd_can_start_it_again() -> None:
+    from edged.runtime.delegating import keep_blocker, unit_of
+
+    usable = CgroupLayout(Hierarchy.UNIFIED, Path("/sys/fs/cgroup/system.slice/edged.service"))
+    assert "DelegateSubgroup=supervisor" in keep_blocker(usable, delegate_subgroup="")
+    assert "219/CGROUP" in keep_blocker(usable, delegate_subgroup=None)
+    assert keep_blocker(usable, delegate_subgroup="supervisor") == ""
+    rlimits = usable.unusable("cgroup v1/hybrid hierarchy")
+    assert keep_blocker(rlimits, delegate_subgroup=None) == ""
+    assert unit_of(usable.delegated) == "edged.service"
+    assert unit_of(Path("/sys/fs/cgroup/user.slice")) == ""
+    assert unit_of(None) == ""
