@@ -94,6 +94,8 @@ _RUN = "def _run(args: argparse.Namespace) -> int:\n"
 _LINK = "    async def run(self, stop: asyncio.Event) -> None:\n"
 _ATTACH = 'serves here, else why not (the caller kills it)."""\n'
 _WORKER = '"edged.runtime.worker",'
+_FUTURE = "from __future__ import annotations\n"
+_COMMIT = "        return WaitHealthy(missing) if missing else Commit()\n"
 
 BROKEN: dict[str, list[tuple[str, str, str]]] = {
     # crashes at start: its ``edged run`` exits 3 at once, every try (CrashLoop)
@@ -106,6 +108,14 @@ BROKEN: dict[str, list[tuple[str, str, str]]] = {
             _RUN + "    if str(args.data_dir).endswith('/r1'):\n"
             "        raise SystemExit(3)  # broken on r1\n",
         ),
+    ],
+    # fails its own smoke test: its daemon does not import (RuntimeImportFailed)
+    "nocheck": [
+        ("edged/daemon.py", _FUTURE, _FUTURE + "import edgefleet.no_such_module  # broken\n"),
+    ],
+    # connects and serves but never commits (it waits for a health it never sees)
+    "nocommit": [
+        ("edged/agent/planning.py", _COMMIT, '        return WaitHealthy(missing or "broken")\n'),
     ],
     # starts but never connects: its hub link waits for the stop instead of dialling
     # (CommitDeadlineExceeded)

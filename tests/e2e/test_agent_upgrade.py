@@ -210,6 +210,14 @@ def test_a_broken_release_stops_at_the_canary(fleet: Fleet, broken: str, tmp_pat
     assert set(fleet.agent_column().values()) == {OLD}
 
 
+def slot_versions(d: LaunchedDevice) -> set[str]:
+    """The versions the device's slots hold."""
+    found = set()
+    for installed in (d.data / "agent" / "slots").glob("*/installed.json"):
+        found.add(json.loads(installed.read_text())["version"])
+    return found
+
+
 def untouched(devices: list[LaunchedDevice]) -> None:
     for d in devices:
         assert d.committed() in ("", OLD), (d.name, d.launcher())
@@ -379,3 +387,73 @@ def test_a_failure_after_the_canary_sends_the_committed_devices_back(
     assert {d.name: d.worker_pids() for d in fleet.devices} == workers
     # the hub's record of it stays RolledBack, r0 pinned to its release
     assert fleet.upgrade()["phase"] == "RolledBack"
+
+
+def test_a_release_that_fails_its_smoke_test_is_never_switched_to(
+    fleet: Fleet, tmp_path: Path
+) -> None:
+    """Its ``edged check`` fails on the canary (its daemon does not import): the device
+    refuses it before any switch (Failed, SmokeTestFailed, the check's own reason in the
+    message), its edged and workers never stop, and the hub stops the rollout naming it."""
+    version = patch_version(3)
+    push(fleet.hub, build(tmp_path, version, "nocheck"), version)
+    connected_as(fleet, OLD)
+    canary, others = fleet.devices[0], fleet.devices[1:]
+    edged = canary.edged_pids()
+    workers = {d.name: d.worker_pids() for d in fleet.devices}
+    fleet.apply(upgrade_yaml(version, deadline=15, tries=2, progress=120))
+    stopped = fleet.wait_phase("RolledBack", 120)
+    assert list(stopped["failedDevices"]) == [canary.name], stopped
+    assert stopped["failedDevices"][canary.name].startswith("SmokeTestFailed"), stopped
+    assert "RuntimeImportFailed" in stopped["failedDevices"][canary.name], stopped
+    # the device recorded its refusal (not tried again for this revision) and, sent nothing
+    # now, runs what it ran
+    failed = json.loads((canary.data / "agent" / "agent.json").read_text())["failed"]
+    assert (failed["version"], failed["reason"]) == (version, "SmokeTestFailed"), failed
+    assert "RuntimeImportFailed" in failed["message"], failed
+    agent = canary.agent()
+    assert (agent["version"], agent["desiredVersion"]) == (OLD, ""), agent
+    assert canary.launcher() == {}, canary.launcher()  # never switched
+    assert canary.edged_pids() == edged
+    for d in others:
+        assert d.launcher() == {} and d.agent()["desiredVersion"] == "", d.agent()
+    assert {d.name: d.worker_pids() for d in fleet.devices} == workers
+    assert canary.infer() == 200
+
+
+def test_a_new_version_while_the_canary_is_on_trial(
+    fleet: Fleet, releases: dict[str, Path], tmp_path: Path
+) -> None:
+    """A release that connects but never commits is on trial on the canary when the upgrade
+    is changed to a good version (revision 2): the trial edged aborts its own trial
+    (RolledBackByHub), the launcher goes back, and the device updates to the new version;
+    revision 2 completes on every device, and nobody else ever ran the first one."""
+    stuck = patch_version(3)
+    push(fleet.hub, build(tmp_path, stuck, "nocommit"), stuck)
+    push(fleet.hub, releases[NEWER], NEWER)
+    connected_as(fleet, OLD)
+    canary, others = fleet.devices[0], fleet.devices[1:]
+    workers = {d.name: d.worker_pids() for d in fleet.devices}
+    with Load(fleet.devices) as load:
+        fleet.apply(upgrade_yaml(stuck, deadline=120, tries=2, progress=300))
+        wait_for(lambda: (t := canary.launcher().get("trying")) and t["version"] == stuck, 120,
+                 "the canary on trial", detail=fleet.logs)  # fmt: skip
+        wait_for(lambda: canary.agent().get("reason") == "WaitingForHealth", 60,
+                 "the trial edged connected, waiting", detail=fleet.logs)  # fmt: skip
+        started = time.monotonic()
+        fleet.apply(upgrade_yaml(NEWER, deadline=60, tries=2, progress=300))
+        seconds = timed_commits(fleet, NEWER, 300, since=started)
+        done = wait_for(
+            lambda: (s := fleet.upgrade()).get("phase") == "Complete" and s["revision"] == 2
+            and s, 120, "revision 2 Complete", detail=fleet.logs,
+        )  # fmt: skip
+    report(f"{stuck} on trial on the canary, then {NEWER}", seconds)
+    print(f"[agent upgrade] requests: {load.summary()}")
+    assert done["doneDevices"] == 3 and not done.get("failedDevices"), done
+    last_outcomes = canary.log.read_text(errors="replace")
+    assert "RolledBackByHub" in last_outcomes, canary.logs()
+    assert connected_as(fleet, NEWER)
+    assert {d.name: d.worker_pids() for d in fleet.devices} == workers
+    assert sum(load.failed.values()) == 0, (load.summary(), load.errors)
+    for d in others:  # never sent the first version
+        assert stuck not in slot_versions(d), (d.name, slot_versions(d))
