@@ -33,6 +33,7 @@ from agentupgradetesting import (
     LaunchedDevice,
     Load,
     build,
+    kill_workers,
     patch_version,
     poll,
     push,
@@ -457,3 +458,39 @@ def test_a_new_version_while_the_canary_is_on_trial(
     assert sum(load.failed.values()) == 0, (load.summary(), load.errors)
     for d in others:  # never sent the first version
         assert stuck not in slot_versions(d), (d.name, slot_versions(d))
+
+
+def test_the_hub_killed_mid_rollout_and_a_device_away(
+    fleet: Fleet, releases: dict[str, Path]
+) -> None:
+    """r2 is off when the upgrade starts (skipped, it holds completion); the hub is killed
+    (-9) while r1 runs the release on trial (it cannot commit without its hub) and started
+    again: the rollout goes on from its record, r1 commits, and r2, started later, is
+    updated too."""
+    push(fleet.hub, releases[NEW], NEW)
+    connected_as(fleet, OLD)
+    r0, r1, r2 = fleet.devices
+    r2.stop()
+    kill_workers(r2.data)
+    time.sleep(1)  # its stream closed as edged stopped
+    fleet.apply(upgrade_yaml(NEW, deadline=60, tries=2, progress=300))
+    wait_for(lambda: r0.committed() == NEW, 120, "r0 committed", detail=fleet.logs)
+    wait_for(lambda: r1.launcher().get("trying"), 120, "r1 on trial", interval=0.05,
+             detail=fleet.logs)  # fmt: skip
+    fleet.hub.kill9()
+    time.sleep(2)
+    assert r1.committed() != NEW  # no hub: no commit
+    fleet.hub.start()
+    started = time.monotonic()
+    wait_for(lambda: r1.committed() == NEW, 120, "r1 committed once its hub is back",
+             detail=fleet.logs)  # fmt: skip
+    after = time.monotonic() - started
+    shown = wait_for(lambda: (s := fleet.upgrade()).get("doneDevices") == 2 and s, 60,
+                     "two done", detail=fleet.logs)  # fmt: skip
+    assert shown["phase"] == "Progressing", shown  # r2 holds completion
+    r2.start()
+    wait_for(lambda: r2.committed() == NEW, 180, "r2 updated once back", detail=fleet.logs)
+    done = fleet.wait_phase("Complete", 120)
+    print(f"\n[agent upgrade] r1 committed {after:.1f} s after its hub came back")
+    assert done["doneDevices"] == 3 and not done.get("failedDevices"), done
+    assert connected_as(fleet, NEW)
