@@ -29,6 +29,7 @@ PUBLIC = {
     "admin.crt",
     "trust-root.json",
     "publisher.pub",
+    "agent-publisher.pub",
     "root.pub",
     "targets.pub",
 }
