@@ -84,13 +84,24 @@ def agent_view_of(device: Device) -> Hashable:
     )
 
 
-def upgrades_of(cache: Cache) -> dict[str, AgentUpgrade]:
-    """The applied AgentUpgrades by name."""
+def upgrades_of(
+    cache: Cache, memo: dict[str, tuple[int, AgentUpgrade]] | None = None
+) -> dict[str, AgentUpgrade]:
+    """The applied AgentUpgrades by name; ``memo``: those parsed before, by store revision."""
     out = {}
     for stored in cache.objects_of(KIND):
+        known = memo.get(stored.name) if memo is not None else None
+        if known is not None and known[0] == stored.revision:
+            out[stored.name] = known[1]
+            continue
         parsed = parse_manifest(dict(stored.manifest))
         assert isinstance(parsed, AgentUpgrade)
         out[stored.name] = parsed
+        if memo is not None:
+            memo[stored.name] = (stored.revision, parsed)
+    if memo is not None:
+        for gone in set(memo) - set(out):
+            del memo[gone]
     return out
 
 
@@ -189,6 +200,7 @@ class AgentUpgradeController:
         self._lock = asyncio.Lock()
         self._seen: dict[str, Hashable] = {}
         self._releases_at = -1e18
+        self._parsed: dict[str, tuple[int, AgentUpgrade]] = {}  # upgrades_of's memo
         self.progress: dict[str, Any] = {}  # the last plan's counts, by upgrade (status)
         cache.feed.watch((KIND, kinds.DEVICE), self._changed, settled=self._keys.settled)
 
@@ -196,7 +208,8 @@ class AgentUpgradeController:
         if kind == KIND:
             self._keys.add(name)
             return
-        device = self._cache.devices.get(name)
+        cache = self._cache
+        device = cache.devices.get(name)
         seen = agent_view_of(device) if device is not None else None
         if seen == self._seen.get(name):
             return
@@ -204,7 +217,13 @@ class AgentUpgradeController:
             self._seen.pop(name, None)
         else:
             self._seen[name] = seen
-        self._keys.add_all(o.name for o in self._cache.objects_of(KIND))
+        labels = device.all_labels() if device is not None else {}
+        self._keys.add_all(
+            n
+            for n, u in upgrades_of(cache, self._parsed).items()
+            if u.spec.selector.matches(labels)  # selects it, or did: its record names it
+            or (n in cache.agent_upgrades and name in cache.agent_upgrades[n].sent)
+        )
 
     def wake(self, names: Iterable[str] | None = None) -> None:
         if names is None:
@@ -282,7 +301,7 @@ class AgentUpgradeController:
             if name in cache.agent_upgrades:
                 await self._forget(name)
             return
-        upgrades = upgrades_of(cache)
+        upgrades = upgrades_of(cache, self._parsed)
         upgrade = upgrades[name]
         for _ in range(3):  # a new revision, then its first devices
             plan = self.plan(upgrade, upgrades, now)

@@ -57,6 +57,7 @@ device.
 
 from __future__ import annotations
 
+import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
@@ -315,7 +316,7 @@ def refusal(d: AgentDeviceView, version: str, releases: Releases, hub_version: s
             "update itself"
         )
     running = a.version or a.committed_version
-    verdict = check_skew(running, hub_version)
+    verdict = _skew(running, hub_version)
     if not verdict.allowed:
         return f"{verdict.reason}: {verdict.message}"
     if not a.arch or not a.python_abi:
@@ -326,6 +327,10 @@ def refusal(d: AgentDeviceView, version: str, releases: Releases, hub_version: s
             "(edgectl agent push)"
         )
     return ""
+
+
+_skew = functools.lru_cache(maxsize=256)(check_skew)
+"""check_skew, once per (device version, hub version): a fleet runs a few versions; bounded."""
 
 
 def up_to_date(d: AgentDeviceView, version: str) -> bool:
