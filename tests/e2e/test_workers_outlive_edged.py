@@ -443,3 +443,68 @@ def test_a_tcp_port_no_longer_allowed_leaves_the_store(
     finally:
         _stop_for_good(e, tmp_path)
         store.close()
+
+
+def test_an_update_through_the_launcher_keeps_the_workers(
+    model_dir: Path, tmp_path: Path, edged_factory
+) -> None:
+    """What an update does on a device, without the hub: a release built by
+    ``packaging/agent/build-release`` installed into slot b, edged asks the launcher for the
+    trial (``request.json``) and stops; the launcher starts slot b's edged, which adopts the
+    workers of the edged before it and takes infer.sock from the launcher's store. Under load,
+    no request fails and the workers keep their pids."""
+    import hashlib
+    import json
+
+    from agentreleasetesting import build_release
+
+    from edged.agent.installing import Platform, install_release
+    from edged.hublink.agentreleases import VerifiedRelease
+    from edgefleet.launching import launch
+    from edgefleet.versioning import installed_version
+
+    major, minor, patch = (int(x) for x in installed_version().split(".")[:3])
+    new = f"{major}.{minor}.{patch + 1}"
+    archive = build_release(tmp_path / "next.tar.gz", new)
+    data = archive.read_bytes()
+    here = Platform.of_this_device()
+    release = VerifiedRelease(archive, new, here.arch, here.python_abi,
+                              hashlib.sha256(data).hexdigest(), len(data))  # fmt: skip
+    write_manifest(model_dir)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path))
+    install_release(release, e.data, "b")
+    config = tmp_path / "launcher-edged.toml"
+    config.write_text(_config(tmp_path))
+    args = ["run", "--data-dir", e.data, "--manifests", model_dir, "--config", config]
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
+    env.pop("NOTIFY_SOCKET", None)  # the launcher is the top: no systemd above it here
+    env["INVOCATION_ID"] = "0" * 32  # as under systemd: keepOnExit "auto" is on
+    launcher = launch("edged.launcher", *args, log=tmp_path / "launcher.log", env=env).process
+    try:
+        wait_for(lambda: e.workload("mlp")["readyReplicas"] == 1, 60, "a ready replica")
+        assert e.status()["device"]["edgedVersion"] == installed_version()
+        before = e.worker_pids("mlp")
+        old_edged = e.status()["device"]["pid"]
+        with SteadyLoad(e.infer_sock) as load:
+            wait_for(lambda: load.answered > 20, 30, "requests answered")
+            request = {"action": "try", "slot": "b", "version": new, "id": "adopt-test",
+                       "commitDeadlineSeconds": 600}  # fmt: skip
+            (e.data / "agent" / "request.json").write_text(json.dumps(request))
+            os.kill(old_edged, signal.SIGTERM)  # edged stops for the switch; the launcher stays
+
+            def switched() -> bool:
+                return bool(e.status()["device"]["edgedVersion"] == new)
+
+            wait_for(switched, 60, "slot b's edged")
+            answered = load.answered
+            wait_for(lambda: load.answered > answered + 20, 60, "answers from slot b's edged")
+        assert load.failed == [], load.failed[:5]
+        assert launcher.poll() is None
+        assert e.worker_pids("mlp") == before
+        (rep,) = e.workload("mlp")["replicas"]
+        assert rep["adopted"] and rep["restarts"] == 0
+    finally:
+        if launcher.poll() is None:
+            launcher.send_signal(signal.SIGTERM)
+            launcher.wait(60)
+        _stop_for_good(e, tmp_path)
