@@ -163,9 +163,10 @@ class WorkersConfig:
 
     def keeps_workers(self, environ: Mapping[str, str]) -> bool:
         """Whether workers outlive this edged: ``keepOnExit``, where ``auto`` means edged
-        runs under systemd or its launcher (``INVOCATION_ID`` or ``NOTIFY_SOCKET`` set)."""
+        runs under systemd's Type=notify unit or its launcher (``NOTIFY_SOCKET`` set; not
+        ``INVOCATION_ID``: a terminal of a desktop session may have one)."""
         if self.keep_on_exit == "auto":
-            return bool(environ.get("INVOCATION_ID") or environ.get("NOTIFY_SOCKET"))
+            return bool(environ.get("NOTIFY_SOCKET"))
         return self.keep_on_exit
 
 

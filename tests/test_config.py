@@ -401,8 +401,8 @@ def test_keep_on_exit_auto_means_under_systemd_or_the_launcher() -> None:
     auto = parse_config({}).workers
     assert auto.keep_on_exit == "auto" and auto.orphan_timeout_s == 300.0
     assert not auto.keeps_workers({})
-    assert auto.keeps_workers({"INVOCATION_ID": "0123"})
+    assert not auto.keeps_workers({"INVOCATION_ID": "0123"})  # a desktop terminal has one
     assert auto.keeps_workers({"NOTIFY_SOCKET": "/run/systemd/notify"})
     off = parse_config({"workers": {"keepOnExit": False, "orphanTimeout": "30s"}}).workers
-    assert not off.keeps_workers({"INVOCATION_ID": "0123"}) and off.orphan_timeout_s == 30.0
+    assert not off.keeps_workers({"NOTIFY_SOCKET": "/n"}) and off.orphan_timeout_s == 30.0
     assert parse_config({"workers": {"keepOnExit": True}}).workers.keeps_workers({})

@@ -478,7 +478,6 @@ def test_an_update_through_the_launcher_keeps_the_workers(
     args = ["run", "--data-dir", e.data, "--manifests", model_dir, "--config", config]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])}
     env.pop("NOTIFY_SOCKET", None)  # the launcher is the top: no systemd above it here
-    env["INVOCATION_ID"] = "0" * 32  # as under systemd: keepOnExit "auto" is on
     launcher = launch("edged.launcher", *args, log=tmp_path / "launcher.log", env=env).process
     try:
         wait_for(lambda: e.workload("mlp")["readyReplicas"] == 1, 60, "a ready replica")
