@@ -131,7 +131,8 @@ class AgentUpgradeSpec:
 
 @dataclass(frozen=True, slots=True, kw_only=True)
 class AgentUpgrade(SpecObject):
-    """A fleet's edged moved to ``spec.version`` (module doc)."""
+    """A fleet's edged moved to another release, canary steps first; stopped and reverted past
+    its failure threshold."""
 
     KIND: ClassVar[str] = KIND
 

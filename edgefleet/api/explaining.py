@@ -148,6 +148,25 @@ FIELD_HELP: Mapping[str, str] = {
 
 
 KIND_FIELD_HELP: Mapping[str, Mapping[str, str]] = {
+    "AgentUpgrade": {
+        "spec.version": "The edged release the selected devices move to (pushed with edgectl "
+        "agent push); inside the hub's version window.",
+        "spec.selector": "The devices upgraded: every label must match (none: every device of "
+        "the hub).",
+        "spec.rollout.canary": "steps: percentages of the devices (rounded up, at least one), "
+        "strictly increasing; a step passes once that many came back healthy or failed; then "
+        "every device.",
+        "spec.rollout.maxUnavailable": "Devices between being sent the release and done (came "
+        "back healthy) or failed, at most: a count or a percentage (rounded down, at least 1).",
+        "spec.rollout.progressDeadlineSeconds": "A device not back healthy this long after it "
+        "was sent the release counts as failed.",
+        "spec.rollout.failureThreshold": "Failed devices that stop the rollout and send every "
+        "updated device back: a count or a percentage of the devices (rounded up, at least 1).",
+        "spec.commit.deadlineSeconds": "How long the new edged may take to commit (connected, "
+        "state loaded, workloads serving) before the device's launcher goes back.",
+        "spec.commit.maxTries": "Starts of the new edged before the device's launcher gives up "
+        "on it.",
+    },
     "Secret": {
         "spec.requireTpm": "Sent only to TPM-attested devices (an attestation key bound to "
         "the TPM's endorsement key, last evidence trusted); a deployment mounting it is not "
