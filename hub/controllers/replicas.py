@@ -43,6 +43,8 @@ import grpc
 
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
+from hub.decide.agentreleases import AGENT_RELEASES, AgentReleaseRecord
+from hub.decide.agentupgrade import AGENT_UPGRADES, AgentUpgradeState
 from hub.decide.rollout import Revision, RolloutState
 from hub.state import storekeys
 from hub.state.cache import Cache
@@ -298,6 +300,20 @@ class CacheFollower:
             else:
                 c.rollouts.pop(deployment, None)
                 c.rollout_revisions.pop(deployment, None)
+        elif key.startswith(AGENT_UPGRADES):  # an AgentUpgrade's rollout record
+            upgrade = key[len(AGENT_UPGRADES) :]
+            if put:
+                c.agent_upgrades[upgrade] = AgentUpgradeState.from_json(storekeys.loads(value))
+                c.agent_upgrade_revisions[upgrade] = event.kv.mod_revision
+            else:
+                c.agent_upgrades.pop(upgrade, None)
+                c.agent_upgrade_revisions.pop(upgrade, None)
+        elif key.startswith(AGENT_RELEASES):  # an edged release pushed
+            if put:
+                release = AgentReleaseRecord.from_json(storekeys.loads(value))
+                c.agent_releases[release.key] = release
+            else:
+                c.agent_releases.pop(key, None)
         elif key.startswith(storekeys.ANALYSIS):
             if put:
                 c.put_analysis(key, storekeys.loads(value))

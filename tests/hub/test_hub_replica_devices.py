@@ -15,6 +15,8 @@ from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
 
 from hub.controllers.replicas import CacheFollower, ReplicaDevices
+from hub.decide.agentreleases import AgentReleaseRecord
+from hub.decide.agentupgrade import AgentRevision, AgentUpgradeState, agent_upgrade_key
 from hub.decide.devices import Device, DevicePhase
 from hub.initializing import init_hub
 from hub.server import build_context
@@ -112,6 +114,15 @@ async def test_a_followers_cache_follows_the_leaders_writes(
         await eventually(lambda: ctx.cache.revoked.get("0abc") == "cam-9", 10)
         await ctx.store.delete(key)
         await eventually(lambda: "d1" not in ctx.cache.deployments, 10)
+        # an AgentUpgrade's rollout record and a release (issue 32)
+        release = AgentReleaseRecord("0.2.1", "x86_64", "cp311", "ab" * 32, 10, b"{}", 1.0)
+        await ctx.store.put(release.key, storekeys.dumps(release.to_json()))
+        state = AgentUpgradeState("up", 1, (AgentRevision(1, "0.2.1", 300, 3, 1.0),))
+        await ctx.store.put(agent_upgrade_key("up"), storekeys.dumps(state.to_json()))
+        await eventually(lambda: ctx.cache.agent_upgrades.get("up") == state, 10)
+        assert ctx.cache.agent_releases == {release.key: release}
+        await ctx.store.delete(agent_upgrade_key("up"))
+        await eventually(lambda: "up" not in ctx.cache.agent_upgrades, 10)
     finally:
         stop.set()
         await task
