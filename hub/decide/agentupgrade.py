@@ -566,7 +566,7 @@ def _step(
     now: float,
 ) -> AgentPlan:
     if state.phase is RolloutPhase.ROLLED_BACK:
-        return _hold_rollback(upgrade, state, devices, releases, now)
+        return _hold_rollback(upgrade, state, devices, releases, hub_version, now)
     s = _sort(upgrade, state, devices, releases, hub_version, now)
     failed = {**state.failed, **s.new_failed}
     progress = _progress(upgrade, state, s, failed)
@@ -706,18 +706,15 @@ def _hold_rollback(
     state: AgentUpgradeState,
     devices: Sequence[AgentDeviceView],
     releases: Releases,
+    hub_version: str,
     now: float,
 ) -> AgentPlan:
-    """Rolled back: a device that commits the rejected version late is sent back too."""
+    """Rolled back: a device that commits the rejected version late is sent back too. The
+    counts are what the devices report now (done: came back on the rejected version, before
+    being sent back); the failures are those that stopped it."""
     rollback, blocked = rollback_targets(state, devices, releases, state.rollback)
-    progress = AgentProgress(
-        selected=len(devices),
-        pool=len(devices),
-        failed=dict(state.failed),
-        rollback_blocked=blocked,
-        max_unavailable=unavailable_of(upgrade.spec.rollout.max_unavailable, len(devices)),
-        threshold=threshold_of(upgrade.spec.rollout.failure_threshold, len(devices)),
-    )
+    s = _sort(upgrade, state, devices, releases, hub_version, now)
+    progress = replace(_progress(upgrade, state, s, state.failed), rollback_blocked=blocked)
     if rollback == dict(state.rollback):
         return AgentPlan(None, (), progress)
     added = sorted(set(rollback) - set(state.rollback))

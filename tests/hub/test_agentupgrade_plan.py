@@ -195,6 +195,8 @@ def test_a_failure_at_the_canary_stops_and_reverts() -> None:
     assert state.rollback == {"d00": OLD}
     assert run.sent == ["d00", "d01"]  # no more devices were sent
     assert "RolledBack" in run.events and "DeviceFailed" in run.events
+    shown = run.step(0).progress  # the counts as the devices report them now
+    assert shown.done == ("d00",) and list(shown.failed) == ["d01"] and shown.waiting == 8
     # what each device is sent now
     d00 = desired_agent(state, "d00", run.devices["d00"].report, RELEASES)
     assert d00 is not None and d00.version == OLD and d00.signed_metadata == b"env-0.2.0"
