@@ -494,3 +494,36 @@ def test_the_hub_killed_mid_rollout_and_a_device_away(
     print(f"\n[agent upgrade] r1 committed {after:.1f} s after its hub came back")
     assert done["doneDevices"] == 3 and not done.get("failedDevices"), done
     assert connected_as(fleet, NEW)
+
+
+def test_a_power_cut_while_the_hub_sends_a_device_back(fleet: Fleet, tmp_path: Path) -> None:
+    """The canary committed a release that then crashes on r1; while the canary switches back
+    to its base install as the hub asks, its launcher, edged and workers are killed (-9): it
+    starts again on a working edged and ends on its base install, committed."""
+    version = patch_version(3)
+    push(fleet.hub, build(tmp_path, version, "crash-r1"), version)
+    connected_as(fleet, OLD)
+    r0 = fleet.devices[0]
+    fleet.apply(upgrade_yaml(version, deadline=30, tries=2, progress=120))
+    wait_for(lambda: r0.committed() == version, 120, "r0 committed", detail=fleet.logs)
+
+    def switching_back() -> str:
+        trying = r0.launcher().get("trying") or {}
+        if trying.get("version") == OLD:
+            return "on trial"
+        return "request.json written" if (r0.data / "agent" / "request.json").exists() else ""
+
+    caught = poll(switching_back, 120, interval=0.02)
+    assert caught, f"r0 never seen switching back: {r0.launcher()} {r0.agent()}"
+    power_cut(r0, workers=True)
+    print(f"\n[agent upgrade] r0 killed while going back ({caught})")
+    r0.start()
+    wait_for(r0.serving, 120, "r0 serving after the power cut", detail=fleet.logs)
+    wait_for(
+        lambda: (a := r0.agent()).get("version") == OLD and a.get("phase") == "Committed",
+        120, "r0 back on its base install, committed", detail=fleet.logs,
+    )  # fmt: skip
+    assert r0.launcher()["committed"] == "package", r0.launcher()
+    assert r0.infer() == 200
+    stopped = fleet.upgrade()
+    assert stopped["phase"] == "RolledBack" and stopped["rollbackDevices"] == {"r0": OLD}
