@@ -46,7 +46,13 @@ from edged.reconcile.running import Runner
 from edged.reconcile.sizing import Sizer
 from edged.runtime.adopting import WorkerRecords
 from edged.runtime.baselining import SecurityInForce
-from edged.runtime.delegating import delegate, keep_blocker, read_delegate_subgroup, unit_of
+from edged.runtime.delegating import (
+    delegate,
+    keep_blocker,
+    read_delegate_subgroup,
+    read_launcher_cleanup,
+    unit_of,
+)
 from edged.runtime.identities import configured_uids
 from edged.runtime.privileges import warn_missing_capabilities
 from edged.runtime.processes import Replica, WorkerPool
@@ -119,11 +125,11 @@ class Daemon:
         self.cgroups = delegate(str(config.workers.cgroup_root))
         self.keep_problem = ""  # why workers do not outlive this edged although asked to
         if self.keep_workers:
+            unit = unit_of(self.cgroups.delegated) if self.cgroups.usable else ""
             self.keep_problem = keep_blocker(
                 self.cgroups,
-                delegate_subgroup=read_delegate_subgroup(unit_of(self.cgroups.delegated))
-                if self.cgroups.usable
-                else None,
+                delegate_subgroup=read_delegate_subgroup(unit) if unit else None,
+                launcher_cleanup=read_launcher_cleanup(unit, dict(os.environ)),
             )
             if self.keep_problem:
                 log.error(

@@ -760,13 +760,191 @@ def data_dir_of(args: list[str], env: dict[str, str]) -> Path:
     return Path(state) if state.startswith("/") else Path(DEFAULT_DATA_DIR)
 
 
+CLEANUP = "cleanup"  # edged-launcher cleanup [CGROUP-DIR] (edged.service's ExecStopPost=)
+WORKER_MODULE = "edged.runtime.worker"  # in a kept worker's argv (edged.runtime.processes)
+CONTROL = ".control"  # where systemd runs a delegated unit's ExecStopPost= (systemd 240..)
+CLEANUP_TIMEOUT_S = 10.0
+
+
+def _cgroup_procs(cgroup: Path) -> list[int]:
+    """The live processes in ``cgroup`` (zombies and pids gone since are not)."""
+    try:
+        words = (cgroup / "cgroup.procs").read_text().split()
+    except OSError:
+        return []
+    alive = []
+    for word in words:
+        try:
+            stat = Path(f"/proc/{int(word)}/stat").read_text()
+        except (OSError, ValueError):
+            continue
+        if stat.rpartition(")")[2].split()[:1] != ["Z"]:
+            alive.append(int(word))
+    return alive
+
+
+def _is_kept_worker(pid: int) -> bool:
+    try:
+        argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
+    except OSError:
+        return False
+    return WORKER_MODULE.encode() in argv
+
+
+def cleanup_cgroup(
+    unit: Path,
+    own: Path | None = None,
+    *,
+    end_workers: bool = False,
+    timeout_s: float = CLEANUP_TIMEOUT_S,
+    rmdir: Any = os.rmdir,
+) -> str:
+    """After the unit's main process is gone (ExecStopPost=), end what would keep systemd
+    from starting edged.service again and what no next edged takes over; what was done, for
+    the journal. Never raises.
+
+    With ``KillMode=process`` a launcher that dies (kill -9, OOM) leaves its edged running in
+    ``<unit>/supervisor`` while it drains, and edged enabled controllers in ``<unit>``'s
+    ``cgroup.subtree_control``: systemd's next start puts the new launcher in ``<unit>``
+    itself, which cgroup v2 refuses while a leaf below holds a process (no internal
+    processes: 219/CGROUP at every restart, each one counted against the start limit). So
+    every process below ``unit`` that is not a kept worker (an edged, a launcher, anything
+    they started) is killed, except in ``own`` (this command's cgroup, ``<unit>/.control``).
+    Kept workers are left for the next edged to adopt, unless ``end_workers`` (the unit
+    cannot start with them: no ``DelegateSubgroup=``, systemd before 254, and controllers
+    enabled in ``unit``; then they were kept across the edged restarts inside the launcher
+    only; workers on rlimits, in ``unit`` itself, block nothing). When nothing is left, the
+    leaves are removed, deepest first, and the controllers disabled in ``unit``, so the next
+    start finds a cgroup it may use even where systemd does not remove it."""
+    if not (unit / "cgroup.procs").exists():
+        return f"{unit} is not a cgroup (nothing to do)"
+    try:
+        dirs = sorted((Path(d) for d, _, _ in os.walk(unit)), key=lambda d: (-len(d.parts), str(d)))
+    except OSError as exc:
+        return f"cannot read {unit}: {exc}"
+    below = [d for d in dirs if d != unit and (own is None or not d.is_relative_to(own))]
+    try:  # workers block the next start only below controllers enabled in the unit's cgroup
+        end_workers = end_workers and bool((unit / "cgroup.subtree_control").read_text().split())
+    except OSError:
+        pass
+    deadline = time.monotonic() + timeout_s
+    killed: set[int] = set()
+    while True:
+        others = [
+            p
+            for d in [*below, unit]
+            for p in _cgroup_procs(d)
+            if end_workers or not _is_kept_worker(p)
+        ]
+        if not others or time.monotonic() >= deadline:
+            break
+        for pid in others:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except ProcessLookupError:
+                pass
+            except OSError as exc:
+                return f"cannot kill process {pid} in {unit}: {exc}"
+        time.sleep(0.05)
+    if others:
+        return f"processes {sorted(others)} in {unit} outlived SIGKILL for {timeout_s:g} s"
+    workers = [p for d in [*below, unit] for p in _cgroup_procs(d)]
+    said = f"{len(killed)} process(es) ended" + (f" ({sorted(killed)})" if killed else "")
+    if workers:
+        return f"{said}; {len(workers)} kept worker(s) left for the next edged"
+    removed = 0
+    for d in below:
+        if own is not None and own.is_relative_to(d):
+            continue
+        try:
+            rmdir(d)
+            removed += 1
+        except FileNotFoundError:
+            pass
+        except OSError as exc:
+            return f"{said}; cannot remove the cgroup {d}: {exc}"
+    try:
+        enabled = (unit / "cgroup.subtree_control").read_text().split()
+        if enabled:
+            (unit / "cgroup.subtree_control").write_text(" ".join(f"-{c}" for c in enabled))
+    except OSError as exc:
+        return f"{said}; cannot disable the controllers of {unit}: {exc}"
+    return f"{said}; {removed} cgroup(s) removed, controllers disabled in {unit}: {enabled}"
+
+
+def own_unit_cgroup(proc_cgroup: str, mountinfo: str) -> tuple[Path, Path] | str:
+    """Pure: (the unit's cgroup, this process's) when this runs as a delegated unit's control
+    process (``<unit>/.control``, as systemd runs ExecStopPost=), else why not."""
+    own = next((ln[3:] for ln in proc_cgroup.splitlines() if ln.startswith("0::")), None)
+    mount = None
+    for line in mountinfo.splitlines():
+        left, sep, right = line.partition(" - ")
+        if sep and right.split()[:1] == ["cgroup2"] and len(left.split()) > 4:
+            mount = Path(left.split()[4])
+            break
+    if own is None or mount is None:
+        return "no cgroup v2 (nothing to do)"
+    path = mount / own.lstrip("/")
+    if path.name != CONTROL or not path.parent.name.endswith(".service"):
+        return (
+            f"not a unit's control process (cgroup {own}): run as edged.service's ExecStopPost=, "
+            "or name the unit's cgroup"
+        )
+    return path.parent, path
+
+
+def cleanup_main(args: list[str]) -> int:
+    if len(args) > 1 or (args and not args[0].startswith("/")):
+        sys.stderr.write(f"usage: edged-launcher {CLEANUP} [/sys/fs/cgroup/...]\n")
+        return 2
+    if args:
+        _log(f"cleanup: {cleanup_cgroup(Path(args[0]))}")
+        return 0
+    try:
+        found = own_unit_cgroup(
+            Path("/proc/self/cgroup").read_text(), Path("/proc/self/mountinfo").read_text()
+        )
+    except OSError as exc:
+        found = f"cannot read /proc: {exc}"
+    if isinstance(found, str):
+        _log(f"cleanup: {found}")
+        return 0
+    unit, own = found
+    keeps = _delegate_subgroup(unit.name)
+    _log(f"cleanup: {cleanup_cgroup(unit, own, end_workers=not keeps)}")
+    return 0
+
+
+def _delegate_subgroup(unit: str) -> str:
+    """The unit's ``DelegateSubgroup=`` (systemd 254; "" before, or when systemctl cannot
+    say): only with it does systemd start the unit again beside kept workers."""
+    import subprocess
+
+    try:
+        done = subprocess.run(
+            ["systemctl", "show", "--property=DelegateSubgroup", "--value", unit],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return ""
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
 USAGE = """usage: edged-launcher [--launcher-package-path DIR] [--launcher-python PYTHON]
                       [--launcher-stop-timeout SECONDS] EDGED-ARGS...
-Runs `python -m edged EDGED-ARGS` from the committed or trial slot (docs/agent-updates.md)."""
+       edged-launcher cleanup [CGROUP-DIR]
+Runs `python -m edged EDGED-ARGS` from the committed or trial slot (docs/agent-updates.md);
+cleanup ends what a stopped unit left in its cgroup but kept workers (ExecStopPost=)."""
 
 
 def main(argv: list[str] | None = None) -> int:
     args = list(sys.argv[1:] if argv is None else argv)
+    if args[:1] == [CLEANUP]:
+        return cleanup_main(args[1:])
     options: dict[str, str] = {}
     while args and args[0].startswith("--launcher-"):
         key, sep, value = args.pop(0).partition("=")

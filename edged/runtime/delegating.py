@@ -251,7 +251,9 @@ def _report(layout: CgroupLayout) -> CgroupLayout:
 
 
 # -- workers that outlive edged (runtime/adopting.py) ------------------------------------------
-def keep_blocker(layout: CgroupLayout, *, delegate_subgroup: str | None) -> str:
+def keep_blocker(
+    layout: CgroupLayout, *, delegate_subgroup: str | None, launcher_cleanup: bool = False
+) -> str:
     """Pure: why workers must not outlive edged with this layout ("" when they may).
 
     With cgroup v2 limits in use, edged enabled controllers in the delegated cgroup's
@@ -260,15 +262,22 @@ def keep_blocker(layout: CgroupLayout, *, delegate_subgroup: str | None) -> str:
     (the no-internal-processes rule: the start fails with 219/CGROUP, again at each restart,
     until the start limit gives up). Only ``DelegateSubgroup=`` (systemd 254) starts the next
     process in a leaf of its own: ``delegate_subgroup`` is the unit's (None: not known, or no
-    systemd unit; "": not set)."""
+    systemd unit; "": not set).
+
+    ``launcher_cleanup``: edged runs under edged-launcher and the unit's ``ExecStopPost=``
+    is ``edged-launcher cleanup``. Then workers outlive the edged restarts inside the
+    launcher (a switch of release, a crash of edged, a trial rolled back: the unit does not
+    restart), and the cleanup ends them once the unit stops (systemctl stop or restart, a
+    launcher that died), before systemd starts it again."""
     if not layout.usable:
         return ""  # workers share edged's cgroup: nothing keeps systemd from starting again
-    if delegate_subgroup:
+    if delegate_subgroup or launcher_cleanup:
         return ""
     return (
         "workers in cgroup v2 leaves of the delegated cgroup would keep the next start of the "
         "unit from placing its process (no-internal-processes rule: 219/CGROUP): the unit needs "
-        "DelegateSubgroup=supervisor (systemd 254)"
+        "DelegateSubgroup=supervisor (systemd 254), or edged-launcher as its main process and "
+        "ExecStopPost=edged-launcher cleanup"
     )
 
 
@@ -297,3 +306,33 @@ def read_delegate_subgroup(unit: str) -> str | None:
     except (OSError, subprocess.SubprocessError):
         return None
     return done.stdout.strip() if done.returncode == 0 else None
+
+
+def read_launcher_cleanup(unit: str, environ: dict[str, str]) -> bool:
+    """Whether this edged runs under edged-launcher (which sets ``EDGED_LAUNCHER_STATE``) in
+    a unit whose ``ExecStopPost=`` is ``edged-launcher cleanup`` (as systemd says)."""
+    import subprocess
+
+    if not unit or not environ.get("EDGED_LAUNCHER_STATE"):
+        return False
+    try:
+        done = subprocess.run(
+            ["systemctl", "show", "--property=ExecStopPost", "--value", unit],
+            capture_output=True,
+            text=True,
+            timeout=5,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return False
+    return done.returncode == 0 and has_launcher_cleanup(done.stdout)
+
+
+def has_launcher_cleanup(exec_stop_post: str) -> bool:
+    """Pure: whether ``systemctl show --property=ExecStopPost --value`` names the cleanup
+    (``{ path=... ; argv[]=/opt/edgefleet/bin/edged-launcher cleanup ; ... }``)."""
+    for line in exec_stop_post.splitlines():
+        argv = line.partition("argv[]=")[2].partition(" ;")[0].split()
+        if len(argv) >= 2 and argv[0].endswith("/edged-launcher") and argv[1] == "cleanup":
+            return True
+    return False

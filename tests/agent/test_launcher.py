@@ -344,3 +344,124 @@ def test_a_new_trial_ends_the_one_before_with_why(tmp_path: Path, package: Path)
         assert "RolledBack b (0.2.2): Superseded" in lp.output()
         set_behaviour(slot_b, "serve")
         lp.stop()
+
+
+def _cgroup(path: Path, procs: list[int], enabled: str = "") -> Path:
+    """A directory standing for a cgroup (the tests' cgroupfs: each write replaces the file)."""
+    path.mkdir(parents=True, exist_ok=True)
+    (path / "cgroup.procs").write_text("".join(f"{p}\n" for p in procs))
+    (path / "cgroup.subtree_control").write_text(enabled)
+    return path
+
+
+def _sleeper(*marker: str) -> subprocess.Popen[bytes]:
+    return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *marker])
+
+
+def _rmdir_fake(path: Path) -> None:
+    """os.rmdir as cgroupfs does it: the interface files go with the directory."""
+    for f in path.iterdir():
+        if f.is_file():
+            f.unlink()
+    os.rmdir(path)
+
+
+def _gone(p: subprocess.Popen[bytes]) -> bool:
+    return p.poll() is not None
+
+
+def test_cleanup_ends_an_orphaned_edged_and_leaves_kept_workers(tmp_path: Path) -> None:
+    """edged.service's ExecStopPost= after a launcher died (kill -9): the edged it left in
+    <unit>/supervisor is killed (it would keep systemd from starting the unit: 219/CGROUP),
+    a kept worker is left for the next edged, and <unit>/.control (the cleanup's own) is
+    never touched; nothing is removed while a worker runs."""
+    edged, worker, control = _sleeper(), _sleeper(launching.WORKER_MODULE), _sleeper()
+    try:
+        unit = _cgroup(tmp_path / "edged.service", [], "cpu memory")
+        _cgroup(unit / "supervisor", [edged.pid])
+        work = _cgroup(unit / "workloads", [], "cpu memory")
+        _cgroup(work / "mlp-abc-0", [worker.pid])
+        own = _cgroup(unit / ".control", [control.pid])
+        said = launching.cleanup_cgroup(unit, own, rmdir=_rmdir_fake)
+        assert f"1 process(es) ended ([{edged.pid}])" in said, said
+        assert "1 kept worker(s) left" in said, said
+        wait_for(lambda: _gone(edged), 5, "the orphaned edged killed")
+        assert not _gone(worker) and not _gone(control)
+        assert (work / "mlp-abc-0").is_dir()
+        assert (unit / "cgroup.subtree_control").read_text() == "cpu memory"
+        # where systemd cannot start the unit beside them (no DelegateSubgroup=, systemd 252)
+        # the kept workers end too: they were kept across edged's restarts in the launcher
+        said = launching.cleanup_cgroup(unit, own, end_workers=True, rmdir=_rmdir_fake)
+        assert f"1 process(es) ended ([{worker.pid}])" in said and "removed" in said, said
+        assert worker.wait(5) == -signal.SIGKILL and not _gone(control)
+    finally:
+        for p in (edged, worker, control):
+            p.kill()
+            p.wait()
+
+
+def test_cleanup_empties_the_unit_cgroup_for_the_next_start(tmp_path: Path) -> None:
+    """With no kept worker (keepOnExit not in force) every process below the unit but the
+    cleanup's own is killed, the leaves are removed deepest first and the unit's controllers
+    disabled: systemd may start the next launcher in <unit> itself."""
+    edged, child = _sleeper(), _sleeper()
+    try:
+        unit = _cgroup(tmp_path / "edged.service", [], "cpu memory")
+        _cgroup(unit / "supervisor", [edged.pid])
+        work = _cgroup(unit / "workloads", [], "cpu memory")
+        _cgroup(work / "mlp-abc-0", [child.pid])
+        own = _cgroup(unit / ".control", [])
+        said = launching.cleanup_cgroup(unit, own, rmdir=_rmdir_fake)
+        assert "2 process(es) ended" in said and "3 cgroup(s) removed" in said, said
+        assert _gone(edged) or edged.wait(5) is not None
+        assert child.wait(5) == -signal.SIGKILL
+        assert sorted(p.name for p in unit.iterdir() if p.is_dir()) == [".control"]
+        assert (unit / "cgroup.subtree_control").read_text() == "-cpu -memory"
+        # again: nothing left to do, and nothing to do where there is no cgroup
+        assert "0 process(es) ended; 0 cgroup(s) removed" in launching.cleanup_cgroup(unit, own)
+        assert "not a cgroup" in launching.cleanup_cgroup(tmp_path / "nowhere")
+    finally:
+        for p in (edged, child):
+            p.kill()
+            p.wait()
+
+
+MOUNTINFO = "30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
+
+
+def test_cleanup_finds_its_unit_only_as_its_control_process() -> None:
+    found = launching.own_unit_cgroup("0::/system.slice/edged.service/.control\n", MOUNTINFO)
+    unit = Path("/sys/fs/cgroup/system.slice/edged.service")
+    assert found == (unit, unit / ".control")
+    # by hand from a shell, or as the main process: it names no unit and kills nothing
+    for cg in ("0::/user.slice/user-1000.slice/session-3.scope", "0::/system.slice/edged.service"):
+        said = launching.own_unit_cgroup(cg + "\n", MOUNTINFO)
+        assert isinstance(said, str) and "ExecStopPost=" in said
+    assert launching.own_unit_cgroup("1:name=systemd:/x\n", "") == "no cgroup v2 (nothing to do)"
+
+
+def test_cleanup_leaves_workers_on_rlimits(tmp_path: Path) -> None:
+    """Workers in the unit's cgroup itself (no controller enabled there: rlimits) block no
+    start: they outlive the unit's restarts even without DelegateSubgroup=."""
+    worker, edged = _sleeper(launching.WORKER_MODULE), _sleeper()
+    try:
+        unit = _cgroup(tmp_path / "edged.service", [worker.pid, edged.pid], "")
+        own = _cgroup(unit / ".control", [])
+        said = launching.cleanup_cgroup(unit, own, end_workers=True, rmdir=_rmdir_fake)
+        assert f"1 process(es) ended ([{edged.pid}])" in said and "1 kept worker" in said, said
+        assert edged.wait(5) == -signal.SIGKILL and not _gone(worker)
+    finally:
+        for p in (worker, edged):
+            p.kill()
+            p.wait()
+
+
+def test_cleanup_command_line(tmp_path: Path) -> None:
+    run = [sys.executable, "-m", "edged.launcher", "cleanup"]
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    bad = subprocess.run([*run, "relative"], check=False, capture_output=True, text=True, env=env)
+    assert bad.returncode == 2 and "usage" in bad.stderr
+    ok = subprocess.run([*run, str(tmp_path)], check=False, capture_output=True, text=True, env=env)
+    assert ok.returncode == 0 and "not a cgroup" in ok.stderr, ok.stderr
+    mine = subprocess.run(run, check=False, capture_output=True, text=True, env=env)
+    assert mine.returncode == 0 and "cleanup:" in mine.stderr, mine.stderr

@@ -277,8 +277,27 @@ def test_workers_may_outlive_edged_only_where_systemd_can_start_it_again() -> No
     assert "DelegateSubgroup=supervisor" in keep_blocker(usable, delegate_subgroup="")
     assert "219/CGROUP" in keep_blocker(usable, delegate_subgroup=None)
     assert keep_blocker(usable, delegate_subgroup="supervisor") == ""
+    # systemd 252: kept across the edged restarts inside the launcher, ended at the unit's stop
+    assert keep_blocker(usable, delegate_subgroup="", launcher_cleanup=True) == ""
     rlimits = usable.unusable("cgroup v1/hybrid hierarchy")
     assert keep_blocker(rlimits, delegate_subgroup=None) == ""
     assert unit_of(usable.delegated) == "edged.service"
     assert unit_of(Path("/sys/fs/cgroup/user.slice")) == ""
     assert unit_of(None) == ""
+
+
+def test_the_units_cleanup_is_read_from_what_systemctl_shows() -> None:
+    from edged.runtime.delegating import has_launcher_cleanup, read_launcher_cleanup
+
+    shown = (
+        "{ path=/opt/edgefleet/bin/edged-launcher ; argv[]=/opt/edgefleet/bin/edged-launcher "
+        "cleanup ; ignore_errors=no ; start_time=[n/a] ; stop_time=[n/a] ; pid=0 ; "
+        "code=(null) ; status=0/0 }\n"
+    )
+    assert has_launcher_cleanup(shown)
+    assert not has_launcher_cleanup(shown.replace("launcher cleanup", "launcher run"))
+    assert not has_launcher_cleanup(shown.replace("edged-launcher ", "rm -rf /tmp/edged-launcher "))
+    assert not has_launcher_cleanup("")
+    # not under the launcher (no EDGED_LAUNCHER_STATE): systemd is not even asked
+    assert not read_launcher_cleanup("edged.service", {})
+    assert not read_launcher_cleanup("", {"EDGED_LAUNCHER_STATE": "/x"})

@@ -183,3 +183,12 @@ def test_hub_service_is_notify() -> None:
     s = settings("hub.service")
     assert s[("Service", "Type")] == ["notify"]
     assert s[("Service", "ExecStart")][0].startswith("/opt/edgefleet/bin/hub serve")
+
+
+def test_edged_service_cleans_its_cgroup_after_each_stop() -> None:
+    """edged-launcher cleanup after the main process is gone (any stop, a launcher killed):
+    as ExecStopPost= systemd runs it in <cgroup>/.control, where it may run while the leaves
+    below hold processes (an ExecStartPre= runs in the cgroup itself: 219/CGROUP)."""
+    s = settings("edged.service")
+    assert s[("Service", "ExecStopPost")] == ["/opt/edgefleet/bin/edged-launcher cleanup"]
+    assert s[("Service", "KillMode")] == ["process"]
