@@ -265,6 +265,21 @@ REGION = _top(
         ),
         deployments=_i("Deployments its last report has figures for (null: no report yet)."),
         generationApplied=_i("The newest slice generation it acknowledged (null: unknown)."),
+        agentUpgrades=_map(
+            "The region's AgentUpgrades by name, as its last report says them, bounded "
+            "(docs/agent-updates.md).",
+            version=_s("The edged version it rolls out."),
+            phase=_s("Pending, Progressing, Paused, Complete or RolledBack."),
+            revision=_i("Its revision, in the region's numbering."),
+            reason=_s("Why it is where it is, one word."),
+            message=_s("The same, in words."),
+            poolDevices=_i("The region's devices in its rollout."),
+            doneDevices=_i("Of which came back healthy on the version."),
+            updatingDevices=_i("Of which are being updated."),
+            failedCount=_i("Devices that failed it."),
+            failedDevices=_labels("Failed devices and their reasons, at most 20."),
+        ),
+        agentReleases=_strings("The edged release versions the region's hub holds, at most 64."),
         generationSent=_i(
             "The generation of the slice this replica last sent it (null: it does not stream here)."
         ),

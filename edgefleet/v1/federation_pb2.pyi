@@ -132,14 +132,51 @@ class FederatedModel(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., sha256: _Optional[str] = ..., length: _Optional[int] = ..., envelope: _Optional[bytes] = ..., extras: _Optional[_Mapping[str, str]] = ..., rollback_allowance: _Optional[bytes] = ..., pushed_at: _Optional[float] = ...) -> None: ...
 
 class RegionReport(_message.Message):
-    __slots__ = ("generation", "deployments", "inventory")
+    __slots__ = ("generation", "deployments", "inventory", "agent_upgrades", "agent_release_versions")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENTS_FIELD_NUMBER: _ClassVar[int]
     INVENTORY_FIELD_NUMBER: _ClassVar[int]
+    AGENT_UPGRADES_FIELD_NUMBER: _ClassVar[int]
+    AGENT_RELEASE_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     generation: int
     deployments: _containers.RepeatedCompositeFieldContainer[RegionDeploymentStatus]
     inventory: RegionInventory
-    def __init__(self, generation: _Optional[int] = ..., deployments: _Optional[_Iterable[_Union[RegionDeploymentStatus, _Mapping]]] = ..., inventory: _Optional[_Union[RegionInventory, _Mapping]] = ...) -> None: ...
+    agent_upgrades: _containers.RepeatedCompositeFieldContainer[RegionAgentUpgradeStatus]
+    agent_release_versions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, generation: _Optional[int] = ..., deployments: _Optional[_Iterable[_Union[RegionDeploymentStatus, _Mapping]]] = ..., inventory: _Optional[_Union[RegionInventory, _Mapping]] = ..., agent_upgrades: _Optional[_Iterable[_Union[RegionAgentUpgradeStatus, _Mapping]]] = ..., agent_release_versions: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RegionAgentUpgradeStatus(_message.Message):
+    __slots__ = ("name", "version", "phase", "revision", "reason", "message", "pool", "done", "updating", "failed_count", "failed")
+    class FailedEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    PHASE_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    UPDATING_FIELD_NUMBER: _ClassVar[int]
+    FAILED_COUNT_FIELD_NUMBER: _ClassVar[int]
+    FAILED_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    version: str
+    phase: str
+    revision: int
+    reason: str
+    message: str
+    pool: int
+    done: int
+    updating: int
+    failed_count: int
+    failed: _containers.ScalarMap[str, str]
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., phase: _Optional[str] = ..., revision: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., pool: _Optional[int] = ..., done: _Optional[int] = ..., updating: _Optional[int] = ..., failed_count: _Optional[int] = ..., failed: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RegionDeploymentStatus(_message.Message):
     __slots__ = ("name", "desired", "updated", "ready", "available", "failing", "versions", "rollout_phase", "rollout_revision", "rollout_template", "stable_template", "rollout_reason", "rollout_message", "revision_figures")

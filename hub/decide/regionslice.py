@@ -52,6 +52,9 @@ MAX_VERSIONS = 64
 MAX_PHASES = 16
 MAX_REVISION_FIGURES = 4  # a region reports its rollout's revision and its stable one
 MAX_VALIDATION_PROBLEMS = 8
+MAX_REPORT_AGENT_UPGRADES = 64  # a region's AgentUpgrades in its report
+MAX_AGENT_FAILED = 20  # failed devices named per AgentUpgrade in a region's report
+MAX_AGENT_RELEASES = 64  # edged release versions a region's report lists
 
 FEDERATED_KINDS = ("ModelDeployment", "DeviceHealthPolicy", "SecurityBaseline")
 

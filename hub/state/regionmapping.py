@@ -14,10 +14,13 @@ from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import federation_pb2
 from hub.decide.records import KIND_DEVICE, dumps
 from hub.decide.regionslice import (
+    MAX_AGENT_FAILED,
+    MAX_AGENT_RELEASES,
     MAX_FAILING,
     MAX_LABELS,
     MAX_NAME,
     MAX_PHASES,
+    MAX_REPORT_AGENT_UPGRADES,
     MAX_REPORT_DEPLOYMENTS,
     MAX_REPORT_DEVICES,
     MAX_REVISION_FIGURES,
@@ -123,6 +126,7 @@ def check_report(report: federation_pb2.RegionReport) -> list[str]:
             for device, why in list(f.validation_problems.items())[:MAX_VALIDATION_PROBLEMS]:
                 _text(problems, f"{fpath}.validation_problems", device)
                 _text(problems, f"{fpath}.validation_problems[{device[:64]!r}]", why, MAX_TEXT)
+    _check_agent_upgrades(problems, report)
     inv = report.inventory
     if len(inv.devices) > MAX_REPORT_DEVICES:
         problems.append(
@@ -148,6 +152,72 @@ def check_report(report: federation_pb2.RegionReport) -> list[str]:
         if len(problems) > 50:
             break
     return problems
+
+
+AGENT_UPGRADE_PHASES = ("Pending", "Progressing", "Paused", "Complete", "RolledBack")
+
+
+def _check_agent_upgrades(problems: list[str], report: federation_pb2.RegionReport) -> None:
+    """A region's AgentUpgrades: bounded in count and text, counts within the region's own
+    inventory and each upgrade's pool (a region speaks only of its own devices)."""
+    if len(report.agent_upgrades) > MAX_REPORT_AGENT_UPGRADES:
+        problems.append(
+            f"report.agent_upgrades: at most {MAX_REPORT_AGENT_UPGRADES}, "
+            f"got {len(report.agent_upgrades)}"
+        )
+    seen: set[str] = set()
+    total = report.inventory.total
+    for i, u in enumerate(report.agent_upgrades[:MAX_REPORT_AGENT_UPGRADES]):
+        path = f"report.agent_upgrades[{i}]"
+        _text(problems, f"{path}.name", u.name)
+        if u.name in seen:
+            problems.append(f"{path}.name: {u.name!r} twice")
+        seen.add(u.name)
+        _text(problems, f"{path}.version", u.version, 128)
+        if u.phase not in AGENT_UPGRADE_PHASES:
+            problems.append(
+                f"{path}.phase: must be one of {', '.join(AGENT_UPGRADE_PHASES)}, "
+                f"got {u.phase[:64]!r}"
+            )
+        _text(problems, f"{path}.reason", u.reason, 64)
+        _text(problems, f"{path}.message", u.message, MAX_TEXT)
+        if u.pool > total:
+            problems.append(f"{path}.pool: more than the region's devices ({total})")
+        if u.done + u.updating > u.pool:
+            problems.append(f"{path}: done and updating must not exceed pool ({u.pool})")
+        if u.failed_count > total:
+            problems.append(f"{path}.failed_count: more than the region's devices ({total})")
+        if len(u.failed) > min(MAX_AGENT_FAILED, u.failed_count):
+            problems.append(
+                f"{path}.failed: at most {MAX_AGENT_FAILED} and failed_count "
+                f"({u.failed_count}), got {len(u.failed)}"
+            )
+        for device, reason in list(u.failed.items())[:MAX_AGENT_FAILED]:
+            _text(problems, f"{path}.failed", device)
+            _text(problems, f"{path}.failed[{device[:64]!r}]", reason, MAX_TEXT)
+    if len(report.agent_release_versions) > MAX_AGENT_RELEASES:
+        problems.append(
+            f"report.agent_release_versions: at most {MAX_AGENT_RELEASES}, "
+            f"got {len(report.agent_release_versions)}"
+        )
+    for version in report.agent_release_versions[:MAX_AGENT_RELEASES]:
+        _text(problems, "report.agent_release_versions", version, 128)
+
+
+def region_agent_upgrade_json(u: federation_pb2.RegionAgentUpgradeStatus) -> dict[str, Any]:
+    """A region's AgentUpgrade as the root shows it (what the region's report says)."""
+    return {
+        "version": u.version,
+        "phase": u.phase,
+        "revision": u.revision,
+        **({"reason": u.reason} if u.reason else {}),
+        **({"message": u.message} if u.message else {}),
+        "poolDevices": u.pool,
+        "doneDevices": u.done,
+        "updatingDevices": u.updating,
+        "failedCount": u.failed_count,
+        "failedDevices": dict(sorted(u.failed.items())),
+    }
 
 
 # -- what the root shows --------------------------------------------------------------------

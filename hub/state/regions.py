@@ -315,6 +315,12 @@ def region_object(state: RegionState, seen: Seen, *, now: float, here: str) -> d
             "reportAgeSeconds": age.get("reportAgeSeconds"),
             "devices": devices,
             "deployments": len(report.deployments) if report is not None else None,
+            # the region's AgentUpgrades, as its last report says (docs/agent-updates.md)
+            "agentUpgrades": {
+                u.name: regionmapping.region_agent_upgrade_json(u)
+                for u in (report.agent_upgrades if report is not None else ())
+            },
+            "agentReleases": list(report.agent_release_versions) if report is not None else [],
             "generationApplied": applied,
             "generationSent": state.generation_sent if state.connected else None,
             "certificate": {

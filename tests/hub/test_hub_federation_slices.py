@@ -328,3 +328,78 @@ def test_root_models_no_longer_sent_nor_used_are_removed_never_the_regions_own()
     # nothing sent and nothing used: every root-owned model goes, the region's push stays
     bare = plan_apply(10, "e", [], [], {}, stored_models, now=101.0)
     assert sorted(v for _, v in bare.dropped_models) == sorted(owned)
+
+
+def agent_report() -> Any:
+    """A region of 3 devices reporting one AgentUpgrade and the releases its hub holds."""
+    r = report(devices=3)
+    r.agent_upgrades.add(
+        name="edged-0-3-0",
+        version="0.3.0",
+        phase="RolledBack",
+        revision=1,
+        pool=3,
+        done=1,
+        updating=1,
+        failed_count=1,
+        failed={"d1": "CommitDeadline: did not connect"},
+    )
+    r.agent_release_versions.extend(["0.2.0", "0.3.0"])
+    return r
+
+
+@pytest.mark.parametrize(
+    ("change", "problem"),
+    [
+        (
+            lambda r: r.agent_upgrades.add(name="edged-0-3-0", phase="Pending"),
+            "'edged-0-3-0' twice",
+        ),
+        (lambda r: setattr(r.agent_upgrades[0], "phase", "Done!"), ".phase: must be one of"),
+        (lambda r: setattr(r.agent_upgrades[0], "pool", 4), "pool: more than the region's devices"),
+        (lambda r: setattr(r.agent_upgrades[0], "done", 3), "must not exceed pool (3)"),
+        (lambda r: setattr(r.agent_upgrades[0], "failed_count", 10**6), "failed_count: more than"),
+        (
+            lambda r: r.agent_upgrades[0].failed.update({"d2": "x"}),
+            "failed: at most 20 and failed_count (1), got 2",
+        ),
+        (
+            lambda r: r.agent_upgrades[0].failed.update({"d1": "y" * 2000}),
+            "at most 1024 characters",
+        ),
+        (
+            lambda r: [r.agent_upgrades.add(name=f"u{i}", phase="Pending") for i in range(64)],
+            "report.agent_upgrades: at most 64",
+        ),
+        (
+            lambda r: r.agent_release_versions.extend(["1.0.0"] * 64),
+            "report.agent_release_versions: at most 64",
+        ),
+        (
+            lambda r: setattr(r.agent_upgrades[0], "message", "m" * 2000),
+            "report.agent_upgrades[0].message: at most 1024",
+        ),
+    ],
+)
+def test_a_regions_agent_upgrades_over_a_bound_are_refused_naming_the_field(
+    change: Any, problem: str
+) -> None:
+    r = agent_report()
+    assert regionmapping.check_report(r) == []
+    change(r)
+    assert any(problem in p for p in regionmapping.check_report(r)), regionmapping.check_report(r)
+
+
+def test_the_root_shows_a_regions_agent_upgrades_as_reported() -> None:
+    r = agent_report()
+    shown = regionmapping.region_agent_upgrade_json(r.agent_upgrades[0])
+    assert shown == {
+        "version": "0.3.0",
+        "phase": "RolledBack",
+        "revision": 1,
+        "poolDevices": 3,
+        "doneDevices": 1,
+        "updatingDevices": 1,
+        "failedCount": 1,
+        "failedDevices": {"d1": "CommitDeadline: did not connect"},
+    }

@@ -156,6 +156,20 @@ def _region() -> dict[str, Any]:
         generation=4,
         deployments=[federation_pb2.RegionDeploymentStatus(name="det")],
         inventory=federation_pb2.RegionInventory(total=1, by_phase={"Ready": 1}),
+        agent_upgrades=[
+            federation_pb2.RegionAgentUpgradeStatus(
+                name="up",
+                version="1.0.1",
+                phase="RolledBack",
+                revision=1,
+                reason="FailureThresholdReached",
+                message="m",
+                pool=1,
+                failed_count=1,
+                failed={"d": "CrashLoop"},
+            )
+        ],
+        agent_release_versions=["1.0.1"],
     )
     doc = region_object(state, Seen(report, 3.0, connected=True), now=5.0, here="hub")
     return _stamped(doc, region_key("eu"))

@@ -5,6 +5,9 @@ figures per revision (what the root's waves analyse) and its device inventory, b
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from edgefleet.v1 import federation_pb2
 from hub.controllers.objectstatus import shown_object
 from hub.controllers.rollout import RolloutController, targeted
@@ -54,6 +57,35 @@ def revision_figures(
     return out
 
 
+def agent_upgrade_status(
+    cache: Cache, manifest: Mapping[str, Any]
+) -> federation_pb2.RegionAgentUpgradeStatus:
+    """One of the region's AgentUpgrades as its status says now (edgectl's at the region),
+    bounded as the root checks it (:func:`hub.state.regionmapping.check_report`)."""
+    shown = shown_object(cache, "AgentUpgrade", manifest, region="", rollouts=None)
+    status = shown.get("status", {})
+    failed = status.get("failedDevices", {})
+    return federation_pb2.RegionAgentUpgradeStatus(
+        name=str(shown["metadata"]["name"]),
+        version=str(status.get("version") or shown.get("spec", {}).get("version", ""))[:128],
+        phase=str(status.get("phase", "")),
+        revision=int(status.get("revision") or 0),
+        reason=str(status.get("reason") or "")[:64],
+        message=str(status.get("message") or "")[: regionslice.MAX_TEXT],
+        pool=int(status.get("poolDevices", 0)),
+        done=int(status.get("doneDevices", 0)),
+        updating=int(status.get("updatingDevices", 0)),
+        # a failed device deleted since stays in the record: never more than the devices
+        failed_count=min(len(failed), len(cache.devices)),
+        failed={
+            d[: regionslice.MAX_NAME]: str(why)[: regionslice.MAX_TEXT]
+            for d, why in sorted(failed.items())[
+                : min(regionslice.MAX_AGENT_FAILED, len(cache.devices))
+            ]
+        },
+    )
+
+
 def build_report(
     cache: Cache, generation: int, *, region: str, rollouts: RolloutController | None
 ) -> federation_pb2.RegionReport:
@@ -96,6 +128,12 @@ def build_report(
                 ],
             )
         )
+    agent_upgrades = [
+        agent_upgrade_status(cache, stored.manifest)
+        for (kind, _), stored in sorted(cache.stored.items())
+        if kind == "AgentUpgrade"
+    ][: regionslice.MAX_REPORT_AGENT_UPGRADES]
+    releases = sorted({r.version for r in cache.agent_releases.values()})
     by_phase: dict[str, int] = {}
     rows: list[federation_pb2.RegionDevice] = []
     for device in sorted(cache.devices.values(), key=lambda d: d.name):
@@ -119,6 +157,8 @@ def build_report(
     return federation_pb2.RegionReport(
         generation=generation,
         deployments=deployments[: regionslice.MAX_REPORT_DEPLOYMENTS],
+        agent_upgrades=agent_upgrades,
+        agent_release_versions=releases[-regionslice.MAX_AGENT_RELEASES :],
         inventory=federation_pb2.RegionInventory(
             total=len(cache.devices),
             by_phase=by_phase,
