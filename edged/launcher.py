@@ -795,27 +795,30 @@ def cleanup_cgroup(
     unit: Path,
     own: Path | None = None,
     *,
-    end_workers: bool = False,
+    release: bool = True,
     timeout_s: float = CLEANUP_TIMEOUT_S,
     rmdir: Any = os.rmdir,
 ) -> str:
-    """After the unit's main process is gone (ExecStopPost=), end what would keep systemd
-    from starting edged.service again and what no next edged takes over; what was done, for
-    the journal. Never raises.
+    """After the unit's main process is gone (ExecStopPost=), make ``unit`` (the unit's
+    cgroup) one systemd can start edged.service in again, keeping the kept workers for the
+    next edged; what was done, for the journal. Never raises.
 
-    With ``KillMode=process`` a launcher that dies (kill -9, OOM) leaves its edged running in
-    ``<unit>/supervisor`` while it drains, and edged enabled controllers in ``<unit>``'s
-    ``cgroup.subtree_control``: systemd's next start puts the new launcher in ``<unit>``
-    itself, which cgroup v2 refuses while a leaf below holds a process (no internal
-    processes: 219/CGROUP at every restart, each one counted against the start limit). So
-    every process below ``unit`` that is not a kept worker (an edged, a launcher, anything
-    they started) is killed, except in ``own`` (this command's cgroup, ``<unit>/.control``).
-    Kept workers are left for the next edged to adopt, unless ``end_workers`` (the unit
-    cannot start with them: no ``DelegateSubgroup=``, systemd before 254, and controllers
-    enabled in ``unit``; then they were kept across the edged restarts inside the launcher
-    only; workers on rlimits, in ``unit`` itself, block nothing). When nothing is left, the
-    leaves are removed, deepest first, and the controllers disabled in ``unit``, so the next
-    start finds a cgroup it may use even where systemd does not remove it."""
+    edged moves itself into ``<unit>/supervisor``, enables the cpu and memory controllers in
+    ``<unit>``'s and ``<unit>/workloads``'s ``cgroup.subtree_control`` and starts each worker
+    in a leaf below. Without ``DelegateSubgroup=`` (systemd before 254) systemd starts the
+    next launcher in ``<unit>`` itself, which cgroup v2 refuses while controllers are enabled
+    there (no internal processes: 219/CGROUP at every restart, each one counted against the
+    start limit). So:
+
+    1. every process below ``unit`` that is not a kept worker is killed (with
+       ``KillMode=process``, an edged still draining after its launcher was killed, or
+       anything they started), except in ``own`` (``<unit>/.control``, this command's);
+    2. with kept workers left and ``release`` (no ``DelegateSubgroup=``), the controllers are
+       disabled below ``unit``, deepest first: the workers run on, without cpu.max and
+       memory.max until the next edged adopts them and writes their limits again
+       (edged.runtime.processes); where that fails, the workers are killed too;
+    3. with nothing left, the leaves are removed, deepest first, and the controllers disabled
+       in ``unit`` (systemd removes the cgroup then, or starts the next one in it)."""
     if not (unit / "cgroup.procs").exists():
         return f"{unit} is not a cgroup (nothing to do)"
     try:
@@ -823,36 +826,25 @@ def cleanup_cgroup(
     except OSError as exc:
         return f"cannot read {unit}: {exc}"
     below = [d for d in dirs if d != unit and (own is None or not d.is_relative_to(own))]
-    try:  # workers block the next start only below controllers enabled in the unit's cgroup
-        end_workers = end_workers and bool((unit / "cgroup.subtree_control").read_text().split())
-    except OSError:
-        pass
-    deadline = time.monotonic() + timeout_s
-    killed: set[int] = set()
-    while True:
-        others = [
-            p
-            for d in [*below, unit]
-            for p in _cgroup_procs(d)
-            if end_workers or not _is_kept_worker(p)
-        ]
-        if not others or time.monotonic() >= deadline:
-            break
-        for pid in others:
-            try:
-                os.kill(pid, signal.SIGKILL)
-                killed.add(pid)
-            except ProcessLookupError:
-                pass
-            except OSError as exc:
-                return f"cannot kill process {pid} in {unit}: {exc}"
-        time.sleep(0.05)
-    if others:
-        return f"processes {sorted(others)} in {unit} outlived SIGKILL for {timeout_s:g} s"
-    workers = [p for d in [*below, unit] for p in _cgroup_procs(d)]
+    killed, stuck = _kill_below([*below, unit], _not_a_worker, timeout_s)
     said = f"{len(killed)} process(es) ended" + (f" ({sorted(killed)})" if killed else "")
-    if workers:
+    if stuck:
+        return f"{said}; processes {stuck} in {unit} outlived SIGKILL for {timeout_s:g} s"
+    workers = [p for d in [*below, unit] for p in _cgroup_procs(d)]
+    if workers and not release:
         return f"{said}; {len(workers)} kept worker(s) left for the next edged"
+    if workers:
+        problem = _disable_controllers([*below, unit])
+        if not problem:
+            return (
+                f"{said}; {len(workers)} kept worker(s) left for the next edged, controllers "
+                f"disabled below {unit} until it writes their limits again"
+            )
+        more, stuck = _kill_below([*below, unit], lambda _pid: True, timeout_s)
+        killed |= more
+        said = f"{problem}: {len(killed)} process(es) ended ({sorted(killed)})"
+        if stuck:
+            return f"{said}; processes {stuck} in {unit} outlived SIGKILL for {timeout_s:g} s"
     removed = 0
     for d in below:
         if own is not None and own.is_relative_to(d):
@@ -864,13 +856,45 @@ def cleanup_cgroup(
             pass
         except OSError as exc:
             return f"{said}; cannot remove the cgroup {d}: {exc}"
-    try:
-        enabled = (unit / "cgroup.subtree_control").read_text().split()
-        if enabled:
-            (unit / "cgroup.subtree_control").write_text(" ".join(f"-{c}" for c in enabled))
-    except OSError as exc:
-        return f"{said}; cannot disable the controllers of {unit}: {exc}"
-    return f"{said}; {removed} cgroup(s) removed, controllers disabled in {unit}: {enabled}"
+    problem = _disable_controllers([unit])
+    return f"{said}; {removed} cgroup(s) removed; " + (problem or f"{unit} is ready")
+
+
+def _not_a_worker(pid: int) -> bool:
+    return not _is_kept_worker(pid)
+
+
+def _kill_below(dirs: list[Path], which: Any, timeout_s: float) -> tuple[set[int], list[int]]:
+    """SIGKILL every live process in ``dirs`` that ``which`` picks, until none is left or
+    ``timeout_s`` passed: (those signalled, those still there)."""
+    deadline = time.monotonic() + timeout_s
+    killed: set[int] = set()
+    while True:
+        left = [p for d in dirs for p in _cgroup_procs(d) if which(p)]
+        if not left or time.monotonic() >= deadline:
+            return killed, sorted(left)
+        for pid in left:
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.add(pid)
+            except OSError:
+                pass  # gone, or not ours to signal (left: it says so at the deadline)
+        time.sleep(0.05)
+
+
+def _disable_controllers(dirs: list[Path]) -> str:
+    """Disable every controller enabled in each of ``dirs``' ``cgroup.subtree_control``, in
+    that order (deepest first: a parent's cannot go while a child's is on); "" or why not."""
+    for d in dirs:
+        try:
+            enabled = (d / "cgroup.subtree_control").read_text().split()
+            if enabled:
+                (d / "cgroup.subtree_control").write_text(" ".join(f"-{c}" for c in enabled))
+        except FileNotFoundError:
+            continue
+        except OSError as exc:
+            return f"cannot disable the controllers of {d}: {exc}"
+    return ""
 
 
 def own_unit_cgroup(proc_cgroup: str, mountinfo: str) -> tuple[Path, Path] | str:
@@ -911,14 +935,13 @@ def cleanup_main(args: list[str]) -> int:
         _log(f"cleanup: {found}")
         return 0
     unit, own = found
-    keeps = _delegate_subgroup(unit.name)
-    _log(f"cleanup: {cleanup_cgroup(unit, own, end_workers=not keeps)}")
+    _log(f"cleanup: {cleanup_cgroup(unit, own, release=not _delegate_subgroup(unit.name))}")
     return 0
 
 
 def _delegate_subgroup(unit: str) -> str:
     """The unit's ``DelegateSubgroup=`` (systemd 254; "" before, or when systemctl cannot
-    say): only with it does systemd start the unit again beside kept workers."""
+    say): with it systemd starts the unit again beside controllers enabled below it."""
     import subprocess
 
     try:
@@ -938,7 +961,7 @@ USAGE = """usage: edged-launcher [--launcher-package-path DIR] [--launcher-pytho
                       [--launcher-stop-timeout SECONDS] EDGED-ARGS...
        edged-launcher cleanup [CGROUP-DIR]
 Runs `python -m edged EDGED-ARGS` from the committed or trial slot (docs/agent-updates.md);
-cleanup ends what a stopped unit left in its cgroup but kept workers (ExecStopPost=)."""
+cleanup readies a stopped unit's cgroup for its next start, keeping workers (ExecStopPost=)."""
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -265,10 +265,11 @@ def keep_blocker(
     systemd unit; "": not set).
 
     ``launcher_cleanup``: edged runs under edged-launcher and the unit's ``ExecStopPost=``
-    is ``edged-launcher cleanup``. Then workers outlive the edged restarts inside the
-    launcher (a switch of release, a crash of edged, a trial rolled back: the unit does not
-    restart), and the cleanup ends them once the unit stops (systemctl stop or restart, a
-    launcher that died), before systemd starts it again."""
+    is ``edged-launcher cleanup``. The edged restarts inside the launcher (a switch of
+    release, a crash of edged, a trial rolled back) do not restart the unit; once the unit
+    stops (systemctl stop or restart, a launcher that died) the cleanup ends what is not a
+    kept worker and disables the controllers below the unit's cgroup, so systemd can start
+    it again; the next edged enables them and writes each adopted worker's limits again."""
     if not layout.usable:
         return ""  # workers share edged's cgroup: nothing keeps systemd from starting again
     if delegate_subgroup or launcher_cleanup:

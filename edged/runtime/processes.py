@@ -1015,7 +1015,11 @@ class WorkerPool:
         if spec.uid >= 0:
             self.uids.adopt(rid, spec.uid)  # its own lock holds it; freed once it exits
         rep.watch(record, pidfd)
-        why = check_desired(record, digests) or await rep.attach(record, timeout)
+        why = (
+            check_desired(record, digests)
+            or _limits_again(spec)
+            or await rep.attach(record, timeout)
+        )
         if why:
             # the worker it proved to be, killed through its pidfd; it shows as this slot's
             # last exit (NotAdopted), and the reconciler starts what is desired
@@ -1025,6 +1029,18 @@ class WorkerPool:
             return why
         self.notify(workload)
         return ""
+
+
+def _limits_again(spec: LaunchSpec) -> str:
+    """Write a kept worker's cgroup limits again ("" once done, else why not): the unit's
+    ExecStopPost= (edged.launcher.cleanup_cgroup) disables the controllers below edged's
+    cgroup for systemd to start the unit again, and enabling them again leaves each leaf's
+    cpu.max and memory.max at "max"."""
+    try:
+        prepare_cgroup(spec.limits)
+    except LimitsError as exc:
+        return f"its limits cannot be written again: {exc}"
+    return ""
 
 
 def _with_egress_filter(spec: LaunchSpec) -> LaunchSpec:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -370,11 +371,11 @@ def _gone(p: subprocess.Popen[bytes]) -> bool:
     return p.poll() is not None
 
 
-def test_cleanup_ends_an_orphaned_edged_and_leaves_kept_workers(tmp_path: Path) -> None:
+def test_cleanup_ends_an_orphaned_edged_and_releases_the_kept_workers(tmp_path: Path) -> None:
     """edged.service's ExecStopPost= after a launcher died (kill -9): the edged it left in
-    <unit>/supervisor is killed (it would keep systemd from starting the unit: 219/CGROUP),
-    a kept worker is left for the next edged, and <unit>/.control (the cleanup's own) is
-    never touched; nothing is removed while a worker runs."""
+    <unit>/supervisor is killed, the kept worker runs on and the controllers are disabled
+    below the unit, deepest first (systemd 252 starts the next launcher in <unit> itself:
+    219/CGROUP otherwise); <unit>/.control (the cleanup's own) is never touched."""
     edged, worker, control = _sleeper(), _sleeper(launching.WORKER_MODULE), _sleeper()
     try:
         unit = _cgroup(tmp_path / "edged.service", [], "cpu memory")
@@ -384,20 +385,43 @@ def test_cleanup_ends_an_orphaned_edged_and_leaves_kept_workers(tmp_path: Path) 
         own = _cgroup(unit / ".control", [control.pid])
         said = launching.cleanup_cgroup(unit, own, rmdir=_rmdir_fake)
         assert f"1 process(es) ended ([{edged.pid}])" in said, said
-        assert "1 kept worker(s) left" in said, said
-        wait_for(lambda: _gone(edged), 5, "the orphaned edged killed")
+        assert "1 kept worker(s) left" in said and "controllers disabled" in said, said
+        assert edged.wait(5) == -signal.SIGKILL
         assert not _gone(worker) and not _gone(control)
         assert (work / "mlp-abc-0").is_dir()
+        assert (work / "cgroup.subtree_control").read_text() == "-cpu -memory"
+        assert (unit / "cgroup.subtree_control").read_text() == "-cpu -memory"
+        # with DelegateSubgroup= (systemd 254) the controllers stay: the next launcher
+        # starts in a leaf of its own
+        (unit / "cgroup.subtree_control").write_text("cpu memory")
+        said = launching.cleanup_cgroup(unit, own, release=False, rmdir=_rmdir_fake)
+        assert said == "0 process(es) ended; 1 kept worker(s) left for the next edged", said
         assert (unit / "cgroup.subtree_control").read_text() == "cpu memory"
-        # where systemd cannot start the unit beside them (no DelegateSubgroup=, systemd 252)
-        # the kept workers end too: they were kept across edged's restarts in the launcher
-        said = launching.cleanup_cgroup(unit, own, end_workers=True, rmdir=_rmdir_fake)
-        assert f"1 process(es) ended ([{worker.pid}])" in said and "removed" in said, said
-        assert worker.wait(5) == -signal.SIGKILL and not _gone(control)
     finally:
         for p in (edged, worker, control):
             p.kill()
             p.wait()
+
+
+def test_cleanup_ends_the_workers_where_it_cannot_release_them(tmp_path: Path) -> None:
+    """A controller that cannot be disabled (here: the file is a directory) would leave the
+    unit unable to start: the kept workers are killed too and the leaves removed."""
+    worker = _sleeper(launching.WORKER_MODULE)
+    try:
+        unit = _cgroup(tmp_path / "edged.service", [], "cpu memory")
+        work = _cgroup(unit / "workloads", [], "")
+        (work / "cgroup.subtree_control").unlink()
+        (work / "cgroup.subtree_control").mkdir()
+        _cgroup(work / "mlp-abc-0", [worker.pid])
+        said = launching.cleanup_cgroup(unit, None, rmdir=shutil.rmtree)
+        assert said.startswith(f"cannot disable the controllers of {work}"), said
+        assert f"1 process(es) ended ([{worker.pid}])" in said and "ready" in said, said
+        assert worker.wait(5) == -signal.SIGKILL
+        assert not (unit / "workloads").exists()
+        assert (unit / "cgroup.subtree_control").read_text() == "-cpu -memory"
+    finally:
+        worker.kill()
+        worker.wait()
 
 
 def test_cleanup_empties_the_unit_cgroup_for_the_next_start(tmp_path: Path) -> None:
@@ -418,7 +442,8 @@ def test_cleanup_empties_the_unit_cgroup_for_the_next_start(tmp_path: Path) -> N
         assert sorted(p.name for p in unit.iterdir() if p.is_dir()) == [".control"]
         assert (unit / "cgroup.subtree_control").read_text() == "-cpu -memory"
         # again: nothing left to do, and nothing to do where there is no cgroup
-        assert "0 process(es) ended; 0 cgroup(s) removed" in launching.cleanup_cgroup(unit, own)
+        again = launching.cleanup_cgroup(unit, own)
+        assert again == f"0 process(es) ended; 0 cgroup(s) removed; {unit} is ready", again
         assert "not a cgroup" in launching.cleanup_cgroup(tmp_path / "nowhere")
     finally:
         for p in (edged, child):
@@ -442,12 +467,12 @@ def test_cleanup_finds_its_unit_only_as_its_control_process() -> None:
 
 def test_cleanup_leaves_workers_on_rlimits(tmp_path: Path) -> None:
     """Workers in the unit's cgroup itself (no controller enabled there: rlimits) block no
-    start: they outlive the unit's restarts even without DelegateSubgroup=."""
+    start: they are left as they are."""
     worker, edged = _sleeper(launching.WORKER_MODULE), _sleeper()
     try:
         unit = _cgroup(tmp_path / "edged.service", [worker.pid, edged.pid], "")
         own = _cgroup(unit / ".control", [])
-        said = launching.cleanup_cgroup(unit, own, end_workers=True, rmdir=_rmdir_fake)
+        said = launching.cleanup_cgroup(unit, own, rmdir=_rmdir_fake)
         assert f"1 process(es) ended ([{edged.pid}])" in said and "1 kept worker" in said, said
         assert edged.wait(5) == -signal.SIGKILL and not _gone(worker)
     finally:

@@ -188,3 +188,33 @@ def test_prepare_cgroup_does_nothing_without_a_cgroup(tmp_path: Path, mode: str)
     remove_cgroup(LimitsSpec(mode=mode, cgroup_path=str(tmp_path)))
     assert list(tmp_path.iterdir()) == []
     apply_limits(LimitsSpec(mode="none"))  # a no-op for the test process
+
+
+def test_an_adopted_workers_limits_are_written_again(tmp_path: Path) -> None:
+    """After the unit's ExecStopPost= disabled the controllers (edged-launcher cleanup, for
+    systemd 252 to start the unit again), a leaf's cpu.max and memory.max read "max" once
+    edged enables them again: adoption writes the record's limits back, or says why not."""
+    from types import SimpleNamespace
+    from typing import cast
+
+    from edged.runtime.launching import LaunchSpec
+    from edged.runtime.processes import _limits_again
+
+    root = fake_workloads(tmp_path / "edged.service" / "workloads")
+    limits = choose_limits(
+        replica_id="mnist-abc-0",
+        slot=0,
+        cpu_millis=500,
+        memory_bytes=64 * MIB,
+        cgroup_root=root,
+        cpu_count=4,
+    )
+    group = root / "mnist-abc-0"
+    group.mkdir()
+    (group / "memory.max").write_text("max")
+    spec = cast(LaunchSpec, SimpleNamespace(limits=limits))  # what the record says
+    assert _limits_again(spec) == ""
+    assert (group / "memory.max").read_text() == str(64 * MIB)
+    assert (group / "cpu.max").read_text() == "50000 100000"
+    (root / "cgroup.subtree_control").write_text("-cpu -memory")  # not enabled again
+    assert "limits cannot be written again" in _limits_again(spec)
