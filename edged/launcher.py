@@ -783,7 +783,43 @@ def _cgroup_procs(cgroup: Path) -> list[int]:
     return alive
 
 
-def _is_kept_worker(pid: int) -> bool:
+MAX_WORKER_RECORDS = 1024  # as edged.runtime.adopting reads them
+MAX_WORKER_RECORD_BYTES = 1 << 20
+
+
+def recorded_workers(data_dir: Path) -> frozenset[tuple[int, int]]:
+    """(pid, start time) of each kept worker's record, ``D/state/workers/*.json``
+    (edged.runtime.adopting: format 1), bounded; unreadable records name no worker."""
+    found: set[tuple[int, int]] = set()
+    try:
+        paths = sorted((data_dir / "state" / "workers").glob("*.json"))[:MAX_WORKER_RECORDS]
+    except OSError:
+        return frozenset()
+    for path in paths:
+        try:
+            doc = _read_small_json(path, MAX_WORKER_RECORD_BYTES)
+        except (OSError, ValueError):
+            continue
+        pid, start = doc.get("pid"), doc.get("start_time")
+        if doc.get("format") == 1 and type(pid) is int and type(start) is int and pid > 1:
+            found.add((pid, start))
+    return frozenset(found)
+
+
+def _start_time(pid: int) -> int | None:
+    """/proc/PID/stat field 22 (clock ticks after boot), as a worker's record has it."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rpartition(")")[2].split()
+        return int(fields[19])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+def _is_kept_worker(pid: int, records: frozenset[tuple[int, int]]) -> bool:
+    """A worker some edged recorded as kept (its record's pid and start time) and whose argv
+    says it is one: only such a process can be adopted by the next edged."""
+    if (pid, _start_time(pid)) not in records:
+        return False
     try:
         argv = Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")
     except OSError:
@@ -795,6 +831,7 @@ def cleanup_cgroup(
     unit: Path,
     own: Path | None = None,
     *,
+    records: frozenset[tuple[int, int]] = frozenset(),
     release: bool = True,
     timeout_s: float = CLEANUP_TIMEOUT_S,
     rmdir: Any = os.rmdir,
@@ -810,7 +847,9 @@ def cleanup_cgroup(
     there (no internal processes: 219/CGROUP at every restart, each one counted against the
     start limit). So:
 
-    1. every process below ``unit`` that is not a kept worker is killed (with
+    1. every process below ``unit`` that is not a kept worker (``records``: its record's
+       pid and start time, from :func:`recorded_workers`; its argv names the worker module)
+       is killed (with
        ``KillMode=process``, an edged still draining after its launcher was killed, or
        anything they started), except in ``own`` (``<unit>/.control``, this command's);
     2. with kept workers left and ``release`` (no ``DelegateSubgroup=``), the controllers are
@@ -826,7 +865,9 @@ def cleanup_cgroup(
     except OSError as exc:
         return f"cannot read {unit}: {exc}"
     below = [d for d in dirs if d != unit and (own is None or not d.is_relative_to(own))]
-    killed, stuck = _kill_below([*below, unit], _not_a_worker, timeout_s)
+    killed, stuck = _kill_below(
+        [*below, unit], lambda pid: not _is_kept_worker(pid, records), timeout_s
+    )
     said = f"{len(killed)} process(es) ended" + (f" ({sorted(killed)})" if killed else "")
     if stuck:
         return f"{said}; processes {stuck} in {unit} outlived SIGKILL for {timeout_s:g} s"
@@ -858,10 +899,6 @@ def cleanup_cgroup(
             return f"{said}; cannot remove the cgroup {d}: {exc}"
     problem = _disable_controllers([unit])
     return f"{said}; {removed} cgroup(s) removed; " + (problem or f"{unit} is ready")
-
-
-def _not_a_worker(pid: int) -> bool:
-    return not _is_kept_worker(pid)
 
 
 def _kill_below(dirs: list[Path], which: Any, timeout_s: float) -> tuple[set[int], list[int]]:
@@ -919,11 +956,17 @@ def own_unit_cgroup(proc_cgroup: str, mountinfo: str) -> tuple[Path, Path] | str
 
 
 def cleanup_main(args: list[str]) -> int:
-    if len(args) > 1 or (args and not args[0].startswith("/")):
-        sys.stderr.write(f"usage: edged-launcher {CLEANUP} [/sys/fs/cgroup/...]\n")
+    data_dir = data_dir_of(args, dict(os.environ))  # --data-dir, else $STATE_DIRECTORY
+    rest = [
+        a for i, a in enumerate(args) if a != "--data-dir" and args[i - 1 : i] != ["--data-dir"]
+    ]
+    rest = [a for a in rest if not a.startswith("--data-dir=")]
+    if len(rest) > 1 or (rest and not rest[0].startswith("/")):
+        sys.stderr.write(f"usage: edged-launcher {CLEANUP} [--data-dir DIR] [/sys/fs/cgroup/...]\n")
         return 2
-    if args:
-        _log(f"cleanup: {cleanup_cgroup(Path(args[0]))}")
+    records = recorded_workers(data_dir)
+    if rest:
+        _log(f"cleanup: {cleanup_cgroup(Path(rest[0]), records=records)}")
         return 0
     try:
         found = own_unit_cgroup(
@@ -935,7 +978,8 @@ def cleanup_main(args: list[str]) -> int:
         _log(f"cleanup: {found}")
         return 0
     unit, own = found
-    _log(f"cleanup: {cleanup_cgroup(unit, own, release=not _delegate_subgroup(unit.name))}")
+    release = not _delegate_subgroup(unit.name)
+    _log(f"cleanup: {cleanup_cgroup(unit, own, records=records, release=release)}")
     return 0
 
 

@@ -359,6 +359,16 @@ def _sleeper(*marker: str) -> subprocess.Popen[bytes]:
     return subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", *marker])
 
 
+def _record(data_dir: Path, *workers: subprocess.Popen[bytes]) -> frozenset[tuple[int, int]]:
+    """Each worker's record as edged writes it (the fields the cleanup reads), read back."""
+    (data_dir / "state" / "workers").mkdir(parents=True, exist_ok=True)
+    for w in workers:
+        stat = Path(f"/proc/{w.pid}/stat").read_text().rpartition(")")[2].split()
+        doc = {"format": 1, "replica_id": f"mlp-{w.pid}", "pid": w.pid, "start_time": int(stat[19])}
+        (data_dir / "state" / "workers" / f"mlp-{w.pid}.json").write_text(json.dumps(doc))
+    return launching.recorded_workers(data_dir)
+
+
 def _rmdir_fake(path: Path) -> None:
     """os.rmdir as cgroupfs does it: the interface files go with the directory."""
     for f in path.iterdir():
@@ -383,7 +393,8 @@ def test_cleanup_ends_an_orphaned_edged_and_releases_the_kept_workers(tmp_path: 
         work = _cgroup(unit / "workloads", [], "cpu memory")
         _cgroup(work / "mlp-abc-0", [worker.pid])
         own = _cgroup(unit / ".control", [control.pid])
-        said = launching.cleanup_cgroup(unit, own, rmdir=_rmdir_fake)
+        records = _record(tmp_path / "data", worker)
+        said = launching.cleanup_cgroup(unit, own, records=records, rmdir=_rmdir_fake)
         assert f"1 process(es) ended ([{edged.pid}])" in said, said
         assert "1 kept worker(s) left" in said and "controllers disabled" in said, said
         assert edged.wait(5) == -signal.SIGKILL
@@ -394,7 +405,9 @@ def test_cleanup_ends_an_orphaned_edged_and_releases_the_kept_workers(tmp_path: 
         # with DelegateSubgroup= (systemd 254) the controllers stay: the next launcher
         # starts in a leaf of its own
         (unit / "cgroup.subtree_control").write_text("cpu memory")
-        said = launching.cleanup_cgroup(unit, own, release=False, rmdir=_rmdir_fake)
+        said = launching.cleanup_cgroup(
+            unit, own, records=records, release=False, rmdir=_rmdir_fake
+        )
         assert said == "0 process(es) ended; 1 kept worker(s) left for the next edged", said
         assert (unit / "cgroup.subtree_control").read_text() == "cpu memory"
     finally:
@@ -413,7 +426,8 @@ def test_cleanup_ends_the_workers_where_it_cannot_release_them(tmp_path: Path) -
         (work / "cgroup.subtree_control").unlink()
         (work / "cgroup.subtree_control").mkdir()
         _cgroup(work / "mlp-abc-0", [worker.pid])
-        said = launching.cleanup_cgroup(unit, None, rmdir=shutil.rmtree)
+        records = _record(tmp_path / "data", worker)
+        said = launching.cleanup_cgroup(unit, None, records=records, rmdir=shutil.rmtree)
         assert said.startswith(f"cannot disable the controllers of {work}"), said
         assert f"1 process(es) ended ([{worker.pid}])" in said and "ready" in said, said
         assert worker.wait(5) == -signal.SIGKILL
@@ -451,6 +465,42 @@ def test_cleanup_empties_the_unit_cgroup_for_the_next_start(tmp_path: Path) -> N
             p.wait()
 
 
+def test_cleanup_keeps_only_workers_an_edged_recorded(tmp_path: Path) -> None:
+    """A process that calls itself a worker (its argv) without a record, or whose pid is
+    recorded with another start time (a pid reused), can never be adopted: it is killed.
+    A record too large, of another format or not JSON names no worker."""
+    real, claims, reused = (_sleeper(launching.WORKER_MODULE) for _ in range(3))
+    try:
+        data = tmp_path / "data"
+        _record(data, real, reused)
+        doc = json.loads((data / "state" / "workers" / f"mlp-{reused.pid}.json").read_text())
+        doc["start_time"] += 1
+        (data / "state" / "workers" / f"mlp-{reused.pid}.json").write_text(json.dumps(doc))
+        workers = data / "state" / "workers"
+        (workers / "big.json").write_text(
+            json.dumps({"format": 1, "pid": claims.pid, "x": "." * (1 << 20)})
+        )
+        (workers / "old.json").write_text(
+            json.dumps({"format": 0, "pid": claims.pid, "start_time": 1})
+        )
+        (workers / "bad.json").write_text("{")
+        records = launching.recorded_workers(data)
+        assert len(records) == 2
+        unit = _cgroup(tmp_path / "edged.service", [], "cpu memory")
+        work = _cgroup(unit / "workloads", [], "cpu memory")
+        _cgroup(work / "a", [real.pid])
+        _cgroup(work / "b", [claims.pid])
+        _cgroup(work / "c", [reused.pid])
+        said = launching.cleanup_cgroup(unit, None, records=records, rmdir=_rmdir_fake)
+        assert "2 process(es) ended" in said and "1 kept worker(s) left" in said, said
+        assert claims.wait(5) == -signal.SIGKILL and reused.wait(5) == -signal.SIGKILL
+        assert not _gone(real)
+    finally:
+        for p in (real, claims, reused):
+            p.kill()
+            p.wait()
+
+
 MOUNTINFO = "30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegate\n"
 
 
@@ -472,7 +522,8 @@ def test_cleanup_leaves_workers_on_rlimits(tmp_path: Path) -> None:
     try:
         unit = _cgroup(tmp_path / "edged.service", [worker.pid, edged.pid], "")
         own = _cgroup(unit / ".control", [])
-        said = launching.cleanup_cgroup(unit, own, rmdir=_rmdir_fake)
+        records = _record(tmp_path / "data", worker)
+        said = launching.cleanup_cgroup(unit, own, records=records, rmdir=_rmdir_fake)
         assert f"1 process(es) ended ([{edged.pid}])" in said and "1 kept worker" in said, said
         assert edged.wait(5) == -signal.SIGKILL and not _gone(worker)
     finally:
@@ -488,5 +539,18 @@ def test_cleanup_command_line(tmp_path: Path) -> None:
     assert bad.returncode == 2 and "usage" in bad.stderr
     ok = subprocess.run([*run, str(tmp_path)], check=False, capture_output=True, text=True, env=env)
     assert ok.returncode == 0 and "not a cgroup" in ok.stderr, ok.stderr
+    # the records read from --data-dir: the recorded worker is left, the other one killed
+    worker, other = _sleeper(launching.WORKER_MODULE), _sleeper()
+    try:
+        _record(tmp_path / "data", worker)
+        unit = _cgroup(tmp_path / "edged.service", [worker.pid, other.pid], "")
+        args = ["--data-dir", str(tmp_path / "data"), str(unit)]
+        done = subprocess.run([*run, *args], check=False, capture_output=True, text=True, env=env)
+        assert done.returncode == 0 and "1 kept worker(s) left" in done.stderr, done.stderr
+        assert other.wait(5) == -signal.SIGKILL and not _gone(worker)
+    finally:
+        for p in (worker, other):
+            p.kill()
+            p.wait()
     mine = subprocess.run(run, check=False, capture_output=True, text=True, env=env)
     assert mine.returncode == 0 and "cleanup:" in mine.stderr, mine.stderr
