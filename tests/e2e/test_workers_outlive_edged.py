@@ -507,3 +507,42 @@ def test_an_update_through_the_launcher_keeps_the_workers(
             launcher.send_signal(signal.SIGTERM)
             launcher.wait(60)
         _stop_for_good(e, tmp_path)
+
+
+def test_the_units_cleanup_spares_the_recorded_workers_of_a_real_edged(
+    model_dir: Path, tmp_path: Path, edged_factory
+) -> None:
+    """edged.service's ExecStopPost= (edged-launcher cleanup, systemd 252) after a launcher
+    was killed, over a cgroup tree of files laid out as edged does (this host has no cgroup
+    v2 limits): the edged still running is killed, the worker it recorded is not, the
+    controllers are disabled below the unit, and the next edged adopts the worker."""
+    write_manifest(model_dir)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path)).start()
+    e.wait_ready()
+    (pid,) = e.worker_pids("mlp")
+    assert e.launched is not None
+    edged_pid = e.launched.pid
+    unit = tmp_path / "cgroup" / "edged.service"
+    for d, procs, enabled in (
+        (unit, [], "cpu memory"),
+        (unit / "supervisor", [edged_pid], ""),
+        (unit / "workloads", [], "cpu memory"),
+        (unit / "workloads" / "mlp-0", [pid], ""),
+    ):
+        d.mkdir(parents=True)
+        (d / "cgroup.procs").write_text("".join(f"{p}\n" for p in procs))
+        (d / "cgroup.subtree_control").write_text(enabled)
+    run = [sys.executable, "-m", "edged.launcher", "cleanup", "--data-dir", str(e.data), str(unit)]
+    done = subprocess.run(run, check=False, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 0, done.stderr
+    assert f"1 process(es) ended ([{edged_pid}])" in done.stderr, done.stderr
+    assert "1 kept worker(s) left" in done.stderr, done.stderr
+    assert e.launched.kill() == -signal.SIGKILL
+    assert _alive(pid)
+    for d in (unit, unit / "workloads"):
+        assert (d / "cgroup.subtree_control").read_text() == "-cpu -memory"
+    e.start().wait_ready()
+    wait_for(lambda: e.workload("mlp")["readyReplicas"] == 1, 30, "the replica ready again")
+    assert e.worker_pids("mlp") == [pid]
+    assert e.infer("mlp", X)[0] == 200
+    _stop_for_good(e, tmp_path)
