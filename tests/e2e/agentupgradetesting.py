@@ -50,7 +50,10 @@ metadata: {{name: {name}}}
 spec:
   version: "{version}"
   selector: {{matchLabels: {{site: retail}}}}
-  rollout: {{maxUnavailable: 1, progressDeadlineSeconds: {progress}, canary: {{steps: [{steps}]}}}}
+  rollout:
+    maxUnavailable: {unavailable}
+    progressDeadlineSeconds: {progress}
+    canary: {{steps: [{steps}]}}
   commit: {{deadlineSeconds: {deadline}, maxTries: {tries}}}
 """
 
@@ -63,11 +66,13 @@ def upgrade_yaml(
     deadline: int = 60,
     tries: int = 2,
     progress: int = 300,
+    unavailable: int = 1,
 ) -> str:
     """An AgentUpgrade of the ``site=retail`` devices; ``steps`` 33% of three: one canary."""
     return UPGRADE.format(
-        name=name, version=version, steps=steps, deadline=deadline, tries=tries, progress=progress
-    )
+        name=name, version=version, steps=steps, deadline=deadline, tries=tries,
+        progress=progress, unavailable=unavailable,
+    )  # fmt: skip
 
 
 # -- releases ---------------------------------------------------------------------------------

@@ -528,3 +528,26 @@ def test_a_power_cut_while_the_hub_sends_a_device_back(fleet: Fleet, tmp_path: P
     assert r0.infer() == 200
     stopped = fleet.upgrade()
     assert stopped["phase"] == "RolledBack" and stopped["rollbackDevices"] == {"r0": OLD}
+
+
+def test_every_device_at_once(fleet: Fleet, releases: dict[str, Path]) -> None:
+    """maxUnavailable 3, one step of 100%: the three devices fetch the release from the hub,
+    install and switch at the same time, and all commit; nothing is lost meanwhile."""
+    push(fleet.hub, releases[NEW], NEW)
+    connected_as(fleet, OLD)
+    workers = {d.name: d.worker_pids() for d in fleet.devices}
+    with Load(fleet.devices) as load:
+        started = time.monotonic()
+        fleet.apply(upgrade_yaml(NEW, steps="100%", unavailable=3))
+        seen = wait_for(
+            lambda: (s := fleet.upgrade()).get("updatingDevices", 0) >= 2 and s, 60,
+            "devices updating at once", interval=0.2, detail=fleet.logs,
+        )  # fmt: skip
+        seconds = timed_commits(fleet, NEW, 300, since=started)
+        done = fleet.wait_phase("Complete", 120)
+    report("every device at once", seconds)
+    print(f"[agent upgrade] requests: {load.summary()} (at most {seen['updatingDevices']} at once)")
+    assert done["doneDevices"] == 3 and not done.get("failedDevices"), done
+    assert connected_as(fleet, NEW)
+    assert {d.name: d.worker_pids() for d in fleet.devices} == workers
+    assert sum(load.failed.values()) == 0, (load.summary(), load.errors)
