@@ -538,7 +538,16 @@ class DriftWatch:
         if self._cgroup is not None:
             pids = cgroup_pids(self._cgroup)
             parent, names = process_table(pids)
-            findings += check_processes(pids, parent, os.getpid(), names)
+            # edged's own launcher (edged-launcher, its parent) and the workers it adopted
+            # (kept by the previous edged, their parent is init now) are edged's too
+            known: set[int] = set()
+            if self._started is not None:
+                known.update(p for p in pids if p in self._started())
+            if os.environ.get("EDGED_SLOT"):
+                known.add(os.getppid())
+            findings += check_processes(
+                [p for p in pids if p not in known], parent, os.getpid(), names
+            )
         findings += await asyncio.to_thread(self._check_descriptors, set(pids))
         new = [f for f in findings if f not in self.findings]
         for f in new:

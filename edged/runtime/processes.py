@@ -550,6 +550,7 @@ class Replica:
         exit is seen through the pidfd (it is not edged's child: edged neither reaps it nor
         learns its exit status)."""
         self.pid, self.proc, self.adopted, self.record = record.pid, None, True, record
+        self.pool.started_pids.append(record.pid)  # edged's (drift), though not its child
         self.restarts, self.crash_streak = record.restarts, record.crash_streak
         self._watch_pidfd(pidfd, None)
         self.pool.track(asyncio.ensure_future(self._wait()))

@@ -117,6 +117,22 @@ def test_an_interpreter_replaced_on_disk_still_runs_the_worker() -> None:
     assert "runs /usr/bin/python3.12" in check_identity(record, other, boot="boot-1")
 
 
+def test_a_worker_on_a_uid_of_its_own_is_proven_without_its_exe() -> None:
+    """edged under the shipped unit (root without CAP_SYS_PTRACE) cannot read /proc/PID/exe of
+    a worker on another uid (identify gives ""): the rest of the identity proves it, whatever
+    exe the record holds (read at the start, before the uid switch, or "" at a stop)."""
+    for recorded in ("/usr/bin/python3.11", ""):
+        record = _record(exe=recorded)
+        assert check_identity(record, _seen(record, exe=""), boot="boot-1") == ""
+        assert "another process" in check_identity(
+            record, _seen(record, exe="", start_time=7), boot="boot-1"
+        )
+    # an exe edged can read is still compared
+    assert "runs /tmp/evil" in check_identity(
+        _record(exe=""), _seen(_record(), exe="/tmp/evil"), boot="boot-1"
+    )
+
+
 def test_a_record_whose_argv_is_no_worker_is_refused() -> None:
     record = replace(_record(), argv=("/bin/sleep", "60", orjson.dumps(_spec().to_json()).decode()))
     assert "not an inference worker" in check_identity(record, _seen(record), boot="boot-1")

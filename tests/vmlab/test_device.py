@@ -8,6 +8,7 @@ needs rather than assuming the one before passed.
 
 from __future__ import annotations
 
+import json
 import time
 from pathlib import Path
 from typing import Any
@@ -172,10 +173,22 @@ def test_restart_and_clean_reboot_serve_again_without_enrolling_again(
     wait_for(lambda: answer(vm) is not None, BOOT_TIMEOUT, "det to answer", period=3)
     name = enrolled(hub)[0]["metadata"]["name"]
     before = main_pid(vm)
-    vm.run("systemctl restart edged", timeout=180)
-    assert main_pid(vm) not in (0, before)
-    got = wait_for(lambda: answered(vm), 300, "det to answer after the restart", period=3)[0]
-    np.testing.assert_allclose(got, expected(model), rtol=1e-5, atol=1e-5)
+    worker = wait_for(lambda: replica_of(vm, "det").get("pid"), 120, "det's worker pid")
+    # twice: the second restart finds the cgroup the first one's edged laid out again, with
+    # the worker it adopted in it (edged-cgroup.service readies it: else 219/CGROUP)
+    for _ in range(2):
+        vm.run("systemctl restart edged", timeout=180)
+        assert main_pid(vm) not in (0, before)
+        before = main_pid(vm)
+        got = wait_for(lambda: answered(vm), 300, "det to answer after the restart", period=3)[0]
+        np.testing.assert_allclose(got, expected(model), rtol=1e-5, atol=1e-5)
+        # the worker outlived edged and the next edged adopted it (proven on its own uid)
+        rep = wait_for(lambda: replica_of(vm, "det").get("adopted") and replica_of(vm, "det"),
+                       120, "det's worker adopted", period=3)  # fmt: skip
+        assert rep["pid"] == worker, rep
+        # neither the launcher (edged's parent) nor the adopted worker is a stray to drift
+        compliance = json.dumps(vm.status().get("compliance"))
+        assert "StrayProcess" not in compliance, compliance
 
     vm.reboot(BOOT_TIMEOUT)
     got = wait_for(lambda: answered(vm), BOOT_TIMEOUT, "det after the reboot", period=3)[0]
