@@ -225,6 +225,9 @@ def render_upgrade(doc: dict[str, Any]) -> tuple[str, str]:
         f"{phase}" + (f" ({status['reason']})" if status.get("reason") else ""),
         f"  {status['message']}" if status.get("message") else "",
     ]
+    if "waveCount" in status:  # at a root hub, across its regions in waves
+        lines += _upgrade_waves(status)
+        return "\n".join(line for line in lines if line), phase
     if status.get("stepCount"):
         lines.append(
             f"  canary: past its {status['stepCount']} steps, every device"
@@ -338,6 +341,30 @@ def _canary_lines(rollout: dict[str, Any]) -> list[str]:
 def _bar(count: int, total: int) -> str:
     filled = round(BAR * count / total) if total else 0
     return "[" + "#" * filled + "." * (BAR - filled) + "]"
+
+
+def _upgrade_waves(status: dict[str, Any]) -> list[str]:
+    """An AgentUpgrade's waves across regions: each wave, each region's figures."""
+    lines = [f"  wave {status['wave']} of {status['waveCount']}"]
+    for row in status.get("waves", []):
+        lines.append(f"  {row['text']}:")
+        for region, f in sorted(row.get("regions", {}).items()):
+            if not f.get("sent"):
+                lines.append(f"    {region}: not sent yet")
+                continue
+            where = f.get("phase") or "not reported"
+            reach = "" if f.get("connected") else ", unreachable"
+            lines.append(
+                f"    {region}: {where}, {f.get('done', 0)}/{f.get('pool', 0)} done, "
+                f"{f.get('updating', 0)} updating, {len(f.get('failed', {}))} failed{reach}"
+            )
+            lines += [f"      failed {d}: {why}" for d, why in sorted(f.get("failed", {}).items())]
+    if status.get("failedRegion"):
+        lines.append(f"  stopped by region {status['failedRegion']}")
+        lines += [
+            f"    failed {d}: {why}" for d, why in sorted(status.get("failedDevices", {}).items())
+        ]
+    return lines
 
 
 def _status(

@@ -16,8 +16,10 @@ docs/agent-updates.md "The AgentUpgrade kind")::
 
 The hub (hub.decide.agentupgrade) decides which devices are sent the release and when; the
 device verifies, installs and tries it, and its launcher goes back by itself when it does not
-commit (edged/launcher.py). ``spec.rollout.regions`` / ``waves`` (a root hub's rollout across
-its regions) are refused: not supported yet.
+commit (edged/launcher.py). At a root hub, ``spec.rollout.waves`` (the same waves as a
+ModelDeployment's: ``{regions: [...]}`` and pauses; no ``percent``) rolls the upgrade out
+region by region (hub.decide.agentwaves); ``spec.rollout.regions`` is refused: not supported
+yet.
 """
 
 from __future__ import annotations
@@ -35,6 +37,7 @@ from edgefleet.api.quantities import (
     describe,
     parse_int_or_percent,
 )
+from edgefleet.api.rollouts import Wave, _read_waves
 from edgefleet.api.validating import Reader, int_in
 
 KIND = "AgentUpgrade"
@@ -46,8 +49,7 @@ MAX_COMMIT_DEADLINE_S = 86_400
 MAX_TRIES = 10
 MAX_PROGRESS_DEADLINE_S = 30 * 86_400
 NOT_SUPPORTED_YET = (
-    "not supported yet: an AgentUpgrade rolls out on this hub's own devices; apply one at "
-    "each regional hub"
+    "not supported yet: at a root hub, spec.rollout.waves names the regions of each wave"
 )
 
 
@@ -89,6 +91,9 @@ class AgentRollout:
     progress_deadline_s: int = 900
     steps: tuple[int, ...] = ()  # canary steps, percentages of the devices, increasing
     failure_threshold: IntOrPercent = _ONE
+    # a root hub (federation): the regions the upgrade goes to, wave by wave (each region
+    # runs it with the settings above on its own devices)
+    waves: tuple[Wave, ...] = ()
 
     def to_dict(self) -> dict[str, Any]:
         out: dict[str, Any] = {
@@ -98,6 +103,8 @@ class AgentRollout:
         }
         if self.steps:
             out["canary"] = {"steps": [f"{s}%" for s in self.steps]}
+        if self.waves:
+            out["waves"] = [w.to_dict() for w in self.waves]
         return out
 
 
@@ -208,9 +215,16 @@ def _read_rollout(r: Reader | None) -> AgentRollout:
     default = AgentRollout()
     if r is None:
         return default
-    for unsupported in ("regions", "waves"):
-        if r.has(unsupported):
-            r.problems.add(r.at(unsupported), NOT_SUPPORTED_YET)
+    if r.has("regions"):
+        r.problems.add(r.at("regions"), NOT_SUPPORTED_YET)
+    waves = _read_waves(r)
+    for i, wave in enumerate(waves):
+        if wave.percent is not None:
+            r.problems.add(
+                r.at("waves"),
+                f"wave {i + 1}: a percent wave is not supported for an AgentUpgrade (each "
+                "region's canary steps set the percentages of its devices): name regions",
+            )
     canary = r.section("canary")
     return AgentRollout(
         max_unavailable=r.optional("maxUnavailable", _max_unavailable, default.max_unavailable),
@@ -221,6 +235,7 @@ def _read_rollout(r: Reader | None) -> AgentRollout:
         ),
         steps=() if canary is None else _read_steps(canary),
         failure_threshold=r.optional("failureThreshold", _threshold, default.failure_threshold),
+        waves=waves,
     )
 
 

@@ -162,6 +162,14 @@ KIND_FIELD_HELP: Mapping[str, Mapping[str, str]] = {
         "was sent the release counts as failed.",
         "spec.rollout.failureThreshold": "Failed devices that stop the rollout and send every "
         "updated device back: a count or a percentage of the devices (rounded up, at least 1).",
+        "spec.rollout.waves": "At a root hub (federation): the regions the upgrade goes to, "
+        "wave by wave, each wave's regions Complete before the next; a region that rolls it "
+        "back stops the waves and every region sent it rolls it back. The regions no wave "
+        "names follow the last wave. No percent waves.",
+        "spec.rollout.waves.regions": "The regions of this wave; a region is in at most one "
+        "wave, and its hub must hold the release (edgectl agent push there).",
+        "spec.rollout.waves.pause": "A pause between waves: for a duration, or (empty) until "
+        "edgectl rollout resume.",
         "spec.commit.deadlineSeconds": "How long the new edged may take to commit (connected, "
         "state loaded, workloads serving) before the device's launcher goes back.",
         "spec.commit.maxTries": "Starts of the new edged before the device's launcher gives up "

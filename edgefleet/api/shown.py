@@ -278,6 +278,7 @@ REGION = _top(
             updatingDevices=_i("Of which are being updated."),
             failedCount=_i("Devices that failed it."),
             failedDevices=_labels("Failed devices and their reasons, at most 20."),
+            rootRevision=_i("The root's revision of it, when the root sent it in waves."),
         ),
         agentReleases=_strings("The edged release versions the region's hub holds, at most 64."),
         generationSent=_i(

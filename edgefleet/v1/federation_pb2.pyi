@@ -146,7 +146,7 @@ class RegionReport(_message.Message):
     def __init__(self, generation: _Optional[int] = ..., deployments: _Optional[_Iterable[_Union[RegionDeploymentStatus, _Mapping]]] = ..., inventory: _Optional[_Union[RegionInventory, _Mapping]] = ..., agent_upgrades: _Optional[_Iterable[_Union[RegionAgentUpgradeStatus, _Mapping]]] = ..., agent_release_versions: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class RegionAgentUpgradeStatus(_message.Message):
-    __slots__ = ("name", "version", "phase", "revision", "reason", "message", "pool", "done", "updating", "failed_count", "failed")
+    __slots__ = ("name", "version", "phase", "revision", "reason", "message", "pool", "done", "updating", "failed_count", "failed", "root_revision")
     class FailedEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -165,6 +165,7 @@ class RegionAgentUpgradeStatus(_message.Message):
     UPDATING_FIELD_NUMBER: _ClassVar[int]
     FAILED_COUNT_FIELD_NUMBER: _ClassVar[int]
     FAILED_FIELD_NUMBER: _ClassVar[int]
+    ROOT_REVISION_FIELD_NUMBER: _ClassVar[int]
     name: str
     version: str
     phase: str
@@ -176,7 +177,8 @@ class RegionAgentUpgradeStatus(_message.Message):
     updating: int
     failed_count: int
     failed: _containers.ScalarMap[str, str]
-    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., phase: _Optional[str] = ..., revision: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., pool: _Optional[int] = ..., done: _Optional[int] = ..., updating: _Optional[int] = ..., failed_count: _Optional[int] = ..., failed: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    root_revision: int
+    def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., phase: _Optional[str] = ..., revision: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., pool: _Optional[int] = ..., done: _Optional[int] = ..., updating: _Optional[int] = ..., failed_count: _Optional[int] = ..., failed: _Optional[_Mapping[str, str]] = ..., root_revision: _Optional[int] = ...) -> None: ...
 
 class RegionDeploymentStatus(_message.Message):
     __slots__ = ("name", "desired", "updated", "ready", "available", "failing", "versions", "rollout_phase", "rollout_revision", "rollout_template", "stable_template", "rollout_reason", "rollout_message", "revision_figures")

@@ -87,9 +87,13 @@ def agent_view_of(device: Device) -> Hashable:
 def upgrades_of(
     cache: Cache, memo: dict[str, tuple[int, AgentUpgrade]] | None = None
 ) -> dict[str, AgentUpgrade]:
-    """The applied AgentUpgrades by name; ``memo``: those parsed before, by store revision."""
+    """The applied AgentUpgrades by name; ``memo``: those parsed before, by store revision.
+    An upgrade in waves (``spec.rollout.waves``, at a root hub) is not one of them: it goes to
+    the regions (hub.controllers.agentwaves), not to this hub's own devices."""
     out = {}
     for stored in cache.objects_of(KIND):
+        if stored.manifest.get("spec", {}).get("rollout", {}).get("waves"):
+            continue
         known = memo.get(stored.name) if memo is not None else None
         if known is not None and known[0] == stored.revision:
             out[stored.name] = known[1]
@@ -302,7 +306,12 @@ class AgentUpgradeController:
                 await self._forget(name)
             return
         upgrades = upgrades_of(cache, self._parsed)
-        upgrade = upgrades[name]
+        upgrade = upgrades.get(name)
+        if upgrade is None:  # in waves: the regions' (hub.controllers.agentwaves)
+            self.progress.pop(name, None)
+            if name in cache.agent_upgrades:
+                await self._forget(name)
+            return
         for _ in range(3):  # a new revision, then its first devices
             plan = self.plan(upgrade, upgrades, now)
             self.progress[name] = plan.progress

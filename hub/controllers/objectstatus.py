@@ -56,7 +56,12 @@ def shown_object(
 
 
 def _agent_upgrade(cache: Cache, manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """An AgentUpgrade with its rollout's status, as the planner sees it now (writes nothing)."""
+    """An AgentUpgrade with its rollout's status, as the planner sees it now (writes nothing).
+    One in waves goes to the regions, not this hub's devices: its status is the root's
+    (hub.controllers.agentwaves), shown by hub.api.admin.showing."""
+    if manifest.get("spec", {}).get("rollout", {}).get("waves"):
+        waiting = "rolled out across the regions in waves: no wave started yet"
+        return {**manifest, "status": {"phase": "Pending", "message": waiting}}
     upgrade = parse_manifest(dict(manifest))
     assert isinstance(upgrade, AgentUpgrade)
     upgrades = upgrades_of(cache)

@@ -37,6 +37,7 @@ from edgefleet.api import ModelDeployment
 from edgefleet.errors import CompareFailed, EdgefleetError
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
+from hub.controllers.agentwaves import AgentWaveController
 from hub.decide import regionslice
 from hub.decide.analysis import Analysis, History, Sample
 from hub.decide.rollout import Revision, RolloutState, template_hash
@@ -101,6 +102,8 @@ class WaveController:
         self._sampled: set[Hashable] = set()
         self._analyses: dict[str, Analysis] = {}
         self._excluded: dict[str, set[str]] = {}  # regions named as left out, per deployment
+        # AgentUpgrades in waves: the same tick, leader and follower watch (agentwaves)
+        self.agent = AgentWaveController(store, cache, regions, writer, clock=clock)
 
     async def load(self) -> None:
         """Every stored state (at start, and after a write that lost a race)."""
@@ -111,6 +114,7 @@ class WaveController:
             states[state.deployment] = state
             mods[state.deployment] = kv.mod_revision
         self.states, self._mods = states, mods
+        await self.agent.load()
 
     def follow(self, event: StoreEvent) -> bool:
         """A follower replica's view of the leader's writes
@@ -119,6 +123,8 @@ class WaveController:
         wave controller itself runs on the leader only; this keeps every replica's
         ``status.rollout.waves`` and the slices it streams to regions current."""
         key = event.kv.key
+        if self.agent.follow(event):
+            return True
         if not key.startswith(storekeys.WAVES):
             return False
         name = key[len(storekeys.WAVES) :]
@@ -178,6 +184,8 @@ class WaveController:
     def manifest_for(self, region: str, manifest: Mapping[str, Any]) -> Mapping[str, Any]:
         """What ``region`` is sent of the object ``manifest`` (a ModelDeployment in waves: the
         new revision once released, else the stable one; never ``spec.rollout.waves``)."""
+        if manifest.get("kind") == "AgentUpgrade":
+            return self.agent.manifest_for(region, manifest)
         if manifest.get("kind") != "ModelDeployment":
             return manifest
         name = str(manifest["metadata"]["name"])
@@ -348,6 +356,7 @@ class WaveController:
                 del self._analyses[name]
             for name in set(self._excluded) - set(self._analyses):
                 del self._excluded[name]
+            await self.agent.step()
 
     def _announce(self, name: str, excluded: Mapping[str, str]) -> None:
         """An event for each region newly left out of ``name``'s analysis across regions

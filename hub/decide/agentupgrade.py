@@ -68,6 +68,7 @@ from edgefleet.api.agentupgrades import AgentUpgrade
 from edgefleet.api.quantities import IntOrPercent
 from hub.decide.agentreleases import AgentReleaseRecord, agent_release_key
 from hub.decide.devices import AgentReport
+from hub.decide.regionslice import ROOT_STOP
 from hub.decide.revisions import RolloutPhase
 
 AGENT_UPGRADES = "/agentupgrades/"
@@ -77,6 +78,8 @@ MAX_REVISIONS = 10
 MAX_NAMED = 5  # devices a message names before "and N more"
 
 COMMITTED = "Committed"
+
+MAX_STOP_TEXT = 512
 FAILED_PHASES = ("RolledBack", "Failed")
 
 
@@ -577,6 +580,11 @@ def _step(
     ]
     if state.phase is not RolloutPhase.COMPLETE and len(failed) >= progress.threshold:
         return _roll_back(upgrade, state, failed, devices, releases, progress, events, now)
+    stop = upgrade.metadata.annotations.get(ROOT_STOP)
+    if stop:  # a regional hub's root stopped its waves (hub.decide.agentwaves): even Complete
+        return _roll_back(
+            upgrade, state, failed, devices, releases, progress, events, now, stopped=stop
+        )
     new = state
     if s.new_failed:
         new = replace(new, failed=failed, changed_at=now)
@@ -654,18 +662,27 @@ def _roll_back(
     progress: AgentProgress,
     events: list[Event],
     now: float,
+    *,
+    stopped: str = "",
 ) -> AgentPlan:
     version = state.current.version
     rollback, _ = rollback_targets(state, devices, releases, {})
-    message = (
-        f"edged {version} (revision {state.revision}) failed on {len(failed)} device(s), the "
-        f"failure threshold is {progress.threshold}: {named(failed)}; stopped, every updated "
-        "device goes back to the release it had committed"
-    )
+    if stopped:
+        message = (
+            f"edged {version} (revision {state.revision}) stopped by the root hub: "
+            f"{stopped[:MAX_STOP_TEXT]}; every updated device goes back to the release it had "
+            "committed"
+        )
+    else:
+        message = (
+            f"edged {version} (revision {state.revision}) failed on {len(failed)} device(s), "
+            f"the failure threshold is {progress.threshold}: {named(failed)}; stopped, every "
+            "updated device goes back to the release it had committed"
+        )
     new = replace(
         state,
         phase=RolloutPhase.ROLLED_BACK,
-        reason="FailureThresholdReached",
+        reason="StoppedByRoot" if stopped else "FailureThresholdReached",
         message=message,
         changed_at=now,
         failed=dict(failed),

@@ -1,7 +1,6 @@
 """An AgentUpgrade's rollout across regions (a root hub's waves), decided: pure, tested as
-tables (issue 32, docs/agent-updates.md "Waves by region"). NOT WIRED YET: the API still
-refuses ``spec.rollout.waves`` on an AgentUpgrade ("not supported yet"); this is the planner
-the root's controller will apply, built on the ModelDeployment waves' own pieces
+tables (issue 32, docs/agent-updates.md "Waves by region"); applied by
+:mod:`hub.controllers.agentwaves`. Built on the ModelDeployment waves' own pieces
 (:mod:`hub.decide.wave`: the same :class:`edgefleet.api.Wave`, :func:`wave_regions`,
 :func:`wave_text`).
 
@@ -90,6 +89,19 @@ class AgentWaveState:
     history: tuple[Mapping[str, Any], ...] = ()  # {wave, outcome, at, message, regions}
     failed_region: str = ""  # the region that stopped the waves
     failed: Mapping[str, str] = field(default_factory=dict)  # its failed devices: reason
+    # what each region was sent of the revisions before, until this one is released to it:
+    # region -> {version, revision, stop?} (a region keeps its upgrade and its history)
+    previous: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+    def sent_to(self, region: str) -> Mapping[str, Any] | None:
+        """What ``region`` is sent now: the version, the root revision and, once the waves
+        stopped, why (None: nothing)."""
+        if region in self.released:
+            out: dict[str, Any] = {"version": self.version, "revision": self.revision}
+            if self.undo(region):
+                out["stop"] = self.message[:MAX_TEXT]
+            return out
+        return self.previous.get(region)
 
     def sends(self, region: str) -> bool:
         """Whether ``region`` is sent the upgrade (to run, or to roll back)."""
@@ -116,6 +128,7 @@ class AgentWaveState:
             "history": [dict(h) for h in self.history],
             "failedRegion": self.failed_region,
             "failed": dict(sorted(self.failed.items())),
+            "previous": {r: dict(v) for r, v in sorted(self.previous.items())},
         }
 
     @classmethod
@@ -136,12 +149,23 @@ class AgentWaveState:
             history=tuple(dict(h) for h in doc.get("history", ())),
             failed_region=str(doc.get("failedRegion", "")),
             failed={str(k): str(v) for k, v in doc.get("failed", {}).items()},
+            previous={str(r): dict(v) for r, v in doc.get("previous", {}).items()},
         )
 
 
-def start(upgrade: str, revision: int, version: str, now: float) -> AgentWaveState:
-    """A new revision's rollout across regions, at its first wave, no region sent yet."""
+def start(
+    upgrade: str, revision: int, version: str, now: float, before: AgentWaveState | None = None
+) -> AgentWaveState:
+    """A new revision's rollout across regions, at its first wave, no region sent it yet;
+    each region keeps what it was sent of the revisions ``before`` until its wave."""
+    previous: dict[str, Mapping[str, Any]] = {}
+    if before is not None:
+        for region in sorted(before.released | frozenset(before.previous)):
+            sent = before.sent_to(region)
+            if sent is not None:
+                previous[region] = sent
     return AgentWaveState(
+        previous=previous,
         upgrade=upgrade,
         revision=revision,
         version=version,

@@ -56,7 +56,14 @@ MAX_REPORT_AGENT_UPGRADES = 64  # a region's AgentUpgrades in its report
 MAX_AGENT_FAILED = 20  # failed devices named per AgentUpgrade in a region's report
 MAX_AGENT_RELEASES = 64  # edged release versions a region's report lists
 
-FEDERATED_KINDS = ("ModelDeployment", "DeviceHealthPolicy", "SecurityBaseline")
+FEDERATED_KINDS = ("ModelDeployment", "DeviceHealthPolicy", "SecurityBaseline", "AgentUpgrade")
+
+ROOT_REVISION = "federation.edgefleet.io/agent-revision"
+"""On an AgentUpgrade a root hub sends a region (its waves, hub.decide.agentwaves): the root's
+revision of it, which the region's report names back."""
+ROOT_STOP = "federation.edgefleet.io/agent-stop"
+"""On an AgentUpgrade a root hub sends a region: its waves stopped (why); the region rolls
+its rollout of it back (StoppedByRoot), even a Complete one."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,7 +112,15 @@ def override_problems(manifest: Mapping[str, Any]) -> list[tuple[str, str]]:
         if not key.startswith(FEDERATION_ANNOTATIONS):
             continue
         path = f'metadata.annotations["{key}"]'
-        if key == MAX_WEIGHT:
+        if key in (ROOT_REVISION, ROOT_STOP):
+            problems.append(
+                (
+                    path,
+                    "is set by a root hub on an AgentUpgrade it sends a region "
+                    "(spec.rollout.waves), not applied by hand",
+                )
+            )
+        elif key == MAX_WEIGHT:
             problems.append(
                 (
                     path,
@@ -221,6 +236,8 @@ def goes_to(manifest: Mapping[str, Any], region: str) -> bool:
     kind = manifest.get("kind")
     if kind not in FEDERATED_KINDS:
         return False
+    if kind == "AgentUpgrade":  # as a root's waves send it once released (agentwaves)
+        return bool((manifest.get("metadata", {}).get("annotations") or {}).get(ROOT_REVISION))
     if kind != "ModelDeployment":
         return True
     regions = manifest.get("spec", {}).get("placement", {}).get("regions") or []

@@ -217,6 +217,7 @@ def region_agent_upgrade_json(u: federation_pb2.RegionAgentUpgradeStatus) -> dic
         "updatingDevices": u.updating,
         "failedCount": u.failed_count,
         "failedDevices": dict(sorted(u.failed.items())),
+        **({"rootRevision": u.root_revision} if u.root_revision else {}),
     }
 
 

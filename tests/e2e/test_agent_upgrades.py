@@ -9,7 +9,8 @@ Sync over mTLS from the test and reporting ``Status.agent`` as edged under its l
   previous one explicitly and goes back, nobody else was sent anything;
 * ``edgectl rollout pause|resume|undo|status|history agentupgrade/NAME``, and resume after
   a rollback retrying the same version as a new revision;
-* apply refuses a version outside the hub's window and waves, and changes nothing.
+* apply refuses a version outside the hub's window and waves at a hub without regions
+  (tests/e2e/test_agent_waves.py: at a root), and changes nothing.
 """
 
 from __future__ import annotations
@@ -178,7 +179,7 @@ def test_apply_refusals_change_nothing(
     assert out.returncode != 0
     assert "spec.version" in out.stderr and "outside the versions this hub accepts" in out.stderr
     out = apply(hub, tmp_path, upgrade_yaml(NEW, ", waves: [{regions: [eu]}]"))
-    assert out.returncode != 0 and "spec.rollout.waves: not supported yet" in out.stderr
+    assert out.returncode != 0 and "this hub has no regional hubs enrolled" in out.stderr
     out = apply(hub, tmp_path, upgrade_yaml(NEW, ", maxSurge: 1"))
     assert out.returncode != 0 and "spec.rollout.maxSurge: unknown field" in out.stderr
     listed = hub.edgectl("get", "agentupgrades", "-o", "json").stdout

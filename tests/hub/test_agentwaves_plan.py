@@ -1,8 +1,7 @@
 """An AgentUpgrade's waves across regions (hub.decide.agentwaves), as tables: two waves in
 order, a failing region stops the waves and every released region is told to roll back, a
 region without the release holds its wave, and what a lying region can claim. Pure: no store,
-no clock, no network. (The API still refuses spec.rollout.waves on an AgentUpgrade: the
-planner is not wired yet.)"""
+no clock, no network. With processes: tests/e2e/test_agent_waves.py."""
 
 from __future__ import annotations
 
@@ -233,16 +232,21 @@ def test_a_claim_about_another_upgrade_or_an_unknown_phase_counts_for_nothing() 
     assert read(claim(releases=["v"] * 10_000 + [7])).releases == {"v"}
 
 
-# -- the API keeps refusing waves until the controller is wired --------------------------------
+# -- the API reads the waves as a ModelDeployment's, without percent waves ----------------------
 
 
-@pytest.mark.parametrize("field", ["waves", "regions"])
-def test_an_agentupgrade_with_waves_is_refused_not_supported_yet(field: str) -> None:
-    doc = {
+def test_an_agentupgrade_reads_waves_and_refuses_regions() -> None:
+    doc: dict[str, Any] = {
         "apiVersion": API_VERSION,
         "kind": "AgentUpgrade",
         "metadata": {"name": "edged-0-3-0"},
-        "spec": {"version": "0.3.0", "rollout": {field: [{"regions": ["eu"]}]}},
+        "spec": {
+            "version": "0.3.0",
+            "rollout": {"waves": [{"regions": ["eu"]}, {"pause": {}}, {"regions": ["us"]}]},
+        },
     }
-    with pytest.raises(ValidationError, match=f"spec.rollout.{field}.*not supported yet"):
+    upgrade = parse_manifest(doc)
+    assert upgrade.to_dict()["spec"]["rollout"]["waves"] == doc["spec"]["rollout"]["waves"]
+    doc["spec"]["rollout"]["regions"] = ["eu"]
+    with pytest.raises(ValidationError, match=r"spec.rollout.regions.*not supported yet"):
         parse_manifest(doc)

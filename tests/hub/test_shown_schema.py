@@ -167,6 +167,7 @@ def _region() -> dict[str, Any]:
                 pool=1,
                 failed_count=1,
                 failed={"d": "CrashLoop"},
+                root_revision=2,
             )
         ],
         agent_release_versions=["1.0.1"],

@@ -250,7 +250,7 @@ class Applies:
         enrolled = sorted(regions.regions) if regions is not None else []
         for i, obj in enumerate(parsed):
             waves = obj.manifest.get("spec", {}).get("rollout", {}).get("waves")
-            if obj.kind != "ModelDeployment" or not waves:
+            if obj.kind not in ("ModelDeployment", "AgentUpgrade") or not waves:
                 continue
             path = f"documents[{i}].spec.rollout.waves"
             if self.waves is None:

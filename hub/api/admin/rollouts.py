@@ -87,6 +87,13 @@ class Rollouts:
             raise invalid(f"name: required (an {KIND_UPGRADE})")
         if (KIND_UPGRADE, name) not in self.cache.stored:
             raise not_found(KIND_UPGRADE, name)
+        spec = self.cache.stored[(KIND_UPGRADE, name)].manifest.get("spec", {})
+        if spec.get("rollout", {}).get("waves"):
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"not supported yet for an AgentUpgrade in waves ({name}): rollout resume past "
+                "a pause wave only; to go back, apply the version to go back to",
+            )
         state = self.cache.agent_upgrades.get(name)
         if state is None or self.agent_upgrades is None:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"{name} has no revision yet")
@@ -145,6 +152,21 @@ class Rollouts:
     async def _upgrade_action(
         self, name: str, action: int, to: int
     ) -> admin_pb2.RolloutActionResponse:
+        stored = self.cache.stored.get((KIND_UPGRADE, name))
+        waves = self.waves
+        in_waves = stored is not None and stored.manifest.get("spec", {}).get("rollout", {}).get(
+            "waves"
+        )
+        if in_waves and waves is not None and action == admin_pb2.RolloutActionRequest.RESUME:
+            resumed = await waves.agent.resume(name)  # past a pause wave (agentwaves)
+            if resumed is None:
+                raise Refused(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"agentupgrade/{name} is not paused at a pause wave: nothing to resume",
+                )
+            return admin_pb2.RolloutActionResponse(
+                message=f"agentupgrade/{name}: {resumed.message}"
+            )
         state = self._upgrade_of(name)
         controller = self.agent_upgrades
         assert controller is not None

@@ -76,6 +76,10 @@ class Showing:
             if shown is not None:  # a root hub's rollout across its regions (hub.decide.wave)
                 doc["status"] = {**doc["status"]}
                 doc["status"]["rollout"] = {**doc["status"].get("rollout", {}), "waves": shown}
+        if kind == "AgentUpgrade" and self.waves is not None:
+            agent = self.waves.agent.status(str(manifest["metadata"]["name"]))
+            if agent is not None:  # in waves across the regions (hub.controllers.agentwaves)
+                doc["status"] = agent
         return doc
 
     def watched(self, kind: str) -> tuple[str, Callable[[str, bytes], dict[str, Any]]]:

@@ -65,8 +65,12 @@ def agent_upgrade_status(
     shown = shown_object(cache, "AgentUpgrade", manifest, region="", rollouts=None)
     status = shown.get("status", {})
     failed = status.get("failedDevices", {})
+    root_revision = str(
+        (shown["metadata"].get("annotations") or {}).get(regionslice.ROOT_REVISION) or ""
+    )
     return federation_pb2.RegionAgentUpgradeStatus(
         name=str(shown["metadata"]["name"]),
+        root_revision=int(root_revision[:9]) if root_revision.isdigit() else 0,
         version=str(status.get("version") or shown.get("spec", {}).get("version", ""))[:128],
         phase=str(status.get("phase", "")),
         revision=int(status.get("revision") or 0),

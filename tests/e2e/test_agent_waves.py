@@ -1,0 +1,190 @@
+"""An AgentUpgrade in waves by region through the federation (issue 32, docs/agent-updates.md
+"Waves by region"), all real processes: a root ``hub serve`` and two regional hubs (eu, us)
+enrolled with it (``hub init --parent``), devices speaking Sync over mTLS to their region and
+reporting ``Status.agent`` as edged under its launcher would (tests/e2e/agentdevice.py), the
+releases held in each region's store as a push there writes them.
+
+* two waves in order: eu's devices are sent the release, us's only once eu reports the
+  upgrade Complete; then the root's upgrade is Complete, and ``edgectl rollout status`` at the
+  root shows the waves;
+* a failure in wave 2's region (us) stops the waves and the root tells eu, done, to roll back:
+  eu's devices, which had committed the version, are sent back to the one they came from;
+  the root's status names the region and its failed device with the reason;
+* a failure in wave 1's region (eu) stops the waves before us is sent anything;
+* bad input refused: percent waves, waves at a regional hub, a root operator's hand on the
+  annotations the root sets.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from agentdevice import AgentDevice, agent_device
+from fleet import HubProcess
+from harness import wait_for
+from test_agent_upgrades import NEW, NEWER, OLD, desired_version, hold_releases
+
+_MAJOR, _MINOR, _PATCH = (int(x) for x in OLD.split(".")[:3])
+NEWEST = f"{_MAJOR}.{_MINOR}.{_PATCH + 3}"
+
+
+def upgrade_yaml(version: str, waves: str = "[{regions: [eu]}, {regions: [us]}]") -> str:
+    return (
+        "apiVersion: edgefleet.io/v1\nkind: AgentUpgrade\nmetadata: {name: edged-next}\n"
+        f'spec:\n  version: "{version}"\n  selector: {{matchLabels: {{site: retail}}}}\n'
+        f"  rollout: {{progressDeadlineSeconds: 900, waves: {waves}}}\n"
+    )
+
+
+def apply(hub: HubProcess, tmp_path: Path, text: str) -> Any:
+    doc = tmp_path / "upgrade.yaml"
+    doc.write_text(text)
+    return hub.edgectl("apply", "-f", str(doc), check=False)
+
+
+def status(hub: HubProcess) -> dict[str, Any]:
+    out = hub.edgectl("get", "agentupgrade", "edged-next", "-o", "json", check=False)
+    if out.returncode != 0:
+        return {}
+    return dict(json.loads(out.stdout).get("status", {}))
+
+
+@pytest.fixture
+def federation(tmp_path: Path) -> Iterator[tuple[dict[str, HubProcess], dict[str, AgentDevice]]]:
+    root = HubProcess(tmp_path / "root", tmp_path / "root.log").init("--region", "root")
+    hubs = {"root": root.start()}
+    devices: dict[str, AgentDevice] = {}
+    try:
+        for name in ("eu", "us"):
+            token, pin = root.token("--for-region", name)
+            hub = HubProcess(tmp_path / name, tmp_path / f"{name}.log")
+            hub.init("--region", name, "--parent", root.address, "--token", token,
+                     "--parent-ca-hash", pin)  # fmt: skip
+            hold_releases(hub, OLD, NEW, NEWER, NEWEST)  # pushed at the region
+            hubs[name] = hub.start()
+        for region in ("eu", "us"):
+            for i in range(2):
+                name = f"{region}{i}"
+                devices[name] = agent_device(
+                    hubs[region], tmp_path, name, {"site": "retail"}, version=OLD
+                )
+        for d in devices.values():
+            d.connect()
+        # the root sees both regions' reports before anything is applied
+        wait_for(
+            lambda: all(
+                (json.loads(root.edgectl("get", "region", r, "-o", "json").stdout)["status"]
+                 .get("agentReleases")) for r in ("eu", "us")
+            ),
+            60,
+            "both regions report their releases",
+        )  # fmt: skip
+        yield hubs, devices
+    finally:
+        for d in devices.values():
+            d.disconnect()
+        for hub in hubs.values():
+            hub.stop()
+
+
+@pytest.mark.scenario
+def test_two_waves_in_order_then_a_failure_in_wave_2_reverts_wave_1(
+    federation: tuple[dict[str, HubProcess], dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    hubs, devices = federation
+    root = hubs["root"]
+    eu = [devices["eu0"], devices["eu1"]]
+    us = [devices["us0"], devices["us1"]]
+    for d in eu:
+        d.behaviour = "hold"
+    out = apply(root, tmp_path, upgrade_yaml(NEW))
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_for(lambda: desired_version(devices["eu0"]) == NEW, 60, "eu's canary sent the release")
+    time.sleep(2)  # eu holds: us is sent nothing meanwhile
+    assert [desired_version(d) for d in us] == ["", ""]
+    shown = status(root)
+    assert shown["phase"] == "Progressing" and shown["wave"] == 1, shown
+    assert root.edgectl("get", "agentupgrades").returncode == 0
+    for d in eu:
+        d.behaviour = "good"
+    wait_for(lambda: desired_version(devices["us0"]) == NEW, 90, "wave 2 sends us the release")
+    assert all(d.committed == NEW for d in eu)
+    done = wait_for(lambda: (s := status(root)).get("phase") == "Complete" and s, 90, "Complete")
+    assert all(d.committed == NEW for d in us), done
+    assert done["released"] == ["eu", "us"], done
+    text = root.edgectl("rollout", "status", "agentupgrade/edged-next").stdout
+    assert "wave 1 of 2 (eu)" in text and "us: Complete, 2/2 done" in text, text
+
+    # revision 2: eu passes, us's device crashes -> the root stops and eu rolls back
+    for d in us:
+        d.behaviour = "crash"
+    out = apply(root, tmp_path, upgrade_yaml(NEWER))
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_for(lambda: all(d.committed == NEWER for d in eu), 90, "eu commits NEWER")
+    began = time.monotonic()
+    stopped = wait_for(
+        lambda: (s := status(root)).get("phase") == "RolledBack" and s, 90, "the root stops"
+    )
+    assert stopped["failedRegion"] == "us" and stopped["reason"] == "RegionFailed", stopped
+    assert any("CrashLoop" in why for why in stopped["failedDevices"].values()), stopped
+    wait_for(lambda: all(d.committed == NEW for d in eu), 90, "eu sent back to NEW")
+    print(f"eu back on {NEW} {time.monotonic() - began:.1f} s after the root stopped")
+    assert all(d.committed == NEW for d in us)
+    eu_status = json.loads(
+        hubs["eu"].edgectl("get", "agentupgrade", "edged-next", "-o", "json").stdout
+    )["status"]
+    assert eu_status["reason"] == "StoppedByRoot", eu_status
+    result = root.edgectl("rollout", "status", "agentupgrade/edged-next", check=False)
+    assert result.returncode != 0 and "stopped by region us" in result.stdout, result
+
+
+@pytest.mark.scenario
+def test_a_failure_in_wave_1_stops_wave_2(
+    federation: tuple[dict[str, HubProcess], dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    hubs, devices = federation
+    root = hubs["root"]
+    devices["eu0"].behaviour = "crash"
+    began = time.monotonic()
+    out = apply(root, tmp_path, upgrade_yaml(NEW))
+    assert out.returncode == 0, out.stdout + out.stderr
+    stopped = wait_for(
+        lambda: (s := status(root)).get("phase") == "RolledBack" and s, 90, "the root stops"
+    )
+    print(f"stopped {time.monotonic() - began:.1f} s after the apply")
+    assert stopped["failedRegion"] == "eu" and "eu0" in stopped["failedDevices"], stopped
+    time.sleep(2)
+    assert [desired_version(devices[n]) for n in ("us0", "us1")] == ["", ""]
+    assert all(d.committed == OLD for d in devices.values())
+
+
+@pytest.mark.scenario
+def test_bad_input_is_refused_and_changes_nothing(
+    federation: tuple[dict[str, HubProcess], dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    hubs, _ = federation
+    root, eu = hubs["root"], hubs["eu"]
+    cases = [
+        (root, upgrade_yaml(NEW, "[{percent: 10%}]"), "a percent wave is not supported"),
+        (root, upgrade_yaml(NEW, "[{regions: [mars]}]"), "'mars' is not an enrolled region"),
+        (eu, upgrade_yaml(NEW, "[{regions: [eu]}]"), "this is a regional hub"),
+        (
+            root,
+            upgrade_yaml(NEW).replace(
+                "metadata: {name: edged-next}",
+                "metadata: {name: edged-next, annotations: "
+                '{"federation.edgefleet.io/agent-stop": "x"}}',
+            ),
+            "is set by a root hub",
+        ),
+    ]
+    for hub, text, words in cases:
+        out = apply(hub, tmp_path, text)
+        assert out.returncode != 0 and words in out.stderr, (words, out.stderr)
+        got = hub.edgectl("get", "agentupgrades", "-o", "json", check=False).stdout
+        assert "edged-next" not in got
