@@ -11,6 +11,8 @@ releases held in each region's store as a push there writes them.
   eu's devices, which had committed the version, are sent back to the one they came from;
   the root's status names the region and its failed device with the reason;
 * a failure in wave 1's region (eu) stops the waves before us is sent anything;
+* a region whose hub holds no release of the version holds its wave (ReleaseMissing), nothing
+  sent; rollout pause of an upgrade in waves is refused (not supported yet);
 * bad input refused: percent waves, waves at a regional hub, a root operator's hand on the
   annotations the root sets.
 """
@@ -188,3 +190,24 @@ def test_bad_input_is_refused_and_changes_nothing(
         assert out.returncode != 0 and words in out.stderr, (words, out.stderr)
         got = hub.edgectl("get", "agentupgrades", "-o", "json", check=False).stdout
         assert "edged-next" not in got
+
+
+@pytest.mark.scenario
+def test_a_region_without_the_release_holds_its_wave(
+    federation: tuple[dict[str, HubProcess], dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    hubs, devices = federation
+    root = hubs["root"]
+    unheld = f"{_MAJOR}.{_MINOR}.{_PATCH + 4}"  # pushed at no region
+    out = apply(root, tmp_path, upgrade_yaml(unheld))
+    assert out.returncode == 0, out.stdout + out.stderr
+    held = wait_for(
+        lambda: (s := status(root)).get("reason") == "ReleaseMissing" and s, 60, "the wave waits"
+    )
+    assert f"region eu's hub holds no release of edged {unheld}" in held["message"], held
+    assert held["phase"] == "Progressing" and held["released"] == [], held
+    assert all(desired_version(d) == "" for d in devices.values())
+    # the verbs not built for waves are refused, not ignored
+    for verb, words in (("pause", "not supported yet"), ("resume", "not paused at a pause wave")):
+        out = root.edgectl("rollout", verb, "agentupgrade/edged-next", check=False)
+        assert out.returncode != 0 and words in out.stderr, (verb, out.stderr)
