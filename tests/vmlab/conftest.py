@@ -75,7 +75,8 @@ def seeded(
 ) -> Iterator[tuple[Vm, str]]:
     """The lab's device: one VM booted from the image with a seed from ``hub token create``
     (labels site=lab), shared by the lab's modules in order (test_device, test_limits,
-    test_powercut: one first boot, the costliest part under TCG). Yields it and the token."""
+    test_powercut, test_upgrade: one first boot, the costliest part under TCG). Yields it and
+    the token."""
     d = tmp_path_factory.mktemp("device")
     token = make_seed(d / "seed.img", hub, labels=LABELS)
     vm = Vm(image, d / "vm", hub, d / "seed.img").start()
