@@ -168,12 +168,15 @@ async def test_idle_connection_is_closed_but_a_busy_one_is_not(sock_dir: Path) -
 
 @async_test
 async def test_keep_alive_requests_are_not_cut_by_timeouts(sock_dir: Path) -> None:
+    # each gap well under each timeout (a loaded CI machine delays a wake-up by tens of
+    # milliseconds: 30 ms gaps under 50 ms timeouts were cut there), all of them together
+    # over the timeouts' sum
     server, path = await start(
-        sock_dir, Handler(), header_timeout_s=0.05, body_timeout_s=0.05, idle_timeout_s=0.05
+        sock_dir, Handler(), header_timeout_s=0.2, body_timeout_s=0.2, idle_timeout_s=0.2
     )
     async with connected(path) as (reader, writer):
-        for _ in range(5):
-            await asyncio.sleep(0.03)  # under each timeout, several times over their sum
+        for _ in range(15):
+            await asyncio.sleep(0.05)
             writer.write(request("/", method="POST", body=b"x"))
             assert (await read_reply(reader))[0] == 200
     await stop(server)
