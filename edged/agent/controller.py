@@ -149,7 +149,7 @@ class AgentController:
     def _observe_at_start(self) -> None:
         """The phase launcher.json gives before the first pass (the status socket opens
         before the controllers start): a rollback or commit is said from the first answer."""
-        step = plan(None, self.running, self._read_view(), Health(False, False, False))
+        step = plan(None, self.running, self._read_view(), Health(False, False, False), self.failed)
         if isinstance(step, Report):
             self._set(step.phase, step.reason, step.message)
         elif isinstance(step, WaitHealthy):
@@ -211,6 +211,11 @@ class AgentController:
         self._set(Phase.FAILED, reason, message)
         log.warning("agent update failed", version=desired.version, reason=reason, error=message)
 
+    def _clear_failed(self) -> None:
+        if self.failed is not None:
+            write_json_atomic(self.agent_dir / "agent.json", {})
+            self.failed = None
+
     def _set(self, phase: str, reason: str = "", message: str = "") -> None:
         if (phase, reason, message) != (self.phase, self.reason, self.message):
             self.phase, self.reason, self.message = phase, reason, message[:MAX_MESSAGE]
@@ -239,6 +244,8 @@ class AgentController:
             self._request({"action": "abort", "reason": step.reason, "message": step.message})
             self._switching(step.message)
             return Result()
+        if isinstance(step, SwitchTo | Update):
+            self._clear_failed()  # another attempt: its outcome is the one to report next
         if isinstance(step, SwitchTo):
             assert self.desired is not None
             self._request_try(step.slot, step.version, self.desired)
@@ -321,9 +328,13 @@ class AgentController:
             upgrade, revision = trying.upgrade, trying.upgrade_revision
         elif desired is not None:
             upgrade, revision = desired.upgrade, desired.upgrade_revision
+        elif self.failed is not None:  # the refusal reported (planning: until replaced)
+            upgrade, revision = self.failed.upgrade, self.failed.upgrade_revision
         elif view.last is not None:
             upgrade, revision = view.last.upgrade, view.last.upgrade_revision
-        tries = trying.tries if trying is not None else (view.last.tries if view.last else 0)
+        tries = trying.tries if trying is not None else 0
+        if trying is None and self.failed is None and view.last is not None:
+            tries = view.last.tries
         return {
             "version": self.running.version,
             "slot": self.running.slot,

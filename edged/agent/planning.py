@@ -10,6 +10,9 @@ device"). edged.agent.controller applies the step.
   the asked version already (the package included: a rollback by the hub), or update into the
   inactive slot. A version that failed (or rolled back) for an upgrade's revision is not tried
   again for that revision: the device reports it and the hub decides.
+* The last outcome is reported until a new desired release replaces it: a rollback (the
+  launcher's ``last``) and a refusal (``failed``, D/agent/agent.json, which the controller
+  clears when it starts another attempt) stay the device's phase once the hub stops asking.
 """
 
 from __future__ import annotations
@@ -225,6 +228,8 @@ def plan(
         return WaitHealthy(missing) if missing else Commit()
     last = launcher.last
     if desired is None or desired.version == running.version:
+        if failed is not None:  # the latest outcome: a new attempt clears it (the controller)
+            return Report(Phase.FAILED, failed.reason, failed.message)
         if last is not None and last.outcome == "Committed" and last.version == running.version:
             return Report(Phase.COMMITTED, "Committed", last.message)
         if last is not None and last.outcome == "RolledBack":

@@ -104,3 +104,18 @@ def test_outside_the_launcher_edged_cannot_update_itself(desired: Desired | None
         assert step == Report(Phase.IDLE)
     else:
         assert step == Report(Phase.FAILED, "NoLauncher", step.message)  # type: ignore[union-attr]
+
+
+def test_a_refusal_stays_the_reported_outcome_once_the_hub_stops_asking() -> None:
+    failed = Outcome(Phase.FAILED, "0.2.1", "SmokeTestFailed", "no", "u", 2)
+    for desired in (None, Desired("0.2.0")):  # the hub asks for nothing, or for what runs
+        assert plan(desired, ON_PACKAGE, LauncherView(), HEALTHY, failed) == Report(
+            Phase.FAILED, "SmokeTestFailed", "no"
+        )
+    # newer than a rollback the launcher still remembers (a new attempt clears failed)
+    rolled = LauncherView(last=Outcome("RolledBack", "0.2.1", "CrashLoop", "3 exits", "u", 1))
+    assert plan(None, ON_PACKAGE, rolled, HEALTHY, failed).phase == Phase.FAILED  # type: ignore[union-attr]
+    # at start, before the first DesiredState, too
+    assert plan(None, ON_PACKAGE, LauncherView(), Health(False, False, False), failed) == Report(
+        Phase.FAILED, "SmokeTestFailed", "no"
+    )

@@ -126,6 +126,32 @@ def test_a_refused_release_fails_for_its_revision_and_is_not_retried(
     assert again.request()["upgradeRevision"] == 2
 
 
+@pytest.mark.parametrize("restart", [False, True])
+def test_a_refusal_is_reported_until_a_new_desired_release_replaces_it(
+    tmp_path: Path, restart: bool
+) -> None:
+    h = Harness(tmp_path, env=ON_PACKAGE)
+    h.smoke_error = InstallRefused("SmokeTestFailed", "edged check: StateUnreadable")
+    h.want("0.2.1", revision=3)
+    h.reconcile()
+    if restart:  # edged restarted: the refusal read back from D/agent/agent.json
+        h = Harness(tmp_path, env=ON_PACKAGE)
+    h.controller.desired_changed(None)  # the hub stopped asking (the rollout stopped)
+    h.reconcile()
+    status = h.controller.status()
+    assert (status["phase"], status["reason"]) == ("Failed", "SmokeTestFailed")
+    assert status["message"] == "edged check: StateUnreadable"
+    assert (status["upgrade"], status["upgradeRevision"]) == ("u", 3)
+    assert status["desiredVersion"] == ""
+    # a new desired release replaces it: tried, and the refusal is forgotten
+    h.smoke_error = None
+    h.want("0.2.2", revision=4)
+    h.reconcile()
+    assert h.request()["version"] == "0.2.2"
+    assert json.loads((h.data / "agent" / "agent.json").read_text()) == {}
+    assert h.controller.failed is None
+
+
 def test_a_release_for_another_platform_is_refused_before_the_switch(tmp_path: Path) -> None:
     h = Harness(tmp_path, env=ON_PACKAGE)
 
