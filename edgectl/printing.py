@@ -203,20 +203,24 @@ def _agent_upgrade_row(doc: Doc, now: float, wide: bool) -> Row:
     spec, status = doc.get("spec", {}), doc.get("status", {})
     pool = status.get("poolDevices", 0)
     steps = status.get("stepCount", 0)
+    waves = status.get("waveCount", 0)  # at a root hub, in waves: the regions' figures summed
     step = (
-        "-"
+        upgrade_wave_text(status)
+        if waves
+        else "-"
         if not steps
         else "all"
         if status.get("pastLastStep")
         else (f"{status.get('step')}/{steps}")
     )
+    failed = max(len(status.get("failedDevices", {})), int(status.get("failedCount", 0) or 0))
     row = [
         _name(doc),
         str(spec.get("version", "")),
         str(status.get("phase", "<none>")),
         f"{status.get('doneDevices', 0)}/{pool}",
         str(status.get("updatingDevices", 0)),
-        str(len(status.get("failedDevices", {}))),
+        str(failed),
         step,
     ]
     if wide:
@@ -229,6 +233,21 @@ def _agent_upgrade_row(doc: Doc, now: float, wide: bool) -> Row:
             str(len(status.get("refused", {}))),
         ]
     return row
+
+
+def upgrade_wave_text(status: Doc) -> str:
+    """An AgentUpgrade in waves, where it stands: ``wave 2/3 (eu,us)``, the regions of the
+    current wave sent the upgrade (the last wave: the regions no wave names)."""
+    count = int(status.get("waveCount", 0) or 0)
+    wave = int(status.get("wave", 0) or 0)
+    where = "rest" if wave > count else f"{wave}/{count}"
+    regions: list[str] = []
+    for row in status.get("waves", []) or []:
+        if isinstance(row, dict) and row.get("wave") == wave:
+            shown = row.get("regions") or {}
+            regions = [r for r, v in sorted(shown.items()) if isinstance(v, dict) and v.get("sent")]
+    more = f" ({','.join(regions[:3])}{',...' if len(regions) > 3 else ''})" if regions else ""
+    return f"wave {where}{more}"
 
 
 def _token_row(doc: Doc, now: float, wide: bool) -> Row:

@@ -33,6 +33,7 @@ from hub.decide.agentwaves import (
     read_region_claim,
     resume,
     start,
+    summed_figures,
 )
 from hub.decide.wave import wave_regions, wave_text
 from hub.state import storekeys
@@ -286,6 +287,7 @@ class AgentWaveController:
             "waveCount": len(waves),
             "waves": rows,
             "released": sorted(state.released),
+            **summed_figures(views, state.revision),
             **({"failedRegion": state.failed_region} if state.failed_region else {}),
             "failedDevices": dict(sorted(state.failed.items())),
         }

@@ -270,6 +270,20 @@ def read_region_claim(
     )
 
 
+def summed_figures(views: Mapping[str, RegionAgentView], revision: int) -> dict[str, int]:
+    """The devices of the regions that report the upgrade at the root's ``revision``, summed:
+    what ``get agentupgrades`` and the dashboard show for an upgrade in waves (each region's
+    figures bounded by :func:`read_region_claim`: its inventory, its pool, ``MAX_FAILED``)."""
+    shown = [v for v in views.values() if v.reported and v.revision == revision]
+    return {
+        "poolDevices": sum(v.pool for v in shown),
+        "doneDevices": sum(v.done for v in shown),
+        "updatingDevices": sum(v.updating for v in shown),
+        "failedCount": sum(len(v.failed) for v in shown),
+        "reportingRegions": len(shown),
+    }
+
+
 @dataclass(frozen=True, slots=True)
 class AgentWaveStep:
     state: AgentWaveState | None = None

@@ -121,6 +121,10 @@ def test_two_waves_in_order_then_a_failure_in_wave_2_reverts_wave_1(
     assert done["released"] == ["eu", "us"], done
     text = root.edgectl("rollout", "status", "agentupgrade/edged-next").stdout
     assert "wave 1 of 2 (eu)" in text and "us: Complete, 2/2 done" in text, text
+    # get agentupgrades shows the regions' devices summed and where the waves stand, not 0/0
+    assert (done["doneDevices"], done["poolDevices"], done["reportingRegions"]) == (4, 4, 2)
+    row = root.edgectl("get", "agentupgrades").stdout.splitlines()[1].split()
+    assert row[3] == "4/4" and "wave rest" in " ".join(row), row
 
     # revision 2: eu passes, us's device crashes -> the root stops and eu rolls back
     for d in us:

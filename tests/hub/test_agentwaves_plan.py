@@ -22,6 +22,7 @@ from hub.decide.agentwaves import (
     read_region_claim,
     resume,
     start,
+    summed_figures,
 )
 
 WAVES = (Wave(regions=("eu",)), Wave(regions=("us",)))
@@ -230,6 +231,25 @@ def test_a_claim_about_another_upgrade_or_an_unknown_phase_counts_for_nothing() 
     assert not read(None).reported
     assert not read(["not", "a", "mapping"]).reported
     assert read(claim(releases=["v"] * 10_000 + [7])).releases == {"v"}
+
+
+def test_the_regions_figures_summed_for_get_and_the_dashboard_are_bounded() -> None:
+    views = {
+        "eu": view("eu"),  # 3 of 3 done
+        "us": view("us", phase="Progressing", failed={"us1": "CrashLoop"}),  # 1 of 3 done
+        "ap": view("ap", revision=2),  # another root revision: not counted
+        "sa": view("sa", reported=False),
+    }
+    assert summed_figures(views, 1) == {
+        "poolDevices": 6, "doneDevices": 4, "updatingDevices": 0, "failedCount": 1,
+        "reportingRegions": 2,
+    }  # fmt: skip
+    # a lying region adds no more than its inventory and MAX_FAILED failed devices
+    liar = read(claim(pool=10**9, done=0, phase="RolledBack",
+                      failed={f"d{i}": "x" for i in range(500)}), total=100)  # fmt: skip
+    figures = summed_figures({"eu": liar}, liar.revision)
+    assert figures["poolDevices"] == 100 and figures["failedCount"] == MAX_FAILED
+    assert summed_figures({}, 1)["poolDevices"] == 0
 
 
 # -- the API reads the waves as a ModelDeployment's, without percent waves ----------------------

@@ -356,7 +356,10 @@ def agent_upgrades_body(rows: Sequence[Mapping[str, Any]]) -> str:
             f"<td class=num>{esc(n)}</td>"
             for n in (
                 r["status"].get("updatingDevices", 0),
-                len(r["status"].get("failedDevices", {})),
+                max(  # in waves: the regions' failed devices, summed
+                    len(r["status"].get("failedDevices", {})),
+                    int(r["status"].get("failedCount", 0) or 0),
+                ),
                 len(r["status"].get("refused", {})),
             )
         )
@@ -384,6 +387,18 @@ def agent_upgrades_body(rows: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _upgrade_step(status: Mapping[str, Any]) -> str:
+    waves = int(status.get("waveCount", 0) or 0)
+    if waves:  # at a root hub, in waves: which wave, and its regions sent the upgrade
+        wave = int(status.get("wave", 0) or 0)
+        sent = [
+            r
+            for row in status.get("waves", []) or []
+            if isinstance(row, Mapping) and row.get("wave") == wave
+            for r, v in sorted((row.get("regions") or {}).items())
+            if isinstance(v, Mapping) and v.get("sent")
+        ]
+        where = "the remaining regions" if wave > waves else f"{wave} of {waves}"
+        return f"wave {where}" + (f": {', '.join(sent[:10])}" if sent else "")
     count = status.get("stepCount", 0)
     if not count:
         return "—"
