@@ -135,6 +135,24 @@ def device_views(
     return out
 
 
+def departed_views(
+    cache: Cache, state: AgentUpgradeState | None, chosen: Iterable[AgentDeviceView]
+) -> dict[str, AgentDeviceView]:
+    """The devices ``state`` names (sent, sent back, held while leaving) that the selector no
+    longer selects, as the planner sees them; a deleted device is not among them."""
+    if state is None:
+        return {}
+    names = (set(state.sent) | set(state.rollback) | set(state.leaving)) - {d.name for d in chosen}
+    out = {}
+    for name in sorted(names):
+        d = cache.devices.get(name)
+        if d is not None:
+            out[name] = AgentDeviceView(
+                d.name, d.phase is DevicePhase.READY, d.agent, serving_of(d)
+            )
+    return out
+
+
 def changed_devices(
     before: AgentUpgradeState | None, after: AgentUpgradeState | None, cache: Cache
 ) -> set[str]:
@@ -142,7 +160,7 @@ def changed_devices(
     names: set[str] = set()
     for state in (before, after):
         if state is not None:
-            names |= set(state.sent) | set(state.rollback)
+            names |= set(state.sent) | set(state.rollback) | set(state.leaving)
     out = set()
     for name in names:
         device = cache.devices.get(name)
@@ -152,6 +170,10 @@ def changed_devices(
         if old != new:
             out.add(name)
     return out
+
+
+def _names(state: AgentUpgradeState, device: str) -> bool:
+    return device in state.sent or device in state.rollback or device in state.leaving
 
 
 def undo_manifest(manifest: Mapping[str, Any], revision: AgentRevision) -> dict[str, Any]:
@@ -226,7 +248,7 @@ class AgentUpgradeController:
             n
             for n, u in upgrades_of(cache, self._parsed).items()
             if u.spec.selector.matches(labels)  # selects it, or did: its record names it
-            or (n in cache.agent_upgrades and name in cache.agent_upgrades[n].sent)
+            or (n in cache.agent_upgrades and _names(cache.agent_upgrades[n], name))
         )
 
     def wake(self, names: Iterable[str] | None = None) -> None:
@@ -266,7 +288,7 @@ class AgentUpgradeController:
         cache.agent_releases.update(fresh)
         marked: set[str] = set()
         for state in cache.agent_upgrades.values():
-            for name in set(state.sent) | set(state.rollback):
+            for name in set(state.sent) | set(state.rollback) | set(state.leaving):
                 device = cache.devices.get(name)
                 report = device.agent if device is not None else None
                 if desired_agent(state, name, report, before) != desired_agent(
@@ -323,13 +345,16 @@ class AgentUpgradeController:
     ) -> AgentPlan:
         """The planner's answer for ``upgrade`` now (also for status: it writes nothing)."""
         cache = self._cache
+        state = cache.agent_upgrades.get(upgrade.name)
+        views = device_views(cache, upgrade, upgrades)
         return plan_upgrade(
             upgrade,
-            cache.agent_upgrades.get(upgrade.name),
-            device_views(cache, upgrade, upgrades),
+            state,
+            views,
             cache.agent_releases,
             self.hub_version,
             now,
+            departed_views(cache, state, views),
         )
 
     async def _write(self, name: str, before: AgentUpgradeState | None, plan: AgentPlan) -> bool:

@@ -168,6 +168,7 @@ class AgentUpgradeState:
     sent: Mapping[str, SentAgent] = field(default_factory=dict)
     failed: Mapping[str, str] = field(default_factory=dict)  # device -> why
     rollback: Mapping[str, str] = field(default_factory=dict)  # device -> version sent back
+    leaving: Mapping[str, str] = field(default_factory=dict)  # left the selector: held at
 
     @property
     def current(self) -> AgentRevision:
@@ -190,6 +191,7 @@ class AgentUpgradeState:
             "sent": {d: s.to_json() for d, s in sorted(self.sent.items())},
             "failed": dict(sorted(self.failed.items())),
             "rollback": dict(sorted(self.rollback.items())),
+            **({"leaving": dict(sorted(self.leaving.items()))} if self.leaving else {}),
         }
 
     @classmethod
@@ -207,6 +209,7 @@ class AgentUpgradeState:
             {str(d): SentAgent.from_json(s) for d, s in (doc.get("sent") or {}).items()},
             {str(d): str(r) for d, r in (doc.get("failed") or {}).items()},
             {str(d): str(v) for d, v in (doc.get("rollback") or {}).items()},
+            {str(d): str(v) for d, v in (doc.get("leaving") or {}).items()},
         )
 
 
@@ -439,14 +442,98 @@ def plan_upgrade(
     releases: Releases,
     hub_version: str,
     now: float,
+    others: Mapping[str, AgentDeviceView] | None = None,
 ) -> AgentPlan:
     """The next step of ``upgrade``'s rollout (module doc). ``devices``: the devices its
-    selector selects, any order; ``releases``: the releases the hub holds."""
+    selector selects, any order; ``releases``: the releases the hub holds; ``others``: the
+    devices the record names that the selector no longer selects (one absent from both was
+    deleted)."""
     spec = upgrade.spec
     template = (spec.version, spec.commit.deadline_s, spec.commit.max_tries)
     if state is None or state.current.template != template:
         return _new_revision(upgrade, state, now)
-    return _step(upgrade, state, sorted(devices, key=lambda d: d.name), releases, hub_version, now)
+    left = _leave(state, devices, others or {}, now)
+    step = _step(
+        upgrade, left.state or state, sorted(devices, key=lambda d: d.name), releases,
+        hub_version, now,
+    )  # fmt: skip
+    if left.state is None:
+        return step
+    return AgentPlan(step.state or left.state, (*left.events, *step.events), step.progress)
+
+
+BUSY_PHASES = ("Downloading", "Verifying", "Installing", "SmokeTesting", "Switching", "Trying")
+
+
+def settled_on(d: AgentDeviceView, version: str) -> bool:
+    """``d`` saw the hub ask for ``version`` and runs and committed it, nothing in flight: a
+    device that left the selector may be let go."""
+    a = d.report
+    return (
+        a is not None
+        and a.desired_version == version
+        and a.version == version
+        and a.committed_version == version
+        and a.phase not in BUSY_PHASES
+    )
+
+
+def _leave(
+    state: AgentUpgradeState,
+    devices: Sequence[AgentDeviceView],
+    others: Mapping[str, AgentDeviceView],
+    now: float,
+) -> AgentPlan:
+    """Devices that left the selector (labels changed) or were deleted are no longer the
+    upgrade's (as a ModelDeployment's): out of ``sent`` and ``rollback`` (no deadline, no
+    failure, no rollback, not in the pool; their failures stay recorded). One that committed
+    the version keeps it (sent nothing); one sent this revision that did not commit it is
+    held at the release it had committed (``leaving``) until it says it runs that one with
+    nothing in flight: a trial aborts (RolledBackByHub), an install never switches; then it
+    is sent nothing."""
+    selected = {d.name for d in devices}
+    version = state.current.version
+    sent, rollback, leaving = dict(state.sent), dict(state.rollback), dict(state.leaving)
+    let_go: list[str] = []
+    held: list[str] = []
+    for name in sorted(set(leaving) & selected):  # selected again: the upgrade's again
+        del leaving[name]
+    for name in sorted((set(sent) | set(rollback) | set(leaving)) - selected):
+        d = others.get(name)
+        was = sent.pop(name, None)
+        rollback.pop(name, None)
+        if d is None or name in leaving:  # deleted, or held until settled
+            if d is None or settled_on(d, leaving[name]):
+                leaving.pop(name, None)
+                let_go.append(name)
+            continue
+        a = d.report
+        back = was.from_version if was is not None else ""
+        if (
+            was is None
+            or was.revision != state.revision
+            or name in state.failed
+            or (a is not None and a.committed_version == version)  # committed: keeps it
+            or not back
+            or back == version
+            or settled_on(d, back)
+        ):
+            let_go.append(name)
+            continue
+        leaving[name] = back
+        held.append(name)
+    new = replace(state, sent=sent, rollback=rollback, leaving=leaving)
+    if new == state:
+        return AgentPlan()
+    events = []
+    if held:
+        events.append(Event("Normal", "DevicesLeft", f"{named(held)} left the selector while "
+                            f"being updated to {version}: held at the release each had "
+                            "committed until settled, then no longer the upgrade's"))  # fmt: skip
+    if let_go:
+        events.append(Event("Normal", "DevicesLeft", f"{named(let_go)} no longer the "
+                            "upgrade's (left the selector or deleted)"))  # fmt: skip
+    return AgentPlan(replace(new, changed_at=now), tuple(events))
 
 
 def _new_revision(
@@ -787,6 +874,7 @@ def upgrade_status(
         **progress.to_json(),
         "failedDevices": dict(sorted(state.failed.items())),
         "rollbackDevices": dict(sorted(state.rollback.items())),
+        **({"leavingDevices": dict(sorted(state.leaving.items()))} if state.leaving else {}),
         "conditions": [condition.to_json()],
     }
 
@@ -815,10 +903,11 @@ def desired_agent(
 ) -> DesiredAgentSpec | None:
     """The release ``device`` is sent for this upgrade (None: none; it keeps its committed
     one): the revision's version once sent it (not after it failed), its previous release
-    after a rollback when it had committed the rejected one."""
+    after a rollback when it had committed the rejected one, or when it left the selector
+    before committing (``leaving``)."""
     revision = state.current
-    if state.phase is RolloutPhase.ROLLED_BACK:
-        version = state.rollback.get(device)
+    if state.phase is RolloutPhase.ROLLED_BACK or device in state.leaving:
+        version = state.leaving.get(device) or state.rollback.get(device)
         if version is None:
             return None
         back = release_for(releases, version, report)

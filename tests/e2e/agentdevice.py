@@ -66,7 +66,13 @@ class AgentDevice(SyncDevice):
                 launcher=True,
                 upgrade=self.upgrade,
                 upgrade_revision=self.upgrade_revision,
+                desired_version=self.desired_agent_version(),
             )
+
+    def desired_agent_version(self) -> str:
+        """What the hub asks for now, as edged reports it (desiredVersion)."""
+        d = self.desired
+        return d.agent.version if d is not None and d.HasField("agent") else ""
 
     def _act(self) -> None:
         """What the launcher does with the desired release (one transition per call)."""

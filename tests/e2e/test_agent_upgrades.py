@@ -131,6 +131,35 @@ def test_canary_first_then_all(
     assert "CanaryStepPassed" in reasons and "RolloutComplete" in reasons, reasons
 
 
+def test_a_device_that_leaves_the_selector_mid_trial_aborts_it_and_is_let_go(
+    fleet: tuple[HubProcess, dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    hub, devices = fleet
+    r0 = devices["r0"]
+    r0.behaviour = "hold"
+    text = upgrade_yaml(NEW).replace(
+        "selector: {matchLabels: {site: retail}}",
+        "selector: {matchLabels: {site: retail}, "
+        "matchExpressions: [{key: held, operator: DoesNotExist}]}",
+    )
+    out = apply(hub, tmp_path, text)
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_for(lambda: desired_version(r0) == NEW, 30, "r0 sent the release")
+    r0.claim(version=NEW, phase="Trying", upgrade="edged-next", upgrade_revision=1)
+    r0.labels = {**r0.labels, "held": "yes"}  # its labels change: out of the selector
+    r0.reconnect.set()
+    wait_for(lambda: desired_version(r0) == OLD, 30, "r0 held at its committed release")
+    shown = status(hub)
+    assert shown["leavingDevices"] == {"r0": OLD}, shown
+    # its launcher aborts the trial (RolledBackByHub) and runs what it had committed
+    r0.claim(version=OLD, phase="RolledBack", reason="RolledBackByHub")
+    wait_for(lambda: desired_version(r0) == "", 30, "r0 let go: no longer the upgrade's")
+    done = wait_for(lambda: (s := status(hub)).get("phase") == "Complete" and s, 60, "Complete")
+    assert done["doneDevices"] == 3 and done["failedDevices"] == {}, done
+    assert r0.committed == OLD and "leavingDevices" not in done, done
+    assert "DevicesLeft" in events(hub)
+
+
 def test_a_failure_at_the_canary_stops_and_reverts(
     fleet: tuple[HubProcess, dict[str, AgentDevice]], tmp_path: Path
 ) -> None:

@@ -95,12 +95,14 @@ class Run:
         self.events: list[str] = []
         self.releases: dict[str, AgentReleaseRecord] = dict(RELEASES)
         self.last: AgentPlan | None = None
+        self.away: dict[str, AgentDeviceView] = {}  # no longer selected (not deleted)
 
     def step(self, dt: float = 1.0) -> AgentPlan:
         self.now += dt
         plan = plan_upgrade(
-            self.up, self.state, list(self.devices.values()), self.releases, HUB, self.now
-        )
+            self.up, self.state, list(self.devices.values()), self.releases, HUB, self.now,
+            self.away,
+        )  # fmt: skip
         self.last = plan
         if plan.state is not None:
             self.state = plan.state
@@ -523,3 +525,99 @@ def test_metrics_series_per_upgrade() -> None:
         {"object": {"kind": "AgentUpgrade"}, "type": "Warning", "reason": "RolledBack"}
     )
     assert 'hub_agent_upgrade_steps_total{reason="RolledBack"} 1' in metrics.render()
+
+
+# -- devices that leave the selector or are deleted ---------------------------------------------
+
+
+def trying(revision: int = 1) -> AgentReport:
+    return report(version=NEW, phase="Trying", desired_version=NEW, upgrade="up",
+                  upgrade_revision=revision)  # fmt: skip
+
+
+def test_a_device_that_leaves_the_selector_mid_trial_is_held_at_its_release_then_let_go() -> None:
+    run = Run(upgrade(maxUnavailable=2), fleet(4))
+    run.settle()
+    assert run.sent == ["d00", "d01"]
+    run.report("d00", trying())  # on trial, not committed
+    run.report("d01", committed())  # committed: keeps it
+    run.away = {n: run.devices.pop(n) for n in ("d00", "d01")}  # their labels changed
+    run.settle()
+    state = run.state
+    assert state is not None and "d00" not in state.sent and "d01" not in state.sent
+    assert state.leaving == {"d00": OLD} and "DevicesLeft" in run.events
+    # the trial aborts: it is sent the release it had committed; the committed one nothing
+    d00 = desired_agent(state, "d00", run.away["d00"].report, RELEASES)
+    assert d00 is not None and d00.version == OLD
+    assert desired_agent(state, "d01", run.away["d01"].report, RELEASES) is None
+    # no longer the upgrade's: out of the pool, never failed at the deadline
+    assert run.sent == ["d02", "d03"] and run.last is not None and run.last.progress.pool == 2
+    run.step(1000.0)
+    assert run.state is not None and set(run.state.failed) == {"d02", "d03"}
+    assert "d00" not in run.state.failed
+    # still on trial: held; once it says it runs what it had committed, nothing in flight: let go
+    run.away["d00"] = replace(run.away["d00"], report=report(
+        phase="RolledBack", reason="RolledBackByHub", desired_version=OLD, upgrade="up",
+        upgrade_revision=1))  # fmt: skip
+    run.settle()
+    assert run.state.leaving == {}
+    assert desired_agent(run.state, "d00", run.away["d00"].report, RELEASES) is None
+
+
+def test_a_device_that_leaves_before_it_started_is_let_go_once_it_saw_the_hold() -> None:
+    run = Run(upgrade(maxUnavailable=1), fleet(2))
+    run.settle()
+    assert run.sent == ["d00"]  # sent, still reporting Idle on OLD (the report may lag)
+    run.away = {"d00": run.devices.pop("d00")}
+    run.settle()
+    assert run.state is not None and run.state.leaving == {"d00": OLD}  # not settled: lagging
+    run.away["d00"] = replace(run.away["d00"], report=report(desired_version=OLD))
+    run.settle()
+    assert run.state.leaving == {} and run.sent == ["d01"]
+
+
+def test_a_device_selected_again_is_the_upgrades_again() -> None:
+    run = Run(upgrade(maxUnavailable=1), fleet(2))
+    run.settle()
+    run.report("d00", trying())
+    run.away = {"d00": run.devices.pop("d00")}
+    run.settle()
+    assert run.state is not None and run.state.leaving == {"d00": OLD}
+    run.devices["d00"] = run.away.pop("d00")
+    run.settle()
+    assert run.state.leaving == {}
+
+
+def test_a_deleted_device_is_no_longer_the_upgrades() -> None:
+    run = Run(upgrade(maxUnavailable=2), fleet(3))
+    run.settle()
+    run.report("d00", trying())
+    del run.devices["d00"]  # deleted: not among the others either
+    run.settle()
+    assert run.state is not None and "d00" not in run.state.sent and run.state.leaving == {}
+    run.step(1000.0)  # past the deadline: d00 is not failed
+    assert "d00" not in run.state.failed
+
+
+def test_a_device_sent_back_that_leaves_the_selector_keeps_what_it_has() -> None:
+    run = Run(upgrade(canary={"steps": ["20%"]}, maxUnavailable="100%"), fleet(10))
+    run.settle()
+    run.report("d00", committed())
+    run.report("d01", rolled_back())
+    run.settle()
+    assert run.state is not None and run.state.rollback == {"d00": OLD}
+    run.away = {"d00": run.devices.pop("d00")}
+    run.settle()
+    assert run.state.rollback == {} and run.state.phase is RolloutPhase.ROLLED_BACK
+    assert desired_agent(run.state, "d00", run.away["d00"].report, RELEASES) is None
+    assert run.state.failed == {"d01": "CrashLoop: exited 3 times"}  # failures stay recorded
+
+
+def test_leaving_round_trips_through_json() -> None:
+    run = Run(upgrade(maxUnavailable=1), fleet(2))
+    run.settle()
+    run.report("d00", trying())
+    run.away = {"d00": run.devices.pop("d00")}
+    run.settle()
+    assert run.state is not None and run.state.leaving
+    assert AgentUpgradeState.from_json(run.state.to_json()) == run.state
