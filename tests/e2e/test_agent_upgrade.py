@@ -415,6 +415,9 @@ def test_a_release_that_fails_its_smoke_test_is_never_switched_to(
     assert "RuntimeImportFailed" in failed["message"], failed
     agent = canary.agent()
     assert (agent["version"], agent["desiredVersion"]) == (OLD, ""), agent
+    # its own status keeps saying so (not Idle) until a new desired release replaces it
+    agent = wait_for(lambda: (a := canary.agent()).get("phase") == "Failed" and a, 30, "Failed")
+    assert agent["reason"] == "SmokeTestFailed" and agent["upgradeRevision"] >= 1, agent
     assert canary.launcher() == {}, canary.launcher()  # never switched
     assert canary.edged_pids() == edged
     for d in others:
