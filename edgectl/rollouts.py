@@ -248,6 +248,7 @@ def render_upgrade(doc: dict[str, Any]) -> tuple[str, str]:
     )
     lines += [f"  failed {d}: {why}" for d, why in sorted(status.get("failedDevices", {}).items())]
     lines += [f"  sent back {d}: {v}" for d, v in sorted(status.get("rollbackDevices", {}).items())]
+    lines += [f"  held {d} at {v}" for d, v in sorted(status.get("heldDevices", {}).items())]
     lines += [
         f"  cannot send back {d}: {why}"
         for d, why in sorted(status.get("rollbackBlocked", {}).items())

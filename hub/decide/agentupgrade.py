@@ -34,9 +34,12 @@ report (:class:`AgentDeviceView`), with ``now`` passed in:
   connected are skipped (not sent) and hold completion, like a ModelDeployment's;
 * failed devices reaching ``failureThreshold`` (a count, or a percentage of the pool rounded
   up, at least one) **stop** the rollout: phase RolledBack, status naming each failed device
-  and its reason. Rollback semantics: a device that did not commit the new version is sent
-  no release at all (its launcher already keeps, or goes back to, its committed one); a
-  device that *did* commit it is sent an explicit release, the one it had committed when it
+  and its reason. Rollback semantics: a device whose attempt ended on the device (it
+  reports RolledBack or Failed for this revision) is sent no release; any other that did
+  not commit the new version is **held** at the release it had committed when it was sent
+  (``held``, :func:`hold_targets`), so that a trial aborts and an install never switches (a
+  trial edged asked nothing commits), and let go once settled on it; a device that *did*
+  commit it is sent an explicit release, the one it had committed when it
   was sent (``rollback``), and stays pinned there while the upgrade is RolledBack. That
   release is still on the device (A/B: the slot it switched from, or the base install's
   edged, which the hub never holds as a release), so it is sent by version, with its signed
@@ -169,6 +172,7 @@ class AgentUpgradeState:
     failed: Mapping[str, str] = field(default_factory=dict)  # device -> why
     rollback: Mapping[str, str] = field(default_factory=dict)  # device -> version sent back
     leaving: Mapping[str, str] = field(default_factory=dict)  # left the selector: held at
+    held: Mapping[str, str] = field(default_factory=dict)  # rolled back uncommitted: held at
 
     @property
     def current(self) -> AgentRevision:
@@ -192,6 +196,7 @@ class AgentUpgradeState:
             "failed": dict(sorted(self.failed.items())),
             "rollback": dict(sorted(self.rollback.items())),
             **({"leaving": dict(sorted(self.leaving.items()))} if self.leaving else {}),
+            **({"held": dict(sorted(self.held.items()))} if self.held else {}),
         }
 
     @classmethod
@@ -210,6 +215,7 @@ class AgentUpgradeState:
             {str(d): str(r) for d, r in (doc.get("failed") or {}).items()},
             {str(d): str(v) for d, v in (doc.get("rollback") or {}).items()},
             {str(d): str(v) for d, v in (doc.get("leaving") or {}).items()},
+            {str(d): str(v) for d, v in (doc.get("held") or {}).items()},
         )
 
 
@@ -494,14 +500,20 @@ def _leave(
     selected = {d.name for d in devices}
     version = state.current.version
     sent, rollback, leaving = dict(state.sent), dict(state.rollback), dict(state.leaving)
+    held_back = dict(state.held)
     let_go: list[str] = []
     held: list[str] = []
     for name in sorted(set(leaving) & selected):  # selected again: the upgrade's again
         del leaving[name]
-    for name in sorted((set(sent) | set(rollback) | set(leaving)) - selected):
+    for name in sorted((set(sent) | set(rollback) | set(leaving) | set(held_back)) - selected):
         d = others.get(name)
         was = sent.pop(name, None)
         rollback.pop(name, None)
+        was_held = held_back.pop(name, None)  # held after a rollback: held while leaving
+        if d is not None and was_held and name not in leaving and not settled_on(d, was_held):
+            leaving[name] = was_held
+            held.append(name)
+            continue
         if d is None or name in leaving:  # deleted, or held until settled
             if d is None or settled_on(d, leaving[name]):
                 leaving.pop(name, None)
@@ -522,7 +534,7 @@ def _leave(
             continue
         leaving[name] = back
         held.append(name)
-    new = replace(state, sent=sent, rollback=rollback, leaving=leaving)
+    new = replace(state, sent=sent, rollback=rollback, leaving=leaving, held=held_back)
     if new == state:
         return AgentPlan()
     events = []
@@ -754,6 +766,7 @@ def _roll_back(
 ) -> AgentPlan:
     version = state.current.version
     rollback, _ = rollback_targets(state, devices, releases, {})
+    held = hold_targets(state, devices, rollback, {})
     if stopped:
         message = (
             f"edged {version} (revision {state.revision}) stopped by the root hub: "
@@ -774,6 +787,7 @@ def _roll_back(
         changed_at=now,
         failed=dict(failed),
         rollback=rollback,
+        held=held,
     )
     events.append(Event("Warning", "RolledBack", message))
     return AgentPlan(new, tuple(events), progress)
@@ -805,6 +819,48 @@ def rollback_targets(
     return out, blocked
 
 
+def hold_targets(
+    state: AgentUpgradeState,
+    devices: Sequence[AgentDeviceView],
+    rollback: Mapping[str, str],
+    known: Mapping[str, str],
+) -> dict[str, str]:
+    """Rolled back: the devices sent the release that did not commit it, each held at the
+    release it had committed when it was sent, so that a trial aborts (RolledBackByHub) and
+    an install never switches (a trial edged the hub asks nothing commits once healthy).
+    ``known``: those held before, kept until settled on that release (:func:`settled_on`)
+    or sent back (``rollback``: it committed the rejected version after all). Not held: one
+    already back on it with nothing in flight after trying this version (it rolled back or
+    refused by itself), or whose earlier release is not known."""
+    version = state.current.version
+    out: dict[str, str] = {}
+    for d in devices:
+        if d.name in rollback:
+            continue
+        if d.name in known:
+            if not settled_on(d, known[d.name]):
+                out[d.name] = known[d.name]
+            continue
+        sent = state.sent.get(d.name)
+        if sent is None or sent.revision != state.revision:
+            continue
+        a = d.report
+        back = sent.from_version
+        if not back or back == version or (a is not None and a.committed_version == version):
+            continue
+        if (
+            a is not None
+            and a.upgrade == state.upgrade
+            and a.upgrade_revision == state.revision
+            and a.phase in FAILED_PHASES
+            and a.version == back
+            and a.committed_version == back
+        ):
+            continue  # this attempt ended on the device (rolled back, refused): nothing to abort
+        out[d.name] = back
+    return out
+
+
 def _hold_rollback(
     upgrade: AgentUpgrade,
     state: AgentUpgradeState,
@@ -817,19 +873,26 @@ def _hold_rollback(
     counts are what the devices report now (done: came back on the rejected version, before
     being sent back); the failures are those that stopped it."""
     rollback, blocked = rollback_targets(state, devices, releases, state.rollback)
+    held = {
+        n: v
+        for n, v in hold_targets(state, devices, rollback, state.held).items()
+        if n in state.held  # only those held at the rollback: none is added later
+    }
     s = _sort(upgrade, state, devices, releases, hub_version, now)
     progress = replace(_progress(upgrade, state, s, state.failed), rollback_blocked=blocked)
-    if rollback == dict(state.rollback):
+    if rollback == dict(state.rollback) and held == dict(state.held):
         return AgentPlan(None, (), progress)
     added = sorted(set(rollback) - set(state.rollback))
-    new = replace(state, rollback=rollback, changed_at=now)
-    event = Event(
-        "Warning",
-        "DevicesRolledBack",
-        f"{named(added)} committed edged {state.current.version} after the rollback: sent "
-        "back to the release each had committed",
-    )
-    return AgentPlan(new, (event,), progress)
+    new = replace(state, rollback=rollback, held=held, changed_at=now)
+    events = []
+    if added:
+        events.append(Event(
+            "Warning",
+            "DevicesRolledBack",
+            f"{named(added)} committed edged {state.current.version} after the rollback: sent "
+            "back to the release each had committed",
+        ))  # fmt: skip
+    return AgentPlan(new, tuple(events), progress)
 
 
 # -- status -----------------------------------------------------------------------------------
@@ -875,6 +938,7 @@ def upgrade_status(
         "failedDevices": dict(sorted(state.failed.items())),
         "rollbackDevices": dict(sorted(state.rollback.items())),
         **({"leavingDevices": dict(sorted(state.leaving.items()))} if state.leaving else {}),
+        **({"heldDevices": dict(sorted(state.held.items()))} if state.held else {}),
         "conditions": [condition.to_json()],
     }
 
@@ -907,7 +971,7 @@ def desired_agent(
     before committing (``leaving``)."""
     revision = state.current
     if state.phase is RolloutPhase.ROLLED_BACK or device in state.leaving:
-        version = state.leaving.get(device) or state.rollback.get(device)
+        version = state.leaving.get(device) or state.rollback.get(device) or state.held.get(device)
         if version is None:
             return None
         back = release_for(releases, version, report)

@@ -621,3 +621,95 @@ def test_leaving_round_trips_through_json() -> None:
     run.settle()
     assert run.state is not None and run.state.leaving
     assert AgentUpgradeState.from_json(run.state.to_json()) == run.state
+
+
+def test_a_device_on_trial_when_the_upgrade_rolls_back_is_held_at_its_release_then_let_go() -> None:
+    """Sent nothing, a trial edged would commit the rejected version once healthy, and only
+    then be sent back (two switches, and a while on a version the fleet rejected): it is held
+    at the release it had committed instead, so that the trial aborts; an install under way
+    is held too (it never switches). Let go once it runs and committed that release, nothing
+    in flight."""
+    run = Run(upgrade(maxUnavailable=4), fleet(5))
+    run.settle()
+    assert run.sent == ["d00", "d01", "d02", "d03"]
+    run.report("d00", rolled_back())  # the failure that stops it: ended on the device
+    run.report("d01", trying())  # on trial
+    run.report("d02", report(phase="Downloading", desired_version=NEW, upgrade="up",
+                             upgrade_revision=1))  # fmt: skip
+    run.report("d03", committed())  # committed: sent back explicitly
+    run.settle()
+    state = run.state
+    assert state is not None and state.phase is RolloutPhase.ROLLED_BACK
+    assert state.rollback == {"d03": OLD}
+    assert state.held == {"d01": OLD, "d02": OLD}
+    for name in ("d01", "d02", "d03"):
+        got = desired_agent(state, name, run.devices[name].report, RELEASES)
+        assert got is not None and got.version == OLD, name
+    assert desired_agent(state, "d00", run.devices["d00"].report, RELEASES) is None
+    assert desired_agent(state, "d04", run.devices["d04"].report, RELEASES) is None  # never sent
+    # a report that lags (still on trial, or back on OLD before it saw the hold) keeps it held
+    run.report("d01", report(phase="RolledBack", reason="RolledBackByHub", upgrade="up",
+                             upgrade_revision=1))  # fmt: skip
+    run.settle()
+    assert run.state is not None and run.state.held == {"d01": OLD, "d02": OLD}
+    # the trial aborted and it says so, having seen the hold: let go (sent nothing)
+    run.report("d01", report(phase="RolledBack", reason="RolledBackByHub", desired_version=OLD,
+                             upgrade="up", upgrade_revision=1))  # fmt: skip
+    run.report("d02", report(desired_version=OLD))  # the install stopped: Idle on OLD
+    run.settle()
+    assert run.state.held == {} and run.state.rollback == {"d03": OLD}
+    assert desired_agent(run.state, "d01", run.devices["d01"].report, RELEASES) is None
+    assert "d01" not in run.state.rollback  # never committed the rejected version: no switch
+
+
+def test_a_held_device_that_commits_anyway_is_sent_back_and_no_longer_held() -> None:
+    run = Run(upgrade(maxUnavailable=2), fleet(3))
+    run.settle()
+    run.report("d00", rolled_back())
+    run.report("d01", trying())
+    run.settle()
+    assert run.state is not None and run.state.held == {"d01": OLD}
+    run.report("d01", committed())  # it committed before it saw the hold
+    run.settle()
+    assert run.state.held == {} and run.state.rollback == {"d01": OLD}
+    assert "DevicesRolledBack" in run.events
+
+
+def test_no_device_is_held_later_than_the_rollback() -> None:
+    run = Run(upgrade(maxUnavailable=1), fleet(3))
+    run.settle()
+    run.report("d00", rolled_back())
+    run.settle()
+    assert run.state is not None and run.state.held == {} and run.sent == ["d00"]
+    run.report("d01", trying(revision=1))  # claims a trial it was never sent: nothing
+    run.settle()
+    assert run.state.held == {}
+    assert desired_agent(run.state, "d01", run.devices["d01"].report, RELEASES) is None
+
+
+def test_a_held_device_that_leaves_the_selector_stays_held_then_is_let_go() -> None:
+    run = Run(upgrade(maxUnavailable=2), fleet(3))
+    run.settle()
+    run.report("d00", rolled_back())
+    run.report("d01", trying())
+    run.settle()
+    assert run.state is not None and run.state.held == {"d01": OLD}
+    run.away = {"d01": run.devices.pop("d01")}
+    run.settle()
+    assert run.state.held == {} and run.state.leaving == {"d01": OLD}
+    d01 = desired_agent(run.state, "d01", run.away["d01"].report, RELEASES)
+    assert d01 is not None and d01.version == OLD
+
+
+def test_held_round_trips_through_json_and_shows_in_status() -> None:
+    from hub.decide.agentupgrade import upgrade_status
+
+    run = Run(upgrade(maxUnavailable=2), fleet(3))
+    run.settle()
+    run.report("d00", rolled_back())
+    run.report("d01", trying())
+    run.settle()
+    assert run.state is not None and run.state.held
+    assert AgentUpgradeState.from_json(run.state.to_json()) == run.state
+    plan = run.step(0)
+    assert upgrade_status(run.up, run.state, plan.progress)["heldDevices"] == {"d01": OLD}
