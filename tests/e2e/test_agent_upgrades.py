@@ -311,3 +311,33 @@ def test_lying_devices_speak_only_for_themselves(
     assert [desired_version(devices[n]) for n in ("r1", "r2", "r3")] == ["", "", ""]
     hub.edgectl("delete", "agentupgrade", "edged-next")
     wait_for(lambda: desired_version(devices["r0"]) == "", 30, "r0 sent no release any more")
+
+
+def test_a_device_on_trial_when_the_rollout_rolls_back_is_held_and_never_commits_it(
+    fleet: tuple[HubProcess, dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    """r0 is on trial and r1 rolls back by itself: the rollout stops, and r0 is held at the
+    release it had committed (sent nothing, its trial edged would commit the rejected one,
+    then be sent back), so its trial aborts; once it says so it is let go."""
+    hub, devices = fleet
+    r0, r1 = devices["r0"], devices["r1"]
+    r0.behaviour = r1.behaviour = "hold"
+    out = apply(hub, tmp_path, upgrade_yaml(NEW, ", maxUnavailable: 2, canary: {steps: [50%]}"))
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_for(lambda: desired_version(r0) == desired_version(r1) == NEW, 30, "both sent it")
+    r0.claim(version=NEW, phase="Trying", upgrade="edged-next", upgrade_revision=1)
+    r1.behaviour = "crash"
+    rolled = wait_for(lambda: (s := status(hub)).get("phase") == "RolledBack" and s, 30)
+    assert list(rolled["failedDevices"]) == ["r1"], rolled
+    wait_for(lambda: desired_version(r0) == OLD, 30, "r0 held at its committed release")
+    shown = status(hub)
+    assert shown["heldDevices"] == {"r0": OLD} and shown["rollbackDevices"] == {}, shown
+    assert desired_version(r1) == ""  # its attempt ended on the device: nothing to abort
+    watched = hub.edgectl("rollout", "status", "agentupgrade/edged-next", check=False)
+    assert f"held r0 at {OLD}" in watched.stdout, watched.stdout
+    # its launcher aborts the trial (RolledBackByHub) and runs what it had committed
+    r0.claim(version=OLD, phase="RolledBack", reason="RolledBackByHub")
+    wait_for(lambda: desired_version(r0) == "", 30, "r0 let go")
+    done = wait_for(lambda: "heldDevices" not in (s := status(hub)) and s, 30, "none held")
+    assert done["phase"] == "RolledBack" and done["rollbackDevices"] == {}, done
+    assert r0.committed == OLD  # it never committed the rejected version
