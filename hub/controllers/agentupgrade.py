@@ -130,6 +130,7 @@ def device_views(
                 d.agent,
                 serving_of(d),
                 claimed,
+                d.agent_version,
             )
         )
     return out

@@ -69,6 +69,7 @@ from typing import Any
 from edgefleet.agentskew import check_skew
 from edgefleet.api.agentupgrades import AgentUpgrade
 from edgefleet.api.quantities import IntOrPercent
+from edgefleet.trust.versions import version_key
 from hub.decide.agentreleases import AgentReleaseRecord, agent_release_key
 from hub.decide.devices import AgentReport
 from hub.decide.regionslice import ROOT_STOP
@@ -228,6 +229,23 @@ class AgentDeviceView:
     report: AgentReport | None
     serving: tuple[str, ...] = ()  # workloads serving now with every replica ready, sorted
     claimed_by: str = ""  # another AgentUpgrade drives this device (the first by name)
+    agent_version: str = ""  # the edged version its Hello said ("" when unknown)
+
+
+FIRST_SELF_UPDATING = "0.2.0"
+"""The first edged release that reports its release (Status.agent) and can update itself."""
+
+
+def reports_later(d: AgentDeviceView) -> bool:
+    """Whether ``d``, connected and without a report yet, runs an edged that sends one (its
+    first report has not reached the hub: just connected, or the hub just started): such a
+    device is not refused as too old, the rollout waits for it."""
+    if d.report is not None or not d.connected or not d.agent_version:
+        return False
+    try:
+        return version_key(d.agent_version) >= version_key(FIRST_SELF_UPDATING)
+    except ValueError:
+        return False
 
 
 @dataclass(frozen=True, slots=True)
@@ -593,6 +611,7 @@ class _Sorted:
     skipped: dict[str, str] = field(default_factory=dict)
     up_to_date: list[str] = field(default_factory=list)
     candidates: list[str] = field(default_factory=list)  # pool, connected, not sent
+    unreported: list[str] = field(default_factory=list)  # connected, report not in yet
     waiting: int = 0
     pool: int = 0
 
@@ -625,6 +644,9 @@ def _sort(
             continue
         if up_to_date(d, revision.version):
             out.up_to_date.append(d.name)
+            continue
+        if reports_later(d):
+            out.unreported.append(d.name)
             continue
         why = refusal(d, revision.version, releases, hub_version)
         if why:
@@ -695,6 +717,7 @@ def _step(
             new.step < len(steps)
             and sent_now >= step_target(steps, new.step, s.pool)
             and not s.updating
+            and not s.unreported
         ):
             passed = _step_text(steps, new.step)
             new = replace(
@@ -706,7 +729,7 @@ def _step(
                 changed_at=now,
             )
             events.append(Event("Normal", "CanaryStepPassed", new.message))
-        if sent_now >= s.pool and not s.updating and new.step >= len(steps):
+        if sent_now >= s.pool and not s.updating and not s.unreported and new.step >= len(steps):
             new = replace(
                 new,
                 phase=RolloutPhase.COMPLETE,

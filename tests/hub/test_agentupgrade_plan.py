@@ -325,6 +325,30 @@ def test_refused_devices_are_named_and_out_of_the_pool() -> None:
     assert run.sent == ["d00"] and plan.progress.pool == 1
 
 
+def test_a_device_whose_report_is_not_in_yet_holds_the_rollout_and_is_not_refused() -> None:
+    """A 0.2.0 edged just connected (or a hub just started) has not reported its release yet:
+    it is neither refused as too old nor left out; nothing completes until it reports. An edged
+    older than the first self-updating release never reports: it is refused."""
+    devices = fleet(3)
+    devices["d01"] = replace(devices["d01"], report=None, agent_version="0.2.0")
+    devices["d02"] = replace(devices["d02"], report=None, agent_version="0.1.0")
+    run = Run(upgrade(maxUnavailable=3), devices)
+    run.settle()
+    assert run.sent == ["d00"]
+    run.commit_all_sent()
+    plan = run.settle()
+    plan = run.step(0)
+    assert run.state is not None and run.state.phase is RolloutPhase.PROGRESSING
+    assert "d01" not in plan.progress.refused
+    assert plan.progress.refused["d02"].startswith("AgentStatusNotReported")
+    run.report("d01", report())
+    run.settle()
+    assert run.sent == ["d00", "d01"]
+    run.commit_all_sent()
+    run.settle()
+    assert run.state.phase is RolloutPhase.COMPLETE
+
+
 def test_devices_not_connected_are_skipped_and_hold_completion() -> None:
     devices = fleet(2)
     devices["d01"] = replace(devices["d01"], connected=False)
