@@ -44,6 +44,7 @@ class AgentDevice(SyncDevice):
         self.tried: set[tuple[str, int, str]] = set()  # (upgrade, revision, version) acted on
         self.lock = threading.Lock()
         self.reconnect = threading.Event()
+        self.reported = threading.Event()  # its first Status (with its agent report) is sent
 
     def claim(self, **fields: object) -> None:
         """Report these fields whatever happened (a lying device)."""
@@ -117,6 +118,7 @@ class AgentDevice(SyncDevice):
                 yield device_pb2.DeviceMessage(
                     status=device_pb2.Status(observed_generation=generation, agent=status)
                 )
+                self.reported.set()
             else:
                 yield device_pb2.DeviceMessage(heartbeat=device_pb2.Heartbeat())
 

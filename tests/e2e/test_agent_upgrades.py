@@ -98,6 +98,12 @@ def fleet(tmp_path: Path) -> Iterator[tuple[HubProcess, dict[str, AgentDevice]]]
         devices["depot"] = agent_device(hub, tmp_path, "depot", {"site": "depot"}, version=OLD)
         for d in devices.values():
             d.connect()
+        # every device's agent report in before a test applies anything, so that the order in
+        # which devices are sent a release is by name, as the tests expect (an upgrade applied
+        # earlier waits for the reports: test_agentupgrade_plan)
+        for d in devices.values():
+            assert d.reported.wait(30), f"{d.name} sent no report"
+        time.sleep(0.5)  # the hub takes them in
         yield hub, devices
     finally:
         for d in devices.values():
