@@ -25,7 +25,6 @@ exits 1, for systemd to restart it.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -280,6 +279,19 @@ async def serve(
         )
 
 
+def dashboard_extra_missing(listen: str) -> None:
+    """Raise :class:`HubDirError` in one line when the ``dashboard`` extra (aiohttp) is not
+    installed: the dashboard asked for (``listen``) cannot run."""
+    try:
+        import aiohttp.web  # noqa: F401  (the dashboard's only third-party need)
+    except ImportError:
+        raise HubDirError(
+            f"dashboardListen {listen!r} needs the dashboard extra (aiohttp), which is not "
+            "installed: pip install 'edgefleet[dashboard]' (the Debian package edgefleet-hub "
+            "has it), or serve without --dashboard-listen / dashboardListen"
+        ) from None
+
+
 async def _serve(
     data_dir: Path,
     *,
@@ -295,6 +307,12 @@ async def _serve(
     if not paths.config.exists():
         raise HubDirError(f"{data_dir} is not a hub data directory (no hub.toml): run hub init")
     config = load_config(paths.config)
+    if dashboard_listen is None:
+        dashboard_listen = config.dashboard_listen
+    if dashboard_listen:
+        # before anything listens: a hub without the extra says so in one line and exits,
+        # never runs without the listener asked for (and never half-started)
+        dashboard_extra_missing(dashboard_listen)
     check_replica_names(paths, config.replica_addresses)
     store = await open_hub_store(
         store_url or config.store or None,
@@ -409,15 +427,7 @@ async def _serve(
             return await _readiness(ctx, stop)
 
         components.append(ObservabilityServer(metrics_listen, ctx.metrics, readiness))
-    if dashboard_listen is None:
-        dashboard_listen = ctx.config.dashboard_listen
     if dashboard_listen:
-        if importlib.util.find_spec("aiohttp") is None:
-            # a hub installed without the extra: say so, never run without the asked listener
-            raise HubDirError(
-                f"dashboardListen {dashboard_listen!r} needs the aiohttp package, which is not "
-                "installed: pip install 'edgefleet[dashboard]'"
-            )
         components.append(dashboard_server(ctx, dashboard_listen))
     if ready is not None:
         ready.set()

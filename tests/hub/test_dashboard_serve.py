@@ -78,3 +78,49 @@ def test_hub_serve_runs_the_dashboard_from_its_config(tmp_path: Path) -> None:
     finally:
         hub.stop()
     assert parts.query.split("=", 1)[1] not in (tmp_path / "hub.log").read_text()
+
+
+# ``hub`` as its console script runs it, with aiohttp missing as on a hub installed without
+# the dashboard extra: every import of it fails the way an absent package's does
+WITHOUT_AIOHTTP = """
+import sys
+
+class NoAiohttp:
+    def find_spec(self, name, path=None, target=None):
+        if name == "aiohttp" or name.startswith("aiohttp."):
+            raise ModuleNotFoundError(f"No module named {name!r}", name=name)
+        return None
+
+sys.meta_path.insert(0, NoAiohttp())
+from hub.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+
+
+@pytest.mark.parametrize("where", ["flag", "hub.toml"])
+def test_hub_serve_without_the_dashboard_extra_refuses_in_one_line(
+    tmp_path: Path, where: str
+) -> None:
+    data = tmp_path / "hub"
+    port = free_port_pair()
+    subprocess.run(
+        [HUB, "init", "--data-dir", str(data), "--hub-address", f"127.0.0.1:{port}"],
+        check=True, capture_output=True, timeout=60,
+    )  # fmt: skip
+    args = ["serve", "--data-dir", str(data), "--listen", f"127.0.0.1:{port}"]
+    if where == "flag":
+        args += ["--dashboard-listen", "127.0.0.1:0"]
+    else:
+        config = data / "hub.toml"
+        text = config.read_text().replace('dashboardListen = ""', 'dashboardListen = "0.0.0.0:0"')
+        config.write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-c", WITHOUT_AIOHTTP, *args],
+        capture_output=True, text=True, timeout=60, check=False,
+    )  # fmt: skip
+    assert result.returncode == 1, result
+    lines = result.stderr.strip().splitlines()
+    assert len(lines) == 1, result.stderr  # no traceback, no "Event loop is closed"
+    assert lines[0].startswith("hub: dashboardListen ")
+    assert "pip install 'edgefleet[dashboard]'" in lines[0]
+    assert "hub serving" not in result.stdout + result.stderr  # refused before it listened

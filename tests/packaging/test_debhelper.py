@@ -7,6 +7,7 @@ debhelper, pip and lintian (Debian packages debhelper, lintian: scripts/install-
 
 from __future__ import annotations
 
+import re
 import subprocess
 from pathlib import Path
 
@@ -49,6 +50,9 @@ def test_dpkg_buildpackage_builds_the_split_packages_and_lintian_finds_no_error(
         for path in paths:
             assert f" {path}" in listed[name], f"{name} lacks {path}"
     assert "./opt/" not in listed["edgefleet-edged"] + listed["edgefleet-hub"]
+    # the hub's dashboard extra (aiohttp) is in the venv: hub serve --dashboard-listen runs
+    assert re.search(r" \./opt/edgefleet/lib/python3\.\d+/site-packages/aiohttp/web\.py\n",
+                     listed["edgefleet-common"]), "the venv lacks the dashboard extra"  # fmt: skip
     fields = _run("dpkg-deb", "--field", str(debs["edgefleet-edged"]), cwd=tmp_path).stdout
     assert "Depends:" in fields and "edgefleet-common (= " in fields and "adduser" in fields
     scripts = {

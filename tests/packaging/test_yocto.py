@@ -82,9 +82,9 @@ def test_vendored_python_recipes_satisfy_pyproject() -> None:
 
 def test_the_fast_extra_is_recommended_like_debian_installs_it() -> None:
     """pyproject's ``fast`` extra (pysimdjson): the Debian venv installs it (stage-venv builds
-    ``.[fast]``); the Yocto image gets it through python3-edgefleet's RRECOMMENDS (an image may
-    leave it out: workers then decode JSON with orjson alone)."""
-    assert '"$repo[fast]"' in (REPO / "packaging" / "deb" / "stage-venv").read_text()
+    ``.[fast,dashboard]``); the Yocto image gets it through python3-edgefleet's RRECOMMENDS (an
+    image may leave it out: workers then decode JSON with orjson alone)."""
+    assert '"$repo[fast,' in (REPO / "packaging" / "deb" / "stage-venv").read_text()
     recipe = LAYER / "recipes-edgefleet" / "edgefleet" / "python3-edgefleet_0.2.0.bb"
     found = re.search(r'^RRECOMMENDS:\$\{PN\} \+?= "([^"]*)"', recipe.read_text(), re.MULTILINE)
     assert found is not None and found.group(1).split() == ["python3-pysimdjson"]
