@@ -80,7 +80,12 @@ def _parser() -> argparse.ArgumentParser:
         help="a label of the device's own choosing, where its token allows (repeatable); a "
         "Secret never follows it: label through the token (hub token create --label) instead",
     )  # fmt: skip
-    en.add_argument("--name", default="", help="the device name (default: the hub picks)")
+    en.add_argument(
+        "--name",
+        default="",
+        help="the device name, taken exactly (default: this machine's hostname, made a DNS "
+        "label; the hub adds a suffix when a device holds it)",
+    )
     en.add_argument("--enroll-address", help="HOST:PORT of enrollment (default: hub port + 1)")
     en.add_argument("--force", action="store_true", help="enroll again, replacing the link")
     tr = sub.add_parser("trust", help="the device's trust state")
@@ -241,8 +246,29 @@ def _enroll(args: argparse.Namespace) -> int:
         else "software-attested (no TPM attestation key bound)"
     )
     print(f"enrolled as {result.device_name}, {attestation}")
-    print(f"start edged with: edged run --data-dir {data_dir}")
+    if not args.name:
+        import socket
+
+        from edgefleet.devicenames import name_from_hostname
+
+        wanted = name_from_hostname(socket.gethostname())
+        if wanted is not None and result.device_name != wanted:
+            print(f"({wanted}, from this hostname, is held by another device: the hub added a "
+                  "suffix; give --name to choose)")  # fmt: skip
+    print(f"start edged with: {run_hint(data_dir, args.config)}")
     return 0
+
+
+def run_hint(data_dir: Path, config: Path | None) -> str:
+    """The ``edged run`` command that starts this enrolled device: with the data directory and
+    the config it was enrolled with (the config's trust settings are the ones it was enrolled
+    under), quoted for a shell."""
+    import shlex
+
+    words = ["edged", "run", "--data-dir", str(data_dir)]
+    if config is not None:
+        words += ["--config", str(config)]
+    return shlex.join(words)
 
 
 def _run(args: argparse.Namespace) -> int:

@@ -6,6 +6,8 @@
    verifies the hub against that CA.
 2. The device identity key (``D/identity/key.pem``, mode 0600; see edged.trust.identity) signs
    a CSR; the hub answers with a short-lived certificate, its CA and the fleet's trust roots.
+   Without ``--name`` the request carries the hostname and the hub names the device after it
+   (:mod:`edgefleet.devicenames`: made a DNS label, a suffix only when the name is taken).
 3. Trust in the fleet's root is never taken from the hub (no trust on first use): the device
    starts from the root in its image (``trust.rootFile``) or from one pinned out of band
    (``--root-hash sha256:<hex of the root's payload digest>``, printed by ``edgectl trust root
@@ -28,6 +30,7 @@ by that key. A hub that cannot verify the EK leaves the device software-attested
 from __future__ import annotations
 
 import asyncio
+import socket
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -254,6 +257,7 @@ async def enroll(
     token: str,
     labels: Mapping[str, str],
     name: str = "",
+    hostname: str | None = None,
     ca_hash: str | None,
     root_file: Path | None = None,
     root_hash: str | None = None,
@@ -305,6 +309,8 @@ async def enroll(
         identity.close()
     material = await asyncio.to_thread(attestation_key_material, data_dir, tpm)
     request = enrollment_pb2.EnrollRequest(token=token, csr_pem=csr, name=name, labels=dict(labels))
+    if not name:  # the hub names it after its hostname (edgefleet.devicenames)
+        request.hostname = socket.gethostname() if hostname is None else hostname
     if material is not None:
         request.ek_certificate = material.ek_certificate
         request.ek_public = material.ek_public

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65\x64gefleet/v1/enrollment.proto\x12\x0c\x65\x64gefleet.v1\"\xe3\x01\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0f\n\x07\x63sr_pem\x18\x02 \x01(\x0c\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x37\n\x06labels\x18\x04 \x03(\x0b\x32\'.edgefleet.v1.EnrollRequest.LabelsEntry\x12\x16\n\x0e\x65k_certificate\x18\x05 \x01(\x0c\x12\x11\n\tek_public\x18\x06 \x01(\x0c\x12\x11\n\tak_public\x18\x07 \x01(\x0c\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd9\x01\n\x0e\x45nrollResponse\x12\x1d\n\x15\x63\x65rtificate_chain_pem\x18\x01 \x01(\x0c\x12\x1a\n\x12\x63\x61_certificate_pem\x18\x02 \x01(\x0c\x12\x12\n\ntrust_root\x18\x03 \x01(\x0c\x12\x13\n\x0b\x64\x65vice_name\x18\x04 \x01(\t\x12\x1a\n\x12\x61k_credential_blob\x18\x05 \x01(\x0c\x12\x1b\n\x13\x61k_encrypted_secret\x18\x06 \x01(\x0c\x12\x12\n\nak_refused\x18\x07 \x01(\t\x12\x16\n\rhub_addresses\x18\xc4\x04 \x03(\t2X\n\x11\x45nrollmentService\x12\x43\n\x06\x45nroll\x12\x1b.edgefleet.v1.EnrollRequest\x1a\x1c.edgefleet.v1.EnrollResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x1d\x65\x64gefleet/v1/enrollment.proto\x12\x0c\x65\x64gefleet.v1\"\xf5\x01\n\rEnrollRequest\x12\r\n\x05token\x18\x01 \x01(\t\x12\x0f\n\x07\x63sr_pem\x18\x02 \x01(\x0c\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x37\n\x06labels\x18\x04 \x03(\x0b\x32\'.edgefleet.v1.EnrollRequest.LabelsEntry\x12\x16\n\x0e\x65k_certificate\x18\x05 \x01(\x0c\x12\x11\n\tek_public\x18\x06 \x01(\x0c\x12\x11\n\tak_public\x18\x07 \x01(\x0c\x12\x10\n\x08hostname\x18\x08 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"\xd9\x01\n\x0e\x45nrollResponse\x12\x1d\n\x15\x63\x65rtificate_chain_pem\x18\x01 \x01(\x0c\x12\x1a\n\x12\x63\x61_certificate_pem\x18\x02 \x01(\x0c\x12\x12\n\ntrust_root\x18\x03 \x01(\x0c\x12\x13\n\x0b\x64\x65vice_name\x18\x04 \x01(\t\x12\x1a\n\x12\x61k_credential_blob\x18\x05 \x01(\x0c\x12\x1b\n\x13\x61k_encrypted_secret\x18\x06 \x01(\x0c\x12\x12\n\nak_refused\x18\x07 \x01(\t\x12\x16\n\rhub_addresses\x18\xc4\x04 \x03(\t2X\n\x11\x45nrollmentService\x12\x43\n\x06\x45nroll\x12\x1b.edgefleet.v1.EnrollRequest\x1a\x1c.edgefleet.v1.EnrollResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,11 +34,11 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ENROLLREQUEST_LABELSENTRY']._loaded_options = None
   _globals['_ENROLLREQUEST_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_ENROLLREQUEST']._serialized_start=48
-  _globals['_ENROLLREQUEST']._serialized_end=275
-  _globals['_ENROLLREQUEST_LABELSENTRY']._serialized_start=230
-  _globals['_ENROLLREQUEST_LABELSENTRY']._serialized_end=275
-  _globals['_ENROLLRESPONSE']._serialized_start=278
-  _globals['_ENROLLRESPONSE']._serialized_end=495
-  _globals['_ENROLLMENTSERVICE']._serialized_start=497
-  _globals['_ENROLLMENTSERVICE']._serialized_end=585
+  _globals['_ENROLLREQUEST']._serialized_end=293
+  _globals['_ENROLLREQUEST_LABELSENTRY']._serialized_start=248
+  _globals['_ENROLLREQUEST_LABELSENTRY']._serialized_end=293
+  _globals['_ENROLLRESPONSE']._serialized_start=296
+  _globals['_ENROLLRESPONSE']._serialized_end=513
+  _globals['_ENROLLMENTSERVICE']._serialized_start=515
+  _globals['_ENROLLMENTSERVICE']._serialized_end=603
 # @@protoc_insertion_point(module_scope)

@@ -7,7 +7,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class EnrollRequest(_message.Message):
-    __slots__ = ("token", "csr_pem", "name", "labels", "ek_certificate", "ek_public", "ak_public")
+    __slots__ = ("token", "csr_pem", "name", "labels", "ek_certificate", "ek_public", "ak_public", "hostname")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -22,6 +22,7 @@ class EnrollRequest(_message.Message):
     EK_CERTIFICATE_FIELD_NUMBER: _ClassVar[int]
     EK_PUBLIC_FIELD_NUMBER: _ClassVar[int]
     AK_PUBLIC_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     token: str
     csr_pem: bytes
     name: str
@@ -29,7 +30,8 @@ class EnrollRequest(_message.Message):
     ek_certificate: bytes
     ek_public: bytes
     ak_public: bytes
-    def __init__(self, token: _Optional[str] = ..., csr_pem: _Optional[bytes] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., ek_certificate: _Optional[bytes] = ..., ek_public: _Optional[bytes] = ..., ak_public: _Optional[bytes] = ...) -> None: ...
+    hostname: str
+    def __init__(self, token: _Optional[str] = ..., csr_pem: _Optional[bytes] = ..., name: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., ek_certificate: _Optional[bytes] = ..., ek_public: _Optional[bytes] = ..., ak_public: _Optional[bytes] = ..., hostname: _Optional[str] = ...) -> None: ...
 
 class EnrollResponse(_message.Message):
     __slots__ = ("certificate_chain_pem", "ca_certificate_pem", "trust_root", "device_name", "ak_credential_blob", "ak_encrypted_secret", "ak_refused", "hub_addresses")

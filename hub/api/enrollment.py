@@ -32,15 +32,16 @@ the record that holds it, unless its token was made with ``hub token create
 
 from __future__ import annotations
 
-import re
 import secrets
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Container, Iterable, Mapping, Sequence
 from datetime import timedelta
 from pathlib import Path
 
 import grpc
+from cryptography import x509
 
+from edgefleet import devicenames
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.errors import (
     CompareFailed,
@@ -65,8 +66,9 @@ from hub.state.writer import DeviceWriter
 
 log = get_logger(__name__)
 
-_NAME = re.compile(r"[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?")
 MAX_LABELS = 64
+NAME_ATTEMPTS = 5
+"""Names tried for a device enrolled without one whose derived name is taken."""
 
 REFUSED = (
     "enrollment refused: the bootstrap token is not valid (unknown, wrong, expired or used "
@@ -130,11 +132,14 @@ def source_of(peer: str) -> str:
 def check_request(request: enrollment_pb2.EnrollRequest) -> list[str]:
     """Every problem with the request's own fields (pure)."""
     problems = []
-    if request.name and not _NAME.fullmatch(request.name):
+    if request.name and not devicenames.is_name(request.name):
         problems.append(
             f"name: must be a DNS label (lower-case letters, digits and '-', at most 63), "
             f"got {request.name!r}"
         )
+    hostname_problem = devicenames.check_hostname(request.hostname)
+    if hostname_problem is not None:
+        problems.append(f"hostname: {hostname_problem}")
     if len(request.labels) > MAX_LABELS:
         problems.append(f"labels: at most {MAX_LABELS}, got {len(request.labels)}")
     for key, value in sorted(request.labels.items()):
@@ -266,6 +271,39 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             self.writer.event("Token", token_id, "Warning", "EnrollmentRefused", str(exc))
         await context.abort(grpc.StatusCode.UNAUTHENTICATED, REFUSED)
 
+    def _name_for(self, request: enrollment_pb2.EnrollRequest, taken: Container[str] = ()) -> str:
+        """The name asked for; else one from the hostname (edgefleet.devicenames), with a
+        random suffix when a device holds it (or it is in ``taken``: found held in the
+        store); else ``device-XXXXXXXX``."""
+        if request.name:
+            return request.name
+        base = devicenames.name_from_hostname(request.hostname)
+        if base is None:
+            return f"device-{secrets.token_hex(4)}"
+        name = base
+        for _ in range(NAME_ATTEMPTS):
+            if name not in self.cache.devices and name not in taken:
+                return name
+            name = devicenames.with_suffix(base, secrets.token_hex(devicenames.SUFFIX_CHARS // 2))
+        return name  # taken too (astronomically unlikely): the store's compare decides
+
+    async def _certify(
+        self, context: grpc.aio.ServicerContext, request: enrollment_pb2.EnrollRequest, name: str
+    ) -> x509.Certificate:
+        """The device certificate for ``name`` from the request's CSR (INVALID_ARGUMENT when
+        the CSR is refused)."""
+        identity = pki.Identity(pki.Role.DEVICE, name, self.region)
+        try:
+            return pki.sign_device_csr(
+                self.ca,
+                request.csr_pem,
+                identity,
+                lifetime=timedelta(seconds=self.device_lifetime_s),
+            )
+        except (CsrRejected, PkiError) as exc:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
+            raise AssertionError("unreachable") from None
+
     async def Enroll(
         self, request: enrollment_pb2.EnrollRequest, context: grpc.aio.ServicerContext
     ) -> enrollment_pb2.EnrollResponse:
@@ -313,7 +351,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
         if label_problems:
             log.warning("enrollment labels refused", token=record.id, problems=label_problems)
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "; ".join(label_problems))
-        name = request.name or f"device-{secrets.token_hex(4)}"
+        name = self._name_for(request)
         existing = self.cache.devices.get(name)
         if existing is not None:
             await context.abort(
@@ -321,17 +359,7 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
                 f"a device named {name!r} is already enrolled; delete it first "
                 f"(edgectl delete device {name}) or choose another --name",
             )
-        identity = pki.Identity(pki.Role.DEVICE, name, self.region)
-        try:
-            certificate = pki.sign_device_csr(
-                self.ca,
-                request.csr_pem,
-                identity,
-                lifetime=timedelta(seconds=self.device_lifetime_s),
-            )
-        except (CsrRejected, PkiError) as exc:
-            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, f"csr_pem: {exc}")
-            raise AssertionError("unreachable") from None
+        certificate = await self._certify(context, request, name)
         offer: dict[str, str] | None = None
         tpm_answer = enrollment_pb2.EnrollResponse()
         if request.ak_public:
@@ -352,27 +380,38 @@ class EnrollmentServicer(enrollment_pb2_grpc.EnrollmentServiceServicer):
             record = await tokens.consume(self.store, request.token, now=now)
         except TokenError as exc:  # used by a concurrent enrollment meanwhile
             await self._refuse(context, exc, token_id, source)
-        device = Device(
-            name,
-            labels=labels,
-            own_labels=frozenset(labels) - set(record.labels),  # the device asked for these
-            certificate_serial=format(certificate.serial_number, "x"),
-            public_key_pem=pki.public_key_pem(certificate),
-            enrolled_at=now,
-            ak_offer=offer,
-        )
-        event = self.writer.prepare_event(
-            "Device", name, "Normal", "Enrolled", f"enrolled with bootstrap token {record.id}"
-        )
-        try:
-            revision = await self.store.txn(
-                [Compare(storekeys.device_key(name), 0)],
-                [Put(storekeys.device_key(name), storekeys.dumps(device.to_json())), event.put],
+        taken: set[str] = set()
+        for attempt in range(NAME_ATTEMPTS):
+            device = Device(
+                name,
+                labels=labels,
+                own_labels=frozenset(labels) - set(record.labels),  # the device asked for these
+                certificate_serial=format(certificate.serial_number, "x"),
+                public_key_pem=pki.public_key_pem(certificate),
+                enrolled_at=now,
+                ak_offer=offer,
             )
-        except CompareFailed:
-            await context.abort(
-                grpc.StatusCode.ALREADY_EXISTS, f"a device named {name!r} was enrolled meanwhile"
-            )
+            how = f"enrolled with bootstrap token {record.id}"
+            if not request.name and request.hostname:  # bounded by check_request
+                how += f"; named after its hostname {request.hostname!r}"
+            event = self.writer.prepare_event("Device", name, "Normal", "Enrolled", how)
+            try:
+                revision = await self.store.txn(
+                    [Compare(storekeys.device_key(name), 0)],
+                    [Put(storekeys.device_key(name), storekeys.dumps(device.to_json())), event.put],
+                )
+                break
+            except CompareFailed:
+                if request.name or attempt + 1 == NAME_ATTEMPTS:
+                    await context.abort(
+                        grpc.StatusCode.ALREADY_EXISTS,
+                        f"a device named {name!r} was enrolled meanwhile",
+                    )
+                # a name the hub chose was taken meanwhile (another replica, a device with
+                # the same hostname): another one, and a certificate for it
+                taken.add(name)
+                name = self._name_for(request, taken)
+                certificate = await self._certify(context, request, name)
         self.cache.put_device(device)
         self.writer.observed(name, revision, device.to_json())
         self.writer.committed(event)
