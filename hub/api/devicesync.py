@@ -55,7 +55,7 @@ from hub.api.blobserving import blob_chunks
 from hub.api.deviceinput import check_hello, check_message
 from hub.api.ratelimit import Rate, RateLimiter
 from hub.config import DevicesConfig
-from hub.decide.agentupgrade import DesiredAgentSpec
+from hub.decide.agentrevisions import DesiredAgentSpec
 from hub.decide.desired import MAX_DESIRED_STATE_BYTES
 from hub.decide.devices import (
     AgentReport,

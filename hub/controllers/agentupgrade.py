@@ -14,7 +14,7 @@ One reconcile: the selected devices and their reports, the stored rollout record
 releases, ``now``. A step is written to the store (``/agentupgrades/NAME``, compared with the
 mod revision it was read at) before anything is sent; then the cache, the events, and the
 devices whose desired release the step changed are projected again (the projector builds
-``DesiredState.agent`` from the record: :func:`hub.decide.agentupgrade.desired_agent_of`). A
+``DesiredState.agent`` from the record: :func:`hub.decide.agentdesired.desired_agent_of`). A
 hub killed at any moment restarts from what the store holds and never takes a step twice.
 
 Operators act through :meth:`AgentUpgradeController.act` (pause, resume, retry after a
@@ -35,16 +35,15 @@ from edgefleet.backoff import Backoff
 from edgefleet.errors import CompareFailed, EdgefleetError
 from edgefleet.logs import get_logger
 from edgefleet.versioning import installed_version
-from hub.decide.agentupgrade import (
+from hub.decide.agentdesired import desired_agent
+from hub.decide.agentrevisions import (
     AgentDeviceView,
     AgentPlan,
     AgentRevision,
     AgentUpgradeState,
     agent_upgrade_key,
-    desired_agent,
-    plan_upgrade,
-    retry_plan,
 )
+from hub.decide.agentupgrade import plan_upgrade, retry_plan
 from hub.decide.devices import Device, DevicePhase
 from hub.decide.revisions import RolloutPhase
 from hub.state import feed as kinds

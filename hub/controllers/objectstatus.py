@@ -17,7 +17,8 @@ from edgefleet.api import AgentUpgrade, ModelDeployment, parse_manifest
 from edgefleet.versioning import installed_version
 from hub.controllers.agentupgrade import device_views, upgrades_of
 from hub.controllers.rollout import RolloutController, canary_status, progress_of
-from hub.decide.agentupgrade import plan_upgrade, upgrade_status
+from hub.decide.agentupgrade import plan_upgrade
+from hub.decide.agentupgradestatus import upgrade_status
 from hub.decide.labeltrust import secrets_withheld
 from hub.decide.presentation import deployment_object, fleet_compliance
 from hub.decide.rolloutstatus import rollout_versions, with_rollout

@@ -44,7 +44,7 @@ import grpc
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub.decide.agentreleases import AGENT_RELEASES, AgentReleaseRecord
-from hub.decide.agentupgrade import AGENT_UPGRADES, AgentUpgradeState
+from hub.decide.agentrevisions import AGENT_UPGRADES, AgentUpgradeState
 from hub.decide.rollout import Revision, RolloutState
 from hub.state import storekeys
 from hub.state.cache import Cache

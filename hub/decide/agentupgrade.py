@@ -1,5 +1,8 @@
 """An AgentUpgrade's rollout, decided: pure, tested as tables (issue 32, docs/agent-updates.md
-"The AgentUpgrade kind"). :mod:`hub.controllers.agentupgrade` applies it.
+"The AgentUpgrade kind"). :mod:`hub.controllers.agentupgrade` applies it. The record and the
+planner's plain data are in :mod:`hub.decide.agentrevisions`; who is refused and what each
+device is sent in :mod:`hub.decide.agentdesired`; the status in
+:mod:`hub.decide.agentupgradestatus`.
 
 A **revision** of an upgrade is what devices are sent: the version and the commit settings
 (``spec.commit``). Changing them makes a new revision (numbered from 1, the last
@@ -60,26 +63,28 @@ device.
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
-from edgefleet.agentskew import check_skew
 from edgefleet.api.agentupgrades import AgentUpgrade
 from edgefleet.api.quantities import IntOrPercent
-from edgefleet.trust.versions import version_key
-from hub.decide.agentreleases import AgentReleaseRecord, agent_release_key
-from hub.decide.devices import AgentReport
+from hub.decide.agentdesired import refusal, reports_later, up_to_date
+from hub.decide.agentrevisions import (
+    MAX_NAMED,
+    MAX_REVISIONS,
+    AgentDeviceView,
+    AgentPlan,
+    AgentProgress,
+    AgentRevision,
+    AgentUpgradeState,
+    Event,
+    Releases,
+    SentAgent,
+    named,
+)
 from hub.decide.regionslice import ROOT_STOP
 from hub.decide.revisions import RolloutPhase
-
-AGENT_UPGRADES = "/agentupgrades/"
-"""Store prefix of the rollout records: ``/agentupgrades/NAME`` (:class:`AgentUpgradeState`)."""
-
-MAX_REVISIONS = 10
-MAX_NAMED = 5  # devices a message names before "and N more"
 
 COMMITTED = "Committed"
 
@@ -87,285 +92,7 @@ MAX_STOP_TEXT = 512
 FAILED_PHASES = ("RolledBack", "Failed")
 
 
-def agent_upgrade_key(name: str) -> str:
-    return f"{AGENT_UPGRADES}{name}"
-
-
-@dataclass(frozen=True, slots=True)
-class AgentRevision:
-    """One revision of an upgrade: what its devices are sent."""
-
-    number: int
-    version: str
-    deadline_s: int
-    max_tries: int
-    created_at: float
-    source: int = 0  # the revision it retries or copies (resume, undo), 0: none
-
-    @property
-    def template(self) -> tuple[str, int, int]:
-        return self.version, self.deadline_s, self.max_tries
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "number": self.number,
-            "version": self.version,
-            "deadlineSeconds": self.deadline_s,
-            "maxTries": self.max_tries,
-            "createdAt": self.created_at,
-            "source": self.source,
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> AgentRevision:
-        return cls(
-            int(doc["number"]),
-            str(doc["version"]),
-            int(doc["deadlineSeconds"]),
-            int(doc["maxTries"]),
-            float(doc["createdAt"]),
-            int(doc.get("source", 0)),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class SentAgent:
-    """A device sent the release: of which revision, when, what it had committed then, and
-    the workloads that served on it then (they must serve again for it to be done)."""
-
-    revision: int
-    sent_at: float
-    from_version: str
-    serving: tuple[str, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "revision": self.revision,
-            "sentAt": self.sent_at,
-            "fromVersion": self.from_version,
-            "serving": list(self.serving),
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> SentAgent:
-        return cls(
-            int(doc["revision"]),
-            float(doc["sentAt"]),
-            str(doc.get("fromVersion", "")),
-            tuple(str(s) for s in doc.get("serving", ())),
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class AgentUpgradeState:
-    """Where an upgrade's rollout stands; stored at ``/agentupgrades/NAME``."""
-
-    upgrade: str
-    revision: int
-    revisions: tuple[AgentRevision, ...]
-    phase: RolloutPhase = RolloutPhase.PROGRESSING
-    reason: str = ""
-    message: str = ""
-    started_at: float = 0.0
-    changed_at: float = 0.0
-    step: int = 0  # index into spec.rollout.canary.steps (== len: past the last)
-    sent: Mapping[str, SentAgent] = field(default_factory=dict)
-    failed: Mapping[str, str] = field(default_factory=dict)  # device -> why
-    rollback: Mapping[str, str] = field(default_factory=dict)  # device -> version sent back
-    leaving: Mapping[str, str] = field(default_factory=dict)  # left the selector: held at
-    held: Mapping[str, str] = field(default_factory=dict)  # rolled back uncommitted: held at
-
-    @property
-    def current(self) -> AgentRevision:
-        return next(r for r in self.revisions if r.number == self.revision)
-
-    def revision_of(self, number: int) -> AgentRevision | None:
-        return next((r for r in self.revisions if r.number == number), None)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "upgrade": self.upgrade,
-            "revision": self.revision,
-            "revisions": [r.to_json() for r in self.revisions],
-            "phase": self.phase.value,
-            "reason": self.reason,
-            "message": self.message,
-            "startedAt": self.started_at,
-            "changedAt": self.changed_at,
-            "step": self.step,
-            "sent": {d: s.to_json() for d, s in sorted(self.sent.items())},
-            "failed": dict(sorted(self.failed.items())),
-            "rollback": dict(sorted(self.rollback.items())),
-            **({"leaving": dict(sorted(self.leaving.items()))} if self.leaving else {}),
-            **({"held": dict(sorted(self.held.items()))} if self.held else {}),
-        }
-
-    @classmethod
-    def from_json(cls, doc: Mapping[str, Any]) -> AgentUpgradeState:
-        return cls(
-            str(doc["upgrade"]),
-            int(doc["revision"]),
-            tuple(AgentRevision.from_json(r) for r in doc.get("revisions", ())),
-            RolloutPhase(doc.get("phase", RolloutPhase.PROGRESSING.value)),
-            str(doc.get("reason", "")),
-            str(doc.get("message", "")),
-            float(doc.get("startedAt", 0.0)),
-            float(doc.get("changedAt", 0.0)),
-            int(doc.get("step", 0)),
-            {str(d): SentAgent.from_json(s) for d, s in (doc.get("sent") or {}).items()},
-            {str(d): str(r) for d, r in (doc.get("failed") or {}).items()},
-            {str(d): str(v) for d, v in (doc.get("rollback") or {}).items()},
-            {str(d): str(v) for d, v in (doc.get("leaving") or {}).items()},
-            {str(d): str(v) for d, v in (doc.get("held") or {}).items()},
-        )
-
-
-@dataclass(frozen=True, slots=True)
-class AgentDeviceView:
-    """What the planner knows of one selected device."""
-
-    name: str
-    connected: bool
-    report: AgentReport | None
-    serving: tuple[str, ...] = ()  # workloads serving now with every replica ready, sorted
-    claimed_by: str = ""  # another AgentUpgrade drives this device (the first by name)
-    agent_version: str = ""  # the edged version its Hello said ("" when unknown)
-
-
-FIRST_SELF_UPDATING = "0.2.0"
-"""The first edged release that reports its release (Status.agent) and can update itself."""
-
-
-def reports_later(d: AgentDeviceView) -> bool:
-    """Whether ``d``, connected and without a report yet, runs an edged that sends one (its
-    first report has not reached the hub: just connected, or the hub just started): such a
-    device is not refused as too old, the rollout waits for it."""
-    if d.report is not None or not d.connected or not d.agent_version:
-        return False
-    try:
-        return version_key(d.agent_version) >= version_key(FIRST_SELF_UPDATING)
-    except ValueError:
-        return False
-
-
-@dataclass(frozen=True, slots=True)
-class DesiredAgentSpec:
-    """What a device's desired state says of its edged (``DesiredState.agent``), plain."""
-
-    version: str
-    signed_metadata: bytes
-    upgrade: str
-    upgrade_revision: int
-    commit_deadline_s: int
-    max_tries: int
-
-
-Releases = Mapping[str, AgentReleaseRecord]
-"""The releases the hub holds, by :func:`hub.decide.agentreleases.agent_release_key`."""
-
-
-@dataclass(frozen=True, slots=True)
-class Event:
-    type: str  # Normal | Warning
-    reason: str
-    message: str
-
-
-@dataclass(frozen=True, slots=True)
-class AgentProgress:
-    """One upgrade's devices at one moment, by what the planner calls them."""
-
-    selected: int = 0
-    pool: int = 0
-    done: tuple[str, ...] = ()
-    updating: tuple[str, ...] = ()
-    failed: Mapping[str, str] = field(default_factory=dict)
-    refused: Mapping[str, str] = field(default_factory=dict)
-    skipped: Mapping[str, str] = field(default_factory=dict)
-    up_to_date: tuple[str, ...] = ()
-    waiting: int = 0  # in the pool, not sent yet
-    max_unavailable: int = 1
-    threshold: int = 1
-    step_target: int = 0  # devices the current step may have sent
-    rollback_blocked: Mapping[str, str] = field(default_factory=dict)
-
-    def to_json(self) -> dict[str, Any]:
-        return {
-            "selectedDevices": self.selected,
-            "poolDevices": self.pool,
-            "doneDevices": len(self.done),
-            "updatingDevices": len(self.updating),
-            "failedCount": len(self.failed),
-            "waitingDevices": self.waiting,
-            "upToDateDevices": len(self.up_to_date),
-            "updating": list(self.updating[:100]),
-            "refused": dict(sorted(self.refused.items())[:100]),
-            "skipped": dict(sorted(self.skipped.items())[:100]),
-            "maxUnavailable": self.max_unavailable,
-            "failureThreshold": self.threshold,
-            "stepDevices": self.step_target,
-            **({"rollbackBlocked": dict(self.rollback_blocked)} if self.rollback_blocked else {}),
-        }
-
-
-@dataclass(frozen=True, slots=True)
-class AgentPlan:
-    """What to write (None: nothing changes), the events, the devices' counts."""
-
-    state: AgentUpgradeState | None = None
-    events: tuple[Event, ...] = ()
-    progress: AgentProgress = AgentProgress()
-
-
 # -- the pieces ------------------------------------------------------------------------------
-
-
-def platform_of(report: AgentReport | None) -> tuple[str, str]:
-    return (report.arch, report.python_abi) if report is not None else ("", "")
-
-
-def release_for(
-    releases: Releases, version: str, report: AgentReport | None
-) -> AgentReleaseRecord | None:
-    arch, abi = platform_of(report)
-    if not arch or not abi:
-        return None
-    return releases.get(agent_release_key(version, arch, abi))
-
-
-def refusal(d: AgentDeviceView, version: str, releases: Releases, hub_version: str) -> str:
-    """Why ``d`` cannot be sent ``version`` ("" when it can)."""
-    if d.claimed_by:
-        return f"ClaimedByAnotherUpgrade: AgentUpgrade {d.claimed_by} drives this device"
-    a = d.report
-    if a is None:
-        return "AgentStatusNotReported: its edged does not report its release (too old to update)"
-    if not a.launcher:
-        return (
-            "NoLauncher: edged runs from its package, not under the A/B launcher: it cannot "
-            "update itself"
-        )
-    running = a.version or a.committed_version
-    verdict = _skew(running, hub_version)
-    if not verdict.allowed:
-        return f"{verdict.reason}: {verdict.message}"
-    if not a.arch or not a.python_abi:
-        return "PlatformNotReported: the device does not say its machine and Python ABI"
-    if release_for(releases, version, a) is None:
-        return (
-            f"NoReleaseForPlatform: no release {version} for {a.arch}/{a.python_abi} "
-            "(edgectl agent push)"
-        )
-    return ""
-
-
-_skew = functools.lru_cache(maxsize=256)(check_skew)
-"""check_skew, once per (device version, hub version): a fleet runs a few versions; bounded."""
-
-
-def up_to_date(d: AgentDeviceView, version: str) -> bool:
-    a = d.report
-    return a is not None and a.version == version and a.committed_version == version
 
 
 def came_back(d: AgentDeviceView, upgrade: str, revision: AgentRevision, sent: SentAgent) -> bool:
@@ -437,15 +164,6 @@ def step_target(steps: Sequence[int], step: int, pool: int) -> int:
     if step >= len(steps) or pool == 0:
         return pool
     return min(pool, max(1, math.ceil(steps[step] * pool / 100)))
-
-
-def named(items: Mapping[str, str] | Sequence[str], limit: int = MAX_NAMED) -> str:
-    if isinstance(items, Mapping):
-        parts = [f"{d} ({why})" for d, why in sorted(items.items())[:limit]]
-    else:
-        parts = list(sorted(items)[:limit])
-    more = f" and {len(items) - limit} more" if len(items) > limit else ""
-    return ", ".join(parts) + more
 
 
 def _step_text(steps: Sequence[int], step: int) -> str:
@@ -916,124 +634,3 @@ def _hold_rollback(
             "back to the release each had committed",
         ))  # fmt: skip
     return AgentPlan(new, tuple(events), progress)
-
-
-# -- status -----------------------------------------------------------------------------------
-
-
-def upgrade_status(
-    upgrade: AgentUpgrade, state: AgentUpgradeState | None, progress: AgentProgress
-) -> dict[str, Any]:
-    """An AgentUpgrade's ``status``: its rollout (phase, revision, version, canary step), the
-    devices' counts, every failed device with its reason, the devices sent back, and the
-    ``Progressing`` condition (Kubernetes' words: RolloutPaused, RolledBack...)."""
-    from edgefleet.api.conditions import Condition, ConditionStatus
-    from edgefleet.timestamps import rfc3339
-
-    if state is None:
-        return {"phase": "Pending", "message": "no revision yet", **progress.to_json()}
-    steps = upgrade.spec.rollout.steps
-    if state.phase is RolloutPhase.ROLLED_BACK:
-        condition = Condition("Progressing", ConditionStatus.FALSE, "RolledBack", state.message)
-    elif state.phase is RolloutPhase.PAUSED:
-        condition = Condition(
-            "Progressing", ConditionStatus.UNKNOWN, "RolloutPaused", state.message
-        )
-    elif state.phase is RolloutPhase.COMPLETE:
-        condition = Condition("Progressing", ConditionStatus.TRUE, "RolloutComplete", state.message)
-    else:
-        condition = Condition(
-            "Progressing", ConditionStatus.TRUE, state.reason or "RollingUpdate", state.message
-        )
-    return {
-        "phase": state.phase.value,
-        "reason": state.reason,
-        "message": state.message,
-        "revision": state.revision,
-        "version": state.current.version,
-        "startedAt": rfc3339(state.started_at) if state.started_at else None,
-        "changedAt": rfc3339(state.changed_at) if state.changed_at else None,
-        "step": min(state.step + 1, len(steps)) if steps else 0,
-        "stepCount": len(steps),
-        "pastLastStep": state.step >= len(steps),
-        "steps": [f"{w}%" for w in steps],
-        **progress.to_json(),
-        "failedDevices": dict(sorted(state.failed.items())),
-        "rollbackDevices": dict(sorted(state.rollback.items())),
-        **({"leavingDevices": dict(sorted(state.leaving.items()))} if state.leaving else {}),
-        **({"heldDevices": dict(sorted(state.held.items()))} if state.held else {}),
-        "conditions": [condition.to_json()],
-    }
-
-
-# -- apply ----------------------------------------------------------------------------------
-
-
-def version_refusal(version: str, hub_version: str) -> str | None:
-    """Why an AgentUpgrade to ``version`` is refused by a hub of ``hub_version`` (None: it
-    is not): a version outside the window the hub accepts would cut the devices off."""
-    verdict = check_skew(version, hub_version)
-    if verdict.allowed:
-        return None
-    return (
-        f"spec.version: {version} is outside the versions this hub accepts "
-        f"({verdict.reason}: {verdict.message}): the upgraded devices could no longer sync; "
-        "upgrade the hub first"
-    )
-
-
-# -- what a device is sent -------------------------------------------------------------------
-
-
-def desired_agent(
-    state: AgentUpgradeState, device: str, report: AgentReport | None, releases: Releases
-) -> DesiredAgentSpec | None:
-    """The release ``device`` is sent for this upgrade (None: none; it keeps its committed
-    one): the revision's version once sent it (not after it failed), its previous release
-    after a rollback when it had committed the rejected one, or when it left the selector
-    before committing (``leaving``)."""
-    revision = state.current
-    if state.phase is RolloutPhase.ROLLED_BACK or device in state.leaving:
-        version = state.leaving.get(device) or state.rollback.get(device) or state.held.get(device)
-        if version is None:
-            return None
-        back = release_for(releases, version, report)
-        # the release it came from is still on the device: by version when the hub does not
-        # hold it (the base install's edged), the device switches and never fetches
-        return DesiredAgentSpec(
-            version,
-            back.envelope if back is not None else b"",
-            state.upgrade,
-            revision.number,
-            revision.deadline_s,
-            revision.max_tries,
-        )
-    sent = state.sent.get(device)
-    if sent is None or sent.revision != state.revision or device in state.failed:
-        return None
-    version = revision.version
-    record = release_for(releases, version, report)
-    if record is None:
-        return None
-    return DesiredAgentSpec(
-        version,
-        record.envelope,
-        state.upgrade,
-        revision.number,
-        revision.deadline_s,
-        revision.max_tries,
-    )
-
-
-def desired_agent_of(
-    states: Mapping[str, AgentUpgradeState],
-    device: str,
-    report: AgentReport | None,
-    releases: Releases,
-) -> DesiredAgentSpec | None:
-    """The release ``device`` is sent by the upgrades (the first by name that sends one)."""
-    for name in sorted(states):
-        spec = desired_agent(states[name], device, report, releases)
-        if spec is not None:
-            return spec
-    return None

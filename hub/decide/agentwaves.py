@@ -47,7 +47,7 @@ from enum import StrEnum
 from typing import Any
 
 from edgefleet.api import Wave
-from hub.decide.agentupgrade import named
+from hub.decide.agentrevisions import named
 from hub.decide.rollout import Event
 from hub.decide.wave import wave_regions, wave_text
 

@@ -20,7 +20,8 @@ from dataclasses import dataclass, field
 import orjson
 
 from edgefleet.api import PRIORITY_CLASSES, PriorityClass
-from hub.decide.agentupgrade import DesiredAgentSpec, desired_agent_of
+from hub.decide.agentdesired import desired_agent_of
+from hub.decide.agentrevisions import DesiredAgentSpec
 from hub.decide.devices import Device, TrustState
 from hub.decide.fleetview import FleetView, SecretVersion
 from hub.decide.labeltrust import untrusted_match
@@ -94,7 +95,7 @@ class DesiredContent:
     # (deployment, revision number) of every deployment sent, sorted
     revisions: tuple[tuple[str, int], ...] = ()
     # the edged release the device is asked to run (an AgentUpgrade's); None: none, it keeps
-    # its committed one (hub.decide.agentupgrade)
+    # its committed one (hub.decide.agentdesired)
     agent: DesiredAgentSpec | None = None
 
 

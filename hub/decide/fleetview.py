@@ -21,7 +21,7 @@ from typing import Protocol
 from edgefleet.api import ModelDeployment
 from edgefleet.api.secrets import requires_tpm
 from hub.decide.agentreleases import AgentReleaseRecord
-from hub.decide.agentupgrade import AgentUpgradeState
+from hub.decide.agentrevisions import AgentUpgradeState
 from hub.decide.devices import Device
 from hub.decide.placement import SecurityPolicy
 from hub.decide.records import DesiredRecord, ModelRecord, StoredObject

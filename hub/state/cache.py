@@ -16,7 +16,7 @@ from typing import Any
 from edgefleet.api import ModelDeployment, parse_manifest
 from hub.decide import fleetview
 from hub.decide.agentreleases import AGENT_RELEASES, AgentReleaseRecord
-from hub.decide.agentupgrade import AGENT_UPGRADES, AgentUpgradeState
+from hub.decide.agentrevisions import AGENT_UPGRADES, AgentUpgradeState
 from hub.decide.analysis import TimelineSample
 from hub.decide.devices import Device
 from hub.decide.placement import SecurityPolicy

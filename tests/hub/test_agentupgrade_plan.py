@@ -9,17 +9,10 @@ from typing import Any
 import pytest
 
 from edgefleet.api import AgentUpgrade, parse_manifest
+from hub.decide.agentdesired import desired_agent, desired_agent_of
 from hub.decide.agentreleases import AgentReleaseRecord
-from hub.decide.agentupgrade import (
-    AgentDeviceView,
-    AgentPlan,
-    AgentUpgradeState,
-    desired_agent,
-    desired_agent_of,
-    plan_upgrade,
-    retry_plan,
-    step_target,
-)
+from hub.decide.agentrevisions import AgentDeviceView, AgentPlan, AgentUpgradeState
+from hub.decide.agentupgrade import plan_upgrade, retry_plan, step_target
 from hub.decide.devices import AgentReport
 from hub.decide.revisions import RolloutPhase
 
@@ -518,7 +511,7 @@ def test_state_round_trips_through_json() -> None:
 
 
 def test_apply_refuses_a_version_outside_the_hub_window() -> None:
-    from hub.decide.agentupgrade import version_refusal
+    from hub.decide.agentdesired import version_refusal
 
     assert version_refusal("0.3.0", "0.2.0") is not None  # a newer minor than the hub
     assert version_refusal("0.2.1", "0.2.0") is None  # a patch: same minor
@@ -726,7 +719,7 @@ def test_a_held_device_that_leaves_the_selector_stays_held_then_is_let_go() -> N
 
 
 def test_held_round_trips_through_json_and_shows_in_status() -> None:
-    from hub.decide.agentupgrade import upgrade_status
+    from hub.decide.agentupgradestatus import upgrade_status
 
     run = Run(upgrade(maxUnavailable=2), fleet(3))
     run.settle()

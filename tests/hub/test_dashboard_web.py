@@ -357,7 +357,8 @@ async def test_the_agent_upgrades_page(tmp_path: Path) -> None:
     from dataclasses import replace
 
     from edgefleet.api import parse_manifest
-    from hub.decide.agentupgrade import AgentUpgradeState, SentAgent, plan_upgrade
+    from hub.decide.agentrevisions import AgentUpgradeState, SentAgent
+    from hub.decide.agentupgrade import plan_upgrade
     from hub.decide.revisions import RolloutPhase
 
     paths = await make_hub_dir(tmp_path / "hub")

@@ -16,7 +16,7 @@ from etcdtesting import EtcdServer
 
 from hub.controllers.replicas import CacheFollower, ReplicaDevices
 from hub.decide.agentreleases import AgentReleaseRecord
-from hub.decide.agentupgrade import AgentRevision, AgentUpgradeState, agent_upgrade_key
+from hub.decide.agentrevisions import AgentRevision, AgentUpgradeState, agent_upgrade_key
 from hub.decide.devices import Device, DevicePhase
 from hub.initializing import init_hub
 from hub.server import build_context

@@ -27,7 +27,7 @@ from edgefleet.versioning import installed_version
 from hub.api.admin.common import AdminAuth, Refused, invalid, problems_text, refuse_root_owned, rpc
 from hub.controllers.wave import WaveController
 from hub.decide import apply, priority, regionslice, statebound
-from hub.decide.agentupgrade import version_refusal
+from hub.decide.agentdesired import version_refusal
 from hub.decide.desired import MAX_DESIRED_STATE_BYTES
 from hub.decide.modelclaim import apply_refusal
 from hub.decide.rollout import Revision, template_hash

@@ -25,7 +25,8 @@ from hub.controllers import agentupgrade as agentupgrades
 from hub.controllers.agentupgrade import AgentUpgradeController
 from hub.controllers.rollout import ActionRefused, RolloutController, undo_manifest
 from hub.controllers.wave import WaveController
-from hub.decide.agentupgrade import AgentUpgradeState, version_refusal
+from hub.decide.agentdesired import version_refusal
+from hub.decide.agentrevisions import AgentUpgradeState
 from hub.decide.rollout import RolloutState, template_hash
 from hub.decide.undo import undo_refused
 from hub.state import storekeys
