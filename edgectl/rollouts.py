@@ -1,4 +1,5 @@
-"""``edgectl rollout status|history|pause|resume|undo NAME``: a deployment's rollout, or an
+"""``edgectl rollout status|history|pause|resume|promote|abort|restart|undo NAME``: a
+deployment's rollout (Argo Rollouts' verbs), or an
 AgentUpgrade's as ``agentupgrade/NAME`` (``au/NAME``; ``deployment/NAME`` is a deployment).
 
 * ``status NAME [--watch] [--timeout D]``: the revision being rolled out and the stable one,
@@ -11,8 +12,14 @@ AgentUpgrade's as ``agentupgrade/NAME`` (``au/NAME``; ``deployment/NAME`` is a d
   waves (``spec.rollout.waves``) shows the waves instead: each wave with its state, its
   regions, what each is sent (the new or the stable revision) and its figures.
 * ``history NAME``: the revisions kept, oldest first (the stable and the current one marked).
-* ``pause NAME`` / ``resume NAME`` (after a rollback: roll the same revision out again),
-  ``undo NAME [--to-revision N]`` (default: the stable revision, or the one before it).
+* ``pause NAME`` / ``resume NAME`` (after a rollback or an abort: roll the same revision out
+  again), ``undo NAME [--to-revision N]`` (default: the stable revision, or the one before it).
+* ``promote NAME [--full]``: past the canary pause the rollout is at (and the pauses right
+  after it); ``--full``: past every remaining step, the analysis no longer rolling it back.
+  ``abort NAME``: every device back on the stable revision until the deployment changes.
+  ``restart NAME``: the Complete revision rolled out again with new workers, as a new
+  revision of the same template (hub.decide.rolloutactions). Each is an event naming the
+  admin who acted. For an AgentUpgrade these three are refused (not supported yet).
 
 An AgentUpgrade's ``status`` shows its phase, canary step, the devices done, updating,
 waiting, failed (each with its reason), refused and sent back; ``history`` its revisions
@@ -31,12 +38,13 @@ from typing import Any
 import orjson
 
 from edgectl.client import AdminClient, load_admin_config
-from edgectl.errors import EXIT_REFUSED
+from edgectl.errors import EXIT_REFUSED, UsageError
 from edgectl.resources import kind_of
 from edgefleet.configfiles import duration_option
 from edgefleet.v1 import admin_pb2
 
 BAR = 30
+RESTARTED_AT = "edgefleet.io/restartedAt"  # rollout restart's annotation on a revision
 POLL_S = 0.5
 
 
@@ -64,6 +72,20 @@ def add_commands(sub: Any) -> None:
     ):
         p = actions.add_parser(verb, help=text)
         p.add_argument("name")
+    promote = actions.add_parser(
+        "promote", help="go past the canary pause the rollout is at (--full: every step)"
+    )
+    promote.add_argument("name")
+    promote.add_argument(
+        "--full",
+        action="store_true",
+        help="skip every remaining canary step; the analysis no longer rolls it back",
+    )
+    for verb, text in (
+        ("abort", "back to the stable revision until the deployment changes (resume retries)"),
+        ("restart", "roll the revision out again with new workers (a new revision)"),
+    ):
+        actions.add_parser(verb, help=text).add_argument("name")
     undo = actions.add_parser("undo", help="go back to an older revision (a new rollout)")
     undo.add_argument("name")
     undo.add_argument("--to-revision", type=int, default=0, metavar="N")
@@ -104,16 +126,26 @@ def _run(client: AdminClient, args: argparse.Namespace) -> int:
         return _history(client, kind, name)
     if cmd == "undo":
         return _act(client, kind, name, admin_pb2.RolloutActionRequest.UNDO, args.to_revision)
+    if kind == UPGRADE and cmd in ("promote", "abort", "restart"):
+        raise UsageError(
+            f"rollout {cmd} is not supported yet for an AgentUpgrade (agentupgrade/{name}): "
+            "pause, resume and undo are"
+        )
     action = {
         "pause": admin_pb2.RolloutActionRequest.PAUSE,
         "resume": admin_pb2.RolloutActionRequest.RESUME,
+        "promote": admin_pb2.RolloutActionRequest.PROMOTE,
+        "abort": admin_pb2.RolloutActionRequest.ABORT,
+        "restart": admin_pb2.RolloutActionRequest.RESTART,
     }[cmd]
-    return _act(client, kind, name, action, 0)
+    return _act(client, kind, name, action, 0, full=getattr(args, "full", False))
 
 
-def _act(client: AdminClient, kind: str, name: str, action: Any, to: int) -> int:
+def _act(
+    client: AdminClient, kind: str, name: str, action: Any, to: int, *, full: bool = False
+) -> int:
     request = admin_pb2.RolloutActionRequest(
-        name=name, action=action, to_revision=to, kind="" if kind != UPGRADE else kind
+        name=name, action=action, to_revision=to, kind="" if kind != UPGRADE else kind, full=full
     )
     response = client.call("RolloutAction", request)
     print(response.message)
@@ -153,6 +185,7 @@ def _history(client: AdminClient, kind: str, name: str) -> int:
     response = client.call("ListRevisions", admin_pb2.ListRevisionsRequest(name=name))
     rollout = orjson.loads(response.rollout)
     rows = [("REVISION", "MODEL", "VERSION", "CREATED", "NOTE")]
+    restarted = ""
     for raw in response.revisions:
         rev = orjson.loads(raw)
         model = rev["manifest"]["spec"]["model"]
@@ -160,9 +193,14 @@ def _history(client: AdminClient, kind: str, name: str) -> int:
         if rev["number"] == rollout["stable"]:
             notes.append("stable")
         if rev["number"] == rollout["revision"] and rollout["revision"] != rollout["stable"]:
-            notes.append(rollout["phase"].lower())
+            aborted = rollout["phase"] == "RolledBack" and rollout.get("reason") == "Aborted"
+            notes.append("aborted" if aborted else rollout["phase"].lower())
         if rev.get("source"):
             notes.append(f"copy of {rev['source']}")
+        at = (rev["manifest"].get("metadata", {}).get("annotations") or {}).get(RESTARTED_AT, "")
+        if at and at != restarted and len(rows) > 1:
+            notes.append(f"restarted {at}")
+        restarted = at
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rev["createdAt"]))
         rows.append(
             (str(rev["number"]), model["name"], model["version"], created, ", ".join(notes))

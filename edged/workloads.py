@@ -2,7 +2,8 @@
 artifact resolved to a digest in the content-addressed store, and its revision.
 
 A *revision* is a hash of everything that requires new worker processes when it changes
-(artifact digest, model name and version, runtime and resource settings): a change of revision
+(artifact digest, model name and version, runtime and resource settings, the
+``edgefleet.io/restartedAt`` annotation of ``edgectl rollout restart``): a change of revision
 is a zero-downtime switch (new replicas become ready before old ones stop). Pure data, below
 every other edged layer (state, sources, reconcile and the hub link all speak it).
 """
@@ -20,6 +21,10 @@ from edgefleet.api import ModelDeployment
 
 WorkloadName = NewType("WorkloadName", str)
 ReplicaId = NewType("ReplicaId", str)
+
+RESTARTED_AT = "edgefleet.io/restartedAt"
+"""The annotation of ``edgectl rollout restart`` (the hub's ``hub.decide.revisions``): a new
+value is a new revision, so new workers, switched to without downtime."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,6 +55,9 @@ class DesiredWorkload:
             material["network"] = doc["network"]
         if self.extras:  # only then: revisions of artifacts without extras stay as they were
             material["extras"] = dict(sorted(self.extras.items()))
+        restarted = self.deployment.metadata.annotations.get(RESTARTED_AT)
+        if restarted:  # `edgectl rollout restart`: the same settings, new workers
+            material["restartedAt"] = restarted
         return hashlib.sha256(orjson.dumps(material, option=orjson.OPT_SORT_KEYS)).hexdigest()[:10]
 
     def revision_with(self, providers: tuple[str, ...] | None, variant: str = "") -> str:

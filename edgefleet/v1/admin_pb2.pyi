@@ -317,26 +317,34 @@ class CreateTokenResponse(_message.Message):
     def __init__(self, token: _Optional[str] = ..., expires: _Optional[_Union[datetime.datetime, _timestamp_pb2.Timestamp, _Mapping]] = ..., ca_hash: _Optional[str] = ..., root_hash: _Optional[str] = ...) -> None: ...
 
 class RolloutActionRequest(_message.Message):
-    __slots__ = ("name", "action", "to_revision", "kind")
+    __slots__ = ("name", "action", "to_revision", "kind", "full")
     class Action(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
         __slots__ = ()
         ACTION_UNSPECIFIED: _ClassVar[RolloutActionRequest.Action]
         PAUSE: _ClassVar[RolloutActionRequest.Action]
         RESUME: _ClassVar[RolloutActionRequest.Action]
         UNDO: _ClassVar[RolloutActionRequest.Action]
+        PROMOTE: _ClassVar[RolloutActionRequest.Action]
+        ABORT: _ClassVar[RolloutActionRequest.Action]
+        RESTART: _ClassVar[RolloutActionRequest.Action]
     ACTION_UNSPECIFIED: RolloutActionRequest.Action
     PAUSE: RolloutActionRequest.Action
     RESUME: RolloutActionRequest.Action
     UNDO: RolloutActionRequest.Action
+    PROMOTE: RolloutActionRequest.Action
+    ABORT: RolloutActionRequest.Action
+    RESTART: RolloutActionRequest.Action
     NAME_FIELD_NUMBER: _ClassVar[int]
     ACTION_FIELD_NUMBER: _ClassVar[int]
     TO_REVISION_FIELD_NUMBER: _ClassVar[int]
     KIND_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
     name: str
     action: RolloutActionRequest.Action
     to_revision: int
     kind: str
-    def __init__(self, name: _Optional[str] = ..., action: _Optional[_Union[RolloutActionRequest.Action, str]] = ..., to_revision: _Optional[int] = ..., kind: _Optional[str] = ...) -> None: ...
+    full: bool
+    def __init__(self, name: _Optional[str] = ..., action: _Optional[_Union[RolloutActionRequest.Action, str]] = ..., to_revision: _Optional[int] = ..., kind: _Optional[str] = ..., full: _Optional[bool] = ...) -> None: ...
 
 class RolloutActionResponse(_message.Message):
     __slots__ = ("message",)

@@ -230,7 +230,8 @@ class AdminServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RolloutAction(self, request, context):
-        """A deployment's rollout: pause, resume (or retry a rolled-back revision), undo.
+        """A deployment's rollout: pause, resume (or retry a rolled-back revision), undo, promote,
+        abort, restart; each recorded as an event naming the admin certificate that acted.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -18,7 +18,8 @@ a step either happened (its devices are in the record) or did not, and is never 
 Records of deleted deployments are removed; old revisions are pruned
 (:func:`hub.decide.rollout.prune`).
 
-Operators act through :meth:`RolloutController.act` (pause, resume, retry after a rollback);
+Operators act through :meth:`RolloutController.act` (pause, resume or retry after a rollback,
+promote, abort, restart: :mod:`hub.decide.rolloutactions`);
 ``rollout undo`` is an apply of an older revision's template (:func:`undo_manifest`).
 """
 
@@ -27,7 +28,6 @@ from __future__ import annotations
 import asyncio
 import time
 from collections.abc import Callable, Hashable, Iterable, Mapping
-from dataclasses import replace
 from typing import Any
 
 from edgefleet.api import Canary, ModelDeployment
@@ -35,6 +35,7 @@ from edgefleet.backoff import Backoff
 from edgefleet.errors import CompareFailed, EdgefleetError
 from edgefleet.logs import get_logger
 from edgefleet.timestamps import rfc3339
+from hub.decide import rolloutactions
 from hub.decide.analysis import (
     TIMELINE_SAMPLES,
     Analysis,
@@ -65,6 +66,7 @@ from hub.decide.rollout import (
     resolve_budget,
     view_device,
 )
+from hub.decide.rolloutactions import ActionRefused
 from hub.decide.status import revisions_of, wanted_revision
 from hub.decide.weighing import newly_excluded
 from hub.state import feed as kinds
@@ -88,10 +90,6 @@ RevisionHook = Callable[
 ]
 """Given a deployment, its rollout state before, its new revision and its revisions: more
 puts for the revision's transaction, and what to call with the store revision it committed."""
-
-
-class ActionRefused(Exception):
-    """An operator's rollout action that does not apply now; the message says why."""
 
 
 def targeted(cache: Cache, deployment: str) -> list[str]:
@@ -600,66 +598,24 @@ class RolloutController:
         self._cache.put_rollout(name, None, revisions={})
 
     # -- operators -------------------------------------------------------------------------
-    async def act(self, name: str, action: str) -> RolloutState:
-        """``pause``, ``resume`` (also: retry a rolled-back revision from the start)."""
+    async def act(
+        self, name: str, action: str, *, actor: str = "an operator", full: bool = False
+    ) -> RolloutState:
+        """``actor``'s ``pause``, ``resume``, ``promote`` (``full``), ``abort`` or ``restart``
+        (:mod:`hub.decide.rolloutactions`), written with a compare-and-swap on the rollout
+        record and recorded as an event naming ``actor``."""
         cache = self._cache
         state = cache.rollouts.get(name)
         if name not in cache.deployments or state is None:
             raise ActionRefused(f"deployment {name} has no rollout")
         async with self._lock:
-            return await self._act(name, action)
+            return await self._act(name, action, actor, full)
 
-    async def _act(self, name: str, action: str) -> RolloutState:
+    async def _act(self, name: str, action: str, actor: str, full: bool) -> RolloutState:
         cache = self._cache
         state = cache.rollouts[name]
-        now = self._clock()
-        if action == "pause":
-            if state.phase is not RolloutPhase.PROGRESSING:
-                raise ActionRefused(
-                    f"the rollout of {name} is {state.phase.value}, not Progressing"
-                )
-            new = replace(
-                state,
-                phase=RolloutPhase.PAUSED,
-                reason="Paused",
-                message="paused by an operator",
-                changed_at=now,
-            )
-        elif action == "resume":
-            if state.phase is RolloutPhase.PAUSED:
-                at_pause = state.reason == "CanaryPause"  # a pause step: go past it
-                new = replace(
-                    state,
-                    phase=RolloutPhase.PROGRESSING,
-                    reason="Resumed",
-                    message="resumed by an operator"
-                    + (f" after the pause of canary step {state.step + 1}" if at_pause else ""),
-                    changed_at=now,
-                    progress_at=now,
-                    step=state.step + 1 if at_pause else state.step,
-                    step_at=now if at_pause else state.step_at,
-                )
-            elif state.phase is RolloutPhase.ROLLED_BACK:
-                new = replace(
-                    state,
-                    phase=RolloutPhase.PROGRESSING,
-                    updated=frozenset(),
-                    reason="Retried",
-                    message=f"revision {state.revision} retried from the start by an operator",
-                    changed_at=now,
-                    started_at=now,
-                    step=0,
-                    step_at=now,
-                    step_ready_at=0.0,
-                    progress_at=now,
-                    failed={},
-                )
-            else:
-                raise ActionRefused(
-                    f"the rollout of {name} is {state.phase.value}: nothing to resume"
-                )
-        else:
-            raise ActionRefused(f"unknown rollout action {action!r}")
+        canary = cache.deployments[name].spec.rollout.canary
+        new = rolloutactions.act(state, action, canary, self._clock(), actor=actor, full=full)
         try:
             revision = await self._store.txn(
                 [Compare(storekeys.rollout_key(name), cache.rollout_revisions.get(name, 0))],
@@ -669,7 +625,10 @@ class RolloutController:
             await self._reload(name)
             raise ActionRefused(f"the rollout of {name} changed meanwhile; try again") from None
         cache.put_rollout(name, new, revision)
-        self._writer.event("ModelDeployment", name, "Normal", new.reason, f"rollout {new.message}")
+        kind = "Warning" if action == "abort" else "Normal"
+        self._writer.event("ModelDeployment", name, kind, new.reason, f"rollout {new.message}")
         self._project(name, state, new)
+        if action == "restart":  # the new revision exists when the call answers
+            await self._reconcile_one(name, self._clock())
         self._keys.add(name)
         return new

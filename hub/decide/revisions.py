@@ -19,11 +19,31 @@ MAX_REVISIONS = 10
 revisionHistoryLimit."""
 
 
+RESTARTED_AT = "edgefleet.io/restartedAt"
+"""The annotation ``edgectl rollout restart`` puts on the revisions it makes (kubectl's
+``kubectl.kubernetes.io/restartedAt``): part of the template, and of the revision edged
+computes, so the same model and settings start new workers (:mod:`hub.decide.rolloutactions`)."""
+
+
 def template_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a canonical ModelDeployment manifest that devices act on."""
     spec = {k: v for k, v in manifest.get("spec", {}).items() if k not in ("placement", "rollout")}
     meta = manifest.get("metadata", {})
-    return {"name": meta.get("name"), "labels": meta.get("labels", {}), "spec": spec}
+    out = {"name": meta.get("name"), "labels": meta.get("labels", {}), "spec": spec}
+    restarted = (meta.get("annotations") or {}).get(RESTARTED_AT)
+    if restarted:  # only then: the templates of revisions made before stay as they were
+        out["restartedAt"] = restarted
+    return out
+
+
+def with_restart(manifest: Mapping[str, Any], restarted_at: str) -> Mapping[str, Any]:
+    """``manifest`` with the :data:`RESTARTED_AT` annotation of the last ``rollout restart``
+    (``""``: none, ``manifest`` itself)."""
+    if not restarted_at:
+        return manifest
+    meta = dict(manifest.get("metadata", {}))
+    meta["annotations"] = {**(meta.get("annotations") or {}), RESTARTED_AT: restarted_at}
+    return {**manifest, "metadata": meta}
 
 
 def template_hash(manifest: Mapping[str, Any]) -> str:
@@ -107,6 +127,12 @@ class RolloutState:
     # the stable revision before ``stable`` with another model: what devices ran just before
     # the stable one (0: none known); ``rollout undo`` to it needs no rollback allowance
     previous: int = 0
+    # ``rollout promote --full``: every remaining step skipped, the analysis no longer rolls it
+    # back (a device that refuses or fails the revision still does)
+    full: bool = False
+    # the last ``rollout restart`` (RFC 3339; "": none): every revision made since carries it
+    # (:func:`with_restart`), so applying the same manifest again restarts nothing
+    restarted_at: str = ""
 
     def revision_for(self, device: str) -> int:
         """The revision ``device`` is sent."""
@@ -117,7 +143,7 @@ class RolloutState:
         return self.revision if device in self.updated else self.stable
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "deployment": self.deployment,
             "revision": self.revision,
             "stable": self.stable,
@@ -135,6 +161,11 @@ class RolloutState:
             "failed": dict(sorted(self.failed.items())),
             "previous": self.previous,
         }
+        if self.full:
+            out["full"] = True
+        if self.restarted_at:
+            out["restartedAt"] = self.restarted_at
+        return out
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> RolloutState:
@@ -155,6 +186,8 @@ class RolloutState:
             float(doc.get("progressAt", doc.get("changedAt", 0.0))),
             {str(k): str(v) for k, v in (doc.get("failed") or {}).items()},
             int(doc.get("previous", 0)),
+            bool(doc.get("full", False)),
+            str(doc.get("restartedAt", "")),
         )
 
 

@@ -70,6 +70,7 @@ from hub.decide.revisions import (
     prune,
     template_hash,
     template_of,
+    with_restart,
 )
 from hub.decide.status import BROKEN, describe_failure, revisions_of, wanted_revision
 
@@ -273,10 +274,17 @@ def _plan(
     max_weight: int | None,
 ) -> Step:
     name = dep.metadata.name
+    if state is not None:  # every revision since the last rollout restart carries it
+        manifest = with_restart(manifest, state.restarted_at)
     wanted = template_hash(manifest)
     current = revisions.get(state.revision) if state is not None else None
     if current is None or current.template != wanted:
-        return _new_revision(name, manifest, wanted, revisions, state, now)
+        restart = (
+            current is not None
+            and state is not None
+            and template_hash(with_restart(current.manifest, state.restarted_at)) == wanted
+        )
+        return _new_revision(name, manifest, wanted, revisions, state, now, restart=restart)
     assert state is not None
     rollout = dep.spec.rollout
     budget = resolve_budget(rollout.max_surge, rollout.max_unavailable, len(devices))
@@ -290,7 +298,12 @@ def _plan(
     if broken:
         return _roll_back(state, current, broken, devices, budget, now)
     canary = rollout.canary
-    if canary is not None and analysis is not None and analysis.verdict is Verdict.FAIL:
+    if (
+        canary is not None
+        and analysis is not None
+        and analysis.verdict is Verdict.FAIL
+        and not state.full  # promoted in full: the analysis no longer decides it
+    ):
         why = "; ".join(c.message for c in analysis.failed)
         return _give_up(
             state,
@@ -585,7 +598,11 @@ def _new_revision(
     revisions: Mapping[int, Revision],
     state: RolloutState | None,
     now: float,
+    *,
+    restart: bool = False,
 ) -> Step:
+    """A new revision of ``manifest`` (``restart``: the current one's template again, with
+    the new restartedAt of ``rollout restart``)."""
     number = max(revisions, default=0) + 1
     source = next((r.number for r in revisions.values() if r.template == wanted), 0)
     revision = Revision(name, number, wanted, dict(manifest), now, source)
@@ -612,12 +629,14 @@ def _new_revision(
         phase=RolloutPhase.PROGRESSING,
         reason="NewRevision",
         message=f"rolling out revision {number} ({version}) from revision {stable}"
-        + (f" (a copy of revision {source})" if source else ""),
+        + (f" (a copy of revision {source})" if source else "")
+        + (f" (a restart of revision {state.revision})" if restart else ""),
         started_at=now,
         changed_at=now,
         step_at=now,
         progress_at=now,
         previous=state.previous,
+        restarted_at=state.restarted_at,
     )
     return Step(revision, new, (Event("Normal", "RolloutStarted", new.message),))
 

@@ -6,7 +6,8 @@ it knows nothing of the rollout. Once a rollout is **rolled back**, the deployme
 for the rejected version while every device is sent the stable one: without the rollout's
 word, ``Progressing`` would say ``RollingOut 0 of N devices serve version X`` for ever. Here:
 
-* ``Progressing`` is ``False``, reason ``RolledBack``, its message naming the rejected
+* ``Progressing`` is ``False``, reason ``RolledBack`` (``RolloutAborted`` after ``rollout
+  abort``), its message naming the rejected
   revision and version, why (the rollout's reason and message: the devices and their
   failures, or the analysis' figures) and the stable version sent instead; a paused rollout
   is ``Unknown``, reason ``RolloutPaused`` (Kubernetes' ``DeploymentPaused``);
@@ -70,7 +71,8 @@ def rollout_condition(
             message += f" (on {devices})"
         if failing_now:
             message += f"; {failing_now} device(s) fail revision {state.stable} now"
-        return Condition("Progressing", ConditionStatus.FALSE, "RolledBack", message)
+        reason = "RolloutAborted" if state.reason == "Aborted" else "RolledBack"
+        return Condition("Progressing", ConditionStatus.FALSE, reason, message)
     if state.phase is RolloutPhase.PAUSED:
         return Condition(
             "Progressing",

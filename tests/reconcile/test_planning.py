@@ -396,6 +396,18 @@ def test_revision_changes_only_with_what_needs_new_workers(
     assert DesiredWorkload(deployment(), OLD_SHA).revision != REV
 
 
+def test_a_rollout_restart_annotation_changes_the_revision_and_other_annotations_do_not() -> None:
+    def with_annotations(annotations: dict[str, str]) -> str:
+        doc = deployment().to_dict()
+        doc["metadata"]["annotations"] = annotations
+        return DesiredWorkload(parse_manifest(doc), SHA).revision
+
+    assert with_annotations({"note": "x"}) == REV
+    restarted = with_annotations({"edgefleet.io/restartedAt": "2026-12-06T23:00:00.000Z"})
+    assert restarted != REV
+    assert restarted != with_annotations({"edgefleet.io/restartedAt": "2026-12-06T23:00:01.000Z"})
+
+
 def _old(slot: int, phase: Phase) -> ReplicaObservation:
     return rep(slot, phase, OLD, model_version="0.9", sha256=OLD_SHA)
 

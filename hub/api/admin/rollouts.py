@@ -1,4 +1,5 @@
-"""AdminService's rollout calls: ListRevisions, and RolloutAction (pause, resume, undo). A
+"""AdminService's rollout calls: ListRevisions, and RolloutAction (pause, resume, undo, promote,
+abort, restart: :mod:`hub.decide.rolloutactions`; each an event naming the admin who acted). A
 rollout across regions (hub.controllers.wave) is paused and resumed there; undo applies an
 older revision's template, unless the devices' anti-rollback floor refuses it
 (hub.decide.undo). An AgentUpgrade's rollout (``kind: AgentUpgrade``) is acted on by its own
@@ -20,14 +21,15 @@ import grpc
 from edgefleet.errors import CompareFailed
 from edgefleet.v1 import admin_pb2
 from edgefleet.versioning import installed_version
-from hub.api.admin.common import AdminAuth, Refused, invalid, not_found, rpc
+from hub.api.admin.common import AdminAuth, Refused, invalid, not_found, refuse_root_owned, rpc
 from hub.controllers import agentupgrade as agentupgrades
 from hub.controllers.agentupgrade import AgentUpgradeController
-from hub.controllers.rollout import ActionRefused, RolloutController, undo_manifest
+from hub.controllers.rollout import RolloutController, undo_manifest
 from hub.controllers.wave import WaveController
 from hub.decide.agentdesired import version_refusal
 from hub.decide.agentrevisions import AgentUpgradeState
 from hub.decide.rollout import RolloutState, template_hash
+from hub.decide.rolloutactions import ActionRefused
 from hub.decide.undo import undo_refused
 from hub.state import storekeys
 from hub.state.cache import Cache
@@ -38,6 +40,15 @@ from hub.state.tufrepo import TufRepository
 from hub.state.writer import DeviceWriter
 
 KIND_UPGRADE = "AgentUpgrade"
+VERBS = {
+    admin_pb2.RolloutActionRequest.PAUSE: "pause",
+    admin_pb2.RolloutActionRequest.RESUME: "resume",
+    admin_pb2.RolloutActionRequest.UNDO: "undo",
+    admin_pb2.RolloutActionRequest.PROMOTE: "promote",
+    admin_pb2.RolloutActionRequest.ABORT: "abort",
+    admin_pb2.RolloutActionRequest.RESTART: "restart",
+}
+"""RolloutAction's actions by the verb :meth:`Rollouts.perform` takes."""
 
 
 class Rollouts:
@@ -122,64 +133,115 @@ class Rollouts:
     async def RolloutAction(
         self, request: admin_pb2.RolloutActionRequest, context: Any
     ) -> admin_pb2.RolloutActionResponse:
-        name = request.name
-        if self._kind(request.kind) == KIND_UPGRADE:
-            return await self._upgrade_action(name, request.action, int(request.to_revision))
+        caller = await self.authorize(context)  # who acts: named in the event
+        verb = VERBS.get(request.action)
+        if verb is None:
+            raise invalid("action: must be PAUSE, RESUME, UNDO, PROMOTE, ABORT or RESTART")
+        message = await self.perform(
+            self._kind(request.kind),
+            request.name,
+            verb,
+            actor=f'admin "{caller.name}"',
+            to_revision=int(request.to_revision),
+            full=request.full,
+        )
+        return admin_pb2.RolloutActionResponse(message=message)
+
+    async def perform(
+        self,
+        kind: str,
+        name: str,
+        verb: str,
+        *,
+        actor: str,
+        to_revision: int = 0,
+        full: bool = False,
+    ) -> str:
+        """``actor``'s rollout action ``verb`` (pause, resume, undo, promote, abort, restart) on
+        ``kind`` ``name``: what was done, for a person; :class:`Refused` saying why not. The
+        gRPC call and the dashboard act through it."""
+        if full and verb != "promote":
+            raise invalid(f"full: applies to promote only, not {verb}")
+        if kind == KIND_UPGRADE:
+            if verb in ("promote", "abort", "restart"):
+                raise Refused(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"rollout {verb} is not supported yet for an AgentUpgrade "
+                    f"(agentupgrade/{name}): pause, resume and undo are",
+                )
+            return await self._upgrade_action(name, verb, to_revision, actor)
         state = self._rollout_of(name)
         controller = self.rollouts
         assert controller is not None
-        action = request.action
-        if action in (admin_pb2.RolloutActionRequest.PAUSE, admin_pb2.RolloutActionRequest.RESUME):
-            verb = "pause" if action == admin_pb2.RolloutActionRequest.PAUSE else "resume"
-            waves = self.waves
-            if waves is not None and waves.in_progress(name):  # a rollout across regions
-                moved = await waves.act(name, verb)
-                if moved is None:
-                    raise Refused(
-                        grpc.StatusCode.FAILED_PRECONDITION,
-                        f"the rollout of {name} across regions is "
-                        f"{waves.states[name].phase.value}: nothing to {verb}",
-                    )
-                return admin_pb2.RolloutActionResponse(message=f"{name}: {moved.message}")
-            try:
-                new = await controller.act(name, verb)
-            except ActionRefused as exc:
-                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
-            return admin_pb2.RolloutActionResponse(message=f"{name}: {new.message}")
-        if action != admin_pb2.RolloutActionRequest.UNDO:
-            raise invalid("action: must be PAUSE, RESUME or UNDO")
-        return await self._undo(name, state, int(request.to_revision))
+        if verb == "undo":
+            return await self._undo(name, state, to_revision, actor)
+        waves = self.waves
+        if waves is not None and waves.in_progress(name):  # a rollout across regions
+            if verb not in ("pause", "resume"):
+                raise Refused(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"rollout {verb} is not supported yet for a rollout across regions "
+                    f"({name}, spec.rollout.waves): pause, resume and undo are",
+                )
+            moved = await waves.act(name, verb)
+            if moved is None:
+                raise Refused(
+                    grpc.StatusCode.FAILED_PRECONDITION,
+                    f"the rollout of {name} across regions is "
+                    f"{waves.states[name].phase.value}: nothing to {verb}",
+                )
+            return f"{name}: {moved.message}"
+        if verb == "restart":
+            await self._restartable(name)
+        try:
+            new = await controller.act(name, verb, actor=actor, full=full)
+        except ActionRefused as exc:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
+        if verb == "restart":
+            now = self.cache.rollouts.get(name, new)
+            return (
+                f"{name}: revision {new.revision} restarted: rolling out its template again as "
+                f"revision {now.revision}"
+            )
+        return f"{name}: {new.message}"
 
-    async def _upgrade_action(
-        self, name: str, action: int, to: int
-    ) -> admin_pb2.RolloutActionResponse:
+    async def _restartable(self, name: str) -> None:
+        """A restart is this hub's own rollout: refused where a root hub's waves or a root's
+        slice decide the deployment's revisions (their templates are compared across hubs)."""
+        stored = self.cache.stored[("ModelDeployment", name)]
+        if stored.manifest.get("spec", {}).get("rollout", {}).get("waves"):
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"rollout restart is not supported yet for a deployment rolled out in waves "
+                f"({name}, spec.rollout.waves)",
+            )
+        kv = await self.store.get(storekeys.object_key("ModelDeployment", name))
+        if kv is not None:
+            refuse_root_owned("ModelDeployment", name, kv.value, "restart")
+
+    async def _upgrade_action(self, name: str, verb: str, to: int, actor: str) -> str:
         stored = self.cache.stored.get((KIND_UPGRADE, name))
         waves = self.waves
         in_waves = stored is not None and stored.manifest.get("spec", {}).get("rollout", {}).get(
             "waves"
         )
-        if in_waves and waves is not None and action == admin_pb2.RolloutActionRequest.RESUME:
+        if in_waves and waves is not None and verb == "resume":
             resumed = await waves.agent.resume(name)  # past a pause wave (agentwaves)
             if resumed is None:
                 raise Refused(
                     grpc.StatusCode.FAILED_PRECONDITION,
                     f"agentupgrade/{name} is not paused at a pause wave: nothing to resume",
                 )
-            return admin_pb2.RolloutActionResponse(
-                message=f"agentupgrade/{name}: {resumed.message}"
-            )
+            return f"agentupgrade/{name}: {resumed.message}"
         state = self._upgrade_of(name)
         controller = self.agent_upgrades
         assert controller is not None
-        if action in (admin_pb2.RolloutActionRequest.PAUSE, admin_pb2.RolloutActionRequest.RESUME):
-            verb = "pause" if action == admin_pb2.RolloutActionRequest.PAUSE else "resume"
+        if verb in ("pause", "resume"):
             try:
                 new = await controller.act(name, verb)
             except agentupgrades.ActionRefused as exc:
                 raise Refused(grpc.StatusCode.FAILED_PRECONDITION, str(exc)) from None
-            return admin_pb2.RolloutActionResponse(message=f"agentupgrade/{name}: {new.message}")
-        if action != admin_pb2.RolloutActionRequest.UNDO:
-            raise invalid("action: must be PAUSE, RESUME or UNDO")
+            return f"agentupgrade/{name}: {new.message}"
         numbers = [r.number for r in state.revisions]
         if to == 0:
             older = [n for n in numbers if n < state.revision]
@@ -196,9 +258,7 @@ class Rollouts:
         stored = self.cache.stored[(KIND_UPGRADE, name)]
         manifest = agentupgrades.undo_manifest(stored.manifest, target)
         if manifest == dict(stored.manifest):
-            return admin_pb2.RolloutActionResponse(
-                message=f"{name} already asks for revision {to}'s version: nothing to undo"
-            )
+            return f"{name} already asks for revision {to}'s version: nothing to undo"
         refused = version_refusal(target.version, installed_version())
         if refused is not None:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, refused)
@@ -220,16 +280,12 @@ class Rollouts:
             name,
             "Normal",
             "RolloutUndo",
-            f"{name} set back to revision {to}'s version ({target.version}) by an operator",
+            f"{name} set back to revision {to}'s version ({target.version}) by {actor}",
         )
         await self.cache.feed.settled()  # the new revision exists when it answers
-        return admin_pb2.RolloutActionResponse(
-            message=f"agentupgrade/{name}: rolling back to revision {to} ({target.version})"
-        )
+        return f"agentupgrade/{name}: rolling back to revision {to} ({target.version})"
 
-    async def _undo(
-        self, name: str, state: RolloutState, to: int
-    ) -> admin_pb2.RolloutActionResponse:
+    async def _undo(self, name: str, state: RolloutState, to: int, actor: str) -> str:
         cache = self.cache
         revisions = cache.revisions.get(name, {})
         if to == 0:
@@ -249,9 +305,7 @@ class Rollouts:
         stored = cache.stored[("ModelDeployment", name)]
         manifest = undo_manifest(stored.manifest, target)
         if template_hash(manifest) == template_hash(stored.manifest):
-            return admin_pb2.RolloutActionResponse(
-                message=f"{name} already asks for revision {to}'s template: nothing to undo"
-            )
+            return f"{name} already asks for revision {to}'s template: nothing to undo"
         floor = undo_refused(snapshot_of(cache), self.tuf(), name, state, to, self.clock())
         if floor is not None:  # the devices' anti-rollback floor (hub.decide.undo)
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, floor)
@@ -274,10 +328,7 @@ class Rollouts:
             name,
             "Normal",
             "RolloutUndo",
-            f"{name} set back to revision {to}'s template ({target.model[1]}) by an operator",
+            f"{name} set back to revision {to}'s template ({target.model[1]}) by {actor}",
         )
         await cache.feed.settled()  # the new revision exists when it answers
-        return admin_pb2.RolloutActionResponse(
-            message=f"{name}: rolling back to revision {to} ({target.model[1]}) as revision "
-            f"{number}"
-        )
+        return f"{name}: rolling back to revision {to} ({target.model[1]}) as revision {number}"
