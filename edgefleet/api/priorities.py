@@ -25,7 +25,7 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-from edgefleet.api.meta import ObjectMeta, SpecObject
+from edgefleet.api.meta import API_VERSION, ObjectMeta, SpecObject
 from edgefleet.api.validating import Reader, int_in, one_of
 
 KIND = "PriorityClass"
@@ -44,6 +44,23 @@ PRIORITY_CLASSES: Mapping[str, int] = {
 }
 """The built-in ``spec.priorityClassName`` values and their priorities (a ``PriorityClass``
 object of one's own, :mod:`edgefleet.api.priorities`, adds more; the hub resolves those)."""
+
+BUILT_IN_LABEL = "edgefleet.io/built-in"
+"""The label the built-in classes are shown with (``edgectl get priorityclasses``)."""
+
+
+def built_in_class_manifests() -> list[dict[str, Any]]:
+    """The built-in classes as ``PriorityClass`` objects, as the hub shows them beside the
+    applied ones (read-only: not stored, never applied nor deleted)."""
+    return [
+        {
+            "apiVersion": API_VERSION,
+            "kind": KIND,
+            "metadata": {"name": name, "labels": {BUILT_IN_LABEL: "true"}},
+            "spec": PriorityClassSpec(value=value, description="built in").to_dict(),
+        }
+        for name, value in PRIORITY_CLASSES.items()
+    ]
 
 
 class PreemptionPolicy(StrEnum):

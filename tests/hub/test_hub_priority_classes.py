@@ -167,7 +167,8 @@ async def test_classes_are_applied_got_refused_when_unknown_and_kept_while_in_us
             "preemptionPolicy": "PreemptLowerPriority",
             "description": "collision avoidance",
         }
-        listed = await stub.List(admin_pb2.ListRequest(kind="PriorityClass"))
+        own = admin_pb2.ListRequest(kind="PriorityClass", label_selector="!edgefleet.io/built-in")
+        listed = await stub.List(own)
         assert [orjson.loads(o.json)["metadata"]["name"] for o in listed.items] == ["safety"]
 
         # in use: not deleted unless forced
@@ -179,3 +180,55 @@ async def test_classes_are_applied_got_refused_when_unknown_and_kept_while_in_us
         forced = admin_pb2.DeleteRequest(kind="PriorityClass", name="safety", force=True)
         assert (await stub.Delete(forced)).deleted
         assert not hub.ctx.cache.objects_of("PriorityClass")
+
+
+@async_test
+async def test_the_built_in_classes_are_shown_beside_the_applied_ones_and_never_deleted(
+    tmp_path: Path,
+) -> None:
+    hub = AdminHub(await make_hub_dir(tmp_path / "hub"))
+    async with hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        pc = orjson.dumps(klass("safety", 5000, preemptionPolicy="Never"))
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[pc]))
+        listed = await stub.List(admin_pb2.ListRequest(kind="PriorityClass"))
+        shown = {
+            d["metadata"]["name"]: (d["spec"]["value"], d["metadata"].get("labels", {}))
+            for d in (orjson.loads(o.json) for o in listed.items)
+        }
+        built_in = {"edgefleet.io/built-in": "true"}
+        assert shown == {
+            "critical": (1_000_000, built_in),
+            "default": (0, built_in),
+            "high": (1000, built_in),
+            "low": (-1000, built_in),
+            "safety": (5000, {}),
+            "system-critical": (1_000_000_000, built_in),
+        }
+        only = admin_pb2.ListRequest(kind="PriorityClass", label_selector="edgefleet.io/built-in")
+        assert len((await stub.List(only)).items) == 5
+        # in pages, as any list: every class once
+        names, token = [], ""
+        while True:
+            page = await stub.List(
+                admin_pb2.ListRequest(kind="PriorityClass", limit=2, continue_token=token)
+            )
+            names += [orjson.loads(o.json)["metadata"]["name"] for o in page.items]
+            if not (token := page.continue_token):
+                break
+        assert sorted(names) == sorted(shown) and len(names) == len(shown)
+        got = orjson.loads(
+            (await stub.Get(admin_pb2.GetRequest(kind="PriorityClass", name="critical"))).json
+        )
+        assert got["spec"] == {
+            "value": 1_000_000,
+            "preemptionPolicy": "PreemptLowerPriority",
+            "description": "built in",
+        }
+        code, details = await _code_of(
+            stub.Delete(admin_pb2.DeleteRequest(kind="PriorityClass", name="critical", force=True))
+        )
+        assert code is grpc.StatusCode.FAILED_PRECONDITION
+        assert "PriorityClass critical is built in" in details
+        code, _ = await _code_of(stub.Get(admin_pb2.GetRequest(kind="PriorityClass", name="x")))
+        assert code is grpc.StatusCode.NOT_FOUND

@@ -13,7 +13,7 @@ from typing import Any
 
 import grpc
 
-from edgefleet.api import PriorityClass
+from edgefleet.api import PRIORITY_CLASSES, PriorityClass
 from edgefleet.v1 import admin_pb2
 from hub.api.admin.common import (
     AdminAuth,
@@ -72,6 +72,12 @@ class Deletes:
             raise Refused(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"{KIND_REGION} {name} is not deleted: {REGION_MANAGED}",
+            )
+        if kind == KIND_PRIORITY_CLASS and name in PRIORITY_CLASSES:
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"PriorityClass {name} is built in ({', '.join(PRIORITY_CLASSES)}): it is not "
+                "deleted",
             )
         cache = self.cache
         forced = ""

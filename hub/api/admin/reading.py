@@ -10,6 +10,8 @@ from typing import Any
 
 import grpc
 
+from edgefleet.api import PRIORITY_CLASSES, PriorityClass
+from edgefleet.api.priorities import built_in_class_manifests
 from edgefleet.errors import Compacted
 from edgefleet.selecting import Selector, parse_selector
 from edgefleet.timestamps import rfc3339
@@ -98,6 +100,10 @@ class Reads:
                 view[storekeys.object_key(kind, o.name)] = functools.partial(
                     self.show.object_json, kind, o.manifest
                 )
+            if kind == PriorityClass.KIND:  # the built-in ones too, never stored (no history)
+                for doc in built_in_class_manifests():
+                    key = storekeys.object_key(kind, doc["metadata"]["name"])
+                    view[key] = functools.partial(dict, doc)
         now = await self.store.range(REGIONS if prefix is None else prefix)
         if kind == KIND_TOKEN:
             for kv in now.kvs:
@@ -143,6 +149,9 @@ class Reads:
                     self.show.object_json(kind, stored.manifest),
                     storekeys.object_key(kind, name),
                 )
+            elif kind == PriorityClass.KIND and name in PRIORITY_CLASSES:
+                built_in = [d for d in built_in_class_manifests() if d["metadata"]["name"] == name]
+                return common_pb2.Object(json=storekeys.dumps(built_in[0]))
         if doc is None:
             raise not_found(kind, name)
         return stored_object(kind, doc, await self.store.get(key))
