@@ -55,9 +55,10 @@ from edged.runtime.delegating import (
 )
 from edged.runtime.identities import configured_uids
 from edged.runtime.privileges import warn_missing_capabilities
-from edged.runtime.processes import Replica, WorkerPool
+from edged.runtime.processes import Replica
 from edged.runtime.sandboxing import accelerator_nodes
 from edged.runtime.securing import DeviceSecurity
+from edged.runtime.workerpool import WorkerPool
 from edged.serving.counting import Counters
 from edged.serving.inference import InferenceRouter
 from edged.serving.measuring import RevisionMeters

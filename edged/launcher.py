@@ -855,7 +855,7 @@ def cleanup_cgroup(
     2. with kept workers left and ``release`` (no ``DelegateSubgroup=``), the controllers are
        disabled below ``unit``, deepest first: the workers run on, without cpu.max and
        memory.max until the next edged adopts them and writes their limits again
-       (edged.runtime.processes); where that fails, the workers are killed too;
+       (edged.runtime.workerpool); where that fails, the workers are killed too;
     3. with nothing left, the leaves are removed, deepest first, and the controllers disabled
        in ``unit`` (systemd removes the cgroup then, or starts the next one in it)."""
     if not (unit / "cgroup.procs").exists():

@@ -20,7 +20,7 @@ from typing import Any
 
 from edged import __version__
 from edged.reconcile.model import Phase, RevisionPhase, WorkloadStatus
-from edged.runtime.processes import WorkerPool
+from edged.runtime.workerpool import WorkerPool
 from edged.sources.static import SourceProblem
 from edged.state.desired import DesiredState
 from edged.workloads import WorkloadName, serving_order

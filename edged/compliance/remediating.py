@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 
 from edged.compliance.checking import Finding, Remediation
-from edged.runtime.processes import WorkerPool
+from edged.runtime.workerpool import WorkerPool
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.logs import get_logger

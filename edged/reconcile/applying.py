@@ -19,9 +19,9 @@ from edged.reconcile.model import (
 from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import choose_limits
 from edged.runtime.oomscoring import oom_score_adj, set_oom_score_adj
-from edged.runtime.processes import WorkerPool
 from edged.runtime.securing import DeviceSecurity, choose_sandbox, outdated_sandboxes
 from edged.runtime.validating import FILE_NAME as VALIDATION_FILE
+from edged.runtime.workerpool import WorkerPool
 from edged.trust.secrets import secret_dir, workload_dir
 from edged.workloads import DesiredWorkload, ReplicaId, WorkloadName
 from edgefleet.errors import TemporaryError

@@ -1,17 +1,17 @@
-"""Worker processes: start, probe, route to, drain and stop them (the runtime's applier side).
+"""One worker process of a replica slot (:class:`Replica`): start it, probe it, route to it,
+drain and stop it, see it exit (through its pidfd), and attach to one kept by the last edged
+(adopting.py). All the slots of the device: :class:`edged.runtime.workerpool.WorkerPool`; the
+socket to a worker: :class:`edged.runtime.channel.ReplicaChannel`.
 
-:class:`WorkerPool` owns one :class:`Replica` record per replica slot. Records outlive the
-processes they run, so restarts and crash streaks are counted per slot. Every state change
-(ready, unready, exit) only calls ``notify(workload)``: the reconciler decides what to do.
-
-Probes run per replica on one timer (no task); what a tick or an answer means is decided by
-``probing.py``, what an exit means by ``exiting.py`` (both pure). This module performs it.
+Every state change (ready, unready, exit) only calls the pool's ``notify(workload)``: the
+reconciler decides what to do. Probes run per replica on one timer (no task); what a tick or
+an answer means is decided by ``probing.py``, what an exit means by ``exiting.py`` (both
+pure). This module performs it.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import math
 import os
 import secrets
@@ -19,10 +19,8 @@ import signal
 import socket
 import struct
 import subprocess
-import sys
 import threading
 import time
-from collections.abc import Awaitable, Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -31,30 +29,14 @@ import orjson
 
 from edged.reconcile.model import Phase, ReplicaObservation
 from edged.runtime import egressfilter
-from edged.runtime.adopting import (
-    ATTACH_HELLO,
-    WorkerRecord,
-    WorkerRecords,
-    check_desired,
-    check_identity,
-    identify,
-    record_for,
-)
-from edged.runtime.adopting import boot_id as current_boot_id
+from edged.runtime.adopting import ATTACH_HELLO, WorkerRecord
 from edged.runtime.batchstats import BatchCounts, advance, from_pong
-from edged.runtime.exiting import classify_exit, classify_launch_failure
-from edged.runtime.framing import (
-    HEADER,
-    NO_HEADER_LENGTH,
-    RESULT_PREFIX,
-    U32,
-    FrameReader,
-    FrameType,
-    encode_frame,
-)
-from edged.runtime.identities import NoUidFree, WorkerUids, accelerator_groups, slot_key
+from edged.runtime.channel import ReplicaChannel
+from edged.runtime.exiting import classify_exit
+from edged.runtime.framing import U32, FrameType
+from edged.runtime.identities import NoUidFree, accelerator_groups, slot_key
 from edged.runtime.launching import LaunchSpec
-from edged.runtime.limiting import LimitsError, prepare_cgroup, read_oom_kills, remove_cgroup
+from edged.runtime.limiting import prepare_cgroup, read_oom_kills, remove_cgroup
 from edged.runtime.output import OutputReader, OutputRing
 from edged.runtime.probing import ProbeState, check_probes, record_pong
 from edged.workloads import ReplicaId, WorkloadName
@@ -63,110 +45,15 @@ from edgefleet.api.conditions import Condition, ConditionStatus
 from edgefleet.logs import get_logger
 
 if TYPE_CHECKING:
+    from edged.runtime.workerpool import WorkerPool
     from edged.serving.http import Request, Response
 
 log = get_logger(__name__)
 
 DRAIN_TIMEOUT_S = 30.0
-# how long a replica whose worker is ready waits for its model's measurement (a TPM extend,
-# WorkerPool's ``measure``) before it serves anyway: a slow TPM does not hold serving up
-MEASURE_WAIT_S = 5.0
-GONE_OUTPUTS_KEPT = 16  # stderr rings of replicas that left the pool, kept for edgectl logs
 TERM_TIMEOUT_S = 5.0
 ARTIFACT_DIGEST_MISMATCH = "ArtifactDigestMismatch"  # the worker's reason (worker.py)
-
-_JSON = b"application/json"
-_BINARY = b"application/octet-stream"
-
-
-class ReplicaChannel(asyncio.Protocol):
-    """edged's end of the socket pair to one worker."""
-
-    def __init__(self, replica: Replica) -> None:
-        self._replica = replica
-        self._reader = FrameReader(self._on_frame)
-        self.transport: asyncio.Transport | None = None
-        self.pending: dict[int, tuple[Response, float]] = {}
-        self._next_id = 1
-
-    def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        self.transport = transport  # type: ignore[assignment]
-
-    def data_received(self, data: bytes) -> None:
-        try:
-            self._reader.feed(data)
-        except Exception as exc:
-            log.error("bad frame from worker", replica=self._replica.id, error=str(exc))
-            if self.transport is not None:
-                self.transport.close()
-
-    def connection_lost(self, exc: Exception | None) -> None:
-        self.transport = None
-        pending, self.pending = self.pending, {}
-        now = time.perf_counter()
-        for resp, t0 in pending.values():
-            resp.send_error(503, "the model replica exited while serving this request")
-            self._replica.on_result(503, now - t0)  # edged's own 503s are errors too
-        self._replica.on_channel_lost()
-
-    def send(self, ftype: int, payload: bytes = b"") -> int:
-        req_id = self._next_id
-        self._next_id = (req_id + 1) & 0xFFFFFFFF or 1
-        if self.transport is not None:
-            self.transport.write(encode_frame(ftype, req_id, payload))
-        return req_id
-
-    def forward(self, req: Request, resp: Response) -> None:
-        hdr = req.headers.get("inference-header-content-length")
-        hlen = NO_HEADER_LENGTH
-        if hdr is not None:
-            hdr = hdr.strip()
-            if not (hdr.isascii() and hdr.isdigit()) or len(hdr) > 12:
-                resp.send_error(
-                    400, "Inference-Header-Content-Length must be a non-negative integer"
-                )
-                return
-            hlen = int(hdr)
-            if hlen > len(req.body):
-                resp.send_error(
-                    400,
-                    f"Inference-Header-Content-Length ({hlen}) is larger than the request "
-                    f"body ({len(req.body)} bytes)",
-                )
-                return
-        req_id = self._next_id
-        self._next_id = (req_id + 1) & 0xFFFFFFFF or 1
-        transport = self.transport
-        if transport is None:
-            resp.send_error(503, "the model replica is not connected")
-            self._replica.on_result(503, 0.0)
-            return
-        body = req.body
-        transport.write(
-            b"".join((HEADER.pack(len(body) + 4, FrameType.INFER, req_id), U32.pack(hlen), body))
-        )
-        self.pending[req_id] = (resp, time.perf_counter())
-
-    def _on_frame(self, ftype: int, req_id: int, payload: bytes) -> None:
-        if ftype == FrameType.RESULT:
-            item = self.pending.pop(req_id, None)
-            if item is None:
-                return
-            resp, t0 = item
-            status, hlen = RESULT_PREFIX.unpack_from(payload, 0)
-            body = payload[RESULT_PREFIX.size :]
-            if hlen == NO_HEADER_LENGTH:
-                resp.send(status, body, _JSON)
-            else:
-                resp.send(status, body, _BINARY, b"Inference-Header-Content-Length: %d\r\n" % hlen)
-            self._replica.on_result(status, time.perf_counter() - t0)
-        elif ftype == FrameType.PONG:
-            self._replica.on_pong(orjson.loads(payload))
-        elif ftype == FrameType.READY:
-            self._replica.on_ready(orjson.loads(payload))
-        elif ftype == FrameType.FAILED:
-            doc = orjson.loads(payload)
-            self._replica.on_failed(str(doc.get("reason", "")), str(doc.get("message", "")))
+PEERCRED = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
 
 
 class Replica:
@@ -745,303 +632,6 @@ def _worker_env() -> dict[str, str]:
         p for p in [str(Path(__file__).resolve().parents[2]), env.get("PYTHONPATH", "")] if p
     )
     return env
-
-
-STARTED_PIDS_KEPT = 256
-PEERCRED = struct.Struct("3i")  # SO_PEERCRED: pid, uid, gid
-ADOPT_TIMEOUT_S = 5.0
-NOT_ADOPTED = "NotAdopted"  # the exit reason of a kept worker the next edged would not adopt
-
-
-class WorkerPool:
-    """All replicas of all workloads on this device."""
-
-    def __init__(
-        self,
-        *,
-        notify: Callable[[WorkloadName], None],
-        on_serving_change: Callable[[Replica, bool], None],
-        on_result: Callable[[Replica, int, float], None],
-        on_artifact_rotten: Callable[[WorkloadName, str], None] | None = None,
-        on_restart: Callable[[Replica], None] | None = None,
-        on_batches: Callable[[Replica, BatchCounts], None] | None = None,
-        python: str = "",
-        uids: WorkerUids | None = None,
-        measure: Callable[[str], Awaitable[None]] | None = None,
-        measure_wait_s: float = MEASURE_WAIT_S,
-        records: WorkerRecords | None = None,
-        keep: bool = False,
-        orphan_timeout_s: float = 300.0,
-    ) -> None:
-        """``on_artifact_rotten(workload, sha256)``: a worker found that blob's bytes no longer
-        match its digest (the store should check it and quarantine it). ``uids``: where
-        workers whose sandbox asks for a uid of their own get it (default: the default
-        range). ``measure(sha256)``: started as each replica's process starts (the model's
-        measurement into a TPM PCR, :class:`edged.trust.attesting.LoadMeasurer`); a worker
-        that is ready before it ends serves once it ends, or after ``measure_wait_s`` at most.
-        It must not raise. ``on_batches(replica, increment)``: batches a worker ran since its
-        last liveness probe (``batchstats.py``). ``records``: where kept workers' records are
-        (adopting.py); ``keep``: workers started from now on outlive edged (and each gets a
-        record there), waiting ``orphan_timeout_s`` at most for the next edged."""
-        self.records = records
-        self.keep = keep and records is not None and pidfds_supported()
-        if keep and not self.keep:
-            log.warning("workers stop with edged: keepOnExit needs pidfds (Linux 5.3)")
-        self.orphan_timeout_s = orphan_timeout_s
-        self.detached = False  # edged stopped and left its workers running
-        self.uids = uids if uids is not None else WorkerUids()
-        self.notify = notify
-        self.measure = measure
-        self.measure_wait_s = measure_wait_s
-        self._on_artifact_rotten = on_artifact_rotten
-        self._on_serving_change = on_serving_change
-        self._on_result = on_result
-        self._on_restart = on_restart
-        self._on_batches = on_batches
-        self._python = python or sys.executable
-        self._replicas: dict[ReplicaId, Replica] = {}
-        self._tasks: set[asyncio.Future[Any]] = set()
-        # the stderr lines of replicas no longer in the pool (stopped, forgotten), newest kept
-        self._gone_outputs: collections.deque[OutputRing] = collections.deque(
-            maxlen=GONE_OUTPUTS_KEPT
-        )
-        # the pids of the latest worker processes started (the drift watch tells a worker
-        # that opened its model and exited at once from a process edged did not start)
-        self.started_pids: collections.deque[int] = collections.deque(maxlen=STARTED_PIDS_KEPT)
-
-    def track(self, task: asyncio.Future[Any]) -> None:
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    def get(self, replica_id: ReplicaId) -> Replica | None:
-        return self._replicas.get(replica_id)
-
-    def replicas(self, workload: WorkloadName | None = None) -> list[Replica]:
-        return [r for r in self._replicas.values() if workload is None or r.workload == workload]
-
-    def workloads(self) -> set[WorkloadName]:
-        return {r.workload for r in self._replicas.values()}
-
-    def observe(self, workload: WorkloadName) -> tuple[ReplicaObservation, ...]:
-        return tuple(r.observation() for r in self.replicas(workload))
-
-    async def start(
-        self,
-        spec: LaunchSpec,
-        workload: WorkloadName,
-        revision: str,
-        slot: int,
-        probes: Probes,
-    ) -> None:
-        rep = self._replicas.get(ReplicaId(spec.replica_id))
-        if rep is None:
-            rep = Replica(self, spec, workload, revision, slot, probes)
-            self._replicas[rep.id] = rep
-        elif rep.phase is not Phase.EXITED:
-            return  # already running: starting twice is a no-op
-        else:
-            rep.spec, rep.probes = spec, probes
-        try:
-            await rep.launch(self._python)
-        except OSError as exc:
-            verdict = classify_launch_failure(
-                str(exc), crash_streak=rep.crash_streak, limits=isinstance(exc, LimitsError)
-            )
-            rep.phase = Phase.EXITED
-            rep.exited_at = time.monotonic()
-            rep.exit_reason, rep.exit_message = verdict.reason, verdict.message
-            rep.exit_code, rep.finished_at = None, time.time()
-            rep.crash_streak = verdict.crash_streak
-            raise
-
-    def stop(self, replica_id: ReplicaId) -> None:
-        rep = self._replicas.get(replica_id)
-        if rep is not None and rep.phase is not Phase.STOPPING:
-            rep.stopping_task = asyncio.ensure_future(rep.stop())
-            self.track(rep.stopping_task)
-
-    def kill(self, replica_id: ReplicaId, reason: str, message: str) -> None:
-        rep = self._replicas.get(replica_id)
-        if rep is not None:
-            log.warning("killing replica", replica=replica_id, reason=reason, message=message)
-            rep.kill(reason, message)
-
-    def forget(self, replica_id: ReplicaId) -> None:
-        rep = self._replicas.get(replica_id)
-        if rep is not None and rep.phase is Phase.EXITED:
-            del self._replicas[replica_id]
-            self._keep_output(rep)
-
-    def remove(self, rep: Replica) -> None:
-        if self._replicas.get(rep.id) is rep:
-            del self._replicas[rep.id]
-            self._keep_output(rep)
-        self.notify(rep.workload)
-
-    def _keep_output(self, rep: Replica) -> None:
-        if rep.output.lines:
-            self._gone_outputs.append(rep.output)
-
-    def output_records(self, workload: str = "") -> list[list[tuple[float, str]]]:
-        """What the workers wrote to stderr, per replica slot (those in the pool, then the last
-        few that left it), each oldest first as ``(time, JSON record)``; only ``workload``'s
-        when given."""
-        rings = [r.output for r in self._replicas.values()] + list(self._gone_outputs)
-        return [ring.records() for ring in rings if not workload or ring.workload == workload]
-
-    def serving_changed(self, rep: Replica, *, ready: bool) -> None:
-        self._on_serving_change(rep, ready)
-
-    def artifact_rotten(self, workload: WorkloadName, sha256: str) -> None:
-        if self._on_artifact_rotten is not None:
-            self._on_artifact_rotten(workload, sha256)
-
-    def restarted(self, rep: Replica) -> None:
-        if self._on_restart is not None:
-            self._on_restart(rep)
-
-    def record_result(self, rep: Replica, status: int, seconds: float) -> None:
-        self._on_result(rep, status, seconds)
-
-    def record_batches(self, rep: Replica, delta: BatchCounts) -> None:
-        if self._on_batches is not None:
-            self._on_batches(rep, delta)
-
-    async def shutdown(self, timeout: float = DRAIN_TIMEOUT_S, *, keep: bool = False) -> None:
-        """edged is stopping: drain and stop every replica, or with ``keep`` leave every kept
-        worker running for the next edged (those being stopped still stop)."""
-        if keep:
-            self.detached = True
-            for rep in list(self._replicas.values()):
-                if rep.running and rep.phase is not Phase.STOPPING and rep.spec.attach_name:
-                    rep.detach()
-                elif rep.phase is not Phase.EXITED:
-                    self.stop(rep.id)
-            stopping = [r.stopping_task for r in self._replicas.values() if r.stopping_task]
-            if stopping:
-                await asyncio.wait(stopping, timeout=timeout + TERM_TIMEOUT_S + 1)
-            return
-        for rep in list(self._replicas.values()):
-            if rep.phase is Phase.EXITED:
-                continue
-            self.stop(rep.id)
-        if self._tasks:
-            await asyncio.wait(list(self._tasks), timeout=timeout + TERM_TIMEOUT_S + 1)
-        for rep in list(self._replicas.values()):
-            rep.signal(signal.SIGKILL)
-
-    # -- kept workers (adopting.py) -----------------------------------------------------------
-    def write_record(self, rep: Replica) -> None:
-        if self.records is None or not rep.spec.attach_name or rep.pid is None:
-            return
-        try:
-            if rep.record is not None:  # adopted: what the kernel said of it then still holds
-                record = replace(rep.record, restarts=rep.restarts, crash_streak=rep.crash_streak)
-            else:
-                record = record_for(
-                    rep.spec,
-                    workload=rep.workload,
-                    revision=rep.revision,
-                    slot=rep.slot,
-                    pid=rep.pid,
-                    restarts=rep.restarts,
-                    crash_streak=rep.crash_streak,
-                )
-            self.records.write(record)
-        except (OSError, ValueError) as exc:
-            log.error("worker record not written", replica=rep.id, error=str(exc))
-
-    def records_remove(self, replica_id: str) -> None:
-        if self.records is not None:
-            self.records.remove(replica_id)
-
-    async def adopt(
-        self,
-        digests: dict[str, frozenset[str]],
-        probes: Callable[[str], Probes],
-        *,
-        timeout: float = ADOPT_TIMEOUT_S,
-    ) -> dict[str, str]:
-        """Adopt every kept worker the records name that proves to be what its record says
-        and runs what ``digests`` (per desired workload, the model digests it may run) want;
-        ``probes(workload)``: its probes. Returns, per replica not adopted, why (each
-        logged as an event): a process that is not the recorded worker is left alone, a
-        worker that is but cannot be adopted is killed; either way its record goes."""
-        refused: dict[str, str] = {}
-        if self.records is None:
-            return refused
-        boot = current_boot_id()
-        records = list(self.records.load())
-        # all at once: a worker that does not answer costs ``timeout`` once, not per worker
-        outcomes = await asyncio.gather(
-            *(self._adopt_one(r, digests, probes, boot, timeout) for r in records)
-        )
-        for record, why in zip(records, outcomes, strict=True):
-            if why:
-                refused[record.replica_id] = why
-        return refused
-
-    async def _adopt_one(
-        self,
-        record: WorkerRecord,
-        digests: dict[str, frozenset[str]],
-        probes: Callable[[str], Probes],
-        boot: str,
-        timeout: float,
-    ) -> str:
-        assert self.records is not None
-        rid = ReplicaId(record.replica_id)
-        if rid in self._replicas:
-            return "a replica of that id runs already"
-        try:
-            pidfd = os.pidfd_open(record.pid)  # first: the pid stays this process's from now
-        except OSError:
-            self.records.remove(rid)
-            log.info("kept worker gone: record dropped", replica=rid, pid=record.pid)
-            return f"pid {record.pid} is gone"
-        try:
-            seen = identify(record.pid)
-        except OSError:
-            seen = None
-        why = check_identity(record, seen, boot=boot)
-        if why:  # not our worker: never signal it
-            os.close(pidfd)
-            self.records.remove(rid)
-            log.warning("kept worker not adopted", replica=rid, pid=record.pid, reason=why)
-            return why
-        spec = record.spec
-        workload = WorkloadName(record.workload)
-        rep = Replica(self, spec, workload, record.revision, record.slot, probes(workload))
-        self._replicas[rep.id] = rep
-        if spec.uid >= 0:
-            self.uids.adopt(rid, spec.uid)  # its own lock holds it; freed once it exits
-        rep.watch(record, pidfd)
-        why = (
-            check_desired(record, digests)
-            or _limits_again(spec)
-            or await rep.attach(record, timeout)
-        )
-        if why:
-            # the worker it proved to be, killed through its pidfd; it shows as this slot's
-            # last exit (NotAdopted), and the reconciler starts what is desired
-            log.warning("kept worker not adopted: killed", replica=rid, pid=record.pid, reason=why)
-            rep.kill(NOT_ADOPTED, why)
-            self.records.remove(rid)
-            return why
-        self.notify(workload)
-        return ""
-
-
-def _limits_again(spec: LaunchSpec) -> str:
-    """Write a kept worker's cgroup limits again ("" once done, else why not): the unit's
-    ExecStopPost= (edged.launcher.cleanup_cgroup) disables the controllers below edged's
-    cgroup for systemd to start the unit again, and enabling them again leaves each leaf's
-    cpu.max and memory.max at "max"."""
-    try:
-        prepare_cgroup(spec.limits)
-    except LimitsError as exc:
-        return f"its limits cannot be written again: {exc}"
-    return ""
 
 
 def _with_egress_filter(spec: LaunchSpec) -> LaunchSpec:

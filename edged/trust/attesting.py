@@ -145,7 +145,7 @@ class MeasurementLog:
 
 class LoadMeasurer:
     """Extends a model's measurement into the measurement PCR when a worker starts loading
-    it (``await measurer(sha256)``, from :class:`edged.runtime.processes.WorkerPool`), so the
+    it (``await measurer(sha256)``, from :class:`edged.runtime.workerpool.WorkerPool`), so the
     PCR holds every model edged ran since boot before any attestation challenge; the
     attestation answer extends what is still missing before its quote. Only with an EK-bound
     attestation key (``D/identity/ak.json``) and a TPM ``trust.tpm`` selects, as the answer.

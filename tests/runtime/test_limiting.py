@@ -198,7 +198,7 @@ def test_an_adopted_workers_limits_are_written_again(tmp_path: Path) -> None:
     from typing import cast
 
     from edged.runtime.launching import LaunchSpec
-    from edged.runtime.processes import _limits_again
+    from edged.runtime.workerpool import _limits_again
 
     root = fake_workloads(tmp_path / "edged.service" / "workloads")
     limits = choose_limits(

@@ -22,7 +22,7 @@ from edged.reconcile.model import Phase
 from edged.runtime.adopting import WorkerRecords
 from edged.runtime.launching import LaunchSpec, SandboxSpec
 from edged.runtime.limiting import LimitsError, choose_limits
-from edged.runtime.processes import WorkerPool
+from edged.runtime.workerpool import WorkerPool
 from edged.workloads import WorkloadName
 from edgefleet.api import Probes
 from edgefleet.demo import TINY_MLP, build_mlp

@@ -16,7 +16,7 @@ from workerprocess import launch_spec
 
 from edged.reconcile.model import Phase
 from edged.runtime.launching import SandboxSpec
-from edged.runtime.processes import WorkerPool
+from edged.runtime.workerpool import WorkerPool
 from edged.workloads import WorkloadName
 from edgefleet.api import Probes
 from edgefleet.demo import TINY_MLP, build_mlp

@@ -8,7 +8,7 @@ from pathlib import Path
 from metricstesting import series_value
 
 from edged.reconcile.model import RevisionPhase, RevisionStatus, WorkloadStatus
-from edged.runtime.processes import WorkerPool
+from edged.runtime.workerpool import WorkerPool
 from edged.serving.counting import Counters
 from edged.serving.http import HttpServer
 from edged.serving.measuring import RevisionMeters
