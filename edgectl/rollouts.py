@@ -184,8 +184,9 @@ def _history(client: AdminClient, kind: str, name: str) -> int:
         return _upgrade_history(client, name)
     response = client.call("ListRevisions", admin_pb2.ListRevisionsRequest(name=name))
     rollout = orjson.loads(response.rollout)
-    rows = [("REVISION", "MODEL", "VERSION", "CREATED", "NOTE")]
+    rows = [("REVISION", "MODEL", "VERSION", "CREATED", "OUTCOME", "NOTE")]
     restarted = ""
+    why: list[str] = []
     for raw in response.revisions:
         rev = orjson.loads(raw)
         model = rev["manifest"]["spec"]["model"]
@@ -193,20 +194,51 @@ def _history(client: AdminClient, kind: str, name: str) -> int:
         if rev["number"] == rollout["stable"]:
             notes.append("stable")
         if rev["number"] == rollout["revision"] and rollout["revision"] != rollout["stable"]:
-            aborted = rollout["phase"] == "RolledBack" and rollout.get("reason") == "Aborted"
-            notes.append("aborted" if aborted else rollout["phase"].lower())
+            notes.append("current")
         if rev.get("source"):
             notes.append(f"copy of {rev['source']}")
         at = (rev["manifest"].get("metadata", {}).get("annotations") or {}).get(RESTARTED_AT, "")
         if at and at != restarted and len(rows) > 1:
             notes.append(f"restarted {at}")
         restarted = at
+        outcome = _outcome_of(rollout, rev["number"])
+        text = ""
+        if outcome is not None:
+            text = _outcome_text(outcome)
+            if outcome["phase"] in ("RolledBack", "Aborted") and outcome.get("message"):
+                why.append(f"revision {rev['number']}: {outcome['message']}")
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rev["createdAt"]))
         rows.append(
-            (str(rev["number"]), model["name"], model["version"], created, ", ".join(notes))
+            (str(rev["number"]), model["name"], model["version"], created, text, ", ".join(notes))
         )
     print(_table(rows))
+    for line in why:
+        print(line)
     return 0
+
+
+def _outcome_text(outcome: dict[str, Any]) -> str:
+    """``complete``, ``rolled back (RevisionFailed)``, ``aborted (Superseded)``..."""
+    phase, reason = str(outcome["phase"]), str(outcome.get("reason", ""))
+    if phase == "RolledBack" and reason == "Aborted":  # rollout abort
+        return "aborted"
+    text = {"RolledBack": "rolled back"}.get(phase, phase.lower())
+    if phase not in ("Complete", "Progressing") and reason:
+        text += f" ({reason})"
+    return text
+
+
+def _outcome_of(rollout: dict[str, Any], number: int) -> dict[str, Any] | None:
+    """How revision ``number``'s rollout stands (the current one) or ended (an earlier one,
+    ``outcomes`` of the rollout record; None: not known)."""
+    if number == rollout["revision"]:
+        return {
+            "phase": rollout["phase"],
+            "reason": rollout.get("reason", ""),
+            "message": rollout.get("message", ""),
+        }
+    found: dict[str, Any] | None = (rollout.get("outcomes") or {}).get(str(number))
+    return found
 
 
 def _table(rows: Sequence[tuple[str, ...]]) -> str:

@@ -50,6 +50,7 @@ from hub.decide.analysis import (
     timeline_sample,
 )
 from hub.decide.devices import Device
+from hub.decide.revisions import with_live_fields
 from hub.decide.rollout import (
     DeviceView,
     Progress,
@@ -221,14 +222,9 @@ def canary_status(
 
 def undo_manifest(manifest: Mapping[str, Any], revision: Revision) -> dict[str, Any]:
     """The deployment's manifest with ``revision``'s template (model, runtime, ...) and its own
-    placement and rollout settings: what ``rollout undo`` applies."""
-    spec = dict(revision.manifest["spec"])
-    for key in ("placement", "rollout"):
-        if key in manifest.get("spec", {}):
-            spec[key] = manifest["spec"][key]
-        else:
-            spec.pop(key, None)
-    return {**manifest, "spec": spec}
+    placement, replicas, scaling and rollout settings (:data:`LIVE_FIELDS`, as kubectl's
+    undo keeps the replicas): what ``rollout undo`` applies."""
+    return {**manifest, "spec": with_live_fields(revision.manifest, manifest)["spec"]}
 
 
 class RolloutController:

@@ -16,6 +16,7 @@ import functools
 import hashlib
 from collections.abc import Collection, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 
 import orjson
 
@@ -61,6 +62,9 @@ class FleetPolicies:
     # parts hashed, manifest rewrites by revision
     digests: dict[tuple[object, ...], str] = field(default_factory=dict, compare=False, repr=False)
     rewrites: dict[int, tuple[Revision, tuple[bool, list[str], int | None]]] = field(
+        default_factory=dict, compare=False, repr=False
+    )
+    lives: dict[int, tuple[Revision, bytes]] = field(  # live_of by revision
         default_factory=dict, compare=False, repr=False
     )
 
@@ -163,7 +167,7 @@ def build_desired(
         names.append(name)
         numbers.append((name, revision.number))
         mounted.update(mounts)
-        manifests.append(_manifest_for(revision, labels, fleet))
+        manifests.append(_manifest_for(revision, labels, fleet, _live_for(fleet, view, revision)))
         metadata.append(model.envelope)
         if model.rollback_allowance:  # hub.api.allowances: lets a device go back to this version
             allowances.append(model.rollback_allowance)
@@ -289,22 +293,69 @@ def _digest(
     return h.hexdigest()
 
 
-def _manifest_for(revision: Revision, labels: Mapping[str, str], fleet: FleetPolicies) -> bytes:
+SENT_LIVE_FIELDS = ("replicas", "scaling")
+"""The fields outside a revision's template (:data:`hub.decide.revisions.LIVE_FIELDS`) that a
+device acts on: it is sent the deployment's current ones with its revision's template, so a
+change of them alone is no new revision (edged scales without restarting a worker)."""
+
+
+def live_of(view: FleetView, name: str, revision: Revision) -> bytes:
+    """Deployment ``name``'s current :data:`SENT_LIVE_FIELDS`, encoded, where they differ from
+    ``revision``'s (b"": the same, or not known), for :func:`manifest_for`."""
+    stored = view.stored.get(("ModelDeployment", name))
+    if stored is None:
+        return b""
+    return live_fields(revision, stored.manifest)
+
+
+def _live_for(fleet: FleetPolicies, view: FleetView, revision: Revision) -> bytes:
+    """:func:`live_of`, worked out once per revision for the batch."""
+    known = fleet.lives.get(id(revision))
+    if known is None or known[0] is not revision:
+        known = (revision, live_of(view, revision.deployment, revision))
+        fleet.lives[id(revision)] = known
+    return known[1]
+
+
+@functools.lru_cache(maxsize=1024)
+def _total_in(live: bytes) -> bool:
+    return "total" in orjson.loads(live).get("replicas", {})
+
+
+def live_fields(revision: Revision, manifest: Mapping[str, Any]) -> bytes:
+    """``manifest``'s :data:`SENT_LIVE_FIELDS`, encoded, where they differ from ``revision``'s
+    (b"": the same)."""
+    spec = manifest.get("spec", {})
+    own = revision.manifest.get("spec", {})
+    if all(spec.get(k) == own.get(k) for k in SENT_LIVE_FIELDS):
+        return b""
+    live = {k: spec[k] for k in SENT_LIVE_FIELDS if k in spec}
+    return orjson.dumps(live, option=orjson.OPT_SORT_KEYS)
+
+
+def _manifest_for(
+    revision: Revision, labels: Mapping[str, str], fleet: FleetPolicies, live: bytes = b""
+) -> bytes:
     """:func:`manifest_for`, what it rewrites worked out once per revision for the batch."""
     known = fleet.rewrites.get(id(revision))
     if known is None or known[0] is not revision:
         known = (revision, _rewrites(revision, fleet.priority_classes))
         fleet.rewrites[id(revision)] = known
     total, choices, priority = known[1]
-    return _rewritten_for(revision, labels, total, choices, priority)
+    if live:  # replicas.total or perDevice now, not as the revision was made
+        total = _total_in(live)
+    return _rewritten_for(revision, labels, total, choices, priority, live)
 
 
 def manifest_for(
     revision: Revision,
     labels: Mapping[str, str],
     priority_classes: Mapping[str, int] | None = None,
+    live: Mapping[str, Any] | None = None,
 ) -> bytes:
-    """The revision's manifest as one device is sent it: a ``replicas.total`` deployment runs
+    """The revision's manifest as one device is sent it: with the deployment's current
+    ``replicas`` and ``scaling`` (``live``: its manifest now; None: the revision's own:
+    :data:`SENT_LIVE_FIELDS`); a ``replicas.total`` deployment runs
     one replica on each device the scheduler chose (``perDevice: 1`` there), an
     ``accelerator: {anyOf: [...]}`` names the first class this device has (else the first),
     so edged, which knows neither, runs what the hub decided. ``spec.scaling`` of a ``total``
@@ -312,8 +363,11 @@ def manifest_for(
     load and reports it, and never scales). A ``priorityClassName`` of an applied
     PriorityClass is sent as its value (``priority``; ``priority_classes``: value by class
     name), as edged knows no classes."""
+    fields = live_fields(revision, live) if live is not None else b""
     total, choices, priority = _rewrites(revision, priority_classes)
-    return _rewritten_for(revision, labels, total, choices, priority)
+    if fields:
+        total = _total_in(fields)
+    return _rewritten_for(revision, labels, total, choices, priority, fields)
 
 
 def _rewritten_for(
@@ -322,21 +376,23 @@ def _rewritten_for(
     total: bool,
     choices: list[str],
     priority: int | None,
+    live: bytes = b"",
 ) -> bytes:
-    if not total and not choices and priority is None:
+    if not total and not choices and priority is None and not live:
         return revision.encoded
     accelerator = ""
     if choices:
         slots = accelerator_slots(labels)
         accelerator = next((c for c in choices if slots.get(c, 0) > 0), choices[0])
-    return _rewritten(revision.encoded, total, accelerator, priority)
+    return _rewritten(revision.encoded, total, accelerator, priority, live)
 
 
 def _rewrites(
     revision: Revision, priority_classes: Mapping[str, int] | None
 ) -> tuple[bool, list[str], int | None]:
-    """What :func:`manifest_for` changes in ``revision``'s manifest: ``replicas.total``, the
-    accelerator classes to choose from, the priority value to send instead of a class."""
+    """What :func:`manifest_for` changes in ``revision``'s manifest: ``replicas.total`` (as
+    the revision has it), the accelerator classes to choose from, the priority value to send
+    instead of a class."""
     spec = revision.manifest.get("spec", {})
     total = "total" in spec.get("replicas", {})
     wanted = spec.get("resources", {}).get("accelerator")
@@ -348,13 +404,18 @@ def _rewrites(
     return total, choices, priority
 
 
-def _largest_manifest(revision: Revision, priority_classes: Mapping[str, int]) -> int:
-    """The most bytes :func:`manifest_for` makes of ``revision`` for any device's labels."""
+def _largest_manifest(
+    revision: Revision, priority_classes: Mapping[str, int], live: bytes = b""
+) -> int:
+    """The most bytes :func:`manifest_for` makes of ``revision`` for any device's labels, with
+    the deployment's current ``replicas`` and ``scaling`` (``live``: :func:`live_of`)."""
     total, choices, priority = _rewrites(revision, priority_classes)
-    if not total and not choices and priority is None:
+    if live:
+        total = _total_in(live)
+    if not total and not choices and priority is None and not live:
         return len(revision.encoded)
     return max(
-        len(_rewritten(revision.encoded, total, accelerator, priority))
+        len(_rewritten(revision.encoded, total, accelerator, priority, live))
         for accelerator in (choices or [""])
     )
 
@@ -370,9 +431,18 @@ on (edgefleet.api.manifests refuses them with ``perDevice``): not sent to a devi
 
 
 @functools.lru_cache(maxsize=4096)
-def _rewritten(encoded: bytes, per_device: bool, accelerator: str, priority: int | None) -> bytes:
+def _rewritten(
+    encoded: bytes, per_device: bool, accelerator: str, priority: int | None, live: bytes = b""
+) -> bytes:
     doc = orjson.loads(encoded)
     spec = doc.get("spec", {})
+    if live:  # the deployment's replicas and scaling now (SENT_LIVE_FIELDS)
+        fields = orjson.loads(live)
+        for key in SENT_LIVE_FIELDS:
+            if key in fields:
+                spec[key] = fields[key]
+            else:
+                spec.pop(key, None)
     if per_device:
         spec["replicas"] = {"perDevice": 1}
         placement = spec.get("placement")
@@ -416,7 +486,8 @@ def wire_size_bound(
             model = view.models.get(revision.model)
             if model is None:  # never sent (excluded: not pushed)
                 continue
-            largest = max(largest, _largest_manifest(revision, fleet.priority_classes))
+            live = _live_for(fleet, view, revision)
+            largest = max(largest, _largest_manifest(revision, fleet.priority_classes, live))
             envelope = max(envelope, len(model.envelope))
             allowance = max(allowance, len(model.rollback_allowance))
             mounted.update(
@@ -456,7 +527,8 @@ def replica_wire_size(
         model = view.models.get(revision.model)
         if model is None:  # never sent (excluded: not pushed)
             continue
-        largest = max(largest, _largest_manifest(revision, fleet.priority_classes))
+        live = _live_for(fleet, view, revision)
+        largest = max(largest, _largest_manifest(revision, fleet.priority_classes, live))
         envelope = max(envelope, len(model.envelope))
         allowance = max(allowance, len(model.rollback_allowance))
         mounted.update(

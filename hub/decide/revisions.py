@@ -1,7 +1,8 @@
 """A ModelDeployment's revisions and its rollout's record, plain data (how a rollout moves:
-:mod:`hub.decide.rollout`): a revision's *template* (the manifest less how it is placed and
-rolled out) and its hash, :class:`Revision` (stored at ``/revisions/NAME/NUMBER``),
-:class:`RolloutState` (at ``/rollouts/NAME``) with the revision it sends each device, and
+:mod:`hub.decide.rollout`): a revision's *template* (the manifest less :data:`LIVE_FIELDS`:
+how it is placed, scaled and rolled out) and its hash, :class:`Revision` (stored at
+``/revisions/NAME/NUMBER``), :class:`RolloutState` (at ``/rollouts/NAME``) with the revision it
+sends each device and the outcome of each earlier revision (:class:`Outcome`), and
 :func:`prune`, the revisions to delete."""
 
 from __future__ import annotations
@@ -25,9 +26,18 @@ RESTARTED_AT = "edgefleet.io/restartedAt"
 computes, so the same model and settings start new workers (:mod:`hub.decide.rolloutactions`)."""
 
 
+LIVE_FIELDS = ("placement", "rollout", "replicas", "scaling")
+"""``spec`` fields outside a revision's template: where the deployment goes, how many replicas
+(and their autoscaling bounds) and how it rolls out. Changing them restarts no worker, so it
+is no new revision and no rollout: the scheduler and the projector act on the deployment's
+current values (a device is sent its revision's template with the current ``replicas`` and
+``scaling``: :func:`hub.decide.desired.manifest_for`), and ``rollout undo`` keeps them."""
+
+
 def template_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
-    """The part of a canonical ModelDeployment manifest that devices act on."""
-    spec = {k: v for k, v in manifest.get("spec", {}).items() if k not in ("placement", "rollout")}
+    """The part of a canonical ModelDeployment manifest whose change restarts workers (all
+    but :data:`LIVE_FIELDS`)."""
+    spec = {k: v for k, v in manifest.get("spec", {}).items() if k not in LIVE_FIELDS}
     meta = manifest.get("metadata", {})
     out = {"name": meta.get("name"), "labels": meta.get("labels", {}), "spec": spec}
     restarted = (meta.get("annotations") or {}).get(RESTARTED_AT)
@@ -49,6 +59,19 @@ def with_restart(manifest: Mapping[str, Any], restarted_at: str) -> Mapping[str,
 def template_hash(manifest: Mapping[str, Any]) -> str:
     data = orjson.dumps(template_of(manifest), option=orjson.OPT_SORT_KEYS)
     return hashlib.sha256(data).hexdigest()[:16]
+
+
+def with_live_fields(template: Mapping[str, Any], manifest: Mapping[str, Any]) -> dict[str, Any]:
+    """``template``'s manifest (a revision's: model, runtime...) with ``manifest``'s
+    :data:`LIVE_FIELDS` (the deployment's current ones; absent there, absent here): what
+    ``rollout undo`` applies, what a region outside a wave is sent."""
+    spec = dict(template.get("spec", {}))
+    for key in LIVE_FIELDS:
+        if key in manifest.get("spec", {}):
+            spec[key] = manifest["spec"][key]
+        else:
+            spec.pop(key, None)
+    return {**template, "spec": spec}
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,11 +108,14 @@ class Revision:
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Revision:
+        manifest = dict(doc["manifest"])
         return cls(
             str(doc["deployment"]),
             int(doc["number"]),
-            str(doc["template"]),
-            dict(doc["manifest"]),
+            # hashed again, not read: a revision stored when the template held more fields
+            # (replicas, scaling) compares equal to the same template applied now
+            template_hash(manifest),
+            manifest,
             float(doc["createdAt"]),
             int(doc.get("source", 0)),
         )
@@ -100,6 +126,38 @@ class RolloutPhase(StrEnum):
     PAUSED = "Paused"
     COMPLETE = "Complete"
     ROLLED_BACK = "RolledBack"
+
+
+OUTCOME_MESSAGE_CHARS = 512
+"""The most of a rollout's message an :class:`Outcome` keeps (every outcome is in the rollout
+record, which is written at each step)."""
+ABORTED = "Aborted"
+"""The outcome of a revision left before its rollout ended (a newer template, or the stable
+one applied again)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Outcome:
+    """How an earlier revision's rollout ended: ``phase`` Complete, RolledBack (``reason`` and
+    ``message`` say why) or :data:`ABORTED`, at ``at``. ``rollout history`` shows it after
+    later revisions."""
+
+    phase: str
+    reason: str = ""
+    message: str = ""
+    at: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        return {"phase": self.phase, "reason": self.reason, "message": self.message, "at": self.at}
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Outcome:
+        return cls(
+            str(doc.get("phase", "")),
+            str(doc.get("reason", "")),
+            str(doc.get("message", "")),
+            float(doc.get("at", 0.0)),
+        )
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,6 +191,16 @@ class RolloutState:
     # the last ``rollout restart`` (RFC 3339; "": none): every revision made since carries it
     # (:func:`with_restart`), so applying the same manifest again restarts nothing
     restarted_at: str = ""
+    # how each earlier revision's rollout ended, by number (the current one's is the state
+    # itself): kept for the revisions kept (prune), so history shows "rolled back" and why
+    outcomes: Mapping[int, Outcome] = field(default_factory=dict)
+
+    def outcome_of(self, number: int) -> Outcome | None:
+        """How revision ``number``'s rollout stands or ended (None: not known: made before
+        outcomes were kept, or never rolled out)."""
+        if number == self.revision:
+            return Outcome(self.phase.value, self.reason, self.message, self.changed_at)
+        return self.outcomes.get(number)
 
     def revision_for(self, device: str) -> int:
         """The revision ``device`` is sent."""
@@ -160,6 +228,7 @@ class RolloutState:
             "progressAt": self.progress_at,
             "failed": dict(sorted(self.failed.items())),
             "previous": self.previous,
+            "outcomes": {str(n): o.to_json() for n, o in sorted(self.outcomes.items())},
         }
         if self.full:
             out["full"] = True
@@ -188,6 +257,7 @@ class RolloutState:
             int(doc.get("previous", 0)),
             bool(doc.get("full", False)),
             str(doc.get("restartedAt", "")),
+            {int(n): Outcome.from_json(o) for n, o in (doc.get("outcomes") or {}).items()},
         )
 
 

@@ -1,11 +1,12 @@
 """Revisions and rolling updates across devices: pure decisions, tested as tables.
 
 A **revision** of a ModelDeployment is what devices are sent: its manifest as applied, except
-for how it is placed and rolled out (``spec.placement``, ``spec.rollout``), which never reach a
-worker. Each change of that *template* is a new revision, numbered from 1 and kept in the store
-(:mod:`hub.controllers.rollout`), so ``edgectl rollout history`` lists them and a device can be
-sent an
-older one.
+for how it is placed, scaled and rolled out (``spec.placement``, ``spec.replicas``,
+``spec.scaling``, ``spec.rollout``: :data:`hub.decide.revisions.LIVE_FIELDS`), whose change
+restarts no worker. Each change of that *template* is a new revision, numbered from 1 and kept
+in the store (:mod:`hub.controllers.rollout`), so ``edgectl rollout history`` lists them, each
+with how its rollout ended (:class:`hub.decide.revisions.Outcome`), and a device can be sent an
+older one. A change of the other fields alone is no revision and no rollout.
 
 A **rollout** moves the targeted devices from the *stable* revision to a new one. Its state
 (:class:`RolloutState`, one store record per deployment) names the devices assigned the new
@@ -14,7 +15,10 @@ decides the next step from that state and what devices report, with ``now`` pass
 
 * a new template: a new revision and a new rollout from the current stable revision (the
   first revision of a deployment goes everywhere at once: nothing serves that could be
-  protected);
+  protected); the stable revision's template applied again (an apply, or ``rollout undo``
+  after a rollback) is no new revision: the stable one is current again, every device is sent
+  it, and the revision left keeps its outcome (rolled back, or Aborted if it was still going);
+  an older template than the stable one is a new revision, "a copy" of it (its workers restart);
 * a device assigned the new revision that reports it **Refused** or **Failed**: the rollout is
   rolled back (every device is sent the stable revision again) and says which device failed
   and why; an older template applied again (``rollout undo``) is a new rollout like any other;
@@ -63,7 +67,10 @@ from edgefleet.api import Canary, IntOrPercent, ModelDeployment
 from hub.decide.analysis import Analysis, Verdict
 from hub.decide.devices import Device, DevicePhase, RevisionPhase
 from hub.decide.revisions import (
+    ABORTED,
     MAX_REVISIONS,
+    OUTCOME_MESSAGE_CHARS,
+    Outcome,
     Revision,
     RolloutPhase,
     RolloutState,
@@ -243,7 +250,41 @@ def plan_rollout(
     the targeted devices the new revision may go to at most (a root hub's wave,
     :func:`max_weight_of`; None: no cap): reached, the rollout is held there."""
     step = _plan(dep, manifest, revisions, state, devices, now, model_pushed, analysis, max_weight)
-    return _with_previous(step, state, revisions)
+    return _with_outcomes(_with_previous(step, state, revisions), state, revisions, now)
+
+
+def _with_outcomes(
+    step: Step, before: RolloutState | None, revisions: Mapping[int, Revision], now: float
+) -> Step:
+    """A step that leaves the current revision for another (a new one, or the stable one
+    again) keeps how the one left ended (:class:`Outcome`: as it stood, or Aborted if its
+    rollout was still going); outcomes of revisions pruned go with them."""
+    new = step.state
+    if new is None or before is None:
+        return step
+    outcomes = dict(before.outcomes)
+    if new.revision != before.revision:
+        outcomes[before.revision] = _ended(before, new, now)
+    outcomes.pop(new.revision, None)  # the current revision's is the state itself
+    kept = dict(revisions)
+    if step.revision is not None:
+        kept[step.revision.number] = step.revision
+    for number in [*prune(kept.values(), new), *(n for n in outcomes if n not in kept)]:
+        outcomes.pop(number, None)
+    if outcomes == new.outcomes:
+        return step
+    return replace(step, state=replace(new, outcomes=outcomes))
+
+
+def _ended(before: RolloutState, after: RolloutState, now: float) -> Outcome:
+    """How ``before``'s revision ended when ``after`` took its place."""
+    if before.phase in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED):
+        why = f"its template was replaced during its rollout: revision {after.revision}'s " + (
+            "(the stable one) applied again" if after.revision == before.stable else "applied"
+        )
+        return Outcome(ABORTED, "Superseded", why, now)
+    message = before.message[:OUTCOME_MESSAGE_CHARS]
+    return Outcome(before.phase.value, before.reason, message, before.changed_at)
 
 
 def _with_previous(
@@ -278,16 +319,25 @@ def _plan(
         manifest = with_restart(manifest, state.restarted_at)
     wanted = template_hash(manifest)
     current = revisions.get(state.revision) if state is not None else None
+    rollout = dep.spec.rollout
+    budget = resolve_budget(rollout.max_surge, rollout.max_unavailable, len(devices))
     if current is None or current.template != wanted:
         restart = (
             current is not None
             and state is not None
             and template_hash(with_restart(current.manifest, state.restarted_at)) == wanted
         )
+        stable = revisions.get(state.stable) if state is not None else None
+        if (
+            not restart
+            and state is not None
+            and stable is not None
+            and stable.template == wanted
+            and not rollout.waves  # a root's waves move regions back with a new revision
+        ):
+            return _back_to_stable(state, stable, current, devices, budget, now)
         return _new_revision(name, manifest, wanted, revisions, state, now, restart=restart)
     assert state is not None
-    rollout = dep.spec.rollout
-    budget = resolve_budget(rollout.max_surge, rollout.max_unavailable, len(devices))
     if state.phase in (RolloutPhase.COMPLETE, RolloutPhase.ROLLED_BACK):
         return Step(progress=measure(state, devices, budget))
     broken = sorted(
@@ -639,6 +689,37 @@ def _new_revision(
         restarted_at=state.restarted_at,
     )
     return Step(revision, new, (Event("Normal", "RolloutStarted", new.message),))
+
+
+def _back_to_stable(
+    state: RolloutState,
+    stable: Revision,
+    current: Revision | None,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    now: float,
+) -> Step:
+    """The stable revision's template applied again (an apply, ``rollout undo`` after a
+    rollback): no new revision, the stable one is the current one again and every device is
+    sent it (those given the other one go back, as in a rollback)."""
+    left = f"revision {state.revision} ({_version(current)})" if current else "the rollout"
+    new = RolloutState(
+        state.deployment,
+        stable.number,
+        stable.number,
+        phase=RolloutPhase.COMPLETE,
+        reason="StableTemplate",
+        message=f"revision {stable.number} ({_version(stable)}) applied again, no new "
+        f"revision: {left} is left and every device is on revision {stable.number}",
+        started_at=now,
+        changed_at=now,
+        step_at=now,
+        progress_at=now,
+        previous=state.previous,
+        restarted_at=state.restarted_at,
+    )
+    event = Event("Normal", "RolloutReverted", new.message)
+    return Step(state=new, events=(event,), progress=measure(new, devices, budget))
 
 
 def _give_up(

@@ -45,6 +45,7 @@ from typing import Any
 from edgefleet.api import CanaryAnalysis, Wave
 from hub.decide import regionslice
 from hub.decide.analysis import Analysis, Figures, Sample, Verdict, analyze
+from hub.decide.revisions import with_live_fields
 from hub.decide.rollout import (
     MAX_WEIGHT,
     Event,
@@ -169,14 +170,9 @@ def without_waves(manifest: Mapping[str, Any]) -> Mapping[str, Any]:
 
 def stable_of(manifest: Mapping[str, Any], stable: Mapping[str, Any]) -> dict[str, Any]:
     """The deployment as a region not (or no longer) in a wave gets it: the stable revision's
-    template (model, runtime, replicas, labels...) with the deployment's own metadata,
-    placement and rollout settings."""
-    spec = dict(stable.get("spec", {}))
-    for key in ("placement", "rollout"):
-        if key in manifest.get("spec", {}):
-            spec[key] = manifest["spec"][key]
-        else:
-            spec.pop(key, None)
+    template (model, runtime, labels...) with the deployment's own metadata, placement,
+    replicas, scaling and rollout settings (:data:`hub.decide.revisions.LIVE_FIELDS`)."""
+    spec = with_live_fields(stable, manifest)["spec"]
     metadata = dict(manifest.get("metadata", {}))
     labels = stable.get("metadata", {}).get("labels")
     if labels:

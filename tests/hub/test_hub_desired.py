@@ -210,3 +210,45 @@ def test_the_shed_order_keeps_what_runs_then_priority_then_name() -> None:
     ]
     for names, previous, priority, order in cases:
         assert shed_order(names, frozenset(previous), priority) == order, (names, previous)
+
+
+def test_a_device_is_sent_the_current_replicas_and_scaling_with_its_revision() -> None:
+    """``replicas`` and ``scaling`` are outside a revision's template (a scale is no rollout):
+    a device gets its revision's manifest with the deployment's current ones, and the bound
+    covers them."""
+    import orjson
+
+    cache = Cache(devices={"d": Device("d", phase=DevicePhase.READY)})
+    made = deployment("per", replicas={"perDevice": 1})
+    revision = Revision("per", 1, template_hash(made), made, 0.0)
+    cache.models[("per", "1.0.0")] = model("per", "1.0.0", 100)
+    cache.revisions["per"] = {1: revision}
+    cache.rollouts["per"] = RolloutState("per", 1, 1)
+
+    def sent(manifest: dict[str, Any], generation: int) -> dict[str, Any]:
+        cache.put_object(manifest, generation)
+        view = snapshot_of(cache)
+        content = build_desired(
+            cache.devices["d"],
+            view,
+            previous=frozenset(),
+            region="eu",
+            placements={"per": frozenset({"d"})},  # the scheduler's, once a total
+        )
+        assert wire_size(content) <= wire_size_bound(view, FleetPolicies.of(view))
+        assert content.revisions == (("per", 1),)
+        doc: dict[str, Any] = orjson.loads(content.manifests[0])
+        return doc
+
+    assert sent(made, 1) == orjson.loads(revision.encoded)  # as made: the same bytes
+    scaled = deployment(
+        "per", replicas={"perDevice": 3}, scaling={"minReplicas": 2, "maxReplicas": 6}
+    )
+    spec = sent(scaled, 2)["spec"]
+    assert spec["replicas"] == {"perDevice": 3}
+    assert (spec["scaling"]["minReplicas"], spec["scaling"]["maxReplicas"]) == (2, 6)
+    assert spec["model"] == {"name": "per", "version": "1.0.0"}
+    total = deployment("per", replicas={"total": 4}, scaling={"maxReplicas": 9})
+    spec = sent(total, 3)["spec"]
+    assert spec["replicas"] == {"perDevice": 1}  # the hub scales a total: one per device
+    assert (spec["scaling"]["minReplicas"], spec["scaling"]["maxReplicas"]) == (1, 1)

@@ -528,8 +528,8 @@ def test_what_devices_ran_before_the_stable_revision_is_kept() -> None:
     assert done is not None and (done.phase, done.stable, done.previous) == (
         RolloutPhase.COMPLETE, 2, 1,
     )  # fmt: skip
-    # a new template that keeps the model (replicas only): 3 completes, previous stays 1
-    m3 = {**m, "spec": {**m["spec"], "replicas": {"perDevice": 2}}}
+    # a new template that keeps the model (a label only): 3 completes, previous stays 1
+    m3 = {**m, "metadata": {**m["metadata"], "labels": {"tier": "gold"}}}
     revs = {**REVS, 3: Revision("det", 3, template_hash(m3), m3, T)}
     started = plan_rollout(dep_of(m3), m3, REVS, done, [ready("a")], T).state
     assert started is not None and (started.revision, started.previous) == (3, 1)
@@ -542,3 +542,143 @@ def test_what_devices_ran_before_the_stable_revision_is_kept() -> None:
     assert RolloutState.from_json(replace(again, failed={"a": "why"}).to_json()) == replace(
         again, failed={"a": "why"}
     )
+
+
+# -- revisions only for what restarts workers (issue 33) -----------------------------------
+
+
+def test_the_template_leaves_out_replicas_and_scaling() -> None:
+    a = manifest("1.0.0")
+    b = manifest("1.0.0")
+    b["spec"]["replicas"] = {"perDevice": 3}
+    b["spec"]["scaling"] = {"minReplicas": 1, "maxReplicas": 4}
+    assert template_hash(a) == template_hash(b)
+    c = manifest("1.0.0")
+    c["spec"]["replicas"] = {"total": 7}
+    assert template_hash(a) == template_hash(c)
+
+
+def test_a_scale_is_no_revision_and_no_rollout() -> None:
+    """``replicas`` (perDevice or total), ``scaling`` and ``placement`` changed alone: no
+    revision, no step: the rollout stays Complete on the same revision."""
+    done = RolloutState("det", 2, 2, phase=RolloutPhase.COMPLETE)
+    for change in (
+        {"replicas": {"perDevice": 4}},
+        {"replicas": {"total": 9}},
+        {"scaling": {"minReplicas": 1, "maxReplicas": 3}},
+        {"placement": {"nodeSelector": {"site": "x"}}},
+    ):
+        m = manifest("2.0.0")
+        m["spec"].update(change)
+        step = plan_rollout(dep_of(m), m, REVS, done, [ready("a")], T)
+        assert step.revision is None and step.state is None, change
+
+
+def test_a_revision_stored_with_the_old_template_compares_equal() -> None:
+    """A revision stored when the template held replicas: read back, its template is hashed
+    again, so the hub's upgrade rolls nothing out."""
+    m = manifest("1.0.0")
+    m["spec"]["replicas"] = {"perDevice": 2}
+    doc = Revision("det", 1, "hash-with-replicas", m, T).to_json()
+    assert Revision.from_json(doc).template == template_hash(manifest("1.0.0"))
+
+
+def test_the_stable_template_again_after_a_rollback_is_no_new_revision() -> None:
+    """``rollout undo`` (or an apply) of the stable template after a rollback: the stable
+    revision is current again, no "copy of 1"; revision 2 keeps "rolled back" and why."""
+    dep, m = rolling()
+    state = replace(STARTED, updated=frozenset({"a"}))
+    broken = DeviceView("a", target=TargetPhase.BROKEN, broken_reason="2.0.0 Failed: OOM")
+    back = plan_rollout(dep, m, REVS, state, [broken, on_stable("b")], T).state
+    assert back is not None and back.phase is RolloutPhase.ROLLED_BACK
+    m1 = manifest("1.0.0")
+    step = plan_rollout(dep_of(m1), m1, REVS, back, [on_stable("a"), on_stable("b")], T + 5)
+    assert step.revision is None
+    assert step.state is not None
+    assert (step.state.revision, step.state.stable, step.state.phase) == (
+        1, 1, RolloutPhase.COMPLETE,
+    )  # fmt: skip
+    assert step.state.reason == "StableTemplate" and not step.state.failed
+    assert [e.reason for e in step.events] == ["RolloutReverted"]
+    assert step.state.revision_for("a") == 1
+    outcome = step.state.outcome_of(2)
+    assert outcome is not None and (outcome.phase, outcome.reason) == (
+        "RolledBack", "RevisionFailed",
+    )  # fmt: skip
+    assert "a: 2.0.0 Failed: OOM" in outcome.message
+    # nothing more to do: the same template again is no step
+    again = plan_rollout(dep_of(m1), m1, REVS, step.state, [on_stable("a")], T + 6)
+    assert again.state is None and again.revision is None
+
+
+def test_the_stable_template_again_during_a_rollout_aborts_it() -> None:
+    state = replace(STARTED, updated=frozenset({"a"}))
+    m1 = manifest("1.0.0")
+    step = plan_rollout(dep_of(m1), m1, REVS, state, [ready("a"), on_stable("b")], T)
+    assert step.revision is None and step.state is not None
+    assert step.state.revision == 1 and step.state.phase is RolloutPhase.COMPLETE
+    assert step.state.revision_for("a") == 1  # sent the stable one again
+    outcome = step.state.outcomes[2]
+    assert (outcome.phase, outcome.reason, outcome.at) == ("Aborted", "Superseded", T)
+
+
+def test_an_older_template_than_the_stable_one_is_still_a_new_revision() -> None:
+    """Its workers restart (devices run the stable one): a rollout, "a copy of" it."""
+    revs = {**REVS, 3: rev(3, "3.0.0")}
+    done = RolloutState("det", 3, 3, phase=RolloutPhase.COMPLETE)
+    m1 = manifest("1.0.0")
+    step = plan_rollout(dep_of(m1), m1, revs, done, [ready("a")], T)
+    assert step.revision is not None and (step.revision.number, step.revision.source) == (4, 1)
+    assert step.state is not None and step.state.outcomes[3].phase == "Complete"
+
+
+def test_at_a_root_with_waves_the_stable_template_again_is_a_new_revision() -> None:
+    """The root's waves move regions back with a revision of their own."""
+    waves = [{"regions": ["eu"]}]
+    m2 = manifest("2.0.0", waves=waves)
+    state = replace(STARTED, phase=RolloutPhase.ROLLED_BACK)
+    m1 = manifest("1.0.0", waves=waves)
+    revs = {1: Revision("det", 1, template_hash(m1), m1, T), 2: rev(2, "2.0.0")}
+    assert template_hash(m2) == revs[2].template
+    step = plan_rollout(dep_of(m1), m1, revs, state, [], T)
+    assert step.revision is not None and step.revision.number == 3
+
+
+def test_each_revision_keeps_its_outcome_after_later_ones() -> None:
+    """Rolled back (with its reason), then a new revision that completes, then another: the
+    history still says revision 2 was rolled back and 3 completed; outcomes go with the
+    revisions pruned."""
+    rolled = replace(
+        STARTED,
+        phase=RolloutPhase.ROLLED_BACK,
+        reason="AnalysisFailed",
+        message="revision 2 (2.0.0) failed the canary analysis",
+        changed_at=T,
+    )
+    revs = dict(REVS)
+    state: RolloutState | None = rolled
+    for number in (3, 4):
+        mn = manifest(f"{number}.0.0")
+        step = plan_rollout(dep_of(mn), mn, revs, state, [ready("a")], T + number)
+        assert step.revision is not None and step.revision.number == number
+        revs[number] = step.revision
+        state = replace(step.state, updated=frozenset({"a"})) if step.state else None
+        step = plan_rollout(dep_of(mn), mn, revs, state, [ready("a")], T + number)
+        state = step.state
+        assert state is not None and state.phase is RolloutPhase.COMPLETE
+    assert state is not None
+    two, three = state.outcome_of(2), state.outcome_of(3)
+    assert two is not None and (two.phase, two.reason) == ("RolledBack", "AnalysisFailed")
+    assert "canary analysis" in two.message
+    assert three is not None and three.phase == "Complete"
+    assert state.outcome_of(1) is None  # stable when 2 started, never left by a step
+    assert RolloutState.from_json(state.to_json()) == state
+    # pruned revisions lose their outcome at the next step
+    many = {n: rev(n, f"9.0.{n}") for n in range(1, MAX_REVISIONS + 6)}
+    crowded = replace(state, outcomes={n: two for n in range(1, MAX_REVISIONS + 4)},
+                      revision=MAX_REVISIONS + 4, stable=MAX_REVISIONS + 4)  # fmt: skip
+    mn = manifest(f"9.0.{MAX_REVISIONS + 5}")
+    step = plan_rollout(dep_of(mn), mn, many, crowded, [], T + 50)
+    assert step.state is not None
+    assert set(step.state.outcomes) <= set(many) - set(prune(many.values(), step.state))
+    assert len(step.state.outcomes) <= MAX_REVISIONS + 1

@@ -28,6 +28,7 @@ from hub.controllers.rollout import RolloutController, undo_manifest
 from hub.controllers.wave import WaveController
 from hub.decide.agentdesired import version_refusal
 from hub.decide.agentrevisions import AgentUpgradeState
+from hub.decide.revisions import with_restart
 from hub.decide.rollout import RolloutState, template_hash
 from hub.decide.rolloutactions import ActionRefused
 from hub.decide.undo import undo_refused
@@ -321,7 +322,16 @@ class Rollouts:
             raise Refused(
                 grpc.StatusCode.ABORTED, f"{name} changed meanwhile; try the undo again"
             ) from None
-        number = max(cache.revisions.get(name, {}), default=0) + 1  # what the controller makes
+        # what the controller makes: the stable revision's template again is no new revision
+        # (hub.decide.rollout), any other a new one
+        stable = revisions.get(state.stable)
+        again = (
+            stable is not None
+            and state.stable != state.revision
+            and stable.template == template_hash(with_restart(manifest, state.restarted_at))
+            and not manifest.get("spec", {}).get("rollout", {}).get("waves")
+        )
+        number = max(cache.revisions.get(name, {}), default=0) + 1
         cache.put_object(manifest, revision)  # the rollout controller reacts (hub.state.feed)
         self.writer.event(
             "ModelDeployment",
@@ -331,4 +341,9 @@ class Rollouts:
             f"{name} set back to revision {to}'s template ({target.model[1]}) by {actor}",
         )
         await cache.feed.settled()  # the new revision exists when it answers
+        if again:
+            return (
+                f"{name}: back to revision {state.stable} ({target.model[1]}), the stable "
+                "one: no new revision"
+            )
         return f"{name}: rolling back to revision {to} ({target.model[1]}) as revision {number}"
