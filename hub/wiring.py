@@ -261,6 +261,22 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubPar
     return ctx
 
 
+def _admin_rollouts(ctx: HubParts, auth: AdminAuth) -> AdminRollouts:
+    """The admin API's rollout calls (RolloutAction, ListRevisions); the dashboard's actions
+    run the same handlers."""
+    return AdminRollouts(
+        auth,
+        ctx.store,
+        ctx.cache,
+        ctx.writer,
+        tuf=ctx.held_tuf,  # replaced when the repository changes (tufwatch, a region's relay)
+        clock=ctx.clock,
+        rollouts=ctx.rollouts,
+        waves=ctx.waves,
+        agent_upgrades=ctx.agent_upgrades,
+    )
+
+
 def admin_servicer(ctx: HubParts) -> AdminServicer:
     """AdminService: a handler per group of calls, each with what it uses (hub.api.admin)."""
     auth = AdminAuth(ctx.cache, region=ctx.region)
@@ -316,17 +332,7 @@ def admin_servicer(ctx: HubParts) -> AdminServicer:
             clock=ctx.clock,
             projector=ctx.projector,
         ),
-        rollouts=AdminRollouts(
-            auth,
-            ctx.store,
-            ctx.cache,
-            ctx.writer,
-            tuf=tuf,
-            clock=ctx.clock,
-            rollouts=ctx.rollouts,
-            waves=ctx.waves,
-            agent_upgrades=ctx.agent_upgrades,
-        ),
+        rollouts=_admin_rollouts(ctx, auth),
         tokens=Tokens(
             auth,
             ctx.store,
@@ -403,6 +409,7 @@ def device_servicer(ctx: HubParts, *, on_evidence: EvidenceHandler | None = None
 
 def dashboard_server(ctx: HubParts, listen: str) -> DashboardServer:
     """The web dashboard (hub.api.dashboard; needs aiohttp), with what it uses."""
+    from hub.api.dashboard.actions import RolloutActions
     from hub.api.dashboard.serving import Dashboard, DashboardServer
 
     show = Showing(
@@ -413,7 +420,13 @@ def dashboard_server(ctx: HubParts, listen: str) -> DashboardServer:
         waves=ctx.waves,
         rollouts=ctx.rollouts,
     )
-    dashboard = Dashboard(ctx.cache, show, ctx.dashboard, region=ctx.region, clock=ctx.clock)
+    # an admin's actions go through the admin API's own rollout handlers (pause, resume, ...)
+    actions = RolloutActions(
+        _admin_rollouts(ctx, AdminAuth(ctx.cache, region=ctx.region)), ctx.writer
+    )
+    dashboard = Dashboard(
+        ctx.cache, show, ctx.dashboard, region=ctx.region, clock=ctx.clock, actions=actions
+    )
     return DashboardServer(dashboard, ctx.paths, listen)
 
 

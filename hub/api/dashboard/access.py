@@ -51,6 +51,9 @@ class Viewer:
     serial: str
     via: str  # "certificate" or "token"
     expires: float | None = None  # a token's
+    # what the viewer's CSRF token is bound to (csrf_token): the token's MAC, or the
+    # certificate's serial; never shown
+    session: str = field(default="", repr=False)
 
 
 @dataclass(slots=True)
@@ -97,4 +100,18 @@ class DashboardAccess:
             raise AccessRefused("the token has expired: run edgectl dashboard again")
         if serial in revoked:
             raise AccessRefused(f"the certificate of admin {name} has been revoked")
-        return Viewer(name, serial, "token", expires)
+        return Viewer(name, serial, "token", expires, session=f"token:{parts[2]}")
+
+    def csrf_token(self, session: str) -> str:
+        """The CSRF token of a viewer's ``session`` (:attr:`Viewer.session`): an HMAC with
+        this hub process's key, so it is per session, unguessable without the key, and dies
+        with the session (a token's expiry, a hub restart)."""
+        return _b64(hmac.new(self.key, b"csrf\0" + session.encode(), hashlib.sha256).digest())
+
+    def csrf_ok(self, session: str, presented: str) -> bool:
+        """Whether ``presented`` is ``session``'s CSRF token (compared in constant time)."""
+        if not session or not presented or len(presented) > 128:
+            return False
+        return hmac.compare_digest(
+            presented.encode("utf-8", "replace"), self.csrf_token(session).encode()
+        )

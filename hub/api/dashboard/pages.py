@@ -441,7 +441,14 @@ def deployment_fragment(
     revisions: Sequence[Mapping[str, Any]],
     series: Mapping[str, Sequence[float]] | None = None,
     thresholds: Mapping[str, float] | None = None,
+    *,
+    doc: Mapping[str, Any] | None = None,
+    events: Sequence[Mapping[str, Any]] = (),
 ) -> str:
+    """A deployment as ``edgectl describe deployment`` reads (``doc``: the object as
+    ``edgectl get`` shows it): what it asks for, its devices, its rollout in words, versions,
+    conditions, failing devices, revisions and its recent events; then its figures over
+    time."""
     desired = int(status.get("desiredDevices", 0))
     counts = "".join(
         f"<tr><th>{esc(label)}</th><td class=num data-field={esc(key)}>"
@@ -487,11 +494,14 @@ def deployment_fragment(
         rollout_html = (
             f"<p class=rollout>revision {esc(rollout.get('revision', '?'))} "
             f"(stable {esc(rollout.get('stableRevision', '?'))}): "
-            f"<b data-field=phase class={'bad' if rollout.get('phase') == 'RolledBack' else ''}>"
+            f"<b data-field=phase class={_rollout_class(rollout.get('phase'))}>"
             f"{esc(rollout.get('phase', '?'))}</b>, step "
             f"<b data-field=step>{esc(rollout.get('steps', 0))}</b>"
             f" {esc(rollout.get('reason', ''))} {esc(rollout.get('message', ''))}</p>"
+            + rollout_facts(rollout)
+            + "<details><summary>every field of status.rollout</summary>"
             + value_html(rollout)
+            + "</details>"
         )
     revs = "".join(
         f"<tr><td class=num>{esc(r.get('number'))}</td><td>{esc(r.get('model'))}</td>"
@@ -499,21 +509,257 @@ def deployment_fragment(
         f"<td class=num>{esc(r.get('ready', 0))}</td><td>{when(r.get('createdAt'))}</td></tr>"
         for r in revisions
     )
+    failing_html = (
+        f"<table class=grid id=failing><tbody>{failing}</tbody></table>{more}"
+        if failing
+        else "<p class=muted id=failing>&lt;none&gt;</p>"
+    )
+    events_html = (
+        _events_table(events, table_id="deployment-events")
+        if events
+        else "<p class=muted>&lt;none&gt;</p>"
+    )
     return (
-        f"<table class=kv id=counts>{counts}</table>"
+        (describe_html(doc) if doc is not None else "")
+        + f"<table class=kv id=counts>{counts}</table>"
         f"<h2>Rollout</h2>{rollout_html}"
-        f"<h2>Over time</h2>{history_html(series or {}, thresholds or {})}"
         "<h2>Versions serving</h2><table class=grid><thead><tr><th>version</th><th>devices</th>"
         f"<th>ready</th></tr></thead><tbody>{versions}</tbody></table>"
         "<h2>Conditions</h2><table class=grid id=conditions><thead><tr><th>type</th>"
         "<th>status</th><th>reason</th><th>message</th></tr></thead>"
         f"<tbody>{conds}</tbody></table>"
-        f"<h2>Failing devices</h2><table class=grid id=failing><tbody>{failing}</tbody></table>"
-        f"{more}"
+        f"<h2>Failing devices</h2>{failing_html}"
         "<h2>Revisions</h2><table class=grid id=revisions><thead><tr><th>revision</th>"
         "<th>model</th><th></th><th>devices serving its version</th><th>ready</th>"
         f"<th>created</th></tr></thead><tbody>{revs}</tbody></table>"
+        f"<h2>Events</h2>{events_html}"
+        f"<h2>Over time</h2>{history_html(series or {}, thresholds or {})}"
     )
+
+
+def _rollout_class(phase: object) -> str:
+    return {"RolledBack": "bad", "Aborted": "bad", "Paused": "warn", "Complete": "ok"}.get(
+        str(phase), ""
+    )
+
+
+def _selector_text(placement: Mapping[str, Any]) -> str:
+    """The node selector and match expressions as ``edgectl describe`` says them."""
+    parts = [f"{k}={v}" for k, v in sorted((placement.get("nodeSelector") or {}).items())]
+    for expr in placement.get("matchExpressions") or []:
+        if isinstance(expr, Mapping):
+            values = ",".join(str(v) for v in expr.get("values") or [])
+            parts.append(
+                f"{expr.get('key', '?')} {expr.get('operator', '?')}"
+                + (f" ({values})" if values else "")
+            )
+    return ", ".join(parts) or "<none>"
+
+
+def describe_html(doc: Mapping[str, Any]) -> str:
+    """What the deployment asks for, one fact a row, as ``edgectl describe`` says it."""
+    meta = doc.get("metadata", {}) or {}
+    spec = doc.get("spec", {}) or {}
+    status = doc.get("status", {}) or {}
+    model = spec.get("model", {}) or {}
+    placement = spec.get("placement", {}) or {}
+    replicas = spec.get("replicas", {}) or {}
+    per = replicas.get("perDevice")
+    rollout_spec = spec.get("rollout", {}) or {}
+    canary = rollout_spec.get("canary") or {}
+    steps = canary.get("steps") or []
+    strategy = (
+        f"maxSurge {rollout_spec.get('maxSurge', '25%')}, "
+        f"maxUnavailable {rollout_spec.get('maxUnavailable', '25%')}"
+    )
+    if steps:
+        strategy += f"; canary, {len(steps)} steps" + (
+            ", with analysis" if canary.get("analysis") else ""
+        )
+    rollout = status.get("rollout") or {}
+    labels = ", ".join(f"{k}={v}" for k, v in sorted((meta.get("labels") or {}).items()))
+    rows = (
+        ("Name", meta.get("name", "")),
+        ("Labels", labels or "<none>"),
+        ("Created", meta.get("creationTimestamp") or "<unknown>"),
+        ("Model", f"{model.get('name', '?')} {model.get('version', '?')}"),
+        (
+            "Replicas",
+            f"{per} per device"
+            if per is not None
+            else f"{replicas.get('total', '?')} across the fleet",
+        ),
+        ("Selector", _selector_text(placement)),
+        ("Regions", ", ".join(placement.get("regions") or []) or "<any>"),
+        ("Strategy", strategy),
+        (
+            "Devices",
+            f"{status.get('desiredDevices', 0)} desired | {status.get('updatedDevices', 0)} "
+            f"updated | {status.get('readyDevices', 0)} ready | "
+            f"{status.get('availableDevices', 0)} available",
+        ),
+        ("Rollout", rollout_words(rollout) if rollout else "<none>"),
+    )
+    body = "".join(f"<tr><th>{esc(k)}:</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f"<table class='kv describe' id=describe>{body}</table>"
+
+
+def rollout_words(rollout: Mapping[str, Any]) -> str:
+    """``revision 3 (2.0.0) RolledBack (RevisionFailed), stable revision 2 (1.1.0)``, as
+    ``edgectl describe`` says a rollout."""
+
+    def rev(number: object, version: object) -> str:
+        return f"revision {number}" + (f" ({version})" if version else "")
+
+    line = f"{rev(rollout.get('revision'), rollout.get('version'))} {rollout.get('phase', '?')}"
+    if rollout.get("reason"):
+        line += f" ({rollout['reason']})"
+    if rollout.get("stableRevision") != rollout.get("revision"):
+        line += f", stable {rev(rollout.get('stableRevision'), rollout.get('stableVersion'))}"
+    return line
+
+
+def rollout_facts(rollout: Mapping[str, Any]) -> str:
+    """The rollout's progress in words: devices moved, the canary step and its analysis'
+    checks (the figures against their thresholds), and the devices it was rolled back for."""
+    rows: list[tuple[str, str]] = []
+    if "targetedDevices" in rollout:
+        rows.append(
+            (
+                "Progress",
+                f"{rollout.get('updatedDevices', 0)} of {rollout.get('targetedDevices', 0)} "
+                f"devices on the new revision, {rollout.get('readyDevices', 0)} ready, "
+                f"{rollout.get('updatingDevices', 0)} updating, "
+                f"{rollout.get('unavailableDevices', 0)} unavailable (maxSurge "
+                f"{rollout.get('maxSurge', '?')}, maxUnavailable "
+                f"{rollout.get('maxUnavailable', '?')})",
+            )
+        )
+    canary = rollout.get("canary")
+    if isinstance(canary, Mapping) and canary.get("stepCount"):
+        step = (
+            "past the last step"
+            if canary.get("pastLastStep")
+            else f"step {canary.get('step')} of {canary.get('stepCount')}"
+        )
+        rows.append(
+            (
+                "Canary",
+                f"{step}: weight {canary.get('weight', '?')}% "
+                f"({canary.get('weightDevices', '?')} devices)",
+            )
+        )
+        analysis = canary.get("analysis")
+        if isinstance(analysis, Mapping):
+            for check in (analysis.get("checks") or [])[:MAX_ITEMS]:
+                if isinstance(check, Mapping):
+                    verdict = "pass" if check.get("passed") else "FAIL"
+                    rows.append(
+                        (
+                            f"Analysis {check.get('name', '?')}",
+                            f"{verdict}: {check.get('message', '')}",
+                        )
+                    )
+    for key, label in (("startedAt", "Started"), ("changedAt", "Changed")):
+        if rollout.get(key):
+            rows.append((label, str(rollout[key])))
+    if rollout.get("message"):
+        rows.append(("Message", str(rollout["message"])))
+    if not rows:
+        return ""
+    body = "".join(f"<tr><th>{esc(k)}:</th><td>{esc(v)}</td></tr>" for k, v in rows)
+    return f"<table class='kv describe' id=rollout-facts>{body}</table>"
+
+
+# -- actions -------------------------------------------------------------------------------------
+def flash_html(flash: tuple[bool, str] | None) -> str:
+    """The outcome of the viewer's last action (shown once)."""
+    if flash is None:
+        return ""
+    ok, text = flash
+    return f"<p id=flash class='flash {'ok' if ok else 'bad'}' role=status>{esc(text)}</p>"
+
+
+def actions_html(
+    base: str, csrf: str, verbs: Iterable[Any], *, enabled: bool, title: str = ""
+) -> str:
+    """The action buttons of one rollout (``base``: its path, URL-quoted): each a POST form
+    with the viewer's CSRF token. A verb this hub does not support yet is a disabled button
+    saying so; none is a button that does nothing."""
+    forms = []
+    for verb in verbs:
+        if not enabled or not verb.supported:
+            why = "not supported yet" if enabled else "this dashboard cannot act"
+            forms.append(
+                f"<span class=action><button type=button disabled data-verb={esc(verb.name)} "
+                f'title="{esc(why)}">{esc(verb.label)}</button>'
+                f" <small class=muted>{esc(why)}</small></span>"
+            )
+            continue
+        extra = ""
+        if verb.name == "undo":
+            extra = (
+                "<label>to revision <input name=to inputmode=numeric pattern='[0-9]{0,10}' "
+                "size=4 maxlength=10 placeholder=stable></label> "
+            )
+        forms.append(
+            f'<form class=action method=post action="{esc(base)}/actions/{esc(verb.name)}">'
+            f'<input type=hidden name=csrf value="{esc(csrf)}">{extra}'
+            f'<button data-verb={esc(verb.name)} title="{esc(verb.help)}">{esc(verb.label)}'
+            "</button></form>"
+        )
+    head = f"<h2>{esc(title)}</h2>" if title else ""
+    return f"{head}<div class=actions>{''.join(forms)}</div>"
+
+
+# -- the landing page: deployments and rollouts in progress ---------------------------------------
+def rollouts_overview(
+    in_progress: Sequence[Mapping[str, Any]],
+    deployments: Sequence[Mapping[str, Any]],
+    more_deployments: int,
+) -> str:
+    """The rollouts moving now (ModelDeployments and AgentUpgrades), then the deployments
+    with their rollout's phase."""
+    moving = "".join(
+        f"<tr><td>{esc(r['kind'])}</td>"
+        f'<td><a href="{esc(r["href"])}">{esc(r["name"])}</a></td>'
+        f"<td>{esc(r['what'])}</td>"
+        f"<td class={_rollout_class(r['phase'])}>{esc(r['phase'])}</td>"
+        f"<td>{esc(r['step'])}</td><td>{when(r['since'] or None)}</td>"
+        f"<td>{esc(r['message'])}</td></tr>"
+        for r in in_progress
+    )
+    moving_html = (
+        "<table class=grid id=in-progress><thead><tr><th>kind</th><th>name</th><th>revision</th>"
+        "<th>phase</th><th>step</th><th>since</th><th>message</th></tr></thead>"
+        f"<tbody>{moving}</tbody></table>"
+        if in_progress
+        else "<p class=muted id=in-progress>no rollout in progress</p>"
+    )
+    deps = "".join(
+        f'<tr><td><a href="/deployments/{esc(seg(r["name"]))}">{esc(r["name"])}</a></td>'
+        f"<td>{esc(r['model'])}</td>"
+        f"<td class=num>{esc(r['status'].get('readyDevices', 0))}/"
+        f"{esc(r['status'].get('desiredDevices', 0))}</td>"
+        f"<td class=num>{esc(r['status'].get('availableDevices', 0))}</td>"
+        f"<td class={_rollout_class(r['status'].get('rollout', {}).get('phase'))}>"
+        f"{esc(r['status'].get('rollout', {}).get('phase', '—'))}</td></tr>"
+        for r in deployments
+    )
+    more = (
+        f'<p class=muted>and {more_deployments} more: <a href="/deployments">all deployments</a>'
+        "</p>"
+        if more_deployments > 0
+        else ""
+    )
+    deps_html = (
+        "<table class=grid id=landing-deployments><thead><tr><th>name</th><th>model</th>"
+        "<th>ready</th><th>available</th><th>rollout</th></tr></thead>"
+        f"<tbody>{deps}</tbody></table>{more}"
+        if deployments
+        else "<p class=muted>no ModelDeployment applied</p>"
+    )
+    return f"<h2>Rollouts in progress</h2>{moving_html}<h2>Deployments</h2>{deps_html}"
 
 
 # -- generic values (status, facts), with plots ---------------------------------------------------

@@ -36,6 +36,14 @@ from edgefleet.logs import get_logger
 from hub import pki
 from hub.api.dashboard import pages, views
 from hub.api.dashboard.access import AccessRefused, DashboardAccess, Viewer
+from hub.api.dashboard.actions import (
+    AGENT_UPGRADE,
+    MAX_REVISION,
+    MODEL_DEPLOYMENT,
+    VERBS,
+    ActionFailed,
+    RolloutActions,
+)
 from hub.initializing import HubPaths
 from hub.pki import Role
 from hub.state.cache import Cache
@@ -55,6 +63,9 @@ KEEPALIVE_S = 15.0
 MAX_STREAMS = 64
 MAX_EVENTS_SHOWN = 100
 MAX_DEVICE_EVENTS = 50
+MAX_DEPLOYMENT_EVENTS = 30
+MAX_FORM_BYTES = 4096  # an action's form: a CSRF token and a revision number
+MAX_FLASHES = 256  # the outcomes of actions not shown yet, one per session
 STATIC = {"dashboard.js": "text/javascript", "dashboard.css": "text/css"}
 CSP = (
     "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; "
@@ -127,8 +138,12 @@ class Dashboard:
         *,
         region: str,
         clock: Callable[[], float],
+        actions: RolloutActions | None = None,
     ) -> None:
         self.cache = cache
+        self.actions = actions  # an admin's actions on rollouts (None: read-only)
+        # the outcome of each session's last action, shown once on the page it returns to
+        self.flashes: dict[str, tuple[str, bool, str]] = {}  # session -> (path, ok, text)
         self._show = show  # a deployment's status, as `edgectl get` shows it
         self.access = access  # verifies tokens; told the port the dashboard is bound to
         self.region = region
@@ -137,7 +152,9 @@ class Dashboard:
         self.history = views.FigureHistory()  # each deployment's figures over time
         self.streams = 0
         self.stopping = asyncio.Event()
-        self.app = web.Application(middlewares=[self._headers, self._authenticate])
+        self.app = web.Application(
+            middlewares=[self._headers, self._authenticate], client_max_size=MAX_FORM_BYTES
+        )
         r = self.app.router
         r.add_get("/login", self.login)
         r.add_get("/", self.fleet)
@@ -154,6 +171,9 @@ class Dashboard:
         r.add_get("/models", self.models)
         r.add_get("/agentupgrades", self.agent_upgrades)
         r.add_get("/static/{file}", self.static)
+        # actions: POST only (a GET there is 405), with the session's CSRF token
+        r.add_post("/deployments/{name}/actions/{verb}", self.act_deployment)
+        r.add_post("/agentupgrades/{name}/actions/{verb}", self.act_upgrade)
 
     # -- middlewares -----------------------------------------------------------------------
     @web.middleware
@@ -193,7 +213,7 @@ class Dashboard:
                 )
             if serial in self.cache.revoked:
                 raise web.HTTPForbidden(text=f"certificate {serial} has been revoked")
-            return Viewer(identity.name, serial, "certificate")
+            return Viewer(identity.name, serial, "certificate", session=f"cert:{serial}")
         token = request.cookies.get(COOKIE, "")
         auth = request.headers.get("Authorization", "")
         if auth.startswith("Bearer "):
@@ -250,9 +270,68 @@ class Dashboard:
             summary = views.fleet_summary(
                 cache.devices.values(), cache.desired, cache.security_policy(), self.region
             )
-            return pages.fleet_fragment(summary)
+            rows, _ = self._deployment_rows(1)
+            more = len(cache.deployments) - len(rows)
+            overview = pages.rollouts_overview(self._in_progress(), rows, more)
+            return overview + "<h2>Devices</h2>" + pages.fleet_fragment(summary)
 
         return str(self.memo.get("fleet", compute))
+
+    def _in_progress(self) -> list[dict[str, Any]]:
+        """The rollouts moving now (Progressing or Paused): every ModelDeployment's and
+        AgentUpgrade's, from their rollout records (no pass over the devices), at most
+        MAX_AGENT_UPGRADES_SHOWN of each kind."""
+        cache = self.cache
+        moving = ("Progressing", "Paused")
+        rows: list[dict[str, Any]] = []
+        for name, state in sorted(cache.rollouts.items()):
+            if state.phase.value not in moving or name not in cache.deployments:
+                continue
+            revisions = cache.revisions.get(name, {})
+            current, stable = revisions.get(state.revision), revisions.get(state.stable)
+            what = f"{state.revision} ({current.model[1] if current else '?'})"
+            if state.stable != state.revision:
+                what += f" from {state.stable} ({stable.model[1] if stable else '?'})"
+            steps = cache.deployments[name].spec.rollout.canary
+            count = len(steps.steps) if steps is not None else 0
+            step = (
+                f"canary step {min(state.step + 1, count)} of {count}"
+                if count
+                else f"{len(state.updated)} devices moved"
+            )
+            rows.append(
+                {
+                    "kind": "ModelDeployment",
+                    "name": name,
+                    "href": f"/deployments/{pages.seg(name)}",
+                    "what": what,
+                    "phase": state.phase.value,
+                    "step": step,
+                    "since": state.changed_at or state.started_at,
+                    "message": state.message,
+                }
+            )
+            if len(rows) >= MAX_AGENT_UPGRADES_SHOWN:
+                break
+        upgrades = 0
+        for name, up in sorted(cache.agent_upgrades.items()):
+            if up.phase.value not in moving or upgrades >= MAX_AGENT_UPGRADES_SHOWN:
+                continue
+            upgrades += 1
+            target = up.revision_of(up.revision)
+            rows.append(
+                {
+                    "kind": "AgentUpgrade",
+                    "name": name,
+                    "href": "/agentupgrades",
+                    "what": f"{up.revision} (edged {target.version if target else '?'})",
+                    "phase": up.phase.value,
+                    "step": f"{len(up.sent)} devices sent",
+                    "since": up.changed_at or up.started_at,
+                    "message": up.message,
+                }
+            )
+        return rows
 
     async def fleet(self, request: web.Request) -> web.StreamResponse:
         body = pages.live("/live/fleet", self._fleet_html())
@@ -276,11 +355,18 @@ class Dashboard:
         body = pages.device_body(device, cache.desired.get(name), events)
         return self._page(request, f"Device {name}", body, "/devices")
 
-    def _status(self, name: str) -> dict[str, Any] | None:
+    def _doc(self, name: str) -> dict[str, Any] | None:
+        """The deployment as ``edgectl get -o json`` shows it (spec, status, metadata)."""
         stored = self.cache.stored.get(("ModelDeployment", name))
         if stored is None:
             return None
-        doc = self._show.object_json("ModelDeployment", stored.manifest)
+        doc: dict[str, Any] = self._show.object_json("ModelDeployment", stored.manifest)
+        return doc
+
+    def _status(self, name: str) -> dict[str, Any] | None:
+        doc = self._doc(name)
+        if doc is None:
+            return None
         status: dict[str, Any] = doc.get("status", {})
         return status
 
@@ -315,10 +401,11 @@ class Dashboard:
 
     def _deployment_html(self, name: str) -> str | None:
         def compute() -> str | None:
-            status = self._status(name)
-            if status is None:
+            doc = self._doc(name)
+            if doc is None:
                 self.history.forget(name)
                 return None
+            status: dict[str, Any] = doc.get("status", {})
             cache = self.cache
             state = cache.rollouts.get(name)
             revisions = []
@@ -345,7 +432,12 @@ class Dashboard:
                 )
             self.history.record(name, status, time.time())
             series, thresholds = self.history.of(name)
-            return pages.deployment_fragment(status, revisions, series, thresholds)
+            events = views.events_of(
+                cache.events, kind=MODEL_DEPLOYMENT, name=name, limit=MAX_DEPLOYMENT_EVENTS
+            )
+            return pages.deployment_fragment(
+                status, revisions, series, thresholds, doc=doc, events=events
+            )
 
         html: str | None = self.memo.get(f"deployment/{name}", compute)
         return html
@@ -359,7 +451,13 @@ class Dashboard:
             f'<p><a id=canary-link href="/deployments/{pages.seg(name)}/canary">'
             "canary against stable, over time →</a></p>"
         )
-        body = link + pages.live(f"/live/deployments/{pages.seg(name)}", html)
+        base = f"/deployments/{pages.seg(name)}"
+        body = (
+            self._flash(request, base)
+            + self._actions(request, base)
+            + link
+            + pages.live(f"/live/deployments/{pages.seg(name)}", html)
+        )
         return self._page(request, f"Deployment {name}", body, "/deployments")
 
     def _canary_html(self, name: str) -> str | None:
@@ -422,7 +520,15 @@ class Dashboard:
             return rows
 
         rows: list[dict[str, Any]] = self.memo.get("agentupgrades", compute)
-        body = pages.agent_upgrades_body(rows)
+        body = self._flash(request, "/agentupgrades") + pages.agent_upgrades_body(rows)
+        body += "".join(
+            self._actions(
+                request,
+                f"/agentupgrades/{pages.seg(r['name'])}",
+                title=f"AgentUpgrade {r['name']}",
+            )
+            for r in rows
+        )
         return self._page(request, "Agent upgrades", body, "/agentupgrades")
 
     async def models(self, request: web.Request) -> web.StreamResponse:
@@ -447,6 +553,91 @@ class Dashboard:
             raise web.HTTPNotFound(text="no such file")
         data = resources.files("hub.api.dashboard").joinpath("static", name).read_bytes()
         return web.Response(body=data, content_type=STATIC[name], charset="utf-8")
+
+    # -- actions (hub.api.dashboard.actions) ------------------------------------------------
+    def _actions(self, request: web.Request, base: str, title: str = "Actions") -> str:
+        viewer = request[VIEWER]
+        csrf = self.access.csrf_token(viewer.session) if viewer.session else ""
+        enabled = self.actions is not None and bool(csrf)
+        return pages.actions_html(base, csrf, VERBS.values(), enabled=enabled, title=title)
+
+    def _flash(self, request: web.Request, path: str) -> str:
+        """The outcome of this session's last action if it returned to ``path`` (shown once)."""
+        session = request[VIEWER].session
+        held = self.flashes.get(session)
+        if held is None or held[0] != path:
+            return ""
+        del self.flashes[session]
+        return pages.flash_html((held[1], held[2]))
+
+    def _from_elsewhere(self, request: web.Request) -> str | None:
+        """Why a POST does not come from the dashboard's own pages, as the browser tells (a
+        check besides the CSRF token): another site (Sec-Fetch-Site), another origin."""
+        site = request.headers.get("Sec-Fetch-Site")
+        if site is not None and site not in ("same-origin", "none"):
+            return f"a request from another site ({site[:40]})"
+        origin = request.headers.get("Origin")
+        # no-referrer pages send "Origin: null" with their forms
+        if origin is not None and origin not in ("null", f"https://{request.host}"):
+            return "a request from another origin"
+        return None
+
+    async def act_deployment(self, request: web.Request) -> web.StreamResponse:
+        return await self._act(request, MODEL_DEPLOYMENT)
+
+    async def act_upgrade(self, request: web.Request) -> web.StreamResponse:
+        return await self._act(request, AGENT_UPGRADE)
+
+    async def _act(self, request: web.Request, kind: str) -> web.StreamResponse:
+        """An admin's action (POST, the session's CSRF token): done through the admin API's
+        handler, then back to the page with its outcome (303)."""
+        viewer = request[VIEWER]
+        name = request.match_info["name"]
+        verb = VERBS.get(request.match_info["verb"])
+        if verb is None:
+            raise web.HTTPNotFound(text=f"no such action: one of {', '.join(VERBS)}")
+        elsewhere = self._from_elsewhere(request)
+        if elsewhere is not None:
+            log.warning("dashboard action refused", reason=elsewhere, admin=viewer.name)
+            raise web.HTTPForbidden(text=f"{elsewhere}: nothing was done")
+        if request.content_type != "application/x-www-form-urlencoded":
+            raise web.HTTPUnsupportedMediaType(text="an action is a form (urlencoded)")
+        form = await request.post()
+        if not self.access.csrf_ok(viewer.session, str(form.get("csrf", ""))):
+            log.warning("dashboard action refused", reason="CSRF token", admin=viewer.name)
+            raise web.HTTPForbidden(
+                text="the form's CSRF token is missing or wrong: nothing was done "
+                "(reload the page and try again)"
+            )
+        if self.actions is None:
+            raise web.HTTPNotImplemented(text="this dashboard cannot act (read-only)")
+        if kind == MODEL_DEPLOYMENT:
+            back = f"/deployments/{pages.seg(name)}"
+            if name not in self.cache.deployments:
+                raise web.HTTPNotFound(text=f"no deployment {name!r}")
+        else:
+            back = "/agentupgrades"
+            if (AGENT_UPGRADE, name) not in self.cache.stored:
+                raise web.HTTPNotFound(text=f"no AgentUpgrade {name!r}")
+        to_text = str(form.get("to", "")).strip()
+        if to_text and not (to_text.isdigit() and len(to_text) <= 10):
+            raise web.HTTPBadRequest(text=f"to: must be a revision number, got {to_text[:20]!r}")
+        to = int(to_text) if to_text else 0
+        if to > MAX_REVISION:
+            raise web.HTTPBadRequest(text=f"to: must be at most {MAX_REVISION}")
+        try:
+            message = await self.actions.act(kind, name, verb, viewer, to)
+        except ActionFailed as exc:
+            if exc.status == 501:
+                raise web.HTTPNotImplemented(text=exc.message) from None
+            outcome = (False, f"{verb.label} refused: {exc.message}")
+        else:
+            outcome = (True, f"{verb.label}: {message}")
+        if len(self.flashes) >= MAX_FLASHES:
+            self.flashes.clear()
+        self.flashes[viewer.session] = (back, *outcome)
+        self.memo.clear()  # the pages show the change at once
+        raise web.HTTPSeeOther(back)
 
     # -- live ------------------------------------------------------------------------------
     async def _stream(self, request: web.Request) -> web.StreamResponse:

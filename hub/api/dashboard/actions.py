@@ -1,0 +1,148 @@
+"""What an admin does from the dashboard (docs/dashboard.md, "Actions"): pause, resume,
+promote, abort and undo a ModelDeployment's or an AgentUpgrade's rollout.
+
+Each goes through the very function the admin API's ``RolloutAction`` runs
+(:meth:`hub.api.admin.rollouts.Rollouts.RolloutAction`, without its gRPC authorization: the
+dashboard authorized the viewer already, :mod:`hub.api.dashboard.serving`), so a button does
+exactly what ``edgectl rollout VERB`` does, refusals included. A verb the admin API does not
+know yet (no such ``RolloutActionRequest`` action) is shown disabled as "not supported yet",
+never as a button that does nothing. Each action done is recorded as an event naming the
+admin who acted, how they were let in and the certificate serial.
+
+Forms are POST only with a CSRF token (:meth:`DashboardAccess.csrf_token`); the checks are in
+the serving module, which alone sees requests.
+"""
+
+from __future__ import annotations
+
+import inspect
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, cast
+
+import grpc
+
+from edgefleet.errors import CompareFailed, StoreError
+from edgefleet.logs import get_logger
+from edgefleet.v1 import admin_pb2
+from hub.api.admin.common import Refused
+from hub.api.admin.rollouts import Rollouts
+from hub.api.dashboard.access import Viewer
+
+if TYPE_CHECKING:
+    from hub.state.writer import DeviceWriter
+
+log = get_logger(__name__)
+
+MODEL_DEPLOYMENT = "ModelDeployment"
+AGENT_UPGRADE = "AgentUpgrade"
+MAX_REVISION = 10**9
+
+
+@dataclass(frozen=True, slots=True)
+class Verb:
+    """One action: its URL segment, the admin API's action, its button and what it does."""
+
+    name: str
+    action: str  # RolloutActionRequest.Action's name
+    label: str
+    help: str
+
+    @property
+    def supported(self) -> bool:
+        """Whether this hub's admin API knows the action (see the module doc)."""
+        return hasattr(admin_pb2.RolloutActionRequest, self.action)
+
+
+VERBS: dict[str, Verb] = {
+    v.name: v
+    for v in (
+        Verb("pause", "PAUSE", "Pause", "stop moving devices to the new revision"),
+        Verb(
+            "resume",
+            "RESUME",
+            "Resume",
+            "go on after a pause; after a rollback, roll the same revision out again",
+        ),
+        Verb("promote", "PROMOTE", "Promote", "skip the remaining pauses of the canary steps"),
+        Verb(
+            "abort",
+            "ABORT",
+            "Abort",
+            "send every device back to the stable revision and stay there until the next change",
+        ),
+        Verb(
+            "undo",
+            "UNDO",
+            "Undo",
+            "apply an older revision again (empty: the stable one), rolled out as a new revision",
+        ),
+    )
+}
+
+
+class ActionFailed(Exception):
+    """An action the hub refused or could not do: an HTTP status and a message for people."""
+
+    def __init__(self, status: int, message: str) -> None:
+        self.status = status
+        self.message = message
+        super().__init__(message)
+
+
+HTTP_OF = {
+    grpc.StatusCode.INVALID_ARGUMENT: 400,
+    grpc.StatusCode.NOT_FOUND: 404,
+    grpc.StatusCode.FAILED_PRECONDITION: 409,
+    grpc.StatusCode.ABORTED: 409,
+    grpc.StatusCode.UNAVAILABLE: 503,
+}
+
+Handler = Callable[[Any, admin_pb2.RolloutActionRequest, Any], Awaitable[Any]]
+
+
+class RolloutActions:
+    """Runs an admin's action on a rollout (module doc) and records who did it."""
+
+    def __init__(self, rollouts: Rollouts, writer: DeviceWriter) -> None:
+        self.rollouts = rollouts  # the admin API's group of rollout calls
+        self.writer = writer  # the event naming who acted
+        # the admin API's handler without its gRPC authorization (inspect.unwrap undoes the
+        # hub.api.admin.common.rpc decorator): the dashboard authorized the viewer itself
+        self._handler = cast(Handler, inspect.unwrap(Rollouts.RolloutAction))
+
+    async def act(self, kind: str, name: str, verb: Verb, viewer: Viewer, to_revision: int) -> str:
+        """Do ``verb`` on ``kind``/``name`` for ``viewer``; what was done, for a person.
+        Raises :class:`ActionFailed` with the admin API's reason when refused."""
+        if not verb.supported:
+            raise ActionFailed(501, f"{verb.name}: not supported yet by this hub")
+        if not 0 <= to_revision <= MAX_REVISION:
+            raise ActionFailed(400, f"to: must be a revision number, got {to_revision}")
+        request = admin_pb2.RolloutActionRequest(
+            kind=kind,
+            name=name,
+            action=getattr(admin_pb2.RolloutActionRequest, verb.action),
+            to_revision=to_revision if verb.name == "undo" else 0,
+        )
+        try:
+            response = await self._handler(self.rollouts, request, None)
+        except Refused as exc:
+            raise ActionFailed(HTTP_OF.get(exc.code, 409), exc.message) from None
+        except CompareFailed:
+            raise ActionFailed(
+                409, f"{name} changed meanwhile, nothing was done; try again"
+            ) from None
+        except StoreError as exc:
+            log.error("dashboard action: the store failed", kind=kind, name=name, error=str(exc))
+            raise ActionFailed(503, f"the hub's store failed: {exc}") from None
+        message = str(response.message)
+        self.writer.event(
+            kind,
+            name,
+            "Normal",
+            "DashboardAction",
+            f"rollout {verb.name} by admin {viewer.name} (dashboard, {viewer.via} of certificate "
+            f"serial {viewer.serial}): {message}",
+        )
+        log.info("dashboard action", kind=kind, name=name, verb=verb.name, admin=viewer.name)
+        return message
