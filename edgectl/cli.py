@@ -35,6 +35,7 @@ from edgefleet.versioning import version_text
 
 MODULES = (
     "edgectl.commands",
+    "edgectl.changing",
     "edgectl.agentpush",
     "edgectl.configuring",
     "edgectl.completing",

@@ -321,8 +321,14 @@ class AdminClient:
                     continue
                 raise _translated(exc, self._hub, method) from None
 
-    def apply(self, documents: list[bytes], *, dry_run: bool = False) -> list[Any]:
-        request = admin_pb2.ApplyRequest(documents=documents, dry_run=dry_run)
+    def apply(
+        self, documents: list[bytes], *, dry_run: bool = False, check_resource_version: bool = False
+    ) -> list[Any]:
+        """Apply ``documents``; ``check_resource_version``: refused (ABORTED) when an object
+        changed since the metadata.resourceVersion its document carries."""
+        request = admin_pb2.ApplyRequest(
+            documents=documents, dry_run=dry_run, check_resource_version=check_resource_version
+        )
         return list(self._call("Apply", request).results)
 
     def get(self, kind: str, name: str) -> dict[str, Any]:

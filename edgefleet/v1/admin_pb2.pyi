@@ -73,12 +73,14 @@ class DeviceLogsResponse(_message.Message):
     def __init__(self, lines: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ApplyRequest(_message.Message):
-    __slots__ = ("documents", "dry_run")
+    __slots__ = ("documents", "dry_run", "check_resource_version")
     DOCUMENTS_FIELD_NUMBER: _ClassVar[int]
     DRY_RUN_FIELD_NUMBER: _ClassVar[int]
+    CHECK_RESOURCE_VERSION_FIELD_NUMBER: _ClassVar[int]
     documents: _containers.RepeatedScalarFieldContainer[bytes]
     dry_run: bool
-    def __init__(self, documents: _Optional[_Iterable[bytes]] = ..., dry_run: _Optional[bool] = ...) -> None: ...
+    check_resource_version: bool
+    def __init__(self, documents: _Optional[_Iterable[bytes]] = ..., dry_run: _Optional[bool] = ..., check_resource_version: _Optional[bool] = ...) -> None: ...
 
 class ApplyResponse(_message.Message):
     __slots__ = ("results",)

@@ -144,6 +144,28 @@ def parse_documents(documents: Sequence[bytes]) -> list[ParsedObject]:
     return parsed
 
 
+def resource_versions(documents: Sequence[bytes]) -> list[int]:
+    """Each document's ``metadata.resourceVersion`` (what ``edgectl get`` showed: the store
+    revision of its last change), for an Apply that checks them. Call after
+    :func:`parse_documents` passed; ValidationError naming the document without a usable one."""
+    problems = Problems()
+    out: list[int] = []
+    for i, data in enumerate(documents):
+        doc = _decode(data)
+        meta = doc.get("metadata", {}) if isinstance(doc, Mapping) else None
+        value = meta.get("resourceVersion") if isinstance(meta, Mapping) else None
+        text = str(value) if isinstance(value, str | int) and not isinstance(value, bool) else ""
+        if not text.isdigit() or int(text) <= 0:
+            problems.add(
+                f"documents[{i}].metadata.resourceVersion",
+                f"required to check for a concurrent change, got {describe(value)}",
+            )
+            continue
+        out.append(int(text))
+    problems.raise_if_any(ValidationError)
+    return out
+
+
 def outcome_of(new: Mapping[str, Any], stored: Mapping[str, Any] | None) -> Outcome:
     """CREATED when nothing is stored, UNCHANGED when the canonical documents are equal."""
     if stored is None:

@@ -111,6 +111,8 @@ class Applies:
         if (claimed := apply_refusal(parsed, self.cache.deployments)) is not None:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, claimed)  # hub.decide.modelclaim
         planned = [await self._plan(obj) for obj in parsed]
+        if request.check_resource_version:
+            self._check_resource_versions(list(request.documents), planned)
         changed = [p for p in planned if p.outcome is not apply.Outcome.UNCHANGED]
         self._check_secret_count(planned)
         if changed:
@@ -152,6 +154,29 @@ class Applies:
                 for p in planned
             ]
         )
+
+    def _check_resource_versions(self, documents: list[bytes], planned: list[_Planned]) -> None:
+        """Each object still at the resourceVersion its document carries (edgectl edit,
+        patch, scale): ABORTED naming the first that changed, nothing written. The store
+        transaction compares what was read here, so a change after this check fails it too."""
+        try:
+            versions = apply.resource_versions(documents)
+        except ValidationError as exc:
+            raise invalid(problems_text(exc)) from None
+        for p, version in zip(planned, versions, strict=True):
+            if p.read_revision == 0:
+                raise Refused(
+                    grpc.StatusCode.ABORTED,
+                    f'{p.obj.kind} "{p.obj.name}" was deleted since resourceVersion {version}: '
+                    "nothing applied",
+                )
+            if p.read_revision != version:
+                raise Refused(
+                    grpc.StatusCode.ABORTED,
+                    f'{p.obj.kind} "{p.obj.name}" changed since resourceVersion {version} (now '
+                    f"{p.read_revision}): nothing applied; get it again and apply the change to "
+                    "the latest version",
+                )
 
     def _publisher_keys(self) -> frozenset[str]:
         """The publisher keys this hub knows: the artifacts keys of its trust root and the
