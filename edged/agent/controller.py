@@ -43,7 +43,7 @@ from edged.agent.planning import (
     plan,
 )
 from edged.agent.smoketesting import smoke_test
-from edged.launcher import SLOTS, read_state, slot_version
+from edged.launcher.state import SLOTS, read_state, slot_version
 from edged.reconcile.running import Result
 from edged.state import formats
 from edgefleet.errors import ArtifactError, StateError, TemporaryError

@@ -9,7 +9,7 @@ the bound, not at the disk's end). Every file and directory is fsync'd, ``releas
 checked (format, name, version, platform) and its ``requires`` against the base install
 (``RequirementsNotMet``), and ``installed.json`` is written last; then the tree is renamed into
 ``D/agent/slots/<slot>``. The launcher runs a slot only with its ``installed.json``
-(edged.launcher.slot_version): a power cut mid-install leaves a temporary directory that the
+(edged.launcher.state.slot_version): a power cut mid-install leaves a temporary directory that the
 next install removes, never a half slot.
 """
 
@@ -28,7 +28,7 @@ from importlib import metadata
 from pathlib import Path, PurePosixPath
 
 from edged.hublink.agentreleases import VerifiedRelease
-from edged.launcher import SLOTS, fsync_dir, slot_dir, write_json_atomic
+from edged.launcher.state import SLOTS, fsync_dir, slot_dir, write_json_atomic
 from edgefleet.errors import EdgefleetError
 
 RELEASE_FORMAT = 1

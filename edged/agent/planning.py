@@ -90,7 +90,7 @@ class LauncherView:
 
     @classmethod
     def of(cls, state: Mapping[str, Any], slots: Mapping[str, str]) -> LauncherView:
-        """From launcher.json as edged.launcher.read_state returns it."""
+        """From launcher.json as edged.launcher.state.read_state returns it."""
         t = state.get("trying")
         trying = None
         if isinstance(t, Mapping):

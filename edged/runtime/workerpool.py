@@ -330,7 +330,7 @@ class WorkerPool:
 
 def _limits_again(spec: LaunchSpec) -> str:
     """Write a kept worker's cgroup limits again ("" once done, else why not): the unit's
-    ExecStopPost= (edged.launcher.cleanup_cgroup) disables the controllers below edged's
+    ExecStopPost= (edged.launcher.cleanup.cleanup_cgroup) disables the controllers below edged's
     cgroup for systemd to start the unit again, and enabling them again leaves each leaf's
     cpu.max and memory.max at "max"."""
     try:

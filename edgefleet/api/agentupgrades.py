@@ -16,7 +16,7 @@ docs/agent-updates.md "The AgentUpgrade kind")::
 
 The hub (hub.decide.agentupgrade) decides which devices are sent the release and when; the
 device verifies, installs and tries it, and its launcher goes back by itself when it does not
-commit (edged/launcher.py). At a root hub, ``spec.rollout.waves`` (the same waves as a
+commit (edged/launcher/). At a root hub, ``spec.rollout.waves`` (the same waves as a
 ModelDeployment's: ``{regions: [...]}`` and pauses; no ``percent``) rolls the upgrade out
 region by region (hub.decide.agentwaves); ``spec.rollout.regions`` is refused: not supported
 yet.

@@ -12,7 +12,7 @@ import pytest
 from tarballtesting import DEVICE, add_file, build_release, have, release_json
 
 from edged.agent.installing import InstallRefused, Platform, install_release
-from edged.launcher import slot_version
+from edged.launcher.state import slot_version
 
 BASE = have({"grpcio": "1.0"})
 

@@ -30,7 +30,9 @@ from launchertesting import (
 from polltesting import wait_for
 from systemdtesting import open_notify_socket
 
-from edged import launcher as launching
+from edged.launcher import cleanup as launcher_cleanup
+from edged.launcher import main as launcher_main
+from edged.launcher import state as launcher_state
 
 
 @pytest.fixture
@@ -170,7 +172,7 @@ def test_a_committed_slot_that_lost_its_release_falls_back_to_the_package(
     data = tmp_path / "d"
     slot = install_slot(data, "a", "0.2.0", "serve")
     (data / "agent" / "launcher.json").write_text(
-        json.dumps({**launching.empty_state(), "committed": "a", "committedVersion": "0.2.0"})
+        json.dumps({**launcher_state.empty_state(), "committed": "a", "committedVersion": "0.2.0"})
     )
     (slot / "installed.json").unlink()
     with launcher(data, package) as lp:
@@ -244,15 +246,15 @@ def test_datagrams_from_another_process_are_ignored(tmp_path: Path, package: Pat
 
 
 def test_data_dir_comes_from_the_flag_then_the_state_directory() -> None:
-    assert launching.data_dir_of(["run", "--data-dir", "/x"], {}) == Path("/x")
-    assert launching.data_dir_of(["run", "--data-dir=/y"], {}) == Path("/y")
-    assert launching.data_dir_of(["run"], {"STATE_DIRECTORY": "/s:/t"}) == Path("/s")
-    assert launching.data_dir_of(["run"], {}) == Path("/var/lib/edged")
+    assert launcher_state.data_dir_of(["run", "--data-dir", "/x"], {}) == Path("/x")
+    assert launcher_state.data_dir_of(["run", "--data-dir=/y"], {}) == Path("/y")
+    assert launcher_state.data_dir_of(["run"], {"STATE_DIRECTORY": "/s:/t"}) == Path("/s")
+    assert launcher_state.data_dir_of(["run"], {}) == Path("/var/lib/edged")
 
 
 def test_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
-    assert launching.main([]) == 2
-    assert launching.main(["--launcher-bogus=1", "run"]) == 2
+    assert launcher_main([]) == 2
+    assert launcher_main(["--launcher-bogus=1", "run"]) == 2
     assert "unknown" in capsys.readouterr().err
 
 
@@ -298,7 +300,7 @@ def test_the_package_can_be_tried_again_after_a_commit(tmp_path: Path, package: 
     data = tmp_path / "d"
     install_slot(data, "b", "0.2.0", "serve")
     (data / "agent" / "launcher.json").write_text(
-        json.dumps({**launching.empty_state(), "committed": "b", "committedVersion": "0.2.0"})
+        json.dumps({**launcher_state.empty_state(), "committed": "b", "committedVersion": "0.2.0"})
     )
     set_behaviour(package, "commit")
     write_request(data, try_request("package", "0.1.0"))
@@ -366,7 +368,7 @@ def _record(data_dir: Path, *workers: subprocess.Popen[bytes]) -> frozenset[tupl
         stat = Path(f"/proc/{w.pid}/stat").read_text().rpartition(")")[2].split()
         doc = {"format": 1, "replica_id": f"mlp-{w.pid}", "pid": w.pid, "start_time": int(stat[19])}
         (data_dir / "state" / "workers" / f"mlp-{w.pid}.json").write_text(json.dumps(doc))
-    return launching.recorded_workers(data_dir)
+    return launcher_cleanup.recorded_workers(data_dir)
 
 
 def _rmdir_fake(path: Path) -> None:
@@ -386,7 +388,7 @@ def test_cleanup_ends_an_orphaned_edged_and_releases_the_kept_workers(tmp_path: 
     <unit>/supervisor is killed, the kept worker runs on and the controllers are disabled
     below the unit, deepest first (systemd 252 starts the next launcher in <unit> itself:
     219/CGROUP otherwise); <unit>/.control (the cleanup's own) is never touched."""
-    edged, worker, control = _sleeper(), _sleeper(launching.WORKER_MODULE), _sleeper()
+    edged, worker, control = _sleeper(), _sleeper(launcher_cleanup.WORKER_MODULE), _sleeper()
     try:
         unit = _cgroup(tmp_path / "edged.service", [], "cpu memory")
         _cgroup(unit / "supervisor", [edged.pid])
@@ -394,7 +396,7 @@ def test_cleanup_ends_an_orphaned_edged_and_releases_the_kept_workers(tmp_path: 
         _cgroup(work / "mlp-abc-0", [worker.pid])
         own = _cgroup(unit / ".control", [control.pid])
         records = _record(tmp_path / "data", worker)
-        said = launching.cleanup_cgroup(unit, own, records=records, rmdir=_rmdir_fake)
+        said = launcher_cleanup.cleanup_cgroup(unit, own, records=records, rmdir=_rmdir_fake)
         assert f"1 process(es) ended ([{edged.pid}])" in said, said
         assert "1 kept worker(s) left" in said and "controllers disabled" in said, said
         assert edged.wait(5) == -signal.SIGKILL
@@ -405,7 +407,7 @@ def test_cleanup_ends_an_orphaned_edged_and_releases_the_kept_workers(tmp_path: 
         # with DelegateSubgroup= (systemd 254) the controllers stay: the next launcher
         # starts in a leaf of its own
         (unit / "cgroup.subtree_control").write_text("cpu memory")
-        said = launching.cleanup_cgroup(
+        said = launcher_cleanup.cleanup_cgroup(
             unit, own, records=records, release=False, rmdir=_rmdir_fake
         )
         assert said == "0 process(es) ended; 1 kept worker(s) left for the next edged", said
@@ -419,7 +421,7 @@ def test_cleanup_ends_an_orphaned_edged_and_releases_the_kept_workers(tmp_path: 
 def test_cleanup_ends_the_workers_where_it_cannot_release_them(tmp_path: Path) -> None:
     """A controller that cannot be disabled (here: the file is a directory) would leave the
     unit unable to start: the kept workers are killed too and the leaves removed."""
-    worker = _sleeper(launching.WORKER_MODULE)
+    worker = _sleeper(launcher_cleanup.WORKER_MODULE)
     try:
         unit = _cgroup(tmp_path / "edged.service", [], "cpu memory")
         work = _cgroup(unit / "workloads", [], "")
@@ -427,7 +429,7 @@ def test_cleanup_ends_the_workers_where_it_cannot_release_them(tmp_path: Path) -
         (work / "cgroup.subtree_control").mkdir()
         _cgroup(work / "mlp-abc-0", [worker.pid])
         records = _record(tmp_path / "data", worker)
-        said = launching.cleanup_cgroup(unit, None, records=records, rmdir=shutil.rmtree)
+        said = launcher_cleanup.cleanup_cgroup(unit, None, records=records, rmdir=shutil.rmtree)
         assert said.startswith(f"cannot disable the controllers of {work}"), said
         assert f"1 process(es) ended ([{worker.pid}])" in said and "ready" in said, said
         assert worker.wait(5) == -signal.SIGKILL
@@ -449,16 +451,16 @@ def test_cleanup_empties_the_unit_cgroup_for_the_next_start(tmp_path: Path) -> N
         work = _cgroup(unit / "workloads", [], "cpu memory")
         _cgroup(work / "mlp-abc-0", [child.pid])
         own = _cgroup(unit / ".control", [])
-        said = launching.cleanup_cgroup(unit, own, rmdir=_rmdir_fake)
+        said = launcher_cleanup.cleanup_cgroup(unit, own, rmdir=_rmdir_fake)
         assert "2 process(es) ended" in said and "3 cgroup(s) removed" in said, said
         assert _gone(edged) or edged.wait(5) is not None
         assert child.wait(5) == -signal.SIGKILL
         assert sorted(p.name for p in unit.iterdir() if p.is_dir()) == [".control"]
         assert (unit / "cgroup.subtree_control").read_text() == "-cpu -memory"
         # again: nothing left to do, and nothing to do where there is no cgroup
-        again = launching.cleanup_cgroup(unit, own)
+        again = launcher_cleanup.cleanup_cgroup(unit, own)
         assert again == f"0 process(es) ended; 0 cgroup(s) removed; {unit} is ready", again
-        assert "not a cgroup" in launching.cleanup_cgroup(tmp_path / "nowhere")
+        assert "not a cgroup" in launcher_cleanup.cleanup_cgroup(tmp_path / "nowhere")
     finally:
         for p in (edged, child):
             p.kill()
@@ -469,7 +471,7 @@ def test_cleanup_keeps_only_workers_an_edged_recorded(tmp_path: Path) -> None:
     """A process that calls itself a worker (its argv) without a record, or whose pid is
     recorded with another start time (a pid reused), can never be adopted: it is killed.
     A record too large, of another format or not JSON names no worker."""
-    real, claims, reused = (_sleeper(launching.WORKER_MODULE) for _ in range(3))
+    real, claims, reused = (_sleeper(launcher_cleanup.WORKER_MODULE) for _ in range(3))
     try:
         data = tmp_path / "data"
         _record(data, real, reused)
@@ -484,14 +486,14 @@ def test_cleanup_keeps_only_workers_an_edged_recorded(tmp_path: Path) -> None:
             json.dumps({"format": 0, "pid": claims.pid, "start_time": 1})
         )
         (workers / "bad.json").write_text("{")
-        records = launching.recorded_workers(data)
+        records = launcher_cleanup.recorded_workers(data)
         assert len(records) == 2
         unit = _cgroup(tmp_path / "edged.service", [], "cpu memory")
         work = _cgroup(unit / "workloads", [], "cpu memory")
         _cgroup(work / "a", [real.pid])
         _cgroup(work / "b", [claims.pid])
         _cgroup(work / "c", [reused.pid])
-        said = launching.cleanup_cgroup(unit, None, records=records, rmdir=_rmdir_fake)
+        said = launcher_cleanup.cleanup_cgroup(unit, None, records=records, rmdir=_rmdir_fake)
         assert "2 process(es) ended" in said and "1 kept worker(s) left" in said, said
         assert claims.wait(5) == -signal.SIGKILL and reused.wait(5) == -signal.SIGKILL
         assert not _gone(real)
@@ -505,25 +507,28 @@ MOUNTINFO = "30 1 0:26 / /sys/fs/cgroup rw,nosuid - cgroup2 cgroup2 rw,nsdelegat
 
 
 def test_cleanup_finds_its_unit_only_as_its_control_process() -> None:
-    found = launching.own_unit_cgroup("0::/system.slice/edged.service/.control\n", MOUNTINFO)
+    found = launcher_cleanup.own_unit_cgroup("0::/system.slice/edged.service/.control\n", MOUNTINFO)
     unit = Path("/sys/fs/cgroup/system.slice/edged.service")
     assert found == (unit, unit / ".control")
     # by hand from a shell, or as the main process: it names no unit and kills nothing
     for cg in ("0::/user.slice/user-1000.slice/session-3.scope", "0::/system.slice/edged.service"):
-        said = launching.own_unit_cgroup(cg + "\n", MOUNTINFO)
+        said = launcher_cleanup.own_unit_cgroup(cg + "\n", MOUNTINFO)
         assert isinstance(said, str) and "ExecStopPost=" in said
-    assert launching.own_unit_cgroup("1:name=systemd:/x\n", "") == "no cgroup v2 (nothing to do)"
+    assert (
+        launcher_cleanup.own_unit_cgroup("1:name=systemd:/x\n", "")
+        == "no cgroup v2 (nothing to do)"
+    )
 
 
 def test_cleanup_leaves_workers_on_rlimits(tmp_path: Path) -> None:
     """Workers in the unit's cgroup itself (no controller enabled there: rlimits) block no
     start: they are left as they are."""
-    worker, edged = _sleeper(launching.WORKER_MODULE), _sleeper()
+    worker, edged = _sleeper(launcher_cleanup.WORKER_MODULE), _sleeper()
     try:
         unit = _cgroup(tmp_path / "edged.service", [worker.pid, edged.pid], "")
         own = _cgroup(unit / ".control", [])
         records = _record(tmp_path / "data", worker)
-        said = launching.cleanup_cgroup(unit, own, records=records, rmdir=_rmdir_fake)
+        said = launcher_cleanup.cleanup_cgroup(unit, own, records=records, rmdir=_rmdir_fake)
         assert f"1 process(es) ended ([{edged.pid}])" in said and "1 kept worker" in said, said
         assert edged.wait(5) == -signal.SIGKILL and not _gone(worker)
     finally:
@@ -540,7 +545,7 @@ def test_cleanup_command_line(tmp_path: Path) -> None:
     ok = subprocess.run([*run, str(tmp_path)], check=False, capture_output=True, text=True, env=env)
     assert ok.returncode == 0 and "not a cgroup" in ok.stderr, ok.stderr
     # the records read from --data-dir: the recorded worker is left, the other one killed
-    worker, other = _sleeper(launching.WORKER_MODULE), _sleeper()
+    worker, other = _sleeper(launcher_cleanup.WORKER_MODULE), _sleeper()
     try:
         _record(tmp_path / "data", worker)
         unit = _cgroup(tmp_path / "edged.service", [worker.pid, other.pid], "")

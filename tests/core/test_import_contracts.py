@@ -54,6 +54,9 @@ def test_the_tree_keeps_every_contract(tree: Path) -> None:
         ("edged/__init__.py", "import hub", "edged (the device) never imports the hub"),
         ("edged/state/desired.py", "import edged.reconcile.planning", "edged's layers"),
         ("edged/runtime/processes.py", "from edged import daemon", "edged's layers"),
+        # the launcher, every part of it, imports the standard library only
+        ("edged/launcher/cleanup.py", "import edgefleet.logs", "edged.launcher imports nothing"),
+        ("edged/launcher/state.py", "import orjson", "edged.launcher imports nothing"),
         # the deciders are pure: no gRPC, no generated stubs, no store or cache
         ("hub/decide/desired.py", "import grpc", "hub.decide (the deciders) imports no gRPC"),
         ("hub/decide/regionslice.py", "from edgefleet.v1 import federation_pb2", "hub.decide ("),
