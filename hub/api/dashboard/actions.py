@@ -1,13 +1,14 @@
 """What an admin does from the dashboard (docs/dashboard.md, "Actions"): pause, resume,
 promote, abort and undo a ModelDeployment's or an AgentUpgrade's rollout.
 
-Each goes through the very function the admin API's ``RolloutAction`` runs
-(:meth:`hub.api.admin.rollouts.Rollouts.RolloutAction`, without its gRPC authorization: the
-dashboard authorized the viewer already, :mod:`hub.api.dashboard.serving`), so a button does
-exactly what ``edgectl rollout VERB`` does, refusals included. A verb the admin API does not
-know yet (no such ``RolloutActionRequest`` action) is shown disabled as "not supported yet",
-never as a button that does nothing. Each action done is recorded as an event naming the
-admin who acted, how they were let in and the certificate serial.
+Each goes through the very function the admin API's ``RolloutAction`` runs,
+:meth:`hub.api.admin.rollouts.Rollouts.perform` (the dashboard authorized the viewer already,
+:mod:`hub.api.dashboard.serving`), so a button does exactly what ``edgectl rollout VERB``
+does, refusals included, and the hub's own events name the admin as the actor. A verb the
+admin API does not know (no such ``RolloutActionRequest`` action) would be shown disabled as
+"not supported yet", never as a button that does nothing. Each action done is also recorded
+as a ``DashboardAction`` event naming the admin who acted, how they were let in and the
+certificate serial.
 
 Forms are POST only with a CSRF token (:meth:`DashboardAccess.csrf_token`); the checks are in
 the serving module, which alone sees requests.
@@ -15,10 +16,8 @@ the serving module, which alone sees requests.
 
 from __future__ import annotations
 
-import inspect
-from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING
 
 import grpc
 
@@ -26,10 +25,10 @@ from edgefleet.errors import CompareFailed, StoreError
 from edgefleet.logs import get_logger
 from edgefleet.v1 import admin_pb2
 from hub.api.admin.common import Refused
-from hub.api.admin.rollouts import Rollouts
 from hub.api.dashboard.access import Viewer
 
 if TYPE_CHECKING:
+    from hub.api.admin.rollouts import Rollouts
     from hub.state.writer import DeviceWriter
 
 log = get_logger(__name__)
@@ -64,7 +63,13 @@ VERBS: dict[str, Verb] = {
             "Resume",
             "go on after a pause; after a rollback, roll the same revision out again",
         ),
-        Verb("promote", "PROMOTE", "Promote", "skip the remaining pauses of the canary steps"),
+        Verb(
+            "promote",
+            "PROMOTE",
+            "Promote",
+            "skip the remaining pauses of the canary steps (full: every remaining step, the "
+            "analysis no longer rolling it back)",
+        ),
         Verb(
             "abort",
             "ABORT",
@@ -77,6 +82,7 @@ VERBS: dict[str, Verb] = {
             "Undo",
             "apply an older revision again (empty: the stable one), rolled out as a new revision",
         ),
+        Verb("restart", "RESTART", "Restart", "roll the current revision out again"),
     )
 }
 
@@ -98,8 +104,6 @@ HTTP_OF = {
     grpc.StatusCode.UNAVAILABLE: 503,
 }
 
-Handler = Callable[[Any, admin_pb2.RolloutActionRequest, Any], Awaitable[Any]]
-
 
 class RolloutActions:
     """Runs an admin's action on a rollout (module doc) and records who did it."""
@@ -107,25 +111,33 @@ class RolloutActions:
     def __init__(self, rollouts: Rollouts, writer: DeviceWriter) -> None:
         self.rollouts = rollouts  # the admin API's group of rollout calls
         self.writer = writer  # the event naming who acted
-        # the admin API's handler without its gRPC authorization (inspect.unwrap undoes the
-        # hub.api.admin.common.rpc decorator): the dashboard authorized the viewer itself
-        self._handler = cast(Handler, inspect.unwrap(Rollouts.RolloutAction))
 
-    async def act(self, kind: str, name: str, verb: Verb, viewer: Viewer, to_revision: int) -> str:
+    async def act(
+        self,
+        kind: str,
+        name: str,
+        verb: Verb,
+        viewer: Viewer,
+        to_revision: int = 0,
+        *,
+        full: bool = False,
+    ) -> str:
         """Do ``verb`` on ``kind``/``name`` for ``viewer``; what was done, for a person.
         Raises :class:`ActionFailed` with the admin API's reason when refused."""
         if not verb.supported:
             raise ActionFailed(501, f"{verb.name}: not supported yet by this hub")
         if not 0 <= to_revision <= MAX_REVISION:
             raise ActionFailed(400, f"to: must be a revision number, got {to_revision}")
-        request = admin_pb2.RolloutActionRequest(
-            kind=kind,
-            name=name,
-            action=getattr(admin_pb2.RolloutActionRequest, verb.action),
-            to_revision=to_revision if verb.name == "undo" else 0,
-        )
+        actor = f'admin "{viewer.name}" on the dashboard'
         try:
-            response = await self._handler(self.rollouts, request, None)
+            message = await self.rollouts.perform(
+                kind,
+                name,
+                verb.name,
+                actor=actor,
+                to_revision=to_revision if verb.name == "undo" else 0,
+                full=full and verb.name == "promote",
+            )
         except Refused as exc:
             raise ActionFailed(HTTP_OF.get(exc.code, 409), exc.message) from None
         except CompareFailed:
@@ -135,13 +147,13 @@ class RolloutActions:
         except StoreError as exc:
             log.error("dashboard action: the store failed", kind=kind, name=name, error=str(exc))
             raise ActionFailed(503, f"the hub's store failed: {exc}") from None
-        message = str(response.message)
         self.writer.event(
             kind,
             name,
             "Normal",
             "DashboardAction",
-            f"rollout {verb.name} by admin {viewer.name} (dashboard, {viewer.via} of certificate "
+            f"rollout {verb.name} by admin {viewer.name} on the dashboard (signed in with "
+            f"{'a token' if viewer.via == 'token' else 'a client certificate'}, certificate "
             f"serial {viewer.serial}): {message}",
         )
         log.info("dashboard action", kind=kind, name=name, verb=verb.name, admin=viewer.name)

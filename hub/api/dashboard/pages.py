@@ -697,6 +697,8 @@ def actions_html(
             )
             continue
         extra = ""
+        if verb.name == "promote":
+            extra = "<label><input type=checkbox name=full value=1> full</label> "
         if verb.name == "undo":
             extra = (
                 "<label>to revision <input name=to inputmode=numeric pattern='[0-9]{0,10}' "

@@ -1,5 +1,5 @@
 """The dashboard's listener (``dashboardListen`` in hub.toml): aiohttp over HTTPS with the
-hub's serving certificate, read-only, every request authenticated (:mod:`hub.api.dashboard.access`):
+hub's serving certificate, every request authenticated (:mod:`hub.api.dashboard.access`):
 
 * a client certificate, asked for in the handshake (optional there, verified against the hub
   CA): an admin certificate of this region, not revoked, is let in; any other is refused;
@@ -9,6 +9,11 @@ hub's serving certificate, read-only, every request authenticated (:mod:`hub.api
   may carry a token); refusals are logged without it.
 
 Pages (:mod:`hub.api.dashboard.pages`) are computed from the cache (:mod:`hub.api.dashboard.views`).
+Actions on rollouts (:mod:`hub.api.dashboard.actions`) are POSTs to
+``/deployments/NAME/actions/VERB`` and ``/agentupgrades/NAME/actions/VERB`` carrying the
+session's CSRF token (``csrf``, checked in constant time), refused from another site
+(``Sec-Fetch-Site``, ``Origin``), then a redirect (303) back to the page, which shows the
+outcome once.
 Live sections are server-sent events: ``/live/fleet`` and ``/live/deployments/NAME`` send the
 section's HTML again when it changed (woken by each new event, checked every
 :data:`LIVE_PERIOD_S` at most; rendered at most once per period for every viewer together),
@@ -626,7 +631,8 @@ class Dashboard:
         if to > MAX_REVISION:
             raise web.HTTPBadRequest(text=f"to: must be at most {MAX_REVISION}")
         try:
-            message = await self.actions.act(kind, name, verb, viewer, to)
+            full = str(form.get("full", "")) in ("1", "on", "true")
+            message = await self.actions.act(kind, name, verb, viewer, to, full=full)
         except ActionFailed as exc:
             if exc.status == 501:
                 raise web.HTTPNotImplemented(text=exc.message) from None
