@@ -341,6 +341,7 @@ async def _serve(
         flush=True,
     )
     ctx.projector.mark_all()
+    ctx.metrics.last_seen = running.devices.last_seen  # hub_device_last_report_age_seconds
     elector = ctx.elector
     controller_store: Store = ctx.store if elector is None else FencedStore(ctx.store, elector)
     controllers: list[Component] = [

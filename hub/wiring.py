@@ -188,6 +188,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubPar
     # federation: the regional hubs below this one, and their last reports
     # (hub.state.sharedreports)
     regions = await Regions.load(store, replicated=replicated)
+    metrics.regions = regions  # hub_region_* (a root's regions)
     projector = Projector(
         controller_store,
         cache,

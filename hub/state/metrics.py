@@ -7,14 +7,22 @@ events, the projector's placements, a controller) needs no upper wing. Served by
 
 from __future__ import annotations
 
+import time
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from edgefleet.metrics import Registry
+from edgefleet.metrics import Gauge, Registry
+from hub.decide import fleetmetrics
 from hub.decide.devices import Device, DevicePhase
+from hub.decide.fleetmetrics import Families, RegionView
+from hub.decide.status import deployment_status
 from hub.state.cache import Cache
+from hub.state.regionmapping import region_deployment_json
 from hub.state.sessions import Sessions
+
+if TYPE_CHECKING:
+    from hub.state.regions import Regions
 
 MAX_AGENT_VERSION_SERIES = 32
 SYNC_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0, 900.0)
@@ -32,6 +40,91 @@ AGENT_UPGRADE_STEP_REASONS = frozenset(
 """Reasons of the AgentUpgrade events that record its rollout's steps
 (:mod:`hub.decide.agentupgrade`, :mod:`hub.controllers.agentupgrade`)."""
 MAX_AGENT_UPGRADE_SERIES = 64
+
+_D, _R = ("deployment",), ("region", "deployment")
+FLEET_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
+    **{
+        f"hub_deployment_devices_{w}": (_D, f"Devices of the deployment: {why}")
+        for w, why in (
+            ("desired", "placed on (desiredDevices)"),
+            ("updated", "where its own version serves (updatedDevices)"),
+            ("ready", "updated, every replica ready (readyDevices)"),
+            ("available", "connected, serving what they are sent (availableDevices)"),
+        )
+    },
+    **{
+        f"hub_deployment_replicas_{w}": (_D, f"Replicas of the deployment: {why}")
+        for w, why in (
+            ("desired", "what the spec asks (perDevice on each device placed, or total)"),
+            ("updated", "ready replicas of its own version"),
+            ("ready", "ready replicas of every revision that serves"),
+            ("available", "ready replicas on connected devices of what they are sent"),
+        )
+    },
+    "hub_deployment_generation": (
+        _D, "The revision the applied spec makes (ahead of the observed one until the rollout "
+        "controller takes it)"),
+    "hub_deployment_observed_generation": (
+        _D, "The revision the rollout controller acts on (0: none yet)"),
+    "hub_deployment_rollout_phase": (
+        ("deployment", "phase"), "The rollout's phase, one series per phase (1: the one it is in; "
+        "all 0: no rollout yet)"),
+    "hub_deployment_rollout_stable_revision": (
+        _D, "The revision the devices not updated keep, and go back to on a rollback"),
+    "hub_deployment_rollout_steps_taken": (
+        _D, "How many times the current rollout assigned devices the new revision"),
+    "hub_deployment_rollout_changed_timestamp_seconds": (
+        _D, "When the rollout's phase or step last changed (Unix seconds)"),
+    "hub_deployment_rollout_canary_step": (
+        _D, "The canary's current step, from 1 (as status.rollout.canary.step)"),
+    "hub_deployment_rollout_canary_weight_percent": (
+        _D, "The share of the targeted devices the canary's current step gives the new revision"),
+    "hub_deployment_analysis_timestamp_seconds": (
+        _D, "When the last canary analysis kept was taken (Unix seconds)"),
+    "hub_deployment_analysis_revision": (_D, "The revision the last canary analysis judged"),
+    "hub_deployment_analysis_verdict": (
+        ("deployment", "verdict"), "The last canary analysis' verdict, one series per verdict "
+        "(Pass, Wait, Fail)"),
+    "hub_deployment_analysis_figure": (
+        ("deployment", "side", "figure"), "The last canary analysis' figures of the canary and "
+        "the stable side (errorRate, latencyP95Seconds, accuracy, requests, devices)"),
+    "hub_deployment_analysis_limit": (
+        ("deployment", "figure"), "What the last canary analysis held the canary's figure to"),
+    "hub_deployment_analysis_check": (
+        ("deployment", "check", "verdict"), "Each check of the last canary analysis, one series "
+        "per verdict"),
+    "hub_deployment_series_omitted": (
+        (), f"Deployments not exported one by one (past the first {fleetmetrics.MAX_DEPLOYMENTS}"
+        " by name)"),
+    "hub_device_ready": (("device",), "1 while the device is Ready (heartbeats arrive)"),
+    "hub_device_attestation": (
+        ("device", "state"), "The device's attestation, one series per state (Unknown, Trusted, "
+        "Untrusted)"),
+    "hub_device_agent_info": (
+        ("device", "version"), "The edged version the device last stated (unknown: never "
+        "connected); always 1"),
+    "hub_device_last_report_age_seconds": (
+        ("device",), "Seconds since the hub last heard from the device"),
+    "hub_device_series_omitted": (
+        (), f"Devices not exported one by one (past the first {fleetmetrics.MAX_DEVICES} by "
+        "name)"),
+    "hub_region_connected": (("region",), "1 while the region's hub streams to this root"),
+    "hub_region_report_age_seconds": (("region",), "Seconds since the region's last report"),
+    "hub_region_devices": (
+        ("region", "phase"), "The region's devices by phase, as its last report says"),
+    **{
+        f"hub_region_deployment_devices_{w}": (
+            _R, f"The region's {w} devices of the deployment, as its last report says")
+        for w in fleetmetrics.DEPLOYMENT_DEVICES
+    },
+    "hub_region_deployment_rollout_phase": (
+        ("region", "deployment", "phase"), "The region's rollout phase of the deployment, one "
+        "series per phase"),
+    "hub_region_deployment_series_omitted": (
+        (), f"(region, deployment) pairs not exported (past the first "
+        f"{fleetmetrics.MAX_REGION_DEPLOYMENTS})"),
+}  # fmt: skip
+"""The fleet's state (:mod:`hub.decide.fleetmetrics`): label names and help of each gauge."""
 
 
 class HubMetrics:
@@ -54,6 +147,9 @@ class HubMetrics:
             ("agent_version",),
         )
         self._cache: Cache | None = None
+        self.regions: Regions | None = None  # a root's regions (hub.wiring sets them)
+        self.last_seen: Mapping[str, float] | None = None  # the device servicer's (hub.server)
+        self.clock: Callable[[], float] = time.time
         self.streams = r.gauge("hub_device_streams", "Open device Sync streams")
         self.objects = r.gauge("hub_objects", "Applied objects by kind", ("kind",))
         self.requests = r.counter(
@@ -117,6 +213,10 @@ class HubMetrics:
             ("operation",),
             buckets=STORE_BUCKETS,
         )
+        # the fleet's state, read when scraped (fleet_series)
+        self.fleet: dict[str, Gauge] = {
+            name: r.gauge(name, help, labels) for name, (labels, help) in FLEET_FAMILIES.items()
+        }
 
     def count_event(self, event: Mapping[str, Any]) -> None:
         """An event was recorded (:class:`hub.state.writer.DeviceWriter` calls this)."""
@@ -174,7 +274,18 @@ class HubMetrics:
         if self._cache is not None:
             self.devices_by_agent.replace(agent_versions(self._cache.devices.values()))
             self.agent_upgrade_devices.replace(agent_upgrade_series(self._cache))
+            self._fleet(self._cache)
         return self.registry.render()
+
+    def _fleet(self, cache: Cache) -> None:
+        """The fleet's state now, from the cache (the store's) and the regions."""
+        families = fleet_series(cache, self.regions, self.last_seen, self.clock())
+        for name, gauge in self.fleet.items():
+            series = families.get(name, {})
+            if gauge.labelnames:
+                gauge.replace(series)
+            else:
+                gauge.set(series.get((), 0.0))
 
 
 def agent_versions(devices: Iterable[Device]) -> dict[tuple[str, ...], float]:
@@ -204,3 +315,96 @@ def agent_upgrade_series(cache: Cache) -> dict[tuple[str, ...], float]:
         series[(name, "failed")] = len(state.failed)
         series[(name, "rolledBack")] = len(state.rollback)
     return series
+
+
+def fleet_series(
+    cache: Cache,
+    regions: Regions | None,
+    last_seen: Mapping[str, float] | None,
+    now: float,
+) -> Families:
+    """Every series of :data:`FLEET_FAMILIES` (:mod:`hub.decide.fleetmetrics`), from the cache:
+    each deployment's status over the devices it is placed on (those only: a scrape costs
+    what the placements count, not deployments times devices), its rollout and last canary
+    analysis as stored, the devices, and a root's regions as they last reported."""
+    out: Families = {}
+
+    def add(families: Families) -> None:
+        for name, series in families.items():
+            out.setdefault(name, {}).update(series)
+
+    names = sorted(cache.deployments)
+    omitted = max(0, len(names) - fleetmetrics.MAX_DEPLOYMENTS)
+    for name in names[: fleetmetrics.MAX_DEPLOYMENTS]:
+        dep = cache.deployments[name]
+        stored = cache.stored.get(("ModelDeployment", name))
+        if stored is None:
+            continue
+        model = cache.models.get((dep.spec.model.name, dep.spec.model.version))
+        sha = model.sha256 if model is not None else None
+        devices = [d for n in sorted(cache.desired.holding(name)) if (d := cache.devices.get(n))]
+        assigned_models: dict[str, tuple[str, str | None]] = {}
+        for device in devices:
+            revision = cache.revision_for(name, device.name)
+            if revision is not None:
+                sent = cache.models.get(revision.model)
+                assigned_models[device.name] = (revision.model[1], sent.sha256 if sent else None)
+        status = deployment_status(
+            dep,
+            devices,
+            {d.name: (name,) for d in devices},
+            model_sha256=sha,
+            assigned_models=assigned_models,
+        )
+        replicas = fleetmetrics.replica_counts(
+            dep,
+            devices,
+            model_sha256=sha,
+            assigned_models=assigned_models,
+            total=cache.scaled_totals.get(name),
+        )
+        samples = cache.analysis.get(name)
+        last = max(samples.values(), key=lambda s: s.at) if samples else None
+        add(
+            fleetmetrics.deployment_series(
+                dep,
+                stored.manifest,
+                status,
+                replicas,
+                cache.rollouts.get(name),
+                cache.revisions.get(name, {}),
+                last,
+            )
+        )
+    out["hub_deployment_series_omitted"] = {(): float(omitted)}
+    devices_families, omitted = fleetmetrics.device_series(
+        list(cache.devices.values()), now, last_seen
+    )
+    add(devices_families)
+    out["hub_device_series_omitted"] = {(): float(omitted)}
+    if regions is not None:
+        region_families, omitted = fleetmetrics.region_series(region_views(regions))
+        add(region_families)
+        out["hub_region_deployment_series_omitted"] = {(): float(omitted)}
+    return out
+
+
+def region_views(regions: Regions) -> list[RegionView]:
+    """What the root knows of each region now (:class:`hub.state.regions.Regions`)."""
+    views = []
+    for line in regions.summary():
+        name = str(line["region"])
+        state = regions.regions.get(name)
+        report = regions.seen(state).report if state is not None else None
+        views.append(
+            RegionView(
+                name,
+                bool(line["connected"]),
+                line.get("reportAgeSeconds"),
+                line.get("devicesByPhase") if line.get("devices") is not None else None,
+                {d.name: region_deployment_json(d) for d in report.deployments}
+                if report is not None
+                else None,
+            )
+        )
+    return views
