@@ -26,7 +26,8 @@ EXPECTED = {
                         "./etc/edged/edged.toml", "./usr/share/man/man8/edged.8.gz"],
     "edgefleet-hub": ["./usr/bin/hub", "./lib/systemd/system/hub.service",
                       "./usr/share/man/man8/hub.8.gz",
-                      "./usr/share/doc/edgefleet-hub/examples/edgefleet.json"],
+                      "./usr/share/doc/edgefleet-hub/examples/edgefleet.json",
+                      "./usr/share/doc/edgefleet-hub/examples/edgefleet-rules.yaml"],
     "edgefleet-edgectl": ["./usr/bin/edgectl", "./usr/share/man/man1/edgectl.1.gz"],
 }  # fmt: skip
 
