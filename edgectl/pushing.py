@@ -150,7 +150,12 @@ def run(args: argparse.Namespace) -> int | None:
         raise PushError(f"models push: {exc}") from None
     what = f"model/{args.name} {args.version}"
     with_extras = f", extras {', '.join(sorted(response.extras))}" if response.extras else ""
-    if response.stored:
+    if response.stored and response.reused_bytes:
+        print(
+            f"{what} pushed, reusing the stored bytes of the same model file (sha256 "
+            f"{response.sha256}, {response.length} bytes{with_extras})"
+        )
+    elif response.stored:
         print(f"{what} pushed (sha256 {response.sha256}, {response.length} bytes{with_extras})")
     else:
         print(f"{what} unchanged (sha256 {response.sha256}, {response.length} bytes{with_extras})")

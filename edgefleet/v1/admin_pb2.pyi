@@ -263,7 +263,7 @@ class ArtifactHeader(_message.Message):
     def __init__(self, signed_metadata: _Optional[bytes] = ..., delegated_targets: _Optional[bytes] = ..., delegated_role: _Optional[str] = ...) -> None: ...
 
 class PushArtifactResponse(_message.Message):
-    __slots__ = ("sha256", "length", "stored", "extras")
+    __slots__ = ("sha256", "length", "stored", "extras", "reused_bytes")
     class ExtrasEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -275,11 +275,13 @@ class PushArtifactResponse(_message.Message):
     LENGTH_FIELD_NUMBER: _ClassVar[int]
     STORED_FIELD_NUMBER: _ClassVar[int]
     EXTRAS_FIELD_NUMBER: _ClassVar[int]
+    REUSED_BYTES_FIELD_NUMBER: _ClassVar[int]
     sha256: str
     length: int
     stored: bool
     extras: _containers.ScalarMap[str, str]
-    def __init__(self, sha256: _Optional[str] = ..., length: _Optional[int] = ..., stored: _Optional[bool] = ..., extras: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    reused_bytes: bool
+    def __init__(self, sha256: _Optional[str] = ..., length: _Optional[int] = ..., stored: _Optional[bool] = ..., extras: _Optional[_Mapping[str, str]] = ..., reused_bytes: _Optional[bool] = ...) -> None: ...
 
 class CreateTokenRequest(_message.Message):
     __slots__ = ("ttl", "single_use", "description", "labels", "no_device_labels", "device_label_prefix", "for_region")

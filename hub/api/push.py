@@ -21,7 +21,7 @@ would check, so that junk is refused at the door rather than on every device:
    stored model always has its event; then the cache, and every device is projected again.
 
 The same bytes again are ``stored=False``; a new model version is ``stored=True`` even when its
-bytes were already held under another name. The same bytes with newer signed
+bytes were already held under another name (then ``reused_bytes``). The same bytes with newer signed
 metadata (a higher ``metadataVersion``, e.g. re-signed to extend its expiry) replace the
 record's envelope; older or equal metadata leaves it as it is.
 
@@ -206,6 +206,7 @@ class ArtifactReceiver:
                 now,
                 extras=stored_extras,
             )
+            response.reused_bytes = response.stored and sha256 in had
             tuf = self.tuf()
             if delegated is not None and tuf is not None:
                 try:

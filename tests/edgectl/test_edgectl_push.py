@@ -120,6 +120,33 @@ async def test_push_signs_with_the_publisher_key_of_admin_toml_then_is_unchanged
 
 
 @async_test
+async def test_a_new_name_on_stored_bytes_is_pushed_reusing_them_and_unchanged_only_when_held(
+    hub_dir: Path, tmp_path: Path
+) -> None:
+    model = _model(tmp_path, size=20_000)
+    sha = signing.describe_file(model, "model")["sha256"]
+    size = model.stat().st_size
+    facts = f"(sha256 {sha}, {size} bytes)"
+    async with _serve(hub_dir) as (ctx, admin):
+        for name, version, said in [
+            ("mlp", "1.0", f"model/mlp 1.0 pushed {facts}"),
+            ("mlp-copy", "1.0", f"model/mlp-copy 1.0 pushed, reusing the stored bytes of the "
+             f"same model file {facts}"),
+            ("mlp", "1.1", f"model/mlp 1.1 pushed, reusing the stored bytes of the same model "
+             f"file {facts}"),
+            ("mlp-copy", "1.0", f"model/mlp-copy 1.0 unchanged {facts}"),
+        ]:  # fmt: skip
+            code, out, err = await _edgectl(
+                "models", "push", model, "--name", name, "--version", version, "--config", admin
+            )
+            assert (code, out) == (0, said + "\n"), err
+        assert sorted(ctx.cache.models) == [("mlp", "1.0"), ("mlp", "1.1"), ("mlp-copy", "1.0")]
+        assert ctx.blobs.digests() == {sha}  # one copy of the bytes
+        pushed = [e["object"]["name"] for e in ctx.cache.events if e["reason"] == "Pushed"]
+        assert pushed == ["mlp-1.0", "mlp-copy-1.0", "mlp-1.1"]
+
+
+@async_test
 async def test_push_shows_a_bar_on_a_terminal(hub_dir: Path, tmp_path: Path) -> None:
     import pty
 

@@ -146,8 +146,9 @@ async def test_push_is_verified_stored_recorded_and_idempotent(
         assert hub.ctx.cache.models[("mlp", "1.0.0")] == record
         assert [e["reason"] for e in hub.ctx.cache.events] == ["Pushed"]
 
+        assert not first.reused_bytes
         again = await _push(hub, envelope, data)
-        assert (again.sha256, again.stored) == (sha, False)
+        assert (again.sha256, again.stored, again.reused_bytes) == (sha, False, False)
         assert [e["reason"] for e in hub.ctx.cache.events] == ["Pushed"]
 
         other = _model(tmp_path, "other.onnx")
