@@ -63,7 +63,7 @@ apiVersion: edgefleet.io/v1
 kind: ModelDeployment
 metadata: {{name: {name}}}
 spec:
-  model: {{name: det, version: "1.0.0"}}
+  model: {{name: {name}, version: "1.0.0"}}
   runtime: {{executionProviders: [CPUExecutionProvider]}}
   replicas: {{perDevice: 1}}
   placement: {{nodeSelector: {{site: a}}}}
@@ -101,23 +101,26 @@ async def _seed_devices(data_dir: Path, count: int, prefix: str) -> None:
         await store.close()
 
 
-async def _push_model(ctx: Any, tmp: Path) -> None:
-    """A signed tiny model into a hub's blob store and model records (what a push leaves)."""
+async def _push_model(ctx: Any, tmp: Path, repeat: int) -> None:
+    """A signed tiny model into a hub's blob store and model records (what a push leaves),
+    under one name per apply (``det0``...: a device serves one deployment per model name)."""
     from edgefleet.demo import TINY_MLP, build_mlp
     from edgefleet.trust import signing
     from hub.state import storekeys
 
     model = tmp / "det.onnx"
     build_mlp(model, TINY_MLP, seed=1)
-    _, env = signing.sign_artifact(
-        model, name="det", version="1.0.0", keys=[ctx.paths.data_dir / "publisher.key"]
-    )
-    sha = ctx.blobs.ingest_file(model, name="det", version="1.0.0", verifiers=[])
-    record = storekeys.ModelRecord(
-        "det", "1.0.0", sha, model.stat().st_size, env.to_bytes(), time.time()
-    )
-    await ctx.store.put(storekeys.model_key("det", "1.0.0"), storekeys.dumps(record.to_json()))
-    ctx.cache.models[("det", "1.0.0")] = record
+    for r in range(repeat):
+        name = f"det{r}"
+        _, env = signing.sign_artifact(
+            model, name=name, version="1.0.0", keys=[ctx.paths.data_dir / "publisher.key"]
+        )
+        sha = ctx.blobs.ingest_file(model, name=name, version="1.0.0", verifiers=[])
+        record = storekeys.ModelRecord(
+            name, "1.0.0", sha, model.stat().st_size, env.to_bytes(), time.time()
+        )
+        await ctx.store.put(storekeys.model_key(name, "1.0.0"), storekeys.dumps(record.to_json()))
+        ctx.cache.models[(name, "1.0.0")] = record
 
 
 class Hub:
@@ -301,7 +304,7 @@ async def _child(args: argparse.Namespace) -> None:
     hub = await Hub(data, args.listen).start(serve=not args.parent, link=bool(args.parent))
     ctx = hub.ctx
     if not args.parent:
-        await _push_model(ctx, data)
+        await _push_model(ctx, data, args.repeat)
     servicer = device_servicer(ctx)
     pems = await _device_certificates(ctx, names)
     fakes = [FakeDevice(n, pems[n]) for n in names]
@@ -464,7 +467,7 @@ async def _federated(
         tmp / "root", region="root", hub_address=root_address, trust_setup=quickstart_trust
     )
     root = await Hub(tmp / "root", root_address).start(serve=True)
-    await _push_model(root.ctx, tmp)
+    await _push_model(root.ctx, tmp, repeat)
     children: list[Child] = []
     try:
         for r in range(regions):
