@@ -47,6 +47,17 @@ PHASES = tuple(p.value for p in RolloutPhase)
 VERDICTS = tuple(v.value for v in Verdict)
 CHECKS = tuple(sorted(set(CHECK_FIGURE.values())))
 SIDES = ("canary", "stable")
+MAX_REASON_CHARS = 64
+
+
+def reason_label(reason: object) -> str:
+    """A rollout's reason as a label value: the words the hub writes (``RevisionFailed``,
+    ``AnalysisFailed``, ``Aborted``...); anything else (a region's report says what it
+    likes) is ``Other``, so the values stay a small set."""
+    text = str(reason or "")
+    if not text:
+        return "None"
+    return text if text.isascii() and text.isalpha() and len(text) <= MAX_REASON_CHARS else "Other"
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +162,7 @@ def deployment_series(
     for phase in PHASES:
         put("hub_deployment_rollout_phase", int(state is not None and state.phase == phase), phase)
     if state is not None:
+        put("hub_deployment_rollout_reason", 1, reason_label(state.reason))
         put("hub_deployment_rollout_stable_revision", state.stable)
         put("hub_deployment_rollout_steps_taken", state.steps)
         if state.changed_at:
@@ -257,6 +269,7 @@ def region_series(regions: Iterable[RegionView]) -> tuple[Families, int]:
         "hub_region_devices": {},
         **{f"hub_region_deployment_devices_{w}": {} for w in DEPLOYMENT_DEVICES},
         "hub_region_deployment_rollout_phase": {},
+        "hub_region_deployment_rollout_reason": {},
     }
     pairs = omitted = 0
     for region in sorted(regions, key=lambda r: r.name):
@@ -277,8 +290,11 @@ def region_series(regions: Iterable[RegionView]) -> tuple[Families, int]:
                 value = figures.get(field)
                 if isinstance(value, int | float):
                     out[f"hub_region_deployment_devices_{word}"][(*key, name)] = float(value)
-            shown = (figures.get("rollout") or {}).get("phase")
+            rollout = figures.get("rollout") or {}
+            shown = rollout.get("phase")
             if shown in PHASES:
                 for p in PHASES:
                     out["hub_region_deployment_rollout_phase"][(*key, name, p)] = float(shown == p)
+                reason = reason_label(rollout.get("reason"))
+                out["hub_region_deployment_rollout_reason"][(*key, name, reason)] = 1.0
     return out, omitted

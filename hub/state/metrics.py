@@ -69,6 +69,10 @@ FLEET_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
     "hub_deployment_rollout_phase": (
         ("deployment", "phase"), "The rollout's phase, one series per phase (1: the one it is in; "
         "all 0: no rollout yet)"),
+    "hub_deployment_rollout_reason": (
+        ("deployment", "reason"), "Why the rollout is in its phase (RevisionFailed, "
+        "AnalysisFailed, ProgressDeadlineExceeded, Aborted...; Other: a word the hub does not "
+        "write); always 1"),
     "hub_deployment_rollout_stable_revision": (
         _D, "The revision the devices not updated keep, and go back to on a rollback"),
     "hub_deployment_rollout_steps_taken": (
@@ -120,6 +124,9 @@ FLEET_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
     "hub_region_deployment_rollout_phase": (
         ("region", "deployment", "phase"), "The region's rollout phase of the deployment, one "
         "series per phase"),
+    "hub_region_deployment_rollout_reason": (
+        ("region", "deployment", "reason"), "Why the region's rollout of the deployment is in "
+        "its phase, as its report says (Other: not a single word); always 1"),
     "hub_region_deployment_series_omitted": (
         (), f"(region, deployment) pairs not exported (past the first "
         f"{fleetmetrics.MAX_REGION_DEPLOYMENTS})"),

@@ -41,6 +41,7 @@ DEPLOYMENT = {
         "placement": {"nodeSelector": {"site": "retail"}},
     },
 }
+NEXT = {"name": "fraud", "version": "2.5.0"}
 
 
 def test_the_rules_pass_promtool_check() -> None:
@@ -72,9 +73,11 @@ async def test_unavailable_notready_and_cut_off_fire_from_a_hubs_metrics(tmp_pat
             hub.ctx.writer.update(
                 Device(name=name, labels=labels, phase=phase, last_heartbeat=now - 30)
             )
-        model = objects.ModelRecord("fraud", "2.4.1", "ab" * 32, 1234, b"{signed}", 1.0)
-        await hub.ctx.store.put(objects.model_key("fraud", "2.4.1"), objects.dumps(model.to_json()))
-        hub.ctx.cache.models[("fraud", "2.4.1")] = model
+        for version, digest in (("2.4.1", "ab"), ("2.5.0", "cd")):
+            model = objects.ModelRecord("fraud", version, digest * 32, 1234, b"{signed}", 1.0)
+            key = objects.model_key("fraud", version)
+            await hub.ctx.store.put(key, objects.dumps(model.to_json()))
+            hub.ctx.cache.models[("fraud", version)] = model
         record = {"region": "eu", "certificateSerial": "s1", "enrolledAt": now - 3600}
         await hub.ctx.store.put(region_key("eu"), objects.dumps(record))
         assert hub.ctx.regions is not None
@@ -91,6 +94,26 @@ async def test_unavailable_notready_and_cut_off_fire_from_a_hubs_metrics(tmp_pat
         text: str = await eventually(
             rendered, 20, "the deployment placed on cam-1 and cam-2", interval=0.05
         )
+        second = {**DEPLOYMENT, "spec": {**DEPLOYMENT["spec"], "model": NEXT}}
+        await hub.stub(channel).Apply(admin_pb2.ApplyRequest(documents=[orjson.dumps(second)]))
+
+        def rolling() -> str | None:
+            text = hub.ctx.metrics.render()
+            series = 'hub_deployment_rollout_phase{deployment="fraud",phase="Progressing"}'
+            return text if series_value(text, series) == 1 else None
+
+        await eventually(rolling, 20, "2.5.0 rolling out", interval=0.05)
+        abort = admin_pb2.RolloutActionRequest(
+            name="fraud", action=admin_pb2.RolloutActionRequest.ABORT
+        )
+        await hub.stub(channel).RolloutAction(abort)
+
+        def rolled_back() -> str | None:
+            text = hub.ctx.metrics.render()
+            series = 'hub_deployment_rollout_phase{deployment="fraud",phase="RolledBack"}'
+            return text if series_value(text, series) == 1 else None
+
+        aborted_text: str = await eventually(rolled_back, 20, "aborted", interval=0.05)
 
     def value(series: str) -> float:
         return series_value(text, series)
@@ -124,6 +147,22 @@ async def test_unavailable_notready_and_cut_off_fire_from_a_hubs_metrics(tmp_pat
     # fire here, makes promtool fail
     wrong = promtool_test(tmp_path, text, {"EdgefleetDeploymentRolledBack": [{"deployment": "x"}]})
     assert wrong.returncode != 0 and "EdgefleetDeploymentRolledBack" in wrong.stdout + wrong.stderr
+
+    # an operator aborts the rollout: rolled back (reason Aborted), and no rollback alert
+    aborted = aborted_text
+    assert series_value(
+        aborted, 'hub_deployment_rollout_reason{deployment="fraud",reason="Aborted"}'
+    )
+    tested = promtool_test(
+        tmp_path,
+        aborted,
+        {
+            "EdgefleetDeploymentUnavailable": [{"deployment": "fraud"}],
+            "EdgefleetDevicesNotReady": [{}],
+            "EdgefleetRegionCutOff": [{"region": "eu"}],
+        },
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

@@ -103,7 +103,7 @@ def test_a_rolled_back_deployment_and_its_last_analysis() -> None:
     dep = deployment(doc)
     state = RolloutState(
         "det", revision=2, stable=1, phase=RolloutPhase.ROLLED_BACK, changed_at=1700.0, step=1,
-        steps=3,
+        steps=3, reason="AnalysisFailed",
     )  # fmt: skip
     sample = TimelineSample(
         at=1699.0, revision=2, stable_revision=1, step=0, verdict="Fail",
@@ -120,6 +120,7 @@ def test_a_rolled_back_deployment_and_its_last_analysis() -> None:
         ("det", p.value): float(p is RolloutPhase.ROLLED_BACK) for p in RolloutPhase
     }
     assert got["hub_deployment_devices_available"] == {("det",): 3.0}
+    assert got["hub_deployment_rollout_reason"] == {("det", "AnalysisFailed"): 1.0}
     assert got["hub_deployment_rollout_stable_revision"] == {("det",): 1.0}
     assert got["hub_deployment_rollout_canary_step"] == {("det",): 2.0}  # from 1
     assert got["hub_deployment_rollout_canary_weight_percent"] == {("det",): 50.0}
@@ -174,7 +175,7 @@ def test_devices_past_the_cap_are_counted_not_exported(monkeypatch: pytest.Monke
 
 
 def test_regions_and_their_deployments(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(fleetmetrics, "MAX_REGION_DEPLOYMENTS", 2)
+    monkeypatch.setattr(fleetmetrics, "MAX_REGION_DEPLOYMENTS", 3)
     figures = {"desiredDevices": 4, "updatedDevices": 4, "readyDevices": 3, "availableDevices": 4}
     regions = [
         RegionView("us", False),  # never reported
@@ -184,20 +185,26 @@ def test_regions_and_their_deployments(monkeypatch: pytest.MonkeyPatch) -> None:
             12.5,
             {"Ready": 3, "NotReady": 1, "Bogus": 9},
             {
-                "det": {**figures, "rollout": {"phase": "RolledBack", "revision": 2}},
-                "ocr": {**figures, "rollout": {"phase": "Sideways"}},
+                "det": {**figures, "rollout": {"phase": "RolledBack", "reason": "Aborted"}},
+                "ocr": {**figures, "rollout": {"phase": "Paused", "reason": "any <thing>"}},
+                "pos": {**figures, "rollout": {"phase": "Sideways"}},
                 "zzz": figures,
             },
         ),
     ]
     got, omitted = region_series(regions)
-    assert omitted == 1  # zzz: past the 2 pairs
+    assert omitted == 1  # zzz: past the 3 pairs
     assert got["hub_region_connected"] == {("eu",): 1.0, ("us",): 0.0}
     assert got["hub_region_report_age_seconds"] == {("eu",): 12.5}
     assert got["hub_region_devices"] == {
         ("eu", "Pending"): 0.0, ("eu", "Ready"): 3.0, ("eu", "NotReady"): 1.0
     }  # fmt: skip
-    assert got["hub_region_deployment_devices_ready"] == {("eu", "det"): 3.0, ("eu", "ocr"): 3.0}
+    assert got["hub_region_deployment_devices_ready"] == {
+        ("eu", "det"): 3.0, ("eu", "ocr"): 3.0, ("eu", "pos"): 3.0
+    }  # fmt: skip
     phases = got["hub_region_deployment_rollout_phase"]
-    assert phases[("eu", "det", "RolledBack")] == 1.0
-    assert not any(k[1] == "ocr" for k in phases)  # a phase this hub does not know
+    assert phases[("eu", "det", "RolledBack")] == 1.0 and phases[("eu", "ocr", "Paused")] == 1.0
+    assert not any(k[1] == "pos" for k in phases)  # a phase this hub does not know
+    assert got["hub_region_deployment_rollout_reason"] == {
+        ("eu", "det", "Aborted"): 1.0, ("eu", "ocr", "Other"): 1.0  # not one word: Other
+    }  # fmt: skip
