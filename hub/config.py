@@ -197,7 +197,7 @@ class HubConfig:
     metrics_listen: str = DEFAULT_METRICS_LISTEN
     """Plain HTTP for /metrics, /healthz, /readyz (hub.api.observability); empty: none."""
     dashboard_listen: str = ""
-    """HTTPS for the read-only web dashboard (hub.api.dashboard), authenticated; empty: none."""
+    """HTTPS for the web dashboard (hub.api.dashboard), authenticated; empty: none."""
     replica_addresses: tuple[str, ...] = ()
     """Every replica of this hub as devices and edgectl reach it (HOST:PORT); sent to devices
     at enrollment so that they fail over between them. Empty: one hub at one address."""
@@ -441,8 +441,9 @@ listen = "{listen}"
 # Plain HTTP (no TLS, no authentication) for Prometheus /metrics and /healthz, /readyz; on
 # loopback unless scrapers elsewhere are trusted. Empty: no such listener.
 metricsListen = "{metrics_listen}"
-# HTTPS for the read-only web dashboard, e.g. "0.0.0.0:7446": every request needs an admin
-# client certificate or a short-lived token from `edgectl dashboard`. Empty: no dashboard.
+# HTTPS for the web dashboard, e.g. "0.0.0.0:7446" (needs the dashboard extra): every request
+# needs an admin client certificate or a short-lived token from `edgectl dashboard`; an admin
+# may pause, resume, promote, abort, undo and restart rollouts from it. Empty: no dashboard.
 dashboardListen = ""
 # Every replica of this hub (HOST:PORT as devices and edgectl reach them), sent to devices at
 # enrollment: they fail over between them. Each must be in the serving certificate's names

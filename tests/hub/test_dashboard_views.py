@@ -213,3 +213,43 @@ def test_each_device_shows_its_agent_version_and_a_refusal() -> None:
     assert f'title="{refused}">0.9.0 (refused)</span>' in html
     body = pages.device_body(rows[1], None, [])
     assert f"edged 0.9.0 refused: {refused}" in body
+
+
+def test_a_deployment_page_reads_like_describe() -> None:
+    """What the deployment asks for one fact a row, match expressions included, and its
+    rollout in words; a hostile value stays text; the raw rollout fields only folded."""
+    doc = {
+        "metadata": {"name": "det", "labels": {"team": "<b>x</b>"}},
+        "spec": {
+            "model": {"name": "det", "version": "2.0.0"},
+            "replicas": {"total": 3},
+            "placement": {
+                "matchExpressions": [{"key": "site", "operator": "In", "values": ["a", "b"]}]
+            },
+            "rollout": {"canary": {"steps": [{"weight": 10}, {"pause": {}}], "analysis": {}}},
+        },
+        "status": {
+            "desiredDevices": 3,
+            "rollout": {
+                "revision": 2,
+                "version": "2.0.0",
+                "stableRevision": 1,
+                "stableVersion": "1.0.0",
+                "phase": "Paused",
+                "reason": "Paused",
+                "canary": {"step": 2, "stepCount": 2, "weight": 10, "weightDevices": 1},
+            },
+        },
+    }
+    html = pages.deployment_fragment(doc["status"], [], doc=doc)
+    for fact in (
+        "<th>Replicas:</th><td>3 across the fleet</td>",
+        "<th>Selector:</th><td>site In (a,b)</td>",
+        "canary, 2 steps, with analysis",
+        "<th>Rollout:</th><td>revision 2 (2.0.0) Paused (Paused), stable revision 1 (1.0.0)",
+        "<th>Canary:</th><td>step 2 of 2: weight 10% (1 devices)",
+        "team=&lt;b&gt;x&lt;/b&gt;",
+    ):
+        assert fact in html, fact
+    assert "<b>x</b>" not in html and "<th>Created:</th>" not in html
+    assert html.index("<details>") > html.index("id=rollout-facts")

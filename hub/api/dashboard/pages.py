@@ -574,14 +574,13 @@ def describe_html(doc: Mapping[str, Any]) -> str:
     )
     if steps:
         strategy += f"; canary, {len(steps)} steps" + (
-            ", with analysis" if canary.get("analysis") else ""
+            ", with analysis" if canary.get("analysis") is not None else ""
         )
     rollout = status.get("rollout") or {}
     labels = ", ".join(f"{k}={v}" for k, v in sorted((meta.get("labels") or {}).items()))
-    rows = (
+    rows: list[tuple[str, object]] = [
         ("Name", meta.get("name", "")),
         ("Labels", labels or "<none>"),
-        ("Created", meta.get("creationTimestamp") or "<unknown>"),
         ("Model", f"{model.get('name', '?')} {model.get('version', '?')}"),
         (
             "Replicas",
@@ -599,7 +598,9 @@ def describe_html(doc: Mapping[str, Any]) -> str:
             f"{status.get('availableDevices', 0)} available",
         ),
         ("Rollout", rollout_words(rollout) if rollout else "<none>"),
-    )
+    ]
+    if meta.get("creationTimestamp"):
+        rows.insert(2, ("Created", meta["creationTimestamp"]))
     body = "".join(f"<tr><th>{esc(k)}:</th><td>{esc(v)}</td></tr>" for k, v in rows)
     return f"<table class='kv describe' id=describe>{body}</table>"
 
