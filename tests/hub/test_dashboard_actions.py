@@ -278,3 +278,50 @@ def test_csrf_tokens_are_per_session_and_checked_whole() -> None:
     assert not access.csrf_ok("token:a", a[:-1]) and not access.csrf_ok("token:a", a + "x")
     assert not access.csrf_ok("token:a", "\udcff" * 10)
     assert not DashboardAccess().csrf_ok("token:a", a)  # another hub process's key
+
+
+@async_test
+async def test_an_agent_upgrades_actions_are_the_admin_apis(tmp_path: Path) -> None:
+    """An AgentUpgrade's actions: pause, resume and undo as forms; promote, abort and restart,
+    which the admin API does not do for an AgentUpgrade yet, disabled and saying so, and
+    refused if posted all the same; the controller's refusal shown on the page."""
+    from dataclasses import replace
+
+    from edgefleet.api import parse_manifest
+    from hub.decide.agentupgrade import plan_upgrade
+
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with DashboardHub(paths) as d:
+        upgrade = parse_manifest(
+            {
+                "apiVersion": "edgefleet.io/v1",
+                "kind": "AgentUpgrade",
+                "metadata": {"name": "edged-next"},
+                "spec": {"version": "0.2.1"},
+            }
+        )
+        cache = d.hub.ctx.cache
+        cache.put_object(upgrade.to_dict(), 1)
+        first = plan_upgrade(upgrade, None, [], {}, "0.2.0", 1.0).state  # type: ignore[arg-type]
+        assert first is not None
+        cache.agent_upgrades["edged-next"] = replace(first, phase=RolloutPhase.ROLLED_BACK)
+        page = f"{d.url}/agentupgrades"
+        base = f"{page}/edged-next/actions"
+        async with _session(client_tls(paths, d.hub.admin(), tmp_path)) as s:
+            async with s.get(page) as r:
+                text = await r.text()
+            csrf = CSRF.search(text)
+            assert csrf
+            for verb in ("pause", "resume", "undo"):
+                assert f'action="/agentupgrades/edged-next/actions/{verb}"' in text
+            for verb in ("promote", "abort", "restart"):
+                assert f'data-verb={verb} title="not supported yet"' in text
+                async with s.post(f"{base}/{verb}", data={"csrf": csrf[1]}) as r:
+                    assert r.status == 501 and "not supported yet" in await r.text()
+            async with s.post(f"{base}/pause", data={"csrf": csrf[1]}) as r:
+                text = await r.text()
+            assert r.url.path == "/agentupgrades" and "Pause refused:" in text
+            async with s.post(f"{page}/nope/actions/pause", data={"csrf": csrf[1]}) as r:
+                assert r.status == 404
+        assert cache.agent_upgrades["edged-next"].phase is RolloutPhase.ROLLED_BACK
+        assert not _acted(d)

@@ -46,11 +46,17 @@ class Verb:
     action: str  # RolloutActionRequest.Action's name
     label: str
     help: str
+    kinds: tuple[str, ...] = ("ModelDeployment", "AgentUpgrade")  # the admin API's, for it
 
     @property
     def supported(self) -> bool:
         """Whether this hub's admin API knows the action (see the module doc)."""
         return hasattr(admin_pb2.RolloutActionRequest, self.action)
+
+    def supported_for(self, kind: str) -> bool:
+        """Whether the admin API does it for ``kind`` (Rollouts.perform refuses promote,
+        abort and restart of an AgentUpgrade as not supported yet)."""
+        return self.supported and kind in self.kinds
 
 
 VERBS: dict[str, Verb] = {
@@ -69,12 +75,14 @@ VERBS: dict[str, Verb] = {
             "Promote",
             "skip the remaining pauses of the canary steps (full: every remaining step, the "
             "analysis no longer rolling it back)",
+            ("ModelDeployment",),
         ),
         Verb(
             "abort",
             "ABORT",
             "Abort",
             "send every device back to the stable revision and stay there until the next change",
+            ("ModelDeployment",),
         ),
         Verb(
             "undo",
@@ -82,7 +90,13 @@ VERBS: dict[str, Verb] = {
             "Undo",
             "apply an older revision again (empty: the stable one), rolled out as a new revision",
         ),
-        Verb("restart", "RESTART", "Restart", "roll the current revision out again"),
+        Verb(
+            "restart",
+            "RESTART",
+            "Restart",
+            "roll the current revision out again",
+            ("ModelDeployment",),
+        ),
     )
 }
 
@@ -124,8 +138,8 @@ class RolloutActions:
     ) -> str:
         """Do ``verb`` on ``kind``/``name`` for ``viewer``; what was done, for a person.
         Raises :class:`ActionFailed` with the admin API's reason when refused."""
-        if not verb.supported:
-            raise ActionFailed(501, f"{verb.name}: not supported yet by this hub")
+        if not verb.supported_for(kind):
+            raise ActionFailed(501, f"rollout {verb.name} of an {kind}: not supported yet")
         if not 0 <= to_revision <= MAX_REVISION:
             raise ActionFailed(400, f"to: must be a revision number, got {to_revision}")
         actor = f'admin "{viewer.name}" on the dashboard'

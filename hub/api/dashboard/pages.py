@@ -682,14 +682,20 @@ def flash_html(flash: tuple[bool, str] | None) -> str:
 
 
 def actions_html(
-    base: str, csrf: str, verbs: Iterable[Any], *, enabled: bool, title: str = ""
+    base: str,
+    csrf: str,
+    verbs: Iterable[Any],
+    *,
+    enabled: bool,
+    kind: str = "ModelDeployment",
+    title: str = "",
 ) -> str:
     """The action buttons of one rollout (``base``: its path, URL-quoted): each a POST form
     with the viewer's CSRF token. A verb this hub does not support yet is a disabled button
     saying so; none is a button that does nothing."""
     forms = []
     for verb in verbs:
-        if not enabled or not verb.supported:
+        if not enabled or not verb.supported_for(kind):
             why = "not supported yet" if enabled else "this dashboard cannot act"
             forms.append(
                 f"<span class=action><button type=button disabled data-verb={esc(verb.name)} "

@@ -531,6 +531,7 @@ class Dashboard:
                 request,
                 f"/agentupgrades/{pages.seg(r['name'])}",
                 title=f"AgentUpgrade {r['name']}",
+                kind=AGENT_UPGRADE,
             )
             for r in rows
         )
@@ -560,11 +561,19 @@ class Dashboard:
         return web.Response(body=data, content_type=STATIC[name], charset="utf-8")
 
     # -- actions (hub.api.dashboard.actions) ------------------------------------------------
-    def _actions(self, request: web.Request, base: str, title: str = "Actions") -> str:
+    def _actions(
+        self,
+        request: web.Request,
+        base: str,
+        title: str = "Actions",
+        kind: str = MODEL_DEPLOYMENT,
+    ) -> str:
         viewer = request[VIEWER]
         csrf = self.access.csrf_token(viewer.session) if viewer.session else ""
         enabled = self.actions is not None and bool(csrf)
-        return pages.actions_html(base, csrf, VERBS.values(), enabled=enabled, title=title)
+        return pages.actions_html(
+            base, csrf, VERBS.values(), enabled=enabled, kind=kind, title=title
+        )
 
     def _flash(self, request: web.Request, path: str) -> str:
         """The outcome of this session's last action if it returned to ``path`` (shown once)."""
