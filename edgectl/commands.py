@@ -4,7 +4,7 @@
   ``delete TYPE NAME...|TYPE/NAME...|-f ...``;
 * ``get TYPE [NAME...]|TYPE/NAME... [-o wide|name|json|yaml|jsonpath=T] [-l SELECTOR]
   [--no-headers] [--sort-by PATH] [--show-labels] [--chunk-size N] [-w]``,
-  ``get events [--for TYPE/NAME]``;
+  ``get events [--for TYPE/NAME]``, ``get placements|devices --for deployment/NAME``;
 * ``describe TYPE NAME|TYPE/NAME``; ``label`` and ``annotate TYPE NAME KEY=VALUE... KEY-``;
 * ``devices cordon|uncordon|revoke NAME``, ``regions revoke REGION`` (at a root hub),
   ``get regions`` (at a root hub: read-only), ``tokens create``, ``get tokens``,
@@ -29,13 +29,14 @@ from typing import Any
 
 import orjson
 
-from edgectl import jsonpath, printing
+from edgectl import jsonpath, placements, printing
 from edgectl.client import DEFAULT_CHUNK_SIZE, AdminClient, ClientError, load_admin_config
 from edgectl.errors import EXIT_DONE, EXIT_REFUSED, InputError, UsageError
 from edgectl.resources import (
     ALL_KINDS,
     APPLIED_KINDS,
     EVENT,
+    PLACEMENT,
     REGION,
     TOKEN,
     Ref,
@@ -131,8 +132,9 @@ def add_commands(sub: Any) -> None:
     )  # fmt: skip
     get.add_argument("-w", "--watch", action="store_true", help="then print every change")
     get.add_argument(
-        "--for", dest="for_object", default="", metavar="TYPE/NAME", help="events of one object"
-    )
+        "--for", dest="for_object", default="", metavar="TYPE/NAME",
+        help="events of one object; with devices or placements: deployment/NAME's",
+    )  # fmt: skip
     get.add_argument("--no-headers", action="store_true", help="tables without their header")
     get.add_argument(
         "--sort-by", default="", metavar="PATH", help="order by a field, e.g. .metadata.name"
@@ -339,7 +341,7 @@ def _check_get_flags(args: argparse.Namespace, kind: str, refs: list[Ref]) -> No
             raise UsageError("get events: events have no names; use --for TYPE/NAME")
         return
     if args.for_object:
-        _refuse("--for", "applies only to events (get events --for TYPE/NAME)")
+        placements.check_for(args, kind, refs)
     if refs and args.selector:
         _refuse("-l/--selector", "does not apply with names (give names or a selector)")
     if refs and args.chunk_size is not None:
@@ -352,6 +354,9 @@ def _check_get_flags(args: argparse.Namespace, kind: str, refs: list[Ref]) -> No
         if kind == REGION:
             _refuse("-w/--watch", "does not apply to regions (their status is not stored; get "
                     "them again)")  # fmt: skip
+        if kind == PLACEMENT:
+            _refuse("-w/--watch", "does not apply to placements yet (get them again, or watch "
+                    "the deployment: get deployments NAME -w)")  # fmt: skip
         if args.sort_by:
             _refuse("--sort-by", "does not apply with --watch")
     if args.output in ("name", "json", "yaml") or args.output.startswith("jsonpath="):
@@ -432,6 +437,8 @@ def _get(client: AdminClient, args: argparse.Namespace) -> int:
     resource_version = 0
     if refs:
         docs = [client.get(r.kind, r.name) for r in refs]
+    elif args.for_object:  # get devices|placements --for deployment/NAME
+        docs = placements.listed_for(client, kind, args.for_object, args.selector, args.chunk_size)
     else:
         chunk = DEFAULT_CHUNK_SIZE if args.chunk_size is None else args.chunk_size
         docs, resource_version = client.list_objects(kind, args.selector, chunk_size=chunk)
@@ -471,7 +478,8 @@ def _describe(client: AdminClient, args: argparse.Namespace) -> int:
     if ref.kind == "Device":
         _print(printing.describe_device(doc, events, now=now))
     elif ref.kind == "ModelDeployment":
-        _print(printing.describe_deployment(doc, events, now=now))
+        placed, more = placements.of_deployment(client, ref.name)
+        _print(printing.describe_deployment(doc, events, now=now, placed=placed, more_placed=more))
     elif ref.kind == REGION:
         _print(printing.describe_region(doc, events, now=now))
     else:

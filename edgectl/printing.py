@@ -43,6 +43,23 @@ def _labels(labels: Mapping[str, str]) -> str:
     return ",".join(f"{k}={v}" for k, v in sorted(labels.items())) or "<none>"
 
 
+def selector_text(placement: Mapping[str, Any]) -> str:
+    """A deployment's ``spec.placement`` selector as ``-l`` writes one: ``site=retail``,
+    ``tier in (a,b)``, ``tier notin (x)``, ``npu`` (Exists), ``!npu`` (DoesNotExist);
+    ``<none>`` when it selects every device."""
+    parts = [f"{k}={v}" for k, v in sorted(placement.get("nodeSelector", {}).items())]
+    for e in placement.get("matchExpressions", []):
+        key, op = str(e.get("key", "")), str(e.get("operator", ""))
+        values = ",".join(str(v) for v in e.get("values", []))
+        if op in ("In", "NotIn"):
+            parts.append(f"{key} {op.lower()} ({values})")
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            parts.append(key)
+    return ",".join(parts) or "<none>"
+
+
 def _name(doc: Doc) -> str:
     return str(doc.get("metadata", {}).get("name", ""))
 
@@ -134,7 +151,7 @@ def _deployment_row(doc: Doc, now: float, wide: bool) -> Row:
         per = replicas.get("perDevice")
         row += [
             f"{per}/device" if per is not None else f"{replicas.get('total')} total",
-            _labels(placement.get("nodeSelector", {})),
+            selector_text(placement),
             ",".join(placement.get("regions", [])) or "<any>",
         ]
     return row
@@ -301,6 +318,22 @@ def _region_row(doc: Doc, now: float, wide: bool) -> Row:
     return row
 
 
+def _placement_row(doc: Doc, now: float, wide: bool) -> Row:
+    spec, status = doc.get("spec", {}), doc.get("status", {})
+    row = [
+        str(spec.get("deployment", "")),
+        str(spec.get("device", "")),
+        str(status.get("revision") or "<none>"),
+        str(status.get("version") or "<none>"),
+        f"{status.get('readyReplicas', 0)}/{status.get('replicas', 0)}",
+        str(status.get("phase", "")),
+        str(status.get("devicePhase", "")),
+    ]
+    if wide:
+        row += [",".join(status.get("serving", [])) or "<none>", str(status.get("reason", ""))]
+    return row
+
+
 def _generic_row(doc: Doc, now: float, wide: bool) -> Row:
     return [_name(doc), _labels(doc.get("metadata", {}).get("labels", {}))]
 
@@ -338,6 +371,11 @@ COLUMNS: dict[str, Columns] = {
         ("NAME", "EXPIRES-IN", "USAGE", "DESCRIPTION", "DEVICE-LABELS"),
         (),
         _token_row,
+    ),
+    "Placement": (
+        ("DEPLOYMENT", "DEVICE", "REVISION", "VERSION", "READY", "PHASE", "DEVICE-STATUS"),
+        ("SERVING", "REASON"),
+        _placement_row,
     ),
     "Region": (
         ("NAME", "CONNECTED", "LAST-REPORT", "DEVICES", "DEPLOYMENTS"),
@@ -651,7 +689,16 @@ def remedy(action: str, finding: Mapping[str, Any]) -> str:
     return "reported only (alert)"
 
 
-def describe_deployment(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
+def describe_deployment(
+    doc: Doc,
+    events: Sequence[Doc],
+    *,
+    now: float,
+    placed: Sequence[Doc] = (),
+    more_placed: bool = False,
+) -> str:
+    """``placed``: its Placements (the devices holding its replicas), ``more_placed``: whether
+    there are more than those."""
     spec, status = doc.get("spec", {}), doc.get("status", {})
     model = spec.get("model", {})
     placement = spec.get("placement", {})
@@ -664,7 +711,7 @@ def describe_deployment(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
             "Replicas",
             f"{per} per device" if per is not None else f"{replicas.get('total')} across the fleet",
         ),
-        _field("Node selector", _labels(placement.get("nodeSelector", {}))),
+        _field("Selector", selector_text(placement)),
         _field("Regions", ", ".join(placement.get("regions", [])) or "<any>"),
         _field(
             "Devices",
@@ -694,6 +741,8 @@ def describe_deployment(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
             for d, why in sorted((rollout.get("failedDevices") or {}).items())
         ]
     lines += _multi("Failing devices", failing)
+    name = str(doc.get("metadata", {}).get("name", ""))
+    lines += placements_section(placed, more_placed, name)
     shown = status.get("terminations") or {}
     ended = [
         f"{d}: {termination_text(t['lastTermination'])}, {t.get('restartCount', 0)} restarts"
@@ -706,6 +755,33 @@ def describe_deployment(doc: Doc, events: Sequence[Doc], *, now: float) -> str:
         lines += _multi("Terminations", ended)
     lines += events_section(events, now)
     return "\n".join(lines)
+
+
+def placements_section(placed: Sequence[Doc], more: bool, name: str) -> list[str]:
+    """``Placements:``: each device holding the deployment's replicas, with its revision,
+    replicas ready of those asked, the phase there and why."""
+    if not placed:
+        return [_field("Placements", "<none>")]
+    rows = []
+    for p in placed:
+        spec, status = p.get("spec", {}), p.get("status", {})
+        revision = status.get("revision")
+        rows.append(
+            [
+                str(spec.get("device", "")),
+                f"{revision} ({status.get('version')})" if revision else "<none>",
+                f"{status.get('readyReplicas', 0)}/{status.get('replicas', 0)}",
+                str(status.get("phase", "")),
+                str(status.get("reason", "")),
+            ]
+        )
+    out = [
+        "Placements:",
+        *_indented(table(("DEVICE", "REVISION", "READY", "PHASE", "REASON"), rows)),
+    ]
+    if more:
+        out.append(f"  and more: edgectl get placements --for deployment/{name}")
+    return out
 
 
 def rollout_line(rollout: Doc) -> str:

@@ -10,6 +10,7 @@ from edgectl.errors import UsageError
 EVENT = "Event"
 TOKEN = "BootstrapToken"
 REGION = "Region"
+PLACEMENT = "Placement"
 
 _ALIASES: dict[str, tuple[str, ...]] = {
     "Device": ("devices", "device", "dev"),
@@ -22,6 +23,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "AgentUpgrade": ("agentupgrades", "agentupgrade", "au"),
     TOKEN: ("tokens", "token", "bootstraptokens"),
     REGION: ("regions", "region"),
+    PLACEMENT: ("placements", "placement"),
     EVENT: ("events", "event", "ev"),
 }
 KINDS: dict[str, str] = {

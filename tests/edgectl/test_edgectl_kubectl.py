@@ -285,7 +285,10 @@ def test_global_flags_anywhere_and_contexts(config: Path, tmp_path: Path) -> Non
         (["get", "events", "-l", "app=demo"], "error: get: -l/--selector does not apply to events"),
         (["get", "events", "-o", "wide"], "error: get: -o wide does not apply to events"),
         (["get", "devices", "--for", "device/x"],
-         "error: get: --for applies only to events (get events --for TYPE/NAME)"),
+         "error: unknown resource type 'device' (one of deployments)"),
+        (["get", "deployments", "--for", "deployment/x"],
+         "error: get: --for applies to events, devices and placements (get events --for "
+         "TYPE/NAME, get devices|placements --for deployment/NAME)"),
         (["get", "devices", "cam-1", "-l", "a=b"],
          "error: get: -l/--selector does not apply with names (give names or a selector)"),
         (["get", "tokens", "-w"], "error: get: -w/--watch does not apply to tokens"),
@@ -297,7 +300,7 @@ def test_global_flags_anywhere_and_contexts(config: Path, tmp_path: Path) -> Non
          "error: get: -w/--watch needs one resource type (TYPE [NAME...], not TYPE/NAME)"),
         (["get", "pods"], "error: unknown resource type 'pods' (one of devices, deployments, "
          "models, baselines, policies, secrets, priorityclasses, agentupgrades, tokens, "
-         "regions, events)"),
+         "regions, placements, events)"),
         (["get", "device/a", "b"], "error: 'b': give every object as TYPE/NAME, or TYPE NAME..."),
         (["get", "devices", "-o", "xml"], "error: edgectl get: argument -o/--output: unknown "
          "output format 'xml' (one of wide, name, json, yaml, jsonpath=TEMPLATE) "

@@ -13,6 +13,7 @@ from edgefleet.errors import CompareFailed, StoreError, ValidationError
 from edgefleet.logs import get_logger
 from hub.api.auth import Caller, authorize
 from hub.decide import apply
+from hub.decide.placementview import KIND_PLACEMENT
 from hub.decide.presentation import KIND_REGION, KIND_TOKEN
 from hub.pki import Role
 from hub.state import storekeys
@@ -26,6 +27,7 @@ LISTED_KINDS: tuple[str, ...] = (
     *apply.OBJECT_KINDS,
     KIND_TOKEN,
     KIND_REGION,
+    KIND_PLACEMENT,
 )
 
 

@@ -26,6 +26,7 @@ from hub.api.admin.common import (
     rpc,
 )
 from hub.decide import priority
+from hub.decide.placementview import KIND_PLACEMENT, PLACEMENT_MANAGED
 from hub.decide.presentation import KIND_REGION, KIND_TOKEN, REGION_MANAGED
 from hub.state import storekeys, tokens
 from hub.state.cache import Cache
@@ -72,6 +73,11 @@ class Deletes:
             raise Refused(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"{KIND_REGION} {name} is not deleted: {REGION_MANAGED}",
+            )
+        if kind == KIND_PLACEMENT:
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{KIND_PLACEMENT} {name} is not deleted: {PLACEMENT_MANAGED}",
             )
         if kind == KIND_PRIORITY_CLASS and name in PRIORITY_CLASSES:
             raise Refused(

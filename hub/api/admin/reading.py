@@ -28,6 +28,14 @@ from hub.api.admin.common import (
 )
 from hub.api.admin.showing import Showing, stored_object
 from hub.decide import paging
+from hub.decide.placementview import (
+    KIND_PLACEMENT,
+    LEAVING,
+    Placed,
+    placement_keys,
+    placement_of,
+    split_name,
+)
 from hub.decide.presentation import (
     KIND_REGION,
     KIND_TOKEN,
@@ -41,6 +49,7 @@ from hub.state.regions import REGIONS, Regions, region_key
 from hub.state.store import RangeResult, Store
 
 DEFAULT_EVENTS_LIMIT = 500
+PLACEMENTS = "placements/"  # the keys a list of Placements is paged by (none is stored)
 
 _Show = Callable[[], dict[str, Any]]
 """An object of a list, shown when called (hub.decide.paging: only the page's are)."""
@@ -88,6 +97,15 @@ class Reads:
                 view[storekeys.model_key(m.name, m.version)] = functools.partial(model_object, m)
         elif kind == KIND_TOKEN:
             prefix = tokens.PREFIX
+        elif kind == KIND_PLACEMENT:  # shown from the cache, never stored (no history)
+            prefix = None
+            pairs = placement_keys(
+                cache.deployments, cache.desired.by_deployment(), cache.devices.values()
+            )
+            for deployment, device in pairs:
+                view[f"{PLACEMENTS}{deployment}/{device}"] = functools.partial(
+                    self._listed_placement, deployment, device
+                )
         elif kind == KIND_REGION:  # read-only, shown from hub.state.regions (none: no region)
             prefix = None
             regions = self.regions
@@ -136,6 +154,11 @@ class Reads:
             kv = await self.store.get(key)
             if kv is not None:
                 doc = token_object(tokens.TokenRecord.from_json(kv.value))
+        elif kind == KIND_PLACEMENT:
+            pair = split_name(name)
+            placement = self._placement(*pair) if pair is not None else None
+            if placement is not None:
+                return common_pb2.Object(json=storekeys.dumps(placement))
         elif kind == KIND_REGION:
             key = region_key(name)
             regions = self.regions
@@ -155,6 +178,37 @@ class Reads:
         if doc is None:
             raise not_found(kind, name)
         return stored_object(kind, doc, await self.store.get(key))
+
+    def _listed_placement(self, deployment: str, device: str) -> dict[str, Any]:
+        """A placement of a list: as :meth:`_placement`, or gone since the list was read
+        (Leaving, nothing reported)."""
+        shown = self._placement(deployment, device)
+        if shown is None:
+            why = "no longer placed here"
+            return Placed(deployment, device, False, phase=LEAVING, reason=why).to_object()
+        return shown
+
+    def _placement(self, deployment: str, device: str) -> dict[str, Any] | None:
+        """``device``'s share of ``deployment`` (hub.decide.placementview; None: no such
+        device or deployment, or the device is neither sent it nor reports it)."""
+        cache = self.cache
+        found = cache.devices.get(device)
+        record = cache.desired.get(device)
+        if found is None or deployment not in cache.deployments:
+            return None
+        if deployment not in found.workloads and (
+            record is None or deployment not in record.deployments
+        ):
+            return None
+        placed = placement_of(
+            deployment,
+            found,
+            dep=cache.deployments.get(deployment),
+            record=record,
+            revisions=cache.revisions.get(deployment, {}),
+            models=cache.models,
+        )
+        return placed.to_object()
 
     async def _refuse_revoked_region(self, name: str) -> None:
         """A region revoked here is not shown (the root stops counting it): NOT_FOUND saying

@@ -15,6 +15,7 @@ from edgefleet.v1 import admin_pb2, common_pb2
 from hub.api.admin.common import AdminAuth, Refused, check_kind, invalid, name_of
 from hub.api.admin.showing import Showing
 from hub.decide import paging
+from hub.decide.placementview import KIND_PLACEMENT
 from hub.decide.presentation import KIND_REGION, with_store_metadata
 from hub.state import storekeys
 from hub.state.cache import Cache
@@ -42,6 +43,12 @@ class Watches:
                 raise invalid(
                     f"kind: {KIND_REGION} cannot be watched (a region's status is not stored, "
                     "it is what its last report says now): list it again (edgectl get regions)"
+                )
+            if request.kind == KIND_PLACEMENT:
+                raise invalid(
+                    f"kind: {KIND_PLACEMENT} cannot be watched yet (not stored: shown from what "
+                    "devices report now): list it again (edgectl get placements), or watch "
+                    "the deployment (edgectl get deployments NAME -w)"
                 )
             if request.resource_version < 0:
                 raise invalid("resource_version: must be 0 or more")
