@@ -224,7 +224,10 @@ def test_a_deployment_page_reads_like_describe() -> None:
             "model": {"name": "det", "version": "2.0.0"},
             "replicas": {"total": 3},
             "placement": {
-                "matchExpressions": [{"key": "site", "operator": "In", "values": ["a", "b"]}]
+                "matchExpressions": [
+                    {"key": "site", "operator": "In", "values": ["a", "b"]},
+                    {"key": "lab", "operator": "DoesNotExist"},
+                ]
             },
             "rollout": {"canary": {"steps": [{"weight": 10}, {"pause": {}}], "analysis": {}}},
         },
@@ -244,7 +247,7 @@ def test_a_deployment_page_reads_like_describe() -> None:
     html = pages.deployment_fragment(doc["status"], [], doc=doc)
     for fact in (
         "<th>Replicas:</th><td>3 across the fleet</td>",
-        "<th>Selector:</th><td>site In (a,b)</td>",
+        "<th>Selector:</th><td>site in (a,b),!lab</td>",
         "canary, 2 steps, with analysis",
         "<th>Rollout:</th><td>revision 2 (2.0.0) Paused (Paused), stable revision 1 (1.0.0)",
         "<th>Canary:</th><td>step 2 of 2: weight 10% (1 devices)",

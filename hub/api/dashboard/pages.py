@@ -544,16 +544,21 @@ def _rollout_class(phase: object) -> str:
 
 
 def _selector_text(placement: Mapping[str, Any]) -> str:
-    """The node selector and match expressions as ``edgectl describe`` says them."""
+    """The node selector and match expressions as ``-l`` writes them, the way ``edgectl
+    describe`` says them (edgectl.printing.selector_text): ``site=retail,tier in (a,b),!lab``."""
     parts = [f"{k}={v}" for k, v in sorted((placement.get("nodeSelector") or {}).items())]
-    for expr in placement.get("matchExpressions") or []:
-        if isinstance(expr, Mapping):
-            values = ",".join(str(v) for v in expr.get("values") or [])
-            parts.append(
-                f"{expr.get('key', '?')} {expr.get('operator', '?')}"
-                + (f" ({values})" if values else "")
-            )
-    return ", ".join(parts) or "<none>"
+    for e in (placement.get("matchExpressions") or [])[:MAX_ITEMS]:
+        if not isinstance(e, Mapping):
+            continue
+        key, op = str(e.get("key", "")), str(e.get("operator", ""))
+        values = ",".join(str(v) for v in e.get("values") or [])
+        if op in ("In", "NotIn"):
+            parts.append(f"{key} {op.lower()} ({values})")
+        elif op == "DoesNotExist":
+            parts.append(f"!{key}")
+        else:
+            parts.append(key)
+    return ",".join(parts) or "<none>"
 
 
 def describe_html(doc: Mapping[str, Any]) -> str:
