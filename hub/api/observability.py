@@ -245,7 +245,7 @@ class ObservabilityServer:
         if method not in ("GET", "HEAD"):
             return 405, "text/plain; charset=utf-8", b"only GET\n"
         if path == "/metrics":
-            return 200, CONTENT_TYPE, self.metrics.render().encode()
+            return 200, CONTENT_TYPE, (await self.metrics.render_served()).encode()
         if path == "/healthz":
             return 200, "text/plain; charset=utf-8", b"ok\n"
         problem = await self.ready()

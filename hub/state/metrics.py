@@ -7,9 +7,10 @@ events, the projector's placements, a controller) needs no upper wing. Served by
 
 from __future__ import annotations
 
+import asyncio
 import time
 from collections import Counter
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from edgefleet.metrics import Gauge, Registry
@@ -40,6 +41,10 @@ AGENT_UPGRADE_STEP_REASONS = frozenset(
 """Reasons of the AgentUpgrade events that record its rollout's steps
 (:mod:`hub.decide.agentupgrade`, :mod:`hub.controllers.agentupgrade`)."""
 MAX_AGENT_UPGRADE_SERIES = 64
+FLEET_MIN_INTERVAL_S = 10.0
+"""The deployments' series served on /metrics are computed again at most this often..."""
+FLEET_COST_FACTOR = 10.0
+"""... and at most once per this many times what their last computation took."""
 
 _D, _R = ("deployment",), ("region", "deployment")
 FLEET_FAMILIES: dict[str, tuple[tuple[str, ...], str]] = {
@@ -157,6 +162,12 @@ class HubMetrics:
         self.regions: Regions | None = None  # a root's regions (hub.wiring sets them)
         self.last_seen: Mapping[str, float] | None = None  # the device servicer's (hub.server)
         self.clock: Callable[[], float] = time.time
+        # the deployments' series as /metrics last computed them (render_served)
+        self._computing = asyncio.Lock()
+        self._deployments: Families | None = None
+        self._deployments_at = 0.0  # time.monotonic()
+        self._deployments_cost = 0.0  # seconds of computing, yields left out
+        self.min_interval_s = FLEET_MIN_INTERVAL_S
         self.streams = r.gauge("hub_device_streams", "Open device Sync streams")
         self.objects = r.gauge("hub_objects", "Applied objects by kind", ("kind",))
         self.requests = r.counter(
@@ -277,16 +288,47 @@ class HubMetrics:
         for kind in ("ModelDeployment", "DeviceHealthPolicy", "SecurityBaseline", "AgentUpgrade"):
             self.objects.labels(kind=kind).set_function(of_kind(kind))
 
-    def render(self) -> str:
+    def render(self, *, deployments: Families | None = None) -> str:
+        """The exposition, everything read now (``deployments``: the deployments' series as
+        :meth:`render_served` computed them)."""
         if self._cache is not None:
             self.devices_by_agent.replace(agent_versions(self._cache.devices.values()))
             self.agent_upgrade_devices.replace(agent_upgrade_series(self._cache))
-            self._fleet(self._cache)
+            self._fleet(self._cache, deployments)
         return self.registry.render()
 
-    def _fleet(self, cache: Cache) -> None:
+    async def render_served(self) -> str:
+        """The exposition as ``/metrics`` serves it: as :meth:`render`, but the deployments'
+        series (what costs, in proportion to the placements) are computed yielding to the
+        event loop between deployments, by one scrape at a time, and again only once the
+        last computation is :data:`FLEET_MIN_INTERVAL_S` old, or :data:`FLEET_COST_FACTOR`
+        times what it took if that is longer (so they never take more than a tenth of the
+        hub's core); devices and regions are read at every scrape."""
+        if self._cache is None:
+            return self.render()
+        cache = self._cache
+        async with self._computing:
+            age = time.monotonic() - self._deployments_at
+            due = max(self.min_interval_s, FLEET_COST_FACTOR * self._deployments_cost)
+            if self._deployments is None or age >= due:
+                computed: Families = {}
+                cost = 0.0
+                families = deployment_families(cache)
+                while True:
+                    started = time.perf_counter()
+                    got = next(families, None)
+                    cost += time.perf_counter() - started
+                    if got is None:
+                        break
+                    merge(computed, got)
+                    await asyncio.sleep(0)
+                self._deployments, self._deployments_cost = computed, cost
+                self._deployments_at = time.monotonic()
+        return self.render(deployments=self._deployments)
+
+    def _fleet(self, cache: Cache, deployments: Families | None) -> None:
         """The fleet's state now, from the cache (the store's) and the regions."""
-        families = fleet_series(cache, self.regions, self.last_seen, self.clock())
+        families = fleet_series(cache, self.regions, self.last_seen, self.clock(), deployments)
         for name, gauge in self.fleet.items():
             series = families.get(name, {})
             if gauge.labelnames:
@@ -329,23 +371,45 @@ def fleet_series(
     regions: Regions | None,
     last_seen: Mapping[str, float] | None,
     now: float,
+    deployments: Families | None = None,
 ) -> Families:
     """Every series of :data:`FLEET_FAMILIES` (:mod:`hub.decide.fleetmetrics`), from the cache:
-    each deployment's status over the devices it is placed on (those only: a scrape costs
-    what the placements count, not deployments times devices), its rollout and last canary
-    analysis as stored, the devices, and a root's regions as they last reported."""
+    the deployments' (``deployments``, else :func:`deployment_families` now), the devices, and
+    a root's regions as they last reported."""
     out: Families = {}
+    if deployments is None:
+        deployments = {}
+        for families in deployment_families(cache):
+            merge(deployments, families)
+    merge(out, deployments)
+    devices_families, omitted = fleetmetrics.device_series(
+        list(cache.devices.values()), now, last_seen
+    )
+    merge(out, devices_families)
+    out["hub_device_series_omitted"] = {(): float(omitted)}
+    if regions is not None:
+        region_families, omitted = fleetmetrics.region_series(region_views(regions))
+        merge(out, region_families)
+        out["hub_region_deployment_series_omitted"] = {(): float(omitted)}
+    return out
 
-    def add(families: Families) -> None:
-        for name, series in families.items():
-            out.setdefault(name, {}).update(series)
 
+def merge(into: Families, families: Families) -> None:
+    for name, series in families.items():
+        into.setdefault(name, {}).update(series)
+
+
+def deployment_families(cache: Cache) -> Iterator[Families]:
+    """Each deployment's series in turn (the first :data:`fleetmetrics.MAX_DEPLOYMENTS` by
+    name), then how many were left out: its status over the devices it is placed on (those
+    only: the cost is what the placements count, not deployments times devices), its rollout
+    and its last canary analysis as stored. A caller may yield to the event loop between two;
+    a deployment deleted meanwhile is skipped."""
     names = sorted(cache.deployments)
-    omitted = max(0, len(names) - fleetmetrics.MAX_DEPLOYMENTS)
     for name in names[: fleetmetrics.MAX_DEPLOYMENTS]:
-        dep = cache.deployments[name]
+        dep = cache.deployments.get(name)
         stored = cache.stored.get(("ModelDeployment", name))
-        if stored is None:
+        if dep is None or stored is None:
             continue
         model = cache.models.get((dep.spec.model.name, dep.spec.model.version))
         sha = model.sha256 if model is not None else None
@@ -372,28 +436,17 @@ def fleet_series(
         )
         samples = cache.analysis.get(name)
         last = max(samples.values(), key=lambda s: s.at) if samples else None
-        add(
-            fleetmetrics.deployment_series(
-                dep,
-                stored.manifest,
-                status,
-                replicas,
-                cache.rollouts.get(name),
-                cache.revisions.get(name, {}),
-                last,
-            )
+        yield fleetmetrics.deployment_series(
+            dep,
+            stored.manifest,
+            status,
+            replicas,
+            cache.rollouts.get(name),
+            cache.revisions.get(name, {}),
+            last,
         )
-    out["hub_deployment_series_omitted"] = {(): float(omitted)}
-    devices_families, omitted = fleetmetrics.device_series(
-        list(cache.devices.values()), now, last_seen
-    )
-    add(devices_families)
-    out["hub_device_series_omitted"] = {(): float(omitted)}
-    if regions is not None:
-        region_families, omitted = fleetmetrics.region_series(region_views(regions))
-        add(region_families)
-        out["hub_region_deployment_series_omitted"] = {(): float(omitted)}
-    return out
+    omitted = max(0, len(names) - fleetmetrics.MAX_DEPLOYMENTS)
+    yield {"hub_deployment_series_omitted": {(): float(omitted)}}
 
 
 def region_views(regions: Regions) -> list[RegionView]:

@@ -2,7 +2,8 @@
 rules shipped in packaging/prometheus/edgefleet-rules.yaml, checked by ``promtool check rules``
 and ``promtool test rules`` over what a hub really exports: an in-process hub (real store,
 writer, projector, rollout controller) with an unavailable deployment, NotReady devices and a
-region cut off; and a real ``hub serve`` process restarted on the same SQLite store, whose
+region cut off, then its rollout aborted; a canary its analysis rolls back (the last analysis
+with its figures); and a real ``hub serve`` process restarted on the same SQLite store, whose
 deployment series come back as they were (they are read from the store, not counted).
 
 The rollback alert over a real rollback (real edged devices): tests/e2e/test_fleet_metrics.py.
@@ -17,6 +18,7 @@ import sys
 import time
 from pathlib import Path
 
+import canarytesting
 import orjson
 from asynctesting import async_test, eventually
 from hubserving import AdminHub, make_hub_dir
@@ -250,3 +252,47 @@ def test_deployment_series_survive_a_hub_restart_on_the_same_store(tmp_path: Pat
         assert f"\n{series} " in after, f"{series} missing after the restart:\n{after}"
         assert series_value(after, series) == series_value(before, series), series
     assert series_value(after, FLEET_SERIES[0]) == 2
+
+
+@async_test
+async def test_a_failed_canary_analysis_as_metrics_and_its_alert(tmp_path: Path) -> None:
+    """The rollout controller of an in-process hub (real SQLite store) analyses a canary whose
+    device reports an accuracy below minAccuracy and rolls it back: the last analysis, as it
+    keeps it in the store, is exported with its figures, limit and verdicts, the rollout's
+    reason is AnalysisFailed, and the rollback alert fires over that output."""
+    async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        for name in canarytesting.DEVICES:
+            await canarytesting.report(hub, name, "1.0.0")
+        for version in ("1.0.0", "2.0.0"):
+            await canarytesting.push(hub, version)
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[canarytesting.deployment("1.0.0")]))
+        for name in canarytesting.DEVICES:
+            hub.ctx.cache.desired[name] = objects.DesiredRecord(7, ("det",), "d")
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[canarytesting.deployment("2.0.0")]))
+        await canarytesting.step(hub)
+        await canarytesting.report(hub, "dev-0", "2.0.0", accuracy=0.5)
+        state = await canarytesting.step(hub)
+        assert (state.phase.value, state.reason) == ("RolledBack", "AnalysisFailed"), state
+        text = hub.ctx.metrics.render()
+
+    def value(series: str) -> float:
+        return series_value(text, series)
+
+    det = 'deployment="det"'
+    assert value(f'hub_deployment_rollout_reason{{{det},reason="AnalysisFailed"}}') == 1
+    assert value(f'hub_deployment_analysis_verdict{{{det},verdict="Fail"}}') == 1
+    assert value(f'hub_deployment_analysis_verdict{{{det},verdict="Pass"}}') == 0
+    assert value(f'hub_deployment_analysis_figure{{{det},side="canary",figure="accuracy"}}') == 0.5
+    assert value(f'hub_deployment_analysis_figure{{{det},side="canary",figure="devices"}}') == 1
+    assert value(f'hub_deployment_analysis_limit{{{det},figure="accuracy"}}') == 0.9
+    assert value(f'hub_deployment_analysis_check{{{det},check="accuracy",verdict="Fail"}}') == 1
+    assert value(f"hub_deployment_analysis_revision{{{det}}}") == 2
+    assert value(f"hub_deployment_rollout_canary_step{{{det}}}") == 1
+    assert value(f"hub_deployment_rollout_canary_weight_percent{{{det}}}") == 25
+    tested = promtool_test(
+        tmp_path,
+        text,
+        {"EdgefleetDeploymentRolledBack": [{"deployment": "det", "phase": "RolledBack"}]},
+    )
+    assert tested.returncode == 0, tested.stdout + tested.stderr

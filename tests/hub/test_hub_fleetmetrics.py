@@ -1,12 +1,16 @@
 """The fleet's state as series (hub.decide.fleetmetrics), pure, as tables: replicas counted as
 the device counts are, generations, state sets, the last analysis, and the caps on devices and
-(region, deployment) pairs."""
+(region, deployment) pairs; and how /metrics serves them (hub.state.metrics: the deployments'
+computed yielding to the event loop, again only when due)."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
+from asynctesting import async_test
+from metricstesting import series_value
 
 from edgefleet.api import ModelDeployment, parse_manifest
 from hub.decide import fleetmetrics
@@ -28,8 +32,12 @@ from hub.decide.fleetmetrics import (
     region_series,
     replica_counts,
 )
+from hub.decide.records import DesiredRecord
 from hub.decide.revisions import Revision, RolloutPhase, RolloutState, template_hash
 from hub.decide.status import deployment_status
+from hub.state.cache import Cache
+from hub.state.metrics import HubMetrics
+from hub.state.sessions import Sessions
 
 
 def manifest(version: str = "2.0.0", replicas: dict[str, int] | None = None) -> dict[str, Any]:
@@ -208,3 +216,61 @@ def test_regions_and_their_deployments(monkeypatch: pytest.MonkeyPatch) -> None:
     assert got["hub_region_deployment_rollout_reason"] == {
         ("eu", "det", "Aborted"): 1.0, ("eu", "ocr", "Other"): 1.0  # not one word: Other
     }  # fmt: skip
+
+
+def fleet_cache(deployments: int, devices: int) -> Cache:
+    """A cache with ``deployments`` deployments, each on every one of ``devices`` devices that
+    serve it (v1.0.0, one replica)."""
+    cache = Cache()
+    names = [f"dep-{i:03d}" for i in range(deployments)]
+    for name in names:
+        doc = {**manifest("1.0.0", {"perDevice": 1}), "metadata": {"name": name}}
+        doc["spec"] = {**doc["spec"], "model": {"name": name, "version": "1.0.0"}}
+        cache.put_object(doc, 1)
+    serving = RevisionReport("1.0.0", phase=RevisionPhase.READY, ready_replicas=1, wanted=True)
+    report = WorkloadReport("1.0.0", desired_replicas=1, revisions=(serving,))
+    records = {}
+    for i in range(devices):
+        name = f"dev-{i:03d}"
+        workloads = dict.fromkeys(names, report)
+        cache.devices[name] = Device(name=name, phase=DevicePhase.READY, workloads=workloads)
+        records[name] = DesiredRecord(1, tuple(names), "d")
+    cache.put_desired(records)
+    return cache
+
+
+@async_test
+async def test_served_metrics_yield_between_deployments_and_are_computed_again_when_due() -> None:
+    cache = fleet_cache(deployments=20, devices=3)
+    metrics = HubMetrics()
+    metrics.watch(cache, Sessions())
+    ticks = 0
+
+    async def ticker() -> None:
+        nonlocal ticks
+        while True:
+            ticks += 1
+            await asyncio.sleep(0)
+
+    ticking = asyncio.create_task(ticker())
+    try:
+        await asyncio.sleep(0)
+        before = ticks
+        served = await metrics.render_served()
+        assert ticks - before >= 20  # the event loop ran between every two deployments
+    finally:
+        ticking.cancel()
+    assert served == metrics.render()  # nothing changed: the same as a fresh read
+    available = 'hub_deployment_devices_available{deployment="dep-000"}'
+    assert series_value(served, available) == 3
+
+    # a device goes away: the devices' series say so at once, the deployments' once due
+    gone = cache.devices["dev-000"]
+    cache.devices["dev-000"] = Device(
+        name="dev-000", phase=DevicePhase.NOT_READY, workloads=gone.workloads
+    )
+    again = await metrics.render_served()
+    assert series_value(again, 'hub_device_ready{device="dev-000"}') == 0
+    assert series_value(again, available) == 3  # computed less than 10 s ago
+    metrics.min_interval_s = 0
+    assert series_value(await metrics.render_served(), available) == 2
