@@ -167,7 +167,7 @@ class HubMetrics:
         self._deployments: Families | None = None
         self._deployments_at = 0.0  # time.monotonic()
         self._deployments_cost = 0.0  # seconds of computing, yields left out
-        self.min_interval_s = FLEET_MIN_INTERVAL_S
+        self.min_interval_s, self.cost_factor = FLEET_MIN_INTERVAL_S, FLEET_COST_FACTOR
         self.streams = r.gauge("hub_device_streams", "Open device Sync streams")
         self.objects = r.gauge("hub_objects", "Applied objects by kind", ("kind",))
         self.requests = r.counter(
@@ -309,7 +309,7 @@ class HubMetrics:
         cache = self._cache
         async with self._computing:
             age = time.monotonic() - self._deployments_at
-            due = max(self.min_interval_s, FLEET_COST_FACTOR * self._deployments_cost)
+            due = max(self.min_interval_s, self.cost_factor * self._deployments_cost)
             if self._deployments is None or age >= due:
                 computed: Families = {}
                 cost = 0.0
