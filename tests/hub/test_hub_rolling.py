@@ -682,3 +682,14 @@ def test_each_revision_keeps_its_outcome_after_later_ones() -> None:
     assert step.state is not None
     assert set(step.state.outcomes) <= set(many) - set(prune(many.values(), step.state))
     assert len(step.state.outcomes) <= MAX_REVISIONS + 1
+
+
+def test_an_aborted_revision_keeps_aborted_after_the_next_one() -> None:
+    """``rollout abort`` leaves the state RolledBack with reason Aborted; the next template's
+    revision keeps that as revision 2's outcome."""
+    aborted = replace(STARTED, phase=RolloutPhase.ROLLED_BACK, reason="Aborted", changed_at=T)
+    m3 = manifest("3.0.0")
+    step = plan_rollout(dep_of(m3), m3, REVS, aborted, [], T + 1)
+    assert step.revision is not None and step.state is not None
+    outcome = step.state.outcomes[2]
+    assert (outcome.phase, outcome.reason, outcome.at) == ("RolledBack", "Aborted", T)
