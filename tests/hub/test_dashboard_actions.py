@@ -190,7 +190,7 @@ async def test_an_admin_pauses_and_resumes_with_a_post_and_the_sessions_csrf_tok
                 assert r.status == 200 and "flash ok" in await r.text()
             assert _phase(d) is RolloutPhase.PROGRESSING
             assert "(signed in with a client certificate, certificate serial" in _acted(d)[-1]
-            # undo: back to the stable revision's template, as a new revision
+            # undo: back to the stable revision (its template again: no new revision)
             async with s.post(f"{page}/actions/undo", data={"csrf": cert_csrf}) as r:
                 text = await r.text()
             assert "flash ok" in text and "Undo: det:" in text and "revision 1 (1.0.0)" in text
