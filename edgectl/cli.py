@@ -22,8 +22,10 @@ when ``args`` is not its command) and list it in :data:`MODULES`.
 from __future__ import annotations
 
 import argparse
+import difflib
 import importlib
 import os
+import re
 import sys
 from importlib.resources.abc import Traversable
 from pathlib import Path
@@ -36,6 +38,7 @@ from edgefleet.versioning import version_text
 MODULES = (
     "edgectl.commands",
     "edgectl.changing",
+    "edgectl.logshowing",
     "edgectl.agentpush",
     "edgectl.configuring",
     "edgectl.completing",
@@ -47,10 +50,28 @@ MODULES = (
 """Modules of subcommands, each with ``add_commands(sub)`` and ``run(args)``."""
 
 
+_INVALID_CHOICE = re.compile(r"argument [^:]+: invalid choice: '([^']*)' \(choose from (.*)\)$")
+
+
+def did_you_mean(word: str, choices: list[str]) -> str:
+    """``; did you mean 'get'?`` for a mistyped ``word`` (difflib), or ``""``."""
+    close = difflib.get_close_matches(word, choices, n=2, cutoff=0.6)
+    if not close:
+        return ""
+    return "; did you mean " + " or ".join(f"'{c}'" for c in close) + "?"
+
+
 class Parser(argparse.ArgumentParser):
-    """argparse with edgectl's error style: ``error: PROG: MESSAGE``, exit 2."""
+    """argparse with edgectl's error style: ``error: PROG: MESSAGE``, exit 2; a mistyped
+    command says which it may have been (kubectl's "Did you mean this?")."""
 
     def error(self, message: str) -> NoReturn:
+        found = _INVALID_CHOICE.match(message)
+        if found is not None:
+            choices = re.findall(r"'([^']*)'", found.group(2))
+            hint = did_you_mean(found.group(1), choices)
+            if hint:
+                message = f"unknown command '{found.group(1)}'{hint}"
         self.exit(EXIT_USAGE, f"error: {self.prog}: {message} (see '{self.prog} --help')\n")
 
 
@@ -164,6 +185,20 @@ def fail(message: str, code: int) -> int:
     return code
 
 
+EXIT_SIGPIPE = 128 + 13
+"""What a shell shows for a program ended by SIGPIPE, as kubectl is when its reader goes."""
+
+
+def _reader_gone() -> int:
+    """stdout's reader went away (``edgectl get ... | head``): exit quietly, as kubectl does,
+    with nothing more written there (stdout now points at /dev/null, so the interpreter's own
+    flush at exit fails on nothing)."""
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    os.close(devnull)
+    return EXIT_SIGPIPE
+
+
 def main(argv: list[str] | None = None) -> int:
     # gRPC's C core logs to stderr (glog lines) unless told otherwise before it is imported
     os.environ.setdefault("GRPC_VERBOSITY", "ERROR")
@@ -174,6 +209,8 @@ def main(argv: list[str] | None = None) -> int:
         return 0 if argv is None and len(sys.argv) == 1 else EXIT_USAGE
     try:
         return _dispatch(p, args)
+    except BrokenPipeError:
+        return _reader_gone()
     except EdgectlError as exc:
         return fail(str(exc), exc.exit_code)
     except ConfigError as exc:

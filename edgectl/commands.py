@@ -5,7 +5,8 @@
 * ``get TYPE [NAME...]|TYPE/NAME... [-o wide|name|json|yaml|jsonpath=T] [-l SELECTOR]
   [--no-headers] [--sort-by PATH] [--show-labels] [--chunk-size N] [-w]``,
   ``get events [--for TYPE/NAME]``, ``get placements|devices --for deployment/NAME``;
-* ``describe TYPE NAME|TYPE/NAME``; ``label`` and ``annotate TYPE NAME KEY=VALUE... KEY-``;
+* ``describe TYPE NAME|TYPE/NAME``; ``label`` and ``annotate TYPE NAME KEY=VALUE... KEY-``
+  (``logs``: :mod:`edgectl.logshowing`);
 * ``devices cordon|uncordon|revoke NAME``, ``regions revoke REGION`` (at a root hub),
   ``get regions`` (at a root hub: read-only), ``tokens create``, ``get tokens``,
   ``delete token ID``.
@@ -60,16 +61,6 @@ def default_config() -> Path:
     return Path(os.environ.get(CONFIG_ENV) or "admin.toml")
 
 
-def _tail(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be a number from 1 to 1000, got {text!r}") from None
-    if not 1 <= value <= 1000:
-        raise argparse.ArgumentTypeError(f"must be from 1 to 1000, got {value}")
-    return value
-
-
 def _chunk_size(text: str) -> int:
     try:
         value = int(text)
@@ -120,7 +111,8 @@ def add_commands(sub: Any) -> None:
     get.add_argument(
         "resource", nargs="+", metavar="RESOURCE",
         help="TYPE [NAME...] or TYPE/NAME...; TYPE: devices, deployments, models, baselines, "
-        "policies, secrets, priorityclasses, tokens, regions (at a root hub), events",
+        "policies, secrets, priorityclasses, tokens, regions (at a root hub), events; or all "
+        "(devices, deployments, agentupgrades)",
     )  # fmt: skip
     get.add_argument(
         "-o", "--output", type=_output, default="", metavar="FORMAT",
@@ -171,19 +163,6 @@ def add_commands(sub: Any) -> None:
             "--overwrite", action="store_true", help="allow changing a value already set"
         )
 
-    logs = sub.add_parser(
-        "logs",
-        help="a connected device's recent log lines (edged's and what its workers wrote to "
-        "stderr, about WORKLOAD if given), asked of the device through the hub",
-    )
-    logs.add_argument("resource", nargs="+", metavar="ARG", help="device/NAME [WORKLOAD]")
-    logs.add_argument(
-        "-f", "--follow", action="store_true", help="keep asking (every 2 s) and print new lines"
-    )
-    logs.add_argument(
-        "--tail", type=_tail, default=100, metavar="N", help="the newest N lines (1-1000; 100)"
-    )
-
     devices = sub.add_parser("devices", help="device commands")
     dsub = devices.add_subparsers(dest="device_command", required=True, metavar="COMMAND")
     for name, text in (
@@ -216,7 +195,7 @@ def add_commands(sub: Any) -> None:
 
 
 COMMANDS = (
-    "apply", "diff", "get", "describe", "delete", "label", "annotate", "logs", "devices", "regions",
+    "apply", "diff", "get", "describe", "delete", "label", "annotate", "devices", "regions",
     "tokens",
 )  # fmt: skip
 
@@ -328,8 +307,9 @@ def _refuse(flag: str, why: str) -> None:
 
 def _check_get_flags(args: argparse.Namespace, kind: str, refs: list[Ref]) -> None:
     if kind == EVENT or any(r.kind == EVENT for r in refs):
+        if args.watch and args.sort_by:
+            _refuse("--sort-by", "does not apply with --watch")
         for flag, given in (
-            ("-w/--watch", args.watch),
             ("-l/--selector", args.selector),
             ("--show-labels", args.show_labels),
             ("--chunk-size", args.chunk_size is not None),
@@ -416,6 +396,8 @@ def _get_events(client: AdminClient, args: argparse.Namespace) -> int:
         if not slash or not name:
             raise UsageError(f"--for must be TYPE/NAME, got {args.for_object!r}")
         kind = kind_of(kind_text)
+    if args.watch:
+        return _watch_events(client, args, kind, name)
     events = client.events(kind, name)
     if args.sort_by:
         events.sort(key=printing.sort_key(args.sort_by))
@@ -429,7 +411,77 @@ def _get_events(client: AdminClient, args: argparse.Namespace) -> int:
     return EXIT_DONE
 
 
+def _watch_events(client: AdminClient, args: argparse.Namespace, kind: str, name: str) -> int:
+    """``get events -w``: the newest events (as ``get events`` lists them), then each one as it
+    is recorded, until interrupted."""
+    header = args.output == "" and not args.no_headers
+    try:
+        for _type, ev in client.watch(EVENT, 0):
+            obj = ev.get("object", {})
+            if (kind and obj.get("kind") != kind) or (name and obj.get("name") != name):
+                continue
+            if args.output == "json":
+                _print(orjson.dumps(ev).decode())
+            elif args.output == "yaml":
+                _print("---\n" + printing.dump(ev, "yaml"))
+            elif args.output.startswith("jsonpath="):
+                _print(jsonpath.render(args.output.removeprefix("jsonpath="), ev))
+            else:
+                table = printing.events_table([ev], now=time.time()).split("\n")
+                if header:
+                    _print(table[0])
+                    header = False
+                _print(table[1])
+    except KeyboardInterrupt:
+        return EXIT_DONE
+    return EXIT_DONE
+
+
+GET_ALL = ("Device", "ModelDeployment", "AgentUpgrade")
+"""What ``get all`` lists (kubectl's ``all``: what runs), each kind its own table."""
+
+
+def _check_get_all(args: argparse.Namespace) -> bool:
+    """Whether this is ``get all``; UsageError for what does not apply to it."""
+    if args.resource[0].lower() != "all":
+        return False
+    if len(args.resource) > 1:
+        _refuse(" ".join(args.resource[1:]), "cannot follow all (get all lists every object)")
+    for flag, given in (("-w/--watch", args.watch), ("--for", args.for_object)):
+        if given:
+            _refuse(flag, "does not apply to all")
+    return True
+
+
+def _get_all(client: AdminClient, args: argparse.Namespace) -> int:
+    chunk = DEFAULT_CHUNK_SIZE if args.chunk_size is None else args.chunk_size
+    found: dict[str, list[dict[str, Any]]] = {}
+    for kind in GET_ALL:
+        docs, _ = client.list_objects(kind, args.selector, chunk_size=chunk)
+        if args.sort_by:
+            docs.sort(key=printing.sort_key(args.sort_by))
+        if docs:
+            found[kind] = docs
+    everything = [d for docs in found.values() for d in docs]
+    if args.output in ("json", "yaml") or args.output.startswith("jsonpath="):
+        _print(_render("", everything, args, single=False))
+    elif args.output == "name":
+        _print("\n".join(printing.name_of(d) for d in everything))
+    elif not everything:
+        _print("No resources found.")
+    else:
+        tables = []
+        for kind, docs in found.items():
+            shown = [{**d, "metadata": {**d.get("metadata", {}), "name": printing.name_of(d)}}
+                     for d in docs]  # fmt: skip
+            tables.append(_render(kind, shown, args, single=False))
+        _print("\n\n".join(tables))
+    return EXIT_DONE
+
+
 def _get(client: AdminClient, args: argparse.Namespace) -> int:
+    if _check_get_all(args):
+        return _get_all(client, args)
     kind, refs = parse_refs(args.resource, allow=ALL_KINDS)
     _check_get_flags(args, kind, refs)
     if kind == EVENT:
@@ -557,37 +609,6 @@ def _relabel(client: AdminClient, args: argparse.Namespace) -> int:
     return EXIT_DONE
 
 
-# -- logs -----------------------------------------------------------------------------------------
-FOLLOW_EVERY_S = 2.0
-
-
-def _new_lines(printed: list[str], lines: list[str]) -> list[str]:
-    """The lines after the last one printed (all of them when it is no longer among them)."""
-    if printed and printed[-1] in lines:
-        return lines[len(lines) - lines[::-1].index(printed[-1]) :]
-    return lines
-
-
-def _logs(client: AdminClient, args: argparse.Namespace) -> int:
-    ref, rest = _one(args.resource, "logs", allow=("Device",))
-    workload = rest[0] if rest else ""
-    lines = client.device_logs(ref.name, workload, args.tail)
-    for line in lines:
-        _print(line)
-    if not args.follow:
-        return EXIT_DONE
-    printed = lines[-1:]
-    try:
-        while True:
-            time.sleep(FOLLOW_EVERY_S)
-            fresh = _new_lines(printed, client.device_logs(ref.name, workload, 1000))
-            for line in fresh:
-                _print(line)
-            printed = (printed + fresh)[-1:]
-    except KeyboardInterrupt:
-        return EXIT_DONE
-
-
 # -- devices, tokens -----------------------------------------------------------------------------
 def _regions(client: AdminClient, args: argparse.Namespace) -> int:
     serials = client.revoke_region(args.region)  # region_command: only "revoke"
@@ -645,19 +666,14 @@ _HANDLERS: dict[str, Callable[[AdminClient, argparse.Namespace], int]] = {
     "devices": _devices,
     "regions": _regions,
     "tokens": _tokens,
-    "logs": _logs,
 }
 
 
 def _check_before_connecting(args: argparse.Namespace) -> None:
     """Usage errors that need no hub, so that they are reported even when it is down."""
-    if args.command == "logs":
-        _, rest = _one(args.resource, "logs", allow=("Device",))
-        if len(rest) > 1:
-            raise UsageError(f"logs: one workload at most (got {' '.join(rest)!r})")
     if args.command in ("apply", "diff"):
         _check_recursive(args)
-    if args.command == "get":
+    if args.command == "get" and not _check_get_all(args):
         kind, refs = parse_refs(args.resource, allow=ALL_KINDS)
         _check_get_flags(args, kind, refs)
 

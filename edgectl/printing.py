@@ -386,14 +386,28 @@ COLUMNS: dict[str, Columns] = {
 _GENERIC: Columns = (("NAME", "LABELS"), (), _generic_row)
 
 
+UNAGED = ("Model", "Region")
+"""Kinds without an AGE column: a model's PUSHED is its age; a region is its last report."""
+
+
 def header_of(kind: str, *, wide: bool) -> list[str]:
     base, extra, _ = COLUMNS.get(kind, _GENERIC)
-    return [*base, *(extra if wide else ())]
+    aged = ("AGE",) if kind not in UNAGED else ()
+    return [*base, *aged, *(extra if wide else ())]
 
 
 def rows_of(kind: str, docs: Sequence[Doc], *, now: float, wide: bool) -> list[Row]:
-    _, _, row = COLUMNS.get(kind, _GENERIC)
-    return [row(d, now, wide) for d in docs]
+    """Each object's row: its kind's columns, then AGE (kubectl's: since
+    ``metadata.creationTimestamp``), then the wide columns."""
+    base, _, row = COLUMNS.get(kind, _GENERIC)
+    rows = [row(d, now, wide) for d in docs]
+    if kind in UNAGED:
+        return rows
+    n = len(base)
+    return [
+        [*r[:n], age(d.get("metadata", {}).get("creationTimestamp"), now), *r[n:]]
+        for r, d in zip(rows, docs, strict=True)
+    ]
 
 
 def objects_table(

@@ -3,6 +3,7 @@ that name objects: ``TYPE NAME...``, ``TYPE/NAME...``. Pure."""
 
 from __future__ import annotations
 
+import difflib
 from dataclasses import dataclass
 
 from edgectl.errors import UsageError
@@ -52,7 +53,10 @@ def kind_of(text: str, *, allow: tuple[str, ...] = ()) -> str:
     choices = allow or tuple(k for k in _ALIASES if k != EVENT)
     if kind is None or kind not in choices:
         names = ", ".join(PLURALS[k] for k in choices)
-        raise UsageError(f"unknown resource type {text!r} (one of {names})")
+        known = [a for a, k in KINDS.items() if k in choices]
+        close = difflib.get_close_matches(text.lower(), known, n=1, cutoff=0.75)
+        hint = f"; did you mean {PLURALS[KINDS[close[0]]]!r}?" if close else ""
+        raise UsageError(f"unknown resource type {text!r}{hint} (one of {names})")
     return kind
 
 

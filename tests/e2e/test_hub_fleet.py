@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import threading
@@ -301,13 +302,25 @@ def test_logs_are_asked_of_the_device_through_the_hub(
     push(hub, tmp_path, "det", "1.0.0")
     apply(hub, tmp_path, name="det", model="det", version="1.0.0", site="a")
     wait_for(lambda: serving(a, "det", "1.0.0"), 60, "dev-a to serve det 1.0.0")
-    out = hub.edgectl("logs", "device/dev-a", "det", "--tail", "20")
+    out = hub.edgectl("logs", "device/dev-a", "det", "--tail", "20", "-o", "json")
     events = [json.loads(line) for line in out.stdout.splitlines()]
     assert 0 < len(events) <= 20
     assert "replica ready" in [e["event"] for e in events], events
     assert all(e.get("replica", "det-").startswith("det-") for e in events)
     every = hub.edgectl("logs", "device/dev-a").stdout.splitlines()
     assert len(every) >= len(events)
+    # for a person by default: TIME LEVEL EVENT key=value...
+    shown = hub.edgectl("logs", "device/dev-a", "det", "--tail", "20").stdout.splitlines()
+    assert any(re.match(r"\S+Z info +replica ready replica=det-", line) for line in shown), shown
+    # a deployment's devices, each line with its device; -l; --since
+    by_deployment = hub.edgectl("logs", "deployment/det", "--tail", "20").stdout.splitlines()
+    assert by_deployment and all("[dev-a] " in line for line in by_deployment), by_deployment
+    records = hub.edgectl("logs", "deployment/det", "-o", "json").stdout.splitlines()
+    assert {json.loads(line)["device"] for line in records} == {"dev-a"}
+    selected = hub.edgectl("logs", "-l", "site=a", "det", "-o", "json").stdout.splitlines()
+    assert selected and all(json.loads(line)["workload"] == "det" for line in selected if
+                            "workload" in json.loads(line))  # fmt: skip
+    assert hub.edgectl("logs", "deployment/det", "--since", "1ms").stdout.strip() == ""
 
 
 def test_logs_carry_what_the_workers_write_to_stderr(
@@ -328,7 +341,7 @@ def test_logs_carry_what_the_workers_write_to_stderr(
 
     def worker_lines(*args: str) -> list[dict[str, Any]]:
         """The probe's lines (onnxruntime may write a warning of its own too)."""
-        out = hub.edgectl("logs", "device/dev-a", *args).stdout.splitlines()
+        out = hub.edgectl("logs", "device/dev-a", *args, "-o", "json").stdout.splitlines()
         events = [json.loads(line) for line in out]
         return [
             e

@@ -81,6 +81,7 @@ def test_get_tables_json_yaml_and_selectors(config: Path) -> None:
         "ATTESTATION",
         "DEPLOYMENTS",
         "LAST-HEARTBEAT",
+        "AGE",
     ]
     assert [line.split()[0] for line in lines[1:]] == ["cam-1", "cam-2"]
     wide = edgectl(config, "get", "devices", "-o", "wide")
@@ -104,6 +105,7 @@ def test_get_tables_json_yaml_and_selectors(config: Path) -> None:
         "UP-TO-DATE",
         "READY",
         "AVAILABLE",
+        "AGE",
     ]
     assert deployments[1].split()[:3] == ["fraud", "eu-frankfurt", "fraud:2.4.1"]
     assert edgectl(config, "get", "models").stdout.strip() == "No resources found."

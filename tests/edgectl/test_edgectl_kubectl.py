@@ -99,7 +99,8 @@ def test_get_by_type_slash_name_and_output_formats(config: Path) -> None:
     ]  # fmt: skip
     for args, expected in cases:
         result = edgectl(config, *args)
-        assert (result.returncode, result.stdout) == (0, expected), (args, result.stderr)
+        shown = re.sub(r"   \d+[smhd](?=   |$)", "", result.stdout, flags=re.M)  # AGE
+        assert (result.returncode, shown) == (0, expected), (args, result.stderr)
 
     labels = edgectl(config, "get", "deployments", "--show-labels").stdout.splitlines()
     assert labels[0].split()[-1] == "LABELS" and labels[1].split()[-1] == "team=risk"
@@ -163,9 +164,12 @@ def test_tokens_are_listed_and_deleted(config: Path) -> None:
     )
     token_id = created.stdout.strip().split(".")[0]
     listed = edgectl(config, "get", "tokens").stdout.splitlines()
-    assert listed[0].split() == ["NAME", "EXPIRES-IN", "USAGE", "DESCRIPTION", "DEVICE-LABELS"]
+    assert listed[0].split() == [
+        "NAME", "EXPIRES-IN", "USAGE", "DESCRIPTION", "DEVICE-LABELS", "AGE"
+    ]  # fmt: skip
     row = next(line for line in listed if line.startswith(token_id))
-    assert row.split()[1:] == ["1h", "reusable", "line", "7", "site=a"]
+    assert row.split()[1:-1] == ["1h", "reusable", "line", "7", "site=a"]
+    assert re.fullmatch(r"\d+s", row.split()[-1])
     doc = orjson.loads(edgectl(config, "get", f"token/{token_id}", "-o", "json").stdout)
     assert "secret" not in orjson.dumps(doc).decode().lower()
     assert doc["spec"]["expires"].endswith("Z")
@@ -281,7 +285,8 @@ def test_global_flags_anywhere_and_contexts(config: Path, tmp_path: Path) -> Non
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        (["get", "events", "-w"], "error: get: -w/--watch does not apply to events"),
+        (["get", "events", "-w", "--sort-by", ".time"],
+         "error: get: --sort-by does not apply with --watch"),
         (["get", "events", "-l", "app=demo"], "error: get: -l/--selector does not apply to events"),
         (["get", "events", "-o", "wide"], "error: get: -o wide does not apply to events"),
         (["get", "devices", "--for", "device/x"],
@@ -314,7 +319,8 @@ def test_global_flags_anywhere_and_contexts(config: Path, tmp_path: Path) -> Non
         (["describe", "device"], "error: describe: give TYPE NAME or TYPE/NAME"),
         (["config", "current-context", "--context", "x"],
          "error: config: --context does not apply (name the context as an argument)"),
-        (["logs", "pods/x"], "error: unknown resource type 'pods' (one of devices)"),
+        (["logs", "pods/x"], "error: unknown resource type 'pods' (one of devices, deployments)"),
+        (["logs", "cam-1"], "error: logs: give device/NAME [WORKLOAD], deployment/NAME or -l"),
     ],
 )  # fmt: skip
 def test_a_flag_that_does_not_apply_is_a_usage_error(

@@ -31,16 +31,18 @@ IN_WAVES: dict[str, Any] = {
 
 def test_get_agentupgrades_shows_the_regions_summed_and_the_wave() -> None:
     [row] = printing.rows_of("AgentUpgrade", [IN_WAVES], now=0.0, wide=False)
-    assert row == ["edged-next", "0.3.0", "Progressing", "4/6", "1", "1", "wave 2/2 (us)"]
+    assert row == [
+        "edged-next", "0.3.0", "Progressing", "4/6", "1", "1", "wave 2/2 (us)", "<unknown>"
+    ]  # fmt: skip
     rest = {**IN_WAVES, "status": {**IN_WAVES["status"], "wave": 3, "waves": []}}
     [row] = printing.rows_of("AgentUpgrade", [rest], now=0.0, wide=False)
-    assert row[-1] == "wave rest"
+    assert row[-2] == "wave rest"
     # one hub's upgrade: as before
     plain = {"metadata": {"name": "u"}, "spec": {"version": "0.3.0"},
              "status": {"phase": "Complete", "poolDevices": 3, "doneDevices": 3, "stepCount": 2,
                         "pastLastStep": True, "failedDevices": {"d": "x"}}}  # fmt: skip
     [row] = printing.rows_of("AgentUpgrade", [plain], now=0.0, wide=False)
-    assert row == ["u", "0.3.0", "Complete", "3/3", "0", "1", "all"]
+    assert row == ["u", "0.3.0", "Complete", "3/3", "0", "1", "all", "<unknown>"]
 
 
 def test_the_dashboard_shows_the_regions_summed_and_the_wave() -> None:

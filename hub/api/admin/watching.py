@@ -1,6 +1,7 @@
 """AdminService's Watch: the store's watch of a kind from a revision (List, then Watch from its
 revision, misses nothing), one object per message; a watch of deployments also sends their
-computed status's changes (looked at every :data:`STATUS_POLL_S`)."""
+computed status's changes (looked at every :data:`STATUS_POLL_S`). A watch of kind ``Event``
+sends the events recorded (``edgectl get events -w``)."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from typing import Any
 import grpc
 
 from edgefleet.errors import Compacted
+from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import admin_pb2, common_pb2
 from hub.api.admin.common import AdminAuth, Refused, check_kind, invalid, name_of
 from hub.api.admin.showing import Showing
@@ -22,6 +24,8 @@ from hub.state.cache import Cache
 from hub.state.store import Event, EventType, KeyValue, Store
 
 STATUS_POLL_S = 0.5  # how often a watch of deployments looks for status changes
+KIND_EVENT = "Event"
+EVENTS_FIRST = 500  # a watch of events from 0 sends the newest this many first (ListEvents')
 
 
 class Watches:
@@ -37,6 +41,10 @@ class Watches:
         self, request: admin_pb2.WatchRequest, context: Any
     ) -> AsyncIterator[admin_pb2.WatchEvent]:
         await self.authorize(context)
+        if request.kind == KIND_EVENT:
+            async for recorded in self._events(request, context):
+                yield recorded
+            return
         try:
             check_kind(request.kind)
             if request.kind == KIND_REGION:
@@ -72,6 +80,29 @@ class Watches:
                 sent = event if isinstance(event, admin_pb2.WatchEvent) else _change(event, show)
                 await _refuse_oversize(context, request.kind, sent)
                 yield sent
+        except Compacted as exc:
+            await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
+
+    async def _events(
+        self, request: admin_pb2.WatchRequest, context: Any
+    ) -> AsyncIterator[admin_pb2.WatchEvent]:
+        """``edgectl get events -w``: events as they are recorded (each ADDED once; the
+        trimming of old ones is not sent). With resource version 0, the newest
+        :data:`EVENTS_FIRST` first."""
+        if request.resource_version < 0:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT, "resource_version: must be 0 or more"
+            )
+        start = request.resource_version + 1
+        if request.resource_version == 0:
+            current = await self.store.range(storekeys.EVENTS)
+            for kv in current.kvs[-EVENTS_FIRST:]:
+                yield _event(kv)
+            start = current.revision + 1
+        try:
+            async for change in self.store.watch(storekeys.EVENTS, start):
+                if change.type is not EventType.DELETE:
+                    yield _event(change.kv)
         except Compacted as exc:
             await context.abort(grpc.StatusCode.OUT_OF_RANGE, str(exc))
 
@@ -127,6 +158,16 @@ class Watches:
         finally:
             for task in tasks:
                 task.cancel()
+
+
+def _event(kv: KeyValue) -> admin_pb2.WatchEvent:
+    """A recorded event as ListEvents shows it (its time RFC 3339, to the millisecond)."""
+    ev = storekeys.loads(kv.value)
+    shown = {**ev, "time": rfc3339(ev.get("time"), millis=True)}
+    return admin_pb2.WatchEvent(
+        type=admin_pb2.WatchEvent.ADDED,
+        object=common_pb2.Object(json=storekeys.dumps(shown), resource_version=kv.mod_revision),
+    )
 
 
 async def _refuse_oversize(context: Any, kind: str, event: admin_pb2.WatchEvent) -> None:
