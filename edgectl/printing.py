@@ -386,8 +386,9 @@ COLUMNS: dict[str, Columns] = {
 _GENERIC: Columns = (("NAME", "LABELS"), (), _generic_row)
 
 
-UNAGED = ("Model", "Region")
-"""Kinds without an AGE column: a model's PUSHED is its age; a region is its last report."""
+UNAGED = ("Model", "Region", "Placement")
+"""Kinds without an AGE column: a model's PUSHED is its age; a region is its last report; a
+placement is computed when shown."""
 
 
 def header_of(kind: str, *, wide: bool) -> list[str]:
