@@ -24,13 +24,21 @@ certificate's subject) in the message and its event.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import replace
 
 from edgefleet.api import Canary
 from edgefleet.timestamps import rfc3339
+from edgefleet.trust.versions import version_key
+from edgefleet.versioning import UNKNOWN_VERSION
 from hub.decide.revisions import RolloutPhase, RolloutState
 
 ACTIONS = ("pause", "resume", "promote", "abort", "restart")
+RESTART_SINCE = (0, 2)
+"""The first edged (major, minor) that counts the restart annotation in its revision: an older
+one would keep its workers and report the revision ready at once, a restart that did not
+happen."""
+MAX_NAMED = 5
 
 
 class ActionRefused(Exception):
@@ -190,4 +198,29 @@ def _promote(
         changed_at=now,
         progress_at=now,
         full=full or state.full,
+    )
+
+
+def restart_refusal(name: str, agent_versions: Mapping[str, str]) -> str | None:
+    """Why ``rollout restart`` of ``name`` is refused, given the edged version each targeted
+    device reports (``""``: not reported): None when every device that says its version
+    restarts workers for it."""
+    old: list[str] = []
+    for device, version in sorted(agent_versions.items()):
+        if not version or version == UNKNOWN_VERSION:
+            continue
+        try:
+            numbers = version_key(version)[0]
+        except ValueError:
+            continue
+        if (*numbers, 0, 0)[:2] < RESTART_SINCE:
+            old.append(f"{device} ({version})")
+    if not old:
+        return None
+    more = f" and {len(old) - MAX_NAMED} more" if len(old) > MAX_NAMED else ""
+    since = ".".join(str(n) for n in RESTART_SINCE)
+    return (
+        f"rollout restart of {name} is refused: edged before {since} keeps its workers for it "
+        f"(a restart that would not happen) on {', '.join(old[:MAX_NAMED])}{more}; upgrade "
+        "them first (kind: AgentUpgrade)"
     )

@@ -59,7 +59,7 @@ async def push(hub: AdminHub, version: str) -> None:
     hub.ctx.cache.models[("det", version)] = model
 
 
-async def report(hub: AdminHub, names: list[str], version: str) -> None:
+async def report(hub: AdminHub, names: list[str], version: str, agent: str = "") -> None:
     rev = RevisionReport(version, sha(version), RevisionPhase.READY, 1, wanted=True, accuracy=1.0)
     for name in names:
         hub.ctx.writer.update(
@@ -67,6 +67,7 @@ async def report(hub: AdminHub, names: list[str], version: str) -> None:
                 name=name,
                 phase=DevicePhase.READY,
                 workloads={"det": WorkloadReport(version, desired_replicas=1, revisions=(rev,))},
+                agent_version=agent,
             )
         )
     await hub.ctx.writer.flush()
@@ -167,6 +168,14 @@ def test_promote_abort_resume_promote_full_then_restart(hub: ThreadedHub) -> Non
         state = state_of(hub)
         hub.run(report(hub.hub, DEVICES, "2.0.0"))
     assert state.phase is RolloutPhase.COMPLETE and state.stable == 2, state
+
+    # an edged that would keep its workers: refused, naming it
+    hub.run(report(hub.hub, ["dev-3"], "2.0.0", agent="0.1.0"))
+    done = edgectl(config, "rollout", "restart", "det")
+    assert done.returncode == 1
+    assert "edged before 0.2 keeps its workers for it" in done.stderr
+    assert "on dev-3 (0.1.0); upgrade them first" in done.stderr
+    hub.run(report(hub.hub, ["dev-3"], "2.0.0", agent="0.2.0"))
 
     # restart: the same template again as a new revision with new workers
     done = edgectl(config, "rollout", "restart", "deployment/det")

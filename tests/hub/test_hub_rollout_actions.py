@@ -20,7 +20,7 @@ from hub.decide.rollout import (
     plan_rollout,
     template_hash,
 )
-from hub.decide.rolloutactions import ActionRefused, act
+from hub.decide.rolloutactions import ActionRefused, act, restart_refusal
 
 T = 1_000.0
 DEVICES = [f"d{i:02d}" for i in range(10)]
@@ -276,3 +276,13 @@ def test_the_new_fields_survive_the_store() -> None:
     state = replace(STARTED, full=True, restarted_at="2026-12-06T23:00:00.000Z")
     assert RolloutState.from_json(state.to_json()) == state
     assert "full" not in STARTED.to_json() and "restartedAt" not in STARTED.to_json()
+
+
+def test_restart_is_refused_while_a_device_runs_an_edged_that_would_not_restart() -> None:
+    assert restart_refusal("det", {"a": "0.2.0", "b": "", "c": "0.3.1", "d": "unknown"}) is None
+    why = restart_refusal("det", {"a": "0.2.0", "old-1": "0.1.0", "old-2": "0.1.7"})
+    assert why == (
+        "rollout restart of det is refused: edged before 0.2 keeps its workers for it (a "
+        "restart that would not happen) on old-1 (0.1.0), old-2 (0.1.7); upgrade them first "
+        "(kind: AgentUpgrade)"
+    )

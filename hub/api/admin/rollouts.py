@@ -30,7 +30,7 @@ from hub.decide.agentdesired import version_refusal
 from hub.decide.agentrevisions import AgentUpgradeState
 from hub.decide.revisions import with_restart
 from hub.decide.rollout import RolloutState, template_hash
-from hub.decide.rolloutactions import ActionRefused
+from hub.decide.rolloutactions import ActionRefused, restart_refusal
 from hub.decide.undo import undo_refused
 from hub.state import storekeys
 from hub.state.cache import Cache
@@ -219,6 +219,11 @@ class Rollouts:
         kv = await self.store.get(storekeys.object_key("ModelDeployment", name))
         if kv is not None:
             refuse_root_owned("ModelDeployment", name, kv.value, "restart")
+        devices = self.cache.devices
+        versions = {d: devices[d].agent_version for d in self.cache.targeted(name) if d in devices}
+        refused = restart_refusal(name, versions)
+        if refused is not None:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, refused)
 
     async def _upgrade_action(self, name: str, verb: str, to: int, actor: str) -> str:
         stored = self.cache.stored.get((KIND_UPGRADE, name))
