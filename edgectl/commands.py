@@ -592,7 +592,9 @@ def _relabel(client: AdminClient, args: argparse.Namespace) -> int:
             f"{args.command} works on {', '.join(APPLIED_KINDS)}"
         )
     sets, removes = _changes(rest, label_value if field == "labels" else str)
-    doc = _as_stored(client.get(ref.kind, ref.name))
+    got = client.get(ref.kind, ref.name)
+    version = got.get("metadata", {}).get("resourceVersion")
+    doc = _as_stored(got)
     current: dict[str, str] = dict(doc["metadata"].get(field, {}))
     clashes = [k for k, v in sets.items() if k in current and current[k] != v]
     if clashes and not args.overwrite:
@@ -604,7 +606,9 @@ def _relabel(client: AdminClient, args: argparse.Namespace) -> int:
     for key in removes:
         current.pop(key, None)
     doc["metadata"][field] = current
-    client.apply([orjson.dumps(doc)])
+    if version:  # a change made meanwhile is refused, not overwritten (ABORTED)
+        doc["metadata"]["resourceVersion"] = version
+    client.apply([orjson.dumps(doc)], check_resource_version=bool(version))
     _print(f"{ref} {'labeled' if field == 'labels' else 'annotated'}")
     return EXIT_DONE
 
