@@ -156,6 +156,28 @@ DEVICE = _top(
             "Why the hub refuses that version (AgentVersionOutsideWindow: the window it "
             'accepts); "": accepted.'
         ),
+        agent=_o(
+            "Its last agent report (null before the first): where it stands in an AgentUpgrade.",
+            version=_s("The edged version running."),
+            committedVersion=_s("The version it goes back to (its committed slot or package)."),
+            phase=_s(
+                "Idle, Downloading, Verifying, Installing, SmokeTesting, Switching, Trying, "
+                "Committed, RolledBack or Failed."
+            ),
+            desiredVersion=_s('The version the hub sends it ("": none).'),
+            reason=_s("Why it rolled back or failed (CrashLoop, CommitDeadlineExceeded...)."),
+            message=_s("The reason in words."),
+            tries=_i("Starts of the release on trial."),
+            slot=_s('The slot it runs from: a, b, or "package" (the base install).'),
+            arch=_s("Its architecture (x86_64, aarch64...)."),
+            pythonAbi=_s("Its CPython ABI (cp311...)."),
+            launcher=_b("It runs under edged-launcher (it can update itself)."),
+            upgrade=_s("The AgentUpgrade the report is about."),
+            upgradeRevision=_i("That upgrade's revision."),
+            changedAt=_n("When its phase last changed (seconds since the epoch)."),
+            bytesDone=_i("Bytes of the release downloaded so far."),
+            bytesTotal=_i("The release's size in bytes."),
+        ),
         generationAcked=_i("The newest desired-state generation it acknowledged."),
         generationDesired=_i("The generation of the desired state the hub holds for it."),
         deployments=_strings("The deployments placed on it."),

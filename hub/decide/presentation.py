@@ -129,6 +129,8 @@ def device_object(
             "certificateSerial": device.certificate_serial,
             "agentVersion": device.agent_version,
             "agentRefused": device.agent_refused,
+            # the device's last agent report: its phase in an upgrade, the versions, the reason
+            "agent": device.agent.to_json() if device.agent is not None else None,
             "generationAcked": device.generation_acked,
             "generationDesired": desired.generation if desired else 0,
             "deployments": list(desired.deployments) if desired else [],

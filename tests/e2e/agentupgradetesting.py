@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -22,6 +21,7 @@ from typing import Any
 import numpy as np
 import psutil
 from agentreleasetesting import build_release
+from brokenreleases import build_broken
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
 from harness import wait_for
 
@@ -76,82 +76,12 @@ def upgrade_yaml(
 
 
 # -- releases ---------------------------------------------------------------------------------
-def source_copy(tmp: Path, name: str) -> Path:
-    """A copy of this checkout's packages build-release reads, to break one file of."""
-    src = tmp / f"src-{name}"
-    ignore = shutil.ignore_patterns("__pycache__", "*.pyc")
-    for package in ("edged", "edgefleet"):
-        shutil.copytree(REPO / package, src / package, ignore=ignore)
-    shutil.copy(REPO / "pyproject.toml", src / "pyproject.toml")
-    return src
-
-
-def patched(src: Path, relative: str, old: str, new: str) -> Path:
-    """``src/relative`` with ``old`` (which must be there, once) replaced by ``new``."""
-    path = src / relative
-    text = path.read_text()
-    assert text.count(old) == 1, f"{relative}: {old!r} not found once"
-    path.write_text(text.replace(old, new))
-    return src
-
-
-_RUN = "def _run(args: argparse.Namespace) -> int:\n"
-_LINK = "    async def run(self, stop: asyncio.Event) -> None:\n"
-_ATTACH = 'serves here, else why not (the caller kills it)."""\n'
-_WORKER = '"edged.runtime.worker",'
-_FUTURE = "from __future__ import annotations\n"
-_COMMIT = "        return WaitHealthy(missing) if missing else Commit()\n"
-
-BROKEN: dict[str, list[tuple[str, str, str]]] = {
-    # crashes at start: its ``edged run`` exits 3 at once, every try (CrashLoop)
-    "crash": [("edged/cli.py", _RUN, _RUN + "    raise SystemExit(3)  # broken: crashes\n")],
-    # crashes at start on r1 only (it works on the canary, r0): CrashLoop after the canary
-    "crash-r1": [
-        (
-            "edged/cli.py",
-            _RUN,
-            _RUN + "    if str(args.data_dir).endswith('/r1'):\n"
-            "        raise SystemExit(3)  # broken on r1\n",
-        ),
-    ],
-    # fails its own smoke test: its daemon does not import (RuntimeImportFailed)
-    "nocheck": [
-        ("edged/daemon.py", _FUTURE, _FUTURE + "import edgefleet.no_such_module  # broken\n"),
-    ],
-    # connects and serves but never commits (it waits for a health it never sees)
-    "nocommit": [
-        ("edged/agent/planning.py", _COMMIT, '        return WaitHealthy(missing or "broken")\n'),
-    ],
-    # starts but never connects: its hub link waits for the stop instead of dialling
-    # (CommitDeadlineExceeded)
-    "silent": [
-        (
-            "edged/hublink/linking.py",
-            _LINK,
-            _LINK + "        await stop.wait()  # broken\n        return\n",
-        ),
-    ],
-    # connects but cannot serve: it adopts no worker, and every worker it starts runs a
-    # module that is not there (CommitDeadlineExceeded: its workloads never serve again)
-    "noserve": [
-        ("edged/runtime/processes.py", _ATTACH, _ATTACH + '        return "broken release"\n'),
-        ("edged/runtime/processes.py", _WORKER, '"edged.runtime.no_such_worker",'),
-    ],
-}
-"""Each broken release is this checkout with these changes (file, old, new): its ``edged
-check`` (the device's smoke test) passes, so the device switches to it, and its launcher must
-take it back by itself."""
-
-
 def build(tmp: Path, version: str, broken: str | None = None) -> Path:
     """``build-release`` of this checkout as ``version`` (``broken``: a key of BROKEN)."""
     out = tmp / f"edged-{version}{'-' + broken if broken else ''}.tar.gz"
     if broken is None:
         return build_release(out, version)
-    src = source_copy(tmp, broken)
-    for relative, old, new in BROKEN[broken]:
-        patched(src, relative, old, new)
-    return build_release(out, version, "--source", str(src))
+    return build_broken(tmp, out, version, broken)
 
 
 def push(hub: HubProcess, release: Path, version: str) -> None:

@@ -85,6 +85,14 @@ def desired_version(device: AgentDevice) -> str:
     return d.agent.version if d is not None and d.HasField("agent") else ""
 
 
+def agent_reports_in(hub: HubProcess) -> set[str]:
+    """The devices whose agent report the hub holds (``get devices``: status.agent)."""
+    out = hub.edgectl("get", "devices", "-o", "json")
+    doc = json.loads(out.stdout)
+    items = doc.get("items", doc) if isinstance(doc, dict) else doc
+    return {d["metadata"]["name"] for d in items if d["status"].get("agent")}
+
+
 @pytest.fixture
 def fleet(tmp_path: Path) -> Iterator[tuple[HubProcess, dict[str, AgentDevice]]]:
     hub = HubProcess(tmp_path / "hub", tmp_path / "hub.log").init()
@@ -103,7 +111,7 @@ def fleet(tmp_path: Path) -> Iterator[tuple[HubProcess, dict[str, AgentDevice]]]
         # earlier waits for the reports: test_agentupgrade_plan)
         for d in devices.values():
             assert d.reported.wait(30), f"{d.name} sent no report"
-        time.sleep(0.5)  # the hub takes them in
+        wait_for(lambda: agent_reports_in(hub) == set(devices), 30, "the agent reports at the hub")
         yield hub, devices
     finally:
         for d in devices.values():

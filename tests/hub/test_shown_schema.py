@@ -13,6 +13,7 @@ import pytest
 from edgefleet.api.explaining import FieldSchema, explain
 from edgefleet.v1 import federation_pb2
 from hub.decide.devices import (
+    AgentReport,
     Attestation,
     Device,
     DevicePhase,
@@ -112,6 +113,24 @@ def _device() -> dict[str, Any]:
         },
         certificate_serial="ab",
         enrolled_at=1.0,
+        agent=AgentReport(
+            "0.2.1",
+            "0.2.0",
+            "Trying",
+            "0.2.1",
+            "",
+            "",
+            1,
+            "b",
+            "x86_64",
+            "cp311",
+            True,
+            "edged-next",
+            2,
+            9.0,
+            10,
+            10,
+        ),
         compliance={
             "checked": True,
             "compliant": False,
