@@ -161,6 +161,8 @@ class Rollouts:
         """``actor``'s rollout action ``verb`` (pause, resume, undo, promote, abort, restart) on
         ``kind`` ``name``: what was done, for a person; :class:`Refused` saying why not. The
         gRPC call and the dashboard act through it."""
+        if verb not in VERBS.values():
+            raise invalid(f"action: must be one of {', '.join(VERBS.values())}, got {verb!r}")
         if full and verb != "promote":
             raise invalid(f"full: applies to promote only, not {verb}")
         if kind == KIND_UPGRADE:
