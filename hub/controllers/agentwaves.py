@@ -29,6 +29,7 @@ from hub.decide.agentwaves import (
     MAX_TEXT,
     AgentWaveState,
     RegionAgentView,
+    pause,
     plan_agent_waves,
     read_region_claim,
     resume,
@@ -231,14 +232,17 @@ class AgentWaveController:
         return True
 
     # -- operators and edgectl ------------------------------------------------------------------
-    async def resume(self, name: str) -> AgentWaveState | None:
-        """``rollout resume`` past a pause wave (None: not paused there)."""
+    async def act(self, name: str, verb: str) -> AgentWaveState | None:
+        """An operator's ``rollout pause`` or ``resume`` at the root (None: it does not apply
+        now: not Progressing, or not paused)."""
         upgrade = self._upgrades().get(name)
         state = self.states.get(name)
         if upgrade is None or state is None:
             return None
-        new = resume(upgrade.spec.rollout.waves, state, self._clock())
-        if new is None or not await self._write(name, new, (("Normal", "Resumed", new.message),)):
+        decide = pause if verb == "pause" else resume
+        new = decide(upgrade.spec.rollout.waves, state, self._clock())
+        reason = "Paused" if verb == "pause" else "Resumed"
+        if new is None or not await self._write(name, new, (("Normal", reason, new.message),)):
             return None
         return new
 

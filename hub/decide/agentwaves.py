@@ -449,10 +449,36 @@ def _pause(state: AgentWaveState, waves: Sequence[Wave], now: float) -> AgentWav
     return AgentWaveStep()
 
 
-def resume(waves: Sequence[Wave], state: AgentWaveState, now: float) -> AgentWaveState | None:
-    """``rollout resume`` at the root: past a pause wave (None: not paused there)."""
-    if state.phase is not AgentWavePhase.PAUSED or state.reason != "WavePause":
+def pause(waves: Sequence[Wave], state: AgentWaveState, now: float) -> AgentWaveState | None:
+    """An operator's ``rollout pause`` at the root: no further wave starts and no region is
+    sent the upgrade (None: not Progressing). The regions already sent it go on with their own
+    rollouts, and one of them that fails still rolls every released region back."""
+    if state.phase is not AgentWavePhase.PROGRESSING:
         return None
+    return replace(
+        state,
+        phase=AgentWavePhase.PAUSED,
+        reason="Paused",
+        message=f"paused by an operator at {wave_text(waves, state.step)}: no further region "
+        "is sent the upgrade until edgectl rollout resume",
+        changed_at=now,
+    )
+
+
+def resume(waves: Sequence[Wave], state: AgentWaveState, now: float) -> AgentWaveState | None:
+    """``rollout resume`` at the root: on from where an operator paused (the wave's deadline
+    counted again from now), or past a pause wave (None: not paused)."""
+    if state.phase is not AgentWavePhase.PAUSED:
+        return None
+    if state.reason != "WavePause":
+        return replace(
+            state,
+            phase=AgentWavePhase.PROGRESSING,
+            changed_at=now,
+            deadline_from=now,
+            reason="Resumed",
+            message=f"resumed by an operator at {wave_text(waves, state.step)}",
+        )
     message = f"resumed by an operator after {wave_text(waves, state.step)}"
     return replace(
         state,

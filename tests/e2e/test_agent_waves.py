@@ -5,14 +5,15 @@ reporting ``Status.agent`` as edged under its launcher would (tests/e2e/agentdev
 releases held in each region's store as a push there writes them.
 
 * two waves in order: eu's devices are sent the release, us's only once eu reports the
-  upgrade Complete; then the root's upgrade is Complete, and ``edgectl rollout status`` at the
-  root shows the waves;
+  upgrade Complete and an operator's ``rollout pause`` (while eu updates) is resumed;
+  then the root's upgrade is Complete, and ``edgectl rollout status`` at the root shows the
+  waves;
 * a failure in wave 2's region (us) stops the waves and the root tells eu, done, to roll back:
   eu's devices, which had committed the version, are sent back to the one they came from;
   the root's status names the region and its failed device with the reason;
 * a failure in wave 1's region (eu) stops the waves before us is sent anything;
 * a region whose hub holds no release of the version holds its wave (ReleaseMissing), nothing
-  sent; rollout pause of an upgrade in waves is refused (not supported yet);
+  sent; rollout undo and history of an upgrade in waves are refused (not supported yet);
 * bad input refused: percent waves, waves at a regional hub, a root operator's hand on the
   annotations the root sets.
 """
@@ -112,8 +113,19 @@ def test_two_waves_in_order_then_a_failure_in_wave_2_reverts_wave_1(
     shown = status(root)
     assert shown["phase"] == "Progressing" and shown["wave"] == 1, shown
     assert root.edgectl("get", "agentupgrades").returncode == 0
+    # an operator's pause at the root: eu goes on, us is not sent the release until resume
+    out = root.edgectl("rollout", "pause", "agentupgrade/edged-next", check=False)
+    assert out.returncode == 0 and "paused by an operator at wave 1" in out.stdout, out
+    again = root.edgectl("rollout", "pause", "agentupgrade/edged-next", check=False)
+    assert again.returncode != 0 and "is Paused: nothing to pause" in again.stderr, again
     for d in eu:
         d.behaviour = "good"
+    wait_for(lambda: all(d.committed == NEW for d in eu), 90, "eu commits while paused")
+    time.sleep(3)  # several of the root's passes: eu is done, us is still sent nothing
+    assert [desired_version(d) for d in us] == ["", ""]
+    assert status(root)["phase"] == "Paused"
+    out = root.edgectl("rollout", "resume", "agentupgrade/edged-next", check=False)
+    assert out.returncode == 0 and "resumed by an operator" in out.stdout, out
     wait_for(lambda: desired_version(devices["us0"]) == NEW, 90, "wave 2 sends us the release")
     assert all(d.committed == NEW for d in eu)
     done = wait_for(lambda: (s := status(root)).get("phase") == "Complete" and s, 90, "Complete")
@@ -212,6 +224,10 @@ def test_a_region_without_the_release_holds_its_wave(
     assert held["phase"] == "Progressing" and held["released"] == [], held
     assert all(desired_version(d) == "" for d in devices.values())
     # the verbs not built for waves are refused, not ignored
-    for verb, words in (("pause", "not supported yet"), ("resume", "not paused at a pause wave")):
+    for verb, words in (
+        ("undo", "not supported yet"),
+        ("history", "not supported yet"),
+        ("resume", "is Progressing: nothing to resume"),
+    ):
         out = root.edgectl("rollout", verb, "agentupgrade/edged-next", check=False)
         assert out.returncode != 0 and words in out.stderr, (verb, out.stderr)

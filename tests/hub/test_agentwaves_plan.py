@@ -18,6 +18,7 @@ from hub.decide.agentwaves import (
     AgentWavePhase,
     AgentWaveState,
     RegionAgentView,
+    pause,
     plan_agent_waves,
     read_region_claim,
     resume,
@@ -182,6 +183,26 @@ def test_a_pause_wave_waits_for_resume() -> None:
     # a failure while paused still stops everything
     step = plan_agent_waves(waves, paused, PLACED, ready(eu="RolledBack"), T0 + 6)
     assert step.state is not None and step.state.phase is AgentWavePhase.ROLLED_BACK
+
+
+def test_an_operators_pause_holds_the_next_wave_and_resume_goes_on_from_there() -> None:
+    state = plan_agent_waves(WAVES, fresh(), PLACED, ready(), T0 + 1).state
+    assert state is not None and state.released == {"eu"}
+    paused = pause(WAVES, state, T0 + 2)
+    assert paused is not None and paused.phase is AgentWavePhase.PAUSED
+    assert paused.reason == "Paused" and "by an operator" in paused.message
+    assert pause(WAVES, paused, T0 + 3) is None  # nothing to pause
+    # eu done: no next wave while paused
+    assert plan_agent_waves(WAVES, paused, PLACED, ready(eu="Complete"), T0 + 4).state is None
+    resumed = resume(WAVES, paused, T0 + 500)
+    assert resumed is not None and resumed.phase is AgentWavePhase.PROGRESSING
+    assert resumed.step == state.step and resumed.deadline_from == T0 + 500
+    assert resume(WAVES, resumed, T0 + 501) is None  # nothing to resume
+    step = plan_agent_waves(WAVES, resumed, PLACED, ready(eu="Complete"), T0 + 502)
+    assert step.state is not None and step.state.step == state.step + 1
+    # a failure while paused still stops everything
+    failed = plan_agent_waves(WAVES, paused, PLACED, ready(eu="RolledBack"), T0 + 5)
+    assert failed.state is not None and failed.state.phase is AgentWavePhase.ROLLED_BACK
 
 
 # -- what a region can claim --------------------------------------------------------------------

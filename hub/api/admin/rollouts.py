@@ -104,8 +104,8 @@ class Rollouts:
         if spec.get("rollout", {}).get("waves"):
             raise Refused(
                 grpc.StatusCode.FAILED_PRECONDITION,
-                f"not supported yet for an AgentUpgrade in waves ({name}): rollout resume past "
-                "a pause wave only; to go back, apply the version to go back to",
+                f"not supported yet for an AgentUpgrade in waves ({name}): rollout status, "
+                "pause and resume only; to go back, apply the version to go back to",
             )
         state = self.cache.agent_upgrades.get(name)
         if state is None or self.agent_upgrades is None:
@@ -233,14 +233,16 @@ class Rollouts:
         in_waves = stored is not None and stored.manifest.get("spec", {}).get("rollout", {}).get(
             "waves"
         )
-        if in_waves and waves is not None and verb == "resume":
-            resumed = await waves.agent.resume(name)  # past a pause wave (agentwaves)
-            if resumed is None:
+        if in_waves and waves is not None and verb in ("pause", "resume"):
+            moved = await waves.agent.act(name, verb)  # the root's waves (agentwaves)
+            if moved is None:
+                now = waves.agent.states.get(name)
+                phase = now.phase.value if now is not None else "not started"
                 raise Refused(
                     grpc.StatusCode.FAILED_PRECONDITION,
-                    f"agentupgrade/{name} is not paused at a pause wave: nothing to resume",
+                    f"agentupgrade/{name} across regions is {phase}: nothing to {verb}",
                 )
-            return f"agentupgrade/{name}: {resumed.message}"
+            return f"agentupgrade/{name}: {moved.message}"
         state = self._upgrade_of(name)
         controller = self.agent_upgrades
         assert controller is not None
