@@ -40,11 +40,11 @@ import orjson
 from edgectl.client import AdminClient, load_admin_config
 from edgectl.errors import EXIT_REFUSED, UsageError
 from edgectl.resources import kind_of
+from edgefleet.api.deployments import RESTARTED_AT
 from edgefleet.configfiles import duration_option
 from edgefleet.v1 import admin_pb2
 
 BAR = 30
-RESTARTED_AT = "edgefleet.io/restartedAt"  # rollout restart's annotation on a revision
 POLL_S = 0.5
 
 

@@ -18,13 +18,10 @@ from typing import NewType
 import orjson
 
 from edgefleet.api import ModelDeployment
+from edgefleet.api.deployments import RESTARTED_AT
 
 WorkloadName = NewType("WorkloadName", str)
 ReplicaId = NewType("ReplicaId", str)
-
-RESTARTED_AT = "edgefleet.io/restartedAt"
-"""The annotation of ``edgectl rollout restart`` (the hub's ``hub.decide.revisions``): a new
-value is a new revision, so new workers, switched to without downtime."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -55,6 +55,12 @@ from edgefleet.api.validating import (
     within,
 )
 
+RESTARTED_AT = "edgefleet.io/restartedAt"
+"""The annotation ``edgectl rollout restart`` puts on the revision it makes (kubectl's
+``kubectl.kubernetes.io/restartedAt``): part of the hub's revision template
+(``hub.decide.revisions``) and of the revision edged computes (``edged.workloads``), so the
+same model and settings start new workers."""
+
 
 class Precision(StrEnum):
     FP32 = "fp32"

@@ -15,15 +15,11 @@ from typing import Any
 
 import orjson
 
+from edgefleet.api.deployments import RESTARTED_AT
+
 MAX_REVISIONS = 10
 """Revisions kept per deployment (besides the stable and the current one), like Kubernetes'
 revisionHistoryLimit."""
-
-
-RESTARTED_AT = "edgefleet.io/restartedAt"
-"""The annotation ``edgectl rollout restart`` puts on the revisions it makes (kubectl's
-``kubectl.kubernetes.io/restartedAt``): part of the template, and of the revision edged
-computes, so the same model and settings start new workers (:mod:`hub.decide.rolloutactions`)."""
 
 
 LIVE_FIELDS = ("placement", "rollout", "replicas", "scaling")

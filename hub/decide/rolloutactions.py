@@ -18,7 +18,7 @@ certificate's subject) in the message and its event.
   retries it.
 * ``restart``: a Complete rollout's revision is rolled out again: the rollout controller makes
   a new revision of the same template with the ``edgefleet.io/restartedAt`` annotation
-  (:data:`~hub.decide.revisions.RESTARTED_AT`, which edged counts in its revision: new
+  (:data:`~edgefleet.api.deployments.RESTARTED_AT`, which edged counts in its revision: new
   workers, a switch without downtime), rolled out as any other (canary, analysis, rollback).
 """
 

@@ -9,8 +9,9 @@ from typing import Any
 import pytest
 
 from edgefleet.api import ModelDeployment, parse_manifest
+from edgefleet.api.deployments import RESTARTED_AT
 from hub.decide.analysis import Analysis, Check, Figures, Verdict
-from hub.decide.revisions import RESTARTED_AT, with_restart
+from hub.decide.revisions import with_restart
 from hub.decide.rollout import (
     DeviceView,
     Revision,
