@@ -9,7 +9,6 @@ from pathlib import Path
 
 import orjson
 
-from edgefleet.devicestatus import fetch_status, render_status
 from edgefleet.versioning import version_text
 
 DEFAULT_DATA_DIR = "/var/lib/edged"
@@ -331,6 +330,9 @@ def _doctor(args: argparse.Namespace) -> int:
 
 
 def _status(args: argparse.Namespace) -> int:
+    # here, not at the top: http.client (and email, which it imports) is for this client only
+    from edgefleet.devicestatus import fetch_status, render_status
+
     sock = args.socket or str(Path(args.data_dir) / STATUS_SOCKET_NAME)
     service_sock = DEFAULT_RUNTIME_DIR / STATUS_SOCKET_NAME  # edged.service puts it there
     if args.socket is None and not Path(sock).exists() and service_sock.exists():

@@ -21,7 +21,6 @@ import secrets
 import sys
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -90,6 +89,8 @@ def package_version(data_dir: Path, running: str, slot: str) -> str:
         found = source_tree_version(Path(entry))
         if found:
             return found
+        from importlib import metadata  # here: ~2 MiB that a source tree never needs
+
         for dist in metadata.distributions(name="edgefleet", path=[entry]):
             return str(dist.version)
     return ""

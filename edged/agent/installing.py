@@ -21,15 +21,17 @@ import platform
 import shutil
 import stat
 import sys
-import tarfile
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path, PurePosixPath
+from typing import TYPE_CHECKING
 
 from edged.hublink.agentreleases import VerifiedRelease
 from edged.launcher.state import SLOTS, fsync_dir, slot_dir, write_json_atomic
 from edgefleet.errors import EdgefleetError
+
+if TYPE_CHECKING:
+    import tarfile
 
 RELEASE_FORMAT = 1
 MAX_MEMBERS = 20_000
@@ -71,6 +73,8 @@ class InstalledSlot:
 
 def base_version(distribution: str) -> str | None:
     """The version of ``distribution`` in the base install (None: not installed)."""
+    from importlib import metadata  # imported when installing only (docs/edged.md "Footprint")
+
     try:
         return metadata.version(distribution)
     except metadata.PackageNotFoundError:
@@ -126,6 +130,8 @@ def _extract(archive: Path, root: Path, limits: tuple[int, int, int]) -> int:
     max_members, max_file, max_total = limits
     total = count = 0
     dirs = {root}
+    import tarfile  # installing only: an idle edged does without it
+
     try:
         with tarfile.open(archive, "r:gz") as tar:
             for member in tar:

@@ -49,8 +49,31 @@ def sync_fetch(fetch: FetchAsync, loop: asyncio.AbstractEventLoop) -> FetchSync:
     return call
 
 
+def _without_urllib3() -> None:
+    """Keep python-tuf's default fetcher (urllib3, ~2 MiB RSS in edged's control process) out
+    of this process: ``tuf.ngclient`` imports it at the top, though edged always passes its own
+    fetcher (the hub link). A stand-in module is registered first, unless the real one is
+    already imported; using its ``Urllib3Fetcher`` is an error, never a silent fallback."""
+    import sys
+    import types
+
+    name = "tuf.ngclient.urllib3_fetcher"
+    if name in sys.modules:
+        return
+
+    class Urllib3Fetcher:
+        def __init__(self, *args: object, **kwargs: object) -> None:
+            raise RuntimeError("edged fetches TUF metadata over the hub link only")
+
+    stand_in = types.ModuleType(name, "edged: python-tuf's urllib3 fetcher is not loaded")
+    stand_in.Urllib3Fetcher = Urllib3Fetcher  # type: ignore[attr-defined]
+    sys.modules[name] = stand_in
+
+
 def _fetcher(fetch: FetchSync) -> Any:
     from tuf.api.exceptions import DownloadHTTPError
+
+    _without_urllib3()
     from tuf.ngclient import FetcherInterface
 
     class HubLinkFetcher(FetcherInterface):
@@ -159,6 +182,8 @@ class TufClient:
         ``TrustStateLost`` (its rollback protection was reset). TrustError when refused,
         TemporaryError when the hub could not be reached."""
         from tuf.api.exceptions import DownloadError, RepositoryError
+
+        _without_urllib3()
         from tuf.ngclient import Updater, UpdaterConfig
         from tuf.ngclient.config import EnvelopeType
 

@@ -20,11 +20,8 @@ checked first; a problem is ``FILE:LINE: reason``):
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
-
-import yaml
+from typing import Any
 
 from edgefleet.api.manifests import Manifest, parse_manifest
 from edgefleet.api.quantities import describe
@@ -36,122 +33,6 @@ MAX_EXPANDED_NODES = 100_000
 """Values (scalars, lists, mappings) in one file once aliases are expanded."""
 MAX_INT_DIGITS = 40
 INT_MIN, INT_MAX = -(2**63), 2**63 - 1
-
-if TYPE_CHECKING:
-    _BaseLoader = yaml.SafeLoader
-else:
-    _BaseLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-_MERGE_TAG = "tag:yaml.org,2002:merge"
-_TAG = "tag:yaml.org,2002:"
-_STR, _INT, _FLOAT, _TIMESTAMP = _TAG + "str", _TAG + "int", _TAG + "float", _TAG + "timestamp"
-_PLAIN_TAGS = frozenset(
-    _TAG + t for t in ("str", "int", "float", "bool", "null", "map", "seq", "merge")
-)
-
-
-class _BoundError(yaml.YAMLError):
-    """A document exceeds a bound or uses a refused feature, at ``line`` (1-based)."""
-
-    def __init__(self, line: int, reason: str) -> None:
-        super().__init__(reason)
-        self.line = line
-        self.reason = reason
-
-
-def _children(node: yaml.Node) -> list[yaml.Node]:
-    if isinstance(node, yaml.MappingNode):
-        return [n for pair in node.value for n in pair]
-    if isinstance(node, yaml.SequenceNode):
-        return list(node.value)
-    return []
-
-
-class _UniqueKeyLoader(_BaseLoader):
-    """The safe loader (libyaml's when available) that rejects duplicate mapping keys and
-    checks the bounds of the module doc before constructing anything."""
-
-    def construct_document(self, node: yaml.Node) -> Any:
-        self._check_tree(node)
-        return super().construct_document(node)
-
-    def _check_tree(self, root: yaml.Node) -> None:
-        """Expanded size, self-reference, tags and scalar bounds (iterative: no recursion)."""
-        sizes: dict[int, int] = {}
-        in_progress: set[int] = set()
-        stack: list[tuple[yaml.Node, bool]] = [(root, False)]
-        while stack:
-            node, done = stack.pop()
-            key = id(node)
-            if done:
-                in_progress.discard(key)
-                total = 1 + sum(sizes[id(c)] for c in _children(node))
-                if total > MAX_EXPANDED_NODES:
-                    raise _BoundError(
-                        node.start_mark.line + 1,
-                        f"more than {MAX_EXPANDED_NODES} values once aliases are expanded",
-                    )
-                sizes[key] = total
-                continue
-            if key in sizes:
-                continue
-            if key in in_progress:
-                raise _BoundError(node.start_mark.line + 1, "an alias refers to itself")
-            in_progress.add(key)
-            self._check_scalar(node)
-            stack.append((node, True))
-            stack.extend((c, False) for c in _children(node) if id(c) not in sizes)
-
-    def _check_scalar(self, node: yaml.Node) -> None:
-        line = node.start_mark.line + 1
-        if node.tag == _TIMESTAMP:
-            node.tag = _STR  # an unquoted date stays the text it is
-        if node.tag not in _PLAIN_TAGS:
-            raise _BoundError(
-                line,
-                f"the tag {node.tag.replace(_TAG, '!!')} is not allowed (plain data only: "
-                "strings, numbers, booleans, null, lists and mappings)",
-            )
-        if not isinstance(node, yaml.ScalarNode):
-            return
-        if node.tag == _INT:
-            digits = str(node.value).lstrip("+-").replace("_", "")
-            value = None
-            if len(digits) <= MAX_INT_DIGITS:
-                try:
-                    value = self.construct_yaml_int(node)
-                except ValueError:
-                    value = None
-            if value is None or not INT_MIN <= value <= INT_MAX:
-                raise _BoundError(
-                    line,
-                    f"the integer {describe(str(node.value)[:24])}"
-                    f"{'...' if len(str(node.value)) > 24 else ''} does not fit in 64 bits",
-                )
-        elif node.tag == _FLOAT and not math.isfinite(self.construct_yaml_float(node)):
-            raise _BoundError(
-                line, f"{node.value} is not allowed (manifests are JSON: finite numbers only)"
-            )
-
-    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
-        seen: set[object] = set()
-        for key_node, _ in node.value:
-            if key_node.tag == _MERGE_TAG:
-                continue
-            key = self.construct_object(key_node, deep=True)
-            try:
-                duplicate = key in seen
-            except TypeError:  # unhashable: the base constructor reports it
-                continue
-            if duplicate:
-                raise yaml.constructor.ConstructorError(
-                    "while constructing a mapping",
-                    node.start_mark,
-                    f"found duplicate key {describe(key)}",
-                    key_node.start_mark,
-                )
-            seen.add(key)
-        return super().construct_mapping(node, deep=deep)
 
 
 class _DuplicateKeyError(ValueError):
@@ -178,16 +59,6 @@ def _bounded_int(text: str) -> int:
 
 def _refused_constant(text: str) -> Any:
     raise ValueError(f"{text} is not JSON")
-
-
-def _yaml_problem(exc: yaml.YAMLError) -> str:
-    if isinstance(exc, yaml.MarkedYAMLError) and exc.problem_mark is not None:
-        mark = exc.problem_mark
-        text = f"invalid YAML at line {mark.line + 1}, column {mark.column + 1}: {exc.problem}"
-        if exc.context and exc.context_mark is not None:
-            text += f" ({exc.context} at line {exc.context_mark.line + 1})"
-        return text
-    return f"invalid YAML: {exc}"
 
 
 def _decode(text: str | bytes, source: str) -> str:
@@ -223,18 +94,9 @@ def _parse(text: str, source: str) -> list[object]:
             pass  # not JSON: perhaps YAML flow style; YAML reports the error if not
         else:
             return parsed if isinstance(parsed, list) else [parsed]
-    try:
-        return list(yaml.load_all(text, Loader=_UniqueKeyLoader))
-    except _BoundError as exc:
-        raise ValidationError([Problem("", exc.reason)], source=f"{source}:{exc.line}") from exc
-    except yaml.YAMLError as exc:
-        raise ValidationError([Problem("", _yaml_problem(exc))], source=source) from exc
-    except RecursionError as exc:
-        raise ValidationError([Problem("", "is nested too deeply")], source=source) from exc
-    except (ValueError, OverflowError, TypeError) as exc:
-        # what a YAML constructor raises on a value it cannot build: an integer of more than
-        # 4300 digits (Python's limit), a date out of range, an unhashable key...
-        raise ValidationError([Problem("", f"invalid YAML: {exc}")], source=source) from exc
+    from edgefleet.api.yamlloading import load_all  # here: manifests from the hub are JSON
+
+    return load_all(text, source)
 
 
 def load_documents(text: str | bytes, *, source: str) -> list[dict[str, Any]]:

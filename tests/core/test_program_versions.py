@@ -47,13 +47,13 @@ def test_an_installed_tree_reports_its_distribution(
     """Outside a checkout (the Debian package's venv, an agent release's lib/), the
     distribution's metadata; none at all: UNKNOWN_VERSION."""
     monkeypatch.setattr(versioning, "source_tree_version", lambda tree=None: None)
-    monkeypatch.setattr(versioning.metadata, "version", lambda name: "7.8.9")
+    monkeypatch.setattr(metadata, "version", lambda name: "7.8.9")  # imported when needed
     assert versioning.installed_version() == "7.8.9"
 
     def missing(name: str) -> str:
         raise metadata.PackageNotFoundError(name)
 
-    monkeypatch.setattr(versioning.metadata, "version", missing)
+    monkeypatch.setattr(metadata, "version", missing)
     assert versioning.installed_version() == versioning.UNKNOWN_VERSION
 
 
