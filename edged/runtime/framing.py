@@ -17,7 +17,8 @@ worker -> edged
     PONG   payload = JSON ``{"inflight": n, "busy_s": seconds the current batch has run,
            "batch_rows": the most rows a batch merges now, "batches", "requests", "compute_s":
            running totals of the batches run, the requests in them and ONNX Runtime's seconds
-           in them (``batchstats.py``)}``.
+           in them (``batchstats.py``), "overlap": running totals of the work the worker did
+           while ONNX Runtime ran a batch, ``{"decoded", "encoded", "staged"}`` (``worker.py``)}``.
     READY  payload = JSON model metadata (see ``worker.py``), sent once after warm-up.
     FAILED payload = JSON ``{"reason": ..., "message": ...}``, sent before exiting on a load error.
 """
@@ -27,6 +28,7 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from enum import IntEnum
+from typing import Any
 
 HEADER = struct.Struct("!IBI")
 HEADER_SIZE = HEADER.size
@@ -58,11 +60,16 @@ class FrameError(Exception):
 class FrameReader:
     """Incremental decoder: feed bytes, get ``(type, req_id, payload)`` callbacks."""
 
-    __slots__ = ("_buf", "_on_frame")
+    __slots__ = ("_buf", "_on_frame", "_views")
 
-    def __init__(self, on_frame: Callable[[int, int, bytes], None]) -> None:
+    def __init__(self, on_frame: Callable[[int, int, bytes], None], *, views: bool = False) -> None:
+        """``views``: hand each payload over with no copy where it can (a read-only
+        ``memoryview`` of the bytes read, which it keeps alive; a payload split over reads is
+        copied once, as a ``bytearray``) instead of as ``bytes``. The worker reads requests
+        this way: a binary request's tensors are then arrays over the bytes the kernel gave."""
         self._buf = bytearray()
         self._on_frame = on_frame
+        self._views = views
 
     def feed(self, data: bytes) -> None:
         buf = self._buf
@@ -71,6 +78,7 @@ class FrameReader:
             # take them straight from ``data`` and buffer only an unfinished tail.
             start = 0
             n = len(data)
+            whole: bytes | memoryview = memoryview(data) if self._views else data
             while n - start >= HEADER_SIZE:
                 length, ftype, req_id = HEADER.unpack_from(data, start)
                 if length > MAX_FRAME:
@@ -78,7 +86,7 @@ class FrameReader:
                 end = start + HEADER_SIZE + length
                 if end > n:
                     break
-                self._on_frame(ftype, req_id, data[start + HEADER_SIZE : end])
+                self._on_frame(ftype, req_id, whole[start + HEADER_SIZE : end])  # type: ignore[arg-type]
                 start = end
             if start == n:
                 return
@@ -93,7 +101,9 @@ class FrameReader:
             end = offset + HEADER_SIZE + length
             if end > n:
                 break
-            payload = bytes(buf[offset + HEADER_SIZE : end])
+            payload: Any = buf[offset + HEADER_SIZE : end]  # a copy: ``buf`` changes below
+            if not self._views:
+                payload = bytes(payload)
             offset = end
             self._on_frame(ftype, req_id, payload)
         if offset:

@@ -495,13 +495,28 @@ def encode_response(
     results: list[np.ndarray],
 ) -> tuple[bytes, int | None]:
     """The response body, and the JSON header length when binary outputs follow it."""
+    parts, header_length = encode_response_parts(model_name, model_version, request, results)
+    return b"".join(parts), header_length  # one part: that same object, no copy
+
+
+def encode_response_parts(
+    model_name: str,
+    model_version: str,
+    request: DecodedRequest,
+    results: list[np.ndarray],
+) -> tuple[list[bytes | memoryview], int | None]:
+    """The response body as parts to write one after the other (the JSON header, then each
+    binary output as a view of its array's own memory: no copy when the array is contiguous,
+    as a slice of a batch's output rows is), and the JSON header length when binary outputs
+    follow it. The views keep their arrays alive; nothing writes to an output array after
+    ONNX Runtime returns it."""
     outs: list[dict[str, Any]] = []
-    blobs: list[bytes] = []
+    blobs: list[bytes | memoryview] = []
     for name, arr in zip(request.outputs, results, strict=True):
         datatype = _NUMPY_TO_OIP.get(arr.dtype.str, "BYTES")
         entry: dict[str, Any] = {"name": name, "datatype": datatype, "shape": list(arr.shape)}
         if name in request.binary_outputs:
-            blob = np.ascontiguousarray(arr).tobytes()
+            blob = _raw_bytes(arr)
             entry["parameters"] = {"binary_data_size": len(blob)}
             blobs.append(blob)
         else:
@@ -516,8 +531,16 @@ def encode_response(
         doc["id"] = request.request_id
     head = orjson.dumps(doc, option=orjson.OPT_SERIALIZE_NUMPY)
     if not blobs:
-        return head, None
-    return head + b"".join(blobs), len(head)
+        return [head], None
+    return [head, *blobs], len(head)
+
+
+def _raw_bytes(arr: np.ndarray) -> bytes | memoryview:
+    """``arr``'s bytes in C order: a view of its memory when it is C-contiguous (and not an
+    object array), else a copy."""
+    if arr.flags.c_contiguous and arr.dtype.kind in "biufc" and arr.ndim > 0 and arr.size:
+        return arr.data.cast("B")
+    return np.ascontiguousarray(arr).tobytes()
 
 
 def error_body(message: str) -> bytes:

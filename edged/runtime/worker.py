@@ -18,8 +18,11 @@ socket pair to edged (see ``framing.py``). It:
 5. serves INFER frames with adaptive dynamic batching (the policy: ``batching.py``): requests
    that arrive while a batch runs are merged (up to ``max_batch_size`` rows) into the next
    one, and the queue is held briefly when the clients of the last batch are about to come
-   back. Fast models run inline on the event loop (no thread hop); slower ones run in one
-   executor thread so decoding and encoding overlap with ONNX Runtime.
+   back. Fast models run inline on the event loop (no thread hop); slower ones run in the
+   runner thread (:class:`_Runner`), so the loop reads and decodes the next requests and
+   encodes the last batch's answers while ONNX Runtime runs, and a next batch that cannot
+   grow any more is handed over before the running one ends. Binary requests and answers
+   are not copied: tensors are views of the bytes read, answers views of the output arrays.
 """
 
 from __future__ import annotations
@@ -29,12 +32,13 @@ import collections
 import ctypes
 import hashlib
 import os
+import queue
 import signal
 import socket
 import struct
 import sys
+import threading
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
 import orjson
@@ -226,6 +230,22 @@ class Model:
         return meta
 
 
+class OverlapCounts:
+    """Running totals of the work the event loop did while ONNX Runtime ran a batch in the
+    runner thread: requests decoded, answers encoded, and batches handed over before the one
+    running ended (they started with no hop through the loop)."""
+
+    __slots__ = ("decoded", "encoded", "staged")
+
+    def __init__(self) -> None:
+        self.decoded = 0
+        self.encoded = 0
+        self.staged = 0
+
+    def to_pong(self) -> dict[str, int]:
+        return {"decoded": self.decoded, "encoded": self.encoded, "staged": self.staged}
+
+
 class _Pending:
     __slots__ = ("decoded", "enqueued", "req_id")
 
@@ -248,13 +268,19 @@ class WorkerProtocol(asyncio.Protocol):
         self._model = model
         self._done = done
         self._loop = asyncio.get_running_loop()
-        self._reader = FrameReader(self._on_frame)
+        self._reader = FrameReader(self._on_frame, views=True)
         self._transport: asyncio.Transport | None = None
         self._queue: collections.deque[_Pending] = collections.deque()
         self._queued_rows = 0
+        # the batches handed to ONNX Runtime and not ended yet, oldest first (at most two: the
+        # one running and the next, ready); when the oldest began (or was handed over)
+        self._running: collections.deque[list[_Pending]] = collections.deque()
         self._running_since: float | None = None
-        self._inline = model.run_s < INLINE_BELOW_S
-        self._executor = None if self._inline else ThreadPoolExecutor(1, "ort")
+        # fast models run inline on the event loop; slower ones in the runner thread
+        self._runner = (
+            None if model.run_s < INLINE_BELOW_S else _Runner(model.session, self._loop, self._ran)
+        )
+        self._overlap = OverlapCounts()  # work done while ONNX Runtime ran, sent in each PONG
         self._delay_handle: asyncio.TimerHandle | None = None
         self._draining = False
         self._inflight = 0
@@ -272,7 +298,7 @@ class WorkerProtocol(asyncio.Protocol):
     # -- connection ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self._transport = transport  # type: ignore[assignment]
-        self._reader = FrameReader(self._on_frame)  # a new edged starts at a frame's start
+        self._reader = FrameReader(self._on_frame, views=True)  # a new edged: a frame's start
         if self.lost.done():
             self.lost = self._loop.create_future()
         meta = self._model.metadata(self._spec)
@@ -309,7 +335,11 @@ class WorkerProtocol(asyncio.Protocol):
 
     # -- frames ---------------------------------------------------------------------------------
     def _on_frame(self, ftype: int, req_id: int, payload: bytes) -> None:
+        """``payload``: a view of the bytes read (see ``FrameReader``), kept alive by what is
+        decoded from it."""
         if ftype == FrameType.INFER:
+            if self._running:
+                self._overlap.decoded += 1
             self._inflight += 1
             self._peak_now = max(self._peak_now, self._inflight)
             (hlen,) = U32.unpack_from(payload, 0)
@@ -346,6 +376,7 @@ class WorkerProtocol(asyncio.Protocol):
                     "busy_s": busy,
                     "batch_rows": self._batch_rows,
                     **self._counts.to_pong(),
+                    "overlap": self._overlap.to_pong(),
                 }
             )
             self._write(encode_frame(FrameType.PONG, req_id, pong))
@@ -361,9 +392,9 @@ class WorkerProtocol(asyncio.Protocol):
 
     def _reply(self, req_id: int, status: int, body: bytes, header_len: int | None) -> None:
         self._inflight -= 1
-        self._send_results(_result_frame(req_id, status, body, header_len))
+        self._send_results(list(_result_frame(req_id, status, body, header_len)))
 
-    def _send_results(self, parts: list[bytes]) -> None:
+    def _send_results(self, parts: list[bytes | memoryview]) -> None:
         """Answers (each a frame head and a body; no longer counted in flight): one vectored
         write for all of them, with no copy of the bodies."""
         if self._transport is not None and not self._transport.is_closing():
@@ -377,7 +408,16 @@ class WorkerProtocol(asyncio.Protocol):
 
     # -- batching -------------------------------------------------------------------------------
     def _maybe_run(self) -> None:
-        if self._running_since is not None or not self._queue:
+        if not self._queue:
+            return
+        if self._running:
+            # A batch runs in the runner thread. Hand it the next one now if that one cannot
+            # grow any more (full, or as many requests as were recently in flight at once):
+            # the runner starts it the moment the running one ends, with no hop through this
+            # loop in between. Anything less waits for the running batch to end, as below.
+            if self._runner is not None and len(self._running) == 1 and self._next_is_full():
+                self._overlap.staged += 1
+                self._start_batch()
             return
         if self._model.batchable and not self._draining:
             wait = self._batch_wait()
@@ -386,6 +426,11 @@ class WorkerProtocol(asyncio.Protocol):
                     self._delay_handle = self._loop.call_later(wait, self._on_delay)
                 return
         self._start_batch()
+
+    def _next_is_full(self) -> bool:
+        if self._queued_rows >= self._batch_rows or not self._model.batchable:
+            return True
+        return len(self._queue) >= min(max(self._peaks), self._batch_rows)
 
     def _batch_wait(self) -> float:
         """How much longer to hold the queue for more requests (0 or less: run now)."""
@@ -406,7 +451,7 @@ class WorkerProtocol(asyncio.Protocol):
 
     def _on_delay(self) -> None:
         self._delay_handle = None
-        if self._running_since is None and self._queue:
+        if not self._running and self._queue:
             self._start_batch()
 
     def _take_batch(self) -> list[_Pending]:
@@ -433,88 +478,172 @@ class WorkerProtocol(asyncio.Protocol):
         batch = self._take_batch()
         self._peaks.append(self._peak_now)
         self._peak_now = self._inflight
-        self._running_since = time.monotonic()
-        if self._executor is None:
-            try:
-                ran = self._run(batch)
-            except Exception as exc:
-                self._batch_done(batch, None, exc)
-            else:
-                self._batch_done(batch, ran, None)
-            return
-        fut = self._executor.submit(self._run, batch)
-        fut.add_done_callback(lambda f: self._loop.call_soon_threadsafe(self._on_future, batch, f))
-
-    def _on_future(self, batch: list[_Pending], fut: Future[tuple[list[Any], float]]) -> None:
-        exc = fut.exception()
-        self._batch_done(batch, None if exc else fut.result(), exc)
-
-    def _run(self, batch: list[_Pending]) -> tuple[list[Any], float]:
-        """The batch's outputs, and the seconds ONNX Runtime took."""
-        import numpy as np
-
+        if not self._running:
+            self._running_since = time.monotonic()
+        self._running.append(batch)
         first = batch[0].decoded
-        if len(batch) == 1:
-            feeds = first.feeds
-        else:
-            feeds = {
-                name: np.concatenate([p.decoded.feeds[name] for p in batch]) for name in first.feeds
-            }
-        t0 = time.perf_counter()
-        outputs = self._model.session.run(list(first.outputs), feeds)
-        return list(outputs), time.perf_counter() - t0
+        try:
+            feeds = _batch_feeds(batch)
+        except Exception as exc:  # e.g. no memory for the merged inputs
+            self._running.pop()
+            self._batch_ran(batch, None, exc, 0.0, 0.0)
+            return
+        if self._runner is None:
+            t0 = time.monotonic()
+            try:
+                outputs = self._model.session.run(list(first.outputs), feeds)
+            except Exception as exc:
+                self._ran(batch, None, exc, t0, time.monotonic())
+            else:
+                self._ran(batch, outputs, None, t0, time.monotonic())
+            return
+        self._runner.submit(batch, feeds, first.outputs)
 
-    def _batch_done(
+    def _ran(
         self,
         batch: list[_Pending],
-        ran: tuple[list[Any], float] | None,
+        outputs: list[Any] | None,
         exc: BaseException | None,
+        started: float,
+        ended: float,
+    ) -> None:
+        """A batch ended (on this loop; posted by the runner thread when there is one)."""
+        self._running.popleft()
+        self._batch_ran(batch, outputs, exc, started, ended)
+
+    def _batch_ran(
+        self,
+        batch: list[_Pending],
+        outputs: list[Any] | None,
+        exc: BaseException | None,
+        started: float,
+        ended: float,
     ) -> None:
         now = time.monotonic()
         if self._running_since is not None:
             self._last_run_s = now - self._running_since
-        self._running_since = None
-        self._idle_since = now
+        if self._running:
+            self._running_since = ended  # the runner started the next one as this one ended
+        else:
+            self._running_since = None
+            self._idle_since = now
         self._inflight -= len(batch)  # answered below
-        if self._executor is not None:
+        if self._runner is not None:
             # Start the next batch (requests that came while this one ran) before encoding this
             # one's answers: ONNX Runtime runs in its thread meanwhile instead of waiting.
             self._maybe_run()
-        tensors = self._tensors
-        frames: list[bytes] = []
-        results = None if ran is None else ran[0]
-        if ran is not None:
+            if self._running:
+                self._overlap.encoded += len(batch)
+        if outputs is not None:
             c = self._counts
-            self._counts = BatchCounts(c.batches + 1, c.requests + len(batch), c.compute_s + ran[1])
+            self._counts = BatchCounts(
+                c.batches + 1, c.requests + len(batch), c.compute_s + (ended - started)
+            )
+        self._send_results(self._answers(batch, outputs, exc))
+        if self._runner is None:
+            self._maybe_run()
+
+    def _answers(
+        self, batch: list[_Pending], results: list[Any] | None, exc: BaseException | None
+    ) -> list[bytes | memoryview]:
+        """The batch's RESULT frames, as parts for one vectored write: binary outputs are
+        views of ONNX Runtime's output arrays (no copy)."""
+        tensors = self._tensors
+        frames: list[bytes | memoryview] = []
         if exc is not None or results is None:
             body = tensors.error_body(f"inference failed: {exc}")
             for p in batch:
                 frames += _result_frame(p.req_id, 500, body, None)
-        elif len(batch) == 1:
-            p = batch[0]
-            out, hlen = tensors.encode_response(
-                self._spec.model_name, self._spec.model_version, p.decoded, results
-            )
-            frames += _result_frame(p.req_id, 200, out, hlen)
-        else:
-            start = 0
-            for p in batch:
+            return frames
+        name, version = self._spec.model_name, self._spec.model_version
+        start = 0
+        for p in batch:
+            if len(batch) == 1:
+                part = results
+            else:
                 stop = start + p.decoded.rows
                 part = [r[start:stop] for r in results]
                 start = stop
-                out, hlen = tensors.encode_response(
-                    self._spec.model_name, self._spec.model_version, p.decoded, part
-                )
-                frames += _result_frame(p.req_id, 200, out, hlen)
-        self._send_results(frames)
-        if self._executor is None:
-            self._maybe_run()
+            parts, hlen = tensors.encode_response_parts(name, version, p.decoded, part)
+            frames += _result_frame_parts(p.req_id, 200, parts, hlen)
+        return frames
+
+    def close(self) -> None:
+        """Stop the runner thread once the batches handed to it have ended."""
+        if self._runner is not None:
+            self._runner.close()
+
+
+def _batch_feeds(batch: list[_Pending]) -> dict[str, Any]:
+    """The inputs of a batch: its requests' rows, one after the other."""
+    first = batch[0].decoded
+    if len(batch) == 1:
+        return dict(first.feeds)
+    import numpy as np
+
+    return {name: np.concatenate([p.decoded.feeds[name] for p in batch]) for name in first.feeds}
+
+
+class _Runner:
+    """The thread ONNX Runtime runs in, for models slower than :data:`INLINE_BELOW_S`.
+
+    Batches are handed over in order (at most two at once: the one running and the next one,
+    ready); each result is posted back to the event loop. ONNX Runtime releases the GIL while
+    it runs, so meanwhile the loop reads and decodes the next requests and encodes the
+    previous batch's answers, and a batch handed over early starts with no hop through the
+    loop."""
+
+    def __init__(self, session: Any, loop: asyncio.AbstractEventLoop, on_ran: Any) -> None:
+        self._session = session
+        self._loop = loop
+        self._on_ran = on_ran
+        self._jobs: queue.SimpleQueue[tuple[list[_Pending], dict[str, Any], Any] | None]
+        self._jobs = queue.SimpleQueue()
+        self._thread: threading.Thread | None = None
+
+    def submit(self, batch: list[_Pending], feeds: dict[str, Any], outputs: Any) -> None:
+        if self._thread is None:  # started with the first batch, inside the sandbox
+            self._thread = threading.Thread(target=self._serve, name="ort")
+            self._thread.start()
+        self._jobs.put((batch, feeds, outputs))
+
+    def close(self) -> None:
+        if self._thread is not None:
+            self._jobs.put(None)  # after the batches already handed over
+
+    def _serve(self) -> None:
+        session, post = self._session, self._loop.call_soon_threadsafe
+        while (job := self._jobs.get()) is not None:
+            batch, feeds, outputs = job
+            del job
+            result: list[Any] | None = None
+            error: BaseException | None = None
+            started = time.monotonic()
+            try:
+                result = session.run(list(outputs), feeds)
+            except Exception as exc:
+                error = exc
+            ended = time.monotonic()
+            del feeds
+            try:
+                post(self._on_ran, batch, result, error, started, ended)
+            except RuntimeError:  # the loop is closed: nobody is left to answer
+                return
 
 
 def _result_frame(req_id: int, status: int, body: bytes, header_len: int | None) -> list[bytes]:
     """A RESULT frame as two parts: its head (header and prefix) and the body."""
     prefix = RESULT_PREFIX.pack(status, NO_HEADER_LENGTH if header_len is None else header_len)
     return [HEADER.pack(len(prefix) + len(body), FrameType.RESULT, req_id) + prefix, body]
+
+
+def _result_frame_parts(
+    req_id: int, status: int, body: list[bytes | memoryview], header_len: int | None
+) -> list[bytes | memoryview]:
+    """A RESULT frame whose body is several parts (written as they are, no join)."""
+    prefix = RESULT_PREFIX.pack(status, NO_HEADER_LENGTH if header_len is None else header_len)
+    size = len(prefix) + sum(len(b) for b in body)
+    return [HEADER.pack(size, FrameType.RESULT, req_id) + prefix, *body]
 
 
 def _run_test_probe(text: str) -> list[dict[str, str]]:
@@ -656,6 +785,7 @@ async def _serve(
         transport, _ = await loop.connect_accepted_socket(lambda: proto, sock=conn)
     code = await done
     transport.close()
+    proto.close()
     return code
 
 

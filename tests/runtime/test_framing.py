@@ -108,3 +108,17 @@ def _frame_ends() -> list[int]:
         pos += HEADER_SIZE + len(payload)
         ends.append(pos)
     return ends
+
+
+def test_views_hand_payloads_over_without_a_copy() -> None:
+    """The worker's reader: whole frames in one read are views of that read's bytes; a frame
+    split over reads is copied once; any split decodes the same."""
+    got: list[tuple[int, int, object]] = []
+    r = FrameReader(lambda t, i, p: got.append((t, i, p)), views=True)
+    r.feed(STREAM)
+    assert [(t, i, bytes(p)) for t, i, p in got] == FRAMES  # type: ignore[call-overload]
+    assert all(isinstance(p, memoryview) and p.readonly for _, _, p in got)
+    got.clear()
+    for cut in range(0, len(STREAM), 7):
+        r.feed(STREAM[cut : cut + 7])
+    assert [(t, i, bytes(p)) for t, i, p in got] == FRAMES  # type: ignore[call-overload]

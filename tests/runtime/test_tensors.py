@@ -19,6 +19,7 @@ from edged.runtime.tensors import (
     TensorSpec,
     decode_request,
     encode_response,
+    encode_response_parts,
 )
 
 INPUTS = {"input": TensorSpec("input", "FP32", (-1, 4))}
@@ -351,6 +352,26 @@ def test_outputs_of_a_batch_slice_are_encoded() -> None:
     logits, probs = orjson.loads(body)["outputs"]
     assert logits["shape"] == [1, 2] and logits["data"] == [4.0, 5.0]
     assert probs["data"] == [3.0, 4.0, 5.0]
+
+
+def test_binary_outputs_of_a_batch_slice_are_views_of_its_memory() -> None:
+    """Zero-copy answers: a contiguous row slice of a batch's output goes out as a view of the
+    output array's own memory, not a copy; a strided one is copied into C order."""
+    req = decode({"inputs": [GOOD], "parameters": {"binary_data_output": True}})
+    batch = np.arange(24, dtype=np.float32).reshape(4, 6)
+    rows = batch[1:3]
+    parts, header_length = encode_response_parts("m", "1", req, [rows[:, :3], rows[:, 3:]])
+    head, first, second = parts
+    assert header_length == len(head)
+    assert isinstance(first, bytes)  # columns of a row slice: strided, copied
+    assert isinstance(second, bytes)
+    parts, _ = encode_response_parts("m", "1", req, [batch[1:3], batch[2:4]])
+    _, first, second = parts
+    assert isinstance(first, memoryview) and isinstance(second, memoryview)
+    assert np.shares_memory(np.frombuffer(first, dtype=np.float32), batch)
+    np.testing.assert_array_equal(np.frombuffer(second, dtype=np.float32).reshape(2, 6), batch[2:4])
+    body, hlen = encode_response("m", "1", req, [batch[1:3], batch[2:4]])
+    assert body == b"".join(bytes(p) for p in parts) and hlen == header_length
 
 
 ROUND_TRIPS = {
