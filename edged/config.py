@@ -121,6 +121,8 @@ class InferenceConfig:
     idle_timeout_s: float = parse_duration(_IDLE_TIMEOUT_TEXT)
     metrics_period_s: float = parse_duration(_METRICS_PERIOD_TEXT)
     latency_window_s: float = parse_duration(_LATENCY_WINDOW_TEXT)
+    shared_memory_regions: int = 32  # per client uid; 0: the extension is off
+    shared_memory_bytes: int = 1 << 30  # per client uid
 
 
 @dataclass(frozen=True, slots=True, kw_only=True)
@@ -359,6 +361,10 @@ def _read_inference(r: Reader) -> InferenceConfig:
         idle_timeout_s=r.optional("idleTimeout", positive_duration, default.idle_timeout_s),
         metrics_period_s=r.optional("metricsPeriod", positive_duration, default.metrics_period_s),
         latency_window_s=r.optional("latencyWindow", positive_duration, default.latency_window_s),
+        shared_memory_regions=r.optional(
+            "sharedMemoryRegions", int_in(0, 4096), default.shared_memory_regions
+        ),
+        shared_memory_bytes=r.optional("sharedMemoryBytes", _size, default.shared_memory_bytes),
     )
 
 
@@ -613,6 +619,10 @@ idleTimeout = "{_IDLE_TIMEOUT_TEXT}"
 # to the hub for canary analysis, refreshed at most every metricsPeriod.
 metricsPeriod = "{_METRICS_PERIOD_TEXT}"
 latencyWindow = "{_LATENCY_WINDOW_TEXT}"
+# The system shared-memory extension (docs/edged.md): regions each client uid may register
+# at once (0 turns the extension off), and their bytes together.
+sharedMemoryRegions = {InferenceConfig().shared_memory_regions}
+sharedMemoryBytes = "1Gi"
 
 [reconcile]
 # Check everything this often, even when no event says something changed.

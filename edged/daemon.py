@@ -62,6 +62,7 @@ from edged.runtime.workerpool import WorkerPool
 from edged.serving.counting import Counters
 from edged.serving.inference import InferenceRouter
 from edged.serving.measuring import RevisionMeters
+from edged.serving.sharedmemory import SharedMemory
 from edged.serving.sockets import Sockets
 from edged.sources.inotify import DirectoryWatcher
 from edged.sources.static import StaticManifests, SyncResult
@@ -217,6 +218,12 @@ class Daemon:
             ready=self.board.ready,
             max_request_bytes=config.inference.max_request_bytes,
             refused=self.counters.refused,
+            shared_memory=SharedMemory(
+                max_regions=config.inference.shared_memory_regions,
+                max_bytes=config.inference.shared_memory_bytes,
+            )
+            if config.inference.shared_memory_regions
+            else None,
         )
         self.sockets = Sockets(
             config.paths,

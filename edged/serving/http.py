@@ -70,9 +70,10 @@ def _status_line(status: int) -> bytes:
 
 
 class Request:
-    __slots__ = ("body", "headers", "keep_alive", "method", "path", "query")
+    __slots__ = ("body", "conn", "headers", "keep_alive", "method", "path", "query")
 
-    def __init__(self) -> None:
+    def __init__(self, conn: HttpConnection | None = None) -> None:
+        self.conn = conn  # the connection it came on (who sent it: ``peer_uid``)
         self.method = ""
         self.path = ""
         self.query = ""
@@ -195,6 +196,7 @@ class HttpConnection(asyncio.Protocol):
         self.phase_since = self._loop.time()
         self._timer: asyncio.TimerHandle | None = None
         self._forbidden: str | None = None  # why this peer may not be served
+        self.peer_uid: int | None = None  # who connected, once asked (sharedmemory.py)
 
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -320,7 +322,7 @@ class HttpConnection(asyncio.Protocol):
 
     # -- httptools callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
-        self._req = Request()
+        self._req = Request(self)
         self._body = []
         self._body_len = 0
         self._header_bytes = 0
@@ -427,6 +429,11 @@ class HttpConnection(asyncio.Protocol):
                 transport.close()
             elif self.phase == _BUSY:
                 self._set_phase(_IDLE)
+
+    def socket(self) -> Any:
+        """The connection's socket (None once closed)."""
+        t = self._transport
+        return None if t is None else t.get_extra_info("socket")
 
     @property
     def idle(self) -> bool:

@@ -10,7 +10,8 @@ stays small and its per-request cost is one HTTP parse, one frame write and one 
 
 Routes: ``GET /v2``, ``GET /v2/health/live``, ``GET /v2/health/ready``,
 ``GET /v2/models/{name}[/versions/{v}]``, ``GET /v2/models/{name}[/versions/{v}]/ready``,
-``POST /v2/models/{name}[/versions/{v}]/infer``.
+``POST /v2/models/{name}[/versions/{v}]/infer``; the system shared-memory extension's
+``/v2/systemsharedmemory/...`` (``sharedmemory.py``).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ from typing import TYPE_CHECKING, Any
 
 from edged import __version__
 from edged.serving.bounding import request_body_limit
+from edged.serving.sharedmemory import PREFIX as SHM_PREFIX
+from edged.serving.sharedmemory import SharedMemory, ShmAnswer, ShmError
 from edged.workloads import DesiredWorkload, WorkloadName, serving_order
 from edgefleet.metrics import CounterChild, HistogramChild, Registry
 
@@ -144,10 +147,13 @@ class InferenceRouter:
         *,
         max_request_bytes: int = 64 << 20,
         refused: Callable[[str, str | None], None] | None = None,
+        shared_memory: SharedMemory | None = None,
     ) -> None:
         """``refused(workload, version)``: the router answered an infer request of that
-        workload 503 itself (no ready replica); ``version``: the one asked for, if any."""
+        workload 503 itself (no ready replica); ``version``: the one asked for, if any.
+        ``shared_memory``: the system shared-memory extension's regions (None: off)."""
         self._models: dict[str, ModelEntry] = {}
+        self._shm = shared_memory
         self._ready = ready
         self._ceiling = max_request_bytes
         self._refused = refused
@@ -251,6 +257,9 @@ class InferenceRouter:
             else:
                 self._metadata(entry, version, resp)
             return
+        if path.startswith(SHM_PREFIX) and self._shm is not None:
+            self._shm.handle(req, resp)
+            return
         if path not in _OTHER_PATHS:
             resp.send_error(404, f"no such endpoint: {path}")
         elif req.method != "GET":
@@ -261,10 +270,10 @@ class InferenceRouter:
             ready = self._ready()
             resp.send_json(200 if ready else 503, {"ready": ready})
         else:
-            resp.send_json(
-                200,
-                {"name": "edged", "version": __version__, "extensions": ["binary_tensor_data"]},
-            )
+            extensions = ["binary_tensor_data"]
+            if self._shm is not None:
+                extensions.append("system_shared_memory")
+            resp.send_json(200, {"name": "edged", "version": __version__, "extensions": extensions})
 
     def _candidates(self, entry: ModelEntry, version: str | None) -> list[Replica]:
         """The ready replicas a request goes to: those of the first workload in serving order
@@ -287,6 +296,16 @@ class InferenceRouter:
             if self._refused is not None:  # an error of that workload's, as a worker's 5xx
                 self._refused(entry.workload, version)
             return
+        shm = self._shm
+        if shm is not None and shm.wants(req):
+            limit = entry.body_limit[0] if entry.body_limit is not None else self._ceiling
+            try:
+                outs = shm.rewrite(req, limit)
+            except ShmError as exc:
+                resp.send_error(exc.status, str(exc))
+                return
+            if outs:
+                resp = ShmAnswer(resp, outs)
         best = reps[0]
         if len(reps) > 1:
             best = min(reps, key=_inflight)
