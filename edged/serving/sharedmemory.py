@@ -42,7 +42,6 @@ import struct
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import unquote
 
 import orjson
 
@@ -347,6 +346,8 @@ class SharedMemory:
             rest = req.path[len(PREFIX) :]
             name: str | None = None
             if rest.startswith("/region/"):
+                from urllib.parse import unquote  # only here: edged imports little while idle
+
                 name, _, action = rest[8:].rpartition("/")
                 name = _check_name(unquote(name))
             else:
