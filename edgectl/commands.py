@@ -30,7 +30,7 @@ from typing import Any
 
 import orjson
 
-from edgectl import jsonpath, placements, printing
+from edgectl import jsonpath, modelconfigs, placements, printing
 from edgectl.client import DEFAULT_CHUNK_SIZE, AdminClient, ClientError, load_admin_config
 from edgectl.errors import EXIT_DONE, EXIT_REFUSED, InputError, UsageError
 from edgectl.resources import (
@@ -139,6 +139,10 @@ def add_commands(sub: Any) -> None:
 
     describe = sub.add_parser("describe", help="one object, readable: status, conditions, events")
     describe.add_argument("resource", nargs="+", metavar="RESOURCE", help="TYPE NAME or TYPE/NAME")
+    describe.add_argument(
+        "--device", default="", metavar="NAME",
+        help="modelconfig: the merged config this device gets, each value with its source",
+    )  # fmt: skip
 
     delete = sub.add_parser("delete", help="delete objects, devices or tokens")
     delete.add_argument(
@@ -524,7 +528,12 @@ def _describe(client: AdminClient, args: argparse.Namespace) -> int:
     ref, rest = _one(args.resource, "describe")
     if rest:
         raise UsageError(f"describe: one object at a time (got {' '.join(rest)!r} too)")
+    if getattr(args, "device", "") and ref.kind != "ModelConfig":
+        raise UsageError("describe: --device goes with a modelconfig")
     doc = client.get(ref.kind, ref.name)
+    if getattr(args, "device", ""):
+        _print(modelconfigs.describe_for_device(doc, client.get("Device", args.device)))
+        return EXIT_DONE
     events = client.events(ref.kind, ref.name)
     now = time.time()
     if ref.kind == "Device":

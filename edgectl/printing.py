@@ -216,6 +216,26 @@ def _priority_class_row(doc: Doc, now: float, wide: bool) -> Row:
     ]
 
 
+def _model_config_row(doc: Doc, now: float, wide: bool) -> Row:
+    spec = doc.get("spec", {})
+    overrides = spec.get("overrides", [])
+    row = [
+        _name(doc),
+        str(spec.get("model", "")),
+        str(len(spec.get("data", {}))),
+        str(len(spec.get("files", {}))),
+        str(len(overrides)),
+    ]
+    if wide:
+        row.append(
+            ",".join(
+                "devices" if "devices" in o else ",".join(o.get("selector", {})) for o in overrides
+            )
+            or "<none>"
+        )
+    return row
+
+
 def _agent_upgrade_row(doc: Doc, now: float, wide: bool) -> Row:
     spec, status = doc.get("spec", {}), doc.get("status", {})
     pool = status.get("poolDevices", 0)
@@ -366,6 +386,11 @@ COLUMNS: dict[str, Columns] = {
         ("NAME", "VERSION", "PHASE", "DONE", "UPDATING", "FAILED", "STEP"),
         ("SELECTOR", "REVISION", "REFUSED"),
         _agent_upgrade_row,
+    ),
+    "ModelConfig": (
+        ("NAME", "MODEL", "KEYS", "FILES", "OVERRIDES"),
+        ("OVERRIDDEN-BY",),
+        _model_config_row,
     ),
     "BootstrapToken": (
         ("NAME", "EXPIRES-IN", "USAGE", "DESCRIPTION", "DEVICE-LABELS"),

@@ -22,6 +22,7 @@ _ALIASES: dict[str, tuple[str, ...]] = {
     "Secret": ("secrets", "secret"),
     "PriorityClass": ("priorityclasses", "priorityclass", "pc"),
     "AgentUpgrade": ("agentupgrades", "agentupgrade", "au"),
+    "ModelConfig": ("modelconfigs", "modelconfig", "mc"),
     TOKEN: ("tokens", "token", "bootstraptokens"),
     REGION: ("regions", "region"),
     PLACEMENT: ("placements", "placement"),
@@ -42,6 +43,7 @@ APPLIED_KINDS = (
     "Secret",
     "PriorityClass",
     "AgentUpgrade",
+    "ModelConfig",
 )
 """The kinds ``apply`` writes (and ``label``/``annotate`` change)."""
 

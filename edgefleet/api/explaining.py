@@ -29,6 +29,7 @@ from edgefleet.api.baselines import SecurityBaseline
 from edgefleet.api.deployments import ModelDeployment
 from edgefleet.api.healthpolicies import DeviceHealthPolicy
 from edgefleet.api.meta import API_VERSION, SERVER_METADATA
+from edgefleet.api.modelconfigs import ModelConfig
 from edgefleet.api.priorities import PriorityClass
 from edgefleet.api.secrets import Secret
 from edgefleet.api.validating import Problems, Reader
@@ -188,6 +189,9 @@ KIND_HELP: Mapping[str, str] = {
     "AgentUpgrade": "edged moved to another release on the selected devices, canary steps "
     "first; stopped and reverted past its failure threshold (docs/agent-updates.md).",
     "PriorityClass": "A named priority that ModelDeployments refer to (spec.priorityClassName).",
+    "ModelConfig": "Per-device configuration of a model: defaults (spec.data, spec.files), "
+    "overrides by label selector and by device name, the most specific winning "
+    "(docs/model-config.md).",
     "SecurityBaseline": "What devices must prove to keep their workloads: attestation, a TPM, "
     "the digests of their code, config and models.",
 }
@@ -317,6 +321,7 @@ _MINIMAL_SPEC: Mapping[str, Mapping[str, Any]] = {
     "Secret": {"stringData": {"k": "v"}},
     "PriorityClass": {"value": 0},
     "AgentUpgrade": {"version": "0.1.0"},
+    "ModelConfig": {"model": "m"},
 }
 
 
@@ -386,6 +391,7 @@ _KIND_CLASSES: Mapping[str, type] = {
     "Secret": Secret,
     "PriorityClass": PriorityClass,
     "AgentUpgrade": AgentUpgrade,
+    "ModelConfig": ModelConfig,
 }
 
 

@@ -44,6 +44,7 @@ from edgefleet.api.meta import (
     ObjectMeta,
     read_metadata,
 )
+from edgefleet.api.modelconfigs import ModelConfig, read_model_config
 from edgefleet.api.placement import (
     Placement,
     PlacementStrategy,
@@ -93,6 +94,7 @@ __all__ = [
     "DeviceHealthPolicySpec",
     "LowBattery",
     "Manifest",
+    "ModelConfig",
     "ModelDeployment",
     "ModelDeploymentSpec",
     "ModelRef",
@@ -121,7 +123,13 @@ __all__ = [
 
 
 Manifest: TypeAlias = (
-    ModelDeployment | DeviceHealthPolicy | SecurityBaseline | Secret | PriorityClass | AgentUpgrade
+    ModelDeployment
+    | DeviceHealthPolicy
+    | SecurityBaseline
+    | Secret
+    | PriorityClass
+    | AgentUpgrade
+    | ModelConfig
 )
 """Any manifest kind."""
 
@@ -133,6 +141,7 @@ _KINDS: dict[str, Callable[[ObjectMeta, Reader | None], Manifest]] = {
     Secret.KIND: read_secret,
     PriorityClass.KIND: read_priority_class,
     AgentUpgrade.KIND: read_agent_upgrade,
+    ModelConfig.KIND: read_model_config,
 }
 
 

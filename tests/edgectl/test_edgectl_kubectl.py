@@ -304,7 +304,8 @@ def test_global_flags_anywhere_and_contexts(config: Path, tmp_path: Path) -> Non
         (["get", "device/a", "-w"],
          "error: get: -w/--watch needs one resource type (TYPE [NAME...], not TYPE/NAME)"),
         (["get", "pods"], "error: unknown resource type 'pods' (one of devices, deployments, "
-         "models, baselines, policies, secrets, priorityclasses, agentupgrades, tokens, "
+         "models, baselines, policies, secrets, priorityclasses, agentupgrades, modelconfigs, "
+         "tokens, "
          "regions, placements, events)"),
         (["get", "device/a", "b"], "error: 'b': give every object as TYPE/NAME, or TYPE NAME..."),
         (["get", "devices", "-o", "xml"], "error: edgectl get: argument -o/--output: unknown "
@@ -388,8 +389,8 @@ def test_explain_describes_fields_from_the_validation(config: Path) -> None:
         (["explain", "events.object.nope"], 1, 'error: field "nope" does not exist in '
          "Event.object (fields: kind, name)"),
         (["explain", "nodes"], 2, "error: unknown resource type 'nodes' (one of "
-         "deployments, policies, baselines, secrets, priorityclasses, agentupgrades, devices, "
-         "models, tokens, regions, events)"),
+         "deployments, policies, baselines, secrets, priorityclasses, agentupgrades, "
+         "modelconfigs, devices, models, tokens, regions, events)"),
         (["explain", "md", "--config", str(config)], 2, "error: explain: --config does not "
          "apply"),
     ):  # fmt: skip

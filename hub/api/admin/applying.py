@@ -26,7 +26,7 @@ from edgefleet.v1 import admin_pb2
 from edgefleet.versioning import installed_version
 from hub.api.admin.common import AdminAuth, Refused, invalid, problems_text, refuse_root_owned, rpc
 from hub.controllers.wave import WaveController
-from hub.decide import apply, priority, regionslice, statebound
+from hub.decide import apply, modelconfigs, priority, regionslice, statebound
 from hub.decide.agentdesired import version_refusal
 from hub.decide.desired import MAX_DESIRED_STATE_BYTES
 from hub.decide.modelclaim import apply_refusal
@@ -108,6 +108,7 @@ class Applies:
         self._check_priority_classes(parsed)
         self._check_waves(parsed)
         self._check_agent_versions(parsed)
+        self._check_model_configs(parsed)
         if (claimed := apply_refusal(parsed, self.cache.deployments)) is not None:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, claimed)  # hub.decide.modelclaim
         planned = [await self._plan(obj) for obj in parsed]
@@ -254,6 +255,16 @@ class Applies:
                 + f" (built-in: {builtin}; PriorityClasses applied: {applied})"
             )
 
+    def _check_model_configs(self, parsed: list[apply.ParsedObject]) -> None:
+        """One ModelConfig per model (hub.decide.modelconfigs); nothing applied otherwise."""
+        kind = modelconfigs.KIND
+        applied = [(i, o.name, o.manifest) for i, o in enumerate(parsed) if o.kind == kind]
+        if applied:
+            stored = [o.manifest for o in self.cache.objects_of(kind)]
+            problems = modelconfigs.model_conflicts(applied, stored)
+            if problems:
+                raise invalid("nothing applied: " + "; ".join(problems))
+
     def _check_agent_versions(self, parsed: list[apply.ParsedObject]) -> None:
         """An AgentUpgrade to a version outside this hub's window is refused, and nothing is
         applied (edgefleet.agentskew)."""
@@ -311,6 +322,8 @@ class Applies:
     def _warnings(self, obj: apply.ParsedObject) -> list[str]:
         """An accepted deployment that cannot run anywhere says so at once (and the same
         words are conditions in its status)."""
+        if obj.kind == modelconfigs.KIND:
+            return [modelconfigs.DELIVERY_WARNING]
         if obj.kind != "ModelDeployment":
             return []
         dep = parse_manifest(dict(obj.manifest))
