@@ -88,15 +88,15 @@ class Region:
         except OSError:
             return True
 
-    def read(self, offset: int, size: int) -> bytes:
-        data = os.pread(self.fd, size, self.offset + offset)
-        if len(data) != size:
+    def read_into(self, buf: memoryview, offset: int) -> None:
+        """Fill ``buf`` from the region at ``offset`` (one copy, straight into the request)."""
+        got = os.preadv(self.fd, [buf], self.offset + offset)
+        if got != len(buf):
             raise ShmError(
                 f"shared memory region {self.name!r} is shorter than registered: "
-                f"{size} bytes at offset {offset} asked, {len(data)} there "
+                f"{len(buf)} bytes at offset {offset} asked, {got} there "
                 "(its file was truncated)"
             )
-        return data
 
     def write(self, offset: int, data: bytes) -> None:
         if not self.writable:
@@ -418,7 +418,7 @@ class SharedMemory:
         if not isinstance(doc, dict):
             raise ShmError("the request must be a JSON object")
         binary = memoryview(body)[hlen:]
-        parts: list[bytes | memoryview] = []
+        parts: list[memoryview | tuple[Region, int, int]] = []
         pos = 0
         total = 0
         inputs = doc.get("inputs")
@@ -443,7 +443,7 @@ class SharedMemory:
                     raise ShmError(
                         f"the inputs are larger than this model takes ({limit} bytes)", 413
                     )
-                parts.append(region.read(offset, size))
+                parts.append((region, offset, size))
                 for k in _SHM_KEYS:
                     params.pop(k, None)
                 params["binary_data_size"] = size
@@ -477,7 +477,19 @@ class SharedMemory:
             params["binary_data"] = True
             outs[name] = (region, offset, size)
         header = orjson.dumps(doc)
-        req.body = b"".join((header, *parts))
+        sizes = [p[2] if isinstance(p, tuple) else len(p) for p in parts]
+        out = bytearray(len(header) + sum(sizes))
+        view = memoryview(out)
+        view[: len(header)] = header
+        at = len(header)
+        for part, size in zip(parts, sizes, strict=True):
+            if isinstance(part, tuple):
+                part[0].read_into(view[at : at + size], part[1])
+            else:
+                view[at : at + size] = part
+            at += size
+        view.release()
+        req.body = out  # type: ignore[assignment]  # bytes-like: the channel only joins it
         req.headers["inference-header-content-length"] = str(len(header))
         return outs
 

@@ -1,0 +1,200 @@
+"""A 224x224x3 float32 frame sent to edged three ways in one run: the system shared-memory
+extension, the binary tensor extension, JSON; requests per second and CPU per request.
+
+    .venv/bin/python bench/sharedmemory.py [--quick] [--json PATH]
+
+The model is an MLP whose input is the frame flattened (150,528 floats, 602,112 bytes) and
+whose output is 10 floats. One keep-alive client on infer.sock sends pre-encoded requests one
+after the other (concurrency 1), the three ways interleaved, each repeated (3 times, once with
+--quick); medians are quoted. With shared memory the frame is put in a region of /dev/shm once
+and registered (``tritonclient``'s layout: the request names the input's and the output's
+region, offset and size); the output comes back in its region. CPU per request: edged's
+control process, its worker and the client, from /proc, over each window. The bare
+``InferenceSession.run`` of the same frame (one thread) is context; ratios are against the
+binary extension, measured in the same run. See bench/README.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import mmap
+import os
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from common import (
+    Edged,
+    ModelDef,
+    RawClient,
+    bare_loop,
+    bare_session,
+    cpu_seconds,
+    infer_request,
+    infer_request_binary,
+    median,
+    percentile,
+)
+
+FRAME = (224, 224, 3)
+N_IN = 224 * 224 * 3
+SIZES = (N_IN, 16, 10)
+OUT_BYTES = 10 * 4
+
+
+def _post(path: str, body: bytes, extra: str = "") -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\n"
+        f"{extra}Content-Length: {len(body)}\r\n\r\n"
+    ).encode() + body
+
+
+def shm_request(model: str, region: str, in_bytes: int) -> bytes:
+    """What tritonclient sends for an input and an output in regions (its JSON, no binary)."""
+    import orjson
+
+    body = orjson.dumps(
+        {
+            "inputs": [
+                {
+                    "name": "input",
+                    "shape": [1, N_IN],
+                    "datatype": "FP32",
+                    "parameters": {
+                        "shared_memory_region": region,
+                        "shared_memory_byte_size": in_bytes,
+                    },
+                }
+            ],
+            "outputs": [
+                {
+                    "name": "logits",
+                    "parameters": {
+                        "binary_data": False,
+                        "shared_memory_region": region,
+                        "shared_memory_byte_size": OUT_BYTES,
+                        "shared_memory_offset": in_bytes,
+                    },
+                }
+            ],
+        }
+    )
+    return _post(f"/v2/models/{model}/infer", body)
+
+
+def window(client: RawClient, request: bytes, n: int, pids: list[int]) -> dict[str, float]:
+    cpu0 = [cpu_seconds(p) for p in pids]
+    c0 = time.process_time()
+    lat = [0.0] * n
+    pc = time.perf_counter
+    t0 = pc()
+    for k in range(n):
+        t = pc()
+        status, _ = client.call(request)
+        lat[k] = pc() - t
+        if status != 200:
+            raise RuntimeError(f"edged answered {status}")
+    wall = pc() - t0
+    client_cpu = time.process_time() - c0
+    cpu = [cpu_seconds(p) - c for p, c in zip(pids, cpu0, strict=True)]
+    return {
+        "rps": n / wall,
+        "p50_ms": percentile(lat, 50) * 1e3,
+        "edged_cpu_us": cpu[0] / n * 1e6,
+        "worker_cpu_us": sum(cpu[1:]) / n * 1e6,
+        "client_cpu_us": client_cpu / n * 1e6,
+        "total_cpu_us": (sum(cpu) + client_cpu) / n * 1e6,
+    }
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    import numpy as np
+
+    model = ModelDef("frame", SIZES, max_batch_size=1)
+    x = np.random.default_rng(2).random(FRAME, dtype=np.float32).reshape(1, N_IN)
+    key = f"edged-bench-{os.getpid()}"
+    path = Path("/dev/shm") / key
+    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    try:
+        os.ftruncate(fd, x.nbytes + OUT_BYTES)
+        with mmap.mmap(fd, x.nbytes + OUT_BYTES) as region:
+            region[: x.nbytes] = x.tobytes()
+            with Edged([model]) as edged:
+                sess = bare_session(edged.model_path(model))
+                bare = bare_loop(sess, x, n=args.n, warmup=20)
+                ref = sess.run(None, {"input": x})[0]
+                pids = [edged.pid, *[p for ps in edged.worker_pids().values() for p in ps]]
+                ways = {
+                    "shm": shm_request(model.name, "frame", x.nbytes),
+                    "binary": infer_request_binary(model.name, x),
+                    "json": infer_request(model.name, x),
+                }
+                with RawClient(edged.infer_sock) as client:
+                    reg = json.dumps({"key": "/" + key, "byte_size": x.nbytes + OUT_BYTES})
+                    client.sock.sendall(
+                        _post("/v2/systemsharedmemory/region/frame/register", reg.encode())
+                    )
+                    status, _, body = client._read_reply(keep_body=True)
+                    if status != 200:
+                        raise RuntimeError(f"register answered {status}: {body!r}")
+                    for req in ways.values():  # warm up each way
+                        for _ in range(args.warmup):
+                            if client.call(req)[0] != 200:
+                                raise RuntimeError("warm-up failed")
+                    got = np.frombuffer(region[x.nbytes :], dtype=np.float32).reshape(ref.shape)
+                    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
+                    reps: dict[str, list[dict[str, float]]] = {w: [] for w in ways}
+                    for _ in range(args.reps):
+                        for way, req in ways.items():
+                            n = args.n if way != "json" else max(20, args.n // 4)
+                            reps[way].append(window(client, req, n, pids))
+    finally:
+        os.close(fd)
+        path.unlink(missing_ok=True)
+    med = {w: {k: median(r[k] for r in rs) for k in rs[0]} for w, rs in reps.items()}
+    return {
+        "frame": list(FRAME),
+        "input_bytes": int(x.nbytes),
+        "bare_p50_ms": percentile(bare, 50) * 1e3,
+        "reps": reps,
+        "median": med,
+    }
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--quick", action="store_true", help="one repetition, fewer requests")
+    p.add_argument("--json", type=Path, help="also write the figures as JSON here")
+    p.add_argument("--reps", type=int, help="repetitions (default 3, 1 with --quick)")
+    p.add_argument("--n", type=int, help="requests per window (JSON: a quarter)")
+    args = p.parse_args()
+    args.reps = args.reps or (1 if args.quick else 3)
+    args.n = args.n or (100 if args.quick else 400)
+    args.warmup = 5 if args.quick else 20
+    out = run(args)
+    med = out["median"]
+    base = med["binary"]
+    print(
+        f"224x224x3 float32 frame ({out['input_bytes']} bytes), concurrency 1, "
+        f"bare ORT p50 {out['bare_p50_ms']:.3f} ms; medians of {args.reps}"
+    )
+    cols = ("rps", "p50_ms", "edged_cpu_us", "worker_cpu_us", "client_cpu_us", "total_cpu_us")
+    ratios = f"{'rps/binary':>12}{'cpu/binary':>12}"
+    print(f"{'way':8}" + "".join(f"{c:>15}" for c in cols) + ratios)
+    for way, m in med.items():
+        print(
+            f"{way:8}"
+            + "".join(f"{m[c]:15.3f}" for c in cols)
+            + f"{m['rps'] / base['rps']:12.2f}{m['total_cpu_us'] / base['total_cpu_us']:12.2f}"
+        )
+    if args.json:
+        args.json.write_text(json.dumps(out, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
