@@ -7,7 +7,9 @@ edged path minus the bare ``InferenceSession.run`` loop's (batch 1, one thread, 
 Throughput: medium MLP, 8 client processes (one connection each) for a fixed window, rates
 added, maxBatchSize 8, divided by the batching ceiling: the rows/s of a bare loop at batch 8
 (one thread, same run); client p99 against the bare batch-8 call. Measured with JSON bodies
-and with the binary tensor extension (raw input and output bytes). The bare batch-1 loop's
+and with the binary tensor extension (raw input and output bytes), and with the system
+shared-memory extension (the input in a region registered once, the output written into it:
+``bench/sharedmemory.py``), each against its own zero-cost bound. The bare batch-1 loop's
 rate is context.
 Each measurement is repeated (3 times, once with --quick) and medians are quoted.
 See bench/README.md and /work/shared/BENCHMARKS.md.
@@ -45,6 +47,7 @@ from common import (
     wake_penalty,
     window_client,
 )
+from sharedmemory import ShmFrame
 
 # issue 13: JSON >= 0.8x and binary >= 0.9x the batch-8 ceiling; client p99 <= 2.5x the
 # bare batch-8 call; the tiny model's added p50 <= 0.1 ms
@@ -108,6 +111,8 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
     )
     x = make_input(MEDIUM_MLP[0], seed=2)
     requests = {"json": infer_request(model.name, x), "binary": infer_request_binary(model.name, x)}
+    # the system shared-memory extension: the input and every client's output in one region
+    frame = ShmFrame(x, 4 * MEDIUM_MLP[-1], name="medium")
     req = requests["json"]
     x8 = x.repeat(args.max_batch, axis=0)
     n = args.clients
@@ -119,6 +124,8 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
         t = time.perf_counter()
         with Edged([model]) as edged:
             ready_s = time.perf_counter() - t
+            frame.register(edged.infer_sock)
+            requests["shm"] = frame.request(model.name)
             pids = edged.worker_pids().get("medium", [])
             worker = pids[0] if pids else None
             sess = bare_session(edged.model_path(model))
@@ -188,13 +195,23 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
                 r["clients_us_per_req"] = 1e6 * client_cpu / max(1.0, rate * args.dur_s)
                 bclient_cpu = sum(c for _, _, _, c in bout)
                 r["binary_clients_us_per_req"] = 1e6 * bclient_cpu / max(1.0, brate * args.dur_s)
+                sout, scpu0, scpu1 = windows["shm"]
+                srate = sum(cnt / el for cnt, el, _, _ in sout if el > 0)
+                sreqs = max(1.0, srate * args.dur_s)
+                r["shm_rate_rps"] = srate
+                r["shm_ceiling_ratio"] = srate / ceiling
+                r["shm_p99_ms"] = ms(percentile([v for _, _, ls, _ in sout for v in ls], 99))
+                r["shm_p99_vs_batch"] = r["shm_p99_ms"] / r["bare_batch_ms"]
+                r["shm_clients_us_per_req"] = 1e6 * sum(c for _, _, _, c in sout) / sreqs
+                r["shm_control_us_per_req"] = 1e6 * (scpu1[0] - scpu0[0]) / sreqs
+                r["shm_worker_us_per_req"] = 1e6 * (scpu1[1] - scpu0[1]) / sreqs
                 # What a server costing nothing could reach here: with as many clients as
                 # maxBatchSize, every client waits on the batch that holds its request, so
                 # the clients' own CPU per batch (their turnaround: read the answer, send the
                 # next request) cannot overlap ONNX Runtime and needs at least
                 # rows x clients us/req / cores of wall time between batches.
                 cores = os.cpu_count() or 1
-                for prefix in ("", "binary_"):
+                for prefix in ("", "binary_", "shm_"):
                     turnaround_s = args.max_batch * r[prefix + "clients_us_per_req"] / 1e6 / cores
                     b8_s = r["bare_batch_ms"] / 1e3
                     r[prefix + "zero_cost_bound"] = (
@@ -237,10 +254,13 @@ def throughput(args: argparse.Namespace) -> dict[str, Any]:
                 r["binary_cpu_ratio"] = ort_us_per_row / (
                     ort_us_per_row + r["binary_overhead_us_per_req"]
                 )
+                r["shm_bound_ratio"] = r["shm_ceiling_ratio"] / r["shm_zero_cost_bound"]
+                r["binary_bound_ratio"] = r["binary_ceiling_ratio"] / r["binary_zero_cost_bound"]
                 reps.append(r)
     finally:
         pool.terminate()
         pool.join()
+        frame.close()
     return {
         "model": "medium",
         "sizes": list(MEDIUM_MLP),
@@ -398,6 +418,21 @@ def main() -> int:
             ],
         )
         print_table(
+            "  Shared memory (the system shared-memory extension: the input read from a region "
+            "registered once, the output written into it) against the binary extension",
+            thr["reps"] + [thr["median"]],
+            [
+                ("shm_rate_rps", "shm req/s", ".0f"),
+                ("shm_ceiling_ratio", "shm/ceil", ".2f"),
+                ("shm_bound_ratio", "shm/bound", ".2f"),
+                ("binary_bound_ratio", "bin/bound", ".2f"),
+                ("shm_p99_vs_batch", "shm p99/b8", ".2f"),
+                ("shm_control_us_per_req", "shm control us", ".1f"),
+                ("shm_worker_us_per_req", "shm worker us", ".1f"),
+                ("shm_clients_us_per_req", "shm client us", ".1f"),
+            ],
+        )
+        print_table(
             "  The most a server that cost nothing could reach with these clients on this "
             f"machine ({os.cpu_count()} cores): the batch-{args.max_batch} call plus the "
             "clients' own turnaround, which no batch can hide when every client waits on it",
@@ -475,6 +510,11 @@ def main() -> int:
         print(
             f"           a server costing nothing could reach at most {m['zero_cost_bound']:.2f}x "
             f"(JSON) and {m['binary_zero_cost_bound']:.2f}x (binary) with these clients here"
+        )
+        print(
+            f"           shared memory {m['shm_rate_rps']:.0f} req/s = "
+            f"{m['shm_ceiling_ratio']:.2f}x the ceiling = {m['shm_bound_ratio']:.2f}x its bound "
+            f"({m['shm_zero_cost_bound']:.2f}x); binary {m['binary_bound_ratio']:.2f}x its bound"
         )
     print(f"(took {time.perf_counter() - t0:.0f} s)")
     result["summary"] = summary

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import mmap
 import os
 import sys
 import time
@@ -53,8 +52,11 @@ def _post(path: str, body: bytes, extra: str = "") -> bytes:
     ).encode() + body
 
 
-def shm_request(model: str, region: str, in_bytes: int) -> bytes:
-    """What tritonclient sends for an input and an output in regions (its JSON, no binary)."""
+def shm_request(
+    model: str, region: str, in_bytes: int, out_bytes: int, shape: list[int] | None = None
+) -> bytes:
+    """What tritonclient sends for an input and an output in regions (its JSON, no binary):
+    the input at the region's start, the output right after it."""
     import orjson
 
     body = orjson.dumps(
@@ -62,7 +64,7 @@ def shm_request(model: str, region: str, in_bytes: int) -> bytes:
             "inputs": [
                 {
                     "name": "input",
-                    "shape": [1, N_IN],
+                    "shape": shape or [1, N_IN],
                     "datatype": "FP32",
                     "parameters": {
                         "shared_memory_region": region,
@@ -76,7 +78,7 @@ def shm_request(model: str, region: str, in_bytes: int) -> bytes:
                     "parameters": {
                         "binary_data": False,
                         "shared_memory_region": region,
-                        "shared_memory_byte_size": OUT_BYTES,
+                        "shared_memory_byte_size": out_bytes,
                         "shared_memory_offset": in_bytes,
                     },
                 }
@@ -84,6 +86,40 @@ def shm_request(model: str, region: str, in_bytes: int) -> bytes:
         }
     )
     return _post(f"/v2/models/{model}/infer", body)
+
+
+class ShmFrame:
+    """A region in /dev/shm holding ``x`` (room for the output after it), registered with an
+    edged as ``name``; every client of the same uid may name it. ``close`` removes it."""
+
+    def __init__(self, x: Any, out_bytes: int, name: str = "frame") -> None:
+        self.name = name
+        self.in_bytes = int(x.nbytes)
+        self.size = self.in_bytes + out_bytes
+        self.key = f"edged-bench-{os.getpid()}-{name}"
+        self.path = Path("/dev/shm") / self.key
+        self.fd = os.open(self.path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+        os.ftruncate(self.fd, self.size)
+        os.pwrite(self.fd, x.tobytes(), 0)
+        self.shape = [int(n) for n in x.shape]
+
+    def register(self, sock_path: str) -> None:
+        body = json.dumps({"key": "/" + self.key, "byte_size": self.size}).encode()
+        with RawClient(sock_path) as client:
+            client.sock.sendall(_post(f"/v2/systemsharedmemory/region/{self.name}/register", body))
+            status, _, reply = client._read_reply(keep_body=True)
+        if status != 200:
+            raise RuntimeError(f"register answered {status}: {reply!r}")
+
+    def request(self, model: str) -> bytes:
+        return shm_request(model, self.name, self.in_bytes, self.size - self.in_bytes, self.shape)
+
+    def output(self, n: int) -> bytes:
+        return os.pread(self.fd, n, self.in_bytes)
+
+    def close(self) -> None:
+        os.close(self.fd)
+        self.path.unlink(missing_ok=True)
 
 
 def window(client: RawClient, request: bytes, n: int, pids: list[int]) -> dict[str, float]:
@@ -116,45 +152,33 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
 
     model = ModelDef("frame", SIZES, max_batch_size=1)
     x = np.random.default_rng(2).random(FRAME, dtype=np.float32).reshape(1, N_IN)
-    key = f"edged-bench-{os.getpid()}"
-    path = Path("/dev/shm") / key
-    fd = os.open(path, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+    frame = ShmFrame(x, OUT_BYTES)
     try:
-        os.ftruncate(fd, x.nbytes + OUT_BYTES)
-        with mmap.mmap(fd, x.nbytes + OUT_BYTES) as region:
-            region[: x.nbytes] = x.tobytes()
-            with Edged([model]) as edged:
-                sess = bare_session(edged.model_path(model))
-                bare = bare_loop(sess, x, n=args.n, warmup=20)
-                ref = sess.run(None, {"input": x})[0]
-                pids = [edged.pid, *[p for ps in edged.worker_pids().values() for p in ps]]
-                ways = {
-                    "shm": shm_request(model.name, "frame", x.nbytes),
-                    "binary": infer_request_binary(model.name, x),
-                    "json": infer_request(model.name, x),
-                }
-                with RawClient(edged.infer_sock) as client:
-                    reg = json.dumps({"key": "/" + key, "byte_size": x.nbytes + OUT_BYTES})
-                    client.sock.sendall(
-                        _post("/v2/systemsharedmemory/region/frame/register", reg.encode())
-                    )
-                    status, _, body = client._read_reply(keep_body=True)
-                    if status != 200:
-                        raise RuntimeError(f"register answered {status}: {body!r}")
-                    for req in ways.values():  # warm up each way
-                        for _ in range(args.warmup):
-                            if client.call(req)[0] != 200:
-                                raise RuntimeError("warm-up failed")
-                    got = np.frombuffer(region[x.nbytes :], dtype=np.float32).reshape(ref.shape)
-                    np.testing.assert_allclose(got, ref, rtol=1e-4, atol=1e-5)
-                    reps: dict[str, list[dict[str, float]]] = {w: [] for w in ways}
-                    for _ in range(args.reps):
-                        for way, req in ways.items():
-                            n = args.n if way != "json" else max(20, args.n // 4)
-                            reps[way].append(window(client, req, n, pids))
+        with Edged([model]) as edged:
+            sess = bare_session(edged.model_path(model))
+            bare = bare_loop(sess, x, n=args.n, warmup=20)
+            ref = sess.run(None, {"input": x})[0]
+            pids = [edged.pid, *[p for ps in edged.worker_pids().values() for p in ps]]
+            frame.register(edged.infer_sock)
+            ways = {
+                "shm": frame.request(model.name),
+                "binary": infer_request_binary(model.name, x),
+                "json": infer_request(model.name, x),
+            }
+            with RawClient(edged.infer_sock) as client:
+                for req in ways.values():  # warm up each way
+                    for _ in range(args.warmup):
+                        if client.call(req)[0] != 200:
+                            raise RuntimeError("warm-up failed")
+                got = np.frombuffer(frame.output(OUT_BYTES), dtype=np.float32)
+                np.testing.assert_allclose(got.reshape(ref.shape), ref, rtol=1e-4, atol=1e-5)
+                reps: dict[str, list[dict[str, float]]] = {w: [] for w in ways}
+                for _ in range(args.reps):
+                    for way, req in ways.items():
+                        n = args.n if way != "json" else max(20, args.n // 4)
+                        reps[way].append(window(client, req, n, pids))
     finally:
-        os.close(fd)
-        path.unlink(missing_ok=True)
+        frame.close()
     med = {w: {k: median(r[k] for r in rs) for k in rs[0]} for w, rs in reps.items()}
     return {
         "frame": list(FRAME),
