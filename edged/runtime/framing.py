@@ -28,7 +28,6 @@ from __future__ import annotations
 import struct
 from collections.abc import Callable
 from enum import IntEnum
-from typing import Any
 
 HEADER = struct.Struct("!IBI")
 HEADER_SIZE = HEADER.size
@@ -60,25 +59,30 @@ class FrameError(Exception):
 class FrameReader:
     """Incremental decoder: feed bytes, get ``(type, req_id, payload)`` callbacks."""
 
-    __slots__ = ("_buf", "_on_frame", "_views")
+    __slots__ = ("_buf", "_filling", "_head", "_on_frame", "_views")
 
     def __init__(self, on_frame: Callable[[int, int, bytes], None], *, views: bool = False) -> None:
         """``views``: hand each payload over with no copy where it can (a read-only
         ``memoryview`` of the bytes read, which it keeps alive; a payload split over reads is
-        copied once, as a ``bytearray``) instead of as ``bytes``. The worker reads requests
-        this way: a binary request's tensors are then arrays over the bytes the kernel gave."""
+        copied once, into a ``bytearray`` of its own size, as its reads come) instead of as
+        ``bytes``. The worker reads requests this way: a binary request's tensors are then
+        arrays over the bytes the kernel gave, or over that one copy (a camera frame)."""
         self._buf = bytearray()
         self._on_frame = on_frame
         self._views = views
+        self._filling: memoryview | None = None  # views: the payload being gathered...
+        self._head = (0, 0, 0)  # ...its type, request id and bytes gathered so far
 
     def feed(self, data: bytes) -> None:
+        if self._views:
+            self._feed_views(data)
+            return
         buf = self._buf
         if not buf:
             # Fast path: whole frames (one, or a batch's answers) usually arrive in one read;
             # take them straight from ``data`` and buffer only an unfinished tail.
             start = 0
             n = len(data)
-            whole: bytes | memoryview = memoryview(data) if self._views else data
             while n - start >= HEADER_SIZE:
                 length, ftype, req_id = HEADER.unpack_from(data, start)
                 if length > MAX_FRAME:
@@ -86,7 +90,7 @@ class FrameReader:
                 end = start + HEADER_SIZE + length
                 if end > n:
                     break
-                self._on_frame(ftype, req_id, whole[start + HEADER_SIZE : end])  # type: ignore[arg-type]
+                self._on_frame(ftype, req_id, data[start + HEADER_SIZE : end])
                 start = end
             if start == n:
                 return
@@ -101,10 +105,55 @@ class FrameReader:
             end = offset + HEADER_SIZE + length
             if end > n:
                 break
-            payload: Any = buf[offset + HEADER_SIZE : end]  # a copy: ``buf`` changes below
-            if not self._views:
-                payload = bytes(payload)
+            payload = bytes(buf[offset + HEADER_SIZE : end])
             offset = end
             self._on_frame(ftype, req_id, payload)
         if offset:
             del buf[:offset]
+
+    def _feed_views(self, data: bytes) -> None:
+        view = memoryview(data)
+        pos, n = 0, len(data)
+        while pos < n:
+            filling = self._filling
+            if filling is not None:  # a payload split over reads: into its own buffer
+                ftype, req_id, got = self._head
+                take = min(len(filling) - got, n - pos)
+                filling[got : got + take] = view[pos : pos + take]
+                pos += take
+                if got + take < len(filling):
+                    self._head = (ftype, req_id, got + take)
+                    return
+                self._filling = None
+                self._on_frame(ftype, req_id, filling.obj)  # type: ignore[arg-type]
+                continue
+            buf = self._buf
+            if buf or n - pos < HEADER_SIZE:  # a header split over reads
+                take = min(HEADER_SIZE - len(buf), n - pos)
+                buf += view[pos : pos + take]
+                pos += take
+                if len(buf) < HEADER_SIZE:
+                    return
+                length, ftype, req_id = HEADER.unpack(buf)
+                buf.clear()
+                self._gather(length, ftype, req_id)
+                continue
+            length, ftype, req_id = HEADER.unpack_from(data, pos)
+            end = pos + HEADER_SIZE + length
+            if end <= n:
+                if length > MAX_FRAME:
+                    raise FrameError(f"frame of {length} bytes exceeds the limit")
+                self._on_frame(ftype, req_id, view[pos + HEADER_SIZE : end])  # type: ignore[arg-type]
+                pos = end
+                continue
+            pos += HEADER_SIZE
+            self._gather(length, ftype, req_id)
+
+    def _gather(self, length: int, ftype: int, req_id: int) -> None:
+        if length > MAX_FRAME:
+            raise FrameError(f"frame of {length} bytes exceeds the limit")
+        if length == 0:
+            self._on_frame(ftype, req_id, b"")
+            return
+        self._filling = memoryview(bytearray(length))
+        self._head = (ftype, req_id, 0)

@@ -122,3 +122,37 @@ def test_views_hand_payloads_over_without_a_copy() -> None:
     for cut in range(0, len(STREAM), 7):
         r.feed(STREAM[cut : cut + 7])
     assert [(t, i, bytes(p)) for t, i, p in got] == FRAMES  # type: ignore[call-overload]
+
+
+def test_views_gather_a_big_payload_once_into_its_own_buffer() -> None:
+    """A 224x224x3 float32 frame arriving in 64 KiB reads is gathered into one buffer of its
+    size as the reads come (one copy), and handed over as that buffer."""
+    payload = bytes(range(256)) * (224 * 224 * 3 * 4 // 256)
+    stream = encode_frame(FrameType.INFER, 9, payload) + encode_frame(FrameType.PING, 10)
+    got: list[tuple[int, int, object]] = []
+    r = FrameReader(lambda t, i, p: got.append((t, i, p)), views=True)
+    for cut in range(0, len(stream), 65536):
+        r.feed(stream[cut : cut + 65536])
+    (ftype, req_id, big), ping = got
+    assert (ftype, req_id) == (FrameType.INFER, 9)
+    assert type(big) is bytearray and big == payload
+    assert ping[:2] == (FrameType.PING, 10) and bytes(ping[2]) == b""  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize("cut", [3, HEADER_SIZE, HEADER_SIZE + 1])
+def test_views_refuse_an_oversized_frame_however_it_is_split(cut: int) -> None:
+    data = HEADER.pack(MAX_FRAME + 1, FrameType.INFER, 1) + b"x"
+    r = FrameReader(lambda t, i, p: None, views=True)
+    with pytest.raises(FrameError):
+        r.feed(data[:cut])
+        r.feed(data[cut:])
+
+
+def test_views_decode_every_two_way_split_the_same() -> None:
+    got: list[tuple[int, int, bytes]] = []
+    for cut in range(len(STREAM) + 1):
+        got.clear()
+        r = FrameReader(lambda t, i, p: got.append((t, i, bytes(p))), views=True)
+        r.feed(STREAM[:cut])
+        r.feed(STREAM[cut:])
+        assert got == FRAMES, cut
