@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from edged.serving.sharedmemory import ShmError, tcp_peer_uid
+from edged.serving.sharedmemory import ShmError, names_region, tcp_peer_uid
 
 
 def _pair(family: int, listen: str, connect: str) -> tuple[socket.socket, socket.socket]:
@@ -51,3 +51,16 @@ def test_a_peer_not_in_the_table_is_refused(tmp_path: Path) -> None:
     with client, conn, pytest.raises(ShmError, match="not in edged's network namespace") as err:
         tcp_peer_uid(conn, proc_net=tmp_path)
     assert err.value.status == 403
+
+
+def test_names_region_finds_the_parameter_and_only_it() -> None:
+    mark = b'{"parameters": {"shared_memory_region": "r"}}'
+    assert names_region(mark, len(mark))
+    assert not names_region(mark, 20)  # past the end given (a binary request's header)
+    assert names_region(b"shared_memory_region", 20)
+    assert not names_region(b"hared_memory_region", 19)
+    assert not names_region(b'{"binary_data_size": 4, "x_y": [1, 2]}', 38)
+    # many underscores before it: the rest is searched whole
+    many = b'{"a": "' + b"_" * 1000 + b'", "shared_memory_region": 1}'
+    assert names_region(many, len(many))
+    assert not names_region(b"_" * 1000, 1000)
