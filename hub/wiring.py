@@ -52,6 +52,7 @@ from hub.initializing import HubPaths
 from hub.pki import CertifiedKey
 from hub.state.agentreleases import holds_agent_release
 from hub.state.cache import Cache
+from hub.state.configschemas import ConfigSchemas
 from hub.state.heldtuf import HeldTuf
 from hub.state.metrics import HubMetrics
 from hub.state.projector import Projector
@@ -304,6 +305,7 @@ def admin_servicer(ctx: HubParts) -> AdminServicer:
             waves=ctx.waves,
             tuf=tuf,
             clock=ctx.clock,
+            schemas=ConfigSchemas(ctx.cache, ctx.blobs, ctx.shared_blobs),
         ),
         reads=Reads(
             auth,

@@ -39,6 +39,7 @@ from typing import Any, BinaryIO, cast
 
 import grpc
 
+from edgefleet import configschemas
 from edgefleet.artifacts.onnxformat import ParsesAsOnnx
 from edgefleet.artifacts.storing import ArtifactStore, Verifier
 from edgefleet.errors import ArtifactError, CompareFailed, EdgefleetError, TrustError
@@ -195,6 +196,14 @@ class ArtifactReceiver:
                     "FileMissing",
                     f"{what}: the signed metadata lists {', '.join(missing)}, which were not sent",
                 )
+            if configschemas.FILE_NAME in stored_extras:  # a config schema edgefleet checks
+                try:
+                    raw = self.blobs.path_for(stored_extras[configschemas.FILE_NAME]).read_bytes()
+                    configschemas.parse_schema(raw)
+                except configschemas.SchemaError as exc:
+                    raise PushRefused(
+                        grpc.StatusCode.INVALID_ARGUMENT, "ConfigSchemaInvalid", f"{what}: {exc}"
+                    ) from None
             if self.shared_blobs is not None:  # before the record: no replica lacks the bytes
                 for digest in sorted({sha256, *stored_extras.values()}):
                     await self.shared_blobs.publish(digest)

@@ -6,9 +6,17 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping, Sequence
 from typing import Any
 
-from edgefleet.api.modelconfigs import KIND
+from edgefleet.api.modelconfigs import (
+    DEFAULTS,
+    KIND,
+    MergedConfig,
+    ModelConfig,
+    merge_steps,
+    ordered_overrides,
+)
+from edgefleet.configschemas import ConfigSchema
 
-__all__ = ["DELIVERY_WARNING", "KIND", "model_conflicts"]
+__all__ = ["DELIVERY_WARNING", "KIND", "model_conflicts", "schema_problems"]
 
 DELIVERY_WARNING = (
     "stored, not delivered: this hub does not send ModelConfigs to devices yet "
@@ -40,3 +48,63 @@ def model_conflicts(
             )
         owner.setdefault(model, name)
     return problems
+
+
+def _step_id(step: str) -> str:
+    """``spec.overrides[2] (device cam-1)`` -> ``spec.overrides[2]``; the defaults -> ``spec``."""
+    return "spec" if step == DEFAULTS else step.split(" ", 1)[0]
+
+
+def _manifest_path(merged: MergedConfig, path: str) -> str | None:
+    """Where in the ModelConfig the value at ``path`` of a merged config was set (``data.a[1]``
+    set whole by override 2 -> ``spec.overrides[2].data.a[1]``); ``None`` when no step set it
+    (a key the schema requires and nothing gives)."""
+    best = None
+    for leaf, step in merged.sources.items():
+        under = path == leaf or path.startswith((leaf + ".", leaf + "["))
+        if under and (best is None or len(leaf) > len(best[0])):
+            best = (leaf, step)
+    return None if best is None else f"{_step_id(best[1])}.{path}"
+
+
+def schema_problems(
+    config: ModelConfig,
+    schema: ConfigSchema,
+    devices: Iterable[tuple[str, Mapping[str, str]]],
+    *,
+    limit: int = 20,
+) -> list[str]:
+    """Pure: every way the config breaks ``schema``, each as ``<field path in the
+    ModelConfig>: <what>``. Checked: the defaults alone, the defaults with each override
+    (merged per selector or device list), and the merge of every device given (a device
+    matching several overrides gets their combination). At most ``limit`` problems."""
+    chains: list[tuple[str, MergedConfig]] = [("the defaults", merge_steps(config, []))]
+    for i, o in enumerate(config.spec.overrides):
+        chains.append(
+            (
+                f"spec.overrides[{i}] over the defaults",
+                merge_steps(config, [(f"spec.overrides[{i}]", o)]),
+            )
+        )
+    for name, labels in devices:
+        steps = ordered_overrides(config, name, labels)
+        if len(steps) > 1:  # one step or none is a chain above
+            chains.append((f"merged for device {name}", merge_steps(config, steps)))
+    found: list[str] = []
+    seen: set[tuple[str, str]] = set()
+    for what, merged in chains:
+        for p in schema.problems(merged.data):
+            where = _manifest_path(merged, p.path)
+            key = (where or f"{what}: {p.path}", p.message)
+            if key in seen:
+                continue
+            seen.add(key)
+            if where is None:
+                found.append(f"spec: {what}: {p.path}: {p.message}")
+            else:
+                found.append(
+                    f"{where}: {p.message}" + ("" if what == "the defaults" else f" ({what})")
+                )
+            if len(found) >= limit:
+                return found
+    return found

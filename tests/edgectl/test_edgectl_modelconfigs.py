@@ -7,9 +7,11 @@ what the config does (not delivered yet)."""
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from pathlib import Path
 
-from edgectltesting import edgectl
+import pytest
+from edgectltesting import edgectl, seed
 
 CONFIG = """\
 apiVersion: edgefleet.io/v1
@@ -76,3 +78,107 @@ def test_refusals_change_nothing(config: Path) -> None:
     assert second.returncode != 0
     assert "documents[0].spec.model" in second.stderr and "one config per model" in second.stderr
     assert edgectl(config, "get", "mc/b").returncode != 0
+
+
+SCHEMA = {
+    "type": "object",
+    "additionalProperties": False,
+    "required": ["threshold"],
+    "properties": {
+        "threshold": {"type": "number", "minimum": 0, "maximum": 1},
+        "zones": {"type": "object"},
+    },
+}
+
+DEPLOYMENT = """\
+apiVersion: edgefleet.io/v1
+kind: ModelDeployment
+metadata: {name: scored}
+spec:
+  model: {name: scored, version: "VERSION"}
+  replicas: {perDevice: 1}
+  placement: {nodeSelector: {site: nowhere}}
+"""
+
+SCORED = """\
+apiVersion: edgefleet.io/v1
+kind: ModelConfig
+metadata: {name: scored}
+spec:
+  model: scored
+  data: {threshold: 0.5}
+  overrides:
+    - selector: {site: retail}
+      data: {threshold: THRESHOLD}
+"""
+
+
+def _push(config: Path, tmp_path: Path, version: str, schema: object) -> str:
+    from edgefleet.demo import build_mlp
+
+    folder = tmp_path / version
+    folder.mkdir()
+    model = build_mlp(folder / "scored.onnx", seed=int(version[0]))
+    extra = folder / "config.schema.json"
+    extra.write_text(json.dumps(schema))
+    out = edgectl(
+        config, "models", "push", str(model), "--name", "scored", "--version", version,
+        "--extra", str(extra),
+    )  # fmt: skip
+    return out.stdout + out.stderr
+
+
+@pytest.fixture(scope="module")
+def trusted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """A hub of its own with the quickstart trust root and publisher key (models push)."""
+    import asyncio
+
+    from hubserving import ThreadedHub
+
+    from hub.initializing import init_hub
+    from hub.trustsetup import quickstart_trust
+
+    d = tmp_path_factory.mktemp("schemas") / "hub"
+    result = asyncio.run(
+        init_hub(d, region="eu-dublin", hub_address="127.0.0.1:7443", trust_setup=quickstart_trust)
+    )
+    with ThreadedHub(result.paths) as threaded:
+        assert threaded.hub is not None
+        threaded.run(seed(threaded.hub))
+        yield result.paths.admin_config
+
+
+def test_the_publishers_schema_checks_every_override_at_apply(
+    trusted: Path, tmp_path: Path
+) -> None:
+    config = trusted
+    assert "pushed" in _push(config, tmp_path, "1.0.0", SCHEMA)
+    bad = _push(config, tmp_path, "9.0.0", {"type": "object", "properties": {"a": {"$ref": "#"}}})
+    assert "keyword '$ref' is not supported" in bad and "pushed" not in bad
+
+    dep = DEPLOYMENT.replace("VERSION", "1.0.0")
+    refused = edgectl(
+        config, "apply", "-f", "-", stdin=dep + "---\n" + SCORED.replace("THRESHOLD", "1.5")
+    )
+    assert refused.returncode != 0
+    assert (
+        "documents[1].spec.overrides[0].data.threshold: must be at most 1, got 1.5 "
+        "(spec.overrides[0] over the defaults) (the config schema of model scored 1.0.0"
+    ) in refused.stderr, refused.stderr
+    assert edgectl(config, "get", "mc/scored").returncode != 0  # nothing applied
+    assert edgectl(config, "get", "deployment/scored").returncode != 0
+
+    good = edgectl(
+        config, "apply", "-f", "-", stdin=dep + "---\n" + SCORED.replace("THRESHOLD", "0.7")
+    )
+    assert good.returncode == 0, good.stderr
+
+    # a new version whose schema the stored config breaks: the deployment's apply is refused
+    stricter = {**SCHEMA, "properties": {**SCHEMA["properties"], "threshold": {"maximum": 0.6}}}
+    assert "pushed" in _push(config, tmp_path, "2.0.0", stricter)
+    moved = edgectl(config, "apply", "-f", "-", stdin=DEPLOYMENT.replace("VERSION", "2.0.0"))
+    assert moved.returncode != 0
+    assert "documents[0].spec.model.version: 2.0.0 carries the config schema" in moved.stderr
+    assert "spec.overrides[0].data.threshold: must be at most 0.6, got 0.7" in moved.stderr
+    shown = edgectl(config, "get", "deployment/scored", "-o", "jsonpath={.spec.model.version}")
+    assert shown.stdout.strip() == "1.0.0"

@@ -21,6 +21,7 @@ from typing import Any
 import grpc
 
 from edgefleet.api import PRIORITY_CLASSES, ModelDeployment, PriorityClass, parse_manifest
+from edgefleet.api.modelconfigs import ModelConfig
 from edgefleet.errors import EdgefleetError, ValidationError
 from edgefleet.v1 import admin_pb2
 from edgefleet.versioning import installed_version
@@ -34,6 +35,7 @@ from hub.decide.rollout import Revision, template_hash
 from hub.decide.status import placement_warnings
 from hub.state import storekeys
 from hub.state.cache import Cache
+from hub.state.configschemas import ConfigSchemas
 from hub.state.regions import Regions
 from hub.state.secrets import MAX_SECRETS, SecretKeys, SecretRecord, plan_record, record_of
 from hub.state.snapshots import snapshot_of
@@ -85,6 +87,7 @@ class Applies:
         waves: WaveController | None,
         tuf: Callable[[], TufRepository | RelayedTuf | None],
         clock: Callable[[], float],
+        schemas: ConfigSchemas | None = None,
     ) -> None:
         self.authorize = authorize
         self.store = store
@@ -96,6 +99,7 @@ class Applies:
         self.waves = waves  # None: a regional hub (no waves)
         self.tuf = tuf  # the TUF repository held now: its delegations are publisher keys
         self.clock = clock
+        self.schemas = schemas  # models' config schemas (None: ModelConfigs are not checked)
 
     @rpc
     async def Apply(self, request: admin_pb2.ApplyRequest, context: Any) -> admin_pb2.ApplyResponse:
@@ -109,6 +113,7 @@ class Applies:
         self._check_waves(parsed)
         self._check_agent_versions(parsed)
         self._check_model_configs(parsed)
+        await self._check_config_schemas(parsed)
         if (claimed := apply_refusal(parsed, self.cache.deployments)) is not None:
             raise Refused(grpc.StatusCode.FAILED_PRECONDITION, claimed)  # hub.decide.modelclaim
         planned = [await self._plan(obj) for obj in parsed]
@@ -264,6 +269,50 @@ class Applies:
             problems = modelconfigs.model_conflicts(applied, stored)
             if problems:
                 raise invalid("nothing applied: " + "; ".join(problems))
+
+    async def _check_config_schemas(self, parsed: list[apply.ParsedObject]) -> None:
+        """Every ModelConfig against the config schema of every version its model's
+        deployments name (hub.decide.modelconfigs.schema_problems), where the config or the
+        deployment is in this apply; nothing applied otherwise, each problem at its path."""
+        kind = modelconfigs.KIND
+        configs: dict[str, tuple[int | None, Any]] = {}  # model -> (document index, config)
+        for o in self.cache.objects_of(kind):
+            configs[str(o.manifest["spec"]["model"])] = (None, o.manifest)
+        versions: dict[str, dict[str, int | None]] = {}  # model -> version -> document index
+        for dep in self.cache.deployments.values():
+            versions.setdefault(dep.spec.model.name, {})[dep.spec.model.version] = None
+        for i, obj in enumerate(parsed):
+            if obj.kind == kind:
+                configs[str(obj.manifest["spec"]["model"])] = (i, obj.manifest)
+            elif obj.kind == "ModelDeployment":
+                ref = obj.manifest["spec"]["model"]
+                versions.setdefault(str(ref["name"]), {})[str(ref["version"])] = i
+        devices = [(d.name, d.all_labels()) for d in self.cache.devices.values()]
+        problems: list[str] = []
+        for model, (ci, manifest) in sorted(configs.items()):
+            for version, di in sorted(versions.get(model, {}).items()):
+                if (ci is None and di is None) or self.schemas is None:
+                    continue
+                try:
+                    schema = await self.schemas.of(model, version)
+                except EdgefleetError as exc:
+                    raise Refused(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
+                if schema is None:
+                    continue
+                config = parse_manifest(dict(manifest))
+                assert isinstance(config, ModelConfig)
+                found = modelconfigs.schema_problems(config, schema, devices)
+                against = f"the config schema of model {model} {version} (signed by its publisher)"
+                if ci is not None:
+                    problems += [f"documents[{ci}].{p} ({against})" for p in found]
+                elif found:
+                    problems.append(
+                        f"documents[{di}].spec.model.version: {version} carries {against}, "
+                        f"and ModelConfig {config.name} does not validate: {found[0]}"
+                        + (f" (and {len(found) - 1} more)" if len(found) > 1 else "")
+                    )
+        if problems:
+            raise invalid("nothing applied: " + "; ".join(problems))
 
     def _check_agent_versions(self, parsed: list[apply.ParsedObject]) -> None:
         """An AgentUpgrade to a version outside this hub's window is refused, and nothing is
