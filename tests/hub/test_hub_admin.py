@@ -394,7 +394,7 @@ async def test_unknown_kinds_and_names(tmp_path: Path) -> None:
         assert details == (
             "unknown kind 'Pod': must be one of Device, Model, ModelDeployment, "
             "DeviceHealthPolicy, SecurityBaseline, Secret, PriorityClass, AgentUpgrade, "
-            "BootstrapToken, Region, Placement"
+            "ModelConfig, BootstrapToken, Region, Placement"
         )
         code, details = await code_of(stub.Get(admin_pb2.GetRequest(kind="Device", name="nope")))
         assert code is grpc.StatusCode.NOT_FOUND
