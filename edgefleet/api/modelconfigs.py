@@ -462,8 +462,13 @@ def merge_for_device(config: ModelConfig, device: str, labels: Mapping[str, str]
     return merge_steps(config, ordered_overrides(config, device, labels))
 
 
+MAX_MERGED_BYTES = 256 * 1024
+"""A device's merged config (data and files) as compact JSON: checked at apply for the
+defaults, each override over them and every known device's merge."""
+
+
 def merged_size_problem(merged: MergedConfig) -> str | None:
     size = len(canonical_json(merged.document()))
-    if size > MAX_DATA_BYTES + MAX_FILES * MAX_FILE_BYTES:
-        return f"the merged config is {size} bytes as JSON, more than a device accepts"
+    if size > MAX_MERGED_BYTES:
+        return f"is {size} bytes as JSON once merged, more than {MAX_MERGED_BYTES}"
     return None

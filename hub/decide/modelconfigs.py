@@ -12,11 +12,19 @@ from edgefleet.api.modelconfigs import (
     MergedConfig,
     ModelConfig,
     merge_steps,
+    merged_size_problem,
     ordered_overrides,
 )
 from edgefleet.configschemas import ConfigSchema
 
-__all__ = ["DELIVERY_WARNING", "KIND", "model_conflicts", "schema_problems"]
+__all__ = [
+    "DELIVERY_WARNING",
+    "KIND",
+    "merge_chains",
+    "model_conflicts",
+    "schema_problems",
+    "size_problems",
+]
 
 DELIVERY_WARNING = (
     "stored, not delivered: this hub does not send ModelConfigs to devices yet "
@@ -67,6 +75,35 @@ def _manifest_path(merged: MergedConfig, path: str) -> str | None:
     return None if best is None else f"{_step_id(best[1])}.{path}"
 
 
+def merge_chains(
+    config: ModelConfig, devices: Iterable[tuple[str, Mapping[str, str]]]
+) -> list[tuple[str, MergedConfig]]:
+    """What an apply checks (pure): the defaults alone, the defaults with each override
+    (merged per selector or device list), and the merge of every device given that matches
+    more than one override (their combination), each with what it is."""
+    chains: list[tuple[str, MergedConfig]] = [("the defaults", merge_steps(config, []))]
+    for i, o in enumerate(config.spec.overrides):
+        step = f"spec.overrides[{i}]"
+        chains.append((f"{step} over the defaults", merge_steps(config, [(step, o)])))
+    for name, labels in devices:
+        steps = ordered_overrides(config, name, labels)
+        if len(steps) > 1:  # one step or none is a chain above
+            chains.append((f"merged for device {name}", merge_steps(config, steps)))
+    return chains
+
+
+def size_problems(
+    config: ModelConfig, devices: Iterable[tuple[str, Mapping[str, str]]]
+) -> list[str]:
+    """Pure: the merges (:func:`merge_chains`) too large for a device, at most 10."""
+    found = []
+    for what, merged in merge_chains(config, devices):
+        why = merged_size_problem(merged)
+        if why is not None:
+            found.append(f"spec: {what}: the config {why}")
+    return found[:10]
+
+
 def schema_problems(
     config: ModelConfig,
     schema: ConfigSchema,
@@ -75,21 +112,8 @@ def schema_problems(
     limit: int = 20,
 ) -> list[str]:
     """Pure: every way the config breaks ``schema``, each as ``<field path in the
-    ModelConfig>: <what>``. Checked: the defaults alone, the defaults with each override
-    (merged per selector or device list), and the merge of every device given (a device
-    matching several overrides gets their combination). At most ``limit`` problems."""
-    chains: list[tuple[str, MergedConfig]] = [("the defaults", merge_steps(config, []))]
-    for i, o in enumerate(config.spec.overrides):
-        chains.append(
-            (
-                f"spec.overrides[{i}] over the defaults",
-                merge_steps(config, [(f"spec.overrides[{i}]", o)]),
-            )
-        )
-    for name, labels in devices:
-        steps = ordered_overrides(config, name, labels)
-        if len(steps) > 1:  # one step or none is a chain above
-            chains.append((f"merged for device {name}", merge_steps(config, steps)))
+    ModelConfig>: <what>``, over :func:`merge_chains`. At most ``limit`` problems."""
+    chains = merge_chains(config, devices)
     found: list[str] = []
     seen: set[tuple[str, str]] = set()
     for what, merged in chains:

@@ -140,3 +140,24 @@ def test_every_override_merged_over_the_defaults_is_checked_and_named() -> None:
         }
     )
     assert schema_problems(both, schema(), [("cam-9", {"site": "a"})]) == []
+
+
+def test_a_merge_too_large_for_a_device_is_named() -> None:
+    from hub.decide.modelconfigs import size_problems
+
+    chunk = "x" * 15_000
+    c = config(
+        {
+            "data": {"base": 1},
+            "overrides": [
+                {"selector": {f"l{i}": "y"}, "data": {f"k{i}{j}": chunk for j in range(4)}}
+                for i in range(5)
+            ],
+        }
+    )
+    assert size_problems(c, [("cam-1", {"l0": "y"})]) == []  # one override: small enough
+    everything = {f"l{i}": "y" for i in range(5)}
+    found = size_problems(c, [("cam-1", {"l0": "y"}), ("cam-2", everything)])
+    assert len(found) == 1
+    assert found[0].startswith("spec: merged for device cam-2: the config is ")
+    assert "once merged, more than 262144" in found[0]

@@ -267,6 +267,13 @@ class Applies:
         if applied:
             stored = [o.manifest for o in self.cache.objects_of(kind)]
             problems = modelconfigs.model_conflicts(applied, stored)
+            devices = [(d.name, d.all_labels()) for d in self.cache.devices.values()]
+            for i, _, manifest in applied:
+                config = parse_manifest(dict(manifest))
+                assert isinstance(config, ModelConfig)
+                problems += [
+                    f"documents[{i}].{p}" for p in modelconfigs.size_problems(config, devices)
+                ]
             if problems:
                 raise invalid("nothing applied: " + "; ".join(problems))
 
