@@ -162,6 +162,8 @@ def _upgrade_history(client: AdminClient, name: str) -> int:
         notes = []
         if rev["number"] == rollout["revision"]:
             notes.append(rollout["phase"].lower())
+        elif rev.get("outcome"):  # a root's upgrade in waves keeps each revision's outcome
+            notes.append(str(rev["outcome"]))
         if rev.get("source"):
             notes.append(f"copy of {rev['source']}")
         created = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(rev["createdAt"]))

@@ -187,7 +187,8 @@ class AgentWaveController:
             state = self.states.get(name)
             if state is None or state.version != upgrade.spec.version:
                 revision = state.revision + 1 if state is not None else 1
-                new = start(name, revision, upgrade.spec.version, now, state)
+                commit = (upgrade.spec.commit.deadline_s, upgrade.spec.commit.max_tries)
+                new = start(name, revision, upgrade.spec.version, now, state, commit)
                 event = ("Normal", "RolloutStarted", new.message)
                 await self._write(name, new, (event,))
                 continue

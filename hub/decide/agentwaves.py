@@ -47,7 +47,7 @@ from enum import StrEnum
 from typing import Any
 
 from edgefleet.api import Wave
-from hub.decide.agentrevisions import named
+from hub.decide.agentrevisions import MAX_REVISIONS, named
 from hub.decide.rollout import Event
 from hub.decide.wave import wave_regions, wave_text
 
@@ -92,6 +92,13 @@ class AgentWaveState:
     # what each region was sent of the revisions before, until this one is released to it:
     # region -> {version, revision, stop?} (a region keeps its upgrade and its history)
     previous: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    deadline_s: int = 0  # this revision's commit settings (spec.commit), for history and undo
+    max_tries: int = 0
+    source: int = 0  # the earlier revision it is a copy of (same version and commit), 0: none
+    # the revisions before this one, oldest first, at most MAX_REVISIONS - 1: what history
+    # shows and undo goes back to ({number, version, deadlineSeconds, maxTries, createdAt,
+    # source, outcome})
+    revisions: tuple[Mapping[str, Any], ...] = ()
 
     def sent_to(self, region: str) -> Mapping[str, Any] | None:
         """What ``region`` is sent now: the version, the root revision and, once the waves
@@ -129,7 +136,31 @@ class AgentWaveState:
             "failedRegion": self.failed_region,
             "failed": dict(sorted(self.failed.items())),
             "previous": {r: dict(v) for r, v in sorted(self.previous.items())},
+            "deadlineSeconds": self.deadline_s,
+            "maxTries": self.max_tries,
+            "source": self.source,
+            "revisions": [dict(r) for r in self.revisions],
         }
+
+    def record(self) -> dict[str, Any]:
+        """This revision as history shows it (``outcome`` once it is over)."""
+        out: dict[str, Any] = {
+            "number": self.revision,
+            "version": self.version,
+            "deadlineSeconds": self.deadline_s,
+            "maxTries": self.max_tries,
+            "createdAt": self.started_at,
+            "source": self.source,
+        }
+        if self.phase is AgentWavePhase.COMPLETE:
+            out["outcome"] = "complete"
+        elif self.phase is AgentWavePhase.ROLLED_BACK:
+            out["outcome"] = f"rolled back: {self.reason}"[:MAX_TEXT]
+        return out
+
+    def history_records(self) -> list[dict[str, Any]]:
+        """Every revision kept, oldest first, this one last."""
+        return [*(dict(r) for r in self.revisions), self.record()]
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> AgentWaveState:
@@ -150,22 +181,48 @@ class AgentWaveState:
             failed_region=str(doc.get("failedRegion", "")),
             failed={str(k): str(v) for k, v in doc.get("failed", {}).items()},
             previous={str(r): dict(v) for r, v in doc.get("previous", {}).items()},
+            deadline_s=int(doc.get("deadlineSeconds", 0)),
+            max_tries=int(doc.get("maxTries", 0)),
+            source=int(doc.get("source", 0)),
+            revisions=tuple(dict(r) for r in doc.get("revisions", ())),
         )
 
 
 def start(
-    upgrade: str, revision: int, version: str, now: float, before: AgentWaveState | None = None
+    upgrade: str,
+    revision: int,
+    version: str,
+    now: float,
+    before: AgentWaveState | None = None,
+    commit: tuple[int, int] = (0, 0),
 ) -> AgentWaveState:
     """A new revision's rollout across regions, at its first wave, no region sent it yet;
-    each region keeps what it was sent of the revisions ``before`` until its wave."""
+    each region keeps what it was sent of the revisions ``before`` until its wave.
+    ``commit``: the upgrade's (deadlineSeconds, maxTries). The revision before is kept in
+    history with its outcome (``superseded`` if it was still rolling out)."""
     previous: dict[str, Mapping[str, Any]] = {}
+    kept: tuple[Mapping[str, Any], ...] = ()
+    source = 0
     if before is not None:
         for region in sorted(before.released | frozenset(before.previous)):
             sent = before.sent_to(region)
             if sent is not None:
                 previous[region] = sent
+        last = before.record()
+        last.setdefault("outcome", "superseded")
+        kept = (*before.revisions, last)[-(MAX_REVISIONS - 1) :]
+        same = [
+            int(r["number"])
+            for r in kept
+            if r["version"] == version and (r["deadlineSeconds"], r["maxTries"]) == commit
+        ]
+        source = max(same, default=0)
     return AgentWaveState(
         previous=previous,
+        deadline_s=commit[0],
+        max_tries=commit[1],
+        source=source,
+        revisions=kept,
         upgrade=upgrade,
         revision=revision,
         version=version,

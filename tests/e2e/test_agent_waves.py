@@ -10,10 +10,12 @@ releases held in each region's store as a push there writes them.
   waves;
 * a failure in wave 2's region (us) stops the waves and the root tells eu, done, to roll back:
   eu's devices, which had committed the version, are sent back to the one they came from;
-  the root's status names the region and its failed device with the reason;
+  the root's status names the region and its failed device with the reason; ``rollout
+  history`` shows each revision's outcome and ``rollout undo`` rolls revision 1's version out
+  again in waves, as revision 3;
 * a failure in wave 1's region (eu) stops the waves before us is sent anything;
 * a region whose hub holds no release of the version holds its wave (ReleaseMissing), nothing
-  sent; rollout undo and history of an upgrade in waves are refused (not supported yet);
+  sent;
 * bad input refused: percent waves, waves at a regional hub, a root operator's hand on the
   annotations the root sets.
 """
@@ -159,6 +161,25 @@ def test_two_waves_in_order_then_a_failure_in_wave_2_reverts_wave_1(
     assert eu_status["reason"] == "StoppedByRoot", eu_status
     result = root.edgectl("rollout", "status", "agentupgrade/edged-next", check=False)
     assert result.returncode != 0 and "stopped by region us" in result.stdout, result
+    history = root.edgectl("rollout", "history", "agentupgrade/edged-next").stdout
+    rows = {line.split()[0]: line for line in history.splitlines()[1:]}
+    assert NEW in rows["1"] and "complete" in rows["1"], history
+    assert NEWER in rows["2"] and "rolledback" in rows["2"], history
+
+    # undo: revision 1's version again, as revision 3 in waves (us's devices now good)
+    for d in us:
+        d.behaviour = "good"
+    out = root.edgectl("rollout", "undo", "agentupgrade/edged-next", check=False)
+    assert out.returncode == 0 and f"rolling back to revision 1 ({NEW})" in out.stdout, out
+    again = wait_for(
+        lambda: (s := status(root)).get("revision") == 3 and s.get("phase") == "Complete" and s,
+        120, "revision 3 Complete",
+    )  # fmt: skip
+    assert again["version"] == NEW, again
+    assert all(d.committed == NEW for d in [*eu, *us])
+    history = root.edgectl("rollout", "history", "agentupgrade/edged-next").stdout
+    rows = {line.split()[0]: line for line in history.splitlines()[1:]}
+    assert "rolled back: RegionFailed" in rows["2"] and "copy of 1" in rows["3"], history
 
 
 @pytest.mark.scenario
@@ -225,8 +246,7 @@ def test_a_region_without_the_release_holds_its_wave(
     assert all(desired_version(d) == "" for d in devices.values())
     # the verbs not built for waves are refused, not ignored
     for verb, words in (
-        ("undo", "not supported yet"),
-        ("history", "not supported yet"),
+        ("undo", "has no revision before 1 to go back to"),
         ("resume", "is Progressing: nothing to resume"),
     ):
         out = root.edgectl("rollout", verb, "agentupgrade/edged-next", check=False)

@@ -5,12 +5,14 @@ no clock, no network. With processes: tests/e2e/test_agent_waves.py."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 import pytest
 
 from edgefleet.api import API_VERSION, Wave, parse_manifest
 from edgefleet.errors import ValidationError
+from hub.decide.agentrevisions import MAX_REVISIONS
 from hub.decide.agentwaves import (
     MAX_FAILED,
     MAX_NAME,
@@ -203,6 +205,30 @@ def test_an_operators_pause_holds_the_next_wave_and_resume_goes_on_from_there() 
     # a failure while paused still stops everything
     failed = plan_agent_waves(WAVES, paused, PLACED, ready(eu="RolledBack"), T0 + 5)
     assert failed.state is not None and failed.state.phase is AgentWavePhase.ROLLED_BACK
+
+
+def test_a_new_revision_keeps_the_ones_before_with_their_outcomes() -> None:
+    first = start("up", 1, "0.3.0", T0, commit=(300, 3))
+    done = plan_agent_waves(WAVES, first, PLACED, ready(), T0 + 1).state
+    assert done is not None
+    done = replace(done, phase=AgentWavePhase.COMPLETE)
+    second = start("up", 2, "0.3.1", T0 + 10, done, commit=(300, 3))
+    assert [r["number"] for r in second.revisions] == [1]
+    assert second.revisions[0]["outcome"] == "complete" and second.source == 0
+    failed = replace(second, phase=AgentWavePhase.ROLLED_BACK, reason="RegionFailed")
+    third = start("up", 3, "0.3.0", T0 + 20, failed, commit=(300, 3))  # undo: a copy of 1
+    assert third.source == 1
+    assert [r["outcome"] for r in third.revisions] == ["complete", "rolled back: RegionFailed"]
+    fourth = start("up", 4, "0.3.2", T0 + 30, third, commit=(60, 2))  # superseded mid-way
+    assert fourth.revisions[-1]["outcome"] == "superseded"
+    assert [r["number"] for r in fourth.history_records()] == [1, 2, 3, 4]
+    assert "outcome" not in fourth.history_records()[-1]
+    assert AgentWaveState.from_json(fourth.to_json()) == fourth
+    state = fourth
+    for n in range(5, 5 + MAX_REVISIONS + 3):  # bounded
+        state = start("up", n, f"0.4.{n}", T0 + n, state, commit=(60, 2))
+    assert len(state.revisions) == MAX_REVISIONS - 1
+    assert state.revisions[-1]["number"] == state.revision - 1
 
 
 # -- what a region can claim --------------------------------------------------------------------

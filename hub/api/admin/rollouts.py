@@ -27,7 +27,8 @@ from hub.controllers.agentupgrade import AgentUpgradeController
 from hub.controllers.rollout import RolloutController, undo_manifest
 from hub.controllers.wave import WaveController
 from hub.decide.agentdesired import version_refusal
-from hub.decide.agentrevisions import AgentUpgradeState
+from hub.decide.agentrevisions import AgentRevision, AgentUpgradeState
+from hub.decide.agentwaves import AgentWaveState
 from hub.decide.revisions import with_restart
 from hub.decide.rollout import RolloutState, template_hash
 from hub.decide.rolloutactions import ActionRefused, restart_refusal
@@ -95,6 +96,17 @@ class Rollouts:
             return kind
         raise invalid(f"kind: must be ModelDeployment or {KIND_UPGRADE}, got {kind!r}")
 
+    def _waves_of(self, name: str) -> AgentWaveState | None:
+        """The rollout across regions of ``name``, an AgentUpgrade in waves at this root hub
+        (None: not in waves; refused while its first revision is not written yet)."""
+        stored = self.cache.stored.get((KIND_UPGRADE, name))
+        if stored is None or not stored.manifest.get("spec", {}).get("rollout", {}).get("waves"):
+            return None
+        state = self.waves.agent.states.get(name) if self.waves is not None else None
+        if state is None:
+            raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"{name} has no revision yet")
+        return state
+
     def _upgrade_of(self, name: str) -> AgentUpgradeState:
         if not name:
             raise invalid(f"name: required (an {KIND_UPGRADE})")
@@ -105,7 +117,7 @@ class Rollouts:
             raise Refused(
                 grpc.StatusCode.FAILED_PRECONDITION,
                 f"not supported yet for an AgentUpgrade in waves ({name}): rollout status, "
-                "pause and resume only; to go back, apply the version to go back to",
+                "history, pause, resume and undo only",
             )
         state = self.cache.agent_upgrades.get(name)
         if state is None or self.agent_upgrades is None:
@@ -117,6 +129,13 @@ class Rollouts:
         self, request: admin_pb2.ListRevisionsRequest, context: Any
     ) -> admin_pb2.ListRevisionsResponse:
         if self._kind(request.kind) == KIND_UPGRADE:
+            waved = self._waves_of(request.name)
+            if waved is not None:  # a root's upgrade in waves: the root's revisions
+                summary = {"revision": waved.revision, "phase": waved.phase.value}
+                return admin_pb2.ListRevisionsResponse(
+                    revisions=[storekeys.dumps(r) for r in waved.history_records()],
+                    rollout=storekeys.dumps(summary),
+                )
             upgrade = self._upgrade_of(request.name)
             summary = {k: v for k, v in upgrade.to_json().items() if k not in ("sent", "revisions")}
             return admin_pb2.ListRevisionsResponse(
@@ -243,6 +262,31 @@ class Rollouts:
                     f"agentupgrade/{name} across regions is {phase}: nothing to {verb}",
                 )
             return f"agentupgrade/{name}: {moved.message}"
+        if in_waves and verb == "undo":
+            waved = self._waves_of(name)
+            assert waved is not None
+            earlier = {int(r["number"]): r for r in waved.revisions}
+            if to == 0:
+                if not earlier:
+                    raise Refused(
+                        grpc.StatusCode.FAILED_PRECONDITION,
+                        f"{name} has no revision before {waved.revision} to go back to",
+                    )
+                to = max(earlier)
+            if to == waved.revision:
+                return f"{name} already asks for revision {to}'s version: nothing to undo"
+            if to not in earlier:
+                listed = ", ".join(str(n) for n in sorted(earlier)) or "none"
+                raise invalid(f"to_revision: {name} has no revision {to} (kept: {listed})")
+            record = earlier[to]
+            wanted = AgentRevision(
+                to,
+                str(record["version"]),
+                int(record["deadlineSeconds"]),
+                int(record["maxTries"]),
+                float(record["createdAt"]),
+            )
+            return await self._set_upgrade_version(name, to, wanted, actor)
         state = self._upgrade_of(name)
         controller = self.agent_upgrades
         assert controller is not None
@@ -265,6 +309,13 @@ class Rollouts:
         if target is None:
             kept = ", ".join(str(n) for n in numbers) or "none"
             raise invalid(f"to_revision: {name} has no revision {to} (kept: {kept})")
+        return await self._set_upgrade_version(name, to, target, actor)
+
+    async def _set_upgrade_version(
+        self, name: str, to: int, target: AgentRevision, actor: str
+    ) -> str:
+        """``rollout undo``: the upgrade's manifest set back to ``target``'s version and commit
+        settings (the controller, or the root's waves, make the new revision)."""
         stored = self.cache.stored[(KIND_UPGRADE, name)]
         manifest = agentupgrades.undo_manifest(stored.manifest, target)
         if manifest == dict(stored.manifest):
