@@ -1,0 +1,198 @@
+"""A workload's model configuration on the device: checked, then written atomically as
+read-only files that its worker reads (docs/model-config.md, "On the device").
+
+**Not wired yet**: the hub does not send configs (docs/model-config.md, "What is built"); this
+is the device's half, ready for delivery: :class:`ConfigVolumes` takes a merged config (the
+``{"data": ..., "files": ...}`` document of :class:`edgefleet.api.modelconfigs.MergedConfig`),
+checks it again (its bounds, its file names, the publisher's schema when the artifact carries
+one: :mod:`edgefleet.configschemas`) and only then writes, per workload::
+
+    <root>/<workload>/
+        ..v-<digest12>-<random>/      one version (directory 0555, files 0444)
+            config.json               the whole document, canonical JSON
+            files/<name>              each file of spec.files
+        ..data -> ..v-...             replaced by rename(2): a reader sees one version whole
+        config.json -> ..data/config.json
+        files -> ..data/files
+
+as Kubernetes swaps a ConfigMap volume: a reader that opens ``config.json`` gets the old
+version or the new one, never a mix, and nothing restarts. The worker is told the path in
+:data:`ENV_CONFIG` (and the directory in :data:`ENV_CONFIG_DIR`); Landlock grants it read
+access to ``<root>/<its workload>`` only. ``<root>`` is on the data directory's disk (a config
+is no secret): the last verified version survives a reboot and hub loss as it is, and
+:meth:`ConfigVolumes.clean` removes what a kill -9 left half written.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import shutil
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from edgefleet.api.modelconfigs import (
+    MAX_FILE_BYTES,
+    MAX_FILES,
+    MAX_MERGED_BYTES,
+    canonical_json,
+    config_digest,
+)
+from edgefleet.configschemas import ConfigSchema
+from edgefleet.errors import EdgefleetError
+
+ENV_CONFIG = "EDGEFLEET_MODEL_CONFIG"
+"""The worker's environment: the path of its ``config.json``."""
+ENV_CONFIG_DIR = "EDGEFLEET_MODEL_CONFIG_DIR"
+"""The worker's environment: the directory with ``config.json`` and ``files/``."""
+
+DATA_LINK = "..data"
+CONFIG_FILE = "config.json"
+FILES_DIR = "files"
+_VERSION_PREFIX = "..v-"
+
+
+class ConfigRefused(EdgefleetError):
+    """A config the device will not give a worker; the message names each problem's path."""
+
+
+def _check(document: Mapping[str, Any], schema: ConfigSchema | None) -> tuple[bytes, str]:
+    """The canonical bytes and digest of a config a worker may see; ConfigRefused otherwise."""
+    if set(document) != {"data", "files"}:
+        raise ConfigRefused("a config is a document of data and files, nothing else")
+    data, files = document["data"], document["files"]
+    if not isinstance(data, Mapping) or not isinstance(files, Mapping):
+        raise ConfigRefused("data and files must be mappings")
+    raw = canonical_json(document)
+    if len(raw) > MAX_MERGED_BYTES:
+        raise ConfigRefused(f"the config is {len(raw)} bytes, more than {MAX_MERGED_BYTES}")
+    if len(files) > MAX_FILES:
+        raise ConfigRefused(f"files: at most {MAX_FILES}, got {len(files)}")
+    for name, text in files.items():
+        if (
+            not isinstance(name, str)
+            or name.startswith(".")
+            or not name
+            or len(name) > 128
+            or any(not (c.isalnum() and c.isascii()) and c not in "._-" for c in name)
+        ):
+            raise ConfigRefused(f"files[{json.dumps(name)}]: not a plain file name")
+        if not isinstance(text, str) or len(text.encode()) > MAX_FILE_BYTES:
+            raise ConfigRefused(f"files[{json.dumps(name)}]: must be text of at most "
+                                f"{MAX_FILE_BYTES} bytes")  # fmt: skip
+    if schema is not None:
+        problems = schema.problems(data)
+        if problems:
+            raise ConfigRefused(
+                "the config does not validate against the model's config schema: "
+                + "; ".join(f"{p.path}: {p.message}" for p in problems)
+            )
+    return raw, config_digest(document)
+
+
+class ConfigVolumes:
+    """Per-workload config directories under ``root`` (module doc)."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = root
+
+    def workload_dir(self, workload: str) -> Path:
+        if not workload or "/" in workload or workload.startswith("."):
+            raise ConfigRefused(f"{workload!r} is not a workload name")
+        return self.root / workload
+
+    def config_path(self, workload: str) -> Path:
+        """What :data:`ENV_CONFIG` says to the workload's worker."""
+        return self.workload_dir(workload) / CONFIG_FILE
+
+    def write(self, workload: str, document: Mapping[str, Any], schema: ConfigSchema | None) -> str:
+        """Check ``document`` (ConfigRefused: nothing changes, the last good one stays), then
+        make it the workload's config in one rename; its digest. Unchanged: nothing written."""
+        raw, digest = _check(document, schema)
+        if self.digest(workload) == digest:
+            return digest
+        base = self.workload_dir(workload)
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o755)
+        base.mkdir(exist_ok=True, mode=0o755)
+        version = base / f"{_VERSION_PREFIX}{digest[7:19]}-{secrets.token_hex(4)}"
+        version.mkdir(mode=0o755)
+        (version / FILES_DIR).mkdir(mode=0o755)
+        _write_file(version / CONFIG_FILE, raw)
+        for name, text in document["files"].items():
+            _write_file(version / FILES_DIR / name, str(text).encode())
+        for d in (version / FILES_DIR, version):
+            _fsync_dir(d)
+            d.chmod(0o555)
+        for link, target in ((CONFIG_FILE, f"{DATA_LINK}/{CONFIG_FILE}"),
+                             (FILES_DIR, f"{DATA_LINK}/{FILES_DIR}")):  # fmt: skip
+            if not (base / link).is_symlink():
+                _replace_link(base / link, target)
+        _replace_link(base / DATA_LINK, version.name)
+        _fsync_dir(base)
+        self._drop_old(base, keep=version.name)
+        return digest
+
+    def digest(self, workload: str) -> str | None:
+        """The digest of the config the workload's worker reads now; None: none."""
+        try:
+            raw = (self.workload_dir(workload) / DATA_LINK / CONFIG_FILE).read_bytes()
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        return config_digest(json.loads(raw))
+
+    def remove(self, workload: str) -> None:
+        base = self.workload_dir(workload)
+        if base.exists():
+            _make_writable(base)
+            shutil.rmtree(base)
+
+    def clean(self) -> None:
+        """Remove the versions no ``..data`` points at (a write cut short by kill -9)."""
+        if not self.root.is_dir():
+            return
+        for base in self.root.iterdir():
+            if base.is_dir() and not base.is_symlink():
+                link = base / DATA_LINK
+                keep = os.readlink(link) if link.is_symlink() else ""
+                self._drop_old(base, keep=keep)
+
+    @staticmethod
+    def _drop_old(base: Path, *, keep: str) -> None:
+        for entry in base.iterdir():
+            if entry.name.startswith(_VERSION_PREFIX) and entry.name != keep:
+                _make_writable(entry)
+                shutil.rmtree(entry, ignore_errors=True)
+
+
+def _write_file(path: Path, data: bytes) -> None:
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o444)
+    try:
+        os.write(fd, data)
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _replace_link(link: Path, target: str) -> None:
+    tmp = link.with_name(f".{link.name}.{secrets.token_hex(4)}")
+    os.symlink(target, tmp)
+    os.rename(tmp, link)
+
+
+def _make_writable(path: Path) -> None:
+    for dirpath, dirnames, _ in os.walk(path):
+        os.chmod(dirpath, 0o755)
+        for d in dirnames:
+            full = os.path.join(dirpath, d)
+            if not os.path.islink(full):
+                os.chmod(full, 0o755)
