@@ -26,11 +26,12 @@ Limits, per uid: ``sharedMemoryRegions`` regions and ``sharedMemoryBytes`` regis
 (``[inference]`` in edged.toml; 0 regions turns the extension off). An infer request assembled
 from regions is held to its model's body limit, as a request that carried the bytes would be.
 
-Bytes are moved with ``pread``/``pwrite`` on the descriptor opened at registration, never a
+Bytes are moved with ``preadv``/``pwrite`` on the descriptor opened at registration, never a
 mapping: a region truncated after registration gives a short read (answered 400), never a
-SIGBUS. A region whose file was removed is dropped at its next use (and at each register of
-its uid), so that its memory is freed; otherwise regions live until unregistered or until edged
-stops, as in Triton.
+SIGBUS. A region whose file was removed is dropped when its uid next registers a region or
+asks for their status, so that its memory is freed (until then it serves what it held, as
+Triton's mapping would); otherwise regions live until unregistered or until edged stops, as
+in Triton.
 """
 
 from __future__ import annotations
@@ -350,16 +351,9 @@ class SharedMemory:
     def _use(self, uid: int, name: object, what: str) -> Region:
         if not isinstance(name, str):
             raise ShmError(f"{what}: shared_memory_region must be a string")
-        mine = self._regions.get(uid, {})
-        region = mine.get(name)
+        region = self._regions.get(uid, {}).get(name)
         if region is None:
             raise ShmError(f"{what}: no shared memory region {name!r} is registered by uid {uid}")
-        if region.gone():
-            os.close(mine.pop(name).fd)
-            raise ShmError(
-                f"{what}: the file of shared memory region {name!r} was removed; "
-                "the region is unregistered"
-            )
         return region
 
     # -- the HTTP endpoints ------------------------------------------------------------------
@@ -386,6 +380,7 @@ class SharedMemory:
                 return
             uid = peer_uid(req.conn)
             if action == "status":
+                self._sweep(uid)
                 mine = self.regions(uid)
                 if name is not None and name not in mine:
                     raise ShmError(f"no shared memory region {name!r} is registered", 404)

@@ -170,10 +170,10 @@ def test_attacks_are_refused_and_edged_keeps_serving(served, regions, tmp_path: 
     os.truncate(Path("/dev/shm") / _key("out")[1:], OUT_BYTES)
     assert os.stat(Path("/dev/shm") / _key("out")[1:]).st_size == OUT_BYTES
     _infer(client, "in", "out")
-    # a removed region is dropped at its next use
+    # a region whose file was removed is dropped at the next status (or register) of its uid
     shm.destroy_shared_memory_region(regions.pop(0))
-    refused("was removed", _infer, client, "in", "out")
     assert "in" not in [r["name"] for r in client.get_system_shared_memory_status()]
+    refused("no shared memory region 'in'", _infer, client, "in", "out")
     assert other in regions and e.proc is not None and e.proc.poll() is None
 
 
