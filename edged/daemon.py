@@ -214,16 +214,18 @@ class Daemon:
             desired=self.desired,
             replicas=self.pool.replicas,
         )
+        shm = None
+        if config.inference.shared_memory_regions:  # the OIP system shared-memory extension
+            shm = SharedMemory(
+                max_regions=config.inference.shared_memory_regions,
+                max_bytes=config.inference.shared_memory_bytes,
+            )
+            shm.export(self.registry)
         self.router = InferenceRouter(
             ready=self.board.ready,
             max_request_bytes=config.inference.max_request_bytes,
             refused=self.counters.refused,
-            shared_memory=SharedMemory(
-                max_regions=config.inference.shared_memory_regions,
-                max_bytes=config.inference.shared_memory_bytes,
-            )
-            if config.inference.shared_memory_regions
-            else None,
+            shared_memory=shm,
         )
         self.sockets = Sockets(
             config.paths,

@@ -50,6 +50,7 @@ from edged.serving.http import Response
 
 if TYPE_CHECKING:
     from edged.serving.http import HttpConnection, Request
+    from edgefleet.metrics import Registry
 
 SHM_DIR = Path("/dev/shm")
 MAX_NAME = 128
@@ -230,6 +231,17 @@ class SharedMemory:
         self.max_bytes = max_bytes
         self.shm_dir = shm_dir
         self._regions: dict[int, dict[str, Region]] = {}
+
+    def export(self, registry: Registry) -> None:
+        """Gauges of the regions registered, all uids together (read when scraped)."""
+        registry.gauge(
+            "edged_shared_memory_regions", "Shared-memory regions registered (all clients)"
+        ).set_function(lambda: float(sum(len(m) for m in self._regions.values())))
+        registry.gauge(
+            "edged_shared_memory_bytes", "Bytes of the shared-memory regions registered"
+        ).set_function(
+            lambda: float(sum(r.byte_size for m in self._regions.values() for r in m.values()))
+        )
 
     def regions(self, uid: int) -> dict[str, Region]:
         return self._regions.get(uid, {})

@@ -15,6 +15,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from harness import UNSIGNED_CONFIG, Edged, write_manifest
+from metricstesting import series_value
 
 tritonhttp = pytest.importorskip("tritonclient.http")
 shm = pytest.importorskip("tritonclient.utils.shared_memory")
@@ -23,6 +24,12 @@ from tritonclient.utils import InferenceServerException  # noqa: E402
 
 IN_BYTES = 4 * 64 * 4  # 4 rows of the tiny MLP's 64 inputs
 OUT_BYTES = 4 * 10 * 4
+
+
+def series(e: Edged, name: str) -> float:
+    status, body, _ = e.request("GET", "/metrics", sock=e.status_sock)
+    assert status == 200
+    return series_value(body.decode(), name)
 
 
 def _port() -> int:
@@ -72,7 +79,7 @@ def _infer(client, in_region: str, out_region: str, **kw: int):  # type: ignore[
 
 
 def test_tritonclient_round_trip(served, regions, model_dir: Path) -> None:
-    _e, port = served
+    e, port = served
     client = tritonhttp.InferenceServerClient(f"127.0.0.1:{port}")
     assert "system_shared_memory" in client.get_server_metadata()["extensions"]
     x = np.random.default_rng(7).standard_normal((4, 64)).astype(np.float32)
@@ -83,6 +90,8 @@ def test_tritonclient_round_trip(served, regions, model_dir: Path) -> None:
     client.register_system_shared_memory("out", _key("out"), OUT_BYTES + 16)
     status = client.get_system_shared_memory_status()
     assert sorted(r["name"] for r in status) == ["in", "out"]
+    assert series(e, "edged_shared_memory_regions") == 2
+    assert series(e, "edged_shared_memory_bytes") == IN_BYTES + OUT_BYTES + 16
     assert client.get_system_shared_memory_status("in") == [
         {"name": "in", "key": _key("in"), "offset": 0, "byte_size": IN_BYTES}
     ]
@@ -104,6 +113,7 @@ def test_tritonclient_round_trip(served, regions, model_dir: Path) -> None:
     assert [r["name"] for r in client.get_system_shared_memory_status()] == ["out"]
     client.unregister_system_shared_memory()
     assert client.get_system_shared_memory_status() == []
+    assert series(e, "edged_shared_memory_regions") == 0
     with pytest.raises(InferenceServerException, match="no shared memory region 'in'"):
         _infer(client, "in", "out")
 
