@@ -246,12 +246,6 @@ class SharedMemory:
     def regions(self, uid: int) -> dict[str, Region]:
         return self._regions.get(uid, {})
 
-    def close(self) -> None:
-        for mine in self._regions.values():
-            for region in mine.values():
-                os.close(region.fd)
-        self._regions.clear()
-
     # -- register / unregister --------------------------------------------------------------
     def register(self, uid: int, name: str, key: str, offset: int, byte_size: int) -> Region:
         _check_name(name)

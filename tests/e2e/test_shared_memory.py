@@ -272,3 +272,37 @@ def test_another_uid_has_its_own_regions(served, regions, tmp_path: Path) -> Non
     # root's region is still there, and its own unix-socket client (SO_PEERCRED) sees it
     status, body, _ = e.request("GET", "/v2/systemsharedmemory/region/in/status")
     assert status == 200 and b'"in"' in body, body
+
+
+def test_requests_in_flight_at_once_each_get_their_own_output(
+    served, regions, model_dir: Path
+) -> None:
+    """Several frames in flight (tritonclient's async_infer on 4 connections), each input and
+    output at its own offset of two regions: every answer lands where its request said."""
+    _e, port = served
+    client = tritonhttp.InferenceServerClient(f"127.0.0.1:{port}", concurrency=4)
+    k = 8
+    rows = 1
+    in_bytes, out_bytes = rows * 64 * 4, rows * 10 * 4
+    xs = np.random.default_rng(11).standard_normal((k, rows, 64)).astype(np.float32)
+    h_in = _region(regions, "ins", k * in_bytes)
+    h_out = _region(regions, "outs", k * out_bytes)
+    for i in range(k):
+        shm.set_shared_memory_region(h_in, [xs[i]], offset=i * in_bytes)
+    client.register_system_shared_memory("ins", _key("ins"), k * in_bytes)
+    client.register_system_shared_memory("outs", _key("outs"), k * out_bytes)
+    pending = []
+    for i in range(k):
+        inp = tritonhttp.InferInput("input", [rows, 64], "FP32")
+        inp.set_shared_memory("ins", in_bytes, offset=i * in_bytes)
+        out = tritonhttp.InferRequestedOutput("logits")
+        out.set_shared_memory("outs", out_bytes, offset=i * out_bytes)
+        pending.append(client.async_infer("mlp", [inp], outputs=[out]))
+    for p in pending:
+        p.get_result()
+    want = direct(model_dir / "mlp.onnx", xs.reshape(k * rows, 64))
+    for i in range(k):
+        got = shm.get_contents_as_numpy(h_out, np.float32, [rows, 10], offset=i * out_bytes)
+        np.testing.assert_allclose(got, want[i * rows : (i + 1) * rows], rtol=1e-5, atol=1e-5)
+    client.unregister_system_shared_memory()
+    client.close()
