@@ -603,6 +603,9 @@ class _Runner:
 
     def submit(self, batch: list[_Pending], feeds: dict[str, Any], outputs: Any) -> None:
         if self._thread is None:  # started with the first batch, inside the sandbox
+            # not a daemon: a worker that stops lets the batch in ONNX Runtime end (a thread
+            # ended inside it at exit could abort the process); ``close``, always called when
+            # serving ends, lets the thread end after the batches handed over
             self._thread = threading.Thread(target=self._serve, name="ort")
             self._thread.start()
         self._jobs.put((batch, feeds, outputs))
@@ -769,6 +772,20 @@ async def _serve(
 
     loop.add_signal_handler(signal.SIGTERM, on_term)
     proto = WorkerProtocol(spec, model, done, kept=kept is not None)
+    try:
+        return await _serve_with(proto, sock, spec, kept, done)
+    finally:
+        proto.close()  # the runner thread ends after the batches handed to it
+
+
+async def _serve_with(
+    proto: WorkerProtocol,
+    sock: socket.socket,
+    spec: LaunchSpec,
+    kept: tuple[socket.socket, int] | None,
+    done: asyncio.Future[int],
+) -> int:
+    loop = asyncio.get_running_loop()
     transport, _ = await loop.connect_accepted_socket(lambda: proto, sock=sock)
     while kept is not None:
         either: list[asyncio.Future[Any]] = [done, proto.lost]
@@ -785,7 +802,6 @@ async def _serve(
         transport, _ = await loop.connect_accepted_socket(lambda: proto, sock=conn)
     code = await done
     transport.close()
-    proto.close()
     return code
 
 

@@ -178,3 +178,42 @@ def test_a_lone_request_is_not_held_for_a_batch_that_runs(worker: Any) -> None:
     pong = _pong(w, 99, answers)
     assert pong["overlap"] == {"decoded": 0, "encoded": 0, "staged": 0}
     assert (pong["batches"], pong["requests"]) == (3, 3)
+
+
+def _busy(w: Worker, xs: dict[int, np.ndarray], answers: dict[int, Any]) -> None:
+    """Send requests 1-8 as one batch and return once it runs."""
+    w.sock.sendall(b"".join(_infer(i, xs[i], binary=True) for i in range(1, 9)))
+    for ping in range(1000, 1100):
+        busy = _pong(w, ping, answers)
+        if busy["busy_s"] > 0 or busy["batches"]:
+            break
+    assert busy["busy_s"] > 0, busy
+
+
+def test_drain_answers_the_batch_handed_over_early_then_exits_0(worker: Any) -> None:
+    """DRAIN while one batch runs and the next is already handed to the runner: every request
+    is answered, then the worker exits 0."""
+    w, moved = worker
+    xs = {i: np.full((1, WIDTH), float(i), dtype=np.float32) for i in range(1, 17)}
+    answers: dict[int, Any] = {}
+    _busy(w, xs, answers)
+    w.sock.sendall(
+        b"".join(_infer(i, xs[i], binary=False) for i in range(9, 17))
+        + HEADER.pack(0, FrameType.DRAIN, 0)
+    )
+    while len(answers) < 16:
+        ftype, rid, payload = w.read_frame()
+        assert ftype == FrameType.RESULT
+        answers[rid] = _answer(payload)
+    for i, x in xs.items():
+        assert answers[i][0] == 200
+        np.testing.assert_array_equal(answers[i][1], _expected(x, moved))
+    assert w.proc.wait(60) == 0
+
+
+def test_sigterm_while_a_batch_runs_exits_0(worker: Any) -> None:
+    w, _ = worker
+    xs = {i: np.ones((1, WIDTH), dtype=np.float32) for i in range(1, 9)}
+    _busy(w, xs, {})
+    w.proc.terminate()
+    assert w.proc.wait(60) == 0  # the runner thread ends: nothing keeps the process up
