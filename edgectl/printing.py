@@ -760,6 +760,18 @@ def describe_deployment(
             f"{status.get('availableDevices', 0)} available",
         ),
     ]
+    config = status.get("config")
+    if config:  # kind: ModelConfig, desired against reported (docs/model-config.md)
+        lines.append(
+            _field(
+                "Config",
+                f"ModelConfig {config.get('modelConfig')}: {config.get('runningDesired', 0)} of "
+                f"{config.get('devices', 0)} devices run the desired config",
+            )
+        )
+        lines += [f"  {d}: {why}" for d, why in sorted(config.get("notRunningDesired", {}).items())]
+        if config.get("notRunningDevices"):
+            lines.append(f"  ... {config['notRunningDevices']} devices do not, in all")
     versions = status.get("versions", {})
     if versions:
         rows = [[v, str(c["devices"]), str(c["ready"])] for v, c in sorted(versions.items())]

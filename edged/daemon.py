@@ -71,6 +71,7 @@ from edged.state.collecting import ArtifactCollector, artifacts_in_use
 from edged.state.desired import DesiredState
 from edged.state.locking import lock_data_dir
 from edged.state.merging import MergedState, SourceState, static_workloads
+from edged.state.modelconfigs import config_root
 from edged.state.quarantining import BlobQuarantine
 from edged.statusboard import StatusBoard
 from edged.trust.admitting import ArtifactGate
@@ -190,6 +191,7 @@ class Daemon:
         self.applier = Applier(
             self.pool,
             secret_root=self.secrets_root,
+            config_root=config_root(data),
             artifact_path=self.store.path_for,
             request_refetch=self._request_refetch,
             cgroup_root=self.cgroups.workloads,

@@ -21,6 +21,7 @@ from edged.hublink.downloading import Downloads
 from edged.hublink.files import LinkFiles
 from edged.runtime.output import RecentLogs
 from edged.sources.hub import HubSource
+from edged.state.modelconfigs import config_volumes
 from edged.trust.admitting import ArtifactGate
 from edged.trust.attesting import ChallengeAnswerer, MeasurementLog
 from edged.trust.secrets import SecretVolumes
@@ -61,6 +62,7 @@ def hub_source(
             # workers of their own uid read them through a descriptor (security.md)
             worker_uids=os.geteuid() == 0,
         ),
+        configs=config_volumes(data),
     )
 
 

@@ -90,6 +90,19 @@ class WorkloadReport:
     sandboxes: tuple[SandboxReport, ...] = ()
     last_termination: Termination | None = None
     restart_count: int = 0
+    # its model configuration: the digest its replicas read ("": none), why the one the hub
+    # sent is not applied ("": it is)
+    config_digest: str = ""
+    config_error: str = ""
+
+
+def _config_fields(
+    config_of: Callable[[WorkloadName], tuple[str, str]] | None, name: WorkloadName
+) -> dict[str, str]:
+    if config_of is None:
+        return {}
+    digest, error = config_of(name)
+    return {"config_digest": digest, "config_error": error}
 
 
 @dataclass(frozen=True, slots=True)
@@ -115,6 +128,7 @@ def build_device_report(
     benchmark_of: Callable[[WorkloadName, str], BenchmarkResult | None] | None = None,
     sandboxes_of: Callable[[WorkloadName], tuple[SandboxReport, ...]] | None = None,
     compliance: Mapping[str, Any] | None = None,
+    config_of: Callable[[WorkloadName], tuple[str, str]] | None = None,
 ) -> DeviceReport:
     """``sandboxes_of``: what confines each replica of a workload whose worker reported it.
     ``device``: discovery's status (``{}`` when discovery is off); ``status_of``: the
@@ -122,7 +136,8 @@ def build_device_report(
     the hub source's revisions not accepted (yet), by workload; ``sizing_of``: autoscaling
     and eviction of a workload (None: not reported); ``measures_of`` and ``validation_of``:
     a revision's figures (serving/measuring.py), by workload and hash; ``benchmark_of``: a
-    revision's self-benchmark (the slowest replica's)."""
+    revision's self-benchmark (the slowest replica's); ``config_of``: a workload's model
+    configuration, its digest and error (edged.sources.hub.HubSource.config_status)."""
     health = device.get("health") or {}
     incoming = incoming or {}
     workloads = []
@@ -170,6 +185,7 @@ def build_device_report(
                 sandboxes=sandboxes_of(name) if sandboxes_of is not None else (),
                 last_termination=st.last_termination if st else None,
                 restart_count=st.restarts if st else 0,
+                **_config_fields(config_of, name),
             )
         )
     reported = {x.name for x in workloads}

@@ -72,6 +72,7 @@ class ReportGatherer:
             sizing_of=self._sizer.status,
             sandboxes_of=self.sandboxes_of,
             compliance=self.compliance(),
+            config_of=self._source.config_status,
         )
 
     def compliance(self) -> dict[str, Any]:

@@ -215,6 +215,9 @@ class HubLink:
                 trust_roots=list(state.trust_roots),
                 tuf_fetch=fetch.metadata,
                 secrets=sealed_secrets(state),
+                model_configs=[
+                    (c.workload, bytes(c.document), c.digest) for c in state.model_configs
+                ],
             )
         if not result.stale and not result.retry:
             self._on_accepted()

@@ -116,6 +116,11 @@ def _workload(w: WorkloadReport) -> device_pb2.WorkloadStatus:
         replica_sandboxes=[_sandbox(x) for x in w.sandboxes],
         last_termination=_termination(w.last_termination) if w.last_termination else None,
         restart_count=min(w.restart_count, MAX_UINT32),
+        model_config=(
+            device_pb2.ModelConfigStatus(digest=w.config_digest, error=w.config_error[:1024])
+            if w.config_digest or w.config_error
+            else None
+        ),
     )
 
 

@@ -39,6 +39,7 @@ def build_launch_spec(
     security: DeviceSecurity | None = None,
     device_paths: tuple[str, ...] = (),
     secret_root: Path | None = None,
+    config_root: Path | None = None,
 ) -> LaunchSpec:
     """Pure: what a replica's worker process is told at launch. ``secret_root``: where the
     workloads' secrets are written (``edged/trust/secrets.py``); a worker may read its own
@@ -73,6 +74,10 @@ def build_launch_spec(
             (m.mount_path, str(secret_dir(secret_root, desired.name, m.name))) for m in spec.secrets
         )
         sandbox = replace(sandbox, read_dirs=(str(workload_dir(secret_root, desired.name)),))
+    config_dir = ""
+    if config_root is not None:  # its model configuration (edged/state/modelconfigs.py)
+        config_dir = str(config_root / desired.name)
+        sandbox = replace(sandbox, read_dirs=(*sandbox.read_dirs, config_dir))
     return LaunchSpec(
         replica_id=action.replica_id,
         workload=desired.name,
@@ -91,6 +96,7 @@ def build_launch_spec(
         validation_sha256=desired.extras.get(VALIDATION_FILE, ""),
         sandbox=sandbox,
         secret_dirs=secret_dirs,
+        config_dir=config_dir,
     )
 
 
@@ -107,12 +113,14 @@ class Applier:
         device_paths: tuple[str, ...] = (),
         hold: Callable[[], str | None] | None = None,
         secret_root: Path | None = None,
+        config_root: Path | None = None,
     ) -> None:
         """``security``: the device's sandbox settings now (config and accepted baselines);
         ``device_paths``: accelerator nodes a worker of a non-CPU provider may open;
         ``hold()``: why no replica may start now (the device is quarantined), or None."""
         self._security = security
         self._secret_root = secret_root
+        self._config_root = config_root  # the workloads' model configurations
         self._hold = hold
         self.device_paths = device_paths
         self._pool = pool
@@ -146,7 +154,10 @@ class Applier:
                     security=self._security() if self._security is not None else None,
                     device_paths=self.device_paths,
                     secret_root=self._secret_root,
+                    config_root=self._config_root,
                 )
+                if self._config_root is not None:  # granted before any config is there
+                    (self._config_root / desired.name).mkdir(parents=True, exist_ok=True)
                 try:
                     await self._pool.start(
                         spec,

@@ -83,6 +83,10 @@ class LaunchSpec:
     # spec.secrets: (mountPath, the directory that serves it), told to the worker as
     # EDGEFLEET_SECRET_DIRS (workers have no mount namespace: docs/security.md)
     secret_dirs: tuple[tuple[str, str], ...] = ()
+    # its model configuration's directory (edged/state/modelconfigs.py: config.json and
+    # files/, swapped whole), told to the worker as EDGEFLEET_MODEL_CONFIG_DIR and, for the
+    # file, EDGEFLEET_MODEL_CONFIG; "": none
+    config_dir: str = ""
     # the uid (and gid of the same number) the pool took for this replica when
     # ``sandbox.separate_uid`` (runtime/identities.py); -1: none, ``uid_problem`` says why
     uid: int = -1

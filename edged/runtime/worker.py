@@ -67,6 +67,8 @@ BENCH_BUDGET_S = 2.0  # ...within this long (at least one run), before READY
 PEAK_WINDOW = 8  # batches over which the recent peak of requests in flight is remembered
 TEST_PROBE_ENV = "EDGEFLEET_TEST_WORKER_PROBE"
 SECRET_DIRS_ENV = "EDGEFLEET_SECRET_DIRS"
+CONFIG_ENV = "EDGEFLEET_MODEL_CONFIG"  # edged.state.modelconfigs.ENV_CONFIG
+CONFIG_DIR_ENV = "EDGEFLEET_MODEL_CONFIG_DIR"  # edged.state.modelconfigs.ENV_CONFIG_DIR
 """Tests only: a JSON list of ``{"open": PATH}`` / ``{"connect": "HOST:PORT"}`` (``[V6]:PORT``) /
 ``{"bind": "HOST:PORT"}`` / ``{"udp": ""}`` / ``{"secret": "MOUNTPATH/KEY"}`` (a secret's file
 through ``EDGEFLEET_SECRET_DIRS``, as a workload finds it) the worker tries once its sandbox
@@ -685,6 +687,14 @@ def _run_test_probe(text: str) -> list[dict[str, str]]:
                 else:
                     with open(os.path.join(dirs[mount], key), "rb") as f:
                         f.read(1)
+            elif what == "config":  # the model configuration, through EDGEFLEET_MODEL_CONFIG
+                path = os.environ.get(CONFIG_ENV)
+                if not path:
+                    outcome = "no config"
+                else:
+                    with open(path, "rb") as f:
+                        data = orjson.loads(f.read()).get("data")
+                    outcome = orjson.dumps(data, option=orjson.OPT_SORT_KEYS).decode()[:256]
             else:
                 outcome = "unknown step"
         except OSError as exc:
@@ -747,6 +757,14 @@ def _open_before_switch(spec: LaunchSpec) -> tuple[str, str]:
                     "SecretUnavailable", f"cannot open {path}: {exc.strerror}"
                 ) from None
         os.environ[SECRET_DIRS_ENV] = orjson.dumps(dirs).decode()
+    if spec.config_dir:  # the directory by descriptor: a config swapped later is seen there
+        try:
+            config_dir = by_fd(spec.config_dir, os.O_RDONLY | os.O_DIRECTORY)
+        except OSError:
+            pass  # none yet: nothing to read, as by its path
+        else:
+            os.environ[CONFIG_DIR_ENV] = config_dir
+            os.environ[CONFIG_ENV] = f"{config_dir}/config.json"
     return artifact, validation
 
 
@@ -862,6 +880,9 @@ def main(argv: list[str] | None = None) -> int:
         _die_with_parent()
     if spec.secret_dirs:  # mountPath -> the directory serving it (docs/security.md, Secrets)
         os.environ[SECRET_DIRS_ENV] = orjson.dumps(dict(spec.secret_dirs)).decode()
+    if spec.config_dir:  # its model configuration (docs/model-config.md): read it when needed
+        os.environ[CONFIG_DIR_ENV] = spec.config_dir
+        os.environ[CONFIG_ENV] = os.path.join(spec.config_dir, "config.json")
     sock = socket.socket(fileno=fd)
     kept: tuple[socket.socket, int] | None = None
     try:

@@ -52,6 +52,7 @@ from edged.state.hubstate import (
     save_hub_state,
 )
 from edged.state.merging import HUB_SOURCE
+from edged.state.modelconfigs import ConfigRefused, ConfigVolumes
 from edged.trust.admitting import ArtifactGate
 from edged.trust.secrets import SecretVolumes
 from edged.trust.tpmattesting import AK_FILE
@@ -59,7 +60,10 @@ from edged.trust.tufchecking import HubMetadataChecks, envelope_subject, lists_p
 from edged.trust.tufclient import FetchAsync, TufClient
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import DeviceHealthPolicy, ModelDeployment, SecurityBaseline, parse_manifest
+from edgefleet.api.modelconfigs import MAX_MERGED_BYTES
 from edgefleet.artifacts.storing import ArtifactStore
+from edgefleet.configschemas import FILE_NAME as SCHEMA_FILE
+from edgefleet.configschemas import ConfigSchema, SchemaError, parse_schema
 from edgefleet.errors import ArtifactError, TemporaryError, ValidationError
 from edgefleet.logs import get_logger
 from edgefleet.sealing import SealedForDevice
@@ -112,11 +116,15 @@ class HubSource:
         tuf: TufClient | None = None,
         clock: Callable[[], float] = time.monotonic,
         secrets: SecretVolumes | None = None,
+        configs: ConfigVolumes | None = None,
     ) -> None:
         """``downloads``: where artifacts are fetched to before the gate stores them (the hub
         link's); ``secrets``: where the Secrets the workloads mount are written (None: a
-        workload that mounts one does not run, and says so)."""
+        workload that mounts one does not run, and says so); ``configs``: where the workloads'
+        model configurations are written (None: one the hub sends is refused, and says so)."""
         self._secrets = secrets
+        self._configs = configs
+        self.config_errors: dict[str, str] = {}  # by workload: why its config is not applied
         self._clock = clock  # paces the download progress reported
         self._state_path = data_dir / "state" / "hub.json"
         self._ak_path = data_dir / AK_FILE  # a TPM attestation key the hub bound to the EK
@@ -204,6 +212,7 @@ class HubSource:
         trust_roots: list[bytes] | None = None,
         tuf_fetch: FetchAsync | None = None,
         secrets: list[SealedForDevice] | None = None,
+        model_configs: list[tuple[str, bytes, str]] | None = None,
     ) -> HubApplyResult:
         acc = self._accepted
         now = self._gate.begin()
@@ -355,6 +364,7 @@ class HubSource:
                 workloads, tuple(policies), self.problems, acc.generation, retry=True
             )
         problems.extend(self._write_secrets(workloads, secrets or []))
+        await asyncio.to_thread(self._write_configs, workloads, model_configs or [])
         self.problems = tuple(problems)
         new = AcceptedHubState(
             generation,
@@ -406,6 +416,52 @@ class HubSource:
         if self._secrets is not None:
             self._secrets.remove_except(_mounts(workloads))
         return problems
+
+    def _write_configs(
+        self, workloads: dict[WorkloadName, DesiredWorkload], sent: list[tuple[str, bytes, str]]
+    ) -> None:
+        """Check and write each workload's model configuration (edged.state.modelconfigs);
+        one that does not check keeps the previous one in place, and its error is reported
+        (``config_status``); a workload the hub sends none for has none."""
+        configs = self._configs
+        wanted = {name: raw for name, raw, _ in sent if WorkloadName(name) in workloads}
+        errors: dict[str, str] = {}
+        for name in sorted(wanted):
+            try:
+                if configs is None:
+                    raise ConfigRefused("this device has no configs directory")
+                if len(wanted[name]) > 2 * MAX_MERGED_BYTES:
+                    raise ConfigRefused(f"the config is {len(wanted[name])} bytes")
+                document = orjson.loads(wanted[name])
+                if not isinstance(document, dict):
+                    raise ConfigRefused("a config is a JSON object")
+                schema = self._config_schema(workloads[WorkloadName(name)])
+                digest = configs.write(name, document, schema)
+                log.info("model config applied", workload=name, digest=digest)
+            except (ValueError, ConfigRefused, SchemaError, OSError) as exc:
+                errors[name] = str(exc)[:1024]
+                log.warning("model config refused", workload=name, message=errors[name])
+        if configs is not None:
+            for name in workloads:
+                if name not in wanted:
+                    configs.clear(name)
+            for gone in set(self._accepted.workloads) - set(workloads):  # the hub's only
+                configs.remove(gone)
+        self.config_errors = errors
+
+    def _config_schema(self, workload: DesiredWorkload) -> ConfigSchema | None:
+        """The publisher's config schema of the workload's artifact, from the store (a signed
+        extra, admitted with the artifact); None when it carries none."""
+        digest = workload.extras.get(SCHEMA_FILE)
+        if digest is None:
+            return None
+        return parse_schema(self._store.path_for(digest).read_bytes())
+
+    def config_status(self, name: WorkloadName) -> tuple[str, str]:
+        """The digest of the config the workload's replicas read ("" when none) and why the
+        one the hub sent is not applied ("" when it is)."""
+        digest = self._configs.digest(name) if self._configs is not None else None
+        return digest or "", self.config_errors.get(name, "")
 
     async def _still_allowed(
         self,

@@ -172,7 +172,10 @@ class StaticManifests:
                     "",
                     "UnsupportedKind",
                     f"{m.kind} {m.name!r} is applied at the hub (edgectl apply), not in a "
-                    "device's static manifests: ignored",
+                    "device's static manifests: ignored"
+                    if m.kind != "ModelConfig"
+                    else f"ModelConfig {m.name!r}: static manifests do not carry model "
+                    "configuration yet (docs/model-config.md): not applied",
                 )
                 for m in manifests
                 if not isinstance(m, DeviceHealthPolicy | ModelDeployment | SecurityBaseline)

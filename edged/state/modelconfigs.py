@@ -1,8 +1,9 @@
 """A workload's model configuration on the device: checked, then written atomically as
 read-only files that its worker reads (docs/model-config.md, "On the device").
 
-**Not wired yet**: the hub does not send configs (docs/model-config.md, "What is built"); this
-is the device's half, ready for delivery: :class:`ConfigVolumes` takes a merged config (the
+The hub sends each workload's merged config in the desired state
+(:meth:`edged.sources.hub.HubSource.apply` writes it): :class:`ConfigVolumes` takes a merged
+config (the
 ``{"data": ..., "files": ...}`` document of :class:`edgefleet.api.modelconfigs.MergedConfig`),
 checks it again (its bounds, its file names, the publisher's schema when the artifact carries
 one: :mod:`edgefleet.configschemas`) and only then writes, per workload::
@@ -52,6 +53,18 @@ DATA_LINK = "..data"
 CONFIG_FILE = "config.json"
 FILES_DIR = "files"
 _VERSION_PREFIX = "..v-"
+
+
+def config_root(data_dir: Path) -> Path:
+    """Where the workloads' configurations are: on the data directory's disk."""
+    return Path(data_dir) / "configs"
+
+
+def config_volumes(data_dir: Path) -> ConfigVolumes:
+    """The device's volumes, with what a kill -9 left half written removed."""
+    volumes = ConfigVolumes(config_root(data_dir))
+    volumes.clean()
+    return volumes
 
 
 class ConfigRefused(EdgefleetError):
@@ -141,6 +154,32 @@ class ConfigVolumes:
         except (FileNotFoundError, NotADirectoryError):
             return None
         return config_digest(json.loads(raw))
+
+    def ensure(self, workload: str) -> Path:
+        """The workload's directory, made (empty) if need be: a worker's sandbox grants it
+        before any config is there, so that one written later is readable without a restart."""
+        base = self.workload_dir(workload)
+        base.mkdir(parents=True, exist_ok=True, mode=0o755)
+        return base
+
+    def remove_except(self, workloads: set[str]) -> None:
+        """Remove the directories of every workload not in ``workloads``."""
+        if self.root.is_dir():
+            for base in self.root.iterdir():
+                if base.name not in workloads and not base.name.startswith("."):
+                    self.remove(base.name)
+
+    def clear(self, workload: str) -> None:
+        """The workload has no config any more: its files go, its directory stays (a running
+        worker's sandbox is bound to that directory, and a config given later is seen
+        there)."""
+        base = self.workload_dir(workload)
+        if not base.is_dir():
+            return
+        for link in (CONFIG_FILE, FILES_DIR, DATA_LINK):
+            if (base / link).is_symlink():
+                (base / link).unlink()
+        self._drop_old(base, keep="")
 
     def remove(self, workload: str) -> None:
         base = self.workload_dir(workload)

@@ -141,7 +141,7 @@ class ComplianceFinding(_message.Message):
     def __init__(self, kind: _Optional[str] = ..., subject: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
 
 class WorkloadStatus(_message.Message):
-    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version", "revisions", "sizing", "replica_sandboxes", "last_termination", "restart_count")
+    __slots__ = ("name", "revision", "ready_replicas", "desired_replicas", "conditions", "model_version", "revisions", "sizing", "replica_sandboxes", "last_termination", "restart_count", "model_config")
     NAME_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIELD_NUMBER: _ClassVar[int]
     READY_REPLICAS_FIELD_NUMBER: _ClassVar[int]
@@ -153,6 +153,7 @@ class WorkloadStatus(_message.Message):
     REPLICA_SANDBOXES_FIELD_NUMBER: _ClassVar[int]
     LAST_TERMINATION_FIELD_NUMBER: _ClassVar[int]
     RESTART_COUNT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CONFIG_FIELD_NUMBER: _ClassVar[int]
     name: str
     revision: str
     ready_replicas: int
@@ -164,7 +165,16 @@ class WorkloadStatus(_message.Message):
     replica_sandboxes: _containers.RepeatedCompositeFieldContainer[ReplicaSandbox]
     last_termination: ReplicaTermination
     restart_count: int
-    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ..., sizing: _Optional[_Union[WorkloadSizing, _Mapping]] = ..., replica_sandboxes: _Optional[_Iterable[_Union[ReplicaSandbox, _Mapping]]] = ..., last_termination: _Optional[_Union[ReplicaTermination, _Mapping]] = ..., restart_count: _Optional[int] = ...) -> None: ...
+    model_config: ModelConfigStatus
+    def __init__(self, name: _Optional[str] = ..., revision: _Optional[str] = ..., ready_replicas: _Optional[int] = ..., desired_replicas: _Optional[int] = ..., conditions: _Optional[_Iterable[_Union[_common_pb2.Condition, _Mapping]]] = ..., model_version: _Optional[str] = ..., revisions: _Optional[_Iterable[_Union[RevisionStatus, _Mapping]]] = ..., sizing: _Optional[_Union[WorkloadSizing, _Mapping]] = ..., replica_sandboxes: _Optional[_Iterable[_Union[ReplicaSandbox, _Mapping]]] = ..., last_termination: _Optional[_Union[ReplicaTermination, _Mapping]] = ..., restart_count: _Optional[int] = ..., model_config: _Optional[_Union[ModelConfigStatus, _Mapping]] = ...) -> None: ...
+
+class ModelConfigStatus(_message.Message):
+    __slots__ = ("digest", "error")
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    ERROR_FIELD_NUMBER: _ClassVar[int]
+    digest: str
+    error: str
+    def __init__(self, digest: _Optional[str] = ..., error: _Optional[str] = ...) -> None: ...
 
 class ReplicaTermination(_message.Message):
     __slots__ = ("replica", "reason", "message", "exit_code", "signal", "finished_at")
@@ -367,7 +377,7 @@ class DeviceLogLines(_message.Message):
     def __init__(self, request_id: _Optional[int] = ..., lines: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class DesiredState(_message.Message):
-    __slots__ = ("generation", "manifests", "artifact_metadata", "rollback_allowances", "heartbeat_interval", "trust_roots", "secrets", "agent")
+    __slots__ = ("generation", "manifests", "artifact_metadata", "rollback_allowances", "heartbeat_interval", "trust_roots", "secrets", "agent", "model_configs")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     MANIFESTS_FIELD_NUMBER: _ClassVar[int]
     ARTIFACT_METADATA_FIELD_NUMBER: _ClassVar[int]
@@ -376,6 +386,7 @@ class DesiredState(_message.Message):
     TRUST_ROOTS_FIELD_NUMBER: _ClassVar[int]
     SECRETS_FIELD_NUMBER: _ClassVar[int]
     AGENT_FIELD_NUMBER: _ClassVar[int]
+    MODEL_CONFIGS_FIELD_NUMBER: _ClassVar[int]
     generation: int
     manifests: _containers.RepeatedScalarFieldContainer[bytes]
     artifact_metadata: _containers.RepeatedScalarFieldContainer[bytes]
@@ -384,7 +395,18 @@ class DesiredState(_message.Message):
     trust_roots: _containers.RepeatedScalarFieldContainer[bytes]
     secrets: _containers.RepeatedCompositeFieldContainer[SealedSecret]
     agent: DesiredAgent
-    def __init__(self, generation: _Optional[int] = ..., manifests: _Optional[_Iterable[bytes]] = ..., artifact_metadata: _Optional[_Iterable[bytes]] = ..., rollback_allowances: _Optional[_Iterable[bytes]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., secrets: _Optional[_Iterable[_Union[SealedSecret, _Mapping]]] = ..., agent: _Optional[_Union[DesiredAgent, _Mapping]] = ...) -> None: ...
+    model_configs: _containers.RepeatedCompositeFieldContainer[ModelConfigDocument]
+    def __init__(self, generation: _Optional[int] = ..., manifests: _Optional[_Iterable[bytes]] = ..., artifact_metadata: _Optional[_Iterable[bytes]] = ..., rollback_allowances: _Optional[_Iterable[bytes]] = ..., heartbeat_interval: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., secrets: _Optional[_Iterable[_Union[SealedSecret, _Mapping]]] = ..., agent: _Optional[_Union[DesiredAgent, _Mapping]] = ..., model_configs: _Optional[_Iterable[_Union[ModelConfigDocument, _Mapping]]] = ...) -> None: ...
+
+class ModelConfigDocument(_message.Message):
+    __slots__ = ("workload", "document", "digest")
+    WORKLOAD_FIELD_NUMBER: _ClassVar[int]
+    DOCUMENT_FIELD_NUMBER: _ClassVar[int]
+    DIGEST_FIELD_NUMBER: _ClassVar[int]
+    workload: str
+    document: bytes
+    digest: str
+    def __init__(self, workload: _Optional[str] = ..., document: _Optional[bytes] = ..., digest: _Optional[str] = ...) -> None: ...
 
 class DesiredAgent(_message.Message):
     __slots__ = ("version", "signed_metadata", "upgrade", "upgrade_revision", "commit_deadline", "max_tries")

@@ -235,6 +235,8 @@ def check_status(status: device_pb2.Status, *, reserved: Sequence[str] = ()) -> 
             )
         if w.HasField("last_termination"):
             _termination(problems, f"{at}.last_termination", w.last_termination)
+        if w.HasField("model_config"):
+            _model_config(problems, f"{at}.model_config", w.model_config)
     if status.HasField("health"):
         _health(problems, "status.health", status.health)
     if status.HasField("compliance"):
@@ -307,6 +309,22 @@ def _sandboxes(
             problems.append(f"{at}.problems: at most {MAX_SANDBOX_PROBLEMS}, got {len(x.problems)}")
         for j, text in enumerate(x.problems[:MAX_SANDBOX_PROBLEMS]):
             _text(problems, f"{at}.problems[{j}]", text, MAX_MESSAGE_TEXT)
+
+
+MAX_CONFIG_ERROR = 1024
+
+
+def _model_config(problems: list[str], at: str, c: device_pb2.ModelConfigStatus) -> None:
+    """A config digest is "" or "sha256:" and 64 hex digits; its error is bounded."""
+    digest = c.digest
+    if digest and not (
+        len(digest) == 71
+        and digest.startswith("sha256:")
+        and all(ch in "0123456789abcdef" for ch in digest[7:])
+    ):
+        problems.append(f'{at}.digest: must be "sha256:" and 64 lowercase hex digits')
+    if len(c.error) > MAX_CONFIG_ERROR:
+        problems.append(f"{at}.error: at most {MAX_CONFIG_ERROR} characters, got {len(c.error)}")
 
 
 def _termination(problems: list[str], path: str, t: device_pb2.ReplicaTermination) -> None:

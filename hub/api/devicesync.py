@@ -173,6 +173,8 @@ def _workload(w: device_pb2.WorkloadStatus) -> WorkloadReport:
         sandboxes=tuple(_sandbox(x) for x in w.replica_sandboxes[:MAX_REPORTED_SANDBOXES]),
         last_termination=_termination(w) if w.HasField("last_termination") else None,
         restart_count=w.restart_count,
+        config_digest=w.model_config.digest,
+        config_error=w.model_config.error,
     )
 
 
@@ -504,6 +506,10 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                                 heartbeat_interval=_duration(self.limits.heartbeat_interval_s),
                                 secrets=self._sealed(context, caller.name, content.secrets),
                                 agent=_desired_agent(content.agent),
+                                model_configs=[
+                                    device_pb2.ModelConfigDocument(workload=n, document=d, digest=g)
+                                    for n, d, g in content.model_configs
+                                ],
                             )
                         )
                         size = message.ByteSize()

@@ -17,8 +17,10 @@ from edgefleet.api import AgentUpgrade, ModelDeployment, parse_manifest
 from edgefleet.versioning import installed_version
 from hub.controllers.agentupgrade import device_views, upgrades_of
 from hub.controllers.rollout import RolloutController, canary_status, progress_of
+from hub.decide import modelconfigs
 from hub.decide.agentupgrade import plan_upgrade
 from hub.decide.agentupgradestatus import upgrade_status
+from hub.decide.desired import model_configs_of
 from hub.decide.labeltrust import secrets_withheld
 from hub.decide.presentation import deployment_object, fleet_compliance
 from hub.decide.rolloutstatus import rollout_versions, with_rollout
@@ -112,6 +114,11 @@ def _deployment(
         scheduled=cache.explanations.get(name) if dep.spec.replicas.per_device is None else None,
         withheld=secrets_withheld(dep, cache.devices.values(), region),
     )
+    configs = [o.manifest for o in cache.objects_of(modelconfigs.KIND)]
+    config = model_configs_of(configs).get(dep.spec.model.name) if configs else None
+    shown = modelconfigs.config_status(name, config, cache.devices.values(), assigned)
+    if shown is not None:  # desired against reported (docs/model-config.md)
+        doc["status"]["config"] = shown
     state = cache.rollouts.get(name)
     if state is not None:
         progress = progress_of(cache, name)

@@ -21,6 +21,13 @@ from typing import Any
 import orjson
 
 from edgefleet.api import PRIORITY_CLASSES, PriorityClass
+from edgefleet.api.modelconfigs import (
+    ModelConfig,
+    canonical_json,
+    config_digest,
+    merge_steps,
+    ordered_overrides,
+)
 from hub.decide.agentdesired import desired_agent_of
 from hub.decide.agentrevisions import DesiredAgentSpec
 from hub.decide.devices import Device, TrustState
@@ -57,6 +64,8 @@ class FleetPolicies:
     baselines: tuple[bytes, ...] = ()
     priority_classes: Mapping[str, int] = field(default_factory=dict)  # applied, by name
     tpm_secrets: frozenset[str] = frozenset()  # Secrets with spec.requireTpm, by name
+    # the ModelConfigs by model name (kind: ModelConfig; docs/model-config.md)
+    model_configs: Mapping[str, ModelConfig] = field(default_factory=dict)
     # what build_desired computed once for many devices with these policies (a projection
     # batch shares one FleetPolicies; the fleet does not change during it): digests by the
     # parts hashed, manifest rewrites by revision
@@ -66,6 +75,11 @@ class FleetPolicies:
     )
     lives: dict[int, tuple[Revision, bytes]] = field(  # live_of by revision
         default_factory=dict, compare=False, repr=False
+    )
+    merges: dict[tuple[str, tuple[str, ...]], tuple[bytes, str]] = field(  # merged configs by
+        default_factory=dict,
+        compare=False,
+        repr=False,  # model and the overrides applied
     )
 
     @classmethod
@@ -78,7 +92,43 @@ class FleetPolicies:
             tuple(o.encoded for o in view.objects_of("SecurityBaseline")),
             {name: c.value for name, c in classes.items()},
             view.tpm_secrets(),
+            model_configs_of(o.manifest for o in view.objects_of("ModelConfig")),
         )
+
+    def model_config_for(self, model: str, device: Device) -> tuple[bytes, str] | None:
+        """The merged config of ``model`` for ``device`` (canonical JSON) and its digest;
+        ``None`` when the model has no ModelConfig. Merged once per set of overrides."""
+        config = self.model_configs.get(model)
+        if config is None:
+            return None
+        steps = ordered_overrides(config, device.name, device.all_labels())
+        key = (model, tuple(step for step, _ in steps))
+        merged = self.merges.get(key)
+        if merged is None:
+            document = merge_steps(config, steps).document()
+            merged = (canonical_json(document), config_digest(document))
+            self.merges[key] = merged
+        return merged
+
+
+def model_configs_of(manifests: Iterable[Mapping[str, Any]]) -> dict[str, ModelConfig]:
+    """The stored ModelConfigs (canonical manifests) by the model they configure."""
+    from edgefleet.api import parse_manifest
+
+    out: dict[str, ModelConfig] = {}
+    for doc in manifests:
+        config = parse_manifest(dict(doc))
+        assert isinstance(config, ModelConfig)
+        out[config.spec.model] = config
+    return out
+
+
+def config_bound(config: ModelConfig | None) -> int:
+    """At least the bytes any device's merged ``config`` takes in a desired state: every
+    section of the spec together bounds any merge of them (0: no config)."""
+    if config is None:
+        return 0
+    return len(canonical_json(config.spec.to_dict())) + 128
 
 
 @dataclass(frozen=True, slots=True)
@@ -101,6 +151,9 @@ class DesiredContent:
     # the edged release the device is asked to run (an AgentUpgrade's); None: none, it keeps
     # its committed one (hub.decide.agentdesired)
     agent: DesiredAgentSpec | None = None
+    # (deployment, merged config as canonical JSON, its digest) of every deployment sent whose
+    # model has a ModelConfig (docs/model-config.md)
+    model_configs: tuple[tuple[str, bytes, str], ...] = ()
 
 
 def build_desired(
@@ -141,6 +194,7 @@ def build_desired(
     allowances: list[bytes] = []
     artifacts: set[str] = set()
     mounted: set[str] = set()
+    configs: list[tuple[str, bytes, str]] = []
     for name in projection.names:
         if left_out and name in left_out:
             excluded[name] = left_out[name]
@@ -168,6 +222,9 @@ def build_desired(
         numbers.append((name, revision.number))
         mounted.update(mounts)
         manifests.append(_manifest_for(revision, labels, fleet, _live_for(fleet, view, revision)))
+        merged = fleet.model_config_for(model_name, device)
+        if merged is not None:
+            configs.append((name, *merged))
         metadata.append(model.envelope)
         if model.rollback_allowance:  # hub.api.allowances: lets a device go back to this version
             allowances.append(model.rollback_allowance)
@@ -187,6 +244,8 @@ def build_desired(
     agent = desired_agent_of(view.agent_upgrades, device.name, device.agent, view.agent_releases)
     if agent is not None:  # only then: digests of states without one stay as they were
         key = (*key, b"--agent", *_agent_parts(agent))
+    if configs:  # likewise
+        key = (*key, b"--configs", *(n.encode() + b"\0" + d for n, d, _ in configs))
     digest = fleet.digests.get((key, secrets))  # devices given the same: hashed once
     if digest is None:
         digest = _digest(key, secrets, fleet.tpm_secrets)
@@ -203,6 +262,7 @@ def build_desired(
         secrets,
         tuple(sorted(numbers)),
         agent,
+        tuple(configs),
     )
 
 
@@ -494,6 +554,9 @@ def wire_size_bound(
                 str(m.get("name")) for m in revision.manifest.get("spec", {}).get("secrets", ())
             )
         if largest:
+            dep = view.deployments.get(name)
+            if dep is not None:
+                largest += config_bound(fleet.model_configs.get(dep.spec.model.name))
             manifests.append(largest)
             metadata.append(envelope)
             if allowance:
@@ -509,6 +572,7 @@ def wire_size(content: DesiredContent) -> int:
     sealed = len(content.secrets) * SEALED_SECRET_BYTES
     agent = content.agent
     extra = 0 if agent is None else sum(len(p) + 8 for p in _agent_parts(agent)) + 32
+    extra += sum(len(n) + len(d) + len(g) + 16 for n, d, g in content.model_configs)
     return sum(len(p) + 6 for p in parts) + 64 + sealed + extra
 
 
@@ -536,6 +600,9 @@ def replica_wire_size(
         )
     if not largest:
         return 0
+    dep = view.deployments.get(name)
+    if dep is not None:
+        largest += config_bound(fleet.model_configs.get(dep.spec.model.name))
     parts = [largest, envelope, *([allowance] if allowance else [])]
     sealed: int = len(mounted & set(view.secrets)) * SEALED_SECRET_BYTES
     return sum(n + 6 for n in parts) + sealed

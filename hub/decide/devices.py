@@ -263,6 +263,10 @@ class WorkloadReport:
     # the newest unasked-for end of one of its replicas' workers, and their restarts summed
     last_termination: Termination | None = None
     restart_count: int = 0
+    # its model configuration as the device applied it (kind: ModelConfig): the digest its
+    # replicas read ("": none) and why the one sent is not applied ("": it is)
+    config_digest: str = ""
+    config_error: str = ""
 
     def wanted(self, version: str) -> RevisionReport | None:
         """The revision of ``version`` the device reports (the one it calls wanted first)."""
@@ -291,6 +295,8 @@ class WorkloadReport:
                 if self.last_termination is not None
                 else {}
             ),
+            **({"configDigest": self.config_digest} if self.config_digest else {}),
+            **({"configError": self.config_error} if self.config_error else {}),
         }
 
     @classmethod
@@ -311,6 +317,8 @@ class WorkloadReport:
                 else None
             ),
             int(doc.get("restartCount", 0)),
+            str(doc.get("configDigest", "")),
+            str(doc.get("configError", "")),
         )
 
 

@@ -16,10 +16,12 @@ from edgefleet.api.modelconfigs import (
     ordered_overrides,
 )
 from edgefleet.configschemas import ConfigSchema
+from hub.decide.devices import Device
 
 __all__ = [
     "DELIVERY_WARNING",
     "KIND",
+    "config_status",
     "merge_chains",
     "model_conflicts",
     "schema_problems",
@@ -27,10 +29,12 @@ __all__ = [
 ]
 
 DELIVERY_WARNING = (
-    "stored, not delivered: this hub does not send ModelConfigs to devices yet "
-    "(docs/model-config.md, 'What is built'); no device runs this config"
+    "a config change goes to every device that runs the model at once, with no canary: "
+    "config changes do not go through the deployment's canary steps yet "
+    "(docs/model-config.md, 'What is built')"
 )
-"""Said by every apply of a ModelConfig until delivery is built: accepted is not applied."""
+"""Said by every apply of a ModelConfig that changes it: what the change does, never a canary
+that does not happen."""
 
 
 def model_conflicts(
@@ -132,3 +136,54 @@ def schema_problems(
             if len(found) >= limit:
                 return found
     return found
+
+
+MAX_NOT_RUNNING_SHOWN = 32
+
+
+def config_status(
+    deployment: str,
+    config: ModelConfig | None,
+    devices: Iterable[Device],
+    assigned: Mapping[str, Iterable[str]],
+) -> dict[str, Any] | None:
+    """Pure: a deployment's ``status.config``, desired against reported: of the devices sent
+    the deployment (``assigned``), how many report running the config merged for them, and
+    each other one named with what it reports (at most :data:`MAX_NOT_RUNNING_SHOWN`; all of
+    them counted). ``None`` when the deployment's model has no ModelConfig."""
+    if config is None:
+        return None
+    merged: dict[tuple[str, ...], str] = {}
+    total = running = 0
+    others: dict[str, str] = {}
+    for device in devices:
+        if deployment not in set(assigned.get(device.name, ())):
+            continue
+        total += 1
+        steps = ordered_overrides(config, device.name, device.all_labels())
+        key = tuple(step for step, _ in steps)
+        if key not in merged:
+            merged[key] = merge_steps(config, steps).digest()
+        want = merged[key]
+        report = device.workloads.get(deployment)
+        if report is not None and report.config_digest == want and not report.config_error:
+            running += 1
+            continue
+        if report is None:
+            others[device.name] = "no report of the deployment yet"
+        elif report.config_error:
+            others[device.name] = f"not applied: {report.config_error}"[:300] + (
+                f" (runs {report.config_digest[:19]})" if report.config_digest else ""
+            )
+        elif report.config_digest:
+            others[device.name] = f"runs {report.config_digest[:19]}, not {want[:19]}"
+        else:
+            others[device.name] = "reports no config (an edged that does not apply them?)"
+    shown = dict(sorted(others.items())[:MAX_NOT_RUNNING_SHOWN])
+    return {
+        "modelConfig": config.name,
+        "devices": total,
+        "runningDesired": running,
+        "notRunningDesired": shown,
+        **({"notRunningDevices": len(others)} if len(others) > len(shown) else {}),
+    }

@@ -2,7 +2,7 @@
 conftest.py: cam-1 at site=retail with reported accelerator=npu, cam-2 at site=depot): apply,
 get, describe with ``--device`` showing the merged result and where each value came from, a
 credential-like key refused by name, two configs for one model refused, and the apply saying
-what the config does (not delivered yet)."""
+what a change does (every device at once, no canary)."""
 
 from __future__ import annotations
 
@@ -35,7 +35,7 @@ def test_apply_get_describe_for_a_device(config: Path) -> None:
     applied = edgectl(config, "apply", "-f", "-", stdin=CONFIG)
     assert applied.returncode == 0, applied.stderr
     assert "modelconfig/fraud created" in applied.stdout
-    assert "not delivered" in applied.stderr  # never accepted and silently ignored
+    assert "no canary" in applied.stderr  # what a change does, never a canary it lacks
     rows = edgectl(config, "get", "modelconfigs").stdout.splitlines()
     assert rows[0].split() == ["NAME", "MODEL", "KEYS", "FILES", "OVERRIDES", "AGE"]
     assert rows[1].split()[:5] == ["fraud", "fraud", "2", "1", "3"]

@@ -155,7 +155,7 @@ class Applies:
                     name=p.obj.name,
                     outcome=_OUTCOMES[p.outcome],
                     resource_version=p.revision,
-                    warnings=self._warnings(p.obj),
+                    warnings=self._warnings(p.obj, p.outcome),
                 )
                 for p in planned
             ]
@@ -375,11 +375,12 @@ class Applies:
         if problems:
             raise invalid("; ".join(problems))
 
-    def _warnings(self, obj: apply.ParsedObject) -> list[str]:
+    def _warnings(self, obj: apply.ParsedObject, outcome: apply.Outcome) -> list[str]:
         """An accepted deployment that cannot run anywhere says so at once (and the same
         words are conditions in its status)."""
         if obj.kind == modelconfigs.KIND:
-            return [modelconfigs.DELIVERY_WARNING]
+            changed = outcome is not apply.Outcome.UNCHANGED
+            return [modelconfigs.DELIVERY_WARNING] if changed else []
         if obj.kind != "ModelDeployment":
             return []
         dep = parse_manifest(dict(obj.manifest))
