@@ -59,6 +59,8 @@ PREFIX = "/v2/systemsharedmemory"
 _SHM_KEYS = ("shared_memory_region", "shared_memory_byte_size", "shared_memory_offset")
 _CRED = struct.Struct("3i")
 _MARK = b"shared_memory_region"
+MAX_PLANS = 256  # request headers worked out, all uids together (cleared when full)
+MAX_PLAN_KEY = 8192  # headers longer than this are worked out each time
 
 
 class ShmError(Exception):
@@ -231,6 +233,9 @@ class SharedMemory:
         self.max_bytes = max_bytes
         self.shm_dir = shm_dir
         self._regions: dict[int, dict[str, Region]] = {}
+        # (uid, request header) -> what it asks; any change of the regions clears it, so a
+        # plan never names a region that was unregistered (its descriptor closed)
+        self._plans: dict[tuple[int, bytes], _Plan] = {}
 
     def export(self, registry: Registry) -> None:
         """Gauges of the regions registered, all uids together (read when scraped)."""
@@ -278,6 +283,7 @@ class SharedMemory:
             os.close(fd)
             raise
         region = Region(name, key, offset, byte_size, fd, writable)
+        self._plans.clear()
         self._regions.setdefault(uid, {})[name] = region
         return region
 
@@ -334,6 +340,7 @@ class SharedMemory:
         return fd, writable
 
     def unregister(self, uid: int, name: str | None) -> None:
+        self._plans.clear()  # before any descriptor is closed
         mine = self._regions.get(uid, {})
         if name is None:
             for region in mine.values():
@@ -350,6 +357,7 @@ class SharedMemory:
     def _sweep(self, uid: int) -> None:
         mine = self._regions.get(uid, {})
         for name in [n for n, r in mine.items() if r.gone()]:
+            self._plans.clear()  # before its descriptor is closed
             os.close(mine.pop(name).fd)
         if not mine:
             self._regions.pop(uid, None)
@@ -424,7 +432,11 @@ class SharedMemory:
     def rewrite(self, req: Request, limit: int) -> dict[str, tuple[Region, int, int]]:
         """Put the bytes of the request's inputs in regions into its body as binary tensors
         and ask for its outputs in regions as binary outputs; the outputs' regions, by name
-        (``region, offset, byte_size``). ``limit``: the largest body the model takes."""
+        (``region, offset, byte_size``). ``limit``: the largest body the model takes.
+
+        What a JSON header asks is worked out once per uid and header (:class:`_Plan`: a
+        client sends the same header with every frame) and kept until any region is
+        registered or unregistered: then only the bytes are moved."""
         uid = peer_uid(req.conn)
         body = req.body
         hdr = req.headers.get("inference-header-content-length")
@@ -434,14 +446,48 @@ class SharedMemory:
                 f"Inference-Header-Content-Length ({hlen}) is larger than the request body "
                 f"({len(body)} bytes)"
             )
+        key = None
+        if hlen <= MAX_PLAN_KEY:
+            key = (uid, body if hlen == len(body) else body[:hlen])
+        plan = self._plans.get(key) if key is not None else None
+        if plan is None:
+            plan = self._plan(uid, body, hlen)
+            if key is not None:
+                if len(self._plans) >= MAX_PLANS:
+                    self._plans.clear()
+                self._plans[key] = plan
+        header = plan.header
+        if plan.shm_bytes + len(header) > limit:
+            raise ShmError(f"the inputs are larger than this model takes ({limit} bytes)", 413)
+        binary = memoryview(body)[hlen:]
+        room = len(binary)
+        sizes = [  # a slice of the request's own binary section ends where it does
+            size if region is not None else max(0, min(room if size < 0 else at + size, room) - at)
+            for region, at, size in plan.pieces
+        ]
+        out = bytearray(len(header) + sum(sizes))
+        view = memoryview(out)
+        view[: len(header)] = header
+        pos = len(header)
+        for (region, at, _), size in zip(plan.pieces, sizes, strict=True):
+            if region is not None:
+                region.read_into(view[pos : pos + size], at)
+            elif size:
+                view[pos : pos + size] = binary[at : at + size]
+            pos += size
+        view.release()
+        req.body = out  # type: ignore[assignment]  # bytes-like: the channel only joins it
+        req.headers["inference-header-content-length"] = str(len(header))
+        return plan.outs
+
+    def _plan(self, uid: int, body: bytes, hlen: int) -> _Plan:
         try:
             doc = orjson.loads(memoryview(body)[:hlen])
         except orjson.JSONDecodeError as exc:
             raise ShmError(f"the request is not valid JSON: {exc}") from exc
         if not isinstance(doc, dict):
             raise ShmError("the request must be a JSON object")
-        binary = memoryview(body)[hlen:]
-        parts: list[memoryview | tuple[Region, int, int]] = []
+        pieces: list[tuple[Region | None, int, int]] = []
         pos = 0
         total = 0
         inputs = doc.get("inputs")
@@ -462,19 +508,15 @@ class SharedMemory:
                         f"region {region.name!r} ({region.byte_size} bytes)"
                     )
                 total += size
-                if total + hlen > limit:
-                    raise ShmError(
-                        f"the inputs are larger than this model takes ({limit} bytes)", 413
-                    )
-                parts.append((region, offset, size))
+                pieces.append((region, offset, size))
                 for k in _SHM_KEYS:
                     params.pop(k, None)
                 params["binary_data_size"] = size
             elif "binary_data_size" in params:
                 size = _int_field(params, "binary_data_size", what)
-                parts.append(binary[pos : pos + size])
+                pieces.append((None, pos, size))
                 pos += size
-        parts.append(binary[pos:])  # what no input claimed: the worker says what is wrong
+        pieces.append((None, pos, -1))  # what no input claimed: the worker says what is wrong
         outs: dict[str, tuple[Region, int, int]] = {}
         outputs = doc.get("outputs")
         for i, out in enumerate(outputs if isinstance(outputs, list) else ()):
@@ -499,22 +541,20 @@ class SharedMemory:
                 params.pop(k, None)
             params["binary_data"] = True
             outs[name] = (region, offset, size)
-        header = orjson.dumps(doc)
-        sizes = [p[2] if isinstance(p, tuple) else len(p) for p in parts]
-        out = bytearray(len(header) + sum(sizes))
-        view = memoryview(out)
-        view[: len(header)] = header
-        at = len(header)
-        for part, size in zip(parts, sizes, strict=True):
-            if isinstance(part, tuple):
-                part[0].read_into(view[at : at + size], part[1])
-            else:
-                view[at : at + size] = part
-            at += size
-        view.release()
-        req.body = out  # type: ignore[assignment]  # bytes-like: the channel only joins it
-        req.headers["inference-header-content-length"] = str(len(header))
-        return outs
+        return _Plan(orjson.dumps(doc), tuple(pieces), outs, total)
+
+
+@dataclass(slots=True, frozen=True)
+class _Plan:
+    """What one request header asks, worked out: the header the worker gets; the pieces of
+    the binary section it gets, in order (``(region, offset, size)`` read from a region, or
+    ``(None, start, size)`` of the request's own binary section, size -1 for the rest); the
+    outputs to write into regions; the bytes read from regions."""
+
+    header: bytes
+    pieces: tuple[tuple[Region | None, int, int], ...]
+    outs: dict[str, tuple[Region, int, int]]
+    shm_bytes: int
 
 
 def write_outputs(

@@ -306,3 +306,25 @@ def test_requests_in_flight_at_once_each_get_their_own_output(
         np.testing.assert_allclose(got, want[i * rows : (i + 1) * rows], rtol=1e-5, atol=1e-5)
     client.unregister_system_shared_memory()
     client.close()
+
+
+def test_a_name_registered_again_reads_the_new_file(served, regions, model_dir: Path) -> None:
+    """edged works out a request header once; unregistering and registering the name again
+    (another file) must never leave it reading the old one."""
+    _e, port = served
+    client = tritonhttp.InferenceServerClient(f"127.0.0.1:{port}")
+    rng = np.random.default_rng(13)
+    answers = []
+    for name in ("first", "second"):
+        x = rng.standard_normal((4, 64)).astype(np.float32)
+        h = _region(regions, name, IN_BYTES)
+        shm.set_shared_memory_region(h, [x])
+        client.register_system_shared_memory("in", _key(name), IN_BYTES)
+        for _ in range(2):  # the second time from what edged worked out the first
+            inp = tritonhttp.InferInput("input", [4, 64], "FP32")
+            inp.set_shared_memory("in", IN_BYTES)
+            got = client.infer("mlp", [inp]).as_numpy("logits")
+            np.testing.assert_allclose(got, direct(model_dir / "mlp.onnx", x), rtol=1e-5, atol=1e-5)
+        answers.append(got)
+        client.unregister_system_shared_memory("in")
+    assert not np.allclose(answers[0], answers[1])
