@@ -319,6 +319,14 @@ class SharedMemory:
             why = exc.strerror
             if exc.errno == 40:  # ELOOP: O_NOFOLLOW met a symbolic link
                 why = "it is a symbolic link"
+            elif exc.errno == 13:  # EACCES: edged's unit has no CAP_DAC_OVERRIDE
+                uid, gid = os.geteuid(), os.getegid()
+                why = (
+                    f"edged (uid {uid}, gid {gid}, which its unit gives no right to read other "
+                    f"users' files) may not open it: let it read and write the file, e.g. "
+                    f"setfacl -m u:{uid}:rw {self.shm_dir / base}, or make it group {gid}'s "
+                    "with mode 0660"
+                )
             raise ShmError(f"cannot open shared memory object {key!r}: {why}") from exc
         finally:
             os.close(dfd)

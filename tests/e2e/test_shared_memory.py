@@ -328,3 +328,90 @@ def test_a_name_registered_again_reads_the_new_file(served, regions, model_dir: 
         answers.append(got)
         client.unregister_system_shared_memory("in")
     assert not np.allclose(answers[0], answers[1])
+
+
+NO_DAC_CLIENT = """
+import os, sys
+import numpy as np
+import tritonclient.http as th
+from tritonclient.utils import InferenceServerException
+from multiprocessing import resource_tracker
+
+port = sys.argv[1]
+warm = th.InferenceServerClient("127.0.0.1:" + port)
+warm.get_server_metadata()
+warm.close()
+resource_tracker.ensure_running()
+key = "/edgedtest-nodac-%d" % os.getpid()
+os.setgroups([])
+os.setgid(65534)
+os.setuid(65534)
+c = th.InferenceServerClient("127.0.0.1:" + port)
+fd = os.open("/dev/shm" + key, os.O_CREAT | os.O_EXCL | os.O_RDWR, 0o600)
+try:
+    os.ftruncate(fd, 256 + 40)
+    os.pwrite(fd, np.ones((1, 64), np.float32).tobytes(), 0)
+    try:
+        c.register_system_shared_memory("in", key, 296)
+        print("accepted")
+    except InferenceServerException as exc:
+        print("refused", exc.message())
+    os.fchmod(fd, 0o606)  # what the hint says, for edged's uid and gid here: root, 0
+    c.register_system_shared_memory("in", key, 296)
+    inp = th.InferInput("input", [1, 64], "FP32")
+    inp.set_shared_memory("in", 256)
+    out = th.InferRequestedOutput("logits")
+    out.set_shared_memory("in", 40, offset=256)
+    c.infer("mlp", [inp], outputs=[out])
+    print("served", np.frombuffer(os.pread(fd, 40, 256), np.float32).shape)
+    c.unregister_system_shared_memory()
+finally:
+    os.close(fd)
+    os.unlink("/dev/shm" + key)
+"""
+
+
+def test_an_edged_without_dac_override_says_how_to_let_it_in(
+    model_dir: Path, tmp_path: Path, edged_factory
+) -> None:
+    """As its unit runs it: root without CAP_DAC_OVERRIDE cannot open a client's 0600 file;
+    the refusal says how to let it in, and once the client does, it is served."""
+    if os.geteuid() != 0:
+        pytest.skip("needs root")
+    probe = subprocess.run(
+        ["setpriv", "--bounding-set=-dac_override,-dac_read_search", "true"],
+        check=False,
+        capture_output=True,
+    )
+    if probe.returncode != 0:
+        pytest.skip("setpriv cannot drop CAP_DAC_OVERRIDE here")
+    wrapper = tmp_path / "python-no-dac"
+    wrapper.write_text(
+        "#!/bin/sh\nexec setpriv --bounding-set=-dac_override,-dac_read_search -- "
+        f'{sys.executable} "$@"\n'
+    )
+    wrapper.chmod(0o755)
+    port = _port()
+    write_manifest(model_dir)
+    config = UNSIGNED_CONFIG.format(absent=tmp_path / "no-trust-root.json") + (
+        f'[inference]\nlistenTcp = "127.0.0.1:{port}"\n'
+    )
+    e: Edged = edged_factory(model_dir, config=config)
+    e.python = wrapper
+    e.start().wait_ready()
+    script = tmp_path / "nodac.py"
+    script.write_text(NO_DAC_CLIENT)
+    tmp_path.chmod(0o755)
+    run = subprocess.run(
+        [sys.executable, str(script), str(port)],
+        check=False,
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+    )
+    lines = run.stdout.splitlines()
+    assert len(lines) == 2, (run.stdout, run.stderr[-3000:])
+    assert lines[0].startswith("refused") and "setfacl -m u:0:rw /dev/shm/" in lines[0]
+    assert lines[1] == "served (10,)"
+    assert e.terminate() == 0
