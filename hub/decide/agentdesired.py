@@ -105,9 +105,11 @@ def desired_agent(
     """The release ``device`` is sent for this upgrade (None: none; it keeps its committed
     one): the revision's version once sent it (not after it failed), its previous release
     after a rollback when it had committed the rejected one, or when it left the selector
-    before committing (``leaving``)."""
+    before committing (``leaving``), or when it failed without ending the attempt (``held``:
+    after a rollback, or while the rollout goes on)."""
     revision = state.current
-    if state.phase is RolloutPhase.ROLLED_BACK or device in state.leaving:
+    held = device in state.held  # failed while the rollout goes on (agentupgrade.failed_holds)
+    if state.phase is RolloutPhase.ROLLED_BACK or device in state.leaving or held:
         version = state.leaving.get(device) or state.rollback.get(device) or state.held.get(device)
         if version is None:
             return None

@@ -37,7 +37,9 @@ report (:class:`AgentDeviceView`), with ``now`` passed in:
   connected are skipped (not sent) and hold completion, like a ModelDeployment's;
 * failed devices reaching ``failureThreshold`` (a count, or a percentage of the pool rounded
   up, at least one) **stop** the rollout: phase RolledBack, status naming each failed device
-  and its reason. Rollback semantics: a device whose attempt ended on the device (it
+  and its reason. Under the threshold, a failed device whose attempt has not ended is held
+  as below (:func:`failed_holds`): it never commits the version late. Rollback semantics: a
+  device whose attempt ended on the device (it
   reports RolledBack or Failed for this revision) is sent no release; any other that did
   not commit the new version is **held** at the release it had committed when it was sent
   (``held``, :func:`hold_targets`), so that a trial aborts and an install never switches (a
@@ -427,6 +429,20 @@ def _step(
     new = state
     if s.new_failed:
         new = replace(new, failed=failed, changed_at=now)
+    holds = failed_holds(new, devices)
+    if holds != dict(new.held):
+        newly = sorted(set(holds) - set(new.held))
+        new = replace(new, held=holds, changed_at=now)
+        if newly:
+            events.append(
+                Event(
+                    "Normal",
+                    "DevicesHeld",
+                    f"{named(newly)} failed on {version} without ending the attempt: held at "
+                    "the release each had committed, so that it does not commit "
+                    f"{version} late",
+                )
+            )
     steps = upgrade.spec.rollout.steps
     sent_now = s.pool - s.waiting  # devices of the pool sent this revision
     if new.phase is RolloutPhase.PROGRESSING:
@@ -600,6 +616,17 @@ def hold_targets(
             continue  # this attempt ended on the device (rolled back, refused): nothing to abort
         out[d.name] = back
     return out
+
+
+def failed_holds(state: AgentUpgradeState, devices: Sequence[AgentDeviceView]) -> dict[str, str]:
+    """While the rollout goes on (under its threshold): the devices counted failed (past
+    their progress deadline: still installing, on trial, or away) whose attempt has not ended
+    on the device, each held at the release it had committed when it was sent, as a rollback
+    holds them (:func:`hold_targets`): a failed device never commits the version late, the
+    hub's count and the device agree. Kept until settled on that release."""
+    failed = [d for d in devices if d.name in state.failed]
+    known = {n: v for n, v in state.held.items() if n in state.failed}
+    return hold_targets(state, failed, {}, known)
 
 
 def _hold_rollback(

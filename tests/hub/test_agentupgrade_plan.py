@@ -277,6 +277,41 @@ def test_no_commit_within_the_progress_deadline_is_a_failure() -> None:
     assert why.startswith("ProgressDeadlineExceeded") and "not connected" in why
 
 
+def test_a_device_failed_at_its_deadline_under_the_threshold_is_held_until_it_is_back() -> None:
+    run = Run(upgrade(progressDeadlineSeconds=900, failureThreshold=2, maxUnavailable=2), fleet(4))
+    run.settle()
+    assert run.sent == ["d00", "d01"]
+    trying = report(phase="Trying", version=NEW, desired_version=NEW, upgrade="up",
+                    upgrade_revision=1)  # fmt: skip
+    run.report("d00", trying)
+    run.report("d01", committed())
+    run.step(901)
+    run.settle()
+    assert run.state is not None and run.state.phase is RolloutPhase.PROGRESSING
+    assert run.state.failed.keys() == {"d00"} and run.state.held == {"d00": OLD}
+    assert "DevicesHeld" in run.events
+    # still on trial: sent its committed release, so that it aborts and never commits NEW late
+    spec = desired_agent(run.state, "d00", trying, RELEASES)
+    assert spec is not None and spec.version == OLD
+    # the rollout goes on meanwhile
+    assert {"d02", "d03"} <= set(run.sent)
+    # back on OLD, nothing in flight: let go (sent nothing, keeps OLD)
+    back = report(phase="RolledBack", reason="RolledBackByHub", desired_version=OLD,
+                  upgrade="up", upgrade_revision=1)  # fmt: skip
+    run.report("d00", back)
+    run.settle()
+    assert run.state.held == {} and desired_agent(run.state, "d00", back, RELEASES) is None
+
+
+def test_a_device_failed_that_ended_its_attempt_by_itself_is_not_held() -> None:
+    run = Run(upgrade(failureThreshold=2), fleet(3))
+    run.settle()
+    run.report("d00", rolled_back())
+    run.settle()
+    assert run.state is not None and run.state.failed.keys() == {"d00"}
+    assert run.state.held == {}
+
+
 def test_committed_but_a_workload_that_served_before_does_not_serve_again() -> None:
     devices = fleet(2)
     devices["d00"] = replace(devices["d00"], serving=("cam", "det"))
