@@ -14,15 +14,17 @@ from collections.abc import Mapping
 from typing import Any
 
 from edgefleet.api import AgentUpgrade, ModelDeployment, parse_manifest
+from edgefleet.api.modelconfigs import ModelConfig
 from edgefleet.versioning import installed_version
 from hub.controllers.agentupgrade import device_views, upgrades_of
 from hub.controllers.rollout import RolloutController, canary_status, progress_of
 from hub.decide import modelconfigs
 from hub.decide.agentupgrade import plan_upgrade
 from hub.decide.agentupgradestatus import upgrade_status
-from hub.decide.desired import model_configs_of
+from hub.decide.desired import config_from_text
 from hub.decide.labeltrust import secrets_withheld
 from hub.decide.presentation import deployment_object, fleet_compliance
+from hub.decide.revisions import config_of
 from hub.decide.rolloutstatus import rollout_versions, with_rollout
 from hub.decide.status import count_placeable
 from hub.state.cache import Cache
@@ -114,9 +116,16 @@ def _deployment(
         scheduled=cache.explanations.get(name) if dep.spec.replicas.per_device is None else None,
         withheld=secrets_withheld(dep, cache.devices.values(), region),
     )
-    configs = [o.manifest for o in cache.objects_of(modelconfigs.KIND)]
-    config = model_configs_of(configs).get(dep.spec.model.name) if configs else None
-    shown = modelconfigs.config_status(name, config, cache.devices.values(), assigned)
+    seen: dict[str, ModelConfig] = {}
+
+    def config_for(device: str) -> ModelConfig | None:  # the one its revision carries
+        revision = cache.revision_for(name, device)
+        text = config_of(revision.manifest) if revision is not None else ""
+        if text and text not in seen:
+            seen[text] = config_from_text(text)
+        return seen.get(text)
+
+    shown = modelconfigs.config_status(name, config_for, cache.devices.values(), assigned)
     if shown is not None:  # desired against reported (docs/model-config.md)
         doc["status"]["config"] = shown
     state = cache.rollouts.get(name)

@@ -35,7 +35,7 @@ from edgefleet.backoff import Backoff
 from edgefleet.errors import CompareFailed, EdgefleetError
 from edgefleet.logs import get_logger
 from edgefleet.timestamps import rfc3339
-from hub.decide import rolloutactions
+from hub.decide import modelconfigs, rolloutactions
 from hub.decide.analysis import (
     TIMELINE_SAMPLES,
     Analysis,
@@ -50,7 +50,7 @@ from hub.decide.analysis import (
     timeline_sample,
 )
 from hub.decide.devices import Device
-from hub.decide.revisions import with_live_fields
+from hub.decide.revisions import with_config, with_live_fields
 from hub.decide.rollout import (
     DeviceView,
     Progress,
@@ -123,6 +123,8 @@ def rollout_view_of(device: Device) -> Hashable:
                     (r.model_version, r.sha256, r.phase, r.ready_replicas, r.wanted, r.revision)
                     for r in w.revisions
                 ),
+                w.config_digest,
+                w.config_error,
             )
             for name, w in sorted(device.workloads.items())
         ),
@@ -282,6 +284,7 @@ class RolloutController:
                 kinds.DESIRED_OF,
                 kinds.DEVICE,
                 kinds.MODEL,
+                modelconfigs.KIND,
             ),
             self._changed,
             settled=self._keys.settled,
@@ -307,6 +310,8 @@ class RolloutController:
                 self._keys.add_all(record.deployments)
             if device is not None:
                 self._keys.add_all(d for d in device.workloads if d in cache.deployments)
+        elif kind == modelconfigs.KIND:  # a config: a new revision of its model's deployments
+            self._keys.add_all(cache.deployments)  # (the config's model may have changed)
         elif kind == kinds.MODEL:  # pushed: the deployments of that model may go on
             self._keys.add_all(
                 d for d, dep in cache.deployments.items() if dep.spec.model.name == name
@@ -372,6 +377,11 @@ class RolloutController:
             for name in sorted(set(names)):
                 await self._reconcile_one(name, now)
 
+    def _config(self, model: str) -> str:
+        """The model's ModelConfig as a revision carries it ("": none)."""
+        stored = (o.manifest for o in self._cache.objects_of(modelconfigs.KIND))
+        return modelconfigs.config_text(stored, model)
+
     async def _step(self, name: str, now: float) -> bool:
         """One step of ``name``'s rollout; whether something was written."""
         cache = self._cache
@@ -387,7 +397,7 @@ class RolloutController:
         analysis = self._analyze(name, dep, state, now)
         step = plan_rollout(
             dep,
-            stored.manifest,
+            with_config(stored.manifest, self._config(dep.spec.model.name)),
             revisions,
             state,
             devices,

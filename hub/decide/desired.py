@@ -43,7 +43,7 @@ from hub.decide.placement import (
     tpm_attested,
 )
 from hub.decide.priority import classes_of
-from hub.decide.revisions import Revision
+from hub.decide.revisions import MODEL_CONFIG, Revision, config_of
 
 SEALED_SECRET_BYTES = 4 * 64 * 1024 // 3 + 512
 """The most one sealed secret takes in a desired state (64 KiB of values, base64 inside)."""
@@ -64,8 +64,6 @@ class FleetPolicies:
     baselines: tuple[bytes, ...] = ()
     priority_classes: Mapping[str, int] = field(default_factory=dict)  # applied, by name
     tpm_secrets: frozenset[str] = frozenset()  # Secrets with spec.requireTpm, by name
-    # the ModelConfigs by model name (kind: ModelConfig; docs/model-config.md)
-    model_configs: Mapping[str, ModelConfig] = field(default_factory=dict)
     # what build_desired computed once for many devices with these policies (a projection
     # batch shares one FleetPolicies; the fleet does not change during it): digests by the
     # parts hashed, manifest rewrites by revision
@@ -76,10 +74,11 @@ class FleetPolicies:
     lives: dict[int, tuple[Revision, bytes]] = field(  # live_of by revision
         default_factory=dict, compare=False, repr=False
     )
-    merges: dict[tuple[str, tuple[str, ...]], tuple[bytes, str]] = field(  # merged configs by
-        default_factory=dict,
-        compare=False,
-        repr=False,  # model and the overrides applied
+    # a revision's ModelConfig parsed, by its JSON; merged configs by that JSON and the
+    # overrides applied
+    configs: dict[str, ModelConfig] = field(default_factory=dict, compare=False, repr=False)
+    merges: dict[tuple[str, tuple[str, ...]], tuple[bytes, str]] = field(
+        default_factory=dict, compare=False, repr=False
     )
 
     @classmethod
@@ -92,17 +91,21 @@ class FleetPolicies:
             tuple(o.encoded for o in view.objects_of("SecurityBaseline")),
             {name: c.value for name, c in classes.items()},
             view.tpm_secrets(),
-            model_configs_of(o.manifest for o in view.objects_of("ModelConfig")),
         )
 
-    def model_config_for(self, model: str, device: Device) -> tuple[bytes, str] | None:
-        """The merged config of ``model`` for ``device`` (canonical JSON) and its digest;
-        ``None`` when the model has no ModelConfig. Merged once per set of overrides."""
-        config = self.model_configs.get(model)
-        if config is None:
+    def model_config_for(self, revision: Revision, device: Device) -> tuple[bytes, str] | None:
+        """The config ``revision`` carries (:func:`hub.decide.revisions.config_of`: the
+        ModelConfig when it was made) merged for ``device`` (canonical JSON) and its digest;
+        ``None``: it carries none. Parsed once per config, merged once per set of overrides."""
+        text = config_of(revision.manifest)
+        if not text:
             return None
+        config = self.configs.get(text)
+        if config is None:
+            config = config_from_text(text)
+            self.configs[text] = config
         steps = ordered_overrides(config, device.name, device.all_labels())
-        key = (model, tuple(step for step, _ in steps))
+        key = (text, tuple(step for step, _ in steps))
         merged = self.merges.get(key)
         if merged is None:
             document = merge_steps(config, steps).document()
@@ -123,12 +126,20 @@ def model_configs_of(manifests: Iterable[Mapping[str, Any]]) -> dict[str, ModelC
     return out
 
 
-def config_bound(config: ModelConfig | None) -> int:
-    """At least the bytes any device's merged ``config`` takes in a desired state: every
-    section of the spec together bounds any merge of them (0: no config)."""
-    if config is None:
-        return 0
-    return len(canonical_json(config.spec.to_dict())) + 128
+def config_from_text(text: str) -> ModelConfig:
+    """A revision's ModelConfig (:func:`hub.decide.revisions.config_of`)."""
+    from edgefleet.api import parse_manifest
+
+    config = parse_manifest(orjson.loads(text))
+    assert isinstance(config, ModelConfig)
+    return config
+
+
+def config_bound(revision: Revision) -> int:
+    """At least the bytes any device's merged config of ``revision`` takes in a desired state:
+    the whole ModelConfig bounds any merge of its sections (0: it carries none)."""
+    text = config_of(revision.manifest)
+    return len(text) + 128 if text else 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -222,7 +233,7 @@ def build_desired(
         numbers.append((name, revision.number))
         mounted.update(mounts)
         manifests.append(_manifest_for(revision, labels, fleet, _live_for(fleet, view, revision)))
-        merged = fleet.model_config_for(model_name, device)
+        merged = fleet.model_config_for(revision, device)
         if merged is not None:
             configs.append((name, *merged))
         metadata.append(model.envelope)
@@ -495,6 +506,11 @@ def _rewritten(
     encoded: bytes, per_device: bool, accelerator: str, priority: int | None, live: bytes = b""
 ) -> bytes:
     doc = orjson.loads(encoded)
+    annotations = doc.get("metadata", {}).get("annotations")
+    if annotations and MODEL_CONFIG in annotations:  # the device gets it merged for it
+        del annotations[MODEL_CONFIG]
+        if not annotations:
+            del doc["metadata"]["annotations"]
     spec = doc.get("spec", {})
     if live:  # the deployment's replicas and scaling now (SENT_LIVE_FIELDS)
         fields = orjson.loads(live)
@@ -547,16 +563,16 @@ def wire_size_bound(
             if model is None:  # never sent (excluded: not pushed)
                 continue
             live = _live_for(fleet, view, revision)
-            largest = max(largest, _largest_manifest(revision, fleet.priority_classes, live))
+            largest = max(
+                largest,
+                _largest_manifest(revision, fleet.priority_classes, live) + config_bound(revision),
+            )
             envelope = max(envelope, len(model.envelope))
             allowance = max(allowance, len(model.rollback_allowance))
             mounted.update(
                 str(m.get("name")) for m in revision.manifest.get("spec", {}).get("secrets", ())
             )
         if largest:
-            dep = view.deployments.get(name)
-            if dep is not None:
-                largest += config_bound(fleet.model_configs.get(dep.spec.model.name))
             manifests.append(largest)
             metadata.append(envelope)
             if allowance:
@@ -592,7 +608,10 @@ def replica_wire_size(
         if model is None:  # never sent (excluded: not pushed)
             continue
         live = _live_for(fleet, view, revision)
-        largest = max(largest, _largest_manifest(revision, fleet.priority_classes, live))
+        largest = max(
+            largest,
+            _largest_manifest(revision, fleet.priority_classes, live) + config_bound(revision),
+        )
         envelope = max(envelope, len(model.envelope))
         allowance = max(allowance, len(model.rollback_allowance))
         mounted.update(
@@ -600,9 +619,6 @@ def replica_wire_size(
         )
     if not largest:
         return 0
-    dep = view.deployments.get(name)
-    if dep is not None:
-        largest += config_bound(fleet.model_configs.get(dep.spec.model.name))
     parts = [largest, envelope, *([allowance] if allowance else [])]
     sealed: int = len(mounted & set(view.secrets)) * SEALED_SECRET_BYTES
     return sum(n + 6 for n in parts) + sealed

@@ -3,7 +3,7 @@ and what an apply of a config says it does (docs/model-config.md)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 from edgefleet.api.modelconfigs import (
@@ -11,6 +11,7 @@ from edgefleet.api.modelconfigs import (
     KIND,
     MergedConfig,
     ModelConfig,
+    canonical_json,
     merge_steps,
     merged_size_problem,
     ordered_overrides,
@@ -22,19 +23,45 @@ __all__ = [
     "DELIVERY_WARNING",
     "KIND",
     "config_status",
+    "config_text",
     "merge_chains",
     "model_conflicts",
     "schema_problems",
     "size_problems",
+    "wave_conflicts",
 ]
 
 DELIVERY_WARNING = (
-    "a config change goes to every device that runs the model at once, with no canary: "
-    "config changes do not go through the deployment's canary steps yet "
-    "(docs/model-config.md, 'What is built')"
+    "a config change makes a new revision of each deployment of the model, rolled out like "
+    "a new version: through the deployment's rollout (its canary steps and analysis, rolled "
+    "back on failure); see edgectl rollout status deployment/NAME (docs/model-config.md)"
 )
-"""Said by every apply of a ModelConfig that changes it: what the change does, never a canary
-that does not happen."""
+"""Said by every apply that changes a ModelConfig: what the change does."""
+
+
+def wave_conflicts(
+    configs: Iterable[tuple[str, str]], deployments: Iterable[tuple[str, str, bool]]
+) -> list[str]:
+    """Pure: a ModelConfig (where, model) for a model a deployment (where, model, has
+    ``rollout.waves``) rolls out in waves across regions: not supported yet (a region's slice
+    does not carry the config), each named."""
+    models = {model: where for where, model in configs}
+    return [
+        f"{where}: ModelDeployment rolled out in waves (spec.rollout.waves) with a ModelConfig "
+        f"for its model ({models[model]}): model configuration is not supported with waves "
+        "across regions yet"
+        for where, model, waves in deployments
+        if waves and model in models
+    ]
+
+
+def config_text(manifests: Iterable[Mapping[str, Any]], model: str) -> str:
+    """The ModelConfig of ``model`` among stored ModelConfig manifests, as canonical JSON
+    (what a revision carries: hub.decide.revisions.with_config); ``""``: none."""
+    for doc in manifests:
+        if doc.get("spec", {}).get("model") == model:
+            return canonical_json(doc).decode()
+    return ""
 
 
 def model_conflicts(
@@ -143,25 +170,29 @@ MAX_NOT_RUNNING_SHOWN = 32
 
 def config_status(
     deployment: str,
-    config: ModelConfig | None,
+    config_for: Callable[[str], ModelConfig | None],
     devices: Iterable[Device],
     assigned: Mapping[str, Iterable[str]],
 ) -> dict[str, Any] | None:
     """Pure: a deployment's ``status.config``, desired against reported: of the devices sent
-    the deployment (``assigned``), how many report running the config merged for them, and
-    each other one named with what it reports (at most :data:`MAX_NOT_RUNNING_SHOWN`; all of
-    them counted). ``None`` when the deployment's model has no ModelConfig."""
-    if config is None:
-        return None
-    merged: dict[tuple[str, ...], str] = {}
+    the deployment (``assigned``), how many report running the config they are sent (the one
+    ``config_for(device)`` gives: their revision's, merged for them), and each other one named
+    with what it reports (at most :data:`MAX_NOT_RUNNING_SHOWN`; all of them counted).
+    ``None`` when no device is sent a config for it."""
+    merged: dict[tuple[int, tuple[str, ...]], str] = {}
     total = running = 0
+    names: set[str] = set()
     others: dict[str, str] = {}
     for device in devices:
         if deployment not in set(assigned.get(device.name, ())):
             continue
+        config = config_for(device.name)
+        if config is None:
+            continue
+        names.add(config.name)
         total += 1
         steps = ordered_overrides(config, device.name, device.all_labels())
-        key = tuple(step for step, _ in steps)
+        key = (id(config), tuple(step for step, _ in steps))
         if key not in merged:
             merged[key] = merge_steps(config, steps).digest()
         want = merged[key]
@@ -179,9 +210,11 @@ def config_status(
             others[device.name] = f"runs {report.config_digest[:19]}, not {want[:19]}"
         else:
             others[device.name] = "reports no config (an edged that does not apply them?)"
+    if not total:
+        return None
     shown = dict(sorted(others.items())[:MAX_NOT_RUNNING_SHOWN])
     return {
-        "modelConfig": config.name,
+        "modelConfig": ", ".join(sorted(names)),
         "devices": total,
         "runningDesired": running,
         "notRunningDesired": shown,

@@ -30,16 +30,47 @@ current values (a device is sent its revision's template with the current ``repl
 ``scaling``: :func:`hub.decide.desired.manifest_for`), and ``rollout undo`` keeps them."""
 
 
+MODEL_CONFIG = "edgefleet.io/model-config"
+"""The annotation a revision's manifest carries its model's ModelConfig in (the whole object as
+canonical JSON), so that a config change is a new revision, rolled out like a new version
+(docs/model-config.md); the hub adds it (:func:`with_config`), never an operator, and strips it
+from what devices are sent (they get the config merged for them)."""
+
+
 def template_of(manifest: Mapping[str, Any]) -> dict[str, Any]:
     """The part of a canonical ModelDeployment manifest whose change restarts workers (all
-    but :data:`LIVE_FIELDS`)."""
+    but :data:`LIVE_FIELDS`), and its model's configuration (:data:`MODEL_CONFIG`)."""
     spec = {k: v for k, v in manifest.get("spec", {}).items() if k not in LIVE_FIELDS}
     meta = manifest.get("metadata", {})
     out = {"name": meta.get("name"), "labels": meta.get("labels", {}), "spec": spec}
     restarted = (meta.get("annotations") or {}).get(RESTARTED_AT)
     if restarted:  # only then: the templates of revisions made before stay as they were
         out["restartedAt"] = restarted
+    config = (meta.get("annotations") or {}).get(MODEL_CONFIG)
+    if config:  # likewise: a deployment without a config keeps its templates
+        out["modelConfig"] = config
     return out
+
+
+def with_config(manifest: Mapping[str, Any], config: str) -> Mapping[str, Any]:
+    """``manifest`` with its model's ModelConfig (canonical JSON; ``""``: none, ``manifest``
+    itself less any it carried) in :data:`MODEL_CONFIG`."""
+    meta = dict(manifest.get("metadata", {}))
+    annotations = {k: v for k, v in (meta.get("annotations") or {}).items() if k != MODEL_CONFIG}
+    if config:
+        annotations[MODEL_CONFIG] = config
+    elif MODEL_CONFIG not in (meta.get("annotations") or {}):
+        return manifest
+    if annotations:
+        meta["annotations"] = annotations
+    else:
+        meta.pop("annotations", None)
+    return {**manifest, "metadata": meta}
+
+
+def config_of(manifest: Mapping[str, Any]) -> str:
+    """The ModelConfig a revision's manifest carries (canonical JSON; ``""``: none)."""
+    return str((manifest.get("metadata", {}).get("annotations") or {}).get(MODEL_CONFIG, ""))
 
 
 def with_restart(manifest: Mapping[str, Any], restarted_at: str) -> Mapping[str, Any]:

@@ -150,6 +150,10 @@ def view_device(
         target, broken = TargetPhase.PROGRESSING, ""
     if not fresh and target is not TargetPhase.ABSENT:
         target, broken = TargetPhase.PROGRESSING, ""
+    elif report.config_error and target is not TargetPhase.ABSENT:
+        # the revision's model configuration, refused by the device (its own check, a write
+        # that failed): the revision is broken there, as a refused artifact is
+        target, broken = TargetPhase.BROKEN, f"ModelConfigRefused: {report.config_error}"
     return DeviceView(device.name, eligible, why, target, broken, serving)
 
 

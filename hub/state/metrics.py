@@ -14,9 +14,10 @@ from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import TYPE_CHECKING, Any
 
 from edgefleet.metrics import Gauge, Registry
-from hub.decide import fleetmetrics
+from hub.decide import fleetmetrics, modelconfigs
 from hub.decide.devices import Device, DevicePhase
 from hub.decide.fleetmetrics import Families, RegionView
+from hub.decide.revisions import with_config
 from hub.decide.status import deployment_status
 from hub.state.cache import Cache
 from hub.state.regionmapping import region_deployment_json
@@ -436,9 +437,10 @@ def deployment_families(cache: Cache) -> Iterator[Families]:
         )
         samples = cache.analysis.get(name)
         last = max(samples.values(), key=lambda s: s.at) if samples else None
+        configs = (o.manifest for o in cache.objects_of(modelconfigs.KIND))
         yield fleetmetrics.deployment_series(
             dep,
-            stored.manifest,
+            with_config(stored.manifest, modelconfigs.config_text(configs, dep.spec.model.name)),
             status,
             replicas,
             cache.rollouts.get(name),

@@ -114,7 +114,7 @@ def test_a_config_reaches_the_sandboxed_worker_reloads_and_is_reported(
         assert "nothing applied" in refused
         applied = _apply(hub, tmp_path, "config", CONFIG.format(site=0.6) + "---\n" + deployments)
         assert "modelconfig/det created" in applied, applied
-        assert "no canary" in applied  # what a change does, said at apply
+        assert "new revision" in applied  # what a change does, said at apply
 
         # 2. delivered: the merged config in the worker's sandbox, read-only
         def both_ready() -> bool:

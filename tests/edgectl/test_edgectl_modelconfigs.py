@@ -35,7 +35,7 @@ def test_apply_get_describe_for_a_device(config: Path) -> None:
     applied = edgectl(config, "apply", "-f", "-", stdin=CONFIG)
     assert applied.returncode == 0, applied.stderr
     assert "modelconfig/fraud created" in applied.stdout
-    assert "no canary" in applied.stderr  # what a change does, never a canary it lacks
+    assert "new revision" in applied.stderr  # what a change does
     rows = edgectl(config, "get", "modelconfigs").stdout.splitlines()
     assert rows[0].split() == ["NAME", "MODEL", "KEYS", "FILES", "OVERRIDES", "AGE"]
     assert rows[1].split()[:5] == ["fraud", "fraud", "2", "1", "3"]

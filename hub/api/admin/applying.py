@@ -264,6 +264,25 @@ class Applies:
         """One ModelConfig per model (hub.decide.modelconfigs); nothing applied otherwise."""
         kind = modelconfigs.KIND
         applied = [(i, o.name, o.manifest) for i, o in enumerate(parsed) if o.kind == kind]
+        names = {(o.kind, o.name) for o in parsed}
+        configs = [(f"documents[{i}]", str(m["spec"]["model"])) for i, _, m in applied] + [
+            (f"ModelConfig {o.name}", str(o.manifest["spec"]["model"]))
+            for o in self.cache.objects_of(kind)
+            if (kind, o.name) not in names
+        ]
+        deployments = [
+            (f"documents[{i}]", str(o.manifest["spec"]["model"]["name"]),
+             bool(o.manifest["spec"].get("rollout", {}).get("waves")))
+            for i, o in enumerate(parsed)
+            if o.kind == "ModelDeployment"
+        ] + [
+            (f"ModelDeployment {n}", d.spec.model.name, bool(d.spec.rollout.waves))
+            for n, d in self.cache.deployments.items()
+            if ("ModelDeployment", n) not in names
+        ]  # fmt: skip
+        waves = modelconfigs.wave_conflicts(configs, deployments)
+        if waves:
+            raise invalid("nothing applied: " + "; ".join(waves))
         if applied:
             stored = [o.manifest for o in self.cache.objects_of(kind)]
             problems = modelconfigs.model_conflicts(applied, stored)

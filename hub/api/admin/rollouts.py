@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any
 
 import grpc
+import orjson
 
 from edgefleet.errors import CompareFailed
 from edgefleet.v1 import admin_pb2
@@ -26,10 +27,11 @@ from hub.controllers import agentupgrade as agentupgrades
 from hub.controllers.agentupgrade import AgentUpgradeController
 from hub.controllers.rollout import RolloutController, undo_manifest
 from hub.controllers.wave import WaveController
+from hub.decide import modelconfigs
 from hub.decide.agentdesired import version_refusal
 from hub.decide.agentrevisions import AgentRevision, AgentUpgradeState
 from hub.decide.agentwaves import AgentWaveState
-from hub.decide.revisions import with_restart
+from hub.decide.revisions import config_of, with_config, with_restart
 from hub.decide.rollout import RolloutState, template_hash
 from hub.decide.rolloutactions import ActionRefused, restart_refusal
 from hub.decide.undo import undo_refused
@@ -346,6 +348,43 @@ class Rollouts:
         await self.cache.feed.settled()  # the new revision exists when it answers
         return f"agentupgrade/{name}: rolling back to revision {to} ({target.version})"
 
+    async def _config_undo(
+        self, name: str, target: Any, to: int
+    ) -> tuple[dict[str, Any], Compare, Put] | None:
+        """What an undo to ``target`` writes of its model's ModelConfig: the one the revision
+        carries, back in place (None: it is in place already). Refused when the revision ran
+        without one while one is applied now, or with another name."""
+        cache = self.cache
+        model = target.model[0]
+        wanted = config_of(target.manifest)
+        now = [
+            o for o in cache.objects_of(modelconfigs.KIND) if o.manifest["spec"]["model"] == model
+        ]
+        current = now[0] if now else None
+        if not wanted:
+            if current is None:
+                return None
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{name}: revision {to} ran without a ModelConfig for model {model}; ModelConfig "
+                f"{current.name} is applied now: delete it (a new revision without it rolls "
+                "out), then undo again if need be",
+            )
+        doc = orjson.loads(wanted)
+        if current is not None and current.name != doc["metadata"]["name"]:
+            raise Refused(
+                grpc.StatusCode.FAILED_PRECONDITION,
+                f"{name}: revision {to}'s ModelConfig is {doc['metadata']['name']}, model "
+                f"{model} has {current.name} now: delete it first",
+            )
+        if current is not None and modelconfigs.config_text([current.manifest], model) == wanted:
+            return None
+        key = storekeys.object_key(modelconfigs.KIND, doc["metadata"]["name"])
+        kv = await self.store.get(key)
+        created = storekeys.created_of(kv.value) if kv is not None else None
+        compare = Compare(key, kv.mod_revision if kv is not None else 0)
+        return doc, compare, Put(key, storekeys.object_value(doc, created))
+
     async def _undo(self, name: str, state: RolloutState, to: int, actor: str) -> str:
         cache = self.cache
         revisions = cache.revisions.get(name, {})
@@ -365,7 +404,15 @@ class Rollouts:
             raise invalid(f"to_revision: {name} has no revision {to} (kept: {kept})")
         stored = cache.stored[("ModelDeployment", name)]
         manifest = undo_manifest(stored.manifest, target)
-        if template_hash(manifest) == template_hash(stored.manifest):
+        # the model's configuration goes back with it (docs/model-config.md)
+        config = await self._config_undo(name, target, to)
+        wanted_config = config_of(target.manifest)
+        current_config = modelconfigs.config_text(
+            (o.manifest for o in cache.objects_of(modelconfigs.KIND)), target.model[0]
+        )
+        if template_hash(with_config(manifest, wanted_config)) == template_hash(
+            with_config(stored.manifest, current_config)
+        ):
             return f"{name} already asks for revision {to}'s template: nothing to undo"
         floor = undo_refused(snapshot_of(cache), self.tuf(), name, state, to, self.clock())
         if floor is not None:  # the devices' anti-rollback floor (hub.decide.undo)
@@ -373,22 +420,29 @@ class Rollouts:
         key = storekeys.object_key("ModelDeployment", name)
         current = await self.store.get(key)  # keeps its creationTimestamp
         created = storekeys.created_of(current.value) if current is not None else None
+        compares, puts = (
+            [Compare(key, stored.revision)],
+            [Put(key, storekeys.object_value(manifest, created))],
+        )
+        if config is not None:
+            compares.append(config[1])
+            puts.append(config[2])
         try:
-            revision = await self.store.txn(
-                [Compare(key, stored.revision)],
-                [Put(key, storekeys.object_value(manifest, created))],
-            )
+            revision = await self.store.txn(compares, puts)
         except CompareFailed:
             raise Refused(
                 grpc.StatusCode.ABORTED, f"{name} changed meanwhile; try the undo again"
             ) from None
+        if config is not None:
+            cache.put_object(config[0], revision)
         # what the controller makes: the stable revision's template again is no new revision
         # (hub.decide.rollout), any other a new one
         stable = revisions.get(state.stable)
         again = (
             stable is not None
             and state.stable != state.revision
-            and stable.template == template_hash(with_restart(manifest, state.restarted_at))
+            and stable.template
+            == template_hash(with_config(with_restart(manifest, state.restarted_at), wanted_config))
             and not manifest.get("spec", {}).get("rollout", {}).get("waves")
         )
         number = max(cache.revisions.get(name, {}), default=0) + 1
@@ -406,4 +460,10 @@ class Rollouts:
                 f"{name}: back to revision {state.stable} ({target.model[1]}), the stable "
                 "one: no new revision"
             )
-        return f"{name}: rolling back to revision {to} ({target.model[1]}) as revision {number}"
+        said = f"{name}: rolling back to revision {to} ({target.model[1]}) as revision {number}"
+        if config is not None:
+            said += (
+                f"; ModelConfig {config[0]['metadata']['name']} set back to revision {to}'s "
+                f"(it configures every deployment of model {target.model[0]})"
+            )
+        return said
