@@ -91,18 +91,20 @@ class TufMetadataFile(_message.Message):
     def __init__(self, name: _Optional[str] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class RegionSlice(_message.Message):
-    __slots__ = ("generation", "objects", "models", "trust_roots", "digest")
+    __slots__ = ("generation", "objects", "models", "trust_roots", "digest", "agent_release_versions")
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     OBJECTS_FIELD_NUMBER: _ClassVar[int]
     MODELS_FIELD_NUMBER: _ClassVar[int]
     TRUST_ROOTS_FIELD_NUMBER: _ClassVar[int]
     DIGEST_FIELD_NUMBER: _ClassVar[int]
+    AGENT_RELEASE_VERSIONS_FIELD_NUMBER: _ClassVar[int]
     generation: int
     objects: _containers.RepeatedScalarFieldContainer[bytes]
     models: _containers.RepeatedCompositeFieldContainer[FederatedModel]
     trust_roots: _containers.RepeatedScalarFieldContainer[bytes]
     digest: str
-    def __init__(self, generation: _Optional[int] = ..., objects: _Optional[_Iterable[bytes]] = ..., models: _Optional[_Iterable[_Union[FederatedModel, _Mapping]]] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., digest: _Optional[str] = ...) -> None: ...
+    agent_release_versions: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, generation: _Optional[int] = ..., objects: _Optional[_Iterable[bytes]] = ..., models: _Optional[_Iterable[_Union[FederatedModel, _Mapping]]] = ..., trust_roots: _Optional[_Iterable[bytes]] = ..., digest: _Optional[str] = ..., agent_release_versions: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FederatedModel(_message.Message):
     __slots__ = ("name", "version", "sha256", "length", "envelope", "extras", "rollback_allowance", "pushed_at")
@@ -132,18 +134,27 @@ class FederatedModel(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., sha256: _Optional[str] = ..., length: _Optional[int] = ..., envelope: _Optional[bytes] = ..., extras: _Optional[_Mapping[str, str]] = ..., rollback_allowance: _Optional[bytes] = ..., pushed_at: _Optional[float] = ...) -> None: ...
 
 class RegionReport(_message.Message):
-    __slots__ = ("generation", "deployments", "inventory", "agent_upgrades", "agent_release_versions")
+    __slots__ = ("generation", "deployments", "inventory", "agent_upgrades", "agent_release_versions", "agent_release_refusals")
+    class AgentReleaseRefusalsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
     GENERATION_FIELD_NUMBER: _ClassVar[int]
     DEPLOYMENTS_FIELD_NUMBER: _ClassVar[int]
     INVENTORY_FIELD_NUMBER: _ClassVar[int]
     AGENT_UPGRADES_FIELD_NUMBER: _ClassVar[int]
     AGENT_RELEASE_VERSIONS_FIELD_NUMBER: _ClassVar[int]
+    AGENT_RELEASE_REFUSALS_FIELD_NUMBER: _ClassVar[int]
     generation: int
     deployments: _containers.RepeatedCompositeFieldContainer[RegionDeploymentStatus]
     inventory: RegionInventory
     agent_upgrades: _containers.RepeatedCompositeFieldContainer[RegionAgentUpgradeStatus]
     agent_release_versions: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, generation: _Optional[int] = ..., deployments: _Optional[_Iterable[_Union[RegionDeploymentStatus, _Mapping]]] = ..., inventory: _Optional[_Union[RegionInventory, _Mapping]] = ..., agent_upgrades: _Optional[_Iterable[_Union[RegionAgentUpgradeStatus, _Mapping]]] = ..., agent_release_versions: _Optional[_Iterable[str]] = ...) -> None: ...
+    agent_release_refusals: _containers.ScalarMap[str, str]
+    def __init__(self, generation: _Optional[int] = ..., deployments: _Optional[_Iterable[_Union[RegionDeploymentStatus, _Mapping]]] = ..., inventory: _Optional[_Union[RegionInventory, _Mapping]] = ..., agent_upgrades: _Optional[_Iterable[_Union[RegionAgentUpgradeStatus, _Mapping]]] = ..., agent_release_versions: _Optional[_Iterable[str]] = ..., agent_release_refusals: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RegionAgentUpgradeStatus(_message.Message):
     __slots__ = ("name", "version", "phase", "revision", "reason", "message", "pool", "done", "updating", "failed_count", "failed", "root_revision")
@@ -314,3 +325,33 @@ class FederatedChunk(_message.Message):
     offset: int
     data: bytes
     def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
+
+class FetchFederatedAgentReleaseRequest(_message.Message):
+    __slots__ = ("version",)
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    def __init__(self, version: _Optional[str] = ...) -> None: ...
+
+class FederatedAgentRelease(_message.Message):
+    __slots__ = ("version", "arch", "python_abi", "sha256", "length", "envelope")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ARCH_FIELD_NUMBER: _ClassVar[int]
+    PYTHON_ABI_FIELD_NUMBER: _ClassVar[int]
+    SHA256_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    ENVELOPE_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    arch: str
+    python_abi: str
+    sha256: str
+    length: int
+    envelope: bytes
+    def __init__(self, version: _Optional[str] = ..., arch: _Optional[str] = ..., python_abi: _Optional[str] = ..., sha256: _Optional[str] = ..., length: _Optional[int] = ..., envelope: _Optional[bytes] = ...) -> None: ...
+
+class FederatedAgentReleasePart(_message.Message):
+    __slots__ = ("release", "data")
+    RELEASE_FIELD_NUMBER: _ClassVar[int]
+    DATA_FIELD_NUMBER: _ClassVar[int]
+    release: FederatedAgentRelease
+    data: bytes
+    def __init__(self, release: _Optional[_Union[FederatedAgentRelease, _Mapping]] = ..., data: _Optional[bytes] = ...) -> None: ...

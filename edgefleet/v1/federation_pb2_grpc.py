@@ -116,6 +116,11 @@ class FederationServiceStub:
                 request_serializer=edgefleet_dot_v1_dot_federation__pb2.FetchFederatedArtifactRequest.SerializeToString,
                 response_deserializer=edgefleet_dot_v1_dot_federation__pb2.FederatedChunk.FromString,
                 _registered_method=True)
+        self.FetchFederatedAgentRelease = channel.unary_stream(
+                '/edgefleet.v1.FederationService/FetchFederatedAgentRelease',
+                request_serializer=edgefleet_dot_v1_dot_federation__pb2.FetchFederatedAgentReleaseRequest.SerializeToString,
+                response_deserializer=edgefleet_dot_v1_dot_federation__pb2.FederatedAgentReleasePart.FromString,
+                _registered_method=True)
         self.RenewFederationCertificate = channel.unary_unary(
                 '/edgefleet.v1.FederationService/RenewFederationCertificate',
                 request_serializer=edgefleet_dot_v1_dot_federation__pb2.RenewFederationCertificateRequest.SerializeToString,
@@ -136,6 +141,16 @@ class FederationServiceServicer:
 
     def FetchFederatedArtifact(self, request, context):
         """The bytes of an artifact in the caller's slice, from `offset` on.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FetchFederatedAgentRelease(self, request, context):
+        """The edged releases of a version the root holds (docs/agent-updates.md "Waves by region"):
+        for each (at most 16), a message with its record, then messages with its bytes in order.
+        A region fetches the versions its slice names (RegionSlice.agent_release_versions) and
+        checks each as a push would before it stores it.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -162,6 +177,11 @@ def add_FederationServiceServicer_to_server(servicer, server):
                     servicer.FetchFederatedArtifact,
                     request_deserializer=edgefleet_dot_v1_dot_federation__pb2.FetchFederatedArtifactRequest.FromString,
                     response_serializer=edgefleet_dot_v1_dot_federation__pb2.FederatedChunk.SerializeToString,
+            ),
+            'FetchFederatedAgentRelease': grpc.unary_stream_rpc_method_handler(
+                    servicer.FetchFederatedAgentRelease,
+                    request_deserializer=edgefleet_dot_v1_dot_federation__pb2.FetchFederatedAgentReleaseRequest.FromString,
+                    response_serializer=edgefleet_dot_v1_dot_federation__pb2.FederatedAgentReleasePart.SerializeToString,
             ),
             'RenewFederationCertificate': grpc.unary_unary_rpc_method_handler(
                     servicer.RenewFederationCertificate,
@@ -223,6 +243,33 @@ class FederationService:
             '/edgefleet.v1.FederationService/FetchFederatedArtifact',
             edgefleet_dot_v1_dot_federation__pb2.FetchFederatedArtifactRequest.SerializeToString,
             edgefleet_dot_v1_dot_federation__pb2.FederatedChunk.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FetchFederatedAgentRelease(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/edgefleet.v1.FederationService/FetchFederatedAgentRelease',
+            edgefleet_dot_v1_dot_federation__pb2.FetchFederatedAgentReleaseRequest.SerializeToString,
+            edgefleet_dot_v1_dot_federation__pb2.FederatedAgentReleasePart.FromString,
             options,
             channel_credentials,
             insecure,

@@ -36,7 +36,7 @@ from typing import BinaryIO, cast
 
 import grpc
 
-from edgefleet.artifacts.storing import ArtifactStore, StagedArtifact
+from edgefleet.artifacts.storing import ArtifactStore
 from edgefleet.errors import ArtifactError, CompareFailed, TrustError
 from edgefleet.logs import get_logger
 from edgefleet.trust import agentreleases
@@ -47,7 +47,12 @@ from edgefleet.trust.verifying import SignedFile
 from edgefleet.v1 import admin_pb2
 from hub.api.push import ChunkReader, PushRefused
 from hub.decide.agentreleases import AgentReleaseRecord
-from hub.state.agentreleases import agent_release, agent_releases, put_agent_release
+from hub.state.agentreleases import (
+    ReleaseContent,
+    agent_release,
+    agent_releases,
+    put_agent_release,
+)
 from hub.state.sharedblobs import SharedBlobs
 from hub.state.sharedtuf import MAX_SHARED_TARGETS_BYTES, SharedTuf, TufConflict
 from hub.state.store import Store
@@ -76,34 +81,6 @@ _CODES = {
 def _refused(exc: ArtifactError, prefix: str = "") -> PushRefused:
     code = _CODES.get(exc.reason, grpc.StatusCode.INVALID_ARGUMENT)
     return PushRefused(code, exc.reason, f"{prefix}{exc}")
-
-
-class ReleaseContent:
-    """A blob-store verifier: the staged tarball is a safe release whose ``release.json``
-    says what the signed metadata says (version, platform, requirements)."""
-
-    def __init__(self, meta: AgentReleaseMetadata) -> None:
-        self._meta = meta
-
-    def verify(self, staged: StagedArtifact) -> None:
-        meta = self._meta
-        manifest = agentreleases.inspect_release(staged.path, what=f"{meta.what}: the pushed file")
-        if manifest.version != meta.version:
-            raise ArtifactError(
-                "VersionMismatch",
-                f"{meta.what}: the pushed file's release.json says version {manifest.version}",
-            )
-        if manifest.platform != meta.platform:
-            raise ArtifactError(
-                "PlatformMismatch",
-                f"{meta.what}: the pushed file's release.json is for {manifest.platform}",
-            )
-        if dict(manifest.requires) != dict(meta.requires):
-            raise ArtifactError(
-                "RequirementsMismatch",
-                f"{meta.what}: the pushed file's release.json requires other versions than "
-                "its signed metadata",
-            )
 
 
 class AgentReleaseReceiver:

@@ -41,6 +41,7 @@ from hub.controllers.wave import WaveController
 from hub.decide import regionslice
 from hub.pki import Role
 from hub.state import regionmapping, sharedreports, storekeys, tufrelay
+from hub.state.agentreleases import agent_releases
 from hub.state.cache import Cache
 from hub.state.regions import REGIONS, Regions, RegionState, region_key
 from hub.state.sharedblobs import SharedBlobs
@@ -54,6 +55,7 @@ log = get_logger(__name__)
 
 HELLO_TIMEOUT_S = 30.0
 SLICE_POLL_S = 0.5
+MAX_FEDERATED_AGENT_RELEASES = 16  # platforms of one version sent a region at most
 SLICE_GATHER_S = 0.02  # after a change: the rest of an apply's changes come with it
 REPORT_RATE = Rate(2.0, 20)  # reports per second per region, burst
 
@@ -435,3 +437,37 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
             self.blobs, self.shared_blobs, request.sha256, request.offset, context
         ):
             yield federation_pb2.FederatedChunk(offset=offset, data=data)
+
+    async def FetchFederatedAgentRelease(
+        self,
+        request: federation_pb2.FetchFederatedAgentReleaseRequest,
+        context: grpc.aio.ServicerContext,
+    ) -> AsyncIterator[federation_pb2.FederatedAgentReleasePart]:
+        """Every release of the version the root holds (at most 16), each as its record then
+        its bytes. Any enrolled region may have them: releases are not secret (a region and its
+        devices check each against the TUF agent delegation), as FetchArtifact serves them to
+        any enrolled device."""
+        caller, _ = await self._caller(context)
+        version = request.version
+        if not version or len(version) > 128:
+            await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "version: 1 to 128 characters")
+        held = [r for r in await agent_releases(self.store) if r.version == version]
+        if not held:
+            await context.abort(
+                grpc.StatusCode.NOT_FOUND,
+                f"the root hub holds no release of edged {version}: push it at the root hub",
+            )
+        log.info("agent release sent to a region", region=caller.name, version=version)
+        for r in sorted(held, key=lambda r: r.key)[:MAX_FEDERATED_AGENT_RELEASES]:
+            yield federation_pb2.FederatedAgentReleasePart(
+                release=federation_pb2.FederatedAgentRelease(
+                    version=r.version,
+                    arch=r.arch,
+                    python_abi=r.python_abi,
+                    sha256=r.sha256,
+                    length=r.length,
+                    envelope=r.envelope,
+                )
+            )
+            async for _, data in blob_chunks(self.blobs, self.shared_blobs, r.sha256, 0, context):
+                yield federation_pb2.FederatedAgentReleasePart(data=data)

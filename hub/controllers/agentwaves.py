@@ -152,7 +152,10 @@ class AgentWaveController:
             if report is None:
                 views[region] = RegionAgentView(region, connected=seen.connected)
                 continue
-            claim: dict[str, Any] = {"releases": list(report.agent_release_versions)}
+            claim: dict[str, Any] = {
+                "releases": list(report.agent_release_versions),
+                "refusals": dict(report.agent_release_refusals),
+            }
             found = next((u for u in report.agent_upgrades if u.name == name), None)
             if found is not None:
                 claim |= {

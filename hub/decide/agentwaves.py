@@ -251,6 +251,8 @@ class RegionAgentView:
     updating: int = 0
     failed: Mapping[str, str] = field(default_factory=dict)  # device -> reason
     releases: frozenset[str] = frozenset()  # agent release versions its hub holds
+    # version -> why the region refused the root's release of it (hub.decide.agentrelay)
+    refusals: Mapping[str, str] = field(default_factory=dict)
 
     def figures(self) -> dict[str, Any]:
         return {
@@ -298,8 +300,17 @@ def read_region_claim(
         for v in (releases_raw if isinstance(releases_raw, list | tuple) else ())[:MAX_RELEASES]
         if isinstance(v, str) and v
     )
+    refusals_raw = claim.get("refusals") if isinstance(claim, Mapping) else None
+    refusals = {
+        _cut(v, MAX_NAME): _cut(why, MAX_TEXT)
+        for v, why in sorted(refusals_raw.items() if isinstance(refusals_raw, Mapping) else [])[
+            :MAX_RELEASES
+        ]
+    }
     if not isinstance(claim, Mapping) or claim.get("name") != upgrade:
-        return RegionAgentView(name=region, connected=connected, releases=releases)
+        return RegionAgentView(
+            name=region, connected=connected, releases=releases, refusals=refusals
+        )
     revision = claim.get("rootRevision")
     phase = claim.get("phase")
     pool = _count(claim.get("pool"), max(0, inventory_total))
@@ -324,6 +335,17 @@ def read_region_claim(
         updating=updating,
         failed=failed,
         releases=releases,
+        refusals=refusals,
+    )
+
+
+def _missing_text(region: str, version: str, refusal: str | None) -> str:
+    head = f"region {region}'s hub holds no release of edged {version}"
+    if refusal:
+        return f"{head}: it refused the root's release ({refusal})"
+    return (
+        f"{head}: it fetches the root's; push the release at the root hub if the root holds "
+        "none either (edgectl agent push)"
     )
 
 
@@ -409,8 +431,7 @@ def plan_agent_waves(
     if missing or away:
         why = "; ".join(
             [
-                f"region {r}'s hub holds no release of edged {state.version}: push it there "
-                "(edgectl agent push)"
+                _missing_text(r, state.version, views[r].refusals.get(state.version))
                 for r in missing
                 if r not in away
             ]

@@ -27,6 +27,7 @@ from typing import Any
 from edgefleet.api import Precision
 from edgefleet.api.meta import dns_label
 from edgefleet.api.validating import one_of
+from hub.decide.agentrelay import wanted_versions
 from hub.decide.records import (
     ModelRecord,
     created_of,
@@ -74,6 +75,8 @@ class Slice:
     models: tuple[ModelRecord, ...]
     trust_roots: tuple[bytes, ...]
     digest: str
+    # the edged versions the root's AgentUpgrades in waves roll out (hub.decide.agentrelay)
+    agent_versions: tuple[str, ...] = ()
 
 
 FEDERATION_ANNOTATIONS = "federation.edgefleet.io/"
@@ -263,6 +266,7 @@ def plan_slice(
 ) -> Slice:
     """``region``'s slice of the root's ``objects`` (canonical manifests); a model not pushed
     at the root is left out (the region's deployment then says ModelNotPushed, as the root's)."""
+    objects = tuple(objects)
     placed = sorted(
         (o for o in objects if goes_to(o, region)),
         key=lambda o: (str(o["kind"]), str(o["metadata"]["name"])),
@@ -282,7 +286,10 @@ def plan_slice(
         h.update(dumps(r.to_json()))
     for root in trust_roots:
         h.update(hashlib.sha256(root).digest())
-    return Slice(tuple(chosen), records, tuple(trust_roots), h.hexdigest())
+    agent_versions = wanted_versions(objects)
+    if agent_versions:  # (a slice without any has the digest it had before they travelled)
+        h.update(dumps({"agentReleaseVersions": list(agent_versions)}))
+    return Slice(tuple(chosen), records, tuple(trust_roots), h.hexdigest(), agent_versions)
 
 
 # -- applying a slice at a region ----------------------------------------------------------

@@ -2,8 +2,10 @@
 
 One key per release and platform (:func:`hub.decide.agentreleases.agent_release_key`), its
 value the JSON of :class:`~hub.decide.agentreleases.AgentReleaseRecord`; the bytes are in the
-blob store, like a model's. Written only by the push (:mod:`hub.api.agentpush`), after the
-release was checked as a device would check it and its bytes were stored; read by the push,
+blob store, like a model's. Written only by the push (:mod:`hub.api.agentpush`) and, at a
+regional hub, by the fetch from its root (:mod:`hub.controllers.parentlink.agentrelay`), after
+the release was checked as a device would check it (:class:`ReleaseContent`: the tarball says
+what its signed metadata says) and its bytes were stored; read by the push,
 ``ListAgentReleases`` and the AgentUpgrade controller.
 """
 
@@ -11,7 +13,10 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
-from edgefleet.errors import CompareFailed, StoreError
+from edgefleet.artifacts.storing import StagedArtifact
+from edgefleet.errors import ArtifactError, CompareFailed, StoreError
+from edgefleet.trust import agentreleases
+from edgefleet.trust.agentreleases import AgentReleaseMetadata
 from hub.decide.agentreleases import AGENT_RELEASES, AgentReleaseRecord, agent_release_key
 from hub.state import storekeys
 from hub.state.store import Compare, Put, Store
@@ -72,3 +77,31 @@ async def put_agent_release(
     put = Put(record.key, storekeys.dumps(record.to_json()))
     await store.txn([Compare(record.key, 0)], [put, *with_ops])
     return True
+
+
+class ReleaseContent:
+    """A blob-store verifier: the staged tarball is a safe release whose ``release.json``
+    says what the signed metadata says (version, platform, requirements)."""
+
+    def __init__(self, meta: AgentReleaseMetadata) -> None:
+        self._meta = meta
+
+    def verify(self, staged: StagedArtifact) -> None:
+        meta = self._meta
+        manifest = agentreleases.inspect_release(staged.path, what=f"{meta.what}: the pushed file")
+        if manifest.version != meta.version:
+            raise ArtifactError(
+                "VersionMismatch",
+                f"{meta.what}: the pushed file's release.json says version {manifest.version}",
+            )
+        if manifest.platform != meta.platform:
+            raise ArtifactError(
+                "PlatformMismatch",
+                f"{meta.what}: the pushed file's release.json is for {manifest.platform}",
+            )
+        if dict(manifest.requires) != dict(meta.requires):
+            raise ArtifactError(
+                "RequirementsMismatch",
+                f"{meta.what}: the pushed file's release.json requires other versions than "
+                "its signed metadata",
+            )

@@ -12,6 +12,7 @@ from typing import Any
 from edgefleet.api.meta import label_key, label_value
 from edgefleet.timestamps import rfc3339
 from edgefleet.v1 import federation_pb2
+from hub.decide import agentrelay
 from hub.decide.records import KIND_DEVICE, dumps
 from hub.decide.regionslice import (
     MAX_AGENT_FAILED,
@@ -50,6 +51,7 @@ def slice_message(s: Slice, generation: int) -> federation_pb2.RegionSlice:
         ],
         trust_roots=list(s.trust_roots),
         digest=s.digest,
+        agent_release_versions=list(s.agent_versions),
     )
 
 
@@ -202,6 +204,19 @@ def _check_agent_upgrades(problems: list[str], report: federation_pb2.RegionRepo
         )
     for version in report.agent_release_versions[:MAX_AGENT_RELEASES]:
         _text(problems, "report.agent_release_versions", version, 128)
+    refusals = report.agent_release_refusals
+    if len(refusals) > agentrelay.MAX_REFUSALS:
+        problems.append(
+            f"report.agent_release_refusals: at most {agentrelay.MAX_REFUSALS}, got {len(refusals)}"
+        )
+    for version, why in list(refusals.items())[: agentrelay.MAX_REFUSALS]:
+        _text(problems, "report.agent_release_refusals", version, 128)
+        _text(
+            problems,
+            f"report.agent_release_refusals[{version[:64]!r}]",
+            why,
+            agentrelay.MAX_REFUSAL_TEXT,
+        )
 
 
 def region_agent_upgrade_json(u: federation_pb2.RegionAgentUpgradeStatus) -> dict[str, Any]:

@@ -321,6 +321,9 @@ def region_object(state: RegionState, seen: Seen, *, now: float, here: str) -> d
                 for u in (report.agent_upgrades if report is not None else ())
             },
             "agentReleases": list(report.agent_release_versions) if report is not None else [],
+            "agentReleaseRefusals": dict(sorted(report.agent_release_refusals.items()))
+            if report is not None
+            else {},
             "generationApplied": applied,
             "generationSent": state.generation_sent if state.connected else None,
             "certificate": {

@@ -331,6 +331,59 @@ class RelayedTuf:
     def store_delegated(self, role: str, data: bytes, version: int) -> None:
         raise TrustError("TufRelayed", "this regional hub's TUF metadata is its root hub's")
 
+    def check_relayed_release(
+        self, meta: AgentReleaseMetadata, *, now: float, envelope: Envelope
+    ) -> str:
+        """An edged release fetched from the root (hub.controllers.parentlink.agentrelay),
+        checked as a push checks one (:meth:`hub.state.tufrepo.TufRepository
+        .check_delegated_release`) against the agent role's targets this region relays (the
+        root's, checked from the fleet's trust root when adopted): an agent-release role of the
+        top-level targets lists the file with the signed length and sha256 (``NotInTargets``,
+        ``TargetMismatch``), its targets are signed by a threshold of its keys and not expired,
+        and a threshold of its keys signed ``envelope`` (``SignerNotDelegated``). The role's
+        name."""
+        from tuf.api.metadata import Targets
+
+        from edgefleet.trust import agentreleases
+        from edgefleet.trust.publishers import DelegatedRole
+
+        targets = self.targets
+        delegations = targets.delegations
+        roles = delegations.roles if delegations is not None and delegations.roles else {}
+        agent_roles = [r for r in sorted(roles) if agentreleases.is_agent_role(roles[r].paths)]
+        for role in agent_roles:
+            data = self.files_by_name.get(tufmeta.role_file(role))
+            if data is None:
+                continue
+            what = f"delegated targets {role!r}"
+            tufmeta.verify_delegate(targets, role, data, what=what)
+            signed, _ = tufmeta.parse(data, Targets, what=what)
+            if signed.targets.get(meta.target) is None:
+                continue
+            if signed.expires.timestamp() <= now:
+                raise TrustError(
+                    "MetadataExpired", f"{what}: expired at {signed.expires.isoformat()}"
+                )
+            assert delegations is not None
+            delegated = roles[role]
+            agentreleases.check_agent_role(
+                envelope,
+                DelegatedRole(
+                    role,
+                    frozenset(delegated.keyids),
+                    delegated.threshold,
+                    tufmeta.raw_keys(delegations.keys, delegated.keyids),
+                ),
+                delegated.paths,
+            )
+            agentreleases.check_listed(signed.targets.get, meta)
+            return role
+        raise TrustError(
+            "NotInTargets",
+            f"{meta.what}: {meta.target} is in no agent role's targets of the root's TUF "
+            f"metadata this region holds (agent roles: {', '.join(agent_roles) or 'none'})",
+        )
+
 
 _adopting: dict[Path, threading.Lock] = {}
 _adopting_lock = threading.Lock()

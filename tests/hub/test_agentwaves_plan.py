@@ -5,6 +5,8 @@ no clock, no network. With processes: tests/e2e/test_agent_waves.py."""
 
 from __future__ import annotations
 
+import dataclasses
+
 from dataclasses import replace
 from typing import Any
 
@@ -149,9 +151,24 @@ def test_a_region_without_the_release_holds_its_wave_then_fails_at_the_deadline(
     late = plan_agent_waves(WAVES, step.state, PLACED, views, T0 + 700, deadline_s=600)
     assert late.state is not None and late.state.reason == "ProgressDeadlineExceeded"
     assert late.state.phase is AgentWavePhase.ROLLED_BACK
-    # pushed there in time: the wave goes on
+    assert "it fetches the root's" in step.state.message
+    # fetched from the root in time: the wave goes on
     pushed = plan_agent_waves(WAVES, step.state, PLACED, ready(), T0 + 3, deadline_s=600)
     assert pushed.state is not None and pushed.state.released == {"eu"}
+
+
+def test_a_region_that_refused_the_roots_release_says_why_in_release_missing() -> None:
+    refused = dataclasses.replace(
+        view("eu", reported=False, phase="", releases=()),
+        refusals={"0.3.0": "SignerNotDelegated: a model key signed it"},
+    )
+    step = plan_agent_waves(WAVES, fresh(), PLACED, ready() | {"eu": refused}, T0 + 1)
+    assert step.state is not None and step.state.reason == "ReleaseMissing"
+    assert not step.state.released
+    assert (
+        "region eu's hub holds no release of edged 0.3.0: it refused the root's release "
+        "(SignerNotDelegated: a model key signed it)" in step.state.message
+    ), step.state.message
 
 
 def test_an_unreachable_region_holds_its_wave_without_failing_it() -> None:

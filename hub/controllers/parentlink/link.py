@@ -18,6 +18,8 @@ them as on any object; with the root away the region keeps enforcing the last sl
 (:mod:`hub.controllers.parentlink.regionreport`) goes up every ``REPORT_PERIOD_S`` when it
 changed, and at least every ``REPORT_EVERY_S``; every new stream resends it. The root's TUF
 metadata on the stream is checked and served by :mod:`hub.controllers.parentlink.tufadoption`.
+The edged releases the slice names are fetched, checked as a push checks them, while the
+stream is up (:mod:`hub.controllers.parentlink.agentrelay`).
 
 Signed bytes are relayed as they came: model envelopes and rollback allowances go into the
 region's model records unchanged, so devices verify the publisher's signature, never the
@@ -50,6 +52,7 @@ from edgefleet.persisting import write_atomic
 from edgefleet.supervising import wait_for_stop
 from edgefleet.v1 import federation_pb2, federation_pb2_grpc
 from hub import pki
+from hub.controllers.parentlink.agentrelay import AgentReleaseRelay
 from hub.controllers.parentlink.regionenrollment import (
     FEDERATION_CERT_FILE,
     PARENT_FILE,
@@ -134,6 +137,15 @@ class ParentLink:
         )
         self._shared_blobs = shared_blobs
         self._clock = clock
+        self.relay = AgentReleaseRelay(
+            store=store,
+            blobs=blobs,
+            tuf=tuf,
+            data_dir=data_dir,
+            writer=writer,
+            shared_blobs=shared_blobs,
+            clock=clock,
+        )
         self.files = files
         self.connected = False
         self.generation = 0
@@ -290,6 +302,7 @@ class ParentLink:
 
             call = stub.Federate(outgoing())
             reporter = asyncio.ensure_future(self._report(outbox))
+            relayer = asyncio.ensure_future(self.relay.run(stub))  # while the stream is up
             stopper = asyncio.ensure_future(stop.wait())
             try:
                 reader = asyncio.ensure_future(self._receive(call, stub, outbox))
@@ -301,6 +314,7 @@ class ParentLink:
                     call.cancel()
             finally:
                 reporter.cancel()
+                relayer.cancel()
                 stopper.cancel()
                 while not outbox.empty():
                     outbox.get_nowait()
@@ -327,6 +341,7 @@ class ParentLink:
                 log.warning("stale slice ignored", generation=s.generation, applied=self.generation)
                 continue
             if s.generation == self.generation and s.digest == self.digest:
+                self.relay.want(list(s.agent_release_versions))
                 await outbox.put(
                     federation_pb2.RegionMessage(
                         applied=federation_pb2.SliceApplied(generation=s.generation)
@@ -341,6 +356,7 @@ class ParentLink:
                 )
                 continue
             await self._apply(s, stub)
+            self.relay.want(list(s.agent_release_versions))
             await outbox.put(
                 federation_pb2.RegionMessage(
                     applied=federation_pb2.SliceApplied(generation=s.generation)
@@ -468,7 +484,11 @@ class ParentLink:
             began = time.process_time()
             try:
                 report = build_report(
-                    self._cache, self.generation, region=self._region, rollouts=self._rollouts
+                    self._cache,
+                    self.generation,
+                    region=self._region,
+                    rollouts=self._rollouts,
+                    agent_release_refusals=self.relay.refusals(),
                 )
             except Exception as exc:  # a bug must not end the reports silently (the task's)
                 log.error("region report failed", error=repr(exc))

@@ -91,9 +91,15 @@ def agent_upgrade_status(
 
 
 def build_report(
-    cache: Cache, generation: int, *, region: str, rollouts: RolloutController | None
+    cache: Cache,
+    generation: int,
+    *,
+    region: str,
+    rollouts: RolloutController | None,
+    agent_release_refusals: Mapping[str, str] | None = None,
 ) -> federation_pb2.RegionReport:
-    """The region's status: its root-owned deployments' figures and its device inventory."""
+    """The region's status: its root-owned deployments' figures and its device inventory;
+    ``agent_release_refusals``: the root's releases this region refused (hub.decide.agentrelay)."""
     deployments = []
     for (kind, name), stored in sorted(cache.stored.items()):
         if kind != "ModelDeployment":
@@ -163,6 +169,7 @@ def build_report(
         deployments=deployments[: regionslice.MAX_REPORT_DEPLOYMENTS],
         agent_upgrades=agent_upgrades,
         agent_release_versions=releases[-regionslice.MAX_AGENT_RELEASES :],
+        agent_release_refusals=dict(agent_release_refusals or {}),
         inventory=federation_pb2.RegionInventory(
             total=len(cache.devices),
             by_phase=by_phase,

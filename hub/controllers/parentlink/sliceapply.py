@@ -13,7 +13,7 @@ import orjson
 
 from edgefleet.api import parse_manifest
 from edgefleet.v1 import federation_pb2
-from hub.decide import regionslice
+from hub.decide import agentrelay, regionslice
 from hub.decide.regionslice import StoredValue
 from hub.state import storekeys
 from hub.state.store import Compare, Delete, Op, Put
@@ -94,4 +94,9 @@ def check_slice(message: federation_pb2.RegionSlice) -> list[str]:
     for i, m in enumerate(message.models):
         if len(m.sha256) != 64 or m.length > MAX_ARTIFACT_BYTES:
             problems.append(f"slice.models[{i}]: bad sha256 or length")
+    if len(message.agent_release_versions) > agentrelay.MAX_WANTED:
+        problems.append(f"slice.agent_release_versions: at most {agentrelay.MAX_WANTED}")
+    for i, v in enumerate(message.agent_release_versions[: agentrelay.MAX_WANTED]):
+        if not v or len(v) > agentrelay.MAX_VERSION:
+            problems.append(f"slice.agent_release_versions[{i}]: empty or too long")
     return problems
