@@ -471,6 +471,9 @@ def parent_link(ctx: HubParts, files: ParentFiles) -> ParentLink:
         tuf_relay_shared=ctx.tuf_relay_shared,
         shared_blobs=ctx.shared_blobs,
         clock=ctx.clock,
+        on_agent_release=functools.partial(upgrades.refresh_releases, force=True)
+        if (upgrades := ctx.agent_upgrades) is not None
+        else None,
     )
 
 

@@ -12,10 +12,11 @@ read from the region's claim by :func:`read_region_claim`, which bounds it):
   without the waves, carrying the root's revision); inside the region its own canary steps,
   ``maxUnavailable`` and ``failureThreshold`` run on its own devices
   (:mod:`hub.decide.agentupgrade`). A region is released only if it holds the release of the
-  version (the region's report lists the agent release versions its hub holds: a release is
-  pushed to each region's hub, ``edgectl agent push`` there, as the release's propagation
-  through the federation is not built); until it does, the wave waits, reason
-  ``ReleaseMissing`` naming the region, and the progress deadline counts;
+  version (the region's report lists the agent release versions its hub holds: each region
+  fetches the root's release of a version its slice names, checked as a push is,
+  :mod:`hub.decide.agentrelay`); until it does, the wave waits, reason ``ReleaseMissing``
+  naming the region (and, when its report says so, why it refused the root's release), and
+  the progress deadline counts;
 * the wave **passes** when each of its regions reports the upgrade, at the root's revision,
   ``Complete``; a ``pause`` wave waits its duration or (none given) until ``rollout
   resume``; after the last wave the regions no wave names follow;

@@ -14,7 +14,12 @@ releases held in each region's store as a push there writes them.
   history`` shows each revision's outcome and ``rollout undo`` rolls revision 1's version out
   again in waves, as revision 3;
 * a failure in wave 1's region (eu) stops the waves before us is sent anything;
-* a region whose hub holds no release of the version holds its wave (ReleaseMissing), nothing
+* a release pushed at the root only reaches each region by the region's own fetch
+  (FetchFederatedAgentRelease, checked there as a push is): the waves complete with no push at
+  any region; a release the root holds but that fails the region's checks (metadata signed by
+  a model publisher's key) is refused by each region, stored nowhere there, and the root's
+  ReleaseMissing says why;
+* a version neither the root nor any region holds holds its wave (ReleaseMissing), nothing
   sent;
 * bad input refused: percent waves, waves at a regional hub, a root operator's hand on the
   annotations the root sets.
@@ -22,17 +27,32 @@ releases held in each region's store as a push there writes them.
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
 import json
 import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+import orjson
 import pytest
-from agentdevice import AgentDevice, agent_device
+from agentdevice import ABI, ARCH, AgentDevice, agent_device
+from agentreleasetesting import (
+    admin_stub,
+    handmade_release,
+    metadata_doc,
+    minimal_entries,
+    push_raw,
+    role_targets,
+    signed_metadata,
+)
 from fleet import HubProcess
 from harness import wait_for
 from test_agent_upgrades import NEW, NEWER, OLD, desired_version, hold_releases
+
+from edgefleet.trust import agentreleases
+from edgefleet.trust.agentreleases import Platform
 
 _MAJOR, _MINOR, _PATCH = (int(x) for x in OLD.split(".")[:3])
 NEWEST = f"{_MAJOR}.{_MINOR}.{_PATCH + 3}"
@@ -235,13 +255,14 @@ def test_a_region_without_the_release_holds_its_wave(
 ) -> None:
     hubs, devices = federation
     root = hubs["root"]
-    unheld = f"{_MAJOR}.{_MINOR}.{_PATCH + 4}"  # pushed at no region
+    unheld = f"{_MAJOR}.{_MINOR}.{_PATCH + 4}"  # pushed nowhere: the root holds none either
     out = apply(root, tmp_path, upgrade_yaml(unheld))
     assert out.returncode == 0, out.stdout + out.stderr
     held = wait_for(
         lambda: (s := status(root)).get("reason") == "ReleaseMissing" and s, 60, "the wave waits"
     )
     assert f"region eu's hub holds no release of edged {unheld}" in held["message"], held
+    assert "push the release at the root hub" in held["message"], held
     assert held["phase"] == "Progressing" and held["released"] == [], held
     assert all(desired_version(d) == "" for d in devices.values())
     # the verbs not built for waves are refused, not ignored
@@ -251,3 +272,112 @@ def test_a_region_without_the_release_holds_its_wave(
     ):
         out = root.edgectl("rollout", verb, "agentupgrade/edged-next", check=False)
         assert out.returncode != 0 and words in out.stderr, (verb, out.stderr)
+
+
+def push_at_root(root: HubProcess, tmp_path: Path, version: str) -> tuple[bytes, Any]:
+    """A small well-formed release of ``version`` for the devices' platform, pushed at the root
+    only, as ``edgectl agent push`` pushes (metadata and the agent role's targets signed by the
+    root's agent publisher key). Its metadata document and the push's response."""
+    plat = Platform(ARCH, ABI)
+    path = handmade_release(tmp_path / f"edged-{version}.tar.gz", minimal_entries(version, plat))
+    doc = metadata_doc(path, version, plat=plat)
+    meta = agentreleases.parse_release_metadata(doc)
+    key = root.data / "agent-publisher.key"
+    with admin_stub(root) as stub:
+        response = push_raw(
+            stub,
+            signed_metadata(doc, key),
+            path.read_bytes(),
+            role="agent",
+            targets=role_targets(root, "agent", meta, key),
+        )
+    assert response.stored, response
+    return orjson.dumps(doc), response
+
+
+def region_versions(hub: HubProcess) -> set[str]:
+    doc = json.loads(hub.edgectl("agent", "list", "-o", "json").stdout)
+    return {r["version"] for r in doc["releases"]}
+
+
+@pytest.mark.scenario
+def test_a_release_pushed_at_the_root_only_reaches_the_regions_and_the_waves_complete(
+    federation: tuple[dict[str, HubProcess], dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    hubs, devices = federation
+    root = hubs["root"]
+    version = f"{_MAJOR}.{_MINOR}.{_PATCH + 5}"
+    _, pushed = push_at_root(root, tmp_path, version)
+    assert all(version not in region_versions(hubs[r]) for r in ("eu", "us"))
+    began = time.monotonic()
+    out = apply(root, tmp_path, upgrade_yaml(version))
+    assert out.returncode == 0, out.stdout + out.stderr
+    done = wait_for(lambda: (s := status(root)).get("phase") == "Complete" and s, 120, "Complete")
+    print(f"waves complete {time.monotonic() - began:.1f} s after the apply (releases fetched)")
+    assert done["released"] == ["eu", "us"], done
+    assert all(d.committed == version for d in devices.values())
+    for r in ("eu", "us"):
+        listed = json.loads(hubs[r].edgectl("agent", "list", "-o", "json").stdout)["releases"]
+        (got,) = [x for x in listed if x["version"] == version]
+        assert (got["sha256"], got["length"]) == (pushed.sha256, pushed.length), got
+        assert got["signers"], got  # the agent publisher's key, as at the root
+        events = json.loads(hubs[r].edgectl("get", "events", "-o", "json").stdout)
+        items = events["items"] if isinstance(events, dict) else events
+        reasons = [e["reason"] for e in items if e.get("object", {}).get("kind") == "AgentRelease"]
+        assert "Fetched" in reasons, reasons
+        # the bytes the region serves its devices are the root's
+        blob = hubs[r].data / "blobs" / "sha256" / pushed.sha256
+        assert agentreleases.file_digest(blob) == (pushed.sha256, pushed.length)
+
+
+@pytest.mark.scenario
+def test_a_release_the_regions_checks_refuse_is_stored_nowhere_and_the_root_says_why(
+    federation: tuple[dict[str, HubProcess], dict[str, AgentDevice]], tmp_path: Path
+) -> None:
+    hubs, devices = federation
+    root = hubs["root"]
+    version = f"{_MAJOR}.{_MINOR}.{_PATCH + 6}"
+    doc, pushed = push_at_root(root, tmp_path, version)
+    # the root's record tampered with in its store (the hub stopped): the same bytes, listed
+    # by the agent role's targets, but metadata signed by the model publisher's key
+    root.stop()
+    forged = signed_metadata(orjson.loads(doc), root.data / "publisher.key")
+    asyncio.run(_replace_envelope(root, version, forged))
+    root.start()
+    out = apply(root, tmp_path, upgrade_yaml(version))
+    assert out.returncode == 0, out.stdout + out.stderr
+    held = wait_for(
+        lambda: (
+            (s := status(root)).get("reason") == "ReleaseMissing"
+            and "refused the root's release" in s.get("message", "")
+            and s
+        ),
+        90,
+        "the root says the region refused the release",
+    )
+    assert f"region eu's hub holds no release of edged {version}" in held["message"], held
+    assert "SignerNotDelegated" in held["message"], held
+    assert held["released"] == [], held
+    shown = json.loads(root.edgectl("get", "region", "eu", "-o", "json").stdout)["status"]
+    assert "SignerNotDelegated" in shown["agentReleaseRefusals"][version], shown
+    for r in ("eu", "us"):
+        assert version not in region_versions(hubs[r])
+        assert not (hubs[r].data / "blobs" / "sha256" / pushed.sha256).exists()
+    assert all(desired_version(d) == "" for d in devices.values())
+
+
+async def _replace_envelope(hub: HubProcess, version: str, envelope: bytes) -> None:
+    from hub.decide.agentreleases import AgentReleaseRecord, agent_release_key
+    from hub.state import storekeys
+    from hub.state.store import Put, open_hub_store
+
+    store = await open_hub_store(None, data_dir=hub.data)
+    try:
+        key = agent_release_key(version, ARCH, ABI)
+        kv = await store.get(key)
+        assert kv is not None
+        record = AgentReleaseRecord.from_json(storekeys.loads(kv.value))
+        forged = dataclasses.replace(record, envelope=envelope)
+        await store.txn([], [Put(key, storekeys.dumps(forged.to_json()))])
+    finally:
+        await store.close()

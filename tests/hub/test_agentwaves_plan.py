@@ -6,7 +6,6 @@ no clock, no network. With processes: tests/e2e/test_agent_waves.py."""
 from __future__ import annotations
 
 import dataclasses
-
 from dataclasses import replace
 from typing import Any
 

@@ -39,7 +39,7 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import IO, Any
@@ -114,7 +114,10 @@ class AgentReleaseRelay:
         shared_blobs: SharedBlobs | None = None,
         clock: Callable[[], float] = time.time,
         timeout_s: float = FETCH_TIMEOUT_S,
+        on_stored: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
+        """``on_stored``: called after a release was stored (the AgentUpgrade controller reads
+        the releases into the cache, which the region's report lists)."""
         self._store = store
         self._blobs = blobs
         self._tuf = tuf
@@ -123,6 +126,7 @@ class AgentReleaseRelay:
         self._shared_blobs = shared_blobs
         self._clock = clock
         self._timeout_s = timeout_s
+        self._on_stored = on_stored
         self.wanted: tuple[str, ...] = ()
         self.attempts: dict[str, Attempt] = {}
         self.held: frozenset[str] = frozenset()
@@ -190,6 +194,8 @@ class AgentReleaseRelay:
             log.warning("agent release fetch failed", version=version, error=why)
             return False
         self.attempts.pop(version, None)
+        if self._on_stored is not None:
+            await self._on_stored()
         return True
 
     async def _fetch(self, stub: Any, version: str) -> None:

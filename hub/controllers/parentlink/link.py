@@ -35,7 +35,7 @@ import os
 import random
 import tempfile
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 from typing import Any
 
@@ -120,11 +120,13 @@ class ParentLink:
         tuf_relay_shared: SharedRelay | None = None,
         shared_blobs: SharedBlobs | None = None,
         clock: Callable[[], float] = time.time,
+        on_agent_release: Callable[[], Awaitable[None]] | None = None,
     ) -> None:
         """``data_dir``: the hub's (its parent files, the relayed TUF set, the trust root a
         slice rotates); ``tuf``: what this region serves, replaced by the root's set;
         ``rollouts``: the status reported up is what ``edgectl get`` shows here (its canary
-        analysis); ``tuf_relay_shared``, ``shared_blobs``: at a region's replicas."""
+        analysis); ``tuf_relay_shared``, ``shared_blobs``: at a region's replicas;
+        ``on_agent_release``: called when an edged release fetched from the root was stored."""
         self._data_dir = data_dir
         self._store = store
         self._cache = cache
@@ -145,6 +147,7 @@ class ParentLink:
             writer=writer,
             shared_blobs=shared_blobs,
             clock=clock,
+            on_stored=on_agent_release,
         )
         self.files = files
         self.connected = False
