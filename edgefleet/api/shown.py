@@ -303,6 +303,10 @@ REGION = _top(
             rootRevision=_i("The root's revision of it, when the root sent it in waves."),
         ),
         agentReleases=_strings("The edged release versions the region's hub holds, at most 64."),
+        agentReleaseRefusals=_labels(
+            "Edged versions whose release from the root the region refused, and why (a check "
+            "a push would fail), at most 16."
+        ),
         generationSent=_i(
             "The generation of the slice this replica last sent it (null: it does not stream here)."
         ),

@@ -182,6 +182,8 @@ class AgentReleaseRelay:
                 why = f"{exc.code().name}: {exc.details()}"
             elif isinstance(exc, TimeoutError):
                 why = f"Timeout: not fetched within {self._timeout_s:g} s"
+            elif isinstance(exc, ArtifactError):
+                why = f"{exc.reason}: {exc}"
             else:
                 why = f"{type(exc).__name__}: {exc}"
             self.attempts[version] = agentrelay.failed(
