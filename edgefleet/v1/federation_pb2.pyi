@@ -327,10 +327,12 @@ class FederatedChunk(_message.Message):
     def __init__(self, offset: _Optional[int] = ..., data: _Optional[bytes] = ...) -> None: ...
 
 class FetchFederatedAgentReleaseRequest(_message.Message):
-    __slots__ = ("version",)
+    __slots__ = ("version", "held_sha256")
     VERSION_FIELD_NUMBER: _ClassVar[int]
+    HELD_SHA256_FIELD_NUMBER: _ClassVar[int]
     version: str
-    def __init__(self, version: _Optional[str] = ...) -> None: ...
+    held_sha256: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, version: _Optional[str] = ..., held_sha256: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class FederatedAgentRelease(_message.Message):
     __slots__ = ("version", "arch", "python_abi", "sha256", "length", "envelope")

@@ -148,7 +148,8 @@ class FederationServiceServicer:
 
     def FetchFederatedAgentRelease(self, request, context):
         """The edged releases of a version the root holds (docs/agent-updates.md "Waves by region"):
-        for each (at most 16), a message with its record, then messages with its bytes in order.
+        for each (at most 16) the region does not hold, a message with its record, then messages
+        with its bytes in order.
         A region fetches the versions its slice names (RegionSlice.agent_release_versions) and
         checks each as a push would before it stores it.
         """

@@ -451,13 +451,21 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
         version = request.version
         if not version or len(version) > 128:
             await context.abort(grpc.StatusCode.INVALID_ARGUMENT, "version: 1 to 128 characters")
+        if len(request.held_sha256) > MAX_FEDERATED_AGENT_RELEASES:
+            await context.abort(
+                grpc.StatusCode.INVALID_ARGUMENT,
+                f"held_sha256: at most {MAX_FEDERATED_AGENT_RELEASES}",
+            )
         held = [r for r in await agent_releases(self.store) if r.version == version]
         if not held:
             await context.abort(
                 grpc.StatusCode.NOT_FOUND,
                 f"the root hub holds no release of edged {version}: push it at the root hub",
             )
-        log.info("agent release sent to a region", region=caller.name, version=version)
+        has = set(request.held_sha256)
+        held = [r for r in held if r.sha256 not in has]
+        if held:
+            log.info("agent release sent to a region", region=caller.name, version=version)
         for r in sorted(held, key=lambda r: r.key)[:MAX_FEDERATED_AGENT_RELEASES]:
             yield federation_pb2.FederatedAgentReleasePart(
                 release=federation_pb2.FederatedAgentRelease(

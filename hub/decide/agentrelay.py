@@ -5,10 +5,12 @@
 * the root names, in each region's slice, the versions its AgentUpgrades in waves roll out
   (:func:`wanted_versions`: every region runs each such upgrade, in its wave or in the rest);
 * the region fetches a version it holds no release of (:func:`due`), one fetch at a time,
-  each version at most once per try; a try that failed (the root away, a timeout, a release
-  the region's own checks refuse) is tried again after a backoff that doubles from
-  :data:`RETRY_FIRST_S` to :data:`RETRY_MAX_S` (the root's TUF metadata may reach the region
-  after the slice; an operator may push a good release of another platform at the root);
+  each version at most once per try; a version it holds is asked again every
+  :data:`RECHECK_HELD_S` (naming the releases it holds, which the root does not send again:
+  a platform pushed at the root later reaches the region too); a try that failed (the root
+  away, a timeout, a release the region's own checks refuse) is tried again after a backoff
+  that doubles from :data:`RETRY_FIRST_S` to :data:`RETRY_MAX_S` (the root's TUF metadata
+  may reach the region after the slice);
 * a version the slice no longer names is forgotten (its attempts and refusal).
 """
 
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
+
+_T = TypeVar("_T")
 
 MAX_WANTED = 64
 """Versions a slice names at most (as a report's ``agent_release_versions``)."""
@@ -26,6 +30,7 @@ MAX_REFUSALS = 16
 MAX_REFUSAL_TEXT = 512
 RETRY_FIRST_S = 2.0
 RETRY_MAX_S = 60.0
+RECHECK_HELD_S = 300.0
 
 
 def wanted_versions(objects: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
@@ -59,15 +64,26 @@ def due(
     held: Iterable[str],
     attempts: Mapping[str, Attempt],
     now: float,
+    checked: Mapping[str, float] | None = None,
 ) -> str | None:
-    """The one version to fetch now: wanted, not held, and not waiting out a backoff (the
-    lowest first); None when none is."""
+    """The one version to fetch now, not waiting out a backoff: first a wanted version not
+    held (the lowest first), else a held one last asked (``checked``: when) more than
+    :data:`RECHECK_HELD_S` ago or never; None when none is."""
     have = set(held)
-    for version in sorted(set(wanted)):
-        if version in have:
-            continue
+    checked = checked or {}
+
+    def ready(version: str) -> bool:
         attempt = attempts.get(version)
-        if attempt is None or attempt.retry_at <= now:
+        return attempt is None or attempt.retry_at <= now
+
+    versions = sorted(set(wanted))
+    for version in versions:
+        if version not in have and ready(version):
+            return version
+    for version in versions:
+        last = checked.get(version)
+        stale = last is None or now - last >= RECHECK_HELD_S
+        if version in have and stale and ready(version):
             return version
     return None
 
@@ -82,8 +98,8 @@ def failed(
     return Attempt(failures, now + delay, reason[:MAX_REFUSAL_TEXT], refused)
 
 
-def kept(attempts: Mapping[str, Attempt], wanted: Iterable[str]) -> dict[str, Attempt]:
-    """The attempts of versions still wanted (the others are forgotten)."""
+def kept(attempts: Mapping[str, _T], wanted: Iterable[str]) -> dict[str, _T]:
+    """The attempts (or times checked) of versions still wanted (the others are forgotten)."""
     names = set(wanted)
     return {v: a for v, a in attempts.items() if v in names}
 

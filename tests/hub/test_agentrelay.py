@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from hub.decide import agentrelay, regionslice
-from hub.decide.agentrelay import RETRY_FIRST_S, RETRY_MAX_S, Attempt
+from hub.decide.agentrelay import RECHECK_HELD_S, RETRY_FIRST_S, RETRY_MAX_S, Attempt
 from hub.decide.agentwaves import read_region_claim
 
 
@@ -55,13 +55,31 @@ def test_the_slice_names_the_versions_and_its_digest_changes_with_them() -> None
 def test_due_fetches_one_wanted_version_not_held_outside_its_backoff() -> None:
     wanted = ["0.3.0", "0.2.0", "0.4.0"]
     assert agentrelay.due(wanted, {"0.2.0"}, {}, 100.0) == "0.3.0"
-    assert agentrelay.due(wanted, {"0.2.0", "0.3.0", "0.4.0"}, {}, 100.0) is None
+    every = {"0.2.0", "0.3.0", "0.4.0"}
+    assert agentrelay.due(wanted, every, {}, 100.0, dict.fromkeys(every, 99.0)) is None
     waiting = {"0.3.0": Attempt(1, 110.0, "UNAVAILABLE: down")}
     assert agentrelay.due(wanted, {"0.2.0"}, waiting, 100.0) == "0.4.0"
     both = waiting | {"0.4.0": Attempt(2, 120.0, "x", refused=True)}
-    assert agentrelay.due(wanted, {"0.2.0"}, both, 100.0) is None
-    assert agentrelay.due(wanted, {"0.2.0"}, both, 110.0) == "0.3.0"
+    asked = {"0.2.0": 99.0}  # the held one was asked a moment ago
+    assert agentrelay.due(wanted, {"0.2.0"}, both, 100.0, asked) is None
+    assert agentrelay.due(wanted, {"0.2.0"}, both, 110.0, asked) == "0.3.0"
     assert agentrelay.due([], set(), {}, 0.0) is None
+
+
+def test_a_held_version_is_asked_again_now_and_then_after_the_missing_ones() -> None:
+    wanted = ["0.2.0", "0.3.0"]
+    # held, never asked: asked (a platform the root holds that the region lacks)
+    assert agentrelay.due(wanted, {"0.2.0", "0.3.0"}, {}, 100.0) == "0.2.0"
+    # a missing version goes first
+    assert agentrelay.due(wanted, {"0.2.0"}, {}, 100.0, {}) == "0.3.0"
+    checked = {"0.2.0": 100.0, "0.3.0": 100.0}
+    assert agentrelay.due(wanted, {"0.2.0", "0.3.0"}, {}, 101.0, checked) is None
+    later = 100.0 + RECHECK_HELD_S
+    assert agentrelay.due(wanted, {"0.2.0", "0.3.0"}, {}, later, checked) == "0.2.0"
+    # a held version waiting out a backoff waits it out too
+    waiting = {"0.2.0": Attempt(1, later + 5, "UNAVAILABLE")}
+    assert agentrelay.due(wanted, {"0.2.0", "0.3.0"}, waiting, later, checked) == "0.3.0"
+    assert agentrelay.kept(checked, ["0.3.0"]) == {"0.3.0": 100.0}
 
 
 def test_a_failed_try_backs_off_doubling_to_a_ceiling() -> None:

@@ -70,10 +70,10 @@ class Root:
 
     def __init__(self, parts: list[Any]) -> None:
         self.parts = parts
-        self.asked: list[str] = []
+        self.asked: list[tuple[str, list[str]]] = []
 
     def FetchFederatedAgentRelease(self, request: Any) -> AsyncIterator[Any]:
-        self.asked.append(request.version)
+        self.asked.append((request.version, list(request.held_sha256)))
 
         async def gen() -> AsyncIterator[Any]:
             for p in self.parts:
@@ -147,3 +147,15 @@ async def test_without_the_roots_tuf_yet_the_try_fails_and_is_not_a_refusal(
     # no longer wanted: forgotten
     r.want([])
     assert r.attempts == {}
+
+
+@async_test
+async def test_a_held_version_names_what_it_holds_and_nothing_new_is_no_failure(
+    tmp_path: Path,
+) -> None:
+    r, store, _ = await relay(tmp_path)
+    root = Root([])
+    assert await r.fetch_once(root, "0.3.0", [SHA])
+    assert root.asked == [("0.3.0", [SHA])]
+    assert r.attempts == {} and r.refusals() == {} and "0.3.0" in r.checked
+    assert await agent_releases(store) == []

@@ -27,8 +27,10 @@ the TUF targets are already the root's, relayed. A release refused leaves no blo
 a ``Warning`` ``AgentReleaseRefused`` event, and the region's report names the version and why
 (``RegionReport.agent_release_refusals``), which the root's waves show in ``ReleaseMissing``.
 A failed try (refused, the root away, a timeout) is tried again after a backoff
-(:func:`hub.decide.agentrelay.failed`). With the link down nothing is fetched: the root's wave
-holds as before (``ReleaseMissing`` / ``RegionUnreachable``).
+(:func:`hub.decide.agentrelay.failed`). A version held is asked again every
+:data:`hub.decide.agentrelay.RECHECK_HELD_S` with the sha256 of the releases held (the root
+sends only the others: a platform pushed at the root later). With the link down nothing is
+fetched: the root's wave holds as before (``ReleaseMissing`` / ``RegionUnreachable``).
 """
 
 from __future__ import annotations
@@ -129,6 +131,7 @@ class AgentReleaseRelay:
         self._on_stored = on_stored
         self.wanted: tuple[str, ...] = ()
         self.attempts: dict[str, Attempt] = {}
+        self.checked: dict[str, float] = {}  # version -> when last asked while held
         self.held: frozenset[str] = frozenset()
         self.fetched = 0  # releases stored (for tests and logs)
         self._wake = asyncio.Event()
@@ -137,6 +140,7 @@ class AgentReleaseRelay:
         """The versions the slice applied names."""
         self.wanted = tuple(versions)
         self.attempts = agentrelay.kept(self.attempts, self.wanted)
+        self.checked = agentrelay.kept(self.checked, self.wanted)
         self._wake.set()
 
     def refusals(self) -> dict[str, str]:
@@ -147,10 +151,14 @@ class AgentReleaseRelay:
         """Fetch what is due, one version at a time, until cancelled (the stream ended)."""
         while True:
             try:
-                self.held = frozenset(r.version for r in await agent_releases(self._store))
-                version = agentrelay.due(self.wanted, self.held, self.attempts, self._clock())
+                records = await agent_releases(self._store)
+                self.held = frozenset(r.version for r in records)
+                version = agentrelay.due(
+                    self.wanted, self.held, self.attempts, self._clock(), self.checked
+                )
                 if version is not None:
-                    await self.fetch_once(stub, version)
+                    have = sorted({r.sha256 for r in records if r.version == version})
+                    await self.fetch_once(stub, version, have)
                     continue
             except Exception as exc:  # a bug or the store away: logged, tried again
                 log.error("agent release relay failed", error=repr(exc))
@@ -158,11 +166,14 @@ class AgentReleaseRelay:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(self._wake.wait(), RECHECK_S)
 
-    async def fetch_once(self, stub: Any, version: str) -> bool:
-        """One try at ``version``: True when every release of it the root sent is held."""
+    async def fetch_once(self, stub: Any, version: str, have: Sequence[str] = ()) -> bool:
+        """One try at ``version`` (``have``: the sha256 of its releases held here, which the
+        root does not send again): True when every release of it the root sent is held."""
+        if have:
+            self.checked[version] = self._clock()
         try:
             async with asyncio.timeout(self._timeout_s):
-                await self._fetch(stub, version)
+                await self._fetch(stub, version, list(have)[:16])
         except ReleaseRefused as exc:
             why = f"{exc.reason}: {exc}"
             self.attempts[version] = agentrelay.failed(
@@ -200,12 +211,12 @@ class AgentReleaseRelay:
             await self._on_stored()
         return True
 
-    async def _fetch(self, stub: Any, version: str) -> None:
+    async def _fetch(self, stub: Any, version: str, have: list[str]) -> None:
         current: _Incoming | None = None
         count = 0
         try:
             async for part in stub.FetchFederatedAgentRelease(
-                federation_pb2.FetchFederatedAgentReleaseRequest(version=version)
+                federation_pb2.FetchFederatedAgentReleaseRequest(version=version, held_sha256=have)
             ):
                 kind = part.WhichOneof("part")
                 if kind == "release":
@@ -231,7 +242,7 @@ class AgentReleaseRelay:
             if current is not None:
                 await self._finish(current)
                 current = None
-            if count == 0:
+            if count == 0 and not have:
                 raise ReleaseRefused("NoRelease", f"the root sent no release of edged {version}")
         finally:
             if current is not None:
