@@ -71,7 +71,7 @@ from edged.state.collecting import ArtifactCollector, artifacts_in_use
 from edged.state.desired import DesiredState
 from edged.state.locking import lock_data_dir
 from edged.state.merging import MergedState, SourceState, static_workloads
-from edged.state.modelconfigs import config_root
+from edged.state.modelconfigs import config_root, config_volumes, static_device_name
 from edged.state.quarantining import BlobQuarantine
 from edged.statusboard import StatusBoard
 from edged.trust.admitting import ArtifactGate
@@ -285,7 +285,15 @@ class Daemon:
         self.board.trust_status = self.gate.status
         # -- the sources of desired state, and what accepts their merge ----------------------
         self.source = (
-            StaticManifests(manifests, self.store, max_artifact_bytes=4 << 30, gate=self.gate)
+            StaticManifests(
+                manifests,
+                self.store,
+                max_artifact_bytes=4 << 30,
+                gate=self.gate,
+                configs=config_volumes(data),
+                device_name=static_device_name(data),
+                labels=config.device.labels,
+            )
             if manifests is not None
             else None
         )

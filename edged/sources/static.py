@@ -18,9 +18,11 @@ file name and field path. A file that is deleted removes its workloads.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from edged.state.modelconfigs import ConfigRefused, ConfigVolumes
 from edged.trust.admitting import METADATA_SUFFIX, ArtifactGate, ArtifactRequest
 from edged.workloads import DesiredWorkload, WorkloadName
 from edgefleet.api import (
@@ -29,7 +31,10 @@ from edgefleet.api import (
     SecurityBaseline,
     load_manifest_file,
 )
+from edgefleet.api.modelconfigs import ModelConfig, merge_for_device
 from edgefleet.artifacts.storing import ArtifactStore, is_disk_full
+from edgefleet.configschemas import FILE_NAME as SCHEMA_FILE
+from edgefleet.configschemas import SchemaError, parse_schema
 from edgefleet.errors import ArtifactError, ValidationError
 from edgefleet.logs import get_logger
 
@@ -75,7 +80,16 @@ class StaticManifests:
         *,
         max_artifact_bytes: int,
         gate: ArtifactGate,
+        configs: ConfigVolumes | None = None,
+        device_name: str = "",
+        labels: Mapping[str, str] | None = None,
     ) -> None:
+        """``configs``: where the static workloads' model configurations are written (a
+        ModelConfig among the manifests, merged for ``device_name`` and ``labels``: this
+        device's name and its operator-set labels; None: a ModelConfig is refused)."""
+        self._configs = configs
+        self._device_name = device_name
+        self._labels = dict(labels or {})
         self.directory = directory
         self._store = store
         self._max_bytes = max_artifact_bytes
@@ -107,6 +121,7 @@ class StaticManifests:
         policies_by_file: dict[str, tuple[DeviceHealthPolicy, ...]] = {}
         baselines_by_file: dict[str, tuple[SecurityBaseline, ...]] = {}
         retryable = False
+        model_configs: dict[str, tuple[str, ModelConfig]] = {}  # by model: (file, config)
         now = self._gate.begin()  # one time for every check of this update
         files = self.list_files()
         for path in files:
@@ -174,12 +189,23 @@ class StaticManifests:
                     f"{m.kind} {m.name!r} is applied at the hub (edgectl apply), not in a "
                     "device's static manifests: ignored"
                     if m.kind != "ModelConfig"
-                    else f"ModelConfig {m.name!r}: static manifests do not carry model "
-                    "configuration yet (docs/model-config.md): not applied",
+                    else f"ModelConfig {m.name!r}: this device has no directory for model "
+                    "configurations: not applied",
                 )
                 for m in manifests
                 if not isinstance(m, DeviceHealthPolicy | ModelDeployment | SecurityBaseline)
+                and not (isinstance(m, ModelConfig) and self._configs is not None)
             ]
+            for m in manifests:
+                if isinstance(m, ModelConfig) and self._configs is not None:
+                    if m.spec.model in model_configs:
+                        message = (
+                            f"spec.model: model {m.spec.model!r} already has ModelConfig "
+                            f"{model_configs[m.spec.model][1].name!r}: one config per model"
+                        )
+                        problems.append(SourceProblem(fname, "", "DuplicateModelConfig", message))
+                    else:
+                        model_configs[m.spec.model] = (fname, m)
             deployments = [m for m in manifests if isinstance(m, ModelDeployment)]
             for dep in deployments:
                 name = WorkloadName(dep.metadata.name)
@@ -229,6 +255,7 @@ class StaticManifests:
         self._baselines_by_file = baselines_by_file
         baselines = tuple(b for f in sorted(baselines_by_file) for b in baselines_by_file[f])
         problems += self._check_model_names(out)
+        problems += self._write_configs(out, model_configs)
         policies = tuple(p for f in sorted(policies_by_file) for p in policies_by_file[f])
         return SyncResult(
             out, tuple(problems), retryable, tuple(p.name for p in files), policies, baselines
@@ -264,6 +291,33 @@ class StaticManifests:
         return self._gate.admit_with_extras(
             request, self._store, now=now, max_bytes=self._max_bytes
         )
+
+    def _write_configs(
+        self,
+        out: dict[WorkloadName, DesiredWorkload],
+        by_model: Mapping[str, tuple[str, ModelConfig]],
+    ) -> list[SourceProblem]:
+        """Each static workload's model configuration, merged for this device, checked (the
+        artifact's schema) and written (edged.state.modelconfigs); a refused one keeps the
+        previous config and is a problem of its file."""
+        configs = self._configs
+        if configs is None:
+            return []
+        problems = []
+        for name, w in sorted(out.items()):
+            found = by_model.get(w.deployment.spec.model.name)
+            if found is None:
+                configs.clear(name)
+                continue
+            fname, config = found
+            merged = merge_for_device(config, self._device_name, self._labels)
+            try:
+                digest = w.extras.get(SCHEMA_FILE)
+                schema = parse_schema(self._store.path_for(digest).read_bytes()) if digest else None
+                configs.write(name, merged.document(), schema)
+            except (ConfigRefused, SchemaError, OSError) as exc:
+                problems.append(SourceProblem(fname, name, "ModelConfigRefused", str(exc)))
+        return problems
 
     @staticmethod
     def _check_model_names(out: dict[WorkloadName, DesiredWorkload]) -> list[SourceProblem]:

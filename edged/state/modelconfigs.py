@@ -60,6 +60,23 @@ def config_root(data_dir: Path) -> Path:
     return Path(data_dir) / "configs"
 
 
+def static_device_name(data_dir: Path) -> str:
+    """This device's name for the ModelConfigs of its static manifests: the name it enrolled
+    with (``<data-dir>/hub/link.json``), else the one its hostname makes
+    (:func:`edgefleet.devicenames.name_from_hostname`), else ``""``."""
+    import socket
+
+    from edgefleet.devicenames import name_from_hostname
+
+    try:
+        doc = json.loads((Path(data_dir) / "hub" / "link.json").read_text())
+        if isinstance(doc, dict) and isinstance(doc.get("deviceName"), str):
+            return str(doc["deviceName"])
+    except (OSError, ValueError):
+        pass
+    return name_from_hostname(socket.gethostname()) or ""
+
+
 def config_volumes(data_dir: Path) -> ConfigVolumes:
     """The device's volumes, with what a kill -9 left half written removed."""
     volumes = ConfigVolumes(config_root(data_dir))

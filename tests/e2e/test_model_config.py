@@ -192,3 +192,40 @@ def test_a_config_reaches_the_sandboxed_worker_reloads_and_is_reported(
         assert e.terminate() == 0
     finally:
         hub.stop()
+
+
+STATIC_CONFIG = """\
+apiVersion: edgefleet.io/v1
+kind: ModelConfig
+metadata: {name: mlp}
+spec:
+  model: mlp
+  data: {threshold: 0.5}
+  overrides:
+    - selector: {site: store-7}
+      data: {threshold: 0.8}
+"""
+
+
+def test_static_manifests_carry_a_config_for_a_standalone_device(
+    model_dir: Path, edged_factory: Callable[..., Edged], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No hub: the ModelConfig beside the deployment is merged for this device (its
+    operator-set labels), written before the worker starts, and read by it."""
+    from harness import UNSIGNED_CONFIG, write_manifest
+
+    write_manifest(model_dir)
+    (model_dir / "mlp-config.yaml").write_text(STATIC_CONFIG)
+    monkeypatch.setenv(TEST_PROBE_ENV, orjson.dumps([{"config": ""}]).decode())
+    e = edged_factory(model_dir)
+    e.config_text = UNSIGNED_CONFIG.format(absent=model_dir / "no-root") + (
+        '\n[device.labels]\nsite = "store-7"\n'
+    )
+    e.start()
+    e.wait_ready(120)
+    path = e.data / "configs" / "mlp" / "config.json"
+    assert json.loads(path.read_text()) == {"data": {"threshold": 0.8}, "files": {}}
+    lines = wait_for(lambda: e.probe_results()[:1], 30, "the worker's probe")
+    assert lines[0][0]["outcome"] == '{"threshold":0.8}', lines
+    assert not [w for w in e.status().get("problems", []) if "ModelConfig" in str(w)]
+    assert e.terminate() == 0
