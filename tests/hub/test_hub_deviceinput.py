@@ -341,3 +341,25 @@ def test_agent_status_is_bounded(agent: device_pb2.AgentStatus, problem: str | N
         assert problems == []
     else:
         assert len(problems) == 1 and problems[0].startswith(problem), problems
+
+
+@pytest.mark.parametrize(
+    ("config", "problem"),
+    [
+        (device_pb2.ModelConfigStatus(digest="sha256:" + "a" * 64), None),
+        (device_pb2.ModelConfigStatus(error="schema says no"), None),
+        (device_pb2.ModelConfigStatus(digest="sha256:" + "A" * 64), "model_config.digest"),
+        (device_pb2.ModelConfigStatus(digest="md5:abc"), "model_config.digest"),
+        (device_pb2.ModelConfigStatus(digest="sha256:" + "a" * 65), "model_config.digest"),
+        (device_pb2.ModelConfigStatus(error="x" * 1025), "model_config.error: at most 1024"),
+    ],
+)
+def test_a_reported_model_config_is_bounded(
+    config: device_pb2.ModelConfigStatus, problem: str | None
+) -> None:
+    """A hostile device cannot claim a config digest that is not one, nor flood the hub."""
+    found = di.check_status(_status(workloads=[_workload(model_config=config)]))
+    if problem is None:
+        assert found == []
+    else:
+        assert len(found) == 1 and problem in found[0], found
