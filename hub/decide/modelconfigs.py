@@ -42,16 +42,20 @@ DELIVERY_WARNING = (
 def wave_conflicts(
     configs: Iterable[tuple[str, str]], deployments: Iterable[tuple[str, str, bool]]
 ) -> list[str]:
-    """Pure: a ModelConfig (where, model) for a model a deployment (where, model, has
-    ``rollout.waves``) rolls out in waves across regions: not supported yet (a region's slice
-    does not carry the config), each named."""
+    """Pure: a ModelConfig (where, model) for a model a deployment (where, model, federated:
+    rolled out in ``rollout.waves`` or sent to a regional hub) takes to other hubs: not
+    supported yet (a region's slice does not carry ModelConfigs), each named."""
     models = {model: where for where, model in configs}
     return [
-        f"{where}: ModelDeployment rolled out in waves (spec.rollout.waves) with a ModelConfig "
-        f"for its model ({models[model]}): model configuration is not supported with waves "
-        "across regions yet"
-        for where, model, waves in deployments
-        if waves and model in models
+        f"{where}: a ModelDeployment that goes to regional hubs (spec.rollout.waves, or a "
+        f"region's slice) with a ModelConfig for its model ({models[model]}): ModelConfigs "
+        "are not sent to regional hubs yet; apply the ModelConfig at each regional hub, or "
+        "keep the deployment to this hub's devices (spec.placement.regions)"
+        for where, model, federated in deployments
+        if federated
+        and model in models
+        # only what this apply brings (stored pairs were refused or predate a region)
+        and (where.startswith("documents[") or models[model].startswith("documents["))
     ]
 
 

@@ -66,3 +66,19 @@ def test_a_refused_config_breaks_the_revision_on_that_device() -> None:
     # a report made before the device got the revision says nothing of its config
     stale = view_device(_device("old error"), "det", "1.0.0", None, fresh=False)
     assert stale.target is TargetPhase.PROGRESSING
+
+
+def test_a_config_for_a_deployment_going_to_regional_hubs_is_refused() -> None:
+    from hub.decide.modelconfigs import wave_conflicts
+
+    configs = [("documents[0]", "det")]
+    deployments = [
+        ("documents[1]", "det", True),  # waves, or a region's slice
+        ("ModelDeployment local", "det", False),
+        ("ModelDeployment other", "other", True),
+    ]
+    (found,) = wave_conflicts(configs, deployments)
+    assert found.startswith("documents[1]: a ModelDeployment that goes to regional hubs")
+    assert "(documents[0])" in found and "not sent to regional hubs yet" in found
+    # what was stored before is not this apply's problem
+    assert wave_conflicts([("ModelConfig det", "det")], [("ModelDeployment d", "det", True)]) == []

@@ -270,15 +270,23 @@ class Applies:
             for o in self.cache.objects_of(kind)
             if (kind, o.name) not in names
         ]
+        if not configs:
+            return
+        enrolled = sorted(self.regions.regions) if self.regions is not None else []
+
+        def federated(manifest: Any) -> bool:  # waves, or a slice of it for a regional hub
+            waves = manifest.get("spec", {}).get("rollout", {}).get("waves")
+            return bool(waves) or any(regionslice.goes_to(manifest, r) for r in enrolled)
+
         deployments = [
-            (f"documents[{i}]", str(o.manifest["spec"]["model"]["name"]),
-             bool(o.manifest["spec"].get("rollout", {}).get("waves")))
+            (f"documents[{i}]", str(o.manifest["spec"]["model"]["name"]), federated(o.manifest))
             for i, o in enumerate(parsed)
             if o.kind == "ModelDeployment"
         ] + [
-            (f"ModelDeployment {n}", d.spec.model.name, bool(d.spec.rollout.waves))
-            for n, d in self.cache.deployments.items()
-            if ("ModelDeployment", n) not in names
+            (f"ModelDeployment {o.name}", str(o.manifest["spec"]["model"]["name"]),
+             federated(o.manifest))
+            for o in self.cache.objects_of("ModelDeployment")
+            if ("ModelDeployment", o.name) not in names
         ]  # fmt: skip
         waves = modelconfigs.wave_conflicts(configs, deployments)
         if waves:
