@@ -339,9 +339,16 @@ class AgentReleaseRelay:
             try:
                 stored = await put_agent_release(self._store, record, with_ops=[event.put])
             except CompareFailed:
-                raise ReleaseRefused(
-                    "VersionExists", f"{meta.what}: other bytes stored meanwhile"
-                ) from None
+                # another replica of this region stored it meanwhile: the same bytes are fine
+                again = await agent_release(
+                    self._store, meta.version, meta.platform.arch, meta.platform.python_abi
+                )
+                if again is None or again.sha256 != meta.sha256:
+                    raise ReleaseRefused(
+                        "VersionExists", f"{meta.what}: other bytes stored meanwhile"
+                    ) from None
+                stored = False
+                brought = False  # the record names these bytes: they stay
             if stored:
                 self._writer.committed(event)
                 self.fetched += 1
