@@ -4,9 +4,9 @@ a real hub and two real edged (site=a), real workers.
 A change of the ModelConfig makes a new revision of the deployment: its canary step gives one
 device the new config while the other keeps the old one (the hub counts each as running the
 config it is sent), ``rollout promote`` takes it everywhere, ``rollout undo`` brings the older
-config back (the ModelConfig object too), and a canary whose devices cannot apply the config
+config back (the ModelConfig object too), a canary whose devices cannot apply the config
 (here: its directory made immutable) is rolled back on its own, every device keeping the
-config it ran."""
+config it ran, and deleting the ModelConfig rolls out a revision without one."""
 
 from __future__ import annotations
 
@@ -127,3 +127,11 @@ def test_a_config_change_is_a_canaried_revision_promoted_undone_and_rolled_back(
     assert thresholds(devices) == [0.5, 0.5]
     wait_for(lambda: status(hub).get("config", {}).get("runningDesired") == 2, 60,
              "both on the stable config, no error")  # fmt: skip
+
+    # 5. deleted: a revision without a config, rolled out the same way; its files go
+    assert hub.edgectl("delete", "modelconfig", "det").returncode == 0
+    wait_for(lambda: rollout(hub).get("reason") == "CanaryPause", 120, "the deletion's canary")
+    assert sorted(map(str, thresholds(devices))) == ["0.5", "None"]
+    assert hub.edgectl("rollout", "promote", "det").returncode == 0
+    wait_for(lambda: thresholds(devices) == [None, None], 120, "no config on either device")
+    wait_for(lambda: "config" not in status(hub), 60, "no config status")
