@@ -114,18 +114,6 @@ class FleetPolicies:
         return merged
 
 
-def model_configs_of(manifests: Iterable[Mapping[str, Any]]) -> dict[str, ModelConfig]:
-    """The stored ModelConfigs (canonical manifests) by the model they configure."""
-    from edgefleet.api import parse_manifest
-
-    out: dict[str, ModelConfig] = {}
-    for doc in manifests:
-        config = parse_manifest(dict(doc))
-        assert isinstance(config, ModelConfig)
-        out[config.spec.model] = config
-    return out
-
-
 def config_from_text(text: str) -> ModelConfig:
     """A revision's ModelConfig (:func:`hub.decide.revisions.config_of`)."""
     from edgefleet.api import parse_manifest
