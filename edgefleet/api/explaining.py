@@ -149,6 +149,17 @@ FIELD_HELP: Mapping[str, str] = {
 
 
 KIND_FIELD_HELP: Mapping[str, Mapping[str, str]] = {
+    "ModelConfig": {
+        "spec.model": "The model it configures (as pushed with edgectl models push --name): "
+        "every deployment of it gets the config; one ModelConfig per model.",
+        "spec.data": "The fleet-wide defaults: keys to any JSON values (docs/model-config.md). "
+        "Checked against the model's signed config.schema.json when it has one.",
+        "spec.files": "Small text files by file name, the fleet-wide defaults (in the worker's "
+        "config directory, files/NAME).",
+        "spec.overrides": "Overrides by label selector or by device name, merged over the "
+        "defaults in order: selectors with fewer labels first, then device names; the most "
+        "specific wins; null removes a key.",
+    },
     "AgentUpgrade": {
         "spec.version": "The edged release the selected devices move to (pushed with edgectl "
         "agent push); inside the hub's version window.",
@@ -244,6 +255,8 @@ def _scalar_type(convert: Callable[[object], object]) -> str:
         "must be an integer": "<integer>",
         "must be a number": "<number>",
         "must be true or false": "<boolean>",
+        "must be a mapping of keys to JSON values": "<map[string]JSON>",
+        "must be a mapping of file name to text": "<map[string]string>",
     }.get(text, "<string>")
 
 

@@ -218,14 +218,23 @@ def _check_value(
     problems.add(path, f"must be a JSON value, got {describe(value)}")
 
 
+def _json_mapping(value: object) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"must be a mapping of keys to JSON values, got {describe(value)}")
+    return value
+
+
+def _file_mapping(value: object) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ValueError(f"must be a mapping of file name to text, got {describe(value)}")
+    return value
+
+
 def _read_data(r: Reader, name: str, *, patch: bool) -> dict[str, Any]:
-    raw = r.raw(name)
+    raw = r.optional(name, _json_mapping, None)  # a problem when it is not a mapping
     if raw is None:
         return {}
     path = r.at(name)
-    if not isinstance(raw, Mapping):
-        r.problems.add(path, f"must be a mapping, got {describe(raw)}")
-        return {}
     local = Problems()
     _check_value(local, raw, path, 0, [0], patch=patch)
     found = local.collect()
@@ -241,13 +250,10 @@ def _read_data(r: Reader, name: str, *, patch: bool) -> dict[str, Any]:
 
 
 def _read_files(r: Reader, *, patch: bool) -> dict[str, Any]:
-    raw = r.raw("files")
+    raw = r.optional("files", _file_mapping, None)  # a problem when it is not a mapping
     if raw is None:
         return {}
     path = r.at("files")
-    if not isinstance(raw, Mapping):
-        r.problems.add(path, f"must be a mapping of file name to text, got {describe(raw)}")
-        return {}
     if len(raw) > MAX_FILES:
         r.problems.add(path, f"at most {MAX_FILES} files, got {len(raw)}")
         return {}
