@@ -166,9 +166,13 @@ def test_scales_and_identical_applies_are_no_revisions_and_outcomes_are_kept(
     assert next(r for r in rows if r[:1] == ["1"])[4] == "complete", rows
     assert "copy of" not in done.stdout
 
+    # the outcomes survive a hub restart (one test: pytest-xdist may run tests of a module on
+    # different workers, each with its own module fixtures)
+    outcomes_survive_a_hub_restart(hub, paths)
 
-def test_the_outcomes_survive_a_hub_restart(hub: ThreadedHub, paths: Any) -> None:
-    """After the test above: a new hub on the same store shows the same history."""
+
+def outcomes_survive_a_hub_restart(hub: ThreadedHub, paths: Any) -> None:
+    """A new hub on the same store shows the same history."""
     before = history(paths.admin_config)
     assert len(revisions_in(before)) == 3, before
     hub.__exit__(None, None, None)
