@@ -332,6 +332,10 @@ class _Sorted:
     up_to_date: list[str] = field(default_factory=list)
     candidates: list[str] = field(default_factory=list)  # pool, connected, not sent
     unreported: list[str] = field(default_factory=list)  # connected, report not in yet
+    # the hub holds no release of the version for any platform (not pushed yet, or pushed and
+    # not read yet): its devices wait as unreported ones do, never refused, so that the
+    # release arriving later goes through the canary steps, not past a Complete with 0 of 0
+    release_missing: bool = False
     waiting: int = 0
     pool: int = 0
 
@@ -347,6 +351,7 @@ def _sort(
     out = _Sorted()
     revision = state.current
     deadline = upgrade.spec.rollout.progress_deadline_s
+    held = any(r.version == revision.version for r in releases.values())
     for d in devices:
         sent = state.sent.get(d.name)
         if sent is not None and sent.revision == revision.number:
@@ -369,6 +374,10 @@ def _sort(
             out.unreported.append(d.name)
             continue
         why = refusal(d, revision.version, releases, hub_version)
+        if why.startswith("NoReleaseForPlatform") and not held:
+            out.unreported.append(d.name)
+            out.release_missing = True
+            continue
         if why:
             out.refused[d.name] = why
             continue
@@ -445,6 +454,19 @@ def _step(
             )
     steps = upgrade.spec.rollout.steps
     sent_now = s.pool - s.waiting  # devices of the pool sent this revision
+    if (
+        s.release_missing
+        and new.phase is RolloutPhase.PROGRESSING
+        and new.reason != "ReleaseMissing"
+    ):
+        new = replace(
+            new,
+            reason="ReleaseMissing",
+            message=f"the hub holds no release of edged {version}: the rollout waits for it "
+            "(edgectl agent push)",
+            changed_at=now,
+        )
+        events.append(Event("Warning", "ReleaseMissing", new.message))
     if new.phase is RolloutPhase.PROGRESSING:
         # steps passed: enough devices sent, none still updating
         while (

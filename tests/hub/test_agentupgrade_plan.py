@@ -469,6 +469,35 @@ def test_a_new_version_is_a_new_revision_and_starts_over() -> None:
     assert run.sent == []  # no release 0.2.2 held: every device refused
 
 
+def test_a_release_the_hub_does_not_hold_yet_is_waited_for_then_canaried() -> None:
+    """Applied before its release was pushed (or read by the hub): no device is refused, no
+    step passes and nothing completes; once the release is there, the canary goes first
+    (found by the VM lab: 0 of 0 Complete, then every device sent it as a late arrival)."""
+    run = Run(upgrade(canary={"steps": ["33%", "100%"]}, maxUnavailable=2), fleet(3))
+    run.releases = {k: r for k, r in RELEASES.items() if r.version != NEW}
+    run.settle()
+    assert run.state is not None and run.state.phase is RolloutPhase.PROGRESSING
+    assert run.state.reason == "ReleaseMissing" and run.sent == [], run.state
+    assert run.last is not None and run.last.progress is not None
+    assert run.last.progress.refused == {}
+    assert run.events.count("ReleaseMissing") == 1  # said once
+    run.settle()
+    assert run.events.count("ReleaseMissing") == 1
+    run.releases = dict(RELEASES)  # pushed
+    run.settle()
+    assert run.state.phase is RolloutPhase.PROGRESSING and run.sent == ["d00"]  # the canary
+
+
+def test_a_platform_without_a_release_is_refused_when_the_version_is_held() -> None:
+    devices = fleet(2)
+    devices["d01"] = AgentDeviceView("d01", True, report(arch="riscv64"))
+    run = Run(upgrade(maxUnavailable=2), devices)
+    run.settle()
+    assert run.last is not None and run.last.progress is not None
+    assert run.last.progress.refused["d01"].startswith("NoReleaseForPlatform")
+    assert run.sent == ["d00"]
+
+
 def test_pause_stops_sending_but_failures_still_count() -> None:
     run = Run(upgrade(maxUnavailable=1), fleet(4))
     run.settle()
