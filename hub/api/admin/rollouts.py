@@ -19,6 +19,7 @@ from typing import Any
 import grpc
 import orjson
 
+from edgefleet.api.agentupgrades import AgentCommit
 from edgefleet.errors import CompareFailed
 from edgefleet.v1 import admin_pb2
 from edgefleet.versioning import installed_version
@@ -281,12 +282,14 @@ class Rollouts:
                 listed = ", ".join(str(n) for n in sorted(earlier)) or "none"
                 raise invalid(f"to_revision: {name} has no revision {to} (kept: {listed})")
             record = earlier[to]
+            deadline_s, max_tries = int(record["deadlineSeconds"]), int(record["maxTries"])
+            if deadline_s <= 0 or max_tries <= 0:  # kept before history had commit settings
+                commit = stored.manifest["spec"].get("commit") if stored is not None else None
+                commit = commit if isinstance(commit, dict) else {}
+                deadline_s = int(commit.get("deadlineSeconds", AgentCommit().deadline_s))
+                max_tries = int(commit.get("maxTries", AgentCommit().max_tries))
             wanted = AgentRevision(
-                to,
-                str(record["version"]),
-                int(record["deadlineSeconds"]),
-                int(record["maxTries"]),
-                float(record["createdAt"]),
+                to, str(record["version"]), deadline_s, max_tries, float(record["createdAt"])
             )
             return await self._set_upgrade_version(name, to, wanted, actor)
         state = self._upgrade_of(name)
