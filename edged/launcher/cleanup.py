@@ -147,7 +147,7 @@ def cleanup_cgroup(
             rmdir(d)
             removed += 1
         except FileNotFoundError:
-            pass
+            pass  # removed meanwhile (by systemd, or with its parent): what was wanted
         except OSError as exc:
             return f"{said}; cannot remove the cgroup {d}: {exc}"
     problem = _disable_controllers([unit])

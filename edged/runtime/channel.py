@@ -47,7 +47,8 @@ class ReplicaChannel(asyncio.Protocol):
     def data_received(self, data: bytes) -> None:
         try:
             self._reader.feed(data)
-        except Exception as exc:
+        except Exception as exc:  # any bad frame (not only FrameError): logged, and the
+            # connection closed, so connection_lost answers every pending request with 503
             log.error("bad frame from worker", replica=self._replica.id, error=str(exc))
             if self.transport is not None:
                 self.transport.close()

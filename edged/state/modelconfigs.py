@@ -43,6 +43,9 @@ from edgefleet.api.modelconfigs import (
 )
 from edgefleet.configschemas import ConfigSchema
 from edgefleet.errors import EdgefleetError
+from edgefleet.logs import get_logger
+
+log = get_logger(__name__)
 
 ENV_CONFIG = "EDGEFLEET_MODEL_CONFIG"
 """The worker's environment: the path of its ``config.json``."""
@@ -68,12 +71,22 @@ def static_device_name(data_dir: Path) -> str:
 
     from edgefleet.devicenames import name_from_hostname
 
+    link = Path(data_dir) / "hub" / "link.json"
     try:
-        doc = json.loads((Path(data_dir) / "hub" / "link.json").read_text())
-        if isinstance(doc, dict) and isinstance(doc.get("deviceName"), str):
-            return str(doc["deviceName"])
-    except (OSError, ValueError):
-        pass
+        doc = json.loads(link.read_text())
+    except FileNotFoundError:
+        doc = None  # not enrolled: the hostname's name is the device's name
+    except (OSError, ValueError) as exc:
+        # Not fatal here (the hub link refuses the file itself, loudly), but said: a device
+        # enrolled under another name would render its static configs under the hostname's.
+        log.warning("static configs named by hostname", why="link.json unreadable",
+                    path=str(link), error=str(exc))  # fmt: skip
+        doc = None
+    if isinstance(doc, dict) and isinstance(doc.get("deviceName"), str):
+        return str(doc["deviceName"])
+    if doc is not None:
+        log.warning("static configs named by hostname", why="link.json names no deviceName",
+                    path=str(link))  # fmt: skip
     return name_from_hostname(socket.gethostname()) or ""
 
 

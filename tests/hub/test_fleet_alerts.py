@@ -188,7 +188,7 @@ def _serve(data: Path, address: str, metrics_port: int, log: Path) -> LaunchedHu
             if _get(metrics_port, "/readyz")[0] == 200:
                 return hub
         except OSError:
-            pass
+            pass  # not listening yet: asked again until the deadline, which fails loudly
         assert time.monotonic() < deadline, log.read_text()
         time.sleep(0.1)
 

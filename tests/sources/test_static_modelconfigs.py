@@ -5,13 +5,17 @@ config per model; without a configs directory it is refused, never ignored."""
 from __future__ import annotations
 
 import json
+import logging
+import socket
 from pathlib import Path
 from typing import Any
 
+import pytest
 from test_static import Dir, doc
 
 from edged.sources.static import StaticManifests
-from edged.state.modelconfigs import ConfigVolumes
+from edged.state import modelconfigs
+from edged.state.modelconfigs import ConfigVolumes, static_device_name
 from edged.trust.admitting import ArtifactGate
 from edgefleet.api import API_VERSION
 
@@ -71,3 +75,23 @@ def test_refused_without_a_configs_directory(tmp_path: Path, models: tuple[bytes
     d.write("mnist.yaml", doc("mnist"), config())
     (problem,) = d.sync().problems
     assert problem.reason == "UnsupportedKind" and "not applied" in problem.message
+
+
+def test_the_device_name_is_the_enrolled_one_and_a_bad_link_is_said(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    monkeypatch.setattr(socket, "gethostname", lambda: "cam-host")
+    link = tmp_path / "hub" / "link.json"
+    with caplog.at_level(logging.WARNING, logger=modelconfigs.__name__):
+        assert static_device_name(tmp_path) == "cam-host"  # not enrolled: quietly
+        assert caplog.records == []
+        link.parent.mkdir()
+        link.write_text(json.dumps({"hub": "h:1", "deviceName": "cam-7"}))
+        assert static_device_name(tmp_path) == "cam-7"
+        for bad in ("{not json", json.dumps({"hub": "h:1"})):
+            link.write_text(bad)
+            assert static_device_name(tmp_path) == "cam-host"  # falls back, but says so
+        assert [r.fields["why"] for r in caplog.records] == [  # type: ignore[attr-defined]
+            "link.json unreadable",
+            "link.json names no deviceName",
+        ]

@@ -163,7 +163,7 @@ class AgentReleaseRelay:
             except Exception as exc:  # a bug or the store away: logged, tried again
                 log.error("agent release relay failed", error=repr(exc))
             self._wake.clear()
-            with contextlib.suppress(TimeoutError):
+            with contextlib.suppress(TimeoutError):  # no wake-up: the periodic recheck
                 await asyncio.wait_for(self._wake.wait(), RECHECK_S)
 
     async def fetch_once(self, stub: Any, version: str, have: Sequence[str] = ()) -> bool:
@@ -366,7 +366,7 @@ def _discard(incoming: _Incoming) -> None:
     if incoming.file is not None:
         incoming.file.close()
     if incoming.path is not None:
-        with contextlib.suppress(FileNotFoundError):
+        with contextlib.suppress(FileNotFoundError):  # gone already: nothing to remove
             os.unlink(incoming.path)
 
 
