@@ -15,6 +15,7 @@ from typing import Any
 from edged.hublink.devicereport import DeviceReport, SandboxReport, build_device_report
 from edged.reconcile.sizing import Sizer
 from edged.runtime.workerpool import WorkerPool
+from edged.serving.configreports import workload_config
 from edged.serving.measuring import RevisionMeters, benchmark_of, validation_of
 from edged.sources.hub import HubSource
 from edged.state.desired import DesiredState
@@ -67,13 +68,17 @@ class ReportGatherer:
             self._source.problems,
             self._source.incoming,
             measures_of=self._meters.of,
-            validation_of=lambda w, rev: validation_of(pool.replicas(w), rev),
+            validation_of=lambda w, rev: validation_of(pool.replicas(w), rev, self._written(w)),
             benchmark_of=lambda w, rev: benchmark_of(pool.replicas(w), rev),
             sizing_of=self._sizer.status,
             sandboxes_of=self.sandboxes_of,
             compliance=self.compliance(),
-            config_of=self._source.config_status,
+            config_of=lambda w: workload_config(self._source.config_status(w), pool.replicas(w)),
         )
+
+    def _written(self, workload: WorkloadName) -> str:
+        """The digest of the model config edged wrote for ``workload`` ("" none)."""
+        return self._source.config_status(workload)[0]
 
     def compliance(self) -> dict[str, Any]:
         """``device.compliance`` without the time of the check: the hub hears of a change,

@@ -229,6 +229,8 @@ class Replica:
             return
         rows = doc.get("batch_rows")
         self.worker_batch_rows = rows if isinstance(rows, int) else None
+        if "config" in doc:  # its model config now (runtime/configstage.py), as READY's was
+            self.metadata["config"] = doc["config"]
         busy = float(doc.get("busy_s", 0.0))
         self._count_batches(doc, busy)
         self._probe_state, not_live = record_pong(

@@ -46,6 +46,7 @@ import orjson
 from edged.runtime.adopting import ATTACH_HELLO
 from edged.runtime.batching import QueueShape, choose_batch, hold_queue
 from edged.runtime.batchstats import BatchCounts
+from edged.runtime.configstage import attach
 from edged.runtime.framing import (
     HEADER,
     NO_HEADER_LENGTH,
@@ -177,6 +178,7 @@ class Model:
         self.max_batch = spec.max_batch_size if self.batchable else 1
         self.run_s, self.benchmark = self._warm_up()
         self.validation: dict[str, Any] | None = None  # set by main() on slot 0
+        self.stage: Any = None  # its config's processing (runtime/configstage.py), by main()
 
     def _warm_up(self) -> tuple[float, dict[str, Any]]:
         """The warm-up (its median run) and the self-benchmark that follows it: the p95 of
@@ -223,6 +225,8 @@ class Model:
             "validation": self.validation,
             "benchmark": self.benchmark,
         }
+        if self.stage is not None:
+            meta["config"] = self.stage.report()
         if self.protections is not None:
             meta["sandbox"] = self.protections.to_json()
         probe = os.environ.get(TEST_PROBE_ENV)
@@ -371,6 +375,8 @@ class WorkerProtocol(asyncio.Protocol):
             self._queue.append(_Pending(req_id, decoded, time.monotonic()))
             self._queued_rows += decoded.rows
         elif ftype == FrameType.PING:
+            if (stage := self._model.stage) is not None:
+                stage.refresh()  # a config changed while no request came
             busy = 0.0 if self._running_since is None else time.monotonic() - self._running_since
             pong = orjson.dumps(
                 {
@@ -379,6 +385,7 @@ class WorkerProtocol(asyncio.Protocol):
                     "batch_rows": self._batch_rows,
                     **self._counts.to_pong(),
                     "overlap": self._overlap.to_pong(),
+                    **({"config": stage.report()} if stage is not None else {}),
                 }
             )
             self._write(encode_frame(FrameType.PONG, req_id, pong))
@@ -914,11 +921,12 @@ def main(argv: list[str] | None = None) -> int:
         data = _read_verified(artifact, spec.artifact_sha256)
         model = Model(spec, data, protections)
         del data
-        if spec.validate:  # the revision's accuracy, before READY (runtime/validating.py)
-            from edged.runtime.validating import evaluate
-
-            model.validation = evaluate(model.session, validation, spec.validation_sha256)
-        for path in (artifact, validation):  # opened before the switch: read, not kept
+        try:  # its config's processing in force (runtime/configstage.py), and the revision's
+            # accuracy with it, before READY (runtime/validating.py)
+            model.validation = attach(model, spec, validation)
+        except ValueError as exc:
+            raise LoadError("ModelConfigInvalid", f"the model config cannot apply: {exc}") from None
+        for path in (artifact,) if spec.validate else (artifact, validation):  # read, not kept
             if path.startswith(FD_PATH):
                 os.close(int(path[len(FD_PATH) :]))
     except SandboxUnavailable as exc:

@@ -169,11 +169,17 @@ class ValidationResult:
         return cls(correct / samples, samples, correct)
 
 
-def validation_of(replicas: Iterable[Replica], revision: str) -> ValidationResult | None:
-    """What a replica of ``revision`` found on the validation set (the first that says)."""
+def validation_of(
+    replicas: Iterable[Replica], revision: str, config: str | None = None
+) -> ValidationResult | None:
+    """What a replica of ``revision`` found on the validation set (the first that says);
+    ``config``: the digest of the workload's model config on disk ("" none): only a result
+    measured with it counts (:func:`edged.serving.configreports.validation_doc`)."""
+    from edged.serving.configreports import validation_doc
+
     for rep in replicas:
         if rep.revision == revision:
-            found = ValidationResult.from_worker(rep.metadata.get("validation"))
+            found = ValidationResult.from_worker(validation_doc(rep, config))
             if found is not None:
                 return found
     return None

@@ -44,6 +44,7 @@ from edgefleet.api.modelconfigs import (
 from edgefleet.configschemas import ConfigSchema
 from edgefleet.errors import EdgefleetError
 from edgefleet.logs import get_logger
+from edgefleet.modelprocessing import ProcessingInvalid, read_processing
 
 log = get_logger(__name__)
 
@@ -125,6 +126,10 @@ def _check(document: Mapping[str, Any], schema: ConfigSchema | None) -> tuple[by
         if not isinstance(text, str) or len(text.encode()) > MAX_FILE_BYTES:
             raise ConfigRefused(f"files[{json.dumps(name)}]: must be text of at most "
                                 f"{MAX_FILE_BYTES} bytes")  # fmt: skip
+    try:  # the processing stage the worker applies: its shape (its fit: the worker's check)
+        read_processing(data)
+    except ProcessingInvalid as exc:
+        raise ConfigRefused(f"the config's processing is invalid: {exc}") from None
     if schema is not None:
         problems = schema.problems(data)
         if problems:

@@ -21,6 +21,7 @@ from edged.state.modelconfigs import (
 )
 from edgefleet.api.modelconfigs import config_digest
 from edgefleet.configschemas import parse_schema
+from edgefleet.modelprocessing import PROCESSING_KEY
 
 SCHEMA = parse_schema(
     json.dumps(
@@ -83,6 +84,21 @@ def test_a_refused_config_changes_nothing(tmp_path: Path) -> None:
     with pytest.raises(ConfigRefused):
         volumes.write("../etc", doc(0.5), None)
     assert not (tmp_path.parent / "etc").exists()
+
+
+def test_a_malformed_processing_section_is_refused_before_any_worker_sees_it(
+    tmp_path: Path,
+) -> None:
+    volumes = ConfigVolumes(tmp_path)
+    good = volumes.write("det", doc(0.5), None)
+    bad = {"data": {PROCESSING_KEY: {"outputs": {"logits": {"threshold": "high"}}}}, "files": {}}
+    with pytest.raises(ConfigRefused) as err:
+        volumes.write("det", bad, None)
+    assert "the config's processing is invalid" in str(err.value)
+    assert f"data[{PROCESSING_KEY!r}].outputs['logits'].threshold: must be a finite" in str(
+        err.value
+    )
+    assert volumes.digest("det") == good
 
 
 def test_leftovers_of_a_cut_write_are_removed_and_the_config_survives(tmp_path: Path) -> None:
