@@ -40,19 +40,21 @@ DELIVERY_WARNING = (
 
 
 def wave_conflicts(
-    configs: Iterable[tuple[str, str]], deployments: Iterable[tuple[str, str, bool]]
+    configs: Iterable[tuple[str, str]], deployments: Iterable[tuple[str, str, str]]
 ) -> list[str]:
-    """Pure: a ModelConfig (where, model) for a model a deployment (where, model, federated:
-    rolled out in ``rollout.waves`` or sent to a regional hub) takes to other hubs: not
-    supported yet (a region's slice does not carry ModelConfigs), each named."""
+    """Pure: a ModelConfig (where, model) for a model a deployment (where, model, why it
+    cannot carry one to its regions: rolled out in ``rollout.waves``, or giving a region a
+    model variant; "" when it can) takes to other hubs: not supported yet, each named. A
+    deployment that goes to regional hubs otherwise carries its model's config in the
+    region's slice (hub.decide.regionslice.configs_for)."""
     models = {model: where for where, model in configs}
     return [
-        f"{where}: a ModelDeployment that goes to regional hubs (spec.rollout.waves, or a "
-        f"region's slice) with a ModelConfig for its model ({models[model]}): ModelConfigs "
-        "are not sent to regional hubs yet; apply the ModelConfig at each regional hub, or "
-        "keep the deployment to this hub's devices (spec.placement.regions)"
-        for where, model, federated in deployments
-        if federated
+        f"{where}: a ModelDeployment {why} with a ModelConfig for its model "
+        f"({models[model]}): not supported yet (a config change would reach every region at "
+        "once, or configure a model the region does not run); apply the ModelConfig at each "
+        "regional hub, or keep the deployment to one rollout without waves or variants"
+        for where, model, why in deployments
+        if why
         and model in models
         # only what this apply brings (stored pairs were refused or predate a region)
         and (where.startswith("documents[") or models[model].startswith("documents["))

@@ -7,7 +7,8 @@ tested as tables in ``tests/hub/test_hub_federation_slices.py`` and
 ``tests/hub/test_hub_waving.py``.
 
 A ModelDeployment goes to the regions its ``spec.placement.regions`` lists, or to every region
-when it lists none; DeviceHealthPolicy and SecurityBaseline objects go to every region. A region
+when it lists none; DeviceHealthPolicy and SecurityBaseline objects go to every region, a
+ModelConfig to every region a deployment of its model goes to (:func:`configs_for`). A region
 also gets the artifacts its deployments use, and those of the revisions the root holds for
 them (so a rollout or a rollback inside the region finds the older version), each with its
 signed metadata exactly as the publisher signed it. Per-region overrides, annotations on a
@@ -57,7 +58,14 @@ MAX_REPORT_AGENT_UPGRADES = 64  # a region's AgentUpgrades in its report
 MAX_AGENT_FAILED = 20  # failed devices named per AgentUpgrade in a region's report
 MAX_AGENT_RELEASES = 64  # edged release versions a region's report lists
 
-FEDERATED_KINDS = ("ModelDeployment", "DeviceHealthPolicy", "SecurityBaseline", "AgentUpgrade")
+FEDERATED_KINDS = (
+    "ModelDeployment",
+    "DeviceHealthPolicy",
+    "SecurityBaseline",
+    "AgentUpgrade",
+    "ModelConfig",
+)
+MODEL_CONFIG = "ModelConfig"
 
 ROOT_REVISION = "federation.edgefleet.io/agent-revision"
 """On an AgentUpgrade a root hub sends a region (its waves, hub.decide.agentwaves): the root's
@@ -222,6 +230,13 @@ def with_overrides(manifest: Mapping[str, Any], region: str) -> Mapping[str, Any
     return {**manifest, "spec": spec}
 
 
+def with_model_variant(manifest: Mapping[str, Any], regions: Iterable[str]) -> list[str]:
+    """The regions of ``regions`` that ``manifest`` (a ModelDeployment) goes to with a model
+    variant (:data:`MODEL_OVERRIDE`), sorted."""
+    variants = _overrides(manifest, MODEL_OVERRIDE)
+    return sorted(r for r in regions if variants.get(r) and goes_to(manifest, r))
+
+
 def variant_models(
     manifest: Mapping[str, Any], region: str, models: Iterable[tuple[str, str]]
 ) -> set[tuple[str, str]]:
@@ -241,6 +256,8 @@ def goes_to(manifest: Mapping[str, Any], region: str) -> bool:
         return False
     if kind == "AgentUpgrade":  # as a root's waves send it once released (agentwaves)
         return bool((manifest.get("metadata", {}).get("annotations") or {}).get(ROOT_REVISION))
+    if kind == MODEL_CONFIG:  # with a deployment of its model (plan_slice: configs_for)
+        return False
     if kind != "ModelDeployment":
         return True
     regions = manifest.get("spec", {}).get("placement", {}).get("regions") or []
@@ -252,6 +269,8 @@ def models_of(
 ) -> set[tuple[str, str]]:
     """The (name, version) artifacts a deployment needs in a region: its own and its revisions'."""
     model = manifest.get("spec", {}).get("model", {})
+    if not isinstance(model, Mapping):  # a ModelConfig names a model, no artifact
+        return set(revision_models)
     wanted = {(str(model.get("name")), str(model.get("version")))}
     wanted.update(revision_models)
     return wanted
@@ -278,6 +297,11 @@ def plan_slice(
             name = str(o["metadata"]["name"])
             kept = variant_models(as_applied, region, revision_models.get(name, ()))
             wanted |= models_of(o, kept)
+    configs = configs_for(chosen, objects)
+    if configs:  # (a slice without any has the digest it had before they travelled)
+        chosen = sorted(
+            [*chosen, *configs], key=lambda o: (str(o["kind"]), str(o["metadata"]["name"]))
+        )
     records = tuple(models[m] for m in sorted(wanted) if m in models)
     h = hashlib.sha256()
     for o in chosen:
@@ -290,6 +314,47 @@ def plan_slice(
     if agent_versions:  # (a slice without any has the digest it had before they travelled)
         h.update(dumps({"agentReleaseVersions": list(agent_versions)}))
     return Slice(tuple(chosen), records, tuple(trust_roots), h.hexdigest(), agent_versions)
+
+
+def configs_for(
+    chosen: Iterable[Mapping[str, Any]], objects: Iterable[Mapping[str, Any]]
+) -> list[Mapping[str, Any]]:
+    """The ModelConfigs among ``objects`` that a region's deployments (``chosen``, as the
+    region gets them: a model variant is another model) need: each configures every
+    deployment of its model (docs/model-config.md, "Federation")."""
+    models = {
+        str(o.get("spec", {}).get("model", {}).get("name"))
+        for o in chosen
+        if o.get("kind") == "ModelDeployment"
+    }
+    return [
+        o
+        for o in objects
+        if o.get("kind") == MODEL_CONFIG and str(o.get("spec", {}).get("model")) in models
+    ]
+
+
+def same_model_configs(
+    objects: Sequence[Mapping[str, Any]], stored_objects: Mapping[str, StoredValue]
+) -> list[tuple[str, StoredValue]]:
+    """The region's own ModelConfigs (key, stored) for a model the slice brings a ModelConfig
+    for under another name: the root's wins (one config per model), as an object of the same
+    name does."""
+    sent = {
+        str(o["spec"]["model"]): str(o["metadata"]["name"])
+        for o in objects
+        if o.get("kind") == MODEL_CONFIG
+    }
+    found = []
+    for key, had in sorted(stored_objects.items()):
+        if federated_generation(had.value) is not None:
+            continue
+        manifest = manifest_of(had.value)
+        model = str(manifest.get("spec", {}).get("model", ""))
+        name = str(manifest["metadata"]["name"])
+        if manifest.get("kind") == MODEL_CONFIG and model in sent and sent[model] != name:
+            found.append((key, had))
+    return found
 
 
 # -- applying a slice at a region ----------------------------------------------------------
@@ -361,6 +426,10 @@ def plan_apply(
         writes.append(Write(key, value, had.mod_revision if had is not None else 0))
         put_objects.append(manifest)
     dropped: list[tuple[str, str]] = []
+    for key, had in same_model_configs(objects, stored_objects):
+        manifest = manifest_of(had.value)
+        writes.append(Write(key, None, had.mod_revision))
+        dropped.append((str(manifest["kind"]), str(manifest["metadata"]["name"])))
     for key, had in sorted(stored_objects.items()):
         if key in wanted or federated_generation(had.value) is None:
             continue

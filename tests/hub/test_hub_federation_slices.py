@@ -403,3 +403,77 @@ def test_the_root_shows_a_regions_agent_upgrades_as_reported() -> None:
         "failedCount": 1,
         "failedDevices": {"d1": "CommitDeadline: did not connect"},
     }
+
+
+def model_config(name: str, model: str, threshold: float = 0.5) -> dict[str, Any]:
+    doc = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelConfig",
+        "metadata": {"name": name},
+        "spec": {"model": model, "data": {"threshold": threshold}},
+    }
+    return parse_manifest(doc).to_dict()
+
+
+def test_a_slice_carries_the_model_configs_of_its_deployments() -> None:
+    models = {("a", "1.0.0"): record("a", "1.0.0"), ("b", "1.0.0"): record("b", "1.0.0")}
+    variant = deployment("v")
+    variant["metadata"]["annotations"] = {f"{regionslice.MODEL_OVERRIDE}eu": "v-int8"}
+    objects = [
+        deployment("a", ["eu"]),
+        deployment("b", ["us"]),
+        variant,
+        model_config("cfg-a", "a"),
+        model_config("cfg-b", "b"),
+        model_config("cfg-v", "v"),  # eu runs v-int8, not v
+        model_config("cfg-none", "none"),  # no deployment of it
+    ]
+    eu = regionslice.plan_slice("eu", objects, models, {}, [b"root"])
+    assert [(o["kind"], o["metadata"]["name"]) for o in eu.objects] == [
+        ("ModelConfig", "cfg-a"),
+        ("ModelDeployment", "a"),
+        ("ModelDeployment", "v"),
+    ]
+    us = regionslice.plan_slice("us", objects, models, {}, [b"root"])
+    assert ("ModelConfig", "cfg-b") in [(o["kind"], o["metadata"]["name"]) for o in us.objects]
+    assert ("ModelConfig", "cfg-v") in [(o["kind"], o["metadata"]["name"]) for o in us.objects]
+    # a config change changes the slice's digest (the region is sent it again)
+    changed = [*objects[:3], model_config("cfg-a", "a", 0.7), *objects[4:]]
+    assert regionslice.plan_slice("eu", changed, models, {}, [b"root"]).digest != eu.digest
+    # a slice without configs keeps the digest it had before configs travelled
+    bare = regionslice.plan_slice("eu", objects[:3], models, {}, [b"root"])
+    assert bare.digest == regionslice.plan_slice("eu", objects[:3], models, {}, [b"root"]).digest
+    assert regionslice.with_model_variant(variant, ["eu", "us"]) == ["eu"]
+
+
+def test_applying_a_slice_config_replaces_the_regions_own_config_of_that_model() -> None:
+    a = deployment("a")
+    own_same_model = model_config("local-a", "a")
+    own_other_model = model_config("local-b", "b")
+    stored = {
+        storekeys.object_key("ModelConfig", "local-a"): StoredValue(
+            "k", storekeys.object_value(own_same_model, 1.0), 5
+        ),
+        storekeys.object_key("ModelConfig", "local-b"): StoredValue(
+            "k", storekeys.object_value(own_other_model, 1.0), 6
+        ),
+    }
+    root_config = model_config("cfg-a", "a")
+    plan = plan_apply(4, "d", [a, root_config], [record("a", "1.0.0")], stored, {}, 10.0)
+    assert ("ModelConfig", "local-a") in plan.dropped_objects
+    assert ("ModelConfig", "local-b") not in plan.dropped_objects  # another model: kept
+    assert Delete(storekeys.object_key("ModelConfig", "local-a")) in plan.ops
+    assert [o["metadata"]["name"] for o in plan.put_objects] == ["a", "cfg-a"]
+
+
+def test_a_slice_config_that_does_not_parse_is_refused_by_the_region() -> None:
+    from edgefleet.v1 import federation_pb2
+    from hub.controllers.parentlink.sliceapply import check_slice
+
+    bad = model_config("cfg", "a")
+    bad["spec"]["data"] = {"apiToken": "x"}  # a credential-like key: refused as at apply
+    import orjson
+
+    message = federation_pb2.RegionSlice(objects=[orjson.dumps(bad)])
+    (problem,) = check_slice(message)
+    assert problem.startswith("slice.objects[0]:") and "apiToken" in problem, problem

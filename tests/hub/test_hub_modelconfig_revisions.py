@@ -68,17 +68,18 @@ def test_a_refused_config_breaks_the_revision_on_that_device() -> None:
     assert stale.target is TargetPhase.PROGRESSING
 
 
-def test_a_config_for_a_deployment_going_to_regional_hubs_is_refused() -> None:
+def test_a_config_for_a_deployment_in_waves_or_with_a_variant_is_refused() -> None:
     from hub.decide.modelconfigs import wave_conflicts
 
     configs = [("documents[0]", "det")]
     deployments = [
-        ("documents[1]", "det", True),  # waves, or a region's slice
-        ("ModelDeployment local", "det", False),
-        ("ModelDeployment other", "other", True),
+        ("documents[1]", "det", "rolled out in waves (spec.rollout.waves)"),
+        ("ModelDeployment local", "det", ""),  # to this hub's devices, or a region's slice
+        ("ModelDeployment other", "other", "rolled out in waves (spec.rollout.waves)"),
     ]
     (found,) = wave_conflicts(configs, deployments)
-    assert found.startswith("documents[1]: a ModelDeployment that goes to regional hubs")
-    assert "(documents[0])" in found and "not sent to regional hubs yet" in found
+    assert found.startswith("documents[1]: a ModelDeployment rolled out in waves")
+    assert "(documents[0])" in found and "not supported yet" in found
     # what was stored before is not this apply's problem
-    assert wave_conflicts([("ModelConfig det", "det")], [("ModelDeployment d", "det", True)]) == []
+    stored = [("ModelDeployment d", "det", "rolled out in waves")]
+    assert wave_conflicts([("ModelConfig det", "det")], stored) == []

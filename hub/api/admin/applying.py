@@ -274,9 +274,11 @@ class Applies:
             return
         enrolled = sorted(self.regions.regions) if self.regions is not None else []
 
-        def federated(manifest: Any) -> bool:  # waves, or a slice of it for a regional hub
-            waves = manifest.get("spec", {}).get("rollout", {}).get("waves")
-            return bool(waves) or any(regionslice.goes_to(manifest, r) for r in enrolled)
+        def federated(manifest: Any) -> str:  # why its regions cannot get its config
+            if manifest.get("spec", {}).get("rollout", {}).get("waves"):
+                return "rolled out in waves (spec.rollout.waves)"
+            variants = regionslice.with_model_variant(manifest, enrolled)
+            return f"giving region {variants[0]} a model variant" if variants else ""
 
         deployments = [
             (f"documents[{i}]", str(o.manifest["spec"]["model"]["name"]), federated(o.manifest))

@@ -87,7 +87,7 @@ def check_slice(message: federation_pb2.RegionSlice) -> list[str]:
             if doc.get("kind") not in regionslice.FEDERATED_KINDS:
                 problems.append(f"slice.objects[{i}].kind: {doc.get('kind')!r} is not federated")
                 continue
-            if doc["kind"] in ("ModelDeployment", "AgentUpgrade"):
+            if doc["kind"] in ("ModelDeployment", "AgentUpgrade", "ModelConfig"):
                 parse_manifest(dict(doc))
         except Exception as exc:  # a manifest the region cannot take
             problems.append(f"slice.objects[{i}]: {exc}")
