@@ -17,6 +17,7 @@ from edgefleet.api.modelconfigs import (
     ordered_overrides,
 )
 from edgefleet.configschemas import ConfigSchema
+from edgefleet.modelprocessing import ProcessingInvalid, read_processing
 from hub.decide.devices import Device
 
 __all__ = [
@@ -26,6 +27,7 @@ __all__ = [
     "config_text",
     "merge_chains",
     "model_conflicts",
+    "processing_problems",
     "schema_problems",
     "size_problems",
     "wave_conflicts",
@@ -169,6 +171,22 @@ def schema_problems(
             if len(found) >= limit:
                 return found
     return found
+
+
+def processing_problems(
+    config: ModelConfig, devices: Iterable[tuple[str, Mapping[str, str]]]
+) -> list[str]:
+    """Pure: the merges (:func:`merge_chains`) whose ``edgefleet.io/processing`` section is
+    malformed (edgefleet.modelprocessing; a device would refuse them), at most 10, each with
+    the paths of its problems. Whether it fits the model is the worker's check."""
+    found = []
+    for what, merged in merge_chains(config, devices):
+        try:
+            read_processing(merged.data)
+        except ProcessingInvalid as exc:
+            where = "spec" if what == "the defaults" else f"spec: {what}:"
+            found.append(f"{where}.{exc}" if where == "spec" else f"{where} {exc}")
+    return found[:10]
 
 
 MAX_NOT_RUNNING_SHOWN = 32

@@ -79,6 +79,20 @@ def test_refusals_change_nothing(config: Path) -> None:
     assert "documents[0].spec.model" in second.stderr and "one config per model" in second.stderr
     assert edgectl(config, "get", "mc/b").returncode != 0
 
+    # a malformed processing section (the worker's stage), in an override: refused with where
+    bad = CONFIG.replace("{name: fraud}", "{name: proc}").replace("model: fraud", "model: proc")
+    bad = bad.replace(
+        "data: {threshold: 0.9}",
+        'data: {"edgefleet.io/processing": {outputs: {logits: {threshold: high}}}}',
+    )
+    refused = edgectl(config, "apply", "-f", "-", stdin=bad)
+    assert refused.returncode != 0
+    assert (
+        "documents[0].spec: spec.overrides[2] over the defaults: "
+        "data['edgefleet.io/processing'].outputs['logits'].threshold: must be a finite number"
+    ) in refused.stderr, refused.stderr
+    assert edgectl(config, "get", "mc/proc").returncode != 0
+
 
 SCHEMA = {
     "type": "object",

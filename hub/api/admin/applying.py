@@ -303,6 +303,9 @@ class Applies:
                 problems += [
                     f"documents[{i}].{p}" for p in modelconfigs.size_problems(config, devices)
                 ]
+                problems += [
+                    f"documents[{i}].{p}" for p in modelconfigs.processing_problems(config, devices)
+                ]
             if problems:
                 raise invalid("nothing applied: " + "; ".join(problems))
 
