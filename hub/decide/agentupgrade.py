@@ -192,9 +192,7 @@ def plan_upgrade(
     selector selects, any order; ``releases``: the releases the hub holds; ``others``: the
     devices the record names that the selector no longer selects (one absent from both was
     deleted)."""
-    spec = upgrade.spec
-    template = (spec.version, spec.commit.deadline_s, spec.commit.max_tries)
-    if state is None or state.current.template != template:
+    if state is None or not takes_up(upgrade, state):
         return _new_revision(upgrade, state, now)
     left = _leave(state, devices, others or {}, now)
     step = _step(
@@ -204,6 +202,22 @@ def plan_upgrade(
     if left.state is None:
         return step
     return AgentPlan(step.state or left.state, (*left.events, *step.events), step.progress)
+
+
+def template_of(upgrade: AgentUpgrade) -> tuple[str, int, int]:
+    """What makes a revision of ``upgrade`` (module doc): its version and commit settings."""
+    spec = upgrade.spec
+    return spec.version, spec.commit.deadline_s, spec.commit.max_tries
+
+
+def takes_up(upgrade: AgentUpgrade, state: AgentUpgradeState | None) -> bool:
+    """Whether the rollout record ``state`` is of ``upgrade`` as applied now. A manifest just
+    written with another version or commit settings (an apply, an undo, a root's next
+    revision put by the region's slice) has no revision of its own until the controller's
+    next pass: until then the record, its phase and its failures are the previous
+    revision's, and nothing may present them as the new one's (a region's report to its root:
+    :mod:`hub.controllers.parentlink.regionreport`)."""
+    return state is not None and state.current.template == template_of(upgrade)
 
 
 BUSY_PHASES = ("Downloading", "Verifying", "Installing", "SmokeTesting", "Switching", "Trying")
@@ -292,7 +306,7 @@ def _new_revision(
     spec = upgrade.spec
     revisions = state.revisions if state is not None else ()
     number = max((r.number for r in revisions), default=0) + 1
-    template = (spec.version, spec.commit.deadline_s, spec.commit.max_tries)
+    template = template_of(upgrade)
     source = retry or next((r.number for r in revisions if r.template == template), 0)
     revision = AgentRevision(
         number, spec.version, spec.commit.deadline_s, spec.commit.max_tries, now, source

@@ -30,6 +30,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -79,6 +80,55 @@ def status(hub: HubProcess) -> dict[str, Any]:
     return dict(json.loads(out.stdout).get("status", {}))
 
 
+def explain(hubs: dict[str, HubProcess], devices: dict[str, AgentDevice]) -> str:
+    """What a long wait's failure prints: each hub's status of the upgrade (the root's waves,
+    each region's own rollout) and what each device is sent and reports."""
+    lines = []
+    for name, hub in hubs.items():
+        try:
+            lines.append(f"{name}: {json.dumps(status(hub), sort_keys=True)}")
+        except (OSError, ValueError, subprocess.SubprocessError) as exc:  # never hides the wait
+            lines.append(f"{name}: status unreadable ({exc!r})")
+    for name, d in devices.items():
+        sent = d.desired.agent if d.desired is not None and d.desired.HasField("agent") else None
+        lines.append(
+            f"{name}: desired {sent.version if sent else '-'} (upgrade revision "
+            f"{sent.upgrade_revision if sent else '-'}), version {d.version}, committed "
+            f"{d.committed}, {d.phase} {d.reason} (revision {d.upgrade_revision}), {d.behaviour}"
+        )
+    return "\n" + "\n".join(lines)
+
+
+Federation = tuple[dict[str, HubProcess], dict[str, AgentDevice]]
+
+
+def until(federation: Federation, cond: Any, within: float, what: str) -> Any:
+    """``wait_for`` whose timeout says where every hub and device stands (:func:`explain`)."""
+    return wait_for(cond, within, what, detail=lambda: explain(*federation))
+
+
+def wait_phase(
+    federation: Federation, phase: str, within: float, what: str, revision: int | None = None
+) -> dict[str, Any]:
+    """The root's status once its upgrade is in ``phase`` (at ``revision``, when given)."""
+    root = federation[0]["root"]
+
+    def reached() -> dict[str, Any] | None:
+        s = status(root)
+        if s.get("phase") == phase and (revision is None or s.get("revision") == revision):
+            return s
+        return None
+
+    found: dict[str, Any] = until(federation, reached, within, what)
+    return found
+
+
+def history_rows(hub: HubProcess) -> dict[str, str]:
+    """``rollout history``'s rows by revision number."""
+    history = hub.edgectl("rollout", "history", "agentupgrade/edged-next").stdout
+    return {line.split()[0]: line for line in history.splitlines()[1:]}
+
+
 @pytest.fixture
 def federation(tmp_path: Path) -> Iterator[tuple[dict[str, HubProcess], dict[str, AgentDevice]]]:
     root = HubProcess(tmp_path / "root", tmp_path / "root.log").init("--region", "root")
@@ -119,17 +169,23 @@ def federation(tmp_path: Path) -> Iterator[tuple[dict[str, HubProcess], dict[str
 
 @pytest.mark.scenario
 def test_two_waves_in_order_then_a_failure_in_wave_2_reverts_wave_1(
-    federation: tuple[dict[str, HubProcess], dict[str, AgentDevice]], tmp_path: Path
+    federation: Federation, tmp_path: Path
 ) -> None:
     hubs, devices = federation
     root = hubs["root"]
     eu = [devices["eu0"], devices["eu1"]]
     us = [devices["us0"], devices["us1"]]
+
     for d in eu:
         d.behaviour = "hold"
     out = apply(root, tmp_path, upgrade_yaml(NEW))
     assert out.returncode == 0, out.stdout + out.stderr
-    wait_for(lambda: desired_version(devices["eu0"]) == NEW, 60, "eu's canary sent the release")
+    until(
+        federation,
+        lambda: desired_version(devices["eu0"]) == NEW,
+        60,
+        "eu's canary sent the release",
+    )
     time.sleep(2)  # eu holds: us is sent nothing meanwhile
     assert [desired_version(d) for d in us] == ["", ""]
     shown = status(root)
@@ -142,15 +198,20 @@ def test_two_waves_in_order_then_a_failure_in_wave_2_reverts_wave_1(
     assert again.returncode != 0 and "is Paused: nothing to pause" in again.stderr, again
     for d in eu:
         d.behaviour = "good"
-    wait_for(lambda: all(d.committed == NEW for d in eu), 90, "eu commits while paused")
+    until(federation, lambda: all(d.committed == NEW for d in eu), 90, "eu commits while paused")
     time.sleep(3)  # several of the root's passes: eu is done, us is still sent nothing
     assert [desired_version(d) for d in us] == ["", ""]
     assert status(root)["phase"] == "Paused"
     out = root.edgectl("rollout", "resume", "agentupgrade/edged-next", check=False)
     assert out.returncode == 0 and "resumed by an operator" in out.stdout, out
-    wait_for(lambda: desired_version(devices["us0"]) == NEW, 90, "wave 2 sends us the release")
+    until(
+        federation,
+        lambda: desired_version(devices["us0"]) == NEW,
+        90,
+        "wave 2 sends us the release",
+    )
     assert all(d.committed == NEW for d in eu)
-    done = wait_for(lambda: (s := status(root)).get("phase") == "Complete" and s, 90, "Complete")
+    done = wait_phase(federation, "Complete", 90, "Complete")
     assert all(d.committed == NEW for d in us), done
     assert done["released"] == ["eu", "us"], done
     text = root.edgectl("rollout", "status", "agentupgrade/edged-next").stdout
@@ -165,56 +226,43 @@ def test_two_waves_in_order_then_a_failure_in_wave_2_reverts_wave_1(
         d.behaviour = "crash"
     out = apply(root, tmp_path, upgrade_yaml(NEWER))
     assert out.returncode == 0, out.stdout + out.stderr
-    wait_for(lambda: all(d.committed == NEWER for d in eu), 90, "eu commits NEWER")
+    until(federation, lambda: all(d.committed == NEWER for d in eu), 90, "eu commits NEWER")
     began = time.monotonic()
-    stopped = wait_for(
-        lambda: (s := status(root)).get("phase") == "RolledBack" and s, 90, "the root stops"
-    )
+    stopped = wait_phase(federation, "RolledBack", 90, "the root stops")
     assert stopped["failedRegion"] == "us" and stopped["reason"] == "RegionFailed", stopped
     assert any("CrashLoop" in why for why in stopped["failedDevices"].values()), stopped
-    wait_for(lambda: all(d.committed == NEW for d in eu), 90, "eu sent back to NEW")
+    until(federation, lambda: all(d.committed == NEW for d in eu), 90, "eu sent back to NEW")
     print(f"eu back on {NEW} {time.monotonic() - began:.1f} s after the root stopped")
     assert all(d.committed == NEW for d in us)
-    eu_status = json.loads(
-        hubs["eu"].edgectl("get", "agentupgrade", "edged-next", "-o", "json").stdout
-    )["status"]
+    eu_status = status(hubs["eu"])
     assert eu_status["reason"] == "StoppedByRoot", eu_status
     result = root.edgectl("rollout", "status", "agentupgrade/edged-next", check=False)
     assert result.returncode != 0 and "stopped by region us" in result.stdout, result
-    history = root.edgectl("rollout", "history", "agentupgrade/edged-next").stdout
-    rows = {line.split()[0]: line for line in history.splitlines()[1:]}
-    assert NEW in rows["1"] and "complete" in rows["1"], history
-    assert NEWER in rows["2"] and "rolledback" in rows["2"], history
+    rows = history_rows(root)
+    assert NEW in rows["1"] and "complete" in rows["1"], rows
+    assert NEWER in rows["2"] and "rolledback" in rows["2"], rows
 
     # undo: revision 1's version again, as revision 3 in waves (us's devices now good)
     for d in us:
         d.behaviour = "good"
     out = root.edgectl("rollout", "undo", "agentupgrade/edged-next", check=False)
     assert out.returncode == 0 and f"rolling back to revision 1 ({NEW})" in out.stdout, out
-    again = wait_for(
-        lambda: (s := status(root)).get("revision") == 3 and s.get("phase") == "Complete" and s,
-        120, "revision 3 Complete",
-    )  # fmt: skip
+    again = wait_phase(federation, "Complete", 120, "revision 3 Complete", revision=3)
     assert again["version"] == NEW, again
     assert all(d.committed == NEW for d in [*eu, *us])
-    history = root.edgectl("rollout", "history", "agentupgrade/edged-next").stdout
-    rows = {line.split()[0]: line for line in history.splitlines()[1:]}
-    assert "rolled back: RegionFailed" in rows["2"] and "copy of 1" in rows["3"], history
+    rows = history_rows(root)
+    assert "rolled back: RegionFailed" in rows["2"] and "copy of 1" in rows["3"], rows
 
 
 @pytest.mark.scenario
-def test_a_failure_in_wave_1_stops_wave_2(
-    federation: tuple[dict[str, HubProcess], dict[str, AgentDevice]], tmp_path: Path
-) -> None:
+def test_a_failure_in_wave_1_stops_wave_2(federation: Federation, tmp_path: Path) -> None:
     hubs, devices = federation
     root = hubs["root"]
     devices["eu0"].behaviour = "crash"
     began = time.monotonic()
     out = apply(root, tmp_path, upgrade_yaml(NEW))
     assert out.returncode == 0, out.stdout + out.stderr
-    stopped = wait_for(
-        lambda: (s := status(root)).get("phase") == "RolledBack" and s, 90, "the root stops"
-    )
+    stopped = wait_phase(federation, "RolledBack", 90, "the root stops")
     print(f"stopped {time.monotonic() - began:.1f} s after the apply")
     assert stopped["failedRegion"] == "eu" and "eu0" in stopped["failedDevices"], stopped
     time.sleep(2)
@@ -223,9 +271,7 @@ def test_a_failure_in_wave_1_stops_wave_2(
 
 
 @pytest.mark.scenario
-def test_bad_input_is_refused_and_changes_nothing(
-    federation: tuple[dict[str, HubProcess], dict[str, AgentDevice]], tmp_path: Path
-) -> None:
+def test_bad_input_is_refused_and_changes_nothing(federation: Federation, tmp_path: Path) -> None:
     hubs, _ = federation
     root, eu = hubs["root"], hubs["eu"]
     cases = [
@@ -251,15 +297,18 @@ def test_bad_input_is_refused_and_changes_nothing(
 
 @pytest.mark.scenario
 def test_a_region_without_the_release_holds_its_wave(
-    federation: tuple[dict[str, HubProcess], dict[str, AgentDevice]], tmp_path: Path
+    federation: Federation, tmp_path: Path
 ) -> None:
     hubs, devices = federation
     root = hubs["root"]
     unheld = f"{_MAJOR}.{_MINOR}.{_PATCH + 4}"  # pushed nowhere: the root holds none either
     out = apply(root, tmp_path, upgrade_yaml(unheld))
     assert out.returncode == 0, out.stdout + out.stderr
-    held = wait_for(
-        lambda: (s := status(root)).get("reason") == "ReleaseMissing" and s, 60, "the wave waits"
+    held = until(
+        federation,
+        lambda: (s := status(root)).get("reason") == "ReleaseMissing" and s,
+        60,
+        "the wave waits",
     )
     assert f"region eu's hub holds no release of edged {unheld}" in held["message"], held
     assert "push the release at the root hub" in held["message"], held
@@ -302,7 +351,7 @@ def region_versions(hub: HubProcess) -> set[str]:
 
 @pytest.mark.scenario
 def test_a_release_pushed_at_the_root_only_reaches_the_regions_and_the_waves_complete(
-    federation: tuple[dict[str, HubProcess], dict[str, AgentDevice]], tmp_path: Path
+    federation: Federation, tmp_path: Path
 ) -> None:
     hubs, devices = federation
     root = hubs["root"]
@@ -312,7 +361,7 @@ def test_a_release_pushed_at_the_root_only_reaches_the_regions_and_the_waves_com
     began = time.monotonic()
     out = apply(root, tmp_path, upgrade_yaml(version))
     assert out.returncode == 0, out.stdout + out.stderr
-    done = wait_for(lambda: (s := status(root)).get("phase") == "Complete" and s, 120, "Complete")
+    done = wait_phase(federation, "Complete", 120, "Complete")
     print(f"waves complete {time.monotonic() - began:.1f} s after the apply (releases fetched)")
     assert done["released"] == ["eu", "us"], done
     assert all(d.committed == version for d in devices.values())
@@ -332,7 +381,7 @@ def test_a_release_pushed_at_the_root_only_reaches_the_regions_and_the_waves_com
 
 @pytest.mark.scenario
 def test_a_release_the_regions_checks_refuse_is_stored_nowhere_and_the_root_says_why(
-    federation: tuple[dict[str, HubProcess], dict[str, AgentDevice]], tmp_path: Path
+    federation: Federation, tmp_path: Path
 ) -> None:
     hubs, devices = federation
     root = hubs["root"]
@@ -346,7 +395,8 @@ def test_a_release_the_regions_checks_refuse_is_stored_nowhere_and_the_root_says
     root.start()
     out = apply(root, tmp_path, upgrade_yaml(version))
     assert out.returncode == 0, out.stdout + out.stderr
-    held = wait_for(
+    held = until(
+        federation,
         lambda: (
             (s := status(root)).get("reason") == "ReleaseMissing"
             and "refused the root's release" in s.get("message", "")

@@ -9,17 +9,32 @@ from __future__ import annotations
 
 import asyncio
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
 import pytest
 from wavetesting import Fleet, Hub, slow_test
 
+from edgefleet.api import AgentUpgrade, Wave, parse_manifest
 from edgefleet.v1 import admin_pb2
 from edgefleet.versioning import installed_version
+from hub.controllers.parentlink.regionreport import agent_upgrade_status
+from hub.decide import regionslice
 from hub.decide.agentreleases import AgentReleaseRecord
+from hub.decide.agentrevisions import AgentRevision, AgentUpgradeState
+from hub.decide.agentupgrade import plan_upgrade
+from hub.decide.agentwaves import (
+    AgentWavePhase,
+    RegionAgentView,
+    plan_agent_waves,
+    read_region_claim,
+    start,
+)
 from hub.decide.presentation import KIND_REGION
+from hub.decide.revisions import RolloutPhase
 from hub.state import storekeys
+from hub.state.cache import Cache
 from hub.state.store import Put, open_hub_store
 
 _MAJOR, _MINOR, _PATCH = (int(x) for x in installed_version().split(".")[:3])
@@ -74,3 +89,81 @@ async def test_the_root_shows_a_regions_agent_upgrades_and_releases(tmp_path: Pa
             assert upgrade["version"] == NEW and upgrade["phase"] in ("Pending", "Complete")
             assert upgrade["poolDevices"] == 0 and upgrade["failedDevices"] == {}
             assert status["agentReleases"] == [NEW]
+
+
+# -- a root's next revision put by the slice, before the region's controller starts it ---------
+
+NEWER = f"{_MAJOR}.{_MINOR}.{_PATCH + 2}"
+
+
+def root_sent(version: str, root_revision: int) -> dict[str, Any]:
+    """An AgentUpgrade as a root's waves send it to a region (hub.controllers.agentwaves)."""
+    return {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "AgentUpgrade",
+        "metadata": {
+            "name": "edged-next",
+            "annotations": {regionslice.ROOT_REVISION: str(root_revision)},
+        },
+        "spec": {"version": version, "selector": {"matchLabels": {"site": "retail"}}},
+    }
+
+
+def root_view(cache: Cache) -> RegionAgentView:
+    """What the root reads of the region's report (hub.controllers.agentwaves.views)."""
+    found = agent_upgrade_status(cache, cache.stored[("AgentUpgrade", "edged-next")].manifest)
+    claim = {
+        "releases": [NEW, NEWER],
+        "name": found.name,
+        "rootRevision": found.root_revision,
+        "phase": found.phase,
+        "pool": found.pool,
+        "done": found.done,
+        "updating": found.updating,
+        "failed": dict(found.failed),
+    }
+    return read_region_claim("us", claim, upgrade="edged-next", connected=True,
+                             inventory_total=2)  # fmt: skip
+
+
+def test_a_regions_previous_revision_is_never_claimed_for_the_roots_next_one() -> None:
+    """Under load in CI the root's revision 3 (``rollout undo`` after revision 2 rolled back in
+    us) was sent to us, and us's report, made before its controller started the new revision,
+    said revision 3 RolledBack: the previous record's phase under the new manifest's annotation.
+    The root stopped revision 3 (RegionFailed) on what it never did. The region claims the
+    root's revision only once its record is of that manifest."""
+    cache = Cache()
+    cache.put_object(root_sent(NEWER, 2), 1)
+    up2 = parse_manifest(root_sent(NEWER, 2))
+    assert isinstance(up2, AgentUpgrade)
+    commit = (up2.spec.commit.deadline_s, up2.spec.commit.max_tries)
+    revisions = (AgentRevision(1, NEW, *commit, 1.0), AgentRevision(2, NEWER, *commit, 2.0))
+    cache.agent_upgrades["edged-next"] = AgentUpgradeState(
+        "edged-next", 2, revisions, RolloutPhase.ROLLED_BACK, "FailureThresholdReached",
+        failed={"us0": "CrashLoop: exited 3 times"},
+    )  # fmt: skip
+    seen = root_view(cache)
+    assert (seen.revision, seen.phase) == (2, "RolledBack"), seen
+
+    # the root's revision 3 (undo to NEW) released to us by the slice; no controller pass yet
+    cache.put_object(root_sent(NEW, 3), 2)
+    waves = (Wave(regions=("eu",)), Wave(regions=("us",)))
+    root = replace(start("edged-next", 3, NEW, 10.0), released=frozenset({"eu", "us"}), step=1)
+    seen = root_view(cache)
+    assert seen.revision == 0, seen  # the record is revision 2's: no claim for revision 3
+    step = plan_agent_waves(waves, root, ("eu", "us"), {"us": seen}, 11.0)
+    assert step.state is None or step.state.phase is AgentWavePhase.PROGRESSING, step
+
+    # the controller's pass: revision 3 in the region, its devices already on NEW: Complete
+    up3 = parse_manifest(root_sent(NEW, 3))
+    assert isinstance(up3, AgentUpgrade)
+    state = cache.agent_upgrades["edged-next"]
+    for now in (12.0, 13.0):
+        planned = plan_upgrade(up3, state, [], {}, installed_version(), now)
+        state = planned.state or state
+        cache.agent_upgrades["edged-next"] = state
+    assert state.revision == 3 and state.phase is RolloutPhase.COMPLETE, state
+    seen = root_view(cache)
+    assert (seen.revision, seen.phase) == (3, "Complete"), seen
+    step = plan_agent_waves(waves, root, ("eu", "us"), {"us": seen}, 14.0)
+    assert step.state is not None and step.state.reason == "WavePassed", step  # us's wave

@@ -8,10 +8,12 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from edgefleet.api import AgentUpgrade, parse_manifest
 from edgefleet.v1 import federation_pb2
 from hub.controllers.objectstatus import shown_object
 from hub.controllers.rollout import RolloutController, targeted
 from hub.decide import regionslice
+from hub.decide.agentupgrade import takes_up
 from hub.decide.rollout import Revision
 from hub.decide.status import revisions_of, wanted_revision
 from hub.state.cache import Cache
@@ -61,16 +63,26 @@ def agent_upgrade_status(
     cache: Cache, manifest: Mapping[str, Any]
 ) -> federation_pb2.RegionAgentUpgradeStatus:
     """One of the region's AgentUpgrades as its status says now (edgectl's at the region),
-    bounded as the root checks it (:func:`hub.state.regionmapping.check_report`)."""
+    bounded as the root checks it (:func:`hub.state.regionmapping.check_report`).
+
+    The root's revision (the manifest's annotation) is claimed only once the region's rollout
+    record is of that manifest (:func:`hub.decide.agentupgrade.takes_up`): between the slice
+    putting the root's next revision and the controller's pass that starts it, the record is
+    still the previous one's, and its RolledBack (or Complete) claimed for the new revision
+    would stop (or pass) the root's waves on what the new one never did."""
     shown = shown_object(cache, "AgentUpgrade", manifest, region="", rollouts=None)
     status = shown.get("status", {})
     failed = status.get("failedDevices", {})
     root_revision = str(
         (shown["metadata"].get("annotations") or {}).get(regionslice.ROOT_REVISION) or ""
     )
+    upgrade = parse_manifest(dict(manifest))
+    current = isinstance(upgrade, AgentUpgrade) and takes_up(
+        upgrade, cache.agent_upgrades.get(upgrade.name)
+    )
     return federation_pb2.RegionAgentUpgradeStatus(
         name=str(shown["metadata"]["name"]),
-        root_revision=int(root_revision[:9]) if root_revision.isdigit() else 0,
+        root_revision=int(root_revision[:9]) if root_revision.isdigit() and current else 0,
         version=str(status.get("version") or shown.get("spec", {}).get("version", ""))[:128],
         phase=str(status.get("phase", "")),
         revision=int(status.get("revision") or 0),
