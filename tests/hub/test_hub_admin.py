@@ -888,7 +888,14 @@ async def test_a_model_a_rollout_still_sends_is_in_use(tmp_path: Path) -> None:
         await _push_record(hub, "fraud", "2.4.1")
         await _push_record(hub, "fraud", "2.5.0")
         await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment()]))
-        hub.ctx.cache.desired["cam-1"] = DesiredRecord(7, ("fraud",), "d")
+        # the projector places fraud on cam-1 before revision 2 is made, so that it targets
+        # cam-1 (a record set here by hand was overwritten by a projection still in flight,
+        # made before the apply: revision 2 then targeted no device and was Complete)
+        none = DesiredRecord(0, (), "")
+        await eventually(
+            lambda: "fraud" in hub.ctx.cache.desired.get("cam-1", none).deployments, 30
+        )
+        assert hub.ctx.cache.rollouts["fraud"].phase.value == "Complete"  # revision 1
         await stub.Apply(admin_pb2.ApplyRequest(documents=[deployment(version="2.5.0")]))
         state = hub.ctx.cache.rollouts["fraud"]
         assert (state.revision, state.stable, state.phase.value) == (2, 1, "Progressing")
