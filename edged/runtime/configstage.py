@@ -172,6 +172,8 @@ class _Bound:
 
     def run(self, names: Sequence[str] | None, feeds: Mapping[str, Any], *args: Any) -> Any:
         c = self._compiled
+        if c is IDENTITY:  # no processing: the session's own call
+            return self._session.run(names, feeds, *args)
         if names is None:
             names = [o.name for o in self._session.get_outputs()]
         return c.post(names, self._session.run(list(names), c.pre(feeds), *args))
