@@ -73,8 +73,15 @@ class ReportGatherer:
             sizing_of=self._sizer.status,
             sandboxes_of=self.sandboxes_of,
             compliance=self.compliance(),
-            config_of=lambda w: workload_config(self._source.config_status(w), pool.replicas(w)),
+            config_of=lambda w: workload_config(
+                self._source.config_status(w), pool.replicas(w), self._wanted(w)
+            ),
         )
+
+    def _wanted(self, workload: WorkloadName) -> str:
+        """The revision (hash) the workload wants ("": not reconciled yet)."""
+        st = self._board.workload_status(workload)
+        return st.revision if st is not None else ""
 
     def _written(self, workload: WorkloadName) -> str:
         """The digest of the model config edged wrote for ``workload`` ("" none)."""

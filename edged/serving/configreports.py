@@ -67,23 +67,27 @@ class WorkerConfig:
         )
 
 
-def _serving(replicas: Iterable[Replica]) -> list[tuple[Replica, WorkerConfig]]:
+def _serving(replicas: Iterable[Replica], wanted: str) -> list[tuple[Replica, WorkerConfig]]:
     out = []
     for rep in sorted(replicas, key=lambda r: str(r.id)):
-        if rep.phase in (Phase.READY, Phase.UNREADY):
+        if rep.phase in (Phase.READY, Phase.UNREADY) and (not wanted or rep.revision == wanted):
             c = WorkerConfig.from_worker(rep.metadata.get("config"))
             if c is not None:
                 out.append((rep, c))
     return out
 
 
-def workload_config(written: tuple[str, str], replicas: Iterable[Replica]) -> tuple[str, str]:
+def workload_config(
+    written: tuple[str, str], replicas: Iterable[Replica], wanted: str = ""
+) -> tuple[str, str]:
     """``written``: the digest edged wrote ("" none) and why the one sent is refused (module
-    doc); the digest the replicas run and the error to report."""
+    doc); the digest the replicas run and the error to report. ``wanted``: the workload's
+    wanted revision: only its replicas speak (during a rolling update the old model's
+    replicas read the same file, and may not fit a config made for the new one)."""
     digest, error = written
     if error:
         return digest, error
-    serving = _serving(replicas)
+    serving = _serving(replicas, wanted)
     for rep, c in serving:
         if c.error and c.refused == digest:
             why = f"replica {rep.id} refused it: {c.error}"

@@ -58,6 +58,14 @@ def test_workload_config(
     assert workload_config(written, replicas) == want  # type: ignore[arg-type]
 
 
+def test_only_the_wanted_revisions_replicas_speak() -> None:
+    old = Rep("w/0", {"digest": A, "refused": B, "error": "no input x"}, revision="old")
+    new = Rep("w/1", {"digest": B}, revision="new")
+    assert workload_config((B, ""), [old, new], "new") == (B, "")  # type: ignore[list-item]
+    assert workload_config((B, ""), [old], "new") == (B, "")  # type: ignore[list-item]
+    assert workload_config((B, ""), [old, new])[1].startswith("replica w/0 refused it")  # type: ignore[list-item]
+
+
 def test_an_error_is_bounded() -> None:
     c = WorkerConfig.from_worker({"digest": A, "refused": B, "error": "x" * 5000})
     assert c is not None and len(c.error) == 1024
