@@ -20,6 +20,7 @@ from typing import Any
 
 from edged import __version__
 from edged.reconcile.model import Phase, RevisionPhase, WorkloadStatus
+from edged.runtime.configreports import replica_config
 from edged.runtime.workerpool import WorkerPool
 from edged.sources.static import SourceProblem
 from edged.state.desired import DesiredState
@@ -284,6 +285,7 @@ class StatusBoard:
                     "batchRows": r.worker_batch_rows,
                     "providers": r.metadata.get("providers", []),
                     "sandbox": r.sandbox_status(),
+                    "modelConfig": replica_config(r),  # its processing stage's
                     "limits": {
                         "mode": r.spec.limits.mode,
                         "cpuMillis": r.spec.limits.cpu_millis,

@@ -14,8 +14,8 @@ from typing import Any
 
 from edged.hublink.devicereport import DeviceReport, SandboxReport, build_device_report
 from edged.reconcile.sizing import Sizer
+from edged.runtime.configreports import workload_config
 from edged.runtime.workerpool import WorkerPool
-from edged.serving.configreports import workload_config
 from edged.serving.measuring import RevisionMeters, benchmark_of, validation_of
 from edged.sources.hub import HubSource
 from edged.state.desired import DesiredState

@@ -19,7 +19,7 @@ are the model's with its config.
 * **The accuracy follows the config.** On the replica that evaluates the validation set
   (slot 0), each config taken into force is evaluated again in a thread of its own, and the
   report carries the result with the digest it was measured with (edged reports an accuracy
-  only when that digest is the config it wrote: ``edged.serving.configreports``).
+  only when that digest is the config it wrote: ``edged.runtime.configreports``).
 
 numpy is imported by the worker anyway; this module imports it only when a stage compiles.
 """

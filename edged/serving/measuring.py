@@ -22,6 +22,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from edged.runtime.configreports import validation_doc
+
 if TYPE_CHECKING:
     from edged.runtime.processes import Replica
 
@@ -174,9 +176,7 @@ def validation_of(
 ) -> ValidationResult | None:
     """What a replica of ``revision`` found on the validation set (the first that says);
     ``config``: the digest of the workload's model config on disk ("" none): only a result
-    measured with it counts (:func:`edged.serving.configreports.validation_doc`)."""
-    from edged.serving.configreports import validation_doc
-
+    measured with it counts (:func:`edged.runtime.configreports.validation_doc`)."""
     for rep in replicas:
         if rep.revision == revision:
             found = ValidationResult.from_worker(validation_doc(rep, config))

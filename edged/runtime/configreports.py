@@ -105,3 +105,15 @@ def validation_doc(rep: Replica, config: str | None) -> Any:
     if c.validation_digest != config:
         return None
     return c.validation if c.validation is not None else rep.metadata.get("validation")
+
+
+def replica_config(rep: Replica) -> dict[str, str] | None:
+    """What ``/v1/status`` shows of a replica's model config (bounded): the digest in force,
+    the one refused and why; None for a worker that says nothing of it."""
+    c = WorkerConfig.from_worker(rep.metadata.get("config"))
+    if c is None:
+        return None
+    doc = {"digest": c.digest}
+    if c.error:
+        doc.update(refused=c.refused, error=c.error)
+    return doc

@@ -10,7 +10,12 @@ from typing import Any
 import pytest
 
 from edged.reconcile.model import Phase
-from edged.serving.configreports import WorkerConfig, validation_doc, workload_config
+from edged.runtime.configreports import (
+    WorkerConfig,
+    replica_config,
+    validation_doc,
+    workload_config,
+)
 from edged.serving.measuring import ValidationResult, validation_of
 
 A = "sha256:" + "a" * 64
@@ -83,3 +88,11 @@ def test_a_validation_counts_only_when_measured_with_the_config_on_disk() -> Non
     assert validation_of([rep], "r1", A) is None  # type: ignore[list-item]
     old = Rep("w/0", metadata={"validation": ready})  # a worker without a stage
     assert validation_of([old], "r1", A) == ValidationResult(0.9, 10, 9)  # type: ignore[list-item]
+
+
+def test_what_the_status_shows_of_a_replicas_config() -> None:
+    assert replica_config(Rep("w/0")) is None  # type: ignore[arg-type]
+    shown = replica_config(Rep("w/0", {"digest": A, "validationDigest": A}))  # type: ignore[arg-type]
+    assert shown == {"digest": A}
+    refused = Rep("w/0", {"digest": A, "refused": B, "error": "no such input"})
+    assert replica_config(refused) == {"digest": A, "refused": B, "error": "no such input"}  # type: ignore[arg-type]
