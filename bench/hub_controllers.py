@@ -137,7 +137,9 @@ class Fleet:
         self.writer.update(device.with_(workloads={dep: workload}))
 
     async def react(self) -> None:
-        """The controller's reaction to what changed, then the projector's batch."""
+        """The projector's batch of what was marked (an apply marks every device: a rollout
+        decides once they are placed), the controller's reaction, then the projector's batch."""
+        await self.projector._project_marked()
         drain = getattr(self.rollouts, "drain", None)
         if drain is not None:  # per-key controllers: the keys the change feed queued
             await drain()

@@ -82,6 +82,7 @@ from hub.state.writer import DeviceWriter
 log = get_logger(__name__)
 
 TICK = 0.5  # seconds between looks at a rollout in progress (its timers)
+PLACE_WAIT = 1.0  # seconds a step waits for the projector to place a new manifest's devices
 RETRY = Backoff(0.05, 10.0)
 
 
@@ -385,14 +386,16 @@ class RolloutController:
     async def _step(self, name: str, now: float) -> bool:
         """One step of ``name``'s rollout; whether something was written."""
         cache = self._cache
-        dep = cache.deployments[name]
+        await self._wait_placed(name)  # first: what follows is read after it
+        dep = cache.deployments.get(name)
         stored = cache.stored.get(("ModelDeployment", name))
-        if stored is None:
+        if dep is None or stored is None:
             return False
         state = cache.rollouts.get(name)
         revisions = cache.revisions.get(name, {})
         current = revisions.get(state.revision) if state is not None else None
         pushed = current is None or current.model in cache.models
+        placed = self._placed(name, state, stored.revision)
         devices = views(cache, name, current, self._views.setdefault(name, {}))
         analysis = self._analyze(name, dep, state, now)
         step = plan_rollout(
@@ -405,6 +408,7 @@ class RolloutController:
             pushed,
             analysis,
             max_weight_of(stored.manifest),  # a root hub's wave of a percentage
+            placed,
         )
         wrote = await self._write(name, state, step)
         canary = dep.spec.rollout.canary
@@ -419,6 +423,28 @@ class RolloutController:
             )
             await self.keep_sample(name, sample, timeline_period(canary.analysis.window_s))
         return wrote
+
+    def _placed(self, name: str, state: RolloutState | None, applied: int) -> bool:
+        """Whether ``name``'s targeted devices are whole: the projector has projected every
+        device with its manifest as applied (store revision ``applied``). Until then a rollout
+        in progress takes no step (:func:`hub.decide.rollout.plan_rollout`'s ``placed``): a
+        revision applied before the last one was projected would otherwise complete on no
+        device and then reach every device at once."""
+        if state is None or state.phase not in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED):
+            return True
+        return self._projector.has_projected(name, applied)
+
+    async def _wait_placed(self, name: str) -> None:
+        """Wait for the projector's batch until :meth:`_placed` (:data:`PLACE_WAIT` at most:
+        else the step holds, and the rollout's tick looks again)."""
+        cache = self._cache
+
+        def placed() -> bool:
+            stored = cache.stored.get(("ModelDeployment", name))
+            return stored is None or self._placed(name, cache.rollouts.get(name), stored.revision)
+
+        if not placed():
+            await self._projector.wait_until(placed, PLACE_WAIT)
 
     async def keep_sample(self, name: str, sample: TimelineSample, period: float) -> None:
         """Keep ``sample`` of ``name``'s analysis over time when it is due: written with the

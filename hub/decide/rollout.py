@@ -245,6 +245,7 @@ def plan_rollout(
     model_pushed: bool = True,
     analysis: Analysis | None = None,
     max_weight: int | None = None,
+    placed: bool = True,
 ) -> Step:
     """The next step of ``dep``'s rollout (see the module doc). ``manifest``: its canonical
     manifest as applied; ``revisions``: its stored revisions by number; ``devices``: the
@@ -252,8 +253,14 @@ def plan_rollout(
     (no device is given it before); ``analysis``: the canary analysis now (None: no
     ``canary.analysis``, or no canary device serves yet); ``max_weight``: the percentage of
     the targeted devices the new revision may go to at most (a root hub's wave,
-    :func:`max_weight_of`; None: no cap): reached, the rollout is held there."""
-    step = _plan(dep, manifest, revisions, state, devices, now, model_pushed, analysis, max_weight)
+    :func:`max_weight_of`; None: no cap): reached, the rollout is held there. ``placed``:
+    whether ``devices`` is known to be whole: the projector has placed what was marked before
+    the current revision was made (False: the rollout takes no step forward, and is never
+    complete, on a set of targeted devices that may still grow: a revision applied before the
+    last one was projected would otherwise complete on no device and reach them all at once)."""
+    step = _plan(
+        dep, manifest, revisions, state, devices, now, model_pushed, analysis, max_weight, placed
+    )
     return _with_outcomes(_with_previous(step, state, revisions), state, revisions, now)
 
 
@@ -317,6 +324,7 @@ def _plan(
     model_pushed: bool,
     analysis: Analysis | None,
     max_weight: int | None,
+    placed: bool = True,
 ) -> Step:
     name = dep.metadata.name
     if state is not None:  # every revision since the last rollout restart carries it
@@ -390,6 +398,8 @@ def _plan(
             now,
         )
     progress = measure(state, devices, budget)
+    if not placed:
+        return Step(progress=progress)  # wait: the targeted devices are not all known yet
     eligible = [d for d in devices if d.eligible]
     if devices and not eligible:
         return Step(progress=progress)  # wait: nobody could take a step

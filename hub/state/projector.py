@@ -58,6 +58,11 @@ class Projector:
         self._region = region
         self._dirty: set[str] = set()
         self._all = False  # every device is owed (mark_all), expanded when the batch runs
+        # per deployment, the revision of its manifest (as applied) that the last batch of
+        # every device projected: its targeted devices are whole once that reaches the
+        # applied one (a rollout decides nothing before: hub.controllers.rollout)
+        self.projected_specs: dict[str, int] = {}
+        self._batch_ended = asyncio.Event()  # set when a batch ends, then replaced
         self.marked = 0  # devices projected so far (tests and benchmarks count them)
         # a root's region streams (hub.state.regions.Regions.changed), told by mark_all and by
         # every rollout step: what changes every device's state (an apply, a push, a new
@@ -176,17 +181,51 @@ class Projector:
     def content_for(self, name: str) -> DesiredContent | None:
         return self.contents.get(name)
 
+    def has_projected(self, deployment: str, revision: int) -> bool:
+        """Whether a batch of every device has projected ``deployment``'s manifest as applied
+        at store revision ``revision`` (or a later one)."""
+        return self.projected_specs.get(deployment, 0) >= revision
+
+    async def wait_until(self, check: Callable[[], bool], within: float) -> bool:
+        """Wait until ``check()`` after one batch or another, ``within`` seconds at most;
+        whether it holds."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + within
+        while not check():
+            left = deadline - loop.time()
+            if left <= 0:
+                return False
+            try:
+                await asyncio.wait_for(self._batch_ended.wait(), left)
+            except TimeoutError:
+                return check()
+        return True
+
     async def _project_marked(self) -> None:
+        specs: dict[str, int] | None = None
         if self._all:
             self._dirty.update(self._cache.devices)
             self._all = False
+            specs = {  # what this batch of every device projects
+                name: stored.revision
+                for (kind, name), stored in self._cache.stored.items()
+                if kind == "ModelDeployment"
+            }
         names, self._dirty = self._dirty, set()
         self.marked += len(names)
         try:
             await self.project(names)
         except BaseException:
             self._dirty |= names  # still owed: the next pass projects them
+            if specs is not None:
+                self._all = True
             raise
+        else:
+            if specs is not None:
+                self.projected_specs = specs
+        finally:
+            ended, self._batch_ended = self._batch_ended, asyncio.Event()
+            ended.set()  # wait_until looks again
 
     async def run(self, stop: asyncio.Event) -> None:
         """Project batch after batch until ``stop`` (:class:`hub.state.batchloop.BatchLoop`)."""

@@ -249,6 +249,18 @@ def test_complete_when_every_device_is_ready_on_the_new_revision() -> None:
     assert (step.state.phase, step.state.stable) == (RolloutPhase.COMPLETE, 2)
 
 
+def test_nothing_moves_while_the_targeted_devices_are_not_all_placed() -> None:
+    """A set of targeted devices the projector has yet to place (none, or some) decides
+    nothing: no completion on no device, no step; the same set placed does."""
+    dep, m = rolling()
+    assert plan_rollout(dep, m, REVS, STARTED, [], T, placed=False).state is None
+    assert plan_rollout(dep, m, REVS, STARTED, [on_stable("a")], T, placed=False).state is None
+    done = plan_rollout(dep, m, REVS, STARTED, [], T).state
+    assert done is not None and done.phase is RolloutPhase.COMPLETE  # placed: none targeted
+    step = plan_rollout(dep, m, REVS, STARTED, [on_stable("a")], T)
+    assert step.state is not None and step.state.updated == frozenset({"a"})
+
+
 def test_nothing_moves_while_paused_without_a_model_or_without_eligible_devices() -> None:
     dep, m = rolling()
     devices = [on_stable("a")]

@@ -160,3 +160,61 @@ def test_the_record_keeps_what_carried_each_revision_across_the_store() -> None:
     assert back.numbers() == (("a", 2), ("b", 7))
     old = objects.DesiredRecord.from_json({"generation": 3, "deployments": ["a"], "digest": "x"})
     assert old.revisions == () and old.carried("a", 1) is None
+
+
+@async_test
+async def test_a_revision_applied_before_the_last_was_projected_waits_for_its_devices(
+    tmp_path: Path,
+) -> None:
+    """Two applies in a row, the second before the projector has placed the devices of the
+    first (its batch held here): revision 2 targets no device yet. It is not declared
+    complete on that empty set ("serves on every targeted device (0)"), which would then send
+    it to every device at once when the projector catches up; it waits, and once the devices
+    are placed it goes by its budget (maxSurge 1: one device first)."""
+    async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
+        ctx = hub.ctx
+        for version in ("1.0.0", "2.0.0"):
+            await push(hub, version)
+        for i in range(4):
+            ctx.writer.update(Device(name=f"dev-{i}", phase=DevicePhase.READY, last_heartbeat=1.0))
+        await ctx.writer.flush()
+        release = asyncio.Event()
+        project = ctx.projector.project
+
+        async def held(names: object) -> None:
+            await release.wait()
+            await project(names)  # type: ignore[arg-type]
+
+        ctx.projector.project = held  # type: ignore[method-assign]
+        stub = hub.stub(channel)
+        manifest = orjson.loads(deployment("1.0.0"))
+        manifest["spec"]["rollout"] = {"maxSurge": 1, "maxUnavailable": 0}
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[orjson.dumps(manifest)]))
+        manifest["spec"]["model"]["version"] = "2.0.0"
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[orjson.dumps(manifest)]))
+
+        def state() -> RolloutState | None:
+            return ctx.cache.rollouts.get("det")
+
+        for _ in range(300):  # revision 2 made, then several of the controller's looks
+            if (s := state()) is not None and s.revision == 2:
+                break
+            await asyncio.sleep(0.01)
+        await asyncio.sleep(1.5)
+        held_state = state()
+        assert held_state is not None and held_state.revision == 2, held_state
+        assert held_state.phase is RolloutPhase.PROGRESSING, held_state
+        assert ctx.cache.targeted("det") == [] and not held_state.updated
+        release.set()
+        rev = RevisionReport("1.0.0", sha("1.0.0"), RevisionPhase.READY, 1, wanted=True)
+        serving = {"det": WorkloadReport("1.0.0", desired_replicas=1, revisions=(rev,))}
+        for i in range(4):  # the devices placed serve revision 1
+            ctx.writer.update(ctx.cache.devices[f"dev-{i}"].with_(workloads=serving))
+        for _ in range(500):
+            if (s := state()) is not None and s.updated:
+                break
+            await asyncio.sleep(0.01)
+        after = state()
+        assert after is not None and after.phase is RolloutPhase.PROGRESSING, after
+        assert len(after.updated) == 1 and after.stable == 1, after  # maxSurge 1
+        assert len(ctx.cache.targeted("det")) == 4
