@@ -36,13 +36,17 @@ class AgentRevision:
     max_tries: int
     created_at: float
     source: int = 0  # the revision it retries or copies (resume, undo), 0: none
+    # at a regional hub: the root's revision it was made for (the manifest's annotation,
+    # hub.controllers.agentwaves), 0: none (a hub's own upgrade, or a record made before
+    # records carried it)
+    root_revision: int = 0
 
     @property
     def template(self) -> tuple[str, int, int]:
         return self.version, self.deadline_s, self.max_tries
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        out: dict[str, Any] = {
             "number": self.number,
             "version": self.version,
             "deadlineSeconds": self.deadline_s,
@@ -50,6 +54,9 @@ class AgentRevision:
             "createdAt": self.created_at,
             "source": self.source,
         }
+        if self.root_revision:
+            out["rootRevision"] = self.root_revision
+        return out
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> AgentRevision:
@@ -60,6 +67,7 @@ class AgentRevision:
             int(doc["maxTries"]),
             float(doc["createdAt"]),
             int(doc.get("source", 0)),
+            int(doc.get("rootRevision", 0)),
         )
 
 

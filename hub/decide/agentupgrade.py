@@ -85,7 +85,7 @@ from hub.decide.agentrevisions import (
     SentAgent,
     named,
 )
-from hub.decide.regionslice import ROOT_STOP
+from hub.decide.regionslice import ROOT_REVISION, ROOT_STOP
 from hub.decide.revisions import RolloutPhase
 
 COMMITTED = "Committed"
@@ -210,14 +210,30 @@ def template_of(upgrade: AgentUpgrade) -> tuple[str, int, int]:
     return spec.version, spec.commit.deadline_s, spec.commit.max_tries
 
 
+def root_revision_of(upgrade: AgentUpgrade) -> int:
+    """At a regional hub, the root's revision ``upgrade`` was sent with (its annotation,
+    :mod:`hub.controllers.agentwaves`); 0: none."""
+    raw = str(upgrade.metadata.annotations.get(ROOT_REVISION) or "")
+    return int(raw[:9]) if raw.isdigit() else 0
+
+
 def takes_up(upgrade: AgentUpgrade, state: AgentUpgradeState | None) -> bool:
     """Whether the rollout record ``state`` is of ``upgrade`` as applied now. A manifest just
     written with another version or commit settings (an apply, an undo, a root's next
     revision put by the region's slice) has no revision of its own until the controller's
     next pass: until then the record, its phase and its failures are the previous
     revision's, and nothing may present them as the new one's (a region's report to its root:
-    :mod:`hub.controllers.parentlink.regionreport`)."""
-    return state is not None and state.current.template == template_of(upgrade)
+    :mod:`hub.controllers.parentlink.regionreport`). At a regional hub the root's revision
+    counts too: the root's undo to a version this region rolled back in an earlier root
+    revision (not sent to it in between) is a new revision here, never that rollback again
+    (a record that names no root revision, made before records carried it, takes any)."""
+    if state is None:
+        return False
+    current = state.current
+    root = root_revision_of(upgrade)
+    return current.template == template_of(upgrade) and (
+        not current.root_revision or current.root_revision == root
+    )
 
 
 BUSY_PHASES = ("Downloading", "Verifying", "Installing", "SmokeTesting", "Switching", "Trying")
@@ -309,7 +325,13 @@ def _new_revision(
     template = template_of(upgrade)
     source = retry or next((r.number for r in revisions if r.template == template), 0)
     revision = AgentRevision(
-        number, spec.version, spec.commit.deadline_s, spec.commit.max_tries, now, source
+        number,
+        spec.version,
+        spec.commit.deadline_s,
+        spec.commit.max_tries,
+        now,
+        source,
+        root_revision_of(upgrade),
     )
     kept = (*revisions, revision)[-MAX_REVISIONS:]
     if retry:

@@ -12,8 +12,9 @@ from edgefleet.api import AgentUpgrade, parse_manifest
 from hub.decide.agentdesired import desired_agent, desired_agent_of
 from hub.decide.agentreleases import AgentReleaseRecord
 from hub.decide.agentrevisions import AgentDeviceView, AgentPlan, AgentUpgradeState
-from hub.decide.agentupgrade import plan_upgrade, retry_plan, step_target
+from hub.decide.agentupgrade import plan_upgrade, retry_plan, step_target, takes_up
 from hub.decide.devices import AgentReport
+from hub.decide.regionslice import ROOT_REVISION
 from hub.decide.revisions import RolloutPhase
 
 HUB = "0.2.0"
@@ -496,6 +497,48 @@ def test_a_platform_without_a_release_is_refused_when_the_version_is_held() -> N
     assert run.last is not None and run.last.progress is not None
     assert run.last.progress.refused["d01"].startswith("NoReleaseForPlatform")
     assert run.sent == ["d00"]
+
+
+def region_upgrade(root_revision: int, **rollout: Any) -> AgentUpgrade:
+    """The upgrade as a root's waves send it to a region: annotated with the root's revision."""
+    doc = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "AgentUpgrade",
+        "metadata": {"name": "up", "annotations": {ROOT_REVISION: str(root_revision)}},
+        "spec": {"version": NEW, "rollout": {"progressDeadlineSeconds": 900, **rollout}},
+    }
+    got = parse_manifest(doc)
+    assert isinstance(got, AgentUpgrade)
+    return got
+
+
+def test_a_roots_next_revision_of_a_version_the_region_rolled_back_is_a_new_revision() -> None:
+    """The root's undo to a version this region rolled back in an earlier root revision (the
+    region not sent the revision in between: another region failed first) is rolled out again
+    here as a new revision, a copy; it is never that earlier rollback, which the region's
+    report would claim for the root's new revision and stop its waves with."""
+    run = Run(region_upgrade(1, maxUnavailable=1), fleet(2))
+    run.settle()
+    assert run.state is not None and run.sent == ["d00"]
+    run.report("d00", rolled_back(run.state.revision))
+    run.settle()
+    assert run.state.phase is RolloutPhase.ROLLED_BACK and run.state.revision == 1
+    assert run.state.current.root_revision == 1
+    assert takes_up(run.up, run.state)
+    run.up = region_upgrade(3, maxUnavailable=1)  # the root's revision 3: the same version
+    assert not takes_up(run.up, run.state)  # the record is the root's revision 1's
+    run.settle()
+    state = run.state
+    assert state.phase is RolloutPhase.PROGRESSING and state.revision == 2, state
+    assert (state.current.source, state.current.root_revision) == (1, 3)
+    assert run.sent == ["d00"] and state.failed == {}  # its report was about revision 1
+    assert takes_up(run.up, state)
+    again = AgentUpgradeState.from_json(state.to_json())
+    assert again.current.root_revision == 3 and takes_up(run.up, again)
+    # a record that names no root revision (made before records carried it) takes any
+    old = replace(state, revisions=tuple(replace(r, root_revision=0) for r in state.revisions))
+    assert "rootRevision" not in old.to_json()["revisions"][-1]
+    assert takes_up(run.up, old)
 
 
 def test_pause_stops_sending_but_failures_still_count() -> None:
