@@ -25,6 +25,9 @@ rootFile = "{absent}"
 healthPeriod = "2s"
 """
 
+MEASURED_DEVICE_CONFIG = SIGNED_DEVICE_CONFIG + '\n[inference]\nmetricsPeriod = "1s"\n'
+"""A device that reports its figures every second (what a canary's analysis reads)."""
+
 
 def free_port() -> int:
     with socket.socket() as s:

@@ -1,7 +1,8 @@
-"""Rollouts across a real fleet, for the rollout scenarios: the deployment template (det, one
-replica per device on site=a, one device switched at a time), pushing a version (or an
-unloadable one), applying it, what each device serves, and sampling the hub and the devices
-until a rollout is done while checking its budget at every sample."""
+"""Rollouts across a real fleet, for the rollout scenarios: pushing a version (or an
+unloadable one), applying it (by default the deployment template det, one replica per device
+on site=a, one device switched at a time; or another of deploymenttesting's), what each device
+serves, and sampling the hub and the devices until a rollout is done while checking its budget
+at every sample."""
 
 from __future__ import annotations
 
@@ -28,9 +29,10 @@ def push(hub: HubProcess, tmp_path: Path, version: str, *, bad: bool = False) ->
     assert "pushed" in out.stdout, out.stdout + out.stderr
 
 
-def apply(hub: HubProcess, tmp_path: Path, version: str) -> None:
+def apply(hub: HubProcess, tmp_path: Path, version: str, template: str = DEPLOYMENT) -> None:
+    """``edgectl apply`` of the deployment ``template`` (deploymenttesting) for ``version``."""
     doc = tmp_path / f"det-{version}.yaml"
-    doc.write_text(DEPLOYMENT.format(version=version))
+    doc.write_text(template.format(version=version))
     hub.edgectl("apply", "-f", str(doc))
 
 

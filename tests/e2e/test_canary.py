@@ -17,33 +17,19 @@ from typing import Any
 
 import numpy as np
 import pytest
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess
+from deploymenttesting import det_canary
+from fleet import MEASURED_DEVICE_CONFIG, HubProcess
 from fleetcanarytesting import Traffic, labels_of, push
 from harness import Edged
-from rollouttesting import on_device, run_until
+from rollouttesting import apply, on_device, run_until
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
-DEPLOYMENT = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {{name: det}}
-spec:
-  model: {{name: det, version: "{version}"}}
-  runtime: {{executionProviders: [CPUExecutionProvider]}}
-  replicas: {{perDevice: 1}}
-  placement: {{nodeSelector: {{site: a}}}}
-  probes:
-    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
-  rollout:
-    maxSurge: 0
-    maxUnavailable: 1
-    progressDeadlineSeconds: 240
-    canary:
-      steps: ["33%", {{pause: {{duration: 1s}}}}, "66%"]
-      analysis: {{minAccuracy: 0.9, maxErrorRateIncrease: 0.1, window: 3s, minRequests: 5}}
-"""
-DEVICE_CONFIG = SIGNED_DEVICE_CONFIG + '\n[inference]\nmetricsPeriod = "1s"\n'
+DEPLOYMENT = det_canary(
+    '["33%", {{pause: {{duration: 1s}}}}, "66%"]',
+    analysis="{{minAccuracy: 0.9, maxErrorRateIncrease: 0.1, window: 3s, minRequests: 5}}",
+    progress_deadline_s=240,
+)
 N = 3
 
 
@@ -54,7 +40,7 @@ def fleet_size() -> int:
 
 @pytest.fixture
 def device_config() -> str:
-    return DEVICE_CONFIG
+    return MEASURED_DEVICE_CONFIG
 
 
 def build_erring(path: Path) -> Path:
@@ -87,12 +73,6 @@ def build_erring(path: Path) -> Path:
     return path
 
 
-def apply(hub: HubProcess, tmp_path: Path, version: str) -> None:
-    doc = tmp_path / f"det-{version}.yaml"
-    doc.write_text(DEPLOYMENT.format(version=version))
-    hub.edgectl("apply", "-f", str(doc))
-
-
 def rollout_status(hub: HubProcess, *args: str) -> subprocess.CompletedProcess[str]:
     return hub.edgectl("rollout", "status", "det", *args, check=False)
 
@@ -115,13 +95,13 @@ def test_a_canary_passes_every_step_and_bad_ones_are_rolled_back(
     push(hub, tmp_path, "1.1.0", good, truth)
     push(hub, tmp_path, "2.0.0", wrong, truth)
     push(hub, tmp_path, "3.0.0", erring, labels_of(erring))
-    apply(hub, tmp_path, "1.0.0")  # the first revision goes everywhere at once
+    apply(hub, tmp_path, "1.0.0", DEPLOYMENT)  # the first revision goes everywhere at once
     run_until(hub, devices, lambda s: s["readyDevices"] == N, 120, new="1.0.0", budget=N)
 
     with Traffic(devices) as traffic:
         # 1. a good version: one device, a pause, two devices, then all three; each step held
         # for the window with the analysis passing; never more than one device switching
-        apply(hub, tmp_path, "1.1.0")
+        apply(hub, tmp_path, "1.1.0", DEPLOYMENT)
         samples = run_until(
             hub,
             devices,
@@ -149,7 +129,7 @@ def test_a_canary_passes_every_step_and_bad_ones_are_rolled_back(
 
         # 2. accuracy 0.1 on the validation set: it stops at the first step (one device) and
         # every device is back on 1.1.0
-        apply(hub, tmp_path, "2.0.0")
+        apply(hub, tmp_path, "2.0.0", DEPLOYMENT)
         samples = run_until(
             hub,
             devices,
@@ -181,7 +161,7 @@ def test_a_canary_passes_every_step_and_bad_ones_are_rolled_back(
         )
 
         # 3. half the requests fail: rolled back by the error rate, against 1.1.0's 0%
-        apply(hub, tmp_path, "3.0.0")
+        apply(hub, tmp_path, "3.0.0", DEPLOYMENT)
         samples = run_until(
             hub,
             devices,

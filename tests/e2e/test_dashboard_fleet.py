@@ -15,11 +15,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from deploymenttesting import DET_ROLLING as DEPLOYMENT
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll, free_port
+from deploymenttesting import det_canary
+from fleet import MEASURED_DEVICE_CONFIG, HubProcess, enrolled_devices, free_port
 from harness import Edged
 from polltesting import wait_for
-from rollouttesting import build_unloadable
+from rollouttesting import apply, push
 
 from edgefleet.demo import TINY_MLP, build_mlp
 
@@ -47,33 +47,13 @@ def hub(tmp_path: Path) -> Iterator[HubProcess]:
 
 
 @pytest.fixture
-def devices(
-    hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
-) -> Iterator[list[Edged]]:
-    started = []
-    for name in NAMES:
-        data = tmp_path / name
-        out = enroll(hub, data, name, {"site": "a"})
-        assert out.returncode == 0, out.stdout + out.stderr
-        config = SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "no-root")
-        started.append(edged_factory(None, data=data, config=config).start())
-    yield started
-    for e in started:
-        if e.proc is not None and e.proc.poll() is None:
-            e.terminate()
+def fleet_size() -> int:
+    return len(NAMES)  # conftest's ``devices``: dev-0 and dev-1 with site=a, on this hub
 
 
 def _release(hub: HubProcess, tmp_path: Path, version: str, *, bad: bool = False) -> None:
-    path = tmp_path / f"det-{version}.onnx"
-    if bad:
-        build_unloadable(path)
-    else:
-        build_mlp(path, TINY_MLP, seed=int(version.replace(".", "")))
-    out = hub.edgectl("models", "push", str(path), "--name", "det", "--version", version)
-    assert "pushed" in out.stdout, out.stdout + out.stderr
-    doc = tmp_path / f"det-{version}.yaml"
-    doc.write_text(DEPLOYMENT.format(version=version))
-    hub.edgectl("apply", "-f", str(doc))
+    push(hub, tmp_path, version, bad=bad)
+    apply(hub, tmp_path, version)
 
 
 def _driver() -> Any:
@@ -148,30 +128,12 @@ def test_a_real_fleet_on_the_dashboard(
         driver.quit()
 
 
-CANARY = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {{name: det}}
-spec:
-  model: {{name: det, version: "{version}"}}
-  runtime: {{executionProviders: [CPUExecutionProvider]}}
-  replicas: {{perDevice: 1}}
-  placement: {{nodeSelector: {{site: a}}}}
-  probes:
-    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
-  rollout:
-    maxSurge: 0
-    maxUnavailable: 1
-    progressDeadlineSeconds: 600
-    canary:
-      steps: ["50%", {{pause: {{}}}}]
-      analysis:
-        minAccuracy: 0.9
-        maxErrorRateIncrease: 0.1
-        maxLatencyP95: 2s
-        window: 3s
-        minRequests: 5
-"""
+CANARY = det_canary(
+    '["50%", {{pause: {{}}}}]',
+    analysis="{{minAccuracy: 0.9, maxErrorRateIncrease: 0.1, maxLatencyP95: 2s, window: 3s, "
+    "minRequests: 5}}",
+    progress_deadline_s=600,
+)
 
 
 @pytest.fixture
@@ -179,18 +141,8 @@ def measured_devices(
     hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
 ) -> Iterator[list[Edged]]:
     """The two devices, reporting their figures every second (what the analysis reads)."""
-    started = []
-    for name in NAMES:
-        data = tmp_path / name
-        out = enroll(hub, data, name, {"site": "a"})
-        assert out.returncode == 0, out.stdout + out.stderr
-        config = SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "no-root")
-        config += '\n[inference]\nmetricsPeriod = "1s"\n'
-        started.append(edged_factory(None, data=data, config=config).start())
-    yield started
-    for e in started:
-        if e.proc is not None and e.proc.poll() is None:
-            e.terminate()
+    with enrolled_devices(hub, tmp_path, edged_factory, len(NAMES), MEASURED_DEVICE_CONFIG) as d:
+        yield d
 
 
 POINTS = """
@@ -214,14 +166,15 @@ def test_the_canary_against_stable_over_time_survives_a_hub_restart(
     workers) held at an indefinite pause: its page plots error rate, latency p95 and accuracy
     of the canary against the stable revision over time, each with its limit dashed, grows
     without a reload, and after the hub is restarted still starts where it started."""
-    from fleetcanarytesting import Traffic, labels_of, push
+    from fleetcanarytesting import Traffic, labels_of
+    from fleetcanarytesting import push as push_validated
 
     artifacts = Path(os.environ.get("EDGEFLEET_TEST_ARTIFACTS", tmp_path / "screenshots"))
     artifacts.mkdir(parents=True, exist_ok=True)
     stable = build_mlp(tmp_path / "det-1.0.0.onnx", TINY_MLP, seed=1)
     truth = labels_of(stable)
-    push(hub, tmp_path, "1.0.0", stable, truth)
-    push(
+    push_validated(hub, tmp_path, "1.0.0", stable, truth)
+    push_validated(
         hub,
         tmp_path,
         "1.1.0",
@@ -229,12 +182,7 @@ def test_the_canary_against_stable_over_time_survives_a_hub_restart(
         truth,
     )
 
-    def apply(version: str) -> None:
-        doc = tmp_path / f"canary-{version}.yaml"
-        doc.write_text(CANARY.format(version=version))
-        hub.edgectl("apply", "-f", str(doc))
-
-    apply("1.0.0")
+    apply(hub, tmp_path, "1.0.0", CANARY)
     url = hub.edgectl("dashboard").stdout.splitlines()[0]
     base = url.split("/login", 1)[0]
     driver = _driver()
@@ -262,7 +210,7 @@ def test_the_canary_against_stable_over_time_survives_a_hub_restart(
         driver.get(f"{base}/deployments/det")
         _until(lambda: field("updatedDevices") == "2", "1.0.0 on both devices")
         with Traffic(measured_devices):
-            apply("1.1.0")
+            apply(hub, tmp_path, "1.1.0", CANARY)
             driver.find_element("id", "canary-link").click()
             _until(lambda: field("canaryRevision") == "2", "the canary's page", within=60)
             driver.execute_script("window.notReloaded = true")

@@ -15,29 +15,14 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from deploymenttesting import det_canary
 from fleet import HubProcess
 from harness import Edged
-from rollouttesting import on_device, push, run_until
+from rollouttesting import apply, on_device, push, run_until
 
 from edgefleet.timestamps import epoch_of
 
-DEPLOYMENT = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {{name: det}}
-spec:
-  model: {{name: det, version: "{version}"}}
-  runtime: {{executionProviders: [CPUExecutionProvider]}}
-  replicas: {{perDevice: 1}}
-  placement: {{nodeSelector: {{site: a}}}}
-  probes:
-    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
-  rollout:
-    maxSurge: 0
-    maxUnavailable: 1
-    canary:
-      steps: ["50%", {{pause: {{}}}}, "100%"]
-"""
+DEPLOYMENT = det_canary('["50%", {{pause: {{}}}}, "100%"]')
 N = 2
 
 
@@ -46,20 +31,14 @@ def fleet_size() -> int:
     return N
 
 
-def apply(hub: HubProcess, tmp_path: Path, version: str) -> None:
-    doc = tmp_path / f"det-{version}.yaml"
-    doc.write_text(DEPLOYMENT.format(version=version))
-    hub.edgectl("apply", "-f", str(doc))
-
-
 def test_after_a_canary_is_rolled_back_status_says_so_and_shows_what_serves(
     hub: HubProcess, devices: list[Edged], tmp_path: Path
 ) -> None:
     push(hub, tmp_path, "1.0.0")
     push(hub, tmp_path, "2.0.0", bad=True)
-    apply(hub, tmp_path, "1.0.0")
+    apply(hub, tmp_path, "1.0.0", DEPLOYMENT)
     run_until(hub, devices, lambda s: s["readyDevices"] == N, 120, new="1.0.0", budget=N)
-    apply(hub, tmp_path, "2.0.0")  # the canary's first device fails to load it
+    apply(hub, tmp_path, "2.0.0", DEPLOYMENT)  # the canary's first device fails to load it
     run_until(
         hub,
         devices,

@@ -11,40 +11,18 @@ from __future__ import annotations
 from pathlib import Path
 
 import pytest
+from deploymenttesting import det_canary
 from fleet import HubProcess
 from harness import Edged
 from polltesting import wait_for
-from rollouttesting import on_device, push, status
+from rollouttesting import apply, on_device, push, status
 
-CANARY = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {{name: det}}
-spec:
-  model: {{name: det, version: "{version}"}}
-  runtime: {{executionProviders: [CPUExecutionProvider]}}
-  replicas: {{perDevice: 1}}
-  placement: {{nodeSelector: {{site: a}}}}
-  probes:
-    readiness: {{periodSeconds: 1, timeoutSeconds: 1}}
-  rollout:
-    maxSurge: 0
-    maxUnavailable: 1
-    canary:
-      steps: ["33%", {{pause: {{}}}}, "66%", {{pause: {{duration: 1h}}}}, "100%"]
-"""
+CANARY = det_canary('["33%", {{pause: {{}}}}, "66%", {{pause: {{duration: 1h}}}}, "100%"]')
 
 
 @pytest.fixture
 def fleet_size() -> int:
     return 3
-
-
-def apply(hub: HubProcess, tmp_path: Path, version: str) -> None:
-    doc = tmp_path / f"det-{version}.yaml"
-    doc.write_text(CANARY.format(version=version))
-    done = hub.edgectl("apply", "-f", str(doc))
-    assert done.returncode == 0, done.stderr
 
 
 def serving(devices: list[Edged]) -> list[set[str]]:
@@ -62,10 +40,10 @@ def test_abort_sends_the_canary_back_and_promote_skips_the_pauses(
 ) -> None:
     push(hub, tmp_path, "1.0.0")
     push(hub, tmp_path, "2.0.0")
-    apply(hub, tmp_path, "1.0.0")
+    apply(hub, tmp_path, "1.0.0", CANARY)
     wait_for(lambda: serving(devices) == [{"1.0.0"}] * 3, 120, "1.0.0 everywhere")
 
-    apply(hub, tmp_path, "2.0.0")
+    apply(hub, tmp_path, "2.0.0", CANARY)
     wait_for(lambda: rollout(hub).get("reason") == "CanaryPause", 120, "the pause after 33%")
     wait_for(
         lambda: sorted(map(sorted, serving(devices))).count(["2.0.0"]) == 1,
