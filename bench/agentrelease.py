@@ -36,6 +36,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.common import enroll_device, start_bench_hub  # noqa: E402
+
 
 def tree_bytes(root: Path) -> int:
     return sum(p.stat().st_size for p in root.rglob("*") if p.is_file())
@@ -114,7 +116,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    from edgefleet.launching import free_port_pair, program_command, start_hub
+    from edgefleet.launching import program_command
     from edgefleet.trust import agentreleases, signing
 
     work = Path(tempfile.mkdtemp(prefix="bench-agentrelease-"))
@@ -131,14 +133,9 @@ def main() -> int:
     debs = sorted((REPO / "dist").glob("*.deb")) if (REPO / "dist").exists() else []
     deb = debs[-1].stat().st_size if debs else None
 
-    port = free_port_pair()
-    address = f"127.0.0.1:{port}"
-    hub_dir = work / "hub"
-    subprocess.run(program_command("hub", "init", "--data-dir", hub_dir, "--hub-address", address),
-                   check=True, capture_output=True, timeout=60)  # fmt: skip
-    hub = start_hub(hub_dir, listen=address, log=work / "hub.log")
+    bench_hub = start_bench_hub(work)
+    hub, hub_dir, address = bench_hub.hub, bench_hub.data, bench_hub.address
     try:
-        hub.wait_listening(30)
 
         def edgectl(*a: str) -> None:
             subprocess.run(
@@ -147,20 +144,8 @@ def main() -> int:
             )  # fmt: skip
 
         edgectl("agent", "push", str(release), "--version", "9.0.0")
-        token = subprocess.run(
-            program_command("hub", "token", "create", "--data-dir", hub_dir),
-            check=True, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        pin = token.stderr.split("CA hash ")[1].strip()
-        root_pin = token.stderr.split("root hash ")[1].split(";")[0]
         device = work / "dev"
-        subprocess.run(
-            program_command("edged", "enroll", "--hub", address, "--ca-hash", pin,
-                            "--root-hash", root_pin, "--data-dir", device, "--name", "dev",
-                            "--enroll-address", f"127.0.0.1:{port + 1}"),
-            check=True, capture_output=True, timeout=60,
-            env={**os.environ, "EDGED_TOKEN": token.stdout.strip()},
-        )  # fmt: skip
+        enroll_device(bench_hub, device)
         key = [signing.load_private_key(hub_dir / "agent-publisher.key")]
         _, env1 = agentreleases.sign_release(
             release, version="9.0.0", private_keys=key, expires_in_s=86400

@@ -8,6 +8,8 @@
   (no JSON parsing), so the client's own cost stays at a few tens of microseconds.
 - :func:`bare_loop`: the baseline, a bare ``InferenceSession.run`` loop, batch 1,
   ``intra_op_num_threads = 1``, same input.
+- :func:`start_bench_hub`, :func:`enroll_device`: a real hub (``hub init``, ``hub serve``) and
+  a device enrolled with it (``hub token create``, ``edged enroll``).
 
 This module imports only the standard library at the top: benchmark client processes are
 started with ``spawn`` and should come up fast and small.
@@ -29,7 +31,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from edgefleet.launching import LaunchedEdged
+    from edgefleet.launching import LaunchedEdged, LaunchedHub
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:  # so ``edgefleet.demo`` imports when run as ``python bench/x.py``
@@ -433,6 +435,61 @@ def cpu_seconds(pid: int) -> float:
         return (int(fields[11]) + int(fields[12])) / tick
     except (OSError, IndexError, ValueError):
         return 0.0
+
+
+# -- a hub and an enrolled device -----------------------------------------------------------------
+@dataclass(frozen=True)
+class BenchHub:
+    hub: LaunchedHub
+    data: Path
+    port: int
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+
+def start_bench_hub(work: Path) -> BenchHub:
+    """``hub init`` in ``work/hub`` and ``hub serve`` (log: ``work/hub.log``), listening; the
+    caller stops it (``.hub.stop``)."""
+    import subprocess
+
+    from edgefleet.launching import free_port_pair, program_command, start_hub
+
+    port = free_port_pair()
+    address = f"127.0.0.1:{port}"
+    data = work / "hub"
+    subprocess.run(program_command("hub", "init", "--data-dir", data, "--hub-address", address),
+                   check=True, capture_output=True, timeout=60)  # fmt: skip
+    hub = start_hub(data, listen=address, log=work / "hub.log")
+    try:
+        hub.wait_listening(30)
+    except BaseException:
+        hub.stop(15)
+        raise
+    return BenchHub(hub, data, port)
+
+
+def enroll_device(hub: BenchHub, device: Path, name: str = "dev") -> None:
+    """``edged enroll`` of a device with data dir ``device`` as ``name``, with a join token
+    from ``hub token create`` and the CA and TUF root hashes it prints."""
+    import subprocess
+
+    from edgefleet.launching import program_command
+
+    token = subprocess.run(
+        program_command("hub", "token", "create", "--data-dir", hub.data),
+        check=True, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    pin = token.stderr.split("CA hash ")[1].strip()
+    root_pin = token.stderr.split("root hash ")[1].split(";")[0]
+    subprocess.run(
+        program_command("edged", "enroll", "--hub", hub.address, "--ca-hash", pin,
+                        "--root-hash", root_pin, "--data-dir", device, "--name", name,
+                        "--enroll-address", f"127.0.0.1:{hub.port + 1}"),
+        check=True, capture_output=True, timeout=60,
+        env={**os.environ, "EDGED_TOKEN": token.stdout.strip()},
+    )  # fmt: skip
 
 
 def fmt_ms(s: float) -> str:

@@ -31,13 +31,22 @@ import os
 import sys
 import tempfile
 import time
-from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
+
+from bench.common import percentile  # noqa: E402
+from bench.simfleet import (  # noqa: E402
+    SimClients,
+    SimHub,
+    apply_documents,
+    proc_io,
+    push_model,
+    start_sim_hub,
+)
 
 METHOD = "/bench.Fanout/Stream"
 PAYLOAD = b"x" * 1024
@@ -94,14 +103,6 @@ def _make_certs(folder: Path) -> dict[str, Path]:
     (folder / "ca.crt").write_bytes(ca.public_bytes(serialization.Encoding.PEM))
     out["ca.crt"] = folder / "ca.crt"
     return out
-
-
-def percentile(values: list[float], q: float) -> float:
-    s = sorted(values)
-    pos = (len(s) - 1) * q / 100.0
-    lo = int(pos)
-    hi = min(lo + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (pos - lo)
 
 
 def _rss_kib() -> int:
@@ -222,221 +223,38 @@ DEPLOYMENT = {
         "model": {"name": "bench", "version": "1.0.0"},
         "replicas": {"perDevice": 1},
         # every device at once: what a fan-out is (a rolling update waits for device reports,
-        # which these simulated devices do not send; bench/rollout.py measures rollouts)
-        "rollout": {"maxSurge": "100%", "maxUnavailable": 0},
+        # which these simulated devices do not send; bench/rollout.py measures rollouts).
+        # maxUnavailable 100% as bench/modelconfig.py: with 0 the hub, rightly, moves no device
+        # that never reported (the version change never reached one: this bench hung)
+        "rollout": {"maxSurge": "100%", "maxUnavailable": "100%"},
     },
 }
 
 
-def _device_client_main(
-    port: int, ca: bytes, devices: list[tuple[str, bytes, bytes]], conn: Any
-) -> None:
-    """Simulated devices: Hello, then Ack every desired state; report receive times."""
-    import grpc
-
-    from edgefleet.v1 import device_pb2, device_pb2_grpc
-    from edgefleet.versioning import installed_version
-
-    async def session(name: str, creds: Any, seen: dict[str, Any]) -> None:
-        async with grpc.aio.secure_channel(
-            f"127.0.0.1:{port}",
-            creds,
-            options=[
-                ("grpc.use_local_subchannel_pool", 1),
-                ("grpc.ssl_target_name_override", "localhost"),
-            ],
-        ) as channel:
-            call = device_pb2_grpc.DeviceServiceStub(channel).Sync()
-            lock = asyncio.Lock()
-            await call.write(
-                device_pb2.DeviceMessage(
-                    hello=device_pb2.Hello(edged_version=installed_version(), device_name=name)
-                )
-            )
-            beat: asyncio.Task[None] | None = None
-
-            async def heartbeats(interval: float) -> None:
-                while True:  # as edged does when it has nothing else to say
-                    await asyncio.sleep(interval)
-                    async with lock:
-                        await call.write(device_pb2.DeviceMessage(heartbeat=device_pb2.Heartbeat()))
-
-            try:
-                while True:
-                    msg = await call.read()
-                    if msg is grpc.aio.EOF:
-                        return
-                    if msg.WhichOneof("message") != "desired_state":
-                        continue
-                    ds = msg.desired_state
-                    now = time.time()
-                    versions = [
-                        json.loads(m)["spec"]["model"]["version"]
-                        for m in ds.manifests
-                        if b"ModelDeployment" in m
-                    ]
-                    async with lock:
-                        await call.write(
-                            device_pb2.DeviceMessage(ack=device_pb2.Ack(generation=ds.generation))
-                        )
-                    if beat is None:
-                        interval = ds.heartbeat_interval.ToTimedelta().total_seconds()
-                        beat = asyncio.ensure_future(heartbeats(interval))
-                    seen["events"].append((name, now, versions[0] if versions else ""))
-                    seen["wake"].set()
-            finally:
-                if beat is not None:
-                    beat.cancel()
-
-    async def one(name: str, key: bytes, cert: bytes, seen: dict[str, Any]) -> None:
-        """One device: reconnects with jittered backoff like edged; counts why it had to."""
-        import random
-
-        creds = grpc.ssl_channel_credentials(ca, key, cert)
-        attempt = 0
-        while True:
-            try:
-                await session(name, creds, seen)
-                reason = "EOF"
-            except grpc.aio.AioRpcError as exc:
-                reason = f"{exc.code().name}: {exc.details()}"
-            seen["reconnects"][reason] = seen["reconnects"].get(reason, 0) + 1
-            await asyncio.sleep(random.uniform(0, min(10.0, 0.5 * 2.0**attempt)))
-            attempt += 1
-
-    async def run() -> None:
-        seen: dict[str, Any] = {"events": [], "wake": asyncio.Event(), "reconnects": {}}
-        tasks = [asyncio.ensure_future(one(n, k, c, seen)) for n, k, c in devices]
-        while True:  # forward receive events to the controller in batches
-            try:
-                await asyncio.wait_for(seen["wake"].wait(), 1.0)
-            except TimeoutError:
-                pass
-            seen["wake"].clear()
-            await asyncio.sleep(0.05)
-            events, seen["events"] = seen["events"], []
-            conn.send((events, dict(seen["reconnects"])))
-            if any(t.done() for t in tasks):
-                failed = [t for t in tasks if t.done()]
-                conn.send(("error", repr(failed[0].exception())))
-                return
-
-    asyncio.run(run())
-
-
-def _merge(counts: Any) -> dict[str, int]:
-    out: dict[str, int] = {}
-    for c in counts:
-        for k, v in c.items():
-            out[k] = out.get(k, 0) + v
-    return out
-
-
-def _proc_io(pid: int) -> int:
-    with open(f"/proc/{pid}/io") as f:
-        fields = dict(line.split(": ") for line in f.read().splitlines())
-    return int(fields["rchar"]) + int(fields["wchar"])
-
-
 def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -> dict[str, Any]:
-    import subprocess
-
     import psutil
 
-    from edgefleet.launching import free_port_pair, program_command, start_hub
-    from hub import pki
-    from hub.decide.devices import Device
-    from hub.state import storekeys as objects
-    from hub.state.store import Put, open_store
-
-    data = workdir / f"hub-{n}"
-    port = free_port_pair()
-    address = f"127.0.0.1:{port}"
-    subprocess.run(
-        program_command("hub", "init", "--data-dir", data, "--hub-address", address),
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
-    toml = data / "hub.toml"
-    toml.write_text(
-        toml.read_text().replace(
-            'heartbeatInterval = "30s"', f'heartbeatInterval = "{heartbeat_s:g}s"'
-        )
-    )
-    ca = pki.load_certified_key(data / "ca.crt", data / "ca.key")
-    devices: list[tuple[str, bytes, bytes]] = []
-    records = []
-    for i in range(n):
-        name = f"sim-{i:05d}"
-        ck = pki.issue_client_certificate(ca, pki.Identity(pki.Role.DEVICE, name, "default"))
-        devices.append((name, pki.private_key_pem(ck.key), pki.certificate_pem(ck.certificate)))
-        records.append(
-            Device(
-                name,
-                labels={"bench": "yes"},
-                certificate_serial=format(ck.certificate.serial_number, "x"),
-            )
-        )
-
-    async def seed() -> None:
-        store = await open_store(None, data_dir=data)
-        await store.txn(
-            (), [Put(objects.device_key(d.name), objects.dumps(d.to_json())) for d in records]
-        )
-        await store.close()
-
-    asyncio.run(seed())
-    hub = start_hub(
-        data, listen=address, log=workdir / f"hub-{n}.log", args=["--log-level", "warning"]
-    )
+    sim = start_sim_hub(workdir, n, lambda i: {"bench": "yes"}, heartbeat_s=heartbeat_s)
+    devices = SimClients(sim, clients, heartbeats=True)
     try:
-        hub.wait_listening(60)
-        time.sleep(0.5)  # its controllers start right after the port opens
-        proc = psutil.Process(hub.pid)
+        proc = psutil.Process(sim.pid)
         rss0 = proc.memory_info().rss
-        _push_and_apply(data, port, "1.0.0", first=True)
-        ctx = mp.get_context("spawn")
-        pipes = []
-        procs = []
-        ca_pem = (data / "ca.crt").read_bytes()
-        for c in range(clients):
-            parent, child = ctx.Pipe()
-            p = ctx.Process(
-                target=_device_client_main, args=(port, ca_pem, devices[c::clients], child)
-            )
-            p.start()
-            pipes.append(parent)
-            procs.append(p)
-        got: dict[str, tuple[float, str]] = {}
-        reconnects: dict[int, dict[str, int]] = {}
-
-        def collect(until: Callable[[], bool], timeout: float) -> None:
-            deadline = time.monotonic() + timeout
-            while not until() and time.monotonic() < deadline:
-                for pipe in pipes:
-                    while pipe.poll(0.01):
-                        item = pipe.recv()
-                        if item[0] == "error":
-                            raise RuntimeError(f"client failed: {item}")
-                        events, reasons = item
-                        reconnects[id(pipe)] = reasons
-                        for name, t, version in events:
-                            got[name] = (t, version)
-            if not until():
-                raise RuntimeError(f"timed out: {sum(1 for v in got.values())} of {n} devices")
-
-        collect(lambda: len(got) == n and all(v == "1.0.0" for _, v in got.values()), 300)
+        _push_and_apply(sim, "1.0.0")
+        devices.start()
+        got = devices.got
+        devices.collect(
+            lambda: len(got) == n and all(r.version == "1.0.0" for r in got.values()), 300
+        )
         time.sleep(1.0)
         rss1 = proc.memory_info().rss
         # steady state: heartbeats only
-        io0, t_io = _proc_io(hub.pid), time.monotonic()
+        io0, t_io = proc_io(sim.pid), time.monotonic()
         time.sleep(3 * heartbeat_s)
-        io1, t_io1 = _proc_io(hub.pid), time.monotonic()
+        io1, t_io1 = proc_io(sim.pid), time.monotonic()
         bits_per_s_per_device = (io1 - io0) * 8 / (t_io1 - t_io) / n
-        t0 = _push_and_apply(data, port, "1.0.1")
-        collect(lambda: all(v == "1.0.1" for _, v in got.values()), 300)
-        lat = sorted(t - t0 for t, _ in got.values())
-        for p in procs:
-            p.terminate()
+        t0 = _push_and_apply(sim, "1.0.1")
+        devices.collect(lambda: all(r.version == "1.0.1" for r in got.values()), 300)
+        lat = sorted(r.time - t0 for r in got.values())
         return {
             "all_acked_s": lat[-1],
             "p50_s": percentile(lat, 50),
@@ -444,46 +262,21 @@ def measure_hub(n: int, clients: int, workdir: Path, heartbeat_s: float = 5.0) -
             "rss_per_device_kib": (rss1 - rss0) / 1024 / n,
             "steady_kbit_s_per_device_at_interval": bits_per_s_per_device / 1000,
             "heartbeat_interval_s": heartbeat_s,
-            "reconnects": _merge(reconnects.values()),
+            "reconnects": devices.reconnects,
             "steady_kbit_s_per_device_at_30s": bits_per_s_per_device / 1000 * heartbeat_s / 30.0,
         }
     finally:
-        hub.stop(30)
+        devices.stop()
+        sim.stop()
 
 
-def _push_and_apply(data: Path, port: int, version: str, *, first: bool = False) -> float:
+def _push_and_apply(sim: SimHub, version: str) -> float:
     """Push a model version (signed with the hub's quickstart publisher key), then time the
     Apply RPC that points every device at it; returns the wall time just before Apply."""
-    import subprocess
-
-    import grpc
-
-    from edgefleet.demo import TINY_MLP, build_mlp
-    from edgefleet.launching import program_command
-    from edgefleet.v1 import admin_pb2, admin_pb2_grpc
-
-    model = data / f"bench-{version}.onnx"
-    build_mlp(model, TINY_MLP, seed=len(version) + int(version.replace(".", "")))
-    subprocess.run(
-        program_command("edgectl", "--config", data / "admin.toml", "models", "push", model,
-                        "--name", "bench", "--version", version),
-        check=True, capture_output=True, timeout=120,
-    )  # fmt: skip
+    push_model(sim.data, version, seed=len(version) + int(version.replace(".", "")))
     doc = json.loads(json.dumps(DEPLOYMENT))
     doc["spec"]["model"]["version"] = version
-    creds = grpc.ssl_channel_credentials(
-        (data / "ca.crt").read_bytes(),
-        (data / "admin.key").read_bytes(),
-        (data / "admin.crt").read_bytes(),
-    )
-    with grpc.secure_channel(
-        f"127.0.0.1:{port}", creds, options=[("grpc.ssl_target_name_override", "localhost")]
-    ) as ch:
-        stub = admin_pb2_grpc.AdminServiceStub(ch)
-        t0 = time.time()
-        stub.Apply(admin_pb2.ApplyRequest(documents=[json.dumps(doc).encode()]), timeout=60)
-    del first
-    return t0
+    return apply_documents(sim.data, sim.port, [doc], timeout=60)
 
 
 def main() -> int:

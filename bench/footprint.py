@@ -33,7 +33,16 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import psutil
-from common import REPO, Edged, ModelDef, RawClient, infer_request, make_input
+from common import (
+    REPO,
+    Edged,
+    ModelDef,
+    RawClient,
+    enroll_device,
+    infer_request,
+    make_input,
+    start_bench_hub,
+)
 
 TARGET_RSS_MIB = 50.0
 TARGET_CPU_PCT = 1.0
@@ -125,32 +134,14 @@ rootFile = "{absent}"
 def enrolled_idle(seconds: float, env: dict[str, str] | None = None) -> dict[str, Any]:
     """A real hub and one edged enrolled with it, connected and settled; its control process
     sampled like the standalone one."""
-    from edgefleet.launching import free_port_pair, program_command, start_edged, start_hub
+    from edgefleet.launching import start_edged
 
     work = Path(tempfile.mkdtemp(prefix="bench-footprint-"))
-    port = free_port_pair()
-    address = f"127.0.0.1:{port}"
-    hub_dir = work / "hub"
-    subprocess.run(program_command("hub", "init", "--data-dir", hub_dir, "--hub-address", address),
-                   check=True, capture_output=True, timeout=60)  # fmt: skip
-    hub = start_hub(hub_dir, listen=address, log=work / "hub.log")
+    hub = start_bench_hub(work)
     edged = None
     try:
-        hub.wait_listening(30)
-        token = subprocess.run(
-            program_command("hub", "token", "create", "--data-dir", hub_dir),
-            check=True, capture_output=True, text=True, timeout=60,
-        )  # fmt: skip
-        pin = token.stderr.split("CA hash ")[1].strip()
-        root_pin = token.stderr.split("root hash ")[1].split(";")[0]
         device = work / "dev"
-        subprocess.run(
-            program_command("edged", "enroll", "--hub", address, "--ca-hash", pin,
-                            "--root-hash", root_pin, "--data-dir", device, "--name", "dev",
-                            "--enroll-address", f"127.0.0.1:{port + 1}"),
-            check=True, capture_output=True, timeout=60,
-            env={**os.environ, "EDGED_TOKEN": token.stdout.strip()},
-        )  # fmt: skip
+        enroll_device(hub, device)
         config = work / "edged.toml"
         config.write_text(ENROLLED_CONFIG.format(absent=work / "no-root"))
         edged = start_edged(
@@ -176,7 +167,7 @@ def enrolled_idle(seconds: float, env: dict[str, str] | None = None) -> dict[str
     finally:
         if edged is not None:
             edged.stop(30)
-        hub.stop(15)
+        hub.hub.stop(15)
         import shutil
 
         shutil.rmtree(work, ignore_errors=True)
