@@ -60,7 +60,7 @@ def _frames(kind: str, x: Any) -> bytes:
 async def _worker_us(x: Any, n_out: int, batches: int, reps: int) -> dict[str, list[float]]:
     import numpy as np
 
-    from edged.runtime import worker
+    from edged.runtime import workerprotocol
     from edged.runtime.tensors import TensorSpec
 
     answer = np.random.default_rng(0).standard_normal((BATCH, n_out)).astype(np.float32)
@@ -80,7 +80,7 @@ async def _worker_us(x: Any, n_out: int, batches: int, reps: int) -> dict[str, l
     )
     spec = types.SimpleNamespace(model_name="medium", model_version="1.0.0", max_queue_delay_s=0.0)
     done = asyncio.get_running_loop().create_future()
-    proto = worker.WorkerProtocol(spec, model, done)  # type: ignore[arg-type]
+    proto = workerprotocol.WorkerProtocol(spec, model, done)  # type: ignore[arg-type]
     proto.connection_made(_Transport())  # type: ignore[arg-type]
     out: dict[str, list[float]] = {}
     for kind in ("json", "binary"):
