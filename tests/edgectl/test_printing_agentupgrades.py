@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from edgectl import printing
-from hub.api.dashboard import pages
+from hub.api.dashboard import rolloutpages
 
 IN_WAVES: dict[str, Any] = {
     "metadata": {"name": "edged-next"},
@@ -46,7 +46,7 @@ def test_get_agentupgrades_shows_the_regions_summed_and_the_wave() -> None:
 
 
 def test_the_dashboard_shows_the_regions_summed_and_the_wave() -> None:
-    html = pages.agent_upgrades_body(
+    html = rolloutpages.agent_upgrades_body(
         [{"name": "edged-next", "version": "0.3.0", "status": IN_WAVES["status"]}]
     )
     assert "<td class=num>4/6</td>" in html

@@ -14,7 +14,7 @@ from hubserving import AdminHub, make_hub_dir
 
 from edgefleet.api import CanaryAnalysis
 from edgefleet.v1 import admin_pb2
-from hub.api.dashboard import pages
+from hub.api.dashboard import rolloutpages
 from hub.decide.analysis import (
     Analysis,
     Check,
@@ -114,7 +114,7 @@ async def test_the_analysis_is_kept_in_the_store_bounded_and_survives_a_restart(
     # a hub started again on the same store shows the same figures over time
     async with AdminHub(paths) as hub:
         assert list(hub.ctx.cache.analysis["det"].values()) == before
-        html = pages.canary_fragment("det", before, "Paused", "")
+        html = rolloutpages.canary_fragment("det", before, "Paused", "")
         assert "5 samples" in html and "kept by the hub across restarts" in html
 
         # and forgets them with the deployment
@@ -143,7 +143,7 @@ def test_the_comparison_page_plots_both_sides_with_the_limit_dashed() -> None:
         )
         for i in range(4)
     ]
-    html = pages.canary_fragment("det", samples, "RolledBack", "failed <b>")
+    html = rolloutpages.canary_fragment("det", samples, "RolledBack", "failed <b>")
     for figure, threshold in (
         ("errorRate", "6"),
         ("latencyP95Seconds", "500"),
@@ -154,4 +154,4 @@ def test_the_comparison_page_plots_both_sides_with_the_limit_dashed() -> None:
     assert html.count("data-series=threshold data-points=4") == 3
     assert html.count("data-series=stable data-points=4") == 2  # no stable accuracy measured
     assert "failed &lt;b&gt;" in html and "<b>" not in html.split("failed")[1][:10]
-    assert "no canary analysis kept" in pages.canary_fragment("det", [], "—", "")
+    assert "no canary analysis kept" in rolloutpages.canary_fragment("det", [], "—", "")

@@ -9,7 +9,7 @@ import re
 import pytest
 
 from edgectl.dashboards import dashboard_url
-from hub.api.dashboard import pages, views
+from hub.api.dashboard import pages, rolloutpages, views
 from hub.api.dashboard.access import AccessRefused, DashboardAccess
 from hub.decide.devices import Attestation, Device, DevicePhase, Health, TrustState
 from hub.decide.placement import SecurityPolicy
@@ -100,7 +100,7 @@ def test_rollout_analysis_is_shown_generically_with_plots_and_thresholds() -> No
         },
     }
     revisions = [{"number": 2, "model": "m 2.0", "role": "current", "devices": 7, "ready": 6}]
-    html = pages.deployment_fragment(status, revisions)
+    html = rolloutpages.deployment_fragment(status, revisions)
     assert "<td>current</td><td class=num>7</td><td class=num>6</td>" in html
     assert html.count("<svg") == 2
     assert "class=threshold" in html and "threshold 0.05" in html
@@ -121,11 +121,11 @@ def test_a_rolled_back_deployment_lists_the_devices_it_was_rolled_back_for() -> 
             "failedDevices": {"dev-0": "2.0.0 Failed: ModelLoadFailed"},
         },
     }
-    html = pages.deployment_fragment(status, [])
+    html = rolloutpages.deployment_fragment(status, [])
     assert "dev-0" in html
     assert "2.0.0 Failed: ModelLoadFailed (revision 3, rolled back)" in html
     status["rollout"]["phase"] = "Complete"  # type: ignore[index]
-    assert "ModelLoadFailed" not in pages.deployment_fragment(status, []).split("Failing")[1]
+    assert "ModelLoadFailed" not in rolloutpages.deployment_fragment(status, []).split("Failing")[1]
 
 
 def test_values_are_escaped_and_bounded() -> None:
@@ -189,7 +189,7 @@ def test_figures_are_recorded_over_time_with_their_thresholds() -> None:
     assert "rollout.revision" not in series and "rollout.startedAt" not in series
     assert thresholds["rollout.analysis.errorRate.canary"] == 0.05
     assert thresholds["rollout.analysis.latencyP95Ms.value"] == 20
-    html = pages.history_html(series, thresholds)
+    html = rolloutpages.history_html(series, thresholds)
     assert html.count("<svg") == len(series) and html.count("class=threshold") == 3
     history.forget("fraud")
     assert history.of("fraud") == ({}, {})
@@ -244,7 +244,7 @@ def test_a_deployment_page_reads_like_describe() -> None:
             },
         },
     }
-    html = pages.deployment_fragment(doc["status"], [], doc=doc)
+    html = rolloutpages.deployment_fragment(doc["status"], [], doc=doc)
     for fact in (
         "<th>Replicas:</th><td>3 across the fleet</td>",
         "<th>Selector:</th><td>site in (a,b),!lab</td>",

@@ -8,7 +8,8 @@ hub's serving certificate, every request authenticated (:mod:`hub.api.dashboard.
   redirects to ``/``; ``Authorization: Bearer T`` works too. The access log is off (a URL
   may carry a token); refusals are logged without it.
 
-Pages (:mod:`hub.api.dashboard.pages`) are computed from the cache (:mod:`hub.api.dashboard.views`).
+Pages (:mod:`hub.api.dashboard.pages`, :mod:`hub.api.dashboard.rolloutpages`) are computed
+from the cache (:mod:`hub.api.dashboard.views`).
 Actions on rollouts (:mod:`hub.api.dashboard.actions`) are POSTs to
 ``/deployments/NAME/actions/VERB`` and ``/agentupgrades/NAME/actions/VERB`` carrying the
 session's CSRF token (``csrf``, checked in constant time), refused from another site
@@ -39,7 +40,7 @@ from edgefleet.deploymentstatus import serving_model
 from edgefleet.errors import EdgefleetError
 from edgefleet.logs import get_logger
 from hub import pki
-from hub.api.dashboard import pages, views
+from hub.api.dashboard import pages, rolloutpages, views
 from hub.api.dashboard.access import AccessRefused, DashboardAccess, Viewer
 from hub.api.dashboard.actions import (
     AGENT_UPGRADE,
@@ -277,7 +278,7 @@ class Dashboard:
             )
             rows, _ = self._deployment_rows(1)
             more = len(cache.deployments) - len(rows)
-            overview = pages.rollouts_overview(self._in_progress(), rows, more)
+            overview = rolloutpages.rollouts_overview(self._in_progress(), rows, more)
             return overview + "<h2>Devices</h2>" + pages.fleet_fragment(summary)
 
         return str(self.memo.get("fleet", compute))
@@ -401,7 +402,7 @@ class Dashboard:
     async def deployments(self, request: web.Request) -> web.StreamResponse:
         page = views.page_param(request.query)
         rows, pages_ = self._deployment_rows(page)
-        body = pages.deployments_body(rows, page, pages_)
+        body = rolloutpages.deployments_body(rows, page, pages_)
         return self._page(request, "Deployments", body, "/deployments")
 
     def _deployment_html(self, name: str) -> str | None:
@@ -440,7 +441,7 @@ class Dashboard:
             events = views.events_of(
                 cache.events, kind=MODEL_DEPLOYMENT, name=name, limit=MAX_DEPLOYMENT_EVENTS
             )
-            return pages.deployment_fragment(
+            return rolloutpages.deployment_fragment(
                 status, revisions, series, thresholds, doc=doc, events=events
             )
 
@@ -482,7 +483,7 @@ class Dashboard:
             samples = [s for s in ring if s.revision == revision]
             phase = state.phase.value if state is not None else "—"
             message = state.message if state is not None and state.revision == revision else ""
-            return pages.canary_fragment(name, samples, phase, message)
+            return rolloutpages.canary_fragment(name, samples, phase, message)
 
         html: str | None = self.memo.get(f"canary/{name}", compute)
         return html
@@ -525,7 +526,7 @@ class Dashboard:
             return rows
 
         rows: list[dict[str, Any]] = self.memo.get("agentupgrades", compute)
-        body = self._flash(request, "/agentupgrades") + pages.agent_upgrades_body(rows)
+        body = self._flash(request, "/agentupgrades") + rolloutpages.agent_upgrades_body(rows)
         body += "".join(
             self._actions(
                 request,
@@ -571,7 +572,7 @@ class Dashboard:
         viewer = request[VIEWER]
         csrf = self.access.csrf_token(viewer.session) if viewer.session else ""
         enabled = self.actions is not None and bool(csrf)
-        return pages.actions_html(
+        return rolloutpages.actions_html(
             base, csrf, VERBS.values(), enabled=enabled, kind=kind, title=title
         )
 
@@ -582,7 +583,7 @@ class Dashboard:
         if held is None or held[0] != path:
             return ""
         del self.flashes[session]
-        return pages.flash_html((held[1], held[2]))
+        return rolloutpages.flash_html((held[1], held[2]))
 
     def _from_elsewhere(self, request: web.Request) -> str | None:
         """Why a POST does not come from the dashboard's own pages, as the browser tells (a
