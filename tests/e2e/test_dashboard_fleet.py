@@ -71,6 +71,16 @@ def _driver() -> Any:
     return webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
 
 
+def _page_text(driver: Any) -> str:
+    return str(driver.execute_script("return document.body.innerText"))
+
+
+def _field(driver: Any, name: str) -> str:
+    """The text of the page's ``[data-field=NAME]`` element ("None" when there is none)."""
+    script = "const e = document.querySelector(arguments[0]); return e && e.textContent"
+    return str(driver.execute_script(script, f"[data-field={name}]"))
+
+
 def _until(check: Callable[[], Any], what: str, within: float = 120.0) -> Any:
     return wait_for(check, within, f"the browser to show {what}", interval=0.3, tolerate=())
 
@@ -86,44 +96,37 @@ def test_a_real_fleet_on_the_dashboard(
     base = url.split("/login", 1)[0]
     driver = _driver()
     try:
-
-        def text() -> str:
-            return str(driver.execute_script("return document.body.innerText"))
-
-        def field(name: str) -> str:
-            script = "const e = document.querySelector(arguments[0]); return e && e.textContent"
-            return str(driver.execute_script(script, f"[data-field={name}]"))
-
         driver.get(url)
-        _until(lambda: "By region and site" in text(), "the fleet page")
+        _until(lambda: "By region and site" in _page_text(driver), "the fleet page")
         driver.get(f"{base}/devices?phase=Ready")
-        _until(lambda: all(n in text() for n in NAMES), "both devices Ready", within=60)
+        _until(lambda: all(n in _page_text(driver) for n in NAMES), "both devices Ready", within=60)
         driver.save_screenshot(str(artifacts / "fleet-devices.png"))
 
         driver.get(f"{base}/deployments/det")
-        _until(lambda: field("updatedDevices") == "2", "1.0.0 on both devices")
+        _until(lambda: _field(driver, "updatedDevices") == "2", "1.0.0 on both devices")
         driver.execute_script("window.notReloaded = true")
 
         _release(hub, tmp_path, "2.0.0")
         _until(
-            lambda: "revision 2 (stable" in text() and field("phase") == "Complete"
-            and field("updatedDevices") == "2",
+            lambda: "revision 2 (stable" in _page_text(driver)
+            and _field(driver, "phase") == "Complete"
+            and _field(driver, "updatedDevices") == "2",
             "the rollout of 2.0.0 complete",
         )  # fmt: skip
 
         _release(hub, tmp_path, "3.0.0", bad=True)
-        _until(lambda: field("phase") == "RolledBack", "3.0.0 rolled back")
-        _until(lambda: "3.0.0 Failed" in text(), "the failing device and its reason")
+        _until(lambda: _field(driver, "phase") == "RolledBack", "3.0.0 rolled back")
+        _until(lambda: "3.0.0 Failed" in _page_text(driver), "the failing device and its reason")
         assert driver.execute_script("return window.notReloaded")
         driver.save_screenshot(str(artifacts / "fleet-deployment.png"))
 
         driver.get(f"{base}/events")
-        _until(lambda: "det" in text(), "the deployment's events")
+        _until(lambda: "det" in _page_text(driver), "the deployment's events")
 
         driver.delete_all_cookies()
         driver.get(f"{base}/devices")
-        _until(lambda: "authentication required" in text(), "the refusal")
-        assert "dev-0" not in text()
+        _until(lambda: "authentication required" in _page_text(driver), "the refusal")
+        assert "dev-0" not in _page_text(driver)
     finally:
         driver.quit()
 
@@ -188,13 +191,6 @@ def test_the_canary_against_stable_over_time_survives_a_hub_restart(
     driver = _driver()
     try:
 
-        def text() -> str:
-            return str(driver.execute_script("return document.body.innerText"))
-
-        def field(name: str) -> str:
-            script = "const e = document.querySelector(arguments[0]); return e && e.textContent"
-            return str(driver.execute_script(script, f"[data-field={name}]"))
-
         def figures() -> dict[str, dict[str, Any]]:
             return dict(driver.execute_script(POINTS))
 
@@ -208,13 +204,13 @@ def test_the_canary_against_stable_over_time_survives_a_hub_restart(
 
         driver.get(url)
         driver.get(f"{base}/deployments/det")
-        _until(lambda: field("updatedDevices") == "2", "1.0.0 on both devices")
+        _until(lambda: _field(driver, "updatedDevices") == "2", "1.0.0 on both devices")
         with Traffic(measured_devices):
             apply(hub, tmp_path, "1.1.0", CANARY)
             driver.find_element("id", "canary-link").click()
-            _until(lambda: field("canaryRevision") == "2", "the canary's page", within=60)
+            _until(lambda: _field(driver, "canaryRevision") == "2", "the canary's page", within=60)
             driver.execute_script("window.notReloaded = true")
-            _until(lambda: field("phase") == "Paused", "the canary held at its pause", 180)
+            _until(lambda: _field(driver, "phase") == "Paused", "the canary held at its pause", 180)
             _until(lambda: plotted(3), "both sides and the limits plotted over time", 120)
             first = figures()
             assert first["errorRate"]["limit"] == "10"  # stable 0% + maxErrorRateIncrease
@@ -223,8 +219,8 @@ def test_the_canary_against_stable_over_time_survives_a_hub_restart(
             count = first["accuracy"]["canary"]
             _until(lambda: figures()["accuracy"]["canary"] > count, "the plots to grow live", 60)
             assert driver.execute_script("return window.notReloaded")
-            assert field("verdict") == "Pass"
-            since = text().split(" samples from ", 1)[1].split(" ", 1)[0]
+            assert _field(driver, "verdict") == "Pass"
+            since = _page_text(driver).split(" samples from ", 1)[1].split(" ", 1)[0]
             driver.save_screenshot(str(artifacts / "canary-against-stable.png"))
 
             hub.stop()
@@ -233,6 +229,6 @@ def test_the_canary_against_stable_over_time_survives_a_hub_restart(
             driver.get(url)
             driver.get(f"{base}/deployments/det/canary")
             _until(lambda: plotted(count), "the figures kept across the restart", 60)
-            assert text().split(" samples from ", 1)[1].split(" ", 1)[0] == since
+            assert _page_text(driver).split(" samples from ", 1)[1].split(" ", 1)[0] == since
     finally:
         driver.quit()
