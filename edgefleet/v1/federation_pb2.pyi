@@ -192,7 +192,7 @@ class RegionAgentUpgradeStatus(_message.Message):
     def __init__(self, name: _Optional[str] = ..., version: _Optional[str] = ..., phase: _Optional[str] = ..., revision: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., pool: _Optional[int] = ..., done: _Optional[int] = ..., updating: _Optional[int] = ..., failed_count: _Optional[int] = ..., failed: _Optional[_Mapping[str, str]] = ..., root_revision: _Optional[int] = ...) -> None: ...
 
 class RegionDeploymentStatus(_message.Message):
-    __slots__ = ("name", "desired", "updated", "ready", "available", "failing", "versions", "rollout_phase", "rollout_revision", "rollout_template", "stable_template", "rollout_reason", "rollout_message", "revision_figures")
+    __slots__ = ("name", "desired", "updated", "ready", "available", "failing", "versions", "rollout_phase", "rollout_revision", "rollout_template", "stable_template", "rollout_reason", "rollout_message", "revision_figures", "config")
     class FailingEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -221,6 +221,7 @@ class RegionDeploymentStatus(_message.Message):
     ROLLOUT_REASON_FIELD_NUMBER: _ClassVar[int]
     ROLLOUT_MESSAGE_FIELD_NUMBER: _ClassVar[int]
     REVISION_FIGURES_FIELD_NUMBER: _ClassVar[int]
+    CONFIG_FIELD_NUMBER: _ClassVar[int]
     name: str
     desired: int
     updated: int
@@ -235,7 +236,29 @@ class RegionDeploymentStatus(_message.Message):
     rollout_reason: str
     rollout_message: str
     revision_figures: _containers.RepeatedCompositeFieldContainer[RegionRevisionFigures]
-    def __init__(self, name: _Optional[str] = ..., desired: _Optional[int] = ..., updated: _Optional[int] = ..., ready: _Optional[int] = ..., available: _Optional[int] = ..., failing: _Optional[_Mapping[str, str]] = ..., versions: _Optional[_Mapping[str, int]] = ..., rollout_phase: _Optional[str] = ..., rollout_revision: _Optional[int] = ..., rollout_template: _Optional[str] = ..., stable_template: _Optional[str] = ..., rollout_reason: _Optional[str] = ..., rollout_message: _Optional[str] = ..., revision_figures: _Optional[_Iterable[_Union[RegionRevisionFigures, _Mapping]]] = ...) -> None: ...
+    config: RegionConfigStatus
+    def __init__(self, name: _Optional[str] = ..., desired: _Optional[int] = ..., updated: _Optional[int] = ..., ready: _Optional[int] = ..., available: _Optional[int] = ..., failing: _Optional[_Mapping[str, str]] = ..., versions: _Optional[_Mapping[str, int]] = ..., rollout_phase: _Optional[str] = ..., rollout_revision: _Optional[int] = ..., rollout_template: _Optional[str] = ..., stable_template: _Optional[str] = ..., rollout_reason: _Optional[str] = ..., rollout_message: _Optional[str] = ..., revision_figures: _Optional[_Iterable[_Union[RegionRevisionFigures, _Mapping]]] = ..., config: _Optional[_Union[RegionConfigStatus, _Mapping]] = ...) -> None: ...
+
+class RegionConfigStatus(_message.Message):
+    __slots__ = ("model_config", "devices", "running_desired", "not_running_devices", "not_running")
+    class NotRunningEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    MODEL_CONFIG_FIELD_NUMBER: _ClassVar[int]
+    DEVICES_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_DESIRED_FIELD_NUMBER: _ClassVar[int]
+    NOT_RUNNING_DEVICES_FIELD_NUMBER: _ClassVar[int]
+    NOT_RUNNING_FIELD_NUMBER: _ClassVar[int]
+    model_config: str
+    devices: int
+    running_desired: int
+    not_running_devices: int
+    not_running: _containers.ScalarMap[str, str]
+    def __init__(self, model_config: _Optional[str] = ..., devices: _Optional[int] = ..., running_desired: _Optional[int] = ..., not_running_devices: _Optional[int] = ..., not_running: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class RegionRevisionFigures(_message.Message):
     __slots__ = ("template", "devices", "requests", "errors", "latency_p95_s", "accuracy", "accuracy_devices", "validation_problems")

@@ -54,6 +54,7 @@ MAX_VERSIONS = 64
 MAX_PHASES = 16
 MAX_REVISION_FIGURES = 4  # a region reports its rollout's revision and its stable one
 MAX_VALIDATION_PROBLEMS = 8
+MAX_CONFIG_SHOWN = 32  # devices not running the desired config named per deployment
 MAX_REPORT_AGENT_UPGRADES = 64  # a region's AgentUpgrades in its report
 MAX_AGENT_FAILED = 20  # failed devices named per AgentUpgrade in a region's report
 MAX_AGENT_RELEASES = 64  # edged release versions a region's report lists
@@ -508,5 +509,42 @@ def add_regions(
             counts = versions.setdefault(version, {"devices": 0, "ready": 0})
             counts["devices"] = counts.get("devices", 0) + int(devices)
     out["versions"] = dict(sorted(versions.items()))
+    config = add_configs(status.get("config"), regions)
+    if config is not None:
+        out["config"] = config
     out["regions"] = {name: r for name, r in sorted(regions.items())}
+    return out
+
+
+def add_configs(
+    own: Mapping[str, Any] | None, regions: Mapping[str, dict[str, Any] | None]
+) -> dict[str, Any] | None:
+    """A deployment's ``status.config`` at the root: its own devices' and every region's
+    added up (devices named ``region/device``, at most :data:`MAX_CONFIG_SHOWN`); None when
+    no device anywhere is sent a config."""
+    parts = [("", own)] + [(name, (r or {}).get("config")) for name, r in sorted(regions.items())]
+    names: set[str] = set()
+    devices = running = not_running = 0
+    shown: dict[str, str] = {}
+    for region, c in parts:
+        if not c:
+            continue
+        names.update(n for n in str(c.get("modelConfig", "")).split(", ") if n)
+        devices += int(c.get("devices", 0))
+        running += int(c.get("runningDesired", 0))
+        listed = c.get("notRunningDesired", {})
+        not_running += int(c.get("notRunningDevices", len(listed)))
+        for device, why in sorted(listed.items()):
+            shown[f"{region}/{device}" if region else device] = why
+    if not devices:
+        return None
+    listed = dict(sorted(shown.items())[:MAX_CONFIG_SHOWN])
+    out: dict[str, Any] = {
+        "modelConfig": ", ".join(sorted(names)),
+        "devices": devices,
+        "runningDesired": running,
+        "notRunningDesired": listed,
+    }
+    if not_running > len(listed):
+        out["notRunningDevices"] = not_running
     return out

@@ -17,6 +17,7 @@ from hub.decide.records import KIND_DEVICE, dumps
 from hub.decide.regionslice import (
     MAX_AGENT_FAILED,
     MAX_AGENT_RELEASES,
+    MAX_CONFIG_SHOWN,
     MAX_FAILING,
     MAX_LABELS,
     MAX_NAME,
@@ -128,6 +129,8 @@ def check_report(report: federation_pb2.RegionReport) -> list[str]:
             for device, why in list(f.validation_problems.items())[:MAX_VALIDATION_PROBLEMS]:
                 _text(problems, f"{fpath}.validation_problems", device)
                 _text(problems, f"{fpath}.validation_problems[{device[:64]!r}]", why, MAX_TEXT)
+        if d.HasField("config"):
+            _check_config(problems, f"{path}.config", d.config)
     _check_agent_upgrades(problems, report)
     inv = report.inventory
     if len(inv.devices) > MAX_REPORT_DEVICES:
@@ -219,6 +222,32 @@ def _check_agent_upgrades(problems: list[str], report: federation_pb2.RegionRepo
         )
 
 
+def _check_config(problems: list[str], path: str, c: federation_pb2.RegionConfigStatus) -> None:
+    _text(problems, f"{path}.model_config", c.model_config, MAX_TEXT)
+    if c.running_desired > c.devices or c.not_running_devices > c.devices:
+        problems.append(f"{path}: running_desired and not_running_devices must not exceed "
+                        f"devices ({c.devices})")  # fmt: skip
+    if len(c.not_running) > min(MAX_CONFIG_SHOWN, c.not_running_devices):
+        problems.append(f"{path}.not_running: at most {MAX_CONFIG_SHOWN} and not_running_devices "
+                        f"({c.not_running_devices}), got {len(c.not_running)}")  # fmt: skip
+    for device, why in list(c.not_running.items())[:MAX_CONFIG_SHOWN]:
+        _text(problems, f"{path}.not_running", device)
+        _text(problems, f"{path}.not_running[{device[:64]!r}]", why, MAX_TEXT)
+
+
+def region_config_json(c: federation_pb2.RegionConfigStatus) -> dict[str, Any]:
+    """A region's ``status.config`` of a deployment as the root shows it."""
+    out: dict[str, Any] = {
+        "modelConfig": c.model_config,
+        "devices": c.devices,
+        "runningDesired": c.running_desired,
+        "notRunningDesired": dict(sorted(c.not_running.items())),
+    }
+    if c.not_running_devices > len(c.not_running):
+        out["notRunningDevices"] = c.not_running_devices
+    return out
+
+
 def region_agent_upgrade_json(u: federation_pb2.RegionAgentUpgradeStatus) -> dict[str, Any]:
     """A region's AgentUpgrade as the root shows it (what the region's report says)."""
     return {
@@ -259,6 +288,7 @@ def region_deployment_json(d: federation_pb2.RegionDeploymentStatus) -> dict[str
             if d.rollout_phase
             else {}
         ),
+        **({"config": region_config_json(d.config)} if d.HasField("config") else {}),
     }
 
 

@@ -5,8 +5,9 @@ region, real ONNX Runtime workers.
 * a ModelConfig applied at the root, for a deployment that goes to the region, travels in the
   region's slice with the deployment: the region's device gets it merged for itself (an
   override by the region's device name), and its worker serves with it;
+* the root shows the region's config figures (its devices on the desired config);
 * a change at the root reaches the device as a new revision of the region's rollout, on the
-  same worker process, and the root shows the region's figures;
+  same worker process;
 * the region refuses to change what the root owns, and its own ModelConfig for the same
   model is refused (one config per model);
 * a deployment rolled out in waves with a ModelConfig is still refused at the root, naming it.
@@ -136,6 +137,21 @@ def test_a_root_sends_its_regions_the_model_configs_of_their_deployments(
             SLACK,
             "the region to count its device on the desired config",
         )
+
+        def at_root() -> dict[str, Any]:
+            doc = json.loads(root.edgectl("get", "deployment", "det", "-o", "json").stdout)
+            return dict(doc["status"])
+
+        wait_for(
+            lambda: at_root().get("config", {}).get("runningDesired") == 1,
+            SLACK,
+            "the root to show eu's device on the desired config",
+            detail=lambda: json.dumps(at_root()),
+        )
+        shown = at_root()
+        assert shown["config"] == {"modelConfig": "det", "devices": 1, "runningDesired": 1,
+                                   "notRunningDesired": {}}, shown  # fmt: skip
+        assert shown["regions"]["eu"]["config"]["devices"] == 1, shown
 
         # 2. the region refuses to change what the root owns, and a second config of the model
         changed = apply(eu, tmp_path, config(-3.0))

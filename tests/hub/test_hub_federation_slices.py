@@ -477,3 +477,63 @@ def test_a_slice_config_that_does_not_parse_is_refused_by_the_region() -> None:
     message = federation_pb2.RegionSlice(objects=[orjson.dumps(bad)])
     (problem,) = check_slice(message)
     assert problem.startswith("slice.objects[0]:") and "apiToken" in problem, problem
+
+
+def _config_report(**fields: Any) -> Any:
+    from edgefleet.v1 import federation_pb2
+
+    r = report()
+    r.deployments[0].config.CopyFrom(federation_pb2.RegionConfigStatus(**fields))
+    return r
+
+
+@pytest.mark.parametrize(
+    ("fields", "problem"),
+    [
+        ({"devices": 1, "running_desired": 2}, "config: running_desired and not_running_devices"),
+        ({"devices": 1, "not_running_devices": 0, "not_running": {"d": "x"}}, "not_running: at"),
+        (
+            {
+                "devices": 40,
+                "not_running_devices": 40,
+                "not_running": {f"d{i}": "x" for i in range(33)},
+            },
+            "config.not_running: at most 32",
+        ),
+        ({"devices": 1, "model_config": "x" * 2000}, "config.model_config: at most"),
+        (
+            {"devices": 1, "not_running_devices": 1, "not_running": {"d": "y" * 2000}},
+            "config.not_running['d']: at most",
+        ),
+    ],
+)
+def test_a_regions_config_figures_over_a_bound_are_refused(
+    fields: dict[str, Any], problem: str
+) -> None:
+    assert regionmapping.check_report(_config_report(devices=2, running_desired=1)) == []
+    found = regionmapping.check_report(_config_report(**fields))
+    assert any(problem in p for p in found), found
+
+
+def test_the_root_adds_every_regions_config_figures() -> None:
+    r = _config_report(
+        model_config="det", devices=3, running_desired=2, not_running_devices=1,
+        not_running={"cam-9": "runs sha256:1c2d, not sha256:9f8e"},
+    )  # fmt: skip
+    shown = regionmapping.region_deployment_json(r.deployments[0])
+    assert shown["config"] == {
+        "modelConfig": "det",
+        "devices": 3,
+        "runningDesired": 2,
+        "notRunningDesired": {"cam-9": "runs sha256:1c2d, not sha256:9f8e"},
+    }
+    own = {"config": {"modelConfig": "det", "devices": 1, "runningDesired": 1,
+                      "notRunningDesired": {}}}  # fmt: skip
+    out = regionslice.add_regions(own, {"eu": shown, "us": None})
+    assert out["config"] == {
+        "modelConfig": "det",
+        "devices": 4,
+        "runningDesired": 3,
+        "notRunningDesired": {"eu/cam-9": "runs sha256:1c2d, not sha256:9f8e"},
+    }
+    assert "config" not in regionslice.add_regions({}, {"eu": {"desiredDevices": 1}})

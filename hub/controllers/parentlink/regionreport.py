@@ -102,6 +102,26 @@ def agent_upgrade_status(
     )
 
 
+def config_status(shown: Any) -> federation_pb2.RegionConfigStatus | None:
+    """A deployment's ``status.config`` at the region (hub.decide.modelconfigs.config_status),
+    bounded as the root checks it; None when its devices are sent no config."""
+    if not isinstance(shown, Mapping):
+        return None
+    others = dict(
+        sorted(shown.get("notRunningDesired", {}).items())[: regionslice.MAX_CONFIG_SHOWN]
+    )
+    devices = int(shown.get("devices", 0))
+    return federation_pb2.RegionConfigStatus(
+        model_config=str(shown.get("modelConfig", ""))[: regionslice.MAX_TEXT],
+        devices=devices,
+        running_desired=min(int(shown.get("runningDesired", 0)), devices),
+        not_running_devices=min(int(shown.get("notRunningDevices", len(others))), devices),
+        not_running={
+            d[: regionslice.MAX_NAME]: str(why)[: regionslice.MAX_TEXT] for d, why in others.items()
+        },
+    )
+
+
 def build_report(
     cache: Cache,
     generation: int,
@@ -148,6 +168,7 @@ def build_report(
                     revision_figures(cache, name, rev)
                     for rev in {r.number: r for r in (current, stable) if r is not None}.values()
                 ],
+                config=config_status(status.get("config")),
             )
         )
     agent_upgrades = [
