@@ -119,7 +119,7 @@ def test_the_config_drives_the_answers_and_the_canary_measures_model_and_config(
     wait_for(lambda: serve(devices, thresholded), 60, "thresholded answers on both devices")
     pids = [e.worker_pids("det") for e in devices]
 
-    with Traffic(devices):
+    with Traffic(devices) as traffic:
         # 2. a change that keeps the accuracy: through every canary step, on the same workers
         second = {"logits": {"threshold": mean, "below": -50.0}}
         apply(hub, tmp_path, config(second))
@@ -152,6 +152,8 @@ def test_the_config_drives_the_answers_and_the_canary_measures_model_and_config(
         assert "ModelConfigRefused" in said and "the model has no such input" in said, said
         assert serve(devices, np.where(raw < mean, -50.0, raw))
         assert [e.worker_pids("det") for e in devices] == pids
+    # every request answered through four config changes, two rollbacks and a refusal
+    assert set(traffic.answers) == {200} and traffic.answers[200] > 20, traffic.answers
     wait_for(lambda: status(hub).get("config", {}).get("runningDesired") == N, 60,
              "both devices on the stable config, no error",
              detail=lambda: json.dumps(status(hub).get("config")))  # fmt: skip
