@@ -256,3 +256,98 @@ def test_a_deployment_page_reads_like_describe() -> None:
         assert fact in html, fact
     assert "<b>x</b>" not in html and "<th>Created:</th>" not in html
     assert html.index("<details>") > html.index("id=rollout-facts")
+
+
+def _placements(
+    n: int, explanation: object, *, total: int | None = 3, limit: int = views.MAX_LISTED
+) -> views.DeploymentPlacements:
+    from edgefleet.api import ModelDeployment, parse_manifest
+    from hub.decide.devices import RevisionPhase, RevisionReport, WorkloadReport
+    from hub.decide.records import ModelRecord
+    from hub.decide.revisions import Revision, template_hash
+
+    replicas = {"total": total} if total is not None else {"perDevice": 1}
+    doc = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "det"},
+        "spec": {"model": {"name": "det", "version": "2.0.0"}, "replicas": replicas},
+    }
+    dep = parse_manifest(doc)
+    assert isinstance(dep, ModelDeployment)
+    manifest = dep.to_dict()
+    rev = Revision("det", 2, template_hash(manifest), manifest, 0.0)
+    ready = RevisionReport("2.0.0", "2" * 64, RevisionPhase.READY, 1, wanted=True)
+    devices = {
+        f"cam-{i:03}": _device(
+            f"cam-{i:03}",
+            phase=DevicePhase.READY,
+            workloads={"det": WorkloadReport("2.0.0", 1, revisions=(ready,))} if i % 2 else {},
+        )
+        for i in range(n)
+    }
+    # a device that reports the deployment but is no longer sent it: leaving
+    devices["old-<b>"] = _device(
+        "old-<b>", workloads={"det": WorkloadReport("2.0.0", 1, revisions=(ready,))}
+    )
+    record = DesiredRecord(3, ("det",), "d", (("det", 2, 3),))
+    records = {name: record for name in devices if "old" not in name}
+    records["ghost"] = record  # a record without a device record: not shown
+    return views.deployment_placements(
+        "det",
+        dep=dep,
+        holding=records,
+        devices=devices,
+        records=records,
+        revisions={2: rev},
+        models={("det", "2.0.0"): ModelRecord("det", "2.0.0", "2" * 64, 1, b"{}", 0.0)},
+        explanation=explanation,  # type: ignore[arg-type]
+        limit=limit,
+    )
+
+
+def test_a_deployment_page_shows_its_placements_and_why_devices_were_left_out() -> None:
+    """As ``edgectl describe deployment``'s Placements: each device sent it (revision,
+    ready/asked, phase there and why), one leaving; the scheduler's reasons for the devices
+    it left out, bounded with "and K more"; hostile names and reasons stay text."""
+    from hub.decide.nodes import Explanation
+
+    hostile = '<script>alert("x")</script>'
+    reasons = tuple((f"{hostile} filter {i}", 30 - i) for i in range(views.MAX_REASONS + 3))
+    notes = (f"note {hostile}",) * (views.MAX_REASONS + 1)
+    explanation = Explanation(3, 2, 1000, reasons, notes)
+    placed = _placements(4, explanation)
+    assert (placed.total, placed.placed, placed.more) == (5, 4, 0)  # "ghost" has no device
+    by_device = {p.device: p for p in placed.shown}
+    assert by_device["cam-001"].phase == "Ready" and by_device["cam-000"].phase == "Pending"
+    assert by_device["old-<b>"].phase == "Leaving"
+    html = rolloutpages.deployment_fragment({}, [], placements=placed)
+    assert "<script>" not in html and "<b>" not in html and "old-&lt;b&gt;" in html
+    assert '<a href="/devices/old-%3Cb%3E">' in html
+    assert "<td>2 (2.0.0)</td><td class=num>1/1</td><td class=ok>Ready</td>" in html
+    assert "4 devices sent it, 1 leaving" in html
+    left_out = html.split("<h2>Devices left out</h2>")[1].split("<h2>Revisions</h2>")[0]
+    left = sum(n for _, n in reasons)
+    assert f"2/3 replicas placed; {1000 - left}/1000 devices fit" in left_out
+    assert len(re.findall(r"filter \d+</td>", left_out)) == views.MAX_REASONS
+    hidden = reasons[views.MAX_REASONS :]
+    assert f"and 3 more reasons ({sum(n for _, n in hidden)} devices)" in left_out
+    assert left_out.count("<li>note &lt;script&gt;") == views.MAX_REASONS
+    assert "and 1 more</li>" in left_out
+
+    # bounded: the first of many, then how many more and the command that lists them all
+    many = _placements(30, Explanation(3, 3, 30), limit=10)
+    assert (len(many.shown), many.total, many.more) == (10, 31, 21)
+    html = rolloutpages.deployment_fragment({}, [], placements=many)
+    assert html.count('<tr><td><a href="/devices/') == 10
+    assert "and 21 more: <code>edgectl get placements --for deployment/det</code>" in html
+    assert "<p id=left-out class=ok>3/3 replicas placed</p>" in html
+    assert "id=left-out-reasons" not in html
+
+    # not scheduled yet, and a perDevice deployment (no scheduler): said, not left blank
+    html = rolloutpages.deployment_fragment({}, [], placements=_placements(1, None))
+    assert "the scheduler has not placed it yet" in html
+    per_device = _placements(1, explanation, total=None)
+    assert per_device.explanation is None  # a stale explanation of a total is not shown
+    html = rolloutpages.deployment_fragment({}, [], placements=per_device)
+    assert "replicas.perDevice: every device" in html and "filter" not in html

@@ -11,12 +11,13 @@ import logging
 import re
 import ssl
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
 
 import aiohttp
 import grpc
 import pytest
-from asynctesting import async_test
+from asynctesting import async_test, eventually
 from dashboardtesting import DashboardHub, client_tls, fake_device
 from hubserving import make_hub_dir
 
@@ -271,6 +272,65 @@ async def test_deployments_pages(tmp_path: Path) -> None:
         ):
             async with s.get(d.url + path) as r:
                 assert r.status == status, path
+
+
+@async_test
+async def test_a_deployment_page_shows_where_the_scheduler_placed_it_and_why_not_elsewhere(
+    tmp_path: Path,
+) -> None:
+    """A ``replicas.total`` deployment in a real hub with its scheduler and projector: the
+    page lists the devices it was placed on (as ``edgectl get placements``) and the
+    scheduler's reasons for the devices it left out (each device counted once, under the
+    first filter it fails)."""
+    from hub.state.storekeys import ModelRecord
+
+    paths = await make_hub_dir(tmp_path / "hub")
+    manifest = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "det"},
+        "spec": {
+            "model": {"name": "det", "version": "1.0.0"},
+            "replicas": {"total": 3},
+            "placement": {"nodeSelector": {"site": "shop"}},
+        },
+    }
+    async with (
+        DashboardHub(paths) as d,
+        _session(client_tls(paths, d.hub.admin(), tmp_path)) as s,
+    ):
+        ctx = d.hub.ctx
+        assert ctx.scheduler is not None
+        for name, site in (("cam-1", "shop"), ("cam-2", "shop"), ("cam-3", "depot")):
+            ctx.writer.update(fake_device(name, site=site))
+        await ctx.writer.flush()
+        ctx.cache.put_model(ModelRecord("det", "1.0.0", "ab" * 32, 10, b"{}", 1.0))
+        async with d.hub.channel() as channel:
+            await d.hub.stub(channel).Apply(
+                admin_pb2.ApplyRequest(documents=[json.dumps(manifest).encode()])
+            )
+        await ctx.scheduler.pass_now()
+        assert ctx.cache.placements["det"] == {"cam-1", "cam-2"}
+        await eventually(lambda: ctx.cache.desired.holding("det") == {"cam-1", "cam-2"}, 10)
+
+        async def page() -> str:
+            async with s.get(d.url + "/deployments/det") as r:
+                assert r.status == 200
+                return await r.text()
+
+        # the page is rendered at most once a second: wait for one after the projection
+        text = await eventually(lambda: _placed_page(page), 10)
+        placements = text.split("id=placements>")[1].split("</table>")[0]
+        assert re.findall(r'<a href="/devices/([^"]+)">', placements) == ["cam-1", "cam-2"]
+        left_out = text.split("<h2>Devices left out</h2>")[1].split("<h2>")[0]
+        assert "2/3 replicas placed; 0/3 devices fit" in left_out
+        assert "<td>already running a replica</td><td class=num>2</td>" in left_out
+        assert "<td>not matching nodeSelector site=shop</td><td class=num>1</td>" in left_out
+
+
+async def _placed_page(page: Callable[[], Awaitable[str]]) -> str | None:
+    text = await page()
+    return text if "id=placements>" in text else None
 
 
 @async_test

@@ -22,7 +22,7 @@ from hub.api.dashboard.pages import (
     value_html,
     when,
 )
-from hub.api.dashboard.views import MAX_LISTED
+from hub.api.dashboard.views import MAX_LISTED, MAX_REASONS, DeploymentPlacements
 from hub.decide.analysis import TimelineSample
 
 
@@ -136,11 +136,12 @@ def deployment_fragment(
     *,
     doc: Mapping[str, Any] | None = None,
     events: Sequence[Mapping[str, Any]] = (),
+    placements: DeploymentPlacements | None = None,
 ) -> str:
     """A deployment as ``edgectl describe deployment`` reads (``doc``: the object as
     ``edgectl get`` shows it): what it asks for, its devices, its rollout in words, versions,
-    conditions, failing devices, revisions and its recent events; then its figures over
-    time."""
+    conditions, failing devices, its placements and why devices were left out, revisions and
+    its recent events; then its figures over time."""
     desired = int(status.get("desiredDevices", 0))
     counts = "".join(
         f"<tr><th>{esc(label)}</th><td class=num data-field={esc(key)}>"
@@ -221,12 +222,90 @@ def deployment_fragment(
         "<th>status</th><th>reason</th><th>message</th></tr></thead>"
         f"<tbody>{conds}</tbody></table>"
         f"<h2>Failing devices</h2>{failing_html}"
-        "<h2>Revisions</h2><table class=grid id=revisions><thead><tr><th>revision</th>"
+        + (placements_html(placements) if placements is not None else "")
+        + "<h2>Revisions</h2>"
+        "<table class=grid id=revisions><table class=grid id=revisions><thead><tr><th>revision</th>"
         "<th>model</th><th></th><th>devices serving its version</th><th>ready</th>"
         f"<th>created</th></tr></thead><tbody>{revs}</tbody></table>"
         f"<h2>Events</h2>{events_html}"
         f"<h2>Over time</h2>{history_html(series or {}, thresholds or {})}"
     )
+
+
+def placements_html(p: DeploymentPlacements) -> str:
+    """``Placements``, as ``edgectl describe deployment`` lists them: each device holding the
+    deployment's replicas (the first :data:`MAX_LISTED`, then how many more), with the
+    revision it is sent, replicas ready of those asked, the phase there and why; then, for a
+    ``replicas.total`` deployment, why the scheduler left devices out (the reasons of its
+    last pass, the first :data:`MAX_REASONS`, then how many more)."""
+    rows = "".join(
+        f'<tr><td><a href="/devices/{esc(seg(x.device))}">{esc(x.device)}</a></td>'
+        f"<td>{esc(f'{x.revision} ({x.version})' if x.revision else '<none>')}</td>"
+        f"<td class=num>{esc(x.ready)}/{esc(x.replicas)}</td>"
+        f"<td class={_placement_class(x.phase)}>{esc(x.phase)}</td>"
+        f"<td>{esc(x.device_phase)}</td><td>{esc(x.reason)}</td></tr>"
+        for x in p.shown
+    )
+    more = (
+        f"<p class=muted id=placements-more>and {p.more} more: <code>edgectl get placements "
+        f"--for deployment/{esc(p.deployment)}</code></p>"
+        if p.more > 0
+        else ""
+    )
+    placed = (
+        f"<p class=muted>{p.placed} devices sent it, {p.total - p.placed} leaving</p>"
+        "<table class=grid id=placements><thead><tr><th>device</th><th>revision</th>"
+        "<th>ready</th><th>phase</th><th>device status</th><th>reason</th></tr></thead>"
+        f"<tbody>{rows}</tbody></table>{more}"
+        if p.total
+        else "<p class=muted id=placements>&lt;none&gt;</p>"
+    )
+    return f"<h2>Placements</h2>{placed}<h2>Devices left out</h2>{left_out_html(p)}"
+
+
+def left_out_html(p: DeploymentPlacements) -> str:
+    """Why devices were left out: the scheduler's explanation of a ``replicas.total``
+    deployment, its reasons (devices left out by each filter, each device counted once) and
+    notes, at most :data:`MAX_REASONS` of each."""
+    if not p.scheduled:
+        return (
+            "<p class=muted id=left-out>replicas.perDevice: every device its selector and "
+            "regions match is sent it (the scheduler places replicas.total only)</p>"
+        )
+    ex = p.explanation
+    if ex is None:
+        return "<p class=muted id=left-out>the scheduler has not placed it yet</p>"
+    left = sum(n for _, n in ex.reasons)
+    head = f"{ex.placed}/{ex.wanted} replicas placed"
+    if not ex.complete:
+        head += f"; {ex.devices - left}/{ex.devices} devices fit"
+    rows = "".join(
+        f"<tr><td>{esc(why)}</td><td class=num>{esc(n)}</td></tr>"
+        for why, n in ex.reasons[:MAX_REASONS]
+    )
+    hidden = ex.reasons[MAX_REASONS:]
+    more = (
+        f"<p class=muted id=left-out-more>and {len(hidden)} more reasons "
+        f"({sum(n for _, n in hidden)} devices)</p>"
+        if hidden
+        else ""
+    )
+    table = (
+        "<table class=grid id=left-out-reasons><thead><tr><th>why left out</th><th>devices</th>"
+        f"</tr></thead><tbody>{rows}</tbody></table>{more}"
+        if rows
+        else ""
+    )
+    notes = "".join(f"<li>{esc(n)}</li>" for n in ex.notes[:MAX_REASONS])
+    if len(ex.notes) > MAX_REASONS:
+        notes += f"<li class=muted>and {len(ex.notes) - MAX_REASONS} more</li>"
+    return f"<p id=left-out class={'ok' if ex.complete else 'warn'}>{esc(head)}</p>{table}" + (
+        f"<ul id=left-out-notes>{notes}</ul>" if notes else ""
+    )
+
+
+def _placement_class(phase: str) -> str:
+    return {"Ready": "ok", "Failed": "bad", "Refused": "bad", "Leaving": "muted"}.get(phase, "")
 
 
 def _rollout_class(phase: object) -> str:

@@ -441,8 +441,18 @@ class Dashboard:
             events = views.events_of(
                 cache.events, kind=MODEL_DEPLOYMENT, name=name, limit=MAX_DEPLOYMENT_EVENTS
             )
+            placed = views.deployment_placements(
+                name,
+                dep=cache.deployments.get(name),
+                holding=cache.desired.holding(name),
+                devices=cache.devices,
+                records=cache.desired,
+                revisions=cache.revisions.get(name, {}),
+                models=cache.models,
+                explanation=cache.explanations.get(name),
+            )
             return rolloutpages.deployment_fragment(
-                status, revisions, series, thresholds, doc=doc, events=events
+                status, revisions, series, thresholds, doc=doc, events=events, placements=placed
             )
 
         html: str | None = self.memo.get(f"deployment/{name}", compute)

@@ -1,8 +1,9 @@
 """What each dashboard page shows, computed from the hub's in-memory cache: pure functions of
 its records, no I/O. Everything a browser gets is bounded: a page of devices (at most
 :data:`MAX_PER_PAGE`), the largest :data:`MAX_GROUPS` groups of the fleet, the newest events,
-the first :data:`MAX_LISTED` failing devices of a deployment. Aggregates are counted here,
-on the hub: the browser never receives the whole fleet.
+the first :data:`MAX_LISTED` failing devices and placements of a deployment, the first
+:data:`MAX_REASONS` reasons the scheduler gives for the devices it left out. Aggregates are
+counted here, on the hub: the browser never receives the whole fleet.
 """
 
 from __future__ import annotations
@@ -13,10 +14,14 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from edgefleet.api import ModelDeployment
 from edgefleet.errors import EdgefleetError
 from edgefleet.selecting import Selector, parse_selector
 from hub.decide.devices import Device, DevicePhase, TrustState
+from hub.decide.nodes import Explanation
 from hub.decide.placement import SecurityPolicy
+from hub.decide.placementview import Placed, placement_of
+from hub.decide.revisions import Revision
 from hub.state import storekeys
 
 DEFAULT_PER_PAGE = 50
@@ -24,6 +29,7 @@ MAX_PER_PAGE = 200
 MAX_PAGE = 1_000_000
 MAX_GROUPS = 100
 MAX_LISTED = 100
+MAX_REASONS = 20  # reasons (and notes) of the scheduler's explanation shown, then "and K more"
 MAX_QUERY_CHARS = 256
 REGION_LABEL = "region"
 SITE_LABEL = "site"
@@ -312,6 +318,60 @@ def event_json(event: Mapping[str, Any]) -> dict[str, Any]:
         "name": str(obj.get("name", "")),
         "time": float(event.get("time") or 0.0),
     }
+
+
+# -- placements ---------------------------------------------------------------------------------
+@dataclass(frozen=True, slots=True)
+class DeploymentPlacements:
+    """Where a deployment's replicas are, as ``edgectl get placements --for deployment/NAME``
+    shows them (:mod:`hub.decide.placementview`), and, for ``replicas.total``, why the
+    scheduler left devices out (its last pass's :class:`Explanation`, kept in memory)."""
+
+    deployment: str
+    shown: tuple[Placed, ...]  # the first ``limit`` by device name
+    total: int  # placements in all: the devices sent it, and those that still report it
+    placed: int  # of ``total``, the devices the hub sends it now (the others are leaving)
+    scheduled: bool  # replicas.total: placed by the scheduler (else perDevice)
+    explanation: Explanation | None = None
+
+    @property
+    def more(self) -> int:
+        return self.total - len(self.shown)
+
+
+def deployment_placements(
+    name: str,
+    *,
+    dep: ModelDeployment | None,
+    holding: Iterable[str],
+    devices: Mapping[str, Device],
+    records: Mapping[str, storekeys.DesiredRecord],
+    revisions: Mapping[int, Revision],
+    models: Mapping[tuple[str, str], storekeys.ModelRecord],
+    explanation: Explanation | None,
+    limit: int = MAX_LISTED,
+) -> DeploymentPlacements:
+    """Deployment ``name``'s placements (``holding``: the devices whose desired record holds
+    it; any device that still reports it counts too), the first ``limit`` of them computed
+    as the admin API's Placements are (:func:`placement_of`), the rest only counted."""
+    sent = {n for n in holding if n in devices}
+    reporting = {d.name for d in devices.values() if name in d.workloads}
+    keys = sorted(sent | reporting)
+    shown = tuple(
+        placement_of(
+            name,
+            devices[n],
+            dep=dep,
+            record=records.get(n),
+            revisions=revisions,
+            models=models,
+        )
+        for n in keys[: max(0, limit)]
+    )
+    scheduled = dep is not None and dep.spec.replicas.total is not None
+    return DeploymentPlacements(
+        name, shown, len(keys), len(sent), scheduled, explanation if scheduled else None
+    )
 
 
 # -- models --------------------------------------------------------------------------------------
