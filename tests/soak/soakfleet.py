@@ -1,0 +1,309 @@
+"""The soak harness's fleet, all real processes on loopback: a root hub, a regional hub of two
+replicas on a 3-member etcd, real ``edged run`` devices enrolled with the region, and simulated
+devices (real mTLS Sync streams from one helper process, bench/fanout.py's way: device records
+and certificates made with the hub's own modules, then Hello, Ack, Heartbeat).
+
+Each process the faults act on is a :class:`Target`: killed (kill -9, then started again),
+stopped (SIGSTOP, then SIGCONT) and sampled (RSS, open descriptors) by name.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import multiprocessing as mp
+import os
+import re
+import shutil
+import signal
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psutil
+from etcdtesting import EtcdServer, start_cluster
+from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
+from harness import Edged, wait_for
+from hubreplicatesting import NAMESPACE
+from rollouttesting import build_unloadable
+from soakplan import BROKEN, DEPLOYMENTS, VERSIONS
+
+from edgefleet.demo import TINY_MLP, build_mlp
+from edgefleet.launching import free_port_pair
+
+SITE = "a"  # the real devices' label
+SIM_SITE = "sim"  # the simulated devices'
+LEADER_LEASE = "3s"
+STEADY = "steady"  # applied once at the start, never touched: inference must not fail on it
+MODELS = {STEADY: ("1.0.0",)} | {
+    name: (*VERSIONS, BROKEN) if name != "soak-sim" else VERSIONS for name in DEPLOYMENTS
+}
+
+
+@dataclass
+class Target:
+    """One process the faults act on: ``pid()`` the live one (None: not running), ``restart``
+    starts it again after a kill."""
+
+    name: str
+    kind: str  # hub, etcd, edged, worker
+    pid: Callable[[], int | None]
+    restart: Callable[[], None] | None = None
+    stopped: bool = False
+    down: bool = False
+
+
+@dataclass
+class Fleet:
+    directory: Path
+    real_devices: int = 2
+    sim_devices: int = 50
+    root: HubProcess | None = None
+    etcd: list[EtcdServer] = field(default_factory=list)
+    replicas: list[HubProcess] = field(default_factory=list)
+    edged: list[Edged] = field(default_factory=list)
+    sim_process: Any = None
+    targets: dict[str, Target] = field(default_factory=dict)
+    started_at: float = 0.0
+
+    # -- start ------------------------------------------------------------------------------
+    def start(self) -> Fleet:
+        self.started_at = time.monotonic()
+        d = self.directory
+        d.mkdir(parents=True, exist_ok=True)
+        self.root = HubProcess(d / "root", d / "root.log").init("--region", "root").start()
+        self.etcd = start_cluster(d / "etcd", 3)
+        endpoints = ",".join(m.endpoint for m in self.etcd)
+        p0 = free_port_pair()
+        p1 = free_port_pair()
+        while p1 in (p0 - 1, p0, p0 + 1, self.root.port, self.root.port + 1):
+            p1 = free_port_pair()
+        token, pin = self.root.token("--for-region", "eu")
+        r0 = HubProcess(d / "r0", d / "r0.log", port=p0)
+        r0.init(
+            "--region",
+            "eu",
+            "--parent",
+            self.root.address,
+            "--token",
+            token,
+            "--parent-ca-hash",
+            pin,
+            "--store",
+            f"etcd://{endpoints}{NAMESPACE}",
+            "--replica-address",
+            f"127.0.0.1:{p1}",
+        )
+        config = r0.data / "hub.toml"
+        config.write_text(
+            config.read_text().replace('leaderLease = "10s"', f'leaderLease = "{LEADER_LEASE}"')
+        )
+        shutil.copytree(r0.data, d / "r1")
+        r1 = HubProcess(d / "r1", d / "r1.log", port=p1)
+        config = r1.data / "hub.toml"
+        config.write_text(
+            re.sub(r'metricsListen = "[^"]*"', 'metricsListen = ""', config.read_text())
+        )
+        self.replicas = [r0, r1]
+        r0.start()
+        r1.start()
+        self._push_models()
+        for i in range(self.real_devices):
+            name = f"dev-{i}"
+            out = enroll(r0, d / name, name, {"site": SITE})
+            assert out.returncode == 0, out.stdout + out.stderr
+            e = Edged(
+                d / name,
+                None,
+                d / f"{name}.log",
+                config=SIGNED_DEVICE_CONFIG.format(absent=d / "no-root"),
+            )
+            self.edged.append(e.start())
+        if self.sim_devices:
+            self._start_sims()
+        self._targets()
+        return self
+
+    def _push_models(self) -> None:
+        """One model per deployment, named as it (two deployments of one model on the same
+        devices are refused): 1.0.0 and 1.1.0 (two MLPs), and 9.0.0 (unloadable: a canary to a
+        broken version) of those a rollout may break; pushed at the root (a regional hub relays
+        its root's TUF metadata: models reach it with the root's deployments)."""
+        assert self.root is not None
+        for model, versions in MODELS.items():
+            for version in versions:
+                path = self.directory / f"{model}-{version}.onnx"
+                if version == BROKEN:
+                    build_unloadable(path)
+                else:
+                    build_mlp(path, TINY_MLP, seed=1 + VERSIONS.index(version))
+                self.root.edgectl(
+                    "models", "push", str(path), "--name", model, "--version", version
+                )
+
+    def _start_sims(self) -> None:
+        from hub import pki
+        from hub.decide.devices import Device
+        from hub.state import storekeys as objects
+        from hub.state.store import Put, open_store
+
+        r0 = self.replicas[0]
+        ca = pki.load_certified_key(r0.data / "ca.crt", r0.data / "ca.key")
+        devices: list[tuple[str, bytes, bytes]] = []
+        records = []
+        for i in range(self.sim_devices):
+            name = f"sim-{i:04d}"
+            ck = pki.issue_client_certificate(ca, pki.Identity(pki.Role.DEVICE, name, "eu"))
+            devices.append((name, pki.private_key_pem(ck.key), pki.certificate_pem(ck.certificate)))
+            records.append(
+                Device(
+                    name,
+                    labels={"site": SIM_SITE},
+                    certificate_serial=format(ck.certificate.serial_number, "x"),
+                )
+            )
+
+        async def seed() -> None:
+            endpoints = ",".join(m.endpoint for m in self.etcd)
+            store = await open_store(f"etcd://{endpoints}{NAMESPACE}", data_dir=r0.data)
+            try:
+                await store.txn(
+                    (),
+                    [Put(objects.device_key(r.name), objects.dumps(r.to_json())) for r in records],
+                )
+            finally:
+                await store.close()
+
+        asyncio.run(seed())
+        from soaksims import run_sims
+
+        ctx = mp.get_context("spawn")
+        self.sim_process = ctx.Process(
+            target=run_sims,
+            args=(
+                [r.address for r in self.replicas],
+                (r0.data / "ca.crt").read_bytes(),
+                devices,
+                str(self.directory / "sims.json"),
+            ),
+            daemon=True,
+        )
+        self.sim_process.start()
+
+    def _targets(self) -> None:
+        assert self.root is not None
+        hubs = [("root", self.root), ("eu-r0", self.replicas[0]), ("eu-r1", self.replicas[1])]
+        for name, hub in hubs:
+            self.targets[name] = Target(name, "hub", _hub_pid(hub), _restart_hub(hub))
+        for i, m in enumerate(self.etcd):
+            self.targets[f"etcd-{i}"] = Target(f"etcd-{i}", "etcd", _etcd_pid(m), _restart_etcd(m))
+        for i, e in enumerate(self.edged):
+            self.targets[f"dev-{i}"] = Target(f"dev-{i}", "edged", _edged_pid(e), e.start)
+            self.targets[f"dev-{i}-worker"] = Target(f"dev-{i}-worker", "worker", _worker_pid(e))
+
+    # -- reading ----------------------------------------------------------------------------
+    def sims(self) -> dict[str, Any]:
+        try:
+            doc: dict[str, Any] = json.loads((self.directory / "sims.json").read_text())
+            return doc
+        except (OSError, ValueError):
+            return {}
+
+    def wait_connected(self, timeout: float = 120) -> None:
+        for e in self.edged:
+            wait_for(lambda e=e: _connected(e), timeout, f"{e.data.name} to connect")  # type: ignore[misc]
+
+    def processes(self) -> dict[str, int]:
+        """The live pid of each process sampled for growth (the workers' come and go)."""
+        out = {}
+        for t in self.targets.values():
+            if t.kind in ("hub", "edged", "etcd"):
+                pid = t.pid()
+                if pid is not None:
+                    out[t.name] = pid
+        return out
+
+    # -- stop -------------------------------------------------------------------------------
+    def stop(self) -> None:
+        for t in self.targets.values():  # nothing stays stopped: SIGTERM must reach it
+            pid = t.pid()
+            if pid is not None:
+                _signal(pid, signal.SIGCONT)
+        if self.sim_process is not None:
+            self.sim_process.terminate()
+            self.sim_process.join(10)
+        for e in self.edged:
+            if e.proc is not None and e.proc.poll() is None:
+                e.terminate()
+        for h in [*self.replicas, *([self.root] if self.root else [])]:
+            h.stop()
+        for m in self.etcd:
+            m.stop()
+
+
+def _connected(e: Edged) -> bool:
+    try:
+        return bool((e.status().get("hub") or {}).get("connected"))
+    except (OSError, KeyError, ValueError, TypeError):
+        return False
+
+
+def _signal(pid: int, sig: signal.Signals) -> None:
+    try:
+        os.kill(pid, sig)
+    except ProcessLookupError:
+        pass
+
+
+def _alive(proc: Any) -> int | None:
+    if proc is None or proc.poll() is not None:
+        return None
+    return int(proc.pid)
+
+
+def _hub_pid(hub: HubProcess) -> Callable[[], int | None]:
+    return lambda: _alive(hub.proc)
+
+
+def _restart_hub(hub: HubProcess) -> Callable[[], None]:
+    def restart() -> None:
+        if hub.proc is not None:
+            hub.proc.wait(10)  # reaped: the port is free
+        hub.start()
+
+    return restart
+
+
+def _etcd_pid(m: EtcdServer) -> Callable[[], int | None]:
+    return lambda: _alive(m.process)
+
+
+def _restart_etcd(m: EtcdServer) -> Callable[[], None]:
+    def restart() -> None:
+        if m.process is not None:
+            m.process.wait(10)
+        m.launch()  # same name, ports, data: it rejoins the cluster
+        m.wait_healthy(60)
+
+    return restart
+
+
+def _edged_pid(e: Edged) -> Callable[[], int | None]:
+    return lambda: _alive(e.proc)
+
+
+def _worker_pid(e: Edged) -> Callable[[], int | None]:
+    def pid() -> int | None:
+        edged = _alive(e.proc)
+        if edged is None:
+            return None
+        try:
+            children = psutil.Process(edged).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return None
+        workers = sorted(c.pid for c in children)
+        return workers[0] if workers else None
+
+    return pid

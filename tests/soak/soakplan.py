@@ -1,0 +1,120 @@
+"""What a soak run does and when, decided from its seed alone (pure: no clock, no I/O): the
+faults and the operator's actions. The same seed gives the same plan, so a failed run is run
+again with ``--seed N``.
+
+Faults (``Fault``): at ``at`` seconds into the run, ``action`` on ``target`` for ``duration``
+seconds: ``kill`` is kill -9 then a start again after ``duration`` (a worker is started again by
+its edged: no duration), ``stop`` is SIGSTOP then SIGCONT. At most one fault per target at a
+time, and at most one etcd member out at a time (quorum stays: a region without etcd quorum
+takes no writes, which a run may want too: ``etcd_quorum_faults``).
+
+Actions (``Action``): the operator's calls, at ``at`` seconds: ``apply`` of a deployment (a new
+version, a canary to the broken version 9.0.0, a scale change) or of a region's PriorityClass,
+``delete``, and ``read`` (a get, at the root or at either region replica).
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from dataclasses import dataclass, field
+
+KILL, STOP = "kill", "stop"
+
+DEPLOYMENTS = ("soak-a", "soak-b", "soak-sim")  # root-owned, applied at the root
+CLASSES = ("soak-p0", "soak-p1")  # the region's own PriorityClasses, applied at a replica
+VERSIONS = ("1.0.0", "1.1.0")
+BROKEN = "9.0.0"  # pushed unloadable: a canary to it fails on the device and rolls back
+
+
+@dataclass(frozen=True)
+class Fault:
+    at: float
+    target: str
+    kind: str  # hub, etcd, edged, worker
+    action: str  # kill, stop
+    duration: float
+
+
+@dataclass(frozen=True)
+class Action:
+    at: float
+    op: str  # apply, delete, read
+    key: str  # ModelDeployment/NAME at the root, PriorityClass/NAME at the region
+    at_hub: str  # root, eu-r0, eu-r1: where the call goes first
+    version: str = ""  # apply of a deployment: its model version
+    replicas: int = 1  # apply of a deployment: replicas per device
+    canary: bool = False
+
+
+@dataclass
+class Plan:
+    seed: int
+    duration: float
+    faults: list[Fault] = field(default_factory=list)
+    actions: list[Action] = field(default_factory=list)
+
+    @property
+    def chaos_ends(self) -> float:
+        """When the last fault is over (then the convergence clock starts)."""
+        return max([f.at + f.duration for f in self.faults], default=0.0)
+
+
+def make_plan(
+    seed: int,
+    duration: float,
+    targets: dict[str, str],
+    *,
+    warmup: float = 10.0,
+    fault_gap: float = 8.0,
+    action_gap: float = 2.0,
+    max_fault: float = 8.0,
+    etcd_quorum_faults: bool = False,
+) -> Plan:
+    """``targets``: name -> kind. Faults from ``warmup`` until ``duration``, each over by then;
+    actions all along (reads continue while the fleet converges, after the plan)."""
+    plan = Plan(seed, duration)
+    rng = random.Random(f"faults-{seed}")
+    busy: dict[str, float] = {}  # target -> when its fault ends
+    names = sorted(targets)
+    t = warmup
+    while True:
+        t += rng.expovariate(1.0 / fault_gap)
+        if t >= duration - 1:
+            break
+        target = rng.choice(names)
+        kind = targets[target]
+        action = KILL if kind == "worker" else rng.choice((KILL, STOP))
+        length = 0.0 if kind == "worker" else round(rng.uniform(1.0, max_fault), 2)
+        at = round(t, 2)
+        length = min(length, max(0.0, math.floor((duration - at) * 100) / 100))
+        if busy.get(target, -1.0) > t:
+            continue
+        etcd_out = any(targets[n] == "etcd" and end > t for n, end in busy.items())
+        if kind == "etcd" and etcd_out and not etcd_quorum_faults:
+            continue
+        busy[target] = t + length
+        plan.faults.append(Fault(at, target, kind, action, length))
+    rng = random.Random(f"actions-{seed}")
+    t = warmup / 2
+    while t < duration:
+        plan.actions.append(_action(rng, round(t, 2)))
+        t += rng.uniform(0.5 * action_gap, 1.5 * action_gap)
+    return plan
+
+
+def _action(rng: random.Random, t: float) -> Action:
+    roll = rng.random()
+    if roll < 0.25:  # the region's own objects, on the replicas (etcd)
+        key = f"PriorityClass/{rng.choice(CLASSES)}"
+        hub = rng.choice(("eu-r0", "eu-r1"))
+        op = rng.choices(("apply", "delete", "read"), (4, 1, 5))[0]
+        return Action(t, op, key, hub)
+    key = f"ModelDeployment/{rng.choice(DEPLOYMENTS)}"
+    op = rng.choices(("apply", "delete", "read"), (5, 1, 4))[0]
+    if op != "apply":
+        return Action(t, op, key, "root")
+    broken = key != "ModelDeployment/soak-sim" and rng.random() < 0.15
+    version = BROKEN if broken else rng.choice(VERSIONS)
+    replicas = rng.choice((1, 1, 1, 2)) if key == "ModelDeployment/soak-b" else 1
+    return Action(t, "apply", key, "root", version, replicas, canary=rng.random() < 0.3)

@@ -1,0 +1,351 @@
+"""The end of a soak run: the convergence wait, the final reads, each invariant judged with its
+figures, and the report (``report.json``, ``report.txt``, ``events.jsonl`` in the run's
+directory). A failed invariant names the seed and prints the events around it."""
+
+from __future__ import annotations
+
+import math
+import statistics
+import time
+from collections import Counter
+from typing import Any
+
+from soakhistory import check, describe
+from soakplan import BROKEN, CLASSES, DEPLOYMENTS, Action, Plan
+from soakrun import (
+    STEADY,
+    FaultRunner,
+    Operator,
+    Recorder,
+    Sampler,
+    Settings,
+    dump_json,
+    edged_status,
+)
+
+from edgectl.client import ClientError
+
+WINDOW = 15.0  # seconds of events shown either side of a failure
+
+
+# -- convergence ----------------------------------------------------------------------------
+def converge(fleet: Any, operator: Operator, rec: Recorder, within: float) -> dict[str, Any]:
+    """Wait until every device runs what the root says, ``within`` seconds at most."""
+    began = rec.now()
+    problems: list[str] = ["not checked yet"]
+    while rec.now() - began < within:
+        problems = _problems(fleet, operator)
+        if not problems:
+            seconds = rec.now() - began
+            rec.event("run", f"converged {seconds:.1f}s after the faults ended")
+            return {"converged": True, "seconds": round(seconds, 2), "bound_s": within}
+        time.sleep(2.0)
+    rec.event("violation", f"not converged within {within:g}s: {problems[:5]}")
+    return {
+        "converged": False,
+        "seconds": None,
+        "bound_s": within,
+        "problems": problems[:20],
+        "views": _views(fleet, operator),
+    }
+
+
+def _views(fleet: Any, operator: Operator) -> dict[str, Any]:
+    """What the root and the region say of each deployment, and what each device runs: the
+    evidence kept in report.json when the fleet did not converge."""
+    views: dict[str, Any] = {}
+    for hub in ("root", "eu-r0"):
+        for name in (STEADY, *DEPLOYMENTS):
+            try:
+                with operator.client(hub) as client:
+                    doc = client.get("ModelDeployment", name)
+                views[f"{hub}/{name}"] = {"spec": doc.get("spec"), "status": doc.get("status")}
+            except ClientError as exc:
+                views[f"{hub}/{name}"] = str(exc)
+    for i, e in enumerate(fleet.edged):
+        views[f"dev-{i}"] = (edged_status(e.data) or {}).get("workloads")
+    return views
+
+
+def _problems(fleet: Any, operator: Operator) -> list[str]:
+    problems: list[str] = []
+    try:
+        with operator.client("root") as client:
+            desired = {}
+            for name in (STEADY, *DEPLOYMENTS):
+                try:
+                    desired[name] = client.get("ModelDeployment", name)
+                except ClientError as exc:
+                    if exc.code != "NOT_FOUND":
+                        return [f"root: {exc}"]
+    except ClientError as exc:
+        return [f"root: {exc}"]
+    statuses = [edged_status(e.data) for e in fleet.edged]
+    sims = fleet.sims().get("devices", {})
+    for name in (STEADY, *DEPLOYMENTS):
+        doc = desired.get(name)
+        spec = (doc or {}).get("spec", {})
+        version = spec.get("model", {}).get("version")
+        status = (doc or {}).get("status", {})
+        # the region's own rollout: the root's status.rollout is of the root's own devices
+        # (none here) and says Complete for a revision its region rolled back (docs/soak.md)
+        phase = ((status.get("regions", {}).get("eu") or {}).get("rollout") or {}).get("phase", "")
+        if name == "soak-sim":
+            for sim, held in sims.items():
+                if held.get(name) != version:
+                    problems.append(f"{sim}: {name} {held.get(name)} (the root: {version})")
+            if doc is not None and len(sims) < fleet.sim_devices:
+                problems.append(f"{len(sims)} of {fleet.sim_devices} simulated devices heard from")
+            continue
+        per_device = spec.get("replicas", {}).get("perDevice", 1)
+        serving = set()
+        for i, status in enumerate(statuses):
+            if status is None:
+                problems.append(f"dev-{i}: no status")
+                continue
+            work = next((w for w in status.get("workloads", []) if w.get("name") == name), None)
+            if doc is None:
+                if work is not None:
+                    problems.append(f"dev-{i}: runs {name}, deleted at the root")
+                continue
+            if work is None:
+                problems.append(f"dev-{i}: does not run {name}")
+                continue
+            replicas = work.get("replicas", [])
+            versions = {str(r.get("version")) for r in replicas}
+            ready = [r for r in replicas if r.get("ready")]
+            if len(ready) != per_device or len(replicas) != per_device or len(versions) != 1:
+                problems.append(
+                    f"dev-{i}: {name} replicas {len(ready)}/{len(replicas)} ready "
+                    f"of {per_device}, versions {sorted(versions)}"
+                )
+                continue
+            serving |= versions
+        if doc is None or len(serving) != 1:
+            if len(serving) > 1:
+                problems.append(f"{name}: devices serve {sorted(serving)}")
+            continue
+        (served,) = serving
+        if served == BROKEN:
+            problems.append(f"{name}: devices serve the broken version")
+        elif served != version and phase != "RolledBack":
+            problems.append(f"{name}: devices serve {served}, the root wants {version} ({phase})")
+    return problems
+
+
+def final_reads(operator: Operator, rec: Recorder, plan: Plan) -> None:
+    """One read of every key at the end, at each hub that serves it: in the history, these
+    are what "no acknowledged write lost" is checked against."""
+    reads = [Action(0, "read", f"ModelDeployment/{n}", "root") for n in (STEADY, *DEPLOYMENTS)]
+    for hub in ("eu-r0", "eu-r1"):
+        reads += [Action(0, "read", f"PriorityClass/{n}", hub) for n in CLASSES]
+    for action in reads:
+        for _ in range(10):  # a read that fails is not in the history: try again
+            op = operator.perform(action, "final")
+            if op is not None and op.outcome == "ok":
+                break
+            time.sleep(1)
+
+
+# -- the invariants ---------------------------------------------------------------------------
+def judge(
+    settings: Settings,
+    plan: Plan,
+    rec: Recorder,
+    faults: FaultRunner,
+    sampler: Sampler,
+    convergence: dict[str, Any],
+    chaos_end: float,
+) -> dict[str, Any]:
+    failures: list[dict[str, Any]] = []
+    # 1. linearizability of the history (no acknowledged write lost, no stale read)
+    lin = check(rec.ops)
+    outcomes = Counter(f"{op.kind}:{op.outcome}" for op in rec.ops)
+    lin_figures = {
+        "operations": len(rec.ops),
+        "by_outcome": dict(sorted(outcomes.items())),
+        "keys": {k.key: {"ops": k.ops, "linearizable": k.ok} for k in lin.keys},
+    }
+    for k in lin.failures:
+        at = k.stuck_at.start if k.stuck_at is not None else chaos_end
+        failures.append({"invariant": "linearizable", "t": at, "text": describe(k)})
+    # 2. convergence after the faults
+    if not convergence["converged"]:
+        failures.append(
+            {
+                "invariant": "converged",
+                "t": chaos_end,
+                "text": f"not converged within {convergence['bound_s']}s: "
+                f"{convergence.get('problems', [])[:5]}",
+            }
+        )
+    # 3. the rollout budget, sampled on the devices
+    budget = {
+        "samples": sampler.budget_samples,
+        "max_switching": sampler.budget_max,
+        "budget": 1,
+        "violations": len(sampler.budget_violations),
+    }
+    for v in sampler.budget_violations[:3]:
+        failures.append({"invariant": "rollout budget", "t": v["t"], "text": str(v)})
+    # 4. inference outside the device's own faults
+    for device, figures in sampler.inference.items():
+        for e in figures["unexcused"][:3]:
+            failures.append(
+                {
+                    "invariant": "inference",
+                    "t": e["t"],
+                    "text": f"{device}: {STEADY} answered {e['status']} outside a "
+                    "fault of that device",
+                }
+            )
+    inference = {
+        d: {k: v for k, v in f.items() if k != "unexcused"} | {"unexcused": len(f["unexcused"])}
+        for d, f in sampler.inference.items()
+    }
+    # 5. growth of RSS and descriptors, per process life (a restarted process starts again)
+    growth = _growth(sampler.resources)
+    for name, g in growth.items():
+        if g["rss_growth_mib"] > settings.rss_growth_mib or g["fd_growth"] > settings.fd_growth:
+            failures.append(
+                {
+                    "invariant": "growth",
+                    "t": g["last_t"],
+                    "text": f"{name}: RSS +{g['rss_growth_mib']:.1f} MiB, "
+                    f"descriptors +{g['fd_growth']} over {g['seconds']:.0f}s",
+                }
+            )
+    harness_errors = [e for e in rec.events if e["kind"] in ("harness-error", "fault-error")]
+    by_kind = Counter(f"{w['kind']}:{w['action']}" for w in faults.windows)
+    for f in failures:
+        f["window"] = [e for e in rec.events if abs(e["t"] - f["t"]) <= WINDOW]
+    return {
+        "ok": not failures,
+        "seed": settings.seed,
+        "duration_s": settings.duration,
+        "devices": {"real": settings.real_devices, "simulated": settings.sim_devices},
+        "faults": {
+            "total": len(faults.windows),
+            "by_kind": dict(sorted(by_kind.items())),
+            "planned": len(plan.faults),
+        },
+        "actions": {"planned": len(plan.actions)},
+        "invariants": {
+            "linearizable": {"ok": lin.ok, **lin_figures},
+            "converged": {"ok": convergence["converged"], **convergence},
+            "rollout_budget": {"ok": not sampler.budget_violations, **budget},
+            "inference": {
+                "ok": not any(f["unexcused"] for f in sampler.inference.values()),
+                "grace_s": 30,
+                "devices": inference,
+            },
+            "growth": {
+                "ok": not any(f["invariant"] == "growth" for f in failures),
+                "bounds": {"rss_mib": settings.rss_growth_mib, "fds": settings.fd_growth},
+                "processes": growth,
+            },
+        },
+        "harness_errors": [e["text"] for e in harness_errors][:20],
+        "failures": failures,
+    }
+
+
+def _growth(resources: dict[str, list[tuple[float, int, int, int]]]) -> dict[str, dict[str, Any]]:
+    """Per process name: its longest life (one pid), from the median of its first samples
+    (after 5 s) to the median of its last ones."""
+    out: dict[str, dict[str, Any]] = {}
+    for name, samples in resources.items():
+        lives: dict[int, list[tuple[float, int, int, int]]] = {}
+        for s in samples:
+            lives.setdefault(s[1], []).append(s)
+        life = max(lives.values(), key=lambda v: v[-1][0] - v[0][0])
+        settled = [s for s in life if s[0] - life[0][0] >= 5.0] or life
+        head, tail = settled[:3], settled[-3:]
+        rss0 = statistics.median(s[2] for s in head)
+        rss1 = statistics.median(s[2] for s in tail)
+        fd0 = statistics.median(s[3] for s in head)
+        fd1 = statistics.median(s[3] for s in tail)
+        out[name] = {
+            "pid": life[0][1],
+            "lives": len(lives),
+            "seconds": round(tail[-1][0] - head[0][0], 1),
+            "rss_mib": [round(rss0 / 2**20, 1), round(rss1 / 2**20, 1)],
+            "rss_growth_mib": round((rss1 - rss0) / 2**20, 1),
+            "fds": [int(fd0), int(fd1)],
+            "fd_growth": int(fd1 - fd0),
+            "last_t": tail[-1][0],
+        }
+    return out
+
+
+# -- the report -----------------------------------------------------------------------------
+def write_report(
+    settings: Settings,
+    plan: Plan,
+    rec: Recorder,
+    faults: FaultRunner,
+    sampler: Sampler,
+    result: dict[str, Any],
+) -> None:
+    d = settings.directory
+    dump_json(
+        d / "report.json",
+        {**result, "fault_windows": faults.windows, "resources": sampler.resources},
+    )
+    with (d / "events.jsonl").open("w") as f:
+        import json
+
+        for e in rec.events:
+            f.write(json.dumps(e, default=str) + "\n")
+    text = render(result)
+    (d / "report.txt").write_text(text)
+    print(text, flush=True)
+
+
+def render(result: dict[str, Any]) -> str:
+    inv = result["invariants"]
+    lines = [
+        f"soak run: seed {result['seed']}, {result['duration_s']:g}s of faults and actions, "
+        f"{result['devices']['real']} real + {result['devices']['simulated']} simulated devices: "
+        + ("PASSED" if result["ok"] else "FAILED"),
+        f"faults injected: {result['faults']['total']} "
+        + ", ".join(f"{k} {v}" for k, v in result["faults"]["by_kind"].items()),
+        f"operations: {inv['linearizable']['operations']} "
+        + ", ".join(f"{k} {v}" for k, v in inv["linearizable"]["by_outcome"].items()),
+        f"[{'ok' if inv['linearizable']['ok'] else 'FAIL'}] linearizable: "
+        + ", ".join(f"{k} ({v['ops']} ops)" for k, v in inv["linearizable"]["keys"].items()),
+        f"[{'ok' if inv['converged']['ok'] else 'FAIL'}] converged: "
+        f"{inv['converged']['seconds']}s after the faults (bound {inv['converged']['bound_s']:g}s)",
+        f"[{'ok' if inv['rollout_budget']['ok'] else 'FAIL'}] rollout budget: at most "
+        f"{inv['rollout_budget']['max_switching']} devices switching at once (budget 1) over "
+        f"{inv['rollout_budget']['samples']} samples",
+        f"[{'ok' if inv['inference']['ok'] else 'FAIL'}] inference outside device faults: "
+        + ", ".join(
+            f"{d}: {f['requests']} requests, {f['errors']} errors "
+            f"({f['errors_excused']} in the device's fault windows)"
+            for d, f in inv["inference"]["devices"].items()
+        ),
+        f"[{'ok' if inv['growth']['ok'] else 'FAIL'}] growth (bound RSS "
+        f"+{inv['growth']['bounds']['rss_mib']:g} MiB, +{inv['growth']['bounds']['fds']} fds):",
+    ]
+    for name, g in inv["growth"]["processes"].items():
+        lines.append(
+            f"    {name}: RSS {g['rss_mib'][0]} -> {g['rss_mib'][1]} MiB, fds "
+            f"{g['fds'][0]} -> {g['fds'][1]} over {g['seconds']:g}s ({g['lives']} lives)"
+        )
+    if result["harness_errors"]:
+        lines.append(f"harness errors: {result['harness_errors'][:5]}")
+    for f in result["failures"]:
+        lines.append(f"FAILED {f['invariant']} at t={f['t']:.1f}s (seed {result['seed']}):")
+        lines += [f"  {line}" for line in f["text"].splitlines()]
+        lines.append(f"  events within {WINDOW:g}s:")
+        lines += [f"    {e['t']:8.2f} {e['kind']}: {e['text']}" for e in f["window"][:40]]
+    if not result["ok"]:
+        lines.append(
+            f"reproduce: python -m tests.soak.run --seed {result['seed']} "
+            f"--duration {result['duration_s']:g}"
+        )
+    return "\n".join(lines) + "\n"
+
+
+__all__ = ["converge", "final_reads", "judge", "math", "write_report"]

@@ -1,0 +1,522 @@
+"""One soak run: the fleet (soakfleet), the plan from the seed (soakplan), four threads while it
+runs — the operator's calls (two clients at once, every call recorded in the history), the
+faults, steady inference traffic on every real device, a sampler (each device's replicas of
+``soak-a`` for the rollout budget; RSS and descriptors of every hub, etcd and edged) — then the
+convergence wait, the final reads, the invariants and the report (soakreport)."""
+
+from __future__ import annotations
+
+import dataclasses
+import heapq
+import itertools
+import json
+import math
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+import psutil
+from soakfleet import SIM_SITE, SITE, STEADY, Fleet, Target
+from soakhistory import Op
+from soakplan import BROKEN, KILL, Action, Fault, Plan, make_plan
+
+from edgectl.client import AdminClient, ClientError, load_admin_config
+from edgectl.errors import EXIT_UNREACHABLE
+from edgefleet.devicestatus import send_request
+from edgefleet.inference import infer_path, infer_request_body
+
+ANNOTATION = "soak.edgefleet.io/write"
+BUDGET_DEPLOYMENT = "soak-a"  # maxSurge 0, maxUnavailable 1: one device switched at a time
+BUDGET = 1
+CALL_TIMEOUT = 10.0
+# after a fault on a device ends, how long its own errors and unavailability are excused
+# (edged starts again, adopts or restarts its workers, loads a model)
+DEVICE_GRACE = 30.0
+
+
+@dataclass
+class Settings:
+    seed: int
+    duration: float  # seconds of faults and operator actions
+    directory: Path
+    real_devices: int = 2
+    sim_devices: int = 50
+    converge_within: float = 180.0  # the stated bound: the fleet converges this soon after
+    rss_growth_mib: float = 150.0  # the stated bounds on a process's growth over its life
+    fd_growth: int = 64
+    fault_gap: float = 8.0
+    action_gap: float = 2.0
+
+
+@dataclass
+class Recorder:
+    t0: float = field(default_factory=time.monotonic)
+    events: list[dict[str, Any]] = field(default_factory=list)
+    ops: list[Op] = field(default_factory=list)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+
+    def now(self) -> float:
+        return time.monotonic() - self.t0
+
+    def event(self, kind: str, text: str, **data: Any) -> None:
+        with self.lock:
+            self.events.append({"t": round(self.now(), 3), "kind": kind, "text": text, **data})
+
+
+# -- documents ------------------------------------------------------------------------------
+def deployment(
+    name: str, version: str, value: str, *, replicas: int = 1, canary: bool = False
+) -> bytes:
+    site = SIM_SITE if name == "soak-sim" else SITE
+    rollout: dict[str, Any] = (
+        {"maxSurge": "100%", "maxUnavailable": "100%"}  # simulated devices report no status
+        if site == SIM_SITE
+        else {"maxSurge": 0, "maxUnavailable": BUDGET, "progressDeadlineSeconds": 60}
+    )
+    if canary and site == SITE:
+        rollout["canary"] = {"steps": ["50%", {"pause": {"duration": "3s"}}]}
+    doc = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": name, "annotations": {ANNOTATION: value}},
+        "spec": {
+            "model": {"name": name, "version": version},
+            "runtime": {"executionProviders": ["CPUExecutionProvider"]},
+            "replicas": {"perDevice": replicas},
+            "placement": {"regions": ["eu"], "nodeSelector": {"site": site}},
+            "probes": {"readiness": {"periodSeconds": 1, "timeoutSeconds": 1}},
+            "rollout": rollout,
+        },
+    }
+    return orjson.dumps(doc)
+
+
+def priority_class(name: str, value: str) -> bytes:
+    doc = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "PriorityClass",
+        "metadata": {"name": name, "annotations": {ANNOTATION: value}},
+        "spec": {"value": 7},
+    }
+    return orjson.dumps(doc)
+
+
+# -- the operator -----------------------------------------------------------------------------
+class Operator:
+    """Makes each planned call and records it as an operation of the history: the outcome is
+    ``ok``, ``fail`` (certainly no effect: refused, or never reached a hub) or ``unknown``."""
+
+    def __init__(self, fleet: Fleet, rec: Recorder) -> None:
+        assert fleet.root is not None
+        self.rec = rec
+        root = load_admin_config(fleet.root.admin_config)
+        region = load_admin_config(fleet.replicas[0].admin_config)
+        flipped = dataclasses.replace(region, hub=region.hubs[1], hubs=tuple(reversed(region.hubs)))
+        self.configs = {"root": root, "eu-r0": region, "eu-r1": flipped}
+
+    def client(self, hub: str) -> AdminClient:
+        return AdminClient(self.configs[hub], timeout=CALL_TIMEOUT)
+
+    def perform(self, action: Action, client_name: str) -> Op | None:
+        kind, name = action.key.split("/")
+        op_id = next(self.rec.ids)
+        value = f"w{op_id}"
+        start = self.rec.now()
+        outcome = "ok"
+        seen: str | None = None
+        op_kind = "read" if action.op == "read" else "write"
+        detail = ""
+        try:
+            with self.client(action.at_hub) as client:
+                if action.op == "apply":
+                    doc = (
+                        deployment(
+                            name,
+                            action.version,
+                            value,
+                            replicas=action.replicas,
+                            canary=action.canary,
+                        )
+                        if kind == "ModelDeployment"
+                        else priority_class(name, value)
+                    )
+                    client.apply([doc])
+                    seen = value
+                elif action.op == "delete":
+                    if client.delete(kind, name):
+                        seen = None
+                    else:  # it was not there: what the call saw, a read of "absent"
+                        op_kind, seen = "read", None
+                else:
+                    obj = client.get(kind, name)
+                    seen = obj.get("metadata", {}).get("annotations", {}).get(ANNOTATION)
+        except ClientError as exc:
+            detail = str(exc)[:300]
+            if exc.code == "NOT_FOUND" and action.op in ("read", "delete"):
+                op_kind, seen = "read", None
+            elif action.op == "read" or not _maybe_done(exc):
+                outcome = "fail"
+            else:
+                outcome = "unknown"
+        end = self.rec.now()
+        op = Op(
+            op_id,
+            action.key,
+            op_kind,
+            seen if op_kind == "read" or action.op != "apply" else value,  # type: ignore[arg-type]
+            start,
+            end if outcome != "unknown" else math.inf,
+            outcome,
+            client_name,
+        )  # type: ignore[arg-type]
+        self.rec.event(
+            "op",
+            f"{action.op} {action.key} at {action.at_hub}: {outcome}",
+            id=op_id,
+            value=op.value,
+            version=action.version,
+            detail=detail,
+            start=round(start, 3),
+            end=round(end, 3),
+        )
+        with self.rec.lock:
+            self.rec.ops.append(op)
+        return op
+
+
+def _maybe_done(exc: ClientError) -> bool:
+    """Whether a failed change may still have been made (edgectl's own judgement: outcome
+    unknown; and any answer that is not a refusal the hub decided)."""
+    if exc.exit_code == EXIT_UNREACHABLE:
+        return "outcome is unknown" in exc.message
+    return exc.code not in (
+        "INVALID_ARGUMENT",
+        "FAILED_PRECONDITION",
+        "NOT_FOUND",
+        "ALREADY_EXISTS",
+        "PERMISSION_DENIED",
+        "UNAUTHENTICATED",
+        "RESOURCE_EXHAUSTED",
+        "ABORTED",
+        "UNAVAILABLE",
+    )
+
+
+# -- faults ---------------------------------------------------------------------------------
+class FaultRunner:
+    """Runs the plan's faults in time order; ``restore`` ends every fault still on."""
+
+    def __init__(self, fleet: Fleet, rec: Recorder, faults: list[Fault]) -> None:
+        self.fleet = fleet
+        self.rec = rec
+        self.queue: list[tuple[float, int, str, Fault]] = []
+        for i, f in enumerate(faults):
+            heapq.heappush(self.queue, (f.at, i, "begin", f))
+        self.windows: list[dict[str, Any]] = []  # what happened: target, action, begin, end
+        self._open: dict[str, dict[str, Any]] = {}
+        self.seq = len(faults)
+
+    def run(self, stop: threading.Event) -> None:
+        while self.queue and not stop.is_set():
+            at, _, phase, fault = self.queue[0]
+            delay = at - self.rec.now()
+            if delay > 0:
+                stop.wait(min(delay, 0.5))
+                continue
+            heapq.heappop(self.queue)
+            try:
+                (self._begin if phase == "begin" else self._end)(fault)
+            except Exception as exc:
+                self.rec.event("fault-error", f"{phase} {fault.action} {fault.target}: {exc!r}")
+
+    def _begin(self, f: Fault) -> None:
+        target = self.fleet.targets[f.target]
+        pid = target.pid()
+        if pid is None:
+            self.rec.event("fault", f"skipped {f.action} {f.target}: not running", target=f.target)
+            return
+        os.kill(pid, signal.SIGKILL if f.action == KILL else signal.SIGSTOP)
+        window = {
+            "target": f.target,
+            "kind": f.kind,
+            "action": f.action,
+            "pid": pid,
+            "planned_at": f.at,
+            "begin": round(self.rec.now(), 3),
+            "end": None,
+        }
+        self.windows.append(window)
+        self._open[f.target] = window
+        self.rec.event(
+            "fault", f"{f.action} {f.target} (pid {pid}) for {f.duration:g}s", target=f.target
+        )
+        if f.kind == "worker":  # its edged starts it again
+            window["end"] = window["begin"]
+            del self._open[f.target]
+            return
+        self.seq += 1
+        heapq.heappush(self.queue, (self.rec.now() + f.duration, self.seq, "end", f))
+
+    def _end(self, f: Fault) -> None:
+        window = self._open.pop(f.target, None)
+        if window is None:
+            return
+        target = self.fleet.targets[f.target]
+        if f.action == KILL:
+            _restart(target)
+        else:
+            os.kill(window["pid"], signal.SIGCONT)
+        window["end"] = round(self.rec.now(), 3)
+        self.rec.event("fault", f"ended {f.action} {f.target}", target=f.target)
+
+    def restore(self) -> None:
+        self.queue.clear()
+        for name in list(self._open):
+            window = self._open[name]
+            self._end(Fault(0, name, window["kind"], window["action"], 0))
+
+
+def _restart(target: Target) -> None:
+    assert target.restart is not None
+    target.restart()
+
+
+# -- traffic and sampling ---------------------------------------------------------------------
+def infer_once(data: Path, name: str) -> int:
+    body = infer_request_body({"input": [[0.5] * 64]})
+    try:
+        status, _, _ = send_request(
+            str(data / "infer.sock"), "POST", infer_path(name), body, timeout=5.0
+        )
+        return status
+    except (OSError, ValueError):
+        return -1
+
+
+def edged_status(data: Path) -> dict[str, Any] | None:
+    try:
+        status, body, _ = send_request(str(data / "edged.sock"), "GET", "/v1/status", timeout=2.0)
+        if status != 200:
+            return None
+        doc: dict[str, Any] = orjson.loads(body)
+        return doc
+    except (OSError, ValueError):
+        return None
+
+
+def replicas_of(doc: dict[str, Any] | None, workload: str) -> tuple[set[str], set[str]] | None:
+    """(versions with a ready replica, versions with a replica not ready); None: no workload."""
+    for w in (doc or {}).get("workloads", []):
+        if w.get("name") == workload:
+            ready, not_ready = set(), set()
+            for r in w.get("replicas", []):
+                (ready if r.get("ready") else not_ready).add(str(r.get("version", "?")))
+            return ready, not_ready
+    return None
+
+
+class Sampler:
+    def __init__(self, fleet: Fleet, rec: Recorder, faults: FaultRunner) -> None:
+        self.fleet = fleet
+        self.rec = rec
+        self.faults = faults
+        self.resources: dict[
+            str, list[tuple[float, int, int, int]]
+        ] = {}  # name -> t, pid, rss, fds
+        self.budget_samples = 0
+        self.budget_max = 0
+        self.budget_violations: list[dict[str, Any]] = []
+        self.inference: dict[str, dict[str, Any]] = {}
+        self._served: dict[str, bool] = {}  # device -> soak-a was ready on it since it appeared
+
+    def excused(self, device: str, t: float) -> bool:
+        """A fault on the device (its edged, or a worker of it) ended less than the grace ago."""
+        for w in self.faults.windows:
+            if w["target"] in (device, f"{device}-worker"):
+                end = w["end"] if w["end"] is not None else math.inf
+                if w["begin"] - 1.0 <= t <= end + DEVICE_GRACE:
+                    return True
+        return False
+
+    def sample(self) -> None:
+        t = self.rec.now()
+        for name, pid in self.fleet.processes().items():
+            try:
+                p = psutil.Process(pid)
+                rss, fds = p.memory_info().rss, p.num_fds()
+            except psutil.Error:
+                continue
+            self.resources.setdefault(name, []).append((round(t, 2), pid, rss, fds))
+        switching = []
+        for i, e in enumerate(self.fleet.edged):
+            device = f"dev-{i}"
+            view = replicas_of(edged_status(e.data), BUDGET_DEPLOYMENT)
+            if view is None:
+                self._served[device] = False
+                continue
+            ready, not_ready = view
+            if ready and not not_ready:
+                self._served[device] = True
+            if (
+                (not_ready or not ready)
+                and self._served.get(device)
+                and not self.excused(device, t)
+            ):
+                switching.append(
+                    {"device": device, "ready": sorted(ready), "not_ready": sorted(not_ready)}
+                )
+        self.budget_samples += 1
+        self.budget_max = max(self.budget_max, len(switching))
+        if len(switching) > BUDGET:
+            violation = {"t": round(t, 3), "switching": switching}
+            self.budget_violations.append(violation)
+            self.rec.event(
+                "violation", f"rollout budget: {len(switching)} devices switching", **violation
+            )
+
+    def traffic(self) -> None:
+        t = self.rec.now()
+        for i, e in enumerate(self.fleet.edged):
+            device = f"dev-{i}"
+            status = infer_once(e.data, STEADY)
+            figures = self.inference.setdefault(
+                device, {"requests": 0, "errors": 0, "errors_excused": 0, "unexcused": []}
+            )
+            figures["requests"] += 1
+            if status == 200:
+                continue
+            figures["errors"] += 1
+            if self.excused(device, t):
+                figures["errors_excused"] += 1
+            else:
+                figures["unexcused"].append({"t": round(t, 3), "status": status})
+                if len(figures["unexcused"]) <= 5:
+                    self.rec.event(
+                        "violation",
+                        f"inference on {device} failed ({status}) outside a fault of that device",
+                        device=device,
+                    )
+
+
+def every(period: float, stop: threading.Event, fn: Callable[[], None], rec: Recorder) -> None:
+    while not stop.is_set():
+        began = time.monotonic()
+        try:
+            fn()
+        except Exception as exc:
+            rec.event("harness-error", f"{getattr(fn, '__name__', fn)}: {exc!r}")
+        stop.wait(max(0.0, period - (time.monotonic() - began)))
+
+
+# -- the run ----------------------------------------------------------------------------------
+def run(settings: Settings) -> dict[str, Any]:
+    from soakreport import converge, final_reads, judge, write_report
+
+    fleet = Fleet(
+        settings.directory, real_devices=settings.real_devices, sim_devices=settings.sim_devices
+    )
+    rec = Recorder()
+    threads: list[threading.Thread] = []
+    stop = threading.Event()
+    actions_stop = threading.Event()
+    try:
+        fleet.start()
+        fleet.wait_connected()
+        rec.t0 = time.monotonic()
+        rec.event("run", f"fleet up in {rec.t0 - fleet.started_at:.1f}s; seed {settings.seed}")
+        targets = {name: t.kind for name, t in fleet.targets.items()}
+        plan = make_plan(
+            settings.seed,
+            settings.duration,
+            targets,
+            fault_gap=settings.fault_gap,
+            action_gap=settings.action_gap,
+        )
+        operator = Operator(fleet, rec)
+        _apply_steady(operator, rec)
+        deadline = time.monotonic() + 120
+        while not all(infer_once(e.data, STEADY) == 200 for e in fleet.edged):
+            assert time.monotonic() < deadline, "the steady deployment is not served"
+            time.sleep(0.5)
+        rec.t0 = time.monotonic()
+        rec.event("run", f"{STEADY} served on every device: the run starts")
+        faults = FaultRunner(fleet, rec, plan.faults)
+        sampler = Sampler(fleet, rec, faults)
+        for i in range(2):  # two operators at once: their calls overlap in the history
+            mine = plan.actions[i::2]
+            threads.append(
+                threading.Thread(
+                    target=_operate, args=(operator, mine, f"op{i}", actions_stop, rec), daemon=True
+                )
+            )
+        threads.append(threading.Thread(target=faults.run, args=(stop,), daemon=True))
+        threads.append(
+            threading.Thread(target=every, args=(1.0, stop, sampler.sample, rec), daemon=True)
+        )
+        threads.append(
+            threading.Thread(target=every, args=(0.5, stop, sampler.traffic, rec), daemon=True)
+        )
+        for th in threads:
+            th.start()
+        while rec.now() < settings.duration:
+            time.sleep(0.5)
+        actions_stop.set()
+        faults.restore()
+        rec.event("run", "faults and actions over: convergence clock starts")
+        for th in threads[:3]:
+            th.join(CALL_TIMEOUT * 3)
+        chaos_end = rec.now()
+        convergence = converge(fleet, operator, rec, settings.converge_within)
+        final_reads(operator, rec, plan)
+        stop.set()
+        for th in threads:
+            th.join(15)
+        result = judge(settings, plan, rec, faults, sampler, convergence, chaos_end)
+        write_report(settings, plan, rec, faults, sampler, result)
+        return result
+    finally:
+        stop.set()
+        actions_stop.set()
+        fleet.stop()
+
+
+def _apply_steady(operator: Operator, rec: Recorder) -> None:
+    action = Action(0.0, "apply", f"ModelDeployment/{STEADY}", "root", "1.0.0")
+    deadline = time.monotonic() + 60
+    while True:
+        op = operator.perform(action, "setup")
+        if op is not None and op.outcome == "ok":
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"the steady deployment was not applied: {rec.events[-1]}")
+        time.sleep(1)
+
+
+def _operate(
+    operator: Operator, actions: list[Action], name: str, stop: threading.Event, rec: Recorder
+) -> None:
+    for action in actions:
+        while not stop.is_set() and rec.now() < action.at:
+            stop.wait(min(0.5, action.at - rec.now()))
+        if stop.is_set():
+            return
+        try:
+            operator.perform(action, name)
+        except Exception as exc:
+            rec.event("harness-error", f"{name} {action}: {exc!r}")
+
+
+def dump_json(path: Path, doc: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(doc, indent=1, default=str))
+    tmp.replace(path)
+
+
+__all__ = ["BROKEN", "Plan", "Settings", "run"]

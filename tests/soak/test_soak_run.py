@@ -1,0 +1,37 @@
+"""The soak harness in CI (docs/soak.md): a short run of the whole fleet — a root hub, a
+regional hub of two replicas on a 3-member etcd, two real edged and 50 simulated devices — under
+the faults and operator actions of a fixed seed, every invariant judged. The long run is the
+same with ``python -m tests.soak.run --duration 3600``."""
+
+from __future__ import annotations
+
+from soakplan import make_plan
+
+CI_SEED = 35
+CI_DURATION = 75.0
+
+
+def test_the_plan_is_the_seeds() -> None:
+    targets = {
+        "root": "hub",
+        "eu-r0": "hub",
+        "eu-r1": "hub",
+        "etcd-0": "etcd",
+        "etcd-1": "etcd",
+        "etcd-2": "etcd",
+        "dev-0": "edged",
+        "dev-0-worker": "worker",
+    }
+    a = make_plan(CI_SEED, 600, targets)
+    assert a == make_plan(CI_SEED, 600, targets)
+    assert a != make_plan(CI_SEED + 1, 600, targets)
+    assert {f.kind for f in a.faults} == {"hub", "etcd", "edged", "worker"}
+    assert {f.action for f in a.faults} == {"kill", "stop"}
+    for f in a.faults:  # every fault over by the end; one per target at a time
+        assert f.at + f.duration <= 600
+        same = [g for g in a.faults if g.target == f.target and g is not f]
+        assert all(g.at >= f.at + f.duration or g.at + g.duration <= f.at for g in same)
+    etcd = [f for f in a.faults if f.kind == "etcd"]  # never two etcd members out at once
+    for f in etcd:
+        assert all(g is f or g.at >= f.at + f.duration or g.at + g.duration <= f.at for g in etcd)
+    assert {a.op for a in a.actions} == {"apply", "delete", "read"}
