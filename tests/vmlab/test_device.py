@@ -56,6 +56,29 @@ def expected(model: Path) -> np.ndarray:
     return out
 
 
+def idle_memory(vm: Vm) -> str:
+    """The memory of the enrolled, idle edged in the guest (issue 34's figure), from /proc:
+    the launcher (the unit's main process) and the control process it runs, each as RSS and
+    its private part (smaps_rollup's Private_Clean + Private_Dirty), in MiB."""
+
+    def of(pid: int, what: str) -> str:
+        status = dict(line.split(":", 1) for line in vm.run(f"cat /proc/{pid}/status").splitlines())
+        rollup = vm.run(f"cat /proc/{pid}/smaps_rollup").splitlines()
+        private = sum(
+            int(line.split()[1])
+            for line in rollup
+            if line.startswith(("Private_Clean", "Private_Dirty"))
+        )
+        rss = int(status["VmRSS"].split()[0])
+        return f"{what} RSS {rss / 1024:.1f} MiB (private {private / 1024:.1f})"
+
+    launcher = main_pid(vm)
+    children = [int(p) for p in vm.run(f"cat /proc/{launcher}/task/*/children").split()]
+    shown = [of(launcher, "launcher")]
+    shown += [of(pid, f"child {pid}" if len(children) > 1 else "edged") for pid in children]
+    return "; ".join(shown)
+
+
 def test_first_boot_enrolls_from_the_seed_and_keeps_the_token_out_of_logs(
     seeded: tuple[Vm, str], hub: LabHub
 ) -> None:
@@ -72,6 +95,8 @@ def test_first_boot_enrolls_from_the_seed_and_keeps_the_token_out_of_logs(
         "the spent token removed",
     )
     wait_active(vm, "edged", BOOT_TIMEOUT)
+    time.sleep(20)  # enrolled and connected: what an idle edged settles at
+    print(f"enrolled, idle edged in the VM: {idle_memory(vm)}")
     # the token reached neither the journal nor the console
     journal = vm.run("journalctl -b --no-pager -o verbose", timeout=120)
     assert "edgefleet-seed: provisioned" in journal
