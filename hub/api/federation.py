@@ -122,6 +122,13 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
             for name, revisions in cache.revisions.items()
         }
         waves = self.waves  # a deployment in waves: the stable revision until released
+        configs = {}  # ... and its ModelConfig (hub.decide.regionslice.configs_for)
+        if waves is not None:
+            for (kind, name), o in cache.stored.items():
+                if kind == "ModelDeployment":
+                    text = waves.config_for(region, o.manifest)
+                    if text is not None:
+                        configs[name] = text
         return regionslice.plan_slice(
             region,
             [
@@ -131,6 +138,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
             cache.models,
             revision_models,
             cache.trust_roots,
+            configs,
         )
 
     async def Federate(

@@ -40,6 +40,7 @@ from edgefleet.supervising import wait_for_stop
 from hub.controllers.agentwaves import AgentWaveController
 from hub.decide import regionslice
 from hub.decide.analysis import Analysis, History, Sample
+from hub.decide.revisions import config_of
 from hub.decide.rollout import Revision, RolloutState, template_hash
 from hub.decide.wave import (
     RegionSide,
@@ -193,6 +194,20 @@ class WaveController:
         if state is not None:
             manifest = self._decided(name, manifest, state, region)
         return region_manifest(manifest, state, region)
+
+    def config_for(self, region: str, manifest: Mapping[str, Any]) -> str | None:
+        """The ModelConfig (canonical JSON; "": none) of the revision ``region`` is sent of
+        the ModelDeployment ``manifest`` in waves: the stable revision's until the region's
+        wave, then the rolled-out revision's (each revision carries its config:
+        hub.decide.revisions.MODEL_CONFIG); None: the current ModelConfig (no waves state)."""
+        name = str(manifest.get("metadata", {}).get("name", ""))
+        state = self.states.get(name)
+        if state is None or not manifest.get("spec", {}).get("rollout", {}).get("waves"):
+            return None
+        if not state.sends_new(region) and state.stable_manifest:
+            return config_of(state.stable_manifest)
+        current = self._cache.revisions.get(name, {}).get(state.revision)
+        return config_of(current.manifest) if current is not None else None
 
     def _decided(
         self, name: str, manifest: Mapping[str, Any], state: WaveState, region: str

@@ -22,6 +22,7 @@ from hub.decide.devices import Device
 
 __all__ = [
     "DELIVERY_WARNING",
+    "IN_WAVES",
     "KIND",
     "config_status",
     "config_text",
@@ -41,26 +42,45 @@ DELIVERY_WARNING = (
 """Said by every apply that changes a ModelConfig: what the change does."""
 
 
+IN_WAVES = "rolled out in waves (spec.rollout.waves)"
+"""What a deployment says to :func:`wave_conflicts` when it is rolled out in waves."""
+
+
 def wave_conflicts(
     configs: Iterable[tuple[str, str]], deployments: Iterable[tuple[str, str, str]]
 ) -> list[str]:
-    """Pure: a ModelConfig (where, model) for a model a deployment (where, model, why it
-    cannot carry one to its regions: rolled out in ``rollout.waves``, or giving a region a
-    model variant; "" when it can) takes to other hubs: not supported yet, each named. A
-    deployment that goes to regional hubs otherwise carries its model's config in the
-    region's slice (hub.decide.regionslice.configs_for)."""
+    """Pure: a ModelConfig (where, model) for a model whose deployment (where, model, why:
+    :data:`IN_WAVES`, or why it cannot carry a config to its regions, e.g. a model variant;
+    "" when it can) takes to other hubs in a way not supported yet, each named: a model
+    variant for a region (it runs another model), or waves beside another deployment of the
+    model (each region would need one config for both, at two wave positions). A deployment
+    in waves alone carries, to each region, the config of the revision it is sent
+    (hub.decide.regionslice.configs_for)."""
+    deployments = list(deployments)
     models = {model: where for where, model in configs}
-    return [
-        f"{where}: a ModelDeployment {why} with a ModelConfig for its model "
-        f"({models[model]}): not supported yet (a config change would reach every region at "
-        "once, or configure a model the region does not run); apply the ModelConfig at each "
-        "regional hub, or keep the deployment to one rollout without waves or variants"
-        for where, model, why in deployments
-        if why
-        and model in models
+    per_model: dict[str, list[str]] = {}
+    for where, model, _ in deployments:
+        per_model.setdefault(model, []).append(where)
+    found = []
+    for where, model, why in deployments:
+        if not why or model not in models:
+            continue
         # only what this apply brings (stored pairs were refused or predate a region)
-        and (where.startswith("documents[") or models[model].startswith("documents["))
-    ]
+        others = [w for w in per_model[model] if w != where]
+        brought = [where, models[model], *others] if why == IN_WAVES else [where, models[model]]
+        if not any(w.startswith("documents[") for w in brought):
+            continue
+        what = why
+        if why == IN_WAVES:
+            if not others:
+                continue
+            what = f"{IN_WAVES} beside another deployment of its model ({', '.join(others)})"
+        found.append(
+            f"{where}: a ModelDeployment {what} with a ModelConfig for its model "
+            f"({models[model]}): not supported yet; apply the ModelConfig at each regional "
+            "hub, or give the model one deployment rolled out in waves"
+        )
+    return found
 
 
 def config_text(manifests: Iterable[Mapping[str, Any]], model: str) -> str:

@@ -283,9 +283,13 @@ def plan_slice(
     models: Mapping[tuple[str, str], ModelRecord],
     revision_models: Mapping[str, Iterable[tuple[str, str]]],
     trust_roots: Sequence[bytes],
+    configs: Mapping[str, str] | None = None,
 ) -> Slice:
     """``region``'s slice of the root's ``objects`` (canonical manifests); a model not pushed
-    at the root is left out (the region's deployment then says ModelNotPushed, as the root's)."""
+    at the root is left out (the region's deployment then says ModelNotPushed, as the root's).
+    ``configs``: by deployment, the ModelConfig (canonical JSON; "": none) of the revision the
+    region is sent, where it is not the current one (a rollout in waves: the stable revision's
+    until the region's wave, :meth:`hub.controllers.wave.WaveController.config_for`)."""
     objects = tuple(objects)
     placed = sorted(
         (o for o in objects if goes_to(o, region)),
@@ -298,10 +302,10 @@ def plan_slice(
             name = str(o["metadata"]["name"])
             kept = variant_models(as_applied, region, revision_models.get(name, ()))
             wanted |= models_of(o, kept)
-    configs = configs_for(chosen, objects)
-    if configs:  # (a slice without any has the digest it had before they travelled)
+    sent_configs = configs_for(chosen, objects, configs or {})
+    if sent_configs:  # (a slice without any has the digest it had before they travelled)
         chosen = sorted(
-            [*chosen, *configs], key=lambda o: (str(o["kind"]), str(o["metadata"]["name"]))
+            [*chosen, *sent_configs], key=lambda o: (str(o["kind"]), str(o["metadata"]["name"]))
         )
     records = tuple(models[m] for m in sorted(wanted) if m in models)
     h = hashlib.sha256()
@@ -318,21 +322,35 @@ def plan_slice(
 
 
 def configs_for(
-    chosen: Iterable[Mapping[str, Any]], objects: Iterable[Mapping[str, Any]]
+    chosen: Iterable[Mapping[str, Any]],
+    objects: Iterable[Mapping[str, Any]],
+    configs: Mapping[str, str] | None = None,
 ) -> list[Mapping[str, Any]]:
-    """The ModelConfigs among ``objects`` that a region's deployments (``chosen``, as the
-    region gets them: a model variant is another model) need: each configures every
-    deployment of its model (docs/model-config.md, "Federation")."""
-    models = {
-        str(o.get("spec", {}).get("model", {}).get("name"))
-        for o in chosen
-        if o.get("kind") == "ModelDeployment"
+    """The ModelConfigs a region's deployments (``chosen``, as the region gets them: a model
+    variant is another model) need, one per model (docs/model-config.md, "Federation"): the
+    current one among ``objects``, or, for a deployment in ``configs``, the one of the
+    revision the region is sent (canonical JSON; "": none). Two deployments of one model
+    wanting different configs cannot be (refused at apply); the first by name wins."""
+    current = {
+        str(o.get("spec", {}).get("model")): o for o in objects if o.get("kind") == MODEL_CONFIG
     }
-    return [
-        o
-        for o in objects
-        if o.get("kind") == MODEL_CONFIG and str(o.get("spec", {}).get("model")) in models
-    ]
+    configs = configs or {}
+    out: dict[str, Mapping[str, Any] | None] = {}
+    deployments = sorted(
+        (o for o in chosen if o.get("kind") == "ModelDeployment"),
+        key=lambda o: str(o["metadata"]["name"]),
+    )
+    for o in deployments:
+        model = str(o.get("spec", {}).get("model", {}).get("name"))
+        if model in out:
+            continue
+        name = str(o["metadata"]["name"])
+        if name in configs:
+            text = configs[name]
+            out[model] = loads(text.encode()) if text else None
+        else:
+            out[model] = current.get(model)
+    return [c for _, c in sorted(out.items()) if c is not None]
 
 
 def same_model_configs(

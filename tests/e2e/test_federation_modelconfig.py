@@ -10,7 +10,8 @@ region, real ONNX Runtime workers.
   same worker process;
 * the region refuses to change what the root owns, and its own ModelConfig for the same
   model is refused (one config per model);
-* a deployment rolled out in waves with a ModelConfig is still refused at the root, naming it.
+* a deployment giving the region a model variant with a ModelConfig is refused at the root
+  (the region runs another model), naming it. (Waves: tests/hub/test_hub_waves_modelconfig.py.)
 """
 
 from __future__ import annotations
@@ -173,13 +174,15 @@ def test_a_root_sends_its_regions_the_model_configs_of_their_deployments(
         rollout = json.loads(eu.edgectl("get", "deployment", "det", "-o", "json").stdout)
         assert rollout["status"]["rollout"]["revision"] >= 2, rollout["status"]
 
-        # 4. waves with a config: still refused at the root, naming the deployment
-        waves = DEPLOYMENT.replace(
-            "  probes:", "  rollout: {waves: [{regions: [eu]}]}\n  probes:"
-        ).replace("placement: {regions: [eu], ", "placement: {")
-        refused = apply(root, tmp_path, waves)
+        # 4. a model variant for eu with a config: refused at the root, naming the deployment
+        variant = DEPLOYMENT.replace(
+            "metadata: {name: det}",
+            'metadata: {name: det, annotations: {"federation.edgefleet.io/model.eu": det-int8}}',
+        )
+        refused = apply(root, tmp_path, variant)
         assert refused.returncode != 0, refused.stdout
-        assert "rolled out in waves" in refused.stderr and "not supported yet" in refused.stderr
+        assert "giving region eu a model variant" in refused.stderr, refused.stderr
+        assert "not supported yet" in refused.stderr
         assert dev.terminate() == 0
     finally:
         if eu is not None:

@@ -537,3 +537,19 @@ def test_the_root_adds_every_regions_config_figures() -> None:
         "notRunningDesired": {"eu/cam-9": "runs sha256:1c2d, not sha256:9f8e"},
     }
     assert "config" not in regionslice.add_regions({}, {"eu": {"desiredDevices": 1}})
+
+
+def test_a_region_in_waves_gets_the_config_of_the_revision_it_is_sent() -> None:
+    from hub.decide.modelconfigs import config_text
+
+    current, stable = model_config("cfg-a", "a", 0.7), model_config("cfg-a", "a", 0.5)
+    objects = [deployment("a"), current]
+    models = {("a", "1.0.0"): record("a", "1.0.0")}
+
+    def sent(configs: dict[str, str] | None) -> list[Any]:
+        s = regionslice.plan_slice("eu", objects, models, {}, [b"root"], configs)
+        return [o for o in s.objects if o["kind"] == "ModelConfig"]
+
+    assert sent(None) == [current]  # no waves: the current one
+    assert sent({"a": config_text([stable], "a")}) == [stable]  # before its wave: the stable's
+    assert sent({"a": ""}) == []  # the stable revision had none

@@ -68,18 +68,21 @@ def test_a_refused_config_breaks_the_revision_on_that_device() -> None:
     assert stale.target is TargetPhase.PROGRESSING
 
 
-def test_a_config_for_a_deployment_in_waves_or_with_a_variant_is_refused() -> None:
-    from hub.decide.modelconfigs import wave_conflicts
+def test_a_config_with_a_variant_or_waves_beside_another_deployment_is_refused() -> None:
+    from hub.decide.modelconfigs import IN_WAVES, wave_conflicts
 
     configs = [("documents[0]", "det")]
-    deployments = [
-        ("documents[1]", "det", "rolled out in waves (spec.rollout.waves)"),
-        ("ModelDeployment local", "det", ""),  # to this hub's devices, or a region's slice
-        ("ModelDeployment other", "other", "rolled out in waves (spec.rollout.waves)"),
-    ]
-    (found,) = wave_conflicts(configs, deployments)
-    assert found.startswith("documents[1]: a ModelDeployment rolled out in waves")
+    variant = [("documents[1]", "det", "giving region eu a model variant")]
+    (found,) = wave_conflicts(configs, variant)
+    assert found.startswith("documents[1]: a ModelDeployment giving region eu a model variant")
     assert "(documents[0])" in found and "not supported yet" in found
-    # what was stored before is not this apply's problem
-    stored = [("ModelDeployment d", "det", "rolled out in waves")]
+    # waves alone: supported (each region gets the config of the revision it is sent)
+    assert wave_conflicts(configs, [("documents[1]", "det", IN_WAVES)]) == []
+    # waves beside another deployment of the model: refused, naming both
+    beside = [("documents[1]", "det", IN_WAVES), ("ModelDeployment local", "det", "")]
+    (found,) = wave_conflicts(configs, beside)
+    assert "beside another deployment of its model (ModelDeployment local)" in found
+    # another model's deployments do not count; what was stored before is not this apply's
+    assert wave_conflicts(configs, [("documents[1]", "det", IN_WAVES), ("x", "other", "")]) == []
+    stored = [("ModelDeployment d", "det", "giving region eu a model variant")]
     assert wave_conflicts([("ModelConfig det", "det")], stored) == []

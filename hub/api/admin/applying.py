@@ -276,7 +276,7 @@ class Applies:
 
         def federated(manifest: Any) -> str:  # why its regions cannot get its config
             if manifest.get("spec", {}).get("rollout", {}).get("waves"):
-                return "rolled out in waves (spec.rollout.waves)"
+                return modelconfigs.IN_WAVES
             variants = regionslice.with_model_variant(manifest, enrolled)
             return f"giving region {variants[0]} a model variant" if variants else ""
 
