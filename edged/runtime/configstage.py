@@ -211,7 +211,8 @@ class ConfigStage(_Bound):
         self.refused = ""  # the digest of the last config refused, while it is the one on disk
         self.error = ""
         self._validation: tuple[str, dict[str, Any]] | None = None  # re-evaluated: digest, result
-        self._validating: threading.Thread | None = None
+        self._validating: threading.Thread | None = None  # while one evaluates (under _vlock)
+        self._vlock = threading.Lock()
 
     # -- the session's interface ---------------------------------------------------------------
     def run(self, names: Sequence[str] | None, feeds: Mapping[str, Any], *args: Any) -> Any:
@@ -286,20 +287,23 @@ class ConfigStage(_Bound):
             return ""
 
     def _revalidate(self) -> None:
-        if self._validating is not None and self._validating.is_alive():
-            return  # it evaluates again when it ends, if the config changed meanwhile
-        # not a daemon: a thread ended inside ONNX Runtime at exit could abort the process
-        self._validating = threading.Thread(target=self._validate_loop, name="revalidate")
-        self._validating.start()
+        with self._vlock:
+            if self._validating is not None:
+                return  # it evaluates again when it ends, the config having changed meanwhile
+            # not a daemon: a thread ended inside ONNX Runtime at exit could abort the process
+            self._validating = threading.Thread(target=self._validate_loop, name="revalidate")
+            self._validating.start()
 
     def _validate_loop(self) -> None:
         assert self._evaluate is not None
         while True:
             digest, compiled = self.digest, self._compiled
             result = self._evaluate(_Bound(self._session, compiled))
-            self._validation = (digest, result)
-            if self.digest == digest:
-                return
+            with self._vlock:
+                self._validation = (digest, result)
+                if self.digest == digest:  # (a change after this starts a thread of its own)
+                    self._validating = None
+                    return
 
     def report(self) -> dict[str, Any]:
         """What PONG and READY carry: the config in force, the one refused and why, and the

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import io
+import time
 from pathlib import Path
 from typing import Any
 
@@ -152,11 +153,23 @@ def test_the_validation_set_is_evaluated_again_with_each_config(
     harmful = doc({"outputs": {"logits": {"classMap": list(range(10))[::-1]}}})
     volumes.write("w", harmful, None)
     stage.refresh()
-    assert stage._validating is not None
-    stage._validating.join(60)
+    thread = stage._validating
+    assert thread is not None
+    thread.join(60)
     report = stage.report()
     assert report["validationDigest"] == config_digest(harmful)
     assert report["validation"]["accuracy"] < 0.5, report
+
+    # changes while one evaluates: the last config is always evaluated in the end
+    for i in range(5):
+        volumes.write("w", doc({"outputs": {"logits": {"threshold": float(i)}}}), None)
+        stage.refresh()
+    last = config_digest(doc({"outputs": {"logits": {"threshold": 4.0}}}))
+    deadline = time.monotonic() + 60
+    while stage.report().get("validationDigest") != last and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert stage.report()["validationDigest"] == last
+    assert stage._validating is None or stage._validating.join(60) is None
 
 
 def _infer(req_id: int, x: np.ndarray) -> bytes:
