@@ -377,7 +377,14 @@ async def _serve(
         controllers = [elector, *(LeaderOnly(c, elector) for c in controllers)]
         followers = [ctx.waves] if ctx.waves is not None else []
         controllers.append(
-            CacheFollower(ctx.store, ctx.cache, ctx.sessions, elector, followers=followers)
+            CacheFollower(
+                ctx.store,
+                ctx.cache,
+                ctx.sessions,
+                elector,
+                followers=followers,
+                region=ctx.region,
+            )
         )
         if ctx.waves is not None:  # the analysis across regions on a follower too
             controllers.append(WaveObserver(ctx.waves, elector))

@@ -485,8 +485,12 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             # the device again (its labels and phase may have changed) and offers any newer
             # state to the session. Projecting inline here would cost one transaction per
             # connecting device: thousands when a hub restarts.
+            # (only the state the store records: a replica that led before and follows now
+            # holds its projector's contents of then; the follower sends the recorded one,
+            # hub.controllers.replicas.FollowerOffers)
             content = self.projector.content_for(caller.name)
-            if content is not None and caller.name in self.cache.desired:
+            record = self.cache.desired.get(caller.name)
+            if content is not None and record is not None and record.digest == content.digest:
                 session.offer(content)
             self.projector.mark([caller.name])
             sent = 0

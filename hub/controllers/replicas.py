@@ -21,7 +21,12 @@ device writer), enrollment and admin reads. One replica leads (:mod:`hub.state.s
   desired state, revisions, rollouts, revocations, events, and through its ``followers`` a
   root's rollouts in waves, :meth:`hub.controllers.wave.WaveController.follow`), so admin reads on
   any
-  replica show the fleet as the leader changes it.
+  replica show the fleet as the leader changes it;
+* a follower sends the devices connected to it the desired state the leader recorded for them
+  (:class:`FollowerOffers`): the projector runs on the leader only, so the follower builds the
+  state from its cache and sends it when its digest is the record's (a cache behind the
+  leader's sends nothing, until it catches up). Found by the soak harness (docs/soak.md, seed
+  35): a device on a follower kept running a deployment deleted long before.
 
 Devices and edgectl fail over between the replicas' addresses (``replicaAddresses``; edged's
 hub link, edgectl's client). Writes to one device record by two replicas (a heartbeat here, a
@@ -45,12 +50,14 @@ from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub.decide.agentreleases import AGENT_RELEASES, AgentReleaseRecord
 from hub.decide.agentrevisions import AGENT_UPGRADES, AgentUpgradeState
+from hub.decide.desired import FleetPolicies, build_within_bound
 from hub.decide.rollout import Revision, RolloutState
 from hub.state import storekeys
 from hub.state.cache import Cache
 from hub.state.projector import Projector
 from hub.state.secrets import record_of
 from hub.state.sessions import Sessions
+from hub.state.snapshots import snapshot_of
 from hub.state.store.electing import Elector
 from hub.state.store.identity import IDENTITY_KEY
 from hub.state.store.protocol import Event, EventType, KeyValue, Store
@@ -219,6 +226,68 @@ class StoreFollower(Protocol):
         ...
 
 
+class FollowerOffers:
+    """What a follower sends its devices: for each device named, connected here and owed a
+    desired state (a record in the cache), the state built from the cache as the leader's
+    projector builds it (:func:`~hub.decide.desired.build_within_bound`), offered to its
+    session only when its digest is the record's: never a state the leader did not record."""
+
+    def __init__(self, cache: Cache, sessions: Sessions, region: str) -> None:
+        self.cache = cache
+        self.sessions = sessions
+        self.region = region
+        self.offered = 0  # states offered (for tests)
+        self.behind = 0  # states not offered: this cache is behind the leader's record
+
+    def offer(self, names: set[str]) -> None:
+        connected = sorted(n for n in names if self.sessions.get(n) is not None)
+        if not connected:
+            return
+        view = snapshot_of(self.cache)
+        fleet = FleetPolicies.of(view)
+        for name in connected:
+            device = self.cache.devices.get(name)
+            record = self.cache.desired.get(name)
+            session = self.sessions.get(name)
+            if device is None or record is None or session is None:
+                continue
+            content = build_within_bound(
+                device,
+                view,
+                previous=frozenset(record.deployments),
+                region=self.region,
+                fleet=fleet,
+            )
+            if content.digest != record.digest:
+                self.behind += 1
+                continue
+            session.offer(content)
+            self.offered += 1
+
+    def unsent(self) -> set[str]:
+        """Devices connected here that no desired state went out to yet (connected to a
+        follower, whose projector never ran), owed one."""
+        names = set()
+        for name in self.sessions.names():
+            session = self.sessions.get(name)
+            if (
+                session is not None
+                and not session.sent_any
+                and session.desired is None
+                and name in self.cache.desired
+            ):
+                names.add(name)
+        return names
+
+
+OFFER_DELAY_S = 0.02
+"""A follower offers its devices their new states this long after the first desired-state
+record of a batch came through the watch: the leader writes many devices' records in one
+transaction, each a watch event; one snapshot of the cache serves them all."""
+UNSENT_PERIOD_S = 1.0
+"""How often a follower looks for devices connected to it that were sent nothing yet."""
+
+
 class CacheFollower:
     """The ``cache-follower`` component: while its replica follows, the leader's writes reach
     the cache through a watch (devices: :class:`ReplicaDevices`). A replica reloads its cache
@@ -233,6 +302,7 @@ class CacheFollower:
         sessions: Sessions,
         elector: Elector,
         followers: Sequence[StoreFollower] = (),
+        region: str = "",
     ) -> None:
         self.store = store
         self.cache = cache
@@ -241,6 +311,9 @@ class CacheFollower:
         self.followers = tuple(followers)
         self.applied = 0
         """Events applied (for tests and metrics)."""
+        self.offers = FollowerOffers(cache, sessions, region)
+        self._owed: set[str] = set()  # devices whose record changed, not offered yet
+        self._flush: asyncio.TimerHandle | None = None
 
     async def run(self, stop: asyncio.Event) -> None:
         while not stop.is_set():
@@ -257,8 +330,29 @@ class CacheFollower:
         await reload_cache(self.cache, self.store, self.sessions)
         for follower in self.followers:
             await follower.load()
-        async for event in self.store.watch("/", start + 1):
-            self.apply(event)
+        unsent = asyncio.ensure_future(self._offer_unsent())
+        try:
+            async for event in self.store.watch("/", start + 1):
+                self.apply(event)
+                if self._owed and self._flush is None:
+                    loop = asyncio.get_running_loop()
+                    self._flush = loop.call_later(OFFER_DELAY_S, self._offer_owed)
+        finally:
+            unsent.cancel()
+            if self._flush is not None:
+                self._flush.cancel()
+                self._flush = None
+            self._owed.clear()
+
+    def _offer_owed(self) -> None:
+        self._flush = None
+        owed, self._owed = self._owed, set()
+        self.offers.offer(owed)
+
+    async def _offer_unsent(self) -> None:
+        while True:
+            self.offers.offer(self.offers.unsent())
+            await asyncio.sleep(UNSENT_PERIOD_S)
 
     def apply(self, event: Event) -> None:
         key, put = event.kv.key, event.type is EventType.PUT
@@ -283,6 +377,7 @@ class CacheFollower:
             name = key[len(storekeys.DESIRED) :]
             if put:
                 c.desired[name] = storekeys.DesiredRecord.from_json(storekeys.loads(value))
+                self._owed.add(name)  # sent to the device if it is connected here
             else:
                 c.desired.pop(name, None)
         elif key.startswith(storekeys.REVISIONS):

@@ -218,3 +218,98 @@ async def test_a_change_not_written_yet_survives_a_record_taken_from_another_rep
     stored = Device.from_json(storekeys.loads(kv.value))
     assert (stored.phase, stored.last_heartbeat) == (DevicePhase.NOT_READY, 2.0)
     assert writer.merged == 0  # taken in time: the write's compare held
+
+
+@async_test
+async def test_a_follower_sends_its_devices_the_state_the_leader_recorded(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    """Found by the soak harness (docs/soak.md, seed 35): a device connected to a follower got
+    no new desired state (the projector runs on the leader only) and kept running a deployment
+    deleted long before. The follower now sends what the leader records, built from its own
+    cache, and only when the digest is the record's."""
+    from hub.decide.desired import FleetPolicies, build_within_bound
+    from hub.decide.revisions import Revision, RolloutPhase, RolloutState, template_hash
+    from hub.state.snapshots import snapshot_of
+
+    url = f"etcd://{etcd_server.endpoint}{etcd_namespace}"
+    await init_hub(tmp_path / "r0", region="eu", store=url)
+    store = await EtcdStore.open([etcd_server.endpoint], namespace=etcd_namespace)
+    ctx = await build_context(tmp_path / "r0", store=store)
+    assert ctx.elector is not None and not ctx.elector.leading
+    follower = CacheFollower(ctx.store, ctx.cache, ctx.sessions, ctx.elector, region="eu")
+    stop = asyncio.Event()
+    task = asyncio.create_task(follower.run(stop))
+    device = Device("dev-a", labels={"site": "a"}, phase=DevicePhase.READY)
+    ctx.cache.devices["dev-a"] = device  # as ReplicaDevices does
+    manifest = {
+        "apiVersion": "edgefleet.io/v1",
+        "kind": "ModelDeployment",
+        "metadata": {"name": "d1"},
+        "spec": {
+            "model": {"name": "m", "version": "1.0.0"},
+            "replicas": {"perDevice": 1},
+            "placement": {"nodeSelector": {"site": "a"}},
+        },
+    }
+
+    def recorded(generation: int, digest: str | None = None) -> tuple[bytes, str]:
+        """The record the leader's projector would write now, as this cache sees the fleet."""
+        view = snapshot_of(ctx.cache)
+        content = build_within_bound(
+            ctx.cache.devices["dev-a"], view, previous=frozenset(), region="eu",
+            fleet=FleetPolicies.of(view),
+        )  # fmt: skip
+        carried = tuple((d, n, generation) for d, n in content.revisions)
+        record = storekeys.DesiredRecord(
+            generation, content.deployments, digest or content.digest, carried
+        )
+        return storekeys.dumps(record.to_json()), content.digest
+
+    try:
+        session = ctx.sessions.open("dev-a", "01")
+        await eventually(lambda: follower.applied == 0, 10)
+        await ctx.store.put(storekeys.object_key("ModelDeployment", "d1"),
+                            storekeys.object_value(manifest))  # fmt: skip
+        await eventually(lambda: "d1" in ctx.cache.deployments, 10)
+        # its revision and rollout record, as the leader's rollout controller writes them
+        template = template_hash(manifest)
+        revision = Revision("d1", 1, template, manifest, time.time())
+        await ctx.store.put(storekeys.revision_key("d1", 1), storekeys.dumps(revision.to_json()))
+        rollout = RolloutState("d1", 1, 1, phase=RolloutPhase.COMPLETE)
+        await ctx.store.put(storekeys.rollout_key("d1"), storekeys.dumps(rollout.to_json()))
+        model = storekeys.ModelRecord("m", "1.0.0", "ab" * 32, 10, b"{}", time.time())
+        await ctx.store.put(storekeys.model_key("m", "1.0.0"), storekeys.dumps(model.to_json()))
+        await eventually(lambda: "d1" in ctx.cache.rollouts and ctx.cache.models, 10)
+        value, digest = recorded(7)
+        await ctx.store.put(storekeys.desired_key("dev-a"), value)  # as the leader would
+        await eventually(lambda: session.desired is not None, 10)
+        assert session.desired is not None and session.desired.digest == digest
+        assert "d1" in session.desired.deployments
+        # the deployment deleted at the leader: the device is sent a state without it
+        session.desired = None
+        await ctx.store.delete(storekeys.object_key("ModelDeployment", "d1"))
+        await eventually(lambda: "d1" not in ctx.cache.deployments, 10)
+        value, digest = recorded(8)
+        await ctx.store.put(storekeys.desired_key("dev-a"), value)
+        await eventually(lambda: session.desired is not None, 10)
+        assert session.desired is not None and session.desired.digest == digest
+        assert "d1" not in session.desired.deployments
+        # a record this cache cannot build yet (the leader is ahead): nothing is sent
+        session.desired = None
+        value, _ = recorded(9, digest="0" * 64)
+        await ctx.store.put(storekeys.desired_key("dev-a"), value)
+        await eventually(lambda: follower.offers.behind >= 1, 10)
+        assert session.desired is None
+        # a device that connects to the follower is sent what it is owed
+        ctx.sessions.release(session)
+        value, digest = recorded(10)
+        await ctx.store.put(storekeys.desired_key("dev-a"), value)
+        await eventually(lambda: ctx.cache.desired["dev-a"].generation == 10, 10)
+        again = ctx.sessions.open("dev-a", "01")
+        await eventually(lambda: again.desired is not None, 10)
+        assert again.desired is not None and again.desired.digest == digest
+    finally:
+        stop.set()
+        await task
+        await ctx.store.close()
