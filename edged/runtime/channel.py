@@ -40,6 +40,10 @@ class ReplicaChannel(asyncio.Protocol):
         self.transport: asyncio.Transport | None = None
         self.pending: dict[int, tuple[Response, float]] = {}
         self._next_id = 1
+        # INFER frames written to the worker, and answers read for them: the bounds of what
+        # its PONGs may say it did (overlapstats.py)
+        self.sent = 0
+        self.answered = 0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -99,6 +103,7 @@ class ReplicaChannel(asyncio.Protocol):
             b"".join((HEADER.pack(len(body) + 4, FrameType.INFER, req_id), U32.pack(hlen), body))
         )
         self.pending[req_id] = (resp, time.perf_counter())
+        self.sent += 1
 
     def _on_frame(self, ftype: int, req_id: int, payload: bytes) -> None:
         if ftype == FrameType.RESULT:
@@ -106,6 +111,7 @@ class ReplicaChannel(asyncio.Protocol):
             if item is None:
                 return
             resp, t0 = item
+            self.answered += 1
             status, hlen = RESULT_PREFIX.unpack_from(payload, 0)
             body = payload[RESULT_PREFIX.size :]
             if hlen == NO_HEADER_LENGTH:

@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from edged.reconcile.model import Phase, ReplicaObservation
-from edged.runtime import egressfilter
+from edged.runtime import egressfilter, overlapstats
 from edged.runtime.adopting import ATTACH_HELLO, WorkerRecord
 from edged.runtime.batchstats import BatchCounts, advance, from_pong
 from edged.runtime.channel import ReplicaChannel
@@ -116,6 +116,10 @@ class Replica:
         # with (batchstats.py)
         self._batches_seen = (BatchCounts(), time.monotonic(), 0.0)
         self._batches_refused = False  # logged once per process
+        # the current process's overlap totals as last counted, and its socket then
+        # (overlapstats.py)
+        self._overlap_seen = (overlapstats.OverlapTotals(), overlapstats.ChannelCounts())
+        self._overlap_refused = False  # logged once per process
         # what this slot's processes wrote to stderr (kept across restarts: output.py)
         self.output = OutputRing(self.id, workload)
         self._output_pipe: asyncio.ReadTransport | None = None
@@ -233,6 +237,7 @@ class Replica:
             self.metadata["config"] = doc["config"]
         busy = float(doc.get("busy_s", 0.0))
         self._count_batches(doc, busy)
+        self._count_overlap(doc)
         self._probe_state, not_live = record_pong(
             self._probe_state, busy, self.probes, now=time.monotonic()
         )
@@ -259,6 +264,27 @@ class Replica:
                 log.warning("worker batch totals not counted", replica=self.id, reason=why)
         elif delta.batches:
             self.pool.record_batches(self, delta)
+
+    def _channel_counts(self) -> overlapstats.ChannelCounts:
+        ch = self.channel
+        if ch is None:
+            return overlapstats.ChannelCounts()
+        return overlapstats.ChannelCounts(ch.sent, ch.answered, len(ch.pending))
+
+    def _count_overlap(self, doc: dict[str, Any]) -> None:
+        report, why = overlapstats.from_pong(doc)
+        delta: overlapstats.OverlapTotals | None = None
+        now = self._channel_counts()
+        if report is not None:
+            seen, then = self._overlap_seen
+            delta, why = overlapstats.advance(seen, report, then=then, now=now)
+            self._overlap_seen = (report, now)  # a refused report: counting starts from it
+        if delta is None:
+            if why and not self._overlap_refused:
+                self._overlap_refused = True
+                log.warning("worker overlap totals not counted", replica=self.id, reason=why)
+        elif delta.decoded or delta.encoded or delta.staged:
+            self.pool.record_overlap(self, delta)
 
     def on_channel_lost(self) -> None:
         self._cancel_probe()
@@ -326,6 +352,8 @@ class Replica:
         self.batch_limit = None  # a new process starts with the declared maxBatchSize
         self._batches_seen = (BatchCounts(), time.monotonic(), 0.0)
         self._batches_refused = False
+        self._overlap_seen = (overlapstats.OverlapTotals(), overlapstats.ChannelCounts())
+        self._overlap_refused = False
         self.spec = self._with_uid(self.spec)
         if self.pool.keep:  # it outlives edged, and the next edged adopts it (adopting.py)
             self.spec = replace(
@@ -482,7 +510,11 @@ class Replica:
                 return f"its READY names pid {meta.get('pid')}, not {record.pid}"
             self._adopting = loop.create_future()
             channel.send(FrameType.PING)
-            await asyncio.wait_for(asyncio.shield(self._adopting), timeout)
+            pong = await asyncio.wait_for(asyncio.shield(self._adopting), timeout)
+            # what it did for the last edged is not this edged's to count
+            report, _ = overlapstats.from_pong(pong)
+            if report is not None:
+                self._overlap_seen = (report, self._channel_counts())
         except TimeoutError:
             return f"no READY and PONG within {timeout:g}s"
         finally:

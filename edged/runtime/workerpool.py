@@ -33,6 +33,7 @@ from edged.runtime.identities import WorkerUids
 from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import LimitsError, prepare_cgroup
 from edged.runtime.output import OutputRing
+from edged.runtime.overlapstats import OverlapTotals
 from edged.runtime.processes import DRAIN_TIMEOUT_S, TERM_TIMEOUT_S, Replica, pidfds_supported
 from edged.workloads import ReplicaId, WorkloadName
 from edgefleet.api import Probes
@@ -61,6 +62,7 @@ class WorkerPool:
         on_artifact_rotten: Callable[[WorkloadName, str], None] | None = None,
         on_restart: Callable[[Replica], None] | None = None,
         on_batches: Callable[[Replica, BatchCounts], None] | None = None,
+        on_overlap: Callable[[Replica, OverlapTotals], None] | None = None,
         python: str = "",
         uids: WorkerUids | None = None,
         measure: Callable[[str], Awaitable[None]] | None = None,
@@ -76,7 +78,9 @@ class WorkerPool:
         measurement into a TPM PCR, :class:`edged.trust.attesting.LoadMeasurer`); a worker
         that is ready before it ends serves once it ends, or after ``measure_wait_s`` at most.
         It must not raise. ``on_batches(replica, increment)``: batches a worker ran since its
-        last liveness probe (``batchstats.py``). ``records``: where kept workers' records are
+        last liveness probe (``batchstats.py``); ``on_overlap(replica, increment)``: the
+        work its event loop did while ONNX Runtime ran, likewise (``overlapstats.py``).
+        ``records``: where kept workers' records are
         (adopting.py); ``keep``: workers started from now on outlive edged (and each gets a
         record there), waiting ``orphan_timeout_s`` at most for the next edged."""
         self.records = records
@@ -94,6 +98,7 @@ class WorkerPool:
         self._on_result = on_result
         self._on_restart = on_restart
         self._on_batches = on_batches
+        self._on_overlap = on_overlap
         self._python = python or sys.executable
         self._replicas: dict[ReplicaId, Replica] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -202,6 +207,10 @@ class WorkerPool:
     def record_batches(self, rep: Replica, delta: BatchCounts) -> None:
         if self._on_batches is not None:
             self._on_batches(rep, delta)
+
+    def record_overlap(self, rep: Replica, delta: OverlapTotals) -> None:
+        if self._on_overlap is not None:
+            self._on_overlap(rep, delta)
 
     async def shutdown(self, timeout: float = DRAIN_TIMEOUT_S, *, keep: bool = False) -> None:
         """edged is stopping: drain and stop every replica, or with ``keep`` leave every kept

@@ -3,8 +3,8 @@ metrics of the replicas, of the desired state and of each socket's limits, and t
 per-revision measures the hub reads (:class:`edged.serving.measuring.RevisionMeters`).
 
 :class:`Counters` is told what happened (a request answered or refused, a replica restarted or
-changing readiness, batches run) and keeps every count that depends on it; gauges of state are
-read when scraped.
+changing readiness, batches run, work overlapped with them) and keeps every count that depends
+on it; gauges of state are read when scraped.
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from edgefleet.metrics import Registry
 
 if TYPE_CHECKING:
     from edged.runtime.batchstats import BatchCounts
+    from edged.runtime.overlapstats import OverlapTotals
     from edged.runtime.processes import Replica
 
 # what each socket's limits did (serving/http.py ServerLimits): HttpServer.counters() key,
@@ -109,6 +110,9 @@ class Counters:
 
     def batched(self, rep: Replica, delta: BatchCounts) -> None:
         self.inference.batched(rep.workload, delta)
+
+    def overlapped(self, rep: Replica, delta: OverlapTotals) -> None:
+        self.inference.overlapped(rep.workload, delta)
 
     def watch_servers(self, servers: Mapping[str, HttpServer]) -> None:
         """What each socket's limits did (``socket`` label: the key), read when scraped."""

@@ -29,6 +29,7 @@ from edgefleet.metrics import CounterChild, HistogramChild, Registry
 
 if TYPE_CHECKING:
     from edged.runtime.batchstats import BatchCounts
+    from edged.runtime.overlapstats import OverlapTotals
     from edged.runtime.processes import Replica
     from edged.serving.http import Request, Response
 
@@ -82,7 +83,8 @@ class InferenceMetrics:
     and code, and their latency (of those workers answered), by workload
     (``workload`` is the one label name every edged metric uses for a workload); the batches
     workers ran, the requests merged into them and ONNX Runtime's time in them, by workload
-    (as of each worker's last liveness probe: ``runtime/batchstats.py``)."""
+    (as of each worker's last liveness probe: ``runtime/batchstats.py``); and the work workers
+    did while ONNX Runtime ran a batch, likewise (``runtime/overlapstats.py``)."""
 
     def __init__(self, registry: Registry) -> None:
         self._requests = registry.counter(
@@ -111,6 +113,23 @@ class InferenceMetrics:
             "Seconds ONNX Runtime spent running those batches (no decoding or encoding)",
             ("workload",),
         )
+        self._overlap = tuple(
+            registry.counter(name, help_text, ("workload",))
+            for name, help_text in (
+                (
+                    "edged_inference_overlapped_decodes_total",
+                    "Requests workers read and decoded while ONNX Runtime ran a batch",
+                ),
+                (
+                    "edged_inference_overlapped_encodes_total",
+                    "Answers workers encoded while ONNX Runtime ran the next batch",
+                ),
+                (
+                    "edged_inference_staged_batches_total",
+                    "Batches workers handed to ONNX Runtime before the running one ended",
+                ),
+            )
+        )
         self._req_children: dict[tuple[str, int], CounterChild] = {}
         self._lat_children: dict[str, HistogramChild] = {}
 
@@ -138,6 +157,12 @@ class InferenceMetrics:
         self._batches.labels(workload=workload).inc(delta.batches)
         self._batched.labels(workload=workload).inc(delta.requests)
         self._compute.labels(workload=workload).inc(delta.compute_s)
+
+    def overlapped(self, workload: str, delta: OverlapTotals) -> None:
+        decodes, encodes, staged = self._overlap
+        decodes.labels(workload=workload).inc(delta.decoded)
+        encodes.labels(workload=workload).inc(delta.encoded)
+        staged.labels(workload=workload).inc(delta.staged)
 
 
 class InferenceRouter:

@@ -1,12 +1,12 @@
 """Decode and encode overlap ONNX Runtime in a real worker process (issue 34, item 2).
 
-A model slowed deterministically (a long chain of MatMuls by one shared permutation matrix,
-a Relu between each two: the answer is the input with its negatives zeroed and its columns
-permuted, exactly) runs batches of 8 in the worker's
-runner thread. While the first batch runs, the worker is shown it is busy (a PONG), then two
-more full batches arrive: its own counters (in each PONG) must show them decoded during a
-run, handed to the runner before the running batch ended, and the earlier batches' answers
-encoded while a later one ran. Counters, not clocks: nothing here asserts a duration.
+A model slowed deterministically (``tests/slowmodel.py``: its answers are exact) runs
+batches of 8 in the worker's runner thread. While the first batch runs, the worker is shown
+it is busy (a PONG), then two more full batches arrive: its own counters (in each PONG) must
+show them decoded during a run, handed to the runner before the running batch ended, and the
+earlier batches' answers encoded while a later one ran; and edged accepts them as they are,
+against what it sent and received (``overlapstats.py``). Counters, not clocks: nothing here
+asserts a duration.
 """
 
 from __future__ import annotations
@@ -18,54 +18,12 @@ from typing import Any
 import numpy as np
 import orjson
 import pytest
+from slowmodel import WIDTH, expected, slow_model
 from workerprocess import Worker, launch_spec
 
 from edged.runtime.framing import HEADER, NO_HEADER_LENGTH, RESULT_PREFIX, U32, FrameType
 from edged.runtime.launching import SandboxSpec
-
-WIDTH = 1024
-LAYERS = 256  # about 270 M multiply-adds per row: tens of milliseconds per batch of 8
-
-
-def _slow_model(path: Path) -> tuple[Path, np.ndarray]:
-    """The model, and where each input column lands in its output."""
-    import onnx
-    from onnx import TensorProto, helper, numpy_helper
-
-    perm = np.random.default_rng(3).permutation(WIDTH)
-    w = np.zeros((WIDTH, WIDTH), dtype=np.float32)
-    w[np.arange(WIDTH), perm] = 1.0  # x @ w moves column i to column perm[i]
-    nodes = []
-    prev = "input"
-    for i in range(LAYERS):  # MatMul, Relu, MatMul, ...: nothing for the optimizer to fold
-        out = "out" if i == LAYERS - 1 else f"h{i}"
-        nodes.append(helper.make_node("MatMul", [prev, "w"], [out if i == 0 else f"m{i}"]))
-        if i:
-            nodes[-1:] = [
-                helper.make_node("Relu", [prev], [f"r{i}"]),
-                helper.make_node("MatMul", [f"r{i}", "w"], [out]),
-            ]
-        prev = out
-    graph = helper.make_graph(
-        nodes,
-        "slow",
-        [helper.make_tensor_value_info("input", TensorProto.FLOAT, ["batch", WIDTH])],
-        [helper.make_tensor_value_info("out", TensorProto.FLOAT, ["batch", WIDTH])],
-        [numpy_helper.from_array(w, "w")],
-    )
-    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
-    model.ir_version = 8
-    onnx.save(model, str(path))
-    moved = np.arange(WIDTH)  # where each column ends up after all the layers
-    for _ in range(LAYERS):
-        moved = perm[moved]
-    return path, moved
-
-
-def _expected(x: np.ndarray, moved: np.ndarray) -> np.ndarray:
-    y = np.empty_like(x)
-    y[:, moved] = np.maximum(x, 0)
-    return y
+from edged.runtime.overlapstats import ChannelCounts, OverlapTotals, advance, from_pong
 
 
 def _infer(req_id: int, x: np.ndarray, *, binary: bool) -> bytes:
@@ -119,7 +77,7 @@ def _pong(worker: Worker, req_id: int, answers: dict[int, Any]) -> dict[str, Any
 
 @pytest.fixture
 def worker(tmp_path: Path) -> Any:
-    path, moved = _slow_model(tmp_path / "slow.onnx")
+    path, moved = slow_model(tmp_path / "slow.onnx")
     digest = hashlib.sha256(path.read_bytes()).hexdigest()
     spec = launch_spec(path, digest, SandboxSpec())
     w = Worker(spec)
@@ -152,7 +110,7 @@ def test_next_batches_are_decoded_and_handed_over_while_one_runs(worker: Any) ->
     for i, x in xs.items():  # every answer is its own request's, exactly
         status, y = answers[i]
         assert status == 200
-        np.testing.assert_array_equal(y, _expected(x, moved))
+        np.testing.assert_array_equal(y, expected(x, moved))
     assert pong["requests"] == 24 and pong["batches"] == 3, pong
     overlap = pong["overlap"]
     # B and C were read and decoded while A ran; B was handed over before A ended, and C
@@ -161,6 +119,11 @@ def test_next_batches_are_decoded_and_handed_over_while_one_runs(worker: Any) ->
     assert overlap["staged"] >= 2, overlap
     # A's answers were encoded while B ran, B's while C ran
     assert overlap["encoded"] >= 16, overlap
+    # edged counts them as they are: 24 requests sent, 24 answers received, none in flight
+    report, why = from_pong(pong)
+    assert report is not None, why
+    delta, why = advance(OverlapTotals(), report, then=ChannelCounts(), now=ChannelCounts(24, 24))
+    assert delta == report, why
 
 
 def test_a_lone_request_is_not_held_for_a_batch_that_runs(worker: Any) -> None:
@@ -174,7 +137,7 @@ def test_a_lone_request_is_not_held_for_a_batch_that_runs(worker: Any) -> None:
         ftype, rid, payload = w.read_frame()
         assert (ftype, rid) == (FrameType.RESULT, i)
         answers[rid] = _answer(payload)
-        np.testing.assert_array_equal(answers[rid][1], _expected(x * i, moved))
+        np.testing.assert_array_equal(answers[rid][1], expected(x * i, moved))
     pong = _pong(w, 99, answers)
     assert pong["overlap"] == {"decoded": 0, "encoded": 0, "staged": 0}
     assert (pong["batches"], pong["requests"]) == (3, 3)
@@ -207,7 +170,7 @@ def test_drain_answers_the_batch_handed_over_early_then_exits_0(worker: Any) -> 
         answers[rid] = _answer(payload)
     for i, x in xs.items():
         assert answers[i][0] == 200
-        np.testing.assert_array_equal(answers[i][1], _expected(x, moved))
+        np.testing.assert_array_equal(answers[i][1], expected(x, moved))
     assert w.proc.wait(60) == 0
 
 
