@@ -5,7 +5,11 @@ same with ``python -m tests.soak.run --duration 3600``."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
+import pytest
 from soakplan import make_plan
+from soakrun import Settings, run
 
 CI_SEED = 35
 CI_DURATION = 75.0
@@ -35,3 +39,23 @@ def test_the_plan_is_the_seeds() -> None:
     for f in etcd:
         assert all(g is f or g.at >= f.at + f.duration or g.at + g.duration <= f.at for g in etcd)
     assert {a.op for a in a.actions} == {"apply", "delete", "read"}
+
+
+@pytest.mark.scenario
+@pytest.mark.timeout(480)
+def test_a_short_soak_run_keeps_every_invariant(tmp_path: Path) -> None:
+    """Seed 35 found the follower defect (docs/soak.md): a device on a follower replica got no
+    new desired state and never converged; it converges now."""
+    settings = Settings(
+        seed=CI_SEED,
+        duration=CI_DURATION,
+        directory=tmp_path / "soak",
+        real_devices=2,
+        sim_devices=50,
+        converge_within=120,
+    )
+    result = run(settings)
+    report = (tmp_path / "soak" / "report.txt").read_text()
+    assert result["ok"], report
+    assert result["faults"]["total"] >= 5, report
+    assert result["invariants"]["linearizable"]["operations"] >= 30, report
