@@ -48,6 +48,7 @@ log = get_logger(__name__)
 
 AGENT_WAVES = "/agentwaves/"
 KIND = "AgentUpgrade"
+MAX_STALE_LOGGED = 1024  # stale claims remembered as logged (then forgotten, logged again)
 
 
 def agent_wave_key(name: str) -> str:
@@ -78,6 +79,8 @@ class AgentWaveController:
         self.states: dict[str, AgentWaveState] = {}
         self._mods: dict[str, int] = {}
         self._parsed: dict[str, tuple[int, AgentUpgrade]] = {}
+        # (upgrade, region, root revision, version claimed) of the stale claims logged: once
+        self._stale_logged: set[tuple[str, str, int, str]] = set()
 
     async def load(self) -> None:
         states: dict[str, AgentWaveState] = {}
@@ -145,7 +148,12 @@ class AgentWaveController:
         return out
 
     def views(self, name: str) -> dict[str, RegionAgentView]:
+        """What each region last said of upgrade ``name``, read against the root's revision
+        being rolled out now (a claim of it must name its version:
+        :func:`hub.decide.agentwaves.read_region_claim`)."""
         views: dict[str, RegionAgentView] = {}
+        root = self.states.get(name)
+        revision, version = (root.revision, root.version) if root is not None else (0, "")
         for region, state in self._regions.regions.items():
             seen = self._regions.seen(state)
             report = seen.report if seen.current else None
@@ -161,6 +169,7 @@ class AgentWaveController:
                 claim |= {
                     "name": found.name,
                     "rootRevision": found.root_revision,
+                    "version": found.version,
                     "phase": found.phase,
                     "message": found.message,
                     "pool": found.pool,
@@ -174,8 +183,32 @@ class AgentWaveController:
                 upgrade=name,
                 connected=seen.connected,
                 inventory_total=report.inventory.total,
+                revision=revision,
+                version=version,
             )
+            if views[region].stale:
+                self._log_stale(name, region, revision, version, views[region].stale)
         return views
+
+    def _log_stale(self, name: str, region: str, revision: int, version: str, claimed: str) -> None:
+        """A region's claim of the root's revision naming another version, logged once (each
+        pass and each status read sees it again)."""
+        key = (name, region, revision, claimed)
+        if key in self._stale_logged:
+            return
+        if len(self._stale_logged) >= MAX_STALE_LOGGED:
+            self._stale_logged.clear()
+        self._stale_logged.add(key)
+        log.warning(
+            "region agent upgrade claim not counted",
+            why="it claims the root's revision with another version than that revision's (a "
+            "regional hub that claims a revision before running it: upgrade that hub)",
+            upgrade=name,
+            region=region,
+            revision=revision,
+            version=version,
+            claimed=claimed,
+        )
 
     async def step(self) -> None:
         now = self._clock()
@@ -278,6 +311,12 @@ class AgentWaveController:
                             **(
                                 views[r].figures()
                                 if r in views and views[r].revision == state.revision
+                                else {}
+                            ),
+                            # a claim of this revision naming another version: not counted
+                            **(
+                                {"notCounted": views[r].text()}
+                                if r in views and views[r].stale
                                 else {}
                             ),
                         }

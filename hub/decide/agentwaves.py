@@ -37,7 +37,14 @@ never sent to it counts for nothing; its counts are clamped (never more devices 
 inventory, done + updating + failed never more than its pool), its failed devices at most
 :data:`MAX_FAILED`, each name and reason cut to :data:`MAX_NAME` / :data:`MAX_TEXT`; an unknown
 phase is no phase. A region can stop the waves (as any region that rolled back: the cautious
-side), never pass another region's wave.
+side), never pass another region's wave. A claim for the root's revision N must name revision
+N's version: a region claims N only once its own rollout record is of N's manifest
+(:func:`hub.decide.agentupgrade.takes_up`), and its report names the version of that record;
+a claim of N naming another version (a regional hub still running code from before that rule,
+whose record is still the previous revision's; or a hostile one) counts as no claim for N,
+neither a pass nor a failure, as a claim of revision 0 does (:attr:`RegionAgentView.stale`
+says what it claimed; the root logs it once). The report carries no commit settings: the
+version is what is checked.
 """
 
 from __future__ import annotations
@@ -254,6 +261,9 @@ class RegionAgentView:
     releases: frozenset[str] = frozenset()  # agent release versions its hub holds
     # version -> why the region refused the root's release of it (hub.decide.agentrelay)
     refusals: Mapping[str, str] = field(default_factory=dict)
+    # the version it claimed for the root's revision when that revision has another one (its
+    # claim then counts for nothing: ``revision`` is 0); empty: none
+    stale: str = ""
 
     def figures(self) -> dict[str, Any]:
         return {
@@ -265,6 +275,11 @@ class RegionAgentView:
         }
 
     def text(self) -> str:
+        if self.stale:
+            return (
+                f"claims the root's revision with edged {self.stale}, not that revision's "
+                "version: not counted"
+            )
         out = (
             f"{self.done} of {self.pool} devices done, {self.updating} updating, "
             f"{len(self.failed)} failed, upgrade {self.phase or 'not reported'}"
@@ -291,10 +306,14 @@ def read_region_claim(
     upgrade: str,
     connected: bool,
     inventory_total: int,
+    revision: int,
+    version: str,
 ) -> RegionAgentView:
     """What the root believes of ``region``'s claim about ``upgrade``, bounded: counts within
     its inventory and its pool, failed devices at most :data:`MAX_FAILED` (names and reasons
-    cut), an unknown phase none, a claim about another upgrade none at all."""
+    cut), an unknown phase none, a claim about another upgrade none at all. ``revision``: the
+    root's revision being rolled out (0: none yet), ``version``: its version; a claim of that
+    revision naming another version is no claim of it (module doc)."""
     releases_raw = claim.get("releases", ()) if isinstance(claim, Mapping) else ()
     releases = frozenset(
         _cut(v, MAX_NAME)
@@ -312,7 +331,14 @@ def read_region_claim(
         return RegionAgentView(
             name=region, connected=connected, releases=releases, refusals=refusals
         )
-    revision = claim.get("rootRevision")
+    claimed = claim.get("rootRevision")
+    claimed = claimed if isinstance(claimed, int) and not isinstance(claimed, bool) else 0
+    stale = ""
+    named_version = claim.get("version")
+    if revision and claimed == revision and named_version != version:
+        given = isinstance(named_version, str) and named_version
+        stale = _cut(named_version, MAX_NAME) if given else "<none>"
+        claimed = 0
     phase = claim.get("phase")
     pool = _count(claim.get("pool"), max(0, inventory_total))
     done = _count(claim.get("done"), pool)
@@ -328,7 +354,7 @@ def read_region_claim(
         name=region,
         connected=connected,
         reported=True,
-        revision=revision if isinstance(revision, int) and not isinstance(revision, bool) else 0,
+        revision=claimed,
         phase=phase if phase in REGION_PHASES else "",
         message=_cut(claim.get("message", ""), MAX_TEXT),
         pool=pool,
@@ -337,6 +363,7 @@ def read_region_claim(
         failed=failed,
         releases=releases,
         refusals=refusals,
+        stale=stale,
     )
 
 

@@ -109,12 +109,19 @@ def test_refusals_reported_for_versions_not_held_and_forgotten_once_unwanted() -
 
 def test_the_root_reads_a_regions_refusals_bounded() -> None:
     claim = {"releases": ["0.2.0"], "refusals": {"0.3.0": "SignerNotDelegated: " + "x" * 900}}
-    view = read_region_claim("eu", claim, upgrade="u", connected=True, inventory_total=2)
+    view = read_region_claim("eu", claim, upgrade="u", connected=True, inventory_total=2,
+                              revision=0, version="")  # fmt: skip
     assert (
         view.refusals["0.3.0"].startswith("SignerNotDelegated")
         and len(view.refusals["0.3.0"]) <= 512
     )
     hostile = read_region_claim(
-        "eu", {"refusals": ["not", "a", "map"]}, upgrade="u", connected=True, inventory_total=2
+        "eu",
+        {"refusals": ["not", "a", "map"]},
+        upgrade="u",
+        connected=True,
+        inventory_total=2,
+        revision=0,
+        version="",
     )
     assert hostile.refusals == {}

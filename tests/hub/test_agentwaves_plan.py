@@ -254,6 +254,7 @@ def claim(**over: Any) -> dict[str, Any]:
     return {
         "name": "edged-0-3-0",
         "rootRevision": 1,
+        "version": "0.3.0",
         "phase": "Complete",
         "pool": 3,
         "done": 3,
@@ -263,8 +264,16 @@ def claim(**over: Any) -> dict[str, Any]:
     } | over
 
 
-def read(c: Any, total: int = 3) -> RegionAgentView:
-    return read_region_claim("eu", c, upgrade="edged-0-3-0", connected=True, inventory_total=total)
+def read(c: Any, total: int = 3, revision: int = 1, version: str = "0.3.0") -> RegionAgentView:
+    return read_region_claim(
+        "eu",
+        c,
+        upgrade="edged-0-3-0",
+        connected=True,
+        inventory_total=total,
+        revision=revision,
+        version=version,
+    )
 
 
 def test_a_region_claims_no_more_devices_than_it_has() -> None:
@@ -333,3 +342,40 @@ def test_an_agentupgrade_reads_waves_and_refuses_regions() -> None:
     doc["spec"]["rollout"]["regions"] = ["eu"]
     with pytest.raises(ValidationError, match=r"spec.rollout.regions.*not supported yet"):
         parse_manifest(doc)
+
+
+def test_a_claim_of_the_roots_revision_naming_another_version_counts_for_nothing() -> None:
+    """A regional hub from before regions claimed a revision only once running it (or a
+    hostile one) says the root's revision 2 is RolledBack, or Complete, naming the version of
+    its previous record (revision 1's): neither stops nor passes revision 2's wave, as a claim
+    of revision 0; the view says what it claimed. A claim of an older revision is left alone
+    (it is not counted for the current one anyway)."""
+    waves = (Wave(regions=("eu",)), Wave(regions=("us",)))
+    root = replace(start("edged-0-3-0", 2, "0.4.0", T0), released=frozenset({"eu"}))
+    for phase in ("RolledBack", "Failed", "Complete"):
+        stale = read(
+            claim(rootRevision=2, phase=phase, done=0 if phase != "Complete" else 3,
+                  failed={"eu0": "CrashLoop"}, releases=["0.3.0", "0.4.0"]),
+            revision=2, version="0.4.0",
+        )  # fmt: skip
+        assert stale.revision == 0 and stale.stale == "0.3.0", stale
+        assert "claims the root's revision with edged 0.3.0" in stale.text()
+        step = plan_agent_waves(waves, root, PLACED, {"eu": stale}, T0 + 1)
+        assert step.state is None or step.state.phase is AgentWavePhase.PROGRESSING, step
+        assert step.state is None or step.state.reason != "WavePassed", step
+        assert summed_figures({"eu": stale}, 2)["reportingRegions"] == 0
+    # a claim naming no version, or not a string, is no claim of revision 2 either
+    for version in (None, "", 7, ["0.4.0"]):
+        bad = read(claim(rootRevision=2, version=version), revision=2, version="0.4.0")
+        assert bad.revision == 0 and bad.stale, version
+    # a hostile version is bounded
+    long = read(claim(rootRevision=2, version="x" * 10_000), revision=2, version="0.4.0")
+    assert len(long.stale) == MAX_NAME
+    # the right version: counted, and its wave passes
+    good = read(claim(rootRevision=2, version="0.4.0"), revision=2, version="0.4.0")
+    assert good.revision == 2 and good.stale == ""
+    step = plan_agent_waves(waves, root, PLACED, {"eu": good}, T0 + 1)
+    assert step.state is not None and step.state.reason == "WavePassed", step
+    # an older revision's claim is kept as it is (never counted for revision 2)
+    older = read(claim(rootRevision=1, version="0.3.0"), revision=2, version="0.4.0")
+    assert older.revision == 1 and older.stale == ""
