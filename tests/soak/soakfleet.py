@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 from etcdtesting import EtcdServer, start_cluster
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
+from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll
 from harness import Edged, wait_for
 from hubreplicatesting import NAMESPACE
 from rollouttesting import build_unloadable
@@ -51,6 +51,9 @@ class Target:
     kind: str  # hub, etcd, edged, worker
     pid: Callable[[], int | None]
     restart: Callable[[], None] | None = None
+    # a link (kind "link"): cut and healed, no process
+    cut: Callable[[], None] | None = None
+    heal: Callable[[], None] | None = None
     stopped: bool = False
     down: bool = False
 
@@ -65,6 +68,7 @@ class Fleet:
     replicas: list[HubProcess] = field(default_factory=list)
     edged: list[Edged] = field(default_factory=list)
     sim_process: Any = None
+    root_link: TcpProxy | None = None  # the region's link to its root goes through it
     targets: dict[str, Target] = field(default_factory=dict)
     started_at: float = 0.0
 
@@ -96,6 +100,12 @@ class Fleet:
             "--replica-address",
             f"127.0.0.1:{p1}",
         )
+        # the region reaches its root through a proxy the faults cut (a partition)
+        self.root_link = TcpProxy(("127.0.0.1", self.root.port))
+        parent = r0.data / "parent.json"
+        doc = json.loads(parent.read_text())
+        doc["parent"] = self.root_link.address
+        parent.write_text(json.dumps(doc))
         config = r0.data / "hub.toml"
         config.write_text(
             config.read_text().replace('leaderLease = "10s"', f'leaderLease = "{LEADER_LEASE}"')
@@ -199,6 +209,10 @@ class Fleet:
             self.targets[name] = Target(name, "hub", _hub_pid(hub), _restart_hub(hub))
         for i, m in enumerate(self.etcd):
             self.targets[f"etcd-{i}"] = Target(f"etcd-{i}", "etcd", _etcd_pid(m), _restart_etcd(m))
+        if self.root_link is not None:
+            link = self.root_link
+            self.targets["eu-root-link"] = Target("eu-root-link", "link", lambda: None,
+                                                  cut=link.cut, heal=link.heal)  # fmt: skip
         for i, e in enumerate(self.edged):
             self.targets[f"dev-{i}"] = Target(f"dev-{i}", "edged", _edged_pid(e), e.start)
             self.targets[f"dev-{i}-worker"] = Target(f"dev-{i}-worker", "worker", _worker_pid(e))
@@ -241,6 +255,8 @@ class Fleet:
             h.stop()
         for m in self.etcd:
             m.stop()
+        if self.root_link is not None:
+            self.root_link.close()
 
 
 def _connected(e: Edged) -> bool:

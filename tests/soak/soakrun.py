@@ -238,11 +238,18 @@ class FaultRunner:
 
     def _begin(self, f: Fault) -> None:
         target = self.fleet.targets[f.target]
+        if target.cut is not None:  # a link: no process
+            target.cut()
+            self._opened(f, None)
+            return
         pid = target.pid()
         if pid is None:
             self.rec.event("fault", f"skipped {f.action} {f.target}: not running", target=f.target)
             return
         os.kill(pid, signal.SIGKILL if f.action == KILL else signal.SIGSTOP)
+        self._opened(f, pid)
+
+    def _opened(self, f: Fault, pid: int | None) -> None:
         window = {
             "target": f.target,
             "kind": f.kind,
@@ -269,7 +276,9 @@ class FaultRunner:
         if window is None:
             return
         target = self.fleet.targets[f.target]
-        if f.action == KILL:
+        if target.heal is not None:
+            target.heal()
+        elif f.action == KILL:
             _restart(target)
         else:
             os.kill(window["pid"], signal.SIGCONT)

@@ -25,12 +25,13 @@ def test_the_plan_is_the_seeds() -> None:
         "etcd-2": "etcd",
         "dev-0": "edged",
         "dev-0-worker": "worker",
+        "eu-root-link": "link",
     }
     a = make_plan(CI_SEED, 600, targets)
     assert a == make_plan(CI_SEED, 600, targets)
     assert a != make_plan(CI_SEED + 1, 600, targets)
-    assert {f.kind for f in a.faults} == {"hub", "etcd", "edged", "worker"}
-    assert {f.action for f in a.faults} == {"kill", "stop"}
+    assert {f.kind for f in a.faults} == {"hub", "etcd", "edged", "worker", "link"}
+    assert {f.action for f in a.faults} == {"kill", "stop", "cut"}
     for f in a.faults:  # every fault over by the end; one per target at a time
         assert f.at + f.duration <= 600
         same = [g for g in a.faults if g.target == f.target and g is not f]
