@@ -49,13 +49,12 @@ IN_WAVES = "rolled out in waves (spec.rollout.waves)"
 def wave_conflicts(
     configs: Iterable[tuple[str, str]], deployments: Iterable[tuple[str, str, str]]
 ) -> list[str]:
-    """Pure: a ModelConfig (where, model) for a model whose deployment (where, model, why:
-    :data:`IN_WAVES`, or why it cannot carry a config to its regions, e.g. a model variant;
-    "" when it can) takes to other hubs in a way not supported yet, each named: a model
-    variant for a region (it runs another model), or waves beside another deployment of the
-    model (each region would need one config for both, at two wave positions). A deployment
-    in waves alone carries, to each region, the config of the revision it is sent
-    (hub.decide.regionslice.configs_for)."""
+    """Pure: a ModelConfig (where, model) for a model with a deployment (where, model, what:
+    rolled out in waves (:data:`IN_WAVES`) or giving a region a model variant; "" neither)
+    beside another deployment of the model: not supported yet, each named (one region could
+    need the configs of two wave positions, or of the model and its variant, under one
+    name). A deployment that is alone carries to each region the config of the revision it
+    is sent, naming the variant the region runs (hub.decide.regionslice.configs_for)."""
     deployments = list(deployments)
     models = {model: where for where, model in configs}
     per_model: dict[str, list[str]] = {}
@@ -65,20 +64,17 @@ def wave_conflicts(
     for where, model, why in deployments:
         if not why or model not in models:
             continue
-        # only what this apply brings (stored pairs were refused or predate a region)
         others = [w for w in per_model[model] if w != where]
-        brought = [where, models[model], *others] if why == IN_WAVES else [where, models[model]]
-        if not any(w.startswith("documents[") for w in brought):
+        # only what this apply brings (stored pairs were refused or predate a region)
+        if not others or not any(
+            w.startswith("documents[") for w in [where, models[model], *others]
+        ):
             continue
-        what = why
-        if why == IN_WAVES:
-            if not others:
-                continue
-            what = f"{IN_WAVES} beside another deployment of its model ({', '.join(others)})"
         found.append(
-            f"{where}: a ModelDeployment {what} with a ModelConfig for its model "
-            f"({models[model]}): not supported yet; apply the ModelConfig at each regional "
-            "hub, or give the model one deployment rolled out in waves"
+            f"{where}: a ModelDeployment {why} beside another deployment of its model "
+            f"({', '.join(others)}), with a ModelConfig for the model ({models[model]}): not "
+            "supported yet; apply the ModelConfig at each regional hub, or give the model one "
+            "deployment"
         )
     return found
 

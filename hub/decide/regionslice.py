@@ -302,7 +302,12 @@ def plan_slice(
             name = str(o["metadata"]["name"])
             kept = variant_models(as_applied, region, revision_models.get(name, ()))
             wanted |= models_of(o, kept)
-    sent_configs = configs_for(chosen, objects, configs or {})
+    applied = {
+        str(o["metadata"]["name"]): str(o.get("spec", {}).get("model", {}).get("name"))
+        for o in placed
+        if o["kind"] == "ModelDeployment"
+    }
+    sent_configs = configs_for(chosen, objects, configs or {}, applied)
     if sent_configs:  # (a slice without any has the digest it had before they travelled)
         chosen = sorted(
             [*chosen, *sent_configs], key=lambda o: (str(o["kind"]), str(o["metadata"]["name"]))
@@ -325,16 +330,20 @@ def configs_for(
     chosen: Iterable[Mapping[str, Any]],
     objects: Iterable[Mapping[str, Any]],
     configs: Mapping[str, str] | None = None,
+    applied: Mapping[str, str] | None = None,
 ) -> list[Mapping[str, Any]]:
-    """The ModelConfigs a region's deployments (``chosen``, as the region gets them: a model
-    variant is another model) need, one per model (docs/model-config.md, "Federation"): the
-    current one among ``objects``, or, for a deployment in ``configs``, the one of the
-    revision the region is sent (canonical JSON; "": none). Two deployments of one model
-    wanting different configs cannot be (refused at apply); the first by name wins."""
+    """The ModelConfigs a region's deployments (``chosen``, as the region gets them) need, one
+    per model they run (docs/model-config.md, "Federation"): their model's current one among
+    ``objects``, or, for a deployment in ``configs``, the one of the revision the region is
+    sent (canonical JSON; "": none). ``applied``: by deployment, its model as applied at the
+    root, where the region runs a variant of it (``federation.edgefleet.io/model.<region>``):
+    the config then names the variant, which is the deployment's model there. Two deployments
+    of one model wanting different configs cannot be (refused at apply); the first by name
+    wins."""
     current = {
         str(o.get("spec", {}).get("model")): o for o in objects if o.get("kind") == MODEL_CONFIG
     }
-    configs = configs or {}
+    configs, applied = configs or {}, applied or {}
     out: dict[str, Mapping[str, Any] | None] = {}
     deployments = sorted(
         (o for o in chosen if o.get("kind") == "ModelDeployment"),
@@ -345,12 +354,23 @@ def configs_for(
         if model in out:
             continue
         name = str(o["metadata"]["name"])
+        own = applied.get(name, model)
+        found: Mapping[str, Any] | None
         if name in configs:
             text = configs[name]
-            out[model] = loads(text.encode()) if text else None
+            found = loads(text.encode()) if text else None
         else:
-            out[model] = current.get(model)
+            found = current.get(own)
+        if found is not None and model != own:  # the variant the region runs
+            found = {**found, "spec": {**found["spec"], "model": model}}
+        out[model] = found
     return [c for _, c in sorted(out.items()) if c is not None]
+
+
+def model_variants(manifest: Mapping[str, Any]) -> list[str]:
+    """The model variants a ModelDeployment gives regions (``federation.edgefleet.io/
+    model.<region>``), sorted, each once."""
+    return sorted({v for v in _overrides(manifest, MODEL_OVERRIDE).values() if v})
 
 
 def same_model_configs(

@@ -10,8 +10,10 @@ region, real ONNX Runtime workers.
   same worker process;
 * the region refuses to change what the root owns, and its own ModelConfig for the same
   model is refused (one config per model);
-* a deployment giving the region a model variant with a ModelConfig is refused at the root
-  (the region runs another model), naming it. (Waves: tests/hub/test_hub_waves_modelconfig.py.)
+* a second deployment of the model giving the region a model variant is refused at the root,
+  naming both (the region would need two configs of one name). Waves:
+  tests/hub/test_hub_waves_modelconfig.py; a variant alone:
+  tests/hub/test_hub_federation_slices.py.
 """
 
 from __future__ import annotations
@@ -174,15 +176,36 @@ def test_a_root_sends_its_regions_the_model_configs_of_their_deployments(
         rollout = json.loads(eu.edgectl("get", "deployment", "det", "-o", "json").stdout)
         assert rollout["status"]["rollout"]["revision"] >= 2, rollout["status"]
 
-        # 4. a model variant for eu with a config: refused at the root, naming the deployment
+        # 4. a second deployment of the model giving eu a model variant, beside det: refused
+        # at the root, naming both (eu would need the config for det and for det-int8)
         variant = DEPLOYMENT.replace(
             "metadata: {name: det}",
-            'metadata: {name: det, annotations: {"federation.edgefleet.io/model.eu": det-int8}}',
+            'metadata: {name: det-b, annotations: {"federation.edgefleet.io/model.eu": det-int8}}',
         )
         refused = apply(root, tmp_path, variant)
         assert refused.returncode != 0, refused.stdout
-        assert "giving region eu a model variant" in refused.stderr, refused.stderr
-        assert "not supported yet" in refused.stderr
+        assert "giving region eu a model variant beside another deployment" in refused.stderr
+        assert "(ModelDeployment det)" in refused.stderr and "not supported yet" in refused.stderr
+        # 5. det alone giving eu a variant: its config is checked against the variant's schema
+        # (the publisher's, signed with it): one the config breaks refuses the apply
+        int8 = tmp_path / "int8" / "det-int8.onnx"
+        int8.parent.mkdir()
+        build_mlp(int8, TINY_MLP, seed=1)
+        schema = int8.parent / "config.schema.json"
+        schema.write_text(
+            json.dumps({"type": "object", "properties": {"site": {"type": "integer"}}})
+        )
+        pushed = root.edgectl("models", "push", str(int8), "--name", "det-int8",
+                              "--version", "1.0.0", "--extra", str(schema))  # fmt: skip
+        assert "pushed" in pushed.stdout, pushed.stdout + pushed.stderr
+        alone = DEPLOYMENT.replace(
+            "metadata: {name: det}",
+            'metadata: {name: det, annotations: {"federation.edgefleet.io/model.eu": det-int8}}',
+        )
+        refused = apply(root, tmp_path, alone)
+        assert refused.returncode != 0, refused.stdout
+        assert "the config schema of model det-int8 1.0.0" in refused.stderr, refused.stderr
+        assert "ModelConfig det does not validate" in refused.stderr, refused.stderr
         assert dev.terminate() == 0
     finally:
         if eu is not None:

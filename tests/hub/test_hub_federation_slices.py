@@ -425,15 +425,19 @@ def test_a_slice_carries_the_model_configs_of_its_deployments() -> None:
         variant,
         model_config("cfg-a", "a"),
         model_config("cfg-b", "b"),
-        model_config("cfg-v", "v"),  # eu runs v-int8, not v
+        model_config("cfg-v", "v"),  # eu runs v-int8: sent naming it
         model_config("cfg-none", "none"),  # no deployment of it
     ]
     eu = regionslice.plan_slice("eu", objects, models, {}, [b"root"])
     assert [(o["kind"], o["metadata"]["name"]) for o in eu.objects] == [
         ("ModelConfig", "cfg-a"),
+        ("ModelConfig", "cfg-v"),
         ("ModelDeployment", "a"),
         ("ModelDeployment", "v"),
     ]
+    # eu runs v's variant: the config it gets names it (the deployment's model there)
+    sent_v = next(o for o in eu.objects if o["metadata"]["name"] == "cfg-v")
+    assert sent_v["spec"]["model"] == "v-int8" and sent_v["spec"]["data"] == {"threshold": 0.5}
     us = regionslice.plan_slice("us", objects, models, {}, [b"root"])
     assert ("ModelConfig", "cfg-b") in [(o["kind"], o["metadata"]["name"]) for o in us.objects]
     assert ("ModelConfig", "cfg-v") in [(o["kind"], o["metadata"]["name"]) for o in us.objects]

@@ -68,21 +68,23 @@ def test_a_refused_config_breaks_the_revision_on_that_device() -> None:
     assert stale.target is TargetPhase.PROGRESSING
 
 
-def test_a_config_with_a_variant_or_waves_beside_another_deployment_is_refused() -> None:
+def test_a_config_with_waves_or_a_variant_beside_another_deployment_is_refused() -> None:
     from hub.decide.modelconfigs import IN_WAVES, wave_conflicts
 
     configs = [("documents[0]", "det")]
-    variant = [("documents[1]", "det", "giving region eu a model variant")]
-    (found,) = wave_conflicts(configs, variant)
-    assert found.startswith("documents[1]: a ModelDeployment giving region eu a model variant")
-    assert "(documents[0])" in found and "not supported yet" in found
-    # waves alone: supported (each region gets the config of the revision it is sent)
-    assert wave_conflicts(configs, [("documents[1]", "det", IN_WAVES)]) == []
-    # waves beside another deployment of the model: refused, naming both
-    beside = [("documents[1]", "det", IN_WAVES), ("ModelDeployment local", "det", "")]
-    (found,) = wave_conflicts(configs, beside)
-    assert "beside another deployment of its model (ModelDeployment local)" in found
+    variant = "giving region eu a model variant"
+    # alone: supported (each region gets the config of the revision it is sent, naming the
+    # variant it runs)
+    for why in (IN_WAVES, variant):
+        assert wave_conflicts(configs, [("documents[1]", "det", why)]) == []
+    # beside another deployment of the model: refused, naming both
+    for why in (IN_WAVES, variant):
+        beside = [("documents[1]", "det", why), ("ModelDeployment local", "det", "")]
+        (found,) = wave_conflicts(configs, beside)
+        assert found.startswith(f"documents[1]: a ModelDeployment {why} beside another")
+        assert "(ModelDeployment local)" in found and "not supported yet" in found
+        assert "(documents[0])" in found
     # another model's deployments do not count; what was stored before is not this apply's
     assert wave_conflicts(configs, [("documents[1]", "det", IN_WAVES), ("x", "other", "")]) == []
-    stored = [("ModelDeployment d", "det", "giving region eu a model variant")]
+    stored = [("ModelDeployment d", "det", IN_WAVES), ("ModelDeployment e", "det", "")]
     assert wave_conflicts([("ModelConfig det", "det")], stored) == []

@@ -274,7 +274,7 @@ class Applies:
             return
         enrolled = sorted(self.regions.regions) if self.regions is not None else []
 
-        def federated(manifest: Any) -> str:  # why its regions cannot get its config
+        def federated(manifest: Any) -> str:  # what makes it one of a kind for its config
             if manifest.get("spec", {}).get("rollout", {}).get("waves"):
                 return modelconfigs.IN_WAVES
             variants = regionslice.with_model_variant(manifest, enrolled)
@@ -317,23 +317,30 @@ class Applies:
         configs: dict[str, tuple[int | None, Any]] = {}  # model -> (document index, config)
         for o in self.cache.objects_of(kind):
             configs[str(o.manifest["spec"]["model"])] = (None, o.manifest)
-        versions: dict[str, dict[str, int | None]] = {}  # model -> version -> document index
-        for dep in self.cache.deployments.values():
-            versions.setdefault(dep.spec.model.name, {})[dep.spec.model.version] = None
+        # model -> (artifact: the model or a variant a region runs, version) -> document index
+        versions: dict[str, dict[tuple[str, str], int | None]] = {}
+
+        def add(manifest: Any, index: int | None) -> None:
+            ref = manifest["spec"]["model"]
+            name, version = str(ref["name"]), str(ref["version"])
+            for artifact in (name, *regionslice.model_variants(manifest)):
+                versions.setdefault(name, {})[(artifact, version)] = index
+
+        for o in self.cache.objects_of("ModelDeployment"):
+            add(o.manifest, None)
         for i, obj in enumerate(parsed):
             if obj.kind == kind:
                 configs[str(obj.manifest["spec"]["model"])] = (i, obj.manifest)
             elif obj.kind == "ModelDeployment":
-                ref = obj.manifest["spec"]["model"]
-                versions.setdefault(str(ref["name"]), {})[str(ref["version"])] = i
+                add(obj.manifest, i)
         devices = [(d.name, d.all_labels()) for d in self.cache.devices.values()]
         problems: list[str] = []
         for model, (ci, manifest) in sorted(configs.items()):
-            for version, di in sorted(versions.get(model, {}).items()):
+            for (artifact, version), di in sorted(versions.get(model, {}).items()):
                 if (ci is None and di is None) or self.schemas is None:
                     continue
                 try:
-                    schema = await self.schemas.of(model, version)
+                    schema = await self.schemas.of(artifact, version)
                 except EdgefleetError as exc:
                     raise Refused(grpc.StatusCode.UNAVAILABLE, str(exc)) from None
                 if schema is None:
@@ -341,7 +348,9 @@ class Applies:
                 config = parse_manifest(dict(manifest))
                 assert isinstance(config, ModelConfig)
                 found = modelconfigs.schema_problems(config, schema, devices)
-                against = f"the config schema of model {model} {version} (signed by its publisher)"
+                against = (
+                    f"the config schema of model {artifact} {version} (signed by its publisher)"
+                )
                 if ci is not None:
                     problems += [f"documents[{ci}].{p} ({against})" for p in found]
                 elif found:
