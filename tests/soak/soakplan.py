@@ -15,6 +15,7 @@ version, a canary to the broken version 9.0.0, a scale change) or of a region's 
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import random
 from dataclasses import dataclass, field
@@ -45,6 +46,7 @@ class Action:
     version: str = ""  # apply of a deployment: its model version
     replicas: int = 1  # apply of a deployment: replicas per device
     canary: bool = False
+    read_after: str = ""  # a replica to read the object at as soon as the call returned
 
 
 @dataclass
@@ -86,7 +88,14 @@ def make_plan(
     rng = random.Random(f"actions-{seed}")
     t = warmup / 2
     while t < duration:
-        plan.actions.append(_action(rng, round(t, 2)))
+        action = _action(rng, round(t, 2))
+        # a region's write read back at once at the other replica (read your writes on a
+        # follower); drawn apart from the stream, which stays as it was for every seed
+        draw = random.Random(f"read-after-{seed}-{len(plan.actions)}").random()
+        if action.op == "apply" and action.at_hub != "root" and draw < 0.7:
+            other = "eu-r1" if action.at_hub == "eu-r0" else "eu-r0"
+            action = dataclasses.replace(action, read_after=other)
+        plan.actions.append(action)
         t += rng.uniform(0.5 * action_gap, 1.5 * action_gap)
     return plan
 

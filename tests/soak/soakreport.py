@@ -200,7 +200,8 @@ def judge(
                 }
             )
     inference = {
-        d: {k: v for k, v in f.items() if k != "unexcused"} | {"unexcused": len(f["unexcused"])}
+        d: {k: v for k, v in f.items() if k not in ("unexcused", "times")}
+        | {"unexcused": len(f["unexcused"])}
         for d, f in sampler.inference.items()
     }
     # 5. growth of RSS and descriptors, per process life (a restarted process starts again)
@@ -288,6 +289,10 @@ def write_report(
     result: dict[str, Any],
 ) -> None:
     d = settings.directory
+    from soakplots import plot_run
+
+    errors = {device: f["times"] for device, f in sampler.inference.items()}
+    result["plots"] = plot_run(d, sampler.resources, errors, faults.windows, rec.now())
     dump_json(
         d / "report.json",
         {**result, "fault_windows": faults.windows, "resources": sampler.resources},
@@ -332,6 +337,11 @@ def render(result: dict[str, Any]) -> str:
         lines.append(
             f"    {name}: RSS {g['rss_mib'][0]} -> {g['rss_mib'][1]} MiB, fds "
             f"{g['fds'][0]} -> {g['fds'][1]} over {g['seconds']:g}s ({g['lives']} lives)"
+        )
+    for plot in result.get("plots", []):
+        series = ", ".join(f"{name} {colour}" for name, colour in plot["series"].items())
+        lines.append(
+            f"plot {plot['file']}: t {plot['t']} s, y {plot['y']}, fault windows shaded; {series}"
         )
     if result["harness_errors"]:
         lines.append(f"harness errors: {result['harness_errors'][:5]}")

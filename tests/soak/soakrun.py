@@ -188,6 +188,8 @@ class Operator:
         )
         with self.rec.lock:
             self.rec.ops.append(op)
+        if action.read_after and outcome == "ok":
+            self.perform(Action(action.at, "read", action.key, action.read_after), client_name)
         return op
 
 
@@ -396,12 +398,14 @@ class Sampler:
             device = f"dev-{i}"
             status = infer_once(e.data, STEADY)
             figures = self.inference.setdefault(
-                device, {"requests": 0, "errors": 0, "errors_excused": 0, "unexcused": []}
+                device,
+                {"requests": 0, "errors": 0, "errors_excused": 0, "unexcused": [], "times": []},
             )
             figures["requests"] += 1
             if status == 200:
                 continue
             figures["errors"] += 1
+            figures["times"].append(round(t, 2))
             if self.excused(device, t):
                 figures["errors_excused"] += 1
             else:

@@ -6,6 +6,7 @@ from __future__ import annotations
 import itertools
 import math
 import random
+from pathlib import Path
 
 import pytest
 from soakhistory import Op, check, check_key, describe, prepare
@@ -145,3 +146,28 @@ def test_a_long_linearizable_history_is_checked_quickly() -> None:
         t += 0.3 if i % 3 else 1.0
     assert check(ops).ok
     assert math.isinf(prepare([w(1, "a", 0, 1, "unknown")])[0].end)
+
+
+def test_the_run_s_charts_are_pngs(tmp_path: Path) -> None:
+    """tests/soak/soakplots.py: a PNG per chart, its size, a legend per series; a restarted
+    process (another pid) breaks its line."""
+    import struct
+    import zlib
+
+    from soakplots import HEIGHT, WIDTH, plot_run
+
+    resources = {
+        "hub": [(0.0, 1, 50 * 2**20, 20), (5.0, 1, 60 * 2**20, 21), (6.0, 2, 40 * 2**20, 9)]
+    }
+    windows = [{"begin": 5.5, "end": 6.0}, {"begin": 8.0, "end": None}]
+    legends = plot_run(tmp_path, resources, {"dev-0": [1.0, 2.0]}, windows, 10.0)
+    assert [p["file"] for p in legends] == ["rss.png", "fds.png", "inference-errors.png"]
+    assert legends[0]["y"] == [40.0, 60.0] and set(legends[0]["series"]) == {"hub"}
+    for legend in legends:
+        data = (tmp_path / legend["file"]).read_bytes()
+        assert data[:8] == b"\x89PNG\r\n\x1a\n"
+        width, height = struct.unpack(">II", data[16:24])
+        assert (width, height) == (WIDTH, HEIGHT)
+        idat = data.index(b"IDAT")
+        (length,) = struct.unpack(">I", data[idat - 4 : idat])
+        assert len(zlib.decompress(data[idat + 4 : idat + 4 + length])) == (3 * WIDTH + 1) * HEIGHT
