@@ -361,6 +361,8 @@ class Sampler:
         for name, pid in self.fleet.processes().items():
             try:
                 p = psutil.Process(pid)
+                if p.status() == psutil.STATUS_ZOMBIE:  # killed, not reaped yet
+                    continue
                 rss, fds = p.memory_info().rss, p.num_fds()
             except psutil.Error:
                 continue
