@@ -511,10 +511,17 @@ class Replica:
             self._adopting = loop.create_future()
             channel.send(FrameType.PING)
             pong = await asyncio.wait_for(asyncio.shield(self._adopting), timeout)
-            # what it did for the last edged is not this edged's to count
+            # what it did for the last edged is not this edged's to count: its totals now are
+            # where this edged's counting starts (batches and overlap alike)
             report, _ = overlapstats.from_pong(pong)
             if report is not None:
                 self._overlap_seen = (report, self._channel_counts())
+            batches = from_pong(pong)
+            if batches is not None:
+                busy = pong.get("busy_s", 0.0)
+                busy_s = float(busy) if type(busy) in (int, float) else 0.0
+                busy_s = busy_s if math.isfinite(busy_s) and busy_s > 0 else 0.0
+                self._batches_seen = (batches, time.monotonic(), busy_s)
         except TimeoutError:
             return f"no READY and PONG within {timeout:g}s"
         finally:

@@ -21,6 +21,7 @@ import psutil
 import pytest
 from fdstoretesting import FdStore
 from harness import UNSIGNED_CONFIG, Edged, wait_for, write_manifest
+from metricstesting import series_value
 
 from edgefleet.devicestatus import send_request
 from edgefleet.inference import infer_path, infer_request_body
@@ -99,6 +100,38 @@ def test_restart_keeps_workers_serving(model_dir: Path, tmp_path: Path, edged_fa
     _stop_for_good(e, tmp_path)
     assert not any(_alive(pid) for pid in before[1:])
     assert _records(e) == {}
+
+
+def test_an_adopted_worker_counts_only_the_batches_it_runs_for_the_new_edged(
+    model_dir: Path, tmp_path: Path, edged_factory
+) -> None:
+    """A worker's PONG carries its running totals since it started; the batches it ran for
+    the edged before are not the new edged's to count (edged_inference_batches_total and
+    friends start from the totals at adoption, as the overlap counts do)."""
+    write_manifest(model_dir, replicas=1, period=1)
+    e: Edged = edged_factory(model_dir, config=_config(tmp_path)).start()
+    e.wait_ready()
+    wait_for(lambda: e.workload("mlp")["readyReplicas"] == 1, 30, "the replica ready")
+
+    def batched() -> float:
+        text = e.request("GET", "/metrics", sock=e.status_sock)[1].decode()
+        return series_value(text, 'edged_inference_batched_requests_total{workload="mlp"}')
+
+    for _ in range(5):
+        assert e.infer("mlp", X)[0] == 200
+    wait_for(lambda: batched() == 5, 30, "5 requests counted by the first edged")
+    assert e.terminate() == 0
+    e.start().wait_ready()
+    wait_for(lambda: e.workload("mlp")["readyReplicas"] == 1, 30, "the replica adopted")
+    assert e.workload("mlp")["replicas"][0]["adopted"]
+    time.sleep(3)  # several liveness probes, each a PONG with the worker's totals
+    assert batched() == 0  # the 5 were the first edged's
+    for _ in range(2):
+        assert e.infer("mlp", X)[0] == 200
+    wait_for(lambda: batched() == 2, 30, "the 2 requests made to this edged counted")
+    time.sleep(2)
+    assert batched() == 2
+    _stop_for_good(e, tmp_path)
 
 
 def test_kill9_of_edged_then_adopted(model_dir: Path, tmp_path: Path, edged_factory) -> None:
