@@ -140,13 +140,15 @@ def _numbers(value: object, path: str, problems: list[str], *, nonzero: bool) ->
 
 def _input_step(step: Mapping[str, Any], path: str, problems: list[str]) -> InputStep:
     scale = _number(step.get("scale", 1.0), f"{path}.scale", problems)
+    if scale == 0.0:  # every input would be 0: a mistake, never taken as "no scale"
+        problems.append(f"{path}.scale: must not be 0 (every input would be 0)")
     mean = _numbers(step.get("mean", 0.0), f"{path}.mean", problems, nonzero=False)
     std = _numbers(step.get("std", 1.0), f"{path}.std", problems, nonzero=True)
     axis = step.get("channelAxis", 1)
     if isinstance(axis, bool) or not isinstance(axis, int) or not -MAX_AXIS <= axis < MAX_AXIS:
         problems.append(f"{path}.channelAxis: an integer from {-MAX_AXIS} to {MAX_AXIS - 1}")
         axis = 1
-    return InputStep(scale or 1.0, mean or (0.0,), std or (1.0,), axis)
+    return InputStep(1.0 if scale is None else scale, mean or (0.0,), std or (1.0,), axis)
 
 
 def _output_step(step: Mapping[str, Any], path: str, problems: list[str]) -> OutputStep:

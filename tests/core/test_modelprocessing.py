@@ -51,6 +51,7 @@ BAD: list[tuple[Any, str]] = [
     ({"inputs": {"x": {"scale": True}}}, "scale: must be a finite number"),
     ({"inputs": {"x": {"std": [1, 0]}}}, f"data[{K}].inputs['x'].std[1]: must not be 0"),
     ({"inputs": {"x": {"std": 0}}}, "std: must not be 0"),
+    ({"inputs": {"x": {"scale": 0}}}, f"data[{K}].inputs['x'].scale: must not be 0"),
     ({"inputs": {"x": {"mean": []}}}, "mean: a number or a list of 1 to 4096 numbers"),
     ({"inputs": {"x": {"mean": [0.0] * 4097}}}, "mean: a number or a list of 1 to 4096"),
     ({"inputs": {"x": {"mean": [1, None]}}}, "mean[1]: must be a finite number"),
