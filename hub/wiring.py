@@ -92,6 +92,11 @@ class HubParts:
     # D/tuf/: the TUF repository, when the hub keeps one; at a regional hub, its root's
     # (D/tuf-relay/, hub.state.tufrelay); replaced while the hub runs (hub.state.heldtuf)
     held_tuf: HeldTuf
+    # what the admin API writes through: with replicas, the store fenced by the leader's term
+    # (hub.state.store.electing.FencedStore), so that a leader paused past its lease that
+    # resumes in the middle of an apply has it refused (UNAVAILABLE: edgectl goes on to the
+    # leader) instead of written where the new leader's cache never looks; None: ``store``
+    admin_store: Store | None = None
     rollouts: RolloutController | None = (
         None  # hub.controllers.rollout; None: no rollout controller
     )
@@ -236,6 +241,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubPar
         elector=elector,
         held_tuf=HeldTuf(cache, _tuf_of(paths.data_dir, signing=not replicated, config=config)),
         secret_keys=SecretKeys.load(paths.data_dir),
+        admin_store=controller_store,
     )
     if replicated:  # a push lands on the leader; every replica serves its bytes
         ctx.shared_blobs = SharedBlobs(
@@ -268,7 +274,7 @@ def _admin_rollouts(ctx: HubParts, auth: AdminAuth) -> AdminRollouts:
     run the same handlers."""
     return AdminRollouts(
         auth,
-        ctx.store,
+        ctx.admin_store or ctx.store,
         ctx.cache,
         ctx.writer,
         tuf=ctx.held_tuf,  # replaced when the repository changes (tufwatch, a region's relay)
@@ -296,7 +302,7 @@ def admin_servicer(ctx: HubParts) -> AdminServicer:
     return AdminServicer(
         applies=Applies(
             auth,
-            ctx.store,
+            ctx.admin_store or ctx.store,
             ctx.cache,
             ctx.writer,
             ctx.secret_keys,
@@ -318,7 +324,7 @@ def admin_servicer(ctx: HubParts) -> AdminServicer:
         watches=Watches(auth, ctx.store, ctx.cache, show),
         deletes=Deletes(
             auth,
-            ctx.store,
+            ctx.admin_store or ctx.store,
             ctx.cache,
             ctx.writer,
             ctx.sessions,
@@ -327,7 +333,7 @@ def admin_servicer(ctx: HubParts) -> AdminServicer:
         ),
         devices=AdminDevices(
             auth,
-            ctx.store,
+            ctx.admin_store or ctx.store,
             ctx.cache,
             ctx.writer,
             ctx.sessions,

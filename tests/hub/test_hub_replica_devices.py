@@ -11,6 +11,7 @@ import shutil
 import time
 from pathlib import Path
 
+import pytest
 from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
 
@@ -312,4 +313,41 @@ async def test_a_follower_sends_its_devices_the_state_the_leader_recorded(
     finally:
         stop.set()
         await task
+        await ctx.store.close()
+
+
+@async_test
+async def test_admin_writes_on_a_replica_are_fenced_by_the_leaders_term(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    """Found by the soak harness (docs/soak.md, seed 7): a leader SIGSTOPped past its lease
+    resumed in the middle of an apply and acknowledged it, written unfenced where the new
+    leader's cache never looks (the leader's cache follows nothing): reads at the leader went
+    on showing the value before, for good. The admin API's writes now go through the store
+    fenced by the term (hub.state.store.electing.FencedStore: a deposed leader's write is
+    refused, tests/hub/test_hub_electing.py), which the hub answers UNAVAILABLE and edgectl
+    takes to the next replica."""
+    from hub.state.store.electing import FencedStore, NotLeader
+    from hub.wiring import admin_servicer
+
+    url = f"etcd://{etcd_server.endpoint}{etcd_namespace}"
+    await init_hub(tmp_path / "r0", region="eu", store=url)
+    store = await EtcdStore.open([etcd_server.endpoint], namespace=etcd_namespace)
+    ctx = await build_context(tmp_path / "r0", store=store)
+    try:
+        servicer = admin_servicer(ctx)
+        writers = {
+            "applies": servicer.applies.store,
+            "deletes": servicer.deletes.store,
+            "devices": servicer.devices.store,
+            "rollouts": servicer.rollouts.store,
+        }
+        for name, written in writers.items():
+            assert isinstance(written, FencedStore), name
+            assert written.elector is ctx.elector, name
+        # this replica does not lead (its elector has no term): the write is refused
+        with pytest.raises(NotLeader):
+            await servicer.applies.store.put("/objects/PriorityClass/p", b"{}")
+        assert await ctx.store.get("/objects/PriorityClass/p") is None
+    finally:
         await ctx.store.close()
