@@ -56,7 +56,7 @@ from hub.api.deviceinput import check_hello, check_message
 from hub.api.ratelimit import Rate, RateLimiter
 from hub.config import DevicesConfig
 from hub.decide.agentrevisions import DesiredAgentSpec
-from hub.decide.desired import MAX_DESIRED_STATE_BYTES
+from hub.decide.desired import MAX_DESIRED_STATE_BYTES, DesiredContent
 from hub.decide.devices import (
     AgentReport,
     Device,
@@ -323,6 +323,10 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         self.shared_blobs = shared_blobs  # replicas: bytes pushed through another replica
         self.clock = clock
         self.last_seen: dict[str, float] = {}
+        # the last desired state sent to each device from this replica: what its artifact
+        # fetches are checked against where the projector does not run (a follower replica,
+        # hub.controllers.replicas.FollowerOffers); one per device
+        self.sent_contents: dict[str, DesiredContent] = {}
         self.on_evidence = on_evidence
         self.status_limit = RateLimiter(Rate(limits.status_rate, limits.status_burst))
         # The edged versions this hub accepts are a window around its own (agentskew).
@@ -500,6 +504,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                     content, session.desired = session.desired, None
                     if record is not None and record.generation > sent:
                         sent = record.generation
+                        self.sent_contents[caller.name] = content
                         message = device_pb2.HubMessage(
                             desired_state=device_pb2.DesiredState(
                                 generation=record.generation,
@@ -822,8 +827,11 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
     ) -> AsyncIterator[device_pb2.ArtifactChunk]:
         caller, _ = await self._caller(context)
         content = self.projector.content_for(caller.name)
-        if (content is None or request.sha256 not in content.artifacts) and not (
-            self.agent_release is not None and await self.agent_release(request.sha256)
+        sent = self.sent_contents.get(caller.name)
+        if (
+            (content is None or request.sha256 not in content.artifacts)
+            and (sent is None or request.sha256 not in sent.artifacts)
+            and not (self.agent_release is not None and await self.agent_release(request.sha256))
         ):
             await context.abort(
                 grpc.StatusCode.PERMISSION_DENIED,
