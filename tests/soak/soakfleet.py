@@ -26,7 +26,7 @@ import psutil
 from etcdtesting import EtcdServer, start_cluster
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll
 from harness import Edged, wait_for
-from hubreplicatesting import NAMESPACE
+from hubreplicatesting import NAMESPACE, leader_port
 from rollouttesting import build_unloadable
 from soakplan import BROKEN, DEPLOYMENTS, VERSIONS
 
@@ -117,7 +117,11 @@ class Fleet:
             re.sub(r'metricsListen = "[^"]*"', 'metricsListen = ""', config.read_text())
         )
         self.replicas = [r0, r1]
+        # r0 leads first and the devices enroll at (and first connect to) it: a follower
+        # cannot serve the root's models yet (docs/soak.md, defects), so a device that starts
+        # on a follower never gets its first deployment; the faults move devices later
         r0.start()
+        wait_for(lambda: leader_port(self.etcd[0]) == p0, 60, "r0 to lead the region")
         r1.start()
         self._push_models()
         for i in range(self.real_devices):
