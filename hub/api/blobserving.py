@@ -29,7 +29,8 @@ async def blob_chunks(
     end: str = "the end",
 ) -> AsyncIterator[tuple[int, bytes]]:
     """``(offset, bytes)`` of ``sha256`` from ``offset`` on. The caller checked that it may have
-    them. Aborts the call: UNAVAILABLE (the replicas' copy failed), NOT_FOUND, OUT_OF_RANGE
+    them. Aborts the call: UNAVAILABLE (the replicas' copy failed, or at replicas a blob this
+    one lacks: another may hold it), NOT_FOUND, OUT_OF_RANGE
     (``end`` names the end in the message)."""
     if shared is not None and not blobs.has(sha256):
         try:  # replicas: pushed through another one; its bytes are in the store
@@ -41,6 +42,11 @@ async def blob_chunks(
         async for chunk in read_chunks(blobs.path_for(sha256), offset):
             yield chunk
     except FileNotFoundError:
+        if shared is not None:  # replicas: another one may hold it (a region's root artifact
+            # too large to share): the device tries again, maybe there
+            await context.abort(
+                grpc.StatusCode.UNAVAILABLE, f"artifact {sha256} is not stored on this replica"
+            )
         await context.abort(grpc.StatusCode.NOT_FOUND, f"artifact {sha256} is not stored")
     except OffsetPastEnd as exc:
         await context.abort(

@@ -368,9 +368,11 @@ class ParentLink:
         raise FederationError("the parent ended the stream")
 
     async def _fetch(self, stub: Any, sha256: str, length: int, name: str, version: str) -> None:
-        """One artifact from the root into the blob store, kept only with its signed digest."""
+        """One artifact from the root into the blob store, kept only with its signed digest;
+        at a region's replicas also into the store they share (:meth:`_share`)."""
         blobs = self._blobs
         if blobs.has(sha256):
+            await self._share(sha256, name, version)
             return
         fd, tmp = tempfile.mkstemp(dir=self._data_dir, prefix=".fetch-")
         try:
@@ -397,6 +399,26 @@ class ParentLink:
         finally:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
+        await self._share(sha256, name, version)
+
+    async def _share(self, sha256: str, name: str, version: str) -> None:
+        """At a region of several replicas, write the root's artifact into their store as a
+        push does (hub.state.sharedblobs): a device connected to another replica than the one
+        that fetched it downloads it there (it was answered that the artifact is not stored,
+        and never ran the deployment). One too large to share stays on this replica alone,
+        said in a Warning event."""
+        if self._shared_blobs is None:
+            return
+        try:
+            await self._shared_blobs.publish(sha256)
+        except ArtifactError as exc:
+            if exc.reason != "SharedArtifactTooLarge":
+                raise
+            log.warning("artifact not shared", model=name, version=version, error=str(exc))
+            self._writer.event(
+                storekeys.KIND_MODEL, f"{name}-{version}", "Warning", exc.reason,
+                f"{name} {version} is served by this replica only: {exc}",
+            )  # fmt: skip
 
     async def _apply(self, s: federation_pb2.RegionSlice, stub: Any) -> None:
         store, cache, writer = self._store, self._cache, self._writer
