@@ -513,6 +513,13 @@ class RolloutController:
             which = "canary" if device_name in state.updated else "stable"
             if report is None or which not in wanted:
                 continue
+            if which == "canary" and (
+                device is None or not fresh_report(cache, device, name, state.revision)
+            ):
+                # made before the device received this revision: its figures are another
+                # revision's (a config revision has the same model: the accuracy measured
+                # with the config before, or one a rollback left)
+                continue
             version, sha = wanted[which]
             got = wanted_revision(revisions_of(report), version, sha)
             if got is None or not got.serves:

@@ -218,3 +218,56 @@ async def test_a_revision_applied_before_the_last_was_projected_waits_for_its_de
         assert after is not None and after.phase is RolloutPhase.PROGRESSING, after
         assert len(after.updated) == 1 and after.stable == 1, after  # maxSurge 1
         assert len(ctx.cache.targeted("det")) == 4
+
+
+@async_test
+async def test_a_canary_report_made_before_the_revision_came_decides_no_analysis(
+    tmp_path: Path,
+) -> None:
+    """The canary analysis, like completion, reads only what a device reported after it
+    received the revision: a report made before (the accuracy another config was measured
+    with, the same model version; or one a rollback left) neither fails nor passes the canary.
+    Seen in CI: a config revision rolled back for the accuracy 0.0 of the rolled-back config
+    before it, measured before the canary device had the new one."""
+    import canarytesting
+
+    async with AdminHub(await make_hub_dir(tmp_path / "hub")) as hub, hub.channel() as channel:
+        stub = hub.stub(channel)
+        for name in canarytesting.DEVICES:
+            await canarytesting.report(hub, name, "1.0.0")
+        for version in ("1.0.0", "2.0.0"):
+            await canarytesting.push(hub, version)
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[canarytesting.deployment("1.0.0")]))
+        await stub.Apply(admin_pb2.ApplyRequest(documents=[canarytesting.deployment("2.0.0")]))
+        state = await canarytesting.step(hub)
+        assert state.revision == 2 and state.updated, state
+        (canary,) = state.updated
+        for _ in range(200):  # the projector carries revision 2 to the canary
+            record = hub.ctx.cache.desired.get(canary)
+            if record is not None and record.carried("det", 2):
+                break
+            await asyncio.sleep(0.01)
+        assert record is not None
+        carried = record.carried("det", 2)
+        assert carried
+
+        async def canary_report(generation: int, accuracy: float) -> RolloutState:
+            rev = RevisionReport(
+                "2.0.0", canarytesting.sha("2.0.0"), RevisionPhase.READY, 1, wanted=True,
+                accuracy=accuracy,
+            )  # fmt: skip
+            workload = WorkloadReport("2.0.0", desired_replicas=1, revisions=(rev,))
+            hub.ctx.writer.update(
+                Device(
+                    name=canary, phase=DevicePhase.READY, workloads={"det": workload},
+                    observed_generation=generation,
+                )
+            )  # fmt: skip
+            await hub.ctx.writer.flush()
+            return await canarytesting.step(hub)
+
+        stale = await canary_report(carried - 1, 0.0)  # made before revision 2 came
+        assert stale.phase is RolloutPhase.PROGRESSING, stale
+        fresh = await canary_report(carried, 0.5)  # made after: it decides
+        assert (fresh.phase, fresh.reason) == (RolloutPhase.ROLLED_BACK, "AnalysisFailed"), fresh
+        assert "accuracy 0.5000" in fresh.message, fresh
