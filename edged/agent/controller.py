@@ -325,9 +325,21 @@ class AgentController:
             self.running.package_version if view.committed == PACKAGE else ""
         )
         upgrade, revision = "", 0
+        # a failure still shown (the controller has not acted on a newer desired release
+        # yet) is said with the attempt it is of, never with the newer one: the hub would
+        # take it for that one's failure (seen in the lab: revision 4 stopped 0.3 s after
+        # being sent, for revision 3's CommitDeadlineExceeded)
+        outcome = self.failed if self.failed is not None else view.last
+        earlier = (
+            self.phase in (Phase.ROLLED_BACK, Phase.FAILED)
+            and outcome is not None
+            and desired is not None
+            and (outcome.version, outcome.upgrade, outcome.upgrade_revision)
+            != (desired.version, desired.upgrade, desired.upgrade_revision)
+        )
         if trying is not None:
             upgrade, revision = trying.upgrade, trying.upgrade_revision
-        elif desired is not None:
+        elif desired is not None and not earlier:
             upgrade, revision = desired.upgrade, desired.upgrade_revision
         elif self.failed is not None:  # the refusal reported (planning: until replaced)
             upgrade, revision = self.failed.upgrade, self.failed.upgrade_revision

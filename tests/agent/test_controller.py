@@ -152,6 +152,26 @@ def test_a_refusal_is_reported_until_a_new_desired_release_replaces_it(
     assert h.controller.failed is None
 
 
+def test_a_failure_still_shown_names_its_own_revision_not_the_next_one(tmp_path: Path) -> None:
+    """A new desired release arrives while the last attempt's failure is still shown (the
+    controller has not acted on it yet): the report names the failed attempt's revision, so
+    the hub never takes it for the new revision's failure (the lab saw revision 4 stopped
+    0.3 s after being sent, for revision 3's failure). Once acted on, the new one's."""
+    h = Harness(tmp_path, env=ON_PACKAGE)
+    h.smoke_error = InstallRefused("SmokeTestFailed", "edged check: StateUnreadable")
+    h.want("0.2.1", revision=3)
+    h.reconcile()
+    assert h.controller.status()["upgradeRevision"] == 3
+    h.want("0.2.2", revision=4)  # not reconciled yet: still the failure of revision 3
+    status = h.controller.status()
+    assert (status["phase"], status["upgradeRevision"]) == ("Failed", 3), status
+    assert status["desiredVersion"] == "0.2.2"
+    h.smoke_error = None
+    h.reconcile()
+    status = h.controller.status()
+    assert status["upgradeRevision"] == 4 and status["phase"] != "Failed", status
+
+
 def test_a_release_for_another_platform_is_refused_before_the_switch(tmp_path: Path) -> None:
     h = Harness(tmp_path, env=ON_PACKAGE)
 
