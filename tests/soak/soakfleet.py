@@ -24,7 +24,7 @@ from typing import Any
 
 import psutil
 from etcdtesting import EtcdServer, start_cluster
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll
+from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll, set_device_timers
 from harness import Edged, wait_for
 from hubreplicatesting import NAMESPACE, leader_port
 from rollouttesting import build_unloadable
@@ -37,7 +37,11 @@ SITE = "a"  # the real devices' label
 SIM_SITE = "sim"  # the simulated devices'
 LEADER_LEASE = "3s"
 STEADY = "steady"  # applied once at the start, never touched: inference must not fail on it
-MODELS = {STEADY: ("1.0.0",)} | {
+# a replicas.total deployment on the real devices, applied once at the start and never touched:
+# the scheduler keeps its placements unless a device is silent for rescheduleAfter (the
+# "no replica moves off a device Ready in its own view" invariant is sampled on it)
+PLACED = "soak-t"
+MODELS = {STEADY: ("1.0.0",), PLACED: ("1.0.0",)} | {
     name: (*VERSIONS, BROKEN) if name != "soak-sim" else VERSIONS for name in DEPLOYMENTS
 }
 
@@ -56,6 +60,16 @@ class Target:
     heal: Callable[[], None] | None = None
     stopped: bool = False
     down: bool = False
+
+
+def device_timers(sim_devices: int) -> dict[str, float]:
+    """The region's ``[devices]`` timers, in seconds: short, so that a hub that counted its own
+    downtime against its devices (a stop or kill of a replica lasts up to 8 s) would move
+    ``soak-t``'s replicas within the run; heartbeats less often with many simulated devices
+    (the two cores carry about 50 heartbeats a second besides the rest)."""
+    interval = max(2.0, sim_devices / 50)
+    grace = 2.5 * interval
+    return {"heartbeatInterval": interval, "heartbeatGrace": grace, "rescheduleAfter": grace}
 
 
 @dataclass
@@ -110,6 +124,8 @@ class Fleet:
         config.write_text(
             config.read_text().replace('leaderLease = "10s"', f'leaderLease = "{LEADER_LEASE}"')
         )
+        timers = device_timers(self.sim_devices)
+        set_device_timers(r0, **{k: f"{v:g}s" for k, v in timers.items()})
         shutil.copytree(r0.data, d / "r1")
         r1 = HubProcess(d / "r1", d / "r1.log", port=p1)
         config = r1.data / "hub.toml"

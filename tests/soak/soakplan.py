@@ -47,6 +47,7 @@ class Action:
     replicas: int = 1  # apply of a deployment: replicas per device
     canary: bool = False
     read_after: str = ""  # a replica to read the object at as soon as the call returned
+    total: int | None = None  # apply of a deployment: replicas.total instead of perDevice
 
 
 @dataclass

@@ -13,6 +13,7 @@ from typing import Any
 from soakhistory import check, describe
 from soakplan import BROKEN, CLASSES, DEPLOYMENTS, Action, Plan
 from soakrun import (
+    PLACED,
     STEADY,
     FaultRunner,
     Operator,
@@ -55,7 +56,7 @@ def _views(fleet: Any, operator: Operator) -> dict[str, Any]:
     evidence kept in report.json when the fleet did not converge."""
     views: dict[str, Any] = {}
     for hub in ("root", "eu-r0"):
-        for name in (STEADY, *DEPLOYMENTS):
+        for name in (STEADY, PLACED, *DEPLOYMENTS):
             try:
                 with operator.client(hub) as client:
                     doc = client.get("ModelDeployment", name)
@@ -72,7 +73,7 @@ def _problems(fleet: Any, operator: Operator) -> list[str]:
     try:
         with operator.client("root") as client:
             desired = {}
-            for name in (STEADY, *DEPLOYMENTS):
+            for name in (STEADY, PLACED, *DEPLOYMENTS):
                 try:
                     desired[name] = client.get("ModelDeployment", name)
                 except ClientError as exc:
@@ -82,6 +83,18 @@ def _problems(fleet: Any, operator: Operator) -> list[str]:
         return [f"root: {exc}"]
     statuses = [edged_status(e.data) for e in fleet.edged]
     sims = fleet.sims().get("devices", {})
+    total = ((desired.get(PLACED) or {}).get("spec") or {}).get("replicas", {}).get("total")
+    holding = []
+    for i, status in enumerate(statuses):
+        work = next((w for w in (status or {}).get("workloads", []) if w.get("name") == PLACED),
+                    None)  # fmt: skip
+        if work is None:
+            continue
+        holding.append(f"dev-{i}")
+        if not work.get("replicas") or not all(r.get("ready") for r in work["replicas"]):
+            problems.append(f"dev-{i}: {PLACED} not ready")
+    if len(holding) != total:
+        problems.append(f"{PLACED} on {holding}, {total} wanted")
     for name in (STEADY, *DEPLOYMENTS):
         doc = desired.get(name)
         spec = (doc or {}).get("spec", {})
@@ -136,7 +149,8 @@ def _problems(fleet: Any, operator: Operator) -> list[str]:
 def final_reads(operator: Operator, rec: Recorder, plan: Plan) -> None:
     """One read of every key at the end, at each hub that serves it: in the history, these
     are what "no acknowledged write lost" is checked against."""
-    reads = [Action(0, "read", f"ModelDeployment/{n}", "root") for n in (STEADY, *DEPLOYMENTS)]
+    names = (STEADY, PLACED, *DEPLOYMENTS)
+    reads = [Action(0, "read", f"ModelDeployment/{n}", "root") for n in names]
     for hub in ("eu-r0", "eu-r1"):
         reads += [Action(0, "read", f"PriorityClass/{n}", hub) for n in CLASSES]
     for action in reads:
@@ -156,6 +170,7 @@ def judge(
     sampler: Sampler,
     convergence: dict[str, Any],
     chaos_end: float,
+    integrity: list[dict[str, Any]],
 ) -> dict[str, Any]:
     failures: list[dict[str, Any]] = []
     # 1. linearizability of the history (no acknowledged write lost, no stale read)
@@ -204,7 +219,27 @@ def judge(
         | {"unexcused": len(f["unexcused"])}
         for d, f in sampler.inference.items()
     }
-    # 5. growth of RSS and descriptors, per process life (a restarted process starts again)
+    # 5. no replica of soak-t moved off a device Ready and connected in its own view
+    unexcused = [m for m in sampler.moves if m["excused"] is None]
+    for m in unexcused[:3]:
+        failures.append(
+            {
+                "invariant": "ready moves",
+                "t": m["t"],
+                "text": f"{PLACED} moved off {m['device']}, connected in its own view with "
+                f"no fault of its own or of its replica in the {sampler.lookback:g}s before",
+            }
+        )
+    moves = {
+        "ok": not unexcused,
+        "moves": len(sampler.moves),
+        "excused": len(sampler.moves) - len(unexcused),
+        "unexcused": len(unexcused),
+        "lookback_s": sampler.lookback,
+        "samples": sum(len(v) for v in sampler.views.values()),
+        "each": sampler.moves[:50],
+    }
+    # 6. growth of RSS and descriptors, per process life (a restarted process starts again)
     growth = _growth(sampler.resources)
     # a hub replica that started again takes its devices' connections back: one descriptor
     # each, on top of the bound (the first samples of its life come before they reconnect)
@@ -220,6 +255,12 @@ def judge(
                     "text": f"{name}: RSS +{g['rss_growth_mib']:.1f} MiB, "
                     f"descriptors +{g['fd_growth']} over {g['seconds']:.0f}s",
                 }
+            )
+    # 7. nothing half-written: every store, state file and artifact after the power cut
+    for c in integrity:
+        if not c["ok"]:
+            failures.append(
+                {"invariant": "intact", "t": rec.now(), "text": f"{c['what']}: {c['detail']}"}
             )
     harness_errors = [e for e in rec.events if e["kind"] in ("harness-error", "fault-error")]
     by_kind = Counter(f"{w['kind']}:{w['action']}" for w in faults.windows)
@@ -245,6 +286,8 @@ def judge(
                 "grace_s": 30,
                 "devices": inference,
             },
+            "ready_moves": moves,
+            "intact": {"ok": all(c["ok"] for c in integrity), "checks": integrity},
             "growth": {
                 "ok": not any(f["invariant"] == "growth" for f in failures),
                 "bounds": {"rss_mib": settings.rss_growth_mib, "fds": settings.fd_growth},
@@ -335,9 +378,26 @@ def render(result: dict[str, Any]) -> str:
             f"({f['errors_excused']} in the device's fault windows)"
             for d, f in inv["inference"]["devices"].items()
         ),
-        f"[{'ok' if inv['growth']['ok'] else 'FAIL'}] growth (bound RSS "
-        f"+{inv['growth']['bounds']['rss_mib']:g} MiB, +{inv['growth']['bounds']['fds']} fds):",
+        f"[{'ok' if inv['ready_moves']['ok'] else 'FAIL'}] no replica moved off a Ready device: "
+        f"{inv['ready_moves']['moves']} moves of {PLACED} seen on the devices, "
+        f"{inv['ready_moves']['excused']} after a fault of the device or its replica or a "
+        f"disconnection in its own view (look-back {inv['ready_moves']['lookback_s']:g}s), "
+        f"{inv['ready_moves']['unexcused']} off a Ready device, over "
+        f"{inv['ready_moves']['samples']} samples",
     ]
+    lines.append(
+        f"[{'ok' if inv['intact']['ok'] else 'FAIL'}] intact after a power cut of every hub "
+        f"and edged: {sum(c['ok'] for c in inv['intact']['checks'])} of "
+        f"{len(inv['intact']['checks'])} checks pass"
+    )
+    lines += [
+        f"    {'ok' if c['ok'] else 'FAIL'} {c['what']}: {c['detail']}"
+        for c in inv["intact"]["checks"]
+    ]
+    lines.append(
+        f"[{'ok' if inv['growth']['ok'] else 'FAIL'}] growth (bound RSS "
+        f"+{inv['growth']['bounds']['rss_mib']:g} MiB, +{inv['growth']['bounds']['fds']} fds):"
+    )
     for name, g in inv["growth"]["processes"].items():
         lines.append(
             f"    {name}: RSS {g['rss_mib'][0]} -> {g['rss_mib'][1]} MiB, fds "

@@ -22,7 +22,7 @@ from typing import Any
 
 import orjson
 import psutil
-from soakfleet import SIM_SITE, SITE, STEADY, Fleet, Target
+from soakfleet import PLACED, SIM_SITE, SITE, STEADY, Fleet, Target, device_timers
 from soakhistory import Op
 from soakplan import BROKEN, KILL, Action, Fault, Plan, make_plan
 
@@ -72,7 +72,13 @@ class Recorder:
 
 # -- documents ------------------------------------------------------------------------------
 def deployment(
-    name: str, version: str, value: str, *, replicas: int = 1, canary: bool = False
+    name: str,
+    version: str,
+    value: str,
+    *,
+    replicas: int = 1,
+    canary: bool = False,
+    total: int | None = None,
 ) -> bytes:
     site = SIM_SITE if name == "soak-sim" else SITE
     rollout: dict[str, Any] = (
@@ -89,7 +95,7 @@ def deployment(
         "spec": {
             "model": {"name": name, "version": version},
             "runtime": {"executionProviders": ["CPUExecutionProvider"]},
-            "replicas": {"perDevice": replicas},
+            "replicas": {"perDevice": replicas} if total is None else {"total": total},
             "placement": {"regions": ["eu"], "nodeSelector": {"site": site}},
             "probes": {"readiness": {"periodSeconds": 1, "timeoutSeconds": 1}},
             "rollout": rollout,
@@ -143,6 +149,7 @@ class Operator:
                             value,
                             replicas=action.replicas,
                             canary=action.canary,
+                            total=action.total,
                         )
                         if kind == "ModelDeployment"
                         else priority_class(name, value)
@@ -346,6 +353,16 @@ class Sampler:
         self.budget_violations: list[dict[str, Any]] = []
         self.inference: dict[str, dict[str, Any]] = {}
         self._served: dict[str, bool] = {}  # device -> soak-a was ready on it since it appeared
+        # the devices' own view, each second: (t, connected to a hub, which replica, holds
+        # soak-t); a device's removals of soak-t are judged against it (placement_moves)
+        self.views: dict[str, list[tuple[float, bool, str, bool]]] = {}
+        self.moves: list[dict[str, Any]] = []
+        hubs = {h.address: f"eu-r{i}" for i, h in enumerate(fleet.replicas)}
+        self._hub_names = hubs
+        timers = device_timers(fleet.sim_devices)
+        # a legitimate move needs the device silent for rescheduleAfter in the hub's view: in
+        # its own view, not connected (or its replica stopped) within that long before
+        self.lookback = timers["rescheduleAfter"] + 2 * timers["heartbeatInterval"] + 10.0
 
     def excused(self, device: str, t: float) -> bool:
         """A fault on the device (its edged, or a worker of it) ended less than the grace ago."""
@@ -370,7 +387,9 @@ class Sampler:
         switching = []
         for i, e in enumerate(self.fleet.edged):
             device = f"dev-{i}"
-            view = replicas_of(edged_status(e.data), BUDGET_DEPLOYMENT)
+            doc = edged_status(e.data)
+            self._view(device, t, doc)
+            view = replicas_of(doc, BUDGET_DEPLOYMENT)
             if view is None:
                 self._served[device] = False
                 continue
@@ -393,6 +412,52 @@ class Sampler:
             self.rec.event(
                 "violation", f"rollout budget: {len(switching)} devices switching", **violation
             )
+
+    def _view(self, device: str, t: float, doc: dict[str, Any] | None) -> None:
+        """One sample of the device's own view; a removal of soak-t is judged at once."""
+        hub = (doc or {}).get("hub") or {}
+        connected = bool(doc is not None and hub.get("connected"))
+        holds = replicas_of(doc, PLACED) is not None
+        at = self._hub_names.get(str(hub.get("hub")), str(hub.get("hub")))
+        views = self.views.setdefault(device, [])
+        before = views[-1] if views else None
+        views.append((round(t, 2), connected, at, holds))
+        if before is None or doc is None or not before[3] or holds:
+            return
+        excuse = self.move_excuse(device, t)
+        move = {"t": round(t, 3), "device": device, "excused": excuse}
+        self.moves.append(move)
+        if excuse is None:
+            self.rec.event(
+                "violation",
+                f"{PLACED} moved off {device}, Ready and connected in its own view for the "
+                f"{self.lookback:g}s before",
+                **move,
+            )
+        else:
+            self.rec.event("move", f"{PLACED} moved off {device}: {excuse}", **move)
+
+    def move_excuse(self, device: str, t: float) -> str | None:
+        """Why a removal at ``t`` may be legitimate (None: nothing): within the look-back the
+        device had a fault of its own, was not connected in its own view, or was connected to a
+        replica that was stopped (its stream open, nothing heard: edged's keepalive is 60 s)."""
+        since = t - self.lookback
+        for w in self.faults.windows:
+            end = w["end"] if w["end"] is not None else math.inf
+            if end < since or w["begin"] > t:
+                continue
+            if w["target"] in (device, f"{device}-worker"):
+                return f"{w['action']} {w['target']} at {w['begin']:.1f}s"
+        for at, connected, hub, _ in self.views.get(device, []):
+            if not since <= at <= t:
+                continue
+            if not connected:
+                return f"not connected at {at:.1f}s in its own view"
+            for w in self.faults.windows:
+                end = w["end"] if w["end"] is not None else math.inf
+                if w["target"] == hub and w["begin"] - 1.0 <= at <= end + 1.0:
+                    return f"its replica {hub} {w['action']} at {w['begin']:.1f}s"
+        return None
 
     def traffic(self) -> None:
         t = self.rec.now()
@@ -432,6 +497,7 @@ def every(period: float, stop: threading.Event, fn: Callable[[], None], rec: Rec
 
 # -- the run ----------------------------------------------------------------------------------
 def run(settings: Settings) -> dict[str, Any]:
+    from soakintegrity import check_all, power_cut
     from soakreport import converge, final_reads, judge, write_report
 
     fleet = Fleet(
@@ -455,11 +521,12 @@ def run(settings: Settings) -> dict[str, Any]:
             action_gap=settings.action_gap,
         )
         operator = Operator(fleet, rec)
-        _apply_steady(operator, rec)
+        _apply_steady(operator, rec, fleet)
         deadline = time.monotonic() + 120
         while not all(infer_once(e.data, STEADY) == 200 for e in fleet.edged):
             assert time.monotonic() < deadline, "the steady deployment is not served"
             time.sleep(0.5)
+        wait_placed(fleet, 120)
         rec.t0 = time.monotonic()
         rec.event("run", f"{STEADY} served on every device: the run starts")
         faults = FaultRunner(fleet, rec, plan.faults)
@@ -493,7 +560,10 @@ def run(settings: Settings) -> dict[str, Any]:
         stop.set()
         for th in threads:
             th.join(15)
-        result = judge(settings, plan, rec, faults, sampler, convergence, chaos_end)
+        killed = power_cut(fleet)
+        rec.event("run", f"power cut: {len(killed)} processes killed -9; checking what they left")
+        integrity = check_all(fleet)
+        result = judge(settings, plan, rec, faults, sampler, convergence, chaos_end, integrity)
         write_report(settings, plan, rec, faults, sampler, result)
         return result
     finally:
@@ -502,16 +572,45 @@ def run(settings: Settings) -> dict[str, Any]:
         fleet.stop()
 
 
-def _apply_steady(operator: Operator, rec: Recorder) -> None:
-    action = Action(0.0, "apply", f"ModelDeployment/{STEADY}", "root", "1.0.0")
-    deadline = time.monotonic() + 60
-    while True:
-        op = operator.perform(action, "setup")
-        if op is not None and op.outcome == "ok":
-            return
+def _apply_steady(operator: Operator, rec: Recorder, fleet: Fleet) -> None:
+    """``steady`` on every real device, ``soak-t`` on all but one (at least one)."""
+    setup = [
+        Action(0.0, "apply", f"ModelDeployment/{STEADY}", "root", "1.0.0"),
+        Action(0.0, "apply", f"ModelDeployment/{PLACED}", "root", "1.0.0",
+               total=placed_total(fleet)),
+    ]  # fmt: skip
+    for action in setup:
+        deadline = time.monotonic() + 60
+        while True:
+            op = operator.perform(action, "setup")
+            if op is not None and op.outcome == "ok":
+                break
+            if time.monotonic() > deadline:
+                raise AssertionError(f"{action.key} was not applied: {rec.events[-1]}")
+            time.sleep(1)
+
+
+def placed_devices(fleet: Fleet) -> list[str]:
+    """The devices where soak-t has a ready replica, in their own view."""
+    out = []
+    for i, e in enumerate(fleet.edged):
+        view = replicas_of(edged_status(e.data), PLACED)
+        if view is not None and view[0]:
+            out.append(f"dev-{i}")
+    return out
+
+
+def wait_placed(fleet: Fleet, timeout: float) -> None:
+    deadline = time.monotonic() + timeout
+    while len(placed_devices(fleet)) != placed_total(fleet):
         if time.monotonic() > deadline:
-            raise AssertionError(f"the steady deployment was not applied: {rec.events[-1]}")
-        time.sleep(1)
+            views = [(edged_status(e.data) or {}).get("workloads") for e in fleet.edged]
+            raise AssertionError(f"{PLACED} not placed on {placed_total(fleet)}: {views}")
+        time.sleep(0.5)
+
+
+def placed_total(fleet: Fleet) -> int:
+    return max(1, len(fleet.edged) - 1)
 
 
 def _operate(
