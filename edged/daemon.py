@@ -170,6 +170,7 @@ class Daemon:
             on_restart=lambda rep: self.counters.restarted(rep),  # noqa: PLW0108
             on_batches=lambda rep, delta: self.counters.batched(rep, delta),  # noqa: PLW0108
             on_overlap=lambda rep, delta: self.counters.overlapped(rep, delta),  # noqa: PLW0108
+            on_answers=lambda rep, delta: self.counters.worker_answered(rep, delta),  # noqa: PLW0108
             python=str(config.workers.python_executable),
             uids=configured_uids(
                 config.workers, edged_root=os.geteuid() == 0, edged_python=Path(sys.executable)

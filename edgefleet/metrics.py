@@ -125,6 +125,15 @@ class HistogramChild:
         self.counts[bisect.bisect_left(self.bounds, value)] += 1
         self.sum += value
 
+    def add(self, counts: Sequence[int], total: float) -> None:
+        """Observations counted elsewhere over the same bounds: one count per bucket (not
+        cumulative), and the sum of their values."""
+        if len(counts) != len(self.counts):
+            raise ValueError(f"{len(counts)} bucket counts for {len(self.counts)} buckets")
+        for i, n in enumerate(counts):
+            self.counts[i] += n
+        self.sum += total
+
 
 _Child = TypeVar("_Child", CounterChild, GaugeChild, HistogramChild)
 

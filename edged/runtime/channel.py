@@ -44,6 +44,10 @@ class ReplicaChannel(asyncio.Protocol):
         # its PONGs may say it did (overlapstats.py)
         self.sent = 0
         self.answered = 0
+        # of those answers, the errors (5xx) and edged's seconds for them: the bounds of what
+        # its PONGs may say it answered (answerstats.py)
+        self.errors = 0
+        self.answered_s = 0.0
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         self.transport = transport  # type: ignore[assignment]
@@ -113,12 +117,16 @@ class ReplicaChannel(asyncio.Protocol):
             resp, t0 = item
             self.answered += 1
             status, hlen = RESULT_PREFIX.unpack_from(payload, 0)
+            if status >= 500:
+                self.errors += 1
             body = payload[RESULT_PREFIX.size :]
             if hlen == NO_HEADER_LENGTH:
                 resp.send(status, body, _JSON)
             else:
                 resp.send(status, body, _BINARY, b"Inference-Header-Content-Length: %d\r\n" % hlen)
-            self._replica.on_result(status, time.perf_counter() - t0)
+            seconds = time.perf_counter() - t0
+            self.answered_s += seconds
+            self._replica.on_result(status, seconds)
         elif ftype == FrameType.PONG:
             self._replica.on_pong(orjson.loads(payload))
         elif ftype == FrameType.READY:

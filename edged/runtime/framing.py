@@ -18,7 +18,9 @@ worker -> edged
            "batch_rows": the most rows a batch merges now, "batches", "requests", "compute_s":
            running totals of the batches run, the requests in them and ONNX Runtime's seconds
            in them (``batchstats.py``), "overlap": running totals of the work the worker did
-           while ONNX Runtime ran a batch, ``{"decoded", "encoded", "staged"}`` (``worker.py``)}``.
+           while ONNX Runtime ran a batch, ``{"decoded", "encoded", "staged"}`` (``worker.py``),
+           "answers": running totals of the answers written, ``{"count", "errors", "seconds",
+           "buckets"}`` (``answerstats.py``)}``.
     READY  payload = JSON model metadata (see ``worker.py``), sent once after warm-up.
     FAILED payload = JSON ``{"reason": ..., "message": ...}``, sent before exiting on a load error.
 """

@@ -41,11 +41,15 @@ class OverlapTotals:
 @dataclass(frozen=True, slots=True)
 class ChannelCounts:
     """What edged saw on one worker's socket, as of a report: INFER frames it sent, answers
-    it received for them, and requests it had sent and not been answered (in flight)."""
+    it received for them, and requests it had sent and not been answered (in flight); of
+    those answers, the errors (a status of 500 or more) and the seconds edged measured from
+    writing each request to reading its answer (``answerstats.py``)."""
 
     sent: int = 0
     answered: int = 0
     inflight: int = 0
+    errors: int = 0
+    answered_s: float = 0.0
 
 
 def from_pong(doc: dict[str, Any]) -> tuple[OverlapTotals | None, str]:

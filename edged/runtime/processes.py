@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from edged.reconcile.model import Phase, ReplicaObservation
-from edged.runtime import egressfilter, overlapstats
+from edged.runtime import answerstats, egressfilter, overlapstats
 from edged.runtime.adopting import ATTACH_HELLO, WorkerRecord
 from edged.runtime.batchstats import BatchCounts, advance, from_pong
 from edged.runtime.channel import ReplicaChannel
@@ -120,6 +120,10 @@ class Replica:
         # (overlapstats.py)
         self._overlap_seen = (overlapstats.OverlapTotals(), overlapstats.ChannelCounts())
         self._overlap_refused = False  # logged once per process
+        # the current process's answer totals as last counted, and its socket then
+        # (answerstats.py)
+        self._answers_seen = (answerstats.AnswerTotals(), overlapstats.ChannelCounts())
+        self._answers_refused = False  # logged once per process
         # what this slot's processes wrote to stderr (kept across restarts: output.py)
         self.output = OutputRing(self.id, workload)
         self._output_pipe: asyncio.ReadTransport | None = None
@@ -238,6 +242,7 @@ class Replica:
         busy = float(doc.get("busy_s", 0.0))
         self._count_batches(doc, busy)
         self._count_overlap(doc)
+        self._count_answers(doc)
         self._probe_state, not_live = record_pong(
             self._probe_state, busy, self.probes, now=time.monotonic()
         )
@@ -269,7 +274,9 @@ class Replica:
         ch = self.channel
         if ch is None:
             return overlapstats.ChannelCounts()
-        return overlapstats.ChannelCounts(ch.sent, ch.answered, len(ch.pending))
+        return overlapstats.ChannelCounts(
+            ch.sent, ch.answered, len(ch.pending), ch.errors, ch.answered_s
+        )
 
     def _count_overlap(self, doc: dict[str, Any]) -> None:
         report, why = overlapstats.from_pong(doc)
@@ -285,6 +292,21 @@ class Replica:
                 log.warning("worker overlap totals not counted", replica=self.id, reason=why)
         elif delta.decoded or delta.encoded or delta.staged:
             self.pool.record_overlap(self, delta)
+
+    def _count_answers(self, doc: dict[str, Any]) -> None:
+        report, why = answerstats.from_pong(doc)
+        delta: answerstats.AnswerTotals | None = None
+        now = self._channel_counts()
+        if report is not None:
+            seen, then = self._answers_seen
+            delta, why = answerstats.advance(seen, report, then=then, now=now)
+            self._answers_seen = (report, now)  # a refused report: counting starts from it
+        if delta is None:
+            if why and not self._answers_refused:
+                self._answers_refused = True
+                log.warning("worker answer totals not counted", replica=self.id, reason=why)
+        elif delta.count:
+            self.pool.record_answers(self, delta)
 
     def on_channel_lost(self) -> None:
         self._cancel_probe()
@@ -354,6 +376,8 @@ class Replica:
         self._batches_refused = False
         self._overlap_seen = (overlapstats.OverlapTotals(), overlapstats.ChannelCounts())
         self._overlap_refused = False
+        self._answers_seen = (answerstats.AnswerTotals(), overlapstats.ChannelCounts())
+        self._answers_refused = False
         self.spec = self._with_uid(self.spec)
         if self.pool.keep:  # it outlives edged, and the next edged adopts it (adopting.py)
             self.spec = replace(
@@ -512,10 +536,13 @@ class Replica:
             channel.send(FrameType.PING)
             pong = await asyncio.wait_for(asyncio.shield(self._adopting), timeout)
             # what it did for the last edged is not this edged's to count: its totals now are
-            # where this edged's counting starts (batches and overlap alike)
+            # where this edged's counting starts (batches, overlap and answers alike)
             report, _ = overlapstats.from_pong(pong)
             if report is not None:
                 self._overlap_seen = (report, self._channel_counts())
+            answered, _ = answerstats.from_pong(pong)
+            if answered is not None:
+                self._answers_seen = (answered, self._channel_counts())
             batches = from_pong(pong)
             if batches is not None:
                 busy = pong.get("busy_s", 0.0)

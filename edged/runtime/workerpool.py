@@ -27,6 +27,7 @@ from edged.runtime.adopting import (
     record_for,
 )
 from edged.runtime.adopting import boot_id as current_boot_id
+from edged.runtime.answerstats import AnswerTotals
 from edged.runtime.batchstats import BatchCounts
 from edged.runtime.exiting import classify_launch_failure
 from edged.runtime.identities import WorkerUids
@@ -63,6 +64,7 @@ class WorkerPool:
         on_restart: Callable[[Replica], None] | None = None,
         on_batches: Callable[[Replica, BatchCounts], None] | None = None,
         on_overlap: Callable[[Replica, OverlapTotals], None] | None = None,
+        on_answers: Callable[[Replica, AnswerTotals], None] | None = None,
         python: str = "",
         uids: WorkerUids | None = None,
         measure: Callable[[str], Awaitable[None]] | None = None,
@@ -79,7 +81,8 @@ class WorkerPool:
         that is ready before it ends serves once it ends, or after ``measure_wait_s`` at most.
         It must not raise. ``on_batches(replica, increment)``: batches a worker ran since its
         last liveness probe (``batchstats.py``); ``on_overlap(replica, increment)``: the
-        work its event loop did while ONNX Runtime ran, likewise (``overlapstats.py``).
+        work its event loop did while ONNX Runtime ran, likewise (``overlapstats.py``);
+        ``on_answers(replica, increment)``: the answers it wrote, likewise (``answerstats.py``).
         ``records``: where kept workers' records are
         (adopting.py); ``keep``: workers started from now on outlive edged (and each gets a
         record there), waiting ``orphan_timeout_s`` at most for the next edged."""
@@ -99,6 +102,7 @@ class WorkerPool:
         self._on_restart = on_restart
         self._on_batches = on_batches
         self._on_overlap = on_overlap
+        self._on_answers = on_answers
         self._python = python or sys.executable
         self._replicas: dict[ReplicaId, Replica] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -211,6 +215,10 @@ class WorkerPool:
     def record_overlap(self, rep: Replica, delta: OverlapTotals) -> None:
         if self._on_overlap is not None:
             self._on_overlap(rep, delta)
+
+    def record_answers(self, rep: Replica, delta: AnswerTotals) -> None:
+        if self._on_answers is not None:
+            self._on_answers(rep, delta)
 
     async def shutdown(self, timeout: float = DRAIN_TIMEOUT_S, *, keep: bool = False) -> None:
         """edged is stopping: drain and stop every replica, or with ``keep`` leave every kept

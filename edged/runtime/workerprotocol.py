@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from edged.runtime.answerstats import AnswerTally
 from edged.runtime.batching import QueueShape, choose_batch, hold_queue
 from edged.runtime.batchstats import BatchCounts
 from edged.runtime.framing import (
@@ -40,6 +41,8 @@ class _Pending:
     __slots__ = ("decoded", "enqueued", "req_id")
 
     def __init__(self, req_id: int, decoded: Any, enqueued: float) -> None:
+        # ``enqueued``: when its frame was read (before decoding): its answer's time counts
+        # from there (answerstats.py), and the batching policy's queue delay too
         self.req_id = req_id
         self.decoded = decoded
         self.enqueued = enqueued
@@ -81,6 +84,7 @@ class WorkerProtocol(asyncio.Protocol):
         self._batch_rows = model.max_batch  # lowered by edged when memory is short
         self._plans = tensors.BinaryPlans()  # binary-request headers already checked
         self._counts = BatchCounts()  # batches run to completion, sent in each PONG
+        self._answers = AnswerTally()  # answers written and how long each was held, likewise
         # a kept worker outlives its connection to edged: ``lost`` ends each connection
         self._kept = kept
         self.lost: asyncio.Future[None] = self._loop.create_future()
@@ -128,6 +132,7 @@ class WorkerProtocol(asyncio.Protocol):
         """``payload``: a view of the bytes read (see ``FrameReader``), kept alive by what is
         decoded from it."""
         if ftype == FrameType.INFER:
+            received = time.monotonic()
             if self._running:
                 self._overlap.decoded += 1
             self._inflight += 1
@@ -144,7 +149,7 @@ class WorkerProtocol(asyncio.Protocol):
                     plans=self._plans,
                 )
             except self._tensors.InferenceRequestError as exc:
-                self._reply(req_id, 400, self._tensors.error_body(str(exc)), None)
+                self._reply(req_id, 400, self._tensors.error_body(str(exc)), None, received)
                 return
             if decoded.rows > self._model.max_batch and self._model.batchable:
                 self._reply(
@@ -154,9 +159,10 @@ class WorkerProtocol(asyncio.Protocol):
                         f"batch of {decoded.rows} rows exceeds maxBatchSize {self._model.max_batch}"
                     ),
                     None,
+                    received,
                 )
                 return
-            self._queue.append(_Pending(req_id, decoded, time.monotonic()))
+            self._queue.append(_Pending(req_id, decoded, received))
             self._queued_rows += decoded.rows
         elif ftype == FrameType.PING:
             if (stage := self._model.stage) is not None:
@@ -169,6 +175,7 @@ class WorkerProtocol(asyncio.Protocol):
                     "batch_rows": self._batch_rows,
                     **self._counts.to_pong(),
                     "overlap": self._overlap.to_pong(),
+                    "answers": self._answers.to_pong(),
                     **({"config": stage.report()} if stage is not None else {}),
                 }
             )
@@ -183,17 +190,23 @@ class WorkerProtocol(asyncio.Protocol):
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
 
-    def _reply(self, req_id: int, status: int, body: bytes, header_len: int | None) -> None:
+    def _reply(
+        self, req_id: int, status: int, body: bytes, header_len: int | None, received: float
+    ) -> None:
         self._inflight -= 1
-        self._send_results(list(_result_frame(req_id, status, body, header_len)))
+        if self._send_results(list(_result_frame(req_id, status, body, header_len))):
+            self._answers.record(status, time.monotonic() - received)
 
-    def _send_results(self, parts: list[bytes | memoryview]) -> None:
+    def _send_results(self, parts: list[bytes | memoryview]) -> bool:
         """Answers (each a frame head and a body; no longer counted in flight): one vectored
-        write for all of them, with no copy of the bodies."""
-        if self._transport is not None and not self._transport.is_closing():
-            self._transport.writelines(parts)
+        write for all of them, with no copy of the bodies. Whether they were written (not
+        when edged is gone)."""
+        written = self._transport is not None and not self._transport.is_closing()
+        if written:
+            self._transport.writelines(parts)  # type: ignore[union-attr]
         if self._draining:
             self._maybe_exit()
+        return written
 
     def _maybe_exit(self) -> None:
         if self._draining and self._inflight == 0:
@@ -332,11 +345,15 @@ class WorkerProtocol(asyncio.Protocol):
             self._counts = BatchCounts(
                 c.batches + 1, c.requests + len(batch), c.compute_s + (ended - started)
             )
-        self._send_results(self._answers(batch, outputs, exc))
+        status = 200 if outputs is not None and exc is None else 500
+        if self._send_results(self._answer_frames(batch, outputs, exc)):
+            answers, written = self._answers, time.monotonic()
+            for p in batch:
+                answers.record(status, written - p.enqueued)
         if self._runner is None:
             self._maybe_run()
 
-    def _answers(
+    def _answer_frames(
         self, batch: list[_Pending], results: list[Any] | None, exc: BaseException | None
     ) -> list[bytes | memoryview]:
         """The batch's RESULT frames, as parts for one vectored write: binary outputs are

@@ -3,8 +3,8 @@ metrics of the replicas, of the desired state and of each socket's limits, and t
 per-revision measures the hub reads (:class:`edged.serving.measuring.RevisionMeters`).
 
 :class:`Counters` is told what happened (a request answered or refused, a replica restarted or
-changing readiness, batches run, work overlapped with them) and keeps every count that depends
-on it; gauges of state are read when scraped.
+changing readiness, batches run, work overlapped with them, the answers a worker reports) and
+keeps every count that depends on it; gauges of state are read when scraped.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from edged.workloads import WorkloadName
 from edgefleet.metrics import Registry
 
 if TYPE_CHECKING:
+    from edged.runtime.answerstats import AnswerTotals
     from edged.runtime.batchstats import BatchCounts
     from edged.runtime.overlapstats import OverlapTotals
     from edged.runtime.processes import Replica
@@ -113,6 +114,9 @@ class Counters:
 
     def overlapped(self, rep: Replica, delta: OverlapTotals) -> None:
         self.inference.overlapped(rep.workload, delta)
+
+    def worker_answered(self, rep: Replica, delta: AnswerTotals) -> None:
+        self.inference.worker_answered(rep.workload, delta)
 
     def watch_servers(self, servers: Mapping[str, HttpServer]) -> None:
         """What each socket's limits did (``socket`` label: the key), read when scraped."""

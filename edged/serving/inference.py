@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from edged import __version__
+from edged.runtime.answerstats import BOUNDS
 from edged.serving.bounding import request_body_limit
 from edged.serving.sharedmemory import PREFIX as SHM_PREFIX
 from edged.serving.sharedmemory import SharedMemory, ShmAnswer, ShmError
@@ -28,6 +29,7 @@ from edged.workloads import DesiredWorkload, WorkloadName, serving_order
 from edgefleet.metrics import CounterChild, HistogramChild, Registry
 
 if TYPE_CHECKING:
+    from edged.runtime.answerstats import AnswerTotals
     from edged.runtime.batchstats import BatchCounts
     from edged.runtime.overlapstats import OverlapTotals
     from edged.runtime.processes import Replica
@@ -60,31 +62,17 @@ _OTHER_PATHS = frozenset({"/v2", "/v2/", "/v2/health/live", "/v2/health/ready"})
 OTHER_BODY_LIMIT = 64 * 1024
 
 
-LATENCY_BUCKETS = (
-    0.0001,
-    0.00025,
-    0.0005,
-    0.001,
-    0.0025,
-    0.005,
-    0.01,
-    0.025,
-    0.05,
-    0.1,
-    0.25,
-    0.5,
-    1.0,
-    2.5,
-)
+LATENCY_BUCKETS = BOUNDS
 
 
 class InferenceMetrics:
     """Requests answered by workers (or by edged, 503, when no replica was ready), by workload
-    and code, and their latency (of those workers answered), by workload
-    (``workload`` is the one label name every edged metric uses for a workload); the batches
-    workers ran, the requests merged into them and ONNX Runtime's time in them, by workload
-    (as of each worker's last liveness probe: ``runtime/batchstats.py``); and the work workers
-    did while ONNX Runtime ran a batch, likewise (``runtime/overlapstats.py``)."""
+        and code, and their latency (of those workers answered), by workload
+        (``workload`` is the one label name every edged metric uses for a workload); the batches
+        workers ran, the requests merged into them and ONNX Runtime's time in them, by workload
+        (as of each worker's last liveness probe: ``runtime/batchstats.py``); and the work workers
+        did while ONNX Runtime ran a batch, likewise (``runtime/overlapstats.py``); and the answers
+    workers report they wrote, with the time they held them (``runtime/answerstats.py``)."""
 
     def __init__(self, registry: Registry) -> None:
         self._requests = registry.counter(
@@ -130,6 +118,18 @@ class InferenceMetrics:
                 ),
             )
         )
+        self._worker_latency = registry.histogram(
+            "edged_inference_worker_duration_seconds",
+            "Time workers held the requests they answered, from reading each to writing its "
+            "answer, as they report it (checked against edged's own count and time)",
+            ("workload",),
+            buckets=LATENCY_BUCKETS,
+        )
+        self._worker_errors = registry.counter(
+            "edged_inference_worker_errors_total",
+            "Answers with a status of 500 or more that workers report they wrote",
+            ("workload",),
+        )
         self._req_children: dict[tuple[str, int], CounterChild] = {}
         self._lat_children: dict[str, HistogramChild] = {}
 
@@ -157,6 +157,11 @@ class InferenceMetrics:
         self._batches.labels(workload=workload).inc(delta.batches)
         self._batched.labels(workload=workload).inc(delta.requests)
         self._compute.labels(workload=workload).inc(delta.compute_s)
+
+    def worker_answered(self, workload: str, delta: AnswerTotals) -> None:
+        self._worker_latency.labels(workload=workload).add(delta.buckets, delta.seconds)
+        if delta.errors:
+            self._worker_errors.labels(workload=workload).inc(delta.errors)
 
     def overlapped(self, workload: str, delta: OverlapTotals) -> None:
         decodes, encodes, staged = self._overlap

@@ -3,7 +3,8 @@ real edged serves a model slowed deterministically (``tests/slowmodel.py``) to m
 at once than a batch holds, so requests arrive, are decoded and handed over while a batch
 runs; ``/metrics`` shows the overlap counters grow with each wave of clients, never past what
 edged itself forwarded and answered, and edged refuses none of the worker's honest reports
-(``edged/runtime/overlapstats.py``). Counters, not clocks: nothing here asserts a duration."""
+(``edged/runtime/overlapstats.py``); nor of the answers it says it wrote
+(``edged/runtime/answerstats.py``). Counters, not clocks: nothing here asserts a duration."""
 
 from __future__ import annotations
 
@@ -79,6 +80,12 @@ def test_overlap_counters_grow_in_edgeds_metrics(tmp_path: Path, edged_factory) 
     assert all(v > 0 for v in first), first
     later = waves_until(lambda t: all(v > f for v, f in zip(t, first, strict=True)))
     assert all(v > f for v, f in zip(later, first, strict=True)), (first, later)
+    # the answers the worker reports it wrote (answerstats.py): every request edged forwarded,
+    # counted once its report came, each held for no longer than edged measured it
+    worker = "edged_inference_worker_duration_seconds"
+    wait_for(lambda: metric(f"{worker}_count") == sent, 30, f"{sent} worker answers counted")
+    assert metric(f"{worker}_sum") <= metric("edged_inference_request_duration_seconds_sum")
     assert e.terminate() == 0
     log = e.log_path.read_text()
     assert "worker overlap totals not counted" not in log  # an honest worker is never refused
+    assert "worker answer totals not counted" not in log

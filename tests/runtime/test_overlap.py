@@ -5,13 +5,15 @@ batches of 8 in the worker's runner thread. While the first batch runs, the work
 it is busy (a PONG), then two more full batches arrive: its own counters (in each PONG) must
 show them decoded during a run, handed to the runner before the running batch ended, and the
 earlier batches' answers encoded while a later one ran; and edged accepts them as they are,
-against what it sent and received (``overlapstats.py``). Counters, not clocks: nothing here
+against what it sent and received (``overlapstats.py``), as it accepts the answers the worker
+says it wrote (``answerstats.py``). Counters, not clocks: nothing here
 asserts a duration.
 """
 
 from __future__ import annotations
 
 import hashlib
+import time
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ import pytest
 from slowmodel import WIDTH, expected, slow_model
 from workerprocess import Worker, launch_spec
 
+from edged.runtime import answerstats
 from edged.runtime.framing import HEADER, NO_HEADER_LENGTH, RESULT_PREFIX, U32, FrameType
 from edged.runtime.launching import SandboxSpec
 from edged.runtime.overlapstats import ChannelCounts, OverlapTotals, advance, from_pong
@@ -89,6 +92,7 @@ def worker(tmp_path: Path) -> Any:
 
 def test_next_batches_are_decoded_and_handed_over_while_one_runs(worker: Any) -> None:
     w, moved = worker
+    started = time.monotonic()
     rng = np.random.default_rng(5)
     xs = {i: rng.standard_normal((1, WIDTH)).astype(np.float32) for i in range(1, 25)}
     answers: dict[int, Any] = {}
@@ -124,6 +128,16 @@ def test_next_batches_are_decoded_and_handed_over_while_one_runs(worker: Any) ->
     assert report is not None, why
     delta, why = advance(OverlapTotals(), report, then=ChannelCounts(), now=ChannelCounts(24, 24))
     assert delta == report, why
+    # and the answers it wrote: 24, none an error, each held for no longer than edged could
+    # have measured (this test's own time bounds it: the worker answered within it)
+    answered, why = answerstats.from_pong(pong)
+    assert answered is not None, why
+    assert (answered.count, answered.errors, sum(answered.buckets)) == (24, 0, 24), answered
+    measured = ChannelCounts(24, 24, 0, 0, 24 * (time.monotonic() - started))
+    counted, why = answerstats.advance(
+        answerstats.AnswerTotals(), answered, then=ChannelCounts(), now=measured
+    )
+    assert counted == answered, why
 
 
 def test_a_lone_request_is_not_held_for_a_batch_that_runs(worker: Any) -> None:
