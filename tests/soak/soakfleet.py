@@ -133,16 +133,17 @@ class Fleet:
             re.sub(r'metricsListen = "[^"]*"', 'metricsListen = ""', config.read_text())
         )
         self.replicas = [r0, r1]
-        # r0 leads first and the devices enroll at (and first connect to) it: a follower
-        # cannot serve the root's models yet (docs/soak.md, defects), so a device that starts
-        # on a follower never gets its first deployment; the faults move devices later
+        # r0 leads first (the same start for every seed); the devices enroll at (and first
+        # connect to) either replica, half at each
         r0.start()
         wait_for(lambda: leader_port(self.etcd[0]) == p0, 60, "r0 to lead the region")
         r1.start()
         self._push_models()
         for i in range(self.real_devices):
             name = f"dev-{i}"
-            out = enroll(r0, d / name, name, {"site": SITE})
+            # half at the follower: its artifacts come from the root through the leader's
+            # link and the store the replicas share (docs/soak.md, defects)
+            out = enroll(self.replicas[i % 2], d / name, name, {"site": SITE})
             assert out.returncode == 0, out.stdout + out.stderr
             e = Edged(
                 d / name,

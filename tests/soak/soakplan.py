@@ -10,7 +10,8 @@ takes no writes, which a run may want too: ``etcd_quorum_faults``).
 
 Actions (``Action``): the operator's calls, at ``at`` seconds: ``apply`` of a deployment (a new
 version, a canary to the broken version 9.0.0, a scale change) or of a region's PriorityClass,
-``delete``, and ``read`` (a get, at the root or at either region replica).
+``delete``, ``read`` (a get, at the root or at either region replica), and ``enroll`` (a
+bootstrap token created at a region replica, a new device enrolled with it there).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ import random
 from dataclasses import dataclass, field
 
 KILL, STOP, CUT = "kill", "stop", "cut"
+ENROLL = "enroll"  # an action: a token created at a replica, a new device enrolled with it
 
 DEPLOYMENTS = ("soak-a", "soak-b", "soak-sim")  # root-owned, applied at the root
 CLASSES = ("soak-p0", "soak-p1")  # the region's own PriorityClasses, applied at a replica
@@ -56,6 +58,7 @@ class Plan:
     duration: float
     faults: list[Fault] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
+    enrollments: list[Action] = field(default_factory=list)  # made by a third operator
 
     @property
     def chaos_ends(self) -> float:
@@ -98,6 +101,17 @@ def make_plan(
             action = dataclasses.replace(action, read_after=other)
         plan.actions.append(action)
         t += rng.uniform(0.5 * action_gap, 1.5 * action_gap)
+    # token enrollments (a token created, a new device enrolled with it, at either replica):
+    # their own stream, so a seed's other actions stay as they were
+    rng = random.Random(f"enroll-{seed}")
+    t, n = warmup, 0
+    while True:
+        t += rng.uniform(2.5 * action_gap, 7.5 * action_gap)
+        if t >= duration:
+            break
+        hub = rng.choice(("eu-r0", "eu-r1"))
+        plan.enrollments.append(Action(round(t, 2), ENROLL, f"Device/soak-e{n:03d}", hub))
+        n += 1
     return plan
 
 

@@ -153,6 +153,8 @@ def final_reads(operator: Operator, rec: Recorder, plan: Plan) -> None:
     reads = [Action(0, "read", f"ModelDeployment/{n}", "root") for n in names]
     for hub in ("eu-r0", "eu-r1"):
         reads += [Action(0, "read", f"PriorityClass/{n}", hub) for n in CLASSES]
+        # every device the operator's stream tried to enroll: there at both replicas, or not
+        reads += [Action(0, "read", a.key, hub) for a in plan.enrollments]
     for action in reads:
         for _ in range(10):  # a read that fails is not in the history: try again
             op = operator.perform(action, "final")
@@ -176,7 +178,11 @@ def judge(
     # 1. linearizability of the history (no acknowledged write lost, no stale read)
     lin = check(rec.ops)
     outcomes = Counter(f"{op.kind}:{op.outcome}" for op in rec.ops)
+    enrolled = Counter(
+        op.outcome for op in rec.ops if op.key.startswith("Device/") and op.kind == "write"
+    )
     lin_figures = {
+        "enrollments": dict(sorted(enrolled.items())),
         "operations": len(rec.ops),
         "by_outcome": dict(sorted(outcomes.items())),
         "keys": {k.key: {"ops": k.ops, "linearizable": k.ok} for k in lin.keys},
@@ -365,6 +371,9 @@ def render(result: dict[str, Any]) -> str:
         + ", ".join(f"{k} {v}" for k, v in result["faults"]["by_kind"].items()),
         f"operations: {inv['linearizable']['operations']} "
         + ", ".join(f"{k} {v}" for k, v in inv["linearizable"]["by_outcome"].items()),
+        "token enrollments at either replica (a token, then edged enroll with it): "
+        + (", ".join(f"{k} {v}" for k, v in inv["linearizable"]["enrollments"].items()) or "none")
+        + "; each device read at both replicas at the end",
         f"[{'ok' if inv['linearizable']['ok'] else 'FAIL'}] linearizable: "
         + ", ".join(f"{k} ({v['ops']} ops)" for k, v in inv["linearizable"]["keys"].items()),
         f"[{'ok' if inv['converged']['ok'] else 'FAIL'}] converged: "

@@ -13,6 +13,7 @@ import json
 import math
 import os
 import signal
+import subprocess
 import threading
 import time
 from collections.abc import Callable
@@ -24,14 +25,16 @@ import orjson
 import psutil
 from soakfleet import PLACED, SIM_SITE, SITE, STEADY, Fleet, Target, device_timers
 from soakhistory import Op
-from soakplan import BROKEN, KILL, Action, Fault, Plan, make_plan
+from soakplan import BROKEN, ENROLL, KILL, Action, Fault, Plan, make_plan
 
 from edgectl.client import AdminClient, ClientError, load_admin_config
 from edgectl.errors import EXIT_UNREACHABLE
 from edgefleet.devicestatus import send_request
 from edgefleet.inference import infer_path, infer_request_body
+from edgefleet.launching import program_command
 
 ANNOTATION = "soak.edgefleet.io/write"
+ENROLLED_SITE = "enrolled"  # the label of devices the operator's stream enrolls: nothing runs there
 BUDGET_DEPLOYMENT = "soak-a"  # maxSurge 0, maxUnavailable 1: one device switched at a time
 BUDGET = 1
 CALL_TIMEOUT = 10.0
@@ -126,6 +129,8 @@ class Operator:
         region = load_admin_config(fleet.replicas[0].admin_config)
         flipped = dataclasses.replace(region, hub=region.hubs[1], hubs=tuple(reversed(region.hubs)))
         self.configs = {"root": root, "eu-r0": region, "eu-r1": flipped}
+        self.fleet = fleet
+        self.enrolled: dict[str, str] = {}  # Device/NAME -> the value its enrollment wrote
 
     def client(self, hub: str) -> AdminClient:
         return AdminClient(self.configs[hub], timeout=CALL_TIMEOUT)
@@ -141,7 +146,12 @@ class Operator:
         detail = ""
         try:
             with self.client(action.at_hub) as client:
-                if action.op == "apply":
+                if action.op == ENROLL:
+                    outcome, detail = self.enroll(client, action, name)
+                    seen = value
+                    if outcome != "fail":
+                        self.enrolled[action.key] = value
+                elif action.op == "apply":
                     doc = (
                         deployment(
                             name,
@@ -161,6 +171,9 @@ class Operator:
                         seen = None
                     else:  # it was not there: what the call saw, a read of "absent"
                         op_kind, seen = "read", None
+                elif kind == "Device":  # present: the value its enrollment wrote
+                    client.get(kind, name)
+                    seen = self.enrolled.get(action.key, "present, never enrolled")
                 else:
                     obj = client.get(kind, name)
                     seen = obj.get("metadata", {}).get("annotations", {}).get(ANNOTATION)
@@ -198,6 +211,36 @@ class Operator:
         if action.read_after and outcome == "ok":
             self.perform(Action(action.at, "read", action.key, action.read_after), client_name)
         return op
+
+    def enroll(self, client: AdminClient, action: Action, name: str) -> tuple[str, str]:
+        """A single-use token created at ``action.at_hub`` and ``edged enroll`` of a new
+        device with it there: (outcome, detail). The token's refusal is a failure (no device);
+        an enrollment that did not answer yes may have happened (unknown)."""
+        try:
+            token = client.create_token(
+                single_use=True, ttl_s=600, description=f"soak {name}",
+                labels={"site": ENROLLED_SITE},
+            )  # fmt: skip
+        except ClientError as exc:
+            return "fail", f"token: {exc}"[:300]
+        hub = self.fleet.replicas[int(action.at_hub[-1])]
+        other = self.fleet.replicas[1 - int(action.at_hub[-1])]
+        data = self.fleet.directory / "enrolled" / name
+        cmd = program_command("edged", "enroll", "--hub", f"{hub.address},{other.address}",
+                              "--ca-hash", token.ca_hash, "--data-dir", data, "--name", name,
+                              "--enroll-address", f"127.0.0.1:{hub.port + 1}")  # fmt: skip
+        if token.root_hash:
+            cmd += ["--root-hash", token.root_hash]
+        env = {**os.environ, "EDGED_TOKEN": token.token}
+        try:
+            out = subprocess.run(
+                cmd, capture_output=True, text=True, timeout=60, env=env, cwd=hub.cwd, check=False
+            )
+        except subprocess.TimeoutExpired:
+            return "unknown", "edged enroll did not finish in 60 s"
+        if out.returncode == 0:
+            return "ok", ""
+        return "unknown", f"edged enroll exit {out.returncode}: {out.stderr.strip()[-300:]}"
 
 
 def _maybe_done(exc: ClientError) -> bool:
@@ -538,6 +581,13 @@ def run(settings: Settings) -> dict[str, Any]:
                     target=_operate, args=(operator, mine, f"op{i}", actions_stop, rec), daemon=True
                 )
             )
+        threads.append(
+            threading.Thread(
+                target=_operate,
+                args=(operator, plan.enrollments, "enroller", actions_stop, rec),
+                daemon=True,
+            )
+        )
         threads.append(threading.Thread(target=faults.run, args=(stop,), daemon=True))
         threads.append(
             threading.Thread(target=every, args=(1.0, stop, sampler.sample, rec), daemon=True)
@@ -552,8 +602,8 @@ def run(settings: Settings) -> dict[str, Any]:
         actions_stop.set()
         faults.restore()
         rec.event("run", "faults and actions over: convergence clock starts")
-        for th in threads[:3]:
-            th.join(CALL_TIMEOUT * 3)
+        for th in threads[:4]:
+            th.join(CALL_TIMEOUT * 6)
         chaos_end = rec.now()
         convergence = converge(fleet, operator, rec, settings.converge_within)
         final_reads(operator, rec, plan)

@@ -71,10 +71,10 @@ def run_sims(
                 if beat is not None:
                     beat.cancel()
 
-    async def one(name: str, key: bytes, cert: bytes) -> None:
+    async def one(number: int, name: str, key: bytes, cert: bytes) -> None:
         creds = grpc.ssl_channel_credentials(ca, key, cert)
         attempt = 0
-        index = random.randrange(len(addresses))
+        index = number % len(addresses)  # half start at each replica
         while True:
             try:
                 await session(name, addresses[index], creds)
@@ -97,7 +97,7 @@ def run_sims(
             os.replace(tmp, out)
 
     async def run() -> None:
-        tasks = [asyncio.ensure_future(one(n, k, c)) for n, k, c in devices]
+        tasks = [asyncio.ensure_future(one(i, *d)) for i, d in enumerate(devices)]
         await asyncio.gather(dump(), *tasks)
 
     asyncio.run(run())
