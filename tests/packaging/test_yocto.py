@@ -53,6 +53,18 @@ def test_python_recipe_rdepends_match_pyproject() -> None:
     assert rdepends(recipe) == {RECIPE_OF[n] for n in names} | STDLIB
 
 
+def test_the_recipe_gives_older_setuptools_the_license_as_a_table() -> None:
+    """pyproject.toml's SPDX license string needs setuptools >= 77; the recipe's sed turns it
+    into the table the layer's series' setuptools (69 to 76) read: it must find the line."""
+    recipe = (LAYER / "recipes-edgefleet" / "edgefleet" / "python3-edgefleet_0.2.0.bb").read_text()
+    found = re.search(r"sed -i 's/\^(.*)\$/(.*)/' \$\{S\}/pyproject.toml", recipe)
+    assert found, "the recipe no longer rewrites pyproject.toml's license"
+    text = (REPO / "pyproject.toml").read_text()
+    assert re.search(f"^{found.group(1)}$", text, re.MULTILINE), found.group(1)
+    table = tomllib.loads(f"[project]\n{found.group(2)}\n")["project"]["license"]
+    assert table == {"text": tomllib.loads(text)["project"]["license"]}
+
+
 def test_recipe_versions_follow_pyproject() -> None:
     version = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["version"]
     for recipe in (LAYER / "recipes-edgefleet" / "edgefleet").glob("*.bb"):

@@ -12,6 +12,12 @@ S = "${UNPACKDIR}/git"
 
 inherit python_setuptools_build_meta
 
+# pyproject.toml names its license as an SPDX string (PEP 639), which setuptools reads from 77
+# on; scarthgap to walnascar ship 69 to 76, which take only the older table form
+do_configure:prepend() {
+    sed -i 's/^license = "Apache-2.0"$/license = { text = "Apache-2.0" }/' ${S}/pyproject.toml
+}
+
 # Keep in step with pyproject.toml [project] dependencies (tests/packaging/test_yocto.py).
 # onnxruntime comes from a layer that provides it (see README.md).
 RDEPENDS:${PN} += "\
