@@ -17,6 +17,7 @@ from pathlib import Path
 import orjson
 from asynctesting import async_test
 from hubserving import AdminHub, make_hub_dir
+from polltesting import eventually
 
 from edgefleet.v1 import admin_pb2
 from hub.controllers.rollout import fresh_report
@@ -196,11 +197,25 @@ async def test_a_revision_applied_before_the_last_was_projected_waits_for_its_de
         def state() -> RolloutState | None:
             return ctx.cache.rollouts.get("det")
 
-        for _ in range(300):  # revision 2 made, then several of the controller's looks
-            if (s := state()) is not None and s.revision == 2:
-                break
-            await asyncio.sleep(0.01)
-        await asyncio.sleep(1.5)
+        rollouts = ctx.rollouts
+        assert rollouts is not None
+        await eventually(
+            lambda: (s := state()) is not None and s.revision == 2,
+            30,
+            "revision 2",
+            interval=0.01,
+            detail=lambda: repr(state()),
+        )
+        # two more of the controller's passes: the one that made revision 2 ends, and a whole
+        # one after it looks at revision 2 with its devices not placed (and waits PLACE_WAIT)
+        passes = rollouts.reconciled
+        await eventually(
+            lambda: rollouts.reconciled >= passes + 2,
+            30,
+            "two passes of the rollout controller",
+            interval=0.01,
+            detail=lambda: f"{rollouts.reconciled - passes} passes; {state()!r}",
+        )
         held_state = state()
         assert held_state is not None and held_state.revision == 2, held_state
         assert held_state.phase is RolloutPhase.PROGRESSING, held_state
