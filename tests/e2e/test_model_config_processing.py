@@ -23,6 +23,7 @@ import pytest
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess
 from fleetcanarytesting import INPUTS, Traffic, labels_of, push
 from harness import Edged
+from modelconfigtesting import apply, deployment, rollout
 from polltesting import wait_for
 from rollouttesting import status
 
@@ -31,25 +32,12 @@ from edgefleet.modelprocessing import PROCESSING_KEY
 
 pytestmark = pytest.mark.scenario
 
-DEPLOYMENT = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {name: det}
-spec:
-  model: {name: det, version: "1.0.0"}
-  runtime: {executionProviders: [CPUExecutionProvider]}
-  replicas: {perDevice: 1}
-  placement: {nodeSelector: {site: a}}
-  probes:
-    readiness: {periodSeconds: 1, timeoutSeconds: 1}
-  rollout:
-    maxSurge: 0
-    maxUnavailable: 1
-    progressDeadlineSeconds: 240
-    canary:
-      steps: ["50%", {pause: {duration: 1s}}, "100%"]
-      analysis: {minAccuracy: 0.9, maxErrorRateIncrease: 0.5, window: 3s, minRequests: 3}
-"""
+DEPLOYMENT = deployment(
+    pause="{duration: 1s}",
+    rollout="    progressDeadlineSeconds: 240\n",
+    canary="      analysis: {minAccuracy: 0.9, maxErrorRateIncrease: 0.5, window: 3s,"
+    " minRequests: 3}\n",
+)
 N = 2
 
 
@@ -72,18 +60,6 @@ def config(outputs: dict[str, Any] | None = None, inputs: dict[str, Any] | None 
         "spec": {"model": "det", "data": {PROCESSING_KEY: processing}},
     }
     return json.dumps(doc)
-
-
-def apply(hub: HubProcess, tmp_path: Path, text: str) -> None:
-    path = tmp_path / "applied.yaml"
-    path.write_text(text)
-    done = hub.edgectl("apply", "-f", str(path), check=False)
-    assert done.returncode == 0, done.stdout + done.stderr
-
-
-def rollout(hub: HubProcess) -> dict[str, Any]:
-    shown: dict[str, Any] = status(hub).get("rollout", {})
-    return shown
 
 
 def answers(e: Edged) -> np.ndarray | None:

@@ -17,28 +17,12 @@ from pathlib import Path
 import pytest
 from fleet import HubProcess
 from harness import Edged
+from modelconfigtesting import apply, deployment, rollout
 from polltesting import wait_for
 from rollouttesting import push, status
 
 pytestmark = pytest.mark.scenario
 
-DEPLOYMENT = """\
-apiVersion: edgefleet.io/v1
-kind: ModelDeployment
-metadata: {name: det}
-spec:
-  model: {name: det, version: "1.0.0"}
-  runtime: {executionProviders: [CPUExecutionProvider]}
-  replicas: {perDevice: 1}
-  placement: {nodeSelector: {site: a}}
-  probes:
-    readiness: {periodSeconds: 1, timeoutSeconds: 1}
-  rollout:
-    maxSurge: 0
-    maxUnavailable: 1
-    canary:
-      steps: ["50%", {pause: {}}, "100%"]
-"""
 CONFIG = """\
 apiVersion: edgefleet.io/v1
 kind: ModelConfig
@@ -47,14 +31,6 @@ spec:
   model: det
   data: {{threshold: {threshold}}}
 """
-
-
-def apply(hub: HubProcess, tmp_path: Path, name: str, text: str) -> str:
-    doc = tmp_path / f"{name}.yaml"
-    doc.write_text(text)
-    done = hub.edgectl("apply", "-f", str(doc), check=False)
-    assert done.returncode == 0, done.stderr
-    return done.stdout + done.stderr
 
 
 def thresholds(devices: list[Edged]) -> list[float | None]:
@@ -68,11 +44,6 @@ def thresholds(devices: list[Edged]) -> list[float | None]:
     return out
 
 
-def rollout(hub: HubProcess) -> dict[str, object]:
-    shown: dict[str, object] = status(hub).get("rollout", {})
-    return shown
-
-
 def immutable(path: Path, on: bool) -> None:
     subprocess.run(["chattr", "+i" if on else "-i", str(path)], check=True)
 
@@ -81,12 +52,12 @@ def test_a_config_change_is_a_canaried_revision_promoted_undone_and_rolled_back(
     hub: HubProcess, devices: list[Edged], tmp_path: Path
 ) -> None:
     push(hub, tmp_path, "1.0.0")
-    apply(hub, tmp_path, "all", DEPLOYMENT + "---\n" + CONFIG.format(threshold=0.5))
+    apply(hub, tmp_path, deployment() + "---\n" + CONFIG.format(threshold=0.5), "all")
     wait_for(lambda: thresholds(devices) == [0.5, 0.5], 120, "0.5 on both devices")
     wait_for(lambda: rollout(hub).get("phase") == "Complete", 60, "revision 1 complete")
 
     # 1. a change: a new revision, its canary step on one device only
-    said = apply(hub, tmp_path, "config", CONFIG.format(threshold=0.6))
+    said = apply(hub, tmp_path, CONFIG.format(threshold=0.6), "config")
     assert "new revision" in said, said
     wait_for(lambda: rollout(hub).get("reason") == "CanaryPause", 120, "the pause after 50%")
     wait_for(lambda: sorted(map(str, thresholds(devices))) == ["0.5", "0.6"], 60, "1 canary",
@@ -117,7 +88,7 @@ def test_a_config_change_is_a_canaried_revision_promoted_undone_and_rolled_back(
     for d in dirs:
         immutable(d, True)
     try:
-        apply(hub, tmp_path, "config", CONFIG.format(threshold=0.9))
+        apply(hub, tmp_path, CONFIG.format(threshold=0.9), "config")
         wait_for(lambda: rollout(hub).get("phase") == "RolledBack", 120, "the rollback",
                  detail=lambda: f"{rollout(hub)}")  # fmt: skip
         assert "ModelConfigRefused" in json.dumps(rollout(hub)), rollout(hub)
