@@ -266,6 +266,9 @@ def render(doc: dict[str, Any]) -> tuple[str, str]:
         + (f" ({rollout['reason']})" if rollout.get("reason") else ""),
         f"  {rollout['message']}" if rollout.get("message") else "",
     ]
+    lines += [  # a root's regions not done with this revision (hub.decide.regionrollout)
+        f"  region {r}: {why}" for r, why in sorted(rollout.get("notCounted", {}).items())
+    ]
     lines += _canary_lines(rollout)
     targeted = rollout.get("targetedDevices", status.get("desiredDevices", 0))
     for label, count in (

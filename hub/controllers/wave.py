@@ -38,7 +38,7 @@ from edgefleet.errors import CompareFailed, EdgefleetError
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub.controllers.agentwaves import AgentWaveController
-from hub.decide import regionslice
+from hub.decide import regionrollout, regionslice
 from hub.decide.analysis import Analysis, History, Sample
 from hub.decide.revisions import config_of
 from hub.decide.rollout import Revision, RolloutState, template_hash
@@ -229,7 +229,11 @@ class WaveController:
     def _placed(self, manifest: Mapping[str, Any]) -> list[str]:
         return sorted(r for r in self._regions.regions if regionslice.goes_to(manifest, r))
 
-    def _views(self, name: str, placed: list[str]) -> dict[str, RegionView]:
+    def _views(
+        self, name: str, placed: list[str], current_only: bool = True
+    ) -> dict[str, RegionView]:
+        """What each region of ``placed`` last reported of ``name``; ``current_only``: only a
+        report received on its current connection (what a wave judges by)."""
         views: dict[str, RegionView] = {}
         for region in placed:
             state = self._regions.regions.get(region)
@@ -237,7 +241,7 @@ class WaveController:
                 continue
             seen = self._regions.seen(state)
             found = None
-            if seen.report is not None and seen.current:  # not one from before it connected
+            if seen.report is not None and (seen.current or not current_only):
                 found = next((d for d in seen.report.deployments if d.name == name), None)
             if found is None:
                 views[region] = RegionView(
@@ -250,6 +254,7 @@ class WaveController:
                 reported_at=seen.reported_at,
                 reported=True,
                 template=found.rollout_template,
+                stable_template=found.stable_template,
                 phase=found.rollout_phase,
                 reason=found.rollout_reason,
                 message=found.rollout_message,
@@ -460,6 +465,45 @@ class WaveController:
             self._writer.event("ModelDeployment", name, "Normal", new.reason, new.message)
         self.wake()
         return new
+
+    def across_regions(self, name: str, status: Mapping[str, Any]) -> dict[str, Any] | None:
+        """``status`` (a deployment's at the root, its regions' figures added) with its
+        ``status.rollout`` across the regions it goes to (:mod:`hub.decide.regionrollout`:
+        never Complete before every one of them reports this revision Complete, RolledBack
+        when one rolled it back); None: nothing to add (no rollout here, or no region)."""
+        stored = self._cache.stored.get(("ModelDeployment", name))
+        rollout = self._cache.rollouts.get(name)
+        revisions = self._cache.revisions.get(name, {})
+        current = revisions.get(rollout.revision) if rollout is not None else None
+        if stored is None or rollout is None or current is None or not status.get("rollout"):
+            return None
+        placed = self._placed(stored.manifest)
+        state = self.states.get(name)
+        if not placed and state is None:
+            return None
+        expected = {r: expected_template(current.manifest, r) for r in placed}
+        views = self._views(name, placed, current_only=False)
+
+        def stable_of(region: str, template: str) -> int | None:
+            for number, rev in sorted(revisions.items(), reverse=True):
+                if template and expected_template(rev.manifest, region) == template:
+                    return number
+            return None
+
+        across = regionrollout.across_regions(
+            rollout.phase.value,
+            rollout.reason,
+            rollout.message,
+            rollout.revision,
+            current.model[1],
+            placed,
+            expected,
+            views,
+            state,
+            stable_of,
+        )
+        kept = revisions.get(across.stable) if across.stable is not None else None
+        return regionrollout.shown(status, across, kept.model[1] if kept is not None else "")
 
     def status(self, name: str) -> dict[str, Any] | None:
         """``status.rollout.waves`` of ``name`` (None: it has no waves, or none in progress

@@ -368,6 +368,7 @@ class RegionView:
     reported: bool = False  # its last report has the deployment
     reported_at: float | None = None  # when the root received its last report (any replica)
     template: str = ""  # the template hash of the revision its rollout is rolling out
+    stable_template: str = ""  # its rollout's stable revision's
     phase: str = ""  # its rollout's phase
     reason: str = ""
     message: str = ""

@@ -72,10 +72,20 @@ class Showing:
             if regions is not None and regions.regions:
                 doc = regions.with_regions(doc)
             waves = self.waves
-            shown = waves.status(str(manifest["metadata"]["name"])) if waves is not None else None
+            name = str(manifest["metadata"]["name"])
+            shown = waves.status(name) if waves is not None else None
             if shown is not None:  # a root hub's rollout across its regions (hub.decide.wave)
                 doc["status"] = {**doc["status"]}
                 doc["status"]["rollout"] = {**doc["status"].get("rollout", {}), "waves": shown}
+            folded = waves.across_regions(name, doc["status"]) if waves is not None else None
+            if folded is not None:  # never Complete before its regions are (regionrollout)
+                doc["status"] = folded
+                rollout = folded["rollout"]
+                if shown is not None and shown.get("phase") == "Complete" != rollout["phase"]:
+                    rollout["waves"] = {
+                        **shown,
+                        **{k: rollout[k] for k in ("phase", "reason", "message")},
+                    }
         if kind == "AgentUpgrade" and self.waves is not None:
             agent = self.waves.agent.status(str(manifest["metadata"]["name"]))
             if agent is not None:  # in waves across the regions (hub.controllers.agentwaves)
