@@ -18,6 +18,8 @@ decides the next step from that state and what devices report, with ``now`` pass
   protected); the stable revision's template applied again (an apply, or ``rollout undo``
   after a rollback) is no new revision: the stable one is current again, every device is sent
   it, and the revision left keeps its outcome (rolled back, or Aborted if it was still going);
+  it is Complete once every targeted device serves it, and a device refusing it (a downgrade
+  below what it accepted since) holds it, saying why and what permits it (:func:`_reverting`);
   an older template than the stable one is a new revision, "a copy" of it (its workers restart);
 * a device assigned the new revision that reports it **Refused** or **Failed**: the rollout is
   rolled back (every device is sent the stable revision again) and says which device failed
@@ -352,6 +354,8 @@ def _plan(
     assert state is not None
     if state.phase in (RolloutPhase.COMPLETE, RolloutPhase.ROLLED_BACK):
         return Step(progress=measure(state, devices, budget))
+    if state.revision == state.stable:  # the stable template applied again: every device has it
+        return _reverting(state, current, devices, budget, now, placed)
     broken = sorted(
         (d.name, d.broken_reason)
         for d in devices
@@ -721,10 +725,10 @@ def _back_to_stable(
         state.deployment,
         stable.number,
         stable.number,
-        phase=RolloutPhase.COMPLETE,
+        phase=RolloutPhase.PROGRESSING,
         reason="StableTemplate",
         message=f"revision {stable.number} ({_version(stable)}) applied again, no new "
-        f"revision: {left} is left and every device is on revision {stable.number}",
+        f"revision: {left} is left and every device is sent revision {stable.number}",
         started_at=now,
         changed_at=now,
         step_at=now,
@@ -734,6 +738,58 @@ def _back_to_stable(
     )
     event = Event("Normal", "RolloutReverted", new.message)
     return Step(state=new, events=(event,), progress=measure(new, devices, budget))
+
+
+DOWNGRADE_REFUSALS = ("MetadataRollback", "ModelVersionRollback")
+"""How a device refuses to go below what it accepted without a signed rollback allowance
+(edgefleet.trust.verifying; docs/trust.md)."""
+
+
+def _reverting(
+    state: RolloutState,
+    current: Revision,
+    devices: Sequence[DeviceView],
+    budget: Budget,
+    now: float,
+    placed: bool,
+) -> Step:
+    """The stable revision's template applied again (:func:`_back_to_stable`): every device is
+    sent it at once, and the rollout is Complete once every targeted device serves it, all
+    replicas ready. A device that refuses or fails it holds the rollout Progressing (reason
+    ``RevisionRefused``, a Warning event), named with why, and for a downgrade it refuses
+    (``MetadataRollback``, ``ModelVersionRollback``) what would permit it: there is nothing
+    before the stable revision to roll back to, and no deadline gives up on it. A device
+    that refuses it keeps serving what it ran (edged keeps the previous good version)."""
+    progress = measure(state, devices, budget)
+    refused = sorted((d.name, d.broken_reason) for d in devices if d.target is TargetPhase.BROKEN)
+    if refused:
+        version = _version(current)
+        first = "; ".join(f"{d}: {r}" for d, r in refused[:3])
+        more = f" and {len(refused) - 3} more" if len(refused) > 3 else ""
+        message = (
+            f"revision {state.revision} ({version}) applied again is refused or failed on "
+            f"{len(refused)} of {len(devices)} device(s) ({first}{more}); they keep serving "
+            "what they ran"
+        )
+        if any(why in r for _, r in refused for why in DOWNGRADE_REFUSALS):
+            name = current.model[0]
+            message += (
+                f". A device does not go back below the model version or signed metadata it "
+                f"accepted without a rollback allowance (docs/trust.md): sign {version} again "
+                f"(edgectl models push MODEL_FILE --name {name} --version {version}, with "
+                f"--allow-rollback 7d where the hub keeps a TUF repository) and, without TUF, "
+                f"allow it (edgectl rollback allow --name {name} --version {version} --sha256 "
+                f"SHA256 --key PUBLISHER_KEY --out F, then edgectl rollback push F); or apply "
+                f"a newer version"
+            )
+        if (state.reason, state.message) == ("RevisionRefused", message):
+            return Step(progress=progress)
+        held = replace(state, reason="RevisionRefused", message=message, changed_at=now)
+        event = Event("Warning", "RevisionRefused", message)
+        return Step(state=held, events=(event,), progress=progress)
+    if placed and all(d.target is TargetPhase.READY for d in devices):
+        return _complete(state, current, devices, budget, now)
+    return Step(progress=progress)
 
 
 def _give_up(

@@ -69,6 +69,16 @@ def act(
         )  # fmt: skip
     if action == "resume":
         return _resume(state, now, by)
+    if (
+        action in ("promote", "abort")
+        and state.revision == state.stable
+        and (state.phase in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED))
+    ):  # the stable template applied again (hub.decide.rollout._reverting)
+        raise ActionRefused(
+            f"the rollout of {name} is its stable revision {state.revision} applied again, "
+            f"sent to every device: nothing to {action} ({state.reason}); apply another "
+            "version to move on"
+        )
     if action == "promote":
         return _promote(state, canary, now, by, full=full)
     if action == "abort":

@@ -109,7 +109,7 @@ def undo_refusals(
 
 def refusal_message(
     deployment: str,
-    to: int,
+    to: int | None,
     model: tuple[str, str],
     sha256: str,
     target: Signed,
@@ -117,16 +117,20 @@ def refusal_message(
     targeted: int,
     *,
     tuf: bool,
+    then: str = "run the undo again",
 ) -> str:
-    """Why the undo is refused and what would permit it (the exact edgectl commands)."""
+    """Why the undo (``to``: the revision it goes to) or the apply (``to`` None: a new
+    revision) is refused and what would permit it (the exact edgectl commands), ending
+    ``then``."""
     name, version = model
     named = sorted(refusals)
     devices = ", ".join(named[:MAX_NAMED]) + (
         f" and {len(named) - MAX_NAMED} more" if len(named) > MAX_NAMED else ""
     )
     first = refusals[named[0]]
+    what = f"revision {to}" if to is not None else "the new revision"
     head = (
-        f"{deployment}: revision {to} ({name} {version}) would be refused by {len(refusals)} "
+        f"{deployment}: {what} ({name} {version}) would be refused by {len(refusals)} "
         f"of {targeted} device(s) ({devices}): "
     )
     resign = f"edgectl models push MODEL_FILE --name {name} --version {version}"
@@ -164,7 +168,7 @@ def refusal_message(
         fix = f"Allow it: {envelope}"
         if tuf:  # a TUF device honours only the allowance in the publisher's targets
             fix = f"Allow it in the publisher's TUF targets: {in_tuf}"
-    return head + why + fix + "; then run the undo again"
+    return head + why + fix + f"; then {then}"
 
 
 # -- what the hub holds ---------------------------------------------------------------------
@@ -261,13 +265,53 @@ def undo_refused(
     """Why ``rollout undo`` of ``name`` to revision ``to`` would be refused by devices (None:
     nothing says so): what the devices placed for it hold, against revision ``to``'s signed
     model."""
+    target = view.revisions.get(name, {}).get(to)
+    if target is None:
+        return None
+    return _refused(view, tuf, name, state, target.model, to, now, "run the undo again")
+
+
+def apply_refused(
+    view: FleetView,
+    tuf: Any,
+    name: str,
+    state: RolloutState | None,
+    manifest: Mapping[str, Any],
+    now: float,
+) -> str | None:
+    """Why an apply of the deployment ``name`` as ``manifest`` would be refused by its devices
+    (None: nothing says so): a new revision of a model version below what they accepted,
+    judged as :func:`undo_refused` judges an undo (docs/rollouts.md, "Going back"). The model
+    of the current or the stable revision is not judged here: the devices given the revision
+    left take the stable one back as they ran it before, and a device that does not holds
+    the rollout, saying so (:mod:`hub.decide.rollout`)."""
+    if state is None:
+        return None  # a new deployment: no device holds anything of it
     revisions = view.revisions.get(name, {})
-    target = revisions.get(to)
-    record = view.models.get(target.model) if target is not None else None
+    model = manifest.get("spec", {}).get("model", {})
+    wanted = (str(model.get("name", "")), str(model.get("version", "")))
+    current, stable = revisions.get(state.revision), revisions.get(state.stable)
+    if any(r is not None and r.model == wanted for r in (current, stable)):
+        return None  # the model the devices are sent, or the stable one again
+    return _refused(view, tuf, name, state, wanted, None, now, "apply it again")
+
+
+def _refused(
+    view: FleetView,
+    tuf: Any,
+    name: str,
+    state: RolloutState,
+    target_model: tuple[str, str],
+    to: int | None,
+    now: float,
+    then: str,
+) -> str | None:
+    revisions = view.revisions.get(name, {})
+    record = view.models.get(target_model)
     signed = signed_of(record) if record is not None else None
-    if target is None or record is None or signed is None:
+    if record is None or signed is None:
         return None  # not pushed (or unreadable): the apply's own guard rails say so
-    model, version = target.model
+    model, version = target_model
     before = revisions.get(state.previous)
     previous = before.model[1] if before is not None and before.model[0] == model else None
     devices = view.placed_on(name)
@@ -281,5 +325,5 @@ def undo_refused(
         return None
     return refusal_message(
         name, to, (model, version), record.sha256, signed, refusals, len(devices),
-        tuf=tuf is not None,
+        tuf=tuf is not None, then=then,
     )  # fmt: skip

@@ -143,8 +143,11 @@ def test_scales_and_identical_applies_are_no_revisions_and_outcomes_are_kept(
     undo = edgectl(config, "rollout", "undo", NAME)
     assert undo.returncode == 0, undo.stdout + undo.stderr
     assert "no new revision" in undo.stdout, undo.stdout
-    state = wait_for(hub, lambda s: s.revision == 1, "back on revision 1")
-    assert (state.phase.value, state.reason) == ("Complete", "StableTemplate")
+    # Complete once the device says it serves it (it did already: it was rolled back to it)
+    state = wait_for(
+        hub, lambda s: s.revision == 1 and s.phase.value == "Complete", "back on revision 1"
+    )
+    assert (state.stable, state.reason) == (1, "RolloutComplete")
     done = edgectl(config, "rollout", "history", NAME)
     assert "copy of" not in done.stdout, done.stdout
     rows = history(config)

@@ -608,9 +608,10 @@ def test_the_stable_template_again_after_a_rollback_is_no_new_revision() -> None
     assert step.revision is None
     assert step.state is not None
     assert (step.state.revision, step.state.stable, step.state.phase) == (
-        1, 1, RolloutPhase.COMPLETE,
+        1, 1, RolloutPhase.PROGRESSING,
     )  # fmt: skip
     assert step.state.reason == "StableTemplate" and not step.state.failed
+    assert "every device is sent revision 1" in step.state.message
     assert [e.reason for e in step.events] == ["RolloutReverted"]
     assert step.state.revision_for("a") == 1
     outcome = step.state.outcome_of(2)
@@ -618,9 +619,60 @@ def test_the_stable_template_again_after_a_rollback_is_no_new_revision() -> None
         "RolledBack", "RevisionFailed",
     )  # fmt: skip
     assert "a: 2.0.0 Failed: OOM" in outcome.message
+    # Complete once every device says it serves revision 1, all replicas ready
+    waiting = plan_rollout(dep_of(m1), m1, REVS, step.state, [ready("a"), on_stable("b")], T + 6)
+    assert waiting.state is None
+    done = plan_rollout(dep_of(m1), m1, REVS, step.state, [ready("a"), ready("b")], T + 6).state
+    assert done is not None and (done.phase, done.reason) == (
+        RolloutPhase.COMPLETE, "RolloutComplete",
+    )  # fmt: skip
     # nothing more to do: the same template again is no step
-    again = plan_rollout(dep_of(m1), m1, REVS, step.state, [on_stable("a")], T + 6)
+    again = plan_rollout(dep_of(m1), m1, REVS, done, [ready("a")], T + 7)
     assert again.state is None and again.revision is None
+
+
+def test_devices_refusing_the_stable_template_applied_again_hold_it_saying_why() -> None:
+    """Soak defect 4: 1.0.0 applied again after 1.1.0 and the devices refuse it (signed
+    metadata older than what they accepted since, no rollback allowance): the rollout is not
+    Complete, names the devices, why and how to allow it, and never gives up on it (there is
+    nothing before the stable revision), even past its progress deadline."""
+    state = replace(STARTED, updated=frozenset({"a"}))
+    m1 = manifest("1.0.0", progressDeadlineSeconds=60)
+    back = plan_rollout(dep_of(m1), m1, REVS, state, [ready("a"), on_stable("b")], T).state
+    assert back is not None and back.phase is RolloutPhase.PROGRESSING
+    why = "1.0.0 Refused: MetadataRollback: metadata version 5 is older than 9"
+    refusing = [
+        DeviceView(d, target=TargetPhase.BROKEN, broken_reason=why, serving=True)
+        for d in ("a", "b")
+    ]
+    step = plan_rollout(dep_of(m1), m1, REVS, back, refusing, T + 5)
+    held = step.state
+    assert held is not None and (held.phase, held.reason) == (
+        RolloutPhase.PROGRESSING, "RevisionRefused",
+    )  # fmt: skip
+    assert "refused or failed on 2 of 2 device(s) (a: 1.0.0 Refused: MetadataRollback" in (
+        held.message
+    )
+    assert "edgectl rollback allow --name det --version 1.0.0" in held.message
+    assert "edgectl models push MODEL_FILE --name det --version 1.0.0" in held.message
+    assert [(e.type, e.reason) for e in step.events] == [("Warning", "RevisionRefused")]
+    assert held.revision_for("a") == 1 and not held.failed
+    # the same again is no step (no event each pass); past the deadline it stays so
+    assert plan_rollout(dep_of(m1), m1, REVS, held, refusing, T + 5000).state is None
+    # allowed, the devices serve it: Complete
+    done = plan_rollout(dep_of(m1), m1, REVS, held, [ready("a"), ready("b")], T + 5001).state
+    assert done is not None and done.phase is RolloutPhase.COMPLETE
+
+
+def test_a_device_failing_the_stable_template_applied_again_names_no_allowance() -> None:
+    state = replace(STARTED, updated=frozenset({"a"}))
+    m1 = manifest("1.0.0")
+    back = plan_rollout(dep_of(m1), m1, REVS, state, [ready("a"), on_stable("b")], T).state
+    assert back is not None
+    failed = DeviceView("a", target=TargetPhase.BROKEN, broken_reason="1.0.0 Failed: OOM")
+    held = plan_rollout(dep_of(m1), m1, REVS, back, [failed, ready("b")], T + 5).state
+    assert held is not None and held.reason == "RevisionRefused"
+    assert "a: 1.0.0 Failed: OOM" in held.message and "rollback allow" not in held.message
 
 
 def test_the_stable_template_again_during_a_rollout_aborts_it() -> None:
@@ -628,7 +680,7 @@ def test_the_stable_template_again_during_a_rollout_aborts_it() -> None:
     m1 = manifest("1.0.0")
     step = plan_rollout(dep_of(m1), m1, REVS, state, [ready("a"), on_stable("b")], T)
     assert step.revision is None and step.state is not None
-    assert step.state.revision == 1 and step.state.phase is RolloutPhase.COMPLETE
+    assert step.state.revision == 1 and step.state.phase is RolloutPhase.PROGRESSING
     assert step.state.revision_for("a") == 1  # sent the stable one again
     outcome = step.state.outcomes[2]
     assert (outcome.phase, outcome.reason, outcome.at) == ("Aborted", "Superseded", T)

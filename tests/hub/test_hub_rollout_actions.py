@@ -188,6 +188,17 @@ def test_abort_of_a_rollout_not_in_progress_is_refused(phase: RolloutPhase) -> N
         act(replace(STARTED, phase=phase), "abort", CANARY, T, actor="ana")
 
 
+@pytest.mark.parametrize("action", ["abort", "promote"])
+def test_the_stable_template_applied_again_has_nothing_to_abort_or_promote(action: str) -> None:
+    """Its devices refusing it hold it Progressing (RevisionRefused): an abort would say it
+    rolled back to itself."""
+    reverting = RolloutState("det", 1, 1, phase=RolloutPhase.PROGRESSING, reason="RevisionRefused")
+    with pytest.raises(
+        ActionRefused, match=f"stable revision 1 applied again.*nothing to {action}"
+    ):
+        act(reverting, action, CANARY, T, actor="ana")
+
+
 def test_restart_rolls_the_complete_revision_out_again_as_a_new_revision() -> None:
     m = manifest("2.0.0")
     dep = dep_of(m)
