@@ -201,6 +201,7 @@ _NEVER_SENT = (
     "no route to host",
     "handshake failed",
     "does not lead",
+    "no longer leads",  # a deposed leader's write, refused by its term's fence: not written
 )
 """What gRPC says when no connection was made: then nothing reached the hub."""
 

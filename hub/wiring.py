@@ -92,10 +92,12 @@ class HubParts:
     # D/tuf/: the TUF repository, when the hub keeps one; at a regional hub, its root's
     # (D/tuf-relay/, hub.state.tufrelay); replaced while the hub runs (hub.state.heldtuf)
     held_tuf: HeldTuf
-    # what the admin API writes through: with replicas, the store fenced by the leader's term
-    # (hub.state.store.electing.FencedStore), so that a leader paused past its lease that
-    # resumes in the middle of an apply has it refused (UNAVAILABLE: edgectl goes on to the
-    # leader) instead of written where the new leader's cache never looks; None: ``store``
+    # what the admin API writes through (applies, deletes, cordons and revocations, rollout
+    # actions, tokens, pushes of models and edged releases, rollback allowances): with
+    # replicas, the store fenced by the leader's term (hub.state.store.electing.FencedStore),
+    # so that a leader paused past its lease that resumes in the middle of one has it refused
+    # (UNAVAILABLE: edgectl goes on to the leader) instead of written where the new leader's
+    # cache never looks; None: ``store``
     admin_store: Store | None = None
     rollouts: RolloutController | None = (
         None  # hub.controllers.rollout; None: no rollout controller
@@ -344,7 +346,7 @@ def admin_servicer(ctx: HubParts) -> AdminServicer:
         rollouts=_admin_rollouts(ctx, auth),
         tokens=Tokens(
             auth,
-            ctx.store,
+            ctx.admin_store or ctx.store,
             ctx.cache,
             ctx.writer,
             ctx.ca,
@@ -356,7 +358,7 @@ def admin_servicer(ctx: HubParts) -> AdminServicer:
         artifacts=Artifacts(
             auth,
             artifact_receiver(ctx),
-            AllowanceReceiver(ctx.store, ctx.cache, ctx.writer, tuf=tuf),
+            AllowanceReceiver(ctx.admin_store or ctx.store, ctx.cache, ctx.writer, tuf=tuf),
             agent_release_receiver(ctx),
             tuf=tuf,
             clock=ctx.clock,
@@ -367,7 +369,7 @@ def admin_servicer(ctx: HubParts) -> AdminServicer:
 def artifact_receiver(ctx: HubParts) -> ArtifactReceiver:
     """PushArtifact's receiver (hub.api.push), with what it uses."""
     return ArtifactReceiver(
-        ctx.store,
+        ctx.admin_store or ctx.store,  # fenced by the leader's term, as applies are
         ctx.cache,
         ctx.writer,
         ctx.blobs,
@@ -380,7 +382,7 @@ def artifact_receiver(ctx: HubParts) -> ArtifactReceiver:
 def agent_release_receiver(ctx: HubParts) -> AgentReleaseReceiver:
     """PushAgentRelease's receiver (hub.api.agentpush), with what it uses."""
     return AgentReleaseReceiver(
-        ctx.store,
+        ctx.admin_store or ctx.store,  # fenced by the leader's term, as applies are
         ctx.blobs,
         tuf=ctx.held_tuf,
         tuf_shared=ctx.tuf_shared,

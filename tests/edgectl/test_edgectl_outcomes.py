@@ -169,6 +169,13 @@ async def _deployments(hub: object) -> set[str]:
             "PushArtifact",
             True,
         ),
+        (  # a deposed leader's write, refused by its term's fence (docs/etcd.md): not done
+            grpc.StatusCode.UNAVAILABLE,
+            "the hub's store failed: replica r0 no longer leads (term 7 is over): controller "
+            "write refused",
+            "CreateToken",
+            True,
+        ),
         (grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded", "List", False),
         (grpc.StatusCode.INVALID_ARGUMENT, "documents[0]: bad", "Apply", False),
     ],
@@ -179,7 +186,7 @@ def test_which_failed_calls_go_to_the_next_replica(
     from edgectl.client import outcome_unknown, try_next_replica
 
     assert try_next_replica(code, details, method) is again
-    if "does not lead" in details:  # a follower's refusal: nothing was done
+    if "lead" in details:  # a follower's (or a deposed leader's) refusal: nothing was done
         assert not outcome_unknown(code, details, "h:1", method)
 
 

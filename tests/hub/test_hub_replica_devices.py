@@ -9,19 +9,23 @@ from __future__ import annotations
 import asyncio
 import shutil
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
+import grpc
 import pytest
 from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
 
+from edgefleet.v1 import admin_pb2
 from hub.controllers.replicas import CacheFollower, ReplicaDevices
 from hub.decide.agentreleases import AgentReleaseRecord
 from hub.decide.agentrevisions import AgentRevision, AgentUpgradeState, agent_upgrade_key
 from hub.decide.devices import Device, DevicePhase
 from hub.initializing import init_hub
 from hub.server import build_context
-from hub.state import storekeys
+from hub.state import storekeys, tokens
 from hub.state.store import EtcdStore
 from hub.state.writer import merge_record
 
@@ -341,6 +345,11 @@ async def test_admin_writes_on_a_replica_are_fenced_by_the_leaders_term(
             "deletes": servicer.deletes.store,
             "devices": servicer.devices.store,
             "rollouts": servicer.rollouts.store,
+            # and since stop 43: tokens, pushes (models, edged releases), rollback allowances
+            "tokens": servicer.tokens.store,
+            "models": servicer.artifacts.artifacts.store,
+            "agent releases": servicer.artifacts.agent_releases.store,
+            "allowances": servicer.artifacts.allowances.store,
         }
         for name, written in writers.items():
             assert isinstance(written, FencedStore), name
@@ -349,5 +358,99 @@ async def test_admin_writes_on_a_replica_are_fenced_by_the_leaders_term(
         with pytest.raises(NotLeader):
             await servicer.applies.store.put("/objects/PriorityClass/p", b"{}")
         assert await ctx.store.get("/objects/PriorityClass/p") is None
+        made = await tokens.list_tokens(ctx.store)  # hub init's
+        with pytest.raises(NotLeader):  # a token it would have answered with, never stored
+            await tokens.create_token(servicer.tokens.store, now=ctx.clock(), ttl=600)
+        assert await tokens.list_tokens(ctx.store) == made
     finally:
         await ctx.store.close()
+
+
+@async_test
+async def test_tokens_pushes_and_allowances_at_a_deposed_leader_are_refused_unavailable(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    """A leader paused past its lease (its term over, another replica elected) that resumes
+    in the middle of CreateToken, PushArtifact or PushRollbackAllowance: the write is fenced
+    by its old term and refused, the call answered UNAVAILABLE ("no longer leads"), nothing
+    stored where the new leader would never see it (before stop 43 these were written
+    through the plain store and acknowledged)."""
+    from hub.state.store.electing import LEADER_KEY
+    from hub.wiring import admin_servicer
+
+    url = f"etcd://{etcd_server.endpoint}{etcd_namespace}"
+    await init_hub(tmp_path / "r0", region="eu", store=url)
+    store = await EtcdStore.open([etcd_server.endpoint], namespace=etcd_namespace)
+    ctx = await build_context(tmp_path / "r0", store=store)
+    elector = ctx.elector
+    assert elector is not None
+    try:
+        servicer = admin_servicer(ctx)
+        # it led a term, and lost it without noticing: another replica's key now
+        elector.term = await ctx.store.put(LEADER_KEY, b"replica r0")
+        await ctx.store.put(LEADER_KEY, b"replica r1")
+        aborted: list[tuple[grpc.StatusCode, str]] = []
+
+        class Context:
+            def peer(self) -> str:
+                return "ipv4:127.0.0.1:1"
+
+            def auth_context(self) -> dict[str, list[bytes]]:
+                return {}
+
+            async def abort(self, code: grpc.StatusCode, details: str) -> None:
+                aborted.append((code, details))
+                raise grpc.aio.AbortError()
+
+        async def refused(call: Any) -> tuple[grpc.StatusCode, str]:
+            aborted.clear()
+            with pytest.raises(grpc.aio.AbortError):
+                await call
+            return aborted[-1]
+
+        made = await tokens.list_tokens(ctx.store)  # hub init's
+        servicer.tokens.authorize = _allowed  # type: ignore[method-assign]
+        servicer.artifacts.authorize = _allowed  # type: ignore[method-assign]
+        code, details = await refused(
+            servicer.tokens.CreateToken(admin_pb2.CreateTokenRequest(), Context())
+        )
+        assert code is grpc.StatusCode.UNAVAILABLE and "no longer leads" in details, details
+        assert await tokens.list_tokens(ctx.store) == made
+        # a push's record and an allowance written through their receivers' fenced stores, as
+        # their last step does: refused, answered UNAVAILABLE (not UNKNOWN: edgectl goes on)
+        elector.term = (await ctx.store.get(LEADER_KEY)).mod_revision  # type: ignore[union-attr]
+        await ctx.store.put(LEADER_KEY, b"replica r2")
+        model_key = storekeys.model_key("det", "1.0.0")
+
+        async def record_push(*_: Any, **__: Any) -> Any:
+            await servicer.artifacts.artifacts.store.put(model_key, b"{}")
+
+        async def record_allowance(*_: Any, **__: Any) -> Any:
+            await servicer.artifacts.allowances.store.put(model_key, b"{}")
+
+        servicer.artifacts.artifacts.receive = record_push  # type: ignore[method-assign]
+        servicer.artifacts.allowances.receive = record_allowance  # type: ignore[method-assign]
+        servicer.artifacts.agent_releases.receive = record_push  # type: ignore[method-assign]
+        for call in (
+            servicer.artifacts.PushArtifact(_no_requests(), Context()),
+            servicer.artifacts.PushAgentRelease(_no_requests(), Context()),
+            servicer.artifacts.PushRollbackAllowance(
+                admin_pb2.PushRollbackAllowanceRequest(), Context()
+            ),
+        ):
+            elector.term = (await ctx.store.get(LEADER_KEY)).mod_revision  # type: ignore[union-attr]
+            await ctx.store.put(LEADER_KEY, b"another replica")
+            code, details = await refused(call)
+            assert code is grpc.StatusCode.UNAVAILABLE and "no longer leads" in details, details
+        assert await ctx.store.get(model_key) is None
+    finally:
+        await ctx.store.close()
+
+
+async def _allowed(context: Any) -> None:
+    return None
+
+
+async def _no_requests() -> AsyncIterator[admin_pb2.PushArtifactRequest]:
+    return
+    yield

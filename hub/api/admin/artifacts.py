@@ -7,8 +7,12 @@ repository, :func:`hub.state.tufrepo.serve_metadata`), and edged releases: PushA
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import Any, NoReturn
 
+import grpc
+
+from edgefleet.errors import StoreError
+from edgefleet.logs import get_logger
 from edgefleet.v1 import admin_pb2, common_pb2
 from hub.api.admin.common import AdminAuth
 from hub.api.agentpush import AgentReleaseReceiver, list_releases
@@ -16,6 +20,17 @@ from hub.api.allowances import AllowanceReceiver
 from hub.api.push import ArtifactReceiver, PushRefused
 from hub.state.tufrelay import RelayedTuf
 from hub.state.tufrepo import TufRepository
+
+log = get_logger(__name__)
+
+
+async def _store_failed(context: Any, exc: StoreError) -> NoReturn:
+    """A push whose record the store did not take: UNAVAILABLE, as the admin API's other writes
+    answer (hub.api.admin.common.rpc); from a replica that does not lead (its write fenced by
+    the leader's term, hub.state.store.electing.FencedStore), edgectl pushes to the next one."""
+    log.error("admin store failed", error=str(exc))
+    await context.abort(grpc.StatusCode.UNAVAILABLE, f"the hub's store failed: {exc}")
+    raise AssertionError("unreachable: context.abort raises")
 
 
 class Artifacts:
@@ -48,6 +63,8 @@ class Artifacts:
         except PushRefused as exc:
             await context.abort(exc.code, str(exc))
             raise AssertionError("unreachable: context.abort raises") from None
+        except StoreError as exc:  # a replica that does not lead (fenced) among them
+            await _store_failed(context, exc)
 
     async def PushRollbackAllowance(
         self, request: admin_pb2.PushRollbackAllowanceRequest, context: Any
@@ -58,6 +75,8 @@ class Artifacts:
         except PushRefused as exc:
             await context.abort(exc.code, str(exc))
             raise AssertionError("unreachable: context.abort raises") from None
+        except StoreError as exc:  # a replica that does not lead (fenced) among them
+            await _store_failed(context, exc)
         return admin_pb2.PushRollbackAllowanceResponse(
             name=allow.name, version=allow.version, stored=stored
         )
@@ -82,6 +101,8 @@ class Artifacts:
         except PushRefused as exc:
             await context.abort(exc.code, str(exc))
             raise AssertionError("unreachable: context.abort raises") from None
+        except StoreError as exc:  # a replica that does not lead (fenced) among them
+            await _store_failed(context, exc)
 
     async def ListAgentReleases(
         self, request: admin_pb2.ListAgentReleasesRequest, context: Any
