@@ -52,7 +52,7 @@ class Target:
     starts it again after a kill."""
 
     name: str
-    kind: str  # hub, etcd, edged, worker
+    kind: str  # hub, etcd, edged, worker, link (the region's), net (a device's), disk
     pid: Callable[[], int | None]
     restart: Callable[[], None] | None = None
     # a link (kind "link"): cut and healed, no process
@@ -85,12 +85,20 @@ class Fleet:
     root_link: TcpProxy | None = None  # the region's link to its root goes through it
     targets: dict[str, Target] = field(default_factory=dict)
     started_at: float = 0.0
+    full_disks: bool = True  # the root's and dev-0's state on a small tmpfs the faults fill
+    disks: dict[str, Any] = field(default_factory=dict)  # target name -> soakdisks.Disk
+    partitions: bool = True  # the last device in a network namespace of its own, cut off
+    nets: dict[str, Any] = field(default_factory=dict)  # target name -> soaknet.DeviceNet
+    # fault kinds this run cannot make here, and why (the report says so)
+    unsupported: dict[str, str] = field(default_factory=dict)
 
     # -- start ------------------------------------------------------------------------------
     def start(self) -> Fleet:
         self.started_at = time.monotonic()
         d = self.directory
         d.mkdir(parents=True, exist_ok=True)
+        if self.full_disks:
+            self._mount("root-disk", d / "root")
         self.root = HubProcess(d / "root", d / "root.log").init("--region", "root").start()
         self.etcd = start_cluster(d / "etcd", 3)
         endpoints = ",".join(m.endpoint for m in self.etcd)
@@ -143,6 +151,8 @@ class Fleet:
             name = f"dev-{i}"
             # half at the follower: its artifacts come from the root through the leader's
             # link and the store the replicas share (docs/soak.md, defects)
+            if i == 0 and self.full_disks:
+                self._mount(f"{name}-disk", d / name)
             out = enroll(self.replicas[i % 2], d / name, name, {"site": SITE})
             assert out.returncode == 0, out.stdout + out.stderr
             e = Edged(
@@ -151,11 +161,33 @@ class Fleet:
                 d / f"{name}.log",
                 config=SIGNED_DEVICE_CONFIG.format(absent=d / "no-root"),
             )
+            if i == self.real_devices - 1 and self.partitions:
+                self._netns(e, name)
             self.edged.append(e.start())
         if self.sim_devices:
             self._start_sims()
         self._targets()
         return self
+
+    def _netns(self, e: Edged, device: str) -> None:
+        """``e`` runs in a network namespace of its own that reaches the replicas' ports."""
+        from soaknet import make
+
+        net = make(f"soak{os.getpid()}-{device}", [r.port for r in self.replicas], self.directory)
+        if isinstance(net, str):
+            self.unsupported.setdefault("net", net)
+            return
+        self.nets[f"{device}-net"] = net
+        e.python = net.wrapper
+
+    def _mount(self, target: str, path: Path) -> None:
+        from soakdisks import mount
+
+        disk = mount(path)
+        if isinstance(disk, str):
+            self.unsupported.setdefault("disk", disk)
+        else:
+            self.disks[target] = disk
 
     def _push_models(self) -> None:
         """One model per deployment, named as it (two deployments of one model on the same
@@ -234,6 +266,10 @@ class Fleet:
             link = self.root_link
             self.targets["eu-root-link"] = Target("eu-root-link", "link", lambda: None,
                                                   cut=link.cut, heal=link.heal)  # fmt: skip
+        for name, net in self.nets.items():
+            self.targets[name] = Target(name, "net", lambda: None, cut=net.cut, heal=net.heal)
+        for name, disk in self.disks.items():
+            self.targets[name] = Target(name, "disk", lambda: None, cut=disk.fill, heal=disk.empty)
         for i, e in enumerate(self.edged):
             self.targets[f"dev-{i}"] = Target(f"dev-{i}", "edged", _edged_pid(e), e.start)
             self.targets[f"dev-{i}-worker"] = Target(f"dev-{i}-worker", "worker", _worker_pid(e))
@@ -278,6 +314,10 @@ class Fleet:
             m.stop()
         if self.root_link is not None:
             self.root_link.close()
+        for disk in self.disks.values():
+            disk.unmount()
+        for net in self.nets.values():
+            net.close()
 
 
 def _connected(e: Edged) -> bool:

@@ -6,7 +6,9 @@ Faults (``Fault``): at ``at`` seconds into the run, ``action`` on ``target`` for
 seconds: ``kill`` is kill -9 then a start again after ``duration`` (a worker is started again by
 its edged: no duration), ``stop`` is SIGSTOP then SIGCONT. At most one fault per target at a
 time, and at most one etcd member out at a time (quorum stays: a region without etcd quorum
-takes no writes, which a run may want too: ``etcd_quorum_faults``).
+takes no writes, which a run may want too: ``etcd_quorum_faults``). ``cut`` of a link (a
+partition) and ``fill`` of a disk (its filesystem filled to the last byte, then emptied) last up
+to three times longer; each kind of those comes from its own stream of the seed.
 
 Actions (``Action``): the operator's calls, at ``at`` seconds: ``apply`` of a deployment (a new
 version, a canary to the broken version 9.0.0, a scale change) or of a region's PriorityClass,
@@ -21,7 +23,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-KILL, STOP, CUT = "kill", "stop", "cut"
+KILL, STOP, CUT, FILL = "kill", "stop", "cut", "fill"
 ENROLL = "enroll"  # an action: a token created at a replica, a new device enrolled with it
 
 DEPLOYMENTS = ("soak-a", "soak-b", "soak-sim")  # root-owned, applied at the root
@@ -82,9 +84,17 @@ def make_plan(
     plan = Plan(seed, duration)
     # processes and links each from their own stream: adding a link leaves a seed's process
     # faults as they were (seed 35's, which found the follower defect, docs/soak.md)
-    processes = {n: k for n, k in targets.items() if k != "link"}
+    processes = {n: k for n, k in targets.items() if k not in ("link", "disk", "net")}
     links = {n: k for n, k in targets.items() if k == "link"}
-    for stream, group, gap in (("faults", processes, fault_gap), ("links", links, 2 * fault_gap)):
+    disks = {n: k for n, k in targets.items() if k == "disk"}
+    nets = {n: k for n, k in targets.items() if k == "net"}
+    streams = (
+        ("faults", processes, fault_gap),
+        ("links", links, 2 * fault_gap),
+        ("disks", disks, 3 * fault_gap),
+        ("nets", nets, 2 * fault_gap),
+    )
+    for stream, group, gap in streams:
         if group:
             rng = random.Random(f"{stream}-{seed}")
             plan.faults += _faults(rng, group, duration, warmup, gap, max_fault, etcd_quorum_faults)
@@ -134,8 +144,10 @@ def _faults(
             break
         target = rng.choice(names)
         kind = targets[target]
-        action = {"worker": KILL, "link": CUT}.get(kind) or rng.choice((KILL, STOP))
-        longest = 3 * max_fault if kind == "link" else max_fault  # a partition lasts longer
+        action = {"worker": KILL, "link": CUT, "net": CUT, "disk": FILL}.get(kind)
+        action = action or rng.choice((KILL, STOP))
+        # a partition or a full disk lasts longer than a process's fault
+        longest = 3 * max_fault if kind in ("link", "net", "disk") else max_fault
         length = 0.0 if kind == "worker" else round(rng.uniform(1.0, longest), 2)
         at = round(t, 2)
         length = min(length, max(0.0, math.floor((duration - at) * 100) / 100))

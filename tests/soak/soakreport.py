@@ -278,6 +278,7 @@ def judge(
         "duration_s": settings.duration,
         "devices": {"real": settings.real_devices, "simulated": settings.sim_devices},
         "faults": {
+            "not_run_here": dict(getattr(sampler.fleet, "unsupported", {})),
             "total": len(faults.windows),
             "by_kind": dict(sorted(by_kind.items())),
             "planned": len(plan.faults),
@@ -369,6 +370,10 @@ def render(result: dict[str, Any]) -> str:
         + ("PASSED" if result["ok"] else "FAILED"),
         f"faults injected: {result['faults']['total']} "
         + ", ".join(f"{k} {v}" for k, v in result["faults"]["by_kind"].items()),
+        *(
+            f"fault kind not run here: {kind}: {why}"
+            for kind, why in result["faults"]["not_run_here"].items()
+        ),
         f"operations: {inv['linearizable']['operations']} "
         + ", ".join(f"{k} {v}" for k, v in inv["linearizable"]["by_outcome"].items()),
         "token enrollments at either replica (a token, then edged enroll with it): "

@@ -290,7 +290,7 @@ class FaultRunner:
 
     def _begin(self, f: Fault) -> None:
         target = self.fleet.targets[f.target]
-        if target.cut is not None:  # a link: no process
+        if target.cut is not None:  # a link or a disk: no process
             target.cut()
             self._opened(f, None)
             return
@@ -373,14 +373,24 @@ def edged_status(data: Path) -> dict[str, Any] | None:
 
 
 def replicas_of(doc: dict[str, Any] | None, workload: str) -> tuple[set[str], set[str]] | None:
-    """(versions with a ready replica, versions with a replica not ready); None: no workload."""
+    """(versions with a ready replica, versions with a replica not ready); None: no workload.
+    A replica draining before its exit (``Stopping``: its successor took over) is neither, as
+    Kubernetes counts no terminating pod against a rollout's budget."""
     for w in (doc or {}).get("workloads", []):
         if w.get("name") == workload:
-            ready, not_ready = set(), set()
+            ready: set[str] = set()
+            not_ready: set[str] = set()
             for r in w.get("replicas", []):
+                if r.get("phase") == "Stopping" and not r.get("ready"):
+                    continue
                 (ready if r.get("ready") else not_ready).add(str(r.get("version", "?")))
             return ready, not_ready
     return None
+
+
+def of_device(target: str, device: str) -> bool:
+    """Whether a fault's target is the device's own: its edged, a worker of it, its disk."""
+    return target == device or target.startswith(f"{device}-")
 
 
 class Sampler:
@@ -410,7 +420,7 @@ class Sampler:
     def excused(self, device: str, t: float) -> bool:
         """A fault on the device (its edged, or a worker of it) ended less than the grace ago."""
         for w in self.faults.windows:
-            if w["target"] in (device, f"{device}-worker"):
+            if of_device(w["target"], device):
                 end = w["end"] if w["end"] is not None else math.inf
                 if w["begin"] - 1.0 <= t <= end + DEVICE_GRACE:
                     return True
@@ -444,9 +454,12 @@ class Sampler:
                 and self._served.get(device)
                 and not self.excused(device, t)
             ):
+                work = next(w for w in doc["workloads"] if w.get("name") == BUDGET_DEPLOYMENT)
+                phases = [f"{r.get('version')} {r.get('phase')}" for r in work.get("replicas", [])]
                 switching.append(
-                    {"device": device, "ready": sorted(ready), "not_ready": sorted(not_ready)}
-                )
+                    {"device": device, "ready": sorted(ready), "not_ready": sorted(not_ready),
+                     "replicas": phases}
+                )  # fmt: skip
         self.budget_samples += 1
         self.budget_max = max(self.budget_max, len(switching))
         if len(switching) > BUDGET:
@@ -489,7 +502,7 @@ class Sampler:
             end = w["end"] if w["end"] is not None else math.inf
             if end < since or w["begin"] > t:
                 continue
-            if w["target"] in (device, f"{device}-worker"):
+            if of_device(w["target"], device):
                 return f"{w['action']} {w['target']} at {w['begin']:.1f}s"
         for at, connected, hub, _ in self.views.get(device, []):
             if not since <= at <= t:
