@@ -31,6 +31,7 @@ import asyncio
 import contextlib
 import time
 from collections.abc import Callable, Hashable, Mapping
+from dataclasses import replace
 from typing import Any
 
 from edgefleet.api import ModelDeployment
@@ -41,7 +42,7 @@ from hub.controllers.agentwaves import AgentWaveController
 from hub.decide import regionrollout, regionslice
 from hub.decide.analysis import Analysis, History, Sample
 from hub.decide.revisions import config_of
-from hub.decide.rollout import Revision, RolloutState, template_hash
+from hub.decide.rollout import Revision, RolloutPhase, RolloutState, template_hash
 from hub.decide.wave import (
     RegionSide,
     RegionView,
@@ -166,9 +167,10 @@ class WaveController:
         waves = dep.spec.rollout.waves if dep is not None else ()
         if not waves and not self._regions.regions and name not in self.states:
             return [], lambda _: None  # a hub without regions: nothing to keep
-        state, events = start(
-            self.states.get(name), rollout, revision, revisions, waves, self._clock()
-        )
+        before = self.states.get(name)
+        if before is not None and before.phase is WavePhase.COMPLETE:
+            before = self._as_regions_say(name, before, revisions)
+        state, events = start(before, rollout, revision, revisions, waves, self._clock())
         put = Put(storekeys.wave_key(name), storekeys.dumps(state.to_json()))
 
         def committed(store_revision: int) -> None:
@@ -180,6 +182,53 @@ class WaveController:
             self.wake()
 
         return [put], committed
+
+    def _as_regions_say(
+        self, name: str, before: WaveState, revisions: Mapping[int, Revision]
+    ) -> WaveState:
+        """``before`` (Complete), or, when the regions did not all complete its revision (a
+        revision sent to every region at once, without waves), as rolled back to the revision
+        the regions not done with it serve: the stable revision a new rollout in waves starts
+        from is the last one that completed everywhere, never one a region rolled back."""
+        current = revisions.get(before.revision)
+        stored = self._cache.stored.get(("ModelDeployment", name))
+        if current is None or stored is None:
+            return before
+        placed = self._placed(stored.manifest)
+        across = regionrollout.across_regions(
+            RolloutPhase.COMPLETE.value,
+            "",
+            "",
+            before.revision,
+            current.model[1],
+            placed,
+            {r: expected_template(current.manifest, r) for r in placed},
+            self._views(name, placed, current_only=False),
+            None,
+            self._stable_of(revisions),
+        )
+        kept = revisions.get(across.stable) if across.stable is not None else None
+        if across.phase == RolloutPhase.COMPLETE.value or kept is None:
+            return before  # done everywhere, or the regions' stable one not known: as it was
+        return replace(
+            before,
+            phase=WavePhase.ROLLED_BACK,
+            stable=kept.number,
+            stable_manifest=dict(kept.manifest),
+            stable_version=kept.model[1],
+        )
+
+    @staticmethod
+    def _stable_of(revisions: Mapping[int, Revision]) -> Callable[[str, str], int | None]:
+        """The root's revision (of ``revisions``) whose template is ``template`` in ``region``."""
+
+        def stable_of(region: str, template: str) -> int | None:
+            for number, rev in sorted(revisions.items(), reverse=True):
+                if template and expected_template(rev.manifest, region) == template:
+                    return number
+            return None
+
+        return stable_of
 
     # -- what regions are sent --------------------------------------------------------------
     def manifest_for(self, region: str, manifest: Mapping[str, Any]) -> Mapping[str, Any]:
@@ -483,13 +532,6 @@ class WaveController:
             return None
         expected = {r: expected_template(current.manifest, r) for r in placed}
         views = self._views(name, placed, current_only=False)
-
-        def stable_of(region: str, template: str) -> int | None:
-            for number, rev in sorted(revisions.items(), reverse=True):
-                if template and expected_template(rev.manifest, region) == template:
-                    return number
-            return None
-
         across = regionrollout.across_regions(
             rollout.phase.value,
             rollout.reason,
@@ -500,7 +542,7 @@ class WaveController:
             expected,
             views,
             state,
-            stable_of,
+            self._stable_of(revisions),
         )
         kept = revisions.get(across.stable) if across.stable is not None else None
         return regionrollout.shown(status, across, kept.model[1] if kept is not None else "")

@@ -49,7 +49,8 @@ class AcrossRegions:
     message: str
     # region -> why it is not counted as done with this revision (absent: done)
     not_done: Mapping[str, str] = field(default_factory=dict)
-    # the root's revision the regions that rolled this one back serve again (None: unknown)
+    # the root's revision the regions not done with this one serve (those that rolled it back
+    # serve again), where they agree (None: unknown): the stable one across the regions
     stable: int | None = None
 
 
@@ -126,8 +127,14 @@ def across_regions(
         return AcrossRegions(
             RolloutPhase.ROLLED_BACK.value, "RegionRolledBack", message, not_done, stable
         )
+    # the revision the regions not done serve meanwhile, where they agree (None: unknown)
+    kept = {
+        stable_of(r, v.stable_template) if (v := views.get(r)) is not None else None
+        for r in not_done
+    }
+    stable = kept.pop() if len(kept) == 1 else None
     if own_phase != RolloutPhase.COMPLETE.value:
-        return AcrossRegions(own_phase, own_reason, own_message, not_done)
+        return AcrossRegions(own_phase, own_reason, own_message, not_done, stable)
     if not not_done:
         return AcrossRegions(
             own_phase,
@@ -144,7 +151,7 @@ def across_regions(
         + _named([f"{r}: {why}" for r, why in not_done.items()])
         + f" (this hub's own devices: {own_reason or own_phase})"
     )
-    return AcrossRegions(RolloutPhase.PROGRESSING.value, reason, message, not_done)
+    return AcrossRegions(RolloutPhase.PROGRESSING.value, reason, message, not_done, stable)
 
 
 def shown(

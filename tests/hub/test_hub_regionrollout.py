@@ -171,3 +171,13 @@ def test_waves_complete_at_once_are_checked_against_the_regions() -> None:
     assert fold(views, waves=wave_state(WavePhase.COMPLETE)).phase == "Progressing"
     # a wave state of another revision (a new one not yet made there) does not decide
     assert fold(views, waves=wave_state(WavePhase.ROLLED_BACK, revision=1)).phase == "Progressing"
+
+
+def test_the_stable_revision_across_regions_is_the_one_the_regions_not_done_serve() -> None:
+    """What a later rollout in waves starts from (hub.controllers.wave: never a revision a
+    region rolled back): the revision the regions not done serve, when they all say the same;
+    unknown when a region is not heard from."""
+    got = fold({"eu": view("eu", phase="Progressing"), "us": view("us")})
+    assert (got.phase, got.stable) == ("Progressing", 1)
+    assert fold({"us": view("us", phase="Progressing")}).stable is None  # eu unheard of
+    assert fold({"eu": view("eu"), "us": view("us")}).stable is None  # Complete: none needed
