@@ -104,6 +104,9 @@ class WaveController:
         self._sampled: set[Hashable] = set()
         self._analyses: dict[str, Analysis] = {}
         self._excluded: dict[str, set[str]] = {}  # regions named as left out, per deployment
+        # per deployment, the revision and regions last named rolling back a revision sent to
+        # every region at once (a RegionRolledBack event each time they change)
+        self._rolled_back: dict[str, tuple[int, tuple[str, ...]]] = {}
         # AgentUpgrades in waves: the same tick, leader and follower watch (agentwaves)
         self.agent = AgentWaveController(store, cache, regions, writer, clock=clock)
 
@@ -420,12 +423,50 @@ class WaveController:
                 )
                 if planned.state is not None:
                     await self._write(name, planned.state, planned.events)
+                elif state.phase is WavePhase.COMPLETE:
+                    self._announce_rolled_back(name, state, placed, expected, views)
             self._history.keep(self._sampled)
+            for name in set(self._rolled_back) - set(self.states):
+                del self._rolled_back[name]
             for name in set(self._analyses) - set(self.states):
                 del self._analyses[name]
             for name in set(self._excluded) - set(self._analyses):
                 del self._excluded[name]
             await self.agent.step()
+
+    def _announce_rolled_back(
+        self,
+        name: str,
+        state: WaveState,
+        placed: list[str],
+        expected: Mapping[str, str],
+        views: Mapping[str, RegionView],
+    ) -> None:
+        """A Warning event ``RegionRolledBack`` when regions (a new set of them) report their
+        rollout of a revision sent to every region at once rolled back (no waves judge it: the
+        root's status says RolledBack, hub.decide.regionrollout); once per revision and set
+        of regions while this replica leads (in memory: again after a restart)."""
+        back = tuple(
+            r
+            for r in placed
+            if (v := views.get(r)) is not None
+            and v.reported
+            and v.template
+            and v.template == expected.get(r)
+            and v.phase == RolloutPhase.ROLLED_BACK.value
+        )
+        if not back or self._rolled_back.get(name) == (state.revision, back):
+            return
+        self._rolled_back[name] = (state.revision, back)
+        figures = "; ".join(f"{r}: {views[r].text()}" for r in back)
+        self._writer.event(
+            "ModelDeployment",
+            name,
+            "Warning",
+            "RegionRolledBack",
+            f"revision {state.revision} ({state.version}) was rolled back in region(s) "
+            f"{', '.join(back)}: {figures}",
+        )
 
     def _announce(self, name: str, excluded: Mapping[str, str]) -> None:
         """An event for each region newly left out of ``name``'s analysis across regions

@@ -90,6 +90,15 @@ async def test_regions_roll_a_revision_back_the_root_says_so_and_waves_start_fro
                     lambda r=region: region_reports(root, r, "RolledBack", "1.0.0"),
                     f"{region} reports 2.0.0 rolled back",
                 )
+            events = await until(
+                lambda: [
+                    e for e in root.events("RegionRolledBack") if "region(s) eu, us" in e["message"]
+                ],
+                "a RegionRolledBack event naming both regions",
+                detail=lambda: str(root.events("RegionRolledBack")),
+            )
+            assert events[-1]["type"] == "Warning", events
+            assert "revision 2 (2.0.0) was rolled back" in events[-1]["message"], events
 
             # in waves now: us, not in a wave yet, keeps 1.0.0 (not 2.0.0, which it rolled back)
             await root.apply(deployment("3.0.0", [{"regions": ["eu"]}]))
