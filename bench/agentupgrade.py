@@ -44,6 +44,7 @@ if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
 from bench.common import cpu_seconds  # noqa: E402
+from bench.simfleet import device_sync, run_devices  # noqa: E402
 
 ARCH, ABI = "x86_64", "cp311"
 
@@ -89,19 +90,11 @@ def _devices_main(
     without a release after one with it)."""
     import grpc
 
-    from edgefleet.v1 import device_pb2, device_pb2_grpc
+    from edgefleet.v1 import device_pb2
     from edgefleet.versioning import installed_version
 
     async def session(name: str, creds: Any, out: list[Any], wake: asyncio.Event) -> None:
-        async with grpc.aio.secure_channel(
-            f"127.0.0.1:{port}",
-            creds,
-            options=[
-                ("grpc.use_local_subchannel_pool", 1),
-                ("grpc.ssl_target_name_override", "localhost"),
-            ],
-        ) as channel:
-            call = device_pb2_grpc.DeviceServiceStub(channel).Sync()
+        async with device_sync(port, creds, name) as call:
             lock = asyncio.Lock()
             me = {"version": installed_version(), "committed": installed_version(),
                   "phase": "Idle", "reason": "", "upgrade": "", "revision": 0}  # fmt: skip
@@ -109,11 +102,6 @@ def _devices_main(
             had_agent = False
             got_deployment = False
             trials: set[asyncio.Future[None]] = set()  # kept until the session ends
-            await call.write(
-                device_pb2.DeviceMessage(
-                    hello=device_pb2.Hello(edged_version=me["version"], device_name=name)
-                )
-            )
 
             async def report() -> None:
                 status = device_pb2.Status(
@@ -183,36 +171,7 @@ def _devices_main(
                     out.append((name, time.time(), "cleared", ""))
                     wake.set()
 
-    async def one(name: str, key: bytes, cert: bytes, out: list[Any], wake: asyncio.Event) -> None:
-        import random
-
-        creds = grpc.ssl_channel_credentials(ca, key, cert)
-        attempt = 0
-        while True:
-            try:
-                await session(name, creds, out, wake)
-            except grpc.aio.AioRpcError:
-                pass
-            await asyncio.sleep(random.uniform(0, min(10.0, 0.5 * 2.0**attempt)))
-            attempt += 1
-
-    async def run() -> None:
-        out: list[Any] = []
-        wake = asyncio.Event()
-        tasks = [asyncio.ensure_future(one(n, k, c, out, wake)) for n, k, c in devices]
-        while True:
-            try:
-                await asyncio.wait_for(wake.wait(), 1.0)
-            except TimeoutError:
-                pass
-            wake.clear()
-            await asyncio.sleep(0.02)
-            batch, out[:] = list(out), []
-            conn.send(batch)
-            if any(t.done() for t in tasks):
-                return
-
-    asyncio.run(run())
+    run_devices(ca, devices, session, conn)
 
 
 class Fleet:

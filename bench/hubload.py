@@ -51,6 +51,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.simfleet import device_sync  # noqa: E402
+
 
 def _set(toml: Path, **values: str) -> None:
     text = toml.read_text()
@@ -102,26 +104,12 @@ def _status_client_main(
 
     import grpc
 
-    from edgefleet.v1 import common_pb2, device_pb2, device_pb2_grpc
-    from edgefleet.versioning import installed_version
+    from edgefleet.v1 import common_pb2, device_pb2
 
     async def session(
         name: str, creds: Any, deadline: float, counts: dict[str, int], i: list[int]
     ) -> None:
-        async with grpc.aio.secure_channel(
-            f"127.0.0.1:{port}",
-            creds,
-            options=[
-                ("grpc.use_local_subchannel_pool", 1),
-                ("grpc.ssl_target_name_override", "localhost"),
-            ],
-        ) as channel:
-            call = device_pb2_grpc.DeviceServiceStub(channel).Sync()
-            await call.write(
-                device_pb2.DeviceMessage(
-                    hello=device_pb2.Hello(edged_version=installed_version(), device_name=name)
-                )
-            )
+        async with device_sync(port, creds, name) as call:
             await call.read()
             await asyncio.sleep(random.uniform(0, status_every))
             next_beat = time.monotonic() + heartbeat_every

@@ -39,6 +39,8 @@ REPO = Path(__file__).resolve().parent.parent
 if str(REPO) not in sys.path:
     sys.path.insert(0, str(REPO))
 
+from bench.simfleet import device_sync, run_devices  # noqa: E402
+
 BAD = "2.0.0"
 ERRING = "4.0.0"  # loads, then answers half its requests with errors
 METRICS_S = 5.0  # how often a simulated device reports its counters (edged's metricsPeriod)
@@ -68,25 +70,11 @@ def _devices_main(
     sent."""
     import grpc
 
-    from edgefleet.v1 import device_pb2, device_pb2_grpc
-    from edgefleet.versioning import installed_version
+    from edgefleet.v1 import device_pb2
 
     async def session(name: str, creds: Any, out: list[Any], wake: asyncio.Event) -> None:
-        async with grpc.aio.secure_channel(
-            f"127.0.0.1:{port}",
-            creds,
-            options=[
-                ("grpc.use_local_subchannel_pool", 1),
-                ("grpc.ssl_target_name_override", "localhost"),
-            ],
-        ) as channel:
-            call = device_pb2_grpc.DeviceServiceStub(channel).Sync()
+        async with device_sync(port, creds, name) as call:
             lock = asyncio.Lock()
-            await call.write(
-                device_pb2.DeviceMessage(
-                    hello=device_pb2.Hello(edged_version=installed_version(), device_name=name)
-                )
-            )
             loading: asyncio.Task[None] | None = None
             # what each (workload, version) answered: requests, errors (edged's counters)
             counters: dict[tuple[str, str], list[int]] = {}
@@ -184,36 +172,7 @@ def _devices_main(
                     loading.cancel()
                 loading = asyncio.ensure_future(load(workloads))
 
-    async def one(name: str, key: bytes, cert: bytes, out: list[Any], wake: asyncio.Event) -> None:
-        import random
-
-        creds = grpc.ssl_channel_credentials(ca, key, cert)
-        attempt = 0
-        while True:
-            try:
-                await session(name, creds, out, wake)
-            except grpc.aio.AioRpcError:
-                pass
-            await asyncio.sleep(random.uniform(0, min(10.0, 0.5 * 2.0**attempt)))
-            attempt += 1
-
-    async def run() -> None:
-        out: list[Any] = []
-        wake = asyncio.Event()
-        tasks = [asyncio.ensure_future(one(n, k, c, out, wake)) for n, k, c in devices]
-        while True:
-            try:
-                await asyncio.wait_for(wake.wait(), 1.0)
-            except TimeoutError:
-                pass
-            wake.clear()
-            await asyncio.sleep(0.02)
-            batch, out[:] = list(out), []
-            conn.send(batch)
-            if any(t.done() for t in tasks):
-                return
-
-    asyncio.run(run())
+    run_devices(ca, devices, session, conn)
 
 
 class Fleet:

@@ -11,17 +11,24 @@ devices to receive and acknowledge desired states (bench/fanout.py, bench/modelc
   why it had to (never silently). :meth:`SimClients.collect` gathers what they received.
 - :func:`push_model`, :func:`apply_documents`: a model version pushed with ``edgectl``, and
   documents applied through AdminService (the time just before the Apply returned).
+- :func:`device_sync`, :func:`reconnecting`, :func:`run_devices`: a simulated device's session
+  opening (its own connection, the Sync stream, its Hello), edged's jittered reconnect backoff,
+  and a client process's loop forwarding what its devices saw to the parent in batches; also
+  used by the benches whose devices say more (bench/rollout.py, bench/agentupgrade.py,
+  bench/hubload.py).
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import multiprocessing as mp
+import random
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
@@ -163,32 +170,100 @@ def apply_documents(data: Path, port: int, docs: list[dict[str, Any]], timeout: 
 
 
 # -- the simulated devices ------------------------------------------------------------------------
+@contextlib.asynccontextmanager
+async def device_sync(port: int, creds: Any, name: str, version: str = "") -> AsyncIterator[Any]:
+    """A simulated device's Sync stream with the hub on 127.0.0.1:``port``: a connection of its
+    own (a local subchannel pool, as a separate device would have; the hub's certificate
+    checked for "localhost"), its Hello sent, saying edged ``version`` (this checkout's by
+    default). Yields the call; the connection closes when the block ends."""
+    import grpc
+
+    from edgefleet.v1 import device_pb2, device_pb2_grpc
+    from edgefleet.versioning import installed_version
+
+    async with grpc.aio.secure_channel(
+        f"127.0.0.1:{port}",
+        creds,
+        options=[
+            ("grpc.use_local_subchannel_pool", 1),
+            ("grpc.ssl_target_name_override", "localhost"),
+        ],
+    ) as channel:
+        call = device_pb2_grpc.DeviceServiceStub(channel).Sync()
+        hello = device_pb2.Hello(edged_version=version or installed_version(), device_name=name)
+        await call.write(device_pb2.DeviceMessage(hello=hello))
+        yield call
+
+
+async def reconnecting(
+    session: Callable[[], Awaitable[None]],
+    ended: Callable[[str], None] = lambda why: None,
+) -> None:
+    """Run ``session()`` again each time it ends or fails, after a jittered backoff as edged's
+    (up to 10 s), forever; ``ended(why)``: "EOF", or the gRPC status and details of the
+    failure."""
+    import grpc
+
+    attempt = 0
+    while True:
+        try:
+            await session()
+            why = "EOF"
+        except grpc.aio.AioRpcError as exc:
+            why = f"{exc.code().name}: {exc.details()}"
+        ended(why)
+        await asyncio.sleep(random.uniform(0, min(10.0, 0.5 * 2.0**attempt)))
+        attempt += 1
+
+
+SessionOf = Callable[[str, Any, list[Any], asyncio.Event], Awaitable[None]]
+
+
+def run_devices(
+    ca: bytes, devices: list[tuple[str, bytes, bytes]], session: SessionOf, conn: Any
+) -> None:
+    """A client process's devices: ``session(name, credentials, out, wake)`` of each, again
+    after each end (:func:`reconnecting`); what they append to ``out`` goes to the parent
+    through ``conn`` in batches (at least one a second; ``wake`` sends the next one sooner).
+    Returns when a device's task ended (it never should)."""
+    import grpc
+
+    async def run() -> None:
+        out: list[Any] = []
+        wake = asyncio.Event()
+        tasks = []
+        for name, key, cert in devices:
+            creds = grpc.ssl_channel_credentials(ca, key, cert)
+            one = reconnecting(lambda n=name, c=creds: session(n, c, out, wake))
+            tasks.append(asyncio.ensure_future(one))
+        while True:
+            try:
+                await asyncio.wait_for(wake.wait(), 1.0)
+            except TimeoutError:
+                pass
+            wake.clear()
+            await asyncio.sleep(0.02)
+            batch, out[:] = list(out), []
+            conn.send(batch)
+            if any(t.done() for t in tasks):
+                return
+
+    asyncio.run(run())
+
+
 def _clients_main(
     port: int, ca: bytes, devices: list[DeviceKeys], heartbeats: bool, conn: Any
 ) -> None:
     """One client process: its devices' sessions; sends ``(events, reconnect reasons)`` to the
     parent in batches (an event: ``(name, *Received)``), or ``("error", what)`` when a device's
     task ended (it never should)."""
-    import random
-
     import grpc
 
-    from edgefleet.v1 import device_pb2, device_pb2_grpc
-    from edgefleet.versioning import installed_version
+    from edgefleet.v1 import device_pb2
 
     async def session(name: str, creds: Any, seen: dict[str, Any]) -> None:
-        async with grpc.aio.secure_channel(
-            f"127.0.0.1:{port}",
-            creds,
-            options=[
-                ("grpc.use_local_subchannel_pool", 1),
-                ("grpc.ssl_target_name_override", "localhost"),
-            ],
-        ) as channel:
-            call = device_pb2_grpc.DeviceServiceStub(channel).Sync()
+        async with device_sync(port, creds, name) as call:
             lock = asyncio.Lock()
-            hello = device_pb2.Hello(edged_version=installed_version(), device_name=name)
-            await call.write(device_pb2.DeviceMessage(hello=hello))
             beat: asyncio.Task[None] | None = None
 
             async def beating(interval: float) -> None:
@@ -228,16 +303,11 @@ def _clients_main(
     async def one(name: str, key: bytes, cert: bytes, seen: dict[str, Any]) -> None:
         """One device: reconnects with jittered backoff like edged; counts why it had to."""
         creds = grpc.ssl_channel_credentials(ca, key, cert)
-        attempt = 0
-        while True:
-            try:
-                await session(name, creds, seen)
-                reason = "EOF"
-            except grpc.aio.AioRpcError as exc:  # counted and reported, then reconnected
-                reason = f"{exc.code().name}: {exc.details()}"
-            seen["reconnects"][reason] = seen["reconnects"].get(reason, 0) + 1
-            await asyncio.sleep(random.uniform(0, min(10.0, 0.5 * 2.0**attempt)))
-            attempt += 1
+
+        def ended(why: str) -> None:  # counted and reported, then reconnected
+            seen["reconnects"][why] = seen["reconnects"].get(why, 0) + 1
+
+        await reconnecting(lambda: session(name, creds, seen), ended)
 
     async def run() -> None:
         seen: dict[str, Any] = {"events": [], "wake": asyncio.Event(), "reconnects": {}}
