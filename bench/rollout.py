@@ -32,6 +32,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from datetime import datetime
 from pathlib import Path
 from typing import Any
 
@@ -329,7 +330,14 @@ def measure_canary(fleet: Fleet, everyone: dict[str, str]) -> dict[str, Any]:
         lambda: fleet.status("main")["rollout"]["phase"] == "RolledBack", 300, "canary rollback"
     )
     rollout = fleet.status("main")["rollout"]
-    decided = float(rollout["changedAt"])
+    # when the hub decided (RFC 3339, whole seconds: the figures below are ~1 s coarse on that
+    # side; an older hub's float seconds read too)
+    changed = rollout["changedAt"]
+    decided = (
+        float(changed)
+        if isinstance(changed, (int, float))
+        else datetime.fromisoformat(str(changed).replace("Z", "+00:00")).timestamp()
+    )
 
     def back() -> bool:
         took = {e[0] for e in fleet.events[mark:] if e[2] == "got" and e[3] == ERRING}
