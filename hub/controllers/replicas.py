@@ -409,6 +409,18 @@ class CacheFollower:
                 c.agent_releases[release.key] = release
             else:
                 c.agent_releases.pop(key, None)
+        elif key.startswith(storekeys.PLACEMENTS):  # a replicas.total deployment's devices
+            deployment = key[len(storekeys.PLACEMENTS) :]
+            if put:
+                doc = storekeys.loads(value)
+                c.set_placement(
+                    deployment,
+                    frozenset(doc["devices"]),
+                    draining=frozenset(doc.get("draining", ())),
+                    waiting=frozenset(doc.get("waiting", ())),
+                )
+            else:
+                c.drop_placement(deployment)
         elif key.startswith(storekeys.ANALYSIS):
             if put:
                 c.put_analysis(key, storekeys.loads(value))

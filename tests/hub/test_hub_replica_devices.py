@@ -134,6 +134,39 @@ async def test_a_followers_cache_follows_the_leaders_writes(
         await ctx.store.close()
 
 
+@async_test
+async def test_a_followers_cache_follows_the_leaders_placements(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    """Found by the soak harness (docs/soak.md; seed 43, 5 devices, half on the follower): a
+    follower's cache never took the scheduler's placements of a ``replicas.total`` deployment,
+    so the state it built for its devices lacked them, its digest never matched the leader's
+    record, and a device placed by the leader but connected to the follower was never sent
+    its replica (2 of 4 placed replicas ran; never the follower's devices')."""
+    url = f"etcd://{etcd_server.endpoint}{etcd_namespace}"
+    await init_hub(tmp_path / "r0", region="eu", store=url)
+    store = await EtcdStore.open([etcd_server.endpoint], namespace=etcd_namespace)
+    ctx = await build_context(tmp_path / "r0", store=store)
+    assert ctx.elector is not None and not ctx.elector.leading
+    follower = CacheFollower(ctx.store, ctx.cache, ctx.sessions, ctx.elector)
+    stop = asyncio.Event()
+    task = asyncio.create_task(follower.run(stop))
+    try:
+        await eventually(lambda: follower.applied == 0, 10)
+        record = {"devices": ["cam-1", "cam-2"], "draining": ["cam-3"], "waiting": ["cam-2"]}
+        await ctx.store.put(storekeys.placement_key("det"), storekeys.dumps(record))  # the leader
+        await eventually(lambda: "det" in ctx.cache.placements, 10)
+        assert ctx.cache.placements["det"] == {"cam-1", "cam-2"}
+        assert ctx.cache.sent_placements["det"] == {"cam-1", "cam-3"}  # cam-2 waits, cam-3 drains
+        await ctx.store.delete(storekeys.placement_key("det"))
+        await eventually(lambda: "det" not in ctx.cache.placements, 10)
+        assert "det" not in ctx.cache.sent_placements
+    finally:
+        stop.set()
+        await task
+        await ctx.store.close()
+
+
 def test_a_three_way_merge_keeps_each_sides_changes() -> None:
     base = {"phase": "Ready", "cordoned": False, "lastHeartbeat": 1.0, "facts": {}}
     ours = {**base, "lastHeartbeat": 2.0}  # the stream's replica: a heartbeat

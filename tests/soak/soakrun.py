@@ -582,7 +582,7 @@ def run(settings: Settings) -> dict[str, Any]:
         while not all(infer_once(e.data, STEADY) == 200 for e in fleet.edged):
             assert time.monotonic() < deadline, "the steady deployment is not served"
             time.sleep(0.5)
-        wait_placed(fleet, 120)
+        wait_placed(fleet, rec, 120)
         rec.t0 = time.monotonic()
         rec.event("run", f"{STEADY} served on every device: the run starts")
         faults = FaultRunner(fleet, rec, plan.faults)
@@ -663,17 +663,26 @@ def placed_devices(fleet: Fleet) -> list[str]:
     return out
 
 
-def wait_placed(fleet: Fleet, timeout: float) -> None:
+def wait_placed(fleet: Fleet, rec: Recorder, timeout: float) -> None:
+    """Until soak-t runs on as many devices as it asks; if it does not within ``timeout``, the
+    run goes on with a violation event (the convergence check reports it with the devices)."""
     deadline = time.monotonic() + timeout
-    while len(placed_devices(fleet)) != placed_total(fleet):
+    while len(placed := placed_devices(fleet)) != placed_total(fleet):
         if time.monotonic() > deadline:
-            views = [(edged_status(e.data) or {}).get("workloads") for e in fleet.edged]
-            raise AssertionError(f"{PLACED} not placed on {placed_total(fleet)}: {views}")
+            rec.event(
+                "violation",
+                f"{PLACED} runs on {placed} within {timeout:g}s of its apply, "
+                f"{placed_total(fleet)} placed",
+            )
+            return
         time.sleep(0.5)
 
 
 def placed_total(fleet: Fleet) -> int:
-    return max(1, len(fleet.edged) - 1)
+    """Every device but one (a spare to move to), or every device when there are two or
+    fewer: then a device on the follower always holds one (docs/soak.md, defects)."""
+    n = len(fleet.edged)
+    return n if n <= 2 else n - 1
 
 
 def _operate(
