@@ -6,8 +6,9 @@ guests with user networking restricted to the host's loopback, ``hub init``/``hu
 ``hub token create`` and ``edgectl`` as processes on the host. The one test-only part is the
 image's command agent (``--test-agent``, packaging/image/lab), the lab's channel into a guest.
 
-The lab runs only when selected (``-m vmlab``; ``.ci/run`` runs it as its own step, one pytest
-process, ``-n 0``): the rest of the suite deselects it. Selected without QEMU, the tools or
+The lab runs only when selected (``-m vmlab``; ``.ci/run`` runs it in one pytest process,
+``-n 0``, in the background while the checks and the suite run): the rest of the suite
+deselects it. Selected without QEMU, the tools or
 root, it is skipped with the reason on a development machine, and FAILS where ``CI`` is set.
 """
 
