@@ -519,6 +519,15 @@ def _assign(
     candidates = [d.name for d in devices if d.eligible and d.name not in state.updated]
     chosen = candidates[: max(0, room)]
     if not chosen:
+        # a device that serves nothing already costs no availability when it is switched (it
+        # goes from unavailable to updating: their sum stays as it was), as Kubernetes scales
+        # unhealthy old pods down first: without this, a fleet down on a broken revision was
+        # held there by its own unavailability, the fix made no progress and was rolled back
+        # to the broken revision (found by the soak harness, seed 3: docs/soak.md)
+        idle = [d.name for d in devices
+                if d.eligible and d.name not in state.updated and not d.serving]  # fmt: skip
+        chosen = idle[: max(0, target - progress.updated)]
+    if not chosen:
         return Step(progress=progress)
     moved = replace(
         state,

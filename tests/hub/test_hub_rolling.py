@@ -206,6 +206,23 @@ def test_devices_serving_nothing_use_the_budget_and_skipped_ones_are_reported() 
     assert step.progress.unavailable == 0 and step.progress.updating == 1
 
 
+def test_devices_down_on_a_broken_revision_are_given_the_fix_beyond_the_budget() -> None:
+    """Found by the soak harness (seed 3, docs/soak.md): a deployment created at a broken
+    version, then fixed. Every device serves nothing, more than maxUnavailable: the budget left
+    no room, the fix made no progress, and the rollout went back to the broken revision after
+    its progress deadline. Switching a device that serves nothing costs no availability; a
+    device that serves still waits for the budget."""
+    dep, m = rolling(maxSurge=0, maxUnavailable=1)
+    devices = [DeviceView("a", serving=False), DeviceView("b", serving=False), on_stable("c")]
+    step = plan_rollout(dep, m, REVS, STARTED, devices, T)
+    assert step.state is not None and step.state.updated == frozenset({"a", "b"})
+    assert step.progress is not None
+    assert step.progress.updating == 2 and step.progress.unavailable == 0
+    # c serves: it waits until the budget has room (a and b ready)
+    again = plan_rollout(dep, m, REVS, step.state, devices, T + 1)
+    assert again.state is None or again.state.updated == frozenset({"a", "b"})
+
+
 def test_a_failure_or_refusal_on_an_updated_device_rolls_everything_back() -> None:
     dep, m = rolling(maxSurge=0, maxUnavailable=2)
     state = replace(STARTED, updated=frozenset({"d00", "d01"}))

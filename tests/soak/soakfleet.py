@@ -135,11 +135,13 @@ class Fleet:
         timers = device_timers(self.sim_devices)
         set_device_timers(r0, **{k: f"{v:g}s" for k, v in timers.items()})
         shutil.copytree(r0.data, d / "r1")
-        r1 = HubProcess(d / "r1", d / "r1.log", port=p1)
+        r1 = NsHubProcess(d / "r1", d / "r1.log", port=p1)
         config = r1.data / "hub.toml"
         config.write_text(
             re.sub(r'metricsListen = "[^"]*"', 'metricsListen = ""', config.read_text())
         )
+        if self.partitions:  # eu-r1 in a namespace of its own, reaching etcd through a veth
+            self._replica_netns(r1, [p0, p0 + 1])
         self.replicas = [r0, r1]
         # r0 leads first (the same start for every seed); the devices enroll at (and first
         # connect to) either replica, half at each
@@ -168,6 +170,28 @@ class Fleet:
             self._start_sims()
         self._targets()
         return self
+
+    def _replica_netns(self, hub: NsHubProcess, others: list[int]) -> None:
+        from soaknet import make_replica
+
+        assert self.root_link is not None
+        ports = [int(m.endpoint.rsplit(":", 1)[1]) for m in self.etcd]
+        net = make_replica(
+            f"soak{os.getpid()}-eu-r1",
+            self.directory,
+            ports,
+            inward=[self.root_link.port, *others],
+            exposed=[hub.port, hub.port + 1],
+        )
+        if isinstance(net, str):
+            self.unsupported.setdefault("net (a replica from etcd)", net)
+            return
+        self.nets["eu-r1-etcd"] = net
+        hub.python = net.wrapper
+        config = hub.data / "hub.toml"
+        lines = config.read_text().splitlines()
+        lines = [net.store_url(x, ports) if x.startswith("store = ") else x for x in lines]
+        config.write_text("\n".join(lines) + "\n")
 
     def _netns(self, e: Edged, device: str) -> None:
         """``e`` runs in a network namespace of its own that reaches the replicas' ports."""
@@ -318,6 +342,25 @@ class Fleet:
             disk.unmount()
         for net in self.nets.values():
             net.close()
+
+
+class NsHubProcess(HubProcess):
+    """A hub started through ``python`` (a wrapper that enters its network namespace)."""
+
+    python: Path | None = None
+
+    def start(self) -> HubProcess:
+        from edgefleet.launching import LaunchError, start_hub
+
+        self.launched = start_hub(
+            self.data, listen=self.address, log=self.log, env=self.env, cwd=self.cwd,
+            python=self.python,
+        )  # fmt: skip
+        try:
+            self.launched.wait_listening(30)
+        except LaunchError as exc:
+            raise AssertionError(str(exc)) from None
+        return self
 
 
 def _connected(e: Edged) -> bool:

@@ -164,3 +164,172 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
             s.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+class ReplicaNet:
+    """A hub replica in a network namespace of its own, with two paths out: its etcd members
+    through a veth pair (the hub's store URL names the host side's address, where a relay
+    carries each connection to the member on the host's loopback), and everything else over
+    the namespace's loopback (relays both ways: the devices, the operator and the root reach
+    its ports; it reaches the root's link and the other replica's ports). The partition takes
+    the veth's host side down: the replica's packets to etcd are dropped while its devices
+    stay connected to it, as a replica cut off from etcd by the network would be."""
+
+    def __init__(self, name: str, directory: Path) -> None:
+        tag = os.getpid() & 0xFFFF
+        self.name = name
+        self.host_if, self.ns_if = f"sk{tag}h", f"sk{tag}n"
+        c, d = (tag >> 6) & 0xFF, (tag & 0x3F) << 2
+        self.host_ip, self.ns_ip = f"10.243.{c}.{d + 1}", f"10.243.{c}.{d + 2}"
+        self.wrapper = directory / f"python-in-{name}"
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self._requests: list[tuple[int, threading.Event, dict[str, object]]] = []
+        self._wake = threading.Condition()
+        self.closed = False
+
+    def start(self, etcd_ports: list[int], inward: list[int], exposed: list[int]) -> None:
+        for args in (
+            ("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if,
+             "netns", self.name),
+            ("addr", "add", f"{self.host_ip}/30", "dev", self.host_if),
+            ("link", "set", self.host_if, "up"),
+            ("-n", self.name, "addr", "add", f"{self.ns_ip}/30", "dev", self.ns_if),
+            ("-n", self.name, "link", "set", self.ns_if, "up"),
+        ):  # fmt: skip
+            out = _ip(*args)
+            if out.returncode != 0:
+                raise OSError(f"ip {' '.join(args)}: {out.stderr.strip()}")
+        nsenter = shutil.which("nsenter") or "nsenter"
+        self.wrapper.write_text(
+            f'#!/bin/sh\nexec {nsenter} --net=/run/netns/{self.name} -- "{_python()}" "$@"\n'
+        )
+        self.wrapper.chmod(0o755)
+        threading.Thread(target=self._connector, daemon=True).start()
+        for port in etcd_ports:  # host side of the veth -> the member on the host's loopback
+            ls = _listen((self.host_ip, port))
+            threading.Thread(target=self._accept, args=(ls, port, False), daemon=True).start()
+        for port in inward:  # the namespace's loopback -> the host's
+            ls = _listen_in(self.name, port)
+            threading.Thread(target=self._accept, args=(ls, port, False), daemon=True).start()
+        for port in exposed:  # the host's loopback -> the namespace's
+            ls = _listen(("127.0.0.1", port))
+            threading.Thread(target=self._accept, args=(ls, port, True), daemon=True).start()
+
+    def _connector(self) -> None:
+        """Lives in the namespace: makes the connections to the replica's own ports there."""
+        libc = ctypes.CDLL(None, use_errno=True)
+        fd = os.open(f"/run/netns/{self.name}", os.O_RDONLY)
+        try:
+            if libc.setns(fd, CLONE_NEWNET) != 0:
+                return
+        finally:
+            os.close(fd)
+        while not self.closed:
+            with self._wake:
+                while not self._requests and not self.closed:
+                    self._wake.wait(1.0)
+                if self.closed:
+                    return
+                port, done, out = self._requests.pop(0)
+            try:
+                out["socket"] = socket.create_connection(("127.0.0.1", port), timeout=5)
+            except OSError as exc:
+                out["error"] = exc
+            done.set()
+
+    def _connect_inside(self, port: int) -> socket.socket:
+        done, out = threading.Event(), {}  # type: ignore[var-annotated]
+        with self._wake:
+            self._requests.append((port, done, out))
+            self._wake.notify()
+        if not done.wait(10) or "socket" not in out:
+            raise OSError(f"no connection to the replica's port {port}: {out.get('error')}")
+        sock = out["socket"]
+        assert isinstance(sock, socket.socket)
+        return sock
+
+    def _accept(self, ls: socket.socket, port: int, inside: bool) -> None:
+        while not self.closed:
+            try:
+                client, _ = ls.accept()
+            except OSError:
+                return
+            try:
+                if inside:
+                    upstream = self._connect_inside(port)
+                else:
+                    upstream = socket.create_connection(("127.0.0.1", port), timeout=5)
+                upstream.settimeout(None)
+            except OSError:
+                client.close()
+                continue
+            with self._lock:
+                self._socks += [client, upstream]
+                self._socks = [s for s in self._socks if s.fileno() != -1]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+        ls.close()
+
+    def store_url(self, url: str, etcd_ports: list[int]) -> str:
+        """``url`` with each member's loopback address replaced by the veth's host side."""
+        for port in etcd_ports:
+            url = url.replace(f"127.0.0.1:{port}", f"{self.host_ip}:{port}")
+        return url
+
+    def cut(self) -> None:
+        out = _ip("link", "set", self.host_if, "down")
+        if out.returncode != 0:
+            raise RuntimeError(f"ip link set {self.host_if} down: {out.stderr.strip()}")
+
+    def heal(self) -> None:
+        out = _ip("link", "set", self.host_if, "up")
+        if out.returncode != 0:
+            raise RuntimeError(f"ip link set {self.host_if} up: {out.stderr.strip()}")
+
+    def close(self) -> None:
+        self.closed = True
+        with self._wake:
+            self._wake.notify_all()
+        with self._lock:
+            for s in self._socks:
+                try:
+                    s.close()
+                except OSError:
+                    pass
+        _ip("link", "delete", self.host_if)
+        _ip("netns", "delete", self.name)
+
+
+def make_replica(
+    name: str,
+    directory: Path,
+    etcd_ports: list[int],
+    inward: list[int],
+    exposed: list[int],
+) -> ReplicaNet | str:
+    """A replica's namespace, veth and relays, started; or why they cannot be made here."""
+    if shutil.which("ip") is None or shutil.which("nsenter") is None:
+        return "needs ip (iproute2) and nsenter (util-linux)"
+    _ip("netns", "delete", name)
+    out = _ip("netns", "add", name)
+    if out.returncode != 0:
+        return f"ip netns add: {out.stderr.strip() or out.returncode}"
+    net = ReplicaNet(name, directory)
+    _ip("link", "delete", net.host_if)  # left by a run killed before its end
+    try:
+        if _ip("-n", name, "link", "set", "lo", "up").returncode != 0:
+            raise OSError("ip link set lo up in the namespace failed")
+        net.start(etcd_ports, inward, exposed)
+    except OSError as exc:
+        net.close()
+        return str(exc)
+    return net
+
+
+def _listen(address: tuple[str, int]) -> socket.socket:
+    ls = socket.socket()
+    ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    ls.bind(address)
+    ls.listen(256)
+    return ls
