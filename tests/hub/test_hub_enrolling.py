@@ -110,6 +110,40 @@ async def test_enroll_and_every_refusal(tmp_path: Path) -> None:
 
 
 @async_test
+async def test_a_store_that_fails_is_unavailable_and_spends_nothing(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Found by the soak harness's 1-hour run (docs/soak.md): an enrollment at a replica while
+    etcd changed leader raised StoreUnavailable out of Enroll (UNKNOWN, "Unexpected"); it is
+    UNAVAILABLE now, and a token the failed attempt did not use still enrolls."""
+    from edgefleet.errors import StoreUnavailable
+
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with AdminHub(paths) as hub:
+        token, _ = await tokens.create_token(
+            hub.ctx.store, now=time.time(), ttl=600, single_use=True
+        )
+        real = tokens.validate
+
+        async def failing(*args: object, **kw: object) -> tokens.TokenRecord:
+            raise StoreUnavailable("etcd 127.0.0.1:2379: get: UNAVAILABLE: leader changed")
+
+        monkeypatch.setattr(tokens, "validate", failing)
+        channel, stub = _enroll_stub(hub)
+        async with channel:
+            request = enrollment_pb2.EnrollRequest(
+                token=token, csr_pem=_csr(tmp_path), name="cam-1"
+            )
+            got, details = await _code(stub.Enroll(request, timeout=10))
+            assert got is grpc.StatusCode.UNAVAILABLE, (got, details)
+            assert "store failed" in details and "try again" in details
+            assert hub.ctx.cache.devices == {}
+            monkeypatch.setattr(tokens, "validate", real)
+            resp = await stub.Enroll(request, timeout=10)
+            assert resp.device_name == "cam-1"
+
+
+@async_test
 async def test_malformed_messages_and_the_enrollment_port_without_a_certificate(
     tmp_path: Path,
 ) -> None:
