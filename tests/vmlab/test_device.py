@@ -112,7 +112,7 @@ def test_a_model_deployed_at_the_hub_answers_from_the_host_as_onnxruntime_does(
     wait_for(lambda: enrolled(hub), BOOT_TIMEOUT, "the device at the hub", period=3)
     push(hub, model, "det", "1.0.0")
     deploy(hub, tmp_path, "det", "1.0.0")
-    got = wait_for(lambda: answered(vm), BOOT_TIMEOUT, "det to answer", period=3)[0]
+    got = wait_for(lambda: answered(vm), BOOT_TIMEOUT, "det to answer", period=1)[0]
     np.testing.assert_allclose(got, expected(model), rtol=1e-5, atol=1e-5)
 
 
@@ -152,7 +152,7 @@ def test_the_shipped_unit_runs_workers_on_their_own_uids_sandboxed_and_egress_as
     assert vm.run("systemctl show -p User --value edged").strip() in ("", "root")
     push(hub, model, "det", "1.0.0")
     deploy(hub, tmp_path, "det", "1.0.0")
-    wait_for(lambda: answer(vm) is not None, BOOT_TIMEOUT, "det to answer", period=3)
+    wait_for(lambda: answer(vm) is not None, BOOT_TIMEOUT, "det to answer", period=1)
     sb = wait_for(
         lambda: (
             (replica_of(vm, "det").get("sandbox") or {}).get("inForce")
@@ -160,7 +160,7 @@ def test_the_shipped_unit_runs_workers_on_their_own_uids_sandboxed_and_egress_as
         ),
         120,
         "det's sandbox in force",
-        period=3,
+        period=1,
     )
     assert sb["separateUid"] is True and sb["uid"] != 0, sb
     assert sb["noNewPrivs"] is True and sb["seccomp"] is True, sb
@@ -177,7 +177,7 @@ def test_the_shipped_unit_runs_workers_on_their_own_uids_sandboxed_and_egress_as
             ),
             BOOT_TIMEOUT,
             "egr's egress filter in force",
-            period=3,
+            period=1,
         )
         assert "127.0.0.1" in " ".join(sb["connectTo"]) and sb["separateUid"] is True, sb
     else:
@@ -185,7 +185,7 @@ def test_the_shipped_unit_runs_workers_on_their_own_uids_sandboxed_and_egress_as
             lambda: replica_of(vm, "egr").get("lastExit"),
             BOOT_TIMEOUT,
             "egr refused: its egress rule cannot be enforced on this kernel",
-            period=3,
+            period=1,
         )
         assert ended["reason"] == "NetworkPolicyUnenforceable", ended
         assert "Landlock ABI" in ended["message"] and "6.7" in ended["message"], ended
@@ -196,7 +196,7 @@ def test_restart_and_clean_reboot_serve_again_without_enrolling_again(
     seeded: tuple[Vm, str], hub: LabHub, model: Path
 ) -> None:
     vm, _ = seeded
-    wait_for(lambda: answer(vm) is not None, BOOT_TIMEOUT, "det to answer", period=3)
+    wait_for(lambda: answer(vm) is not None, BOOT_TIMEOUT, "det to answer", period=1)
     name = enrolled(hub)[0]["metadata"]["name"]
     before = main_pid(vm)
     worker = wait_for(lambda: replica_of(vm, "det").get("pid"), 120, "det's worker pid")
@@ -206,18 +206,18 @@ def test_restart_and_clean_reboot_serve_again_without_enrolling_again(
         vm.run("systemctl restart edged", timeout=180)
         assert main_pid(vm) not in (0, before)
         before = main_pid(vm)
-        got = wait_for(lambda: answered(vm), 300, "det to answer after the restart", period=3)[0]
+        got = wait_for(lambda: answered(vm), 300, "det to answer after the restart", period=1)[0]
         np.testing.assert_allclose(got, expected(model), rtol=1e-5, atol=1e-5)
         # the worker outlived edged and the next edged adopted it (proven on its own uid)
         rep = wait_for(lambda: replica_of(vm, "det").get("adopted") and replica_of(vm, "det"),
-                       120, "det's worker adopted", period=3)  # fmt: skip
+                       120, "det's worker adopted", period=1)  # fmt: skip
         assert rep["pid"] == worker, rep
         # neither the launcher (edged's parent) nor the adopted worker is a stray to drift
         compliance = json.dumps(vm.status().get("compliance"))
         assert "StrayProcess" not in compliance, compliance
 
     vm.reboot(BOOT_TIMEOUT)
-    got = wait_for(lambda: answered(vm), BOOT_TIMEOUT, "det after the reboot", period=3)[0]
+    got = wait_for(lambda: answered(vm), BOOT_TIMEOUT, "det after the reboot", period=1)[0]
     np.testing.assert_allclose(got, expected(model), rtol=1e-5, atol=1e-5)
     # neither the seed nor the enrollment ran in this boot, and the hub knows one device
     for unit in ("edgefleet-seed", "edged-enroll"):
@@ -227,7 +227,7 @@ def test_restart_and_clean_reboot_serve_again_without_enrolling_again(
 
 def test_watchdog_kills_and_restarts_a_stopped_edged(seeded: tuple[Vm, str]) -> None:
     vm, _ = seeded
-    wait_for(lambda: answer(vm) is not None, BOOT_TIMEOUT, "det to answer", period=3)
+    wait_for(lambda: answer(vm) is not None, BOOT_TIMEOUT, "det to answer", period=1)
     watchdog_s = int(vm.run("systemctl show -p WatchdogUSec --value edged").strip().rstrip("s"))
     pid = main_pid(vm)
     vm.run(f"kill -STOP {pid}")
@@ -242,4 +242,4 @@ def test_watchdog_kills_and_restarts_a_stopped_edged(seeded: tuple[Vm, str]) -> 
     journal = vm.run("journalctl -b -u edged --no-pager -o cat", timeout=120)
     assert "Watchdog timeout" in journal, journal[-2000:]
     print(f"watchdog: stopped edged replaced after {took:.0f}s (WatchdogSec={watchdog_s}s)")
-    wait_for(lambda: answer(vm) is not None, 300, "det to answer after the watchdog", period=3)
+    wait_for(lambda: answer(vm) is not None, 300, "det to answer after the watchdog", period=1)

@@ -60,7 +60,7 @@ def test_power_cuts_during_an_update_leave_a_device_that_boots_serves_and_conver
     print(f"power cuts: {ROUNDS} rounds, EDGEFLEET_VMLAB_SEED={seed}")
     wait_for(lambda: enrolled(hub), TIMEOUT, "the device at the hub", period=3)
     models: dict[str, Path] = {}
-    current = wait_for(lambda: serving(vm), TIMEOUT, "det to answer", period=3)[0]
+    current = wait_for(lambda: serving(vm), TIMEOUT, "det to answer", period=1)[0]
     for i in range(ROUNDS):
         version = f"2.0.{i}"
         models[version] = tmp_path / f"det-{version}.onnx"
@@ -72,7 +72,7 @@ def test_power_cuts_during_an_update_leave_a_device_that_boots_serves_and_conver
         vm.kill()
         vm.start()
         vm.wait_agent(TIMEOUT)
-        got = wait_for(lambda: serving(vm), TIMEOUT, f"det to answer after cut {i}", period=3)
+        got = wait_for(lambda: serving(vm), TIMEOUT, f"det to answer after cut {i}", period=1)
         print(f"cut {i}: {delay:.1f}s after applying {version}; after the boot: {got[0]}")
         assert got[0] in (current, version), f"serves {got[0]}, neither {current} nor {version}"
         if got[0] in models:
@@ -81,7 +81,7 @@ def test_power_cuts_during_an_update_leave_a_device_that_boots_serves_and_conver
             lambda v=version: (serving(vm) or ("", None))[0] == v,  # type: ignore[misc]
             TIMEOUT,
             f"det {version} to serve after cut {i}",
-            period=3,
+            period=1,
         )
         np.testing.assert_allclose(
             serving(vm)[1],  # type: ignore[index]

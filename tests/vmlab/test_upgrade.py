@@ -87,7 +87,7 @@ def complete(hub: LabHub, vm: Vm, version: str) -> None:
         and a,
         TIMEOUT,
         f"the device committed on {version}",
-        period=3,
+        period=1,
     )  # fmt: skip
     assert got["slot"] in ("a", "b"), got
     wait_for(
@@ -96,7 +96,7 @@ def complete(hub: LabHub, vm: Vm, version: str) -> None:
         f"the hub to show edged {version}",
         period=3,
     )
-    wait_for(lambda: serves(vm), TIMEOUT, f"det to answer on edged {version}", period=3)
+    wait_for(lambda: serves(vm), TIMEOUT, f"det to answer on edged {version}", period=1)
 
 
 def installing(vm: Vm) -> str:
@@ -139,8 +139,8 @@ def test_an_agent_upgrade_commits_and_survives_power_cuts_while_it_installs_and_
         build_mlp(tmp_path / "det.onnx", TINY_MLP, seed=11)
         push(hub, tmp_path / "det.onnx", "det", "1.0.0")
         deploy(hub, tmp_path, "det", "1.0.0")
-    wait_for(lambda: serves(vm), TIMEOUT, "det to answer", period=3)
-    now = wait_for(lambda: agent(vm), TIMEOUT, "the device's agent status", period=3)
+    wait_for(lambda: serves(vm), TIMEOUT, "det to answer", period=1)
+    now = wait_for(lambda: agent(vm), TIMEOUT, "the device's agent status", period=1)
     major, minor, patch = (int(x) for x in now["version"].split(".")[:3])
     first, second = f"{major}.{minor}.{patch + 1}", f"{major}.{minor}.{patch + 2}"
     platform = {"arch": now["arch"], "pythonAbi": now["pythonAbi"]}

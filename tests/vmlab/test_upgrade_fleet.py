@@ -78,7 +78,7 @@ def fleet(
             push(hub, folder / "det.onnx", "det", "1.0.0")
             deploy(hub, folder, "det", "1.0.0")
         for vm in vms:
-            wait_for(lambda vm=vm: serves(vm), TIMEOUT, f"det to answer on {vm.dir}", period=3)
+            wait_for(lambda vm=vm: serves(vm), TIMEOUT, f"det to answer on {vm.dir}", period=1)
         yield vms
     finally:
         for vm in more:  # a power cut: their disks are thrown away (a clean poweroff: ~50 s)
@@ -102,7 +102,7 @@ def upgrade_status_of(hub: LabHub, name: str) -> dict[str, Any]:
 
 def device_name(vm: Vm) -> str:
     got = wait_for(lambda: (vm.status().get("hub") or {}).get("deviceName"), TIMEOUT,
-                   f"the device name of {vm.dir}", period=3)  # fmt: skip
+                   f"the device name of {vm.dir}", period=1)  # fmt: skip
     return str(got)
 
 
@@ -118,7 +118,7 @@ def launcher_state(vm: Vm) -> dict[str, Any]:
 
 def next_versions(vms: list[Vm]) -> tuple[str, dict[str, str], int]:
     """The highest version the three run, their platform, and the next free patch number."""
-    now = [wait_for(lambda vm=vm: agent(vm), TIMEOUT, "an agent status", period=3) for vm in vms]
+    now = [wait_for(lambda vm=vm: agent(vm), TIMEOUT, "an agent status", period=1) for vm in vms]
     parsed = [tuple(int(x) for x in a["version"].split(".")[:3]) for a in now]
     major, minor, patch = max(parsed)
     platform = {"arch": now[0]["arch"], "pythonAbi": now[0]["pythonAbi"]}
@@ -181,7 +181,7 @@ def test_canary_then_all_then_three_broken_releases_stop_at_the_canary(
     for name, vm in names.items():
         row = next(line for line in wide.splitlines() if name in line)
         assert good in row, wide
-        wait_for(lambda vm=vm: serves(vm), TIMEOUT, f"det to answer on {name}", period=3)
+        wait_for(lambda vm=vm: serves(vm), TIMEOUT, f"det to answer on {name}", period=1)
 
     # 2. three broken releases: each stops at the canary, which goes back by itself
     for i, (broken, reason) in enumerate(sorted(BROKEN_REASONS.items())):
@@ -214,13 +214,13 @@ def test_canary_then_all_then_three_broken_releases_stop_at_the_canary(
             ok = last.get("outcome") == "RolledBack" and last.get("version") == version
             return last if ok else None
 
-        last = wait_for(back, TIMEOUT, f"the canary's launcher going back from {broken}", 2)
+        last = wait_for(back, TIMEOUT, f"the canary's launcher going back from {broken}", 1)
         took_back = time.monotonic() - started
         canary = sent[0]
         assert last["reason"] == reason, last
         reported = wait_for(
             lambda c=canary: (a := agent(names[c])).get("phase") == "RolledBack" and a,
-            TIMEOUT, f"{canary} reporting RolledBack", period=3,
+            TIMEOUT, f"{canary} reporting RolledBack", period=1,
         )  # fmt: skip
         assert reported["version"] == good == reported["committedVersion"], reported
         assert reported["reason"] == reason, reported
@@ -239,7 +239,7 @@ def test_canary_then_all_then_three_broken_releases_stop_at_the_canary(
         assert f"failed {canary}: {reason}" in watched.stdout, watched.stdout
         # reverted: the canary is sent nothing more and serves on its committed edged
         wait_for(lambda c=canary: agent(names[c]).get("desiredVersion") == "", TIMEOUT,
-                 f"{canary} sent nothing", period=3)  # fmt: skip
+                 f"{canary} sent nothing", period=1)  # fmt: skip
         for name, vm in names.items():
-            wait_for(lambda vm=vm: serves(vm), TIMEOUT, f"det to answer on {name}", period=3)
+            wait_for(lambda vm=vm: serves(vm), TIMEOUT, f"det to answer on {name}", period=1)
         untouched()
