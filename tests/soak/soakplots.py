@@ -102,8 +102,10 @@ def line_chart(
 
 
 def plot_run(directory: Path, resources: dict[str, Any], inference_errors: dict[str, Any],
-             windows: list[dict[str, Any]], t_end: float) -> list[dict[str, Any]]:  # fmt: skip
-    """The run's charts: rss.png (MiB), fds.png, inference-errors.png (cumulative per device)."""
+             windows: list[dict[str, Any]], t_end: float,
+             lags: dict[str, Any] | None = None) -> list[dict[str, Any]]:  # fmt: skip
+    """The run's charts: rss.png (MiB), fds.png, inference-errors.png (cumulative per device),
+    and convergence-lag.png (seconds each device has been out of step with the root)."""
     shaded = [(w["begin"], w["end"] if w["end"] is not None else t_end) for w in windows]
     rss = {n: _lives(samples, lambda s: s[2] / 2**20) for n, samples in resources.items()}
     fds = {n: _lives(samples, lambda s: float(s[3])) for n, samples in resources.items()}
@@ -111,11 +113,14 @@ def plot_run(directory: Path, resources: dict[str, Any], inference_errors: dict[
     for device, times in inference_errors.items():
         points = [(0.0, 0.0)] + [(t, float(i + 1)) for i, t in enumerate(sorted(times))]
         errors[device] = [*points, (t_end, float(len(times)))]
-    return [
+    charts = [
         line_chart(directory / "rss.png", rss, t_end, shaded),
         line_chart(directory / "fds.png", fds, t_end, shaded),
         line_chart(directory / "inference-errors.png", errors, t_end, shaded),
     ]
+    if lags:
+        charts.append(line_chart(directory / "convergence-lag.png", lags, t_end, shaded))
+    return charts
 
 
 def _lives(samples: list[Any], value: Any) -> list[tuple[float, float] | None]:

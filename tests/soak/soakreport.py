@@ -51,6 +51,34 @@ def converge(fleet: Any, operator: Operator, rec: Recorder, within: float) -> di
     }
 
 
+class Lag:
+    """Convergence lag over the run (``convergence-lag.png``): every few seconds, the devices
+    out of step with the root (the convergence check's own judgement, ``_problems``); each
+    real device's lag is the seconds since it was last in step (0 when in step), and the
+    simulated devices' the seconds since all of them were."""
+
+    def __init__(self, fleet: Any, operator: Operator, rec: Recorder) -> None:
+        self.fleet, self.operator, self.rec = fleet, operator, rec
+        names = [f"dev-{i}" for i in range(len(fleet.edged))]
+        self.last_in_step = {n: 0.0 for n in [*names, "simulated"]}
+        self.series: dict[str, list[tuple[float, float] | None]] = {
+            n: [] for n in self.last_in_step
+        }
+
+    def sample(self) -> None:
+        t = self.rec.now()
+        problems = _problems(self.fleet, self.operator)
+        if any(p.startswith("root: ") for p in problems):
+            return  # the root did not answer: nothing known of what it wants
+        out = {p.split(":", 1)[0] for p in problems}
+        sims_out = any(name.startswith("sim-") or "simulated" in name for name in out)
+        for name in self.last_in_step:
+            behind = sims_out if name == "simulated" else name in out
+            if not behind:
+                self.last_in_step[name] = t
+            self.series[name].append((round(t, 2), round(t - self.last_in_step[name], 2)))
+
+
 def _views(fleet: Any, operator: Operator) -> dict[str, Any]:
     """What the root and the region say of each deployment, and what each device runs: the
     evidence kept in report.json when the fleet did not converge."""
@@ -347,7 +375,8 @@ def write_report(
     from soakplots import plot_run
 
     errors = {device: f["times"] for device, f in sampler.inference.items()}
-    result["plots"] = plot_run(d, sampler.resources, errors, faults.windows, rec.now())
+    lags = getattr(sampler, "lags", None)
+    result["plots"] = plot_run(d, sampler.resources, errors, faults.windows, rec.now(), lags)
     dump_json(
         d / "report.json",
         {**result, "fault_windows": faults.windows, "resources": sampler.resources},
@@ -437,4 +466,4 @@ def render(result: dict[str, Any]) -> str:
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["converge", "final_reads", "judge", "math", "write_report"]
+__all__ = ["Lag", "converge", "final_reads", "judge", "math", "write_report"]

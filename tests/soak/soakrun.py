@@ -410,6 +410,7 @@ class Sampler:
         # soak-t); a device's removals of soak-t are judged against it (placement_moves)
         self.views: dict[str, list[tuple[float, bool, str, bool]]] = {}
         self.moves: list[dict[str, Any]] = []
+        self.lags: dict[str, list[tuple[float, float] | None]] = {}  # soakreport.Lag's
         hubs = {h.address: f"eu-r{i}" for i, h in enumerate(fleet.replicas)}
         self._hub_names = hubs
         timers = device_timers(fleet.sim_devices)
@@ -554,7 +555,7 @@ def every(period: float, stop: threading.Event, fn: Callable[[], None], rec: Rec
 # -- the run ----------------------------------------------------------------------------------
 def run(settings: Settings) -> dict[str, Any]:
     from soakintegrity import check_all, power_cut
-    from soakreport import converge, final_reads, judge, write_report
+    from soakreport import Lag, converge, final_reads, judge, write_report
 
     fleet = Fleet(
         settings.directory, real_devices=settings.real_devices, sim_devices=settings.sim_devices
@@ -607,6 +608,11 @@ def run(settings: Settings) -> dict[str, Any]:
         )
         threads.append(
             threading.Thread(target=every, args=(0.5, stop, sampler.traffic, rec), daemon=True)
+        )
+        lag = Lag(fleet, operator, rec)
+        sampler.lags = lag.series
+        threads.append(
+            threading.Thread(target=every, args=(5.0, stop, lag.sample, rec), daemon=True)
         )
         for th in threads:
             th.start()
