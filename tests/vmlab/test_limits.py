@@ -102,6 +102,7 @@ def test_worker_limits_are_the_manifests_and_the_kernel_enforces_them(
     assert all(answers)
     # loading ONNX Runtime and serving at 250m: the kernel held the worker back
     assert after["nr_throttled"] > 0 and after["throttled_usec"] > 0, after
+    hub.edgectl("delete", "deployment", "big")  # the modules after this one serve det alone
 
 
 def test_a_model_past_its_memory_limit_is_oom_killed_and_reported_while_others_serve(
@@ -132,6 +133,11 @@ def test_a_model_past_its_memory_limit_is_oom_killed_and_reported_while_others_s
     assert ok(vm, "det", det), "det stopped serving while hog was OOM-killed"
     # restarted (with backoff): a new worker in a new leaf
     wait_for(lambda: cgroup_of(vm, "hog"), TIMEOUT, "hog's worker started again", period=3)
+    # gone before the power cuts and upgrades: else the device (and the fleet test's two more,
+    # site=lab too) loads ONNX Runtime, allocates 512 MB and is OOM-killed again and again
+    # under everything that follows
+    hub.edgectl("delete", "deployment", "hog")
+    wait_for(lambda: not cgroup_of(vm, "hog"), TIMEOUT, "hog's worker gone", period=3)
 
 
 def test_journalctl_warning_shows_warnings_and_errors_only(seeded: tuple[Vm, str]) -> None:
