@@ -231,6 +231,7 @@ class Daemon:
             refused=self.counters.refused,
             shared_memory=shm,
         )
+        self.pool.direct = self.router  # connections handed to workers, and back
         self.sockets = Sockets(
             config.paths,
             config.inference,

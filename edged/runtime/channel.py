@@ -22,8 +22,8 @@ from edged.runtime.framing import (
 from edgefleet.logs import get_logger
 
 if TYPE_CHECKING:
+    from edged.runtime.httpserver import Request, Response
     from edged.runtime.processes import Replica
-    from edged.serving.http import Request, Response
 
 log = get_logger(__name__)
 
@@ -131,6 +131,12 @@ class ReplicaChannel(asyncio.Protocol):
             self._replica.on_pong(orjson.loads(payload))
         elif ftype == FrameType.READY:
             self._replica.on_ready(orjson.loads(payload))
+        elif ftype == FrameType.ANSWERED:
+            self._replica.on_direct_answers(payload)
+        elif ftype == FrameType.PROXY:
+            self._replica.on_proxy(req_id, payload)
+        elif ftype == FrameType.CONN_CLOSED and len(payload) == U32.size:
+            self._replica.on_conn_closed(U32.unpack(payload)[0])
         elif ftype == FrameType.FAILED:
             doc = orjson.loads(payload)
             self._replica.on_failed(str(doc.get("reason", "")), str(doc.get("message", "")))

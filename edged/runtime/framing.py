@@ -11,6 +11,16 @@ edged -> worker
     DRAIN  stop taking requests, finish those in flight, exit 0.
     BATCH_LIMIT payload = ``!I`` rows: the most rows one batch may merge from now on (memory-
            aware batching; never above the declared maxBatchSize, at least 1).
+    ROUTE  payload = JSON: what the worker serves on the connections handed to it
+           (``direct.py``): ``{"unversioned": whether requests naming no version are its,
+           "limits": {model: [body limit, why]}, "other": [body limit, why], "server": its
+           connections' limits (``ServerLimits`` fields)}``.
+    HANDED payload = ``!I`` connection id + the bytes edged read from it (its first request,
+           whole or begun); the socket itself comes on the hand-off socket with that id.
+    CLOSE  stop serving handed connections: idle ones close, the others after the answers
+           they are owed (edged is stopping or leaving this worker to the next edged).
+    PROXY_RESULT edged's answer to a PROXY: payload = ``!HH`` status, content-type length,
+           content type, ``!I`` extra headers' length, extra headers, body.
 worker -> edged
     RESULT payload = ``!HI`` HTTP status, inference-header length (``NO_HEADER_LENGTH`` for a
            plain JSON body) + the response body.
@@ -23,6 +33,18 @@ worker -> edged
            "buckets"}`` (``answerstats.py``)}``.
     READY  payload = JSON model metadata (see ``worker.py``), sent once after warm-up.
     FAILED payload = JSON ``{"reason": ..., "message": ...}``, sent before exiting on a load error.
+    PROXY  a request on a handed connection that the worker does not serve itself (another
+           model or version, metadata, health, shared memory): payload = ``!I`` head length,
+           JSON ``{"method", "path", "query", "headers", "keepAlive", "conn"}`` (``conn``:
+           the connection's id), the body. edged routes it
+           as its own and answers with PROXY_RESULT of the same id.
+    ANSWERED the answers the worker wrote on handed connections: payload = ``!Hf`` (status,
+           seconds from reading the request to writing its answer) for each.
+    CONN_CLOSED a handed connection closed: payload = ``!I`` its id.
+
+On the hand-off socket (a ``SOCK_SEQPACKET`` pair beside the frames), each message is ``!I`` a
+connection id with its socket as ``SCM_RIGHTS``: edged -> worker, a connection handed to it;
+worker -> edged, one handed back idle (on DRAIN), which edged serves again.
 """
 
 from __future__ import annotations
@@ -33,7 +55,6 @@ from enum import IntEnum
 
 HEADER = struct.Struct("!IBI")
 HEADER_SIZE = HEADER.size
-U32 = struct.Struct("!I")
 RESULT_PREFIX = struct.Struct("!HI")
 NO_HEADER_LENGTH = 0xFFFFFFFF
 MAX_FRAME = 1 << 30
@@ -44,10 +65,22 @@ class FrameType(IntEnum):
     PING = 2
     DRAIN = 3
     BATCH_LIMIT = 4
+    ROUTE = 5
+    HANDED = 6
+    CLOSE = 7
+    PROXY_RESULT = 8
     RESULT = 10
     PONG = 11
     READY = 12
     FAILED = 13
+    PROXY = 14
+    ANSWERED = 15
+    CONN_CLOSED = 16
+
+
+ANSWER = struct.Struct("!Hf")
+CONN_ID = U32 = struct.Struct("!I")
+PROXY_STATUS = struct.Struct("!HH")
 
 
 def encode_frame(ftype: int, req_id: int, payload: bytes = b"") -> bytes:

@@ -15,7 +15,10 @@ over (each holds a request of its own), than edged sent the worker since the las
 those it had not answered then (sent before that report, they may be read after it); no more
 answers encoded than answers edged received since the last report (a worker writes each
 answer as it encodes it, and its PONG after them on the same stream). These bounds need no
-clock. A report that breaks a rule adds nothing; counting starts again from it.
+clock. On the connections edged hands the worker (``direct.py``) it sees no request, so
+there the bounds are the answers the worker reported (``ANSWERED``) and the requests it
+says it holds, at most what those connections can hold (``MAX_PIPELINED`` each). A report
+that breaks a rule adds nothing; counting starts again from it.
 """
 
 from __future__ import annotations
@@ -50,6 +53,10 @@ class ChannelCounts:
     inflight: int = 0
     errors: int = 0
     answered_s: float = 0.0
+    # on the connections handed to the worker (direct.py): the answers it reported (all
+    # codes), and the requests it says it holds, at most what those connections can hold
+    direct_answered: int = 0
+    direct_inflight: int = 0
 
 
 def from_pong(doc: dict[str, Any]) -> tuple[OverlapTotals | None, str]:
@@ -85,12 +92,19 @@ def advance(
     for name in FIELDS:
         if getattr(delta, name) < 0:
             return None, f"overlap.{name} went down"
-    readable = max(0, now.sent - then.sent) + max(0, then.inflight)
+    direct = max(0, now.direct_answered - then.direct_answered)
+    readable = (
+        max(0, now.sent - then.sent)
+        + max(0, then.inflight)
+        + direct
+        + max(0, now.direct_inflight)
+        + max(0, then.direct_inflight)
+    )
     if delta.decoded > readable:
         return None, f"{delta.decoded} requests decoded of {readable} it could read"
     if delta.staged > readable:
         return None, f"{delta.staged} batches handed over with {readable} requests to read"
-    answered = max(0, now.answered - then.answered)
+    answered = max(0, now.answered - then.answered) + direct
     if delta.encoded > answered:
         return None, f"{delta.encoded} answers encoded, {answered} received"
     return delta, ""

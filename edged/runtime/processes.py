@@ -28,12 +28,14 @@ from typing import TYPE_CHECKING, Any
 import orjson
 
 from edged.reconcile.model import Phase, ReplicaObservation
-from edged.runtime import answerstats, egressfilter, overlapstats
+from edged.runtime import answerstats, directstats, egressfilter, overlapstats
 from edged.runtime.adopting import ATTACH_HELLO, WorkerRecord
 from edged.runtime.batchstats import BatchCounts, advance, from_pong
 from edged.runtime.channel import ReplicaChannel
 from edged.runtime.exiting import classify_exit
 from edged.runtime.framing import U32, FrameType
+from edged.runtime.handoff import HandoffLink
+from edged.runtime.httpserver import MAX_PIPELINED
 from edged.runtime.identities import NoUidFree, accelerator_groups, slot_key
 from edged.runtime.launching import LaunchSpec
 from edged.runtime.limiting import prepare_cgroup, read_oom_kills, remove_cgroup
@@ -45,8 +47,8 @@ from edgefleet.api.conditions import Condition, ConditionStatus
 from edgefleet.logs import get_logger
 
 if TYPE_CHECKING:
+    from edged.runtime.httpserver import Request, Response
     from edged.runtime.workerpool import WorkerPool
-    from edged.serving.http import Request, Response
 
 log = get_logger(__name__)
 
@@ -124,6 +126,13 @@ class Replica:
         # (answerstats.py)
         self._answers_seen = (answerstats.AnswerTotals(), overlapstats.ChannelCounts())
         self._answers_refused = False  # logged once per process
+        self.handoff: HandoffLink | None = None  # client connections handed to it (handoff.py)
+        self._route_sent = b""
+        # answers on handed connections: 2xx ones counted (held to its batches at each PONG,
+        # directstats.py), and whether this process's reports are refused (logged once)
+        self._direct_ok = 0
+        self._direct_answered = 0  # every answer it reported there (overlapstats' bounds)
+        self._direct_refused = False
         # what this slot's processes wrote to stderr (kept across restarts: output.py)
         self.output = OutputRing(self.id, workload)
         self._output_pipe: asyncio.ReadTransport | None = None
@@ -167,6 +176,91 @@ class Replica:
         if isinstance(reported, dict) and running:
             return {"inForce": True, **reported}
         return {"inForce": False, "mode": self.spec.sandbox.mode}
+
+    # -- connections handed to the worker (handoff.py, direct.py) -------------------------------
+    @property
+    def can_hand_off(self) -> bool:
+        """Whether client connections may be handed to this worker now."""
+        ch = self.channel
+        return (
+            self.handoff is not None
+            and self.handoff.alive
+            and self.phase is Phase.READY
+            and self.metadata.get("direct") is True
+            and ch is not None
+            and ch.transport is not None
+        )
+
+    def hand_off(self, fd: int, first: bytes, uid: int | None) -> bool:
+        """Hand the client connection of ``fd`` (the caller closes ``fd``) and the bytes read
+        from it to the worker; False when it cannot take it now (nothing sent)."""
+        link, ch = self.handoff, self.channel
+        if link is None or ch is None:
+            return False
+        conn_id = link.hand(fd, uid)
+        if conn_id is None:
+            return False
+        ch.send(FrameType.HANDED, U32.pack(conn_id) + first)
+        self.pool.handed(self, 1)
+        return True
+
+    def route(self, doc: bytes) -> None:
+        """What the worker serves on handed connections (ROUTE), when it changed."""
+        if self.channel is not None and doc != self._route_sent:
+            self.channel.send(FrameType.ROUTE, doc)
+            self._route_sent = doc
+
+    def on_conn_closed(self, conn_id: int) -> None:
+        if self.handoff is not None and self.handoff.forget(conn_id):
+            self.pool.handed(self, -1)
+
+    def uid_of(self, conn_id: int) -> int | None:
+        return None if self.handoff is None else self.handoff.uid_of(conn_id)
+
+    def _returned(self, sock: socket.socket) -> None:
+        self.pool.handed(self, -1)
+        self.pool.returned(sock)
+
+    def _close_handoff(self) -> None:
+        self._route_sent = b""
+        if self.handoff is not None:
+            held = self.handoff.close()
+            if held:
+                self.pool.handed(self, -held)
+            self.handoff = None
+
+    def on_direct_answers(self, payload: bytes) -> None:
+        """ANSWERED: what the worker answered on handed connections, held to bounds
+        (``directstats.py``) before it counts as the replica's answers."""
+        answers, why = directstats.parse(
+            payload, max_batch=max(1, self.spec.max_batch_size), age_s=self._process_age()
+        )
+        if answers is not None and self._direct_refused:
+            self._direct_answered += len(answers)  # still what bounds its overlap totals
+        if answers is None or self._direct_refused:
+            if why and not self._direct_refused:
+                self._direct_refused = True
+                log.warning("worker direct answers not counted", replica=self.id, reason=why)
+            return
+        self._direct_answered += len(answers)
+        tally = answerstats.AnswerTally()  # the worker's held time, as its PONG's answers
+        for status, seconds in answers:
+            if 200 <= status < 300:
+                self._direct_ok += 1
+            tally.record(status, seconds)
+            self.pool.record_result(self, status, seconds)
+        self.pool.record_answers(
+            self,
+            answerstats.AnswerTotals(
+                tally.count, tally.errors, tally.seconds, tuple(tally.buckets)
+            ),
+        )
+
+    def _process_age(self) -> float:
+        return max(0.0, time.monotonic() - self.started_at)
+
+    def on_proxy(self, req_id: int, payload: bytes) -> None:
+        self.pool.proxy(self, req_id, payload)
 
     @property
     def inflight(self) -> int:
@@ -256,6 +350,10 @@ class Replica:
         report = from_pong(doc)
         if report is None:
             return
+        why = directstats.more_than_batched(self._direct_ok, report.requests)
+        if why and not self._direct_refused:
+            self._direct_refused = True
+            log.warning("worker direct answers not counted", replica=self.id, reason=why)
         now = time.monotonic()
         seen, seen_at, busy_then = self._batches_seen
         delta, why = advance(
@@ -270,18 +368,31 @@ class Replica:
         elif delta.batches:
             self.pool.record_batches(self, delta)
 
-    def _channel_counts(self) -> overlapstats.ChannelCounts:
+    def _channel_counts(self, doc: dict[str, Any] | None = None) -> overlapstats.ChannelCounts:
+        """What edged saw on the worker's socket; ``doc``: a PONG, whose claim of requests
+        held on handed connections counts up to what those connections can hold."""
         ch = self.channel
         if ch is None:
             return overlapstats.ChannelCounts()
+        held = 0
+        if doc is not None and self.handoff is not None:
+            claimed = doc.get("direct_inflight", 0)
+            if type(claimed) is int:
+                held = max(0, min(claimed, len(self.handoff.open) * MAX_PIPELINED))
         return overlapstats.ChannelCounts(
-            ch.sent, ch.answered, len(ch.pending), ch.errors, ch.answered_s
+            ch.sent,
+            ch.answered,
+            len(ch.pending),
+            ch.errors,
+            ch.answered_s,
+            self._direct_answered,
+            held,
         )
 
     def _count_overlap(self, doc: dict[str, Any]) -> None:
         report, why = overlapstats.from_pong(doc)
         delta: overlapstats.OverlapTotals | None = None
-        now = self._channel_counts()
+        now = self._channel_counts(doc)
         if report is not None:
             seen, then = self._overlap_seen
             delta, why = overlapstats.advance(seen, report, then=then, now=now)
@@ -309,6 +420,7 @@ class Replica:
             self.pool.record_answers(self, delta)
 
     def on_channel_lost(self) -> None:
+        self._close_handoff()
         self._cancel_probe()
         if self.phase in (Phase.READY, Phase.UNREADY):
             self.pool.serving_changed(self, ready=False)
@@ -378,6 +490,7 @@ class Replica:
         self._overlap_refused = False
         self._answers_seen = (answerstats.AnswerTotals(), overlapstats.ChannelCounts())
         self._answers_refused = False
+        self._direct_ok, self._direct_answered, self._direct_refused = 0, 0, False
         self.spec = self._with_uid(self.spec)
         if self.pool.keep:  # it outlives edged, and the next edged adopts it (adopting.py)
             self.spec = replace(
@@ -391,6 +504,8 @@ class Replica:
             self._measuring = asyncio.ensure_future(self.pool.measure(self.spec.artifact_sha256))
             self.pool.track(self._measuring)
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        # the hand-off socket: client connections handed to the worker (handoff.py)
+        hand_parent, hand_child = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         err_read, err_write = os.pipe2(os.O_CLOEXEC)
         # a kept worker holds its uid's lock itself (the lock is the open file's): systemd
         # gives the uid to no one while the worker lives, whichever edged is there
@@ -409,9 +524,10 @@ class Replica:
                     "-m",
                     "edged.runtime.worker",
                     str(child.fileno()),
-                    orjson.dumps(self.spec.to_json()).decode(),
+                    f"--handoff={hand_child.fileno()}",
+                    orjson.dumps(self.spec.to_json()).decode(),  # last: adopting.py reads it
                 ],
-                pass_fds=(child.fileno(),) if lock is None else (child.fileno(), lock),
+                pass_fds=(child.fileno(), hand_child.fileno()) + (() if lock is None else (lock,)),
                 stdin=subprocess.DEVNULL,
                 stderr=err_write,  # read into self.output (output.py)
                 start_new_session=True,
@@ -421,11 +537,13 @@ class Replica:
             )
         except Exception:
             parent.close()
+            hand_parent.close()
             os.close(err_read)
             self.pool.uids.release(self.id)
             raise
         finally:
             child.close()
+            hand_child.close()
             os.close(err_write)
         self.pid = self.proc.pid
         self.adopted, self.record = False, None
@@ -440,6 +558,8 @@ class Replica:
         self.pool.write_record(self)
         await self._read_output(err_read)
         parent.setblocking(False)
+        self._close_handoff()
+        self.handoff = HandoffLink(hand_parent, self._returned)
         _, channel = await loop.connect_accepted_socket(lambda: ReplicaChannel(self), sock=parent)
         self.channel = channel
         log.info("replica starting", replica=self.id, pid=self.pid, restarts=self.restarts)
@@ -525,6 +645,7 @@ class Replica:
             os.close(err_read)
             return why
         await self._read_output(err_read)
+        self._close_handoff()  # an adopted worker serves through frames only
         self._adopting = loop.create_future()
         _, channel = await loop.connect_accepted_socket(lambda: ReplicaChannel(self), sock=sock)
         self.channel = channel

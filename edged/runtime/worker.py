@@ -1,7 +1,8 @@
 """The inference worker: one process per replica, one ONNX Runtime session.
 
-Started by edged as ``python -m edged.runtime.worker FD SPEC_JSON``; FD is its end of a Unix
-socket pair to edged (see ``framing.py``). It:
+Started by edged as ``python -m edged.runtime.worker FD [--handoff=FD2] SPEC_JSON``; FD is its
+end of a Unix socket pair to edged (see ``framing.py``), FD2 its end of the hand-off socket on
+which edged hands it client connections to serve itself (``direct.py``). It:
 
 1. dies with edged (PR_SET_PDEATHSIG), unless it is a kept worker (``attach_name``: it
    outlives edged and waits for the next one on that socket, ``adopting.py``), and applies its
@@ -352,7 +353,11 @@ def _send_failure(sock: socket.socket, reason: str, message: str) -> None:
 
 
 async def _serve(
-    sock: socket.socket, spec: LaunchSpec, model: Model, kept: tuple[socket.socket, int] | None
+    sock: socket.socket,
+    spec: LaunchSpec,
+    model: Model,
+    kept: tuple[socket.socket, int] | None,
+    handoff: socket.socket | None = None,
 ) -> int:
     """Serve edged on ``sock``; ``kept`` (a kept worker's listening socket and a descriptor of
     /dev/null): when edged goes, wait for the next one there, up to ``orphan_timeout_s``."""
@@ -365,6 +370,8 @@ async def _serve(
 
     loop.add_signal_handler(signal.SIGTERM, on_term)
     proto = WorkerProtocol(spec, model, done, kept=kept is not None)
+    if handoff is not None:  # connections edged hands this worker (direct.py)
+        proto.serve_direct(handoff)
     try:
         return await _serve_with(proto, sock, spec, kept, done)
     finally:
@@ -450,7 +457,12 @@ def main(argv: list[str] | None = None) -> int:
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # edged decides when a worker stops
     signal.signal(signal.SIGHUP, signal.SIG_IGN)  # nor does a terminal that goes
     fd = int(argv[0])
-    spec = LaunchSpec.from_json(orjson.loads(argv[1]))
+    spec = LaunchSpec.from_json(orjson.loads(argv[-1]))
+    # the hand-off socket: connections edged hands this worker to serve itself (direct.py)
+    handoff = None
+    for arg in argv[1:-1]:
+        if arg.startswith("--handoff="):
+            handoff = socket.socket(fileno=int(arg.split("=", 1)[1]))
     if not spec.attach_name:
         _die_with_parent()
     if spec.secret_dirs:  # mountPath -> the directory serving it (docs/security.md, Secrets)
@@ -513,7 +525,7 @@ def main(argv: list[str] | None = None) -> int:
         runner: Any = uvloop.run
     except ImportError:  # pragma: no cover - non-Linux
         runner = asyncio.run
-    return int(runner(_serve(sock, spec, model, kept)))
+    return int(runner(_serve(sock, spec, model, kept, handoff)))
 
 
 if __name__ == "__main__":

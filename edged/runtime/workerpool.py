@@ -11,6 +11,7 @@ import asyncio
 import collections
 import os
 import signal
+import socket
 import sys
 import time
 from collections.abc import Awaitable, Callable
@@ -103,6 +104,7 @@ class WorkerPool:
         self._on_batches = on_batches
         self._on_overlap = on_overlap
         self._on_answers = on_answers
+        self.direct: Any = None  # the router, once it serves (handed(), returned(), proxy())
         self._python = python or sys.executable
         self._replicas: dict[ReplicaId, Replica] = {}
         self._tasks: set[asyncio.Future[Any]] = set()
@@ -215,6 +217,22 @@ class WorkerPool:
     def record_overlap(self, rep: Replica, delta: OverlapTotals) -> None:
         if self._on_overlap is not None:
             self._on_overlap(rep, delta)
+
+    # -- client connections handed to workers (handoff.py): told to ``direct``, set by edged's
+    # server side (serving/inference.py's router); none set, nothing is handed
+    def handed(self, rep: Replica, delta: int) -> None:
+        if self.direct is not None:
+            self.direct.handed(rep, delta)
+
+    def returned(self, sock: socket.socket) -> None:
+        if self.direct is not None:
+            self.direct.returned(sock)
+        else:
+            sock.close()
+
+    def proxy(self, rep: Replica, req_id: int, payload: bytes) -> None:
+        if self.direct is not None:
+            self.direct.proxy(rep, req_id, payload)
 
     def record_answers(self, rep: Replica, delta: AnswerTotals) -> None:
         if self._on_answers is not None:

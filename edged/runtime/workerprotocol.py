@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import socket
 import sys
 import time
 from typing import TYPE_CHECKING, Any
@@ -18,6 +19,7 @@ import orjson
 from edged.runtime.answerstats import AnswerTally
 from edged.runtime.batching import QueueShape, choose_batch, hold_queue
 from edged.runtime.batchstats import BatchCounts
+from edged.runtime.direct import answered_frame
 from edged.runtime.framing import (
     HEADER,
     NO_HEADER_LENGTH,
@@ -31,21 +33,27 @@ from edged.runtime.launching import LaunchSpec
 from edged.runtime.overlapping import OverlapCounts, Runner
 
 if TYPE_CHECKING:
+    from edged.runtime.direct import DirectConnections
+    from edged.runtime.httpserver import Request, Response
     from edged.runtime.worker import Model
 
+_BINARY = b"application/octet-stream"
 INLINE_BELOW_S = 0.0002  # run batches on the event loop when one takes less than this
 PEAK_WINDOW = 8  # batches over which the recent peak of requests in flight is remembered
 
 
 class _Pending:
-    __slots__ = ("decoded", "enqueued", "req_id")
+    __slots__ = ("decoded", "enqueued", "req_id", "resp")
 
-    def __init__(self, req_id: int, decoded: Any, enqueued: float) -> None:
+    def __init__(
+        self, req_id: int, decoded: Any, enqueued: float, resp: Response | None = None
+    ) -> None:
         # ``enqueued``: when its frame was read (before decoding): its answer's time counts
         # from there (answerstats.py), and the batching policy's queue delay too
         self.req_id = req_id
         self.decoded = decoded
         self.enqueued = enqueued
+        self.resp = resp  # on a connection handed to the worker: its answer's slot (direct.py)
 
 
 class WorkerProtocol(asyncio.Protocol):
@@ -88,6 +96,8 @@ class WorkerProtocol(asyncio.Protocol):
         # a kept worker outlives its connection to edged: ``lost`` ends each connection
         self._kept = kept
         self.lost: asyncio.Future[None] = self._loop.create_future()
+        self.direct: DirectConnections | None = None  # connections edged hands it (direct.py)
+        self._direct_inflight = 0  # of ``_inflight``: requests read on those connections
 
     # -- connection ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -96,6 +106,7 @@ class WorkerProtocol(asyncio.Protocol):
         if self.lost.done():
             self.lost = self._loop.create_future()
         meta = self._model.metadata(self._spec)
+        meta["direct"] = self.direct is not None and self.direct.alive
         self._write(encode_frame(FrameType.READY, 0, orjson.dumps(meta)))
 
     def data_received(self, data: bytes) -> None:
@@ -109,14 +120,18 @@ class WorkerProtocol(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._transport = None
+        if self.direct is not None:
+            self.direct.lost()  # its connections close after their answers, as edged's do
         if not self._kept or self._draining:
             self._finish(0)  # edged went away (or closed us): nobody is left to answer
             return
         # kept: what edged asked and is not running yet has nobody to answer it; the batch that
         # runs ends (and is counted) as usual, its answers unsent
-        self._inflight -= len(self._queue)
-        self._queue.clear()
-        self._queued_rows = 0
+        # (those read on handed connections stay: their connections answer them)
+        kept_queue = [p for p in self._queue if p.resp is not None]
+        self._inflight -= len(self._queue) - len(kept_queue)
+        self._queue = collections.deque(kept_queue)
+        self._queued_rows = sum(p.decoded.rows for p in kept_queue)
         if self._delay_handle is not None:
             self._delay_handle.cancel()
             self._delay_handle = None
@@ -132,38 +147,9 @@ class WorkerProtocol(asyncio.Protocol):
         """``payload``: a view of the bytes read (see ``FrameReader``), kept alive by what is
         decoded from it."""
         if ftype == FrameType.INFER:
-            received = time.monotonic()
-            if self._running:
-                self._overlap.decoded += 1
-            self._inflight += 1
-            self._peak_now = max(self._peak_now, self._inflight)
             (hlen,) = U32.unpack_from(payload, 0)
             body = memoryview(payload)[4:]  # no copy of the request body
-            try:
-                decoded = self._tensors.decode_request(
-                    body,
-                    None if hlen == NO_HEADER_LENGTH else hlen,
-                    self._model.inputs,
-                    self._model.outputs,
-                    batchable=self._model.batchable,
-                    plans=self._plans,
-                )
-            except self._tensors.InferenceRequestError as exc:
-                self._reply(req_id, 400, self._tensors.error_body(str(exc)), None, received)
-                return
-            if decoded.rows > self._model.max_batch and self._model.batchable:
-                self._reply(
-                    req_id,
-                    400,
-                    self._tensors.error_body(
-                        f"batch of {decoded.rows} rows exceeds maxBatchSize {self._model.max_batch}"
-                    ),
-                    None,
-                    received,
-                )
-                return
-            self._queue.append(_Pending(req_id, decoded, received))
-            self._queued_rows += decoded.rows
+            self._enqueue(req_id, None, body, hlen)
         elif ftype == FrameType.PING:
             if (stage := self._model.stage) is not None:
                 stage.refresh()  # a config changed while no request came
@@ -176,25 +162,117 @@ class WorkerProtocol(asyncio.Protocol):
                     **self._counts.to_pong(),
                     "overlap": self._overlap.to_pong(),
                     "answers": self._answers.to_pong(),
+                    "direct_inflight": self._direct_inflight,
                     **({"config": stage.report()} if stage is not None else {}),
                 }
             )
             self._write(encode_frame(FrameType.PONG, req_id, pong))
         elif ftype == FrameType.DRAIN:
             self._draining = True
+            if self.direct is not None:
+                self.direct.drain()
             self._maybe_exit()
         elif ftype == FrameType.BATCH_LIMIT and len(payload) == U32.size:
             self._batch_rows = max(1, min(self._model.max_batch, U32.unpack(payload)[0]))
+        elif self.direct is not None:
+            if ftype == FrameType.HANDED and len(payload) >= U32.size:
+                self.direct.handed(payload)
+            elif ftype == FrameType.PROXY_RESULT:
+                self.direct.proxy_result(req_id, payload)
+            elif ftype == FrameType.ROUTE:
+                self.direct.route(orjson.loads(payload))
+            elif ftype == FrameType.CLOSE:
+                self.direct.close()
+
+    def serve_direct(self, sock: socket.socket) -> None:
+        """Serve the connections edged hands over ``sock`` (the hand-off socket)."""
+        from edged.runtime.direct import DirectConnections
+
+        self.direct = DirectConnections(
+            sock,
+            model=self._spec.model_name,
+            version=self._spec.model_version,
+            infer=self.direct_infer,
+            write=self._write,
+            done=self._maybe_exit,
+        )
+
+    def direct_infer(self, req: Request, resp: Response) -> None:
+        """An infer request of this model on a connection handed to the worker."""
+        hdr = req.headers.get("inference-header-content-length")
+        hlen = NO_HEADER_LENGTH
+        if hdr is not None:
+            hdr = hdr.strip()
+            if not (hdr.isascii() and hdr.isdigit()) or len(hdr) > 12:
+                self._direct_error(
+                    resp, 400, "Inference-Header-Content-Length must be a non-negative integer"
+                )
+                return
+            hlen = int(hdr)
+            if hlen > len(req.body):
+                self._direct_error(
+                    resp,
+                    400,
+                    f"Inference-Header-Content-Length ({hlen}) is larger than the request "
+                    f"body ({len(req.body)} bytes)",
+                )
+                return
+        self._enqueue(0, resp, memoryview(req.body), hlen)
+        self._maybe_run()
+
+    def _direct_error(self, resp: Response, status: int, message: str) -> None:
+        resp.send(status, self._tensors.error_body(message))
+        self._write(answered_frame([(status, 0.0)]))
+
+    def _enqueue(self, req_id: int, resp: Response | None, body: memoryview, hlen: int) -> None:
+        received = time.monotonic()
+        if self._running:
+            self._overlap.decoded += 1
+        self._inflight += 1
+        if resp is not None:
+            self._direct_inflight += 1
+        self._peak_now = max(self._peak_now, self._inflight)
+        try:
+            decoded = self._tensors.decode_request(
+                body,
+                None if hlen == NO_HEADER_LENGTH else hlen,
+                self._model.inputs,
+                self._model.outputs,
+                batchable=self._model.batchable,
+                plans=self._plans,
+            )
+        except self._tensors.InferenceRequestError as exc:
+            self._reply(req_id, resp, 400, self._tensors.error_body(str(exc)), received)
+            return
+        if decoded.rows > self._model.max_batch and self._model.batchable:
+            self._reply(
+                req_id,
+                resp,
+                400,
+                self._tensors.error_body(
+                    f"batch of {decoded.rows} rows exceeds maxBatchSize {self._model.max_batch}"
+                ),
+                received,
+            )
+            return
+        self._queue.append(_Pending(req_id, decoded, received, resp))
+        self._queued_rows += decoded.rows
 
     def _write(self, data: bytes) -> None:
         if self._transport is not None and not self._transport.is_closing():
             self._transport.write(data)
 
     def _reply(
-        self, req_id: int, status: int, body: bytes, header_len: int | None, received: float
+        self, req_id: int, resp: Response | None, status: int, body: bytes, received: float
     ) -> None:
         self._inflight -= 1
-        if self._send_results(list(_result_frame(req_id, status, body, header_len))):
+        if resp is not None:
+            self._direct_inflight -= 1
+            resp.send(status, body)
+            self._write(answered_frame([(status, time.monotonic() - received)]))
+            if self._draining:
+                self._maybe_exit()
+        elif self._send_results(list(_result_frame(req_id, status, body, None))):
             self._answers.record(status, time.monotonic() - received)
 
     def _send_results(self, parts: list[bytes | memoryview]) -> bool:
@@ -209,7 +287,7 @@ class WorkerProtocol(asyncio.Protocol):
         return written
 
     def _maybe_exit(self) -> None:
-        if self._draining and self._inflight == 0:
+        if self._draining and self._inflight == 0 and (self.direct is None or not self.direct.busy):
             self._finish(0)
 
     # -- batching -------------------------------------------------------------------------------
@@ -346,10 +424,17 @@ class WorkerProtocol(asyncio.Protocol):
                 c.batches + 1, c.requests + len(batch), c.compute_s + (ended - started)
             )
         status = 200 if outputs is not None and exc is None else 500
-        if self._send_results(self._answer_frames(batch, outputs, exc)):
-            answers, written = self._answers, time.monotonic()
+        framed = self._answer_frames(batch, outputs, exc)
+        written = time.monotonic()
+        direct = [(status, written - p.enqueued) for p in batch if p.resp is not None]
+        if direct:
+            self._direct_inflight -= len(direct)
+            self._write(answered_frame(direct))
+        if self._send_results(framed):
+            answers = self._answers
             for p in batch:
-                answers.record(status, written - p.enqueued)
+                if p.resp is None:
+                    answers.record(status, written - p.enqueued)
         if self._runner is None:
             self._maybe_run()
 
@@ -363,7 +448,10 @@ class WorkerProtocol(asyncio.Protocol):
         if exc is not None or results is None:
             body = tensors.error_body(f"inference failed: {exc}")
             for p in batch:
-                frames += _result_frame(p.req_id, 500, body, None)
+                if p.resp is not None:
+                    p.resp.send(500, body)
+                else:
+                    frames += _result_frame(p.req_id, 500, body, None)
             return frames
         name, version = self._spec.model_name, self._spec.model_version
         start = 0
@@ -375,7 +463,14 @@ class WorkerProtocol(asyncio.Protocol):
                 part = [r[start:stop] for r in results]
                 start = stop
             parts, hlen = tensors.encode_response_parts(name, version, p.decoded, part)
-            frames += _result_frame_parts(p.req_id, 200, parts, hlen)
+            if p.resp is None:
+                frames += _result_frame_parts(p.req_id, 200, parts, hlen)
+            elif hlen is None:
+                p.resp.send_parts(200, parts)
+            else:
+                p.resp.send_parts(
+                    200, parts, _BINARY, b"Inference-Header-Content-Length: %d\r\n" % hlen
+                )
         return frames
 
     def close(self) -> None:

@@ -12,7 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING
 
-from edged.serving.http import HttpServer
+from edged.runtime.httpserver import HttpServer
 from edged.serving.inference import InferenceMetrics
 from edged.serving.measuring import RevisionMeters
 from edged.state.desired import DesiredState
@@ -26,7 +26,7 @@ if TYPE_CHECKING:
     from edged.runtime.overlapstats import OverlapTotals
     from edged.runtime.processes import Replica
 
-# what each socket's limits did (serving/http.py ServerLimits): HttpServer.counters() key,
+# what each socket's limits did (runtime/httpserver.py ServerLimits): HttpServer.counters() key,
 # metric name, help
 SERVER_GAUGES = (
     ("connections", "edged_http_connections", "Open connections"),
@@ -46,6 +46,16 @@ SERVER_GAUGES = (
         "forbiddenConnections",
         "edged_http_forbidden_connections",
         "Connections refused (403) by the baselines' ingress users and groups",
+    ),
+    (
+        "handedConnections",
+        "edged_http_handed_connections",
+        "Connections handed to the workers that serve their models, not closed or back yet",
+    ),
+    (
+        "handedConnectionsTotal",
+        "edged_http_handed_connections_handed",
+        "Connections handed to workers so far",
     ),
 )
 

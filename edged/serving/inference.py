@@ -16,24 +16,32 @@ Routes: ``GET /v2``, ``GET /v2/health/live``, ``GET /v2/health/ready``,
 
 from __future__ import annotations
 
+import asyncio
+import dataclasses
+import os
+import socket
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
+import orjson
+
 from edged import __version__
 from edged.runtime.answerstats import BOUNDS
+from edged.runtime.framing import PROXY_STATUS, U32, FrameType, encode_frame
+from edged.runtime.httpserver import Request, Response
 from edged.serving.bounding import request_body_limit
 from edged.serving.sharedmemory import PREFIX as SHM_PREFIX
-from edged.serving.sharedmemory import SharedMemory, ShmAnswer, ShmError
+from edged.serving.sharedmemory import SharedMemory, ShmAnswer, ShmError, peer_uid
 from edged.workloads import DesiredWorkload, WorkloadName, serving_order
 from edgefleet.metrics import CounterChild, HistogramChild, Registry
 
 if TYPE_CHECKING:
     from edged.runtime.answerstats import AnswerTotals
     from edged.runtime.batchstats import BatchCounts
+    from edged.runtime.httpserver import HttpConnection, HttpServer
     from edged.runtime.overlapstats import OverlapTotals
     from edged.runtime.processes import Replica
-    from edged.serving.http import Request, Response
 
 
 @dataclass
@@ -187,6 +195,125 @@ class InferenceRouter:
         self._ready = ready
         self._ceiling = max_request_bytes
         self._refused = refused
+        self._server: HttpServer | None = None  # the inference socket's, once it serves
+        self._adopting: set[asyncio.Task[None]] = set()
+
+    # -- the data path without the control process (docs/edged.md) ----------------------------
+    def serve_with(self, server: HttpServer) -> None:
+        """Hand ``server``'s infer connections to the workers that serve their models."""
+        self._server = server
+        server.state.handoff = self.handoff
+        self._push_routes()
+
+    def handoff(self, conn: HttpConnection, req: Request) -> bool:
+        """Called with a connection's first request since it was idle, headers read: hand
+        the connection to the worker that serves it, if that one takes connections."""
+        path = req.path
+        if not (path.startswith("/v2/models/") and path.endswith("/infer")):
+            return False
+        parts = path[11:-6].split("/")
+        version = None
+        if len(parts) == 3 and parts[1] == "versions":
+            version = parts[2]
+        elif len(parts) != 1:
+            return False
+        entry = self._models.get(parts[0])
+        if entry is None:
+            return False
+        # a worker holds at most half the cap: one that never closes what it is handed (it
+        # runs a model edged does not trust) cannot take every connection from the others
+        share = self._server.limits.max_connections // 2 if self._server is not None else 0
+        reps = [
+            r for r in self._candidates(entry, version) if r.can_hand_off and _handed(r) < share
+        ]
+        if not reps:
+            return False
+        best = reps[0] if len(reps) == 1 else min(reps, key=_handed)
+        uid: int | None = None
+        if self._shm is not None:  # a proxied request naming a region needs its client's uid
+            try:
+                uid = peer_uid(conn)
+            except ShmError:
+                uid = None
+        fd = conn.dup_fd()
+        if fd is None:
+            return False
+        try:
+            ok = best.hand_off(fd, conn.raw(), uid)
+        finally:
+            os.close(fd)
+        if ok:
+            conn_state = self._server.state if self._server is not None else None
+            if conn_state is not None:
+                conn_state.handed_total += 1
+        return ok
+
+    def handed(self, rep: Replica, delta: int) -> None:
+        if self._server is not None:
+            state = self._server.state
+            state.handed = max(0, state.handed + delta)
+
+    def returned(self, sock: socket.socket) -> None:
+        """A worker handed a connection back (idle): serve it here again."""
+        server = self._server
+        if server is None:
+            sock.close()
+            return
+        task = asyncio.ensure_future(server.adopt(sock))
+        self._adopting.add(task)
+        task.add_done_callback(self._adopting.discard)
+
+    def close_direct(self) -> None:
+        """edged stops: every worker closes its handed connections once idle."""
+        for entry in self._models.values():
+            for rep in entry.replicas:
+                if rep.handoff is not None and rep.channel is not None:
+                    rep.channel.send(FrameType.CLOSE)
+
+    def proxy(self, rep: Replica, req_id: int, payload: bytes) -> None:
+        """A request a worker got on a handed connection and does not serve itself: routed
+        here as if it came here, answered to that worker."""
+        data = bytes(payload)
+        try:
+            (hlen,) = U32.unpack_from(data, 0)
+            head = orjson.loads(data[U32.size : U32.size + hlen])
+            req = Request(_ProxiedConn(rep.uid_of(int(head.get("conn", 0)))))  # type: ignore[arg-type]
+            req.method = str(head["method"])
+            req.path = str(head["path"])
+            req.query = str(head.get("query", ""))
+            req.headers = {str(k): str(v) for k, v in dict(head["headers"]).items()}
+            req.keep_alive = bool(head.get("keepAlive", True))
+        except (ValueError, KeyError, TypeError, AttributeError):
+            return  # a malformed frame: the worker's request waits for its connection's end
+        req.body = data[U32.size + hlen :]
+        self.handle(req, _ProxyAnswer(rep, req_id, req.keep_alive))
+
+    def _push_routes(self) -> None:
+        """Tell each ready worker what it serves on handed connections (ROUTE)."""
+        if self._server is None:
+            return
+        limits = dataclasses.asdict(self._server.limits)
+        table = {
+            name: list(e.body_limit if e.body_limit is not None else (self._ceiling, ""))
+            for name, e in self._models.items()
+        }
+        other = [OTHER_BODY_LIMIT, "requests other than infer take no body"]
+        for entry in self._models.values():
+            unversioned = self._candidates(entry, None)
+            for rep in entry.replicas:
+                server = dict(limits)
+                memory = rep.spec.limits.memory_bytes
+                if memory:  # bodies being read count against the worker's memory
+                    server["max_buffered_bytes"] = min(
+                        server["max_buffered_bytes"], max(1 << 20, memory // 4)
+                    )
+                doc = {
+                    "unversioned": rep in unversioned,
+                    "limits": table,
+                    "other": other,
+                    "server": server,
+                }
+                rep.route(orjson.dumps(doc))
 
     # -- kept current by the daemon -----------------------------------------------------------
     def route(self, workloads: Mapping[WorkloadName, DesiredWorkload]) -> None:
@@ -211,6 +338,7 @@ class InferenceRouter:
                 entry.body_limit = old.body_limit
             new[name] = entry
         self._models = new
+        self._push_routes()
 
     def replica_ready(self, rep: Replica, ready: bool) -> None:
         name = rep.spec.model_name
@@ -228,6 +356,7 @@ class InferenceRouter:
             return
         if entry.replicas:  # else keep the last one: the model is coming back
             entry.body_limit = max(self._replica_body_limit(r) for r in entry.replicas)
+        self._push_routes()
 
     def _replica_body_limit(self, rep: Replica) -> tuple[int, str]:
         meta = rep.metadata
@@ -362,3 +491,54 @@ class InferenceRouter:
 
 def _inflight(rep: Replica) -> int:
     return rep.inflight
+
+
+def _handed(rep: Replica) -> int:
+    return len(rep.handoff.open) if rep.handoff is not None else 0
+
+
+class _ProxiedConn:
+    """Who sent a proxied request: its client's uid, as asked when its connection was handed
+    (None: not asked; the shared-memory extension then refuses it)."""
+
+    def __init__(self, uid: int | None) -> None:
+        self.peer_uid = uid
+
+    def socket(self) -> None:
+        return None
+
+
+class _ProxyAnswer(Response):
+    """A proxied request's answer: a PROXY_RESULT frame to the worker that asked."""
+
+    __slots__ = ("_rep", "_req_id")
+
+    def __init__(self, rep: Replica, req_id: int, keep_alive: bool) -> None:
+        self._rep = rep
+        self._req_id = req_id
+        self.keep_alive = keep_alive
+        self.data = None
+
+    def send(
+        self,
+        status: int,
+        body: bytes,
+        content_type: bytes = b"application/json",
+        headers: bytes = b"",
+    ) -> None:
+        if self.data is not None:
+            return
+        self.data = b""
+        channel = self._rep.channel
+        if channel is None or channel.transport is None:
+            return
+        payload = b"".join(
+            (
+                PROXY_STATUS.pack(status, len(content_type)),
+                content_type,
+                U32.pack(len(headers)),
+                headers,
+                body,
+            )
+        )
+        channel.transport.write(encode_frame(FrameType.PROXY_RESULT, self._req_id, payload))

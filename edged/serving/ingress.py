@@ -17,8 +17,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edged.config import TcpAddress
+from edged.runtime.httpserver import HttpServer
 from edged.runtime.securing import DeviceSecurity, plan_ingress, resolve_peers
-from edged.serving.http import HttpServer
 from edged.serving.peers import PeerGate
 from edged.statusboard import StatusBoard
 from edgefleet.logs import get_logger

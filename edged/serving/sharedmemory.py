@@ -46,10 +46,10 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
-from edged.serving.http import Response
+from edged.runtime.httpserver import Response
 
 if TYPE_CHECKING:
-    from edged.serving.http import HttpConnection, Request
+    from edged.runtime.httpserver import HttpConnection, Request
     from edgefleet.metrics import Registry
 
 SHM_DIR = Path("/dev/shm")

@@ -25,11 +25,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from edged.config import InferenceConfig, PathsConfig
+from edged.runtime.httpserver import HttpServer, ServerLimits
 from edged.runtime.limiting import raise_open_files_limit
 from edged.runtime.securing import DeviceSecurity
 from edged.serving.bounding import connection_caps
 from edged.serving.counting import Counters
-from edged.serving.http import HttpServer, ServerLimits
 from edged.serving.inference import InferenceRouter
 from edged.serving.ingress import TCP_FDNAME, Ingress
 from edged.serving.status import StatusHandler
@@ -136,6 +136,7 @@ class Sockets:
             body_limit=self._router.body_limit,
         )
         self._status, self._infer = status, infer
+        self._router.serve_with(infer)  # infer connections go on to their models' workers
         self._counters.watch_servers({"status": status, "inference": infer})
         ingress = Ingress(
             infer,
@@ -200,6 +201,7 @@ class Sockets:
         if self._infer is None:
             return
         self._infer.stop_accepting()
+        self._router.close_direct()  # the workers' handed connections close once idle
         if not await self._infer.drain(timeout):
             log.warning("in-flight requests did not finish in time", timeout=timeout)
 

@@ -9,7 +9,7 @@ from edged.statusboard import StatusBoard
 from edgefleet.metrics import CONTENT_TYPE, Registry
 
 if TYPE_CHECKING:
-    from edged.serving.http import Request, Response
+    from edged.runtime.httpserver import Request, Response
 
 PROMETHEUS = CONTENT_TYPE.encode()
 

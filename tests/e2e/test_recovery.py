@@ -122,9 +122,15 @@ def test_sigterm_drains_in_flight_requests(tmp_path: Path, edged_factory) -> Non
 
 
 def _inference_connections(e: Edged) -> float:
+    """Connections accepted and open: held by edged, or handed to the model's worker."""
     _, metrics, _ = e.request("GET", "/metrics", sock=e.status_sock)
-    found = re.search(rb'edged_http_connections\{socket="inference"\} ([0-9.e+]+)', metrics)
-    return float(found.group(1)) if found else -1.0
+    total = 0.0
+    for name in (rb"edged_http_connections", rb"edged_http_handed_connections"):
+        found = re.search(name + rb'\{socket="inference"\} ([0-9.e+]+)', metrics)
+        if found is None:
+            return -1.0
+        total += float(found.group(1))
+    return total
 
 
 def _read_response(sock: socket.socket) -> int:

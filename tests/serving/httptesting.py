@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
 
-from edged.serving.http import Request, Response
+from edged.runtime.httpserver import Request, Response
 
 
 class Handler:

@@ -8,9 +8,9 @@ from pathlib import Path
 from metricstesting import series_value
 
 from edged.reconcile.model import RevisionPhase, RevisionStatus, WorkloadStatus
+from edged.runtime.httpserver import HttpServer
 from edged.runtime.workerpool import WorkerPool
 from edged.serving.counting import Counters
-from edged.serving.http import HttpServer
 from edged.serving.measuring import RevisionMeters
 from edged.state.desired import DesiredState
 from edged.statusboard import StatusBoard

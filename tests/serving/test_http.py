@@ -7,13 +7,14 @@ import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from pathlib import Path
+from typing import Any
 
 import orjson
 import pytest
 from asynctesting import async_test, eventually
 from httptesting import Handler, connected, read_closed, read_reply, request
 
-from edged.serving.http import MAX_HEADERS_BYTES, HttpServer
+from edged.runtime.httpserver import MAX_HEADERS_BYTES, HttpServer, ServerLimits
 
 
 @asynccontextmanager
@@ -273,3 +274,86 @@ async def test_no_interim_answer_ahead_of_an_earlier_request(sock_dir: Path) -> 
         handler.held[0].send(200, b"1")
         handler.held[1].send(200, b"2")
         assert [(await read_reply(reader))[2] for _ in range(2)] == [b"1", b"2"]
+
+
+# -- hand-off: a connection leaves this process (issue 34, item 1; runtime/direct.py) ---------
+@async_test
+async def test_a_connection_is_handed_off_with_its_bytes_and_served_on_elsewhere(
+    sock_dir: Path,
+) -> None:
+    """``handoff`` gets the connection at its first request's headers, with every byte read
+    since it was idle; the connection is then forgotten here, not closed for the client: the
+    other server (standing for the worker) serves the request from those bytes, and the
+    connection after it. A pipelined request is never a hand-off's first: the first is served
+    here, and the hand-off comes when the connection is next idle."""
+    handler = Handler()
+    other_handler = Handler()
+    other = HttpServer(other_handler)
+    handed: list[tuple[str, bytes]] = []
+    tasks: list[asyncio.Task[None]] = []
+
+    def handoff(conn: Any, req: Any) -> bool:
+        if req.path != "/go":
+            return False
+        fd = conn.dup_fd()
+        first = conn.raw()
+        handed.append((req.path, first))
+        tasks.append(asyncio.ensure_future(other.adopt(socket.socket(fileno=fd), first)))
+        return True
+
+    async with serving(sock_dir, handler) as (server, path), connected(path) as (reader, writer):
+        server.state.handoff = handoff
+        writer.write(request("/stay"))
+        assert (await read_reply(reader))[0] == 200
+        # two requests in one write: the first is served here, the second comes after it
+        writer.write(request("/stay2") + request("/go", method="POST", body=b"12345"))
+        assert (await read_reply(reader))[0] == 200
+        assert (await read_reply(reader))[0] == 200
+        assert [r.path for r in handler.seen] == ["/stay", "/stay2", "/go"]
+        assert handed == []
+        # now idle: the next request's connection goes, with its bytes (headers and body)
+        raw = request("/go", method="POST", body=b"abc")
+        writer.write(raw)
+        status, _, body = await read_reply(reader)
+        assert status == 200 and orjson.loads(body)["path"] == "/go"
+        assert handed == [("/go", raw)]
+        assert [r.path for r in other_handler.seen] == ["/go"]
+        await eventually(lambda: server.active_connections == 0)
+        # the client goes on talking to the other server on the same connection
+        writer.write(request("/after"))
+        assert (await read_reply(reader))[0] == 200
+        assert [r.path for r in other_handler.seen] == ["/go", "/after"]
+        assert [r.path for r in handler.seen] == ["/stay", "/stay2", "/go"]
+    other.stop_accepting()
+    await other.drain(1.0)
+
+
+@async_test
+async def test_handed_connections_count_in_the_cap_and_an_idle_one_is_given_back(
+    sock_dir: Path,
+) -> None:
+    handler = Handler()
+    server = HttpServer(handler, limits=ServerLimits(max_connections=2))
+    path = sock_dir / "cap.sock"
+    await server.listen_unix(path)
+    try:
+        server.state.handed = 2  # two connections held by workers
+        async with connected(path) as (reader, writer):
+            writer.write(request("/x"))
+            status, _, body = await read_reply(reader)
+            assert status == 503 and b"too many connections (limit 2)" in body
+        server.state.handed = 0
+        async with connected(path) as (reader, writer):
+            writer.write(request("/x"))
+            assert (await read_reply(reader))[0] == 200
+            (conn,) = server.state.connections
+            fd = conn.give_away()  # idle: its descriptor, and it is forgotten here
+            assert fd is not None and server.active_connections == 0
+            back = socket.socket(fileno=fd)
+            await server.adopt(back)  # handed back: served again
+            writer.write(request("/y"))
+            assert (await read_reply(reader))[0] == 200
+            assert server.active_connections == 1
+    finally:
+        server.stop_accepting()
+        await server.drain(1.0)

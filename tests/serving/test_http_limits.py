@@ -13,7 +13,13 @@ import orjson
 from asynctesting import async_test, eventually
 from httptesting import Handler, connected, read_closed, read_reply, request
 
-from edged.serving.http import EVICT_IDLE_AFTER_S, HttpConnection, HttpServer, Request, ServerLimits
+from edged.runtime.httpserver import (
+    EVICT_IDLE_AFTER_S,
+    HttpConnection,
+    HttpServer,
+    Request,
+    ServerLimits,
+)
 
 
 def limited(req: Request) -> tuple[int, str] | None:

@@ -16,6 +16,17 @@ time: a request's headers must arrive within ``header_timeout_s`` of its first b
 busy connection costs no timer work per request. A closed connection breaks its reference
 cycles (protocol <-> parser, protocol <-> pending answers), so it is freed at once, not by
 the cyclic garbage collector.
+
+A connection can leave the process that accepted it (issue 34: the control process hands
+infer connections to the worker that serves their model, docs/edged.md, "The control process
+and the data path"): with ``HttpServerState.handoff`` set, the bytes read since the
+connection was last idle are kept (references to what was read, no copy), and when the first
+request among them has its headers, ``handoff(conn, req)`` may send a duplicate of its socket
+and those bytes elsewhere; then this process forgets the connection without closing it for
+the client (the other process's descriptor keeps it open) and counts it in ``handed`` until
+told it closed. ``HttpServer.adopt`` serves a socket handed (back) to this process, its
+first bytes given. The worker serves handed connections with the same code
+(``runtime/direct.py``); they are bounded there as here.
 """
 
 from __future__ import annotations
@@ -35,6 +46,7 @@ import httptools
 import orjson
 
 MAX_PIPELINED = 64
+MAX_RAW_KEPT = 80 * 1024  # bytes kept for a hand-off beyond that: the connection stays
 MAX_HEADERS_BYTES = 64 * 1024
 EVICT_IDLE_AFTER_S = 1.0
 
@@ -90,7 +102,7 @@ class Response:
     def __init__(self, conn: HttpConnection, keep_alive: bool) -> None:
         self._conn = conn
         self.keep_alive = keep_alive
-        self.data: bytes | None = None
+        self.data: bytes | list[bytes | memoryview] | None = None
 
     def send(
         self,
@@ -118,6 +130,29 @@ class Response:
             parts.append(b"Connection: close\r\n")
         parts += [b"\r\n", body]
         self.data = b"".join(parts)
+        self._conn.flush()
+
+    def send_parts(
+        self,
+        status: int,
+        body: list[bytes | memoryview],
+        content_type: bytes = b"application/json",
+        headers: bytes = b"",
+    ) -> None:
+        """:meth:`send` with a body in parts, written as they are (no join: a worker's binary
+        outputs are views of ONNX Runtime's arrays)."""
+        if self.data is not None:
+            return
+        if self.keep_alive and self._conn.owes_last_answer(self):
+            self.keep_alive = False
+        head = b"%sContent-Type: %s\r\nContent-Length: %d\r\n%s%s\r\n" % (
+            _status_line(status),
+            content_type,
+            sum(len(b) for b in body),
+            headers,
+            b"" if self.keep_alive else b"Connection: close\r\n",
+        )
+        self.data = [head, *body]
         self._conn.flush()
 
     def send_json(self, status: int, doc: Any) -> None:
@@ -156,6 +191,13 @@ class HttpServerState:
         # who may connect (infer.sock's peer check): None to serve, else why not
         self.admit: Callable[[Any], str | None] | None = None
         self.forbidden = 0
+        # hand-off (module docstring): True when the connection went to another process
+        self.handoff: Callable[[HttpConnection, Request], bool] | None = None
+        self.handed = 0  # connections handed and not known closed: they count in the cap
+        self.handed_total = 0
+        # a connection that became idle (nothing owed, nothing begun), and one that is gone
+        self.on_idle: Callable[[HttpConnection], None] | None = None
+        self.on_lost: Callable[[HttpConnection], None] | None = None
 
     def make_room(self, now: float) -> bool:
         """At the connection cap, close the longest-idle connection if it has been idle for
@@ -177,8 +219,13 @@ def _phase_since(conn: HttpConnection) -> float:
 
 
 class HttpConnection(asyncio.Protocol):
-    def __init__(self, state: HttpServerState) -> None:
+    def __init__(self, state: HttpServerState, initial: bytes = b"") -> None:
+        """``initial``: bytes read from the connection elsewhere (a hand-off), fed first."""
         self._state = state
+        self._initial = initial
+        self._raw: list[bytes] | None = None  # what was read since it was last idle
+        self._raw_len = 0
+        self._raw_msgs = 0  # requests begun in ``_raw``
         self._loop = asyncio.get_running_loop()
         self._transport: asyncio.Transport | None = None
         self._parser: httptools.HttpRequestParser | None = httptools.HttpRequestParser(self)
@@ -201,8 +248,8 @@ class HttpConnection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         state = self._state
-        if len(state.connections) >= state.limits.max_connections and not state.make_room(
-            self.phase_since
+        if len(state.connections) + state.handed >= state.limits.max_connections and (
+            not state.make_room(self.phase_since)
         ):
             state.refused += 1
             limit = state.limits.max_connections
@@ -223,6 +270,9 @@ class HttpConnection(asyncio.Protocol):
             self._forbidden = state.admit(sock)
             if self._forbidden is not None:
                 state.forbidden += 1
+        if self._initial:
+            initial, self._initial = self._initial, b""
+            self.data_received(initial)
 
     def _answer_forbidden(self, why: str) -> None:
         """403 to whatever the refused peer sent first, then end our side: its request was
@@ -242,8 +292,13 @@ class HttpConnection(asyncio.Protocol):
             self._transport.close()
 
     def connection_lost(self, exc: Exception | None) -> None:
-        self._state.connections.discard(self)
+        state = self._state
+        if self in state.connections:
+            state.connections.discard(self)
+            if state.on_lost is not None:
+                state.on_lost(self)
         self._transport = None
+        self._raw = None
         self._release_body()
         # Break the cycles (parser -> self, pending answers -> self, timer -> self) so that
         # the connection and what it buffered are freed now, not by the cyclic GC.
@@ -263,13 +318,23 @@ class HttpConnection(asyncio.Protocol):
         parser = self._parser
         if self._close_after or parser is None:
             return  # requests after one that closes the connection are not served
+        if self._state.handoff is not None:
+            if self.phase == _IDLE and not self._pending:
+                self._raw, self._raw_len, self._raw_msgs = [data], len(data), 0
+            elif self._raw is not None:
+                self._raw.append(data)
+                self._raw_len += len(data)
+                if self._raw_len > MAX_RAW_KEPT:
+                    self._raw = None
         try:
             parser.feed_data(data)
         except httptools.HttpParserUpgrade:
             self._fail(400, "protocol upgrades are not supported")
         except httptools.HttpParserError as exc:
             cause = exc.__context__  # httptools wraps what a callback raises
-            if isinstance(cause, _TooLarge):
+            if isinstance(cause, _HandedOff):
+                self._forget()
+            elif isinstance(cause, _TooLarge):
                 self._fail(cause.status, str(cause))
             else:
                 self._fail(400, f"malformed HTTP request: {exc}")
@@ -322,6 +387,7 @@ class HttpConnection(asyncio.Protocol):
 
     # -- httptools callbacks ------------------------------------------------------------------
     def on_message_begin(self) -> None:
+        self._raw_msgs += 1
         self._req = Request(self)
         self._body = []
         self._body_len = 0
@@ -360,6 +426,15 @@ class HttpConnection(asyncio.Protocol):
         cl = req.headers.get("content-length")
         if cl is not None and cl.isdigit() and int(cl) > self._body_max:
             raise _TooLarge(413, self._too_large())
+        if (
+            state.handoff is not None
+            and self._raw is not None
+            and self._raw_msgs == 1
+            and not self._pending
+            and not state.closing
+            and state.handoff(self, req)
+        ):
+            raise _HandedOff()
         self._set_phase(_BODY)
         if (
             req.headers.get("expect", "").lower() == "100-continue"
@@ -417,7 +492,11 @@ class HttpConnection(asyncio.Protocol):
         while pending and pending[0].data is not None:
             resp = pending.popleft()
             if transport is not None:
-                transport.write(resp.data)  # type: ignore[arg-type]
+                data = resp.data
+                if type(data) is list:
+                    transport.writelines(data)
+                else:
+                    transport.write(data)  # type: ignore[arg-type]
                 if not resp.keep_alive:
                     transport.close()
                     self._transport = transport = None
@@ -429,11 +508,49 @@ class HttpConnection(asyncio.Protocol):
                 transport.close()
             elif self.phase == _BUSY:
                 self._set_phase(_IDLE)
+                if self._state.on_idle is not None:
+                    self._state.on_idle(self)
 
     def socket(self) -> Any:
         """The connection's socket (None once closed)."""
         t = self._transport
         return None if t is None else t.get_extra_info("socket")
+
+    def raw(self) -> bytes:
+        """The bytes read since the connection was last idle (a hand-off's first bytes)."""
+        return b"".join(self._raw) if self._raw else b""
+
+    def dup_fd(self) -> int | None:
+        """A new descriptor of the connection's socket (the caller closes it); None once
+        closed."""
+        sock = self.socket()
+        return None if sock is None else os.dup(sock.fileno())
+
+    def give_away(self) -> int | None:
+        """Leave the connection to whoever gets the returned descriptor (an idle one: nothing
+        owed, nothing begun): this process forgets it without closing it for the client."""
+        if self._pending or self.phase != _IDLE:
+            return None
+        fd = self.dup_fd()
+        if fd is not None:
+            self._forget()
+        return fd
+
+    def _forget(self) -> None:
+        """Gone to another process: released here, its socket closed here only (the other
+        process's descriptor keeps the connection open for the client)."""
+        self._state.connections.discard(self)
+        self._release_body()
+        self._parser = None
+        self._raw = None
+        self._pending.clear()
+        self._body = []
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+        transport, self._transport = self._transport, None
+        if transport is not None:
+            transport.abort()
 
     @property
     def idle(self) -> bool:
@@ -459,6 +576,10 @@ class HttpConnection(asyncio.Protocol):
         self._pending.append(resp)
         self._close_after = True
         resp.send_error(status, message)
+
+
+class _HandedOff(Exception):
+    """The connection went to another process (``HttpServerState.handoff``)."""
 
 
 class _TooLarge(Exception):
@@ -544,6 +665,18 @@ class HttpServer:
         self._servers.append(server)
         return server
 
+    async def adopt(self, sock: socket.socket, initial: bytes = b"") -> None:
+        """Serve a connection handed (back) to this process; ``initial``: its bytes read
+        elsewhere, parsed first."""
+        loop = asyncio.get_running_loop()
+        sock.setblocking(False)
+        state = self._state
+        await loop.connect_accepted_socket(lambda: HttpConnection(state, initial), sock=sock)
+
+    @property
+    def state(self) -> HttpServerState:
+        return self._state
+
     @property
     def active_connections(self) -> int:
         return len(self._state.connections)
@@ -566,6 +699,8 @@ class HttpServer:
             "evictedIdleConnections": st.evicted,
             "timedOutConnections": st.timed_out,
             "forbiddenConnections": st.forbidden,
+            "handedConnections": st.handed,
+            "handedConnectionsTotal": st.handed_total,
         }
 
     def stop_accepting(self) -> None:
@@ -582,7 +717,8 @@ class HttpServer:
         """Wait until every connection has its answers; True if drained in time."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
-        while any(not c.idle for c in self._state.connections):
+        state = self._state
+        while state.handed or any(not c.idle for c in state.connections):
             if loop.time() >= deadline:
                 return False
             await asyncio.sleep(0.01)
