@@ -39,7 +39,8 @@ worker -> edged
            the connection's id), the body. edged routes it
            as its own and answers with PROXY_RESULT of the same id.
     ANSWERED the answers the worker wrote on handed connections: payload = ``!Hf`` (status,
-           seconds from reading the request to writing its answer) for each.
+           seconds from reading the request to writing its answer) for each; sent every
+           50 ms at most, up to 1,024 answers a frame.
     CONN_CLOSED a handed connection closed: payload = ``!I`` its id.
 
 On the hand-off socket (a ``SOCK_SEQPACKET`` pair beside the frames), each message is ``!I`` a

@@ -435,6 +435,7 @@ class HttpConnection(asyncio.Protocol):
             and state.handoff(self, req)
         ):
             raise _HandedOff()
+        self._raw = None  # kept only up to a hand-off's headers: not the bodies that follow
         self._set_phase(_BODY)
         if (
             req.headers.get("expect", "").lower() == "100-continue"

@@ -232,9 +232,7 @@ class Replica:
     def on_direct_answers(self, payload: bytes) -> None:
         """ANSWERED: what the worker answered on handed connections, held to bounds
         (``directstats.py``) before it counts as the replica's answers."""
-        answers, why = directstats.parse(
-            payload, max_batch=max(1, self.spec.max_batch_size), age_s=self._process_age()
-        )
+        answers, why = directstats.parse(payload, age_s=self._process_age())
         if answers is not None and self._direct_refused:
             self._direct_answered += len(answers)  # still what bounds its overlap totals
         if answers is None or self._direct_refused:

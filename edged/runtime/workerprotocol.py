@@ -38,6 +38,8 @@ if TYPE_CHECKING:
     from edged.runtime.worker import Model
 
 _BINARY = b"application/octet-stream"
+ANSWERED_EVERY_S = 0.05  # how often answers on handed connections are reported, at most
+MAX_ANSWERS_PER_REPORT = 1024  # entries in one ANSWERED frame (directstats.py's bound)
 INLINE_BELOW_S = 0.0002  # run batches on the event loop when one takes less than this
 PEAK_WINDOW = 8  # batches over which the recent peak of requests in flight is remembered
 
@@ -98,6 +100,9 @@ class WorkerProtocol(asyncio.Protocol):
         self.lost: asyncio.Future[None] = self._loop.create_future()
         self.direct: DirectConnections | None = None  # connections edged hands it (direct.py)
         self._direct_inflight = 0  # of ``_inflight``: requests read on those connections
+        # their answers not yet reported (ANSWERED, sent every ANSWERED_EVERY_S at most)
+        self._unreported: list[tuple[int, float]] = []
+        self._report_handle: asyncio.TimerHandle | None = None
 
     # -- connection ---------------------------------------------------------------------------
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
@@ -139,6 +144,8 @@ class WorkerProtocol(asyncio.Protocol):
             self.lost.set_result(None)
 
     def _finish(self, code: int) -> None:
+        if self._unreported:
+            self._report_answers()  # before the worker goes: they count
         if not self._done.done():
             self._done.set_result(code)
 
@@ -222,7 +229,7 @@ class WorkerProtocol(asyncio.Protocol):
 
     def _direct_error(self, resp: Response, status: int, message: str) -> None:
         resp.send(status, self._tensors.error_body(message))
-        self._write(answered_frame([(status, 0.0)]))
+        self._note_answers([(status, 0.0)])
 
     def _enqueue(self, req_id: int, resp: Response | None, body: memoryview, hlen: int) -> None:
         received = time.monotonic()
@@ -269,7 +276,7 @@ class WorkerProtocol(asyncio.Protocol):
         if resp is not None:
             self._direct_inflight -= 1
             resp.send(status, body)
-            self._write(answered_frame([(status, time.monotonic() - received)]))
+            self._note_answers([(status, time.monotonic() - received)])
             if self._draining:
                 self._maybe_exit()
         elif self._send_results(list(_result_frame(req_id, status, body, None))):
@@ -285,6 +292,23 @@ class WorkerProtocol(asyncio.Protocol):
         if self._draining:
             self._maybe_exit()
         return written
+
+    def _note_answers(self, answers: list[tuple[int, float]]) -> None:
+        """Answers written on handed connections, reported to edged together: one frame (and
+        one wake-up of edged) per ANSWERED_EVERY_S, not per batch."""
+        self._unreported += answers
+        if len(self._unreported) >= MAX_ANSWERS_PER_REPORT:
+            self._report_answers()
+        elif self._report_handle is None:
+            self._report_handle = self._loop.call_later(ANSWERED_EVERY_S, self._report_answers)
+
+    def _report_answers(self) -> None:
+        if self._report_handle is not None:
+            self._report_handle.cancel()
+            self._report_handle = None
+        answers, self._unreported = self._unreported, []
+        for at in range(0, len(answers), MAX_ANSWERS_PER_REPORT):
+            self._write(answered_frame(answers[at : at + MAX_ANSWERS_PER_REPORT]))
 
     def _maybe_exit(self) -> None:
         if self._draining and self._inflight == 0 and (self.direct is None or not self.direct.busy):
@@ -429,7 +453,7 @@ class WorkerProtocol(asyncio.Protocol):
         direct = [(status, written - p.enqueued) for p in batch if p.resp is not None]
         if direct:
             self._direct_inflight -= len(direct)
-            self._write(answered_frame(direct))
+            self._note_answers(direct)
         if self._send_results(framed):
             answers = self._answers
             for p in batch:
