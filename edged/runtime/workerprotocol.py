@@ -173,6 +173,8 @@ class WorkerProtocol(asyncio.Protocol):
                     **({"config": stage.report()} if stage is not None else {}),
                 }
             )
+            if self._unreported:  # the PONG's totals count them: edged must have them first
+                self._report_answers()
             self._write(encode_frame(FrameType.PONG, req_id, pong))
         elif ftype == FrameType.DRAIN:
             self._draining = True
@@ -228,8 +230,8 @@ class WorkerProtocol(asyncio.Protocol):
         self._maybe_run()
 
     def _direct_error(self, resp: Response, status: int, message: str) -> None:
-        resp.send(status, self._tensors.error_body(message))
         self._note_answers([(status, 0.0)])
+        resp.send(status, self._tensors.error_body(message))
 
     def _enqueue(self, req_id: int, resp: Response | None, body: memoryview, hlen: int) -> None:
         received = time.monotonic()
@@ -275,8 +277,8 @@ class WorkerProtocol(asyncio.Protocol):
         self._inflight -= 1
         if resp is not None:
             self._direct_inflight -= 1
-            resp.send(status, body)
             self._note_answers([(status, time.monotonic() - received)])
+            resp.send(status, body)
             if self._draining:
                 self._maybe_exit()
         elif self._send_results(list(_result_frame(req_id, status, body, None))):
@@ -294,10 +296,12 @@ class WorkerProtocol(asyncio.Protocol):
         return written
 
     def _note_answers(self, answers: list[tuple[int, float]]) -> None:
-        """Answers written on handed connections, reported to edged together: one frame (and
-        one wake-up of edged) per ANSWERED_EVERY_S, not per batch."""
+        """Answers about to be written on handed connections. Reported at once (before the
+        answers themselves go out, so that edged has counted them by the time a client could
+        ask it) when nothing else is in flight; under load, together: one frame (and one
+        wake-up of edged) per ANSWERED_EVERY_S, not per batch."""
         self._unreported += answers
-        if len(self._unreported) >= MAX_ANSWERS_PER_REPORT:
+        if self._inflight == 0 or len(self._unreported) >= MAX_ANSWERS_PER_REPORT:
             self._report_answers()
         elif self._report_handle is None:
             self._report_handle = self._loop.call_later(ANSWERED_EVERY_S, self._report_answers)
@@ -448,12 +452,12 @@ class WorkerProtocol(asyncio.Protocol):
                 c.batches + 1, c.requests + len(batch), c.compute_s + (ended - started)
             )
         status = 200 if outputs is not None and exc is None else 500
-        framed = self._answer_frames(batch, outputs, exc)
         written = time.monotonic()
         direct = [(status, written - p.enqueued) for p in batch if p.resp is not None]
-        if direct:
+        if direct:  # reported before the answers go out (below): see _note_answers
             self._direct_inflight -= len(direct)
             self._note_answers(direct)
+        framed = self._answer_frames(batch, outputs, exc)
         if self._send_results(framed):
             answers = self._answers
             for p in batch:
