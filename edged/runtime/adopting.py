@@ -294,6 +294,8 @@ def record_for(
     egress or limits cgroup, else where it was born (edged's)."""
     mount = cgroup2_mount()
     seen = identify(pid, mount=mount)
+    if not seen.argv:  # read between exec's point of no return and its arguments' setup
+        raise ValueError(f"pid {pid} shows no argv yet")
     cgroup = spec.sandbox.egress_cgroup or (
         spec.limits.cgroup_path if spec.limits.mode == "cgroup" else ""
     )

@@ -290,6 +290,9 @@ class Replica:
 
     def _become_ready(self) -> None:
         if self.phase is Phase.STARTING:
+            # written again now: the record made as it started may have found its argv empty
+            # (/proc/PID/cmdline is filled after exec has closed Popen's pipe)
+            self.pool.write_record(self)
             self._set_phase(Phase.READY)
             log.info(
                 "replica ready",
