@@ -44,6 +44,7 @@ from edged.runtime.httpserver import (
 )
 
 HANDOFF_MESSAGE = CONN_ID.size
+KEEP_THERE = b"\x01"  # a connection handed back for edged to keep (it uses shared memory)
 MAX_WAITING = 256  # sockets or HANDED frames waiting for their other half
 _MARK = b"shared_memory_region"
 _MARK_AT = _MARK.index(b"_")
@@ -114,6 +115,9 @@ class DirectConnections:
         self._limits: dict[str, tuple[int, str]] = {}
         self._other: tuple[int, str] | None = None
         self.returning = False  # DRAIN: idle connections go back to edged
+        # connections that asked for shared memory: back to edged once idle, for good (its
+        # requests are edged's to serve; proxying each would cost two more hops)
+        self._give_back: set[HttpConnection] = set()
         self.alive = True
         self._loop.add_reader(sock.fileno(), self._on_message)
 
@@ -255,14 +259,17 @@ class DirectConnections:
 
     # -- the connections ------------------------------------------------------------------------
     def _on_idle(self, conn: HttpConnection) -> None:
-        if not self.returning or not self.alive:
+        keep_there = conn in self._give_back
+        if not (self.returning or keep_there) or not self.alive:
             return
+        self._give_back.discard(conn)
         conn_id = self._ids.pop(conn, None)
         fd = conn.give_away()
         if fd is None or conn_id is None:
             return
         try:
-            socket.send_fds(self._sock, [CONN_ID.pack(conn_id)], [fd])
+            flag = KEEP_THERE if keep_there else b"\x00"
+            socket.send_fds(self._sock, [CONN_ID.pack(conn_id) + flag], [fd])
         except OSError:
             pass  # edged is gone: the connection closes with this descriptor
         finally:
@@ -270,6 +277,7 @@ class DirectConnections:
         self._maybe_done()
 
     def _on_lost(self, conn: HttpConnection) -> None:
+        self._give_back.discard(conn)
         conn_id = self._ids.pop(conn, None)
         if conn_id is not None:
             self._write(encode_frame(FrameType.CONN_CLOSED, 0, CONN_ID.pack(conn_id)))
@@ -299,6 +307,8 @@ class DirectConnections:
                 if not names_region(body, end):
                     self._infer(req, resp)
                     return
+                if req.conn is not None:  # shared memory: this connection goes back
+                    self._give_back.add(req.conn)
         self._proxy(req, resp)
 
     def _proxy(self, req: Request, resp: Response) -> None:

@@ -24,8 +24,11 @@ log = get_logger(__name__)
 
 
 class HandoffLink:
-    def __init__(self, sock: socket.socket, on_returned: Callable[[socket.socket], None]) -> None:
-        """``on_returned(sock)``: a connection the worker handed back, to serve again."""
+    def __init__(
+        self, sock: socket.socket, on_returned: Callable[[socket.socket, bool], None]
+    ) -> None:
+        """``on_returned(sock, keep)``: a connection the worker handed back, to serve again
+        (``keep``: here for good, not handed again: it uses shared memory)."""
         self._sock: socket.socket | None = sock
         sock.setblocking(False)
         self._on_returned = on_returned
@@ -71,7 +74,7 @@ class HandoffLink:
         sock = self._sock
         while sock is not None:
             try:
-                msg, fds, _, _ = socket.recv_fds(sock, CONN_ID.size, 1)
+                msg, fds, _, _ = socket.recv_fds(sock, CONN_ID.size + 1, 1)
             except (BlockingIOError, InterruptedError):
                 return
             except OSError:
@@ -81,13 +84,13 @@ class HandoffLink:
                     os.close(fd)
                 self.close()
                 return
-            conn_id = CONN_ID.unpack(msg)[0] if len(msg) == CONN_ID.size else 0
+            conn_id = CONN_ID.unpack_from(msg)[0] if len(msg) in (4, 5) else 0
             if len(fds) != 1 or not self.forget(conn_id):
                 for fd in fds:
                     os.close(fd)
                 log.warning("worker returned a connection it was not handed", id=conn_id)
                 continue
-            self._on_returned(socket.socket(fileno=fds[0]))
+            self._on_returned(socket.socket(fileno=fds[0]), msg[4:] == b"\x01")
 
     def close(self) -> int:
         """The worker is gone (or its socket is): the number of connections it held."""

@@ -219,9 +219,13 @@ def _phase_since(conn: HttpConnection) -> float:
 
 
 class HttpConnection(asyncio.Protocol):
-    def __init__(self, state: HttpServerState, initial: bytes = b"") -> None:
-        """``initial``: bytes read from the connection elsewhere (a hand-off), fed first."""
+    def __init__(
+        self, state: HttpServerState, initial: bytes = b"", *, keep_here: bool = False
+    ) -> None:
+        """``initial``: bytes read from the connection elsewhere (a hand-off), fed first;
+        ``keep_here``: never hand this connection off."""
         self._state = state
+        self._may_hand = not keep_here
         self._initial = initial
         self._raw: list[bytes] | None = None  # what was read since it was last idle
         self._raw_len = 0
@@ -318,7 +322,7 @@ class HttpConnection(asyncio.Protocol):
         parser = self._parser
         if self._close_after or parser is None:
             return  # requests after one that closes the connection are not served
-        if self._state.handoff is not None:
+        if self._state.handoff is not None and self._may_hand:
             if self.phase == _IDLE and not self._pending:
                 self._raw, self._raw_len, self._raw_msgs = [data], len(data), 0
             elif self._raw is not None:
@@ -666,13 +670,17 @@ class HttpServer:
         self._servers.append(server)
         return server
 
-    async def adopt(self, sock: socket.socket, initial: bytes = b"") -> None:
+    async def adopt(
+        self, sock: socket.socket, initial: bytes = b"", *, keep_here: bool = False
+    ) -> None:
         """Serve a connection handed (back) to this process; ``initial``: its bytes read
-        elsewhere, parsed first."""
+        elsewhere, parsed first; ``keep_here``: never hand it off again."""
         loop = asyncio.get_running_loop()
         sock.setblocking(False)
         state = self._state
-        await loop.connect_accepted_socket(lambda: HttpConnection(state, initial), sock=sock)
+        await loop.connect_accepted_socket(
+            lambda: HttpConnection(state, initial, keep_here=keep_here), sock=sock
+        )
 
     @property
     def state(self) -> HttpServerState:

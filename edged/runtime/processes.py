@@ -217,9 +217,9 @@ class Replica:
     def uid_of(self, conn_id: int) -> int | None:
         return None if self.handoff is None else self.handoff.uid_of(conn_id)
 
-    def _returned(self, sock: socket.socket) -> None:
+    def _returned(self, sock: socket.socket, keep: bool) -> None:
         self.pool.handed(self, -1)
-        self.pool.returned(sock)
+        self.pool.returned(sock, keep)
 
     def _close_handoff(self) -> None:
         self._route_sent = b""

@@ -224,9 +224,9 @@ class WorkerPool:
         if self.direct is not None:
             self.direct.handed(rep, delta)
 
-    def returned(self, sock: socket.socket) -> None:
+    def returned(self, sock: socket.socket, keep: bool = False) -> None:
         if self.direct is not None:
-            self.direct.returned(sock)
+            self.direct.returned(sock, keep)
         else:
             sock.close()
 

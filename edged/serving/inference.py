@@ -253,13 +253,14 @@ class InferenceRouter:
             state = self._server.state
             state.handed = max(0, state.handed + delta)
 
-    def returned(self, sock: socket.socket) -> None:
-        """A worker handed a connection back (idle): serve it here again."""
+    def returned(self, sock: socket.socket, keep: bool = False) -> None:
+        """A worker handed a connection back (idle): serve it here again (``keep``: for
+        good, never handed again: it uses shared memory, edged's to serve)."""
         server = self._server
         if server is None:
             sock.close()
             return
-        task = asyncio.ensure_future(server.adopt(sock))
+        task = asyncio.ensure_future(server.adopt(sock, keep_here=keep))
         self._adopting.add(task)
         task.add_done_callback(self._adopting.discard)
 

@@ -132,14 +132,40 @@ def test_a_connection_goes_to_its_worker_and_everything_else_is_still_routed(
         assert orjson.loads(c.read()[1])["name"] == "other"
         status, doc = c.infer("mlp")
         assert status == 200
+        # a request naming a shared-memory region: edged's (proxied), and the connection goes
+        # back to edged for good once idle; the next requests are served there, not handed
+        handed = _metric(e, HANDED)
+        shm = orjson.dumps(
+            {
+                "inputs": [
+                    {
+                        "name": "input",
+                        "shape": [1, TINY_MLP[0]],
+                        "datatype": "FP32",
+                        "parameters": {
+                            "shared_memory_region": "nowhere",
+                            "shared_memory_byte_size": 4 * TINY_MLP[0],
+                        },
+                    }
+                ]
+            }
+        )
+        status, body, _ = c.call("POST", infer_path("mlp"), shm)
+        assert status == 400 and b"nowhere" in body, body
+        wait_for(lambda: _metric(e, OPEN) == 0, 20, "the connection back to edged")
+        for _ in range(3):
+            assert c.infer("mlp")[0] == 200
+        assert _metric(e, HANDED) == handed and _metric(e, OPEN) == 0
     finally:
         c.close()
     # every answer counts as before, from the worker's reports: 20, the versioned one, the
-    # pipelined one and the last ok, the two malformed ones 400; "other"'s (proxied: edged's)
+    # pipelined one and the last ok (and the three served by edged after the shared-memory
+    # one), the two malformed ones 400 (the shared-memory one is edged's own 400, uncounted
+    # as before); "other"'s too
     code = 'edged_inference_requests_total{{workload="{w}",code="{c}"}}'
     ok = code.format(w="mlp", c="200")
-    wait_for(lambda: _metric(e, ok) >= 23, 20, "mlp's 200s counted")
-    assert _metric(e, ok) == 23
+    wait_for(lambda: _metric(e, ok) >= 26, 20, "mlp's 200s counted")
+    assert _metric(e, ok) == 26
     assert _metric(e, code.format(w="mlp", c="400")) == 2
     assert _metric(e, code.format(w="other", c="200")) == 1
     wait_for(lambda: _metric(e, OPEN) == 0, 20, "the closed connection reported")

@@ -79,7 +79,7 @@ def test_a_link_holds_a_worker_to_what_it_was_handed() -> None:
     async def run() -> None:
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         returned: list[socket.socket] = []
-        link = HandoffLink(ours, returned.append)
+        link = HandoffLink(ours, lambda sock, _keep: returned.append(sock))
         client, server = socket.socketpair()
         conn_id = link.hand(server.fileno(), 1000)
         assert conn_id is not None and link.uid_of(conn_id) == 1000
