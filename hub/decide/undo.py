@@ -271,31 +271,6 @@ def undo_refused(
     return _refused(view, tuf, name, state, target.model, to, now, "run the undo again")
 
 
-def apply_refused(
-    view: FleetView,
-    tuf: Any,
-    name: str,
-    state: RolloutState | None,
-    manifest: Mapping[str, Any],
-    now: float,
-) -> str | None:
-    """Why an apply of the deployment ``name`` as ``manifest`` would be refused by its devices
-    (None: nothing says so): a new revision of a model version below what they accepted,
-    judged as :func:`undo_refused` judges an undo (docs/rollouts.md, "Going back"). The model
-    of the current or the stable revision is not judged here: the devices given the revision
-    left take the stable one back as they ran it before, and a device that does not holds
-    the rollout, saying so (:mod:`hub.decide.rollout`)."""
-    if state is None:
-        return None  # a new deployment: no device holds anything of it
-    revisions = view.revisions.get(name, {})
-    model = manifest.get("spec", {}).get("model", {})
-    wanted = (str(model.get("name", "")), str(model.get("version", "")))
-    current, stable = revisions.get(state.revision), revisions.get(state.stable)
-    if any(r is not None and r.model == wanted for r in (current, stable)):
-        return None  # the model the devices are sent, or the stable one again
-    return _refused(view, tuf, name, state, wanted, None, now, "apply it again")
-
-
 def _refused(
     view: FleetView,
     tuf: Any,

@@ -27,7 +27,7 @@ from edgefleet.v1 import admin_pb2
 from edgefleet.versioning import installed_version
 from hub.api.admin.common import AdminAuth, Refused, invalid, problems_text, refuse_root_owned, rpc
 from hub.controllers.wave import WaveController
-from hub.decide import apply, modelconfigs, priority, regionslice, statebound, undo
+from hub.decide import apply, modelconfigs, priority, regionslice, statebound
 from hub.decide.agentdesired import version_refusal
 from hub.decide.desired import MAX_DESIRED_STATE_BYTES
 from hub.decide.modelclaim import apply_refusal
@@ -123,7 +123,6 @@ class Applies:
         self._check_secret_count(planned)
         if changed:
             self._check_desired_sizes(changed)
-            self._check_downgrades(changed)
         if changed and not request.dry_run:
             writer = self.writer
             events = [
@@ -236,28 +235,6 @@ class Applies:
                 f"{MAX_DESIRED_STATE_BYTES / 2**20:.2f} MiB, the most a device can receive: "
                 f"{shown}{more}; make manifests smaller (annotations) or select fewer devices",
             )
-
-    def _check_downgrades(self, changed: list[_Planned]) -> None:
-        """Refuse a deployment's new revision that its devices would refuse: a model version
-        or signed metadata below what they accepted, without a rollback allowance (the same
-        judgement as ``rollout undo``'s, :func:`hub.decide.undo.apply_refused`), naming the
-        devices and the commands that would permit it; nothing applied. The stable
-        revision's model applied again is left to the rollout, which says if devices refuse
-        it (:mod:`hub.decide.rollout`)."""
-        cache = self.cache
-        view = None
-        for p in changed:
-            if p.obj.kind != "ModelDeployment":
-                continue
-            state = cache.rollouts.get(p.obj.name)
-            if state is None:
-                continue
-            if view is None:
-                view = snapshot_of(cache)
-            why = undo.apply_refused(view, self.tuf(), p.obj.name, state, p.obj.manifest,
-                                     self.clock())  # fmt: skip
-            if why is not None:
-                raise Refused(grpc.StatusCode.FAILED_PRECONDITION, f"nothing applied: {why}")
 
     def _check_priority_classes(self, parsed: list[apply.ParsedObject]) -> None:
         """A deployment naming a class that is neither built in nor applied (before, or in
