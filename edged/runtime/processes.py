@@ -293,6 +293,9 @@ class Replica:
             # written again now: the record made as it started may have found its argv empty
             # (/proc/PID/cmdline is filled after exec has closed Popen's pipe)
             self.pool.write_record(self)
+            # its READY is its first answer: liveness counts from here, not from the start (a
+            # start slower than the liveness bound, under load, failed the first probe)
+            self._probe_state = ProbeState(last_pong=time.monotonic())
             self._set_phase(Phase.READY)
             log.info(
                 "replica ready",
