@@ -378,6 +378,9 @@ def replicas_of(doc: dict[str, Any] | None, workload: str) -> tuple[set[str], se
     Kubernetes counts no terminating pod against a rollout's budget."""
     for w in (doc or {}).get("workloads", []):
         if w.get("name") == workload:
+            replicas = w.get("replicas", [])
+            if replicas and all(r.get("phase") == "Stopping" for r in replicas):
+                return None  # removed (deleted at the root): every replica drains at once
             ready: set[str] = set()
             not_ready: set[str] = set()
             for r in w.get("replicas", []):
