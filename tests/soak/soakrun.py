@@ -349,6 +349,59 @@ def _restart(target: Target) -> None:
     target.restart()
 
 
+# -- what systemd does for them ---------------------------------------------------------------
+# packaging/systemd/hub.service and edged.service: Restart=always, RestartSec=2s,
+# StartLimitBurst=10 within StartLimitIntervalSec=10min
+RESTART_SEC = 2.0
+START_LIMIT = 10
+START_LIMIT_INTERVAL = 600.0
+
+
+class Supervisor:
+    """Does for the hubs and edged what their shipped units do in the field: one that exits on
+    its own, under no fault of the harness (a hub exits on purpose when its store refuses
+    writes, tests/hub/test_hub_dead_store.py), is started again ``RESTART_SEC`` later; past
+    the start limit it stays down, as systemd leaves it, and says so. Each start is an event
+    (``supervisor``), so the report shows what a field device would have lived through."""
+
+    def __init__(self, fleet: Fleet, rec: Recorder, faults: FaultRunner) -> None:
+        self.fleet = fleet
+        self.rec = rec
+        self.faults = faults
+        self.down_since: dict[str, float] = {}
+        self.starts: dict[str, list[float]] = {}
+        self.gave_up: set[str] = set()
+
+    def check(self) -> None:
+        now = self.rec.now()
+        for name, target in self.fleet.targets.items():
+            if target.kind not in ("hub", "edged") or target.restart is None:
+                continue
+            if name in self.gave_up or name in self.faults._open or target.pid() is not None:
+                self.down_since.pop(name, None)
+                continue
+            if now - self.down_since.setdefault(name, now) < RESTART_SEC:
+                continue
+            recent = [t for t in self.starts.get(name, []) if now - t < START_LIMIT_INTERVAL]
+            if len(recent) >= START_LIMIT:
+                self.gave_up.add(name)
+                self.rec.event(
+                    "supervisor",
+                    f"{name} exited on its own again: {START_LIMIT} starts within "
+                    f"{START_LIMIT_INTERVAL:g}s, left down (systemd's start limit)",
+                    target=name,
+                )
+                continue
+            self.starts[name] = [*recent, now]
+            self.down_since.pop(name, None)
+            self.rec.event(
+                "supervisor",
+                f"{name} exited on its own: started again (Restart=always)",
+                target=name,
+            )
+            target.restart()
+
+
 # -- traffic and sampling ---------------------------------------------------------------------
 def infer_once(data: Path, name: str) -> int:
     body = infer_request_body({"input": [[0.5] * 64]})
@@ -611,6 +664,10 @@ def run(settings: Settings) -> dict[str, Any]:
         )
         threads.append(
             threading.Thread(target=every, args=(0.5, stop, sampler.traffic, rec), daemon=True)
+        )
+        supervisor = Supervisor(fleet, rec, faults)
+        threads.append(
+            threading.Thread(target=every, args=(0.5, stop, supervisor.check, rec), daemon=True)
         )
         lag = Lag(fleet, operator, rec)
         sampler.lags = lag.series

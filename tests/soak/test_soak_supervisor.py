@@ -1,0 +1,75 @@
+"""The soak harness's stand-in for systemd (``soakrun.Supervisor``), on made-up targets and a
+made-up clock: a hub or edged that exits on its own is started again ``RESTART_SEC`` later,
+never one under a fault of the harness, and past the start limit it is left down."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+from typing import Any
+
+from soakfleet import Target
+from soakrun import RESTART_SEC, START_LIMIT, Recorder, Supervisor
+
+
+class Clock(Recorder):
+    def __init__(self) -> None:
+        super().__init__()
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+
+def fleet_of(alive: dict[str, bool], starts: list[str]) -> Any:
+    def target(name: str, kind: str) -> Target:
+        def restart() -> None:
+            starts.append(name)
+
+        return Target(name, kind, lambda: 1 if alive[name] else None, restart)
+
+    kinds = {"root": "hub", "dev-0": "edged", "etcd-0": "etcd"}
+    return SimpleNamespace(targets={n: target(n, k) for n, k in kinds.items()})
+
+
+def test_a_process_that_exits_on_its_own_is_started_again_after_restart_sec() -> None:
+    alive = {"root": True, "dev-0": True, "etcd-0": False}
+    starts: list[str] = []
+    rec = Clock()
+    faults: Any = SimpleNamespace(_open={})
+    sup = Supervisor(fleet_of(alive, starts), rec, faults)
+    sup.check()
+    assert starts == []  # etcd is the harness's to restart, not systemd's
+    alive["root"] = False
+    sup.check()
+    rec.t = RESTART_SEC - 0.1
+    sup.check()
+    assert starts == []
+    rec.t = RESTART_SEC
+    sup.check()
+    assert starts == ["root"]
+    assert any(e["kind"] == "supervisor" and "root" in e["text"] for e in rec.events)
+
+
+def test_a_process_under_a_fault_of_the_harness_is_left_to_the_harness() -> None:
+    alive = {"root": False, "dev-0": False, "etcd-0": True}
+    starts: list[str] = []
+    rec = Clock()
+    faults: Any = SimpleNamespace(_open={"root": {}, "dev-0": {}})
+    sup = Supervisor(fleet_of(alive, starts), rec, faults)
+    for t in range(10):
+        rec.t = float(t)
+        sup.check()
+    assert starts == []
+
+
+def test_past_the_start_limit_it_stays_down_and_says_so() -> None:
+    alive = {"root": False, "dev-0": True, "etcd-0": True}
+    starts: list[str] = []
+    rec = Clock()
+    sup = Supervisor(fleet_of(alive, starts), rec, SimpleNamespace(_open={}))  # type: ignore[arg-type]
+    for i in range(200):
+        rec.t = i * 0.5
+        sup.check()
+    assert starts == ["root"] * START_LIMIT
+    assert "root" in sup.gave_up
+    assert "start limit" in rec.events[-1]["text"]
