@@ -384,6 +384,7 @@ async def _serve(
                 elector,
                 followers=followers,
                 region=ctx.region,
+                writer=ctx.writer,
             )
         )
         if ctx.waves is not None:  # the analysis across regions on a follower too

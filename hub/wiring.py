@@ -172,7 +172,7 @@ async def build_context(data_dir: Path, *, store: Store | None = None) -> HubPar
 
     async def elected() -> None:
         observed.restart(ctx.clock())  # devices' silence counts from this term (staleness)
-        await reload_cache(cache, store, sessions)
+        await reload_cache(cache, store, sessions, writer)
         if waves is not None:
             await waves.load()
         install_roots(cache, roots)

@@ -89,13 +89,24 @@ def replica_identity(listen: str = "") -> str:
     return f"{socket.gethostname()} pid {os.getpid()}{where}"
 
 
-async def reload_cache(cache: Cache, store: Store, sessions: Sessions) -> None:
+async def reload_cache(
+    cache: Cache, store: Store, sessions: Sessions, writer: DeviceWriter | None = None
+) -> None:
     """Replace ``cache``'s contents (in place: every component holds it) with the store's,
-    except the records of devices connected to this replica (its own are newer)."""
+    except the records of devices connected to this replica (its own are newer) and those
+    the cache took from the store after the reload's snapshot of the devices (``writer``
+    knows each record's revision): a device enrolled here, or one :class:`ReplicaDevices`'
+    watch brought, while the reload was reading. The watch tells each change once, so a
+    record dropped by the reload was lost for good: a device enrolled at a replica just
+    restarted was NOT_FOUND there ever after (the soak harness, seed 35, docs/soak.md)."""
     fresh = await Cache.load(store)
     for name, device in cache.devices.items():
         if sessions.get(name) is not None:
             fresh.devices[name] = device
+        elif writer is not None:
+            revision = writer.base_revision(name)
+            if revision is not None and revision > fresh.devices_revision:
+                fresh.devices[name] = device
     for f in dataclasses.fields(Cache):
         # the trust roots are installed from the data directory, not the store; the feed's
         # watchers registered with this cache; the fleet autoscaler's totals are its own, in
@@ -303,8 +314,10 @@ class CacheFollower:
         elector: Elector,
         followers: Sequence[StoreFollower] = (),
         region: str = "",
+        writer: DeviceWriter | None = None,
     ) -> None:
         self.store = store
+        self.writer = writer
         self.cache = cache
         self.sessions = sessions
         self.elector = elector
@@ -327,7 +340,7 @@ class CacheFollower:
 
     async def _follow(self) -> None:
         start = (await self.store.range(IDENTITY_KEY)).revision
-        await reload_cache(self.cache, self.store, self.sessions)
+        await reload_cache(self.cache, self.store, self.sessions, self.writer)
         for follower in self.followers:
             await follower.load()
         unsent = asyncio.ensure_future(self._offer_unsent())

@@ -99,11 +99,15 @@ class Cache:
     agent_releases: dict[str, AgentReleaseRecord] = field(default_factory=dict)
     # told of every key written through (hub.state.feed): the controllers' watches
     feed: ChangeFeed = field(default_factory=ChangeFeed)
+    # the store revision the devices were loaded at (hub.controllers.replicas.reload_cache)
+    devices_revision: int = 0
 
     @classmethod
     async def load(cls, store: Store) -> Cache:
         cache = cls()
-        for kv in (await store.range(storekeys.DEVICES)).kvs:
+        listed = await store.range(storekeys.DEVICES)
+        cache.devices_revision = listed.revision
+        for kv in listed.kvs:
             device = Device.from_json(storekeys.loads(kv.value))
             cache.devices[device.name] = device
         for kv in (await store.range(storekeys.OBJECTS)).kvs:

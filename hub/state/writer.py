@@ -109,6 +109,11 @@ class DeviceWriter:
         if self.conditional:
             self._base[name] = (mod_revision, record)
 
+    def base_revision(self, name: str) -> int | None:
+        """The store revision the cache's copy of ``name`` comes from (None: not known)."""
+        base = self._base.get(name)
+        return base[0] if base is not None else None
+
     def taken(self, name: str, mod_revision: int, record: dict[str, Any]) -> Device:
         """A record another replica wrote, for the cache: as it is, or, when this writer has a
         change of ``name`` not written yet, merged with it (that change is kept); it becomes
