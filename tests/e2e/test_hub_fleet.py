@@ -230,9 +230,14 @@ def test_kill9_edged_during_a_download_resumes_and_the_old_version_serves(
     def partial() -> bool:
         return any(p.stat().st_size > 0 for p in downloads.glob("*.part"))
 
-    wait_for(partial, 60, "the download to start")
-    a.kill9()
+    wait_for(partial, 60, "the download to start", interval=0.01)
+    # frozen at once, then killed: kill9() reads the status socket first, and in those
+    # milliseconds a fast download finished (then nothing is left to resume: a CI rehearsal)
+    assert a.launched is not None
+    a.launched.process.send_signal(signal.SIGSTOP)
     part_size = max(p.stat().st_size for p in downloads.glob("*.part"))
+    a.launched.kill()
+    assert 0 < part_size < big.stat().st_size, (part_size, big.stat().st_size)
     a.start()
     a.wait_ready(60)
     assert a.infer("det", X)[0] == 200  # 1.0.0 serves while 2.0.0 downloads
