@@ -71,6 +71,7 @@ from hub.decide.devices import (
 )
 from hub.decide.placement import tpm_attested
 from hub.decide.status import (
+    bound_termination_times,
     broken_revisions,
     describe_failure,
     new_terminations,
@@ -213,9 +214,11 @@ def _desired_agent(agent: DesiredAgentSpec | None) -> device_pb2.DesiredAgent | 
     )
 
 
-def _agent(a: device_pb2.AgentStatus) -> AgentReport:
-    """The status message's ``agent`` (bounds: ``hub.api.deviceinput``)."""
+def _agent(a: device_pb2.AgentStatus, now: float) -> AgentReport:
+    """The status message's ``agent`` (bounds: ``hub.api.deviceinput``); a change the device
+    dates after ``now`` (its clock ahead, or lying) is dated ``now``."""
     changed = a.changed_at.ToNanoseconds() / 1e9 if a.HasField("changed_at") else None
+    changed = None if changed is None else min(changed, now)
     return AgentReport(
         version=a.version,
         committed_version=a.committed_version,
@@ -641,7 +644,9 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                 if msg.ack.generation > device.generation_acked:
                     self.writer.update(device.with_(generation_acked=msg.ack.generation))
             elif kind == "status":
-                workloads = {w.name: _workload(w) for w in msg.status.workloads}
+                workloads = bound_termination_times(
+                    device.workloads, {w.name: _workload(w) for w in msg.status.workloads}, now
+                )
                 health = _health(msg.status.health) if msg.status.HasField("health") else None
                 changed = device.with_(
                     workloads=workloads,
@@ -653,7 +658,7 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
                         if msg.status.HasField("compliance")
                         else device.compliance
                     ),
-                    agent=_agent(msg.status.agent)
+                    agent=_agent(msg.status.agent, now)
                     if msg.status.HasField("agent")
                     else device.agent,
                 )

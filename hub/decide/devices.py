@@ -209,7 +209,9 @@ def _measures(doc: Mapping[str, Any]) -> dict[str, Any]:
 class Termination:
     """How a replica's worker last ended on a device when edged did not stop it on purpose
     (Kubernetes' ``lastState.terminated``): ``OOMKilled``, ``Error``... with the exit code or
-    the signal, and when (wall-clock seconds of the device; None: not said)."""
+    the signal, and when (wall-clock seconds of the device; None: not said). A device's clock
+    is its own: a time after the hub received it is held at that receipt, the device's own in
+    ``reported_finished_at`` (``hub.decide.status.bound_termination_times``)."""
 
     replica: str
     reason: str
@@ -217,6 +219,15 @@ class Termination:
     exit_code: int = 0
     signal: int = 0
     finished_at: float | None = None
+    reported_finished_at: float | None = None  # the device's time, when the hub bounded it
+
+    def same_end(self, other: Termination) -> bool:
+        """The same end as the device reported it (whatever time the hub gave either)."""
+        return self._as_reported() == other._as_reported()
+
+    def _as_reported(self) -> tuple[object, ...]:
+        at = self.finished_at if self.reported_finished_at is None else self.reported_finished_at
+        return (self.replica, self.reason, self.message, self.exit_code, self.signal, at)
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -226,11 +237,17 @@ class Termination:
             "exitCode": self.exit_code,
             "signal": self.signal,
             "finishedAt": self.finished_at,
+            **(
+                {"reportedFinishedAt": self.reported_finished_at}
+                if self.reported_finished_at is not None
+                else {}
+            ),
         }
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> Termination:
         finished = doc.get("finishedAt")
+        reported = doc.get("reportedFinishedAt")
         return cls(
             str(doc.get("replica", "")),
             str(doc.get("reason", "")),
@@ -238,6 +255,7 @@ class Termination:
             int(doc.get("exitCode", 0)),
             int(doc.get("signal", 0)),
             float(finished) if isinstance(finished, int | float) else None,
+            float(reported) if isinstance(reported, int | float) else None,
         )
 
 

@@ -31,7 +31,7 @@ still reads why it restarted. :func:`new_terminations` gives one event per new t
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from edgefleet.api import ModelDeployment
@@ -380,6 +380,28 @@ def broken_revisions(
         for r in report.revisions:
             if r.phase in BROKEN and (r.model_version, r.sha256, r.phase, r.reason) not in seen:
                 out.append((name, r))
+    return out
+
+
+def bound_termination_times(
+    before: Mapping[str, WorkloadReport], after: Mapping[str, WorkloadReport], now: float
+) -> dict[str, WorkloadReport]:
+    """``after`` (a device's new reports) with each termination it says ended later than
+    ``now`` (the hub's clock when the report came) held at ``now``, the device's time kept as
+    ``reported_finished_at``: a device's clock is its own (stepped, or lying), and its times
+    must not order the fleet's (a deployment's status lists the newest terminations first, a
+    few of them: one in the future would hide the others for good). The same end reported
+    again keeps the time the hub first gave it, so it is not a new termination. Pure."""
+    out = dict(after)
+    for name, report in after.items():
+        ended = report.last_termination
+        if ended is None or ended.finished_at is None or ended.finished_at <= now:
+            continue
+        old = before.get(name)
+        kept = old.last_termination if old is not None else None
+        if kept is None or not kept.same_end(ended):
+            kept = replace(ended, finished_at=now, reported_finished_at=ended.finished_at)
+        out[name] = replace(report, last_termination=kept)
     return out
 
 

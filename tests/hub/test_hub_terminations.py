@@ -34,6 +34,7 @@ from hub.decide.devices import (
 )
 from hub.decide.status import (
     MAX_TERMINATIONS_SHOWN,
+    bound_termination_times,
     deployment_status,
     new_terminations,
     termination_message,
@@ -241,6 +242,72 @@ def test_new_terminations_table(
         return {k: WorkloadReport("1.0.0", last_termination=t) for k, t in ends.items()}
 
     assert new_terminations(reports(before), reports(after)) == new
+
+
+AHEAD = Termination("det-r-0", "Killed", "", 0, 9, NOW + 3 * 3600.0)  # the device's clock ahead
+HELD = Termination("det-r-0", "Killed", "", 0, 9, NOW, reported_finished_at=NOW + 3 * 3600.0)
+AGAIN = Termination("det-r-0", "Killed", "", 0, 9, NOW + 4 * 3600.0)
+
+
+@pytest.mark.parametrize(
+    ("before", "after", "now", "bounded"),
+    [
+        pytest.param({}, {"det": OOM}, NOW, OOM, id="in the past: as the device said"),
+        pytest.param({}, {"det": None}, NOW, None, id="none"),
+        pytest.param({}, {"det": AHEAD}, NOW, HELD, id="in the future: held at its receipt"),
+        pytest.param(
+            {"det": HELD},
+            {"det": AHEAD},
+            NOW + 60,
+            HELD,
+            id="reported again: as given",
+        ),
+        pytest.param(
+            {"det": HELD},
+            {"det": AGAIN},
+            NOW + 60,
+            Termination("det-r-0", "Killed", "", 0, 9, NOW + 60, NOW + 4 * 3600.0),
+            id="a later end, still ahead: a new one at its receipt",
+        ),
+        pytest.param({"det": HELD}, {"det": OOM}, NOW + 60, OOM, id="corrected: as it says"),
+    ],
+)
+def test_a_devices_future_termination_is_bounded_by_the_hubs_clock(
+    before: dict[str, Termination | None],
+    after: dict[str, Termination | None],
+    now: float,
+    bounded: Termination | None,
+) -> None:
+    """A device's clock is its own (stepped ahead, or lying): a termination it dates after the
+    hub received it is dated at that receipt, the device's own time kept beside it; reported
+    again, it stays the same termination (no second event)."""
+
+    def reports(ends: dict[str, Termination | None]) -> dict[str, WorkloadReport]:
+        return {k: WorkloadReport("1.0.0", last_termination=t) for k, t in ends.items()}
+
+    out = bound_termination_times(reports(before), reports(after), now)
+    assert out["det"].last_termination == bounded
+    repeated = bound_termination_times(out, reports(after), now + 3600)
+    assert repeated == out  # the same end: the same record, no new termination
+    assert new_terminations(out, repeated) == []
+    back = Device.from_json(Device("cam-1", workloads=out).to_json())  # the store keeps both
+    assert back.workloads["det"].last_termination == bounded
+
+
+def test_a_device_whose_clock_is_ahead_does_not_hide_the_fleets_terminations() -> None:
+    """Before the bound, one device reporting a termination years ahead held a place among
+    the few newest shown in its deployment's status for good, ahead of every real one."""
+    many = MAX_TERMINATIONS_SHOWN
+    honest = [
+        _device(f"cam-{i:03d}", Termination("det-r-0", "OOMKilled", "", 0, 9, NOW - 60.0 + i))
+        for i in range(many)
+    ]
+    liar = WorkloadReport("1.0.0", last_termination=Termination("r", "Error", "", 1, 0, 4e9))
+    bounded = bound_termination_times({}, {"det": liar}, NOW - 3600.0)
+    devices = [*honest, Device("liar", phase=DevicePhase.READY, workloads=bounded)]
+    status = deployment_status(_dep(), devices, {d.name: ["det"] for d in devices}).to_json()
+    assert "liar" not in status["terminations"]
+    assert status["terminatedDevices"] == many + 1
 
 
 def test_termination_message() -> None:
