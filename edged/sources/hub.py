@@ -74,6 +74,17 @@ if TYPE_CHECKING:
 
 log = get_logger(__name__)
 
+CLOCK_JUDGED = frozenset(
+    {"TufMetadataExpired", "MetadataExpired", "RollbackAllowanceExpired", "RootExpired"}
+)
+"""Refusals judged against this device's own clock, which may be wrong (stepped ahead, not
+synchronised yet): they may pass once it is corrected, or once the hub signs again (the TUF
+timestamp, hourly). The artifact is refused for now (the previous good version serves; its
+revision stays ``Verifying`` with the reason, not ``Refused``, which the hub's rollouts count
+as broken) and the same state is applied again after a backoff, rather than accepted as
+refused for good (a device whose clock was hours ahead refused a new version and never took
+it once NTP stepped the clock back: docs/soak.md, clock jumps)."""
+
 PROGRESS_EVERY_S = 2.0
 """How often a download's progress in ``incoming`` (and so in the device's status) moves:
 status goes to the hub when it changed, and the hub rate-limits status per device."""
@@ -322,9 +333,14 @@ class HubSource:
                     now,
                 )
             except ArtifactError as exc:
+                # judged by this device's clock: not a broken revision (the hub rolls those
+                # back fleet-wide), still verifying until the clock or the hub corrects it
+                on_clock = exc.reason in CLOCK_JUDGED
+                retry = retry or on_clock
                 problems.append(SourceProblem(HUB_SOURCE, name, exc.reason, str(exc)))
                 sha = self.incoming[name].sha256
-                self._mark(name, model.version, sha, RevisionPhase.REFUSED, exc.reason, str(exc))
+                phase = RevisionPhase.VERIFYING if on_clock else RevisionPhase.REFUSED
+                self._mark(name, model.version, sha, phase, exc.reason, str(exc))
                 log.warning(
                     "artifact refused",
                     workload=name,

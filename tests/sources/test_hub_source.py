@@ -8,6 +8,8 @@ FetchArtifact stream).
 from __future__ import annotations
 
 import asyncio
+import hashlib
+import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
 
@@ -15,6 +17,7 @@ import orjson
 import pytest
 
 from edged.hublink.downloading import Downloads
+from edged.reconcile.model import RevisionPhase
 from edged.sources.hub import HubSource
 from edged.trust.admitting import ArtifactGate
 from edgefleet.api import parse_manifest
@@ -540,3 +543,37 @@ def test_a_deployment_requiring_a_tpm_is_not_run_by_a_software_attested_device(
     (data / "identity" / "ak.json").write_text("{}")  # an AK the hub bound at enrollment
     r = apply(source, hub, 2, [tpm], [meta])
     assert r.problems == () and r.workloads["det"].sha256 == sha
+
+
+def test_an_expiry_judged_by_a_clock_ahead_is_retried_and_passes_once_it_is_corrected(
+    tmp_path: Path,
+) -> None:
+    """A device whose clock is ahead (stepped, not synchronised yet) finds new metadata
+    expired: the previous version serves, the revision is Verifying (not Refused, which the
+    hub's rollouts count as broken), the state is not accepted but applied again later; once
+    the clock is corrected it passes. Before the fix the refusal was accepted for good."""
+    hub = Hub(tmp_path)
+    data = tmp_path / "device"
+    clock = [time.time()]
+    gate = ArtifactGate(
+        data, root_file=tmp_path / "root.json", allow_unsigned=False, clock=lambda: clock[0]
+    )
+    source = HubSource(data, ArtifactStore(data / "artifacts"), gate, Downloads(data / "downloads"))
+    meta1, sha1 = hub.model("1.0.0")
+    assert not apply(source, hub, 1, [deployment("1.0.0")], [meta1]).retry
+    path = tmp_path / "det-2.onnx"
+    build_mlp(path, TINY_MLP, seed=2)
+    _, env2 = sign_artifact(path, name="det", version="2.0.0", keys=[tmp_path / "pub.key"],
+                            expires_in_s=3600, out=path.with_suffix(".meta"))  # fmt: skip
+    hub.blobs[hashlib.sha256(path.read_bytes()).hexdigest()] = path.read_bytes()
+    clock[0] = time.time() + 3 * 3600  # the device's clock three hours ahead
+    r = apply(source, hub, 2, [deployment("2.0.0")], [env2.to_bytes()])
+    assert [p.reason for p in r.problems] == ["MetadataExpired"]
+    assert r.retry and source.generation == 1  # not accepted: applied again later
+    assert r.workloads["det"].sha256 == sha1  # 1.0.0 keeps serving
+    revision = source.incoming["det"]
+    assert (revision.phase, revision.reason) == (RevisionPhase.VERIFYING, "MetadataExpired")
+    clock[0] = time.time()  # NTP steps it back
+    r = apply(source, hub, 2, [deployment("2.0.0")], [env2.to_bytes()])
+    assert not r.retry and r.problems == () and source.generation == 2
+    assert r.workloads["det"].sha256 != sha1
