@@ -58,6 +58,8 @@ class Target:
     # a link (kind "link"): cut and healed, no process
     cut: Callable[[], None] | None = None
     heal: Callable[[], None] | None = None
+    # a device's wall clock (kind "clock"): stepped by a fault's offset, corrected by heal
+    jump: Callable[[float], None] | None = None
     stopped: bool = False
     down: bool = False
 
@@ -89,6 +91,8 @@ class Fleet:
     disks: dict[str, Any] = field(default_factory=dict)  # target name -> soakdisks.Disk
     partitions: bool = True  # the last device in a network namespace of its own, cut off
     nets: dict[str, Any] = field(default_factory=dict)  # target name -> soaknet.DeviceNet
+    clock_jumps: bool = True  # every real device's edged and workers on a clock that can jump
+    clocks: dict[str, Any] = field(default_factory=dict)  # target name -> soakclock.DeviceClock
     # fault kinds this run cannot make here, and why (the report says so)
     unsupported: dict[str, str] = field(default_factory=dict)
 
@@ -165,6 +169,8 @@ class Fleet:
             )
             if i == self.real_devices - 1 and self.partitions:
                 self._netns(e, name)
+            if self.clock_jumps:
+                self._clock(e, name)
             self.edged.append(e.start())
         if self.sim_devices:
             self._start_sims()
@@ -203,6 +209,18 @@ class Fleet:
             return
         self.nets[f"{device}-net"] = net
         e.python = net.wrapper
+
+    def _clock(self, e: Edged, device: str) -> None:
+        """``e`` (and the workers it starts, which inherit its environment) on a wall clock
+        the faults step; the hubs and etcd keep the true time."""
+        from soakclock import make
+
+        clock = make(self.directory, device)
+        if isinstance(clock, str):
+            self.unsupported.setdefault("clock", clock)
+            return
+        self.clocks[f"{device}-clock"] = clock
+        e.env = clock.env(e.env)
 
     def _mount(self, target: str, path: Path) -> None:
         from soakdisks import mount
@@ -294,6 +312,9 @@ class Fleet:
             self.targets[name] = Target(name, "net", lambda: None, cut=net.cut, heal=net.heal)
         for name, disk in self.disks.items():
             self.targets[name] = Target(name, "disk", lambda: None, cut=disk.fill, heal=disk.empty)
+        for name, clock in self.clocks.items():
+            self.targets[name] = Target(name, "clock", lambda: None, heal=clock.correct,
+                                        jump=clock.jump)  # fmt: skip
         for i, e in enumerate(self.edged):
             self.targets[f"dev-{i}"] = Target(f"dev-{i}", "edged", _edged_pid(e), e.start)
             self.targets[f"dev-{i}-worker"] = Target(f"dev-{i}-worker", "worker", _worker_pid(e))
@@ -342,6 +363,8 @@ class Fleet:
             disk.unmount()
         for net in self.nets.values():
             net.close()
+        for clock in self.clocks.values():
+            clock.close()
 
 
 class NsHubProcess(HubProcess):

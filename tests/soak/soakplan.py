@@ -8,7 +8,9 @@ its edged: no duration), ``stop`` is SIGSTOP then SIGCONT. At most one fault per
 time, and at most one etcd member out at a time (quorum stays: a region without etcd quorum
 takes no writes, which a run may want too: ``etcd_quorum_faults``). ``cut`` of a link (a
 partition) and ``fill`` of a disk (its filesystem filled to the last byte, then emptied) last up
-to three times longer; each kind of those comes from its own stream of the seed.
+to three times longer; each kind of those comes from its own stream of the seed. ``jump`` of a
+device's wall clock (kind ``clock``) steps it by ``offset`` seconds for ``duration``, then
+corrects it (``_clock_jumps``, soakclock).
 
 Actions (``Action``): the operator's calls, at ``at`` seconds: ``apply`` of a deployment (a new
 version, a canary to the broken version 9.0.0, a scale change) or of a region's PriorityClass,
@@ -23,7 +25,7 @@ import math
 import random
 from dataclasses import dataclass, field
 
-KILL, STOP, CUT, FILL = "kill", "stop", "cut", "fill"
+KILL, STOP, CUT, FILL, JUMP = "kill", "stop", "cut", "fill", "jump"
 ENROLL = "enroll"  # an action: a token created at a replica, a new device enrolled with it
 
 DEPLOYMENTS = ("soak-a", "soak-b", "soak-sim")  # root-owned, applied at the root
@@ -39,6 +41,7 @@ class Fault:
     kind: str  # hub, etcd, edged, worker
     action: str  # kill, stop, cut
     duration: float
+    offset: float = 0.0  # a jump of a device's wall clock: seconds it is stepped by (soakclock)
 
 
 @dataclass(frozen=True)
@@ -84,7 +87,7 @@ def make_plan(
     plan = Plan(seed, duration)
     # processes and links each from their own stream: adding a link leaves a seed's process
     # faults as they were (seed 35's, which found the follower defect, docs/soak.md)
-    processes = {n: k for n, k in targets.items() if k not in ("link", "disk", "net")}
+    processes = {n: k for n, k in targets.items() if k not in ("link", "disk", "net", "clock")}
     links = {n: k for n, k in targets.items() if k == "link"}
     disks = {n: k for n, k in targets.items() if k == "disk"}
     nets = {n: k for n, k in targets.items() if k == "net"}
@@ -98,6 +101,7 @@ def make_plan(
         if group:
             rng = random.Random(f"{stream}-{seed}")
             plan.faults += _faults(rng, group, duration, warmup, gap, max_fault, etcd_quorum_faults)
+    plan.faults += _clock_jumps(seed, targets, duration, warmup, fault_gap, max_fault)
     plan.faults.sort(key=lambda f: (f.at, f.target))
     rng = random.Random(f"actions-{seed}")
     t = warmup / 2
@@ -144,10 +148,10 @@ def _faults(
             break
         target = rng.choice(names)
         kind = targets[target]
-        action = {"worker": KILL, "link": CUT, "net": CUT, "disk": FILL}.get(kind)
+        action = {"worker": KILL, "link": CUT, "net": CUT, "disk": FILL, "clock": JUMP}.get(kind)
         action = action or rng.choice((KILL, STOP))
         # a partition or a full disk lasts longer than a process's fault
-        longest = 3 * max_fault if kind in ("link", "net", "disk") else max_fault
+        longest = 3 * max_fault if kind in ("link", "net", "disk", "clock") else max_fault
         length = 0.0 if kind == "worker" else round(rng.uniform(1.0, longest), 2)
         at = round(t, 2)
         length = min(length, max(0.0, math.floor((duration - at) * 100) / 100))
@@ -159,6 +163,41 @@ def _faults(
         busy[target] = t + length
         faults.append(Fault(at, target, kind, action, length))
     return faults
+
+
+def _clock_jumps(
+    seed: int,
+    targets: dict[str, str],
+    duration: float,
+    warmup: float,
+    gap: float,
+    max_fault: float,
+) -> list[Fault]:
+    """Steps of a device's wall clock (kind ``clock``), held for the fault's duration, then
+    corrected (as NTP steps it back): their own streams of the seed, when (mean gap three
+    times the processes') and by how much, so a seed's other faults stay as they were.
+    Forward or back by 1 to 30 minutes; one forward jump in five of 2 to 6 hours, past the
+    hub's TUF timestamp (it expires an hour after it is signed: the device must refuse new
+    artifacts while its clock is ahead, and take them once it is corrected). Backward jumps
+    stay within the 5 minutes the hub backdates certificates by when the run is young
+    (hub.pki.CLOCK_SKEW) only by chance: a device whose clock is behind its hub's certificate
+    cannot connect, as a real one could not."""
+    clocks = {n: k for n, k in targets.items() if k == "clock"}
+    if not clocks:
+        return []
+    when = random.Random(f"clocks-{seed}")
+    faults = _faults(when, clocks, duration, warmup, 3 * gap, max_fault, False)
+    by = random.Random(f"clock-offsets-{seed}")
+    out = []
+    for f in faults:
+        if by.random() < 0.5:
+            offset = -by.uniform(60, 1800)
+        elif by.random() < 0.2:
+            offset = by.uniform(2 * 3600, 6 * 3600)
+        else:
+            offset = by.uniform(60, 1800)
+        out.append(dataclasses.replace(f, offset=round(offset, 1)))
+    return out
 
 
 def _action(rng: random.Random, t: float) -> Action:

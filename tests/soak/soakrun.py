@@ -294,6 +294,10 @@ class FaultRunner:
             target.cut()
             self._opened(f, None)
             return
+        if target.jump is not None:  # a device's wall clock
+            target.jump(f.offset)
+            self._opened(f, None)
+            return
         pid = target.pid()
         if pid is None:
             self.rec.event("fault", f"skipped {f.action} {f.target}: not running", target=f.target)
@@ -313,8 +317,11 @@ class FaultRunner:
         }
         self.windows.append(window)
         self._open[f.target] = window
+        if f.offset:
+            window["offset"] = f.offset
+        by = f" by {f.offset:+g}s" if f.offset else ""
         self.rec.event(
-            "fault", f"{f.action} {f.target} (pid {pid}) for {f.duration:g}s", target=f.target
+            "fault", f"{f.action} {f.target}{by} (pid {pid}) for {f.duration:g}s", target=f.target
         )
         if f.kind == "worker":  # its edged starts it again
             window["end"] = window["begin"]
@@ -474,9 +481,12 @@ class Sampler:
         # its own view, not connected (or its replica stopped) within that long before
         self.lookback = timers["rescheduleAfter"] + 2 * timers["heartbeatInterval"] + 10.0
 
-    def excused(self, device: str, t: float) -> bool:
-        """A fault on the device (its edged, or a worker of it) ended less than the grace ago."""
+    def excused(self, device: str, t: float, *, serving: bool = False) -> bool:
+        """A fault on the device (its edged, or a worker of it) ended less than the grace ago.
+        ``serving`` (its inference): a jump of its clock excuses nothing (soakclock)."""
         for w in self.faults.windows:
+            if serving and w["kind"] == "clock":
+                continue
             if of_device(w["target"], device):
                 end = w["end"] if w["end"] is not None else math.inf
                 if w["begin"] - 1.0 <= t <= end + DEVICE_GRACE:
@@ -559,7 +569,9 @@ class Sampler:
             end = w["end"] if w["end"] is not None else math.inf
             if end < since or w["begin"] > t:
                 continue
-            if of_device(w["target"], device):
+            # a jump of its clock alone does not silence a device (a connection it cannot make
+            # while its clock is behind is excused below: not connected in its own view)
+            if of_device(w["target"], device) and w["kind"] != "clock":
                 return f"{w['action']} {w['target']} at {w['begin']:.1f}s"
         for at, connected, hub, _ in self.views.get(device, []):
             if not since <= at <= t:
@@ -586,7 +598,7 @@ class Sampler:
                 continue
             figures["errors"] += 1
             figures["times"].append(round(t, 2))
-            if self.excused(device, t):
+            if self.excused(device, t, serving=True):
                 figures["errors_excused"] += 1
             else:
                 figures["unexcused"].append({"t": round(t, 3), "status": status})

@@ -200,3 +200,29 @@ def test_an_offset_file_that_cannot_be_read_refuses_to_start(
     assert out.returncode == 127
     assert "absent.clock cannot be mapped" in out.stderr
     assert "started" not in out.stdout
+
+
+def test_clock_jumps_come_from_their_own_streams_of_the_seed() -> None:
+    """Adding the devices' clocks leaves a seed's other faults as they were; each jump is a
+    step forward or back by 1 to 30 minutes, or forward by 2 to 6 hours, held for a while and
+    over by the end, one at a time per device."""
+    from soakplan import JUMP, make_plan
+
+    targets = {"root": "hub", "etcd-0": "etcd", "dev-0": "edged", "dev-0-worker": "worker",
+               "eu-root-link": "link", "dev-1-net": "net", "dev-0-disk": "disk"}  # fmt: skip
+    clocks = {**targets, "dev-0-clock": "clock", "dev-1-clock": "clock"}
+    jumps = []
+    for seed in range(40):
+        plain, jumped = make_plan(seed, 600, targets), make_plan(seed, 600, clocks)
+        assert [f for f in jumped.faults if f.kind != "clock"] == plain.faults
+        mine = [f for f in jumped.faults if f.kind == "clock"]
+        assert mine == [f for f in make_plan(seed, 600, clocks).faults if f.kind == "clock"]
+        for f in mine:
+            assert f.action == JUMP and f.target in ("dev-0-clock", "dev-1-clock")
+            assert 60 <= abs(f.offset) <= 1800 or 2 * HOUR <= f.offset <= 6 * HOUR, f
+            assert 1.0 <= f.duration and f.at + f.duration <= 600
+            same = [g for g in mine if g.target == f.target and g is not f]
+            assert all(g.at >= f.at + f.duration or g.at + g.duration <= f.at for g in same)
+        jumps += mine
+    assert {f.offset > 0 for f in jumps} == {True, False}
+    assert any(f.offset > 2 * HOUR for f in jumps)  # past the TUF timestamp's hour
