@@ -176,12 +176,11 @@ def _clock_jumps(
     """Steps of a device's wall clock (kind ``clock``), held for the fault's duration, then
     corrected (as NTP steps it back): their own streams of the seed, when (mean gap three
     times the processes') and by how much, so a seed's other faults stay as they were.
-    Forward or back by 1 to 30 minutes; one forward jump in five of 2 to 6 hours, past the
-    hub's TUF timestamp (it expires an hour after it is signed: the device must refuse new
-    artifacts while its clock is ahead, and take them once it is corrected). Backward jumps
-    stay within the 5 minutes the hub backdates certificates by when the run is young
-    (hub.pki.CLOCK_SKEW) only by chance: a device whose clock is behind its hub's certificate
-    cannot connect, as a real one could not."""
+    Forward or back by 1 to 30 minutes; one forward jump in five of 2 to 6 hours (past the
+    hour a TUF timestamp lasts, where a hub serves TUF: new artifacts are refused while the
+    clock is ahead, and taken once it is corrected). A backward jump of more than the age of
+    the hubs' certificates plus the 5 minutes they are backdated (hub.pki.CLOCK_SKEW) leaves
+    the device unable to make a new connection while it lasts, as a real one would be."""
     clocks = {n: k for n, k in targets.items() if k == "clock"}
     if not clocks:
         return []
