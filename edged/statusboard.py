@@ -108,6 +108,7 @@ class StatusBoard:
         self._problems: tuple[SourceProblem, ...] = ()
         self._files: tuple[str, ...] = ()
         self._started = time.time()
+        self._started_monotonic = time.monotonic()  # the uptime: no step of the wall clock
         self._persist_handle: asyncio.TimerHandle | None = None
         self.draining = False
         self.loaded = False
@@ -316,7 +317,7 @@ class StatusBoard:
                 "edgedVersion": __version__,
                 "pid": os.getpid(),
                 "startedAt": self._started,
-                "uptimeSeconds": round(time.time() - self._started, 3),
+                "uptimeSeconds": round(time.monotonic() - self._started_monotonic, 3),
                 "limitsMode": self._limits_mode,
                 "limitsProblem": self._limits_problem,
                 "keepWorkers": self.keep_workers,

@@ -338,7 +338,8 @@ class DriftWatch:
         self._polled: tuple[Finding, ...] = ()  # of the last check
         self._watch: OpenWatch | None = None
         self.open_watch_reason: str | None = "not started yet"  # None: in force
-        self._opened: dict[tuple[int, str], tuple[Finding, float]] = {}  # (pid, blob) -> seen
+        # (pid, blob) -> the finding, when last seen (time.monotonic())
+        self._opened: dict[tuple[int, str], tuple[Finding, float]] = {}
         self._window = (0.0, 0)  # rate bound: (second it began, events read in it)
         self._timers: list[asyncio.TimerHandle] = []  # resume reading; judge the gone
         self._gone: list[tuple[int, str, float]] = []  # (pid, blob, when): judged soon
@@ -417,7 +418,7 @@ class DriftWatch:
         events = list(watch.read(budget))
         self._window = (began, count + len(events))
         self.open_counts["events"] += len(events)
-        self._publish(self._judge_opens(events, time.time()))
+        self._publish(self._judge_opens(events, time.monotonic()))
 
     def _publish(self, new: list[Finding]) -> None:
         """Report findings the open watch made, and remediate them at once."""
@@ -555,8 +556,10 @@ class DriftWatch:
         if self._watch is None and self.open_watch_reason not in ("not started yet", "stopped"):
             self.start_open_watch()  # the store may have appeared, or be a directory again
         at = time.time()
-        keep = self._period()
-        self._opened = {k: v for k, v in self._opened.items() if at - v[1] < keep}
+        # ages on the monotonic clock: a step of the wall clock (NTP, date -s) must neither
+        # keep an open's finding for the length of the step nor drop it early
+        seen_before = time.monotonic() - self._period()
+        self._opened = {k: v for k, v in self._opened.items() if v[1] > seen_before}
         before = self.findings
         self._polled = tuple(findings)
         self._compose()

@@ -10,7 +10,9 @@ import hashlib
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 from asynctesting import async_test, eventually
@@ -137,5 +139,42 @@ async def test_a_failure_in_the_watch_is_reported_and_the_next_check_starts_it_a
             f.message.endswith("(seen by fanotify); only edged's workers may") for f in found
         ] == [True]
         assert watch.open_watch_reason is None  # in force again
+    finally:
+        watch.stop_open_watch()
+
+
+@async_test
+async def test_an_opens_finding_ages_on_the_monotonic_clock_across_a_step_of_the_wall_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """An open's finding is kept for one check period after it was last seen. The device's
+    wall clock stepped back 30 minutes (NTP, ``date -s``; the soak's clock jumps) must not
+    keep it 30 minutes longer: before the fix its age was wall-clock time."""
+    from edged.compliance import drift
+
+    blobs = _store(tmp_path)
+    blob = next(blobs.iterdir())
+    watch = DriftWatch(
+        blobs=blobs,
+        config_path=None,
+        action=lambda: DriftAction.RESTART_WORKLOAD,
+        period=lambda: 0.5,
+        act=lambda plan: None,
+        on_change=lambda: None,
+        started=lambda: [],
+    )
+    watch.start_open_watch()
+    try:
+        opener = await asyncio.create_subprocess_exec(*_stranger(f"head -c1 {blob}"))
+        await opener.wait()
+        await eventually(lambda: len(watch.findings) == 1, 5)
+        stepped = SimpleNamespace(time=lambda: time.time() - 1800, monotonic=time.monotonic)
+        monkeypatch.setattr(drift, "time", stepped)
+
+        async def dropped() -> bool:
+            return await watch.check() == ()
+
+        await eventually(dropped, 10, "the open's finding to age out after its period")
+        assert watch.checked_at is not None and watch.checked_at < time.time() - 1700
     finally:
         watch.stop_open_watch()

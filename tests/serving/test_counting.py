@@ -3,8 +3,11 @@ status board, desired state file and (empty) worker pool; no worker, no socket."
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
+from types import SimpleNamespace
 
+import pytest
 from metricstesting import series_value
 
 from edged.reconcile.model import RevisionPhase, RevisionStatus, WorkloadStatus
@@ -78,3 +81,28 @@ def test_refused_requests_count_against_the_revision_they_would_have_gone_to(
     assert series_value(text, "edged_desired_generation") == desired.generation == 1
     assert series_value(text, "edged_workloads") == 1
     assert 'edged_http_connections{socket="status"} 0' in text
+
+
+def test_uptime_is_not_moved_by_a_step_of_the_wall_clock(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The device's wall clock stepped back 30 minutes (NTP, ``date -s``; the soak's clock
+    jumps): its uptime stays its time since start, never negative (it was wall-clock time)."""
+    from edged import statusboard
+
+    pool = WorkerPool(
+        notify=lambda _: None, on_serving_change=lambda *_: None, on_result=lambda *_: None
+    )
+    board = StatusBoard(
+        tmp_path / "status.json",
+        desired=DesiredState(tmp_path / "desired.json"),
+        pool=pool,
+        limits_mode="cgroup",
+        allow_unsigned=False,
+        manifests_dir=None,
+    )
+    stepped = SimpleNamespace(time=lambda: time.time() - 1800, monotonic=time.monotonic)
+    monkeypatch.setattr(statusboard, "time", stepped)
+    device = board.document()["device"]
+    assert 0 <= device["uptimeSeconds"] < 60
+    assert device["startedAt"] > stepped.time()  # when it started, as its clock read then
