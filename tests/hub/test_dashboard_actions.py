@@ -1,8 +1,9 @@
-"""The dashboard's actions on rollouts (pause, resume, promote, abort, undo) over HTTPS against
-a real hub (hub init, SQLite store, the rollout controller, the admin gRPC API on loopback):
-an admin acts with a POST and the session's CSRF token, through the admin API's own handler,
-and the event names who acted; a GET, a forged POST (no token, a wrong one, another session's,
-from another site), a device certificate, an expired, forged or revoked token never act."""
+"""The dashboard's actions on rollouts (pause, resume, promote, abort, undo, restart) over
+HTTPS against a real hub (hub init, SQLite store, the rollout controller, the admin gRPC API
+on loopback): an admin acts with a POST and the session's CSRF token, through the admin API's
+own handler, and the event names who acted; a GET, a forged POST (no token, a wrong one,
+another session's, from another site), a device certificate, an expired, forged or revoked
+token never act."""
 
 from __future__ import annotations
 
@@ -52,9 +53,9 @@ def _manifest(version: str) -> bytes:
     )
 
 
-async def _deployment(d: DashboardHub) -> None:
+async def _deployment(d: DashboardHub, *, canary: bool = False) -> None:
     """``det`` on two devices: its first revision served by both, its second sent to none
-    yet (they never report it): Progressing."""
+    yet (they never report it): Progressing (``canary``: through :func:`_canary_manifest`)."""
     ctx = d.hub.ctx
     for version in ("1.0.0", "2.0.0"):
         ctx.cache.models[("det", version)] = ModelRecord(
@@ -65,7 +66,8 @@ async def _deployment(d: DashboardHub) -> None:
     await ctx.writer.flush()
     for version, phase in (("1.0.0", RolloutPhase.COMPLETE), ("2.0.0", RolloutPhase.PROGRESSING)):
         async with d.hub.channel() as channel:
-            await d.hub.stub(channel).Apply(admin_pb2.ApplyRequest(documents=[_manifest(version)]))
+            doc = _canary_manifest() if canary and version == "2.0.0" else _manifest(version)
+            await d.hub.stub(channel).Apply(admin_pb2.ApplyRequest(documents=[doc]))
 
         def reached(phase: RolloutPhase = phase) -> bool:
             state = ctx.cache.rollouts.get(NAME)
@@ -196,6 +198,69 @@ async def test_an_admin_pauses_and_resumes_with_a_post_and_the_sessions_csrf_tok
             assert "flash ok" in text and "Undo: det:" in text and "revision 1 (1.0.0)" in text
             assert d.hub.ctx.cache.deployments[NAME].spec.model.version == "1.0.0"
             assert _acted(d)[-1].startswith("rollout undo by admin admin")
+
+
+def _canary_manifest() -> bytes:
+    """det 2.0.0 through a canary: half the devices, a pause until promoted, then all."""
+    doc = orjson.loads(_manifest("2.0.0"))
+    doc["spec"]["rollout"]["canary"] = {"steps": ["50%", {"pause": {}}, "100%"]}
+    return orjson.dumps(doc)
+
+
+@async_test
+async def test_promote_and_restart_act_through_the_admin_api(tmp_path: Path) -> None:
+    """A canary held at its pause is promoted with a POST (the next step starts: the second
+    device is given the revision), and once Complete, restart rolls the same template out
+    again as a new revision; a restart of a rollout in progress is refused with the
+    controller's reason, and each action is an event naming who acted."""
+    paths = await make_hub_dir(tmp_path / "hub")
+    async with DashboardHub(paths, rollouts=True) as d:
+        ctx = d.hub.ctx
+        await _deployment(d, canary=True)
+
+        def rollout() -> tuple[int, RolloutPhase, str]:
+            state = ctx.cache.rollouts[NAME]
+            return state.revision, state.phase, state.reason
+
+        assert rollout()[0] == 2
+        # the canary device serves revision 2: step 1 passes and the pause holds the rest
+        ctx.writer.update(_serving(ctx.cache.devices["shop-0"], "2.0.0"))
+        await ctx.writer.flush()
+        await eventually(
+            lambda: rollout()[1:] == (RolloutPhase.PAUSED, "CanaryPause"),
+            20,
+            "the canary's pause",
+            detail=lambda: repr(ctx.cache.rollouts[NAME]),
+        )
+        page = f"{d.url}/deployments/{NAME}"
+        async with _session(client_tls(paths, d.hub.admin(), tmp_path)) as s:
+            csrf = await _csrf(s, page)
+            async with s.post(f"{page}/actions/restart", data={"csrf": csrf}) as r:
+                text = await r.text()
+            assert "Restart refused:" in text and "restart re-rolls a Complete revision" in text
+            assert not _acted(d)
+            async with s.post(f"{page}/actions/promote", data={"csrf": csrf}) as r:
+                text = await r.text()
+            assert "flash ok" in text and "Promote:" in text, text[-2000:]
+            assert _acted(d)[-1].startswith("rollout promote by admin admin")
+            await eventually(lambda: rollout()[1] is RolloutPhase.PROGRESSING, 20, "past the pause")
+            # the last step: the second device serves it too, and the rollout completes
+            ctx.writer.update(_serving(ctx.cache.devices["shop-1"], "2.0.0"))
+            await ctx.writer.flush()
+            await eventually(
+                lambda: rollout()[:2] == (2, RolloutPhase.COMPLETE),
+                20,
+                "revision 2 Complete",
+                detail=lambda: repr(ctx.cache.rollouts[NAME]),
+            )
+            async with s.post(f"{page}/actions/restart", data={"csrf": csrf}) as r:
+                text = await r.text()
+            assert "flash ok" in text and "Restart:" in text and "restarted" in text, text[-2000:]
+            assert _acted(d)[-1].startswith("rollout restart by admin admin")
+            # the same template rolled out again as a new revision
+            await eventually(lambda: rollout()[0] == 3, 20, "revision 3 (the restart)")
+            assert ctx.cache.deployments[NAME].spec.model.version == "2.0.0"
+            assert ctx.cache.rollouts[NAME].restarted_at
 
 
 @async_test
