@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -318,11 +317,17 @@ def test_lying_devices_speak_only_for_themselves(
     devices["r2"].claim(phase="RolledBack", reason="CrashLoop", upgrade="edged-next",
                         upgrade_revision=1)  # fmt: skip
     shown = wait_for(lambda: (s := status(hub)).get("upToDateDevices") == 1 and s, 30)
-    time.sleep(2.0)  # several of the controller's ticks
-    shown = status(hub)
     assert shown["phase"] == "Progressing" and shown["failedDevices"] == {}, shown
     assert shown["doneDevices"] == 0 and shown["updating"] == ["r0"], shown
     assert [desired_version(devices[n]) for n in ("r1", "r2", "r3")] == ["", "", ""]
+    # the canary commits: the controller's next passes, after both claims were in, move on to
+    # r1 (the claims counted for nothing: a failure counted would have stopped the rollout)
+    devices["r0"].claim(behaviour="good")
+    wait_for(lambda: desired_version(devices["r1"]) == NEW, 30, "r1 sent the release next")
+    shown = status(hub)
+    assert shown["phase"] == "Progressing" and shown["failedDevices"] == {}, shown
+    assert shown["doneDevices"] == 1 and shown["updating"] == ["r1"], shown
+    assert [desired_version(devices[n]) for n in ("r2", "r3")] == ["", ""]
     hub.edgectl("delete", "agentupgrade", "edged-next")
     wait_for(lambda: desired_version(devices["r0"]) == "", 30, "r0 sent no release any more")
 
