@@ -139,6 +139,7 @@ class FederationServicer(federation_pb2_grpc.FederationServiceServicer):
             revision_models,
             cache.trust_roots,
             configs,
+            root_objects=[o.manifest for o in cache.stored.values()] if waves is not None else (),
         )
 
     async def Federate(

@@ -284,13 +284,21 @@ def plan_slice(
     revision_models: Mapping[str, Iterable[tuple[str, str]]],
     trust_roots: Sequence[bytes],
     configs: Mapping[str, str] | None = None,
+    root_objects: Iterable[Mapping[str, Any]] = (),
 ) -> Slice:
     """``region``'s slice of the root's ``objects`` (canonical manifests); a model not pushed
     at the root is left out (the region's deployment then says ModelNotPushed, as the root's).
     ``configs``: by deployment, the ModelConfig (canonical JSON; "": none) of the revision the
     region is sent, where it is not the current one (a rollout in waves: the stable revision's
-    until the region's wave, :meth:`hub.controllers.wave.WaveController.config_for`)."""
+    until the region's wave, :meth:`hub.controllers.wave.WaveController.config_for`).
+    ``root_objects``: the same objects as applied at the root, where ``objects`` are what the
+    region is sent of them: the slice names the versions of the AgentUpgrades in waves as
+    applied, so a region fetches the version its wave waits for even while it is sent an
+    earlier one (bench/agentwaves.py found a second version never fetched by a region done
+    with the first, which is sent that first version until its wave: the wave waited,
+    ReleaseMissing, until its deadline)."""
     objects = tuple(objects)
+    upgrades_applied = tuple(root_objects)
     placed = sorted(
         (o for o in objects if goes_to(o, region)),
         key=lambda o: (str(o["kind"]), str(o["metadata"]["name"])),
@@ -320,7 +328,7 @@ def plan_slice(
         h.update(dumps(r.to_json()))
     for root in trust_roots:
         h.update(hashlib.sha256(root).digest())
-    agent_versions = wanted_versions(objects)
+    agent_versions = wanted_versions([*objects, *upgrades_applied])
     if agent_versions:  # (a slice without any has the digest it had before they travelled)
         h.update(dumps({"agentReleaseVersions": list(agent_versions)}))
     return Slice(tuple(chosen), records, tuple(trust_roots), h.hexdigest(), agent_versions)

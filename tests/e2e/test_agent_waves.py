@@ -380,6 +380,30 @@ def test_a_release_pushed_at_the_root_only_reaches_the_regions_and_the_waves_com
 
 
 @pytest.mark.scenario
+def test_a_second_version_pushed_at_the_root_only_reaches_regions_done_with_the_first(
+    federation: Federation, tmp_path: Path
+) -> None:
+    # each region, done with the first version, is sent it (not the second) until its wave:
+    # its slice must still name the second, or it never fetches it and the wave waits for it
+    # (ReleaseMissing) until its deadline (found by bench/agentwaves.py)
+    hubs, devices = federation
+    root = hubs["root"]
+    first, second = (f"{_MAJOR}.{_MINOR}.{_PATCH + p}" for p in (7, 8))
+    for version in (first, second):
+        push_at_root(root, tmp_path, version)
+    out = apply(root, tmp_path, upgrade_yaml(first))
+    assert out.returncode == 0, out.stdout + out.stderr
+    wait_phase(federation, "Complete", 120, f"{first} Complete", revision=1)
+    assert all(second not in region_versions(hubs[r]) for r in ("eu", "us"))
+    out = apply(root, tmp_path, upgrade_yaml(second))
+    assert out.returncode == 0, out.stdout + out.stderr
+    done = wait_phase(federation, "Complete", 120, f"{second} Complete", revision=2)
+    assert done["released"] == ["eu", "us"], done
+    assert all(d.committed == second for d in devices.values())
+    assert all({first, second} <= region_versions(hubs[r]) for r in ("eu", "us"))
+
+
+@pytest.mark.scenario
 def test_a_release_the_regions_checks_refuse_is_stored_nowhere_and_the_root_says_why(
     federation: Federation, tmp_path: Path
 ) -> None:

@@ -52,6 +52,19 @@ def test_the_slice_names_the_versions_and_its_digest_changes_with_them() -> None
     assert again.agent_versions == ("0.3.0",)
 
 
+def test_a_region_sent_the_previous_version_is_named_the_new_one_too() -> None:
+    # revision 1 (0.3.0) done in eu, 0.4.0 applied: until eu's wave, eu is sent the upgrade at
+    # 0.3.0, yet its wave waits for eu to hold 0.4.0, so the slice must name 0.4.0 (found by
+    # bench/agentwaves.py: the region never fetched it and the wave waited ReleaseMissing)
+    applied = upgrade("a", "0.4.0", [{"regions": ["eu"]}])
+    sent = {**applied, "spec": {**applied["spec"], "version": "0.3.0", "rollout": {}}}
+    got = regionslice.plan_slice("eu", [sent], {}, {}, [], root_objects=[applied])
+    assert got.agent_versions == ("0.4.0",)
+    # what eu was sent alone (no waves left in it) names nothing
+    alone = regionslice.plan_slice("eu", [sent], {}, {}, [])
+    assert alone.agent_versions == () and alone.digest != got.digest
+
+
 def test_due_fetches_one_wanted_version_not_held_outside_its_backoff() -> None:
     wanted = ["0.3.0", "0.2.0", "0.4.0"]
     assert agentrelay.due(wanted, {"0.2.0"}, {}, 100.0) == "0.3.0"
