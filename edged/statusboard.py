@@ -12,6 +12,7 @@ from __future__ import annotations
 import asyncio
 import os
 import socket
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -110,6 +111,10 @@ class StatusBoard:
         self._started = time.time()
         self._started_monotonic = time.monotonic()  # the uptime: no step of the wall clock
         self._persist_handle: asyncio.TimerHandle | None = None
+        self._persisting: asyncio.Future[None] | None = None
+        self._persist_again = False
+        self._write_lock = threading.Lock()
+        self._persist_seq = self._written_seq = 0
         self.draining = False
         self.loaded = False
         self.source_synced = False  # the desired-state source has been read once
@@ -355,13 +360,40 @@ class StatusBoard:
                 loop = asyncio.get_running_loop()
             except RuntimeError:
                 return
-            self._persist_handle = loop.call_later(PERSIST_DELAY_S, self.persist)
+            self._persist_handle = loop.call_later(PERSIST_DELAY_S, self._persist_soon)
+
+    def _persist_soon(self) -> None:
+        """The debounced write, made in a thread: the event loop, which answers inference and
+        health checks, never waits on the disk (a slow or stuck disk held them all while
+        status.json was written). One write at a time; a change meanwhile is written after."""
+        self._persist_handle = None
+        if self._persisting is not None and not self._persisting.done():
+            self._persist_again = True
+            return
+        self._persist_seq += 1
+        write = asyncio.to_thread(self._write, self.document(), self._persist_seq)
+        self._persisting = asyncio.ensure_future(write)
+        self._persisting.add_done_callback(self._persisted)
+
+    def _persisted(self, _task: asyncio.Future[None]) -> None:
+        if self._persist_again:
+            self._persist_again = False
+            self._schedule_persist()
 
     def persist(self) -> None:
+        """The status written now (edged's stop: the last word), after any write in flight."""
         if self._persist_handle is not None:
             self._persist_handle.cancel()
             self._persist_handle = None
-        try:
-            write_json_atomic(self._path, self.document())
-        except OSError as exc:
-            log.error("cannot persist status", path=str(self._path), error=str(exc))
+        self._persist_seq += 1
+        self._write(self.document(), self._persist_seq)
+
+    def _write(self, doc: dict[str, Any], seq: int) -> None:
+        with self._write_lock:  # one writer of the file (its temporary name is per process)
+            if seq <= self._written_seq:  # a later document is on disk already
+                return
+            self._written_seq = seq
+            try:
+                write_json_atomic(self._path, doc)
+            except OSError as exc:
+                log.error("cannot persist status", path=str(self._path), error=str(exc))

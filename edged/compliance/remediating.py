@@ -10,6 +10,7 @@ and none starts (:meth:`Remediator.quarantined_reason`) until an operator remove
 
 from __future__ import annotations
 
+import asyncio
 import os
 import signal
 import time
@@ -24,6 +25,8 @@ from edgefleet.logs import get_logger
 from edgefleet.persisting import read_json, write_json_atomic
 
 log = get_logger(__name__)
+
+REREAD_S = 1.0  # the quarantine file is read again (in a thread) at most this often
 
 
 class Remediator:
@@ -51,29 +54,58 @@ class Remediator:
         self._rotten = rotten
         self._device_changed = device_changed
         self._enqueue_workloads = enqueue_workloads
-        self._was_quarantined = quarantine_path.exists()
+        # the quarantine as last read from disk, read again in a thread at most every
+        # REREAD_S when asked: the event loop (which answers inference, status and health
+        # checks, and builds the status from this) never waits on the disk (a slow or stuck
+        # disk held them all on this read of a file that is not there)
+        self._reason = self._read_reason()
+        self._read_at = time.monotonic()
+        self._reading: asyncio.Task[None] | None = None
 
     def quarantined_reason(self) -> str | None:
         """Why this device is quarantined (drift under ``drift.action: quarantine``), until an
-        operator removes ``D/state/quarantine.json``."""
+        operator removes ``D/state/quarantine.json`` (seen within :data:`REREAD_S` of a call,
+        then every workload looks again)."""
+        if time.monotonic() - self._read_at >= REREAD_S:
+            self._read_again()
+        return self._reason
+
+    def _read_reason(self) -> str | None:
         try:
             doc = read_json(self.quarantine_path)
         except (OSError, ValueError):
             return f"quarantined ({self.quarantine_path} is unreadable)"
         if doc is None:
             return None
-        reason = doc.get("reason", "?")
+        reason = doc.get("reason", "?") if isinstance(doc, dict) else "?"
         return f"quarantined after drift: {reason} (clear: remove {self.quarantine_path})"
+
+    def _read_again(self) -> None:
+        if self._reading is not None and not self._reading.done():
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (edged starting, a tool): read here
+            self._set_reason(self._read_reason())
+            return
+        self._reading = loop.create_task(self._read_in_thread())
+
+    async def _read_in_thread(self) -> None:
+        self._set_reason(await asyncio.to_thread(self._read_reason))
+
+    def _set_reason(self, reason: str | None) -> None:
+        before, self._reason, self._read_at = self._reason, reason, time.monotonic()
+        if before is not None and reason is None:
+            log.info("quarantine cleared")
+            self._enqueue_workloads()
+        if before != reason:
+            self._device_changed()
 
     def drift_changed(self) -> None:
         """The drift watch's view changed: status, and the workloads once the quarantine is
         cleared."""
         self._device_changed()
-        quarantined = self.quarantine_path.exists()
-        if self._was_quarantined and not quarantined:
-            log.info("quarantine cleared")
-            self._enqueue_workloads()
-        self._was_quarantined = quarantined
+        self._read_again()
 
     def remediate(self, plan: Remediation) -> None:
         """Perform what the baselines' drift action asks (``plan_remediation`` decided)."""
@@ -106,10 +138,10 @@ class Remediator:
                 log.info("drift not remediated", pid=pid, reason="the process is gone")
             except OSError as exc:
                 log.error("drift not remediated", pid=pid, error=str(exc))
-        if plan.quarantine and not self.quarantine_path.exists():
+        if plan.quarantine and self._reason is None:
             reason = "; ".join(f.message for f in self._findings()[:4])
             write_json_atomic(self.quarantine_path, {"at": now, "reason": reason})
-            self._was_quarantined = True
+            self._reason, self._read_at = self._read_reason(), time.monotonic()
             log.error("device quarantined", reason=reason)
             for rep in pool.replicas():
                 pool.stop(rep.id)

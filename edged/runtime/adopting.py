@@ -29,7 +29,8 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
@@ -232,10 +233,17 @@ def check_desired(record: WorkerRecord, digests: Mapping[str, frozenset[str]]) -
 
 
 class WorkerRecords:
-    """The records of kept workers in one directory, one file per replica (atomic writes)."""
+    """The records of kept workers in one directory, one file per replica (atomic writes).
+
+    ``write`` and ``remove`` only queue the change: one thread of its own makes them, in the
+    order asked, so that edged's event loop never waits on the disk (a slow or stuck disk held
+    every inference request and health check while a worker's record was written: the soak
+    harness's slow I/O, tests/soak/test_slow_state_dir.py). ``flush`` waits for what is queued;
+    ``load`` and edged's stop flush first."""
 
     def __init__(self, directory: Path) -> None:
         self.directory = directory
+        self._writer: ThreadPoolExecutor | None = None
 
     def path(self, replica_id: str) -> Path:
         if not _NAME.match(replica_id):
@@ -243,17 +251,41 @@ class WorkerRecords:
         return self.directory / f"{replica_id}.json"
 
     def write(self, record: WorkerRecord) -> None:
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        write_atomic(self.path(record.replica_id), orjson.dumps(record.to_json()))
+        path = self.path(record.replica_id)
+        self._queue(self._write, path, orjson.dumps(record.to_json()))
 
     def remove(self, replica_id: str) -> None:
+        self._queue(self._remove, self.path(replica_id))
+
+    def flush(self) -> None:
+        """Every queued write and removal made (blocks: call it in a thread from a loop)."""
+        if self._writer is not None:
+            self._writer.submit(lambda: None).result()
+
+    def _queue(
+        self, fn: Callable[[Path, bytes], None] | Callable[[Path], None], *args: Any
+    ) -> None:
+        if self._writer is None:
+            self._writer = ThreadPoolExecutor(1, thread_name_prefix="worker-records")
+        self._writer.submit(fn, *args)
+
+    def _write(self, path: Path, data: bytes) -> None:
         try:
-            self.path(replica_id).unlink(missing_ok=True)
+            self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+            write_atomic(path, data)
         except OSError as exc:
-            log.warning("worker record not removed", replica=replica_id, error=str(exc))
+            log.error("worker record not written", record=path.name, error=str(exc))
+
+    @staticmethod
+    def _remove(path: Path) -> None:
+        try:
+            path.unlink(missing_ok=True)
+        except OSError as exc:
+            log.warning("worker record not removed", record=path.name, error=str(exc))
 
     def load(self) -> Iterator[WorkerRecord]:
         """Every readable record; one that is not is logged and removed."""
+        self.flush()
         try:
             names = sorted(p.name for p in self.directory.iterdir() if p.suffix == ".json")
         except FileNotFoundError:

@@ -251,6 +251,7 @@ class WorkerPool:
             stopping = [r.stopping_task for r in self._replicas.values() if r.stopping_task]
             if stopping:
                 await asyncio.wait(stopping, timeout=timeout + TERM_TIMEOUT_S + 1)
+            await self.flush_records()  # the next edged adopts from them
             return
         for rep in list(self._replicas.values()):
             if rep.phase is Phase.EXITED:
@@ -260,6 +261,12 @@ class WorkerPool:
             await asyncio.wait(list(self._tasks), timeout=timeout + TERM_TIMEOUT_S + 1)
         for rep in list(self._replicas.values()):
             rep.signal(signal.SIGKILL)
+        await self.flush_records()
+
+    async def flush_records(self) -> None:
+        """Every queued record write and removal made (in a thread: the disk may be slow)."""
+        if self.records is not None:
+            await asyncio.to_thread(self.records.flush)
 
     # -- kept workers (adopting.py) -----------------------------------------------------------
     def write_record(self, rep: Replica) -> None:
