@@ -52,7 +52,7 @@ class Target:
     starts it again after a kill."""
 
     name: str
-    kind: str  # hub, etcd, edged, worker, link (the region's), net (a device's), disk
+    kind: str  # hub, etcd, edged, worker, link (the region's), net (a device's), disk, clock, io
     pid: Callable[[], int | None]
     restart: Callable[[], None] | None = None
     # a link (kind "link"): cut and healed, no process
@@ -60,6 +60,8 @@ class Target:
     heal: Callable[[], None] | None = None
     # a device's wall clock (kind "clock"): stepped by a fault's offset, corrected by heal
     jump: Callable[[float], None] | None = None
+    # a device's disk (kind "io"): slowed by a fault's delay per operation, normal by heal
+    slow: Callable[[float], None] | None = None
     stopped: bool = False
     down: bool = False
 
@@ -93,6 +95,8 @@ class Fleet:
     nets: dict[str, Any] = field(default_factory=dict)  # target name -> soaknet.DeviceNet
     clock_jumps: bool = True  # every real device's edged and workers on a clock that can jump
     clocks: dict[str, Any] = field(default_factory=dict)  # target name -> soakclock.DeviceClock
+    slow_io: bool = True  # dev-1's data directory on a FUSE mount the faults slow down
+    slow_disks: dict[str, Any] = field(default_factory=dict)  # target name -> slowfs.SlowFs
     # fault kinds this run cannot make here, and why (the report says so)
     unsupported: dict[str, str] = field(default_factory=dict)
 
@@ -159,6 +163,8 @@ class Fleet:
             # link and the store the replicas share (docs/soak.md, defects)
             if i == 0 and self.full_disks:
                 self._mount(f"{name}-disk", d / name)
+            if i == 1 and self.slow_io:
+                self._mount_slow(f"{name}-io", d / name)
             out = enroll(self.replicas[i % 2], d / name, name, {"site": SITE})
             assert out.returncode == 0, out.stdout + out.stderr
             e = Edged(
@@ -230,6 +236,18 @@ class Fleet:
             self.unsupported.setdefault("disk", disk)
         else:
             self.disks[target] = disk
+
+    def _mount_slow(self, target: str, path: Path) -> None:
+        """``path`` (a device's data directory, before it is enrolled) on a slow-I/O FUSE
+        mount of a directory beside it (slowfs.py): its state, artifacts and sockets."""
+        from slowfs import mount
+
+        fs = mount(path.with_name(path.name + ".backing"), path,
+                   self.directory / f"{target}.sock", self.directory / f"{target}.log")  # fmt: skip
+        if isinstance(fs, str):
+            self.unsupported.setdefault("io", fs)
+        else:
+            self.slow_disks[target] = fs
 
     def _push_models(self) -> None:
         """One model per deployment, named as it (two deployments of one model on the same
@@ -312,6 +330,9 @@ class Fleet:
             self.targets[name] = Target(name, "net", lambda: None, cut=net.cut, heal=net.heal)
         for name, disk in self.disks.items():
             self.targets[name] = Target(name, "disk", lambda: None, cut=disk.fill, heal=disk.empty)
+        for name, fs in self.slow_disks.items():
+            self.targets[name] = Target(name, "io", lambda: None, heal=fs.normal,
+                                        slow=fs.set_delay)  # fmt: skip
         for name, clock in self.clocks.items():
             self.targets[name] = Target(name, "clock", lambda: None, heal=clock.correct,
                                         jump=clock.jump)  # fmt: skip
@@ -365,6 +386,8 @@ class Fleet:
             net.close()
         for clock in self.clocks.values():
             clock.close()
+        for fs in self.slow_disks.values():  # after every process that used it
+            fs.unmount()
 
 
 class NsHubProcess(HubProcess):

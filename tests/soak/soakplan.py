@@ -7,8 +7,10 @@ seconds: ``kill`` is kill -9 then a start again after ``duration`` (a worker is 
 its edged: no duration), ``stop`` is SIGSTOP then SIGCONT. At most one fault per target at a
 time, and at most one etcd member out at a time (quorum stays: a region without etcd quorum
 takes no writes, which a run may want too: ``etcd_quorum_faults``). ``cut`` of a link (a
-partition) and ``fill`` of a disk (its filesystem filled to the last byte, then emptied) last up
-to three times longer; each kind of those comes from its own stream of the seed. ``jump`` of a
+partition), ``fill`` of a disk (its filesystem filled to the last byte, then emptied) and
+``slow`` I/O on a device's data directory (each operation waits ``delay``, 50 ms to 2 s, then
+normal again; ``size_slow_io``, slowfs) last up to three times longer; each kind of those comes
+from its own stream of the seed. ``jump`` of a
 device's wall clock (kind ``clock``) steps it by ``offset`` seconds for ``duration``, then
 corrects it (``_clock_jumps``, soakclock).
 
@@ -26,6 +28,8 @@ import random
 from dataclasses import dataclass, field
 
 KILL, STOP, CUT, FILL, JUMP = "kill", "stop", "cut", "fill", "jump"
+SLOW = "slow"  # slow I/O on a device's data directory (tests/soak/slowfs.py), ``Fault.delay``
+SLOW_DELAY = (0.05, 2.0)  # seconds per operation, drawn log-uniform
 ENROLL = "enroll"  # an action: a token created at a replica, a new device enrolled with it
 
 DEPLOYMENTS = ("soak-a", "soak-b", "soak-sim")  # root-owned, applied at the root
@@ -42,6 +46,7 @@ class Fault:
     action: str  # kill, stop, cut
     duration: float
     offset: float = 0.0  # a jump of a device's wall clock: seconds it is stepped by (soakclock)
+    delay: float = 0.0  # slow I/O: seconds each operation waits (slowfs)
 
 
 @dataclass(frozen=True)
@@ -87,21 +92,26 @@ def make_plan(
     plan = Plan(seed, duration)
     # processes and links each from their own stream: adding a link leaves a seed's process
     # faults as they were (seed 35's, which found the follower defect, docs/soak.md)
-    processes = {n: k for n, k in targets.items() if k not in ("link", "disk", "net", "clock")}
+    processes = {
+        n: k for n, k in targets.items() if k not in ("link", "disk", "net", "clock", "io")
+    }
     links = {n: k for n, k in targets.items() if k == "link"}
     disks = {n: k for n, k in targets.items() if k == "disk"}
     nets = {n: k for n, k in targets.items() if k == "net"}
+    ios = {n: k for n, k in targets.items() if k == "io"}
     streams = (
         ("faults", processes, fault_gap),
         ("links", links, 2 * fault_gap),
         ("disks", disks, 3 * fault_gap),
         ("nets", nets, 2 * fault_gap),
+        ("ios", ios, 3 * fault_gap),
     )
     for stream, group, gap in streams:
         if group:
             rng = random.Random(f"{stream}-{seed}")
             plan.faults += _faults(rng, group, duration, warmup, gap, max_fault, etcd_quorum_faults)
     plan.faults += _clock_jumps(seed, targets, duration, warmup, fault_gap, max_fault)
+    plan.faults = size_slow_io(plan.faults, seed)
     plan.faults.sort(key=lambda f: (f.at, f.target))
     rng = random.Random(f"actions-{seed}")
     t = warmup / 2
@@ -148,10 +158,11 @@ def _faults(
             break
         target = rng.choice(names)
         kind = targets[target]
-        action = {"worker": KILL, "link": CUT, "net": CUT, "disk": FILL, "clock": JUMP}.get(kind)
+        action = {"worker": KILL, "link": CUT, "net": CUT, "disk": FILL, "clock": JUMP,
+                  "io": SLOW}.get(kind)  # fmt: skip
         action = action or rng.choice((KILL, STOP))
-        # a partition or a full disk lasts longer than a process's fault
-        longest = 3 * max_fault if kind in ("link", "net", "disk", "clock") else max_fault
+        # a partition, a full or slow disk, a clock jump last longer than a process's fault
+        longest = 3 * max_fault if kind in ("link", "net", "disk", "clock", "io") else max_fault
         length = 0.0 if kind == "worker" else round(rng.uniform(1.0, longest), 2)
         at = round(t, 2)
         length = min(length, max(0.0, math.floor((duration - at) * 100) / 100))
@@ -163,6 +174,21 @@ def _faults(
         busy[target] = t + length
         faults.append(Fault(at, target, kind, action, length))
     return faults
+
+
+def size_slow_io(faults: list[Fault], seed: int) -> list[Fault]:
+    """Each slow-I/O fault's delay per operation, log-uniform over :data:`SLOW_DELAY`, from a
+    stream of the seed of its own (the faults' times and lengths stay their stream's)."""
+    rng = random.Random(f"io-delay-{seed}")
+    low, high = SLOW_DELAY
+    out = []
+    for f in faults:
+        if f.action != SLOW:
+            out.append(f)
+            continue
+        delay = math.exp(rng.uniform(math.log(low), math.log(high)))
+        out.append(dataclasses.replace(f, delay=round(delay, 3)))
+    return out
 
 
 def _clock_jumps(

@@ -298,6 +298,10 @@ class FaultRunner:
             target.jump(f.offset)
             self._opened(f, None)
             return
+        if target.slow is not None:  # a device's disk
+            target.slow(f.delay)
+            self._opened(f, None)
+            return
         pid = target.pid()
         if pid is None:
             self.rec.event("fault", f"skipped {f.action} {f.target}: not running", target=f.target)
@@ -320,6 +324,9 @@ class FaultRunner:
         if f.offset:
             window["offset"] = f.offset
         by = f" by {f.offset:+g}s" if f.offset else ""
+        if f.delay:  # slow I/O: seconds per operation
+            window["delay"] = f.delay
+            by = f", {f.delay:g}s per operation"
         self.rec.event(
             "fault", f"{f.action} {f.target}{by} (pid {pid}) for {f.duration:g}s", target=f.target
         )

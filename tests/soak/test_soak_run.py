@@ -5,11 +5,12 @@ same with ``python -m tests.soak.run --duration 3600``."""
 
 from __future__ import annotations
 
+import itertools
 import os
 from pathlib import Path
 
 import pytest
-from soakplan import make_plan
+from soakplan import SLOW, SLOW_DELAY, make_plan
 from soakrun import Settings, run
 
 CI_SEED = 35
@@ -43,6 +44,23 @@ def test_the_plan_is_the_seeds() -> None:
     assert {a.op for a in a.actions} == {"apply", "delete", "read"}
 
 
+def test_slow_io_is_a_stream_of_its_own() -> None:
+    """A device's slow disk adds its faults and leaves the seed's others as they were; each
+    slows every operation by 50 ms to 2 s for a window, then the disk is normal."""
+    targets = {"root": "hub", "etcd-0": "etcd", "dev-1": "edged", "dev-1-net": "net",
+               "eu-root-link": "link", "root-disk": "disk", "dev-1-clock": "clock"}  # fmt: skip
+    before = make_plan(CI_SEED, 600, targets)
+    after = make_plan(CI_SEED, 600, {**targets, "dev-1-io": "io"})
+    slow = [f for f in after.faults if f.target == "dev-1-io"]
+    assert [f for f in after.faults if f not in slow] == before.faults
+    assert slow and all(f.action == SLOW and f.kind == "io" for f in slow)
+    assert all(SLOW_DELAY[0] <= f.delay <= SLOW_DELAY[1] and f.duration > 0 for f in slow)
+    assert all(f.delay == 0 for f in before.faults)
+    assert len({f.delay for f in slow}) > 1
+    for f, g in itertools.pairwise(slow):  # one window at a time
+        assert f.at + f.duration <= g.at
+
+
 @pytest.mark.scenario
 @pytest.mark.timeout(480)
 def test_a_short_soak_run_keeps_every_invariant(tmp_path: Path) -> None:
@@ -64,4 +82,4 @@ def test_a_short_soak_run_keeps_every_invariant(tmp_path: Path) -> None:
     if os.geteuid() == 0:  # CI: namespaces and mounts can be made, so every kind ran
         assert not result["faults"]["not_run_here"], report
         kinds = {k.split(":")[0] for k in result["faults"]["by_kind"]}
-        assert {"net", "disk", "clock"} <= kinds, report
+        assert {"net", "disk", "clock", "io"} <= kinds, report
