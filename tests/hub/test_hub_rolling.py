@@ -213,7 +213,7 @@ def test_devices_down_on_a_broken_revision_are_given_the_fix_beyond_the_budget()
     its progress deadline. Switching a device that serves nothing costs no availability; a
     device that serves still waits for the budget."""
     dep, m = rolling(maxSurge=0, maxUnavailable=1)
-    devices = [DeviceView("a", serving=False), DeviceView("b", serving=False), on_stable("c")]
+    devices = [DeviceView("a", down=True), DeviceView("b", down=True), on_stable("c")]
     step = plan_rollout(dep, m, REVS, STARTED, devices, T)
     assert step.state is not None and step.state.updated == frozenset({"a", "b"})
     assert step.progress is not None
@@ -221,6 +221,41 @@ def test_devices_down_on_a_broken_revision_are_given_the_fix_beyond_the_budget()
     # c serves: it waits until the budget has room (a and b ready)
     again = plan_rollout(dep, m, REVS, step.state, devices, T + 1)
     assert again.state is None or again.state.updated == frozenset({"a", "b"})
+
+
+def test_devices_still_starting_the_previous_revision_wait_for_the_budget() -> None:
+    """Found by the soak harness (seed 35, 1 CI run in 2): soak-a created at 1.0.0, then applied
+    at 1.1.0 two seconds later, before either device had reported 1.0.0 serving. Both were
+    given 1.1.0 at once as if they served nothing for good, and a moment later both served
+    1.0.0 and switched together: two devices switching, budget 1. A device that serves nothing
+    yet (starting, or no report) waits for room like one that serves."""
+    dep, m = rolling(maxSurge=0, maxUnavailable=1)
+    devices = [DeviceView("a"), DeviceView("b")]  # not serving, not down: starting
+    step = plan_rollout(dep, m, REVS, STARTED, devices, T)
+    assert step.state is None or not step.state.updated
+    # b still starting uses the budget: nothing moves; once both serve, one device at a time
+    step = plan_rollout(dep, m, REVS, STARTED, [on_stable("a"), DeviceView("b")], T + 1)
+    assert step.state is None or not step.state.updated
+    step = plan_rollout(dep, m, REVS, STARTED, [on_stable("a"), on_stable("b")], T + 2)
+    assert step.state is not None and step.state.updated == frozenset({"a"})
+
+
+def test_down_is_every_reported_revision_failed_or_refused() -> None:
+    """``view_device``: a device is down only by its own report (pure)."""
+
+    def view(*phases: RevisionPhase) -> DeviceView:
+        revisions = tuple(
+            RevisionReport("1.0.0", "s1", p, 1 if p is RevisionPhase.READY else 0) for p in phases
+        )
+        report = WorkloadReport("1.0.0", desired_replicas=1, revisions=revisions)
+        return view_device(Device("x", workloads={"det": report}), "det", "2.0.0", "s2")
+
+    assert view(RevisionPhase.FAILED).down
+    assert view(RevisionPhase.REFUSED, RevisionPhase.FAILED).down
+    assert not view(RevisionPhase.LOADING).down
+    assert not view(RevisionPhase.PENDING, RevisionPhase.FAILED).down
+    assert not view(RevisionPhase.READY).down and view(RevisionPhase.READY).serving
+    assert not view().down
 
 
 def test_a_failure_or_refusal_on_an_updated_device_rolls_everything_back() -> None:
