@@ -351,7 +351,7 @@ class Daemon:
                 self.hub_source,
                 config=config,
                 config_path=config_path,
-                on_accepted=self.acceptor.accept,
+                on_accepted=self.acceptor.accept_in_thread,
                 syncing=self.collector.syncing,
                 report=ReportGatherer(
                     device=discovery.status if discovery is not None else dict,
@@ -390,10 +390,13 @@ class Daemon:
         the pool's tasks (its shutdown waits for them)."""
         self.pool.track(asyncio.ensure_future(self.blobs.check(workload, sha256)))
 
-    def _on_static_read(self, result: SyncResult) -> None:
+    async def _on_static_read(self, result: SyncResult) -> None:
         self.board.set_source(result.problems, result.files)
+        await self.acceptor.static_read_in_thread(
+            result.workloads, result.policies, result.baselines
+        )
+        # synced once what it read is accepted: edged is not ready before its workloads are
         self.board.source_synced = True
-        self.acceptor.static_read(result.workloads, result.policies, result.baselines)
 
     def _on_accepted(self, merged: MergedState, changed: set[WorkloadName]) -> None:
         """A merge of the sources was accepted: health policies, baselines, routes, changed

@@ -10,7 +10,7 @@ what ``edgectl logs`` reads: edged's own recent records and its workers' stderr
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Awaitable, Callable, Iterable
 from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -72,7 +72,7 @@ def hub_link(
     *,
     config: EdgedConfig,
     config_path: Path | None,
-    on_accepted: Callable[[], None],
+    on_accepted: Callable[[], Awaitable[None]],
     syncing: Callable[[], AbstractContextManager[None]],
     report: Callable[[], DeviceReport],
     trust_root_path: Path,

@@ -131,7 +131,7 @@ class HubLink:
         files: LinkFiles,
         *,
         source: HubSource,
-        on_accepted: Callable[[], None],
+        on_accepted: Callable[[], Awaitable[None]],
         syncing: Callable[[], AbstractContextManager[None]],
         report: Callable[[], DeviceReport],
         answer_challenge: Callable[[bytes], Awaitable[bytes]] | None = None,
@@ -220,7 +220,7 @@ class HubLink:
                 ],
             )
         if not result.stale and not result.retry:
-            self._on_accepted()
+            await self._on_accepted()
         return result.retry
 
     # -- the component -------------------------------------------------------------------

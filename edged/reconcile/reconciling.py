@@ -154,7 +154,7 @@ class StaticSourceReconciler:
         *,
         current: Callable[[], Mapping[WorkloadName, DesiredWorkload]],
         syncing: Callable[[], AbstractContextManager[None]],
-        accept: Callable[[SyncResult], None],
+        accept: Callable[[SyncResult], Awaitable[None]],
     ) -> None:
         self._source = source
         self._current = current
@@ -165,7 +165,7 @@ class StaticSourceReconciler:
         current = dict(self._current())
         with self._syncing():
             result = await asyncio.to_thread(self._source.sync, current)
-        self._accept(result)
+        await self._accept(result)
         if result.retryable:
             raise TemporaryError("some manifests refer to model files that cannot be read yet")
         return Result()

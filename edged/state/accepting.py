@@ -9,6 +9,7 @@ act on it (health policies, routes, the workload keys that changed).
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import Callable, Mapping, Sequence
 
 from edged.state.desired import DesiredState
@@ -38,6 +39,7 @@ class Acceptor:
         self._hub = hub
         self._on_accepted = on_accepted
         self._conflicts: tuple[NameConflict, ...] = ()
+        self._lock = asyncio.Lock()
 
     def static_read(
         self,
@@ -49,8 +51,31 @@ class Acceptor:
         self._static = SourceState(dict(workloads), tuple(policies), tuple(baselines))
         self.accept()
 
+    async def static_read_in_thread(
+        self,
+        workloads: Mapping[WorkloadName, DesiredWorkload],
+        policies: Sequence[DeviceHealthPolicy],
+        baselines: Sequence[SecurityBaseline] = (),
+    ) -> None:
+        """:meth:`static_read`, accepted with :meth:`accept_in_thread`."""
+        self._static = SourceState(dict(workloads), tuple(policies), tuple(baselines))
+        await self.accept_in_thread()
+
     def accept(self) -> None:
-        """Merge the sources, persist the result, and hand it on."""
+        """Merge the sources, persist the result, and hand it on (edged starting: before the
+        event loop serves anything)."""
+        merged = self._merge()
+        self._accepted(merged, self._desired.replace(merged.workloads))
+
+    async def accept_in_thread(self) -> None:
+        """:meth:`accept`, the desired state written in a thread (the event loop, which answers
+        inference and health checks, never waits on the disk), one acceptance at a time; the
+        merge is made when this one's turn comes, so it holds the sources' latest."""
+        async with self._lock:
+            merged = self._merge()
+            self._accepted(merged, await self._desired.replace_in_thread(merged.workloads))
+
+    def _merge(self) -> MergedState:
         merged = merge_sources(
             self._static, self._hub() if self._hub is not None else None, self._desired.workloads
         )
@@ -63,7 +88,9 @@ class Acceptor:
                     dropped=c.dropped,
                 )
         self._conflicts = merged.conflicts
-        changed = self._desired.replace(merged.workloads)
+        return merged
+
+    def _accepted(self, merged: MergedState, changed: set[WorkloadName]) -> None:
         if changed:
             log.info(
                 "desired state accepted",

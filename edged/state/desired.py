@@ -7,6 +7,7 @@ manifest or talks to a hub. Each change bumps ``generation``.
 
 from __future__ import annotations
 
+import asyncio
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -72,22 +73,39 @@ class DesiredState:
 
     def replace(self, workloads: dict[WorkloadName, DesiredWorkload]) -> set[WorkloadName]:
         """Accept a new desired state; persist it first; return the names that changed."""
-        changed = {
+        changed = self._changed(workloads)
+        if changed:
+            write_json_atomic(self._path, self._document(workloads))
+            self._take(workloads)
+        return changed
+
+    async def replace_in_thread(
+        self, workloads: dict[WorkloadName, DesiredWorkload]
+    ) -> set[WorkloadName]:
+        """:meth:`replace`, the file written in a thread: the event loop, which answers
+        inference and health checks, never waits on the disk (a slow disk held it for the
+        write's five operations). The state in memory changes once the file is written;
+        callers make one replace at a time (the Acceptor's lock)."""
+        changed = self._changed(workloads)
+        if changed:
+            await asyncio.to_thread(write_json_atomic, self._path, self._document(workloads))
+            self._take(workloads)
+        return changed
+
+    def _changed(self, workloads: dict[WorkloadName, DesiredWorkload]) -> set[WorkloadName]:
+        return {
             n
             for n in set(workloads) | set(self.workloads)
             if workloads.get(n) != self.workloads.get(n)
         }
-        if not changed:
-            return set()
-        generation = self.generation + 1
-        write_json_atomic(
-            self._path,
-            {
-                "format": formats.write_format(NAME),
-                "generation": generation,
-                "workloads": [_encode(workloads[n]) for n in sorted(workloads)],
-            },
-        )
-        self.generation = generation
+
+    def _document(self, workloads: dict[WorkloadName, DesiredWorkload]) -> dict[str, Any]:
+        return {
+            "format": formats.write_format(NAME),
+            "generation": self.generation + 1,
+            "workloads": [_encode(workloads[n]) for n in sorted(workloads)],
+        }
+
+    def _take(self, workloads: dict[WorkloadName, DesiredWorkload]) -> None:
+        self.generation += 1
         self.workloads = dict(workloads)
-        return changed

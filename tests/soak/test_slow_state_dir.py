@@ -90,6 +90,34 @@ def test_a_write_stuck_in_the_disk_does_not_stop_serving(
     assert _infer(edged) == 200
 
 
+def test_a_new_desired_state_stuck_in_the_disk_does_not_stop_serving(
+    edged: Edged, slow_dir: SlowFs, manifests: Path
+) -> None:
+    """A manifest changed (``mlp`` at two replicas): edged writes its new desired state before
+    it acts on it, and the disk holds the write. The running replica goes on answering, and
+    edged's status socket with it; once the disk is normal the second replica starts."""
+    assert _infer(edged) == 200
+    slow_dir.hold()
+    write_manifest(manifests, name="mlp", replicas=2)
+
+    def desired_held() -> bool:
+        return any("desired.json" in op for op in slow_dir.stats()["waiting_on"])
+
+    wait_for(desired_held, 30, "edged to write its desired state into the held disk")
+    for _ in range(5):
+        assert _infer(edged) == 200
+    assert edged.status()["generation"] == 1  # not accepted before it is on disk
+    assert desired_held()
+    slow_dir.normal()
+
+    def two_ready() -> bool:
+        reps = edged.workload("mlp")["replicas"]
+        return len(reps) == 2 and all(r["ready"] for r in reps)
+
+    wait_for(two_ready, 60, "the second replica once the disk is normal")
+    assert edged.status()["generation"] == 2
+
+
 def _ready(e: Edged, name: str, not_pid: int | None = None) -> bool:
     w = {w["name"]: w for w in e.status()["workloads"]}.get(name)
     reps = (w or {}).get("replicas") or []
