@@ -18,6 +18,7 @@ from edgefleet.v1 import federation_pb2
 from hub.state import storekeys
 from hub.state.regions import REGIONS, Regions, RegionsFollower, RegionState, region_key
 from hub.state.sharedreports import (
+    HEARTBEATS_S,
     REFRESH_S,
     STALE_S,
     Link,
@@ -28,6 +29,7 @@ from hub.state.sharedreports import (
     due,
     link_alive,
     link_key,
+    material_digest,
     report_key,
 )
 
@@ -44,23 +46,60 @@ def report(ready: int, generation: int = 7) -> federation_pb2.RegionReport:
 
 
 @pytest.mark.parametrize(
-    ("pending", "last_report", "last_link", "now", "expected"),
+    ("pending", "material", "last_report", "last_link", "now", "expected"),
     [
-        (True, None, 100.0, 100.0, Write.REPORT),  # the first report: at once
-        (True, 100.0, 100.0, 100.5, Write.NOTHING),  # coalesced: within a second of the last
-        (True, 100.0, 100.0, 101.0, Write.REPORT),  # a second later: the newest report
-        (False, 100.0, 100.0, 105.0, Write.NOTHING),  # nothing new, link fresh
-        (False, 100.0, 100.0, 100.0 + REFRESH_S, Write.LINK),  # the link refreshed
-        (True, 100.0, 90.0, 100.2, Write.LINK),  # link due, report not: link alone
+        (True, True, None, 100.0, 100.0, Write.REPORT),  # the first report: at once
+        (True, False, None, 100.0, 100.0, Write.REPORT),  # ... whatever it holds
+        (True, True, 100.0, 100.0, 100.5, Write.NOTHING),  # coalesced: within a second
+        (True, True, 100.0, 100.0, 101.0, Write.REPORT),  # a second later: the newest report
+        # only heartbeats changed: not before HEARTBEATS_S (the link is refreshed meanwhile)
+        (True, False, 100.0, 100.0, 101.0, Write.NOTHING),
+        (True, False, 100.0, 100.0, 100.0 + REFRESH_S, Write.LINK),
+        (True, False, 100.0, 100.0 + REFRESH_S, 100.0 + HEARTBEATS_S, Write.REPORT),
+        (True, False, 100.0, 100.0, 99.0, Write.REPORT),  # the clock went back: write it
+        (False, True, 100.0, 100.0, 105.0, Write.NOTHING),  # nothing new, link fresh
+        (False, True, 100.0, 100.0, 100.0 + REFRESH_S, Write.LINK),  # the link refreshed
+        (True, True, 100.0, 90.0, 100.2, Write.LINK),  # link due, report not: link alone
     ],
 )
 def test_what_an_open_stream_writes(
-    pending: bool, last_report: float | None, last_link: float, now: float, expected: Write
+    pending: bool,
+    material: bool,
+    last_report: float | None,
+    last_link: float,
+    now: float,
+    expected: Write,
 ) -> None:
     got = due(
-        report_pending=pending, last_report_write=last_report, last_link_write=last_link, now=now
+        report_pending=pending,
+        last_report_write=last_report,
+        last_link_write=last_link,
+        now=now,
+        material=material,
     )
     assert got is expected
+
+
+def with_devices(ready: int, heartbeats: list[float]) -> federation_pb2.RegionReport:
+    out = report(ready)
+    out.inventory.total = len(heartbeats)
+    for i, at in enumerate(heartbeats):
+        out.inventory.devices.add(name=f"d{i}", phase="Ready", last_heartbeat=at)
+    return out
+
+
+def test_a_reports_material_digest_leaves_out_heartbeats_only() -> None:
+    base = material_digest(with_devices(1, [10.0, 20.0]))
+    assert material_digest(with_devices(1, [11.0, 25.0])) == base
+    assert material_digest(with_devices(1, [0.0, 0.0])) == base  # never heard from
+    assert material_digest(with_devices(2, [10.0, 20.0])) != base  # a figure changed
+    assert material_digest(with_devices(1, [10.0])) != base  # a device went
+    renamed = with_devices(1, [10.0, 20.0])
+    renamed.inventory.devices[1].phase = "NotReady"
+    assert material_digest(renamed) != base
+    kept = with_devices(1, [10.0, 20.0])
+    material_digest(kept)
+    assert kept.inventory.devices[0].last_heartbeat == 10.0  # the report itself unchanged
 
 
 def _link(connected: bool = True, seen_at: float = 1000.0) -> Link:
@@ -255,5 +294,40 @@ async def test_a_report_written_by_one_replica_reaches_another_and_a_restart(
         again.take(kv.key, kv)  # type: ignore[union-attr]
         assert "eu" not in again.regions
         assert report_key("eu").startswith("/regionreports/") and REGIONS == "/regions/"
+    finally:
+        await store.close()
+
+
+@async_test
+async def test_heartbeats_alone_are_written_at_most_every_heartbeats_s(
+    make_store: MakeStore,
+) -> None:
+    """A region's report that changed in its devices' heartbeats only is written once every
+    HEARTBEATS_S, a figure that changed a second after the last write; the one not written
+    yet goes with the stream's end (a thousand devices' report, changed by some heartbeat
+    every time, filled a root's disk with the store's history: seed 62's 1-hour run)."""
+    store = await make_store()
+    try:
+        await _enroll(store)
+        hb = ReportPublisher(store, "eu", "replica r3")
+        t = 1000.0
+        await hb.open(t)
+        hb.received(with_devices(4, [t]), t)
+        await hb.publish(t)
+        for i in range(1, 30):
+            hb.received(with_devices(4, [t + i]), t + i)
+            await hb.publish(t + i)
+        assert hb.writes == 1  # 29 s of heartbeats: nothing more
+        hb.received(with_devices(4, [t + 30]), t + 30)
+        await hb.publish(t + HEARTBEATS_S)
+        assert hb.writes == 2
+        hb.received(with_devices(5, [t + 31]), t + 31)  # a figure changed: a second later
+        await hb.publish(t + HEARTBEATS_S + 1)
+        assert hb.writes == 3
+        hb.received(with_devices(5, [t + 32]), t + 32)
+        await hb.close(t + 33)  # the report not written yet goes with the stream's end
+        kv = await store.get(report_key("eu"))
+        assert kv is not None
+        assert StoredReport.from_json(storekeys.loads(kv.value)).report == with_devices(5, [t + 32])
     finally:
         await store.close()
