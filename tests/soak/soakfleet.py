@@ -20,11 +20,11 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psutil
 from etcdtesting import EtcdServer, start_cluster
-from fleet import SIGNED_DEVICE_CONFIG, HubProcess, TcpProxy, enroll, set_device_timers
+from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll, set_device_timers
 from harness import Edged, wait_for
 from hubreplicatesting import NAMESPACE, leader_port
 from rollouttesting import build_unloadable
@@ -32,6 +32,9 @@ from soakplan import BROKEN, DEPLOYMENTS, VERSIONS
 
 from edgefleet.demo import TINY_MLP, build_mlp
 from edgefleet.launching import free_port_pair
+
+if TYPE_CHECKING:
+    from soaknet import RootLink
 
 SITE = "a"  # the real devices' label
 SIM_SITE = "sim"  # the simulated devices'
@@ -86,7 +89,7 @@ class Fleet:
     replicas: list[HubProcess] = field(default_factory=list)
     edged: list[Edged] = field(default_factory=list)
     sim_process: Any = None
-    root_link: TcpProxy | None = None  # the region's link to its root goes through it
+    root_link: RootLink | None = None  # the region's link to its root (a veth the faults cut)
     targets: dict[str, Target] = field(default_factory=dict)
     started_at: float = 0.0
     full_disks: bool = True  # the root's and dev-0's state on a small tmpfs the faults fill
@@ -107,7 +110,10 @@ class Fleet:
         d.mkdir(parents=True, exist_ok=True)
         if self.full_disks:
             self._mount("root-disk", d / "root")
-        self.root = HubProcess(d / "root", d / "root.log").init("--region", "root").start()
+        root = HubProcess(d / "root", d / "root.log")
+        self._root_link(root.port)  # the root's certificate names the address it shows
+        sans = ["--san", self.root_link.ip] if self.root_link is not None else []
+        self.root = root.init("--region", "root", *sans).start()
         self.etcd = start_cluster(d / "etcd", 3)
         endpoints = ",".join(m.endpoint for m in self.etcd)
         p0 = free_port_pair()
@@ -130,12 +136,11 @@ class Fleet:
             "--replica-address",
             f"127.0.0.1:{p1}",
         )
-        # the region reaches its root through a proxy the faults cut (a partition)
-        self.root_link = TcpProxy(("127.0.0.1", self.root.port))
-        parent = r0.data / "parent.json"
-        doc = json.loads(parent.read_text())
-        doc["parent"] = self.root_link.address
-        parent.write_text(json.dumps(doc))
+        if self.root_link is not None:  # the region dials its root across the link's veth
+            parent = r0.data / "parent.json"
+            doc = json.loads(parent.read_text())
+            doc["parent"] = self.root_link.address
+            parent.write_text(json.dumps(doc))
         config = r0.data / "hub.toml"
         config.write_text(
             config.read_text().replace('leaderLease = "10s"', f'leaderLease = "{LEADER_LEASE}"')
@@ -183,17 +188,30 @@ class Fleet:
         self._targets()
         return self
 
+    def _root_link(self, root_port: int) -> None:
+        """The region's link to its root, a veth into a namespace of its own (soaknet.RootLink),
+        when namespaces can be made here; else the region dials the root's loopback, uncut."""
+        from soaknet import make_root_link
+
+        link = make_root_link(f"soak{os.getpid()}-eu-root-link", root_port)
+        if isinstance(link, str):
+            self.unsupported.setdefault("link", link)
+            return
+        self.root_link = link
+
     def _replica_netns(self, hub: NsHubProcess, others: list[int]) -> None:
         from soaknet import make_replica
 
-        assert self.root_link is not None
+        assert self.root is not None
         ports = [int(m.endpoint.rsplit(":", 1)[1]) for m in self.etcd]
+        link = self.root_link
         net = make_replica(
             f"soak{os.getpid()}-eu-r1",
             self.directory,
             ports,
-            inward=[self.root_link.port, *others],
+            inward=others if link is not None else [self.root.port, *others],
             exposed=[hub.port, hub.port + 1],
+            outward=[(link.ip, link.root_port)] if link is not None else [],
         )
         if isinstance(net, str):
             self.unsupported.setdefault("net (a replica from etcd)", net)

@@ -1,5 +1,6 @@
 """Network partitions in network namespaces the soak harness makes: a device cut off from its
-hub.
+hub (:class:`DeviceNet`), a hub replica from etcd (:class:`ReplicaNet`), a region from its root
+(:class:`RootLink`).
 
 The device's edged (and its workers) run in a network namespace of their own (``ip netns
 add``, then ``nsenter --net``), whose loopback is not the host's: the hub replicas' addresses
@@ -18,6 +19,7 @@ cannot where it cannot, and the run reports the fault kind as not run here."""
 from __future__ import annotations
 
 import ctypes
+import json
 import os
 import shutil
 import socket
@@ -26,6 +28,8 @@ import threading
 from pathlib import Path
 
 CLONE_NEWNET = 0x40000000
+LOOPBACK = "127.0.0.1"
+WAN_CONNECT_S = 30.0  # a relay's connection across a cut link: longer than gRPC's connect deadline
 
 
 def _ip(*args: str) -> subprocess.CompletedProcess[str]:
@@ -119,8 +123,8 @@ def _python() -> str:
     return sys.executable
 
 
-def _listen_in(netns: str, port: int) -> socket.socket:
-    """A socket listening on 127.0.0.1:``port`` inside ``netns``: made by a thread that enters
+def _listen_in(netns: str, port: int, host: str = "127.0.0.1") -> socket.socket:
+    """A socket listening on ``host``:``port`` inside ``netns``: made by a thread that enters
     the namespace (setns applies to the calling thread only) and ends there."""
     result: dict[str, object] = {}
 
@@ -136,7 +140,7 @@ def _listen_in(netns: str, port: int) -> socket.socket:
                 os.close(fd)
             ls = socket.socket()
             ls.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-            ls.bind(("127.0.0.1", port))
+            ls.bind((host, port))
             ls.listen(64)
             result["socket"] = ls
         except OSError as exc:
@@ -171,9 +175,12 @@ class ReplicaNet:
     through a veth pair (the hub's store URL names the host side's address, where a relay
     carries each connection to the member on the host's loopback), and everything else over
     the namespace's loopback (relays both ways: the devices, the operator and the root reach
-    its ports; it reaches the root's link and the other replica's ports). The partition takes
-    the veth's host side down: the replica's packets to etcd are dropped while its devices
-    stay connected to it, as a replica cut off from etcd by the network would be."""
+    its ports; it reaches the other replica's ports). The ``outward`` addresses (the root's,
+    as :class:`RootLink` shows it) are the namespace's own too, relayed to the same address in
+    the host's namespace: across the root link's veth, which that link's cut drops. The
+    partition takes the veth's host side down: the replica's packets to etcd are dropped while
+    its devices stay connected to it, as a replica cut off from etcd by the network would
+    be."""
 
     def __init__(self, name: str, directory: Path) -> None:
         tag = os.getpid() & 0xFFFF
@@ -188,7 +195,13 @@ class ReplicaNet:
         self._wake = threading.Condition()
         self.closed = False
 
-    def start(self, etcd_ports: list[int], inward: list[int], exposed: list[int]) -> None:
+    def start(
+        self,
+        etcd_ports: list[int],
+        inward: list[int],
+        exposed: list[int],
+        outward: list[tuple[str, int]] | None = None,
+    ) -> None:
         for args in (
             ("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if,
              "netns", self.name),
@@ -215,6 +228,12 @@ class ReplicaNet:
         for port in exposed:  # the host's loopback -> the namespace's
             ls = _listen(("127.0.0.1", port))
             threading.Thread(target=self._accept, args=(ls, port, True), daemon=True).start()
+        for host, port in outward or []:  # an address of the host's namespace, the same inside
+            if _ip("-n", self.name, "addr", "add", f"{host}/32", "dev", "lo").returncode != 0:
+                raise OSError(f"ip addr add {host}/32 dev lo in {self.name} failed")
+            ls = _listen_in(self.name, port, host)
+            threading.Thread(target=self._accept, args=(ls, port, False, host),
+                             daemon=True).start()  # fmt: skip
 
     def _connector(self) -> None:
         """Lives in the namespace: makes the connections to the replica's own ports there."""
@@ -249,27 +268,33 @@ class ReplicaNet:
         assert isinstance(sock, socket.socket)
         return sock
 
-    def _accept(self, ls: socket.socket, port: int, inside: bool) -> None:
+    def _accept(self, ls: socket.socket, port: int, inside: bool, host: str = LOOPBACK) -> None:
         while not self.closed:
             try:
                 client, _ = ls.accept()
             except OSError:
                 return
-            try:
-                if inside:
-                    upstream = self._connect_inside(port)
-                else:
-                    upstream = socket.create_connection(("127.0.0.1", port), timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._socks += [client, upstream]
-                self._socks = [s for s in self._socks if s.fileno() != -1]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._join, args=(client, port, inside, host),
+                             daemon=True).start()  # fmt: skip
         ls.close()
+
+    def _join(self, client: socket.socket, port: int, inside: bool, host: str) -> None:
+        """``client`` carried to ``host``:``port`` (in the host's namespace), or to ``port``
+        inside the namespace: a connection across a cut link waits as a dropped SYN does."""
+        try:
+            if inside:
+                upstream = self._connect_inside(port)
+            else:
+                upstream = socket.create_connection((host, port), timeout=WAN_CONNECT_S)
+            upstream.settimeout(None)
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            self._socks += [client, upstream]
+            self._socks = [s for s in self._socks if s.fileno() != -1]
+        for a, b in ((client, upstream), (upstream, client)):
+            threading.Thread(target=_pump, args=(a, b), daemon=True).start()
 
     def store_url(self, url: str, etcd_ports: list[int]) -> str:
         """``url`` with each member's loopback address replaced by the veth's host side."""
@@ -307,6 +332,7 @@ def make_replica(
     etcd_ports: list[int],
     inward: list[int],
     exposed: list[int],
+    outward: list[tuple[str, int]] | None = None,
 ) -> ReplicaNet | str:
     """A replica's namespace, veth and relays, started; or why they cannot be made here."""
     if shutil.which("ip") is None or shutil.which("nsenter") is None:
@@ -320,7 +346,7 @@ def make_replica(
     try:
         if _ip("-n", name, "link", "set", "lo", "up").returncode != 0:
             raise OSError("ip link set lo up in the namespace failed")
-        net.start(etcd_ports, inward, exposed)
+        net.start(etcd_ports, inward, exposed, outward)
     except OSError as exc:
         net.close()
         return str(exc)
@@ -333,3 +359,128 @@ def _listen(address: tuple[str, int]) -> socket.socket:
     ls.bind(address)
     ls.listen(256)
     return ls
+
+
+class RootLink:
+    """The region's link to its root as a WAN: a namespace of its own (``name``) on the far
+    side of a veth pair, where a listening socket at :attr:`address` (the veth's namespace
+    side, ``10.244.C.D``, a name in the root's certificate: ``hub init --san``) carries each
+    connection to the root on the host's loopback. The region dials :attr:`address`; its
+    packets cross the veth. The cut takes the namespace's side of the veth down: the host's
+    side keeps its route and a permanent neighbour entry, so the region's packets are sent
+    and dropped (no reset, no "unreachable"): its open stream stalls until its keepalive
+    gives up, and new connections wait as on a cut cable. The root's own clients, the
+    operator and the harness reach it on the loopback as before."""
+
+    def __init__(self, name: str, root_port: int) -> None:
+        tag = os.getpid() & 0xFFFF
+        self.name = name
+        self.root_port = root_port
+        self.host_if, self.ns_if = f"sl{tag}h", f"sl{tag}n"
+        c, d = (tag >> 6) & 0xFF, (tag & 0x3F) << 2
+        self.host_ip, self.ip = f"10.244.{c}.{d + 1}", f"10.244.{c}.{d + 2}"
+        self._socks: list[socket.socket] = []
+        self._lock = threading.Lock()
+        self.closed = False
+
+    @property
+    def address(self) -> str:
+        """Where the region dials its root."""
+        return f"{self.ip}:{self.root_port}"
+
+    def start(self) -> None:
+        for args in (
+            ("link", "add", self.host_if, "type", "veth", "peer", "name", self.ns_if,
+             "netns", self.name),
+            ("addr", "add", f"{self.host_ip}/30", "dev", self.host_if),
+            ("link", "set", self.host_if, "up"),
+            ("-n", self.name, "addr", "add", f"{self.ip}/30", "dev", self.ns_if),
+            ("-n", self.name, "link", "set", self.ns_if, "up"),
+            ("-n", self.name, "link", "set", "lo", "up"),
+        ):  # fmt: skip
+            out = _ip(*args)
+            if out.returncode != 0:
+                raise OSError(f"ip {' '.join(args)}: {out.stderr.strip()}")
+        # each side knows the other's MAC for good: a cut drops packets rather than failing
+        # neighbour discovery (which would answer the sender "no route to host")
+        for ns, dev, ip, peer_ns, peer_dev in (
+            (None, self.host_if, self.ip, self.name, self.ns_if),
+            (self.name, self.ns_if, self.host_ip, None, self.host_if),
+        ):
+            mac = _mac(peer_ns, peer_dev)
+            args = ("neigh", "replace", ip, "lladdr", mac, "dev", dev, "nud", "permanent")
+            out = _ip(*(("-n", ns) if ns else ()), *args)
+            if out.returncode != 0:
+                raise OSError(f"ip {' '.join(args)}: {out.stderr.strip()}")
+        ls = _listen_in(self.name, self.root_port, self.ip)
+        self._socks.append(ls)
+        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
+
+    def _accept(self, ls: socket.socket) -> None:
+        while not self.closed:
+            try:
+                client, _ = ls.accept()
+            except OSError:
+                return
+            try:  # made in this thread: the host's namespace, its loopback
+                upstream = socket.create_connection((LOOPBACK, self.root_port), timeout=5)
+                upstream.settimeout(None)
+            except OSError:  # the root is down: refused, as it would be
+                client.close()
+                continue
+            with self._lock:
+                self._socks += [client, upstream]
+                self._socks = [s for s in self._socks if s.fileno() != -1]
+            for a, b in ((client, upstream), (upstream, client)):
+                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+
+    def cut(self) -> None:
+        out = _ip("-n", self.name, "link", "set", self.ns_if, "down")
+        if out.returncode != 0:
+            raise RuntimeError(f"ip link set {self.ns_if} down: {out.stderr.strip()}")
+
+    def heal(self) -> None:
+        out = _ip("-n", self.name, "link", "set", self.ns_if, "up")
+        if out.returncode != 0:
+            raise RuntimeError(f"ip link set {self.ns_if} up: {out.stderr.strip()}")
+        # the namespace's side lost its neighbour entry with its link: put it back
+        mac = _mac(None, self.host_if)
+        _ip("-n", self.name, "neigh", "replace", self.host_ip, "lladdr", mac, "dev", self.ns_if,
+            "nud", "permanent")  # fmt: skip
+
+    def close(self) -> None:
+        self.closed = True
+        with self._lock:
+            for s in self._socks:
+                try:
+                    s.close()
+                except OSError:
+                    pass
+        _ip("link", "delete", self.host_if)
+        _ip("netns", "delete", self.name)
+
+
+def make_root_link(name: str, root_port: int) -> RootLink | str:
+    """The region's link to a root listening on 127.0.0.1:``root_port``, started; or why it
+    cannot be made here. The root needs ``--san`` :attr:`RootLink.ip` in its certificate."""
+    if shutil.which("ip") is None:
+        return "needs ip (iproute2)"
+    _ip("netns", "delete", name)
+    out = _ip("netns", "add", name)
+    if out.returncode != 0:
+        return f"ip netns add: {out.stderr.strip() or out.returncode}"
+    link = RootLink(name, root_port)
+    _ip("link", "delete", link.host_if)  # left by a run killed before its end
+    try:
+        link.start()
+    except OSError as exc:
+        link.close()
+        return str(exc)
+    return link
+
+
+def _mac(netns: str | None, dev: str) -> str:
+    out = _ip(*(("-n", netns) if netns else ()), "-j", "link", "show", dev)
+    if out.returncode != 0:
+        raise OSError(f"ip link show {dev}: {out.stderr.strip()}")
+    return str(json.loads(out.stdout)[0]["address"])

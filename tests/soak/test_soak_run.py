@@ -82,4 +82,4 @@ def test_a_short_soak_run_keeps_every_invariant(tmp_path: Path) -> None:
     if os.geteuid() == 0:  # CI: namespaces and mounts can be made, so every kind ran
         assert not result["faults"]["not_run_here"], report
         kinds = {k.split(":")[0] for k in result["faults"]["by_kind"]}
-        assert {"net", "disk", "clock", "io"} <= kinds, report
+        assert {"link", "net", "disk", "clock", "io"} <= kinds, report
