@@ -95,6 +95,7 @@ SERVER_OPTIONS = [
     # Find dead devices (power cut, network gone) without application traffic.
     ("grpc.keepalive_time_ms", 60_000),
     ("grpc.keepalive_timeout_ms", 20_000),
+    ("grpc.http2.ping_timeout_ms", 20_000),  # else 60 s: gRPC times keepalive pings out by it
     ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
 ]

@@ -93,6 +93,10 @@ CHANNEL_OPTIONS = [
     ("grpc.keepalive_time_ms", 20_000),
     ("grpc.keepalive_timeout_ms", 10_000),
     ("grpc.keepalive_permit_without_calls", 1),
+    # gRPC times a keepalive ping out by this (default 60 s), not by keepalive_timeout_ms: without
+    # it a region whose packets to its root were dropped noticed after 20 + 60 s where its socket's
+    # TCP_USER_TIMEOUT did not end it first (tests/soak/test_soak_root_link.py)
+    ("grpc.http2.ping_timeout_ms", 10_000),
 ]
 
 
