@@ -73,21 +73,26 @@ class AgentRevision:
 
 @dataclass(frozen=True, slots=True)
 class SentAgent:
-    """A device sent the release: of which revision, when, what it had committed then, and
-    the workloads that served on it then (they must serve again for it to be done)."""
+    """A device sent the release: of which revision, when, what it had committed then, the
+    workloads that served on it then (they must serve again for it to be done), and when the
+    hub first saw it come back healthy (0: not yet; done from then on, away or not)."""
 
     revision: int
     sent_at: float
     from_version: str
     serving: tuple[str, ...] = ()
+    done_at: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "revision": self.revision,
             "sentAt": self.sent_at,
             "fromVersion": self.from_version,
             "serving": list(self.serving),
         }
+        if self.done_at:
+            doc["doneAt"] = self.done_at
+        return doc
 
     @classmethod
     def from_json(cls, doc: Mapping[str, Any]) -> SentAgent:
@@ -96,6 +101,7 @@ class SentAgent:
             float(doc["sentAt"]),
             str(doc.get("fromVersion", "")),
             tuple(str(s) for s in doc.get("serving", ())),
+            float(doc.get("doneAt", 0.0)),
         )
 
 

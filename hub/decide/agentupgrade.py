@@ -24,7 +24,9 @@ report (:class:`AgentDeviceView`), with ``now`` passed in:
   percentages, the budget or the threshold: the **pool** is the other selected devices;
 * a device sent the release is **done** once it *came back healthy*: connected, its report
   says it runs and committed the version for this very upgrade and revision, and every
-  workload that served on it when it was sent serves again (all replicas ready). It
+  workload that served on it when it was sent serves again (all replicas ready); once seen
+  done it stays done (``SentAgent.done_at``: a device that came back healthy and is away
+  later is not failed by the deadline). It
   **failed** when it reports ``RolledBack`` or ``Failed`` for this upgrade and revision (its
   launcher went back by itself: the reason is the device's), or when it is not done
   ``progressDeadlineSeconds`` after it was sent (it never came back: disconnected, stuck);
@@ -131,6 +133,8 @@ def failure(
     ):
         why = a.reason or a.phase
         return f"{why}: {a.message}" if a.message else why
+    if sent.done_at:  # it came back healthy: away or not serving later is not the upgrade's
+        return ""
     if now - sent.sent_at > deadline_s:
         where = f"{a.phase or 'no phase'}" if a is not None else "nothing reported"
         if not d.connected:
@@ -361,6 +365,7 @@ def retry_plan(upgrade: AgentUpgrade, state: AgentUpgradeState, now: float) -> A
 @dataclass(slots=True)
 class _Sorted:
     done: list[str] = field(default_factory=list)
+    newly_done: list[str] = field(default_factory=list)  # came back healthy, not recorded yet
     updating: list[str] = field(default_factory=list)
     new_failed: dict[str, str] = field(default_factory=dict)
     refused: dict[str, str] = field(default_factory=dict)
@@ -396,10 +401,14 @@ def _sort(
                 continue
             if came_back(d, upgrade.name, revision, sent):
                 out.done.append(d.name)
+                if not sent.done_at:
+                    out.newly_done.append(d.name)
                 continue
             why = failure(d, upgrade.name, revision, sent, deadline, now)
             if why:
                 out.new_failed[d.name] = why
+            elif sent.done_at:  # came back healthy before; away (or not serving) now
+                out.done.append(d.name)
             else:
                 out.updating.append(d.name)
             continue
@@ -474,6 +483,11 @@ def _step(
     new = state
     if s.new_failed:
         new = replace(new, failed=failed, changed_at=now)
+    if s.newly_done:  # recorded: a device done stays done when it is away later
+        sent = dict(new.sent)
+        for name in s.newly_done:
+            sent[name] = replace(sent[name], done_at=now)
+        new = replace(new, sent=sent)
     holds = failed_holds(new, devices)
     if holds != dict(new.held):
         newly = sorted(set(holds) - set(new.held))

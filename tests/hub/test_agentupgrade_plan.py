@@ -837,3 +837,44 @@ def test_held_round_trips_through_json_and_shows_in_status() -> None:
     assert AgentUpgradeState.from_json(run.state.to_json()) == run.state
     plan = run.step(0)
     assert upgrade_status(run.up, run.state, plan.progress)["heldDevices"] == {"d01": OLD}
+
+
+def test_a_device_that_came_back_healthy_and_is_away_later_is_not_failed_by_the_deadline() -> None:
+    # d00 and d01 committed and came back healthy, then went away for longer than
+    # progressDeadlineSeconds (an edge device offline for the night) while the rollout went
+    # on: they were counted failed (ProgressDeadlineExceeded, "not connected"), which
+    # reached the threshold and rolled back every device, d02 healthy and connected too
+    run = Run(upgrade(maxUnavailable=1, failureThreshold=2), fleet(4))
+    for name in ("d00", "d01"):
+        run.settle()
+        run.report(name, committed())
+    run.settle()
+    assert run.state is not None and run.state.sent["d00"].done_at > 0
+    run.report("d00", committed(), connected=False)
+    run.report("d01", committed(), connected=False)
+    run.report("d02", committed())
+    run.step(1000)
+    run.settle()
+    assert run.state.phase is RolloutPhase.PROGRESSING and not run.state.failed, run.state
+    assert run.last is not None and {"d00", "d01", "d02"} <= set(run.last.progress.done)
+    run.report("d03", committed())
+    run.settle()
+    assert run.state.phase is RolloutPhase.COMPLETE and not run.state.held, run.state
+    # still away, long after Complete: neither failed nor held at the release before
+    run.step(5000)
+    run.settle()
+    assert not run.state.failed and not run.state.held and not run.state.rollback
+    # the record keeps when each was seen done (a hub restarted reads it back)
+    again = AgentUpgradeState.from_json(run.state.to_json())
+    assert again == run.state and again.sent["d00"].done_at == run.state.sent["d00"].done_at
+
+
+def test_a_device_done_that_reports_a_failure_for_the_revision_still_fails() -> None:
+    run = Run(upgrade(maxUnavailable=1, failureThreshold=5), fleet(2))
+    run.settle()
+    run.report("d00", committed())
+    run.settle()
+    assert run.state is not None and run.state.sent["d00"].done_at > 0
+    run.report("d00", rolled_back())
+    run.settle()
+    assert "d00" in run.state.failed and "CrashLoop" in run.state.failed["d00"]
