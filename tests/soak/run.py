@@ -32,7 +32,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--converge-within", type=float, default=180.0)
     parser.add_argument("--fault-gap", type=float, default=8.0, help="mean seconds between faults")
     parser.add_argument("--action-gap", type=float, default=2.0, help="seconds between calls")
+    parser.add_argument(
+        "--disk-mib", type=int, default=64, help="size of the root's and dev-0's tmpfs (MiB)"
+    )
     args = parser.parse_args(argv)
+    if args.disk_mib < 16:
+        parser.error(f"--disk-mib: at least 16 (a hub's state fits), got {args.disk_mib}")
     directory = args.dir or Path(tempfile.mkdtemp(prefix=f"soak-{args.seed}-"))
     settings = Settings(
         seed=args.seed,
@@ -43,6 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         converge_within=args.converge_within,
         fault_gap=args.fault_gap,
         action_gap=args.action_gap,
+        disk_mib=args.disk_mib,
     )
     result = run(settings)
     print(f"report: {directory / 'report.txt'}, {directory / 'report.json'}")

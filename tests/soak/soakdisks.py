@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 FILLER = ".soak-fill"
-SIZE = "64m"  # each mount: the state, the models, the logs written there
+SIZE_MIB = 64  # each mount, by default: the state, the models, the logs written there
 
 
 @dataclass
@@ -47,14 +47,15 @@ class Disk:
         subprocess.run(["umount", "-l", str(self.path)], capture_output=True, check=False)
 
 
-def mount(path: Path) -> Disk | str:
-    """A tmpfs of :data:`SIZE` at ``path`` (made empty first); or why it could not be made."""
+def mount(path: Path, size_mib: int = SIZE_MIB) -> Disk | str:
+    """A tmpfs of ``size_mib`` MiB at ``path`` (made empty first); or why it could not be
+    made."""
     path.mkdir(parents=True, exist_ok=True)
     if any(path.iterdir()):
         return f"{path} is not empty"
     try:
         out = subprocess.run(
-            ["mount", "-t", "tmpfs", "-o", f"size={SIZE},mode=0755", "tmpfs", str(path)],
+            ["mount", "-t", "tmpfs", "-o", f"size={size_mib}m,mode=0755", "tmpfs", str(path)],
             capture_output=True, text=True, timeout=30, check=False,
         )  # fmt: skip
     except (OSError, subprocess.TimeoutExpired) as exc:

@@ -93,6 +93,7 @@ class Fleet:
     targets: dict[str, Target] = field(default_factory=dict)
     started_at: float = 0.0
     full_disks: bool = True  # the root's and dev-0's state on a small tmpfs the faults fill
+    disk_mib: int = 64  # the size of each of those
     disks: dict[str, Any] = field(default_factory=dict)  # target name -> soakdisks.Disk
     partitions: bool = True  # the last device in a network namespace of its own, cut off
     nets: dict[str, Any] = field(default_factory=dict)  # target name -> soaknet.DeviceNet
@@ -249,7 +250,7 @@ class Fleet:
     def _mount(self, target: str, path: Path) -> None:
         from soakdisks import mount
 
-        disk = mount(path)
+        disk = mount(path, self.disk_mib)
         if isinstance(disk, str):
             self.unsupported.setdefault("disk", disk)
         else:

@@ -55,6 +55,7 @@ class Settings:
     fd_growth: int = 64
     fault_gap: float = 8.0
     action_gap: float = 2.0
+    disk_mib: int = 64  # the root's and dev-0's tmpfs (the full-disk faults fill them)
 
 
 @dataclass
@@ -633,7 +634,10 @@ def run(settings: Settings) -> dict[str, Any]:
     from soakreport import Lag, converge, final_reads, judge, write_report
 
     fleet = Fleet(
-        settings.directory, real_devices=settings.real_devices, sim_devices=settings.sim_devices
+        settings.directory,
+        real_devices=settings.real_devices,
+        sim_devices=settings.sim_devices,
+        disk_mib=settings.disk_mib,
     )
     rec = Recorder()
     threads: list[threading.Thread] = []
