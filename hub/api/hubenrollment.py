@@ -142,6 +142,7 @@ class HubEnrollmentServicer(federation_pb2_grpc.HubEnrollmentServiceServicer):
         old = self.regions.regions.get(request.region)
         if old is not None:
             state.stored, state.link = old.stored, old.link  # its last report stays shown
+            state.stored_devices = old.stored_devices
             if old.stream is not None:
                 old.stream.set()  # its certificate is superseded
         self.regions.regions[request.region] = state

@@ -36,7 +36,7 @@ from hub.decide.presentation import KIND_REGION
 from hub.initializing import HUB_NAME
 from hub.state import regionmapping, sharedreports, storekeys
 from hub.state.cache import Cache
-from hub.state.sharedreports import Link, StoredReport
+from hub.state.sharedreports import Link, StoredDevices, StoredReport
 from hub.state.store import Compare, EventType, KeyValue, Put, Store
 from hub.state.store.electing import Elector
 from hub.state.writer import DeviceWriter
@@ -70,6 +70,7 @@ class RegionState:
     report: federation_pb2.RegionReport | None = None  # the last one received here
     reported_at: float | None = None  # when ``report`` was received
     stored: StoredReport | None = None  # its last report in the store (whatever replica took it)
+    stored_devices: StoredDevices | None = None  # its devices' rows in the store (ditto)
     link: Link | None = (
         None  # the replica it streams to, as the store says (hub.state.sharedreports)
     )
@@ -124,19 +125,20 @@ class Regions:
         out = cls(replicated=replicated)
         for kv in (await store.range(REGIONS)).kvs:
             out.take(kv.key, kv)
-        for prefix in (sharedreports.REPORTS, sharedreports.LINKS):
+        for prefix in (sharedreports.REPORTS, sharedreports.DEVICES, sharedreports.LINKS):
             for kv in (await store.range(prefix)).kvs:
                 out.take(kv.key, kv)
         return out
 
     def take(self, key: str, kv: KeyValue | None) -> None:
-        """A record under ``/regions/``, ``/regionreports/`` or ``/regionlinks/`` as the store
-        has it now (None: deleted). A malformed report or link is logged and left out."""
+        """A record under ``/regions/``, ``/regionreports/``, ``/regiondevices/`` or
+        ``/regionlinks/`` as the store has it now (None: deleted). A malformed report, rows or
+        link is logged and left out."""
         if key.startswith(REGIONS):
             if kv is not None:
                 self._take_record(storekeys.loads(kv.value))
             return
-        for prefix in (sharedreports.REPORTS, sharedreports.LINKS):
+        for prefix in (sharedreports.REPORTS, sharedreports.DEVICES, sharedreports.LINKS):
             if key.startswith(prefix):
                 name = key[len(prefix) :]
                 break
@@ -149,6 +151,9 @@ class Regions:
             if prefix == sharedreports.REPORTS:
                 doc = storekeys.loads(kv.value) if kv is not None else None
                 state.stored = StoredReport.from_json(doc) if doc is not None else None
+            elif prefix == sharedreports.DEVICES:
+                doc = storekeys.loads(kv.value) if kv is not None else None
+                state.stored_devices = StoredDevices.from_json(doc) if doc is not None else None
             else:
                 doc = storekeys.loads(kv.value) if kv is not None else None
                 state.link = Link.from_json(doc) if doc is not None else None
@@ -228,10 +233,12 @@ class Regions:
         out: list[dict[str, Any]] = []
         for region, state in sorted(self.regions.items()):
             report = self.seen(state).report
-            if report is not None:
-                out += [
-                    regionmapping.region_device_json(region, d) for d in report.inventory.devices
-                ]
+            if report is None:
+                continue
+            rows = report.inventory.devices  # a report received here, or an older root's record
+            if not rows and state.stored_devices is not None:
+                rows = state.stored_devices.devices.devices  # written apart (sharedreports)
+            out += [regionmapping.region_device_json(region, d) for d in rows]
         return out
 
     def objects(self, here: str) -> list[dict[str, Any]]:
@@ -352,7 +359,7 @@ class RegionsFollower:
     it, and it lists everything again."""
 
     name = "regions-follower"
-    PREFIX = "/region"  # /regions/, /regionreports/, /regionlinks/
+    PREFIX = "/region"  # /regions/, /regionreports/, /regiondevices/, /regionlinks/
 
     def __init__(self, store: Store, regions: Regions) -> None:
         self.store = store

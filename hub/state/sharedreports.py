@@ -8,19 +8,25 @@ fenced store: any replica writes it, as any replica writes the records of its de
 
     /regionreports/REGION   {"region", "replica", "reportedAt", "report": base64 of the
                             RegionReport as received (bounded by
-                            hub.state.regionmapping.check_report)}
+                            hub.state.regionmapping.check_report), less its devices'
+                            rows (inventory.devices; total and by_phase kept)}
+    /regiondevices/REGION   {"region", "replica", "reportedAt", "devices": base64 of a
+                            RegionInventory holding those rows}
     /regionlinks/REGION     {"region", "replica", "connected", "connectedAt", "seenAt"}
 
 * the report when it changed, at most once every :data:`WRITE_INTERVAL_S` (reports arrive at
-  most ~1 a second; a newer one replaces one not written yet), with the link in the same
-  transaction; a report that differs from the last one written only in its devices'
-  ``last_heartbeat`` (:func:`material_digest`) at most once every :data:`HEARTBEATS_S`: with
-  a thousand devices some heartbeat changes in every report, and each write of a ~70 KB
-  report stays in the store's history (value and previous value) for its retention: a root
-  over a 1,351-device region wrote one every ~5 s and filled a 64 MiB disk with 60 MB of
-  history in 35 minutes (the soak harness's 1-hour run, seed 62). The other replicas show
-  those heartbeats up to that much older; the replica the region streams to shows them as
-  they come;
+  most ~1 a second; a newer one replaces one not written yet), and at least every
+  :data:`UNCHANGED_S` while the region reports (its ``reportedAt``), with the link in the
+  same transaction;
+* the devices' rows when they changed, at most once every :data:`DEVICES_S`. They are most of
+  a big region's report (70 KB of 72 for 1,351 devices), something in them changes in nearly
+  every report (a heartbeat, a phase, an enrollment), and each write stays in the store's
+  history, value and previous value, for its retention (15 min): a root over a 1,351-device
+  region that wrote the whole report every 1-5 s filled a 64 MiB disk with 60 MB of history
+  in 35 minutes (the soak harness's 1-hour run, seed 62), and a 20,000-device region would
+  have written ~1.4 MB a second. The rows are shown only (``get devices`` at the root): the
+  replicas the region does not stream to show them up to a minute old; the figures, phases
+  and totals the waves judge are written within a second as before;
 * the link alone when the stream opens, every :data:`REFRESH_S` while it is open (``seenAt``:
   the replica vouches for the stream then), and with ``connected: false`` when it ends;
 * every write after the first is conditional on the link's mod revision this stream last
@@ -28,14 +34,18 @@ fenced store: any replica writes it, as any replica writes the records of its de
   stream was replaced and writes nothing more (the stream ends, as a second stream of a
   region on one replica replaces the first).
 
-Every replica (the leader included) follows both prefixes with a watch
+Every replica (the leader included) follows the three prefixes with a watch
 (:meth:`hub.state.regions.Regions.follow_store`) and loads them when it starts, so a restarted root
 shows the last reports at once, each with its age (``reportedAt``). A region is connected
 when the replica it streams to is this one, or when its link says so and was refreshed within
 :data:`STALE_S` (:func:`link_alive`: a replica that died stops refreshing, and its regions
 then show as disconnected, and a wave waits for them as unreachable, never judged as fresh).
 
-The decisions here (:func:`due`, :func:`link_alive`) are pure; the publisher does the I/O.
+A record of an older root (the devices' rows inside the report, no ``/regiondevices/``) is read
+as it was written.
+
+The decisions here (:func:`due`, :func:`devices_due`, :func:`link_alive`, the parts and their
+digests) are pure; the publisher does the I/O.
 """
 
 from __future__ import annotations
@@ -57,11 +67,13 @@ from hub.state.store import Compare, Put, Store
 log = get_logger(__name__)
 
 REPORTS = "/regionreports/"
+DEVICES = "/regiondevices/"
 LINKS = "/regionlinks/"
 WRITE_INTERVAL_S = 1.0  # at most one report write a second per region (coalesced)
 REFRESH_S = 10.0  # the link of an open stream is written again at least this often
 STALE_S = 30.0  # a link not refreshed for this long: the region is not connected (anywhere)
-HEARTBEATS_S = 30.0  # a report whose only change is its devices' heartbeats: at most this often
+UNCHANGED_S = 30.0  # a report the same as the last one written: written again this often
+DEVICES_S = 60.0  # the devices' rows, when they changed: at most this often
 
 
 def report_key(region: str) -> str:
@@ -70,6 +82,10 @@ def report_key(region: str) -> str:
 
 def link_key(region: str) -> str:
     return f"{LINKS}{region}"
+
+
+def devices_key(region: str) -> str:
+    return f"{DEVICES}{region}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +116,36 @@ class StoredReport:
             raise ValueError(f"malformed region report record: {exc!r}") from exc
         except Exception as exc:  # protobuf's DecodeError
             raise ValueError(f"malformed region report record: {exc}") from exc
+
+
+@dataclass(frozen=True, slots=True)
+class StoredDevices:
+    """A region's devices' rows, as the replica it streamed to last stored them."""
+
+    region: str
+    replica: str
+    reported_at: float  # when that replica received the report they came with
+    devices: federation_pb2.RegionInventory  # only ``devices`` is set
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "region": self.region,
+            "replica": self.replica,
+            "reportedAt": self.reported_at,
+            "devices": base64.b64encode(self.devices.SerializeToString()).decode(),
+        }
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> StoredDevices:
+        """Raises ValueError naming what is malformed."""
+        try:
+            raw = base64.b64decode(str(doc["devices"]), validate=True)
+            devices = federation_pb2.RegionInventory.FromString(raw)
+            return cls(str(doc["region"]), str(doc["replica"]), float(doc["reportedAt"]), devices)
+        except (KeyError, TypeError, binascii.Error) as exc:
+            raise ValueError(f"malformed region devices record: {exc!r}") from exc
+        except Exception as exc:  # protobuf's DecodeError
+            raise ValueError(f"malformed region devices record: {exc}") from exc
 
 
 @dataclass(frozen=True, slots=True)
@@ -141,16 +187,33 @@ def link_alive(link: Link | None, now: float, stale_s: float = STALE_S) -> bool:
     return link is not None and link.connected and -stale_s <= now - link.seen_at <= stale_s
 
 
-def material_digest(report: federation_pb2.RegionReport) -> bytes:
-    """A digest of ``report`` that leaves out its devices' ``last_heartbeat`` (pure): two
-    reports with the same digest differ in nothing but when their devices were last heard."""
-    if not any(d.last_heartbeat for d in report.inventory.devices):
-        return hashlib.sha256(report.SerializeToString(deterministic=True)).digest()
-    copy = federation_pb2.RegionReport()
-    copy.CopyFrom(report)
-    for device in copy.inventory.devices:
-        device.ClearField("last_heartbeat")
-    return hashlib.sha256(copy.SerializeToString(deterministic=True)).digest()
+def without_devices(report: federation_pb2.RegionReport) -> federation_pb2.RegionReport:
+    """``report`` less its devices' rows (pure: a copy; the totals stay)."""
+    out = federation_pb2.RegionReport()
+    out.CopyFrom(report)
+    if out.HasField("inventory"):
+        out.inventory.ClearField("devices")
+    return out
+
+
+def devices_of(report: federation_pb2.RegionReport) -> federation_pb2.RegionInventory:
+    """The devices' rows of ``report``, alone (pure)."""
+    return federation_pb2.RegionInventory(devices=report.inventory.devices)
+
+
+def digest(message: Any) -> bytes:
+    return hashlib.sha256(message.SerializeToString(deterministic=True)).digest()
+
+
+def devices_due(
+    *, last_devices_write: float | None, now: float, interval_s: float = DEVICES_S
+) -> bool:
+    """Whether rows that changed are written now (pure): the first, then at most every
+    ``interval_s`` (and at once when the clock went back)."""
+    if last_devices_write is None:
+        return True
+    since = now - last_devices_write
+    return since >= interval_s or since < 0
 
 
 class Write(Enum):
@@ -165,20 +228,20 @@ def due(
     last_report_write: float | None,
     last_link_write: float,
     now: float,
-    material: bool = True,
+    changed: bool = True,
     interval_s: float = WRITE_INTERVAL_S,
     refresh_s: float = REFRESH_S,
-    heartbeats_s: float = HEARTBEATS_S,
+    unchanged_s: float = UNCHANGED_S,
 ) -> Write:
     """What an open stream's publisher writes now (pure): a report received and not written
-    yet, once ``interval_s`` passed since the last report write, or ``heartbeats_s`` when it
-    is not ``material`` (it differs from the last one written in heartbeats only); else the
-    link, once ``refresh_s`` passed since it was last written."""
+    yet, once ``interval_s`` passed since the last report write, or ``unchanged_s`` when it
+    has not ``changed`` from the last one written (less the devices' rows); else the link,
+    once ``refresh_s`` passed since it was last written."""
     if report_pending:
         if last_report_write is None:
             return Write.REPORT
         since = now - last_report_write
-        if since >= (interval_s if material else heartbeats_s) or since < 0:
+        if since >= (interval_s if changed else unchanged_s) or since < 0:
             return Write.REPORT
     if now - last_link_write >= refresh_s:
         return Write.LINK
@@ -202,10 +265,15 @@ class ReportPublisher:
         self._last_link = 0.0
         self._last_report: float | None = None
         self._pending: tuple[float, federation_pb2.RegionReport] | None = None
-        self._pending_digest = b""
-        self._written_digest = b""  # material_digest of the last report written
+        self._report_done = True  # the pending report's part without rows is written
+        self._rows_done = True  # ... and its devices' rows (or they are as last written)
+        self._written = b""  # digest of the last report written, less its rows
+        self._written_rows = b""  # digest of the last devices' rows written
+        self._last_rows: float | None = None
         self.writes = 0
         """Report writes made (tests, figures)."""
+        self.row_writes = 0
+        """Writes of the devices' rows made (tests, figures)."""
 
     def _link(self, now: float, connected: bool = True) -> Put:
         link = Link(self.region, self.replica, connected, self._connected_at, now)
@@ -222,26 +290,35 @@ class ReportPublisher:
     def received(self, report: federation_pb2.RegionReport, now: float) -> None:
         """A report checked and kept (the newest replaces one not written yet)."""
         self._pending = (now, report)
-        self._pending_digest = material_digest(report)
+        self._report_done = False
+        self._rows_done = digest(devices_of(report)) == self._written_rows
 
     async def publish(self, now: float) -> None:
         """Write what is due now. Raises Replaced when another stream took the region."""
         if not self._opened:  # the store failed when the stream opened: open it now
             await self.open(now)
+        pending = self._pending
+        main = without_devices(pending[1]) if pending is not None else None
         what = due(
-            report_pending=self._pending is not None,
+            report_pending=pending is not None and not self._report_done,
             last_report_write=self._last_report,
             last_link_write=self._last_link,
             now=now,
-            material=self._pending_digest != self._written_digest,
+            changed=main is not None and digest(main) != self._written,
         )
-        if what is Write.NOTHING:
+        rows = (
+            pending is not None
+            and not self._rows_done
+            and devices_due(last_devices_write=self._last_rows, now=now)
+        )
+        if what is Write.NOTHING and not rows:
             return
         ops = [self._link(now)]
-        pending, digest = self._pending, self._pending_digest
-        if what is Write.REPORT and pending is not None:
-            stored = StoredReport(self.region, self.replica, pending[0], pending[1])
+        if what is Write.REPORT and pending is not None and main is not None:
+            stored = StoredReport(self.region, self.replica, pending[0], main)
             ops.append(Put(report_key(self.region), storekeys.dumps(stored.to_json())))
+        if rows and pending is not None:
+            ops.append(self._rows(pending))
         try:
             self._link_mod = await self.store.txn(
                 [Compare(link_key(self.region), self._link_mod)], ops
@@ -249,20 +326,36 @@ class ReportPublisher:
         except CompareFailed:
             raise Replaced(f"region {self.region} streams to another replica now") from None
         self._last_link = now
-        if what is Write.REPORT:
+        if what is Write.REPORT and main is not None:
             self._last_report = now
-            self._written_digest = digest
-            self._pending = None if self._pending is pending else self._pending
+            self._written = digest(main)
             self.writes += 1
+        if rows and pending is not None:
+            self._last_rows = now
+            self._written_rows = digest(devices_of(pending[1]))
+            self.row_writes += 1
+        if self._pending is pending:  # no newer report came meanwhile
+            self._report_done = self._report_done or what is Write.REPORT
+            self._rows_done = self._rows_done or rows
+            if self._report_done and self._rows_done:
+                self._pending = None
+
+    def _rows(self, pending: tuple[float, federation_pb2.RegionReport]) -> Put:
+        stored = StoredDevices(self.region, self.replica, pending[0], devices_of(pending[1]))
+        return Put(devices_key(self.region), storekeys.dumps(stored.to_json()))
 
     async def close(self, now: float) -> None:
         """The stream ended: the report not written yet, and the link saying disconnected,
         unless another stream took the region meanwhile."""
         ops = [self._link(now, connected=False)]
-        if self._pending is not None:
-            at, report = self._pending
-            stored = StoredReport(self.region, self.replica, at, report)
-            ops.append(Put(report_key(self.region), storekeys.dumps(stored.to_json())))
+        pending = self._pending
+        if pending is not None:
+            if not self._report_done:
+                main = without_devices(pending[1])
+                stored = StoredReport(self.region, self.replica, pending[0], main)
+                ops.append(Put(report_key(self.region), storekeys.dumps(stored.to_json())))
+            if not self._rows_done:
+                ops.append(self._rows(pending))
         try:
             await self.store.txn([Compare(link_key(self.region), self._link_mod)], ops)
         except CompareFailed:

@@ -18,19 +18,23 @@ from edgefleet.v1 import federation_pb2
 from hub.state import storekeys
 from hub.state.regions import REGIONS, Regions, RegionsFollower, RegionState, region_key
 from hub.state.sharedreports import (
-    HEARTBEATS_S,
+    DEVICES_S,
     REFRESH_S,
     STALE_S,
+    UNCHANGED_S,
     Link,
     Replaced,
     ReportPublisher,
+    StoredDevices,
     StoredReport,
     Write,
+    devices_due,
+    devices_key,
     due,
     link_alive,
     link_key,
-    material_digest,
     report_key,
+    without_devices,
 )
 
 
@@ -46,16 +50,16 @@ def report(ready: int, generation: int = 7) -> federation_pb2.RegionReport:
 
 
 @pytest.mark.parametrize(
-    ("pending", "material", "last_report", "last_link", "now", "expected"),
+    ("pending", "changed", "last_report", "last_link", "now", "expected"),
     [
         (True, True, None, 100.0, 100.0, Write.REPORT),  # the first report: at once
         (True, False, None, 100.0, 100.0, Write.REPORT),  # ... whatever it holds
         (True, True, 100.0, 100.0, 100.5, Write.NOTHING),  # coalesced: within a second
         (True, True, 100.0, 100.0, 101.0, Write.REPORT),  # a second later: the newest report
-        # only heartbeats changed: not before HEARTBEATS_S (the link is refreshed meanwhile)
+        # the same as the last written: again after UNCHANGED_S (the link refreshed meanwhile)
         (True, False, 100.0, 100.0, 101.0, Write.NOTHING),
         (True, False, 100.0, 100.0, 100.0 + REFRESH_S, Write.LINK),
-        (True, False, 100.0, 100.0 + REFRESH_S, 100.0 + HEARTBEATS_S, Write.REPORT),
+        (True, False, 100.0, 100.0 + REFRESH_S, 100.0 + UNCHANGED_S, Write.REPORT),
         (True, False, 100.0, 100.0, 99.0, Write.REPORT),  # the clock went back: write it
         (False, True, 100.0, 100.0, 105.0, Write.NOTHING),  # nothing new, link fresh
         (False, True, 100.0, 100.0, 100.0 + REFRESH_S, Write.LINK),  # the link refreshed
@@ -64,7 +68,7 @@ def report(ready: int, generation: int = 7) -> federation_pb2.RegionReport:
 )
 def test_what_an_open_stream_writes(
     pending: bool,
-    material: bool,
+    changed: bool,
     last_report: float | None,
     last_link: float,
     now: float,
@@ -75,9 +79,24 @@ def test_what_an_open_stream_writes(
         last_report_write=last_report,
         last_link_write=last_link,
         now=now,
-        material=material,
+        changed=changed,
     )
     assert got is expected
+
+
+@pytest.mark.parametrize(
+    ("last", "now", "expected"),
+    [
+        (None, 100.0, True),  # the first rows: at once
+        (100.0, 101.0, False),  # rows that changed a second later: not yet
+        (100.0, 100.0 + DEVICES_S, True),
+        (100.0, 99.0, True),  # the clock went back
+    ],
+)
+def test_when_a_regions_devices_rows_are_written(
+    last: float | None, now: float, expected: bool
+) -> None:
+    assert devices_due(last_devices_write=last, now=now) is expected
 
 
 def with_devices(ready: int, heartbeats: list[float]) -> federation_pb2.RegionReport:
@@ -88,18 +107,18 @@ def with_devices(ready: int, heartbeats: list[float]) -> federation_pb2.RegionRe
     return out
 
 
-def test_a_reports_material_digest_leaves_out_heartbeats_only() -> None:
-    base = material_digest(with_devices(1, [10.0, 20.0]))
-    assert material_digest(with_devices(1, [11.0, 25.0])) == base
-    assert material_digest(with_devices(1, [0.0, 0.0])) == base  # never heard from
-    assert material_digest(with_devices(2, [10.0, 20.0])) != base  # a figure changed
-    assert material_digest(with_devices(1, [10.0])) != base  # a device went
-    renamed = with_devices(1, [10.0, 20.0])
-    renamed.inventory.devices[1].phase = "NotReady"
-    assert material_digest(renamed) != base
-    kept = with_devices(1, [10.0, 20.0])
-    material_digest(kept)
-    assert kept.inventory.devices[0].last_heartbeat == 10.0  # the report itself unchanged
+def test_a_report_without_its_rows_keeps_its_totals_and_leaves_it_whole() -> None:
+    full = with_devices(3, [10.0, 20.0])
+    main = without_devices(full)
+    assert not main.inventory.devices and main.inventory.total == 2
+    assert main.deployments[0].ready == 3
+    assert len(full.inventory.devices) == 2  # the report itself unchanged
+    stored = StoredDevices(
+        "eu", "r1", 5.0, federation_pb2.RegionInventory(devices=full.inventory.devices)
+    )
+    assert StoredDevices.from_json(storekeys.loads(storekeys.dumps(stored.to_json()))) == stored
+    with pytest.raises(ValueError, match="malformed region devices"):
+        StoredDevices.from_json(stored.to_json() | {"devices": "%%%"})
 
 
 def _link(connected: bool = True, seen_at: float = 1000.0) -> Link:
@@ -299,35 +318,67 @@ async def test_a_report_written_by_one_replica_reaches_another_and_a_restart(
 
 
 @async_test
-async def test_heartbeats_alone_are_written_at_most_every_heartbeats_s(
+async def test_a_regions_rows_are_written_apart_at_most_every_devices_s(
     make_store: MakeStore,
 ) -> None:
-    """A region's report that changed in its devices' heartbeats only is written once every
-    HEARTBEATS_S, a figure that changed a second after the last write; the one not written
-    yet goes with the stream's end (a thousand devices' report, changed by some heartbeat
-    every time, filled a root's disk with the store's history: seed 62's 1-hour run)."""
+    """A region's report is written less its devices' rows, within a second of a change;
+    the rows apart, at most every DEVICES_S, and another replica shows both (a thousand
+    devices' rows, changed in nearly every report, written with it each time filled a root's
+    disk with the store's history: seed 62's 1-hour run); the rows not written yet go with
+    the stream's end."""
     store = await make_store()
     try:
         await _enroll(store)
-        hb = ReportPublisher(store, "eu", "replica r3")
-        t = 1000.0
-        await hb.open(t)
-        hb.received(with_devices(4, [t]), t)
-        await hb.publish(t)
-        for i in range(1, 30):
-            hb.received(with_devices(4, [t + i]), t + i)
-            await hb.publish(t + i)
-        assert hb.writes == 1  # 29 s of heartbeats: nothing more
-        hb.received(with_devices(4, [t + 30]), t + 30)
-        await hb.publish(t + HEARTBEATS_S)
-        assert hb.writes == 2
-        hb.received(with_devices(5, [t + 31]), t + 31)  # a figure changed: a second later
-        await hb.publish(t + HEARTBEATS_S + 1)
-        assert hb.writes == 3
-        hb.received(with_devices(5, [t + 32]), t + 32)
-        await hb.close(t + 33)  # the report not written yet goes with the stream's end
-        kv = await store.get(report_key("eu"))
-        assert kv is not None
-        assert StoredReport.from_json(storekeys.loads(kv.value)).report == with_devices(5, [t + 32])
+        r2 = await Regions.load(store, replicated=True)
+        stop = asyncio.Event()
+        follower = asyncio.create_task(RegionsFollower(store, r2).run(stop))
+        try:
+            pub = ReportPublisher(store, "eu", "replica r3")
+            t = 1000.0
+            r2.clock = lambda: t
+            await pub.open(t)
+            pub.received(with_devices(4, [t]), t)
+            await pub.publish(t)
+            assert (pub.writes, pub.row_writes) == (1, 1)
+            kv = await store.get(report_key("eu"))
+            assert kv is not None
+            main = StoredReport.from_json(storekeys.loads(kv.value)).report
+            assert main == without_devices(with_devices(4, [t]))
+            eu = r2.regions["eu"]
+            await eventually(lambda: eu.stored_devices is not None, within=10)
+            assert [d["metadata"]["name"] for d in r2.devices()] == ["d0"]
+            for i in range(1, 30):  # heartbeats every second, the same figures
+                pub.received(with_devices(4, [t + i]), t + i)
+                await pub.publish(t + i)
+            assert (pub.writes, pub.row_writes) == (1, 1)  # nothing: rows not due yet
+            pub.received(with_devices(5, [t + 30, t + 30]), t + 30)  # a figure, a new device
+            await pub.publish(t + UNCHANGED_S)
+            assert (pub.writes, pub.row_writes) == (2, 1)  # the figure at once; rows later
+            await eventually(
+                lambda: eu.stored is not None and eu.stored.report.deployments[0].ready == 5,
+                within=10,
+            )
+            assert len(r2.devices()) == 1
+            await pub.publish(t + DEVICES_S)  # the rows due (the report was written)
+            assert (pub.writes, pub.row_writes) == (2, 2)
+            await eventually(lambda: len(r2.devices()) == 2, within=10)
+            pub.received(with_devices(5, [t + 61, t + 61, t + 61]), t + 61)
+            await pub.publish(t + 61)  # the same report 31 s on: again (its time); rows not due
+            assert (pub.writes, pub.row_writes) == (3, 2)
+            await pub.close(t + 62)  # the rows not written yet go with the stream's end
+            await eventually(lambda: len(r2.devices()) == 3, within=10)
+            kv = await store.get(devices_key("eu"))
+            assert kv is not None
+            rows = StoredDevices.from_json(storekeys.loads(kv.value)).devices
+            assert [d.last_heartbeat for d in rows.devices] == [t + 61] * 3
+        finally:
+            stop.set()
+            await follower
+        # an older root's record, the rows inside the report: read as written
+        old = StoredReport("eu", "replica r0", t, with_devices(2, [t, t]))
+        await store.put(report_key("eu"), storekeys.dumps(old.to_json()))  # type: ignore[attr-defined]
+        await store.delete(devices_key("eu"))  # type: ignore[attr-defined]
+        again = await Regions.load(store, replicated=True)
+        assert [d["metadata"]["name"] for d in again.devices()] == ["d0", "d1"]
     finally:
         await store.close()
