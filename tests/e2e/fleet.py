@@ -208,8 +208,20 @@ class TcpProxy:
                 continue
             with self._lock:
                 self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
+            threading.Thread(target=self._carry, args=(client, upstream), daemon=True).start()
+
+    def _carry(self, client: socket.socket, upstream: socket.socket) -> None:
+        """Both ways; once both directions stop, both sockets are closed and forgotten (kept
+        until the next cut, a long-lived proxy held two descriptors per connection it ever
+        carried, docs/soak.md, defects)."""
+        back = threading.Thread(target=self._pump, args=(upstream, client), daemon=True)
+        back.start()
+        self._pump(client, upstream)
+        back.join()
+        with self._lock:
+            self._conns = [s for s in self._conns if s is not client and s is not upstream]
+        client.close()
+        upstream.close()
 
     @staticmethod
     def _pump(src: socket.socket, dst: socket.socket) -> None:

@@ -25,6 +25,7 @@ import shutil
 import socket
 import subprocess
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
 CLONE_NEWNET = 0x40000000
@@ -43,9 +44,7 @@ class DeviceNet:
         self.name = name
         self.ports = ports
         self.wrapper = directory / f"python-in-{name}"
-        self._listeners: list[socket.socket] = []
-        self._conns: list[socket.socket] = []
-        self._lock = threading.Lock()
+        self.relays: list[Relay] = []
         self.closed = False
 
     def start(self) -> None:
@@ -54,27 +53,8 @@ class DeviceNet:
             f'#!/bin/sh\nexec {nsenter} --net=/run/netns/{self.name} -- "{_python()}" "$@"\n'
         )
         self.wrapper.chmod(0o755)
-        for port in self.ports:
-            ls = _listen_in(self.name, port)
-            self._listeners.append(ls)
-            threading.Thread(target=self._accept, args=(ls, port), daemon=True).start()
-
-    def _accept(self, ls: socket.socket, port: int) -> None:
-        while not self.closed:
-            try:
-                client, _ = ls.accept()
-            except OSError:
-                return
-            try:  # made in this thread: the host's namespace
-                upstream = socket.create_connection(("127.0.0.1", port), timeout=5)
-                upstream.settimeout(None)
-            except OSError:
-                client.close()
-                continue
-            with self._lock:
-                self._conns += [client, upstream]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+        for port in self.ports:  # the relay's threads live in the host's namespace
+            self.relays.append(Relay(_listen_in(self.name, port), _to(LOOPBACK, port)).start())
 
     def cut(self) -> None:
         out = _ip("-n", self.name, "link", "set", "lo", "down")
@@ -88,11 +68,8 @@ class DeviceNet:
 
     def close(self) -> None:
         self.closed = True
-        for s in [*self._listeners, *self._conns]:
-            try:
-                s.close()
-            except OSError:
-                pass
+        for relay in self.relays:
+            relay.close()
         _ip("netns", "delete", self.name)
 
 
@@ -170,6 +147,80 @@ def _pump(src: socket.socket, dst: socket.socket) -> None:
             pass
 
 
+class Relay:
+    """Carries each connection accepted on ``listener`` to a connection ``connect()`` makes
+    (in a thread of its own: one across a cut link waits as a dropped SYN does), both ways;
+    when either side ends, both sockets are shut down and, once both directions have stopped,
+    closed and forgotten. (The relays once only shut them down and kept them until the run's
+    end: two descriptors per connection ever carried; the 1-hour soak's harness ran out of
+    descriptors after 41 minutes of simulated devices reconnecting through eu-r1's relay,
+    docs/soak.md, defects.)"""
+
+    def __init__(self, listener: socket.socket, connect: Callable[[], socket.socket]) -> None:
+        self.listener = listener
+        self.connect = connect
+        self.live: set[socket.socket] = set()  # the sockets of the connections now carried
+        self.carried = 0  # connections carried since the start
+        self._lock = threading.Lock()
+        self.closed = False
+
+    def start(self) -> Relay:
+        threading.Thread(target=self._accept, daemon=True).start()
+        return self
+
+    def _accept(self) -> None:
+        while not self.closed:
+            try:
+                client, _ = self.listener.accept()
+            except OSError:
+                return
+            threading.Thread(target=self._carry, args=(client,), daemon=True).start()
+
+    def _carry(self, client: socket.socket) -> None:
+        try:
+            upstream = self.connect()
+            upstream.settimeout(None)
+        except OSError:
+            client.close()
+            return
+        with self._lock:
+            if self.closed:
+                client.close()
+                upstream.close()
+                return
+            self.live |= {client, upstream}
+            self.carried += 1
+        back = threading.Thread(target=_pump, args=(upstream, client), daemon=True)
+        back.start()
+        _pump(client, upstream)
+        back.join()  # both directions stopped: no thread uses either socket any more
+        with self._lock:
+            self.live -= {client, upstream}
+        client.close()
+        upstream.close()
+
+    def close(self) -> None:
+        """Stops accepting and ends every connection carried (their threads close them)."""
+        with self._lock:
+            self.closed = True
+            live = list(self.live)
+        try:  # wakes the thread blocked in accept()
+            self.listener.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+        self.listener.close()
+        for s in live:
+            try:
+                s.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+
+
+def _to(host: str, port: int, timeout: float = 5.0) -> Callable[[], socket.socket]:
+    """A connection to ``host``:``port`` in the calling thread's namespace."""
+    return lambda: socket.create_connection((host, port), timeout=timeout)
+
+
 class ReplicaNet:
     """A hub replica in a network namespace of its own, with two paths out: its etcd members
     through a veth pair (the hub's store URL names the host side's address, where a relay
@@ -189,8 +240,7 @@ class ReplicaNet:
         c, d = (tag >> 6) & 0xFF, (tag & 0x3F) << 2
         self.host_ip, self.ns_ip = f"10.243.{c}.{d + 1}", f"10.243.{c}.{d + 2}"
         self.wrapper = directory / f"python-in-{name}"
-        self._socks: list[socket.socket] = []
-        self._lock = threading.Lock()
+        self.relays: list[Relay] = []
         self._requests: list[tuple[int, threading.Event, dict[str, object]]] = []
         self._wake = threading.Condition()
         self.closed = False
@@ -220,20 +270,18 @@ class ReplicaNet:
         self.wrapper.chmod(0o755)
         threading.Thread(target=self._connector, daemon=True).start()
         for port in etcd_ports:  # host side of the veth -> the member on the host's loopback
-            ls = _listen((self.host_ip, port))
-            threading.Thread(target=self._accept, args=(ls, port, False), daemon=True).start()
+            self._relay(_listen((self.host_ip, port)), _to(LOOPBACK, port, WAN_CONNECT_S))
         for port in inward:  # the namespace's loopback -> the host's
-            ls = _listen_in(self.name, port)
-            threading.Thread(target=self._accept, args=(ls, port, False), daemon=True).start()
+            self._relay(_listen_in(self.name, port), _to(LOOPBACK, port, WAN_CONNECT_S))
         for port in exposed:  # the host's loopback -> the namespace's
-            ls = _listen(("127.0.0.1", port))
-            threading.Thread(target=self._accept, args=(ls, port, True), daemon=True).start()
+            self._relay(_listen((LOOPBACK, port)), self._inside(port))
         for host, port in outward or []:  # an address of the host's namespace, the same inside
             if _ip("-n", self.name, "addr", "add", f"{host}/32", "dev", "lo").returncode != 0:
                 raise OSError(f"ip addr add {host}/32 dev lo in {self.name} failed")
-            ls = _listen_in(self.name, port, host)
-            threading.Thread(target=self._accept, args=(ls, port, False, host),
-                             daemon=True).start()  # fmt: skip
+            self._relay(_listen_in(self.name, port, host), _to(host, port, WAN_CONNECT_S))
+
+    def _relay(self, listener: socket.socket, connect: Callable[[], socket.socket]) -> None:
+        self.relays.append(Relay(listener, connect).start())
 
     def _connector(self) -> None:
         """Lives in the namespace: makes the connections to the replica's own ports there."""
@@ -268,33 +316,8 @@ class ReplicaNet:
         assert isinstance(sock, socket.socket)
         return sock
 
-    def _accept(self, ls: socket.socket, port: int, inside: bool, host: str = LOOPBACK) -> None:
-        while not self.closed:
-            try:
-                client, _ = ls.accept()
-            except OSError:
-                return
-            threading.Thread(target=self._join, args=(client, port, inside, host),
-                             daemon=True).start()  # fmt: skip
-        ls.close()
-
-    def _join(self, client: socket.socket, port: int, inside: bool, host: str) -> None:
-        """``client`` carried to ``host``:``port`` (in the host's namespace), or to ``port``
-        inside the namespace: a connection across a cut link waits as a dropped SYN does."""
-        try:
-            if inside:
-                upstream = self._connect_inside(port)
-            else:
-                upstream = socket.create_connection((host, port), timeout=WAN_CONNECT_S)
-            upstream.settimeout(None)
-        except OSError:
-            client.close()
-            return
-        with self._lock:
-            self._socks += [client, upstream]
-            self._socks = [s for s in self._socks if s.fileno() != -1]
-        for a, b in ((client, upstream), (upstream, client)):
-            threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+    def _inside(self, port: int) -> Callable[[], socket.socket]:
+        return lambda: self._connect_inside(port)
 
     def store_url(self, url: str, etcd_ports: list[int]) -> str:
         """``url`` with each member's loopback address replaced by the veth's host side."""
@@ -316,12 +339,8 @@ class ReplicaNet:
         self.closed = True
         with self._wake:
             self._wake.notify_all()
-        with self._lock:
-            for s in self._socks:
-                try:
-                    s.close()
-                except OSError:
-                    pass
+        for relay in self.relays:
+            relay.close()
         _ip("link", "delete", self.host_if)
         _ip("netns", "delete", self.name)
 
@@ -379,8 +398,7 @@ class RootLink:
         self.host_if, self.ns_if = f"sl{tag}h", f"sl{tag}n"
         c, d = (tag >> 6) & 0xFF, (tag & 0x3F) << 2
         self.host_ip, self.ip = f"10.244.{c}.{d + 1}", f"10.244.{c}.{d + 2}"
-        self._socks: list[socket.socket] = []
-        self._lock = threading.Lock()
+        self.relay: Relay | None = None
         self.closed = False
 
     @property
@@ -412,27 +430,10 @@ class RootLink:
             out = _ip(*(("-n", ns) if ns else ()), *args)
             if out.returncode != 0:
                 raise OSError(f"ip {' '.join(args)}: {out.stderr.strip()}")
-        ls = _listen_in(self.name, self.root_port, self.ip)
-        self._socks.append(ls)
-        threading.Thread(target=self._accept, args=(ls,), daemon=True).start()
-
-    def _accept(self, ls: socket.socket) -> None:
-        while not self.closed:
-            try:
-                client, _ = ls.accept()
-            except OSError:
-                return
-            try:  # made in this thread: the host's namespace, its loopback
-                upstream = socket.create_connection((LOOPBACK, self.root_port), timeout=5)
-                upstream.settimeout(None)
-            except OSError:  # the root is down: refused, as it would be
-                client.close()
-                continue
-            with self._lock:
-                self._socks += [client, upstream]
-                self._socks = [s for s in self._socks if s.fileno() != -1]
-            for a, b in ((client, upstream), (upstream, client)):
-                threading.Thread(target=_pump, args=(a, b), daemon=True).start()
+        # the relay's threads live in the host's namespace: its loopback; a root that is down
+        # refuses, as it would
+        listener = _listen_in(self.name, self.root_port, self.ip)
+        self.relay = Relay(listener, _to(LOOPBACK, self.root_port)).start()
 
     def cut(self) -> None:
         out = _ip("-n", self.name, "link", "set", self.ns_if, "down")
@@ -450,12 +451,8 @@ class RootLink:
 
     def close(self) -> None:
         self.closed = True
-        with self._lock:
-            for s in self._socks:
-                try:
-                    s.close()
-                except OSError:
-                    pass
+        if self.relay is not None:
+            self.relay.close()
         _ip("link", "delete", self.host_if)
         _ip("netns", "delete", self.name)
 

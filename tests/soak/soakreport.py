@@ -278,18 +278,35 @@ def judge(
     # a hub replica that started again takes its devices' connections back: one descriptor
     # each, on top of the bound (the first samples of its life come before they reconnect)
     devices = settings.real_devices + settings.sim_devices
+    # the harness itself (a self-check): its relays carry the connections of the devices in a
+    # namespace and of those at eu-r1, two descriptors and two threads each, on top of the bound
+    threads = _thread_growth(getattr(sampler, "harness_threads", []))
+    if "harness" in growth:
+        growth["harness"].update(threads)
     for name, g in growth.items():
-        fd_bound = settings.fd_growth + (devices if name.startswith("eu-") else 0)
+        slack = devices if name.startswith("eu-") else 2 * devices if name == "harness" else 0
+        fd_bound = settings.fd_growth + slack
         g["fd_bound"] = fd_bound
-        if g["rss_growth_mib"] > settings.rss_growth_mib or g["fd_growth"] > fd_bound:
+        grew = g.get("thread_growth", 0) > fd_bound
+        if g["rss_growth_mib"] > settings.rss_growth_mib or g["fd_growth"] > fd_bound or grew:
+            more = f", threads +{g['thread_growth']}" if "thread_growth" in g else ""
             failures.append(
                 {
                     "invariant": "growth",
                     "t": g["last_t"],
                     "text": f"{name}: RSS +{g['rss_growth_mib']:.1f} MiB, "
-                    f"descriptors +{g['fd_growth']} over {g['seconds']:.0f}s",
+                    f"descriptors +{g['fd_growth']}{more} over {g['seconds']:.0f}s",
                 }
             )
+    exhausted = getattr(sampler, "harness_exhausted", None)
+    if exhausted is not None:
+        failures.append(
+            {
+                "invariant": "growth",
+                "t": growth.get("harness", {}).get("last_t", rec.now()),
+                "text": f"the harness ended the chaos early: {exhausted}",
+            }
+        )
     # 7. nothing half-written: every store, state file and artifact after the power cut
     for c in integrity:
         if not c["ok"]:
@@ -360,6 +377,17 @@ def _growth(resources: dict[str, list[tuple[float, int, int, int]]]) -> dict[str
             "last_t": tail[-1][0],
         }
     return out
+
+
+def _thread_growth(samples: list[tuple[float, int]]) -> dict[str, Any]:
+    """The harness's threads, as ``_growth`` judges descriptors: the median of its first
+    samples (after 5 s) to the median of its last ones."""
+    if not samples:
+        return {}
+    settled = [s for s in samples if s[0] - samples[0][0] >= 5.0] or samples
+    t0 = statistics.median(s[1] for s in settled[:3])
+    t1 = statistics.median(s[1] for s in settled[-3:])
+    return {"threads": [int(t0), int(t1)], "thread_growth": int(t1 - t0)}
 
 
 # -- the report -----------------------------------------------------------------------------
@@ -444,7 +472,9 @@ def render(result: dict[str, Any]) -> str:
     for name, g in inv["growth"]["processes"].items():
         lines.append(
             f"    {name}: RSS {g['rss_mib'][0]} -> {g['rss_mib'][1]} MiB, fds "
-            f"{g['fds'][0]} -> {g['fds'][1]} over {g['seconds']:g}s ({g['lives']} lives)"
+            f"{g['fds'][0]} -> {g['fds'][1]}"
+            + (f", threads {g['threads'][0]} -> {g['threads'][1]}" if "threads" in g else "")
+            + f" over {g['seconds']:g}s ({g['lives']} lives)"
         )
     for plot in result.get("plots", []):
         series = ", ".join(f"{name} {colour}" for name, colour in plot["series"].items())

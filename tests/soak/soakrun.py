@@ -12,6 +12,7 @@ import itertools
 import json
 import math
 import os
+import resource
 import signal
 import subprocess
 import threading
@@ -472,6 +473,10 @@ class Sampler:
         self.resources: dict[
             str, list[tuple[float, int, int, int]]
         ] = {}  # name -> t, pid, rss, fds
+        # the harness's own (t, threads): a leak in the harness fails the run with its figures
+        # (descriptors in ``resources["harness"]``) before it runs out, rather than aborting it
+        self.harness_threads: list[tuple[float, int]] = []
+        self.harness_exhausted: str | None = None  # why the chaos ended early
         self.budget_samples = 0
         self.budget_max = 0
         self.budget_violations: list[dict[str, Any]] = []
@@ -512,6 +517,7 @@ class Sampler:
             except psutil.Error:
                 continue
             self.resources.setdefault(name, []).append((round(t, 2), pid, rss, fds))
+        self._harness(t)
         switching = []
         for i, e in enumerate(self.fleet.edged):
             device = f"dev-{i}"
@@ -543,6 +549,21 @@ class Sampler:
             self.rec.event(
                 "violation", f"rollout budget: {len(switching)} devices switching", **violation
             )
+
+    def _harness(self, t: float) -> None:
+        """The harness's own RSS, descriptors and threads; past half its descriptor limit it
+        asks the run to end its chaos now (the 1-hour run once aborted in gRPC's
+        ``epoll_create1`` with every descriptor open, docs/soak.md)."""
+        me = psutil.Process()
+        fds, threads = me.num_fds(), me.num_threads()
+        self.resources.setdefault("harness", []).append(
+            (round(t, 2), me.pid, me.memory_info().rss, fds)
+        )
+        self.harness_threads.append((round(t, 2), threads))
+        limit = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+        if self.harness_exhausted is None and limit > 0 and fds > limit // 2:
+            self.harness_exhausted = f"{fds} descriptors open, the limit {limit}"
+            self.rec.event("violation", f"the harness itself: {self.harness_exhausted}")
 
     def _view(self, device: str, t: float, doc: dict[str, Any] | None) -> None:
         """One sample of the device's own view; a removal of soak-t is judged at once."""
@@ -699,7 +720,7 @@ def run(settings: Settings) -> dict[str, Any]:
         )
         for th in threads:
             th.start()
-        while rec.now() < settings.duration:
+        while rec.now() < settings.duration and sampler.harness_exhausted is None:
             time.sleep(0.5)
         actions_stop.set()
         faults.restore()
