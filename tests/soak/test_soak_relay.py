@@ -1,18 +1,24 @@
 """The soak harness's relays (``soaknet.Relay``: a device's or eu-r1's network namespace to the
 host's loopback and back) close what they carry: a connection that ended, from either side,
 leaves no descriptor and no thread in the harness. The relays once kept both sockets of every
-connection ever carried, and the 1-hour run's harness ran out of descriptors (docs/soak.md)."""
+connection ever carried, and the 1-hour run's harness ran out of descriptors (docs/soak.md).
+The run also samples the harness's own descriptors and threads: a leak fails it, not aborts it."""
 
 from __future__ import annotations
 
+import os
+import resource
 import socket
 import threading
 from collections.abc import Iterator
+from types import SimpleNamespace
 
 import psutil
 import pytest
 from polltesting import wait_for
 from soaknet import Relay, _listen, _to
+from soakreport import _thread_growth
+from soakrun import Recorder, Sampler
 
 CONNECTIONS = 150
 
@@ -94,3 +100,27 @@ def test_closing_a_relay_ends_the_connections_it_carries(upstream: int) -> None:
         "a closed relay to let go of everything",
         detail=lambda: f"{len(relay.live)} sockets live, {me.num_fds()} fds (were {fds})",
     )
+
+
+def test_the_harness_samples_itself_and_stops_short_of_its_descriptor_limit() -> None:
+    """Past half its descriptor limit the sampler says so (the run then ends its chaos and
+    fails with the figures); below it, it only records RSS, descriptors and threads."""
+    rec = Recorder()
+    sampler = Sampler(SimpleNamespace(replicas=[], sim_devices=0), rec, None)  # type: ignore[arg-type]
+    sampler._harness(1.0)
+    assert sampler.harness_exhausted is None
+    [(_, pid, rss, fds)] = sampler.resources["harness"]
+    assert pid == os.getpid() and rss > 0 and fds == psutil.Process().num_fds()
+    assert sampler.harness_threads == [(1.0, psutil.Process().num_threads())]
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (2 * fds - 2, hard))  # fds is now over half
+    try:
+        sampler._harness(2.0)
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert sampler.harness_exhausted is not None and "descriptors open" in sampler.harness_exhausted
+    assert [e["kind"] for e in rec.events] == ["violation"]
+    assert _thread_growth([(0.0, 9), (6.0, 10), (7.0, 10), (8.0, 10), (60.0, 40), (61.0, 41)]) == {
+        "threads": [10, 40],
+        "thread_growth": 30,
+    }
