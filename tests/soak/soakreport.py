@@ -5,6 +5,7 @@ directory). A failed invariant names the seed and prints the events around it.""
 from __future__ import annotations
 
 import math
+import re
 import statistics
 import time
 from collections import Counter
@@ -35,11 +36,16 @@ def converge(fleet: Any, operator: Operator, rec: Recorder, within: float) -> di
     began = rec.now()
     problems: list[str] = ["not checked yet"]
     while rec.now() - began < within:
-        problems = _problems(fleet, operator)
+        refused: list[str] = []
+        problems = _problems(fleet, operator, refused)
         if not problems:
             seconds = rec.now() - began
             rec.event("run", f"converged {seconds:.1f}s after the faults ended")
-            return {"converged": True, "seconds": round(seconds, 2), "bound_s": within}
+            out = {"converged": True, "seconds": round(seconds, 2), "bound_s": within}
+            if refused:  # held by their own anti-rollback guard, and the region says so
+                rec.event("run", f"devices refusing a downgrade, named by the region: {refused}")
+                out["refused"] = refused
+            return out
         time.sleep(2.0)
     rec.event("violation", f"not converged within {within:g}s: {problems[:5]}")
     return {
@@ -96,7 +102,24 @@ def _views(fleet: Any, operator: Operator) -> dict[str, Any]:
     return views
 
 
-def _problems(fleet: Any, operator: Operator) -> list[str]:
+def refusal(failing: dict[str, Any], device: str) -> str | None:
+    """The region's word that ``device`` refuses the deployment's signed metadata as a
+    rollback (pure): the device's anti-rollback guard, by design (docs/trust.md), which an
+    operator's downgrade or a re-created deployment meets without a publisher's rollback
+    allowance: once a device accepted a model's newer metadata (the broken 9.0.0, pushed
+    last), it refuses the older ones, 1.0.0 and 1.1.0 alike. Such a device converges to the
+    region naming it, not to the version. The region may name the refusal of the version it
+    went back to rather than the root's (its rollout rolled back on the refusal)."""
+    said = str(failing.get(device, ""))
+    return said if _REFUSED_ROLLBACK.match(said) else None
+
+
+_REFUSED_ROLLBACK = re.compile(r"[0-9][^ ]* Refused: MetadataRollback:")
+
+
+def _problems(fleet: Any, operator: Operator, refused: list[str] | None = None) -> list[str]:
+    """What keeps the fleet from what the root wants; ``refused`` gets the devices that
+    refuse it by design and are named for it by the region (:func:`refusal`)."""
     problems: list[str] = []
     try:
         with operator.client("root") as client:
@@ -130,7 +153,9 @@ def _problems(fleet: Any, operator: Operator) -> list[str]:
         status = (doc or {}).get("status", {})
         # the region's own rollout: the root's status.rollout is of the root's own devices
         # (none here) and says Complete for a revision its region rolled back (docs/soak.md)
-        phase = ((status.get("regions", {}).get("eu") or {}).get("rollout") or {}).get("phase", "")
+        region = status.get("regions", {}).get("eu") or {}
+        phase = (region.get("rollout") or {}).get("phase", "")
+        failing = region.get("failing") or {}
         if name == "soak-sim":
             for sim, held in sims.items():
                 if held.get(name) != version:
@@ -148,6 +173,11 @@ def _problems(fleet: Any, operator: Operator) -> list[str]:
             if doc is None:
                 if work is not None:
                     problems.append(f"dev-{i}: runs {name}, deleted at the root")
+                continue
+            said = refusal(failing, f"dev-{i}")
+            if said is not None:
+                if refused is not None:
+                    refused.append(f"dev-{i}: {name} {said[:120]}")
                 continue
             if work is None:
                 problems.append(f"dev-{i}: does not run {name}")
@@ -439,7 +469,18 @@ def render(result: dict[str, Any]) -> str:
         f"[{'ok' if inv['linearizable']['ok'] else 'FAIL'}] linearizable: "
         + ", ".join(f"{k} ({v['ops']} ops)" for k, v in inv["linearizable"]["keys"].items()),
         f"[{'ok' if inv['converged']['ok'] else 'FAIL'}] converged: "
-        f"{inv['converged']['seconds']}s after the faults (bound {inv['converged']['bound_s']:g}s)",
+        + (
+            f"{inv['converged']['seconds']}s after the faults"
+            if inv["converged"]["seconds"] is not None
+            else "not within the bound: " + "; ".join(inv["converged"].get("problems", [])[:5])
+        )
+        + f" (bound {inv['converged']['bound_s']:g}s)"
+        + (
+            f"; refusing a downgrade by design, named by the region: "
+            f"{len(inv['converged']['refused'])} ({inv['converged']['refused'][0]}, ...)"
+            if inv["converged"].get("refused")
+            else ""
+        ),
         f"[{'ok' if inv['rollout_budget']['ok'] else 'FAIL'}] rollout budget: at most "
         f"{inv['rollout_budget']['max_switching']} devices switching at once (budget 1) over "
         f"{inv['rollout_budget']['samples']} samples",
