@@ -98,7 +98,14 @@ def test_a_device_whose_clock_jumps_keeps_serving_and_its_times_are_bounded_by_t
     pids = [r["pid"] for r in worker.get("replicas", []) if r.get("pid")]
     assert pids, worker
     os.kill(pids[0], signal.SIGKILL)
-    wait_for(lambda: serving(e, "1.0.0"), 60, "det 1.0.0 to be served again after the kill")
+
+    def served_again() -> bool:  # by the replica started after the kill, not the killed one
+        if not serving(e, "1.0.0"):
+            return False
+        now = [r.get("pid") for r in e.workload("det").get("replicas", []) if r.get("ready")]
+        return bool(now) and pids[0] not in now
+
+    wait_for(served_again, 60, "det 1.0.0 to be served again after the kill")
 
     # the device's report reached the hub: its time of the kill is bounded by the hub's own
     def reported() -> dict | None:  # type: ignore[type-arg]
