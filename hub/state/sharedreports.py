@@ -265,6 +265,11 @@ class ReportPublisher:
         self._last_link = 0.0
         self._last_report: float | None = None
         self._pending: tuple[float, federation_pb2.RegionReport] | None = None
+        # the pending report less its rows, and the digests of that and of its rows: made once
+        # when it comes (a 20,000-device report's rows are ~1.4 MB to copy and hash)
+        self._main = federation_pb2.RegionReport()
+        self._main_digest = b""
+        self._rows_digest = b""
         self._report_done = True  # the pending report's part without rows is written
         self._rows_done = True  # ... and its devices' rows (or they are as last written)
         self._written = b""  # digest of the last report written, less its rows
@@ -290,21 +295,24 @@ class ReportPublisher:
     def received(self, report: federation_pb2.RegionReport, now: float) -> None:
         """A report checked and kept (the newest replaces one not written yet)."""
         self._pending = (now, report)
+        self._main = without_devices(report)
+        self._main_digest = digest(self._main)
+        self._rows_digest = digest(devices_of(report))
         self._report_done = False
-        self._rows_done = digest(devices_of(report)) == self._written_rows
+        self._rows_done = self._rows_digest == self._written_rows
 
     async def publish(self, now: float) -> None:
         """Write what is due now. Raises Replaced when another stream took the region."""
         if not self._opened:  # the store failed when the stream opened: open it now
             await self.open(now)
         pending = self._pending
-        main = without_devices(pending[1]) if pending is not None else None
+        main, main_digest, rows_digest = self._main, self._main_digest, self._rows_digest
         what = due(
             report_pending=pending is not None and not self._report_done,
             last_report_write=self._last_report,
             last_link_write=self._last_link,
             now=now,
-            changed=main is not None and digest(main) != self._written,
+            changed=main_digest != self._written,
         )
         rows = (
             pending is not None
@@ -314,7 +322,7 @@ class ReportPublisher:
         if what is Write.NOTHING and not rows:
             return
         ops = [self._link(now)]
-        if what is Write.REPORT and pending is not None and main is not None:
+        if what is Write.REPORT and pending is not None:
             stored = StoredReport(self.region, self.replica, pending[0], main)
             ops.append(Put(report_key(self.region), storekeys.dumps(stored.to_json())))
         if rows and pending is not None:
@@ -326,13 +334,13 @@ class ReportPublisher:
         except CompareFailed:
             raise Replaced(f"region {self.region} streams to another replica now") from None
         self._last_link = now
-        if what is Write.REPORT and main is not None:
+        if what is Write.REPORT:
             self._last_report = now
-            self._written = digest(main)
+            self._written = main_digest
             self.writes += 1
-        if rows and pending is not None:
+        if rows:
             self._last_rows = now
-            self._written_rows = digest(devices_of(pending[1]))
+            self._written_rows = rows_digest
             self.row_writes += 1
         if self._pending is pending:  # no newer report came meanwhile
             self._report_done = self._report_done or what is Write.REPORT
@@ -351,8 +359,7 @@ class ReportPublisher:
         pending = self._pending
         if pending is not None:
             if not self._report_done:
-                main = without_devices(pending[1])
-                stored = StoredReport(self.region, self.replica, pending[0], main)
+                stored = StoredReport(self.region, self.replica, pending[0], self._main)
                 ops.append(Put(report_key(self.region), storekeys.dumps(stored.to_json())))
             if not self._rows_done:
                 ops.append(self._rows(pending))
