@@ -5,6 +5,7 @@ compacted revision getting ``Compacted`` — and over AdminService, OUT_OF_RANGE
 from __future__ import annotations
 
 import asyncio
+import re
 import sqlite3
 from pathlib import Path
 from typing import Any
@@ -19,10 +20,12 @@ from edgefleet.errors import Compacted
 from edgefleet.v1 import admin_pb2
 from hub.state.store import SqliteStore
 from hub.state.store.compacting import (
+    MARKS_KEY,
     MAX_CHUNK,
     MIN_CHUNK,
     Compactor,
     compaction_target,
+    marks_of,
     next_chunk,
 )
 
@@ -121,7 +124,7 @@ class _Recording:
 
     async def put(self, key: str, value: bytes) -> int:
         revision = await self._store.put(key, value)
-        self._order.append("put")
+        self._order.append("put" if key != MARKS_KEY else "marks")
         return revision
 
 
@@ -145,7 +148,7 @@ async def test_a_big_history_is_compacted_in_chunks_with_writes_in_between(
             await store.put(f"/devices/d{i % 7}", b"%d" % i)
         await compactor.step()  # noted, not old enough yet
         clock.advance(60)
-        target = (await store.range("/")).revision
+        target = compactor.marks[-1][1]  # the revision noted (before the marks' own write)
 
         async def device_write() -> None:
             await recording.compacting.wait()  # once the first chunk is done
@@ -168,3 +171,57 @@ async def test_a_big_history_is_compacted_in_chunks_with_writes_in_between(
     finally:
         db.close()
     assert oldest >= target
+
+
+@async_test
+async def test_the_marks_outlive_a_restart_so_a_hub_restarted_often_still_compacts(
+    tmp_path: Path,
+) -> None:
+    """A hub killed every 4 minutes with a 5-minute retention: each start reads the marks the
+    last one noted (kept in the store), so the history is compacted all the same (with the
+    marks in memory only it never was: seed 62's root, killed about every 10 minutes)."""
+    clock = FakeClock()
+    store = await SqliteStore.open(tmp_path / "hub.db", clock=clock)
+    try:
+        compacted = 0
+        for start in range(6):  # each a new Compactor: a restarted hub
+            compactor = Compactor(store, period=60, retention=300, clock=clock)
+            for _ in range(4):
+                for i in range(10):
+                    await store.put(f"/devices/d{i}", b"%d" % start)
+                compacted = max(compacted, await compactor.step())
+                clock.advance(60)
+        revision = (await store.range("/")).revision
+        assert compacted > 0 and revision - compacted <= 7 * 11, (compacted, revision)
+        # a record that cannot be read is left out, and the marks start again
+        await store.put(MARKS_KEY, b'{"marks": [[1.0, "x"]]}')
+        again = Compactor(store, period=60, retention=300, clock=clock)
+        await again.step()
+        assert len(again.marks) == 1
+    finally:
+        await store.close()
+
+
+@pytest.mark.parametrize(
+    ("value", "marks", "problem"),
+    [
+        (b'{"marks": [[1.5, 3], [2, 7]]}', [(1.5, 3), (2.0, 7)], None),
+        (b'{"marks": []}', [], None),
+        (b"nope", None, "not a marks record"),
+        (b'{"other": 1}', None, "not a marks record"),
+        (b'{"marks": {"a": 1}}', None, "marks: must be a list"),
+        (b'{"marks": [[1.0]]}', None, "marks[0]"),
+        (b'{"marks": [[1.0, -1]]}', None, "marks[0]"),
+        (b'{"marks": [[true, 1]]}', None, "marks[0]"),
+        (b'{"marks": [[1.0, 2], ["x", 3]]}', None, "marks[1]"),
+        (b'{"marks": [[1e999, 3]]}', None, "marks[0]"),
+    ],
+)
+def test_a_marks_record_is_read_or_refused_naming_what(
+    value: bytes, marks: list[tuple[float, int]] | None, problem: str | None
+) -> None:
+    if problem is None:
+        assert marks_of(value) == marks
+    else:
+        with pytest.raises(ValueError, match=re.escape(problem)):
+            marks_of(value)
