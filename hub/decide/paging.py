@@ -124,6 +124,8 @@ def snapshot(
     current: Sequence[str],
     stored_now: Mapping[str, int],
     stored_at: Mapping[str, int],
+    *,
+    cached: Mapping[str, int] | None = None,
 ) -> list[tuple[str, Source]]:
     """The keys a list at a revision holds, sorted, and where each is shown from.
 
@@ -133,16 +135,26 @@ def snapshot(
     now), else from its value then. A key stored now but not then was created since: not
     listed. A key shown now but stored neither now nor then (a region's device at a root)
     has no history: listed as now.
+
+    ``cached``: for a kind whose every stored key is an object of the list (operator
+    objects), the store revision each shown object was cached at. The store is then the
+    truth where the cache lags it (a follower's cache behind the leader's writes, a leader
+    paused past its lease): a stored object the cache does not hold yet, or holds at
+    another revision, is shown from its stored value; one the cache holds but the store
+    no longer does (deleted meanwhile) is not listed. A shown key not in ``cached`` (a
+    built-in object, never stored) is listed as now.
     """
     shown = set(current)
     out: dict[str, Source] = {}
     for key, mod in stored_at.items():
         if stored_now.get(key) != mod:
             out[key] = Source.AT
-        elif key in shown:
+        elif key in shown and (cached is None or cached.get(key) == mod):
             out[key] = Source.CURRENT
+        elif cached is not None:  # stored, unchanged, the cache behind it: as stored
+            out[key] = Source.AT
     for key in shown:
-        if key not in stored_at and key not in stored_now:
+        if key not in stored_at and key not in stored_now and (cached is None or key not in cached):
             out[key] = Source.CURRENT
     return sorted(out.items())
 

@@ -160,6 +160,33 @@ def test_snapshot(
     assert all(isinstance(s, Source) for _, s in snapshot(current, now, at))
 
 
+@pytest.mark.parametrize(
+    ("cached", "now", "at", "listed"),
+    [
+        # the cache in step with the store: as shown now
+        (
+            {"a": 1, "b": 2},
+            {"a": 1, "b": 2},
+            {"a": 1, "b": 2},
+            [("a", "CURRENT"), ("b", "CURRENT")],
+        ),
+        # the cache behind a change: as stored (docs/soak.md, seed 62's stale read)
+        ({"a": 1}, {"a": 5}, {"a": 5}, [("a", "AT")]),
+        # created at the leader, not in the cache yet: as stored
+        ({}, {"a": 5}, {"a": 5}, [("a", "AT")]),
+        # deleted at the leader, still in the cache: not listed
+        ({"a": 1}, {}, {}, []),
+        # a list's later page: changed since its revision, as then, whatever the cache
+        ({"a": 9}, {"a": 9}, {"a": 1}, [("a", "AT")]),
+    ],
+)
+def test_snapshot_takes_the_store_where_the_cache_lags_it(
+    cached: dict[str, int], now: dict[str, int], at: dict[str, int], listed: list[tuple[str, str]]
+) -> None:
+    got = snapshot([*cached, "built-in"], now, at, cached=cached)
+    assert [(k, s.name) for k, s in got] == sorted([*listed, ("built-in", "CURRENT")])
+
+
 def test_after_starts_past_the_tokens_key_even_when_it_is_gone() -> None:
     keys = ["/d/a", "/d/b", "/d/d"]
     assert after(keys, None) == 0

@@ -1,6 +1,12 @@
 """AdminService's reads: Get, List (in pages, hub.decide.paging) and ListEvents, from the
 in-memory cache (:class:`hub.state.cache.Cache`, written through), with store revisions as
-resource versions; a root hub lists its regions' devices and its regions too."""
+resource versions; a root hub lists its regions' devices and its regions too.
+
+The store is the truth: a replica's cache can lag it (a follower's watch behind the leader's
+writes; a leader paused past its lease, which serves its own cache until it notices), so Get
+and List show the cache's copy of a stored object only when it is the one the store holds
+now (read from the store in the same call), the stored value otherwise; an object the store
+no longer holds is not shown (docs/etcd.md)."""
 
 from __future__ import annotations
 
@@ -27,7 +33,7 @@ from hub.api.admin.common import (
     rpc,
 )
 from hub.api.admin.showing import Showing, stored_object
-from hub.decide import paging
+from hub.decide import apply, paging
 from hub.decide.placementview import (
     KIND_PLACEMENT,
     LEAVING,
@@ -46,7 +52,7 @@ from hub.decide.presentation import (
 from hub.state import storekeys, tokens
 from hub.state.cache import Cache
 from hub.state.regions import REGIONS, Regions, region_key
-from hub.state.store import RangeResult, Store
+from hub.state.store import KeyValue, RangeResult, Store
 
 DEFAULT_EVENTS_LIMIT = 500
 PLACEMENTS = "placements/"  # the keys a list of Placements is paged by (none is stored)
@@ -138,9 +144,15 @@ class Reads:
         cache = self.cache
         doc: dict[str, Any] | None = None
         if kind == storekeys.KIND_DEVICE:
+            key = storekeys.device_key(name)
+            kv = await self.store.get(key)
             device = cache.devices.get(name)
-            if device is not None:
-                doc, key = self.show.device_json(device), storekeys.device_key(name)
+            if kv is not None:  # the store's record is the truth (_fresh); the cache's is live
+                doc = (
+                    self.show.device_json(device)
+                    if device is not None
+                    else self._from_store(kind, kv)
+                )
             elif self.regions is not None:  # a device of a region, as it summarised it
                 shown = [d for d in self.regions.devices() if d["metadata"]["name"] == name]
                 if shown:
@@ -148,7 +160,14 @@ class Reads:
         elif kind == storekeys.KIND_MODEL:
             model = model_records(self.cache).get(name)
             if model is not None:
-                doc, key = model_object(model), storekeys.model_key(model.name, model.version)
+                key = storekeys.model_key(model.name, model.version)
+                kv = await self.store.get(key)
+                if kv is not None:
+                    doc = model_object(model)
+            else:  # pushed at the leader, not in this replica's cache yet?
+                kv = await self._model_in_store(name)
+                if kv is not None:
+                    doc = self._from_store(kind, kv)
         elif kind == KIND_TOKEN:
             key = tokens.PREFIX + name
             kv = await self.store.get(key)
@@ -165,19 +184,47 @@ class Reads:
             doc = regions.object(name, self.replica) if regions is not None else None
             if doc is None:
                 await self._refuse_revoked_region(name)
+            kv = await self.store.get(key)
         else:
+            key = storekeys.object_key(kind, name)
+            kv = await self.store.get(key)
             stored = cache.stored.get((kind, name))
-            if stored is not None:
-                doc, key = (
-                    self.show.object_json(kind, stored.manifest),
-                    storekeys.object_key(kind, name),
+            if kv is not None:  # as stored now: the cache's copy only when it is that one
+                doc = (
+                    self.show.object_json(kind, stored.manifest)
+                    if stored is not None and stored.revision == kv.mod_revision
+                    else self._from_store(kind, kv)
                 )
             elif kind == PriorityClass.KIND and name in PRIORITY_CLASSES:
                 built_in = [d for d in built_in_class_manifests() if d["metadata"]["name"] == name]
                 return common_pb2.Object(json=storekeys.dumps(built_in[0]))
         if doc is None:
             raise not_found(kind, name)
-        return stored_object(kind, doc, await self.store.get(key))
+        return stored_object(kind, doc, kv)
+
+    def _from_store(self, kind: str, kv: KeyValue) -> dict[str, Any]:
+        """``kind``'s object as the store holds it (``kv``), where this replica's cache lags it:
+        a follower's cache follows the leader's writes through a watch, and a leader paused past
+        its lease serves its own until it notices (docs/soak.md: a PriorityClass applied at the
+        new leader, read at the old one as it was)."""
+        _, show = self.show.watched(kind)
+        return show(kv.key, kv.value)
+
+    async def _model_in_store(self, name: str) -> KeyValue | None:
+        """The store's record of the model listed as ``name`` (``NAME-VERSION``), None: none."""
+        for kv in (await self.store.range(storekeys.MODELS)).kvs:
+            model = storekeys.ModelRecord.from_json(storekeys.loads(kv.value))
+            if f"{model.name}-{model.version}" == name:
+                return kv
+        return None
+
+    def _cached(self, kind: str) -> dict[str, int] | None:
+        """The store revision of each object of ``kind`` the cache holds, for a kind whose
+        stored keys are all objects of its list (paging.snapshot's ``cached``; None: not
+        such a kind, the cache shown as it is)."""
+        if kind not in apply.OBJECT_KINDS:
+            return None
+        return {storekeys.object_key(kind, o.name): o.revision for o in self.cache.objects_of(kind)}
 
     def _listed_placement(self, deployment: str, device: str) -> dict[str, Any]:
         """A placement of a list: as :meth:`_placement`, or gone since the list was read
@@ -273,7 +320,7 @@ class Reads:
                 ) from None
         stored = {} if prefix is None else {k: kv.mod_revision for k, kv in current.items()}
         stored_at = {} if prefix is None else {k: kv.mod_revision for k, kv in at.items()}
-        keys = paging.snapshot(list(view), stored, stored_at)
+        keys = paging.snapshot(list(view), stored, stored_at, cached=self._cached(kind))
         _, show = self.show.watched(kind) if prefix is not None else (None, None)
         response = admin_pb2.ListResponse(resource_version=revision)
         i, total = paging.after([k for k, _ in keys], token), 0
