@@ -101,6 +101,8 @@ class Fleet:
     clocks: dict[str, Any] = field(default_factory=dict)  # target name -> soakclock.DeviceClock
     slow_io: bool = True  # dev-1's data directory on a FUSE mount the faults slow down
     slow_disks: dict[str, Any] = field(default_factory=dict)  # target name -> slowfs.SlowFs
+    # the root's data directory (its SQLite store) and etcd-2's on FUSE mounts the faults slow
+    slow_hub_io: bool = True
     # fault kinds this run cannot make here, and why (the report says so)
     unsupported: dict[str, str] = field(default_factory=dict)
 
@@ -109,13 +111,26 @@ class Fleet:
         self.started_at = time.monotonic()
         d = self.directory
         d.mkdir(parents=True, exist_ok=True)
-        if self.full_disks:
-            self._mount("root-disk", d / "root")
+        if self.full_disks:  # the root's disk, under its slow mount when there is one
+            self._mount("root-disk", d / ("root.backing" if self.slow_hub_io else "root"))
+        if self.slow_hub_io:
+            self._mount_slow("root-io", d / "root")
+            slow_member = d / "etcd" / "m2" / "data"  # etcd.log beside it, not slowed
+            self._mount_slow("etcd-2-io", slow_member)
+            if "etcd-2-io" in self.slow_disks:
+                for path in (slow_member, slow_member.with_name("data.backing")):
+                    path.chmod(0o700)  # etcd asks that of its data directory
         root = HubProcess(d / "root", d / "root.log")
         self._root_link(root.port)  # the root's certificate names the address it shows
         sans = ["--san", self.root_link.ip] if self.root_link is not None else []
         self.root = root.init("--region", "root", *sans).start()
         self.etcd = start_cluster(d / "etcd", 3)
+        slowed = self.slow_disks.get("etcd-2-io")
+        if slowed is not None and self.etcd[2].directory / "data" != slowed.mountpoint:
+            # start_cluster made the members again elsewhere (a port was taken)
+            self.unsupported.setdefault("io", f"etcd-2's data is not {slowed.mountpoint}")
+            slowed.unmount()
+            del self.slow_disks["etcd-2-io"]
         endpoints = ",".join(m.endpoint for m in self.etcd)
         p0 = free_port_pair()
         p1 = free_port_pair()
@@ -257,8 +272,10 @@ class Fleet:
             self.disks[target] = disk
 
     def _mount_slow(self, target: str, path: Path) -> None:
-        """``path`` (a device's data directory, before it is enrolled) on a slow-I/O FUSE
-        mount of a directory beside it (slowfs.py): its state, artifacts and sockets."""
+        """``path`` (a device's or a hub's data directory, before it is first written) on a
+        slow-I/O FUSE mount of a directory beside it (slowfs.py): a device's state,
+        artifacts and sockets; the root's SQLite store, TUF repository and blobs; an etcd
+        member's WAL and snapshots."""
         from slowfs import mount
 
         fs = mount(path.with_name(path.name + ".backing"), path,
@@ -399,14 +416,14 @@ class Fleet:
             m.stop()
         if self.root_link is not None:
             self.root_link.close()
-        for disk in self.disks.values():
+        for fs in self.slow_disks.values():  # after every process that used it
+            fs.unmount()
+        for disk in self.disks.values():  # after the slow mount over the root's
             disk.unmount()
         for net in self.nets.values():
             net.close()
         for clock in self.clocks.values():
             clock.close()
-        for fs in self.slow_disks.values():  # after every process that used it
-            fs.unmount()
 
 
 class NsHubProcess(HubProcess):

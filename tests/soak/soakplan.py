@@ -8,8 +8,9 @@ its edged: no duration), ``stop`` is SIGSTOP then SIGCONT. At most one fault per
 time, and at most one etcd member out at a time (quorum stays: a region without etcd quorum
 takes no writes, which a run may want too: ``etcd_quorum_faults``). ``cut`` of a link (a
 partition), ``fill`` of a disk (its filesystem filled to the last byte, then emptied) and
-``slow`` I/O on a device's data directory (each operation waits ``delay``, 50 ms to 2 s, then
-normal again; ``size_slow_io``, slowfs) last up to three times longer; each kind of those comes
+``slow`` I/O on a device's data directory or a hub's (the root's, an etcd member's: each
+operation waits ``delay``, 50 ms to 2 s, then normal again; ``size_slow_io``, slowfs) last up
+to three times longer; each kind of those comes
 from its own stream of the seed. ``jump`` of a
 device's wall clock (kind ``clock``) steps it by ``offset`` seconds for ``duration``, then
 corrects it (``_clock_jumps``, soakclock).
@@ -98,13 +99,17 @@ def make_plan(
     links = {n: k for n, k in targets.items() if k == "link"}
     disks = {n: k for n, k in targets.items() if k == "disk"}
     nets = {n: k for n, k in targets.items() if k == "net"}
-    ios = {n: k for n, k in targets.items() if k == "io"}
+    # a device's slow disk and a hub's (the root's store, an etcd member's) from streams of
+    # their own: adding the hubs' left each seed's device faults as they were
+    ios = {n: k for n, k in targets.items() if k == "io" and n.startswith("dev-")}
+    hub_ios = {n: k for n, k in targets.items() if k == "io" and not n.startswith("dev-")}
     streams = (
         ("faults", processes, fault_gap),
         ("links", links, 2 * fault_gap),
         ("disks", disks, 3 * fault_gap),
         ("nets", nets, 2 * fault_gap),
         ("ios", ios, 3 * fault_gap),
+        ("hub-ios", hub_ios, 3 * fault_gap),
     )
     for stream, group, gap in streams:
         if group:

@@ -61,6 +61,19 @@ def test_slow_io_is_a_stream_of_its_own() -> None:
         assert f.at + f.duration <= g.at
 
 
+def test_a_hubs_slow_disk_is_a_stream_of_its_own() -> None:
+    """The root's and an etcd member's slow disks add their faults and leave a seed's others
+    as they were, a device's slow disk included, its delays too."""
+    targets = {"root": "hub", "etcd-0": "etcd", "dev-1": "edged", "dev-1-io": "io",
+               "root-disk": "disk", "dev-1-clock": "clock"}  # fmt: skip
+    before = make_plan(CI_SEED, 600, targets)
+    after = make_plan(CI_SEED, 600, {**targets, "root-io": "io", "etcd-2-io": "io"})
+    hubs = [f for f in after.faults if f.target in ("root-io", "etcd-2-io")]
+    assert [f for f in after.faults if f not in hubs] == before.faults
+    assert {f.target for f in hubs} == {"root-io", "etcd-2-io"}
+    assert all(f.action == SLOW and SLOW_DELAY[0] <= f.delay <= SLOW_DELAY[1] for f in hubs)
+
+
 @pytest.mark.scenario
 @pytest.mark.timeout(480)
 def test_a_short_soak_run_keeps_every_invariant(tmp_path: Path) -> None:
