@@ -16,7 +16,8 @@ device's wall clock (kind ``clock``) steps it by ``offset`` seconds for ``durati
 corrects it (``_clock_jumps``, soakclock).
 
 Actions (``Action``): the operator's calls, at ``at`` seconds: ``apply`` of a deployment (a new
-version, a canary to the broken version 9.0.0, a scale change) or of a region's PriorityClass,
+version, a canary to the broken version 9.0.0, a scale change; one in three of a working
+version first pushes that version again with a rollback allowance) or of a region's PriorityClass,
 ``delete``, ``read`` (a get, at the root or at either region replica), and ``enroll`` (a
 bootstrap token created at a region replica, a new device enrolled with it there).
 """
@@ -60,6 +61,10 @@ class Action:
     replicas: int = 1  # apply of a deployment: replicas per device
     canary: bool = False
     read_after: str = ""  # a replica to read the object at as soon as the call returned
+    # apply of a deployment: the operator first pushes the version again at the root with a
+    # rollback allowance (edgectl models push --allow-rollback), as a publisher who means a
+    # downgrade does (docs/trust.md): devices that accepted a newer version take it
+    allow_rollback: bool = False
     total: int | None = None  # apply of a deployment: replicas.total instead of perDevice
 
 
@@ -128,6 +133,11 @@ def make_plan(
         if action.op == "apply" and action.at_hub != "root" and draw < 0.7:
             other = "eu-r1" if action.at_hub == "eu-r0" else "eu-r0"
             action = dataclasses.replace(action, read_after=other)
+        # one apply of a model version in three comes with a rollback allowance: its own
+        # stream too
+        allow = random.Random(f"allow-{seed}-{len(plan.actions)}").random()
+        if action.op == "apply" and action.version in VERSIONS and allow < 1 / 3:
+            action = dataclasses.replace(action, allow_rollback=True)
         plan.actions.append(action)
         t += rng.uniform(0.5 * action_gap, 1.5 * action_gap)
     # token enrollments (a token created, a new device enrolled with it, at either replica):

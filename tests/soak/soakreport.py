@@ -241,6 +241,7 @@ def judge(
     )
     lin_figures = {
         "enrollments": dict(sorted(enrolled.items())),
+        "rollback_allowances": dict(sorted(rec.allowances.items())),
         "operations": len(rec.ops),
         "by_outcome": dict(sorted(outcomes.items())),
         "keys": {k.key: {"ops": k.ops, "linearizable": k.ok} for k in lin.keys},
@@ -466,6 +467,11 @@ def render(result: dict[str, Any]) -> str:
         "token enrollments at either replica (a token, then edged enroll with it): "
         + (", ".join(f"{k} {v}" for k, v in inv["linearizable"]["enrollments"].items()) or "none")
         + "; each device read at both replicas at the end",
+        "rollback allowances (a version pushed again with --allow-rollback before its apply): "
+        + (
+            ", ".join(f"{k} {v}" for k, v in inv["linearizable"]["rollback_allowances"].items())
+            or "none"
+        ),
         f"[{'ok' if inv['linearizable']['ok'] else 'FAIL'}] linearizable: "
         + ", ".join(f"{k} ({v['ops']} ops)" for k, v in inv["linearizable"]["keys"].items()),
         f"[{'ok' if inv['converged']['ok'] else 'FAIL'}] converged: "

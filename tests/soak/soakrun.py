@@ -39,6 +39,7 @@ ENROLLED_SITE = "enrolled"  # the label of devices the operator's stream enrolls
 BUDGET_DEPLOYMENT = "soak-a"  # maxSurge 0, maxUnavailable 1: one device switched at a time
 BUDGET = 1
 CALL_TIMEOUT = 10.0
+ALLOWANCE_TTL = "2h"  # a rollback allowance's life: past the longest documented run
 # after a fault on a device ends, how long its own errors and unavailability are excused
 # (edged starts again, adopts or restarts its workers, loads a model)
 DEVICE_GRACE = 30.0
@@ -66,6 +67,7 @@ class Recorder:
     ops: list[Op] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
     ids: itertools.count[int] = field(default_factory=lambda: itertools.count(1))
+    allowances: dict[str, int] = field(default_factory=dict)  # rollback allowances, by outcome
 
     def now(self) -> float:
         return time.monotonic() - self.t0
@@ -154,6 +156,8 @@ class Operator:
                     if outcome != "fail":
                         self.enrolled[action.key] = value
                 elif action.op == "apply":
+                    if action.allow_rollback:
+                        self.allow_rollback(kind, name, action.version)
                     doc = (
                         deployment(
                             name,
@@ -213,6 +217,30 @@ class Operator:
         if action.read_after and outcome == "ok":
             self.perform(Action(action.at, "read", action.key, action.read_after), client_name)
         return op
+
+    def allow_rollback(self, kind: str, name: str, version: str) -> None:
+        """The version pushed again at the root with a rollback allowance (docs/trust.md: it
+        is signed anew, so devices that accepted a newer version, the broken 9.0.0 included,
+        take exactly these bytes again while it holds). Its outcome is counted and the apply
+        goes on either way (without it, a device refuses the downgrade and the region names
+        it: the convergence check accepts that)."""
+        assert self.fleet.root is not None and kind == "ModelDeployment"
+        path = self.fleet.directory / f"{name}-{version}.onnx"
+        try:
+            out = self.fleet.root.edgectl(
+                "models", "push", str(path), "--name", name, "--version", version,
+                "--allow-rollback", ALLOWANCE_TTL, check=False,
+            )  # fmt: skip
+            outcome = "ok" if out.returncode == 0 else "fail"
+            detail = "" if outcome == "ok" else (out.stdout + out.stderr).strip()[-300:]
+        except subprocess.TimeoutExpired:
+            outcome, detail = "unknown", "edgectl models push did not finish in 120 s"
+        with self.rec.lock:
+            self.rec.allowances[outcome] = self.rec.allowances.get(outcome, 0) + 1
+        self.rec.event(
+            "allowance", f"push {name} {version} --allow-rollback at root: {outcome}",
+            detail=detail,
+        )  # fmt: skip
 
     def enroll(self, client: AdminClient, action: Action, name: str) -> tuple[str, str]:
         """A single-use token created at ``action.at_hub`` and ``edged enroll`` of a new

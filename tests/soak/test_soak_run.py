@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from soakplan import SLOW, SLOW_DELAY, make_plan
+from soakplan import SLOW, SLOW_DELAY, VERSIONS, make_plan
 from soakrun import Settings, run
 
 CI_SEED = 35
@@ -72,6 +72,17 @@ def test_a_hubs_slow_disk_is_a_stream_of_its_own() -> None:
     assert [f for f in after.faults if f not in hubs] == before.faults
     assert {f.target for f in hubs} == {"root-io", "etcd-2-io"}
     assert all(f.action == SLOW and SLOW_DELAY[0] <= f.delay <= SLOW_DELAY[1] for f in hubs)
+
+
+def test_some_applies_push_a_rollback_allowance_first() -> None:
+    """One apply of a working version in three is preceded by that version pushed again with
+    a rollback allowance; never the broken one, never another kind of call."""
+    plan = make_plan(CI_SEED, 3600, {"root": "hub"})
+    allowed = [a for a in plan.actions if a.allow_rollback]
+    applies = [a for a in plan.actions if a.op == "apply" and a.version in VERSIONS]
+    assert all(a in applies for a in allowed)
+    assert 0.2 < len(allowed) / len(applies) < 0.45
+    assert all(a.key.startswith("ModelDeployment/") for a in allowed)
 
 
 @pytest.mark.scenario
