@@ -25,7 +25,7 @@ from collections.abc import Collection, Sequence
 from typing import Protocol
 
 from edgefleet.backoff import Backoff
-from edgefleet.errors import EdgefleetError
+from edgefleet.errors import EdgefleetError, StoreUnavailable
 from edgefleet.logs import get_logger
 
 log = get_logger(__name__)
@@ -135,7 +135,10 @@ async def _keep_running(
                 log.warning("component failed while stopping", component=name, error=repr(exc))
             else:
                 delay = restarts.record(started)
-                log.exception("component failed", component=name, restart_in=delay)
+                if isinstance(exc, StoreUnavailable):  # unreachable, said in full: no trace
+                    log.error("component failed", component=name, restart_in=delay, error=str(exc))
+                else:
+                    log.exception("component failed", component=name, restart_in=delay)
         if stop.is_set():
             break
         if error is None:

@@ -176,3 +176,36 @@ async def test_invalid_restart_backoff() -> None:
 def test_components_satisfy_the_protocol() -> None:
     components: list[Component] = [Flaky("a"), Stubborn()]
     assert [c.name for c in components] == ["a", "stubborn"]
+
+
+@async_test
+async def test_an_unreachable_store_is_logged_in_one_line_other_failures_with_their_trace(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A hub replica cut from etcd restarts each store-bound component every few seconds
+    (the soak run's partitions): each failure is the error's own words, not a 20-line trace;
+    any other failure keeps its trace."""
+    from edgefleet.errors import StoreUnavailable
+
+    class Unreachable(Flaky):
+        async def run(self, stop: asyncio.Event) -> None:
+            self.starts.append(time.monotonic())
+            if len(self.starts) == 1:
+                raise StoreUnavailable("etcd 10.0.0.1:2379: range: UNAVAILABLE: no route")
+            await stop.wait()
+
+    unreachable, flaky = Unreachable("cache-follower"), Flaky("other", failures=1)
+    stop = asyncio.Event()
+    caplog.set_level("INFO", logger="edgefleet.supervising")
+    task = asyncio.create_task(supervise([unreachable, flaky], stop, restart_base=0.01))
+    await eventually(lambda: len(unreachable.starts) == 2 and len(flaky.starts) == 2)
+    stop.set()
+    await task
+    failed = {
+        r.fields["component"]: r  # type: ignore[attr-defined]
+        for r in caplog.records
+        if r.getMessage() == "component failed"
+    }
+    assert failed["cache-follower"].exc_info is None
+    assert "no route" in failed["cache-follower"].fields["error"]  # type: ignore[attr-defined]
+    assert failed["other"].exc_info is not None
