@@ -141,12 +141,15 @@ class EtcdServer:
         self.process = None
 
 
-def start_cluster(directory: Path, size: int = 3) -> list[EtcdServer]:
+def start_cluster(
+    directory: Path, size: int = 3, *, extra: list[str] | None = None
+) -> list[EtcdServer]:
     """A ``size``-member etcd cluster on loopback (members started together, then awaited;
-    all again on fresh ports and fresh data when one lost a port before binding it)."""
+    all again on fresh ports and fresh data when one lost a port before binding it);
+    ``extra``: more flags for every member."""
     for attempt in range(LAUNCH_TRIES):
         base = directory / f"try{attempt}" if attempt else directory
-        members = [EtcdServer(base / f"m{i}", name=f"m{i}") for i in range(size)]
+        members = [EtcdServer(base / f"m{i}", name=f"m{i}", extra=extra) for i in range(size)]
         cluster = ",".join(f"{m.name}={m.peer_url}" for m in members)
         try:
             for m in members:

@@ -124,7 +124,10 @@ class Fleet:
         self._root_link(root.port)  # the root's certificate names the address it shows
         sans = ["--san", self.root_link.ip] if self.root_link is not None else []
         self.root = root.init("--region", "root", *sans).start()
-        self.etcd = start_cluster(d / "etcd", 3)
+        # etcd 3.5's default: 3.4 (Debian's) keeps 100,000 raft entries in memory before a
+        # snapshot, which the region's device records fill at about 300 MB an hour
+        # (docs/etcd.md, "Running etcd"; docs/soak.md)
+        self.etcd = start_cluster(d / "etcd", 3, extra=["--snapshot-count=10000"])
         slowed = self.slow_disks.get("etcd-2-io")
         if slowed is not None and self.etcd[2].directory / "data" != slowed.mountpoint:
             # start_cluster made the members again elsewhere (a port was taken)
