@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import signal
+import socket
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -399,6 +400,7 @@ async def _serve(
                 projector=ctx.projector,
                 last_seen=running.devices.last_seen,
                 grace_s=ctx.config.devices.heartbeat_grace_s,
+                replica=f"{socket.gethostname()} port {running.port}",
             )
         )
     parent = ParentFiles.load(ctx.paths.data_dir)

@@ -101,6 +101,9 @@ class Cache:
     feed: ChangeFeed = field(default_factory=ChangeFeed)
     # the store revision the devices were loaded at (hub.controllers.replicas.reload_cache)
     devices_revision: int = 0
+    # hub replicas: each device's last message at any replica, from their heartbeat records
+    # (hub.controllers.replicas.ReplicaDevices; not in the device records, kept by a reload)
+    heard: dict[str, float] = field(default_factory=dict)
 
     @classmethod
     async def load(cls, store: Store) -> Cache:

@@ -73,6 +73,7 @@ REVISIONS = "/revisions/"
 ROLLOUTS = "/rollouts/"
 ANALYSIS = "/analysis/"
 WAVES = "/waves/"  # by deployment: a root hub's rollout across regions (hub.decide.wave)
+HEARTBEATS = "/heartbeats/"  # by replica: when its devices last spoke (controllers.replicas)
 PLACEMENTS = "/placements/"  # by deployment: the devices the scheduler put its replicas.total on
 
 

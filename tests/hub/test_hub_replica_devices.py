@@ -19,7 +19,7 @@ from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
 
 from edgefleet.v1 import admin_pb2
-from hub.controllers.replicas import CacheFollower, ReplicaDevices
+from hub.controllers.replicas import CacheFollower, ReplicaDevices, reload_cache
 from hub.decide.agentreleases import AgentReleaseRecord
 from hub.decide.agentrevisions import AgentRevision, AgentUpgradeState, agent_upgrade_key
 from hub.decide.devices import Device, DevicePhase
@@ -54,8 +54,9 @@ async def test_device_records_and_heartbeats_reach_the_other_replicas(
             projector=ctx.projector,
             last_seen=seen,
             grace_s=0.4,
+            replica=replica,
         )
-        for ctx, seen in ((here, seen_here), (there, {}))
+        for ctx, seen, replica in ((here, seen_here, "r0"), (there, {}, "r1"))
     ]
     tasks = [asyncio.create_task(c.run(stop)) for c in components]
     tasks += [asyncio.create_task(ctx.writer.run(stop)) for ctx in contexts]
@@ -487,3 +488,68 @@ async def _allowed(context: Any) -> None:
 async def _no_requests() -> AsyncIterator[admin_pb2.PushArtifactRequest]:
     return
     yield
+
+
+@async_test
+async def test_heartbeats_are_one_record_per_replica_not_a_write_of_each_device(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    """Found by the soak harness (docs/soak.md, seed 62's 1-hour runs): each replica wrote
+    every connected device's whole record every heartbeatGrace / 4 to carry one time, 85 %
+    of what the region wrote to etcd; etcd members held it in memory past 1 GiB. Now the
+    times go into one record per replica; the other replica's cache and a reload there
+    take them, and a device's record is not written for a heartbeat."""
+    url = f"etcd://{etcd_server.endpoint}{etcd_namespace}"
+    await init_hub(tmp_path / "r0", region="eu", store=url)
+    shutil.copytree(tmp_path / "r0", tmp_path / "r1")
+    contexts = []
+    for d in ("r0", "r1"):
+        store = await EtcdStore.open([etcd_server.endpoint], namespace=etcd_namespace)
+        contexts.append(await build_context(tmp_path / d, store=store))
+    here, there = contexts
+    names = [f"cam-{i}" for i in range(50)]
+    seen: dict[str, float] = {}
+    devices = ReplicaDevices(
+        store=here.store, cache=here.cache, sessions=here.sessions, writer=here.writer,
+        projector=here.projector, last_seen=seen, grace_s=0.4, replica="r0",
+    )  # fmt: skip
+    other = ReplicaDevices(
+        store=there.store, cache=there.cache, sessions=there.sessions, writer=there.writer,
+        projector=there.projector, last_seen={}, grace_s=0.4, replica="r1",
+    )  # fmt: skip
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(c.run(stop)) for c in (devices, other)]
+    tasks += [asyncio.create_task(ctx.writer.run(stop)) for ctx in contexts]
+    try:
+        for name in names:
+            here.sessions.open(name, "01")
+            here.writer.update(Device(name, phase=DevicePhase.READY))
+        await here.writer.flush()
+        await eventually(lambda: all(n in there.cache.devices for n in names), 10)
+        before = {n: (await here.store.get(f"/devices/{n}")).mod_revision for n in names}  # type: ignore[union-attr]
+        for _ in range(5):  # five periods of messages from every device
+            now = time.time()
+            seen.update({n: now for n in names})
+            await asyncio.sleep(0.15)
+        await eventually(
+            lambda: all((there.cache.devices[n].last_heartbeat or 0) >= now for n in names), 10
+        )
+        after = {n: (await here.store.get(f"/devices/{n}")).mod_revision for n in names}  # type: ignore[union-attr]
+        assert after == before, "a heartbeat rewrote device records"
+        assert 1 <= devices.records_written <= 8, devices.records_written
+        record = await here.store.get("/heartbeats/r0")
+        assert record is not None and len(record.value) < 60 * len(names)
+        # a reload (the other replica elected) keeps the times the records do not hold
+        await reload_cache(there.cache, there.store, there.sessions, there.writer)
+        assert all((there.cache.devices[n].last_heartbeat or 0) >= now for n in names)
+        # another replica's record that is not a record of times changes nothing
+        held = dict(there.cache.heard)
+        await here.store.put("/heartbeats/r9", b'{"devices": {"cam-1": "soon", "cam-2": 1e300}}')
+        await here.store.put("/heartbeats/r8", b"not json")
+        await asyncio.sleep(0.3)
+        assert there.cache.heard == held
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+        for ctx in contexts:
+            await ctx.store.close()
