@@ -338,6 +338,15 @@ def judge(
                 "text": f"the harness ended the chaos early: {exhausted}",
             }
         )
+    sims_ended = getattr(sampler, "sims_ended", None)
+    if sims_ended is not None:  # every simulated device silent from then on: not evidence
+        failures.append(
+            {
+                "invariant": "growth",
+                "t": rec.now(),
+                "text": f"the harness: the simulated devices' process ended ({sims_ended})",
+            }
+        )
     # 7. nothing half-written: every store, state file and artifact after the power cut
     for c in integrity:
         if not c["ok"]:

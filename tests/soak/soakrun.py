@@ -505,6 +505,7 @@ class Sampler:
         # (descriptors in ``resources["harness"]``) before it runs out, rather than aborting it
         self.harness_threads: list[tuple[float, int]] = []
         self.harness_exhausted: str | None = None  # why the chaos ended early
+        self.sims_ended: str | None = None  # when and how the simulated devices' process ended
         self.budget_samples = 0
         self.budget_max = 0
         self.budget_violations: list[dict[str, Any]] = []
@@ -546,6 +547,10 @@ class Sampler:
                 continue
             self.resources.setdefault(name, []).append((round(t, 2), pid, rss, fds))
         self._harness(t)
+        sims = self.fleet.sim_process
+        if self.sims_ended is None and sims is not None and not sims.is_alive():
+            self.sims_ended = f"exit code {sims.exitcode}, noticed at t={t:.1f}s"
+            self.rec.event("violation", f"the simulated devices' process ended: {self.sims_ended}")
         switching = []
         for i, e in enumerate(self.fleet.edged):
             device = f"dev-{i}"

@@ -73,3 +73,28 @@ def test_past_the_start_limit_it_stays_down_and_says_so() -> None:
     assert starts == ["root"] * START_LIMIT
     assert "root" in sup.gave_up
     assert "start limit" in rec.events[-1]["text"]
+
+
+def _exit_at_once() -> None:
+    raise SystemExit(3)
+
+
+def test_the_simulated_devices_process_ending_fails_the_run() -> None:
+    """Seed 62's 1-hour run (docs/soak.md): the simulated devices' process died 24 minutes
+    in (an exception one session let out ended them all) and the run went on for 40 minutes
+    with 1,000 devices silent, unnoticed. The sampler notices and the run fails, saying so."""
+    import multiprocessing as mp
+
+    from soakrun import Sampler
+
+    sims = mp.get_context("spawn").Process(target=_exit_at_once)
+    sims.start()
+    sims.join(30)
+    fleet = SimpleNamespace(replicas=[], sim_devices=50, edged=[], processes=dict, sim_process=sims)
+    rec = Recorder()
+    sampler = Sampler(fleet, rec, SimpleNamespace(windows=[]))  # type: ignore[arg-type]
+    sampler.sample()
+    assert sampler.sims_ended is not None and "exit code 3" in sampler.sims_ended
+    assert any("simulated devices' process ended" in e["text"] for e in rec.events)
+    sampler.sample()  # said once
+    assert sum("process ended" in e["text"] for e in rec.events) == 1
