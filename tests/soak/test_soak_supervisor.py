@@ -98,3 +98,20 @@ def test_the_simulated_devices_process_ending_fails_the_run() -> None:
     assert any("simulated devices' process ended" in e["text"] for e in rec.events)
     sampler.sample()  # said once
     assert sum("process ended" in e["text"] for e in rec.events) == 1
+
+
+def test_a_request_in_flight_when_its_device_fault_began_is_excused() -> None:
+    """Seed 62 (both 1-hour runs, the same three times): requests go to the devices one after
+    another, each waiting up to 5 s; dev-0 stopped held dev-4's request until dev-4 was
+    killed, and the failure, dated at the round's start, was judged outside dev-4's faults.
+    A request is judged over its whole flight now."""
+    from soakrun import Sampler
+
+    kill = {"target": "dev-4", "kind": "edged", "action": "kill", "begin": 1604.7, "end": 1608.5}
+    fleet = SimpleNamespace(replicas=[], sim_devices=50, edged=[], processes=dict)
+    sampler = Sampler(fleet, Recorder(), SimpleNamespace(windows=[kill]))  # type: ignore[arg-type]
+    assert not sampler.excused("dev-4", 1599.8, serving=True)  # its start alone: not excused
+    assert sampler.excused("dev-4", 1599.8, serving=True, until=1604.8)  # its flight
+    assert not sampler.excused("dev-3", 1599.8, serving=True, until=1604.8)  # another device
+    assert not sampler.excused("dev-4", 1590.0, serving=True, until=1603.0)  # over before it
+    assert sampler.excused("dev-4", 1620.0, serving=True, until=1621.0)  # within the grace
