@@ -402,9 +402,10 @@ START_LIMIT_INTERVAL = 600.0
 
 
 class Supervisor:
-    """Does for the hubs and edged what their shipped units do in the field: one that exits on
-    its own, under no fault of the harness (a hub exits on purpose when its store refuses
-    writes, tests/hub/test_hub_dead_store.py), is started again ``RESTART_SEC`` later; past
+    """Does for the hubs, edged and etcd members what their units do in the field: one that
+    exits on its own, under no fault of the harness (a hub exits on purpose when its store
+    refuses writes, tests/hub/test_hub_dead_store.py; an etcd member that could not start),
+    is started again ``RESTART_SEC`` later; past
     the start limit it stays down, as systemd leaves it, and says so. Each start is an event
     (``supervisor``), so the report shows what a field device would have lived through."""
 
@@ -419,7 +420,7 @@ class Supervisor:
     def check(self) -> None:
         now = self.rec.now()
         for name, target in self.fleet.targets.items():
-            if target.kind not in ("hub", "edged") or target.restart is None:
+            if target.kind not in ("hub", "edged", "etcd") or target.restart is None:
                 continue
             if name in self.gave_up or name in self.faults._open or target.pid() is not None:
                 self.down_since.pop(name, None)
