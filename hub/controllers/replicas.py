@@ -48,7 +48,7 @@ from typing import Any, Protocol
 
 import grpc
 
-from edgefleet.errors import StoreUnavailable
+from edgefleet.errors import StoreError, StoreUnavailable
 from edgefleet.logs import get_logger
 from edgefleet.supervising import wait_for_stop
 from hub.decide.agentreleases import AGENT_RELEASES, AgentReleaseRecord
@@ -316,7 +316,11 @@ class ReplicaDevices:
             for name, seen in self.last_seen.items()
             if self._local(name) and name in self.cache.devices
         }
-        await self.store.put(self.key, storekeys.dumps({"devices": times}))
+        try:
+            await self.store.put(self.key, storekeys.dumps({"devices": times}))
+        except StoreError as exc:  # the next period tries again (the times are still due)
+            log.warning("heartbeat record not written", key=self.key, error=str(exc))
+            return due
         self._written = times
         self.records_written += 1
         return due

@@ -147,7 +147,7 @@ class Reads:
             key = storekeys.device_key(name)
             kv = await self.store.get(key)
             device = cache.devices.get(name)
-            if kv is not None:  # the store's record is the truth (_fresh); the cache's is live
+            if kv is not None:  # present as the store says; its live fields from the cache
                 doc = (
                     self.show.device_json(device)
                     if device is not None
