@@ -126,7 +126,7 @@ class Fleet:
         self.root = root.init("--region", "root", *sans).start()
         # etcd 3.5's default: 3.4 (Debian's) keeps 100,000 raft entries in memory before a
         # snapshot, which the region's device records fill at about 300 MB an hour
-        # (docs/etcd.md, "Running etcd"; docs/soak.md)
+        # (docs/etcd.md, "etcd"; docs/soak.md)
         self.etcd = start_cluster(d / "etcd", 3, extra=["--snapshot-count=10000"])
         slowed = self.slow_disks.get("etcd-2-io")
         if slowed is not None and self.etcd[2].directory / "data" != slowed.mountpoint:
