@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
 
 from hub.state.store import MemoryStore, SqliteStore
 from hub.state.store.etcd import EtcdStore
@@ -22,3 +24,20 @@ class FakeClock:
 
 
 MakeStore = Callable[..., Awaitable[MemoryStore | SqliteStore | EtcdStore]]
+
+
+async def replica_contexts(tmp: Path, endpoint: str, namespace: str) -> list[Any]:
+    """Two hub contexts (``r0``, ``r1``) made from copies of one data directory on one real
+    etcd, as two replicas are (hub.controllers.replicas)."""
+    import shutil
+
+    from hub.initializing import init_hub
+    from hub.server import build_context
+
+    await init_hub(tmp / "r0", region="eu", store=f"etcd://{endpoint}{namespace}")
+    shutil.copytree(tmp / "r0", tmp / "r1")
+    contexts = []
+    for d in ("r0", "r1"):
+        store = await EtcdStore.open([endpoint], namespace=namespace)
+        contexts.append(await build_context(tmp / d, store=store))
+    return contexts

@@ -17,6 +17,7 @@ import grpc
 import pytest
 from asynctesting import async_test, eventually
 from etcdtesting import EtcdServer
+from hubtesting import replica_contexts
 
 from edgefleet.v1 import admin_pb2
 from hub.controllers.replicas import CacheFollower, ReplicaDevices, reload_cache
@@ -499,13 +500,7 @@ async def test_heartbeats_are_one_record_per_replica_not_a_write_of_each_device(
     of what the region wrote to etcd; etcd members held it in memory past 1 GiB. Now the
     times go into one record per replica; the other replica's cache and a reload there
     take them, and a device's record is not written for a heartbeat."""
-    url = f"etcd://{etcd_server.endpoint}{etcd_namespace}"
-    await init_hub(tmp_path / "r0", region="eu", store=url)
-    shutil.copytree(tmp_path / "r0", tmp_path / "r1")
-    contexts = []
-    for d in ("r0", "r1"):
-        store = await EtcdStore.open([etcd_server.endpoint], namespace=etcd_namespace)
-        contexts.append(await build_context(tmp_path / d, store=store))
+    contexts = await replica_contexts(tmp_path, etcd_server.endpoint, etcd_namespace)
     here, there = contexts
     names = [f"cam-{i}" for i in range(50)]
     seen: dict[str, float] = {}

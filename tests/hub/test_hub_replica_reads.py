@@ -5,7 +5,6 @@ as a replica paused past its lease (SIGSTOP) or whose watch is behind holds it."
 from __future__ import annotations
 
 import json
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -13,12 +12,10 @@ import grpc
 import pytest
 from asynctesting import async_test
 from etcdtesting import EtcdServer
+from hubtesting import replica_contexts
 
 from edgefleet.v1 import admin_pb2
-from hub.initializing import init_hub
-from hub.server import build_context
 from hub.state import storekeys
-from hub.state.store import EtcdStore
 from hub.state.store.electing import LEADER_KEY
 from hub.wiring import admin_servicer
 
@@ -58,13 +55,7 @@ async def test_a_read_at_a_replica_whose_cache_lags_answers_what_the_store_holds
     4.9 s SIGSTOP, and answered as it was before the apply: Get showed the replica's cache,
     which had not caught up, stamped with the store's current resourceVersion. Get now
     answers what the store holds: the cache's copy only when it is the stored one."""
-    url = f"etcd://{etcd_server.endpoint}{etcd_namespace}"
-    await init_hub(tmp_path / "r0", region="eu", store=url)
-    shutil.copytree(tmp_path / "r0", tmp_path / "r1")
-    contexts = []
-    for d in ("r0", "r1"):
-        store = await EtcdStore.open([etcd_server.endpoint], namespace=etcd_namespace)
-        contexts.append(await build_context(tmp_path / d, store=store))
+    contexts = await replica_contexts(tmp_path, etcd_server.endpoint, etcd_namespace)
     lagging, leader = contexts
     try:
         assert leader.elector is not None
