@@ -391,18 +391,18 @@ async def _serve(
         )
         if ctx.waves is not None:  # the analysis across regions on a follower too
             controllers.append(WaveObserver(ctx.waves, elector))
-        controllers.append(
-            ReplicaDevices(
-                store=ctx.store,
-                cache=ctx.cache,
-                sessions=ctx.sessions,
-                writer=ctx.writer,
-                projector=ctx.projector,
-                last_seen=running.devices.last_seen,
-                grace_s=ctx.config.devices.heartbeat_grace_s,
-                replica=f"{socket.gethostname()} port {running.port}",
-            )
+        replica_devices = ReplicaDevices(
+            store=ctx.store,
+            cache=ctx.cache,
+            sessions=ctx.sessions,
+            writer=ctx.writer,
+            projector=ctx.projector,
+            last_seen=running.devices.last_seen,
+            grace_s=ctx.config.devices.heartbeat_grace_s,
+            replica=f"{socket.gethostname()} port {running.port}",
         )
+        running.devices.on_ack = replica_devices.acked  # into its heartbeat record
+        controllers.append(replica_devices)
     parent = ParentFiles.load(ctx.paths.data_dir)
     if (
         parent is not None

@@ -331,6 +331,10 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
         # hub.controllers.replicas.FollowerOffers); one per device
         self.sent_contents: dict[str, DesiredContent] = {}
         self.on_evidence = on_evidence
+        # hub replicas on etcd: told of each newer acknowledgement, which then goes into the
+        # replica's heartbeat record (hub.controllers.replicas.ReplicaDevices.acked) rather
+        # than a write of the device's whole record; None (one hub): the device writer's
+        self.on_ack: Callable[[str, int], None] | None = None
         self.status_limit = RateLimiter(Rate(limits.status_rate, limits.status_burst))
         # The edged versions this hub accepts are a window around its own (agentskew).
         self.hub_version = installed_version()
@@ -642,7 +646,12 @@ class DeviceServicer(device_pb2_grpc.DeviceServiceServicer):
             elif kind == "ack":
                 self._observe_ack(msg.ack.generation, sent_at)
                 if msg.ack.generation > device.generation_acked:
-                    self.writer.update(device.with_(generation_acked=msg.ack.generation))
+                    acked = device.with_(generation_acked=msg.ack.generation)
+                    if self.on_ack is None:
+                        self.writer.update(acked)
+                    else:  # hub replicas: into this replica's heartbeat record, not the device's
+                        self.cache.put_device(acked)
+                        self.on_ack(name, msg.ack.generation)
             elif kind == "status":
                 workloads = bound_termination_times(
                     device.workloads, {w.name: _workload(w) for w in msg.status.workloads}, now

@@ -17,7 +17,10 @@ device writer), enrollment and admin reads. One replica leads (:mod:`hub.state.s
   own (``/heartbeats/REPLICA``, which the other replicas watch too), so that the leader's
   lifecycle controller judges every device by its last message wherever it arrived (a single
   hub keeps the times in memory). The times were written into each device's record before:
-  85 % of what a region of 1,351 devices wrote to etcd (docs/soak.md).
+  85 % of what a region of 1,351 devices wrote to etcd (docs/soak.md). The same record holds
+  the newest generation each of its devices acknowledged, written within :data:`ACK_GATHER`
+  of an acknowledgement: each acknowledgement rewrote the device's whole record before, 75 %
+  of what the region wrote once the times had left (docs/soak.md, run C).
 
 * a follower's cache follows the leader's writes (:class:`CacheFollower`: objects, models,
   desired state, revisions, rollouts, revocations, events, and through its ``followers`` a
@@ -54,6 +57,7 @@ from edgefleet.supervising import wait_for_stop
 from hub.decide.agentreleases import AGENT_RELEASES, AgentReleaseRecord
 from hub.decide.agentrevisions import AGENT_UPGRADES, AgentUpgradeState
 from hub.decide.desired import FleetPolicies, build_within_bound
+from hub.decide.devices import Device
 from hub.decide.rollout import Revision, RolloutState
 from hub.state import storekeys
 from hub.state.cache import Cache
@@ -114,12 +118,16 @@ async def reload_cache(
         found = fresh.devices.get(name)
         if found is not None and (found.last_heartbeat or 0) < heard:
             fresh.devices[name] = found.with_(last_heartbeat=heard)
+    for name, generation in cache.acked.items():  # and their acknowledgements
+        found = fresh.devices.get(name)
+        if found is not None and found.generation_acked < generation:
+            fresh.devices[name] = found.with_(generation_acked=generation)
     for f in dataclasses.fields(Cache):
         # the trust roots are installed from the data directory, not the store; the feed's
         # watchers registered with this cache; the fleet autoscaler's totals are its own, in
         # memory (hub.controllers.fleetautoscaler): not in the store; the heartbeat times
-        # are ReplicaDevices' (from the heartbeat records it follows)
-        if f.name not in ("trust_roots", "feed", "scaled_totals", "heard"):
+        # and acknowledgements are ReplicaDevices' (from the heartbeat records it follows)
+        if f.name not in ("trust_roots", "feed", "scaled_totals", "heard", "acked"):
             setattr(cache, f.name, getattr(fresh, f.name))
     log.info("cache reloaded", devices=len(cache.devices), deployments=len(cache.deployments))
 
@@ -170,24 +178,46 @@ def heartbeat_key(replica: str) -> str:
     return storekeys.HEARTBEATS + replica
 
 
-def heartbeat_times(value: bytes) -> dict[str, float]:
-    """The times of a heartbeat record (``{"devices": {NAME: TIME}}``); those that are not a
-    device name and a finite number are left out, a record not of that shape is empty."""
+MAX_GENERATION = 2**63 - 1
+
+
+def heartbeat_record(value: bytes) -> tuple[dict[str, float], dict[str, int]]:
+    """The times and acknowledged generations of a heartbeat record (``{"devices": {NAME:
+    TIME}, "acked": {NAME: GENERATION}}``); entries that are not a device name and a finite
+    time (a positive integer generation) are left out, a record not of that shape is empty."""
     try:
         doc = storekeys.loads(value)
     except ValueError:
-        return {}
-    devices = doc.get("devices") if isinstance(doc, dict) else None
-    if not isinstance(devices, dict):
-        return {}
-    return {
+        return {}, {}
+    if not isinstance(doc, dict):
+        return {}, {}
+    devices, acked = doc.get("devices"), doc.get("acked")
+    times = {
         name: float(t)
-        for name, t in devices.items()
+        for name, t in (devices.items() if isinstance(devices, dict) else ())
         if isinstance(name, str)
         and isinstance(t, int | float)
         and not isinstance(t, bool)
         and 0 <= t < 1e11
     }
+    generations = {
+        name: g
+        for name, g in (acked.items() if isinstance(acked, dict) else ())
+        if isinstance(name, str) and type(g) is int and 0 < g <= MAX_GENERATION
+    }
+    return times, generations
+
+
+ACK_GATHER = 1.0
+"""Seconds a replica gathers acknowledgements before it writes its heartbeat record for them:
+a rollout's wave of acknowledgements is a write or two of one record, not one of each
+device's."""
+
+
+def _live_fields_apart(device: Device) -> Device:
+    """A device record without what a heartbeat record carries (a change of those alone
+    projects nothing)."""
+    return device.with_(last_heartbeat=None, generation_acked=0)
 
 
 class ReplicaDevices:
@@ -216,6 +246,8 @@ class ReplicaDevices:
         self.period = grace_s / 4
         self.key = heartbeat_key(replica or replica_identity())
         self._written: dict[str, float] = {}  # the times in this replica's record, as written
+        self._acks_due = False  # an acknowledgement here not in the record yet
+        self._next_times = 0.0  # loop time at which the times are next looked at
         self.records_written = 0
         """Heartbeat records written (for tests and metrics)."""
 
@@ -229,6 +261,7 @@ class ReplicaDevices:
         old = self.cache.devices.get(name)
         if kv is None:
             self.cache.heard.pop(name, None)
+            self.cache.acked.pop(name, None)
             if self.cache.devices.pop(name, None) is not None:
                 self.projector.mark([name])
             return
@@ -237,8 +270,11 @@ class ReplicaDevices:
         heard = self.cache.heard.get(name)
         if heard is not None and (device.last_heartbeat or 0) < heard:
             device = device.with_(last_heartbeat=heard)  # its last message, at any replica
+        acked = self.cache.acked.get(name, 0)
+        if device.generation_acked < acked:
+            device = device.with_(generation_acked=acked)  # acknowledged at another replica
         self.cache.devices[name] = device
-        if old is None or old.with_(last_heartbeat=None) != device.with_(last_heartbeat=None):
+        if old is None or _live_fields_apart(old) != _live_fields_apart(device):
             self.projector.mark([name])  # not only a heartbeat: project it again
 
     def _heard(self, key: str, kv: KeyValue | None) -> None:
@@ -250,7 +286,8 @@ class ReplicaDevices:
             log.warning("heartbeat record too large", key=key, bytes=len(kv.value))
             return
         cache = self.cache
-        for name, t in heartbeat_times(kv.value).items():
+        times, acked = heartbeat_record(kv.value)
+        for name, t in times.items():
             if self._local(name):
                 continue
             if t > cache.heard.get(name, 0.0):
@@ -258,6 +295,14 @@ class ReplicaDevices:
             device = cache.devices.get(name)
             if device is not None and (device.last_heartbeat or 0) < t:
                 cache.devices[name] = device.with_(last_heartbeat=t)
+        for name, generation in acked.items():
+            if self._local(name):
+                continue
+            if generation > cache.acked.get(name, 0):
+                cache.acked[name] = generation
+            device = cache.devices.get(name)
+            if device is not None and device.generation_acked < generation:
+                cache.devices[name] = device.with_(generation_acked=generation)
 
     async def _follow(self) -> None:
         tasks = [
@@ -304,22 +349,38 @@ class ReplicaDevices:
                 due.append(name)
         return due
 
-    async def write_heartbeats(self) -> list[str]:
+    def acked(self, name: str, generation: int) -> None:
+        """A device connected here acknowledged ``generation`` (the cache holds it already,
+        :class:`hub.api.devicesync.DeviceSync`): it goes into the next heartbeat record,
+        written within :data:`ACK_GATHER`."""
+        self._acks_due = True
+
+    async def write_heartbeats(self, *, times_due: bool = True) -> list[str]:
         """This replica's heartbeat record, when a device connected here spoke since its time
-        there was written (or its time was never written): one put of every connected
-        device's time; the names that were due."""
-        due = self.record_heartbeats()
-        if not due:
+        there was written (or its time was never written), or acknowledged a generation
+        since the last record: one put of every connected device's time and acknowledged
+        generation; the names whose times were due. ``times_due`` False: only for
+        acknowledgements (the times are looked at once a period)."""
+        due = self.record_heartbeats() if times_due else []
+        if not due and not self._acks_due:
             return due
+        devices = self.cache.devices
         times = {
             name: seen
             for name, seen in self.last_seen.items()
-            if self._local(name) and name in self.cache.devices
+            if self._local(name) and name in devices
         }
+        acked = {
+            name: devices[name].generation_acked
+            for name in times
+            if devices[name].generation_acked > 0
+        }
+        self._acks_due = False  # one arriving during the put is due again
         try:
-            await self.store.put(self.key, storekeys.dumps({"devices": times}))
+            await self.store.put(self.key, storekeys.dumps({"devices": times, "acked": acked}))
         except StoreError as exc:  # the next period tries again (the times are still due)
             log.warning("heartbeat record not written", key=self.key, error=str(exc))
+            self._acks_due = True
             return due
         self._written = times
         self.records_written += 1
@@ -327,12 +388,17 @@ class ReplicaDevices:
 
     async def run(self, stop: asyncio.Event) -> None:
         follower = asyncio.ensure_future(self._follow())
+        loop = asyncio.get_running_loop()
+        self._next_times = loop.time() + self.period
         try:
-            while not await wait_for_stop(stop, self.period):
+            while not await wait_for_stop(stop, min(ACK_GATHER, self.period)):
                 if follower.done():
                     follower.result()  # it failed (compacted, store gone): raise, be restarted
                     return
-                await self.write_heartbeats()
+                times_due = loop.time() >= self._next_times
+                if times_due:
+                    self._next_times = loop.time() + self.period
+                await self.write_heartbeats(times_due=times_due)
         finally:
             follower.cancel()
             await asyncio.gather(follower, return_exceptions=True)

@@ -104,6 +104,9 @@ class Cache:
     # hub replicas: each device's last message at any replica, from their heartbeat records
     # (hub.controllers.replicas.ReplicaDevices; not in the device records, kept by a reload)
     heard: dict[str, float] = field(default_factory=dict)
+    # hub replicas: the newest generation each device acknowledged at any replica, from the
+    # same records (acknowledgements do not rewrite the device records there either)
+    acked: dict[str, int] = field(default_factory=dict)
 
     @classmethod
     async def load(cls, store: Store) -> Cache:

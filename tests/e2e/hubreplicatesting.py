@@ -24,3 +24,17 @@ def leader_port(etcd: EtcdServer) -> int | None:
         return int(match.group(1)) if match else None
 
     return asyncio.run(read())
+
+
+def stored(etcd: EtcdServer, prefix: str) -> dict[str, tuple[int, bytes]]:
+    """The keys under ``prefix`` in the replicas' namespace: key -> (mod revision, value)."""
+
+    async def read() -> dict[str, tuple[int, bytes]]:
+        store = await EtcdStore.open([etcd.endpoint], namespace=NAMESPACE)
+        try:
+            listed = await store.range(prefix)
+        finally:
+            await store.close()
+        return {kv.key: (kv.mod_revision, kv.value) for kv in listed.kvs}
+
+    return asyncio.run(read())

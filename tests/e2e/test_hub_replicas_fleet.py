@@ -26,7 +26,7 @@ from etcdtesting import EtcdServer, running_etcd
 from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll
 from harness import Edged, wait_for
 from hubfleettesting import apply, push, serving
-from hubreplicatesting import NAMESPACE, leader_port
+from hubreplicatesting import NAMESPACE, leader_port, stored
 
 from edgefleet.launching import free_port_pair, program_command
 
@@ -88,12 +88,12 @@ def test_a_device_fails_over_to_another_replica_and_downloads_what_the_dead_one_
         None, data=data, config=SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "no-root")
     ).start()
     try:
-        _fail_over(r0, r1, a, tmp_path)
+        _fail_over(r0, r1, a, tmp_path, etcd)
     finally:
         a.terminate()
 
 
-def _fail_over(r0: HubProcess, r1: HubProcess, a: Edged, tmp_path: Path) -> None:
+def _fail_over(r0: HubProcess, r1: HubProcess, a: Edged, tmp_path: Path, etcd: EtcdServer) -> None:
     wait_for(lambda: a.status()["hub"]["connected"], 60, "dev-a to connect")
     assert a.status()["hub"]["hub"] == r0.address
 
@@ -102,6 +102,13 @@ def _fail_over(r0: HubProcess, r1: HubProcess, a: Edged, tmp_path: Path) -> None
     apply(r0, tmp_path, name="det", model="det", version="1.0.0", site="a")
     wait_for(lambda: serving(a, "det", "1.0.0"), 90, "dev-a to serve det 1.0.0")
     assert not any((r1.data / "blobs" / "sha256").iterdir())
+    # its acknowledgement of the desired state went into r0's heartbeat record (within a
+    # second) rather than a write of its device record (docs/soak.md, run C; the record
+    # carries it when a status change writes it); r1 shows it from there
+    desired = json.loads(stored(etcd, "/desired/dev-a")["/desired/dev-a"][1])
+    wait_for(lambda: _acked_in_heartbeats(etcd, "dev-a") >= desired["generation"], 30,
+             "dev-a's acknowledgement in a heartbeat record")  # fmt: skip
+    wait_for(lambda: _acked_at(r1, "dev-a") >= desired["generation"], 30, "r1 to show it")
 
     r0.kill9()
     wait_for(
@@ -146,6 +153,27 @@ def _fail_over(r0: HubProcess, r1: HubProcess, a: Edged, tmp_path: Path) -> None
     assert out.returncode == 0, out.stdout + out.stderr
     link = json.loads((data / "hub" / "link.json").read_text())
     assert link["hubs"] == [r1.address, r0.address]
+
+
+def _acked_in_heartbeats(etcd: EtcdServer, device: str) -> int:
+    records = stored(etcd, "/heartbeats/").values()
+    return max((json.loads(v).get("acked", {}).get(device, 0) for _, v in records), default=0)
+
+
+def _acked_at(hub: HubProcess, device: str) -> int:
+    """``device``'s acknowledged generation as ``hub`` itself shows it (its cache)."""
+    config = hub.data / "admin-this-replica.toml"
+    text = (hub.data / "admin.toml").read_text()
+    config.write_text(re.sub(r"(?m)^hub = .*$", f'hub = ["{hub.address}"]', text))
+    out = subprocess.run(
+        program_command("edgectl", "--config", config, "get", "devices", "-o", "json"),
+        check=False, capture_output=True, text=True, timeout=60, env=hub.env, cwd=hub.cwd,
+    )  # fmt: skip
+    if out.returncode != 0:
+        return 0
+    items = json.loads(out.stdout)["items"]
+    return max((d["status"].get("generationAcked", 0) for d in items
+                if d["metadata"]["name"] == device), default=0)  # fmt: skip
 
 
 def _deployment(tmp_path: Path, version: str) -> Path:

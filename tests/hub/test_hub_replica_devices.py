@@ -550,3 +550,80 @@ async def test_heartbeats_are_one_record_per_replica_not_a_write_of_each_device(
         await asyncio.gather(*tasks)
         for ctx in contexts:
             await ctx.store.close()
+
+
+@async_test
+async def test_acknowledgements_go_into_the_heartbeat_record_not_the_device_records(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    """Found by the soak harness (docs/soak.md, seed 62, run C): once the heartbeat times had
+    left the device records, each device's acknowledgement of a new desired state still
+    rewrote its whole record, 75 % of what the region wrote to etcd. Now a replica puts its
+    devices' acknowledged generations into its heartbeat record within ACK_GATHER; the other
+    replica's cache and a reload there take them, a device record is not written for one,
+    and entries of a record that are not a generation change nothing."""
+    contexts = await replica_contexts(tmp_path, etcd_server.endpoint, etcd_namespace)
+    here, there = contexts
+    names = [f"cam-{i}" for i in range(50)]
+    seen: dict[str, float] = {}
+    devices = ReplicaDevices(
+        store=here.store, cache=here.cache, sessions=here.sessions, writer=here.writer,
+        projector=here.projector, last_seen=seen, grace_s=60.0, replica="r0",
+    )  # fmt: skip
+    other = ReplicaDevices(
+        store=there.store, cache=there.cache, sessions=there.sessions, writer=there.writer,
+        projector=there.projector, last_seen={}, grace_s=60.0, replica="r1",
+    )  # fmt: skip
+    stop = asyncio.Event()
+    tasks = [asyncio.create_task(c.run(stop)) for c in (devices, other)]
+    tasks += [asyncio.create_task(ctx.writer.run(stop)) for ctx in contexts]
+    try:
+        now = time.time()
+        for name in names:
+            here.sessions.open(name, "01")
+            here.writer.update(Device(name, phase=DevicePhase.READY))
+            seen[name] = now
+        await here.writer.flush()
+        await eventually(lambda: all(n in there.cache.devices for n in names), 10)
+        before = {n: (await here.store.get(f"/devices/{n}")).mod_revision for n in names}  # type: ignore[union-attr]
+        written = devices.records_written
+        # every device acknowledges generation 7, as DeviceSync tells it (the cache first);
+        # the times are due only once a minute (grace 60 s): the acknowledgements alone write
+        for name in names:
+            here.cache.put_device(here.cache.devices[name].with_(generation_acked=7))
+            devices.acked(name, 7)
+        await eventually(
+            lambda: all(there.cache.devices[n].generation_acked == 7 for n in names), 10
+        )
+        after = {n: (await here.store.get(f"/devices/{n}")).mod_revision for n in names}  # type: ignore[union-attr]
+        assert after == before, "an acknowledgement rewrote device records"
+        assert 1 <= devices.records_written - written <= 2, devices.records_written - written
+        # a reload (the other replica elected) keeps what the device records do not hold
+        await reload_cache(there.cache, there.store, there.sessions, there.writer)
+        assert all(there.cache.devices[n].generation_acked == 7 for n in names)
+        # a record of another device's status written later at "here" carries the ack along;
+        # one from another replica with an older acknowledgement does not undo it "there"
+        stale = here.cache.devices["cam-1"].with_(generation_acked=3)
+        await there.store.put("/devices/cam-1", storekeys.dumps(stale.to_json()))
+        await asyncio.sleep(0.3)
+        assert there.cache.devices["cam-1"].generation_acked == 7
+        # hostile entries change nothing: not an integer, a bool, negative, past int64
+        held = dict(there.cache.acked)
+        await here.store.put(
+            "/heartbeats/r9",
+            b'{"acked": {"cam-2": "99", "cam-3": true, "cam-4": -5, "cam-5": 1e30,'
+            b' "cam-6": 99999999999999999999999}}',
+        )
+        await here.store.put("/heartbeats/r7", b'{"acked": {"sentinel": 5}}')
+        await eventually(lambda: "sentinel" in there.cache.acked, 10)
+        assert there.cache.acked == {**held, "sentinel": 5}
+        assert all(there.cache.devices[n].generation_acked == 7 for n in names)
+        # a device deleted leaves no acknowledgement behind
+        await here.store.delete("/devices/cam-9")
+        await eventually(lambda: "cam-9" not in there.cache.devices, 10)
+        assert "cam-9" not in there.cache.acked
+    finally:
+        stop.set()
+        await asyncio.gather(*tasks)
+        for ctx in contexts:
+            await ctx.store.close()
