@@ -10,11 +10,16 @@ failure)."""
 from __future__ import annotations
 
 import argparse
+import signal
 import sys
 import tempfile
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
+
+
+def _interrupted(signum: int, frame: object) -> None:
+    raise KeyboardInterrupt(f"signal {signum}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -50,6 +55,10 @@ def main(argv: list[str] | None = None) -> int:
         action_gap=args.action_gap,
         disk_mib=args.disk_mib,
     )
+    # SIGTERM (a CI job stopped, a terminal closed) ends the run as Ctrl-C does: through its
+    # cleanup, which stops the fleet; by default it left every hub, etcd member and edged
+    # running, with the harness's mounts and namespaces
+    signal.signal(signal.SIGTERM, _interrupted)
     result = run(settings)
     print(f"report: {directory / 'report.txt'}, {directory / 'report.json'}")
     return 0 if result["ok"] else 1
