@@ -271,6 +271,8 @@ class RolloutController:
         self._analyses: dict[str, Analysis] = {}
         self._excluded: dict[str, set[str]] = {}  # devices named as left out, per deployment
         self._views: dict[str, ViewMemo] = {}  # per deployment (views)
+        # per deployment and revision: the views of its stable and held revisions (hold)
+        self._other_views: dict[tuple[str, int], ViewMemo] = {}
         self.timeline_samples = timeline_samples  # the ring kept per deployment
         # a root hub's waves (hub.controllers.wave): what to write with a new revision, in its
         # transaction
@@ -345,7 +347,10 @@ class RolloutController:
             await self._reconcile_one(name, self._clock())
         state = self._cache.rollouts.get(name)
         if name in self._cache.deployments and (
-            state is None or state.phase in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
+            state is None
+            or state.phase in (RolloutPhase.PROGRESSING, RolloutPhase.PAUSED)
+            or state.held
+            or state.returning
         ):
             return self._tick
         return None
@@ -362,6 +367,8 @@ class RolloutController:
         self._analyses.pop(name, None)
         self._excluded.pop(name, None)
         self._views.pop(name, None)
+        for key in [k for k in self._other_views if k[0] == name]:
+            del self._other_views[key]
         if self._sampled_by.pop(name, None) is not None:
             self._keep_history()
         if name in cache.analysis:
@@ -397,6 +404,15 @@ class RolloutController:
         pushed = current is None or current.model in cache.models
         placed = self._placed(name, state, stored.revision)
         devices = views(cache, name, current, self._views.setdefault(name, {}))
+        others: dict[int, list[DeviceView]] = {}
+        if state is not None:  # what its devices may run besides: held, or sent back to
+            for number in sorted({state.stable, *state.held.values()} - {state.revision}):
+                revision = revisions.get(number)
+                if revision is not None:
+                    memo = self._other_views.setdefault((name, number), {})
+                    others[number] = views(cache, name, revision, memo)
+            for key in [k for k in self._other_views if k[0] == name and k[1] not in others]:
+                del self._other_views[key]
         analysis = self._analyze(name, dep, state, now)
         step = plan_rollout(
             dep,
@@ -409,6 +425,7 @@ class RolloutController:
             analysis,
             max_weight_of(stored.manifest),  # a root hub's wave of a percentage
             placed,
+            others,
         )
         wrote = await self._write(name, state, step)
         canary = dep.spec.rollout.canary

@@ -221,6 +221,14 @@ class RolloutState:
     # how each earlier revision's rollout ended, by number (the current one's is the state
     # itself): kept for the revisions kept (prune), so history shows "rolled back" and why
     outcomes: Mapping[int, Outcome] = field(default_factory=dict)
+    # devices kept on the revision they run (device -> revision number) where a step would
+    # switch them outside the budget (back to the stable revision all at once: a rollback,
+    # the stable template applied again, a new template during a rollout), each released when
+    # the budget has room or it does not serve that revision (:func:`hub.decide.rollout.hold`)
+    held: Mapping[str, int] = field(default_factory=dict)
+    # devices released from ``held`` that have not yet settled on the revision they are sent
+    # (its replicas all ready there): counted against the budget until they do
+    returning: frozenset[str] = frozenset()
 
     def outcome_of(self, number: int) -> Outcome | None:
         """How revision ``number``'s rollout stands or ended (None: not known: made before
@@ -231,6 +239,13 @@ class RolloutState:
 
     def revision_for(self, device: str) -> int:
         """The revision ``device`` is sent."""
+        held = self.held.get(device)
+        if held is not None:
+            return held
+        return self.unheld_revision_for(device)
+
+    def unheld_revision_for(self, device: str) -> int:
+        """The revision ``device`` is sent once it is not held."""
         if self.phase is RolloutPhase.COMPLETE:
             return self.revision
         if self.phase is RolloutPhase.ROLLED_BACK:
@@ -261,6 +276,10 @@ class RolloutState:
             out["full"] = True
         if self.restarted_at:
             out["restartedAt"] = self.restarted_at
+        if self.held:
+            out["held"] = dict(sorted(self.held.items()))
+        if self.returning:
+            out["returning"] = sorted(self.returning)
         return out
 
     @classmethod
@@ -285,12 +304,14 @@ class RolloutState:
             bool(doc.get("full", False)),
             str(doc.get("restartedAt", "")),
             {int(n): Outcome.from_json(o) for n, o in (doc.get("outcomes") or {}).items()},
+            {str(k): int(v) for k, v in (doc.get("held") or {}).items()},
+            frozenset(str(d) for d in doc.get("returning") or ()),
         )
 
 
 def prune(revisions: Iterable[Revision], state: RolloutState) -> list[int]:
     """Revision numbers to delete: all but the newest :data:`MAX_REVISIONS`, never the stable
-    or the current one."""
+    or the current one, nor one a device is held on."""
     numbers = sorted((r.number for r in revisions), reverse=True)
-    keep = set(numbers[:MAX_REVISIONS]) | {state.stable, state.revision}
+    keep = set(numbers[:MAX_REVISIONS]) | {state.stable, state.revision, *state.held.values()}
     return sorted(n for n in numbers if n not in keep)

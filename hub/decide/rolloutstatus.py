@@ -49,6 +49,10 @@ def rollout_json(
         "changedAt": rfc3339(state.changed_at) if state.changed_at else None,
         "steps": state.steps,
         "failedDevices": dict(sorted(state.failed.items())),
+        # devices kept on what they run until the budget lets them switch (hold), and those
+        # switching back, counted against the budget until they are ready
+        "heldDevices": dict(sorted(state.held.items())),
+        "returningDevices": sorted(state.returning),
         **(progress or {}),
     }
 
