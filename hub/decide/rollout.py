@@ -280,7 +280,7 @@ def plan_rollout(
     if views_of is not None and state is not None:
         rollout = dep.spec.rollout
         budget = resolve_budget(rollout.max_surge, rollout.max_unavailable, len(devices))
-        step = hold(step, state, {**views_of, state.revision: devices}, budget, now)
+        step = hold(step, state, {**views_of, state.revision: devices}, budget)
     return _with_outcomes(_with_previous(step, state, revisions), state, revisions, now)
 
 
@@ -293,14 +293,13 @@ def hold(
     before: RolloutState,
     views_of: Mapping[int, Sequence[DeviceView]],
     budget: Budget,
-    now: float,
 ) -> Step:
     """Keep the rollout budget when a step would switch devices outside it.
 
     Only :func:`_assign` switches devices within the budget. Every other step that changes
     what a device is sent sends it back to the stable revision at once: a rollback, the
     stable template applied again (``rollout undo``), a new template while devices run the
-    one it replaces. Each of those devices that is eligible and ready on what it runs is
+    one it replaces. Each of those devices that is ready on what it runs is
     *held* there (``RolloutState.held``) and released in name order while the devices
     switching or unavailable are fewer than ``maxSurge + maxUnavailable``, as Kubernetes
     rolls a ``rollout undo`` within the budget; one that does not serve what it is held on
@@ -310,9 +309,8 @@ def hold(
     that makes a new revision releases none within the budget (the next step assigns them
     theirs, so a canary replaced by a newer one switches straight to it). A released device
     is *returning* until it is ready on what it is sent, and counts against the budget until
-    then. Found by the soak
-    harness (docs/soak.md, seed 62, run C): the stable template applied again switched two
-    devices at once, budget 1.
+    then. Found by the soak harness (docs/soak.md, seed 62, run C): the stable template
+    applied again switched two devices at once, budget 1.
 
     ``views_of``: the targeted devices seen for each revision by number (a revision missing:
     nobody runs it yet)."""
