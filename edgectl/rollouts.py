@@ -283,6 +283,11 @@ def render(doc: dict[str, Any]) -> tuple[str, str]:
             f"{rollout.get('unavailableDevices', 0)} (at most maxSurge {rollout.get('maxSurge')} "
             f"+ maxUnavailable {rollout.get('maxUnavailable')} at once)"
         )
+    lines += [
+        f"  held {d} on revision {n} (switches within the budget)"
+        for d, n in sorted(rollout.get("heldDevices", {}).items())
+    ]
+    lines += [f"  returning {d}" for d in rollout.get("returningDevices", [])]
     lines += [f"  skipped {d}: {why}" for d, why in sorted(rollout.get("skipped", {}).items())]
     lines += [f"  failing {d}: {why}" for d, why in sorted(status.get("failing", {}).items())]
     return "\n".join(line for line in lines if line), rollout["phase"]

@@ -87,3 +87,20 @@ def test_a_device_left_out_of_the_analysis_is_named() -> None:
     analysis = {**CANARY["analysis"], "stable": {"excluded": {"dev-3": "2^40 requests in 3 s"}}}
     text, _ = render(doc("Progressing", {**CANARY, "analysis": analysis}))
     assert "left out    dev-3 (stable): 2^40 requests in 3 s" in text
+
+
+def test_devices_held_and_returning_are_named() -> None:
+    text, phase = render(
+        doc(
+            "RolledBack",
+            {},
+            reason="AnalysisFailed",
+            heldDevices={"dev-3": 2, "dev-1": 2},
+            returningDevices=["dev-0"],
+        )
+    )
+    assert phase == "RolledBack"
+    assert "held dev-1 on revision 2 (switches within the budget)" in text
+    assert text.index("held dev-1") < text.index("held dev-3")
+    assert "returning dev-0" in text
+    assert "held" not in render(doc("Progressing", CANARY))[0]
