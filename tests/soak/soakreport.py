@@ -314,6 +314,8 @@ def judge(
     threads = _thread_growth(getattr(sampler, "harness_threads", []))
     if "harness" in growth:
         growth["harness"].update(threads)
+    for name, figures in _etcd_lives(getattr(sampler, "etcd_samples", {}), growth).items():
+        growth[name]["etcd"] = figures
     for name, g in growth.items():
         slack = devices if name.startswith("eu-") else 2 * devices if name == "harness" else 0
         fd_bound = settings.fd_growth + slack
@@ -415,6 +417,37 @@ def _growth(resources: dict[str, list[tuple[float, int, int, int]]]) -> dict[str
             "fds": [int(fd0), int(fd1)],
             "fd_growth": int(fd1 - fd0),
             "last_t": tail[-1][0],
+        }
+    return out
+
+
+def _etcd_lives(
+    samples: dict[str, list[dict[str, Any]]], growth: dict[str, dict[str, Any]]
+) -> dict[str, dict[str, Any]]:
+    """Per etcd member, over the life its growth is judged on (the same pid): the raft
+    entries it committed, the bytes it wrote to its WAL, the snapshots it saved, its Go heap
+    at the first and last sample (pure: the sampler's figures in, the report's out). What
+    the member holds since its last snapshot is in memory (docs/etcd.md)."""
+    out = {}
+    for name, series in samples.items():
+        pid = growth.get(name, {}).get("pid")
+        life = [s for s in series if s["pid"] == pid]
+        if len(life) < 2:
+            continue
+        first, last = life[0], life[-1]
+
+        def delta(key: str, a: dict[str, Any] = first, b: dict[str, Any] = last) -> int:
+            return int(b.get(key, 0)) - int(a.get(key, 0))
+
+        out[name] = {
+            "seconds": round(last["t"] - first["t"], 1),
+            "entries": delta("entries"),
+            "wal_mb": round(delta("wal_bytes") / 1e6, 1),
+            "snapshots": delta("snapshots"),
+            "heap_mib": [
+                round(first.get("heap_bytes", 0) / 2**20, 1),
+                round(last.get("heap_bytes", 0) / 2**20, 1),
+            ],
         }
     return out
 
@@ -532,6 +565,14 @@ def render(result: dict[str, Any]) -> str:
             + (f", threads {g['threads'][0]} -> {g['threads'][1]}" if "threads" in g else "")
             + f" over {g['seconds']:g}s ({g['lives']} lives)"
         )
+        if "etcd" in g:
+            e = g["etcd"]
+            lines.append(
+                f"      etcd's own figures over {e['seconds']:g}s of that life: "
+                f"{e['entries']} entries committed, {e['wal_mb']:g} MB to its WAL, "
+                f"{e['snapshots']} snapshots, Go heap {e['heap_mib'][0]} -> "
+                f"{e['heap_mib'][1]} MiB"
+            )
     for plot in result.get("plots", []):
         series = ", ".join(f"{name} {colour}" for name, colour in plot["series"].items())
         lines.append(

@@ -489,6 +489,28 @@ def replicas_of(doc: dict[str, Any] | None, workload: str) -> tuple[set[str], se
     return None
 
 
+ETCD_FIGURES = {
+    "etcd_server_proposals_committed_total": "entries",
+    "etcd_disk_wal_write_bytes_total": "wal_bytes",
+    "etcd_debugging_snap_save_total_duration_seconds_count": "snapshots",
+    "go_memstats_heap_inuse_bytes": "heap_bytes",
+}
+
+
+def etcd_figures(endpoint: str, timeout: float = 5.0) -> dict[str, int]:
+    """The :data:`ETCD_FIGURES` of an etcd member's ``/metrics`` (Prometheus text)."""
+    import urllib.request
+
+    with urllib.request.urlopen(f"http://{endpoint}/metrics", timeout=timeout) as answer:
+        text = answer.read(4 * 2**20).decode()
+    out = {}
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in ETCD_FIGURES:
+            out[ETCD_FIGURES[name]] = int(float(value))
+    return out
+
+
 def of_device(target: str, device: str) -> bool:
     """Whether a fault's target is the device's own: its edged, a worker of it, its disk."""
     return target == device or target.startswith(f"{device}-")
@@ -507,6 +529,7 @@ class Sampler:
         self.harness_threads: list[tuple[float, int]] = []
         self.harness_exhausted: str | None = None  # why the chaos ended early
         self.sims_ended: str | None = None  # when and how the simulated devices' process ended
+        self.etcd_samples: dict[str, list[dict[str, Any]]] = {}  # etcd(): member -> samples
         self.budget_samples = 0
         self.budget_max = 0
         self.budget_violations: list[dict[str, Any]] = []
@@ -587,6 +610,25 @@ class Sampler:
             self.rec.event(
                 "violation", f"rollout budget: {len(switching)} devices switching", **violation
             )
+
+    def etcd(self) -> None:
+        """Each etcd member's own figures (its ``/metrics``): raft entries committed, bytes
+        written to its WAL, snapshots saved, Go heap in use. A member keeps every entry since
+        its last snapshot in memory (docs/etcd.md), so its RSS is read against these
+        (``report.json``'s ``etcd``, beside its growth)."""
+        t = self.rec.now()
+        pids = self.fleet.processes()
+        for i, member in enumerate(self.fleet.etcd):
+            name = f"etcd-{i}"
+            pid = pids.get(name)
+            if pid is None:
+                continue
+            try:
+                figures = etcd_figures(member.endpoint)
+            except (OSError, ValueError):
+                continue  # stopped, killed, starting: the next sample
+            self.etcd_samples.setdefault(name, []).append({"t": round(t, 2), "pid": pid,
+                                                          **figures})  # fmt: skip
 
     def _harness(self, t: float) -> None:
         """The harness's own RSS, descriptors and threads; past half its descriptor limit it
@@ -752,6 +794,9 @@ def run(settings: Settings) -> dict[str, Any]:
         )
         threads.append(
             threading.Thread(target=every, args=(0.5, stop, sampler.traffic, rec), daemon=True)
+        )
+        threads.append(
+            threading.Thread(target=every, args=(30.0, stop, sampler.etcd, rec), daemon=True)
         )
         supervisor = Supervisor(fleet, rec, faults)
         threads.append(
