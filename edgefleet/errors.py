@@ -126,13 +126,16 @@ class CompareFailed(StoreError):
     """A compare-and-swap did not hold; nothing was written.
 
     ``key`` is the key whose compare failed, ``expected`` the mod revision asked for (0: must
-    not exist) and ``actual`` the key's mod revision now (0: it does not exist).
+    not exist) and ``actual`` the key's mod revision now (0: it does not exist). ``also``: the
+    other keys of the same transaction whose compares failed, so that a caller comparing
+    many keys learns them all in one failure (the device writer: docs/soak.md).
     """
 
-    def __init__(self, key: str, expected: int, actual: int) -> None:
+    def __init__(self, key: str, expected: int, actual: int, also: tuple[str, ...] = ()) -> None:
         self.key = key
         self.expected = expected
         self.actual = actual
+        self.also = also
         want = "not to exist" if expected == 0 else f"to be at mod revision {expected}"
         have = "it does not exist" if actual == 0 else f"it is at mod revision {actual}"
         super().__init__(f"compare failed on {key}: expected it {want}, but {have}")

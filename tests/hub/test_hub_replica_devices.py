@@ -627,3 +627,53 @@ async def test_acknowledgements_go_into_the_heartbeat_record_not_the_device_reco
         await asyncio.gather(*tasks)
         for ctx in contexts:
             await ctx.store.close()
+
+
+@async_test
+async def test_records_changed_elsewhere_are_all_merged_after_one_failed_transaction(
+    tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
+) -> None:
+    """Found by the soak harness (docs/soak.md, seed 62, the 1-hour run of 7 December, run
+    D): a batch of N device records of which k had changed at the other replica was tried
+    k + 1 times, each failure merging one record: after the leader's bulk phase changes
+    (~900 records, ~580 KB a transaction) etcd's log took 1.4 GB in 9 minutes and its members
+    2.6-2.9 GiB of memory. Now one failure names every key whose compare failed, all are
+    merged, and the batch is written on the second try."""
+    here, there = await replica_contexts(tmp_path, etcd_server.endpoint, etcd_namespace)
+    names = [f"cam-{i:03d}" for i in range(100)]
+    try:
+        for name in names:
+            here.writer.update(Device(name, phase=DevicePhase.READY, last_heartbeat=1.0))
+        await here.writer.flush()
+        # the other replica cordons 40 of them (its copies taken from the store, as its
+        # watch would)
+        for name in names[:40]:
+            kv = await there.store.get(f"/devices/{name}")
+            assert kv is not None
+            record = storekeys.loads(kv.value)
+            there.writer.observed(name, kv.mod_revision, record)
+            there.writer.update(Device.from_json(record).with_(cordoned=True))
+        await there.writer.flush()
+        # here, unaware, every one gets a new heartbeat
+        tries = 0
+        txn = here.store.txn
+
+        async def counted(*args: Any, **kwargs: Any) -> int:
+            nonlocal tries
+            tries += 1
+            return await txn(*args, **kwargs)
+
+        here.store.txn = counted  # type: ignore[method-assign]
+        for name in names:
+            here.writer.update(here.cache.devices[name].with_(last_heartbeat=2.0))
+        await here.writer.flush()
+        assert tries == 2, tries
+        assert here.writer.merged == 40
+        for name in names:
+            kv = await there.store.get(f"/devices/{name}")
+            assert kv is not None
+            stored = Device.from_json(storekeys.loads(kv.value))
+            assert stored.last_heartbeat == 2.0 and stored.cordoned == (name in names[:40])
+    finally:
+        for ctx in (here, there):
+            await ctx.store.close()

@@ -344,11 +344,14 @@ class EtcdStore:
                 raise LeaseNotFound(lease) from None
             raise
         if not response.succeeded:
+            failed: list[tuple[str, int, int]] = []
             for c, r in zip(compares, response.responses, strict=True):
                 found = r.response_range.kvs
                 actual = found[0].mod_revision if found else 0
                 if actual != c.mod_revision:
-                    raise CompareFailed(c.key, c.mod_revision, actual)
+                    failed.append((c.key, c.mod_revision, actual))
+            if failed:
+                raise CompareFailed(*failed[0], also=tuple(k for k, _, _ in failed[1:]))
             raise CompareFailed(compares[0].key, compares[0].mod_revision, -1)  # pragma: no cover
         return response
 

@@ -97,12 +97,15 @@ class MemoryStore:
         return await self.txn(compares, [Delete(key)])
 
     def _check(self, compares: Sequence[Compare]) -> None:
+        failed: list[tuple[str, int, int]] = []
         for c in compares:
             check_key(c.key)
             kv = self._kv.get(c.key)
             actual = kv.mod_revision if kv else 0
             if actual != c.mod_revision:
-                raise CompareFailed(c.key, c.mod_revision, actual)
+                failed.append((c.key, c.mod_revision, actual))
+        if failed:
+            raise CompareFailed(*failed[0], also=tuple(k for k, _, _ in failed[1:]))
 
     async def txn(self, compares: Sequence[Compare], ops: Sequence[Op]) -> int:
         check_ops(ops)

@@ -221,12 +221,15 @@ class SqliteStore:
     # Writes
 
     def _check(self, db: sqlite3.Connection, compares: Sequence[Compare]) -> None:
+        failed: list[tuple[str, int, int]] = []
         for c in compares:
             check_key(c.key)
             kv = self._get(db, c.key)
             actual = kv.mod_revision if kv else 0
             if actual != c.mod_revision:
-                raise CompareFailed(c.key, c.mod_revision, actual)
+                failed.append((c.key, c.mod_revision, actual))
+        if failed:
+            raise CompareFailed(*failed[0], also=tuple(k for k, _, _ in failed[1:]))
 
     def _live_lease(self, db: sqlite3.Connection, lease: LeaseId) -> tuple[float, float]:
         row = db.execute("SELECT ttl, deadline FROM leases WHERE id = ?", (lease,)).fetchone()
