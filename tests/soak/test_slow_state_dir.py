@@ -78,7 +78,7 @@ def test_a_write_stuck_in_the_disk_does_not_stop_serving(
     (victim,) = edged.worker_pids("other")
     slow_dir.hold()
     os.kill(victim, signal.SIGKILL)
-    wait_for(lambda: slow_dir.stats()["waiting"] > 0, 30, "edged to write into the held disk")
+    wait_for(lambda: slow_dir.stats()["waiting"] > 0, 90, "edged to write into the held disk")
     held = slow_dir.stats()["waiting_on"]
     assert any(" /state/" in op for op in held), held  # a state write, stuck in the disk
     for _ in range(5):
@@ -103,7 +103,7 @@ def test_a_new_desired_state_stuck_in_the_disk_does_not_stop_serving(
     def desired_held() -> bool:
         return any("desired.json" in op for op in slow_dir.stats()["waiting_on"])
 
-    wait_for(desired_held, 30, "edged to write its desired state into the held disk")
+    wait_for(desired_held, 90, "edged to write its desired state into the held disk")
     for _ in range(5):
         assert _infer(edged) == 200
     assert edged.status()["generation"] == 1  # not accepted before it is on disk
