@@ -109,12 +109,16 @@ def refusal(failing: dict[str, Any], device: str) -> str | None:
     allowance: once a device accepted a model's newer metadata (the broken 9.0.0, pushed
     last), it refuses the older ones, 1.0.0 and 1.1.0 alike. Such a device converges to the
     region naming it, not to the version. The region may name the refusal of the version it
-    went back to rather than the root's (its rollout rolled back on the refusal)."""
+    went back to rather than the root's (its rollout rolled back on the refusal). Its model
+    version guard is the same design (``ModelVersionRollback``: below the highest version it
+    accepted, no allowance in force): seed 62's run E ended with dev-1 refusing soak-b 1.0.0
+    so after it accepted 9.0.0, the last allowance push of 1.0.0 having failed while the root
+    was down; the check named only the metadata guard."""
     said = str(failing.get(device, ""))
     return said if _REFUSED_ROLLBACK.match(said) else None
 
 
-_REFUSED_ROLLBACK = re.compile(r"[0-9][^ ]* Refused: MetadataRollback:")
+_REFUSED_ROLLBACK = re.compile(r"[0-9][^ ]* Refused: (MetadataRollback|ModelVersionRollback):")
 
 
 def _problems(fleet: Any, operator: Operator, refused: list[str] | None = None) -> list[str]:
@@ -305,7 +309,7 @@ def judge(
         "each": sampler.moves[:50],
     }
     # 6. growth of RSS and descriptors, per process life (a restarted process starts again)
-    growth = _growth(sampler.resources)
+    growth = _growth(sampler.resources, _etcd_ready(getattr(sampler, "etcd_samples", {})))
     # a hub replica that started again takes its devices' connections back: one descriptor
     # each, on top of the bound (the first samples of its life come before they reconnect)
     devices = settings.real_devices + settings.sim_devices
@@ -393,16 +397,33 @@ def judge(
     }
 
 
-def _growth(resources: dict[str, list[tuple[float, int, int, int]]]) -> dict[str, dict[str, Any]]:
+def _etcd_ready(samples: dict[str, list[dict[str, Any]]]) -> dict[tuple[str, int], float]:
+    """When each etcd member's life (name, pid) first answered its ``/metrics``: it had
+    loaded its snapshot and replayed its WAL by then."""
+    out: dict[tuple[str, int], float] = {}
+    for name, series in samples.items():
+        for s in series:
+            out.setdefault((name, int(s["pid"])), float(s["t"]))
+    return out
+
+
+def _growth(
+    resources: dict[str, list[tuple[float, int, int, int]]],
+    ready_at: dict[tuple[str, int], float] | None = None,
+) -> dict[str, dict[str, Any]]:
     """Per process name: its longest life (one pid), from the median of its first samples
-    (after 5 s) to the median of its last ones."""
+    (after 5 s, and once it answered where ``ready_at`` knows when: an etcd member loading
+    its data from a slow disk took 94 s, and its growth counted the load: seed 62, run E)
+    to the median of its last ones."""
+    ready_at = ready_at or {}
     out: dict[str, dict[str, Any]] = {}
     for name, samples in resources.items():
         lives: dict[int, list[tuple[float, int, int, int]]] = {}
         for s in samples:
             lives.setdefault(s[1], []).append(s)
         life = max(lives.values(), key=lambda v: v[-1][0] - v[0][0])
-        settled = [s for s in life if s[0] - life[0][0] >= 5.0] or life
+        ready = ready_at.get((name, life[0][1]), -math.inf)
+        settled = [s for s in life if s[0] - life[0][0] >= 5.0 and s[0] >= ready] or life
         head, tail = settled[:3], settled[-3:]
         rss0 = statistics.median(s[2] for s in head)
         rss1 = statistics.median(s[2] for s in tail)

@@ -15,6 +15,11 @@ SAID = (
     "metadata version 1796651028 is lower than 1796651029, the highest this device accepted"
 )
 
+VERSION_GUARD = (
+    "1.0.0 Refused: ModelVersionRollback: soak-b 1.0.0 is older than 9.0.0, the highest "
+    "version this device accepted, and no signed rollback allowance covers it"
+)
+
 
 @pytest.mark.parametrize(
     ("failing", "device", "held"),
@@ -22,6 +27,8 @@ SAID = (
         ({"dev-0": SAID}, "dev-0", True),  # named, by design
         ({"dev-0": SAID.replace("1.1.0", "1.0.0")}, "dev-0", True),  # the version gone back to
         ({"dev-0": SAID}, "dev-1", False),  # another device is not excused by it
+        ({"dev-0": VERSION_GUARD}, "dev-0", True),  # the model version guard (run E)
+        ({"dev-0": "1.0.0 Refused: RollbackAllowanceExpired: x"}, "dev-0", False),
         ({"dev-0": "1.1.0 Failed: ModelLoadFailed: onnxruntime cannot load"}, "dev-0", False),
         ({"dev-0": "1.1.0 Refused: SignatureInvalid: ..."}, "dev-0", False),
         ({"dev-0": "1.1.0 Refused: SignatureInvalid: MetadataRollback: x"}, "dev-0", False),

@@ -7,7 +7,7 @@ import asyncio
 from pathlib import Path
 
 from etcdtesting import running_etcd
-from soakreport import _etcd_lives
+from soakreport import _etcd_lives, _etcd_ready, _growth
 from soakrun import etcd_figures
 
 from hub.state.store import EtcdStore
@@ -68,3 +68,18 @@ def test_the_figures_are_those_of_the_life_judged() -> None:
         "etcd-0": {"seconds": 900.0, "entries": 4_000, "wal_mb": 40.0, "snapshots": 1,
                    "heap_mib": [60.0, 90.0]},
     }  # fmt: skip
+
+
+def test_an_etcd_members_growth_counts_from_when_it_answered() -> None:
+    """Seed 62's run E: etcd-2, its data on the slow disk, took 94 s to load its snapshot
+    and WAL after a restart; its growth counted the load (18 -> 280 MiB) rather than what it
+    grew once serving (242 -> 280 MiB)."""
+    mib = 2**20
+    resources = {
+        "etcd-2": [(t, 9, (18 if t < 100 else 242 + (t - 100) // 25) * mib, 30)
+                   for t in range(0, 1100, 10)],
+    }  # fmt: skip
+    loading = _growth(resources)["etcd-2"]
+    assert loading["rss_growth_mib"] > 200
+    ready = _growth(resources, _etcd_ready({"etcd-2": [{"t": 100.0, "pid": 9}]}))["etcd-2"]
+    assert ready["rss_mib"][0] == 242.0 and ready["rss_growth_mib"] < 50
