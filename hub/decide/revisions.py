@@ -224,7 +224,7 @@ class RolloutState:
     # devices kept on the revision they run (device -> revision number) where a step would
     # switch them outside the budget (back to the stable revision all at once: a rollback,
     # the stable template applied again, a new template during a rollout), each released when
-    # the budget has room or it does not serve that revision (:func:`hub.decide.rollout.hold`)
+    # the budget has room or it does not serve that revision (:func:`hub.decide.rolloutholds.hold`)
     held: Mapping[str, int] = field(default_factory=dict)
     # devices released from ``held`` that have not yet settled on the revision they are sent
     # (its replicas all ready there): counted against the budget until they do

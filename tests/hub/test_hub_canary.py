@@ -69,7 +69,7 @@ async def test_canary_steps_resume_from_the_store_and_none_is_taken_twice(tmp_pa
         assert (back.phase, back.reason) == (RolloutPhase.ROLLED_BACK, "AnalysisFailed")
         assert "accuracy 0.5000 on the validation set is below minAccuracy 0.9" in back.message
         # the canary devices go back in turn, within the budget (1): each serves revision
-        # 2 until it is its turn (hub.decide.rollout.hold)
+        # 2 until it is its turn (hub.decide.rolloutholds.hold)
         assert back.held == {"dev-1": back.revision} and back.returning == {"dev-0"}
         assert all(back.revision_for(d) == back.stable for d in DEVICES if d != "dev-1")
         await report(hub, "dev-0", "1.0.0")

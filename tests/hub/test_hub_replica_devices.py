@@ -491,6 +491,26 @@ async def _no_requests() -> AsyncIterator[admin_pb2.PushArtifactRequest]:
     yield
 
 
+def _replica_devices(
+    here: Any, there: Any, seen: dict[str, float], *, grace_s: float
+) -> tuple[ReplicaDevices, ReplicaDevices]:
+    """The ``replica-devices`` component of each context: ``here`` (replica r0) with the
+    last-message times ``seen``, ``there`` (r1) with none of its own."""
+    return tuple(  # type: ignore[return-value]
+        ReplicaDevices(
+            store=ctx.store,
+            cache=ctx.cache,
+            sessions=ctx.sessions,
+            writer=ctx.writer,
+            projector=ctx.projector,
+            last_seen=last,
+            grace_s=grace_s,
+            replica=replica,
+        )
+        for ctx, last, replica in ((here, seen, "r0"), (there, {}, "r1"))
+    )
+
+
 @async_test
 async def test_heartbeats_are_one_record_per_replica_not_a_write_of_each_device(
     tmp_path: Path, etcd_server: EtcdServer, etcd_namespace: str
@@ -504,14 +524,7 @@ async def test_heartbeats_are_one_record_per_replica_not_a_write_of_each_device(
     here, there = contexts
     names = [f"cam-{i}" for i in range(50)]
     seen: dict[str, float] = {}
-    devices = ReplicaDevices(
-        store=here.store, cache=here.cache, sessions=here.sessions, writer=here.writer,
-        projector=here.projector, last_seen=seen, grace_s=0.4, replica="r0",
-    )  # fmt: skip
-    other = ReplicaDevices(
-        store=there.store, cache=there.cache, sessions=there.sessions, writer=there.writer,
-        projector=there.projector, last_seen={}, grace_s=0.4, replica="r1",
-    )  # fmt: skip
+    devices, other = _replica_devices(here, there, seen, grace_s=0.4)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(c.run(stop)) for c in (devices, other)]
     tasks += [asyncio.create_task(ctx.writer.run(stop)) for ctx in contexts]
@@ -566,14 +579,7 @@ async def test_acknowledgements_go_into_the_heartbeat_record_not_the_device_reco
     here, there = contexts
     names = [f"cam-{i}" for i in range(50)]
     seen: dict[str, float] = {}
-    devices = ReplicaDevices(
-        store=here.store, cache=here.cache, sessions=here.sessions, writer=here.writer,
-        projector=here.projector, last_seen=seen, grace_s=60.0, replica="r0",
-    )  # fmt: skip
-    other = ReplicaDevices(
-        store=there.store, cache=there.cache, sessions=there.sessions, writer=there.writer,
-        projector=there.projector, last_seen={}, grace_s=60.0, replica="r1",
-    )  # fmt: skip
+    devices, other = _replica_devices(here, there, seen, grace_s=60.0)
     stop = asyncio.Event()
     tasks = [asyncio.create_task(c.run(stop)) for c in (devices, other)]
     tasks += [asyncio.create_task(ctx.writer.run(stop)) for ctx in contexts]
@@ -605,7 +611,9 @@ async def test_acknowledgements_go_into_the_heartbeat_record_not_the_device_reco
         # one from another replica with an older acknowledgement does not undo it "there"
         stale = here.cache.devices["cam-1"].with_(generation_acked=3)
         await there.store.put("/devices/cam-1", storekeys.dumps(stale.to_json()))
-        await asyncio.sleep(0.3)
+        # a record written after it: once taken, the stale one was taken before
+        await there.store.put("/devices/cam-zz", storekeys.dumps(Device("cam-zz").to_json()))
+        await eventually(lambda: "cam-zz" in there.cache.devices, 10)
         assert there.cache.devices["cam-1"].generation_acked == 7
         # hostile entries change nothing: not an integer, a bool, negative, past int64
         held = dict(there.cache.acked)

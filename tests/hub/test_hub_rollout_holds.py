@@ -1,4 +1,4 @@
-"""Switching devices back within the rollout budget (hub.decide.rollout.hold), the pure planner
+"""Switching devices back within the rollout budget (hub.decide.rolloutholds.hold), the pure planner
 driven against simulated devices: each device starts the revision it is sent beside what it
 runs, drops the others once it is ready there (edged's switch without downtime), and refuses
 a broken one (keeping what it ran). At every step, the devices switching in their own view
