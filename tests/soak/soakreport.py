@@ -9,6 +9,7 @@ import re
 import statistics
 import time
 from collections import Counter
+from pathlib import Path
 from typing import Any
 
 from soakhistory import check, describe
@@ -102,7 +103,9 @@ def _views(fleet: Any, operator: Operator) -> dict[str, Any]:
     return views
 
 
-def refusal(failing: dict[str, Any], device: str) -> str | None:
+def refusal(
+    failing: dict[str, Any], device: str, allowed: dict[tuple[str, str], float] | None = None
+) -> str | None:
     """The region's word that ``device`` refuses the deployment's signed metadata as a
     rollback (pure): the device's anti-rollback guard, by design (docs/trust.md), which an
     operator's downgrade or a re-created deployment meets without a publisher's rollback
@@ -113,12 +116,51 @@ def refusal(failing: dict[str, Any], device: str) -> str | None:
     version guard is the same design (``ModelVersionRollback``: below the highest version it
     accepted, no allowance in force): seed 62's run E ended with dev-1 refusing soak-b 1.0.0
     so after it accepted 9.0.0, the last allowance push of 1.0.0 having failed while the root
-    was down; the check named only the metadata guard."""
+    was down; the check named only the metadata guard.
+
+    ``allowed``: the rollback allowances in force in the root's signed targets, ``(name,
+    version) -> expires`` (:func:`allowances_in_force`). A model version refusal of a version
+    an allowance covers is not by design: the device should have taken it (docs/trust.md,
+    "Rollback allowance"), so it is not excused. The metadata guard stays excused: a later
+    allowance push of another version of the model signs its metadata newer."""
     said = str(failing.get(device, ""))
-    return said if _REFUSED_ROLLBACK.match(said) else None
+    found = _REFUSED_ROLLBACK.match(said)
+    if found is None:
+        return None
+    guard = _VERSION_GUARD.match(said)
+    if guard is not None and (guard["name"], guard["version"]) in (allowed or {}):
+        return None
+    return said
 
 
 _REFUSED_ROLLBACK = re.compile(r"[0-9][^ ]* Refused: (MetadataRollback|ModelVersionRollback):")
+_VERSION_GUARD = re.compile(
+    r"[0-9][^ ]* Refused: ModelVersionRollback: (?P<name>[^ ]+) (?P<version>[^ ]+) is older"
+)
+
+
+def allowances_in_force(tuf_dir: Path, now: float) -> dict[tuple[str, str], float]:
+    """The rollback allowances the root's publishers sign into their delegated targets
+    (``TUF/delegated/ROLE.json``, docs/trust.md) that have not expired at ``now``: ``(name,
+    version) -> expires``. The root's own repository files, written by rename: what the
+    devices are given, through the region, once it has caught up. Unreadable files count as
+    no allowance (the convergence check then excuses nothing less than before)."""
+    from tuf.api.metadata import Targets
+
+    from edgefleet.errors import EdgefleetError
+    from edgefleet.trust import tufmeta
+
+    out: dict[tuple[str, str], float] = {}
+    for path in sorted((tuf_dir / "delegated").glob("*.json")):
+        try:
+            signed, _ = tufmeta.parse(path.read_bytes(), Targets, what=path.name)
+            for target_path, target in signed.targets.items():
+                grant = tufmeta.rollback_grant(target, what=target_path)
+                if grant is not None and grant.expires > now:
+                    out[(grant.name, grant.version)] = grant.expires
+        except (OSError, EdgefleetError):
+            continue
+    return out
 
 
 def _problems(fleet: Any, operator: Operator, refused: list[str] | None = None) -> list[str]:
@@ -138,6 +180,7 @@ def _problems(fleet: Any, operator: Operator, refused: list[str] | None = None) 
         return [f"root: {exc}"]
     statuses = [edged_status(e.data) for e in fleet.edged]
     sims = fleet.sims().get("devices", {})
+    allowed = allowances_in_force(fleet.root.data / "tuf", time.time())
     total = ((desired.get(PLACED) or {}).get("spec") or {}).get("replicas", {}).get("total")
     holding = []
     for i, status in enumerate(statuses):
@@ -178,7 +221,13 @@ def _problems(fleet: Any, operator: Operator, refused: list[str] | None = None) 
                 if work is not None:
                     problems.append(f"dev-{i}: runs {name}, deleted at the root")
                 continue
-            said = refusal(failing, f"dev-{i}")
+            said = refusal(failing, f"dev-{i}", allowed)
+            if said is None and refusal(failing, f"dev-{i}") is not None:
+                problems.append(
+                    f"dev-{i}: {name} {str(failing[f'dev-{i}'])[:120]}, though an allowance "
+                    "in the root's signed targets covers that version"
+                )
+                continue
             if said is not None:
                 if refused is not None:
                     refused.append(f"dev-{i}: {name} {said[:120]}")
