@@ -40,7 +40,16 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--disk-mib", type=int, default=64, help="size of the root's and dev-0's tmpfs (MiB)"
     )
+    parser.add_argument(
+        "--vm-devices",
+        type=int,
+        default=0,
+        help="lab VMs (the device image in QEMU) whose power the faults cut; needs the VM lab's "
+        "tools and root, or a built image in $EDGEFLEET_SOAK_VM_IMAGE",
+    )
     args = parser.parse_args(argv)
+    if not 0 <= args.vm_devices <= 4:
+        parser.error(f"--vm-devices: 0 to 4 (each is a 2-vCPU TCG guest), got {args.vm_devices}")
     if args.disk_mib < 16:
         parser.error(f"--disk-mib: at least 16 (a hub's state fits), got {args.disk_mib}")
     directory = args.dir or Path(tempfile.mkdtemp(prefix=f"soak-{args.seed}-"))
@@ -54,6 +63,7 @@ def main(argv: list[str] | None = None) -> int:
         fault_gap=args.fault_gap,
         action_gap=args.action_gap,
         disk_mib=args.disk_mib,
+        vm_devices=args.vm_devices,
     )
     # SIGTERM (a CI job stopped, a terminal closed) ends the run as Ctrl-C does: through its
     # cleanup, which stops the fleet; by default it left every hub, etcd member and edged

@@ -28,7 +28,8 @@ from fleet import SIGNED_DEVICE_CONFIG, HubProcess, enroll, set_device_timers
 from harness import Edged, wait_for
 from hubreplicatesting import NAMESPACE, leader_port
 from rollouttesting import build_unloadable
-from soakplan import BROKEN, DEPLOYMENTS, VERSIONS
+from soakplan import BROKEN, DEPLOYMENTS, VERSIONS, VM_DEPLOYMENT
+from soakvms import GUEST_HUB_HOST
 
 from edgefleet.demo import TINY_MLP, build_mlp
 from edgefleet.launching import free_port_pair
@@ -103,6 +104,8 @@ class Fleet:
     slow_disks: dict[str, Any] = field(default_factory=dict)  # target name -> slowfs.SlowFs
     # the root's data directory (its SQLite store) and etcd-2's on FUSE mounts the faults slow
     slow_hub_io: bool = True
+    vm_devices: int = 0  # lab VMs (soakvms): the device image in QEMU, power cuts
+    vms: list[Any] = field(default_factory=list)  # soakvms.SoakVm
     # fault kinds this run cannot make here, and why (the report says so)
     unsupported: dict[str, str] = field(default_factory=dict)
 
@@ -154,6 +157,8 @@ class Fleet:
             f"etcd://{endpoints}{NAMESPACE}",
             "--replica-address",
             f"127.0.0.1:{p1}",
+            # the lab VMs' guests dial the replicas at 10.0.2.100 (QEMU's guestfwd, soakvms)
+            *(["--san", GUEST_HUB_HOST] if self.vm_devices else []),
         )
         if self.root_link is not None:  # the region dials its root across the link's veth
             parent = r0.data / "parent.json"
@@ -204,6 +209,13 @@ class Fleet:
             self.edged.append(e.start())
         if self.sim_devices:
             self._start_sims()
+        if self.vm_devices:
+            from soakvms import start_vms, unavailable
+
+            reason = unavailable()
+            if reason:
+                raise AssertionError(f"--vm-devices {self.vm_devices}: {reason}")
+            self.vms = start_vms(self, self.vm_devices)
         self._targets()
         return self
 
@@ -294,7 +306,8 @@ class Fleet:
         broken version) of those a rollout may break; pushed at the root (a regional hub relays
         its root's TUF metadata: models reach it with the root's deployments)."""
         assert self.root is not None
-        for model, versions in MODELS.items():
+        models = MODELS | ({VM_DEPLOYMENT: VERSIONS} if self.vm_devices else {})
+        for model, versions in models.items():
             for version in versions:
                 path = self.directory / f"{model}-{version}.onnx"
                 if version == BROKEN:
@@ -375,6 +388,8 @@ class Fleet:
         for name, clock in self.clocks.items():
             self.targets[name] = Target(name, "clock", lambda: None, heal=clock.correct,
                                         jump=clock.jump)  # fmt: skip
+        for k, vm in enumerate(self.vms):
+            self.targets[f"vm-{k}"] = Target(f"vm-{k}", "vm", vm.pid, vm.start)
         for i, e in enumerate(self.edged):
             self.targets[f"dev-{i}"] = Target(f"dev-{i}", "edged", _edged_pid(e), e.start)
             self.targets[f"dev-{i}-worker"] = Target(f"dev-{i}-worker", "worker", _worker_pid(e))
@@ -417,6 +432,8 @@ class Fleet:
             h.stop()
         for m in self.etcd:
             m.stop()
+        for vm in self.vms:
+            vm.cut()
         if self.root_link is not None:
             self.root_link.close()
         for fs in self.slow_disks.values():  # after every process that used it

@@ -10,7 +10,9 @@ checked with the project's own loaders:
 * each edged's state files (``edged.agent.checking.check``, the smoke test a new release runs:
   config, desired state, baselines, hub state);
 * every blob in every artifact store (each hub's ``blobs/``, each device's ``artifacts/``):
-  its bytes hash to its name (what a worker checks before loading it).
+  its bytes hash to its name (what a worker checks before loading it);
+* each lab VM (``--vm-devices``), its QEMU killed with the rest: booted again with edged
+  masked, ``edged check`` and its artifacts' hashes in the guest (``soakvms.check_vm``).
 
 Each check is one line of the result: ``{"what", "ok", "detail"}``.
 """
@@ -45,6 +47,9 @@ def power_cut(fleet: Any) -> list[str]:
                       ("eu-r1", fleet.replicas[1])):  # fmt: skip
         if hub is not None and hub.proc is not None and hub.proc.poll() is None:
             pids[name] = hub.proc.pid
+    for k, vm in enumerate(getattr(fleet, "vms", [])):  # QEMU killed: the guest's power
+        if vm.pid() is not None:
+            pids[f"vm-{k}"] = vm.pid()
     for pid in pids.values():
         for sig in (signal.SIGCONT, signal.SIGKILL):
             try:
@@ -54,6 +59,8 @@ def power_cut(fleet: Any) -> list[str]:
     for e in fleet.edged:
         if e.proc is not None:
             e.proc.wait(30)
+    for vm in getattr(fleet, "vms", []):
+        vm.cut()  # reaped
     for hub in (fleet.root, *fleet.replicas):
         if hub is not None and hub.proc is not None:
             hub.proc.wait(30)
@@ -83,6 +90,11 @@ def check_all(fleet: Any) -> list[dict[str, Any]]:
         config = e.log_path.with_suffix(".toml")
         record(f"dev-{i} state files (edged check)", lambda e=e, c=config: _edged(c, e.data))
         record(f"dev-{i} artifacts", lambda e=e: _blobs(e.data / "artifacts" / "sha256"))
+    for k, vm in enumerate(getattr(fleet, "vms", [])):
+        from soakvms import check_vm
+
+        record(f"vm-{k} state and artifacts, booted again (edged check in the guest)",
+               lambda vm=vm: check_vm(vm))  # fmt: skip
     return checks
 
 

@@ -13,7 +13,9 @@ operation waits ``delay``, 50 ms to 2 s, then normal again; ``size_slow_io``, sl
 to three times longer; each kind of those comes
 from its own stream of the seed. ``jump`` of a
 device's wall clock (kind ``clock``) steps it by ``offset`` seconds for ``duration``, then
-corrects it (``_clock_jumps``, soakclock).
+corrects it (``_clock_jumps``, soakclock). ``power`` of a lab VM (kind ``vm``) kills its QEMU
+-9 and boots it again after ``duration`` (soakvms): its own stream, a cut every
+``VM_POWER_GAP`` seconds on average.
 
 Actions (``Action``): the operator's calls, at ``at`` seconds: ``apply`` of a deployment (a new
 version, a canary to the broken version 9.0.0, a scale change; one in three of a working
@@ -30,6 +32,10 @@ import random
 from dataclasses import dataclass, field
 
 KILL, STOP, CUT, FILL, JUMP = "kill", "stop", "cut", "fill", "jump"
+POWER = "power"  # a power cut of a lab VM (QEMU killed -9), booted again after the duration
+VM_POWER_GAP = 180.0  # mean seconds between power cuts of the VMs: a boot under TCG takes minutes
+VM_UPDATE_GAP = (60.0, 240.0)  # seconds between the operator's version changes of soak-v
+VM_DEPLOYMENT = "soak-v"  # on the lab VMs alone (soakvms)
 SLOW = "slow"  # slow I/O on a device's data directory (tests/soak/slowfs.py), ``Fault.delay``
 SLOW_DELAY = (0.05, 2.0)  # seconds per operation, drawn log-uniform
 ENROLL = "enroll"  # an action: a token created at a replica, a new device enrolled with it
@@ -75,6 +81,7 @@ class Plan:
     faults: list[Fault] = field(default_factory=list)
     actions: list[Action] = field(default_factory=list)
     enrollments: list[Action] = field(default_factory=list)  # made by a third operator
+    vm_updates: list[Action] = field(default_factory=list)  # soak-v's versions, a fourth
 
     @property
     def chaos_ends(self) -> float:
@@ -99,8 +106,9 @@ def make_plan(
     # processes and links each from their own stream: adding a link leaves a seed's process
     # faults as they were (seed 35's, which found the follower defect, docs/soak.md)
     processes = {
-        n: k for n, k in targets.items() if k not in ("link", "disk", "net", "clock", "io")
+        n: k for n, k in targets.items() if k not in ("link", "disk", "net", "clock", "io", "vm")
     }
+    vms = {n: k for n, k in targets.items() if k == "vm"}
     links = {n: k for n, k in targets.items() if k == "link"}
     disks = {n: k for n, k in targets.items() if k == "disk"}
     nets = {n: k for n, k in targets.items() if k == "net"}
@@ -115,6 +123,8 @@ def make_plan(
         ("nets", nets, 2 * fault_gap),
         ("ios", ios, 3 * fault_gap),
         ("hub-ios", hub_ios, 3 * fault_gap),
+        # the lab VMs' power cuts: their own stream, so adding VMs leaves the rest as it was
+        ("vms", vms, max(VM_POWER_GAP, fault_gap)),
     )
     for stream, group, gap in streams:
         if group:
@@ -151,7 +161,28 @@ def make_plan(
         hub = rng.choice(("eu-r0", "eu-r1"))
         plan.enrollments.append(Action(round(t, 2), ENROLL, f"Device/soak-e{n:03d}", hub))
         n += 1
+    if vms:
+        plan.vm_updates = _vm_updates(seed, duration, warmup)
     return plan
+
+
+def _vm_updates(seed: int, duration: float, warmup: float) -> list[Action]:
+    """The operator's version changes of soak-v (on the lab VMs alone), from a stream of the
+    seed of its own: each switches to the other working version, a few minutes apart, so that
+    the VMs' power cuts fall on downloads and switches as well as on devices at rest."""
+    rng = random.Random(f"vm-updates-{seed}")
+    out = []
+    t, version = warmup, VERSIONS[0]
+    while True:
+        t += rng.uniform(*VM_UPDATE_GAP)
+        if t >= duration:
+            return out
+        version = VERSIONS[1] if version == VERSIONS[0] else VERSIONS[0]
+        # each pushed again first (allow_rollback): signed anew, its metadata is the newest
+        # of the model, and going back to 1.0.0 is allowed; without it every other switch is
+        # a downgrade the VM refuses by design (a push that fails leaves exactly that)
+        key = f"ModelDeployment/{VM_DEPLOYMENT}"
+        out.append(Action(round(t, 2), "apply", key, "root", version, allow_rollback=True))
 
 
 def _faults(
@@ -174,7 +205,7 @@ def _faults(
         target = rng.choice(names)
         kind = targets[target]
         action = {"worker": KILL, "link": CUT, "net": CUT, "disk": FILL, "clock": JUMP,
-                  "io": SLOW}.get(kind)  # fmt: skip
+                  "io": SLOW, "vm": POWER}.get(kind)  # fmt: skip
         action = action or rng.choice((KILL, STOP))
         # a partition, a full or slow disk, a clock jump last longer than a process's fault
         longest = 3 * max_fault if kind in ("link", "net", "disk", "clock", "io") else max_fault

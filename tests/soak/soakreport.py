@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from soakhistory import check, describe
-from soakplan import BROKEN, CLASSES, DEPLOYMENTS, Action, Plan
+from soakplan import BROKEN, CLASSES, DEPLOYMENTS, VM_DEPLOYMENT, Action, Plan
 from soakrun import (
     PLACED,
     STEADY,
@@ -170,7 +170,7 @@ def _problems(fleet: Any, operator: Operator, refused: list[str] | None = None) 
     try:
         with operator.client("root") as client:
             desired = {}
-            for name in (STEADY, PLACED, *DEPLOYMENTS):
+            for name in (STEADY, PLACED, *DEPLOYMENTS, *([VM_DEPLOYMENT] if fleet.vms else [])):
                 try:
                     desired[name] = client.get("ModelDeployment", name)
                 except ClientError as exc:
@@ -193,6 +193,7 @@ def _problems(fleet: Any, operator: Operator, refused: list[str] | None = None) 
             problems.append(f"dev-{i}: {PLACED} not ready")
     if len(holding) != total:
         problems.append(f"{PLACED} on {holding}, {total} wanted")
+    problems += _vm_problems(fleet, desired.get(VM_DEPLOYMENT), allowed)
     for name in (STEADY, *DEPLOYMENTS):
         doc = desired.get(name)
         spec = (doc or {}).get("spec", {})
@@ -257,10 +258,45 @@ def _problems(fleet: Any, operator: Operator, refused: list[str] | None = None) 
     return problems
 
 
+def _vm_problems(
+    fleet: Any, doc: dict[str, Any] | None, allowed: dict[tuple[str, str], float]
+) -> list[str]:
+    """What keeps the lab VMs (``--vm-devices``) from soak-v at the root's version, one ready
+    replica each, or a refusal by design that the region names (:func:`refusal`)."""
+    problems: list[str] = []
+    if not fleet.vms:
+        return problems
+    spec = (doc or {}).get("spec", {})
+    version = spec.get("model", {}).get("version")
+    region = ((doc or {}).get("status", {}).get("regions", {}) or {}).get("eu") or {}
+    phase = (region.get("rollout") or {}).get("phase", "")
+    failing = region.get("failing") or {}
+    for k, vm in enumerate(fleet.vms):
+        status = vm.status()
+        if status is None:
+            problems.append(f"vm-{k}: no status (booting, or cut)")
+            continue
+        if doc is None:
+            continue
+        name = str(status.get("device", {}).get("name") or status.get("name") or f"vm-{k}")
+        if refusal(failing, name, allowed) is not None:
+            continue
+        work = next(
+            (w for w in status.get("workloads", []) if w.get("name") == VM_DEPLOYMENT), None
+        )
+        replicas = (work or {}).get("replicas", [])
+        ready = {str(r.get("version")) for r in replicas if r.get("ready")}
+        if len(replicas) != 1 or not ready:
+            problems.append(f"vm-{k}: {VM_DEPLOYMENT} replicas {replicas}")
+        elif ready != {version} and phase != "RolledBack":
+            problems.append(f"vm-{k}: {VM_DEPLOYMENT} {sorted(ready)}, the root wants {version}")
+    return problems
+
+
 def final_reads(operator: Operator, rec: Recorder, plan: Plan) -> None:
     """One read of every key at the end, at each hub that serves it: in the history, these
     are what "no acknowledged write lost" is checked against."""
-    names = (STEADY, PLACED, *DEPLOYMENTS)
+    names = (STEADY, PLACED, *DEPLOYMENTS, *([VM_DEPLOYMENT] if plan.vm_updates else []))
     reads = [Action(0, "read", f"ModelDeployment/{n}", "root") for n in names]
     for hub in ("eu-r0", "eu-r1"):
         reads += [Action(0, "read", f"PriorityClass/{n}", hub) for n in CLASSES]
@@ -616,8 +652,8 @@ def render(result: dict[str, Any]) -> str:
         f"{inv['ready_moves']['samples']} samples",
     ]
     lines.append(
-        f"[{'ok' if inv['intact']['ok'] else 'FAIL'}] intact after a power cut of every hub "
-        f"and edged: {sum(c['ok'] for c in inv['intact']['checks'])} of "
+        f"[{'ok' if inv['intact']['ok'] else 'FAIL'}] intact after a power cut of every hub, "
+        f"edged and VM: {sum(c['ok'] for c in inv['intact']['checks'])} of "
         f"{len(inv['intact']['checks'])} checks pass"
     )
     lines += [

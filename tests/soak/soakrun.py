@@ -26,7 +26,8 @@ import orjson
 import psutil
 from soakfleet import PLACED, SIM_SITE, SITE, STEADY, Fleet, Target, device_timers
 from soakhistory import Op
-from soakplan import BROKEN, ENROLL, KILL, Action, Fault, Plan, make_plan
+from soakplan import BROKEN, ENROLL, KILL, POWER, VM_DEPLOYMENT, Action, Fault, Plan, make_plan
+from soakvms import VM_SITE
 
 from edgectl.client import AdminClient, ClientError, load_admin_config
 from edgectl.errors import EXIT_UNREACHABLE
@@ -58,6 +59,7 @@ class Settings:
     fault_gap: float = 8.0
     action_gap: float = 2.0
     disk_mib: int = 64  # the root's and dev-0's tmpfs (the full-disk faults fill them)
+    vm_devices: int = 0  # lab VMs (soakvms): the device image in QEMU, power cuts
 
 
 @dataclass
@@ -87,12 +89,14 @@ def deployment(
     canary: bool = False,
     total: int | None = None,
 ) -> bytes:
-    site = SIM_SITE if name == "soak-sim" else SITE
+    site = {"soak-sim": SIM_SITE, VM_DEPLOYMENT: VM_SITE}.get(name, SITE)
     rollout: dict[str, Any] = (
         {"maxSurge": "100%", "maxUnavailable": "100%"}  # simulated devices report no status
         if site == SIM_SITE
         else {"maxSurge": 0, "maxUnavailable": BUDGET, "progressDeadlineSeconds": 60}
     )
+    if site == VM_SITE:  # a VM cut during its switch takes minutes to boot again under TCG
+        rollout["progressDeadlineSeconds"] = 1800
     if canary and site == SITE:
         rollout["canary"] = {"steps": ["50%", {"pause": {"duration": "3s"}}]}
     doc = {
@@ -336,7 +340,7 @@ class FaultRunner:
         if pid is None:
             self.rec.event("fault", f"skipped {f.action} {f.target}: not running", target=f.target)
             return
-        os.kill(pid, signal.SIGKILL if f.action == KILL else signal.SIGSTOP)
+        os.kill(pid, signal.SIGKILL if f.action in (KILL, POWER) else signal.SIGSTOP)
         self._opened(f, pid)
 
     def _opened(self, f: Fault, pid: int | None) -> None:
@@ -374,7 +378,7 @@ class FaultRunner:
         target = self.fleet.targets[f.target]
         if target.heal is not None:
             target.heal()
-        elif f.action == KILL:
+        elif f.action in (KILL, POWER):
             _restart(target)
         else:
             os.kill(window["pid"], signal.SIGCONT)
@@ -745,6 +749,7 @@ def run(settings: Settings) -> dict[str, Any]:
         real_devices=settings.real_devices,
         sim_devices=settings.sim_devices,
         disk_mib=settings.disk_mib,
+        vm_devices=settings.vm_devices,
     )
     rec = Recorder()
     threads: list[threading.Thread] = []
@@ -770,6 +775,7 @@ def run(settings: Settings) -> dict[str, Any]:
             assert time.monotonic() < deadline, "the steady deployment is not served"
             time.sleep(0.5)
         wait_placed(fleet, rec, 120)
+        wait_vms_serving(fleet, rec, 900)
         rec.t0 = time.monotonic()
         rec.event("run", f"{STEADY} served on every device: the run starts")
         faults = FaultRunner(fleet, rec, plan.faults)
@@ -788,6 +794,14 @@ def run(settings: Settings) -> dict[str, Any]:
                 daemon=True,
             )
         )
+        if plan.vm_updates:
+            threads.append(
+                threading.Thread(
+                    target=_operate,
+                    args=(operator, plan.vm_updates, "vm-operator", actions_stop, rec),
+                    daemon=True,
+                )
+            )
         threads.append(threading.Thread(target=faults.run, args=(stop,), daemon=True))
         threads.append(
             threading.Thread(target=every, args=(1.0, stop, sampler.sample, rec), daemon=True)
@@ -814,7 +828,7 @@ def run(settings: Settings) -> dict[str, Any]:
         actions_stop.set()
         faults.restore()
         rec.event("run", "faults and actions over: convergence clock starts")
-        for th in threads[:4]:
+        for th in threads[: 5 if plan.vm_updates else 4]:  # the operators and the faults
             th.join(CALL_TIMEOUT * 6)
         chaos_end = rec.now()
         convergence = converge(fleet, operator, rec, settings.converge_within)
@@ -841,6 +855,8 @@ def _apply_steady(operator: Operator, rec: Recorder, fleet: Fleet) -> None:
         Action(0.0, "apply", f"ModelDeployment/{PLACED}", "root", "1.0.0",
                total=placed_total(fleet)),
     ]  # fmt: skip
+    if fleet.vms:
+        setup.append(Action(0.0, "apply", f"ModelDeployment/{VM_DEPLOYMENT}", "root", "1.0.0"))
     for action in setup:
         deadline = time.monotonic() + 60
         while True:
@@ -850,6 +866,19 @@ def _apply_steady(operator: Operator, rec: Recorder, fleet: Fleet) -> None:
             if time.monotonic() > deadline:
                 raise AssertionError(f"{action.key} was not applied: {rec.events[-1]}")
             time.sleep(1)
+
+
+def wait_vms_serving(fleet: Fleet, rec: Recorder, timeout: float) -> None:
+    """Until every lab VM serves soak-v (a download and a load under TCG); one that does not
+    within ``timeout`` is a violation event and the run goes on (the convergence check names
+    it)."""
+    deadline = time.monotonic() + timeout
+    for k, vm in enumerate(fleet.vms):
+        while (view := replicas_of(vm.status(), VM_DEPLOYMENT)) is None or not view[0]:
+            if time.monotonic() > deadline:
+                rec.event("violation", f"vm-{k}: {VM_DEPLOYMENT} not served within {timeout:g}s")
+                return
+            time.sleep(2)
 
 
 def placed_devices(fleet: Fleet) -> list[str]:

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 
 import pytest
-from soakplan import SLOW, SLOW_DELAY, VERSIONS, make_plan
+from soakplan import POWER, SLOW, SLOW_DELAY, VERSIONS, VM_DEPLOYMENT, make_plan
 from soakrun import Settings, run
 
 CI_SEED = 35
@@ -83,6 +83,28 @@ def test_some_applies_push_a_rollback_allowance_first() -> None:
     assert all(a in applies for a in allowed)
     assert 0.2 < len(allowed) / len(applies) < 0.45
     assert all(a.key.startswith("ModelDeployment/") for a in allowed)
+
+
+def test_a_vms_power_cuts_and_its_updates_are_streams_of_their_own() -> None:
+    """Lab VMs (``--vm-devices``) add power cuts (QEMU killed, booted again) minutes apart and
+    the operator's version changes of soak-v, each pushed again first; a seed's other faults
+    and actions stay as they were."""
+    targets = {"root": "hub", "etcd-0": "etcd", "dev-1": "edged", "dev-1-io": "io",
+               "eu-root-link": "link"}  # fmt: skip
+    before = make_plan(CI_SEED, 3600, targets)
+    after = make_plan(CI_SEED, 3600, {**targets, "vm-0": "vm"})
+    cuts = [f for f in after.faults if f.target == "vm-0"]
+    assert [f for f in after.faults if f not in cuts] == before.faults
+    assert after.actions == before.actions and after.enrollments == before.enrollments
+    assert not before.vm_updates
+    assert cuts and all(f.action == POWER and f.kind == "vm" and f.duration > 0 for f in cuts)
+    assert 8 <= len(cuts) <= 40  # every 3 minutes on average: a boot under TCG takes minutes
+    updates = after.vm_updates
+    assert 12 <= len(updates) <= 60
+    assert all(u.key == f"ModelDeployment/{VM_DEPLOYMENT}" and u.allow_rollback for u in updates)
+    versions = [u.version for u in updates]
+    assert all(v != w for v, w in itertools.pairwise(versions)) and set(versions) == set(VERSIONS)
+    assert all(u.at < 3600 for u in updates) and updates == sorted(updates, key=lambda u: u.at)
 
 
 @pytest.mark.scenario
