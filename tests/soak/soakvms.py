@@ -47,10 +47,11 @@ def _lab() -> Any:
 
 def unavailable() -> str:
     """Why VMs cannot run here ("" when they can): the lab's tools, root (the image build
-    chroots; a prebuilt image in $EDGEFLEET_SOAK_VM_IMAGE needs only QEMU)."""
+    chroots; a prebuilt image in $EDGEFLEET_SOAK_VM_IMAGE needs only QEMU and socat)."""
     lab = _lab()
     if os.environ.get(IMAGE_ENV):
-        return "" if shutil.which("qemu-system-x86_64") else "no qemu-system-x86_64"
+        missing = [t for t in ("qemu-system-x86_64", "qemu-img", "socat") if not shutil.which(t)]
+        return f"the lab's VMs need {', '.join(missing)}" if missing else ""
     missing = lab.missing_tools()
     if missing:
         return f"the VM lab needs {', '.join(missing)} (scripts/install-system-deps)"
