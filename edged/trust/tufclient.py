@@ -184,10 +184,18 @@ class TufClient:
         from tuf.api.exceptions import DownloadError, RepositoryError
 
         _without_urllib3()
-        from tuf.ngclient import Updater, UpdaterConfig
+        from tuf.ngclient import UpdaterConfig
         from tuf.ngclient.config import EnvelopeType
 
+        from edgefleet.trust.tufcache import restore_root, updater_class
+
         try:
+            # a cache an earlier edged left without root.json (python-tuf's own link, killed
+            # between its remove and its symlink: edgefleet.trust.tufcache) gets its newest
+            # verified root back before the floor is checked
+            restored = restore_root(self.dir)
+            if restored is not None:
+                log.warning("tuf root restored", version=restored, source="root_history")
             held = self.root_version()
             if floor and held < floor:
                 raise TrustError(
@@ -211,7 +219,7 @@ class TufClient:
                 targets_max_length=tufmeta.TARGETS_MAX_BYTES,
                 envelope_type=EnvelopeType.SIMPLE,
             )
-            updater = Updater(
+            updater = updater_class()(
                 str(self.dir),
                 BASE_URL,
                 target_base_url=BASE_URL,

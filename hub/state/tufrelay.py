@@ -168,10 +168,11 @@ def verify_files(files: Mapping[str, bytes], trusted: Path, fleet_root: Root | N
     from tuf.api.exceptions import DownloadError, RepositoryError
     from tuf.api.metadata import Root as TufRoot
     from tuf.api.metadata import Snapshot, Targets
-    from tuf.ngclient import Updater, UpdaterConfig
+    from tuf.ngclient import UpdaterConfig
     from tuf.ngclient.config import EnvelopeType
 
     from edgefleet.trust.documents import ROLE_ROOT
+    from edgefleet.trust.tufcache import updater_class
 
     held = trusted / "root.json"
     if not held.exists():
@@ -192,7 +193,7 @@ def verify_files(files: Mapping[str, bytes], trusted: Path, fleet_root: Root | N
         envelope_type=EnvelopeType.SIMPLE,
     )
     try:
-        updater = Updater(str(trusted), BASE_URL, target_base_url=BASE_URL,
+        updater = updater_class()(str(trusted), BASE_URL, target_base_url=BASE_URL,
                           fetcher=_fetcher(files), config=config, bootstrap=None)  # fmt: skip
         updater.refresh()
     except (RepositoryError, DownloadError) as exc:

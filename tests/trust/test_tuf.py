@@ -419,3 +419,86 @@ def test_a_grant_for_a_name_outside_the_delegation_is_never_found(hub: Hub, tmp_
     _, updater = device(tmp_path, hub)
     path = tufmeta.target_path("audio-x", "1.0.0", "model.onnx")
     assert tufmeta.rollback_grant(updater.get_targetinfo(path), what=path) is None
+
+
+class Killed(BaseException):
+    """A kill -9 at that instant: nothing after it runs (no except, no finally that could
+    mend what was half done)."""
+
+
+def test_a_refresh_killed_while_it_links_the_root_leaves_root_json(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """python-tuf removes ``root.json`` and then links it again at every refresh; edged
+    killed between the two held no TUF root and refused every artifact (TrustStateLost) until
+    an operator reset its trust: seed 62's 1-hour soak run, dev-1 (docs/soak.md). The link
+    is now renamed over it: killed at the link, the old one stays."""
+    import os
+
+    client, _ = device(tmp_path, hub)
+    assert (client.dir / "root.json").is_symlink()
+
+    def killed(*args: Any, **kwargs: Any) -> None:
+        raise Killed
+
+    with monkeypatch.context() as m:
+        m.setattr(os, "symlink", killed)
+        with pytest.raises(Killed):
+            client.refresh(hub.fetch, hub.fleet_root, floor=1)
+    assert (client.dir / "root.json").exists()
+    assert client.root_version() == 1
+    meta = publish(hub)
+    TufClient.check(client.refresh(hub.fetch, hub.fleet_root, floor=1), meta)
+
+
+def test_a_cache_left_without_root_json_gets_its_newest_verified_root_back(
+    hub: Hub, tmp_path: Path
+) -> None:
+    """A device that an earlier release left without ``root.json`` (the gap above) links
+    it again to the newest root python-tuf verified and kept in ``root_history/``; with
+    neither, its rollback protection is gone: TrustStateLost, as before."""
+    client, _ = device(tmp_path, hub)
+    link = client.dir / "root.json"
+    link.unlink()
+    meta = publish(hub)
+    TufClient.check(client.refresh(hub.fetch, hub.fleet_root, floor=1), meta)
+    assert link.is_symlink() and client.root_version() == 1
+    # dangling (pointing at a root the cache does not hold), or a torn newer file beside it
+    link.unlink()
+    link.symlink_to("root_history/7.root.json")
+    (client.dir / "root_history" / "9.root.json").write_bytes(b'{"payload": "')
+    client.refresh(hub.fetch, hub.fleet_root, floor=1)
+    assert link.resolve().name == "1.root.json"
+    # nothing to restore from
+    link.unlink()
+    for p in (client.dir / "root_history").iterdir():
+        p.unlink()
+    refused("TrustStateLost", client.refresh, hub.fetch, hub.fleet_root, floor=1)
+
+
+def test_the_tuf_cache_is_written_with_fsync_and_rename(
+    hub: Hub, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """python-tuf writes its cache without fsync (a power cut may leave a renamed file
+    empty); every file goes through write_atomic (temp file, fsync, rename, fsync of the
+    directory) instead."""
+    from edgefleet.trust import tufcache
+
+    written: list[str] = []
+    real = tufcache.write_atomic
+
+    def spy(path: Path, data: bytes, *, mode: int = 0o600) -> None:
+        written.append(str(path.relative_to(tmp_path / "dev" / "trust" / "tuf")))
+        real(path, data, mode=mode)
+
+    monkeypatch.setattr(tufcache, "write_atomic", spy)
+    device(tmp_path, hub)
+    assert {"root_history/1.root.json", "timestamp.json", "snapshot.json", "targets.json"} <= set(
+        written
+    )
+
+
+def publish(hub: Hub) -> Any:
+    meta = artifact("vision-det", "1.0.0")
+    hub.publish("pub1", "vision", meta)
+    return meta
