@@ -56,6 +56,50 @@ def test_a_device_admits_what_a_delegated_publisher_signed(
         e.terminate()
 
 
+def test_a_device_a_kill_left_without_its_tuf_root_takes_artifacts_again(
+    hub: HubProcess, tmp_path: Path, edged_factory: Callable[..., Edged]
+) -> None:
+    """Seed 62's 1-hour soak run (docs/soak.md): edged killed -9 while python-tuf relinked
+    ``trust/tuf/root.json`` came back with none, and refused every artifact for the rest of
+    the run (``TrustStateLost``: its trust state says it accepted TUF root 1). The cache now
+    keeps the link whole (tests/trust/test_tuf.py); a device an earlier release left so links
+    it again to the newest root python-tuf verified (``root_history/``) and takes the next
+    version."""
+    data = tmp_path / "dev"
+    out = enroll(hub, data, "dev", {})
+    assert out.returncode == 0, out.stdout + out.stderr
+    config = SIGNED_DEVICE_CONFIG.format(absent=tmp_path / "x")
+    e = edged_factory(None, data=data, config=config)
+    e.start()
+    doc = tmp_path / "det.yaml"
+    for version, seed in (("1.0.0", 1), ("1.1.0", 2)):
+        model = tmp_path / f"det-{version}.onnx"
+        build_mlp(model, TINY_MLP, seed=seed)
+        pushed = hub.edgectl("models", "push", str(model), "--name", "det", "--version", version)
+        assert "pushed" in pushed.stdout, pushed.stdout + pushed.stderr
+    try:
+        doc.write_text(DEPLOYMENT.format(version="1.0.0"))
+        hub.edgectl("apply", "-f", str(doc))
+        wait_for(lambda: serving(e, "1.0.0"), 90, "the device to serve det 1.0.0")
+        root = data / "trust" / "tuf" / "root.json"
+        assert root.is_symlink() and (root.parent / "root_history" / "1.root.json").exists()
+        e.kill9()
+        root.unlink()  # what the kill left in that run
+        e = edged_factory(None, data=data, config=config)
+        e.start()
+        wait_for(lambda: serving(e, "1.0.0"), 90, "det 1.0.0 served again after the restart")
+        doc.write_text(DEPLOYMENT.format(version="1.1.0"))
+        hub.edgectl("apply", "-f", str(doc))
+        wait_for(lambda: serving(e, "1.1.0"), 90, "the device to take det 1.1.0")
+        assert "TrustStateLost" not in problems(e)
+        assert not e.refused("TrustStateLost"), e.refusals()
+        assert root.is_symlink() and root.exists()
+        restored = e.log_records("tuf root restored")
+        assert restored and restored[0].get("version") == 1, restored
+    finally:
+        e.terminate()
+
+
 def check_fleet(hub: HubProcess, tmp_path: Path, e: Edged, data: Path) -> None:
     from edgectl.client import load_admin_config
     from edgefleet.trust import signing
