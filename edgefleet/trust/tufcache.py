@@ -7,6 +7,8 @@ the link again: killed between the two, the cache holds no ``root.json``. A devi
 no TUF root; its trust state says it accepted one, so it refuses every artifact
 (``TrustStateLost``) until an operator resets its trust. Seed 62's 1-hour soak run found it
 (docs/soak.md): ``dev-1``'s edged, its data directory on a slow disk, killed -9 in that gap.
+Upstream knows it (python-tuf pull request 3010, "ngclient: Update root.json link atomically",
+open as of December 2026; this module can go once a release has it).
 python-tuf also writes its files without ``fsync``: after a power cut a renamed file may be
 empty.
 
