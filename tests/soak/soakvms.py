@@ -7,7 +7,7 @@ booted in QEMU (TCG) with systemd, cgroup v2 and the project's .debs, its seed d
 replica and dials both (``[hub] addresses``); QEMU's user networking lets the guest reach
 nothing but the replicas' ports (``guestfwd`` of 10.0.2.100:PORT, the address the region's
 certificate names). Its label is ``site=vm``: it runs ``soak-v`` alone, whose version the
-operator's own stream changes every few minutes (``soakplan.vm_updates``), so power cuts fall
+operator's own stream changes every few minutes (``soakplan._vm_updates``), so power cuts fall
 on downloads and version switches as well as on a device at rest.
 
 A power cut is QEMU killed -9: the guest's page cache is lost, what QEMU had written to the
