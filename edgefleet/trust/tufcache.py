@@ -22,6 +22,7 @@ python-tuf verified, the newest linked again (what python-tuf itself would have 
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 from pathlib import Path
@@ -74,8 +75,9 @@ def restore_root(directory: Path) -> int | None:
     return None
 
 
+@functools.cache
 def updater_class() -> Any:
-    """python-tuf's ``Updater`` with its cache written whole (module doc)."""
+    """python-tuf's ``Updater`` with its cache written whole (module doc); made once."""
     from tuf.ngclient import Updater
 
     class WholeCacheUpdater(Updater):

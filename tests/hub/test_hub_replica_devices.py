@@ -46,19 +46,7 @@ async def test_device_records_and_heartbeats_reach_the_other_replicas(
     assert here.elector is not None and there.elector is not None  # replicas on etcd
     seen_here: dict[str, float] = {}
     stop = asyncio.Event()
-    components = [
-        ReplicaDevices(
-            store=ctx.store,
-            cache=ctx.cache,
-            sessions=ctx.sessions,
-            writer=ctx.writer,
-            projector=ctx.projector,
-            last_seen=seen,
-            grace_s=0.4,
-            replica=replica,
-        )
-        for ctx, seen, replica in ((here, seen_here, "r0"), (there, {}, "r1"))
-    ]
+    components = _replica_devices(here, there, seen_here, grace_s=0.4)
     tasks = [asyncio.create_task(c.run(stop)) for c in components]
     tasks += [asyncio.create_task(ctx.writer.run(stop)) for ctx in contexts]
     try:

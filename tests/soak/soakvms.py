@@ -19,13 +19,11 @@ hashes see what the cut left, not what edged repaired at start.
 
 from __future__ import annotations
 
-import json
 import os
 import shutil
 import subprocess
 import sys
 import time
-import urllib.request
 from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
@@ -77,12 +75,12 @@ class SoakVm:
         lab = _lab()
         self.ports = ports
         self.vm = lab.Vm(image, workdir, SimpleNamespace(port=ports[0]), seed)
+        self.vm.command = self.command  # the lab's start boots with this command line
         self.extra_cmdline = ""
-        self.boots = 0
 
     def command(self) -> list[str]:
         lab = _lab()
-        cmd: list[str] = self.vm.command()
+        cmd: list[str] = lab.Vm.command(self.vm)
         fwd = [
             f"guestfwd=tcp:{lab.GUEST_HUB_HOST}:{p}-cmd:socat STDIO TCP:127.0.0.1:{p}"
             for port in self.ports
@@ -104,13 +102,7 @@ class SoakVm:
         old = self.vm.proc
         if old is not None:
             old.wait(30)
-        console = self.vm.console
-        if console.exists():
-            console.rename(console.with_name(f"console-{time.time_ns()}.log"))
-        self.vm.started_at = time.monotonic()
-        with open(self.vm.dir / "qemu.err", "ab") as err:
-            self.vm.proc = subprocess.Popen(self.command(), stdout=subprocess.DEVNULL, stderr=err)
-        self.boots += 1
+        self.vm.start()
         return self
 
     def pid(self) -> int | None:
@@ -121,18 +113,12 @@ class SoakVm:
         """A power cut, nothing flushed by the guest."""
         self.vm.kill()
 
-    def status(self, timeout: float = 5.0) -> dict[str, Any] | None:
-        """edged's status in the guest (what ``edged status -o json`` prints, fetched by the
-        lab's agent), None while it does not answer (booting, cut): within ``timeout``, as a
-        booting guest's forwarded port takes the connection and says nothing."""
-        try:
-            with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.vm.agent_port}/edged-status", timeout=timeout
-            ) as resp:
-                doc = json.loads(resp.read())
-        except (OSError, ValueError):
-            return None
-        return doc if isinstance(doc, dict) and doc else None
+    def status(self) -> dict[str, Any] | None:
+        """edged's status in the guest (the lab's agent), None while it does not answer
+        (booting, cut): within 5 s, as a booting guest's forwarded port takes the connection
+        and says nothing."""
+        doc: dict[str, Any] = self.vm.status(timeout=5.0)
+        return doc or None
 
 
 def start_vms(fleet: Any, count: int) -> list[SoakVm]:

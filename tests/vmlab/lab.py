@@ -314,14 +314,14 @@ class Vm:
         )
         return self.wait_agent(timeout)
 
-    def status(self) -> dict[str, Any]:
+    def status(self, timeout: float = 30) -> dict[str, Any]:
         """What ``edged status -o json`` prints in the guest: edged's ``/v1/status`` on its
         status socket (/run/edged), fetched by the agent (a look costs 0.05 s instead of the
         2-4 s of a Python start under TCG, and the lab looks often, at three guests at once);
         {} while edged does not answer. test_device runs ``edged status`` itself."""
         try:
             with urllib.request.urlopen(
-                f"http://127.0.0.1:{self.agent_port}/edged-status", timeout=30
+                f"http://127.0.0.1:{self.agent_port}/edged-status", timeout=timeout
             ) as resp:
                 doc = json.loads(resp.read())
         except (OSError, urllib.error.URLError, json.JSONDecodeError):
