@@ -467,6 +467,10 @@ def test_a_cache_left_without_root_json_gets_its_newest_verified_root_back(
     link.unlink()
     link.symlink_to("root_history/7.root.json")
     (client.dir / "root_history" / "9.root.json").write_bytes(b'{"payload": "')
+    # a root filed under another version's name (copied there, by hand or by an attacker
+    # who can write the cache) is not taken for that version
+    history = client.dir / "root_history"
+    (history / "5.root.json").write_bytes((history / "1.root.json").read_bytes())
     client.refresh(hub.fetch, hub.fleet_root, floor=1)
     assert link.resolve().name == "1.root.json"
     # nothing to restore from
